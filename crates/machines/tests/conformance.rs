@@ -1,0 +1,303 @@
+//! The conformance suite on the in-memory provider, and proof that it catches broken providers.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use orca_machines::conformance::{run, run_all, Harness, Hook, MemoryHarness, Outcome, Setup};
+use orca_machines::memory::{MemoryCloud, MemoryProvider};
+use orca_machines::{
+    labels, Arch, Capabilities, Created, Error, Machine, MachineSpec, Provider, Result,
+};
+
+#[tokio::test]
+async fn memory_provider_passes_everything() {
+    let h = MemoryHarness::new();
+    let report = run_all(&h).await;
+    report.assert_passed();
+    assert!(report.skipped().is_empty(), "{:?}", report.skipped());
+    assert!(h.cloud().all_machines().is_empty(), "the suite cleans up");
+}
+
+/// Runs the suite through `Box<dyn Provider>` (the harness's own form) and through `Arc<dyn Provider>`.
+struct ArcHarness(MemoryHarness);
+
+#[async_trait]
+impl Harness for ArcHarness {
+    fn name(&self) -> String {
+        "memory-arc".into()
+    }
+    fn setup(&self) -> Setup {
+        self.0.setup()
+    }
+    async fn provider(&self, owner: &str) -> Result<Box<dyn Provider>> {
+        let arc: Arc<dyn Provider> = Arc::new(self.0.cloud().provider(owner)?);
+        Ok(Box::new(arc))
+    }
+    async fn paged_provider(&self, owner: &str, n: u32) -> Hook<Box<dyn Provider>> {
+        let inner = self.0.paged_provider(owner, n).await?;
+        let arc: Arc<dyn Provider> = Arc::from(inner);
+        Ok(Box::new(arc))
+    }
+    async fn exhaust_stock(&self, t: &str, l: &str) -> Hook<()> {
+        self.0.exhaust_stock(t, l).await
+    }
+    async fn restore_stock(&self, t: &str, l: &str) -> Hook<()> {
+        self.0.restore_stock(t, l).await
+    }
+    async fn lose_next_create_answer(&self) -> Hook<()> {
+        self.0.lose_next_create_answer().await
+    }
+    async fn requests(&self) -> Hook<u64> {
+        self.0.requests().await
+    }
+}
+
+#[tokio::test]
+async fn passes_through_arc_dyn_provider() {
+    run_all(&ArcHarness(MemoryHarness::new())).await.assert_passed();
+}
+
+#[tokio::test]
+async fn missing_hooks_are_reported_as_skipped_by_name() {
+    struct Minimal(MemoryCloud);
+    #[async_trait]
+    impl Harness for Minimal {
+        fn name(&self) -> String {
+            "minimal".into()
+        }
+        fn setup(&self) -> Setup {
+            MemoryHarness::new().setup()
+        }
+        async fn provider(&self, owner: &str) -> Result<Box<dyn Provider>> {
+            Ok(Box::new(self.0.provider(owner)?))
+        }
+    }
+    let report = run_all(&Minimal(MemoryCloud::new())).await;
+    report.assert_passed();
+    let skipped: Vec<&str> = report.skipped().iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        skipped,
+        [
+            "invalid_input_is_refused_before_any_call",
+            "lists_every_page",
+            "no_stock",
+            "retried_create_makes_one_machine"
+        ]
+    );
+}
+
+/// A provider broken in one chosen way, on top of the in-memory one.
+#[derive(Debug)]
+struct Broken {
+    inner: MemoryProvider,
+    flaw: Flaw,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Flaw {
+    /// Lists every owner's machines of the pool (filters on the pool only).
+    ListsOtherOwners,
+    /// Reads only the first page of a listing.
+    FirstPageOnly,
+    /// Deletes without checking the owner.
+    DeletesForeign,
+    /// Validates nothing.
+    NoValidation,
+    /// Makes a second machine when a create is retried.
+    NotIdempotent,
+    /// Claims every capability but implements none.
+    ClaimsTooMuch,
+    /// Reports an error for an already-deleted machine.
+    DeleteNotIdempotent,
+    /// Turns no stock into a plain error.
+    NoStockAsError,
+    /// Calls everything amd64.
+    WrongArch,
+}
+
+#[async_trait]
+impl Provider for Broken {
+    fn kind(&self) -> &str {
+        "broken"
+    }
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+    fn capabilities(&self) -> Capabilities {
+        if self.flaw == Flaw::ClaimsTooMuch {
+            Capabilities::ALL
+        } else {
+            Capabilities::NONE
+        }
+    }
+    async fn arch(&self, t: &str) -> Result<Arch> {
+        if self.flaw == Flaw::WrongArch {
+            return Ok(Arch::Amd64);
+        }
+        self.inner.arch(t).await
+    }
+    async fn create(&self, spec: &MachineSpec) -> Result<Created> {
+        let cloud = self.inner.cloud();
+        match self.flaw {
+            Flaw::NoValidation => {
+                let l = labels::ownership_labels(&spec.pool, self.owner());
+                Ok(Created::Machine(cloud.api_insert(spec, l).await?))
+            }
+            Flaw::NotIdempotent => {
+                let l = labels::ownership_labels(&spec.pool, self.owner());
+                let mut s = spec.clone();
+                s.name = format!("{}-{}", spec.name, fastrand::u32(..));
+                loop {
+                    match cloud.api_insert(&s, l.clone()).await {
+                        Err(e) if e.is_retryable() => continue,
+                        other => return other.map(Created::Machine),
+                    }
+                }
+            }
+            Flaw::NoStockAsError => self.inner.create(spec).await?.into_result().map(Created::Machine),
+            _ => self.inner.create(spec).await,
+        }
+    }
+    async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
+        let cloud = self.inner.cloud();
+        match self.flaw {
+            Flaw::ListsOtherOwners => {
+                let mut with = labels::Labels::new();
+                with.insert(labels::POOL_LABEL.into(), pool.into());
+                Ok(cloud.api_list(&with, &[], None, 1000, None).await?.items)
+            }
+            Flaw::FirstPageOnly => {
+                orca_machines::validate_pool(pool)?;
+                let with = labels::ownership_labels(pool, self.owner());
+                let without: &[&str] = if self.owner().is_empty() { &[labels::OWNER_LABEL] } else { &[] };
+                Ok(cloud.api_list(&with, without, None, 1, None).await?.items)
+            }
+            Flaw::NoValidation => {
+                let with = labels::ownership_labels(pool, self.owner());
+                Ok(cloud.api_list(&with, &[], None, 1000, None).await?.items)
+            }
+            _ => self.inner.machines(pool).await,
+        }
+    }
+    async fn delete(&self, id: &str) -> Result<bool> {
+        if self.flaw != Flaw::NoValidation {
+            orca_machines::validate_id(id)?;
+        }
+        match self.flaw {
+            Flaw::DeletesForeign | Flaw::NoValidation => self.inner.cloud().api_remove(id).await.map(|_| true),
+            Flaw::DeleteNotIdempotent => {
+                if self.inner.cloud().api_get(id).await?.is_none() {
+                    return Err(Error::NotFound { what: id.into() });
+                }
+                self.inner.delete(id).await
+            }
+            _ => self.inner.delete(id).await,
+        }
+    }
+}
+
+struct BrokenHarness {
+    base: MemoryHarness,
+    flaw: Flaw,
+}
+
+#[async_trait]
+impl Harness for BrokenHarness {
+    fn name(&self) -> String {
+        format!("broken-{:?}", self.flaw)
+    }
+    fn setup(&self) -> Setup {
+        self.base.setup()
+    }
+    async fn provider(&self, owner: &str) -> Result<Box<dyn Provider>> {
+        Ok(Box::new(Broken {
+            inner: self.base.cloud().provider(owner)?,
+            flaw: self.flaw,
+        }))
+    }
+    async fn paged_provider(&self, owner: &str, n: u32) -> Hook<Box<dyn Provider>> {
+        let inner = self.base.cloud().provider(owner).unwrap().with_page_size(n as usize);
+        Ok(Box::new(Broken { inner, flaw: self.flaw }))
+    }
+    async fn exhaust_stock(&self, t: &str, l: &str) -> Hook<()> {
+        self.base.exhaust_stock(t, l).await
+    }
+    async fn restore_stock(&self, t: &str, l: &str) -> Hook<()> {
+        self.base.restore_stock(t, l).await
+    }
+    async fn lose_next_create_answer(&self) -> Hook<()> {
+        self.base.lose_next_create_answer().await
+    }
+    async fn requests(&self) -> Hook<u64> {
+        self.base.requests().await
+    }
+}
+
+async fn failed_checks(flaw: Flaw) -> Vec<&'static str> {
+    let report = run_all(&BrokenHarness {
+        base: MemoryHarness::new(),
+        flaw,
+    })
+    .await;
+    report.failed().into_iter().map(|(n, _)| n).collect()
+}
+
+#[tokio::test]
+async fn suite_catches_a_provider_that_lists_other_owners() {
+    let failed = failed_checks(Flaw::ListsOtherOwners).await;
+    assert!(failed.contains(&"owner_isolation"), "{failed:?}");
+}
+
+#[tokio::test]
+async fn suite_catches_a_provider_that_stops_after_the_first_page() {
+    let failed = failed_checks(Flaw::FirstPageOnly).await;
+    assert_eq!(failed, ["lists_every_page"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_provider_that_deletes_foreign_machines() {
+    let failed = failed_checks(Flaw::DeletesForeign).await;
+    assert_eq!(failed, ["refuses_to_delete_another_owners_machine"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_provider_that_validates_nothing() {
+    let failed = failed_checks(Flaw::NoValidation).await;
+    assert!(failed.contains(&"invalid_input_is_refused_before_any_call"), "{failed:?}");
+}
+
+#[tokio::test]
+async fn suite_catches_a_create_that_is_not_idempotent() {
+    let failed = failed_checks(Flaw::NotIdempotent).await;
+    assert!(failed.contains(&"retried_create_makes_one_machine"), "{failed:?}");
+}
+
+#[tokio::test]
+async fn suite_catches_untruthful_capabilities() {
+    let failed = failed_checks(Flaw::ClaimsTooMuch).await;
+    assert_eq!(failed, ["capabilities_are_truthful"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_delete_that_is_not_idempotent() {
+    let failed = failed_checks(Flaw::DeleteNotIdempotent).await;
+    assert_eq!(failed, ["delete_twice_and_unknown_id"]);
+}
+
+#[tokio::test]
+async fn suite_catches_no_stock_as_an_error() {
+    let failed = failed_checks(Flaw::NoStockAsError).await;
+    assert_eq!(failed, ["no_stock"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_wrong_architecture() {
+    let failed = failed_checks(Flaw::WrongArch).await;
+    assert_eq!(failed, ["arch_of_both_architectures"]);
+}
+
+#[tokio::test]
+async fn a_single_check_can_be_run_by_name() {
+    let report = run(&MemoryHarness::new(), &["lifecycle"]).await;
+    assert_eq!(report.results, vec![("lifecycle", Outcome::Passed)]);
+}
