@@ -20,7 +20,7 @@ use async_trait::async_trait;
 
 use crate::arch::Arch;
 use crate::error::Error;
-use crate::labels::{OWNER_LABEL, ORCA_LABEL, ORCA_VALUE, POOL_LABEL};
+use crate::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use crate::machine::{Created, Machine, Status};
 use crate::memory::{FaultKind, MemoryCloud, Operation};
 use crate::provider::Provider;
@@ -144,7 +144,11 @@ impl Report {
     pub fn assert_passed(&self) {
         let failed = self.failed();
         if !failed.is_empty() {
-            let mut msg = format!("conformance on {}: {} check(s) failed", self.backend, failed.len());
+            let mut msg = format!(
+                "conformance on {}: {} check(s) failed",
+                self.backend,
+                failed.len()
+            );
             for (n, why) in failed {
                 let _ = write!(msg, "\n  {n}: {why}");
             }
@@ -201,8 +205,13 @@ impl Ctx<'_> {
         format!("c{}-{}{n}", self.run, self.tag)
     }
     fn spec(&self, n: u32, pool: &str) -> MachineSpec {
-        MachineSpec::new(self.name(n), &self.setup.amd64_type, &self.setup.location, pool)
-            .with_user_data("#cloud-config\n")
+        MachineSpec::new(
+            self.name(n),
+            &self.setup.amd64_type,
+            &self.setup.location,
+            pool,
+        )
+        .with_user_data("#cloud-config\n")
     }
     async fn provider(&self, owner: &str) -> std::result::Result<Box<dyn Provider>, Verdict> {
         Ok(self.h.provider(owner).await?)
@@ -285,7 +294,11 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
         match &outcome {
             Outcome::Passed => println!("conformance {}: {} ... ok", h.name(), ctx.check),
             Outcome::Skipped(why) => {
-                println!("conformance {}: {} ... SKIPPED ({why})", h.name(), ctx.check)
+                println!(
+                    "conformance {}: {} ... SKIPPED ({why})",
+                    h.name(),
+                    ctx.check
+                )
             }
             Outcome::Failed(why) => {
                 println!("conformance {}: {} ... FAILED: {why}", h.name(), ctx.check)
@@ -317,18 +330,41 @@ async fn invalid_input(ctx: &Ctx<'_>) -> Checked {
     let before = ctx.h.requests().await;
     let pool = ctx.pool(0);
     let long = "a".repeat(64);
-    for bad in ["", "-lead", "trail-", "Upper", "under_score", "dot.ted", "sp ace", &long] {
+    for bad in [
+        "",
+        "-lead",
+        "trail-",
+        "Upper",
+        "under_score",
+        "dot.ted",
+        "sp ace",
+        &long,
+    ] {
         let spec = MachineSpec::new(bad, &ctx.setup.amd64_type, &ctx.setup.location, &pool);
         match p.create(&spec).await {
             Err(Error::InvalidSpec { field, .. }) if field == "name" => {}
             other => return Err(Verdict::Fail(format!("name {bad:?} gave {other:?}"))),
         }
     }
-    for bad in ["", "a,b", "a=b", "!a", "a b", "in (x)", "A", "a.b", "x,orca-owner!=y"] {
+    for bad in [
+        "",
+        "a,b",
+        "a=b",
+        "!a",
+        "a b",
+        "in (x)",
+        "A",
+        "a.b",
+        "x,orca-owner!=y",
+    ] {
         let spec = MachineSpec::new(ctx.name(0), &ctx.setup.amd64_type, &ctx.setup.location, bad);
         match p.create(&spec).await {
             Err(Error::InvalidSpec { field, .. }) if field == "pool" => {}
-            other => return Err(Verdict::Fail(format!("create in pool {bad:?} gave {other:?}"))),
+            other => {
+                return Err(Verdict::Fail(format!(
+                    "create in pool {bad:?} gave {other:?}"
+                )))
+            }
         }
         match p.machines(bad).await {
             Err(Error::InvalidSpec { field, .. }) if field == "pool" => {}
@@ -355,10 +391,12 @@ async fn invalid_input(ctx: &Ctx<'_>) -> Checked {
     let after = ctx.h.requests().await;
     match (before, after) {
         (Ok(b), Ok(a)) => ensure!(a == b, "invalid input made {} request(s)", a - b),
-        (Err(s), _) | (_, Err(s)) => return Err(Verdict::Skip(format!(
-            "errors were right, but 'before any call' is unproven: {}",
-            s.0
-        ))),
+        (Err(s), _) | (_, Err(s)) => {
+            return Err(Verdict::Skip(format!(
+                "errors were right, but 'before any call' is unproven: {}",
+                s.0
+            )))
+        }
     }
     Ok(())
 }
@@ -368,13 +406,27 @@ async fn lifecycle(ctx: &Ctx<'_>) -> Checked {
     let pool = ctx.pool(0);
     let spec = ctx.spec(0, &pool);
     let m = made(&*p, &spec).await?;
-    ensure!(m.name == spec.name, "made {:?}, wanted {:?}", m.name, spec.name);
+    ensure!(
+        m.name == spec.name,
+        "made {:?}, wanted {:?}",
+        m.name,
+        spec.name
+    );
     ensure!(m.pool == pool, "pool {:?}, wanted {pool:?}", m.pool);
-    ensure!(m.machine_type == spec.machine_type, "type {:?}", m.machine_type);
+    ensure!(
+        m.machine_type == spec.machine_type,
+        "type {:?}",
+        m.machine_type
+    );
     ensure!(m.location == spec.location, "location {:?}", m.location);
     ensure!(!m.id.is_empty(), "empty id");
     let listed = p.machines(&pool).await?;
-    ensure!(ids(&listed) == vec![m.id.as_str()], "listed {:?}, made {}", ids(&listed), m.id);
+    ensure!(
+        ids(&listed) == vec![m.id.as_str()],
+        "listed {:?}, made {}",
+        ids(&listed),
+        m.id
+    );
     let seen = &listed[0];
     ensure!(
         seen.status != Status::Deleting && !seen.cloud_status.is_empty(),
@@ -385,7 +437,9 @@ async fn lifecycle(ctx: &Ctx<'_>) -> Checked {
     ensure!(p.delete(&m.id).await?, "delete answered false");
     let after = p.machines(&pool).await?;
     ensure!(
-        after.iter().all(|x| x.id != m.id || x.status == Status::Deleting),
+        after
+            .iter()
+            .all(|x| x.id != m.id || x.status == Status::Deleting),
         "still listed after delete: {:?}",
         ids(&after)
     );
@@ -398,14 +452,23 @@ async fn labels_on_create(ctx: &Ctx<'_>) -> Checked {
         let pool = ctx.pool(if owner.is_empty() { 1 } else { 0 });
         let m = made(&*p, &ctx.spec(if owner.is_empty() { 1 } else { 0 }, &pool)).await?;
         let listed = p.machines(&pool).await?;
-        for l in [&m.labels, &listed.first().map(|x| x.labels.clone()).unwrap_or_default()] {
+        for l in [
+            &m.labels,
+            &listed.first().map(|x| x.labels.clone()).unwrap_or_default(),
+        ] {
             ensure!(
                 l.get(ORCA_LABEL).map(String::as_str) == Some(ORCA_VALUE),
                 "no {ORCA_LABEL}={ORCA_VALUE} in {l:?}"
             );
-            ensure!(l.get(POOL_LABEL) == Some(&pool), "no {POOL_LABEL}={pool} in {l:?}");
+            ensure!(
+                l.get(POOL_LABEL) == Some(&pool),
+                "no {POOL_LABEL}={pool} in {l:?}"
+            );
             if owner.is_empty() {
-                ensure!(!l.contains_key(OWNER_LABEL), "ownerless machine has {OWNER_LABEL}: {l:?}");
+                ensure!(
+                    !l.contains_key(OWNER_LABEL),
+                    "ownerless machine has {OWNER_LABEL}: {l:?}"
+                );
             } else {
                 ensure!(
                     l.get(OWNER_LABEL).map(String::as_str) == Some(owner),
@@ -422,9 +485,20 @@ async fn pool_isolation(ctx: &Ctx<'_>) -> Checked {
     let (p0, p1) = (ctx.pool(0), ctx.pool(1));
     let a = made(&*p, &ctx.spec(0, &p0)).await?;
     let b = made(&*p, &ctx.spec(1, &p1)).await?;
-    ensure!(ids(&p.machines(&p0).await?) == vec![a.id.as_str()], "pool {p0} is not just {}", a.id);
-    ensure!(ids(&p.machines(&p1).await?) == vec![b.id.as_str()], "pool {p1} is not just {}", b.id);
-    ensure!(p.machines(&ctx.pool(2)).await?.is_empty(), "an unused pool lists machines");
+    ensure!(
+        ids(&p.machines(&p0).await?) == vec![a.id.as_str()],
+        "pool {p0} is not just {}",
+        a.id
+    );
+    ensure!(
+        ids(&p.machines(&p1).await?) == vec![b.id.as_str()],
+        "pool {p1} is not just {}",
+        b.id
+    );
+    ensure!(
+        p.machines(&ctx.pool(2)).await?.is_empty(),
+        "an unused pool lists machines"
+    );
     Ok(())
 }
 
@@ -436,8 +510,14 @@ async fn owner_isolation(ctx: &Ctx<'_>) -> Checked {
     let a = made(&*pa, &ctx.spec(0, &pool)).await?;
     let b = made(&*pb, &ctx.spec(1, &pool)).await?;
     let n = made(&*none, &ctx.spec(2, &pool)).await?;
-    ensure!(ids(&pa.machines(&pool).await?) == vec![a.id.as_str()], "owner a sees more than its own");
-    ensure!(ids(&pb.machines(&pool).await?) == vec![b.id.as_str()], "owner b sees more than its own");
+    ensure!(
+        ids(&pa.machines(&pool).await?) == vec![a.id.as_str()],
+        "owner a sees more than its own"
+    );
+    ensure!(
+        ids(&pb.machines(&pool).await?) == vec![b.id.as_str()],
+        "owner b sees more than its own"
+    );
     ensure!(
         ids(&none.machines(&pool).await?) == vec![n.id.as_str()],
         "the empty owner sees owned machines"
@@ -454,11 +534,18 @@ async fn foreign_delete(ctx: &Ctx<'_>) -> Checked {
     for (who, p) in [("owner b", &pb), ("the empty owner", &none)] {
         match p.delete(&a.id).await {
             Err(Error::NotOwned { .. }) => {}
-            other => return Err(Verdict::Fail(format!("{who} deleting a's machine gave {other:?}"))),
+            other => {
+                return Err(Verdict::Fail(format!(
+                    "{who} deleting a's machine gave {other:?}"
+                )))
+            }
         }
     }
     let still = pa.machines(&pool).await?;
-    ensure!(ids(&still) == vec![a.id.as_str()], "a's machine is gone after a refused delete");
+    ensure!(
+        ids(&still) == vec![a.id.as_str()],
+        "a's machine is gone after a refused delete"
+    );
     ensure!(
         still[0].status != Status::Deleting,
         "a's machine is deleting after a refused delete"
@@ -472,7 +559,10 @@ async fn delete_twice(ctx: &Ctx<'_>) -> Checked {
     let m = made(&*p, &ctx.spec(0, &pool)).await?;
     ensure!(p.delete(&m.id).await?, "first delete answered false");
     ensure!(p.delete(&m.id).await?, "second delete answered false");
-    ensure!(p.delete(&ctx.setup.unknown_id).await?, "delete of an unknown id answered false");
+    ensure!(
+        p.delete(&ctx.setup.unknown_id).await?,
+        "delete of an unknown id answered false"
+    );
     Ok(())
 }
 
@@ -492,9 +582,16 @@ async fn every_page(ctx: &Ctx<'_>) -> Checked {
     let got = paged.machines(&pool).await?;
     let mut got_ids: Vec<String> = got.iter().map(|m| m.id.clone()).collect();
     got_ids.sort();
-    ensure!(got_ids == want, "page size 1 listed {got_ids:?}, made {want:?}");
+    ensure!(
+        got_ids == want,
+        "page size 1 listed {got_ids:?}, made {want:?}"
+    );
     if let (Ok(b), Ok(a)) = (before, ctx.h.requests().await) {
-        ensure!(a - b >= 3, "page size 1 listed 3 machines in {} request(s)", a - b);
+        ensure!(
+            a - b >= 3,
+            "page size 1 listed 3 machines in {} request(s)",
+            a - b
+        );
     }
     Ok(())
 }
@@ -503,21 +600,49 @@ async fn arch_both(ctx: &Ctx<'_>) -> Checked {
     let p = ctx.provider(&ctx.owner_a).await?;
     let amd = p.arch(&ctx.setup.amd64_type).await?;
     let arm = p.arch(&ctx.setup.arm64_type).await?;
-    ensure!(amd == Arch::Amd64, "{} is {amd}, not amd64", ctx.setup.amd64_type);
-    ensure!(arm == Arch::Arm64, "{} is {arm}, not arm64", ctx.setup.arm64_type);
+    ensure!(
+        amd == Arch::Amd64,
+        "{} is {amd}, not amd64",
+        ctx.setup.amd64_type
+    );
+    ensure!(
+        arm == Arch::Arm64,
+        "{} is {arm}, not arm64",
+        ctx.setup.arm64_type
+    );
     let before = ctx.h.requests().await;
-    ensure!(p.arch(&ctx.setup.arm64_type).await? == Arch::Arm64, "second answer differs");
+    ensure!(
+        p.arch(&ctx.setup.arm64_type).await? == Arch::Arm64,
+        "second answer differs"
+    );
     if let (Ok(b), Ok(a)) = (before, ctx.h.requests().await) {
-        ensure!(a == b, "arch is not cached: a second call made {} request(s)", a - b);
+        ensure!(
+            a == b,
+            "arch is not cached: a second call made {} request(s)",
+            a - b
+        );
     }
     match p.arch("no-such-type-zz9").await {
         Err(Error::NotFound { .. } | Error::InvalidSpec { .. }) => {}
-        other => return Err(Verdict::Fail(format!("arch of an unknown type gave {other:?}"))),
+        other => {
+            return Err(Verdict::Fail(format!(
+                "arch of an unknown type gave {other:?}"
+            )))
+        }
     }
     let pool = ctx.pool(0);
-    let spec = MachineSpec::new(ctx.name(0), &ctx.setup.arm64_type, &ctx.setup.location, &pool);
+    let spec = MachineSpec::new(
+        ctx.name(0),
+        &ctx.setup.arm64_type,
+        &ctx.setup.location,
+        &pool,
+    );
     let m = made(&*p, &spec).await?;
-    ensure!(m.machine_type == ctx.setup.arm64_type, "arm64 machine has type {}", m.machine_type);
+    ensure!(
+        m.machine_type == ctx.setup.arm64_type,
+        "arm64 machine has type {}",
+        m.machine_type
+    );
     Ok(())
 }
 
@@ -534,11 +659,21 @@ async fn no_stock(ctx: &Ctx<'_>) -> Checked {
             location,
             ..
         }) => {
-            ensure!(&machine_type == t && &location == l, "no stock named {machine_type} in {location}")
+            ensure!(
+                &machine_type == t && &location == l,
+                "no stock named {machine_type} in {location}"
+            )
         }
-        other => return Err(Verdict::Fail(format!("create without stock gave {other:?}"))),
+        other => {
+            return Err(Verdict::Fail(format!(
+                "create without stock gave {other:?}"
+            )))
+        }
     }
-    ensure!(p.machines(&pool).await?.is_empty(), "a create without stock left a machine");
+    ensure!(
+        p.machines(&pool).await?.is_empty(),
+        "a create without stock left a machine"
+    );
     restored?;
     made(&*p, &ctx.spec(1, &pool)).await?;
     Ok(())
@@ -581,7 +716,9 @@ async fn capabilities(ctx: &Ctx<'_>) -> Checked {
     let refused = |r: crate::Result<()>, what: &str| -> Checked {
         match r {
             Err(Error::Unsupported { .. }) => Ok(()),
-            other => Err(Verdict::Fail(format!("{what} is denied but gave {other:?}"))),
+            other => Err(Verdict::Fail(format!(
+                "{what} is denied but gave {other:?}"
+            ))),
         }
     };
     let before = ctx.h.requests().await;
@@ -590,10 +727,15 @@ async fn capabilities(ctx: &Ctx<'_>) -> Checked {
         refused(p.start(&m.id).await.map(|_| ()), "start")?;
     }
     if !caps.resize {
-        refused(p.resize(&m.id, &ctx.setup.resize_to).await.map(|_| ()), "resize")?;
+        refused(
+            p.resize(&m.id, &ctx.setup.resize_to).await.map(|_| ()),
+            "resize",
+        )?;
     }
     if !caps.hourly_price {
-        let r = p.hourly_price(&ctx.setup.amd64_type, &ctx.setup.location).await;
+        let r = p
+            .hourly_price(&ctx.setup.amd64_type, &ctx.setup.location)
+            .await;
         refused(r.map(|_| ()), "hourly_price")?;
     }
     if let (Ok(b), Ok(a)) = (before, ctx.h.requests().await) {
@@ -601,7 +743,11 @@ async fn capabilities(ctx: &Ctx<'_>) -> Checked {
     }
     if caps.start_stop {
         let stopped = p.stop(&m.id).await?;
-        ensure!(stopped.status == Status::Stopped, "after stop: {}", stopped.status);
+        ensure!(
+            stopped.status == Status::Stopped,
+            "after stop: {}",
+            stopped.status
+        );
         let listed = p.machines(&pool).await?;
         ensure!(
             listed.len() == 1 && listed[0].status == Status::Stopped,
@@ -617,16 +763,28 @@ async fn capabilities(ctx: &Ctx<'_>) -> Checked {
     }
     if caps.resize {
         let r = p.resize(&m.id, &ctx.setup.resize_to).await?;
-        ensure!(r.machine.machine_type == ctx.setup.resize_to, "resized to {}", r.machine.machine_type);
-        ensure!(r.caused_downtime, "resizing a running machine reported no downtime");
+        ensure!(
+            r.machine.machine_type == ctx.setup.resize_to,
+            "resized to {}",
+            r.machine.machine_type
+        );
+        ensure!(
+            r.caused_downtime,
+            "resizing a running machine reported no downtime"
+        );
         if caps.start_stop {
             p.stop(&m.id).await?;
             let r = p.resize(&m.id, &ctx.setup.amd64_type).await?;
-            ensure!(!r.caused_downtime, "resizing a stopped machine reported downtime");
+            ensure!(
+                !r.caused_downtime,
+                "resizing a stopped machine reported downtime"
+            );
         }
     }
     if caps.hourly_price {
-        let price = p.hourly_price(&ctx.setup.amd64_type, &ctx.setup.location).await?;
+        let price = p
+            .hourly_price(&ctx.setup.amd64_type, &ctx.setup.location)
+            .await?;
         ensure!(
             price.hourly > 0.0 && price.hourly < 100.0 && price.currency.len() == 3,
             "implausible price {price:?}"

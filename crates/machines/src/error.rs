@@ -235,6 +235,31 @@ impl Error {
         }
     }
 
+    /// The meaning of a bare HTTP status, for a driver's error mapping to fall back on once it has
+    /// looked at its cloud's own codes: 401 unauthenticated, 403 permission denied, 404 not found,
+    /// 409 already exists, 408 and 5xx transient, 429 throttled (with `retry_after`), else other.
+    pub fn from_http_status(
+        status: u16,
+        message: impl Into<String>,
+        retry_after: Option<Duration>,
+    ) -> Self {
+        let message = message.into();
+        match status {
+            401 => Error::Unauthenticated { message },
+            403 => Error::PermissionDenied { message },
+            404 => Error::NotFound { what: message },
+            409 => Error::AlreadyExists { what: message },
+            429 => Error::Throttled {
+                retry_after,
+                message,
+            },
+            408 | 500..=599 => Error::Transient { message },
+            _ => Error::Other {
+                message: format!("HTTP {status}: {message}"),
+            },
+        }
+    }
+
     /// An error of `kind` with a generic message: what fault injection and tests use.
     pub fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Self {
         let message = message.into();
@@ -270,9 +295,36 @@ impl Error {
     }
 }
 
+/// Parses a `Retry-After` header in its delta-seconds form (`"3"`, `"1.5"`); `None` for anything else
+/// (an HTTP date is rare from cloud APIs and is treated as absent: the policy's own backoff applies).
+pub fn parse_retry_after(value: &str) -> Option<Duration> {
+    let secs: f64 = value.trim().parse().ok()?;
+    (secs.is_finite() && secs >= 0.0 && secs < 86_400.0).then(|| Duration::from_secs_f64(secs))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_status_meaning() {
+        assert_eq!(
+            Error::from_http_status(503, "x", None).kind(),
+            ErrorKind::Transient
+        );
+        assert_eq!(
+            Error::from_http_status(401, "x", None).kind(),
+            ErrorKind::Unauthenticated
+        );
+        let t = Error::from_http_status(429, "x", parse_retry_after("2"));
+        assert_eq!(t.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(
+            Error::from_http_status(418, "tea", None).to_string(),
+            "HTTP 418: tea"
+        );
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+        assert_eq!(parse_retry_after("-1"), None);
+    }
 
     #[test]
     fn retry_meaning() {
@@ -284,7 +336,12 @@ mod tests {
         assert!(t.is_retryable());
         assert_eq!(t.retry_after(), Some(Duration::from_secs(3)));
         assert!(t.to_string().contains("3000 ms"));
-        for k in [ErrorKind::NoStock, ErrorKind::Quota, ErrorKind::InvalidSpec, ErrorKind::NotOwned] {
+        for k in [
+            ErrorKind::NoStock,
+            ErrorKind::Quota,
+            ErrorKind::InvalidSpec,
+            ErrorKind::NotOwned,
+        ] {
             assert!(!Error::of_kind(k, "m").is_retryable(), "{k:?}");
             assert_eq!(Error::of_kind(k, "m").kind(), k);
         }
@@ -293,7 +350,10 @@ mod tests {
     #[test]
     fn settings_error_names_every_key() {
         let e = Error::settings(["A_TOKEN", "B_REGION"], "missing");
-        assert_eq!(e.to_string(), "invalid settings (A_TOKEN, B_REGION): missing");
+        assert_eq!(
+            e.to_string(),
+            "invalid settings (A_TOKEN, B_REGION): missing"
+        );
     }
 
     #[test]

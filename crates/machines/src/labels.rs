@@ -93,6 +93,9 @@ mod tests {
         assert!(!is_in_pool(&a, "q", "a"));
         let mut foreign = a.clone();
         foreign.remove(ORCA_LABEL);
-        assert!(!is_owned_by(&foreign, "a"), "a machine without orca=pool is not orca's");
+        assert!(
+            !is_owned_by(&foreign, "a"),
+            "a machine without orca=pool is not orca's"
+        );
     }
 }

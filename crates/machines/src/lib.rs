@@ -47,7 +47,7 @@ pub mod retry;
 pub mod spec;
 
 pub use arch::{docker_arch, Arch};
-pub use error::{Error, ErrorKind, Result};
+pub use error::{parse_retry_after, Error, ErrorKind, Result};
 pub use labels::{OWNER_LABEL, POOL_LABEL};
 pub use machine::{Created, Machine, Price, Resized, Status};
 pub use provider::{Capabilities, Provider};

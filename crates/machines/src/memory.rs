@@ -240,7 +240,10 @@ impl MemoryCloud {
         lock_file.lock().map_err(|e| io("lock", e))?;
         let mut disk: State = match std::fs::read(path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                Error::other(format!("state file {}: not orca state: {e}", path.display()))
+                Error::other(format!(
+                    "state file {}: not orca state: {e}",
+                    path.display()
+                ))
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
             Err(e) => return Err(io("read", e)),
@@ -248,7 +251,8 @@ impl MemoryCloud {
         let r = f(&mut disk);
         if write || !path.exists() {
             let tmp = path.with_extension("tmp");
-            let bytes = serde_json::to_vec_pretty(&disk).map_err(|e| Error::other(e.to_string()))?;
+            let bytes =
+                serde_json::to_vec_pretty(&disk).map_err(|e| Error::other(e.to_string()))?;
             std::fs::write(&tmp, bytes).map_err(|e| io("write", e))?;
             std::fs::rename(&tmp, path).map_err(|e| io("rename", e))?;
         }
@@ -299,7 +303,9 @@ impl MemoryCloud {
 
     fn lost(lose: bool) -> Result<()> {
         if lose {
-            Err(Error::transient("injected: the connection dropped before the answer"))
+            Err(Error::transient(
+                "injected: the connection dropped before the answer",
+            ))
         } else {
             Ok(())
         }
@@ -534,10 +540,7 @@ impl MemoryProvider {
     /// Reads a machine and checks that this owner made it.
     async fn owned(&self, id: &str) -> Result<Option<Machine>> {
         validate_id(id)?;
-        let m = self
-            .retry
-            .retry("get", || self.cloud.api_get(id))
-            .await?;
+        let m = self.retry.retry("get", || self.cloud.api_get(id)).await?;
         match m {
             Some(m) if !labels::is_owned_by(&m.labels, &self.owner) => Err(Error::NotOwned {
                 id: id.to_string(),
@@ -684,7 +687,9 @@ impl Provider for MemoryProvider {
         }
         let changed = self
             .retry
-            .retry("change_type", || self.cloud.api_change_type(id, machine_type))
+            .retry("change_type", || {
+                self.cloud.api_change_type(id, machine_type)
+            })
             .await;
         let machine = match (changed, was_running) {
             (Ok(_), true) => self.start(id).await?,
@@ -734,9 +739,15 @@ mod tests {
     async fn persistence_is_shared_between_clouds_on_one_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
-        let one = MemoryCloud::persistent(&path).unwrap().provider("o").unwrap();
+        let one = MemoryCloud::persistent(&path)
+            .unwrap()
+            .provider("o")
+            .unwrap();
         one.create(&spec("a")).await.unwrap();
-        let two = MemoryCloud::persistent(&path).unwrap().provider("o").unwrap();
+        let two = MemoryCloud::persistent(&path)
+            .unwrap()
+            .provider("o")
+            .unwrap();
         let seen = two.machines("p").await.unwrap();
         assert_eq!(seen.len(), 1);
         assert!(two.delete(&seen[0].id).await.unwrap());
@@ -778,7 +789,12 @@ mod tests {
     #[tokio::test]
     async fn foreign_name_is_not_adopted() {
         let cloud = MemoryCloud::new();
-        cloud.provider("a").unwrap().create(&spec("same")).await.unwrap();
+        cloud
+            .provider("a")
+            .unwrap()
+            .create(&spec("same"))
+            .await
+            .unwrap();
         let e = cloud
             .provider("b")
             .unwrap()

@@ -164,11 +164,20 @@ mod tests {
         };
         for _ in 0..50 {
             let b0 = p.backoff(0);
-            assert!(b0 >= Duration::from_millis(50) && b0 <= Duration::from_millis(100), "{b0:?}");
+            assert!(
+                b0 >= Duration::from_millis(50) && b0 <= Duration::from_millis(100),
+                "{b0:?}"
+            );
             let b3 = p.backoff(3);
-            assert!(b3 >= Duration::from_millis(400) && b3 <= Duration::from_millis(800), "{b3:?}");
+            assert!(
+                b3 >= Duration::from_millis(400) && b3 <= Duration::from_millis(800),
+                "{b3:?}"
+            );
             let b30 = p.backoff(30);
-            assert!(b30 >= Duration::from_millis(500) && b30 <= Duration::from_secs(1), "{b30:?}");
+            assert!(
+                b30 >= Duration::from_millis(500) && b30 <= Duration::from_secs(1),
+                "{b30:?}"
+            );
         }
     }
 
@@ -224,7 +233,10 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 4);
         // Three waits of Retry-After (5 s) each, plus jitter under 50 ms each.
         let waited = started.elapsed();
-        assert!(waited >= Duration::from_secs(15) && waited < Duration::from_millis(15_200), "{waited:?}");
+        assert!(
+            waited >= Duration::from_secs(15) && waited < Duration::from_millis(15_200),
+            "{waited:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,7 +33,10 @@ impl std::fmt::Debug for MachineSpec {
             .field("name", &self.name)
             .field("machine_type", &self.machine_type)
             .field("location", &self.location)
-            .field("user_data", &format_args!("<{} bytes>", self.user_data.len()))
+            .field(
+                "user_data",
+                &format_args!("<{} bytes>", self.user_data.len()),
+            )
             .field("pool", &self.pool)
             .finish()
     }
@@ -188,7 +191,17 @@ mod tests {
         for ok in ["a", "orca-lab-7", "0", &"a".repeat(63)] {
             assert!(validate_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "-a", "a-", "A", "a_b", "a.b", "a b", &"a".repeat(64), "é"] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "A",
+            "a_b",
+            "a.b",
+            "a b",
+            &"a".repeat(64),
+            "é",
+        ] {
             let e = validate_name(bad).unwrap_err();
             assert!(e.to_string().starts_with("invalid name:"), "{e}");
         }
@@ -212,7 +225,11 @@ mod tests {
     #[test]
     fn spec_validation_names_the_field() {
         let s = MachineSpec::new("ok", "cx22", "hel1", "a,b");
-        assert!(s.validate().unwrap_err().to_string().starts_with("invalid pool"));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("invalid pool"));
         let s = MachineSpec::new("ok", "cx 22", "hel1", "p");
         assert!(s
             .validate()
@@ -220,9 +237,18 @@ mod tests {
             .to_string()
             .starts_with("invalid machine_type"));
         let s = MachineSpec::new("ok", "cx22", "", "p");
-        assert!(s.validate().unwrap_err().to_string().starts_with("invalid location"));
-        let s = MachineSpec::new("ok", "cx22", "hel1", "p").with_user_data("x".repeat(MAX_USER_DATA + 1));
-        assert!(s.validate().unwrap_err().to_string().starts_with("invalid user_data"));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("invalid location"));
+        let s = MachineSpec::new("ok", "cx22", "hel1", "p")
+            .with_user_data("x".repeat(MAX_USER_DATA + 1));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .starts_with("invalid user_data"));
     }
 
     #[test]
@@ -237,7 +263,9 @@ mod tests {
         // The rule restated as a regular language, independently of the implementation.
         let chars: Vec<char> = s.chars().collect();
         (1..=63).contains(&chars.len())
-            && chars.iter().all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
+            && chars
+                .iter()
+                .all(|c| matches!(c, 'a'..='z' | '0'..='9' | '-'))
             && chars[0] != '-'
             && chars[chars.len() - 1] != '-'
     }

@@ -54,7 +54,9 @@ impl Harness for ArcHarness {
 
 #[tokio::test]
 async fn passes_through_arc_dyn_provider() {
-    run_all(&ArcHarness(MemoryHarness::new())).await.assert_passed();
+    run_all(&ArcHarness(MemoryHarness::new()))
+        .await
+        .assert_passed();
 }
 
 #[tokio::test]
@@ -154,7 +156,12 @@ impl Provider for Broken {
                     }
                 }
             }
-            Flaw::NoStockAsError => self.inner.create(spec).await?.into_result().map(Created::Machine),
+            Flaw::NoStockAsError => self
+                .inner
+                .create(spec)
+                .await?
+                .into_result()
+                .map(Created::Machine),
             _ => self.inner.create(spec).await,
         }
     }
@@ -169,7 +176,11 @@ impl Provider for Broken {
             Flaw::FirstPageOnly => {
                 orca_machines::validate_pool(pool)?;
                 let with = labels::ownership_labels(pool, self.owner());
-                let without: &[&str] = if self.owner().is_empty() { &[labels::OWNER_LABEL] } else { &[] };
+                let without: &[&str] = if self.owner().is_empty() {
+                    &[labels::OWNER_LABEL]
+                } else {
+                    &[]
+                };
                 Ok(cloud.api_list(&with, without, None, 1, None).await?.items)
             }
             Flaw::NoValidation => {
@@ -184,7 +195,9 @@ impl Provider for Broken {
             orca_machines::validate_id(id)?;
         }
         match self.flaw {
-            Flaw::DeletesForeign | Flaw::NoValidation => self.inner.cloud().api_remove(id).await.map(|_| true),
+            Flaw::DeletesForeign | Flaw::NoValidation => {
+                self.inner.cloud().api_remove(id).await.map(|_| true)
+            }
             Flaw::DeleteNotIdempotent => {
                 if self.inner.cloud().api_get(id).await?.is_none() {
                     return Err(Error::NotFound { what: id.into() });
@@ -216,8 +229,16 @@ impl Harness for BrokenHarness {
         }))
     }
     async fn paged_provider(&self, owner: &str, n: u32) -> Hook<Box<dyn Provider>> {
-        let inner = self.base.cloud().provider(owner).unwrap().with_page_size(n as usize);
-        Ok(Box::new(Broken { inner, flaw: self.flaw }))
+        let inner = self
+            .base
+            .cloud()
+            .provider(owner)
+            .unwrap()
+            .with_page_size(n as usize);
+        Ok(Box::new(Broken {
+            inner,
+            flaw: self.flaw,
+        }))
     }
     async fn exhaust_stock(&self, t: &str, l: &str) -> Hook<()> {
         self.base.exhaust_stock(t, l).await
@@ -263,13 +284,19 @@ async fn suite_catches_a_provider_that_deletes_foreign_machines() {
 #[tokio::test]
 async fn suite_catches_a_provider_that_validates_nothing() {
     let failed = failed_checks(Flaw::NoValidation).await;
-    assert!(failed.contains(&"invalid_input_is_refused_before_any_call"), "{failed:?}");
+    assert!(
+        failed.contains(&"invalid_input_is_refused_before_any_call"),
+        "{failed:?}"
+    );
 }
 
 #[tokio::test]
 async fn suite_catches_a_create_that_is_not_idempotent() {
     let failed = failed_checks(Flaw::NotIdempotent).await;
-    assert!(failed.contains(&"retried_create_makes_one_machine"), "{failed:?}");
+    assert!(
+        failed.contains(&"retried_create_makes_one_machine"),
+        "{failed:?}"
+    );
 }
 
 #[tokio::test]

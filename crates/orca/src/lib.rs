@@ -12,13 +12,22 @@
 //! let p = orca::of("fake", "stack-1").await?;
 //! assert_eq!(p.arch("arm64-small").await?.as_str(), "arm64");
 //! let e = orca::of("nimbus", "").await.unwrap_err();
-//! assert!(e.to_string().contains("known kinds: fake"));
+//! assert!(e.to_string().contains("known kinds: fake"), "{e}");
 //! # Ok::<(), orca::Error>(()) }).unwrap();
 //! ```
 
 use std::sync::Arc;
 
 pub use orca_machines::*;
+
+#[cfg(feature = "azure")]
+pub use orca_azure as azure;
+#[cfg(feature = "ec2")]
+pub use orca_ec2 as ec2;
+#[cfg(feature = "gce")]
+pub use orca_gce as gce;
+#[cfg(feature = "hetzner")]
+pub use orca_hetzner as hetzner;
 
 /// The environment variable that points the `fake` kind at a state file, so that separate runs of a
 /// program share one simulated cloud. Unset: the cloud lives in memory for this process only.
@@ -28,6 +37,14 @@ pub const FAKE_STATE_ENV: &str = "ORCA_FAKE_STATE";
 pub fn kinds() -> Vec<&'static str> {
     #[allow(unused_mut)]
     let mut v = vec!["fake"];
+    #[cfg(feature = "hetzner")]
+    v.push("hetzner");
+    #[cfg(feature = "ec2")]
+    v.push("ec2");
+    #[cfg(feature = "azure")]
+    v.push("azure");
+    #[cfg(feature = "gce")]
+    v.push("gce");
     v
 }
 
@@ -46,9 +63,20 @@ pub async fn of(kind: &str, owner: &str) -> Result<Arc<dyn Provider>> {
             };
             Ok(Arc::new(cloud.provider(owner)?))
         }
+        #[cfg(feature = "hetzner")]
+        "hetzner" => Ok(Arc::new(orca_hetzner::from_env(owner).await?)),
+        #[cfg(feature = "ec2")]
+        "ec2" => Ok(Arc::new(orca_ec2::from_env(owner).await?)),
+        #[cfg(feature = "azure")]
+        "azure" => Ok(Arc::new(orca_azure::from_env(owner).await?)),
+        #[cfg(feature = "gce")]
+        "gce" => Ok(Arc::new(orca_gce::from_env(owner).await?)),
         other => Err(Error::invalid(
             "kind",
-            format!("unknown provider kind {other:?}; known kinds: {}", kinds().join(", ")),
+            format!(
+                "unknown provider kind {other:?}; known kinds: {}",
+                kinds().join(", ")
+            ),
         )),
     }
 }

@@ -1,0 +1,1 @@
+//! The fake Compute Engine API (see the crate documentation). Not built yet.

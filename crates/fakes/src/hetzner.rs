@@ -1,0 +1,1 @@
+//! The fake Hetzner Cloud API (see the crate documentation). Not built yet.
