@@ -12,6 +12,7 @@
 //! let p = orca::of("fake", "stack-1").await?;
 //! assert_eq!(p.arch("arm64-small").await?.as_str(), "arm64");
 //! let e = orca::of("nimbus", "").await.unwrap_err();
+//! assert!(e.to_string().contains("unknown provider kind"), "{e}");
 //! assert!(e.to_string().contains("known kinds: fake"), "{e}");
 //! # Ok::<(), orca::Error>(()) }).unwrap();
 //! ```
@@ -32,6 +33,9 @@ pub use orca_hetzner as hetzner;
 /// The environment variable that points the `fake` kind at a state file, so that separate runs of a
 /// program share one simulated cloud. Unset: the cloud lives in memory for this process only.
 pub const FAKE_STATE_ENV: &str = "ORCA_FAKE_STATE";
+
+/// Every provider kind orca has, whether or not this build enabled it.
+pub const ALL_KINDS: [&str; 5] = ["fake", "hetzner", "ec2", "azure", "gce"];
 
 /// The provider kinds this build knows (one per enabled Cargo feature, plus `fake`).
 pub fn kinds() -> Vec<&'static str> {
