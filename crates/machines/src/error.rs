@@ -299,7 +299,7 @@ impl Error {
 /// (an HTTP date is rare from cloud APIs and is treated as absent: the policy's own backoff applies).
 pub fn parse_retry_after(value: &str) -> Option<Duration> {
     let secs: f64 = value.trim().parse().ok()?;
-    (secs.is_finite() && secs >= 0.0 && secs < 86_400.0).then(|| Duration::from_secs_f64(secs))
+    (secs.is_finite() && (0.0..86_400.0).contains(&secs)).then(|| Duration::from_secs_f64(secs))
 }
 
 #[cfg(test)]
