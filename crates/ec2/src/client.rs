@@ -1,0 +1,585 @@
+//! The EC2 calls the driver makes, through aws-sdk-ec2, each in a `tracing` span, and the one function
+//! that maps EC2's errors onto orca's ([`map_error`]).
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::operation::RequestId;
+use aws_sdk_ec2::types::{
+    ArchitectureValues, BlockDeviceMapping, EbsBlockDevice, Filter,
+    IamInstanceProfileSpecification, Instance, InstanceType, ResourceType, Tag, TagSpecification,
+};
+use orca_machines::labels::Labels;
+use orca_machines::{docker_arch, parse_retry_after, Arch, Error, Page, Result, RetryPolicy};
+use tracing::Instrument;
+
+use crate::config::{CANONICAL_OWNER, IMAGES_ENV, UBUNTU_NAME_PATTERN};
+
+use aws_sdk_ec2::config::http::HttpResponse;
+
+/// An image the driver boots machines from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Image {
+    pub id: String,
+    pub name: String,
+    pub root_device_name: String,
+    pub root_volume_gb: Option<i32>,
+}
+
+/// What one RunInstances asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct RunRequest {
+    pub image: Image,
+    pub machine_type: String,
+    pub subnet: String,
+    pub security_group: String,
+    pub instance_profile: String,
+    /// Base64 of the spec's user data (empty: none). Never printed.
+    pub user_data_b64: String,
+    pub tags: Labels,
+    pub client_token: String,
+    pub root_volume_gb: Option<i32>,
+}
+
+/// The SDK client with the driver's retry policy and a count of the requests it sent.
+#[derive(Debug)]
+pub(crate) struct Ec2Client {
+    sdk: aws_sdk_ec2::Client,
+    retry: RetryPolicy,
+    requests: AtomicU64,
+}
+
+impl Ec2Client {
+    pub(crate) fn new(sdk: aws_sdk_ec2::Client, retry: RetryPolicy) -> Self {
+        Ec2Client {
+            sdk,
+            retry,
+            requests: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests sent so far (every attempt counts).
+    pub(crate) fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
+        &self.retry
+    }
+
+    /// One attempt of one call, in a span with the operation, the request id and the duration; its
+    /// error mapped by [`map_error`].
+    async fn once<T, E, Fut>(&self, operation: &'static str, call: Fut) -> Result<T>
+    where
+        Fut: Future<Output = std::result::Result<T, SdkError<E, HttpResponse>>>,
+        T: RequestId,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::debug_span!(
+            "ec2.call",
+            provider = "ec2",
+            operation,
+            request_id = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = call.instrument(span.clone()).await;
+        span.record("duration_ms", started.elapsed().as_millis() as u64);
+        match result {
+            Ok(out) => {
+                if let Some(id) = out.request_id() {
+                    span.record("request_id", id);
+                }
+                tracing::debug!(parent: &span, "ok");
+                Ok(out)
+            }
+            Err(e) => {
+                if let Some(id) = e.request_id() {
+                    span.record("request_id", id);
+                }
+                let mapped = map_error(operation, &e);
+                tracing::debug!(parent: &span, error = %mapped, "failed");
+                Err(mapped)
+            }
+        }
+    }
+
+    /// A call under the retry policy (for calls that are safe to repeat).
+    async fn call<T, E, F, Fut>(&self, operation: &'static str, mut call: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, SdkError<E, HttpResponse>>>,
+        T: RequestId,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.retry
+            .retry(operation, || self.once(operation, call()))
+            .await
+    }
+
+    /// The architecture of `machine_type` from DescribeInstanceTypes (`None`: no such type).
+    pub(crate) async fn instance_type_arch(&self, machine_type: &str) -> Result<Option<Arch>> {
+        let out = self
+            .call("DescribeInstanceTypes", || {
+                self.sdk
+                    .describe_instance_types()
+                    .instance_types(InstanceType::from(machine_type))
+                    .send()
+            })
+            .await;
+        let out = match out {
+            Ok(o) => o,
+            Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let Some(t) = out
+            .instance_types()
+            .iter()
+            .find(|t| t.instance_type().map(|x| x.as_str()) == Some(machine_type))
+        else {
+            return Ok(None);
+        };
+        let archs: Vec<&str> = t
+            .processor_info()
+            .map(|p| {
+                p.supported_architectures()
+                    .iter()
+                    .map(|a| a.as_str())
+                    .collect()
+            })
+            .unwrap_or_default();
+        // A type may list several (`i386` and `x86_64`): the 64-bit ones are what a machine boots.
+        let arch = archs
+            .iter()
+            .map(|a| docker_arch(a))
+            .find(|a| matches!(a, Arch::Amd64 | Arch::Arm64))
+            .or_else(|| archs.first().map(|a| docker_arch(a)));
+        Ok(Some(arch.ok_or_else(|| {
+            Error::other(format!("EC2 names no architecture for {machine_type}"))
+        })?))
+    }
+
+    /// The image for `arch`: `image_override` (checked to be of that architecture), or the newest of
+    /// Canonical's Ubuntu 24.04 server images for it.
+    pub(crate) async fn find_image(
+        &self,
+        arch: &Arch,
+        image_override: Option<&str>,
+    ) -> Result<Image> {
+        let ec2_arch = match arch {
+            Arch::Amd64 => ArchitectureValues::X8664,
+            Arch::Arm64 => ArchitectureValues::Arm64,
+            Arch::Other(o) => {
+                return Err(Error::NotFound {
+                    what: format!("an Ubuntu 24.04 image for architecture {o}"),
+                })
+            }
+        };
+        let images = match image_override {
+            Some(ami) => {
+                let out = self
+                    .call("DescribeImages", || {
+                        self.sdk.describe_images().image_ids(ami).send()
+                    })
+                    .await
+                    .map_err(|e| match e {
+                        Error::NotFound { .. } => Error::settings(
+                            [IMAGES_ENV],
+                            format!("image {ami} for {arch} does not exist"),
+                        ),
+                        e => e,
+                    })?;
+                let images = out.images().to_vec();
+                if let Some(i) = images.first() {
+                    if i.architecture() != Some(&ec2_arch) {
+                        return Err(Error::settings(
+                            [IMAGES_ENV],
+                            format!(
+                                "image {ami} is for {}, not {arch}",
+                                i.architecture()
+                                    .map(|a| a.as_str())
+                                    .unwrap_or("no architecture")
+                            ),
+                        ));
+                    }
+                }
+                images
+            }
+            None => {
+                let pattern = UBUNTU_NAME_PATTERN.replace("{arch}", arch.as_str());
+                let out = self
+                    .call("DescribeImages", || {
+                        self.sdk
+                            .describe_images()
+                            .owners(CANONICAL_OWNER)
+                            .filters(filter("name", [pattern.as_str()]))
+                            .filters(filter("architecture", [ec2_arch.as_str()]))
+                            .filters(filter("state", ["available"]))
+                            .send()
+                    })
+                    .await?;
+                out.images().to_vec()
+            }
+        };
+        // Newest first: by creation date (ISO 8601, so text order is time order), then by name, whose
+        // suffix is the build date.
+        let best = images
+            .iter()
+            .filter(|i| i.image_id().is_some())
+            // The owner filter is EC2's; checked again so that no lookalike can slip in.
+            .filter(|i| image_override.is_some() || i.owner_id() == Some(CANONICAL_OWNER))
+            .max_by(|a, b| (a.creation_date(), a.name()).cmp(&(b.creation_date(), b.name())))
+            .ok_or_else(|| Error::NotFound {
+                what: match image_override {
+                    Some(ami) => format!("image {ami}"),
+                    None => format!(
+                        "an Ubuntu 24.04 image for {arch} owned by {CANONICAL_OWNER} ({})",
+                        UBUNTU_NAME_PATTERN.replace("{arch}", arch.as_str())
+                    ),
+                },
+            })?;
+        let root = best.root_device_name().unwrap_or("/dev/sda1").to_string();
+        let root_volume_gb = best
+            .block_device_mappings()
+            .iter()
+            .find(|m| m.device_name() == Some(root.as_str()))
+            .and_then(|m| m.ebs())
+            .and_then(|e| e.volume_size());
+        Ok(Image {
+            id: best.image_id().unwrap_or_default().to_string(),
+            name: best.name().unwrap_or_default().to_string(),
+            root_device_name: root,
+            root_volume_gb,
+        })
+    }
+
+    /// One RunInstances, not retried here: the provider retries it with the same ClientToken, looking
+    /// for what an earlier attempt made first.
+    pub(crate) async fn run_instance(&self, r: &RunRequest) -> Result<Instance> {
+        let tags: Vec<Tag> = r
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let profile = if r.instance_profile.starts_with("arn:") {
+            IamInstanceProfileSpecification::builder()
+                .arn(&r.instance_profile)
+                .build()
+        } else {
+            IamInstanceProfileSpecification::builder()
+                .name(&r.instance_profile)
+                .build()
+        };
+        // The root volume goes with the machine. EC2 wants a size or snapshot with any mapping: the
+        // image's own size unless a bigger one is set.
+        let mut ebs = EbsBlockDevice::builder().delete_on_termination(true);
+        if let Some(gb) = r.root_volume_gb.or(r.image.root_volume_gb) {
+            ebs = ebs.volume_size(gb);
+        }
+        let root = BlockDeviceMapping::builder()
+            .device_name(&r.image.root_device_name)
+            .ebs(ebs.build())
+            .build();
+        let mut req = self
+            .sdk
+            .run_instances()
+            .image_id(&r.image.id)
+            .instance_type(InstanceType::from(r.machine_type.as_str()))
+            .min_count(1)
+            .max_count(1)
+            .subnet_id(&r.subnet)
+            .security_group_ids(&r.security_group)
+            .iam_instance_profile(profile)
+            .block_device_mappings(root)
+            .client_token(&r.client_token)
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::Instance)
+                    .set_tags(Some(tags.clone()))
+                    .build(),
+            )
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::Volume)
+                    .set_tags(Some(tags))
+                    .build(),
+            );
+        if !r.user_data_b64.is_empty() {
+            req = req.user_data(&r.user_data_b64);
+        }
+        let out = self.once("RunInstances", req.send()).await?;
+        out.instances()
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::transient("RunInstances answered no instance"))
+    }
+
+    /// One page of DescribeInstances with `filters`.
+    pub(crate) async fn describe_page(
+        &self,
+        filters: &[Filter],
+        max_results: i32,
+        token: Option<String>,
+    ) -> Result<Page<Instance>> {
+        let out = self
+            .call("DescribeInstances", || {
+                self.sdk
+                    .describe_instances()
+                    .set_filters(Some(filters.to_vec()))
+                    .max_results(max_results)
+                    .set_next_token(token.clone())
+                    .send()
+            })
+            .await?;
+        Ok(Page {
+            items: out
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances().iter().cloned())
+                .collect(),
+            next: out.next_token().map(str::to_string),
+        })
+    }
+
+    /// Instance `id`, in any state (`None`: EC2 does not know it).
+    pub(crate) async fn describe_instance(&self, id: &str) -> Result<Option<Instance>> {
+        let out = self
+            .call("DescribeInstances", || {
+                self.sdk.describe_instances().instance_ids(id).send()
+            })
+            .await;
+        match out {
+            Ok(o) => Ok(o
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .find(|i| i.instance_id() == Some(id))
+                .cloned()),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// TerminateInstances (false: EC2 does not know the instance).
+    pub(crate) async fn terminate(&self, id: &str) -> Result<bool> {
+        let out = self
+            .call("TerminateInstances", || {
+                self.sdk.terminate_instances().instance_ids(id).send()
+            })
+            .await;
+        match out {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// StopInstances.
+    pub(crate) async fn stop(&self, id: &str) -> Result<()> {
+        self.call("StopInstances", || {
+            self.sdk.stop_instances().instance_ids(id).send()
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// StartInstances.
+    pub(crate) async fn start(&self, id: &str) -> Result<()> {
+        self.call("StartInstances", || {
+            self.sdk.start_instances().instance_ids(id).send()
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// ModifyInstanceAttribute InstanceType (EC2 wants the instance stopped).
+    pub(crate) async fn set_instance_type(&self, id: &str, machine_type: &str) -> Result<()> {
+        self.call("ModifyInstanceAttribute", || {
+            self.sdk
+                .modify_instance_attribute()
+                .instance_id(id)
+                .instance_type(
+                    aws_sdk_ec2::types::AttributeValue::builder()
+                        .value(machine_type)
+                        .build(),
+                )
+                .send()
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+/// A DescribeInstances/DescribeImages filter.
+pub(crate) fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.into_iter().map(str::to_string).collect()))
+        .build()
+}
+
+/// EC2 error codes that mean no stock of the type in that zone.
+pub(crate) const NO_STOCK_CODES: &[&str] = &[
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    // "The requested configuration is currently not supported": the type is not offered in that zone.
+    "Unsupported",
+];
+
+/// EC2 error codes that mean an account limit.
+pub(crate) const QUOTA_CODES: &[&str] = &[
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "MaxSpotInstanceCountExceeded",
+    "VolumeLimitExceeded",
+    "InsufficientFreeAddressesInSubnet",
+];
+
+/// Maps one failed EC2 call onto orca's errors: EC2's error code first, then the HTTP status, then
+/// what happened on the way (timeouts and dropped connections are transient: for a create, the machine
+/// may or may not have been made). Messages carry EC2's code and words, never credentials.
+pub(crate) fn map_error<E>(operation: &str, err: &SdkError<E, HttpResponse>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match err {
+        SdkError::ServiceError(se) => {
+            let status = se.raw().status().as_u16();
+            let retry_after = se
+                .raw()
+                .headers()
+                .get("retry-after")
+                .and_then(parse_retry_after);
+            let code = se.err().code().unwrap_or("");
+            let words = se.err().message().unwrap_or("");
+            let message = if code.is_empty() {
+                format!("{operation}: HTTP {status}: {words}")
+            } else {
+                format!("{operation}: {code}: {words}")
+            };
+            match code {
+                c if NO_STOCK_CODES.contains(&c) => Error::NoStock {
+                    machine_type: String::new(),
+                    location: String::new(),
+                    message,
+                },
+                c if QUOTA_CODES.contains(&c) => Error::Quota { message },
+                "RequestLimitExceeded" | "Throttling" | "ThrottlingException" => Error::Throttled {
+                    retry_after,
+                    message,
+                },
+                "AuthFailure"
+                | "InvalidClientTokenId"
+                | "UnrecognizedClientException"
+                | "SignatureDoesNotMatch"
+                | "ExpiredToken"
+                | "RequestExpired"
+                | "MissingAuthenticationToken"
+                | "IncompleteSignature" => Error::Unauthenticated { message },
+                "UnauthorizedOperation"
+                | "AccessDenied"
+                | "AccessDeniedException"
+                | "Blocked"
+                | "OptInRequired"
+                | "PendingVerification" => Error::PermissionDenied { message },
+                "IdempotentParameterMismatch" => Error::AlreadyExists {
+                    what: format!(
+                        "{message} (a machine of this name, pool and owner was already made with \
+                         other settings under the same ClientToken: delete it, or use another name)"
+                    ),
+                },
+                "InvalidInstanceType" => Error::NotFound { what: message },
+                c if c.ends_with(".NotFound") || c.ends_with(".Malformed") => {
+                    Error::NotFound { what: message }
+                }
+                "InternalError" | "InternalFailure" | "ServiceUnavailable" | "Unavailable" => {
+                    Error::Transient { message }
+                }
+                "" => Error::from_http_status(status, message, retry_after),
+                _ if status >= 500 => Error::Transient { message },
+                _ => Error::Other { message },
+            }
+        }
+        SdkError::TimeoutError(_) => Error::transient(format!(
+            "{operation}: timed out (it may or may not have taken effect)"
+        )),
+        SdkError::DispatchFailure(d) => {
+            // Credentials are resolved when a request is sent: their failure arrives here.
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+            while let Some(s) = source {
+                if let Some(c) =
+                    s.downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
+                {
+                    return Error::Unauthenticated {
+                        message: format!("{operation}: no usable AWS credentials: {c}"),
+                    };
+                }
+                source = s.source();
+            }
+            let what = if d.is_timeout() {
+                "timed out"
+            } else if d.is_io() {
+                "connection failed"
+            } else {
+                "could not be sent"
+            };
+            Error::transient(format!("{operation}: {what}: {}", DisplayErrorContext(err)))
+        }
+        SdkError::ResponseError(_) => Error::transient(format!(
+            "{operation}: the answer was lost or unreadable (the call may have taken effect): {}",
+            DisplayErrorContext(err)
+        )),
+        _ => Error::other(format!("{operation}: {}", DisplayErrorContext(err))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::operation::run_instances::RunInstancesError;
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::error::ErrorMetadata;
+
+    fn service_error(status: u16, code: &str) -> SdkError<RunInstancesError, HttpResponse> {
+        let meta = ErrorMetadata::builder()
+            .code(code)
+            .message("the cloud's words")
+            .build();
+        let raw = HttpResponse::new(status.try_into().unwrap(), SdkBody::from("<Response/>"));
+        SdkError::service_error(RunInstancesError::generic(meta), raw)
+    }
+
+    #[test]
+    fn codes_have_their_meaning() {
+        use orca_machines::ErrorKind as K;
+        let cases = [
+            (500, "InsufficientInstanceCapacity", K::NoStock),
+            (400, "Unsupported", K::NoStock),
+            (400, "InstanceLimitExceeded", K::Quota),
+            (400, "VcpuLimitExceeded", K::Quota),
+            (503, "RequestLimitExceeded", K::Throttled),
+            (401, "AuthFailure", K::Unauthenticated),
+            (403, "UnauthorizedOperation", K::PermissionDenied),
+            (400, "IdempotentParameterMismatch", K::AlreadyExists),
+            (400, "InvalidInstanceID.NotFound", K::NotFound),
+            (400, "InvalidAMIID.Malformed", K::NotFound),
+            (500, "InternalError", K::Transient),
+            (503, "SomethingNew", K::Transient),
+            (400, "InvalidParameterValue", K::Other),
+        ];
+        for (status, code, kind) in cases {
+            let e = map_error("RunInstances", &service_error(status, code));
+            assert_eq!(e.kind(), kind, "{code}: {e}");
+            assert!(e.to_string().contains(code), "{e}");
+        }
+        assert!(
+            !map_error("RunInstances", &service_error(400, "InstanceLimitExceeded")).is_retryable()
+        );
+        assert!(
+            map_error("RunInstances", &service_error(503, "RequestLimitExceeded")).is_retryable()
+        );
+    }
+}
