@@ -5,7 +5,7 @@
 //! What it serves, under `/v1`:
 //! - `servers`: list (`name`, `label_selector`, `status`, `sort`, `page`, `per_page`), create, get,
 //!   delete, and the actions `poweron`, `poweroff`, `shutdown`, `change_type`;
-//! - `actions/{id}`: every change answers an action that is `running` for a configurable number of
+//! - `servers/{id}/actions` (filter `status`) and `actions/{id}`: every change answers an action that is `running` for a configurable number of
 //!   reads, then `success` or `error` (the change takes effect when the action ends);
 //! - `server_types` (x86 and arm, prices per location), `images` (one per architecture, filterable by
 //!   `name` and `architecture`), `locations`, `ssh_keys`, `firewalls`;
@@ -371,6 +371,7 @@ impl FakeHetzner {
         let router = Router::new()
             .route("/v1/servers", get(list_servers).post(create_server))
             .route("/v1/servers/{id}", get(get_server).delete(delete_server))
+            .route("/v1/servers/{id}/actions", get(list_server_actions))
             .route("/v1/servers/{id}/actions/{command}", post(server_action))
             .route("/v1/actions/{id}", get(get_action))
             .route("/v1/server_types", get(list_server_types))
@@ -1201,6 +1202,27 @@ async fn server_action(
         Json(json!({"action": s.action_json(a)})),
     )
         .into_response())
+}
+
+async fn list_server_actions(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> ApiResult {
+    let id = server_id(&id)?;
+    let statuses = params(&q, "status");
+    let s = lock(&state);
+    if !s.servers.contains_key(&id) {
+        return Err(not_found("server"));
+    }
+    let items = s
+        .actions
+        .values()
+        .filter(|a| a.server == id)
+        .filter(|a| statuses.is_empty() || statuses.contains(&a.status))
+        .map(|a| s.action_json(a.id))
+        .collect();
+    paged(&q, "actions", items)
 }
 
 async fn list_server_types(State(state): State<Shared>, Query(q): Params) -> ApiResult {

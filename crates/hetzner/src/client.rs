@@ -1,0 +1,499 @@
+//! The calls to Hetzner Cloud's API, its rate-limit pacing, and the ONE function that maps its errors.
+//!
+//! Request and answer bodies are the `hcloud` crate's models (generated from Hetzner's OpenAPI document),
+//! so every answer is checked against the published shapes. The calls go through this module's own
+//! [`Client::call`] rather than `hcloud::apis`: those generated functions return only the body, and the
+//! driver needs the `RateLimit-*`, `Retry-After` and correlation-id headers of every answer to pace
+//! itself and to trace calls.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use orca_machines::{parse_retry_after, Error, Result, RetryPolicy};
+use reqwest::header::HeaderMap;
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::config::Config;
+
+/// One HTTP client for one project, with its pacer.
+pub(crate) struct Client {
+    http: reqwest::Client,
+    base: String,
+    config: Config,
+    pub(crate) pacer: Pacer,
+    pub(crate) retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("pacer", &self.pacer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    pub(crate) fn new(config: &Config) -> Result<Client> {
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("orca-hetzner/", env!("CARGO_PKG_VERSION")))
+            .timeout(config.request_timeout)
+            .build()
+            .map_err(|e| Error::other(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Client {
+            http,
+            base: config.endpoint.clone(),
+            config: config.clone(),
+            pacer: Pacer::new(config.pacing, config.rate_reserve),
+            retry: config.retry,
+        })
+    }
+
+    /// One call, retried by the shared policy when it fails with a retryable error. Only for calls that
+    /// are safe to repeat (reads, deletes, power actions; creates guard themselves by name).
+    pub(crate) async fn call<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<T> {
+        self.retry
+            .retry(op, || self.once(op, method.clone(), path, query, body))
+            .await
+    }
+
+    /// One attempt: paced, traced, its headers observed, its error mapped.
+    pub(crate) async fn once<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<T> {
+        let span = tracing::info_span!(
+            "hetzner.call",
+            provider = "hetzner",
+            operation = op,
+            method = %method,
+            path,
+            status = tracing::field::Empty,
+            request_id = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+            paced_ms = tracing::field::Empty,
+        );
+        async {
+            let paced = self.pacer.before().await;
+            let started = Instant::now();
+            let mut req = self
+                .http
+                .request(method, format!("{}{}", self.base, path))
+                .bearer_auth(self.config.token_value());
+            if !query.is_empty() {
+                req = req.query(query);
+            }
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let result = async {
+                let resp = match req.send().await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.pacer.observe(None);
+                        return Err(transport_error(e));
+                    }
+                };
+                let status = resp.status().as_u16();
+                let headers = resp.headers().clone();
+                self.pacer.observe(Some(&headers));
+                let span = tracing::Span::current();
+                span.record("status", status);
+                if let Some(id) = headers
+                    .get("x-correlation-id")
+                    .or_else(|| headers.get("x-request-id"))
+                    .and_then(|v| v.to_str().ok())
+                {
+                    span.record("request_id", id);
+                }
+                let bytes = resp.bytes().await.map_err(transport_error)?;
+                if (200..300).contains(&status) {
+                    serde_json::from_slice::<T>(&bytes).map_err(|e| {
+                        Error::other(format!("unexpected answer to {op} (HTTP {status}): {e}"))
+                    })
+                } else {
+                    Err(map_error(status, &bytes, &headers))
+                }
+            }
+            .await;
+            let span = tracing::Span::current();
+            span.record("duration_ms", started.elapsed().as_millis() as u64);
+            span.record("paced_ms", paced.as_millis() as u64);
+            if let Err(e) = &result {
+                tracing::debug!(error = %e, "call failed");
+            }
+            result
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+fn transport_error(e: reqwest::Error) -> Error {
+    // reqwest's messages carry the URL (no credentials: the token travels in a header) and the cause.
+    let what = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else if e.is_body() || e.is_decode() {
+        "the answer was cut off"
+    } else {
+        "the request failed"
+    };
+    let mut msg = format!("{what}: {e}");
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    Error::transient(msg)
+}
+
+fn header_f64(headers: &HeaderMap, name: &str) -> Option<f64> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// How long until the project may make one more request, from `RateLimit-*` headers: the time the
+/// bucket needs per request (reset time over missing requests).
+fn wait_from_rate_headers(headers: &HeaderMap) -> Option<Duration> {
+    let limit = header_f64(headers, "ratelimit-limit")?;
+    let remaining = header_f64(headers, "ratelimit-remaining")?;
+    let reset = header_f64(headers, "ratelimit-reset")?;
+    if remaining >= 1.0 {
+        return Some(Duration::ZERO);
+    }
+    let until_full = (reset - unix_now()).max(0.0);
+    let per_request = until_full / (limit - remaining).max(1.0);
+    Some(Duration::from_secs_f64(per_request.clamp(0.01, 3600.0)))
+}
+
+/// Hetzner's error body: `{"error": {"code", "message", "details"}}`.
+#[derive(serde::Deserialize)]
+struct ErrorBody {
+    error: hcloud::models::ErrorResponseError,
+}
+
+/// THE error mapping: Hetzner's status, error code and headers onto [`Error`]. Messages are the
+/// cloud's code and words only (never a header, so never the token).
+pub(crate) fn map_error(status: u16, body: &[u8], headers: &HeaderMap) -> Error {
+    let (code, message, field) = match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(b) => {
+            let field = b
+                .error
+                .details
+                .clone()
+                .flatten()
+                .and_then(|d| d.get("fields").cloned())
+                .and_then(|f| f.get(0).and_then(|x| x.get("name")).cloned())
+                .and_then(|n| n.as_str().map(str::to_string));
+            (b.error.code, b.error.message, field)
+        }
+        Err(_) => {
+            let text = String::from_utf8_lossy(body);
+            let text: String = text.chars().take(200).collect();
+            (String::new(), text, None)
+        }
+    };
+    let words = if code.is_empty() {
+        message.clone()
+    } else {
+        format!("{code}: {message}")
+    };
+    let retry_after = headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_retry_after)
+        .or_else(|| wait_from_rate_headers(headers));
+    match code.as_str() {
+        "unauthorized" => Error::Unauthenticated { message: words },
+        "forbidden" | "protected" => Error::PermissionDenied { message: words },
+        "not_found" => Error::NotFound { what: message },
+        "uniqueness_error" => Error::AlreadyExists { what: message },
+        "resource_unavailable" | "placement_error" => Error::NoStock {
+            machine_type: String::new(),
+            location: String::new(),
+            message,
+        },
+        _ if message.contains("not available in this location") => Error::NoStock {
+            machine_type: String::new(),
+            location: String::new(),
+            message,
+        },
+        "resource_limit_exceeded" => Error::Quota { message: words },
+        "rate_limit_exceeded" => Error::Throttled {
+            retry_after,
+            message: words,
+        },
+        "invalid_input" | "json_error" => Error::InvalidSpec {
+            field: field.unwrap_or_else(|| "request".into()),
+            rule: words,
+        },
+        "locked" | "conflict" | "service_error" | "maintenance" | "timeout" | "server_error" => {
+            Error::Transient { message: words }
+        }
+        "server_not_stopped" => Error::Other { message: words },
+        _ => Error::from_http_status(status, words, retry_after),
+    }
+}
+
+/// Paces calls from the `RateLimit-*` headers: a model of the project's token bucket (Hetzner's
+/// 3,600 requests an hour, refilled continuously), kept from the last answer and the requests made
+/// since. A call that would take the bucket under the reserve waits for the refill instead.
+pub(crate) struct Pacer {
+    enabled: bool,
+    reserve_share: f64,
+    state: Mutex<Bucket>,
+    waits: AtomicU64,
+    waited_us: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Bucket {
+    known: bool,
+    /// Calls that took a request from the model and whose answer has not been seen yet.
+    outstanding: f64,
+    limit: f64,
+    tokens: f64,
+    rate: f64,
+    at: Instant,
+}
+
+impl std::fmt::Debug for Pacer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pacer")
+            .field("enabled", &self.enabled)
+            .field("reserve_share", &self.reserve_share)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pacer {
+    fn new(enabled: bool, reserve_share: f64) -> Pacer {
+        Pacer {
+            enabled,
+            reserve_share,
+            state: Mutex::new(Bucket {
+                known: false,
+                outstanding: 0.0,
+                limit: 3600.0,
+                tokens: 3600.0,
+                rate: 1.0,
+                at: Instant::now(),
+            }),
+            waits: AtomicU64::new(0),
+            waited_us: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Bucket> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes one request from the model bucket, waiting when that would go under the reserve.
+    /// Answers how long it waited.
+    async fn before(&self) -> Duration {
+        if !self.enabled {
+            return Duration::ZERO;
+        }
+        let wait = {
+            let mut b = self.lock();
+            b.outstanding += 1.0;
+            if !b.known {
+                return Duration::ZERO;
+            }
+            let now = Instant::now();
+            b.tokens = (b.tokens + b.rate * (now - b.at).as_secs_f64()).min(b.limit);
+            b.at = now;
+            b.tokens -= 1.0;
+            let reserve = (b.limit * self.reserve_share).ceil();
+            // After this request the bucket must still hold the reserve (and never go negative).
+            let short = reserve.max(0.0) - b.tokens;
+            if short > 0.0 && b.rate > 0.0 {
+                Duration::from_secs_f64((short / b.rate).min(3600.0))
+            } else {
+                Duration::ZERO
+            }
+        };
+        if !wait.is_zero() {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            self.waited_us
+                .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+            tracing::debug!(
+                wait_ms = wait.as_millis() as u64,
+                "pacing for the project's rate limit"
+            );
+            tokio::time::sleep(wait).await;
+        }
+        wait
+    }
+
+    /// Learns the bucket from an answer's `RateLimit-*` headers (`None`: the call got no answer).
+    fn observe(&self, headers: Option<&HeaderMap>) {
+        if self.enabled {
+            let mut b = self.lock();
+            b.outstanding = (b.outstanding - 1.0).max(0.0);
+        }
+        let Some(headers) = headers else { return };
+        let (Some(limit), Some(remaining)) = (
+            header_f64(headers, "ratelimit-limit"),
+            header_f64(headers, "ratelimit-remaining"),
+        ) else {
+            return;
+        };
+        if limit <= 0.0 {
+            return;
+        }
+        let reset = header_f64(headers, "ratelimit-reset");
+        let mut b = self.lock();
+        let default_rate = limit / 3600.0;
+        if !b.known {
+            b.rate = default_rate;
+        }
+        if let Some(reset) = reset {
+            let until_full = reset - unix_now();
+            let missing = limit - remaining;
+            // Reset is whole seconds, rounded up: the estimate errs on the slow side. Small deficits
+            // say little, so keep the earlier estimate for them.
+            if missing >= 2.0 && until_full > 0.0 {
+                b.rate = (missing / until_full).clamp(default_rate, limit);
+            }
+        }
+        // The cloud's count, less the calls that took a request and are not answered yet (some of
+        // them may be counted already: that errs on the slow side).
+        let now = Instant::now();
+        b.tokens = remaining - b.outstanding;
+        b.limit = limit;
+        b.at = now;
+        b.known = true;
+    }
+
+    /// How many calls waited for the rate limit, and how long in all.
+    pub(crate) fn stats(&self) -> (u64, Duration) {
+        (
+            self.waits.load(Ordering::Relaxed),
+            Duration::from_micros(self.waited_us.load(Ordering::Relaxed)),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orca_machines::ErrorKind;
+    use reqwest::header::HeaderValue;
+
+    fn body(code: &str, message: &str) -> Vec<u8> {
+        serde_json::to_vec(
+            &serde_json::json!({"error": {"code": code, "message": message, "details": {}}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn maps_hetzner_codes() {
+        let h = HeaderMap::new();
+        let k = |s: u16, c: &str, m: &str| map_error(s, &body(c, m), &h).kind();
+        assert_eq!(
+            k(401, "unauthorized", "unable to authenticate"),
+            ErrorKind::Unauthenticated
+        );
+        assert_eq!(k(403, "forbidden", "no"), ErrorKind::PermissionDenied);
+        assert_eq!(k(404, "not_found", "server not found"), ErrorKind::NotFound);
+        assert_eq!(
+            k(409, "uniqueness_error", "name used"),
+            ErrorKind::AlreadyExists
+        );
+        assert_eq!(k(412, "resource_unavailable", "x"), ErrorKind::NoStock);
+        assert_eq!(
+            k(
+                422,
+                "invalid_input",
+                "server type cax11 is not available in this location"
+            ),
+            ErrorKind::NoStock
+        );
+        assert_eq!(
+            k(403, "resource_limit_exceeded", "server limit"),
+            ErrorKind::Quota
+        );
+        assert_eq!(k(400, "invalid_input", "bad"), ErrorKind::InvalidSpec);
+        assert_eq!(k(423, "locked", "busy"), ErrorKind::Transient);
+        assert_eq!(k(503, "", "x"), ErrorKind::Transient);
+        assert_eq!(
+            map_error(502, b"<html>bad gateway</html>", &h).kind(),
+            ErrorKind::Transient
+        );
+    }
+
+    #[test]
+    fn throttled_waits_from_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        let e = map_error(429, &body("rate_limit_exceeded", "slow"), &h);
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(3)));
+        let mut h = HeaderMap::new();
+        h.insert("ratelimit-limit", HeaderValue::from_static("3600"));
+        h.insert("ratelimit-remaining", HeaderValue::from_static("0"));
+        let reset = (unix_now() + 3600.0).ceil() as u64;
+        h.insert(
+            "ratelimit-reset",
+            HeaderValue::from_str(&reset.to_string()).unwrap(),
+        );
+        let e = map_error(429, &body("rate_limit_exceeded", "slow"), &h);
+        let after = e.retry_after().unwrap();
+        assert!(
+            after > Duration::from_millis(900) && after < Duration::from_millis(1100),
+            "{after:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pacer_spaces_calls_at_the_refill_rate_under_the_reserve() {
+        let p = Pacer::new(true, 0.0);
+        assert_eq!(p.before().await, Duration::ZERO, "unknown bucket: no wait");
+        // The answer to that call says: 2 of 10 left, full in 8 s (1 a second).
+        let mut h = HeaderMap::new();
+        h.insert("ratelimit-limit", HeaderValue::from_static("10"));
+        h.insert("ratelimit-remaining", HeaderValue::from_static("2"));
+        let reset = (unix_now() + 8.0).ceil() as u64;
+        h.insert(
+            "ratelimit-reset",
+            HeaderValue::from_str(&reset.to_string()).unwrap(),
+        );
+        p.observe(Some(&h));
+        assert_eq!(p.before().await, Duration::ZERO);
+        assert_eq!(p.before().await, Duration::ZERO);
+        let w = p.before().await;
+        assert!(
+            w > Duration::from_millis(700) && w <= Duration::from_millis(1100),
+            "{w:?}"
+        );
+        assert_eq!(p.stats().0, 1);
+    }
+}
