@@ -4,6 +4,7 @@
 //!
 //! Nothing here talks to any other address: every server binds 127.0.0.1 on a port the OS picks.
 
+pub mod azure;
 pub mod control;
 pub mod gce;
 pub mod hetzner;

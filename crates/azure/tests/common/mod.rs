@@ -1,0 +1,50 @@
+//! The fake Azure and providers on it, shared by the tests.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use orca_azure::{AzureProvider, Settings};
+use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+use orca_machines::RetryPolicy;
+
+pub const VNET: &str = "orca-net";
+pub const SUBNET: &str = "hosts";
+pub const LOCATION: &str = "westeurope";
+pub const AMD: &str = "Standard_B2s";
+pub const ARM: &str = "Standard_B2pts_v2";
+pub const SSH_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaTestKeyOnlyForTheFake orca@test";
+
+/// A fake with the location's network (`orca-net-westeurope/hosts`, no security group of its own).
+pub async fn fake() -> FakeAzure {
+    let f = FakeAzure::start().await.expect("fake azure");
+    f.add_subnet(
+        RESOURCE_GROUP,
+        &format!("{VNET}-{LOCATION}"),
+        LOCATION,
+        SUBNET,
+        None,
+    );
+    f
+}
+
+pub fn settings(f: &FakeAzure) -> orca_azure::SettingsBuilder {
+    Settings::builder()
+        .subscription_id(SUBSCRIPTION)
+        .resource_group(RESOURCE_GROUP)
+        .vnet(VNET)
+        .subnet(SUBNET)
+        .image("Canonical:ubuntu-24_04-lts:server:latest")
+        .admin_user("orca")
+        .ssh_public_key(SSH_KEY)
+        .ssh_sources(["203.0.113.7/32"])
+        .arm_endpoint(f.url())
+        .prices_endpoint(f.url())
+        .token(TOKEN)
+        .retry(RetryPolicy::fast())
+        .poll_interval(Duration::from_millis(2))
+}
+
+pub fn provider(f: &FakeAzure, owner: &str) -> AzureProvider {
+    AzureProvider::new(settings(f).build().expect("settings"), owner).expect("provider")
+}

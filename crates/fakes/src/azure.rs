@@ -1,0 +1,1726 @@
+//! A stateful fake of the Azure Resource Manager API on 127.0.0.1, written from the REST specifications
+//! (Azure/azure-rest-api-specs: `specification/compute/resource-manager` and
+//! `specification/network/resource-manager`), and of the public Azure Retail Prices API.
+//!
+//! What it keeps like Azure:
+//! - resources by id (`/subscriptions/{s}/resourceGroups/{rg}/providers/{ns}/{type}/{name}`), names
+//!   compared without case, a bearer token on every Resource Manager call (401 `AuthenticationFailed` /
+//!   `InvalidAuthenticationToken`), `api-version` required (400 `MissingApiVersionParameter`), unknown
+//!   resource groups answered 404 `ResourceGroupNotFound`;
+//! - virtual machines (with their OS disk, removed with the VM when `deleteOption` is `Delete`), the
+//!   instance view (`$expand=instanceView`, power states `starting`, `running`, `stopping`, `stopped`,
+//!   `deallocating`, `deallocated`), `start`, `deallocate`, `powerOff`, resize by `PATCH`;
+//!   network interfaces, public addresses (a static address handed out), network security groups and
+//!   their rules (priorities unique per direction), application security groups, virtual networks and
+//!   subnets; the references between them (a referenced resource must exist; a resource in use cannot be
+//!   deleted: `NicInUse`, `InUseNetworkSecurityGroupCannotBeDeleted`, `PublicIPAddressCannotBeDeleted`);
+//! - `If-None-Match: *` on `PUT` (412 `PreconditionFailed` when the resource exists);
+//! - long-running operations: `PUT` answers 201 (200 on update), `DELETE` and actions 202, each with an
+//!   `Azure-AsyncOperation` header (and `Location` for 202) naming an operation that reports `InProgress`
+//!   until it has been polled [`FakeAzure::set_lro_polls`] times (or has stood a little while), then
+//!   `Succeeded` or `Failed` with the error;
+//! - `nextLink` paging of every list ([`FakeAzure::set_page_size`]);
+//! - resource SKUs (`Microsoft.Compute/skus`) with `CpuArchitectureType` (`x64`, `Arm64`) and locations;
+//! - the retail prices API (`/api/retail/prices` with `$filter`, `NextPageLink`), with Linux, Windows,
+//!   Spot, Low Priority and reservation rows, so a client must pick the right one;
+//! - error bodies `{"error":{"code","message","details"}}` with Azure's codes.
+//!
+//! Faults on demand, beside [`crate::Control`]'s (429 with Retry-After, 5xx, latency, dropped answers):
+//! allocation failure of a size in a location ([`FakeAzure::fail_allocation`]), a size not offered
+//! ([`FakeAzure::sku_not_available`]), a core quota ([`FakeAzure::exceed_quota`]), a policy deny of a
+//! resource type ([`FakeAzure::deny_policy`]), a resource that refuses deletion
+//! ([`FakeAzure::refuse_delete`]), and a lost answer after a VM `PUT` was accepted
+//! ([`FakeAzure::lose_next_vm_put_answer`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State as AxState};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use serde_json::{json, Value};
+
+use crate::control::{serve, Control, Fault, Rule, Running};
+
+/// The subscription the fake serves.
+pub const SUBSCRIPTION: &str = "00000000-0000-4000-8000-0000000000a2";
+/// The bearer token it accepts.
+pub const TOKEN: &str = "fake-arm-token-0123456789";
+/// The resource group that exists from the start.
+pub const RESOURCE_GROUP: &str = "orca-rg";
+/// Compute API version the fake answers.
+pub const COMPUTE_API: &str = "2024-07-01";
+
+/// How long an unpolled operation stands before it ends by itself (a client that lost the answer of
+/// a `PUT` never learns the operation's address, yet Azure finishes it).
+const SETTLE: Duration = Duration::from_millis(40);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Vm,
+    Disk,
+    Pip,
+    Nsg,
+    Nic,
+    Asg,
+    Vnet,
+}
+
+impl Kind {
+    fn of(ns: &str, ty: &str) -> Option<Kind> {
+        match (
+            ns.to_ascii_lowercase().as_str(),
+            ty.to_ascii_lowercase().as_str(),
+        ) {
+            ("microsoft.compute", "virtualmachines") => Some(Kind::Vm),
+            ("microsoft.compute", "disks") => Some(Kind::Disk),
+            ("microsoft.network", "publicipaddresses") => Some(Kind::Pip),
+            ("microsoft.network", "networksecuritygroups") => Some(Kind::Nsg),
+            ("microsoft.network", "networkinterfaces") => Some(Kind::Nic),
+            ("microsoft.network", "applicationsecuritygroups") => Some(Kind::Asg),
+            ("microsoft.network", "virtualnetworks") => Some(Kind::Vnet),
+            _ => None,
+        }
+    }
+    fn type_name(self) -> &'static str {
+        match self {
+            Kind::Vm => "Microsoft.Compute/virtualMachines",
+            Kind::Disk => "Microsoft.Compute/disks",
+            Kind::Pip => "Microsoft.Network/publicIPAddresses",
+            Kind::Nsg => "Microsoft.Network/networkSecurityGroups",
+            Kind::Nic => "Microsoft.Network/networkInterfaces",
+            Kind::Asg => "Microsoft.Network/applicationSecurityGroups",
+            Kind::Vnet => "Microsoft.Network/virtualNetworks",
+        }
+    }
+    fn namespace(self) -> &'static str {
+        match self {
+            Kind::Vm | Kind::Disk => "Microsoft.Compute",
+            _ => "Microsoft.Network",
+        }
+    }
+    fn busy_state(self) -> &'static str {
+        match self {
+            Kind::Vm | Kind::Disk => "Creating",
+            _ => "Updating",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Res {
+    kind: Kind,
+    body: Value,
+    /// A VM's power state (`running`, `deallocated`, ...); empty when it has none.
+    power: String,
+}
+
+#[derive(Debug, Clone)]
+enum Action {
+    Put,
+    Delete,
+    Power(&'static str),
+    Fail(String, String),
+    /// A security rule PUT on an NSG (the rule is in place already).
+    Rule,
+}
+
+#[derive(Debug, Clone)]
+struct Op {
+    key: String,
+    action: Action,
+    polls: u32,
+    started: Instant,
+    outcome: Option<Result<(), (String, String)>>,
+}
+
+#[derive(Debug)]
+struct State {
+    groups: BTreeSet<String>,
+    res: BTreeMap<String, Res>,
+    ops: HashMap<String, Op>,
+    page_size: usize,
+    lro_polls: u32,
+    skus: Vec<Value>,
+    prices: Vec<Value>,
+    no_stock: HashMap<(String, String), String>,
+    unavailable: BTreeSet<(String, String)>,
+    quota: BTreeSet<String>,
+    deny: Vec<(String, String)>,
+    refuse_delete: BTreeSet<String>,
+    next_ip: u32,
+    next_op: u64,
+}
+
+/// The fake Azure Resource Manager and Retail Prices APIs, serving on 127.0.0.1 until dropped.
+#[derive(Debug)]
+pub struct FakeAzure {
+    server: Running,
+    state: Arc<Mutex<State>>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Virtual machine sizes the fake offers: (name, family, architecture, vCPUs, Linux hourly USD).
+const SIZES: &[(&str, &str, &str, u32, f64)] = &[
+    ("Standard_B2s", "standardBSFamily", "x64", 2, 0.0416),
+    ("Standard_D2s_v5", "standardDSv5Family", "x64", 2, 0.096),
+    ("Standard_D4s_v5", "standardDSv5Family", "x64", 4, 0.192),
+    (
+        "Standard_B2pts_v2",
+        "standardBpsv2Family",
+        "Arm64",
+        2,
+        0.0084,
+    ),
+    ("Standard_D2ps_v5", "standardDPSv5Family", "Arm64", 2, 0.077),
+    ("Standard_D4ps_v5", "standardDPSv5Family", "Arm64", 4, 0.154),
+];
+
+/// The locations the fake offers, with a price factor each.
+const LOCATIONS: &[(&str, &str, f64)] = &[
+    ("westeurope", "EU West", 1.1),
+    ("northeurope", "EU North", 1.0),
+    ("eastus", "US East", 0.95),
+];
+
+fn seed_skus() -> Vec<Value> {
+    let mut v = Vec::new();
+    for (name, family, arch, cpus, _) in SIZES {
+        v.push(json!({
+            "resourceType": "virtualMachines",
+            "name": name,
+            "tier": "Standard",
+            "size": name.trim_start_matches("Standard_"),
+            "family": family,
+            "locations": LOCATIONS.iter().map(|l| l.0).collect::<Vec<_>>(),
+            "locationInfo": LOCATIONS.iter().map(|l| json!({"location": l.0, "zones": ["1","2","3"], "zoneDetails": []})).collect::<Vec<_>>(),
+            "capabilities": [
+                {"name": "vCPUs", "value": cpus.to_string()},
+                {"name": "MemoryGB", "value": (cpus * 4).to_string()},
+                {"name": "HyperVGenerations", "value": if *arch == "Arm64" { "V2" } else { "V1,V2" }},
+                {"name": "CpuArchitectureType", "value": arch},
+            ],
+            "restrictions": []
+        }));
+    }
+    v.push(json!({
+        "resourceType": "disks",
+        "name": "StandardSSD_LRS",
+        "tier": "Standard",
+        "kind": "Disks",
+        "locations": LOCATIONS.iter().map(|l| l.0).collect::<Vec<_>>(),
+        "capabilities": [],
+        "restrictions": []
+    }));
+    v
+}
+
+fn seed_prices() -> Vec<Value> {
+    let mut v = Vec::new();
+    for (name, family, _, _, base) in SIZES {
+        let short = name.trim_start_matches("Standard_").replace('_', " ");
+        let series = family
+            .trim_start_matches("standard")
+            .trim_end_matches("Family");
+        for (loc, display, factor) in LOCATIONS {
+            let p = (base * factor * 10_000.0).round() / 10_000.0;
+            let row = |price: f64, sku: String, product: String, ty: &str| {
+                json!({
+                    "currencyCode": "USD",
+                    "tierMinimumUnits": 0.0,
+                    "retailPrice": price,
+                    "unitPrice": price,
+                    "armRegionName": loc,
+                    "location": display,
+                    "effectiveStartDate": "2024-01-01T00:00:00Z",
+                    "meterId": format!("{name}-{loc}-{sku}"),
+                    "meterName": sku,
+                    "productId": "DZH318Z0BQPS",
+                    "skuId": "DZH318Z0BQPS/00TG",
+                    "productName": product,
+                    "skuName": sku,
+                    "serviceName": "Virtual Machines",
+                    "serviceId": "DZH313Z7MMC8",
+                    "serviceFamily": "Compute",
+                    "unitOfMeasure": "1 Hour",
+                    "type": ty,
+                    "isPrimaryMeterRegion": true,
+                    "armSkuName": name
+                })
+            };
+            let product = format!("Virtual Machines {series} Series");
+            v.push(row(
+                p * 2.1,
+                short.clone(),
+                format!("{product} Windows"),
+                "Consumption",
+            ));
+            v.push(row(
+                (p * 0.2 * 10_000.0).round() / 10_000.0,
+                format!("{short} Spot"),
+                product.clone(),
+                "Consumption",
+            ));
+            v.push(row(
+                (p * 0.25 * 10_000.0).round() / 10_000.0,
+                format!("{short} Low Priority"),
+                product.clone(),
+                "Consumption",
+            ));
+            let mut reservation = row(p * 5000.0, short.clone(), product.clone(), "Reservation");
+            reservation["reservationTerm"] = json!("1 Year");
+            reservation["unitOfMeasure"] = json!("1 Hour");
+            v.push(reservation);
+            v.push(row(p, short.clone(), product, "Consumption"));
+        }
+    }
+    v
+}
+
+impl FakeAzure {
+    /// Starts the fake with the resource group [`RESOURCE_GROUP`], no networks, every size in stock.
+    pub async fn start() -> std::io::Result<FakeAzure> {
+        let mut groups = BTreeSet::new();
+        groups.insert(RESOURCE_GROUP.to_string());
+        let state = Arc::new(Mutex::new(State {
+            groups,
+            res: BTreeMap::new(),
+            ops: HashMap::new(),
+            page_size: 100,
+            lro_polls: 1,
+            skus: seed_skus(),
+            prices: seed_prices(),
+            no_stock: HashMap::new(),
+            unavailable: BTreeSet::new(),
+            quota: BTreeSet::new(),
+            deny: Vec::new(),
+            refuse_delete: BTreeSet::new(),
+            next_ip: 10,
+            next_op: 1,
+        }));
+        let router = Router::new().fallback(handle).with_state(state.clone());
+        let server = serve(router, Arc::new(Control::default())).await?;
+        Ok(FakeAzure { server, state })
+    }
+
+    /// `http://127.0.0.1:PORT`: both the Resource Manager and the retail prices endpoint.
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// The request log and generic faults.
+    pub fn control(&self) -> &Arc<Control> {
+        &self.server.control
+    }
+
+    fn st(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Lists answer at most `n` items a page (at least 1).
+    pub fn set_page_size(&self, n: usize) {
+        self.st().page_size = n.max(1);
+    }
+
+    /// Operations report `InProgress` until polled `n` times (at least 1).
+    pub fn set_lro_polls(&self, n: u32) {
+        self.st().lro_polls = n.max(1);
+    }
+
+    /// Adds a resource group.
+    pub fn add_resource_group(&self, name: &str) {
+        self.st().groups.insert(name.to_ascii_lowercase());
+    }
+
+    /// Creates (or extends) virtual network `vnet` in `location` of resource group `rg` with `subnet`,
+    /// which carries the security group `nsg` (in the same group) when given.
+    pub fn add_subnet(
+        &self,
+        rg: &str,
+        vnet: &str,
+        location: &str,
+        subnet: &str,
+        nsg: Option<&str>,
+    ) {
+        let mut st = self.st();
+        let vnet_id = rid(rg, Kind::Vnet, vnet);
+        let key = vnet_id.to_ascii_lowercase();
+        let entry = st.res.entry(key).or_insert_with(|| Res {
+            kind: Kind::Vnet,
+            power: String::new(),
+            body: json!({
+                "id": vnet_id, "name": vnet, "type": Kind::Vnet.type_name(), "location": location,
+                "properties": {"provisioningState": "Succeeded",
+                    "addressSpace": {"addressPrefixes": ["10.0.0.0/16"]}, "subnets": []}
+            }),
+        });
+        let mut sub = json!({
+            "id": format!("{vnet_id}/subnets/{subnet}"), "name": subnet,
+            "type": "Microsoft.Network/virtualNetworks/subnets",
+            "properties": {"provisioningState": "Succeeded", "addressPrefix": "10.0.0.0/24"}
+        });
+        if let Some(n) = nsg {
+            sub["properties"]["networkSecurityGroup"] = json!({"id": rid(rg, Kind::Nsg, n)});
+        }
+        if let Some(subs) = entry.body["properties"]["subnets"].as_array_mut() {
+            subs.retain(|s| !eq(s["name"].as_str().unwrap_or(""), subnet));
+            subs.push(sub);
+        }
+    }
+
+    /// Creates network security group `name` in `rg` with inbound rules `(name, priority)` (each
+    /// allowing TCP 443 from anywhere), as an operator would have made it.
+    pub fn add_nsg(&self, rg: &str, name: &str, location: &str, rules: &[(&str, u32)]) {
+        let id = rid(rg, Kind::Nsg, name);
+        let rules: Vec<Value> = rules
+            .iter()
+            .map(|(r, p)| {
+                json!({"id": format!("{id}/securityRules/{r}"), "name": r,
+                "type": "Microsoft.Network/networkSecurityGroups/securityRules",
+                "properties": {"provisioningState": "Succeeded", "protocol": "Tcp",
+                    "sourcePortRange": "*", "destinationPortRange": "443",
+                    "sourceAddressPrefix": "*", "destinationAddressPrefix": "*",
+                    "access": "Allow", "priority": p, "direction": "Inbound"}})
+            })
+            .collect();
+        let body = nsg_body(&id, name, location, &json!({}), rules);
+        self.st().res.insert(
+            id.to_ascii_lowercase(),
+            Res {
+                kind: Kind::Nsg,
+                body,
+                power: String::new(),
+            },
+        );
+    }
+
+    /// The security rules of NSG `name` in `rg`, as stored.
+    pub fn nsg_rules(&self, rg: &str, name: &str) -> Vec<Value> {
+        let st = self.st();
+        st.res
+            .get(&rid(rg, Kind::Nsg, name).to_ascii_lowercase())
+            .and_then(|r| r.body["properties"]["securityRules"].as_array().cloned())
+            .unwrap_or_default()
+    }
+
+    /// Every resource in `rg` as `(type, name)`, sorted: what a test compares before and after.
+    pub fn resources(&self, rg: &str) -> Vec<(String, String)> {
+        let prefix = format!(
+            "/subscriptions/{}/resourcegroups/{}/",
+            SUBSCRIPTION.to_ascii_lowercase(),
+            rg.to_ascii_lowercase()
+        );
+        self.st()
+            .res
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix))
+            .map(|(_, r)| {
+                (
+                    r.kind.type_name().to_string(),
+                    r.body["name"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// The stored JSON of resource `name` of `type_name` (`Microsoft.Compute/virtualMachines`, ...).
+    pub fn resource(&self, rg: &str, type_name: &str, name: &str) -> Option<Value> {
+        let (ns, ty) = type_name.split_once('/')?;
+        let kind = Kind::of(ns, ty)?;
+        self.st()
+            .res
+            .get(&rid(rg, kind, name).to_ascii_lowercase())
+            .map(|r| r.body.clone())
+    }
+
+    /// Creates of `size` in `location` end in a failed operation with `code` (`AllocationFailed`,
+    /// `ZonalAllocationFailed`, `OverconstrainedAllocationRequest`), leaving a failed VM, until
+    /// [`FakeAzure::restore_stock`].
+    pub fn fail_allocation(&self, size: &str, location: &str, code: &str) {
+        self.st().no_stock.insert(
+            (size.to_ascii_lowercase(), location.to_ascii_lowercase()),
+            code.to_string(),
+        );
+    }
+
+    /// Ends [`FakeAzure::fail_allocation`] and [`FakeAzure::sku_not_available`] for `size` in `location`.
+    pub fn restore_stock(&self, size: &str, location: &str) {
+        let k = (size.to_ascii_lowercase(), location.to_ascii_lowercase());
+        let mut st = self.st();
+        st.no_stock.remove(&k);
+        st.unavailable.remove(&k);
+    }
+
+    /// A VM `PUT` of `size` in `location` is refused at once with 409 `SkuNotAvailable`.
+    pub fn sku_not_available(&self, size: &str, location: &str) {
+        self.st()
+            .unavailable
+            .insert((size.to_ascii_lowercase(), location.to_ascii_lowercase()));
+    }
+
+    /// A VM `PUT` of `size` is refused with 409 `OperationNotAllowed` naming the family's core quota.
+    pub fn exceed_quota(&self, size: &str) {
+        self.st().quota.insert(size.to_ascii_lowercase());
+    }
+
+    /// A `PUT` of a resource of `type_name` (`Microsoft.Network/publicIPAddresses`, ...) is refused with
+    /// 403 `RequestDisallowedByPolicy` naming the policy assignment `assignment`.
+    pub fn deny_policy(&self, type_name: &str, assignment: &str) {
+        self.st()
+            .deny
+            .push((type_name.to_ascii_lowercase(), assignment.to_string()));
+    }
+
+    /// Lifts every policy deny.
+    pub fn clear_policies(&self) {
+        self.st().deny.clear();
+    }
+
+    /// A `DELETE` of any resource named `name` is refused with 409 `ScopeLocked` (a delete lock),
+    /// until [`FakeAzure::allow_delete`].
+    pub fn refuse_delete(&self, name: &str) {
+        self.st().refuse_delete.insert(name.to_ascii_lowercase());
+    }
+
+    /// Ends [`FakeAzure::refuse_delete`] for `name`.
+    pub fn allow_delete(&self, name: &str) {
+        self.st().refuse_delete.remove(&name.to_ascii_lowercase());
+    }
+
+    /// The next VM `PUT` is served (the VM is made) but its answer is lost.
+    pub fn lose_next_vm_put_answer(&self) {
+        self.control().inject(Rule::new(
+            Some(Method::PUT),
+            "/providers/Microsoft.Compute/virtualMachines/",
+            Fault::DropAnswer,
+            1,
+        ));
+    }
+}
+
+fn eq(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+fn rid(rg: &str, kind: Kind, name: &str) -> String {
+    format!(
+        "/subscriptions/{SUBSCRIPTION}/resourceGroups/{rg}/providers/{}/{name}",
+        kind.type_name()
+    )
+}
+
+fn nsg_body(id: &str, name: &str, location: &str, tags: &Value, rules: Vec<Value>) -> Value {
+    let default = |n: &str, p: u32, dir: &str, access: &str, src: &str| {
+        json!({"id": format!("{id}/defaultSecurityRules/{n}"), "name": n,
+            "properties": {"provisioningState": "Succeeded", "protocol": "*", "sourcePortRange": "*",
+            "destinationPortRange": "*", "sourceAddressPrefix": src, "destinationAddressPrefix": "*",
+            "access": access, "priority": p, "direction": dir}})
+    };
+    json!({
+        "id": id, "name": name, "type": Kind::Nsg.type_name(), "location": location, "tags": tags,
+        "etag": "W/\"1\"",
+        "properties": {
+            "provisioningState": "Succeeded",
+            "securityRules": rules,
+            "defaultSecurityRules": [
+                default("AllowVnetInBound", 65000, "Inbound", "Allow", "VirtualNetwork"),
+                default("AllowAzureLoadBalancerInBound", 65001, "Inbound", "Allow", "AzureLoadBalancer"),
+                default("DenyAllInBound", 65500, "Inbound", "Deny", "*"),
+                default("AllowVnetOutBound", 65000, "Outbound", "Allow", "VirtualNetwork"),
+                default("AllowInternetOutBound", 65001, "Outbound", "Allow", "*"),
+                default("DenyAllOutBound", 65500, "Outbound", "Deny", "*"),
+            ]
+        }
+    })
+}
+
+/// An Azure error answer.
+fn err(status: u16, code: &str, message: &str) -> Response {
+    err_with(status, code, message, json!([]), Value::Null)
+}
+
+fn err_with(status: u16, code: &str, message: &str, details: Value, extra: Value) -> Response {
+    let mut e = json!({"code": code, "message": message, "details": details});
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            e[k] = v;
+        }
+    }
+    answer(status, json!({ "error": e }), &[])
+}
+
+fn answer(status: u16, body: Value, headers: &[(&str, String)]) -> Response {
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        axum::Json(body),
+    )
+        .into_response();
+    let h = r.headers_mut();
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            axum::http::HeaderValue::from_str(v),
+        ) {
+            h.insert(k, v);
+        }
+    }
+    if let Ok(v) = format!("fake-{:016x}", fastish_id()).parse() {
+        h.insert("x-ms-request-id", v);
+    }
+    r
+}
+
+fn fastish_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0x5eed);
+    N.fetch_add(0x9e37_79b9, Ordering::Relaxed)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
+                {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn parse_query(q: &str) -> Vec<(String, String)> {
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+struct Req {
+    method: Method,
+    path: String,
+    query: Vec<(String, String)>,
+    headers: HeaderMap,
+    body: Value,
+    base: String,
+}
+
+impl Req {
+    fn q(&self, k: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v.as_str())
+    }
+    /// The URL of this list with `skip_key` set to `skip`.
+    fn next_link(&self, skip_key: &str, skip: usize) -> String {
+        let mut q: Vec<String> = self
+            .query
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case(skip_key))
+            .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+            .collect();
+        q.push(format!("{}={skip}", percent_encode(skip_key)));
+        format!("{}{}?{}", self.base, self.path, q.join("&"))
+    }
+}
+
+async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = parse_query(req.uri().query().unwrap_or(""));
+    let headers = req.headers().clone();
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_string();
+    let bytes = axum::body::to_bytes(req.into_body(), 4 << 20)
+        .await
+        .unwrap_or_default();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                return err(
+                    400,
+                    "InvalidRequestContent",
+                    &format!("The request content was invalid and could not be deserialized: {e}"),
+                )
+            }
+        }
+    };
+    let r = Req {
+        method,
+        path,
+        query,
+        headers,
+        body,
+        base: format!("http://{host}"),
+    };
+    if r.path == "/api/retail/prices" {
+        let st = lock(&state);
+        return prices(&st, &r);
+    }
+    if r.q("api-version").is_none() {
+        return err(
+            400,
+            "MissingApiVersionParameter",
+            "The api-version query parameter (?api-version=) is required for all requests.",
+        );
+    }
+    match r.headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        None => {
+            return err(
+                401,
+                "AuthenticationFailed",
+                "Authentication failed. The 'Authorization' header is missing.",
+            )
+        }
+        Some(v) if v.strip_prefix("Bearer ") == Some(TOKEN) => {}
+        Some(_) => {
+            return err(
+                401,
+                "InvalidAuthenticationToken",
+                "The access token is invalid.",
+            )
+        }
+    }
+    let mut st = lock(&state);
+    advance(&mut st);
+    route(&mut st, &r)
+}
+
+fn route(st: &mut State, r: &Req) -> Response {
+    let segs: Vec<&str> = r.path.trim_matches('/').split('/').collect();
+    if segs.len() < 2 || !eq(segs[0], "subscriptions") {
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {}", r.path),
+        );
+    }
+    if !eq(segs[1], SUBSCRIPTION) {
+        return err(
+            404,
+            "SubscriptionNotFound",
+            &format!("The subscription '{}' could not be found.", segs[1]),
+        );
+    }
+    let rest = &segs[2..];
+    // /subscriptions/{s}/providers/Microsoft.Compute/skus
+    // /subscriptions/{s}/providers/{ns}/locations/{loc}/operations/{id}
+    if rest.len() >= 3 && eq(rest[0], "providers") {
+        if eq(rest[2], "skus") && r.method == Method::GET {
+            return skus(st, r);
+        }
+        if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operations") {
+            return poll(st, rest[5]);
+        }
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {}", r.path),
+        );
+    }
+    if rest.len() < 4 || !eq(rest[0], "resourceGroups") || !eq(rest[2], "providers") {
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {}", r.path),
+        );
+    }
+    let rg = rest[1];
+    if !st.groups.contains(&rg.to_ascii_lowercase()) {
+        return err(
+            404,
+            "ResourceGroupNotFound",
+            &format!("Resource group '{rg}' could not be found."),
+        );
+    }
+    let ns = rest[3];
+    let Some(ty) = rest.get(4) else {
+        return err(404, "InvalidResourceType", "no resource type");
+    };
+    let Some(kind) = Kind::of(ns, ty) else {
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("The resource type '{ty}' could not be found in the namespace '{ns}'."),
+        );
+    };
+    let tail = &rest[5..];
+    match (tail.len(), &r.method) {
+        (0, &Method::GET) => list(st, r, rg, kind),
+        (1, m) => {
+            let name = tail[0];
+            match *m {
+                Method::GET => get(st, r, rg, kind, name),
+                Method::PUT => put(st, r, rg, kind, name),
+                Method::PATCH => patch(st, r, rg, kind, name),
+                Method::DELETE => delete(st, r, rg, kind, name),
+                _ => err(405, "MethodNotAllowed", "method not allowed"),
+            }
+        }
+        (2, &Method::POST) if kind == Kind::Vm => vm_action(st, r, rg, tail[0], tail[1]),
+        (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
+            match st.res.get(&rid(rg, kind, tail[0]).to_ascii_lowercase()) {
+                Some(res) => answer(200, instance_view(res), &[]),
+                None => not_found(kind, tail[0], rg),
+            }
+        }
+        (3, &Method::GET) if kind == Kind::Vnet && eq(tail[1], "subnets") => {
+            subnet_get(st, rg, tail[0], tail[2])
+        }
+        (3, m) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
+            rule_call(st, r, m, rg, tail[0], tail[2])
+        }
+        (2, &Method::GET) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
+            match st.res.get(&rid(rg, kind, tail[0]).to_ascii_lowercase()) {
+                Some(res) => answer(
+                    200,
+                    json!({"value": res.body["properties"]["securityRules"]}),
+                    &[],
+                ),
+                None => not_found(kind, tail[0], rg),
+            }
+        }
+        _ => err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {} {}", r.method, r.path),
+        ),
+    }
+}
+
+fn not_found(kind: Kind, name: &str, rg: &str) -> Response {
+    err(
+        404,
+        "ResourceNotFound",
+        &format!(
+            "The Resource '{}/{name}' under resource group '{rg}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+            kind.type_name()
+        ),
+    )
+}
+
+fn page<T: Clone>(items: &[T], r: &Req, size: usize, skip_key: &str) -> (Vec<T>, Option<String>) {
+    let skip: usize = r.q(skip_key).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let end = (skip + size).min(items.len());
+    let got = items.get(skip..end).map(<[T]>::to_vec).unwrap_or_default();
+    let next = (end < items.len()).then(|| r.next_link(skip_key, end));
+    (got, next)
+}
+
+fn list_answer(items: Vec<Value>, next: Option<String>) -> Response {
+    let mut body = json!({ "value": items });
+    if let Some(n) = next {
+        body["nextLink"] = json!(n);
+    }
+    answer(200, body, &[])
+}
+
+fn skus(st: &State, r: &Req) -> Response {
+    let loc = r.q("$filter").and_then(|f| {
+        let f = f.trim();
+        f.strip_prefix("location eq '")
+            .and_then(|x| x.strip_suffix('\''))
+            .map(str::to_string)
+    });
+    let items: Vec<Value> = st
+        .skus
+        .iter()
+        .filter(|s| {
+            loc.as_ref().is_none_or(|l| {
+                s["locations"]
+                    .as_array()
+                    .is_some_and(|ls| ls.iter().any(|x| eq(x.as_str().unwrap_or(""), l)))
+            })
+        })
+        .cloned()
+        .collect();
+    let (got, next) = page(&items, r, st.page_size, "$skiptoken");
+    list_answer(got, next)
+}
+
+fn prices(st: &State, r: &Req) -> Response {
+    let mut conds: Vec<(String, String)> = Vec::new();
+    if let Some(f) = r.q("$filter") {
+        for part in f.split(" and ") {
+            let Some((k, v)) = part.trim().split_once(" eq ") else {
+                return answer(
+                    400,
+                    json!({"Error": {"Code": "InvalidFilter", "Message": format!("cannot parse {part:?}")}}),
+                    &[],
+                );
+            };
+            conds.push((
+                k.trim().to_string(),
+                v.trim().trim_matches('\'').to_string(),
+            ));
+        }
+    }
+    let items: Vec<Value> = st
+        .prices
+        .iter()
+        .filter(|p| {
+            conds.iter().all(|(k, v)| {
+                // The filter's `priceType` is the row's `type`.
+                let field = if k == "priceType" { "type" } else { k.as_str() };
+                p[field].as_str().is_some_and(|x| eq(x, v))
+            })
+        })
+        .cloned()
+        .collect();
+    let (got, next) = page(&items, r, st.page_size, "$skip");
+    answer(
+        200,
+        json!({"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail",
+            "Items": got, "NextPageLink": next, "Count": got.len()}),
+        &[],
+    )
+}
+
+fn list(st: &State, r: &Req, rg: &str, kind: Kind) -> Response {
+    let prefix = format!(
+        "/subscriptions/{}/resourcegroups/{}/providers/{}/",
+        SUBSCRIPTION,
+        rg,
+        kind.type_name()
+    )
+    .to_ascii_lowercase();
+    let expand = r.q("$expand").is_some_and(|e| eq(e, "instanceView"));
+    let items: Vec<Value> = st
+        .res
+        .iter()
+        .filter(|(k, res)| k.starts_with(&prefix) && res.kind == kind)
+        .map(|(_, res)| view(res, expand))
+        .collect();
+    let (got, next) = page(&items, r, st.page_size, "$skiptoken");
+    list_answer(got, next)
+}
+
+fn view(res: &Res, expand: bool) -> Value {
+    let mut b = res.body.clone();
+    if expand && res.kind == Kind::Vm {
+        b["properties"]["instanceView"] = instance_view(res);
+    }
+    b
+}
+
+fn instance_view(res: &Res) -> Value {
+    let ps = res.body["properties"]["provisioningState"]
+        .as_str()
+        .unwrap_or("Succeeded")
+        .to_string();
+    let mut statuses = vec![json!({
+        "code": format!("ProvisioningState/{}", ps.to_ascii_lowercase()),
+        "level": if ps == "Failed" { "Error" } else { "Info" },
+        "displayStatus": format!("Provisioning {}", ps.to_ascii_lowercase()),
+    })];
+    if !res.power.is_empty() {
+        statuses.push(json!({
+            "code": format!("PowerState/{}", res.power),
+            "level": "Info",
+            "displayStatus": format!("VM {}", res.power),
+        }));
+    }
+    json!({"computerName": res.body["name"], "osName": "ubuntu", "statuses": statuses})
+}
+
+fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    match st.res.get(&rid(rg, kind, name).to_ascii_lowercase()) {
+        Some(res) => answer(
+            200,
+            view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView"))),
+            &[],
+        ),
+        None => not_found(kind, name, rg),
+    }
+}
+
+fn start_op(
+    st: &mut State,
+    r: &Req,
+    key: &str,
+    kind: Kind,
+    location: &str,
+    action: Action,
+) -> String {
+    let id = format!("{:08x}-0000-4000-8000-{:012x}", st.next_op, st.next_op);
+    st.next_op += 1;
+    st.ops.insert(
+        id.clone(),
+        Op {
+            key: key.to_string(),
+            action,
+            polls: 0,
+            started: Instant::now(),
+            outcome: None,
+        },
+    );
+    format!(
+        "{}/subscriptions/{SUBSCRIPTION}/providers/{}/locations/{location}/operations/{id}?api-version={}",
+        r.base,
+        kind.namespace(),
+        r.q("api-version").unwrap_or(COMPUTE_API)
+    )
+}
+
+/// A referenced resource id that must exist; the error answer when it does not.
+fn must_exist(st: &State, id: &str, by: &str) -> Option<Response> {
+    let key = id.to_ascii_lowercase();
+    let found = if let Some(i) = key.find("/subnets/") {
+        let (vnet, sub) = (&key[..i], &key[i + 9..]);
+        st.res.get(vnet).is_some_and(|v| {
+            v.body["properties"]["subnets"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|x| eq(x["name"].as_str().unwrap_or(""), sub)))
+        })
+    } else {
+        st.res.contains_key(&key)
+    };
+    if found {
+        None
+    } else {
+        Some(err(
+            400,
+            "InvalidResourceReference",
+            &format!("Resource {id} referenced by resource {by} was not found. Please make sure that the referenced resource exists, and that both resources are in the same region."),
+        ))
+    }
+}
+
+fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    let id = rid(rg, kind, name);
+    let key = id.to_ascii_lowercase();
+    let exists = st.res.contains_key(&key);
+    if exists && r.headers.get("if-none-match").and_then(|v| v.to_str().ok()) == Some("*") {
+        return err(
+            412,
+            "PreconditionFailed",
+            &format!(
+                "The resource '{name}' already exists and the request carries If-None-Match: *."
+            ),
+        );
+    }
+    if let Some((_, assignment)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
+        let assignment_id = format!(
+            "/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Authorization/policyAssignments/{assignment}"
+        );
+        let info = json!([{"type": "PolicyViolation", "info": {
+            "evaluationDetails": {"evaluatedExpressions": []},
+            "policyDefinitionId": "/providers/Microsoft.Authorization/policyDefinitions/6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
+            "policyDefinitionName": "not-allowed-resource-types",
+            "policyDefinitionDisplayName": "Not allowed resource types",
+            "policyDefinitionEffect": "deny",
+            "policyAssignmentId": assignment_id,
+            "policyAssignmentName": assignment,
+            "policyAssignmentDisplayName": format!("Deny {}", kind.type_name()),
+            "policyAssignmentScope": format!("/subscriptions/{SUBSCRIPTION}"),
+        }}]);
+        return err_with(
+            403,
+            "RequestDisallowedByPolicy",
+            &format!("Resource '{name}' was disallowed by policy. Policy identifiers: '[{{\"policyAssignment\":{{\"name\":\"Deny {}\",\"id\":\"{assignment_id}\"}},\"policyDefinition\":{{\"name\":\"Not allowed resource types\"}}}}]'.", kind.type_name()),
+            json!([]),
+            json!({"target": name, "additionalInfo": info}),
+        );
+    }
+    let Some(location) = r.body["location"].as_str().map(str::to_string) else {
+        return err(
+            400,
+            "LocationRequired",
+            "The location property is required for this definition.",
+        );
+    };
+    let tags = r.body.get("tags").cloned().unwrap_or(json!({}));
+    let props = r.body.get("properties").cloned().unwrap_or(json!({}));
+    let mut body = json!({
+        "id": id, "name": name, "type": kind.type_name(), "location": location, "tags": tags,
+        "properties": props,
+    });
+    let mut action = Action::Put;
+    let mut power = String::new();
+    match kind {
+        Kind::Pip => {
+            let ip = st.res.get(&key).and_then(|x| {
+                x.body["properties"]["ipAddress"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+            let ip = ip.unwrap_or_else(|| {
+                st.next_ip += 1;
+                format!("20.61.{}.{}", st.next_ip / 250, st.next_ip % 250 + 1)
+            });
+            body["properties"]["ipAddress"] = json!(ip);
+            body["sku"] = r
+                .body
+                .get("sku")
+                .cloned()
+                .unwrap_or(json!({"name": "Basic"}));
+            if let Some(old) = st.res.get(&key) {
+                if let Some(c) = old.body["properties"].get("ipConfiguration") {
+                    body["properties"]["ipConfiguration"] = c.clone();
+                }
+            }
+        }
+        Kind::Nsg => {
+            let rules: Vec<Value> = props["securityRules"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut rule| {
+                    let rn = rule["name"].as_str().unwrap_or("rule").to_string();
+                    rule["id"] = json!(format!("{id}/securityRules/{rn}"));
+                    rule["properties"]["provisioningState"] = json!("Succeeded");
+                    rule
+                })
+                .collect();
+            body = nsg_body(&id, name, &location, &tags, rules);
+        }
+        Kind::Nic => {
+            if let Some(n) = props["networkSecurityGroup"]["id"].as_str() {
+                if let Some(e) = must_exist(st, n, &id) {
+                    return e;
+                }
+            }
+            let cfgs = props["ipConfigurations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if cfgs.is_empty() {
+                return err(
+                    400,
+                    "InvalidRequestFormat",
+                    "A network interface needs at least one IP configuration.",
+                );
+            }
+            let mut out = Vec::new();
+            for (i, mut c) in cfgs.into_iter().enumerate() {
+                let cn = c["name"].as_str().unwrap_or("ipconfig1").to_string();
+                for refd in [
+                    c["properties"]["subnet"]["id"].as_str(),
+                    c["properties"]["publicIPAddress"]["id"].as_str(),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    if let Some(e) = must_exist(st, refd, &id) {
+                        return e;
+                    }
+                }
+                if c["properties"]["subnet"]["id"].as_str().is_none() {
+                    return err(
+                        400,
+                        "InvalidRequestFormat",
+                        "Subnet is required in an IP configuration.",
+                    );
+                }
+                if let Some(asgs) = c["properties"]["applicationSecurityGroups"].as_array() {
+                    for a in asgs {
+                        if let Some(e) = must_exist(st, a["id"].as_str().unwrap_or(""), &id) {
+                            return e;
+                        }
+                    }
+                }
+                c["id"] = json!(format!("{id}/ipConfigurations/{cn}"));
+                c["properties"]["privateIPAddress"] =
+                    json!(format!("10.0.0.{}", 4 + i + (st.next_ip as usize % 200)));
+                c["properties"]["provisioningState"] = json!("Succeeded");
+                out.push(c);
+            }
+            body["properties"]["ipConfigurations"] = json!(out);
+            if let Some(old) = st.res.get(&key) {
+                if let Some(vm) = old.body["properties"].get("virtualMachine") {
+                    body["properties"]["virtualMachine"] = vm.clone();
+                }
+            }
+            // The public addresses now belong to this interface's configurations.
+            for c in &out {
+                if let Some(pip) = c["properties"]["publicIPAddress"]["id"].as_str() {
+                    if let Some(p) = st.res.get_mut(&pip.to_ascii_lowercase()) {
+                        p.body["properties"]["ipConfiguration"] = json!({"id": c["id"]});
+                    }
+                }
+            }
+        }
+        Kind::Vm => {
+            let size = props["hardwareProfile"]["vmSize"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let Some(sku) = st
+                .skus
+                .iter()
+                .find(|s| {
+                    s["resourceType"] == "virtualMachines"
+                        && eq(s["name"].as_str().unwrap_or(""), &size)
+                })
+                .cloned()
+            else {
+                return err_with(
+                    400,
+                    "InvalidParameter",
+                    &format!("The value {size} provided for the VM size is not valid."),
+                    json!([]),
+                    json!({"target": "vmSize"}),
+                );
+            };
+            let lk = (size.to_ascii_lowercase(), location.to_ascii_lowercase());
+            let offered = sku["locations"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), &location)));
+            if !offered || st.unavailable.contains(&lk) {
+                return err(
+                    409,
+                    "SkuNotAvailable",
+                    &format!("The requested VM size for resource 'Following SKUs have failed for Capacity Restrictions: {size}' is currently not available in location '{location}'. Please try another size or deploy to a different location or different zone. See https://aka.ms/azureskunotavailable for details."),
+                );
+            }
+            if st.quota.contains(&size.to_ascii_lowercase()) {
+                let family = sku["family"].as_str().unwrap_or("standard");
+                return err(
+                    409,
+                    "OperationNotAllowed",
+                    &format!("Operation could not be completed as it results in exceeding approved {family} Cores quota. Additional details - Deployment Model: Resource Manager, Location: {location}, Current Limit: 10, Current Usage: 10, Additional Required: 2, (Minimum) New Limit Required: 12."),
+                );
+            }
+            let arch = sku["capabilities"]
+                .as_array()
+                .and_then(|c| c.iter().find(|x| x["name"] == "CpuArchitectureType"))
+                .and_then(|x| x["value"].as_str())
+                .unwrap_or("x64")
+                .to_string();
+            let image_sku = props["storageProfile"]["imageReference"]["sku"]
+                .as_str()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            let image_arm = image_sku.contains("arm64");
+            if image_arm != (arch == "Arm64") {
+                return err_with(
+                    400,
+                    "InvalidParameter",
+                    &format!("The selected VM size '{size}' cannot boot Hypervisor Generation or architecture of image '{image_sku}': the image is {} and the size is {arch}.", if image_arm { "Arm64" } else { "x64" }),
+                    json!([]),
+                    json!({"target": "vmSize"}),
+                );
+            }
+            let Some(nics) = props["networkProfile"]["networkInterfaces"]
+                .as_array()
+                .cloned()
+            else {
+                return err(
+                    400,
+                    "InvalidParameter",
+                    "networkProfile.networkInterfaces is required.",
+                );
+            };
+            for n in &nics {
+                if let Some(e) = must_exist(st, n["id"].as_str().unwrap_or(""), &id) {
+                    return e;
+                }
+            }
+            if let Some(cd) = props["osProfile"]["customData"].as_str() {
+                if cd.len() > 87_380 {
+                    return err(400, "InvalidParameter", "customData is too long.");
+                }
+            }
+            let old = st.res.get(&key).cloned();
+            body["properties"]["vmId"] =
+                json!(format!("{:08x}-1111-4000-8000-000000000000", st.next_op));
+            body["properties"]["timeCreated"] = json!("2026-01-01T00:00:00Z");
+            if let Some(c) = body["properties"]["osProfile"].get_mut("customData") {
+                // Azure never returns custom data.
+                *c = Value::Null;
+            }
+            let disk = props["storageProfile"]["osDisk"]["name"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{name}_OsDisk_1"));
+            let disk_id = rid(rg, Kind::Disk, &disk);
+            body["properties"]["storageProfile"]["osDisk"]["managedDisk"]["id"] = json!(disk_id);
+            st.res.insert(
+                disk_id.to_ascii_lowercase(),
+                Res {
+                    kind: Kind::Disk,
+                    power: String::new(),
+                    body: json!({"id": disk_id, "name": disk, "type": Kind::Disk.type_name(), "location": location,
+                        "tags": {}, "properties": {"provisioningState": "Succeeded", "diskState": "Attached",
+                        "diskSizeGB": props["storageProfile"]["osDisk"]["diskSizeGB"].as_u64().unwrap_or(30)}}),
+                },
+            );
+            for n in &nics {
+                if let Some(nic) = st
+                    .res
+                    .get_mut(&n["id"].as_str().unwrap_or("").to_ascii_lowercase())
+                {
+                    nic.body["properties"]["virtualMachine"] = json!({"id": id});
+                }
+            }
+            power = old.map(|o| o.power).unwrap_or_else(|| "starting".into());
+            if let Some(code) = st.no_stock.get(&lk) {
+                let msg = match code.as_str() {
+                    "ZonalAllocationFailed" => format!("Allocation failed. We do not have sufficient capacity for the requested VM size {size} in this zone. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"),
+                    "OverconstrainedAllocationRequest" => format!("Allocation failed. VM(s) with the following constraints cannot be allocated, because the condition is too restrictive. Please remove some constraints and try again. Constraints applied are: - VM Size {size}"),
+                    _ => format!("Allocation failed. We do not have sufficient capacity for the requested VM size {size} in this region. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"),
+                };
+                action = Action::Fail(code.clone(), msg);
+            }
+        }
+        Kind::Asg | Kind::Vnet | Kind::Disk => {}
+    }
+    body["properties"]["provisioningState"] = json!(kind.busy_state());
+    st.res.insert(
+        key.clone(),
+        Res {
+            kind,
+            body: body.clone(),
+            power,
+        },
+    );
+    let op = start_op(st, r, &key, kind, &location, action);
+    answer(
+        if exists { 200 } else { 201 },
+        body,
+        &[("Azure-AsyncOperation", op)],
+    )
+}
+
+fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    let key = rid(rg, kind, name).to_ascii_lowercase();
+    let Some(res) = st.res.get_mut(&key) else {
+        return not_found(kind, name, rg);
+    };
+    if let Some(t) = r.body.get("tags") {
+        res.body["tags"] = t.clone();
+    }
+    let mut restart = false;
+    if kind == Kind::Vm {
+        if let Some(size) = r.body["properties"]["hardwareProfile"]["vmSize"].as_str() {
+            res.body["properties"]["hardwareProfile"]["vmSize"] = json!(size);
+            restart = res.power == "running";
+        }
+    }
+    res.body["properties"]["provisioningState"] = json!("Updating");
+    if restart {
+        res.power = "starting".into();
+    }
+    let body = res.body.clone();
+    let location = body["location"]
+        .as_str()
+        .unwrap_or("westeurope")
+        .to_string();
+    let action = if restart {
+        Action::Power("running")
+    } else {
+        Action::Put
+    };
+    let op = start_op(st, r, &key, kind, &location, action);
+    answer(200, body, &[("Azure-AsyncOperation", op)])
+}
+
+fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    let id = rid(rg, kind, name);
+    let key = id.to_ascii_lowercase();
+    let Some(res) = st.res.get(&key).cloned() else {
+        // Azure answers 204 No Content to a DELETE of a resource that does not exist.
+        return answer(204, Value::Null, &[]);
+    };
+    if st.refuse_delete.contains(&name.to_ascii_lowercase()) {
+        return err(
+            409,
+            "ScopeLocked",
+            &format!("The scope '{id}' cannot perform delete operation because following scope(s) are locked: '{id}'. Please remove the lock and try again."),
+        );
+    }
+    match kind {
+        Kind::Nic => {
+            if let Some(vm) = res.body["properties"]["virtualMachine"]["id"].as_str() {
+                return err(
+                    400,
+                    "NicInUse",
+                    &format!("Network Interface {id} is used by existing resource {vm}. In order to delete the network interface, it must be dissociated from the resource."),
+                );
+            }
+        }
+        Kind::Nsg => {
+            let users: Vec<String> = st
+                .res
+                .values()
+                .filter(|x| {
+                    x.kind == Kind::Nic
+                        && x.body["properties"]["networkSecurityGroup"]["id"]
+                            .as_str()
+                            .is_some_and(|n| eq(n, &id))
+                })
+                .map(|x| x.body["id"].as_str().unwrap_or("").to_string())
+                .collect();
+            if !users.is_empty() {
+                return err(
+                    400,
+                    "InUseNetworkSecurityGroupCannotBeDeleted",
+                    &format!("Network security group {id} cannot be deleted because it is in use by the following resources: {}", users.join(", ")),
+                );
+            }
+        }
+        Kind::Pip => {
+            if let Some(c) = res.body["properties"]["ipConfiguration"]["id"].as_str() {
+                return err(
+                    400,
+                    "PublicIPAddressCannotBeDeleted",
+                    &format!("Public IP address {id} can not be deleted since it is still allocated to resource {c}. In order to delete the public IP, disassociate/detach the Public IP address from the resource."),
+                );
+            }
+        }
+        _ => {}
+    }
+    let location = res.body["location"]
+        .as_str()
+        .unwrap_or("westeurope")
+        .to_string();
+    if let Some(x) = st.res.get_mut(&key) {
+        x.body["properties"]["provisioningState"] = json!("Deleting");
+        if kind == Kind::Vm && !x.power.is_empty() {
+            x.power = "stopping".into();
+        }
+    }
+    let op = start_op(st, r, &key, kind, &location, Action::Delete);
+    answer(
+        202,
+        Value::Null,
+        &[("Azure-AsyncOperation", op.clone()), ("Location", op)],
+    )
+}
+
+fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &str) -> Response {
+    let key = rid(rg, Kind::Vm, name).to_ascii_lowercase();
+    let (busy, end) = match action.to_ascii_lowercase().as_str() {
+        "start" => ("starting", "running"),
+        "deallocate" => ("deallocating", "deallocated"),
+        "poweroff" => ("stopping", "stopped"),
+        "restart" => ("starting", "running"),
+        _ => return err(404, "InvalidResourceType", &format!("no action {action}")),
+    };
+    let Some(res) = st.res.get_mut(&key) else {
+        return not_found(Kind::Vm, name, rg);
+    };
+    res.power = busy.into();
+    let location = res.body["location"]
+        .as_str()
+        .unwrap_or("westeurope")
+        .to_string();
+    let op = start_op(st, r, &key, Kind::Vm, &location, Action::Power(end));
+    answer(
+        202,
+        Value::Null,
+        &[("Azure-AsyncOperation", op.clone()), ("Location", op)],
+    )
+}
+
+fn subnet_get(st: &State, rg: &str, vnet: &str, subnet: &str) -> Response {
+    let Some(v) = st.res.get(&rid(rg, Kind::Vnet, vnet).to_ascii_lowercase()) else {
+        return not_found(Kind::Vnet, vnet, rg);
+    };
+    match v.body["properties"]["subnets"].as_array().and_then(|s| {
+        s.iter()
+            .find(|x| eq(x["name"].as_str().unwrap_or(""), subnet))
+    }) {
+        Some(s) => answer(200, s.clone(), &[]),
+        None => err(
+            404,
+            "NotFound",
+            &format!(
+                "Resource {}/subnets/{subnet} not found.",
+                v.body["id"].as_str().unwrap_or("")
+            ),
+        ),
+    }
+}
+
+fn rule_call(st: &mut State, r: &Req, m: &Method, rg: &str, nsg: &str, rule: &str) -> Response {
+    let nsg_id = rid(rg, Kind::Nsg, nsg);
+    let key = nsg_id.to_ascii_lowercase();
+    let Some(res) = st.res.get(&key).cloned() else {
+        return not_found(Kind::Nsg, nsg, rg);
+    };
+    let rules = res.body["properties"]["securityRules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let pos = rules
+        .iter()
+        .position(|x| eq(x["name"].as_str().unwrap_or(""), rule));
+    match *m {
+        Method::GET => match pos {
+            Some(i) => answer(200, rules[i].clone(), &[]),
+            None => err(
+                404,
+                "NotFound",
+                &format!("Resource {nsg_id}/securityRules/{rule} not found."),
+            ),
+        },
+        Method::PUT => {
+            let props = r.body.get("properties").cloned().unwrap_or(json!({}));
+            let Some(priority) = props["priority"].as_u64() else {
+                return err(400, "SecurityRuleInvalidPriority", "Security rule has invalid Priority. Value provided: null. Allowed range 100-4096.");
+            };
+            if !(100..=4096).contains(&priority) {
+                return err(400, "SecurityRuleInvalidPriority", &format!("Security rule has invalid Priority. Value provided: {priority}. Allowed range 100-4096."));
+            }
+            let dir = props["direction"].as_str().unwrap_or("Inbound").to_string();
+            if let Some(other) = rules.iter().find(|x| {
+                !eq(x["name"].as_str().unwrap_or(""), rule)
+                    && x["properties"]["priority"].as_u64() == Some(priority)
+                    && eq(x["properties"]["direction"].as_str().unwrap_or(""), &dir)
+            }) {
+                return err(400, "SecurityRuleConflict", &format!("Security rule {rule} conflicts with rule {}. Rules cannot have the same Priority and Direction.", other["name"].as_str().unwrap_or("")));
+            }
+            if let Some(asgs) = props["destinationApplicationSecurityGroups"].as_array() {
+                for a in asgs {
+                    if let Some(e) = must_exist(st, a["id"].as_str().unwrap_or(""), &nsg_id) {
+                        return e;
+                    }
+                }
+            }
+            let mut props = props;
+            props["provisioningState"] = json!("Succeeded");
+            let new = json!({"id": format!("{nsg_id}/securityRules/{rule}"), "name": rule,
+                "type": "Microsoft.Network/networkSecurityGroups/securityRules", "properties": props});
+            let mut rules = rules;
+            let status = match pos {
+                Some(i) => {
+                    rules[i] = new.clone();
+                    200
+                }
+                None => {
+                    rules.push(new.clone());
+                    201
+                }
+            };
+            let location = res.body["location"]
+                .as_str()
+                .unwrap_or("westeurope")
+                .to_string();
+            if let Some(x) = st.res.get_mut(&key) {
+                x.body["properties"]["securityRules"] = json!(rules);
+            }
+            let op = start_op(st, r, &key, Kind::Nsg, &location, Action::Rule);
+            let mut shown = new;
+            shown["properties"]["provisioningState"] = json!("Updating");
+            answer(status, shown, &[("Azure-AsyncOperation", op)])
+        }
+        Method::DELETE => {
+            let Some(i) = pos else {
+                return answer(204, Value::Null, &[]);
+            };
+            let mut rules = rules;
+            rules.remove(i);
+            if let Some(x) = st.res.get_mut(&key) {
+                x.body["properties"]["securityRules"] = json!(rules);
+            }
+            let location = res.body["location"]
+                .as_str()
+                .unwrap_or("westeurope")
+                .to_string();
+            let op = start_op(st, r, &key, Kind::Nsg, &location, Action::Rule);
+            answer(
+                202,
+                Value::Null,
+                &[("Azure-AsyncOperation", op.clone()), ("Location", op)],
+            )
+        }
+        _ => err(405, "MethodNotAllowed", "method not allowed"),
+    }
+}
+
+/// Ends operations that have stood long enough unpolled.
+fn advance(st: &mut State) {
+    let due: Vec<String> = st
+        .ops
+        .iter()
+        .filter(|(_, o)| o.outcome.is_none() && o.started.elapsed() >= SETTLE)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for id in due {
+        finish(st, &id);
+    }
+}
+
+fn finish(st: &mut State, op_id: &str) {
+    let Some(op) = st.ops.get(op_id).cloned() else {
+        return;
+    };
+    if op.outcome.is_some() {
+        return;
+    }
+    let outcome = match &op.action {
+        Action::Put | Action::Rule => {
+            if let Some(x) = st.res.get_mut(&op.key) {
+                x.body["properties"]["provisioningState"] = json!("Succeeded");
+                if x.kind == Kind::Vm && (x.power.is_empty() || x.power == "starting") {
+                    x.power = "running".into();
+                }
+            }
+            Ok(())
+        }
+        Action::Power(end) => {
+            if let Some(x) = st.res.get_mut(&op.key) {
+                x.power = (*end).into();
+                x.body["properties"]["provisioningState"] = json!("Succeeded");
+            }
+            Ok(())
+        }
+        Action::Fail(code, msg) => {
+            if let Some(x) = st.res.get_mut(&op.key) {
+                x.body["properties"]["provisioningState"] = json!("Failed");
+                x.power.clear();
+            }
+            Err((code.clone(), msg.clone()))
+        }
+        Action::Delete => {
+            if let Some(x) = st.res.remove(&op.key) {
+                let id = x.body["id"].as_str().unwrap_or("").to_string();
+                match x.kind {
+                    Kind::Vm => {
+                        if x.body["properties"]["storageProfile"]["osDisk"]["deleteOption"]
+                            == "Delete"
+                        {
+                            if let Some(d) = x.body["properties"]["storageProfile"]["osDisk"]
+                                ["managedDisk"]["id"]
+                                .as_str()
+                            {
+                                st.res.remove(&d.to_ascii_lowercase());
+                            }
+                        } else if let Some(d) = x.body["properties"]["storageProfile"]["osDisk"]
+                            ["managedDisk"]["id"]
+                            .as_str()
+                        {
+                            if let Some(disk) = st.res.get_mut(&d.to_ascii_lowercase()) {
+                                disk.body["properties"]["diskState"] = json!("Unattached");
+                            }
+                        }
+                        for n in st.res.values_mut().filter(|n| n.kind == Kind::Nic) {
+                            if n.body["properties"]["virtualMachine"]["id"]
+                                .as_str()
+                                .is_some_and(|v| eq(v, &id))
+                            {
+                                if let Some(p) = n.body["properties"].as_object_mut() {
+                                    p.remove("virtualMachine");
+                                }
+                            }
+                        }
+                    }
+                    Kind::Nic => {
+                        let prefix = format!("{id}/ipConfigurations/").to_ascii_lowercase();
+                        for p in st.res.values_mut().filter(|p| p.kind == Kind::Pip) {
+                            if p.body["properties"]["ipConfiguration"]["id"]
+                                .as_str()
+                                .is_some_and(|c| c.to_ascii_lowercase().starts_with(&prefix))
+                            {
+                                if let Some(o) = p.body["properties"].as_object_mut() {
+                                    o.remove("ipConfiguration");
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+    };
+    if let Some(o) = st.ops.get_mut(op_id) {
+        o.outcome = Some(outcome);
+    }
+}
+
+fn poll(st: &mut State, op_id: &str) -> Response {
+    let lro_polls = st.lro_polls;
+    let Some(op) = st.ops.get_mut(op_id) else {
+        return err(
+            404,
+            "NotFound",
+            &format!("The operation '{op_id}' was not found."),
+        );
+    };
+    op.polls += 1;
+    if op.outcome.is_none() && op.polls >= lro_polls {
+        finish(st, op_id);
+    }
+    let op = &st.ops[op_id];
+    let body = match &op.outcome {
+        None => json!({"name": op_id, "status": "InProgress", "startTime": "2026-01-01T00:00:00Z"}),
+        Some(Ok(())) => {
+            json!({"name": op_id, "status": "Succeeded", "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z"})
+        }
+        Some(Err((code, msg))) => json!({"name": op_id, "status": "Failed",
+            "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z",
+            "error": {"code": code, "message": msg, "details": []}}),
+    };
+    answer(200, body, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_round_trip() {
+        let s = "serviceName eq 'Virtual Machines' and armSkuName eq 'Standard_B2s'";
+        assert_eq!(percent_decode(&percent_encode(s)), s);
+        assert_eq!(percent_decode("a+b%27c"), "a b'c");
+    }
+
+    #[test]
+    fn prices_hold_one_linux_consumption_row_per_size_and_location() {
+        let p = seed_prices();
+        let linux: Vec<_> = p
+            .iter()
+            .filter(|x| {
+                x["armSkuName"] == "Standard_B2s"
+                    && x["armRegionName"] == "westeurope"
+                    && x["type"] == "Consumption"
+                    && !x["productName"].as_str().unwrap().contains("Windows")
+                    && !x["skuName"].as_str().unwrap().contains("Spot")
+                    && !x["skuName"].as_str().unwrap().contains("Low Priority")
+            })
+            .collect();
+        assert_eq!(linux.len(), 1);
+        assert!((linux[0]["retailPrice"].as_f64().unwrap() - 0.0458).abs() < 1e-9);
+    }
+}
