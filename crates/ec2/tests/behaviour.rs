@@ -1,0 +1,733 @@
+//! Request-level behaviour against moto through the fault-injecting proxy: what moto does not model
+//! (ClientToken, capacity, quota and throttling errors) and what the conformance suite cannot see (the
+//! parameters of each call, the image chosen, the root volume, paging by reservation).
+
+mod support;
+
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+use orca_ec2::client_token;
+use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
+use support::{Fault, Proxy, Rule, Seed, ZONE};
+
+struct Env {
+    seed: Seed,
+    proxy: Proxy,
+    pool: String,
+}
+
+async fn env(test: &str) -> Option<Env> {
+    let moto = support::moto(test)?;
+    let seed = support::seed(&moto).await;
+    let proxy = Proxy::start(&moto).await;
+    let pool = format!("t{:06x}", fastrand::u32(..0xff_ffff));
+    Some(Env { seed, proxy, pool })
+}
+
+impl Env {
+    async fn provider(&self, owner: &str) -> orca_ec2::Ec2Provider {
+        self.seed
+            .builder(owner, &self.proxy.url)
+            .build()
+            .await
+            .unwrap()
+    }
+
+    fn spec(&self, name: &str) -> MachineSpec {
+        MachineSpec::new(name, "t3.micro", ZONE, &self.pool)
+    }
+}
+
+fn made(c: Created) -> orca_machines::Machine {
+    match c {
+        Created::Machine(m) => m,
+        Created::NoStock { message, .. } => panic!("no stock: {message}"),
+    }
+}
+
+#[tokio::test]
+async fn client_token_is_stable_across_retries() {
+    let Some(e) = env("client_token_is_stable_across_retries").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let spec = e.spec("tok-1");
+    let want = client_token("owner-1", &e.pool, "tok-1", None);
+
+    // Two failures that never reach EC2, then success: three RunInstances, one token.
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(503, "ServiceUnavailable"),
+        2,
+    ));
+    let m = made(p.create(&spec).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    assert_eq!(
+        runs.len(),
+        3,
+        "two refused attempts and one that went through"
+    );
+    for r in &runs {
+        assert_eq!(r.params.get("ClientToken"), Some(&want));
+    }
+
+    // A whole create that gives up, then a new create (a caller's retry, a restarted process): the same
+    // token again.
+    let spec2 = e.spec("tok-2");
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(500, "InternalError"),
+        7,
+    ));
+    let err = p.create(&spec2).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    let p2 = e.provider("owner-1").await;
+    made(p2.create(&spec2).await.unwrap());
+    let tokens: Vec<String> = e
+        .proxy
+        .of("RunInstances")
+        .iter()
+        .skip(3)
+        .map(|r| r.params["ClientToken"].clone())
+        .collect();
+    assert_eq!(
+        tokens.len(),
+        8,
+        "seven refused attempts, then the new create's one"
+    );
+    assert!(
+        tokens
+            .iter()
+            .all(|t| *t == client_token("owner-1", &e.pool, "tok-2", None)),
+        "{tokens:?}"
+    );
+
+    // A lost answer: the machine was made; the retry finds it instead of sending RunInstances again.
+    let before = e.proxy.count("RunInstances");
+    e.proxy
+        .inject(Rule::new("RunInstances", Fault::DropAnswer, 1));
+    let lost = made(p.create(&e.spec("tok-3")).await.unwrap());
+    assert_eq!(
+        e.proxy.count("RunInstances"),
+        before + 1,
+        "one RunInstances for tok-3"
+    );
+    // And a create of the same spec later adopts it without any RunInstances.
+    let again = made(p.create(&e.spec("tok-3")).await.unwrap());
+    assert_eq!(again.id, lost.id);
+    assert_eq!(e.proxy.count("RunInstances"), before + 1);
+
+    let listed = p.machines(&e.pool).await.unwrap();
+    let mut names: Vec<&str> = listed.iter().map(|m| m.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["tok-1", "tok-2", "tok-3"], "one machine per name");
+    assert!(listed.iter().any(|x| x.id == m.id));
+    for m in listed {
+        assert!(p.delete(&m.id).await.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn a_create_of_the_same_name_with_other_settings_is_refused() {
+    let Some(e) = env("a_create_of_the_same_name_with_other_settings_is_refused").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("same-1")).await.unwrap());
+    let other = MachineSpec::new("same-1", "t3.small", ZONE, &e.pool);
+    let err = p.create(&other).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
+    assert!(err.to_string().contains(&m.id), "{err}");
+    // EC2's own answer to a token reused with other parameters is as clear.
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(400, "IdempotentParameterMismatch"),
+        1,
+    ));
+    let err = p.create(&e.spec("same-2")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
+    assert!(err.to_string().contains("other settings"), "{err}");
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn capacity_is_no_stock() {
+    let Some(e) = env("capacity_is_no_stock").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    for (status, code) in [(500, "InsufficientInstanceCapacity"), (400, "Unsupported")] {
+        let before = e.proxy.count("RunInstances");
+        e.proxy
+            .inject(Rule::new("RunInstances", Fault::error(status, code), 1));
+        match p.create(&e.spec("cap-1")).await.unwrap() {
+            Created::NoStock {
+                machine_type,
+                location,
+                message,
+            } => {
+                assert_eq!(
+                    (machine_type.as_str(), location.as_str()),
+                    ("t3.micro", ZONE)
+                );
+                assert!(message.contains(code), "{message}");
+            }
+            other => panic!("{code} gave {other:?}"),
+        }
+        assert_eq!(
+            e.proxy.count("RunInstances"),
+            before + 1,
+            "no stock is not retried"
+        );
+    }
+    assert!(p.machines(&e.pool).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn quota_is_not_capacity() {
+    let Some(e) = env("quota_is_not_capacity").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    for code in ["InstanceLimitExceeded", "VcpuLimitExceeded"] {
+        let before = e.proxy.count("RunInstances");
+        e.proxy
+            .inject(Rule::new("RunInstances", Fault::error(400, code), 1));
+        match p.create(&e.spec("quota-1")).await {
+            Err(Error::Quota { message }) => assert!(message.contains(code), "{message}"),
+            other => panic!("{code} gave {other:?}"),
+        }
+        assert_eq!(
+            e.proxy.count("RunInstances"),
+            before + 1,
+            "quota is not retried"
+        );
+    }
+    assert!(p.machines(&e.pool).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn throttling_is_backed_off() {
+    let Some(e) = env("throttling_is_backed_off").await else {
+        return;
+    };
+    let initial = Duration::from_millis(80);
+    let policy = RetryPolicy {
+        max_retries: 4,
+        initial_backoff: initial,
+        max_backoff: Duration::from_secs(2),
+        max_elapsed: Duration::from_secs(30),
+    };
+    let p = e
+        .seed
+        .builder("owner-1", &e.proxy.url)
+        .retry_policy(policy)
+        .build()
+        .await
+        .unwrap();
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(503, "RequestLimitExceeded"),
+        3,
+    ));
+    let m = made(p.create(&e.spec("slow-1")).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    assert_eq!(
+        runs.len(),
+        4,
+        "three throttled attempts, then the one that went through"
+    );
+    // Equal jitter: the wait before retry r is at least half of initial * 2^r.
+    for (r, pair) in runs.windows(2).enumerate() {
+        let gap = pair[1].at - pair[0].at;
+        let floor = initial * 2u32.pow(r as u32) / 2;
+        assert!(
+            gap >= floor,
+            "retry {r} came after {gap:?}, under {floor:?}"
+        );
+    }
+    let token = &runs[0].params["ClientToken"];
+    assert!(runs.iter().all(|r| &r.params["ClientToken"] == token));
+
+    // A listing is throttled too, and backed off the same way.
+    e.proxy.inject(Rule::new(
+        "DescribeInstances",
+        Fault::error(503, "RequestLimitExceeded"),
+        2,
+    ));
+    assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1);
+
+    // Throttled for longer than the policy allows: the caller hears it, with its meaning.
+    e.proxy.inject(Rule::new(
+        "DescribeInstances",
+        Fault::error(503, "RequestLimitExceeded"),
+        100,
+    ));
+    let before = e.proxy.count("DescribeInstances");
+    let err = p.machines(&e.pool).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Throttled, "{err}");
+    assert_eq!(
+        e.proxy.count("DescribeInstances"),
+        before + 5,
+        "bounded: 1 + 4 retries"
+    );
+    e.proxy.clear("DescribeInstances");
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn other_errors_have_their_meaning() {
+    let Some(e) = env("other_errors_have_their_meaning").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let cases = [
+        (401, "AuthFailure", ErrorKind::Unauthenticated),
+        (403, "UnauthorizedOperation", ErrorKind::PermissionDenied),
+    ];
+    for (status, code, kind) in cases {
+        e.proxy.inject(Rule::new(
+            "DescribeInstances",
+            Fault::error(status, code),
+            1,
+        ));
+        let err = p.machines(&e.pool).await.unwrap_err();
+        assert_eq!(err.kind(), kind, "{code}: {err}");
+        assert!(!err.to_string().contains(support::SECRET));
+    }
+}
+
+#[tokio::test]
+async fn create_sends_everything_in_one_call() {
+    let Some(e) = env("create_sends_everything_in_one_call").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let user_data = "#cloud-config\nruncmd: [echo hello]\n";
+    let spec = e.spec("all-1").with_user_data(user_data);
+    let m = made(p.create(&spec).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    assert_eq!(runs.len(), 1);
+    let q = &runs[0].params;
+    assert_eq!(q["SubnetId"], e.seed.subnets[ZONE]);
+    assert_eq!(q["SecurityGroupId.1"], e.seed.security_group);
+    assert_eq!(q["IamInstanceProfile.Name"], e.seed.instance_profile);
+    assert_eq!(q["InstanceType"], "t3.micro");
+    assert_eq!((q["MinCount"].as_str(), q["MaxCount"].as_str()), ("1", "1"));
+    assert_eq!(q["BlockDeviceMapping.1.Ebs.DeleteOnTermination"], "true");
+    assert_eq!(
+        aws_smithy_types::base64::decode(&q["UserData"]).unwrap(),
+        user_data.as_bytes()
+    );
+    // The tags are in this same call, for the instance and its volume.
+    let tags = |n: u32| -> Vec<(String, String)> {
+        let mut v = Vec::new();
+        for i in 1.. {
+            let Some(k) = q.get(&format!("TagSpecification.{n}.Tag.{i}.Key")) else {
+                break;
+            };
+            v.push((
+                k.clone(),
+                q[&format!("TagSpecification.{n}.Tag.{i}.Value")].clone(),
+            ));
+        }
+        v.sort();
+        v
+    };
+    let want = vec![
+        ("Name".to_string(), "all-1".to_string()),
+        ("orca".into(), "pool".into()),
+        ("orca-owner".into(), "owner-1".into()),
+        ("orca-pool".into(), e.pool.clone()),
+    ];
+    assert_eq!(q["TagSpecification.1.ResourceType"], "instance");
+    assert_eq!(tags(1), want);
+    assert_eq!(q["TagSpecification.2.ResourceType"], "volume");
+    assert_eq!(tags(2), want);
+    assert_eq!(e.proxy.count("CreateTags"), 0, "no second call for tags");
+
+    // What EC2 (moto) made of it.
+    let ec2 = support::sdk(&e.seed.moto).await;
+    let ud = ec2
+        .describe_instance_attribute()
+        .instance_id(&m.id)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap();
+    let ud = ud.user_data().and_then(|v| v.value()).unwrap();
+    assert_eq!(
+        aws_smithy_types::base64::decode(ud).unwrap(),
+        user_data.as_bytes()
+    );
+    let inst = ec2
+        .describe_instances()
+        .instance_ids(&m.id)
+        .send()
+        .await
+        .unwrap()
+        .reservations()[0]
+        .instances()[0]
+        .clone();
+    let root = inst
+        .block_device_mappings()
+        .iter()
+        .find(|b| b.device_name() == inst.root_device_name())
+        .and_then(|b| b.ebs())
+        .expect("a root volume");
+    assert_eq!(root.delete_on_termination(), Some(true));
+    let volume = root.volume_id().unwrap().to_string();
+    assert_eq!(m.location, ZONE);
+    assert_eq!(m.machine_type, "t3.micro");
+    assert_eq!(
+        m.labels.get("orca-owner").map(String::as_str),
+        Some("owner-1")
+    );
+
+    // Delete takes the root volume with it.
+    assert!(p.delete(&m.id).await.unwrap());
+    let vols = ec2
+        .describe_volumes()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("volume-id")
+                .values(&volume)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(vols.volumes().is_empty(), "root volume {volume} is left");
+}
+
+#[tokio::test]
+async fn image_is_canonicals_newest_for_the_arch_and_cached() {
+    let Some(e) = env("image_is_canonicals_newest_for_the_arch_and_cached").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let amd = made(p.create(&e.spec("img-1")).await.unwrap());
+    let arm = made(
+        p.create(&MachineSpec::new("img-2", "t4g.micro", ZONE, &e.pool))
+            .await
+            .unwrap(),
+    );
+    made(p.create(&e.spec("img-3")).await.unwrap());
+    let images: Vec<String> = e
+        .proxy
+        .of("RunInstances")
+        .iter()
+        .map(|r| r.params["ImageId"].clone())
+        .collect();
+    // scripts/moto/amis.json: the 20250610 builds are the newest of Canonical's; a lookalike of
+    // another owner is newer still and must never be picked.
+    assert_eq!(
+        images,
+        [
+            "ami-0b1e2a3d4c5f60a02",
+            "ami-0b1e2a3d4c5f60b02",
+            "ami-0b1e2a3d4c5f60a02"
+        ]
+    );
+    assert_eq!(
+        e.proxy.count("DescribeImages"),
+        2,
+        "one lookup per architecture"
+    );
+    let q = &e.proxy.of("DescribeImages")[0].params;
+    assert_eq!(q["Owner.1"], "099720109477");
+    assert_eq!(
+        e.proxy.count("DescribeInstanceTypes"),
+        2,
+        "one lookup per machine type"
+    );
+    assert_eq!(p.arch("t4g.micro").await.unwrap(), Arch::Arm64);
+    assert_eq!(e.proxy.count("DescribeInstanceTypes"), 2, "cached");
+
+    // An image override is checked against the type's architecture.
+    let arm_for_amd = e
+        .seed
+        .builder("owner-1", &e.proxy.url)
+        .image(Arch::Amd64, "ami-0b1e2a3d4c5f60b02")
+        .build()
+        .await
+        .unwrap();
+    let err = arm_for_amd.create(&e.spec("img-4")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidSettings, "{err}");
+    assert!(err.to_string().contains("ORCA_EC2_IMAGES"), "{err}");
+    let older = e
+        .seed
+        .builder("owner-1", &e.proxy.url)
+        .image(Arch::Amd64, "ami-0b1e2a3d4c5f60a01")
+        .build()
+        .await
+        .unwrap();
+    made(older.create(&e.spec("img-5")).await.unwrap());
+    assert_eq!(
+        e.proxy.of("RunInstances").last().unwrap().params["ImageId"],
+        "ami-0b1e2a3d4c5f60a01"
+    );
+    for m in p.machines(&e.pool).await.unwrap() {
+        p.delete(&m.id).await.unwrap();
+    }
+    let _ = (amd, arm);
+}
+
+#[tokio::test]
+async fn listing_reads_every_page_of_reservations() {
+    let Some(e) = env("listing_reads_every_page_of_reservations").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let mut want = Vec::new();
+    for i in 0..7 {
+        want.push(made(p.create(&e.spec(&format!("page-{i}"))).await.unwrap()).id);
+    }
+    // One reservation of three instances, as another tool using the same tags would make it: moto
+    // pages DescribeInstances by reservation, EC2 by instance.
+    let ec2 = support::sdk(&e.seed.moto).await;
+    let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
+    let out = ec2
+        .run_instances()
+        .image_id("ami-0b1e2a3d4c5f60a02")
+        .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+        .min_count(3)
+        .max_count(3)
+        .subnet_id(&e.seed.subnets[ZONE])
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::Instance)
+                .tags(tag("orca", "pool"))
+                .tags(tag("orca-pool", &e.pool))
+                .tags(tag("orca-owner", "owner-1"))
+                .tags(tag("Name", "batch"))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    want.extend(
+        out.instances()
+            .iter()
+            .map(|i| i.instance_id().unwrap().to_string()),
+    );
+    // Another owner's machines fill no page of ours.
+    let other = e.provider("owner-2").await;
+    made(other.create(&e.spec("theirs-1")).await.unwrap());
+    want.sort();
+
+    let paged = e
+        .seed
+        .builder("owner-1", &e.proxy.url)
+        .page_size(2)
+        .build()
+        .await
+        .unwrap();
+    let before = e.proxy.count("DescribeInstances");
+    let mut got: Vec<String> = paged
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    got.sort();
+    assert_eq!(got, want);
+    // 8 reservations of ours, 2 a page: 4 pages, each asked with the previous page's token.
+    let pages = &e.proxy.of("DescribeInstances")[before..];
+    assert_eq!(pages.len(), 4, "{} pages", pages.len());
+    assert!(pages[0].params.get("NextToken").is_none());
+    assert!(pages[1..]
+        .iter()
+        .all(|s| s.params.contains_key("NextToken")));
+    assert!(pages.iter().all(|s| s.params["MaxResults"] == "2"));
+    for m in p.machines(&e.pool).await.unwrap() {
+        p.delete(&m.id).await.unwrap();
+    }
+    for m in other.machines(&e.pool).await.unwrap() {
+        other.delete(&m.id).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn delete_refuses_what_is_not_ours() {
+    let Some(e) = env("delete_refuses_what_is_not_ours").await else {
+        return;
+    };
+    let ec2 = support::sdk(&e.seed.moto).await;
+    let out = ec2
+        .run_instances()
+        .image_id("ami-0b1e2a3d4c5f60a02")
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&e.seed.subnets[ZONE])
+        .send()
+        .await
+        .unwrap();
+    let id = out.instances()[0].instance_id().unwrap().to_string();
+    for owner in ["owner-1", ""] {
+        let p = e.provider(owner).await;
+        match p.delete(&id).await {
+            Err(Error::NotOwned { .. }) => {}
+            other => panic!("deleting an untagged instance as {owner:?} gave {other:?}"),
+        }
+        for r in [
+            p.stop(&id).await.map(|_| ()),
+            p.start(&id).await.map(|_| ()),
+        ] {
+            assert!(matches!(r, Err(Error::NotOwned { .. })), "{r:?}");
+        }
+    }
+    assert_eq!(e.proxy.count("TerminateInstances"), 0);
+    assert_eq!(e.proxy.count("StopInstances"), 0);
+    ec2.terminate_instances()
+        .instance_ids(&id)
+        .send()
+        .await
+        .unwrap();
+    // Gone (terminated by someone else) is gone.
+    assert!(e.provider("owner-1").await.delete(&id).await.unwrap());
+}
+
+#[tokio::test]
+async fn states_stop_start_and_resize() {
+    let Some(e) = env("states_stop_start_and_resize").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("st-1")).await.unwrap());
+    assert!(
+        matches!(m.status, Status::Starting | Status::Running),
+        "{:?}",
+        m.status
+    );
+
+    let stopped = p.stop(&m.id).await.unwrap();
+    assert_eq!(
+        (stopped.status, stopped.cloud_status.as_str()),
+        (Status::Stopped, "stopped")
+    );
+    let listed = p.machines(&e.pool).await.unwrap();
+    assert_eq!(listed[0].status, Status::Stopped);
+
+    // A stopped machine is resized without downtime and stays stopped.
+    let r = p.resize(&m.id, "t3.small").await.unwrap();
+    assert!(!r.caused_downtime);
+    assert_eq!(
+        (r.machine.machine_type.as_str(), r.machine.status),
+        ("t3.small", Status::Stopped)
+    );
+
+    let started = p.start(&m.id).await.unwrap();
+    assert!(matches!(started.status, Status::Starting | Status::Running));
+
+    // A running one is stopped, changed and started again.
+    let before_stop = e.proxy.count("StopInstances");
+    let r = p.resize(&m.id, "t3.medium").await.unwrap();
+    assert!(r.caused_downtime);
+    assert_eq!(r.machine.machine_type, "t3.medium");
+    assert!(matches!(
+        r.machine.status,
+        Status::Starting | Status::Running
+    ));
+    assert_eq!(e.proxy.count("StopInstances"), before_stop + 1);
+    let modify = e.proxy.of("ModifyInstanceAttribute");
+    assert_eq!(
+        modify.last().unwrap().params["InstanceType.Value"],
+        "t3.medium"
+    );
+
+    // EC2 refuses an arm64 type for an amd64 image (moto would not): refused before any change.
+    let calls = e.proxy.count("ModifyInstanceAttribute") + e.proxy.count("StopInstances");
+    let err = p.resize(&m.id, "t4g.micro").await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidSpec { ref field, .. } if field == "machine_type"),
+        "{err}"
+    );
+    assert_eq!(
+        e.proxy.count("ModifyInstanceAttribute") + e.proxy.count("StopInstances"),
+        calls
+    );
+
+    // An unknown location is refused before any call.
+    let n = e.proxy.requests();
+    let err = p
+        .create(&MachineSpec::new("st-2", "t3.micro", "mars-1a", &e.pool))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidSpec { ref field, .. } if field == "location"),
+        "{err}"
+    );
+    assert_eq!(e.proxy.requests(), n);
+
+    assert!(p.delete(&m.id).await.unwrap());
+    assert!(p.machines(&e.pool).await.unwrap().is_empty());
+}
+
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn secrets_never_show() {
+    let Some(e) = env("secrets_never_show").await else {
+        return;
+    };
+    // Everything logged while this test runs (on this thread: a current-thread runtime), at every level.
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let p = e.provider("owner-1").await;
+    let shown = format!("{p:?} {:?}", e.seed.builder("owner-1", &e.proxy.url));
+    assert!(!shown.contains(support::SECRET), "{shown}");
+    let user_data = format!("password={}", support::SECRET);
+    let spec = e.spec("sec-1").with_user_data(&user_data);
+    assert!(!format!("{spec:?}").contains(support::SECRET));
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(400, "InvalidParameterValue"),
+        1,
+    ));
+    let err = p.create(&spec).await.unwrap_err();
+    assert!(
+        !format!("{err} {err:?}").contains(support::SECRET),
+        "{err:?}"
+    );
+    e.proxy
+        .inject(Rule::new("RunInstances", Fault::DropAnswer, 1));
+    let m = made(p.create(&spec).await.unwrap());
+    assert!(p.delete(&m.id).await.unwrap());
+
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("ec2.call") && logs.contains("RunInstances"),
+        "the calls were traced"
+    );
+    let encoded = aws_smithy_types::base64::encode(user_data.as_bytes());
+    for secret in [support::SECRET, encoded.as_str()] {
+        assert!(!logs.contains(secret), "a secret was logged");
+    }
+}
