@@ -27,6 +27,9 @@
 //! Self links use Compute Engine's canonical `https://www.googleapis.com/compute/v1/...` form; nothing
 //! ever sends traffic there (clients build request URLs from their configured endpoint).
 
+// Handlers answer a ready error `Response` from their checks; its size does not matter here.
+#![allow(clippy::result_large_err)]
+
 mod filter;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -1256,7 +1259,11 @@ async fn insert_instance(
             403,
         ))
     } else if s.exhausted.contains(&(zone.clone(), mt.clone())) {
+        // The boot disk was made before the zone found no room for the instance: it has no user.
         make_disk(&mut s);
+        if let Some(d) = s.disks.get_mut(&(zone.clone(), disk_name.clone())) {
+            d["users"] = json!([]);
+        }
         Some((
             "ZONE_RESOURCE_POOL_EXHAUSTED".to_string(),
             format!("The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later."),

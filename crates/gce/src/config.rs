@@ -375,7 +375,17 @@ impl std::fmt::Debug for ConfigBuilder {
 macro_rules! setter {
     ($(#[$doc:meta] $name:ident: $ty:ty),* $(,)?) => {$(
         #[$doc]
-        pub fn $name(mut self, v: impl Into<$ty>) -> Self {
+        pub fn $name(mut self, v: $ty) -> Self {
+            self.$name = Some(v);
+            self
+        }
+    )*};
+}
+
+macro_rules! string_setter {
+    ($(#[$doc:meta] $name:ident),* $(,)?) => {$(
+        #[$doc]
+        pub fn $name(mut self, v: impl Into<String>) -> Self {
             self.$name = Some(v.into());
             self
         }
@@ -383,17 +393,22 @@ macro_rules! setter {
 }
 
 impl ConfigBuilder {
-    setter! {
+    string_setter! {
         /// The project id (required).
-        project: String,
+        project,
         /// The zone (required).
-        zone: String,
+        zone,
         /// The VPC network name (required).
-        network: String,
+        network,
         /// The subnet name (required).
-        subnet: String,
+        subnet,
         /// The API root (default [`DEFAULT_ENDPOINT`]).
-        endpoint: String,
+        endpoint,
+        /// The project of the default images (default `ubuntu-os-cloud`).
+        image_project,
+    }
+
+    setter! {
         /// The boot disk size in GB (default [`DEFAULT_DISK_GB`]).
         disk_gb: u32,
         /// The longest a machine runs before Compute Engine stops it.
@@ -402,8 +417,6 @@ impl ConfigBuilder {
         page_size: u32,
         /// Whether machines get an external address (default true).
         public_ip: bool,
-        /// The project of the default images (default `ubuntu-os-cloud`).
-        image_project: String,
         /// The retry policy (default [`RetryPolicy::default`]).
         retry: RetryPolicy,
         /// The longest the driver follows one operation (default 10 minutes).
