@@ -48,7 +48,12 @@ pub fn moto(test: &str) -> Option<String> {
             panic!("{test}: {MOTO_ENV} is unset under CI; run the tests through scripts/with-moto")
         }
         None => {
-            println!("SKIPPED {test}: {MOTO_ENV} is unset (run: scripts/with-moto cargo test -p orca-ec2)");
+            // Straight to stderr, past the test harness's capture, so that the skip is seen.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED {test}: {MOTO_ENV} is unset (run: scripts/with-moto cargo test -p orca-ec2)"
+            );
             None
         }
     }
