@@ -150,6 +150,7 @@ struct State {
     quota: BTreeSet<String>,
     deny: Vec<(String, String)>,
     refuse_delete: BTreeSet<String>,
+    custom_data: HashMap<String, String>,
     next_ip: u32,
     next_op: u64,
 }
@@ -300,6 +301,7 @@ impl FakeAzure {
             quota: BTreeSet::new(),
             deny: Vec::new(),
             refuse_delete: BTreeSet::new(),
+            custom_data: HashMap::new(),
             next_ip: 10,
             next_op: 1,
         }));
@@ -490,6 +492,15 @@ impl FakeAzure {
     /// Ends [`FakeAzure::refuse_delete`] for `name`.
     pub fn allow_delete(&self, name: &str) {
         self.st().refuse_delete.remove(&name.to_ascii_lowercase());
+    }
+
+    /// The custom data (base64, as sent) of VM `name` in `rg`: Azure never returns it, the fake keeps
+    /// it for tests.
+    pub fn custom_data(&self, rg: &str, name: &str) -> Option<String> {
+        self.st()
+            .custom_data
+            .get(&rid(rg, Kind::Vm, name).to_ascii_lowercase())
+            .cloned()
     }
 
     /// The next VM `PUT` is served (the VM is made) but its answer is lost.
@@ -1264,6 +1275,9 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
             body["properties"]["vmId"] =
                 json!(format!("{:08x}-1111-4000-8000-000000000000", st.next_op));
             body["properties"]["timeCreated"] = json!("2026-01-01T00:00:00Z");
+            if let Some(cd) = props["osProfile"]["customData"].as_str() {
+                st.custom_data.insert(key.clone(), cd.to_string());
+            }
             if let Some(c) = body["properties"]["osProfile"].get_mut("customData") {
                 // Azure never returns custom data.
                 *c = Value::Null;

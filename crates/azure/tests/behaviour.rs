@@ -1,0 +1,627 @@
+//! The driver's own behaviour against the fake Azure Resource Manager: clean-up of failed creates,
+//! policy denies, delete order and leftovers, listing cost, lost answers, retries, prices, stado's
+//! admission rule and redaction.
+
+mod common;
+
+use common::*;
+use orca_fakes::azure::{RESOURCE_GROUP, TOKEN};
+use orca_fakes::{Fault, Rule};
+use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, Status};
+
+const VNET_TYPE: &str = "Microsoft.Network/virtualNetworks";
+
+fn spec(name: &str, size: &str) -> MachineSpec {
+    MachineSpec::new(name, size, LOCATION, "lab")
+        .with_user_data("#cloud-config\nruncmd: [echo hi]\n")
+}
+
+/// Everything in the resource group but the virtual network.
+fn stray(f: &orca_fakes::azure::FakeAzure) -> Vec<(String, String)> {
+    f.resources(RESOURCE_GROUP)
+        .into_iter()
+        .filter(|(t, _)| t != VNET_TYPE)
+        .collect()
+}
+
+fn puts(f: &orca_fakes::azure::FakeAzure) -> Vec<String> {
+    f.control()
+        .log()
+        .into_iter()
+        .filter(|l| l.method.as_str() == "PUT")
+        .map(|l| l.path)
+        .collect()
+}
+
+#[tokio::test]
+async fn create_makes_the_four_resources_tagged_with_key_custom_data_and_disk_deleted_with_the_vm()
+{
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    let m = p
+        .create(&spec("vm-a", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(m.status, Status::Running);
+    assert!(!m.address.is_empty(), "no address");
+    let mut kinds: Vec<String> = stray(&f)
+        .into_iter()
+        .map(|(t, n)| format!("{t}/{n}"))
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        vec![
+            "Microsoft.Compute/disks/vm-a-osdisk",
+            "Microsoft.Compute/virtualMachines/vm-a",
+            "Microsoft.Network/networkInterfaces/vm-a-nic",
+            "Microsoft.Network/networkSecurityGroups/vm-a-nsg",
+            "Microsoft.Network/publicIPAddresses/vm-a-ip",
+        ]
+    );
+    let vm = f
+        .resource(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "vm-a")
+        .unwrap();
+    assert_eq!(vm["tags"]["orca"], "pool");
+    assert_eq!(vm["tags"]["orca-pool"], "lab");
+    assert_eq!(vm["tags"]["orca-owner"], "stack-1");
+    let p_ = &vm["properties"];
+    assert_eq!(p_["storageProfile"]["osDisk"]["deleteOption"], "Delete");
+    assert_eq!(p_["storageProfile"]["imageReference"]["sku"], "server");
+    assert_eq!(
+        p_["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"][0]["keyData"],
+        SSH_KEY
+    );
+    assert_eq!(
+        p_["osProfile"]["linuxConfiguration"]["disablePasswordAuthentication"],
+        true
+    );
+    let pip = f
+        .resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/publicIPAddresses",
+            "vm-a-ip",
+        )
+        .unwrap();
+    assert_eq!(pip["sku"]["name"], "Standard");
+    assert_eq!(pip["properties"]["publicIPAllocationMethod"], "Static");
+    assert_eq!(pip["properties"]["ipAddress"], m.address.as_str());
+    let nsg = f
+        .resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/networkSecurityGroups",
+            "vm-a-nsg",
+        )
+        .unwrap();
+    let rules = nsg["properties"]["securityRules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(rules[0]["properties"]["destinationPortRange"], "22");
+    assert_eq!(rules[0]["properties"]["protocol"], "Tcp");
+    assert_eq!(
+        rules[0]["properties"]["sourceAddressPrefixes"],
+        serde_json::json!(["203.0.113.7/32"])
+    );
+    let nic = f
+        .resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/networkInterfaces",
+            "vm-a-nic",
+        )
+        .unwrap();
+    let subnet = nic["properties"]["ipConfigurations"][0]["properties"]["subnet"]["id"]
+        .as_str()
+        .unwrap();
+    assert!(
+        subnet.ends_with("/virtualNetworks/orca-net-westeurope/subnets/hosts"),
+        "{subnet}"
+    );
+    for r in [&pip, &nsg, &nic] {
+        assert_eq!(r["tags"]["orca-owner"], "stack-1", "{r}");
+    }
+    // Custom data went in base64 (the fake, like Azure, never returns it, but keeps it for tests).
+    use base64::Engine as _;
+    let cd = f.custom_data(RESOURCE_GROUP, "vm-a").expect("custom data");
+    let cd = base64::engine::general_purpose::STANDARD
+        .decode(cd)
+        .unwrap();
+    assert_eq!(String::from_utf8(cd).unwrap(), spec("vm-a", AMD).user_data);
+    assert!(vm["properties"]["osProfile"]["customData"].is_null());
+    let vm_puts: Vec<_> = puts(&f)
+        .into_iter()
+        .filter(|p| p.contains("virtualMachines"))
+        .collect();
+    assert_eq!(vm_puts.len(), 1);
+}
+
+#[tokio::test]
+async fn an_arm64_size_gets_the_arm64_image() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    let m = p
+        .create(&spec("arm-a", ARM))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(m.machine_type, ARM);
+    let vm = f
+        .resource(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "arm-a")
+        .unwrap();
+    assert_eq!(
+        vm["properties"]["storageProfile"]["imageReference"]["sku"],
+        "server-arm64"
+    );
+}
+
+#[tokio::test]
+async fn a_create_failing_at_the_vm_step_leaves_no_address_interface_or_security_group() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    for code in [
+        "AllocationFailed",
+        "ZonalAllocationFailed",
+        "OverconstrainedAllocationRequest",
+    ] {
+        f.fail_allocation(AMD, LOCATION, code);
+        match p.create(&spec("vm-b", AMD)).await {
+            Ok(Created::NoStock {
+                machine_type,
+                location,
+                message,
+            }) => {
+                assert_eq!((machine_type.as_str(), location.as_str()), (AMD, LOCATION));
+                assert!(message.contains(code), "{message}");
+            }
+            other => panic!("{code}: {other:?}"),
+        }
+        assert_eq!(stray(&f), vec![], "after {code}");
+        f.restore_stock(AMD, LOCATION);
+    }
+    // Quota at the VM step: an error, and the network resources are gone too.
+    f.exceed_quota(AMD);
+    let e = p.create(&spec("vm-b", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Quota, "{e}");
+    assert_eq!(stray(&f), vec![]);
+    // A size not offered: no stock, refused at the PUT itself.
+    f.sku_not_available(ARM, LOCATION);
+    assert!(matches!(
+        p.create(&spec("vm-c", ARM)).await,
+        Ok(Created::NoStock { .. })
+    ));
+    assert_eq!(stray(&f), vec![]);
+}
+
+#[tokio::test]
+async fn a_failed_create_names_what_it_could_not_remove() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    f.refuse_delete("vm-d-nsg");
+    let e = p.create(&spec("vm-d", AMD)).await.unwrap_err();
+    let Error::Leftovers { error, left } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(error.kind(), ErrorKind::NoStock);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with("security group vm-d-nsg"), "{left:?}");
+    assert_eq!(
+        stray(&f),
+        vec![(
+            "Microsoft.Network/networkSecurityGroups".to_string(),
+            "vm-d-nsg".to_string()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn a_policy_deny_creates_nothing_and_names_the_assignment() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    f.deny_policy("Microsoft.Network/publicIPAddresses", "deny-public-ips");
+    let e = p.create(&spec("vm-e", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("deny-public-ips"), "{e}");
+    assert_eq!(
+        puts(&f).len(),
+        1,
+        "the deny answers at the first PUT: {:?}",
+        puts(&f)
+    );
+    assert_eq!(stray(&f), vec![]);
+    // A deny of VMs answers at the fourth PUT: what was made before is removed.
+    f.clear_policies();
+    f.deny_policy("Microsoft.Compute/virtualMachines", "deny-vms");
+    let e = p.create(&spec("vm-e", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("deny-vms"), "{e}");
+    assert_eq!(stray(&f), vec![]);
+}
+
+#[tokio::test]
+async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    let m = p
+        .create(&spec("vm-f", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    f.control().clear_log();
+    assert!(p.delete(&m.id).await.unwrap());
+    assert_eq!(
+        stray(&f),
+        vec![],
+        "VM, disk, interface, security group and address are gone"
+    );
+    let deletes: Vec<String> = f
+        .control()
+        .log()
+        .into_iter()
+        .filter(|l| l.method.as_str() == "DELETE")
+        .map(|l| {
+            l.path
+                .split('?')
+                .next()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(deletes, vec!["vm-f", "vm-f-nic", "vm-f-nsg", "vm-f-ip"]);
+
+    // A resource that refuses deletion is named, and deleting again retries.
+    let m = p
+        .create(&spec("vm-g", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    f.refuse_delete("vm-g-ip");
+    let e = p.delete(&m.id).await.unwrap_err();
+    let Error::Leftovers { left, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(left.len(), 1);
+    assert!(left[0].starts_with("public IP vm-g-ip"), "{left:?}");
+    assert!(e.to_string().contains("deleting it again retries"), "{e}");
+    assert_eq!(
+        stray(&f),
+        vec![(
+            "Microsoft.Network/publicIPAddresses".to_string(),
+            "vm-g-ip".to_string()
+        )]
+    );
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    f.allow_delete("vm-g-ip");
+    assert!(p.delete(&m.id).await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
+
+#[tokio::test]
+async fn delete_leaves_other_owners_resources_alone() {
+    let f = fake().await;
+    let a = provider(&f, "stack-a");
+    let b = provider(&f, "stack-b");
+    a.create(&spec("vm-h", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(
+        b.delete("vm-h").await.unwrap_err().kind(),
+        ErrorKind::NotOwned
+    );
+    // The same name by another owner is refused, and a's resources stay as they were.
+    let e = b.create(&spec("vm-h", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(stray(&f).len(), 5);
+    assert_eq!(a.machines("lab").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_lost_vm_put_answer_makes_one_vm() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    f.lose_next_vm_put_answer();
+    let first = p.create(&spec("vm-i", AMD)).await;
+    let m = match first {
+        Ok(Created::Machine(m)) => m,
+        Err(e) if e.is_retryable() => p
+            .create(&spec("vm-i", AMD))
+            .await
+            .unwrap()
+            .machine()
+            .unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(m.name, "vm-i");
+    let vms: Vec<_> = stray(&f)
+        .into_iter()
+        .filter(|(t, _)| t.ends_with("virtualMachines"))
+        .collect();
+    assert_eq!(vms.len(), 1);
+    assert_eq!(p.machines("lab").await.unwrap().len(), 1);
+    // The retried PUT met the VM (412) and adopted it.
+    let vm_puts = f
+        .control()
+        .count(&"PUT".parse().unwrap(), "/virtualMachines/vm-i");
+    assert_eq!(vm_puts, 2);
+}
+
+#[tokio::test]
+async fn listing_costs_pages_not_vms_and_maps_power_states() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    let other = provider(&f, "stack-2");
+    for i in 0..5 {
+        p.create(&spec(&format!("vm-l{i}"), AMD)).await.unwrap();
+    }
+    other.create(&spec("vm-other", AMD)).await.unwrap();
+    p.stop("vm-l0").await.unwrap();
+    f.set_page_size(2);
+    f.control().clear_log();
+    let got = p.machines("lab").await.unwrap();
+    assert_eq!(got.len(), 5);
+    let calls = f.control().requests();
+    // 6 VMs in pages of 2 = 3 pages; 6 addresses in pages of 2 = 3 pages.
+    assert_eq!(calls, 6, "{:?}", f.control().log());
+    let l0 = got.iter().find(|m| m.id == "vm-l0").unwrap();
+    assert_eq!(l0.status, Status::Stopped);
+    assert_eq!(l0.cloud_status, "PowerState/deallocated");
+    assert!(got.iter().all(|m| !m.address.is_empty()), "{got:?}");
+    assert!(got
+        .iter()
+        .filter(|m| m.id != "vm-l0")
+        .all(|m| m.status == Status::Running));
+}
+
+#[tokio::test]
+async fn operations_in_progress_are_followed_and_throttling_is_retried() {
+    let f = fake().await;
+    f.set_lro_polls(3);
+    let p = provider(&f, "stack-1");
+    f.control().inject(Rule::new(
+        Some("PUT".parse().unwrap()),
+        "publicIPAddresses",
+        Fault::Status {
+            status: 429,
+            body: serde_json::json!({"error": {"code": "TooManyRequests", "message": "slow down"}}),
+            headers: vec![("Retry-After".into(), "0".into())],
+        },
+        1,
+    ));
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "/operations/",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "try later"}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    let m = p
+        .create(&spec("vm-j", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(m.status, Status::Running);
+    let polls = f.control().count(&"GET".parse().unwrap(), "/operations/");
+    assert!(
+        polls >= 4 * 3,
+        "each of 4 operations polled 3 times: {polls}"
+    );
+}
+
+#[tokio::test]
+async fn hourly_price_is_the_linux_on_demand_hour() {
+    let f = fake().await;
+    f.set_page_size(1);
+    let p = provider(&f, "");
+    let price = p.hourly_price(AMD, LOCATION).await.unwrap();
+    assert_eq!(price.currency, "USD");
+    assert!((price.hourly - 0.0458).abs() < 1e-9, "{price:?}");
+    let e = p.hourly_price("Standard_Nope", LOCATION).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let e = p
+        .hourly_price("Standard_B2s' or 'a", LOCATION)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::InvalidSpec,
+        "quotes never reach the filter"
+    );
+}
+
+#[tokio::test]
+async fn resize_reports_downtime_only_when_running() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    let m = p
+        .create(&spec("vm-k", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let r = p.resize(&m.id, "Standard_D2s_v5").await.unwrap();
+    assert!(r.caused_downtime);
+    assert_eq!(r.machine.machine_type, "Standard_D2s_v5");
+    p.stop(&m.id).await.unwrap();
+    let r = p.resize(&m.id, AMD).await.unwrap();
+    assert!(!r.caused_downtime);
+    assert_eq!(r.machine.status, Status::Stopped);
+    let e = p.resize(&m.id, ARM).await.unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::InvalidSpec,
+        "an amd64 disk cannot boot an arm64 size: {e}"
+    );
+}
+
+#[tokio::test]
+async fn admission_rule_takes_the_first_free_priority_and_touches_no_other_rule() {
+    let f = fake().await;
+    f.add_nsg(
+        RESOURCE_GROUP,
+        "hosts-nsg",
+        LOCATION,
+        &[("https", 100), ("vpn", 101), ("monitoring", 103)],
+    );
+    f.add_subnet(
+        RESOURCE_GROUP,
+        &format!("{VNET}-{LOCATION}"),
+        LOCATION,
+        SUBNET,
+        Some("hosts-nsg"),
+    );
+    let before = f.nsg_rules(RESOURCE_GROUP, "hosts-nsg");
+    let p = provider(&f, "stado");
+    let sources = vec!["198.51.100.4".to_string(), "203.0.113.0/28".to_string()];
+    let a = p.admit_ssh(LOCATION, &sources).await.unwrap();
+    assert!(
+        a.asg_id
+            .ends_with("/applicationSecurityGroups/stado-cloud-hosts-westeurope"),
+        "{}",
+        a.asg_id
+    );
+    let rule = a.rule.clone().expect("the subnet has a security group");
+    assert_eq!(rule.priority, 102);
+    let after = f.nsg_rules(RESOURCE_GROUP, "hosts-nsg");
+    assert_eq!(after.len(), before.len() + 1);
+    for old in &before {
+        assert!(after.contains(old), "rule {} changed", old["name"]);
+    }
+    let new = after
+        .iter()
+        .find(|r| r["name"] == "stado-cloud-hosts")
+        .unwrap();
+    let np = &new["properties"];
+    assert_eq!(np["priority"], 102);
+    assert_eq!(np["protocol"], "Tcp");
+    assert_eq!(np["destinationPortRange"], "22");
+    assert_eq!(np["direction"], "Inbound");
+    assert_eq!(np["access"], "Allow");
+    assert_eq!(np["sourceAddressPrefixes"], serde_json::json!(sources));
+    assert_eq!(
+        np["destinationApplicationSecurityGroups"][0]["id"],
+        a.asg_id.as_str()
+    );
+    assert!(
+        np.get("destinationAddressPrefix").is_none(),
+        "to the group only"
+    );
+    // Again with other addresses: the same rule, same priority, still nothing else touched.
+    let again = p
+        .admit_ssh(LOCATION, &["192.0.2.9".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(again.rule.unwrap().priority, 102);
+    let after2 = f.nsg_rules(RESOURCE_GROUP, "hosts-nsg");
+    assert_eq!(after2.len(), after.len());
+    for old in &before {
+        assert!(after2.contains(old));
+    }
+    // A host made with the group setting joins it.
+    let s = settings(&f)
+        .asg("stado-cloud-hosts-{location}")
+        .build()
+        .unwrap();
+    let hp = orca_azure::AzureProvider::new(s, "stado").unwrap();
+    hp.create(&spec("host-1", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let nic = f
+        .resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/networkInterfaces",
+            "host-1-nic",
+        )
+        .unwrap();
+    assert_eq!(
+        nic["properties"]["ipConfigurations"][0]["properties"]["applicationSecurityGroups"][0]
+            ["id"],
+        a.asg_id.as_str()
+    );
+    // Invalid addresses are refused before any call.
+    let n = f.control().requests();
+    assert_eq!(
+        p.admit_ssh(LOCATION, &["not-an-ip".into()])
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidSpec
+    );
+    assert_eq!(
+        p.admit_ssh(LOCATION, &[]).await.unwrap_err().kind(),
+        ErrorKind::InvalidSpec
+    );
+    assert_eq!(f.control().requests(), n);
+}
+
+#[tokio::test]
+async fn admission_without_a_subnet_group_and_under_a_policy_deny() {
+    let f = fake().await;
+    let p = provider(&f, "stado");
+    let a = p
+        .admit_ssh(LOCATION, &["198.51.100.4".into()])
+        .await
+        .unwrap();
+    assert_eq!(a.rule, None);
+    assert!(f
+        .resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/applicationSecurityGroups",
+            "stado-cloud-hosts-westeurope"
+        )
+        .is_some());
+    f.deny_policy("Microsoft.Network/applicationSecurityGroups", "deny-asg");
+    let e = p
+        .admit_ssh("northeurope", &["198.51.100.4".into()])
+        .await
+        .unwrap_err();
+    let s = e.to_string();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+    assert!(
+        s.contains("stado-cloud-hosts-northeurope was not made") && s.contains("deny-asg"),
+        "{s}"
+    );
+}
+
+#[tokio::test]
+async fn credentials_are_redacted_and_a_bad_token_is_unauthenticated() {
+    let f = fake().await;
+    let secret = "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.SECRET-TOKEN-VALUE";
+    let s = settings(&f).token(secret).build().unwrap();
+    let p = orca_azure::AzureProvider::new(s.clone(), "stack-1").unwrap();
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    for shown in [
+        format!("{p:?}"),
+        format!("{s:?}"),
+        e.to_string(),
+        format!("{e:?}"),
+    ] {
+        assert!(!shown.contains("SECRET-TOKEN-VALUE"), "{shown}");
+    }
+    let client_secret = orca_azure::Credential::ClientSecret {
+        tenant_id: "72f988bf-86f1-41af-91ab-2d7cd011db47".into(),
+        client_id: "app".into(),
+        secret: "hunter2-client-secret".to_string().into(),
+    };
+    let s = settings(&f).credential(client_secret).build().unwrap();
+    let p = orca_azure::AzureProvider::new(s, "stack-1").unwrap();
+    assert!(!format!("{p:?}").contains("hunter2"));
+    // The right token works: the token check is real.
+    let ok = provider(&f, "stack-1");
+    assert!(ok.machines("lab").await.unwrap().is_empty());
+    assert!(!format!("{ok:?}").contains(TOKEN));
+}
