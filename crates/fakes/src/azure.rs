@@ -1331,7 +1331,7 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
     answer(
         if exists { 200 } else { 201 },
         body,
-        &[("Azure-AsyncOperation", op)],
+        &[("Azure-AsyncOperation", op), ("Retry-After", "0".into())],
     )
 }
 
@@ -1437,7 +1437,11 @@ fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response
     answer(
         202,
         Value::Null,
-        &[("Azure-AsyncOperation", op.clone()), ("Location", op)],
+        &[
+            ("Azure-AsyncOperation", op.clone()),
+            ("Location", op),
+            ("Retry-After", "0".into()),
+        ],
     )
 }
 
@@ -1462,7 +1466,11 @@ fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &str) -> Res
     answer(
         202,
         Value::Null,
-        &[("Azure-AsyncOperation", op.clone()), ("Location", op)],
+        &[
+            ("Azure-AsyncOperation", op.clone()),
+            ("Location", op),
+            ("Retry-After", "0".into()),
+        ],
     )
 }
 
@@ -1697,6 +1705,7 @@ fn poll(st: &mut State, op_id: &str) -> Response {
         finish(st, op_id);
     }
     let op = &st.ops[op_id];
+    let running = op.outcome.is_none();
     let body = match &op.outcome {
         None => json!({"name": op_id, "status": "InProgress", "startTime": "2026-01-01T00:00:00Z"}),
         Some(Ok(())) => {
@@ -1706,7 +1715,13 @@ fn poll(st: &mut State, op_id: &str) -> Response {
             "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z",
             "error": {"code": code, "message": msg, "details": []}}),
     };
-    answer(200, body, &[])
+    // Azure names the wait before the next poll; the fake asks for none.
+    let wait = if running {
+        vec![("Retry-After", "0".to_string())]
+    } else {
+        vec![]
+    };
+    answer(200, body, &wait)
 }
 
 #[cfg(test)]

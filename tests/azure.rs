@@ -1,0 +1,95 @@
+//! `orca::of("azure", owner)` from environment variables, against the fake Azure Resource Manager.
+//! Environment variables are process-global: this binary sets them in its one test function.
+
+use orca::{Created, ErrorKind, MachineSpec};
+use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+
+const REQUIRED: &[&str] = &[
+    "ORCA_AZURE_SUBSCRIPTION_ID",
+    "ORCA_AZURE_RESOURCE_GROUP",
+    "ORCA_AZURE_VNET",
+    "ORCA_AZURE_SUBNET",
+    "ORCA_AZURE_IMAGE",
+    "ORCA_AZURE_ADMIN_USER",
+    "ORCA_AZURE_SSH_PUBLIC_KEY",
+];
+
+#[tokio::test]
+async fn of_azure_from_the_environment() {
+    // No IMDS, no CLI, no real endpoint can be reached: every Azure variable is cleared first, and
+    // the token is a static one for the fake.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ORCA_AZURE_")
+            || k.starts_with("AZURE_")
+            || k == "IDENTITY_ENDPOINT"
+            || k == "MSI_ENDPOINT"
+        {
+            std::env::remove_var(k);
+        }
+    }
+    let e = orca::of("azure", "stack-1").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSettings);
+    let msg = e.to_string();
+    for k in REQUIRED {
+        assert!(msg.contains(k), "{k} not named in {msg}");
+    }
+
+    let fake = FakeAzure::start().await.unwrap();
+    fake.add_subnet(
+        RESOURCE_GROUP,
+        "orca-net-westeurope",
+        "westeurope",
+        "hosts",
+        None,
+    );
+    for (k, v) in [
+        ("ORCA_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION.to_string()),
+        ("ORCA_AZURE_RESOURCE_GROUP", RESOURCE_GROUP.to_string()),
+        ("ORCA_AZURE_VNET", "orca-net".to_string()),
+        ("ORCA_AZURE_SUBNET", "hosts".to_string()),
+        (
+            "ORCA_AZURE_IMAGE",
+            "Canonical:ubuntu-24_04-lts:server:latest".to_string(),
+        ),
+        ("ORCA_AZURE_ADMIN_USER", "orca".to_string()),
+        (
+            "ORCA_AZURE_SSH_PUBLIC_KEY",
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake orca@test".to_string(),
+        ),
+        ("ORCA_AZURE_SSH_SOURCES", "203.0.113.7/32".to_string()),
+        ("ORCA_AZURE_ACCESS_TOKEN", TOKEN.to_string()),
+        ("ORCA_AZURE_ENDPOINT", fake.url()),
+        ("ORCA_AZURE_PRICES_ENDPOINT", fake.url()),
+    ] {
+        std::env::set_var(k, v);
+    }
+    let p = orca::of("azure", "stack-1").await.unwrap();
+    assert_eq!(p.kind(), "azure");
+    assert!(
+        !format!("{p:?}").contains(TOKEN),
+        "the token is never printed"
+    );
+    assert_eq!(p.arch("Standard_B2pts_v2").await.unwrap().as_str(), "arm64");
+    let Created::Machine(m) = p
+        .create(&MachineSpec::new(
+            "w-1",
+            "Standard_B2s",
+            "westeurope",
+            "lab",
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("no stock")
+    };
+    assert_eq!(p.machines("lab").await.unwrap().len(), 1);
+    assert!(
+        p.hourly_price("Standard_B2s", "westeurope")
+            .await
+            .unwrap()
+            .hourly
+            > 0.0
+    );
+    assert!(p.delete(&m.id).await.unwrap());
+    assert!(p.machines("lab").await.unwrap().is_empty());
+}
