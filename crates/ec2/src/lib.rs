@@ -32,6 +32,8 @@ mod provider;
 
 pub use config::{Ec2Builder, StaticCredentials, Waiting};
 pub use provider::{client_token, status_of, Ec2Provider, NAME_TAG};
+/// The secret type [`StaticCredentials`] takes.
+pub use secrecy::SecretString;
 
 /// A provider for `owner` (empty for none) from this process's settings ([`Ec2Builder::from_env`]).
 /// A missing setting is an [`orca_machines::Error::InvalidSettings`] that names every missing variable.
