@@ -315,42 +315,59 @@ impl Pacer {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes one request from the model bucket, waiting when that would go under the reserve.
-    /// Answers how long it waited.
+    /// Takes one request from the model bucket, first waiting while that would take it under the
+    /// reserve. A waiter looks again at least once a second, so that a better estimate of the refill
+    /// rate (from later answers) shortens its wait. Answers how long it waited.
     async fn before(&self) -> Duration {
         if !self.enabled {
             return Duration::ZERO;
         }
-        let wait = {
-            let mut b = self.lock();
-            b.outstanding += 1.0;
-            if !b.known {
-                return Duration::ZERO;
+        let started = Instant::now();
+        let mut waited = false;
+        loop {
+            let wait = {
+                let mut b = self.lock();
+                let now = Instant::now();
+                if b.known {
+                    b.tokens = (b.tokens + b.rate * (now - b.at).as_secs_f64()).min(b.limit);
+                    b.at = now;
+                }
+                let reserve = (b.limit * self.reserve_share).ceil().max(0.0);
+                if !b.known || b.tokens - 1.0 >= reserve || b.rate <= 0.0 {
+                    b.tokens -= 1.0;
+                    b.outstanding += 1.0;
+                    None
+                } else {
+                    Some(Duration::from_secs_f64(
+                        ((reserve + 1.0 - b.tokens) / b.rate).min(1.0),
+                    ))
+                }
+            };
+            match wait {
+                None => break,
+                Some(w) => {
+                    if !waited {
+                        waited = true;
+                        self.waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(w.max(Duration::from_millis(1))).await;
+                }
             }
-            let now = Instant::now();
-            b.tokens = (b.tokens + b.rate * (now - b.at).as_secs_f64()).min(b.limit);
-            b.at = now;
-            b.tokens -= 1.0;
-            let reserve = (b.limit * self.reserve_share).ceil();
-            // After this request the bucket must still hold the reserve (and never go negative).
-            let short = reserve.max(0.0) - b.tokens;
-            if short > 0.0 && b.rate > 0.0 {
-                Duration::from_secs_f64((short / b.rate).min(3600.0))
-            } else {
-                Duration::ZERO
-            }
-        };
-        if !wait.is_zero() {
-            self.waits.fetch_add(1, Ordering::Relaxed);
+        }
+        let wait = started.elapsed();
+        if waited {
             self.waited_us
                 .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
             tracing::debug!(
                 wait_ms = wait.as_millis() as u64,
-                "pacing for the project's rate limit"
+                "paced for the project's rate limit"
             );
-            tokio::time::sleep(wait).await;
         }
-        wait
+        if waited {
+            wait
+        } else {
+            Duration::ZERO
+        }
     }
 
     /// Learns the bucket from an answer's `RateLimit-*` headers (`None`: the call got no answer).

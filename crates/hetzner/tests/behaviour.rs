@@ -1,0 +1,585 @@
+//! The Hetzner driver's own behaviour against the fake Hetzner API: one create call with everything in
+//! it, the image of the type's architecture, no stock, failed create actions, adoption, the token never
+//! shown, rate-limit pacing and 429 storms, selectors that cannot widen, stop's bounded wait.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::Method;
+use orca_fakes::hetzner::{FakeHetzner, Options};
+use orca_fakes::{Fault, Rule};
+use orca_hetzner::{Config, HetznerProvider};
+use orca_machines::{Created, Error, MachineSpec, Provider, RetryPolicy, Status};
+
+const SECRET: &str = "hz-SECRET-token-0123456789abcdef";
+
+fn spec(name: &str, t: &str, loc: &str, pool: &str) -> MachineSpec {
+    MachineSpec::new(name, t, loc, pool).with_user_data("#cloud-config\nruncmd: [echo hi]\n")
+}
+
+#[tokio::test]
+async fn create_is_one_call_with_everything_in_it() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "stack-1");
+    let before = fake.control().count(&Method::POST, "/v1/servers");
+    let m = p
+        .create(&spec("arm-1", "cax11", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .expect("stock");
+    assert_eq!(
+        fake.control().count(&Method::POST, "/v1/servers") - before,
+        1,
+        "one create call"
+    );
+    let servers = fake.servers();
+    assert_eq!(servers.len(), 1);
+    let s = &servers[0];
+    assert_eq!(
+        s["image"]["architecture"], "arm",
+        "an arm type gets the arm image"
+    );
+    assert_eq!(s["image"]["name"], "ubuntu-24.04");
+    assert_eq!(s["labels"]["orca"], "pool");
+    assert_eq!(s["labels"]["orca-pool"], "lab");
+    assert_eq!(s["labels"]["orca-owner"], "stack-1");
+    assert_eq!(
+        s["public_net"]["firewalls"][0]["id"], 38,
+        "the firewall is applied"
+    );
+    let id: i64 = m.id.parse().unwrap();
+    assert_eq!(fake.ssh_keys_of(id), vec!["orca-test"]);
+    assert_eq!(
+        fake.user_data(id).as_deref(),
+        Some("#cloud-config\nruncmd: [echo hi]\n")
+    );
+    assert_eq!(m.status, Status::Running, "the create action has finished");
+    assert_eq!(m.address, s["public_net"]["ipv4"]["ip"].as_str().unwrap());
+    assert!(!m.address.is_empty());
+    assert_eq!(m.machine_type, "cax11");
+    // An x86 type gets the x86 image; the image lookups are cached per architecture.
+    let images_before = fake.control().count(&Method::GET, "/v1/images");
+    p.create(&spec("x86-1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap();
+    p.create(&spec("x86-2", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap();
+    assert_eq!(fake.servers()[1]["image"]["architecture"], "x86");
+    assert_eq!(
+        fake.control().count(&Method::GET, "/v1/images") - images_before,
+        1
+    );
+    assert_eq!(p.machines("lab").await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn no_stock_and_not_offered_in_this_location() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "s");
+    fake.set_no_stock("cx22", "nbg1", true);
+    match p.create(&spec("n1", "cx22", "nbg1", "lab")).await.unwrap() {
+        Created::NoStock {
+            machine_type,
+            location,
+            message,
+        } => {
+            assert_eq!((machine_type.as_str(), location.as_str()), ("cx22", "nbg1"));
+            assert!(
+                message.contains("not available in this location"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Scoped to type and location: another location has stock.
+    assert!(matches!(
+        p.create(&spec("n1", "cx22", "fsn1", "lab")).await.unwrap(),
+        Created::Machine(_)
+    ));
+    assert_eq!(fake.servers().len(), 1);
+    // A type that is never offered in a location is a plain error, not stock.
+    let e = p
+        .create(&spec("n2", "cax11", "ash", "lab"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidSpec { .. }), "{e:?}");
+    // An unknown type is not found, before any create call.
+    let posts = fake.control().count(&Method::POST, "/v1/servers");
+    let e = p
+        .create(&spec("n3", "zz99", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+    assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), posts);
+}
+
+#[tokio::test]
+async fn a_failed_create_action_leaves_no_server() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "s");
+    fake.fail_next_create_action("the host failed to boot the image");
+    let e = p
+        .create(&spec("f1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("the host failed to boot the image"),
+        "{e}"
+    );
+    assert!(fake.servers().is_empty(), "{:?}", fake.servers());
+    assert_eq!(fake.control().count(&Method::DELETE, "/v1/servers/"), 1);
+    // And the name is free again.
+    assert!(p
+        .create(&spec("f1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .is_some());
+}
+
+#[tokio::test]
+async fn a_failed_create_whose_clean_up_fails_names_the_leftover() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let config = common::builder(&fake)
+        .retry(RetryPolicy::NEVER)
+        .build()
+        .unwrap();
+    let p = HetznerProvider::new("s", config).unwrap();
+    p.arch("cx22").await.unwrap();
+    fake.fail_next_create_action("boom");
+    fake.control().inject(Rule::new(
+        Some(Method::DELETE),
+        "/v1/servers/",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "service_error", "message": "try later"}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    match p.create(&spec("f2", "cx22", "fsn1", "lab")).await {
+        Err(Error::Leftovers { error, left }) => {
+            assert!(error.to_string().contains("boom"));
+            assert_eq!(left.len(), 1);
+            let id = fake.servers()[0]["id"].as_i64().unwrap();
+            assert!(left[0].contains(&format!("server {id}")), "{left:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_taken_name_is_adopted_only_when_it_is_ours() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let a = common::provider(&fake, "owner-a");
+    let b = common::provider(&fake, "owner-b");
+    let first = a
+        .create(&spec("same", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    // The same spec again (a retried create): the same server.
+    let again = a
+        .create(&spec("same", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(first.id, again.id);
+    // Another owner, another pool, or a server of another tool: already exists, nothing adopted.
+    for (p, pool) in [(&b, "lab"), (&a, "other")] {
+        let e = p
+            .create(&spec("same", "cx22", "fsn1", pool))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
+    }
+    fake.insert_server("foreign", "cx22", "fsn1", &[("team", "web")]);
+    let e = a
+        .create(&spec("foreign", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
+    assert_eq!(fake.servers().len(), 2);
+}
+
+#[tokio::test]
+async fn foreign_servers_are_neither_listed_nor_deleted_nor_changed() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me");
+    let other = fake.insert_server(
+        "theirs",
+        "cx22",
+        "fsn1",
+        &[
+            ("orca", "pool"),
+            ("orca-pool", "lab"),
+            ("orca-owner", "you"),
+        ],
+    );
+    let plain = fake.insert_server("plain", "cx22", "fsn1", &[]);
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    for id in [other, plain] {
+        let id = id.to_string();
+        assert!(matches!(p.delete(&id).await, Err(Error::NotOwned { .. })));
+        assert!(matches!(p.stop(&id).await, Err(Error::NotOwned { .. })));
+        assert!(matches!(p.start(&id).await, Err(Error::NotOwned { .. })));
+        assert!(matches!(
+            p.resize(&id, "cx32").await,
+            Err(Error::NotOwned { .. })
+        ));
+    }
+    assert_eq!(fake.control().count(&Method::DELETE, "/v1/servers"), 0);
+    assert_eq!(fake.control().count(&Method::POST, "/actions/"), 0);
+    assert_eq!(fake.servers().len(), 2);
+}
+
+#[tokio::test]
+async fn a_selector_widening_value_is_refused_before_any_request() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me");
+    for bad in [
+        "lab,orca-owner!=me",
+        "lab,!orca-owner",
+        "x in (a,b)",
+        "lab ",
+        "",
+        "a=b",
+    ] {
+        match p.machines(bad).await {
+            Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "pool"),
+            other => panic!("machines({bad:?}) gave {other:?}"),
+        }
+        match p.create(&spec("ok-name", "cx22", "fsn1", bad)).await {
+            Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "pool"),
+            other => panic!("create in {bad:?} gave {other:?}"),
+        }
+    }
+    for owner in ["a,orca=pool", "!x", "x y", "Owner"] {
+        let e = HetznerProvider::new(owner, common::builder(&fake).build().unwrap()).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidSpec { ref field, .. } if field == "owner"),
+            "{e:?}"
+        );
+    }
+    for bad in ["12,13", "0", "-1", "abc", "1 2"] {
+        assert!(
+            matches!(p.delete(bad).await, Err(Error::InvalidSpec { .. })),
+            "{bad}"
+        );
+    }
+    for bad in ["cx22,cx32", "cx 22", ""] {
+        assert!(
+            matches!(p.arch(bad).await, Err(Error::InvalidSpec { .. })),
+            "{bad}"
+        );
+    }
+    assert_eq!(fake.control().requests(), 0, "{:?}", fake.control().log());
+}
+
+#[tokio::test]
+async fn the_token_is_redacted_everywhere() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let config = Config::builder()
+        .token(SECRET)
+        .endpoint(fake.url())
+        .retry(RetryPolicy::fast())
+        .build()
+        .unwrap();
+    let p = HetznerProvider::new("me", config.clone()).unwrap();
+    let mut shown = vec![
+        format!("{config:?}"),
+        format!("{p:?}"),
+        format!("{:?}", Config::builder().token(SECRET)),
+    ];
+    // The fake accepts another token: a 401, with Hetzner's words and not the token.
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(matches!(e, Error::Unauthenticated { .. }), "{e:?}");
+    assert!(e.to_string().contains("unauthorized"), "{e}");
+    shown.push(format!("{e} {e:?}"));
+    let e = p
+        .create(&spec("t1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    shown.push(format!("{e} {e:?}"));
+    // A transport failure (nothing listens there).
+    let closed = Config::builder()
+        .token(SECRET)
+        .endpoint("http://127.0.0.1:9/v1")
+        .retry(RetryPolicy::NEVER)
+        .build()
+        .unwrap();
+    let e = HetznerProvider::new("me", closed)
+        .unwrap()
+        .machines("lab")
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    shown.push(format!("{e} {e:?}"));
+    // A settings error about a bad token value.
+    let e = Config::builder()
+        .token(format!("{SECRET} with space"))
+        .build()
+        .unwrap_err();
+    shown.push(format!("{e} {e:?}"));
+    for s in &shown {
+        assert!(!s.contains(SECRET), "the token leaked: {s}");
+        assert!(!s.contains("SECRET-token"), "part of the token leaked: {s}");
+    }
+    // The token did travel, as a bearer header, to the fake.
+    assert!(fake.control().requests() >= 2);
+}
+
+/// 429s injected in front of the fake (with Retry-After and the RateLimit headers).
+fn throttle(fake: &FakeHetzner, times: u32) {
+    let reset = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    fake.control().inject(Rule::new(
+        None,
+        "/v1/",
+        Fault::Status {
+            status: 429,
+            body: serde_json::json!({"error": {"code": "rate_limit_exceeded", "message": "limit of requests per hour reached", "details": {}}}),
+            headers: vec![
+                ("Retry-After".into(), "0.02".into()),
+                ("RateLimit-Limit".into(), "3600".into()),
+                ("RateLimit-Remaining".into(), "0".into()),
+                ("RateLimit-Reset".into(), reset.to_string()),
+            ],
+        },
+        times,
+    ));
+}
+
+#[tokio::test]
+async fn a_429_storm_is_retried_within_bounds_not_blindly() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me");
+    // A short storm: each 429 is waited out once, then the call succeeds.
+    throttle(&fake, 3);
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    assert_eq!(fake.control().requests(), 4, "three 429s and one success");
+    // A long storm: the shared policy gives up after its retries, with the cloud's wait.
+    fake.control().clear_log();
+    throttle(&fake, 1000);
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(matches!(e, Error::Throttled { .. }), "{e:?}");
+    assert_eq!(e.retry_after(), Some(Duration::from_millis(20)));
+    assert_eq!(
+        fake.control().requests(),
+        u64::from(RetryPolicy::fast().max_retries) + 1,
+        "bounded: the first attempt and the policy's retries, no more"
+    );
+    fake.control().clear_faults();
+}
+
+#[tokio::test]
+async fn calls_are_paced_from_the_rate_limit_headers() {
+    // A small budget: 10 requests, refilled at 4 a second.
+    let opts = Options {
+        rate_limit: 10,
+        refill_per_second: 4.0,
+        ..Options::default()
+    };
+    let burst = 20;
+
+    // Unpaced, a burst spends the budget and meets 429s (retried by the policy).
+    let fake = FakeHetzner::start_with(opts.clone()).await.unwrap();
+    let unpaced = Arc::new(
+        HetznerProvider::new("me", common::builder(&fake).pacing(false).build().unwrap()).unwrap(),
+    );
+    unpaced.machines("lab").await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..burst {
+        let p = unpaced.clone();
+        tasks.spawn(async move { p.machines("lab").await.map(|_| ()) });
+    }
+    while let Some(r) = tasks.join_next().await {
+        let _ = r.unwrap();
+    }
+    assert!(fake.rate_limited() > 0, "the unpaced burst met no 429");
+
+    // Paced, the same burst keeps within the budget: no 429, one request a call.
+    let fake = FakeHetzner::start_with(opts).await.unwrap();
+    let paced = Arc::new(
+        HetznerProvider::new(
+            "me",
+            common::builder(&fake).rate_reserve(0.0).build().unwrap(),
+        )
+        .unwrap(),
+    );
+    paced.machines("lab").await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..burst {
+        let p = paced.clone();
+        tasks.spawn(async move { p.machines("lab").await.map(|_| ()) });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().unwrap();
+    }
+    assert_eq!(fake.rate_limited(), 0, "a paced burst met 429s");
+    assert_eq!(fake.control().requests(), burst as u64 + 1);
+    let (waits, _) = paced.pacing_stats();
+    assert!(waits >= 10, "only {waits} call(s) waited for the refill");
+}
+
+#[tokio::test]
+async fn a_reserve_is_left_for_other_tools() {
+    let fake = FakeHetzner::start_with(Options {
+        rate_limit: 20,
+        refill_per_second: 10.0,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let p = HetznerProvider::new(
+        "me",
+        common::builder(&fake).rate_reserve(0.5).build().unwrap(),
+    )
+    .unwrap();
+    for _ in 0..15 {
+        p.machines("lab").await.unwrap();
+    }
+    // Half the bucket (10) is kept: past it, calls wait for the refill.
+    let (waits, _) = p.pacing_stats();
+    assert!(waits >= 4, "{waits}");
+    assert_eq!(fake.rate_limited(), 0);
+}
+
+#[tokio::test]
+async fn stop_waits_for_shutdown_then_powers_off() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me");
+    let m = p
+        .create(&spec("s1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    // A graceful shutdown that works: no poweroff.
+    let stopped = p.stop(&m.id).await.unwrap();
+    assert_eq!(
+        (stopped.status, stopped.cloud_status.as_str()),
+        (Status::Stopped, "off")
+    );
+    assert_eq!(fake.control().count(&Method::POST, "/actions/poweroff"), 0);
+    let started = p.start(&m.id).await.unwrap();
+    assert_eq!(started.status, Status::Running);
+    // An OS that ignores ACPI: the bounded wait ends in a poweroff.
+    fake.ignore_shutdown(true);
+    let stopped = p.stop(&m.id).await.unwrap();
+    assert_eq!(stopped.status, Status::Stopped);
+    assert_eq!(fake.control().count(&Method::POST, "/actions/poweroff"), 1);
+    // Resize of a stopped server: no downtime, stays stopped; of a running one: downtime.
+    let r = p.resize(&m.id, "cx32").await.unwrap();
+    assert!(!r.caused_downtime);
+    assert_eq!(
+        (r.machine.machine_type.as_str(), r.machine.status),
+        ("cx32", Status::Stopped)
+    );
+    fake.ignore_shutdown(false);
+    p.start(&m.id).await.unwrap();
+    let r = p.resize(&m.id, "cx22").await.unwrap();
+    assert!(r.caused_downtime);
+    assert_eq!(
+        (r.machine.machine_type.as_str(), r.machine.status),
+        ("cx22", Status::Running)
+    );
+    // Across architectures: refused before any change.
+    let e = p.resize(&m.id, "cax11").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidSpec { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn prices_arch_and_statuses() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me");
+    let fsn = p.hourly_price("cx22", "fsn1").await.unwrap();
+    let hel = p.hourly_price("cx22", "hel1").await.unwrap();
+    assert_eq!(fsn.currency, "EUR");
+    assert!((fsn.hourly - 0.006).abs() < 1e-9, "{fsn:?}");
+    assert!(hel.hourly > fsn.hourly, "prices are per location");
+    assert!(matches!(
+        p.hourly_price("cax11", "ash").await,
+        Err(Error::NotFound { .. })
+    ));
+    assert_eq!(p.arch("cax21").await.unwrap().as_str(), "arm64");
+    assert_eq!(p.arch("ccx13").await.unwrap().as_str(), "amd64");
+    for (word, status) in [
+        ("initializing", Status::Starting),
+        ("starting", Status::Starting),
+        ("running", Status::Running),
+        ("stopping", Status::Stopping),
+        ("off", Status::Stopped),
+        ("deleting", Status::Deleting),
+        ("migrating", Status::Running),
+        ("rebuilding", Status::Starting),
+        ("unknown", Status::Unknown),
+    ] {
+        assert_eq!(orca_hetzner::status_of(word), status, "{word}");
+    }
+}
+
+#[tokio::test]
+async fn listing_reads_every_page_in_ceil_n_over_50_requests() {
+    let fake = FakeHetzner::start().await.unwrap();
+    for i in 0..120 {
+        fake.insert_server(
+            &format!("m{i}"),
+            "cx22",
+            "fsn1",
+            &[("orca", "pool"), ("orca-pool", "big"), ("orca-owner", "me")],
+        );
+    }
+    let p = common::provider(&fake, "me");
+    let got = p.machines("big").await.unwrap();
+    assert_eq!(got.len(), 120);
+    assert_eq!(fake.control().requests(), 3, "ceil(120/50) pages");
+    let log = fake.control().log();
+    assert!(log[0].path.contains("per_page=50"), "{}", log[0].path);
+    assert!(
+        log[0]
+            .path
+            .contains("label_selector=orca%3Dpool%2Corca-pool%3Dbig%2Corca-owner%3Dme"),
+        "{}",
+        log[0].path
+    );
+}
+
+#[tokio::test]
+async fn a_lost_create_answer_is_adopted_after_its_action() {
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 3,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let p = common::provider(&fake, "me");
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/v1/servers",
+        Fault::DropAnswer,
+        1,
+    ));
+    let m = p
+        .create(&spec("lost-1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(fake.servers().len(), 1);
+    assert_eq!(
+        m.status,
+        Status::Running,
+        "the create action was followed to its end"
+    );
+    assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 2);
+}
