@@ -1,0 +1,66 @@
+//! `orca::of("hetzner", owner)` from environment variables, against the fake Hetzner API.
+//!
+//! Environment variables are process-global: this binary is the only one that sets them, in one test.
+
+use orca::{Created, ErrorKind, MachineSpec, Status};
+use orca_fakes::hetzner::{FakeHetzner, Options};
+
+const VARS: &[&str] = &[
+    "HCLOUD_TOKEN",
+    "ORCA_HCLOUD_ENDPOINT",
+    "ORCA_HCLOUD_IMAGE",
+    "ORCA_HCLOUD_SSH_KEYS",
+    "ORCA_HCLOUD_FIREWALL",
+];
+
+#[tokio::test]
+async fn of_hetzner_from_the_environment() {
+    for v in VARS {
+        std::env::remove_var(v);
+    }
+    // Unset: the error names the token variable.
+    let e = orca::of("hetzner", "stack-1").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSettings);
+    assert!(e.to_string().contains("HCLOUD_TOKEN"), "{e}");
+
+    // A wrong endpoint is named too.
+    std::env::set_var("HCLOUD_TOKEN", "x");
+    std::env::set_var("ORCA_HCLOUD_ENDPOINT", "not a url");
+    let e = orca::of("hetzner", "stack-1").await.unwrap_err();
+    assert!(e.to_string().contains("ORCA_HCLOUD_ENDPOINT"), "{e}");
+
+    // Set: a provider on the fake, with the key and firewall by name.
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 0,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    std::env::set_var("HCLOUD_TOKEN", fake.token());
+    std::env::set_var("ORCA_HCLOUD_ENDPOINT", fake.url());
+    std::env::set_var("ORCA_HCLOUD_SSH_KEYS", "orca-test");
+    std::env::set_var("ORCA_HCLOUD_FIREWALL", "orca-fw");
+    let p = orca::of("hetzner", "stack-1").await.unwrap();
+    assert_eq!(p.kind(), "hetzner");
+    assert_eq!(p.owner(), "stack-1");
+    assert_eq!(p.arch("cax11").await.unwrap().as_str(), "arm64");
+    let Created::Machine(m) = p
+        .create(&MachineSpec::new("facade-1", "cax11", "hel1", "lab"))
+        .await
+        .unwrap()
+    else {
+        panic!("no stock")
+    };
+    assert_eq!(m.status, Status::Running);
+    assert!(!m.address.is_empty());
+    let s = &fake.servers()[0];
+    assert_eq!(s["image"]["architecture"], "arm");
+    assert_eq!(s["public_net"]["firewalls"][0]["id"], 38);
+    let listed = p.machines("lab").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(p.delete(&m.id).await.unwrap());
+    assert!(fake.servers().is_empty());
+    for v in VARS {
+        std::env::remove_var(v);
+    }
+}
