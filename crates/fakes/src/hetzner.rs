@@ -77,7 +77,19 @@ struct ServerType {
     locations: &'static [&'static str],
 }
 
-const LOCATIONS: &[(i64, &str, &str, &str, &str, f64, f64, &str)] = &[
+/// Locations: (id, name, description, country, city, latitude, longitude, network zone).
+type LocationRow = (
+    i64,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    f64,
+    f64,
+    &'static str,
+);
+
+const LOCATIONS: &[LocationRow] = &[
     (
         1,
         "fsn1",
@@ -298,6 +310,7 @@ struct State_ {
     action_reads: u32,
     bucket: Bucket,
     rate_limited: u64,
+    low_water: f64,
 }
 
 type Shared = Arc<Mutex<State_>>;
@@ -367,6 +380,7 @@ impl FakeHetzner {
                 at: Instant::now(),
             },
             rate_limited: 0,
+            low_water: options.rate_limit as f64,
         }));
         let router = Router::new()
             .route("/v1/servers", get(list_servers).post(create_server))
@@ -434,6 +448,12 @@ impl FakeHetzner {
             tokens: limit as f64,
             at: Instant::now(),
         };
+        s.low_water = limit as f64;
+    }
+
+    /// The fewest requests left in the rate-limit bucket after any served request so far.
+    pub fn low_water(&self) -> f64 {
+        lock(&self.state).low_water
     }
 
     /// How many requests the rate limit refused (429 `rate_limit_exceeded`) so far.
@@ -759,6 +779,7 @@ async fn guard(State(state): State<Shared>, req: Request, next: Next) -> Respons
             ))
         } else {
             s.bucket.tokens -= 1.0;
+            s.low_water = s.low_water.min(s.bucket.tokens);
             None
         };
         (verdict, s.bucket.headers())

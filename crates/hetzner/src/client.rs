@@ -508,7 +508,7 @@ mod tests {
         assert_eq!(p.before().await, Duration::ZERO);
         let w = p.before().await;
         assert!(
-            w > Duration::from_millis(700) && w <= Duration::from_millis(1100),
+            w > Duration::from_millis(700) && w <= Duration::from_millis(1200),
             "{w:?}"
         );
         assert_eq!(p.stats().0, 1);

@@ -70,29 +70,12 @@ impl Config {
     /// The settings from this process's environment: [`TOKEN_ENV`] (required), [`IMAGE_ENV`],
     /// [`SSH_KEYS_ENV`], [`FIREWALL_ENV`], [`ENDPOINT_ENV`].
     pub fn from_env() -> Result<Config> {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        ConfigBuilder::from_env().build()
     }
 
     /// The settings from `lookup` (what [`Config::from_env`] uses with the environment).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
-        let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
-        let mut b = Config::builder();
-        if let Some(t) = get(TOKEN_ENV) {
-            b = b.token(t);
-        }
-        if let Some(i) = get(IMAGE_ENV) {
-            b = b.image(i.trim());
-        }
-        if let Some(k) = get(SSH_KEYS_ENV) {
-            b = b.ssh_keys(k.split(',').map(str::trim).filter(|s| !s.is_empty()));
-        }
-        if let Some(f) = get(FIREWALL_ENV) {
-            b = b.firewall(f.trim());
-        }
-        if let Some(e) = get(ENDPOINT_ENV) {
-            b = b.endpoint(e.trim());
-        }
-        b.build_with_keys(ENDPOINT_ENV)
+        ConfigBuilder::from_lookup(lookup).build()
     }
 
     /// The API's base address.
@@ -126,6 +109,8 @@ pub struct ConfigBuilder {
     action_timeout: Duration,
     shutdown_timeout: Duration,
     request_timeout: Duration,
+    /// Whether the settings came from the environment (errors then name the variables).
+    env: bool,
 }
 
 impl std::fmt::Debug for ConfigBuilder {
@@ -154,11 +139,43 @@ impl Default for ConfigBuilder {
             action_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(60),
+            env: false,
         }
     }
 }
 
 impl ConfigBuilder {
+    /// A builder holding this process's environment settings (see [`Config::from_env`]), to adjust
+    /// before [`build`](Self::build).
+    pub fn from_env() -> ConfigBuilder {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// A builder holding the settings `lookup` answers for the environment variables.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> ConfigBuilder {
+        let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
+        let mut b = ConfigBuilder {
+            env: true,
+            ..ConfigBuilder::default()
+        };
+        if let Some(t) = get(TOKEN_ENV) {
+            b = b.token(t);
+        }
+        if let Some(i) = get(IMAGE_ENV) {
+            b = b.image(i.trim());
+        }
+        if let Some(k) = get(SSH_KEYS_ENV) {
+            b = b.ssh_keys(k.split(',').map(str::trim).filter(|s| !s.is_empty()));
+        }
+        if let Some(f) = get(FIREWALL_ENV) {
+            b = b.firewall(f.trim());
+        }
+        if let Some(e) = get(ENDPOINT_ENV) {
+            b = b.endpoint(e.trim());
+        }
+        b
+    }
+
     /// The API token ([`TOKEN_ENV`]).
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(SecretString::from(token.into()));
@@ -233,10 +250,7 @@ impl ConfigBuilder {
 
     /// The settings, or [`Error::InvalidSettings`] naming every setting at fault.
     pub fn build(self) -> Result<Config> {
-        self.build_with_keys("endpoint")
-    }
-
-    fn build_with_keys(self, endpoint_key: &str) -> Result<Config> {
+        let endpoint_key = if self.env { ENDPOINT_ENV } else { "endpoint" };
         let mut keys = Vec::new();
         let mut why = Vec::new();
         if self.token.is_none() {

@@ -433,25 +433,41 @@ async fn calls_are_paced_from_the_rate_limit_headers() {
 
 #[tokio::test]
 async fn a_reserve_is_left_for_other_tools() {
-    let fake = FakeHetzner::start_with(Options {
-        rate_limit: 20,
-        refill_per_second: 10.0,
-        ..Options::default()
-    })
-    .await
-    .unwrap();
-    let p = HetznerProvider::new(
-        "me",
-        common::builder(&fake).rate_reserve(0.5).build().unwrap(),
-    )
-    .unwrap();
-    for _ in 0..15 {
-        p.machines("lab").await.unwrap();
+    for (reserve, kept) in [(0.5, 10.0), (0.0, 0.0)] {
+        let fake = FakeHetzner::start_with(Options {
+            rate_limit: 20,
+            refill_per_second: 10.0,
+            ..Options::default()
+        })
+        .await
+        .unwrap();
+        let p = HetznerProvider::new(
+            "me",
+            common::builder(&fake)
+                .rate_reserve(reserve)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        for _ in 0..15 {
+            p.machines("lab").await.unwrap();
+        }
+        let (waits, _) = p.pacing_stats();
+        if kept > 0.0 {
+            // Half the bucket (10) is kept for other tools: past it, calls wait for the refill.
+            assert!(waits >= 1, "no call waited");
+            assert!(
+                fake.low_water() >= kept - 1.0,
+                "the bucket fell to {}",
+                fake.low_water()
+            );
+        } else {
+            // Without a reserve, 15 calls fit in the bucket of 20: nobody waits.
+            assert_eq!(waits, 0);
+            assert!(fake.low_water() < 10.0);
+        }
+        assert_eq!(fake.rate_limited(), 0);
     }
-    // Half the bucket (10) is kept: past it, calls wait for the refill.
-    let (waits, _) = p.pacing_stats();
-    assert!(waits >= 4, "{waits}");
-    assert_eq!(fake.rate_limited(), 0);
 }
 
 #[tokio::test]
