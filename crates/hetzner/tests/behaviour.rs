@@ -282,8 +282,32 @@ async fn a_selector_widening_value_is_refused_before_any_request() {
     assert_eq!(fake.control().requests(), 0, "{:?}", fake.control().log());
 }
 
-#[tokio::test]
+/// A writer that keeps what the tracing subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn the_token_is_redacted_everywhere() {
+    // Every span and event at every level, into a buffer (this test runs on one thread).
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
     let fake = FakeHetzner::start().await.unwrap();
     let config = Config::builder()
         .token(SECRET)
@@ -327,6 +351,13 @@ async fn the_token_is_redacted_everywhere() {
         .build()
         .unwrap_err();
     shown.push(format!("{e} {e:?}"));
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("hetzner.call"),
+        "the calls were traced: {logs}"
+    );
+    assert!(logs.contains("operation=\"servers.list\""), "{logs}");
+    shown.push(logs);
     for s in &shown {
         assert!(!s.contains(SECRET), "the token leaked: {s}");
         assert!(!s.contains("SECRET-token"), "part of the token leaked: {s}");
