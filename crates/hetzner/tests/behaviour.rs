@@ -630,3 +630,54 @@ async fn a_lost_create_answer_is_adopted_after_its_action() {
     );
     assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 2);
 }
+
+#[tokio::test]
+async fn passing_failures_are_retried_by_the_shared_policy() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = HetznerProvider::new(
+        "me",
+        common::builder(&fake)
+            .request_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    // Two 503s, then the answer.
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/v1/servers",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "service_error", "message": "try again"}}),
+            headers: vec![],
+        },
+        2,
+    ));
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    assert_eq!(fake.control().requests(), 3);
+    // An answer slower than the request timeout, then a quick one.
+    fake.control().clear_log();
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/v1/servers",
+        Fault::Latency(Duration::from_secs(2)),
+        1,
+    ));
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    // A 4xx that is not passing is not retried.
+    fake.control().clear_log();
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/v1/servers",
+        Fault::Status {
+            status: 403,
+            body: serde_json::json!({"error": {"code": "forbidden", "message": "read-only token"}}),
+            headers: vec![],
+        },
+        5,
+    ));
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(matches!(e, Error::PermissionDenied { .. }), "{e:?}");
+    assert_eq!(fake.control().requests(), 1);
+    fake.control().clear_faults();
+}
