@@ -9,8 +9,9 @@
 //!   rules (get, list, patch as a JSON merge patch) and networks (get);
 //! - the error shape `{"error": {"code", "message", "errors": [{"message", "domain", "reason"}]}}`
 //!   and its codes (400 `invalid`, 404 `notFound`, 409 `alreadyExists`, 412 `conditionNotMet`, 401);
-//! - list `filter` (see [`filter`](self) for the grammar it understands), `maxResults` (0 to 500,
-//!   default 500) and `pageToken`;
+//! - list `filter` (expressions `field = value`, `!=`, `:`, `field:*`, several in parentheses joined
+//!   by whitespace or `AND`; `OR`, negation and the regular-expression forms answer 400),
+//!   `maxResults` (0 to 500, default 500) and `pageToken`;
 //! - `requestId` de-duplication: a mutating call repeated with the same id answers the first call's
 //!   operation and changes nothing;
 //! - the boot disk as its own resource (named as `initializeParams.diskName`, or the instance), deleted
@@ -542,8 +543,12 @@ impl World {
                     let n = self.next_id % 250 + 1;
                     if let Some(vm) = self.instances.get_mut(&key) {
                         vm["status"] = json!("RUNNING");
-                        vm["networkInterfaces"][0]["accessConfigs"][0]["natIP"] =
-                            json!(format!("203.0.113.{n}"));
+                        let nat = vm
+                            .pointer_mut("/networkInterfaces/0/accessConfigs/0")
+                            .and_then(Value::as_object_mut);
+                        if let Some(nat) = nat {
+                            nat.insert("natIP".into(), json!(format!("203.0.113.{n}")));
+                        }
                     }
                 }
             },
@@ -1124,6 +1129,11 @@ async fn insert_instance(
     };
     if let Err(r) = check_labels(&vm["labels"]) {
         return r;
+    }
+    for field in ["metadata", "tags", "scheduling", "labels"] {
+        if !(vm[field].is_null() || vm[field].is_object()) {
+            return invalid(format!("Invalid value for field 'resource.{field}'"));
+        }
     }
     let disks = vm["disks"].as_array().cloned().unwrap_or_default();
     let boots: Vec<&Value> = disks.iter().filter(|d| d["boot"] == json!(true)).collect();
@@ -1724,5 +1734,163 @@ mod tests {
         assert_eq!(body["error"]["code"], 401);
         assert_eq!(body["error"]["errors"][0]["reason"], "required");
         assert_eq!(body["error"]["errors"][0]["domain"], "global");
+    }
+
+    fn b64url(data: &[u8]) -> String {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for chunk in data.chunks(3) {
+            let n = chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b))
+                << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    async fn token_for(fake: &FakeGce, http: &reqwest::Client) -> String {
+        let claims = json!({"iss": TEST_CLIENT_EMAIL, "aud": fake.token_uri(), "scope": "https://www.googleapis.com/auth/compute"});
+        let jwt = format!(
+            "{}.{}.c2ln",
+            b64url(br#"{"alg":"RS256"}"#),
+            b64url(claims.to_string().as_bytes())
+        );
+        let r: Value = http
+            .post(fake.token_uri())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!(
+                "grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Ajwt-bearer&assertion={jwt}"
+            ))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        r["access_token"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn operations_request_ids_images_and_conflicts() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        assert_eq!(fake.tokens_issued(), 1);
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+
+        let image: Value = http
+            .get(format!(
+                "{}/projects/{IMAGE_PROJECT}/global/images/family/ubuntu-2404-lts-arm64",
+                fake.endpoint()
+            ))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(image["architecture"], "ARM64");
+
+        let vm = json!({
+            "name": "vm-1",
+            "machineType": format!("zones/{ZONE}/machineTypes/e2-small"),
+            "labels": {"orca": "pool"},
+            "disks": [{"boot": true, "autoDelete": true, "initializeParams": {"sourceImage": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"}}],
+            "networkInterfaces": [{"network": format!("projects/{PROJECT}/global/networks/{NETWORK}")}],
+        });
+        let rid = "6f1c2c9e-5a51-4b1a-9b3e-0d6a8f1e2b3c";
+        let insert = || {
+            http.post(api(&format!("zones/{ZONE}/instances?requestId={rid}")))
+                .bearer_auth(&token)
+                .json(&vm)
+                .send()
+        };
+        let op: Value = insert().await.unwrap().json().await.unwrap();
+        assert_eq!(op["status"], "PENDING");
+        let again: Value = insert().await.unwrap().json().await.unwrap();
+        assert_eq!(
+            again["name"], op["name"],
+            "the same requestId answers the same operation"
+        );
+        assert_eq!(fake.insert_bodies().len(), 1);
+        let op_url = api(&format!(
+            "zones/{ZONE}/operations/{}",
+            op["name"].as_str().unwrap()
+        ));
+        let get = || http.get(&op_url).bearer_auth(&token).send();
+        let s1: Value = get().await.unwrap().json().await.unwrap();
+        assert_eq!(s1["status"], "RUNNING");
+        assert_eq!(
+            fake.instance(ZONE, "vm-1").unwrap()["status"],
+            "PROVISIONING"
+        );
+        let s2: Value = get().await.unwrap().json().await.unwrap();
+        assert_eq!(s2["status"], "DONE");
+        assert_eq!(fake.instance(ZONE, "vm-1").unwrap()["status"], "RUNNING");
+        assert_eq!(fake.disk_names(ZONE), ["vm-1"]);
+
+        // A new request id for the same name: 409 in the real shape.
+        let r = http
+            .post(api(&format!(
+                "zones/{ZONE}/instances?requestId=7f1c2c9e-5a51-4b1a-9b3e-0d6a8f1e2b3c"
+            )))
+            .bearer_auth(&token)
+            .json(&vm)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 409);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["errors"][0]["reason"], "alreadyExists");
+
+        // The disk cannot go while the instance uses it; with the instance, it goes (autoDelete).
+        let r = http
+            .delete(api(&format!("zones/{ZONE}/disks/vm-1")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let del: Value = http
+            .delete(api(&format!("zones/{ZONE}/instances/vm-1")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let waited: Value = http
+            .post(api(&format!(
+                "zones/{ZONE}/operations/{}/wait",
+                del["name"].as_str().unwrap()
+            )))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(waited["status"], "DONE");
+        assert!(fake.instance_names(ZONE).is_empty());
+        assert!(fake.disk_names(ZONE).is_empty());
+
+        // A bad filter and a bad page size answer 400.
+        for q in [
+            "filter=(a%20%3D%201)%20OR%20(b%20%3D%202)",
+            "maxResults=501",
+            "pageToken=bogus",
+        ] {
+            let r = http
+                .get(api(&format!("zones/{ZONE}/instances?{q}")))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "{q}");
+        }
     }
 }
