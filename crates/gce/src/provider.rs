@@ -402,11 +402,12 @@ impl GceProvider {
             &sha256_hex(spec.user_data.as_bytes()),
         ]);
 
-        // A repeated requestId answers the first insert's operation. If that instance was made and
+        // A repeated requestId answers the first insert's operation. If that operation had already
+        // failed (an earlier create of this spec without stock, say), or its instance was made and
         // deleted since, the id is stale: insert once more under an id salted with that operation.
         let mut rid = rid;
         for round in 0..2 {
-            match self.insert_once(spec, &body, &rid).await? {
+            match self.insert_once(spec, &body, &rid, round == 0).await? {
                 Inserted::Made(m) => return Ok(Created::Machine(m)),
                 Inserted::NoStock(message) => {
                     return Ok(Created::NoStock {
@@ -416,7 +417,7 @@ impl GceProvider {
                     })
                 }
                 Inserted::Stale(op_name) if round == 0 => {
-                    tracing::debug!(name = %spec.name, "request id answered a finished insert of a machine gone since");
+                    tracing::debug!(name = %spec.name, "request id answered a stale insert; salting it");
                     rid = request_uuid(&[&rid, &op_name]);
                 }
                 Inserted::Stale(_) => break,
@@ -428,7 +429,13 @@ impl GceProvider {
         )))
     }
 
-    async fn insert_once(&self, spec: &MachineSpec, body: &Value, rid: &str) -> Result<Inserted> {
+    async fn insert_once(
+        &self,
+        spec: &MachineSpec,
+        body: &Value,
+        rid: &str,
+        first_round: bool,
+    ) -> Result<Inserted> {
         let path = self.client().zonal("instances");
         let query = [("requestId", rid.to_string())];
         let op: Operation = match self
@@ -442,9 +449,16 @@ impl GceProvider {
             Err(e) => return Err(e),
         };
         let op_name = op.name.clone();
+        let answered_done = op.is_done();
         let done = self.client().wait(op).await?;
         if let Some(e) = operation_error(&done) {
             let left = self.clean_up(&spec.name).await;
+            if answered_done && first_round && left.is_empty() {
+                // The insert answered an operation that had already failed: most likely a repeated
+                // request id naming an earlier attempt. Try once more under a fresh id.
+                tracing::debug!(name = %spec.name, error = %e, "insert answered a finished, failed operation");
+                return Ok(Inserted::Stale(op_name));
+            }
             return match (e, left.is_empty()) {
                 (Error::NoStock { message, .. }, true) => Ok(Inserted::NoStock(message)),
                 (Error::NoStock { message, .. }, false) => Err(Error::Leftovers {

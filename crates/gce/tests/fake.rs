@@ -273,6 +273,16 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
         .machine()
         .unwrap();
     fake.restore("e2-small", ZONE);
+    // The same create once stock is back: its request id names the failed insert, so the driver
+    // inserts again under a fresh one and makes the machine.
+    let m = p
+        .create(&spec("vm-nostock", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .expect("made once stock is back");
+    assert_eq!(m.status, Status::Running);
+    p.delete("vm-nostock").await.unwrap();
 
     // Quota is not capacity.
     fake.exceed_quota(1);
