@@ -811,6 +811,16 @@ fn params<'a>(q: &'a [(String, String)], key: &str) -> Vec<&'a str> {
 
 /// One page of `items` as `{key: [...], "meta": {"pagination": ...}}`.
 fn paged(q: &[(String, String)], key: &str, items: Vec<Value>) -> ApiResult {
+    paged_with(q, key, items, Value::clone)
+}
+
+/// One page of `items`, only that page's items shown with `show`.
+fn paged_with<T>(
+    q: &[(String, String)],
+    key: &str,
+    items: Vec<T>,
+    show: impl Fn(&T) -> Value,
+) -> ApiResult {
     let page: i64 = match param(q, "page") {
         None => 1,
         Some(p) => p
@@ -833,7 +843,7 @@ fn paged(q: &[(String, String)], key: &str, items: Vec<Value>) -> ApiResult {
     let start = ((page - 1) * per_page).min(total) as usize;
     let end = (page * per_page).min(total) as usize;
     let body = json!({
-        key: items[start..end].to_vec(),
+        key: items[start..end].iter().map(show).collect::<Vec<_>>(),
         "meta": {"pagination": {
             "page": page,
             "per_page": per_page,
@@ -960,9 +970,8 @@ async fn list_servers(State(state): State<Shared>, Query(q): Params) -> ApiResul
         .filter(|v| name.is_none_or(|n| v.name == n))
         .filter(|v| statuses.is_empty() || statuses.contains(&v.status.as_str()))
         .filter(|v| sel.as_ref().is_none_or(|t| matches(t, &v.labels)))
-        .map(|v| s.server_json(v))
-        .collect();
-    paged(&q, "servers", items)
+        .collect::<Vec<_>>();
+    paged_with(&q, "servers", items, |v| s.server_json(v))
 }
 
 fn server_id(raw: &str) -> Result<i64, ApiError> {
