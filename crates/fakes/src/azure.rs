@@ -1728,6 +1728,122 @@ fn poll(st: &mut State, op_id: &str) -> Response {
 mod tests {
     use super::*;
 
+    #[tokio::test]
+    async fn answers_like_resource_manager() {
+        let f = FakeAzure::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let rg = format!(
+            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}",
+            f.url()
+        );
+        let asg = format!("{rg}/providers/Microsoft.Network/applicationSecurityGroups");
+        // No token, wrong token, no api-version: Azure's codes in Azure's error body.
+        let r = http
+            .get(format!("{asg}?api-version=2024-05-01"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "AuthenticationFailed");
+        let r = http
+            .get(format!("{asg}?api-version=2024-05-01"))
+            .bearer_auth("nope")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "InvalidAuthenticationToken"
+        );
+        let r = http.get(&asg).bearer_auth(TOKEN).send().await.unwrap();
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "MissingApiVersionParameter"
+        );
+        // A PUT is a long-running operation: 201, Azure-AsyncOperation, InProgress until polled.
+        f.set_lro_polls(2);
+        f.set_page_size(1);
+        for n in ["a1", "a2", "a3"] {
+            let r = http
+                .put(format!("{asg}/{n}?api-version=2024-05-01"))
+                .bearer_auth(TOKEN)
+                .json(&json!({"location": "westeurope"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            let op = r.headers()["azure-asyncoperation"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(body["properties"]["provisioningState"], "Updating");
+            let poll = |u: String| {
+                let http = http.clone();
+                async move {
+                    http.get(u)
+                        .bearer_auth(TOKEN)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json::<Value>()
+                        .await
+                        .unwrap()
+                }
+            };
+            if n == "a1" {
+                assert_eq!(poll(op.clone()).await["status"], "InProgress");
+                assert_eq!(poll(op).await["status"], "Succeeded");
+            }
+        }
+        // Paging: one item a page, every page linked by nextLink.
+        let mut url = format!("{asg}?api-version=2024-05-01");
+        let mut names = Vec::new();
+        loop {
+            let b: Value = http
+                .get(&url)
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            names.extend(
+                b["value"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v["name"].as_str().unwrap().to_string()),
+            );
+            match b["nextLink"].as_str() {
+                Some(n) => url = n.to_string(),
+                None => break,
+            }
+        }
+        assert_eq!(names, ["a1", "a2", "a3"]);
+        // Unknown resource group and resource: Azure's 404s.
+        let r = http
+            .get(format!("{}/subscriptions/{SUBSCRIPTION}/resourceGroups/nope/providers/Microsoft.Network/applicationSecurityGroups/x?api-version=1", f.url()))
+            .bearer_auth(TOKEN).send().await.unwrap();
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "ResourceGroupNotFound"
+        );
+        let r = http
+            .get(format!("{asg}/zz?api-version=1"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"]["code"],
+            "ResourceNotFound"
+        );
+    }
+
     #[test]
     fn percent_round_trip() {
         let s = "serviceName eq 'Virtual Machines' and armSkuName eq 'Standard_B2s'";
