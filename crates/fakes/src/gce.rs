@@ -127,7 +127,7 @@ struct World {
     networks: BTreeMap<String, Value>,
     tokens: HashSet<String>,
     token_uri: String,
-    exhausted: HashSet<Key>,
+    exhausted: HashMap<Key, &'static str>,
     quota_exceeded: u32,
     fail_next: Option<(String, String)>,
     op_steps: u32,
@@ -291,9 +291,18 @@ impl FakeGce {
     /// Makes `machine_type` out of stock in `zone`: inserts are accepted and their operation ends in
     /// `ZONE_RESOURCE_POOL_EXHAUSTED`, leaving the boot disk behind.
     pub fn exhaust(&self, machine_type: &str, zone: &str) {
-        lock(&self.state)
-            .exhausted
-            .insert((zone.to_string(), machine_type.to_string()));
+        lock(&self.state).exhausted.insert(
+            (zone.to_string(), machine_type.to_string()),
+            "ZONE_RESOURCE_POOL_EXHAUSTED",
+        );
+    }
+
+    /// As [`FakeGce::exhaust`], with the error code `ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS`.
+    pub fn exhaust_with_details(&self, machine_type: &str, zone: &str) {
+        lock(&self.state).exhausted.insert(
+            (zone.to_string(), machine_type.to_string()),
+            "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+        );
     }
 
     /// Undoes [`FakeGce::exhaust`].
@@ -1268,14 +1277,14 @@ async fn insert_instance(
             ),
             403,
         ))
-    } else if s.exhausted.contains(&(zone.clone(), mt.clone())) {
+    } else if let Some(code) = s.exhausted.get(&(zone.clone(), mt.clone())).copied() {
         // The boot disk was made before the zone found no room for the instance: it has no user.
         make_disk(&mut s);
         if let Some(d) = s.disks.get_mut(&(zone.clone(), disk_name.clone())) {
             d["users"] = json!([]);
         }
         Some((
-            "ZONE_RESOURCE_POOL_EXHAUSTED".to_string(),
+            code.to_string(),
             format!("The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later."),
             503,
         ))
