@@ -761,6 +761,34 @@ mod tests {
     }
 
     #[test]
+    fn application_default_credentials_are_an_explicit_choice() {
+        let base = [
+            ("ORCA_GCE_PROJECT", "proj-1"),
+            ("ORCA_GCE_ZONE", "europe-west1-b"),
+            ("ORCA_GCE_NETWORK", "net"),
+            ("ORCA_GCE_SUBNET", "sub"),
+        ];
+        let mut on = base.to_vec();
+        on.push(("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "true"));
+        let c = Config::from_lookup(&EnvNames::default(), lookup(&on)).unwrap();
+        assert!(matches!(c.credentials, Credentials::ApplicationDefault));
+        let mut off = base.to_vec();
+        off.push(("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "false"));
+        let e = Config::from_lookup(&EnvNames::default(), lookup(&off)).unwrap_err();
+        assert!(e.to_string().contains("ORCA_GCE_CREDENTIALS_FILE"), "{e}");
+        let mut bad = base.to_vec();
+        bad.push(("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "perhaps"));
+        let e = Config::from_lookup(&EnvNames::default(), lookup(&bad)).unwrap_err();
+        assert_eq!(
+            e,
+            Error::settings(
+                ["ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS"],
+                "must be true or false"
+            )
+        );
+    }
+
+    #[test]
     fn a_broken_key_is_refused_without_echoing_it() {
         let e = Config::builder()
             .project("p1")

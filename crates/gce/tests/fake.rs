@@ -567,6 +567,12 @@ async fn labels_can_be_set_on_an_existing_vm() {
         .is_err());
     assert_eq!(fake.control().requests(), before);
     let other = provider(&fake, "stack-2").await;
+    assert_eq!(p.machine("vm-l").await.unwrap().unwrap().name, "vm-l");
+    assert!(p.machine("vm-gone").await.unwrap().is_none());
+    assert!(matches!(
+        other.machine("vm-l").await,
+        Err(Error::NotOwned { .. })
+    ));
     assert!(matches!(
         other
             .set_labels("vm-l", &Labels::new(), &["shed-state"])
