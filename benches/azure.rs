@@ -79,10 +79,10 @@ async fn main() -> orca::Result<()> {
         let took = t.elapsed();
         let calls = c.requests() - before;
         assert_eq!(listed.len(), n);
-        // One listing of VMs and one of public addresses, each n items.
-        let pages = 2 * n.div_ceil(page) as u64;
+        // The VM list, the subscription's statusOnly list (power states) and the address list, each n items.
+        let pages = 3 * n.div_ceil(page) as u64;
         println!(
-            "list {n} VMs, page size {page}: {calls} requests for {pages} pages (VMs + public IPs; ratio {:.2}; one call per VM would be {n}), {:.1} ms",
+            "list {n} VMs, page size {page}: {calls} requests for {pages} pages (VMs + states + public IPs; ratio {:.2}; one call per VM would be {n}), {:.1} ms",
             calls as f64 / pages as f64,
             took.as_secs_f64() * 1e3
         );

@@ -714,17 +714,18 @@ impl Provider for AzureProvider {
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
         validate_pool(pool)?;
-        let list_url = format!(
-            "{}&$expand=instanceView",
-            self.arm().url(
-                &format!(
-                    "{}/providers/Microsoft.Compute/virtualMachines",
-                    self.rg_path()
-                ),
-                COMPUTE_API
-            )
+        // The resource group's VMs (the model: tags, size, interfaces). Resource Manager cannot filter
+        // a VM list by tag, and its `$expand=instanceView` needs a `$filter`, so the power states come
+        // from the subscription's `statusOnly=true` list, and the addresses from the address list:
+        // three listings, each paged; never a call per VM.
+        let list_url = self.arm().url(
+            &format!(
+                "{}/providers/Microsoft.Compute/virtualMachines",
+                self.rg_path()
+            ),
+            COMPUTE_API,
         );
-        let vms: Vec<Value> = self
+        let mut vms: Vec<Value> = self
             .arm()
             .list("list VMs", &list_url)
             .await?
@@ -733,6 +734,31 @@ impl Provider for AzureProvider {
             .collect();
         if vms.is_empty() {
             return Ok(Vec::new());
+        }
+        let status_url = format!(
+            "{}&statusOnly=true",
+            self.arm().url(
+                &format!(
+                    "{}/providers/Microsoft.Compute/virtualMachines",
+                    self.arm().sub_path()
+                ),
+                COMPUTE_API
+            )
+        );
+        let mut views: HashMap<String, Value> = HashMap::new();
+        for v in self.arm().list("list VM states", &status_url).await? {
+            if let Some(id) = v["id"].as_str() {
+                views.insert(
+                    id.to_ascii_lowercase(),
+                    v["properties"]["instanceView"].clone(),
+                );
+            }
+        }
+        for vm in &mut vms {
+            let id = vm["id"].as_str().unwrap_or("").to_ascii_lowercase();
+            if let Some(view) = views.remove(&id) {
+                vm["properties"]["instanceView"] = view;
+            }
         }
         let pips = self
             .arm()

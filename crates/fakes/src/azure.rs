@@ -8,7 +8,8 @@
 //!   `InvalidAuthenticationToken`), `api-version` required (400 `MissingApiVersionParameter`), unknown
 //!   resource groups answered 404 `ResourceGroupNotFound`;
 //! - virtual machines (with their OS disk, removed with the VM when `deleteOption` is `Delete`), the
-//!   instance view (`$expand=instanceView`, power states `starting`, `running`, `stopping`, `stopped`,
+//!   instance view (`$expand=instanceView` on a `GET`, and the subscription's `statusOnly=true` list;
+//!   like the specification says, not on an unfiltered resource-group list), power states `starting`, `running`, `stopping`, `stopped`,
 //!   `deallocating`, `deallocated`), `start`, `deallocate`, `powerOff`, resize by `PATCH`;
 //!   network interfaces, public addresses (a static address handed out), network security groups and
 //!   their rules (priorities unique per direction), application security groups, virtual networks and
@@ -758,6 +759,13 @@ fn route(st: &mut State, r: &Req) -> Response {
         if eq(rest[2], "skus") && r.method == Method::GET {
             return skus(st, r);
         }
+        if rest.len() == 3
+            && eq(rest[1], "Microsoft.Compute")
+            && eq(rest[2], "virtualMachines")
+            && r.method == Method::GET
+        {
+            return list_all_vms(st, r);
+        }
         if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operations") {
             return poll(st, rest[5]);
         }
@@ -925,6 +933,28 @@ fn prices(st: &State, r: &Req) -> Response {
     )
 }
 
+/// `VirtualMachines_ListAll`: every VM of the subscription; with `statusOnly=true` only the run time
+/// status (the instance view) of each.
+fn list_all_vms(st: &State, r: &Req) -> Response {
+    let status_only = r.q("statusOnly").is_some_and(|v| eq(v, "true"));
+    let items: Vec<Value> = st
+        .res
+        .values()
+        .filter(|res| res.kind == Kind::Vm)
+        .map(|res| {
+            if status_only {
+                json!({"id": res.body["id"], "name": res.body["name"], "type": res.body["type"],
+                    "location": res.body["location"],
+                    "properties": {"instanceView": instance_view(res)}})
+            } else {
+                res.body.clone()
+            }
+        })
+        .collect();
+    let (got, next) = page(&items, r, st.page_size, "$skiptoken");
+    list_answer(got, next)
+}
+
 fn list(st: &State, r: &Req, rg: &str, kind: Kind) -> Response {
     let prefix = format!(
         "/subscriptions/{}/resourcegroups/{}/providers/{}/",
@@ -933,7 +963,9 @@ fn list(st: &State, r: &Req, rg: &str, kind: Kind) -> Response {
         kind.type_name()
     )
     .to_ascii_lowercase();
-    let expand = r.q("$expand").is_some_and(|e| eq(e, "instanceView"));
+    // The specification: `$expand=instanceView` on a list "can only be specified if a valid $filter
+    // option is specified"; without one the fake leaves the instance view out.
+    let expand = r.q("$expand").is_some_and(|e| eq(e, "instanceView")) && r.q("$filter").is_some();
     let items: Vec<Value> = st
         .res
         .iter()
