@@ -109,7 +109,7 @@ impl Control {
     pub fn count(&self, method: &Method, path_contains: &str) -> usize {
         lock(&self.log)
             .iter()
-            .filter(|l| &l.method == method && l.path.contains(path_contains))
+            .filter(|l| l.method == *method && l.path.contains(path_contains))
             .count()
     }
 
