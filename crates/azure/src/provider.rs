@@ -157,22 +157,30 @@ impl AzureProvider {
         self.arm().url(&self.id(type_name, name), NETWORK_API)
     }
 
-    /// `PUT` of a new resource with `If-None-Match: *`, followed to its end. When it exists already
-    /// (412, or a retried `PUT` whose first answer was lost), it is adopted if it carries this owner's
-    /// tags of `pool`, and refused as [`Error::AlreadyExists`] otherwise. `made` learns the URL as soon
-    /// as Azure may hold the resource.
+    /// `PUT` of a new resource, followed to its end. A resource that exists already is adopted if it
+    /// carries this owner's tags of `pool` (a retried create, or a `PUT` whose first answer was lost),
+    /// and refused as [`Error::AlreadyExists`] otherwise, untouched. Compute's `PUT` takes
+    /// `If-None-Match: *` (412 when the VM exists), so a VM is created in one call; the network
+    /// resource provider's `PUT` has no such header in its specification, so a network resource is read
+    /// first. `made` learns the URL as soon as Azure may hold the resource.
     async fn put_new(
         &self,
         what: &str,
         url: &str,
         body: &Value,
         pool: &str,
+        conditional: bool,
         made: &mut Vec<(String, String)>,
     ) -> Result<Value> {
         let op = format!("create {what}");
+        if !conditional {
+            if let Some(found) = self.arm().get(&format!("read {what}"), url).await? {
+                return self.adopt(what, url, &found, pool, made).await;
+            }
+        }
         match self
             .arm()
-            .call(&op, Method::PUT, url, Some(body), true)
+            .call(&op, Method::PUT, url, Some(body), conditional)
             .await
         {
             Ok(a) => {
@@ -180,22 +188,13 @@ impl AzureProvider {
                 self.arm().wait(&op, &a).await?;
                 Ok(a.body)
             }
-            Err(Error::AlreadyExists { .. }) => {
+            Err(Error::AlreadyExists { .. }) if conditional => {
                 let Some(found) = self.arm().get(&format!("read {what}"), url).await? else {
                     return Err(Error::transient(format!(
                         "{what} vanished while being adopted"
                     )));
                 };
-                if !is_in_pool(&tags_of(&found), pool, &self.inner.owner) {
-                    return Err(Error::AlreadyExists {
-                        what: format!(
-                            "{what} exists and is not this owner's ({:?}) of pool {pool}",
-                            self.inner.owner
-                        ),
-                    });
-                }
-                made.push((what.to_string(), url.to_string()));
-                self.settle(what, url).await
+                self.adopt(what, url, &found, pool, made).await
             }
             Err(e) => {
                 if e.is_retryable() {
@@ -205,6 +204,26 @@ impl AzureProvider {
                 Err(e)
             }
         }
+    }
+
+    async fn adopt(
+        &self,
+        what: &str,
+        url: &str,
+        found: &Value,
+        pool: &str,
+        made: &mut Vec<(String, String)>,
+    ) -> Result<Value> {
+        if !is_in_pool(&tags_of(found), pool, &self.inner.owner) {
+            return Err(Error::AlreadyExists {
+                what: format!(
+                    "{what} exists and is not this owner's ({:?}) of pool {pool}",
+                    self.inner.owner
+                ),
+            });
+        }
+        made.push((what.to_string(), url.to_string()));
+        self.settle(what, url).await
     }
 
     /// Reads a resource until its provisioning state is final.
@@ -460,6 +479,7 @@ impl AzureProvider {
                     "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}
                 }),
                 &spec.pool,
+                false,
                 made,
             )
             .await?;
@@ -481,6 +501,7 @@ impl AzureProvider {
             &self.arm().url(&nsg_id, NETWORK_API),
             &json!({"location": loc, "tags": tags, "properties": {"securityRules": rules}}),
             &spec.pool,
+            false,
             made,
         )
         .await?;
@@ -506,6 +527,7 @@ impl AzureProvider {
                 "ipConfigurations": [ipcfg],
             }}),
             &spec.pool,
+            false,
             made,
         )
         .await?;
@@ -516,6 +538,7 @@ impl AzureProvider {
             &vm_url,
             &vm_body,
             &spec.pool,
+            true,
             made,
         )
         .await?;

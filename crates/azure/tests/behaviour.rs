@@ -626,3 +626,63 @@ async fn credentials_are_redacted_and_a_bad_token_is_unauthenticated() {
     assert!(ok.machines("lab").await.unwrap().is_empty());
     assert!(!format!("{ok:?}").contains(TOKEN));
 }
+
+#[tokio::test]
+async fn a_foreign_resource_of_the_same_name_is_refused_and_left_untouched() {
+    let f = fake().await;
+    // An operator's security group that happens to carry a machine's derived name, without orca's tags.
+    f.add_nsg(RESOURCE_GROUP, "vm-z-nsg", LOCATION, &[("https", 100)]);
+    let before = f.resource(
+        RESOURCE_GROUP,
+        "Microsoft.Network/networkSecurityGroups",
+        "vm-z-nsg",
+    );
+    let p = provider(&f, "stack-1");
+    let e = p.create(&spec("vm-z", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(
+        f.resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/networkSecurityGroups",
+            "vm-z-nsg"
+        ),
+        before,
+        "the foreign group was changed"
+    );
+    // The address made before it was removed again; the foreign group is all that is there.
+    assert_eq!(
+        stray(&f),
+        vec![(
+            "Microsoft.Network/networkSecurityGroups".to_string(),
+            "vm-z-nsg".to_string()
+        )]
+    );
+    // And delete of that name leaves the foreign group alone too.
+    assert!(p.delete("vm-z").await.unwrap());
+    assert_eq!(stray(&f).len(), 1);
+}
+
+#[tokio::test]
+async fn a_lost_network_put_answer_is_retried_without_a_second_resource() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    f.control().inject(Rule::new(
+        Some("PUT".parse().unwrap()),
+        "/networkInterfaces/",
+        Fault::DropAnswer,
+        1,
+    ));
+    let m = p
+        .create(&spec("vm-n", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(m.status, Status::Running);
+    assert_eq!(
+        f.control()
+            .count(&"PUT".parse().unwrap(), "/networkInterfaces/vm-n-nic"),
+        2
+    );
+    assert_eq!(stray(&f).len(), 5);
+}

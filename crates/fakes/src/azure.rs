@@ -15,7 +15,8 @@
 //!   their rules (priorities unique per direction), application security groups, virtual networks and
 //!   subnets; the references between them (a referenced resource must exist; a resource in use cannot be
 //!   deleted: `NicInUse`, `InUseNetworkSecurityGroupCannotBeDeleted`, `PublicIPAddressCannotBeDeleted`);
-//! - `If-None-Match: *` on `PUT` (412 `PreconditionFailed` when the resource exists);
+//! - `If-None-Match: *` on a compute `PUT` (412 `PreconditionFailed` when the VM exists; the network
+//!   specification has no such header, so it is ignored there);
 //! - long-running operations: `PUT` answers 201 (200 on update), `DELETE` and actions 202, each with an
 //!   `Azure-AsyncOperation` header (and `Location` for 202) naming an operation that reports `InProgress`
 //!   until it has been polled [`FakeAzure::set_lro_polls`] times (or has stood a little while), then
