@@ -342,7 +342,7 @@ impl Arm {
     pub async fn wait(&self, op: &str, started: &Answer) -> Result<()> {
         let (url, by_status) = match (&started.async_op, &started.location) {
             (Some(u), _) => (u.clone(), true),
-            (None, Some(l)) if started.status == 202 => (l.clone(), false),
+            (None, Some(l)) if started.status == 201 || started.status == 202 => (l.clone(), false),
             _ => return Ok(()),
         };
         if by_status {

@@ -686,3 +686,38 @@ async fn a_lost_network_put_answer_is_retried_without_a_second_resource() {
     );
     assert_eq!(stray(&f).len(), 5);
 }
+
+#[tokio::test]
+async fn operations_followed_by_location_alone() {
+    let f = fake().await;
+    f.set_location_only(true);
+    f.set_lro_polls(2);
+    let p = provider(&f, "stack-1");
+    let m = p
+        .create(&spec("vm-loc", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(m.status, Status::Running);
+    assert!(
+        f.control()
+            .count(&"GET".parse().unwrap(), "/operationResults/")
+            >= 8
+    );
+    assert_eq!(
+        f.control().count(&"GET".parse().unwrap(), "/operations/"),
+        0
+    );
+    let stopped = p.stop(&m.id).await.unwrap();
+    assert_eq!(stopped.status, Status::Stopped);
+    // A failed operation answers its error at the Location: still no stock, still cleaned up.
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    assert!(matches!(
+        p.create(&spec("vm-loc2", AMD)).await,
+        Ok(Created::NoStock { .. })
+    ));
+    f.restore_stock(AMD, LOCATION);
+    assert!(p.delete(&m.id).await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}

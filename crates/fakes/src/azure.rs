@@ -153,6 +153,7 @@ struct State {
     deny: Vec<(String, String)>,
     refuse_delete: BTreeSet<String>,
     custom_data: HashMap<String, String>,
+    location_only: bool,
     next_ip: u32,
     next_op: u64,
 }
@@ -304,6 +305,7 @@ impl FakeAzure {
             deny: Vec::new(),
             refuse_delete: BTreeSet::new(),
             custom_data: HashMap::new(),
+            location_only: false,
             next_ip: 10,
             next_op: 1,
         }));
@@ -334,6 +336,13 @@ impl FakeAzure {
     /// Operations report `InProgress` until polled `n` times (at least 1).
     pub fn set_lro_polls(&self, n: u32) {
         self.st().lro_polls = n.max(1);
+    }
+
+    /// Long-running operations answer only a `Location` header (`.../operationResults/{id}`: 202
+    /// while running, 200 when done, the error's status and body when failed), no
+    /// `Azure-AsyncOperation`: the other protocol a client must follow.
+    pub fn set_location_only(&self, on: bool) {
+        self.st().location_only = on;
     }
 
     /// Adds a resource group.
@@ -734,7 +743,20 @@ async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Request) -> Res
     }
     let mut st = lock(&state);
     advance(&mut st);
-    route(&mut st, &r)
+    let mut rsp = route(&mut st, &r);
+    if st.location_only {
+        let h = rsp.headers_mut();
+        if let Some(op) = h.remove("azure-asyncoperation") {
+            let url = op
+                .to_str()
+                .unwrap_or("")
+                .replace("/operations/", "/operationResults/");
+            if let Ok(v) = axum::http::HeaderValue::from_str(&url) {
+                h.insert("location", v);
+            }
+        }
+    }
+    rsp
 }
 
 fn route(st: &mut State, r: &Req) -> Response {
@@ -769,6 +791,9 @@ fn route(st: &mut State, r: &Req) -> Response {
         }
         if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operations") {
             return poll(st, rest[5]);
+        }
+        if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operationResults") {
+            return poll_location(st, r, rest[5]);
         }
         return err(
             404,
@@ -1755,6 +1780,36 @@ fn poll(st: &mut State, op_id: &str) -> Response {
         vec![]
     };
     answer(200, body, &wait)
+}
+
+/// A `Location` poll: 202 while running, 200 when done, the failure's status and error otherwise.
+fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
+    let _ = poll(st, op_id);
+    match st.ops.get(op_id).map(|o| o.outcome.clone()) {
+        None => err(
+            404,
+            "NotFound",
+            &format!("The operation '{op_id}' was not found."),
+        ),
+        Some(None) => answer(
+            202,
+            Value::Null,
+            &[
+                (
+                    "Location",
+                    format!(
+                        "{}{}?api-version={}",
+                        r.base,
+                        r.path,
+                        r.q("api-version").unwrap_or("")
+                    ),
+                ),
+                ("Retry-After", "0".into()),
+            ],
+        ),
+        Some(Some(Ok(()))) => answer(200, Value::Null, &[]),
+        Some(Some(Err((code, msg)))) => err(409, &code, &msg),
+    }
 }
 
 #[cfg(test)]
