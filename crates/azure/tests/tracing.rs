@@ -62,7 +62,10 @@ async fn traces_name_calls_and_hide_secrets() {
 
     let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     assert!(text.contains("azure.call"), "no span per call:\n{text}");
-    assert!(text.contains("request_id=\"fake-"), "no request id:\n{text}");
+    assert!(
+        text.contains("request_id=\"fake-"),
+        "no request id:\n{text}"
+    );
     assert!(text.contains("operation=\"create VM vm-t\""), "{text}");
     use base64::Engine as _;
     let b64 = base64::engine::general_purpose::STANDARD.encode(user_data);
