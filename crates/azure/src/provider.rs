@@ -707,9 +707,18 @@ impl Provider for AzureProvider {
         match self.create_inner(spec, &mut made).await {
             Ok(m) => Ok(Created::Machine(m)),
             Err(e) => {
-                // An ambiguous failure of the VM PUT leaves everything for the retried create to adopt.
+                // A passing failure: when Azure may hold the VM (it answers it, or cannot be asked),
+                // everything stays for the retried create to adopt; when it surely holds none, what
+                // was made is removed, and the error stays retryable.
                 if e.is_retryable() {
-                    return Err(e);
+                    match self
+                        .arm()
+                        .get("read VM", &self.vm_url(&spec.name, false))
+                        .await
+                    {
+                        Ok(None) => return Err(self.undo(&made, e).await),
+                        Ok(Some(_)) | Err(_) => return Err(e),
+                    }
                 }
                 let e = match e {
                     Error::NoStock { message, .. } => Error::NoStock {

@@ -721,3 +721,37 @@ async fn operations_followed_by_location_alone() {
     assert!(p.delete(&m.id).await.unwrap());
     assert_eq!(stray(&f), vec![]);
 }
+
+#[tokio::test]
+async fn a_create_that_keeps_failing_passingly_leaves_nothing_when_no_vm_was_made() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1");
+    let unavailable = |path: &str| {
+        Rule::new(
+            Some("PUT".parse().unwrap()),
+            path,
+            Fault::Status {
+                status: 503,
+                body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "busy"}}),
+                headers: vec![],
+            },
+            100,
+        )
+    };
+    f.control().inject(unavailable("/virtualMachines/"));
+    let e = p.create(&spec("vm-u", AMD)).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(
+        stray(&f),
+        vec![],
+        "no VM was made: its address, group and interface are removed"
+    );
+    f.control().clear_faults();
+    // The retry makes it.
+    p.create(&spec("vm-u", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(stray(&f).len(), 5);
+}
