@@ -211,7 +211,8 @@ impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let key = &self.ssh_public_key;
         let short = if key.len() > 24 {
-            format!("{}...({} chars)", &key[..16], key.len())
+            let head: String = key.chars().take(16).collect();
+            format!("{head}...({} chars)", key.len())
         } else {
             key.clone()
         };

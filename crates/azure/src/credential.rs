@@ -135,7 +135,28 @@ pub(crate) fn source(credential: &Credential, arm_endpoint: &str) -> Result<Arc<
                 .map_err(|e| failed("managed identity", e))?;
             (c, "managed identity")
         }
-        Credential::AzureCli | Credential::Auto => {
+        Credential::Auto => {
+            let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+            let chosen = match (
+                get("AZURE_TENANT_ID"),
+                get("AZURE_CLIENT_ID"),
+                get("AZURE_CLIENT_SECRET"),
+            ) {
+                (Some(tenant_id), Some(client_id), Some(secret)) => Credential::ClientSecret {
+                    tenant_id,
+                    client_id,
+                    secret: SecretString::from(secret),
+                },
+                (_, client_id, _)
+                    if get("IDENTITY_ENDPOINT").is_some() || get("MSI_ENDPOINT").is_some() =>
+                {
+                    Credential::ManagedIdentity { client_id }
+                }
+                _ => Credential::AzureCli,
+            };
+            return source(&chosen, arm_endpoint);
+        }
+        Credential::AzureCli => {
             let c = azure_identity::AzureCliCredential::new(None)
                 .map_err(|e| failed("Azure CLI", e))?;
             (c, "Azure CLI")
