@@ -129,6 +129,44 @@ async fn client_token_is_stable_across_retries() {
 }
 
 #[tokio::test]
+async fn a_token_that_names_a_terminated_instance_moves_on() {
+    let Some(e) = env("a_token_that_names_a_terminated_instance_moves_on").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    // EC2 answers a ClientToken it has seen with the instance it made then, even once terminated (a
+    // name made, deleted and made again). The proxy makes moto's answer say so.
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::Rewrite {
+            from: "<name>pending</name>".into(),
+            to: "<name>terminated</name>".into(),
+        },
+        1,
+    ));
+    let m = made(p.create(&e.spec("gen-1")).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    assert_eq!(runs.len(), 2, "the old token, then the next generation's");
+    let first = client_token("owner-1", &e.pool, "gen-1", None);
+    assert_eq!(runs[0].params["ClientToken"], first);
+    // The next token is derived from the terminated instance's id: the same on every retry.
+    let listed = p.machines(&e.pool).await.unwrap();
+    assert_eq!(
+        listed.len(),
+        2,
+        "moto made both (its first one only looked terminated)"
+    );
+    let old = listed.iter().find(|x| x.id != m.id).unwrap();
+    assert_eq!(
+        runs[1].params["ClientToken"],
+        client_token("owner-1", &e.pool, "gen-1", Some(&old.id))
+    );
+    for x in listed {
+        assert!(p.delete(&x.id).await.unwrap());
+    }
+}
+
+#[tokio::test]
 async fn a_create_of_the_same_name_with_other_settings_is_refused() {
     let Some(e) = env("a_create_of_the_same_name_with_other_settings_is_refused").await else {
         return;

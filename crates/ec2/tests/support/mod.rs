@@ -188,6 +188,8 @@ pub enum Fault {
     Error { status: u16, code: String },
     /// Forward the request (moto acts on it), then break the connection before the answer's body.
     DropAnswer,
+    /// Forward the request, and replace the first `from` in moto's answer with `to`.
+    Rewrite { from: String, to: String },
 }
 
 impl Fault {
@@ -387,7 +389,11 @@ async fn forward(
                         .get("content-type")
                         .cloned()
                         .unwrap_or_else(|| "text/xml".parse().unwrap());
-                    let bytes = r.bytes().await.unwrap_or_default();
+                    let mut bytes = r.bytes().await.unwrap_or_default();
+                    if let Some(Fault::Rewrite { from, to }) = &other {
+                        let text = String::from_utf8_lossy(&bytes).replacen(from, to, 1);
+                        bytes = Bytes::from(text);
+                    }
                     let mut out = Response::new(Body::from(bytes));
                     *out.status_mut() = status;
                     out.headers_mut().insert("content-type", ct);
@@ -395,11 +401,13 @@ async fn forward(
                 }
                 Err(e) => (StatusCode::BAD_GATEWAY, format!("proxy: {e}")).into_response(),
             };
-            if matches!(other, Some(Fault::DropAnswer)) {
-                let (parts, _) = response.into_parts();
-                (Response::from_parts(parts, broken_body()), true)
-            } else {
-                (response, false)
+            match other {
+                Some(Fault::DropAnswer) => {
+                    let (parts, _) = response.into_parts();
+                    (Response::from_parts(parts, broken_body()), true)
+                }
+                Some(_) => (response, true),
+                None => (response, false),
             }
         }
     };
