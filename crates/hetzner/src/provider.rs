@@ -364,6 +364,19 @@ impl HetznerProvider {
         }
     }
 
+    /// Deletes server `id` whose create action failed with `failed`; answers `failed`, or
+    /// [`Error::Leftovers`] naming the server when it could not be deleted.
+    async fn remove_failed(&self, id: i64, name: &str, failed: Error) -> Error {
+        tracing::warn!(server = id, error = %failed, "create action failed; deleting the server");
+        match self.delete_server(id).await {
+            Ok(_) => failed,
+            Err(e) => Error::Leftovers {
+                error: Box::new(failed),
+                left: vec![format!("server {id} ({name}): {e}")],
+            },
+        }
+    }
+
     /// A create whose name is taken: the server of that name when it is this owner's, of this pool,
     /// type and location (a retried create), after its running actions end; else `AlreadyExists`.
     async fn adopt(&self, spec: &MachineSpec, taken: Error) -> Result<Created> {
@@ -392,18 +405,32 @@ impl HetznerProvider {
             });
         }
         tracing::info!(server = s.id, name = %spec.name, "adopting the server a lost create made");
-        let running: ListActionsResponse = self
+        // The running actions, and a create action that already failed: a server whose create failed
+        // is removed as `create` removes it, never handed back as made.
+        let actions: ListActionsResponse = self
             .client
             .call(
                 "servers.actions.list",
                 Method::GET,
                 &format!("/servers/{}/actions", s.id),
-                &[("status", "running".to_string())],
+                &[
+                    ("status", "running".to_string()),
+                    ("status", "error".to_string()),
+                ],
                 None,
             )
             .await?;
-        for a in &running.actions {
-            self.wait_action(a).await?;
+        for a in &actions.actions {
+            let is_create = a.command == "create_server";
+            if a.status == models::action::Status::Error && !is_create {
+                continue;
+            }
+            if let Err(failed) = self.wait_action(a).await {
+                if is_create && !failed.is_retryable() {
+                    return Err(self.remove_failed(s.id, &spec.name, failed).await);
+                }
+                return Err(failed);
+            }
         }
         let s = self.get_server(s.id).await?.ok_or_else(|| {
             Error::transient(format!("server {} vanished while adopting it", spec.name))
@@ -524,14 +551,7 @@ impl Provider for HetznerProvider {
                 // Still running (or unreadable): the server stays; a retry of the create adopts it.
                 return Err(failed);
             }
-            tracing::warn!(server = id, error = %failed, "create action failed; deleting the server");
-            return match self.delete_server(id).await {
-                Ok(_) => Err(failed),
-                Err(e) => Err(Error::Leftovers {
-                    error: Box::new(failed),
-                    left: vec![format!("server {id} ({}): {e}", spec.name)],
-                }),
-            };
+            return Err(self.remove_failed(id, &spec.name, failed).await);
         }
         let s = self
             .get_server(id)

@@ -681,3 +681,34 @@ async fn passing_failures_are_retried_by_the_shared_policy() {
     assert_eq!(fake.control().requests(), 1);
     fake.control().clear_faults();
 }
+
+#[tokio::test]
+async fn a_lost_create_answer_whose_action_fails_leaves_no_server() {
+    // The first POST makes the server and its answer is lost; the retry meets `uniqueness_error` and
+    // adopts the server, whose create action then fails: the server is removed, not handed back.
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 2,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let p = common::provider(&fake, "me");
+    fake.fail_next_create_action("the host failed to boot the image");
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/v1/servers",
+        Fault::DropAnswer,
+        1,
+    ));
+    let e = p
+        .create(&spec("lost-2", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("the host failed to boot the image"),
+        "{e:?}"
+    );
+    assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 2);
+    assert!(fake.servers().is_empty(), "{:?}", fake.servers());
+    assert!(p.machines("lab").await.unwrap().is_empty());
+}
