@@ -390,6 +390,21 @@ impl FakeGce {
         s.instances.insert((zone.into(), name.into()), vm);
     }
 
+    /// Puts an unattached disk `name` with `labels` straight into `zone`, as if another tool (or an
+    /// earlier machine whose boot disk was kept) had left it (no request is logged).
+    pub fn put_disk(&self, zone: &str, name: &str, labels: Value) {
+        let mut s = lock(&self.state);
+        let id = s.new_id();
+        let mut d = disk_json(
+            zone,
+            &json!({"name": name, "sizeGb": "10", "labels": labels}),
+            name,
+            id,
+        );
+        d["users"] = json!([]);
+        s.disks.insert((zone.into(), name.into()), d);
+    }
+
     /// Sets the status of a stored instance (for status mapping tests).
     pub fn set_instance_status(&self, zone: &str, name: &str, status: &str) {
         if let Some(vm) = lock(&self.state)

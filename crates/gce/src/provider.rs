@@ -502,6 +502,8 @@ impl GceProvider {
                 Ok(Inserted::Made(to_machine(&vm)))
             }
             Some(_) => Err(Error::AlreadyExists { what }),
+            // No instance: the conflict is the boot disk (named after the instance), which lasts.
+            None if what.contains("/disks/") => Err(Error::AlreadyExists { what }),
             // Gone between the 409 and the read: let the caller retry.
             None => Err(Error::transient(format!(
                 "instance {} existed and is gone",

@@ -744,3 +744,24 @@ async fn arch_is_read_and_cached_and_resize_keeps_the_architecture() {
         Err(Error::Unsupported { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_disk_of_the_same_name_is_already_exists_not_a_passing_failure() {
+    // Compute Engine names the boot disk after the instance. A disk of that name left by another tool
+    // (or kept from an earlier machine) makes the insert conflict on the disk: that lasts, so it is
+    // AlreadyExists, not a transient error a caller would retry forever; and the disk is left alone.
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    fake.put_disk(ZONE, "vm-disk", json!({"team": "data"}));
+    let e = p.create(&spec("vm-disk", "e2-small")).await.unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
+    assert!(e.to_string().contains("disks/vm-disk"), "{e}");
+    assert!(fake.instance_names(ZONE).is_empty());
+    assert_eq!(fake.disk_names(ZONE), vec!["vm-disk".to_string()]);
+    assert_eq!(fake.control().count(&Method::DELETE, "/disks/"), 0);
+}
