@@ -638,14 +638,20 @@ impl Provider for HetznerProvider {
             self.stop(id).await?;
         }
         // Keep the disk as it is, so the server can be resized down again.
-        self.server_action(
-            s.id,
-            "change_type",
-            Some(json!({"server_type": machine_type, "upgrade_disk": false})),
-        )
-        .await?;
+        let changed = self
+            .server_action(
+                s.id,
+                "change_type",
+                Some(json!({"server_type": machine_type, "upgrade_disk": false})),
+            )
+            .await;
         if !was_off {
-            self.server_action(s.id, "poweron", None).await?;
+            // Power on again even when the change failed, so a failed resize leaves it as it was.
+            let started = self.server_action(s.id, "poweron", None).await;
+            changed?;
+            started?;
+        } else {
+            changed?;
         }
         let s = self.owned_server(id).await?;
         Ok(Resized {

@@ -712,3 +712,31 @@ async fn a_lost_create_answer_whose_action_fails_leaves_no_server() {
     assert!(fake.servers().is_empty(), "{:?}", fake.servers());
     assert!(p.machines("lab").await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn a_failed_resize_powers_the_server_on_again() {
+    // change_type can fail after the server was stopped for it (no stock of the new type, a disk too
+    // large for it): the server is started again rather than left off.
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me");
+    let m = p
+        .create(&spec("rs-1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/actions/change_type",
+        Fault::Status {
+            status: 412,
+            body: serde_json::json!({"error": {"code": "resource_unavailable", "message": "server type cx32 is not available in this location"}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    assert!(p.resize(&m.id, "cx32").await.is_err());
+    let s = &fake.servers()[0];
+    assert_eq!(s["status"], "running", "{s}");
+    assert_eq!(s["server_type"]["name"], "cx22");
+}
