@@ -139,6 +139,32 @@ fn machine_of(i: &Instance) -> Machine {
 enum Attempt {
     Adopted(Machine),
     Made(Box<Instance>),
+    /// EC2 answered IdempotentParameterMismatch: the token was used before with other parameters.
+    Mismatch,
+}
+
+/// A digest of what a RunInstances asks for (all but its ClientToken): two requests with the same
+/// digest are the same request.
+fn request_digest(r: &RunRequest) -> String {
+    let mut h = Sha256::new();
+    let root = r.root_volume_gb.or(r.image.root_volume_gb).unwrap_or(0);
+    for part in [
+        r.image.id.as_str(),
+        r.machine_type.as_str(),
+        r.subnet.as_str(),
+        r.security_group.as_str(),
+        r.instance_profile.as_str(),
+        r.user_data_b64.as_str(),
+        &root.to_string(),
+    ] {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    }
+    h.finalize()
+        .iter()
+        .take(10)
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl Ec2Provider {
@@ -399,14 +425,36 @@ impl Provider for Ec2Provider {
                                 return Ok(Attempt::Adopted(m));
                             }
                         }
-                        let inst = self.client.run_instance(req_ref).await?;
-                        Ok(Attempt::Made(Box::new(inst)))
+                        match self.client.run_instance(req_ref).await {
+                            Ok(inst) => Ok(Attempt::Made(Box::new(inst))),
+                            Err(Error::AlreadyExists { what })
+                                if what
+                                    .starts_with("RunInstances: IdempotentParameterMismatch") =>
+                            {
+                                Ok(Attempt::Mismatch)
+                            }
+                            Err(e) => Err(e),
+                        }
                     }
                 })
                 .await;
             let inst = match outcome {
                 Ok(Attempt::Adopted(m)) => return Ok(Created::Machine(m)),
                 Ok(Attempt::Made(inst)) => inst,
+                Ok(Attempt::Mismatch) => {
+                    // The token was used with other parameters (user data, a newer image) by a
+                    // machine of this name that is gone: no live one was found before the call, and
+                    // none is now. A token salted with this request's digest is this request's own
+                    // (the same on every retry); a live one is adopted or refused as any other.
+                    if let Some(m) = self.find_made(spec).await? {
+                        return Ok(Created::Machine(m));
+                    }
+                    tracing::debug!("ClientToken was used with other parameters; next generation");
+                    let salt = format!("{}+{}", req.client_token, request_digest(&req));
+                    req.client_token =
+                        client_token(&self.owner, &spec.pool, &spec.name, Some(&salt));
+                    continue;
+                }
                 Err(Error::NoStock { message, .. }) => {
                     return Ok(Created::NoStock {
                         machine_type: spec.machine_type.clone(),

@@ -177,15 +177,57 @@ async fn a_create_of_the_same_name_with_other_settings_is_refused() {
     let err = p.create(&other).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
     assert!(err.to_string().contains(&m.id), "{err}");
-    // EC2's own answer to a token reused with other parameters is as clear.
-    e.proxy.inject(Rule::new(
-        "RunInstances",
-        Fault::error(400, "IdempotentParameterMismatch"),
-        1,
-    ));
-    let err = p.create(&e.spec("same-2")).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
-    assert!(err.to_string().contains("other settings"), "{err}");
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_token_used_before_with_other_parameters_moves_on() {
+    let Some(e) = env("a_token_used_before_with_other_parameters_moves_on").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    // A name made, deleted, and made again with other user data (or after Canonical published a newer
+    // image): EC2 answers the old token with IdempotentParameterMismatch, though no machine of that
+    // name lives. The create goes on under a token of its own, the same on every retry.
+    let first = client_token("owner-1", &e.pool, "again-1", None);
+    let spec = e
+        .spec("again-1")
+        .with_user_data("#cloud-config\n# second life\n");
+    let mut salted = Vec::new();
+    for _ in 0..2 {
+        e.proxy.inject(
+            Rule::new(
+                "RunInstances",
+                Fault::error(400, "IdempotentParameterMismatch"),
+                1,
+            )
+            .when("ClientToken", &first),
+        );
+        let before = e.proxy.count("RunInstances");
+        let m = made(p.create(&spec).await.unwrap());
+        let runs = e.proxy.of("RunInstances");
+        assert_eq!(runs.len() - before, 2, "the old token, then one of its own");
+        assert_eq!(runs[before].params["ClientToken"], first);
+        let next = runs[before + 1].params["ClientToken"].clone();
+        assert_ne!(next, first);
+        salted.push(next);
+        assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1);
+        assert!(p.delete(&m.id).await.unwrap());
+    }
+    assert_eq!(salted[0], salted[1], "the same request gets the same token");
+    // Other parameters again: another token.
+    e.proxy.inject(
+        Rule::new(
+            "RunInstances",
+            Fault::error(400, "IdempotentParameterMismatch"),
+            1,
+        )
+        .when("ClientToken", &first),
+    );
+    let before = e.proxy.count("RunInstances");
+    let m = made(p.create(&e.spec("again-1")).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    assert_ne!(runs[before + 1].params["ClientToken"], salted[0]);
     assert!(p.delete(&m.id).await.unwrap());
 }
 
