@@ -132,6 +132,7 @@ struct World {
     fail_next: Option<(String, String)>,
     op_steps: u32,
     inserts: Vec<Value>,
+    early_waits: u32,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -327,6 +328,13 @@ impl FakeGce {
     /// `RUNNING`, then `DONE`; 0: done at once). `wait` always finishes it.
     pub fn set_operation_steps(&self, steps: u32) {
         lock(&self.state).op_steps = steps;
+    }
+
+    /// The next `times` `operations.wait` calls answer at once with the operation as it is, neither
+    /// waiting nor finishing it, as the reference allows ("might return after zero seconds"; "be
+    /// prepared to retry if the operation is not `DONE`").
+    pub fn answer_waits_early(&self, times: u32) {
+        lock(&self.state).early_waits = times;
     }
 
     /// The stored instance `name` in `zone`, as the API shows it.
@@ -1597,6 +1605,10 @@ fn op_answer(state: &Shared, project: &str, scope: &str, name: &str, wait: bool)
     });
     if !in_scope {
         return not_found(&format!("projects/{project}/{scope}/operations/{name}"));
+    }
+    if wait && s.early_waits > 0 {
+        s.early_waits -= 1;
+        return Json(s.ops[name].value.clone()).into_response();
     }
     match s.advance(name, wait) {
         Some(op) => Json(op).into_response(),

@@ -192,6 +192,9 @@ impl Client {
     /// Follows `op` to `DONE` with `operations.wait` (zonal or global, as the operation says).
     pub(crate) async fn wait(&self, mut op: Operation) -> Result<Operation> {
         let started = Instant::now();
+        // `operations.wait` is best effort and may answer at once with the operation still running:
+        // after such an answer, pause (doubling, up to 5 s) before asking again.
+        let mut pause = Duration::from_millis(250);
         while !op.is_done() {
             if started.elapsed() > self.operation_timeout {
                 return Err(Error::transient(format!(
@@ -211,9 +214,15 @@ impl Client {
                 ),
                 _ => self.global(&format!("operations/{}/wait", op.name)),
             };
+            let asked = Instant::now();
             op = self
                 .call("operations.wait", Method::POST, &path, &[], None)
                 .await?;
+            if !op.is_done() && asked.elapsed() < Duration::from_secs(1) {
+                let left = self.operation_timeout.saturating_sub(started.elapsed());
+                tokio::time::sleep(pause.min(left)).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
         }
         Ok(op)
     }

@@ -765,3 +765,35 @@ async fn a_disk_of_the_same_name_is_already_exists_not_a_passing_failure() {
     assert_eq!(fake.disk_names(ZONE), vec!["vm-disk".to_string()]);
     assert_eq!(fake.control().count(&Method::DELETE, "/disks/"), 0);
 }
+
+#[tokio::test]
+async fn an_operations_wait_that_answers_at_once_is_not_called_in_a_tight_loop() {
+    // operations.wait is best effort: it may answer at once with the operation still running. The
+    // driver then pauses before it asks again, rather than spending the project's API quota in a loop.
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake)
+            .operation_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let m = p
+        .create(&spec("vm-wait", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.answer_waits_early(u32::MAX);
+    fake.control().clear_log();
+    let e = p.stop(&m.id).await.unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    let waits = fake.control().count(&Method::POST, "/wait");
+    assert!(
+        (2..=12).contains(&waits),
+        "{waits} operations.wait calls in 2 s"
+    );
+    fake.answer_waits_early(0);
+}
