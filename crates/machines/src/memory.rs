@@ -262,7 +262,8 @@ impl MemoryCloud {
 
     /// Counts a request and applies the first matching fault. Returns whether the answer is to be lost.
     async fn request(&self, op: Operation) -> Result<bool> {
-        self.inner.requests.fetch_add(1, Ordering::SeqCst);
+        let n = self.inner.requests.fetch_add(1, Ordering::SeqCst) + 1;
+        tracing::debug!(provider = KIND, operation = ?op, request_id = n, "cloud call");
         let mut lose = false;
         let mut wait = Duration::ZERO;
         let mut fail = None;
