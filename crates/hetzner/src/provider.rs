@@ -378,8 +378,9 @@ impl HetznerProvider {
     }
 
     /// A create whose name is taken: the server of that name when it is this owner's, of this pool,
-    /// type and location (a retried create), after its running actions end; else `AlreadyExists`.
-    async fn adopt(&self, spec: &MachineSpec, taken: Error) -> Result<Created> {
+    /// type and location (a retried create), after its running actions end; else `AlreadyExists`
+    /// (`conflict`: the name is known to be taken) or `taken` itself.
+    async fn adopt(&self, spec: &MachineSpec, taken: Error, conflict: bool) -> Result<Created> {
         let r: ListServersResponse = self
             .client
             .call(
@@ -396,6 +397,9 @@ impl HetznerProvider {
         let ours = labels::is_in_pool(&labels_of(&s), &spec.pool, &self.owner)
             && s.server_type.name == spec.machine_type
             && s.location.name == spec.location;
+        if !ours && !conflict {
+            return Err(taken);
+        }
         if !ours {
             return Err(Error::AlreadyExists {
                 what: format!(
@@ -535,14 +539,19 @@ impl Provider for HetznerProvider {
             .await;
         let r = match made {
             Ok(r) => r,
-            Err(Error::NoStock { message, .. }) => {
-                return Ok(Created::NoStock {
-                    machine_type: spec.machine_type.clone(),
-                    location: spec.location.clone(),
-                    message,
-                })
+            Err(e @ (Error::NoStock { .. } | Error::Quota { .. })) => {
+                // A create retried after a lost answer can meet the stock or the server limit that its
+                // first attempt used up: adopt the server that attempt made, when there is one.
+                return match self.adopt(spec, e, false).await {
+                    Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
+                        machine_type: spec.machine_type.clone(),
+                        location: spec.location.clone(),
+                        message,
+                    }),
+                    other => other,
+                };
             }
-            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e).await,
+            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true).await,
             Err(e) => return Err(e),
         };
         let id = r.server.id;

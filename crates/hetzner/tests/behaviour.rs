@@ -740,3 +740,70 @@ async fn a_failed_resize_powers_the_server_on_again() {
     assert_eq!(s["status"], "running", "{s}");
     assert_eq!(s["server_type"]["name"], "cx22");
 }
+
+#[tokio::test]
+async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_that_server() {
+    // The first POST makes the server and its answer is lost; the retry is refused because of what
+    // that server used up (the project's server limit, or the last of the stock), before the name is
+    // checked. The server the first attempt made is adopted: not reported as quota or no stock and
+    // left running.
+    for (status, code, message) in [
+        (403, "resource_limit_exceeded", "server limit exceeded"),
+        (
+            412,
+            "resource_unavailable",
+            "server type cx22 is not available in this location",
+        ),
+    ] {
+        let fake = FakeHetzner::start().await.unwrap();
+        let p = common::provider(&fake, "me");
+        fake.control().inject(Rule::new(
+            Some(Method::POST),
+            "/v1/servers",
+            Fault::DropAnswer,
+            1,
+        ));
+        fake.control().inject(Rule::new(
+            Some(Method::POST),
+            "/v1/servers",
+            Fault::Status {
+                status,
+                body: serde_json::json!({"error": {"code": code, "message": message}}),
+                headers: vec![],
+            },
+            1,
+        ));
+        let got = p.create(&spec("lim-1", "cx22", "fsn1", "lab")).await;
+        let m = match got {
+            Ok(Created::Machine(m)) => m,
+            other => panic!("{code}: {other:?}"),
+        };
+        assert_eq!(fake.servers().len(), 1, "{code}");
+        assert_eq!(m.id, fake.servers()[0]["id"].to_string(), "{code}");
+        assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 2);
+    }
+    // Without a server of that name, the answers stay what they were.
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me");
+    fake.set_no_stock("cx22", "fsn1", true);
+    assert!(matches!(
+        p.create(&spec("lim-2", "cx22", "fsn1", "lab")).await,
+        Ok(Created::NoStock { .. })
+    ));
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/v1/servers",
+        Fault::Status {
+            status: 403,
+            body: serde_json::json!({"error": {"code": "resource_limit_exceeded", "message": "server limit exceeded"}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    let e = p
+        .create(&spec("lim-3", "cx32", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Quota { .. }), "{e:?}");
+    assert!(fake.servers().is_empty());
+}
