@@ -600,7 +600,29 @@ impl Provider for Ec2Provider {
             return Err(e);
         }
         if was_running {
-            self.client.start(id).await?;
+            if let Err(e) = self.client.start(id).await {
+                let Error::NoStock { message, .. } = e else {
+                    return Err(e);
+                };
+                // No stock of the new type: the machine goes back to the type it had and runs again,
+                // rather than staying stopped on a type it cannot start.
+                let old = current.machine_type.as_str();
+                let back = match self.client.set_instance_type(id, old).await {
+                    Ok(()) => self.client.start(id).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(again) = back {
+                    return Err(Error::other(format!(
+                        "resize of {id} to {machine_type}: no stock ({message}); going back to \
+                         {old} failed, the machine is stopped: {again}"
+                    )));
+                }
+                return Err(Error::NoStock {
+                    machine_type: machine_type.to_string(),
+                    location: current.location.clone(),
+                    message,
+                });
+            }
         }
         Ok(Resized {
             machine: self.described(id).await?,

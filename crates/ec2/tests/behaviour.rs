@@ -746,6 +746,46 @@ async fn states_stop_start_and_resize() {
     assert!(p.machines(&e.pool).await.unwrap().is_empty());
 }
 
+#[tokio::test]
+async fn a_resize_to_a_type_out_of_stock_goes_back_and_runs_again() {
+    let Some(e) = env("a_resize_to_a_type_out_of_stock_goes_back_and_runs_again").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("rs-1")).await.unwrap());
+    // EC2 changes the type of a stopped machine, then has no capacity to start it on that type.
+    e.proxy.inject(Rule::new(
+        "StartInstances",
+        Fault::error(500, "InsufficientInstanceCapacity"),
+        1,
+    ));
+    let err = p.resize(&m.id, "t3.small").await.unwrap_err();
+    let Error::NoStock {
+        machine_type,
+        location,
+        ..
+    } = &err
+    else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        (machine_type.as_str(), location.as_str()),
+        ("t3.small", ZONE)
+    );
+    let listed = p.machines(&e.pool).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].machine_type, "t3.micro",
+        "back to the type it had"
+    );
+    assert!(
+        matches!(listed[0].status, Status::Starting | Status::Running),
+        "running again, not left stopped: {:?}",
+        listed[0].status
+    );
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
 #[derive(Clone, Default)]
 struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
