@@ -89,7 +89,7 @@ impl Client {
             paced_ms = tracing::field::Empty,
         );
         async {
-            let paced = self.pacer.before().await;
+            let (paced, mut ticket) = self.pacer.before().await;
             let started = Instant::now();
             let mut req = self
                 .http
@@ -105,13 +105,13 @@ impl Client {
                 let resp = match req.send().await {
                     Ok(r) => r,
                     Err(e) => {
-                        self.pacer.observe(None);
+                        self.pacer.observe(&mut ticket, None);
                         return Err(transport_error(e));
                     }
                 };
                 let status = resp.status().as_u16();
                 let headers = resp.headers().clone();
-                self.pacer.observe(Some(&headers));
+                self.pacer.observe(&mut ticket, Some(&headers));
                 let span = tracing::Span::current();
                 span.record("status", status);
                 if let Some(id) = headers
@@ -262,6 +262,23 @@ pub(crate) fn map_error(status: u16, body: &[u8], headers: &HeaderMap) -> Error 
     }
 }
 
+/// A request taken from the pacer's model bucket by a call whose answer is not observed yet. Dropped
+/// unobserved (the call was cancelled), it gives the request back, so that cancelled calls cannot
+/// shrink the model's budget for good.
+pub(crate) struct Ticket<'a> {
+    pacer: &'a Pacer,
+    open: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.open = false;
+            self.pacer.settle();
+        }
+    }
+}
+
 /// Paces calls from the `RateLimit-*` headers: a model of the project's token bucket (Hetzner's
 /// 3,600 requests an hour, refilled continuously), kept from the last answer and the requests made
 /// since. A call that would take the bucket under the reserve waits for the refill instead.
@@ -317,10 +334,17 @@ impl Pacer {
 
     /// Takes one request from the model bucket, first waiting while that would take it under the
     /// reserve. A waiter looks again at least once a second, so that a better estimate of the refill
-    /// rate (from later answers) shortens its wait. Answers how long it waited.
-    async fn before(&self) -> Duration {
+    /// rate (from later answers) shortens its wait. Answers how long it waited, and the ticket that
+    /// holds the request until its answer is observed (or the call is dropped).
+    async fn before(&self) -> (Duration, Ticket<'_>) {
         if !self.enabled {
-            return Duration::ZERO;
+            return (
+                Duration::ZERO,
+                Ticket {
+                    pacer: self,
+                    open: false,
+                },
+            );
         }
         let started = Instant::now();
         let mut waited = false;
@@ -363,18 +387,29 @@ impl Pacer {
                 "paced for the project's rate limit"
             );
         }
+        let ticket = Ticket {
+            pacer: self,
+            open: true,
+        };
         if waited {
-            wait
+            (wait, ticket)
         } else {
-            Duration::ZERO
+            (Duration::ZERO, ticket)
         }
     }
 
-    /// Learns the bucket from an answer's `RateLimit-*` headers (`None`: the call got no answer).
-    fn observe(&self, headers: Option<&HeaderMap>) {
-        if self.enabled {
-            let mut b = self.lock();
-            b.outstanding = (b.outstanding - 1.0).max(0.0);
+    /// A call that took a request is over: it no longer counts as outstanding.
+    fn settle(&self) {
+        let mut b = self.lock();
+        b.outstanding = (b.outstanding - 1.0).max(0.0);
+    }
+
+    /// Learns the bucket from an answer's `RateLimit-*` headers (`None`: the call got no answer), and
+    /// closes the call's ticket.
+    fn observe(&self, ticket: &mut Ticket<'_>, headers: Option<&HeaderMap>) {
+        if ticket.open {
+            ticket.open = false;
+            self.settle();
         }
         let Some(headers) = headers else { return };
         let (Some(limit), Some(remaining)) = (
@@ -490,10 +525,43 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_cancelled_call_gives_its_request_back_to_the_pacer() {
+        use orca_fakes::{Fault, Rule};
+        let fake = orca_fakes::hetzner::FakeHetzner::start().await.unwrap();
+        let config = Config::builder()
+            .token(fake.token())
+            .endpoint(fake.url())
+            .retry(RetryPolicy::NEVER)
+            .build()
+            .unwrap();
+        let c = Client::new(&config).unwrap();
+        let list =
+            || c.once::<serde_json::Value>("locations.list", Method::GET, "/locations", &[], None);
+        list().await.unwrap();
+        // Callers that give up on a slow call (a timeout around it, an aborted task) drop it before
+        // its answer: the request it took from the model bucket must not stay taken for ever.
+        fake.control().inject(Rule::new(
+            Some(Method::GET),
+            "/locations",
+            Fault::Latency(Duration::from_secs(5)),
+            3,
+        ));
+        for _ in 0..3 {
+            let r = tokio::time::timeout(Duration::from_millis(100), list()).await;
+            assert!(r.is_err(), "the call was cut short");
+        }
+        assert_eq!(c.pacer.lock().outstanding, 0.0);
+        fake.control().clear_faults();
+        list().await.unwrap();
+        assert_eq!(c.pacer.lock().outstanding, 0.0);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn pacer_spaces_calls_at_the_refill_rate_under_the_reserve() {
         let p = Pacer::new(true, 0.0);
-        assert_eq!(p.before().await, Duration::ZERO, "unknown bucket: no wait");
+        let (first, mut ticket) = p.before().await;
+        assert_eq!(first, Duration::ZERO, "unknown bucket: no wait");
         // The answer to that call says: 2 of 10 left, full in 8 s (1 a second).
         let mut h = HeaderMap::new();
         h.insert("ratelimit-limit", HeaderValue::from_static("10"));
@@ -503,10 +571,10 @@ mod tests {
             "ratelimit-reset",
             HeaderValue::from_str(&reset.to_string()).unwrap(),
         );
-        p.observe(Some(&h));
-        assert_eq!(p.before().await, Duration::ZERO);
-        assert_eq!(p.before().await, Duration::ZERO);
-        let w = p.before().await;
+        p.observe(&mut ticket, Some(&h));
+        assert_eq!(p.before().await.0, Duration::ZERO);
+        assert_eq!(p.before().await.0, Duration::ZERO);
+        let w = p.before().await.0;
         assert!(
             w > Duration::from_millis(700) && w <= Duration::from_millis(1200),
             "{w:?}"
