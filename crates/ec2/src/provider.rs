@@ -546,7 +546,15 @@ impl Provider for Ec2Provider {
             }
             _ => {}
         }
-        self.client.start(id).await?;
+        let m = machine_of(&inst);
+        self.client.start(id).await.map_err(|e| match e {
+            Error::NoStock { message, .. } => Error::NoStock {
+                machine_type: m.machine_type,
+                location: m.location,
+                message,
+            },
+            e => e,
+        })?;
         self.described(id).await
     }
 

@@ -1,0 +1,109 @@
+//! Secrets (the secret key, user data) in no Debug, error or trace, at every level. Its own test
+//! binary: its subscriber is the thread's default, and tests running beside it on other threads made
+//! `tracing`'s callsite interest race, so that its spans were sometimes not recorded at all.
+
+mod support;
+
+use orca_machines::{Created, MachineSpec, Provider};
+use support::{Fault, Proxy, Rule, Seed, ZONE};
+
+struct Env {
+    seed: Seed,
+    proxy: Proxy,
+    pool: String,
+}
+
+async fn env(test: &str) -> Option<Env> {
+    let moto = support::moto(test)?;
+    let seed = support::seed(&moto).await;
+    let proxy = Proxy::start(&moto).await;
+    let pool = format!("t{:06x}", fastrand::u32(..0xff_ffff));
+    Some(Env { seed, proxy, pool })
+}
+
+impl Env {
+    async fn provider(&self, owner: &str) -> orca_ec2::Ec2Provider {
+        self.seed
+            .builder(owner, &self.proxy.url)
+            .build()
+            .await
+            .unwrap()
+    }
+
+    fn spec(&self, name: &str) -> MachineSpec {
+        MachineSpec::new(name, "t3.micro", ZONE, &self.pool)
+    }
+}
+
+fn made(c: Created) -> orca_machines::Machine {
+    match c {
+        Created::Machine(m) => m,
+        Created::NoStock { message, .. } => panic!("no stock: {message}"),
+    }
+}
+
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+#[tokio::test]
+async fn secrets_never_show() {
+    let Some(e) = env("secrets_never_show").await else {
+        return;
+    };
+    // Everything logged while this test runs (on this thread: a current-thread runtime), at every level.
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let p = e.provider("owner-1").await;
+    let shown = format!("{p:?} {:?}", e.seed.builder("owner-1", &e.proxy.url));
+    assert!(!shown.contains(support::SECRET), "{shown}");
+    let user_data = format!("password={}", support::SECRET);
+    let spec = e.spec("sec-1").with_user_data(&user_data);
+    assert!(!format!("{spec:?}").contains(support::SECRET));
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(400, "InvalidParameterValue"),
+        1,
+    ));
+    let err = p.create(&spec).await.unwrap_err();
+    assert!(
+        !format!("{err} {err:?}").contains(support::SECRET),
+        "{err:?}"
+    );
+    e.proxy
+        .inject(Rule::new("RunInstances", Fault::DropAnswer, 1));
+    let m = made(p.create(&spec).await.unwrap());
+    assert!(p.delete(&m.id).await.unwrap());
+
+    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("ec2.call") && logs.contains("RunInstances"),
+        "the calls were traced"
+    );
+    let encoded = aws_smithy_types::base64::encode(user_data.as_bytes());
+    for secret in [support::SECRET, encoded.as_str()] {
+        assert!(!logs.contains(secret), "a secret was logged");
+    }
+}
