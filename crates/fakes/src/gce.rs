@@ -1320,7 +1320,7 @@ async fn insert_instance(
         make_vm(&mut s);
         None
     };
-    let op = s.new_op(
+    let mut op = s.new_op(
         Some(&zone),
         "insert",
         target,
@@ -1330,6 +1330,11 @@ async fn insert_instance(
         },
         q.request_id.as_deref(),
     );
+    // `targetId`: the incarnation of the instance this insert is about.
+    op["targetId"] = json!(id.to_string());
+    if let Some(o) = op["name"].as_str().and_then(|n| s.ops.get_mut(n)) {
+        o.value["targetId"] = json!(id.to_string());
+    }
     Json(op).into_response()
 }
 

@@ -15,6 +15,8 @@ pub(crate) struct Operation {
     pub operation_type: String,
     pub error: Option<OperationErrors>,
     pub http_error_status_code: Option<u16>,
+    /// The incarnation of the target resource (an instance's `id`).
+    pub target_id: Option<String>,
 }
 
 impl Operation {
@@ -42,6 +44,7 @@ pub(crate) struct OperationError {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
 pub(crate) struct Instance {
+    pub id: String,
     pub name: String,
     pub status: String,
     pub machine_type: String,

@@ -452,7 +452,7 @@ impl GceProvider {
         let answered_done = op.is_done();
         let done = self.client().wait(op).await?;
         if let Some(e) = operation_error(&done) {
-            let left = self.clean_up(&spec.name).await;
+            let left = self.clean_up(&spec.name, done.target_id.as_deref()).await;
             if answered_done && first_round && left.is_empty() {
                 // The insert answered an operation that had already failed: most likely a repeated
                 // request id naming an earlier attempt. Try once more under a fresh id.
@@ -477,6 +477,11 @@ impl GceProvider {
             };
         }
         match self.get_instance(&spec.name).await? {
+            // Another incarnation than the operation's: made since under this name (the operation
+            // was an old one, answered again for a repeated request id). Not this create's.
+            Some(vm) if !same_incarnation(done.target_id.as_deref(), &vm) => {
+                Ok(Inserted::Stale(op_name))
+            }
             Some(vm) if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner) => {
                 Ok(Inserted::Made(to_machine(&vm)))
             }
@@ -513,11 +518,16 @@ impl GceProvider {
     }
 
     /// Removes what a failed insert left (the instance and its boot disk, when they carry this owner's
-    /// labels); answers what could not be removed.
-    async fn clean_up(&self, name: &str) -> Vec<String> {
+    /// labels); answers what could not be removed. `target_id` is the incarnation the failed insert
+    /// was about: an instance of that name with another id was made since (the operation was an old
+    /// one, answered again for a repeated request id) and is not touched.
+    async fn clean_up(&self, name: &str, target_id: Option<&str>) -> Vec<String> {
         let mut left = Vec::new();
         match self.get_instance(name).await {
-            Ok(Some(vm)) if is_owned_by(&vm.labels, &self.inner.owner) => {
+            Ok(Some(vm))
+                if is_owned_by(&vm.labels, &self.inner.owner)
+                    && same_incarnation(target_id, &vm) =>
+            {
                 if let Err(e) = self.delete_instance(name).await {
                     tracing::warn!(name, error = %e, "could not remove a failed create's instance");
                     left.push(format!("instance {name}"));
@@ -580,6 +590,11 @@ impl GceProvider {
             Some(e) => Err(e),
         }
     }
+}
+
+/// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
+fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
+    target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
 }
 
 enum Inserted {

@@ -797,3 +797,53 @@ async fn an_operations_wait_that_answers_at_once_is_not_called_in_a_tight_loop()
     );
     fake.answer_waits_early(0);
 }
+
+#[tokio::test]
+async fn a_stale_request_id_never_deletes_a_machine_made_since() {
+    // An earlier create of this spec failed (no stock); since then another create made a machine of
+    // that name (another type). Creating the first spec again repeats its request id, which answers
+    // the old failed operation: the clean-up after it must not delete the machine made since.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.exhaust("e2-small", ZONE);
+    let got = p.create(&spec("vm-same", "e2-small")).await.unwrap();
+    assert!(matches!(got, Created::NoStock { .. }), "{got:?}");
+    fake.restore("e2-small", ZONE);
+    let other = p
+        .create(&spec("vm-same", "e2-medium"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(other.machine_type, "e2-medium");
+    fake.control().clear_log();
+    let e = p.create(&spec("vm-same", "e2-small")).await.unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
+    assert_eq!(
+        fake.control().count(&Method::DELETE, "/instances/vm-same"),
+        0
+    );
+    let vm = fake
+        .instance(ZONE, "vm-same")
+        .expect("the machine made since is kept");
+    assert!(vm["machineType"].as_str().unwrap().ends_with("/e2-medium"));
+    assert_eq!(vm["status"], "RUNNING");
+
+    // The same with an earlier create that succeeded: its machine was deleted and another made under
+    // the name since. The old, successful operation does not make that machine this create's.
+    p.create(&spec("vm-twice", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    p.delete("vm-twice").await.unwrap();
+    p.create(&spec("vm-twice", "e2-medium"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let got = p.create(&spec("vm-twice", "e2-small")).await;
+    assert!(matches!(got, Err(Error::AlreadyExists { .. })), "{got:?}");
+    let vm = fake.instance(ZONE, "vm-twice").unwrap();
+    assert!(vm["machineType"].as_str().unwrap().ends_with("/e2-medium"));
+}
