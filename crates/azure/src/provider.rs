@@ -4,7 +4,8 @@
 //! with `<name>-ip` (static Standard public address), `<name>-nsg` (security group admitting the
 //! configured addresses on TCP 22 only), `<name>-nic` (interface in `<vnet>-<location>/<subnet>`,
 //! optionally in the application security group) and the OS disk `<name>-osdisk` (deleted with the VM).
-//! All five carry the ownership tags.
+//! The VM, address, security group and interface carry the ownership tags; the OS disk, made by Azure
+//! from the VM, carries none (Azure copies no tags to it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
