@@ -55,8 +55,8 @@ async fn main() -> orca::Result<()> {
     }
     let per_create = (c.requests() - before) as f64 / n as f64;
     println!("hetzner fake: requests per operation (ideal in brackets)");
-    println!("create, first:  {first} (type + image + POST + action + server read [5])");
-    println!("create, next:   {per_create:.2} (POST + action read + server read [3])");
+    println!("create, first:  {first} (type + image + POST + action + start action + server read [6])");
+    println!("create, next:   {per_create:.2} (POST + action read + start action read + server read [4])");
     let before = c.requests();
     p.arch("cx22").await?;
     println!("arch, cached:   {} [0]", c.requests() - before);
@@ -135,7 +135,7 @@ async fn main() -> orca::Result<()> {
         let refused = fake.rate_limited();
         // The ideal: every request a create needs, none refused; the bucket less the reserve at once,
         // the rest at the refill rate.
-        let ideal_requests = 1 + 1 + 3 * creates as u64; // type, image, 3 per create
+        let ideal_requests = 1 + 1 + 4 * creates as u64; // type, image, 4 per create
         let usable = (f64::from(limit) * (1.0 - RESERVE)).floor() as u64;
         let ideal_time = (ideal_requests.saturating_sub(usable) as f64 / refill).max(0.01);
         println!(

@@ -3,7 +3,8 @@
 //! (the `hcloud` crate) reads every answer.
 //!
 //! What it serves, under `/v1`:
-//! - `servers`: list (`name`, `label_selector`, `status`, `sort`, `page`, `per_page`), create, get,
+//! - `servers`: list (`name`, `label_selector`, `status`, `sort`, `page`, `per_page`), create (its
+//!   `start_server` in `next_actions` unless `start_after_create` is false), get,
 //!   delete, and the actions `poweron`, `poweroff`, `shutdown`, `change_type`;
 //! - `servers/{id}/actions` (filter `status`) and `actions/{id}`: every change answers an action that is `running` for a configurable number of
 //!   reads, then `success` or `error` (the change takes effect when the action ends);
@@ -19,7 +20,8 @@
 //!   continuously, as Hetzner's does: 3,600 an hour by default, configurable).
 //!
 //! Faults on demand: a server type out of stock in a location ([`FakeHetzner::set_no_stock`]), the next
-//! create action failing ([`FakeHetzner::fail_next_create_action`]), shutdowns that are ignored
+//! create action failing ([`FakeHetzner::fail_next_create_action`]), the next create's `start_server`
+//! next action failing ([`FakeHetzner::fail_next_start_after_create`]), shutdowns that are ignored
 //! ([`FakeHetzner::ignore_shutdown`]), and through [`Control`] 429s, 5xx, latency and lost answers.
 
 use std::collections::{BTreeMap, HashSet};
@@ -306,6 +308,7 @@ struct State_ {
     next_id: i64,
     no_stock: HashSet<(String, String)>,
     fail_next_create: Option<String>,
+    fail_next_start: Option<String>,
     ignore_shutdown: bool,
     action_reads: u32,
     bucket: Bucket,
@@ -371,6 +374,7 @@ impl FakeHetzner {
             next_id: 1_000_000,
             no_stock: HashSet::new(),
             fail_next_create: None,
+            fail_next_start: None,
             ignore_shutdown: false,
             action_reads: options.action_reads,
             bucket: Bucket {
@@ -431,6 +435,12 @@ impl FakeHetzner {
     /// Makes the next create's action end in `error` with `message` (the server stays, `off`).
     pub fn fail_next_create_action(&self, message: &str) {
         lock(&self.state).fail_next_create = Some(message.to_string());
+    }
+
+    /// Makes the next create's `start_server` action (its `next_actions`) end in `error` with
+    /// `message` while the create action succeeds (the server stays, `off`).
+    pub fn fail_next_start_after_create(&self, message: &str) {
+        lock(&self.state).fail_next_start = Some(message.to_string());
     }
 
     /// Whether graceful shutdowns are ignored (the action succeeds, the server keeps running), as an OS
@@ -579,14 +589,44 @@ impl State_ {
             Some(msg) => ("error", Some(("action_failed".to_string(), msg.clone()))),
             None => ("success", None),
         };
+        // A create's `start_server` (its next action), still to run.
+        let start_next: Vec<i64> = match a.effect {
+            Effect::Create => self
+                .actions
+                .values()
+                .filter(|x| {
+                    x.server == a.server && x.command == "start_server" && x.status == "running"
+                })
+                .map(|x| x.id)
+                .collect(),
+            _ => Vec::new(),
+        };
         if a.fail.is_some() {
             if let Some(srv) = self.servers.get_mut(&a.server) {
                 srv.status = "off".into();
             }
+            // Its next actions cannot run: they end in error too.
+            for n in start_next {
+                if let Some(x) = self.actions.get_mut(&n) {
+                    x.status = "error";
+                    x.error = Some(("action_failed".into(), "the server was not created".into()));
+                }
+            }
         } else {
             let ignore_shutdown = self.ignore_shutdown;
             match &a.effect {
-                Effect::Create | Effect::Start => {
+                Effect::Create => {
+                    if let Some(srv) = self.servers.get_mut(&a.server) {
+                        // Made, and off until its start_server action (if any) runs.
+                        srv.status = if start_next.is_empty() {
+                            "off"
+                        } else {
+                            "starting"
+                        }
+                        .into();
+                    }
+                }
+                Effect::Start => {
                     if let Some(srv) = self.servers.get_mut(&a.server) {
                         srv.status = "running".into();
                     }
@@ -998,8 +1038,15 @@ async fn delete_server(State(state): State<Shared>, Path(id): Path<String>) -> A
 async fn get_action(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult {
     let id: i64 = id.parse().map_err(|_| invalid("invalid action id"))?;
     let mut s = lock(&state);
+    // A create's next action (start_server) runs once the create action has ended.
+    let waits_for_create = s.actions.get(&id).is_some_and(|a| {
+        a.command == "start_server"
+            && s.actions.values().any(|x| {
+                x.server == a.server && x.command == "create_server" && x.status == "running"
+            })
+    });
     let a = s.actions.get_mut(&id).ok_or_else(|| not_found("action"))?;
-    if a.status == "running" {
+    if a.status == "running" && !waits_for_create {
         if a.reads_left == 0 {
             s.finish(id);
         } else {
@@ -1155,10 +1202,21 @@ async fn create_server(State(state): State<Shared>, body: Bytes) -> ApiResult {
             x.fail = Some(msg);
         }
     }
+    // `start_after_create` (default true): the start is a next action of the create, as Hetzner's.
+    let mut next_actions = Vec::new();
+    if b.get("start_after_create").and_then(Value::as_bool) != Some(false) {
+        let n = s.action("start_server", id, Effect::Start);
+        if let Some(msg) = s.fail_next_start.take() {
+            if let Some(x) = s.actions.get_mut(&n) {
+                x.fail = Some(msg);
+            }
+        }
+        next_actions.push(s.action_json(n));
+    }
     let body = json!({
         "server": s.server_json(&s.servers[&id]),
         "action": s.action_json(a),
-        "next_actions": [],
+        "next_actions": next_actions,
         "root_password": if ssh_keys.is_empty() { Value::from("fake-root-password") } else { Value::Null },
     });
     Ok((StatusCode::CREATED, Json(body)).into_response())
@@ -1469,8 +1527,25 @@ mod tests {
             a["action"]["status"], "running",
             "one read shows it running"
         );
+        // The start follows as a next action: it waits for the create.
+        assert_eq!(v["next_actions"][0]["command"], "start_server");
+        let sid = v["next_actions"][0]["id"].as_i64().unwrap();
+        let get_start = || {
+            http.get(format!("{}/actions/{sid}", fake.url()))
+                .bearer_auth(fake.token())
+                .send()
+        };
+        for _ in 0..3 {
+            let s: Value = get_start().await.unwrap().json().await.unwrap();
+            assert_eq!(s["action"]["status"], "running", "not before the create");
+        }
         let a: Value = get_action().await.unwrap().json().await.unwrap();
         assert_eq!(a["action"]["status"], "success");
+        assert_eq!(fake.servers()[0]["status"], "starting");
+        let s: Value = get_start().await.unwrap().json().await.unwrap();
+        assert_eq!(s["action"]["status"], "running");
+        let s: Value = get_start().await.unwrap().json().await.unwrap();
+        assert_eq!(s["action"]["status"], "success");
         assert_eq!(fake.servers()[0]["status"], "running");
 
         let r = post(json!({"name": "a1", "server_type": "cx22", "image": "ubuntu-24.04"}))

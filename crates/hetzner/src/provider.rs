@@ -555,7 +555,15 @@ impl Provider for HetznerProvider {
             Err(e) => return Err(e),
         };
         let id = r.server.id;
-        if let Err(failed) = self.wait_action(&r.action).await {
+        // The create action, then its next actions (the `start_server` of `start_after_create`).
+        let mut ended = self.wait_action(&r.action).await;
+        for next in &r.next_actions {
+            if ended.is_err() {
+                break;
+            }
+            ended = self.wait_action(next).await;
+        }
+        if let Err(failed) = ended {
             if failed.is_retryable() {
                 // Still running (or unreadable): the server stays; a retry of the create adopts it.
                 return Err(failed);

@@ -807,3 +807,39 @@ async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_
     assert!(matches!(e, Error::Quota { .. }), "{e:?}");
     assert!(fake.servers().is_empty());
 }
+
+#[tokio::test]
+async fn create_follows_its_next_actions_and_a_failed_start_leaves_no_server() {
+    // Hetzner answers a create with the create action and, in `next_actions`, the `start_server` that
+    // follows it: the machine is made once both have ended.
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 2,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let p = common::provider(&fake, "me");
+    let m = p
+        .create(&spec("nx-1", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(m.status, Status::Running, "{m:?}");
+    // A start that fails: the create failed, and its server is removed.
+    fake.fail_next_start_after_create("no host could start the server");
+    let e = p
+        .create(&spec("nx-2", "cx22", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("no host could start the server"),
+        "{e:?}"
+    );
+    let names: Vec<String> = fake
+        .servers()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["nx-1"]);
+}

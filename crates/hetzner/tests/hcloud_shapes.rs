@@ -55,7 +55,10 @@ async fn every_answer_reads_as_hcloud_models() {
     )
     .await
     .unwrap();
-    assert_eq!(running.actions.len(), 1);
+    // The create action and its next action, the start.
+    assert_eq!(running.actions.len(), 2);
+    assert_eq!(made.next_actions.len(), 1);
+    assert_eq!(made.next_actions[0].command, "start_server");
     let action = actions_api::get_action(&cfg, actions_api::GetActionParams { id: made.action.id })
         .await
         .unwrap();
