@@ -55,7 +55,9 @@ async fn main() -> orca::Result<()> {
     }
     let per_create = (c.requests() - before) as f64 / n as f64;
     println!("hetzner fake: requests per operation (ideal in brackets)");
-    println!("create, first:  {first} (type + image + POST + action + start action + server read [6])");
+    println!(
+        "create, first:  {first} (type + image + POST + action + start action + server read [6])"
+    );
     println!("create, next:   {per_create:.2} (POST + action read + start action read + server read [4])");
     let before = c.requests();
     p.arch("cx22").await?;
