@@ -9,42 +9,7 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
-use support::{Fault, Proxy, Rule, Seed, ZONE};
-
-struct Env {
-    seed: Seed,
-    proxy: Proxy,
-    pool: String,
-}
-
-async fn env(test: &str) -> Option<Env> {
-    let moto = support::moto(test)?;
-    let seed = support::seed(&moto).await;
-    let proxy = Proxy::start(&moto).await;
-    let pool = format!("t{:06x}", fastrand::u32(..0xff_ffff));
-    Some(Env { seed, proxy, pool })
-}
-
-impl Env {
-    async fn provider(&self, owner: &str) -> orca_ec2::Ec2Provider {
-        self.seed
-            .builder(owner, &self.proxy.url)
-            .build()
-            .await
-            .unwrap()
-    }
-
-    fn spec(&self, name: &str) -> MachineSpec {
-        MachineSpec::new(name, "t3.micro", ZONE, &self.pool)
-    }
-}
-
-fn made(c: Created) -> orca_machines::Machine {
-    match c {
-        Created::Machine(m) => m,
-        Created::NoStock { message, .. } => panic!("no stock: {message}"),
-    }
-}
+use support::{env, made, Fault, Rule, ZONE};
 
 #[tokio::test]
 async fn client_token_is_stable_across_retries() {

@@ -4,43 +4,8 @@
 
 mod support;
 
-use orca_machines::{Created, MachineSpec, Provider};
-use support::{Fault, Proxy, Rule, Seed, ZONE};
-
-struct Env {
-    seed: Seed,
-    proxy: Proxy,
-    pool: String,
-}
-
-async fn env(test: &str) -> Option<Env> {
-    let moto = support::moto(test)?;
-    let seed = support::seed(&moto).await;
-    let proxy = Proxy::start(&moto).await;
-    let pool = format!("t{:06x}", fastrand::u32(..0xff_ffff));
-    Some(Env { seed, proxy, pool })
-}
-
-impl Env {
-    async fn provider(&self, owner: &str) -> orca_ec2::Ec2Provider {
-        self.seed
-            .builder(owner, &self.proxy.url)
-            .build()
-            .await
-            .unwrap()
-    }
-
-    fn spec(&self, name: &str) -> MachineSpec {
-        MachineSpec::new(name, "t3.micro", ZONE, &self.pool)
-    }
-}
-
-fn made(c: Created) -> orca_machines::Machine {
-    match c {
-        Created::Machine(m) => m,
-        Created::NoStock { message, .. } => panic!("no stock: {message}"),
-    }
-}
+use orca_machines::Provider;
+use support::{env, made, Fault, Rule};
 
 #[derive(Clone, Default)]
 struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

@@ -420,3 +420,41 @@ async fn forward(
     });
     response
 }
+
+/// One test's moto seeding, proxy and pool of its own.
+pub struct Env {
+    pub seed: Seed,
+    pub proxy: Proxy,
+    pub pool: String,
+}
+
+/// The test's environment, or `None` (skipped) without moto.
+pub async fn env(test: &str) -> Option<Env> {
+    let moto = moto(test)?;
+    let seed = seed(&moto).await;
+    let proxy = Proxy::start(&moto).await;
+    let pool = format!("t{:06x}", fastrand::u32(..0xff_ffff));
+    Some(Env { seed, proxy, pool })
+}
+
+impl Env {
+    pub async fn provider(&self, owner: &str) -> orca_ec2::Ec2Provider {
+        self.seed
+            .builder(owner, &self.proxy.url)
+            .build()
+            .await
+            .unwrap()
+    }
+
+    pub fn spec(&self, name: &str) -> orca_machines::MachineSpec {
+        orca_machines::MachineSpec::new(name, "t3.micro", ZONE, &self.pool)
+    }
+}
+
+/// The machine a create made; panics on no stock.
+pub fn made(c: orca_machines::Created) -> orca_machines::Machine {
+    match c {
+        orca_machines::Created::Machine(m) => m,
+        orca_machines::Created::NoStock { message, .. } => panic!("no stock: {message}"),
+    }
+}
