@@ -603,40 +603,6 @@ fn fastish_id() -> u64 {
     N.fetch_add(0x9e37_79b9, Ordering::Relaxed)
 }
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
-                {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn parse_query(q: &str) -> Vec<(String, String)> {
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
-}
-
 fn percent_encode(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
@@ -681,7 +647,7 @@ impl Req {
 async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let query = parse_query(req.uri().query().unwrap_or(""));
+    let query = crate::control::form_pairs(req.uri().query().unwrap_or("").as_bytes());
     let headers = req.headers().clone();
     let host = headers
         .get("host")
@@ -1935,8 +1901,14 @@ mod tests {
     #[test]
     fn percent_round_trip() {
         let s = "serviceName eq 'Virtual Machines' and armSkuName eq 'Standard_B2s'";
-        assert_eq!(percent_decode(&percent_encode(s)), s);
-        assert_eq!(percent_decode("a+b%27c"), "a b'c");
+        assert_eq!(
+            crate::control::form_pairs(format!("k={}", percent_encode(s)).as_bytes()),
+            [("k".to_string(), s.to_string())]
+        );
+        assert_eq!(
+            crate::control::form_pairs(b"a+b=%27c"),
+            [("a b".to_string(), "'c".to_string())]
+        );
     }
 
     #[test]

@@ -184,6 +184,14 @@ impl Control {
     }
 }
 
+/// The pairs of a query string or an `application/x-www-form-urlencoded` body, decoded (`+` is a
+/// space, `%XX` a byte), in order, repeated keys kept.
+pub fn form_pairs(encoded: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(encoded)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
 /// A body whose first read fails, so hyper aborts the connection mid-answer.
 fn broken_body() -> Body {
     struct Broken;

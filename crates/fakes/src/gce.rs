@@ -927,40 +927,14 @@ fn serde_urlencoded_form(body: &[u8]) -> Result<TokenForm, ()> {
         grant_type: None,
         assertion: None,
     };
-    for pair in text.split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v);
-        match k {
+    for (k, v) in crate::control::form_pairs(text.as_bytes()) {
+        match k.as_str() {
             "grant_type" => form.grant_type = Some(v),
             "assertion" => form.assertion = Some(v),
             _ => {}
         }
     }
     Ok(form)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
-                match u8::from_str_radix(hex, 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn base64url_decode(s: &str) -> Option<Vec<u8>> {
@@ -1752,7 +1726,10 @@ mod tests {
     #[test]
     fn decodes() {
         assert_eq!(base64url_decode("eyJhIjoxfQ").unwrap(), br#"{"a":1}"#);
-        assert_eq!(percent_decode("a%3Ab+c"), "a:b c");
+        assert_eq!(
+            crate::control::form_pairs(b"f=a%3Ab+c"),
+            [("f".to_string(), "a:b c".to_string())]
+        );
         assert!(valid_ipv4_cidr("203.0.113.7/32"));
         assert!(!valid_ipv4_cidr("203.0.113/32"));
         assert_eq!(region_of("europe-west1-b"), "europe-west1");
