@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orca_machines::{parse_retry_after, Error, Result, RetryPolicy};
+use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::Instrument as _;
 
-use crate::model::{Operation, OperationError};
+use crate::model::{List, Operation, OperationError};
 
 /// The OAuth scope the driver asks for.
 pub(crate) const SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -174,6 +174,32 @@ impl Client {
                 self.send(operation, method.clone(), path, query, b)
             })
             .await
+    }
+
+    /// Every item of a list call: `maxResults` of `page_size`, then every `pageToken`, each page under
+    /// the retry policy. `query` holds the call's own parameters (a `filter`, for example).
+    pub(crate) async fn list_all<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+        page_size: u32,
+    ) -> Result<Vec<T>> {
+        all_pages(|token| {
+            let mut q = query.to_vec();
+            q.push(("maxResults", page_size.to_string()));
+            if let Some(t) = token {
+                q.push(("pageToken", t));
+            }
+            async move {
+                let list: List<T> = self.call(operation, Method::GET, path, &q, None).await?;
+                Ok(Page {
+                    items: list.items,
+                    next: list.next_page_token,
+                })
+            }
+        })
+        .await
     }
 
     /// `GET` that answers `None` on 404.

@@ -5,10 +5,10 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
-use orca_machines::{all_pages, Error, Page, Result};
+use orca_machines::{Error, Result};
 
 use crate::client::{operation_error, random_uuid};
-use crate::model::{last_segment, List, Operation};
+use crate::model::{last_segment, Operation};
 use crate::provider::GceProvider;
 
 /// One protocol and its ports in a rule's `allowed` or `denied` list.
@@ -147,25 +147,10 @@ impl GceProvider {
         check_rule_name(network)
             .map_err(|_| Error::invalid("network", format!("not a network name: {network:?}")))?;
         let path = self.client().global("firewalls");
-        let page_size = self.config().page_size.to_string();
-        let client = self.client();
-        let all: Vec<FirewallRule> = all_pages(|token| {
-            let mut query = vec![("maxResults", page_size.clone())];
-            if let Some(t) = token {
-                query.push(("pageToken", t));
-            }
-            let path = path.clone();
-            async move {
-                let list: List<FirewallRule> = client
-                    .call("firewalls.list", Method::GET, &path, &query, None)
-                    .await?;
-                Ok(Page {
-                    items: list.items,
-                    next: list.next_page_token,
-                })
-            }
-        })
-        .await?;
+        let all: Vec<FirewallRule> = self
+            .client()
+            .list_all("firewalls.list", &path, &[], self.config().page_size)
+            .await?;
         Ok(all
             .into_iter()
             .filter(|r| r.network_name() == network)

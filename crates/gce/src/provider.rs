@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
 use orca_machines::labels::{ORCA_LABEL, OWNER_LABEL, POOL_LABEL};
 use orca_machines::{
-    all_pages, docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities,
-    Created, Error, Machine, MachineSpec, Page, Provider, Resized, Result, Status,
+    docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
+    Machine, MachineSpec, Provider, Resized, Result, Status,
 };
 use reqwest::Method;
 use secrecy::ExposeSecret;
@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use crate::client::{operation_error, random_uuid, request_uuid, sha256_hex, Client};
 use crate::config::{valid_resource_name, Config, Credentials};
 use crate::config::{UBUNTU_AMD64_FAMILY, UBUNTU_ARM64_FAMILY};
-use crate::model::{last_segment, Disk, Instance, List, MachineType, Operation};
+use crate::model::{last_segment, Disk, Instance, MachineType, Operation};
 
 /// What a create may set beyond the [`MachineSpec`]; `None` fields take the provider's settings.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -665,28 +665,15 @@ impl Provider for GceProvider {
             filter.push_str(&format!(" (labels.{OWNER_LABEL} = \"{owner}\")"));
         }
         let path = self.client().zonal("instances");
-        let page_size = self.inner.config.page_size.to_string();
-        let client = self.client();
-        let all: Vec<Instance> = all_pages(|token| {
-            let mut query = vec![
-                ("filter", filter.clone()),
-                ("maxResults", page_size.clone()),
-            ];
-            if let Some(t) = token {
-                query.push(("pageToken", t));
-            }
-            let path = path.clone();
-            async move {
-                let list: List<Instance> = client
-                    .call("instances.list", Method::GET, &path, &query, None)
-                    .await?;
-                Ok(Page {
-                    items: list.items,
-                    next: list.next_page_token,
-                })
-            }
-        })
-        .await?;
+        let all: Vec<Instance> = self
+            .client()
+            .list_all(
+                "instances.list",
+                &path,
+                &[("filter", filter)],
+                self.inner.config.page_size,
+            )
+            .await?;
         Ok(all
             .iter()
             .filter(|vm| is_in_pool(&vm.labels, pool, owner))
