@@ -136,9 +136,9 @@ impl AzureProvider {
             .get("read subnet", &arm.url(&subnet_id, NETWORK_API))
             .await?
         else {
-            return Err(Error::NotFound {
-                what: format!("subnet {subnet_id} (orca creates no virtual network)"),
-            });
+            return Err(Error::not_found(format!(
+                "subnet {subnet_id} (orca creates no virtual network)"
+            )));
         };
         let Some(nsg_id) = subnet["properties"]["networkSecurityGroup"]["id"]
             .as_str()
@@ -150,18 +150,18 @@ impl AzureProvider {
             .get("read subnet security group", &arm.url(&nsg_id, NETWORK_API))
             .await?
         else {
-            return Err(Error::NotFound {
-                what: format!("security group {nsg_id} named by the subnet"),
-            });
+            return Err(Error::not_found(format!(
+                "security group {nsg_id} named by the subnet"
+            )));
         };
         let rules = nsg["properties"]["securityRules"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let priority = first_free_priority(&rules, name).ok_or_else(|| Error::Quota {
-            message: format!(
+        let priority = first_free_priority(&rules, name).ok_or_else(|| {
+            Error::quota(format!(
                 "security group {nsg_id} has no free inbound priority from {FIRST_PRIORITY}"
-            ),
+            ))
         })?;
         let rule_id = format!("{nsg_id}/securityRules/{name}");
         let op = format!("put security rule {name}");
@@ -198,12 +198,10 @@ impl AzureProvider {
 
 fn context(e: Error, what: &str) -> Error {
     match e {
-        Error::PermissionDenied { message } => Error::PermissionDenied {
-            message: format!("{what}: {message}"),
-        },
-        Error::Other { message } => Error::Other {
-            message: format!("{what}: {message}"),
-        },
+        Error::PermissionDenied { message, .. } => {
+            Error::permission_denied(format!("{what}: {message}"))
+        }
+        Error::Other { message, .. } => Error::other(format!("{what}: {message}")),
         other => other,
     }
 }

@@ -85,17 +85,15 @@ pub fn map_error(status: Option<u16>, error: &Value, retry_after: Option<Duratio
         | "AllocationFailed"
         | "ZonalAllocationFailed"
         | "OverconstrainedAllocationRequest"
-        | "OverconstrainedZonalAllocationRequest" => Error::NoStock {
-            machine_type: String::new(),
-            location: String::new(),
-            message: words,
-        },
+        | "OverconstrainedZonalAllocationRequest" => {
+            Error::no_stock(String::new(), String::new(), words)
+        }
         "QuotaExceeded"
         | "PublicIPCountLimitReached"
         | "NetworkSecurityGroupCountLimitReached"
-        | "NetworkInterfaceCountLimitReached" => Error::Quota { message: words },
+        | "NetworkInterfaceCountLimitReached" => Error::quota(words),
         "OperationNotAllowed" if message.to_ascii_lowercase().contains("quota") => {
-            Error::Quota { message: words }
+            Error::quota(words)
         }
         "RequestDisallowedByPolicy" => {
             let mut names = Vec::new();
@@ -112,40 +110,31 @@ pub fn map_error(status: Option<u16>, error: &Value, retry_after: Option<Duratio
             } else {
                 format!("policy assignment {}", names.join(", "))
             };
-            Error::PermissionDenied {
-                message: format!("{named} denied the request: {words}"),
-            }
+            Error::permission_denied(format!("{named} denied the request: {words}"))
         }
-        "AuthorizationFailed" | "LinkedAuthorizationFailed" => {
-            Error::PermissionDenied { message: words }
-        }
+        "AuthorizationFailed" | "LinkedAuthorizationFailed" => Error::permission_denied(words),
         "AuthenticationFailed"
         | "InvalidAuthenticationToken"
         | "InvalidAuthenticationTokenTenant"
-        | "ExpiredAuthenticationToken" => Error::Unauthenticated { message: words },
-        "ResourceNotFound" | "NotFound" | "ResourceGroupNotFound" => {
-            Error::NotFound { what: words }
-        }
+        | "ExpiredAuthenticationToken" => Error::unauthenticated(words),
+        "ResourceNotFound" | "NotFound" | "ResourceGroupNotFound" => Error::not_found(words),
         "InvalidParameter" => Error::invalid(
             error["target"].as_str().unwrap_or("request").to_string(),
             words,
         ),
-        "PreconditionFailed" => Error::AlreadyExists { what: words },
+        "PreconditionFailed" => Error::already_exists(words),
         "TooManyRequests" | "RetryableError" | "InternalServerError" | "OperationPreempted" => {
             match status {
-                Some(429) | None if code == "TooManyRequests" => Error::Throttled {
-                    retry_after,
-                    message: words,
-                },
-                _ => Error::Transient { message: words },
+                Some(429) | None if code == "TooManyRequests" => {
+                    Error::throttled(retry_after, words)
+                }
+                _ => Error::transient(words),
             }
         }
         _ => match status {
-            Some(409) => Error::Other {
-                message: format!("HTTP 409: {words}"),
-            },
+            Some(409) => Error::other(format!("HTTP 409: {words}")),
             Some(s) => Error::from_http_status(s, words, retry_after),
-            None => Error::Other { message: words },
+            None => Error::other(words),
         },
     }
 }
@@ -311,9 +300,7 @@ impl Arm {
             };
             let e = map_error(Some(status), &error, retry_after);
             let e = match e {
-                Error::NotFound { what } => Error::NotFound {
-                    what: format!("{op}: {what}"),
-                },
+                Error::NotFound { what, .. } => Error::not_found(format!("{op}: {what}")),
                 other => other,
             };
             return Err(e);

@@ -73,8 +73,8 @@ impl TokenSource for IdentityToken {
             .credential
             .get_token(&[self.scope.as_str()], None)
             .await
-            .map_err(|e| Error::Unauthenticated {
-                message: format!("{} credential: {}", self.kind, redact_error(&e)),
+            .map_err(|e| {
+                Error::unauthenticated(format!("{} credential: {}", self.kind, redact_error(&e)))
             })?;
         Ok(SecretString::from(t.token.secret().to_string()))
     }
@@ -100,8 +100,8 @@ pub(crate) fn source(credential: &Credential, arm_endpoint: &str) -> Result<Arc<
     } else {
         "https://management.azure.com/.default".to_string()
     };
-    let failed = |kind: &str, e: azure_core::Error| Error::Unauthenticated {
-        message: format!("{kind} credential: {}", redact_error(&e)),
+    let failed = |kind: &str, e: azure_core::Error| {
+        Error::unauthenticated(format!("{kind} credential: {}", redact_error(&e)))
     };
     let (credential, kind): (Arc<dyn TokenCredential>, &'static str) = match credential {
         Credential::Static(t) => return Ok(crate::config::static_source(t)),

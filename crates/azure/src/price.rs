@@ -42,7 +42,9 @@ pub async fn hourly(arm: &Arm, machine_type: &str, location: &str) -> Result<Pri
             hourly: r["retailPrice"].as_f64().unwrap_or(0.0),
             currency: r["currencyCode"].as_str().unwrap_or("USD").to_string(),
         })
-        .ok_or_else(|| Error::NotFound {
-            what: format!("an on-demand Linux price of {machine_type} in {location}"),
+        .ok_or_else(|| {
+            Error::not_found(format!(
+                "an on-demand Linux price of {machine_type} in {location}"
+            ))
         })
 }

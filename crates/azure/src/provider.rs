@@ -216,12 +216,10 @@ impl AzureProvider {
         made: &mut Vec<(String, String)>,
     ) -> Result<Value> {
         if !is_in_pool(&tags_of(found), pool, &self.inner.owner) {
-            return Err(Error::AlreadyExists {
-                what: format!(
-                    "{what} exists and is not this owner's ({:?}) of pool {pool}",
-                    self.inner.owner
-                ),
-            });
+            return Err(Error::already_exists(format!(
+                "{what} exists and is not this owner's ({:?}) of pool {pool}",
+                self.inner.owner
+            )));
         }
         made.push((what.to_string(), url.to_string()));
         self.settle(what, url).await
@@ -326,9 +324,7 @@ impl AzureProvider {
     async fn owned_vm(&self, id: &str) -> Result<Value> {
         validate_id(id)?;
         let Some(vm) = self.arm().get("read VM", &self.vm_url(id, true)).await? else {
-            return Err(Error::NotFound {
-                what: format!("virtual machine {id}"),
-            });
+            return Err(Error::not_found(format!("virtual machine {id}")));
         };
         if !is_owned_by(&tags_of(&vm), &self.inner.owner) {
             return Err(Error::NotOwned {
@@ -691,9 +687,7 @@ impl Provider for AzureProvider {
         let map = self.sku_arches().await?;
         map.get(&machine_type.to_ascii_lowercase())
             .cloned()
-            .ok_or_else(|| Error::NotFound {
-                what: format!("virtual machine size {machine_type} (not among the subscription's resource SKUs)"),
-            })
+            .ok_or_else(|| Error::not_found(format!("virtual machine size {machine_type} (not among the subscription's resource SKUs)")))
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
@@ -722,11 +716,9 @@ impl Provider for AzureProvider {
                     }
                 }
                 let e = match e {
-                    Error::NoStock { message, .. } => Error::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message,
-                    },
+                    Error::NoStock { message, .. } => {
+                        Error::no_stock(spec.machine_type.clone(), spec.location.clone(), message)
+                    }
                     other => other,
                 };
                 match self.undo(&made, e).await {
@@ -734,6 +726,7 @@ impl Provider for AzureProvider {
                         machine_type,
                         location,
                         message,
+                        ..
                     } => Ok(Created::NoStock {
                         machine_type,
                         location,
@@ -899,11 +892,11 @@ impl Provider for AzureProvider {
             )
             .await?;
         self.arm().wait(op, &a).await.map_err(|e| match e {
-            Error::NoStock { message, .. } => Error::NoStock {
-                machine_type: machine_type.to_string(),
-                location: vm["location"].as_str().unwrap_or("").to_string(),
+            Error::NoStock { message, .. } => Error::no_stock(
+                machine_type.to_string(),
+                vm["location"].as_str().unwrap_or("").to_string(),
                 message,
-            },
+            ),
             other => other,
         })?;
         Ok(Resized {

@@ -173,9 +173,9 @@ impl Ec2Client {
             Arch::Amd64 => ArchitectureValues::X8664,
             Arch::Arm64 => ArchitectureValues::Arm64,
             Arch::Other(o) => {
-                return Err(Error::NotFound {
-                    what: format!("an Ubuntu 24.04 image for architecture {o}"),
-                })
+                return Err(Error::not_found(format!(
+                    "an Ubuntu 24.04 image for architecture {o}"
+                )))
             }
         };
         let images = match image_override {
@@ -232,14 +232,14 @@ impl Ec2Client {
             // The owner filter is EC2's; checked again so that no lookalike can slip in.
             .filter(|i| image_override.is_some() || i.owner_id() == Some(CANONICAL_OWNER))
             .max_by(|a, b| (a.creation_date(), a.name()).cmp(&(b.creation_date(), b.name())))
-            .ok_or_else(|| Error::NotFound {
-                what: match image_override {
+            .ok_or_else(|| {
+                Error::not_found(match image_override {
                     Some(ami) => format!("image {ami}"),
                     None => format!(
                         "an Ubuntu 24.04 image for {arch} owned by {CANONICAL_OWNER} ({})",
                         UBUNTU_NAME_PATTERN.replace("{arch}", arch.as_str())
                     ),
-                },
+                })
             })?;
         let root = best.root_device_name().unwrap_or("/dev/sda1").to_string();
         let root_volume_gb = best
@@ -461,16 +461,13 @@ where
                 format!("{operation}: {code}: {words}")
             };
             match code {
-                c if NO_STOCK_CODES.contains(&c) => Error::NoStock {
-                    machine_type: String::new(),
-                    location: String::new(),
-                    message,
-                },
-                c if QUOTA_CODES.contains(&c) => Error::Quota { message },
-                "RequestLimitExceeded" | "Throttling" | "ThrottlingException" => Error::Throttled {
-                    retry_after,
-                    message,
-                },
+                c if NO_STOCK_CODES.contains(&c) => {
+                    Error::no_stock(String::new(), String::new(), message)
+                }
+                c if QUOTA_CODES.contains(&c) => Error::quota(message),
+                "RequestLimitExceeded" | "Throttling" | "ThrottlingException" => {
+                    Error::throttled(retry_after, message)
+                }
                 "AuthFailure"
                 | "InvalidClientTokenId"
                 | "UnrecognizedClientException"
@@ -478,29 +475,27 @@ where
                 | "ExpiredToken"
                 | "RequestExpired"
                 | "MissingAuthenticationToken"
-                | "IncompleteSignature" => Error::Unauthenticated { message },
+                | "IncompleteSignature" => Error::unauthenticated(message),
                 "UnauthorizedOperation"
                 | "AccessDenied"
                 | "AccessDeniedException"
                 | "Blocked"
                 | "OptInRequired"
-                | "PendingVerification" => Error::PermissionDenied { message },
-                "IdempotentParameterMismatch" => Error::AlreadyExists {
-                    what: format!(
+                | "PendingVerification" => Error::permission_denied(message),
+                "IdempotentParameterMismatch" => Error::already_exists(format!(
                         "{message} (a machine of this name, pool and owner was already made with \
                          other settings under the same ClientToken: delete it, or use another name)"
-                    ),
-                },
-                "InvalidInstanceType" => Error::NotFound { what: message },
+                    )),
+                "InvalidInstanceType" => Error::not_found(message),
                 c if c.ends_with(".NotFound") || c.ends_with(".Malformed") => {
-                    Error::NotFound { what: message }
+                    Error::not_found(message)
                 }
                 "InternalError" | "InternalFailure" | "ServiceUnavailable" | "Unavailable" => {
-                    Error::Transient { message }
+                    Error::transient(message)
                 }
                 "" => Error::from_http_status(status, message, retry_after),
-                _ if status >= 500 => Error::Transient { message },
-                _ => Error::Other { message },
+                _ if status >= 500 => Error::transient(message),
+                _ => Error::other(message),
             }
         }
         SdkError::TimeoutError(_) => Error::transient(format!(
@@ -513,9 +508,9 @@ where
                 if let Some(c) =
                     s.downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
                 {
-                    return Error::Unauthenticated {
-                        message: format!("{operation}: no usable AWS credentials: {c}"),
-                    };
+                    return Error::unauthenticated(format!(
+                        "{operation}: no usable AWS credentials: {c}"
+                    ));
                 }
                 source = s.source();
             }

@@ -244,12 +244,10 @@ impl Ec2Provider {
             return Ok(None);
         };
         if m.machine_type != spec.machine_type || m.location != spec.location {
-            return Err(Error::AlreadyExists {
-                what: format!(
+            return Err(Error::already_exists(format!(
                     "machine {} ({}) of pool {} is a {} in {}, not a {} in {}: delete it or use another name",
                     m.name, m.id, spec.pool, m.machine_type, m.location, spec.machine_type, spec.location
-                ),
-            });
+                )));
         }
         Ok(Some(m))
     }
@@ -277,9 +275,7 @@ impl Ec2Provider {
             .describe_instance(id)
             .await?
             .filter(|i| state_of(i) != "terminated")
-            .ok_or_else(|| Error::NotFound {
-                what: format!("machine {id}"),
-            })?;
+            .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
         if !is_owned_by(&labels_of(&inst), &self.owner) {
             return Err(Error::NotOwned {
                 id: id.to_string(),
@@ -304,12 +300,10 @@ impl Ec2Provider {
                 return Ok(inst);
             }
             if inst.is_none() || state == "terminated" {
-                return Err(Error::NotFound {
-                    what: format!(
-                        "machine {id} (terminated while waiting for {})",
-                        want.join(" or ")
-                    ),
-                });
+                return Err(Error::not_found(format!(
+                    "machine {id} (terminated while waiting for {})",
+                    want.join(" or ")
+                )));
             }
             if started.elapsed() + self.waiting.interval > self.waiting.timeout {
                 return Err(Error::transient(format!(
@@ -336,9 +330,7 @@ impl Ec2Provider {
         }
         self.wait_for(id, &["stopped"])
             .await?
-            .ok_or_else(|| Error::NotFound {
-                what: format!("machine {id}"),
-            })
+            .ok_or_else(|| Error::not_found(format!("machine {id}")))
     }
 
     async fn described(&self, id: &str) -> Result<Machine> {
@@ -346,9 +338,7 @@ impl Ec2Provider {
             .describe_instance(id)
             .await?
             .map(|i| machine_of(&i))
-            .ok_or_else(|| Error::NotFound {
-                what: format!("machine {id}"),
-            })
+            .ok_or_else(|| Error::not_found(format!("machine {id}")))
     }
 }
 
@@ -378,8 +368,8 @@ impl Provider for Ec2Provider {
             .client
             .instance_type_arch(machine_type)
             .await?
-            .ok_or_else(|| Error::NotFound {
-                what: format!("machine type {machine_type} in {}", self.region),
+            .ok_or_else(|| {
+                Error::not_found(format!("machine type {machine_type} in {}", self.region))
             })?;
         lock(&self.arch_cache).insert(machine_type.to_string(), arch.clone());
         Ok(arch)
@@ -427,7 +417,7 @@ impl Provider for Ec2Provider {
                         }
                         match self.client.run_instance(req_ref).await {
                             Ok(inst) => Ok(Attempt::Made(Box::new(inst))),
-                            Err(Error::AlreadyExists { what })
+                            Err(Error::AlreadyExists { what, .. })
                                 if what
                                     .starts_with("RunInstances: IdempotentParameterMismatch") =>
                             {
@@ -540,19 +530,13 @@ impl Provider for Ec2Provider {
                 self.wait_for(id, &["stopped"]).await?;
             }
             "shutting-down" => {
-                return Err(Error::NotFound {
-                    what: format!("machine {id} (being deleted)"),
-                })
+                return Err(Error::not_found(format!("machine {id} (being deleted)")))
             }
             _ => {}
         }
         let m = machine_of(&inst);
         self.client.start(id).await.map_err(|e| match e {
-            Error::NoStock { message, .. } => Error::NoStock {
-                machine_type: m.machine_type,
-                location: m.location,
-                message,
-            },
+            Error::NoStock { message, .. } => Error::no_stock(m.machine_type, m.location, message),
             e => e,
         })?;
         self.described(id).await
@@ -561,9 +545,7 @@ impl Provider for Ec2Provider {
     async fn stop(&self, id: &str) -> Result<Machine> {
         let inst = self.owned(id).await?;
         if state_of(&inst) == "shutting-down" {
-            return Err(Error::NotFound {
-                what: format!("machine {id} (being deleted)"),
-            });
+            return Err(Error::not_found(format!("machine {id} (being deleted)")));
         }
         Ok(machine_of(&self.stop_and_wait(&inst).await?))
     }
@@ -592,9 +574,7 @@ impl Provider for Ec2Provider {
         }
         let state = state_of(&inst).to_string();
         if state == "shutting-down" {
-            return Err(Error::NotFound {
-                what: format!("machine {id} (being deleted)"),
-            });
+            return Err(Error::not_found(format!("machine {id} (being deleted)")));
         }
         // EC2 changes the type of a stopped instance only.
         let was_running = matches!(state.as_str(), "running" | "pending");
@@ -625,11 +605,11 @@ impl Provider for Ec2Provider {
                          {old} failed, the machine is stopped: {again}"
                     )));
                 }
-                return Err(Error::NoStock {
-                    machine_type: machine_type.to_string(),
-                    location: current.location.clone(),
+                return Err(Error::no_stock(
+                    machine_type.to_string(),
+                    current.location.clone(),
                     message,
-                });
+                ));
             }
         }
         Ok(Resized {

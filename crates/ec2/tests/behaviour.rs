@@ -240,7 +240,7 @@ async fn quota_is_not_capacity() {
         e.proxy
             .inject(Rule::new("RunInstances", Fault::error(400, code), 1));
         match p.create(&e.spec("quota-1")).await {
-            Err(Error::Quota { message }) => assert!(message.contains(code), "{message}"),
+            Err(Error::Quota { message, .. }) => assert!(message.contains(code), "{message}"),
             other => panic!("{code} gave {other:?}"),
         }
         assert_eq!(

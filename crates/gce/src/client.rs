@@ -84,9 +84,9 @@ impl Client {
             Err(e @ (gcp_auth::Error::Http(..) | gcp_auth::Error::Other(..))) => Err(
                 Error::transient(format!("could not reach the token endpoint: {e}")),
             ),
-            Err(e) => Err(Error::Unauthenticated {
-                message: format!("could not get an access token: {e}"),
-            }),
+            Err(e) => Err(Error::unauthenticated(format!(
+                "could not get an access token: {e}"
+            ))),
         }
     }
 
@@ -312,18 +312,15 @@ pub(crate) fn map_error(
         "ZONE_RESOURCE_POOL_EXHAUSTED"
         | "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"
         | "zoneResourcePoolExhausted"
-        | "zoneResourcePoolExhaustedWithDetails" => Error::NoStock {
-            machine_type: String::new(),
-            location: String::new(),
-            message,
-        },
-        "QUOTA_EXCEEDED" | "quotaExceeded" => Error::Quota { message },
-        "rateLimitExceeded" | "userRateLimitExceeded" | "RATE_LIMIT_EXCEEDED" => Error::Throttled {
-            retry_after,
-            message,
-        },
-        "notFound" | "RESOURCE_NOT_FOUND" => Error::NotFound { what: message },
-        "alreadyExists" | "RESOURCE_ALREADY_EXISTS" => Error::AlreadyExists { what: message },
+        | "zoneResourcePoolExhaustedWithDetails" => {
+            Error::no_stock(String::new(), String::new(), message)
+        }
+        "QUOTA_EXCEEDED" | "quotaExceeded" => Error::quota(message),
+        "rateLimitExceeded" | "userRateLimitExceeded" | "RATE_LIMIT_EXCEEDED" => {
+            Error::throttled(retry_after, message)
+        }
+        "notFound" | "RESOURCE_NOT_FOUND" => Error::not_found(message),
+        "alreadyExists" | "RESOURCE_ALREADY_EXISTS" => Error::already_exists(message),
         "conditionNotMet" => Error::other(format!("conditionNotMet: {message}")),
         "resourceNotReady" | "RESOURCE_NOT_READY" => Error::transient(message),
         "invalid"
@@ -336,7 +333,7 @@ pub(crate) fn map_error(
             Error::invalid("request", message)
         }
         "forbidden" | "insufficientPermissions" | "PERMISSION_DENIED" => {
-            Error::PermissionDenied { message }
+            Error::permission_denied(message)
         }
         _ => Error::from_http_status(status, message, retry_after),
     }

@@ -184,9 +184,7 @@ impl GceProvider {
         }
         self.firewall_rule(name)
             .await?
-            .ok_or_else(|| Error::NotFound {
-                what: format!("firewall rule {name}"),
-            })
+            .ok_or_else(|| Error::not_found(format!("firewall rule {name}")))
     }
 
     /// The configured network.
@@ -196,8 +194,6 @@ impl GceProvider {
         self.client()
             .get_opt("networks.get", &path)
             .await?
-            .ok_or_else(|| Error::NotFound {
-                what: format!("network {name}"),
-            })
+            .ok_or_else(|| Error::not_found(format!("network {name}")))
     }
 }

@@ -144,13 +144,9 @@ impl GceProvider {
             Credentials::ServiceAccountJson(j) => Arc::new(
                 gcp_auth::CustomServiceAccount::from_json(j.expose_secret()).map_err(bad_key)?,
             ),
-            Credentials::ApplicationDefault => {
-                gcp_auth::provider()
-                    .await
-                    .map_err(|e| Error::Unauthenticated {
-                        message: format!("no application default credentials: {e}"),
-                    })?
-            }
+            Credentials::ApplicationDefault => gcp_auth::provider().await.map_err(|e| {
+                Error::unauthenticated(format!("no application default credentials: {e}"))
+            })?,
             Credentials::Provider(p) => p.clone(),
         };
         let client = Client::new(&config, tokens)?;
@@ -198,9 +194,9 @@ impl GceProvider {
     }
 
     async fn owned_or_gone(&self, id: &str) -> Result<Instance> {
-        self.owned(id).await?.ok_or_else(|| Error::NotFound {
-            what: format!("instance {id} in {}", self.zone()),
-        })
+        self.owned(id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("instance {id} in {}", self.zone())))
     }
 
     /// Machine `id` as Compute Engine reports it now: `None` when it is gone; [`Error::NotOwned`]
@@ -255,7 +251,7 @@ impl GceProvider {
                 .await
             {
                 Ok(_) => break,
-                Err(Error::Other { message })
+                Err(Error::Other { message, .. })
                     if message.starts_with("conditionNotMet") && attempt < 4 =>
                 {
                     tracing::debug!(id, "labels changed underneath; reading again");
@@ -444,7 +440,7 @@ impl GceProvider {
             .await
         {
             Ok(op) => op,
-            Err(Error::AlreadyExists { what }) => return self.adopt(spec, what).await,
+            Err(Error::AlreadyExists { what, .. }) => return self.adopt(spec, what).await,
             Err(Error::NoStock { message, .. }) => return Ok(Inserted::NoStock(message)),
             Err(e) => return Err(e),
         };
@@ -462,11 +458,11 @@ impl GceProvider {
             return match (e, left.is_empty()) {
                 (Error::NoStock { message, .. }, true) => Ok(Inserted::NoStock(message)),
                 (Error::NoStock { message, .. }, false) => Err(Error::Leftovers {
-                    error: Box::new(Error::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
+                    error: Box::new(Error::no_stock(
+                        spec.machine_type.clone(),
+                        spec.location.clone(),
                         message,
-                    }),
+                    )),
                     left,
                 }),
                 (e, true) => Err(e),
@@ -485,12 +481,10 @@ impl GceProvider {
             Some(vm) if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner) => {
                 Ok(Inserted::Made(to_machine(&vm)))
             }
-            Some(_) => Err(Error::AlreadyExists {
-                what: format!(
-                    "instance {} (not this owner's machine of pool {})",
-                    spec.name, spec.pool
-                ),
-            }),
+            Some(_) => Err(Error::already_exists(format!(
+                "instance {} (not this owner's machine of pool {})",
+                spec.name, spec.pool
+            ))),
             None => Ok(Inserted::Stale(op_name)),
         }
     }
@@ -506,9 +500,9 @@ impl GceProvider {
                 tracing::debug!(name = %spec.name, "adopted the instance an earlier create made");
                 Ok(Inserted::Made(to_machine(&vm)))
             }
-            Some(_) => Err(Error::AlreadyExists { what }),
+            Some(_) => Err(Error::already_exists(what)),
             // No instance: the conflict is the boot disk (named after the instance), which lasts.
-            None if what.contains("/disks/") => Err(Error::AlreadyExists { what }),
+            None if what.contains("/disks/") => Err(Error::already_exists(what)),
             // Gone between the 409 and the read: let the caller retry.
             None => Err(Error::transient(format!(
                 "instance {} existed and is gone",
@@ -633,8 +627,11 @@ impl Provider for GceProvider {
             .client()
             .get_opt("machineTypes.get", &path)
             .await?
-            .ok_or_else(|| Error::NotFound {
-                what: format!("machine type {machine_type} in zone {}", self.zone()),
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "machine type {machine_type} in zone {}",
+                    self.zone()
+                ))
             })?;
         // Compute Engine leaves `architecture` unset on some older x86 series; every Arm series sets
         // ARM64.

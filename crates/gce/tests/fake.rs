@@ -312,7 +312,7 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
     ));
     let e = p.create(&spec("vm-quota", "e2-small")).await.unwrap_err();
     assert!(
-        matches!(e, Error::Quota { ref message } if message.contains("CPUS")),
+        matches!(e, Error::Quota { ref message, .. } if message.contains("CPUS")),
         "{e:?}"
     );
     assert_eq!(fake.instance_names(ZONE), vec!["vm-other".to_string()]);

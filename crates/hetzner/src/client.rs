@@ -231,33 +231,26 @@ pub(crate) fn map_error(status: u16, body: &[u8], headers: &HeaderMap) -> Error 
         .and_then(parse_retry_after)
         .or_else(|| wait_from_rate_headers(headers));
     match code.as_str() {
-        "unauthorized" => Error::Unauthenticated { message: words },
-        "forbidden" | "protected" => Error::PermissionDenied { message: words },
-        "not_found" => Error::NotFound { what: message },
-        "uniqueness_error" => Error::AlreadyExists { what: message },
-        "resource_unavailable" | "placement_error" => Error::NoStock {
-            machine_type: String::new(),
-            location: String::new(),
-            message,
-        },
-        _ if message.contains("not available in this location") => Error::NoStock {
-            machine_type: String::new(),
-            location: String::new(),
-            message,
-        },
-        "resource_limit_exceeded" => Error::Quota { message: words },
-        "rate_limit_exceeded" => Error::Throttled {
-            retry_after,
-            message: words,
-        },
+        "unauthorized" => Error::unauthenticated(words),
+        "forbidden" | "protected" => Error::permission_denied(words),
+        "not_found" => Error::not_found(message),
+        "uniqueness_error" => Error::already_exists(message),
+        "resource_unavailable" | "placement_error" => {
+            Error::no_stock(String::new(), String::new(), message)
+        }
+        _ if message.contains("not available in this location") => {
+            Error::no_stock(String::new(), String::new(), message)
+        }
+        "resource_limit_exceeded" => Error::quota(words),
+        "rate_limit_exceeded" => Error::throttled(retry_after, words),
         "invalid_input" | "json_error" => Error::InvalidSpec {
             field: field.unwrap_or_else(|| "request".into()),
             rule: words,
         },
         "locked" | "conflict" | "service_error" | "maintenance" | "timeout" | "server_error" => {
-            Error::Transient { message: words }
+            Error::transient(words)
         }
-        "server_not_stopped" => Error::Other { message: words },
+        "server_not_stopped" => Error::other(words),
         _ => Error::from_http_status(status, words, retry_after),
     }
 }

@@ -176,9 +176,7 @@ impl HetznerProvider {
             .server_types
             .into_iter()
             .find(|t| t.name == name)
-            .ok_or_else(|| Error::NotFound {
-                what: format!("server type {name}"),
-            })?;
+            .ok_or_else(|| Error::not_found(format!("server type {name}")))?;
         lock(&self.types).insert(name.to_string(), t.clone());
         Ok(t)
     }
@@ -267,9 +265,10 @@ impl HetznerProvider {
     /// The server `id` when it is this owner's; `NotOwned` when it is not, `NotFound` when it is gone.
     async fn owned_server(&self, id: &str) -> Result<Server> {
         let n = server_id(id)?;
-        let s = self.get_server(n).await?.ok_or_else(|| Error::NotFound {
-            what: format!("server {id}"),
-        })?;
+        let s = self
+            .get_server(n)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("server {id}")))?;
         if !labels::is_owned_by(&labels_of(&s), &self.owner) {
             return Err(Error::NotOwned {
                 id: id.to_string(),
@@ -401,12 +400,10 @@ impl HetznerProvider {
             return Err(taken);
         }
         if !ours {
-            return Err(Error::AlreadyExists {
-                what: format!(
-                    "server {:?} (id {}) exists and is not this owner's machine of pool {:?}",
-                    spec.name, s.id, spec.pool
-                ),
-            });
+            return Err(Error::already_exists(format!(
+                "server {:?} (id {}) exists and is not this owner's machine of pool {:?}",
+                spec.name, s.id, spec.pool
+            )));
         }
         tracing::info!(server = s.id, name = %spec.name, "adopting the server a lost create made");
         // The running actions, and a create action that already failed: a server whose create failed
@@ -684,8 +681,10 @@ impl Provider for HetznerProvider {
             .prices
             .iter()
             .find(|p| p.location == location)
-            .ok_or_else(|| Error::NotFound {
-                what: format!("a price of {machine_type} in {location} (not offered there)"),
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "a price of {machine_type} in {location} (not offered there)"
+                ))
             })?;
         let hourly: f64 = p.price_hourly.net.trim().parse().map_err(|_| {
             Error::other(format!(

@@ -18,13 +18,16 @@ use std::fmt::Write as _;
 
 use async_trait::async_trait;
 
+use std::time::Duration;
+
 use crate::arch::Arch;
 use crate::error::Error;
-use crate::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
+use crate::ext::{FirewallPorts, FirewallRule};
+use crate::labels::{Labels, ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use crate::machine::{Created, Machine, Status};
 use crate::memory::{FaultKind, MemoryCloud, Operation};
 use crate::provider::Provider;
-use crate::spec::MachineSpec;
+use crate::spec::{MachineSpec, OPTION_NAMES};
 
 /// A hook the backend cannot provide, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +56,8 @@ pub struct Setup {
     pub resize_to: String,
     /// A machine id in the cloud's own form that names no machine.
     pub unknown_id: String,
+    /// A boot image the backend accepts for `amd64_type` in its own form (for the `image` option).
+    pub image: String,
 }
 
 /// What a driver supplies to run the suite: providers for two owners on one backend, and hooks to force
@@ -94,6 +99,13 @@ pub trait Harness: Send + Sync {
     /// Requests the backend has served so far, if it counts them.
     async fn requests(&self) -> Hook<u64> {
         Err(Skip::because("the backend does not count requests"))
+    }
+
+    /// Puts (makes or replaces) a firewall rule on the backend's network, as an operator would: what
+    /// the firewall extension then reads and patches.
+    async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
+        let _ = rule;
+        Err(Skip::because("the backend cannot put a firewall rule"))
     }
 }
 
@@ -221,9 +233,33 @@ impl Ctx<'_> {
 async fn made(p: &dyn Provider, spec: &MachineSpec) -> std::result::Result<Machine, Verdict> {
     match p.create(spec).await? {
         Created::Machine(m) => Ok(m),
+        Created::Adopted(m) => Err(Verdict::Fail(format!(
+            "a first create of {} answered an adopted machine {}",
+            spec.name, m.id
+        ))),
         Created::NoStock { message, .. } => Err(Verdict::Fail(format!(
             "create of {} reported no stock: {message}",
             spec.name
+        ))),
+    }
+}
+
+/// Requests made by `f`, when the backend counts them.
+async fn counted<T, F>(ctx: &Ctx<'_>, f: F) -> (T, Option<u64>)
+where
+    F: std::future::Future<Output = T>,
+{
+    let before = ctx.h.requests().await.ok();
+    let out = f.await;
+    let after = ctx.h.requests().await.ok();
+    (out, before.zip(after).map(|(b, a)| a - b))
+}
+
+fn refused_as<T: std::fmt::Debug>(r: crate::Result<T>, field: &str, what: &str) -> Checked {
+    match r {
+        Err(Error::InvalidSpec { field: f, .. }) if f == field => Ok(()),
+        other => Err(Verdict::Fail(format!(
+            "{what} gave {other:?}, not an invalid {field}"
         ))),
     }
 }
@@ -248,6 +284,13 @@ pub const CHECKS: &[&str] = &[
     "no_stock",
     "retried_create_makes_one_machine",
     "capabilities_are_truthful",
+    "machine_facts",
+    "reads_one_machine",
+    "spec_options",
+    "labels_on_an_existing_machine",
+    "firewall_rules",
+    "ssh_admission",
+    "credit_balance",
 ];
 
 /// Runs every check against the backend, prints one line per check, and returns the report.
@@ -282,6 +325,13 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "no_stock" => no_stock(&ctx).await,
             "retried_create_makes_one_machine" => retried_create(&ctx).await,
             "capabilities_are_truthful" => capabilities(&ctx).await,
+            "machine_facts" => machine_facts(&ctx).await,
+            "reads_one_machine" => reads_one(&ctx).await,
+            "spec_options" => spec_options(&ctx).await,
+            "labels_on_an_existing_machine" => labels_existing(&ctx).await,
+            "firewall_rules" => firewall(&ctx).await,
+            "ssh_admission" => admission(&ctx).await,
+            "credit_balance" => credit(&ctx).await,
             other => Err(Verdict::Fail(format!("no check named {other}"))),
         };
         let cleanup = clean_up(&ctx).await;
@@ -694,7 +744,14 @@ async fn retried_create(ctx: &Ctx<'_>) -> Checked {
             )))
         }
     }
-    let second = made(&*p, &spec).await?;
+    let second = match p.create(&spec).await? {
+        Created::Adopted(m) => m,
+        other => {
+            return Err(Verdict::Fail(format!(
+                "a create repeated after the machine was made gave {other:?}, not the machine adopted"
+            )))
+        }
+    };
     let listed = p.machines(&pool).await?;
     ensure!(
         ids(&listed) == vec![second.id.as_str()],
@@ -702,8 +759,17 @@ async fn retried_create(ctx: &Ctx<'_>) -> Checked {
         listed.len(),
         ids(&listed)
     );
-    if let Ok(Created::Machine(m)) = first {
-        ensure!(m.id == second.id, "the two answers name different machines");
+    match first {
+        Ok(Created::Machine(m)) => {
+            ensure!(m.id == second.id, "the two answers name different machines")
+        }
+        Ok(Created::Adopted(m)) => {
+            return Err(Verdict::Fail(format!(
+                "the first create answered its own machine {} as adopted",
+                m.id
+            )))
+        }
+        _ => {}
     }
     Ok(())
 }
@@ -748,6 +814,15 @@ async fn capabilities(ctx: &Ctx<'_>) -> Checked {
             "after stop: {}",
             stopped.status
         );
+        if caps.power_times {
+            let read = p.machine(&m.id).await?.unwrap_or(stopped.clone());
+            ensure!(
+                read.stopped_at.is_some() && read.started_at.is_some(),
+                "power_times is claimed but a stopped machine reports start {:?} and stop {:?}",
+                read.started_at,
+                read.stopped_at
+            );
+        }
         let listed = p.machines(&pool).await?;
         ensure!(
             listed.len() == 1 && listed[0].status == Status::Stopped,
@@ -824,6 +899,7 @@ impl Harness for MemoryHarness {
             location: "zone-a".into(),
             resize_to: "amd64-large".into(),
             unknown_id: "m-99999999".into(),
+            image: "ubuntu-24.04".into(),
         }
     }
 
@@ -858,4 +934,378 @@ impl Harness for MemoryHarness {
     async fn requests(&self) -> Hook<u64> {
         Ok(self.cloud.requests())
     }
+
+    async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
+        self.cloud.put_firewall_rule(rule);
+        Ok(())
+    }
+}
+
+fn plausible_time(t: Option<crate::machine::Timestamp>, what: &str) -> Checked {
+    let now = chrono::Utc::now();
+    match t {
+        Some(t) if (t - now).num_hours().abs() <= 24 => Ok(()),
+        other => Err(Verdict::Fail(format!(
+            "{what} is {other:?}, not within a day of now ({now})"
+        ))),
+    }
+}
+
+async fn machine_facts(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let caps = p.capabilities();
+    let pool = ctx.pool(0);
+    let made = made(&*p, &ctx.spec(0, &pool)).await?;
+    let listed = p.machines(&pool).await?;
+    let read = p.machine(&made.id).await?;
+    for (how, m) in [("made", Some(&made)), ("listed", listed.first()), ("read", read.as_ref())] {
+        let Some(m) = m else {
+            return Err(Verdict::Fail(format!("the machine was not {how}")));
+        };
+        plausible_time(m.created_at, &format!("created_at ({how})"))?;
+        ensure!(!m.fqdn.is_empty() && m.fqdn.contains('.'), "fqdn ({how}) is {:?}", m.fqdn);
+        if caps.private_address {
+            ensure!(
+                m.private_address.parse::<std::net::IpAddr>().is_ok(),
+                "private_address is claimed but ({how}) is {:?}",
+                m.private_address
+            );
+        }
+        if caps.power_times && matches!(m.status, Status::Running) {
+            plausible_time(m.started_at, &format!("started_at of a running machine ({how})"))?;
+        }
+    }
+    Ok(())
+}
+
+async fn reads_one(ctx: &Ctx<'_>) -> Checked {
+    let pa = ctx.provider(&ctx.owner_a).await?;
+    let pb = ctx.provider(&ctx.owner_b).await?;
+    let pool = ctx.pool(0);
+    let a = made(&*pa, &ctx.spec(0, &pool)).await?;
+    let got = pa.machine(&a.id).await?;
+    ensure!(
+        got.as_ref().map(|m| (m.id.as_str(), m.name.as_str(), m.pool.as_str()))
+            == Some((a.id.as_str(), a.name.as_str(), pool.as_str())),
+        "machine({}) gave {got:?}",
+        a.id
+    );
+    match pb.machine(&a.id).await {
+        Err(Error::NotOwned { .. }) => {}
+        other => {
+            return Err(Verdict::Fail(format!(
+                "another owner reading a's machine gave {other:?}, not NotOwned"
+            )))
+        }
+    }
+    let unknown = pa.machine(&ctx.setup.unknown_id).await?;
+    ensure!(unknown.is_none(), "an unknown id read as {unknown:?}");
+    let (r, n) = counted(ctx, pa.machine("a/b")).await;
+    refused_as(r, "id", "machine(\"a/b\")")?;
+    ensure!(n.unwrap_or(0) == 0, "an invalid id made {n:?} request(s)");
+    // Never a listing: with a page size of 1, reading one machine costs the same whatever the pool
+    // holds.
+    if let Ok(paged) = ctx.h.paged_provider(&ctx.owner_a, 1).await {
+        let (_, one) = counted(ctx, paged.machine(&a.id)).await;
+        for n in 1..4 {
+            made(&*pa, &ctx.spec(n, &pool)).await?;
+        }
+        let (again, four) = counted(ctx, paged.machine(&a.id)).await;
+        ensure!(again?.is_some(), "the machine is gone");
+        ensure!(
+            one == four,
+            "reading one machine cost {one:?} request(s) in a pool of 1 and {four:?} in a pool of 4"
+        );
+    }
+    ensure!(pa.delete(&a.id).await?, "delete answered false");
+    let after = pa.machine(&a.id).await?;
+    ensure!(
+        after.is_none() || after.as_ref().is_some_and(|m| m.status == Status::Deleting),
+        "a deleted machine reads as {after:?}"
+    );
+    Ok(())
+}
+
+/// A spec of `ctx` that sets option `name` (one of [`OPTION_NAMES`]) to a valid value.
+fn spec_with_option(ctx: &Ctx<'_>, n: u32, pool: &str, name: &str) -> MachineSpec {
+    let s = ctx.spec(n, pool);
+    match name {
+        "labels" => s.with_label("conf-extra", "yes").with_label("conf-empty", ""),
+        "disk_gb" => s.with_disk_gb(30),
+        "ssh_keys" => s.with_ssh_key(
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaConformanceKeyNotARealOne00000 conformance",
+        ),
+        "network_tags" => s.with_network_tag("conf-tag"),
+        "max_run_duration" => s.with_max_run_duration(Duration::from_secs(6 * 3600)),
+        "image" => s.with_image(&ctx.setup.image),
+        "ssh_sources" => s.with_ssh_sources(["203.0.113.7/32"]),
+        "admission_group" => s.with_admission_group(format!("conf-{}", ctx.run)),
+        _ => s,
+    }
+}
+
+async fn spec_options(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let opts = p.capabilities().options;
+    let pool = ctx.pool(0);
+    for (i, name) in OPTION_NAMES.iter().enumerate() {
+        let n = i as u32;
+        let spec = spec_with_option(ctx, n, &pool, name);
+        if !opts.honours(name) {
+            let (r, count) = counted(ctx, p.create(&spec)).await;
+            match r {
+                Err(Error::Unsupported { .. }) => {}
+                other => {
+                    return Err(Verdict::Fail(format!(
+                        "the option {name} is not honoured but create gave {other:?}"
+                    )))
+                }
+            }
+            ensure!(
+                count.unwrap_or(0) == 0,
+                "refusing the option {name} made {count:?} request(s)"
+            );
+            continue;
+        }
+        if *name == "admission_group" {
+            match p.ssh_admission() {
+                Some(a) => {
+                    a.admit_ssh(
+                        spec.admission_group.as_deref().unwrap_or_default(),
+                        &ctx.setup.location,
+                        &["203.0.113.7/32".to_string()],
+                        &[],
+                    )
+                    .await?;
+                }
+                None => {
+                    return Err(Verdict::Fail(
+                        "admission_group is honoured without the ssh_admission extension".into(),
+                    ))
+                }
+            }
+        }
+        let m = made(&*p, &spec).await?;
+        if *name == "labels" {
+            let read = p.machine(&m.id).await?.unwrap_or(m.clone());
+            for l in [&m.labels, &read.labels] {
+                ensure!(
+                    l.get("conf-extra").map(String::as_str) == Some("yes")
+                        && l.get("conf-empty").map(String::as_str) == Some(""),
+                    "extra labels missing: {l:?}"
+                );
+                ensure!(
+                    l.get(POOL_LABEL) == Some(&pool),
+                    "orca's labels lost beside extra labels: {l:?}"
+                );
+            }
+        }
+        if *name == "max_run_duration" {
+            let read = p.machine(&m.id).await?.unwrap_or(m.clone());
+            ensure!(
+                read.max_run_duration == spec.max_run_duration,
+                "max_run_duration reads back as {:?}",
+                read.max_run_duration
+            );
+        }
+        p.delete(&m.id).await?;
+    }
+    Ok(())
+}
+
+async fn labels_existing(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let Some(ext) = p.machine_labels() else {
+        return Ok(());
+    };
+    let pool = ctx.pool(0);
+    let m = made(&*p, &ctx.spec(0, &pool)).await?;
+    let set = Labels::from([
+        ("conf-state".to_string(), "creating".to_string()),
+        ("conf-other".to_string(), "kept".to_string()),
+    ]);
+    let after = ext.set_labels(&m.id, &set, &[]).await?;
+    ensure!(
+        after.labels.get("conf-state").map(String::as_str) == Some("creating"),
+        "set_labels answered {:?}",
+        after.labels
+    );
+    let set = Labels::from([("conf-state".to_string(), "ready".to_string())]);
+    let after = ext
+        .set_labels(&m.id, &set, &["conf-other".to_string()])
+        .await?;
+    let read = p.machine(&m.id).await?.unwrap_or(after.clone());
+    for l in [&after.labels, &read.labels] {
+        ensure!(
+            l.get("conf-state").map(String::as_str) == Some("ready")
+                && !l.contains_key("conf-other")
+                && l.get(POOL_LABEL) == Some(&pool)
+                && l.get(OWNER_LABEL) == Some(&ctx.owner_a),
+            "after a change and a removal: {l:?}"
+        );
+    }
+    ensure!(
+        ids(&p.machines(&pool).await?) == vec![m.id.as_str()],
+        "the pool no longer lists the machine"
+    );
+    for (bad_set, bad_remove, what) in [
+        (Labels::from([(POOL_LABEL.to_string(), "x".to_string())]), vec![], "setting orca-pool"),
+        (Labels::new(), vec![OWNER_LABEL.to_string()], "removing orca-owner"),
+        (Labels::from([("Bad".to_string(), "x".to_string())]), vec![], "an upper-case key"),
+    ] {
+        let (r, n) = counted(ctx, ext.set_labels(&m.id, &bad_set, &bad_remove)).await;
+        refused_as(r, "labels", what)?;
+        ensure!(n.unwrap_or(0) == 0, "{what} made {n:?} request(s)");
+    }
+    let pb = ctx.provider(&ctx.owner_b).await?;
+    if let Some(b) = pb.machine_labels() {
+        match b.set_labels(&m.id, &set, &[]).await {
+            Err(Error::NotOwned { .. }) => {}
+            other => {
+                return Err(Verdict::Fail(format!(
+                    "another owner labelling a's machine gave {other:?}"
+                )))
+            }
+        }
+    }
+    match ext.set_labels(&ctx.setup.unknown_id, &set, &[]).await {
+        Err(Error::NotFound { .. }) => {}
+        other => {
+            return Err(Verdict::Fail(format!(
+                "labelling an unknown machine gave {other:?}"
+            )))
+        }
+    }
+    Ok(())
+}
+
+async fn firewall(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let Some(fw) = p.firewall_rules() else {
+        return Ok(());
+    };
+    let network = fw.network_name();
+    let name = format!("conf-{}-ssh", ctx.run);
+    let mut rule = FirewallRule::new(&name, &network);
+    rule.allowed = vec![FirewallPorts::new("tcp", ["22"])];
+    rule.source_ranges = vec!["198.51.100.9/32".into()];
+    rule.target_tags = vec![format!("conf-{}", ctx.run)];
+    ctx.h.put_firewall_rule(rule.clone()).await?;
+    let got = fw.rule(&name).await?;
+    let Some(got) = got else {
+        return Err(Verdict::Fail(format!("rule {name} was put but reads as none")));
+    };
+    ensure!(
+        got.network == network && got.is_ingress() && !got.disabled,
+        "rule reads as {got:?}"
+    );
+    ensure!(
+        got.allowed == rule.allowed && got.source_ranges == rule.source_ranges && got.target_tags == rule.target_tags,
+        "rule reads as {got:?}, put {rule:?}"
+    );
+    let all = fw.rules().await?;
+    ensure!(
+        all.iter().any(|r| r.name == name) && all.iter().all(|r| r.network == network),
+        "rules() gave {:?}",
+        all.iter().map(|r| (&r.name, &r.network)).collect::<Vec<_>>()
+    );
+    let want = vec!["203.0.113.7/32".to_string()];
+    let patched = fw.set_source_ranges(&name, &want).await?;
+    ensure!(patched.source_ranges == want, "patched sources read {:?}", patched.source_ranges);
+    let mut expected = got.clone();
+    expected.source_ranges = want.clone();
+    ensure!(
+        patched == expected,
+        "the patch changed more than the sources: {patched:?}"
+    );
+    for bad in [vec![], vec!["0.0.0.0/33".to_string()], vec!["2001:db8::/32".to_string()], vec!["host".to_string()]] {
+        let (r, n) = counted(ctx, fw.set_source_ranges(&name, &bad)).await;
+        refused_as(r, "source_ranges", &format!("set_source_ranges({bad:?})"))?;
+        ensure!(n.unwrap_or(0) == 0, "invalid ranges made {n:?} request(s)");
+    }
+    ensure!(
+        fw.rule(&format!("conf-{}-none", ctx.run)).await?.is_none(),
+        "a missing rule reads as some"
+    );
+    match fw.set_source_ranges(&format!("conf-{}-none", ctx.run), &want).await {
+        Err(Error::NotFound { .. }) => {}
+        other => {
+            return Err(Verdict::Fail(format!(
+                "patching a missing rule gave {other:?}"
+            )))
+        }
+    }
+    let net = fw.network().await?;
+    ensure!(net.name == network, "network() is {:?}, machines go on {network:?}", net.name);
+    Ok(())
+}
+
+async fn admission(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let Some(adm) = p.ssh_admission() else {
+        return Ok(());
+    };
+    let group = format!("conf-{}", ctx.run);
+    let loc = &ctx.setup.location;
+    let first = vec!["203.0.113.7/32".to_string()];
+    let a = adm.admit_ssh(&group, loc, &first, &[]).await?;
+    if let Some(rule) = &a.rule {
+        ensure!(rule.priority >= 100, "the rule took priority {}", rule.priority);
+    }
+    let pool = ctx.pool(0);
+    let opts = p.capabilities().options;
+    let mut spec = ctx.spec(0, &pool);
+    if opts.admission_group {
+        spec = spec.with_admission_group(&group);
+    }
+    if opts.ssh_sources {
+        spec = spec.with_ssh_sources(first.iter().cloned());
+    }
+    let m = made(&*p, &spec).await?;
+    let second = vec!["198.51.100.0/24".to_string(), "203.0.113.8".to_string()];
+    let b = adm
+        .admit_ssh(&group, loc, &second, &[m.id.clone(), ctx.setup.unknown_id.clone()])
+        .await?;
+    ensure!(
+        b.rule.as_ref().map(|r| r.priority) == a.rule.as_ref().map(|r| r.priority),
+        "a second admission moved the rule: {:?} then {:?}",
+        a.rule,
+        b.rule
+    );
+    ensure!(b.group == a.group, "the group changed: {} then {}", a.group, b.group);
+    ensure!(b.readmitted == vec![m.id.clone()], "readmitted {:?}", b.readmitted);
+    ensure!(b.missing == vec![ctx.setup.unknown_id.clone()], "missing {:?}", b.missing);
+    for (bad, what) in [(vec![], "no source"), (vec!["1.2.3.4/33".to_string()], "a bad prefix"), (vec!["host".to_string()], "a host name")] {
+        let (r, n) = counted(ctx, adm.admit_ssh(&group, loc, &bad, &[])).await;
+        match r {
+            Err(Error::InvalidSpec { .. }) => {}
+            other => return Err(Verdict::Fail(format!("admitting {what} gave {other:?}"))),
+        }
+        ensure!(n.unwrap_or(0) == 0, "admitting {what} made {n:?} request(s)");
+    }
+    let pb = ctx.provider(&ctx.owner_b).await?;
+    if let Some(bb) = pb.ssh_admission() {
+        match bb.admit_ssh(&group, loc, &first, &[m.id.clone()]).await {
+            Err(Error::NotOwned { .. }) => {}
+            other => {
+                return Err(Verdict::Fail(format!(
+                    "another owner readmitting a's machine gave {other:?}"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn credit(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let Some(c) = p.credit_balance() else {
+        return Ok(());
+    };
+    let b = c.balance().await?;
+    ensure!(
+        b.amount.is_finite() && b.currency.len() == 3 && b.currency.chars().all(|c| c.is_ascii_uppercase()),
+        "implausible balance {b:?}"
+    );
+    Ok(())
 }

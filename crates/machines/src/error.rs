@@ -5,19 +5,101 @@ use std::time::Duration;
 /// The result type of every orca call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A cause kept with an error: the transport, decoding or SDK error the driver met (never a secret:
+/// drivers put only errors that carry no credentials here).
+pub type Source = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Where a cloud error came from: the operation, how hard it was tried, the cloud's own error code
+/// and the cause. Every variant that a cloud call can produce carries one; [`Error::context`] reads
+/// it whatever the variant.
+///
+/// Equality compares the operation, the retry count and the code, not the cause.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct Context {
+    /// The cloud call (`instances.insert`, `RunInstances`, `create_server`, ...).
+    pub operation: Option<String>,
+    /// How many times the call was retried before this error was given up on.
+    pub retries: u32,
+    /// The cloud's own error code (`ZONE_RESOURCE_POOL_EXHAUSTED`, `InsufficientInstanceCapacity`,
+    /// `resource_unavailable`, `NicReservedForAnotherVm`, `conditionNotMet`, ...): what a driver matches
+    /// on, never its message text.
+    pub code: Option<String>,
+    /// The underlying error, returned by [`std::error::Error::source`].
+    pub source: Option<Source>,
+}
+
+impl Context {
+    /// An empty context.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for Context {
+    fn eq(&self, other: &Self) -> bool {
+        self.operation == other.operation
+            && self.retries == other.retries
+            && self.code == other.code
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Context");
+        if let Some(o) = &self.operation {
+            d.field("operation", o);
+        }
+        if self.retries > 0 {
+            d.field("retries", &self.retries);
+        }
+        if let Some(c) = &self.code {
+            d.field("code", c);
+        }
+        if let Some(s) = &self.source {
+            d.field("source", &format_args!("{s}"));
+        }
+        d.finish()
+    }
+}
+
+impl std::fmt::Display for Context {
+    /// ` (operation, code, after N retries)`, or nothing when the context is empty.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(o) = &self.operation {
+            parts.push(o.clone());
+        }
+        if self.retries > 0 {
+            parts.push(format!(
+                "after {} retr{}",
+                self.retries,
+                if self.retries == 1 { "y" } else { "ies" }
+            ));
+        }
+        if parts.is_empty() {
+            Ok(())
+        } else {
+            write!(f, " [{}]", parts.join(", "))
+        }
+    }
+}
+
 /// Everything that can go wrong when making, listing or removing machines.
 ///
 /// Each driver maps its cloud's codes onto these variants in one function, so that a caller can decide
 /// what to do without knowing which cloud answered: [`Error::is_retryable`] says whether the same call
-/// may succeed later, [`Error::retry_after`] how long the cloud asked to wait.
+/// may succeed later, [`Error::retry_after`] how long the cloud asked to wait. Errors from a cloud call
+/// carry a [`Context`] (operation, retries, the cloud's code, the cause: [`Error::context`],
+/// [`std::error::Error::source`]); build them with the constructors ([`Error::not_found`],
+/// [`Error::quota`], ...) and [`Error::with_operation`], [`Error::with_code`], [`Error::with_source`].
 ///
 /// Messages never carry secrets: drivers build them from the cloud's error code and message only.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
     /// The input is invalid: `field` names what is wrong, `rule` says what it must be. Raised before
     /// any network call.
-    #[error("invalid {field}: {rule}")]
     InvalidSpec {
         /// The field at fault (`name`, `pool`, `owner`, `machine_type`, `id`, ...).
         field: String,
@@ -26,7 +108,6 @@ pub enum Error {
     },
     /// The settings are incomplete or wrong: `keys` names every setting at fault (for example
     /// environment variables).
-    #[error("invalid settings ({}): {message}", keys.join(", "))]
     InvalidSettings {
         /// Every setting at fault, all at once.
         keys: Vec<String>,
@@ -34,19 +115,20 @@ pub enum Error {
         message: String,
     },
     /// The thing asked for does not exist (a machine type, an image, a location).
-    #[error("not found: {what}")]
     NotFound {
         /// What was not found.
         what: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// Something of that name exists already and is not this owner's to adopt.
-    #[error("already exists: {what}")]
     AlreadyExists {
         /// What exists already.
         what: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// The machine exists but this provider's owner did not create it; nothing was changed.
-    #[error("machine {id} does not belong to this owner ({owner:?}) and pool labels; refused")]
     NotOwned {
         /// The machine's id.
         id: String,
@@ -54,7 +136,6 @@ pub enum Error {
         owner: String,
     },
     /// The cloud has no stock of `machine_type` in `location` right now: try again later or elsewhere.
-    #[error("no stock of {machine_type} in {location}: {message}")]
     NoStock {
         /// The machine type that is out of stock.
         machine_type: String,
@@ -62,35 +143,40 @@ pub enum Error {
         location: String,
         /// The cloud's own words.
         message: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// An account limit (quota) would be exceeded. Not capacity: trying elsewhere will not help.
-    #[error("quota exceeded: {message}")]
     Quota {
         /// The cloud's own words, naming the limit where it does.
         message: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// The cloud throttled the call; retry after the given time.
-    #[error("throttled{}: {message}", retry_after.map(|d| format!(" (retry after {} ms)", d.as_millis())).unwrap_or_default())]
     Throttled {
         /// How long the cloud asked to wait, if it said.
         retry_after: Option<Duration>,
         /// The cloud's own words.
         message: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// The credentials were missing, expired or refused.
-    #[error("unauthenticated: {message}")]
     Unauthenticated {
         /// Why (never the credential itself).
         message: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// The credentials are valid but lack a permission, or a policy denied the call.
-    #[error("permission denied: {message}")]
     PermissionDenied {
         /// The cloud's own words, naming the permission or policy where it does.
         message: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// This driver cannot do `operation`. Raised before any network call.
-    #[error("{provider} does not support {operation}")]
     Unsupported {
         /// The driver kind (`hetzner`, `ec2`, ...).
         provider: String,
@@ -99,14 +185,14 @@ pub enum Error {
     },
     /// A passing failure (5xx, dropped connection, timeout): the same call may succeed later.
     /// For a create, the machine may or may not have been made: retrying the same spec adopts it.
-    #[error("transient failure: {message}")]
     Transient {
         /// What happened.
         message: String,
+        /// Where the error came from.
+        context: Context,
     },
     /// A call failed after it had made resources, and removing some of them failed too:
     /// `left` names every resource still held by the cloud.
-    #[error("{error}; could not remove: {}", left.join(", "))]
     Leftovers {
         /// The failure that started the clean-up.
         error: Box<Error>,
@@ -114,11 +200,81 @@ pub enum Error {
         left: Vec<String>,
     },
     /// Anything else, with the cloud's words.
-    #[error("{message}")]
     Other {
         /// What happened.
         message: String,
+        /// Where the error came from.
+        context: Context,
     },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::InvalidSpec { field, rule } => write!(f, "invalid {field}: {rule}"),
+            Error::InvalidSettings { keys, message } => {
+                write!(f, "invalid settings ({}): {message}", keys.join(", "))
+            }
+            Error::NotFound { what, context } => write!(f, "not found: {what}{context}"),
+            Error::AlreadyExists { what, context } => {
+                write!(f, "already exists: {what}{context}")
+            }
+            Error::NotOwned { id, owner } => write!(
+                f,
+                "machine {id} does not belong to this owner ({owner:?}) and pool labels; refused"
+            ),
+            Error::NoStock {
+                machine_type,
+                location,
+                message,
+                context,
+            } => write!(
+                f,
+                "no stock of {machine_type} in {location}: {message}{context}"
+            ),
+            Error::Quota { message, context } => write!(f, "quota exceeded: {message}{context}"),
+            Error::Throttled {
+                retry_after,
+                message,
+                context,
+            } => {
+                f.write_str("throttled")?;
+                if let Some(d) = retry_after {
+                    write!(f, " (retry after {} ms)", d.as_millis())?;
+                }
+                write!(f, ": {message}{context}")
+            }
+            Error::Unauthenticated { message, context } => {
+                write!(f, "unauthenticated: {message}{context}")
+            }
+            Error::PermissionDenied { message, context } => {
+                write!(f, "permission denied: {message}{context}")
+            }
+            Error::Unsupported {
+                provider,
+                operation,
+            } => write!(f, "{provider} does not support {operation}"),
+            Error::Transient { message, context } => {
+                write!(f, "transient failure: {message}{context}")
+            }
+            Error::Leftovers { error, left } => {
+                write!(f, "{error}; could not remove: {}", left.join(", "))
+            }
+            Error::Other { message, context } => write!(f, "{message}{context}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Leftovers { error, .. } => Some(&**error),
+            other => other
+                .context()
+                .and_then(|c| c.source.as_deref())
+                .map(|s| s as &(dyn std::error::Error + 'static)),
+        }
+    }
 }
 
 /// The kind of an [`Error`], without its details: for matching, metrics and fault injection.
@@ -221,10 +377,90 @@ impl Error {
         }
     }
 
+    /// An [`Error::NotFound`].
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Error::NotFound {
+            what: what.into(),
+            context: Context::default(),
+        }
+    }
+
+    /// An [`Error::AlreadyExists`].
+    pub fn already_exists(what: impl Into<String>) -> Self {
+        Error::AlreadyExists {
+            what: what.into(),
+            context: Context::default(),
+        }
+    }
+
+    /// An [`Error::NotOwned`].
+    pub fn not_owned(id: impl Into<String>, owner: impl Into<String>) -> Self {
+        Error::NotOwned {
+            id: id.into(),
+            owner: owner.into(),
+        }
+    }
+
+    /// An [`Error::NoStock`] of `machine_type` in `location`.
+    pub fn no_stock(
+        machine_type: impl Into<String>,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::NoStock {
+            machine_type: machine_type.into(),
+            location: location.into(),
+            message: message.into(),
+            context: Context::default(),
+        }
+    }
+
+    /// An [`Error::Quota`].
+    pub fn quota(message: impl Into<String>) -> Self {
+        Error::Quota {
+            message: message.into(),
+            context: Context::default(),
+        }
+    }
+
+    /// An [`Error::Throttled`].
+    pub fn throttled(retry_after: Option<Duration>, message: impl Into<String>) -> Self {
+        Error::Throttled {
+            retry_after,
+            message: message.into(),
+            context: Context::default(),
+        }
+    }
+
+    /// An [`Error::Unauthenticated`].
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Error::Unauthenticated {
+            message: message.into(),
+            context: Context::default(),
+        }
+    }
+
+    /// An [`Error::PermissionDenied`].
+    pub fn permission_denied(message: impl Into<String>) -> Self {
+        Error::PermissionDenied {
+            message: message.into(),
+            context: Context::default(),
+        }
+    }
+
     /// An [`Error::Transient`].
     pub fn transient(message: impl Into<String>) -> Self {
         Error::Transient {
             message: message.into(),
+            context: Context::default(),
+        }
+    }
+
+    /// An [`Error::Leftovers`]: `error` started a clean-up that could not remove `left`.
+    pub fn leftovers(error: Error, left: Vec<String>) -> Self {
+        Error::Leftovers {
+            error: Box::new(error),
+            left,
         }
     }
 
@@ -232,7 +468,121 @@ impl Error {
     pub fn other(message: impl Into<String>) -> Self {
         Error::Other {
             message: message.into(),
+            context: Context::default(),
         }
+    }
+
+    /// The context of an error that came from a cloud call (of the first error, for
+    /// [`Error::Leftovers`]); `None` for errors raised before any call.
+    pub fn context(&self) -> Option<&Context> {
+        match self {
+            Error::NotFound { context, .. }
+            | Error::AlreadyExists { context, .. }
+            | Error::NoStock { context, .. }
+            | Error::Quota { context, .. }
+            | Error::Throttled { context, .. }
+            | Error::Unauthenticated { context, .. }
+            | Error::PermissionDenied { context, .. }
+            | Error::Transient { context, .. }
+            | Error::Other { context, .. } => Some(context),
+            Error::Leftovers { error, .. } => error.context(),
+            Error::InvalidSpec { .. }
+            | Error::InvalidSettings { .. }
+            | Error::NotOwned { .. }
+            | Error::Unsupported { .. } => None,
+        }
+    }
+
+    fn context_mut(&mut self) -> Option<&mut Context> {
+        match self {
+            Error::NotFound { context, .. }
+            | Error::AlreadyExists { context, .. }
+            | Error::NoStock { context, .. }
+            | Error::Quota { context, .. }
+            | Error::Throttled { context, .. }
+            | Error::Unauthenticated { context, .. }
+            | Error::PermissionDenied { context, .. }
+            | Error::Transient { context, .. }
+            | Error::Other { context, .. } => Some(context),
+            Error::Leftovers { error, .. } => error.context_mut(),
+            Error::InvalidSpec { .. }
+            | Error::InvalidSettings { .. }
+            | Error::NotOwned { .. }
+            | Error::Unsupported { .. } => None,
+        }
+    }
+
+    /// The cloud's own error code, when the driver kept it: what code matches, never message text.
+    pub fn code(&self) -> Option<&str> {
+        self.context().and_then(|c| c.code.as_deref())
+    }
+
+    /// The operation that failed, when known.
+    pub fn operation(&self) -> Option<&str> {
+        self.context().and_then(|c| c.operation.as_deref())
+    }
+
+    /// How many times the failed call was retried before it was given up on.
+    pub fn retries(&self) -> u32 {
+        self.context().map_or(0, |c| c.retries)
+    }
+
+    /// This error naming `operation` as the call that failed (kept when one is named already).
+    pub fn with_operation(mut self, operation: impl Into<String>) -> Self {
+        if let Some(c) = self.context_mut() {
+            if c.operation.is_none() {
+                c.operation = Some(operation.into());
+            }
+        }
+        self
+    }
+
+    /// This error with the cloud's own error code.
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        if let Some(c) = self.context_mut() {
+            c.code = Some(code.into());
+        }
+        self
+    }
+
+    /// This error with its cause (which must hold no secret).
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        if let Some(c) = self.context_mut() {
+            c.source = Some(std::sync::Arc::new(source));
+        }
+        self
+    }
+
+    /// This error recording that its call was retried `retries` times.
+    pub fn with_retries(mut self, retries: u32) -> Self {
+        if let Some(c) = self.context_mut() {
+            c.retries = retries;
+        }
+        self
+    }
+
+    /// The same error with `prefix: ` before its message (what a caller was doing when it failed),
+    /// keeping its kind and context.
+    pub fn prefixed(mut self, prefix: &str) -> Self {
+        match &mut self {
+            Error::NotFound { what: m, .. }
+            | Error::AlreadyExists { what: m, .. }
+            | Error::NoStock { message: m, .. }
+            | Error::Quota { message: m, .. }
+            | Error::Throttled { message: m, .. }
+            | Error::Unauthenticated { message: m, .. }
+            | Error::PermissionDenied { message: m, .. }
+            | Error::Transient { message: m, .. }
+            | Error::Other { message: m, .. }
+            | Error::InvalidSettings { message: m, .. }
+            | Error::InvalidSpec { rule: m, .. } => *m = format!("{prefix}: {m}"),
+            Error::Leftovers { error, .. } => {
+                let inner = std::mem::replace(&mut **error, Error::other(""));
+                **error = inner.prefixed(prefix);
+            }
+            Error::NotOwned { .. } | Error::Unsupported { .. } => {}
+        }
+        self
     }
 
     /// The meaning of a bare HTTP status, for a driver's error mapping to fall back on once it has
@@ -245,18 +595,13 @@ impl Error {
     ) -> Self {
         let message = message.into();
         match status {
-            401 => Error::Unauthenticated { message },
-            403 => Error::PermissionDenied { message },
-            404 => Error::NotFound { what: message },
-            409 => Error::AlreadyExists { what: message },
-            429 => Error::Throttled {
-                retry_after,
-                message,
-            },
-            408 | 500..=599 => Error::Transient { message },
-            _ => Error::Other {
-                message: format!("HTTP {status}: {message}"),
-            },
+            401 => Error::unauthenticated(message),
+            403 => Error::permission_denied(message),
+            404 => Error::not_found(message),
+            409 => Error::already_exists(message),
+            429 => Error::throttled(retry_after, message),
+            408 | 500..=599 => Error::transient(message),
+            _ => Error::other(format!("HTTP {status}: {message}")),
         }
     }
 
@@ -266,31 +611,18 @@ impl Error {
         match kind {
             ErrorKind::InvalidSpec => Error::invalid("spec", message),
             ErrorKind::InvalidSettings => Error::settings(Vec::<String>::new(), message),
-            ErrorKind::NotFound => Error::NotFound { what: message },
-            ErrorKind::AlreadyExists => Error::AlreadyExists { what: message },
-            ErrorKind::NotOwned => Error::NotOwned {
-                id: message,
-                owner: String::new(),
-            },
-            ErrorKind::NoStock => Error::NoStock {
-                machine_type: String::new(),
-                location: String::new(),
-                message,
-            },
-            ErrorKind::Quota => Error::Quota { message },
-            ErrorKind::Throttled => Error::Throttled {
-                retry_after: None,
-                message,
-            },
-            ErrorKind::Unauthenticated => Error::Unauthenticated { message },
-            ErrorKind::PermissionDenied => Error::PermissionDenied { message },
+            ErrorKind::NotFound => Error::not_found(message),
+            ErrorKind::AlreadyExists => Error::already_exists(message),
+            ErrorKind::NotOwned => Error::not_owned(message, ""),
+            ErrorKind::NoStock => Error::no_stock("", "", message),
+            ErrorKind::Quota => Error::quota(message),
+            ErrorKind::Throttled => Error::throttled(None, message),
+            ErrorKind::Unauthenticated => Error::unauthenticated(message),
+            ErrorKind::PermissionDenied => Error::permission_denied(message),
             ErrorKind::Unsupported => Error::unsupported("provider", message),
-            ErrorKind::Transient => Error::Transient { message },
-            ErrorKind::Leftovers => Error::Leftovers {
-                error: Box::new(Error::other(message)),
-                left: Vec::new(),
-            },
-            ErrorKind::Other => Error::Other { message },
+            ErrorKind::Transient => Error::transient(message),
+            ErrorKind::Leftovers => Error::leftovers(Error::other(message), Vec::new()),
+            ErrorKind::Other => Error::other(message),
         }
     }
 }
@@ -329,10 +661,7 @@ mod tests {
     #[test]
     fn retry_meaning() {
         assert!(Error::transient("x").is_retryable());
-        let t = Error::Throttled {
-            retry_after: Some(Duration::from_secs(3)),
-            message: "slow down".into(),
-        };
+        let t = Error::throttled(Some(Duration::from_secs(3)), "slow down");
         assert!(t.is_retryable());
         assert_eq!(t.retry_after(), Some(Duration::from_secs(3)));
         assert!(t.to_string().contains("3000 ms"));
@@ -358,13 +687,77 @@ mod tests {
 
     #[test]
     fn leftovers_name_what_remains() {
-        let e = Error::Leftovers {
-            error: Box::new(Error::transient("vm create failed")),
-            left: vec!["disk d1".into(), "address a1".into()],
-        };
+        let e = Error::leftovers(
+            Error::transient("vm create failed"),
+            vec!["disk d1".into(), "address a1".into()],
+        );
         assert_eq!(
             e.to_string(),
             "transient failure: vm create failed; could not remove: disk d1, address a1"
+        );
+    }
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[derive(Debug)]
+    struct Cause;
+    impl std::fmt::Display for Cause {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("connection reset by peer")
+        }
+    }
+    impl std::error::Error for Cause {}
+
+    #[test]
+    fn context_keeps_operation_retries_code_and_cause() {
+        let e = Error::transient("503 Service Unavailable")
+            .with_operation("instances.insert")
+            .with_code("serviceUnavailable")
+            .with_source(Cause)
+            .with_retries(6);
+        assert_eq!(e.operation(), Some("instances.insert"));
+        assert_eq!(e.retries(), 6);
+        assert_eq!(e.code(), Some("serviceUnavailable"));
+        assert_eq!(
+            e.source().map(|s| s.to_string()).as_deref(),
+            Some("connection reset by peer")
+        );
+        assert_eq!(
+            e.to_string(),
+            "transient failure: 503 Service Unavailable [instances.insert, after 6 retries]"
+        );
+        // The first operation named stays: an outer layer does not rename the failed call.
+        assert_eq!(
+            e.clone().with_operation("create").operation(),
+            Some("instances.insert")
+        );
+    }
+
+    #[test]
+    fn errors_raised_before_any_call_have_no_context() {
+        let e = Error::invalid("name", "rule").with_operation("create");
+        assert!(e.context().is_none());
+        assert_eq!(e.to_string(), "invalid name: rule");
+    }
+
+    #[test]
+    fn leftovers_source_is_the_first_failure_and_prefixes_keep_the_kind() {
+        let e = Error::leftovers(
+            Error::quota("cores").with_code("QuotaExceeded"),
+            vec!["nic n1".into()],
+        );
+        assert_eq!(e.code(), Some("QuotaExceeded"));
+        assert_eq!(e.source().unwrap().to_string(), "quota exceeded: cores");
+        let p = Error::permission_denied("RequestDisallowedByPolicy")
+            .prefixed("the group was not made");
+        assert_eq!(p.kind(), ErrorKind::PermissionDenied);
+        assert_eq!(
+            p.to_string(),
+            "permission denied: the group was not made: RequestDisallowedByPolicy"
         );
     }
 }

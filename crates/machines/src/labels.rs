@@ -15,6 +15,11 @@ pub const POOL_LABEL: &str = "orca-pool";
 /// The label holding the owner (the stack's id); absent when the provider has no owner.
 pub const OWNER_LABEL: &str = "orca-owner";
 
+/// Whether `key` is one of orca's own labels, which no caller may set, change or remove.
+pub fn is_reserved(key: &str) -> bool {
+    [ORCA_LABEL, POOL_LABEL, OWNER_LABEL].contains(&key)
+}
+
 /// Labels (or tags) as a sorted map.
 pub type Labels = BTreeMap<String, String>;
 

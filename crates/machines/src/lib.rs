@@ -27,6 +27,7 @@
 //! let spec = MachineSpec::new("orca-lab-7", "arm64-small", "zone-a", "lab");
 //! match p.create(&spec).await? {
 //!     Created::Machine(m) => assert_eq!(m.status, Status::Running),
+//!     Created::Adopted(_) => unreachable!("nothing was made before"),
 //!     Created::NoStock { .. } => unreachable!("stock is unlimited until a test sets it"),
 //! }
 //! for m in p.machines("lab").await? {
@@ -39,6 +40,7 @@ pub mod arch;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
+pub mod ext;
 pub mod labels;
 pub mod machine;
 pub mod memory;
@@ -47,9 +49,16 @@ pub mod retry;
 pub mod spec;
 
 pub use arch::{docker_arch, Arch};
-pub use error::{parse_retry_after, Error, ErrorKind, Result};
+pub use error::{parse_retry_after, Context, Error, ErrorKind, Result, Source};
+pub use ext::{
+    Admission, AdmissionRule, Balance, CreditBalance, FirewallPorts, FirewallRule, FirewallRules,
+    MachineLabels, Network, SshAdmission,
+};
 pub use labels::{OWNER_LABEL, POOL_LABEL};
-pub use machine::{Created, Machine, Price, Resized, Status};
-pub use provider::{Capabilities, Provider};
+pub use machine::{Created, Machine, Price, Resized, Status, Timestamp};
+pub use provider::{Capabilities, Provider, SpecOptions};
 pub use retry::{all_pages, Page, RetryPolicy};
 pub use spec::{validate_id, validate_name, validate_owner, validate_pool, MachineSpec};
+
+/// The timestamp crate orca's [`Timestamp`] comes from, re-exported so that callers use the same one.
+pub use chrono;

@@ -23,7 +23,7 @@
 //! # Ok::<(), orca_machines::Error>(()) }).unwrap();
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,11 +34,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::{docker_arch, Arch};
 use crate::error::{Error, ErrorKind, Result};
+use crate::ext::{
+    first_free_priority, Admission, AdmissionRule, Balance, CreditBalance, FirewallRule,
+    FirewallRules, MachineLabels, Network, SshAdmission, FIRST_ADMISSION_PRIORITY,
+    LAST_ADMISSION_PRIORITY,
+};
 use crate::labels::{self, Labels};
-use crate::machine::{Created, Machine, Price, Resized, Status};
+use crate::machine::{Created, Machine, Price, Resized, Status, Timestamp};
 use crate::provider::{Capabilities, Provider};
 use crate::retry::{all_pages, Page, RetryPolicy};
-use crate::spec::{validate_id, validate_owner, validate_pool, validate_token, MachineSpec};
+use crate::spec::{
+    validate_id, validate_label_key, validate_labels, validate_owner, validate_pool,
+    validate_source, validate_token, MachineSpec,
+};
 
 /// The provider kind of the in-memory provider.
 pub const KIND: &str = "fake";
@@ -52,23 +60,26 @@ pub struct MachineType {
     pub architecture: String,
     /// Virtual CPUs.
     pub cpus: u32,
-    /// Hourly price in EUR.
-    pub hourly_eur: f64,
+    /// Memory in MiB.
+    pub memory_mb: u32,
+    /// Hourly price in USD.
+    pub hourly_usd: f64,
 }
 
 /// The simulated cloud's machine types: two of each architecture.
 pub fn catalogue() -> Vec<MachineType> {
-    let t = |name: &str, architecture: &str, cpus, hourly_eur| MachineType {
+    let t = |name: &str, architecture: &str, cpus, memory_mb, hourly_usd| MachineType {
         name: name.into(),
         architecture: architecture.into(),
         cpus,
-        hourly_eur,
+        memory_mb,
+        hourly_usd,
     };
     vec![
-        t("amd64-small", "x86_64", 2, 0.0066),
-        t("amd64-large", "x86_64", 8, 0.0280),
-        t("arm64-small", "aarch64", 2, 0.0059),
-        t("arm64-large", "aarch64", 8, 0.0249),
+        t("amd64-small", "x86_64", 2, 8192, 0.0832),
+        t("amd64-large", "x86_64", 8, 32768, 0.3328),
+        t("arm64-small", "aarch64", 2, 8192, 0.0680),
+        t("arm64-large", "aarch64", 8, 32768, 0.2720),
     ]
 }
 
@@ -89,6 +100,12 @@ pub enum Operation {
     Catalogue,
     /// Power and type changes.
     Change,
+    /// Label changes on an existing machine.
+    Labels,
+    /// Network reads and changes: firewall rules, admission groups, subnet rules.
+    Network,
+    /// Account reads (the credit balance).
+    Account,
     /// Any call.
     Any,
 }
@@ -119,12 +136,83 @@ struct State {
     machines: BTreeMap<String, StoredMachine>,
     /// Remaining stock per `type@location`; absent means unlimited.
     stock: BTreeMap<String, u32>,
+    /// VPC firewall rules by name.
+    #[serde(default)]
+    firewall: BTreeMap<String, FirewallRule>,
+    /// VPC networks by name (absent: a custom-mode network of that name).
+    #[serde(default)]
+    networks: BTreeMap<String, Network>,
+    /// Admission groups, as `<group>-<location>`.
+    #[serde(default)]
+    groups: BTreeSet<String>,
+    /// The subnet security group of each location (absent: one with no rule).
+    #[serde(default)]
+    subnets: BTreeMap<String, SubnetGroup>,
+    /// The account's credit (absent: 100 USD).
+    #[serde(default)]
+    credit: Option<Balance>,
+    /// How far the simulated cloud's clock is ahead of this machine's, in seconds.
+    #[serde(default)]
+    clock_offset_secs: i64,
+}
+
+/// A location's subnet security group in the simulated cloud.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubnetGroup {
+    /// Whether the subnet carries a security group of its own.
+    pub present: bool,
+    /// Its rules.
+    pub rules: Vec<SubnetRule>,
+}
+
+impl Default for SubnetGroup {
+    fn default() -> Self {
+        SubnetGroup {
+            present: true,
+            rules: Vec::new(),
+        }
+    }
+}
+
+/// A rule of a subnet security group in the simulated cloud.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubnetRule {
+    /// Its name.
+    pub name: String,
+    /// Its priority.
+    pub priority: u32,
+    /// Inbound (true) or outbound.
+    pub inbound: bool,
+    /// The sources it admits.
+    pub sources: Vec<String>,
+    /// The admission group it admits to, if any (`<group>-<location>`).
+    pub to_group: Option<String>,
+}
+
+/// What a machine was made with beyond what [`Machine`] reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineExtras {
+    /// The boot disk's size, when the spec set one.
+    pub disk_gb: Option<u32>,
+    /// The boot image, when the spec set one.
+    pub image: Option<String>,
+    /// The login user's SSH keys.
+    pub ssh_keys: Vec<String>,
+    /// Network tags.
+    pub network_tags: Vec<String>,
+    /// The sources its own firewall admits on SSH.
+    pub ssh_sources: Vec<String>,
+    /// The admission group it is a member of (`<group>-<location>`).
+    pub admission_group: Option<String>,
+    /// The length of its user data.
+    pub user_data_len: usize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct StoredMachine {
     machine: Machine,
-    user_data_len: usize,
+    #[serde(default)]
+    extras: MachineExtras,
 }
 
 #[derive(Debug, Default)]
@@ -139,6 +227,47 @@ struct Inner {
 #[derive(Debug, Clone, Default)]
 pub struct MemoryCloud {
     inner: Arc<Inner>,
+}
+
+/// The network the in-memory provider puts machines on, unless [`MemoryProvider::with_network`] says
+/// otherwise.
+pub const DEFAULT_NETWORK: &str = "fake-net";
+
+/// The simulated cloud's clock for a state.
+fn clock(s: &State) -> Timestamp {
+    chrono::Utc::now() + chrono::Duration::seconds(s.clock_offset_secs)
+}
+
+/// Powers `m` on or off at `now`, as the cloud records it.
+fn power(m: &mut Machine, on: bool, now: Timestamp) {
+    if on {
+        if m.status != Status::Running {
+            m.started_at = Some(now);
+        }
+        m.status = Status::Running;
+        m.cloud_status = "running".into();
+    } else {
+        if m.status != Status::Stopped {
+            m.stopped_at = Some(now);
+        }
+        m.status = Status::Stopped;
+        m.cloud_status = "off".into();
+    }
+}
+
+/// Stops every running machine whose run limit has passed, at the moment it passed: what the cloud
+/// does on its own.
+fn enforce_run_limits(s: &mut State) {
+    let now = clock(s);
+    for m in s.machines.values_mut() {
+        if m.machine.status == Status::Running {
+            if let Some(at) = m.machine.run_limit_at() {
+                if at <= now {
+                    power(&mut m.machine, false, at);
+                }
+            }
+        }
+    }
 }
 
 fn stock_key(machine_type: &str, location: &str) -> String {
@@ -178,7 +307,150 @@ impl MemoryCloud {
             page_size: 50,
             retry: RetryPolicy::fast(),
             arch_cache: Arc::default(),
+            network: DEFAULT_NETWORK.to_string(),
         })
+    }
+
+    /// The simulated cloud's clock: this machine's clock plus what [`MemoryCloud::advance_clock`] added.
+    pub fn now(&self) -> Timestamp {
+        let offset = self.with_state(false, |s| s.clock_offset_secs).unwrap_or(0);
+        chrono::Utc::now() + chrono::Duration::seconds(offset)
+    }
+
+    /// Moves the simulated cloud's clock forward by `by`: machines' run limits expire and their ages
+    /// grow as if that time had passed.
+    pub fn advance_clock(&self, by: Duration) {
+        let _ = self.with_state(true, |s| {
+            s.clock_offset_secs += i64::try_from(by.as_secs()).unwrap_or(i64::MAX / 4);
+        });
+    }
+
+    /// Puts (makes or replaces) the firewall rule `rule.name`: what an operator's console does.
+    pub fn put_firewall_rule(&self, rule: FirewallRule) {
+        let _ = self.with_state(true, |s| {
+            s.firewall.insert(rule.name.clone(), rule);
+        });
+    }
+
+    /// Removes the firewall rule `name`.
+    pub fn remove_firewall_rule(&self, name: &str) {
+        let _ = self.with_state(true, |s| {
+            s.firewall.remove(name);
+        });
+    }
+
+    /// The firewall rule `name` as the cloud holds it (no request counted).
+    pub fn firewall_rule(&self, name: &str) -> Option<FirewallRule> {
+        self.with_state(false, |s| s.firewall.get(name).cloned())
+            .ok()
+            .flatten()
+    }
+
+    /// Puts (makes or replaces) the network `network.name`.
+    pub fn put_network(&self, network: Network) {
+        let _ = self.with_state(true, |s| {
+            s.networks.insert(network.name.clone(), network);
+        });
+    }
+
+    /// Gives `location`'s subnet a security group of its own (`present`), or none.
+    pub fn set_subnet_security_group(&self, location: &str, present: bool) {
+        let _ = self.with_state(true, |s| {
+            s.subnets.entry(location.to_string()).or_default().present = present;
+        });
+    }
+
+    /// Puts a rule on `location`'s subnet security group (another team's rule, say): what holds a
+    /// priority that an admission must not take.
+    pub fn put_subnet_rule(&self, location: &str, name: &str, priority: u32, inbound: bool) {
+        let _ = self.with_state(true, |s| {
+            let g = s.subnets.entry(location.to_string()).or_default();
+            g.rules.retain(|r| r.name != name);
+            g.rules.push(SubnetRule {
+                name: name.to_string(),
+                priority,
+                inbound,
+                sources: vec!["10.0.0.0/8".into()],
+                to_group: None,
+            });
+        });
+    }
+
+    /// `location`'s subnet security group as the cloud holds it.
+    pub fn subnet_group(&self, location: &str) -> SubnetGroup {
+        self.with_state(false, |s| s.subnets.get(location).cloned().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// The admission groups that exist, as `<group>-<location>`.
+    pub fn admission_groups(&self) -> Vec<String> {
+        self.with_state(false, |s| s.groups.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// What machine `id` was made with beyond what [`Machine`] reports.
+    pub fn extras(&self, id: &str) -> Option<MachineExtras> {
+        self.with_state(false, |s| s.machines.get(id).map(|m| m.extras.clone()))
+            .ok()
+            .flatten()
+    }
+
+    /// Sets the account's credit balance.
+    pub fn set_credit(&self, amount: f64, currency: &str) {
+        let _ = self.with_state(true, |s| {
+            s.credit = Some(Balance::new(amount, currency));
+        });
+    }
+
+    /// Stops machine `id` from outside orca (an operator's console), at the cloud's current time.
+    pub fn operator_stop(&self, id: &str) -> bool {
+        self.with_state(true, |s| {
+            let now = clock(s);
+            match s.machines.get_mut(id) {
+                Some(m) => {
+                    power(&mut m.machine, false, now);
+                    true
+                }
+                None => false,
+            }
+        })
+        .unwrap_or(false)
+    }
+
+    /// Starts machine `id` from outside orca.
+    pub fn operator_start(&self, id: &str) -> bool {
+        self.with_state(true, |s| {
+            let now = clock(s);
+            match s.machines.get_mut(id) {
+                Some(m) => {
+                    power(&mut m.machine, true, now);
+                    true
+                }
+                None => false,
+            }
+        })
+        .unwrap_or(false)
+    }
+
+    /// Deletes machine `id` from outside orca.
+    pub fn operator_delete(&self, id: &str) -> bool {
+        self.with_state(true, |s| s.machines.remove(id).is_some())
+            .unwrap_or(false)
+    }
+
+    /// Sets or removes (`None`) the label `key` of machine `id` from outside orca.
+    pub fn operator_label(&self, id: &str, key: &str, value: Option<&str>) -> bool {
+        self.with_state(true, |s| match s.machines.get_mut(id) {
+            Some(m) => {
+                match value {
+                    Some(v) => m.machine.labels.insert(key.to_string(), v.to_string()),
+                    None => m.machine.labels.remove(key),
+                };
+                true
+            }
+            None => false,
+        })
+        .unwrap_or(false)
     }
 
     /// Requests made to this cloud so far (each page of a listing is one).
@@ -224,6 +496,10 @@ impl MemoryCloud {
 
     fn with_state<R>(&self, write: bool, f: impl FnOnce(&mut State) -> R) -> Result<R> {
         let mut state = lock(&self.inner.state);
+        let f = |s: &mut State| {
+            enforce_run_limits(s);
+            f(s)
+        };
         let Some(path) = &self.inner.path else {
             return Ok(f(&mut state));
         };
@@ -287,15 +563,13 @@ impl MemoryCloud {
         }
         if let Some(kind) = fail {
             return Err(match kind {
-                ErrorKind::Throttled => Error::Throttled {
-                    retry_after: Some(Duration::from_millis(5)),
-                    message: "injected: too many requests".into(),
-                },
-                ErrorKind::NoStock => Error::NoStock {
-                    machine_type: String::new(),
-                    location: String::new(),
-                    message: "injected: no capacity".into(),
-                },
+                ErrorKind::Throttled => Error::throttled(
+                    Some(Duration::from_millis(5)),
+                    "injected: too many requests",
+                ),
+                ErrorKind::NoStock => {
+                    Error::no_stock(String::new(), String::new(), "injected: no capacity")
+                }
                 other => Error::of_kind(other, format!("injected {other:?}")),
             });
         }
@@ -318,9 +592,7 @@ impl MemoryCloud {
         catalogue()
             .into_iter()
             .find(|t| t.name == name)
-            .ok_or_else(|| Error::NotFound {
-                what: format!("machine type {name:?}"),
-            })
+            .ok_or_else(|| Error::not_found(format!("machine type {name:?}")))
     }
 
     /// Cloud API: one machine by id.
@@ -394,46 +666,222 @@ impl MemoryCloud {
         }
         let made = self.with_state(true, |s| {
             if s.machines.values().any(|m| m.machine.name == spec.name) {
-                return Err(Error::AlreadyExists {
-                    what: format!("machine named {:?}", spec.name),
-                });
+                return Err(Error::already_exists(format!(
+                    "machine named {:?}",
+                    spec.name
+                )));
             }
             let key = stock_key(&spec.machine_type, &spec.location);
             if let Some(left) = s.stock.get_mut(&key) {
                 if *left == 0 {
-                    return Err(Error::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message: format!("no capacity for {} in {}", mt.name, spec.location),
-                    });
+                    return Err(Error::no_stock(
+                        spec.machine_type.clone(),
+                        spec.location.clone(),
+                        format!("no capacity for {} in {}", mt.name, spec.location),
+                    ));
                 }
                 *left -= 1;
             }
+            let group = spec
+                .admission_group
+                .as_ref()
+                .map(|g| format!("{g}-{}", spec.location));
+            if let Some(g) = &group {
+                if !s.groups.contains(g) {
+                    return Err(Error::not_found(format!(
+                        "admission group {g} (admit SSH to it first)"
+                    )));
+                }
+            }
             s.next_id += 1;
             let n = s.next_id;
-            let machine = Machine {
-                id: format!("m-{n:08}"),
-                name: spec.name.clone(),
-                status: Status::Running,
-                cloud_status: "running".into(),
-                machine_type: spec.machine_type.clone(),
-                location: spec.location.clone(),
-                // TEST-NET-2 (RFC 5737): documentation addresses, never routed.
-                address: format!("198.51.100.{}", n % 250 + 1),
-                pool: labels::pool_of(&labels),
-                labels,
+            let now = clock(s);
+            let mut machine = Machine::new(format!("m-{n:08}"), &spec.name);
+            machine.status = Status::Running;
+            machine.cloud_status = "running".into();
+            machine.machine_type = spec.machine_type.clone();
+            machine.location = spec.location.clone();
+            // TEST-NET-2 (RFC 5737): documentation addresses, never routed.
+            machine.address = format!("198.51.100.{}", n % 250 + 1);
+            machine.private_address = format!("10.{}.{}.{}", n / 65_536 % 256, n / 256 % 256, n % 256);
+            machine.fqdn = format!("{}.{}.fake.internal", spec.name, spec.location);
+            machine.pool = labels::pool_of(&labels);
+            machine.labels = labels;
+            machine.created_at = Some(now);
+            machine.started_at = Some(now);
+            machine.max_run_duration = spec.max_run_duration;
+            let extras = MachineExtras {
+                disk_gb: spec.disk_gb,
+                image: spec.image.clone(),
+                ssh_keys: spec.ssh_keys.clone(),
+                network_tags: spec.network_tags.clone(),
+                ssh_sources: spec.ssh_sources.clone(),
+                admission_group: group,
+                user_data_len: spec.user_data.len(),
             };
             s.machines.insert(
                 machine.id.clone(),
                 StoredMachine {
                     machine: machine.clone(),
-                    user_data_len: spec.user_data.len(),
+                    extras,
                 },
             );
             Ok(machine)
         })??;
         Self::lost(lose)?;
         Ok(made)
+    }
+
+    /// Cloud API: sets and removes labels of a machine, keeping the others.
+    pub async fn api_set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine> {
+        let lose = self.request(Operation::Labels).await?;
+        let m = self.with_state(true, |s| {
+            let m = s
+                .machines
+                .get_mut(id)
+                .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
+            for k in remove {
+                m.machine.labels.remove(k);
+            }
+            m.machine
+                .labels
+                .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Ok(m.machine.clone())
+        })??;
+        Self::lost(lose)?;
+        Ok(m)
+    }
+
+    /// Cloud API: a network (one that was never put is a custom-mode network of that name).
+    pub async fn api_network(&self, name: &str) -> Result<Network> {
+        Self::lost(self.request(Operation::Network).await?)?;
+        self.with_state(false, |s| {
+            s.networks
+                .get(name)
+                .cloned()
+                .unwrap_or_else(|| Network::new(name))
+        })
+    }
+
+    /// Cloud API: one firewall rule.
+    pub async fn api_firewall_rule(&self, name: &str) -> Result<Option<FirewallRule>> {
+        Self::lost(self.request(Operation::Network).await?)?;
+        self.with_state(false, |s| s.firewall.get(name).cloned())
+    }
+
+    /// Cloud API: one page of the firewall rules, in name order, after the rule `after`.
+    pub async fn api_firewall_rules(
+        &self,
+        page_size: usize,
+        after: Option<&str>,
+    ) -> Result<Page<FirewallRule>> {
+        Self::lost(self.request(Operation::Network).await?)?;
+        self.with_state(false, |s| {
+            let mut rest = s
+                .firewall
+                .values()
+                .filter(|r| after.is_none_or(|a| r.name.as_str() > a));
+            let items: Vec<FirewallRule> = rest.by_ref().take(page_size.max(1)).cloned().collect();
+            let next = match rest.next() {
+                Some(_) => items.last().map(|r| r.name.clone()),
+                None => None,
+            };
+            Page { items, next }
+        })
+    }
+
+    /// Cloud API: patches a firewall rule's source ranges.
+    pub async fn api_firewall_sources(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
+        let lose = self.request(Operation::Network).await?;
+        let r = self.with_state(true, |s| {
+            let r = s
+                .firewall
+                .get_mut(name)
+                .ok_or_else(|| Error::not_found(format!("firewall rule {name}")))?;
+            r.source_ranges = ranges.to_vec();
+            Ok(r.clone())
+        })??;
+        Self::lost(lose)?;
+        Ok(r)
+    }
+
+    /// Cloud API: makes admission group `<group>-<location>` when missing and sets the subnet rule
+    /// `group` admitting `sources` to it, at the first free inbound priority from 100 (kept when the
+    /// rule exists).
+    pub async fn api_admit(
+        &self,
+        group: &str,
+        location: &str,
+        sources: &[String],
+    ) -> Result<Admission> {
+        let lose = self.request(Operation::Network).await?;
+        let a = self.with_state(true, |s| {
+            let group_id = format!("{group}-{location}");
+            s.groups.insert(group_id.clone());
+            let mut admission = Admission::new(&group_id);
+            let subnet = s.subnets.entry(location.to_string()).or_default();
+            if !subnet.present {
+                return Ok(admission);
+            }
+            let priority = match subnet.rules.iter().find(|r| r.name == group) {
+                Some(r) => r.priority,
+                None => first_free_priority(
+                    subnet
+                        .rules
+                        .iter()
+                        .filter(|r| r.inbound && r.name != group)
+                        .map(|r| r.priority),
+                    FIRST_ADMISSION_PRIORITY,
+                    LAST_ADMISSION_PRIORITY,
+                )
+                .ok_or_else(|| {
+                    Error::quota(format!(
+                        "the subnet security group of {location} has no free inbound priority from {FIRST_ADMISSION_PRIORITY}"
+                    ))
+                })?,
+            };
+            subnet.rules.retain(|r| r.name != group);
+            subnet.rules.push(SubnetRule {
+                name: group.to_string(),
+                priority,
+                inbound: true,
+                sources: sources.to_vec(),
+                to_group: Some(group_id),
+            });
+            admission.rule = Some(AdmissionRule {
+                security_group: format!("subnet-{location}"),
+                name: group.to_string(),
+                priority,
+            });
+            Ok(admission)
+        })??;
+        Self::lost(lose)?;
+        Ok(a)
+    }
+
+    /// Cloud API: sets the sources machine `id`'s own firewall admits on SSH; false when there is no
+    /// such machine.
+    pub async fn api_ssh_sources(&self, id: &str, sources: &[String]) -> Result<bool> {
+        let lose = self.request(Operation::Network).await?;
+        let found = self.with_state(true, |s| match s.machines.get_mut(id) {
+            Some(m) => {
+                m.extras.ssh_sources = sources.to_vec();
+                true
+            }
+            None => false,
+        })?;
+        Self::lost(lose)?;
+        Ok(found)
+    }
+
+    /// Cloud API: the account's credit balance (100 USD until [`MemoryCloud::set_credit`]).
+    pub async fn api_balance(&self) -> Result<Balance> {
+        Self::lost(self.request(Operation::Account).await?)?;
+        self.with_state(false, |s| {
+            let mut b = s.credit.clone().unwrap_or_else(|| Balance::new(100.0, "USD"));
+            b.as_of = Some(clock(s));
+            b
+        })
     }
 
     /// Cloud API: removes a machine; false when there was none.
@@ -457,16 +905,12 @@ impl MemoryCloud {
     pub async fn api_power(&self, id: &str, on: bool) -> Result<Machine> {
         let lose = self.request(Operation::Change).await?;
         let m = self.with_state(true, |s| {
-            let m = s.machines.get_mut(id).ok_or_else(|| Error::NotFound {
-                what: format!("machine {id}"),
-            })?;
-            let (status, word) = if on {
-                (Status::Running, "running")
-            } else {
-                (Status::Stopped, "off")
-            };
-            m.machine.status = status;
-            m.machine.cloud_status = word.into();
+            let now = clock(s);
+            let m = s
+                .machines
+                .get_mut(id)
+                .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
+            power(&mut m.machine, on, now);
             Ok(m.machine.clone())
         })??;
         Self::lost(lose)?;
@@ -484,9 +928,10 @@ impl MemoryCloud {
                     format!("unknown machine type {machine_type:?}"),
                 )
             })?;
-            let m = s.machines.get_mut(id).ok_or_else(|| Error::NotFound {
-                what: format!("machine {id}"),
-            })?;
+            let m = s
+                .machines
+                .get_mut(id)
+                .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
             if m.machine.status != Status::Stopped {
                 return Err(Error::other(format!(
                     "machine {id} must be stopped to change its type"
@@ -518,9 +963,16 @@ pub struct MemoryProvider {
     page_size: usize,
     retry: RetryPolicy,
     arch_cache: Arc<Mutex<HashMap<String, Arch>>>,
+    network: String,
 }
 
 impl MemoryProvider {
+    /// The same provider, putting machines on (and reading the firewall rules of) `network`.
+    pub fn with_network(mut self, network: impl Into<String>) -> Self {
+        self.network = network.into();
+        self
+    }
+
     /// The same provider, reading `page_size` machines a page when listing.
     pub fn with_page_size(mut self, page_size: usize) -> Self {
         self.page_size = page_size.max(1);
@@ -543,18 +995,17 @@ impl MemoryProvider {
         validate_id(id)?;
         let m = self.retry.retry("get", || self.cloud.api_get(id)).await?;
         match m {
-            Some(m) if !labels::is_owned_by(&m.labels, &self.owner) => Err(Error::NotOwned {
-                id: id.to_string(),
-                owner: self.owner.clone(),
-            }),
+            Some(m) if !labels::is_owned_by(&m.labels, &self.owner) => {
+                Err(Error::not_owned(id, &self.owner))
+            }
             other => Ok(other),
         }
     }
 
     async fn owned_existing(&self, id: &str) -> Result<Machine> {
-        self.owned(id).await?.ok_or_else(|| Error::NotFound {
-            what: format!("machine {id}"),
-        })
+        self.owned(id)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("machine {id}")))
     }
 }
 
@@ -588,14 +1039,21 @@ impl Provider for MemoryProvider {
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
         spec.validate()?;
+        self.capabilities().check_spec(KIND, spec)?;
         let wanted = labels::ownership_labels(&spec.pool, &self.owner);
+        let mut all_labels = spec.labels.clone();
+        all_labels.extend(wanted.clone());
+        // Whether an earlier attempt of this call may have made the machine (its answer was lost):
+        // then a machine found by name is this call's, not an earlier call's.
+        let attempts = std::sync::atomic::AtomicU32::new(0);
         let made = self
             .retry
             .retry("create", || async {
-                match self.cloud.api_insert(spec, wanted.clone()).await {
+                let earlier = attempts.fetch_add(1, Ordering::SeqCst) > 0;
+                match self.cloud.api_insert(spec, all_labels.clone()).await {
                     // Names are unique: a machine of this name that is ours, of this pool, type and
                     // location, is what an earlier attempt made. Adopt it.
-                    Err(Error::AlreadyExists { what }) => {
+                    Err(Error::AlreadyExists { what, .. }) => {
                         let page = self
                             .cloud
                             .api_list(&wanted, &[], Some(&spec.name), 1, None)
@@ -607,17 +1065,18 @@ impl Provider for MemoryProvider {
                                     && m.location == spec.location =>
                             {
                                 tracing::info!(name = %spec.name, id = %m.id, "adopted a machine made by an earlier attempt");
-                                Ok(m)
+                                Ok((m, !earlier))
                             }
-                            _ => Err(Error::AlreadyExists { what }),
+                            _ => Err(Error::already_exists(what)),
                         }
                     }
-                    other => other,
+                    other => other.map(|m| (m, false)),
                 }
             })
             .await;
         match made {
-            Ok(m) => Ok(Created::Machine(m)),
+            Ok((m, false)) => Ok(Created::Machine(m)),
+            Ok((m, true)) => Ok(Created::Adopted(m)),
             Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
                 machine_type: spec.machine_type.clone(),
                 location: spec.location.clone(),
@@ -647,6 +1106,10 @@ impl Provider for MemoryProvider {
             }
         })
         .await
+    }
+
+    async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        self.owned(id).await
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {
@@ -721,10 +1184,164 @@ impl Provider for MemoryProvider {
             .retry
             .retry("price", || self.cloud.api_machine_type(machine_type))
             .await?;
-        Ok(Price {
-            hourly: t.hourly_eur,
-            currency: "EUR".into(),
+        Ok(Price::new(t.hourly_usd, "USD"))
+    }
+
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        Some(self)
+    }
+
+    fn firewall_rules(&self) -> Option<&dyn FirewallRules> {
+        Some(self)
+    }
+
+    fn ssh_admission(&self) -> Option<&dyn SshAdmission> {
+        Some(self)
+    }
+
+    fn credit_balance(&self) -> Option<&dyn CreditBalance> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl MachineLabels for MemoryProvider {
+    async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine> {
+        validate_id(id)?;
+        validate_labels(set)?;
+        for k in remove {
+            validate_label_key(k)?;
+        }
+        self.owned_existing(id).await?;
+        self.retry
+            .retry("set_labels", || self.cloud.api_set_labels(id, set, remove))
+            .await
+    }
+}
+
+/// Checks firewall source ranges: IPv4 CIDRs (a bare address is a /32), at least one.
+pub(crate) fn check_ipv4_ranges(ranges: &[String]) -> Result<()> {
+    if ranges.is_empty() {
+        return Err(Error::invalid("source_ranges", "at least one range"));
+    }
+    for r in ranges {
+        let (ip, len) = r.split_once('/').unwrap_or((r, "32"));
+        let ok = ip.parse::<std::net::Ipv4Addr>().is_ok()
+            && len.parse::<u8>().is_ok_and(|l| l <= 32)
+            && !len.starts_with('+');
+        if !ok {
+            return Err(Error::invalid(
+                "source_ranges",
+                format!("an IPv4 CIDR like 203.0.113.7/32, got {r:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl FirewallRules for MemoryProvider {
+    fn network_name(&self) -> String {
+        self.network.clone()
+    }
+
+    async fn network(&self) -> Result<Network> {
+        self.retry
+            .retry("network", || self.cloud.api_network(&self.network))
+            .await
+    }
+
+    async fn rule(&self, name: &str) -> Result<Option<FirewallRule>> {
+        validate_token("firewall rule", name)?;
+        self.retry
+            .retry("firewall_rule", || self.cloud.api_firewall_rule(name))
+            .await
+    }
+
+    async fn rules(&self) -> Result<Vec<FirewallRule>> {
+        let all = all_pages(|token| async move {
+            self.retry
+                .retry("firewall_rules", || {
+                    self.cloud
+                        .api_firewall_rules(self.page_size, token.as_deref())
+                })
+                .await
         })
+        .await?;
+        Ok(all
+            .into_iter()
+            .filter(|r| r.network == self.network)
+            .collect())
+    }
+
+    async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
+        validate_token("firewall rule", name)?;
+        check_ipv4_ranges(ranges)?;
+        self.retry
+            .retry("set_source_ranges", || {
+                self.cloud.api_firewall_sources(name, ranges)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl SshAdmission for MemoryProvider {
+    async fn admit_ssh(
+        &self,
+        group: &str,
+        location: &str,
+        sources: &[String],
+        readmit: &[String],
+    ) -> Result<Admission> {
+        MachineSpec::new("check", "t", location, "check")
+            .with_admission_group(group)
+            .with_ssh_sources(sources.iter().cloned())
+            .validate()?;
+        if sources.is_empty() {
+            return Err(Error::invalid("sources", "at least one address to admit"));
+        }
+        for s in sources {
+            validate_source(s).map_err(|rule| Error::invalid("sources", rule))?;
+        }
+        for id in readmit {
+            validate_id(id)?;
+        }
+        if !LOCATIONS.contains(&location) {
+            return Err(Error::invalid(
+                "location",
+                format!("unknown location {location:?}; known: {}", LOCATIONS.join(", ")),
+            ));
+        }
+        let mut admission = self
+            .retry
+            .retry("admit_ssh", || self.cloud.api_admit(group, location, sources))
+            .await?;
+        for id in readmit {
+            if self.owned(id).await?.is_none() {
+                admission.missing.push(id.clone());
+                continue;
+            }
+            let found = self
+                .retry
+                .retry("readmit_ssh", || self.cloud.api_ssh_sources(id, sources))
+                .await?;
+            if found {
+                admission.readmitted.push(id.clone());
+            } else {
+                admission.missing.push(id.clone());
+            }
+        }
+        Ok(admission)
+    }
+}
+
+#[async_trait]
+impl CreditBalance for MemoryProvider {
+    async fn balance(&self) -> Result<Balance> {
+        self.retry
+            .retry("balance", || self.cloud.api_balance())
+            .await
     }
 }
 

@@ -5,13 +5,111 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::Arch;
 use crate::error::{Error, Result};
+use crate::ext::{CreditBalance, FirewallRules, MachineLabels, SshAdmission};
 use crate::machine::{Created, Machine, Price, Resized};
-use crate::spec::MachineSpec;
+use crate::spec::{MachineSpec, OPTION_NAMES};
 
-/// What a driver can do beyond the four calls every driver has.
+/// The per-machine options of [`MachineSpec`] a driver honours. `create` refuses a spec that sets one
+/// the driver does not honour ([`Error::Unsupported`], before any call).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SpecOptions {
+    /// [`MachineSpec::labels`]: labels set in the create call.
+    pub labels: bool,
+    /// [`MachineSpec::disk_gb`]: the boot disk's size.
+    pub disk_gb: bool,
+    /// [`MachineSpec::ssh_keys`]: SSH public keys for the login user.
+    pub ssh_keys: bool,
+    /// [`MachineSpec::network_tags`]: network tags.
+    pub network_tags: bool,
+    /// [`MachineSpec::max_run_duration`]: a run limit enforced by the cloud.
+    pub max_run_duration: bool,
+    /// [`MachineSpec::image`]: a boot image.
+    pub image: bool,
+    /// [`MachineSpec::ssh_sources`]: the machine's own firewall admitting addresses on SSH.
+    pub ssh_sources: bool,
+    /// [`MachineSpec::admission_group`]: membership of an SSH admission group.
+    pub admission_group: bool,
+}
+
+impl SpecOptions {
+    /// No option.
+    pub const NONE: SpecOptions = SpecOptions {
+        labels: false,
+        disk_gb: false,
+        ssh_keys: false,
+        network_tags: false,
+        max_run_duration: false,
+        image: false,
+        ssh_sources: false,
+        admission_group: false,
+    };
+    /// Every option.
+    pub const ALL: SpecOptions = SpecOptions {
+        labels: true,
+        disk_gb: true,
+        ssh_keys: true,
+        network_tags: true,
+        max_run_duration: true,
+        image: true,
+        ssh_sources: true,
+        admission_group: true,
+    };
+
+    fn flags(&self) -> [bool; 8] {
+        [
+            self.labels,
+            self.disk_gb,
+            self.ssh_keys,
+            self.network_tags,
+            self.max_run_duration,
+            self.image,
+            self.ssh_sources,
+            self.admission_group,
+        ]
+    }
+
+    /// These options with `name` (one of [`OPTION_NAMES`]) set to `on`; an unknown name changes nothing.
+    pub fn with(mut self, name: &str, on: bool) -> Self {
+        let slot = match name {
+            "labels" => &mut self.labels,
+            "disk_gb" => &mut self.disk_gb,
+            "ssh_keys" => &mut self.ssh_keys,
+            "network_tags" => &mut self.network_tags,
+            "max_run_duration" => &mut self.max_run_duration,
+            "image" => &mut self.image,
+            "ssh_sources" => &mut self.ssh_sources,
+            "admission_group" => &mut self.admission_group,
+            _ => return self,
+        };
+        *slot = on;
+        self
+    }
+
+    /// Whether the option `name` (one of [`OPTION_NAMES`]) is honoured.
+    pub fn honours(&self, name: &str) -> bool {
+        OPTION_NAMES
+            .iter()
+            .zip(self.flags())
+            .any(|(n, on)| *n == name && on)
+    }
+
+    /// The names of the options honoured, in [`OPTION_NAMES`] order.
+    pub fn names(&self) -> Vec<&'static str> {
+        OPTION_NAMES
+            .iter()
+            .zip(self.flags())
+            .filter_map(|(n, on)| on.then_some(*n))
+            .collect()
+    }
+}
+
+/// What a driver can do beyond the calls every driver has.
 ///
 /// A call the driver cannot do answers [`Error::Unsupported`] before any network call; the conformance
 /// suite checks that every capability a driver claims works and every one it denies is refused.
+/// Extensions (label changes, firewall rules, SSH admission, credit balance) are not flags here: a
+/// provider answers them through [`Provider::machine_labels`] and its siblings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Capabilities {
@@ -21,20 +119,32 @@ pub struct Capabilities {
     pub resize: bool,
     /// [`Provider::hourly_price`].
     pub hourly_price: bool,
+    /// [`Machine::started_at`] and [`Machine::stopped_at`] are reported.
+    pub power_times: bool,
+    /// [`Machine::private_address`] is reported (every machine has one in a private network).
+    pub private_address: bool,
+    /// The per-machine options `create` honours.
+    pub options: SpecOptions,
 }
 
 impl Capabilities {
-    /// No capability beyond the four calls.
+    /// No capability beyond the calls every driver has.
     pub const NONE: Capabilities = Capabilities {
         start_stop: false,
         resize: false,
         hourly_price: false,
+        power_times: false,
+        private_address: false,
+        options: SpecOptions::NONE,
     };
     /// Every capability.
     pub const ALL: Capabilities = Capabilities {
         start_stop: true,
         resize: true,
         hourly_price: true,
+        power_times: true,
+        private_address: true,
+        options: SpecOptions::ALL,
     };
 
     /// These capabilities with `start_stop` set to `on`.
@@ -52,20 +162,54 @@ impl Capabilities {
         self.hourly_price = on;
         self
     }
+    /// These capabilities with `power_times` set to `on`.
+    pub const fn with_power_times(mut self, on: bool) -> Self {
+        self.power_times = on;
+        self
+    }
+    /// These capabilities with `private_address` set to `on`.
+    pub const fn with_private_address(mut self, on: bool) -> Self {
+        self.private_address = on;
+        self
+    }
+    /// These capabilities honouring `options`.
+    pub const fn with_options(mut self, options: SpecOptions) -> Self {
+        self.options = options;
+        self
+    }
 
-    /// The names of the capabilities that are on.
-    pub fn names(&self) -> Vec<&'static str> {
+    /// The names of the capabilities that are on (options as `option:<name>`).
+    pub fn names(&self) -> Vec<String> {
         let mut v = Vec::new();
-        if self.start_stop {
-            v.push("start_stop");
+        for (on, n) in [
+            (self.start_stop, "start_stop"),
+            (self.resize, "resize"),
+            (self.hourly_price, "hourly_price"),
+            (self.power_times, "power_times"),
+            (self.private_address, "private_address"),
+        ] {
+            if on {
+                v.push(n.to_string());
+            }
         }
-        if self.resize {
-            v.push("resize");
-        }
-        if self.hourly_price {
-            v.push("hourly_price");
-        }
+        v.extend(self.options.names().iter().map(|n| format!("option:{n}")));
         v
+    }
+
+    /// Refuses `spec` when it sets an option these capabilities do not honour: what a driver's
+    /// `create` calls after [`MachineSpec::validate`], before any network call.
+    pub fn check_spec(&self, kind: &str, spec: &MachineSpec) -> Result<()> {
+        match spec
+            .options_used()
+            .into_iter()
+            .find(|o| !self.options.honours(o))
+        {
+            Some(o) => Err(Error::unsupported(
+                kind,
+                format!("the machine option {o} in create"),
+            )),
+            None => Ok(()),
+        }
     }
 }
 
@@ -114,6 +258,10 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// This owner's machines of `pool`, in every state but gone.
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>>;
 
+    /// Machine `id` as the cloud reports it now, read on its own (never through a listing): `None` when
+    /// there is no such machine (or it is gone); [`Error::NotOwned`] when another owner made it.
+    async fn machine(&self, id: &str) -> Result<Option<Machine>>;
+
     /// Deletes machine `id`: true once it is gone, now or before. Refuses ([`Error::NotOwned`]) a machine
     /// that this owner did not create.
     async fn delete(&self, id: &str) -> Result<bool>;
@@ -142,6 +290,45 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
         let _ = (machine_type, location);
         Err(Error::unsupported(self.kind(), "hourly_price"))
     }
+
+    /// Label changes on existing machines, when the driver can make them.
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        None
+    }
+
+    /// Firewall rules of the network machines are put on, when the driver reads them.
+    fn firewall_rules(&self) -> Option<&dyn FirewallRules> {
+        None
+    }
+
+    /// SSH admission of an address set, when the driver can make it.
+    fn ssh_admission(&self) -> Option<&dyn SshAdmission> {
+        None
+    }
+
+    /// The account's credit balance, when the cloud has one and the driver is set up to read it.
+    fn credit_balance(&self) -> Option<&dyn CreditBalance> {
+        None
+    }
+
+    /// The names of the extensions this provider answers (`machine_labels`, `firewall_rules`,
+    /// `ssh_admission`, `credit_balance`).
+    fn extensions(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.machine_labels().is_some() {
+            v.push("machine_labels");
+        }
+        if self.firewall_rules().is_some() {
+            v.push("firewall_rules");
+        }
+        if self.ssh_admission().is_some() {
+            v.push("ssh_admission");
+        }
+        if self.credit_balance().is_some() {
+            v.push("credit_balance");
+        }
+        v
+    }
 }
 
 macro_rules! forward_provider {
@@ -154,6 +341,7 @@ macro_rules! forward_provider {
             async fn arch(&self, machine_type: &str) -> Result<Arch> { (**self).arch(machine_type).await }
             async fn create(&self, spec: &MachineSpec) -> Result<Created> { (**self).create(spec).await }
             async fn machines(&self, pool: &str) -> Result<Vec<Machine>> { (**self).machines(pool).await }
+            async fn machine(&self, id: &str) -> Result<Option<Machine>> { (**self).machine(id).await }
             async fn delete(&self, id: &str) -> Result<bool> { (**self).delete(id).await }
             async fn start(&self, id: &str) -> Result<Machine> { (**self).start(id).await }
             async fn stop(&self, id: &str) -> Result<Machine> { (**self).stop(id).await }
@@ -163,6 +351,10 @@ macro_rules! forward_provider {
             async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {
                 (**self).hourly_price(machine_type, location).await
             }
+            fn machine_labels(&self) -> Option<&dyn MachineLabels> { (**self).machine_labels() }
+            fn firewall_rules(&self) -> Option<&dyn FirewallRules> { (**self).firewall_rules() }
+            fn ssh_admission(&self) -> Option<&dyn SshAdmission> { (**self).ssh_admission() }
+            fn credit_balance(&self) -> Option<&dyn CreditBalance> { (**self).credit_balance() }
         }
     )*};
 }

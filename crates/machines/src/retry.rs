@@ -98,13 +98,13 @@ impl RetryPolicy {
                     let delay = self.delay_for(retries, &e);
                     if start.elapsed() + delay > self.max_elapsed {
                         tracing::warn!(operation, retries, error = %e, "retry budget spent");
-                        return Err(e);
+                        return Err(e.with_operation(operation).with_retries(retries));
                     }
                     tracing::debug!(operation, retry = retries + 1, delay_ms = delay.as_millis() as u64, error = %e, "retrying");
                     tokio::time::sleep(delay).await;
                     retries += 1;
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.with_operation(operation).with_retries(retries)),
             }
         }
     }
@@ -203,9 +203,7 @@ mod tests {
         let r: Result<()> = RetryPolicy::default()
             .retry("t", || async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                Err(Error::Quota {
-                    message: "cores".into(),
-                })
+                Err(Error::quota("cores"))
             })
             .await;
         assert!(matches!(r, Err(Error::Quota { .. })));
@@ -223,14 +221,13 @@ mod tests {
         let r: Result<()> = p
             .retry("t", || async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                Err(Error::Throttled {
-                    retry_after: Some(Duration::from_secs(5)),
-                    message: "429".into(),
-                })
+                Err(Error::throttled(Some(Duration::from_secs(5)), "429"))
             })
             .await;
         assert!(matches!(r, Err(Error::Throttled { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 4);
+        let e = r.unwrap_err();
+        assert_eq!((e.operation(), e.retries()), (Some("t"), 3), "{e}");
         // Three waits of Retry-After (5 s) each, plus jitter under 50 ms each.
         let waited = started.elapsed();
         assert!(
@@ -250,10 +247,7 @@ mod tests {
         let r: Result<()> = p
             .retry("t", || async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                Err(Error::Throttled {
-                    retry_after: Some(Duration::from_secs(10)),
-                    message: "429".into(),
-                })
+                Err(Error::throttled(Some(Duration::from_secs(10)), "429"))
             })
             .await;
         assert!(r.is_err());

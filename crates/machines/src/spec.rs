@@ -1,19 +1,34 @@
 //! What a machine should be ([`MachineSpec`]) and the validation rules every driver applies before any
 //! network call (contract 1).
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::labels::Labels;
 
-/// What to make: a machine `name` of `machine_type` in `location`, booted with `user_data`, in `pool`.
+/// What to make: a machine `name` of `machine_type` in `location`, booted with `user_data`, in `pool`,
+/// with per-machine options set by the `with_*` methods.
+///
+/// An option a driver cannot honour is refused by its `create` before any call
+/// ([`crate::Error::Unsupported`]); [`crate::Capabilities::options`] says which a driver honours.
 ///
 /// ```
+/// use std::time::Duration;
 /// use orca_machines::MachineSpec;
-/// let spec = MachineSpec::new("orca-lab-7", "cax31", "hel1", "lab").with_user_data("#cloud-config\n");
+/// let spec = MachineSpec::new("orca-lab-7", "cax31", "hel1", "lab")
+///     .with_user_data("#cloud-config\n")
+///     .with_label("shed-state", "creating")
+///     .with_disk_gb(50)
+///     .with_max_run_duration(Duration::from_secs(24 * 3600));
 /// assert!(spec.validate().is_ok());
+/// assert_eq!(spec.options_used(), vec!["labels", "disk_gb", "max_run_duration"]);
 /// assert!(MachineSpec::new("Bad_Name", "cax31", "hel1", "lab").validate().is_err());
+/// assert!(MachineSpec::new("a", "t", "l", "p").with_label("orca-owner", "x").validate().is_err());
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct MachineSpec {
     /// A host name: 1 to 63 of a-z, 0-9 and `-`, not starting or ending with `-`.
     pub name: String,
@@ -25,25 +40,107 @@ pub struct MachineSpec {
     pub user_data: String,
     /// The pool the machine belongs to: a label value.
     pub pool: String,
+    /// Labels (tags) set in the create call beside orca's own ([`MachineSpec::with_label`]).
+    #[serde(default)]
+    pub labels: Labels,
+    /// The boot disk's size in GB; `None`: the provider's setting ([`MachineSpec::with_disk_gb`]).
+    #[serde(default)]
+    pub disk_gb: Option<u32>,
+    /// SSH public keys (OpenSSH one-line form) the machine's login user accepts
+    /// ([`MachineSpec::with_ssh_key`]).
+    #[serde(default)]
+    pub ssh_keys: Vec<String>,
+    /// Network tags (firewall targets) ([`MachineSpec::with_network_tag`]).
+    #[serde(default)]
+    pub network_tags: Vec<String>,
+    /// The longest the machine runs after each start before the cloud stops it
+    /// ([`MachineSpec::with_max_run_duration`]).
+    #[serde(default, with = "opt_secs")]
+    pub max_run_duration: Option<Duration>,
+    /// The boot image in the cloud's own form; `None`: the provider's image for the type's
+    /// architecture ([`MachineSpec::with_image`]).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Addresses (IPs or CIDR blocks) the machine's own firewall admits on SSH, port 22
+    /// ([`MachineSpec::with_ssh_sources`]).
+    #[serde(default)]
+    pub ssh_sources: Vec<String>,
+    /// The SSH admission group the machine joins in its location ([`crate::ext::SshAdmission`],
+    /// [`MachineSpec::with_admission_group`]).
+    #[serde(default)]
+    pub admission_group: Option<String>,
+}
+
+mod opt_secs {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(&d.as_secs()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_secs))
+    }
 }
 
 impl std::fmt::Debug for MachineSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MachineSpec")
-            .field("name", &self.name)
+        let mut d = f.debug_struct("MachineSpec");
+        d.field("name", &self.name)
             .field("machine_type", &self.machine_type)
             .field("location", &self.location)
             .field(
                 "user_data",
                 &format_args!("<{} bytes>", self.user_data.len()),
             )
-            .field("pool", &self.pool)
-            .finish()
+            .field("pool", &self.pool);
+        if !self.labels.is_empty() {
+            d.field("labels", &self.labels);
+        }
+        if let Some(g) = self.disk_gb {
+            d.field("disk_gb", &g);
+        }
+        if !self.ssh_keys.is_empty() {
+            d.field("ssh_keys", &format_args!("<{} key(s)>", self.ssh_keys.len()));
+        }
+        if !self.network_tags.is_empty() {
+            d.field("network_tags", &self.network_tags);
+        }
+        if let Some(r) = self.max_run_duration {
+            d.field("max_run_duration", &r);
+        }
+        if let Some(i) = &self.image {
+            d.field("image", i);
+        }
+        if !self.ssh_sources.is_empty() {
+            d.field("ssh_sources", &self.ssh_sources);
+        }
+        if let Some(g) = &self.admission_group {
+            d.field("admission_group", g);
+        }
+        d.finish()
     }
 }
 
+/// The names of the per-machine options, as [`MachineSpec::options_used`] and
+/// [`crate::SpecOptions::names`] spell them.
+pub const OPTION_NAMES: [&str; 8] = [
+    "labels",
+    "disk_gb",
+    "ssh_keys",
+    "network_tags",
+    "max_run_duration",
+    "image",
+    "ssh_sources",
+    "admission_group",
+];
+
 impl MachineSpec {
-    /// A spec with empty user data.
+    /// A spec with empty user data and no options.
     pub fn new(
         name: impl Into<String>,
         machine_type: impl Into<String>,
@@ -56,6 +153,14 @@ impl MachineSpec {
             location: location.into(),
             user_data: String::new(),
             pool: pool.into(),
+            labels: Labels::new(),
+            disk_gb: None,
+            ssh_keys: Vec::new(),
+            network_tags: Vec::new(),
+            max_run_duration: None,
+            image: None,
+            ssh_sources: Vec::new(),
+            admission_group: None,
         }
     }
 
@@ -63,6 +168,95 @@ impl MachineSpec {
     pub fn with_user_data(mut self, user_data: impl Into<String>) -> Self {
         self.user_data = user_data.into();
         self
+    }
+
+    /// The same spec with the label `key=value` set in the create call (orca's own keys are refused by
+    /// [`MachineSpec::validate`]).
+    pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+
+    /// The same spec with every label of `labels` added.
+    pub fn with_labels<I, K, V>(mut self, labels: I) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        self.labels
+            .extend(labels.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    /// The same spec with a boot disk of `gb` GB.
+    pub fn with_disk_gb(mut self, gb: u32) -> Self {
+        self.disk_gb = Some(gb);
+        self
+    }
+
+    /// The same spec with the SSH public key `key` (OpenSSH one-line form) added.
+    pub fn with_ssh_key(mut self, key: impl Into<String>) -> Self {
+        self.ssh_keys.push(key.into());
+        self
+    }
+
+    /// The same spec with the network tag `tag` added.
+    pub fn with_network_tag(mut self, tag: impl Into<String>) -> Self {
+        self.network_tags.push(tag.into());
+        self
+    }
+
+    /// The same spec with every network tag of `tags` added.
+    pub fn with_network_tags<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tags: I) -> Self {
+        self.network_tags.extend(tags.into_iter().map(Into::into));
+        self
+    }
+
+    /// The same spec with a maximum run duration: the cloud stops the machine this long after each
+    /// start.
+    pub fn with_max_run_duration(mut self, d: Duration) -> Self {
+        self.max_run_duration = Some(d);
+        self
+    }
+
+    /// The same spec booting `image` (the cloud's own form: a Hetzner image name, an AMI id, an Azure
+    /// URN, a Compute Engine image path).
+    pub fn with_image(mut self, image: impl Into<String>) -> Self {
+        self.image = Some(image.into());
+        self
+    }
+
+    /// The same spec with its own firewall admitting `sources` (IP addresses or CIDR blocks) on SSH.
+    pub fn with_ssh_sources<I: IntoIterator<Item = S>, S: Into<String>>(mut self, sources: I) -> Self {
+        self.ssh_sources = sources.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The same spec joining the SSH admission group `group` of its location
+    /// ([`crate::ext::SshAdmission::admit_ssh`]).
+    pub fn with_admission_group(mut self, group: impl Into<String>) -> Self {
+        self.admission_group = Some(group.into());
+        self
+    }
+
+    /// The names of the per-machine options this spec sets, in [`OPTION_NAMES`] order.
+    pub fn options_used(&self) -> Vec<&'static str> {
+        let set = [
+            !self.labels.is_empty(),
+            self.disk_gb.is_some(),
+            !self.ssh_keys.is_empty(),
+            !self.network_tags.is_empty(),
+            self.max_run_duration.is_some(),
+            self.image.is_some(),
+            !self.ssh_sources.is_empty(),
+            self.admission_group.is_some(),
+        ];
+        OPTION_NAMES
+            .iter()
+            .zip(set)
+            .filter_map(|(n, on)| on.then_some(*n))
+            .collect()
     }
 
     /// Checks every field; the error names the first field at fault and the rule it breaks.
@@ -80,8 +274,186 @@ impl MachineSpec {
                 ),
             ));
         }
+        validate_labels(&self.labels)?;
+        if let Some(gb) = self.disk_gb {
+            if !(1..=65_536).contains(&gb) {
+                return Err(Error::invalid(
+                    "disk_gb",
+                    format!("1 to 65536 GB, got {gb}"),
+                ));
+            }
+        }
+        if self.ssh_keys.len() > 16 {
+            return Err(Error::invalid("ssh_keys", "at most 16 keys"));
+        }
+        for k in &self.ssh_keys {
+            validate_ssh_public_key(k)?;
+        }
+        if self.network_tags.len() > 64 {
+            return Err(Error::invalid("network_tags", "at most 64 tags"));
+        }
+        for t in &self.network_tags {
+            validate_network_tag(t)?;
+        }
+        if let Some(d) = self.max_run_duration {
+            if d < MIN_RUN_DURATION || d > MAX_RUN_DURATION {
+                return Err(Error::invalid(
+                    "max_run_duration",
+                    format!("30 seconds to 120 days, got {} s", d.as_secs()),
+                ));
+            }
+        }
+        if let Some(i) = &self.image {
+            let ok = !i.is_empty()
+                && i.len() <= 1024
+                && !i.chars().any(|c| c.is_whitespace() || c.is_control());
+            if !ok {
+                return Err(Error::invalid(
+                    "image",
+                    format!("1 to 1024 characters without spaces, got {i:?}"),
+                ));
+            }
+        }
+        if self.ssh_sources.len() > 100 {
+            return Err(Error::invalid("ssh_sources", "at most 100 sources"));
+        }
+        for src in &self.ssh_sources {
+            validate_source(src).map_err(|rule| Error::invalid("ssh_sources", rule))?;
+        }
+        if let Some(g) = &self.admission_group {
+            validate_group(g)?;
+        }
         Ok(())
     }
+}
+
+/// The shortest maximum run duration a spec may ask for (Compute Engine's own floor).
+pub const MIN_RUN_DURATION: Duration = Duration::from_secs(30);
+/// The longest maximum run duration a spec may ask for (Compute Engine's own ceiling: 120 days).
+pub const MAX_RUN_DURATION: Duration = Duration::from_secs(120 * 86_400);
+
+/// The rule for label keys a caller may set: what every cloud accepts.
+pub const LABEL_KEY_RULE: &str =
+    "1 to 63 of a-z, 0-9, '-' and '_', starting with a letter, and not one of orca's own (orca, orca-pool, orca-owner)";
+
+/// The rule for label values a caller may set: what every cloud accepts (Hetzner's being the narrowest).
+pub const EXTRA_LABEL_VALUE_RULE: &str =
+    "0 to 63 of a-z, 0-9, '-' and '_', starting and ending with a letter or digit when not empty";
+
+/// Checks labels a caller sets beside orca's own: keys by [`LABEL_KEY_RULE`], values by
+/// [`EXTRA_LABEL_VALUE_RULE`], at most 32 of them.
+pub fn validate_labels(labels: &Labels) -> Result<()> {
+    if labels.len() > 32 {
+        return Err(Error::invalid("labels", "at most 32 labels beside orca's own"));
+    }
+    for (k, v) in labels {
+        validate_label_key(k)?;
+        if !(v.is_empty() || is_label_value(v)) {
+            return Err(Error::invalid(
+                "labels",
+                format!("the value of {k}: {EXTRA_LABEL_VALUE_RULE}, got {v:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a label key a caller may set or remove ([`LABEL_KEY_RULE`]).
+pub fn validate_label_key(k: &str) -> Result<()> {
+    let ok = !k.is_empty()
+        && k.len() <= 63
+        && k.as_bytes()[0].is_ascii_lowercase()
+        && k
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !ok || crate::labels::is_reserved(k) {
+        return Err(Error::invalid(
+            "labels",
+            format!("a key is {LABEL_KEY_RULE}, got {k:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_ssh_public_key(k: &str) -> Result<()> {
+    let bad = |why: &str| Error::invalid("ssh_keys", why.to_string());
+    if k.len() > 8192 || k.contains(['\n', '\r']) {
+        return Err(bad("an OpenSSH public key on one line, at most 8 KiB"));
+    }
+    let mut parts = k.split_whitespace();
+    let (Some(kind), Some(data)) = (parts.next(), parts.next()) else {
+        return Err(bad("an OpenSSH public key: '<type> <base64> [comment]'"));
+    };
+    let known = kind.starts_with("ssh-")
+        || kind.starts_with("ecdsa-sha2-")
+        || kind.starts_with("sk-ssh-")
+        || kind.starts_with("sk-ecdsa-");
+    let b64 = data.len() >= 16
+        && data
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+    if !known || !b64 {
+        return Err(Error::invalid(
+            "ssh_keys",
+            format!("an OpenSSH public key ('ssh-ed25519 AAAA... comment'), got type {kind:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_network_tag(t: &str) -> Result<()> {
+    let ok = !t.is_empty()
+        && t.len() <= 63
+        && t.as_bytes()[0].is_ascii_lowercase()
+        && !t.ends_with('-')
+        && t
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "network_tags",
+            format!("a tag is 1 to 63 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {t:?}"),
+        ))
+    }
+}
+
+fn validate_group(g: &str) -> Result<()> {
+    let ok = !g.is_empty()
+        && g.len() <= 40
+        && g.as_bytes()[0].is_ascii_lowercase()
+        && !g.ends_with('-')
+        && g
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "admission_group",
+            format!("1 to 40 of a-z, 0-9 and '-', starting with a letter, got {g:?}"),
+        ))
+    }
+}
+
+/// Checks an admitted source: an IPv4 or IPv6 address, or a CIDR block of one. The error is the rule.
+pub fn validate_source(s: &str) -> std::result::Result<(), String> {
+    let (addr, bits) = match s.split_once('/') {
+        Some((a, b)) => (a, Some(b)),
+        None => (s, None),
+    };
+    let ip: std::net::IpAddr = addr
+        .parse()
+        .map_err(|_| format!("an IP address or CIDR block, got {s:?}"))?;
+    if let Some(b) = bits {
+        let max = if ip.is_ipv4() { 32 } else { 128 };
+        match b.parse::<u8>() {
+            Ok(n) if n <= max && !b.starts_with('+') => {}
+            _ => return Err(format!("a prefix length of 0 to {max}, got {s:?}")),
+        }
+    }
+    Ok(())
 }
 
 /// The largest user data every cloud accepts: the smallest of their limits (EC2 16 KiB, Hetzner 32 KiB,
@@ -249,6 +621,43 @@ mod tests {
             .unwrap_err()
             .to_string()
             .starts_with("invalid user_data"));
+    }
+
+    #[test]
+    fn options_are_validated_by_name() {
+        let base = || MachineSpec::new("ok", "t", "l", "p");
+        let field = |s: MachineSpec| match s.validate() {
+            Err(Error::InvalidSpec { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(base().with_label("orca-pool", "x")), "labels");
+        assert_eq!(field(base().with_label("Key", "x")), "labels");
+        assert_eq!(field(base().with_label("k", "a,b")), "labels");
+        assert_eq!(field(base().with_label("k", "-a")), "labels");
+        assert!(base().with_label("k", "").validate().is_ok());
+        assert_eq!(field(base().with_disk_gb(0)), "disk_gb");
+        assert_eq!(field(base().with_ssh_key("not a key")), "ssh_keys");
+        assert_eq!(
+            field(base().with_ssh_key("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA\nssh-rsa x")),
+            "ssh_keys"
+        );
+        assert!(base()
+            .with_ssh_key("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx0ZXN0a2V5 stado fleet")
+            .validate()
+            .is_ok());
+        assert_eq!(field(base().with_network_tag("Tag")), "network_tags");
+        assert_eq!(
+            field(base().with_max_run_duration(Duration::from_secs(5))),
+            "max_run_duration"
+        );
+        assert_eq!(field(base().with_image("a b")), "image");
+        assert_eq!(field(base().with_ssh_sources(["1.2.3.4/33"])), "ssh_sources");
+        assert_eq!(field(base().with_ssh_sources(["host"])), "ssh_sources");
+        assert!(base()
+            .with_ssh_sources(["203.0.113.7/32", "2001:db8::1"])
+            .validate()
+            .is_ok());
+        assert_eq!(field(base().with_admission_group("Grp")), "admission_group");
     }
 
     #[test]

@@ -5,8 +5,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use orca_machines::conformance::{run, run_all, Harness, Hook, MemoryHarness, Outcome, Setup};
 use orca_machines::memory::{MemoryCloud, MemoryProvider};
+use orca_machines::labels::Labels;
 use orca_machines::{
-    labels, Arch, Capabilities, Created, Error, Machine, MachineSpec, Provider, Result,
+    labels, Arch, Capabilities, Created, CreditBalance, Error, FirewallRule, FirewallRules, Machine,
+    MachineLabels, MachineSpec, Network, Provider, Result, SpecOptions, SshAdmission,
 };
 
 #[tokio::test]
@@ -83,7 +85,8 @@ async fn missing_hooks_are_reported_as_skipped_by_name() {
             "invalid_input_is_refused_before_any_call",
             "lists_every_page",
             "no_stock",
-            "retried_create_makes_one_machine"
+            "retried_create_makes_one_machine",
+            "firewall_rules"
         ]
     );
 }
@@ -115,6 +118,18 @@ enum Flaw {
     NoStockAsError,
     /// Calls everything amd64.
     WrongArch,
+    /// Reads one machine by listing its pool.
+    ReadsOneByListing,
+    /// Reads another owner's machine as if it were its own.
+    ReadsForeign,
+    /// Claims to honour no option but makes machines with them all the same.
+    IgnoresOptions,
+    /// Changes the labels of another owner's machine.
+    LabelsForeign,
+    /// Answers a machine adopted from an earlier create as newly made.
+    AdoptedAsNew,
+    /// Patches more of a firewall rule than its sources.
+    FirewallPatchesTooMuch,
 }
 
 #[async_trait]
@@ -126,11 +141,37 @@ impl Provider for Broken {
         self.inner.owner()
     }
     fn capabilities(&self) -> Capabilities {
-        if self.flaw == Flaw::ClaimsTooMuch {
-            Capabilities::ALL
-        } else {
-            Capabilities::NONE
+        match self.flaw {
+            Flaw::ClaimsTooMuch => Capabilities::ALL,
+            Flaw::IgnoresOptions => Capabilities::NONE,
+            // Creates go to the in-memory provider, which honours every option.
+            _ => Capabilities::NONE.with_options(SpecOptions::ALL),
         }
+    }
+    async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        match self.flaw {
+            Flaw::ReadsOneByListing => {
+                let Some(m) = self.inner.cloud().api_get(id).await? else {
+                    return Ok(None);
+                };
+                let paged = self.inner.clone().with_page_size(1);
+                Ok(paged.machines(&m.pool).await?.into_iter().find(|x| x.id == id))
+            }
+            Flaw::ReadsForeign => self.inner.cloud().api_get(id).await,
+            _ => self.inner.machine(id).await,
+        }
+    }
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        Some(self)
+    }
+    fn firewall_rules(&self) -> Option<&dyn FirewallRules> {
+        Some(self)
+    }
+    fn ssh_admission(&self) -> Option<&dyn SshAdmission> {
+        self.inner.ssh_admission()
+    }
+    fn credit_balance(&self) -> Option<&dyn CreditBalance> {
+        self.inner.credit_balance()
     }
     async fn arch(&self, t: &str) -> Result<Arch> {
         if self.flaw == Flaw::WrongArch {
@@ -156,12 +197,14 @@ impl Provider for Broken {
                     }
                 }
             }
-            Flaw::NoStockAsError => self
-                .inner
-                .create(spec)
-                .await?
-                .into_result()
-                .map(Created::Machine),
+            Flaw::NoStockAsError => match self.inner.create(spec).await? {
+                no @ Created::NoStock { .. } => no.into_result().map(Created::Machine),
+                other => Ok(other),
+            },
+            Flaw::AdoptedAsNew => match self.inner.create(spec).await? {
+                Created::Adopted(m) => Ok(Created::Machine(m)),
+                other => Ok(other),
+            },
             _ => self.inner.create(spec).await,
         }
     }
@@ -200,12 +243,53 @@ impl Provider for Broken {
             }
             Flaw::DeleteNotIdempotent => {
                 if self.inner.cloud().api_get(id).await?.is_none() {
-                    return Err(Error::NotFound { what: id.into() });
+                    return Err(Error::not_found(id));
                 }
                 self.inner.delete(id).await
             }
             _ => self.inner.delete(id).await,
         }
+    }
+}
+
+#[async_trait]
+impl MachineLabels for Broken {
+    async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine> {
+        if self.flaw == Flaw::LabelsForeign {
+            return self.inner.cloud().api_set_labels(id, set, remove).await;
+        }
+        self.inner
+            .machine_labels()
+            .unwrap()
+            .set_labels(id, set, remove)
+            .await
+    }
+}
+
+#[async_trait]
+impl FirewallRules for Broken {
+    fn network_name(&self) -> String {
+        self.inner.firewall_rules().unwrap().network_name()
+    }
+    async fn network(&self) -> Result<Network> {
+        self.inner.firewall_rules().unwrap().network().await
+    }
+    async fn rule(&self, name: &str) -> Result<Option<FirewallRule>> {
+        self.inner.firewall_rules().unwrap().rule(name).await
+    }
+    async fn rules(&self) -> Result<Vec<FirewallRule>> {
+        self.inner.firewall_rules().unwrap().rules().await
+    }
+    async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
+        let fw = self.inner.firewall_rules().unwrap();
+        if self.flaw == Flaw::FirewallPatchesTooMuch {
+            if let Some(mut r) = fw.rule(name).await? {
+                r.target_tags.clear();
+                r.source_ranges = ranges.to_vec();
+                self.inner.cloud().put_firewall_rule(r);
+            }
+        }
+        fw.set_source_ranges(name, ranges).await
     }
 }
 
@@ -251,6 +335,9 @@ impl Harness for BrokenHarness {
     }
     async fn requests(&self) -> Hook<u64> {
         self.base.requests().await
+    }
+    async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
+        self.base.put_firewall_rule(rule).await
     }
 }
 
@@ -321,6 +408,42 @@ async fn suite_catches_no_stock_as_an_error() {
 async fn suite_catches_a_wrong_architecture() {
     let failed = failed_checks(Flaw::WrongArch).await;
     assert_eq!(failed, ["arch_of_both_architectures"]);
+}
+
+#[tokio::test]
+async fn suite_catches_reading_one_machine_through_a_listing() {
+    let failed = failed_checks(Flaw::ReadsOneByListing).await;
+    assert_eq!(failed, ["reads_one_machine"]);
+}
+
+#[tokio::test]
+async fn suite_catches_reading_another_owners_machine() {
+    let failed = failed_checks(Flaw::ReadsForeign).await;
+    assert_eq!(failed, ["reads_one_machine"]);
+}
+
+#[tokio::test]
+async fn suite_catches_options_honoured_silently_against_the_capabilities() {
+    let failed = failed_checks(Flaw::IgnoresOptions).await;
+    assert!(failed.contains(&"spec_options"), "{failed:?}");
+}
+
+#[tokio::test]
+async fn suite_catches_labels_changed_on_another_owners_machine() {
+    let failed = failed_checks(Flaw::LabelsForeign).await;
+    assert_eq!(failed, ["labels_on_an_existing_machine"]);
+}
+
+#[tokio::test]
+async fn suite_catches_an_adopted_machine_reported_as_new() {
+    let failed = failed_checks(Flaw::AdoptedAsNew).await;
+    assert_eq!(failed, ["retried_create_makes_one_machine"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_firewall_patch_that_changes_more_than_sources() {
+    let failed = failed_checks(Flaw::FirewallPatchesTooMuch).await;
+    assert_eq!(failed, ["firewall_rules"]);
 }
 
 #[tokio::test]
