@@ -38,9 +38,11 @@ pub async fn hourly(arm: &Arm, machine_type: &str, location: &str) -> Result<Pri
                 .partial_cmp(&b["retailPrice"].as_f64())
                 .unwrap_or(std::cmp::Ordering::Equal)
         })
-        .map(|r| Price {
-            hourly: r["retailPrice"].as_f64().unwrap_or(0.0),
-            currency: r["currencyCode"].as_str().unwrap_or("USD").to_string(),
+        .map(|r| {
+            Price::new(
+                r["retailPrice"].as_f64().unwrap_or(0.0),
+                r["currencyCode"].as_str().unwrap_or("USD"),
+            )
         })
         .ok_or_else(|| {
             Error::not_found(format!(

@@ -304,20 +304,19 @@ impl AzureProvider {
     fn machine_of(&self, vm: &Value, address: String) -> Machine {
         let labels = tags_of(vm);
         let (status, cloud_status) = power_of(vm);
-        Machine {
-            id: vm["name"].as_str().unwrap_or("").to_string(),
-            name: vm["name"].as_str().unwrap_or("").to_string(),
-            status,
-            cloud_status,
-            machine_type: vm["properties"]["hardwareProfile"]["vmSize"]
-                .as_str()
-                .unwrap_or("")
-                .to_string(),
-            location: vm["location"].as_str().unwrap_or("").to_string(),
-            address,
-            pool: pool_of(&labels),
-            labels,
-        }
+        let name = vm["name"].as_str().unwrap_or("");
+        let mut m = Machine::new(name, name);
+        m.status = status;
+        m.cloud_status = cloud_status;
+        m.machine_type = vm["properties"]["hardwareProfile"]["vmSize"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        m.location = vm["location"].as_str().unwrap_or("").to_string();
+        m.address = address;
+        m.pool = pool_of(&labels);
+        m.labels = labels;
+        m
     }
 
     /// The VM `id` with its instance view, checked to be this owner's.
@@ -827,6 +826,14 @@ impl Provider for AzureProvider {
                 self.machine_of(vm, address)
             })
             .collect())
+    }
+
+    async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        match self.machine_now(id).await {
+            Ok(m) => Ok(Some(m)),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {

@@ -25,6 +25,7 @@ impl Harness for AzureHarness {
             location: common::LOCATION.into(),
             resize_to: "Standard_D2s_v5".into(),
             unknown_id: "orca-no-such-vm".into(),
+            image: "Canonical:ubuntu-24_04-lts:server:latest".into(),
         }
     }
 

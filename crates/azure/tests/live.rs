@@ -21,6 +21,7 @@ impl Harness for Live {
                 .unwrap_or_else(|_| "westeurope".into()),
             resize_to: "Standard_B2ms".into(),
             unknown_id: "orca-no-such-vm".into(),
+            image: "Canonical:ubuntu-24_04-lts:server:latest".into(),
         }
     }
 

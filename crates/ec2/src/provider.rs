@@ -116,24 +116,25 @@ fn labels_of(i: &Instance) -> Labels {
 fn machine_of(i: &Instance) -> Machine {
     let labels = labels_of(i);
     let state = state_of(i);
-    Machine {
-        id: i.instance_id().unwrap_or_default().to_string(),
-        name: labels.get(NAME_TAG).cloned().unwrap_or_default(),
-        status: status_of(state),
-        cloud_status: state.to_string(),
-        machine_type: i
-            .instance_type()
-            .map(|t| t.as_str().to_string())
-            .unwrap_or_default(),
-        location: i
-            .placement()
-            .and_then(|p| p.availability_zone())
-            .unwrap_or_default()
-            .to_string(),
-        address: i.public_ip_address().unwrap_or_default().to_string(),
-        pool: pool_of(&labels),
-        labels,
-    }
+    let mut m = Machine::new(
+        i.instance_id().unwrap_or_default(),
+        labels.get(NAME_TAG).cloned().unwrap_or_default(),
+    );
+    m.status = status_of(state);
+    m.cloud_status = state.to_string();
+    m.machine_type = i
+        .instance_type()
+        .map(|t| t.as_str().to_string())
+        .unwrap_or_default();
+    m.location = i
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .unwrap_or_default()
+        .to_string();
+    m.address = i.public_ip_address().unwrap_or_default().to_string();
+    m.pool = pool_of(&labels);
+    m.labels = labels;
+    m
 }
 
 enum Attempt {
@@ -495,6 +496,14 @@ impl Provider for Ec2Provider {
             .map(machine_of)
             .filter(|m| is_in_pool(&m.labels, pool, &self.owner))
             .collect())
+    }
+
+    async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        match self.owned(id).await {
+            Ok(i) => Ok(Some(machine_of(&i))),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {

@@ -27,6 +27,7 @@ impl Harness for MotoHarness {
             location: support::ZONE.into(),
             resize_to: "t3.small".into(),
             unknown_id: "i-0123456789abcdef0".into(),
+            image: "ami-0b1e2a3d4c5f60a01".into(),
         }
     }
 

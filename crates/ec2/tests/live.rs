@@ -30,6 +30,7 @@ impl Harness for Live {
             location: self.location.clone(),
             resize_to: var("ORCA_TEST_EC2_RESIZE_TO", "t3.small"),
             unknown_id: "i-0123456789abcdef0".into(),
+            image: "ami-0b1e2a3d4c5f60a01".into(),
         }
     }
 

@@ -77,17 +77,15 @@ fn to_machine(vm: &Instance) -> Machine {
         .and_then(|n| n.access_configs.first())
         .map(|a| a.nat_ip.clone())
         .unwrap_or_default();
-    Machine {
-        id: vm.name.clone(),
-        name: vm.name.clone(),
-        status: status_of(&vm.status),
-        cloud_status: vm.status.clone(),
-        machine_type: last_segment(&vm.machine_type).to_string(),
-        location: last_segment(&vm.zone).to_string(),
-        address,
-        pool: pool_of(&vm.labels),
-        labels: vm.labels.clone(),
-    }
+    let mut m = Machine::new(&vm.name, &vm.name);
+    m.status = status_of(&vm.status);
+    m.cloud_status = vm.status.clone();
+    m.machine_type = last_segment(&vm.machine_type).to_string();
+    m.location = last_segment(&vm.zone).to_string();
+    m.address = address;
+    m.pool = pool_of(&vm.labels);
+    m.labels = vm.labels.clone();
+    m
 }
 
 fn check_instance_name(field: &str, name: &str) -> Result<()> {
@@ -197,12 +195,6 @@ impl GceProvider {
         self.owned(id)
             .await?
             .ok_or_else(|| Error::not_found(format!("instance {id} in {}", self.zone())))
-    }
-
-    /// Machine `id` as Compute Engine reports it now: `None` when it is gone; [`Error::NotOwned`]
-    /// when another owner made it.
-    pub async fn machine(&self, id: &str) -> Result<Option<Machine>> {
-        Ok(self.owned(id).await?.as_ref().map(to_machine))
     }
 
     async fn instance_op(
@@ -676,6 +668,10 @@ impl Provider for GceProvider {
             .filter(|vm| is_in_pool(&vm.labels, pool, owner))
             .map(to_machine)
             .collect())
+    }
+
+    async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        Ok(self.owned(id).await?.as_ref().map(to_machine))
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {

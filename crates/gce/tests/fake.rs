@@ -48,6 +48,7 @@ impl Harness for GceHarness {
             location: ZONE.into(),
             resize_to: "e2-medium".into(),
             unknown_id: "orca-no-such-vm-zz9".into(),
+            image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
         }
     }
 

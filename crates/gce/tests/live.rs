@@ -30,6 +30,7 @@ impl Harness for Live {
             location: self.config.zone.clone(),
             resize_to: var("ORCA_GCE_LIVE_RESIZE_TO", "e2-small"),
             unknown_id: "orca-no-such-vm-zz9".into(),
+            image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
         }
     }
 

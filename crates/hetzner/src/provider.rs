@@ -80,22 +80,20 @@ fn machine_of(s: &Server) -> Machine {
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let word = cloud_word(&s.status);
-    Machine {
-        id: s.id.to_string(),
-        name: s.name.clone(),
-        status: status_of(&word),
-        cloud_status: word,
-        machine_type: s.server_type.name.clone(),
-        location: s.location.name.clone(),
-        address: s
-            .public_net
-            .ipv4
-            .as_ref()
-            .map(|v| v.ip.clone())
-            .unwrap_or_default(),
-        pool: labels::pool_of(&labels),
-        labels,
-    }
+    let mut m = Machine::new(s.id.to_string(), &s.name);
+    m.status = status_of(&word);
+    m.cloud_status = word;
+    m.machine_type = s.server_type.name.clone();
+    m.location = s.location.name.clone();
+    m.address = s
+        .public_net
+        .ipv4
+        .as_ref()
+        .map(|v| v.ip.clone())
+        .unwrap_or_default();
+    m.pool = labels::pool_of(&labels);
+    m.labels = labels;
+    m
 }
 
 fn labels_of(s: &Server) -> Labels {
@@ -579,6 +577,14 @@ impl Provider for HetznerProvider {
         all_pages(|page| self.list_page(pool, page)).await
     }
 
+    async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        match self.owned_server(id).await {
+            Ok(s) => Ok(Some(machine_of(&s))),
+            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn delete(&self, id: &str) -> Result<bool> {
         let n = server_id(id)?;
         let Some(s) = self.get_server(n).await? else {
@@ -692,9 +698,6 @@ impl Provider for HetznerProvider {
                 p.price_hourly.net
             ))
         })?;
-        Ok(Price {
-            hourly,
-            currency: "EUR".into(),
-        })
+        Ok(Price::new(hourly, "EUR"))
     }
 }

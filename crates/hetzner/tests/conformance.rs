@@ -28,6 +28,7 @@ impl Harness for FakeHarness {
             location: "hel1".into(),
             resize_to: "cx32".into(),
             unknown_id: "999999999".into(),
+            image: "ubuntu-24.04".into(),
         }
     }
 

@@ -31,6 +31,7 @@ impl Harness for Live {
             location: self.location.clone(),
             resize_to: "cx32".into(),
             unknown_id: "999999999".into(),
+            image: "ubuntu-24.04".into(),
         }
     }
 

@@ -101,6 +101,14 @@ pub trait Harness: Send + Sync {
         Err(Skip::because("the backend does not count requests"))
     }
 
+    /// Makes machines made from now on invisible to every read for `delay` after they are made, and
+    /// answers "not found" to changes of them until then (EC2's eventual consistency);
+    /// `Duration::ZERO` turns it off.
+    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
+        let _ = delay;
+        Err(Skip::because("the backend cannot delay visibility"))
+    }
+
     /// Puts (makes or replaces) a firewall rule on the backend's network, as an operator would: what
     /// the firewall extension then reads and patches.
     async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
@@ -291,6 +299,7 @@ pub const CHECKS: &[&str] = &[
     "firewall_rules",
     "ssh_admission",
     "credit_balance",
+    "survives_delayed_visibility",
 ];
 
 /// Runs every check against the backend, prints one line per check, and returns the report.
@@ -332,6 +341,11 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "firewall_rules" => firewall(&ctx).await,
             "ssh_admission" => admission(&ctx).await,
             "credit_balance" => credit(&ctx).await,
+            "survives_delayed_visibility" => {
+                let r = delayed_visibility(&ctx).await;
+                let _ = ctx.h.delay_visibility(Duration::ZERO).await;
+                r
+            }
             other => Err(Verdict::Fail(format!("no check named {other}"))),
         };
         let cleanup = clean_up(&ctx).await;
@@ -748,8 +762,8 @@ async fn retried_create(ctx: &Ctx<'_>) -> Checked {
         Created::Adopted(m) => m,
         other => {
             return Err(Verdict::Fail(format!(
-                "a create repeated after the machine was made gave {other:?}, not the machine adopted"
-            )))
+            "a create repeated after the machine was made gave {other:?}, not the machine adopted"
+        )))
         }
     };
     let listed = p.machines(&pool).await?;
@@ -939,6 +953,11 @@ impl Harness for MemoryHarness {
         self.cloud.put_firewall_rule(rule);
         Ok(())
     }
+
+    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
+        self.cloud.set_visibility_delay(delay);
+        Ok(())
+    }
 }
 
 fn plausible_time(t: Option<crate::machine::Timestamp>, what: &str) -> Checked {
@@ -958,12 +977,20 @@ async fn machine_facts(ctx: &Ctx<'_>) -> Checked {
     let made = made(&*p, &ctx.spec(0, &pool)).await?;
     let listed = p.machines(&pool).await?;
     let read = p.machine(&made.id).await?;
-    for (how, m) in [("made", Some(&made)), ("listed", listed.first()), ("read", read.as_ref())] {
+    for (how, m) in [
+        ("made", Some(&made)),
+        ("listed", listed.first()),
+        ("read", read.as_ref()),
+    ] {
         let Some(m) = m else {
             return Err(Verdict::Fail(format!("the machine was not {how}")));
         };
         plausible_time(m.created_at, &format!("created_at ({how})"))?;
-        ensure!(!m.fqdn.is_empty() && m.fqdn.contains('.'), "fqdn ({how}) is {:?}", m.fqdn);
+        ensure!(
+            !m.fqdn.is_empty() && m.fqdn.contains('.'),
+            "fqdn ({how}) is {:?}",
+            m.fqdn
+        );
         if caps.private_address {
             ensure!(
                 m.private_address.parse::<std::net::IpAddr>().is_ok(),
@@ -972,7 +999,10 @@ async fn machine_facts(ctx: &Ctx<'_>) -> Checked {
             );
         }
         if caps.power_times && matches!(m.status, Status::Running) {
-            plausible_time(m.started_at, &format!("started_at of a running machine ({how})"))?;
+            plausible_time(
+                m.started_at,
+                &format!("started_at of a running machine ({how})"),
+            )?;
         }
     }
     Ok(())
@@ -985,7 +1015,8 @@ async fn reads_one(ctx: &Ctx<'_>) -> Checked {
     let a = made(&*pa, &ctx.spec(0, &pool)).await?;
     let got = pa.machine(&a.id).await?;
     ensure!(
-        got.as_ref().map(|m| (m.id.as_str(), m.name.as_str(), m.pool.as_str()))
+        got.as_ref()
+            .map(|m| (m.id.as_str(), m.name.as_str(), m.pool.as_str()))
             == Some((a.id.as_str(), a.name.as_str(), pool.as_str())),
         "machine({}) gave {got:?}",
         a.id
@@ -1030,7 +1061,9 @@ async fn reads_one(ctx: &Ctx<'_>) -> Checked {
 fn spec_with_option(ctx: &Ctx<'_>, n: u32, pool: &str, name: &str) -> MachineSpec {
     let s = ctx.spec(n, pool);
     match name {
-        "labels" => s.with_label("conf-extra", "yes").with_label("conf-empty", ""),
+        "labels" => s
+            .with_label("conf-extra", "yes")
+            .with_label("conf-empty", ""),
         "disk_gb" => s.with_disk_gb(30),
         "ssh_keys" => s.with_ssh_key(
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaConformanceKeyNotARealOne00000 conformance",
@@ -1149,9 +1182,21 @@ async fn labels_existing(ctx: &Ctx<'_>) -> Checked {
         "the pool no longer lists the machine"
     );
     for (bad_set, bad_remove, what) in [
-        (Labels::from([(POOL_LABEL.to_string(), "x".to_string())]), vec![], "setting orca-pool"),
-        (Labels::new(), vec![OWNER_LABEL.to_string()], "removing orca-owner"),
-        (Labels::from([("Bad".to_string(), "x".to_string())]), vec![], "an upper-case key"),
+        (
+            Labels::from([(POOL_LABEL.to_string(), "x".to_string())]),
+            vec![],
+            "setting orca-pool",
+        ),
+        (
+            Labels::new(),
+            vec![OWNER_LABEL.to_string()],
+            "removing orca-owner",
+        ),
+        (
+            Labels::from([("Bad".to_string(), "x".to_string())]),
+            vec![],
+            "an upper-case key",
+        ),
     ] {
         let (r, n) = counted(ctx, ext.set_labels(&m.id, &bad_set, &bad_remove)).await;
         refused_as(r, "labels", what)?;
@@ -1193,32 +1238,47 @@ async fn firewall(ctx: &Ctx<'_>) -> Checked {
     ctx.h.put_firewall_rule(rule.clone()).await?;
     let got = fw.rule(&name).await?;
     let Some(got) = got else {
-        return Err(Verdict::Fail(format!("rule {name} was put but reads as none")));
+        return Err(Verdict::Fail(format!(
+            "rule {name} was put but reads as none"
+        )));
     };
     ensure!(
         got.network == network && got.is_ingress() && !got.disabled,
         "rule reads as {got:?}"
     );
     ensure!(
-        got.allowed == rule.allowed && got.source_ranges == rule.source_ranges && got.target_tags == rule.target_tags,
+        got.allowed == rule.allowed
+            && got.source_ranges == rule.source_ranges
+            && got.target_tags == rule.target_tags,
         "rule reads as {got:?}, put {rule:?}"
     );
     let all = fw.rules().await?;
     ensure!(
         all.iter().any(|r| r.name == name) && all.iter().all(|r| r.network == network),
         "rules() gave {:?}",
-        all.iter().map(|r| (&r.name, &r.network)).collect::<Vec<_>>()
+        all.iter()
+            .map(|r| (&r.name, &r.network))
+            .collect::<Vec<_>>()
     );
     let want = vec!["203.0.113.7/32".to_string()];
     let patched = fw.set_source_ranges(&name, &want).await?;
-    ensure!(patched.source_ranges == want, "patched sources read {:?}", patched.source_ranges);
+    ensure!(
+        patched.source_ranges == want,
+        "patched sources read {:?}",
+        patched.source_ranges
+    );
     let mut expected = got.clone();
     expected.source_ranges = want.clone();
     ensure!(
         patched == expected,
         "the patch changed more than the sources: {patched:?}"
     );
-    for bad in [vec![], vec!["0.0.0.0/33".to_string()], vec!["2001:db8::/32".to_string()], vec!["host".to_string()]] {
+    for bad in [
+        vec![],
+        vec!["0.0.0.0/33".to_string()],
+        vec!["2001:db8::/32".to_string()],
+        vec!["host".to_string()],
+    ] {
         let (r, n) = counted(ctx, fw.set_source_ranges(&name, &bad)).await;
         refused_as(r, "source_ranges", &format!("set_source_ranges({bad:?})"))?;
         ensure!(n.unwrap_or(0) == 0, "invalid ranges made {n:?} request(s)");
@@ -1227,7 +1287,10 @@ async fn firewall(ctx: &Ctx<'_>) -> Checked {
         fw.rule(&format!("conf-{}-none", ctx.run)).await?.is_none(),
         "a missing rule reads as some"
     );
-    match fw.set_source_ranges(&format!("conf-{}-none", ctx.run), &want).await {
+    match fw
+        .set_source_ranges(&format!("conf-{}-none", ctx.run), &want)
+        .await
+    {
         Err(Error::NotFound { .. }) => {}
         other => {
             return Err(Verdict::Fail(format!(
@@ -1236,7 +1299,11 @@ async fn firewall(ctx: &Ctx<'_>) -> Checked {
         }
     }
     let net = fw.network().await?;
-    ensure!(net.name == network, "network() is {:?}, machines go on {network:?}", net.name);
+    ensure!(
+        net.name == network,
+        "network() is {:?}, machines go on {network:?}",
+        net.name
+    );
     Ok(())
 }
 
@@ -1250,7 +1317,11 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
     let first = vec!["203.0.113.7/32".to_string()];
     let a = adm.admit_ssh(&group, loc, &first, &[]).await?;
     if let Some(rule) = &a.rule {
-        ensure!(rule.priority >= 100, "the rule took priority {}", rule.priority);
+        ensure!(
+            rule.priority >= 100,
+            "the rule took priority {}",
+            rule.priority
+        );
     }
     let pool = ctx.pool(0);
     let opts = p.capabilities().options;
@@ -1264,7 +1335,12 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
     let m = made(&*p, &spec).await?;
     let second = vec!["198.51.100.0/24".to_string(), "203.0.113.8".to_string()];
     let b = adm
-        .admit_ssh(&group, loc, &second, &[m.id.clone(), ctx.setup.unknown_id.clone()])
+        .admit_ssh(
+            &group,
+            loc,
+            &second,
+            &[m.id.clone(), ctx.setup.unknown_id.clone()],
+        )
         .await?;
     ensure!(
         b.rule.as_ref().map(|r| r.priority) == a.rule.as_ref().map(|r| r.priority),
@@ -1272,16 +1348,36 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
         a.rule,
         b.rule
     );
-    ensure!(b.group == a.group, "the group changed: {} then {}", a.group, b.group);
-    ensure!(b.readmitted == vec![m.id.clone()], "readmitted {:?}", b.readmitted);
-    ensure!(b.missing == vec![ctx.setup.unknown_id.clone()], "missing {:?}", b.missing);
-    for (bad, what) in [(vec![], "no source"), (vec!["1.2.3.4/33".to_string()], "a bad prefix"), (vec!["host".to_string()], "a host name")] {
+    ensure!(
+        b.group == a.group,
+        "the group changed: {} then {}",
+        a.group,
+        b.group
+    );
+    ensure!(
+        b.readmitted == vec![m.id.clone()],
+        "readmitted {:?}",
+        b.readmitted
+    );
+    ensure!(
+        b.missing == vec![ctx.setup.unknown_id.clone()],
+        "missing {:?}",
+        b.missing
+    );
+    for (bad, what) in [
+        (vec![], "no source"),
+        (vec!["1.2.3.4/33".to_string()], "a bad prefix"),
+        (vec!["host".to_string()], "a host name"),
+    ] {
         let (r, n) = counted(ctx, adm.admit_ssh(&group, loc, &bad, &[])).await;
         match r {
             Err(Error::InvalidSpec { .. }) => {}
             other => return Err(Verdict::Fail(format!("admitting {what} gave {other:?}"))),
         }
-        ensure!(n.unwrap_or(0) == 0, "admitting {what} made {n:?} request(s)");
+        ensure!(
+            n.unwrap_or(0) == 0,
+            "admitting {what} made {n:?} request(s)"
+        );
     }
     let pb = ctx.provider(&ctx.owner_b).await?;
     if let Some(bb) = pb.ssh_admission() {
@@ -1304,8 +1400,68 @@ async fn credit(ctx: &Ctx<'_>) -> Checked {
     };
     let b = c.balance().await?;
     ensure!(
-        b.amount.is_finite() && b.currency.len() == 3 && b.currency.chars().all(|c| c.is_ascii_uppercase()),
+        b.amount.is_finite()
+            && b.currency.len() == 3
+            && b.currency.chars().all(|c| c.is_ascii_uppercase()),
         "implausible balance {b:?}"
+    );
+    Ok(())
+}
+
+/// How long the suite keeps new machines invisible in [`delayed_visibility`].
+pub const VISIBILITY_DELAY: Duration = Duration::from_millis(1000);
+
+async fn delayed_visibility(ctx: &Ctx<'_>) -> Checked {
+    let pa = ctx.provider(&ctx.owner_a).await?;
+    let pb = ctx.provider(&ctx.owner_b).await?;
+    ctx.h.delay_visibility(VISIBILITY_DELAY).await?;
+    let pool = ctx.pool(0);
+    // A create must not answer before the cloud shows the machine: a listing, a read, another
+    // owner's delete and a delete right after it must all find it.
+    let a = made(&*pa, &ctx.spec(0, &pool)).await?;
+    let b = made(&*pa, &ctx.spec(1, &pool)).await?;
+    let listed = pa.machines(&pool).await?;
+    ensure!(
+        listed.iter().any(|m| m.id == a.id) && listed.iter().any(|m| m.id == b.id),
+        "a listing right after the creates returned {:?}, made {} and {}",
+        ids(&listed),
+        a.id,
+        b.id
+    );
+    let read = pa.machine(&a.id).await?;
+    ensure!(
+        read.is_some(),
+        "machine({}) right after its create read none",
+        a.id
+    );
+    match pb.delete(&b.id).await {
+        Err(Error::NotOwned { .. }) => {}
+        other => {
+            return Err(Verdict::Fail(format!(
+                "another owner deleting a machine made a moment ago gave {other:?}, not NotOwned"
+            )))
+        }
+    }
+    ensure!(
+        pa.delete(&a.id).await?,
+        "delete right after create answered false"
+    );
+    // Once everything is visible, the deleted machine must really be gone and the other one there.
+    tokio::time::sleep(VISIBILITY_DELAY).await;
+    let after = pa.machines(&pool).await?;
+    ensure!(
+        after
+            .iter()
+            .all(|m| m.id != a.id || m.status == Status::Deleting),
+        "the machine deleted right after its create is still there: {:?}",
+        ids(&after)
+    );
+    ensure!(
+        after
+            .iter()
+            .any(|m| m.id == b.id && m.status != Status::Deleting),
+        "the machine another owner tried to delete is gone: {:?}",
+        ids(&after)
     );
     Ok(())
 }

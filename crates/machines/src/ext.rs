@@ -209,7 +209,11 @@ impl Admission {
 }
 
 /// The first priority from `first` (100 for SSH admission) that no inbound rule holds, up to `last`.
-pub fn first_free_priority(held: impl IntoIterator<Item = u32>, first: u32, last: u32) -> Option<u32> {
+pub fn first_free_priority(
+    held: impl IntoIterator<Item = u32>,
+    first: u32,
+    last: u32,
+) -> Option<u32> {
     let held: std::collections::BTreeSet<u32> = held.into_iter().collect();
     (first..=last).find(|p| !held.contains(p))
 }

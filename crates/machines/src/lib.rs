@@ -46,6 +46,7 @@ pub mod machine;
 pub mod memory;
 pub mod provider;
 pub mod retry;
+pub mod settings;
 pub mod spec;
 
 pub use arch::{docker_arch, Arch};
@@ -58,6 +59,7 @@ pub use labels::{OWNER_LABEL, POOL_LABEL};
 pub use machine::{Created, Machine, Price, Resized, Status, Timestamp};
 pub use provider::{Capabilities, Provider, SpecOptions};
 pub use retry::{all_pages, Page, RetryPolicy};
+pub use settings::Settings;
 pub use spec::{validate_id, validate_name, validate_owner, validate_pool, MachineSpec};
 
 /// The timestamp crate orca's [`Timestamp`] comes from, re-exported so that callers use the same one.

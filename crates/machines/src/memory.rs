@@ -154,6 +154,37 @@ struct State {
     /// How far the simulated cloud's clock is ahead of this machine's, in seconds.
     #[serde(default)]
     clock_offset_secs: i64,
+    /// How long a new machine stays invisible to reads and answers "not found" to changes, in
+    /// milliseconds (eventual consistency, as EC2's).
+    #[serde(default)]
+    visibility_delay_ms: u64,
+}
+
+impl State {
+    /// Whether machine `m` can be seen yet (see [`MemoryCloud::set_visibility_delay`]).
+    fn visible(&self, m: &StoredMachine) -> bool {
+        if self.visibility_delay_ms == 0 {
+            return true;
+        }
+        let delay = chrono::Duration::milliseconds(
+            i64::try_from(self.visibility_delay_ms).unwrap_or(i64::MAX / 4),
+        );
+        m.machine
+            .created_at
+            .is_none_or(|c| c + delay <= clock(self))
+    }
+
+    /// The visible machine `id`, or not found.
+    fn visible_mut(&mut self, id: &str) -> Result<&mut StoredMachine> {
+        let seen = self.machines.get(id).is_some_and(|m| self.visible(m));
+        match self.machines.get_mut(id) {
+            Some(m) if seen => Ok(m),
+            _ => {
+                Err(Error::not_found(format!("machine {id}"))
+                    .with_code("InvalidInstanceID.NotFound"))
+            }
+        }
+    }
 }
 
 /// A location's subnet security group in the simulated cloud.
@@ -308,6 +339,7 @@ impl MemoryCloud {
             retry: RetryPolicy::fast(),
             arch_cache: Arc::default(),
             network: DEFAULT_NETWORK.to_string(),
+            recent: Arc::default(),
         })
     }
 
@@ -378,8 +410,10 @@ impl MemoryCloud {
 
     /// `location`'s subnet security group as the cloud holds it.
     pub fn subnet_group(&self, location: &str) -> SubnetGroup {
-        self.with_state(false, |s| s.subnets.get(location).cloned().unwrap_or_default())
-            .unwrap_or_default()
+        self.with_state(false, |s| {
+            s.subnets.get(location).cloned().unwrap_or_default()
+        })
+        .unwrap_or_default()
     }
 
     /// The admission groups that exist, as `<group>-<location>`.
@@ -393,6 +427,21 @@ impl MemoryCloud {
         self.with_state(false, |s| s.machines.get(id).map(|m| m.extras.clone()))
             .ok()
             .flatten()
+    }
+
+    /// Makes new machines invisible to reads for `delay` after they are made, and answers "not found"
+    /// to changes of them until then: the eventual consistency of EC2's API, which every driver must
+    /// survive. `Duration::ZERO` turns it off.
+    pub fn set_visibility_delay(&self, delay: Duration) {
+        let _ = self.with_state(true, |s| {
+            s.visibility_delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        });
+    }
+
+    /// How long new machines stay invisible (see [`MemoryCloud::set_visibility_delay`]).
+    pub fn visibility_delay(&self) -> Duration {
+        self.with_state(false, |s| Duration::from_millis(s.visibility_delay_ms))
+            .unwrap_or_default()
     }
 
     /// Sets the account's credit balance.
@@ -598,7 +647,12 @@ impl MemoryCloud {
     /// Cloud API: one machine by id.
     pub async fn api_get(&self, id: &str) -> Result<Option<Machine>> {
         Self::lost(self.request(Operation::List).await?)?;
-        self.with_state(false, |s| s.machines.get(id).map(|m| m.machine.clone()))
+        self.with_state(false, |s| {
+            s.machines
+                .get(id)
+                .filter(|m| s.visible(m))
+                .map(|m| m.machine.clone())
+        })
     }
 
     /// Cloud API: one page of machines whose labels hold every pair of `with` and none of the keys in
@@ -617,6 +671,7 @@ impl MemoryCloud {
             let mut matching = s
                 .machines
                 .values()
+                .filter(|m| s.visible(m))
                 .map(|m| &m.machine)
                 .filter(|m| after.is_none_or(|a| m.id.as_str() > a))
                 .filter(|m| name.is_none_or(|n| m.name == n))
@@ -703,7 +758,8 @@ impl MemoryCloud {
             machine.location = spec.location.clone();
             // TEST-NET-2 (RFC 5737): documentation addresses, never routed.
             machine.address = format!("198.51.100.{}", n % 250 + 1);
-            machine.private_address = format!("10.{}.{}.{}", n / 65_536 % 256, n / 256 % 256, n % 256);
+            machine.private_address =
+                format!("10.{}.{}.{}", n / 65_536 % 256, n / 256 % 256, n % 256);
             machine.fqdn = format!("{}.{}.fake.internal", spec.name, spec.location);
             machine.pool = labels::pool_of(&labels);
             machine.labels = labels;
@@ -733,13 +789,15 @@ impl MemoryCloud {
     }
 
     /// Cloud API: sets and removes labels of a machine, keeping the others.
-    pub async fn api_set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine> {
+    pub async fn api_set_labels(
+        &self,
+        id: &str,
+        set: &Labels,
+        remove: &[String],
+    ) -> Result<Machine> {
         let lose = self.request(Operation::Labels).await?;
         let m = self.with_state(true, |s| {
-            let m = s
-                .machines
-                .get_mut(id)
-                .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
+            let m = s.visible_mut(id)?;
             for k in remove {
                 m.machine.labels.remove(k);
             }
@@ -791,7 +849,11 @@ impl MemoryCloud {
     }
 
     /// Cloud API: patches a firewall rule's source ranges.
-    pub async fn api_firewall_sources(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
+    pub async fn api_firewall_sources(
+        &self,
+        name: &str,
+        ranges: &[String],
+    ) -> Result<FirewallRule> {
         let lose = self.request(Operation::Network).await?;
         let r = self.with_state(true, |s| {
             let r = s
@@ -863,12 +925,12 @@ impl MemoryCloud {
     /// such machine.
     pub async fn api_ssh_sources(&self, id: &str, sources: &[String]) -> Result<bool> {
         let lose = self.request(Operation::Network).await?;
-        let found = self.with_state(true, |s| match s.machines.get_mut(id) {
-            Some(m) => {
+        let found = self.with_state(true, |s| match s.visible_mut(id) {
+            Ok(m) => {
                 m.extras.ssh_sources = sources.to_vec();
                 true
             }
-            None => false,
+            Err(_) => false,
         })?;
         Self::lost(lose)?;
         Ok(found)
@@ -878,7 +940,10 @@ impl MemoryCloud {
     pub async fn api_balance(&self) -> Result<Balance> {
         Self::lost(self.request(Operation::Account).await?)?;
         self.with_state(false, |s| {
-            let mut b = s.credit.clone().unwrap_or_else(|| Balance::new(100.0, "USD"));
+            let mut b = s
+                .credit
+                .clone()
+                .unwrap_or_else(|| Balance::new(100.0, "USD"));
             b.as_of = Some(clock(s));
             b
         })
@@ -888,6 +953,10 @@ impl MemoryCloud {
     pub async fn api_remove(&self, id: &str) -> Result<bool> {
         let lose = self.request(Operation::Delete).await?;
         let removed = self.with_state(true, |s| {
+            if s.machines.get(id).is_some_and(|m| !s.visible(m)) {
+                return Err(Error::not_found(format!("machine {id}"))
+                    .with_code("InvalidInstanceID.NotFound"));
+            }
             let gone = s.machines.remove(id);
             if let Some(m) = &gone {
                 let key = stock_key(&m.machine.machine_type, &m.machine.location);
@@ -895,8 +964,8 @@ impl MemoryCloud {
                     *left += 1;
                 }
             }
-            gone.is_some()
-        })?;
+            Ok(gone.is_some())
+        })??;
         Self::lost(lose)?;
         Ok(removed)
     }
@@ -906,10 +975,7 @@ impl MemoryCloud {
         let lose = self.request(Operation::Change).await?;
         let m = self.with_state(true, |s| {
             let now = clock(s);
-            let m = s
-                .machines
-                .get_mut(id)
-                .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
+            let m = s.visible_mut(id)?;
             power(&mut m.machine, on, now);
             Ok(m.machine.clone())
         })??;
@@ -928,10 +994,7 @@ impl MemoryCloud {
                     format!("unknown machine type {machine_type:?}"),
                 )
             })?;
-            let m = s
-                .machines
-                .get_mut(id)
-                .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
+            let m = s.visible_mut(id)?;
             if m.machine.status != Status::Stopped {
                 return Err(Error::other(format!(
                     "machine {id} must be stopped to change its type"
@@ -964,7 +1027,13 @@ pub struct MemoryProvider {
     retry: RetryPolicy,
     arch_cache: Arc<Mutex<HashMap<String, Arch>>>,
     network: String,
+    /// Ids this provider made lately, which the cloud may not show yet: a "not found" for one of
+    /// them is read again before it is believed.
+    recent: Arc<Mutex<HashMap<String, std::time::Instant>>>,
 }
+
+/// How long after making a machine a "not found" for it is not believed at once.
+pub const RECENT: Duration = Duration::from_secs(120);
 
 impl MemoryProvider {
     /// The same provider, putting machines on (and reading the firewall rules of) `network`.
@@ -991,9 +1060,36 @@ impl MemoryProvider {
     }
 
     /// Reads a machine and checks that this owner made it.
+    fn is_recent(&self, id: &str) -> bool {
+        let mut recent = lock(&self.recent);
+        recent.retain(|_, at| at.elapsed() < RECENT);
+        recent.contains_key(id)
+    }
+
+    /// Reads machine `id`. When the cloud is eventually consistent, "not found" is believed only
+    /// once it has lasted longer than a new machine can stay invisible: the machine may be one made
+    /// a moment ago (by this provider or another).
+    async fn read(&self, id: &str) -> Result<Option<Machine>> {
+        let first = self.retry.retry("get", || self.cloud.api_get(id)).await?;
+        let window = self.cloud.visibility_delay();
+        if first.is_some() || window.is_zero() {
+            return Ok(first);
+        }
+        let deadline = std::time::Instant::now() + window + window / 2;
+        let mut retry = 0;
+        while std::time::Instant::now() < deadline {
+            tokio::time::sleep(self.retry.backoff(retry).max(Duration::from_millis(10))).await;
+            retry += 1;
+            if let Some(m) = self.retry.retry("get", || self.cloud.api_get(id)).await? {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    }
+
     async fn owned(&self, id: &str) -> Result<Option<Machine>> {
         validate_id(id)?;
-        let m = self.retry.retry("get", || self.cloud.api_get(id)).await?;
+        let m = self.read(id).await?;
         match m {
             Some(m) if !labels::is_owned_by(&m.labels, &self.owner) => {
                 Err(Error::not_owned(id, &self.owner))
@@ -1074,6 +1170,21 @@ impl Provider for MemoryProvider {
                 }
             })
             .await;
+        let made = match made {
+            Ok((m, adopted)) => {
+                lock(&self.recent).insert(m.id.clone(), std::time::Instant::now());
+                // Do not answer before the cloud shows the machine: a listing or a delete right
+                // after the create must find it.
+                match self.read(&m.id).await? {
+                    Some(seen) => Ok((seen, adopted)),
+                    None => Err(Error::transient(format!(
+                        "machine {} was made but the cloud does not show it",
+                        m.id
+                    ))),
+                }
+            }
+            Err(e) => Err(e),
+        };
         match made {
             Ok((m, false)) => Ok(Created::Machine(m)),
             Ok((m, true)) => Ok(Created::Adopted(m)),
@@ -1116,8 +1227,18 @@ impl Provider for MemoryProvider {
         if self.owned(id).await?.is_none() {
             return Ok(true);
         }
+        let recent = self.is_recent(id);
         self.retry
-            .retry("delete", || self.cloud.api_remove(id))
+            .retry("delete", || async {
+                match self.cloud.api_remove(id).await {
+                    // A delete that the cloud answers "not found" for a machine it showed a moment
+                    // ago is not believed: read again and delete again.
+                    Err(Error::NotFound { .. }) if recent => Err(Error::transient(format!(
+                        "machine {id} is not visible to delete yet"
+                    ))),
+                    other => other,
+                }
+            })
             .await?;
         Ok(true)
     }
@@ -1310,12 +1431,17 @@ impl SshAdmission for MemoryProvider {
         if !LOCATIONS.contains(&location) {
             return Err(Error::invalid(
                 "location",
-                format!("unknown location {location:?}; known: {}", LOCATIONS.join(", ")),
+                format!(
+                    "unknown location {location:?}; known: {}",
+                    LOCATIONS.join(", ")
+                ),
             ));
         }
         let mut admission = self
             .retry
-            .retry("admit_ssh", || self.cloud.api_admit(group, location, sources))
+            .retry("admit_ssh", || {
+                self.cloud.api_admit(group, location, sources)
+            })
             .await?;
         for id in readmit {
             if self.owned(id).await?.is_none() {

@@ -105,7 +105,10 @@ impl std::fmt::Debug for MachineSpec {
             d.field("disk_gb", &g);
         }
         if !self.ssh_keys.is_empty() {
-            d.field("ssh_keys", &format_args!("<{} key(s)>", self.ssh_keys.len()));
+            d.field(
+                "ssh_keys",
+                &format_args!("<{} key(s)>", self.ssh_keys.len()),
+            );
         }
         if !self.network_tags.is_empty() {
             d.field("network_tags", &self.network_tags);
@@ -208,7 +211,10 @@ impl MachineSpec {
     }
 
     /// The same spec with every network tag of `tags` added.
-    pub fn with_network_tags<I: IntoIterator<Item = S>, S: Into<String>>(mut self, tags: I) -> Self {
+    pub fn with_network_tags<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        tags: I,
+    ) -> Self {
         self.network_tags.extend(tags.into_iter().map(Into::into));
         self
     }
@@ -228,7 +234,10 @@ impl MachineSpec {
     }
 
     /// The same spec with its own firewall admitting `sources` (IP addresses or CIDR blocks) on SSH.
-    pub fn with_ssh_sources<I: IntoIterator<Item = S>, S: Into<String>>(mut self, sources: I) -> Self {
+    pub fn with_ssh_sources<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        sources: I,
+    ) -> Self {
         self.ssh_sources = sources.into_iter().map(Into::into).collect();
         self
     }
@@ -344,7 +353,10 @@ pub const EXTRA_LABEL_VALUE_RULE: &str =
 /// [`EXTRA_LABEL_VALUE_RULE`], at most 32 of them.
 pub fn validate_labels(labels: &Labels) -> Result<()> {
     if labels.len() > 32 {
-        return Err(Error::invalid("labels", "at most 32 labels beside orca's own"));
+        return Err(Error::invalid(
+            "labels",
+            "at most 32 labels beside orca's own",
+        ));
     }
     for (k, v) in labels {
         validate_label_key(k)?;
@@ -363,8 +375,7 @@ pub fn validate_label_key(k: &str) -> Result<()> {
     let ok = !k.is_empty()
         && k.len() <= 63
         && k.as_bytes()[0].is_ascii_lowercase()
-        && k
-            .bytes()
+        && k.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
     if !ok || crate::labels::is_reserved(k) {
         return Err(Error::invalid(
@@ -406,8 +417,7 @@ fn validate_network_tag(t: &str) -> Result<()> {
         && t.len() <= 63
         && t.as_bytes()[0].is_ascii_lowercase()
         && !t.ends_with('-')
-        && t
-            .bytes()
+        && t.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if ok {
         Ok(())
@@ -424,8 +434,7 @@ fn validate_group(g: &str) -> Result<()> {
         && g.len() <= 40
         && g.as_bytes()[0].is_ascii_lowercase()
         && !g.ends_with('-')
-        && g
-            .bytes()
+        && g.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
     if ok {
         Ok(())
@@ -651,7 +660,10 @@ mod tests {
             "max_run_duration"
         );
         assert_eq!(field(base().with_image("a b")), "image");
-        assert_eq!(field(base().with_ssh_sources(["1.2.3.4/33"])), "ssh_sources");
+        assert_eq!(
+            field(base().with_ssh_sources(["1.2.3.4/33"])),
+            "ssh_sources"
+        );
         assert_eq!(field(base().with_ssh_sources(["host"])), "ssh_sources");
         assert!(base()
             .with_ssh_sources(["203.0.113.7/32", "2001:db8::1"])

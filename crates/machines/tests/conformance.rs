@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use orca_machines::conformance::{run, run_all, Harness, Hook, MemoryHarness, Outcome, Setup};
-use orca_machines::memory::{MemoryCloud, MemoryProvider};
 use orca_machines::labels::Labels;
+use orca_machines::memory::{MemoryCloud, MemoryProvider};
 use orca_machines::{
-    labels, Arch, Capabilities, Created, CreditBalance, Error, FirewallRule, FirewallRules, Machine,
-    MachineLabels, MachineSpec, Network, Provider, Result, SpecOptions, SshAdmission,
+    labels, Arch, Capabilities, Created, CreditBalance, Error, FirewallRule, FirewallRules,
+    Machine, MachineLabels, MachineSpec, Network, Provider, Result, SpecOptions, SshAdmission,
 };
 
 #[tokio::test]
@@ -86,7 +86,8 @@ async fn missing_hooks_are_reported_as_skipped_by_name() {
             "lists_every_page",
             "no_stock",
             "retried_create_makes_one_machine",
-            "firewall_rules"
+            "firewall_rules",
+            "survives_delayed_visibility"
         ]
     );
 }
@@ -130,6 +131,8 @@ enum Flaw {
     AdoptedAsNew,
     /// Patches more of a firewall rule than its sources.
     FirewallPatchesTooMuch,
+    /// Answers a create before an eventually consistent cloud shows the machine.
+    CreateBeforeVisible,
 }
 
 #[async_trait]
@@ -155,7 +158,11 @@ impl Provider for Broken {
                     return Ok(None);
                 };
                 let paged = self.inner.clone().with_page_size(1);
-                Ok(paged.machines(&m.pool).await?.into_iter().find(|x| x.id == id))
+                Ok(paged
+                    .machines(&m.pool)
+                    .await?
+                    .into_iter()
+                    .find(|x| x.id == id))
             }
             Flaw::ReadsForeign => self.inner.cloud().api_get(id).await,
             _ => self.inner.machine(id).await,
@@ -201,6 +208,26 @@ impl Provider for Broken {
                 no @ Created::NoStock { .. } => no.into_result().map(Created::Machine),
                 other => Ok(other),
             },
+            Flaw::CreateBeforeVisible => {
+                spec.validate()?;
+                let mut l = spec.labels.clone();
+                l.extend(labels::ownership_labels(&spec.pool, self.owner()));
+                match cloud.api_insert(spec, l).await {
+                    Ok(m) => Ok(Created::Machine(m)),
+                    Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
+                        machine_type: spec.machine_type.clone(),
+                        location: spec.location.clone(),
+                        message,
+                    }),
+                    // Retries and adoption as the real provider does them; after a lost answer,
+                    // what it adopts is this call's own machine.
+                    Err(e) if e.is_retryable() => match self.inner.create(spec).await? {
+                        Created::Adopted(m) => Ok(Created::Machine(m)),
+                        other => Ok(other),
+                    },
+                    Err(_) => self.inner.create(spec).await,
+                }
+            }
             Flaw::AdoptedAsNew => match self.inner.create(spec).await? {
                 Created::Adopted(m) => Ok(Created::Machine(m)),
                 other => Ok(other),
@@ -339,6 +366,9 @@ impl Harness for BrokenHarness {
     async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
         self.base.put_firewall_rule(rule).await
     }
+    async fn delay_visibility(&self, d: std::time::Duration) -> Hook<()> {
+        self.base.delay_visibility(d).await
+    }
 }
 
 async fn failed_checks(flaw: Flaw) -> Vec<&'static str> {
@@ -359,13 +389,19 @@ async fn suite_catches_a_provider_that_lists_other_owners() {
 #[tokio::test]
 async fn suite_catches_a_provider_that_stops_after_the_first_page() {
     let failed = failed_checks(Flaw::FirstPageOnly).await;
-    assert_eq!(failed, ["lists_every_page"]);
+    assert_eq!(failed, ["lists_every_page", "survives_delayed_visibility"]);
 }
 
 #[tokio::test]
 async fn suite_catches_a_provider_that_deletes_foreign_machines() {
     let failed = failed_checks(Flaw::DeletesForeign).await;
-    assert_eq!(failed, ["refuses_to_delete_another_owners_machine"]);
+    assert_eq!(
+        failed,
+        [
+            "refuses_to_delete_another_owners_machine",
+            "survives_delayed_visibility"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -444,6 +480,12 @@ async fn suite_catches_an_adopted_machine_reported_as_new() {
 async fn suite_catches_a_firewall_patch_that_changes_more_than_sources() {
     let failed = failed_checks(Flaw::FirewallPatchesTooMuch).await;
     assert_eq!(failed, ["firewall_rules"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_create_that_answers_before_the_cloud_shows_the_machine() {
+    let failed = failed_checks(Flaw::CreateBeforeVisible).await;
+    assert_eq!(failed, ["survives_delayed_visibility"]);
 }
 
 #[tokio::test]

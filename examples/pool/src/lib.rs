@@ -282,7 +282,7 @@ impl Scaler {
             let spec = MachineSpec::new(&name, &o.machine_type, &o.location, &s.pool)
                 .with_user_data(s.user_data.clone());
             match p.create(&spec).await {
-                Ok(Created::Machine(m)) => {
+                Ok(Created::Machine(m) | Created::Adopted(m)) => {
                     self.record.next += 1;
                     self.record.known.insert(m.id.clone(), m.name.clone());
                     count += 1;

@@ -454,7 +454,7 @@ impl Env {
 /// The machine a create made; panics on no stock.
 pub fn made(c: orca_machines::Created) -> orca_machines::Machine {
     match c {
-        orca_machines::Created::Machine(m) => m,
+        orca_machines::Created::Machine(m) | orca_machines::Created::Adopted(m) => m,
         orca_machines::Created::NoStock { message, .. } => panic!("no stock: {message}"),
     }
 }

@@ -1,0 +1,269 @@
+//! Settings as data: the same keys a driver reads from the environment, given as a map
+//! ([`Settings`]), and the collector that names every problem of a set of settings at once
+//! ([`Problems`]).
+//!
+//! Every driver has a typed key enum (`orca_hetzner::ConfigKey`, ..., as object_store's
+//! `AmazonS3ConfigKey`) whose names are the environment variables' names, a `from_env` that reads
+//! them from the process and a `from_settings` that reads them from a [`Settings`]. A front-end that
+//! keeps its settings elsewhere (keeper's registry, shed's `*_env` names) builds a [`Settings`] and
+//! calls `orca::of_with(kind, owner, &settings)`.
+//!
+//! ```
+//! use orca_machines::settings::{Problems, Settings};
+//! let s = Settings::new().with("ORCA_X_TOKEN", "hunter2").with("ORCA_X_REGION", "");
+//! assert_eq!(s.get("ORCA_X_TOKEN"), Some("hunter2"));
+//! assert_eq!(s.get("ORCA_X_REGION"), None, "an empty value is unset");
+//! assert!(!format!("{s:?}").contains("hunter2"), "values are never printed");
+//!
+//! let mut p = Problems::new();
+//! p.require(&s, "ORCA_X_REGION");
+//! p.invalid("ORCA_X_PAGE_SIZE", "a number from 1 to 500");
+//! let e = p.finish().unwrap_err();
+//! assert_eq!(
+//!     e.to_string(),
+//!     "invalid settings (ORCA_X_REGION, ORCA_X_PAGE_SIZE): missing ORCA_X_REGION; ORCA_X_PAGE_SIZE: a number from 1 to 500"
+//! );
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::error::{Error, Result};
+
+/// Key/value settings with the environment's names. Values may be secrets: `Debug` shows the keys
+/// only. An empty value counts as unset, as an empty environment variable does.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    values: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.values.keys()).finish()
+    }
+}
+
+impl Settings {
+    /// No settings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// These settings with `key` set to `value`.
+    pub fn with(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.insert(key, value);
+        self
+    }
+
+    /// Sets `key` to `value`.
+    pub fn insert(&mut self, key: impl Into<String>, value: impl Into<String>) {
+        self.values.insert(key.into(), value.into());
+    }
+
+    /// The value of `key`, or `None` when it is absent or empty.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.values
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Every key given (empty values included).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.values.keys().map(String::as_str)
+    }
+
+    /// Whether no key is given.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The environment variables named in `keys` that this process has (as text; a variable that is
+    /// not valid Unicode is kept as its lossy form, which the driver then refuses as invalid).
+    pub fn from_env<'a>(keys: impl IntoIterator<Item = &'a str>) -> Self {
+        keys.into_iter()
+            .filter_map(|k| {
+                std::env::var_os(k).map(|v| (k.to_string(), v.to_string_lossy().into_owned()))
+            })
+            .collect()
+    }
+
+    /// Refuses every key that is not one of `known` (a typo would otherwise be silently ignored),
+    /// naming each and the known ones.
+    pub fn check_known(&self, kind: &str, known: &[&str]) -> Result<()> {
+        let unknown: Vec<&str> = self.keys().filter(|k| !known.contains(k)).collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(Error::settings(
+            unknown.iter().copied(),
+            format!(
+                "not a setting of the {kind} driver; its settings are {}",
+                known.join(", ")
+            ),
+        ))
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Settings {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        Settings {
+            values: iter
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
+}
+
+impl<K: Into<String>, V: Into<String>> Extend<(K, V)> for Settings {
+    fn extend<I: IntoIterator<Item = (K, V)>>(&mut self, iter: I) {
+        self.values
+            .extend(iter.into_iter().map(|(k, v)| (k.into(), v.into())));
+    }
+}
+
+/// Collects every problem of a set of settings, so that one error names them all
+/// ([`Error::InvalidSettings`]): the missing keys first, then each invalid one with its rule.
+#[derive(Debug, Default)]
+pub struct Problems {
+    missing: Vec<String>,
+    invalid: Vec<(String, String)>,
+}
+
+impl Problems {
+    /// No problem yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records `key` as missing.
+    pub fn missing(&mut self, key: impl Into<String>) {
+        self.missing.push(key.into());
+    }
+
+    /// Records `key` as invalid: `why` says what it must be (never its value, which may be a
+    /// secret).
+    pub fn invalid(&mut self, key: impl Into<String>, why: impl Into<String>) {
+        self.invalid.push((key.into(), why.into()));
+    }
+
+    /// The value of `key` in `settings`, recording it as missing when it is absent or empty.
+    pub fn require<'a>(&mut self, settings: &'a Settings, key: &str) -> Option<&'a str> {
+        let v = settings.get(key);
+        if v.is_none() {
+            self.missing(key);
+        }
+        v
+    }
+
+    /// The value of `key` parsed by `parse`, recording `why` as its rule when it does not parse;
+    /// `None` when absent (not a problem) or invalid.
+    pub fn parse<T>(
+        &mut self,
+        settings: &Settings,
+        key: &str,
+        why: &str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Option<T> {
+        let v = settings.get(key)?;
+        let parsed = parse(v.trim());
+        if parsed.is_none() {
+            self.invalid(key, why);
+        }
+        parsed
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.missing.is_empty() && self.invalid.is_empty()
+    }
+
+    /// `Ok` when nothing was recorded, else one [`Error::InvalidSettings`] naming every key.
+    pub fn finish(self) -> Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let mut parts = Vec::new();
+        if !self.missing.is_empty() {
+            parts.push(format!("missing {}", self.missing.join(", ")));
+        }
+        for (k, why) in &self.invalid {
+            parts.push(format!("{k}: {why}"));
+        }
+        let keys = self
+            .missing
+            .into_iter()
+            .chain(self.invalid.into_iter().map(|(k, _)| k));
+        Err(Error::settings(keys, parts.join("; ")))
+    }
+}
+
+/// Parses a duration as `90s`, `30m`, `24h`, `2d` or plain seconds (`3600`).
+pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 's') => (&s[..i], 1),
+        (i, 'm') => (&s[..i], 60),
+        (i, 'h') => (&s[..i], 3600),
+        (i, 'd') => (&s[..i], 86_400),
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().ok()?;
+    n.checked_mul(mult).map(std::time::Duration::from_secs)
+}
+
+/// Parses a boolean setting: `true`/`false`, `1`/`0`, `yes`/`no` (any case).
+pub fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Some(true),
+        "false" | "0" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let s = Settings::new().with("A", "1").with("TYPO", "x");
+        let e = s.check_known("demo", &["A", "B"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid settings (TYPO): not a setting of the demo driver; its settings are A, B"
+        );
+        assert!(Settings::new()
+            .with("A", "1")
+            .check_known("demo", &["A"])
+            .is_ok());
+    }
+
+    #[test]
+    fn durations_and_booleans() {
+        assert_eq!(parse_duration("90s").unwrap().as_secs(), 90);
+        assert_eq!(parse_duration("30m").unwrap().as_secs(), 1800);
+        assert_eq!(parse_duration("2d").unwrap().as_secs(), 172_800);
+        assert_eq!(parse_duration("3600").unwrap().as_secs(), 3600);
+        assert_eq!(parse_duration("1.5h"), None);
+        assert_eq!(parse_duration(""), None);
+        assert_eq!(parse_bool("Yes"), Some(true));
+        assert_eq!(parse_bool("nope"), None);
+    }
+
+    #[test]
+    fn problems_collect_everything() {
+        let s = Settings::new().with("N", "x");
+        let mut p = Problems::new();
+        assert_eq!(
+            p.parse(&s, "N", "a number", |v| v.parse::<u32>().ok()),
+            None
+        );
+        p.require(&s, "M");
+        let e = p.finish().unwrap_err();
+        match e {
+            Error::InvalidSettings { keys, .. } => assert_eq!(keys, ["M", "N"]),
+            other => panic!("{other:?}"),
+        }
+    }
+}
