@@ -34,3 +34,15 @@ pub async fn from_env(owner: &str) -> orca_machines::Result<AzureProvider> {
     orca_machines::validate_owner(owner)?;
     AzureProvider::new(Settings::from_env()?, owner)
 }
+
+/// A provider for `owner` from `settings`, keyed by the environment variables' names.
+pub async fn from_settings(
+    owner: &str,
+    settings: &orca_machines::Settings,
+) -> orca_machines::Result<AzureProvider> {
+    orca_machines::validate_owner(owner)?;
+    AzureProvider::new(
+        Settings::from_lookup(|k| settings.get(k).map(str::to_string))?,
+        owner,
+    )
+}

@@ -40,3 +40,13 @@ pub use secrecy::SecretString;
 pub async fn from_env(owner: &str) -> orca_machines::Result<Ec2Provider> {
     Ec2Builder::from_env(owner).build().await
 }
+
+/// A provider for `owner` from `settings`, keyed by the environment variables' names.
+pub async fn from_settings(
+    owner: &str,
+    settings: &orca_machines::Settings,
+) -> orca_machines::Result<Ec2Provider> {
+    Ec2Builder::from_vars(owner, |k| settings.get(k).map(str::to_string))
+        .build()
+        .await
+}

@@ -61,6 +61,18 @@ pub async fn from_env(owner: &str) -> orca_machines::Result<GceProvider> {
     GceProvider::new(Config::from_env()?, owner).await
 }
 
+/// A provider for `owner` from `settings`, keyed by the environment variables' names.
+pub async fn from_settings(
+    owner: &str,
+    settings: &orca_machines::Settings,
+) -> orca_machines::Result<GceProvider> {
+    orca_machines::validate_owner(owner)?;
+    let config = Config::from_lookup(&EnvNames::default(), |k| {
+        settings.get(k).map(str::to_string)
+    })?;
+    GceProvider::new(config, owner).await
+}
+
 /// A provider for `owner` from the environment variables `names` gives (shed: [`EnvNames::shed`]).
 pub async fn from_env_names(owner: &str, names: &EnvNames) -> orca_machines::Result<GceProvider> {
     orca_machines::validate_owner(owner)?;

@@ -48,3 +48,15 @@ pub async fn from_env(owner: &str) -> orca_machines::Result<HetznerProvider> {
     orca_machines::validate_owner(owner)?;
     HetznerProvider::new(owner, Config::from_env()?)
 }
+
+/// A provider for `owner` from `settings`, keyed by the environment variables' names.
+pub async fn from_settings(
+    owner: &str,
+    settings: &orca_machines::Settings,
+) -> orca_machines::Result<HetznerProvider> {
+    orca_machines::validate_owner(owner)?;
+    HetznerProvider::new(
+        owner,
+        Config::from_lookup(|k| settings.get(k).map(str::to_string))?,
+    )
+}

@@ -60,13 +60,7 @@ pub fn kinds() -> Vec<&'static str> {
 pub async fn of(kind: &str, owner: &str) -> Result<Arc<dyn Provider>> {
     validate_owner(owner)?;
     match kind {
-        "fake" => {
-            let cloud = match std::env::var_os(FAKE_STATE_ENV) {
-                Some(path) if !path.is_empty() => memory::MemoryCloud::persistent(path)?,
-                _ => memory::MemoryCloud::new(),
-            };
-            Ok(Arc::new(cloud.provider(owner)?))
-        }
+        "fake" => fake(owner, std::env::var(FAKE_STATE_ENV).ok().as_deref()),
         #[cfg(feature = "hetzner")]
         "hetzner" => Ok(Arc::new(orca_hetzner::from_env(owner).await?)),
         #[cfg(feature = "ec2")]
@@ -75,12 +69,67 @@ pub async fn of(kind: &str, owner: &str) -> Result<Arc<dyn Provider>> {
         "azure" => Ok(Arc::new(orca_azure::from_env(owner).await?)),
         #[cfg(feature = "gce")]
         "gce" => Ok(Arc::new(orca_gce::from_env(owner).await?)),
-        other => Err(Error::invalid(
+        other => Err(unknown_kind(other)),
+    }
+}
+
+/// A provider of `kind` for `owner` from `settings`: key/value settings with the same names as the
+/// environment variables [`of`] reads (each driver's `ConfigKey` lists them). Nothing is read from
+/// the process environment: what a program keeps in its own registry or vault is given here.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use orca::Settings;
+/// let p = orca::of_with("fake", "stack-1", &Settings::new()).await?;
+/// assert_eq!(p.kind(), "fake");
+/// let e = orca::of_with("fake", "", &Settings::new().with("ORCA_FAKE_STAET", "x")).await.unwrap_err();
+/// assert!(e.to_string().contains("ORCA_FAKE_STAET"), "{e}");
+/// # Ok::<(), orca::Error>(()) }).unwrap();
+/// ```
+pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc<dyn Provider>> {
+    validate_owner(owner)?;
+    match kind {
+        "fake" => {
+            settings.check_known("fake", &[FAKE_STATE_ENV])?;
+            fake(owner, settings.get(FAKE_STATE_ENV))
+        }
+        #[cfg(feature = "hetzner")]
+        "hetzner" => Ok(Arc::new(
+            orca_hetzner::from_settings(owner, settings).await?,
+        )),
+        #[cfg(feature = "ec2")]
+        "ec2" => Ok(Arc::new(orca_ec2::from_settings(owner, settings).await?)),
+        #[cfg(feature = "azure")]
+        "azure" => Ok(Arc::new(orca_azure::from_settings(owner, settings).await?)),
+        #[cfg(feature = "gce")]
+        "gce" => Ok(Arc::new(orca_gce::from_settings(owner, settings).await?)),
+        other => Err(unknown_kind(other)),
+    }
+}
+
+fn fake(owner: &str, state: Option<&str>) -> Result<Arc<dyn Provider>> {
+    let cloud = match state {
+        Some(path) if !path.is_empty() => memory::MemoryCloud::persistent(path)?,
+        _ => memory::MemoryCloud::new(),
+    };
+    Ok(Arc::new(cloud.provider(owner)?))
+}
+
+fn unknown_kind(kind: &str) -> Error {
+    if ALL_KINDS.contains(&kind) {
+        return Error::invalid(
             "kind",
             format!(
-                "unknown provider kind {other:?}; known kinds: {}",
+                "the provider kind {kind:?} is not in this build; enable the Cargo feature {kind:?} of orca (built with: {})",
                 kinds().join(", ")
             ),
-        )),
+        );
     }
+    Error::invalid(
+        "kind",
+        format!(
+            "unknown provider kind {kind:?}; known kinds: {}",
+            kinds().join(", ")
+        ),
+    )
 }
