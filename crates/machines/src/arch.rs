@@ -1,4 +1,4 @@
-//! Architectures, by Docker's names (contract 6).
+//! Architectures, by Docker's names ([contract](crate::contract) 7).
 
 use serde::{Deserialize, Serialize};
 

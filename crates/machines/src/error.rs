@@ -1,4 +1,4 @@
-//! One error type for every driver, with retry meaning (contract 8).
+//! One error type for every driver, with retry meaning ([contract](crate::contract) 11).
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The ownership labels every machine carries (contract 2), and the helpers that build and check them.
+//! The ownership labels every machine carries ([contract](crate::contract) 2), and the helpers that build and check them.
 //!
 //! A machine made by orca carries `orca=pool`, `orca-pool=<pool>` and, when the provider has an owner,
 //! `orca-owner=<owner>`. Drivers set them in the create call itself, filter on them server-side when

@@ -6,19 +6,8 @@
 //! [`Capabilities`], the shared [`retry`] policy and pagination loop, the in-memory provider
 //! ([`memory`]) and, with the feature `conformance`, the conformance suite every driver passes.
 //!
-//! ## The contract every driver keeps
-//! 1. Names are hostname labels; pool and owner are label values that cannot widen a selector. Invalid
-//!    input is refused before any network call ([`Error::InvalidSpec`]).
-//! 2. Every machine carries `orca=pool`, `orca-pool=<pool>` and, with an owner, `orca-owner=<owner>`, set
-//!    in the create call itself. [`Provider::machines`] returns exactly this owner's machines of a pool;
-//!    [`Provider::delete`] refuses machines of other owners ([`Error::NotOwned`]).
-//! 3. [`Provider::create`] gives the machine, no stock ([`Created::NoStock`]), or an error; a create
-//!    retried after an ambiguous failure never makes a second machine; a create that fails half-way
-//!    removes what it made ([`Error::Leftovers`] names what it could not).
-//! 4. Listings read every page and map states onto [`Status`], keeping the cloud's word.
-//! 5. Delete is true once the machine is gone, now or before.
-//! 6. [`Provider::arch`] answers Docker's name from the cloud's catalogue, cached.
-//! 7. [`Capabilities`] are truthful: what is denied answers [`Error::Unsupported`] before any call.
+//! The contract every driver keeps is written once, numbered, in [`contract`] (the file
+//! `crates/machines/CONTRACT.md`); the conformance suite checks each line of it.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -37,6 +26,9 @@
 //! ```
 
 pub mod arch;
+
+#[doc = include_str!("../CONTRACT.md")]
+pub mod contract {}
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::labels::Labels;
 
-/// A machine's state, one set for every cloud (contract 4). The cloud's own word is kept in
+/// A machine's state, one set for every cloud ([contract](crate::contract) 4). The cloud's own word is kept in
 /// [`Machine::cloud_status`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -143,7 +143,7 @@ mod opt_secs {
     }
 }
 
-/// What `create` made: the machine, or no stock of that type in that location (contract 3). The third
+/// What `create` made: the machine, or no stock of that type in that location ([contract](crate::contract) 3). The third
 /// outcome, why not, is the `Err` of the call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]

@@ -119,7 +119,7 @@ pub enum FaultKind {
     /// The call waits this long first, then works.
     Latency(Duration),
     /// The call works but its answer is lost: the caller sees a transient failure (a create happened
-    /// all the same: the ambiguous failure of contract 3).
+    /// all the same: the ambiguous failure of [contract](crate::contract) 3).
     LoseAnswer,
 }
 

@@ -1,4 +1,4 @@
-//! The [`Provider`] trait every driver implements, and the [`Capabilities`] it declares (contract 7).
+//! The [`Provider`] trait every driver implements, and the [`Capabilities`] it declares ([contract](crate::contract) 9).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -215,10 +215,8 @@ impl Capabilities {
 
 /// Machines from one cloud account, made and seen as one owner's.
 ///
-/// Every driver keeps the same contract (see the crate documentation and `DESIGN.md`): names and labels
-/// are validated before any network call; machines carry the ownership labels from the create call on;
-/// [`machines`](Provider::machines) returns exactly this owner's machines of a pool;
-/// [`delete`](Provider::delete) refuses machines of other owners and is true once the machine is gone.
+/// Every driver keeps the same [contract](crate::contract), numbered there and checked line by line by
+/// the conformance suite.
 ///
 /// ```
 /// # tokio_test_block_on(async {

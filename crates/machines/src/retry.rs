@@ -1,4 +1,4 @@
-//! The one retry policy every driver uses (contract 9), and the one pagination loop (contract 4).
+//! The one retry policy every driver uses ([contract](crate::contract) 12), and the one pagination loop ([contract](crate::contract) 4).
 //!
 //! Only errors that are [`Error::is_retryable`] are retried (throttling, 5xx, dropped connections and
 //! timeouts, which drivers map to [`Error::Throttled`] and [`Error::Transient`]), with exponential

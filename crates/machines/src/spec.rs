@@ -1,5 +1,5 @@
 //! What a machine should be ([`MachineSpec`]) and the validation rules every driver applies before any
-//! network call (contract 1).
+//! network call ([contract](crate::contract) 1).
 
 use std::time::Duration;
 
