@@ -1,0 +1,87 @@
+//! The cloud-init user data of a cloud host: the build toolchain, rustup in the account's home, the
+//! run area, the host key stado pinned, and an sshd drop-in refusing passwords.
+//!
+//! The user data holds the host key's private half: it is a secret, never printed (orca's
+//! `MachineSpec` hides it in `Debug`).
+
+/// The packages cloud-init installs from the image's archive.
+pub const PACKAGES: [&str; 12] = [
+    "build-essential",
+    "pkg-config",
+    "libssl-dev",
+    "clang",
+    "cmake",
+    "protobuf-compiler",
+    "git",
+    "rsync",
+    "nodejs",
+    "npm",
+    "curl",
+    "ca-certificates",
+];
+
+/// The sshd drop-in cloud-init writes.
+pub const SSHD_DROP_IN: &str = "/etc/ssh/sshd_config.d/60-stado.conf";
+
+/// The user data for a host whose account is `user`, presenting the host key `host_private` /
+/// `host_public` (OpenSSH formats).
+pub fn user_data(user: &str, host_private: &str, host_public: &str) -> String {
+    let mut s = String::from("#cloud-config\n");
+    s.push_str("package_update: true\n");
+    s.push_str("packages:\n");
+    for p in PACKAGES {
+        s.push_str(&format!("  - {p}\n"));
+    }
+    s.push_str("ssh_pwauth: false\n");
+    s.push_str("ssh_deletekeys: true\n");
+    s.push_str("ssh_genkeytypes: []\n");
+    s.push_str("ssh_keys:\n");
+    s.push_str("  ed25519_private: |\n");
+    for line in host_private.lines() {
+        s.push_str(&format!("    {line}\n"));
+    }
+    s.push_str(&format!("  ed25519_public: {host_public}\n"));
+    s.push_str("write_files:\n");
+    s.push_str(&format!("  - path: {SSHD_DROP_IN}\n"));
+    s.push_str("    owner: root:root\n");
+    s.push_str("    permissions: '0644'\n");
+    s.push_str("    content: |\n");
+    for line in [
+        "# stado: keys only",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin no",
+    ] {
+        s.push_str(&format!("      {line}\n"));
+    }
+    s.push_str("runcmd:\n");
+    s.push_str("  - [sh, -c, 'systemctl reload ssh || systemctl reload sshd || true']\n");
+    s.push_str(&format!(
+        "  - [sudo, -u, {user}, -H, sh, -c, 'curl --proto =https --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain stable']\n"
+    ));
+    s.push_str(&format!(
+        "  - [sudo, -u, {user}, -H, sh, -c, 'mkdir -p \"$HOME/.stado/work/runs\"']\n"
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_toolchain_and_the_password_refusing_drop_in_are_there() {
+        let u = user_data("stado", "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----", "ssh-ed25519 AAAAhost");
+        assert!(u.starts_with("#cloud-config\n"));
+        for p in PACKAGES {
+            assert!(u.contains(&format!("  - {p}\n")), "{p}");
+        }
+        assert!(u.contains("PasswordAuthentication no"));
+        assert!(u.contains(SSHD_DROP_IN));
+        assert!(u.contains("sudo, -u, stado, -H"));
+        assert!(u.contains("rustup.rs"));
+        assert!(u.contains("    abc\n"), "the host key's lines are indented under ed25519_private");
+        assert!(u.contains("ed25519_public: ssh-ed25519 AAAAhost"));
+        assert!(u.len() < 16 * 1024);
+    }
+}

@@ -1,0 +1,49 @@
+//! stado's one error: a message for a person (the seed's words) and a short code for scripts.
+
+/// Why a command did not do what it was asked, in words a person acts on. Never carries a secret:
+/// messages are built from names, addresses, the cloud's error codes and words, never from keys,
+/// tokens or user data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    message: String,
+    code: &'static str,
+}
+
+impl Failure {
+    /// A failure with the code `failed`.
+    pub fn new(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code: "failed",
+        }
+    }
+
+    /// The same failure with the code `code` (`refused`, `busy`, `invalid`, ...).
+    pub fn with_code(mut self, code: &'static str) -> Failure {
+        self.code = code;
+        self
+    }
+
+    /// A refusal (input or policy said no before anything was made).
+    pub fn refused(message: impl Into<String>) -> Failure {
+        Failure::new(message).with_code("refused")
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}

@@ -1,0 +1,638 @@
+//! `stado`: cloud build hosts (`stado cloud host create | list | delete | reap`), the profile
+//! (`stado config`), the registry (`stado registry`), fleet keys (`stado fleet key generate`) and, for
+//! `--provider fake`, the simulation's controls (`stado fake`).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+use stado::channel::{FakeFleet, FirstBoot};
+use stado::profile::{Profile, Selection, KEYS};
+use stado::registry::Registry;
+use stado::{CreateRequest, Failure, Home, Stado};
+
+/// stado: cloud build hosts rented from a cloud, reached over SSH with their own fleet key, and
+/// returned once they stand idle.
+#[derive(Debug, Parser)]
+#[command(name = "stado", version)]
+struct Cli {
+    /// The stado home (profile, registry, keys); default $STADO_HOME, else ~/.stado.
+    #[arg(long, global = true)]
+    home: Option<PathBuf>,
+    /// Print one JSON object (stable field names) instead of lines for a person.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Top,
+}
+
+#[derive(Debug, Subcommand)]
+enum Top {
+    /// Cloud hosts.
+    Cloud {
+        #[command(subcommand)]
+        what: CloudCmd,
+    },
+    /// The profile: providers, bindings, the operator's credit floor ruling.
+    Config {
+        #[command(subcommand)]
+        what: ConfigCmd,
+    },
+    /// The registry: targets and cloud_hosts.
+    Registry {
+        #[command(subcommand)]
+        what: RegistryCmd,
+    },
+    /// The fleet.
+    Fleet {
+        #[command(subcommand)]
+        what: FleetCmd,
+    },
+    /// Controls of the simulation behind --provider fake (the in-memory cloud and fleet).
+    Fake {
+        #[command(subcommand)]
+        what: FakeCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CloudCmd {
+    /// Cloud hosts.
+    Host {
+        #[command(subcommand)]
+        what: HostCmd,
+    },
+}
+
+#[derive(Debug, Args)]
+struct ProviderArg {
+    /// The provider: azure, or fake (Azure simulated in memory, kept in the stado home).
+    #[arg(long)]
+    provider: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum HostCmd {
+    /// Creates a cloud host (nine steps, stopping at the first that fails).
+    Create {
+        /// The target identifier.
+        name: String,
+        #[command(flatten)]
+        provider: ProviderArg,
+        /// The location (westeurope; on fake: zone-a, zone-b, zone-c).
+        #[arg(long)]
+        location: String,
+        /// The size (Standard_D4s_v5; on fake: amd64-small, amd64-large, arm64-small, arm64-large).
+        #[arg(long)]
+        size: String,
+        /// The OS disk, GiB.
+        #[arg(long = "disk-gb")]
+        disk_gb: u32,
+        /// Idle minutes after which reap returns it.
+        #[arg(long = "idle-minutes")]
+        idle_minutes: u32,
+    },
+    /// Lists each declared host with its VM's power state.
+    List {
+        #[command(flatten)]
+        provider: ProviderArg,
+    },
+    /// Deletes a declared host and everything it is made of.
+    Delete {
+        /// The host.
+        name: String,
+        #[command(flatten)]
+        provider: ProviderArg,
+    },
+    /// Judges each host busy, idle, reapable or unread; --apply deletes the reapable ones.
+    Reap {
+        #[command(flatten)]
+        provider: ProviderArg,
+        /// Delete each reapable host.
+        #[arg(long)]
+        apply: bool,
+        /// Run the applied pass every SECONDS (the coordinator's tick) until interrupted.
+        #[arg(long, value_name = "SECONDS", requires = "apply")]
+        every: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Declares KEY (stado config keys lists them).
+    Set {
+        /// The key.
+        key: String,
+        /// Its value.
+        value: String,
+    },
+    /// Removes KEY.
+    Unset {
+        /// The key.
+        key: String,
+    },
+    /// Prints the profile.
+    Show,
+    /// Lists the keys and what each holds.
+    Keys,
+}
+
+#[derive(Debug, Subcommand)]
+enum RegistryCmd {
+    /// Sets the value at a path (cloud_hosts, cloud_hosts.admit_from, targets.NAME, targets.NAME.address).
+    Set {
+        /// The path.
+        #[arg(long)]
+        path: String,
+        /// The value, as JSON (a bare word is taken as text).
+        #[arg(long)]
+        value: String,
+    },
+    /// Prints the registry.
+    Show,
+}
+
+#[derive(Debug, Subcommand)]
+enum FleetCmd {
+    /// Fleet keys.
+    Key {
+        #[command(subcommand)]
+        what: KeyCmd,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCmd {
+    /// Mints target NAME's fleet key: ed25519, the private half owner-only in <home>/keys/NAME.
+    Generate {
+        /// The target.
+        name: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum FakeCmd {
+    /// Shows or changes how a simulated host behaves (a fleet host, or a cloud host before or after
+    /// its create).
+    Host {
+        /// The target's name.
+        name: String,
+        /// The address the product site sees it at.
+        #[arg(long)]
+        egress: Option<String>,
+        /// Whether it answers SSH.
+        #[arg(long)]
+        answers: Option<bool>,
+        /// How its first boot ends: done, error, degraded.
+        #[arg(long = "first-boot")]
+        first_boot: Option<String>,
+        /// Whether rustc, node and npm answer.
+        #[arg(long)]
+        toolchain: Option<bool>,
+        /// Runs standing in ~/.stado/work/runs (the run area changes now; 0: the last run ended now).
+        #[arg(long)]
+        runs: Option<u32>,
+        /// cargo and rustc processes.
+        #[arg(long)]
+        procs: Option<u32>,
+    },
+    /// Moves the simulated hosts' clock forward.
+    Advance {
+        /// Minutes.
+        #[arg(long)]
+        minutes: u64,
+    },
+    /// Shows or changes the simulated cloud.
+    Cloud {
+        /// Sets the account's credit balance (USD).
+        #[arg(long)]
+        credit: Option<f64>,
+        /// Puts another team's inbound rule NAME at PRIORITY on LOCATION's subnet security group
+        /// (LOCATION:NAME:PRIORITY).
+        #[arg(long = "subnet-rule")]
+        subnet_rule: Vec<String>,
+        /// Deletes a VM by id from outside stado (an operator's console).
+        #[arg(long = "operator-delete")]
+        operator_delete: Option<String>,
+        /// Stops (deallocates) a VM by id from outside stado.
+        #[arg(long = "operator-stop")]
+        operator_stop: Option<String>,
+    },
+}
+
+/// What a command answered.
+struct Answer {
+    json: Value,
+    lines: Vec<String>,
+    ok: bool,
+}
+
+impl Answer {
+    fn ok(json: Value, lines: Vec<String>) -> Answer {
+        Answer { json, lines, ok: true }
+    }
+}
+
+fn failure_answer(command: &str, f: &Failure) -> Answer {
+    Answer {
+        json: json!({"command": command, "ok": false, "error": {"code": f.code(), "message": f.message()}}),
+        lines: Vec::new(),
+        ok: false,
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("STADO_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let json_out = cli.json;
+    let command = command_name(&cli.command);
+    let answer = match run(cli).await {
+        Ok(a) => a,
+        Err(f) => failure_answer(command, &f),
+    };
+    if json_out {
+        println!("{}", answer.json);
+    } else {
+        for l in &answer.lines {
+            println!("{l}");
+        }
+        if !answer.ok {
+            if let Some(m) = answer.json.pointer("/error/message").and_then(Value::as_str) {
+                if !answer.lines.iter().any(|l| l == m) {
+                    eprintln!("stado: {m}");
+                }
+            }
+        }
+    }
+    if answer.ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn command_name(c: &Top) -> &'static str {
+    match c {
+        Top::Cloud { what: CloudCmd::Host { what } } => match what {
+            HostCmd::Create { .. } => "create",
+            HostCmd::List { .. } => "list",
+            HostCmd::Delete { .. } => "delete",
+            HostCmd::Reap { .. } => "reap",
+        },
+        Top::Config { .. } => "config",
+        Top::Registry { .. } => "registry",
+        Top::Fleet { .. } => "fleet",
+        Top::Fake { .. } => "fake",
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+fn with_ok(mut v: Value, ok: bool) -> Value {
+    if let Value::Object(m) = &mut v {
+        m.insert("ok".into(), Value::Bool(ok));
+    }
+    v
+}
+
+async fn open(home: Home, provider: &str, json: bool) -> Result<Stado, Failure> {
+    let mut s = Stado::open(home, provider, Selection::from_env()).await?;
+    if std::io::stderr().is_terminal() && !json {
+        s.progress = Some(Arc::new(|l: &str| eprintln!("stado: {l}")));
+    }
+    Ok(s)
+}
+
+async fn run(cli: Cli) -> Result<Answer, Failure> {
+    let home = Home::resolve(cli.home.clone())?;
+    let json = cli.json;
+    match cli.command {
+        Top::Cloud { what: CloudCmd::Host { what } } => match what {
+            HostCmd::Create {
+                name,
+                provider,
+                location,
+                size,
+                disk_gb,
+                idle_minutes,
+            } => {
+                let s = open(home, &provider.provider, json).await?;
+                let r = s
+                    .create(&CreateRequest {
+                        name,
+                        location,
+                        size,
+                        disk_gb,
+                        idle_minutes,
+                    })
+                    .await;
+                let mut lines = r.lines();
+                if let Some(e) = &r.error {
+                    if !lines.contains(&e.message) {
+                        lines.push(e.message.clone());
+                    }
+                }
+                Ok(Answer {
+                    json: to_json(&r),
+                    lines,
+                    ok: r.ok,
+                })
+            }
+            HostCmd::List { provider } => {
+                let s = open(home, &provider.provider, json).await?;
+                let r = s.list().await?;
+                Ok(Answer::ok(with_ok(to_json(&r), true), r.lines()))
+            }
+            HostCmd::Delete { name, provider } => {
+                let s = open(home, &provider.provider, json).await?;
+                let r = s.delete(&name).await?;
+                let line = format!("deleted {} (VM {} and what belonged to it); its registry entry and fleet key are gone", r.name, r.vm_id);
+                Ok(Answer::ok(with_ok(to_json(&r), true), vec![line]))
+            }
+            HostCmd::Reap {
+                provider,
+                apply,
+                every,
+            } => match every {
+                None => {
+                    let s = open(home, &provider.provider, json).await?;
+                    let r = s.reap(apply).await?;
+                    let ok = !r.failed();
+                    Ok(Answer {
+                        json: with_ok(to_json(&r), ok),
+                        lines: r.lines(),
+                        ok,
+                    })
+                }
+                Some(secs) => reap_every(home, &provider.provider, Duration::from_secs(secs.max(1)), json).await,
+            },
+        },
+        Top::Config { what } => config(home, what),
+        Top::Registry { what } => registry(home, what),
+        Top::Fleet {
+            what: FleetCmd::Key {
+                what: KeyCmd::Generate { name },
+            },
+        } => {
+            if !stado::create::is_target_identifier(&name) {
+                return Err(Failure::refused(format!("'{name}' is not a target identifier")));
+            }
+            if home.fleet_key(&name).exists() {
+                return Err(Failure::refused(format!(
+                    "target {name} has a fleet key already ({}); stado mints a new one only for a new target",
+                    home.fleet_key(&name).display()
+                )));
+            }
+            let k = stado::keys::generate_fleet_key(&home, &name)?;
+            Ok(Answer::ok(
+                json!({"command": "fleet key generate", "ok": true, "name": name, "path": k.private, "public_key": k.public_line, "fingerprint": k.fingerprint}),
+                vec![
+                    format!("fleet key of {name}: {} (owner-only), {}", k.private.display(), k.public.display()),
+                    k.public_line.clone(),
+                ],
+            ))
+        }
+        Top::Fake { what } => fake(home, what),
+    }
+}
+
+async fn reap_every(home: Home, provider: &str, every: Duration, json: bool) -> Result<Answer, Failure> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| Failure::new(format!("could not watch SIGTERM: {e}")))?;
+    loop {
+        let tick = async {
+            // The applied pass runs when the provider is enabled and a cloud host is declared.
+            let profile = Profile::load(&home)?;
+            if profile.check_enabled(provider, &Selection::from_env()).is_err() {
+                return Ok(None);
+            }
+            if Registry::load(&home)?.cloud_hosts(provider).is_empty() {
+                return Ok(None);
+            }
+            let s = Stado::open(home.clone(), provider, Selection::from_env()).await?;
+            s.reap(true).await.map(Some)
+        };
+        match tick.await {
+            Ok(Some(r)) => {
+                for l in r.log_lines() {
+                    eprintln!("{l}");
+                }
+                if json {
+                    println!("{}", with_ok(to_json(&r), !r.failed()));
+                }
+            }
+            Ok(None) => {}
+            Err(f) => eprintln!("cloud-host reaper: this tick did nothing: {f}"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+        }
+    }
+    Ok(Answer {
+        json: json!({"command": "reap", "ok": true, "stopped": true}),
+        lines: Vec::new(),
+        ok: true,
+    })
+}
+
+fn config(home: Home, what: ConfigCmd) -> Result<Answer, Failure> {
+    match what {
+        ConfigCmd::Set { key, value } => {
+            let _lock = home.lock(&home.profile_path())?;
+            let mut p = Profile::load(&home)?;
+            p.set(&key, &value)?;
+            p.save(&home)?;
+            let stored = p.values.get(&key).cloned().unwrap_or(Value::Null);
+            Ok(Answer::ok(
+                json!({"command": "config set", "ok": true, "key": key, "value": stored}),
+                vec![format!("{key} = {stored}")],
+            ))
+        }
+        ConfigCmd::Unset { key } => {
+            let _lock = home.lock(&home.profile_path())?;
+            let mut p = Profile::load(&home)?;
+            let was = p.unset(&key);
+            p.save(&home)?;
+            Ok(Answer::ok(
+                json!({"command": "config unset", "ok": true, "key": key, "was_set": was}),
+                vec![if was { format!("{key} removed") } else { format!("{key} was not set") }],
+            ))
+        }
+        ConfigCmd::Show => {
+            let p = Profile::load(&home)?;
+            let lines = p.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            Ok(Answer::ok(json!({"command": "config show", "ok": true, "profile": p}), lines))
+        }
+        ConfigCmd::Keys => Ok(Answer::ok(
+            json!({"command": "config keys", "ok": true, "keys": KEYS.iter().map(|(k, w)| json!({"key": k, "holds": w})).collect::<Vec<_>>()}),
+            KEYS.iter().map(|(k, w)| format!("{k}: {w}")).collect(),
+        )),
+    }
+}
+
+fn registry(home: Home, what: RegistryCmd) -> Result<Answer, Failure> {
+    match what {
+        RegistryCmd::Set { path, value } => {
+            let v: Value = serde_json::from_str(&value).unwrap_or(Value::String(value.clone()));
+            let _lock = home.lock(&home.registry_path())?;
+            let r = Registry::load(&home)?;
+            let next = r.with_set(&path, v.clone())?;
+            next.save(&home)?;
+            Ok(Answer::ok(
+                json!({"command": "registry set", "ok": true, "path": path, "value": v}),
+                vec![format!("{path} = {v}")],
+            ))
+        }
+        RegistryCmd::Show => {
+            let r = Registry::load(&home)?;
+            let text = serde_json::to_string_pretty(&r).unwrap_or_default();
+            Ok(Answer::ok(
+                json!({"command": "registry show", "ok": true, "registry": r}),
+                text.lines().map(str::to_string).collect(),
+            ))
+        }
+    }
+}
+
+fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
+    match what {
+        FakeCmd::Host {
+            name,
+            egress,
+            answers,
+            first_boot,
+            toolchain,
+            runs,
+            procs,
+        } => {
+            let fleet = FakeFleet::persistent(home.fake_fleet_path());
+            let first_boot = match first_boot.as_deref() {
+                None => None,
+                Some("done") => Some(FirstBoot::Done),
+                Some("error") => Some(FirstBoot::Error),
+                Some("degraded") => Some(FirstBoot::Degraded),
+                Some(other) => {
+                    return Err(Failure::new(format!("--first-boot {other:?}: done, error or degraded")).with_code("invalid"))
+                }
+            };
+            if let Some(e) = &egress {
+                if e.parse::<std::net::IpAddr>().is_err() {
+                    return Err(Failure::new(format!("--egress {e:?}: an IP address")).with_code("invalid"));
+                }
+            }
+            let now = fleet.now();
+            fleet.update(&name, |h| {
+                if let Some(e) = egress {
+                    h.egress = Some(e);
+                }
+                if let Some(a) = answers {
+                    h.answers = a;
+                }
+                if let Some(f) = first_boot {
+                    h.first_boot = f;
+                }
+                if let Some(t) = toolchain {
+                    h.toolchain = t;
+                }
+                if let Some(r) = runs {
+                    h.runs = r;
+                    h.run_area_changed = Some(now);
+                }
+                if let Some(p) = procs {
+                    h.procs = p;
+                }
+            })?;
+            let h = fleet.host(&name);
+            Ok(Answer::ok(
+                json!({"command": "fake host", "ok": true, "name": name, "host": h}),
+                vec![format!(
+                    "{name}: answers {}, egress {}, first boot {:?}, toolchain {}, {} run(s), {} process(es), run area changed {}",
+                    h.answers,
+                    h.egress.clone().unwrap_or_else(|| FakeFleet::default_egress(&name)),
+                    h.first_boot,
+                    h.toolchain,
+                    h.runs,
+                    h.procs,
+                    h.run_area_changed.map(|t| t.to_rfc3339()).unwrap_or_else(|| "never".into())
+                )],
+            ))
+        }
+        FakeCmd::Advance { minutes } => {
+            let fleet = FakeFleet::persistent(home.fake_fleet_path());
+            fleet.advance(Duration::from_secs(minutes * 60))?;
+            Ok(Answer::ok(
+                json!({"command": "fake advance", "ok": true, "now": fleet.now()}),
+                vec![format!("the simulated hosts' clock reads {}", fleet.now().to_rfc3339())],
+            ))
+        }
+        FakeCmd::Cloud {
+            credit,
+            subnet_rule,
+            operator_delete,
+            operator_stop,
+        } => {
+            let cloud = orca::memory::MemoryCloud::persistent(home.fake_cloud_path())
+                .map_err(|e| Failure::new(e.to_string()))?;
+            if let Some(c) = credit {
+                cloud.set_credit(c, "USD");
+            }
+            for r in &subnet_rule {
+                let parts: Vec<&str> = r.split(':').collect();
+                let [loc, name, prio] = parts[..] else {
+                    return Err(Failure::new(format!("--subnet-rule {r:?}: LOCATION:NAME:PRIORITY")).with_code("invalid"));
+                };
+                let prio: u32 = prio
+                    .parse()
+                    .map_err(|_| Failure::new(format!("--subnet-rule {r:?}: the priority is a number")).with_code("invalid"))?;
+                cloud.put_subnet_rule(loc, name, prio, true);
+            }
+            if let Some(id) = &operator_delete {
+                if !cloud.operator_delete(id) {
+                    return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
+                }
+            }
+            if let Some(id) = &operator_stop {
+                if !cloud.operator_stop(id) {
+                    return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
+                }
+            }
+            let machines = cloud.all_machines();
+            let groups = cloud.admission_groups();
+            let subnets: Value = orca::memory::LOCATIONS
+                .iter()
+                .map(|l| (l.to_string(), to_json(&cloud.subnet_group(l))))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+            let mut lines: Vec<String> = machines
+                .iter()
+                .map(|m| format!("VM {} {} {} {} {} {}", m.id, m.name, m.status, m.location, m.machine_type, m.address))
+                .collect();
+            lines.push(format!("admission groups: {}", if groups.is_empty() { "none".into() } else { groups.join(", ") }));
+            for l in orca::memory::LOCATIONS {
+                let g = cloud.subnet_group(l);
+                for r in g.rules.iter().filter(|r| r.inbound) {
+                    lines.push(format!("subnet {l}: rule {} at priority {} admitting {}", r.name, r.priority, r.sources.join(", ")));
+                }
+            }
+            Ok(Answer::ok(
+                json!({"command": "fake cloud", "ok": true, "machines": machines, "admission_groups": groups, "subnets": subnets}),
+                lines,
+            ))
+        }
+    }
+}

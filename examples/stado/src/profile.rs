@@ -1,0 +1,399 @@
+//! The profile: which providers are enabled, the compute bindings, the operator's credit floor
+//! ruling, the product site's address and the owner name, as `key: value` pairs that
+//! `stado config set KEY VALUE` declares.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::Failure;
+use crate::home::{read_json, write_json, Home};
+
+/// The compute bindings a cloud host on Azure is addressed with, in the order they are reported.
+pub const AZURE_BINDINGS: [&str; 6] = [
+    "azure.subscription_id",
+    "azure.resource_group",
+    "azure.vnet",
+    "azure.subnet",
+    "azure.image_urn",
+    "azure.vm_username",
+];
+
+/// The environment variable that names the enabled providers for one invocation.
+pub const PROVIDERS_ENV: &str = "WC_PROVIDERS";
+/// The environment variable that names the disabled providers for one invocation.
+pub const DISABLED_ENV: &str = "WC_DISABLED_PROVIDERS";
+
+/// Every key `stado config set` knows, with what it holds.
+pub const KEYS: &[(&str, &str)] = &[
+    (
+        "providers",
+        "the enabled providers, comma separated (azure, fake)",
+    ),
+    (
+        "providers_disabled",
+        "providers disabled even when listed in providers",
+    ),
+    ("azure.subscription_id", "the Azure subscription id"),
+    (
+        "azure.resource_group",
+        "the resource group cloud hosts are made in",
+    ),
+    (
+        "azure.vnet",
+        "the virtual network's base name: a location's network is <vnet>-<location>",
+    ),
+    ("azure.subnet", "the subnet of that network"),
+    (
+        "azure.image_urn",
+        "the image, publisher:offer:sku:version (Canonical:ubuntu-24_04-lts:server:latest)",
+    ),
+    ("azure.vm_username", "the account stado logs in as"),
+    (
+        "azure.locations",
+        "every location the deployment uses, comma separated: a size is priced at the highest hour of any",
+    ),
+    (
+        "azure.credit_floor.amount",
+        "the operator's credit floor: the balance left after one hour of every host must stay above it",
+    ),
+    (
+        "azure.credit_floor.currency",
+        "its currency (ISO 4217, USD)",
+    ),
+    ("azure.credit_floor.ruling", "the id of the operator's ruling"),
+    ("azure.credit_floor.words", "the operator's words in that ruling"),
+    (
+        "azure.endpoint",
+        "the Resource Manager endpoint (default https://management.azure.com)",
+    ),
+    (
+        "azure.prices_endpoint",
+        "the Retail Prices endpoint (default https://prices.azure.com)",
+    ),
+    (
+        "api.url",
+        "the product site: <api.url>/api/egress answers the address a request came from",
+    ),
+    (
+        "owner",
+        "the owner label of stado's machines (default stado)",
+    ),
+];
+
+/// The operator's ruling on the Azure credit floor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FloorRuling {
+    /// The floor.
+    pub amount: f64,
+    /// Its currency.
+    pub currency: String,
+    /// The ruling's id.
+    pub ruling: String,
+    /// The operator's words.
+    pub words: String,
+}
+
+/// The profile, as its file holds it: one flat object of keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    /// Every key set.
+    #[serde(flatten)]
+    pub values: BTreeMap<String, Value>,
+}
+
+/// The provider selection of one invocation: the profile's lists, or the environment's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    /// `WC_PROVIDERS`, when set.
+    pub providers: Option<String>,
+    /// `WC_DISABLED_PROVIDERS`, when set.
+    pub disabled: Option<String>,
+}
+
+impl Selection {
+    /// The selection this process's environment makes.
+    pub fn from_env() -> Selection {
+        Selection {
+            providers: std::env::var(PROVIDERS_ENV).ok(),
+            disabled: std::env::var(DISABLED_ENV).ok(),
+        }
+    }
+}
+
+fn split_list(s: &str) -> Vec<String> {
+    s.split([',', ' '])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+impl Profile {
+    /// The profile in `home` (empty when there is none yet).
+    pub fn load(home: &Home) -> Result<Profile, Failure> {
+        read_json(&home.profile_path())
+    }
+
+    /// Writes the profile back, atomically.
+    pub fn save(&self, home: &Home) -> Result<(), Failure> {
+        write_json(&home.profile_path(), self)
+    }
+
+    /// The text value of `key`, `None` when absent or empty.
+    pub fn get(&self, key: &str) -> Option<String> {
+        match self.values.get(key)? {
+            Value::String(s) if s.trim().is_empty() => None,
+            Value::String(s) => Some(s.trim().to_string()),
+            Value::Null => None,
+            Value::Array(a) => Some(
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+            other => Some(other.to_string()),
+        }
+    }
+
+    /// The list value of `key` (a JSON array, or a comma separated text).
+    pub fn list(&self, key: &str) -> Vec<String> {
+        match self.values.get(key) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str())
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            Some(Value::String(s)) => split_list(s),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Sets `key` from the text `value`, checking both: an unknown key names the known ones.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), Failure> {
+        if !KEYS.iter().any(|(k, _)| *k == key) {
+            return Err(Failure::new(format!(
+                "{key:?} is not a profile key; the keys are {}",
+                KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+            ))
+            .with_code("invalid"));
+        }
+        let bad = |rule: &str| Failure::new(format!("{key}: {rule}, got {value:?}")).with_code("invalid");
+        let v = value.trim();
+        let stored = match key {
+            "providers" | "providers_disabled" | "azure.locations" => {
+                let items: Vec<String> = if v.starts_with('[') {
+                    serde_json::from_str::<Vec<String>>(v)
+                        .map_err(|_| bad("a list: comma separated, or a JSON array of texts"))?
+                } else {
+                    split_list(v)
+                };
+                for i in &items {
+                    if !i.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+                        return Err(bad("names of a-z, 0-9 and '-'"));
+                    }
+                }
+                Value::Array(items.into_iter().map(Value::String).collect())
+            }
+            "azure.credit_floor.amount" => {
+                let n: f64 = v.parse().map_err(|_| bad("a number"))?;
+                if !n.is_finite() || n < 0.0 {
+                    return Err(bad("a number not below 0"));
+                }
+                serde_json::json!(n)
+            }
+            "azure.credit_floor.currency" => {
+                if !(v.len() == 3 && v.bytes().all(|b| b.is_ascii_uppercase())) {
+                    return Err(bad("an ISO 4217 code like USD"));
+                }
+                Value::String(v.to_string())
+            }
+            "azure.vm_username" => {
+                let ok = !v.is_empty()
+                    && v.len() <= 32
+                    && v.as_bytes()[0].is_ascii_lowercase()
+                    && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+                    && v != "root"
+                    && v != "admin";
+                if !ok {
+                    return Err(bad("a Linux account name (a-z first, then a-z, 0-9, '_', '-'; not root or admin)"));
+                }
+                Value::String(v.to_string())
+            }
+            "azure.image_urn" => {
+                let parts: Vec<&str> = v.split(':').collect();
+                if parts.len() != 4 || parts.iter().any(|p| p.is_empty()) {
+                    return Err(bad("publisher:offer:sku:version"));
+                }
+                Value::String(v.to_string())
+            }
+            "api.url" | "azure.endpoint" | "azure.prices_endpoint" => {
+                let ok = (v.starts_with("https://") || v.starts_with("http://127.0.0.1") || v.starts_with("http://localhost"))
+                    && !v.contains(char::is_whitespace)
+                    && !v.contains(['\'', '"', '`', '$', ';', '\\']);
+                if !ok {
+                    return Err(bad("an https:// address (http:// only on 127.0.0.1)"));
+                }
+                Value::String(v.trim_end_matches('/').to_string())
+            }
+            "owner" => {
+                orca::validate_owner(v).map_err(|e| bad(&e.to_string()))?;
+                Value::String(v.to_string())
+            }
+            _ => {
+                if v.is_empty() || v.contains(char::is_control) {
+                    return Err(bad("a value on one line"));
+                }
+                Value::String(v.to_string())
+            }
+        };
+        self.values.insert(key.to_string(), stored);
+        Ok(())
+    }
+
+    /// Removes `key`; false when it was not set.
+    pub fn unset(&mut self, key: &str) -> bool {
+        self.values.remove(key).is_some()
+    }
+
+    /// The enabled providers of this invocation and the disabled ones.
+    pub fn providers(&self, sel: &Selection) -> (Vec<String>, Vec<String>) {
+        let enabled = match &sel.providers {
+            Some(s) => split_list(s),
+            None => self.list("providers"),
+        };
+        let disabled = match &sel.disabled {
+            Some(s) => split_list(s),
+            None => self.list("providers_disabled"),
+        };
+        (enabled, disabled)
+    }
+
+    /// Refuses `kind` unless it is enabled (in providers, not in providers_disabled).
+    pub fn check_enabled(&self, kind: &str, sel: &Selection) -> Result<(), Failure> {
+        let (enabled, disabled) = self.providers(sel);
+        if enabled.iter().any(|p| p == kind) && !disabled.iter().any(|p| p == kind) {
+            return Ok(());
+        }
+        let show = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+        let whence = if sel.providers.is_some() || sel.disabled.is_some() {
+            format!(" as {PROVIDERS_ENV} / {DISABLED_ENV} select them for this invocation")
+        } else {
+            String::new()
+        };
+        Err(Failure::refused(format!(
+            "the provider {kind} is not enabled in this profile (providers: {}; providers_disabled: {}){whence}; stado config set providers {kind} enables it",
+            show(&enabled),
+            show(&disabled),
+        )))
+    }
+
+    /// Refuses when a compute binding is missing, naming every missing key.
+    pub fn check_bindings(&self) -> Result<(), Failure> {
+        let missing: Vec<&str> = AZURE_BINDINGS
+            .iter()
+            .copied()
+            .filter(|k| self.get(k).is_none())
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(Failure::refused(format!(
+            "a cloud host on Azure is addressed with bindings this deployment does not declare: {}; stado config set declares each.",
+            missing.join(", ")
+        )))
+    }
+
+    /// The operator's floor ruling, or a refusal naming what is missing.
+    pub fn floor(&self) -> Result<FloorRuling, Failure> {
+        let keys = [
+            "azure.credit_floor.amount",
+            "azure.credit_floor.currency",
+            "azure.credit_floor.ruling",
+            "azure.credit_floor.words",
+        ];
+        let missing: Vec<&str> = keys.iter().copied().filter(|k| self.get(k).is_none()).collect();
+        if !missing.is_empty() {
+            return Err(Failure::refused(format!(
+                "the Azure credit gate has no floor ruling from the operator: the profile does not declare {}; stado config set declares each",
+                missing.join(", ")
+            )));
+        }
+        let amount = self.values.get(keys[0]).and_then(Value::as_f64).ok_or_else(|| {
+            Failure::refused("azure.credit_floor.amount is not a number; stado config set declares it")
+        })?;
+        Ok(FloorRuling {
+            amount,
+            currency: self.get(keys[1]).unwrap_or_default(),
+            ruling: self.get(keys[2]).unwrap_or_default(),
+            words: self.get(keys[3]).unwrap_or_default(),
+        })
+    }
+
+    /// The locations a size is priced in: `azure.locations` and `location`.
+    pub fn price_locations(&self, location: &str) -> Vec<String> {
+        let mut v = self.list("azure.locations");
+        if !v.iter().any(|l| l == location) {
+            v.push(location.to_string());
+        }
+        v
+    }
+
+    /// The owner label of stado's machines.
+    pub fn owner(&self) -> String {
+        self.get("owner").unwrap_or_else(|| "stado".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_missing_binding_is_named_in_the_seeds_words() {
+        let mut p = Profile::default();
+        p.set("azure.subscription_id", "sub").unwrap();
+        p.set("azure.vnet", "net").unwrap();
+        let e = p.check_bindings().unwrap_err();
+        assert_eq!(
+            e.message(),
+            "a cloud host on Azure is addressed with bindings this deployment does not declare: azure.resource_group, azure.subnet, azure.image_urn, azure.vm_username; stado config set declares each."
+        );
+    }
+
+    #[test]
+    fn the_environment_selects_providers_for_one_invocation() {
+        let mut p = Profile::default();
+        p.set("providers", "azure,fake").unwrap();
+        assert!(p.check_enabled("azure", &Selection::default()).is_ok());
+        let off = Selection {
+            providers: None,
+            disabled: Some("azure".into()),
+        };
+        let e = p.check_enabled("azure", &off).unwrap_err();
+        assert!(e.message().contains("providers_disabled: azure"), "{e}");
+        let only_fake = Selection {
+            providers: Some("fake".into()),
+            disabled: None,
+        };
+        assert!(p.check_enabled("azure", &only_fake).is_err());
+        assert!(p.check_enabled("fake", &only_fake).is_ok());
+        p.set("providers_disabled", "azure").unwrap();
+        assert!(p.check_enabled("azure", &Selection::default()).is_err());
+    }
+
+    #[test]
+    fn values_are_checked() {
+        let mut p = Profile::default();
+        assert!(p.set("azure.vnett", "x").unwrap_err().message().contains("not a profile key"));
+        assert!(p.set("azure.credit_floor.amount", "lots").is_err());
+        assert!(p.set("azure.credit_floor.currency", "usd").is_err());
+        assert!(p.set("azure.vm_username", "root").is_err());
+        assert!(p.set("azure.image_urn", "Canonical:ubuntu").is_err());
+        assert!(p.set("api.url", "http://example.com").is_err());
+        p.set("api.url", "https://stado.example/").unwrap();
+        assert_eq!(p.get("api.url").unwrap(), "https://stado.example");
+    }
+}
