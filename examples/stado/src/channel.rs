@@ -90,7 +90,12 @@ impl Output {
 #[async_trait]
 pub trait HostChannel: Send + Sync + std::fmt::Debug {
     /// Runs `command` (a POSIX shell line) on `host`, giving up after `timeout`.
-    async fn run(&self, host: &Endpoint, command: &str, timeout: Duration) -> Result<Output, String>;
+    async fn run(
+        &self,
+        host: &Endpoint,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<Output, String>;
 }
 
 /// The commands stado sends.
@@ -144,10 +149,12 @@ impl OpenSsh {
 
     /// The arguments for `command` on `host`; refuses a host with no pinned key.
     pub fn args(&self, host: &Endpoint, command: &str) -> Result<Vec<String>, String> {
-        let pinned = host
-            .known_hosts
-            .as_ref()
-            .ok_or_else(|| format!("no host key is pinned for {}; stado connects only to pinned hosts", host.name))?;
+        let pinned = host.known_hosts.as_ref().ok_or_else(|| {
+            format!(
+                "no host key is pinned for {}; stado connects only to pinned hosts",
+                host.name
+            )
+        })?;
         if !pinned.is_file() {
             return Err(format!(
                 "the pinned host key of {} ({}) is missing; stado connects only to pinned hosts",
@@ -169,7 +176,10 @@ impl OpenSsh {
         o("UpdateHostKeys", "no");
         o("PasswordAuthentication", "no");
         o("KbdInteractiveAuthentication", "no");
-        o("ConnectTimeout", &self.connect_timeout.as_secs().max(1).to_string());
+        o(
+            "ConnectTimeout",
+            &self.connect_timeout.as_secs().max(1).to_string(),
+        );
         o("LogLevel", "ERROR");
         if let Some(key) = &host.identity {
             o("IdentitiesOnly", "yes");
@@ -195,7 +205,12 @@ fn path_text(p: &Path) -> String {
 
 #[async_trait]
 impl HostChannel for OpenSsh {
-    async fn run(&self, host: &Endpoint, command: &str, timeout: Duration) -> Result<Output, String> {
+    async fn run(
+        &self,
+        host: &Endpoint,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<Output, String> {
         let args = self.args(host, command)?;
         let mut cmd = tokio::process::Command::new(&self.program);
         cmd.args(&args)
@@ -405,7 +420,9 @@ impl FakeFleet {
     /// The address the product site sees host `name` at when none was set: one of TEST-NET-3
     /// (203.0.113.0/24, RFC 5737), from the name.
     pub fn default_egress(name: &str) -> String {
-        let h = name.bytes().fold(17u32, |a, b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
+        let h = name
+            .bytes()
+            .fold(17u32, |a, b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
         format!("203.0.113.{}", h % 250 + 1)
     }
 
@@ -416,7 +433,10 @@ impl FakeFleet {
             stderr: format!("{err}\n"),
         };
         if command.starts_with("curl ") && command.ends_with("/api/egress'") {
-            let addr = h.egress.clone().unwrap_or_else(|| Self::default_egress(name));
+            let addr = h
+                .egress
+                .clone()
+                .unwrap_or_else(|| Self::default_egress(name));
             return Output::ok(format!("{addr}\n"));
         }
         match command {
@@ -434,7 +454,9 @@ impl FakeFleet {
                     stderr: String::new(),
                 },
             },
-            commands::RUSTC_VERSION if h.toolchain => Output::ok("rustc 1.95.0 (59807616e 2026-04-14)\n"),
+            commands::RUSTC_VERSION if h.toolchain => {
+                Output::ok("rustc 1.95.0 (59807616e 2026-04-14)\n")
+            }
             commands::NODE_VERSION if h.toolchain => Output::ok("v18.19.1\n"),
             commands::NPM_VERSION if h.toolchain => Output::ok("9.2.0\n"),
             commands::RUSTC_VERSION => fail(127, "sh: 1: /home/stado/.cargo/bin/rustc: not found"),
@@ -452,19 +474,39 @@ impl FakeFleet {
                     now.timestamp()
                 ))
             }
-            other => fail(127, &format!("sh: 1: {}: not found", other.split_whitespace().next().unwrap_or(""))),
+            other => fail(
+                127,
+                &format!(
+                    "sh: 1: {}: not found",
+                    other.split_whitespace().next().unwrap_or("")
+                ),
+            ),
         }
     }
 }
 
 #[async_trait]
 impl HostChannel for FakeFleet {
-    async fn run(&self, host: &Endpoint, command: &str, _timeout: Duration) -> Result<Output, String> {
-        let unreachable = || format!("ssh: connect to host {} port {}: Connection timed out", host.address, host.port);
+    async fn run(
+        &self,
+        host: &Endpoint,
+        command: &str,
+        _timeout: Duration,
+    ) -> Result<Output, String> {
+        let unreachable = || {
+            format!(
+                "ssh: connect to host {} port {}: Connection timed out",
+                host.address, host.port
+            )
+        };
         // A cloud host lives while its machine runs, and accepts the keys it was made with.
         let mut accepted: Option<Vec<String>> = None;
         if let Some(cloud) = &self.cloud {
-            if let Some(m) = cloud.all_machines().into_iter().find(|m| m.address == host.address) {
+            if let Some(m) = cloud
+                .all_machines()
+                .into_iter()
+                .find(|m| m.address == host.address)
+            {
                 if m.status != orca::Status::Running {
                     return Err(unreachable());
                 }
@@ -494,22 +536,36 @@ impl HostChannel for FakeFleet {
                     let matches = pinned.lines().any(|l| {
                         let mut parts = l.split_whitespace();
                         parts.next() == Some(host.name.as_str())
-                            && parts.next().zip(parts.next()).map(|(a, b)| format!("{a} {b}")).as_deref()
+                            && parts
+                                .next()
+                                .zip(parts.next())
+                                .map(|(a, b)| format!("{a} {b}"))
+                                .as_deref()
                                 == Some(key.as_str())
                     });
                     if !matches {
                         return Err("Host key verification failed.".into());
                     }
                 }
-                let authorized = accepted.clone().unwrap_or_else(|| h.authorized_keys.clone());
+                let authorized = accepted
+                    .clone()
+                    .unwrap_or_else(|| h.authorized_keys.clone());
                 if !authorized.is_empty() {
-                    let offered = host.identity.as_deref().and_then(crate::keys::public_line_of);
-                    let key_of = |l: &str| l.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+                    let offered = host
+                        .identity
+                        .as_deref()
+                        .and_then(crate::keys::public_line_of);
+                    let key_of =
+                        |l: &str| l.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
                     let ok = offered
                         .as_deref()
                         .is_some_and(|o| authorized.iter().any(|a| key_of(a) == key_of(o)));
                     if !ok {
-                        return Err(format!("{}@{}: Permission denied (publickey).", host.user.as_deref().unwrap_or("stado"), host.address));
+                        return Err(format!(
+                            "{}@{}: Permission denied (publickey).",
+                            host.user.as_deref().unwrap_or("stado"),
+                            host.address
+                        ));
                     }
                 }
                 h.commands += 1;
@@ -580,12 +636,29 @@ mod tests {
             known_hosts: Some(pinned),
         };
         let ssh = OpenSsh::with_program(&fake);
-        let out = ssh.run(&host, "echo hi", Duration::from_secs(10)).await.unwrap();
+        let out = ssh
+            .run(&host, "echo hi", Duration::from_secs(10))
+            .await
+            .unwrap();
         assert_eq!(out.status, 0);
-        assert!(out.stdout.contains("StrictHostKeyChecking=yes"), "{}", out.stdout);
-        assert!(out.stdout.contains("-p 2222 -- 198.51.100.7 echo hi"), "{}", out.stdout);
-        assert!(!out.stdout.contains("IdentitiesOnly"), "no fleet key: ssh's own");
-        let e = ssh.run(&host, "fail", Duration::from_secs(10)).await.unwrap_err();
+        assert!(
+            out.stdout.contains("StrictHostKeyChecking=yes"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stdout.contains("-p 2222 -- 198.51.100.7 echo hi"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            !out.stdout.contains("IdentitiesOnly"),
+            "no fleet key: ssh's own"
+        );
+        let e = ssh
+            .run(&host, "fail", Duration::from_secs(10))
+            .await
+            .unwrap_err();
         assert_eq!(e, "Host key verification failed.");
     }
 
@@ -596,7 +669,9 @@ mod tests {
         let home = crate::home::Home::open(dir.path()).unwrap();
         let key = crate::keys::generate_fleet_key(&home, "h1").unwrap();
         let host_key = crate::keys::KeyPair::generate("host").unwrap();
-        fleet.boot("h1", &host_key.public_key_only(), &key.public_line).unwrap();
+        fleet
+            .boot("h1", &host_key.public_key_only(), &key.public_line)
+            .unwrap();
         let mut ep = Endpoint {
             name: "h1".into(),
             address: "198.51.100.9".into(),
@@ -606,11 +681,21 @@ mod tests {
             known_hosts: Some(home.pinned_host_key("h1")),
         };
         let t = Duration::from_secs(5);
-        assert_eq!(fleet.run(&ep, commands::ENROL, t).await.unwrap_err(), "Host key verification failed.");
+        assert_eq!(
+            fleet.run(&ep, commands::ENROL, t).await.unwrap_err(),
+            "Host key verification failed."
+        );
         crate::keys::pin_host_key(&home, "h1", &host_key.public_key_only()).unwrap();
-        assert_eq!(fleet.run(&ep, commands::ENROL, t).await.unwrap().stdout, "h1\n");
+        assert_eq!(
+            fleet.run(&ep, commands::ENROL, t).await.unwrap().stdout,
+            "h1\n"
+        );
         let other = crate::keys::generate_fleet_key(&home, "h2").unwrap();
         ep.identity = Some(other.private);
-        assert!(fleet.run(&ep, commands::ENROL, t).await.unwrap_err().contains("Permission denied (publickey)"));
+        assert!(fleet
+            .run(&ep, commands::ENROL, t)
+            .await
+            .unwrap_err()
+            .contains("Permission denied (publickey)"));
     }
 }

@@ -94,7 +94,7 @@ impl std::fmt::Debug for Stado {
 }
 
 /// The Azure settings keys (orca's Azure driver) each profile binding maps onto.
-pub const AZURE_SETTINGS: [(&str, &str); 8] = [
+pub const AZURE_SETTINGS: [(&str, &str); 10] = [
     ("azure.subscription_id", "ORCA_AZURE_SUBSCRIPTION_ID"),
     ("azure.resource_group", "ORCA_AZURE_RESOURCE_GROUP"),
     ("azure.vnet", "ORCA_AZURE_VNET"),
@@ -103,12 +103,15 @@ pub const AZURE_SETTINGS: [(&str, &str); 8] = [
     ("azure.vm_username", "ORCA_AZURE_ADMIN_USER"),
     ("azure.endpoint", "ORCA_AZURE_ENDPOINT"),
     ("azure.prices_endpoint", "ORCA_AZURE_PRICES_ENDPOINT"),
+    ("azure.billing_account", "ORCA_AZURE_BILLING_ACCOUNT"),
+    ("azure.billing_profile", "ORCA_AZURE_BILLING_PROFILE"),
 ];
 
 /// The credential settings the Azure driver reads, taken from this process's environment (never
 /// from the profile: they are secrets or point at them).
-pub const AZURE_CREDENTIAL_ENV: [&str; 7] = [
+pub const AZURE_CREDENTIAL_ENV: [&str; 8] = [
     "ORCA_AZURE_CREDENTIAL",
+    "AZURE_FEDERATED_TOKEN_FILE",
     "ORCA_AZURE_ACCESS_TOKEN",
     "AZURE_TENANT_ID",
     "AZURE_CLIENT_ID",
@@ -146,7 +149,9 @@ impl Stado {
             "fake" => {
                 let cloud = orca::memory::MemoryCloud::persistent(home.fake_cloud_path())
                     .map_err(|e| Failure::new(e.to_string()))?;
-                let provider = cloud.provider(&owner).map_err(|e| Failure::new(e.to_string()))?;
+                let provider = cloud
+                    .provider(&owner)
+                    .map_err(|e| Failure::new(e.to_string()))?;
                 let fleet = FakeFleet::persistent(home.fake_fleet_path()).with_cloud(cloud);
                 Ok(Stado {
                     home,
@@ -163,7 +168,9 @@ impl Stado {
                 let settings = azure_settings(&profile, |k| std::env::var(k).ok());
                 let provider = orca::of_with("azure", &owner, &settings)
                     .await
-                    .map_err(|e| Failure::new(format!("the Azure provider could not be set up: {e}")))?;
+                    .map_err(|e| {
+                        Failure::new(format!("the Azure provider could not be set up: {e}"))
+                    })?;
                 Ok(Stado {
                     home,
                     kind: kind.into(),
@@ -183,7 +190,12 @@ impl Stado {
     }
 
     /// stado on an already made provider and channel (tests, embedders).
-    pub fn with(home: Home, kind: &str, provider: Arc<dyn Provider>, channel: Arc<dyn HostChannel>) -> Stado {
+    pub fn with(
+        home: Home,
+        kind: &str,
+        provider: Arc<dyn Provider>,
+        channel: Arc<dyn HostChannel>,
+    ) -> Stado {
         Stado {
             home,
             kind: kind.into(),
@@ -265,7 +277,12 @@ impl Stado {
         let command = commands::egress(&api);
         let answers = futures::future::join_all(endpoints.iter().map(|ep| {
             let command = command.clone();
-            async move { (ep.name.clone(), self.channel.run(ep, &command, self.timing.command).await) }
+            async move {
+                (
+                    ep.name.clone(),
+                    self.channel.run(ep, &command, self.timing.command).await,
+                )
+            }
         }))
         .await;
         let mut read = BTreeMap::new();
@@ -277,14 +294,22 @@ impl Stado {
                     let text = out.stdout.trim().to_string();
                     text.parse::<std::net::IpAddr>()
                         .map(|ip| ip.to_string())
-                        .map_err(|_| format!("it answered {:?}, not an address", truncate(&text, 60)))
+                        .map_err(|_| {
+                            format!("it answered {:?}, not an address", truncate(&text, 60))
+                        })
                 }
                 Ok(out) => Err(format!("curl exited {}: {}", out.status, out.last_words())),
                 Err(e) => Err(e),
             };
             match parsed {
                 Ok(address) => {
-                    read.insert(name, Egress { address, read_at: at });
+                    read.insert(
+                        name,
+                        Egress {
+                            address,
+                            read_at: at,
+                        },
+                    );
                 }
                 Err(cause) if failure.is_none() => {
                     failure = Some(Failure::new(format!(
@@ -330,13 +355,18 @@ impl Stado {
                 .map(|(t, c)| (t.name.clone(), c.vm_id.clone()))
                 .collect();
             let ids: Vec<String> = hosts.iter().map(|(_, id)| id.clone()).collect();
-            let a = adm.admit_ssh(GROUP, loc, sources, &ids).await.map_err(|e| match e {
-                Error::PermissionDenied { .. } => Failure::new(format!(
-                    "the application security group {GROUP}-{loc} was not made: {e}"
-                ))
-                .with_code("denied"),
-                other => Failure::new(format!("admitting the fleet's addresses on SSH in {loc} failed: {other}")),
-            })?;
+            let a = adm
+                .admit_ssh(GROUP, loc, sources, &ids)
+                .await
+                .map_err(|e| match e {
+                    Error::PermissionDenied { .. } => Failure::new(format!(
+                        "the application security group {GROUP}-{loc} was not made: {e}"
+                    ))
+                    .with_code("denied"),
+                    other => Failure::new(format!(
+                        "admitting the fleet's addresses on SSH in {loc} failed: {other}"
+                    )),
+                })?;
             let name_of = |id: &String| {
                 hosts
                     .iter()
@@ -372,7 +402,9 @@ impl Stado {
         match self.provider.machine(vm_id).await {
             Ok(None) => Ok(()),
             Ok(Some(m)) => Err(format!("VM {vm_id} (still {})", power_word(&m))),
-            Err(e) => Err(format!("VM {vm_id} (its absence could not be confirmed: {e})")),
+            Err(e) => Err(format!(
+                "VM {vm_id} (its absence could not be confirmed: {e})"
+            )),
         }
     }
 
@@ -435,7 +467,9 @@ impl AdmissionReport {
             self.group
         );
         match (&self.security_group, &self.rule, self.priority) {
-            (Some(g), Some(r), Some(p)) => s.push_str(&format!("; rule {r} at priority {p} on {g}")),
+            (Some(g), Some(r), Some(p)) => {
+                s.push_str(&format!("; rule {r} at priority {p} on {g}"))
+            }
             _ => s.push_str("; the subnet carries no security group of its own"),
         }
         if !self.readmitted.is_empty() {
@@ -452,7 +486,9 @@ impl AdmissionReport {
 pub fn power_word(m: &orca::Machine) -> String {
     match m.status {
         Status::Running => "running".into(),
-        Status::Stopped if m.cloud_status.to_ascii_lowercase().contains("stopped") => "stopped".into(),
+        Status::Stopped if m.cloud_status.to_ascii_lowercase().contains("stopped") => {
+            "stopped".into()
+        }
         Status::Stopped => "deallocated".into(),
         other => other.as_str().into(),
     }
@@ -506,12 +542,19 @@ mod tests {
         let mut p = Profile::default();
         p.set("azure.subscription_id", "sub-1").unwrap();
         p.set("azure.vm_username", "stado").unwrap();
-        p.set("azure.image_urn", "Canonical:ubuntu-24_04-lts:server:latest").unwrap();
+        p.set(
+            "azure.image_urn",
+            "Canonical:ubuntu-24_04-lts:server:latest",
+        )
+        .unwrap();
         let env = |k: &str| (k == "AZURE_CLIENT_SECRET").then(|| "hunter2".to_string());
         let s = azure_settings(&p, env);
         assert_eq!(s.get("ORCA_AZURE_SUBSCRIPTION_ID"), Some("sub-1"));
         assert_eq!(s.get("ORCA_AZURE_ADMIN_USER"), Some("stado"));
-        assert_eq!(s.get("ORCA_AZURE_IMAGE"), Some("Canonical:ubuntu-24_04-lts:server:latest"));
+        assert_eq!(
+            s.get("ORCA_AZURE_IMAGE"),
+            Some("Canonical:ubuntu-24_04-lts:server:latest")
+        );
         assert_eq!(s.get("AZURE_CLIENT_SECRET"), Some("hunter2"));
         assert!(!format!("{s:?}").contains("hunter2"));
     }

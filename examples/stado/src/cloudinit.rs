@@ -71,7 +71,11 @@ mod tests {
 
     #[test]
     fn the_toolchain_and_the_password_refusing_drop_in_are_there() {
-        let u = user_data("stado", "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----", "ssh-ed25519 AAAAhost");
+        let u = user_data(
+            "stado",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----",
+            "ssh-ed25519 AAAAhost",
+        );
         assert!(u.starts_with("#cloud-config\n"));
         for p in PACKAGES {
             assert!(u.contains(&format!("  - {p}\n")), "{p}");
@@ -80,7 +84,10 @@ mod tests {
         assert!(u.contains(SSHD_DROP_IN));
         assert!(u.contains("sudo, -u, stado, -H"));
         assert!(u.contains("rustup.rs"));
-        assert!(u.contains("    abc\n"), "the host key's lines are indented under ed25519_private");
+        assert!(
+            u.contains("    abc\n"),
+            "the host key's lines are indented under ed25519_private"
+        );
         assert!(u.contains("ed25519_public: ssh-ed25519 AAAAhost"));
         assert!(u.len() < 16 * 1024);
     }

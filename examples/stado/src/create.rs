@@ -157,7 +157,10 @@ impl From<&Failure> for ErrorReport {
 impl CreateReport {
     /// The lines a person reads, step by step.
     pub fn lines(&self) -> Vec<String> {
-        self.steps.iter().flat_map(|s| s.lines.iter().cloned()).collect()
+        self.steps
+            .iter()
+            .flat_map(|s| s.lines.iter().cloned())
+            .collect()
     }
 }
 
@@ -182,7 +185,8 @@ pub fn is_target_identifier(name: &str) -> bool {
 fn token_ok(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 80
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 struct Run<'a> {
@@ -204,7 +208,13 @@ impl Run<'_> {
     fn failed(&mut self, n: u8, name: &'static str, f: Failure) -> Failure {
         self.failed_after(n, name, Vec::new(), f)
     }
-    fn failed_after(&mut self, n: u8, name: &'static str, mut lines: Vec<String>, f: Failure) -> Failure {
+    fn failed_after(
+        &mut self,
+        n: u8,
+        name: &'static str,
+        mut lines: Vec<String>,
+        f: Failure,
+    ) -> Failure {
         lines.push(f.message().to_string());
         self.report.steps.push(StepReport {
             step: n,
@@ -239,7 +249,14 @@ impl Stado {
             versions: None,
             error: None,
         };
-        let result = self.create_steps(req, &mut Run { report: &mut report }).await;
+        let result = self
+            .create_steps(
+                req,
+                &mut Run {
+                    report: &mut report,
+                },
+            )
+            .await;
         match result {
             Ok(()) => report.ok = true,
             Err(f) => report.error = Some(ErrorReport::from(&f)),
@@ -250,10 +267,17 @@ impl Stado {
     async fn create_steps(&self, req: &CreateRequest, run: &mut Run<'_>) -> Result<(), Failure> {
         let profile = self.gated_profile()?;
         if !token_ok(&req.size) {
-            return Err(Failure::refused(format!("--size {:?} is not a size name", req.size)).with_code("invalid"));
+            return Err(
+                Failure::refused(format!("--size {:?} is not a size name", req.size))
+                    .with_code("invalid"),
+            );
         }
         if !token_ok(&req.location) {
-            return Err(Failure::refused(format!("--location {:?} is not a location name", req.location)).with_code("invalid"));
+            return Err(Failure::refused(format!(
+                "--location {:?} is not a location name",
+                req.location
+            ))
+            .with_code("invalid"));
         }
         if !(30..=4095).contains(&req.disk_gb) {
             return Err(Failure::refused(format!(
@@ -263,7 +287,9 @@ impl Stado {
             .with_code("invalid"));
         }
         if req.idle_minutes == 0 {
-            return Err(Failure::refused("--idle-minutes 0: at least one minute").with_code("invalid"));
+            return Err(
+                Failure::refused("--idle-minutes 0: at least one minute").with_code("invalid")
+            );
         }
         let _lock = self.lock_registry()?;
         let mut registry = Registry::load(&self.home)?;
@@ -277,18 +303,36 @@ impl Stado {
             ))));
         }
         if registry.target(&req.name).is_some() {
-            return Err(run.failed(1, "name", Failure::refused(format!("target '{}' is already registered", req.name))));
+            return Err(run.failed(
+                1,
+                "name",
+                Failure::refused(format!("target '{}' is already registered", req.name)),
+            ));
         }
-        run.done(1, "name", vec![format!("name: {} is a target identifier no target holds", req.name)]);
+        run.done(
+            1,
+            "name",
+            vec![format!(
+                "name: {} is a target identifier no target holds",
+                req.name
+            )],
+        );
 
         // 2. The price and the credit gate.
         run.begin(self, 2);
         let mut lines = Vec::new();
-        if let Err(f) = self.price_and_gate(&profile, &registry, req, run.report, &mut lines).await {
+        if let Err(f) = self
+            .price_and_gate(&profile, &registry, req, run.report, &mut lines)
+            .await
+        {
             return Err(run.failed_after(2, "price", lines, f));
         }
         run.done(2, "price", lines);
-        let price = run.report.price.clone().ok_or_else(|| Failure::new("no price"))?;
+        let price = run
+            .report
+            .price
+            .clone()
+            .ok_or_else(|| Failure::new("no price"))?;
 
         // 3. The fleet's addresses.
         run.begin(self, 3);
@@ -304,7 +348,11 @@ impl Stado {
                 .cloud_hosts
                 .egress
                 .iter()
-                .map(|(h, e)| format!("{h} {} (read {})", e.address, e.read_at.format("%Y-%m-%dT%H:%M:%SZ")))
+                .map(|(h, e)| format!(
+                    "{h} {} (read {})",
+                    e.address,
+                    e.read_at.format("%Y-%m-%dT%H:%M:%SZ")
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -338,17 +386,31 @@ impl Stado {
             public_key: fleet.public_line.clone(),
             fingerprint: fleet.fingerprint.clone(),
         });
-        run.done(5, "fleet_key", vec![format!(
-            "fleet key: {} (ed25519 {})",
-            fleet.private.display(),
-            fleet.fingerprint
-        )]);
+        run.done(
+            5,
+            "fleet_key",
+            vec![format!(
+                "fleet key: {} (ed25519 {})",
+                fleet.private.display(),
+                fleet.fingerprint
+            )],
+        );
 
         // 6. The host's resources.
         run.begin(self, 6);
         let user = profile.get("azure.vm_username").unwrap_or_default();
         let host_key = KeyPair::generate(&format!("stado-host-{}", req.name))?;
-        let machine = match self.make_vm(&profile, req, &user, &fleet.public_line, &host_key, &sources).await {
+        let machine = match self
+            .make_vm(
+                &profile,
+                req,
+                &user,
+                &fleet.public_line,
+                &host_key,
+                &sources,
+            )
+            .await
+        {
             Ok(m) => m,
             Err(f) => {
                 let _ = keys::remove_host_files(&self.home, &req.name);
@@ -384,23 +446,34 @@ impl Stado {
 
         // 7. Enrolment through the verified path: the host key stado minted and pinned, strictly.
         run.begin(self, 7);
-        let enrolled = self.enrol(&req.name, &target, &host_key, &fleet.public_line).await;
+        let enrolled = self
+            .enrol(&req.name, &target, &host_key, &fleet.public_line)
+            .await;
         let hostname = match enrolled {
             Ok(h) => h,
             Err(cause) => {
                 let f = self
-                    .undo_host(&mut registry, &target, &decl, format!("cloud host {} could not be enrolled: {cause}", req.name))
+                    .undo_host(
+                        &mut registry,
+                        &target,
+                        &decl,
+                        format!("cloud host {} could not be enrolled: {cause}", req.name),
+                    )
                     .await;
                 return Err(run.failed(7, "enrol", f));
             }
         };
-        run.done(7, "enrol", vec![format!(
-            "enrolled: {}@{} answers as {hostname}; its host key {} is pinned in {}",
-            user,
-            machine.address,
-            host_key.fingerprint(),
-            self.home.pinned_host_key(&req.name).display()
-        )]);
+        run.done(
+            7,
+            "enrol",
+            vec![format!(
+                "enrolled: {}@{} answers as {hostname}; its host key {} is pinned in {}",
+                user,
+                machine.address,
+                host_key.fingerprint(),
+                self.home.pinned_host_key(&req.name).display()
+            )],
+        );
 
         // 8. The record.
         run.begin(self, 8);
@@ -410,7 +483,12 @@ impl Stado {
         if let Err(e) = registry.save(&self.home) {
             registry.remove_target(&req.name);
             let f = self
-                .undo_host(&mut registry, &target, &decl, format!("cloud host {} could not be recorded: {e}", req.name))
+                .undo_host(
+                    &mut registry,
+                    &target,
+                    &decl,
+                    format!("cloud host {} could not be recorded: {e}", req.name),
+                )
                 .await;
             return Err(run.failed(8, "record", f));
         }
@@ -430,7 +508,10 @@ impl Stado {
         run.begin(self, 9);
         match self.first_boot(&req.name, &target).await {
             Ok(v) => {
-                let line = format!("first boot: cloud-init done; {}, node {}, npm {}", v.rustc, v.node, v.npm);
+                let line = format!(
+                    "first boot: cloud-init done; {}, node {}, npm {}",
+                    v.rustc, v.node, v.npm
+                );
                 run.report.versions = Some(v);
                 run.done(9, "first_boot", vec![line]);
                 Ok(())
@@ -461,7 +542,9 @@ impl Stado {
                 Ok(p) => {
                     quotes.insert(loc.clone(), p.hourly);
                 }
-                Err(e @ (Error::NotFound { .. } | Error::InvalidSpec { .. })) if loc != &req.location => {
+                Err(e @ (Error::NotFound { .. } | Error::InvalidSpec { .. }))
+                    if loc != &req.location =>
+                {
                     tracing::info!(location = %loc, error = %e, "the size has no price there");
                 }
                 Err(e) => {
@@ -518,10 +601,9 @@ impl Stado {
                 self.kind
             )));
         };
-        let balance = credit
-            .balance()
-            .await
-            .map_err(|e| Failure::new(format!("the {title} credit balance could not be read: {e}")))?;
+        let balance = credit.balance().await.map_err(|e| {
+            Failure::new(format!("the {title} credit balance could not be read: {e}"))
+        })?;
         if balance.currency != "USD" {
             return Err(Failure::refused(format!(
                 "the {title} credit balance is kept in {}, and stado prices hours in USD; the credit gate cannot compare them",
@@ -600,7 +682,11 @@ impl Stado {
         }
         let host_private = host_key.private_openssh()?;
         let mut spec = MachineSpec::new(&req.name, &req.size, &req.location, POOL)
-            .with_user_data(cloudinit::user_data(user, &host_private, &host_key.public_key_only()))
+            .with_user_data(cloudinit::user_data(
+                user,
+                &host_private,
+                &host_key.public_key_only(),
+            ))
             .with_ssh_key(fleet_public)
             .with_ssh_sources(sources.iter().cloned())
             .with_admission_group(GROUP)
@@ -662,7 +748,10 @@ impl Stado {
                 }
             }
         }
-        Err(Failure::new(format!("cloud host {} was not made", req.name)))
+        Err(Failure::new(format!(
+            "cloud host {} was not made",
+            req.name
+        )))
     }
 
     /// Deletes every VM named `name` in stado's pool (what a failed create may have left); how many.
@@ -681,26 +770,42 @@ impl Stado {
                 Err(e) => last = e.to_string(),
             }
         }
-        Err(format!("whatever VM named {name} it made (the pool could not be read: {last})"))
+        Err(format!(
+            "whatever VM named {name} it made (the pool could not be read: {last})"
+        ))
     }
 
     /// Step 7: pins the host key and connects with it and the fleet key until the host answers.
-    async fn enrol(&self, name: &str, target: &Target, host_key: &KeyPair, fleet_public: &str) -> Result<String, String> {
-        keys::pin_host_key(&self.home, name, &host_key.public_key_only()).map_err(|e| e.to_string())?;
+    async fn enrol(
+        &self,
+        name: &str,
+        target: &Target,
+        host_key: &KeyPair,
+        fleet_public: &str,
+    ) -> Result<String, String> {
+        keys::pin_host_key(&self.home, name, &host_key.public_key_only())
+            .map_err(|e| e.to_string())?;
         if let Some(sim) = &self.sim {
             // The simulated host's cloud-init installs the host key stado gave it.
-            sim.boot(name, &host_key.public_key_only(), fleet_public).map_err(|e| e.to_string())?;
+            sim.boot(name, &host_key.public_key_only(), fleet_public)
+                .map_err(|e| e.to_string())?;
         }
         let ep = Endpoint::of(target);
         let deadline = tokio::time::Instant::now() + self.timing.enrol;
         loop {
-            let last = match self.channel.run(&ep, commands::ENROL, self.timing.command).await {
+            let last = match self
+                .channel
+                .run(&ep, commands::ENROL, self.timing.command)
+                .await
+            {
                 Ok(out) if out.status == 0 => return Ok(out.stdout.trim().to_string()),
                 Ok(out) => format!("uname exited {}: {}", out.status, out.last_words()),
                 Err(e) => e,
             };
             // A changed host key is no passing failure: stop at once.
-            if last.contains("Host key verification failed") || tokio::time::Instant::now() >= deadline {
+            if last.contains("Host key verification failed")
+                || tokio::time::Instant::now() >= deadline
+            {
                 return Err(last);
             }
             tokio::time::sleep(self.timing.enrol_interval).await;
@@ -709,14 +814,22 @@ impl Stado {
 
     /// Removes a host that could not be enrolled or recorded. When its VM cannot be deleted, it stays
     /// declared, so that delete retries.
-    async fn undo_host(&self, registry: &mut Registry, target: &Target, decl: &CloudDecl, cause: String) -> Failure {
+    async fn undo_host(
+        &self,
+        registry: &mut Registry,
+        target: &Target,
+        decl: &CloudDecl,
+        cause: String,
+    ) -> Failure {
         match self.delete_vm(&decl.vm_id).await {
             Ok(()) => {
                 let _ = keys::remove_host_files(&self.home, &target.name);
                 if let Some(sim) = &self.sim {
                     let _ = sim.forget(&target.name);
                 }
-                Failure::new(format!("{cause}; it was deleted again, since nothing would return it"))
+                Failure::new(format!(
+                    "{cause}; it was deleted again, since nothing would return it"
+                ))
             }
             Err(left) => {
                 let mut t = target.clone();
@@ -727,7 +840,10 @@ impl Stado {
                     "{cause}; deleting it again failed, {} still holds: {left}; {}",
                     self.cloud_title(),
                     if kept {
-                        format!("it stays declared: stado cloud host delete {} retries", target.name)
+                        format!(
+                            "it stays declared: stado cloud host delete {} retries",
+                            target.name
+                        )
                     } else {
                         "and the registry could not record it either".to_string()
                     }
@@ -746,7 +862,11 @@ impl Stado {
             ))
             .with_code("first_boot")
         };
-        match self.channel.run(&ep, commands::CLOUD_INIT_WAIT, self.timing.cloud_init).await {
+        match self
+            .channel
+            .run(&ep, commands::CLOUD_INIT_WAIT, self.timing.cloud_init)
+            .await
+        {
             Ok(out) if out.status == 0 && out.stdout.contains("status: done") => {}
             Ok(out) => {
                 let status = out
@@ -757,7 +877,11 @@ impl Stado {
                     .unwrap_or_else(|| format!("exit {}", out.status));
                 return Err(unclean(format!("cloud-init status: {status}")));
             }
-            Err(e) => return Err(unclean(format!("cloud-init status --wait could not be asked: {e}"))),
+            Err(e) => {
+                return Err(unclean(format!(
+                    "cloud-init status --wait could not be asked: {e}"
+                )))
+            }
         }
         let mut answers = Vec::new();
         for (what, cmd) in [
@@ -766,7 +890,9 @@ impl Stado {
             ("npm --version", commands::NPM_VERSION),
         ] {
             match self.channel.run(&ep, cmd, self.timing.command).await {
-                Ok(out) if out.status == 0 && !out.stdout.trim().is_empty() => answers.push(out.stdout.trim().to_string()),
+                Ok(out) if out.status == 0 && !out.stdout.trim().is_empty() => {
+                    answers.push(out.stdout.trim().to_string())
+                }
                 Ok(out) => return Err(unclean(format!("{what} answered: {}", out.last_words()))),
                 Err(e) => return Err(unclean(format!("{what} could not be asked: {e}"))),
             }

@@ -31,20 +31,19 @@ impl Home {
 
     /// The home the flag, else `STADO_HOME`, else `~/.stado` names.
     pub fn resolve(flag: Option<PathBuf>) -> Result<Home, Failure> {
-        let root = match flag {
-            Some(p) => p,
-            None => match std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
-                Some(p) => PathBuf::from(p),
-                None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-                    Some(h) => PathBuf::from(h).join(".stado"),
-                    None => {
-                        return Err(Failure::new(
+        let root =
+            match flag {
+                Some(p) => p,
+                None => match std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+                    Some(p) => PathBuf::from(p),
+                    None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+                        Some(h) => PathBuf::from(h).join(".stado"),
+                        None => return Err(Failure::new(
                             "no stado home: give --home or set STADO_HOME (HOME is not set either)",
-                        ))
-                    }
+                        )),
+                    },
                 },
-            },
-        };
+            };
         Home::open(root)
     }
 
@@ -180,7 +179,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Failure>
     let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
     tmp_name.push(format!(".tmp-{}", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
-    let io = |what: &str, e: std::io::Error| Failure::new(format!("{}: {what}: {e}", path.display()));
+    let io =
+        |what: &str, e: std::io::Error| Failure::new(format!("{}: {what}: {e}", path.display()));
     let mut o = OpenOptions::new();
     o.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -243,7 +243,10 @@ mod tests {
         let first = home.lock(&home.registry_path()).unwrap();
         let e = home.lock(&home.registry_path()).unwrap_err();
         assert_eq!(e.code(), "busy");
-        assert!(e.to_string().contains("being written by another stado"), "{e}");
+        assert!(
+            e.to_string().contains("being written by another stado"),
+            "{e}"
+        );
         drop(first);
         assert!(home.lock(&home.registry_path()).is_ok());
     }

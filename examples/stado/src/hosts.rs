@@ -135,7 +135,9 @@ impl Stado {
         let registry = Registry::load(&self.home)?;
         let declared = registry.cloud_hosts(&self.kind);
         let reads = futures::future::join_all(
-            declared.iter().map(|(_, c)| self.provider.machine(&c.vm_id)),
+            declared
+                .iter()
+                .map(|(_, c)| self.provider.machine(&c.vm_id)),
         )
         .await;
         let mut hosts = Vec::new();

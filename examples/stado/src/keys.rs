@@ -51,21 +51,24 @@ impl KeyPair {
 
     /// The public half, one OpenSSH line (`ssh-ed25519 AAAA... comment`).
     pub fn public_line(&self) -> String {
-        self.private
-            .public_key()
-            .to_openssh()
-            .unwrap_or_default()
+        self.private.public_key().to_openssh().unwrap_or_default()
     }
 
     /// The public half without its comment (`ssh-ed25519 AAAA...`), as known_hosts holds it.
     pub fn public_key_only(&self) -> String {
         let line = self.public_line();
-        line.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+        line.split_whitespace()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     /// Its SHA-256 fingerprint (`SHA256:...`).
     pub fn fingerprint(&self) -> String {
-        self.private.public_key().fingerprint(HashAlg::Sha256).to_string()
+        self.private
+            .public_key()
+            .fingerprint(HashAlg::Sha256)
+            .to_string()
     }
 
     /// The private half in OpenSSH's format. A secret: write it to a 0600 file or into user data,
@@ -97,7 +100,11 @@ pub fn generate_fleet_key(home: &Home, name: &str) -> Result<FleetKey, Failure> 
 /// Removes target `name`'s fleet key and pinned host key; the paths that could not be removed.
 pub fn remove_host_files(home: &Home, name: &str) -> Vec<String> {
     let mut left = Vec::new();
-    for p in [home.fleet_key(name), home.fleet_key_pub(name), home.pinned_host_key(name)] {
+    for p in [
+        home.fleet_key(name),
+        home.fleet_key_pub(name),
+        home.pinned_host_key(name),
+    ] {
         match std::fs::remove_file(&p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -133,7 +140,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::open(dir.path()).unwrap();
         let k = generate_fleet_key(&home, "h1").unwrap();
-        assert!(k.public_line.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"), "{}", k.public_line);
+        assert!(
+            k.public_line
+                .starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5"),
+            "{}",
+            k.public_line
+        );
         assert!(k.public_line.ends_with(" stado-fleet-h1"));
         let text = std::fs::read_to_string(&k.private).unwrap();
         assert!(text.starts_with("-----BEGIN OPENSSH PRIVATE KEY-----"));
@@ -154,7 +166,11 @@ mod tests {
             .output()
         {
             let derived = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(k.public_line.starts_with(derived.trim()), "{derived}");
         }
         let other = generate_fleet_key(&home, "h2").unwrap();

@@ -233,7 +233,11 @@ struct Answer {
 
 impl Answer {
     fn ok(json: Value, lines: Vec<String>) -> Answer {
-        Answer { json, lines, ok: true }
+        Answer {
+            json,
+            lines,
+            ok: true,
+        }
     }
 }
 
@@ -268,7 +272,11 @@ async fn main() -> ExitCode {
             println!("{l}");
         }
         if !answer.ok {
-            if let Some(m) = answer.json.pointer("/error/message").and_then(Value::as_str) {
+            if let Some(m) = answer
+                .json
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+            {
                 if !answer.lines.iter().any(|l| l == m) {
                     eprintln!("stado: {m}");
                 }
@@ -284,7 +292,9 @@ async fn main() -> ExitCode {
 
 fn command_name(c: &Top) -> &'static str {
     match c {
-        Top::Cloud { what: CloudCmd::Host { what } } => match what {
+        Top::Cloud {
+            what: CloudCmd::Host { what },
+        } => match what {
             HostCmd::Create { .. } => "create",
             HostCmd::List { .. } => "list",
             HostCmd::Delete { .. } => "delete",
@@ -320,7 +330,9 @@ async fn run(cli: Cli) -> Result<Answer, Failure> {
     let home = Home::resolve(cli.home.clone())?;
     let json = cli.json;
     match cli.command {
-        Top::Cloud { what: CloudCmd::Host { what } } => match what {
+        Top::Cloud {
+            what: CloudCmd::Host { what },
+        } => match what {
             HostCmd::Create {
                 name,
                 provider,
@@ -377,7 +389,15 @@ async fn run(cli: Cli) -> Result<Answer, Failure> {
                         ok,
                     })
                 }
-                Some(secs) => reap_every(home, &provider.provider, Duration::from_secs(secs.max(1)), json).await,
+                Some(secs) => {
+                    reap_every(
+                        home,
+                        &provider.provider,
+                        Duration::from_secs(secs.max(1)),
+                        json,
+                    )
+                    .await
+                }
             },
         },
         Top::Config { what } => config(home, what),
@@ -388,7 +408,9 @@ async fn run(cli: Cli) -> Result<Answer, Failure> {
             },
         } => {
             if !stado::create::is_target_identifier(&name) {
-                return Err(Failure::refused(format!("'{name}' is not a target identifier")));
+                return Err(Failure::refused(format!(
+                    "'{name}' is not a target identifier"
+                )));
             }
             if home.fleet_key(&name).exists() {
                 return Err(Failure::refused(format!(
@@ -400,7 +422,11 @@ async fn run(cli: Cli) -> Result<Answer, Failure> {
             Ok(Answer::ok(
                 json!({"command": "fleet key generate", "ok": true, "name": name, "path": k.private, "public_key": k.public_line, "fingerprint": k.fingerprint}),
                 vec![
-                    format!("fleet key of {name}: {} (owner-only), {}", k.private.display(), k.public.display()),
+                    format!(
+                        "fleet key of {name}: {} (owner-only), {}",
+                        k.private.display(),
+                        k.public.display()
+                    ),
                     k.public_line.clone(),
                 ],
             ))
@@ -409,14 +435,22 @@ async fn run(cli: Cli) -> Result<Answer, Failure> {
     }
 }
 
-async fn reap_every(home: Home, provider: &str, every: Duration, json: bool) -> Result<Answer, Failure> {
+async fn reap_every(
+    home: Home,
+    provider: &str,
+    every: Duration,
+    json: bool,
+) -> Result<Answer, Failure> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Failure::new(format!("could not watch SIGTERM: {e}")))?;
     loop {
         let tick = async {
             // The applied pass runs when the provider is enabled and a cloud host is declared.
             let profile = Profile::load(&home)?;
-            if profile.check_enabled(provider, &Selection::from_env()).is_err() {
+            if profile
+                .check_enabled(provider, &Selection::from_env())
+                .is_err()
+            {
                 return Ok(None);
             }
             if Registry::load(&home)?.cloud_hosts(provider).is_empty() {
@@ -470,13 +504,20 @@ fn config(home: Home, what: ConfigCmd) -> Result<Answer, Failure> {
             p.save(&home)?;
             Ok(Answer::ok(
                 json!({"command": "config unset", "ok": true, "key": key, "was_set": was}),
-                vec![if was { format!("{key} removed") } else { format!("{key} was not set") }],
+                vec![if was {
+                    format!("{key} removed")
+                } else {
+                    format!("{key} was not set")
+                }],
             ))
         }
         ConfigCmd::Show => {
             let p = Profile::load(&home)?;
             let lines = p.values.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            Ok(Answer::ok(json!({"command": "config show", "ok": true, "profile": p}), lines))
+            Ok(Answer::ok(
+                json!({"command": "config show", "ok": true, "profile": p}),
+                lines,
+            ))
         }
         ConfigCmd::Keys => Ok(Answer::ok(
             json!({"command": "config keys", "ok": true, "keys": KEYS.iter().map(|(k, w)| json!({"key": k, "holds": w})).collect::<Vec<_>>()}),
@@ -527,12 +568,17 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
                 Some("error") => Some(FirstBoot::Error),
                 Some("degraded") => Some(FirstBoot::Degraded),
                 Some(other) => {
-                    return Err(Failure::new(format!("--first-boot {other:?}: done, error or degraded")).with_code("invalid"))
+                    return Err(Failure::new(format!(
+                        "--first-boot {other:?}: done, error or degraded"
+                    ))
+                    .with_code("invalid"))
                 }
             };
             if let Some(e) = &egress {
                 if e.parse::<std::net::IpAddr>().is_err() {
-                    return Err(Failure::new(format!("--egress {e:?}: an IP address")).with_code("invalid"));
+                    return Err(
+                        Failure::new(format!("--egress {e:?}: an IP address")).with_code("invalid")
+                    );
                 }
             }
             let now = fleet.now();
@@ -577,7 +623,10 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
             fleet.advance(Duration::from_secs(minutes * 60))?;
             Ok(Answer::ok(
                 json!({"command": "fake advance", "ok": true, "now": fleet.now()}),
-                vec![format!("the simulated hosts' clock reads {}", fleet.now().to_rfc3339())],
+                vec![format!(
+                    "the simulated hosts' clock reads {}",
+                    fleet.now().to_rfc3339()
+                )],
             ))
         }
         FakeCmd::Cloud {
@@ -594,11 +643,15 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
             for r in &subnet_rule {
                 let parts: Vec<&str> = r.split(':').collect();
                 let [loc, name, prio] = parts[..] else {
-                    return Err(Failure::new(format!("--subnet-rule {r:?}: LOCATION:NAME:PRIORITY")).with_code("invalid"));
+                    return Err(Failure::new(format!(
+                        "--subnet-rule {r:?}: LOCATION:NAME:PRIORITY"
+                    ))
+                    .with_code("invalid"));
                 };
-                let prio: u32 = prio
-                    .parse()
-                    .map_err(|_| Failure::new(format!("--subnet-rule {r:?}: the priority is a number")).with_code("invalid"))?;
+                let prio: u32 = prio.parse().map_err(|_| {
+                    Failure::new(format!("--subnet-rule {r:?}: the priority is a number"))
+                        .with_code("invalid")
+                })?;
                 cloud.put_subnet_rule(loc, name, prio, true);
             }
             if let Some(id) = &operator_delete {
@@ -620,13 +673,30 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
                 .into();
             let mut lines: Vec<String> = machines
                 .iter()
-                .map(|m| format!("VM {} {} {} {} {} {}", m.id, m.name, m.status, m.location, m.machine_type, m.address))
+                .map(|m| {
+                    format!(
+                        "VM {} {} {} {} {} {}",
+                        m.id, m.name, m.status, m.location, m.machine_type, m.address
+                    )
+                })
                 .collect();
-            lines.push(format!("admission groups: {}", if groups.is_empty() { "none".into() } else { groups.join(", ") }));
+            lines.push(format!(
+                "admission groups: {}",
+                if groups.is_empty() {
+                    "none".into()
+                } else {
+                    groups.join(", ")
+                }
+            ));
             for l in orca::memory::LOCATIONS {
                 let g = cloud.subnet_group(l);
                 for r in g.rules.iter().filter(|r| r.inbound) {
-                    lines.push(format!("subnet {l}: rule {} at priority {} admitting {}", r.name, r.priority, r.sources.join(", ")));
+                    lines.push(format!(
+                        "subnet {l}: rule {} at priority {} admitting {}",
+                        r.name,
+                        r.priority,
+                        r.sources.join(", ")
+                    ));
                 }
             }
             Ok(Answer::ok(

@@ -65,6 +65,14 @@ pub const KEYS: &[(&str, &str)] = &[
     ("azure.credit_floor.ruling", "the id of the operator's ruling"),
     ("azure.credit_floor.words", "the operator's words in that ruling"),
     (
+        "azure.billing_account",
+        "the billing account whose credit the Azure credit gate reads",
+    ),
+    (
+        "azure.billing_profile",
+        "the billing profile of that account",
+    ),
+    (
         "azure.endpoint",
         "the Resource Manager endpoint (default https://management.azure.com)",
     ),
@@ -180,7 +188,8 @@ impl Profile {
             ))
             .with_code("invalid"));
         }
-        let bad = |rule: &str| Failure::new(format!("{key}: {rule}, got {value:?}")).with_code("invalid");
+        let bad =
+            |rule: &str| Failure::new(format!("{key}: {rule}, got {value:?}")).with_code("invalid");
         let v = value.trim();
         let stored = match key {
             "providers" | "providers_disabled" | "azure.locations" => {
@@ -191,7 +200,10 @@ impl Profile {
                     split_list(v)
                 };
                 for i in &items {
-                    if !i.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+                    if !i
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    {
                         return Err(bad("names of a-z, 0-9 and '-'"));
                     }
                 }
@@ -214,7 +226,9 @@ impl Profile {
                 let ok = !v.is_empty()
                     && v.len() <= 32
                     && v.as_bytes()[0].is_ascii_lowercase()
-                    && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+                    && v.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                    })
                     && v != "root"
                     && v != "admin";
                 if !ok {
@@ -230,7 +244,9 @@ impl Profile {
                 Value::String(v.to_string())
             }
             "api.url" | "azure.endpoint" | "azure.prices_endpoint" => {
-                let ok = (v.starts_with("https://") || v.starts_with("http://127.0.0.1") || v.starts_with("http://localhost"))
+                let ok = (v.starts_with("https://")
+                    || v.starts_with("http://127.0.0.1")
+                    || v.starts_with("http://localhost"))
                     && !v.contains(char::is_whitespace)
                     && !v.contains(['\'', '"', '`', '$', ';', '\\']);
                 if !ok {
@@ -277,7 +293,13 @@ impl Profile {
         if enabled.iter().any(|p| p == kind) && !disabled.iter().any(|p| p == kind) {
             return Ok(());
         }
-        let show = |v: &[String]| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+        let show = |v: &[String]| {
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
         let whence = if sel.providers.is_some() || sel.disabled.is_some() {
             format!(" as {PROVIDERS_ENV} / {DISABLED_ENV} select them for this invocation")
         } else {
@@ -314,16 +336,26 @@ impl Profile {
             "azure.credit_floor.ruling",
             "azure.credit_floor.words",
         ];
-        let missing: Vec<&str> = keys.iter().copied().filter(|k| self.get(k).is_none()).collect();
+        let missing: Vec<&str> = keys
+            .iter()
+            .copied()
+            .filter(|k| self.get(k).is_none())
+            .collect();
         if !missing.is_empty() {
             return Err(Failure::refused(format!(
                 "the Azure credit gate has no floor ruling from the operator: the profile does not declare {}; stado config set declares each",
                 missing.join(", ")
             )));
         }
-        let amount = self.values.get(keys[0]).and_then(Value::as_f64).ok_or_else(|| {
-            Failure::refused("azure.credit_floor.amount is not a number; stado config set declares it")
-        })?;
+        let amount = self
+            .values
+            .get(keys[0])
+            .and_then(Value::as_f64)
+            .ok_or_else(|| {
+                Failure::refused(
+                    "azure.credit_floor.amount is not a number; stado config set declares it",
+                )
+            })?;
         Ok(FloorRuling {
             amount,
             currency: self.get(keys[1]).unwrap_or_default(),
@@ -387,7 +419,11 @@ mod tests {
     #[test]
     fn values_are_checked() {
         let mut p = Profile::default();
-        assert!(p.set("azure.vnett", "x").unwrap_err().message().contains("not a profile key"));
+        assert!(p
+            .set("azure.vnett", "x")
+            .unwrap_err()
+            .message()
+            .contains("not a profile key"));
         assert!(p.set("azure.credit_floor.amount", "lots").is_err());
         assert!(p.set("azure.credit_floor.currency", "usd").is_err());
         assert!(p.set("azure.vm_username", "root").is_err());

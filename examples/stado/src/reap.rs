@@ -102,7 +102,11 @@ pub struct ReapReport {
 impl ReapReport {
     /// Whether the pass failed: a reap failed, or the addresses could not be admitted.
     pub fn failed(&self) -> bool {
-        self.admission_error.is_some() || self.hosts.iter().any(|h| h.action == Some(Action::ReapFailed))
+        self.admission_error.is_some()
+            || self
+                .hosts
+                .iter()
+                .any(|h| h.action == Some(Action::ReapFailed))
     }
 
     /// The lines a person reads.
@@ -132,7 +136,9 @@ impl ReapReport {
             }
             match (h.action, &h.action_cause) {
                 (Some(Action::Reaped), _) => l.push_str("; reaped"),
-                (Some(Action::ReapFailed), c) => l.push_str(&format!("; reap_failed: {}", c.as_deref().unwrap_or("?"))),
+                (Some(Action::ReapFailed), c) => {
+                    l.push_str(&format!("; reap_failed: {}", c.as_deref().unwrap_or("?")))
+                }
                 _ => {}
             }
             out.push(l);
@@ -144,7 +150,9 @@ impl ReapReport {
     pub fn log_lines(&self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(e) = &self.admission_error {
-            out.push(format!("cloud-host reaper: could not admit the fleet's addresses: {e}"));
+            out.push(format!(
+                "cloud-host reaper: could not admit the fleet's addresses: {e}"
+            ));
         }
         for h in &self.hosts {
             match (h.verdict, h.action) {
@@ -211,11 +219,18 @@ pub fn parse_reading(text: &str) -> Option<Reading> {
 }
 
 /// Judges a reading of a host made at `created_at` with `idle_minutes`.
-pub fn judge(r: &Reading, created_at: Timestamp, idle_minutes: u32) -> (Verdict, Option<Timestamp>, Option<u64>) {
+pub fn judge(
+    r: &Reading,
+    created_at: Timestamp,
+    idle_minutes: u32,
+) -> (Verdict, Option<Timestamp>, Option<u64>) {
     if r.runs > 0 || r.processes > 0 {
         return (Verdict::Busy, None, None);
     }
-    let since_secs = r.changed.unwrap_or(created_at.timestamp()).max(created_at.timestamp());
+    let since_secs = r
+        .changed
+        .unwrap_or(created_at.timestamp())
+        .max(created_at.timestamp());
     let since = chrono::DateTime::from_timestamp(since_secs, 0).unwrap_or(created_at);
     let idle_secs = u64::try_from(r.now - since_secs).unwrap_or(0);
     let verdict = if idle_secs > u64::from(idle_minutes) * 60 {
@@ -265,7 +280,8 @@ impl Stado {
             },
             Err(f) => report.admission_error = Some(f.message().to_string()),
         }
-        let readings = futures::future::join_all(declared.iter().map(|(t, c)| self.read_host(t, c))).await;
+        let readings =
+            futures::future::join_all(declared.iter().map(|(t, c)| self.read_host(t, c))).await;
         for ((t, c), row) in declared.iter().zip(readings) {
             let mut row = row;
             if apply && row.verdict == Verdict::Reapable {
@@ -305,13 +321,28 @@ impl Stado {
             Ok(None) => return unread(row, format!("its VM {} is absent", c.vm_id)),
             Err(e) => return unread(row, format!("its VM could not be read: {e}")),
         }
-        let out = match self.channel.run(&Endpoint::of(t), commands::REAP_PROBE, self.timing.command).await {
+        let out = match self
+            .channel
+            .run(&Endpoint::of(t), commands::REAP_PROBE, self.timing.command)
+            .await
+        {
             Ok(o) if o.status == 0 => o,
-            Ok(o) => return unread(row, format!("the reading exited {}: {}", o.status, o.last_words())),
+            Ok(o) => {
+                return unread(
+                    row,
+                    format!("the reading exited {}: {}", o.status, o.last_words()),
+                )
+            }
             Err(e) => return unread(row, e),
         };
         let Some(reading) = parse_reading(&out.stdout) else {
-            return unread(row, format!("the reading answered {:?}", crate::cloud::truncate(out.stdout.trim(), 80)));
+            return unread(
+                row,
+                format!(
+                    "the reading answered {:?}",
+                    crate::cloud::truncate(out.stdout.trim(), 80)
+                ),
+            );
         };
         let (verdict, since, idle) = judge(&reading, c.created_at, c.idle_minutes);
         row.verdict = verdict;
@@ -331,16 +362,45 @@ mod tests {
     fn readings_are_parsed_and_judged() {
         let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t0 = created.timestamp();
-        let r = parse_reading(&format!("runs 0\nchanged none\nprocs 0\nnow {}\n", t0 + 31 * 60)).unwrap();
-        assert_eq!(judge(&r, created, 30).0, Verdict::Reapable, "idle since creation");
-        assert_eq!(judge(&r, created, 31).0, Verdict::Idle, "not past its minutes");
-        let r = parse_reading(&format!("runs 0\nchanged {}\nprocs 0\nnow {}\n", t0 + 20 * 60, t0 + 31 * 60)).unwrap();
+        let r = parse_reading(&format!(
+            "runs 0\nchanged none\nprocs 0\nnow {}\n",
+            t0 + 31 * 60
+        ))
+        .unwrap();
+        assert_eq!(
+            judge(&r, created, 30).0,
+            Verdict::Reapable,
+            "idle since creation"
+        );
+        assert_eq!(
+            judge(&r, created, 31).0,
+            Verdict::Idle,
+            "not past its minutes"
+        );
+        let r = parse_reading(&format!(
+            "runs 0\nchanged {}\nprocs 0\nnow {}\n",
+            t0 + 20 * 60,
+            t0 + 31 * 60
+        ))
+        .unwrap();
         let (v, since, idle) = judge(&r, created, 30);
-        assert_eq!((v, idle), (Verdict::Idle, Some(11)), "idle since the run area last changed");
+        assert_eq!(
+            (v, idle),
+            (Verdict::Idle, Some(11)),
+            "idle since the run area last changed"
+        );
         assert_eq!(since.unwrap().timestamp(), t0 + 20 * 60);
-        let r = parse_reading(&format!("runs 1\nchanged {t0}\nprocs 0\nnow {}\n", t0 + 999 * 60)).unwrap();
+        let r = parse_reading(&format!(
+            "runs 1\nchanged {t0}\nprocs 0\nnow {}\n",
+            t0 + 999 * 60
+        ))
+        .unwrap();
         assert_eq!(judge(&r, created, 30).0, Verdict::Busy);
-        let r = parse_reading(&format!("runs 0\nchanged {t0}\nprocs 2\nnow {}\n", t0 + 999 * 60)).unwrap();
+        let r = parse_reading(&format!(
+            "runs 0\nchanged {t0}\nprocs 2\nnow {}\n",
+            t0 + 999 * 60
+        ))
+        .unwrap();
         assert_eq!(judge(&r, created, 30).0, Verdict::Busy);
         assert!(parse_reading("runs x\n").is_none());
         assert!(parse_reading("Welcome!\n").is_none());

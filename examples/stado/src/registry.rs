@@ -183,7 +183,10 @@ impl Registry {
         })?;
         for t in &next.targets {
             if t.name.is_empty() {
-                return Err(Failure::new(format!("--path {path}: a target needs a name")).with_code("invalid"));
+                return Err(
+                    Failure::new(format!("--path {path}: a target needs a name"))
+                        .with_code("invalid"),
+                );
             }
         }
         let clouds = |r: &Registry| -> BTreeMap<String, (Target, CloudDecl)> {
@@ -232,7 +235,8 @@ fn set_at(node: &mut Value, segments: &[&str], value: Value, path: &str) -> Resu
                 (Some(i), _) => i,
                 (None, Ok(i)) if i < items.len() => i,
                 (None, Ok(_)) => {
-                    return Err(Failure::new(format!("--path {path}: no element {first}")).with_code("invalid"))
+                    return Err(Failure::new(format!("--path {path}: no element {first}"))
+                        .with_code("invalid"))
                 }
                 (None, Err(_)) => {
                     items.push(serde_json::json!({ "name": first }));
@@ -242,9 +246,13 @@ fn set_at(node: &mut Value, segments: &[&str], value: Value, path: &str) -> Resu
             let child = &mut items[index];
             if rest.is_empty() {
                 let mut value = value;
-                if let (Value::Object(m), Some(name)) =
-                    (&mut value, child.get("name").and_then(Value::as_str).map(str::to_string))
-                {
+                if let (Value::Object(m), Some(name)) = (
+                    &mut value,
+                    child
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .map(str::to_string),
+                ) {
                     m.insert("name".into(), Value::String(name));
                 }
                 *child = value;
@@ -274,7 +282,10 @@ mod tests {
     #[test]
     fn the_seeds_admit_from_example_sets_cloud_hosts() {
         let r = Registry::default()
-            .with_set("cloud_hosts", json!({"admit_from": ["build-host", "always-on-mac"]}))
+            .with_set(
+                "cloud_hosts",
+                json!({"admit_from": ["build-host", "always-on-mac"]}),
+            )
             .unwrap();
         assert_eq!(
             r.cloud_hosts.admit_from.as_deref(),
@@ -285,14 +296,19 @@ mod tests {
     #[test]
     fn targets_are_addressed_by_name_and_unknown_fields_kept() {
         let r = Registry::default()
-            .with_set("targets.build-host", json!({"address": "192.0.2.10", "user": "ci", "labels": ["x"]}))
+            .with_set(
+                "targets.build-host",
+                json!({"address": "192.0.2.10", "user": "ci", "labels": ["x"]}),
+            )
             .unwrap()
             .with_set("targets.build-host.port", json!(2222))
             .unwrap();
         let t = r.target("build-host").unwrap();
         assert_eq!((t.address.as_str(), t.port), ("192.0.2.10", Some(2222)));
         assert_eq!(t.other["labels"], json!(["x"]));
-        let e = r.with_set("targets.build-host.port", json!("many")).unwrap_err();
+        let e = r
+            .with_set("targets.build-host.port", json!("many"))
+            .unwrap_err();
         assert!(e.message().contains("would not be valid"), "{e}");
     }
 
@@ -319,7 +335,10 @@ mod tests {
             ("targets.h1.cloud.idle_minutes", json!(5)),
         ] {
             let e = r.with_set(path, v).unwrap_err();
-            assert!(e.message().contains("would change the cloud host h1"), "{path}: {e}");
+            assert!(
+                e.message().contains("would change the cloud host h1"),
+                "{path}: {e}"
+            );
         }
         assert!(r.with_set("cloud_hosts.admit_from", json!(["a"])).is_ok());
     }

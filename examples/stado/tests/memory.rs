@@ -63,12 +63,19 @@ impl Lab {
     }
 
     fn vm_id(&self, name: &str) -> String {
-        declared(&self.s).into_iter().find(|(n, _)| n == name).unwrap().1
+        declared(&self.s)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .unwrap()
+            .1
     }
 }
 
 fn error(r: &stado::CreateReport) -> String {
-    r.error.as_ref().map(|e| e.message.clone()).unwrap_or_default()
+    r.error
+        .as_ref()
+        .map(|e| e.message.clone())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -76,16 +83,51 @@ async fn a_created_host_is_declared_enrolled_and_booted_in_nine_steps() {
     let lab = lab();
     let r = lab.create("h1").await;
     assert!(r.ok, "{:?}", r.error);
-    assert_eq!(r.steps.iter().map(|s| s.step).collect::<Vec<_>>(), (1..=9).collect::<Vec<u8>>());
+    assert_eq!(
+        r.steps.iter().map(|s| s.step).collect::<Vec<_>>(),
+        (1..=9).collect::<Vec<u8>>()
+    );
     let names: Vec<&str> = r.steps.iter().map(|s| s.name).collect();
-    assert_eq!(names, ["name", "price", "egress", "admission", "fleet_key", "resources", "enrol", "record", "first_boot"]);
+    assert_eq!(
+        names,
+        [
+            "name",
+            "price",
+            "egress",
+            "admission",
+            "fleet_key",
+            "resources",
+            "enrol",
+            "record",
+            "first_boot"
+        ]
+    );
     let reg = Registry::load(&lab.s.home).unwrap();
     let t = reg.target("h1").unwrap();
     let c = t.cloud.as_ref().unwrap();
-    let m = lab.cloud.all_machines().into_iter().find(|m| m.name == "h1").unwrap();
-    assert_eq!((c.provider.as_str(), c.location.as_str(), c.size.as_str(), c.disk_gb), ("fake", "zone-a", "amd64-small", 64));
-    assert_eq!((c.hourly_usd, c.priced_in.as_str(), c.idle_minutes), (0.0832, "zone-a", 30));
-    assert_eq!((c.address.as_str(), c.vm_id.as_str(), Some(c.created_at)), (m.address.as_str(), m.id.as_str(), m.created_at));
+    let m = lab
+        .cloud
+        .all_machines()
+        .into_iter()
+        .find(|m| m.name == "h1")
+        .unwrap();
+    assert_eq!(
+        (
+            c.provider.as_str(),
+            c.location.as_str(),
+            c.size.as_str(),
+            c.disk_gb
+        ),
+        ("fake", "zone-a", "amd64-small", 64)
+    );
+    assert_eq!(
+        (c.hourly_usd, c.priced_in.as_str(), c.idle_minutes),
+        (0.0832, "zone-a", 30)
+    );
+    assert_eq!(
+        (c.address.as_str(), c.vm_id.as_str(), Some(c.created_at)),
+        (m.address.as_str(), m.id.as_str(), m.created_at)
+    );
     assert_eq!(t.user.as_deref(), Some("stado"));
     // The VM holds the fleet key's public half, admits the fleet's address, joins the group.
     let extras = lab.cloud.extras(&m.id).unwrap();
@@ -93,7 +135,10 @@ async fn a_created_host_is_declared_enrolled_and_booted_in_nine_steps() {
     assert_eq!(extras.ssh_keys, vec![public.trim().to_string()]);
     let egress = FakeFleet::default_egress("build-host");
     assert_eq!(extras.ssh_sources, vec![format!("{egress}/32")]);
-    assert_eq!(extras.admission_group.as_deref(), Some("stado-cloud-hosts-zone-a"));
+    assert_eq!(
+        extras.admission_group.as_deref(),
+        Some("stado-cloud-hosts-zone-a")
+    );
     assert_eq!(extras.disk_gb, Some(64));
     assert!(extras.user_data_len > 0);
     // The host key stado minted is pinned under the target's name.
@@ -103,7 +148,12 @@ async fn a_created_host_is_declared_enrolled_and_booted_in_nine_steps() {
     assert!(v.rustc.starts_with("rustc "), "{v:?}");
     assert_eq!((v.node.as_str(), v.npm.as_str()), ("v18.19.1", "9.2.0"));
     let lines = r.lines();
-    assert!(lines.iter().any(|l| l.starts_with("first boot: cloud-init done; rustc ")), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("first boot: cloud-init done; rustc ")),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
@@ -132,12 +182,21 @@ async fn a_provider_not_enabled_is_refused_and_the_environment_selects_for_one_i
         providers: Some("fake".into()),
         disabled: Some(String::new()),
     };
-    assert!(lab.create("h1").await.ok, "WC_PROVIDERS / WC_DISABLED_PROVIDERS select fake for this invocation");
+    assert!(
+        lab.create("h1").await.ok,
+        "WC_PROVIDERS / WC_DISABLED_PROVIDERS select fake for this invocation"
+    );
     lab.s.selection = Selection {
         providers: Some("azure".into()),
         disabled: None,
     };
-    assert!(lab.s.list().await.unwrap_err().message().contains("as WC_PROVIDERS / WC_DISABLED_PROVIDERS select them"));
+    assert!(lab
+        .s
+        .list()
+        .await
+        .unwrap_err()
+        .message()
+        .contains("as WC_PROVIDERS / WC_DISABLED_PROVIDERS select them"));
 }
 
 #[tokio::test]
@@ -153,7 +212,10 @@ async fn a_name_already_registered_or_not_an_identifier_is_refused_first() {
         "'Build_Host' is not a target identifier (1 to 63 of a-z, 0-9 and '-', not starting or ending with '-')"
     );
     assert!(lab.create("h1").await.ok);
-    assert_eq!(error(&lab.create("h1").await), "target 'h1' is already registered");
+    assert_eq!(
+        error(&lab.create("h1").await),
+        "target 'h1' is already registered"
+    );
     assert_eq!(lab.in_cloud().len(), 1);
 }
 
@@ -177,7 +239,10 @@ async fn the_credit_gate_passes_with_the_seeds_words_and_counts_every_declared_h
         format!("credit: balance 100.00 USD, 99.584 USD after one hour of all of them, above the floor 20.00 USD (the operator's ruling R-1: \"{WORDS}\")")
     );
     let c = r.credit.unwrap();
-    assert_eq!((c.balance, c.floor, c.ruling.as_str()), (100.0, 20.0, "R-1"));
+    assert_eq!(
+        (c.balance, c.floor, c.ruling.as_str()),
+        (100.0, 20.0, "R-1")
+    );
 }
 
 #[tokio::test]
@@ -192,16 +257,30 @@ async fn the_credit_gate_refuses_when_what_remains_is_not_above_the_floor() {
         format!("creating cloud host h2 (amd64-small) in zone-a is refused: the Azure credit balance 20.1664 USD less one hour of amd64-small (0.0832 USD) and one hour of the machines already running (0.0832 USD) is not above the floor 20.00 USD (the operator's ruling R-1: \"{WORDS}\"); 20.00 USD would remain")
     );
     assert_eq!(r.error.as_ref().unwrap().code, "credit");
-    assert!(r.steps[1].lines[0].starts_with("projected hourly burn: 0.1664 USD"), "the burn is printed before the refusal");
-    assert_eq!(r.steps.len(), 2, "stops at the gate: no egress asked, nothing made");
+    assert!(
+        r.steps[1].lines[0].starts_with("projected hourly burn: 0.1664 USD"),
+        "the burn is printed before the refusal"
+    );
+    assert_eq!(
+        r.steps.len(),
+        2,
+        "stops at the gate: no egress asked, nothing made"
+    );
     assert_eq!(lab.in_cloud().len(), 1);
     assert!(!lab.s.home.fleet_key("h2").exists());
     lab.cloud.set_credit(20.1665, "USD");
-    assert!(lab.create("h2").await.ok, "a hundredth of a cent above the floor passes");
+    assert!(
+        lab.create("h2").await.ok,
+        "a hundredth of a cent above the floor passes"
+    );
     // A ruling missing from the profile is named.
     lab.set_profile("azure.credit_floor.words", None);
     let e = error(&lab.create("h3").await);
-    assert!(e.contains("the Azure credit gate has no floor ruling from the operator") && e.contains("azure.credit_floor.words"), "{e}");
+    assert!(
+        e.contains("the Azure credit gate has no floor ruling from the operator")
+            && e.contains("azure.credit_floor.words"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -222,7 +301,8 @@ async fn without_admit_from_nothing_is_created() {
     assert!(error(&lab.create("h1").await).contains("(cloud_hosts.admit_from is empty)"));
     reg.cloud_hosts.admit_from = Some(vec!["nowhere".into()]);
     reg.save(&lab.s.home).unwrap();
-    assert!(error(&lab.create("h1").await).starts_with("cloud_hosts.admit_from names nowhere, which is not a registered target"));
+    assert!(error(&lab.create("h1").await)
+        .starts_with("cloud_hosts.admit_from names nowhere, which is not a registered target"));
     assert!(lab.cloud.all_machines().is_empty());
     assert!(lab.cloud.admission_groups().is_empty(), "nothing admitted");
 }
@@ -230,7 +310,9 @@ async fn without_admit_from_nothing_is_created() {
 #[tokio::test]
 async fn an_admit_from_host_that_does_not_answer_stops_create_before_anything_is_made() {
     let lab = lab();
-    lab.fleet.update("build-host", |h| h.answers = false).unwrap();
+    lab.fleet
+        .update("build-host", |h| h.answers = false)
+        .unwrap();
     let r = lab.create("h1").await;
     assert_eq!(
         error(&r),
@@ -244,7 +326,9 @@ async fn an_admit_from_host_that_does_not_answer_stops_create_before_anything_is
 #[tokio::test]
 async fn the_egress_is_recorded_with_the_time_it_was_read() {
     let lab = lab();
-    lab.fleet.update("build-host", |h| h.egress = Some("203.0.113.77".into())).unwrap();
+    lab.fleet
+        .update("build-host", |h| h.egress = Some("203.0.113.77".into()))
+        .unwrap();
     let before = chrono::Utc::now();
     assert!(lab.create("h1").await.ok);
     let reg = Registry::load(&lab.s.home).unwrap();
@@ -252,7 +336,10 @@ async fn the_egress_is_recorded_with_the_time_it_was_read() {
     assert_eq!(e.address, "203.0.113.77");
     assert!(e.read_at >= before && e.read_at <= chrono::Utc::now());
     let list = lab.s.list().await.unwrap();
-    assert_eq!(list.egress["build-host"].address, "203.0.113.77", "list --json carries cloud_hosts.egress");
+    assert_eq!(
+        list.egress["build-host"].address, "203.0.113.77",
+        "list --json carries cloud_hosts.egress"
+    );
 }
 
 #[tokio::test]
@@ -261,46 +348,81 @@ async fn the_rule_takes_the_first_free_priority_when_100_to_102_are_taken() {
     for (name, p) in [("team-a", 100), ("team-b", 101), ("team-c", 102)] {
         lab.cloud.put_subnet_rule("zone-a", name, p, true);
     }
-    lab.cloud.put_subnet_rule("zone-a", "egress-only", 103, false);
+    lab.cloud
+        .put_subnet_rule("zone-a", "egress-only", 103, false);
     let before: Vec<_> = lab.cloud.subnet_group("zone-a").rules;
     let r = lab.create("h1").await;
     assert!(r.ok, "{:?}", r.error);
-    assert_eq!(r.admission[0].priority, Some(103), "an outbound rule holds no inbound priority");
+    assert_eq!(
+        r.admission[0].priority,
+        Some(103),
+        "an outbound rule holds no inbound priority"
+    );
     assert_eq!(r.admission[0].rule.as_deref(), Some("stado-cloud-hosts"));
     let after = lab.cloud.subnet_group("zone-a").rules;
     for rule in &before {
         assert!(after.contains(rule), "{rule:?} was left as it was");
     }
-    let ours = after.iter().find(|r| r.name == "stado-cloud-hosts").unwrap();
-    assert_eq!(ours.sources, vec![format!("{}/32", FakeFleet::default_egress("build-host"))]);
+    let ours = after
+        .iter()
+        .find(|r| r.name == "stado-cloud-hosts")
+        .unwrap();
+    assert_eq!(
+        ours.sources,
+        vec![format!("{}/32", FakeFleet::default_egress("build-host"))]
+    );
     assert_eq!(ours.to_group.as_deref(), Some("stado-cloud-hosts-zone-a"));
-    assert!(r.steps[3].lines[0].contains("rule stado-cloud-hosts at priority 103"), "{:?}", r.steps[3].lines);
+    assert!(
+        r.steps[3].lines[0].contains("rule stado-cloud-hosts at priority 103"),
+        "{:?}",
+        r.steps[3].lines
+    );
     // A subnet without a security group of its own gets no rule; the group still is made.
     lab.cloud.set_subnet_security_group("zone-b", false);
     let r = lab.s.create(&request("h2", "zone-b", "amd64-small")).await;
     assert!(r.ok);
     assert_eq!(r.admission[0].rule, None);
-    assert!(lab.cloud.admission_groups().contains(&"stado-cloud-hosts-zone-b".to_string()));
+    assert!(lab
+        .cloud
+        .admission_groups()
+        .contains(&"stado-cloud-hosts-zone-b".to_string()));
 }
 
 #[tokio::test]
 async fn every_declared_host_is_readmitted_with_the_new_addresses() {
     let lab = lab();
     assert!(lab.create("h1").await.ok);
-    assert!(lab.s.create(&request("h2", "zone-b", "amd64-small")).await.ok);
-    lab.fleet.update("build-host", |h| h.egress = Some("203.0.113.200".into())).unwrap();
+    assert!(
+        lab.s
+            .create(&request("h2", "zone-b", "amd64-small"))
+            .await
+            .ok
+    );
+    lab.fleet
+        .update("build-host", |h| h.egress = Some("203.0.113.200".into()))
+        .unwrap();
     let r = lab.create("h3").await;
     assert!(r.ok, "{:?}", r.error);
     for name in ["h1", "h2", "h3"] {
         let x = lab.cloud.extras(&lab.vm_id(name)).unwrap();
-        assert_eq!(x.ssh_sources, vec!["203.0.113.200/32".to_string()], "{name}");
+        assert_eq!(
+            x.ssh_sources,
+            vec!["203.0.113.200/32".to_string()],
+            "{name}"
+        );
     }
     let zone_a = r.admission.iter().find(|a| a.location == "zone-a").unwrap();
     assert_eq!(zone_a.readmitted, vec!["h1".to_string()]);
     let zone_b = r.admission.iter().find(|a| a.location == "zone-b").unwrap();
     assert_eq!(zone_b.readmitted, vec!["h2".to_string()]);
     for loc in ["zone-a", "zone-b"] {
-        let rule = lab.cloud.subnet_group(loc).rules.into_iter().find(|r| r.name == "stado-cloud-hosts").unwrap();
+        let rule = lab
+            .cloud
+            .subnet_group(loc)
+            .rules
+            .into_iter()
+            .find(|r| r.name == "stado-cloud-hosts")
+            .unwrap();
         assert_eq!(rule.sources, vec!["203.0.113.200/32".to_string()], "{loc}");
     }
     // A declared host whose VM is gone is named, not an error.
@@ -314,14 +436,21 @@ async fn every_declared_host_is_readmitted_with_the_new_addresses() {
 #[tokio::test]
 async fn a_policy_deny_answers_at_the_first_resource_and_nothing_is_created() {
     let lab = lab();
-    lab.cloud.inject(Operation::Network, FaultKind::Error(ErrorKind::PermissionDenied), 1);
+    lab.cloud.inject(
+        Operation::Network,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
     let r = lab.create("h1").await;
     let e = error(&r);
     assert!(e.starts_with("the application security group stado-cloud-hosts-zone-a was not made: permission denied"), "{e}");
     assert_eq!(r.error.as_ref().unwrap().code, "denied");
     assert!(lab.cloud.all_machines().is_empty());
     assert!(lab.cloud.admission_groups().is_empty());
-    assert!(!lab.s.home.fleet_key("h1").exists(), "not even the fleet key");
+    assert!(
+        !lab.s.home.fleet_key("h1").exists(),
+        "not even the fleet key"
+    );
     assert!(declared(&lab.s).is_empty());
 }
 
@@ -330,24 +459,37 @@ async fn a_failure_after_the_vm_was_made_leaves_nothing_behind() {
     let lab = lab();
     // The VM is made but its answer is lost, and the adoption's read fails: the driver gives up
     // with the VM standing. stado finds it by name and deletes it.
-    lab.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
-    lab.cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
+    lab.cloud
+        .inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    lab.cloud
+        .inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
     let r = lab.create("h1").await;
     let e = error(&r);
     assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
-    assert!(e.ends_with("; 1 VM(s) of that name it made after all were deleted"), "{e}");
+    assert!(
+        e.ends_with("; 1 VM(s) of that name it made after all were deleted"),
+        "{e}"
+    );
     assert!(lab.cloud.all_machines().is_empty());
     assert!(!lab.s.home.fleet_key("h1").exists() && !lab.s.home.fleet_key_pub("h1").exists());
     assert!(declared(&lab.s).is_empty());
     // A refused VM (quota) leaves nothing either, and says why.
-    lab.cloud.inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
+    lab.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
     let e = error(&lab.create("h1").await);
-    assert!(e.starts_with("cloud host h1 was not made: quota exceeded"), "{e}");
+    assert!(
+        e.starts_with("cloud host h1 was not made: quota exceeded"),
+        "{e}"
+    );
     assert!(lab.cloud.all_machines().is_empty());
     // No stock: nothing left behind, and said so.
     lab.cloud.set_stock("amd64-small", "zone-a", 0);
     let r = lab.create("h1").await;
-    assert!(error(&r).starts_with("Azure has no amd64-small to give in zone-a right now: "), "{}", error(&r));
+    assert!(
+        error(&r).starts_with("Azure has no amd64-small to give in zone-a right now: "),
+        "{}",
+        error(&r)
+    );
     assert!(lab.cloud.all_machines().is_empty());
 }
 
@@ -357,8 +499,14 @@ async fn a_host_that_cannot_be_enrolled_is_deleted_again() {
     lab.fleet.update("h1", |h| h.answers = false).unwrap();
     let r = lab.create("h1").await;
     let e = error(&r);
-    assert!(e.starts_with("cloud host h1 could not be enrolled: ssh: connect to host 198.51.100."), "{e}");
-    assert!(e.ends_with("; it was deleted again, since nothing would return it"), "{e}");
+    assert!(
+        e.starts_with("cloud host h1 could not be enrolled: ssh: connect to host 198.51.100."),
+        "{e}"
+    );
+    assert!(
+        e.ends_with("; it was deleted again, since nothing would return it"),
+        "{e}"
+    );
     assert_eq!(r.steps.last().unwrap().step, 7);
     assert!(lab.cloud.all_machines().is_empty());
     assert!(declared(&lab.s).is_empty());
@@ -369,12 +517,21 @@ async fn a_host_that_cannot_be_enrolled_is_deleted_again() {
 async fn a_host_that_cannot_be_enrolled_nor_deleted_stays_declared_so_that_delete_retries() {
     let lab = lab();
     lab.fleet.update("h1", |h| h.answers = false).unwrap();
-    lab.cloud.inject(Operation::Delete, FaultKind::Error(ErrorKind::Other), 1);
+    lab.cloud
+        .inject(Operation::Delete, FaultKind::Error(ErrorKind::Other), 1);
     let r = lab.create("h1").await;
     let e = error(&r);
-    assert!(e.contains("could not be enrolled") && e.contains("it stays declared: stado cloud host delete h1 retries"), "{e}");
+    assert!(
+        e.contains("could not be enrolled")
+            && e.contains("it stays declared: stado cloud host delete h1 retries"),
+        "{e}"
+    );
     assert_eq!(declared(&lab.s).len(), 1);
-    assert_eq!(declared(&lab.s), lab.in_cloud(), "the registry matches the cloud");
+    assert_eq!(
+        declared(&lab.s),
+        lab.in_cloud(),
+        "the registry matches the cloud"
+    );
     lab.s.delete("h1").await.unwrap();
     assert!(lab.cloud.all_machines().is_empty() && declared(&lab.s).is_empty());
 }
@@ -385,11 +542,19 @@ async fn a_host_presenting_another_key_than_the_pinned_one_is_never_read() {
     assert!(lab.create("h1").await.ok);
     lab.fleet.advance(Duration::from_secs(3600)).unwrap();
     // The host now presents a key stado did not pin (a rebuilt VM, a man in the middle).
-    let other = stado::keys::KeyPair::generate("other").unwrap().public_key_only();
-    lab.fleet.update("h1", |h| h.host_key = Some(other)).unwrap();
+    let other = stado::keys::KeyPair::generate("other")
+        .unwrap()
+        .public_key_only();
+    lab.fleet
+        .update("h1", |h| h.host_key = Some(other))
+        .unwrap();
     let rep = lab.s.reap(true).await.unwrap();
     let row = rep.hosts.iter().find(|h| h.name == "h1").unwrap();
-    assert_eq!(row.verdict, Verdict::Unread, "never judged idle, so never reaped");
+    assert_eq!(
+        row.verdict,
+        Verdict::Unread,
+        "never judged idle, so never reaped"
+    );
     assert_eq!(row.cause.as_deref(), Some("Host key verification failed."));
     assert_eq!(lab.in_cloud().len(), 1);
 }
@@ -397,21 +562,29 @@ async fn a_host_presenting_another_key_than_the_pinned_one_is_never_read() {
 #[tokio::test]
 async fn an_unclean_first_boot_is_refused_naming_the_log_on_the_host() {
     let lab = lab();
-    lab.fleet.update("h1", |h| h.first_boot = FirstBoot::Error).unwrap();
+    lab.fleet
+        .update("h1", |h| h.first_boot = FirstBoot::Error)
+        .unwrap();
     let r = lab.create("h1").await;
     assert_eq!(
         error(&r),
         "the first boot of cloud host h1 did not finish cleanly (cloud-init status: error); see /var/log/cloud-init-output.log on the host. h1 stays declared: stado cloud host delete h1 returns it"
     );
     assert_eq!(r.steps.last().unwrap().step, 9);
-    assert_eq!(declared(&lab.s), lab.in_cloud(), "declared, so that delete and reap return it");
+    assert_eq!(
+        declared(&lab.s),
+        lab.in_cloud(),
+        "declared, so that delete and reap return it"
+    );
     lab.fleet.update("h2", |h| h.toolchain = false).unwrap();
     let e = error(&lab.create("h2").await);
     assert!(
         e.starts_with("the first boot of cloud host h2 did not finish cleanly ($HOME/.cargo/bin/rustc --version answered: sh: 1: /home/stado/.cargo/bin/rustc: not found); see /var/log/cloud-init-output.log on the host."),
         "{e}"
     );
-    lab.fleet.update("h3", |h| h.first_boot = FirstBoot::Degraded).unwrap();
+    lab.fleet
+        .update("h3", |h| h.first_boot = FirstBoot::Degraded)
+        .unwrap();
     assert!(error(&lab.create("h3").await).contains("(cloud-init status: degraded done)"));
 }
 
@@ -424,35 +597,82 @@ async fn list_shows_running_deallocated_absent_and_unread_hosts_and_the_burn_of_
     lab.cloud.operator_delete(&lab.vm_id("h1"));
     lab.cloud.operator_stop(&lab.vm_id("h2"));
     let l = lab.s.list().await.unwrap();
-    let states: Vec<(&str, &str)> = l.hosts.iter().map(|h| (h.name.as_str(), h.state.as_str())).collect();
-    assert_eq!(states, [("h1", "absent"), ("h2", "deallocated"), ("h3", "running")]);
+    let states: Vec<(&str, &str)> = l
+        .hosts
+        .iter()
+        .map(|h| (h.name.as_str(), h.state.as_str()))
+        .collect();
+    assert_eq!(
+        states,
+        [("h1", "absent"), ("h2", "deallocated"), ("h3", "running")]
+    );
     assert_eq!((l.running, l.hourly_burn_usd), (1, 0.0832));
     let lines = l.lines();
-    assert!(lines[0].starts_with("NAME") && lines[0].contains("CREATED"), "{lines:?}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[0].contains("CREATED"),
+        "{lines:?}"
+    );
     assert_eq!(lines.last().unwrap(), "hourly burn: 0.0832 USD (1 running)");
     let j = serde_json::to_value(&l).unwrap();
-    for k in ["command", "provider", "hosts", "running", "hourly_burn_usd", "egress"] {
+    for k in [
+        "command",
+        "provider",
+        "hosts",
+        "running",
+        "hourly_burn_usd",
+        "egress",
+    ] {
         assert!(j.get(k).is_some(), "{k} in {j}");
     }
-    for k in ["name", "state", "location", "size", "address", "hourly_usd", "idle_minutes", "created_at", "vm_id"] {
+    for k in [
+        "name",
+        "state",
+        "location",
+        "size",
+        "address",
+        "hourly_usd",
+        "idle_minutes",
+        "created_at",
+        "vm_id",
+    ] {
         assert!(j["hosts"][0].get(k).is_some(), "{k}");
     }
-    lab.cloud.inject(Operation::List, FaultKind::Error(ErrorKind::PermissionDenied), 1);
+    lab.cloud.inject(
+        Operation::List,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
     let l = lab.s.list().await.unwrap();
     let unread: Vec<_> = l.hosts.iter().filter(|h| h.state == "unread").collect();
     assert_eq!(unread.len(), 1);
-    assert!(unread[0].cause.as_deref().unwrap().starts_with("permission denied"), "{unread:?}");
-    assert!(l.lines().iter().any(|x| x.contains("unread: permission denied")));
+    assert!(
+        unread[0]
+            .cause
+            .as_deref()
+            .unwrap()
+            .starts_with("permission denied"),
+        "{unread:?}"
+    );
+    assert!(l
+        .lines()
+        .iter()
+        .any(|x| x.contains("unread: permission denied")));
 }
 
 #[tokio::test]
 async fn delete_refuses_a_name_the_registry_declares_no_cloud_host_for() {
     let lab = lab();
     let e = lab.s.delete("h9").await.unwrap_err();
-    assert_eq!(e.message(), "the registry declares no Azure cloud host h9 (it declares none)");
+    assert_eq!(
+        e.message(),
+        "the registry declares no Azure cloud host h9 (it declares none)"
+    );
     assert!(lab.create("h1").await.ok);
     assert!(lab.create("h2").await.ok);
-    assert_eq!(lab.s.delete("h9").await.unwrap_err().message(), "the registry declares no Azure cloud host h9 (it declares h1, h2)");
+    assert_eq!(
+        lab.s.delete("h9").await.unwrap_err().message(),
+        "the registry declares no Azure cloud host h9 (it declares h1, h2)"
+    );
     assert_eq!(
         lab.s.delete("build-host").await.unwrap_err().message(),
         "the registry declares no Azure cloud host build-host (it declares h1, h2)",
@@ -470,12 +690,20 @@ async fn delete_refuses_a_name_the_registry_declares_no_cloud_host_for() {
 async fn a_resource_the_cloud_keeps_keeps_the_entry_and_deleting_again_retries() {
     let lab = lab();
     assert!(lab.create("h1").await.ok);
-    lab.cloud.inject(Operation::Delete, FaultKind::Error(ErrorKind::Leftovers), 1);
+    lab.cloud
+        .inject(Operation::Delete, FaultKind::Error(ErrorKind::Leftovers), 1);
     let e = lab.s.delete("h1").await.unwrap_err();
-    assert!(e.message().starts_with("h1 is still registered because Azure did not release everything: "), "{e}");
+    assert!(
+        e.message()
+            .starts_with("h1 is still registered because Azure did not release everything: "),
+        "{e}"
+    );
     assert!(e.message().ends_with("; deleting it again retries"), "{e}");
     assert_eq!(declared(&lab.s).len(), 1);
-    assert!(lab.s.home.fleet_key("h1").exists(), "the key stays with the entry");
+    assert!(
+        lab.s.home.fleet_key("h1").exists(),
+        "the key stays with the entry"
+    );
     lab.s.delete("h1").await.unwrap();
     assert!(declared(&lab.s).is_empty() && lab.cloud.all_machines().is_empty());
     assert!(!lab.s.home.fleet_key("h1").exists());
@@ -494,53 +722,114 @@ async fn reap_judges_busy_idle_reapable_and_unread_and_apply_returns_the_reapabl
     lab.fleet.advance(Duration::from_secs(31 * 60)).unwrap();
     // "idle" saw a run end just now: idle since its run area changed, not since it was made.
     let now = lab.fleet.now();
-    lab.fleet.update("idle", |h| h.run_area_changed = Some(now - chrono::Duration::minutes(5))).unwrap();
-    lab.fleet.update("build-host", |h| h.egress = Some("203.0.113.99".into())).unwrap();
+    lab.fleet
+        .update("idle", |h| {
+            h.run_area_changed = Some(now - chrono::Duration::minutes(5))
+        })
+        .unwrap();
+    lab.fleet
+        .update("build-host", |h| h.egress = Some("203.0.113.99".into()))
+        .unwrap();
 
     let r = lab.s.reap(false).await.unwrap();
     let verdict = |n: &str| r.hosts.iter().find(|h| h.name == n).unwrap().clone();
     assert_eq!(verdict("busy-run").verdict, Verdict::Busy);
     assert_eq!(verdict("busy-cargo").verdict, Verdict::Busy);
-    assert_eq!((verdict("idle").verdict, verdict("idle").idle_for_minutes), (Verdict::Idle, Some(5)));
-    assert_eq!(verdict("quiet").verdict, Verdict::Reapable, "idle since it was made, past its 30 minutes");
+    assert_eq!(
+        (verdict("idle").verdict, verdict("idle").idle_for_minutes),
+        (Verdict::Idle, Some(5))
+    );
+    assert_eq!(
+        verdict("quiet").verdict,
+        Verdict::Reapable,
+        "idle since it was made, past its 30 minutes"
+    );
     assert_eq!(verdict("gone").verdict, Verdict::Unread);
     assert!(verdict("gone").cause.unwrap().ends_with("is absent"));
-    assert_eq!(verdict("down").verdict, Verdict::Unread, "a host that cannot be read is never judged idle");
-    assert!(verdict("down").cause.unwrap().contains("Connection timed out"));
+    assert_eq!(
+        verdict("down").verdict,
+        Verdict::Unread,
+        "a host that cannot be read is never judged idle"
+    );
+    assert!(verdict("down")
+        .cause
+        .unwrap()
+        .contains("Connection timed out"));
     assert!(!r.failed());
-    assert_eq!(lab.in_cloud().len(), 5, "without --apply nothing is deleted");
+    assert_eq!(
+        lab.in_cloud().len(),
+        5,
+        "without --apply nothing is deleted"
+    );
     // Reap measured and readmitted the fleet's new address everywhere.
-    assert_eq!(Registry::load(&lab.s.home).unwrap().cloud_hosts.egress["build-host"].address, "203.0.113.99");
+    assert_eq!(
+        Registry::load(&lab.s.home).unwrap().cloud_hosts.egress["build-host"].address,
+        "203.0.113.99"
+    );
     let x = lab.cloud.extras(&lab.vm_id("quiet")).unwrap();
     assert_eq!(x.ssh_sources, vec!["203.0.113.99/32".to_string()]);
     let lines = r.lines();
-    assert!(lines.iter().any(|l| l == "busy-run: busy (1 run(s) in ~/.stado/work/runs, 0 cargo or rustc process(es))"), "{lines:?}");
-    assert!(lines.iter().any(|l| l == "quiet: reapable for 31 minute(s) of 30"), "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l
+            == "busy-run: busy (1 run(s) in ~/.stado/work/runs, 0 cargo or rustc process(es))"),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "quiet: reapable for 31 minute(s) of 30"),
+        "{lines:?}"
+    );
 
     let r = lab.s.reap(true).await.unwrap();
     let quiet = r.hosts.iter().find(|h| h.name == "quiet").unwrap();
     assert_eq!(quiet.action, Some(stado::reap::Action::Reaped));
-    assert!(r.hosts.iter().filter(|h| h.name != "quiet").all(|h| h.action.is_none()));
+    assert!(r
+        .hosts
+        .iter()
+        .filter(|h| h.name != "quiet")
+        .all(|h| h.action.is_none()));
     assert!(!lab.in_cloud().iter().any(|(n, _)| n == "quiet"));
     assert!(!declared(&lab.s).iter().any(|(n, _)| n == "quiet"));
     assert!(!lab.s.home.fleet_key("quiet").exists());
     let logs = r.log_lines();
-    assert!(logs.contains(&"cloud-host reaper: reaped quiet (idle 31 minute(s), past its 30)".to_string()), "{logs:?}");
-    assert!(logs.iter().any(|l| l.starts_with("cloud-host reaper: could not read down: ")), "{logs:?}");
+    assert!(
+        logs.contains(
+            &"cloud-host reaper: reaped quiet (idle 31 minute(s), past its 30)".to_string()
+        ),
+        "{logs:?}"
+    );
+    assert!(
+        logs.iter()
+            .any(|l| l.starts_with("cloud-host reaper: could not read down: ")),
+        "{logs:?}"
+    );
     assert!(!r.failed());
 
     // A reap whose delete fails is reap_failed, and the pass fails.
     lab.fleet.advance(Duration::from_secs(60 * 60)).unwrap();
-    lab.cloud.inject(Operation::Delete, FaultKind::Error(ErrorKind::Other), 1);
+    lab.cloud
+        .inject(Operation::Delete, FaultKind::Error(ErrorKind::Other), 1);
     let r = lab.s.reap(true).await.unwrap();
     let idle = r.hosts.iter().find(|h| h.name == "idle").unwrap();
     assert_eq!(idle.action, Some(stado::reap::Action::ReapFailed));
-    assert!(idle.action_cause.as_deref().unwrap().starts_with("idle is still registered because Azure did not release everything"));
+    assert!(idle
+        .action_cause
+        .as_deref()
+        .unwrap()
+        .starts_with("idle is still registered because Azure did not release everything"));
     assert!(r.failed());
-    assert!(r.log_lines().iter().any(|l| l.starts_with("cloud-host reaper: failed to reap idle: ")));
+    assert!(r
+        .log_lines()
+        .iter()
+        .any(|l| l.starts_with("cloud-host reaper: failed to reap idle: ")));
     // The host whose VM an operator deleted stays declared (unread) until delete removes its entry.
     lab.s.delete("gone").await.unwrap();
-    assert_eq!(declared(&lab.s), lab.in_cloud(), "the registry matches the cloud");
+    assert_eq!(
+        declared(&lab.s),
+        lab.in_cloud(),
+        "the registry matches the cloud"
+    );
 }
 
 #[tokio::test]
@@ -557,10 +846,20 @@ async fn a_second_stado_writing_the_registry_at_once_is_refused_not_merged() {
     drop(held);
     // Two creates at once (the first one slowed down by the cloud): one makes its host, the other
     // is refused.
-    lab.cloud.inject(Operation::Catalogue, FaultKind::Latency(Duration::from_millis(100)), 1);
+    lab.cloud.inject(
+        Operation::Catalogue,
+        FaultKind::Latency(Duration::from_millis(100)),
+        1,
+    );
     let (a, b) = tokio::join!(lab.create("h1"), lab.create("h2"));
-    let codes: Vec<_> = [&a, &b].iter().map(|r| r.error.as_ref().map(|e| e.code)).collect();
-    assert!(codes.contains(&None) && codes.contains(&Some("busy")), "{codes:?}");
+    let codes: Vec<_> = [&a, &b]
+        .iter()
+        .map(|r| r.error.as_ref().map(|e| e.code))
+        .collect();
+    assert!(
+        codes.contains(&None) && codes.contains(&Some("busy")),
+        "{codes:?}"
+    );
     assert_eq!(declared(&lab.s), lab.in_cloud());
 }
 
@@ -570,7 +869,12 @@ async fn a_vm_left_by_a_create_that_did_not_finish_is_replaced() {
     // An earlier create made the VM and stopped (a crash): same name, pool, size and location.
     let p = lab.cloud.provider("stado").unwrap();
     let old = p
-        .create(&MachineSpec::new("h1", "amd64-small", "zone-a", "stado-cloud-hosts"))
+        .create(&MachineSpec::new(
+            "h1",
+            "amd64-small",
+            "zone-a",
+            "stado-cloud-hosts",
+        ))
         .await
         .unwrap()
         .machine()
@@ -579,7 +883,10 @@ async fn a_vm_left_by_a_create_that_did_not_finish_is_replaced() {
     assert!(r.ok, "{:?}", r.error);
     let now = lab.in_cloud();
     assert_eq!(now.len(), 1);
-    assert_ne!(now[0].1, old.id, "the old VM, whose key is lost, was deleted and a new one made");
+    assert_ne!(
+        now[0].1, old.id,
+        "the old VM, whose key is lost, was deleted and a new one made"
+    );
 }
 
 #[tokio::test]
@@ -589,13 +896,37 @@ async fn no_output_carries_a_private_key() {
     let text = shown(&r, &r.lines());
     let private = std::fs::read_to_string(lab.s.home.fleet_key("h1")).unwrap();
     for line in private.lines().filter(|l| !l.starts_with("-----")) {
-        assert!(!text.contains(line), "the fleet key's private half was shown");
+        assert!(
+            !text.contains(line),
+            "the fleet key's private half was shown"
+        );
     }
-    assert!(!text.contains("PRIVATE KEY"), "no private key at all (the host key's travels in user data only)");
+    assert!(
+        !text.contains("PRIVATE KEY"),
+        "no private key at all (the host key's travels in user data only)"
+    );
     let list = lab.s.list().await.unwrap();
     assert!(!shown(&list, &list.lines()).contains("PRIVATE KEY"));
     let j = serde_json::to_value(&r).unwrap();
-    for k in ["command", "ok", "name", "provider", "location", "size", "disk_gb", "idle_minutes", "steps", "price", "credit", "egress", "admission", "fleet_key", "host", "versions", "error"] {
+    for k in [
+        "command",
+        "ok",
+        "name",
+        "provider",
+        "location",
+        "size",
+        "disk_gb",
+        "idle_minutes",
+        "steps",
+        "price",
+        "credit",
+        "egress",
+        "admission",
+        "fleet_key",
+        "host",
+        "versions",
+        "error",
+    ] {
         assert!(j.get(k).is_some(), "{k}");
     }
 }
@@ -608,21 +939,39 @@ async fn a_fault_run_leaks_nothing_and_the_registry_always_matches_the_cloud() {
     let mut made = Vec::new();
     for round in 0..8u32 {
         let name = format!("f{round}");
-        lab.cloud.inject(Operation::Any, FaultKind::Error(ErrorKind::Transient), 2);
+        lab.cloud
+            .inject(Operation::Any, FaultKind::Error(ErrorKind::Transient), 2);
         lab.cloud.inject(Operation::Any, FaultKind::LoseAnswer, 1);
-        lab.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
-        lab.cloud.inject(Operation::Network, FaultKind::LoseAnswer, 1);
-        lab.cloud.inject(Operation::Account, FaultKind::Error(ErrorKind::Throttled), 1);
-        lab.cloud.inject(Operation::Catalogue, FaultKind::Error(ErrorKind::Transient), 1);
+        lab.cloud
+            .inject(Operation::Create, FaultKind::LoseAnswer, 1);
+        lab.cloud
+            .inject(Operation::Network, FaultKind::LoseAnswer, 1);
+        lab.cloud.inject(
+            Operation::Account,
+            FaultKind::Error(ErrorKind::Throttled),
+            1,
+        );
+        lab.cloud.inject(
+            Operation::Catalogue,
+            FaultKind::Error(ErrorKind::Transient),
+            1,
+        );
         let r = lab.create(&name).await;
-        assert_eq!(declared(&lab.s), lab.in_cloud(), "after create {name}: {:?}", r.error);
+        assert_eq!(
+            declared(&lab.s),
+            lab.in_cloud(),
+            "after create {name}: {:?}",
+            r.error
+        );
         if r.ok {
             made.push(name.clone());
         }
         if round % 2 == 1 {
             let victim = made.remove(0);
-            lab.cloud.inject(Operation::Any, FaultKind::Error(ErrorKind::Transient), 2);
-            lab.cloud.inject(Operation::Delete, FaultKind::LoseAnswer, 1);
+            lab.cloud
+                .inject(Operation::Any, FaultKind::Error(ErrorKind::Transient), 2);
+            lab.cloud
+                .inject(Operation::Delete, FaultKind::LoseAnswer, 1);
             lab.cloud.inject(Operation::List, FaultKind::LoseAnswer, 1);
             let d = lab.s.delete(&victim).await;
             assert!(d.is_ok(), "{d:?}");

@@ -15,11 +15,17 @@ pub fn profile(home: &Home, kind: &str) {
     let mut p = Profile::default();
     for (k, v) in [
         ("providers", kind),
-        ("azure.subscription_id", "00000000-0000-4000-8000-0000000000a2"),
+        (
+            "azure.subscription_id",
+            "00000000-0000-4000-8000-0000000000a2",
+        ),
         ("azure.resource_group", "orca-rg"),
         ("azure.vnet", "stado-net"),
         ("azure.subnet", "hosts"),
-        ("azure.image_urn", "Canonical:ubuntu-24_04-lts:server:latest"),
+        (
+            "azure.image_urn",
+            "Canonical:ubuntu-24_04-lts:server:latest",
+        ),
         ("azure.vm_username", "stado"),
         ("azure.credit_floor.amount", "20"),
         ("azure.credit_floor.currency", "USD"),
@@ -53,7 +59,12 @@ pub fn request(name: &str, location: &str, size: &str) -> CreateRequest {
 }
 
 /// stado on `provider` with the simulated fleet `fleet`, in a fresh home under `dir`.
-pub fn stado(dir: &std::path::Path, kind: &str, provider: Arc<dyn orca::Provider>, fleet: &FakeFleet) -> Stado {
+pub fn stado(
+    dir: &std::path::Path,
+    kind: &str,
+    provider: Arc<dyn orca::Provider>,
+    fleet: &FakeFleet,
+) -> Stado {
     let home = Home::open(dir.join("home")).unwrap();
     profile(&home, kind);
     fleet_host(&home);
@@ -64,7 +75,11 @@ pub fn stado(dir: &std::path::Path, kind: &str, provider: Arc<dyn orca::Provider
 
 /// Every text a command showed: its JSON and its lines.
 pub fn shown(report: &impl serde::Serialize, lines: &[String]) -> String {
-    format!("{}\n{}", serde_json::to_string(report).unwrap(), lines.join("\n"))
+    format!(
+        "{}\n{}",
+        serde_json::to_string(report).unwrap(),
+        lines.join("\n")
+    )
 }
 
 /// The cloud hosts the registry declares, as (name, vm id), sorted.

@@ -1,0 +1,283 @@
+//! The `stado` binary on `--provider fake`, as a newcomer runs it: every command, its exit status,
+//! its one JSON object, and the refusals in the seed's words.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn stado(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stado"))
+        .args(args)
+        .env("STADO_HOME", home)
+        .env_remove("WC_PROVIDERS")
+        .env_remove("WC_DISABLED_PROVIDERS")
+        .output()
+        .expect("stado runs")
+}
+
+fn ok(home: &Path, args: &[&str]) -> String {
+    let out = stado(home, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn json(home: &Path, args: &[&str]) -> (bool, Value) {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = stado(home, &a);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "one JSON object: {text}");
+    (out.status.success(), serde_json::from_str(&text).unwrap())
+}
+
+fn set_up(home: &Path) {
+    for (k, v) in [
+        ("providers", "fake"),
+        (
+            "azure.subscription_id",
+            "00000000-0000-4000-8000-000000000001",
+        ),
+        ("azure.resource_group", "stado-rg"),
+        ("azure.vnet", "stado-net"),
+        ("azure.subnet", "hosts"),
+        (
+            "azure.image_urn",
+            "Canonical:ubuntu-24_04-lts:server:latest",
+        ),
+        ("azure.vm_username", "stado"),
+        ("azure.credit_floor.amount", "20"),
+        ("azure.credit_floor.currency", "USD"),
+        ("azure.credit_floor.ruling", "R-7"),
+        ("azure.credit_floor.words", "Not below twenty."),
+        ("api.url", "https://stado.example"),
+    ] {
+        ok(home, &["config", "set", k, v]);
+    }
+    ok(
+        home,
+        &[
+            "registry",
+            "set",
+            "--path",
+            "targets.build-host",
+            "--value",
+            r#"{"address":"192.0.2.10","user":"ci"}"#,
+        ],
+    );
+    ok(
+        home,
+        &[
+            "registry",
+            "set",
+            "--path",
+            "cloud_hosts",
+            "--value",
+            r#"{"admit_from":["build-host"]}"#,
+        ],
+    );
+}
+
+const CREATE: [&str; 13] = [
+    "cloud",
+    "host",
+    "create",
+    "h1",
+    "--provider",
+    "fake",
+    "--location",
+    "zone-a",
+    "--size",
+    "amd64-small",
+    "--disk-gb",
+    "64",
+    "--idle-minutes",
+];
+
+#[test]
+fn every_command_on_fake_from_create_to_reap() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    let out = stado(home, &create);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "stado: the provider fake is not enabled in this profile (providers: none; providers_disabled: none); stado config set providers fake enables it"
+    );
+    set_up(home);
+
+    let text = ok(home, &create);
+    assert!(text.contains("projected hourly burn: 0.0832 USD (h1 amd64-small at 0.0832 USD, priced in zone-a; 0 cloud host(s) already running at 0.00 USD)"), "{text}");
+    assert!(text.contains("credit: balance 100.00 USD, 99.9168 USD after one hour of all of them, above the floor 20.00 USD (the operator's ruling R-7: \"Not below twenty.\")"), "{text}");
+    assert!(text.contains("first boot: cloud-init done"), "{text}");
+    assert!(!text.contains("PRIVATE KEY"));
+
+    let (good, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
+    assert!(good);
+    assert_eq!(list["hosts"][0]["name"], "h1");
+    assert_eq!(list["hosts"][0]["state"], "running");
+    assert_eq!(list["running"], 1);
+    assert!(list["egress"]["build-host"]["address"].is_string());
+    assert!(list["egress"]["build-host"]["read_at"].is_string());
+
+    let (good, again) = json(home, &create);
+    assert!(!good);
+    assert_eq!(
+        again["error"]["message"],
+        "target 'h1' is already registered"
+    );
+    assert_eq!(again["ok"], false);
+
+    let (good, reap) = json(home, &["cloud", "host", "reap", "--provider", "fake"]);
+    assert!(good);
+    assert_eq!(reap["hosts"][0]["verdict"], "idle");
+    ok(home, &["fake", "advance", "--minutes", "31"]);
+    let (good, reap) = json(
+        home,
+        &["cloud", "host", "reap", "--provider", "fake", "--apply"],
+    );
+    assert!(good, "{reap}");
+    assert_eq!(reap["hosts"][0]["verdict"], "reapable");
+    assert_eq!(reap["hosts"][0]["action"], "reaped");
+
+    let out = stado(
+        home,
+        &["cloud", "host", "delete", "h1", "--provider", "fake"],
+    );
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "stado: the registry declares no Azure cloud host h1 (it declares none)"
+    );
+    let (_, cloud) = json(home, &["fake", "cloud"]);
+    assert_eq!(
+        cloud["machines"],
+        Value::Array(vec![]),
+        "reaped means gone from the cloud"
+    );
+
+    ok(home, &["config", "unset", "azure.vnet"]);
+    let out = stado(home, &["cloud", "host", "list", "--provider", "fake"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains(
+        "a cloud host on Azure is addressed with bindings this deployment does not declare: azure.vnet; stado config set declares each."
+    ));
+}
+
+#[test]
+fn a_second_stado_writing_the_registry_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up(home);
+    let h = stado::Home::open(home).unwrap();
+    let held = h.lock(&h.registry_path()).unwrap();
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    let (good, r) = json(home, &create);
+    assert!(!good);
+    assert_eq!(r["error"]["code"], "busy", "{r}");
+    let (good, r) = json(
+        home,
+        &[
+            "registry",
+            "set",
+            "--path",
+            "cloud_hosts.admit_from",
+            "--value",
+            r#"["build-host"]"#,
+        ],
+    );
+    assert!(!good);
+    assert_eq!(r["error"]["code"], "busy");
+    drop(held);
+    let (_, cloud) = json(home, &["fake", "cloud"]);
+    assert_eq!(cloud["machines"], Value::Array(vec![]));
+}
+
+#[test]
+fn fleet_key_generate_writes_an_owner_only_private_half_and_prints_only_the_public() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let out = ok(home, &["fleet", "key", "generate", "build-host"]);
+    assert!(out.contains("ssh-ed25519 AAAA"), "{out}");
+    assert!(!out.contains("PRIVATE"));
+    let private = home.join("keys/build-host");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&private).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+    let out = stado(home, &["fleet", "key", "generate", "build-host"]);
+    assert!(!out.status.success(), "an existing key is never replaced");
+}
+
+#[cfg(unix)]
+#[test]
+fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up(home);
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    ok(home, &create);
+    ok(home, &["fake", "advance", "--minutes", "45"]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stado"))
+        .args([
+            "cloud",
+            "host",
+            "reap",
+            "--provider",
+            "fake",
+            "--apply",
+            "--every",
+            "1",
+        ])
+        .env("STADO_HOME", home)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            seen.push(l);
+            if seen
+                .iter()
+                .any(|l| l.starts_with("cloud-host reaper: reaped h1"))
+            {
+                break;
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter().any(|l| l.starts_with("cloud-host reaper: reaped h1 (idle 45 minute(s), past its 30)")),
+        "{seen:?}"
+    );
+    let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
+    assert_eq!(list["hosts"], Value::Array(vec![]));
+}
