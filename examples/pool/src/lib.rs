@@ -1,21 +1,33 @@
 //! The pool autoscaler (`orca.pool_scale`) as a library: one [`Scaler::pass`] brings a pool to its
-//! target size on any [`Provider`].
+//! target size on any [`Provider`], without ever losing or deleting a machine it made.
 //!
-//! A pass lists `machines(pool)`, deletes the machines it does not know (per the small [`Record`] it
-//! keeps of what it made), creates the missing ones from a list of offerings (machine type and location)
-//! in order of preference, falls back to the next offering when one has no stock, and does not try an
-//! offering that just reported no stock again until its cool-down has passed. Surplus machines are
-//! deleted, newest first.
+//! - **Intent before action**: a machine's name and offering are written to the [`Store`] before the
+//!   cloud is asked to make it, and a delete before the cloud is asked to remove it; the outcome after.
+//!   A recorded name found in the cloud later is adopted (listed, or by retrying the same create,
+//!   which the drivers answer with [`orca::Created::Adopted`]); it is never deleted as unknown.
+//! - **One record per (kind, owner, pool)** ([`record::Key`]); a new record adopts and deletes nothing
+//!   of what it finds until the operator says so ([`Unknown`]).
+//! - **Two stores**: a local file ([`store::file::FileStore`], locked) and PostgreSQL
+//!   ([`store::postgres::PgStore`], replicas under an advisory lock, fenced writes).
+//! - **Machines that will not serve are replaced**: stopped or unknown for longer than a grace.
+//! - **Bounded parallel** creates and deletes; names unique per owner ([`machine_name`]).
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use orca::{Arch, Created, Error, MachineSpec, Provider, Status};
+use orca::{Arch, Provider};
 use serde::{Deserialize, Serialize};
 
+pub mod metrics;
+pub mod record;
+pub mod scaler;
+pub mod store;
+
+pub use record::{Entry, Event, Key, Phase, Record};
+pub use scaler::{Action, PassReport, Scaler};
+pub use store::{file::FileStore, postgres::PgStore, Role, Store, StoreError};
+
 /// A machine type in a location, as the autoscaler may buy it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Offering {
     /// The machine type.
     pub machine_type: String,
@@ -43,35 +55,30 @@ impl std::fmt::Display for Offering {
     }
 }
 
-/// What the autoscaler remembers between passes (and runs): the machines it made, and the offerings
-/// cooling down after no stock.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    /// Machines it made: id to name.
-    pub known: BTreeMap<String, String>,
-    /// Offerings (`type@location`) that reported no stock, with the Unix time (s) until which they rest.
-    pub cooling: BTreeMap<String, u64>,
-    /// The next machine number, for unique names.
-    pub next: u64,
+/// What to do with machines of the pool that the record does not name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unknown {
+    /// On a new record (first pass, lost file, another kind or owner): touch nothing, create nothing,
+    /// and say why; on an established record (which names every machine it ever meant to make):
+    /// delete them, as the seed's autoscaler does.
+    #[default]
+    Ask,
+    /// Keep them as this pool's machines (counted toward its size).
+    Adopt,
+    /// Delete them.
+    Delete,
 }
 
-impl Record {
-    /// Reads the record at `path`; a missing file is an empty record.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| format!("record {}: not a pool record: {e}", path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Record::default()),
-            Err(e) => Err(format!("record {}: {e}", path.display())),
+impl std::str::FromStr for Unknown {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "ask" => Ok(Unknown::Ask),
+            "adopt" => Ok(Unknown::Adopt),
+            "delete" => Ok(Unknown::Delete),
+            other => Err(format!("{other:?}: expected ask, adopt or delete")),
         }
-    }
-
-    /// Writes the record to `path` (atomically: a temporary file, then a rename).
-    pub fn save(&self, path: &Path) -> Result<(), String> {
-        let tmp = path.with_extension("tmp");
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| e.to_string())?;
-        std::fs::write(&tmp, bytes).map_err(|e| format!("record {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, path).map_err(|e| format!("record {}: {e}", path.display()))
     }
 }
 
@@ -86,269 +93,157 @@ pub struct Settings {
     pub offerings: Vec<Offering>,
     /// How long an offering that reported no stock rests.
     pub cooldown: Duration,
-    /// The architectures the worker image runs on; offerings of other architectures are skipped.
-    /// Empty: any.
+    /// The architectures the worker image runs on; offerings of other architectures are refused at
+    /// start ([`check_offerings`]). Empty: any.
     pub archs: Vec<Arch>,
     /// Cloud-init for new machines.
     pub user_data: String,
+    /// How long a machine may be stopped (or in a state the driver does not know) before it is deleted
+    /// and replaced.
+    pub grace: Duration,
+    /// How long a create whose machine never showed up is waited for, when it is no longer needed,
+    /// before its name is retired.
+    pub settle: Duration,
+    /// How many creates and deletes run at once.
+    pub parallel: usize,
+    /// What to do with machines the record does not name.
+    pub unknown: Unknown,
+    /// How long names of deleted or never-made machines are kept in the record.
+    pub retention: Duration,
 }
 
-/// One thing a pass did or saw.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "action", rename_all = "snake_case")]
-pub enum Action {
-    /// Deleted a machine of the pool it did not make.
-    DeletedUnknown {
-        /// The machine's id.
-        id: String,
-        /// Its name.
-        name: String,
-    },
-    /// Deleted a machine it made, because the pool was larger than its size.
-    DeletedSurplus {
-        /// The machine's id.
-        id: String,
-        /// Its name.
-        name: String,
-    },
-    /// Forgot a machine it made that is gone.
-    Forgot {
-        /// The machine's id.
-        id: String,
-    },
-    /// Made a machine.
-    Created {
-        /// The machine's id.
-        id: String,
-        /// Its name.
-        name: String,
-        /// From which offering.
-        offering: String,
-    },
-    /// An offering had no stock; it rests until `until` (Unix seconds).
-    NoStock {
-        /// The offering.
-        offering: String,
-        /// Until when it is not tried again.
-        until: u64,
-    },
-    /// An offering was skipped: cooling down, or of an architecture the image does not run on.
-    Skipped {
-        /// The offering.
-        offering: String,
-        /// Why.
-        reason: String,
-    },
-    /// A call failed; the pass goes on where it can.
-    Failed {
-        /// What was being done.
-        doing: String,
-        /// The error.
-        error: String,
-    },
-}
-
-/// What one pass did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PassReport {
-    /// The pool.
-    pub pool: String,
-    /// The target size.
-    pub size: usize,
-    /// Machines of the pool listed at the start of the pass.
-    pub listed: usize,
-    /// Machines of the pool it knows after the pass (made by it and not deleting).
-    pub count: usize,
-    /// What it did, in order.
-    pub actions: Vec<Action>,
-}
-
-/// The autoscaler: settings plus its record.
-#[derive(Debug, Clone)]
-pub struct Scaler {
-    /// Its settings.
-    pub settings: Settings,
-    /// What it remembers.
-    pub record: Record,
-}
-
-fn unix(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-impl Scaler {
-    /// One pass at time `now`: bring the pool to its size on `p`.
-    pub async fn pass(&mut self, p: &dyn Provider, now: SystemTime) -> Result<PassReport, Error> {
-        let s = self.settings.clone();
-        let mut actions = Vec::new();
-        let listed = p.machines(&s.pool).await?;
-
-        // Forget what is gone; delete what is not ours to keep.
-        let present: Vec<&str> = listed.iter().map(|m| m.id.as_str()).collect();
-        let gone: Vec<String> = self
-            .record
-            .known
-            .keys()
-            .filter(|id| !present.contains(&id.as_str()))
-            .cloned()
-            .collect();
-        for id in gone {
-            self.record.known.remove(&id);
-            actions.push(Action::Forgot { id });
+impl Settings {
+    /// Settings for `pool` of `size` from `offerings`, with the defaults: cool-down 5 min, grace
+    /// 10 min, settle 10 min, 4 at once, [`Unknown::Ask`], names kept 24 h.
+    pub fn new(pool: impl Into<String>, size: usize, offerings: Vec<Offering>) -> Self {
+        Settings {
+            pool: pool.into(),
+            size,
+            offerings,
+            cooldown: Duration::from_secs(300),
+            archs: Vec::new(),
+            user_data: String::new(),
+            grace: Duration::from_secs(600),
+            settle: Duration::from_secs(600),
+            parallel: 4,
+            unknown: Unknown::Ask,
+            retention: Duration::from_secs(86_400),
         }
-        let mut mine = Vec::new();
-        for m in &listed {
-            if self.record.known.contains_key(&m.id) {
-                if m.status != Status::Deleting {
-                    mine.push(m.clone());
-                }
-                continue;
-            }
-            match p.delete(&m.id).await {
-                Ok(_) => actions.push(Action::DeletedUnknown {
-                    id: m.id.clone(),
-                    name: m.name.clone(),
-                }),
-                Err(e) => actions.push(Action::Failed {
-                    doing: format!("delete unknown machine {}", m.id),
-                    error: e.to_string(),
-                }),
-            }
-        }
-
-        // Too many: delete the newest (highest-numbered) first.
-        mine.sort_by(|a, b| a.name.len().cmp(&b.name.len()).then(a.name.cmp(&b.name)));
-        while mine.len() > s.size {
-            let Some(m) = mine.pop() else { break };
-            match p.delete(&m.id).await {
-                Ok(_) => {
-                    self.record.known.remove(&m.id);
-                    actions.push(Action::DeletedSurplus {
-                        id: m.id,
-                        name: m.name,
-                    });
-                }
-                Err(e) => actions.push(Action::Failed {
-                    doing: format!("delete surplus machine {}", m.id),
-                    error: e.to_string(),
-                }),
-            }
-        }
-
-        // Too few: create from the first offering that has stock.
-        let mut count = mine.len();
-        let now_s = unix(now);
-        self.record.cooling.retain(|_, until| *until > now_s);
-        let mut usable = Vec::new();
-        for o in &s.offerings {
-            let key = o.to_string();
-            if let Some(until) = self.record.cooling.get(&key) {
-                if count < s.size {
-                    actions.push(Action::Skipped {
-                        offering: key,
-                        reason: format!("no stock lately; cooling down until {until}"),
-                    });
-                }
-                continue;
-            }
-            if !s.archs.is_empty() && count < s.size {
-                match p.arch(&o.machine_type).await {
-                    Ok(a) if s.archs.contains(&a) => {}
-                    Ok(a) => {
-                        actions.push(Action::Skipped {
-                            offering: key,
-                            reason: format!("{a} does not run the worker image"),
-                        });
-                        continue;
-                    }
-                    Err(e) => {
-                        actions.push(Action::Failed {
-                            doing: format!("arch of {}", o.machine_type),
-                            error: e.to_string(),
-                        });
-                        continue;
-                    }
-                }
-            }
-            usable.push(o.clone());
-        }
-        let mut offers = usable.into_iter();
-        let mut current = offers.next();
-        while count < s.size {
-            let Some(o) = current.clone() else { break };
-            let name = format!("{}-{}", s.pool.replace('_', "-"), self.record.next);
-            let spec = MachineSpec::new(&name, &o.machine_type, &o.location, &s.pool)
-                .with_user_data(s.user_data.clone());
-            match p.create(&spec).await {
-                Ok(Created::Machine(m) | Created::Adopted(m)) => {
-                    self.record.next += 1;
-                    self.record.known.insert(m.id.clone(), m.name.clone());
-                    count += 1;
-                    actions.push(Action::Created {
-                        id: m.id,
-                        name: m.name,
-                        offering: o.to_string(),
-                    });
-                }
-                Ok(Created::NoStock { .. }) => {
-                    let until = now_s + s.cooldown.as_secs();
-                    self.record.cooling.insert(o.to_string(), until);
-                    actions.push(Action::NoStock {
-                        offering: o.to_string(),
-                        until,
-                    });
-                    current = offers.next();
-                }
-                Err(e) => {
-                    // A name taken by someone else: skip the number. Anything else ends the pass's
-                    // creating; the next pass tries again.
-                    let taken = matches!(e, Error::AlreadyExists { .. });
-                    actions.push(Action::Failed {
-                        doing: format!("create {name} from {o}"),
-                        error: e.to_string(),
-                    });
-                    if taken {
-                        self.record.next += 1;
-                    } else {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(PassReport {
-            pool: s.pool,
-            size: s.size,
-            listed: listed.len(),
-            count,
-            actions,
-        })
     }
 }
 
-impl PassReport {
-    /// The report as lines for a person.
-    pub fn lines(&self) -> Vec<String> {
-        let mut v = vec![format!(
-            "pool {}: {} listed, {} of {} after this pass",
-            self.pool, self.listed, self.count, self.size
-        )];
-        for a in &self.actions {
-            v.push(match a {
-                Action::DeletedUnknown { id, name } => format!("  deleted unknown {name} ({id})"),
-                Action::DeletedSurplus { id, name } => format!("  deleted surplus {name} ({id})"),
-                Action::Forgot { id } => format!("  forgot {id} (gone)"),
-                Action::Created { id, name, offering } => {
-                    format!("  created {name} ({id}) from {offering}")
-                }
-                Action::NoStock { offering, until } => {
-                    format!("  no stock of {offering}; resting until {until}")
-                }
-                Action::Skipped { offering, reason } => format!("  skipped {offering}: {reason}"),
-                Action::Failed { doing, error } => format!("  FAILED {doing}: {error}"),
-            });
+/// The width of the owner-and-pool tag in machine names.
+pub const TAG_LEN: usize = 6;
+
+/// The most digits of a machine number that [`check_offerings`] makes room for.
+pub const NUMBER_DIGITS: usize = 6;
+
+/// A short, stable tag of (owner, pool): 6 hex digits of the 64-bit FNV-1a hash of
+/// `owner`, a zero byte and `pool`. Two owners (or two pools whose names differ only by `_` and `-`)
+/// get different names on a cloud whose names are unique per account.
+pub fn owner_tag(owner: &str, pool: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in owner.bytes().chain([0u8]).chain(pool.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{:06x}", h & 0xff_ffff)
+}
+
+/// The name of machine number `n` of `key`'s pool: `<pool>-<tag>-<n>` (`_` in the pool as `-`).
+pub fn machine_name(key: &Key, n: u64) -> String {
+    format!(
+        "{}-{}-{n}",
+        key.pool.replace('_', "-"),
+        owner_tag(&key.owner, &key.pool)
+    )
+}
+
+/// The longest machine name a cloud of `kind` takes, and whether it must start with a letter.
+pub fn name_rule(kind: &str) -> (usize, bool) {
+    match kind {
+        // Azure's driver adds suffixes to the VM name for its disk, interface and address.
+        "azure" => (58, false),
+        // Compute Engine resource names start with a letter.
+        "gce" => (63, true),
+        _ => (63, false),
+    }
+}
+
+/// Checks, before any machine is made, that the pool can be scaled as `settings` say on `p`: each
+/// offering's type is known to the cloud and of an architecture the image runs on, the location is a
+/// valid token, and the pool's machine names fit the cloud's rule. Every problem is named at once;
+/// on success, the architecture of each offering.
+pub async fn check_offerings(
+    p: &dyn Provider,
+    settings: &Settings,
+) -> Result<Vec<Arch>, Vec<String>> {
+    let mut problems = Vec::new();
+    let key = Key::new(p.kind(), p.owner(), &settings.pool);
+    if let Err(e) = orca::validate_pool(&settings.pool) {
+        problems.push(e.to_string());
+    }
+    if settings.offerings.is_empty() {
+        problems.push("no offering: give at least one --offer TYPE@LOCATION".into());
+    }
+    if settings.parallel == 0 {
+        problems.push("--parallel must be at least 1".into());
+    }
+    let longest = format!(
+        "{}-{}-{}",
+        key.pool.replace('_', "-"),
+        owner_tag(&key.owner, &key.pool),
+        "9".repeat(NUMBER_DIGITS)
+    );
+    let (max, letter_first) = name_rule(p.kind());
+    if longest.len() > max {
+        problems.push(format!(
+            "pool {:?}: its machine names ({longest}) are {} characters, longer than the {max} that {} takes; use a pool name of at most {} characters",
+            settings.pool,
+            longest.len(),
+            p.kind(),
+            settings.pool.len().saturating_sub(longest.len() - max)
+        ));
+    } else if letter_first && !longest.starts_with(|c: char| c.is_ascii_lowercase()) {
+        problems.push(format!(
+            "pool {:?}: machine names on {} must start with a letter",
+            settings.pool,
+            p.kind()
+        ));
+    } else if let Err(e) = orca::validate_name(&longest) {
+        problems.push(format!("pool {:?}: {e}", settings.pool));
+    }
+    let mut archs = Vec::new();
+    for o in &settings.offerings {
+        if let Err(e) = orca::MachineSpec::new(&longest, &o.machine_type, &o.location, "p")
+            .with_user_data(settings.user_data.clone())
+            .validate()
+        {
+            problems.push(format!("offering {o}: {e}"));
+            continue;
         }
-        v
+        match p.arch(&o.machine_type).await {
+            Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => archs.push(a),
+            Ok(a) => problems.push(format!(
+                "offering {o}: {} is {a}, and the worker image runs on {}",
+                o.machine_type,
+                settings
+                    .archs
+                    .iter()
+                    .map(Arch::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Err(e) => problems.push(format!(
+                "offering {o}: unknown machine type {} on {}: {e}",
+                o.machine_type,
+                p.kind()
+            )),
+        }
+    }
+    if problems.is_empty() {
+        Ok(archs)
+    } else {
+        Err(problems)
     }
 }

@@ -3,15 +3,25 @@
 //! ```text
 //! orca-pool --pool lab --size 3 --offer amd64-small@zone-a --offer arm64-small@zone-b --once
 //! ```
+//!
+//! Exit status of `--once` (and of a run that stops): 0 when every action worked (no stock is not a
+//! failure), 1 when an action failed, the pass stopped early or the start was refused, 2 when the pass
+//! held everything because the pool has machines a new record does not name (see `--unknown`).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
-use orca_pool::{Offering, Record, Scaler, Settings};
+use orca_pool::metrics::Metrics;
+use orca_pool::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Settings, Store};
 
-/// Keeps a pool of cloud machines at its size: one pass lists the pool, deletes the machines it does
-/// not know, and creates the missing ones from the first offering with stock.
+/// Keeps a pool of cloud machines at its size. A pass lists the pool, reconciles it with the record
+/// (kept per kind, owner and pool; every name written before its create), deletes what is surplus,
+/// unknown to an established record, or stopped for longer than the grace, and creates the missing
+/// machines from the first offering with stock, a few at a time.
 #[derive(Debug, Parser)]
 #[command(name = "orca-pool", version)]
 struct Args {
@@ -33,47 +43,102 @@ struct Args {
     /// Seconds an offering rests after it reported no stock.
     #[arg(long, default_value_t = 300)]
     cooldown: u64,
-    /// Architectures the worker image runs on (amd64, arm64; repeat); others are skipped.
+    /// Architectures the worker image runs on (amd64, arm64; repeat); an offering of another is
+    /// refused at start.
     #[arg(long = "arch")]
     archs: Vec<String>,
     /// A cloud-init file for new machines.
     #[arg(long)]
     user_data: Option<PathBuf>,
-    /// Where the record of known machines is kept (default: orca-pool-<pool>.json here).
+    /// Where the record is kept: a file path (default: orca-pool-<pool>.json here; one process per
+    /// file), or a PostgreSQL connection string (postgres://...) for replicas, of which one acts at a
+    /// time per kind, owner and pool.
+    #[arg(long, alias = "record", env = "ORCA_POOL_STORE")]
+    store: Option<String>,
+    /// This replica's name in the PostgreSQL record (default: host name and process id).
     #[arg(long)]
-    record: Option<PathBuf>,
+    replica: Option<String>,
+    /// Seconds a machine may be stopped (or in an unknown state) before it is deleted and replaced.
+    #[arg(long, default_value_t = 600)]
+    grace: u64,
+    /// Seconds a recorded create that never showed up is waited for, once no longer needed, before its
+    /// name is retired.
+    #[arg(long, default_value_t = 600)]
+    settle: u64,
+    /// How many creates and deletes run at once.
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Machines of the pool that the record does not name: ask (on a new record, touch nothing and
+    /// say so; on an established one, delete them), adopt, or delete.
+    #[arg(long, default_value = "ask")]
+    unknown: orca_pool::Unknown,
+    /// Serve Prometheus metrics on this address (for example 127.0.0.1:9464), at /metrics.
+    #[arg(long)]
+    metrics: Option<SocketAddr>,
     /// For kind fake: a state file, so that separate runs share one simulated cloud.
     #[arg(long, env = "ORCA_FAKE_STATE")]
     fake_state: Option<PathBuf>,
-    /// Run one pass and exit.
+    /// Run one pass and exit (status 1 when an action failed, 2 when it held).
     #[arg(long)]
     once: bool,
     /// Seconds between passes when not --once.
-    #[arg(long, default_value_t = 30)]
-    interval: u64,
+    #[arg(long, default_value_t = 30.0)]
+    interval: f64,
     /// Print each pass as one JSON object a line.
     #[arg(long)]
     json: bool,
 }
 
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
     match run(Args::parse()).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("orca-pool: {e}");
-            std::process::ExitCode::FAILURE
+            ExitCode::FAILURE
         }
     }
 }
 
-async fn run(args: Args) -> Result<(), String> {
-    let provider: std::sync::Arc<dyn orca::Provider> = match (&args.kind[..], &args.fake_state) {
-        ("fake", Some(path)) => std::sync::Arc::new(
+fn replica_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+async fn run(args: Args) -> Result<ExitCode, String> {
+    let provider: Arc<dyn orca::Provider> = match (&args.kind[..], &args.fake_state) {
+        ("fake", Some(path)) => Arc::new(
             orca::memory::MemoryCloud::persistent(path)
                 .and_then(|c| c.provider(&args.owner))
                 .map_err(|e| e.to_string())?,
@@ -82,46 +147,90 @@ async fn run(args: Args) -> Result<(), String> {
             .await
             .map_err(|e| e.to_string())?,
     };
-    orca::validate_pool(&args.pool).map_err(|e| e.to_string())?;
     let user_data = match &args.user_data {
         Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
         None => String::new(),
     };
-    let record_path = args
-        .record
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("orca-pool-{}.json", args.pool)));
-    let mut scaler = Scaler {
-        settings: Settings {
-            pool: args.pool.clone(),
-            size: args.size,
-            offerings: args.offers.clone(),
-            cooldown: Duration::from_secs(args.cooldown),
-            archs: args.archs.iter().map(|a| orca::docker_arch(a)).collect(),
-            user_data,
-        },
-        record: Record::load(&record_path)?,
-    };
-    loop {
-        let report = scaler
-            .pass(&*provider, SystemTime::now())
-            .await
-            .map_err(|e| e.to_string());
-        scaler.record.save(&record_path)?;
-        match report {
-            Ok(r) if args.json => {
-                println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?)
-            }
-            Ok(r) => r.lines().iter().for_each(|l| println!("{l}")),
-            Err(e) if args.once => return Err(e),
-            Err(e) => eprintln!("orca-pool: pass failed: {e}"),
+    let mut settings = Settings::new(args.pool.clone(), args.size, args.offers.clone());
+    settings.cooldown = Duration::from_secs(args.cooldown);
+    settings.archs = args.archs.iter().map(|a| orca::docker_arch(a)).collect();
+    settings.user_data = user_data;
+    settings.grace = Duration::from_secs(args.grace);
+    settings.settle = Duration::from_secs(args.settle);
+    settings.parallel = args.parallel;
+    settings.unknown = args.unknown;
+    if let Err(problems) = check_offerings(&*provider, &settings).await {
+        return Err(format!(
+            "refused at start, nothing done:\n  - {}",
+            problems.join("\n  - ")
+        ));
+    }
+    let store: Box<dyn Store> = match args.store.as_deref() {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            let replica = args.replica.clone().unwrap_or_else(replica_name);
+            Box::new(
+                PgStore::connect(url, &replica)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
         }
+        path => {
+            let path = path
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(format!("orca-pool-{}.json", args.pool)));
+            Box::new(FileStore::open(&path).map_err(|e| e.to_string())?)
+        }
+    };
+    for note in store.notes() {
+        eprintln!("orca-pool: note: {note}");
+    }
+    let key = Key::new(provider.kind(), provider.owner(), &args.pool);
+    let metrics = Arc::new(Metrics::new(&key));
+    if let Some(addr) = args.metrics {
+        let bound = metrics
+            .clone()
+            .serve(addr)
+            .await
+            .map_err(|e| format!("--metrics {addr}: {e}"))?;
+        eprintln!("orca-pool: metrics on http://{bound}/metrics");
+    }
+    let mut scaler = Scaler::new(settings, store);
+    let stop = stop_signal();
+    tokio::pin!(stop);
+    loop {
+        let report = tokio::select! {
+            r = scaler.pass(&*provider, chrono::Utc::now()) => r,
+            _ = &mut stop => {
+                // Every create and delete begun was recorded before its call: the next run
+                // converges from the record.
+                eprintln!("orca-pool: stopped during a pass; the record names every machine it began");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        metrics.observe(&report);
+        if args.json {
+            println!(
+                "{}",
+                serde_json::to_string(&report).map_err(|e| e.to_string())?
+            );
+        } else {
+            for l in report.lines() {
+                println!("{l}");
+            }
+        }
+        let code = if report.failures() > 0 {
+            ExitCode::FAILURE
+        } else if report.held() {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
         if args.once {
-            return Ok(());
+            return Ok(code);
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(args.interval)) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_secs_f64(args.interval.max(0.0))) => {}
+            _ = &mut stop => return Ok(ExitCode::SUCCESS),
         }
     }
 }

@@ -1,0 +1,192 @@
+//! The metrics a scaler operator expects, on an optional Prometheus endpoint (`GET /metrics`, text
+//! format 0.0.4), with the `prometheus` crate.
+//!
+//! Every series carries the constant labels `kind`, `owner` and `pool`:
+//! `orca_pool_size` (machines serving after the last pass), `orca_pool_wanted` (the target),
+//! `orca_pool_listed`, `orca_pool_created_total{how="made|adopted"}`,
+//! `orca_pool_deleted_total{cause}`, `orca_pool_failures_total{operation}`,
+//! `orca_pool_no_stock_total{offering}`, `orca_pool_passes_total{role}`, `orca_pool_leader` (1 when
+//! this replica acted in the last pass), `orca_pool_last_pass_timestamp_seconds`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus::{Encoder, Gauge, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+
+use crate::record::Key;
+use crate::scaler::{Action, PassReport};
+use crate::store::Role;
+
+/// The scaler's metrics, in their own registry.
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    registry: Registry,
+    size: IntGauge,
+    wanted: IntGauge,
+    listed: IntGauge,
+    created: IntCounterVec,
+    deleted: IntCounterVec,
+    failures: IntCounterVec,
+    no_stock: IntCounterVec,
+    passes: IntCounterVec,
+    leader: IntGauge,
+    last_pass: Gauge,
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help)
+}
+
+impl Metrics {
+    /// Metrics for `key`'s pool.
+    pub fn new(key: &Key) -> Self {
+        let labels = [
+            ("kind".to_string(), key.kind.clone()),
+            ("owner".to_string(), key.owner.clone()),
+            ("pool".to_string(), key.pool.clone()),
+        ]
+        .into_iter()
+        .collect();
+        let registry = Registry::new_custom(None, Some(labels)).expect("constant labels are valid");
+        let gauge = |n: &str, h: &str| {
+            let g = IntGauge::with_opts(opts(n, h)).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique");
+            g
+        };
+        let counter = |n: &str, h: &str, l: &str| {
+            let c = IntCounterVec::new(opts(n, h), &[l]).expect("valid metric");
+            registry.register(Box::new(c.clone())).expect("unique");
+            c
+        };
+        let size = gauge(
+            "orca_pool_size",
+            "Machines of the pool serving after the last pass.",
+        );
+        let wanted = gauge("orca_pool_wanted", "The pool's target size.");
+        let listed = gauge(
+            "orca_pool_listed",
+            "Machines of the pool the cloud listed in the last pass.",
+        );
+        let leader = gauge(
+            "orca_pool_leader",
+            "1 when this replica acted in the last pass, 0 on standby.",
+        );
+        let created = counter(
+            "orca_pool_created_total",
+            "Machines created (how: made, or adopted from an earlier attempt or by name).",
+            "how",
+        );
+        let deleted = counter(
+            "orca_pool_deleted_total",
+            "Machines deleted, by cause (surplus, unknown, unhealthy, duplicate, recorded).",
+            "cause",
+        );
+        let failures = counter(
+            "orca_pool_failures_total",
+            "Failed cloud calls and passes stopped early, by operation.",
+            "operation",
+        );
+        let no_stock = counter(
+            "orca_pool_no_stock_total",
+            "Creates answered with no stock, by offering.",
+            "offering",
+        );
+        let passes = counter("orca_pool_passes_total", "Passes, by role.", "role");
+        let last_pass = Gauge::with_opts(opts(
+            "orca_pool_last_pass_timestamp_seconds",
+            "When the last pass started (Unix time).",
+        ))
+        .expect("valid metric");
+        registry
+            .register(Box::new(last_pass.clone()))
+            .expect("unique");
+        Metrics {
+            registry,
+            size,
+            wanted,
+            listed,
+            created,
+            deleted,
+            failures,
+            no_stock,
+            passes,
+            leader,
+            last_pass,
+        }
+    }
+
+    /// Counts what pass `r` did.
+    pub fn observe(&self, r: &PassReport) {
+        self.last_pass.set(r.at.timestamp() as f64);
+        self.wanted.set(i64::try_from(r.size).unwrap_or(i64::MAX));
+        match &r.role {
+            Role::Leader => {
+                self.leader.set(1);
+                self.passes.with_label_values(&["leader"]).inc();
+                self.size.set(i64::try_from(r.serving).unwrap_or(i64::MAX));
+                self.listed.set(i64::try_from(r.listed).unwrap_or(i64::MAX));
+            }
+            Role::Standby { .. } => {
+                self.leader.set(0);
+                self.passes.with_label_values(&["standby"]).inc();
+            }
+        }
+        for a in &r.actions {
+            match a {
+                Action::Created { adopted, .. } => self
+                    .created
+                    .with_label_values(&[if *adopted { "adopted" } else { "made" }])
+                    .inc(),
+                Action::Adopted { .. } => self.created.with_label_values(&["adopted"]).inc(),
+                Action::Deleted { cause, .. } => {
+                    self.deleted.with_label_values(&[cause.as_str()]).inc()
+                }
+                Action::Failed { operation, .. } => {
+                    self.failures.with_label_values(&[operation.as_str()]).inc()
+                }
+                Action::NoStock { offering, .. } => {
+                    self.no_stock.with_label_values(&[offering.as_str()]).inc()
+                }
+                _ => {}
+            }
+        }
+        if r.stopped.is_some() {
+            self.failures.with_label_values(&["pass"]).inc();
+        }
+    }
+
+    /// The metrics in Prometheus' text format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
+        String::from_utf8(buf).unwrap_or_default()
+    }
+
+    /// Serves `GET /metrics` on `addr` (only there: nothing else is bound) until the runtime stops.
+    /// Returns the address bound (the port, when `addr` asked for 0).
+    pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = self.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        m.render(),
+                    )
+                }
+            }),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::warn!(error = %e, "the metrics endpoint stopped");
+            }
+        });
+        Ok(bound)
+    }
+}

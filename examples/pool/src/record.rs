@@ -1,0 +1,257 @@
+//! What the autoscaler remembers: one [`Record`] per [`Key`] (kind, owner, pool), holding every machine
+//! name it ever meant to make, with the phase it is in.
+//!
+//! A name is written down ([`Phase::Creating`]) before the cloud is asked to make it, and a delete
+//! ([`Phase::Deleting`]) before the cloud is asked to remove it; the outcome is written after. So a
+//! record read after a crash at any point names every machine the scaler may have made.
+
+use std::collections::BTreeMap;
+
+use orca::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::Offering;
+
+/// Whose record it is: the provider kind, the owner (the stack's id, empty for none) and the pool.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Key {
+    /// The provider kind (`fake`, `hetzner`, ...).
+    pub kind: String,
+    /// The owner; empty for none.
+    pub owner: String,
+    /// The pool.
+    pub pool: String,
+}
+
+impl Key {
+    /// The key of `pool` for `kind` and `owner`.
+    pub fn new(kind: impl Into<String>, owner: impl Into<String>, pool: impl Into<String>) -> Self {
+        Key {
+            kind: kind.into(),
+            owner: owner.into(),
+            pool: pool.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    /// `kind/owner/pool` (an empty owner shows as `-`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let owner = if self.owner.is_empty() {
+            "-"
+        } else {
+            &self.owner
+        };
+        write!(f, "{}/{owner}/{}", self.kind, self.pool)
+    }
+}
+
+/// Where a recorded machine name stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The name and spec are recorded and the cloud is (or was) asked to make it; no machine confirmed.
+    Creating,
+    /// A machine of this name is this pool's (its id is known).
+    Live,
+    /// The machine is to be deleted (recorded before the delete call).
+    Deleting,
+    /// The create was answered "not made" (no stock, or refused); the name is kept so that a machine
+    /// of this name showing up later is known.
+    Retired,
+    /// Deleted; the name is kept for a while so that a late listing that still shows it is understood.
+    Gone,
+}
+
+impl Phase {
+    /// The lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Creating => "creating",
+            Phase::Live => "live",
+            Phase::Deleting => "deleting",
+            Phase::Retired => "retired",
+            Phase::Gone => "gone",
+        }
+    }
+
+    /// The phase named `s`.
+    pub fn parse(s: &str) -> Option<Phase> {
+        [
+            Phase::Creating,
+            Phase::Live,
+            Phase::Deleting,
+            Phase::Retired,
+            Phase::Gone,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+}
+
+/// One machine name the scaler recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The machine's name.
+    pub name: String,
+    /// What it is (or was to be) made of.
+    pub offering: Offering,
+    /// Where it stands.
+    pub phase: Phase,
+    /// The cloud's id, once known.
+    pub id: Option<String>,
+    /// When the name was recorded.
+    pub intent_at: Timestamp,
+    /// When the cloud made it, as the cloud says.
+    pub created_at: Option<Timestamp>,
+    /// Since when it has been seen stopped or in an unknown state (first seen, or the cloud's stop
+    /// time).
+    pub unhealthy_since: Option<Timestamp>,
+    /// When the phase last changed.
+    pub changed_at: Timestamp,
+    /// Why it is in this phase (for deletes and retirements), or the last error met.
+    pub note: String,
+}
+
+/// What the scaler remembers of one pool of one owner on one kind of provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Whose record.
+    pub key: Key,
+    /// Whether a pass has reconciled this record with the cloud's listing (until then, machines of the
+    /// pool that the record does not name are neither adopted nor deleted without the operator's word).
+    pub established: bool,
+    /// The number of the next machine name.
+    pub next: u64,
+    /// Every recorded machine, by name.
+    pub entries: BTreeMap<String, Entry>,
+    /// Offerings (`type@location`) that reported no stock, with the time until which they rest.
+    pub cooling: BTreeMap<String, Timestamp>,
+}
+
+impl Record {
+    /// An empty, new record for `key`.
+    pub fn new(key: Key) -> Self {
+        Record {
+            key,
+            established: false,
+            next: 0,
+            entries: BTreeMap::new(),
+            cooling: BTreeMap::new(),
+        }
+    }
+
+    /// The entries in `phase`.
+    pub fn in_phase(&self, phase: Phase) -> impl Iterator<Item = &Entry> {
+        self.entries.values().filter(move |e| e.phase == phase)
+    }
+}
+
+/// One intent or outcome, as written to the store (and to PostgreSQL's event log) in one transaction
+/// with the record it produced.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The record was reconciled with the cloud for the first time.
+    Established {
+        /// Why (what was seen).
+        note: String,
+    },
+    /// A machine name recorded before its create call.
+    IntendCreate {
+        /// The name.
+        name: String,
+        /// The offering.
+        offering: String,
+    },
+    /// A create's outcome, or a recorded name found in the cloud: the machine is this pool's.
+    Live {
+        /// The name.
+        name: String,
+        /// The machine's id.
+        id: String,
+        /// How it became known (`created`, `adopted by the driver`, `found by name`, ...).
+        how: String,
+    },
+    /// A create answered "not made".
+    Retired {
+        /// The name.
+        name: String,
+        /// Why.
+        why: String,
+    },
+    /// A delete recorded before its call.
+    IntendDelete {
+        /// The name.
+        name: String,
+        /// The machine's id.
+        id: String,
+        /// Why.
+        why: String,
+    },
+    /// The machine is gone (deleted, or vanished).
+    Gone {
+        /// The name.
+        name: String,
+        /// Why.
+        why: String,
+    },
+    /// A call failed; the entry stays as it was, with the error noted.
+    Failed {
+        /// The name.
+        name: String,
+        /// The error.
+        error: String,
+    },
+    /// A machine seen stopped or unknown for the first time.
+    Unhealthy {
+        /// The name.
+        name: String,
+        /// Since when.
+        since: Timestamp,
+    },
+    /// An offering rests after no stock.
+    Cooling {
+        /// The offering.
+        offering: String,
+        /// Until when.
+        until: Timestamp,
+    },
+    /// Old names pruned from the record.
+    Pruned {
+        /// The names.
+        names: Vec<String>,
+    },
+}
+
+impl Event {
+    /// The machine name the event is about, if any.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Event::IntendCreate { name, .. }
+            | Event::Live { name, .. }
+            | Event::Retired { name, .. }
+            | Event::IntendDelete { name, .. }
+            | Event::Gone { name, .. }
+            | Event::Failed { name, .. }
+            | Event::Unhealthy { name, .. } => Some(name),
+            Event::Established { .. } | Event::Cooling { .. } | Event::Pruned { .. } => None,
+        }
+    }
+
+    /// The event's kind, as stored (`intend_create`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Established { .. } => "established",
+            Event::IntendCreate { .. } => "intend_create",
+            Event::Live { .. } => "live",
+            Event::Retired { .. } => "retired",
+            Event::IntendDelete { .. } => "intend_delete",
+            Event::Gone { .. } => "gone",
+            Event::Failed { .. } => "failed",
+            Event::Unhealthy { .. } => "unhealthy",
+            Event::Cooling { .. } => "cooling",
+            Event::Pruned { .. } => "pruned",
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! The record in a local JSON file: the default store.
+//!
+//! The file holds the records of every (kind, owner, pool) kept in it. It is written whole, to a
+//! temporary file in the same folder that is synced and then renamed over the old one, so a crash
+//! leaves the old or the new file, never a torn one. A lock file beside it (`<file>.lock`, an
+//! exclusive `flock` held as long as the store is open) refuses a second process on the same file.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::{Role, Store, StoreError};
+use crate::record::{Event, Key, Record};
+
+/// The format tag of the file.
+pub const FORMAT: &str = "orca-pool/2";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Contents {
+    format: String,
+    records: Vec<Record>,
+    /// A record of an older orca-pool (keyed by pool only), kept as it was found: never read as this
+    /// pool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    legacy: Option<serde_json::Value>,
+}
+
+/// A record file, locked for this process.
+#[derive(Debug)]
+pub struct FileStore {
+    path: PathBuf,
+    contents: Contents,
+    /// Held for as long as the store is open: the exclusive lock.
+    _lock: File,
+}
+
+fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
+    StoreError::Failed(format!("{} ({what}): {e}", path.display()))
+}
+
+impl FileStore {
+    /// Opens (or prepares) the record file at `path`, taking its lock: a second process (or a second
+    /// store in this one) on the same file is refused with [`StoreError::Busy`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let lock_path = lock_path(&path);
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io(&lock_path, "open lock", e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Busy(format!(
+                    "{} is used by another orca-pool (it holds {}): run one scaler per record file, or run replicas on PostgreSQL (--store postgres://...)",
+                    path.display(),
+                    lock_path.display()
+                )))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path, "lock", e)),
+        }
+        let contents = match std::fs::read(&path) {
+            Ok(bytes) => parse(&path, &bytes)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Contents {
+                format: FORMAT.into(),
+                ..Contents::default()
+            },
+            Err(e) => return Err(io(&path, "read", e)),
+        };
+        Ok(FileStore {
+            path,
+            contents,
+            _lock: lock,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&self) -> Result<(), StoreError> {
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let file_name = self
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "orca-pool.json".into());
+        let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+        let bytes = serde_json::to_vec_pretty(&self.contents)
+            .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
+        let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
+        f.write_all(&bytes).map_err(|e| io(&tmp, "write", e))?;
+        f.sync_all().map_err(|e| io(&tmp, "sync", e))?;
+        drop(f);
+        std::fs::rename(&tmp, &self.path).map_err(|e| io(&self.path, "rename", e))?;
+        // The rename itself is durable once the folder is synced.
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".lock");
+    PathBuf::from(s)
+}
+
+fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, StoreError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
+        StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
+    })?;
+    match value.get("format").and_then(|f| f.as_str()) {
+        Some(FORMAT) => serde_json::from_value(value).map_err(|e| {
+            StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
+        }),
+        Some(other) => Err(StoreError::Failed(format!(
+            "{}: record format {other:?} is not {FORMAT:?} (written by another version of orca-pool)",
+            path.display()
+        ))),
+        // The first orca-pool's record: machines by id, no kind or owner. Kept aside, never read as
+        // this pool's record.
+        None if value.get("known").is_some() => Ok(Contents {
+            format: FORMAT.into(),
+            records: Vec::new(),
+            legacy: Some(value),
+        }),
+        None => Err(StoreError::Failed(format!(
+            "{}: not an orca-pool record",
+            path.display()
+        ))),
+    }
+}
+
+#[async_trait]
+impl Store for FileStore {
+    fn describe(&self) -> String {
+        format!("file {}", self.path.display())
+    }
+
+    async fn lead(&mut self, _key: &Key) -> Result<Role, StoreError> {
+        Ok(Role::Leader)
+    }
+
+    async fn load(&mut self, key: &Key) -> Result<Option<Record>, StoreError> {
+        Ok(self
+            .contents
+            .records
+            .iter()
+            .find(|r| &r.key == key)
+            .cloned())
+    }
+
+    async fn commit(&mut self, record: &Record, _events: &[Event]) -> Result<(), StoreError> {
+        let previous = std::mem::take(&mut self.contents.records);
+        let mut records: Vec<Record> = previous
+            .iter()
+            .filter(|r| r.key != record.key)
+            .cloned()
+            .collect();
+        records.push(record.clone());
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        self.contents.records = records;
+        if let Err(e) = self.write() {
+            self.contents.records = previous;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn notes(&self) -> Vec<String> {
+        match &self.contents.legacy {
+            Some(v) => {
+                let n = v
+                    .get("known")
+                    .and_then(|k| k.as_object())
+                    .map(|o| o.len())
+                    .unwrap_or(0);
+                vec![format!(
+                    "{} also holds a record of an older orca-pool, keyed by pool only ({n} machine ids); it is kept but not read as any pool's record",
+                    self.path.display()
+                )]
+            }
+            None => Vec::new(),
+        }
+    }
+}

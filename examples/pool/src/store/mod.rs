@@ -1,0 +1,78 @@
+//! Where the record lives: the [`Store`] trait and its two implementations, a local file
+//! ([`file::FileStore`], the default, one process at a time) and PostgreSQL ([`postgres::PgStore`],
+//! several replicas of which one acts at a time).
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use crate::record::{Event, Key, Record};
+
+pub mod file;
+pub mod postgres;
+
+/// Whether this replica may act on a pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Role {
+    /// This replica is the one that acts.
+    Leader,
+    /// Another replica acts; this one only watches.
+    Standby {
+        /// The replica that acts, as it named itself (empty when unknown).
+        leader: String,
+    },
+}
+
+/// What can go wrong with a store. Any error while recording an intent or outcome stops the pass:
+/// the scaler never acts on something it could not write down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// Another process holds the record; this one is refused.
+    Busy(String),
+    /// This replica no longer leads (its lock is gone, or another replica took over).
+    LostLeadership(String),
+    /// The record cannot be read or written.
+    Failed(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Busy(m) => write!(f, "record in use: {m}"),
+            StoreError::LostLeadership(m) => write!(f, "lost the lead: {m}"),
+            StoreError::Failed(m) => write!(f, "record store: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// Where records are kept. Every method that writes is atomic: a [`commit`](Store::commit) writes the
+/// record and the events that produced it together, or nothing.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Where the records are, for messages (`file orca-pool-lab.json`, `postgres db@host`).
+    fn describe(&self) -> String;
+
+    /// Becomes the one replica that acts on `key`, if no other does: [`Role::Leader`], or
+    /// [`Role::Standby`] naming the leader. A store without replicas always leads.
+    async fn lead(&mut self, key: &Key) -> Result<Role, StoreError>;
+
+    /// The record of `key`, or `None` when there is none.
+    async fn load(&mut self, key: &Key) -> Result<Option<Record>, StoreError>;
+
+    /// Writes `record` (of its key) with the `events` that produced it, in one transaction; fails
+    /// with [`StoreError::LostLeadership`] when this replica no longer leads.
+    async fn commit(&mut self, record: &Record, events: &[Event]) -> Result<(), StoreError>;
+
+    /// A signal that turns true when this replica loses the lead between commits (the database
+    /// session that held the lock is gone); `None` for a store that cannot lose it.
+    fn lost(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        None
+    }
+
+    /// Remarks for the operator about what the store found (an older record format, ...).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+}

@@ -1,0 +1,236 @@
+//! What the pool's tests share: a provider wrapper that can hang (a crash between two steps), mark
+//! machines unknown, relabel its kind and count calls in flight; fresh PostgreSQL databases.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use orca::memory::{MemoryCloud, MemoryProvider};
+use orca::{Arch, Created, Machine, MachineSpec, Provider, Status};
+use orca_pool::{FileStore, Offering, Scaler, Settings};
+
+/// Settings for pool `lab` of `size` from `offers`, with the scaler's defaults.
+pub fn settings(size: usize, offers: &[&str]) -> Settings {
+    Settings::new(
+        "lab",
+        size,
+        offers
+            .iter()
+            .map(|o| o.parse::<Offering>().unwrap())
+            .collect(),
+    )
+}
+
+/// A scaler on a fresh record file in `dir`.
+pub fn scaler(dir: &std::path::Path, size: usize, offers: &[&str]) -> Scaler {
+    Scaler::new(
+        settings(size, offers),
+        Box::new(FileStore::open(dir.join("rec.json")).unwrap()),
+    )
+}
+
+/// The ids of every machine in the cloud, sorted.
+pub fn ids(cloud: &MemoryCloud) -> Vec<String> {
+    let mut v: Vec<String> = cloud.all_machines().into_iter().map(|m| m.id).collect();
+    v.sort();
+    v
+}
+
+/// The in-memory provider, wrapped.
+#[derive(Debug, Clone)]
+pub struct Wrap {
+    pub inner: MemoryProvider,
+    pub kind: &'static str,
+    pub creates: Arc<AtomicUsize>,
+    /// The create (1-based) that never answers: the process "crashes" there.
+    pub hang_at: usize,
+    /// Ids shown in status unknown.
+    pub unknown: Arc<Mutex<Vec<String>>>,
+    /// Ids shown as starting.
+    pub starting: Arc<Mutex<Vec<String>>>,
+    pub in_flight: Arc<AtomicUsize>,
+    pub max_in_flight: Arc<AtomicUsize>,
+    /// How long each create takes before it is made.
+    pub create_delay: Duration,
+    /// Ids of every delete asked for.
+    pub deleted: Arc<Mutex<Vec<String>>>,
+}
+
+impl Wrap {
+    pub fn new(inner: MemoryProvider) -> Self {
+        Wrap {
+            inner,
+            kind: "fake",
+            creates: Arc::default(),
+            hang_at: usize::MAX,
+            unknown: Arc::default(),
+            starting: Arc::default(),
+            in_flight: Arc::default(),
+            max_in_flight: Arc::default(),
+            create_delay: Duration::ZERO,
+            deleted: Arc::default(),
+        }
+    }
+
+    fn shown(&self, mut m: Machine) -> Machine {
+        if self.unknown.lock().unwrap().contains(&m.id) {
+            m.status = Status::Unknown;
+            m.cloud_status = "mystery".into();
+        }
+        if self.starting.lock().unwrap().contains(&m.id) {
+            m.status = Status::Starting;
+            m.cloud_status = "initializing".into();
+        }
+        m
+    }
+}
+
+#[async_trait]
+impl Provider for Wrap {
+    fn kind(&self) -> &str {
+        self.kind
+    }
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+    async fn arch(&self, t: &str) -> orca::Result<Arch> {
+        self.inner.arch(t).await
+    }
+    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
+        let n = self.creates.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == self.hang_at {
+            futures::future::pending::<()>().await;
+        }
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        if !self.create_delay.is_zero() {
+            tokio::time::sleep(self.create_delay).await;
+        }
+        let r = self.inner.create(spec).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
+        Ok(self
+            .inner
+            .machines(pool)
+            .await?
+            .into_iter()
+            .map(|m| self.shown(m))
+            .collect())
+    }
+    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
+        Ok(self.inner.machine(id).await?.map(|m| self.shown(m)))
+    }
+    async fn delete(&self, id: &str) -> orca::Result<bool> {
+        self.deleted.lock().unwrap().push(id.to_string());
+        self.inner.delete(id).await
+    }
+}
+
+/// The PostgreSQL server the tests use: `DATABASE_URL`, or the local default.
+pub fn base_url() -> String {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A fresh database for one test, dropped when this is dropped.
+pub struct TestDb {
+    pub url: String,
+    name: String,
+    admin: String,
+}
+
+impl TestDb {
+    /// A fresh database `orca_pool_test_<random>`; `None` (after printing `SKIPPED <test>: ...`) when
+    /// no PostgreSQL answers, unless `CI` is set, where that fails the test.
+    pub async fn create(test: &str) -> Option<TestDb> {
+        let admin = base_url();
+        let client = match tokio_postgres::connect(&admin, tokio_postgres::NoTls).await {
+            Ok((client, conn)) => {
+                tokio::spawn(conn);
+                client
+            }
+            Err(e) => {
+                if std::env::var_os("CI").is_some() {
+                    panic!(
+                        "{test}: no PostgreSQL at {} ({e}), and CI is set",
+                        orca_pool::store::postgres::redact(&admin)
+                    );
+                }
+                println!(
+                    "SKIPPED {test}: no PostgreSQL at {} ({e})",
+                    orca_pool::store::postgres::redact(&admin)
+                );
+                return None;
+            }
+        };
+        let name = format!("orca_pool_test_{:016x}", fastrand::u64(..));
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create the test database");
+        let mut config: tokio_postgres::Config = admin.parse().unwrap();
+        config.dbname(&name);
+        Some(TestDb {
+            url: conninfo(&config),
+            name,
+            admin,
+        })
+    }
+}
+
+/// `config` as a key=value connection string.
+fn conninfo(c: &tokio_postgres::Config) -> String {
+    let mut parts = Vec::new();
+    if let Some(tokio_postgres::config::Host::Tcp(h)) = c.get_hosts().first() {
+        parts.push(format!("host={h}"));
+    }
+    if let Some(p) = c.get_ports().first() {
+        parts.push(format!("port={p}"));
+    }
+    if let Some(u) = c.get_user() {
+        parts.push(format!("user={u}"));
+    }
+    if let Some(p) = c.get_password() {
+        parts.push(format!("password={}", String::from_utf8_lossy(p)));
+    }
+    if let Some(d) = c.get_dbname() {
+        parts.push(format!("dbname={d}"));
+    }
+    parts.join(" ")
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok((client, conn)) =
+                    tokio_postgres::connect(&admin, tokio_postgres::NoTls).await
+                {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A cloud and a provider of owner `s1` on it.
+pub fn cloud() -> (MemoryCloud, MemoryProvider) {
+    let c = MemoryCloud::new();
+    let p = c.provider("s1").unwrap();
+    (c, p)
+}
