@@ -1,0 +1,378 @@
+//! The HTTP API (axum): the shed routes of a remote server, `GET /api/info`, the routes of features a
+//! remote server does not have (422 or 501, as the seed's table says), and the streamed answers of
+//! create and delete for `Accept: text/event-stream`.
+//!
+//! Errors are JSON `{"code": "...", "message": "..."}`. No answer to a service client names the cloud
+//! project, zone or any address.
+
+use std::convert::Infallible;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use axum::{Json, Router};
+use secrecy::ExposeSecret as _;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{ApiError, Backend, Caller, CreateRequest, Effect};
+use crate::config::Role;
+use crate::model::{ShedView, Status};
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            Json(ErrorBody {
+                code: self.code,
+                message: self.message,
+            }),
+        )
+            .into_response()
+    }
+}
+
+/// The body of an error answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// The code.
+    pub code: String,
+    /// The message.
+    pub message: String,
+}
+
+/// The answer of a start or stop: the shed and what the call did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionAnswer {
+    /// The shed after the call.
+    #[serde(flatten)]
+    pub shed: ShedView,
+    /// `changed`, `queued` or `no_change`.
+    pub effect: Effect,
+}
+
+/// The router of the API over `backend`.
+pub fn router(backend: Backend) -> Router {
+    let unsupported = |what: &'static str| {
+        move || async move {
+            ApiError::unsupported_route(format!("{what}: not available on a remote server"))
+        }
+    };
+    Router::new()
+        .route("/api/info", get(info))
+        .route("/api/log", get(server_log))
+        .route("/api/sheds", get(list).post(create))
+        .route("/api/sheds/{name}", get(get_shed).delete(delete))
+        .route("/api/sheds/{name}/start", post(start))
+        .route("/api/sheds/{name}/stop", post(stop))
+        .route("/api/sheds/{name}/exec", post(exec))
+        .route("/api/sheds/{name}/connect", any(connect))
+        .route("/api/sheds/{name}/reset", post(unsupported("reset")))
+        .route("/api/sheds/{name}/egress", any(unsupported("egress profiles")))
+        .route(
+            "/api/snapshots",
+            get(|| async { Json(Vec::<String>::new()) }).post(unsupported("snapshots")),
+        )
+        .route(
+            "/api/snapshots/{name}",
+            get(unsupported("snapshots")).delete(unsupported("snapshots")),
+        )
+        .route("/api/images", get(|| async { Json(Vec::<String>::new()) }))
+        .route("/api/images/pull", post(unsupported("the image store (pull)")))
+        .route("/api/images/prune", post(unsupported("the image store (prune)")))
+        .route(
+            "/api/images/{name}",
+            get(unsupported("the image store (inspect)")).delete(unsupported("the image store (delete)")),
+        )
+        .route("/api/images/{name}/tag", post(unsupported("the image store (tag)")))
+        .route("/api/images/{name}/push", post(unsupported("the image store (push)")))
+        .route(
+            "/api/egress/profiles",
+            post(unsupported("egress profiles")),
+        )
+        .route(
+            "/api/egress/profiles/{name}",
+            any(unsupported("egress profiles")),
+        )
+        .with_state(backend)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Who calls: the client whose token the `Authorization: Bearer` header carries (the local admin
+/// when the server has no clients).
+pub fn caller(b: &Backend, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let clients = &b.config().clients;
+    if clients.is_empty() {
+        return Ok(Caller::local_admin());
+    }
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("");
+    let unauthorized = || ApiError::new(401, "UNAUTHORIZED", "a valid bearer token is required");
+    if token.is_empty() {
+        return Err(unauthorized());
+    }
+    let c = clients
+        .values()
+        .find(|c| constant_time_eq(c.token.expose_secret().as_bytes(), token.as_bytes()))
+        .ok_or_else(unauthorized)?;
+    Ok(Caller {
+        name: c.name.clone(),
+        role: c.role,
+        max_age: c.max_age,
+        max_cpus: c.max_cpus,
+        max_memory_mb: c.max_memory_mb,
+        images: c.images.clone(),
+    })
+}
+
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"))
+}
+
+async fn info(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    Ok(Json(b.info(&c)).into_response())
+}
+
+async fn server_log(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    if c.role != Role::Admin {
+        return Err(ApiError::new(403, "FORBIDDEN", "the server log is for admins"));
+    }
+    Ok(Json(b.log().lines()).into_response())
+}
+
+async fn list(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    Ok(Json(b.list(&c)).into_response())
+}
+
+async fn get_shed(
+    State(b): State<Backend>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    Ok(Json(b.get(&c, &name)?).into_response())
+}
+
+async fn start(
+    State(b): State<Backend>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    let (shed, effect) = b.start_shed(&c, &name).await?;
+    Ok(Json(ActionAnswer { shed, effect }).into_response())
+}
+
+async fn stop(
+    State(b): State<Backend>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    let (shed, effect) = b.stop_shed(&c, &name).await?;
+    Ok(Json(ActionAnswer { shed, effect }).into_response())
+}
+
+async fn exec(
+    State(b): State<Backend>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    Err(b.exec_or_connect(&c, &name, "exec"))
+}
+
+async fn connect(
+    State(b): State<Backend>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    Err(b.exec_or_connect(&c, &name, "the connect tunnel"))
+}
+
+fn event(name: &str, data: &impl Serialize) -> Event {
+    Event::default()
+        .event(name)
+        .data(serde_json::to_string(data).unwrap_or_default())
+}
+
+fn stream_of(rx: tokio::sync::mpsc::Receiver<Event>) -> Response {
+    let s = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
+    });
+    Sse::new(s).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// The error a failed create reports, by its reason.
+pub fn failed_create(shed: &ShedView, detail: Option<&str>) -> ApiError {
+    let reason = shed.status_reason.as_str();
+    let code = match reason {
+        "quota" => "CLOUD_QUOTA_EXCEEDED",
+        "capacity" => "ZONE_CAPACITY_UNAVAILABLE",
+        "firewall" => "FIREWALL_CHECK_FAILED",
+        _ => "CREATE_FAILED",
+    };
+    let mut message = format!("the create of shed {:?} failed (reason {reason})", shed.name);
+    if let Some(d) = detail {
+        message.push_str(": ");
+        message.push_str(d);
+    }
+    ApiError::new(503, code, message)
+}
+
+async fn create(
+    State(b): State<Backend>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    let req: CreateRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("the create request: {e}")))?;
+    let id = b.create(&c, req).await?;
+    if !wants_stream(&headers) {
+        let v = b.wait_accept(&id).await?;
+        return Ok((StatusCode::CREATED, Json(v)).into_response());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let accepted = tokio::select! {
+            r = b.wait_accept(&id) => r,
+            _ = tx.closed() => {
+                // The stream was closed: the create goes on without anyone waiting.
+                b.forget_waiter(&id);
+                return;
+            }
+        };
+        let mut last = match accepted {
+            Err(e) => {
+                let _ = tx.send(event("error", &ErrorBody { code: e.code, message: e.message })).await;
+                return;
+            }
+            Ok(v) => v,
+        };
+        if tx.send(event("status", &last)).await.is_err() {
+            return;
+        }
+        let mut rx = b.subscribe();
+        loop {
+            let now = b.get(&c, &last.name).ok().filter(|v| v.id == id);
+            let Some(v) = now else {
+                let _ = tx
+                    .send(event(
+                        "error",
+                        &ErrorBody {
+                            code: "NOT_FOUND".into(),
+                            message: "the shed was deleted before it settled".into(),
+                        },
+                    ))
+                    .await;
+                return;
+            };
+            if v != last && tx.send(event("status", &v)).await.is_err() {
+                return;
+            }
+            match v.status {
+                Status::Running | Status::Stopped => {
+                    let _ = tx.send(event("complete", &v)).await;
+                    return;
+                }
+                Status::Error => {
+                    let detail = if c.role == Role::Admin {
+                        b.records()
+                            .into_iter()
+                            .find(|s| s.id == id)
+                            .and_then(|s| s.detail)
+                    } else {
+                        None
+                    };
+                    let e = failed_create(&v, detail.as_deref());
+                    let _ = tx
+                        .send(event("error", &ErrorBody { code: e.code, message: e.message }))
+                        .await;
+                    return;
+                }
+                _ => {}
+            }
+            last = v;
+            tokio::select! {
+                r = rx.changed() => if r.is_err() { return },
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    Ok(stream_of(rx))
+}
+
+async fn delete(
+    State(b): State<Backend>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let c = caller(&b, &headers)?;
+    let id = b.delete_shed(&c, &name).await?;
+    if !wants_stream(&headers) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        #[derive(Serialize)]
+        struct Deleting<'a> {
+            name: &'a str,
+            id: &'a str,
+            status: &'a str,
+        }
+        let _ = tx
+            .send(event(
+                "status",
+                &Deleting {
+                    name: &name,
+                    id: &id,
+                    status: "deleting",
+                },
+            ))
+            .await;
+        let gone = tokio::select! {
+            r = b.wait_gone(&id) => r,
+            _ = tx.closed() => return,
+        };
+        let ev = match gone {
+            Ok(()) => event(
+                "complete",
+                &Deleting {
+                    name: &name,
+                    id: &id,
+                    status: "deleted",
+                },
+            ),
+            Err(message) => event(
+                "error",
+                &ErrorBody {
+                    code: "DELETE_INCOMPLETE".into(),
+                    message,
+                },
+            ),
+        };
+        let _ = tx.send(ev).await;
+    });
+    Ok(stream_of(rx))
+}

@@ -1,0 +1,475 @@
+//! The `shed` command for the calls of a remote server: `create`, `list [-v] [--json]`, `start`,
+//! `stop`, `delete`, `info`. It waits as the seed says: `create` and `delete` follow the server's
+//! event stream (`delete` returns once the VM is gone), `start` and `stop` poll until the shed settles
+//! (up to 180 s). When `/api/info` says `backend: "remote"`, `create` refuses `--local-dir`,
+//! `--add-dir`, `--from-snapshot`, `--egress` and named `--mounts` before sending anything.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::{json, Value};
+
+use crate::api::ErrorBody;
+use crate::backend::Info;
+use crate::model::ShedView;
+
+/// The shed command.
+#[derive(Debug, Parser)]
+#[command(name = "shed", version, about = "Sheds on a shed-server (remote backend)")]
+pub struct Args {
+    /// The server's API root.
+    #[arg(long, env = "SHED_SERVER", default_value = "http://127.0.0.1:8421")]
+    pub server: String,
+    /// The client's bearer token.
+    #[arg(long, env = "SHED_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Milliseconds between two polls of start and stop.
+    #[arg(long, default_value_t = 2000, hide = true)]
+    pub poll_ms: u64,
+    /// How long start and stop wait for the shed to settle, in seconds.
+    #[arg(long, default_value_t = 180, hide = true)]
+    pub wait_secs: u64,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Shows the server's information.
+    Info,
+    /// Makes a shed and waits until it runs (or its create fails).
+    Create {
+        /// The shed's name.
+        name: String,
+        /// An image name of the server (default: its default image).
+        #[arg(long)]
+        image: Option<String>,
+        /// At least this many CPUs.
+        #[arg(long)]
+        cpus: Option<u32>,
+        /// At least this much memory, in MB.
+        #[arg(long)]
+        memory: Option<u32>,
+        /// The boot disk's size in bytes (rounded up to whole GB, 10 to 500 GB).
+        #[arg(long = "upper-size")]
+        upper_size: Option<u64>,
+        /// The network profile (default or isolated).
+        #[arg(long = "network-profile")]
+        network_profile: Option<String>,
+        /// A host directory (not on a remote server).
+        #[arg(long = "local-dir")]
+        local_dir: Option<String>,
+        /// More host directories (not on a remote server).
+        #[arg(long = "add-dir")]
+        add_dir: Vec<String>,
+        /// A snapshot to start from (not on a remote server).
+        #[arg(long = "from-snapshot")]
+        from_snapshot: Option<String>,
+        /// Egress profiles (not on a remote server).
+        #[arg(long)]
+        egress: Vec<String>,
+        /// Named server mounts (not on a remote server).
+        #[arg(long)]
+        mounts: Vec<String>,
+    },
+    /// Lists the sheds.
+    List {
+        /// Shows the reason beside the status, and more columns.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Prints the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Starts a stopped shed and waits until it runs.
+    Start {
+        /// The shed's name.
+        name: String,
+    },
+    /// Stops a shed and waits until it is stopped.
+    Stop {
+        /// The shed's name.
+        name: String,
+    },
+    /// Deletes a shed and returns once its VM is gone.
+    Delete {
+        /// The shed's name.
+        name: String,
+    },
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+enum Answer {
+    Ok(Value),
+    Err(u16, ErrorBody),
+}
+
+impl Client {
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self
+            .http
+            .request(method, format!("{}{path}", self.base.trim_end_matches('/')));
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
+        }
+        r
+    }
+
+    async fn send(&self, r: reqwest::RequestBuilder) -> Result<Answer, String> {
+        let resp = r.send().await.map_err(|e| format!("the server: {e}"))?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(|e| format!("the server: {e}"))?;
+        if (200..300).contains(&status) {
+            let v = if bytes.is_empty() {
+                Value::Null
+            } else {
+                serde_json::from_slice(&bytes).map_err(|e| format!("the server's answer: {e}"))?
+            };
+            Ok(Answer::Ok(v))
+        } else {
+            let e = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or(ErrorBody {
+                code: format!("HTTP_{status}"),
+                message: String::from_utf8_lossy(&bytes).into_owned(),
+            });
+            Ok(Answer::Err(status, e))
+        }
+    }
+
+    /// Follows an event stream, calling `on` for each `(event, data)`; stops when `on` says so.
+    async fn events(
+        &self,
+        r: reqwest::RequestBuilder,
+        mut on: impl FnMut(&str, Value) -> Option<i32>,
+    ) -> Result<Result<i32, (u16, ErrorBody)>, String> {
+        let mut resp = r
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| format!("the server: {e}"))?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            let bytes = resp.bytes().await.unwrap_or_default();
+            let e = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or(ErrorBody {
+                code: format!("HTTP_{status}"),
+                message: String::from_utf8_lossy(&bytes).into_owned(),
+            });
+            return Ok(Err((status, e)));
+        }
+        let mut buf = String::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| format!("the stream broke off: {e}"))?
+        {
+            buf.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buf.find("\n\n") {
+                let block: String = buf.drain(..end + 2).collect();
+                let mut name = "message".to_string();
+                let mut data = String::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                let v: Value = serde_json::from_str(&data).unwrap_or(Value::String(data));
+                if let Some(code) = on(&name, v) {
+                    return Ok(Ok(code));
+                }
+            }
+        }
+        Err("the stream ended before the shed settled".into())
+    }
+}
+
+fn status_word(v: &ShedView, verbose: bool) -> String {
+    if verbose && !v.status_reason.is_empty() {
+        format!("{} ({})", v.status, v.status_reason)
+    } else {
+        v.status.to_string()
+    }
+}
+
+fn print_error(err: &mut dyn Write, status: u16, e: &ErrorBody) {
+    let _ = writeln!(err, "shed: {} ({status}): {}", e.code, e.message);
+}
+
+/// Runs the command `args` (argv without the program name), writing to `out` and `err`; answers the
+/// exit code.
+pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write + Send)) -> i32 {
+    let client = Client {
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap_or_default(),
+        base: args.server.clone(),
+        token: args.token.clone(),
+    };
+    match run_inner(&args, &client, out, err).await {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(err, "shed: {e}");
+            1
+        }
+    }
+}
+
+async fn info(client: &Client) -> Result<Result<Info, (u16, ErrorBody)>, String> {
+    match client.send(client.req(reqwest::Method::GET, "/api/info")).await? {
+        Answer::Ok(v) => Ok(Ok(
+            serde_json::from_value(v).map_err(|e| format!("the server's info: {e}"))?
+        )),
+        Answer::Err(s, e) => Ok(Err((s, e))),
+    }
+}
+
+async fn run_inner(
+    args: &Args,
+    client: &Client,
+    out: &mut (dyn Write + Send),
+    err: &mut (dyn Write + Send),
+) -> Result<i32, String> {
+    match &args.command {
+        Command::Info => match info(client).await? {
+            Ok(i) => {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&i).unwrap_or_default()
+                );
+                Ok(0)
+            }
+            Err((s, e)) => {
+                print_error(err, s, &e);
+                Ok(1)
+            }
+        },
+        Command::Create {
+            name,
+            image,
+            cpus,
+            memory,
+            upper_size,
+            network_profile,
+            local_dir,
+            add_dir,
+            from_snapshot,
+            egress,
+            mounts,
+        } => {
+            let remote = match info(client).await? {
+                Ok(i) => i.backend == "remote",
+                Err((s, e)) => {
+                    print_error(err, s, &e);
+                    return Ok(1);
+                }
+            };
+            if remote {
+                let named_mounts = mounts.iter().any(|m| !m.is_empty() && m != "none");
+                let refused = [
+                    (local_dir.is_some(), "--local-dir", "host directories"),
+                    (!add_dir.is_empty(), "--add-dir", "host directories"),
+                    (from_snapshot.is_some(), "--from-snapshot", "snapshots"),
+                    (!egress.is_empty(), "--egress", "egress profiles"),
+                    (named_mounts, "--mounts", "server mounts"),
+                ];
+                if let Some((_, flag, what)) = refused.iter().find(|(on, _, _)| *on) {
+                    let _ = writeln!(
+                        err,
+                        "shed: {flag} is not supported by this server (backend remote has no {what}); nothing was sent"
+                    );
+                    return Ok(2);
+                }
+            }
+            let body = json!({
+                "name": name,
+                "image": image,
+                "cpus": cpus,
+                "memory_mb": memory,
+                "upper_size_bytes": upper_size,
+                "network_profile": network_profile,
+            });
+            let mut last = String::new();
+            let r = client
+                .events(
+                    client.req(reqwest::Method::POST, "/api/sheds").json(&body),
+                    |ev, v| match ev {
+                        "status" => {
+                            if let Ok(s) = serde_json::from_value::<ShedView>(v) {
+                                let w = status_word(&s, true);
+                                if w != last {
+                                    let _ = writeln!(out, "{}: {w}", s.name);
+                                    last = w;
+                                }
+                            }
+                            None
+                        }
+                        "complete" => {
+                            let s: Option<ShedView> = serde_json::from_value(v).ok();
+                            let _ = writeln!(
+                                out,
+                                "shed {name} is {}",
+                                s.map(|s| status_word(&s, true)).unwrap_or_default()
+                            );
+                            Some(0)
+                        }
+                        "error" => {
+                            let e: ErrorBody = serde_json::from_value(v).unwrap_or(ErrorBody {
+                                code: "ERROR".into(),
+                                message: "the create failed".into(),
+                            });
+                            let _ = writeln!(err, "shed: {}: {}", e.code, e.message);
+                            Some(1)
+                        }
+                        _ => None,
+                    },
+                )
+                .await?;
+            match r {
+                Ok(code) => Ok(code),
+                Err((s, e)) => {
+                    print_error(err, s, &e);
+                    Ok(1)
+                }
+            }
+        }
+        Command::List { verbose, json } => {
+            let v = match client
+                .send(client.req(reqwest::Method::GET, "/api/sheds"))
+                .await?
+            {
+                Answer::Ok(v) => v,
+                Answer::Err(s, e) => {
+                    print_error(err, s, &e);
+                    return Ok(1);
+                }
+            };
+            if *json {
+                let _ = writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                return Ok(0);
+            }
+            let sheds: Vec<ShedView> =
+                serde_json::from_value(v).map_err(|e| format!("the server's list: {e}"))?;
+            if *verbose {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:<28} {:<10} {:>4} {:>8} {:>5} {:<12} {:<10}",
+                    "NAME", "STATUS", "SIZE", "CPUS", "MEMORY", "DISK", "IMAGE", "CLIENT"
+                );
+                for s in &sheds {
+                    let _ = writeln!(
+                        out,
+                        "{:<24} {:<28} {:<10} {:>4} {:>8} {:>5} {:<12} {:<10}",
+                        s.name,
+                        status_word(s, true),
+                        s.size,
+                        s.cpus,
+                        s.memory_mb,
+                        s.disk_gb,
+                        s.image,
+                        s.client
+                    );
+                }
+            } else {
+                let _ = writeln!(out, "{:<24} {:<10} {:<10}", "NAME", "STATUS", "SIZE");
+                for s in &sheds {
+                    let _ = writeln!(out, "{:<24} {:<10} {:<10}", s.name, s.status, s.size);
+                }
+            }
+            Ok(0)
+        }
+        Command::Start { name } | Command::Stop { name } => {
+            let starting = matches!(args.command, Command::Start { .. });
+            let path = format!(
+                "/api/sheds/{name}/{}",
+                if starting { "start" } else { "stop" }
+            );
+            match client.send(client.req(reqwest::Method::POST, &path)).await? {
+                Answer::Ok(..) => {}
+                Answer::Err(s, e) => {
+                    print_error(err, s, &e);
+                    return Ok(1);
+                }
+            }
+            let want = if starting { "running" } else { "stopped" };
+            let deadline = std::time::Instant::now() + Duration::from_secs(args.wait_secs);
+            loop {
+                let s = match client
+                    .send(client.req(reqwest::Method::GET, &format!("/api/sheds/{name}")))
+                    .await?
+                {
+                    Answer::Ok(v) => serde_json::from_value::<ShedView>(v)
+                        .map_err(|e| format!("the server's answer: {e}"))?,
+                    Answer::Err(s, e) => {
+                        print_error(err, s, &e);
+                        return Ok(1);
+                    }
+                };
+                let word = s.status.to_string();
+                if word == want {
+                    let _ = writeln!(out, "shed {name} is {}", status_word(&s, true));
+                    return Ok(0);
+                }
+                let settled_otherwise = word == "error" || (starting && word == "stopped");
+                if settled_otherwise {
+                    let _ = writeln!(err, "shed: shed {name} is {}", status_word(&s, true));
+                    return Ok(1);
+                }
+                if std::time::Instant::now() >= deadline {
+                    let _ = writeln!(
+                        err,
+                        "shed: shed {name} is still {} after {} s",
+                        status_word(&s, true),
+                        args.wait_secs
+                    );
+                    return Ok(1);
+                }
+                tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+            }
+        }
+        Command::Delete { name } => {
+            let r = client
+                .events(
+                    client.req(reqwest::Method::DELETE, &format!("/api/sheds/{name}")),
+                    |ev, v| match ev {
+                        "complete" => {
+                            let _ = writeln!(out, "shed {name} deleted");
+                            Some(0)
+                        }
+                        "error" => {
+                            let e: Option<ErrorBody> = serde_json::from_value(v).ok();
+                            let _ = writeln!(
+                                err,
+                                "shed: {}",
+                                e.map(|e| e.message).unwrap_or_else(|| {
+                                    "the delete is recorded but the VM could not be destroyed yet; the server keeps trying".into()
+                                })
+                            );
+                            Some(1)
+                        }
+                        _ => None,
+                    },
+                )
+                .await?;
+            match r {
+                Ok(code) => Ok(code),
+                Err((s, e)) => {
+                    print_error(err, s, &e);
+                    Ok(1)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! What the server records: a shed ([`Shed`]) with its status and reason, and the marker of an
+//! acknowledged delete ([`DeleteMarker`]). Both are kept in `state_dir` (see [`crate::store`]).
+
+use std::fmt;
+
+use orca::Timestamp;
+use serde::{Deserialize, Serialize};
+
+/// A shed's status: one of five (the seed's "Statuses" table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// A create or start is in progress, or the server adopted the VM and has not yet reached its agent.
+    Starting,
+    /// The agent answered a probe.
+    Running,
+    /// A stop is in progress.
+    Stopping,
+    /// The VM is off and its disk is kept.
+    Stopped,
+    /// The create failed. Only a delete leaves this state.
+    Error,
+}
+
+impl Status {
+    /// The API's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Starting => "starting",
+            Status::Running => "running",
+            Status::Stopping => "stopping",
+            Status::Stopped => "stopped",
+            Status::Error => "error",
+        }
+    }
+
+    /// Every status.
+    pub const ALL: [Status; 5] = [
+        Status::Starting,
+        Status::Running,
+        Status::Stopping,
+        Status::Stopped,
+        Status::Error,
+    ];
+
+    /// The reasons this status may carry (besides none), as the seed's table lists them.
+    pub fn allowed_reasons(self) -> &'static [Reason] {
+        use Reason::*;
+        match self {
+            Status::Starting => &[NoPin, Unreachable, CloudUnreadable],
+            Status::Running | Status::Stopping => &[],
+            Status::Stopped => &[
+                Capacity,
+                Quota,
+                Limit,
+                RunLimit,
+                External,
+                IsolationLost,
+                Layout,
+                Firewall,
+            ],
+            Status::Error => &[Capacity, Quota, CreateFailed, HostKey, Layout, Firewall],
+        }
+    }
+
+    /// Whether the shed's VM is (or may be) on, for `max_running`.
+    pub fn counts_as_running(self) -> bool {
+        matches!(
+            self,
+            Status::Starting | Status::Running | Status::Stopping
+        )
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a shed is in its status (the seed's reason table). `status_reason` is empty when there is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// The VM has no pinned host key yet.
+    NoPin,
+    /// The server cannot reach the VM's SSH port.
+    Unreachable,
+    /// The server could not learn from the cloud what the VM is doing.
+    CloudUnreadable,
+    /// The zone had no room for the machine type.
+    Capacity,
+    /// The cloud project's quota was reached.
+    Quota,
+    /// The server's limits (`max_running` or `max_sheds`) were reached.
+    Limit,
+    /// The shed ran for as long as its run limit and the cloud stopped it.
+    RunLimit,
+    /// The VM was stopped outside shed.
+    External,
+    /// The network no longer isolates the shed (defined; no code path sets it yet).
+    IsolationLost,
+    /// The VM's agent or guest layout is not compatible with this server.
+    Layout,
+    /// The create failed for another reason; the server log has the detail.
+    CreateFailed,
+    /// The host key the VM presented did not match the pinned key.
+    HostKey,
+    /// The firewall check was failing when the server was about to ask the cloud for the VM.
+    Firewall,
+}
+
+impl Reason {
+    /// The API's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NoPin => "no_pin",
+            Reason::Unreachable => "unreachable",
+            Reason::CloudUnreadable => "cloud_unreadable",
+            Reason::Capacity => "capacity",
+            Reason::Quota => "quota",
+            Reason::Limit => "limit",
+            Reason::RunLimit => "run_limit",
+            Reason::External => "external",
+            Reason::IsolationLost => "isolation_lost",
+            Reason::Layout => "layout",
+            Reason::CreateFailed => "create_failed",
+            Reason::HostKey => "host_key",
+            Reason::Firewall => "firewall",
+        }
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How far a shed's create got with the cloud.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CreateStage {
+    /// Recorded; the cloud was not asked yet.
+    NotSent,
+    /// The insert was sent (it may or may not have reached the cloud).
+    Sent,
+    /// The cloud made the VM.
+    Made,
+}
+
+/// What the job of a `starting` or `stopping` shed is doing, so that a restart resumes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// A create: the insert, then the wait for the agent.
+    Create,
+    /// A start asked by a client: the start call, then the wait for the agent.
+    Start,
+    /// The VM was found on without a start of ours (adopted, or started outside shed): probe only.
+    Probe,
+    /// A stop asked by a client (or a queued one).
+    Stop,
+    /// The VM was found on its way down outside shed: wait for it to stop.
+    ExternalStop,
+}
+
+/// What a client asked for while the shed's job was busy ("queued" in the call matrix).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Queued {
+    /// Start once the running cloud operation (a stop) is done.
+    Start,
+    /// Stop once the running cloud operation (a create or start) is done.
+    Stop,
+}
+
+/// The record of one shed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shed {
+    /// The shed's ID (10 of a-z and 0-9, starting with a letter), also on its VM as `shed-id`.
+    pub id: String,
+    /// Its name, unique among the sheds the server lists.
+    pub name: String,
+    /// The client that made it.
+    pub client: String,
+    /// The size's name.
+    pub size: String,
+    /// The size's machine type.
+    pub machine_type: String,
+    /// The size's CPUs.
+    pub cpus: u32,
+    /// The size's memory.
+    pub memory_mb: u32,
+    /// The boot disk's size.
+    pub disk_gb: u32,
+    /// The image's name as the client gave it (an `image_aliases` name, or `default`).
+    pub image: String,
+    /// The network profile (`default` or `isolated`).
+    pub network_profile: String,
+    /// The run limit the VM is made with, in seconds.
+    pub max_run_secs: u64,
+    /// Its status.
+    pub status: Status,
+    /// Why, where the status has a reason.
+    pub reason: Option<Reason>,
+    /// The VM's name (`shed-<environment>-<id>`).
+    pub vm_name: String,
+    /// The cloud's id of the VM, once known.
+    pub vm_id: Option<String>,
+    /// How far the create got.
+    pub create: CreateStage,
+    /// The job a `starting` or `stopping` shed has (what a restart resumes).
+    pub op: Option<Op>,
+    /// What waits for the job's cloud operation.
+    pub queued: Option<Queued>,
+    /// Whether the start call of a [`Op::Start`] was answered (then only the agent is awaited).
+    #[serde(default)]
+    pub start_sent: bool,
+    /// An `error` shed whose VM is destroyed (or never existed).
+    #[serde(default)]
+    pub vm_gone: bool,
+    /// The last cloud read found the VM's labels to be another shed version's.
+    #[serde(default)]
+    pub foreign_labels: bool,
+    /// When the record was made.
+    pub created_at: Timestamp,
+    /// When the status last changed.
+    pub updated_at: Timestamp,
+    /// The detail of the last failure, for the server log and admins (never shown to service clients).
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+impl Shed {
+    /// Sets the status and reason (and clears the op when the status is settled).
+    pub fn set(&mut self, status: Status, reason: Option<Reason>, now: Timestamp) {
+        debug_assert!(
+            reason.is_none_or(|r| status.allowed_reasons().contains(&r)),
+            "{status} cannot carry {reason:?}"
+        );
+        self.status = status;
+        self.reason = reason;
+        self.updated_at = now;
+        if !matches!(status, Status::Starting | Status::Stopping) {
+            self.op = None;
+            self.start_sent = false;
+        }
+    }
+}
+
+/// An acknowledged delete whose VM may still exist: the shed is hidden, and the VM is destroyed by a
+/// job and, when that fails, by the periodic pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteMarker {
+    /// The shed's ID.
+    pub id: String,
+    /// The shed's name.
+    pub name: String,
+    /// The client that made it.
+    pub client: String,
+    /// The VM's name.
+    pub vm_name: String,
+    /// The VM's cloud id, when known.
+    pub vm_id: Option<String>,
+    /// Whether a VM may exist (the insert was sent).
+    pub may_have_vm: bool,
+    /// When the delete was acknowledged.
+    pub acknowledged_at: Timestamp,
+    /// The last destroy's failure, if it failed.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// The VM's labels were another shed version's at the last read: it is kept until readable.
+    #[serde(default)]
+    pub foreign_labels: bool,
+}
+
+/// A shed as the API shows it: nothing here names the cloud project, zone or any address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShedView {
+    /// The shed's ID.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its status.
+    pub status: Status,
+    /// Why (empty when there is no reason).
+    pub status_reason: String,
+    /// The size's name.
+    pub size: String,
+    /// The size's CPUs.
+    pub cpus: u32,
+    /// The size's memory.
+    pub memory_mb: u32,
+    /// The boot disk's size.
+    pub disk_gb: u32,
+    /// The image (alias) name.
+    pub image: String,
+    /// The network profile.
+    pub network_profile: String,
+    /// The client that made it.
+    pub client: String,
+    /// The run limit after each start, in seconds.
+    pub max_run_secs: u64,
+    /// When the record was made.
+    pub created_at: Timestamp,
+}
+
+impl From<&Shed> for ShedView {
+    fn from(s: &Shed) -> Self {
+        ShedView {
+            id: s.id.clone(),
+            name: s.name.clone(),
+            status: s.status,
+            status_reason: s.reason.map(|r| r.as_str().to_string()).unwrap_or_default(),
+            size: s.size.clone(),
+            cpus: s.cpus,
+            memory_mb: s.memory_mb,
+            disk_gb: s.disk_gb,
+            image: s.image.clone(),
+            network_profile: s.network_profile.clone(),
+            client: s.client.clone(),
+            max_run_secs: s.max_run_secs,
+            created_at: s.created_at,
+        }
+    }
+}
+
+/// A new shed ID: 10 of a-z and 0-9, starting with a letter (a label value and part of a VM name).
+pub fn new_id() -> String {
+    let mut s = String::with_capacity(10);
+    s.push(fastrand::lowercase());
+    for _ in 0..9 {
+        let c = fastrand::u8(0..36);
+        s.push(if c < 10 {
+            char::from(b'0' + c)
+        } else {
+            char::from(b'a' + c - 10)
+        });
+    }
+    s
+}
+
+/// Checks a shed name: 1 to 40 of a-z, 0-9 and `-`, starting with a letter and not ending with `-`.
+pub fn validate_shed_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name.as_bytes()[0].is_ascii_lowercase()
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "name: 1 to 40 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {name:?}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_label_values_and_names_are_checked() {
+        for _ in 0..200 {
+            let id = new_id();
+            assert_eq!(id.len(), 10);
+            assert!(orca::validate_pool(&id).is_ok(), "{id}");
+            assert!(id.as_bytes()[0].is_ascii_lowercase());
+        }
+        assert!(validate_shed_name("dev-1").is_ok());
+        for bad in ["", "1dev", "dev-", "Dev", "a_b", &"a".repeat(41)] {
+            assert!(validate_shed_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_reason_belongs_to_the_statuses_the_seed_lists() {
+        use Reason::*;
+        let table: &[(Status, &[&str])] = &[
+            (Status::Starting, &["no_pin", "unreachable", "cloud_unreadable"]),
+            (Status::Running, &[]),
+            (Status::Stopping, &[]),
+            (
+                Status::Stopped,
+                &[
+                    "capacity",
+                    "quota",
+                    "limit",
+                    "run_limit",
+                    "external",
+                    "isolation_lost",
+                    "layout",
+                    "firewall",
+                ],
+            ),
+            (
+                Status::Error,
+                &[
+                    "capacity",
+                    "quota",
+                    "create_failed",
+                    "host_key",
+                    "layout",
+                    "firewall",
+                ],
+            ),
+        ];
+        for (status, words) in table {
+            let got: Vec<&str> = status.allowed_reasons().iter().map(|r| r.as_str()).collect();
+            assert_eq!(&got, words, "{status}");
+        }
+        for r in [NoPin, RunLimit, CreateFailed, HostKey] {
+            let j = serde_json::to_value(r).unwrap();
+            assert_eq!(j, r.as_str());
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! Start-up of a shed-server: the configuration file, the variables read once, the provider made with
+//! `orca::of_with`, the backend started (reconciliation included) and the API served.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::api::router;
+use crate::backend::{Backend, Parts, Timings};
+use crate::clock::SystemClock;
+use crate::config::{Config, FileConfig, Transport};
+use crate::echo::HttpsEcho;
+use crate::probe::{LocalProbe, Probe, SshBannerProbe};
+use crate::OWNER;
+
+/// Reads the configuration file at `path` and resolves it against this process's environment (each
+/// variable read once, here).
+pub fn load_config(path: &Path) -> Result<Config, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("the configuration file {}: {e}", path.display()))?;
+    let file = FileConfig::parse(&text).map_err(|e| e.to_string())?;
+    file.resolve(&|k| std::env::var(k).ok())
+        .map_err(|e| e.to_string())
+}
+
+/// The provider `cfg` names, made from the driver settings the configuration mapped.
+pub async fn provider(cfg: &Config) -> Result<Arc<dyn orca::Provider>, String> {
+    orca::of_with(cfg.provider.as_str(), OWNER, &cfg.provider_settings)
+        .await
+        .map_err(|e| format!("the {} provider: {e}", cfg.provider.as_str()))
+}
+
+/// Starts the backend of `cfg` on the system clock with the shipped probe and echo client.
+pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
+    let provider = provider(&cfg).await?;
+    let probe: Arc<dyn Probe> = match cfg.transport {
+        Transport::Ssh => Arc::new(SshBannerProbe::new()),
+        Transport::Local => Arc::new(LocalProbe),
+    };
+    let echo = Arc::new(HttpsEcho::new()?);
+    let timings = Timings::seed(cfg.pass_interval);
+    Backend::start(Parts {
+        config: cfg,
+        provider,
+        probe,
+        echo,
+        clock: Arc::new(SystemClock),
+        timings,
+    })
+    .await
+    .map_err(|e| format!("the state directory: {e}"))
+}
+
+/// Runs the server until Ctrl-C.
+pub async fn serve(cfg: Config) -> Result<(), String> {
+    let listen = cfg.listen;
+    let backend = start_backend(cfg).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("listen on {listen}: {e}"))?;
+    backend
+        .log()
+        .info(format!("remote: shed-server listening on {listen}"));
+    axum::serve(listener, router(backend.clone()))
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    backend.shutdown();
+    Ok(())
+}
+
+/// For provider `fake` with `ORCA_FAKE_STATE`: puts the firewall rule `shed-<environment>-ssh` into the
+/// simulated cloud as `gce-setup.sh` makes it on Compute Engine (on the in-memory provider's network,
+/// admitting the static sources, or `203.0.113.7/32` in the other modes).
+pub fn fake_setup(cfg: &Config) -> Result<String, String> {
+    let Some(path) = cfg.provider_settings.get(orca::FAKE_STATE_ENV) else {
+        return Err(format!(
+            "fake-setup needs provider fake and {} (the state file the server shares)",
+            orca::FAKE_STATE_ENV
+        ));
+    };
+    let cloud = orca::memory::MemoryCloud::persistent(path).map_err(|e| e.to_string())?;
+    let mut rule = orca::FirewallRule::new(cfg.rule_name(), orca::memory::DEFAULT_NETWORK);
+    rule.allowed = vec![orca::FirewallPorts::new("tcp", ["22"])];
+    rule.target_tags = vec![cfg.network_tag()];
+    rule.source_ranges = if cfg.firewall.source_ranges.is_empty() {
+        vec!["203.0.113.7/32".into()]
+    } else {
+        cfg.firewall
+            .source_ranges
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    };
+    let sources = rule.source_ranges.join(", ");
+    cloud.put_firewall_rule(rule);
+    Ok(format!(
+        "put firewall rule {} (network {}, tcp:22, tag {}, sources {sources}) into {path}",
+        cfg.rule_name(),
+        orca::memory::DEFAULT_NETWORK,
+        cfg.network_tag()
+    ))
+}

@@ -1,0 +1,199 @@
+//! The record cache and delete markers in `state_dir`: one JSON file per shed
+//! (`sheds/<id>.json`) and per acknowledged delete (`deletes/<id>.json`), each written atomically
+//! (a temporary file in the same directory, synced, then renamed over the old one), so that a server
+//! that dies mid-write leaves the old record or the new one, never half of one.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::model::{DeleteMarker, Shed};
+
+/// The files under a `state_dir`.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// What a store held when the server started.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The records.
+    pub sheds: Vec<Shed>,
+    /// The delete markers.
+    pub deletes: Vec<DeleteMarker>,
+    /// Files that could not be read, with why (they are left in place).
+    pub unreadable: Vec<(PathBuf, String)>,
+}
+
+impl Store {
+    /// The store in `dir` (made when missing).
+    pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<Store> {
+        let dir = dir.into();
+        fs::create_dir_all(dir.join("sheds"))?;
+        fs::create_dir_all(dir.join("deletes"))?;
+        Ok(Store { dir })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn shed_path(&self, id: &str) -> PathBuf {
+        self.dir.join("sheds").join(format!("{id}.json"))
+    }
+
+    fn marker_path(&self, id: &str) -> PathBuf {
+        self.dir.join("deletes").join(format!("{id}.json"))
+    }
+
+    /// Writes `shed`'s record.
+    pub fn save_shed(&self, shed: &Shed) -> std::io::Result<()> {
+        write_atomic(&self.shed_path(&shed.id), shed)
+    }
+
+    /// Removes shed `id`'s record.
+    pub fn remove_shed(&self, id: &str) -> std::io::Result<()> {
+        remove(&self.shed_path(id))
+    }
+
+    /// Writes a delete marker.
+    pub fn save_marker(&self, m: &DeleteMarker) -> std::io::Result<()> {
+        write_atomic(&self.marker_path(&m.id), m)
+    }
+
+    /// Removes shed `id`'s delete marker.
+    pub fn remove_marker(&self, id: &str) -> std::io::Result<()> {
+        remove(&self.marker_path(id))
+    }
+
+    /// Reads every record and marker.
+    pub fn load(&self) -> Loaded {
+        let mut out = Loaded::default();
+        read_all(&self.dir.join("sheds"), &mut out.sheds, &mut out.unreadable);
+        read_all(
+            &self.dir.join("deletes"),
+            &mut out.deletes,
+            &mut out.unreadable,
+        );
+        out
+    }
+}
+
+fn remove(path: &Path) -> std::io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+fn write_atomic<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+    let tmp = path.with_extension(format!("tmp{}", fastrand::u32(..)));
+    let written = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn read_all<T: DeserializeOwned>(
+    dir: &Path,
+    into: &mut Vec<T>,
+    bad: &mut Vec<(PathBuf, String)>,
+) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    paths.sort();
+    for path in paths {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("json") => {}
+            // A temporary file of a write that never finished: the record it was to replace is
+            // still there.
+            Some(e) if e.starts_with("tmp") => {
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            _ => continue,
+        }
+        match fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        {
+            Ok(v) => into.push(v),
+            Err(e) => bad.push((path, e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CreateStage, Status};
+
+    fn shed(id: &str) -> Shed {
+        let now = chrono::Utc::now();
+        Shed {
+            id: id.into(),
+            name: "a".into(),
+            client: "local".into(),
+            size: "standard".into(),
+            machine_type: "amd64-small".into(),
+            cpus: 2,
+            memory_mb: 8192,
+            disk_gb: 50,
+            image: "default".into(),
+            network_profile: "default".into(),
+            max_run_secs: 3600,
+            status: Status::Starting,
+            reason: None,
+            vm_name: format!("shed-t-{id}"),
+            vm_id: None,
+            create: CreateStage::NotSent,
+            op: None,
+            queued: None,
+            start_sent: false,
+            vm_gone: false,
+            foreign_labels: false,
+            created_at: now,
+            updated_at: now,
+            detail: None,
+        }
+    }
+
+    #[test]
+    fn records_round_trip_and_leftover_temporaries_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store.save_shed(&shed("aaaaaaaaaa")).unwrap();
+        let mut s = shed("aaaaaaaaaa");
+        s.status = Status::Running;
+        store.save_shed(&s).unwrap();
+        fs::write(
+            dir.path().join("sheds").join("bbbbbbbbbb.tmp123"),
+            b"{half",
+        )
+        .unwrap();
+        fs::write(dir.path().join("sheds").join("cccccccccc.json"), b"{half").unwrap();
+        let loaded = store.load();
+        assert_eq!(loaded.sheds, vec![s]);
+        assert_eq!(loaded.unreadable.len(), 1, "the broken record is reported");
+        assert!(!dir.path().join("sheds").join("bbbbbbbbbb.tmp123").exists());
+        store.remove_shed("aaaaaaaaaa").unwrap();
+        store.remove_shed("aaaaaaaaaa").unwrap();
+        assert!(store.load().sheds.is_empty());
+    }
+}
