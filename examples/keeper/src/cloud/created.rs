@@ -1,0 +1,593 @@
+//! `core.cloud.created`: ask the provider for `count` VMs; each gets a `pending` soul (created_by NULL)
+//! and a one-time bootstrap token kept as a hash.
+//!
+//! The order of things, so that nothing made is ever forgotten:
+//! 1. everything that can be checked is checked before any cloud call (parameters, provider, profile,
+//!    user data, credentials, the driver's capabilities for the spec);
+//! 2. the batch's indexes are taken from `keeper.name_counters` and each VM is written to the journal
+//!    `keeper.cloud_vms` as `requested` (one transaction), before the cloud is asked;
+//! 3. the VMs are made one after the other; each one made is journalled `made` with its id at once;
+//! 4. all made: one transaction writes the souls, the token hashes, the journal (`recorded`) and the
+//!    audit event;
+//! 5. a failure at any point (a VM refused, a VM without an FQDN, an adopted VM, a SID clash, the
+//!    registry or the audit failing): the VMs this step made are destroyed (journal `destroyed`), and
+//!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later. The step
+//!    output names each (`destroyed`, `recorded`).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::params::{CreateParams, ProfileParam, UserData};
+use super::{Keeper, Run};
+use crate::audit::{self, CLOUD_PROVISIONED};
+use crate::error::{from_orca, Error, Result};
+use crate::mask::masked;
+use crate::registry::{self, CloudProvider, ProfileSpec};
+use crate::tokens::PlainToken;
+use crate::userdata::{Template, Vars};
+
+/// SQLSTATE of a unique violation.
+const UNIQUE_VIOLATION: &str = "23505";
+
+/// The base name of VMs of a batch without `name`.
+pub const DEFAULT_BASE: &str = "keeper";
+
+/// One VM of the batch.
+struct Planned {
+    index: i64,
+    name: String,
+    predicted_fqdn: Option<String>,
+    token: PlainToken,
+    journal_id: i64,
+}
+
+/// One VM the cloud made for this step.
+struct Made {
+    planned: Planned,
+    machine: orca::Machine,
+}
+
+impl Made {
+    fn attributes(&self) -> Value {
+        let m = &self.machine;
+        let mut a = json!({
+            "name": m.name,
+            "index": self.planned.index,
+            "machine_type": m.machine_type,
+            "location": m.location,
+            "status": m.status.as_str(),
+            "cloud_status": m.cloud_status,
+            "labels": m.labels,
+        });
+        if !m.private_address.is_empty() {
+            a["private_ip"] = json!(m.private_address);
+        }
+        if !m.address.is_empty() {
+            a["public_ip"] = json!(m.address);
+        }
+        if let Some(t) = m.created_at {
+            a["created_at"] = json!(t);
+        }
+        masked(&a)
+    }
+
+    fn primary_ip(&self) -> &str {
+        if self.machine.address.is_empty() {
+            &self.machine.private_address
+        } else {
+            &self.machine.address
+        }
+    }
+}
+
+impl Keeper {
+    pub(crate) async fn created(&self, mut run: Run, params: &Value, actor: &str) -> Run {
+        let p = match CreateParams::parse(params) {
+            Ok(p) => p,
+            Err(e) => return run.refuse(e),
+        };
+        run.fact("provider", json!(p.provider));
+        run.fact("count", json!(p.count));
+        let row = match self.provider_row(&p.provider).await {
+            Ok(r) => r,
+            Err(e) => return run.refuse(e),
+        };
+        let spec = match self.profile_of(&p, &row).await {
+            Ok(s) => s,
+            Err(e) => return run.refuse(e),
+        };
+        if let Err(e) = check_self_onboard(&p, &row) {
+            return run.refuse(e);
+        }
+        let template = match self.template_for(&p) {
+            Ok(t) => t,
+            Err(e) => return run.refuse(e),
+        };
+        let cloud = match self.cloud(&row).await {
+            Ok(c) => c,
+            Err(e) => return run.refuse(e),
+        };
+        let base = p.name.clone().unwrap_or_else(|| DEFAULT_BASE.to_string());
+        // Every check the driver makes before a call, on a VM of this batch, before anything is made.
+        let probe = format!("{base}-{}", i64::MAX / 1_000_000_000);
+        let probe_token = PlainToken::generate();
+        let probe_token = match probe_token {
+            Ok(t) => t,
+            Err(e) => return run.refuse(e),
+        };
+        let probe_fqdn = row.fqdn_suffix.as_ref().map(|s| format!("{probe}.{s}"));
+        let probe_spec = self
+            .user_data(&p, template.as_ref(), &probe, probe_fqdn.as_deref(), &probe_token)
+            .map(|ud| spec.machine_spec(&probe, &row.region, &self.settings.pool, &ud));
+        let probe_spec = match probe_spec {
+            Ok(s) => s,
+            Err(e) => return run.refuse(e),
+        };
+        if let Err(e) = probe_spec
+            .validate()
+            .and_then(|_| cloud.capabilities().check_spec(cloud.kind(), &probe_spec))
+        {
+            let mut e = from_orca(&e);
+            if let Some(f) = e.field.clone() {
+                if crate::registry::PROFILE_SPEC_FIELDS.contains(&f.as_str()) {
+                    e.field = Some(format!("profile.{f}"));
+                } else if f == "user_data" {
+                    e.field = Some(
+                        match p.userdata {
+                            UserData::Generate => "generate_userdata",
+                            UserData::SelfOnboard => "self_onboard",
+                            _ => "userdata",
+                        }
+                        .to_string(),
+                    );
+                }
+            }
+            return run.refuse(e);
+        }
+
+        let planned = match self.plan(&run.step_id, &row, &base, p.count).await {
+            Ok(v) => v,
+            Err(e) => return run.refuse(e),
+        };
+        tracing::info!(step_id = %run.step_id, provider = %row.name, count = p.count, first = %planned[0].name, "creating VMs");
+
+        let mut made: Vec<Made> = Vec::new();
+        let mut adopted: Vec<String> = Vec::new();
+        let mut failure: Option<Error> = None;
+        let mut queue = planned.into_iter();
+        for vm in queue.by_ref() {
+            let ud = match self.user_data(
+                &p,
+                template.as_ref(),
+                &vm.name,
+                vm.predicted_fqdn.as_deref(),
+                &vm.token,
+            ) {
+                Ok(ud) => ud,
+                Err(e) => {
+                    self.journal(vm.journal_id, "failed", None, None, &e.message).await.ok();
+                    failure = Some(e);
+                    break;
+                }
+            };
+            let ms = spec.machine_spec(&vm.name, &row.region, &self.settings.pool, &ud);
+            match cloud.create(&ms).await {
+                Ok(orca::Created::Machine(m)) => {
+                    let journalled = self
+                        .journal(vm.journal_id, "made", Some(&m.id), None, "")
+                        .await;
+                    tracing::info!(step_id = %run.step_id, vm_id = %m.id, name = %m.name, "VM made");
+                    let check = check_made(&m, vm.predicted_fqdn.as_deref(), p.userdata == UserData::SelfOnboard);
+                    made.push(Made {
+                        planned: vm,
+                        machine: m,
+                    });
+                    if let Err(e) = journalled.and(check) {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+                Ok(orca::Created::Adopted(m)) => {
+                    // Made by an earlier create call: not this step's, not new, never counted.
+                    let why = format!(
+                        "the cloud answered with VM {} ({}) made by an earlier create; core.cloud.created never adopts",
+                        m.id, m.name
+                    );
+                    self.journal(vm.journal_id, "failed", Some(&m.id), None, &why).await.ok();
+                    adopted.push(m.id.clone());
+                    failure = Some(Error::new(502, "vm.adopted", why));
+                    break;
+                }
+                Ok(orca::Created::NoStock {
+                    machine_type,
+                    location,
+                    message,
+                }) => {
+                    let why = format!(
+                        "VM {} refused: no stock of {machine_type} in {location} ({message})",
+                        vm.name
+                    );
+                    self.journal(vm.journal_id, "failed", None, None, &why).await.ok();
+                    failure = Some(Error::new(503, "cloud.no_stock", why));
+                    break;
+                }
+                Err(e) => {
+                    let mut err = from_orca(&e);
+                    err.message = format!("VM {} refused: {}", vm.name, err.message);
+                    self.journal(vm.journal_id, "failed", None, None, &err.message).await.ok();
+                    if let orca::Error::Leftovers { left, .. } = &e {
+                        run.fact("cloud_leftovers", json!(left));
+                    }
+                    failure = Some(err);
+                    break;
+                }
+            }
+        }
+        for vm in queue {
+            // Never asked for: the step failed before its turn.
+            let why = "not asked for: the step failed before this VM's turn";
+            if let Err(e) = self.journal(vm.journal_id, "failed", None, None, why).await {
+                tracing::warn!(name = %vm.name, error = %e, "journal");
+            }
+        }
+        if !adopted.is_empty() {
+            run.fact("adopted_not_counted", json!(adopted));
+        }
+
+        if failure.is_none() {
+            match self.record(&run, &row, &made, actor).await {
+                Ok(()) => {
+                    run.audited = true;
+                    run.output = Some(output(&made));
+                    return run;
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        let error = failure.unwrap_or_else(|| Error::new(500, "internal", "failed"));
+        self.roll_back(run, &row, &cloud, made, error).await
+    }
+
+    async fn profile_of(&self, p: &CreateParams, row: &CloudProvider) -> Result<ProfileSpec> {
+        match &p.profile {
+            Some(ProfileParam::Inline(s)) => Ok(s.clone()),
+            Some(ProfileParam::Named(name)) => {
+                let client = self.pool.get().await?;
+                let prof = registry::get_profile(&client, name).await?.ok_or_else(|| {
+                    Error::new(
+                        422,
+                        "profile.not_found",
+                        format!("profile: no profile named {name} is registered"),
+                    )
+                    .with_field("profile")
+                })?;
+                if prof.provider != row.name {
+                    return Err(Error::invalid(
+                        "profile",
+                        format!(
+                            "profile {name} is for provider {}, not {}",
+                            prof.provider, row.name
+                        ),
+                    ));
+                }
+                Ok(prof.spec)
+            }
+            None => Err(Error::invalid(
+                "profile",
+                "required here: a registered profile's name, or a profile map with at least machine_type (keeper has no default VM size)",
+            )),
+        }
+    }
+
+    fn template_for(&self, p: &CreateParams) -> Result<Option<Template>> {
+        match p.userdata {
+            UserData::Empty | UserData::Given(_) => Ok(None),
+            UserData::Generate => match &self.settings.cloud_init {
+                Some(t) => Ok(Some(t.clone())),
+                None => Err(Error::invalid(
+                    "generate_userdata",
+                    "keeper has no cloud_init template to generate user data from (set KEEPER_CLOUD_INIT)",
+                )),
+            },
+            UserData::SelfOnboard => {
+                let t = self
+                    .settings
+                    .cloud_init
+                    .clone()
+                    .unwrap_or_else(Template::self_onboard);
+                if !t.uses("bootstrap_token") {
+                    return Err(Error::invalid(
+                        "self_onboard",
+                        "keeper's cloud_init template has no ${bootstrap_token}: a self-onboarding VM could not register",
+                    ));
+                }
+                Ok(Some(t))
+            }
+        }
+    }
+
+    fn user_data(
+        &self,
+        p: &CreateParams,
+        template: Option<&Template>,
+        hostname: &str,
+        fqdn: Option<&str>,
+        token: &PlainToken,
+    ) -> Result<String> {
+        match (&p.userdata, template) {
+            (UserData::Given(s), _) => Ok(s.clone()),
+            (UserData::Generate, Some(t)) => t.render(
+                "generate_userdata",
+                &Vars {
+                    hostname,
+                    fqdn: if p.name.is_some() { fqdn } else { None },
+                    keeper_url: &self.settings.keeper_url,
+                    bootstrap_token: None,
+                },
+            ),
+            (UserData::SelfOnboard, Some(t)) => t.render(
+                "self_onboard",
+                &Vars {
+                    hostname,
+                    fqdn,
+                    keeper_url: &self.settings.keeper_url,
+                    bootstrap_token: Some(token.expose()),
+                },
+            ),
+            _ => Ok(String::new()),
+        }
+    }
+
+    /// Takes the batch's indexes and journals every VM as `requested`, in one transaction.
+    async fn plan(
+        &self,
+        step_id: &str,
+        row: &CloudProvider,
+        base: &str,
+        count: u32,
+    ) -> Result<Vec<Planned>> {
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| Error::db("begin", &e))?;
+        let count = i64::from(count);
+        let last: i64 = tx
+            .query_one(
+                "INSERT INTO keeper.name_counters (base, last_index) VALUES ($1, $2)
+                 ON CONFLICT (base) DO UPDATE SET last_index = keeper.name_counters.last_index + EXCLUDED.last_index
+                 RETURNING last_index",
+                &[&base, &count],
+            )
+            .await
+            .map_err(|e| Error::db("take indexes", &e))?
+            .get(0);
+        let mut planned = Vec::new();
+        for index in (last - count + 1)..=last {
+            let name = format!("{base}-{index}");
+            let predicted_fqdn = row.fqdn_suffix.as_ref().map(|s| format!("{name}.{s}"));
+            let journal_id: i64 = tx
+                .query_one(
+                    "INSERT INTO keeper.cloud_vms (step_id, provider, name, state) VALUES ($1, $2, $3, 'requested') RETURNING id",
+                    &[&step_id, &row.name, &name],
+                )
+                .await
+                .map_err(|e| Error::db("journal", &e))?
+                .get(0);
+            planned.push(Planned {
+                index,
+                name,
+                predicted_fqdn,
+                token: PlainToken::generate()?,
+                journal_id,
+            });
+        }
+        tx.commit().await.map_err(|e| Error::db("commit plan", &e))?;
+        Ok(planned)
+    }
+
+    /// Moves one journal row to `state`.
+    async fn journal(
+        &self,
+        id: i64,
+        state: &str,
+        vm_id: Option<&str>,
+        sid: Option<&str>,
+        detail: &str,
+    ) -> Result<()> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE keeper.cloud_vms SET state = $2, vm_id = COALESCE($3, vm_id), sid = COALESCE($4, sid),
+                 detail = $5, updated_at = now() WHERE id = $1",
+                &[&id, &state, &vm_id, &sid, &detail],
+            )
+            .await
+            .map_err(|e| Error::db("journal", &e))?;
+        Ok(())
+    }
+
+    /// Writes the souls, token hashes, journal and audit event of a batch made whole: one transaction.
+    async fn record(&self, run: &Run, row: &CloudProvider, made: &[Made], actor: &str) -> Result<()> {
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| Error::db("begin", &e))?;
+        for m in made {
+            let sid = &m.machine.fqdn;
+            let soul_id: i64 = match tx
+                .query_one(
+                    "INSERT INTO keeper.souls (sid, status, provider, vm_id, primary_ip, attributes, created_by)
+                     VALUES ($1, 'pending', $2, $3, $4, $5, NULL) RETURNING id",
+                    &[sid, &row.name, &m.machine.id, &m.primary_ip(), &m.attributes()],
+                )
+                .await
+            {
+                Ok(r) => r.get(0),
+                Err(e) if Error::sqlstate(&e) == Some(UNIQUE_VIOLATION) => {
+                    return Err(Error::conflict(
+                        "sid.conflict",
+                        format!(
+                            "the provider gave VM {} the FQDN {sid}, which a soul that is not destroyed has already",
+                            m.machine.id
+                        ),
+                    ))
+                }
+                Err(e) => return Err(Error::db("insert soul", &e)),
+            };
+            let hash = m.planned.token.hash().to_vec();
+            tx.execute(
+                "INSERT INTO keeper.bootstrap_tokens (soul_id, token_sha256, status) VALUES ($1, $2, 'issued')",
+                &[&soul_id, &hash],
+            )
+            .await
+            .map_err(|e| Error::db("insert bootstrap token", &e))?;
+            tx.execute(
+                "UPDATE keeper.cloud_vms SET state = 'recorded', sid = $2, updated_at = now() WHERE id = $1",
+                &[&m.planned.journal_id, sid],
+            )
+            .await
+            .map_err(|e| Error::db("journal", &e))?;
+        }
+        let n = made.len();
+        let mut payload = run.audit_payload();
+        payload["vm_ids"] = json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>());
+        payload["sids"] = json!(made.iter().map(|m| &m.machine.fqdn).collect::<Vec<_>>());
+        payload["counters"] = json!({
+            "requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n,
+            "destroyed": 0, "recorded_without_soul": 0,
+        });
+        audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
+        tx.commit()
+            .await
+            .map_err(|e| Error::db("commit the batch", &e))?;
+        Ok(())
+    }
+
+    /// Destroys what this step made; what cannot be destroyed is kept in the journal.
+    async fn roll_back(
+        &self,
+        mut run: Run,
+        row: &CloudProvider,
+        cloud: &Arc<dyn orca::Provider>,
+        made: Vec<Made>,
+        error: Error,
+    ) -> Run {
+        let mut destroyed = Vec::new();
+        let mut recorded = Vec::new();
+        for m in &made {
+            let id = &m.machine.id;
+            match cloud.delete(id).await {
+                Ok(_) => {
+                    let why = format!("destroyed: the step failed ({})", error.code);
+                    if let Err(e) = self.journal(m.planned.journal_id, "destroyed", None, None, &why).await {
+                        tracing::warn!(vm_id = %id, error = %e, "journal");
+                    }
+                    tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed: the step failed");
+                    destroyed.push(id.clone());
+                }
+                Err(e) => {
+                    let why = format!(
+                        "kept: the step failed ({}) and destroying it failed too ({}); destroy it with core.cloud.destroyed",
+                        error.code, e
+                    );
+                    let sid = (!m.machine.fqdn.is_empty()).then_some(m.machine.fqdn.as_str());
+                    let journalled = self.journal(m.planned.journal_id, "kept", None, sid, &why).await;
+                    tracing::error!(step_id = %run.step_id, vm_id = %id, provider = %row.name, error = %e, "VM could not be destroyed after the step failed");
+                    recorded.push(json!({
+                        "vm_id": id,
+                        "name": m.machine.name,
+                        "sid": m.machine.fqdn,
+                        "in": if journalled.is_ok() { "keeper.cloud_vms (state kept)" } else { "nowhere: the registry failed too; this VM is only in this output and the log" },
+                        "destroy_error": e.to_string(),
+                    }));
+                }
+            }
+        }
+        run.fact("changed", json!(!recorded.is_empty() || !made.is_empty()));
+        run.fact("made", json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()));
+        run.fact("destroyed", json!(destroyed));
+        run.fact("recorded", json!(recorded));
+        run.fact(
+            "vm_ids",
+            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
+        );
+        run.fact("sids", json!(Vec::<String>::new()));
+        run.fact(
+            "counters",
+            json!({
+                "requested": run.facts.get("count").cloned().unwrap_or(json!(0)),
+                "made": made.len(), "souls_pending": 0, "bootstrap_issued": 0,
+                "destroyed": destroyed.len(), "recorded_without_soul": recorded.len(),
+            }),
+        );
+        run.fail(error)
+    }
+}
+
+fn check_self_onboard(p: &CreateParams, row: &CloudProvider) -> Result<()> {
+    if p.userdata == UserData::SelfOnboard && row.fqdn_suffix.is_none() {
+        return Err(Error::invalid(
+            "self_onboard",
+            format!(
+                "provider {} has no fqdn_suffix: keeper cannot predict the FQDNs to bake",
+                row.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A VM made is usable only with an FQDN (its SID), and with `self_onboard` only with the FQDN that
+/// was baked into it.
+fn check_made(m: &orca::Machine, predicted: Option<&str>, self_onboard: bool) -> Result<()> {
+    if m.fqdn.is_empty() {
+        return Err(Error::new(
+            502,
+            "vm.no_fqdn",
+            format!(
+                "the provider returned VM {} ({}) without an FQDN: it cannot be a SID",
+                m.id, m.name
+            ),
+        ));
+    }
+    if self_onboard {
+        if let Some(p) = predicted {
+            if !m.fqdn.eq_ignore_ascii_case(p) {
+                return Err(Error::new(
+                    502,
+                    "vm.fqdn_mismatch",
+                    format!(
+                        "VM {} has the FQDN {}, not the {p} keeper predicted and baked into it: check the provider's fqdn_suffix",
+                        m.id, m.fqdn
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn output(made: &[Made]) -> Value {
+    let hosts: Vec<Value> = made
+        .iter()
+        .map(|m| {
+            json!({
+                "sid": m.machine.fqdn,
+                "vm_id": m.machine.id,
+                "primary_ip": m.primary_ip(),
+                "attributes": m.attributes(),
+                "bootstrap_token": m.planned.token.expose(),
+            })
+        })
+        .collect();
+    json!({
+        "action": "created",
+        "changed": true,
+        "count": made.len(),
+        "vm_ids": made.iter().map(|m| &m.machine.id).collect::<Vec<_>>(),
+        "hosts": hosts,
+    })
+}

@@ -1,0 +1,361 @@
+//! The `core.cloud` step: `created`, `destroyed` and `resized`, run by [`Keeper::run_step`].
+//!
+//! Each run writes exactly one `cloud.provisioned` audit event, whatever its outcome (`succeeded`,
+//! `failed`, or `refused` before any cloud call); where the step changes the registries, the event is
+//! written in the same transaction as the change, and a failure to write it fails the step. The step
+//! output is masked ([`crate::mask::mask_step_output`]): the plain one-time tokens appear only at
+//! `hosts[].bootstrap_token` of a successful `created`.
+
+mod created;
+mod destroyed;
+pub mod params;
+mod resized;
+
+use std::sync::Arc;
+
+use deadpool_postgres::Pool;
+use serde_json::{json, Map, Value};
+
+use crate::audit::{self, CLOUD_PROVISIONED};
+use crate::drivers::{driver_settings, Drivers};
+use crate::error::{from_orca, Error, Result};
+use crate::mask::{mask_json, mask_step_output, masked};
+use crate::registry::{self, CloudProvider};
+use crate::userdata::Template;
+use crate::vault::Vault;
+
+/// The three actions of `core.cloud`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `core.cloud.created`.
+    Created,
+    /// `core.cloud.destroyed`.
+    Destroyed,
+    /// `core.cloud.resized`.
+    Resized,
+}
+
+/// The module name of the step.
+pub const MODULE: &str = "core.cloud";
+
+impl Action {
+    /// `created`, `destroyed`, `resized`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Created => "created",
+            Action::Destroyed => "destroyed",
+            Action::Resized => "resized",
+        }
+    }
+
+    /// The action of step `core.cloud.<action>`.
+    pub fn from_step(step: &str) -> Result<Self> {
+        match step {
+            "core.cloud.created" => Ok(Action::Created),
+            "core.cloud.destroyed" => Ok(Action::Destroyed),
+            "core.cloud.resized" => Ok(Action::Resized),
+            other => Err(Error::new(
+                404,
+                "step.unknown",
+                format!(
+                    "unknown step {other:?}; keeper runs core.cloud.created, core.cloud.destroyed and core.cloud.resized"
+                ),
+            )
+            .with_field("module")),
+        }
+    }
+}
+
+/// keeper's own settings for the step.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The orca owner of keeper's VMs (the `orca-owner` label): keeper destroys and resizes only VMs
+    /// it made.
+    pub owner: String,
+    /// The orca pool of keeper's VMs.
+    pub pool: String,
+    /// keeper's `cloud_init` template (`generate_userdata`; `self_onboard` when set).
+    pub cloud_init: Option<Template>,
+    /// keeper's URL as VMs reach it (baked by `self_onboard`).
+    pub keeper_url: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            owner: "keeper".into(),
+            pool: "keeper".into(),
+            cloud_init: None,
+            keeper_url: "http://127.0.0.1:8080".into(),
+        }
+    }
+}
+
+/// keeper: the registries, the vault, the drivers and its settings.
+#[derive(Debug, Clone)]
+pub struct Keeper {
+    pool: Pool,
+    vault: Arc<dyn Vault>,
+    drivers: Arc<dyn Drivers>,
+    settings: Arc<Settings>,
+}
+
+/// A step that failed: the error, and the step's output saying what was made, destroyed or recorded
+/// (masked).
+#[derive(Debug, Clone)]
+pub struct StepFailure {
+    /// Why.
+    pub error: Error,
+    /// `{action, step_id, error, ...}` with what the step did before it failed.
+    pub output: Value,
+}
+
+impl std::fmt::Display for StepFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for StepFailure {}
+
+/// What one run did, for its output and its audit event.
+#[derive(Debug)]
+pub(crate) struct Run {
+    action: Action,
+    step_id: String,
+    /// The success output (before masking).
+    output: Option<Value>,
+    error: Option<Error>,
+    /// Facts for the audit payload and the failure output (provider, vm_ids, sids, counters, ...).
+    facts: Map<String, Value>,
+    /// Whether the audit event was written already (in the transaction of the change).
+    audited: bool,
+    /// Whether the step stopped before any cloud call.
+    refused: bool,
+}
+
+impl Run {
+    fn new(action: Action, step_id: &str) -> Self {
+        Run {
+            action,
+            step_id: step_id.to_string(),
+            output: None,
+            error: None,
+            facts: Map::new(),
+            audited: false,
+            refused: false,
+        }
+    }
+
+    pub(crate) fn fact(&mut self, key: &str, value: Value) {
+        self.facts.insert(key.to_string(), value);
+    }
+
+    pub(crate) fn refuse(mut self, e: Error) -> Self {
+        self.error = Some(e);
+        self.refused = true;
+        self
+    }
+
+    pub(crate) fn fail(mut self, e: Error) -> Self {
+        self.error = Some(e);
+        self
+    }
+
+    fn outcome(&self) -> &'static str {
+        match (&self.error, self.refused) {
+            (None, _) => "succeeded",
+            (Some(_), true) => "refused",
+            (Some(_), false) => "failed",
+        }
+    }
+
+    /// The payload of `cloud.provisioned`.
+    pub(crate) fn audit_payload(&self) -> Value {
+        let mut p = Map::new();
+        p.insert("action".into(), json!(self.action.as_str()));
+        p.insert("step_id".into(), json!(self.step_id));
+        p.insert("outcome".into(), json!(self.outcome()));
+        for (k, v) in &self.facts {
+            p.insert(k.clone(), v.clone());
+        }
+        if let Some(e) = &self.error {
+            p.insert("error".into(), e.to_json());
+        }
+        Value::Object(p)
+    }
+}
+
+fn new_step_id() -> String {
+    let mut b = [0u8; 8];
+    // A step id is not a secret; if the generator fails, the clock still tells steps apart.
+    if getrandom::fill(&mut b).is_err() {
+        b = chrono::Utc::now()
+            .timestamp_nanos_opt()
+            .unwrap_or_default()
+            .to_be_bytes();
+    }
+    hex::encode(b)
+}
+
+impl Keeper {
+    /// keeper on `pool` (migrated), resolving credentials from `vault` and making providers with
+    /// `drivers`.
+    pub fn new(
+        pool: Pool,
+        vault: Arc<dyn Vault>,
+        drivers: Arc<dyn Drivers>,
+        settings: Settings,
+    ) -> Result<Self> {
+        orca::validate_owner(&settings.owner)
+            .map_err(|e| Error::new(500, "config.invalid", e.to_string()).with_field("owner"))?;
+        orca::validate_pool(&settings.pool)
+            .map_err(|e| Error::new(500, "config.invalid", e.to_string()).with_field("pool"))?;
+        Ok(Keeper {
+            pool,
+            vault,
+            drivers,
+            settings: Arc::new(settings),
+        })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// keeper's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Runs step `step` (`core.cloud.created`, `core.cloud.destroyed`, `core.cloud.resized`) with
+    /// `params`, on behalf of `actor` (recorded in the audit trail). The output is masked but for
+    /// `hosts[].bootstrap_token`.
+    pub async fn run_step(
+        &self,
+        step: &str,
+        params: &Value,
+        actor: &str,
+    ) -> std::result::Result<Value, StepFailure> {
+        let step_id = new_step_id();
+        let action = match Action::from_step(step) {
+            Ok(a) => a,
+            Err(e) => {
+                return Err(StepFailure {
+                    output: json!({"step_id": step_id, "error": e.to_json()}),
+                    error: e,
+                })
+            }
+        };
+        tracing::info!(step = step, step_id = %step_id, actor = actor, "step started");
+        tracing::debug!(step_id = %step_id, params = %masked(params), "step parameters");
+        let run = Run::new(action, &step_id);
+        let mut run = match action {
+            Action::Created => self.created(run, params, actor).await,
+            Action::Destroyed => self.destroyed(run, params, actor).await,
+            Action::Resized => self.resized(run, params, actor).await,
+        };
+        if !run.audited {
+            let payload = run.audit_payload();
+            match self.audit_alone(actor, run.outcome(), &payload).await {
+                Ok(()) => run.audited = true,
+                Err(e) => {
+                    let e = if e.code == "audit.failed" {
+                        e
+                    } else {
+                        Error::audit(&e)
+                    };
+                    if let Some(first) = run.error.take() {
+                        run.fact("cause", first.to_json());
+                    }
+                    run.error = Some(e);
+                    run.refused = false;
+                }
+            }
+        }
+        match run.error {
+            None => {
+                let mut out = run.output.unwrap_or_else(|| json!({}));
+                mask_step_output(&mut out);
+                tracing::info!(step = step, step_id = %step_id, "step succeeded");
+                Ok(out)
+            }
+            Some(error) => {
+                let mut out = Map::new();
+                out.insert("action".into(), json!(action.as_str()));
+                out.insert("step_id".into(), json!(step_id));
+                out.insert("changed".into(), json!(run.facts.get("changed").cloned().unwrap_or(json!(false))));
+                for (k, v) in run.facts {
+                    out.insert(k, v);
+                }
+                out.insert("error".into(), error.to_json());
+                let mut out = Value::Object(out);
+                mask_json(&mut out);
+                tracing::warn!(step = step, step_id = %step_id, code = %error.code, error = %error.message, "step failed");
+                Err(StepFailure { error, output: out })
+            }
+        }
+    }
+
+    async fn audit_alone(&self, actor: &str, outcome: &str, payload: &Value) -> Result<()> {
+        let client = self.pool.get().await.map_err(|e| Error::audit(&e.into()))?;
+        audit::record(&client, CLOUD_PROVISIONED, actor, outcome, payload).await
+    }
+
+    /// The registered provider `name` (422 naming `provider` when there is none).
+    pub(crate) async fn provider_row(&self, name: &str) -> Result<CloudProvider> {
+        let client = self.pool.get().await?;
+        registry::get_provider(&client, name).await?.ok_or_else(|| {
+            Error::new(
+                422,
+                "provider.not_found",
+                format!("provider: no provider named {name} is registered"),
+            )
+            .with_field("provider")
+        })
+    }
+
+    /// An orca provider for `row`, with its credentials resolved from the vault now (and dropped when
+    /// this returns: the provider keeps what it needs).
+    pub(crate) async fn cloud(&self, row: &CloudProvider) -> Result<Arc<dyn orca::Provider>> {
+        let settings = self.vault.resolve(&row.credentials_ref).await?;
+        let settings = driver_settings(row, settings);
+        self.drivers
+            .provider(&row.driver, &self.settings.owner, &settings)
+            .await
+            .map_err(|e| {
+                if let orca::Error::InvalidSpec { field, rule } = &e {
+                    if field == "kind" {
+                        return Error::new(
+                            422,
+                            "provider.driver",
+                            format!("provider {}: {rule}", row.name),
+                        )
+                        .with_field("provider");
+                    }
+                }
+                let mut err = from_orca(&e);
+                err.message = format!("provider {}: {}", row.name, err.message);
+                if err.status == 502 {
+                    err.status = 500;
+                }
+                err
+            })
+    }
+}
+
+impl Keeper {
+    /// keeper on the database at `database_url`: a connection pool, and the pending migrations
+    /// applied.
+    pub async fn connect(
+        database_url: &str,
+        vault: Arc<dyn Vault>,
+        drivers: Arc<dyn Drivers>,
+        settings: Settings,
+    ) -> Result<Self> {
+        let pool = crate::db::pool(database_url, 16)?;
+        crate::db::migrate(&pool).await?;
+        Keeper::new(pool, vault, drivers, settings)
+    }
+}

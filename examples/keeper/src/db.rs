@@ -1,0 +1,201 @@
+//! PostgreSQL: the connection pool and the versioned migrations run on start.
+//!
+//! Every table lives in the schema [`SCHEMA`] (`keeper`), so that keeper shares a server with other
+//! programs (the pool autoscaler keeps its own schema). Migrations are numbered SQL files
+//! (`migrations/NNNN_name.sql`), applied in order, all pending ones in one transaction under an
+//! advisory lock (two keepers starting at once apply each exactly once); each applied migration is
+//! recorded with the SHA-256 of its text, and a changed or unknown applied migration stops keeper.
+
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use sha2::{Digest, Sha256};
+use tokio_postgres::NoTls;
+
+use crate::error::{describe_db, Error, Result};
+
+/// The schema keeper's tables live in.
+pub const SCHEMA: &str = "keeper";
+
+/// The database keeper uses when `DATABASE_URL` is not set.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+/// The advisory lock key migrations are applied under ("keeper" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6b_65_65_70_65_72;
+
+/// A migration: its version, name and SQL.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    /// Its number, from 1, without gaps.
+    pub version: i32,
+    /// Its name.
+    pub name: &'static str,
+    /// Its SQL.
+    pub sql: &'static str,
+}
+
+/// Every migration, in order.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "registries",
+    sql: include_str!("../migrations/0001_registries.sql"),
+}];
+
+/// The database URL with its password replaced by `***`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<not a URL>".to_string();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some((a, h)) => (Some(a), h),
+        None => (None, rest),
+    };
+    let host = host.split('?').next().unwrap_or(host);
+    match auth {
+        Some(a) => {
+            let user = a.split(':').next().unwrap_or("");
+            let pw = if a.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{pw}@{host}")
+        }
+        None => format!("{scheme}://{host}"),
+    }
+}
+
+/// A connection pool on `url` (a `postgres://` URL or a key=value string).
+pub fn pool(url: &str, max_size: usize) -> Result<Pool> {
+    let cfg = tokio_postgres::Config::from_str(url).map_err(|e| {
+        Error::new(
+            500,
+            "config.invalid",
+            format!(
+                "DATABASE_URL {}: not a PostgreSQL URL: {e}",
+                redact_url(url)
+            ),
+        )
+        .with_field("DATABASE_URL")
+    })?;
+    let mgr = Manager::from_config(
+        cfg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(max_size.max(1))
+        .build()
+        .map_err(|e| Error::new(500, "config.invalid", format!("connection pool: {e}")))
+}
+
+fn checksum(sql: &str) -> String {
+    hex::encode(Sha256::digest(sql.as_bytes()))
+}
+
+/// Applies the pending migrations; answers the versions applied now (empty when none was pending).
+pub async fn migrate(pool: &Pool) -> Result<Vec<i32>> {
+    let mut client = pool.get().await?;
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| Error::db("begin migrations", &e))?;
+    let step = |what: &'static str| move |e: tokio_postgres::Error| Error::db(what, &e);
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(step("migration lock"))?;
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+         CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_migrations (
+             version    integer PRIMARY KEY,
+             name       text NOT NULL,
+             checksum   text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );"
+    ))
+    .await
+    .map_err(step("schema_migrations"))?;
+    let rows = tx
+        .query(
+            &format!("SELECT version, name, checksum FROM {SCHEMA}.schema_migrations ORDER BY version"),
+            &[],
+        )
+        .await
+        .map_err(step("read schema_migrations"))?;
+    for row in &rows {
+        let (version, name, sum): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
+        match MIGRATIONS.iter().find(|m| m.version == version) {
+            None => {
+                return Err(Error::new(
+                    500,
+                    "registry.schema",
+                    format!("the database has migration {version} ({name}), which this keeper does not know: it is newer than this keeper"),
+                ))
+            }
+            Some(m) if checksum(m.sql) != sum => {
+                return Err(Error::new(
+                    500,
+                    "registry.schema",
+                    format!("migration {version} ({name}) was applied with other SQL than this keeper's (checksum differs)"),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let mut applied = Vec::new();
+    for m in MIGRATIONS {
+        if rows.iter().any(|r| r.get::<_, i32>(0) == m.version) {
+            continue;
+        }
+        tx.batch_execute(m.sql).await.map_err(|e| {
+            Error::new(
+                500,
+                "registry.schema",
+                format!(
+                    "migration {} ({}) failed: {}",
+                    m.version,
+                    m.name,
+                    describe_db(&e)
+                ),
+            )
+        })?;
+        tx.execute(
+            &format!(
+                "INSERT INTO {SCHEMA}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
+            ),
+            &[&m.version, &m.name, &checksum(m.sql)],
+        )
+        .await
+        .map_err(step("record migration"))?;
+        applied.push(m.version);
+    }
+    tx.commit().await.map_err(step("commit migrations"))?;
+    if !applied.is_empty() {
+        tracing::info!(versions = ?applied, "applied migrations");
+    }
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_numbered_from_one_without_gaps() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1, "{}", m.name);
+            assert!(m.sql.contains("keeper."), "{} keeps to its schema", m.name);
+        }
+    }
+
+    #[test]
+    fn urls_lose_their_password() {
+        assert_eq!(
+            redact_url("postgres://app:hunter2@db:5432/k?sslmode=disable"),
+            "postgres://app:***@db:5432/k"
+        );
+        assert_eq!(
+            redact_url("postgres://postgres@127.0.0.1:5432/postgres"),
+            "postgres://postgres@127.0.0.1:5432/postgres"
+        );
+        assert_eq!(redact_url("host=x password=y"), "<not a URL>");
+    }
+}

@@ -1,0 +1,61 @@
+//! Logs go through the secret filter too: [`Masked`] wraps a tracing writer and passes every line
+//! through [`crate::mask::mask_text`] before it is written, so that a `token=...` a driver or a
+//! library puts in a message never reaches the log.
+
+use std::io::{self, Write};
+
+use tracing_subscriber::fmt::MakeWriter;
+
+use crate::mask::mask_text;
+
+/// A [`MakeWriter`] whose writers mask what they write.
+#[derive(Debug, Clone)]
+pub struct Masked<M>(pub M);
+
+/// A writer that masks each buffer it is given (tracing's formatter writes one event at a time).
+#[derive(Debug)]
+pub struct MaskedWriter<W>(W);
+
+impl<W: Write> Write for MaskedWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(mask_text(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Masked<M> {
+    type Writer = MaskedWriter<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        MaskedWriter(self.0.make_writer())
+    }
+}
+
+/// Logs to standard error, masked, at the level `KEEPER_LOG` says (`info` when unset).
+pub fn init() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("KEEPER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(Masked(io::stderr))
+        .with_target(false)
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_masked() {
+        let mut out = Vec::new();
+        let mut w = MaskedWriter(&mut out);
+        w.write_all(b"driver said api_token=abc123 and left\n").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "driver said api_token=*** and left\n");
+    }
+}

@@ -1,0 +1,302 @@
+//! `keeper`: the `core.cloud` step and the operator REST API.
+//!
+//! ```text
+//! keeper serve                                         # the REST API on 127.0.0.1:8080
+//! keeper step core.cloud.created --params '{"provider": "lab", "profile": "small", "count": 2}'
+//! keeper migrate                                       # apply the pending migrations and exit
+//! keeper scenario validate scenario.yml                # the `on: keeper` check of core.cloud steps
+//! keeper token hash < token.txt                        # the SHA-256 to configure an API token with
+//! ```
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use keeper::cloud::Settings;
+use keeper::db::{redact_url, DEFAULT_DATABASE_URL};
+use keeper::tokens::ApiTokens;
+use keeper::userdata::Template;
+use keeper::vault::FileVault;
+use keeper::{Error, Keeper};
+use serde_json::{json, Value};
+
+/// keeper's core.cloud step (created / destroyed / resized) on any orca driver, with PostgreSQL
+/// registries, the operator REST API and the audit trail.
+#[derive(Debug, Parser)]
+#[command(name = "keeper", version)]
+struct Args {
+    /// The PostgreSQL database (its password is never printed).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, default_value = DEFAULT_DATABASE_URL)]
+    database_url: String,
+    /// The file vault: `<dir>/<credentials_ref>.json` holds a provider's settings.
+    #[arg(long, env = "KEEPER_VAULT_DIR", hide_env_values = true, default_value = "vault")]
+    vault_dir: PathBuf,
+    /// The orca owner of keeper's VMs: keeper destroys and resizes only VMs of this owner.
+    #[arg(long, env = "KEEPER_OWNER", default_value = "keeper")]
+    owner: String,
+    /// The orca pool of keeper's VMs.
+    #[arg(long, env = "KEEPER_POOL", default_value = "keeper")]
+    pool: String,
+    /// keeper's cloud_init template (generate_userdata; self_onboard when set).
+    #[arg(long, env = "KEEPER_CLOUD_INIT", hide_env_values = true)]
+    cloud_init: Option<PathBuf>,
+    /// keeper's URL as new VMs reach it (baked by self_onboard).
+    #[arg(long, env = "KEEPER_URL", default_value = "http://127.0.0.1:8080")]
+    keeper_url: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the REST API.
+    Serve {
+        /// Where to listen.
+        #[arg(long, env = "KEEPER_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// A file of API tokens: {"tokens": [{"name", "sha256", "permissions"}]}.
+        #[arg(long, env = "KEEPER_API_TOKENS_FILE", hide_env_values = true)]
+        tokens_file: Option<PathBuf>,
+    },
+    /// Run one step: core.cloud.created, core.cloud.destroyed or core.cloud.resized.
+    Step {
+        /// The step (module), e.g. core.cloud.created.
+        step: String,
+        /// Its parameters as JSON; `@FILE` reads a file, `-` standard input.
+        #[arg(long)]
+        params: String,
+    },
+    /// Apply the pending migrations and exit.
+    Migrate,
+    /// Scenario checks.
+    Scenario {
+        #[command(subcommand)]
+        command: ScenarioCommand,
+    },
+    /// API token helpers.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ScenarioCommand {
+    /// Check a scenario's core.cloud steps (on: keeper, module, literal parameters).
+    Validate {
+        /// The scenario (YAML or JSON).
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum TokenCommand {
+    /// Read a token from standard input and print its SHA-256 (what the token file holds).
+    Hash,
+}
+
+fn fail(e: &Error) -> ExitCode {
+    eprintln!("keeper: {e}");
+    ExitCode::FAILURE
+}
+
+fn read_text(arg: &str, what: &str) -> Result<String, Error> {
+    let read_err = |e: std::io::Error| Error::new(2, "input.unreadable", format!("{what}: {e}"));
+    if arg == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(read_err)?;
+        Ok(s)
+    } else if let Some(path) = arg.strip_prefix('@') {
+        std::fs::read_to_string(path).map_err(read_err)
+    } else {
+        Ok(arg.to_string())
+    }
+}
+
+fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
+    let text = match (file, std::env::var("KEEPER_API_TOKENS").ok()) {
+        (Some(path), _) => std::fs::read_to_string(path).map_err(|e| {
+            Error::new(
+                2,
+                "config.invalid",
+                format!("the API token file {}: {e}", path.display()),
+            )
+        })?,
+        (None, Some(text)) if !text.trim().is_empty() => text,
+        _ => {
+            return Err(Error::new(
+                2,
+                "config.invalid",
+                "no API tokens: set KEEPER_API_TOKENS_FILE (or KEEPER_API_TOKENS) to {\"tokens\": [...]}; see the README",
+            ))
+        }
+    };
+    let t = ApiTokens::from_json(&text)?;
+    if t.is_empty() {
+        return Err(Error::new(2, "config.invalid", "the API token list is empty"));
+    }
+    Ok(t)
+}
+
+async fn keeper(args: &Args) -> Result<Keeper, Error> {
+    let cloud_init = match &args.cloud_init {
+        Some(path) => Some(Template::parse(&std::fs::read_to_string(path).map_err(
+            |e| Error::new(2, "config.invalid", format!("KEEPER_CLOUD_INIT {}: {e}", path.display())),
+        )?)?),
+        None => None,
+    };
+    let settings = Settings {
+        owner: args.owner.clone(),
+        pool: args.pool.clone(),
+        cloud_init,
+        keeper_url: args.keeper_url.clone(),
+    };
+    tracing::debug!(database = %redact_url(&args.database_url), "connecting");
+    Keeper::connect(
+        &args.database_url,
+        Arc::new(FileVault::new(&args.vault_dir)),
+        Arc::new(keeper::drivers::OrcaDrivers),
+        settings,
+    )
+    .await
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutting down");
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    keeper::logging::init();
+    let args = Args::parse();
+    match &args.command {
+        Command::Token {
+            command: TokenCommand::Hash,
+        } => {
+            let mut s = String::new();
+            if let Err(e) = std::io::stdin().read_to_string(&mut s) {
+                return fail(&Error::new(2, "input.unreadable", e.to_string()));
+            }
+            let token = s.trim();
+            if token.is_empty() {
+                return fail(&Error::new(2, "input.invalid", "no token on standard input"));
+            }
+            println!("{}", hex::encode(keeper::tokens::sha256(token)));
+            ExitCode::SUCCESS
+        }
+        Command::Scenario {
+            command: ScenarioCommand::Validate { file },
+        } => {
+            let text = match std::fs::read_to_string(file) {
+                Ok(t) => t,
+                Err(e) => {
+                    return fail(&Error::new(
+                        2,
+                        "input.unreadable",
+                        format!("{}: {e}", file.display()),
+                    ))
+                }
+            };
+            match keeper::scenario::parse(&text).and_then(|s| keeper::scenario::validate(&s)) {
+                Ok(n) => {
+                    println!("{}", json!({"valid": true, "core_cloud_steps": n}));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("{}", json!({"valid": false, "error": e.to_json()}));
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Migrate => match keeper(&args).await {
+            Ok(_) => {
+                println!("{}", json!({"migrated": true}));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
+        Command::Step { step, params } => {
+            let params: Value = match read_text(params, "--params").and_then(|t| {
+                serde_json::from_str(&t).map_err(|e| {
+                    Error::new(
+                        2,
+                        "params.invalid",
+                        format!("--params is not JSON (line {}, column {})", e.line(), e.column()),
+                    )
+                })
+            }) {
+                Ok(v) => v,
+                Err(e) => return fail(&e),
+            };
+            let k = match keeper(&args).await {
+                Ok(k) => k,
+                Err(e) => return fail(&e),
+            };
+            match k.run_step(step, &params, "cli").await {
+                Ok(out) => {
+                    println!("{out}");
+                    ExitCode::SUCCESS
+                }
+                Err(f) => {
+                    println!("{}", f.output);
+                    fail(&f.error)
+                }
+            }
+        }
+        Command::Serve {
+            listen,
+            tokens_file,
+        } => {
+            let tokens = match tokens(tokens_file.as_ref()) {
+                Ok(t) => t,
+                Err(e) => return fail(&e),
+            };
+            let k = match keeper(&args).await {
+                Ok(k) => k,
+                Err(e) => return fail(&e),
+            };
+            let listener = match tokio::net::TcpListener::bind(listen).await {
+                Ok(l) => l,
+                Err(e) => {
+                    return fail(&Error::new(
+                        2,
+                        "config.invalid",
+                        format!("cannot listen on {listen}: {e}"),
+                    ))
+                }
+            };
+            let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            tracing::info!(listen = %addr, callers = tokens.len(), "keeper serving");
+            let app = keeper::api::router(k, tokens);
+            let served = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown())
+                .await;
+            match served {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&Error::new(1, "serve.failed", e.to_string())),
+            }
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! The secret filter of every output channel (the seed's `audit.MaskSecrets`): a value whose key
+//! contains `token` (any case) is replaced by [`MASK`].
+//!
+//! Two forms: [`mask_json`] for structured output (REST answers, step output, audit payloads, logged
+//! parameters) and [`mask_text`] for free text (error messages, log lines), where a `key=value`,
+//! `key: value` or `"key": "value"` whose key contains `token` loses its value.
+//!
+//! The one exemption is the step output's `hosts[].bootstrap_token` ([`mask_step_output`]): the plain
+//! one-time token the cloud-init flow must hand to the VM. The exemption is by that exact path, not by
+//! the key's name, so a `bootstrap_token` anywhere else (an attribute, a label, an error, an audit
+//! payload, a REST answer of the registries) is masked like any other.
+//!
+//! ```
+//! use keeper::mask::{mask_json, mask_text, MASK};
+//! let mut v = serde_json::json!({"name": "web", "labels": {"join-token": "abc"}, "Token": 1});
+//! mask_json(&mut v);
+//! assert_eq!(v["labels"]["join-token"], MASK);
+//! assert_eq!(v["Token"], MASK);
+//! assert_eq!(v["name"], "web");
+//! assert_eq!(mask_text("refused: api_token=s3cret, retry"), "refused: api_token=***, retry");
+//! ```
+
+use serde_json::Value;
+
+/// What a masked value is replaced by.
+pub const MASK: &str = "***";
+
+/// The fragment of a key name that marks its value as a secret.
+pub const SECRET_FRAGMENT: &str = "token";
+
+/// Whether the value of `key` is a secret (its name contains `token`, in any case).
+pub fn is_secret_key(key: &str) -> bool {
+    key.to_ascii_lowercase().contains(SECRET_FRAGMENT)
+}
+
+/// Masks, in place, every value whose key contains `token`, at any depth; string values are also
+/// passed through [`mask_text`].
+pub fn mask_json(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            for (k, val) in map.iter_mut() {
+                if is_secret_key(k) {
+                    *val = Value::String(MASK.to_string());
+                } else {
+                    mask_json(val);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(mask_json),
+        Value::String(s) => {
+            let masked = mask_text(s);
+            if masked != *s {
+                *s = masked;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A masked copy of `v` ([`mask_json`]).
+pub fn masked(v: &Value) -> Value {
+    let mut v = v.clone();
+    mask_json(&mut v);
+    v
+}
+
+/// Masks a step's output: everything as [`mask_json`] does, except the plain one-time tokens at the
+/// exact path `hosts[].bootstrap_token`, which the step output exists to deliver.
+pub fn mask_step_output(v: &mut Value) {
+    let Value::Object(map) = v else {
+        mask_json(v);
+        return;
+    };
+    for (k, val) in map.iter_mut() {
+        if k == "hosts" {
+            if let Value::Array(hosts) = val {
+                for host in hosts.iter_mut() {
+                    match host {
+                        Value::Object(h) => {
+                            for (hk, hv) in h.iter_mut() {
+                                if hk == "bootstrap_token" && hv.is_string() {
+                                    continue;
+                                }
+                                if is_secret_key(hk) {
+                                    *hv = Value::String(MASK.to_string());
+                                } else {
+                                    mask_json(hv);
+                                }
+                            }
+                        }
+                        other => mask_json(other),
+                    }
+                }
+                continue;
+            }
+        }
+        if is_secret_key(k) {
+            *val = Value::String(MASK.to_string());
+        } else {
+            mask_json(val);
+        }
+    }
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
+/// Masks the values of `key=value`, `key: value` and `"key": "value"` pairs whose key contains
+/// `token` in free text (error messages, log lines). The value ends at white space, a quote, `,`, `;`,
+/// `&`, `}` or `)`.
+pub fn mask_text(s: &str) -> String {
+    let lower = s.to_ascii_lowercase();
+    if !lower.contains(SECRET_FRAGMENT) {
+        return s.to_string();
+    }
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_key_char(chars[i]) {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        // A word of key characters.
+        let start = i;
+        while i < chars.len() && is_key_char(chars[i]) {
+            i += 1;
+        }
+        let word: String = chars[start..i].iter().collect();
+        out.push_str(&word);
+        if !is_secret_key(&word) {
+            continue;
+        }
+        // Optional closing quote, spaces, then '=' or ':', spaces, optional opening quote.
+        let mut j = i;
+        if j < chars.len() && (chars[j] == '"' || chars[j] == '\'') {
+            j += 1;
+        }
+        while j < chars.len() && chars[j] == ' ' {
+            j += 1;
+        }
+        if j >= chars.len() || !(chars[j] == '=' || chars[j] == ':') {
+            continue;
+        }
+        j += 1;
+        while j < chars.len() && chars[j] == ' ' {
+            j += 1;
+        }
+        let quote = if j < chars.len() && (chars[j] == '"' || chars[j] == '\'') {
+            j += 1;
+            Some(chars[j - 1])
+        } else {
+            None
+        };
+        let value_start = j;
+        while j < chars.len() {
+            let c = chars[j];
+            let end = match quote {
+                Some(q) => c == q,
+                None => c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | '}' | ')'),
+            };
+            if end {
+                break;
+            }
+            j += 1;
+        }
+        if j == value_start {
+            continue;
+        }
+        out.extend(&chars[i..value_start]);
+        out.push_str(MASK);
+        i = j;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keys_containing_token_in_any_case_are_masked_at_any_depth() {
+        let mut v = json!({
+            "a": {"api_TOKEN": "x1", "list": [{"refresh-token": {"deep": "x2"}}]},
+            "tokens": ["x3"],
+            "keep": "plain",
+            "n": 3
+        });
+        mask_json(&mut v);
+        let s = v.to_string();
+        for secret in ["x1", "x2", "x3"] {
+            assert!(!s.contains(secret), "{s}");
+        }
+        assert_eq!(v["keep"], "plain");
+        assert_eq!(v["n"], 3);
+        assert_eq!(v["a"]["list"][0]["refresh-token"], MASK);
+    }
+
+    #[test]
+    fn step_output_keeps_only_hosts_bootstrap_token() {
+        let mut v = json!({
+            "action": "created",
+            "bootstrap_token": "top-level",
+            "hosts": [{
+                "sid": "a.example",
+                "bootstrap_token": "plain-1",
+                "attributes": {"bootstrap_token": "nested", "labels": {"join-token": "lbl"}},
+                "vault_token": "other"
+            }]
+        });
+        mask_step_output(&mut v);
+        assert_eq!(v["hosts"][0]["bootstrap_token"], "plain-1");
+        assert_eq!(v["bootstrap_token"], MASK);
+        assert_eq!(v["hosts"][0]["attributes"]["bootstrap_token"], MASK);
+        assert_eq!(v["hosts"][0]["attributes"]["labels"]["join-token"], MASK);
+        assert_eq!(v["hosts"][0]["vault_token"], MASK);
+        assert_eq!(v["hosts"][0]["sid"], "a.example");
+    }
+
+    #[test]
+    fn text_pairs_lose_their_values() {
+        for (input, want) in [
+            ("bootstrap_token=abc def", "bootstrap_token=*** def"),
+            ("HCLOUD_TOKEN: abc", "HCLOUD_TOKEN: ***"),
+            (r#"{"bootstrap_token": "abc", "x": 1}"#, r#"{"bootstrap_token": "***", "x": 1}"#),
+            ("url?token=abc&b=2", "url?token=***&b=2"),
+            ("a token was refused", "a token was refused"),
+            ("no secrets here", "no secrets here"),
+            ("tokens:", "tokens:"),
+        ] {
+            assert_eq!(mask_text(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn strings_in_json_are_text_masked() {
+        let mut v = json!({"error": "driver said token=abc"});
+        mask_json(&mut v);
+        assert_eq!(v["error"], "driver said token=***");
+    }
+}

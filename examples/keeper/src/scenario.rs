@@ -1,0 +1,138 @@
+//! The part of keeper's scenario validation that `core.cloud` needs, and nothing more: a scenario is a
+//! list of steps (`name`, `on`, `when`, `module`, `params`); a `core.cloud.*` step must say
+//! `on: keeper` (it runs inside keeper: its side effects are at the provider and in keeper's
+//! registries, never on a host), its module must be one of the three actions, and its literal
+//! parameters must pass the step's own checks. Expressions (`${ ... }`) are not evaluated here: a
+//! step whose parameters hold one is checked for its shape only. keeper's scenario engine (running
+//! scenarios, guards, other modules) is not part of this example.
+
+use serde_json::Value;
+
+use crate::cloud::params::{CreateParams, DestroyParams, ResizeParams};
+use crate::cloud::Action;
+use crate::error::{Error, Result};
+
+/// The dispatcher `core.cloud` steps must name.
+pub const ON_KEEPER: &str = "keeper";
+
+fn has_expression(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains("${"),
+        Value::Array(a) => a.iter().any(has_expression),
+        Value::Object(m) => m.values().any(has_expression),
+        _ => false,
+    }
+}
+
+/// Parses a scenario from YAML (or JSON): a list of steps, or an object with `steps`.
+pub fn parse(text: &str) -> Result<Value> {
+    serde_yaml_ng::from_str::<Value>(text).map_err(|e| {
+        let at = e
+            .location()
+            .map(|l| format!(" at line {}, column {}", l.line(), l.column()))
+            .unwrap_or_default();
+        Error::invalid("scenario", format!("not YAML{at}"))
+    })
+}
+
+/// Checks every `core.cloud` step of `scenario`; answers how many it checked. The first problem is
+/// the error, naming the step (`steps[2].on`).
+pub fn validate(scenario: &Value) -> Result<usize> {
+    let steps = match scenario {
+        Value::Array(s) => s,
+        Value::Object(m) => match m.get("steps") {
+            Some(Value::Array(s)) => s,
+            _ => return Err(Error::invalid("steps", "a list of steps")),
+        },
+        _ => return Err(Error::invalid("scenario", "a list of steps, or an object with steps")),
+    };
+    let mut checked = 0;
+    for (i, step) in steps.iter().enumerate() {
+        let at = |f: &str| format!("steps[{i}].{f}");
+        let Value::Object(m) = step else {
+            return Err(Error::invalid(format!("steps[{i}]"), "a step: an object with module"));
+        };
+        let Some(module) = m.get("module").and_then(Value::as_str) else {
+            return Err(Error::invalid(at("module"), "required: the module the step runs"));
+        };
+        if !module.starts_with("core.cloud.") && module != "core.cloud" {
+            continue;
+        }
+        let action = Action::from_step(module).map_err(|e| Error::invalid(at("module"), e.message))?;
+        match m.get("on").and_then(Value::as_str) {
+            Some(ON_KEEPER) => {}
+            Some(other) => {
+                return Err(Error::invalid(
+                    at("on"),
+                    format!("{module} runs inside keeper: `on: keeper` is required, got {other:?}"),
+                ))
+            }
+            None => {
+                return Err(Error::invalid(
+                    at("on"),
+                    format!("{module} runs inside keeper: `on: keeper` is required"),
+                ))
+            }
+        }
+        let params = m.get("params").cloned().unwrap_or(Value::Object(Default::default()));
+        if !params.is_object() {
+            return Err(Error::invalid(at("params"), "a map of parameters"));
+        }
+        if !has_expression(&params) {
+            let checked_params = match action {
+                Action::Created => CreateParams::parse(&params).map(|_| ()),
+                Action::Destroyed => DestroyParams::parse(&params).map(|_| ()),
+                Action::Resized => ResizeParams::parse(&params).map(|_| ()),
+            };
+            checked_params.map_err(|e| {
+                let field = e.field.clone().unwrap_or_default();
+                Error::invalid(at(&format!("params.{field}")), e.message)
+            })?;
+        }
+        checked += 1;
+    }
+    Ok(checked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEED_EXAMPLE: &str = r#"
+- name: provision
+  on: keeper
+  when: has(input.spawn)
+  module: core.cloud.created
+  params:
+    provider: "${ input.spawn.provider }"
+    profile:  "${ input.spawn.profile }"
+    count:    "${ input.spawn.count }"
+"#;
+
+    #[test]
+    fn the_seed_example_is_valid() {
+        assert_eq!(validate(&parse(SEED_EXAMPLE).unwrap()).unwrap(), 1);
+    }
+
+    #[test]
+    fn on_keeper_is_required() {
+        for text in [
+            "- {name: x, on: web-1, module: core.cloud.destroyed, params: {provider: lab, vm_ids: [m-1]}}",
+            "- {name: x, module: core.cloud.destroyed, params: {provider: lab, vm_ids: [m-1]}}",
+        ] {
+            let e = validate(&parse(text).unwrap()).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("steps[0].on"), "{text}\n{e}");
+        }
+        let ok = "- {name: x, on: keeper, module: core.cloud.destroyed, params: {provider: lab, vm_ids: [m-1]}}";
+        assert_eq!(validate(&parse(ok).unwrap()).unwrap(), 1);
+    }
+
+    #[test]
+    fn literal_parameters_are_checked_and_other_modules_skipped() {
+        let text = "- {module: core.file.present, on: web-1}\n- {module: core.cloud.created, on: keeper, params: {provider: lab, count: 0}}\n";
+        let e = validate(&parse(text).unwrap()).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("steps[1].params.count"));
+        let e = validate(&parse("- {module: core.cloud.exploded, on: keeper}").unwrap()).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("steps[0].module"));
+    }
+}

@@ -1,0 +1,162 @@
+//! Credentials: a provider row holds only `credentials_ref`, a vault path; the secret is resolved at
+//! step time through a [`Vault`], into [`orca::Settings`] (the driver's environment names), and is
+//! dropped when the step ends. Nothing resolved is written to the registries, the audit trail, the logs
+//! or the step output.
+//!
+//! [`FileVault`] is the example's vault: a directory in which `<ref>.json` holds one JSON object of
+//! settings, readable by its owner only. A real deployment puts another [`Vault`] behind the same
+//! trait (HashiCorp Vault, a cloud secret manager).
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use orca::Settings;
+
+use crate::error::{Error, Result};
+
+/// Where credentials come from.
+#[async_trait]
+pub trait Vault: Send + Sync + std::fmt::Debug {
+    /// The settings stored at `reference` (a provider's `credentials_ref`).
+    async fn resolve(&self, reference: &str) -> Result<Settings>;
+}
+
+/// Checks a `credentials_ref`: 1 to 255 of letters, digits, `.`, `_`, `-` and `/`, relative, with no
+/// empty, `.` or `..` segment (it can never leave the vault).
+pub fn validate_ref(reference: &str) -> Result<()> {
+    let rule = "a vault path: 1 to 255 of letters, digits, '.', '_', '-' and '/', relative, without empty, '.' or '..' segments";
+    let ok = !reference.is_empty()
+        && reference.len() <= 255
+        && reference
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'/'))
+        && reference
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            "credentials_ref",
+            format!("{rule}, got {reference:?}"),
+        ))
+    }
+}
+
+/// A vault in a directory: `<root>/<ref>.json` is a JSON object of string settings, e.g.
+/// `{"HCLOUD_TOKEN": "..."}`. A file that others may read is refused (on Unix).
+#[derive(Debug, Clone)]
+pub struct FileVault {
+    root: PathBuf,
+}
+
+impl FileVault {
+    /// A vault rooted at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        FileVault { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file `reference` is kept in.
+    pub fn path_of(&self, reference: &str) -> Result<PathBuf> {
+        validate_ref(reference)?;
+        Ok(self.root.join(format!("{reference}.json")))
+    }
+}
+
+fn unavailable(reference: &str, why: impl std::fmt::Display) -> Error {
+    Error::new(
+        500,
+        "credentials.unavailable",
+        format!("credentials {reference:?}: {why}"),
+    )
+    .with_field("credentials_ref")
+}
+
+#[async_trait]
+impl Vault for FileVault {
+    async fn resolve(&self, reference: &str) -> Result<Settings> {
+        let path = self.path_of(reference)?;
+        let meta = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| unavailable(reference, format!("not in the vault ({e})")))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.permissions().mode() & 0o077 != 0 {
+                return Err(unavailable(
+                    reference,
+                    "the vault file is readable by others than its owner (chmod 600 it)",
+                ));
+            }
+        }
+        let _ = meta;
+        let bytes = tokio::fs::read(&path)
+            .await
+            .map_err(|e| unavailable(reference, format!("unreadable ({e})")))?;
+        // serde's errors quote the input: never let them near a message.
+        let value: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|_| unavailable(reference, "not a JSON object of settings"))?;
+        let serde_json::Value::Object(map) = value else {
+            return Err(unavailable(reference, "not a JSON object of settings"));
+        };
+        let mut settings = Settings::new();
+        for (k, v) in map {
+            match v {
+                serde_json::Value::String(s) => settings.insert(k, s),
+                _ => {
+                    return Err(unavailable(
+                        reference,
+                        format!("the setting {k} is not a string"),
+                    ))
+                }
+            }
+        }
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_cannot_leave_the_vault() {
+        for ok in ["hetzner/prod", "fake", "a.b/c-d_e"] {
+            assert!(validate_ref(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "a/./b", "a b", "a/"] {
+            let e = validate_ref(bad).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("credentials_ref"), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn resolves_a_private_file_and_never_prints_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let vault = FileVault::new(dir.path());
+        let path = dir.path().join("cloud").join("a.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, r#"{"HCLOUD_TOKEN": "s3cret-value"}"#).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let e = vault.resolve("cloud/a").await.unwrap_err();
+            assert!(e.message.contains("chmod 600"), "{e}");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let s = vault.resolve("cloud/a").await.unwrap();
+        assert_eq!(s.get("HCLOUD_TOKEN"), Some("s3cret-value"));
+        assert!(!format!("{s:?}").contains("s3cret"));
+        let e = vault.resolve("cloud/missing").await.unwrap_err();
+        assert_eq!(e.code, "credentials.unavailable");
+        std::fs::write(&path, r#"{"HCLOUD_TOKEN": s3cret-value"#).unwrap();
+        let e = vault.resolve("cloud/a").await.unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+}

@@ -1,0 +1,555 @@
+//! `core.cloud.created` on the in-memory provider and a real PostgreSQL.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+
+use orca::memory::{FaultKind, Operation};
+use orca::{ErrorKind, MachineSpec, Provider};
+use serde_json::{json, Value};
+use support::{hosts, sha256_hex, World};
+
+/// Every row of every keeper table, as one text: what a database dump would show.
+async fn dump(w: &World) -> String {
+    let mut all = String::new();
+    for t in [
+        "cloud_providers",
+        "cloud_profiles",
+        "souls",
+        "soul_seeds",
+        "bootstrap_tokens",
+        "cloud_vms",
+        "name_counters",
+        "audit_events",
+        "schema_migrations",
+    ] {
+        for r in w.rows(&format!("SELECT * FROM keeper.{t}")).await {
+            all.push_str(&r.to_string());
+            all.push('\n');
+        }
+        // bytea columns as hex, as pg_dump would write them.
+        if t == "bootstrap_tokens" {
+            for r in w
+                .rows("SELECT encode(token_sha256, 'hex') AS h FROM keeper.bootstrap_tokens")
+                .await
+            {
+                all.push_str(&r.to_string());
+            }
+        }
+    }
+    all
+}
+
+#[tokio::test]
+async fn created_records_pending_souls_and_keeps_only_token_hashes() {
+    let Some(w) = World::new("created_records_pending_souls_and_keeps_only_token_hashes").await
+    else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 3, "name": "web"}))
+        .await;
+    assert_eq!(out["action"], "created");
+    assert_eq!(out["changed"], true);
+    assert_eq!(out["count"], 3);
+    let hosts = hosts(&out);
+    assert_eq!(hosts.len(), 3);
+    let vm_ids: Vec<&str> = out["vm_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let cloud = w.machines();
+    assert_eq!(cloud.len(), 3);
+    for (i, h) in hosts.iter().enumerate() {
+        let m = cloud.iter().find(|m| m.id == h["vm_id"]).expect("made at the cloud");
+        assert_eq!(h["vm_id"], vm_ids[i]);
+        assert_eq!(h["sid"], m.fqdn.as_str(), "the SID is the FQDN the provider returned");
+        assert_eq!(h["sid"], format!("web-{}.zone-a.fake.internal", i + 1));
+        assert_eq!(h["primary_ip"], m.address.as_str());
+        assert_eq!(h["attributes"]["machine_type"], "amd64-small");
+        assert_eq!(m.labels.get("orca-owner").map(String::as_str), Some("keeper"));
+        let token = h["bootstrap_token"].as_str().unwrap();
+        assert!(token.starts_with("kbt_") && token.len() == 68, "{token}");
+    }
+    // Souls: pending, created_by NULL, one a VM.
+    let souls = w
+        .rows("SELECT sid, status, created_by, provider, vm_id FROM keeper.souls ORDER BY id")
+        .await;
+    assert_eq!(souls.len(), 3);
+    for (s, h) in souls.iter().zip(hosts) {
+        assert_eq!(s["status"], "pending");
+        assert_eq!(s["created_by"], Value::Null);
+        assert_eq!(s["provider"], "lab");
+        assert_eq!((&s["sid"], &s["vm_id"]), (&h["sid"], &h["vm_id"]));
+    }
+    // Tokens: only the hash, one per soul, issued.
+    let tokens = w
+        .rows(
+            "SELECT s.sid, encode(t.token_sha256, 'hex') AS hash, t.status FROM keeper.bootstrap_tokens t
+             JOIN keeper.souls s ON s.id = t.soul_id ORDER BY t.id",
+        )
+        .await;
+    assert_eq!(tokens.len(), 3);
+    for (t, h) in tokens.iter().zip(hosts) {
+        assert_eq!(t["sid"], h["sid"]);
+        assert_eq!(t["status"], "issued");
+        assert_eq!(t["hash"], sha256_hex(h["bootstrap_token"].as_str().unwrap()));
+    }
+    let all = dump(&w).await;
+    for h in hosts {
+        let token = h["bootstrap_token"].as_str().unwrap();
+        assert!(!all.contains(token), "a plain token is in the database");
+        assert!(!all.contains(&token[4..]), "a plain token is in the database");
+    }
+    // The journal and the audit event.
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'").await,
+        3
+    );
+    let events = w.audit("cloud.provisioned").await;
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!((&e["outcome"], &e["actor"]), (&json!("succeeded"), &json!("test")));
+    assert_eq!(e["payload"]["provider"], "lab");
+    assert_eq!(e["payload"]["vm_ids"], out["vm_ids"]);
+    assert_eq!(
+        e["payload"]["sids"],
+        json!(hosts.iter().map(|h| h["sid"].clone()).collect::<Vec<_>>())
+    );
+    assert_eq!(e["payload"]["counters"]["souls_pending"], 3);
+    assert_eq!(e["payload"]["counters"]["bootstrap_issued"], 3);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_repeat_makes_new_vms_with_new_indexes() {
+    let Some(w) = World::new("a_repeat_makes_new_vms_with_new_indexes").await else {
+        return;
+    };
+    let params = json!({"provider": "lab", "profile": "small", "count": 2, "name": "app"});
+    let first = w.create(params.clone()).await;
+    let second = w.create(params).await;
+    let sids = |o: &Value| -> Vec<String> {
+        hosts(o)
+            .iter()
+            .map(|h| h["sid"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        sids(&first),
+        ["app-1.zone-a.fake.internal", "app-2.zone-a.fake.internal"]
+    );
+    assert_eq!(
+        sids(&second),
+        ["app-3.zone-a.fake.internal", "app-4.zone-a.fake.internal"]
+    );
+    assert_ne!(
+        hosts(&first)[0]["bootstrap_token"],
+        hosts(&second)[0]["bootstrap_token"]
+    );
+    assert_eq!(w.machines().len(), 4);
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 4);
+    // Without a name, the batch is keeper-<index>, counted the same way.
+    let third = w.create(json!({"provider": "lab", "profile": "small"})).await;
+    assert_eq!(third["count"], 1, "count defaults to 1");
+    assert_eq!(hosts(&third)[0]["attributes"]["name"], "keeper-1");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_cloud_call_naming_the_field() {
+    let Some(w) = World::new("bad_input_is_refused_before_any_cloud_call_naming_the_field").await
+    else {
+        return;
+    };
+    keeper::registry::create_provider(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "bare", "driver": "fake", "credentials_ref": "fake/lab", "region": "zone-a"}),
+    )
+    .await
+    .unwrap();
+    let requests = w.cloud.requests();
+    for (params, code, field) in [
+        (json!({"profile": "small"}), "params.invalid", "provider"),
+        (json!({"provider": "lab", "profile": "small", "count": 0}), "params.invalid", "count"),
+        (json!({"provider": "lab", "profile": "small", "userdata": "#!", "generate_userdata": true}), "params.invalid", "userdata"),
+        (json!({"provider": "lab", "profile": "small", "self_onboard": true}), "params.invalid", "name"),
+        (json!({"provider": "nowhere", "profile": "small"}), "provider.not_found", "provider"),
+        (json!({"provider": "lab", "profile": "missing"}), "profile.not_found", "profile"),
+        (json!({"provider": "lab"}), "params.invalid", "profile"),
+        (json!({"provider": "bare", "profile": "small"}), "params.invalid", "profile"),
+        (json!({"provider": "bare", "profile": {"machine_type": "amd64-small"}, "self_onboard": true, "name": "n"}), "params.invalid", "self_onboard"),
+        (json!({"provider": "lab", "profile": "small", "generate_userdata": true}), "params.invalid", "generate_userdata"),
+        (json!({"provider": "lab", "profile": {"machine_type": "amd64-small", "ssh_keys": ["nope"]}}), "params.invalid", "profile.ssh_keys"),
+        (json!({"provider": "lab", "profile": "small", "userdata": "x".repeat(17 * 1024)}), "params.invalid", "userdata"),
+    ] {
+        let f = w.step("core.cloud.created", params.clone()).await.unwrap_err();
+        assert_eq!(f.error.code, code, "{params}: {}", f.error);
+        assert_eq!(f.error.field.as_deref(), Some(field), "{params}: {}", f.error);
+        assert_eq!(f.output["error"]["field"], field);
+        assert_eq!(f.output["changed"], false);
+    }
+    assert_eq!(w.cloud.requests(), requests, "no cloud call was made");
+    assert!(w.machines().is_empty());
+    assert_eq!(w.count("SELECT 1 FROM keeper.cloud_vms").await, 0);
+    // Each refusal is audited all the same.
+    let events = w.audit("cloud.provisioned").await;
+    assert_eq!(events.len(), 12);
+    assert!(events.iter().all(|e| e["outcome"] == "refused"));
+    assert_eq!(events[0]["payload"]["error"]["field"], "provider");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn self_onboard_predicts_each_fqdn_and_bakes_each_token() {
+    let Some(w) = World::new("self_onboard_predicts_each_fqdn_and_bakes_each_token").await else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 2, "name": "node", "self_onboard": true}))
+        .await;
+    let specs = w.knobs.specs.lock().unwrap().clone();
+    assert_eq!(specs.len(), 2);
+    for (i, (h, spec)) in hosts(&out).iter().zip(&specs).enumerate() {
+        let predicted = format!("node-{}.zone-a.fake.internal", i + 1);
+        assert_eq!(h["sid"], predicted);
+        assert_eq!(spec.name, format!("node-{}", i + 1));
+        let token = h["bootstrap_token"].as_str().unwrap();
+        assert!(
+            spec.user_data.contains(token),
+            "the VM's own token is baked into its user data"
+        );
+        assert!(spec.user_data.contains(&format!(r#""sid": "{predicted}""#)));
+        assert!(spec.user_data.starts_with("#cloud-config"));
+        let other = hosts(&out)[1 - i]["bootstrap_token"].as_str().unwrap();
+        assert!(!spec.user_data.contains(other), "one token per VM");
+    }
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_baked_fqdn_the_provider_does_not_give_fails_and_destroys() {
+    let Some(w) = World::new("a_baked_fqdn_the_provider_does_not_give_fails_and_destroys").await
+    else {
+        return;
+    };
+    keeper::registry::create_provider(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "skewed", "driver": "fake", "credentials_ref": "fake/lab",
+                "region": "zone-a", "fqdn_suffix": "wrong.example"}),
+    )
+    .await
+    .unwrap();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "skewed", "profile": {"machine_type": "amd64-small"}, "count": 2, "name": "s", "self_onboard": true}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "vm.fqdn_mismatch");
+    assert!(f.error.message.contains("s-1.wrong.example"), "{}", f.error);
+    assert_eq!(f.output["made"].as_array().unwrap().len(), 1, "stopped at the first");
+    assert_eq!(f.output["destroyed"], f.output["made"]);
+    assert!(w.machines().is_empty());
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_vm_without_an_fqdn_fails_the_step() {
+    let Some(w) = World::new("a_vm_without_an_fqdn_fails_the_step").await else {
+        return;
+    };
+    w.knobs.blank_fqdn_of_create.store(2, Ordering::SeqCst);
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 3}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "vm.no_fqdn");
+    assert_eq!(f.output["made"].as_array().unwrap().len(), 2);
+    assert_eq!(f.output["destroyed"], f.output["made"]);
+    assert_eq!(f.output["recorded"], json!([]));
+    assert_eq!(w.knobs.creates.load(Ordering::SeqCst), 2, "the third was never asked for");
+    assert!(w.machines().is_empty(), "what was made was destroyed");
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    assert_eq!(w.count("SELECT 1 FROM keeper.bootstrap_tokens").await, 0);
+    let e = &w.audit("cloud.provisioned").await[0];
+    assert_eq!(e["outcome"], "failed");
+    assert_eq!(e["payload"]["error"]["code"], "vm.no_fqdn");
+    assert_eq!(e["payload"]["counters"]["destroyed"], 2);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn the_third_of_five_refused_destroys_the_two_made() {
+    let Some(w) = World::new("the_third_of_five_refused_destroys_the_two_made").await else {
+        return;
+    };
+    w.cloud.set_stock("amd64-small", "zone-a", 2);
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 5, "name": "batch"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock");
+    assert!(f.error.message.contains("batch-3"), "{}", f.error);
+    let made = f.output["made"].as_array().unwrap().clone();
+    assert_eq!(made.len(), 2);
+    assert_eq!(f.output["destroyed"], json!(made), "the step says which");
+    assert_eq!(f.output["recorded"], json!([]));
+    assert_eq!(f.output["changed"], true);
+    assert!(w.machines().is_empty());
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    // The journal accounts for all five: two made then destroyed, one refused, two never asked for.
+    let journal = w
+        .rows("SELECT name, state, vm_id FROM keeper.cloud_vms ORDER BY id")
+        .await;
+    let states: Vec<&str> = journal.iter().map(|r| r["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["destroyed", "destroyed", "failed", "failed", "failed"]);
+    assert_eq!(journal[0]["vm_id"], made[0]);
+    let e = &w.audit("cloud.provisioned").await[0];
+    assert_eq!(e["outcome"], "failed");
+    assert_eq!(e["payload"]["made"], json!(made));
+    assert_eq!(e["payload"]["destroyed"], json!(made));
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn the_third_of_five_refused_records_what_cannot_be_destroyed() {
+    let Some(w) = World::new("the_third_of_five_refused_records_what_cannot_be_destroyed").await
+    else {
+        return;
+    };
+    w.cloud.set_stock("amd64-small", "zone-a", 2);
+    w.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        2,
+    );
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 5, "name": "stuck"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock");
+    assert_eq!(f.output["destroyed"], json!([]));
+    let recorded = f.output["recorded"].as_array().unwrap();
+    assert_eq!(recorded.len(), 2, "{}", f.output);
+    assert_eq!(recorded[0]["in"], "keeper.cloud_vms (state kept)");
+    assert_eq!(w.machines().len(), 2, "still at the provider");
+    let kept = w
+        .rows("SELECT vm_id, sid FROM keeper.cloud_vms WHERE state = 'kept' ORDER BY id")
+        .await;
+    assert_eq!(kept.len(), 2);
+    assert_eq!(kept[0]["vm_id"], recorded[0]["vm_id"]);
+    assert_eq!(kept[0]["sid"], "stuck-1.zone-a.fake.internal");
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    // What was kept is destroyed later by vm_id, and the journal follows.
+    let ids: Vec<Value> = kept.iter().map(|k| k["vm_id"].clone()).collect();
+    w.step("core.cloud.destroyed", json!({"provider": "lab", "vm_ids": ids}))
+        .await
+        .unwrap();
+    assert!(w.machines().is_empty());
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'kept'").await,
+        0
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_vm_made_by_an_earlier_create_is_never_adopted_or_counted() {
+    let Some(w) = World::new("a_vm_made_by_an_earlier_create_is_never_adopted_or_counted").await
+    else {
+        return;
+    };
+    // web-1 exists already, made by keeper's owner in keeper's pool (a create whose answer was lost
+    // before keeper's counter was kept, say).
+    let earlier = w
+        .cloud
+        .provider("keeper")
+        .unwrap()
+        .create(&MachineSpec::new("web-1", "amd64-small", "zone-a", "keeper"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 2, "name": "web"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "vm.adopted");
+    assert_eq!(f.output["adopted_not_counted"], json!([earlier.id]));
+    assert_eq!(f.output["made"], json!([]));
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    let machines = w.machines();
+    assert_eq!(machines.len(), 1, "the earlier VM is neither counted nor destroyed");
+    assert_eq!(machines[0].id, earlier.id);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_sid_a_live_soul_holds_fails_the_step_and_destroys_the_batch() {
+    let Some(w) =
+        World::new("a_sid_a_live_soul_holds_fails_the_step_and_destroys_the_batch").await
+    else {
+        return;
+    };
+    w.client()
+        .await
+        .execute(
+            "INSERT INTO keeper.souls (sid, status, provider, vm_id, created_by)
+             VALUES ('db-2.zone-a.fake.internal', 'active', 'elsewhere', 'x-1', 'operator')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 2, "name": "db"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "sid.conflict");
+    assert_eq!(f.output["destroyed"].as_array().unwrap().len(), 2);
+    assert!(w.machines().is_empty());
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.souls").await,
+        1,
+        "nothing of the batch was recorded: one transaction"
+    );
+    assert_eq!(w.count("SELECT 1 FROM keeper.bootstrap_tokens").await, 0);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn userdata_is_given_or_generated_from_keepers_template() {
+    let template = keeper::userdata::Template::parse(
+        "#cloud-config\nhostname: ${hostname}\nfqdn: ${fqdn}\nkeeper: ${keeper_url}\n",
+    )
+    .unwrap();
+    let settings = keeper::cloud::Settings {
+        cloud_init: Some(template),
+        keeper_url: "https://keeper.test".into(),
+        ..Default::default()
+    };
+    let Some(w) =
+        World::with_settings("userdata_is_given_or_generated_from_keepers_template", settings)
+            .await
+    else {
+        return;
+    };
+    w.create(json!({"provider": "lab", "profile": "small", "userdata": "#cloud-config\nruncmd: [true]\n"}))
+        .await;
+    w.create(json!({"provider": "lab", "profile": "small", "generate_userdata": true, "name": "gen"}))
+        .await;
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "generate_userdata": true}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.field.as_deref(), Some("generate_userdata"), "{}", f.error);
+    let specs = w.knobs.specs.lock().unwrap().clone();
+    assert_eq!(specs.len(), 2);
+    assert_eq!(specs[0].user_data, "#cloud-config\nruncmd: [true]\n");
+    assert_eq!(
+        specs[1].user_data,
+        "#cloud-config\nhostname: gen-1\nfqdn: gen-1.zone-a.fake.internal\nkeeper: https://keeper.test\n"
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn an_inline_profile_map_is_a_vm_spec() {
+    let Some(w) = World::new("an_inline_profile_map_is_a_vm_spec").await else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "count": 1, "profile": {
+            "machine_type": "arm64-small", "location": "zone-b", "disk_gb": 40,
+            "labels": {"team": "web"}}}))
+        .await;
+    let h = &hosts(&out)[0];
+    assert_eq!(h["sid"], "keeper-1.zone-b.fake.internal");
+    let m = &w.machines()[0];
+    assert_eq!((m.machine_type.as_str(), m.location.as_str()), ("arm64-small", "zone-b"));
+    assert_eq!(m.labels.get("team").map(String::as_str), Some("web"));
+    assert_eq!(w.cloud.extras(&m.id).unwrap().disk_gb, Some(40));
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn credentials_are_read_at_step_time_and_stored_nowhere() {
+    let Some(w) = World::new("credentials_are_read_at_step_time_and_stored_nowhere").await else {
+        return;
+    };
+    // A Hetzner account whose token must never leave the vault. The endpoint is a closed port on
+    // this machine, in case this build has the hetzner driver.
+    support::write_vault_file(
+        &w.vault,
+        "hetzner/prod",
+        &json!({"HCLOUD_TOKEN": "hcloud-secret-value-42", "ORCA_HCLOUD_ENDPOINT": "http://127.0.0.1:9/v1"}),
+    );
+    keeper::registry::create_provider(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "hz", "driver": "hetzner", "credentials_ref": "hetzner/prod", "region": "hel1"}),
+    )
+    .await
+    .unwrap();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "hz", "profile": {"machine_type": "cx22"}}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        f.error.code == "provider.driver" || f.error.code.starts_with("cloud."),
+        "{}",
+        f.error
+    );
+    let everything = format!("{} {} {:?} {}", f.output, f.error, f.error, dump(&w).await);
+    assert!(!everything.contains("hcloud-secret-value-42"), "{everything}");
+    assert_eq!(
+        w.rows("SELECT credentials_ref FROM keeper.cloud_providers WHERE name = 'hz'")
+            .await[0]["credentials_ref"],
+        "hetzner/prod"
+    );
+    // A provider whose vault entry is missing fails at step time, naming the reference.
+    keeper::registry::create_provider(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "gone", "driver": "fake", "credentials_ref": "fake/missing", "region": "zone-a"}),
+    )
+    .await
+    .unwrap();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "gone", "profile": {"machine_type": "amd64-small"}}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "credentials.unavailable");
+    assert!(f.error.message.contains("fake/missing"));
+    w.finish().await;
+}

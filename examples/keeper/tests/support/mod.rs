@@ -1,0 +1,414 @@
+//! What keeper's tests share: a fresh PostgreSQL database per test (dropped at its end), a vault and a
+//! simulated cloud (the `fake` kind, in a state file) per test, and a driver seam that can record what
+//! keeper asked for, take a capability away or blank a fact, on top of the real in-memory provider.
+//!
+//! Without a reachable PostgreSQL a test prints `SKIPPED <name>: no PostgreSQL at ...` (to the real
+//! standard error, past the test harness's capture) and passes, unless `CI` is set: then it fails.
+
+#![allow(dead_code, missing_docs)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use keeper::cloud::Settings as KeeperSettings;
+use keeper::drivers::Drivers;
+use keeper::vault::FileVault;
+use keeper::Keeper;
+use orca::memory::MemoryCloud;
+use orca::{Capabilities, Created, Machine, MachineSpec, Provider, Resized, Settings};
+use serde_json::{json, Value};
+use tokio_postgres::NoTls;
+
+/// The server tests use unless `DATABASE_URL` says another.
+pub const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+pub fn admin_url() -> String {
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_ADMIN_URL.to_string())
+}
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty())
+}
+
+/// A database made for one test, dropped when the test ends (also when it panics).
+pub struct TestDb {
+    pub url: String,
+    pub name: String,
+    admin: String,
+    dropped: bool,
+}
+
+async fn admin_client(url: &str) -> Result<tokio_postgres::Client, String> {
+    let connect = tokio_postgres::connect(url, NoTls);
+    let (client, conn) = tokio::time::timeout(Duration::from_secs(5), connect)
+        .await
+        .map_err(|_| "no answer in 5 s".to_string())?
+        .map_err(|e| {
+            let mut s = e.to_string();
+            if let Some(src) = std::error::Error::source(&e) {
+                s.push_str(&format!(": {src}"));
+            }
+            s
+        })?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+impl TestDb {
+    /// A fresh database for `test`, or `None` (SKIPPED) when no PostgreSQL answers outside CI.
+    pub async fn create(test: &str) -> Option<TestDb> {
+        let admin = admin_url();
+        let client = match admin_client(&admin).await {
+            Ok(c) => c,
+            Err(e) => {
+                let shown = keeper::db::redact_url(&admin);
+                if in_ci() {
+                    panic!("no PostgreSQL at {shown} and CI is set, so {test} cannot be skipped: {e}");
+                }
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED {test}: no PostgreSQL at {shown} ({e})"
+                );
+                return None;
+            }
+        };
+        let mut b = [0u8; 6];
+        getrandom::fill(&mut b).unwrap();
+        let name = format!("keeper_test_{}", hex::encode(b));
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        let mut url = url::Url::parse(&admin).expect("DATABASE_URL is a postgres:// URL");
+        url.set_path(&format!("/{name}"));
+        Some(TestDb {
+            url: url.to_string(),
+            name,
+            admin,
+            dropped: false,
+        })
+    }
+
+    /// A client on this database (for assertions and for setting up faults).
+    pub async fn client(&self) -> tokio_postgres::Client {
+        admin_client(&self.url).await.expect("connect to the test database")
+    }
+
+    /// Drops the database now.
+    pub async fn drop_now(mut self) {
+        drop_database(&self.admin, &self.name).await;
+        self.dropped = true;
+    }
+}
+
+async fn drop_database(admin: &str, name: &str) {
+    if let Ok(c) = admin_client(admin).await {
+        let _ = c
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await;
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.dropped {
+            return;
+        }
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                rt.block_on(drop_database(&admin, &name));
+            }
+        })
+        .join();
+    }
+}
+
+/// Knobs on the providers keeper gets in a test.
+#[derive(Debug, Default)]
+pub struct Knobs {
+    /// Every spec keeper asked to create.
+    pub specs: Mutex<Vec<MachineSpec>>,
+    /// Deny the resize capability (a driver without it).
+    pub no_resize: AtomicBool,
+    /// Blank the FQDN of the VM made by the create call with this number (1-based; 0: none).
+    pub blank_fqdn_of_create: AtomicU32,
+    /// Create calls so far.
+    pub creates: AtomicU32,
+    /// How many providers keeper made (one per step).
+    pub providers_made: AtomicU32,
+}
+
+/// A provider that forwards to the in-memory provider, applying the [`Knobs`].
+#[derive(Debug)]
+pub struct Tweaked {
+    inner: Arc<dyn Provider>,
+    knobs: Arc<Knobs>,
+}
+
+#[async_trait]
+impl Provider for Tweaked {
+    fn kind(&self) -> &str {
+        self.inner.kind()
+    }
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+    fn capabilities(&self) -> Capabilities {
+        let c = self.inner.capabilities();
+        if self.knobs.no_resize.load(Ordering::SeqCst) {
+            c.with_resize(false)
+        } else {
+            c
+        }
+    }
+    async fn arch(&self, t: &str) -> orca::Result<orca::Arch> {
+        self.inner.arch(t).await
+    }
+    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
+        self.knobs.specs.lock().unwrap().push(spec.clone());
+        let n = self.knobs.creates.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut got = self.inner.create(spec).await?;
+        if n == self.knobs.blank_fqdn_of_create.load(Ordering::SeqCst) {
+            if let Created::Machine(m) = &mut got {
+                m.fqdn.clear();
+            }
+        }
+        Ok(got)
+    }
+    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
+        self.inner.machines(pool).await
+    }
+    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
+        self.inner.machine(id).await
+    }
+    async fn delete(&self, id: &str) -> orca::Result<bool> {
+        self.inner.delete(id).await
+    }
+    async fn resize(&self, id: &str, t: &str) -> orca::Result<Resized> {
+        if self.knobs.no_resize.load(Ordering::SeqCst) {
+            return Err(orca::Error::unsupported(self.kind(), "resize"));
+        }
+        self.inner.resize(id, t).await
+    }
+}
+
+/// Drivers for tests: the in-memory provider on the test's cloud (the state file the vault names),
+/// with [`Knobs`]. The cloud is held in this process so that the test can inject the fake's faults.
+#[derive(Debug)]
+pub struct TestDrivers {
+    pub cloud: MemoryCloud,
+    pub state: PathBuf,
+    pub knobs: Arc<Knobs>,
+}
+
+#[async_trait]
+impl Drivers for TestDrivers {
+    async fn provider(
+        &self,
+        driver: &str,
+        owner: &str,
+        settings: &Settings,
+    ) -> orca::Result<Arc<dyn Provider>> {
+        if driver != "fake" {
+            // Another kind goes to orca as keeper's own drivers would send it.
+            return orca::of_with(driver, owner, settings).await;
+        }
+        // The vault was read at step time: the settings name this test's state file.
+        let state = settings.get(orca::FAKE_STATE_ENV).map(PathBuf::from);
+        if state.as_deref() != Some(self.state.as_path()) {
+            return Err(orca::Error::settings(
+                [orca::FAKE_STATE_ENV],
+                "not this test's state file",
+            ));
+        }
+        self.knobs.providers_made.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(Tweaked {
+            inner: Arc::new(self.cloud.provider(owner)?),
+            knobs: self.knobs.clone(),
+        }))
+    }
+}
+
+/// One test's world: its database, vault, cloud and keeper, with provider `lab` (fake, region
+/// `zone-a`, fqdn_suffix `zone-a.fake.internal`: the fake's FQDNs are `<name>.<location>.fake.internal`)
+/// and profile `small` (`amd64-small`) registered.
+pub struct World {
+    pub db: TestDb,
+    pub dir: tempfile::TempDir,
+    pub keeper: Keeper,
+    pub cloud: MemoryCloud,
+    pub knobs: Arc<Knobs>,
+    pub state: PathBuf,
+    pub vault: PathBuf,
+}
+
+pub fn write_vault_file(vault: &Path, reference: &str, settings: &Value) {
+    let path = vault.join(format!("{reference}.json"));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, settings.to_string()).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+}
+
+impl World {
+    /// A world for `test` with the test drivers, or `None` when skipped.
+    pub async fn new(test: &str) -> Option<World> {
+        Self::with_settings(test, KeeperSettings::default()).await
+    }
+
+    pub async fn with_settings(test: &str, settings: KeeperSettings) -> Option<World> {
+        Self::build(test, settings, false).await
+    }
+
+    /// A world whose keeper makes providers with `orca::of_with` itself (keeper's own drivers): every
+    /// step opens the state file the vault names, as separate keepers would.
+    pub async fn orca(test: &str) -> Option<World> {
+        Self::build(test, KeeperSettings::default(), true).await
+    }
+
+    async fn build(test: &str, settings: KeeperSettings, orca_drivers: bool) -> Option<World> {
+        let db = TestDb::create(test).await?;
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("cloud.json");
+        let vault = dir.path().join("vault");
+        write_vault_file(
+            &vault,
+            "fake/lab",
+            &json!({ orca::FAKE_STATE_ENV: state.to_str().unwrap() }),
+        );
+        let cloud = MemoryCloud::persistent(&state).unwrap();
+        let knobs = Arc::new(Knobs::default());
+        let drivers: Arc<dyn Drivers> = if orca_drivers {
+            Arc::new(keeper::drivers::OrcaDrivers)
+        } else {
+            Arc::new(TestDrivers {
+                cloud: cloud.clone(),
+                state: state.clone(),
+                knobs: knobs.clone(),
+            })
+        };
+        let keeper = Keeper::connect(
+            &db.url,
+            Arc::new(FileVault::new(&vault)),
+            drivers,
+            settings,
+        )
+        .await
+        .expect("keeper starts");
+        let w = World {
+            db,
+            dir,
+            keeper,
+            cloud,
+            knobs,
+            state,
+            vault,
+        };
+        w.register_lab().await;
+        Some(w)
+    }
+
+    pub async fn register_lab(&self) {
+        keeper::registry::create_provider(
+            self.keeper.pool(),
+            "test",
+            &json!({"name": "lab", "driver": "fake", "credentials_ref": "fake/lab",
+                    "region": "zone-a", "fqdn_suffix": "zone-a.fake.internal"}),
+        )
+        .await
+        .unwrap();
+        keeper::registry::create_profile(
+            self.keeper.pool(),
+            "test",
+            &json!({"name": "small", "provider": "lab", "machine_type": "amd64-small"}),
+        )
+        .await
+        .unwrap();
+    }
+
+    pub async fn step(&self, step: &str, params: Value) -> Result<Value, keeper::StepFailure> {
+        self.keeper.run_step(step, &params, "test").await
+    }
+
+    /// Runs `created` and expects success.
+    pub async fn create(&self, params: Value) -> Value {
+        match self.step("core.cloud.created", params).await {
+            Ok(v) => v,
+            Err(f) => panic!("created failed: {} {}", f.error, f.output),
+        }
+    }
+
+    pub async fn client(&self) -> tokio_postgres::Client {
+        self.db.client().await
+    }
+
+    /// `SELECT count(*)` of `sql`'s rows.
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.client()
+            .await
+            .query_one(&format!("SELECT count(*) FROM ({sql}) AS q"), &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
+    }
+
+    /// Every row of `sql` as JSON (one object a row).
+    pub async fn rows(&self, sql: &str) -> Vec<Value> {
+        self.client()
+            .await
+            .query(&format!("SELECT to_jsonb(q) FROM ({sql}) AS q"), &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    /// The audit events named `event`, oldest first, as JSON.
+    pub async fn audit(&self, event: &str) -> Vec<Value> {
+        self.rows(&format!(
+            "SELECT event, actor, outcome, payload FROM keeper.audit_events WHERE event = '{event}' ORDER BY id"
+        ))
+        .await
+    }
+
+    /// The machines of the simulated cloud (every owner).
+    pub fn machines(&self) -> Vec<Machine> {
+        self.cloud.all_machines()
+    }
+
+    pub async fn finish(self) {
+        let World { db, keeper, .. } = self;
+        drop(keeper);
+        db.drop_now().await;
+    }
+}
+
+/// `tokio_postgres::Config` of a URL (to check it parses).
+pub fn config(url: &str) -> tokio_postgres::Config {
+    tokio_postgres::Config::from_str(url).unwrap()
+}
+
+/// The hosts of a `created` output.
+pub fn hosts(out: &Value) -> &Vec<Value> {
+    out["hosts"].as_array().expect("hosts")
+}
+
+/// SHA-256 of `s`, hex.
+pub fn sha256_hex(s: &str) -> String {
+    hex::encode(keeper::tokens::sha256(s))
+}
