@@ -12,7 +12,7 @@ use orca_fakes::hetzner::{FakeHetzner, Options};
 /// The driver's default share of the rate limit left for other tools.
 const RESERVE: f64 = 0.05;
 
-fn provider(fake: &FakeHetzner, pacing: bool) -> HetznerProvider {
+async fn provider(fake: &FakeHetzner, pacing: bool) -> HetznerProvider {
     let config = Config::builder()
         .token(fake.token())
         .endpoint(fake.url())
@@ -27,11 +27,11 @@ fn provider(fake: &FakeHetzner, pacing: bool) -> HetznerProvider {
         .rate_reserve(RESERVE)
         .build()
         .expect("settings");
-    HetznerProvider::new("bench", config).expect("owner")
+    HetznerProvider::new(config, "bench").await.expect("owner")
 }
 
 fn spec(i: usize, pool: &str) -> MachineSpec {
-    MachineSpec::new(format!("{pool}-{i}"), "cx22", "fsn1", pool)
+    MachineSpec::new(format!("{pool}-{i}"), "cx23", "fsn1", pool)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -44,7 +44,7 @@ async fn main() -> orca::Result<()> {
     .await
     .expect("fake");
     let c = fake.control().clone();
-    let p = provider(&fake, true);
+    let p = provider(&fake, true).await;
     let n = 20;
     let before = c.requests();
     p.create(&spec(0, "ops")).await?;
@@ -60,7 +60,7 @@ async fn main() -> orca::Result<()> {
     );
     println!("create, next:   {per_create:.2} (POST + action read + start action read + server read [4])");
     let before = c.requests();
-    p.arch("cx22").await?;
+    p.arch("cx23").await?;
     println!("arch, cached:   {} [0]", c.requests() - before);
     let listed = p.machines("ops").await?;
     let before = c.requests();
@@ -76,7 +76,7 @@ async fn main() -> orca::Result<()> {
         for i in 0..total {
             fake.insert_server(
                 &format!("{pool}-{i}"),
-                "cx22",
+                "cx23",
                 "fsn1",
                 &[
                     ("orca", "pool"),
@@ -114,8 +114,8 @@ async fn main() -> orca::Result<()> {
         })
         .await
         .expect("fake");
-        let p = Arc::new(provider(&fake, pacing));
-        p.arch("cx22").await?; // the type lookup, once
+        let p = Arc::new(provider(&fake, pacing).await);
+        p.arch("cx23").await?; // the type lookup, once
         let t = Instant::now();
         let sem = Arc::new(tokio::sync::Semaphore::new(20));
         let mut tasks = tokio::task::JoinSet::new();

@@ -11,6 +11,7 @@ const VARS: &[&str] = &[
     "ORCA_HCLOUD_IMAGE",
     "ORCA_HCLOUD_SSH_KEYS",
     "ORCA_HCLOUD_FIREWALL",
+    "ORCA_HCLOUD_NETWORK",
 ];
 
 #[tokio::test]

@@ -1,10 +1,8 @@
 //! The calls to Hetzner Cloud's API, its rate-limit pacing, and the ONE function that maps its errors.
 //!
-//! Request and answer bodies are the `hcloud` crate's models (generated from Hetzner's OpenAPI document),
-//! so every answer is checked against the published shapes. The calls go through this module's own
-//! [`Client::call`] rather than `hcloud::apis`: those generated functions return only the body, and the
-//! driver needs the `RateLimit-*`, `Retry-After` and correlation-id headers of every answer to pace
-//! itself and to trace calls.
+//! Answers are read into the driver's own lenient models ([`crate::model`]); every call goes through
+//! [`Client::call`] (retry) and [`Client::once`] (one paced, traced attempt), which also read the
+//! `RateLimit-*`, `Retry-After` and correlation-id headers of every answer.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -18,6 +16,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::Config;
+use crate::model::ErrorBody;
 
 /// One HTTP client for one project, with its pacer.
 pub(crate) struct Client {
@@ -125,6 +124,7 @@ impl Client {
                 if (200..300).contains(&status) {
                     serde_json::from_slice::<T>(&bytes).map_err(|e| {
                         Error::other(format!("unexpected answer to {op} (HTTP {status}): {e}"))
+                            .with_source(e)
                     })
                 } else {
                     Err(map_error(status, &bytes, &headers))
@@ -161,7 +161,7 @@ fn transport_error(e: reqwest::Error) -> Error {
         msg.push_str(&format!(": {s}"));
         src = s.source();
     }
-    Error::transient(msg)
+    Error::transient(msg).with_source(e)
 }
 
 fn header_f64(headers: &HeaderMap, name: &str) -> Option<f64> {
@@ -193,65 +193,76 @@ fn wait_from_rate_headers(headers: &HeaderMap) -> Option<Duration> {
     Some(Duration::from_secs_f64(per_request.clamp(0.01, 3600.0)))
 }
 
-/// Hetzner's error body: `{"error": {"code", "message", "details"}}`.
-#[derive(serde::Deserialize)]
-struct ErrorBody {
-    error: hcloud::models::ErrorResponseError,
-}
-
-/// THE error mapping: Hetzner's status, error code and headers onto [`Error`]. Messages are the
-/// cloud's code and words only (never a header, so never the token).
+/// THE error mapping: Hetzner's status, error code and headers onto [`Error`], keeping the code
+/// ([`Error::code`]) so that the driver recognises its errors by code, never by their words. Messages
+/// are the cloud's code and words only (never a header, so never the token).
 pub(crate) fn map_error(status: u16, body: &[u8], headers: &HeaderMap) -> Error {
-    let (code, message, field) = match serde_json::from_slice::<ErrorBody>(body) {
-        Ok(b) => {
-            let field = b
-                .error
-                .details
-                .clone()
-                .flatten()
-                .and_then(|d| d.get("fields").cloned())
-                .and_then(|f| f.get(0).and_then(|x| x.get("name")).cloned())
-                .and_then(|n| n.as_str().map(str::to_string));
-            (b.error.code, b.error.message, field)
-        }
-        Err(_) => {
-            let text = String::from_utf8_lossy(body);
-            let text: String = text.chars().take(200).collect();
-            (String::new(), text, None)
-        }
-    };
-    let words = if code.is_empty() {
-        message.clone()
-    } else {
-        format!("{code}: {message}")
-    };
     let retry_after = headers
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
         .and_then(parse_retry_after)
         .or_else(|| wait_from_rate_headers(headers));
-    match code.as_str() {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(b) => {
+            let field = b.error.field();
+            classify(
+                &b.error.code,
+                &b.error.message,
+                field,
+                Some(status),
+                retry_after,
+            )
+        }
+        Err(e) => {
+            let text = String::from_utf8_lossy(body);
+            let text: String = text.chars().take(200).collect();
+            let _ = e;
+            Error::from_http_status(status, text, retry_after)
+        }
+    }
+}
+
+/// What Hetzner's error `code` means (the codes of the API reference's error table and of the
+/// server calls: `placement_error`, `invalid_server_type`, ...), for an error answer (`status`) or
+/// a failed action (`None`). The code is kept in the error's context.
+pub(crate) fn classify(
+    code: &str,
+    message: &str,
+    field: Option<String>,
+    status: Option<u16>,
+    retry_after: Option<Duration>,
+) -> Error {
+    let words = if code.is_empty() {
+        message.to_string()
+    } else {
+        format!("{code}: {message}")
+    };
+    let e = match code {
         "unauthorized" => Error::unauthenticated(words),
-        "forbidden" | "protected" => Error::permission_denied(words),
+        "forbidden" | "protected" | "token_readonly" => Error::permission_denied(words),
         "not_found" => Error::not_found(message),
         "uniqueness_error" => Error::already_exists(message),
+        // Capacity: the type cannot be placed in the location now ("error during placement").
         "resource_unavailable" | "placement_error" => {
-            Error::no_stock(String::new(), String::new(), message)
-        }
-        _ if message.contains("not available in this location") => {
-            Error::no_stock(String::new(), String::new(), message)
+            Error::no_stock(String::new(), String::new(), words)
         }
         "resource_limit_exceeded" => Error::quota(words),
         "rate_limit_exceeded" => Error::throttled(retry_after, words),
-        "invalid_input" | "json_error" => Error::InvalidSpec {
-            field: field.unwrap_or_else(|| "request".into()),
-            rule: words,
-        },
-        "locked" | "conflict" | "service_error" | "maintenance" | "timeout" | "server_error" => {
-            Error::transient(words)
+        "invalid_server_type" => Error::invalid("machine_type", words),
+        "invalid_input" | "json_error" => {
+            Error::invalid(field.unwrap_or_else(|| "request".into()), words)
         }
-        "server_not_stopped" => Error::other(words),
-        _ => Error::from_http_status(status, words, retry_after),
+        "locked" | "conflict" | "service_error" | "maintenance" | "timeout" | "server_error"
+        | "unavailable" | "bad_gateway" | "robot_unavailable" => Error::transient(words),
+        _ => match status {
+            Some(status) if status != 409 => Error::from_http_status(status, words, retry_after),
+            _ => Error::other(words),
+        },
+    };
+    if code.is_empty() {
+        e
+    } else {
+        e.with_code(code)
     }
 }
 
@@ -461,27 +472,40 @@ mod tests {
     }
 
     #[test]
-    fn maps_hetzner_codes() {
+    fn maps_hetzner_codes_by_code_alone_and_keeps_the_code() {
         let h = HeaderMap::new();
-        let k = |s: u16, c: &str, m: &str| map_error(s, &body(c, m), &h).kind();
+        let e = |s: u16, c: &str, m: &str| map_error(s, &body(c, m), &h);
+        let k = |s: u16, c: &str, m: &str| e(s, c, m).kind();
         assert_eq!(
             k(401, "unauthorized", "unable to authenticate"),
             ErrorKind::Unauthenticated
         );
         assert_eq!(k(403, "forbidden", "no"), ErrorKind::PermissionDenied);
+        assert_eq!(k(403, "token_readonly", "no"), ErrorKind::PermissionDenied);
         assert_eq!(k(404, "not_found", "server not found"), ErrorKind::NotFound);
         assert_eq!(
             k(409, "uniqueness_error", "name used"),
             ErrorKind::AlreadyExists
         );
-        assert_eq!(k(412, "resource_unavailable", "x"), ErrorKind::NoStock);
         assert_eq!(
-            k(
-                422,
-                "invalid_input",
-                "server type cax11 is not available in this location"
-            ),
+            k(412, "resource_unavailable", "error during placement"),
             ErrorKind::NoStock
+        );
+        assert_eq!(
+            k(422, "placement_error", "error during placement"),
+            ErrorKind::NoStock
+        );
+        // A type that is never offered in a location is bad input, whatever its words say: the
+        // words are never matched.
+        let unsupported = e(
+            422,
+            "invalid_input",
+            "server type cax11 is not available in this location",
+        );
+        assert_eq!(unsupported.kind(), ErrorKind::InvalidSpec);
+        assert_eq!(
+            k(422, "invalid_server_type", "server type cx22 is deprecated"),
+            ErrorKind::InvalidSpec
         );
         assert_eq!(
             k(403, "resource_limit_exceeded", "server limit"),
@@ -489,11 +513,22 @@ mod tests {
         );
         assert_eq!(k(400, "invalid_input", "bad"), ErrorKind::InvalidSpec);
         assert_eq!(k(423, "locked", "busy"), ErrorKind::Transient);
+        assert_eq!(k(409, "conflict", "changed"), ErrorKind::Transient);
+        assert_eq!(k(503, "unavailable", "x"), ErrorKind::Transient);
+        assert_eq!(k(409, "server_not_stopped", "x"), ErrorKind::Other);
         assert_eq!(k(503, "", "x"), ErrorKind::Transient);
         assert_eq!(
             map_error(502, b"<html>bad gateway</html>", &h).kind(),
             ErrorKind::Transient
         );
+        // A code the driver does not know falls back on the status, and is kept.
+        let new = e(418, "teapot_overheated", "new code");
+        assert_eq!(
+            (new.kind(), new.code()),
+            (ErrorKind::Other, Some("teapot_overheated"))
+        );
+        let stock = e(412, "resource_unavailable", "error during placement");
+        assert_eq!(stock.code(), Some("resource_unavailable"));
     }
 
     #[test]

@@ -1,24 +1,111 @@
-//! Settings: from the environment ([`Config::from_env`]) or in code ([`Config::builder`]).
+//! Settings as data: the keys ([`ConfigKey`], named as the environment variables), read from the
+//! environment ([`Config::from_env`]), from a map ([`Config::from_settings`]) or set in code
+//! ([`Config::builder`]).
 
+use std::str::FromStr;
 use std::time::Duration;
 
-use orca_machines::{Error, Result, RetryPolicy};
+use orca_machines::settings::Problems;
+use orca_machines::{Error, Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
 
-/// The API token (the name the `hcloud` CLI and Hetzner's own tools use). Required. Never printed.
-pub const TOKEN_ENV: &str = "HCLOUD_TOKEN";
-/// The image name for new servers; the variant of the server type's architecture is used.
-pub const IMAGE_ENV: &str = "ORCA_HCLOUD_IMAGE";
-/// Comma-separated SSH key names (or ids) to put on new servers.
-pub const SSH_KEYS_ENV: &str = "ORCA_HCLOUD_SSH_KEYS";
-/// The name of a firewall to apply to new servers.
-pub const FIREWALL_ENV: &str = "ORCA_HCLOUD_FIREWALL";
-/// The API's base address, for tests against a fake (`http://127.0.0.1:PORT/v1`).
-pub const ENDPOINT_ENV: &str = "ORCA_HCLOUD_ENDPOINT";
+/// A setting of the Hetzner driver, by the name of its environment variable (as object_store's
+/// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ConfigKey {
+    /// `HCLOUD_TOKEN`: the project's API token (the name Hetzner's own tools use). Required; secret.
+    Token,
+    /// `ORCA_HCLOUD_IMAGE`: the image name (or id) for new servers.
+    Image,
+    /// `ORCA_HCLOUD_SSH_KEYS`: comma-separated names (or ids) of the project's SSH keys.
+    SshKeys,
+    /// `ORCA_HCLOUD_FIREWALL`: the name of a firewall of the project to apply to new servers.
+    Firewall,
+    /// `ORCA_HCLOUD_NETWORK`: the name (or id) of a private network to attach new servers to.
+    Network,
+    /// `ORCA_HCLOUD_ENDPOINT`: the API's base address (tests point it at the fake).
+    Endpoint,
+}
+
+impl ConfigKey {
+    /// Every key, in the order the README lists them.
+    pub const ALL: [ConfigKey; 6] = [
+        ConfigKey::Token,
+        ConfigKey::Image,
+        ConfigKey::SshKeys,
+        ConfigKey::Firewall,
+        ConfigKey::Network,
+        ConfigKey::Endpoint,
+    ];
+
+    /// The key's name: its environment variable.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConfigKey::Token => "HCLOUD_TOKEN",
+            ConfigKey::Image => "ORCA_HCLOUD_IMAGE",
+            ConfigKey::SshKeys => "ORCA_HCLOUD_SSH_KEYS",
+            ConfigKey::Firewall => "ORCA_HCLOUD_FIREWALL",
+            ConfigKey::Network => "ORCA_HCLOUD_NETWORK",
+            ConfigKey::Endpoint => "ORCA_HCLOUD_ENDPOINT",
+        }
+    }
+
+    /// Whether the value is a secret (never printed, logged or put in an error).
+    pub const fn is_secret(self) -> bool {
+        matches!(self, ConfigKey::Token)
+    }
+
+    /// Every key's name, in [`ConfigKey::ALL`] order.
+    pub fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|k| k.as_str()).collect()
+    }
+}
+
+impl std::fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ConfigKey {
+    type Err = Error;
+
+    /// The key named `s` (exactly, as the environment variable); an unknown name is
+    /// [`Error::InvalidSettings`] naming it and the known ones.
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                Error::settings(
+                    [s],
+                    format!(
+                        "not a setting of the hetzner driver; its settings are {}",
+                        Self::names().join(", ")
+                    ),
+                )
+            })
+    }
+}
+
+/// The API token ([`ConfigKey::Token`]).
+pub const TOKEN_ENV: &str = ConfigKey::Token.as_str();
+/// The image name for new servers ([`ConfigKey::Image`]).
+pub const IMAGE_ENV: &str = ConfigKey::Image.as_str();
+/// SSH key names ([`ConfigKey::SshKeys`]).
+pub const SSH_KEYS_ENV: &str = ConfigKey::SshKeys.as_str();
+/// A firewall name ([`ConfigKey::Firewall`]).
+pub const FIREWALL_ENV: &str = ConfigKey::Firewall.as_str();
+/// A private network's name ([`ConfigKey::Network`]).
+pub const NETWORK_ENV: &str = ConfigKey::Network.as_str();
+/// The API's base address ([`ConfigKey::Endpoint`]).
+pub const ENDPOINT_ENV: &str = ConfigKey::Endpoint.as_str();
 
 /// Hetzner Cloud's API.
 pub const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";
-/// The image used when [`IMAGE_ENV`] is unset.
+/// The image used when [`ConfigKey::Image`] is unset.
 pub const DEFAULT_IMAGE: &str = "ubuntu-24.04";
 /// The largest page Hetzner serves.
 pub const MAX_PAGE_SIZE: u32 = 50;
@@ -31,6 +118,7 @@ pub struct Config {
     pub(crate) image: String,
     pub(crate) ssh_keys: Vec<String>,
     pub(crate) firewall: Option<String>,
+    pub(crate) network: Option<String>,
     pub(crate) page_size: u32,
     pub(crate) retry: RetryPolicy,
     pub(crate) pacing: bool,
@@ -39,6 +127,7 @@ pub struct Config {
     pub(crate) action_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    pub(crate) visibility_window: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -49,6 +138,7 @@ impl std::fmt::Debug for Config {
             .field("image", &self.image)
             .field("ssh_keys", &self.ssh_keys)
             .field("firewall", &self.firewall)
+            .field("network", &self.network)
             .field("page_size", &self.page_size)
             .field("retry", &self.retry)
             .field("pacing", &self.pacing)
@@ -57,6 +147,7 @@ impl std::fmt::Debug for Config {
             .field("action_timeout", &self.action_timeout)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("visibility_window", &self.visibility_window)
             .finish()
     }
 }
@@ -67,15 +158,15 @@ impl Config {
         ConfigBuilder::default()
     }
 
-    /// The settings from this process's environment: [`TOKEN_ENV`] (required), [`IMAGE_ENV`],
-    /// [`SSH_KEYS_ENV`], [`FIREWALL_ENV`], [`ENDPOINT_ENV`].
+    /// The settings from this process's environment: the variables of [`ConfigKey::ALL`].
     pub fn from_env() -> Result<Config> {
         ConfigBuilder::from_env().build()
     }
 
-    /// The settings from `lookup` (what [`Config::from_env`] uses with the environment).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Config> {
-        ConfigBuilder::from_lookup(lookup).build()
+    /// The settings from `settings`, keyed by [`ConfigKey`] names. A key that is not one of them is
+    /// refused (a typo would otherwise be ignored); every problem is named at once.
+    pub fn from_settings(settings: &Settings) -> Result<Config> {
+        ConfigBuilder::from_settings(settings).build()
     }
 
     /// The API's base address.
@@ -86,6 +177,11 @@ impl Config {
     /// The image name (or id) for new servers.
     pub fn image(&self) -> &str {
         &self.image
+    }
+
+    /// The private network new servers are attached to, when one is set.
+    pub fn network(&self) -> Option<&str> {
+        self.network.as_deref()
     }
 
     pub(crate) fn token_value(&self) -> &str {
@@ -101,6 +197,7 @@ pub struct ConfigBuilder {
     image: String,
     ssh_keys: Vec<String>,
     firewall: Option<String>,
+    network: Option<String>,
     page_size: u32,
     retry: RetryPolicy,
     pacing: bool,
@@ -109,8 +206,9 @@ pub struct ConfigBuilder {
     action_timeout: Duration,
     shutdown_timeout: Duration,
     request_timeout: Duration,
-    /// Whether the settings came from the environment (errors then name the variables).
-    env: bool,
+    visibility_window: Duration,
+    /// Keys given that are not settings of this driver (refused by `build`).
+    unknown: Vec<String>,
 }
 
 impl std::fmt::Debug for ConfigBuilder {
@@ -119,6 +217,7 @@ impl std::fmt::Debug for ConfigBuilder {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("endpoint", &self.endpoint)
             .field("image", &self.image)
+            .field("network", &self.network)
             .finish_non_exhaustive()
     }
 }
@@ -131,6 +230,7 @@ impl Default for ConfigBuilder {
             image: DEFAULT_IMAGE.to_string(),
             ssh_keys: Vec::new(),
             firewall: None,
+            network: None,
             page_size: MAX_PAGE_SIZE,
             retry: RetryPolicy::default(),
             pacing: true,
@@ -139,7 +239,8 @@ impl Default for ConfigBuilder {
             action_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(60),
-            env: false,
+            visibility_window: Duration::from_secs(30),
+            unknown: Vec::new(),
         }
     }
 }
@@ -148,51 +249,62 @@ impl ConfigBuilder {
     /// A builder holding this process's environment settings (see [`Config::from_env`]), to adjust
     /// before [`build`](Self::build).
     pub fn from_env() -> ConfigBuilder {
-        Self::from_lookup(|k| std::env::var(k).ok())
+        Self::from_settings(&Settings::from_env(ConfigKey::names()))
     }
 
-    /// A builder holding the settings `lookup` answers for the environment variables.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> ConfigBuilder {
-        let get = |k: &str| lookup(k).filter(|v| !v.trim().is_empty());
-        let mut b = ConfigBuilder {
-            env: true,
-            ..ConfigBuilder::default()
-        };
-        if let Some(t) = get(TOKEN_ENV) {
-            b = b.token(t);
-        }
-        if let Some(i) = get(IMAGE_ENV) {
-            b = b.image(i.trim());
-        }
-        if let Some(k) = get(SSH_KEYS_ENV) {
-            b = b.ssh_keys(k.split(',').map(str::trim).filter(|s| !s.is_empty()));
-        }
-        if let Some(f) = get(FIREWALL_ENV) {
-            b = b.firewall(f.trim());
-        }
-        if let Some(e) = get(ENDPOINT_ENV) {
-            b = b.endpoint(e.trim());
+    /// A builder holding `settings` (see [`Config::from_settings`]), to adjust before
+    /// [`build`](Self::build). Unknown keys are kept to be refused by `build`.
+    pub fn from_settings(settings: &Settings) -> ConfigBuilder {
+        let mut b = ConfigBuilder::default();
+        for k in settings.keys() {
+            match k.parse::<ConfigKey>() {
+                Ok(key) => {
+                    if let Some(v) = settings.get(k) {
+                        b = b.with_config(key, v);
+                    }
+                }
+                Err(_) => b.unknown.push(k.to_string()),
+            }
         }
         b
     }
 
-    /// The API token ([`TOKEN_ENV`]).
+    /// Sets `key` to `value` as the environment would (an empty value leaves the default).
+    pub fn with_config(self, key: ConfigKey, value: impl Into<String>) -> Self {
+        let value = value.into();
+        if value.trim().is_empty() {
+            return self;
+        }
+        match key {
+            ConfigKey::Token => self.token(value),
+            ConfigKey::Image => self.image(value.trim()),
+            ConfigKey::SshKeys => {
+                self.ssh_keys(value.split(',').map(str::trim).filter(|s| !s.is_empty()))
+            }
+            ConfigKey::Firewall => self.firewall(value.trim()),
+            ConfigKey::Network => self.network(value.trim()),
+            ConfigKey::Endpoint => self.endpoint(value.trim()),
+        }
+    }
+
+    /// The API token ([`ConfigKey::Token`]).
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(SecretString::from(token.into()));
         self
     }
-    /// The API's base address ([`ENDPOINT_ENV`]; default [`DEFAULT_ENDPOINT`]).
+    /// The API's base address ([`ConfigKey::Endpoint`]; default [`DEFAULT_ENDPOINT`]).
     pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
         self.endpoint = endpoint.into().trim_end_matches('/').to_string();
         self
     }
-    /// The image name, or an image id ([`IMAGE_ENV`]; default [`DEFAULT_IMAGE`]). A name is looked up
-    /// for the server type's architecture; an id is used as it is.
+    /// The image name, or an image id ([`ConfigKey::Image`]; default [`DEFAULT_IMAGE`]). A name is
+    /// looked up for the server type's architecture; an id is used as it is. A spec's own image
+    /// (`MachineSpec::with_image`) takes its place.
     pub fn image(mut self, image: impl Into<String>) -> Self {
         self.image = image.into();
         self
     }
-    /// SSH key names or ids ([`SSH_KEYS_ENV`]).
+    /// SSH key names or ids ([`ConfigKey::SshKeys`]).
     pub fn ssh_keys<I, S>(mut self, keys: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -201,9 +313,15 @@ impl ConfigBuilder {
         self.ssh_keys = keys.into_iter().map(Into::into).collect();
         self
     }
-    /// A firewall name ([`FIREWALL_ENV`]).
+    /// A firewall name ([`ConfigKey::Firewall`]).
     pub fn firewall(mut self, name: impl Into<String>) -> Self {
         self.firewall = Some(name.into());
+        self
+    }
+    /// A private network's name or id ([`ConfigKey::Network`]): new servers are attached to it in
+    /// the create call, and machines then report their address in it (`private_address`).
+    pub fn network(mut self, name: impl Into<String>) -> Self {
+        self.network = Some(name.into());
         self
     }
     /// Servers per page when listing (1 to 50; default 50).
@@ -247,60 +365,69 @@ impl ConfigBuilder {
         self.request_timeout = d;
         self
     }
+    /// How long a server this provider made may stay invisible to reads before a "not found" for it
+    /// is believed (default 30 s): a create waits up to this long for its server to show, and a read,
+    /// change or delete of a server made moment ago confirms a 404 within it.
+    pub fn visibility_window(mut self, d: Duration) -> Self {
+        self.visibility_window = d;
+        self
+    }
 
-    /// The settings, or [`Error::InvalidSettings`] naming every setting at fault.
+    /// The settings, or [`Error::InvalidSettings`] naming every setting at fault at once.
     pub fn build(self) -> Result<Config> {
-        let endpoint_key = if self.env { ENDPOINT_ENV } else { "endpoint" };
-        let mut keys = Vec::new();
-        let mut why = Vec::new();
-        if self.token.is_none() {
-            keys.push(TOKEN_ENV.to_string());
-            why.push(format!(
-                "{TOKEN_ENV} is not set (a Hetzner Cloud API token)"
-            ));
+        let mut p = Problems::new();
+        for k in &self.unknown {
+            p.invalid(
+                k.clone(),
+                format!(
+                    "not a setting of the hetzner driver (its settings are {})",
+                    ConfigKey::names().join(", ")
+                ),
+            );
         }
-        if let Some(t) = &self.token {
-            let t = t.expose_secret();
-            if t.trim().is_empty() || t.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-                keys.push(TOKEN_ENV.to_string());
-                why.push(format!(
-                    "{TOKEN_ENV} is empty or holds spaces or control characters"
-                ));
+        match &self.token {
+            None => p.missing(TOKEN_ENV),
+            Some(t) => {
+                let t = t.expose_secret();
+                if t.trim().is_empty() || t.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+                    p.invalid(
+                        TOKEN_ENV,
+                        "a Hetzner Cloud API token, without spaces or control characters",
+                    );
+                }
             }
         }
         let ep = &self.endpoint;
         if !(ep.starts_with("https://") || ep.starts_with("http://"))
             || reqwest::Url::parse(ep).is_err()
         {
-            keys.push(endpoint_key.to_string());
-            why.push(format!("{endpoint_key} must be an http(s) URL, got {ep:?}"));
+            p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {ep:?}"));
         }
         if self.image.trim().is_empty() {
-            keys.push(IMAGE_ENV.to_string());
-            why.push(format!("{IMAGE_ENV} is empty"));
+            p.invalid(IMAGE_ENV, "an image name or id, got an empty one");
         }
         let bad_name = |s: &str| {
             s.is_empty() || s.len() > 128 || s.chars().any(|c| c.is_control() || c == ',')
         };
         if self.ssh_keys.iter().any(|k| bad_name(k)) {
-            keys.push(SSH_KEYS_ENV.to_string());
-            why.push(format!("{SSH_KEYS_ENV} holds an empty or invalid key name"));
+            p.invalid(
+                SSH_KEYS_ENV,
+                "comma-separated SSH key names, one was empty or invalid",
+            );
         }
         if self.firewall.as_deref().is_some_and(bad_name) {
-            keys.push(FIREWALL_ENV.to_string());
-            why.push(format!("{FIREWALL_ENV} is not a valid firewall name"));
+            p.invalid(FIREWALL_ENV, "a firewall name of 1 to 128 characters");
+        }
+        if self.network.as_deref().is_some_and(bad_name) {
+            p.invalid(NETWORK_ENV, "a network name or id of 1 to 128 characters");
         }
         if !(1..=MAX_PAGE_SIZE).contains(&self.page_size) {
-            keys.push("page_size".into());
-            why.push(format!("page_size must be 1 to {MAX_PAGE_SIZE}"));
+            p.invalid("page_size", format!("1 to {MAX_PAGE_SIZE}"));
         }
         if !(0.0..=0.9).contains(&self.rate_reserve) {
-            keys.push("rate_reserve".into());
-            why.push("rate_reserve must be 0 to 0.9".into());
+            p.invalid("rate_reserve", "0 to 0.9");
         }
-        if !keys.is_empty() {
-            return Err(Error::settings(keys, why.join("; ")));
-        }
+        p.finish()?;
         Ok(Config {
             token: self
                 .token
@@ -309,6 +436,7 @@ impl ConfigBuilder {
             image: self.image,
             ssh_keys: self.ssh_keys,
             firewall: self.firewall,
+            network: self.network,
             page_size: self.page_size,
             retry: self.retry,
             pacing: self.pacing,
@@ -317,6 +445,7 @@ impl ConfigBuilder {
             action_timeout: self.action_timeout,
             shutdown_timeout: self.shutdown_timeout,
             request_timeout: self.request_timeout,
+            visibility_window: self.visibility_window,
         })
     }
 }
@@ -327,57 +456,77 @@ mod tests {
 
     const SECRET: &str = "s3cr3t-t0ken-do-not-print";
 
-    #[test]
-    fn missing_token_is_named() {
-        let e = Config::from_lookup(|_| None).unwrap_err();
-        match &e {
-            Error::InvalidSettings { keys, .. } => assert_eq!(keys, &vec![TOKEN_ENV.to_string()]),
+    fn keys_of(e: &Error) -> Vec<String> {
+        match e {
+            Error::InvalidSettings { keys, .. } => keys.clone(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn keys_are_the_environment_names() {
+        for k in ConfigKey::ALL {
+            assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
+            assert_eq!(k.to_string(), k.as_str());
+            assert_eq!(k.is_secret(), k == ConfigKey::Token);
+        }
+        let e = "HCLOUD_TOKEM".parse::<ConfigKey>().unwrap_err();
+        assert_eq!(keys_of(&e), ["HCLOUD_TOKEM"]);
+        assert!(e.to_string().contains("HCLOUD_TOKEN"), "{e}");
+    }
+
+    #[test]
+    fn missing_token_is_named() {
+        let e = Config::from_settings(&Settings::new()).unwrap_err();
+        assert_eq!(keys_of(&e), [TOKEN_ENV]);
         assert!(e.to_string().contains("HCLOUD_TOKEN"));
     }
 
     #[test]
-    fn every_bad_setting_is_named_at_once() {
-        let e = Config::from_lookup(|k| match k {
-            ENDPOINT_ENV => Some("ftp://x".into()),
-            SSH_KEYS_ENV => Some(",".into()),
-            _ => None,
-        })
-        .unwrap_err();
-        let Error::InvalidSettings { keys, .. } = e else {
-            panic!()
-        };
-        assert_eq!(keys, vec![TOKEN_ENV.to_string(), ENDPOINT_ENV.to_string()]);
+    fn every_problem_is_named_at_once_unknown_keys_included() {
+        let s = Settings::new()
+            .with(ENDPOINT_ENV, "ftp://x")
+            .with(SSH_KEYS_ENV, ",")
+            .with("ORCA_HCLOUD_FIREWAL", "typo");
+        let e = Config::from_settings(&s).unwrap_err();
+        assert_eq!(
+            keys_of(&e),
+            [TOKEN_ENV, "ORCA_HCLOUD_FIREWAL", ENDPOINT_ENV],
+            "{e}"
+        );
+        // The value of a token is never repeated in an error.
+        let e = Config::from_settings(&Settings::new().with(TOKEN_ENV, format!("{SECRET} x")))
+            .unwrap_err();
+        assert_eq!(keys_of(&e), [TOKEN_ENV]);
+        assert!(!format!("{e} {e:?}").contains(SECRET));
     }
 
     #[test]
     fn reads_every_setting_and_redacts_the_token() {
-        let c = Config::from_lookup(|k| {
-            Some(
-                match k {
-                    TOKEN_ENV => SECRET,
-                    IMAGE_ENV => "debian-12",
-                    SSH_KEYS_ENV => "a, b ,,c",
-                    FIREWALL_ENV => "fw",
-                    ENDPOINT_ENV => "http://127.0.0.1:9/v1/",
-                    _ => return None,
-                }
-                .to_string(),
-            )
-        })
-        .unwrap();
+        let s = Settings::new()
+            .with(TOKEN_ENV, SECRET)
+            .with(IMAGE_ENV, "debian-12")
+            .with(SSH_KEYS_ENV, "a, b ,,c")
+            .with(FIREWALL_ENV, "fw")
+            .with(NETWORK_ENV, "private-1")
+            .with(ENDPOINT_ENV, "http://127.0.0.1:9/v1/");
+        let c = Config::from_settings(&s).unwrap();
         assert_eq!(c.image(), "debian-12");
         assert_eq!(c.ssh_keys, vec!["a", "b", "c"]);
         assert_eq!(c.firewall.as_deref(), Some("fw"));
+        assert_eq!(c.network(), Some("private-1"));
         assert_eq!(c.endpoint(), "http://127.0.0.1:9/v1");
         assert_eq!(c.token_value(), SECRET);
-        let dbg = format!("{c:?} {:?}", Config::builder().token(SECRET));
+        let dbg = format!(
+            "{c:?} {:?} {s:?}",
+            Config::builder().with_config(ConfigKey::Token, SECRET)
+        );
         assert!(!dbg.contains(SECRET), "{dbg}");
         assert!(dbg.contains("<redacted>"));
-        let d = Config::from_lookup(|k| (k == TOKEN_ENV).then(|| SECRET.to_string())).unwrap();
-        assert_eq!(d.image(), DEFAULT_IMAGE);
+        let d = Config::from_settings(&Settings::new().with(TOKEN_ENV, SECRET).with(IMAGE_ENV, ""))
+            .unwrap();
+        assert_eq!(d.image(), DEFAULT_IMAGE, "an empty value is unset");
         assert_eq!(d.endpoint(), DEFAULT_ENDPOINT);
-        assert!(d.ssh_keys.is_empty() && d.firewall.is_none());
+        assert!(d.ssh_keys.is_empty() && d.firewall.is_none() && d.network.is_none());
     }
 }

@@ -1,30 +1,30 @@
 //! # orca-hetzner: orca's Hetzner Cloud driver
 //!
-//! [`HetznerProvider`] keeps the [`orca_machines::Provider`] contract on Hetzner Cloud servers, with
-//! request and answer bodies from the `hcloud` crate's models (generated from Hetzner's OpenAPI
-//! document).
+//! [`HetznerProvider`] keeps the [`orca_machines::Provider`] contract on Hetzner Cloud servers. The
+//! crate has the same files as every orca driver: [`config`] (settings as data: [`ConfigKey`],
+//! [`Config`]), `client` (the paced HTTP calls and the one error mapping), `model` (the answers,
+//! read leniently), `provider` (the contract) and `ext` (the extensions).
 //!
 //! - `create` makes a server of the spec's type in its location with the image of the type's
-//!   architecture (the arm64 variant for `cax*`), the configured SSH keys and firewall, the user data,
-//!   and the labels `orca=pool`, `orca-pool`, `orca-owner` in the same call; it follows the create
-//!   action to its end and answers the machine with its public IPv4 address. `resource_unavailable`
-//!   and "not available in this location" are [`Created::NoStock`](orca_machines::Created::NoStock).
-//!   Hetzner has no idempotency token, but server names are unique per project: a create retried
-//!   after a lost answer meets `uniqueness_error` and adopts the server when it carries this owner's
-//!   labels and pool (else [`Error::AlreadyExists`](orca_machines::Error::AlreadyExists)). A create
-//!   whose action fails deletes the server.
+//!   architecture (the arm64 variant for `cax*`), the configured SSH keys, firewall and private
+//!   network, the user data, and the labels `orca=pool`, `orca-pool`, `orca-owner` (and the spec's
+//!   own) in the same call; it follows the create action to its end and answers the machine once a
+//!   read shows it. A type deprecated in the location is refused before the call. The codes
+//!   `resource_unavailable` and `placement_error`, of the answer or of the failed create action, are
+//!   [`Created::NoStock`](orca_machines::Created::NoStock). Hetzner has no idempotency token, but
+//!   server names are unique per project: a create retried after a lost answer meets
+//!   `uniqueness_error` and takes over the server when it carries this owner's labels and pool
+//!   (`Created::Machine` within one call, `Created::Adopted` from an earlier one; else
+//!   [`Error::AlreadyExists`](orca_machines::Error::AlreadyExists)).
 //! - `machines(pool)` lists with the label selector `orca=pool,orca-pool=<pool>,orca-owner=<owner>`
-//!   (`!orca-owner` for an empty owner), every page.
+//!   (`!orca-owner` for an empty owner), every page; `machine(id)` reads one server.
 //! - `delete` refuses a server without this owner's labels, treats 404 as gone and follows the delete
 //!   action.
-//! - Capabilities: start/stop (`poweron`; `shutdown`, then `poweroff` after a bounded wait), resize
-//!   (`change_type`, stopping the server when it runs: `caused_downtime`), hourly price (net, EUR, from
-//!   the server type's prices per location).
-//! - Calls are paced from the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers,
-//!   so that the project's shared budget (3,600 requests an hour) is not burned, and 429s are retried
-//!   by the shared [`RetryPolicy`](orca_machines::RetryPolicy) after `Retry-After` or the reset time.
-//!
-//! Settings: see [`config`] and the crate README.
+//! - Capabilities: start/stop, resize, hourly price, private address (with a network); options:
+//!   labels, image. Extension: [`MachineLabels`](orca_machines::MachineLabels).
+//! - Calls are paced from the `RateLimit-*` headers, so that the project's shared budget (3,600
+//!   requests an hour) is not burned, and 429s are retried by the shared
+//!   [`RetryPolicy`](orca_machines::RetryPolicy).
 //!
 //! ```no_run
 //! # async fn demo() -> orca_machines::Result<()> {
@@ -36,27 +36,26 @@
 
 mod client;
 pub mod config;
+mod ext;
+mod model;
 mod provider;
 
-pub use config::{Config, ConfigBuilder};
+pub use config::{Config, ConfigBuilder, ConfigKey};
 pub use provider::{status_of, HetznerProvider};
 
-/// A provider for `owner` (empty for none) from this process's environment: [`config::TOKEN_ENV`]
-/// (required), [`config::IMAGE_ENV`], [`config::SSH_KEYS_ENV`], [`config::FIREWALL_ENV`],
-/// [`config::ENDPOINT_ENV`]. Makes no call.
+/// A provider for `owner` (empty for none) from this process's environment: the variables of
+/// [`ConfigKey::ALL`] ([`ConfigKey::Token`] required). Makes no call.
 pub async fn from_env(owner: &str) -> orca_machines::Result<HetznerProvider> {
     orca_machines::validate_owner(owner)?;
-    HetznerProvider::new(owner, Config::from_env()?)
+    HetznerProvider::new(Config::from_env()?, owner).await
 }
 
-/// A provider for `owner` from `settings`, keyed by the environment variables' names.
+/// A provider for `owner` from `settings`, keyed by [`ConfigKey`] names; an unknown key is refused.
+/// Makes no call.
 pub async fn from_settings(
     owner: &str,
     settings: &orca_machines::Settings,
 ) -> orca_machines::Result<HetznerProvider> {
     orca_machines::validate_owner(owner)?;
-    HetznerProvider::new(
-        owner,
-        Config::from_lookup(|k| settings.get(k).map(str::to_string))?,
-    )
+    HetznerProvider::new(Config::from_settings(settings)?, owner).await
 }

@@ -1,36 +1,46 @@
 //! [`HetznerProvider`]: the [`Provider`] contract on Hetzner Cloud servers.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hcloud::models::{
-    self, Action, CreateServerResponse, GetActionResponse, GetServerResponse, ListActionsResponse,
-    ListFirewallsResponse, ListImagesResponse, ListServerTypesResponse, ListServersResponse,
-    Server, ServerType,
-};
+use orca_machines::chrono::{DateTime, Utc};
 use orca_machines::labels::{self, Labels};
 use orca_machines::{
     all_pages, docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities,
-    Created, Error, Machine, MachineSpec, Page, Price, Provider, Resized, Result, Status,
+    Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider, Resized, Result,
+    SpecOptions, Status,
 };
 use reqwest::Method;
 use serde_json::json;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::client::Client;
-use crate::config::{Config, FIREWALL_ENV, IMAGE_ENV};
+use crate::client::{classify, Client};
+use crate::config::{Config, FIREWALL_ENV, IMAGE_ENV, NETWORK_ENV};
+use crate::model::{
+    Action, ActionAnswer, Actions, CreatedServer, Deleted, Firewalls, Images, Networks, Server,
+    ServerAnswer, ServerType, ServerTypes, Servers,
+};
+
+/// The driver's kind.
+pub(crate) const KIND: &str = "hetzner";
 
 /// Hetzner Cloud servers as one owner's machines.
 pub struct HetznerProvider {
     owner: String,
-    config: Config,
-    client: Client,
+    pub(crate) config: Config,
+    pub(crate) client: Client,
     types: Mutex<HashMap<String, ServerType>>,
-    images: Mutex<HashMap<String, i64>>,
+    /// Image ids by (image name, architecture).
+    images: Mutex<HashMap<(String, String), i64>>,
     firewall: OnceCell<Option<i64>>,
+    network: OnceCell<Option<i64>>,
+    /// Servers this provider made and has not seen in a read yet, with when they were made: a
+    /// "not found" for one of them is confirmed within the visibility window before it is believed.
+    unseen: Mutex<HashMap<i64, Instant>>,
 }
 
 impl std::fmt::Debug for HetznerProvider {
@@ -42,11 +52,12 @@ impl std::fmt::Debug for HetznerProvider {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Hetzner's word for a server's state onto the shared set.
+/// Hetzner's word for a server's state onto the shared set; a word it does not know (a status added
+/// later) is [`Status::Unknown`], the word itself kept in `cloud_status`.
 pub fn status_of(cloud: &str) -> Status {
     match cloud {
         "initializing" | "starting" | "rebuilding" => Status::Starting,
@@ -57,50 +68,6 @@ pub fn status_of(cloud: &str) -> Status {
         "deleting" => Status::Deleting,
         _ => Status::Unknown,
     }
-}
-
-fn cloud_word(s: &models::server::Status) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
-}
-
-fn arch_word(a: models::Architecture) -> &'static str {
-    match a {
-        models::Architecture::X86 => "x86",
-        models::Architecture::Arm => "arm",
-    }
-}
-
-fn machine_of(s: &Server) -> Machine {
-    let labels: Labels = s
-        .labels
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let word = cloud_word(&s.status);
-    let mut m = Machine::new(s.id.to_string(), &s.name);
-    m.status = status_of(&word);
-    m.cloud_status = word;
-    m.machine_type = s.server_type.name.clone();
-    m.location = s.location.name.clone();
-    m.address = s
-        .public_net
-        .ipv4
-        .as_ref()
-        .map(|v| v.ip.clone())
-        .unwrap_or_default();
-    m.pool = labels::pool_of(&labels);
-    m.labels = labels;
-    m
-}
-
-fn labels_of(s: &Server) -> Labels {
-    s.labels
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
 }
 
 fn token_rule(field: &str, value: &str) -> Result<()> {
@@ -120,7 +87,7 @@ fn token_rule(field: &str, value: &str) -> Result<()> {
 }
 
 /// A server id: Hetzner's are positive integers.
-fn server_id(id: &str) -> Result<i64> {
+pub(crate) fn server_id(id: &str) -> Result<i64> {
     validate_id(id)?;
     id.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
         Error::invalid(
@@ -130,9 +97,23 @@ fn server_id(id: &str) -> Result<i64> {
     })
 }
 
+/// A date of a deprecation notice, as `YYYY-MM-DD` (or as given when it does not parse).
+fn day(t: &str) -> String {
+    DateTime::parse_from_rfc3339(t)
+        .map(|d| d.format("%Y-%m-%d").to_string())
+        .unwrap_or_else(|_| t.to_string())
+}
+
+/// A growing pause between reads that wait for a server to show: 50 ms doubling to 1 s.
+fn pause(n: u32) -> Duration {
+    Duration::from_millis(50)
+        .saturating_mul(1 << n.min(5))
+        .min(Duration::from_secs(1))
+}
+
 impl HetznerProvider {
     /// A provider for `owner` (empty for none) with `config`. Makes no call.
-    pub fn new(owner: &str, config: Config) -> Result<HetznerProvider> {
+    pub async fn new(config: Config, owner: &str) -> Result<HetznerProvider> {
         validate_owner(owner)?;
         let client = Client::new(&config)?;
         Ok(HetznerProvider {
@@ -142,6 +123,8 @@ impl HetznerProvider {
             types: Mutex::new(HashMap::new()),
             images: Mutex::new(HashMap::new()),
             firewall: OnceCell::new(),
+            network: OnceCell::new(),
+            unseen: Mutex::new(HashMap::new()),
         })
     }
 
@@ -155,12 +138,45 @@ impl HetznerProvider {
         self.client.pacer.stats()
     }
 
-    async fn server_type(&self, name: &str) -> Result<ServerType> {
+    /// The machine a server is, with every fact Hetzner reports.
+    pub(crate) fn machine_of(&self, s: &Server) -> Machine {
+        let labels: Labels = s
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut m = Machine::new(s.id.to_string(), &s.name);
+        m.status = status_of(&s.status);
+        m.cloud_status = s.status.clone();
+        m.machine_type = s.server_type.name.clone();
+        m.location = s.location.name.clone();
+        if let Some(v4) = &s.public_net.ipv4 {
+            m.address = v4.ip.clone();
+            m.fqdn = v4.dns_ptr.trim_end_matches('.').to_string();
+        }
+        // The address in the configured network, else the first private one.
+        let network = self.network.get().copied().flatten();
+        m.private_address = s
+            .private_net
+            .iter()
+            .find(|n| Some(n.network) == network)
+            .or_else(|| s.private_net.first())
+            .map(|n| n.ip.clone())
+            .unwrap_or_default();
+        m.created_at = DateTime::parse_from_rfc3339(&s.created)
+            .ok()
+            .map(|d| d.with_timezone(&Utc));
+        m.pool = labels::pool_of(&labels);
+        m.labels = labels;
+        m
+    }
+
+    pub(crate) async fn server_type(&self, name: &str) -> Result<ServerType> {
         token_rule("machine_type", name)?;
         if let Some(t) = lock(&self.types).get(name) {
             return Ok(t.clone());
         }
-        let r: ListServerTypesResponse = self
+        let r: ServerTypes = self
             .client
             .call(
                 "server_types.list",
@@ -179,36 +195,40 @@ impl HetznerProvider {
         Ok(t)
     }
 
-    /// The image for `arch`: the configured id as it is, or the configured name looked up for `arch`.
-    async fn image_for(&self, arch: models::Architecture) -> Result<String> {
-        let image = &self.config.image;
+    /// The image `image` for architecture `arch`: an id as it is, a name looked up for `arch`.
+    async fn image_for(&self, image: &str, arch: &str, from_spec: bool) -> Result<String> {
         if image.bytes().all(|b| b.is_ascii_digit()) {
-            return Ok(image.clone());
+            return Ok(image.to_string());
         }
-        let key = arch_word(arch).to_string();
+        let key = (image.to_string(), arch.to_string());
         if let Some(id) = lock(&self.images).get(&key) {
             return Ok(id.to_string());
         }
-        let r: ListImagesResponse = self
+        let r: Images = self
             .client
             .call(
                 "images.list",
                 Method::GET,
                 "/images",
-                &[("name", image.clone()), ("architecture", key.clone())],
+                &[
+                    ("name", image.to_string()),
+                    ("architecture", arch.to_string()),
+                ],
                 None,
             )
             .await?;
         let found = r
             .images
             .iter()
-            .find(|i| i.name.as_deref() == Some(image.as_str()) && i.architecture == arch)
+            .find(|i| i.name.as_deref() == Some(image) && i.architecture == arch)
             .map(|i| i.id)
             .ok_or_else(|| {
-                Error::settings(
-                    [IMAGE_ENV],
-                    format!("no image {image:?} for architecture {key}"),
-                )
+                let why = format!("no image {image:?} for architecture {arch}");
+                if from_spec {
+                    Error::invalid("image", why)
+                } else {
+                    Error::settings([IMAGE_ENV], why)
+                }
             })?;
         lock(&self.images).insert(key, found);
         Ok(found.to_string())
@@ -220,7 +240,7 @@ impl HetznerProvider {
         };
         self.firewall
             .get_or_try_init(|| async {
-                let r: ListFirewallsResponse = self
+                let r: Firewalls = self
                     .client
                     .call(
                         "firewalls.list",
@@ -242,10 +262,42 @@ impl HetznerProvider {
             .copied()
     }
 
+    async fn network_id(&self) -> Result<Option<i64>> {
+        let Some(name) = self.config.network.clone() else {
+            return Ok(None);
+        };
+        self.network
+            .get_or_try_init(|| async {
+                if let Ok(id) = name.parse::<i64>() {
+                    return Ok(Some(id));
+                }
+                let r: Networks = self
+                    .client
+                    .call(
+                        "networks.list",
+                        Method::GET,
+                        "/networks",
+                        &[("name", name.clone())],
+                        None,
+                    )
+                    .await?;
+                r.networks
+                    .iter()
+                    .find(|n| n.name == name)
+                    .map(|n| Some(n.id))
+                    .ok_or_else(|| {
+                        Error::settings([NETWORK_ENV], format!("no network named {name:?}"))
+                    })
+            })
+            .await
+            .copied()
+    }
+
+    /// One read of server `id`: `None` on 404. A server seen is no longer "unseen".
     async fn get_server(&self, id: i64) -> Result<Option<Server>> {
         match self
             .client
-            .call::<GetServerResponse>(
+            .call::<ServerAnswer>(
                 "servers.get",
                 Method::GET,
                 &format!("/servers/{id}"),
@@ -254,56 +306,86 @@ impl HetznerProvider {
             )
             .await
         {
-            Ok(r) => Ok(r.server.map(|s| *s)),
+            Ok(r) => {
+                lock(&self.unseen).remove(&id);
+                Ok(Some(r.server))
+            }
             Err(Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
+    /// When server `id` was made by this provider and has not been seen since, the time until which
+    /// a "not found" for it is not believed.
+    fn unseen_until(&self, id: i64) -> Option<Instant> {
+        let window = self.config.visibility_window;
+        let mut unseen = lock(&self.unseen);
+        unseen.retain(|_, made| made.elapsed() < window);
+        unseen.get(&id).map(|made| *made + window)
+    }
+
+    /// Server `id` as the cloud shows it now: `None` once it is gone. A "not found" for a server this
+    /// provider made and has not seen yet is confirmed by later reads within the visibility window.
+    async fn read_server(&self, id: i64) -> Result<Option<Server>> {
+        let mut n = 0;
+        loop {
+            if let Some(s) = self.get_server(id).await? {
+                return Ok(Some(s));
+            }
+            match self.unseen_until(id) {
+                Some(until) if Instant::now() < until => {
+                    tokio::time::sleep(pause(n)).await;
+                    n += 1;
+                }
+                _ => return Ok(None),
+            }
+        }
+    }
+
     /// The server `id` when it is this owner's; `NotOwned` when it is not, `NotFound` when it is gone.
-    async fn owned_server(&self, id: &str) -> Result<Server> {
+    pub(crate) async fn owned_server(&self, id: &str) -> Result<Server> {
         let n = server_id(id)?;
         let s = self
-            .get_server(n)
+            .read_server(n)
             .await?
-            .ok_or_else(|| Error::not_found(format!("server {id}")))?;
-        if !labels::is_owned_by(&labels_of(&s), &self.owner) {
-            return Err(Error::NotOwned {
-                id: id.to_string(),
-                owner: self.owner.clone(),
-            });
+            .ok_or_else(|| Error::not_found(format!("server {id}")).with_code("not_found"))?;
+        if !labels::is_owned_by(&self.machine_of(&s).labels, &self.owner) {
+            return Err(Error::not_owned(id, &self.owner));
         }
         Ok(s)
     }
 
-    /// Follows action `action` to its end: `Ok` on success, the action's error otherwise.
+    /// Follows action `action` to its end: `Ok` on success, the action's error (classified by its
+    /// code) otherwise.
     async fn wait_action(&self, action: &Action) -> Result<()> {
         let deadline = Instant::now() + self.config.action_timeout;
         let mut current = action.clone();
         loop {
-            match current.status {
-                models::action::Status::Success => return Ok(()),
-                models::action::Status::Error => {
+            match current.status.as_str() {
+                "success" => return Ok(()),
+                "error" => {
                     let (code, msg) = current
                         .error
                         .as_ref()
                         .map(|e| (e.code.clone(), e.message.clone()))
-                        .unwrap_or_else(|| ("unknown".into(), "no message".into()));
-                    return Err(Error::other(format!(
-                        "action {} ({}) failed: {code}: {msg}",
-                        current.id, current.command
-                    )));
+                        .unwrap_or_else(|| (String::new(), "no message".into()));
+                    let words =
+                        format!("action {} ({}) failed: {msg}", current.id, current.command);
+                    return Err(classify(&code, &words, None, None, None)
+                        .with_operation(current.command.clone()));
                 }
-                models::action::Status::Running => {}
+                // `running`, or a word added later: not ended.
+                _ => {}
             }
             if Instant::now() >= deadline {
                 return Err(Error::transient(format!(
                     "action {} ({}) still running after {:?}",
                     current.id, current.command, self.config.action_timeout
-                )));
+                ))
+                .with_operation(current.command.clone()));
             }
             tokio::time::sleep(self.config.action_poll).await;
-            let r: GetActionResponse = self
+            let r: ActionAnswer = self
                 .client
                 .call(
                     "actions.get",
@@ -313,7 +395,7 @@ impl HetznerProvider {
                     None,
                 )
                 .await?;
-            current = *r.action;
+            current = r.action;
         }
     }
 
@@ -324,7 +406,7 @@ impl HetznerProvider {
         command: &'static str,
         body: Option<serde_json::Value>,
     ) -> Result<()> {
-        let r: GetActionResponse = self
+        let r: ActionAnswer = self
             .client
             .call(
                 command,
@@ -341,7 +423,7 @@ impl HetznerProvider {
     async fn delete_server(&self, id: i64) -> Result<bool> {
         let r = self
             .client
-            .call::<models::DeleteServerResponse>(
+            .call::<Deleted>(
                 "servers.delete",
                 Method::DELETE,
                 &format!("/servers/{id}"),
@@ -354,44 +436,80 @@ impl HetznerProvider {
                 if let Some(a) = r.action {
                     self.wait_action(&a).await?;
                 }
+                lock(&self.unseen).remove(&id);
                 Ok(true)
             }
-            Err(Error::NotFound { .. }) => Ok(true),
+            Err(Error::NotFound { .. }) if self.unseen_until(id).is_none() => Ok(true),
+            Err(Error::NotFound { .. }) => Err(Error::transient(format!(
+                "server {id} was made a moment ago and is not visible to delete yet"
+            ))
+            .with_code("not_found")),
             Err(e) => Err(e),
         }
     }
 
-    /// Deletes server `id` whose create action failed with `failed`; answers `failed`, or
+    /// Deletes server `id` whose create failed with `failed`; answers `failed`, or
     /// [`Error::Leftovers`] naming the server when it could not be deleted.
     async fn remove_failed(&self, id: i64, name: &str, failed: Error) -> Error {
-        tracing::warn!(server = id, error = %failed, "create action failed; deleting the server");
+        tracing::warn!(server = id, error = %failed, "create failed; deleting the server");
         match self.delete_server(id).await {
             Ok(_) => failed,
-            Err(e) => Error::Leftovers {
-                error: Box::new(failed),
-                left: vec![format!("server {id} ({name}): {e}")],
-            },
+            Err(e) => Error::leftovers(failed, vec![format!("server {id} ({name}): {e}")]),
+        }
+    }
+
+    /// No stock of the spec's type in its location, from `e` (an error of kind `NoStock`).
+    fn no_stock(spec: &MachineSpec, e: Error) -> Result<Created> {
+        match e {
+            Error::NoStock { message, .. } => Ok(Created::NoStock {
+                machine_type: spec.machine_type.clone(),
+                location: spec.location.clone(),
+                message,
+            }),
+            other => Err(other),
         }
     }
 
     /// A create whose name is taken: the server of that name when it is this owner's, of this pool,
     /// type and location (a retried create), after its running actions end; else `AlreadyExists`
-    /// (`conflict`: the name is known to be taken) or `taken` itself.
-    async fn adopt(&self, spec: &MachineSpec, taken: Error, conflict: bool) -> Result<Created> {
-        let r: ListServersResponse = self
-            .client
-            .call(
-                "servers.list",
-                Method::GET,
-                "/servers",
-                &[("name", spec.name.clone())],
-                None,
-            )
-            .await?;
-        let Some(s) = r.servers.into_iter().find(|s| s.name == spec.name) else {
+    /// (`conflict`: the name is known to be taken) or `taken` itself. `own`: this create call made an
+    /// earlier attempt whose answer was lost, so the server is its own ([`Created::Machine`]); else it
+    /// was made by an earlier call ([`Created::Adopted`]).
+    async fn adopt(
+        &self,
+        spec: &MachineSpec,
+        taken: Error,
+        conflict: bool,
+        own: bool,
+    ) -> Result<Created> {
+        // A name the cloud says is taken may belong to a server made a moment ago that listings do
+        // not show yet: look again within the visibility window before answering.
+        let deadline = Instant::now() + self.config.visibility_window;
+        let mut n = 0;
+        let found = loop {
+            let r: Servers = self
+                .client
+                .call(
+                    "servers.list",
+                    Method::GET,
+                    "/servers",
+                    &[("name", spec.name.clone())],
+                    None,
+                )
+                .await?;
+            if let Some(s) = r.servers.into_iter().find(|s| s.name == spec.name) {
+                break Some(s);
+            }
+            if !conflict || Instant::now() >= deadline {
+                break None;
+            }
+            tokio::time::sleep(pause(n)).await;
+            n += 1;
+        };
+        let Some(s) = found else {
             return Err(taken);
         };
-        let ours = labels::is_in_pool(&labels_of(&s), &spec.pool, &self.owner)
+        let ours = labels::is_in_pool(&self.machine_of(&s).labels, &spec.pool, &self.owner)
             && s.server_type.name == spec.machine_type
             && s.location.name == spec.location;
         if !ours && !conflict {
@@ -401,12 +519,13 @@ impl HetznerProvider {
             return Err(Error::already_exists(format!(
                 "server {:?} (id {}) exists and is not this owner's machine of pool {:?}",
                 spec.name, s.id, spec.pool
-            )));
+            ))
+            .with_code("uniqueness_error"));
         }
-        tracing::info!(server = s.id, name = %spec.name, "adopting the server a lost create made");
+        tracing::info!(server = s.id, name = %spec.name, own, "taking over the server an earlier create made");
         // The running actions, and a create action that already failed: a server whose create failed
         // is removed as `create` removes it, never handed back as made.
-        let actions: ListActionsResponse = self
+        let actions: Actions = self
             .client
             .call(
                 "servers.actions.list",
@@ -421,20 +540,36 @@ impl HetznerProvider {
             .await?;
         for a in &actions.actions {
             let is_create = a.command == "create_server";
-            if a.status == models::action::Status::Error && !is_create {
+            if a.status == "error" && !is_create {
                 continue;
             }
             if let Err(failed) = self.wait_action(a).await {
                 if is_create && !failed.is_retryable() {
-                    return Err(self.remove_failed(s.id, &spec.name, failed).await);
+                    let e = self.remove_failed(s.id, &spec.name, failed).await;
+                    return Self::no_stock(spec, e);
                 }
                 return Err(failed);
             }
         }
-        let s = self.get_server(s.id).await?.ok_or_else(|| {
+        let s = self.read_server(s.id).await?.ok_or_else(|| {
             Error::transient(format!("server {} vanished while adopting it", spec.name))
         })?;
-        Ok(Created::Machine(machine_of(&s)))
+        let m = self.machine_of(&s);
+        Ok(if own {
+            Created::Machine(m)
+        } else {
+            Created::Adopted(m)
+        })
+    }
+
+    /// Waits, within the visibility window, until server `id` (made by this provider) shows in reads.
+    async fn wait_visible(&self, id: i64) -> Result<Server> {
+        self.read_server(id).await?.ok_or_else(|| {
+            Error::transient(format!(
+                "server {id} was made but is not visible after {:?}; a retry of the create adopts it",
+                self.config.visibility_window
+            ))
+        })
     }
 
     fn list_page(
@@ -447,7 +582,7 @@ impl HetznerProvider {
         let per_page = self.config.page_size.to_string();
         let pool = pool.to_string();
         async move {
-            let r: ListServersResponse = self
+            let r: Servers = self
                 .client
                 .call(
                     "servers.list",
@@ -464,8 +599,8 @@ impl HetznerProvider {
             let items = r
                 .servers
                 .iter()
-                .filter(|s| labels::is_in_pool(&labels_of(s), &pool, &self.owner))
-                .map(machine_of)
+                .map(|s| self.machine_of(s))
+                .filter(|m| labels::is_in_pool(&m.labels, &pool, &self.owner))
                 .collect();
             Ok(Page {
                 items,
@@ -473,12 +608,47 @@ impl HetznerProvider {
             })
         }
     }
+
+    /// Refuses a type that cannot be ordered in the spec's location, before any create: one that is
+    /// not offered there, or one that is deprecated there (or everywhere).
+    fn check_orderable(t: &ServerType, location: &str) -> Result<()> {
+        if !t.offered_in(location) {
+            let offered: Vec<&str> = t.locations.iter().map(|l| l.name.as_str()).collect();
+            return Err(Error::invalid(
+                "location",
+                format!(
+                    "server type {} is not offered in {location} (it is in {})",
+                    t.name,
+                    offered.join(", ")
+                ),
+            ));
+        }
+        if let Some(d) = t.deprecation_in(location) {
+            let when = if d.unavailable_after.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (announced {}, not orderable after {})",
+                    day(&d.announced),
+                    day(&d.unavailable_after)
+                )
+            };
+            return Err(Error::invalid(
+                "machine_type",
+                format!(
+                    "server type {} is deprecated in {location}{when}: choose a type on sale today",
+                    t.name
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[async_trait]
 impl Provider for HetznerProvider {
     fn kind(&self) -> &str {
-        "hetzner"
+        KIND
     }
 
     fn owner(&self) -> &str {
@@ -486,70 +656,90 @@ impl Provider for HetznerProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        Capabilities::NONE
+            .with_start_stop(true)
+            .with_resize(true)
+            .with_hourly_price(true)
+            .with_power_times(false)
+            .with_private_address(self.config.network.is_some())
+            .with_options(SpecOptions::NONE.with("labels", true).with("image", true))
     }
 
     async fn arch(&self, machine_type: &str) -> Result<Arch> {
         let t = self.server_type(machine_type).await?;
-        Ok(docker_arch(arch_word(t.architecture)))
+        Ok(docker_arch(&t.architecture))
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
         spec.validate()?;
-        let t = self.server_type(&spec.machine_type).await?;
+        self.capabilities().check_spec(KIND, spec)?;
         token_rule("location", &spec.location)?;
-        let image = self.image_for(t.architecture).await?;
+        let t = self.server_type(&spec.machine_type).await?;
+        Self::check_orderable(&t, &spec.location)?;
+        let image = match &spec.image {
+            Some(i) => self.image_for(i, &t.architecture, true).await?,
+            None => {
+                self.image_for(&self.config.image, &t.architecture, false)
+                    .await?
+            }
+        };
         let firewall = self.firewall_id().await?;
-        let mut request =
-            models::CreateServerRequest::new(image, spec.name.clone(), spec.machine_type.clone());
-        request.location = Some(spec.location.clone());
-        request.labels = Some(
-            labels::ownership_labels(&spec.pool, &self.owner)
-                .into_iter()
-                .collect(),
-        );
-        request.start_after_create = Some(true);
+        let network = self.network_id().await?;
+        let mut labels = labels::ownership_labels(&spec.pool, &self.owner);
+        labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let mut body = json!({
+            "name": spec.name,
+            "server_type": spec.machine_type,
+            "image": image,
+            "location": spec.location,
+            "labels": labels,
+            "start_after_create": true,
+        });
         if !self.config.ssh_keys.is_empty() {
-            request.ssh_keys = Some(self.config.ssh_keys.clone());
+            body["ssh_keys"] = json!(self.config.ssh_keys);
         }
         if let Some(f) = firewall {
-            request.firewalls = Some(vec![models::CreateServerRequestFirewalls::new(f)]);
+            body["firewalls"] = json!([{ "firewall": f }]);
+        }
+        if let Some(n) = network {
+            body["networks"] = json!([n]);
         }
         if !spec.user_data.is_empty() {
-            request.user_data = Some(spec.user_data.clone());
+            body["user_data"] = json!(spec.user_data);
         }
-        let body = serde_json::to_value(&request)
-            .map_err(|e| Error::other(format!("cannot encode the create request: {e}")))?;
         // Retrying the POST is safe: names are unique per project, so a repeat of a create whose answer
-        // was lost meets `uniqueness_error` and adopts the server the first attempt made.
+        // was lost meets `uniqueness_error` and takes over the server the first attempt made.
+        let attempts = AtomicU32::new(0);
         let made = self
             .client
-            .call::<CreateServerResponse>(
-                "servers.create",
-                Method::POST,
-                "/servers",
-                &[],
-                Some(&body),
-            )
+            .retry
+            .retry("servers.create", || {
+                attempts.fetch_add(1, Ordering::Relaxed);
+                self.client.once::<CreatedServer>(
+                    "servers.create",
+                    Method::POST,
+                    "/servers",
+                    &[],
+                    Some(&body),
+                )
+            })
             .await;
+        let own = attempts.load(Ordering::Relaxed) > 1;
         let r = match made {
             Ok(r) => r,
             Err(e @ (Error::NoStock { .. } | Error::Quota { .. })) => {
                 // A create retried after a lost answer can meet the stock or the server limit that its
-                // first attempt used up: adopt the server that attempt made, when there is one.
-                return match self.adopt(spec, e, false).await {
-                    Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message,
-                    }),
+                // first attempt used up: take over the server that attempt made, when there is one.
+                return match self.adopt(spec, e, false, own).await {
+                    Err(e @ Error::NoStock { .. }) => Self::no_stock(spec, e),
                     other => other,
                 };
             }
-            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true).await,
+            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true, own).await,
             Err(e) => return Err(e),
         };
         let id = r.server.id;
+        lock(&self.unseen).insert(id, Instant::now());
         // The create action, then its next actions (the `start_server` of `start_after_create`).
         let mut ended = self.wait_action(&r.action).await;
         for next in &r.next_actions {
@@ -563,13 +753,13 @@ impl Provider for HetznerProvider {
                 // Still running (or unreadable): the server stays; a retry of the create adopts it.
                 return Err(failed);
             }
-            return Err(self.remove_failed(id, &spec.name, failed).await);
+            // A create action that failed for placement or capacity is no stock, once the server it
+            // left is removed.
+            let e = self.remove_failed(id, &spec.name, failed).await;
+            return Self::no_stock(spec, e);
         }
-        let s = self
-            .get_server(id)
-            .await?
-            .ok_or_else(|| Error::transient(format!("server {id} vanished after its create")))?;
-        Ok(Created::Machine(machine_of(&s)))
+        let s = self.wait_visible(id).await?;
+        Ok(Created::Machine(self.machine_of(&s)))
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
@@ -579,7 +769,7 @@ impl Provider for HetznerProvider {
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
         match self.owned_server(id).await {
-            Ok(s) => Ok(Some(machine_of(&s))),
+            Ok(s) => Ok(Some(self.machine_of(&s))),
             Err(Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
@@ -587,37 +777,34 @@ impl Provider for HetznerProvider {
 
     async fn delete(&self, id: &str) -> Result<bool> {
         let n = server_id(id)?;
-        let Some(s) = self.get_server(n).await? else {
+        let Some(s) = self.read_server(n).await? else {
             return Ok(true);
         };
-        if !labels::is_owned_by(&labels_of(&s), &self.owner) {
-            return Err(Error::NotOwned {
-                id: id.to_string(),
-                owner: self.owner.clone(),
-            });
+        if !labels::is_owned_by(&self.machine_of(&s).labels, &self.owner) {
+            return Err(Error::not_owned(id, &self.owner));
         }
         self.delete_server(n).await
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {
         let s = self.owned_server(id).await?;
-        if cloud_word(&s.status) != "running" {
+        if s.status != "running" {
             self.server_action(s.id, "poweron", None).await?;
         }
         let s = self.owned_server(id).await?;
-        Ok(machine_of(&s))
+        Ok(self.machine_of(&s))
     }
 
     async fn stop(&self, id: &str) -> Result<Machine> {
         let s = self.owned_server(id).await?;
-        if cloud_word(&s.status) != "off" {
+        if s.status != "off" {
             self.server_action(s.id, "shutdown", None).await?;
             // A graceful shutdown only asks the OS (ACPI); wait for it, bounded, then power off.
             let deadline = Instant::now() + self.config.shutdown_timeout;
             loop {
                 let now = self.owned_server(id).await?;
-                if cloud_word(&now.status) == "off" {
-                    return Ok(machine_of(&now));
+                if now.status == "off" {
+                    return Ok(self.machine_of(&now));
                 }
                 if Instant::now() >= deadline {
                     tracing::info!(server = s.id, "graceful shutdown timed out; powering off");
@@ -628,7 +815,7 @@ impl Provider for HetznerProvider {
             }
         }
         let s = self.owned_server(id).await?;
-        Ok(machine_of(&s))
+        Ok(self.machine_of(&s))
     }
 
     async fn resize(&self, id: &str, machine_type: &str) -> Result<Resized> {
@@ -637,23 +824,23 @@ impl Provider for HetznerProvider {
         let s = self.owned_server(id).await?;
         if s.server_type.name == machine_type {
             return Ok(Resized {
-                machine: machine_of(&s),
+                machine: self.machine_of(&s),
                 caused_downtime: false,
             });
         }
         let from = self.server_type(&s.server_type.name).await?;
         let to = self.server_type(machine_type).await?;
-        if from.architecture != to.architecture {
+        if docker_arch(&from.architecture) != docker_arch(&to.architecture) {
             return Err(Error::invalid(
                 "machine_type",
                 format!(
                     "{machine_type} is {}, the server is {}: a resize cannot change the architecture",
-                    docker_arch(arch_word(to.architecture)),
-                    docker_arch(arch_word(from.architecture))
+                    docker_arch(&to.architecture),
+                    docker_arch(&from.architecture)
                 ),
             ));
         }
-        let was_off = cloud_word(&s.status) == "off";
+        let was_off = s.status == "off";
         if !was_off {
             self.stop(id).await?;
         }
@@ -675,7 +862,7 @@ impl Provider for HetznerProvider {
         }
         let s = self.owned_server(id).await?;
         Ok(Resized {
-            machine: machine_of(&s),
+            machine: self.machine_of(&s),
             caused_downtime: !was_off,
         })
     }
@@ -699,5 +886,9 @@ impl Provider for HetznerProvider {
             ))
         })?;
         Ok(Price::new(hourly, "EUR"))
+    }
+
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        Some(self)
     }
 }

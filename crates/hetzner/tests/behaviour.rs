@@ -22,7 +22,7 @@ fn spec(name: &str, t: &str, loc: &str, pool: &str) -> MachineSpec {
 #[tokio::test]
 async fn create_is_one_call_with_everything_in_it() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "stack-1");
+    let p = common::provider(&fake, "stack-1").await;
     let before = fake.control().count(&Method::POST, "/v1/servers");
     let m = p
         .create(&spec("arm-1", "cax11", "fsn1", "lab"))
@@ -62,10 +62,10 @@ async fn create_is_one_call_with_everything_in_it() {
     assert_eq!(m.machine_type, "cax11");
     // An x86 type gets the x86 image; the image lookups are cached per architecture.
     let images_before = fake.control().count(&Method::GET, "/v1/images");
-    p.create(&spec("x86-1", "cx22", "fsn1", "lab"))
+    p.create(&spec("x86-1", "cx23", "fsn1", "lab"))
         .await
         .unwrap();
-    p.create(&spec("x86-2", "cx22", "fsn1", "lab"))
+    p.create(&spec("x86-2", "cx23", "fsn1", "lab"))
         .await
         .unwrap();
     assert_eq!(fake.servers()[1]["image"]["architecture"], "x86");
@@ -79,25 +79,22 @@ async fn create_is_one_call_with_everything_in_it() {
 #[tokio::test]
 async fn no_stock_and_not_offered_in_this_location() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "s");
-    fake.set_no_stock("cx22", "nbg1", true);
-    match p.create(&spec("n1", "cx22", "nbg1", "lab")).await.unwrap() {
+    let p = common::provider(&fake, "s").await;
+    fake.set_no_stock("cx23", "nbg1", true);
+    match p.create(&spec("n1", "cx23", "nbg1", "lab")).await.unwrap() {
         Created::NoStock {
             machine_type,
             location,
             message,
         } => {
-            assert_eq!((machine_type.as_str(), location.as_str()), ("cx22", "nbg1"));
-            assert!(
-                message.contains("not available in this location"),
-                "{message}"
-            );
+            assert_eq!((machine_type.as_str(), location.as_str()), ("cx23", "nbg1"));
+            assert!(message.contains("error during placement"), "{message}");
         }
         other => panic!("{other:?}"),
     }
     // Scoped to type and location: another location has stock.
     assert!(matches!(
-        p.create(&spec("n1", "cx22", "fsn1", "lab")).await.unwrap(),
+        p.create(&spec("n1", "cx23", "fsn1", "lab")).await.unwrap(),
         Created::Machine(_)
     ));
     assert_eq!(fake.servers().len(), 1);
@@ -120,10 +117,10 @@ async fn no_stock_and_not_offered_in_this_location() {
 #[tokio::test]
 async fn a_failed_create_action_leaves_no_server() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "s");
+    let p = common::provider(&fake, "s").await;
     fake.fail_next_create_action("the host failed to boot the image");
     let e = p
-        .create(&spec("f1", "cx22", "fsn1", "lab"))
+        .create(&spec("f1", "cx23", "fsn1", "lab"))
         .await
         .unwrap_err();
     assert!(
@@ -134,7 +131,7 @@ async fn a_failed_create_action_leaves_no_server() {
     assert_eq!(fake.control().count(&Method::DELETE, "/v1/servers/"), 1);
     // And the name is free again.
     assert!(p
-        .create(&spec("f1", "cx22", "fsn1", "lab"))
+        .create(&spec("f1", "cx23", "fsn1", "lab"))
         .await
         .unwrap()
         .machine()
@@ -148,8 +145,8 @@ async fn a_failed_create_whose_clean_up_fails_names_the_leftover() {
         .retry(RetryPolicy::NEVER)
         .build()
         .unwrap();
-    let p = HetznerProvider::new("s", config).unwrap();
-    p.arch("cx22").await.unwrap();
+    let p = HetznerProvider::new(config, "s").await.unwrap();
+    p.arch("cx23").await.unwrap();
     fake.fail_next_create_action("boom");
     fake.control().inject(Rule::new(
         Some(Method::DELETE),
@@ -161,7 +158,7 @@ async fn a_failed_create_whose_clean_up_fails_names_the_leftover() {
         },
         1,
     ));
-    match p.create(&spec("f2", "cx22", "fsn1", "lab")).await {
+    match p.create(&spec("f2", "cx23", "fsn1", "lab")).await {
         Err(Error::Leftovers { error, left }) => {
             assert!(error.to_string().contains("boom"));
             assert_eq!(left.len(), 1);
@@ -175,33 +172,32 @@ async fn a_failed_create_whose_clean_up_fails_names_the_leftover() {
 #[tokio::test]
 async fn a_taken_name_is_adopted_only_when_it_is_ours() {
     let fake = FakeHetzner::start().await.unwrap();
-    let a = common::provider(&fake, "owner-a");
-    let b = common::provider(&fake, "owner-b");
+    let a = common::provider(&fake, "owner-a").await;
+    let b = common::provider(&fake, "owner-b").await;
     let first = a
-        .create(&spec("same", "cx22", "fsn1", "lab"))
+        .create(&spec("same", "cx23", "fsn1", "lab"))
         .await
         .unwrap()
         .machine()
         .unwrap();
-    // The same spec again (a retried create): the same server.
+    // The same spec again (a retried create): the same server, adopted from the earlier call.
     let again = a
-        .create(&spec("same", "cx22", "fsn1", "lab"))
+        .create(&spec("same", "cx23", "fsn1", "lab"))
         .await
-        .unwrap()
-        .machine()
         .unwrap();
-    assert_eq!(first.id, again.id);
+    assert!(again.is_adopted(), "{again:?}");
+    assert_eq!(first.id, again.machine().unwrap().id);
     // Another owner, another pool, or a server of another tool: already exists, nothing adopted.
     for (p, pool) in [(&b, "lab"), (&a, "other")] {
         let e = p
-            .create(&spec("same", "cx22", "fsn1", pool))
+            .create(&spec("same", "cx23", "fsn1", pool))
             .await
             .unwrap_err();
         assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
     }
-    fake.insert_server("foreign", "cx22", "fsn1", &[("team", "web")]);
+    fake.insert_server("foreign", "cx23", "fsn1", &[("team", "web")]);
     let e = a
-        .create(&spec("foreign", "cx22", "fsn1", "lab"))
+        .create(&spec("foreign", "cx23", "fsn1", "lab"))
         .await
         .unwrap_err();
     assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
@@ -211,10 +207,10 @@ async fn a_taken_name_is_adopted_only_when_it_is_ours() {
 #[tokio::test]
 async fn foreign_servers_are_neither_listed_nor_deleted_nor_changed() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     let other = fake.insert_server(
         "theirs",
-        "cx22",
+        "cx23",
         "fsn1",
         &[
             ("orca", "pool"),
@@ -222,7 +218,7 @@ async fn foreign_servers_are_neither_listed_nor_deleted_nor_changed() {
             ("orca-owner", "you"),
         ],
     );
-    let plain = fake.insert_server("plain", "cx22", "fsn1", &[]);
+    let plain = fake.insert_server("plain", "cx23", "fsn1", &[]);
     assert!(p.machines("lab").await.unwrap().is_empty());
     for id in [other, plain] {
         let id = id.to_string();
@@ -230,7 +226,7 @@ async fn foreign_servers_are_neither_listed_nor_deleted_nor_changed() {
         assert!(matches!(p.stop(&id).await, Err(Error::NotOwned { .. })));
         assert!(matches!(p.start(&id).await, Err(Error::NotOwned { .. })));
         assert!(matches!(
-            p.resize(&id, "cx32").await,
+            p.resize(&id, "cx33").await,
             Err(Error::NotOwned { .. })
         ));
     }
@@ -242,7 +238,7 @@ async fn foreign_servers_are_neither_listed_nor_deleted_nor_changed() {
 #[tokio::test]
 async fn a_selector_widening_value_is_refused_before_any_request() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     for bad in [
         "lab,orca-owner!=me",
         "lab,!orca-owner",
@@ -255,13 +251,15 @@ async fn a_selector_widening_value_is_refused_before_any_request() {
             Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "pool"),
             other => panic!("machines({bad:?}) gave {other:?}"),
         }
-        match p.create(&spec("ok-name", "cx22", "fsn1", bad)).await {
+        match p.create(&spec("ok-name", "cx23", "fsn1", bad)).await {
             Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "pool"),
             other => panic!("create in {bad:?} gave {other:?}"),
         }
     }
     for owner in ["a,orca=pool", "!x", "x y", "Owner"] {
-        let e = HetznerProvider::new(owner, common::builder(&fake).build().unwrap()).unwrap_err();
+        let e = HetznerProvider::new(common::builder(&fake).build().unwrap(), owner)
+            .await
+            .unwrap_err();
         assert!(
             matches!(e, Error::InvalidSpec { ref field, .. } if field == "owner"),
             "{e:?}"
@@ -273,7 +271,7 @@ async fn a_selector_widening_value_is_refused_before_any_request() {
             "{bad}"
         );
     }
-    for bad in ["cx22,cx32", "cx 22", ""] {
+    for bad in ["cx23,cx33", "cx 22", ""] {
         assert!(
             matches!(p.arch(bad).await, Err(Error::InvalidSpec { .. })),
             "{bad}"
@@ -315,7 +313,7 @@ async fn the_token_is_redacted_everywhere() {
         .retry(RetryPolicy::fast())
         .build()
         .unwrap();
-    let p = HetznerProvider::new("me", config.clone()).unwrap();
+    let p = HetznerProvider::new(config.clone(), "me").await.unwrap();
     let mut shown = vec![
         format!("{config:?}"),
         format!("{p:?}"),
@@ -327,7 +325,7 @@ async fn the_token_is_redacted_everywhere() {
     assert!(e.to_string().contains("unauthorized"), "{e}");
     shown.push(format!("{e} {e:?}"));
     let e = p
-        .create(&spec("t1", "cx22", "fsn1", "lab"))
+        .create(&spec("t1", "cx23", "fsn1", "lab"))
         .await
         .unwrap_err();
     shown.push(format!("{e} {e:?}"));
@@ -338,7 +336,8 @@ async fn the_token_is_redacted_everywhere() {
         .retry(RetryPolicy::NEVER)
         .build()
         .unwrap();
-    let e = HetznerProvider::new("me", closed)
+    let e = HetznerProvider::new(closed, "me")
+        .await
         .unwrap()
         .machines("lab")
         .await
@@ -393,7 +392,7 @@ fn throttle(fake: &FakeHetzner, times: u32) {
 #[tokio::test]
 async fn a_429_storm_is_retried_within_bounds_not_blindly() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     // A short storm: each 429 is waited out once, then the call succeeds.
     throttle(&fake, 3);
     assert!(p.machines("lab").await.unwrap().is_empty());
@@ -425,7 +424,9 @@ async fn calls_are_paced_from_the_rate_limit_headers() {
     // Unpaced, a burst spends the budget and meets 429s (retried by the policy).
     let fake = FakeHetzner::start_with(opts.clone()).await.unwrap();
     let unpaced = Arc::new(
-        HetznerProvider::new("me", common::builder(&fake).pacing(false).build().unwrap()).unwrap(),
+        HetznerProvider::new(common::builder(&fake).pacing(false).build().unwrap(), "me")
+            .await
+            .unwrap(),
     );
     unpaced.machines("lab").await.unwrap();
     let mut tasks = tokio::task::JoinSet::new();
@@ -442,9 +443,10 @@ async fn calls_are_paced_from_the_rate_limit_headers() {
     let fake = FakeHetzner::start_with(opts).await.unwrap();
     let paced = Arc::new(
         HetznerProvider::new(
-            "me",
             common::builder(&fake).rate_reserve(0.0).build().unwrap(),
+            "me",
         )
+        .await
         .unwrap(),
     );
     paced.machines("lab").await.unwrap();
@@ -473,12 +475,13 @@ async fn a_reserve_is_left_for_other_tools() {
         .await
         .unwrap();
         let p = HetznerProvider::new(
-            "me",
             common::builder(&fake)
                 .rate_reserve(reserve)
                 .build()
                 .unwrap(),
+            "me",
         )
+        .await
         .unwrap();
         for _ in 0..15 {
             p.machines("lab").await.unwrap();
@@ -504,9 +507,9 @@ async fn a_reserve_is_left_for_other_tools() {
 #[tokio::test]
 async fn stop_waits_for_shutdown_then_powers_off() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     let m = p
-        .create(&spec("s1", "cx22", "fsn1", "lab"))
+        .create(&spec("s1", "cx23", "fsn1", "lab"))
         .await
         .unwrap()
         .machine()
@@ -526,19 +529,19 @@ async fn stop_waits_for_shutdown_then_powers_off() {
     assert_eq!(stopped.status, Status::Stopped);
     assert_eq!(fake.control().count(&Method::POST, "/actions/poweroff"), 1);
     // Resize of a stopped server: no downtime, stays stopped; of a running one: downtime.
-    let r = p.resize(&m.id, "cx32").await.unwrap();
+    let r = p.resize(&m.id, "cx33").await.unwrap();
     assert!(!r.caused_downtime);
     assert_eq!(
         (r.machine.machine_type.as_str(), r.machine.status),
-        ("cx32", Status::Stopped)
+        ("cx33", Status::Stopped)
     );
     fake.ignore_shutdown(false);
     p.start(&m.id).await.unwrap();
-    let r = p.resize(&m.id, "cx22").await.unwrap();
+    let r = p.resize(&m.id, "cx23").await.unwrap();
     assert!(r.caused_downtime);
     assert_eq!(
         (r.machine.machine_type.as_str(), r.machine.status),
-        ("cx22", Status::Running)
+        ("cx23", Status::Running)
     );
     // Across architectures: refused before any change.
     let e = p.resize(&m.id, "cax11").await.unwrap_err();
@@ -548,9 +551,9 @@ async fn stop_waits_for_shutdown_then_powers_off() {
 #[tokio::test]
 async fn prices_arch_and_statuses() {
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "me");
-    let fsn = p.hourly_price("cx22", "fsn1").await.unwrap();
-    let hel = p.hourly_price("cx22", "hel1").await.unwrap();
+    let p = common::provider(&fake, "me").await;
+    let fsn = p.hourly_price("cx23", "fsn1").await.unwrap();
+    let hel = p.hourly_price("cx23", "hel1").await.unwrap();
     assert_eq!(fsn.currency, "EUR");
     assert!((fsn.hourly - 0.006).abs() < 1e-9, "{fsn:?}");
     assert!(hel.hourly > fsn.hourly, "prices are per location");
@@ -581,12 +584,12 @@ async fn listing_reads_every_page_in_ceil_n_over_50_requests() {
     for i in 0..120 {
         fake.insert_server(
             &format!("m{i}"),
-            "cx22",
+            "cx23",
             "fsn1",
             &[("orca", "pool"), ("orca-pool", "big"), ("orca-owner", "me")],
         );
     }
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     let got = p.machines("big").await.unwrap();
     assert_eq!(got.len(), 120);
     assert_eq!(fake.control().requests(), 3, "ceil(120/50) pages");
@@ -609,7 +612,7 @@ async fn a_lost_create_answer_is_adopted_after_its_action() {
     })
     .await
     .unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     fake.control().inject(Rule::new(
         Some(Method::POST),
         "/v1/servers",
@@ -617,7 +620,7 @@ async fn a_lost_create_answer_is_adopted_after_its_action() {
         1,
     ));
     let m = p
-        .create(&spec("lost-1", "cx22", "fsn1", "lab"))
+        .create(&spec("lost-1", "cx23", "fsn1", "lab"))
         .await
         .unwrap()
         .machine()
@@ -635,12 +638,13 @@ async fn a_lost_create_answer_is_adopted_after_its_action() {
 async fn passing_failures_are_retried_by_the_shared_policy() {
     let fake = FakeHetzner::start().await.unwrap();
     let p = HetznerProvider::new(
-        "me",
         common::builder(&fake)
             .request_timeout(Duration::from_millis(300))
             .build()
             .unwrap(),
+        "me",
     )
+    .await
     .unwrap();
     // Two 503s, then the answer.
     fake.control().inject(Rule::new(
@@ -692,7 +696,7 @@ async fn a_lost_create_answer_whose_action_fails_leaves_no_server() {
     })
     .await
     .unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     fake.fail_next_create_action("the host failed to boot the image");
     fake.control().inject(Rule::new(
         Some(Method::POST),
@@ -701,7 +705,7 @@ async fn a_lost_create_answer_whose_action_fails_leaves_no_server() {
         1,
     ));
     let e = p
-        .create(&spec("lost-2", "cx22", "fsn1", "lab"))
+        .create(&spec("lost-2", "cx23", "fsn1", "lab"))
         .await
         .unwrap_err();
     assert!(
@@ -718,9 +722,9 @@ async fn a_failed_resize_powers_the_server_on_again() {
     // change_type can fail after the server was stopped for it (no stock of the new type, a disk too
     // large for it): the server is started again rather than left off.
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     let m = p
-        .create(&spec("rs-1", "cx22", "fsn1", "lab"))
+        .create(&spec("rs-1", "cx23", "fsn1", "lab"))
         .await
         .unwrap()
         .machine()
@@ -730,15 +734,15 @@ async fn a_failed_resize_powers_the_server_on_again() {
         "/actions/change_type",
         Fault::Status {
             status: 412,
-            body: serde_json::json!({"error": {"code": "resource_unavailable", "message": "server type cx32 is not available in this location"}}),
+            body: serde_json::json!({"error": {"code": "resource_unavailable", "message": "server type cx33 is not available in this location"}}),
             headers: vec![],
         },
         1,
     ));
-    assert!(p.resize(&m.id, "cx32").await.is_err());
+    assert!(p.resize(&m.id, "cx33").await.is_err());
     let s = &fake.servers()[0];
     assert_eq!(s["status"], "running", "{s}");
-    assert_eq!(s["server_type"]["name"], "cx22");
+    assert_eq!(s["server_type"]["name"], "cx23");
 }
 
 #[tokio::test]
@@ -752,11 +756,11 @@ async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_
         (
             412,
             "resource_unavailable",
-            "server type cx22 is not available in this location",
+            "server type cx23 is not available in this location",
         ),
     ] {
         let fake = FakeHetzner::start().await.unwrap();
-        let p = common::provider(&fake, "me");
+        let p = common::provider(&fake, "me").await;
         fake.control().inject(Rule::new(
             Some(Method::POST),
             "/v1/servers",
@@ -773,7 +777,7 @@ async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_
             },
             1,
         ));
-        let got = p.create(&spec("lim-1", "cx22", "fsn1", "lab")).await;
+        let got = p.create(&spec("lim-1", "cx23", "fsn1", "lab")).await;
         let m = match got {
             Ok(Created::Machine(m)) => m,
             other => panic!("{code}: {other:?}"),
@@ -784,10 +788,10 @@ async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_
     }
     // Without a server of that name, the answers stay what they were.
     let fake = FakeHetzner::start().await.unwrap();
-    let p = common::provider(&fake, "me");
-    fake.set_no_stock("cx22", "fsn1", true);
+    let p = common::provider(&fake, "me").await;
+    fake.set_no_stock("cx23", "fsn1", true);
     assert!(matches!(
-        p.create(&spec("lim-2", "cx22", "fsn1", "lab")).await,
+        p.create(&spec("lim-2", "cx23", "fsn1", "lab")).await,
         Ok(Created::NoStock { .. })
     ));
     fake.control().inject(Rule::new(
@@ -801,7 +805,7 @@ async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_
         1,
     ));
     let e = p
-        .create(&spec("lim-3", "cx32", "fsn1", "lab"))
+        .create(&spec("lim-3", "cx33", "fsn1", "lab"))
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Quota { .. }), "{e:?}");
@@ -818,9 +822,9 @@ async fn create_follows_its_next_actions_and_a_failed_start_leaves_no_server() {
     })
     .await
     .unwrap();
-    let p = common::provider(&fake, "me");
+    let p = common::provider(&fake, "me").await;
     let m = p
-        .create(&spec("nx-1", "cx22", "fsn1", "lab"))
+        .create(&spec("nx-1", "cx23", "fsn1", "lab"))
         .await
         .unwrap()
         .machine()
@@ -829,7 +833,7 @@ async fn create_follows_its_next_actions_and_a_failed_start_leaves_no_server() {
     // A start that fails: the create failed, and its server is removed.
     fake.fail_next_start_after_create("no host could start the server");
     let e = p
-        .create(&spec("nx-2", "cx22", "fsn1", "lab"))
+        .create(&spec("nx-2", "cx23", "fsn1", "lab"))
         .await
         .unwrap_err();
     assert!(

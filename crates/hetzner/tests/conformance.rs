@@ -1,7 +1,10 @@
 //! The core conformance suite against the fake Hetzner API, with every hook: two owners on one
-//! project, page size 1, no stock, a lost create answer, and request counting.
+//! project, page size 1, no stock, a lost create answer, request counting and delayed visibility.
+//! Servers go on the fake's private network, so that `private_address` is claimed and checked.
 
 mod common;
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::http::Method;
@@ -23,10 +26,10 @@ impl Harness for FakeHarness {
 
     fn setup(&self) -> Setup {
         Setup {
-            amd64_type: "cx22".into(),
+            amd64_type: "cx23".into(),
             arm64_type: "cax11".into(),
             location: "hel1".into(),
-            resize_to: "cx32".into(),
+            resize_to: "cx33".into(),
             unknown_id: "999999999".into(),
             image: "ubuntu-24.04".into(),
         }
@@ -34,7 +37,7 @@ impl Harness for FakeHarness {
 
     async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
         let config = common::builder(&self.fake).build()?;
-        Ok(Box::new(HetznerProvider::new(owner, config)?))
+        Ok(Box::new(HetznerProvider::new(config, owner).await?))
     }
 
     async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
@@ -43,7 +46,9 @@ impl Harness for FakeHarness {
             .build()
             .expect("valid settings");
         Ok(Box::new(
-            HetznerProvider::new(owner, config).expect("valid owner"),
+            HetznerProvider::new(config, owner)
+                .await
+                .expect("valid owner"),
         ))
     }
 
@@ -70,6 +75,11 @@ impl Harness for FakeHarness {
 
     async fn requests(&self) -> Hook<u64> {
         Ok(self.fake.control().requests())
+    }
+
+    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
+        self.fake.set_visibility_delay(delay);
+        Ok(())
     }
 }
 

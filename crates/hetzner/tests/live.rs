@@ -6,7 +6,7 @@
 //! ORCA_TEST_LIVE=hetzner HCLOUD_TOKEN=... cargo test -p orca-hetzner --test live -- --ignored --nocapture
 //! ```
 //!
-//! It makes and deletes a few of the cheapest servers (`cx22`, `cax11`; location
+//! It makes and deletes a few of the cheapest servers (`cx23`, `cax11`; location
 //! `ORCA_HCLOUD_LIVE_LOCATION`, default `hel1`), each for well under an hour.
 
 use async_trait::async_trait;
@@ -26,17 +26,19 @@ impl Harness for Live {
 
     fn setup(&self) -> Setup {
         Setup {
-            amd64_type: "cx22".into(),
+            amd64_type: "cx23".into(),
             arm64_type: "cax11".into(),
             location: self.location.clone(),
-            resize_to: "cx32".into(),
+            resize_to: "cx33".into(),
             unknown_id: "999999999".into(),
             image: "ubuntu-24.04".into(),
         }
     }
 
     async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
-        Ok(Box::new(HetznerProvider::new(owner, Config::from_env()?)?))
+        Ok(Box::new(
+            HetznerProvider::new(Config::from_env()?, owner).await?,
+        ))
     }
 
     async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
@@ -45,7 +47,7 @@ impl Harness for Live {
             .build()
             .expect("settings");
         Ok(Box::new(
-            HetznerProvider::new(owner, config).expect("owner"),
+            HetznerProvider::new(config, owner).await.expect("owner"),
         ))
     }
 }

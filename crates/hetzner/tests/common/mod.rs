@@ -7,7 +7,8 @@ use orca_fakes::hetzner::FakeHetzner;
 use orca_hetzner::{Config, ConfigBuilder, HetznerProvider};
 use orca_machines::RetryPolicy;
 
-/// A builder pointed at `fake`, with the fake's SSH key and firewall and fast polling.
+/// A builder pointed at `fake`, with the fake's SSH key, firewall and private network and fast
+/// polling.
 pub fn builder(fake: &FakeHetzner) -> ConfigBuilder {
     Config::builder()
         .token(fake.token())
@@ -15,11 +16,14 @@ pub fn builder(fake: &FakeHetzner) -> ConfigBuilder {
         .retry(RetryPolicy::fast())
         .ssh_keys(["orca-test"])
         .firewall("orca-fw")
+        .network("orca-net")
         .action_poll(Duration::from_millis(1))
         .shutdown_timeout(Duration::from_millis(200))
 }
 
 /// A provider for `owner` on `fake`.
-pub fn provider(fake: &FakeHetzner, owner: &str) -> HetznerProvider {
-    HetznerProvider::new(owner, builder(fake).build().unwrap()).unwrap()
+pub async fn provider(fake: &FakeHetzner, owner: &str) -> HetznerProvider {
+    HetznerProvider::new(builder(fake).build().unwrap(), owner)
+        .await
+        .unwrap()
 }
