@@ -51,7 +51,7 @@ struct Args {
     #[arg(long)]
     user_data: Option<PathBuf>,
     /// Where the record is kept: a file path (default: orca-pool-<pool>.json here; one process per
-    /// file), or a PostgreSQL connection string (postgres://...) for replicas, of which one acts at a
+    /// file), or a PostgreSQL connection string (postgres://... or host=... dbname=...) for replicas, of which one acts at a
     /// time per kind, owner and pool.
     #[arg(long, alias = "record", env = "ORCA_POOL_STORE")]
     store: Option<String>,
@@ -136,6 +136,18 @@ async fn stop_signal() {
     }
 }
 
+/// Whether `--store` names a PostgreSQL database (`postgres://...`, `postgresql://...`, or key=value
+/// settings such as `host=... dbname=...`) rather than a file.
+fn is_postgres(store: &str) -> bool {
+    store.starts_with("postgres://")
+        || store.starts_with("postgresql://")
+        || store.split_whitespace().any(|w| {
+            ["host=", "dbname=", "user=", "port="]
+                .iter()
+                .any(|k| w.starts_with(k))
+        })
+}
+
 async fn run(args: Args) -> Result<ExitCode, String> {
     let provider: Arc<dyn orca::Provider> = match (&args.kind[..], &args.fake_state) {
         ("fake", Some(path)) => Arc::new(
@@ -166,7 +178,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
         ));
     }
     let store: Box<dyn Store> = match args.store.as_deref() {
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+        Some(url) if is_postgres(url) => {
             let replica = args.replica.clone().unwrap_or_else(replica_name);
             Box::new(
                 PgStore::connect(url, &replica)

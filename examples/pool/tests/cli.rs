@@ -1,0 +1,222 @@
+//! The `orca-pool` binary: exit status, output, start checks, records per kind/owner/pool, metrics.
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use orca::memory::MemoryCloud;
+
+const A: &str = "amd64-small@zone-a";
+
+fn bin(dir: &Path, state: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_orca-pool"));
+    c.env_remove("ORCA_KIND")
+        .env_remove("ORCA_OWNER")
+        .env_remove("ORCA_FAKE_STATE")
+        .env_remove("ORCA_POOL_STORE")
+        .current_dir(dir)
+        .args(["--kind", "fake", "--fake-state"])
+        .arg(state);
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn once(dir: &Path, state: &Path, owner: &str, extra: &[&str]) -> Output {
+    bin(dir, state)
+        .args([
+            "--owner", owner, "--pool", "lab", "--size", "2", "--offer", A, "--once",
+        ])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+/// Bullet 6: `--once` exits non-zero when an action failed (here every create: the simulated cloud
+/// cannot write its state).
+#[test]
+fn once_exits_non_zero_when_an_action_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    MemoryCloud::persistent(&state).unwrap();
+    std::fs::create_dir(dir.path().join("cloud.tmp")).unwrap(); // every write of the cloud fails
+    let out = once(dir.path(), &state, "a", &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("FAILED create"), "{}", text(&out));
+}
+
+/// ... and exits 0 when the only trouble is no stock.
+#[test]
+fn once_exits_zero_on_no_stock() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    std::fs::write(
+        &state,
+        r#"{"next_id": 0, "machines": {}, "stock": {"amd64-small@zone-a": 0}}"#,
+    )
+    .unwrap();
+    let out = once(dir.path(), &state, "a", &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("no stock of amd64-small@zone-a"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Bullet 3 through the binary: switching `--owner` in one folder deletes nothing; losing the record
+/// file holds (status 2) and says why.
+#[test]
+fn switching_owner_in_one_folder_deletes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let all = || -> Vec<String> {
+        let mut v: Vec<String> = MemoryCloud::persistent(&state)
+            .unwrap()
+            .all_machines()
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        v.sort();
+        v
+    };
+    assert!(once(dir.path(), &state, "a", &[]).status.success());
+    let a_first = all();
+    assert_eq!(a_first.len(), 2);
+    assert!(once(dir.path(), &state, "b", &[]).status.success());
+    let out = once(dir.path(), &state, "a", &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let now = all();
+    assert!(a_first.iter().all(|id| now.contains(id)), "{}", text(&out));
+    assert_eq!(now.len(), 4);
+    std::fs::remove_file(dir.path().join("orca-pool-lab.json")).unwrap();
+    let out = once(dir.path(), &state, "a", &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("HELD 2 machine(s)"), "{}", text(&out));
+    assert_eq!(all(), now, "nothing deleted or made");
+    let out = once(dir.path(), &state, "a", &["--unknown", "adopt"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(all(), now);
+}
+
+/// Invalid offerings are refused at start, each named, before anything is made.
+#[test]
+fn invalid_offerings_are_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let out = bin(dir.path(), &state)
+        .args(["--pool", "lab", "--size", "1", "--once", "--arch", "amd64"])
+        .args([
+            "--offer",
+            "huge-box@zone-a",
+            "--offer",
+            "arm64-small@zone-b",
+            "--offer",
+            A,
+        ])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(t.contains("refused at start"), "{t}");
+    assert!(
+        t.contains("offering huge-box@zone-a: unknown machine type"),
+        "{t}"
+    );
+    assert!(
+        t.contains("offering arm64-small@zone-b: arm64-small is arm64"),
+        "{t}"
+    );
+    assert!(!t.contains("offering amd64-small@zone-a"), "{t}");
+    assert!(MemoryCloud::persistent(&state)
+        .unwrap()
+        .all_machines()
+        .is_empty());
+}
+
+/// `--json` prints one object per pass, with what it did and why.
+#[test]
+fn json_is_one_object_per_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let out = once(dir.path(), &state, "a", &["--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["role"], "leader");
+    assert_eq!(v["serving"], 2);
+    assert_eq!(v["actions"][0]["action"], "created");
+    assert_eq!(v["kind"], "fake");
+    assert_eq!(v["owner"], "a");
+    // A pass with nothing to do says so.
+    let out = once(dir.path(), &state, "a", &[]);
+    assert!(
+        text(&out).contains("nothing to do: 2 of 2 serving"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A second process on the same record file is refused with a clear message.
+#[test]
+fn a_second_process_on_one_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let _held = orca_pool::FileStore::open(dir.path().join("orca-pool-lab.json")).unwrap();
+    let out = once(dir.path(), &state, "a", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("used by another orca-pool"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// `--metrics ADDR` serves the scaler's metrics there.
+#[tokio::test]
+async fn metrics_are_served_where_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let mut child = bin(dir.path(), &state)
+        .args(["--owner", "a", "--pool", "lab", "--size", "2", "--offer", A])
+        .args(["--metrics", "127.0.0.1:0", "--interval", "0.2"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(err).lines();
+    let url = loop {
+        let l = lines.next().expect("the metrics address").unwrap();
+        if let Some(u) = l.strip_prefix("orca-pool: metrics on ") {
+            break u.to_string();
+        }
+    };
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let mut body = String::new();
+    for _ in 0..50 {
+        body = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        if body.contains("orca_pool_size{kind=\"fake\",owner=\"a\",pool=\"lab\"} 2") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    for m in [
+        "orca_pool_size{kind=\"fake\",owner=\"a\",pool=\"lab\"} 2",
+        "orca_pool_wanted{kind=\"fake\",owner=\"a\",pool=\"lab\"} 2",
+        "orca_pool_created_total{how=\"made\",kind=\"fake\",owner=\"a\",pool=\"lab\"} 2",
+        "orca_pool_leader{kind=\"fake\",owner=\"a\",pool=\"lab\"} 1",
+        "orca_pool_last_pass_timestamp_seconds",
+    ] {
+        assert!(body.contains(m), "{m} not in\n{body}");
+    }
+}

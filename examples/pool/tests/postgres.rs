@@ -1,0 +1,374 @@
+//! The PostgreSQL store: migrations, one acting replica per pool, a replica that loses the lock stops
+//! at once, every intent and outcome in the event log, and two `orca-pool` processes that never both
+//! act. Each test makes a fresh database (and drops it); without a PostgreSQL it prints SKIPPED and
+//! passes, unless `CI` is set.
+
+mod support;
+
+use std::io::BufRead;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use orca::memory::MemoryCloud;
+use orca_pool::{Action, PgStore, Role, Scaler, Store};
+use support::{ids, settings, TestDb, Wrap};
+
+const A: &str = "amd64-small@zone-a";
+
+async fn admin(db: &TestDb) -> tokio_postgres::Client {
+    let (c, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    c
+}
+
+async fn replica(db: &TestDb, name: &str, size: usize) -> Scaler {
+    Scaler::new(
+        settings(size, &[A]),
+        Box::new(PgStore::connect(&db.url, name).await.unwrap()),
+    )
+}
+
+#[tokio::test]
+async fn migrations_run_once_in_their_own_schema() {
+    let Some(db) = TestDb::create("migrations_run_once_in_their_own_schema").await else {
+        return;
+    };
+    let (a, b) = tokio::join!(
+        PgStore::connect(&db.url, "a"),
+        PgStore::connect(&db.url, "b")
+    );
+    a.unwrap();
+    b.unwrap();
+    PgStore::connect(&db.url, "c").await.unwrap();
+    let c = admin(&db).await;
+    let versions: Vec<i32> = c
+        .query("SELECT version FROM orca_pool.schema_migrations", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, [1]);
+    let tables: Vec<String> = c
+        .query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'orca_pool' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            "cooling",
+            "events",
+            "machines",
+            "records",
+            "schema_migrations"
+        ]
+    );
+    let public: i64 = c
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(public, 0, "nothing outside the orca_pool schema");
+}
+
+#[tokio::test]
+async fn one_replica_acts_the_other_stands_by() {
+    let Some(db) = TestDb::create("one_replica_acts_the_other_stands_by").await else {
+        return;
+    };
+    let cloud = MemoryCloud::new();
+    let p = cloud.provider("s1").unwrap();
+    let mut r1 = replica(&db, "r1", 2).await;
+    let mut r2 = replica(&db, "r2", 2).await;
+    let a = r1.pass(&p, cloud.now()).await;
+    assert_eq!(a.role, Role::Leader);
+    assert_eq!(ids(&cloud).len(), 2);
+    let before = cloud.requests();
+    let b = r2.pass(&p, cloud.now()).await;
+    assert_eq!(
+        b.role,
+        Role::Standby {
+            leader: "r1".into()
+        }
+    );
+    assert!(b.actions.is_empty());
+    assert_eq!(cloud.requests(), before, "a standby makes no cloud call");
+    assert!(
+        b.lines()[0].contains("standby, replica r1 leads"),
+        "{:?}",
+        b.lines()
+    );
+    // The leader stays the leader; its record is the database's.
+    let a = r1.pass(&p, cloud.now()).await;
+    assert_eq!(a.role, Role::Leader);
+    assert!(a.actions.is_empty(), "{:?}", a.actions);
+    // The leader goes away: the standby takes over with the same record, deleting nothing.
+    drop(r1);
+    let mut took = None;
+    for _ in 0..50 {
+        let b = r2.pass(&p, cloud.now()).await;
+        if b.role == Role::Leader {
+            took = Some(b);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let b = took.expect("the standby takes the lead once the leader's session is gone");
+    assert!(b.actions.is_empty(), "{:?}", b.actions);
+    assert_eq!(b.serving, 2);
+}
+
+#[tokio::test]
+async fn a_replica_that_loses_the_lock_stops_at_once() {
+    let Some(db) = TestDb::create("a_replica_that_loses_the_lock_stops_at_once").await else {
+        return;
+    };
+    let cloud = MemoryCloud::new();
+    let mut w = Wrap::new(cloud.provider("s1").unwrap());
+    w.create_delay = Duration::from_millis(300);
+    let mut r1 = replica(&db, "r1", 4).await;
+    r1.settings.parallel = 1;
+    let admin = admin(&db).await;
+    let creates = w.creates.clone();
+    let (report, started_at_kill) = tokio::join!(r1.pass(&w, cloud.now()), async {
+        while creates.load(Ordering::SeqCst) < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // Kill the session that holds the lead (what a database failover or a network cut does).
+        admin
+            .execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+                &[],
+            )
+            .await
+            .unwrap();
+        creates.load(Ordering::SeqCst)
+    });
+    let stopped = report.stopped.clone().expect("the pass stops");
+    assert!(stopped.contains("lost the lead"), "{stopped}");
+    assert_eq!(
+        w.creates.load(Ordering::SeqCst),
+        started_at_kill,
+        "no create begins after the lock is lost"
+    );
+    assert!(report.failures() > 0, "a stopped pass is a failed one");
+    // Another replica takes over and converges: the interrupted create's name is adopted or retried,
+    // nothing is deleted, nothing is made twice.
+    let mut r2 = replica(&db, "r2", 4).await;
+    let b = r2.pass(&cloud.provider("s1").unwrap(), cloud.now()).await;
+    assert_eq!(b.role, Role::Leader, "{:?}", b);
+    assert!(
+        !b.actions
+            .iter()
+            .any(|a| matches!(a, Action::Deleted { .. })),
+        "{:?}",
+        b.actions
+    );
+    assert_eq!(ids(&cloud).len(), 4, "{:?}", b.actions);
+    let names: std::collections::BTreeSet<String> =
+        cloud.all_machines().into_iter().map(|m| m.name).collect();
+    assert_eq!(names.len(), 4);
+    // The old leader, back, is a standby.
+    let a = r1.pass(&w, cloud.now()).await;
+    assert_eq!(
+        a.role,
+        Role::Standby {
+            leader: "r2".into()
+        },
+        "{a:?}"
+    );
+}
+
+#[tokio::test]
+async fn every_intent_and_outcome_is_in_the_event_log() {
+    let Some(db) = TestDb::create("every_intent_and_outcome_is_in_the_event_log").await else {
+        return;
+    };
+    let cloud = MemoryCloud::new();
+    let p = cloud.provider("s1").unwrap();
+    let mut r1 = replica(&db, "r1", 2).await;
+    r1.pass(&p, cloud.now()).await;
+    r1.settings.size = 1;
+    r1.pass(&p, cloud.now()).await;
+    let c = admin(&db).await;
+    let rows = c
+        .query(
+            "SELECT event, coalesce(name, ''), replica FROM orca_pool.events ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let events: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert!(rows.iter().all(|r| r.get::<_, String>(2) == "r1"));
+    for name in cloud.all_machines().iter().map(|m| &m.name) {
+        let intent = events
+            .iter()
+            .position(|e| e.0 == "intend_create" && e.1 == *name);
+        let live = events.iter().position(|e| e.0 == "live" && e.1 == *name);
+        assert!(intent.unwrap() < live.unwrap(), "{events:?}");
+    }
+    let del = events.iter().position(|e| e.0 == "intend_delete").unwrap();
+    let gone = events.iter().position(|e| e.0 == "gone").unwrap();
+    assert!(del < gone, "{events:?}");
+    assert_eq!(events[0].0, "leader");
+    let phases: Vec<(String, String)> = c
+        .query(
+            "SELECT name, phase FROM orca_pool.machines ORDER BY name",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(phases.len(), 2);
+    assert!(phases.iter().any(|(_, p)| p == "live"), "{phases:?}");
+    assert!(phases.iter().any(|(_, p)| p == "gone"), "{phases:?}");
+}
+
+/// Two `orca-pool` processes on one PostgreSQL pool: one acts, the other stands by; killed, the
+/// leader is replaced by the other. Across the whole run no two replicas ever act in one epoch, and
+/// the epochs' events never overlap in time.
+#[tokio::test]
+async fn two_processes_on_one_pool_never_both_act() {
+    let Some(db) = TestDb::create("two_processes_on_one_pool_never_both_act").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    MemoryCloud::persistent(&state).unwrap();
+    let spawn = |name: &str| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orca-pool"))
+            .env_remove("ORCA_KIND")
+            .env_remove("ORCA_OWNER")
+            .current_dir(dir.path())
+            .args(["--kind", "fake", "--fake-state"])
+            .arg(&state)
+            .args([
+                "--owner", "s1", "--pool", "lab", "--size", "3", "--offer", A,
+            ])
+            .args([
+                "--store",
+                &db.url,
+                "--replica",
+                name,
+                "--interval",
+                "0.1",
+                "--json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str(&line) {
+                    if tx.send(v).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        (child, rx)
+    };
+    let (mut pa, ra) = spawn("pa");
+    let (mut pb, rb) = spawn("pb");
+    let mut led = std::collections::BTreeMap::<&str, usize>::new();
+    let mut passes = 0;
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        for (name, rx) in [("pa", &ra), ("pb", &rb)] {
+            while let Ok(v) = rx.try_recv() {
+                passes += 1;
+                if v["role"] == "leader" {
+                    *led.entry(name).or_default() += 1;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(passes >= 6, "both replicas ran passes: {passes}");
+    assert_eq!(led.len(), 1, "exactly one process acted: {led:?}");
+    let leader = *led.keys().next().unwrap();
+    let (killed, survivor_rx) = if leader == "pa" {
+        (&mut pa, &rb)
+    } else {
+        (&mut pb, &ra)
+    };
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let mut took = false;
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end && !took {
+        if let Ok(v) = survivor_rx.recv_timeout(Duration::from_millis(200)) {
+            took = v["role"] == "leader";
+        }
+    }
+    assert!(
+        took,
+        "the other process took the lead after the leader was killed"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = pa.kill();
+    let _ = pb.kill();
+    let _ = pa.wait();
+    let _ = pb.wait();
+
+    let c = admin(&db).await;
+    let rows = c
+        .query(
+            "SELECT epoch, replica, min(at), max(at), count(*) FROM orca_pool.events GROUP BY epoch, replica ORDER BY min(at)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let epochs: Vec<(i64, String, orca::Timestamp, orca::Timestamp)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert!(epochs.len() >= 2, "{epochs:?}");
+    let mut seen = std::collections::BTreeSet::new();
+    for w in epochs.windows(2) {
+        assert!(w[0].0 < w[1].0, "epochs rise: {epochs:?}");
+        assert!(
+            w[0].3 < w[1].2,
+            "one epoch's events end before the next begins: {epochs:?}"
+        );
+    }
+    for e in &epochs {
+        assert!(seen.insert(e.0), "one replica per epoch: {epochs:?}");
+    }
+    let cloud = MemoryCloud::persistent(&state).unwrap();
+    let names: std::collections::BTreeSet<String> =
+        cloud.all_machines().into_iter().map(|m| m.name).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(cloud.all_machines().len(), 3);
+}
+
+#[tokio::test]
+async fn the_store_names_itself_without_the_password() {
+    let s = format!(
+        "{:?}",
+        orca_pool::store::postgres::redact("postgres://pool:s3cret@db.example:5432/orca")
+    );
+    assert!(!s.contains("s3cret"), "{s}");
+    assert!(s.contains("pool@db.example:5432/orca"), "{s}");
+    let Some(db) = TestDb::create("the_store_names_itself_without_the_password").await else {
+        return;
+    };
+    let st = PgStore::connect(&db.url, "r").await.unwrap();
+    assert!(st.describe().starts_with("postgres "));
+}
