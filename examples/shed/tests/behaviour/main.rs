@@ -1,0 +1,4 @@
+//! shed's behaviour against orca's in-memory cloud: one test binary, a module per part of the seed.
+
+mod lifecycle;
+mod support;

@@ -1,0 +1,500 @@
+//! The test bench: a shed backend on orca's in-memory cloud, a manual clock both share, an in-process
+//! probe and echo services, and a provider wrapper that can hold a cloud call, hide a VM from
+//! listings, report a VM as stopping, or refuse a firewall patch.
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use orca::labels::Labels;
+use orca::memory::{MemoryCloud, DEFAULT_NETWORK};
+use orca::{
+    Arch, Capabilities, Created, Error, FirewallPorts, FirewallRule, FirewallRules, Machine,
+    MachineLabels, MachineSpec, Network, Provider,
+};
+use shed::backend::{Caller, Parts, Timings, ID_LABEL};
+use shed::clock::ManualClock;
+use shed::config::{Config, Role};
+use shed::echo::Echo;
+use shed::probe::{Probe, ProbeOutcome, ProbeTarget};
+use shed::{ApiError, Backend, CreateRequest, Shed, ShedView, Status};
+
+/// A cloud call a test can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// Held before the cloud sees it.
+    CreateBefore,
+    /// Held after the cloud made the VM, before the answer.
+    CreateAfter,
+    Start,
+    Stop,
+    Delete,
+}
+
+#[derive(Debug)]
+struct Gate {
+    held: tokio::sync::watch::Sender<bool>,
+    entered: AtomicUsize,
+}
+
+/// orca's in-memory provider with test controls around it (through the public trait only).
+#[derive(Debug)]
+pub struct Wrapped {
+    inner: Arc<dyn Provider>,
+    gates: Mutex<HashMap<Call, Arc<Gate>>>,
+    hidden: Mutex<HashSet<String>>,
+    stopping: Mutex<HashSet<String>>,
+    pub refuse_patch: AtomicBool,
+    pub no_firewall: AtomicBool,
+    pub lists: AtomicUsize,
+}
+
+impl Wrapped {
+    pub fn new(inner: Arc<dyn Provider>) -> Self {
+        Wrapped {
+            inner,
+            gates: Mutex::default(),
+            hidden: Mutex::default(),
+            stopping: Mutex::default(),
+            refuse_patch: AtomicBool::new(false),
+            no_firewall: AtomicBool::new(false),
+            lists: AtomicUsize::new(0),
+        }
+    }
+
+    fn gate(&self, c: Call) -> Arc<Gate> {
+        self.gates
+            .lock()
+            .unwrap()
+            .entry(c)
+            .or_insert_with(|| {
+                Arc::new(Gate {
+                    held: tokio::sync::watch::channel(false).0,
+                    entered: AtomicUsize::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// Holds every call `c` until [`Wrapped::release`].
+    pub fn hold(&self, c: Call) {
+        self.gate(c).held.send_replace(true);
+    }
+
+    pub fn release(&self, c: Call) {
+        self.gate(c).held.send_replace(false);
+    }
+
+    /// How many calls `c` reached the gate.
+    pub fn entered(&self, c: Call) -> usize {
+        self.gate(c).entered.load(Ordering::SeqCst)
+    }
+
+    async fn pass(&self, c: Call) {
+        let g = self.gate(c);
+        g.entered.fetch_add(1, Ordering::SeqCst);
+        let mut rx = g.held.subscribe();
+        while *rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Listings stop showing VM `id` (a read of that one VM still finds it).
+    pub fn hide(&self, id: &str) {
+        self.hidden.lock().unwrap().insert(id.to_string());
+    }
+
+    /// VM `id` is reported on its way down.
+    pub fn report_stopping(&self, id: &str, on: bool) {
+        let mut s = self.stopping.lock().unwrap();
+        if on {
+            s.insert(id.to_string());
+        } else {
+            s.remove(id);
+        }
+    }
+
+    fn shape(&self, mut m: Machine) -> Machine {
+        if self.stopping.lock().unwrap().contains(&m.id) {
+            m.status = orca::Status::Stopping;
+        }
+        m
+    }
+}
+
+#[async_trait]
+impl Provider for Wrapped {
+    fn kind(&self) -> &str {
+        self.inner.kind()
+    }
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn arch(&self, machine_type: &str) -> orca::Result<Arch> {
+        self.inner.arch(machine_type).await
+    }
+    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
+        self.pass(Call::CreateBefore).await;
+        let r = self.inner.create(spec).await;
+        self.pass(Call::CreateAfter).await;
+        r
+    }
+    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        let hidden = self.hidden.lock().unwrap().clone();
+        Ok(self
+            .inner
+            .machines(pool)
+            .await?
+            .into_iter()
+            .filter(|m| !hidden.contains(&m.id))
+            .map(|m| self.shape(m))
+            .collect())
+    }
+    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
+        Ok(self.inner.machine(id).await?.map(|m| self.shape(m)))
+    }
+    async fn delete(&self, id: &str) -> orca::Result<bool> {
+        self.pass(Call::Delete).await;
+        self.inner.delete(id).await
+    }
+    async fn start(&self, id: &str) -> orca::Result<Machine> {
+        self.pass(Call::Start).await;
+        self.inner.start(id).await
+    }
+    async fn stop(&self, id: &str) -> orca::Result<Machine> {
+        self.pass(Call::Stop).await;
+        self.inner.stop(id).await
+    }
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        Some(self)
+    }
+    fn firewall_rules(&self) -> Option<&dyn FirewallRules> {
+        if self.no_firewall.load(Ordering::SeqCst) {
+            None
+        } else {
+            Some(self)
+        }
+    }
+}
+
+#[async_trait]
+impl MachineLabels for Wrapped {
+    async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> orca::Result<Machine> {
+        self.inner
+            .machine_labels()
+            .expect("labels")
+            .set_labels(id, set, remove)
+            .await
+    }
+}
+
+#[async_trait]
+impl FirewallRules for Wrapped {
+    fn network_name(&self) -> String {
+        self.inner.firewall_rules().expect("fw").network_name()
+    }
+    async fn network(&self) -> orca::Result<Network> {
+        self.inner.firewall_rules().expect("fw").network().await
+    }
+    async fn rule(&self, name: &str) -> orca::Result<Option<FirewallRule>> {
+        self.inner.firewall_rules().expect("fw").rule(name).await
+    }
+    async fn rules(&self) -> orca::Result<Vec<FirewallRule>> {
+        self.inner.firewall_rules().expect("fw").rules().await
+    }
+    async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> orca::Result<FirewallRule> {
+        if self.refuse_patch.load(Ordering::SeqCst) {
+            return Err(Error::permission_denied(
+                "compute.firewalls.update denied on this rule",
+            ));
+        }
+        self.inner
+            .firewall_rules()
+            .expect("fw")
+            .set_source_ranges(name, ranges)
+            .await
+    }
+}
+
+/// An in-process probe: every agent answers unless a test says otherwise.
+#[derive(Debug)]
+pub struct TestProbe {
+    default: Mutex<ProbeOutcome>,
+    by_shed: Mutex<HashMap<String, ProbeOutcome>>,
+    pub calls: AtomicUsize,
+}
+
+impl Default for TestProbe {
+    fn default() -> Self {
+        TestProbe {
+            default: Mutex::new(ProbeOutcome::Answered),
+            by_shed: Mutex::default(),
+            calls: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl TestProbe {
+    pub fn set_default(&self, o: ProbeOutcome) {
+        *self.default.lock().unwrap() = o;
+    }
+    pub fn set(&self, shed_id: &str, o: ProbeOutcome) {
+        self.by_shed.lock().unwrap().insert(shed_id.to_string(), o);
+    }
+}
+
+#[async_trait]
+impl Probe for TestProbe {
+    async fn probe(&self, t: &ProbeTarget) -> ProbeOutcome {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        assert!(!t.address.is_empty(), "a probe has the VM's address");
+        if let Some(o) = self.by_shed.lock().unwrap().get(&t.shed_id) {
+            return o.clone();
+        }
+        self.default.lock().unwrap().clone()
+    }
+}
+
+/// Echo services in process: what each URL says.
+#[derive(Debug, Default)]
+pub struct FakeEcho {
+    said: Mutex<HashMap<String, Result<Ipv4Addr, String>>>,
+    pub asked: AtomicUsize,
+}
+
+impl FakeEcho {
+    pub fn say(&self, url: &str, r: Result<&str, &str>) {
+        self.said.lock().unwrap().insert(
+            url.to_string(),
+            r.map(|a| a.parse().unwrap()).map_err(str::to_string),
+        );
+    }
+}
+
+#[async_trait]
+impl Echo for FakeEcho {
+    async fn ask(&self, url: &str) -> Result<Ipv4Addr, String> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        self.said
+            .lock()
+            .unwrap()
+            .get(url)
+            .cloned()
+            .unwrap_or_else(|| Err("no answer".into()))
+    }
+}
+
+pub const ENV: &str = "dev";
+pub const RULE: &str = "shed-dev-ssh";
+pub const TAG: &str = "shed-dev";
+pub const SOURCE: &str = "203.0.113.7/32";
+
+/// The rule as gce-setup.sh makes it.
+pub fn good_rule() -> FirewallRule {
+    let mut r = FirewallRule::new(RULE, DEFAULT_NETWORK);
+    r.allowed = vec![FirewallPorts::new("tcp", ["22"])];
+    r.target_tags = vec![TAG.into()];
+    r.source_ranges = vec![SOURCE.into()];
+    r
+}
+
+pub struct Env {
+    pub cloud: MemoryCloud,
+    pub wrapped: Arc<Wrapped>,
+    pub clock: ManualClock,
+    pub probe: Arc<TestProbe>,
+    pub echo: Arc<FakeEcho>,
+    pub dir: Arc<tempfile::TempDir>,
+    pub cfg: Config,
+    pub timings: Timings,
+    pub backend: Backend,
+}
+
+/// The pass loop of tests runs only when a test advances the clock by ten hours; tests run passes
+/// themselves.
+pub fn test_timings() -> Timings {
+    Timings::seed(Duration::from_secs(36_000))
+}
+
+impl Env {
+    pub async fn new() -> Env {
+        Self::build(|_| {}).await
+    }
+
+    pub async fn build(f: impl FnOnce(&mut Config)) -> Env {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let mut cfg = Config::for_tests(ENV, dir.path().join("remote"));
+        f(&mut cfg);
+        let cloud = MemoryCloud::new();
+        cloud.put_firewall_rule(good_rule());
+        Self::on(cloud, cfg, dir, test_timings()).await
+    }
+
+    pub async fn on(
+        cloud: MemoryCloud,
+        cfg: Config,
+        dir: Arc<tempfile::TempDir>,
+        timings: Timings,
+    ) -> Env {
+        let inner: Arc<dyn Provider> = Arc::new(cloud.provider(shed::OWNER).unwrap());
+        let wrapped = Arc::new(Wrapped::new(inner));
+        let clock = ManualClock::new();
+        let probe = Arc::new(TestProbe::default());
+        let echo = Arc::new(FakeEcho::default());
+        let backend = Backend::start(Parts {
+            config: cfg.clone(),
+            provider: wrapped.clone(),
+            probe: probe.clone(),
+            echo: echo.clone(),
+            clock: Arc::new(clock.clone()),
+            timings,
+        })
+        .await
+        .unwrap();
+        Env {
+            cloud,
+            wrapped,
+            clock,
+            probe,
+            echo,
+            dir,
+            cfg,
+            timings,
+            backend,
+        }
+    }
+
+    /// Stops the server as if killed and starts a new one on the same state, cloud and clock.
+    pub async fn restart(&mut self) {
+        self.backend.shutdown();
+        self.backend = Backend::start(self.parts()).await.unwrap();
+    }
+
+    /// The parts of a new backend on this bench.
+    pub fn parts(&self) -> Parts {
+        Parts {
+            config: self.cfg.clone(),
+            provider: self.wrapped.clone(),
+            probe: self.probe.clone(),
+            echo: self.echo.clone(),
+            clock: Arc::new(self.clock.clone()),
+            timings: self.timings,
+        }
+    }
+
+    pub fn admin(&self) -> Caller {
+        Caller::local_admin()
+    }
+
+    pub fn service(&self, name: &str) -> Caller {
+        Caller {
+            name: name.into(),
+            role: Role::Service,
+            max_age: None,
+            max_cpus: None,
+            max_memory_mb: None,
+            images: Vec::new(),
+        }
+    }
+
+    /// Moves the server's and the cloud's clocks forward together.
+    pub async fn advance(&self, secs: u64) {
+        self.cloud.advance_clock(Duration::from_secs(secs));
+        self.clock.advance(Duration::from_secs(secs));
+        tokio::task::yield_now().await;
+    }
+
+    /// Waits (real time, at most 10 s) until `cond` holds.
+    pub async fn until(&self, what: &str, mut cond: impl FnMut(&Env) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !cond(self) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting for {what}; sheds {:?}; markers {:?}; log {:#?}",
+                self.backend.records(),
+                self.backend.markers(),
+                self.backend.log().lines()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits until no job runs.
+    pub async fn idle(&self) {
+        self.until("no job", |e| e.backend.idle()).await;
+    }
+
+    pub fn req(name: &str) -> CreateRequest {
+        CreateRequest {
+            name: name.into(),
+            ..CreateRequest::default()
+        }
+    }
+
+    /// A JSON create as the API does it: the create, then the accept wait.
+    pub async fn create_as(&self, c: &Caller, req: CreateRequest) -> Result<ShedView, ApiError> {
+        let id = self.backend.create(c, req).await?;
+        self.backend.wait_accept(&id).await
+    }
+
+    pub async fn create(&self, name: &str) -> Result<ShedView, ApiError> {
+        self.create_as(&self.admin(), Self::req(name)).await
+    }
+
+    /// Creates `name` and waits until it runs.
+    pub async fn running(&self, name: &str) -> ShedView {
+        self.create(name).await.unwrap();
+        self.until_status(name, Status::Running).await;
+        self.view(name).unwrap()
+    }
+
+    pub async fn until_status(&self, name: &str, s: Status) {
+        self.until(&format!("{name} {s}"), |e| {
+            e.view(name).map(|v| v.status) == Some(s)
+        })
+        .await;
+    }
+
+    pub fn view(&self, name: &str) -> Option<ShedView> {
+        self.backend.get(&self.admin(), name).ok()
+    }
+
+    pub fn record(&self, name: &str) -> Option<Shed> {
+        self.backend.records().into_iter().find(|s| s.name == name)
+    }
+
+    /// Every VM of this environment in the cloud, of any state.
+    pub fn vms(&self) -> Vec<Machine> {
+        self.cloud.all_machines()
+    }
+
+    pub fn vm_of_id(&self, id: &str) -> Option<Machine> {
+        self.vms()
+            .into_iter()
+            .find(|m| m.labels.get(ID_LABEL).map(String::as_str) == Some(id))
+    }
+
+    pub fn vm(&self, name: &str) -> Option<Machine> {
+        let id = self.record(name)?.id;
+        self.vm_of_id(&id)
+    }
+
+    pub async fn pass(&self) {
+        self.backend.pass(false).await;
+    }
+
+    pub fn log_has(&self, needle: &str) -> bool {
+        self.backend.log().count(needle) > 0
+    }
+}
