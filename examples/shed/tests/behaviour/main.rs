@@ -1,4 +1,6 @@
 //! shed's behaviour against orca's in-memory cloud: one test binary, a module per part of the seed.
 
 mod lifecycle;
+mod pass;
+mod requests;
 mod support;
