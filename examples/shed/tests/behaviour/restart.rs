@@ -1,0 +1,203 @@
+//! Server restarts: the record cache and delete markers in `state_dir`, and each item of the seed's
+//! reconciliation list at start-up.
+
+use std::time::Duration;
+
+use orca::memory::{FaultKind, Operation};
+use orca::ErrorKind;
+use shed::backend::STATE_LABEL;
+use shed::model::{CreateStage, Op};
+use shed::probe::ProbeOutcome;
+use shed::{Backend, Status};
+
+use crate::pass::stray_vm;
+use crate::support::{Call, Env};
+
+#[tokio::test]
+async fn records_survive_a_restart_and_running_sheds_keep_running() {
+    let mut env = Env::new().await;
+    env.running("a").await;
+    env.running("b").await;
+    env.backend.stop_shed(&env.admin(), "b").await.unwrap();
+    env.until_status("b", Status::Stopped).await;
+    let before = env.backend.list(&env.admin());
+    env.restart().await;
+    env.idle().await;
+    assert_eq!(env.backend.list(&env.admin()), before);
+    assert_eq!(env.vm("a").unwrap().status, orca::Status::Running, "a server stop leaves VMs as they are");
+}
+
+#[tokio::test]
+async fn a_ready_vm_with_no_record_is_adopted_under_its_own_shed_id() {
+    let mut env = Env::new().await;
+    let on = stray_vm(&env, "ddddddddd1", "ready", "1").await;
+    let off = stray_vm(&env, "ddddddddd2", "ready", "1").await;
+    env.cloud.operator_stop(&off.id);
+    env.restart().await;
+    env.until_status("ddddddddd1", Status::Running).await;
+    let a = env.view("ddddddddd1").unwrap();
+    assert_eq!(a.id, "ddddddddd1");
+    assert_eq!((a.size.as_str(), a.cpus), ("standard", 2));
+    let b = env.view("ddddddddd2").unwrap();
+    assert_eq!((b.id.as_str(), b.status), ("ddddddddd2", Status::Stopped));
+    assert_eq!(env.vms().len(), 2);
+    let _ = on;
+    assert!(env.log_has("adopted VM"));
+}
+
+#[tokio::test]
+async fn a_server_killed_in_the_middle_of_a_create_resumes_it_without_a_second_vm() {
+    let mut env = Env::new().await;
+    // The cloud made the VM, and the server died before it wrote that down.
+    env.wrapped.hold(Call::CreateAfter);
+    let id = env.backend.create(&env.admin(), Env::req("mid")).await.unwrap();
+    env.until("the VM is made", |e| e.wrapped.entered(Call::CreateAfter) == 1)
+        .await;
+    assert_eq!(env.record("mid").unwrap().create, CreateStage::Sent);
+    env.restart().await;
+    env.wrapped.release(Call::CreateAfter);
+    env.until_status("mid", Status::Running).await;
+    assert_eq!(env.vms().len(), 1, "the resumed create adopted the VM");
+    assert_eq!(env.record("mid").unwrap().id, id);
+    assert_eq!(env.vm("mid").unwrap().labels[STATE_LABEL], "ready");
+}
+
+#[tokio::test]
+async fn a_create_that_had_not_reached_the_cloud_is_resumed() {
+    let mut env = Env::new().await;
+    env.wrapped.hold(Call::CreateBefore);
+    env.backend.create(&env.admin(), Env::req("early")).await.unwrap();
+    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1).await;
+    env.backend.shutdown();
+    env.wrapped.release(Call::CreateBefore);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(env.vms().is_empty(), "the killed server's insert never reached the cloud");
+    env.restart().await;
+    env.until_status("early", Status::Running).await;
+    assert_eq!(env.vms().len(), 1);
+}
+
+#[tokio::test]
+async fn a_record_left_stopping_resumes_its_stop() {
+    let mut env = Env::new().await;
+    env.running("a").await;
+    env.wrapped.hold(Call::Stop);
+    env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    env.until("stop held", |e| e.wrapped.entered(Call::Stop) == 1).await;
+    env.backend.shutdown();
+    env.wrapped.release(Call::Stop);
+    let rec = env.record("a").unwrap();
+    assert_eq!((rec.status, rec.op), (Status::Stopping, Some(Op::Stop)));
+    env.restart().await;
+    env.until_status("a", Status::Stopped).await;
+    assert_eq!(env.vm("a").unwrap().status, orca::Status::Stopped);
+}
+
+#[tokio::test]
+async fn a_record_left_starting_resumes_its_probe() {
+    let mut env = Env::new().await;
+    env.probe.set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.create("a").await.unwrap();
+    env.backend.shutdown();
+    env.probe.set_default(ProbeOutcome::Answered);
+    env.restart().await;
+    env.until_status("a", Status::Running).await;
+}
+
+#[tokio::test]
+async fn a_record_whose_vm_stopped_while_the_server_was_down_is_stopped_with_its_reason() {
+    let mut env = Env::build(|c| c.max_run_duration = Duration::from_secs(600)).await;
+    env.running("limit").await;
+    env.running("ext").await;
+    env.backend.shutdown();
+    env.cloud.operator_stop(&env.vm("ext").unwrap().id);
+    env.advance(700).await;
+    env.restart().await;
+    let l = env.view("limit").unwrap();
+    assert_eq!((l.status, l.status_reason.as_str()), (Status::Stopped, "run_limit"));
+    let e = env.view("ext").unwrap();
+    assert_eq!((e.status, e.status_reason.as_str()), (Status::Stopped, "external"));
+}
+
+#[tokio::test]
+async fn a_record_whose_vm_is_gone_is_dropped_unless_in_error_or_not_yet_created() {
+    let mut env = Env::build(|c| c.limits.max_running = 8).await;
+    env.running("gone").await;
+    env.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Other), 1);
+    env.create("failed").await.unwrap();
+    env.idle().await;
+    let before = env.wrapped.entered(Call::CreateBefore);
+    env.wrapped.hold(Call::CreateBefore);
+    env.backend.create(&env.admin(), Env::req("unsent")).await.unwrap();
+    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == before + 1)
+        .await;
+    env.backend.shutdown();
+    env.wrapped.release(Call::CreateBefore);
+    env.cloud.operator_delete(&env.vm("gone").unwrap().id);
+    env.restart().await;
+    assert!(env.view("gone").is_none(), "dropped");
+    assert_eq!(env.view("failed").unwrap().status, Status::Error, "kept in error");
+    env.until_status("unsent", Status::Running).await;
+}
+
+#[tokio::test]
+async fn vms_labelled_deleting_or_with_a_delete_marker_are_deleted_and_nothing_else() {
+    let mut env = Env::new().await;
+    env.running("marked").await;
+    env.cloud
+        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.backend.delete_shed(&env.admin(), "marked").await.unwrap();
+    env.idle().await;
+    env.backend.shutdown();
+    env.cloud.clear_faults();
+    assert_eq!(env.backend.markers().len(), 1);
+    let deleting = stray_vm(&env, "eeeeeeeee1", "deleting", "1").await;
+    let abandoned = stray_vm(&env, "eeeeeeeee2", "creating", "1").await;
+    env.advance(16 * 60).await;
+    let young = stray_vm(&env, "eeeeeeeee3", "creating", "1").await;
+    let foreign = stray_vm(&env, "eeeeeeeee4", "deleting", "0").await;
+    env.restart().await;
+    env.until("deleted", |e| e.vms().len() == 2).await;
+    env.idle().await;
+    let mut left: Vec<String> = env.vms().into_iter().map(|m| m.id).collect();
+    left.sort();
+    let mut want = vec![young.id, foreign.id];
+    want.sort();
+    assert_eq!(left, want);
+    let _ = (deleting, abandoned);
+    assert!(env.backend.markers().is_empty());
+}
+
+#[tokio::test]
+async fn an_acknowledged_delete_is_never_listed_again_even_when_the_records_removal_was_lost() {
+    let env = Env::new().await;
+    let v = env.running("a").await;
+    let rec = env.record("a").unwrap();
+    env.cloud
+        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.backend.delete_shed(&env.admin(), "a").await.unwrap();
+    env.idle().await;
+    env.backend.shutdown();
+    // The server died between writing the marker and removing the record.
+    let path = env.cfg.state_dir.join("sheds").join(format!("{}.json", v.id));
+    std::fs::write(&path, serde_json::to_vec(&rec).unwrap()).unwrap();
+    let b = Backend::load(env.parts()).unwrap();
+    assert!(b.get(&env.admin(), "a").is_err(), "the marker wins");
+    assert!(!path.exists());
+    assert_eq!(b.markers().len(), 1);
+}
+
+#[tokio::test]
+async fn a_server_whose_firewall_check_fails_still_starts_and_lists_and_deletes() {
+    let mut env = Env::new().await;
+    env.running("a").await;
+    env.cloud.remove_firewall_rule(crate::support::RULE);
+    env.restart().await;
+    assert!(!env.backend.firewall_last().unwrap().passed);
+    assert_eq!(env.backend.list(&env.admin()).len(), 1);
+    env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    env.until_status("a", Status::Stopped).await;
+    env.backend.delete_shed(&env.admin(), "a").await.unwrap();
+    env.until("destroyed", |e| e.vms().is_empty()).await;
+}
