@@ -1,27 +1,16 @@
-//! `orca::of("gce", owner)` against the fake Compute Engine API, from environment variables. One test
-//! function: the variables are process-global.
+//! `orca::of("gce", owner)` (from environment variables) and `orca::of_with("gce", owner, &settings)`
+//! against the fake Compute Engine API, used as a front-end would: through `Arc<dyn Provider>`, with
+//! its extensions. One test function for the environment: the variables are process-global.
 
-use orca::{Created, Error, MachineSpec};
-use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
-
-const VARS: &[&str] = &[
-    "ORCA_GCE_PROJECT",
-    "ORCA_GCE_ZONE",
-    "ORCA_GCE_NETWORK",
-    "ORCA_GCE_SUBNET",
-    "ORCA_GCE_CREDENTIALS_FILE",
-    "ORCA_GCE_CREDENTIALS_BASE64",
-    "ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS",
-    "ORCA_GCE_ENDPOINT",
-    "ORCA_GCE_PAGE_SIZE",
-    "ORCA_GCE_NETWORK_TAGS",
-    "ORCA_GCE_MAX_RUN_DURATION",
-];
+use orca::gce::ConfigKey;
+use orca::labels::Labels;
+use orca::{Created, Error, MachineSpec, Settings};
+use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SSH_RULE, SUBNET, ZONE};
 
 #[tokio::test]
 async fn gce_through_the_facade_from_the_environment() {
-    for v in VARS {
-        std::env::remove_var(v);
+    for k in ConfigKey::ALL {
+        std::env::remove_var(k.as_str());
     }
     // Nothing set: every missing variable is named at once.
     let e = orca::of("gce", "stack-1").await.unwrap_err();
@@ -30,7 +19,6 @@ async fn gce_through_the_facade_from_the_environment() {
     };
     for k in [
         "ORCA_GCE_PROJECT",
-        "ORCA_GCE_ZONE",
         "ORCA_GCE_NETWORK",
         "ORCA_GCE_SUBNET",
         "ORCA_GCE_CREDENTIALS_FILE",
@@ -41,15 +29,19 @@ async fn gce_through_the_facade_from_the_environment() {
     let fake = FakeGce::start().await.unwrap();
     let key = std::env::temp_dir().join(format!("orca-gce-test-{}.json", std::process::id()));
     std::fs::write(&key, fake.service_account_json()).unwrap();
-    std::env::set_var("ORCA_GCE_PROJECT", PROJECT);
-    std::env::set_var("ORCA_GCE_ZONE", ZONE);
-    std::env::set_var("ORCA_GCE_NETWORK", NETWORK);
-    std::env::set_var("ORCA_GCE_SUBNET", SUBNET);
-    std::env::set_var("ORCA_GCE_CREDENTIALS_FILE", &key);
-    std::env::set_var("ORCA_GCE_ENDPOINT", fake.endpoint());
-    std::env::set_var("ORCA_GCE_PAGE_SIZE", "1");
-    std::env::set_var("ORCA_GCE_NETWORK_TAGS", "shed-test");
-    std::env::set_var("ORCA_GCE_MAX_RUN_DURATION", "2h");
+    for (k, v) in [
+        (ConfigKey::Project, PROJECT.to_string()),
+        (ConfigKey::Zone, ZONE.to_string()),
+        (ConfigKey::Network, NETWORK.to_string()),
+        (ConfigKey::Subnet, SUBNET.to_string()),
+        (ConfigKey::CredentialsFile, key.display().to_string()),
+        (ConfigKey::Endpoint, fake.endpoint()),
+        (ConfigKey::PageSize, "1".to_string()),
+        (ConfigKey::NetworkTags, "shed-test".to_string()),
+        (ConfigKey::MaxRunDuration, "2h".to_string()),
+    ] {
+        std::env::set_var(k.as_str(), v);
+    }
 
     // Two credential sources: both named.
     std::env::set_var("ORCA_GCE_CREDENTIALS_BASE64", "e30=");
@@ -62,10 +54,12 @@ async fn gce_through_the_facade_from_the_environment() {
 
     let p = orca::of("gce", "stack-1").await.unwrap();
     assert_eq!(p.kind(), "gce");
+    assert_eq!(p.extensions(), ["machine_labels", "firewall_rules"]);
     let spec = MachineSpec::new("facade-1", "t2a-standard-1", ZONE, "lab");
     let Created::Machine(m) = p.create(&spec).await.unwrap() else {
         panic!("no stock")
     };
+    assert_eq!(m.id, format!("{ZONE}:facade-1"));
     let vm = fake.instance(ZONE, "facade-1").unwrap();
     assert_eq!(vm["tags"]["items"][0], "shed-test");
     assert_eq!(vm["scheduling"]["maxRunDuration"]["seconds"], "7200");
@@ -76,7 +70,77 @@ async fn gce_through_the_facade_from_the_environment() {
     assert!(p.delete(&m.id).await.unwrap());
     assert!(fake.instance_names(ZONE).is_empty());
     let _ = std::fs::remove_file(&key);
-    for v in VARS {
-        std::env::remove_var(v);
+    for k in ConfigKey::ALL {
+        std::env::remove_var(k.as_str());
     }
+}
+
+fn settings(fake: &FakeGce, key: &std::path::Path) -> Settings {
+    Settings::new()
+        .with(ConfigKey::Project.as_str(), PROJECT)
+        .with(ConfigKey::Network.as_str(), NETWORK)
+        .with(ConfigKey::Subnet.as_str(), SUBNET)
+        .with(
+            ConfigKey::CredentialsFile.as_str(),
+            key.display().to_string(),
+        )
+        .with(ConfigKey::Endpoint.as_str(), fake.endpoint())
+}
+
+#[tokio::test]
+async fn gce_from_settings_as_a_front_end_uses_it() {
+    let fake = FakeGce::start().await.unwrap();
+    let key = std::env::temp_dir().join(format!("orca-gce-settings-{}.json", std::process::id()));
+    std::fs::write(&key, fake.service_account_json()).unwrap();
+    // A missing key, a wrong value and an unknown key: all named in one error, before any call.
+    let bad = settings(&fake, &key)
+        .with(ConfigKey::Project.as_str(), "")
+        .with(ConfigKey::PageSize.as_str(), "1000")
+        .with("SHED_GCE_PROJECT", PROJECT);
+    let e = orca::of_with("gce", "stack-1", &bad).await.unwrap_err();
+    match &e {
+        Error::InvalidSettings { keys, .. } => {
+            assert_eq!(
+                keys,
+                &["ORCA_GCE_PROJECT", "SHED_GCE_PROJECT", "ORCA_GCE_PAGE_SIZE"]
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fake.control().requests(), 0);
+
+    // A provider of every zone, reached only through `Arc<dyn Provider>` and its extensions.
+    let p = orca::of_with("gce", "stack-1", &settings(&fake, &key))
+        .await
+        .unwrap();
+    let m = p
+        .create(
+            &MachineSpec::new("shed-1", "e2-small", "us-central1-a", "sheds")
+                .with_label("shed-state", "creating"),
+        )
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(m.id, "us-central1-a:shed-1");
+    assert_eq!(m.fqdn, format!("shed-1.us-central1-a.c.{PROJECT}.internal"));
+    let ready = Labels::from([("shed-state".to_string(), "ready".to_string())]);
+    let m = p
+        .machine_labels()
+        .unwrap()
+        .set_labels(&m.id, &ready, &[])
+        .await
+        .unwrap();
+    assert_eq!(m.labels["shed-state"], "ready");
+    let fw = p.firewall_rules().unwrap();
+    let rule = fw.rule(SSH_RULE).await.unwrap().unwrap();
+    assert_eq!(rule.network, fw.network_name());
+    let rule = fw
+        .set_source_ranges(SSH_RULE, &["198.51.100.9/32".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(rule.source_ranges, ["198.51.100.9/32"]);
+    assert_eq!(p.machines("sheds").await.unwrap().len(), 1);
+    assert!(p.delete(&m.id).await.unwrap());
+    let _ = std::fs::remove_file(&key);
 }

@@ -35,6 +35,7 @@ mod filter;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
@@ -53,6 +54,33 @@ use filter::Filter;
 pub const PROJECT: &str = "orca-fake-project";
 /// The zone the fake's catalogue is offered in (any zone name of the form `region-x` works too).
 pub const ZONE: &str = "europe-west1-b";
+/// The zones of the fake's project, by name (the order of aggregated listings). Every machine type
+/// of [`MACHINE_TYPES`] is offered in each.
+pub const ZONES: &[&str] = &[
+    "europe-west1-b",
+    "europe-west1-c",
+    "europe-west1-d",
+    "europe-west4-a",
+    "us-central1-a",
+    "us-central1-f",
+];
+
+fn regions() -> Vec<&'static str> {
+    let mut r: Vec<&str> = ZONES.iter().map(|z| region_of(z)).collect();
+    r.dedup();
+    r
+}
+
+/// Now, as Compute Engine writes times: RFC 3339 with milliseconds, in the US Pacific offset its
+/// answers carry (`2026-12-03T04:01:37.123-08:00`).
+fn now_text() -> String {
+    let pacific = chrono::FixedOffset::west_opt(8 * 3600).expect("a valid offset");
+    chrono::Utc::now()
+        .with_timezone(&pacific)
+        .format("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        .to_string()
+}
+
 /// The project holding the public Ubuntu images.
 pub const IMAGE_PROJECT: &str = "ubuntu-os-cloud";
 /// A custom-mode network the fake has from the start, with subnet [`SUBNET`].
@@ -133,6 +161,12 @@ struct World {
     op_steps: u32,
     inserts: Vec<Value>,
     early_waits: u32,
+    /// Subnets by (region, name), with their network's name.
+    subnets: BTreeMap<Key, String>,
+    /// How long instances made from now on stay invisible (see [`FakeGce::set_visibility_delay`]).
+    visibility_delay: Duration,
+    /// When each instance made under a visibility delay becomes visible.
+    hidden_until: HashMap<Key, Instant>,
 }
 
 type Shared = Arc<Mutex<World>>;
@@ -162,6 +196,14 @@ impl FakeGce {
             .route(
                 "/compute/v1/projects/{project}/zones/{zone}/instances",
                 get(list_instances).post(insert_instance),
+            )
+            .route(
+                "/compute/v1/projects/{project}/aggregated/instances",
+                get(aggregated_instances),
+            )
+            .route(
+                "/compute/v1/projects/{project}/aggregated/machineTypes",
+                get(aggregated_machine_types),
             )
             .route(
                 "/compute/v1/projects/{project}/zones/{zone}/instances/{name}",
@@ -226,6 +268,9 @@ impl FakeGce {
         }
         fake.put_network("default", true);
         fake.put_network(NETWORK, false);
+        for region in ["europe-west1", "us-central1"] {
+            fake.put_subnet(region, SUBNET, NETWORK);
+        }
         fake.put_firewall(json!({
             "name": SSH_RULE,
             "network": format!("{LINK}/projects/{PROJECT}/global/networks/{NETWORK}"),
@@ -395,6 +440,7 @@ impl FakeGce {
             .insert((zone.into(), name.into()), disk_json(zone, &disk, name, id));
         let mut vm = vm;
         vm["status"] = json!("RUNNING");
+        vm["lastStartTimestamp"] = json!(now_text());
         s.instances.insert((zone.into(), name.into()), vm);
     }
 
@@ -437,7 +483,7 @@ impl FakeGce {
         rule["kind"] = json!("compute#firewall");
         rule["id"] = json!(id.to_string());
         rule["selfLink"] = json!(format!("{LINK}/projects/{PROJECT}/global/firewalls/{name}"));
-        rule["creationTimestamp"] = json!("2026-01-01T00:00:00.000-07:00");
+        rule["creationTimestamp"] = json!(now_text());
         s.firewalls.insert(name, rule);
     }
 
@@ -450,15 +496,13 @@ impl FakeGce {
     pub fn put_network(&self, name: &str, auto_subnets: bool) {
         let mut s = lock(&self.state);
         let id = s.new_id();
-        let subnets = if auto_subnets {
-            vec![format!(
-                "{LINK}/projects/{PROJECT}/regions/europe-west1/subnetworks/{name}"
-            )]
-        } else {
-            vec![format!(
-                "{LINK}/projects/{PROJECT}/regions/europe-west1/subnetworks/{SUBNET}"
-            )]
-        };
+        if auto_subnets {
+            // Auto mode: a subnet named after the network in every region.
+            for region in regions() {
+                s.subnets
+                    .insert((region.to_string(), name.to_string()), name.to_string());
+            }
+        }
         s.networks.insert(
             name.to_string(),
             json!({
@@ -467,11 +511,27 @@ impl FakeGce {
                 "name": name,
                 "selfLink": format!("{LINK}/projects/{PROJECT}/global/networks/{name}"),
                 "autoCreateSubnetworks": auto_subnets,
-                "subnetworks": subnets,
                 "routingConfig": {"routingMode": "REGIONAL"},
                 "networkFirewallPolicyEnforcementOrder": "AFTER_CLASSIC_FIREWALL",
             }),
         );
+    }
+
+    /// Adds the subnet `name` of `network` in `region` (the fake starts with [`SUBNET`] of [`NETWORK`] in
+    /// `europe-west1` and `us-central1` only).
+    pub fn put_subnet(&self, region: &str, name: &str, network: &str) {
+        lock(&self.state)
+            .subnets
+            .insert((region.to_string(), name.to_string()), network.to_string());
+    }
+
+    /// Makes instances made from now on invisible to `instances.get`, `list` and `aggregatedList` for
+    /// `delay` after their insert is accepted, and answers 404 to changes of them until then (a
+    /// second insert of the name still meets 409); `Duration::ZERO` turns it off. Compute Engine
+    /// reads its own writes; this is the eventual consistency other clouds have (EC2's), which
+    /// orca's conformance suite makes every driver survive.
+    pub fn set_visibility_delay(&self, delay: Duration) {
+        lock(&self.state).visibility_delay = delay;
     }
 
     /// Puts `count` `RUNNING` instances named `{prefix}-{i}` with `labels` into `zone` at once (for
@@ -491,6 +551,18 @@ impl FakeGce {
 }
 
 impl World {
+    /// Whether instance `key` can be seen (see [`FakeGce::set_visibility_delay`]).
+    fn visible(&self, key: &Key) -> bool {
+        self.hidden_until
+            .get(key)
+            .is_none_or(|t| Instant::now() >= *t)
+    }
+
+    /// The visible instance `key`.
+    fn visible_instance(&self, key: &Key) -> Option<&Value> {
+        self.instances.get(key).filter(|_| self.visible(key))
+    }
+
     fn new_id(&mut self) -> u64 {
         self.next_id += 1;
         4_000_000_000_000_000_000 + self.next_id
@@ -519,7 +591,8 @@ impl World {
             "status": "PENDING",
             "user": TEST_CLIENT_EMAIL,
             "progress": 0,
-            "insertTime": "2026-01-01T00:00:00.000-07:00",
+            "insertTime": now_text(),
+            "startTime": now_text(),
             "selfLink": format!("{LINK}/projects/{PROJECT}/{scope}/operations/{name}"),
         });
         if let Some(z) = zone {
@@ -575,6 +648,7 @@ impl World {
                     let n = self.next_id % 250 + 1;
                     if let Some(vm) = self.instances.get_mut(&key) {
                         vm["status"] = json!("RUNNING");
+                        vm["lastStartTimestamp"] = json!(now_text());
                         let nat = vm
                             .pointer_mut("/networkInterfaces/0/accessConfigs/0")
                             .and_then(Value::as_object_mut);
@@ -586,15 +660,22 @@ impl World {
             },
             Effect::Start(key) => {
                 if let Some(vm) = self.instances.get_mut(&key) {
+                    if vm["status"] != "RUNNING" {
+                        vm["lastStartTimestamp"] = json!(now_text());
+                    }
                     vm["status"] = json!("RUNNING");
                 }
             }
             Effect::Stop(key) => {
                 if let Some(vm) = self.instances.get_mut(&key) {
+                    if vm["status"] != "TERMINATED" {
+                        vm["lastStopTimestamp"] = json!(now_text());
+                    }
                     vm["status"] = json!("TERMINATED");
                 }
             }
             Effect::Delete(key) => {
+                self.hidden_until.remove(&key);
                 if let Some(vm) = self.instances.remove(&key) {
                     for d in vm["disks"].as_array().cloned().unwrap_or_default() {
                         let dname = last_segment(d["source"].as_str().unwrap_or_default());
@@ -616,7 +697,7 @@ impl World {
         let op = self.ops.get_mut(name).expect("operation exists");
         op.value["status"] = json!("DONE");
         op.value["progress"] = json!(100);
-        op.value["endTime"] = json!("2026-01-01T00:00:01.000-07:00");
+        op.value["endTime"] = json!(now_text());
         if let Some((code, message, http)) = error {
             op.value["error"] = json!({"errors": [{"code": code, "message": message}]});
             op.value["httpErrorStatusCode"] = json!(http);
@@ -699,7 +780,7 @@ fn instance_json(
     json!({
         "kind": "compute#instance",
         "id": id.to_string(),
-        "creationTimestamp": "2026-01-01T00:00:00.000-07:00",
+        "creationTimestamp": now_text(),
         "name": name,
         "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
         "machineType": machine_type_link(zone, mt),
@@ -788,9 +869,7 @@ fn check_project(project: &str) -> Result<(), Response> {
 }
 
 fn check_zone(zone: &str) -> Result<(), Response> {
-    // A zone is `<region>-<letter>` with region `<area>-<location><n>`.
-    let ok = zone.split('-').count() == 3 && zone.ends_with(|c: char| c.is_ascii_lowercase());
-    if ok {
+    if ZONES.contains(&zone) {
         Ok(())
     } else {
         Err(invalid(format!(
@@ -995,8 +1074,9 @@ fn check_request_id(r: &Option<String>) -> Result<(), Response> {
     Ok(())
 }
 
-/// One page of `items` (already filtered and ordered) for `maxResults` and `pageToken`.
-fn page(items: Vec<Value>, q: &ListQuery, kind: &str, self_link: String) -> Response {
+/// The window `start..end` of `len` items (already filtered and ordered) that `maxResults` and
+/// `pageToken` ask for.
+fn window(len: usize, q: &ListQuery) -> Result<(usize, usize), Response> {
     let max = match q.max_results.as_deref().map(str::parse::<u32>) {
         None => 500,
         Some(Ok(n)) if n <= 500 => {
@@ -1007,19 +1087,27 @@ fn page(items: Vec<Value>, q: &ListQuery, kind: &str, self_link: String) -> Resp
             }
         }
         Some(_) => {
-            return invalid(
+            return Err(invalid(
                 "Invalid value for field 'maxResults': must be between 0 and 500, inclusive",
-            )
+            ))
         }
     } as usize;
     let start = match q.page_token.as_deref().filter(|t| !t.is_empty()) {
         None => 0,
         Some(t) => match t.strip_prefix("pt1.").and_then(|n| n.parse::<usize>().ok()) {
-            Some(n) if n <= items.len() => n,
-            _ => return invalid("Invalid value for field 'pageToken'"),
+            Some(n) if n <= len => n,
+            _ => return Err(invalid("Invalid value for field 'pageToken'")),
         },
     };
-    let end = (start + max).min(items.len());
+    Ok((start, (start + max).min(len)))
+}
+
+/// One page of `items` (already filtered and ordered) for `maxResults` and `pageToken`.
+fn page(items: Vec<Value>, q: &ListQuery, kind: &str, self_link: String) -> Response {
+    let (start, end) = match window(items.len(), q) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
     let mut body = json!({
         "kind": kind,
         "id": self_link.clone(),
@@ -1046,10 +1134,11 @@ async fn list_instances(
         Ok(f) => f,
         Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
     };
-    let items: Vec<Value> = lock(&state)
+    let s = lock(&state);
+    let items: Vec<Value> = s
         .instances
         .iter()
-        .filter(|((z, _), vm)| z == &zone && filter.matches(vm))
+        .filter(|(k, vm)| k.0 == zone && s.visible(k) && filter.matches(vm))
         .map(|(_, vm)| vm.clone())
         .collect();
     page(
@@ -1060,14 +1149,117 @@ async fn list_instances(
     )
 }
 
-async fn get_instance(
+/// One page of an aggregated list: `items` are (zone, resource) pairs in zone order; the page holds
+/// every zone of the project as the scope `zones/<zone>`, with its resources of this page under
+/// `field`, or a `NO_RESULTS_ON_PAGE` warning.
+fn aggregated_page(
+    items: Vec<(String, Value)>,
+    q: &ListQuery,
+    kind: &str,
+    field: &str,
+    self_link: String,
+) -> Response {
+    let (start, end) = match window(items.len(), q) {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let on_page = &items[start..end];
+    let mut scopes = serde_json::Map::new();
+    for zone in ZONES {
+        let scope = format!("zones/{zone}");
+        let here: Vec<Value> = on_page
+            .iter()
+            .filter(|(z, _)| z == zone)
+            .map(|(_, v)| v.clone())
+            .collect();
+        let entry = if here.is_empty() {
+            json!({"warning": {
+                "code": "NO_RESULTS_ON_PAGE",
+                "message": format!("There are no results for scope '{scope}' on this page."),
+                "data": [{"key": "scope", "value": scope}],
+            }})
+        } else {
+            json!({ field: here })
+        };
+        scopes.insert(scope, entry);
+    }
+    let mut body = json!({
+        "kind": kind,
+        "id": self_link.trim_start_matches(&format!("{LINK}/")),
+        "items": scopes,
+        "selfLink": self_link,
+    });
+    if end < items.len() {
+        body["nextPageToken"] = json!(format!("pt1.{end}"));
+    }
+    Json(body).into_response()
+}
+
+async fn aggregated_instances(
     State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
+    Path(project): Path<String>,
+    Query(q): Query<ListQuery>,
 ) -> Response {
     if let Err(r) = check_project(&project) {
         return r;
     }
-    match lock(&state).instances.get(&(zone.clone(), name.clone())) {
+    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
+        Ok(f) => f,
+        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
+    };
+    let s = lock(&state);
+    let items: Vec<(String, Value)> = s
+        .instances
+        .iter()
+        .filter(|(k, vm)| s.visible(k) && filter.matches(vm))
+        .map(|(k, vm)| (k.0.clone(), vm.clone()))
+        .collect();
+    aggregated_page(
+        items,
+        &q,
+        "compute#instanceAggregatedList",
+        "instances",
+        format!("{LINK}/projects/{PROJECT}/aggregated/instances"),
+    )
+}
+
+async fn aggregated_machine_types(
+    Path(project): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Response {
+    if let Err(r) = check_project(&project) {
+        return r;
+    }
+    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
+        Ok(f) => f,
+        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
+    };
+    let items: Vec<(String, Value)> = ZONES
+        .iter()
+        .flat_map(|z| {
+            MACHINE_TYPES
+                .iter()
+                .map(move |t| (z.to_string(), machine_type_json(z, t)))
+        })
+        .filter(|(_, t)| filter.matches(t))
+        .collect();
+    aggregated_page(
+        items,
+        &q,
+        "compute#machineTypeAggregatedList",
+        "machineTypes",
+        format!("{LINK}/projects/{PROJECT}/aggregated/machineTypes"),
+    )
+}
+
+async fn get_instance(
+    State(state): State<Shared>,
+    Path((project, zone, name)): Path<(String, String, String)>,
+) -> Response {
+    if let Err(r) = check_project(&project).and(check_zone(&zone)) {
+        return r;
+    }
+    match lock(&state).visible_instance(&(zone.clone(), name.clone())) {
         Some(vm) => Json(vm.clone()).into_response(),
         None => not_found(&format!("projects/{project}/zones/{zone}/instances/{name}")),
     }
@@ -1199,11 +1391,36 @@ async fn insert_instance(
     if !s.networks.contains_key(&network) {
         return not_found(&format!("projects/{project}/global/networks/{network}"));
     }
-    let subnet = nic["subnetwork"]
-        .as_str()
-        .map(last_segment)
-        .unwrap_or_default()
-        .to_string();
+    let auto_mode = s.networks[&network]["autoCreateSubnetworks"] == json!(true);
+    let region = region_of(&zone).to_string();
+    let subnet = match nic["subnetwork"].as_str() {
+        Some(link) => {
+            let name = last_segment(link).to_string();
+            let in_region = link
+                .split("/regions/")
+                .nth(1)
+                .and_then(|r| r.split('/').next())
+                .unwrap_or_default();
+            if in_region != region {
+                return invalid(format!(
+                    "Invalid value for field 'resource.networkInterfaces[0].subnetwork': '{link}'. Subnetwork must be in the same region as the instance ({region})."
+                ));
+            }
+            if s.subnets.get(&(region.clone(), name.clone())) != Some(&network) {
+                return not_found(&format!(
+                    "projects/{project}/regions/{region}/subnetworks/{name}"
+                ));
+            }
+            name
+        }
+        None if auto_mode => network.clone(),
+        None => {
+            return invalid(format!(
+                "Invalid value for field 'resource.networkInterfaces[0]': ''. Subnetwork should be specified for custom subnetmode network '{network}'."
+            ))
+        }
+    };
+    let hostname = vm["hostname"].as_str().map(str::to_string);
     let external = nic["accessConfigs"]
         .as_array()
         .is_some_and(|a| !a.is_empty());
@@ -1243,7 +1460,7 @@ async fn insert_instance(
     }
     let id = s.new_id();
     let make_vm = |s: &mut World| {
-        let vm = instance_json(
+        let mut vm = instance_json(
             &zone,
             &name,
             &mt,
@@ -1258,7 +1475,14 @@ async fn insert_instance(
             auto_delete,
             external,
         );
+        if let Some(h) = &hostname {
+            vm["hostname"] = json!(h);
+        }
         s.instances.insert(key.clone(), vm);
+        if !s.visibility_delay.is_zero() {
+            let until = Instant::now() + s.visibility_delay;
+            s.hidden_until.insert(key.clone(), until);
+        }
     };
     let make_disk = |s: &mut World| {
         let d = disk_json(&zone, &boot_info, &name, id);
@@ -1325,9 +1549,10 @@ async fn delete_instance(
         return Json(op).into_response();
     }
     let key = (zone.clone(), name.clone());
-    let Some(vm) = s.instances.get_mut(&key) else {
+    if s.visible_instance(&key).is_none() {
         return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
-    };
+    }
+    let vm = s.instances.get_mut(&key).expect("visible");
     vm["status"] = json!("STOPPING");
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
     let op = s.new_op(
@@ -1355,7 +1580,7 @@ async fn instance_action(
     }
     let key = (zone.clone(), name.clone());
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let Some(vm) = s.instances.get(&key).cloned() else {
+    let Some(vm) = s.visible_instance(&key).cloned() else {
         return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
     };
     let status = vm["status"].as_str().unwrap_or_default().to_string();
@@ -1499,26 +1724,30 @@ async fn get_machine_type(Path((project, zone, name)): Path<(String, String, Str
         return r;
     }
     match MACHINE_TYPES.iter().find(|(n, ..)| *n == name) {
-        Some((n, arch, cpus, mem)) => Json(json!({
-            "kind": "compute#machineType",
-            "id": "1000",
-            "name": n,
-            "description": format!("{cpus} vCPUs, {} GB RAM", mem / 1024),
-            "guestCpus": cpus,
-            "memoryMb": mem,
-            "imageSpaceGb": 0,
-            "maximumPersistentDisks": 128,
-            "maximumPersistentDisksSizeGb": "263168",
-            "zone": zone,
-            "isSharedCpu": n.starts_with("e2-small") || n.starts_with("e2-medium"),
-            "architecture": arch,
-            "selfLink": machine_type_link(&zone, n),
-        }))
-        .into_response(),
+        Some(t) => Json(machine_type_json(&zone, t)).into_response(),
         None => not_found(&format!(
             "projects/{project}/zones/{zone}/machineTypes/{name}"
         )),
     }
+}
+
+fn machine_type_json(zone: &str, (n, arch, cpus, mem): &(&str, &str, u32, u32)) -> Value {
+    json!({
+        "kind": "compute#machineType",
+        "id": "1000",
+        "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
+        "name": n,
+        "description": format!("{cpus} vCPUs, {} GB RAM", mem / 1024),
+        "guestCpus": cpus,
+        "memoryMb": mem,
+        "imageSpaceGb": 0,
+        "maximumPersistentDisks": 128,
+        "maximumPersistentDisksSizeGb": "263168",
+        "zone": zone,
+        "isSharedCpu": n.starts_with("e2-small") || n.starts_with("e2-medium"),
+        "architecture": arch,
+        "selfLink": machine_type_link(zone, n),
+    })
 }
 
 async fn image_from_family(Path((project, family)): Path<(String, String)>) -> Response {
@@ -1713,10 +1942,20 @@ async fn get_network(
     if let Err(r) = check_project(&project) {
         return r;
     }
-    match lock(&state).networks.get(&name) {
-        Some(n) => Json(n.clone()).into_response(),
-        None => not_found(&format!("projects/{project}/global/networks/{name}")),
-    }
+    let s = lock(&state);
+    let Some(n) = s.networks.get(&name) else {
+        return not_found(&format!("projects/{project}/global/networks/{name}"));
+    };
+    let mut n = n.clone();
+    n["subnetworks"] = json!(s
+        .subnets
+        .iter()
+        .filter(|(_, net)| **net == name)
+        .map(|((region, sub), _)| format!(
+            "{LINK}/projects/{PROJECT}/regions/{region}/subnetworks/{sub}"
+        ))
+        .collect::<Vec<_>>());
+    Json(n).into_response()
 }
 
 #[cfg(test)]

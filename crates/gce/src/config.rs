@@ -1,13 +1,17 @@
-//! Settings: from the environment ([`Config::from_env`], [`Config::from_env_names`]) or a builder
-//! ([`Config::builder`]). A missing setting is an error naming every missing one; a setting given twice
-//! (two credential sources) is an error naming both. Credentials never appear in `Debug` output.
+//! Settings as data: the typed keys ([`ConfigKey`], named as the environment variables), the
+//! settings type ([`Config`]) read from a map ([`Config::from_settings`]), from the process
+//! environment ([`Config::from_env`]) or built in code ([`Config::builder`]). Every problem of a set
+//! of settings is named at once (unknown keys, missing ones, wrong values); credentials never appear in
+//! `Debug` output or errors.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use orca_machines::{Error, Result, RetryPolicy};
+use orca_machines::settings::{parse_bool, parse_duration, Problems};
+use orca_machines::{Error, Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
 
 /// The public Compute Engine API root.
@@ -20,11 +24,149 @@ pub const UBUNTU_AMD64_FAMILY: &str = "ubuntu-2404-lts-amd64";
 pub const UBUNTU_ARM64_FAMILY: &str = "ubuntu-2404-lts-arm64";
 /// The default boot disk size in GB.
 pub const DEFAULT_DISK_GB: u32 = 20;
+/// The smallest boot disk Compute Engine makes from the Ubuntu images (their own size).
+pub const MIN_DISK_GB: u32 = 10;
 /// The default listing page size (`maxResults`); Compute Engine's own maximum.
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
+/// The login user the SSH keys of a spec are given to (metadata `ssh-keys`, `<user>:<key>` lines)
+/// unless [`ConfigKey::SshUser`] says otherwise.
+pub const DEFAULT_SSH_USER: &str = "orca";
+/// How long the driver keeps reading a machine that may be a fresh one before it believes "not found"
+/// (see [`Config::visibility_window`]).
+pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(10);
+
+/// The driver's settings by name: each is the environment variable [`Config::from_env`] reads and the
+/// key [`Config::from_settings`] takes (`orca::of_with("gce", owner, &settings)`).
+///
+/// ```
+/// use orca_gce::ConfigKey;
+/// let k: ConfigKey = "ORCA_GCE_PROJECT".parse().unwrap();
+/// assert_eq!(k, ConfigKey::Project);
+/// assert_eq!(k.to_string(), "ORCA_GCE_PROJECT");
+/// assert!(ConfigKey::CredentialsBase64.is_secret());
+/// assert!("ORCA_GCE_PROJCT".parse::<ConfigKey>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ConfigKey {
+    /// `ORCA_GCE_PROJECT` (required): the project id.
+    Project,
+    /// `ORCA_GCE_ZONE` (optional): the one zone of a single-zone provider. Unset: the provider works
+    /// in every zone of the project (a spec's location names the zone).
+    Zone,
+    /// `ORCA_GCE_NETWORK` (required): the VPC network of the machines' interface.
+    Network,
+    /// `ORCA_GCE_SUBNET` (required): its subnet: one name, used in every region
+    /// (`regions/<region of the zone>/subnetworks/<name>`), or `region=name` pairs separated by commas.
+    Subnet,
+    /// `ORCA_GCE_CREDENTIALS_FILE` (one credential source): a path to a service account JSON key.
+    CredentialsFile,
+    /// `ORCA_GCE_CREDENTIALS_BASE64` (one credential source): the key itself, base64-encoded. Secret.
+    CredentialsBase64,
+    /// `ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS` (one credential source): `true` for application
+    /// default credentials.
+    ApplicationDefaultCredentials,
+    /// `ORCA_GCE_ENDPOINT` (optional): the API root (default [`DEFAULT_ENDPOINT`]).
+    Endpoint,
+    /// `ORCA_GCE_DISK_GB` (optional): the boot disk size, 10 to 65536 (default [`DEFAULT_DISK_GB`]).
+    DiskGb,
+    /// `ORCA_GCE_NETWORK_TAGS` (optional): comma-separated network tags every machine gets.
+    NetworkTags,
+    /// `ORCA_GCE_MAX_RUN_DURATION` (optional): `90s`, `30m`, `24h`, `2d` or seconds, 30 s to 120 days:
+    /// Compute Engine stops a machine this long after each start, unless its spec says otherwise.
+    MaxRunDuration,
+    /// `ORCA_GCE_PAGE_SIZE` (optional): `maxResults` of listings, 1 to 500 (default 500).
+    PageSize,
+    /// `ORCA_GCE_PUBLIC_IP` (optional): `false` for no external address (default `true`).
+    PublicIp,
+    /// `ORCA_GCE_SSH_USER` (optional): the login user of a spec's SSH keys (default
+    /// [`DEFAULT_SSH_USER`]).
+    SshUser,
+    /// `ORCA_GCE_IMAGE_PROJECT` (optional): the project of the default Ubuntu image families
+    /// (default [`UBUNTU_IMAGE_PROJECT`]).
+    ImageProject,
+}
+
+impl ConfigKey {
+    /// Every key, in the order of the README's table.
+    pub const ALL: [ConfigKey; 15] = [
+        ConfigKey::Project,
+        ConfigKey::Zone,
+        ConfigKey::Network,
+        ConfigKey::Subnet,
+        ConfigKey::CredentialsFile,
+        ConfigKey::CredentialsBase64,
+        ConfigKey::ApplicationDefaultCredentials,
+        ConfigKey::Endpoint,
+        ConfigKey::DiskGb,
+        ConfigKey::NetworkTags,
+        ConfigKey::MaxRunDuration,
+        ConfigKey::PageSize,
+        ConfigKey::PublicIp,
+        ConfigKey::SshUser,
+        ConfigKey::ImageProject,
+    ];
+
+    /// The environment variable's name, which is also the key in a [`Settings`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigKey::Project => "ORCA_GCE_PROJECT",
+            ConfigKey::Zone => "ORCA_GCE_ZONE",
+            ConfigKey::Network => "ORCA_GCE_NETWORK",
+            ConfigKey::Subnet => "ORCA_GCE_SUBNET",
+            ConfigKey::CredentialsFile => "ORCA_GCE_CREDENTIALS_FILE",
+            ConfigKey::CredentialsBase64 => "ORCA_GCE_CREDENTIALS_BASE64",
+            ConfigKey::ApplicationDefaultCredentials => "ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS",
+            ConfigKey::Endpoint => "ORCA_GCE_ENDPOINT",
+            ConfigKey::DiskGb => "ORCA_GCE_DISK_GB",
+            ConfigKey::NetworkTags => "ORCA_GCE_NETWORK_TAGS",
+            ConfigKey::MaxRunDuration => "ORCA_GCE_MAX_RUN_DURATION",
+            ConfigKey::PageSize => "ORCA_GCE_PAGE_SIZE",
+            ConfigKey::PublicIp => "ORCA_GCE_PUBLIC_IP",
+            ConfigKey::SshUser => "ORCA_GCE_SSH_USER",
+            ConfigKey::ImageProject => "ORCA_GCE_IMAGE_PROJECT",
+        }
+    }
+
+    /// Whether the value is a secret (never printed; a front-end keeps it in a vault).
+    pub fn is_secret(self) -> bool {
+        matches!(self, ConfigKey::CredentialsBase64)
+    }
+
+    /// Every key's name.
+    pub fn names() -> Vec<&'static str> {
+        ConfigKey::ALL.iter().map(|k| k.as_str()).collect()
+    }
+}
+
+impl std::fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ConfigKey {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<ConfigKey> {
+        ConfigKey::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                Error::settings(
+                    [s],
+                    format!(
+                        "not a setting of the gce driver; its settings are {}",
+                        ConfigKey::names().join(", ")
+                    ),
+                )
+            })
+    }
+}
 
 /// Where the driver's access tokens come from.
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum Credentials {
     /// A service account JSON key file at this path.
     ServiceAccountFile(PathBuf),
@@ -33,7 +175,7 @@ pub enum Credentials {
     /// Application default credentials (gcp_auth's chain: `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's
     /// application default credentials file, the metadata server, the `gcloud` command).
     ApplicationDefault,
-    /// A token provider the caller built.
+    /// A token provider the caller built (one can serve several providers, sharing its tokens).
     Provider(Arc<dyn gcp_auth::TokenProvider>),
 }
 
@@ -50,105 +192,87 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
-/// The names of the environment variables [`Config::from_env_names`] reads.
-///
-/// The defaults are orca's own (`ORCA_GCE_*`); [`EnvNames::shed`] gives the names shed's remote
-/// backend documents (`SHED_GCE_*`, `GOOGLE_CREDENTIALS_BASE64`). Every field can be changed, as
-/// shed's `*_env` settings allow.
+/// The subnet a machine's interface goes on, in the region of its zone.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvNames {
-    /// The project id (required).
-    pub project: String,
-    /// The zone machines are made and listed in (required).
-    pub zone: String,
-    /// The VPC network of the machines' interface (required).
-    pub network: String,
-    /// The subnet of that network in the zone's region (required).
-    pub subnet: String,
-    /// A path to a service account JSON key (one credential source is required).
-    pub credentials_file: String,
-    /// The service account JSON key, base64-encoded.
-    pub credentials_base64: String,
-    /// `true` to use application default credentials.
-    pub application_default: String,
-    /// The API root, for tests (optional; default [`DEFAULT_ENDPOINT`]).
-    pub endpoint: String,
-    /// The boot disk size in GB (optional; default [`DEFAULT_DISK_GB`]).
-    pub disk_gb: String,
-    /// Comma-separated network tags for every machine (optional).
-    pub network_tags: String,
-    /// The longest a machine runs before Compute Engine stops it, as `90s`, `30m`, `24h`, `2d` or
-    /// seconds (optional; none by default).
-    pub max_run_duration: String,
-    /// The listing page size, `maxResults`, 1 to 500 (optional; default 500).
-    pub page_size: String,
-    /// `false` to give machines no external address (optional; default `true`).
-    pub public_ip: String,
+#[non_exhaustive]
+pub enum Subnet {
+    /// The subnet of this name in every region (`regions/<region>/subnetworks/<name>`).
+    Named(String),
+    /// The subnet of each region by name; a zone of a region not listed is refused before any call.
+    PerRegion(BTreeMap<String, String>),
 }
 
-impl Default for EnvNames {
-    fn default() -> Self {
-        EnvNames {
-            project: "ORCA_GCE_PROJECT".into(),
-            zone: "ORCA_GCE_ZONE".into(),
-            network: "ORCA_GCE_NETWORK".into(),
-            subnet: "ORCA_GCE_SUBNET".into(),
-            credentials_file: "ORCA_GCE_CREDENTIALS_FILE".into(),
-            credentials_base64: "ORCA_GCE_CREDENTIALS_BASE64".into(),
-            application_default: "ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS".into(),
-            endpoint: "ORCA_GCE_ENDPOINT".into(),
-            disk_gb: "ORCA_GCE_DISK_GB".into(),
-            network_tags: "ORCA_GCE_NETWORK_TAGS".into(),
-            max_run_duration: "ORCA_GCE_MAX_RUN_DURATION".into(),
-            page_size: "ORCA_GCE_PAGE_SIZE".into(),
-            public_ip: "ORCA_GCE_PUBLIC_IP".into(),
+impl Subnet {
+    /// Parses the setting: `name`, or `region=name,region=name`.
+    ///
+    /// ```
+    /// use orca_gce::Subnet;
+    /// assert_eq!(Subnet::parse("orca-subnet").unwrap().for_region("us-central1"), Some("orca-subnet"));
+    /// let s = Subnet::parse("europe-west1=eu, us-central1=us").unwrap();
+    /// assert_eq!(s.for_region("us-central1"), Some("us"));
+    /// assert_eq!(s.for_region("asia-east1"), None);
+    /// assert!(Subnet::parse("Bad_Name").is_none());
+    /// ```
+    pub fn parse(s: &str) -> Option<Subnet> {
+        let s = s.trim();
+        if !s.contains('=') {
+            return valid_resource_name(s).then(|| Subnet::Named(s.to_string()));
+        }
+        let mut map = BTreeMap::new();
+        for pair in s.split(',') {
+            let (region, name) = pair.split_once('=')?;
+            let (region, name) = (region.trim(), name.trim());
+            if !valid_region(region) || !valid_resource_name(name) {
+                return None;
+            }
+            if map.insert(region.to_string(), name.to_string()).is_some() {
+                return None;
+            }
+        }
+        Some(Subnet::PerRegion(map))
+    }
+
+    /// The subnet's name in `region`, if there is one.
+    pub fn for_region(&self, region: &str) -> Option<&str> {
+        match self {
+            Subnet::Named(n) => Some(n),
+            Subnet::PerRegion(m) => m.get(region).map(String::as_str),
         }
     }
 }
 
-impl EnvNames {
-    /// The names shed's remote backend documents by default: `SHED_GCE_PROJECT`, `SHED_GCE_ZONE`,
-    /// `SHED_GCE_NETWORK`, `SHED_GCE_SUBNET`, `GOOGLE_CREDENTIALS_BASE64` and
-    /// `SHED_GCE_CREDENTIALS_FILE` (the optional ones keep their `ORCA_GCE_*` names).
-    pub fn shed() -> Self {
-        EnvNames {
-            project: "SHED_GCE_PROJECT".into(),
-            zone: "SHED_GCE_ZONE".into(),
-            network: "SHED_GCE_NETWORK".into(),
-            subnet: "SHED_GCE_SUBNET".into(),
-            credentials_file: "SHED_GCE_CREDENTIALS_FILE".into(),
-            credentials_base64: "GOOGLE_CREDENTIALS_BASE64".into(),
-            ..EnvNames::default()
-        }
-    }
-}
-
-/// The Compute Engine driver's settings.
+/// The Compute Engine driver's settings. Build it with [`Config::from_settings`],
+/// [`Config::from_env`] or [`Config::builder`]; fields may be changed after.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// The project id.
     pub project: String,
-    /// The zone machines are made and listed in (a spec's `location` must be this zone).
-    pub zone: String,
+    /// The one zone of a single-zone provider: specs must name it, listings read it alone
+    /// (`instances.list`), and a bare instance name as an id means an instance of it. `None`: every
+    /// zone of the project (`instances.aggregatedList`), ids are `<zone>:<name>`.
+    pub zone: Option<String>,
     /// The VPC network name.
     pub network: String,
-    /// The subnet name (in the zone's region).
-    pub subnet: String,
+    /// The subnet in each region.
+    pub subnet: Subnet,
     /// Where tokens come from.
     pub credentials: Credentials,
     /// The API root (`https://compute.googleapis.com/compute/v1`; a fake's for tests).
     pub endpoint: String,
-    /// The boot disk size in GB (10 to 65,536).
+    /// The boot disk size in GB (10 to 65,536) unless a spec says otherwise.
     pub disk_gb: u32,
-    /// Network tags every machine gets (firewall rules target them).
+    /// Network tags every machine gets (firewall rules target them), beside a spec's own.
     pub network_tags: Vec<String>,
-    /// The longest a machine runs before Compute Engine stops it (`scheduling.maxRunDuration`,
-    /// termination action `STOP`).
+    /// The longest a machine runs after each start before Compute Engine stops it
+    /// (`scheduling.maxRunDuration`, termination action `STOP`), unless a spec says otherwise.
     pub max_run_duration: Option<Duration>,
     /// The listing page size (`maxResults`, 1 to 500).
     pub page_size: u32,
     /// Whether machines get an external address (`ONE_TO_ONE_NAT`).
     pub public_ip: bool,
+    /// The login user a spec's SSH keys are given to.
+    pub ssh_user: String,
     /// The project of the default images.
     pub image_project: String,
     /// The retry policy of every call.
@@ -157,6 +281,10 @@ pub struct Config {
     pub operation_timeout: Duration,
     /// The timeout of one HTTP request (an operation `wait` gets two and a half minutes).
     pub request_timeout: Duration,
+    /// How long after making a machine the driver keeps reading it when the API answers "not found"
+    /// (after its own insert, or for an id this provider made that long ago at most), before it
+    /// believes the answer.
+    pub visibility_window: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -173,408 +301,409 @@ impl std::fmt::Debug for Config {
             .field("max_run_duration", &self.max_run_duration)
             .field("page_size", &self.page_size)
             .field("public_ip", &self.public_ip)
+            .field("ssh_user", &self.ssh_user)
             .finish_non_exhaustive()
     }
 }
 
 impl Config {
-    /// A builder.
+    /// A builder (the same rules as [`Config::from_settings`]; errors name the settings' keys).
     pub fn builder() -> ConfigBuilder {
         ConfigBuilder::default()
     }
 
-    /// Settings from the `ORCA_GCE_*` environment variables (see [`EnvNames`]).
+    /// Settings from the `ORCA_GCE_*` environment variables ([`ConfigKey`]).
     pub fn from_env() -> Result<Config> {
-        Config::from_env_names(&EnvNames::default())
+        Config::from_settings(&Settings::from_env(ConfigKey::names()))
     }
 
-    /// Settings from the environment variables `names` gives.
-    pub fn from_env_names(names: &EnvNames) -> Result<Config> {
-        Config::from_lookup(names, |k| std::env::var(k).ok())
+    /// Settings from `settings`, keyed by [`ConfigKey`] names. An unknown key, a missing one and a
+    /// wrong value are named all at once, in one [`Error::InvalidSettings`].
+    pub fn from_settings(settings: &Settings) -> Result<Config> {
+        build(settings, Vec::new())
     }
 
-    /// Settings from `lookup` (a variable's value, or `None`): what [`Config::from_env_names`] uses,
-    /// for tests that must not touch the process environment. Empty values count as unset.
-    pub fn from_lookup(
-        names: &EnvNames,
-        lookup: impl Fn(&str) -> Option<String>,
-    ) -> Result<Config> {
-        let get = |k: &str| {
-            lookup(k)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let mut missing = Vec::new();
-        let mut need = |k: &String| {
-            let v = get(k);
-            if v.is_none() {
-                missing.push(k.clone());
-            }
-            v.unwrap_or_default()
-        };
-        let project = need(&names.project);
-        let zone = need(&names.zone);
-        let network = need(&names.network);
-        let subnet = need(&names.subnet);
-        let file = get(&names.credentials_file);
-        let b64 = get(&names.credentials_base64);
-        let adc = get(&names.application_default);
-        let adc_on = match adc.as_deref() {
-            None => false,
-            Some(v) => parse_bool(v).ok_or_else(|| {
-                Error::settings([names.application_default.clone()], "must be true or false")
-            })?,
-        };
-        let given: Vec<String> = [
-            (file.is_some(), &names.credentials_file),
-            (b64.is_some(), &names.credentials_base64),
-            (adc_on, &names.application_default),
-        ]
-        .iter()
-        .filter(|(on, _)| *on)
-        .map(|(_, k)| (*k).clone())
-        .collect();
-        if given.is_empty() {
-            missing.push(format!(
-                "{} or {} (or {}=true)",
-                names.credentials_file, names.credentials_base64, names.application_default
-            ));
+    /// The region of `zone` (`europe-west1-b` -> `europe-west1`).
+    pub fn region_of(zone: &str) -> &str {
+        zone.rsplit_once('-').map(|(r, _)| r).unwrap_or(zone)
+    }
+}
+
+const CREDENTIALS: &str = "credentials";
+
+/// Reads and checks every setting, collecting every problem. `extra` holds credential sources given
+/// in code (named `credentials` when at fault).
+fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
+    use ConfigKey as K;
+    let mut p = Problems::new();
+    if let Err(Error::InvalidSettings { keys, .. }) =
+        settings.check_known("gce", &ConfigKey::names())
+    {
+        for k in keys {
+            p.invalid(k, "not a setting of the gce driver");
         }
-        if !missing.is_empty() {
-            return Err(Error::settings(missing, "missing"));
-        }
-        if given.len() > 1 {
-            return Err(Error::settings(
-                given,
-                "exactly one credential source must be set",
-            ));
-        }
-        let credentials = if let Some(path) = file {
-            Credentials::ServiceAccountFile(PathBuf::from(path))
-        } else if let Some(b64) = b64 {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(b64.as_bytes())
-                .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(b64.as_bytes()))
-                .map_err(|_| {
-                    Error::settings([names.credentials_base64.clone()], "is not valid base64")
-                })?;
-            let json = String::from_utf8(bytes).map_err(|_| {
-                Error::settings(
-                    [names.credentials_base64.clone()],
-                    "does not decode to UTF-8 JSON",
-                )
-            })?;
-            Credentials::ServiceAccountJson(Arc::new(SecretString::from(json)))
-        } else {
-            Credentials::ApplicationDefault
-        };
-        let mut b = Config::builder()
-            .project(project)
-            .zone(zone)
-            .network(network)
-            .subnet(subnet)
-            .credentials(credentials);
-        if let Some(e) = get(&names.endpoint) {
-            b = b.endpoint(e);
-        }
-        if let Some(d) = get(&names.disk_gb) {
-            let gb: u32 = d.parse().map_err(|_| {
-                Error::settings([names.disk_gb.clone()], "must be a whole number of GB")
-            })?;
-            b = b.disk_gb(gb);
-        }
-        if let Some(t) = get(&names.network_tags) {
-            b = b.network_tags(
-                t.split(',')
-                    .map(str::trim)
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_string),
+    }
+    let text = |k: K| settings.get(k.as_str()).map(str::trim);
+    let project = p.require(settings, K::Project.as_str()).map(str::trim);
+    if project.is_some_and(|v| !valid_project(v)) {
+        p.invalid(
+            K::Project.as_str(),
+            "a project id (6 to 30 of a-z, 0-9 and '-')",
+        );
+    }
+    let zone = text(K::Zone);
+    if zone.is_some_and(|z| !valid_zone(z)) {
+        p.invalid(K::Zone.as_str(), "a zone name like europe-west1-b");
+    }
+    let network = p.require(settings, K::Network.as_str()).map(str::trim);
+    if network.is_some_and(|n| !valid_resource_name(n)) {
+        p.invalid(
+            K::Network.as_str(),
+            "a network name (1 to 63 of a-z, 0-9 and '-', starting with a letter)",
+        );
+    }
+    let subnet_rule =
+        "a subnet name, or region=name pairs separated by commas (europe-west1=orca-eu,us-central1=orca-us)";
+    let subnet = p.parse(settings, K::Subnet.as_str(), subnet_rule, Subnet::parse);
+    if settings.get(K::Subnet.as_str()).is_none() {
+        p.missing(K::Subnet.as_str());
+    }
+    if let (Some(z), Some(s)) = (zone.filter(|z| valid_zone(z)), &subnet) {
+        if s.for_region(Config::region_of(z)).is_none() {
+            p.invalid(
+                K::Subnet.as_str(),
+                format!(
+                    "names no subnet for the region of ORCA_GCE_ZONE ({})",
+                    Config::region_of(z)
+                ),
             );
         }
-        if let Some(d) = get(&names.max_run_duration) {
-            let d = parse_duration(&d).ok_or_else(|| {
-                Error::settings(
-                    [names.max_run_duration.clone()],
-                    "must be a duration such as 90s, 30m, 24h, 2d or a number of seconds",
-                )
-            })?;
-            b = b.max_run_duration(d);
-        }
-        if let Some(p) = get(&names.page_size) {
-            let p: u32 = p.parse().map_err(|_| {
-                Error::settings([names.page_size.clone()], "must be a number from 1 to 500")
-            })?;
-            b = b.page_size(p);
-        }
-        if let Some(p) = get(&names.public_ip) {
-            let on = parse_bool(&p).ok_or_else(|| {
-                Error::settings([names.public_ip.clone()], "must be true or false")
-            })?;
-            b = b.public_ip(on);
-        }
-        b.build_named(names)
     }
-}
 
-fn parse_bool(v: &str) -> Option<bool> {
-    match v.to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Some(true),
-        "0" | "false" | "no" | "off" => Some(false),
-        _ => None,
+    // Credentials: exactly one source.
+    let file = text(K::CredentialsFile);
+    let b64 = settings.get(K::CredentialsBase64.as_str());
+    let adc = p.parse(
+        settings,
+        K::ApplicationDefaultCredentials.as_str(),
+        "true or false",
+        parse_bool,
+    );
+    let mut given: Vec<String> = Vec::new();
+    if file.is_some() {
+        given.push(K::CredentialsFile.as_str().into());
     }
+    if b64.is_some() {
+        given.push(K::CredentialsBase64.as_str().into());
+    }
+    if adc == Some(true) {
+        given.push(K::ApplicationDefaultCredentials.as_str().into());
+    }
+    given.extend(extra.iter().map(|_| CREDENTIALS.to_string()));
+    let mut credentials = None;
+    let source_key = given.first().cloned().unwrap_or_default();
+    match given.len() {
+        0 if settings
+            .get(K::ApplicationDefaultCredentials.as_str())
+            .is_none()
+            || adc.is_some() =>
+        {
+            p.missing(format!(
+                "{} or {} (or {}=true)",
+                K::CredentialsFile,
+                K::CredentialsBase64,
+                K::ApplicationDefaultCredentials
+            ));
+        }
+        0 => {}
+        1 => {
+            credentials = if let Some(c) = extra.into_iter().next() {
+                Some(c)
+            } else if let Some(f) = file {
+                Some(Credentials::ServiceAccountFile(PathBuf::from(f)))
+            } else if let Some(b) = b64 {
+                match decode_key(b) {
+                    Ok(c) => Some(c),
+                    Err(why) => {
+                        p.invalid(K::CredentialsBase64.as_str(), why);
+                        None
+                    }
+                }
+            } else {
+                Some(Credentials::ApplicationDefault)
+            };
+        }
+        _ => {
+            given.dedup();
+            for k in &given {
+                p.invalid(
+                    k.clone(),
+                    format!(
+                        "exactly one credential source may be set, got {}",
+                        given.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(Credentials::ServiceAccountJson(j)) = &credentials {
+        if let Err(why) = check_service_account_json(j.expose_secret()) {
+            p.invalid(source_key, why);
+        }
+    }
+
+    let endpoint = text(K::Endpoint)
+        .unwrap_or(DEFAULT_ENDPOINT)
+        .trim_end_matches('/')
+        .to_string();
+    if url::Url::parse(&endpoint)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .is_none()
+    {
+        p.invalid(K::Endpoint.as_str(), "an http(s) URL");
+    }
+    let disk_gb = p
+        .parse(
+            settings,
+            K::DiskGb.as_str(),
+            "a whole number of GB, 10 to 65536",
+            |v| {
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|g| (MIN_DISK_GB..=65_536).contains(g))
+            },
+        )
+        .unwrap_or(DEFAULT_DISK_GB);
+    let network_tags: Vec<String> = p
+        .parse(
+            settings,
+            K::NetworkTags.as_str(),
+            "comma-separated tags, each 1 to 63 of a-z, 0-9 and '-', starting with a letter",
+            |v| {
+                let tags: Vec<String> = v
+                    .split(',')
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                tags.iter().all(|t| valid_resource_name(t)).then_some(tags)
+            },
+        )
+        .unwrap_or_default();
+    let max_run_duration = p.parse(
+        settings,
+        K::MaxRunDuration.as_str(),
+        "90s, 30m, 24h, 2d or seconds, from 30 seconds to 120 days",
+        |v| {
+            parse_duration(v).filter(|d| {
+                (orca_machines::spec::MIN_RUN_DURATION..=orca_machines::spec::MAX_RUN_DURATION)
+                    .contains(d)
+            })
+        },
+    );
+    let page_size = p
+        .parse(
+            settings,
+            K::PageSize.as_str(),
+            "a number from 1 to 500",
+            |v| v.parse::<u32>().ok().filter(|n| (1..=500).contains(n)),
+        )
+        .unwrap_or(DEFAULT_PAGE_SIZE);
+    let public_ip = p
+        .parse(settings, K::PublicIp.as_str(), "true or false", parse_bool)
+        .unwrap_or(true);
+    let ssh_user = p
+        .parse(
+            settings,
+            K::SshUser.as_str(),
+            "a login name: 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or '_'",
+            |v| valid_user(v).then(|| v.to_string()),
+        )
+        .unwrap_or_else(|| DEFAULT_SSH_USER.to_string());
+    let image_project = p
+        .parse(settings, K::ImageProject.as_str(), "a project id", |v| {
+            valid_project(v).then(|| v.to_string())
+        })
+        .unwrap_or_else(|| UBUNTU_IMAGE_PROJECT.to_string());
+    p.finish()?;
+    Ok(Config {
+        project: project.unwrap_or_default().to_string(),
+        zone: zone.map(str::to_string),
+        network: network.unwrap_or_default().to_string(),
+        subnet: subnet.expect("checked"),
+        credentials: credentials.expect("checked"),
+        endpoint,
+        disk_gb,
+        network_tags,
+        max_run_duration,
+        page_size,
+        public_ip,
+        ssh_user,
+        image_project,
+        retry: RetryPolicy::default(),
+        operation_timeout: Duration::from_secs(600),
+        request_timeout: Duration::from_secs(60),
+        visibility_window: DEFAULT_VISIBILITY_WINDOW,
+    })
 }
 
-/// Parses `90s`, `30m`, `24h`, `2d` or plain seconds.
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => (&s[..i], &s[i..]),
-        None => (s, "s"),
-    };
-    let n: u64 = num.parse().ok()?;
-    let mult = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return None,
-    };
-    Some(Duration::from_secs(n.checked_mul(mult)?))
+/// A base64 service account key (standard or URL-safe alphabet), never echoed.
+fn decode_key(b64: &str) -> std::result::Result<Credentials, String> {
+    let b64 = b64.trim();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64.as_bytes())
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(b64.as_bytes()))
+        .map_err(|_| "is not base64".to_string())?;
+    let json = String::from_utf8(bytes).map_err(|_| "is not base64 of a JSON key".to_string())?;
+    Ok(Credentials::ServiceAccountJson(Arc::new(
+        SecretString::from(json),
+    )))
 }
 
-/// Builds a [`Config`]; [`ConfigBuilder::build`] names every missing setting.
-#[derive(Default, Clone)]
+/// Builds a [`Config`] in code, with the same rules as [`Config::from_settings`] (errors name the
+/// [`ConfigKey`] of a value at fault, and `credentials` for the credential sources given here).
+#[derive(Default)]
 pub struct ConfigBuilder {
-    project: Option<String>,
-    zone: Option<String>,
-    network: Option<String>,
-    subnet: Option<String>,
+    settings: Settings,
     credentials: Vec<Credentials>,
-    endpoint: Option<String>,
-    disk_gb: Option<u32>,
-    network_tags: Vec<String>,
-    max_run_duration: Option<Duration>,
-    page_size: Option<u32>,
-    public_ip: Option<bool>,
-    image_project: Option<String>,
     retry: Option<RetryPolicy>,
     operation_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
+    visibility_window: Option<Duration>,
 }
 
 impl std::fmt::Debug for ConfigBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfigBuilder")
-            .field("project", &self.project)
-            .field("zone", &self.zone)
+            .field("settings", &self.settings)
             .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
 }
 
-macro_rules! setter {
-    ($(#[$doc:meta] $name:ident: $ty:ty),* $(,)?) => {$(
-        #[$doc]
-        pub fn $name(mut self, v: $ty) -> Self {
-            self.$name = Some(v);
-            self
-        }
-    )*};
-}
-
-macro_rules! string_setter {
-    ($(#[$doc:meta] $name:ident),* $(,)?) => {$(
-        #[$doc]
-        pub fn $name(mut self, v: impl Into<String>) -> Self {
-            self.$name = Some(v.into());
-            self
-        }
-    )*};
-}
-
 impl ConfigBuilder {
-    string_setter! {
-        /// The project id (required).
-        project,
-        /// The zone (required).
-        zone,
-        /// The VPC network name (required).
-        network,
-        /// The subnet name (required).
-        subnet,
-        /// The API root (default [`DEFAULT_ENDPOINT`]).
-        endpoint,
-        /// The project of the default images (default `ubuntu-os-cloud`).
-        image_project,
+    /// Sets `key` to `value`, as a [`Settings`] entry would.
+    pub fn set(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
+        self.settings.insert(key.as_str(), value);
+        self
     }
 
-    setter! {
-        /// The boot disk size in GB (default [`DEFAULT_DISK_GB`]).
-        disk_gb: u32,
-        /// The longest a machine runs before Compute Engine stops it.
-        max_run_duration: Duration,
-        /// The listing page size, 1 to 500 (default 500).
-        page_size: u32,
-        /// Whether machines get an external address (default true).
-        public_ip: bool,
-        /// The retry policy (default [`RetryPolicy::default`]).
-        retry: RetryPolicy,
-        /// The longest the driver follows one operation (default 10 minutes).
-        operation_timeout: Duration,
-        /// The timeout of one HTTP request (default 60 s).
-        request_timeout: Duration,
+    /// The project id (required).
+    pub fn project(self, v: impl Into<String>) -> Self {
+        self.set(ConfigKey::Project, v)
+    }
+    /// The one zone of a single-zone provider (unset: every zone of the project).
+    pub fn zone(self, v: impl Into<String>) -> Self {
+        self.set(ConfigKey::Zone, v)
+    }
+    /// The VPC network name (required).
+    pub fn network(self, v: impl Into<String>) -> Self {
+        self.set(ConfigKey::Network, v)
+    }
+    /// The subnet (required): a name in every region, or `region=name` pairs ([`Subnet::parse`]).
+    pub fn subnet(self, v: impl Into<String>) -> Self {
+        self.set(ConfigKey::Subnet, v)
+    }
+    /// The API root (default [`DEFAULT_ENDPOINT`]).
+    pub fn endpoint(self, v: impl Into<String>) -> Self {
+        self.set(ConfigKey::Endpoint, v)
+    }
+    /// The project of the default images (default [`UBUNTU_IMAGE_PROJECT`]).
+    pub fn image_project(self, v: impl Into<String>) -> Self {
+        self.set(ConfigKey::ImageProject, v)
+    }
+    /// The login user of a spec's SSH keys (default [`DEFAULT_SSH_USER`]).
+    pub fn ssh_user(self, v: impl Into<String>) -> Self {
+        self.set(ConfigKey::SshUser, v)
+    }
+    /// The boot disk size in GB (default [`DEFAULT_DISK_GB`]).
+    pub fn disk_gb(self, gb: u32) -> Self {
+        self.set(ConfigKey::DiskGb, gb.to_string())
+    }
+    /// The longest a machine runs after each start before Compute Engine stops it.
+    pub fn max_run_duration(self, d: Duration) -> Self {
+        self.set(ConfigKey::MaxRunDuration, d.as_secs().to_string())
+    }
+    /// The listing page size, 1 to 500 (default 500).
+    pub fn page_size(self, n: u32) -> Self {
+        self.set(ConfigKey::PageSize, n.to_string())
+    }
+    /// Whether machines get an external address (default true).
+    pub fn public_ip(self, on: bool) -> Self {
+        self.set(ConfigKey::PublicIp, on.to_string())
+    }
+    /// Network tags every machine gets.
+    pub fn network_tags<I, S>(self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let joined = tags
+            .into_iter()
+            .map(Into::into)
+            .collect::<Vec<String>>()
+            .join(",");
+        self.set(ConfigKey::NetworkTags, joined)
     }
 
-    /// The credential source (exactly one).
+    /// A credential source (exactly one must be given, here or as a setting).
     pub fn credentials(mut self, c: Credentials) -> Self {
         self.credentials.push(c);
         self
     }
-
     /// A service account JSON key file.
     pub fn credentials_file(self, path: impl Into<PathBuf>) -> Self {
         self.credentials(Credentials::ServiceAccountFile(path.into()))
     }
-
     /// A service account JSON key's content.
     pub fn credentials_json(self, json: impl Into<String>) -> Self {
         self.credentials(Credentials::ServiceAccountJson(Arc::new(
             SecretString::from(json.into()),
         )))
     }
-
     /// Application default credentials.
     pub fn application_default_credentials(self) -> Self {
         self.credentials(Credentials::ApplicationDefault)
     }
 
-    /// Network tags every machine gets.
-    pub fn network_tags<I, S>(mut self, tags: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.network_tags = tags.into_iter().map(Into::into).collect();
+    /// The retry policy (default [`RetryPolicy::default`]).
+    pub fn retry(mut self, r: RetryPolicy) -> Self {
+        self.retry = Some(r);
+        self
+    }
+    /// The longest the driver follows one operation (default 10 minutes).
+    pub fn operation_timeout(mut self, d: Duration) -> Self {
+        self.operation_timeout = Some(d);
+        self
+    }
+    /// The timeout of one HTTP request (default 60 s).
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = Some(d);
+        self
+    }
+    /// How long a fresh machine's "not found" is read again (default
+    /// [`DEFAULT_VISIBILITY_WINDOW`]).
+    pub fn visibility_window(mut self, d: Duration) -> Self {
+        self.visibility_window = Some(d);
         self
     }
 
-    /// The settings, or an error naming every missing or invalid one (by builder field name).
+    /// The settings, or one error naming every missing or invalid one.
     pub fn build(self) -> Result<Config> {
-        let names = EnvNames {
-            project: "project".into(),
-            zone: "zone".into(),
-            network: "network".into(),
-            subnet: "subnet".into(),
-            credentials_file: "credentials_file".into(),
-            credentials_base64: "credentials_json".into(),
-            application_default: "application_default_credentials".into(),
-            endpoint: "endpoint".into(),
-            disk_gb: "disk_gb".into(),
-            network_tags: "network_tags".into(),
-            max_run_duration: "max_run_duration".into(),
-            page_size: "page_size".into(),
-            public_ip: "public_ip".into(),
-        };
-        self.build_named(&names)
-    }
-
-    fn build_named(self, names: &EnvNames) -> Result<Config> {
-        let mut missing = Vec::new();
-        let mut take = |v: Option<String>, k: &String| match v.filter(|v| !v.trim().is_empty()) {
-            Some(v) => v.trim().to_string(),
-            None => {
-                missing.push(k.clone());
-                String::new()
-            }
-        };
-        let project = take(self.project, &names.project);
-        let zone = take(self.zone, &names.zone);
-        let network = take(self.network, &names.network);
-        let subnet = take(self.subnet, &names.subnet);
-        if self.credentials.is_empty() {
-            missing.push("credentials".into());
+        let mut c = build(&self.settings, self.credentials)?;
+        if let Some(r) = self.retry {
+            c.retry = r;
         }
-        if !missing.is_empty() {
-            return Err(Error::settings(missing, "missing"));
+        if let Some(d) = self.operation_timeout {
+            c.operation_timeout = d;
         }
-        if self.credentials.len() > 1 {
-            return Err(Error::settings(
-                ["credentials"],
-                format!(
-                    "exactly one credential source must be set, got {}",
-                    self.credentials.len()
-                ),
-            ));
+        if let Some(d) = self.request_timeout {
+            c.request_timeout = d;
         }
-        let bad = |k: &String, rule: &str| Error::settings([k.clone()], rule.to_string());
-        if !valid_project(&project) {
-            return Err(bad(&names.project, "not a project id"));
+        if let Some(d) = self.visibility_window {
+            c.visibility_window = d;
         }
-        if !valid_zone(&zone) {
-            return Err(bad(&names.zone, "not a zone name (like europe-west1-b)"));
-        }
-        if !valid_resource_name(&network) {
-            return Err(bad(&names.network, "not a network name"));
-        }
-        if !valid_resource_name(&subnet) {
-            return Err(bad(&names.subnet, "not a subnet name"));
-        }
-        let endpoint = self
-            .endpoint
-            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string())
-            .trim_end_matches('/')
-            .to_string();
-        if !(endpoint.starts_with("https://") || endpoint.starts_with("http://")) {
-            return Err(bad(&names.endpoint, "must be an http(s) URL"));
-        }
-        let disk_gb = self.disk_gb.unwrap_or(DEFAULT_DISK_GB);
-        if !(10..=65_536).contains(&disk_gb) {
-            return Err(bad(&names.disk_gb, "must be 10 to 65536 GB"));
-        }
-        for t in &self.network_tags {
-            if !valid_resource_name(t) {
-                return Err(bad(
-                    &names.network_tags,
-                    "each tag must be 1 to 63 of a-z, 0-9 and '-', starting with a letter",
-                ));
-            }
-        }
-        if let Some(d) = self.max_run_duration {
-            if d < Duration::from_secs(30) || d > Duration::from_secs(120 * 86_400) {
-                return Err(bad(
-                    &names.max_run_duration,
-                    "must be 30 seconds to 120 days",
-                ));
-            }
-        }
-        let page_size = self.page_size.unwrap_or(DEFAULT_PAGE_SIZE);
-        if !(1..=500).contains(&page_size) {
-            return Err(bad(&names.page_size, "must be 1 to 500"));
-        }
-        let credentials = self.credentials.into_iter().next().expect("one");
-        if let Credentials::ServiceAccountJson(j) = &credentials {
-            check_service_account_json(j.expose_secret())
-                .map_err(|m| bad(&names.credentials_base64, &m))?;
-        }
-        Ok(Config {
-            project,
-            zone,
-            network,
-            subnet,
-            credentials,
-            endpoint,
-            disk_gb,
-            network_tags: self.network_tags,
-            max_run_duration: self.max_run_duration,
-            page_size,
-            public_ip: self.public_ip.unwrap_or(true),
-            image_project: self
-                .image_project
-                .unwrap_or_else(|| UBUNTU_IMAGE_PROJECT.to_string()),
-            retry: self.retry.unwrap_or_default(),
-            operation_timeout: self.operation_timeout.unwrap_or(Duration::from_secs(600)),
-            request_timeout: self.request_timeout.unwrap_or(Duration::from_secs(60)),
-        })
+        Ok(c)
     }
 }
 
@@ -609,8 +738,22 @@ fn valid_project(p: &str) -> bool {
         })
 }
 
-fn valid_zone(z: &str) -> bool {
+/// A zone name: `<area>-<location><n>-<letter>` (`europe-west1-b`).
+pub(crate) fn valid_zone(z: &str) -> bool {
     z.split('-').count() == 3 && valid_resource_name(z)
+}
+
+fn valid_region(r: &str) -> bool {
+    r.split('-').count() == 2 && valid_resource_name(r)
+}
+
+fn valid_user(u: &str) -> bool {
+    let b = u.as_bytes();
+    !b.is_empty()
+        && b.len() <= 32
+        && (b[0].is_ascii_lowercase() || b[0] == b'_')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'))
 }
 
 /// A Compute Engine resource name: 1 to 63 of a-z, 0-9 and `-`, starting with a letter, not ending
@@ -628,7 +771,6 @@ pub(crate) fn valid_resource_name(n: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     const SECRET: &str =
         "-----BEGIN PRIVATE KEY-----\\nSUPERSECRETKEYMATERIAL\\n-----END PRIVATE KEY-----\\n";
@@ -639,160 +781,183 @@ mod tests {
         )
     }
 
-    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
+    fn settings(pairs: &[(&str, &str)]) -> Settings {
+        pairs.iter().map(|(k, v)| (*k, *v)).collect()
+    }
+
+    fn keys_of(e: &Error) -> Vec<String> {
+        match e {
+            Error::InvalidSettings { keys, .. } => keys.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const BASE: [(&str, &str); 4] = [
+        ("ORCA_GCE_PROJECT", "proj-1"),
+        ("ORCA_GCE_NETWORK", "net"),
+        ("ORCA_GCE_SUBNET", "sub"),
+        ("ORCA_GCE_CREDENTIALS_FILE", "/k.json"),
+    ];
+
+    #[test]
+    fn keys_round_trip_and_only_the_key_is_secret() {
+        for k in ConfigKey::ALL {
+            assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
+            assert_eq!(k.to_string(), k.as_str());
+            assert!(k.as_str().starts_with("ORCA_GCE_"), "{k}");
+            assert_eq!(k.is_secret(), k == ConfigKey::CredentialsBase64, "{k}");
+        }
+        let mut names = ConfigKey::names();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ConfigKey::ALL.len());
+        let e = "SHED_GCE_PROJECT".parse::<ConfigKey>().unwrap_err();
+        assert_eq!(keys_of(&e), ["SHED_GCE_PROJECT"]);
     }
 
     #[test]
-    fn missing_settings_are_named_all_at_once() {
-        let e = Config::from_lookup(
-            &EnvNames::default(),
-            lookup(&[("ORCA_GCE_ZONE", "europe-west1-b")]),
-        )
+    fn every_problem_is_named_at_once() {
+        let e = Config::from_settings(&settings(&[
+            ("ORCA_GCE_ZONE", "nowhere"),
+            ("ORCA_GCE_PAGE_SIZE", "501"),
+            ("ORCA_GCE_TYPO", "x"),
+            ("GOOGLE_CREDENTIALS_BASE64", "e30="),
+        ]))
         .unwrap_err();
-        let Error::InvalidSettings { keys, .. } = &e else {
-            panic!("{e:?}")
-        };
-        assert_eq!(keys.len(), 4, "{keys:?}");
-        for k in ["ORCA_GCE_PROJECT", "ORCA_GCE_NETWORK", "ORCA_GCE_SUBNET"] {
+        let keys = keys_of(&e);
+        for k in [
+            "ORCA_GCE_PROJECT",
+            "ORCA_GCE_NETWORK",
+            "ORCA_GCE_SUBNET",
+            "ORCA_GCE_ZONE",
+            "ORCA_GCE_PAGE_SIZE",
+            "ORCA_GCE_TYPO",
+            "GOOGLE_CREDENTIALS_BASE64",
+        ] {
             assert!(keys.iter().any(|x| x == k), "{k} not in {keys:?}");
         }
-        assert!(keys[3].contains("ORCA_GCE_CREDENTIALS_FILE"));
-        assert!(keys[3].contains("ORCA_GCE_CREDENTIALS_BASE64"));
-    }
-
-    #[test]
-    fn shed_names_are_read() {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(sa_json());
-        let c = Config::from_lookup(
-            &EnvNames::shed(),
-            lookup(&[
-                ("SHED_GCE_PROJECT", "proj-1"),
-                ("SHED_GCE_ZONE", "europe-west1-b"),
-                ("SHED_GCE_NETWORK", "net"),
-                ("SHED_GCE_SUBNET", "sub"),
-                ("GOOGLE_CREDENTIALS_BASE64", &b64),
-            ]),
-        )
-        .unwrap();
-        assert_eq!(c.project, "proj-1");
-        assert!(matches!(c.credentials, Credentials::ServiceAccountJson(_)));
-        let d = format!("{c:?}");
-        assert!(!d.contains("SUPERSECRET"), "{d}");
-        assert!(!d.contains(&b64), "{d}");
-    }
-
-    #[test]
-    fn two_credential_sources_are_named() {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(sa_json());
-        let e = Config::from_lookup(
-            &EnvNames::default(),
-            lookup(&[
-                ("ORCA_GCE_PROJECT", "proj-1"),
-                ("ORCA_GCE_ZONE", "europe-west1-b"),
-                ("ORCA_GCE_NETWORK", "net"),
-                ("ORCA_GCE_SUBNET", "sub"),
-                ("ORCA_GCE_CREDENTIALS_BASE64", &b64),
-                ("ORCA_GCE_CREDENTIALS_FILE", "/tmp/key.json"),
-            ]),
-        )
-        .unwrap_err();
-        assert_eq!(
-            e,
-            Error::settings(
-                ["ORCA_GCE_CREDENTIALS_FILE", "ORCA_GCE_CREDENTIALS_BASE64"],
-                "exactly one credential source must be set"
-            )
+        assert!(
+            keys.iter().any(|x| x.contains("ORCA_GCE_CREDENTIALS_FILE")),
+            "{keys:?}"
         );
-        assert!(!e.to_string().contains("SUPERSECRET"));
+    }
+
+    #[test]
+    fn a_base64_key_is_read_and_never_printed() {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(sa_json());
+        let mut s = settings(&BASE[..3]);
+        s.insert("ORCA_GCE_CREDENTIALS_BASE64", b64.clone());
+        let c = Config::from_settings(&s).unwrap();
+        assert!(matches!(c.credentials, Credentials::ServiceAccountJson(_)));
+        assert_eq!((c.zone.as_deref(), c.ssh_user.as_str()), (None, "orca"));
+        for text in [format!("{c:?}"), format!("{s:?}")] {
+            assert!(
+                !text.contains("SUPERSECRET") && !text.contains(&b64),
+                "{text}"
+            );
+        }
+        // Not base64, and not a key: named, not echoed.
+        for bad in ["%%%", "e30="] {
+            let mut s = settings(&BASE[..3]);
+            s.insert("ORCA_GCE_CREDENTIALS_BASE64", bad);
+            let e = Config::from_settings(&s).unwrap_err();
+            assert!(!e.to_string().contains(bad), "{e}");
+            assert_eq!(keys_of(&e), ["ORCA_GCE_CREDENTIALS_BASE64"], "{e}");
+        }
+    }
+
+    #[test]
+    fn two_credential_sources_are_both_named() {
+        let mut s = settings(&BASE);
+        s.insert("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "true");
+        let e = Config::from_settings(&s).unwrap_err();
+        assert_eq!(
+            keys_of(&e),
+            [
+                "ORCA_GCE_CREDENTIALS_FILE",
+                "ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS"
+            ]
+        );
         let e = Config::builder()
             .project("p1")
-            .zone("europe-west1-b")
             .network("n")
             .subnet("s")
             .credentials_json(sa_json())
             .credentials_file("/k.json")
             .build()
             .unwrap_err();
-        assert!(matches!(e, Error::InvalidSettings { ref keys, .. } if keys == &["credentials"]));
+        assert_eq!(keys_of(&e), ["credentials"]);
+        assert!(!e.to_string().contains("SUPERSECRET"));
     }
 
     #[test]
     fn optional_settings_parse_and_bad_values_are_named() {
-        let base = [
-            ("ORCA_GCE_PROJECT", "proj-1"),
-            ("ORCA_GCE_ZONE", "europe-west1-b"),
-            ("ORCA_GCE_NETWORK", "net"),
-            ("ORCA_GCE_SUBNET", "sub"),
-            ("ORCA_GCE_CREDENTIALS_FILE", "/k.json"),
-        ];
-        let mut with = base.to_vec();
+        let mut with = BASE.to_vec();
         with.extend([
+            ("ORCA_GCE_ZONE", "europe-west1-b"),
             ("ORCA_GCE_NETWORK_TAGS", "shed-a, ssh"),
             ("ORCA_GCE_MAX_RUN_DURATION", "24h"),
             ("ORCA_GCE_PAGE_SIZE", "1"),
             ("ORCA_GCE_DISK_GB", "50"),
             ("ORCA_GCE_ENDPOINT", "http://127.0.0.1:9/compute/v1/"),
+            ("ORCA_GCE_SSH_USER", "shed"),
+            ("ORCA_GCE_PUBLIC_IP", "no"),
         ]);
-        let c = Config::from_lookup(&EnvNames::default(), lookup(&with)).unwrap();
+        let c = Config::from_settings(&settings(&with)).unwrap();
         assert_eq!(c.network_tags, ["shed-a", "ssh"]);
         assert_eq!(c.max_run_duration, Some(Duration::from_secs(86_400)));
         assert_eq!((c.page_size, c.disk_gb), (1, 50));
         assert_eq!(c.endpoint, "http://127.0.0.1:9/compute/v1");
+        assert_eq!(c.zone.as_deref(), Some("europe-west1-b"));
+        assert_eq!((c.ssh_user.as_str(), c.public_ip), ("shed", false));
         for (k, v) in [
             ("ORCA_GCE_PAGE_SIZE", "501"),
             ("ORCA_GCE_DISK_GB", "5"),
             ("ORCA_GCE_MAX_RUN_DURATION", "soon"),
+            ("ORCA_GCE_MAX_RUN_DURATION", "10s"),
             ("ORCA_GCE_NETWORK_TAGS", "Bad_Tag"),
             ("ORCA_GCE_ZONE", "nowhere"),
+            ("ORCA_GCE_SUBNET", "europe-west1=a,europe-west1=b"),
+            ("ORCA_GCE_SSH_USER", "Root"),
+            ("ORCA_GCE_ENDPOINT", "ftp://x"),
+            ("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "perhaps"),
         ] {
-            let mut bad = base.to_vec();
+            let mut bad = BASE.to_vec();
             bad.retain(|(x, _)| *x != k);
             bad.push((k, v));
-            match Config::from_lookup(&EnvNames::default(), lookup(&bad)) {
-                Err(Error::InvalidSettings { keys, .. }) => assert_eq!(keys, [k]),
-                other => panic!("{k}={v} gave {other:?}"),
-            }
+            let e = Config::from_settings(&settings(&bad)).unwrap_err();
+            assert_eq!(keys_of(&e), [k], "{k}={v}: {e}");
         }
     }
 
     #[test]
+    fn subnets_per_region_must_cover_the_single_zone() {
+        let mut s = settings(&BASE);
+        s.insert("ORCA_GCE_SUBNET", "us-central1=us,europe-west4=eu4");
+        let c = Config::from_settings(&s).unwrap();
+        assert_eq!(c.subnet.for_region("europe-west4"), Some("eu4"));
+        s.insert("ORCA_GCE_ZONE", "europe-west1-b");
+        let e = Config::from_settings(&s).unwrap_err();
+        assert_eq!(keys_of(&e), ["ORCA_GCE_SUBNET"]);
+        assert!(e.to_string().contains("europe-west1"), "{e}");
+    }
+
+    #[test]
     fn application_default_credentials_are_an_explicit_choice() {
-        let base = [
-            ("ORCA_GCE_PROJECT", "proj-1"),
-            ("ORCA_GCE_ZONE", "europe-west1-b"),
-            ("ORCA_GCE_NETWORK", "net"),
-            ("ORCA_GCE_SUBNET", "sub"),
-        ];
-        let mut on = base.to_vec();
-        on.push(("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "true"));
-        let c = Config::from_lookup(&EnvNames::default(), lookup(&on)).unwrap();
+        let mut on = settings(&BASE[..3]);
+        on.insert("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "true");
+        let c = Config::from_settings(&on).unwrap();
         assert!(matches!(c.credentials, Credentials::ApplicationDefault));
-        let mut off = base.to_vec();
-        off.push(("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "false"));
-        let e = Config::from_lookup(&EnvNames::default(), lookup(&off)).unwrap_err();
+        let mut off = settings(&BASE[..3]);
+        off.insert("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "false");
+        let e = Config::from_settings(&off).unwrap_err();
         assert!(e.to_string().contains("ORCA_GCE_CREDENTIALS_FILE"), "{e}");
-        let mut bad = base.to_vec();
-        bad.push(("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "perhaps"));
-        let e = Config::from_lookup(&EnvNames::default(), lookup(&bad)).unwrap_err();
-        assert_eq!(
-            e,
-            Error::settings(
-                ["ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS"],
-                "must be true or false"
-            )
-        );
     }
 
     #[test]
     fn a_broken_key_is_refused_without_echoing_it() {
         let e = Config::builder()
             .project("p1")
-            .zone("europe-west1-b")
             .network("n")
             .subnet("s")
             .credentials_json(r#"{"type":"service_account","private_key":"SUPERSECRET"}"#)
@@ -803,13 +968,6 @@ mod tests {
             t.contains("client_email") && !t.contains("SUPERSECRET"),
             "{t}"
         );
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("30m"), Some(Duration::from_secs(1800)));
-        assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
-        assert_eq!(parse_duration("1w"), None);
+        assert_eq!(keys_of(&e), ["credentials"]);
     }
 }

@@ -1,44 +1,41 @@
-//! [`GceProvider`]: the [`Provider`] contract on Compute Engine, plus what shed needs beyond it
-//! ([`GceProvider::create_with`], [`GceProvider::set_labels`], [`GceProvider::machine`]).
+//! [`GceProvider`]: the [`Provider`] contract on Compute Engine, in one project, in one zone or
+//! across all of them. The extensions (labels on an existing machine, firewall rules) are in
+//! `ext.rs`.
+//!
+//! A machine's id is `<zone>:<name>` (`europe-west1-b:lab-1`): it names the zone, so that `machine`,
+//! `delete`, `start`, `stop`, `resize` and label changes go straight to the instance and never need a
+//! listing. A bare name is read as an instance of the configured zone ([`Config::zone`]), so ids kept
+//! from a single-zone setup keep working.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
+use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of};
 use orca_machines::labels::{ORCA_LABEL, OWNER_LABEL, POOL_LABEL};
 use orca_machines::{
     docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
-    Machine, MachineSpec, Provider, Resized, Result, Status,
+    ErrorKind, FirewallRules, Machine, MachineLabels, MachineSpec, Page, Provider, Resized, Result,
+    SpecOptions, Status,
 };
 use reqwest::Method;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
 
-use crate::client::{operation_error, random_uuid, request_uuid, sha256_hex, Client};
-use crate::config::{valid_resource_name, Config, Credentials};
+use crate::client::{operation_error, request_id, Body, Client};
+use crate::config::{valid_resource_name, valid_zone, Config, Credentials, MIN_DISK_GB};
 use crate::config::{UBUNTU_AMD64_FAMILY, UBUNTU_ARM64_FAMILY};
-use crate::model::{last_segment, Disk, Instance, MachineType, Operation};
+use crate::model::{
+    last_segment, timestamp, Disk, Instance, InstanceAggregatedList, MachineType,
+    MachineTypeAggregatedList, Operation,
+};
 
-/// What a create may set beyond the [`MachineSpec`]; `None` fields take the provider's settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CreateOptions {
-    /// Network tags (firewall targets); `None`: [`Config::network_tags`].
-    pub network_tags: Option<Vec<String>>,
-    /// The longest the machine runs before Compute Engine stops it; `None`:
-    /// [`Config::max_run_duration`].
-    pub max_run_duration: Option<Duration>,
-    /// The boot disk size in GB; `None`: [`Config::disk_gb`].
-    pub disk_gb: Option<u32>,
-    /// The boot image (`projects/P/global/images/NAME`, `.../images/family/F` or a full URL); `None`:
-    /// Ubuntu 24.04 LTS of the machine type's architecture.
-    pub image: Option<String>,
-    /// More labels, set in the insert itself (shed's `creating`); orca's own keys are refused.
-    pub labels: Labels,
-}
+/// The driver kind.
+pub(crate) const KIND: &str = "gce";
 
-/// Machines on Compute Engine, in one project and zone, as one owner's. Cheap to clone.
+/// Machines on Compute Engine, in one project, as one owner's. Cheap to clone.
 #[derive(Clone)]
 pub struct GceProvider {
     inner: Arc<Inner>,
@@ -49,6 +46,9 @@ struct Inner {
     client: Client,
     owner: String,
     arch_cache: Mutex<HashMap<String, Arch>>,
+    /// Ids this provider made lately, which Compute Engine may not show yet: a "not found" for one
+    /// of them is read again, within [`Config::visibility_window`] of its making.
+    recent: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for GceProvider {
@@ -57,6 +57,20 @@ impl std::fmt::Debug for GceProvider {
             .field("owner", &self.inner.owner)
             .field("config", &self.inner.config)
             .finish()
+    }
+}
+
+/// An instance named by a machine id: its zone and its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InstanceRef {
+    pub zone: String,
+    pub name: String,
+}
+
+impl InstanceRef {
+    /// The machine id: `<zone>:<name>`.
+    pub fn id(&self) -> String {
+        format!("{}:{}", self.zone, self.name)
     }
 }
 
@@ -70,21 +84,48 @@ fn status_of(cloud: &str) -> Status {
     }
 }
 
-fn to_machine(vm: &Instance) -> Machine {
-    let address = vm
-        .network_interfaces
-        .first()
-        .and_then(|n| n.access_configs.first())
-        .map(|a| a.nat_ip.clone())
-        .unwrap_or_default();
-    let mut m = Machine::new(&vm.name, &vm.name);
+/// The project id as it appears in internal DNS names: a domain-scoped project
+/// (`example.com:my-project`) is written `my-project.example.com`.
+fn project_dns(project: &str) -> String {
+    match project.split_once(':') {
+        Some((domain, id)) => format!("{id}.{domain}"),
+        None => project.to_string(),
+    }
+}
+
+/// A machine as the instance `vm` of `project` reports it.
+pub(crate) fn to_machine(vm: &Instance, project: &str) -> Machine {
+    let zone = last_segment(&vm.zone);
+    let nic = vm.network_interfaces.first();
+    let mut m = Machine::new(format!("{zone}:{}", vm.name), &vm.name);
     m.status = status_of(&vm.status);
     m.cloud_status = vm.status.clone();
     m.machine_type = last_segment(&vm.machine_type).to_string();
-    m.location = last_segment(&vm.zone).to_string();
-    m.address = address;
+    m.location = zone.to_string();
+    m.address = nic
+        .and_then(|n| n.access_configs.first())
+        .map(|a| a.nat_ip.clone())
+        .unwrap_or_default();
+    m.private_address = nic.map(|n| n.network_ip.clone()).unwrap_or_default();
+    // A custom hostname is the instance's DNS name; otherwise Compute Engine's zonal internal DNS
+    // name (the default of every project made since 2018).
+    m.fqdn = if !vm.hostname.is_empty() {
+        vm.hostname.clone()
+    } else if !zone.is_empty() && !vm.name.is_empty() {
+        format!("{}.{zone}.c.{}.internal", vm.name, project_dns(project))
+    } else {
+        String::new()
+    };
     m.pool = pool_of(&vm.labels);
     m.labels = vm.labels.clone();
+    m.created_at = timestamp(&vm.creation_timestamp);
+    m.started_at = timestamp(&vm.last_start_timestamp);
+    m.stopped_at = timestamp(&vm.last_stop_timestamp);
+    m.max_run_duration = vm
+        .scheduling
+        .max_run_duration
+        .as_ref()
+        .and_then(|d| d.to_std());
     m
 }
 
@@ -99,28 +140,13 @@ fn check_instance_name(field: &str, name: &str) -> Result<()> {
     }
 }
 
-fn check_label(k: &str, v: &str) -> Result<()> {
-    let key_ok = !k.is_empty()
-        && k.len() <= 63
-        && k.as_bytes()[0].is_ascii_lowercase()
-        && k.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    let value_ok = v.len() <= 63
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if !key_ok || !value_ok {
-        return Err(Error::invalid(
-            "labels",
-            format!("keys are 1 to 63 of a-z, 0-9, '-', '_' starting with a letter, values up to 63 of the same; got {k:?}={v:?}"),
-        ));
-    }
-    if [ORCA_LABEL, POOL_LABEL, OWNER_LABEL].contains(&k) {
-        return Err(Error::invalid(
-            "labels",
-            format!("{k} is orca's own label and cannot be set or removed"),
-        ));
-    }
-    Ok(())
+/// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
+fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
+    target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl GceProvider {
@@ -154,6 +180,7 @@ impl GceProvider {
                 client,
                 owner: owner.to_string(),
                 arch_cache: Mutex::new(HashMap::new()),
+                recent: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -167,150 +194,247 @@ impl GceProvider {
         &self.inner.client
     }
 
-    fn zone(&self) -> &str {
-        &self.inner.config.zone
+    pub(crate) fn project(&self) -> &str {
+        &self.inner.config.project
     }
 
-    async fn get_instance(&self, name: &str) -> Result<Option<Instance>> {
-        let path = self.client().zonal(&format!("instances/{name}"));
+    /// The instance a machine id names (`<zone>:<name>`, or a bare name in the configured zone).
+    pub(crate) fn parse_id(&self, id: &str) -> Result<InstanceRef> {
+        validate_id(id)?;
+        let (zone, name) = match id.split_once(':') {
+            Some((zone, name)) => {
+                if !valid_zone(zone) {
+                    return Err(Error::invalid(
+                        "id",
+                        format!("<zone>:<name> with a zone like europe-west1-b, got {id:?}"),
+                    ));
+                }
+                (zone.to_string(), name)
+            }
+            None => match &self.inner.config.zone {
+                Some(z) => (z.clone(), id),
+                None => {
+                    return Err(Error::invalid(
+                        "id",
+                        format!("<zone>:<name> (a bare name needs ORCA_GCE_ZONE, which is not set), got {id:?}"),
+                    ))
+                }
+            },
+        };
+        check_instance_name("id", name)?;
+        Ok(InstanceRef {
+            zone,
+            name: name.to_string(),
+        })
+    }
+
+    async fn get_instance(&self, r: &InstanceRef) -> Result<Option<Instance>> {
+        let path = self
+            .client()
+            .zonal(&r.zone, &format!("instances/{}", r.name));
         self.client().get_opt("instances.get", &path).await
+    }
+
+    fn remember(&self, id: String) {
+        let window = self.inner.config.visibility_window;
+        let mut recent = lock(&self.inner.recent);
+        recent.retain(|_, at| at.elapsed() < window);
+        recent.insert(id, Instant::now());
+    }
+
+    fn forget(&self, id: &str) {
+        lock(&self.inner.recent).remove(id);
+    }
+
+    fn made_lately(&self, id: &str) -> Option<Instant> {
+        let window = self.inner.config.visibility_window;
+        lock(&self.inner.recent)
+            .get(id)
+            .copied()
+            .filter(|at| at.elapsed() < window)
+    }
+
+    /// Reads `r`; a "not found" is read again until [`Config::visibility_window`] after `since` has
+    /// passed (the instance may be a fresh one that Compute Engine does not show yet).
+    async fn read_fresh(&self, r: &InstanceRef, since: Instant) -> Result<Option<Instance>> {
+        let deadline = since + self.inner.config.visibility_window;
+        let mut retry = 0;
+        loop {
+            if let Some(vm) = self.get_instance(r).await? {
+                return Ok(Some(vm));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            let pause = self
+                .client()
+                .retry
+                .backoff(retry)
+                .max(Duration::from_millis(20))
+                .min(deadline - now);
+            tracing::debug!(id = %r.id(), "not found yet; reading again");
+            tokio::time::sleep(pause).await;
+            retry += 1;
+        }
+    }
+
+    /// Reads `r`, believing "not found" at once unless this provider made it lately.
+    async fn read(&self, r: &InstanceRef) -> Result<Option<Instance>> {
+        match self.made_lately(&r.id()) {
+            Some(since) => self.read_fresh(r, since).await,
+            None => self.get_instance(r).await,
+        }
     }
 
     /// The instance `id` if this owner made it (any pool): `None` when it is gone,
     /// [`Error::NotOwned`] when it is not this owner's.
-    async fn owned(&self, id: &str) -> Result<Option<Instance>> {
-        validate_id(id)?;
-        check_instance_name("id", id)?;
-        match self.get_instance(id).await? {
+    pub(crate) async fn owned(&self, id: &str) -> Result<Option<(InstanceRef, Instance)>> {
+        let r = self.parse_id(id)?;
+        match self.read(&r).await? {
             None => Ok(None),
-            Some(vm) if is_owned_by(&vm.labels, &self.inner.owner) => Ok(Some(vm)),
-            Some(_) => Err(Error::NotOwned {
-                id: id.to_string(),
-                owner: self.inner.owner.clone(),
-            }),
+            Some(vm) if is_owned_by(&vm.labels, &self.inner.owner) => Ok(Some((r, vm))),
+            Some(_) => Err(Error::not_owned(id, &self.inner.owner)),
         }
     }
 
-    async fn owned_or_gone(&self, id: &str) -> Result<Instance> {
+    pub(crate) async fn owned_existing(&self, id: &str) -> Result<(InstanceRef, Instance)> {
         self.owned(id)
             .await?
-            .ok_or_else(|| Error::not_found(format!("instance {id} in {}", self.zone())))
+            .ok_or_else(|| Error::not_found(format!("instance {id}")))
     }
 
-    async fn instance_op(
+    pub(crate) async fn read_back(&self, r: &InstanceRef) -> Result<Machine> {
+        let vm = self
+            .read_fresh(r, Instant::now())
+            .await?
+            .ok_or_else(|| Error::not_found(format!("instance {}", r.id())))?;
+        Ok(to_machine(&vm, self.project()))
+    }
+
+    /// A change of instance `r` (`start`, `stop`, `setLabels`, ...) under a request id, followed to
+    /// its end.
+    pub(crate) async fn instance_op(
         &self,
         op_name: &'static str,
-        name: &str,
+        r: &InstanceRef,
         action: &str,
         body: Option<&Value>,
     ) -> Result<Operation> {
-        let path = self.client().zonal(&format!("instances/{name}/{action}"));
-        let query = [("requestId", random_uuid())];
+        let path = self
+            .client()
+            .zonal(&r.zone, &format!("instances/{}/{action}", r.name));
+        let query = [("requestId", request_id())];
         let op: Operation = self
             .client()
             .call(op_name, Method::POST, &path, &query, body)
             .await?;
-        let done = self.client().wait(op).await?;
-        match operation_error(&done) {
-            Some(e) => Err(e),
-            None => Ok(done),
-        }
+        self.client().finish(op, op_name).await
     }
 
-    /// Sets labels on machine `id` (this owner's) and removes the labels named in `remove`, keeping
-    /// every other label: shed marks its machines `creating`, `ready`, `deleting` this way. orca's own
-    /// labels cannot be changed. Uses the instance's `labelFingerprint` and reads again when another
-    /// writer got there first.
-    pub async fn set_labels(&self, id: &str, set: &Labels, remove: &[&str]) -> Result<Machine> {
-        for (k, v) in set {
-            check_label(k, v)?;
-        }
-        for k in remove {
-            check_label(k, "")?;
-        }
-        validate_id(id)?;
-        check_instance_name("id", id)?;
-        for attempt in 0..5 {
-            let vm = self.owned_or_gone(id).await?;
-            let mut labels: BTreeMap<String, String> = vm.labels.clone();
-            for k in remove {
-                labels.remove(*k);
-            }
-            labels.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
-            let body = json!({"labels": labels, "labelFingerprint": vm.label_fingerprint});
-            match self
-                .instance_op("instances.setLabels", id, "setLabels", Some(&body))
-                .await
-            {
-                Ok(_) => break,
-                Err(Error::Other { message, .. })
-                    if message.starts_with("conditionNotMet") && attempt < 4 =>
-                {
-                    tracing::debug!(id, "labels changed underneath; reading again");
-                    continue;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(to_machine(&self.owned_or_gone(id).await?))
-    }
-
-    /// Makes the machine `spec` describes with `options` (see [`CreateOptions`]); otherwise as
-    /// [`Provider::create`].
-    pub async fn create_with(
-        &self,
-        spec: &MachineSpec,
-        options: &CreateOptions,
-    ) -> Result<Created> {
-        spec.validate()?;
-        check_instance_name("name", &spec.name)?;
-        if spec.location != self.zone() {
-            return Err(Error::invalid(
+    /// The zone `spec` is made in: its location, which a single-zone provider checks is its zone.
+    fn zone_of<'a>(&self, spec: &'a MachineSpec) -> Result<&'a str> {
+        let z = spec.location.as_str();
+        match &self.inner.config.zone {
+            Some(only) if only != z => Err(Error::invalid(
                 "location",
-                format!(
-                    "this provider makes machines in zone {}, got {:?}",
-                    self.zone(),
-                    spec.location
-                ),
+                format!("this provider makes machines in zone {only} (ORCA_GCE_ZONE), got {z:?}"),
+            )),
+            _ if !valid_zone(z) => Err(Error::invalid(
+                "location",
+                format!("a Compute Engine zone like europe-west1-b, got {z:?}"),
+            )),
+            _ => Ok(z),
+        }
+    }
+
+    /// `machine_type`'s architecture, from `machineTypes.get` in `zone`, or in any zone through
+    /// `machineTypes.aggregatedList` when no zone is known; cached (a type has one architecture).
+    async fn arch_in(&self, zone: Option<&str>, machine_type: &str) -> Result<Arch> {
+        orca_machines::spec::validate_token("machine_type", machine_type)?;
+        if let Some(a) = lock(&self.inner.arch_cache).get(machine_type) {
+            return Ok(a.clone());
+        }
+        let mt: Option<MachineType> = match zone {
+            Some(z) => {
+                let path = self
+                    .client()
+                    .zonal(z, &format!("machineTypes/{machine_type}"));
+                self.client().get_opt("machineTypes.get", &path).await?
+            }
+            None => {
+                let filter = format!("name = \"{machine_type}\"");
+                let path = self.client().aggregated("machineTypes");
+                let found = self
+                    .client()
+                    .pages(
+                        "machineTypes.aggregatedList",
+                        &path,
+                        &[("filter", filter)],
+                        1,
+                        |a: MachineTypeAggregatedList| {
+                            let items: Vec<MachineType> = a
+                                .items
+                                .into_values()
+                                .flat_map(|s| s.machine_types)
+                                .filter(|t| t.name == machine_type)
+                                .collect();
+                            // One is enough: stop at the first page that has it.
+                            let next = if items.is_empty() {
+                                a.next_page_token
+                            } else {
+                                None
+                            };
+                            Ok(Page { items, next })
+                        },
+                    )
+                    .await?;
+                found.into_iter().next()
+            }
+        };
+        let mt = mt.ok_or_else(|| {
+            Error::not_found(format!(
+                "machine type {machine_type} in {}",
+                zone.unwrap_or("any zone of the project")
+            ))
+        })?;
+        // Compute Engine leaves `architecture` unset on some older x86 series; every Arm series sets
+        // ARM64.
+        let arch = match mt.architecture.as_deref() {
+            None | Some("") | Some("ARCHITECTURE_UNSPECIFIED") => Arch::Amd64,
+            Some(a) => docker_arch(a),
+        };
+        lock(&self.inner.arch_cache).insert(machine_type.to_string(), arch.clone());
+        Ok(arch)
+    }
+
+    /// The body of the `instances.insert` that makes `spec` in `zone`.
+    fn insert_body(&self, spec: &MachineSpec, zone: &str, arch: &Arch) -> Result<Value> {
+        let cfg = &self.inner.config;
+        let region = Config::region_of(zone);
+        let subnet = cfg.subnet.for_region(region).ok_or_else(|| {
+            Error::invalid(
+                "location",
+                format!("ORCA_GCE_SUBNET names no subnet for region {region} (of zone {zone})"),
+            )
+        })?;
+        let disk_gb = spec.disk_gb.unwrap_or(cfg.disk_gb);
+        if disk_gb < MIN_DISK_GB {
+            return Err(Error::invalid(
+                "disk_gb",
+                format!("at least {MIN_DISK_GB} GB on Compute Engine (the size of its Ubuntu images), got {disk_gb}"),
             ));
         }
-        let cfg = &self.inner.config;
-        let tags = options
-            .network_tags
-            .clone()
-            .unwrap_or_else(|| cfg.network_tags.clone());
-        for t in &tags {
-            if !valid_resource_name(t) {
-                return Err(Error::invalid(
-                    "network_tags",
-                    format!(
-                        "a tag is 1 to 63 of a-z, 0-9 and '-', starting with a letter; got {t:?}"
-                    ),
-                ));
+        let image = match (&spec.image, arch) {
+            (Some(i), _) => {
+                if i.contains(['?', '#']) {
+                    return Err(Error::invalid(
+                        "image",
+                        format!("an image path (projects/P/global/images/NAME or .../images/family/F), got {i:?}"),
+                    ));
+                }
+                i.clone()
             }
-        }
-        let run = options.max_run_duration.or(cfg.max_run_duration);
-        if let Some(d) = run {
-            if d < Duration::from_secs(30) || d > Duration::from_secs(120 * 86_400) {
-                return Err(Error::invalid("max_run_duration", "30 seconds to 120 days"));
-            }
-        }
-        let disk_gb = options.disk_gb.unwrap_or(cfg.disk_gb);
-        if !(10..=65_536).contains(&disk_gb) {
-            return Err(Error::invalid("disk_gb", "10 to 65536 GB"));
-        }
-        for (k, v) in &options.labels {
-            check_label(k, v)?;
-        }
-        if let Some(i) = &options.image {
-            if i.is_empty() || i.contains(|c: char| c.is_whitespace() || c == '?' || c == '#') {
-                return Err(Error::invalid("image", format!("not an image path: {i:?}")));
-            }
-        }
-
-        let arch = self.arch(&spec.machine_type).await?;
-        let image = match (&options.image, &arch) {
-            (Some(i), _) => i.clone(),
             (None, Arch::Amd64) => format!(
                 "projects/{}/global/images/family/{UBUNTU_AMD64_FAMILY}",
                 cfg.image_project
@@ -329,23 +453,24 @@ impl GceProvider {
                 ))
             }
         };
-        let mut labels = options.labels.clone();
+        let mut tags = cfg.network_tags.clone();
+        for t in &spec.network_tags {
+            if !tags.contains(t) {
+                tags.push(t.clone());
+            }
+        }
+        let mut labels = spec.labels.clone();
         labels.extend(ownership_labels(&spec.pool, &self.inner.owner));
-        let region = cfg
-            .zone
-            .rsplit_once('-')
-            .map(|(r, _)| r)
-            .unwrap_or(&cfg.zone);
         let mut nic = json!({
             "network": format!("projects/{}/global/networks/{}", cfg.project, cfg.network),
-            "subnetwork": format!("projects/{}/regions/{region}/subnetworks/{}", cfg.project, cfg.subnet),
+            "subnetwork": format!("projects/{}/regions/{region}/subnetworks/{subnet}", cfg.project),
         });
         if cfg.public_ip {
             nic["accessConfigs"] = json!([{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]);
         }
         let mut body = json!({
             "name": spec.name,
-            "machineType": format!("zones/{}/machineTypes/{}", cfg.zone, spec.machine_type),
+            "machineType": format!("zones/{zone}/machineTypes/{}", spec.machine_type),
             "labels": labels,
             "disks": [{
                 "boot": true,
@@ -361,186 +486,195 @@ impl GceProvider {
             "networkInterfaces": [nic],
         });
         if !tags.is_empty() {
-            body["tags"] = json!({"items": tags});
+            body["tags"] = json!({ "items": tags });
         }
+        let mut metadata = Vec::new();
         if !spec.user_data.is_empty() {
-            body["metadata"] = json!({"items": [{"key": "user-data", "value": spec.user_data}]});
+            metadata.push(json!({"key": "user-data", "value": spec.user_data}));
         }
-        if let Some(d) = run {
+        if !spec.ssh_keys.is_empty() {
+            let lines: Vec<String> = spec
+                .ssh_keys
+                .iter()
+                .map(|k| format!("{}:{}", cfg.ssh_user, k.trim()))
+                .collect();
+            metadata.push(json!({"key": "ssh-keys", "value": lines.join("\n")}));
+        }
+        if !metadata.is_empty() {
+            body["metadata"] = json!({ "items": metadata });
+        }
+        if let Some(d) = spec.max_run_duration.or(cfg.max_run_duration) {
             body["scheduling"] = json!({
                 "maxRunDuration": {"seconds": d.as_secs().to_string()},
                 "instanceTerminationAction": "STOP",
             });
         }
-        let labels_text = serde_json::to_string(&options.labels).unwrap_or_default();
-        let run_text = run.map(|d| d.as_secs().to_string()).unwrap_or_default();
-        let rid = request_uuid(&[
-            "instances.insert",
-            &cfg.project,
-            &cfg.zone,
-            &self.inner.owner,
-            &spec.pool,
-            &spec.name,
-            &spec.machine_type,
-            &image,
-            &disk_gb.to_string(),
-            &tags.join(","),
-            &run_text,
-            &labels_text,
-            &sha256_hex(spec.user_data.as_bytes()),
-        ]);
+        Ok(body)
+    }
 
-        // A repeated requestId answers the first insert's operation. If that operation had already
-        // failed (an earlier create of this spec without stock, say), or its instance was made and
-        // deleted since, the id is stale: insert once more under an id salted with that operation.
-        let mut rid = rid;
-        for round in 0..2 {
-            match self.insert_once(spec, &body, &rid, round == 0).await? {
-                Inserted::Made(m) => return Ok(Created::Machine(m)),
-                Inserted::NoStock(message) => {
-                    return Ok(Created::NoStock {
+    /// After an accepted insert: follows the operation; on failure removes what it made, otherwise
+    /// reads the instance (once Compute Engine shows it).
+    async fn after_insert(
+        &self,
+        spec: &MachineSpec,
+        r: &InstanceRef,
+        op: Operation,
+    ) -> Result<Created> {
+        let done = self.client().wait(op).await?;
+        if let Some(e) = operation_error(&done) {
+            let e = e.with_operation("instances.insert");
+            let left = self.clean_up(r, done.target_id.as_deref()).await;
+            return match (e, left.is_empty()) {
+                (Error::NoStock { message, .. }, true) => Ok(Created::NoStock {
+                    machine_type: spec.machine_type.clone(),
+                    location: spec.location.clone(),
+                    message,
+                }),
+                (
+                    Error::NoStock {
+                        message, context, ..
+                    },
+                    false,
+                ) => Err(Error::leftovers(
+                    Error::NoStock {
                         machine_type: spec.machine_type.clone(),
                         location: spec.location.clone(),
                         message,
-                    })
-                }
-                Inserted::Stale(op_name) if round == 0 => {
-                    tracing::debug!(name = %spec.name, "request id answered a stale insert; salting it");
-                    rid = request_uuid(&[&rid, &op_name]);
-                }
-                Inserted::Stale(_) => break,
-            }
-        }
-        Err(Error::transient(format!(
-            "instance {} was inserted but is gone again",
-            spec.name
-        )))
-    }
-
-    async fn insert_once(
-        &self,
-        spec: &MachineSpec,
-        body: &Value,
-        rid: &str,
-        first_round: bool,
-    ) -> Result<Inserted> {
-        let path = self.client().zonal("instances");
-        let query = [("requestId", rid.to_string())];
-        let op: Operation = match self
-            .client()
-            .call("instances.insert", Method::POST, &path, &query, Some(body))
-            .await
-        {
-            Ok(op) => op,
-            Err(Error::AlreadyExists { what, .. }) => return self.adopt(spec, what).await,
-            Err(Error::NoStock { message, .. }) => return Ok(Inserted::NoStock(message)),
-            Err(e) => return Err(e),
-        };
-        let op_name = op.name.clone();
-        let answered_done = op.is_done();
-        let done = self.client().wait(op).await?;
-        if let Some(e) = operation_error(&done) {
-            let left = self.clean_up(&spec.name, done.target_id.as_deref()).await;
-            if answered_done && first_round && left.is_empty() {
-                // The insert answered an operation that had already failed: most likely a repeated
-                // request id naming an earlier attempt. Try once more under a fresh id.
-                tracing::debug!(name = %spec.name, error = %e, "insert answered a finished, failed operation");
-                return Ok(Inserted::Stale(op_name));
-            }
-            return match (e, left.is_empty()) {
-                (Error::NoStock { message, .. }, true) => Ok(Inserted::NoStock(message)),
-                (Error::NoStock { message, .. }, false) => Err(Error::Leftovers {
-                    error: Box::new(Error::no_stock(
-                        spec.machine_type.clone(),
-                        spec.location.clone(),
-                        message,
-                    )),
+                        context,
+                    },
                     left,
-                }),
+                )),
                 (e, true) => Err(e),
-                (e, false) => Err(Error::Leftovers {
-                    error: Box::new(e),
-                    left,
-                }),
+                (e, false) => Err(Error::leftovers(e, left)),
             };
         }
-        match self.get_instance(&spec.name).await? {
-            // Another incarnation than the operation's: made since under this name (the operation
-            // was an old one, answered again for a repeated request id). Not this create's.
-            Some(vm) if !same_incarnation(done.target_id.as_deref(), &vm) => {
-                Ok(Inserted::Stale(op_name))
-            }
+        match self.read_fresh(r, Instant::now()).await? {
+            Some(vm) if !same_incarnation(done.target_id.as_deref(), &vm) => Err(Error::transient(
+                format!("instance {} was made and replaced by another since", r.id()),
+            )),
             Some(vm) if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner) => {
-                Ok(Inserted::Made(to_machine(&vm)))
+                self.remember(r.id());
+                Ok(Created::Machine(to_machine(&vm, self.project())))
             }
             Some(_) => Err(Error::already_exists(format!(
                 "instance {} (not this owner's machine of pool {})",
-                spec.name, spec.pool
+                r.id(),
+                spec.pool
             ))),
-            None => Ok(Inserted::Stale(op_name)),
+            None => Err(Error::transient(format!(
+                "instance {} was inserted but is gone again",
+                r.id()
+            ))),
         }
     }
 
-    /// A 409 on insert: the instance exists. It is adopted when it is this owner's, of this pool and
-    /// type (a create retried after an ambiguous failure).
-    async fn adopt(&self, spec: &MachineSpec, what: String) -> Result<Inserted> {
-        match self.get_instance(&spec.name).await? {
+    /// A 409 on insert: an instance or a disk of that name exists. The instance is adopted when it is
+    /// this owner's, of this pool and type: made by an earlier create ([`Created::Adopted`]), or by
+    /// this call's own earlier attempt whose answer was lost (`ours`: [`Created::Machine`]).
+    async fn adopt(
+        &self,
+        spec: &MachineSpec,
+        r: &InstanceRef,
+        ours: bool,
+        conflict: Error,
+    ) -> Result<Created> {
+        let vm = match self.get_instance(r).await? {
+            Some(vm) => Some(vm),
+            None => {
+                // No instance: the conflict may be the boot disk, named after the instance. An
+                // unattached disk of that name lasts; an attached one means the instance exists and
+                // may not be shown yet.
+                match self.disk(&r.zone, &r.name).await? {
+                    Some(d) if d.users.is_empty() => {
+                        return Err(conflict.prefixed("the boot disk's name is taken by a disk"))
+                    }
+                    _ => self.read_fresh(r, Instant::now()).await?,
+                }
+            }
+        };
+        match vm {
             Some(vm)
                 if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner)
                     && last_segment(&vm.machine_type) == spec.machine_type =>
             {
-                tracing::debug!(name = %spec.name, "adopted the instance an earlier create made");
-                Ok(Inserted::Made(to_machine(&vm)))
+                tracing::debug!(id = %r.id(), ours, "the instance of that name is this create's");
+                self.remember(r.id());
+                let m = to_machine(&vm, self.project());
+                Ok(if ours {
+                    Created::Machine(m)
+                } else {
+                    Created::Adopted(m)
+                })
             }
-            Some(_) => Err(Error::already_exists(what)),
-            // No instance: the conflict is the boot disk (named after the instance), which lasts.
-            None if what.contains("/disks/") => Err(Error::already_exists(what)),
-            // Gone between the 409 and the read: let the caller retry.
+            Some(_) => Err(conflict),
             None => Err(Error::transient(format!(
                 "instance {} existed and is gone",
-                spec.name
+                r.id()
             ))),
         }
     }
 
     /// Removes what a failed insert left (the instance and its boot disk, when they carry this owner's
     /// labels); answers what could not be removed. `target_id` is the incarnation the failed insert
-    /// was about: an instance of that name with another id was made since (the operation was an old
-    /// one, answered again for a repeated request id) and is not touched.
-    async fn clean_up(&self, name: &str, target_id: Option<&str>) -> Vec<String> {
+    /// was about: an instance of that name with another id is not touched.
+    async fn clean_up(&self, r: &InstanceRef, target_id: Option<&str>) -> Vec<String> {
         let mut left = Vec::new();
-        match self.get_instance(name).await {
+        let mut read = self.get_instance(r).await;
+        let mut disk = None;
+        if let Ok(None) = read {
+            // Not shown: when its boot disk is attached, the instance exists and Compute Engine does
+            // not show it yet; read it again rather than leave it behind.
+            if let Ok(Some(d)) = self.disk(&r.zone, &r.name).await {
+                if d.users.is_empty() {
+                    disk = Some(d);
+                } else {
+                    read = self.read_fresh(r, Instant::now()).await;
+                }
+            }
+        }
+        match read {
             Ok(Some(vm))
                 if is_owned_by(&vm.labels, &self.inner.owner)
                     && same_incarnation(target_id, &vm) =>
             {
-                if let Err(e) = self.delete_instance(name).await {
-                    tracing::warn!(name, error = %e, "could not remove a failed create's instance");
-                    left.push(format!("instance {name}"));
+                if let Err(e) = self.delete_instance(r).await {
+                    tracing::warn!(id = %r.id(), error = %e, "could not remove a failed create's instance");
+                    left.push(format!("instance {}", r.id()));
                 }
             }
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(name, error = %e, "could not read a failed create's instance");
-                left.push(format!("instance {name} (unknown)"));
+                tracing::warn!(id = %r.id(), error = %e, "could not read a failed create's instance");
+                left.push(format!("instance {} (unknown)", r.id()));
             }
         }
-        if let Err(e) = self.delete_disk_if_ours(name).await {
-            tracing::warn!(name, error = %e, "could not remove a failed create's disk");
-            left.push(format!("disk {name}"));
+        if let Err(e) = self.delete_disk_if_ours(&r.zone, &r.name, disk).await {
+            tracing::warn!(id = %r.id(), error = %e, "could not remove a failed create's disk");
+            left.push(format!("disk {}:{}", r.zone, r.name));
         }
         left
     }
 
-    async fn delete_disk_if_ours(&self, disk: &str) -> Result<()> {
-        let path = self.client().zonal(&format!("disks/{disk}"));
-        let Some(d) = self.client().get_opt::<Disk>("disks.get", &path).await? else {
-            return Ok(());
+    async fn disk(&self, zone: &str, name: &str) -> Result<Option<Disk>> {
+        let path = self.client().zonal(zone, &format!("disks/{name}"));
+        self.client().get_opt("disks.get", &path).await
+    }
+
+    /// Deletes disk `disk` of `zone` when it carries this owner's labels and no instance uses it;
+    /// `known` is the disk as read a moment ago (else it is read here).
+    async fn delete_disk_if_ours(&self, zone: &str, disk: &str, known: Option<Disk>) -> Result<()> {
+        let path = self.client().zonal(zone, &format!("disks/{disk}"));
+        let d = match known {
+            Some(d) => d,
+            None => match self.disk(zone, disk).await? {
+                Some(d) => d,
+                None => return Ok(()),
+            },
         };
         if !is_owned_by(&d.labels, &self.inner.owner) || !d.users.is_empty() {
             return Ok(());
         }
-        let query = [("requestId", random_uuid())];
+        let query = [("requestId", request_id())];
         let op: Operation = match self
             .client()
             .call("disks.delete", Method::DELETE, &path, &query, None)
@@ -550,17 +684,18 @@ impl GceProvider {
             Err(Error::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let done = self.client().wait(op).await?;
-        match operation_error(&done) {
-            None | Some(Error::NotFound { .. }) => Ok(()),
-            Some(e) => Err(e),
+        match self.client().finish(op, "disks.delete").await {
+            Ok(_) | Err(Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
-    /// Deletes instance `name` and follows the operation; gone is success.
-    async fn delete_instance(&self, name: &str) -> Result<()> {
-        let path = self.client().zonal(&format!("instances/{name}"));
-        let query = [("requestId", random_uuid())];
+    /// Deletes instance `r` and follows the operation; gone is success.
+    async fn delete_instance(&self, r: &InstanceRef) -> Result<()> {
+        let path = self
+            .client()
+            .zonal(&r.zone, &format!("instances/{}", r.name));
+        let query = [("requestId", request_id())];
         let op: Operation = match self
             .client()
             .call("instances.delete", Method::DELETE, &path, &query, None)
@@ -570,29 +705,67 @@ impl GceProvider {
             Err(Error::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        let done = self.client().wait(op).await?;
-        match operation_error(&done) {
-            None | Some(Error::NotFound { .. }) => Ok(()),
-            Some(e) => Err(e),
+        match self.client().finish(op, "instances.delete").await {
+            Ok(_) | Err(Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
         }
     }
-}
 
-/// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
-fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
-    target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
-}
-
-enum Inserted {
-    Made(Machine),
-    NoStock(String),
-    Stale(String),
+    /// Every instance of the project matching `filter`: one zone's `instances.list`, or every zone's
+    /// in one paged `instances.aggregatedList`. A listing that could not read every zone is an error,
+    /// never a short answer.
+    async fn list_instances(&self, filter: String) -> Result<Vec<Instance>> {
+        let page_size = self.inner.config.page_size;
+        let query = [("filter", filter)];
+        match &self.inner.config.zone {
+            Some(z) => {
+                let path = self.client().zonal(z, "instances");
+                self.client()
+                    .list_all("instances.list", &path, &query, page_size)
+                    .await
+            }
+            None => {
+                let path = self.client().aggregated("instances");
+                self.client()
+                    .pages(
+                        "instances.aggregatedList",
+                        &path,
+                        &query,
+                        page_size,
+                        |a: InstanceAggregatedList| {
+                            let mut unreachable = a.unreachables.clone();
+                            unreachable.extend(
+                                a.items
+                                    .iter()
+                                    .filter(|(_, s)| {
+                                        s.warning.as_ref().is_some_and(|w| w.code == "UNREACHABLE")
+                                    })
+                                    .map(|(scope, _)| scope.clone()),
+                            );
+                            if !unreachable.is_empty() {
+                                return Err(Error::transient(format!(
+                                    "the listing could not read {}",
+                                    unreachable.join(", ")
+                                ))
+                                .with_code("UNREACHABLE")
+                                .with_operation("instances.aggregatedList"));
+                            }
+                            Ok(Page {
+                                items: a.items.into_values().flat_map(|s| s.instances).collect(),
+                                next: a.next_page_token,
+                            })
+                        },
+                    )
+                    .await
+            }
+        }
+    }
 }
 
 #[async_trait]
 impl Provider for GceProvider {
     fn kind(&self) -> &str {
-        "gce"
+        KIND
     }
 
     fn owner(&self) -> &str {
@@ -600,47 +773,73 @@ impl Provider for GceProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::NONE.with_start_stop(true).with_resize(true)
+        let options = [
+            "labels",
+            "disk_gb",
+            "ssh_keys",
+            "network_tags",
+            "max_run_duration",
+            "image",
+        ]
+        .into_iter()
+        .fold(SpecOptions::NONE, |o, n| o.with(n, true));
+        Capabilities::NONE
+            .with_start_stop(true)
+            .with_resize(true)
+            .with_power_times(true)
+            .with_private_address(true)
+            .with_options(options)
     }
 
     async fn arch(&self, machine_type: &str) -> Result<Arch> {
-        orca_machines::spec::validate_token("machine_type", machine_type)?;
-        if let Some(a) = self
-            .inner
-            .arch_cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(machine_type)
-        {
-            return Ok(a.clone());
-        }
-        let path = self.client().zonal(&format!("machineTypes/{machine_type}"));
-        let mt: MachineType = self
-            .client()
-            .get_opt("machineTypes.get", &path)
-            .await?
-            .ok_or_else(|| {
-                Error::not_found(format!(
-                    "machine type {machine_type} in zone {}",
-                    self.zone()
-                ))
-            })?;
-        // Compute Engine leaves `architecture` unset on some older x86 series; every Arm series sets
-        // ARM64.
-        let arch = match mt.architecture.as_deref() {
-            None | Some("") | Some("ARCHITECTURE_UNSPECIFIED") => Arch::Amd64,
-            Some(a) => docker_arch(a),
-        };
-        self.inner
-            .arch_cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(machine_type.to_string(), arch.clone());
-        Ok(arch)
+        let zone = self.inner.config.zone.clone();
+        self.arch_in(zone.as_deref(), machine_type).await
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
-        self.create_with(spec, &CreateOptions::default()).await
+        spec.validate()?;
+        self.capabilities().check_spec(KIND, spec)?;
+        check_instance_name("name", &spec.name)?;
+        let zone = self.zone_of(spec)?;
+        // Every input check before the first call: the body's own checks need the architecture only
+        // for the default image, so they run on a placeholder first.
+        self.insert_body(spec, zone, &Arch::Amd64)?;
+        let arch = self.arch_in(Some(zone), &spec.machine_type).await?;
+        let body = self.insert_body(spec, zone, &arch)?;
+        let r = InstanceRef {
+            zone: zone.to_string(),
+            name: spec.name.clone(),
+        };
+        // One request id for this call: its retries (after a lost answer, say) are de-duplicated by
+        // Compute Engine; another call's insert of the same name meets a 409 and adopts.
+        let rid = [("requestId", request_id())];
+        let path = self.client().zonal(zone, "instances");
+        let attempts = AtomicU32::new(0);
+        let answer: Result<Operation> = self
+            .client()
+            .retry
+            .retry("instances.insert", || {
+                attempts.fetch_add(1, Ordering::SeqCst);
+                self.client().send(
+                    "instances.insert",
+                    Method::POST,
+                    &path,
+                    &rid,
+                    Body::Json(&body),
+                )
+            })
+            .await;
+        let ours = attempts.load(Ordering::SeqCst) > 1;
+        match answer {
+            Ok(op) => self.after_insert(spec, &r, op).await,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => self.adopt(spec, &r, ours, e).await,
+            Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
+                machine_type: spec.machine_type.clone(),
+                location: spec.location.clone(),
+                message,
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
@@ -653,67 +852,67 @@ impl Provider for GceProvider {
         if !owner.is_empty() {
             filter.push_str(&format!(" (labels.{OWNER_LABEL} = \"{owner}\")"));
         }
-        let path = self.client().zonal("instances");
-        let all: Vec<Instance> = self
-            .client()
-            .list_all(
-                "instances.list",
-                &path,
-                &[("filter", filter)],
-                self.inner.config.page_size,
-            )
-            .await?;
-        Ok(all
+        Ok(self
+            .list_instances(filter)
+            .await?
             .iter()
             .filter(|vm| is_in_pool(&vm.labels, pool, owner))
-            .map(to_machine)
+            .map(|vm| to_machine(vm, self.project()))
             .collect())
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
-        Ok(self.owned(id).await?.as_ref().map(to_machine))
+        Ok(self
+            .owned(id)
+            .await?
+            .map(|(_, vm)| to_machine(&vm, self.project())))
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {
-        let Some(vm) = self.owned(id).await? else {
+        let Some((r, vm)) = self.owned(id).await? else {
             return Ok(true);
         };
-        self.delete_instance(id).await?;
+        self.delete_instance(&r).await?;
+        self.forget(&r.id());
         // A boot disk whose autoDelete was turned off stays; remove it when it is this owner's.
         for d in vm
             .disks
             .iter()
             .filter(|d| !d.auto_delete && !d.source.is_empty())
         {
-            self.delete_disk_if_ours(last_segment(&d.source)).await?;
+            self.delete_disk_if_ours(&r.zone, last_segment(&d.source), None)
+                .await?;
         }
         Ok(true)
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {
-        self.owned_or_gone(id).await?;
-        self.instance_op("instances.start", id, "start", None)
+        let (r, _) = self.owned_existing(id).await?;
+        self.instance_op("instances.start", &r, "start", None)
             .await?;
-        Ok(to_machine(&self.owned_or_gone(id).await?))
+        self.read_back(&r).await
     }
 
     async fn stop(&self, id: &str) -> Result<Machine> {
-        self.owned_or_gone(id).await?;
-        self.instance_op("instances.stop", id, "stop", None).await?;
-        Ok(to_machine(&self.owned_or_gone(id).await?))
+        let (r, _) = self.owned_existing(id).await?;
+        self.instance_op("instances.stop", &r, "stop", None).await?;
+        self.read_back(&r).await
     }
 
     async fn resize(&self, id: &str, machine_type: &str) -> Result<Resized> {
         orca_machines::spec::validate_token("machine_type", machine_type)?;
-        let vm = self.owned_or_gone(id).await?;
+        let (r, vm) = self.owned_existing(id).await?;
         let current = last_segment(&vm.machine_type).to_string();
         if current == machine_type {
             return Ok(Resized {
-                machine: to_machine(&vm),
+                machine: to_machine(&vm, self.project()),
                 caused_downtime: false,
             });
         }
-        let (from, to) = (self.arch(&current).await?, self.arch(machine_type).await?);
+        let (from, to) = (
+            self.arch_in(Some(&r.zone), &current).await?,
+            self.arch_in(Some(&r.zone), machine_type).await?,
+        );
         if from != to {
             return Err(Error::invalid(
                 "machine_type",
@@ -723,30 +922,37 @@ impl Provider for GceProvider {
         // setMachineType needs a stopped instance: stop it first, and start it again after.
         let was_up = !matches!(status_of(&vm.status), Status::Stopped);
         if was_up {
-            self.instance_op("instances.stop", id, "stop", None).await?;
+            self.instance_op("instances.stop", &r, "stop", None).await?;
         }
-        let body =
-            json!({"machineType": format!("zones/{}/machineTypes/{machine_type}", self.zone())});
+        let body = json!({"machineType": format!("zones/{}/machineTypes/{machine_type}", r.zone)});
         let changed = self
             .instance_op(
                 "instances.setMachineType",
-                id,
+                &r,
                 "setMachineType",
                 Some(&body),
             )
             .await;
         if was_up {
             // Start again even when the change failed, so a failed resize leaves the machine as it was.
-            let started = self.instance_op("instances.start", id, "start", None).await;
+            let started = self.instance_op("instances.start", &r, "start", None).await;
             changed?;
             started?;
         } else {
             changed?;
         }
         Ok(Resized {
-            machine: to_machine(&self.owned_or_gone(id).await?),
+            machine: self.read_back(&r).await?,
             caused_downtime: was_up,
         })
+    }
+
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        Some(self)
+    }
+
+    fn firewall_rules(&self) -> Option<&dyn FirewallRules> {
+        Some(self)
     }
 }
 
@@ -765,18 +971,15 @@ mod tests {
             ("TERMINATED", Status::Stopped),
             ("SUSPENDED", Status::Stopped),
             ("REPAIRING", Status::Unknown),
+            ("HIBERNATING", Status::Unknown),
         ] {
             assert_eq!(status_of(c), s, "{c}");
         }
     }
 
     #[test]
-    fn labels_of_orca_are_protected() {
-        assert!(check_label("ready", "").is_ok());
-        assert!(check_label("state", "creating").is_ok());
-        for k in ["orca", "orca-pool", "orca-owner", "Bad", "", "a b"] {
-            assert!(check_label(k, "x").is_err(), "{k}");
-        }
-        assert!(check_label("k", "UPPER").is_err());
+    fn internal_dns_names() {
+        assert_eq!(project_dns("my-proj"), "my-proj");
+        assert_eq!(project_dns("example.com:my-proj"), "my-proj.example.com");
     }
 }

@@ -1,28 +1,45 @@
 //! The Compute Engine driver against the fake Compute Engine API (crates/fakes): the conformance suite
-//! with every hook, and the behaviour the issue names (credentials redacted, firewall rules read and
-//! patched, failed operations leave nothing, run duration and tags reach the insert, retries, labels).
+//! with every hook, on a single-zone provider (as shed runs) and on a provider of every zone, and the
+//! behaviour beyond it (spec options in the insert, facts, zones, adoption, delayed visibility,
+//! credentials redacted, failed operations leave nothing, retries, labels, firewall rules).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SSH_RULE, SUBNET, TEST_ONLY_RSA_KEY_PEM, ZONE};
 use orca_fakes::{Fault, Rule};
-use orca_gce::{Config, ConfigBuilder, CreateOptions, GceProvider};
+use orca_gce::{Config, ConfigBuilder, Credentials, GceProvider};
 use orca_machines::conformance::{run_all, Harness, Hook, Setup};
 use orca_machines::labels::Labels;
-use orca_machines::{Created, Error, MachineSpec, Provider, RetryPolicy, Status};
+use orca_machines::{
+    Created, Error, FirewallRule, FirewallRules, MachineLabels, MachineSpec, Provider, RetryPolicy,
+    Status,
+};
 use reqwest::Method;
-use serde_json::json;
+use serde_json::{json, Value};
 
-fn builder(fake: &FakeGce) -> ConfigBuilder {
+/// One token provider for every provider of a test, as a process holds one set of credentials.
+fn tokens(fake: &FakeGce) -> Credentials {
+    Credentials::Provider(Arc::new(
+        gcp_auth::CustomServiceAccount::from_json(&fake.service_account_json()).unwrap(),
+    ))
+}
+
+/// Settings of a provider of every zone.
+fn any_zone(fake: &FakeGce) -> ConfigBuilder {
     Config::builder()
         .project(PROJECT)
-        .zone(ZONE)
         .network(NETWORK)
         .subnet(SUBNET)
         .credentials_json(fake.service_account_json())
         .endpoint(fake.endpoint())
         .retry(RetryPolicy::fast())
+}
+
+/// Settings of a single-zone provider (shed's).
+fn builder(fake: &FakeGce) -> ConfigBuilder {
+    any_zone(fake).zone(ZONE)
 }
 
 async fn provider(fake: &FakeGce, owner: &str) -> GceProvider {
@@ -31,14 +48,52 @@ async fn provider(fake: &FakeGce, owner: &str) -> GceProvider {
         .unwrap()
 }
 
+fn id(name: &str) -> String {
+    format!("{ZONE}:{name}")
+}
+
 struct GceHarness {
     fake: FakeGce,
+    single_zone: bool,
+    tokens: Credentials,
+}
+
+impl GceHarness {
+    async fn start(single_zone: bool) -> GceHarness {
+        let fake = FakeGce::start().await.unwrap();
+        let tokens = tokens(&fake);
+        GceHarness {
+            fake,
+            single_zone,
+            tokens,
+        }
+    }
+
+    fn config(&self) -> ConfigBuilder {
+        let b = Config::builder()
+            .project(PROJECT)
+            .network(NETWORK)
+            .subnet(SUBNET)
+            .credentials(self.tokens.clone())
+            .endpoint(self.fake.endpoint())
+            .retry(RetryPolicy::fast())
+            .visibility_window(Duration::from_secs(3));
+        if self.single_zone {
+            b.zone(ZONE)
+        } else {
+            b
+        }
+    }
 }
 
 #[async_trait]
 impl Harness for GceHarness {
     fn name(&self) -> String {
-        "gce-fake".into()
+        if self.single_zone {
+            "gce-fake (one zone)".into()
+        } else {
+            "gce-fake (every zone)".into()
+        }
     }
 
     fn setup(&self) -> Setup {
@@ -47,19 +102,19 @@ impl Harness for GceHarness {
             arm64_type: "t2a-standard-1".into(),
             location: ZONE.into(),
             resize_to: "e2-medium".into(),
-            unknown_id: "orca-no-such-vm-zz9".into(),
+            unknown_id: id("orca-no-such-vm-zz9"),
             image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
         }
     }
 
     async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
         Ok(Box::new(
-            GceProvider::new(builder(&self.fake).build()?, owner).await?,
+            GceProvider::new(self.config().build()?, owner).await?,
         ))
     }
 
     async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        let config = builder(&self.fake).page_size(page_size).build().unwrap();
+        let config = self.config().page_size(page_size).build().unwrap();
         Ok(Box::new(GceProvider::new(config, owner).await.unwrap()))
     }
 
@@ -86,13 +141,63 @@ impl Harness for GceHarness {
     async fn requests(&self) -> Hook<u64> {
         Ok(self.fake.control().requests())
     }
+
+    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
+        self.fake.set_visibility_delay(delay);
+        Ok(())
+    }
+
+    async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
+        self.fake.put_firewall(firewall_json(&rule));
+        Ok(())
+    }
 }
 
-#[tokio::test]
-async fn conformance_against_the_fake() {
-    let h = GceHarness {
-        fake: FakeGce::start().await.unwrap(),
+/// A rule in the API's shape, as an operator would make it.
+fn firewall_json(rule: &FirewallRule) -> Value {
+    let ports = |p: &[orca_machines::FirewallPorts]| -> Vec<Value> {
+        p.iter()
+            .map(|x| {
+                let mut v = json!({"IPProtocol": x.protocol});
+                if !x.ports.is_empty() {
+                    v["ports"] = json!(x.ports);
+                }
+                v
+            })
+            .collect()
     };
+    let mut v = json!({
+        "name": rule.name,
+        "network": rule.network,
+        "direction": rule.direction,
+        "priority": rule.priority,
+        "disabled": rule.disabled,
+    });
+    for (k, list) in [
+        ("allowed", ports(&rule.allowed)),
+        ("denied", ports(&rule.denied)),
+    ] {
+        if !list.is_empty() {
+            v[k] = json!(list);
+        }
+    }
+    for (k, list) in [
+        ("sourceRanges", &rule.source_ranges),
+        ("sourceTags", &rule.source_tags),
+        ("sourceServiceAccounts", &rule.source_service_accounts),
+        ("destinationRanges", &rule.destination_ranges),
+        ("targetTags", &rule.target_tags),
+        ("targetServiceAccounts", &rule.target_service_accounts),
+    ] {
+        if !list.is_empty() {
+            v[k] = json!(list);
+        }
+    }
+    v
+}
+
+async fn conformance(single_zone: bool) {
+    let h = GceHarness::start(single_zone).await;
     let report = run_all(&h).await;
     report.assert_passed();
     assert!(
@@ -105,32 +210,50 @@ async fn conformance_against_the_fake() {
     assert!(h.fake.disk_names(ZONE).is_empty());
 }
 
+#[tokio::test]
+async fn conformance_on_one_zone() {
+    conformance(true).await;
+}
+
+#[tokio::test]
+async fn conformance_on_every_zone() {
+    conformance(false).await;
+}
+
 fn spec(name: &str, machine_type: &str) -> MachineSpec {
     MachineSpec::new(name, machine_type, ZONE, "lab")
         .with_user_data("#cloud-config\nruncmd: [true]\n")
 }
 
+const KEY_A: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaTestKeyANotARealOne0000000 a@lab";
+const KEY_B: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaTestKeyBNotARealOne0000000 b@lab";
+
 #[tokio::test]
-async fn run_duration_tags_user_data_labels_and_image_reach_the_insert() {
+async fn spec_options_and_settings_reach_the_insert() {
     let fake = FakeGce::start().await.unwrap();
     let p = GceProvider::new(
         builder(&fake)
             .network_tags(["shed-test"])
             .max_run_duration(Duration::from_secs(24 * 3600))
             .disk_gb(50)
+            .ssh_user("shed")
             .build()
             .unwrap(),
         "stack-1",
     )
     .await
     .unwrap();
+    // The settings' defaults.
     let m = p
         .create(&spec("vm-arm", "t2a-standard-1"))
         .await
         .unwrap()
         .machine()
         .unwrap();
-    assert_eq!(m.status, Status::Running);
+    assert_eq!(
+        (m.id.as_str(), m.status),
+        (id("vm-arm").as_str(), Status::Running)
+    );
     assert!(m.address.starts_with("203.0.113."), "{}", m.address);
     let vm = fake.instance(ZONE, "vm-arm").unwrap();
     assert_eq!(vm["scheduling"]["maxRunDuration"]["seconds"], "86400");
@@ -141,15 +264,15 @@ async fn run_duration_tags_user_data_labels_and_image_reach_the_insert() {
         vm["metadata"]["items"][0]["value"],
         "#cloud-config\nruncmd: [true]\n"
     );
+    assert_eq!(vm["metadata"]["items"].as_array().unwrap().len(), 1);
     assert_eq!(
         vm["labels"],
         json!({"orca": "pool", "orca-pool": "lab", "orca-owner": "stack-1"})
     );
     assert_eq!(vm["disks"][0]["autoDelete"], true);
     assert_eq!(vm["disks"][0]["diskSizeGb"], "50");
-    let insert = &fake.insert_bodies()[0];
     assert_eq!(
-        insert["disks"][0]["initializeParams"]["sourceImage"],
+        fake.insert_bodies()[0]["disks"][0]["initializeParams"]["sourceImage"],
         "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-arm64"
     );
     assert!(
@@ -161,62 +284,71 @@ async fn run_duration_tags_user_data_labels_and_image_reach_the_insert() {
         vm["networkInterfaces"][0]
     );
 
-    // Per-machine options override the settings, and extra labels go into the insert itself.
-    let mut labels = Labels::new();
-    labels.insert("shed-state".into(), "creating".into());
-    let opts = CreateOptions {
-        network_tags: Some(vec!["a-tag".into(), "b-tag".into()]),
-        max_run_duration: Some(Duration::from_secs(600)),
-        labels,
-        ..CreateOptions::default()
-    };
-    p.create_with(&spec("vm-amd", "e2-small"), &opts)
-        .await
-        .unwrap();
+    // Every option of the spec: it overrides the settings (tags add to them).
+    let image = "projects/ubuntu-os-cloud/global/images/ubuntu-2404-noble-amd64-v20251001";
+    let s = spec("vm-amd", "e2-small")
+        .with_label("shed-state", "creating")
+        .with_disk_gb(30)
+        .with_ssh_key(KEY_A)
+        .with_ssh_key(KEY_B)
+        .with_network_tags(["a-tag", "shed-test"])
+        .with_max_run_duration(Duration::from_secs(600))
+        .with_image(image);
+    let m = p.create(&s).await.unwrap().machine().unwrap();
+    assert_eq!(m.max_run_duration, Some(Duration::from_secs(600)));
+    assert_eq!(m.labels["shed-state"], "creating");
     let vm = fake.instance(ZONE, "vm-amd").unwrap();
     assert_eq!(vm["scheduling"]["maxRunDuration"]["seconds"], "600");
-    assert_eq!(vm["tags"]["items"], json!(["a-tag", "b-tag"]));
+    assert_eq!(vm["tags"]["items"], json!(["shed-test", "a-tag"]));
     assert_eq!(vm["labels"]["shed-state"], "creating");
+    assert_eq!(vm["disks"][0]["diskSizeGb"], "30");
+    assert_eq!(vm["metadata"]["items"][1]["key"], "ssh-keys");
+    assert_eq!(
+        vm["metadata"]["items"][1]["value"],
+        format!("shed:{KEY_A}\nshed:{KEY_B}")
+    );
     assert_eq!(
         fake.insert_bodies()[1]["disks"][0]["initializeParams"]["sourceImage"],
-        "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
+        image
     );
 
-    // orca's own labels cannot be overridden, and bad options are refused before any call.
+    // What Compute Engine cannot do, or refuses, is refused before any call.
     let before = fake.control().requests();
-    let mut bad = Labels::new();
-    bad.insert("orca-owner".into(), "someone-else".into());
-    for opts in [
-        CreateOptions {
-            labels: bad,
-            ..CreateOptions::default()
-        },
-        CreateOptions {
-            network_tags: Some(vec!["Bad_Tag".into()]),
-            ..CreateOptions::default()
-        },
-        CreateOptions {
-            max_run_duration: Some(Duration::from_secs(5)),
-            ..CreateOptions::default()
-        },
+    for (s, kind) in [
+        (
+            spec("vm-x", "e2-small").with_ssh_sources(["203.0.113.7/32"]),
+            "unsupported",
+        ),
+        (
+            spec("vm-x", "e2-small").with_admission_group("lab"),
+            "unsupported",
+        ),
+        (spec("vm-x", "e2-small").with_disk_gb(5), "disk_gb"),
+        (
+            spec("vm-x", "e2-small").with_label("orca-owner", "x"),
+            "labels",
+        ),
+        (
+            spec("vm-x", "e2-small").with_network_tag("Bad_Tag"),
+            "network_tags",
+        ),
+        (
+            spec("vm-x", "e2-small").with_max_run_duration(Duration::from_secs(5)),
+            "max_run_duration",
+        ),
+        (spec("vm-x", "e2-small").with_image("a?b"), "image"),
+        (
+            MachineSpec::new("vm-x", "e2-small", "us-central1-a", "lab"),
+            "location",
+        ),
+        (MachineSpec::new("9vm", "e2-small", ZONE, "lab"), "name"),
     ] {
-        let e = p.create_with(&spec("vm-x", "e2-small"), &opts).await;
-        assert!(matches!(e, Err(Error::InvalidSpec { .. })), "{e:?}");
+        match (p.create(&s).await, kind) {
+            (Err(Error::Unsupported { .. }), "unsupported") => {}
+            (Err(Error::InvalidSpec { field, .. }), k) if field == k => {}
+            (other, k) => panic!("{s:?}: wanted {k}, got {other:?}"),
+        }
     }
-    let e = p
-        .create(&MachineSpec::new("vm-x", "e2-small", "us-east1-b", "lab"))
-        .await;
-    assert!(
-        matches!(e, Err(Error::InvalidSpec { ref field, .. }) if field == "location"),
-        "{e:?}"
-    );
-    let e = p
-        .create(&MachineSpec::new("9vm", "e2-small", ZONE, "lab"))
-        .await;
-    assert!(
-        matches!(e, Err(Error::InvalidSpec { ref field, .. }) if field == "name"),
-        "{e:?}"
-    );
     assert_eq!(
         fake.control().requests(),
         before,
@@ -225,12 +357,208 @@ async fn run_duration_tags_user_data_labels_and_image_reach_the_insert() {
 }
 
 #[tokio::test]
+async fn facts_come_from_the_instance() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let made = p
+        .create(&spec("vm-f", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let vm = fake.instance(ZONE, "vm-f").unwrap();
+    assert_eq!(
+        made.fqdn,
+        format!("vm-f.{ZONE}.c.{PROJECT}.internal"),
+        "the zonal internal DNS name"
+    );
+    assert_eq!(
+        made.private_address,
+        vm["networkInterfaces"][0]["networkIP"]
+    );
+    let created: orca_machines::Timestamp = vm["creationTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse::<orca_machines::chrono::DateTime<orca_machines::chrono::FixedOffset>>()
+        .unwrap()
+        .into();
+    assert_eq!(made.created_at, Some(created));
+    assert!(
+        made.started_at.is_some() && made.stopped_at.is_none(),
+        "{made:?}"
+    );
+    assert_eq!(made.max_run_duration, None);
+    let stopped = p.stop(&made.id).await.unwrap();
+    let stop_time = stopped.stopped_at.expect("a stop time");
+    assert!(stop_time >= made.started_at.unwrap());
+    assert_eq!(stopped.status, Status::Stopped);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let started = p.start(&made.id).await.unwrap();
+    assert!(started.started_at.unwrap() > stop_time, "{started:?}");
+    assert_eq!(started.stopped_at, Some(stop_time), "the last stop is kept");
+    let read = p.machine(&made.id).await.unwrap().unwrap();
+    assert_eq!(read.started_at, started.started_at);
+    assert_eq!(read.created_at, made.created_at);
+}
+
+#[tokio::test]
+async fn a_provider_of_every_zone_makes_and_lists_machines_in_each() {
+    let fake = FakeGce::start().await.unwrap();
+    // One subnet name per region; europe-west4 has none.
+    fake.put_subnet("us-central1", "orca-us", NETWORK);
+    let p = GceProvider::new(
+        any_zone(&fake)
+            .subnet("europe-west1=orca-subnet,us-central1=orca-us")
+            .page_size(1)
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(p.arch("t2a-standard-1").await.unwrap().as_str(), "arm64");
+    assert_eq!(
+        fake.control()
+            .count(&Method::GET, "/aggregated/machineTypes?"),
+        1,
+        "one page of an aggregated listing of the type, without a zone"
+    );
+    let mut ids = Vec::new();
+    for (name, zone) in [
+        ("vm-b", "europe-west1-b"),
+        ("vm-c", "europe-west1-c"),
+        ("vm-u", "us-central1-a"),
+    ] {
+        let m = p
+            .create(&MachineSpec::new(name, "e2-small", zone, "lab"))
+            .await
+            .unwrap()
+            .machine()
+            .unwrap();
+        assert_eq!(
+            (m.id.clone(), m.location.as_str()),
+            (format!("{zone}:{name}"), zone)
+        );
+        ids.push(m.id);
+    }
+    let vm = fake.instance("us-central1-a", "vm-u").unwrap();
+    assert!(
+        vm["networkInterfaces"][0]["subnetwork"]
+            .as_str()
+            .unwrap()
+            .ends_with("/regions/us-central1/subnetworks/orca-us"),
+        "{vm}"
+    );
+    // Another owner's machine in a fourth zone never shows.
+    fake.put_instance(
+        "us-central1-f",
+        "theirs",
+        "e2-small",
+        json!({"orca": "pool", "orca-pool": "lab", "orca-owner": "stack-2"}),
+    );
+    fake.control().clear_log();
+    let mut listed: Vec<String> = p
+        .machines("lab")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ids);
+    let log = fake.control().log();
+    assert_eq!(log.len(), 3, "one aggregated page a machine: {log:?}");
+    assert!(log
+        .iter()
+        .all(|l| l.path.contains("/aggregated/instances?") && l.path.contains("maxResults=1")));
+    // Ids name the zone: reading, stopping and deleting go straight to the instance.
+    fake.control().clear_log();
+    let m = p.machine(&ids[2]).await.unwrap().unwrap();
+    assert_eq!(m.location, "us-central1-a");
+    p.stop(&ids[2]).await.unwrap();
+    assert!(p.delete(&ids[2]).await.unwrap());
+    assert!(fake
+        .control()
+        .log()
+        .iter()
+        .all(|l| !l.path.contains("aggregated") && !l.path.contains("/instances?")));
+    // A bare name names no zone here; a zone without a subnet is refused; both before any call.
+    let before = fake.control().requests();
+    let e = p.machine("vm-b").await.unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidSpec { ref field, .. } if field == "id"),
+        "{e:?}"
+    );
+    let e = p
+        .create(&MachineSpec::new(
+            "vm-w",
+            "e2-small",
+            "europe-west4-a",
+            "lab",
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidSpec { ref field, .. } if field == "location"),
+        "{e:?}"
+    );
+    assert_eq!(fake.control().requests(), before);
+    // One subnet name in every region: a region without it is the cloud's 404, and nothing stays.
+    let q = GceProvider::new(any_zone(&fake).build().unwrap(), "stack-1")
+        .await
+        .unwrap();
+    let e = q
+        .create(&MachineSpec::new(
+            "vm-w",
+            "e2-small",
+            "europe-west4-a",
+            "lab",
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+    assert!(e.to_string().contains("subnetworks/orca-subnet"), "{e}");
+    assert!(fake.instance_names("europe-west4-a").is_empty());
+}
+
+#[tokio::test]
+async fn an_unreachable_zone_fails_the_listing_instead_of_shortening_it() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(any_zone(&fake).build().unwrap(), "stack-1")
+        .await
+        .unwrap();
+    p.create(&spec("vm-1", "e2-small")).await.unwrap();
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/aggregated/instances?",
+        Fault::Status {
+            status: 200,
+            body: json!({
+                "kind": "compute#instanceAggregatedList",
+                "items": {
+                    "zones/europe-west1-b": {"warning": {"code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope 'zones/europe-west1-b' on this page."}},
+                },
+                "unreachables": ["zones/europe-west1-b"],
+            }),
+            headers: vec![],
+        },
+        1,
+    ));
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    assert_eq!(e.code(), Some("UNREACHABLE"));
+    assert!(e.to_string().contains("zones/europe-west1-b"), "{e}");
+    assert_eq!(p.machines("lab").await.unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn a_failed_operation_leaves_no_instance_or_disk() {
     let fake = FakeGce::start().await.unwrap();
     let p = provider(&fake, "stack-1").await;
     fake.fail_next_insert("INTERNAL_ERROR", "the insert failed half-way");
     let e = p.create(&spec("vm-fail", "e2-small")).await.unwrap_err();
-    assert!(e.to_string().contains("INTERNAL_ERROR"), "{e}");
+    assert_eq!(e.code(), Some("INTERNAL_ERROR"), "{e}");
+    assert_eq!(e.operation(), Some("instances.insert"), "{e}");
     assert!(!matches!(e, Error::Leftovers { .. }), "{e}");
     assert!(
         fake.instance_names(ZONE).is_empty(),
@@ -274,16 +602,10 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
         .machine()
         .unwrap();
     fake.restore("e2-small", ZONE);
-    // The same create once stock is back: its request id names the failed insert, so the driver
-    // inserts again under a fresh one and makes the machine.
-    let m = p
-        .create(&spec("vm-nostock", "e2-small"))
-        .await
-        .unwrap()
-        .machine()
-        .expect("made once stock is back");
-    assert_eq!(m.status, Status::Running);
-    p.delete("vm-nostock").await.unwrap();
+    // The same create once stock is back makes the machine: this call's own.
+    let got = p.create(&spec("vm-nostock", "e2-small")).await.unwrap();
+    assert!(matches!(got, Created::Machine(_)), "{got:?}");
+    p.delete(&id("vm-nostock")).await.unwrap();
 
     // The _WITH_DETAILS form is no stock too.
     fake.exhaust_with_details("e2-standard-8", ZONE);
@@ -301,6 +623,7 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
     fake.exceed_quota(1);
     let e = p.create(&spec("vm-quota", "e2-small")).await.unwrap_err();
     assert!(matches!(e, Error::Quota { .. }), "{e:?}");
+    assert_eq!(e.code(), Some("QUOTA_EXCEEDED"));
     fake.control().inject(Rule::new(
         Some(Method::POST),
         "/instances?requestId=",
@@ -316,6 +639,7 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
         matches!(e, Error::Quota { ref message, .. } if message.contains("CPUS")),
         "{e:?}"
     );
+    assert_eq!(e.code(), Some("quotaExceeded"));
     assert_eq!(fake.instance_names(ZONE), vec!["vm-other".to_string()]);
 
     // A clean-up that cannot finish names what is left.
@@ -331,16 +655,20 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
         1,
     ));
     let e = p.create(&spec("vm-left", "e2-small")).await.unwrap_err();
+    assert_eq!(e.code(), Some("INTERNAL_ERROR"), "the first failure's code");
     match e {
         Error::Leftovers { left, .. } => {
-            assert!(left.contains(&"instance vm-left".to_string()), "{left:?}")
+            assert!(
+                left.contains(&format!("instance {}", id("vm-left"))),
+                "{left:?}"
+            )
         }
         other => panic!("{other:?}"),
     }
 }
 
 #[tokio::test]
-async fn a_lost_insert_answer_makes_one_vm_and_throttling_is_retried() {
+async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
     let fake = FakeGce::start().await.unwrap();
     let p = provider(&fake, "stack-1").await;
     fake.control().inject(Rule::new(
@@ -349,35 +677,38 @@ async fn a_lost_insert_answer_makes_one_vm_and_throttling_is_retried() {
         Fault::DropAnswer,
         1,
     ));
-    let m = p
-        .create(&spec("vm-1", "e2-small"))
-        .await
-        .unwrap()
-        .machine()
-        .unwrap();
+    let first = p.create(&spec("vm-1", "e2-small")).await.unwrap();
+    let Created::Machine(m) = first else {
+        panic!("this call's own machine, made by its first attempt: {first:?}")
+    };
     assert_eq!(m.name, "vm-1");
-    assert_eq!(
-        fake.control().count(&Method::POST, "/instances?requestId="),
-        2
-    );
+    let posts: Vec<String> = fake
+        .control()
+        .log()
+        .into_iter()
+        .filter(|l| l.method == Method::POST && l.path.contains("/instances?requestId="))
+        .map(|l| l.path)
+        .collect();
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[0], posts[1], "the retry carries the same request id");
     assert_eq!(
         fake.insert_bodies().len(),
         1,
         "the repeated insert was de-duplicated"
     );
     assert_eq!(fake.instance_names(ZONE), vec!["vm-1".to_string()]);
-    // The same create again, from a new call, adopts the machine (409 then a read).
-    let again = p
-        .create(&spec("vm-1", "e2-small"))
-        .await
-        .unwrap()
-        .machine()
-        .unwrap();
-    assert_eq!(again.id, m.id);
-    // ...but another owner's create of that name is refused, not adopted.
+    // The same create again, from a new call, adopts the machine (409, then a read).
+    let again = p.create(&spec("vm-1", "e2-small")).await.unwrap();
+    assert!(again.is_adopted(), "{again:?}");
+    assert_eq!(again.machine().unwrap().id, m.id);
+    // ...but another owner's create of that name is refused, not adopted, with the cloud's code.
     let other = provider(&fake, "stack-2").await;
-    let e = other.create(&spec("vm-1", "e2-small")).await;
-    assert!(matches!(e, Err(Error::AlreadyExists { .. })), "{e:?}");
+    let e = other.create(&spec("vm-1", "e2-small")).await.unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
+    assert_eq!(e.code(), Some("alreadyExists"));
+    // ...and so is one of another type.
+    let e = p.create(&spec("vm-1", "e2-medium")).await.unwrap_err();
+    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
 
     // 429 with Retry-After and a 503 are retried by the shared policy.
     fake.control().inject(Rule::new(
@@ -423,16 +754,11 @@ async fn a_lost_insert_answer_makes_one_vm_and_throttling_is_retried() {
         .unwrap();
     assert_eq!(m2.status, Status::Running);
 
-    // A machine made, deleted, and made again under the same spec: the stale request id is noticed.
-    assert!(p.delete("vm-2").await.unwrap());
-    let m3 = p
-        .create(&spec("vm-2", "e2-small"))
-        .await
-        .unwrap()
-        .machine()
-        .unwrap();
-    assert_eq!(m3.name, "vm-2");
-    assert!(fake.instance("europe-west1-b", "vm-2").is_some());
+    // A machine made, deleted, and made again under the same spec is made anew.
+    assert!(p.delete(&m2.id).await.unwrap());
+    let m3 = p.create(&spec("vm-2", "e2-small")).await.unwrap();
+    assert!(matches!(m3, Created::Machine(_)), "{m3:?}");
+    assert!(fake.instance(ZONE, "vm-2").is_some());
 }
 
 #[tokio::test]
@@ -479,6 +805,11 @@ async fn listing_maps_statuses_reads_labels_and_skips_foreign_machines() {
         .iter()
         .find(|l| l.method == Method::GET && l.path.contains("/instances?"))
         .unwrap();
+    assert!(
+        list.path.contains(&format!("/zones/{ZONE}/instances?")),
+        "{}",
+        list.path
+    );
     assert!(list.path.contains("maxResults=1"), "{}", list.path);
     assert!(list.path.contains("labels.orca-owner"), "{}", list.path);
 
@@ -489,6 +820,7 @@ async fn listing_maps_statuses_reads_labels_and_skips_foreign_machines() {
         ms.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
         ["ownerless"]
     );
+    // Bare names are instances of the configured zone.
     for id in ["stranger", "vm-a"] {
         assert!(
             matches!(none.delete(id).await, Err(Error::NotOwned { .. })),
@@ -500,35 +832,35 @@ async fn listing_maps_statuses_reads_labels_and_skips_foreign_machines() {
         Err(Error::NotOwned { .. })
     ));
     assert!(matches!(
-        p.stop("stranger").await,
+        p.stop(&id("stranger")).await,
         Err(Error::NotOwned { .. })
     ));
     assert!(fake.instance(ZONE, "stranger").is_some());
-    assert!(matches!(
-        p.delete("Not_A_Name").await,
-        Err(Error::InvalidSpec { .. })
-    ));
+    for bad in ["Not_A_Name", "nowhere:vm-a", "europe-west1-b:9vm"] {
+        assert!(
+            matches!(p.delete(bad).await, Err(Error::InvalidSpec { .. })),
+            "{bad}"
+        );
+    }
 }
 
 #[tokio::test]
-async fn labels_can_be_set_on_an_existing_vm() {
+async fn labels_are_changed_by_fingerprint_and_a_concurrent_change_is_read_again() {
     let fake = FakeGce::start().await.unwrap();
     let p = provider(&fake, "stack-1").await;
-    let mut creating = Labels::new();
-    creating.insert("shed-state".into(), "creating".into());
-    p.create_with(
-        &spec("vm-l", "e2-small"),
-        &CreateOptions {
-            labels: creating,
-            ..CreateOptions::default()
-        },
-    )
-    .await
-    .unwrap();
-    let mut ready = Labels::new();
-    ready.insert("shed-state".into(), "ready".into());
-    ready.insert("shed-id".into(), "s-42".into());
-    // Someone else changed the labels first: the fingerprint is stale once, and the driver reads again.
+    let m = p
+        .create(&spec("vm-l", "e2-small").with_label("shed-state", "creating"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let labels: &dyn MachineLabels = p.machine_labels().expect("labels");
+    let ready = Labels::from([
+        ("shed-state".to_string(), "ready".to_string()),
+        ("shed-id".to_string(), "s-42".to_string()),
+    ]);
+    // Someone else changed the labels first: the fingerprint is stale once (412 conditionNotMet,
+    // recognised by its code), and the driver reads again.
     fake.control().inject(Rule::new(
         Some(Method::POST),
         "/setLabels",
@@ -539,60 +871,71 @@ async fn labels_can_be_set_on_an_existing_vm() {
         },
         1,
     ));
-    let m = p.set_labels("vm-l", &ready, &[]).await.unwrap();
-    assert_eq!(
-        m.labels.get("shed-state").map(String::as_str),
-        Some("ready")
-    );
-    assert_eq!(
-        m.labels.get("orca-owner").map(String::as_str),
-        Some("stack-1")
-    );
+    let after = labels.set_labels(&m.id, &ready, &[]).await.unwrap();
+    assert_eq!(after.labels["shed-state"], "ready");
+    assert_eq!(after.labels["orca-owner"], "stack-1");
     assert_eq!(fake.control().count(&Method::POST, "/setLabels"), 2);
+    // Reads: the create's, then one before each attempt and one after the change.
+    assert_eq!(fake.control().count(&Method::GET, "/instances/vm-l"), 4);
     let listed = p.machines("lab").await.unwrap();
-    assert_eq!(
-        listed[0].labels.get("shed-id").map(String::as_str),
-        Some("s-42")
-    );
-    let m = p
-        .set_labels("vm-l", &Labels::new(), &["shed-id"])
+    assert_eq!(listed[0].labels["shed-id"], "s-42");
+    let after = labels
+        .set_labels(&m.id, &Labels::new(), &["shed-id".to_string()])
         .await
         .unwrap();
-    assert!(!m.labels.contains_key("shed-id"));
-    assert_eq!(m.pool, "lab");
+    assert!(!after.labels.contains_key("shed-id"));
+    assert_eq!(after.pool, "lab");
+    // Five stale fingerprints in a row: the error keeps the cloud's code.
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/setLabels",
+        Fault::Status {
+            status: 412,
+            body: json!({"error": {"code": 412, "message": "stale", "errors": [{"reason": "conditionNotMet", "domain": "global", "message": "stale"}]}}),
+            headers: vec![],
+        },
+        5,
+    ));
+    let e = labels.set_labels(&m.id, &ready, &[]).await.unwrap_err();
+    assert_eq!(e.code(), Some("conditionNotMet"), "{e:?}");
     // orca's labels are not for changing, and another owner may not label the machine.
     let before = fake.control().requests();
-    assert!(p
-        .set_labels("vm-l", &Labels::new(), &["orca-pool"])
-        .await
-        .is_err());
+    let e = labels
+        .set_labels(&m.id, &Labels::new(), &["orca-pool".to_string()])
+        .await;
+    assert!(matches!(e, Err(Error::InvalidSpec { .. })), "{e:?}");
     assert_eq!(fake.control().requests(), before);
     let other = provider(&fake, "stack-2").await;
-    assert_eq!(p.machine("vm-l").await.unwrap().unwrap().name, "vm-l");
-    assert!(p.machine("vm-gone").await.unwrap().is_none());
-    assert!(matches!(
-        other.machine("vm-l").await,
-        Err(Error::NotOwned { .. })
-    ));
     assert!(matches!(
         other
-            .set_labels("vm-l", &Labels::new(), &["shed-state"])
+            .machine_labels()
+            .unwrap()
+            .set_labels(&m.id, &Labels::new(), &["shed-state".to_string()])
             .await,
         Err(Error::NotOwned { .. })
     ));
+    assert!(matches!(
+        other.machine(&m.id).await,
+        Err(Error::NotOwned { .. })
+    ));
+    assert!(p.machine(&id("vm-gone")).await.unwrap().is_none());
 }
 
 #[tokio::test]
-async fn firewall_rules_are_read_and_patched() {
+async fn firewall_rules_are_read_and_patched_through_the_extension() {
     let fake = FakeGce::start().await.unwrap();
     fake.put_firewall(json!({
         "name": "stray-allow-all", "network": NETWORK, "direction": "INGRESS", "priority": 900,
         "allowed": [{"IPProtocol": "all"}], "sourceRanges": ["10.0.0.0/8"],
     }));
-    let p = GceProvider::new(builder(&fake).page_size(1).build().unwrap(), "stack-1")
-        .await
-        .unwrap();
-    let rules = p.firewall_rules().await.unwrap();
+    let p: Arc<dyn Provider> = Arc::new(
+        GceProvider::new(builder(&fake).page_size(1).build().unwrap(), "stack-1")
+            .await
+            .unwrap(),
+    );
+    let fw: &dyn FirewallRules = p.firewall_rules().expect("firewall rules");
+    assert_eq!(fw.network_name(), NETWORK);
+    let rules = fw.rules().await.unwrap();
     let mut names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
     names.sort_unstable();
     assert_eq!(
@@ -605,40 +948,127 @@ async fn firewall_rules_are_read_and_patched() {
         3,
         "three rules, page size 1"
     );
-    let rule = p.firewall_rule(SSH_RULE).await.unwrap().unwrap();
-    assert_eq!(rule.direction, "INGRESS");
-    assert!(!rule.disabled);
+    let rule = fw.rule(SSH_RULE).await.unwrap().unwrap();
+    assert_eq!((rule.direction.as_str(), rule.disabled), ("INGRESS", false));
     assert_eq!(rule.allowed[0].protocol, "tcp");
     assert_eq!(rule.allowed[0].ports, ["22"]);
     assert_eq!(rule.target_tags, ["shed-test"]);
     assert_eq!(rule.source_ranges, ["203.0.113.7/32"]);
-    assert_eq!(rule.network_name(), NETWORK);
-    assert!(p.firewall_rule("no-such-rule").await.unwrap().is_none());
+    assert_eq!(rule.network, NETWORK);
+    assert!(fw.rule("no-such-rule").await.unwrap().is_none());
 
-    let patched = p
-        .set_firewall_source_ranges(SSH_RULE, &["198.51.100.9/32"])
+    fake.control().clear_log();
+    let patched = fw
+        .set_source_ranges(SSH_RULE, &["198.51.100.9/32".to_string()])
         .await
         .unwrap();
-    assert_eq!(patched.source_ranges, ["198.51.100.9/32"]);
-    assert_eq!(patched.allowed, rule.allowed, "nothing else changed");
-    assert_eq!(patched.target_tags, rule.target_tags);
+    let mut expected = rule.clone();
+    expected.source_ranges = vec!["198.51.100.9/32".into()];
+    assert_eq!(patched, expected, "nothing else changed");
     let stored = fake.firewall(SSH_RULE).unwrap();
     assert_eq!(stored["sourceRanges"], json!(["198.51.100.9/32"]));
     assert_eq!(stored["targetTags"], json!(["shed-test"]));
-    assert_eq!(fake.control().count(&Method::PATCH, "/firewalls/"), 1);
+    // A merge patch of the sources alone, the global operation followed, the rule read back.
+    let log: Vec<(Method, String)> = fake
+        .control()
+        .log()
+        .into_iter()
+        .map(|l| (l.method, l.path))
+        .collect();
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert_eq!(log[0].0, Method::PATCH);
+    assert!(log[1].1.contains("/global/operations/") && log[1].1.ends_with("/wait"));
+    assert!(log[2].1.ends_with(&format!("/global/firewalls/{SSH_RULE}")));
+    let e = fw
+        .set_source_ranges("no-such-rule", &["198.51.100.9/32".to_string()])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+    assert_eq!(e.code(), Some("notFound"));
 
-    let before = fake.control().requests();
-    for bad in [&["0.0.0.0/33"][..], &["not-an-ip"], &[]] {
-        assert!(matches!(
-            p.set_firewall_source_ranges(SSH_RULE, bad).await,
-            Err(Error::InvalidSpec { .. })
-        ));
-    }
-    assert_eq!(fake.control().requests(), before);
-
-    let net = p.network().await.unwrap();
+    let net = fw.network().await.unwrap();
     assert_eq!(net.name, NETWORK);
     assert!(!net.auto_create_subnetworks);
+    assert_eq!(
+        net.subnetworks,
+        [SUBNET, SUBNET],
+        "one in each of two regions"
+    );
+}
+
+#[tokio::test]
+async fn a_machine_compute_engine_shows_late_is_waited_for_and_never_believed_gone() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake)
+            .visibility_window(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    fake.set_visibility_delay(Duration::from_millis(600));
+    let started = std::time::Instant::now();
+    let m = p
+        .create(&spec("vm-late", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "the create answered before the instance could be read"
+    );
+    assert_eq!(p.machines("lab").await.unwrap().len(), 1);
+    // A 409 for an instance not shown yet is read again, not taken for a disk or a passing failure:
+    // a first create whose answer is lost (no retry), then the same create from a new call.
+    fake.set_visibility_delay(Duration::from_millis(400));
+    let once = GceProvider::new(
+        builder(&fake)
+            .retry(RetryPolicy::NEVER)
+            .visibility_window(Duration::from_secs(5))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/instances?requestId=",
+        Fault::DropAnswer,
+        1,
+    ));
+    let e = once
+        .create(&spec("vm-late2", "e2-small"))
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    let got = once.create(&spec("vm-late2", "e2-small")).await.unwrap();
+    assert!(got.is_adopted(), "{got:?}");
+    // A delete right after the create deletes (the instance is read, not believed gone).
+    fake.set_visibility_delay(Duration::from_millis(300));
+    let q = provider(&fake, "stack-1").await;
+    let fresh = q
+        .create(&spec("vm-late3", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert!(q.delete(&fresh.id).await.unwrap());
+    assert!(
+        fake.instance(ZONE, "vm-late3").is_none(),
+        "deleted for real"
+    );
+    // A failed insert whose instance is not shown yet: the clean-up reads it again and removes it.
+    fake.fail_next_insert("INTERNAL_ERROR", "half-way");
+    let e = q.create(&spec("vm-late4", "e2-small")).await.unwrap_err();
+    assert!(!matches!(e, Error::Leftovers { .. }), "{e:?}");
+    assert!(fake.instance(ZONE, "vm-late4").is_none(), "left behind");
+    assert!(!fake.disk_names(ZONE).contains(&"vm-late4".to_string()));
+    fake.set_visibility_delay(Duration::ZERO);
+    assert!(p.delete(&m.id).await.unwrap());
 }
 
 #[tokio::test]
@@ -661,17 +1091,17 @@ async fn credentials_never_appear_in_any_output() {
             "{text}"
         );
     }
-    // A refused token, and an unreachable token endpoint, answer errors without the key.
-    let broken = fake
-        .service_account_json()
-        .replace(&fake.token_uri(), "http://127.0.0.1:9/token");
     // Two credential sources: named, not echoed.
-    let e = builder(&fake).credentials_json(broken).build().unwrap_err();
+    let e = builder(&fake)
+        .credentials_json(fake.service_account_json())
+        .build()
+        .unwrap_err();
     assert!(
         matches!(e, Error::InvalidSettings { ref keys, .. } if keys == &["credentials"]),
         "{e:?}"
     );
     assert!(!format!("{e} {e:?}").contains(secret_line));
+    // A refused token answers an error without the key.
     let broken = fake
         .service_account_json()
         .replace(&fake.token_uri(), &format!("{}/elsewhere", fake.url()));
@@ -697,7 +1127,7 @@ async fn credentials_never_appear_in_any_output() {
         matches!(e, Error::Unauthenticated { .. } | Error::Transient { .. }),
         "{e:?}"
     );
-    // A bad key file is named, not printed.
+    // A bad key is named, not printed.
     let bad = Config::builder()
         .project(PROJECT)
         .zone(ZONE)
@@ -728,16 +1158,21 @@ async fn arch_is_read_and_cached_and_resize_keeps_the_architecture() {
         Err(Error::NotFound { .. })
     ));
 
-    p.create(&spec("vm-r", "e2-small")).await.unwrap();
-    let e = p.resize("vm-r", "t2a-standard-2").await;
+    let m = p
+        .create(&spec("vm-r", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let e = p.resize(&m.id, "t2a-standard-2").await;
     assert!(matches!(e, Err(Error::InvalidSpec { .. })), "{e:?}");
-    let r = p.resize("vm-r", "e2-standard-2").await.unwrap();
+    let r = p.resize(&m.id, "e2-standard-2").await.unwrap();
     assert!(r.caused_downtime);
     assert_eq!(r.machine.machine_type, "e2-standard-2");
     assert_eq!(r.machine.status, Status::Running);
-    let stopped = p.stop("vm-r").await.unwrap();
+    let stopped = p.stop(&m.id).await.unwrap();
     assert_eq!(stopped.status, Status::Stopped);
-    let r = p.resize("vm-r", "e2-small").await.unwrap();
+    let r = p.resize(&m.id, "e2-small").await.unwrap();
     assert!(!r.caused_downtime);
     assert_eq!(r.machine.status, Status::Stopped);
     assert!(matches!(
@@ -750,7 +1185,8 @@ async fn arch_is_read_and_cached_and_resize_keeps_the_architecture() {
 async fn a_disk_of_the_same_name_is_already_exists_not_a_passing_failure() {
     // Compute Engine names the boot disk after the instance. A disk of that name left by another tool
     // (or kept from an earlier machine) makes the insert conflict on the disk: that lasts, so it is
-    // AlreadyExists, not a transient error a caller would retry forever; and the disk is left alone.
+    // AlreadyExists (with the cloud's code), not a transient error a caller would retry forever; and
+    // the disk is left alone.
     let fake = FakeGce::start().await.unwrap();
     let p = GceProvider::new(
         builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
@@ -761,6 +1197,7 @@ async fn a_disk_of_the_same_name_is_already_exists_not_a_passing_failure() {
     fake.put_disk(ZONE, "vm-disk", json!({"team": "data"}));
     let e = p.create(&spec("vm-disk", "e2-small")).await.unwrap_err();
     assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
+    assert_eq!(e.code(), Some("alreadyExists"));
     assert!(e.to_string().contains("disks/vm-disk"), "{e}");
     assert!(fake.instance_names(ZONE).is_empty());
     assert_eq!(fake.disk_names(ZONE), vec!["vm-disk".to_string()]);
@@ -800,10 +1237,9 @@ async fn an_operations_wait_that_answers_at_once_is_not_called_in_a_tight_loop()
 }
 
 #[tokio::test]
-async fn a_stale_request_id_never_deletes_a_machine_made_since() {
+async fn a_create_of_a_name_taken_since_never_deletes_or_adopts_that_machine() {
     // An earlier create of this spec failed (no stock); since then another create made a machine of
-    // that name (another type). Creating the first spec again repeats its request id, which answers
-    // the old failed operation: the clean-up after it must not delete the machine made since.
+    // that name (another type). Creating the first spec again must neither delete nor adopt it.
     let fake = FakeGce::start().await.unwrap();
     let p = provider(&fake, "stack-1").await;
     fake.exhaust("e2-small", ZONE);
@@ -829,22 +1265,4 @@ async fn a_stale_request_id_never_deletes_a_machine_made_since() {
         .expect("the machine made since is kept");
     assert!(vm["machineType"].as_str().unwrap().ends_with("/e2-medium"));
     assert_eq!(vm["status"], "RUNNING");
-
-    // The same with an earlier create that succeeded: its machine was deleted and another made under
-    // the name since. The old, successful operation does not make that machine this create's.
-    p.create(&spec("vm-twice", "e2-small"))
-        .await
-        .unwrap()
-        .machine()
-        .unwrap();
-    p.delete("vm-twice").await.unwrap();
-    p.create(&spec("vm-twice", "e2-medium"))
-        .await
-        .unwrap()
-        .machine()
-        .unwrap();
-    let got = p.create(&spec("vm-twice", "e2-small")).await;
-    assert!(matches!(got, Err(Error::AlreadyExists { .. })), "{got:?}");
-    let vm = fake.instance(ZONE, "vm-twice").unwrap();
-    assert!(vm["machineType"].as_str().unwrap().ends_with("/e2-medium"));
 }

@@ -16,20 +16,32 @@ struct Live {
     config: Config,
 }
 
+impl Live {
+    /// The zone the suite makes machines in: `ORCA_GCE_ZONE`, or `ORCA_GCE_LIVE_ZONE` for a provider
+    /// of every zone.
+    fn zone(&self) -> String {
+        self.config
+            .zone
+            .clone()
+            .or_else(|| std::env::var("ORCA_GCE_LIVE_ZONE").ok())
+            .unwrap_or_else(|| "europe-west4-a".into())
+    }
+}
+
 #[async_trait]
 impl Harness for Live {
     fn name(&self) -> String {
-        format!("gce-live ({})", self.config.zone)
+        format!("gce-live ({})", self.zone())
     }
 
     fn setup(&self) -> Setup {
         let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
         Setup {
-            amd64_type: var("ORCA_GCE_LIVE_AMD64_TYPE", "e2-micro"),
+            amd64_type: var("ORCA_GCE_LIVE_AMD64_TYPE", "e2-small"),
             arm64_type: var("ORCA_GCE_LIVE_ARM64_TYPE", "t2a-standard-1"),
-            location: self.config.zone.clone(),
-            resize_to: var("ORCA_GCE_LIVE_RESIZE_TO", "e2-small"),
-            unknown_id: "orca-no-such-vm-zz9".into(),
+            location: self.zone(),
+            resize_to: var("ORCA_GCE_LIVE_RESIZE_TO", "e2-medium"),
+            unknown_id: format!("{}:orca-no-such-vm-zz9", self.zone()),
             image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
         }
     }
