@@ -53,11 +53,12 @@ pub fn router(keeper: Keeper, tokens: ApiTokens) -> Router {
             get(get_provider).delete(delete_provider),
         )
         .route("/v1/profiles", get(list_profiles).post(create_profile))
-        .route("/v1/profiles/{name}", get(get_profile).delete(delete_profile))
+        .route(
+            "/v1/profiles/{name}",
+            get(get_profile).delete(delete_profile),
+        )
         .route("/v1/steps/{step}", post(run_step))
-        .fallback(|| async {
-            error(Error::not_found("route.not_found", "no such route"))
-        })
+        .fallback(|| async { error(Error::not_found("route.not_found", "no such route")) })
         .with_state(state)
 }
 
@@ -150,7 +151,11 @@ async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Bytes) -
     answer(StatusCode::CREATED, json!(p))
 }
 
-async fn get_provider(State(s): State<AppState>, h: HeaderMap, Path(name): Path<String>) -> Response {
+async fn get_provider(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
     try_or_answer!(caller(&s, &h, "provider.read"));
     let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
     match try_or_answer!(registry::get_provider(&client, &name).await) {
@@ -188,7 +193,11 @@ async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Bytes) ->
     answer(StatusCode::CREATED, json!(p))
 }
 
-async fn get_profile(State(s): State<AppState>, h: HeaderMap, Path(name): Path<String>) -> Response {
+async fn get_profile(
+    State(s): State<AppState>,
+    h: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
     try_or_answer!(caller(&s, &h, "profile.read"));
     let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
     match try_or_answer!(registry::get_profile(&client, &name).await) {

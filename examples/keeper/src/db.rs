@@ -115,7 +115,9 @@ pub async fn migrate(pool: &Pool) -> Result<Vec<i32>> {
     .map_err(step("schema_migrations"))?;
     let rows = tx
         .query(
-            &format!("SELECT version, name, checksum FROM {SCHEMA}.schema_migrations ORDER BY version"),
+            &format!(
+                "SELECT version, name, checksum FROM {SCHEMA}.schema_migrations ORDER BY version"
+            ),
             &[],
         )
         .await

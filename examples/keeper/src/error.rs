@@ -59,7 +59,11 @@ impl Error {
 
     /// The registry (PostgreSQL) failed (500, `registry.failed`).
     pub fn db(what: &str, e: &tokio_postgres::Error) -> Self {
-        Error::new(500, "registry.failed", format!("{what}: {}", describe_db(e)))
+        Error::new(
+            500,
+            "registry.failed",
+            format!("{what}: {}", describe_db(e)),
+        )
     }
 
     /// The audit trail could not be written (500, `audit.failed`).

@@ -108,7 +108,10 @@ impl<'a> Fields<'a> {
                 .enumerate()
                 .map(|(i, v)| match v {
                     Value::String(s) => Ok(s.clone()),
-                    _ => Err(Error::invalid(format!("{}[{i}]", self.name(key)), "a string")),
+                    _ => Err(Error::invalid(
+                        format!("{}[{i}]", self.name(key)),
+                        "a string",
+                    )),
                 })
                 .collect::<Result<Vec<_>>>()
                 .map(Some),
@@ -124,14 +127,14 @@ impl<'a> Fields<'a> {
                 .iter()
                 .map(|(k, v)| match v {
                     Value::String(s) => Ok((k.clone(), s.clone())),
-                    _ => Err(Error::invalid(format!("{}.{k}", self.name(key)), "a string")),
+                    _ => Err(Error::invalid(
+                        format!("{}.{k}", self.name(key)),
+                        "a string",
+                    )),
                 })
                 .collect::<Result<BTreeMap<_, _>>>()
                 .map(Some),
-            Some(_) => Err(Error::invalid(
-                self.name(key),
-                "an object of string values",
-            )),
+            Some(_) => Err(Error::invalid(self.name(key), "an object of string values")),
         }
     }
 

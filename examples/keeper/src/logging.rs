@@ -55,7 +55,11 @@ mod tests {
     fn lines_are_masked() {
         let mut out = Vec::new();
         let mut w = MaskedWriter(&mut out);
-        w.write_all(b"driver said api_token=abc123 and left\n").unwrap();
-        assert_eq!(String::from_utf8(out).unwrap(), "driver said api_token=*** and left\n");
+        w.write_all(b"driver said api_token=abc123 and left\n")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "driver said api_token=*** and left\n"
+        );
     }
 }

@@ -31,7 +31,12 @@ struct Args {
     #[arg(long, env = "DATABASE_URL", hide_env_values = true, default_value = DEFAULT_DATABASE_URL)]
     database_url: String,
     /// The file vault: `<dir>/<credentials_ref>.json` holds a provider's settings.
-    #[arg(long, env = "KEEPER_VAULT_DIR", hide_env_values = true, default_value = "vault")]
+    #[arg(
+        long,
+        env = "KEEPER_VAULT_DIR",
+        hide_env_values = true,
+        default_value = "vault"
+    )]
     vault_dir: PathBuf,
     /// The orca owner of keeper's VMs: keeper destroys and resizes only VMs of this owner.
     #[arg(long, env = "KEEPER_OWNER", default_value = "keeper")]
@@ -135,7 +140,11 @@ fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
     };
     let t = ApiTokens::from_json(&text)?;
     if t.is_empty() {
-        return Err(Error::new(2, "config.invalid", "the API token list is empty"));
+        return Err(Error::new(
+            2,
+            "config.invalid",
+            "the API token list is empty",
+        ));
     }
     Ok(t)
 }
@@ -143,7 +152,13 @@ fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
 async fn keeper(args: &Args) -> Result<Keeper, Error> {
     let cloud_init = match &args.cloud_init {
         Some(path) => Some(Template::parse(&std::fs::read_to_string(path).map_err(
-            |e| Error::new(2, "config.invalid", format!("KEEPER_CLOUD_INIT {}: {e}", path.display())),
+            |e| {
+                Error::new(
+                    2,
+                    "config.invalid",
+                    format!("KEEPER_CLOUD_INIT {}: {e}", path.display()),
+                )
+            },
         )?)?),
         None => None,
     };
@@ -201,7 +216,11 @@ async fn main() -> ExitCode {
             }
             let token = s.trim();
             if token.is_empty() {
-                return fail(&Error::new(2, "input.invalid", "no token on standard input"));
+                return fail(&Error::new(
+                    2,
+                    "input.invalid",
+                    "no token on standard input",
+                ));
             }
             println!("{}", hex::encode(keeper::tokens::sha256(token)));
             ExitCode::SUCCESS
@@ -243,7 +262,11 @@ async fn main() -> ExitCode {
                     Error::new(
                         2,
                         "params.invalid",
-                        format!("--params is not JSON (line {}, column {})", e.line(), e.column()),
+                        format!(
+                            "--params is not JSON (line {}, column {})",
+                            e.line(),
+                            e.column()
+                        ),
                     )
                 })
             }) {
@@ -287,7 +310,10 @@ async fn main() -> ExitCode {
                     ))
                 }
             };
-            let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            let addr = listener
+                .local_addr()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
             tracing::info!(listen = %addr, callers = tokens.len(), "keeper serving");
             let app = keeper::api::router(k, tokens);
             let served = axum::serve(listener, app)

@@ -225,7 +225,10 @@ mod tests {
         for (input, want) in [
             ("bootstrap_token=abc def", "bootstrap_token=*** def"),
             ("HCLOUD_TOKEN: abc", "HCLOUD_TOKEN: ***"),
-            (r#"{"bootstrap_token": "abc", "x": 1}"#, r#"{"bootstrap_token": "***", "x": 1}"#),
+            (
+                r#"{"bootstrap_token": "abc", "x": 1}"#,
+                r#"{"bootstrap_token": "***", "x": 1}"#,
+            ),
             ("url?token=abc&b=2", "url?token=***&b=2"),
             ("a token was refused", "a token was refused"),
             ("no secrets here", "no secrets here"),

@@ -96,7 +96,9 @@ impl ProfileSpec {
                 orca::Error::InvalidSpec { field, rule } => {
                     Error::invalid(format!("{prefix}{field}"), rule)
                 }
-                other => Error::invalid(prefix.trim_end_matches('.').to_string(), other.to_string()),
+                other => {
+                    Error::invalid(prefix.trim_end_matches('.').to_string(), other.to_string())
+                }
             })?;
         Ok(spec)
     }
@@ -327,7 +329,9 @@ pub async fn delete_provider(pool: &Pool, actor: &str, name: &str) -> Result<Clo
         .map_err(|e| Error::db("begin", &e))?;
     let deleted = tx
         .query_opt(
-            &format!("DELETE FROM keeper.cloud_providers WHERE name = $1 RETURNING {PROVIDER_COLUMNS}"),
+            &format!(
+                "DELETE FROM keeper.cloud_providers WHERE name = $1 RETURNING {PROVIDER_COLUMNS}"
+            ),
             &[&name],
         )
         .await;
@@ -341,7 +345,11 @@ pub async fn delete_provider(pool: &Pool, actor: &str, name: &str) -> Result<Clo
                     &[&name],
                 )
                 .await
-                .map(|rows| rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+                .map(|rows| {
+                    rows.iter()
+                        .map(|r| r.get::<_, String>(0))
+                        .collect::<Vec<_>>()
+                })
                 .unwrap_or_default();
             return Err(Error::conflict(
                 "provider.in_use",
@@ -524,10 +532,14 @@ mod tests {
     fn profile_specs_are_checked_as_orca_checks_them() {
         let e = ProfileSpec::parse(&json!({"machine_type": "a b"}), "profile.").unwrap_err();
         assert_eq!(e.field.as_deref(), Some("profile.machine_type"));
-        let e = ProfileSpec::parse(&json!({"machine_type": "t", "labels": {"orca-pool": "x"}}), "profile.")
-            .unwrap_err();
+        let e = ProfileSpec::parse(
+            &json!({"machine_type": "t", "labels": {"orca-pool": "x"}}),
+            "profile.",
+        )
+        .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("profile.labels"));
-        let e = ProfileSpec::parse(&json!({"machine_type": "t", "disk_gb": 0}), "profile.").unwrap_err();
+        let e = ProfileSpec::parse(&json!({"machine_type": "t", "disk_gb": 0}), "profile.")
+            .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("profile.disk_gb"));
         let s = ProfileSpec::parse(
             &json!({"machine_type": "amd64-small", "labels": {"team": "web"}, "disk_gb": 20}),

@@ -44,21 +44,33 @@ pub fn validate(scenario: &Value) -> Result<usize> {
             Some(Value::Array(s)) => s,
             _ => return Err(Error::invalid("steps", "a list of steps")),
         },
-        _ => return Err(Error::invalid("scenario", "a list of steps, or an object with steps")),
+        _ => {
+            return Err(Error::invalid(
+                "scenario",
+                "a list of steps, or an object with steps",
+            ))
+        }
     };
     let mut checked = 0;
     for (i, step) in steps.iter().enumerate() {
         let at = |f: &str| format!("steps[{i}].{f}");
         let Value::Object(m) = step else {
-            return Err(Error::invalid(format!("steps[{i}]"), "a step: an object with module"));
+            return Err(Error::invalid(
+                format!("steps[{i}]"),
+                "a step: an object with module",
+            ));
         };
         let Some(module) = m.get("module").and_then(Value::as_str) else {
-            return Err(Error::invalid(at("module"), "required: the module the step runs"));
+            return Err(Error::invalid(
+                at("module"),
+                "required: the module the step runs",
+            ));
         };
         if !module.starts_with("core.cloud.") && module != "core.cloud" {
             continue;
         }
-        let action = Action::from_step(module).map_err(|e| Error::invalid(at("module"), e.message))?;
+        let action =
+            Action::from_step(module).map_err(|e| Error::invalid(at("module"), e.message))?;
         match m.get("on").and_then(Value::as_str) {
             Some(ON_KEEPER) => {}
             Some(other) => {
@@ -74,7 +86,10 @@ pub fn validate(scenario: &Value) -> Result<usize> {
                 ))
             }
         }
-        let params = m.get("params").cloned().unwrap_or(Value::Object(Default::default()));
+        let params = m
+            .get("params")
+            .cloned()
+            .unwrap_or(Value::Object(Default::default()));
         if !params.is_object() {
             return Err(Error::invalid(at("params"), "a map of parameters"));
         }
@@ -132,7 +147,8 @@ mod tests {
         let text = "- {module: core.file.present, on: web-1}\n- {module: core.cloud.created, on: keeper, params: {provider: lab, count: 0}}\n";
         let e = validate(&parse(text).unwrap()).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("steps[1].params.count"));
-        let e = validate(&parse("- {module: core.cloud.exploded, on: keeper}").unwrap()).unwrap_err();
+        let e =
+            validate(&parse("- {module: core.cloud.exploded, on: keeper}").unwrap()).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("steps[0].module"));
     }
 }

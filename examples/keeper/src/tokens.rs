@@ -32,7 +32,10 @@ impl PlainToken {
                 format!("no random bytes from the operating system: {e}"),
             )
         })?;
-        Ok(PlainToken(format!("{BOOTSTRAP_PREFIX}{}", hex::encode(bytes))))
+        Ok(PlainToken(format!(
+            "{BOOTSTRAP_PREFIX}{}",
+            hex::encode(bytes)
+        )))
     }
 
     /// The plain token.
@@ -265,8 +268,10 @@ mod tests {
 
     #[test]
     fn bad_configuration_is_named() {
-        let e = ApiTokens::from_json(r#"{"tokens": [{"name": "a", "sha256": "xyz", "permissions": []}]}"#)
-            .unwrap_err();
+        let e = ApiTokens::from_json(
+            r#"{"tokens": [{"name": "a", "sha256": "xyz", "permissions": []}]}"#,
+        )
+        .unwrap_err();
         assert!(e.message.contains("sha256"), "{e}");
         let json = format!(
             r#"{{"tokens": [{{"name": "a", "sha256": "{}", "permissions": ["provider.nuke"]}}]}}"#,

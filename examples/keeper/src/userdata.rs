@@ -125,7 +125,9 @@ impl Template {
             };
             let Some(value) = value else {
                 let why = match p {
-                    "bootstrap_token" => "keeper bakes tokens into user data only with self_onboard",
+                    "bootstrap_token" => {
+                        "keeper bakes tokens into user data only with self_onboard"
+                    }
                     _ => "keeper predicts the FQDN only with a name and the provider's fqdn_suffix",
                 };
                 return Err(Error::invalid(
@@ -173,12 +175,24 @@ mod tests {
     fn a_value_keeper_cannot_give_names_the_parameter() {
         let t = Template::parse("fqdn: ${fqdn}").unwrap();
         let e = t
-            .render("generate_userdata", &Vars { hostname: "a-1", ..Vars::default() })
+            .render(
+                "generate_userdata",
+                &Vars {
+                    hostname: "a-1",
+                    ..Vars::default()
+                },
+            )
             .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("generate_userdata"));
         let t = Template::parse("t: ${bootstrap_token}").unwrap();
         assert!(t
-            .render("generate_userdata", &Vars { hostname: "a-1", ..Vars::default() })
+            .render(
+                "generate_userdata",
+                &Vars {
+                    hostname: "a-1",
+                    ..Vars::default()
+                }
+            )
             .is_err());
     }
 }

@@ -129,7 +129,16 @@ mod tests {
         for ok in ["hetzner/prod", "fake", "a.b/c-d_e"] {
             assert!(validate_ref(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "/etc/passwd", "../x", "a/../b", "a//b", "a/./b", "a b", "a/"] {
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "a/../b",
+            "a//b",
+            "a/./b",
+            "a b",
+            "a/",
+        ] {
             let e = validate_ref(bad).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("credentials_ref"), "{bad}");
         }

@@ -63,13 +63,23 @@ async fn created_records_pending_souls_and_keeps_only_token_hashes() {
     let cloud = w.machines();
     assert_eq!(cloud.len(), 3);
     for (i, h) in hosts.iter().enumerate() {
-        let m = cloud.iter().find(|m| m.id == h["vm_id"]).expect("made at the cloud");
+        let m = cloud
+            .iter()
+            .find(|m| m.id == h["vm_id"])
+            .expect("made at the cloud");
         assert_eq!(h["vm_id"], vm_ids[i]);
-        assert_eq!(h["sid"], m.fqdn.as_str(), "the SID is the FQDN the provider returned");
+        assert_eq!(
+            h["sid"],
+            m.fqdn.as_str(),
+            "the SID is the FQDN the provider returned"
+        );
         assert_eq!(h["sid"], format!("web-{}.zone-a.fake.internal", i + 1));
         assert_eq!(h["primary_ip"], m.address.as_str());
         assert_eq!(h["attributes"]["machine_type"], "amd64-small");
-        assert_eq!(m.labels.get("orca-owner").map(String::as_str), Some("keeper"));
+        assert_eq!(
+            m.labels.get("orca-owner").map(String::as_str),
+            Some("keeper")
+        );
         let token = h["bootstrap_token"].as_str().unwrap();
         assert!(token.starts_with("kbt_") && token.len() == 68, "{token}");
     }
@@ -95,23 +105,33 @@ async fn created_records_pending_souls_and_keeps_only_token_hashes() {
     for (t, h) in tokens.iter().zip(hosts) {
         assert_eq!(t["sid"], h["sid"]);
         assert_eq!(t["status"], "issued");
-        assert_eq!(t["hash"], sha256_hex(h["bootstrap_token"].as_str().unwrap()));
+        assert_eq!(
+            t["hash"],
+            sha256_hex(h["bootstrap_token"].as_str().unwrap())
+        );
     }
     let all = dump(&w).await;
     for h in hosts {
         let token = h["bootstrap_token"].as_str().unwrap();
         assert!(!all.contains(token), "a plain token is in the database");
-        assert!(!all.contains(&token[4..]), "a plain token is in the database");
+        assert!(
+            !all.contains(&token[4..]),
+            "a plain token is in the database"
+        );
     }
     // The journal and the audit event.
     assert_eq!(
-        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'").await,
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'")
+            .await,
         3
     );
     let events = w.audit("cloud.provisioned").await;
     assert_eq!(events.len(), 1);
     let e = &events[0];
-    assert_eq!((&e["outcome"], &e["actor"]), (&json!("succeeded"), &json!("test")));
+    assert_eq!(
+        (&e["outcome"], &e["actor"]),
+        (&json!("succeeded"), &json!("test"))
+    );
     assert_eq!(e["payload"]["provider"], "lab");
     assert_eq!(e["payload"]["vm_ids"], out["vm_ids"]);
     assert_eq!(
@@ -152,7 +172,9 @@ async fn a_repeat_makes_new_vms_with_new_indexes() {
     assert_eq!(w.machines().len(), 4);
     assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 4);
     // Without a name, the batch is keeper-<index>, counted the same way.
-    let third = w.create(json!({"provider": "lab", "profile": "small"})).await;
+    let third = w
+        .create(json!({"provider": "lab", "profile": "small"}))
+        .await;
     assert_eq!(third["count"], 1, "count defaults to 1");
     assert_eq!(hosts(&third)[0]["attributes"]["name"], "keeper-1");
     w.finish().await;
@@ -174,21 +196,69 @@ async fn bad_input_is_refused_before_any_cloud_call_naming_the_field() {
     let requests = w.cloud.requests();
     for (params, code, field) in [
         (json!({"profile": "small"}), "params.invalid", "provider"),
-        (json!({"provider": "lab", "profile": "small", "count": 0}), "params.invalid", "count"),
-        (json!({"provider": "lab", "profile": "small", "userdata": "#!", "generate_userdata": true}), "params.invalid", "userdata"),
-        (json!({"provider": "lab", "profile": "small", "self_onboard": true}), "params.invalid", "name"),
-        (json!({"provider": "nowhere", "profile": "small"}), "provider.not_found", "provider"),
-        (json!({"provider": "lab", "profile": "missing"}), "profile.not_found", "profile"),
+        (
+            json!({"provider": "lab", "profile": "small", "count": 0}),
+            "params.invalid",
+            "count",
+        ),
+        (
+            json!({"provider": "lab", "profile": "small", "userdata": "#!", "generate_userdata": true}),
+            "params.invalid",
+            "userdata",
+        ),
+        (
+            json!({"provider": "lab", "profile": "small", "self_onboard": true}),
+            "params.invalid",
+            "name",
+        ),
+        (
+            json!({"provider": "nowhere", "profile": "small"}),
+            "provider.not_found",
+            "provider",
+        ),
+        (
+            json!({"provider": "lab", "profile": "missing"}),
+            "profile.not_found",
+            "profile",
+        ),
         (json!({"provider": "lab"}), "params.invalid", "profile"),
-        (json!({"provider": "bare", "profile": "small"}), "params.invalid", "profile"),
-        (json!({"provider": "bare", "profile": {"machine_type": "amd64-small"}, "self_onboard": true, "name": "n"}), "params.invalid", "self_onboard"),
-        (json!({"provider": "lab", "profile": "small", "generate_userdata": true}), "params.invalid", "generate_userdata"),
-        (json!({"provider": "lab", "profile": {"machine_type": "amd64-small", "ssh_keys": ["nope"]}}), "params.invalid", "profile.ssh_keys"),
-        (json!({"provider": "lab", "profile": "small", "userdata": "x".repeat(17 * 1024)}), "params.invalid", "userdata"),
+        (
+            json!({"provider": "bare", "profile": "small"}),
+            "params.invalid",
+            "profile",
+        ),
+        (
+            json!({"provider": "bare", "profile": {"machine_type": "amd64-small"}, "self_onboard": true, "name": "n"}),
+            "params.invalid",
+            "self_onboard",
+        ),
+        (
+            json!({"provider": "lab", "profile": "small", "generate_userdata": true}),
+            "params.invalid",
+            "generate_userdata",
+        ),
+        (
+            json!({"provider": "lab", "profile": {"machine_type": "amd64-small", "ssh_keys": ["nope"]}}),
+            "params.invalid",
+            "profile.ssh_keys",
+        ),
+        (
+            json!({"provider": "lab", "profile": "small", "userdata": "x".repeat(17 * 1024)}),
+            "params.invalid",
+            "userdata",
+        ),
     ] {
-        let f = w.step("core.cloud.created", params.clone()).await.unwrap_err();
+        let f = w
+            .step("core.cloud.created", params.clone())
+            .await
+            .unwrap_err();
         assert_eq!(f.error.code, code, "{params}: {}", f.error);
-        assert_eq!(f.error.field.as_deref(), Some(field), "{params}: {}", f.error);
+        assert_eq!(
+            f.error.field.as_deref(),
+            Some(field),
+            "{params}: {}",
+            f.error
+        );
         assert_eq!(f.output["error"]["field"], field);
         assert_eq!(f.output["changed"], false);
     }
@@ -253,7 +323,11 @@ async fn a_baked_fqdn_the_provider_does_not_give_fails_and_destroys() {
         .unwrap_err();
     assert_eq!(f.error.code, "vm.fqdn_mismatch");
     assert!(f.error.message.contains("s-1.wrong.example"), "{}", f.error);
-    assert_eq!(f.output["made"].as_array().unwrap().len(), 1, "stopped at the first");
+    assert_eq!(
+        f.output["made"].as_array().unwrap().len(),
+        1,
+        "stopped at the first"
+    );
     assert_eq!(f.output["destroyed"], f.output["made"]);
     assert!(w.machines().is_empty());
     assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
@@ -277,7 +351,11 @@ async fn a_vm_without_an_fqdn_fails_the_step() {
     assert_eq!(f.output["made"].as_array().unwrap().len(), 2);
     assert_eq!(f.output["destroyed"], f.output["made"]);
     assert_eq!(f.output["recorded"], json!([]));
-    assert_eq!(w.knobs.creates.load(Ordering::SeqCst), 2, "the third was never asked for");
+    assert_eq!(
+        w.knobs.creates.load(Ordering::SeqCst),
+        2,
+        "the third was never asked for"
+    );
     assert!(w.machines().is_empty(), "what was made was destroyed");
     assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
     assert_eq!(w.count("SELECT 1 FROM keeper.bootstrap_tokens").await, 0);
@@ -314,8 +392,14 @@ async fn the_third_of_five_refused_destroys_the_two_made() {
     let journal = w
         .rows("SELECT name, state, vm_id FROM keeper.cloud_vms ORDER BY id")
         .await;
-    let states: Vec<&str> = journal.iter().map(|r| r["state"].as_str().unwrap()).collect();
-    assert_eq!(states, ["destroyed", "destroyed", "failed", "failed", "failed"]);
+    let states: Vec<&str> = journal
+        .iter()
+        .map(|r| r["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        ["destroyed", "destroyed", "failed", "failed", "failed"]
+    );
     assert_eq!(journal[0]["vm_id"], made[0]);
     let e = &w.audit("cloud.provisioned").await[0];
     assert_eq!(e["outcome"], "failed");
@@ -358,12 +442,16 @@ async fn the_third_of_five_refused_records_what_cannot_be_destroyed() {
     assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
     // What was kept is destroyed later by vm_id, and the journal follows.
     let ids: Vec<Value> = kept.iter().map(|k| k["vm_id"].clone()).collect();
-    w.step("core.cloud.destroyed", json!({"provider": "lab", "vm_ids": ids}))
-        .await
-        .unwrap();
+    w.step(
+        "core.cloud.destroyed",
+        json!({"provider": "lab", "vm_ids": ids}),
+    )
+    .await
+    .unwrap();
     assert!(w.machines().is_empty());
     assert_eq!(
-        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'kept'").await,
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'kept'")
+            .await,
         0
     );
     w.finish().await;
@@ -381,7 +469,12 @@ async fn a_vm_made_by_an_earlier_create_is_never_adopted_or_counted() {
         .cloud
         .provider("keeper")
         .unwrap()
-        .create(&MachineSpec::new("web-1", "amd64-small", "zone-a", "keeper"))
+        .create(&MachineSpec::new(
+            "web-1",
+            "amd64-small",
+            "zone-a",
+            "keeper",
+        ))
         .await
         .unwrap()
         .machine()
@@ -398,15 +491,18 @@ async fn a_vm_made_by_an_earlier_create_is_never_adopted_or_counted() {
     assert_eq!(f.output["made"], json!([]));
     assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
     let machines = w.machines();
-    assert_eq!(machines.len(), 1, "the earlier VM is neither counted nor destroyed");
+    assert_eq!(
+        machines.len(),
+        1,
+        "the earlier VM is neither counted nor destroyed"
+    );
     assert_eq!(machines[0].id, earlier.id);
     w.finish().await;
 }
 
 #[tokio::test]
 async fn a_sid_a_live_soul_holds_fails_the_step_and_destroys_the_batch() {
-    let Some(w) =
-        World::new("a_sid_a_live_soul_holds_fails_the_step_and_destroys_the_batch").await
+    let Some(w) = World::new("a_sid_a_live_soul_holds_fails_the_step_and_destroys_the_batch").await
     else {
         return;
     };
@@ -449,16 +545,20 @@ async fn userdata_is_given_or_generated_from_keepers_template() {
         keeper_url: "https://keeper.test".into(),
         ..Default::default()
     };
-    let Some(w) =
-        World::with_settings("userdata_is_given_or_generated_from_keepers_template", settings)
-            .await
+    let Some(w) = World::with_settings(
+        "userdata_is_given_or_generated_from_keepers_template",
+        settings,
+    )
+    .await
     else {
         return;
     };
     w.create(json!({"provider": "lab", "profile": "small", "userdata": "#cloud-config\nruncmd: [true]\n"}))
         .await;
-    w.create(json!({"provider": "lab", "profile": "small", "generate_userdata": true, "name": "gen"}))
-        .await;
+    w.create(
+        json!({"provider": "lab", "profile": "small", "generate_userdata": true, "name": "gen"}),
+    )
+    .await;
     let f = w
         .step(
             "core.cloud.created",
@@ -466,7 +566,12 @@ async fn userdata_is_given_or_generated_from_keepers_template() {
         )
         .await
         .unwrap_err();
-    assert_eq!(f.error.field.as_deref(), Some("generate_userdata"), "{}", f.error);
+    assert_eq!(
+        f.error.field.as_deref(),
+        Some("generate_userdata"),
+        "{}",
+        f.error
+    );
     let specs = w.knobs.specs.lock().unwrap().clone();
     assert_eq!(specs.len(), 2);
     assert_eq!(specs[0].user_data, "#cloud-config\nruncmd: [true]\n");
@@ -490,7 +595,10 @@ async fn an_inline_profile_map_is_a_vm_spec() {
     let h = &hosts(&out)[0];
     assert_eq!(h["sid"], "keeper-1.zone-b.fake.internal");
     let m = &w.machines()[0];
-    assert_eq!((m.machine_type.as_str(), m.location.as_str()), ("arm64-small", "zone-b"));
+    assert_eq!(
+        (m.machine_type.as_str(), m.location.as_str()),
+        ("arm64-small", "zone-b")
+    );
     assert_eq!(m.labels.get("team").map(String::as_str), Some("web"));
     assert_eq!(w.cloud.extras(&m.id).unwrap().disk_gb, Some(40));
     w.finish().await;
@@ -528,7 +636,10 @@ async fn credentials_are_read_at_step_time_and_stored_nowhere() {
         f.error
     );
     let everything = format!("{} {} {:?} {}", f.output, f.error, f.error, dump(&w).await);
-    assert!(!everything.contains("hcloud-secret-value-42"), "{everything}");
+    assert!(
+        !everything.contains("hcloud-secret-value-42"),
+        "{everything}"
+    );
     assert_eq!(
         w.rows("SELECT credentials_ref FROM keeper.cloud_providers WHERE name = 'hz'")
             .await[0]["credentials_ref"],

@@ -118,16 +118,23 @@ impl Keeper {
         };
         let probe_fqdn = row.fqdn_suffix.as_ref().map(|s| format!("{probe}.{s}"));
         let probe_spec = self
-            .user_data(&p, template.as_ref(), &probe, probe_fqdn.as_deref(), &probe_token)
+            .user_data(
+                &p,
+                template.as_ref(),
+                &probe,
+                probe_fqdn.as_deref(),
+                &probe_token,
+            )
             .map(|ud| spec.machine_spec(&probe, &row.region, &self.settings.pool, &ud));
         let probe_spec = match probe_spec {
             Ok(s) => s,
             Err(e) => return run.refuse(e),
         };
-        if let Err(e) = probe_spec
-            .validate()
-            .and_then(|_| cloud.capabilities().check_spec(cloud.kind(), &probe_spec))
-        {
+        let checked = match probe_spec.validate() {
+            Ok(()) => cloud.capabilities().check_spec(cloud.kind(), &probe_spec),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
             let mut e = from_orca(&e);
             if let Some(f) = e.field.clone() {
                 if crate::registry::PROFILE_SPEC_FIELDS.contains(&f.as_str()) {
@@ -166,7 +173,9 @@ impl Keeper {
             ) {
                 Ok(ud) => ud,
                 Err(e) => {
-                    self.journal(vm.journal_id, "failed", None, None, &e.message).await.ok();
+                    self.journal(vm.journal_id, "failed", None, None, &e.message)
+                        .await
+                        .ok();
                     failure = Some(e);
                     break;
                 }
@@ -178,7 +187,11 @@ impl Keeper {
                         .journal(vm.journal_id, "made", Some(&m.id), None, "")
                         .await;
                     tracing::info!(step_id = %run.step_id, vm_id = %m.id, name = %m.name, "VM made");
-                    let check = check_made(&m, vm.predicted_fqdn.as_deref(), p.userdata == UserData::SelfOnboard);
+                    let check = check_made(
+                        &m,
+                        vm.predicted_fqdn.as_deref(),
+                        p.userdata == UserData::SelfOnboard,
+                    );
                     made.push(Made {
                         planned: vm,
                         machine: m,
@@ -194,7 +207,9 @@ impl Keeper {
                         "the cloud answered with VM {} ({}) made by an earlier create; core.cloud.created never adopts",
                         m.id, m.name
                     );
-                    self.journal(vm.journal_id, "failed", Some(&m.id), None, &why).await.ok();
+                    self.journal(vm.journal_id, "failed", Some(&m.id), None, &why)
+                        .await
+                        .ok();
                     adopted.push(m.id.clone());
                     failure = Some(Error::new(502, "vm.adopted", why));
                     break;
@@ -208,14 +223,18 @@ impl Keeper {
                         "VM {} refused: no stock of {machine_type} in {location} ({message})",
                         vm.name
                     );
-                    self.journal(vm.journal_id, "failed", None, None, &why).await.ok();
+                    self.journal(vm.journal_id, "failed", None, None, &why)
+                        .await
+                        .ok();
                     failure = Some(Error::new(503, "cloud.no_stock", why));
                     break;
                 }
                 Err(e) => {
                     let mut err = from_orca(&e);
                     err.message = format!("VM {} refused: {}", vm.name, err.message);
-                    self.journal(vm.journal_id, "failed", None, None, &err.message).await.ok();
+                    self.journal(vm.journal_id, "failed", None, None, &err.message)
+                        .await
+                        .ok();
                     if let orca::Error::Leftovers { left, .. } = &e {
                         run.fact("cloud_leftovers", json!(left));
                     }
@@ -383,7 +402,9 @@ impl Keeper {
                 journal_id,
             });
         }
-        tx.commit().await.map_err(|e| Error::db("commit plan", &e))?;
+        tx.commit()
+            .await
+            .map_err(|e| Error::db("commit plan", &e))?;
         Ok(planned)
     }
 
@@ -409,7 +430,13 @@ impl Keeper {
     }
 
     /// Writes the souls, token hashes, journal and audit event of a batch made whole: one transaction.
-    async fn record(&self, run: &Run, row: &CloudProvider, made: &[Made], actor: &str) -> Result<()> {
+    async fn record(
+        &self,
+        run: &Run,
+        row: &CloudProvider,
+        made: &[Made],
+        actor: &str,
+    ) -> Result<()> {
         let mut client = self.pool.get().await?;
         let tx = client
             .transaction()
@@ -482,7 +509,10 @@ impl Keeper {
             match cloud.delete(id).await {
                 Ok(_) => {
                     let why = format!("destroyed: the step failed ({})", error.code);
-                    if let Err(e) = self.journal(m.planned.journal_id, "destroyed", None, None, &why).await {
+                    if let Err(e) = self
+                        .journal(m.planned.journal_id, "destroyed", None, None, &why)
+                        .await
+                    {
                         tracing::warn!(vm_id = %id, error = %e, "journal");
                     }
                     tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed: the step failed");
@@ -494,7 +524,9 @@ impl Keeper {
                         error.code, e
                     );
                     let sid = (!m.machine.fqdn.is_empty()).then_some(m.machine.fqdn.as_str());
-                    let journalled = self.journal(m.planned.journal_id, "kept", None, sid, &why).await;
+                    let journalled = self
+                        .journal(m.planned.journal_id, "kept", None, sid, &why)
+                        .await;
                     tracing::error!(step_id = %run.step_id, vm_id = %id, provider = %row.name, error = %e, "VM could not be destroyed after the step failed");
                     recorded.push(json!({
                         "vm_id": id,
@@ -507,7 +539,10 @@ impl Keeper {
             }
         }
         run.fact("changed", json!(!recorded.is_empty() || !made.is_empty()));
-        run.fact("made", json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()));
+        run.fact(
+            "made",
+            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
+        );
         run.fact("destroyed", json!(destroyed));
         run.fact("recorded", json!(recorded));
         run.fact(

@@ -285,7 +285,10 @@ impl Keeper {
                 let mut out = Map::new();
                 out.insert("action".into(), json!(action.as_str()));
                 out.insert("step_id".into(), json!(step_id));
-                out.insert("changed".into(), json!(run.facts.get("changed").cloned().unwrap_or(json!(false))));
+                out.insert(
+                    "changed".into(),
+                    json!(run.facts.get("changed").cloned().unwrap_or(json!(false))),
+                );
                 for (k, v) in run.facts {
                     out.insert(k, v);
                 }

@@ -237,7 +237,12 @@ impl DestroyParams {
 impl ResizeParams {
     /// Reads `resized`'s parameters.
     pub fn parse(params: &Value) -> Result<Self> {
-        let f = Fields::new(params, "params", "", &["provider", "vm_ids", "machine_type"])?;
+        let f = Fields::new(
+            params,
+            "params",
+            "",
+            &["provider", "vm_ids", "machine_type"],
+        )?;
         let provider = provider(&f)?;
         let vm_ids = list(
             &f,
@@ -276,16 +281,29 @@ mod tests {
             (json!({"provider": "lab", "count": -1}), "count"),
             (json!({"provider": "lab", "count": 1.5}), "count"),
             (json!({"provider": "lab", "count": 101}), "count"),
-            (json!({"provider": "lab", "userdata": "x", "generate_userdata": true}), "userdata"),
-            (json!({"provider": "lab", "userdata": "x", "self_onboard": true, "name": "a"}), "userdata"),
+            (
+                json!({"provider": "lab", "userdata": "x", "generate_userdata": true}),
+                "userdata",
+            ),
+            (
+                json!({"provider": "lab", "userdata": "x", "self_onboard": true, "name": "a"}),
+                "userdata",
+            ),
             (json!({"provider": "lab", "self_onboard": true}), "name"),
             (json!({"provider": "lab", "name": "Web"}), "name"),
             (json!({"provider": "lab", "name": "a".repeat(53)}), "name"),
             (json!({"provider": "lab", "profile": 3}), "profile"),
-            (json!({"provider": "lab", "profile": {"machine_type": "t", "size": 2}}), "profile.size"),
+            (
+                json!({"provider": "lab", "profile": {"machine_type": "t", "size": 2}}),
+                "profile.size",
+            ),
             (json!({"provider": "lab", "on": "keeper"}), "on"),
         ] {
-            assert_eq!(field(CreateParams::parse(&params).unwrap_err()), want, "{params}");
+            assert_eq!(
+                field(CreateParams::parse(&params).unwrap_err()),
+                want,
+                "{params}"
+            );
         }
         let p = CreateParams::parse(
             &json!({"provider": "lab", "self_onboard": true, "generate_userdata": true, "name": "web"}),
@@ -300,11 +318,21 @@ mod tests {
         for (params, want) in [
             (json!({"provider": "lab"}), "vm_ids"),
             (json!({"provider": "lab", "vm_ids": []}), "vm_ids"),
-            (json!({"provider": "lab", "vm_ids": ["a", "a"]}), "vm_ids[1]"),
+            (
+                json!({"provider": "lab", "vm_ids": ["a", "a"]}),
+                "vm_ids[1]",
+            ),
             (json!({"provider": "lab", "vm_ids": ["a/b"]}), "vm_ids[0]"),
-            (json!({"provider": "lab", "vm_ids": ["a"], "sids": ["x y"]}), "sids[0]"),
+            (
+                json!({"provider": "lab", "vm_ids": ["a"], "sids": ["x y"]}),
+                "sids[0]",
+            ),
         ] {
-            assert_eq!(field(DestroyParams::parse(&params).unwrap_err()), want, "{params}");
+            assert_eq!(
+                field(DestroyParams::parse(&params).unwrap_err()),
+                want,
+                "{params}"
+            );
         }
         assert_eq!(
             field(ResizeParams::parse(&json!({"provider": "lab", "vm_ids": ["a"]})).unwrap_err()),

@@ -48,7 +48,11 @@ impl Keeper {
                         run,
                         hosts,
                         downtime,
-                        Error::new(404, "cloud.not_found", format!("VM {id} does not exist at provider {}", row.name)),
+                        Error::new(
+                            404,
+                            "cloud.not_found",
+                            format!("VM {id} does not exist at provider {}", row.name),
+                        ),
                     )
                 }
                 Err(e) => {

@@ -73,7 +73,9 @@ impl TestDb {
             Err(e) => {
                 let shown = keeper::db::redact_url(&admin);
                 if in_ci() {
-                    panic!("no PostgreSQL at {shown} and CI is set, so {test} cannot be skipped: {e}");
+                    panic!(
+                        "no PostgreSQL at {shown} and CI is set, so {test} cannot be skipped: {e}"
+                    );
                 }
                 let _ = writeln!(
                     std::io::stderr(),
@@ -101,7 +103,9 @@ impl TestDb {
 
     /// A client on this database (for assertions and for setting up faults).
     pub async fn client(&self) -> tokio_postgres::Client {
-        admin_client(&self.url).await.expect("connect to the test database")
+        admin_client(&self.url)
+            .await
+            .expect("connect to the test database")
     }
 
     /// Drops the database now.
@@ -126,7 +130,10 @@ impl Drop for TestDb {
         }
         let (admin, name) = (self.admin.clone(), self.name.clone());
         let _ = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 rt.block_on(drop_database(&admin, &name));
             }
         })
@@ -301,14 +308,9 @@ impl World {
                 knobs: knobs.clone(),
             })
         };
-        let keeper = Keeper::connect(
-            &db.url,
-            Arc::new(FileVault::new(&vault)),
-            drivers,
-            settings,
-        )
-        .await
-        .expect("keeper starts");
+        let keeper = Keeper::connect(&db.url, Arc::new(FileVault::new(&vault)), drivers, settings)
+            .await
+            .expect("keeper starts");
         let w = World {
             db,
             dir,

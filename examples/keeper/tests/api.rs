@@ -1,0 +1,418 @@
+//! The operator REST API over real HTTP on 127.0.0.1: permissions, 409 and 422, audit events, masking,
+//! and the step.
+
+mod support;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::{sha256_hex, World};
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    server: tokio::task::JoinHandle<()>,
+}
+
+const ADMIN: &str = "t-admin-0123456789";
+const OPS: &str = "t-ops-0123456789";
+const READER: &str = "t-reader-0123456789";
+const STEPPER: &str = "t-stepper-0123456789";
+
+fn tokens() -> keeper::tokens::ApiTokens {
+    let t = |name: &str, token: &str, perms: Value| json!({"name": name, "sha256": sha256_hex(token), "permissions": perms});
+    let file = json!({"tokens": [
+        t("admin", ADMIN, json!(["*"])),
+        t("ops", OPS, json!(["provider.*", "profile.*"])),
+        t("reader", READER, json!(["provider.read", "profile.read"])),
+        t("stepper", STEPPER, json!(["step.core.cloud", "profile.read"])),
+    ]});
+    keeper::tokens::ApiTokens::from_json(&file.to_string()).unwrap()
+}
+
+impl Api {
+    async fn start(w: &World) -> Api {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = keeper::api::router(w.keeper.clone(), tokens());
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Api {
+            base: format!("http://{addr}"),
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+            server,
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value, String) {
+        let mut req = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        let v = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text.clone()))
+        };
+        (status, v, text)
+    }
+}
+
+impl Drop for Api {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+#[tokio::test]
+async fn providers_and_profiles_with_permissions_conflicts_and_audit() {
+    let Some(w) = World::new("providers_and_profiles_with_permissions_conflicts_and_audit").await
+    else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    let provider = json!({"name": "hz", "driver": "hetzner", "credentials_ref": "hetzner/prod",
+                          "region": "hel1", "fqdn_suffix": "nodes.example.net"});
+
+    // Authentication and permissions.
+    let (s, v, _) = api.call(Method::GET, "/v1/providers", None, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(v["error"]["code"], "unauthenticated");
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/providers", Some("t-wrong"), None)
+        .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/providers",
+            Some(READER),
+            Some(provider.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("provider.create"));
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/providers", Some(STEPPER), None)
+        .await;
+    assert_eq!(
+        s,
+        StatusCode::FORBIDDEN,
+        "step.core.cloud does not read providers"
+    );
+
+    // Create, conflict, validation.
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/providers",
+            Some(OPS),
+            Some(provider.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["name"], "hz");
+    assert_eq!(v["credentials_ref"], "hetzner/prod");
+    assert_eq!(v["fqdn_suffix"], "nodes.example.net");
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/providers",
+            Some(OPS),
+            Some(provider.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT);
+    assert_eq!(v["error"]["code"], "provider.exists");
+    for (patch, field) in [
+        (json!({"driver": "nimbus"}), "driver"),
+        (json!({"region": null}), "region"),
+        (json!({"credentials_ref": "/etc/shadow"}), "credentials_ref"),
+        (json!({"name": "Has Spaces"}), "name"),
+        (json!({"password": "x"}), "password"),
+    ] {
+        let mut body = provider.clone();
+        body["name"] = json!("other");
+        for (k, val) in patch.as_object().unwrap() {
+            body[k] = val.clone();
+        }
+        let (s, v, _) = api
+            .call(Method::POST, "/v1/providers", Some(OPS), Some(body))
+            .await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+        assert_eq!(v["error"]["field"], field, "{v}");
+    }
+    let resp = api
+        .http
+        .post(format!("{}/v1/providers", api.base))
+        .bearer_auth(OPS)
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+
+    // Read.
+    let (s, v, _) = api
+        .call(Method::GET, "/v1/providers", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let names: Vec<&str> = v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hz", "lab"]);
+    let (s, v, _) = api
+        .call(Method::GET, "/v1/providers/hz", Some(READER), None)
+        .await;
+    assert_eq!((s, v["region"].clone()), (StatusCode::OK, json!("hel1")));
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/providers/none", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // Profiles: a missing provider is 422; a provider with profiles cannot be deleted (409).
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            Some(OPS),
+            Some(json!({"name": "cx", "provider": "nowhere", "machine_type": "cx22"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(v["error"]["field"], "provider");
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            Some(OPS),
+            Some(json!({"name": "cx", "provider": "hz", "machine_type": "cx22", "disk_gb": 0})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(v["error"]["field"], "disk_gb");
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            Some(OPS),
+            Some(json!({"name": "cx", "provider": "hz", "machine_type": "cx22", "image": "ubuntu-24.04"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["image"], "ubuntu-24.04");
+    let (s, v, _) = api
+        .call(Method::DELETE, "/v1/providers/hz", Some(OPS), None)
+        .await;
+    assert_eq!(s, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["error"]["code"], "provider.in_use");
+    assert!(v["error"]["message"].as_str().unwrap().contains("cx"));
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/providers/hz", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::OK, "still there");
+    let (s, v, _) = api
+        .call(Method::GET, "/v1/profiles", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["profiles"].as_array().unwrap().len(), 2);
+    let (s, _, _) = api
+        .call(Method::DELETE, "/v1/profiles/cx", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, _, _) = api
+        .call(Method::DELETE, "/v1/profiles/cx", Some(OPS), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _, _) = api
+        .call(Method::DELETE, "/v1/profiles/cx", Some(OPS), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (s, _, _) = api
+        .call(Method::DELETE, "/v1/providers/hz", Some(OPS), None)
+        .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/providers/hz", Some(ADMIN), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    // One event per write that happened, none for the refused ones, each with its actor.
+    let events = w
+        .rows("SELECT event, actor, outcome FROM keeper.audit_events WHERE actor <> 'test' ORDER BY id")
+        .await;
+    let got: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap().to_string(),
+                e["actor"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("provider.created", "token:ops"),
+        ("profile.created", "token:ops"),
+        ("profile.deleted", "token:ops"),
+        ("provider.deleted", "token:ops"),
+    ];
+    assert_eq!(
+        got,
+        want.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect::<Vec<_>>()
+    );
+    let e = w.audit("provider.deleted").await;
+    assert_eq!(
+        e[0]["payload"]["provider"]["credentials_ref"],
+        "hetzner/prod"
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn rest_answers_mask_token_keys_but_a_step_delivers_its_tokens() {
+    let Some(w) = World::new("rest_answers_mask_token_keys_but_a_step_delivers_its_tokens").await
+    else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    let (s, v, text) = api
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            Some(OPS),
+            Some(
+                json!({"name": "joined", "provider": "lab", "machine_type": "amd64-small",
+                        "labels": {"join-token": "lbl-secret-7", "team": "web"}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{v}");
+    assert_eq!(v["labels"]["join-token"], "***");
+    assert_eq!(v["labels"]["team"], "web");
+    assert!(!text.contains("lbl-secret-7"), "{text}");
+    let (_, _, text) = api
+        .call(Method::GET, "/v1/profiles/joined", Some(READER), None)
+        .await;
+    assert!(!text.contains("lbl-secret-7"), "{text}");
+    let e = w.audit("profile.created").await;
+    assert_eq!(
+        e.last().unwrap()["payload"]["profile"]["labels"]["join-token"],
+        "***"
+    );
+
+    // The step: its permission, its output with the plain tokens, nothing else plain.
+    let params = json!({"provider": "lab", "profile": "joined", "count": 2});
+    let (s, _, _) = api
+        .call(
+            Method::POST,
+            "/v1/steps/core.cloud.created",
+            Some(OPS),
+            Some(params.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, out, text) = api
+        .call(
+            Method::POST,
+            "/v1/steps/core.cloud.created",
+            Some(STEPPER),
+            Some(params),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    let hosts = out["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2);
+    for h in hosts {
+        let token = h["bootstrap_token"].as_str().unwrap();
+        assert!(token.starts_with("kbt_"));
+        assert_eq!(
+            text.matches(token).count(),
+            1,
+            "once, at hosts[].bootstrap_token"
+        );
+        assert_eq!(h["attributes"]["labels"]["join-token"], "***");
+        let hash = w
+            .rows(&format!(
+                "SELECT encode(t.token_sha256, 'hex') AS h FROM keeper.bootstrap_tokens t
+                 JOIN keeper.souls s ON s.id = t.soul_id WHERE s.sid = '{}'",
+                h["sid"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!(hash[0]["h"], sha256_hex(token));
+    }
+    assert!(!text.contains("lbl-secret-7"));
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["actor"], "token:stepper");
+    let audit = e.to_string();
+    for h in hosts {
+        assert!(!audit.contains(h["bootstrap_token"].as_str().unwrap()));
+    }
+    assert!(!audit.contains("lbl-secret-7"));
+
+    // A failed step answers with the error's status and a masked body.
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/steps/core.cloud.created",
+            Some(STEPPER),
+            Some(json!({"provider": "lab", "profile": "joined", "count": 0})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(v["error"]["field"], "count");
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/steps/core.cloud.exploded",
+            Some(STEPPER),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["code"], "step.unknown");
+    let ids: Vec<Value> = hosts.iter().map(|h| h["vm_id"].clone()).collect();
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/steps/core.cloud.resized",
+            Some(STEPPER),
+            Some(json!({"provider": "lab", "vm_ids": ids, "machine_type": "amd64-large"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["hosts"][0]["caused_downtime"], true);
+    let sids: Vec<Value> = hosts.iter().map(|h| h["sid"].clone()).collect();
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/steps/core.cloud.destroyed",
+            Some(STEPPER),
+            Some(json!({"provider": "lab", "vm_ids": ids, "sids": sids})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["counters"]["souls_destroyed"], 2);
+    let (s, v, _) = api.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!((s, v), (StatusCode::OK, json!({"status": "ok"})));
+    w.finish().await;
+}

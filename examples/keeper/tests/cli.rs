@@ -1,0 +1,284 @@
+//! The `keeper` binary: `step` through orca's own `fake` driver and a state file (separate processes
+//! share one simulated cloud), every output channel masked but the delivered tokens, `serve`,
+//! `migrate`, `scenario validate`, `token hash`.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{sha256_hex, write_vault_file, TestDb};
+
+const BIN: &str = env!("CARGO_BIN_EXE_keeper");
+
+struct Cli {
+    db: TestDb,
+    dir: tempfile::TempDir,
+}
+
+impl Cli {
+    async fn new(test: &str) -> Option<Cli> {
+        let db = TestDb::create(test).await?;
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("cloud.json");
+        write_vault_file(
+            &dir.path().join("vault"),
+            "fake/lab",
+            &json!({ orca::FAKE_STATE_ENV: state.to_str().unwrap() }),
+        );
+        let k = keeper::Keeper::connect(
+            &db.url,
+            Arc::new(keeper::vault::FileVault::new(dir.path().join("vault"))),
+            Arc::new(keeper::drivers::OrcaDrivers),
+            keeper::cloud::Settings::default(),
+        )
+        .await
+        .unwrap();
+        keeper::registry::create_provider(
+            k.pool(),
+            "test",
+            &json!({"name": "lab", "driver": "fake", "credentials_ref": "fake/lab",
+                    "region": "zone-a", "fqdn_suffix": "zone-a.fake.internal"}),
+        )
+        .await
+        .unwrap();
+        Some(Cli { db, dir })
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .env("DATABASE_URL", &self.db.url)
+            .env("KEEPER_VAULT_DIR", self.dir.path().join("vault"))
+            .env("KEEPER_LOG", "trace")
+            .env_remove("KEEPER_API_TOKENS")
+            .env_remove("KEEPER_API_TOKENS_FILE")
+            .env_remove("ORCA_FAKE_STATE")
+            .current_dir(self.dir.path());
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> (Output, String, String) {
+        let out = self.command(args).output().unwrap();
+        let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+        let stderr = String::from_utf8(out.stderr.clone()).unwrap();
+        (out, stdout, stderr)
+    }
+
+    fn cloud(&self) -> orca::memory::MemoryCloud {
+        orca::memory::MemoryCloud::persistent(self.dir.path().join("cloud.json")).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_cli_step_prints_the_plain_tokens_once_and_no_channel_leaks_a_secret() {
+    let Some(cli) =
+        Cli::new("a_cli_step_prints_the_plain_tokens_once_and_no_channel_leaks_a_secret").await
+    else {
+        return;
+    };
+    let params = json!({"provider": "lab", "count": 2, "name": "cli",
+        "profile": {"machine_type": "amd64-small", "labels": {"join-token": "lbl-secret-9"}}});
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        &params.to_string(),
+    ]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON object: {stdout}");
+    let v: Value = serde_json::from_str(lines[0]).unwrap();
+    let hosts = v["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2);
+    assert!(stderr.contains("step started"), "the log is on: {stderr}");
+    for h in hosts {
+        let token = h["bootstrap_token"].as_str().unwrap();
+        assert_eq!(stdout.matches(token).count(), 1);
+        assert!(!stderr.contains(token), "a token in the log");
+        assert!(!stderr.contains(&token[4..]), "a token in the log");
+        assert_eq!(h["attributes"]["labels"]["join-token"], "***");
+    }
+    assert!(!stdout.contains("lbl-secret-9") && !stderr.contains("lbl-secret-9"));
+    assert_eq!(cli.cloud().all_machines().len(), 2);
+
+    // Another process destroys them: the state file is the one cloud.
+    let ids = v["vm_ids"].clone();
+    let sids: Vec<Value> = hosts.iter().map(|h| h["sid"].clone()).collect();
+    let params_file = cli.dir.path().join("destroy.json");
+    std::fs::write(
+        &params_file,
+        json!({"provider": "lab", "vm_ids": ids, "sids": sids}).to_string(),
+    )
+    .unwrap();
+    let at = format!("@{}", params_file.display());
+    let (out, stdout, stderr) = cli.run(&["step", "core.cloud.destroyed", "--params", &at]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["counters"]["souls_destroyed"], 2);
+    assert!(cli.cloud().all_machines().is_empty());
+
+    // A failure: the output says why, no channel repeats a secret the caller sent.
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        r#"{"provider": "lab", "profile": {"machine_type": "amd64-small"}, "api_token": "zzz-secret"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["error"]["field"], "api_token");
+    assert!(stderr.contains("params.invalid"), "{stderr}");
+    assert!(!stdout.contains("zzz-secret") && !stderr.contains("zzz-secret"));
+
+    let (out, _, stderr) = cli.run(&["step", "core.cloud.created", "--params", "{nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("--params is not JSON"), "{stderr}");
+    cli.db.drop_now().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_healthy(port: u16) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n");
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            if answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200") {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+#[tokio::test]
+async fn serve_needs_api_tokens_and_never_prints_them() {
+    let Some(cli) = Cli::new("serve_needs_api_tokens_and_never_prints_them").await else {
+        return;
+    };
+    let (out, _, stderr) = cli.run(&["serve", "--listen", "127.0.0.1:0"]);
+    assert!(!out.status.success());
+    assert!(stderr.contains("KEEPER_API_TOKENS_FILE"), "{stderr}");
+
+    let token = "t-serve-secret-4242";
+    let tokens = cli.dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"name": "ops", "sha256": sha256_hex(token), "permissions": ["provider.read"]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = cli
+        .command(&["serve", "--listen", &listen])
+        .env("KEEPER_API_TOKENS_FILE", &tokens)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let up = wait_healthy(port);
+    let answer = if up {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let r = http
+            .get(format!("http://{listen}/v1/providers"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        Some((r.status().as_u16(), r.text().await.unwrap()))
+    } else {
+        None
+    };
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(up, "keeper serve did not answer: {stderr}");
+    let (status, body) = answer.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"lab\""), "{body}");
+    assert!(stderr.contains("keeper serving"), "{stderr}");
+    assert!(!stderr.contains(token) && !stderr.contains(&sha256_hex(token)));
+    cli.db.drop_now().await;
+}
+
+#[tokio::test]
+async fn migrate_applies_the_schema_once() {
+    let Some(cli) = Cli::new("migrate_applies_the_schema_once").await else {
+        return;
+    };
+    let (out, stdout, stderr) = cli.run(&["migrate"]);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), r#"{"migrated":true}"#);
+    let c = cli.db.client().await;
+    let n: i64 = c
+        .query_one("SELECT count(*) FROM keeper.schema_migrations", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, keeper::db::MIGRATIONS.len() as i64);
+    cli.db.drop_now().await;
+}
+
+#[test]
+fn scenario_validate_requires_on_keeper() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(BIN)
+            .args(["scenario", "validate"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.success(), v)
+    };
+    let (ok, v) = run(
+        "good.yml",
+        "- name: provision\n  on: keeper\n  when: has(input.spawn)\n  module: core.cloud.created\n  params:\n    provider: \"${ input.spawn.provider }\"\n",
+    );
+    assert!(ok, "{v}");
+    assert_eq!(v["core_cloud_steps"], 1);
+    let (ok, v) = run(
+        "bad.yml",
+        "- name: provision\n  on: web-1\n  module: core.cloud.created\n  params: {provider: lab}\n",
+    );
+    assert!(!ok);
+    assert_eq!(v["error"]["field"], "steps[0].on");
+}
+
+#[test]
+fn token_hash_prints_the_sha256_only() {
+    let mut child = Command::new(BIN)
+        .args(["token", "hash"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"t-some-token\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        sha256_hex("t-some-token")
+    );
+}
