@@ -287,6 +287,8 @@ pub(crate) struct State {
     pub(crate) waiters: HashSet<String>,
     /// Early refusals for those waiters.
     pub(crate) refused: HashMap<String, ApiError>,
+    /// The shed as it was when the cloud accepted its VM, for those waiters.
+    pub(crate) accepted: HashMap<String, ShedView>,
 }
 
 pub(crate) struct Inner {
@@ -890,6 +892,10 @@ impl Backend {
                     st.waiters.remove(id);
                     return Err(e);
                 }
+                if let Some(v) = st.accepted.remove(id) {
+                    st.waiters.remove(id);
+                    return Ok(v);
+                }
                 let done = self.now() >= deadline;
                 match st.sheds.get(id) {
                     None => {
@@ -921,6 +927,7 @@ impl Backend {
         let mut st = self.state();
         st.waiters.remove(id);
         st.refused.remove(id);
+        st.accepted.remove(id);
     }
 
     /// Refuses with `FIREWALL_CHECK_FAILED` while the firewall check fails (running it when its last
@@ -1121,6 +1128,7 @@ impl Backend {
             st.deletes.insert(id.clone(), marker);
             self.drop_record(&mut st, &id);
             st.waiters.remove(&id);
+            st.accepted.remove(&id);
         }
         self.inner.log.info(format!(
             "remote: shed {name} ({id}) delete acknowledged; its VM is destroyed in the background"

@@ -9,7 +9,7 @@ use orca::{Created, Error, Machine, Status as VmStatus, Timestamp};
 
 use crate::backend::{ApiError, Backend, State, ID_LABEL, SCHEMA, SCHEMA_LABEL, STATE_LABEL};
 use crate::clock::{go_duration, since};
-use crate::model::{CreateStage, Op, Queued, Reason, Shed, Status};
+use crate::model::{CreateStage, Op, Queued, Reason, Shed, ShedView, Status};
 use crate::probe::{ProbeOutcome, ProbeTarget};
 
 #[derive(Debug)]
@@ -291,6 +291,9 @@ impl Backend {
                 s.vm_id = Some(vm.id.clone());
                 let snap = s.clone();
                 self.save(&snap);
+                if st.waiters.contains(id) {
+                    st.accepted.insert(id.to_string(), ShedView::from(&snap));
+                }
                 self.inner.log.info(format!(
                     "remote: shed {name} ({id}) VM {} made; waiting for its agent",
                     vm.name

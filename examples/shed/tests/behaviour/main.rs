@@ -1,6 +1,8 @@
 //! shed's behaviour against orca's in-memory cloud: one test binary, a module per part of the seed.
 
+mod config;
 mod firewall;
+mod http;
 mod lifecycle;
 mod pass;
 mod requests;

@@ -1,0 +1,389 @@
+//! The HTTP API on 127.0.0.1 (JSON and `text/event-stream`), its authentication, and the `shed` CLI
+//! against it.
+
+use std::time::Duration;
+
+use clap::Parser as _;
+use orca::memory::{FaultKind, Operation};
+use orca::ErrorKind;
+use secrecy::SecretString;
+use serde_json::{json, Value};
+use shed::config::{Client, Role};
+use shed::probe::ProbeOutcome;
+use shed::Status;
+
+use crate::support::{Call, Env};
+
+async fn serve(env: &Env) -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let app = shed::api::router(env.backend.clone());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    format!("http://{addr}")
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// Reads server-sent events until `stop` says so (or 10 s pass).
+async fn events(resp: reqwest::Response, stop: impl Fn(&str) -> bool) -> Vec<(String, Value)> {
+    let mut resp = resp;
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, resp.chunk()).await {
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let mut name = String::new();
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    name = v.trim().into();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim_start());
+                }
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let done = stop(&name);
+            out.push((name, serde_json::from_str(&data).unwrap()));
+            if done {
+                return out;
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn json_calls_over_http() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .json(&json!({"name": "web"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["status"], "starting");
+    assert_eq!(v["status_reason"], "");
+    env.until_status("web", Status::Running).await;
+    let v: Value = c.get(format!("{base}/api/sheds/web")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(v["status"], "running");
+    let list: Vec<Value> = c.get(format!("{base}/api/sheds")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(list.len(), 1);
+    let r = c.post(format!("{base}/api/sheds/web/start")).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["code"], "SHED_RUNNING");
+    let r = c.post(format!("{base}/api/sheds/web/stop")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!((v["status"].as_str(), v["effect"].as_str()), (Some("stopping"), Some("changed")));
+    env.until_status("web", Status::Stopped).await;
+    let r = c.post(format!("{base}/api/sheds/web/exec")).send().await.unwrap();
+    assert_eq!(r.status(), 409);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "SHED_NOT_RUNNING");
+    let r = c.delete(format!("{base}/api/sheds/web")).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    let r = c.get(format!("{base}/api/sheds/web")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .json(&json!({"name": "x", "colour": "blue"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
+    let info: Value = c.get(format!("{base}/api/info")).send().await.unwrap().json().await.unwrap();
+    assert_eq!((info["backend"].as_str(), info["isolation"].as_str()), (Some("remote"), Some("topology")));
+}
+
+#[tokio::test]
+async fn routes_of_features_a_remote_server_lacks() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    env.running("a").await;
+    let routes = [
+        ("POST", "/api/sheds/a/reset"),
+        ("POST", "/api/snapshots"),
+        ("GET", "/api/snapshots/s1"),
+        ("DELETE", "/api/snapshots/s1"),
+        ("GET", "/api/images/ubuntu"),
+        ("POST", "/api/images/ubuntu/tag"),
+        ("POST", "/api/images/pull"),
+        ("POST", "/api/images/ubuntu/push"),
+        ("DELETE", "/api/images/ubuntu"),
+        ("POST", "/api/images/prune"),
+        ("POST", "/api/sheds/a/egress"),
+        ("POST", "/api/egress/profiles"),
+        ("PUT", "/api/egress/profiles/github"),
+        ("DELETE", "/api/egress/profiles/github"),
+    ];
+    for (m, path) in routes {
+        let r = c
+            .request(m.parse().unwrap(), format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 501, "{m} {path}");
+        assert_eq!(r.json::<Value>().await.unwrap()["code"], "FEATURE_UNSUPPORTED");
+    }
+    for path in ["/api/snapshots", "/api/images"] {
+        let v: Value = c.get(format!("{base}{path}")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v, json!([]), "{path} lists nothing");
+    }
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .json(&json!({"name": "b", "local_dir": "/src"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+}
+
+#[tokio::test]
+async fn a_streamed_create_stays_open_until_the_shed_settles_and_closing_it_never_ends_the_create() {
+    let env = Env::build(|c| c.limits.max_running = 8).await;
+    let base = serve(&env).await;
+    let c = http();
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"name": "s"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ev = events(r, |n| n == "complete" || n == "error").await;
+    let (last, data) = ev.last().unwrap();
+    assert_eq!(last, "complete", "{ev:?}");
+    assert_eq!(data["status"], "running");
+
+    env.probe.set_default(ProbeOutcome::Unreachable("booting".into()));
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"name": "t"}))
+        .send()
+        .await
+        .unwrap();
+    let first = events(r, |_| true).await;
+    assert_eq!(first[0].0, "status");
+    // The response is dropped here: the stream ends, the create goes on.
+    env.probe.set_default(ProbeOutcome::Answered);
+    env.advance(5).await;
+    env.until_status("t", Status::Running).await;
+
+    env.probe.set_default(ProbeOutcome::HostKeyMismatch);
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"name": "u"}))
+        .send()
+        .await
+        .unwrap();
+    let ev = events(r, |n| n == "complete" || n == "error").await;
+    let (last, data) = ev.last().unwrap();
+    assert_eq!(last, "error");
+    assert_eq!(data["code"], "CREATE_FAILED");
+    assert!(data["message"].as_str().unwrap().contains("host_key"));
+
+    env.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .header("accept", "text/event-stream")
+        .json(&json!({"name": "q"}))
+        .send()
+        .await
+        .unwrap();
+    let ev = events(r, |n| n == "complete" || n == "error").await;
+    assert_eq!(ev.last().unwrap().1["code"], "CLOUD_QUOTA_EXCEEDED");
+    assert!(env.view("q").is_none(), "an early quota refusal leaves no shed");
+}
+
+#[tokio::test]
+async fn a_streamed_delete_ends_once_the_vm_is_gone_or_with_an_error_when_it_cannot_be_destroyed() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    env.running("a").await;
+    env.running("b").await;
+    env.wrapped.hold(Call::Delete);
+    let r = c
+        .delete(format!("{base}/api/sheds/a"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let reading = tokio::spawn(events(r, |n| n == "complete" || n == "error"));
+    env.until("hidden", |e| e.view("a").is_none()).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(!reading.is_finished(), "open until the VM is gone");
+    env.wrapped.release(Call::Delete);
+    let ev = reading.await.unwrap();
+    assert_eq!(ev.last().unwrap().0, "complete");
+    assert_eq!(env.vms().len(), 1);
+
+    env.cloud
+        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    let r = c
+        .delete(format!("{base}/api/sheds/b"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    let ev = events(r, |n| n == "complete" || n == "error").await;
+    let (last, data) = ev.last().unwrap();
+    assert_eq!(last, "error");
+    assert_eq!(
+        data["message"],
+        "the delete is recorded but the VM could not be destroyed yet; the server keeps trying"
+    );
+    assert!(env.view("b").is_none());
+}
+
+#[tokio::test]
+async fn clients_need_their_token_and_see_their_own_sheds() {
+    let env = Env::build(|c| {
+        for (name, role, tok) in [("ops", Role::Admin, "admin-token"), ("ci", Role::Service, "ci-token")] {
+            c.clients.insert(
+                name.into(),
+                Client {
+                    name: name.into(),
+                    role,
+                    token: SecretString::from(tok.to_string()),
+                    max_age: None,
+                    max_cpus: None,
+                    max_memory_mb: None,
+                    images: Vec::new(),
+                },
+            );
+        }
+    })
+    .await;
+    let base = serve(&env).await;
+    let c = http();
+    let r = c.get(format!("{base}/api/sheds")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c.get(format!("{base}/api/sheds")).bearer_auth("nope").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = c
+        .post(format!("{base}/api/sheds"))
+        .bearer_auth("ci-token")
+        .json(&json!({"name": "job-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["client"], "ci");
+    let r = c.get(format!("{base}/api/log")).bearer_auth("ci-token").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    let log: Vec<String> = c
+        .get(format!("{base}/api/log"))
+        .bearer_auth("admin-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(log.iter().any(|l| l.contains("create accepted for client ci")));
+}
+
+async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
+    let mut argv = vec!["shed", "--server", base, "--poll-ms", "10", "--wait-secs", "10"];
+    argv.extend_from_slice(args);
+    let a = shed::cli::Args::try_parse_from(argv).unwrap();
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let code = shed::cli::run(a, &mut out, &mut err).await;
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn the_cli_creates_lists_stops_starts_and_deletes_waiting_as_the_seed_says() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let (code, out, err) = cli(&base, &["create", "dev-1"]).await;
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("shed dev-1 is running"), "{out}");
+    let (code, out, _) = cli(&base, &["list"]).await;
+    assert_eq!(code, 0);
+    assert!(out.contains("dev-1") && out.contains("running"), "{out}");
+    let (code, out, err) = cli(&base, &["stop", "dev-1"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("shed dev-1 is stopped"), "{out}");
+    let (code, out, err) = cli(&base, &["start", "dev-1"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("is running"), "{out}");
+    env.cloud.operator_stop(&env.vm("dev-1").unwrap().id);
+    env.pass().await;
+    let (_, out, _) = cli(&base, &["list", "-v"]).await;
+    assert!(out.contains("stopped (external)"), "{out}");
+    let (_, out, _) = cli(&base, &["list"]).await;
+    assert!(!out.contains("(external)"), "{out}");
+    let (_, out, _) = cli(&base, &["list", "--json"]).await;
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["status_reason"], "external");
+    let (code, _, err) = cli(&base, &["stop", "dev-1"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("SHED_STOPPED"), "{err}");
+    let (code, out, err) = cli(&base, &["delete", "dev-1"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("deleted"));
+    assert!(env.vms().is_empty(), "delete returns once the VM is gone");
+    let (code, _, err) = cli(&base, &["delete", "dev-1"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("NOT_FOUND"), "{err}");
+}
+
+#[tokio::test]
+async fn the_cli_refuses_unsupported_flags_before_sending_anything() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    for flags in [
+        &["--local-dir", "."][..],
+        &["--add-dir", "/x"],
+        &["--from-snapshot", "s1"],
+        &["--egress", "github"],
+        &["--mounts", "cache"],
+    ] {
+        let mut args = vec!["create", "x"];
+        args.extend_from_slice(flags);
+        let (code, _, err) = cli(&base, &args).await;
+        assert_eq!(code, 2, "{flags:?}");
+        assert!(err.contains(flags[0]) && err.contains("nothing was sent"), "{err}");
+    }
+    assert_eq!(env.wrapped.entered(Call::CreateBefore), 0);
+    assert!(env.backend.records().is_empty());
+}
+
+#[tokio::test]
+async fn the_cli_reports_a_delete_whose_vm_cannot_be_destroyed_and_exits_1() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    env.running("a").await;
+    env.cloud
+        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    let (code, _, err) = cli(&base, &["delete", "a"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("the delete is recorded but the VM could not be destroyed yet; the server keeps trying"),
+        "{err}"
+    );
+}
