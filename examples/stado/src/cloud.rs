@@ -394,9 +394,7 @@ impl Stado {
         match self.provider.delete(vm_id).await {
             Ok(true) => {}
             Ok(false) => return Err(format!("VM {vm_id} (the delete did not finish)")),
-            Err(Error::Leftovers { left, error }) if !left.is_empty() => {
-                return Err(format!("{} ({error})", left.join(", ")))
-            }
+            Err(Error::Leftovers { left, .. }) if !left.is_empty() => return Err(left.join(", ")),
             Err(e) => return Err(format!("VM {vm_id} and what belongs to it ({e})")),
         }
         match self.provider.machine(vm_id).await {

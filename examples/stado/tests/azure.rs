@@ -1,0 +1,514 @@
+//! The seed's key steps against orca's Azure driver and the fake Resource Manager API
+//! (`orca_fakes::azure`), with the provider built from stado's own bindings as `--provider azure` builds
+//! it, and the simulated fleet as the host channel.
+//!
+//! The fake serves no Consumption credit balance yet, so the credit gate reads its balance from
+//! [`Credit`], a wrapper that answers `credit_balance()` and hands every other call to the Azure driver.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use common::{declared, request, stado};
+use orca::{
+    Arch, Balance, Capabilities, Created, CreditBalance, Machine, MachineLabels, MachineSpec,
+    Price, Provider, Resized, SshAdmission,
+};
+use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, TOKEN};
+use orca_fakes::control::{Fault, Rule};
+use stado::channel::{FakeFleet, FirstBoot};
+use stado::profile::Profile;
+use stado::registry::Registry;
+use stado::{Stado, Verdict};
+
+const LOCATION: &str = "westeurope";
+const SIZE: &str = "Standard_B2s";
+
+/// The Azure driver with a credit balance set by the test.
+#[derive(Debug)]
+struct Credit {
+    inner: Arc<dyn Provider>,
+    balance: Mutex<f64>,
+}
+
+#[async_trait]
+impl CreditBalance for Credit {
+    async fn balance(&self) -> orca::Result<Balance> {
+        Ok(Balance::new(*self.balance.lock().unwrap(), "USD"))
+    }
+}
+
+#[async_trait]
+impl Provider for Credit {
+    fn kind(&self) -> &str {
+        self.inner.kind()
+    }
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn arch(&self, t: &str) -> orca::Result<Arch> {
+        self.inner.arch(t).await
+    }
+    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
+        self.inner.create(spec).await
+    }
+    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
+        self.inner.machines(pool).await
+    }
+    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
+        self.inner.machine(id).await
+    }
+    async fn delete(&self, id: &str) -> orca::Result<bool> {
+        self.inner.delete(id).await
+    }
+    async fn start(&self, id: &str) -> orca::Result<Machine> {
+        self.inner.start(id).await
+    }
+    async fn stop(&self, id: &str) -> orca::Result<Machine> {
+        self.inner.stop(id).await
+    }
+    async fn resize(&self, id: &str, t: &str) -> orca::Result<Resized> {
+        self.inner.resize(id, t).await
+    }
+    async fn hourly_price(&self, t: &str, l: &str) -> orca::Result<Price> {
+        self.inner.hourly_price(t, l).await
+    }
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        self.inner.machine_labels()
+    }
+    fn ssh_admission(&self) -> Option<&dyn SshAdmission> {
+        self.inner.ssh_admission()
+    }
+    fn credit_balance(&self) -> Option<&dyn CreditBalance> {
+        Some(self)
+    }
+}
+
+struct Lab {
+    _dir: tempfile::TempDir,
+    azure: FakeAzure,
+    fleet: FakeFleet,
+    credit: Arc<Credit>,
+    s: Stado,
+}
+
+/// The fake with the location's subnet `stado-net-westeurope/hosts` carrying the security group
+/// `hosts-nsg` (with `rules` of another team), and stado on it.
+async fn lab(rules: &[(&str, u32)]) -> Lab {
+    let dir = tempfile::tempdir().unwrap();
+    let azure = FakeAzure::start().await.unwrap();
+    azure.add_nsg(RESOURCE_GROUP, "hosts-nsg", LOCATION, rules);
+    azure.add_subnet(
+        RESOURCE_GROUP,
+        &format!("stado-net-{LOCATION}"),
+        LOCATION,
+        "hosts",
+        Some("hosts-nsg"),
+    );
+    let home = stado::Home::open(dir.path().join("home")).unwrap();
+    common::profile(&home, "azure");
+    let mut p = Profile::load(&home).unwrap();
+    p.set("azure.endpoint", &azure.url()).unwrap();
+    p.set("azure.prices_endpoint", &azure.url()).unwrap();
+    p.save(&home).unwrap();
+    // The provider as `stado --provider azure` builds it: the profile's bindings on the driver's keys,
+    // the credential from the environment (here a static token).
+    let settings = stado::cloud::azure_settings(&p, |k| {
+        (k == "ORCA_AZURE_ACCESS_TOKEN").then(|| TOKEN.to_string())
+    });
+    let inner = orca::of_with("azure", &p.owner(), &settings).await.unwrap();
+    let credit = Arc::new(Credit {
+        inner,
+        balance: Mutex::new(100.0),
+    });
+    let fleet = FakeFleet::new();
+    let s = stado(dir.path(), "azure", credit.clone(), &fleet);
+    Lab {
+        _dir: dir,
+        azure,
+        fleet,
+        credit,
+        s,
+    }
+}
+
+impl Lab {
+    async fn create(&self, name: &str) -> stado::CreateReport {
+        self.s.create(&request(name, LOCATION, SIZE)).await
+    }
+    fn resources(&self) -> Vec<(String, String)> {
+        self.azure.resources(RESOURCE_GROUP)
+    }
+    /// The resources a host is made of.
+    fn host_resources(&self, name: &str) -> Vec<(String, String)> {
+        self.resources()
+            .into_iter()
+            .filter(|(_, n)| n == name || n.starts_with(&format!("{name}-")))
+            .collect()
+    }
+    fn vm_id(&self, name: &str) -> String {
+        declared(&self.s)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .unwrap()
+            .1
+    }
+    /// The VMs of the resource group, as (name, orca id = name), sorted.
+    fn vms(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .resources()
+            .into_iter()
+            .filter(|(t, _)| t == "Microsoft.Compute/virtualMachines")
+            .map(|(_, n)| n)
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn error(r: &stado::CreateReport) -> String {
+    r.error
+        .as_ref()
+        .map(|e| e.message.clone())
+        .unwrap_or_default()
+}
+
+fn declared_names(s: &Stado) -> Vec<String> {
+    declared(s).into_iter().map(|(n, _)| n).collect()
+}
+
+#[tokio::test]
+async fn a_host_is_made_of_address_security_group_interface_and_vm_and_admitted_at_the_first_free_priority(
+) {
+    let lab = lab(&[("team-a", 100), ("team-b", 101), ("team-c", 102)]).await;
+    let r = lab.create("h1").await;
+    assert!(r.ok, "{:?}\n{:#?}", r.error, r.steps);
+    assert_eq!(r.admission[0].priority, Some(103));
+    assert!(
+        r.admission[0]
+            .group
+            .ends_with(&format!("stado-cloud-hosts-{LOCATION}")),
+        "{}",
+        r.admission[0].group
+    );
+    let rules = lab.azure.nsg_rules(RESOURCE_GROUP, "hosts-nsg");
+    let ours = rules
+        .iter()
+        .find(|r| r["name"] == "stado-cloud-hosts")
+        .unwrap();
+    assert_eq!(ours["properties"]["priority"], 103);
+    for (name, p) in [("team-a", 100), ("team-b", 101), ("team-c", 102)] {
+        let r = rules.iter().find(|r| r["name"] == name).unwrap();
+        assert_eq!(r["properties"]["priority"], p, "{name} left as it was");
+    }
+    let mut kinds: Vec<String> = lab
+        .host_resources("h1")
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    kinds.sort();
+    for t in [
+        "Microsoft.Compute/virtualMachines",
+        "Microsoft.Network/networkInterfaces",
+        "Microsoft.Network/networkSecurityGroups",
+        "Microsoft.Network/publicIPAddresses",
+    ] {
+        assert!(kinds.iter().any(|k| k == t), "{t} in {kinds:?}");
+    }
+    let pip = lab
+        .azure
+        .resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/publicIPAddresses",
+            "h1-ip",
+        )
+        .unwrap();
+    assert_eq!(pip["properties"]["publicIPAllocationMethod"], "Static");
+    assert_eq!(pip["sku"]["name"], "Standard");
+    let reg = Registry::load(&lab.s.home).unwrap();
+    let c = reg.target("h1").unwrap().cloud.clone().unwrap();
+    assert_eq!(c.address, pip["properties"]["ipAddress"].as_str().unwrap());
+    assert!(c.hourly_usd > 0.0);
+    assert!(
+        lab.azure.custom_data(RESOURCE_GROUP, "h1").is_some(),
+        "cloud-init went with the VM"
+    );
+}
+
+#[tokio::test]
+async fn refusals_before_anything_is_made() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    // Missing bindings.
+    let mut p = Profile::load(&lab.s.home).unwrap();
+    p.unset("azure.subnet");
+    p.save(&lab.s.home).unwrap();
+    assert_eq!(
+        error(&lab.create("h1").await),
+        "a cloud host on Azure is addressed with bindings this deployment does not declare: azure.subnet; stado config set declares each."
+    );
+    p.set("azure.subnet", "hosts").unwrap();
+    p.save(&lab.s.home).unwrap();
+    // A name already registered.
+    assert_eq!(
+        error(&lab.create("build-host").await),
+        "target 'build-host' is already registered"
+    );
+    // The credit gate.
+    *lab.credit.balance.lock().unwrap() = 20.01;
+    let e = error(&lab.create("h1").await);
+    assert!(e.starts_with(&format!("creating cloud host h1 ({SIZE}) in {LOCATION} is refused: the Azure credit balance 20.01 USD less one hour of {SIZE} (")), "{e}");
+    assert!(
+        e.contains("is not above the floor 20.00 USD (the operator's ruling R-1: "),
+        "{e}"
+    );
+    *lab.credit.balance.lock().unwrap() = 100.0;
+    // No admit_from.
+    let mut reg = Registry::load(&lab.s.home).unwrap();
+    reg.cloud_hosts.admit_from = None;
+    reg.save(&lab.s.home).unwrap();
+    assert!(error(&lab.create("h1").await).starts_with("the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is absent)"));
+    reg.cloud_hosts.admit_from = Some(vec!["build-host".into()]);
+    reg.save(&lab.s.home).unwrap();
+    // An admit_from host that does not answer.
+    lab.fleet
+        .update("build-host", |h| h.answers = false)
+        .unwrap();
+    assert!(error(&lab.create("h1").await)
+        .starts_with("the admit_from host build-host did not tell its public address"));
+    assert_eq!(lab.resources(), before, "nothing was made");
+}
+
+#[tokio::test]
+async fn a_policy_deny_answers_at_the_application_security_group_naming_the_assignment() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    lab.azure.deny_policy(
+        "Microsoft.Network/applicationSecurityGroups",
+        "deny-asg-assignment",
+    );
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert!(
+        e.starts_with(&format!(
+            "the application security group stado-cloud-hosts-{LOCATION} was not made: "
+        )),
+        "{e}"
+    );
+    assert!(
+        e.contains("RequestDisallowedByPolicy") && e.contains("deny-asg-assignment"),
+        "{e}"
+    );
+    assert_eq!(lab.resources(), before, "nothing is created");
+    assert!(!lab.s.home.fleet_key("h1").exists());
+}
+
+#[tokio::test]
+async fn a_failure_after_the_address_security_group_and_interface_leaves_nothing_behind() {
+    let lab = lab(&[]).await;
+    let r = lab.create("h0").await;
+    assert!(r.ok, "{:?}", r.error);
+    let before = lab.resources();
+    // The VM is refused by policy after its address, security group and interface were made.
+    lab.azure
+        .deny_policy("Microsoft.Compute/virtualMachines", "deny-vm-assignment");
+    let e = error(&lab.create("h1").await);
+    assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
+    assert!(e.contains("deny-vm-assignment"), "{e}");
+    assert_eq!(
+        lab.resources(),
+        before,
+        "the address, security group and interface were removed"
+    );
+    assert!(!lab.s.home.fleet_key("h1").exists());
+    lab.azure.clear_policies();
+    // An allocation failure of the VM itself: a failed VM, removed with the rest.
+    lab.azure
+        .fail_allocation(SIZE, LOCATION, "AllocationFailed");
+    let r = lab.create("h1").await;
+    assert!(!r.ok);
+    assert_eq!(lab.resources(), before, "{}", error(&r));
+    assert_eq!(declared_names(&lab.s), vec!["h0".to_string()]);
+}
+
+#[tokio::test]
+async fn enrolment_failure_deletes_the_host_and_an_unclean_boot_keeps_it_declared() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    lab.fleet.update("h1", |h| h.answers = false).unwrap();
+    let e = error(&lab.create("h1").await);
+    assert!(
+        e.starts_with("cloud host h1 could not be enrolled: "),
+        "{e}"
+    );
+    assert!(
+        e.ends_with("; it was deleted again, since nothing would return it"),
+        "{e}"
+    );
+    let after: Vec<_> = lab
+        .resources()
+        .into_iter()
+        .filter(|(t, _)| !t.contains("applicationSecurityGroups"))
+        .collect();
+    let was: Vec<_> = before
+        .into_iter()
+        .filter(|(t, _)| !t.contains("applicationSecurityGroups"))
+        .collect();
+    assert_eq!(
+        after, was,
+        "the VM, its disk, interface, security group and address are gone"
+    );
+    lab.fleet
+        .update("h2", |h| h.first_boot = FirstBoot::Error)
+        .unwrap();
+    let e = error(&lab.create("h2").await);
+    assert!(
+        e.contains("see /var/log/cloud-init-output.log on the host"),
+        "{e}"
+    );
+    assert_eq!(declared_names(&lab.s), vec!["h2".to_string()]);
+    assert_eq!(lab.vms(), vec!["h2".to_string()]);
+}
+
+#[tokio::test]
+async fn readmission_list_delete_and_reap() {
+    let lab = lab(&[]).await;
+    assert!(lab.create("h1").await.ok);
+    lab.fleet
+        .update("build-host", |h| h.egress = Some("203.0.113.250".into()))
+        .unwrap();
+    let r = lab.create("h2").await;
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(r.admission[0].readmitted, vec!["h1".to_string()]);
+    let nsg = lab.azure.nsg_rules(RESOURCE_GROUP, "h1-nsg");
+    let text = serde_json::to_string(&nsg).unwrap();
+    assert!(
+        text.contains("203.0.113.250"),
+        "h1's own security group admits the new address: {text}"
+    );
+
+    // List: an absent VM (deleted outside stado) and a running one.
+    lab.credit.inner.delete(&lab.vm_id("h1")).await.unwrap();
+    let l = lab.s.list().await.unwrap();
+    let states: Vec<(&str, &str)> = l
+        .hosts
+        .iter()
+        .map(|h| (h.name.as_str(), h.state.as_str()))
+        .collect();
+    assert_eq!(states, [("h1", "absent"), ("h2", "running")]);
+    assert_eq!(l.running, 1);
+    lab.s.delete("h1").await.unwrap();
+
+    // Delete with a resource Azure keeps: the entry stays, and deleting again retries.
+    lab.azure.refuse_delete("h2-nsg");
+    let e = lab.s.delete("h2").await.unwrap_err();
+    assert!(
+        e.message()
+            .starts_with("h2 is still registered because Azure did not release everything: "),
+        "{e}"
+    );
+    assert!(e.message().contains("security group h2-nsg"), "{e}");
+    assert_eq!(
+        lab.host_resources("h2"),
+        vec![(
+            "Microsoft.Network/networkSecurityGroups".to_string(),
+            "h2-nsg".to_string()
+        )]
+    );
+    assert_eq!(declared_names(&lab.s), vec!["h2".to_string()]);
+    lab.azure.allow_delete("h2-nsg");
+    lab.s.delete("h2").await.unwrap();
+    assert!(lab.host_resources("h2").is_empty());
+    assert!(declared(&lab.s).is_empty());
+
+    // Reap: busy, idle, reapable, unread, and --apply.
+    for n in ["r1", "r2", "r3", "r4"] {
+        assert!(lab.create(n).await.ok, "{n}");
+    }
+    lab.fleet.update("r1", |h| h.runs = 1).unwrap();
+    lab.fleet.update("r4", |h| h.answers = false).unwrap();
+    lab.fleet
+        .advance(std::time::Duration::from_secs(40 * 60))
+        .unwrap();
+    let now = lab.fleet.now();
+    lab.fleet
+        .update("r2", |h| {
+            h.run_area_changed = Some(now - chrono::Duration::minutes(3))
+        })
+        .unwrap();
+    let r = lab.s.reap(true).await.unwrap();
+    let v = |n: &str| r.hosts.iter().find(|h| h.name == n).unwrap().clone();
+    assert_eq!(v("r1").verdict, Verdict::Busy);
+    assert_eq!(v("r2").verdict, Verdict::Idle);
+    assert_eq!(
+        (v("r3").verdict, v("r3").action),
+        (Verdict::Reapable, Some(stado::reap::Action::Reaped))
+    );
+    assert_eq!(v("r4").verdict, Verdict::Unread);
+    assert!(
+        lab.host_resources("r3").is_empty(),
+        "reaped as delete deletes"
+    );
+    assert_eq!(declared_names(&lab.s), vec!["r1", "r2", "r4"]);
+}
+
+/// Transient errors (503, 429) and dropped answers on Azure calls: hosts are created and deleted,
+/// nothing leaks, and the registry matches Azure after every command.
+#[tokio::test]
+async fn a_fault_run_on_azure_leaks_nothing() {
+    let lab = lab(&[]).await;
+    let base: Vec<_> = lab.resources();
+    let control = lab.azure.control().clone();
+    let mut made = Vec::new();
+    for round in 0..4u32 {
+        let name = format!("f{round}");
+        control.inject(Rule::new(None, "", Fault::Status { status: 503, body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "try again"}}), headers: vec![("Retry-After".into(), "0".into())] }, 2));
+        control.inject(Rule::new(
+            Some(axum::http::Method::PUT),
+            "",
+            Fault::DropAnswer,
+            1,
+        ));
+        control.inject(Rule::new(
+            Some(axum::http::Method::GET),
+            "",
+            Fault::DropAnswer,
+            1,
+        ));
+        let r = lab.create(&name).await;
+        control.clear_faults();
+        let vms = lab.vms();
+        assert_eq!(
+            declared_names(&lab.s),
+            vms,
+            "after create {name}: {:?}",
+            r.error
+        );
+        if r.ok {
+            made.push(name);
+        }
+    }
+    assert!(!made.is_empty());
+    for n in made {
+        control.inject(Rule::new(
+            Some(axum::http::Method::DELETE),
+            "",
+            Fault::DropAnswer,
+            1,
+        ));
+        control.inject(Rule::new(None, "", Fault::Status { status: 429, body: serde_json::json!({"error": {"code": "TooManyRequests", "message": "slow down"}}), headers: vec![("Retry-After".into(), "0".into())] }, 1));
+        lab.s.delete(&n).await.unwrap();
+        control.clear_faults();
+        assert_eq!(declared_names(&lab.s), lab.vms());
+    }
+    let left: Vec<_> = lab
+        .resources()
+        .into_iter()
+        .filter(|r| !base.contains(r) && !r.0.contains("applicationSecurityGroups"))
+        .collect();
+    assert!(left.is_empty(), "nothing leaked: {left:?}");
+}
