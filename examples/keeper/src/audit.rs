@@ -26,7 +26,7 @@ pub struct Event {
     pub at: DateTime<Utc>,
     /// What happened (`provider.created`, `cloud.provisioned`, ...).
     pub event: String,
-    /// Who did it (`token:<name>` for the REST API, `cli` for the command line).
+    /// Who did it (`api:<name>` for the REST API, `cli` for the command line).
     pub actor: String,
     /// `succeeded`, `failed` or `refused`.
     pub outcome: String,

@@ -102,17 +102,29 @@ pub async fn migrate(pool: &Pool) -> Result<Vec<i32>> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(step("migration lock"))?;
-    tx.batch_execute(&format!(
-        "CREATE SCHEMA IF NOT EXISTS {SCHEMA};
-         CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_migrations (
-             version    integer PRIMARY KEY,
-             name       text NOT NULL,
-             checksum   text NOT NULL,
-             applied_at timestamptz NOT NULL DEFAULT now()
-         );"
-    ))
-    .await
-    .map_err(step("schema_migrations"))?;
+    // Only the first start creates the schema: later starts need no privilege to create anything
+    // unless a migration is pending.
+    let known: bool = tx
+        .query_one(
+            &format!("SELECT to_regclass('{SCHEMA}.schema_migrations') IS NOT NULL"),
+            &[],
+        )
+        .await
+        .map_err(step("read schema_migrations"))?
+        .get(0);
+    if !known {
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {SCHEMA};
+             CREATE TABLE {SCHEMA}.schema_migrations (
+                 version    integer PRIMARY KEY,
+                 name       text NOT NULL,
+                 checksum   text NOT NULL,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             );"
+        ))
+        .await
+        .map_err(step("create schema_migrations"))?;
+    }
     let rows = tx
         .query(
             &format!(

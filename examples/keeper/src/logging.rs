@@ -43,6 +43,8 @@ pub fn init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(Masked(io::stderr))
+        // No colours: escape codes between a key and its `=` would hide the pair from the filter.
+        .with_ansi(false)
         .with_target(false)
         .try_init();
 }

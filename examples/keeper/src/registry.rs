@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::audit;
-use crate::error::{describe_db, Error, Result};
+use crate::error::{Error, Result};
 use crate::fields::Fields;
 use crate::vault::validate_ref;
 
@@ -354,9 +354,9 @@ pub async fn delete_provider(pool: &Pool, actor: &str, name: &str) -> Result<Clo
             return Err(Error::conflict(
                 "provider.in_use",
                 format!(
-                    "provider {name} has profiles that depend on it ({}); delete them first ({})",
+                    "provider {name} has profiles that depend on it ({}); delete them first (foreign key {}, ON DELETE RESTRICT)",
                     deps.join(", "),
-                    describe_db(&e)
+                    e.as_db_error().and_then(|d| d.constraint()).unwrap_or("cloud_profiles_provider_fkey")
                 ),
             ));
         }

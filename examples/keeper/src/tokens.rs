@@ -89,7 +89,7 @@ pub const STEP_PERMISSION: &str = "step.core.cloud";
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiToken {
-    /// The name the audit trail records as the actor (`token:<name>`).
+    /// The name the audit trail records as the actor (`api:<name>`).
     pub name: String,
     /// The SHA-256 of the token, 64 hex digits.
     pub sha256: String,
@@ -149,7 +149,7 @@ impl Caller {
 
     /// The actor the audit trail records.
     pub fn actor(&self) -> String {
-        format!("token:{}", self.name)
+        format!("api:{}", self.name)
     }
 }
 

@@ -269,10 +269,10 @@ async fn providers_and_profiles_with_permissions_conflicts_and_audit() {
         })
         .collect();
     let want = [
-        ("provider.created", "token:ops"),
-        ("profile.created", "token:ops"),
-        ("profile.deleted", "token:ops"),
-        ("provider.deleted", "token:ops"),
+        ("provider.created", "api:ops"),
+        ("profile.created", "api:ops"),
+        ("profile.deleted", "api:ops"),
+        ("provider.deleted", "api:ops"),
     ];
     assert_eq!(
         got,
@@ -362,7 +362,7 @@ async fn rest_answers_mask_token_keys_but_a_step_delivers_its_tokens() {
     }
     assert!(!text.contains("lbl-secret-7"));
     let e = w.audit("cloud.provisioned").await.pop().unwrap();
-    assert_eq!(e["actor"], "token:stepper");
+    assert_eq!(e["actor"], "api:stepper");
     let audit = e.to_string();
     for h in hosts {
         assert!(!audit.contains(h["bootstrap_token"].as_str().unwrap()));

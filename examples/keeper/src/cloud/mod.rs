@@ -277,6 +277,7 @@ impl Keeper {
         match run.error {
             None => {
                 let mut out = run.output.unwrap_or_else(|| json!({}));
+                out["step_id"] = json!(step_id);
                 mask_step_output(&mut out);
                 tracing::info!(step = step, step_id = %step_id, "step succeeded");
                 Ok(out)

@@ -38,6 +38,13 @@ fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !v.is_empty())
 }
 
+/// A client on the server (the admin database).
+pub async fn admin() -> tokio_postgres::Client {
+    admin_client(&admin_url())
+        .await
+        .expect("connect to PostgreSQL")
+}
+
 /// A database made for one test, dropped when the test ends (also when it panics).
 pub struct TestDb {
     pub url: String,
