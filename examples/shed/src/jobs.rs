@@ -9,7 +9,7 @@ use orca::{Created, Error, Machine, Status as VmStatus, Timestamp};
 
 use crate::backend::{ApiError, Backend, State, ID_LABEL, SCHEMA, SCHEMA_LABEL, STATE_LABEL};
 use crate::clock::{go_duration, since};
-use crate::model::{CreateStage, Op, Queued, Reason, Shed, ShedView, Status};
+use crate::model::{CreateStage, DeleteMarker, Op, Queued, Reason, Shed, ShedView, Status};
 use crate::probe::{ProbeOutcome, ProbeTarget};
 
 #[derive(Debug)]
@@ -274,10 +274,10 @@ impl Backend {
         if !st.sheds.contains_key(id) {
             // Deleted while the cloud was asked: the delete waits for the VM, then destroys it.
             if let Some(m) = st.deletes.get_mut(id) {
-                match &outcome {
-                    Ok(vm) => m.vm_id = Some(vm.id.clone()),
-                    Err((Some(_), _)) => m.may_have_vm = false,
-                    Err(_) => {}
+                // A refusal may follow an attempt whose answer was lost: the destroy step looks
+                // for the VM by its shed-id label before it believes there is none.
+                if let Ok(vm) = &outcome {
+                    m.vm_id = Some(vm.id.clone());
                 }
                 let snap = m.clone();
                 self.save_marker(&snap);
@@ -309,14 +309,29 @@ impl Backend {
                     "remote: shed {name} ({id}) create refused by the cloud ({reason}): {why}"
                 ));
                 if st.waiters.remove(id) {
-                    // Early enough for the request to answer 503: no shed is left.
+                    // Early enough for the request to answer 503: no shed is left. An attempt whose
+                    // answer was lost may have made the VM all the same, so a hidden delete marker
+                    // takes the record's place until a listing shows there is none.
                     st.refused.insert(id.to_string(), err);
+                    let s = st.sheds.get(id).cloned().expect("present");
+                    let marker = DeleteMarker {
+                        id: s.id.clone(),
+                        name: s.name.clone(),
+                        client: s.client.clone(),
+                        vm_name: s.vm_name.clone(),
+                        vm_id: None,
+                        may_have_vm: true,
+                        acknowledged_at: now,
+                        last_error: None,
+                        foreign_labels: false,
+                    };
+                    self.save_marker(&marker);
+                    st.deletes.insert(id.to_string(), marker);
                     self.drop_record(&mut st, id);
                 } else {
                     let s = st.sheds.get_mut(id).expect("present");
                     s.set(Status::Error, Some(reason), now);
                     s.detail = Some(why);
-                    s.vm_gone = true;
                     let snap = s.clone();
                     self.save(&snap);
                 }

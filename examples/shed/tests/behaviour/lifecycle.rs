@@ -493,3 +493,19 @@ async fn every_status_carries_only_the_reasons_the_seed_lists() {
     assert!(!Status::Error.allowed_reasons().contains(&Reason::Limit));
     assert!(Status::Stopped.allowed_reasons().contains(&Reason::Limit));
 }
+
+#[tokio::test]
+async fn a_quota_refusal_after_a_lost_answer_leaves_no_shed_and_no_vm() {
+    // Found by the soak: the first insert made the VM but its answer was lost; the retry met the
+    // quota. The 503 must not leave that VM behind.
+    let env = Env::new().await;
+    env.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    env.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
+    let e = env.create("lost").await.unwrap_err();
+    assert_eq!(e.code, "CLOUD_QUOTA_EXCEEDED");
+    assert!(env.view("lost").is_none());
+    env.idle().await;
+    assert!(env.vms().is_empty(), "the VM of the lost answer is destroyed: {:?}", env.vms());
+    assert!(env.backend.markers().is_empty());
+}

@@ -7,4 +7,5 @@ mod lifecycle;
 mod pass;
 mod requests;
 mod restart;
+mod soak;
 mod support;
