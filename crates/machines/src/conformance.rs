@@ -1381,7 +1381,10 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
     }
     let pb = ctx.provider(&ctx.owner_b).await?;
     if let Some(bb) = pb.ssh_admission() {
-        match bb.admit_ssh(&group, loc, &first, &[m.id.clone()]).await {
+        match bb
+            .admit_ssh(&group, loc, &first, std::slice::from_ref(&m.id))
+            .await
+        {
             Err(Error::NotOwned { .. }) => {}
             other => {
                 return Err(Verdict::Fail(format!(

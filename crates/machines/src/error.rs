@@ -119,14 +119,14 @@ pub enum Error {
         /// What was not found.
         what: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// Something of that name exists already and is not this owner's to adopt.
     AlreadyExists {
         /// What exists already.
         what: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// The machine exists but this provider's owner did not create it; nothing was changed.
     NotOwned {
@@ -144,14 +144,14 @@ pub enum Error {
         /// The cloud's own words.
         message: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// An account limit (quota) would be exceeded. Not capacity: trying elsewhere will not help.
     Quota {
         /// The cloud's own words, naming the limit where it does.
         message: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// The cloud throttled the call; retry after the given time.
     Throttled {
@@ -160,21 +160,21 @@ pub enum Error {
         /// The cloud's own words.
         message: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// The credentials were missing, expired or refused.
     Unauthenticated {
         /// Why (never the credential itself).
         message: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// The credentials are valid but lack a permission, or a policy denied the call.
     PermissionDenied {
         /// The cloud's own words, naming the permission or policy where it does.
         message: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// This driver cannot do `operation`. Raised before any network call.
     Unsupported {
@@ -189,7 +189,7 @@ pub enum Error {
         /// What happened.
         message: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
     /// A call failed after it had made resources, and removing some of them failed too:
     /// `left` names every resource still held by the cloud.
@@ -204,7 +204,7 @@ pub enum Error {
         /// What happened.
         message: String,
         /// Where the error came from.
-        context: Context,
+        context: Box<Context>,
     },
 }
 
@@ -381,7 +381,7 @@ impl Error {
     pub fn not_found(what: impl Into<String>) -> Self {
         Error::NotFound {
             what: what.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -389,7 +389,7 @@ impl Error {
     pub fn already_exists(what: impl Into<String>) -> Self {
         Error::AlreadyExists {
             what: what.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -411,7 +411,7 @@ impl Error {
             machine_type: machine_type.into(),
             location: location.into(),
             message: message.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -419,7 +419,7 @@ impl Error {
     pub fn quota(message: impl Into<String>) -> Self {
         Error::Quota {
             message: message.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -428,7 +428,7 @@ impl Error {
         Error::Throttled {
             retry_after,
             message: message.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -436,7 +436,7 @@ impl Error {
     pub fn unauthenticated(message: impl Into<String>) -> Self {
         Error::Unauthenticated {
             message: message.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -444,7 +444,7 @@ impl Error {
     pub fn permission_denied(message: impl Into<String>) -> Self {
         Error::PermissionDenied {
             message: message.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -452,7 +452,7 @@ impl Error {
     pub fn transient(message: impl Into<String>) -> Self {
         Error::Transient {
             message: message.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -468,7 +468,7 @@ impl Error {
     pub fn other(message: impl Into<String>) -> Self {
         Error::Other {
             message: message.into(),
-            context: Context::default(),
+            context: Box::default(),
         }
     }
 
@@ -484,7 +484,7 @@ impl Error {
             | Error::Unauthenticated { context, .. }
             | Error::PermissionDenied { context, .. }
             | Error::Transient { context, .. }
-            | Error::Other { context, .. } => Some(context),
+            | Error::Other { context, .. } => Some(&**context),
             Error::Leftovers { error, .. } => error.context(),
             Error::InvalidSpec { .. }
             | Error::InvalidSettings { .. }
@@ -503,7 +503,7 @@ impl Error {
             | Error::Unauthenticated { context, .. }
             | Error::PermissionDenied { context, .. }
             | Error::Transient { context, .. }
-            | Error::Other { context, .. } => Some(context),
+            | Error::Other { context, .. } => Some(&mut **context),
             Error::Leftovers { error, .. } => error.context_mut(),
             Error::InvalidSpec { .. }
             | Error::InvalidSettings { .. }
