@@ -71,7 +71,10 @@ pub fn router(backend: Backend) -> Router {
         .route("/api/sheds/{name}/exec", post(exec))
         .route("/api/sheds/{name}/connect", any(connect))
         .route("/api/sheds/{name}/reset", post(unsupported("reset")))
-        .route("/api/sheds/{name}/egress", any(unsupported("egress profiles")))
+        .route(
+            "/api/sheds/{name}/egress",
+            any(unsupported("egress profiles")),
+        )
         .route(
             "/api/snapshots",
             get(|| async { Json(Vec::<String>::new()) }).post(unsupported("snapshots")),
@@ -81,18 +84,28 @@ pub fn router(backend: Backend) -> Router {
             get(unsupported("snapshots")).delete(unsupported("snapshots")),
         )
         .route("/api/images", get(|| async { Json(Vec::<String>::new()) }))
-        .route("/api/images/pull", post(unsupported("the image store (pull)")))
-        .route("/api/images/prune", post(unsupported("the image store (prune)")))
+        .route(
+            "/api/images/pull",
+            post(unsupported("the image store (pull)")),
+        )
+        .route(
+            "/api/images/prune",
+            post(unsupported("the image store (prune)")),
+        )
         .route(
             "/api/images/{name}",
-            get(unsupported("the image store (inspect)")).delete(unsupported("the image store (delete)")),
+            get(unsupported("the image store (inspect)"))
+                .delete(unsupported("the image store (delete)")),
         )
-        .route("/api/images/{name}/tag", post(unsupported("the image store (tag)")))
-        .route("/api/images/{name}/push", post(unsupported("the image store (push)")))
         .route(
-            "/api/egress/profiles",
-            post(unsupported("egress profiles")),
+            "/api/images/{name}/tag",
+            post(unsupported("the image store (tag)")),
         )
+        .route(
+            "/api/images/{name}/push",
+            post(unsupported("the image store (push)")),
+        )
+        .route("/api/egress/profiles", post(unsupported("egress profiles")))
         .route(
             "/api/egress/profiles/{name}",
             any(unsupported("egress profiles")),
@@ -153,7 +166,11 @@ async fn info(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, 
 async fn server_log(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
     let c = caller(&b, &headers)?;
     if c.role != Role::Admin {
-        return Err(ApiError::new(403, "FORBIDDEN", "the server log is for admins"));
+        return Err(ApiError::new(
+            403,
+            "FORBIDDEN",
+            "the server log is for admins",
+        ));
     }
     Ok(Json(b.log().lines()).into_response())
 }
@@ -232,7 +249,10 @@ pub fn failed_create(shed: &ShedView, detail: Option<&str>) -> ApiError {
         "firewall" => "FIREWALL_CHECK_FAILED",
         _ => "CREATE_FAILED",
     };
-    let mut message = format!("the create of shed {:?} failed (reason {reason})", shed.name);
+    let mut message = format!(
+        "the create of shed {:?} failed (reason {reason})",
+        shed.name
+    );
     if let Some(d) = detail {
         message.push_str(": ");
         message.push_str(d);
@@ -265,7 +285,15 @@ async fn create(
         };
         let mut last = match accepted {
             Err(e) => {
-                let _ = tx.send(event("error", &ErrorBody { code: e.code, message: e.message })).await;
+                let _ = tx
+                    .send(event(
+                        "error",
+                        &ErrorBody {
+                            code: e.code,
+                            message: e.message,
+                        },
+                    ))
+                    .await;
                 return;
             }
             Ok(v) => v,
@@ -307,7 +335,13 @@ async fn create(
                     };
                     let e = failed_create(&v, detail.as_deref());
                     let _ = tx
-                        .send(event("error", &ErrorBody { code: e.code, message: e.message }))
+                        .send(event(
+                            "error",
+                            &ErrorBody {
+                                code: e.code,
+                                message: e.message,
+                            },
+                        ))
                         .await;
                     return;
                 }

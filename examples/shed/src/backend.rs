@@ -21,8 +21,7 @@ use crate::echo::Echo;
 use crate::firewall::{Expectation, FirewallCheck, FirewallTimings, Outcome};
 use crate::log::ServerLog;
 use crate::model::{
-    new_id, validate_shed_name, CreateStage, DeleteMarker, Op, Queued, Shed, ShedView,
-    Status,
+    new_id, validate_shed_name, CreateStage, DeleteMarker, Op, Queued, Shed, ShedView, Status,
 };
 use crate::probe::Probe;
 use crate::store::Store;
@@ -419,7 +418,8 @@ impl Backend {
 
     /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied.
     pub fn shutdown(&self) {
-        let tasks = std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let tasks =
+            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
         for t in tasks {
             t.abort();
         }
@@ -572,7 +572,9 @@ impl Backend {
         let lingering = st
             .deletes
             .values()
-            .filter(|m| m.may_have_vm && since(now, m.acknowledged_at) > self.inner.timings.delete_grace)
+            .filter(|m| {
+                m.may_have_vm && since(now, m.acknowledged_at) > self.inner.timings.delete_grace
+            })
             .count();
         (on, lingering)
     }
@@ -675,9 +677,7 @@ impl Backend {
     }
 
     pub(crate) fn find<'a>(st: &'a State, caller: &Caller, name: &str) -> Option<&'a Shed> {
-        st.sheds
-            .values()
-            .find(|s| s.name == name && caller.sees(s))
+        st.sheds.values().find(|s| s.name == name && caller.sees(s))
     }
 
     /// `GET /api/sheds/{name}`.
@@ -825,9 +825,7 @@ impl Backend {
             }
         }
         self.require_firewall(caller).await?;
-        let max_run = cfg
-            .max_run_duration
-            .max(caller.max_age.unwrap_or_default());
+        let max_run = cfg.max_run_duration.max(caller.max_age.unwrap_or_default());
         let now = self.now();
         let id = new_id();
         let shed = Shed {
@@ -906,7 +904,11 @@ impl Backend {
                             "the shed was deleted while its create was starting",
                         ));
                     }
-                    Some(s) if s.create == CreateStage::Made || s.status != Status::Starting || done => {
+                    Some(s)
+                        if s.create == CreateStage::Made
+                            || s.status != Status::Starting
+                            || done =>
+                    {
                         let v = ShedView::from(s);
                         st.waiters.remove(id);
                         return Ok(v);
@@ -959,7 +961,11 @@ impl Backend {
     }
 
     /// `POST /api/sheds/{name}/start` (the seed's call matrix).
-    pub async fn start_shed(&self, caller: &Caller, name: &str) -> Result<(ShedView, Effect), ApiError> {
+    pub async fn start_shed(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(ShedView, Effect), ApiError> {
         let (id, status) = {
             let st = self.state();
             let s = Self::find(&st, caller, name).ok_or_else(|| ApiError::not_found(name))?;
@@ -1035,7 +1041,11 @@ impl Backend {
     }
 
     /// `POST /api/sheds/{name}/stop` (the seed's call matrix).
-    pub async fn stop_shed(&self, caller: &Caller, name: &str) -> Result<(ShedView, Effect), ApiError> {
+    pub async fn stop_shed(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<(ShedView, Effect), ApiError> {
         let now = self.now();
         let mut st = self.state();
         let s = Self::find(&st, caller, name).ok_or_else(|| ApiError::not_found(name))?;
@@ -1097,11 +1107,9 @@ impl Backend {
         // Whose labels are on the VM? A failed read does not stop the delete.
         let mut foreign = false;
         if let Some(vm) = &vm_id {
-            let read = tokio::time::timeout(
-                Duration::from_secs(10),
-                self.inner.provider.machine(vm),
-            )
-            .await;
+            let read =
+                tokio::time::timeout(Duration::from_secs(10), self.inner.provider.machine(vm))
+                    .await;
             if let Ok(Ok(Some(m))) = read {
                 foreign = m.labels.get(SCHEMA_LABEL).map(String::as_str) != Some(SCHEMA);
             }
@@ -1118,8 +1126,7 @@ impl Backend {
                 client: s.client.clone(),
                 vm_name: s.vm_name.clone(),
                 vm_id: s.vm_id.clone(),
-                may_have_vm: !s.vm_gone
-                    && (s.vm_id.is_some() || s.create != CreateStage::NotSent),
+                may_have_vm: !s.vm_gone && (s.vm_id.is_some() || s.create != CreateStage::NotSent),
                 acknowledged_at: now,
                 last_error: None,
                 foreign_labels: foreign,

@@ -16,7 +16,11 @@ use crate::model::ShedView;
 
 /// The shed command.
 #[derive(Debug, Parser)]
-#[command(name = "shed", version, about = "Sheds on a shed-server (remote backend)")]
+#[command(
+    name = "shed",
+    version,
+    about = "Sheds on a shed-server (remote backend)"
+)]
 pub struct Args {
     /// The server's API root.
     #[arg(long, env = "SHED_SERVER", default_value = "http://127.0.0.1:8421")]
@@ -227,7 +231,10 @@ pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write 
 }
 
 async fn info(client: &Client) -> Result<Result<Info, (u16, ErrorBody)>, String> {
-    match client.send(client.req(reqwest::Method::GET, "/api/info")).await? {
+    match client
+        .send(client.req(reqwest::Method::GET, "/api/info"))
+        .await?
+    {
         Answer::Ok(v) => Ok(Ok(
             serde_json::from_value(v).map_err(|e| format!("the server's info: {e}"))?
         )),
@@ -357,7 +364,11 @@ async fn run_inner(
                 }
             };
             if *json {
-                let _ = writeln!(out, "{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    serde_json::to_string_pretty(&v).unwrap_or_default()
+                );
                 return Ok(0);
             }
             let sheds: Vec<ShedView> =
@@ -396,7 +407,10 @@ async fn run_inner(
                 "/api/sheds/{name}/{}",
                 if starting { "start" } else { "stop" }
             );
-            match client.send(client.req(reqwest::Method::POST, &path)).await? {
+            match client
+                .send(client.req(reqwest::Method::POST, &path))
+                .await?
+            {
                 Answer::Ok(..) => {}
                 Answer::Err(s, e) => {
                     print_error(err, s, &e);

@@ -564,8 +564,7 @@ fn is_label_safe(s: &str, max: usize) -> bool {
         && s.len() <= max
         && s.as_bytes()[0].is_ascii_lowercase()
         && !s.ends_with(['-', '_'])
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
@@ -675,10 +674,7 @@ impl FileConfig {
                 ProviderKind::Fake
             }
             other => {
-                p.add(
-                    "remote.provider",
-                    format!("gce or fake, got {other:?}"),
-                );
+                p.add("remote.provider", format!("gce or fake, got {other:?}"));
                 ProviderKind::Gce
             }
         };
@@ -694,10 +690,7 @@ impl FileConfig {
                 Transport::Local
             }
             other => {
-                p.add(
-                    "remote.transport",
-                    format!("ssh or local, got {other:?}"),
-                );
+                p.add("remote.transport", format!("ssh or local, got {other:?}"));
                 Transport::Ssh
             }
         };
@@ -723,7 +716,9 @@ impl FileConfig {
         // Images.
         let default_image = r.default_image.clone().unwrap_or_default();
         let image_ok = |s: &str| {
-            !s.is_empty() && s.len() <= 1024 && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+            !s.is_empty()
+                && s.len() <= 1024
+                && !s.chars().any(|c| c.is_whitespace() || c.is_control())
         };
         if r.default_image.is_none() {
             p.add("remote.default_image", "required");
@@ -872,10 +867,7 @@ impl FileConfig {
             .agent_dir
             .clone()
             .unwrap_or_else(|| base_state.join("agent"));
-        let listen_text = self
-            .listen
-            .clone()
-            .unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen_text = self.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.into());
         let listen = listen_text.parse().unwrap_or_else(|_| {
             p.add(
                 "listen",
@@ -985,41 +977,43 @@ impl FileConfig {
         let mut source_ranges = Vec::new();
         match mode {
             FirewallMode::Static => {
-                let (field, list): (String, Vec<String>) =
-                    match (&fw.source_ranges[..], &fw.source_ranges_env) {
-                        ([_, ..], Some(_)) => {
-                            p.add(
-                                "remote.firewall.source_ranges",
-                                "set exactly one of source_ranges and source_ranges_env",
-                            );
-                            (String::new(), Vec::new())
-                        }
-                        ([_, ..], None) => (
-                            "remote.firewall.source_ranges".into(),
-                            fw.source_ranges.clone(),
-                        ),
-                        ([], name) => {
-                            let name = name
-                                .clone()
-                                .unwrap_or_else(|| "SHED_REMOTE_SOURCE_RANGES".into());
-                            match var(&name) {
-                                Some(v) => (
-                                    name.clone(),
-                                    v.split(',')
-                                        .map(|s| s.trim().to_string())
-                                        .filter(|s| !s.is_empty())
-                                        .collect(),
-                                ),
-                                None => {
-                                    p.add(
+                let (field, list): (String, Vec<String>) = match (
+                    &fw.source_ranges[..],
+                    &fw.source_ranges_env,
+                ) {
+                    ([_, ..], Some(_)) => {
+                        p.add(
+                            "remote.firewall.source_ranges",
+                            "set exactly one of source_ranges and source_ranges_env",
+                        );
+                        (String::new(), Vec::new())
+                    }
+                    ([_, ..], None) => (
+                        "remote.firewall.source_ranges".into(),
+                        fw.source_ranges.clone(),
+                    ),
+                    ([], name) => {
+                        let name = name
+                            .clone()
+                            .unwrap_or_else(|| "SHED_REMOTE_SOURCE_RANGES".into());
+                        match var(&name) {
+                            Some(v) => (
+                                name.clone(),
+                                v.split(',')
+                                    .map(|s| s.trim().to_string())
+                                    .filter(|s| !s.is_empty())
+                                    .collect(),
+                            ),
+                            None => {
+                                p.add(
                                         name.clone(),
                                         "not set: static mode needs remote.firewall.source_ranges or this variable (comma-separated IPv4 CIDRs)",
                                     );
-                                    (String::new(), Vec::new())
-                                }
+                                (String::new(), Vec::new())
                             }
                         }
-                    };
+                    }
+                };
                 if !field.is_empty() {
                     if list.is_empty() {
                         p.add(&field, "the list is empty");
@@ -1038,7 +1032,10 @@ impl FileConfig {
                 if !fw.source_ranges.is_empty() || fw.source_ranges_env.is_some() {
                     p.add(
                         "remote.firewall.source_ranges",
-                        format!("only static mode uses source ranges (mode {})", mode.as_str()),
+                        format!(
+                            "only static mode uses source ranges (mode {})",
+                            mode.as_str()
+                        ),
                     );
                 }
             }
@@ -1300,7 +1297,10 @@ mod tests {
 
     #[test]
     fn echo_urls() {
-        assert_eq!(check_echo_url("https://Echo.Example/").unwrap(), "echo.example");
+        assert_eq!(
+            check_echo_url("https://Echo.Example/").unwrap(),
+            "echo.example"
+        );
         assert!(check_echo_url("http://echo.example/").is_err());
         assert!(check_echo_url("https://bücher.example/").is_err());
         assert_eq!(

@@ -112,12 +112,13 @@ mod tests {
         let app = axum::Router::new()
             .route("/ok", get(|| async { "203.0.113.7\n" }))
             .route("/two", get(|| async { "203.0.113.7 203.0.113.8" }))
-            .route("/long", get(|| async { format!("203.0.113.7{}", " ".repeat(60)) }))
+            .route(
+                "/long",
+                get(|| async { format!("203.0.113.7{}", " ".repeat(60)) }),
+            )
             .route(
                 "/redirect",
-                get(|| async {
-                    (StatusCode::FOUND, [(header::LOCATION, "/ok")]).into_response()
-                }),
+                get(|| async { (StatusCode::FOUND, [(header::LOCATION, "/ok")]).into_response() }),
             )
             .route(
                 "/teapot",

@@ -316,7 +316,16 @@ impl FirewallCheck {
             }
         };
         let expected = self.expected(st, now);
-        let mut out = self.clauses(rule.as_ref(), &rules, &network, &net_name, &expected, st, now, answers.as_ref());
+        let mut out = self.clauses(
+            rule.as_ref(),
+            &rules,
+            &network,
+            &net_name,
+            &expected,
+            st,
+            now,
+            answers.as_ref(),
+        );
         // Mode auto repairs the sources, and nothing else, when every other clause holds.
         if self.want.mode == FirewallMode::Auto && out.failed.contains(&FwReason::RuleSources) {
             let why_not = if out.failed.len() > 1 {
@@ -332,14 +341,16 @@ impl FirewallCheck {
                     "not repaired: the echo services did not agree in this check ({})",
                     answers.as_ref().map(Answers::describe).unwrap_or_default()
                 ))
-            } else if let Some(at) = st.last_patch.filter(|at| since(now, *at) < self.timings.patch_spacing) {
-                Some(format!(
-                    "not repaired yet: the rule was last patched {} ago and is patched at most once every {}",
-                    go_duration(since(now, at)),
-                    go_duration(self.timings.patch_spacing)
-                ))
             } else {
-                None
+                st.last_patch
+                    .filter(|at| since(now, *at) < self.timings.patch_spacing)
+                    .map(|at| {
+                        format!(
+                            "not repaired yet: the rule was last patched {} ago and is patched at most once every {}",
+                            go_duration(since(now, at)),
+                            go_duration(self.timings.patch_spacing)
+                        )
+                    })
             };
             match why_not {
                 Some(w) => out.message = format!("{}; {w}", out.message),
@@ -567,7 +578,8 @@ impl FirewallCheck {
         let due = match &st.logged {
             None => true,
             Some((p, r, m, at)) => {
-                (*p, *r, m.clone()) != key || (!o.passed && since(now, *at) >= self.timings.log_repeat)
+                (*p, *r, m.clone()) != key
+                    || (!o.passed && since(now, *at) >= self.timings.log_repeat)
             }
         };
         if !due {

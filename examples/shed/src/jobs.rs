@@ -337,9 +337,9 @@ impl Backend {
                 }
             }
             Err((None, why)) => {
-                self.inner.log.warn(format!(
-                    "remote: shed {name} ({id}) create failed: {why}"
-                ));
+                self.inner
+                    .log
+                    .warn(format!("remote: shed {name} ({id}) create failed: {why}"));
                 let s = st.sheds.get_mut(id).expect("present");
                 s.set(Status::Error, Some(Reason::CreateFailed), now);
                 s.detail = Some(why);
@@ -441,9 +441,10 @@ impl Backend {
                 }
             }
             Ok(Some(_)) => {}
-            Err(e) => self.inner.log.warn(format!(
-                "remote: shed {id}: its VM could not be read: {e}"
-            )),
+            Err(e) => self
+                .inner
+                .log
+                .warn(format!("remote: shed {id}: its VM could not be read: {e}")),
         }
     }
 
@@ -511,7 +512,9 @@ impl Backend {
             if is_create {
                 self.update(id, |s, now| {
                     s.set(Status::Error, Some(Reason::CreateFailed), now);
-                    s.detail = Some(format!("the VM stopped before its agent answered ({reason})"));
+                    s.detail = Some(format!(
+                        "the VM stopped before its agent answered ({reason})"
+                    ));
                 });
             } else {
                 self.update(id, |s, now| {
@@ -550,10 +553,20 @@ impl Backend {
                 }
             }
             ProbeOutcome::HostKeyMismatch if is_create => {
-                self.fail_create(id, &name, Reason::HostKey, "the VM's host key did not match the pinned key");
+                self.fail_create(
+                    id,
+                    &name,
+                    Reason::HostKey,
+                    "the VM's host key did not match the pinned key",
+                );
             }
             ProbeOutcome::Incompatible(why) if is_create => {
-                self.fail_create(id, &name, Reason::Layout, &format!("the agent or guest layout is not compatible: {why}"));
+                self.fail_create(
+                    id,
+                    &name,
+                    Reason::Layout,
+                    &format!("the agent or guest layout is not compatible: {why}"),
+                );
             }
             ProbeOutcome::Incompatible(why) => {
                 let stopped = self.inner.provider.stop(vm).await;
@@ -563,7 +576,10 @@ impl Backend {
                 });
                 self.inner.log.warn(format!(
                     "remote: shed {name} ({id}) start failed (layout): {why}{}",
-                    stopped.err().map(|e| format!("; its VM could not be stopped: {e}")).unwrap_or_default()
+                    stopped
+                        .err()
+                        .map(|e| format!("; its VM could not be stopped: {e}"))
+                        .unwrap_or_default()
                 ));
             }
             other => {

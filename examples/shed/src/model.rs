@@ -65,10 +65,7 @@ impl Status {
 
     /// Whether the shed's VM is (or may be) on, for `max_running`.
     pub fn counts_as_running(self) -> bool {
-        matches!(
-            self,
-            Status::Starting | Status::Running | Status::Stopping
-        )
+        matches!(self, Status::Starting | Status::Running | Status::Stopping)
     }
 }
 
@@ -381,7 +378,10 @@ mod tests {
     fn every_reason_belongs_to_the_statuses_the_seed_lists() {
         use Reason::*;
         let table: &[(Status, &[&str])] = &[
-            (Status::Starting, &["no_pin", "unreachable", "cloud_unreadable"]),
+            (
+                Status::Starting,
+                &["no_pin", "unreachable", "cloud_unreadable"],
+            ),
             (Status::Running, &[]),
             (Status::Stopping, &[]),
             (
@@ -410,7 +410,11 @@ mod tests {
             ),
         ];
         for (status, words) in table {
-            let got: Vec<&str> = status.allowed_reasons().iter().map(|r| r.as_str()).collect();
+            let got: Vec<&str> = status
+                .allowed_reasons()
+                .iter()
+                .map(|r| r.as_str())
+                .collect();
             assert_eq!(&got, words, "{status}");
         }
         for r in [NoPin, RunLimit, CreateFailed, HostKey] {

@@ -134,7 +134,9 @@ mod tests {
         assert!(check_static_range("203.0.113.7/32", false).is_ok());
         assert!(check_static_range("198.51.100.0/24", false).is_ok());
         assert_eq!(
-            check_static_range("203.0.113.7", false).unwrap().to_string(),
+            check_static_range("203.0.113.7", false)
+                .unwrap()
+                .to_string(),
             "203.0.113.7/32"
         );
         let wide = check_static_range("0.0.0.0/0", false).unwrap_err();

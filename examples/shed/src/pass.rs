@@ -11,9 +11,7 @@ use std::collections::HashMap;
 
 use orca::{Machine, Status as VmStatus};
 
-use crate::backend::{
-    Backend, CLIENT_LABEL, ID_LABEL, NAME_LABEL, SIZE_LABEL, STATE_LABEL,
-};
+use crate::backend::{Backend, CLIENT_LABEL, ID_LABEL, NAME_LABEL, SIZE_LABEL, STATE_LABEL};
 use crate::clock::{go_duration, since};
 use crate::jobs::{readable, stop_reason};
 use crate::model::{validate_shed_name, CreateStage, DeleteMarker, Op, Reason, Shed, Status};
@@ -27,7 +25,12 @@ impl Backend {
     pub async fn pass(&self, startup: bool) {
         let _serial = self.inner.pass_lock.lock().await;
         self.inner.firewall.check().await;
-        let vms = match self.inner.provider.machines(&self.inner.cfg.environment).await {
+        let vms = match self
+            .inner
+            .provider
+            .machines(&self.inner.cfg.environment)
+            .await
+        {
             Ok(v) => v,
             Err(e) => {
                 self.inner.log.warn(format!(
@@ -380,11 +383,12 @@ impl Backend {
             disk_gb: cfg.disk_gb,
             image: "default".into(),
             network_profile: cfg.default_profile.clone(),
-            max_run_secs: m
-                .max_run_duration
-                .unwrap_or(cfg.max_run_duration)
-                .as_secs(),
-            status: if on { Status::Starting } else { Status::Stopped },
+            max_run_secs: m.max_run_duration.unwrap_or(cfg.max_run_duration).as_secs(),
+            status: if on {
+                Status::Starting
+            } else {
+                Status::Stopped
+            },
             reason: None,
             vm_name: m.name.clone(),
             vm_id: Some(m.id.clone()),

@@ -118,7 +118,9 @@ impl Probe for SshBannerProbe {
             )),
             Ok(Err(e)) => ProbeOutcome::Unreachable(e),
             Ok(Ok(line)) if line.starts_with("SSH-") => ProbeOutcome::Answered,
-            Ok(Ok(_)) => ProbeOutcome::Unreachable("the port answered without an SSH banner".into()),
+            Ok(Ok(_)) => {
+                ProbeOutcome::Unreachable("the port answered without an SSH banner".into())
+            }
         }
     }
 }

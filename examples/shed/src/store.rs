@@ -106,17 +106,11 @@ fn write_atomic<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     written
 }
 
-fn read_all<T: DeserializeOwned>(
-    dir: &Path,
-    into: &mut Vec<T>,
-    bad: &mut Vec<(PathBuf, String)>,
-) {
+fn read_all<T: DeserializeOwned>(dir: &Path, into: &mut Vec<T>, bad: &mut Vec<(PathBuf, String)>) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
     for path in paths {
         match path.extension().and_then(|e| e.to_str()) {
@@ -182,11 +176,7 @@ mod tests {
         let mut s = shed("aaaaaaaaaa");
         s.status = Status::Running;
         store.save_shed(&s).unwrap();
-        fs::write(
-            dir.path().join("sheds").join("bbbbbbbbbb.tmp123"),
-            b"{half",
-        )
-        .unwrap();
+        fs::write(dir.path().join("sheds").join("bbbbbbbbbb.tmp123"), b"{half").unwrap();
         fs::write(dir.path().join("sheds").join("cccccccccc.json"), b"{half").unwrap();
         let loaded = store.load();
         assert_eq!(loaded.sheds, vec![s]);

@@ -33,7 +33,8 @@ fn resolve(yaml: &str, env: &HashMap<String, String>) -> Result<Config, ConfigEr
     FileConfig::parse(yaml)?.resolve(&|k| env.get(k).cloned())
 }
 
-const MINIMAL: &str = "default_backend: remote\nremote:\n  environment: dev\n  default_image: shed-img\n";
+const MINIMAL: &str =
+    "default_backend: remote\nremote:\n  environment: dev\n  default_image: shed-img\n";
 
 fn with(extra: &str) -> String {
     format!("{MINIMAL}{extra}")
@@ -53,9 +54,15 @@ fn only_environment_and_default_image_are_required_and_every_default_is_the_seed
     assert_eq!(c.environment, "dev");
     assert_eq!(c.default_size, "standard");
     assert_eq!(c.sizes["standard"].machine_type, "e2-standard-2");
-    assert_eq!((c.sizes["standard"].cpus, c.sizes["standard"].memory_mb), (2, 8192));
+    assert_eq!(
+        (c.sizes["standard"].cpus, c.sizes["standard"].memory_mb),
+        (2, 8192)
+    );
     assert_eq!(c.sizes["large"].machine_type, "e2-standard-8");
-    assert_eq!((c.sizes["large"].cpus, c.sizes["large"].memory_mb), (8, 32768));
+    assert_eq!(
+        (c.sizes["large"].cpus, c.sizes["large"].memory_mb),
+        (8, 32768)
+    );
     assert_eq!(c.disk_gb, 50);
     assert_eq!((c.limits.max_running, c.limits.max_sheds), (2, 8));
     assert_eq!(c.max_run_duration, Duration::from_secs(24 * 3600));
@@ -73,7 +80,11 @@ fn only_environment_and_default_image_are_required_and_every_default_is_the_seed
     assert_eq!(s.get("ORCA_GCE_NETWORK"), Some("shed-net"));
     assert_eq!(s.get("ORCA_GCE_SUBNET"), Some("shed-subnet"));
     assert_eq!(s.get("ORCA_GCE_CREDENTIALS_BASE64"), Some("e30="));
-    assert!(c.state_dir.ends_with("shed/remote"), "{}", c.state_dir.display());
+    assert!(
+        c.state_dir.ends_with("shed/remote"),
+        "{}",
+        c.state_dir.display()
+    );
     assert!(c.ssh_key.is_some());
     let dbg = format!("{c:?}");
     assert!(!dbg.contains("e30=") && !dbg.contains("OPENSSH"), "{dbg}");
@@ -93,7 +104,12 @@ fn every_variable_is_read_once_and_a_missing_one_is_named() {
     for (k, n) in reads.borrow().iter() {
         assert_eq!(*n, 1, "{k} read {n} times");
     }
-    for var in ["SHED_GCE_PROJECT", "SHED_GCE_ZONE", "SHED_GCE_NETWORK", "SHED_GCE_SUBNET"] {
+    for var in [
+        "SHED_GCE_PROJECT",
+        "SHED_GCE_ZONE",
+        "SHED_GCE_NETWORK",
+        "SHED_GCE_SUBNET",
+    ] {
         let mut e = gce_env();
         e.remove(var);
         let msg = refused(MINIMAL, &e, var);
@@ -114,7 +130,10 @@ fn credentials_and_ssh_keys_need_exactly_one_source() {
     refused(MINIMAL, &e, "GOOGLE_CREDENTIALS_BASE64");
     e.remove("GOOGLE_CREDENTIALS_BASE64");
     let c = resolve(MINIMAL, &e).unwrap();
-    assert_eq!(c.provider_settings.get("ORCA_GCE_CREDENTIALS_FILE"), Some("/k.json"));
+    assert_eq!(
+        c.provider_settings.get("ORCA_GCE_CREDENTIALS_FILE"),
+        Some("/k.json")
+    );
     e.remove("SHED_GCE_CREDENTIALS_FILE");
     refused(MINIMAL, &e, "GOOGLE_CREDENTIALS_BASE64");
 
@@ -127,22 +146,43 @@ fn credentials_and_ssh_keys_need_exactly_one_source() {
     let path = dir.path().join("id");
     std::fs::write(&path, KEY).unwrap();
     e.remove("SHED_REMOTE_SSH_KEY");
-    e.insert("SHED_REMOTE_SSH_KEY_FILE".into(), path.display().to_string());
+    e.insert(
+        "SHED_REMOTE_SSH_KEY_FILE".into(),
+        path.display().to_string(),
+    );
     assert!(resolve(MINIMAL, &e).unwrap().ssh_key.is_some());
 }
 
 #[test]
 fn the_backend_blocks_and_required_fields() {
     let env = gce_env();
-    refused("remote:\n  environment: dev\n  default_image: x\n", &env, "remote");
-    refused("default_backend: firecracker\nremote:\n  environment: dev\n  default_image: x\n", &env, "remote");
+    refused(
+        "remote:\n  environment: dev\n  default_image: x\n",
+        &env,
+        "remote",
+    );
+    refused(
+        "default_backend: firecracker\nremote:\n  environment: dev\n  default_image: x\n",
+        &env,
+        "remote",
+    );
     refused("default_backend: firecracker\n", &env, "default_backend");
     refused("default_backend: remote\n", &env, "remote");
-    refused("default_backend: remote\nremote:\n  default_image: x\n", &env, "remote.environment");
-    refused("default_backend: remote\nremote:\n  environment: dev\n", &env, "remote.default_image");
+    refused(
+        "default_backend: remote\nremote:\n  default_image: x\n",
+        &env,
+        "remote.environment",
+    );
+    refused(
+        "default_backend: remote\nremote:\n  environment: dev\n",
+        &env,
+        "remote.default_image",
+    );
     for bad in ["Dev", "1dev", "a_b", "this-name-is-far-too-long", "dev-"] {
         refused(
-            &format!("default_backend: remote\nremote:\n  environment: {bad}\n  default_image: x\n"),
+            &format!(
+                "default_backend: remote\nremote:\n  environment: {bad}\n  default_image: x\n"
+            ),
             &env,
             "remote.environment",
         );
@@ -160,7 +200,10 @@ fn what_cannot_stand_beside_default_backend_remote() {
         ("env_file: .env\n", "env_file"),
         ("mounts: [cache]\n", "mounts"),
         ("egress:\n  enabled: true\n", "egress.enabled"),
-        ("network:\n  allow_cidrs: [10.0.0.0/8]\n", "network.allow_cidrs"),
+        (
+            "network:\n  allow_cidrs: [10.0.0.0/8]\n",
+            "network.allow_cidrs",
+        ),
         ("extensions:\n  enabled: true\n", "extensions.enabled"),
         (
             "clients:\n  ci:\n    token_env: T\n    policy:\n      server_mounts: [src]\n",
@@ -189,18 +232,31 @@ fn test_drivers_need_allow_test_drivers() {
     refused(&with("  provider: aws\n"), &env, "remote.provider");
     let c = resolve(
         &with("  provider: fake\n  transport: local\n  allow_test_drivers: true\n"),
-        &HashMap::from([("SHED_REMOTE_SOURCE_RANGES".to_string(), "203.0.113.7/32".to_string())]),
+        &HashMap::from([(
+            "SHED_REMOTE_SOURCE_RANGES".to_string(),
+            "203.0.113.7/32".to_string(),
+        )]),
     )
     .unwrap();
-    assert_eq!((c.provider, c.transport), (ProviderKind::Fake, Transport::Local));
-    assert_eq!(c.sizes["standard"].machine_type, "amd64-small", "the in-memory catalogue's types");
+    assert_eq!(
+        (c.provider, c.transport),
+        (ProviderKind::Fake, Transport::Local)
+    );
+    assert_eq!(
+        c.sizes["standard"].machine_type, "amd64-small",
+        "the in-memory catalogue's types"
+    );
     assert!(c.ssh_key.is_none() && c.provider_settings.get("ORCA_GCE_PROJECT").is_none());
 }
 
 #[test]
 fn static_sources_follow_the_seeds_rules() {
     let env = gce_env();
-    let c = resolve(&with("  firewall:\n    source_ranges: [203.0.113.7/32, 198.51.100.0/24]\n"), &env).unwrap();
+    let c = resolve(
+        &with("  firewall:\n    source_ranges: [203.0.113.7/32, 198.51.100.0/24]\n"),
+        &env,
+    )
+    .unwrap();
     assert_eq!(c.firewall.source_ranges.len(), 2);
     refused(
         &with("  firewall:\n    source_ranges: [203.0.113.7/32]\n    source_ranges_env: X\n"),
@@ -232,21 +288,38 @@ fn static_sources_follow_the_seeds_rules() {
             e.insert("SHED_REMOTE_SOURCE_RANGES".into(), " , ".into());
             refused(MINIMAL, &e, "SHED_REMOTE_SOURCE_RANGES")
         } else {
-            refused(&with(&format!("  firewall:\n    source_ranges: {list}\n")), &e, "remote.firewall.source_ranges")
+            refused(
+                &with(&format!("  firewall:\n    source_ranges: {list}\n")),
+                &e,
+                "remote.firewall.source_ranges",
+            )
         };
         assert!(msg.contains(why), "{list}: {msg}");
     }
     // A wide range with the acknowledgement.
-    let c = resolve(&with("  firewall:\n    source_ranges: [0.0.0.0/0]\n    acknowledge_any: true\n"), &env).unwrap();
+    let c = resolve(
+        &with("  firewall:\n    source_ranges: [0.0.0.0/0]\n    acknowledge_any: true\n"),
+        &env,
+    )
+    .unwrap();
     assert!(c.firewall.acknowledge_any && !c.isolated_available());
 }
 
 #[test]
-fn any_mode_needs_the_acknowledgement_and_is_refused_beside_service_clients_or_an_isolated_default() {
+fn any_mode_needs_the_acknowledgement_and_is_refused_beside_service_clients_or_an_isolated_default()
+{
     let mut env = gce_env();
     env.insert("T".into(), "tok".into());
-    refused(&with("  firewall:\n    mode: any\n"), &env, "remote.firewall.acknowledge_any");
-    resolve(&with("  firewall:\n    mode: any\n    acknowledge_any: true\n"), &env).unwrap();
+    refused(
+        &with("  firewall:\n    mode: any\n"),
+        &env,
+        "remote.firewall.acknowledge_any",
+    );
+    resolve(
+        &with("  firewall:\n    mode: any\n    acknowledge_any: true\n"),
+        &env,
+    )
+    .unwrap();
     let service = "clients:\n  ci:\n    token_env: T\n";
     refused(
         &format!("{MINIMAL}  firewall:\n    mode: any\n    acknowledge_any: true\n{service}"),
@@ -264,26 +337,44 @@ fn any_mode_needs_the_acknowledgement_and_is_refused_beside_service_clients_or_a
         "remote.firewall.mode",
     );
     let admin = "clients:\n  me:\n    role: admin\n    token_env: T\n";
-    resolve(&format!("{MINIMAL}  firewall:\n    mode: any\n    acknowledge_any: true\n{admin}"), &env).unwrap();
+    resolve(
+        &format!("{MINIMAL}  firewall:\n    mode: any\n    acknowledge_any: true\n{admin}"),
+        &env,
+    )
+    .unwrap();
 }
 
 #[test]
 fn auto_mode_needs_two_https_echo_services_on_different_hosts() {
     let env = gce_env();
-    let auto = |urls: &str| with(&format!("  firewall:\n    mode: auto\n    echo_urls: {urls}\n"));
+    let auto = |urls: &str| {
+        with(&format!(
+            "  firewall:\n    mode: auto\n    echo_urls: {urls}\n"
+        ))
+    };
     let c = resolve(&auto("[https://a.example/, https://b.example/ip]"), &env).unwrap();
     assert_eq!(c.firewall.mode, FirewallMode::Auto);
     for (urls, why) in [
         ("[https://a.example/]", "at least two"),
-        ("[https://a.example/, https://A.example:8443/x]", "different host"),
+        (
+            "[https://a.example/, https://A.example:8443/x]",
+            "different host",
+        ),
         ("[https://a.example/, http://b.example/]", "not https"),
-        ("[https://a.example/, \"https://bücher.example/\"]", "punycode"),
+        (
+            "[https://a.example/, \"https://bücher.example/\"]",
+            "punycode",
+        ),
     ] {
         let msg = refused(&auto(urls), &env, "remote.firewall.echo_urls");
         assert!(msg.contains(why), "{urls}: {msg}");
     }
     refused(&with("  firewall:\n    echo_urls: [https://a.example/]\n    source_ranges: [203.0.113.7/32]\n"), &env, "remote.firewall.echo_urls");
-    refused(&with("  firewall:\n    mode: sometimes\n"), &env, "remote.firewall.mode");
+    refused(
+        &with("  firewall:\n    mode: sometimes\n"),
+        &env,
+        "remote.firewall.mode",
+    );
 }
 
 #[test]
@@ -306,7 +397,11 @@ fn sizes_limits_durations_and_the_rest() {
     ] {
         refused(&with(yaml), &env, field);
     }
-    let c = resolve(&with("  max_run_duration: 10m\n  agent_install: always\n  limits: {max_running: 4}\n"), &env).unwrap();
+    let c = resolve(
+        &with("  max_run_duration: 10m\n  agent_install: always\n  limits: {max_running: 4}\n"),
+        &env,
+    )
+    .unwrap();
     assert_eq!(c.max_run_duration, Duration::from_secs(600));
     assert_eq!((c.limits.max_running, c.limits.max_sheds), (4, 8));
     assert_eq!(c.agent_install, "always");
@@ -317,21 +412,39 @@ fn sizes_limits_durations_and_the_rest() {
 #[test]
 fn a_network_of_another_project_is_refused() {
     let mut env = gce_env();
-    env.insert("SHED_GCE_NETWORK".into(), "projects/host-proj/global/networks/shared".into());
+    env.insert(
+        "SHED_GCE_NETWORK".into(),
+        "projects/host-proj/global/networks/shared".into(),
+    );
     let msg = refused(MINIMAL, &env, "gce.network_env");
     assert!(msg.contains("Shared VPC"), "{msg}");
     let mut env = gce_env();
-    env.insert("SHED_GCE_SUBNET".into(), "projects/host-proj/regions/europe-west1/subnetworks/s".into());
+    env.insert(
+        "SHED_GCE_SUBNET".into(),
+        "projects/host-proj/regions/europe-west1/subnetworks/s".into(),
+    );
     refused(MINIMAL, &env, "gce.subnet_env");
     let mut env = gce_env();
-    env.insert("SHED_GCE_NETWORK".into(), "projects/proj-1/global/networks/shed-net".into());
+    env.insert(
+        "SHED_GCE_NETWORK".into(),
+        "projects/proj-1/global/networks/shed-net".into(),
+    );
     resolve(MINIMAL, &env).unwrap();
 }
 
 #[test]
 fn every_problem_is_reported_at_once() {
-    let e = resolve("default_backend: remote\nremote:\n  provider: fake\n  disk_gb: 1\n", &HashMap::new()).unwrap_err();
-    for f in ["remote.provider", "remote.environment", "remote.default_image", "remote.disk_gb"] {
+    let e = resolve(
+        "default_backend: remote\nremote:\n  provider: fake\n  disk_gb: 1\n",
+        &HashMap::new(),
+    )
+    .unwrap_err();
+    for f in [
+        "remote.provider",
+        "remote.environment",
+        "remote.default_image",
+        "remote.disk_gb",
+    ] {
         assert!(e.names(f), "{f}: {e}");
     }
 }
@@ -340,9 +453,17 @@ fn every_problem_is_reported_at_once() {
 fn clients_and_their_tokens() {
     let mut env = gce_env();
     refused(&with("clients:\n  ci: {}\n"), &env, "clients.ci.token_env");
-    refused(&with("clients:\n  ci:\n    token_env: CI_TOKEN\n"), &env, "CI_TOKEN");
+    refused(
+        &with("clients:\n  ci:\n    token_env: CI_TOKEN\n"),
+        &env,
+        "CI_TOKEN",
+    );
     env.insert("CI_TOKEN".into(), "s3cret".into());
-    refused(&with("clients:\n  ci:\n    token_env: CI_TOKEN\n    role: root\n"), &env, "clients.ci.role");
+    refused(
+        &with("clients:\n  ci:\n    token_env: CI_TOKEN\n    role: root\n"),
+        &env,
+        "clients.ci.role",
+    );
     let c = resolve(&with("clients:\n  ci:\n    token_env: CI_TOKEN\n    policy:\n      max_age: 48h\n      max_cpus: 4\n"), &env).unwrap();
     let ci = &c.clients["ci"];
     assert_eq!(ci.max_age, Some(Duration::from_secs(48 * 3600)));

@@ -9,6 +9,8 @@ use shed::Status;
 
 use crate::support::{good_rule, Env, RULE, SOURCE, TAG};
 
+type Change = Box<dyn Fn(&mut FirewallRule)>;
+
 async fn reason_of(env: &Env) -> Option<FwReason> {
     env.backend.firewall_check().await.reason
 }
@@ -16,21 +18,58 @@ async fn reason_of(env: &Env) -> Option<FwReason> {
 #[tokio::test]
 async fn each_clause_fails_with_its_reason() {
     let env = Env::new().await;
-    assert_eq!(reason_of(&env).await, None, "the rule as gce-setup.sh makes it passes");
-    let cases: Vec<(FwReason, Box<dyn Fn(&mut FirewallRule)>)> = vec![
-        (FwReason::RuleNetwork, Box::new(|r| r.network = "other-net".into())),
-        (FwReason::RuleDirection, Box::new(|r| r.direction = "EGRESS".into())),
+    assert_eq!(
+        reason_of(&env).await,
+        None,
+        "the rule as gce-setup.sh makes it passes"
+    );
+    let cases: Vec<(FwReason, Change)> = vec![
+        (
+            FwReason::RuleNetwork,
+            Box::new(|r| r.network = "other-net".into()),
+        ),
+        (
+            FwReason::RuleDirection,
+            Box::new(|r| r.direction = "EGRESS".into()),
+        ),
         (FwReason::RuleDisabled, Box::new(|r| r.disabled = true)),
-        (FwReason::RuleAllow, Box::new(|r| r.allowed = vec![FirewallPorts::new("tcp", ["22", "80"])])),
-        (FwReason::RuleAllow, Box::new(|r| r.allowed = vec![FirewallPorts::new("tcp", Vec::<String>::new())])),
-        (FwReason::RuleAllow, Box::new(|r| r.allowed.push(FirewallPorts::new("udp", ["22"])))),
+        (
+            FwReason::RuleAllow,
+            Box::new(|r| r.allowed = vec![FirewallPorts::new("tcp", ["22", "80"])]),
+        ),
+        (
+            FwReason::RuleAllow,
+            Box::new(|r| r.allowed = vec![FirewallPorts::new("tcp", Vec::<String>::new())]),
+        ),
+        (
+            FwReason::RuleAllow,
+            Box::new(|r| r.allowed.push(FirewallPorts::new("udp", ["22"]))),
+        ),
         (FwReason::RuleTarget, Box::new(|r| r.target_tags = vec![])),
-        (FwReason::RuleTarget, Box::new(|r| r.target_tags.push("web".into()))),
-        (FwReason::RuleTarget, Box::new(|r| r.target_service_accounts = vec!["sa@x".into()])),
-        (FwReason::RuleSourceKind, Box::new(|r| r.source_tags = vec!["shed-dev".into()])),
-        (FwReason::RuleSourceKind, Box::new(|r| r.source_service_accounts = vec!["sa@x".into()])),
-        (FwReason::RuleSources, Box::new(|r| r.source_ranges = vec!["198.51.100.9/32".into()])),
-        (FwReason::RuleSources, Box::new(|r| r.source_ranges.push("198.51.100.9/32".into()))),
+        (
+            FwReason::RuleTarget,
+            Box::new(|r| r.target_tags.push("web".into())),
+        ),
+        (
+            FwReason::RuleTarget,
+            Box::new(|r| r.target_service_accounts = vec!["sa@x".into()]),
+        ),
+        (
+            FwReason::RuleSourceKind,
+            Box::new(|r| r.source_tags = vec!["shed-dev".into()]),
+        ),
+        (
+            FwReason::RuleSourceKind,
+            Box::new(|r| r.source_service_accounts = vec!["sa@x".into()]),
+        ),
+        (
+            FwReason::RuleSources,
+            Box::new(|r| r.source_ranges = vec!["198.51.100.9/32".into()]),
+        ),
+        (
+            FwReason::RuleSources,
+            Box::new(|r| r.source_ranges.push("198.51.100.9/32".into())),
+        ),
     ];
     for (want, change) in cases {
         let mut r = good_rule();
@@ -71,14 +110,20 @@ async fn stray_rules_default_network_and_unreadable() {
             r.denied = vec![FirewallPorts::new("all", Vec::<String>::new())];
         }),
         stray("out", &|r| r.direction = "EGRESS".into()),
-        stray("sa", &|r| r.target_service_accounts = vec!["build@x".into()]),
-        stray("shed-prod-ssh", &|r| r.target_tags = vec!["shed-prod".into()]),
+        stray("sa", &|r| {
+            r.target_service_accounts = vec!["build@x".into()]
+        }),
+        stray("shed-prod-ssh", &|r| {
+            r.target_tags = vec!["shed-prod".into()]
+        }),
         stray("elsewhere", &|r| r.network = "other-net".into()),
     ] {
         env.cloud.put_firewall_rule(r);
     }
     assert_eq!(reason_of(&env).await, None);
-    env.cloud.put_firewall_rule(stray("web", &|r| r.target_tags = vec![TAG.into(), "web".into()]));
+    env.cloud.put_firewall_rule(stray("web", &|r| {
+        r.target_tags = vec![TAG.into(), "web".into()]
+    }));
     let o = env.backend.firewall_check().await;
     assert_eq!(o.reason, Some(FwReason::StrayRule));
     assert!(o.message.contains("web"), "{}", o.message);
@@ -94,12 +139,21 @@ async fn stray_rules_default_network_and_unreadable() {
     env.cloud.put_network(Network::new(DEFAULT_NETWORK));
     assert_eq!(reason_of(&env).await, None);
 
-    env.cloud
-        .inject(Operation::Network, FaultKind::Error(ErrorKind::PermissionDenied), 1);
+    env.cloud.inject(
+        Operation::Network,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
     let o = env.backend.firewall_check().await;
     assert_eq!(o.reason, Some(FwReason::Unreadable));
-    assert!(o.message.contains("injected PermissionDenied"), "the cloud's error: {}", o.message);
-    env.wrapped.no_firewall.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        o.message.contains("injected PermissionDenied"),
+        "the cloud's error: {}",
+        o.message
+    );
+    env.wrapped
+        .no_firewall
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(reason_of(&env).await, Some(FwReason::Unreadable));
 }
 
@@ -123,7 +177,11 @@ async fn a_failing_check_refuses_creates_and_starts_only_and_stops_or_deletes_no
         "{}",
         e.message
     );
-    let e = env.backend.start_shed(&env.admin(), "off").await.unwrap_err();
+    let e = env
+        .backend
+        .start_shed(&env.admin(), "off")
+        .await
+        .unwrap_err();
     assert_eq!(e.code, "FIREWALL_CHECK_FAILED");
     assert_eq!(env.vms().len(), 2);
     assert!(env.backend.records().iter().all(|s| s.name != "new"));
@@ -147,7 +205,10 @@ async fn a_create_is_judged_by_the_last_result_for_60_s_and_the_insert_asks_agai
     // Within 60 s of the last check the request is accepted; the check just before the insert fails,
     // so nothing is sent and the shed is left in error (firewall).
     let v = env.create("b").await.unwrap();
-    assert_eq!((v.status, v.status_reason.as_str()), (Status::Error, "firewall"));
+    assert_eq!(
+        (v.status, v.status_reason.as_str()),
+        (Status::Error, "firewall")
+    );
     assert_eq!(env.vms().len(), 1, "no insert was sent");
     env.advance(61).await;
     let e = env.create("c").await.unwrap_err();
@@ -162,16 +223,31 @@ async fn a_create_is_judged_by_the_last_result_for_60_s_and_the_insert_asks_agai
 #[tokio::test]
 async fn the_result_is_logged_on_change_and_every_ten_minutes_while_failing() {
     let env = Env::new().await;
-    let passed = format!("remote: firewall check passed (mode static, rule {RULE}, sources {SOURCE})");
-    assert_eq!(env.backend.log().count(&passed), 1, "{:?}", env.backend.log().lines());
+    let passed =
+        format!("remote: firewall check passed (mode static, rule {RULE}, sources {SOURCE})");
+    assert_eq!(
+        env.backend.log().count(&passed),
+        1,
+        "{:?}",
+        env.backend.log().lines()
+    );
     env.pass().await;
-    assert_eq!(env.backend.log().count(&passed), 1, "not again while unchanged");
+    assert_eq!(
+        env.backend.log().count(&passed),
+        1,
+        "not again while unchanged"
+    );
     let mut r = good_rule();
     r.source_ranges = vec!["198.51.100.9/32".into()];
     env.cloud.put_firewall_rule(r);
     env.pass().await;
     let failed = "remote: firewall check FAILED (mode static, reason rule_sources): firewall rule shed-dev-ssh admits the wrong sources: expected source ranges [203.0.113.7/32], found source ranges [198.51.100.9/32]. Creates and starts are refused until it passes; stop, delete, list and exec are not affected";
-    assert_eq!(env.backend.log().count(failed), 1, "{:?}", env.backend.log().lines());
+    assert_eq!(
+        env.backend.log().count(failed),
+        1,
+        "{:?}",
+        env.backend.log().lines()
+    );
     for _ in 0..9 {
         env.advance(60).await;
         env.pass().await;
@@ -195,7 +271,11 @@ async fn static_mode_never_changes_the_rule_and_any_mode_does_not_compare_source
         env.advance(400).await;
         env.pass().await;
     }
-    assert_eq!(env.cloud.firewall_rule(RULE).unwrap(), r, "static: never changed");
+    assert_eq!(
+        env.cloud.firewall_rule(RULE).unwrap(),
+        r,
+        "static: never changed"
+    );
 
     let any = Env::build(|c| {
         c.firewall.mode = FirewallMode::Any;
@@ -236,7 +316,11 @@ async fn auto_mode_patches_only_the_sources_to_the_agreed_address_reads_back_and
     // Never agreed since the server started: address_unknown, and the rule is left alone.
     assert_eq!(reason_of(&env).await, Some(FwReason::AddressUnknown));
     let o = env.backend.firewall_last().unwrap();
-    assert!(o.message.contains("since the server started"), "{}", o.message);
+    assert!(
+        o.message.contains("since the server started"),
+        "{}",
+        o.message
+    );
     assert_eq!(env.cloud.firewall_rule(RULE).unwrap(), good_rule());
     // One service alone never moves the rule.
     env.echo.say(E1, Ok("198.51.100.20"));
@@ -264,7 +348,10 @@ async fn auto_mode_patches_only_the_sources_to_the_agreed_address_reads_back_and
         o.message
     );
     env.advance(241).await;
-    assert!(env.backend.firewall_check().await.passed, "patched again after 5 minutes");
+    assert!(
+        env.backend.firewall_check().await.passed,
+        "patched again after 5 minutes"
+    );
 }
 
 #[tokio::test]
@@ -279,7 +366,9 @@ async fn auto_mode_never_patches_when_another_clause_fails_or_the_patch_is_refus
     assert_eq!(o.reason, Some(FwReason::RuleAllow));
     assert_eq!(env.cloud.firewall_rule(RULE).unwrap(), r, "left alone");
     env.cloud.put_firewall_rule(good_rule());
-    env.wrapped.refuse_patch.store(true, std::sync::atomic::Ordering::SeqCst);
+    env.wrapped
+        .refuse_patch
+        .store(true, std::sync::atomic::Ordering::SeqCst);
     let o = env.backend.firewall_check().await;
     assert_eq!(o.reason, Some(FwReason::RuleSources));
     assert!(o.message.contains("the patch was refused"), "{}", o.message);
@@ -304,7 +393,11 @@ async fn auto_mode_believes_no_address_in_unnameable_space_and_forgets_after_15_
     let o = env.backend.firewall_check().await;
     assert_eq!(o.reason, Some(FwReason::AddressUnknown));
     assert!(o.message.contains("for 15m0s"), "{}", o.message);
-    assert!(o.message.contains(E2), "the message lists what each said: {}", o.message);
+    assert!(
+        o.message.contains(E2),
+        "the message lists what each said: {}",
+        o.message
+    );
     let e = env.create("a").await.unwrap_err();
     assert_eq!(e.code, "FIREWALL_CHECK_FAILED");
     assert!(e.message.contains("address_unknown"), "{}", e.message);

@@ -74,23 +74,56 @@ async fn json_calls_over_http() {
     assert_eq!(v["status"], "starting");
     assert_eq!(v["status_reason"], "");
     env.until_status("web", Status::Running).await;
-    let v: Value = c.get(format!("{base}/api/sheds/web")).send().await.unwrap().json().await.unwrap();
+    let v: Value = c
+        .get(format!("{base}/api/sheds/web"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(v["status"], "running");
-    let list: Vec<Value> = c.get(format!("{base}/api/sheds")).send().await.unwrap().json().await.unwrap();
+    let list: Vec<Value> = c
+        .get(format!("{base}/api/sheds"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list.len(), 1);
-    let r = c.post(format!("{base}/api/sheds/web/start")).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/api/sheds/web/start"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 409);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["code"], "SHED_RUNNING");
-    let r = c.post(format!("{base}/api/sheds/web/stop")).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/api/sheds/web/stop"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
-    assert_eq!((v["status"].as_str(), v["effect"].as_str()), (Some("stopping"), Some("changed")));
+    assert_eq!(
+        (v["status"].as_str(), v["effect"].as_str()),
+        (Some("stopping"), Some("changed"))
+    );
     env.until_status("web", Status::Stopped).await;
-    let r = c.post(format!("{base}/api/sheds/web/exec")).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/api/sheds/web/exec"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 409);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "SHED_NOT_RUNNING");
-    let r = c.delete(format!("{base}/api/sheds/web")).send().await.unwrap();
+    let r = c
+        .delete(format!("{base}/api/sheds/web"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 204);
     let r = c.get(format!("{base}/api/sheds/web")).send().await.unwrap();
     assert_eq!(r.status(), 404);
@@ -102,8 +135,18 @@ async fn json_calls_over_http() {
         .unwrap();
     assert_eq!(r.status(), 400);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "INVALID_REQUEST");
-    let info: Value = c.get(format!("{base}/api/info")).send().await.unwrap().json().await.unwrap();
-    assert_eq!((info["backend"].as_str(), info["isolation"].as_str()), (Some("remote"), Some("topology")));
+    let info: Value = c
+        .get(format!("{base}/api/info"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (info["backend"].as_str(), info["isolation"].as_str()),
+        (Some("remote"), Some("topology"))
+    );
 }
 
 #[tokio::test]
@@ -135,10 +178,20 @@ async fn routes_of_features_a_remote_server_lacks() {
             .await
             .unwrap();
         assert_eq!(r.status(), 501, "{m} {path}");
-        assert_eq!(r.json::<Value>().await.unwrap()["code"], "FEATURE_UNSUPPORTED");
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["code"],
+            "FEATURE_UNSUPPORTED"
+        );
     }
     for path in ["/api/snapshots", "/api/images"] {
-        let v: Value = c.get(format!("{base}{path}")).send().await.unwrap().json().await.unwrap();
+        let v: Value = c
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(v, json!([]), "{path} lists nothing");
     }
     let r = c
@@ -151,7 +204,8 @@ async fn routes_of_features_a_remote_server_lacks() {
 }
 
 #[tokio::test]
-async fn a_streamed_create_stays_open_until_the_shed_settles_and_closing_it_never_ends_the_create() {
+async fn a_streamed_create_stays_open_until_the_shed_settles_and_closing_it_never_ends_the_create()
+{
     let env = Env::build(|c| c.limits.max_running = 8).await;
     let base = serve(&env).await;
     let c = http();
@@ -168,7 +222,8 @@ async fn a_streamed_create_stays_open_until_the_shed_settles_and_closing_it_neve
     assert_eq!(last, "complete", "{ev:?}");
     assert_eq!(data["status"], "running");
 
-    env.probe.set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.probe
+        .set_default(ProbeOutcome::Unreachable("booting".into()));
     let r = c
         .post(format!("{base}/api/sheds"))
         .header("accept", "text/event-stream")
@@ -208,7 +263,10 @@ async fn a_streamed_create_stays_open_until_the_shed_settles_and_closing_it_neve
         .unwrap();
     let ev = events(r, |n| n == "complete" || n == "error").await;
     assert_eq!(ev.last().unwrap().1["code"], "CLOUD_QUOTA_EXCEEDED");
-    assert!(env.view("q").is_none(), "an early quota refusal leaves no shed");
+    assert!(
+        env.view("q").is_none(),
+        "an early quota refusal leaves no shed"
+    );
 }
 
 #[tokio::test]
@@ -234,8 +292,11 @@ async fn a_streamed_delete_ends_once_the_vm_is_gone_or_with_an_error_when_it_can
     assert_eq!(ev.last().unwrap().0, "complete");
     assert_eq!(env.vms().len(), 1);
 
-    env.cloud
-        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1_000,
+    );
     let r = c
         .delete(format!("{base}/api/sheds/b"))
         .header("accept", "text/event-stream")
@@ -255,7 +316,10 @@ async fn a_streamed_delete_ends_once_the_vm_is_gone_or_with_an_error_when_it_can
 #[tokio::test]
 async fn clients_need_their_token_and_see_their_own_sheds() {
     let env = Env::build(|c| {
-        for (name, role, tok) in [("ops", Role::Admin, "admin-token"), ("ci", Role::Service, "ci-token")] {
+        for (name, role, tok) in [
+            ("ops", Role::Admin, "admin-token"),
+            ("ci", Role::Service, "ci-token"),
+        ] {
             c.clients.insert(
                 name.into(),
                 Client {
@@ -275,7 +339,12 @@ async fn clients_need_their_token_and_see_their_own_sheds() {
     let c = http();
     let r = c.get(format!("{base}/api/sheds")).send().await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = c.get(format!("{base}/api/sheds")).bearer_auth("nope").send().await.unwrap();
+    let r = c
+        .get(format!("{base}/api/sheds"))
+        .bearer_auth("nope")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     let r = c
         .post(format!("{base}/api/sheds"))
@@ -287,7 +356,12 @@ async fn clients_need_their_token_and_see_their_own_sheds() {
     assert_eq!(r.status(), 201);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["client"], "ci");
-    let r = c.get(format!("{base}/api/log")).bearer_auth("ci-token").send().await.unwrap();
+    let r = c
+        .get(format!("{base}/api/log"))
+        .bearer_auth("ci-token")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     let log: Vec<String> = c
         .get(format!("{base}/api/log"))
@@ -298,11 +372,21 @@ async fn clients_need_their_token_and_see_their_own_sheds() {
         .json()
         .await
         .unwrap();
-    assert!(log.iter().any(|l| l.contains("create accepted for client ci")));
+    assert!(log
+        .iter()
+        .any(|l| l.contains("create accepted for client ci")));
 }
 
 async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
-    let mut argv = vec!["shed", "--server", base, "--poll-ms", "10", "--wait-secs", "10"];
+    let mut argv = vec![
+        "shed",
+        "--server",
+        base,
+        "--poll-ms",
+        "10",
+        "--wait-secs",
+        "10",
+    ];
     argv.extend_from_slice(args);
     let a = shed::cli::Args::try_parse_from(argv).unwrap();
     let mut out = Vec::new();
@@ -367,7 +451,10 @@ async fn the_cli_refuses_unsupported_flags_before_sending_anything() {
         args.extend_from_slice(flags);
         let (code, _, err) = cli(&base, &args).await;
         assert_eq!(code, 2, "{flags:?}");
-        assert!(err.contains(flags[0]) && err.contains("nothing was sent"), "{err}");
+        assert!(
+            err.contains(flags[0]) && err.contains("nothing was sent"),
+            "{err}"
+        );
     }
     assert_eq!(env.wrapped.entered(Call::CreateBefore), 0);
     assert!(env.backend.records().is_empty());
@@ -378,12 +465,17 @@ async fn the_cli_reports_a_delete_whose_vm_cannot_be_destroyed_and_exits_1() {
     let env = Env::new().await;
     let base = serve(&env).await;
     env.running("a").await;
-    env.cloud
-        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1_000,
+    );
     let (code, _, err) = cli(&base, &["delete", "a"]).await;
     assert_eq!(code, 1);
     assert!(
-        err.contains("the delete is recorded but the VM could not be destroyed yet; the server keeps trying"),
+        err.contains(
+            "the delete is recorded but the VM could not be destroyed yet; the server keeps trying"
+        ),
         "{err}"
     );
 }

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use orca::memory::{FaultKind, Operation};
 use orca::ErrorKind;
-use shed::backend::{Effect, CLIENT_LABEL, ENV_LABEL, ID_LABEL, NAME_LABEL, SCHEMA_LABEL, STATE_LABEL};
+use shed::backend::{
+    Effect, CLIENT_LABEL, ENV_LABEL, ID_LABEL, NAME_LABEL, SCHEMA_LABEL, STATE_LABEL,
+};
 use shed::model::{CreateStage, Reason};
 use shed::probe::ProbeOutcome;
 use shed::Status;
@@ -14,11 +16,16 @@ use crate::support::{Call, Env, TAG};
 #[tokio::test]
 async fn a_json_create_answers_starting_once_the_cloud_accepted_and_the_shed_then_runs() {
     let env = Env::new().await;
-    env.probe.set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.probe
+        .set_default(ProbeOutcome::Unreachable("booting".into()));
     let v = env.create("dev-1").await.unwrap();
     assert_eq!(v.status, Status::Starting);
     let rec = env.record("dev-1").unwrap();
-    assert_eq!(rec.create, CreateStage::Made, "the answer waited for the cloud");
+    assert_eq!(
+        rec.create,
+        CreateStage::Made,
+        "the answer waited for the cloud"
+    );
     let vm = env.vm("dev-1").expect("the VM exists");
     assert_eq!(vm.labels[ENV_LABEL], "dev");
     assert_eq!(vm.labels[ID_LABEL], v.id);
@@ -55,8 +62,10 @@ async fn the_accept_wait_ends_after_15_s_and_a_late_quota_leaves_the_shed_in_err
         let id = id.clone();
         async move { b.wait_accept(&id).await }
     });
-    env.until("the insert is held", |e| e.wrapped.entered(Call::CreateBefore) == 1)
-        .await;
+    env.until("the insert is held", |e| {
+        e.wrapped.entered(Call::CreateBefore) == 1
+    })
+    .await;
     env.advance(14).await;
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert!(!waiting.is_finished(), "the reply waits up to 15 s");
@@ -79,8 +88,13 @@ async fn the_accept_wait_ends_after_15_s_and_a_late_quota_leaves_the_shed_in_err
 async fn a_late_capacity_refusal_leaves_the_shed_in_error_capacity() {
     let env = Env::new().await;
     env.wrapped.hold(Call::CreateBefore);
-    let id = env.backend.create(&env.admin(), Env::req("cap")).await.unwrap();
-    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1).await;
+    let id = env
+        .backend
+        .create(&env.admin(), Env::req("cap"))
+        .await
+        .unwrap();
+    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1)
+        .await;
     env.backend.forget_waiter(&id);
     env.cloud.set_stock("amd64-small", "zone-a", 0);
     env.wrapped.release(Call::CreateBefore);
@@ -98,7 +112,9 @@ async fn an_early_quota_refusal_is_a_503_and_leaves_no_shed() {
     assert!(env.view("q").is_none());
     assert!(env.backend.records().is_empty());
     assert!(env.vms().is_empty());
-    let files = std::fs::read_dir(env.cfg.state_dir.join("sheds")).unwrap().count();
+    let files = std::fs::read_dir(env.cfg.state_dir.join("sheds"))
+        .unwrap()
+        .count();
     assert_eq!(files, 0, "no record is left on disk");
     // The name is free again.
     env.running("q").await;
@@ -109,7 +125,10 @@ async fn an_early_capacity_refusal_is_a_503_and_leaves_no_shed() {
     let env = Env::new().await;
     env.cloud.set_stock("amd64-small", "zone-a", 0);
     let e = env.create("c").await.unwrap_err();
-    assert_eq!((e.status, e.code.as_str()), (503, "ZONE_CAPACITY_UNAVAILABLE"));
+    assert_eq!(
+        (e.status, e.code.as_str()),
+        (503, "ZONE_CAPACITY_UNAVAILABLE")
+    );
     assert!(env.backend.records().is_empty());
     assert!(!e.message.contains("zone-a"), "{}", e.message);
 }
@@ -123,8 +142,15 @@ async fn another_create_failure_is_error_create_failed_with_the_detail_in_the_lo
         1,
     );
     let v = env.create("f").await.unwrap();
-    assert_eq!((v.status, v.status_reason.as_str()), (Status::Error, "create_failed"));
-    assert!(env.log_has("create failed"), "{:?}", env.backend.log().lines());
+    assert_eq!(
+        (v.status, v.status_reason.as_str()),
+        (Status::Error, "create_failed")
+    );
+    assert!(
+        env.log_has("create failed"),
+        "{:?}",
+        env.backend.log().lines()
+    );
     assert!(env.log_has("injected PermissionDenied"));
 }
 
@@ -143,14 +169,23 @@ async fn an_agent_that_never_answers_fails_the_create_after_5_minutes_and_its_vm
     env.advance(10).await;
     env.until_status("slow", Status::Error).await;
     assert_eq!(env.view("slow").unwrap().status_reason, "create_failed");
-    env.until("the VM is destroyed", |e| e.vms().is_empty()).await;
+    env.until("the VM is destroyed", |e| e.vms().is_empty())
+        .await;
     env.idle().await;
     assert!(env.record("slow").unwrap().vm_gone);
     // Only a delete leaves this state.
-    let e = env.backend.start_shed(&env.admin(), "slow").await.unwrap_err();
+    let e = env
+        .backend
+        .start_shed(&env.admin(), "slow")
+        .await
+        .unwrap_err();
     assert_eq!((e.status, e.code.as_str()), (409, "SHED_FAILED"));
     assert!(e.message.contains("create_failed"), "{}", e.message);
-    let e = env.backend.stop_shed(&env.admin(), "slow").await.unwrap_err();
+    let e = env
+        .backend
+        .stop_shed(&env.admin(), "slow")
+        .await
+        .unwrap_err();
     assert_eq!(e.status, 409);
     env.backend.delete_shed(&env.admin(), "slow").await.unwrap();
     assert!(env.view("slow").is_none());
@@ -164,12 +199,14 @@ async fn a_host_key_mismatch_or_incompatible_layout_fails_the_create() {
     let _ = v;
     env.until_status("hk", Status::Error).await;
     assert_eq!(env.view("hk").unwrap().status_reason, "host_key");
-    env.probe
-        .set_default(ProbeOutcome::Incompatible("agent protocol 3, server 4".into()));
+    env.probe.set_default(ProbeOutcome::Incompatible(
+        "agent protocol 3, server 4".into(),
+    ));
     env.create("lay").await.unwrap();
     env.until_status("lay", Status::Error).await;
     assert_eq!(env.view("lay").unwrap().status_reason, "layout");
-    env.until("both VMs destroyed", |e| e.vms().is_empty()).await;
+    env.until("both VMs destroyed", |e| e.vms().is_empty())
+        .await;
 }
 
 #[tokio::test]
@@ -188,8 +225,11 @@ async fn starting_reasons_no_pin_unreachable_and_cloud_unreadable() {
     .await;
     // The read of the VM fails (more failures than the driver retries): nothing changes but the
     // reason, and the next pass looks again.
-    env.cloud
-        .inject(Operation::List, FaultKind::Error(ErrorKind::PermissionDenied), 1);
+    env.cloud.inject(
+        Operation::List,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
     env.advance(5).await;
     env.until("cloud_unreadable", |e| {
         e.view("p").unwrap().status_reason == "cloud_unreadable"
@@ -227,7 +267,8 @@ async fn the_start_matrix() {
     // stopping: 200, queued; the start runs once the stop is done.
     env.wrapped.hold(Call::Stop);
     env.backend.stop_shed(&env.admin(), "a").await.unwrap();
-    env.until("stop held", |e| e.wrapped.entered(Call::Stop) == 1).await;
+    env.until("stop held", |e| e.wrapped.entered(Call::Stop) == 1)
+        .await;
     let (v, eff) = env.backend.start_shed(&env.admin(), "a").await.unwrap();
     assert_eq!((v.status, eff), (Status::Stopping, Effect::Queued));
     env.wrapped.release(Call::Stop);
@@ -237,10 +278,7 @@ async fn the_start_matrix() {
     // error: 409 with the reason
     env.cloud
         .inject(Operation::Create, FaultKind::Error(ErrorKind::Other), 1);
-    env.backend
-        .delete_shed(&env.admin(), "b")
-        .await
-        .unwrap();
+    env.backend.delete_shed(&env.admin(), "b").await.unwrap();
     env.create("c").await.unwrap();
     env.until_status("c", Status::Error).await;
     let e = env.backend.start_shed(&env.admin(), "c").await.unwrap_err();
@@ -253,8 +291,13 @@ async fn the_stop_matrix() {
     let env = Env::new().await;
     // starting: 200, queued; the create's cloud operation ends, then the stop acts.
     env.wrapped.hold(Call::CreateBefore);
-    let id = env.backend.create(&env.admin(), Env::req("a")).await.unwrap();
-    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1).await;
+    let id = env
+        .backend
+        .create(&env.admin(), Env::req("a"))
+        .await
+        .unwrap();
+    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1)
+        .await;
     let (v, eff) = env.backend.stop_shed(&env.admin(), "a").await.unwrap();
     assert_eq!((v.status, eff), (Status::Starting, Effect::Queued));
     env.wrapped.release(Call::CreateBefore);
@@ -288,11 +331,17 @@ async fn delete_answers_in_every_state_and_hides_the_shed_at_once() {
     let env = Env::build(|c| c.limits.max_running = 8).await;
     env.running("running").await;
     env.running("stopped").await;
-    env.backend.stop_shed(&env.admin(), "stopped").await.unwrap();
+    env.backend
+        .stop_shed(&env.admin(), "stopped")
+        .await
+        .unwrap();
     env.until_status("stopped", Status::Stopped).await;
     env.running("stopping").await;
     env.wrapped.hold(Call::Stop);
-    env.backend.stop_shed(&env.admin(), "stopping").await.unwrap();
+    env.backend
+        .stop_shed(&env.admin(), "stopping")
+        .await
+        .unwrap();
     env.probe
         .set_default(ProbeOutcome::Unreachable("booting".into()));
     env.create("starting").await.unwrap();
@@ -317,7 +366,8 @@ async fn delete_answers_in_every_state_and_hides_the_shed_at_once() {
             .all(|v| v.name != name));
     }
     env.wrapped.release(Call::Stop);
-    env.until("every VM destroyed", |e| e.vms().is_empty()).await;
+    env.until("every VM destroyed", |e| e.vms().is_empty())
+        .await;
     env.until("every marker gone", |e| e.backend.markers().is_empty())
         .await;
     let e = env
@@ -332,8 +382,13 @@ async fn delete_answers_in_every_state_and_hides_the_shed_at_once() {
 async fn a_delete_during_the_insert_waits_for_the_vm_then_destroys_it() {
     let env = Env::new().await;
     env.wrapped.hold(Call::CreateBefore);
-    let id = env.backend.create(&env.admin(), Env::req("race")).await.unwrap();
-    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1).await;
+    let id = env
+        .backend
+        .create(&env.admin(), Env::req("race"))
+        .await
+        .unwrap();
+    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1)
+        .await;
     env.backend.delete_shed(&env.admin(), "race").await.unwrap();
     assert!(env.view("race").is_none());
     let b = env.backend.clone();
@@ -356,12 +411,17 @@ async fn a_delete_during_the_insert_waits_for_the_vm_then_destroys_it() {
 async fn a_destroy_that_keeps_failing_ends_a_streamed_delete_with_an_error_and_is_retried() {
     let env = Env::new().await;
     let v = env.running("d").await;
-    env.cloud
-        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1_000,
+    );
     env.backend.delete_shed(&env.admin(), "d").await.unwrap();
     let e = env.backend.wait_gone(&v.id).await.unwrap_err();
     assert!(
-        e.contains("the delete is recorded but the VM could not be destroyed yet; the server keeps trying"),
+        e.contains(
+            "the delete is recorded but the VM could not be destroyed yet; the server keeps trying"
+        ),
         "{e}"
     );
     assert!(env.view("d").is_none());
@@ -373,8 +433,10 @@ async fn a_destroy_that_keeps_failing_ends_a_streamed_delete_with_an_error_and_i
     env.cloud.clear_faults();
     env.advance(121).await;
     env.pass().await;
-    env.until("destroyed by the pass", |e| e.vms().is_empty()).await;
-    env.until("marker gone", |e| e.backend.markers().is_empty()).await;
+    env.until("destroyed by the pass", |e| e.vms().is_empty())
+        .await;
+    env.until("marker gone", |e| e.backend.markers().is_empty())
+        .await;
 }
 
 #[tokio::test]
@@ -396,8 +458,10 @@ async fn stopped_reasons_of_a_start_quota_capacity_limit_firewall_layout() {
     env.until_status("a", Status::Stopped).await;
     assert_eq!(env.view("a").unwrap().status_reason, "capacity");
 
-    env.probe
-        .set(&env.record("a").unwrap().id, ProbeOutcome::Incompatible("guest layout 2".into()));
+    env.probe.set(
+        &env.record("a").unwrap().id,
+        ProbeOutcome::Incompatible("guest layout 2".into()),
+    );
     env.backend.start_shed(&env.admin(), "a").await.unwrap();
     env.until("layout", |e| e.view("a").unwrap().status_reason == "layout")
         .await;
@@ -406,7 +470,8 @@ async fn stopped_reasons_of_a_start_quota_capacity_limit_firewall_layout() {
         e.vm("a").unwrap().status == orca::Status::Stopped
     })
     .await;
-    env.probe.set(&env.record("a").unwrap().id, ProbeOutcome::Answered);
+    env.probe
+        .set(&env.record("a").unwrap().id, ProbeOutcome::Answered);
 }
 
 #[tokio::test]
@@ -414,8 +479,11 @@ async fn a_start_queued_behind_a_stop_meets_the_limit_and_is_stopped_limit() {
     let env = Env::build(|c| c.limits.max_running = 2).await;
     env.running("x").await;
     env.running("c").await;
-    env.cloud
-        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1_000,
+    );
     env.backend.delete_shed(&env.admin(), "x").await.unwrap();
     env.idle().await;
     env.running("y").await;
@@ -428,7 +496,11 @@ async fn a_start_queued_behind_a_stop_meets_the_limit_and_is_stopped_limit() {
     env.wrapped.release(Call::Stop);
     env.until_status("c", Status::Stopped).await;
     assert_eq!(env.view("c").unwrap().status_reason, "limit");
-    assert!(env.log_has("max_running"), "{:?}", env.backend.log().lines());
+    assert!(
+        env.log_has("max_running"),
+        "{:?}",
+        env.backend.log().lines()
+    );
 }
 
 #[tokio::test]
@@ -443,7 +515,11 @@ async fn a_start_whose_check_fails_just_before_the_cloud_call_is_stopped_firewal
     env.wrapped.release(Call::Stop);
     env.until_status("c", Status::Stopped).await;
     assert_eq!(env.view("c").unwrap().status_reason, "firewall");
-    assert_eq!(env.vm("c").unwrap().status, orca::Status::Stopped, "no start was sent");
+    assert_eq!(
+        env.vm("c").unwrap().status,
+        orca::Status::Stopped,
+        "no start was sent"
+    );
 }
 
 #[tokio::test]
@@ -499,13 +575,18 @@ async fn a_quota_refusal_after_a_lost_answer_leaves_no_shed_and_no_vm() {
     // Found by the soak: the first insert made the VM but its answer was lost; the retry met the
     // quota. The 503 must not leave that VM behind.
     let env = Env::new().await;
-    env.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    env.cloud
+        .inject(Operation::Create, FaultKind::LoseAnswer, 1);
     env.cloud
         .inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
     let e = env.create("lost").await.unwrap_err();
     assert_eq!(e.code, "CLOUD_QUOTA_EXCEEDED");
     assert!(env.view("lost").is_none());
     env.idle().await;
-    assert!(env.vms().is_empty(), "the VM of the lost answer is destroyed: {:?}", env.vms());
+    assert!(
+        env.vms().is_empty(),
+        "the VM of the lost answer is destroyed: {:?}",
+        env.vms()
+    );
     assert!(env.backend.markers().is_empty());
 }

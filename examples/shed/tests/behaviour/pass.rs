@@ -15,15 +15,16 @@ use crate::support::{Call, Env};
 /// A VM of this environment made outside the server (as another server, or one that died, made it).
 pub async fn stray_vm(env: &Env, id: &str, state: &str, schema: &str) -> orca::Machine {
     let p = env.cloud.provider(shed::OWNER).unwrap();
-    let spec = MachineSpec::new(format!("shed-dev-{id}"), "amd64-small", "zone-a", "dev").with_labels([
-        (ENV_LABEL, "dev"),
-        (ID_LABEL, id),
-        (NAME_LABEL, id),
-        (SIZE_LABEL, "standard"),
-        (CLIENT_LABEL, "local"),
-        (STATE_LABEL, state),
-        (SCHEMA_LABEL, schema),
-    ]);
+    let spec = MachineSpec::new(format!("shed-dev-{id}"), "amd64-small", "zone-a", "dev")
+        .with_labels([
+            (ENV_LABEL, "dev"),
+            (ID_LABEL, id),
+            (NAME_LABEL, id),
+            (SIZE_LABEL, "standard"),
+            (CLIENT_LABEL, "local"),
+            (STATE_LABEL, state),
+            (SCHEMA_LABEL, schema),
+        ]);
     p.create(&spec).await.unwrap().machine().unwrap()
 }
 
@@ -34,10 +35,17 @@ async fn a_running_shed_whose_vm_was_stopped_outside_is_stopped_external() {
     let vm = env.vm("a").unwrap();
     env.advance(3600).await;
     env.cloud.operator_stop(&vm.id);
-    assert_eq!(env.view("a").unwrap().status, Status::Running, "until the next pass");
+    assert_eq!(
+        env.view("a").unwrap().status,
+        Status::Running,
+        "until the next pass"
+    );
     env.pass().await;
     let v = env.view("a").unwrap();
-    assert_eq!((v.status, v.status_reason.as_str()), (Status::Stopped, "external"));
+    assert_eq!(
+        (v.status, v.status_reason.as_str()),
+        (Status::Stopped, "external")
+    );
     // It comes back with a start.
     env.backend.start_shed(&env.admin(), "a").await.unwrap();
     env.until_status("a", Status::Running).await;
@@ -54,7 +62,10 @@ async fn a_running_shed_stopped_by_its_run_limit_is_stopped_run_limit() {
     assert_eq!(env.view("a").unwrap().status, Status::Running);
     env.pass().await;
     let v = env.view("a").unwrap();
-    assert_eq!((v.status, v.status_reason.as_str()), (Status::Stopped, "run_limit"));
+    assert_eq!(
+        (v.status, v.status_reason.as_str()),
+        (Status::Stopped, "run_limit")
+    );
     // A start gives the VM a new limit counted from that start.
     env.backend.start_shed(&env.admin(), "a").await.unwrap();
     env.until_status("a", Status::Running).await;
@@ -95,7 +106,10 @@ async fn a_vm_on_its_way_down_is_recorded_stopping_first() {
     env.cloud.operator_stop(&vm.id);
     env.pass().await;
     let v = env.view("a").unwrap();
-    assert_eq!((v.status, v.status_reason.as_str()), (Status::Stopped, "external"));
+    assert_eq!(
+        (v.status, v.status_reason.as_str()),
+        (Status::Stopped, "external")
+    );
 }
 
 #[tokio::test]
@@ -105,7 +119,8 @@ async fn a_stopped_shed_whose_vm_runs_is_recorded_starting_and_probed_never_stop
     env.backend.stop_shed(&env.admin(), "a").await.unwrap();
     env.until_status("a", Status::Stopped).await;
     let vm = env.vm("a").unwrap();
-    env.probe.set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.probe
+        .set_default(ProbeOutcome::Unreachable("booting".into()));
     env.cloud.operator_start(&vm.id);
     env.pass().await;
     assert_eq!(env.view("a").unwrap().status, Status::Starting);
@@ -113,8 +128,16 @@ async fn a_stopped_shed_whose_vm_runs_is_recorded_starting_and_probed_never_stop
         env.advance(5).await;
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    assert_eq!(env.view("a").unwrap().status, Status::Starting, "it keeps probing");
-    assert_eq!(env.vm("a").unwrap().status, orca::Status::Running, "it never stops the VM");
+    assert_eq!(
+        env.view("a").unwrap().status,
+        Status::Starting,
+        "it keeps probing"
+    );
+    assert_eq!(
+        env.vm("a").unwrap().status,
+        orca::Status::Running,
+        "it never stops the VM"
+    );
     env.probe.set_default(ProbeOutcome::Answered);
     env.advance(5).await;
     env.until_status("a", Status::Running).await;
@@ -131,13 +154,20 @@ async fn a_shed_whose_vm_no_longer_exists_is_removed_after_a_read_confirms_it() 
     let a = env.vm("a").unwrap();
     env.wrapped.hide(&a.id);
     env.pass().await;
-    assert!(env.view("a").is_some(), "the VM is still there when read on its own");
+    assert!(
+        env.view("a").is_some(),
+        "the VM is still there when read on its own"
+    );
     env.cloud.operator_delete(&a.id);
     env.cloud.operator_delete(&env.vm("b").unwrap().id);
     env.pass().await;
     assert!(env.view("a").is_none());
     assert!(env.view("b").is_none());
-    let e = env.backend.delete_shed(&env.admin(), "a").await.unwrap_err();
+    let e = env
+        .backend
+        .delete_shed(&env.admin(), "a")
+        .await
+        .unwrap_err();
     assert_eq!(e.status, 404, "delete then answers not found");
     assert!(env.log_has("its VM no longer exists"));
 }
@@ -161,8 +191,11 @@ async fn a_shed_left_stopping_by_a_failed_stop_is_stopped_again() {
 async fn a_failed_creates_vm_is_destroyed_retrying_until_gone_and_the_shed_stays_in_error() {
     let env = Env::new().await;
     env.probe.set_default(ProbeOutcome::HostKeyMismatch);
-    env.cloud
-        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1_000,
+    );
     env.create("a").await.unwrap();
     env.until_status("a", Status::Error).await;
     env.idle().await;
@@ -175,9 +208,15 @@ async fn a_failed_creates_vm_is_destroyed_retrying_until_gone_and_the_shed_stays
     env.until("destroyed", |e| e.vms().is_empty()).await;
     env.idle().await;
     let v = env.view("a").unwrap();
-    assert_eq!((v.status, v.status_reason.as_str()), (Status::Error, "host_key"));
+    assert_eq!(
+        (v.status, v.status_reason.as_str()),
+        (Status::Error, "host_key")
+    );
     env.pass().await;
-    assert!(env.view("a").is_some(), "the shed stays in error until it is deleted");
+    assert!(
+        env.view("a").is_some(),
+        "the shed stays in error until it is deleted"
+    );
 }
 
 #[tokio::test]
@@ -191,7 +230,11 @@ async fn a_vm_still_creating_15_minutes_after_it_was_made_with_no_record_is_dest
     env.advance(61).await;
     env.pass().await;
     let ids: Vec<String> = env.vms().into_iter().map(|m| m.id).collect();
-    assert_eq!(ids, vec![young.id.clone()], "the old one is destroyed, the young one left alone");
+    assert_eq!(
+        ids,
+        vec![young.id.clone()],
+        "the old one is destroyed, the young one left alone"
+    );
     assert!(!ids.contains(&old.id));
     assert!(env.log_has("a create nobody will finish"));
     assert!(env.backend.records().is_empty(), "nothing was adopted");
@@ -205,12 +248,14 @@ async fn vms_the_pass_does_not_know_are_left_alone() {
     // Another environment's VM (another pool) and a machine with no shed labels.
     let p = env.cloud.provider(shed::OWNER).unwrap();
     let other = p
-        .create(&MachineSpec::new("shed-prod-x", "amd64-small", "zone-a", "prod").with_labels([
-            (ENV_LABEL, "prod"),
-            (ID_LABEL, "ccccccccc1"),
-            (STATE_LABEL, "creating"),
-            (SCHEMA_LABEL, "1"),
-        ]))
+        .create(
+            &MachineSpec::new("shed-prod-x", "amd64-small", "zone-a", "prod").with_labels([
+                (ENV_LABEL, "prod"),
+                (ID_LABEL, "ccccccccc1"),
+                (STATE_LABEL, "creating"),
+                (SCHEMA_LABEL, "1"),
+            ]),
+        )
         .await
         .unwrap()
         .machine()
@@ -229,7 +274,10 @@ async fn vms_the_pass_does_not_know_are_left_alone() {
     let mut want = vec![ready.id, foreign.id, other.id, plain.id];
     want.sort();
     assert_eq!(ids, want);
-    assert!(env.backend.records().is_empty(), "a finished VM with no record is not adopted by a pass");
+    assert!(
+        env.backend.records().is_empty(),
+        "a finished VM with no record is not adopted by a pass"
+    );
 }
 
 #[tokio::test]
@@ -251,14 +299,24 @@ async fn the_pass_runs_every_interval_on_the_clock() {
     let cfg = shed::Config::for_tests("dev", dir.path().join("remote"));
     let cloud = orca::memory::MemoryCloud::new();
     cloud.put_firewall_rule(crate::support::good_rule());
-    let env = Env::on(cloud, cfg, dir, shed::Timings::seed(Duration::from_secs(60))).await;
+    let env = Env::on(
+        cloud,
+        cfg,
+        dir,
+        shed::Timings::seed(Duration::from_secs(60)),
+    )
+    .await;
     env.running("a").await;
     let vm = env.vm("a").unwrap();
     env.cloud.operator_stop(&vm.id);
     let lists = env.wrapped.lists.load(std::sync::atomic::Ordering::SeqCst);
     env.advance(30).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(env.view("a").unwrap().status, Status::Running, "no pass within the minute");
+    assert_eq!(
+        env.view("a").unwrap().status,
+        Status::Running,
+        "no pass within the minute"
+    );
     env.advance(31).await;
     env.until_status("a", Status::Stopped).await;
     assert!(env.wrapped.lists.load(std::sync::atomic::Ordering::SeqCst) > lists);
@@ -270,8 +328,11 @@ async fn a_failed_listing_changes_nothing() {
     env.running("a").await;
     let vm = env.vm("a").unwrap();
     env.cloud.operator_delete(&vm.id);
-    env.cloud
-        .inject(Operation::List, FaultKind::Error(ErrorKind::PermissionDenied), 1);
+    env.cloud.inject(
+        Operation::List,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
     env.pass().await;
     assert!(env.view("a").is_some(), "a failed read removes nothing");
     assert!(env.log_has("could not be listed"));

@@ -24,7 +24,11 @@ async fn records_survive_a_restart_and_running_sheds_keep_running() {
     env.restart().await;
     env.idle().await;
     assert_eq!(env.backend.list(&env.admin()), before);
-    assert_eq!(env.vm("a").unwrap().status, orca::Status::Running, "a server stop leaves VMs as they are");
+    assert_eq!(
+        env.vm("a").unwrap().status,
+        orca::Status::Running,
+        "a server stop leaves VMs as they are"
+    );
 }
 
 #[tokio::test]
@@ -50,9 +54,15 @@ async fn a_server_killed_in_the_middle_of_a_create_resumes_it_without_a_second_v
     let mut env = Env::new().await;
     // The cloud made the VM, and the server died before it wrote that down.
     env.wrapped.hold(Call::CreateAfter);
-    let id = env.backend.create(&env.admin(), Env::req("mid")).await.unwrap();
-    env.until("the VM is made", |e| e.wrapped.entered(Call::CreateAfter) == 1)
-        .await;
+    let id = env
+        .backend
+        .create(&env.admin(), Env::req("mid"))
+        .await
+        .unwrap();
+    env.until("the VM is made", |e| {
+        e.wrapped.entered(Call::CreateAfter) == 1
+    })
+    .await;
     assert_eq!(env.record("mid").unwrap().create, CreateStage::Sent);
     env.restart().await;
     env.wrapped.release(Call::CreateAfter);
@@ -66,12 +76,19 @@ async fn a_server_killed_in_the_middle_of_a_create_resumes_it_without_a_second_v
 async fn a_create_that_had_not_reached_the_cloud_is_resumed() {
     let mut env = Env::new().await;
     env.wrapped.hold(Call::CreateBefore);
-    env.backend.create(&env.admin(), Env::req("early")).await.unwrap();
-    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1).await;
+    env.backend
+        .create(&env.admin(), Env::req("early"))
+        .await
+        .unwrap();
+    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == 1)
+        .await;
     env.backend.shutdown();
     env.wrapped.release(Call::CreateBefore);
     tokio::time::sleep(Duration::from_millis(20)).await;
-    assert!(env.vms().is_empty(), "the killed server's insert never reached the cloud");
+    assert!(
+        env.vms().is_empty(),
+        "the killed server's insert never reached the cloud"
+    );
     env.restart().await;
     env.until_status("early", Status::Running).await;
     assert_eq!(env.vms().len(), 1);
@@ -83,7 +100,8 @@ async fn a_record_left_stopping_resumes_its_stop() {
     env.running("a").await;
     env.wrapped.hold(Call::Stop);
     env.backend.stop_shed(&env.admin(), "a").await.unwrap();
-    env.until("stop held", |e| e.wrapped.entered(Call::Stop) == 1).await;
+    env.until("stop held", |e| e.wrapped.entered(Call::Stop) == 1)
+        .await;
     env.backend.shutdown();
     env.wrapped.release(Call::Stop);
     let rec = env.record("a").unwrap();
@@ -96,7 +114,8 @@ async fn a_record_left_stopping_resumes_its_stop() {
 #[tokio::test]
 async fn a_record_left_starting_resumes_its_probe() {
     let mut env = Env::new().await;
-    env.probe.set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.probe
+        .set_default(ProbeOutcome::Unreachable("booting".into()));
     env.create("a").await.unwrap();
     env.backend.shutdown();
     env.probe.set_default(ProbeOutcome::Answered);
@@ -114,9 +133,15 @@ async fn a_record_whose_vm_stopped_while_the_server_was_down_is_stopped_with_its
     env.advance(700).await;
     env.restart().await;
     let l = env.view("limit").unwrap();
-    assert_eq!((l.status, l.status_reason.as_str()), (Status::Stopped, "run_limit"));
+    assert_eq!(
+        (l.status, l.status_reason.as_str()),
+        (Status::Stopped, "run_limit")
+    );
     let e = env.view("ext").unwrap();
-    assert_eq!((e.status, e.status_reason.as_str()), (Status::Stopped, "external"));
+    assert_eq!(
+        (e.status, e.status_reason.as_str()),
+        (Status::Stopped, "external")
+    );
 }
 
 #[tokio::test]
@@ -129,15 +154,24 @@ async fn a_record_whose_vm_is_gone_is_dropped_unless_in_error_or_not_yet_created
     env.idle().await;
     let before = env.wrapped.entered(Call::CreateBefore);
     env.wrapped.hold(Call::CreateBefore);
-    env.backend.create(&env.admin(), Env::req("unsent")).await.unwrap();
-    env.until("held", |e| e.wrapped.entered(Call::CreateBefore) == before + 1)
-        .await;
+    env.backend
+        .create(&env.admin(), Env::req("unsent"))
+        .await
+        .unwrap();
+    env.until("held", |e| {
+        e.wrapped.entered(Call::CreateBefore) == before + 1
+    })
+    .await;
     env.backend.shutdown();
     env.wrapped.release(Call::CreateBefore);
     env.cloud.operator_delete(&env.vm("gone").unwrap().id);
     env.restart().await;
     assert!(env.view("gone").is_none(), "dropped");
-    assert_eq!(env.view("failed").unwrap().status, Status::Error, "kept in error");
+    assert_eq!(
+        env.view("failed").unwrap().status,
+        Status::Error,
+        "kept in error"
+    );
     env.until_status("unsent", Status::Running).await;
 }
 
@@ -145,9 +179,15 @@ async fn a_record_whose_vm_is_gone_is_dropped_unless_in_error_or_not_yet_created
 async fn vms_labelled_deleting_or_with_a_delete_marker_are_deleted_and_nothing_else() {
     let mut env = Env::new().await;
     env.running("marked").await;
-    env.cloud
-        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
-    env.backend.delete_shed(&env.admin(), "marked").await.unwrap();
+    env.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1_000,
+    );
+    env.backend
+        .delete_shed(&env.admin(), "marked")
+        .await
+        .unwrap();
     env.idle().await;
     env.backend.shutdown();
     env.cloud.clear_faults();
@@ -174,13 +214,20 @@ async fn an_acknowledged_delete_is_never_listed_again_even_when_the_records_remo
     let env = Env::new().await;
     let v = env.running("a").await;
     let rec = env.record("a").unwrap();
-    env.cloud
-        .inject(Operation::Delete, FaultKind::Error(ErrorKind::PermissionDenied), 1_000);
+    env.cloud.inject(
+        Operation::Delete,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1_000,
+    );
     env.backend.delete_shed(&env.admin(), "a").await.unwrap();
     env.idle().await;
     env.backend.shutdown();
     // The server died between writing the marker and removing the record.
-    let path = env.cfg.state_dir.join("sheds").join(format!("{}.json", v.id));
+    let path = env
+        .cfg
+        .state_dir
+        .join("sheds")
+        .join(format!("{}.json", v.id));
     std::fs::write(&path, serde_json::to_vec(&rec).unwrap()).unwrap();
     let b = Backend::load(env.parts()).unwrap();
     assert!(b.get(&env.admin(), "a").is_err(), "the marker wins");

@@ -92,16 +92,23 @@ async fn soak_with_faults_ends_with_no_leak_and_every_shed_in_an_allowed_status(
             while !stop.load(Ordering::SeqCst) {
                 let name = &names[fastrand::usize(..names.len())];
                 let r = match fastrand::u8(..4) {
-                    0 => env.create_as(&caller, crate::support::Env::req(name)).await.map(|_| ()),
+                    0 => env
+                        .create_as(&caller, crate::support::Env::req(name))
+                        .await
+                        .map(|_| ()),
                     1 => env.backend.stop_shed(&caller, name).await.map(|_| ()),
                     2 => env.backend.start_shed(&caller, name).await.map(|_| ()),
                     _ => env.backend.delete_shed(&caller, name).await.map(|_| ()),
                 };
                 if let Err(e) = r {
-                    assert!(ALLOWED_CODES.contains(&e.code.as_str()), "unexpected answer {e}");
+                    assert!(
+                        ALLOWED_CODES.contains(&e.code.as_str()),
+                        "unexpected answer {e}"
+                    );
                     if e.status == 409 {
                         assert!(
-                            ["SHED_EXISTS", "SHED_RUNNING", "SHED_STOPPED", "SHED_FAILED"].contains(&e.code.as_str()),
+                            ["SHED_EXISTS", "SHED_RUNNING", "SHED_STOPPED", "SHED_FAILED"]
+                                .contains(&e.code.as_str()),
                             "{e}"
                         );
                     }
@@ -131,12 +138,21 @@ async fn soak_with_faults_ends_with_no_leak_and_every_shed_in_an_allowed_status(
 
     // Every shed deleted: nothing is left in the cloud.
     for s in env.backend.records() {
-        env.backend.delete_shed(&env.admin(), &s.name).await.unwrap();
+        env.backend
+            .delete_shed(&env.admin(), &s.name)
+            .await
+            .unwrap();
     }
-    env.until("the deletes are done", |e| e.backend.idle()).await;
+    env.until("the deletes are done", |e| e.backend.idle())
+        .await;
     env.pass().await;
-    env.until("the deletes are done", |e| e.backend.idle()).await;
-    assert!(env.backend.markers().is_empty(), "{:?}", env.backend.markers());
+    env.until("the deletes are done", |e| e.backend.idle())
+        .await;
+    assert!(
+        env.backend.markers().is_empty(),
+        "{:?}",
+        env.backend.markers()
+    );
     assert!(env.vms().is_empty(), "leaked: {:?}", env.vms());
 }
 
@@ -151,13 +167,22 @@ fn check_invariants(env: &Env) {
     // No VM leaked: every VM belongs to a shed the server lists.
     for m in &vms {
         let id = m.labels.get(ID_LABEL).cloned().unwrap_or_default();
-        assert!(rec_ids.contains(&id), "leaked VM {m:?}; records {records:#?}; log {:#?}", env.backend.log().lines());
+        assert!(
+            rec_ids.contains(&id),
+            "leaked VM {m:?}; records {records:#?}; log {:#?}",
+            env.backend.log().lines()
+        );
     }
-    assert!(env.backend.markers().is_empty(), "undone deletes {:?}", env.backend.markers());
+    assert!(
+        env.backend.markers().is_empty(),
+        "undone deletes {:?}",
+        env.backend.markers()
+    );
     for s in &records {
         // Every shed in a status the seed allows, with a reason its status may carry, and settled.
         assert!(
-            s.reason.is_none_or(|r| s.status.allowed_reasons().contains(&r)),
+            s.reason
+                .is_none_or(|r| s.status.allowed_reasons().contains(&r)),
             "{s:?}"
         );
         assert!(
@@ -170,12 +195,13 @@ fn check_invariants(env: &Env) {
                 assert!(vm_ids.contains(&s.id), "record without its VM: {s:?}");
                 assert_eq!(s.create, CreateStage::Made);
             }
-            Status::Error => assert!(!vm_ids.contains(&s.id), "a failed create's VM is left: {s:?}"),
+            Status::Error => assert!(
+                !vm_ids.contains(&s.id),
+                "a failed create's VM is left: {s:?}"
+            ),
             _ => {}
         }
-        let vm = vms
-            .iter()
-            .find(|m| m.labels.get(ID_LABEL) == Some(&s.id));
+        let vm = vms.iter().find(|m| m.labels.get(ID_LABEL) == Some(&s.id));
         if let (Some(vm), Status::Running) = (vm, s.status) {
             assert_eq!(vm.status, orca::Status::Running, "{s:?}");
         }
