@@ -34,6 +34,17 @@ impl Error {
         }
     }
 
+    /// The same error with every occurrence of each of `secrets` (values of secret keys the input
+    /// held) replaced by `***`: for messages that quote input.
+    pub fn scrub<'a>(mut self, secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        for s in secrets {
+            if !s.is_empty() {
+                self.message = self.message.replace(s, crate::mask::MASK);
+            }
+        }
+        self
+    }
+
     /// The same error about `field`.
     pub fn with_field(mut self, field: impl Into<String>) -> Self {
         self.field = Some(field.into());

@@ -90,16 +90,25 @@ impl ProfileSpec {
             network_tags: f.str_list("network_tags")?.unwrap_or_default(),
         };
         let prefix = f.name("");
-        spec.machine_spec("check", "check", "keeper", "")
-            .validate()
-            .map_err(|e| match e {
+        // orca's rules quote the offending value: never one whose key marks it secret.
+        let secrets: Vec<&str> = spec
+            .labels
+            .iter()
+            .filter(|(k, _)| crate::mask::is_secret_key(k))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        let checked = spec.machine_spec("check", "check", "keeper", "").validate();
+        if let Err(e) = checked {
+            let e = match e {
                 orca::Error::InvalidSpec { field, rule } => {
                     Error::invalid(format!("{prefix}{field}"), rule)
                 }
                 other => {
                     Error::invalid(prefix.trim_end_matches('.').to_string(), other.to_string())
                 }
-            })?;
+            };
+            return Err(e.scrub(secrets));
+        }
         Ok(spec)
     }
 
@@ -541,6 +550,13 @@ mod tests {
         let e = ProfileSpec::parse(&json!({"machine_type": "t", "disk_gb": 0}), "profile.")
             .unwrap_err();
         assert_eq!(e.field.as_deref(), Some("profile.disk_gb"));
+        let e = ProfileSpec::parse(
+            &json!({"machine_type": "t", "labels": {"api-token": "Not-A-Label-Value-S3cret"}}),
+            "profile.",
+        )
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("profile.labels"));
+        assert!(!e.to_string().contains("S3cret"), "{e}");
         let s = ProfileSpec::parse(
             &json!({"machine_type": "amd64-small", "labels": {"team": "web"}, "disk_gb": 20}),
             "profile.",

@@ -134,6 +134,22 @@ async fn a_cli_step_prints_the_plain_tokens_once_and_no_channel_leaks_a_secret()
     assert!(stderr.contains("params.invalid"), "{stderr}");
     assert!(!stdout.contains("zzz-secret") && !stderr.contains("zzz-secret"));
 
+    // User data may hold passwords under any name: the log shows its size only.
+    let params = json!({"provider": "lab", "profile": {"machine_type": "amd64-small"},
+        "userdata": "#cloud-config\nchpasswd: {list: 'root:pw-secret-5'}\n"});
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        &params.to_string(),
+    ]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("step parameters"),
+        "logged at trace: {stderr}"
+    );
+    assert!(!stderr.contains("pw-secret-5") && !stdout.contains("pw-secret-5"));
+
     let (out, _, stderr) = cli.run(&["step", "core.cloud.created", "--params", "{nope"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("--params is not JSON"), "{stderr}");

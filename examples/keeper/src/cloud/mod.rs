@@ -186,6 +186,16 @@ impl Run {
     }
 }
 
+/// The parameters as the log shows them: masked, and user data by its size only (it may hold
+/// passwords and keys under any name).
+fn logged_params(params: &Value) -> Value {
+    let mut p = masked(params);
+    if let Some(Value::String(ud)) = params.get("userdata") {
+        p["userdata"] = json!(format!("<{} bytes>", ud.len()));
+    }
+    p
+}
+
 fn new_step_id() -> String {
     let mut b = [0u8; 8];
     // A step id is not a secret; if the generator fails, the clock still tells steps apart.
@@ -249,7 +259,7 @@ impl Keeper {
             }
         };
         tracing::info!(step = step, step_id = %step_id, actor = actor, "step started");
-        tracing::debug!(step_id = %step_id, params = %masked(params), "step parameters");
+        tracing::debug!(step_id = %step_id, params = %logged_params(params), "step parameters");
         let run = Run::new(action, &step_id);
         let mut run = match action {
             Action::Created => self.created(run, params, actor).await,
