@@ -1,5 +1,5 @@
 //! The jobs: one task per shed (or acknowledged delete) at a time, doing its cloud work one step after
-//! another. Each step is chosen from the record as it is now ([`Backend::next_step`], under the lock),
+//! another. Each step is chosen from the record as it is now (`Backend::next_step`, under the lock),
 //! so a call that changes the record while a cloud operation runs ("queued") is acted on as soon as that
 //! operation ends, and a restart resumes a job from the record alone.
 

@@ -22,7 +22,7 @@ enum Command {
     Serve,
     /// Checks the configuration and its variables, and prints what was read (never a secret).
     CheckConfig,
-    /// Provider fake only: puts the firewall rule shed-<environment>-ssh into the simulated cloud of
+    /// Provider fake only: puts the firewall rule `shed-<environment>-ssh` into the simulated cloud of
     /// ORCA_FAKE_STATE, as gce-setup.sh makes it on Compute Engine.
     FakeSetup,
 }

@@ -2,6 +2,7 @@
 
 mod config;
 mod firewall;
+mod gce;
 mod http;
 mod lifecycle;
 mod pass;
