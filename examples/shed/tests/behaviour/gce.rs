@@ -34,7 +34,10 @@ async fn start(firewall: &str) -> Gce {
         ("SHED_GCE_ZONE", ZONE.to_string()),
         ("SHED_GCE_NETWORK", NETWORK.to_string()),
         ("SHED_GCE_SUBNET", SUBNET.to_string()),
-        ("GOOGLE_CREDENTIALS_BASE64", b64(&fake.service_account_json())),
+        (
+            "GOOGLE_CREDENTIALS_BASE64",
+            b64(&fake.service_account_json()),
+        ),
         ("SHED_REMOTE_SSH_KEY", b64(KEY)),
     ]
     .into_iter()
@@ -77,7 +80,10 @@ const STATIC: &str = "    source_ranges: [203.0.113.7/32]\n";
 async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -96,11 +102,18 @@ async fn the_firewall_check_reads_the_rules_through_the_compute_engine_driver() 
     g.fake.put_firewall(rule.clone());
     let o = g.backend.firewall_check().await;
     assert_eq!(o.reason, Some(FwReason::RuleSources));
-    assert!(o.message.contains("found source ranges [198.51.100.9/32]"), "{}", o.message);
+    assert!(
+        o.message.contains("found source ranges [198.51.100.9/32]"),
+        "{}",
+        o.message
+    );
     rule["sourceRanges"] = json!(["203.0.113.7/32"]);
     rule["allowed"] = json!([{"IPProtocol": "tcp", "ports": ["22", "3389"]}]);
     g.fake.put_firewall(rule.clone());
-    assert_eq!(g.backend.firewall_check().await.reason, Some(FwReason::RuleAllow));
+    assert_eq!(
+        g.backend.firewall_check().await.reason,
+        Some(FwReason::RuleAllow)
+    );
     rule["allowed"] = json!([{"IPProtocol": "tcp", "ports": ["22"]}]);
     g.fake.put_firewall(rule);
     g.fake.put_firewall(json!({
@@ -114,7 +127,8 @@ async fn the_firewall_check_reads_the_rules_through_the_compute_engine_driver() 
 
 #[tokio::test]
 async fn auto_mode_patches_the_rules_sources_through_the_compute_engine_driver() {
-    let g = start("    mode: auto\n    echo_urls: [https://one.example/, https://two.example/]\n").await;
+    let g = start("    mode: auto\n    echo_urls: [https://one.example/, https://two.example/]\n")
+        .await;
     assert_eq!(
         g.backend.firewall_last().unwrap().reason,
         Some(FwReason::AddressUnknown)
@@ -125,7 +139,11 @@ async fn auto_mode_patches_the_rules_sources_through_the_compute_engine_driver()
     assert!(o.passed, "{o:?}");
     let stored = g.fake.firewall(SSH_RULE).unwrap();
     assert_eq!(stored["sourceRanges"], json!(["198.51.100.44/32"]));
-    assert_eq!(stored["targetTags"], json!(["shed-test"]), "nothing else changed");
+    assert_eq!(
+        stored["targetTags"],
+        json!(["shed-test"]),
+        "nothing else changed"
+    );
 }
 
 #[tokio::test]
@@ -150,13 +168,22 @@ async fn a_create_and_a_delete_on_the_compute_engine_driver() {
     assert_eq!(inst["labels"][STATE_LABEL], json!("ready"));
     assert_eq!(inst["tags"]["items"], json!(["shed-test"]));
     assert!(
-        inst["machineType"].as_str().unwrap().ends_with("/e2-standard-2"),
+        inst["machineType"]
+            .as_str()
+            .unwrap()
+            .ends_with("/e2-standard-2"),
         "{}",
         inst["machineType"]
     );
-    assert_eq!(inst["scheduling"]["maxRunDuration"]["seconds"], json!("86400"));
+    assert_eq!(
+        inst["scheduling"]["maxRunDuration"]["seconds"],
+        json!("86400")
+    );
     g.backend.delete_shed(&admin, "gce-1").await.unwrap();
     g.backend.wait_gone(&id).await.unwrap();
-    assert!(g.fake.instance(ZONE, &name).is_none(), "the instance is gone");
+    assert!(
+        g.fake.instance(ZONE, &name).is_none(),
+        "the instance is gone"
+    );
     assert!(g.fake.disk_names(ZONE).is_empty(), "and its disk");
 }

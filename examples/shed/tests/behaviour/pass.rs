@@ -340,3 +340,67 @@ async fn a_failed_listing_changes_nothing() {
     assert!(env.view("a").is_none());
     let _ = Call::Stop;
 }
+
+#[tokio::test]
+async fn labels_of_another_shed_version_make_a_shed_cloud_unreadable_and_its_delete_an_error_that_keeps_the_vm(
+) {
+    let env = Env::build(|c| c.limits.max_running = 4).await;
+    env.running("a").await;
+    let vm = env.vm("a").unwrap();
+    env.cloud.operator_label(&vm.id, SCHEMA_LABEL, Some("2"));
+    env.pass().await;
+    assert_eq!(
+        env.view("a").unwrap().status,
+        Status::Running,
+        "nothing is changed"
+    );
+    let e = env
+        .backend
+        .delete_shed(&env.admin(), "a")
+        .await
+        .unwrap_err();
+    assert_eq!((e.status, e.code.as_str()), (502, "CLOUD_UNREADABLE"));
+    assert!(env.view("a").is_none(), "the shed leaves the list");
+    env.idle().await;
+    env.advance(300).await;
+    env.pass().await;
+    env.idle().await;
+    assert_eq!(
+        env.vms().len(),
+        1,
+        "the VM keeps running while its labels are another version's"
+    );
+    // Readable again: this server destroys it.
+    env.cloud.operator_label(&vm.id, SCHEMA_LABEL, Some("1"));
+    env.pass().await;
+    env.until("destroyed", |e| e.vms().is_empty()).await;
+    env.until("marker gone", |e| e.backend.markers().is_empty())
+        .await;
+
+    // A starting shed whose VM carries another version's labels waits with cloud_unreadable.
+    env.probe
+        .set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.create("b").await.unwrap();
+    let vm = env.vm("b").unwrap();
+    env.cloud.operator_label(&vm.id, SCHEMA_LABEL, Some("2"));
+    env.advance(5).await;
+    env.until("cloud_unreadable", |e| {
+        e.view("b").unwrap().status_reason == "cloud_unreadable"
+    })
+    .await;
+    assert_eq!(env.view("b").unwrap().status, Status::Starting);
+}
+
+#[tokio::test]
+async fn a_delete_still_works_after_a_failed_read() {
+    let env = Env::new().await;
+    env.running("a").await;
+    // Every read of the VM fails (more than the driver retries); the destroy goes ahead.
+    env.cloud.inject(
+        Operation::List,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        2,
+    );
+    env.backend.delete_shed(&env.admin(), "a").await.unwrap();
+    env.until("destroyed", |e| e.vms().is_empty()).await;
+}
