@@ -686,3 +686,156 @@ async fn fault_campaign_memory_two_replicas_on_postgres() {
     }
     f.check();
 }
+
+/// A fault for an HTTP fake: a cloud-shaped error status, a lost answer (the request served, the
+/// connection dropped) or latency.
+fn http_fault(pick: u32, body: &dyn Fn(u16, &str) -> serde_json::Value) -> orca_fakes::Fault {
+    use orca_fakes::Fault;
+    let status = |status: u16, code: &str| Fault::Status {
+        status,
+        body: body(status, code),
+        headers: Vec::new(),
+    };
+    match pick % 9 {
+        0 => status(429, "rate_limit_exceeded"),
+        1 => status(500, "server_error"),
+        2 => status(502, "bad_gateway"),
+        3 => status(503, "unavailable"),
+        4 => status(403, "forbidden"),
+        5 => Fault::Latency(Duration::from_millis(5)),
+        _ => Fault::DropAnswer,
+    }
+}
+
+fn fake_backend(
+    provider: Arc<
+        dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync,
+    >,
+    other: Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>,
+    control: Arc<orca_fakes::Control>,
+    paths: fn(Op) -> (axum::http::Method, &'static str),
+    body: fn(u16, &str) -> serde_json::Value,
+    offers: Vec<String>,
+) -> Backend {
+    let c = control.clone();
+    let inject: Injector = Arc::new(move |op, pick| {
+        let (method, path) = paths(op);
+        c.inject(orca_fakes::Rule::new(
+            Some(method),
+            path,
+            http_fault(pick, &body),
+            1,
+        ));
+    });
+    let (p, o) = (provider.clone(), other.clone());
+    let truth: Truth = Arc::new(move || {
+        let (p, o) = (p.clone(), o.clone());
+        Box::pin(async move {
+            let (mine, theirs) = (p().await, o().await);
+            let ours = mine.machines("lab").await.expect("list ours");
+            let mut foreign = theirs.machines("lab").await.expect("list theirs");
+            foreign.extend(mine.machines("other").await.expect("list other pool"));
+            (ours, foreign)
+        })
+    });
+    let (c1, c2) = (control.clone(), control);
+    Backend {
+        provider,
+        inject,
+        clear: Arc::new(move || c1.clear_faults()),
+        truth,
+        requests: Arc::new(move || c2.requests()),
+        offers,
+        operator: None,
+        now: Arc::new(chrono::Utc::now),
+    }
+}
+
+type Make = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>;
+
+fn maker(kind: &'static str, owner: &'static str, settings: orca::Settings) -> Make {
+    Arc::new(move || {
+        let settings = settings.clone();
+        Box::pin(async move {
+            orca::of_with(kind, owner, &settings)
+                .await
+                .unwrap_or_else(|e| panic!("{kind} through orca::of_with: {e}"))
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_campaign_hetzner_fake() {
+    use orca_fakes::hetzner::{FakeHetzner, Options};
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 0,
+        rate_limit: 1_000_000,
+        refill_per_second: 1_000_000.0,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let settings = orca::Settings::new()
+        .with("HCLOUD_TOKEN", fake.token())
+        .with("ORCA_HCLOUD_ENDPOINT", fake.url());
+    let (mine, theirs) = (
+        maker("hetzner", "s1", settings.clone()),
+        maker("hetzner", "s2", settings),
+    );
+    others(&*mine().await, &*theirs().await, "cx23@fsn1").await;
+    let b = fake_backend(
+        mine,
+        theirs,
+        fake.control().clone(),
+        |op| match op {
+            Op::Create => (axum::http::Method::POST, "/servers"),
+            Op::Delete => (axum::http::Method::DELETE, "/servers/"),
+            Op::Arch => (axum::http::Method::GET, "/server_types"),
+            Op::List | Op::Read => (axum::http::Method::GET, "/servers"),
+        },
+        |_, code| serde_json::json!({"error": {"code": code, "message": "injected", "details": {}}}),
+        vec!["cx23@fsn1".into(), "cx23@nbg1".into()],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
+    f.print("fake Hetzner API, file store");
+    f.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_campaign_gce_fake() {
+    use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
+    let fake = FakeGce::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("sa.json");
+    std::fs::write(&key, fake.service_account_json()).unwrap();
+    let settings = orca::Settings::new()
+        .with("ORCA_GCE_PROJECT", PROJECT)
+        .with("ORCA_GCE_ZONE", ZONE)
+        .with("ORCA_GCE_NETWORK", NETWORK)
+        .with("ORCA_GCE_SUBNET", SUBNET)
+        .with("ORCA_GCE_CREDENTIALS_FILE", key.to_string_lossy())
+        .with("ORCA_GCE_ENDPOINT", fake.endpoint());
+    let (mine, theirs) = (
+        maker("gce", "s1", settings.clone()),
+        maker("gce", "s2", settings),
+    );
+    let offer = format!("e2-small@{ZONE}");
+    others(&*mine().await, &*theirs().await, &offer).await;
+    let b = fake_backend(
+        mine,
+        theirs,
+        fake.control().clone(),
+        |op| match op {
+            Op::Create => (axum::http::Method::POST, "/instances"),
+            Op::Delete => (axum::http::Method::DELETE, "/instances/"),
+            Op::Arch => (axum::http::Method::GET, "/machineTypes"),
+            Op::List | Op::Read => (axum::http::Method::GET, "/instances"),
+        },
+        |status, code| serde_json::json!({"error": {"code": status, "message": "injected", "errors": [{"reason": code, "message": "injected"}]}}),
+        vec![offer],
+    );
+    let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
+    f.print("fake Compute Engine API, file store");
+    f.check();
+}
