@@ -1,7 +1,8 @@
-//! `orca::of("azure", owner)` from environment variables, against the fake Azure Resource Manager.
-//! Environment variables are process-global: this binary sets them in its one test function.
+//! `orca::of("azure", owner)` from environment variables and `orca::of_with("azure", owner, &settings)`
+//! from a map, against the fake Azure Resource Manager. Environment variables are process-global:
+//! this binary sets them in its one test function.
 
-use orca::{Created, ErrorKind, MachineSpec};
+use orca::{Created, ErrorKind, MachineSpec, Settings};
 use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
 
 const REQUIRED: &[&str] = &[
@@ -11,11 +12,17 @@ const REQUIRED: &[&str] = &[
     "ORCA_AZURE_SUBNET",
     "ORCA_AZURE_IMAGE",
     "ORCA_AZURE_ADMIN_USER",
-    "ORCA_AZURE_SSH_PUBLIC_KEY",
 ];
 
+fn keys(e: &orca::Error) -> Vec<String> {
+    match e {
+        orca::Error::InvalidSettings { keys, .. } => keys.clone(),
+        other => panic!("not a settings error: {other:?}"),
+    }
+}
+
 #[tokio::test]
-async fn of_azure_from_the_environment() {
+async fn of_azure_from_the_environment_and_from_settings() {
     // No IMDS, no CLI, no real endpoint can be reached: every Azure variable is cleared first, and
     // the token is a static one for the fake.
     for (k, _) in std::env::vars() {
@@ -29,10 +36,7 @@ async fn of_azure_from_the_environment() {
     }
     let e = orca::of("azure", "stack-1").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidSettings);
-    let msg = e.to_string();
-    for k in REQUIRED {
-        assert!(msg.contains(k), "{k} not named in {msg}");
-    }
+    assert_eq!(keys(&e), REQUIRED, "{e}");
 
     let fake = FakeAzure::start().await.unwrap();
     fake.add_subnet(
@@ -42,7 +46,7 @@ async fn of_azure_from_the_environment() {
         "hosts",
         None,
     );
-    for (k, v) in [
+    let values = [
         ("ORCA_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION.to_string()),
         ("ORCA_AZURE_RESOURCE_GROUP", RESOURCE_GROUP.to_string()),
         ("ORCA_AZURE_VNET", "orca-net".to_string()),
@@ -54,13 +58,38 @@ async fn of_azure_from_the_environment() {
         ("ORCA_AZURE_ADMIN_USER", "orca".to_string()),
         (
             "ORCA_AZURE_SSH_PUBLIC_KEY",
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake orca@test".to_string(),
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheFake orca@test".to_string(),
         ),
         ("ORCA_AZURE_SSH_SOURCES", "203.0.113.7/32".to_string()),
         ("ORCA_AZURE_ACCESS_TOKEN", TOKEN.to_string()),
         ("ORCA_AZURE_ENDPOINT", fake.url()),
         ("ORCA_AZURE_PRICES_ENDPOINT", fake.url()),
-    ] {
+    ];
+
+    // As data: a missing key and a wrong value are named together; an unknown key is refused.
+    let mut settings: Settings = values.iter().cloned().collect();
+    settings.insert("ORCA_AZURE_VNET", "");
+    settings.insert("ORCA_AZURE_OS_DISK_GB", "lots");
+    let e = orca::of_with("azure", "stack-1", &settings)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        keys(&e),
+        ["ORCA_AZURE_VNET", "ORCA_AZURE_OS_DISK_GB"],
+        "{e}"
+    );
+    let mut typo: Settings = values.iter().cloned().collect();
+    typo.insert("ORCA_AZURE_SUBNETS", "x");
+    let e = orca::of_with("azure", "stack-1", &typo).await.unwrap_err();
+    assert_eq!(keys(&e), ["ORCA_AZURE_SUBNETS"], "{e}");
+    assert!(!e.to_string().contains(TOKEN), "no value is shown: {e}");
+    let p = orca::of_with("azure", "stack-1", &values.iter().cloned().collect())
+        .await
+        .unwrap();
+    assert!(p.machines("lab").await.unwrap().is_empty());
+
+    // From the environment.
+    for (k, v) in &values {
         std::env::set_var(k, v);
     }
     let p = orca::of("azure", "stack-1").await.unwrap();
@@ -82,6 +111,7 @@ async fn of_azure_from_the_environment() {
     else {
         panic!("no stock")
     };
+    assert!(!m.fqdn.is_empty() && !m.private_address.is_empty() && m.created_at.is_some());
     assert_eq!(p.machines("lab").await.unwrap().len(), 1);
     assert!(
         p.hourly_price("Standard_B2s", "westeurope")
@@ -92,4 +122,9 @@ async fn of_azure_from_the_environment() {
     );
     assert!(p.delete(&m.id).await.unwrap());
     assert!(p.machines("lab").await.unwrap().is_empty());
+    assert!(p.ssh_admission().is_some() && p.machine_labels().is_some());
+    assert!(
+        p.credit_balance().is_none(),
+        "no billing profile is set: no credit balance"
+    );
 }

@@ -1,6 +1,7 @@
-//! Resource Manager calls: one typed-enough HTTP client ([`Arm`]) with the shared retry policy, the
-//! long-running-operation follower ([`Arm::wait`]), `nextLink` paging ([`Arm::list`]) and the ONE
-//! function that maps Azure's answers onto orca's errors ([`map_error`]).
+//! The private transport: one Resource Manager client ([`Arm`]) with the shared retry policy, the
+//! long-running-operation follower ([`Arm::wait`]), `nextLink` paging ([`Arm::list`]), the Retail
+//! Prices reader, and the ONE function that maps Azure's answers onto orca's errors
+//! ([`map_error`]). Answers are decoded into the typed models of [`crate::model`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,23 +9,29 @@ use std::time::{Duration, Instant};
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use secrecy::ExposeSecret;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::Instrument;
 
 use crate::credential::TokenSource;
+use crate::model::{CloudError, ErrorDetail, ListPage, OperationStatus, PricePage, PriceRow};
 
-/// Compute (virtual machines) API version.
-pub const COMPUTE_API: &str = "2024-07-01";
+/// Compute (virtual machines, resource SKUs' consumers) API version.
+pub(crate) const COMPUTE_API: &str = "2024-07-01";
 /// Network API version.
-pub const NETWORK_API: &str = "2024-05-01";
+pub(crate) const NETWORK_API: &str = "2024-05-01";
 /// Resource SKUs API version.
-pub const SKUS_API: &str = "2021-07-01";
+pub(crate) const SKUS_API: &str = "2021-07-01";
+/// Resources (Tags API) version.
+pub(crate) const TAGS_API: &str = "2021-04-01";
+/// Consumption (credits) API version.
+pub(crate) const CONSUMPTION_API: &str = "2023-05-01";
 /// Retail prices API version.
-pub const PRICES_API: &str = "2023-01-01-preview";
+pub(crate) const PRICES_API: &str = "2023-01-01-preview";
 
 /// One answer of Azure.
 #[derive(Debug, Clone)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// HTTP status.
     pub status: u16,
     /// The JSON body (`Null` when empty).
@@ -37,8 +44,17 @@ pub struct Answer {
     pub retry_after: Option<Duration>,
 }
 
+/// A request header the driver may send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Condition {
+    /// No condition.
+    None,
+    /// `If-None-Match: *`: create only (compute's `PUT`).
+    IfNoneMatch,
+}
+
 /// The Resource Manager client.
-pub struct Arm {
+pub(crate) struct Arm {
     http: reqwest::Client,
     endpoint: String,
     prices_endpoint: String,
@@ -59,28 +75,38 @@ impl std::fmt::Debug for Arm {
     }
 }
 
-/// Maps an Azure answer onto an [`Error`]: `status` is the HTTP status (`None` for a failed
-/// long-running operation), `error` the `error` object (`{"code","message","details",...}`).
+/// Maps an Azure error onto an [`Error`] keeping Azure's code: `status` is the HTTP status
+/// (`None` for a failed long-running operation), `error` the error detail.
 ///
 /// - `SkuNotAvailable`, `AllocationFailed`, `ZonalAllocationFailed`, `OverconstrainedAllocationRequest`,
 ///   `OverconstrainedZonalAllocationRequest`: no stock (the caller fills in type and location);
-/// - `QuotaExceeded`, `OperationNotAllowed` naming a quota, and the network limits: quota;
+/// - `QuotaExceeded`, the network count limits, and `OperationNotAllowed` when it is Azure's core-quota
+///   refusal: quota. `OperationNotAllowed` is the one code Azure gives two meanings (a quota, or an
+///   operation refused in the resource's state); its message is what tells them apart;
 /// - `RequestDisallowedByPolicy`: permission denied naming the policy assignment;
-/// - `AuthorizationFailed`: permission denied; `AuthenticationFailed`, `InvalidAuthenticationToken*`,
-///   `ExpiredAuthenticationToken`: unauthenticated;
-/// - `ResourceNotFound`, `NotFound`, `ResourceGroupNotFound`: not found;
+/// - `AuthorizationFailed`, `LinkedAuthorizationFailed`: permission denied;
+///   `AuthenticationFailed`, `InvalidAuthenticationToken*`, `ExpiredAuthenticationToken`:
+///   unauthenticated;
+/// - `ResourceNotFound`, `NotFound`, `ResourceGroupNotFound`, `InvalidResourceReference` (a
+///   referenced resource does not exist): not found;
 /// - `InvalidParameter`: invalid spec naming the target;
 /// - `PreconditionFailed`: already exists;
+/// - `AnotherOperationInProgress`, `RetryableError`, `InternalServerError`, `OperationPreempted`,
+///   `TooManyRequests`: passing (retried);
 /// - otherwise by HTTP status ([`Error::from_http_status`]), 409 as other (a conflict is not "exists").
-pub fn map_error(status: Option<u16>, error: &Value, retry_after: Option<Duration>) -> Error {
-    let code = error["code"].as_str().unwrap_or("").to_string();
-    let message = error["message"].as_str().unwrap_or("").to_string();
+pub(crate) fn map_error(
+    status: Option<u16>,
+    error: &ErrorDetail,
+    retry_after: Option<Duration>,
+) -> Error {
+    let code = error.code.as_str();
+    let message = &error.message;
     let words = if code.is_empty() {
         message.clone()
     } else {
         format!("{code}: {message}")
     };
-    match code.as_str() {
+    let e = match code {
         "SkuNotAvailable"
         | "AllocationFailed"
         | "ZonalAllocationFailed"
@@ -96,54 +122,76 @@ pub fn map_error(status: Option<u16>, error: &Value, retry_after: Option<Duratio
             Error::quota(words)
         }
         "RequestDisallowedByPolicy" => {
-            let mut names = Vec::new();
-            for info in error["additionalInfo"].as_array().into_iter().flatten() {
-                let i = &info["info"];
-                if let Some(n) = i["policyAssignmentName"].as_str() {
-                    let id = i["policyAssignmentId"].as_str().unwrap_or("");
-                    let shown = i["policyAssignmentDisplayName"].as_str().unwrap_or("");
-                    names.push(format!("{n} ({shown}; {id})"));
-                }
-            }
+            let names: Vec<String> = error
+                .additional_info
+                .iter()
+                .map(|a| &a.info)
+                .filter(|i| !i.policy_assignment_name.is_empty())
+                .map(|i| {
+                    format!(
+                        "{} ({}; {})",
+                        i.policy_assignment_name,
+                        i.policy_assignment_display_name,
+                        i.policy_assignment_id
+                    )
+                })
+                .collect();
             let named = if names.is_empty() {
                 "a policy assignment named in the message".to_string()
             } else {
                 format!("policy assignment {}", names.join(", "))
             };
-            Error::permission_denied(format!("{named} denied the request: {words}"))
+            Error::permission_denied(format!(
+                "{named} denied the request: HTTP {}: {words}",
+                status.unwrap_or(403)
+            ))
         }
         "AuthorizationFailed" | "LinkedAuthorizationFailed" => Error::permission_denied(words),
         "AuthenticationFailed"
         | "InvalidAuthenticationToken"
         | "InvalidAuthenticationTokenTenant"
         | "ExpiredAuthenticationToken" => Error::unauthenticated(words),
-        "ResourceNotFound" | "NotFound" | "ResourceGroupNotFound" => Error::not_found(words),
+        "ResourceNotFound" | "NotFound" | "ResourceGroupNotFound" | "InvalidResourceReference" => {
+            Error::not_found(words)
+        }
         "InvalidParameter" => Error::invalid(
-            error["target"].as_str().unwrap_or("request").to_string(),
+            if error.target.is_empty() {
+                "request".to_string()
+            } else {
+                error.target.clone()
+            },
             words,
         ),
         "PreconditionFailed" => Error::already_exists(words),
-        "TooManyRequests" | "RetryableError" | "InternalServerError" | "OperationPreempted" => {
-            match status {
-                Some(429) | None if code == "TooManyRequests" => {
-                    Error::throttled(retry_after, words)
-                }
-                _ => Error::transient(words),
-            }
-        }
+        "TooManyRequests" => Error::throttled(retry_after, words),
+        "AnotherOperationInProgress"
+        | "RetryableError"
+        | "InternalServerError"
+        | "OperationPreempted" => Error::transient(words),
         _ => match status {
             Some(409) => Error::other(format!("HTTP 409: {words}")),
             Some(s) => Error::from_http_status(s, words, retry_after),
             None => Error::other(words),
         },
+    };
+    if code.is_empty() {
+        e
+    } else {
+        e.with_code(code)
     }
 }
 
-fn origin(url: &str) -> &str {
-    let after = url.find("://").map(|i| i + 3).unwrap_or(0);
-    match url[after..].find('/') {
-        Some(i) => &url[..after + i],
-        None => url,
+/// Whether `a` and `b` name the same origin: scheme, host and effective port (an explicit default
+/// port, as in Azure's `https://management.azure.com:443/...` links, is the same origin as none).
+pub(crate) fn same_origin(a: &str, b: &str) -> bool {
+    match (url::Url::parse(a), url::Url::parse(b)) {
+        (Ok(a), Ok(b)) => {
+            a.scheme() == b.scheme()
+                && a.host_str().map(str::to_ascii_lowercase)
+                    == b.host_str().map(str::to_ascii_lowercase)
+                && a.port_or_known_default() == b.port_or_known_default()
+        }
+        _ => false,
     }
 }
 
@@ -155,9 +203,24 @@ fn is_loopback(url: &str) -> bool {
     matches!(host.as_deref(), Some("127.0.0.1" | "localhost" | "[::1]"))
 }
 
+/// The origin of `url` (for messages).
+fn origin_of(url: &str) -> String {
+    url::Url::parse(url)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_else(|_| "an unreadable address".into())
+}
+
+/// Decodes `body` into `T`; a body that does not fit is an error naming the call.
+pub(crate) fn decode<T: DeserializeOwned>(op: &str, body: Value) -> Result<T> {
+    serde_json::from_value(body).map_err(|e| {
+        Error::other(format!("{op}: Azure's answer could not be read: {e}")).with_source(e)
+    })
+}
+
 impl Arm {
     /// A client for `subscription` at `endpoint`.
-    pub fn new(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
         endpoint: &str,
         prices_endpoint: &str,
         subscription: &str,
@@ -176,9 +239,9 @@ impl Arm {
             // environment (`HTTP_PROXY`): its calls and the bearer token stay on 127.0.0.1.
             http = http.no_proxy();
         }
-        let http = http
-            .build()
-            .map_err(|e| Error::other(format!("cannot build the HTTP client: {e}")))?;
+        let http = http.build().map_err(|e| {
+            Error::other(format!("cannot build the HTTP client: {e}")).with_source(e)
+        })?;
         Ok(Arm {
             http,
             endpoint: endpoint.trim_end_matches('/').to_string(),
@@ -192,25 +255,23 @@ impl Arm {
     }
 
     /// `/subscriptions/{subscription}`.
-    pub fn sub_path(&self) -> String {
+    pub(crate) fn sub_path(&self) -> String {
         format!("/subscriptions/{}", self.subscription)
     }
 
     /// The URL of `path` (a resource id) with `api-version`.
-    pub fn url(&self, path: &str, api: &str) -> String {
+    pub(crate) fn url(&self, path: &str, api: &str) -> String {
         format!("{}{path}?api-version={api}", self.endpoint)
     }
 
     /// The retail prices URL with `filter`.
-    pub fn prices_url(&self, filter: &str) -> String {
+    fn prices_url(&self, filter: &str) -> Result<String> {
         let mut u = url::Url::parse(&format!("{}/api/retail/prices", self.prices_endpoint))
-            .unwrap_or_else(|_| {
-                url::Url::parse("https://prices.azure.com/api/retail/prices").expect("static url")
-            });
+            .map_err(|e| Error::other(format!("the prices endpoint: {e}")))?;
         u.query_pairs_mut()
             .append_pair("api-version", PRICES_API)
             .append_pair("$filter", filter);
-        u.to_string()
+        Ok(u.to_string())
     }
 
     async fn send_once(
@@ -219,14 +280,14 @@ impl Arm {
         method: &Method,
         url: &str,
         body: Option<&Value>,
-        if_none_match: bool,
+        condition: Condition,
     ) -> Result<Answer> {
-        let to_arm = origin(url) == origin(&self.endpoint);
-        let to_prices = origin(url) == origin(&self.prices_endpoint);
+        let to_arm = same_origin(url, &self.endpoint);
+        let to_prices = same_origin(url, &self.prices_endpoint);
         if !to_arm && !to_prices {
             return Err(Error::other(format!(
-                "Azure named an address outside its endpoint ({}); not followed",
-                origin(url)
+                "{op}: Azure named an address outside its endpoints ({}); not followed",
+                origin_of(url)
             )));
         }
         let mut req = self.http.request(method.clone(), url);
@@ -234,7 +295,7 @@ impl Arm {
             let token = self.token.token().await?;
             req = req.bearer_auth(token.expose_secret());
         }
-        if if_none_match {
+        if condition == Condition::IfNoneMatch {
             req = req.header("If-None-Match", "*");
         }
         if let Some(b) = body {
@@ -255,15 +316,13 @@ impl Arm {
         let rsp = match sent {
             Ok(r) => r,
             Err(e) => {
-                return Err(Error::transient(format!(
-                    "{op}: {} ({})",
-                    if e.is_timeout() {
-                        "timed out"
-                    } else {
-                        "connection failed"
-                    },
-                    e.without_url()
-                )))
+                let what = if e.is_timeout() {
+                    "timed out"
+                } else {
+                    "connection failed"
+                };
+                let e = e.without_url();
+                return Err(Error::transient(format!("{op}: {what} ({e})")).with_source(e));
             }
         };
         let status = rsp.status().as_u16();
@@ -280,7 +339,8 @@ impl Arm {
         let location = header("location");
         let retry_after = header("retry-after").and_then(|v| parse_retry_after(&v));
         let bytes = rsp.bytes().await.map_err(|e| {
-            Error::transient(format!("{op}: the answer was lost ({})", e.without_url()))
+            let e = e.without_url();
+            Error::transient(format!("{op}: the answer was lost ({e})")).with_source(e)
         })?;
         let body: Value = if bytes.is_empty() {
             Value::Null
@@ -291,19 +351,16 @@ impl Arm {
         };
         tracing::debug!(parent: &span, "answered");
         if status >= 400 {
-            let error = if body["error"].is_object() {
-                body["error"].clone()
-            } else if body["Error"].is_object() {
-                serde_json::json!({"code": body["Error"]["Code"], "message": body["Error"]["Message"]})
-            } else {
-                serde_json::json!({"message": body.as_str().unwrap_or("")})
+            let detail = match &body {
+                Value::String(s) => ErrorDetail {
+                    message: s.clone(),
+                    ..ErrorDetail::default()
+                },
+                other => serde_json::from_value::<CloudError>(other.clone())
+                    .unwrap_or_default()
+                    .detail(),
             };
-            let e = map_error(Some(status), &error, retry_after);
-            let e = match e {
-                Error::NotFound { what, .. } => Error::not_found(format!("{op}: {what}")),
-                other => other,
-            };
-            return Err(e);
+            return Err(map_error(Some(status), &detail, retry_after).prefixed(op));
         }
         Ok(Answer {
             status,
@@ -316,61 +373,78 @@ impl Arm {
 
     /// One call with the shared retry policy (every call made here is idempotent: `GET`, `PUT` and
     /// `PATCH` by name, `DELETE`, and the power actions).
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         op: &str,
         method: Method,
         url: &str,
         body: Option<&Value>,
-        if_none_match: bool,
+        condition: Condition,
     ) -> Result<Answer> {
         self.retry
-            .retry(op, || self.send_once(op, &method, url, body, if_none_match))
+            .retry(op, || self.send_once(op, &method, url, body, condition))
             .await
     }
 
-    /// `GET`: the body, or `None` on 404.
-    pub async fn get(&self, op: &str, url: &str) -> Result<Option<Value>> {
-        match self.call(op, Method::GET, url, None, false).await {
-            Ok(a) => Ok(Some(a.body)),
+    /// [`Arm::call`] that also says how many attempts were sent (a retried `PUT` whose first
+    /// answer was lost may meet what it made itself).
+    pub(crate) async fn call_counted(
+        &self,
+        op: &str,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+        condition: Condition,
+    ) -> (Result<Answer>, u32) {
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let r = self
+            .retry
+            .retry(op, || {
+                attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                self.send_once(op, &method, url, body, condition)
+            })
+            .await;
+        (r, attempts.into_inner())
+    }
+
+    /// `GET` into `T`: `None` on 404.
+    pub(crate) async fn get<T: DeserializeOwned>(&self, op: &str, url: &str) -> Result<Option<T>> {
+        match self.call(op, Method::GET, url, None, Condition::None).await {
+            Ok(a) => decode(op, a.body).map(Some),
             Err(Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// Follows a long-running operation to its end: the `Azure-AsyncOperation` status (preferred), else
-    /// the `Location` answers (202 while running). A failed operation is mapped by [`map_error`].
-    pub async fn wait(&self, op: &str, started: &Answer) -> Result<()> {
+    /// Follows a long-running operation to its end: the `Azure-AsyncOperation` status (preferred),
+    /// else the `Location` answers (202 while running). A failed operation is mapped by
+    /// [`map_error`].
+    pub(crate) async fn wait(&self, op: &str, started: &Answer) -> Result<()> {
         let (url, by_status) = match (&started.async_op, &started.location) {
             (Some(u), _) => (u.clone(), true),
             (None, Some(l)) if started.status == 201 || started.status == 202 => (l.clone(), false),
             _ => return Ok(()),
         };
-        if by_status {
-            if let Some(state) = started.body["properties"]["provisioningState"].as_str() {
-                if state.eq_ignore_ascii_case("Succeeded") {
-                    return Ok(());
-                }
-            }
-        }
         let deadline = Instant::now() + self.operation_timeout;
         let mut delay = started.retry_after.unwrap_or(self.poll_interval);
         let poll_op = format!("{op} (poll)");
         loop {
             tokio::time::sleep(delay.min(Duration::from_secs(60))).await;
-            let a = self.call(&poll_op, Method::GET, &url, None, false).await?;
+            let a = self
+                .call(&poll_op, Method::GET, &url, None, Condition::None)
+                .await?;
             if by_status {
-                match a.body["status"].as_str().unwrap_or("") {
-                    s if s.eq_ignore_ascii_case("Succeeded") => return Ok(()),
-                    s if s.eq_ignore_ascii_case("Failed") || s.eq_ignore_ascii_case("Canceled") => {
-                        let e = &a.body["error"];
-                        return Err(if e.is_object() {
-                            map_error(None, e, None)
-                        } else {
-                            Error::other(format!("{op}: the operation ended {s}"))
-                        });
-                    }
-                    _ => {}
+                let s: OperationStatus = decode(&poll_op, a.body)?;
+                if s.status.eq_ignore_ascii_case("Succeeded") {
+                    return Ok(());
+                }
+                if s.status.eq_ignore_ascii_case("Failed")
+                    || s.status.eq_ignore_ascii_case("Canceled")
+                {
+                    return Err(match s.error {
+                        Some(e) => map_error(None, &e, None).prefixed(op),
+                        None => Error::other(format!("{op}: the operation ended {}", s.status)),
+                    });
                 }
             } else if a.status != 202 {
                 return Ok(());
@@ -386,32 +460,37 @@ impl Arm {
     }
 
     /// Every item of a Resource Manager list, following `nextLink`.
-    pub async fn list(&self, op: &str, first: &str) -> Result<Vec<Value>> {
+    pub(crate) async fn list<T: DeserializeOwned>(&self, op: &str, first: &str) -> Result<Vec<T>> {
         all_pages(|next| {
             let url = next.unwrap_or_else(|| first.to_string());
             async move {
-                let a = self.call(op, Method::GET, &url, None, false).await?;
+                let a = self
+                    .call(op, Method::GET, &url, None, Condition::None)
+                    .await?;
+                let page: ListPage<T> = decode(op, a.body)?;
                 Ok(Page {
-                    items: a.body["value"].as_array().cloned().unwrap_or_default(),
-                    next: a.body["nextLink"].as_str().map(str::to_string),
+                    items: page.value,
+                    next: page.next_link,
                 })
             }
         })
         .await
     }
 
-    /// Every item of a retail prices query, following `NextPageLink` (no token is sent there).
-    pub async fn prices(&self, filter: &str) -> Result<Vec<Value>> {
-        let first = self.prices_url(filter);
+    /// Every row of a retail prices query, following `NextPageLink` (no token is sent there).
+    pub(crate) async fn prices(&self, filter: &str) -> Result<Vec<PriceRow>> {
+        let first = self.prices_url(filter)?;
         all_pages(|next| {
             let url = next.unwrap_or_else(|| first.clone());
             async move {
+                let op = "retail prices";
                 let a = self
-                    .call("retail prices", Method::GET, &url, None, false)
+                    .call(op, Method::GET, &url, None, Condition::None)
                     .await?;
+                let page: PricePage = decode(op, a.body)?;
                 Ok(Page {
-                    items: a.body["Items"].as_array().cloned().unwrap_or_default(),
-                    next: a.body["NextPageLink"].as_str().map(str::to_string),
+                    items: page.items,
+                    next: page.next_page_link,
                 })
             }
         })
@@ -425,78 +504,99 @@ mod tests {
     use orca_machines::ErrorKind;
     use serde_json::json;
 
+    fn detail(v: Value) -> ErrorDetail {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
-    fn capacity_codes_are_no_stock() {
+    fn capacity_codes_are_no_stock_and_keep_the_code() {
         for c in [
             "SkuNotAvailable",
             "AllocationFailed",
             "ZonalAllocationFailed",
             "OverconstrainedAllocationRequest",
         ] {
-            let e = map_error(Some(409), &json!({"code": c, "message": "m"}), None);
+            let e = map_error(Some(409), &detail(json!({"code": c, "message": "m"})), None);
             assert_eq!(e.kind(), ErrorKind::NoStock, "{c}");
+            assert_eq!(e.code(), Some(c));
         }
     }
 
     #[test]
-    fn quota_and_conflict() {
-        let q = json!({"code": "OperationNotAllowed", "message": "Operation could not be completed as it results in exceeding approved standardDSv5Family Cores quota."});
-        assert_eq!(map_error(Some(409), &q, None).kind(), ErrorKind::Quota);
-        let other = json!({"code": "OperationNotAllowed", "message": "The VM is being deleted."});
-        assert_eq!(map_error(Some(409), &other, None).kind(), ErrorKind::Other);
-        assert_eq!(
-            map_error(
-                Some(409),
-                &json!({"code": "QuotaExceeded", "message": "m"}),
-                None
-            )
-            .kind(),
-            ErrorKind::Quota
+    fn quota_conflict_and_operations_in_progress() {
+        let q = detail(
+            json!({"code": "OperationNotAllowed", "message": "Operation could not be completed as it results in exceeding approved standardDSv5Family Cores quota."}),
         );
+        assert_eq!(map_error(Some(409), &q, None).kind(), ErrorKind::Quota);
+        let other =
+            detail(json!({"code": "OperationNotAllowed", "message": "The VM is being deleted."}));
+        assert_eq!(map_error(Some(409), &other, None).kind(), ErrorKind::Other);
+        let busy = map_error(
+            Some(409),
+            &detail(
+                json!({"code": "AnotherOperationInProgress", "message": "Another operation on this or dependent resource is in progress."}),
+            ),
+            None,
+        );
+        assert!(busy.is_retryable(), "{busy}");
+        assert_eq!(busy.code(), Some("AnotherOperationInProgress"));
     }
 
     #[test]
     fn policy_deny_names_the_assignment() {
         let e = map_error(
             Some(403),
-            &json!({"code": "RequestDisallowedByPolicy", "message": "Resource 'x' was disallowed by policy.",
+            &detail(
+                json!({"code": "RequestDisallowedByPolicy", "message": "Resource 'x' was disallowed by policy.",
                 "additionalInfo": [{"type": "PolicyViolation", "info": {"policyAssignmentName": "deny-pip",
                 "policyAssignmentId": "/subscriptions/s/providers/Microsoft.Authorization/policyAssignments/deny-pip",
                 "policyAssignmentDisplayName": "No public IPs"}}]}),
+            ),
             None,
         );
         assert_eq!(e.kind(), ErrorKind::PermissionDenied);
         let s = e.to_string();
         assert!(s.contains("deny-pip") && s.contains("No public IPs"), "{s}");
+        assert!(s.contains("HTTP 403: RequestDisallowedByPolicy"), "{s}");
     }
 
     #[test]
     fn status_fallbacks() {
         let t = map_error(
             Some(429),
-            &json!({"code": "TooManyRequests", "message": "m"}),
+            &detail(json!({"code": "TooManyRequests", "message": "m"})),
             Some(Duration::from_secs(3)),
         );
         assert_eq!(t.retry_after(), Some(Duration::from_secs(3)));
         assert_eq!(
-            map_error(Some(503), &json!({}), None).kind(),
+            map_error(Some(503), &ErrorDetail::default(), None).kind(),
             ErrorKind::Transient
         );
         assert_eq!(
             map_error(
                 Some(401),
-                &json!({"code": "InvalidAuthenticationToken"}),
+                &detail(json!({"code": "InvalidAuthenticationToken"})),
                 None
             )
             .kind(),
             ErrorKind::Unauthenticated
         );
         assert_eq!(
-            map_error(Some(404), &json!({"code": "ResourceNotFound"}), None).kind(),
+            map_error(
+                Some(404),
+                &detail(json!({"code": "ResourceNotFound"})),
+                None
+            )
+            .kind(),
             ErrorKind::NotFound
         );
         assert_eq!(
-            map_error(None, &json!({"code": "Weird", "message": "m"}), None).kind(),
+            map_error(
+                None,
+                &detail(json!({"code": "Weird", "message": "m"})),
+                None
+            )
+            .kind(),
             ErrorKind::Other
         );
     }
@@ -510,14 +610,31 @@ mod tests {
     }
 
     #[test]
-    fn origins() {
-        assert_eq!(
-            origin("http://127.0.0.1:8080/subscriptions/x?y"),
-            "http://127.0.0.1:8080"
-        );
-        assert_eq!(
-            origin("https://management.azure.com"),
+    fn an_explicit_default_port_is_the_same_origin() {
+        // Azure's real nextLinks carry the port: https://management.azure.com:443/subscriptions/...
+        assert!(same_origin(
+            "https://management.azure.com:443/subscriptions/s/providers/Microsoft.Compute/virtualMachines?api-version=2024-07-01&$skiptoken=x",
             "https://management.azure.com"
-        );
+        ));
+        assert!(same_origin(
+            "https://prices.azure.com:443/api/retail/prices?$skip=100",
+            "https://PRICES.azure.com/"
+        ));
+        assert!(same_origin(
+            "http://127.0.0.1:8080/x",
+            "http://127.0.0.1:8080"
+        ));
+        for other in [
+            "https://management.azure.com:8443/x",
+            "http://management.azure.com/x",
+            "https://management.azure.com.evil.example/x",
+            "https://evil.example/?https://management.azure.com",
+            "not a url",
+        ] {
+            assert!(
+                !same_origin(other, "https://management.azure.com"),
+                "{other}"
+            );
+        }
     }
 }

@@ -1,48 +1,193 @@
-//! Settings: from the environment ([`Settings::from_env`]) or a builder ([`Settings::builder`]).
-//!
-//! | variable | meaning |
-//! | --- | --- |
-//! | `ORCA_AZURE_SUBSCRIPTION_ID` (or `AZURE_SUBSCRIPTION_ID`) | the subscription (required) |
-//! | `ORCA_AZURE_RESOURCE_GROUP` | the resource group machines are made in (required) |
-//! | `ORCA_AZURE_VNET` | the virtual network's base name: a location's network is `<vnet>-<location>` (required) |
-//! | `ORCA_AZURE_SUBNET` | the subnet in it (required) |
-//! | `ORCA_AZURE_IMAGE` | image URN `publisher:offer:sku:version` (required) |
-//! | `ORCA_AZURE_ADMIN_USER` | the VM's admin user name (required) |
-//! | `ORCA_AZURE_SSH_PUBLIC_KEY` | the SSH public key put in that user's `authorized_keys` (required) |
-//! | `ORCA_AZURE_IMAGE_ARM64` | the URN for Arm64 sizes (default: derived from `ORCA_AZURE_IMAGE`) |
-//! | `ORCA_AZURE_VNET_RESOURCE_GROUP` | the network's resource group (default: `ORCA_AZURE_RESOURCE_GROUP`) |
-//! | `ORCA_AZURE_ASG` | application security group every interface joins; `{location}` is replaced |
-//! | `ORCA_AZURE_SSH_SOURCES` | addresses (IP or CIDR, comma separated) each VM's security group admits on TCP 22 |
-//! | `ORCA_AZURE_OS_DISK_GB` | OS disk size in GiB (default: the image's) |
-//! | `ORCA_AZURE_CREDENTIAL` | `auto` (default), `client_secret`, `managed_identity`, `azure_cli` |
-//! | `AZURE_TENANT_ID`, `AZURE_CLIENT_ID`, `AZURE_CLIENT_SECRET` | a service principal (client secret) |
-//! | `ORCA_AZURE_ACCESS_TOKEN` | a bearer token used as it is (tests; a token from `az account get-access-token`) |
-//! | `ORCA_AZURE_ENDPOINT` | Resource Manager endpoint (default `https://management.azure.com`) |
-//! | `ORCA_AZURE_PRICES_ENDPOINT` | retail prices endpoint (default `https://prices.azure.com`) |
+//! Settings as data: the keys ([`ConfigKey`], named as the environment variables), read from the
+//! environment ([`Config::from_env`]), from a map ([`Config::from_settings`]) or set in code
+//! ([`Config::builder`]). Every problem of a set of settings is named at once
+//! ([`orca_machines::settings::Problems`]); nothing is read from the network.
 
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orca_machines::{Arch, Error, Result, RetryPolicy};
+use orca_machines::settings::Problems;
+use orca_machines::{Arch, Error, Result, RetryPolicy, Settings};
 use secrecy::SecretString;
 
-use crate::credential::{self, StaticToken, TokenSource};
+use crate::credential::{self, TokenSource};
+
+/// A setting of the Azure driver, by the name of its environment variable (as object_store's
+/// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ConfigKey {
+    /// `ORCA_AZURE_SUBSCRIPTION_ID`: the subscription. Required (or [`ConfigKey::AzureSubscriptionId`]).
+    SubscriptionId,
+    /// `AZURE_SUBSCRIPTION_ID`: the subscription, Azure's own name; read when
+    /// [`ConfigKey::SubscriptionId`] is unset.
+    AzureSubscriptionId,
+    /// `ORCA_AZURE_RESOURCE_GROUP`: the resource group machines are made in (it must exist). Required.
+    ResourceGroup,
+    /// `ORCA_AZURE_VNET`: the virtual network's base name; a location's network is
+    /// `<vnet>-<location>` (orca makes no network). Required.
+    Vnet,
+    /// `ORCA_AZURE_SUBNET`: the subnet in it. Required.
+    Subnet,
+    /// `ORCA_AZURE_IMAGE`: the image URN `publisher:offer:sku:version` for amd64 sizes. Required.
+    Image,
+    /// `ORCA_AZURE_ADMIN_USER`: the VM's admin user (not `root` or `admin`). Required.
+    AdminUser,
+    /// `ORCA_AZURE_SSH_PUBLIC_KEY`: an OpenSSH public key every VM's admin user accepts, beside the
+    /// spec's own keys (a create with no key at all is refused: passwords are off).
+    SshPublicKey,
+    /// `ORCA_AZURE_IMAGE_ARM64`: the image URN for Arm64 sizes (default: derived from the image).
+    ImageArm64,
+    /// `ORCA_AZURE_VNET_RESOURCE_GROUP`: the networks' resource group (default: the machines').
+    VnetResourceGroup,
+    /// `ORCA_AZURE_SSH_SOURCES`: comma-separated IPs or CIDR blocks each VM's own security group
+    /// admits on TCP 22 when the spec names none.
+    SshSources,
+    /// `ORCA_AZURE_OS_DISK_GB`: the OS disk's size in GiB when the spec names none (default: the
+    /// image's).
+    OsDiskGb,
+    /// `ORCA_AZURE_LOCATION`: the location whose size catalogue `arch()` reads before any create has
+    /// named one (default `westeurope`).
+    Location,
+    /// `ORCA_AZURE_CREDENTIAL`: `auto` (default), `client_secret`, `workload_identity`,
+    /// `managed_identity` or `azure_cli`.
+    Credential,
+    /// `AZURE_TENANT_ID`: the tenant of a service principal or workload identity.
+    TenantId,
+    /// `AZURE_CLIENT_ID`: the client id of a service principal, workload identity or user-assigned
+    /// managed identity.
+    ClientId,
+    /// `AZURE_CLIENT_SECRET`: a service principal's secret. Secret.
+    ClientSecret,
+    /// `AZURE_FEDERATED_TOKEN_FILE`: the file holding a workload identity's federated token (set by
+    /// Kubernetes); `auto` picks workload identity when it is set.
+    FederatedTokenFile,
+    /// `IDENTITY_ENDPOINT`: set by App Service and Azure Arc; `auto` picks managed identity.
+    IdentityEndpoint,
+    /// `MSI_ENDPOINT`: set by Cloud Shell and Azure ML; `auto` picks managed identity.
+    MsiEndpoint,
+    /// `ORCA_AZURE_ACCESS_TOKEN`: a bearer token used as it is; wins over every other credential.
+    /// Secret.
+    AccessToken,
+    /// `ORCA_AZURE_ENDPOINT`: the Resource Manager endpoint (default `https://management.azure.com`;
+    /// `http://` only for 127.0.0.1 and localhost).
+    Endpoint,
+    /// `ORCA_AZURE_PRICES_ENDPOINT`: the Retail Prices endpoint (default `https://prices.azure.com`).
+    PricesEndpoint,
+    /// `ORCA_AZURE_BILLING_ACCOUNT`: the billing account whose credit `credit_balance()` reads
+    /// (with [`ConfigKey::BillingProfile`]).
+    BillingAccount,
+    /// `ORCA_AZURE_BILLING_PROFILE`: the billing profile of that account.
+    BillingProfile,
+}
+
+impl ConfigKey {
+    /// Every key, in the order the README lists them.
+    pub const ALL: [ConfigKey; 25] = [
+        ConfigKey::SubscriptionId,
+        ConfigKey::AzureSubscriptionId,
+        ConfigKey::ResourceGroup,
+        ConfigKey::Vnet,
+        ConfigKey::Subnet,
+        ConfigKey::Image,
+        ConfigKey::AdminUser,
+        ConfigKey::SshPublicKey,
+        ConfigKey::ImageArm64,
+        ConfigKey::VnetResourceGroup,
+        ConfigKey::SshSources,
+        ConfigKey::OsDiskGb,
+        ConfigKey::Location,
+        ConfigKey::Credential,
+        ConfigKey::TenantId,
+        ConfigKey::ClientId,
+        ConfigKey::ClientSecret,
+        ConfigKey::FederatedTokenFile,
+        ConfigKey::IdentityEndpoint,
+        ConfigKey::MsiEndpoint,
+        ConfigKey::AccessToken,
+        ConfigKey::Endpoint,
+        ConfigKey::PricesEndpoint,
+        ConfigKey::BillingAccount,
+        ConfigKey::BillingProfile,
+    ];
+
+    /// The key's name: its environment variable.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConfigKey::SubscriptionId => "ORCA_AZURE_SUBSCRIPTION_ID",
+            ConfigKey::AzureSubscriptionId => "AZURE_SUBSCRIPTION_ID",
+            ConfigKey::ResourceGroup => "ORCA_AZURE_RESOURCE_GROUP",
+            ConfigKey::Vnet => "ORCA_AZURE_VNET",
+            ConfigKey::Subnet => "ORCA_AZURE_SUBNET",
+            ConfigKey::Image => "ORCA_AZURE_IMAGE",
+            ConfigKey::AdminUser => "ORCA_AZURE_ADMIN_USER",
+            ConfigKey::SshPublicKey => "ORCA_AZURE_SSH_PUBLIC_KEY",
+            ConfigKey::ImageArm64 => "ORCA_AZURE_IMAGE_ARM64",
+            ConfigKey::VnetResourceGroup => "ORCA_AZURE_VNET_RESOURCE_GROUP",
+            ConfigKey::SshSources => "ORCA_AZURE_SSH_SOURCES",
+            ConfigKey::OsDiskGb => "ORCA_AZURE_OS_DISK_GB",
+            ConfigKey::Location => "ORCA_AZURE_LOCATION",
+            ConfigKey::Credential => "ORCA_AZURE_CREDENTIAL",
+            ConfigKey::TenantId => "AZURE_TENANT_ID",
+            ConfigKey::ClientId => "AZURE_CLIENT_ID",
+            ConfigKey::ClientSecret => "AZURE_CLIENT_SECRET",
+            ConfigKey::FederatedTokenFile => "AZURE_FEDERATED_TOKEN_FILE",
+            ConfigKey::IdentityEndpoint => "IDENTITY_ENDPOINT",
+            ConfigKey::MsiEndpoint => "MSI_ENDPOINT",
+            ConfigKey::AccessToken => "ORCA_AZURE_ACCESS_TOKEN",
+            ConfigKey::Endpoint => "ORCA_AZURE_ENDPOINT",
+            ConfigKey::PricesEndpoint => "ORCA_AZURE_PRICES_ENDPOINT",
+            ConfigKey::BillingAccount => "ORCA_AZURE_BILLING_ACCOUNT",
+            ConfigKey::BillingProfile => "ORCA_AZURE_BILLING_PROFILE",
+        }
+    }
+
+    /// Whether the value is a secret (never printed, logged or put in an error).
+    pub const fn is_secret(self) -> bool {
+        matches!(self, ConfigKey::ClientSecret | ConfigKey::AccessToken)
+    }
+
+    /// Every key's name, in [`ConfigKey::ALL`] order.
+    pub fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|k| k.as_str()).collect()
+    }
+}
+
+impl std::fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ConfigKey {
+    type Err = Error;
+
+    /// The key named `s` (exactly, as the environment variable); an unknown name is
+    /// [`Error::InvalidSettings`] naming it and the known ones.
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                Error::settings(
+                    [s],
+                    format!(
+                        "not a setting of the azure driver; its settings are {}",
+                        Self::names().join(", ")
+                    ),
+                )
+            })
+    }
+}
 
 /// The default Resource Manager endpoint.
 pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
-/// The default retail prices endpoint.
+/// The default Retail Prices endpoint.
 pub const DEFAULT_PRICES_ENDPOINT: &str = "https://prices.azure.com";
-
-/// The required environment variables, in the order they are reported.
-pub const REQUIRED_ENV: &[&str] = &[
-    "ORCA_AZURE_SUBSCRIPTION_ID",
-    "ORCA_AZURE_RESOURCE_GROUP",
-    "ORCA_AZURE_VNET",
-    "ORCA_AZURE_SUBNET",
-    "ORCA_AZURE_IMAGE",
-    "ORCA_AZURE_ADMIN_USER",
-    "ORCA_AZURE_SSH_PUBLIC_KEY",
-];
+/// The location `arch()` reads the size catalogue of when [`ConfigKey::Location`] is unset.
+pub const DEFAULT_LOCATION: &str = "westeurope";
 
 /// A marketplace image: `publisher:offer:sku:version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,21 +202,23 @@ pub struct ImageUrn {
     pub version: String,
 }
 
+/// The rule an image URN follows.
+pub const URN_RULE: &str =
+    "an image URN publisher:offer:sku:version of letters, digits, '.', '_' and '-'";
+
 impl ImageUrn {
-    /// Parses `publisher:offer:sku:version`.
-    pub fn parse(urn: &str) -> Result<ImageUrn> {
+    /// Parses `publisher:offer:sku:version`; the error is the rule.
+    pub fn parse(urn: &str) -> std::result::Result<ImageUrn, String> {
         let parts: Vec<&str> = urn.trim().split(':').collect();
         let ok = parts.len() == 4
             && parts.iter().all(|p| {
                 !p.is_empty()
+                    && p.len() <= 128
                     && p.bytes()
                         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
             });
         if !ok {
-            return Err(Error::settings(
-                ["ORCA_AZURE_IMAGE"],
-                format!("an image URN is publisher:offer:sku:version, got {urn:?}"),
-            ));
+            return Err(format!("{URN_RULE}, got {urn:?}"));
         }
         Ok(ImageUrn {
             publisher: parts[0].into(),
@@ -84,8 +231,7 @@ impl ImageUrn {
     /// The Arm64 twin of this image: Canonical names it by the SKU with `-arm64` (`server` ->
     /// `server-arm64` for ubuntu-24_04-lts; `22_04-lts-gen2` -> `22_04-lts-arm64` for jammy).
     pub fn arm64(&self) -> ImageUrn {
-        let lower = self.sku.to_ascii_lowercase();
-        let sku = if lower.contains("arm64") {
+        let sku = if self.sku.to_ascii_lowercase().contains("arm64") {
             self.sku.clone()
         } else {
             let base = self
@@ -112,11 +258,14 @@ impl std::fmt::Display for ImageUrn {
     }
 }
 
-/// How to get a token.
+/// How to get a Resource Manager token.
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub enum Credential {
-    /// Pick from the environment: a client secret when `AZURE_CLIENT_SECRET` is set, managed identity
-    /// when `IDENTITY_ENDPOINT` or `MSI_ENDPOINT` is set, else the Azure CLI.
+    /// Find one (see [`crate::credential`]): a client secret when `AZURE_CLIENT_SECRET` is given,
+    /// workload identity when `AZURE_FEDERATED_TOKEN_FILE` is, managed identity when
+    /// `IDENTITY_ENDPOINT` or `MSI_ENDPOINT` is or the instance metadata service answers, else the
+    /// Azure CLI.
     #[default]
     Auto,
     /// A service principal's client secret.
@@ -127,6 +276,15 @@ pub enum Credential {
         client_id: String,
         /// The secret.
         secret: SecretString,
+    },
+    /// A workload identity: a federated token in a file, exchanged for an Entra token.
+    WorkloadIdentity {
+        /// Tenant id.
+        tenant_id: String,
+        /// Client (application) id.
+        client_id: String,
+        /// The file holding the federated token.
+        token_file: String,
     },
     /// The managed identity of the machine this runs on (optionally a user-assigned client id).
     ManagedIdentity {
@@ -155,6 +313,16 @@ impl std::fmt::Debug for Credential {
                 .field("client_id", client_id)
                 .field("secret", &"<redacted>")
                 .finish(),
+            Credential::WorkloadIdentity {
+                tenant_id,
+                client_id,
+                token_file,
+            } => f
+                .debug_struct("WorkloadIdentity")
+                .field("tenant_id", tenant_id)
+                .field("client_id", client_id)
+                .field("token_file", token_file)
+                .finish(),
             Credential::ManagedIdentity { client_id } => f
                 .debug_struct("ManagedIdentity")
                 .field("client_id", client_id)
@@ -166,9 +334,11 @@ impl std::fmt::Debug for Credential {
     }
 }
 
-/// Everything the driver needs. Build with [`Settings::builder`] or read with [`Settings::from_env`].
+/// The Azure driver's settings. Build with [`Config::builder`], or read them with
+/// [`Config::from_env`] / [`Config::from_settings`]. `Debug` never shows a secret.
 #[derive(Clone)]
-pub struct Settings {
+#[non_exhaustive]
+pub struct Config {
     /// Subscription id.
     pub subscription_id: String,
     /// Resource group of the machines and their resources.
@@ -185,18 +355,20 @@ pub struct Settings {
     pub image_arm64: ImageUrn,
     /// Admin user name.
     pub admin_user: String,
-    /// SSH public key (not secret, but long: shown shortened).
-    pub ssh_public_key: String,
-    /// Application security group name (`{location}` replaced), if interfaces join one.
-    pub asg: Option<String>,
-    /// Addresses admitted on TCP 22 by each VM's security group.
+    /// An SSH public key every VM's admin user accepts (not secret; shown shortened).
+    pub ssh_public_key: Option<String>,
+    /// Addresses admitted on TCP 22 by each VM's own security group when the spec names none.
     pub ssh_sources: Vec<String>,
-    /// OS disk size.
+    /// OS disk size when the spec names none.
     pub os_disk_gb: Option<u32>,
+    /// The location whose size catalogue `arch()` reads first.
+    pub location: String,
     /// Resource Manager endpoint, without trailing slash.
     pub arm_endpoint: String,
     /// Retail prices endpoint, without trailing slash.
     pub prices_endpoint: String,
+    /// The billing account and profile whose credit `credit_balance()` reads.
+    pub billing: Option<(String, String)>,
     /// How tokens are got.
     pub credential: Credential,
     /// The retry policy for every call.
@@ -205,18 +377,28 @@ pub struct Settings {
     pub poll_interval: Duration,
     /// The longest a long-running operation is followed before the call fails as transient.
     pub operation_timeout: Duration,
+    /// The longest a machine that may be new is waited for before "not found" is believed (a create
+    /// waits for its VM to show; a read of a VM whose interface names it waits for it).
+    pub visibility_timeout: Duration,
+    /// The longest a failed create's clean-up waits for an interface Azure reserved for the failed
+    /// VM (`NicReservedForAnotherVm`, about 180 s) before naming it as left over.
+    pub reservation_wait: Duration,
+    /// Where the instance metadata service is probed for managed identity (`Credential::Auto`).
+    pub(crate) imds_endpoint: String,
 }
 
-impl std::fmt::Debug for Settings {
+fn shorten(key: &str) -> String {
+    if key.len() > 24 {
+        let head: String = key.chars().take(16).collect();
+        format!("{head}...({} chars)", key.len())
+    } else {
+        key.to_string()
+    }
+}
+
+impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let key = &self.ssh_public_key;
-        let short = if key.len() > 24 {
-            let head: String = key.chars().take(16).collect();
-            format!("{head}...({} chars)", key.len())
-        } else {
-            key.clone()
-        };
-        f.debug_struct("Settings")
+        f.debug_struct("Config")
             .field("subscription_id", &self.subscription_id)
             .field("resource_group", &self.resource_group)
             .field("vnet_resource_group", &self.vnet_resource_group)
@@ -225,136 +407,48 @@ impl std::fmt::Debug for Settings {
             .field("image", &self.image.to_string())
             .field("image_arm64", &self.image_arm64.to_string())
             .field("admin_user", &self.admin_user)
-            .field("ssh_public_key", &short)
-            .field("asg", &self.asg)
+            .field(
+                "ssh_public_key",
+                &self.ssh_public_key.as_deref().map(shorten),
+            )
             .field("ssh_sources", &self.ssh_sources)
             .field("os_disk_gb", &self.os_disk_gb)
+            .field("location", &self.location)
             .field("arm_endpoint", &self.arm_endpoint)
             .field("prices_endpoint", &self.prices_endpoint)
+            .field("billing", &self.billing)
             .field("credential", &self.credential)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
-impl Settings {
+impl Config {
     /// A builder with nothing set.
-    pub fn builder() -> SettingsBuilder {
-        SettingsBuilder::default()
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
     }
 
-    /// Reads every setting from the environment; a missing required one is an
-    /// [`Error::InvalidSettings`] naming every missing variable at once.
-    pub fn from_env() -> Result<Settings> {
-        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+    /// Every setting from this process's environment ([`ConfigKey`] names).
+    pub fn from_env() -> Result<Config> {
+        Self::from_settings(&Settings::from_env(ConfigKey::names()))
     }
 
-    /// [`Settings::from_env`] over any lookup (tests use a map).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Settings> {
-        let mut b = Settings::builder();
-        b.subscription_id =
-            get("ORCA_AZURE_SUBSCRIPTION_ID").or_else(|| get("AZURE_SUBSCRIPTION_ID"));
-        b.resource_group = get("ORCA_AZURE_RESOURCE_GROUP");
-        b.vnet_resource_group = get("ORCA_AZURE_VNET_RESOURCE_GROUP");
-        b.vnet = get("ORCA_AZURE_VNET");
-        b.subnet = get("ORCA_AZURE_SUBNET");
-        b.image = get("ORCA_AZURE_IMAGE");
-        b.image_arm64 = get("ORCA_AZURE_IMAGE_ARM64");
-        b.admin_user = get("ORCA_AZURE_ADMIN_USER");
-        b.ssh_public_key = get("ORCA_AZURE_SSH_PUBLIC_KEY");
-        b.asg = get("ORCA_AZURE_ASG");
-        if let Some(s) = get("ORCA_AZURE_SSH_SOURCES") {
-            b.ssh_sources = s
-                .split(',')
-                .map(|x| x.trim().to_string())
-                .filter(|x| !x.is_empty())
-                .collect();
-        }
-        let mut bad: Vec<(String, String)> = Vec::new();
-        if let Some(d) = get("ORCA_AZURE_OS_DISK_GB") {
-            match d.trim().parse::<u32>() {
-                Ok(n) => b.os_disk_gb = Some(n),
-                Err(_) => bad.push((
-                    "ORCA_AZURE_OS_DISK_GB".into(),
-                    format!("not a number: {d:?}"),
-                )),
-            }
-        }
-        if let Some(e) = get("ORCA_AZURE_ENDPOINT") {
-            b.arm_endpoint = Some(e);
-        }
-        if let Some(e) = get("ORCA_AZURE_PRICES_ENDPOINT") {
-            b.prices_endpoint = Some(e);
-        }
-        let secret = get("AZURE_CLIENT_SECRET").map(SecretString::from);
-        let choice = get("ORCA_AZURE_CREDENTIAL").unwrap_or_else(|| "auto".into());
-        if let Some(t) = get("ORCA_AZURE_ACCESS_TOKEN") {
-            b.credential = Credential::Static(SecretString::from(t));
-        } else {
-            let client_secret = |bad: &mut Vec<(String, String)>| {
-                let mut missing = Vec::new();
-                let tenant = get("AZURE_TENANT_ID");
-                let client = get("AZURE_CLIENT_ID");
-                if tenant.is_none() {
-                    missing.push("AZURE_TENANT_ID");
-                }
-                if client.is_none() {
-                    missing.push("AZURE_CLIENT_ID");
-                }
-                if secret.is_none() {
-                    missing.push("AZURE_CLIENT_SECRET");
-                }
-                for m in &missing {
-                    bad.push((
-                        m.to_string(),
-                        "missing (a client secret credential needs it)".into(),
-                    ));
-                }
-                match (tenant, client, secret.clone()) {
-                    (Some(tenant_id), Some(client_id), Some(secret)) => Credential::ClientSecret {
-                        tenant_id,
-                        client_id,
-                        secret,
-                    },
-                    _ => Credential::Auto,
-                }
-            };
-            b.credential = match choice.trim().to_ascii_lowercase().as_str() {
-                "auto" | "" => {
-                    if secret.is_some() {
-                        client_secret(&mut bad)
-                    } else if get("IDENTITY_ENDPOINT").is_some() || get("MSI_ENDPOINT").is_some() {
-                        Credential::ManagedIdentity {
-                            client_id: get("AZURE_CLIENT_ID"),
-                        }
-                    } else {
-                        Credential::AzureCli
+    /// Every setting from `settings`; an unknown key, a missing one and a wrong value are one
+    /// [`Error::InvalidSettings`] naming every key at fault. Nothing is read from the process
+    /// environment.
+    pub fn from_settings(settings: &Settings) -> Result<Config> {
+        let mut b = ConfigBuilder::default();
+        for k in settings.keys() {
+            match ConfigKey::from_str(k) {
+                Ok(key) => {
+                    if let Some(v) = settings.get(k) {
+                        b = b.with(key, v);
                     }
                 }
-                "client_secret" => client_secret(&mut bad),
-                "managed_identity" => Credential::ManagedIdentity {
-                    client_id: get("AZURE_CLIENT_ID"),
-                },
-                "azure_cli" => Credential::AzureCli,
-                other => {
-                    bad.push((
-                        "ORCA_AZURE_CREDENTIAL".into(),
-                        format!("one of auto, client_secret, managed_identity, azure_cli; got {other:?}"),
-                    ));
-                    Credential::Auto
-                }
-            };
-        }
-        match b.build() {
-            Ok(s) if bad.is_empty() => Ok(s),
-            Ok(_) => Err(settings_error(bad)),
-            Err(Error::InvalidSettings { keys, message }) => {
-                let mut all: Vec<(String, String)> =
-                    keys.into_iter().map(|k| (k, message.clone())).collect();
-                all.extend(bad);
-                Err(settings_error(all))
+                Err(_) => b.unknown.push(k.to_string()),
             }
-            Err(e) => Err(e),
         }
+        b.build()
     }
 
     /// The image for `arch`.
@@ -362,107 +456,101 @@ impl Settings {
         match arch {
             Arch::Amd64 => Ok(&self.image),
             Arch::Arm64 => Ok(&self.image_arm64),
-            Arch::Other(a) => Err(Error::Unsupported {
-                provider: "azure".into(),
-                operation: format!("machines of architecture {a}"),
-            }),
+            Arch::Other(a) => Err(Error::unsupported(
+                "azure",
+                format!("machines of architecture {a}"),
+            )),
         }
-    }
-
-    /// The application security group of `location`, if interfaces join one.
-    pub fn asg_for(&self, location: &str) -> Option<String> {
-        self.asg.as_ref().map(|a| a.replace("{location}", location))
     }
 
     /// The token source these settings name.
     pub(crate) fn token_source(&self) -> Result<Arc<dyn TokenSource>> {
-        credential::source(&self.credential, &self.arm_endpoint)
+        credential::source(&self.credential, &self.arm_endpoint, &self.imds_endpoint)
     }
 }
 
-fn settings_error(bad: Vec<(String, String)>) -> Error {
-    let message = bad
-        .iter()
-        .map(|(k, m)| format!("{k}: {m}"))
-        .collect::<Vec<_>>()
-        .join("; ");
-    Error::settings(bad.into_iter().map(|(k, _)| k), message)
-}
-
-/// Builds [`Settings`]; [`SettingsBuilder::build`] names every missing required setting at once.
-#[derive(Default, Clone)]
-pub struct SettingsBuilder {
-    subscription_id: Option<String>,
-    resource_group: Option<String>,
-    vnet_resource_group: Option<String>,
-    vnet: Option<String>,
-    subnet: Option<String>,
-    image: Option<String>,
-    image_arm64: Option<String>,
-    admin_user: Option<String>,
-    ssh_public_key: Option<String>,
-    asg: Option<String>,
-    ssh_sources: Vec<String>,
-    os_disk_gb: Option<u32>,
-    arm_endpoint: Option<String>,
-    prices_endpoint: Option<String>,
-    credential: Credential,
+/// Builds a [`Config`]: by key ([`ConfigBuilder::with`], the same names as the environment) or by
+/// the typed setters; [`ConfigBuilder::build`] names every problem at once.
+#[derive(Clone, Default)]
+pub struct ConfigBuilder {
+    values: Settings,
+    unknown: Vec<String>,
+    credential: Option<Credential>,
     retry: Option<RetryPolicy>,
     poll_interval: Option<Duration>,
     operation_timeout: Option<Duration>,
+    visibility_timeout: Option<Duration>,
+    reservation_wait: Option<Duration>,
+    imds_endpoint: Option<String>,
 }
 
-impl std::fmt::Debug for SettingsBuilder {
+impl std::fmt::Debug for ConfigBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SettingsBuilder")
-            .field("subscription_id", &self.subscription_id)
-            .field("resource_group", &self.resource_group)
+        f.debug_struct("ConfigBuilder")
+            .field("keys", &self.values)
             .field("credential", &self.credential)
             .finish_non_exhaustive()
     }
 }
 
 macro_rules! setter {
-    ($($name:ident: $doc:literal),* $(,)?) => {$(
+    ($($name:ident => $key:ident: $doc:literal),* $(,)?) => {$(
         #[doc = $doc]
-        pub fn $name(mut self, v: impl Into<String>) -> Self {
-            self.$name = Some(v.into());
-            self
+        pub fn $name(self, v: impl Into<String>) -> Self {
+            self.with(ConfigKey::$key, v)
         }
     )*};
 }
 
-impl SettingsBuilder {
+fn name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 90
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'(' | b')'))
+}
+
+impl ConfigBuilder {
+    /// Sets `key` to `value` (an empty value unsets it, as an empty environment variable does).
+    pub fn with(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
+        self.values.insert(key.as_str(), value);
+        self
+    }
+
     setter!(
-        subscription_id: "The subscription id.",
-        resource_group: "The resource group of the machines.",
-        vnet_resource_group: "The resource group of the virtual networks (default: the machines').",
-        vnet: "The virtual network's base name (`<vnet>-<location>`).",
-        subnet: "The subnet.",
-        image: "The image URN `publisher:offer:sku:version`.",
-        image_arm64: "The image URN for Arm64 sizes (default: derived).",
-        admin_user: "The admin user name.",
-        ssh_public_key: "The SSH public key.",
-        asg: "The application security group interfaces join (`{location}` replaced).",
-        arm_endpoint: "The Resource Manager endpoint (tests: the fake's URL).",
-        prices_endpoint: "The retail prices endpoint (tests: the fake's URL).",
+        subscription_id => SubscriptionId: "The subscription id.",
+        resource_group => ResourceGroup: "The resource group of the machines.",
+        vnet_resource_group => VnetResourceGroup: "The resource group of the virtual networks (default: the machines').",
+        vnet => Vnet: "The virtual network's base name (`<vnet>-<location>`).",
+        subnet => Subnet: "The subnet.",
+        image => Image: "The image URN `publisher:offer:sku:version`.",
+        image_arm64 => ImageArm64: "The image URN for Arm64 sizes (default: derived).",
+        admin_user => AdminUser: "The admin user name.",
+        ssh_public_key => SshPublicKey: "An SSH public key every VM accepts.",
+        location => Location: "The location whose size catalogue `arch()` reads first.",
+        arm_endpoint => Endpoint: "The Resource Manager endpoint (tests: the fake's URL).",
+        prices_endpoint => PricesEndpoint: "The retail prices endpoint (tests: the fake's URL).",
     );
 
-    /// The addresses each VM's security group admits on TCP 22.
-    pub fn ssh_sources<I: IntoIterator<Item = S>, S: Into<String>>(mut self, v: I) -> Self {
-        self.ssh_sources = v.into_iter().map(Into::into).collect();
-        self
+    /// The addresses each VM's own security group admits on TCP 22 when the spec names none.
+    pub fn ssh_sources<I: IntoIterator<Item = S>, S: Into<String>>(self, v: I) -> Self {
+        let joined: Vec<String> = v.into_iter().map(Into::into).collect();
+        self.with(ConfigKey::SshSources, joined.join(","))
     }
 
-    /// The OS disk size in GiB.
-    pub fn os_disk_gb(mut self, gb: u32) -> Self {
-        self.os_disk_gb = Some(gb);
-        self
+    /// The OS disk size in GiB when the spec names none.
+    pub fn os_disk_gb(self, gb: u32) -> Self {
+        self.with(ConfigKey::OsDiskGb, gb.to_string())
     }
 
-    /// How tokens are got.
+    /// The billing account and profile whose credit `credit_balance()` reads.
+    pub fn billing(self, account: impl Into<String>, profile: impl Into<String>) -> Self {
+        self.with(ConfigKey::BillingAccount, account)
+            .with(ConfigKey::BillingProfile, profile)
+    }
+
+    /// How tokens are got (wins over the credential keys).
     pub fn credential(mut self, c: Credential) -> Self {
-        self.credential = c;
+        self.credential = Some(c);
         self
     }
 
@@ -494,303 +582,542 @@ impl SettingsBuilder {
         self
     }
 
-    /// The settings, or an [`Error::InvalidSettings`] naming every missing or invalid one.
-    pub fn build(self) -> Result<Settings> {
-        let mut missing = Vec::new();
-        let req = |v: &Option<String>, key: &'static str, missing: &mut Vec<&'static str>| match v
-            .as_ref()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-        {
-            Some(s) => s,
-            None => {
-                missing.push(key);
+    /// The longest a machine that may be new is waited for before "not found" is believed
+    /// (default 60 s).
+    pub fn visibility_timeout(mut self, d: Duration) -> Self {
+        self.visibility_timeout = Some(d);
+        self
+    }
+
+    /// The longest a failed create's clean-up waits for an interface Azure reserved for the failed
+    /// VM (default 200 s).
+    pub fn reservation_wait(mut self, d: Duration) -> Self {
+        self.reservation_wait = Some(d);
+        self
+    }
+
+    /// Where `Credential::Auto` probes the instance metadata service (default
+    /// `http://169.254.169.254`; tests point it at 127.0.0.1).
+    pub fn imds_endpoint(mut self, url: impl Into<String>) -> Self {
+        self.imds_endpoint = Some(url.into());
+        self
+    }
+
+    /// The settings, or one [`Error::InvalidSettings`] naming every unknown, missing or invalid key.
+    pub fn build(self) -> Result<Config> {
+        let s = &self.values;
+        let mut p = Problems::new();
+        for k in &self.unknown {
+            p.invalid(
+                k.clone(),
+                format!(
+                    "not a setting of the azure driver; its settings are {}",
+                    ConfigKey::names().join(", ")
+                ),
+            );
+        }
+        let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
+        let subscription_id =
+            match get(ConfigKey::SubscriptionId).or_else(|| get(ConfigKey::AzureSubscriptionId)) {
+                Some(v) => v,
+                None => {
+                    p.missing(ConfigKey::SubscriptionId.as_str());
+                    String::new()
+                }
+            };
+        let required = |k: ConfigKey, p: &mut Problems| {
+            get(k).unwrap_or_else(|| {
+                p.missing(k.as_str());
+                String::new()
+            })
+        };
+        let resource_group = required(ConfigKey::ResourceGroup, &mut p);
+        let vnet = required(ConfigKey::Vnet, &mut p);
+        let subnet = required(ConfigKey::Subnet, &mut p);
+        let image = required(ConfigKey::Image, &mut p);
+        let admin_user = required(ConfigKey::AdminUser, &mut p);
+
+        let name_rule = "letters, digits, '.', '_', '-', '(' and ')', at most 90";
+        for (k, v) in [
+            (ConfigKey::SubscriptionId, &subscription_id),
+            (ConfigKey::ResourceGroup, &resource_group),
+            (ConfigKey::Vnet, &vnet),
+            (ConfigKey::Subnet, &subnet),
+        ] {
+            if !v.is_empty() && !name_ok(v) {
+                p.invalid(k.as_str(), name_rule);
+            }
+        }
+        let vnet_resource_group = match get(ConfigKey::VnetResourceGroup) {
+            Some(g) if !name_ok(&g) => {
+                p.invalid(ConfigKey::VnetResourceGroup.as_str(), name_rule);
                 String::new()
             }
+            Some(g) => g,
+            None => resource_group.clone(),
         };
-        let subscription_id = req(&self.subscription_id, REQUIRED_ENV[0], &mut missing);
-        let resource_group = req(&self.resource_group, REQUIRED_ENV[1], &mut missing);
-        let vnet = req(&self.vnet, REQUIRED_ENV[2], &mut missing);
-        let subnet = req(&self.subnet, REQUIRED_ENV[3], &mut missing);
-        let image = req(&self.image, REQUIRED_ENV[4], &mut missing);
-        let admin_user = req(&self.admin_user, REQUIRED_ENV[5], &mut missing);
-        let ssh_public_key = req(&self.ssh_public_key, REQUIRED_ENV[6], &mut missing);
-        if !missing.is_empty() {
-            return Err(Error::settings(missing, "missing"));
-        }
-        let mut bad: Vec<(String, String)> = Vec::new();
-        let name_ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 90
-                && s.bytes().all(|b| {
-                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'(' | b')')
-                })
-        };
-        for (k, v) in [
-            (REQUIRED_ENV[0], &subscription_id),
-            (REQUIRED_ENV[1], &resource_group),
-            (REQUIRED_ENV[2], &vnet),
-            (REQUIRED_ENV[3], &subnet),
-        ] {
-            if !name_ok(v) {
-                bad.push((
-                    k.into(),
-                    format!("letters, digits, '.', '_', '-', got {v:?}"),
-                ));
-            }
-        }
-        if let Some(g) = &self.vnet_resource_group {
-            if !name_ok(g) {
-                bad.push((
-                    "ORCA_AZURE_VNET_RESOURCE_GROUP".into(),
-                    format!("invalid name {g:?}"),
-                ));
-            }
-        }
-        if !admin_user
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-            || admin_user.len() > 32
-            || admin_user == "root"
-            || admin_user == "admin"
+        if !admin_user.is_empty()
+            && (!admin_user
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+                || admin_user.len() > 32
+                || admin_user == "root"
+                || admin_user == "admin")
         {
-            bad.push((
-                REQUIRED_ENV[5].into(),
-                format!(
-                    "a Linux user name (a-z, 0-9, '_', '-'; not root or admin), got {admin_user:?}"
-                ),
-            ));
+            p.invalid(
+                ConfigKey::AdminUser.as_str(),
+                "a Linux user name (a-z, 0-9, '_', '-', at most 32; not root or admin)",
+            );
         }
-        if !(ssh_public_key.starts_with("ssh-") || ssh_public_key.starts_with("ecdsa-"))
-            || ssh_public_key.split_whitespace().count() < 2
-        {
-            bad.push((
-                REQUIRED_ENV[6].into(),
-                "an OpenSSH public key line (ssh-ed25519 AAAA... or ssh-rsa AAAA...)".into(),
-            ));
-        }
-        let image = match ImageUrn::parse(&image) {
-            Ok(i) => Some(i),
-            Err(e) => {
-                bad.push((REQUIRED_ENV[4].into(), e.to_string()));
-                None
+        let ssh_public_key = get(ConfigKey::SshPublicKey);
+        if let Some(k) = &ssh_public_key {
+            let probe = orca_machines::MachineSpec::new("k", "t", "l", "p").with_ssh_key(k.clone());
+            if probe.validate().is_err() {
+                p.invalid(
+                    ConfigKey::SshPublicKey.as_str(),
+                    "an OpenSSH public key line (ssh-ed25519 AAAA... or ssh-rsa AAAA...)",
+                );
             }
-        };
-        let image_arm64 = match &self.image_arm64 {
-            Some(u) => match ImageUrn::parse(u) {
+        }
+        let image = if image.is_empty() {
+            None
+        } else {
+            match ImageUrn::parse(&image) {
                 Ok(i) => Some(i),
-                Err(e) => {
-                    bad.push(("ORCA_AZURE_IMAGE_ARM64".into(), e.to_string()));
+                Err(_) => {
+                    p.invalid(ConfigKey::Image.as_str(), URN_RULE);
+                    None
+                }
+            }
+        };
+        let image_arm64 = match get(ConfigKey::ImageArm64) {
+            Some(u) => match ImageUrn::parse(&u) {
+                Ok(i) => Some(i),
+                Err(_) => {
+                    p.invalid(ConfigKey::ImageArm64.as_str(), URN_RULE);
                     None
                 }
             },
             None => image.as_ref().map(ImageUrn::arm64),
         };
-        if let Some(a) = &self.asg {
-            if !name_ok(&a.replace("{location}", "x")) {
-                bad.push(("ORCA_AZURE_ASG".into(), format!("invalid name {a:?}")));
-            }
-        }
-        for s in &self.ssh_sources {
-            if crate::admission::check_source(s).is_err() {
-                bad.push((
-                    "ORCA_AZURE_SSH_SOURCES".into(),
-                    format!("not an IP address or CIDR: {s:?}"),
-                ));
-            }
-        }
-        let endpoint =
-            |v: Option<String>, def: &str, key: &str, bad: &mut Vec<(String, String)>| {
-                let e = v
-                    .unwrap_or_else(|| def.to_string())
-                    .trim()
-                    .trim_end_matches('/')
-                    .to_string();
-                if !(e.starts_with("https://")
-                    || e.starts_with("http://127.0.0.1")
-                    || e.starts_with("http://localhost"))
-                {
-                    bad.push((
-                        key.into(),
-                        format!("https:// (or http://127.0.0.1 for tests), got {e:?}"),
-                    ));
+        let mut ssh_sources = Vec::new();
+        if let Some(list) = get(ConfigKey::SshSources) {
+            for src in list.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+                if orca_machines::spec::validate_source(src).is_err() {
+                    p.invalid(
+                        ConfigKey::SshSources.as_str(),
+                        "comma-separated IP addresses or CIDR blocks",
+                    );
+                    break;
                 }
-                e
-            };
-        let arm_endpoint = endpoint(
-            self.arm_endpoint,
-            DEFAULT_ARM_ENDPOINT,
-            "ORCA_AZURE_ENDPOINT",
-            &mut bad,
-        );
-        let prices_endpoint = endpoint(
-            self.prices_endpoint,
-            DEFAULT_PRICES_ENDPOINT,
-            "ORCA_AZURE_PRICES_ENDPOINT",
-            &mut bad,
-        );
-        if !bad.is_empty() {
-            return Err(settings_error(bad));
+                ssh_sources.push(src.to_string());
+            }
         }
-        let (Some(image), Some(image_arm64)) = (image, image_arm64) else {
-            return Err(Error::settings([REQUIRED_ENV[4]], "invalid image"));
+        let os_disk_gb = p.parse(
+            s,
+            ConfigKey::OsDiskGb.as_str(),
+            "a size in GiB from 1 to 4095",
+            |v| v.parse::<u32>().ok().filter(|n| (1..=4095).contains(n)),
+        );
+        let location = get(ConfigKey::Location).unwrap_or_else(|| DEFAULT_LOCATION.into());
+        if orca_machines::spec::validate_token("location", &location).is_err() {
+            p.invalid(
+                ConfigKey::Location.as_str(),
+                "a location name (westeurope, eastus, ...)",
+            );
+        }
+        let endpoint = |k: ConfigKey, def: &str, p: &mut Problems| {
+            let e = get(k)
+                .unwrap_or_else(|| def.to_string())
+                .trim_end_matches('/')
+                .to_string();
+            let ok = match url::Url::parse(&e) {
+                Ok(u) => {
+                    u.scheme() == "https"
+                        || (u.scheme() == "http"
+                            && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]")))
+                }
+                Err(_) => false,
+            };
+            if !ok {
+                p.invalid(
+                    k.as_str(),
+                    "an https:// address (http:// only for 127.0.0.1 and localhost)",
+                );
+            }
+            e
         };
-        Ok(Settings {
-            vnet_resource_group: self
-                .vnet_resource_group
-                .unwrap_or_else(|| resource_group.clone()),
+        let arm_endpoint = endpoint(ConfigKey::Endpoint, DEFAULT_ARM_ENDPOINT, &mut p);
+        let prices_endpoint = endpoint(ConfigKey::PricesEndpoint, DEFAULT_PRICES_ENDPOINT, &mut p);
+        let billing = match (
+            get(ConfigKey::BillingAccount),
+            get(ConfigKey::BillingProfile),
+        ) {
+            (Some(a), Some(b)) => {
+                let ok = |v: &str| {
+                    !v.is_empty()
+                        && v.len() <= 200
+                        && v.bytes().all(|c| {
+                            c.is_ascii_alphanumeric() || matches!(c, b':' | b'_' | b'-' | b'.')
+                        })
+                };
+                for (k, v) in [
+                    (ConfigKey::BillingAccount, &a),
+                    (ConfigKey::BillingProfile, &b),
+                ] {
+                    if !ok(v) {
+                        p.invalid(
+                            k.as_str(),
+                            "a billing id of letters, digits, ':', '_', '-' and '.'",
+                        );
+                    }
+                }
+                Some((a, b))
+            }
+            (Some(_), None) => {
+                p.invalid(
+                    ConfigKey::BillingProfile.as_str(),
+                    format!("missing: {} needs it", ConfigKey::BillingAccount.as_str()),
+                );
+                None
+            }
+            (None, Some(_)) => {
+                p.invalid(
+                    ConfigKey::BillingAccount.as_str(),
+                    format!("missing: {} needs it", ConfigKey::BillingProfile.as_str()),
+                );
+                None
+            }
+            (None, None) => None,
+        };
+        let credential = match self.credential.clone() {
+            Some(c) => c,
+            None => credential_from_keys(s, &mut p),
+        };
+        p.finish()?;
+        let (Some(image), Some(image_arm64)) = (image, image_arm64) else {
+            return Err(Error::settings([ConfigKey::Image.as_str()], URN_RULE));
+        };
+        Ok(Config {
             subscription_id,
             resource_group,
+            vnet_resource_group,
             vnet,
             subnet,
             image,
             image_arm64,
             admin_user,
             ssh_public_key,
-            asg: self.asg,
-            ssh_sources: self.ssh_sources,
-            os_disk_gb: self.os_disk_gb,
+            ssh_sources,
+            os_disk_gb,
+            location,
             arm_endpoint,
             prices_endpoint,
-            credential: self.credential,
+            billing,
+            credential,
             retry: self.retry.unwrap_or_default(),
             poll_interval: self.poll_interval.unwrap_or(Duration::from_secs(2)),
             operation_timeout: self
                 .operation_timeout
                 .unwrap_or(Duration::from_secs(30 * 60)),
+            visibility_timeout: self.visibility_timeout.unwrap_or(Duration::from_secs(60)),
+            reservation_wait: self.reservation_wait.unwrap_or(Duration::from_secs(200)),
+            imds_endpoint: self
+                .imds_endpoint
+                .unwrap_or_else(|| credential::IMDS_ENDPOINT.to_string()),
         })
     }
 }
 
-/// A static token source, for [`Credential::Static`].
-pub(crate) fn static_source(t: &SecretString) -> Arc<dyn TokenSource> {
-    Arc::new(StaticToken::new(t.clone()))
+/// The credential the keys name (see [`Credential`]).
+fn credential_from_keys(s: &Settings, p: &mut Problems) -> Credential {
+    let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
+    if let Some(t) = s.get(ConfigKey::AccessToken.as_str()) {
+        return Credential::Static(SecretString::from(t.to_string()));
+    }
+    let secret = s
+        .get(ConfigKey::ClientSecret.as_str())
+        .map(|v| SecretString::from(v.to_string()));
+    let needs = |what: &str, keys: &[ConfigKey], p: &mut Problems| {
+        for k in keys {
+            if get(*k).is_none() {
+                p.invalid(
+                    k.as_str(),
+                    format!("missing (a {what} credential needs it)"),
+                );
+            }
+        }
+    };
+    let client_secret = |p: &mut Problems| {
+        needs(
+            "client secret",
+            &[
+                ConfigKey::TenantId,
+                ConfigKey::ClientId,
+                ConfigKey::ClientSecret,
+            ],
+            p,
+        );
+        match (get(ConfigKey::TenantId), get(ConfigKey::ClientId), &secret) {
+            (Some(tenant_id), Some(client_id), Some(secret)) => Credential::ClientSecret {
+                tenant_id,
+                client_id,
+                secret: secret.clone(),
+            },
+            _ => Credential::Auto,
+        }
+    };
+    let workload = |p: &mut Problems| {
+        needs(
+            "workload identity",
+            &[
+                ConfigKey::TenantId,
+                ConfigKey::ClientId,
+                ConfigKey::FederatedTokenFile,
+            ],
+            p,
+        );
+        match (
+            get(ConfigKey::TenantId),
+            get(ConfigKey::ClientId),
+            get(ConfigKey::FederatedTokenFile),
+        ) {
+            (Some(tenant_id), Some(client_id), Some(token_file)) => Credential::WorkloadIdentity {
+                tenant_id,
+                client_id,
+                token_file,
+            },
+            _ => Credential::Auto,
+        }
+    };
+    let managed = || Credential::ManagedIdentity {
+        client_id: get(ConfigKey::ClientId),
+    };
+    let choice = get(ConfigKey::Credential)
+        .unwrap_or_else(|| "auto".into())
+        .to_ascii_lowercase();
+    match choice.as_str() {
+        "auto" => {
+            if secret.is_some() {
+                client_secret(p)
+            } else if get(ConfigKey::FederatedTokenFile).is_some() {
+                workload(p)
+            } else if get(ConfigKey::IdentityEndpoint).is_some()
+                || get(ConfigKey::MsiEndpoint).is_some()
+            {
+                managed()
+            } else {
+                // Managed identity from the instance metadata service (probed at the first token),
+                // else the Azure CLI.
+                Credential::Auto
+            }
+        }
+        "client_secret" => client_secret(p),
+        "workload_identity" => workload(p),
+        "managed_identity" => managed(),
+        "azure_cli" => Credential::AzureCli,
+        _ => {
+            p.invalid(
+                ConfigKey::Credential.as_str(),
+                "one of auto, client_secret, workload_identity, managed_identity, azure_cli",
+            );
+            Credential::Auto
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    fn full() -> HashMap<&'static str, String> {
-        HashMap::from([
-            ("ORCA_AZURE_SUBSCRIPTION_ID", "sub-1".to_string()),
-            ("ORCA_AZURE_RESOURCE_GROUP", "rg".to_string()),
-            ("ORCA_AZURE_VNET", "net".to_string()),
-            ("ORCA_AZURE_SUBNET", "hosts".to_string()),
-            (
+    fn full() -> Settings {
+        Settings::new()
+            .with("ORCA_AZURE_SUBSCRIPTION_ID", "sub-1")
+            .with("ORCA_AZURE_RESOURCE_GROUP", "rg")
+            .with("ORCA_AZURE_VNET", "net")
+            .with("ORCA_AZURE_SUBNET", "hosts")
+            .with(
                 "ORCA_AZURE_IMAGE",
-                "Canonical:ubuntu-24_04-lts:server:latest".to_string(),
-            ),
-            ("ORCA_AZURE_ADMIN_USER", "stado".to_string()),
-            (
+                "Canonical:ubuntu-24_04-lts:server:latest",
+            )
+            .with("ORCA_AZURE_ADMIN_USER", "stado")
+            .with(
                 "ORCA_AZURE_SSH_PUBLIC_KEY",
-                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4 me@host".to_string(),
-            ),
-        ])
+                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4 me@host",
+            )
     }
 
-    fn read(m: &HashMap<&'static str, String>) -> Result<Settings> {
-        Settings::from_lookup(|k| m.get(k).cloned())
+    fn keys(e: &Error) -> Vec<String> {
+        match e {
+            Error::InvalidSettings { keys, .. } => keys.clone(),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
-    fn every_missing_key_is_named_at_once() {
-        let e = read(&HashMap::new()).unwrap_err();
-        let Error::InvalidSettings { keys, .. } = &e else {
-            panic!("{e:?}")
-        };
+    fn keys_round_trip_and_are_listed_once() {
+        let mut seen = std::collections::BTreeSet::new();
+        for k in ConfigKey::ALL {
+            assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
+            assert_eq!(k.to_string(), k.as_str());
+            assert!(seen.insert(k.as_str()), "{k} twice");
+        }
+        assert!(ConfigKey::ClientSecret.is_secret() && ConfigKey::AccessToken.is_secret());
+        assert!(!ConfigKey::ClientId.is_secret());
+        let e = "ORCA_AZURE_VENT".parse::<ConfigKey>().unwrap_err();
+        assert!(e.to_string().contains("ORCA_AZURE_VNET"), "{e}");
+    }
+
+    #[test]
+    fn every_problem_is_named_at_once() {
+        let e = Config::from_settings(&Settings::new()).unwrap_err();
         assert_eq!(
-            keys,
-            &REQUIRED_ENV
-                .iter()
-                .map(|s| s.to_string())
-                .collect::<Vec<_>>()
+            keys(&e),
+            [
+                "ORCA_AZURE_SUBSCRIPTION_ID",
+                "ORCA_AZURE_RESOURCE_GROUP",
+                "ORCA_AZURE_VNET",
+                "ORCA_AZURE_SUBNET",
+                "ORCA_AZURE_IMAGE",
+                "ORCA_AZURE_ADMIN_USER"
+            ]
         );
-        let mut m = full();
-        m.remove("ORCA_AZURE_VNET");
-        m.remove("ORCA_AZURE_SSH_PUBLIC_KEY");
-        let e = read(&m).unwrap_err().to_string();
-        assert!(
-            e.contains("ORCA_AZURE_VNET, ORCA_AZURE_SSH_PUBLIC_KEY"),
-            "{e}"
-        );
+        // A missing key, an unknown key and two wrong values: one error naming all four.
+        let mut s = full()
+            .with("ORCA_AZURE_VNET", "")
+            .with("ORCA_AZURE_VENT", "typo")
+            .with("ORCA_AZURE_IMAGE", "Canonical:ubuntu")
+            .with("ORCA_AZURE_OS_DISK_GB", "big");
+        s.insert("ORCA_AZURE_SSH_SOURCES", "1.2.3.4, bogus");
+        let e = Config::from_settings(&s).unwrap_err();
+        let k = keys(&e);
+        for want in [
+            "ORCA_AZURE_VNET",
+            "ORCA_AZURE_VENT",
+            "ORCA_AZURE_IMAGE",
+            "ORCA_AZURE_OS_DISK_GB",
+            "ORCA_AZURE_SSH_SOURCES",
+        ] {
+            assert!(k.iter().any(|x| x == want), "{want} not in {k:?}");
+        }
     }
 
     #[test]
-    fn azure_subscription_id_is_read_too() {
-        let mut m = full();
-        let sub = m.remove("ORCA_AZURE_SUBSCRIPTION_ID").unwrap();
-        m.insert("AZURE_SUBSCRIPTION_ID", sub);
-        assert_eq!(read(&m).unwrap().subscription_id, "sub-1");
+    fn azure_subscription_id_is_read_too_and_the_key_is_optional() {
+        let s: Settings = full()
+            .with("ORCA_AZURE_SUBSCRIPTION_ID", "")
+            .with("AZURE_SUBSCRIPTION_ID", "sub-2")
+            .with("ORCA_AZURE_SSH_PUBLIC_KEY", "");
+        let c = Config::from_settings(&s).unwrap();
+        assert_eq!(c.subscription_id, "sub-2");
+        assert_eq!(c.ssh_public_key, None);
+        assert_eq!(c.location, DEFAULT_LOCATION);
     }
 
     #[test]
     fn arm64_image_is_derived_from_canonical_names() {
-        let s = read(&full()).unwrap();
+        let c = Config::from_settings(&full()).unwrap();
         assert_eq!(
-            s.image_arm64.to_string(),
+            c.image_arm64.to_string(),
             "Canonical:ubuntu-24_04-lts:server-arm64:latest"
         );
         let jammy = ImageUrn::parse("Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest")
             .unwrap();
         assert_eq!(jammy.arm64().sku, "22_04-lts-arm64");
-        let mut m = full();
-        m.insert("ORCA_AZURE_IMAGE_ARM64", "Canonical:x:y-arm:1".into());
-        assert_eq!(read(&m).unwrap().image_arm64.sku, "y-arm");
+        let c =
+            Config::from_settings(&full().with("ORCA_AZURE_IMAGE_ARM64", "Canonical:x:y-arm:1"))
+                .unwrap();
+        assert_eq!(c.image_arm64.sku, "y-arm");
     }
 
     #[test]
-    fn invalid_values_are_named() {
-        let mut m = full();
-        m.insert("ORCA_AZURE_IMAGE", "Canonical:ubuntu".into());
-        m.insert("ORCA_AZURE_SSH_SOURCES", "1.2.3.4, bogus".into());
-        m.insert("ORCA_AZURE_CREDENTIAL", "client_secret".into());
-        let e = read(&m).unwrap_err();
-        let Error::InvalidSettings { keys, .. } = &e else {
-            panic!("{e:?}")
-        };
-        for k in [
-            "ORCA_AZURE_IMAGE",
-            "ORCA_AZURE_SSH_SOURCES",
-            "AZURE_TENANT_ID",
-            "AZURE_CLIENT_ID",
-            "AZURE_CLIENT_SECRET",
-        ] {
-            assert!(keys.iter().any(|x| x == k), "{k} not in {keys:?}");
-        }
+    fn credentials_are_chosen_from_the_keys() {
+        let c = Config::from_settings(&full()).unwrap();
+        assert!(matches!(c.credential, Credential::Auto));
+        let c = Config::from_settings(
+            &full()
+                .with("AZURE_TENANT_ID", "t")
+                .with("AZURE_CLIENT_ID", "c")
+                .with("AZURE_FEDERATED_TOKEN_FILE", "/var/run/token"),
+        )
+        .unwrap();
+        assert!(
+            matches!(&c.credential, Credential::WorkloadIdentity { token_file, .. } if token_file == "/var/run/token"),
+            "{:?}",
+            c.credential
+        );
+        let c =
+            Config::from_settings(&full().with("IDENTITY_ENDPOINT", "http://localhost:1")).unwrap();
+        assert!(matches!(c.credential, Credential::ManagedIdentity { .. }));
+        let e = Config::from_settings(&full().with("ORCA_AZURE_CREDENTIAL", "client_secret"))
+            .unwrap_err();
+        assert_eq!(
+            keys(&e),
+            ["AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET"]
+        );
+        let e =
+            Config::from_settings(&full().with("ORCA_AZURE_CREDENTIAL", "kerberos")).unwrap_err();
+        assert_eq!(keys(&e), ["ORCA_AZURE_CREDENTIAL"]);
+    }
+
+    #[test]
+    fn billing_needs_both_keys() {
+        let e = Config::from_settings(&full().with("ORCA_AZURE_BILLING_ACCOUNT", "1234:5678"))
+            .unwrap_err();
+        assert_eq!(keys(&e), ["ORCA_AZURE_BILLING_PROFILE"]);
+        let c = Config::from_settings(
+            &full()
+                .with("ORCA_AZURE_BILLING_ACCOUNT", "1234:5678_2019-05-31")
+                .with("ORCA_AZURE_BILLING_PROFILE", "PBFV-XXXX"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.billing,
+            Some(("1234:5678_2019-05-31".into(), "PBFV-XXXX".into()))
+        );
     }
 
     #[test]
     fn secrets_are_redacted() {
-        let mut m = full();
-        m.insert("AZURE_TENANT_ID", "tenant".into());
-        m.insert("AZURE_CLIENT_ID", "client".into());
-        m.insert("AZURE_CLIENT_SECRET", "hunter2-client-secret".into());
-        let s = read(&m).unwrap();
-        assert!(matches!(s.credential, Credential::ClientSecret { .. }));
-        let d = format!("{s:?}");
+        let s = full()
+            .with("AZURE_TENANT_ID", "tenant")
+            .with("AZURE_CLIENT_ID", "client")
+            .with("AZURE_CLIENT_SECRET", "hunter2-client-secret");
+        let c = Config::from_settings(&s).unwrap();
+        assert!(matches!(c.credential, Credential::ClientSecret { .. }));
+        let d = format!("{c:?} {s:?}");
         assert!(!d.contains("hunter2"), "{d}");
         assert!(d.contains("<redacted>"), "{d}");
-        let mut m = full();
-        m.insert("ORCA_AZURE_ACCESS_TOKEN", "eyJ-static-token-value".into());
-        let s = read(&m).unwrap();
+        let s = full().with("ORCA_AZURE_ACCESS_TOKEN", "eyJ-static-token-value");
+        let c = Config::from_settings(&s).unwrap();
         let d = format!(
-            "{s:?} {:?}",
-            Settings::builder().token("eyJ-static-token-value")
+            "{c:?} {:?}",
+            Config::builder().token("eyJ-static-token-value")
         );
         assert!(!d.contains("eyJ-static"), "{d}");
+        // A wrong secret is named by its key, never shown.
+        let e = Config::from_settings(
+            &full()
+                .with("ORCA_AZURE_ENDPOINT", "ftp://hunter3")
+                .with("AZURE_CLIENT_SECRET", "hunter3"),
+        )
+        .unwrap_err();
+        assert!(!e.to_string().contains("hunter3"), "{e}");
     }
 
     #[test]
     fn plain_http_is_only_for_loopback() {
-        let mut m = full();
-        m.insert("ORCA_AZURE_ENDPOINT", "http://example.com".into());
-        assert!(read(&m)
-            .unwrap_err()
-            .to_string()
-            .contains("ORCA_AZURE_ENDPOINT"));
-        m.insert("ORCA_AZURE_ENDPOINT", "http://127.0.0.1:8080/".into());
-        assert_eq!(read(&m).unwrap().arm_endpoint, "http://127.0.0.1:8080");
+        let e = Config::from_settings(&full().with("ORCA_AZURE_ENDPOINT", "http://example.com"))
+            .unwrap_err();
+        assert_eq!(keys(&e), ["ORCA_AZURE_ENDPOINT"]);
+        let e = Config::from_settings(
+            &full().with("ORCA_AZURE_ENDPOINT", "http://127.0.0.1.example.com"),
+        )
+        .unwrap_err();
+        assert_eq!(keys(&e), ["ORCA_AZURE_ENDPOINT"]);
+        let c =
+            Config::from_settings(&full().with("ORCA_AZURE_ENDPOINT", "http://127.0.0.1:8080/"))
+                .unwrap();
+        assert_eq!(c.arm_endpoint, "http://127.0.0.1:8080");
     }
 }

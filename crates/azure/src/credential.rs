@@ -1,6 +1,13 @@
 //! Tokens for Resource Manager: the small [`TokenSource`] trait, a static token ([`StaticToken`], for tests
 //! and for a token minted elsewhere) and [`IdentityToken`], backed by azure_identity 1.x (client secret,
-//! managed identity, Azure CLI).
+//! workload identity, managed identity, Azure CLI).
+//!
+//! [`Credential::Auto`] picks, in this order: a client secret when `AZURE_CLIENT_SECRET` is given;
+//! workload identity when `AZURE_FEDERATED_TOKEN_FILE` is (with `AZURE_TENANT_ID` and
+//! `AZURE_CLIENT_ID`, as Kubernetes sets them); managed identity when `IDENTITY_ENDPOINT` or
+//! `MSI_ENDPOINT` is (App Service, Arc, Cloud Shell); otherwise, at the first token, managed identity
+//! when the instance metadata service answers ([`auto_choice`]: on an Azure VM no variable says so),
+//! else the Azure CLI.
 //!
 //! azure_identity's token requests go through [`ReqwestTransport`], our `azure_core::http::HttpClient`
 //! over the workspace's reqwest 0.12, so the crate builds one HTTP stack (azure_core's default would
@@ -93,19 +100,110 @@ fn client_options() -> ClientOptions {
     }
 }
 
-/// The token source for `credential`, for Resource Manager at `arm_endpoint`.
-pub(crate) fn source(credential: &Credential, arm_endpoint: &str) -> Result<Arc<dyn TokenSource>> {
+/// Where the instance metadata service answers on an Azure VM.
+pub const IMDS_ENDPOINT: &str = "http://169.254.169.254";
+
+/// What [`Credential::Auto`] found when nothing in the settings named a credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AutoChoice {
+    /// The instance metadata service answered: this runs on an Azure VM (or scale set) with a
+    /// managed identity's endpoint.
+    ManagedIdentity,
+    /// No metadata service: the signed-in Azure CLI.
+    AzureCli,
+}
+
+/// Probes the instance metadata service at `imds_endpoint` (on an Azure VM: `http://169.254.169.254`)
+/// the way Azure's own SDKs do: a token request without the `Metadata` header, which the service
+/// refuses with 400 at once. Any HTTP answer within a second means it is there (managed identity);
+/// no answer means it is not (the Azure CLI).
+pub async fn auto_choice(imds_endpoint: &str) -> AutoChoice {
+    let http = match reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(std::time::Duration::from_millis(800))
+        .timeout(std::time::Duration::from_secs(1))
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(h) => h,
+        Err(_) => return AutoChoice::AzureCli,
+    };
+    let url = format!(
+        "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fmanagement.azure.com%2F",
+        imds_endpoint.trim_end_matches('/')
+    );
+    match http.get(url).send().await {
+        Ok(_) => AutoChoice::ManagedIdentity,
+        Err(_) => AutoChoice::AzureCli,
+    }
+}
+
+/// [`Credential::Auto`] after the settings named nothing: managed identity when the metadata
+/// service answers, else the Azure CLI, chosen at the first token and kept.
+struct AutoToken {
+    imds_endpoint: String,
+    scope: String,
+    chosen: tokio::sync::OnceCell<(AutoChoice, Arc<dyn TokenSource>)>,
+}
+
+impl std::fmt::Debug for AutoToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AutoToken")
+            .field("chosen", &self.chosen.get().map(|c| c.0))
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl TokenSource for AutoToken {
+    async fn token(&self) -> Result<SecretString> {
+        let (_, source) = self
+            .chosen
+            .get_or_try_init(|| async {
+                let choice = auto_choice(&self.imds_endpoint).await;
+                tracing::debug!(?choice, "azure credential chosen");
+                let c = match choice {
+                    AutoChoice::ManagedIdentity => Credential::ManagedIdentity { client_id: None },
+                    AutoChoice::AzureCli => Credential::AzureCli,
+                };
+                Ok::<_, Error>((choice, identity(&c, &self.scope)?))
+            })
+            .await?;
+        source.token().await
+    }
+}
+
+/// The token source for `credential`, for Resource Manager at `arm_endpoint`; `Auto` probes the
+/// metadata service at `imds_endpoint` at its first token.
+pub(crate) fn source(
+    credential: &Credential,
+    arm_endpoint: &str,
+    imds_endpoint: &str,
+) -> Result<Arc<dyn TokenSource>> {
     let scope = if arm_endpoint.starts_with("https://") {
         format!("{arm_endpoint}/.default")
     } else {
         "https://management.azure.com/.default".to_string()
     };
+    match credential {
+        Credential::Static(t) => Ok(Arc::new(StaticToken::new(t.clone()))),
+        Credential::Custom(c) => Ok(c.clone()),
+        Credential::Auto => Ok(Arc::new(AutoToken {
+            imds_endpoint: imds_endpoint.to_string(),
+            scope,
+            chosen: tokio::sync::OnceCell::new(),
+        })),
+        other => identity(other, &scope),
+    }
+}
+
+/// An azure_identity credential for `credential`.
+fn identity(credential: &Credential, scope: &str) -> Result<Arc<dyn TokenSource>> {
     let failed = |kind: &str, e: azure_core::Error| {
         Error::unauthenticated(format!("{kind} credential: {}", redact_error(&e)))
     };
     let (credential, kind): (Arc<dyn TokenCredential>, &'static str) = match credential {
-        Credential::Static(t) => return Ok(crate::config::static_source(t)),
-        Credential::Custom(c) => return Ok(c.clone()),
         Credential::ClientSecret {
             tenant_id,
             client_id,
@@ -124,6 +222,23 @@ pub(crate) fn source(credential: &Credential, arm_endpoint: &str) -> Result<Arc<
             .map_err(|e| failed("client secret", e))?;
             (c, "client secret")
         }
+        Credential::WorkloadIdentity {
+            tenant_id,
+            client_id,
+            token_file,
+        } => {
+            let options = azure_identity::WorkloadIdentityCredentialOptions {
+                credential_options: azure_identity::ClientAssertionCredentialOptions {
+                    client_options: client_options(),
+                },
+                client_id: Some(client_id.clone()),
+                tenant_id: Some(tenant_id.clone()),
+                token_file_path: Some(token_file.into()),
+            };
+            let c = azure_identity::WorkloadIdentityCredential::new(Some(options))
+                .map_err(|e| failed("workload identity", e))?;
+            (c, "workload identity")
+        }
         Credential::ManagedIdentity { client_id } => {
             let options = azure_identity::ManagedIdentityCredentialOptions {
                 user_assigned_id: client_id
@@ -135,36 +250,22 @@ pub(crate) fn source(credential: &Credential, arm_endpoint: &str) -> Result<Arc<
                 .map_err(|e| failed("managed identity", e))?;
             (c, "managed identity")
         }
-        Credential::Auto => {
-            let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-            let chosen = match (
-                get("AZURE_TENANT_ID"),
-                get("AZURE_CLIENT_ID"),
-                get("AZURE_CLIENT_SECRET"),
-            ) {
-                (Some(tenant_id), Some(client_id), Some(secret)) => Credential::ClientSecret {
-                    tenant_id,
-                    client_id,
-                    secret: SecretString::from(secret),
-                },
-                (_, client_id, _)
-                    if get("IDENTITY_ENDPOINT").is_some() || get("MSI_ENDPOINT").is_some() =>
-                {
-                    Credential::ManagedIdentity { client_id }
-                }
-                _ => Credential::AzureCli,
-            };
-            return source(&chosen, arm_endpoint);
-        }
         Credential::AzureCli => {
             let c = azure_identity::AzureCliCredential::new(None)
                 .map_err(|e| failed("Azure CLI", e))?;
             (c, "Azure CLI")
         }
+        Credential::Static(t) => return Ok(Arc::new(StaticToken::new(t.clone()))),
+        Credential::Custom(c) => return Ok(c.clone()),
+        Credential::Auto => {
+            return Err(Error::other(
+                "the automatic credential is resolved by its own source",
+            ))
+        }
     };
     Ok(Arc::new(IdentityToken {
         credential,
-        scope,
+        scope: scope.to_string(),
         kind,
     }))
 }
@@ -173,18 +274,22 @@ pub(crate) fn source(credential: &Credential, arm_endpoint: &str) -> Result<Arc<
 #[derive(Debug, Clone)]
 pub struct ReqwestTransport {
     http: reqwest::Client,
+    /// For the instance metadata service and this machine: never through a proxy.
+    direct: reqwest::Client,
 }
 
 impl ReqwestTransport {
     /// A transport on a new reqwest client (no redirects, like azure_core's own).
     pub fn new() -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(std::time::Duration::from_secs(20))
-            .timeout(std::time::Duration::from_secs(60))
-            .build()
-            .unwrap_or_default();
-        ReqwestTransport { http }
+        let builder = || {
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(std::time::Duration::from_secs(20))
+                .timeout(std::time::Duration::from_secs(60))
+        };
+        let http = builder().build().unwrap_or_default();
+        let direct = builder().no_proxy().build().unwrap_or_default();
+        ReqwestTransport { http, direct }
     }
 }
 
@@ -212,7 +317,12 @@ impl HttpClient for ReqwestTransport {
                 ))
             }
         };
-        let mut req = self.http.request(method, request.url().as_str());
+        let direct = matches!(
+            request.url().host_str(),
+            Some("169.254.169.254" | "127.0.0.1" | "localhost" | "[::1]")
+        );
+        let client = if direct { &self.direct } else { &self.http };
+        let mut req = client.request(method, request.url().as_str());
         for (name, value) in request.headers().iter() {
             req = req.header(name.as_str(), value.as_str());
         }
@@ -285,7 +395,7 @@ mod tests {
             client_id: "c".into(),
             secret: SecretString::from("hunter2-xyz".to_string()),
         };
-        let src = source(&c, "https://management.azure.com").unwrap();
+        let src = source(&c, "https://management.azure.com", IMDS_ENDPOINT).unwrap();
         let d = format!("{c:?} {src:?}");
         assert!(!d.contains("hunter2"), "{d}");
     }

@@ -1,28 +1,47 @@
 //! [`AzureProvider`]: the [`Provider`] contract on Azure Resource Manager.
 //!
-//! A machine is a VM named by the spec's name (its orca id is that name: unique in the resource group),
-//! with `<name>-ip` (static Standard public address), `<name>-nsg` (security group admitting the
-//! configured addresses on TCP 22 only), `<name>-nic` (interface in `<vnet>-<location>/<subnet>`,
-//! optionally in the application security group) and the OS disk `<name>-osdisk` (deleted with the VM).
-//! The VM, address, security group and interface carry the ownership tags; the OS disk, made by Azure
-//! from the VM, carries none (Azure copies no tags to it).
+//! A machine is a VM named by the spec's name (its orca id is that name: unique in the resource
+//! group), with `<name>-ip` (static Standard public address with a DNS name), `<name>-nsg` (its own
+//! security group admitting the SSH sources on TCP 22 only), `<name>-nic` (interface in
+//! `<vnet>-<location>/<subnet>`, in the admission group's application security group when the spec
+//! names one) and the OS disk `<name>-osdisk`. The VM owns its interface, address and disk
+//! (`deleteOption: Delete`): deleting the VM deletes them, so a VM that failed is removed with what it
+//! holds (Azure reserves a failed VM's interface for about 180 s and refuses to delete it on its
+//! own). The VM, address, security group and interface carry the ownership tags; the OS disk, made by
+//! Azure from the VM, carries none.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use base64::Engine as _;
+use futures::StreamExt;
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
-    Machine, MachineSpec, Price, Provider, Resized, Result, Status,
+    docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created,
+    CreditBalance, Error, Machine, MachineLabels, MachineSpec, Price, Provider, Resized, Result,
+    SpecOptions, SshAdmission, Status,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::client::{Answer, Arm, COMPUTE_API, NETWORK_API, SKUS_API};
-use crate::config::Settings;
+use crate::client::{decode, Arm, Condition, COMPUTE_API, NETWORK_API, SKUS_API};
+use crate::config::{Config, ImageUrn, URN_RULE};
+use crate::model::{InstanceView, Nic, PublicIp, Sku, Tagged, Vm};
+
+/// The driver's kind.
+pub const KIND: &str = "azure";
+
+/// The longest machine name: the resources add `-osdisk` to it.
+pub const MAX_NAME: usize = 58;
+
+/// The largest OS disk Azure makes (GiB).
+pub const MAX_OS_DISK_GB: u32 = 4095;
+
+/// The name of the inbound SSH rule on a machine's own security group.
+pub const SSH_RULE: &str = "orca-ssh";
 
 /// Machines on Azure, as one owner's.
 #[derive(Clone)]
@@ -31,32 +50,35 @@ pub struct AzureProvider {
 }
 
 pub(crate) struct Inner {
-    pub(crate) settings: Settings,
+    pub(crate) config: Config,
     pub(crate) arm: Arm,
-    owner: String,
-    arch_cache: Mutex<Option<Arc<HashMap<String, Arch>>>>,
+    pub(crate) owner: String,
+    /// The size catalogue of each location read so far: size (lower case) -> architecture.
+    skus: Mutex<HashMap<String, Arc<HashMap<String, Arch>>>>,
+    /// Machines this provider made, and when: a "not found" for one of them is not believed at once.
+    recent: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for AzureProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AzureProvider")
             .field("owner", &self.inner.owner)
-            .field("settings", &self.inner.settings)
+            .field("config", &self.inner.config)
             .finish()
     }
 }
 
 /// The resources of one machine.
-struct Names {
-    vm: String,
-    pip: String,
-    nsg: String,
-    nic: String,
-    disk: String,
+pub(crate) struct Names {
+    pub vm: String,
+    pub pip: String,
+    pub nsg: String,
+    pub nic: String,
+    pub disk: String,
 }
 
 impl Names {
-    fn of(name: &str) -> Names {
+    pub fn of(name: &str) -> Names {
         Names {
             vm: name.to_string(),
             pip: format!("{name}-ip"),
@@ -67,63 +89,81 @@ impl Names {
     }
 }
 
-fn tags_of(v: &Value) -> Labels {
-    v["tags"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The DNS label of a machine's address: its name when that is a valid label (a letter first, 3 to
+/// 63 characters), else `vm-<name>`. With `domainNameLabelScope: ResourceGroupReuse` Azure adds a hash
+/// of the tenant, subscription, resource group and label, so the name is unique across Azure
+/// (`<label>-<hash>.<location>.cloudapp.azure.com`).
+pub(crate) fn dns_label(name: &str) -> String {
+    let ok = name.len() >= 3 && name.as_bytes()[0].is_ascii_lowercase();
+    if ok {
+        name.to_string()
+    } else {
+        format!("vm-{name}")
+    }
 }
 
-fn is_not_found(e: &Error) -> bool {
-    matches!(e, Error::NotFound { .. })
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// Where the addresses of a machine come from.
+#[derive(Default)]
+struct Addresses {
+    public: String,
+    private: String,
+    fqdn: String,
+}
+
+/// What a failed create had made, newest last: a description and its URL.
+type Made = Vec<(String, String)>;
 
 impl AzureProvider {
-    /// A provider for `owner` (empty for none) with `settings`. No network call.
-    pub fn new(settings: Settings, owner: &str) -> Result<AzureProvider> {
+    /// A provider for `owner` (empty for none) with `config`. No network call.
+    pub async fn new(config: Config, owner: &str) -> Result<AzureProvider> {
         validate_owner(owner)?;
-        let token = settings.token_source()?;
+        let token = config.token_source()?;
         let arm = Arm::new(
-            &settings.arm_endpoint,
-            &settings.prices_endpoint,
-            &settings.subscription_id,
+            &config.arm_endpoint,
+            &config.prices_endpoint,
+            &config.subscription_id,
             token,
-            settings.retry,
-            settings.poll_interval,
-            settings.operation_timeout,
+            config.retry,
+            config.poll_interval,
+            config.operation_timeout,
         )?;
         Ok(AzureProvider {
             inner: Arc::new(Inner {
-                settings,
+                config,
                 arm,
                 owner: owner.to_string(),
-                arch_cache: Mutex::new(None),
+                skus: Mutex::new(HashMap::new()),
+                recent: Mutex::new(HashMap::new()),
             }),
         })
     }
 
     /// The settings in use.
-    pub fn settings(&self) -> &Settings {
-        &self.inner.settings
+    pub fn config(&self) -> &Config {
+        &self.inner.config
     }
 
     pub(crate) fn arm(&self) -> &Arm {
         &self.inner.arm
     }
 
-    fn s(&self) -> &Settings {
-        &self.inner.settings
+    pub(crate) fn cfg(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub(crate) fn owner_name(&self) -> &str {
+        &self.inner.owner
     }
 
     pub(crate) fn rg_path(&self) -> String {
         format!(
             "{}/resourceGroups/{}",
             self.arm().sub_path(),
-            self.s().resource_group
+            self.cfg().resource_group
         )
     }
 
@@ -135,13 +175,13 @@ impl AzureProvider {
         format!(
             "{}/resourceGroups/{}/providers/Microsoft.Network/virtualNetworks/{}-{location}/subnets/{}",
             self.arm().sub_path(),
-            self.s().vnet_resource_group,
-            self.s().vnet,
-            self.s().subnet
+            self.cfg().vnet_resource_group,
+            self.cfg().vnet,
+            self.cfg().subnet
         )
     }
 
-    fn vm_id(&self, name: &str) -> String {
+    pub(crate) fn vm_id(&self, name: &str) -> String {
         self.id("Microsoft.Compute/virtualMachines", name)
     }
 
@@ -154,48 +194,248 @@ impl AzureProvider {
         }
     }
 
-    fn net_url(&self, type_name: &str, name: &str) -> String {
+    pub(crate) fn net_url(&self, type_name: &str, name: &str) -> String {
         self.arm().url(&self.id(type_name, name), NETWORK_API)
     }
 
-    /// `PUT` of a new resource, followed to its end. A resource that exists already is adopted if it
-    /// carries this owner's tags of `pool` (a retried create, or a `PUT` whose first answer was lost),
-    /// and refused as [`Error::AlreadyExists`] otherwise, untouched. Compute's `PUT` takes
-    /// `If-None-Match: *` (412 when the VM exists), so a VM is created in one call; the network
-    /// resource provider's `PUT` has no such header in its specification, so a network resource is read
-    /// first. `made` learns the URL as soon as Azure may hold the resource.
-    async fn put_new(
+    fn remember(&self, id: &str) {
+        let mut r = lock(&self.inner.recent);
+        let window = self.cfg().visibility_timeout;
+        r.retain(|_, at| at.elapsed() < window);
+        r.insert(id.to_ascii_lowercase(), Instant::now());
+    }
+
+    fn is_recent(&self, id: &str) -> bool {
+        let mut r = lock(&self.inner.recent);
+        let window = self.cfg().visibility_timeout;
+        r.retain(|_, at| at.elapsed() < window);
+        r.contains_key(&id.to_ascii_lowercase())
+    }
+
+    /// Whether VM `id` may exist although a read found none: this provider made it a moment ago,
+    /// or its interface names it (a create makes the interface first and Azure attaches it when the
+    /// VM is made, before every read shows the VM).
+    async fn may_be_new(&self, id: &str) -> Result<bool> {
+        if self.is_recent(id) {
+            return Ok(true);
+        }
+        let names = Names::of(id);
+        let nic: Option<Nic> = self
+            .arm()
+            .get(
+                "read interface",
+                &self.net_url("Microsoft.Network/networkInterfaces", &names.nic),
+            )
+            .await?;
+        let vm_suffix = format!("/virtualmachines/{}", id.to_ascii_lowercase());
+        Ok(nic
+            .as_ref()
+            .and_then(Nic::vm_id)
+            .is_some_and(|v| v.to_ascii_lowercase().ends_with(&vm_suffix)))
+    }
+
+    /// Reads VM `id` (with its instance view when `expand`). A "not found" for a VM that may be new is
+    /// confirmed by later reads, for at most the visibility timeout.
+    pub(crate) async fn read_vm(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
+        let url = self.vm_url(id, expand);
+        if let Some(vm) = self.arm().get::<Vm>("read VM", &url).await? {
+            return Ok(Some(vm));
+        }
+        if !self.may_be_new(id).await? {
+            return Ok(None);
+        }
+        self.wait_visible(id, expand).await
+    }
+
+    /// Reads VM `id` until it shows, for at most the visibility timeout.
+    async fn wait_visible(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
+        let url = self.vm_url(id, expand);
+        let deadline = Instant::now() + self.cfg().visibility_timeout;
+        let mut retry = 0;
+        while Instant::now() < deadline {
+            let pause = self
+                .cfg()
+                .retry
+                .backoff(retry)
+                .max(Duration::from_millis(20))
+                .min(Duration::from_secs(5));
+            tokio::time::sleep(pause).await;
+            retry += 1;
+            if let Some(vm) = self.arm().get::<Vm>("read VM", &url).await? {
+                return Ok(Some(vm));
+            }
+        }
+        Ok(None)
+    }
+
+    /// VM `id`, checked to be this owner's; `None` when there is none.
+    pub(crate) async fn owned_vm(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
+        validate_id(id)?;
+        match self.read_vm(id, expand).await? {
+            Some(vm) if !is_owned_by(&vm.tags, &self.inner.owner) => {
+                Err(Error::not_owned(id, &self.inner.owner))
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn owned_existing(&self, id: &str, expand: bool) -> Result<Vm> {
+        self.owned_vm(id, expand)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("virtual machine {id}")))
+    }
+
+    /// The machine of `vm`, with `addr`.
+    fn machine_of(&self, vm: &Vm, view: Option<&InstanceView>, addr: Addresses) -> Machine {
+        let (status, cloud_status) = vm.power(view);
+        let mut m = Machine::new(&vm.name, &vm.name);
+        m.status = status;
+        m.cloud_status = cloud_status;
+        m.machine_type = vm.properties.hardware_profile.vm_size.clone();
+        m.location = vm.location.clone();
+        m.address = addr.public;
+        m.private_address = addr.private;
+        m.fqdn = addr.fqdn;
+        m.created_at = vm.created_at();
+        m.pool = pool_of(&vm.tags);
+        m.labels = vm.tags.clone();
+        m
+    }
+
+    /// The addresses of `vm`, read from its interface and public address.
+    async fn addresses_of(&self, vm: &Vm) -> Result<Addresses> {
+        let mut a = Addresses::default();
+        let Some(nic_id) = vm.properties.network_profile.network_interfaces.first() else {
+            return Ok(a);
+        };
+        let nic: Option<Nic> = self
+            .arm()
+            .get("read interface", &self.arm().url(&nic_id.id, NETWORK_API))
+            .await?;
+        let Some(nic) = nic else {
+            return Ok(a);
+        };
+        a.private = nic.private_address();
+        let pip_id = nic
+            .properties
+            .ip_configurations
+            .iter()
+            .find_map(|c| c.properties.public_ip_address.as_ref())
+            .map(|p| p.id.clone());
+        if let Some(pip_id) = pip_id.filter(|p| !p.is_empty()) {
+            if let Some(pip) = self
+                .arm()
+                .get::<PublicIp>("read public IP", &self.arm().url(&pip_id, NETWORK_API))
+                .await?
+            {
+                a.public = pip.properties.ip_address.clone();
+                a.fqdn = pip.fqdn();
+            }
+        }
+        Ok(a)
+    }
+
+    /// Machine `id` as read now (this owner's; not found when absent).
+    pub(crate) async fn machine_now(&self, id: &str) -> Result<Machine> {
+        let vm = self.owned_existing(id, true).await?;
+        let addr = self.addresses_of(&vm).await?;
+        Ok(self.machine_of(&vm, None, addr))
+    }
+
+    async fn power(&self, id: &str, action: &str) -> Result<Machine> {
+        self.owned_existing(id, false).await?;
+        let url = self
+            .arm()
+            .url(&format!("{}/{action}", self.vm_id(id)), COMPUTE_API);
+        let op = format!("{action} VM");
+        let a = self
+            .arm()
+            .call(&op, Method::POST, &url, None, Condition::None)
+            .await?;
+        self.arm().wait(&op, &a).await?;
+        self.machine_now(id).await
+    }
+
+    /// The size catalogue of `location` (`$filter=location eq '<location>'`), read once and cached.
+    async fn catalogue(&self, location: &str) -> Result<Arc<HashMap<String, Arch>>> {
+        let key = location.to_ascii_lowercase();
+        if let Some(c) = lock(&self.inner.skus).get(&key).cloned() {
+            return Ok(c);
+        }
+        let filter: String =
+            url::form_urlencoded::byte_serialize(format!("location eq '{location}'").as_bytes())
+                .collect();
+        let url = format!(
+            "{}&$filter={filter}",
+            self.arm().url(
+                &format!("{}/providers/Microsoft.Compute/skus", self.arm().sub_path()),
+                SKUS_API,
+            )
+        );
+        let skus: Vec<Sku> = self.arm().list("list resource SKUs", &url).await?;
+        let map: HashMap<String, Arch> = skus
+            .into_iter()
+            .filter(|s| s.resource_type == "virtualMachines" && !s.name.is_empty())
+            .map(|s| {
+                let arch = s.architecture().map(docker_arch).unwrap_or(Arch::Amd64);
+                (s.name.to_ascii_lowercase(), arch)
+            })
+            .collect();
+        let map = Arc::new(map);
+        lock(&self.inner.skus).insert(key, map.clone());
+        Ok(map)
+    }
+
+    /// `machine_type`'s architecture from `location`'s catalogue.
+    async fn arch_in(&self, machine_type: &str, location: &str) -> Result<Arch> {
+        let map = self.catalogue(location).await?;
+        map.get(&machine_type.to_ascii_lowercase())
+            .cloned()
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "virtual machine size {machine_type} (not offered in {location}: not among its resource SKUs)"
+                ))
+            })
+    }
+
+    /// `PUT` of a new network resource, followed to its end. The network resource provider's `PUT`
+    /// has no `If-None-Match` in its specification, so the resource is read first: one that exists
+    /// is adopted if it carries this owner's tags of `pool` (a retried create) and refused as
+    /// [`Error::AlreadyExists`] otherwise, untouched. `made` learns the URL as soon as Azure may hold
+    /// the resource.
+    async fn put_network(
         &self,
         what: &str,
         url: &str,
         body: &Value,
         pool: &str,
-        conditional: bool,
-        made: &mut Vec<(String, String)>,
+        made: &mut Made,
     ) -> Result<Value> {
-        let op = format!("create {what}");
-        if !conditional {
-            if let Some(found) = self.arm().get(&format!("read {what}"), url).await? {
-                return self.adopt(what, url, &found, pool, made).await;
+        if let Some(found) = self
+            .arm()
+            .get::<Value>(&format!("read {what}"), url)
+            .await?
+        {
+            let tags: Tagged = decode(what, found)?;
+            if !is_in_pool(&tags.tags, pool, &self.inner.owner) {
+                return Err(Error::already_exists(format!(
+                    "{what} exists and is not this owner's ({:?}) of pool {pool}",
+                    self.inner.owner
+                )));
             }
+            made.push((what.to_string(), url.to_string()));
+            return self.settle(what, url).await;
         }
+        let op = format!("create {what}");
         match self
             .arm()
-            .call(&op, Method::PUT, url, Some(body), conditional)
+            .call(&op, Method::PUT, url, Some(body), Condition::None)
             .await
         {
             Ok(a) => {
                 made.push((what.to_string(), url.to_string()));
                 self.arm().wait(&op, &a).await?;
                 Ok(a.body)
-            }
-            Err(Error::AlreadyExists { .. }) if conditional => {
-                let Some(found) = self.arm().get(&format!("read {what}"), url).await? else {
-                    return Err(Error::transient(format!(
-                        "{what} vanished while being adopted"
-                    )));
-                };
-                self.adopt(what, url, &found, pool, made).await
             }
             Err(e) => {
                 if e.is_retryable() {
@@ -207,75 +447,96 @@ impl AzureProvider {
         }
     }
 
-    async fn adopt(
-        &self,
-        what: &str,
-        url: &str,
-        found: &Value,
-        pool: &str,
-        made: &mut Vec<(String, String)>,
-    ) -> Result<Value> {
-        if !is_in_pool(&tags_of(found), pool, &self.inner.owner) {
-            return Err(Error::already_exists(format!(
-                "{what} exists and is not this owner's ({:?}) of pool {pool}",
-                self.inner.owner
-            )));
-        }
-        made.push((what.to_string(), url.to_string()));
-        self.settle(what, url).await
-    }
-
     /// Reads a resource until its provisioning state is final.
     async fn settle(&self, what: &str, url: &str) -> Result<Value> {
-        let deadline = std::time::Instant::now() + self.s().operation_timeout;
+        let deadline = Instant::now() + self.cfg().operation_timeout;
         loop {
-            let Some(v) = self.arm().get(&format!("read {what}"), url).await? else {
+            let Some(v) = self
+                .arm()
+                .get::<Value>(&format!("read {what}"), url)
+                .await?
+            else {
                 return Err(Error::transient(format!(
                     "{what} vanished while being adopted"
                 )));
             };
-            match v["properties"]["provisioningState"]
-                .as_str()
-                .unwrap_or("Succeeded")
-            {
-                "Succeeded" => return Ok(v),
+            let state: Tagged = decode(what, v.clone())?;
+            match state.properties.provisioning_state.as_str() {
+                "Succeeded" | "" => return Ok(v),
                 "Failed" => {
-                    return Err(vm_failure(&v).unwrap_or_else(|| {
-                        Error::other(format!("{what} is in provisioning state Failed"))
-                    }))
+                    return Err(Error::other(format!(
+                        "{what} is in provisioning state Failed"
+                    )))
                 }
-                _ if std::time::Instant::now() > deadline => {
+                _ if Instant::now() > deadline => {
                     return Err(Error::transient(format!(
                         "{what} is still being provisioned"
                     )))
                 }
-                _ => tokio::time::sleep(self.s().poll_interval).await,
+                _ => tokio::time::sleep(self.cfg().poll_interval).await,
             }
         }
     }
 
     /// Deletes `url` and follows it to its end, then confirms it is gone. 404 is gone.
-    async fn remove(&self, what: &str, url: &str) -> Result<()> {
+    pub(crate) async fn remove(&self, what: &str, url: &str) -> Result<()> {
         let op = format!("delete {what}");
-        match self.arm().call(&op, Method::DELETE, url, None, false).await {
+        match self
+            .arm()
+            .call(&op, Method::DELETE, url, None, Condition::None)
+            .await
+        {
             Ok(a) => self.arm().wait(&op, &a).await?,
-            Err(e) if is_not_found(&e) => return Ok(()),
+            Err(Error::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         }
-        match self.arm().get(&format!("confirm {what} gone"), url).await? {
+        match self
+            .arm()
+            .get::<Tagged>(&format!("confirm {what} gone"), url)
+            .await?
+        {
             None => Ok(()),
             Some(v) => Err(Error::transient(format!(
                 "{what} is still there after its delete ended (state {})",
-                v["properties"]["provisioningState"].as_str().unwrap_or("?")
+                v.properties.provisioning_state
             ))),
         }
     }
 
-    /// Removes what a failed create made, newest first; names what could not be removed.
-    async fn undo(&self, made: &[(String, String)], error: Error) -> Error {
+    /// [`AzureProvider::remove`] of an interface, waiting out the reservation Azure puts on the
+    /// interface of a VM that failed (`NicReservedForAnotherVm`, about 180 s), for at most
+    /// `wait`.
+    async fn remove_interface(&self, what: &str, url: &str, wait: Duration) -> Result<()> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.remove(what, url).await {
+                Err(e) if e.code() == Some("NicReservedForAnotherVm") => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(e.prefixed(
+                            "Azure holds it for the VM it was made for (about 180 s); deleting the machine again after that removes it",
+                        ));
+                    }
+                    tracing::debug!(what, "interface reserved for a failed VM; waiting");
+                    tokio::time::sleep(left.min(Duration::from_secs(15))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Removes what a failed create made, newest first (the VM first: it takes its interface,
+    /// address and disk with it); names what could not be removed.
+    async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
         for (what, url) in made.iter().rev() {
-            if let Err(e) = self.remove(what, url).await {
+            let removed = if what.starts_with("interface ") {
+                self.remove_interface(what, url, self.cfg().reservation_wait)
+                    .await
+            } else {
+                self.remove(what, url).await
+            };
+            if let Err(e) = removed {
                 tracing::warn!(what = %what, error = %e, "clean-up after a failed create failed");
                 left.push(format!("{what} ({e})"));
             }
@@ -283,128 +544,20 @@ impl AzureProvider {
         if left.is_empty() {
             error
         } else {
-            Error::Leftovers {
-                error: Box::new(error),
-                left,
-            }
+            Error::leftovers(error, left)
         }
-    }
-
-    /// The VM's public address, read from its public IP resource.
-    async fn address_of(&self, names: &Names) -> Result<String> {
-        let url = self.net_url("Microsoft.Network/publicIPAddresses", &names.pip);
-        Ok(self
-            .arm()
-            .get("read public IP", &url)
-            .await?
-            .and_then(|v| v["properties"]["ipAddress"].as_str().map(str::to_string))
-            .unwrap_or_default())
-    }
-
-    fn machine_of(&self, vm: &Value, address: String) -> Machine {
-        let labels = tags_of(vm);
-        let (status, cloud_status) = power_of(vm);
-        let name = vm["name"].as_str().unwrap_or("");
-        let mut m = Machine::new(name, name);
-        m.status = status;
-        m.cloud_status = cloud_status;
-        m.machine_type = vm["properties"]["hardwareProfile"]["vmSize"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        m.location = vm["location"].as_str().unwrap_or("").to_string();
-        m.address = address;
-        m.pool = pool_of(&labels);
-        m.labels = labels;
-        m
-    }
-
-    /// The VM `id` with its instance view, checked to be this owner's.
-    async fn owned_vm(&self, id: &str) -> Result<Value> {
-        validate_id(id)?;
-        let Some(vm) = self.arm().get("read VM", &self.vm_url(id, true)).await? else {
-            return Err(Error::not_found(format!("virtual machine {id}")));
-        };
-        if !is_owned_by(&tags_of(&vm), &self.inner.owner) {
-            return Err(Error::NotOwned {
-                id: id.to_string(),
-                owner: self.inner.owner.clone(),
-            });
-        }
-        Ok(vm)
-    }
-
-    async fn machine_now(&self, id: &str) -> Result<Machine> {
-        let vm = self.owned_vm(id).await?;
-        let address = self.address_of(&Names::of(id)).await?;
-        Ok(self.machine_of(&vm, address))
-    }
-
-    async fn power(&self, id: &str, action: &str) -> Result<Machine> {
-        self.owned_vm(id).await?;
-        let url = self
-            .arm()
-            .url(&format!("{}/{action}", self.vm_id(id)), COMPUTE_API);
-        let op = format!("{action} VM");
-        let a = self
-            .arm()
-            .call(&op, Method::POST, &url, None, false)
-            .await?;
-        self.arm().wait(&op, &a).await?;
-        self.machine_now(id).await
-    }
-
-    async fn sku_arches(&self) -> Result<Arc<HashMap<String, Arch>>> {
-        if let Some(c) = self
-            .inner
-            .arch_cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        {
-            return Ok(c);
-        }
-        // Every location: a size's architecture does not vary by location.
-        let url = self.arm().url(
-            &format!("{}/providers/Microsoft.Compute/skus", self.arm().sub_path()),
-            SKUS_API,
-        );
-        let skus = self.arm().list("list resource SKUs", &url).await?;
-        let mut map = HashMap::new();
-        for s in skus {
-            if s["resourceType"].as_str() != Some("virtualMachines") {
-                continue;
-            }
-            let Some(name) = s["name"].as_str() else {
-                continue;
-            };
-            let arch = s["capabilities"]
-                .as_array()
-                .and_then(|c| c.iter().find(|x| x["name"] == "CpuArchitectureType"))
-                .and_then(|x| x["value"].as_str())
-                .map(docker_arch)
-                .unwrap_or(Arch::Amd64);
-            map.insert(name.to_ascii_lowercase(), arch);
-        }
-        let map = Arc::new(map);
-        *self
-            .inner
-            .arch_cache
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(map.clone());
-        Ok(map)
     }
 
     fn vm_body(
         &self,
         spec: &MachineSpec,
         names: &Names,
-        arch: &Arch,
-        tags: &Value,
+        image: &ImageUrn,
+        tags: &Labels,
         nic_id: &str,
-    ) -> Result<Value> {
-        let s = self.s();
-        let image = s.image_for(arch)?;
+        keys: &[String],
+    ) -> Value {
+        let s = self.cfg();
         let mut os_disk = json!({
             "name": names.disk,
             "createOption": "FromImage",
@@ -412,25 +565,31 @@ impl AzureProvider {
             "caching": "ReadWrite",
             "managedDisk": {"storageAccountType": "StandardSSD_LRS"}
         });
-        if let Some(gb) = s.os_disk_gb {
+        if let Some(gb) = spec.disk_gb.or(s.os_disk_gb) {
             os_disk["diskSizeGB"] = json!(gb);
         }
+        let public_keys: Vec<Value> = keys
+            .iter()
+            .map(|k| {
+                json!({
+                    "path": format!("/home/{}/.ssh/authorized_keys", s.admin_user),
+                    "keyData": k,
+                })
+            })
+            .collect();
         let mut os_profile = json!({
             "computerName": spec.name,
             "adminUsername": s.admin_user,
             "linuxConfiguration": {
                 "disablePasswordAuthentication": true,
-                "ssh": {"publicKeys": [{
-                    "path": format!("/home/{}/.ssh/authorized_keys", s.admin_user),
-                    "keyData": s.ssh_public_key,
-                }]}
+                "ssh": {"publicKeys": public_keys}
             }
         });
         if !spec.user_data.is_empty() {
             os_profile["customData"] =
                 json!(base64::engine::general_purpose::STANDARD.encode(spec.user_data.as_bytes()));
         }
-        Ok(json!({
+        json!({
             "location": spec.location,
             "tags": tags,
             "properties": {
@@ -444,60 +603,69 @@ impl AzureProvider {
                 },
                 "osProfile": os_profile,
                 "networkProfile": {"networkInterfaces": [
-                    {"id": nic_id, "properties": {"primary": true, "deleteOption": "Detach"}}
+                    {"id": nic_id, "properties": {"primary": true, "deleteOption": "Delete"}}
                 ]},
             }
-        }))
+        })
     }
 
-    async fn create_inner(
-        &self,
-        spec: &MachineSpec,
-        made: &mut Vec<(String, String)>,
-    ) -> Result<Machine> {
-        let arch = self.arch(&spec.machine_type).await?;
+    /// Makes the machine's four resources; answers the machine and whether an earlier create made
+    /// its VM.
+    async fn create_inner(&self, spec: &MachineSpec, made: &mut Made) -> Result<(Machine, bool)> {
+        let image = match &spec.image {
+            Some(i) => ImageUrn::parse(i).map_err(|rule| Error::invalid("image", rule))?,
+            None => {
+                let arch = self.arch_in(&spec.machine_type, &spec.location).await?;
+                self.cfg().image_for(&arch)?.clone()
+            }
+        };
         let names = Names::of(&spec.name);
-        let labels = ownership_labels(&spec.pool, &self.inner.owner);
-        let tags = json!(labels);
+        let mut tags = ownership_labels(&spec.pool, &self.inner.owner);
+        tags.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         let loc = &spec.location;
         let pip_id = self.id("Microsoft.Network/publicIPAddresses", &names.pip);
         let nsg_id = self.id("Microsoft.Network/networkSecurityGroups", &names.nsg);
         let nic_id = self.id("Microsoft.Network/networkInterfaces", &names.nic);
-        let vm_body = self.vm_body(spec, &names, &arch, &tags, &nic_id)?;
+        let mut keys: Vec<String> = self.cfg().ssh_public_key.iter().cloned().collect();
+        keys.extend(spec.ssh_keys.iter().cloned());
+        let vm_body = self.vm_body(spec, &names, &image, &tags, &nic_id, &keys);
 
         let pip = self
-            .put_new(
+            .put_network(
                 &format!("public IP {}", names.pip),
                 &self.arm().url(&pip_id, NETWORK_API),
                 &json!({
                     "location": loc, "tags": tags,
                     "sku": {"name": "Standard", "tier": "Regional"},
-                    "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4"}
+                    "properties": {
+                        "publicIPAllocationMethod": "Static",
+                        "publicIPAddressVersion": "IPv4",
+                        "deleteOption": "Delete",
+                        "dnsSettings": {
+                            "domainNameLabel": dns_label(&spec.name),
+                            "domainNameLabelScope": "ResourceGroupReuse",
+                        },
+                    }
                 }),
                 &spec.pool,
-                false,
                 made,
             )
             .await?;
 
+        let sources = if spec.ssh_sources.is_empty() {
+            &self.cfg().ssh_sources
+        } else {
+            &spec.ssh_sources
+        };
         let mut rules = Vec::new();
-        if !self.s().ssh_sources.is_empty() {
-            rules.push(json!({
-                "name": "orca-ssh",
-                "properties": {
-                    "protocol": "Tcp", "sourcePortRange": "*", "destinationPortRange": "22",
-                    "sourceAddressPrefixes": self.s().ssh_sources, "destinationAddressPrefix": "*",
-                    "access": "Allow", "priority": 100, "direction": "Inbound",
-                    "description": "orca: SSH from the admitted addresses only"
-                }
-            }));
+        if !sources.is_empty() {
+            rules.push(json!({"name": SSH_RULE, "properties": ssh_rule(sources, 100)}));
         }
-        self.put_new(
+        self.put_network(
             &format!("security group {}", names.nsg),
             &self.arm().url(&nsg_id, NETWORK_API),
             &json!({"location": loc, "tags": tags, "properties": {"securityRules": rules}}),
             &spec.pool,
-            false,
             made,
         )
         .await?;
@@ -511,57 +679,144 @@ impl AzureProvider {
                 "publicIPAddress": {"id": pip_id},
             }
         });
-        if let Some(asg) = self.s().asg_for(loc) {
-            ipcfg["properties"]["applicationSecurityGroups"] =
-                json!([{"id": self.id("Microsoft.Network/applicationSecurityGroups", &asg)}]);
+        if let Some(group) = &spec.admission_group {
+            ipcfg["properties"]["applicationSecurityGroups"] = json!([{"id": self.id(
+                "Microsoft.Network/applicationSecurityGroups",
+                &format!("{group}-{loc}")
+            )}]);
         }
-        self.put_new(
-            &format!("interface {}", names.nic),
-            &self.arm().url(&nic_id, NETWORK_API),
-            &json!({"location": loc, "tags": tags, "properties": {
-                "networkSecurityGroup": {"id": nsg_id},
-                "ipConfigurations": [ipcfg],
-            }}),
-            &spec.pool,
-            false,
-            made,
-        )
-        .await?;
-
-        let vm_url = self.vm_url(&names.vm, false);
-        self.put_new(
-            &format!("VM {}", names.vm),
-            &vm_url,
-            &vm_body,
-            &spec.pool,
-            true,
-            made,
-        )
-        .await?;
-        let vm = self
-            .arm()
-            .get("read VM", &self.vm_url(&names.vm, true))
-            .await?
-            .ok_or_else(|| {
-                Error::transient(format!("VM {} vanished after its create", names.vm))
+        let nic = self
+            .put_network(
+                &format!("interface {}", names.nic),
+                &self.arm().url(&nic_id, NETWORK_API),
+                &json!({"location": loc, "tags": tags, "properties": {
+                    "networkSecurityGroup": {"id": nsg_id},
+                    "ipConfigurations": [ipcfg],
+                }}),
+                &spec.pool,
+                made,
+            )
+            .await
+            .map_err(|e| match (&e, &spec.admission_group) {
+                (Error::NotFound { .. }, Some(g)) => e.prefixed(&format!(
+                    "the admission group {g} of {loc} (application security group {g}-{loc}) must exist: admit_ssh makes it"
+                )),
+                _ => e,
             })?;
-        let mut address = pip["properties"]["ipAddress"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        if address.is_empty() {
-            address = self.address_of(&names).await?;
+
+        // The VM: `If-None-Match: *` makes the PUT a create only (412 when the VM exists).
+        let what = format!("VM {}", names.vm);
+        let vm_url = self.vm_url(&names.vm, false);
+        let op = format!("create {what}");
+        let (put, attempts) = self
+            .arm()
+            .call_counted(
+                &op,
+                Method::PUT,
+                &vm_url,
+                Some(&vm_body),
+                Condition::IfNoneMatch,
+            )
+            .await;
+        let adopted = match put {
+            Ok(a) => {
+                made.push((what.clone(), vm_url.clone()));
+                self.arm().wait(&op, &a).await?;
+                false
+            }
+            Err(Error::AlreadyExists { .. }) => {
+                // Made by this call's own earlier attempt (whose answer was lost), or by an earlier
+                // create: adopt it if it is this owner's of this pool.
+                let Some(found) = self.read_vm(&names.vm, false).await? else {
+                    return Err(Error::transient(format!(
+                        "{what} vanished while being adopted"
+                    )));
+                };
+                if !is_in_pool(&found.tags, &spec.pool, &self.inner.owner) {
+                    return Err(Error::already_exists(format!(
+                        "{what} exists and is not this owner's ({:?}) of pool {}",
+                        self.inner.owner, spec.pool
+                    )));
+                }
+                made.push((what.clone(), vm_url.clone()));
+                self.settle_vm(&names.vm).await?;
+                attempts <= 1
+            }
+            Err(e) => {
+                if e.is_retryable() {
+                    made.push((what.clone(), vm_url.clone()));
+                }
+                return Err(e);
+            }
+        };
+        self.remember(&names.vm);
+        // A create answers only once reads show the VM.
+        let vm = match self.arm().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
+            Some(vm) => vm,
+            None => self.wait_visible(&names.vm, true).await?.ok_or_else(|| {
+                Error::transient(format!(
+                    "{what} was made but reads do not show it after {} s; a retried create adopts it",
+                    self.cfg().visibility_timeout.as_secs()
+                ))
+            })?,
+        };
+        let mut addr = Addresses::default();
+        if let Ok(p) = serde_json::from_value::<PublicIp>(pip) {
+            addr.public = p.properties.ip_address.clone();
+            addr.fqdn = p.fqdn();
         }
-        Ok(self.machine_of(&vm, address))
+        if let Ok(n) = serde_json::from_value::<Nic>(nic) {
+            addr.private = n.private_address();
+        }
+        if addr.public.is_empty() || addr.private.is_empty() || addr.fqdn.is_empty() {
+            addr = self.addresses_of(&vm).await?;
+        }
+        Ok((self.machine_of(&vm, None, addr), adopted))
     }
 
-    /// Deletes the machine's resources in order (VM with its OS disk, interface, security group,
-    /// public address), each only when it carries this owner's tags, each followed to its end and
-    /// confirmed gone. Returns what remains.
-    async fn delete_resources(&self, id: &str, vm: Option<Value>) -> Vec<String> {
+    /// Reads a VM being adopted until its provisioning state is final; a failed one answers its
+    /// failure.
+    async fn settle_vm(&self, name: &str) -> Result<()> {
+        let deadline = Instant::now() + self.cfg().operation_timeout;
+        loop {
+            let Some(vm) = self.read_vm(name, true).await? else {
+                return Err(Error::transient(format!(
+                    "VM {name} vanished while being adopted"
+                )));
+            };
+            match vm.properties.provisioning_state.as_str() {
+                "Succeeded" | "" => return Ok(()),
+                "Failed" => {
+                    return Err(match vm.failure() {
+                        Some((code, message)) => crate::client::map_error(
+                            None,
+                            &crate::model::ErrorDetail {
+                                code,
+                                message,
+                                ..Default::default()
+                            },
+                            None,
+                        ),
+                        None => Error::other(format!("VM {name} is in provisioning state Failed")),
+                    })
+                }
+                _ if Instant::now() > deadline => {
+                    return Err(Error::transient(format!(
+                        "VM {name} is still being provisioned"
+                    )))
+                }
+                _ => tokio::time::sleep(self.cfg().poll_interval).await,
+            }
+        }
+    }
+
+    /// Deletes the machine's resources in order (the VM, which takes its interface, address and OS
+    /// disk with it; then whatever of interface, security group and address remains), each only
+    /// when it carries this owner's tags, each followed to its end and confirmed gone. Returns what
+    /// remains.
+    async fn delete_resources(&self, id: &str, vm_exists: bool) -> Vec<String> {
         let names = Names::of(id);
-        let mut left = Vec::new();
-        if vm.is_some() {
+        if vm_exists {
             if let Err(e) = self
                 .remove(&format!("VM {id}"), &self.vm_url(id, false))
                 .await
@@ -575,6 +830,7 @@ impl AzureProvider {
                 ];
             }
         }
+        let mut left = Vec::new();
         for (what, ty, name) in [
             (
                 "interface",
@@ -594,13 +850,22 @@ impl AzureProvider {
         ] {
             let url = self.net_url(ty, name);
             let what = format!("{what} {name}");
-            match self.arm().get(&format!("read {what}"), &url).await {
+            match self
+                .arm()
+                .get::<Tagged>(&format!("read {what}"), &url)
+                .await
+            {
                 Ok(None) => {}
-                Ok(Some(v)) if !is_owned_by(&tags_of(&v), &self.inner.owner) => {
+                Ok(Some(v)) if !is_owned_by(&v.tags, &self.inner.owner) => {
                     tracing::warn!(resource = %what, "not this owner's: left alone");
                 }
                 Ok(Some(_)) => {
-                    if let Err(e) = self.remove(&what, &url).await {
+                    let removed = if what.starts_with("interface ") {
+                        self.remove_interface(&what, &url, Duration::ZERO).await
+                    } else {
+                        self.remove(&what, &url).await
+                    };
+                    if let Err(e) = removed {
                         left.push(format!("{what} ({e})"));
                     }
                 }
@@ -609,68 +874,71 @@ impl AzureProvider {
         }
         left
     }
+
+    /// The hourly Linux on-demand price of `machine_type` in `location` (both validated tokens:
+    /// they go into an OData filter).
+    async fn price(&self, machine_type: &str, location: &str) -> Result<Price> {
+        let filter = format!(
+            "serviceName eq 'Virtual Machines' and armRegionName eq '{location}' and armSkuName eq '{machine_type}' and priceType eq 'Consumption'"
+        );
+        let rows = self.arm().prices(&filter).await?;
+        rows.iter()
+            .filter(|r| r.is_linux_on_demand())
+            .filter(|r| r.arm_sku_name.eq_ignore_ascii_case(machine_type))
+            .min_by(|a, b| {
+                a.retail_price
+                    .partial_cmp(&b.retail_price)
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            })
+            .map(|r| {
+                Price::new(
+                    r.retail_price.unwrap_or(0.0),
+                    if r.currency_code.is_empty() {
+                        "USD"
+                    } else {
+                        r.currency_code.as_str()
+                    },
+                )
+            })
+            .ok_or_else(|| {
+                Error::not_found(format!(
+                    "an on-demand Linux price of {machine_type} in {location}"
+                ))
+            })
+    }
 }
 
-/// The failure a failed VM carries in its instance view, as an error.
-fn vm_failure(vm: &Value) -> Option<Error> {
-    let statuses = vm["properties"]["instanceView"]["statuses"].as_array()?;
-    let s = statuses.iter().find(|s| {
-        s["level"] == "Error"
-            || s["code"]
-                .as_str()
-                .is_some_and(|c| c.starts_with("ProvisioningState/failed"))
-    })?;
-    let code = s["code"].as_str()?.rsplit('/').next().unwrap_or("");
-    Some(crate::client::map_error(
-        None,
-        &json!({"code": code, "message": s["message"].as_str().or(s["displayStatus"].as_str()).unwrap_or("")}),
-        None,
-    ))
+/// The properties of an inbound rule admitting `sources` on TCP 22 at `priority`, to every address
+/// of the group it is on.
+pub(crate) fn ssh_rule(sources: &[String], priority: u32) -> Value {
+    json!({
+        "protocol": "Tcp", "sourcePortRange": "*", "destinationPortRange": "22",
+        "sourceAddressPrefixes": sources, "destinationAddressPrefix": "*",
+        "access": "Allow", "priority": priority, "direction": "Inbound",
+        "description": "orca: SSH from the admitted addresses only"
+    })
 }
 
-/// The VM's state in orca's set, and Azure's own word, from its instance view.
-pub(crate) fn power_of(vm: &Value) -> (Status, String) {
-    let ps = vm["properties"]["provisioningState"].as_str().unwrap_or("");
-    if ps.eq_ignore_ascii_case("Deleting") {
-        return (Status::Deleting, "Deleting".into());
-    }
-    let power = vm["properties"]["instanceView"]["statuses"]
-        .as_array()
-        .and_then(|s| {
-            s.iter()
-                .filter_map(|x| x["code"].as_str())
-                .find_map(|c| c.strip_prefix("PowerState/"))
-        })
-        .map(str::to_string);
-    match power {
-        Some(p) => {
-            let status = match p.as_str() {
-                "running" => Status::Running,
-                "starting" => Status::Starting,
-                "stopping" | "deallocating" => Status::Stopping,
-                "stopped" | "deallocated" => Status::Stopped,
-                _ => Status::Unknown,
-            };
-            (status, format!("PowerState/{p}"))
-        }
-        None => match ps {
-            "Creating" | "Updating" | "" => (
-                Status::Starting,
-                format!(
-                    "ProvisioningState/{}",
-                    if ps.is_empty() { "unknown" } else { ps }
-                ),
-            ),
-            "Failed" => (Status::Unknown, "ProvisioningState/Failed".into()),
-            other => (Status::Unknown, format!("ProvisioningState/{other}")),
-        },
-    }
+fn capabilities() -> Capabilities {
+    Capabilities::NONE
+        .with_start_stop(true)
+        .with_resize(true)
+        .with_hourly_price(true)
+        // Azure reports no start or stop time: the instance view's power state has none, and the
+        // provisioning state's time is that of any last change (a tag included).
+        .with_power_times(false)
+        .with_private_address(true)
+        .with_options(
+            SpecOptions::ALL
+                .with("network_tags", false)
+                .with("max_run_duration", false),
+        )
 }
 
 #[async_trait]
 impl Provider for AzureProvider {
     fn kind(&self) -> &str {
-        "azure"
+        KIND
     }
 
     fn owner(&self) -> &str {
@@ -678,28 +946,49 @@ impl Provider for AzureProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
+        capabilities()
     }
 
     async fn arch(&self, machine_type: &str) -> Result<Arch> {
         validate_token("machine_type", machine_type)?;
-        let map = self.sku_arches().await?;
-        map.get(&machine_type.to_ascii_lowercase())
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("virtual machine size {machine_type} (not among the subscription's resource SKUs)")))
+        let key = machine_type.to_ascii_lowercase();
+        let read: Vec<Arc<HashMap<String, Arch>>> =
+            lock(&self.inner.skus).values().cloned().collect();
+        if let Some(a) = read.iter().find_map(|m| m.get(&key)) {
+            return Ok(a.clone());
+        }
+        let location = self.cfg().location.clone();
+        self.arch_in(machine_type, &location).await
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
         spec.validate()?;
-        if spec.name.len() > 58 {
+        capabilities().check_spec(KIND, spec)?;
+        if spec.name.len() > MAX_NAME {
             return Err(Error::invalid(
                 "name",
-                "at most 58 characters on Azure (resource names add a suffix)",
+                format!("at most {MAX_NAME} characters on Azure (resource names add a suffix)"),
             ));
         }
-        let mut made = Vec::new();
+        if let Some(i) = &spec.image {
+            ImageUrn::parse(i).map_err(|_| Error::invalid("image", URN_RULE))?;
+        }
+        if spec.disk_gb.is_some_and(|g| g > MAX_OS_DISK_GB) {
+            return Err(Error::invalid(
+                "disk_gb",
+                format!("at most {MAX_OS_DISK_GB} GiB for an Azure OS disk"),
+            ));
+        }
+        if spec.ssh_keys.is_empty() && self.cfg().ssh_public_key.is_none() {
+            return Err(Error::invalid(
+                "ssh_keys",
+                "at least one SSH key: Azure VMs made here refuse passwords; give the spec a key or set ORCA_AZURE_SSH_PUBLIC_KEY",
+            ));
+        }
+        let mut made = Made::new();
         match self.create_inner(spec, &mut made).await {
-            Ok(m) => Ok(Created::Machine(m)),
+            Ok((m, false)) => Ok(Created::Machine(m)),
+            Ok((m, true)) => Ok(Created::Adopted(m)),
             Err(e) => {
                 // A passing failure: when Azure may hold the VM (it answers it, or cannot be asked),
                 // everything stays for the retried create to adopt; when it surely holds none, what
@@ -707,7 +996,7 @@ impl Provider for AzureProvider {
                 if e.is_retryable() {
                     match self
                         .arm()
-                        .get("read VM", &self.vm_url(&spec.name, false))
+                        .get::<Tagged>("read VM", &self.vm_url(&spec.name, false))
                         .await
                     {
                         Ok(None) => return Err(self.undo(&made, e).await),
@@ -715,9 +1004,14 @@ impl Provider for AzureProvider {
                     }
                 }
                 let e = match e {
-                    Error::NoStock { message, .. } => {
-                        Error::no_stock(spec.machine_type.clone(), spec.location.clone(), message)
-                    }
+                    Error::NoStock {
+                        message, context, ..
+                    } => Error::NoStock {
+                        machine_type: spec.machine_type.clone(),
+                        location: spec.location.clone(),
+                        message,
+                        context,
+                    },
                     other => other,
                 };
                 match self.undo(&made, e).await {
@@ -740,9 +1034,10 @@ impl Provider for AzureProvider {
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
         validate_pool(pool)?;
         // The resource group's VMs (the model: tags, size, interfaces). Resource Manager cannot filter
-        // a VM list by tag, and its `$expand=instanceView` needs a `$filter`, so the power states come
-        // from the subscription's `statusOnly=true` list, and the addresses from the address list:
-        // three listings, each paged; never a call per VM.
+        // a VM list by tag, and neither `statusOnly` nor an unfiltered `$expand=instanceView` exists
+        // at resource-group scope, so each pool VM's power state is read on its own (at most eight at
+        // once); the addresses come from the interface and address lists. Every call stays inside
+        // the resource group: a principal scoped to it can list.
         let list_url = self.arm().url(
             &format!(
                 "{}/providers/Microsoft.Compute/virtualMachines",
@@ -750,42 +1045,45 @@ impl Provider for AzureProvider {
             ),
             COMPUTE_API,
         );
-        let mut vms: Vec<Value> = self
+        let vms: Vec<Vm> = self
             .arm()
-            .list("list VMs", &list_url)
+            .list::<Vm>("list VMs", &list_url)
             .await?
             .into_iter()
-            .filter(|vm| is_in_pool(&tags_of(vm), pool, &self.inner.owner))
+            .filter(|vm| is_in_pool(&vm.tags, pool, &self.inner.owner))
             .collect();
         if vms.is_empty() {
             return Ok(Vec::new());
         }
-        let status_url = format!(
-            "{}&statusOnly=true",
-            self.arm().url(
-                &format!(
-                    "{}/providers/Microsoft.Compute/virtualMachines",
-                    self.arm().sub_path()
+        let urls: Vec<String> = vms
+            .iter()
+            .map(|vm| {
+                self.arm().url(
+                    &format!("{}/instanceView", self.vm_id(&vm.name)),
+                    COMPUTE_API,
+                )
+            })
+            .collect();
+        let arm = self.arm();
+        let views: Vec<Result<Option<InstanceView>>> = futures::stream::iter(urls)
+            .map(|url| async move { arm.get::<InstanceView>("read VM state", &url).await })
+            .buffered(8)
+            .collect()
+            .await;
+        let nics: Vec<Nic> = self
+            .arm()
+            .list(
+                "list interfaces",
+                &self.arm().url(
+                    &format!(
+                        "{}/providers/Microsoft.Network/networkInterfaces",
+                        self.rg_path()
+                    ),
+                    NETWORK_API,
                 ),
-                COMPUTE_API
             )
-        );
-        let mut views: HashMap<String, Value> = HashMap::new();
-        for v in self.arm().list("list VM states", &status_url).await? {
-            if let Some(id) = v["id"].as_str() {
-                views.insert(
-                    id.to_ascii_lowercase(),
-                    v["properties"]["instanceView"].clone(),
-                );
-            }
-        }
-        for vm in &mut vms {
-            let id = vm["id"].as_str().unwrap_or("").to_ascii_lowercase();
-            if let Some(view) = views.remove(&id) {
-                vm["properties"]["instanceView"] = view;
-            }
-        }
-        let pips = self
+            .await?;
+        let pips: Vec<PublicIp> = self
             .arm()
             .list(
                 "list public IPs",
@@ -798,65 +1096,54 @@ impl Provider for AzureProvider {
                 ),
             )
             .await?;
-        let mut by_nic: HashMap<String, String> = HashMap::new();
-        for p in &pips {
-            if let (Some(cfg), Some(ip)) = (
-                p["properties"]["ipConfiguration"]["id"].as_str(),
-                p["properties"]["ipAddress"].as_str(),
-            ) {
-                let nic = cfg.to_ascii_lowercase();
-                let nic = nic
-                    .split("/ipconfigurations/")
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
-                by_nic.insert(nic, ip.to_string());
-            }
-        }
-        Ok(vms
+        let nic_by_id: HashMap<String, &Nic> = nics
             .iter()
-            .map(|vm| {
-                let address = vm["properties"]["networkProfile"]["networkInterfaces"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|n| n["id"].as_str())
-                    .find_map(|id| by_nic.get(&id.to_ascii_lowercase()).cloned())
-                    .unwrap_or_default();
-                self.machine_of(vm, address)
-            })
-            .collect())
+            .map(|n| (n.id.to_ascii_lowercase(), n))
+            .collect();
+        let pip_by_nic: HashMap<String, &PublicIp> = pips
+            .iter()
+            .filter_map(|p| p.nic_id().map(|n| (n, p)))
+            .collect();
+        let mut out = Vec::new();
+        for (vm, view) in vms.iter().zip(views) {
+            // A VM gone between the list and its read is gone.
+            let Some(view) = view? else { continue };
+            let mut addr = Addresses::default();
+            if let Some(nic_ref) = vm.properties.network_profile.network_interfaces.first() {
+                let key = nic_ref.id.to_ascii_lowercase();
+                if let Some(nic) = nic_by_id.get(&key) {
+                    addr.private = nic.private_address();
+                }
+                if let Some(pip) = pip_by_nic.get(&key) {
+                    addr.public = pip.properties.ip_address.clone();
+                    addr.fqdn = pip.fqdn();
+                }
+            }
+            out.push(self.machine_of(vm, Some(&view), addr));
+        }
+        Ok(out)
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
-        match self.machine_now(id).await {
-            Ok(m) => Ok(Some(m)),
-            Err(Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let Some(vm) = self.owned_vm(id, true).await? else {
+            return Ok(None);
+        };
+        let addr = self.addresses_of(&vm).await?;
+        Ok(Some(self.machine_of(&vm, None, addr)))
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {
-        validate_id(id)?;
-        let vm = self.arm().get("read VM", &self.vm_url(id, false)).await?;
-        if let Some(v) = &vm {
-            if !is_owned_by(&tags_of(v), &self.inner.owner) {
-                return Err(Error::NotOwned {
-                    id: id.to_string(),
-                    owner: self.inner.owner.clone(),
-                });
-            }
-        }
-        let left = self.delete_resources(id, vm).await;
+        let vm = self.owned_vm(id, false).await?;
+        let left = self.delete_resources(id, vm.is_some()).await;
         if left.is_empty() {
             Ok(true)
         } else {
-            Err(Error::Leftovers {
-                error: Box::new(Error::other(format!(
+            Err(Error::leftovers(
+                Error::other(format!(
                     "Azure did not release everything of machine {id}; deleting it again retries"
-                ))),
+                )),
                 left,
-            })
+            ))
         }
     }
 
@@ -870,13 +1157,12 @@ impl Provider for AzureProvider {
 
     async fn resize(&self, id: &str, machine_type: &str) -> Result<Resized> {
         validate_token("machine_type", machine_type)?;
-        let vm = self.owned_vm(id).await?;
-        let want = self.arch(machine_type).await?;
-        let have_type = vm["properties"]["hardwareProfile"]["vmSize"]
-            .as_str()
-            .unwrap_or("");
+        let vm = self.owned_existing(id, true).await?;
+        let location = vm.location.clone();
+        let want = self.arch_in(machine_type, &location).await?;
+        let have_type = vm.properties.hardware_profile.vm_size.clone();
         if !have_type.is_empty() {
-            let have = self.arch(have_type).await?;
+            let have = self.arch_in(&have_type, &location).await?;
             if have != want {
                 return Err(Error::invalid(
                     "machine_type",
@@ -884,26 +1170,29 @@ impl Provider for AzureProvider {
                 ));
             }
         }
-        let (status, _) = power_of(&vm);
+        let (status, _) = vm.power(None);
         let running = matches!(status, Status::Running | Status::Starting);
         let url = self.vm_url(id, false);
         let op = "resize VM";
-        let a: Answer = self
+        let a = self
             .arm()
             .call(
                 op,
                 Method::PATCH,
                 &url,
                 Some(&json!({"properties": {"hardwareProfile": {"vmSize": machine_type}}})),
-                false,
+                Condition::None,
             )
             .await?;
         self.arm().wait(op, &a).await.map_err(|e| match e {
-            Error::NoStock { message, .. } => Error::no_stock(
-                machine_type.to_string(),
-                vm["location"].as_str().unwrap_or("").to_string(),
+            Error::NoStock {
+                message, context, ..
+            } => Error::NoStock {
+                machine_type: machine_type.to_string(),
+                location: location.clone(),
                 message,
-            ),
+                context,
+            },
             other => other,
         })?;
         Ok(Resized {
@@ -915,7 +1204,22 @@ impl Provider for AzureProvider {
     async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {
         validate_token("machine_type", machine_type)?;
         validate_token("location", location)?;
-        crate::price::hourly(self.arm(), machine_type, location).await
+        self.price(machine_type, location).await
+    }
+
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        Some(self)
+    }
+
+    fn ssh_admission(&self) -> Option<&dyn SshAdmission> {
+        Some(self)
+    }
+
+    fn credit_balance(&self) -> Option<&dyn CreditBalance> {
+        self.cfg()
+            .billing
+            .as_ref()
+            .map(|_| self as &dyn CreditBalance)
     }
 }
 
@@ -924,22 +1228,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn power_states_map() {
-        for (code, want) in [
-            ("running", Status::Running),
-            ("deallocated", Status::Stopped),
-            ("stopped", Status::Stopped),
-            ("starting", Status::Starting),
-            ("stopping", Status::Stopping),
-            ("deallocating", Status::Stopping),
-        ] {
-            let vm = json!({"properties": {"provisioningState": "Succeeded", "instanceView": {"statuses": [
-                {"code": "ProvisioningState/succeeded"}, {"code": format!("PowerState/{code}")}]}}});
-            let (s, word) = power_of(&vm);
-            assert_eq!(s, want, "{code}");
-            assert_eq!(word, format!("PowerState/{code}"));
-        }
-        let deleting = json!({"properties": {"provisioningState": "Deleting"}});
-        assert_eq!(power_of(&deleting).0, Status::Deleting);
+    fn dns_labels_start_with_a_letter_and_are_long_enough() {
+        assert_eq!(dns_label("orca-lab-7"), "orca-lab-7");
+        assert_eq!(dns_label("a"), "vm-a");
+        assert_eq!(dns_label("7x"), "vm-7x");
+        assert_eq!(dns_label("0ab"), "vm-0ab");
+        assert!(dns_label(&"a".repeat(MAX_NAME)).len() <= 63);
+        assert!(dns_label(&format!("0{}", "a".repeat(MAX_NAME - 1))).len() <= 63);
+    }
+
+    #[test]
+    fn capabilities_deny_what_azure_cannot_do() {
+        let c = capabilities();
+        assert!(!c.power_times && c.private_address);
+        assert!(!c.options.network_tags && !c.options.max_run_duration);
+        assert!(c.options.labels && c.options.admission_group && c.options.ssh_sources);
     }
 }

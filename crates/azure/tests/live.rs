@@ -15,11 +15,11 @@ impl Harness for Live {
 
     fn setup(&self) -> Setup {
         Setup {
-            amd64_type: "Standard_B2s".into(),
+            amd64_type: "Standard_B2s_v2".into(),
             arm64_type: "Standard_B2pts_v2".into(),
             location: std::env::var("ORCA_AZURE_LIVE_LOCATION")
                 .unwrap_or_else(|_| "westeurope".into()),
-            resize_to: "Standard_B2ms".into(),
+            resize_to: "Standard_B2as_v2".into(),
             unknown_id: "orca-no-such-vm".into(),
             image: "Canonical:ubuntu-24_04-lts:server:latest".into(),
         }

@@ -40,7 +40,7 @@ async fn a_loopback_endpoint_is_never_proxied() {
     }
 
     let f = fake().await;
-    let p = provider(&f, "owner-1");
+    let p = provider(&f, "owner-1").await;
     let listed = p.machines("lab").await;
     assert_eq!(hits.load(Ordering::SeqCst), 0, "a call went to the proxy");
     assert!(listed.unwrap().is_empty());

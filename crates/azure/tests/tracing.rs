@@ -36,7 +36,7 @@ async fn traces_name_calls_and_hide_secrets() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let f = fake().await;
-    let p = provider(&f, "stack-1");
+    let p = provider(&f, "stack-1").await;
     let user_data = "#cloud-config\nwrite_files: [{path: /etc/k, content: user-data-secret-42}]\n";
     let m = p
         .create(&MachineSpec::new("vm-t", AMD, LOCATION, "lab").with_user_data(user_data))
@@ -57,6 +57,7 @@ async fn traces_name_calls_and_hide_secrets() {
             .unwrap(),
         "stack-1",
     )
+    .await
     .unwrap();
     tracing::info!(provider = ?e, "built");
 

@@ -59,6 +59,39 @@ pub const COMPUTE_API: &str = "2024-07-01";
 /// a `PUT` never learns the operation's address, yet Azure finishes it).
 const SETTLE: Duration = Duration::from_millis(40);
 
+/// How long Azure reserves the interface of a VM that failed or was deleted
+/// (`NicReservedForAnotherVm`: "reserved for another Virtual Machine for 180 seconds").
+pub const NIC_RESERVATION: Duration = Duration::from_secs(180);
+
+/// `t` as Azure writes times: RFC 3339 in UTC with seven fractional digits
+/// (`2021-06-27T01:02:38.3138469+00:00`).
+fn rfc3339(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (proleptic Gregorian calendar).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:07}+00:00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos() / 100
+    )
+}
+
+fn now() -> String {
+    rfc3339(std::time::SystemTime::now())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Vm,
@@ -117,6 +150,24 @@ struct Res {
     body: Value,
     /// A VM's power state (`running`, `deallocated`, ...); empty when it has none.
     power: String,
+    /// When a new VM starts to show to reads ([`FakeAzure::set_visibility_delay`]); `None`: it does.
+    visible_at: Option<Instant>,
+}
+
+impl Res {
+    fn new(kind: Kind, body: Value) -> Res {
+        Res {
+            kind,
+            body,
+            power: String::new(),
+            visible_at: None,
+        }
+    }
+
+    /// Whether reads show it yet.
+    fn visible(&self) -> bool {
+        self.visible_at.is_none_or(|t| Instant::now() >= t)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -156,6 +207,16 @@ struct State {
     location_only: bool,
     next_ip: u32,
     next_op: u64,
+    /// How long a new VM stays invisible to reads.
+    visibility_delay: Duration,
+    /// How long Azure reserves the interface of a VM that failed or was deleted.
+    nic_reservation: Duration,
+    /// Interfaces reserved: key -> (the VM's id, until).
+    reserved: HashMap<String, (String, Instant)>,
+    /// Credit balances by (billing account, billing profile): (amount, currency).
+    credits: HashMap<(String, String), (f64, String)>,
+    /// The caller's role is scoped to the resource groups: subscription-wide lists are refused.
+    rg_scoped: bool,
 }
 
 /// The fake Azure Resource Manager and Retail Prices APIs, serving on 127.0.0.1 until dropped.
@@ -194,33 +255,36 @@ const LOCATIONS: &[(&str, &str, f64)] = &[
 
 fn seed_skus() -> Vec<Value> {
     let mut v = Vec::new();
-    for (name, family, arch, cpus, _) in SIZES {
+    // Like Azure's, the list holds one entry per size and location.
+    for (loc, _, _) in LOCATIONS {
+        for (name, family, arch, cpus, _) in SIZES {
+            v.push(json!({
+                "resourceType": "virtualMachines",
+                "name": name,
+                "tier": "Standard",
+                "size": name.trim_start_matches("Standard_"),
+                "family": family,
+                "locations": [loc],
+                "locationInfo": [{"location": loc, "zones": ["1","2","3"], "zoneDetails": []}],
+                "capabilities": [
+                    {"name": "vCPUs", "value": cpus.to_string()},
+                    {"name": "MemoryGB", "value": (cpus * 4).to_string()},
+                    {"name": "HyperVGenerations", "value": if *arch == "Arm64" { "V2" } else { "V1,V2" }},
+                    {"name": "CpuArchitectureType", "value": arch},
+                ],
+                "restrictions": []
+            }));
+        }
         v.push(json!({
-            "resourceType": "virtualMachines",
-            "name": name,
+            "resourceType": "disks",
+            "name": "StandardSSD_LRS",
             "tier": "Standard",
-            "size": name.trim_start_matches("Standard_"),
-            "family": family,
-            "locations": LOCATIONS.iter().map(|l| l.0).collect::<Vec<_>>(),
-            "locationInfo": LOCATIONS.iter().map(|l| json!({"location": l.0, "zones": ["1","2","3"], "zoneDetails": []})).collect::<Vec<_>>(),
-            "capabilities": [
-                {"name": "vCPUs", "value": cpus.to_string()},
-                {"name": "MemoryGB", "value": (cpus * 4).to_string()},
-                {"name": "HyperVGenerations", "value": if *arch == "Arm64" { "V2" } else { "V1,V2" }},
-                {"name": "CpuArchitectureType", "value": arch},
-            ],
+            "kind": "Disks",
+            "locations": [loc],
+            "capabilities": [],
             "restrictions": []
         }));
     }
-    v.push(json!({
-        "resourceType": "disks",
-        "name": "StandardSSD_LRS",
-        "tier": "Standard",
-        "kind": "Disks",
-        "locations": LOCATIONS.iter().map(|l| l.0).collect::<Vec<_>>(),
-        "capabilities": [],
-        "restrictions": []
-    }));
     v
 }
 
@@ -308,6 +372,11 @@ impl FakeAzure {
             location_only: false,
             next_ip: 10,
             next_op: 1,
+            visibility_delay: Duration::ZERO,
+            nic_reservation: NIC_RESERVATION,
+            reserved: HashMap::new(),
+            credits: HashMap::new(),
+            rg_scoped: false,
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -363,14 +432,15 @@ impl FakeAzure {
         let mut st = self.st();
         let vnet_id = rid(rg, Kind::Vnet, vnet);
         let key = vnet_id.to_ascii_lowercase();
-        let entry = st.res.entry(key).or_insert_with(|| Res {
-            kind: Kind::Vnet,
-            power: String::new(),
-            body: json!({
-                "id": vnet_id, "name": vnet, "type": Kind::Vnet.type_name(), "location": location,
-                "properties": {"provisioningState": "Succeeded",
-                    "addressSpace": {"addressPrefixes": ["10.0.0.0/16"]}, "subnets": []}
-            }),
+        let entry = st.res.entry(key).or_insert_with(|| {
+            Res::new(
+                Kind::Vnet,
+                json!({
+                    "id": vnet_id, "name": vnet, "type": Kind::Vnet.type_name(), "location": location,
+                    "properties": {"provisioningState": "Succeeded",
+                        "addressSpace": {"addressPrefixes": ["10.0.0.0/16"]}, "subnets": []}
+                }),
+            )
         });
         let mut sub = json!({
             "id": format!("{vnet_id}/subnets/{subnet}"), "name": subnet,
@@ -402,14 +472,9 @@ impl FakeAzure {
             })
             .collect();
         let body = nsg_body(&id, name, location, &json!({}), rules);
-        self.st().res.insert(
-            id.to_ascii_lowercase(),
-            Res {
-                kind: Kind::Nsg,
-                body,
-                power: String::new(),
-            },
-        );
+        self.st()
+            .res
+            .insert(id.to_ascii_lowercase(), Res::new(Kind::Nsg, body));
     }
 
     /// The security rules of NSG `name` in `rg`, as stored.
@@ -514,6 +579,46 @@ impl FakeAzure {
             .cloned()
     }
 
+    /// VMs made from now on are invisible to every read (`GET`, lists, instance view) for `delay`,
+    /// and changes of them (`PATCH`, `DELETE`, actions, tags) answer 404 `ResourceNotFound` until
+    /// then, as an eventually consistent read model would; `Duration::ZERO` turns it off.
+    pub fn set_visibility_delay(&self, delay: Duration) {
+        self.st().visibility_delay = delay;
+    }
+
+    /// How long an interface stays reserved for a VM that failed or was deleted without it
+    /// (Azure: about 180 s, [`NIC_RESERVATION`]).
+    pub fn set_nic_reservation(&self, d: Duration) {
+        self.st().nic_reservation = d;
+    }
+
+    /// Billing profile `profile` of billing account `account` holds a credit of `amount` in
+    /// `currency` (`Microsoft.Consumption/credits/balanceSummary`); other profiles answer 404.
+    pub fn set_credit(&self, account: &str, profile: &str, amount: f64, currency: &str) {
+        self.st().credits.insert(
+            (account.to_string(), profile.to_string()),
+            (amount, currency.to_string()),
+        );
+    }
+
+    /// The caller's role is scoped to resource groups (`on`): a subscription-wide list of VMs is
+    /// refused with 403 `AuthorizationFailed`, as Azure refuses it to a principal without
+    /// `Microsoft.Compute/virtualMachines/read` at subscription scope.
+    pub fn scope_to_resource_group(&self, on: bool) {
+        self.st().rg_scoped = on;
+    }
+
+    /// The interfaces reserved now, by name.
+    pub fn reserved_interfaces(&self) -> Vec<String> {
+        let st = self.st();
+        let now = Instant::now();
+        st.reserved
+            .iter()
+            .filter(|(_, (_, until))| *until > now)
+            .map(|(k, _)| k.rsplit('/').next().unwrap_or("").to_string())
+            .collect()
+    }
+
     /// The next VM `PUT` is served (the VM is made) but its answer is lost.
     pub fn lose_next_vm_put_answer(&self) {
         self.control().inject(Rule::new(
@@ -527,6 +632,99 @@ impl FakeAzure {
 
 fn eq(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
+}
+
+/// The FQDN Azure gives a public address's DNS label in `location`: `<label>.<location>.cloudapp.azure.com`,
+/// or with a label scope `<label>-<hash>.<location>.cloudapp.azure.com`, the hash standing for the
+/// scope (here the subscription and resource group, for every scope but `TenantReuse`); an invalid
+/// label is the error's message.
+fn dns_fqdn(label: &str, scope: Option<&str>, rg: &str, location: &str) -> Result<String, String> {
+    let b = label.as_bytes();
+    let ok = (3..=63).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && !label.ends_with('-');
+    if !ok {
+        return Err(format!("The domain name label {label} is invalid. It must conform to the following regular expression: ^[a-z][a-z0-9-]{{1,61}}[a-z0-9]$."));
+    }
+    let loc = location.to_ascii_lowercase();
+    Ok(match scope {
+        None | Some("") => format!("{label}.{loc}.cloudapp.azure.com"),
+        Some(sc) => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            let key = if sc == "TenantReuse" {
+                String::new()
+            } else {
+                format!("{SUBSCRIPTION}/{}", rg.to_ascii_lowercase())
+            };
+            (key, label, sc).hash(&mut h);
+            let hash: String = format!("{:016x}", h.finish())
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_digit() {
+                        (b'a' + (c as u8 - b'0')) as char
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            format!("{label}-{hash}.{loc}.cloudapp.azure.com")
+        }
+    })
+}
+
+/// The answer when interface `nic_id` is reserved for a VM other than `vm_id`.
+fn reserved_for_another(st: &mut State, nic_id: &str, vm_id: &str) -> Option<Response> {
+    let key = nic_id.to_ascii_lowercase();
+    let (holder, until) = st.reserved.get(&key)?.clone();
+    if Instant::now() >= until {
+        st.reserved.remove(&key);
+        return None;
+    }
+    if eq(&holder, vm_id) {
+        return None;
+    }
+    Some(err(
+        400,
+        "NicReservedForAnotherVm",
+        &format!("Nic(s) in request is reserved for another Virtual Machine for 180 seconds. Please provide another nic(s) or retry after 180 seconds. Reserved VM: {holder}"),
+    ))
+}
+
+/// Reserves the interfaces of VM `vm` for it (Azure does when the VM failed or is deleted without
+/// them).
+fn reserve_nics(st: &mut State, vm: &Value) {
+    let until = Instant::now() + st.nic_reservation;
+    let vm_id = vm["id"].as_str().unwrap_or("").to_string();
+    for n in vm["properties"]["networkProfile"]["networkInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(id) = n["id"].as_str() {
+            st.reserved
+                .insert(id.to_ascii_lowercase(), (vm_id.clone(), until));
+        }
+    }
+}
+
+/// The answer when a network resource `key` has an operation in progress: Azure's network resource
+/// provider refuses a second change of it (409 `AnotherOperationInProgress`).
+fn busy(st: &State, key: &str, kind: Kind) -> Option<Response> {
+    if matches!(kind, Kind::Vm | Kind::Disk) {
+        return None;
+    }
+    let (op_id, _) = st
+        .ops
+        .iter()
+        .find(|(_, o)| o.key == key && o.outcome.is_none())?;
+    Some(err(
+        409,
+        "AnotherOperationInProgress",
+        &format!("Another operation on this or dependent resource is in progress. To retrieve status of the operation use uri: https://management.azure.com/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Network/locations/westeurope/operations/{op_id}?api-version=2024-05-01."),
+    ))
 }
 
 fn rid(rg: &str, kind: Kind, name: &str) -> String {
@@ -683,6 +881,9 @@ async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Request) -> Res
         let st = lock(&state);
         return prices(&st, &r);
     }
+    if r.path.starts_with("/metadata/") {
+        return imds(&r);
+    }
     if r.q("api-version").is_none() {
         return err(
             400,
@@ -727,6 +928,19 @@ async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Request) -> Res
 
 fn route(st: &mut State, r: &Req) -> Response {
     let segs: Vec<&str> = r.path.trim_matches('/').split('/').collect();
+    if segs.len() == 10
+        && eq(segs[0], "providers")
+        && eq(segs[1], "Microsoft.Billing")
+        && eq(segs[2], "billingAccounts")
+        && eq(segs[4], "billingProfiles")
+        && eq(segs[6], "providers")
+        && eq(segs[7], "Microsoft.Consumption")
+        && eq(segs[8], "credits")
+        && eq(segs[9], "balanceSummary")
+        && r.method == Method::GET
+    {
+        return credits(st, segs[3], segs[5]);
+    }
     if segs.len() < 2 || !eq(segs[0], "subscriptions") {
         return err(
             404,
@@ -808,10 +1022,22 @@ fn route(st: &mut State, r: &Req) -> Response {
         }
         (2, &Method::POST) if kind == Kind::Vm => vm_action(st, r, rg, tail[0], tail[1]),
         (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
-            match st.res.get(&rid(rg, kind, tail[0]).to_ascii_lowercase()) {
+            match st
+                .res
+                .get(&rid(rg, kind, tail[0]).to_ascii_lowercase())
+                .filter(|x| x.visible())
+            {
                 Some(res) => answer(200, instance_view(res), &[]),
                 None => not_found(kind, tail[0], rg),
             }
+        }
+        (5, m)
+            if eq(tail[1], "providers")
+                && eq(tail[2], "Microsoft.Resources")
+                && eq(tail[3], "tags")
+                && eq(tail[4], "default") =>
+        {
+            tags_call(st, r, m, rg, kind, tail[0])
         }
         (3, &Method::GET) if kind == Kind::Vnet && eq(tail[1], "subnets") => {
             subnet_get(st, rg, tail[0], tail[2])
@@ -928,11 +1154,18 @@ fn prices(st: &State, r: &Req) -> Response {
 /// `VirtualMachines_ListAll`: every VM of the subscription; with `statusOnly=true` only the run time
 /// status (the instance view) of each.
 fn list_all_vms(st: &State, r: &Req) -> Response {
+    if st.rg_scoped {
+        return err(
+            403,
+            "AuthorizationFailed",
+            &format!("The client 'orca-test' with object id '00000000-0000-4000-8000-00000000c11e' does not have authorization to perform action 'Microsoft.Compute/virtualMachines/read' over scope '/subscriptions/{SUBSCRIPTION}' or the scope is invalid. If access was recently granted, please refresh your credentials."),
+        );
+    }
     let status_only = r.q("statusOnly").is_some_and(|v| eq(v, "true"));
     let items: Vec<Value> = st
         .res
         .values()
-        .filter(|res| res.kind == Kind::Vm)
+        .filter(|res| res.kind == Kind::Vm && res.visible())
         .map(|res| {
             if status_only {
                 json!({"id": res.body["id"], "name": res.body["name"], "type": res.body["type"],
@@ -961,7 +1194,7 @@ fn list(st: &State, r: &Req, rg: &str, kind: Kind) -> Response {
     let items: Vec<Value> = st
         .res
         .iter()
-        .filter(|(k, res)| k.starts_with(&prefix) && res.kind == kind)
+        .filter(|(k, res)| k.starts_with(&prefix) && res.kind == kind && res.visible())
         .map(|(_, res)| view(res, expand))
         .collect();
     let (got, next) = page(&items, r, st.page_size, "$skiptoken");
@@ -997,7 +1230,11 @@ fn instance_view(res: &Res) -> Value {
 }
 
 fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
-    match st.res.get(&rid(rg, kind, name).to_ascii_lowercase()) {
+    match st
+        .res
+        .get(&rid(rg, kind, name).to_ascii_lowercase())
+        .filter(|x| x.visible())
+    {
         Some(res) => answer(
             200,
             view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView"))),
@@ -1072,6 +1309,9 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
             ),
         );
     }
+    if let Some(e) = busy(st, &key, kind) {
+        return e;
+    }
     if let Some((_, assignment)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
         let assignment_id = format!(
             "/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Authorization/policyAssignments/{assignment}"
@@ -1127,6 +1367,32 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
                 .get("sku")
                 .cloned()
                 .unwrap_or(json!({"name": "Basic"}));
+            if let Some(label) = props["dnsSettings"]["domainNameLabel"].as_str() {
+                let fqdn = match dns_fqdn(
+                    label,
+                    props["dnsSettings"]["domainNameLabelScope"].as_str(),
+                    rg,
+                    &location,
+                ) {
+                    Ok(f) => f,
+                    Err(e) => return err(400, "InvalidDomainNameLabel", &e),
+                };
+                let taken = st.res.iter().any(|(k, x)| {
+                    *k != key
+                        && x.kind == Kind::Pip
+                        && x.body["properties"]["dnsSettings"]["fqdn"]
+                            .as_str()
+                            .is_some_and(|f| eq(f, &fqdn))
+                });
+                if taken {
+                    return err(
+                        400,
+                        "DnsRecordInUse",
+                        &format!("DNS record {fqdn} is already used by another public IP."),
+                    );
+                }
+                body["properties"]["dnsSettings"]["fqdn"] = json!(fqdn);
+            }
             if let Some(old) = st.res.get(&key) {
                 if let Some(c) = old.body["properties"].get("ipConfiguration") {
                     body["properties"]["ipConfiguration"] = c.clone();
@@ -1219,14 +1485,24 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
                 .as_str()
                 .unwrap_or("")
                 .to_string();
-            let Some(sku) = st
+            let offered_here = |s: &&&Value| {
+                s["locations"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), &location)))
+            };
+            let named: Vec<&Value> = st
                 .skus
                 .iter()
-                .find(|s| {
+                .filter(|s| {
                     s["resourceType"] == "virtualMachines"
                         && eq(s["name"].as_str().unwrap_or(""), &size)
                 })
-                .cloned()
+                .collect();
+            let Some(sku) = named
+                .iter()
+                .find(offered_here)
+                .or(named.first())
+                .map(|s| (*s).clone())
             else {
                 return err_with(
                     400,
@@ -1286,9 +1562,24 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
                 );
             };
             for n in &nics {
-                if let Some(e) = must_exist(st, n["id"].as_str().unwrap_or(""), &id) {
+                let nic_id = n["id"].as_str().unwrap_or("");
+                if let Some(e) = must_exist(st, nic_id, &id) {
                     return e;
                 }
+                if let Some(e) = reserved_for_another(st, nic_id, &id) {
+                    return e;
+                }
+            }
+            let linux = &props["osProfile"]["linuxConfiguration"];
+            let keys = linux["ssh"]["publicKeys"].as_array().map_or(0, |k| k.len());
+            if linux["disablePasswordAuthentication"] == true && keys == 0 {
+                return err_with(
+                    400,
+                    "InvalidParameter",
+                    "Authentication using either SSH or by user name and password must be enabled in Linux profile.",
+                    json!([]),
+                    json!({"target": "linuxConfiguration"}),
+                );
             }
             if let Some(cd) = props["osProfile"]["customData"].as_str() {
                 if cd.len() > 87_380 {
@@ -1298,7 +1589,10 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
             let old = st.res.get(&key).cloned();
             body["properties"]["vmId"] =
                 json!(format!("{:08x}-1111-4000-8000-000000000000", st.next_op));
-            body["properties"]["timeCreated"] = json!("2026-01-01T00:00:00Z");
+            body["properties"]["timeCreated"] = match &old {
+                Some(o) => o.body["properties"]["timeCreated"].clone(),
+                None => json!(now()),
+            };
             if let Some(cd) = props["osProfile"]["customData"].as_str() {
                 st.custom_data.insert(key.clone(), cd.to_string());
             }
@@ -1314,13 +1608,13 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
             body["properties"]["storageProfile"]["osDisk"]["managedDisk"]["id"] = json!(disk_id);
             st.res.insert(
                 disk_id.to_ascii_lowercase(),
-                Res {
-                    kind: Kind::Disk,
-                    power: String::new(),
-                    body: json!({"id": disk_id, "name": disk, "type": Kind::Disk.type_name(), "location": location,
+                Res::new(
+                    Kind::Disk,
+                    json!({"id": disk_id, "name": disk, "type": Kind::Disk.type_name(), "location": location,
                         "tags": {}, "properties": {"provisioningState": "Succeeded", "diskState": "Attached",
+                        "timeCreated": now(),
                         "diskSizeGB": props["storageProfile"]["osDisk"]["diskSizeGB"].as_u64().unwrap_or(30)}}),
-                },
+                ),
             );
             for n in &nics {
                 if let Some(nic) = st
@@ -1343,12 +1637,21 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
         Kind::Asg | Kind::Vnet | Kind::Disk => {}
     }
     body["properties"]["provisioningState"] = json!(kind.busy_state());
+    // A new VM shows to reads only after the visibility delay (kept when the PUT updates one).
+    let visible_at = match st.res.get(&key) {
+        Some(old) => old.visible_at,
+        None if kind == Kind::Vm && !st.visibility_delay.is_zero() => {
+            Some(Instant::now() + st.visibility_delay)
+        }
+        None => None,
+    };
     st.res.insert(
         key.clone(),
         Res {
             kind,
             body: body.clone(),
             power,
+            visible_at,
         },
     );
     let op = start_op(st, r, &key, kind, &location, action);
@@ -1361,7 +1664,10 @@ fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
 
 fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
     let key = rid(rg, kind, name).to_ascii_lowercase();
-    let Some(res) = st.res.get_mut(&key) else {
+    if let Some(e) = busy(st, &key, kind) {
+        return e;
+    }
+    let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
         return not_found(kind, name, rg);
     };
     if let Some(t) = r.body.get("tags") {
@@ -1399,6 +1705,13 @@ fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response
         // Azure answers 204 No Content to a DELETE of a resource that does not exist.
         return answer(204, Value::Null, &[]);
     };
+    if !res.visible() {
+        // Not yet shown to reads: changes of it answer "not found" for now.
+        return not_found(kind, name, rg);
+    }
+    if let Some(e) = busy(st, &key, kind) {
+        return e;
+    }
     if st.refuse_delete.contains(&name.to_ascii_lowercase()) {
         return err(
             409,
@@ -1408,6 +1721,9 @@ fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response
     }
     match kind {
         Kind::Nic => {
+            if let Some(e) = reserved_for_another(st, &id, "") {
+                return e;
+            }
             if let Some(vm) = res.body["properties"]["virtualMachine"]["id"].as_str() {
                 return err(
                     400,
@@ -1478,7 +1794,7 @@ fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &str) -> Res
         "restart" => ("starting", "running"),
         _ => return err(404, "InvalidResourceType", &format!("no action {action}")),
     };
-    let Some(res) = st.res.get_mut(&key) else {
+    let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
         return not_found(Kind::Vm, name, rg);
     };
     res.power = busy.into();
@@ -1495,6 +1811,121 @@ fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &str) -> Res
             ("Location", op),
             ("Retry-After", "0".into()),
         ],
+    )
+}
+
+/// The Tags API on a resource (`{id}/providers/Microsoft.Resources/tags/default`): `GET`, `PUT`
+/// (replace) and `PATCH` with `operation` `Merge`, `Replace` or `Delete` (by name when the value
+/// given is empty, else by name and value). It answers at once (200, no operation to follow).
+fn tags_call(st: &mut State, r: &Req, m: &Method, rg: &str, kind: Kind, name: &str) -> Response {
+    let id = rid(rg, kind, name);
+    let key = id.to_ascii_lowercase();
+    let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
+        return not_found(kind, name, rg);
+    };
+    let shown = |tags: &Value| {
+        json!({"id": format!("{id}/providers/Microsoft.Resources/tags/default"), "name": "default",
+            "type": "Microsoft.Resources/tags", "properties": {"tags": tags}})
+    };
+    let mut tags = res.body["tags"].as_object().cloned().unwrap_or_default();
+    match *m {
+        Method::GET => return answer(200, shown(&json!(tags)), &[]),
+        Method::PUT | Method::PATCH => {}
+        _ => return err(405, "MethodNotAllowed", "method not allowed"),
+    }
+    let Some(given) = r.body["properties"]["tags"].as_object() else {
+        return err(
+            400,
+            "InvalidRequestContent",
+            "The request content was invalid: properties.tags is required.",
+        );
+    };
+    let operation = if *m == Method::PUT {
+        "Replace"
+    } else {
+        r.body["operation"].as_str().unwrap_or("")
+    };
+    match operation {
+        "Merge" => tags.extend(given.clone()),
+        "Replace" => tags = given.clone(),
+        "Delete" => {
+            for (k, v) in given {
+                let matches = v.as_str() == Some("") || tags.get(k) == Some(v);
+                if matches {
+                    tags.remove(k);
+                }
+            }
+        }
+        other => {
+            return err(
+                400,
+                "InvalidRequestContent",
+                &format!(
+                    "The tags patch operation '{other}' is not one of Replace, Merge, Delete."
+                ),
+            )
+        }
+    }
+    if tags.len() > 50 {
+        return err(
+            400,
+            "InvalidTagCount",
+            "The resource has more than 50 tags: a resource can have at most 50 tags.",
+        );
+    }
+    res.body["tags"] = json!(tags);
+    answer(200, shown(&json!(tags)), &[])
+}
+
+/// `Microsoft.Consumption/credits/balanceSummary` of a billing profile.
+fn credits(st: &State, account: &str, profile: &str) -> Response {
+    let Some((amount, currency)) = st.credits.get(&(account.to_string(), profile.to_string()))
+    else {
+        return err(
+            404,
+            "NotFound",
+            &format!("Billing profile {profile} of billing account {account} was not found."),
+        );
+    };
+    let money = |v: f64| json!({"currency": currency, "value": v});
+    let base = format!(
+        "/providers/Microsoft.Billing/billingAccounts/{account}/billingProfiles/{profile}/providers/Microsoft.Consumption/credits/balanceSummary"
+    );
+    answer(
+        200,
+        json!({
+            "id": format!("{base}/00000000-0000-4000-8000-0000000000c7"),
+            "name": "00000000-0000-4000-8000-0000000000c7",
+            "type": "Microsoft.Consumption/credits/balanceSummary",
+            "eTag": null,
+            "properties": {
+                "balanceSummary": {"estimatedBalance": money(*amount), "currentBalance": money(*amount)},
+                "pendingCreditAdjustments": money(0.0),
+                "expiredCredit": money(0.0),
+                "pendingEligibleCharges": money(0.0),
+                "creditCurrency": currency,
+                "billingCurrency": currency,
+                "isEstimatedBalance": false,
+            }
+        }),
+        &[],
+    )
+}
+
+/// The instance metadata service's token endpoint, as a VM sees it: without the `Metadata: true`
+/// header it refuses at once (what a client's probe looks for); with it, this VM has no identity.
+fn imds(r: &Req) -> Response {
+    if r.headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
+        return answer(
+            400,
+            json!({"error": "invalid_request", "error_description": "Required metadata header not specified"}),
+            &[],
+        );
+    }
+    answer(
+        400,
+        json!({"error": "invalid_request", "error_description": "Identity not found"}),
+        &[],
     )
 }
 
@@ -1541,6 +1972,9 @@ fn rule_call(st: &mut State, r: &Req, m: &Method, rg: &str, nsg: &str, rule: &st
             ),
         },
         Method::PUT => {
+            if let Some(e) = busy(st, &key, Kind::Nsg) {
+                return e;
+            }
             let props = r.body.get("properties").cloned().unwrap_or(json!({}));
             let Some(priority) = props["priority"].as_u64() else {
                 return err(400, "SecurityRuleInvalidPriority", "Security rule has invalid Priority. Value provided: null. Allowed range 100-4096.");
@@ -1594,6 +2028,9 @@ fn rule_call(st: &mut State, r: &Req, m: &Method, rg: &str, nsg: &str, rule: &st
             let Some(i) = pos else {
                 return answer(204, Value::Null, &[]);
             };
+            if let Some(e) = busy(st, &key, Kind::Nsg) {
+                return e;
+            }
             let mut rules = rules;
             rules.remove(i);
             if let Some(x) = st.res.get_mut(&key) {
@@ -1611,6 +2048,77 @@ fn rule_call(st: &mut State, r: &Req, m: &Method, rg: &str, nsg: &str, rule: &st
             )
         }
         _ => err(405, "MethodNotAllowed", "method not allowed"),
+    }
+}
+
+/// What a VM's delete does to what it holds, by each reference's `deleteOption`: an OS disk with
+/// `Delete` goes, else it is detached; an interface with `Delete` goes, with each public address of
+/// it whose own `deleteOption` is `Delete` (the others are detached); an interface with `Detach`
+/// (the default) stays, detached and reserved for the VM (as Azure does for about 180 s).
+fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
+    let os = &vm["properties"]["storageProfile"]["osDisk"];
+    if let Some(d) = os["managedDisk"]["id"].as_str() {
+        let dk = d.to_ascii_lowercase();
+        if os["deleteOption"] == "Delete" {
+            st.res.remove(&dk);
+        } else if let Some(disk) = st.res.get_mut(&dk) {
+            disk.body["properties"]["diskState"] = json!("Unattached");
+        }
+    }
+    let mut detached = Vec::new();
+    for n in vm["properties"]["networkProfile"]["networkInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let Some(nic_id) = n["id"].as_str() else {
+            continue;
+        };
+        let nk = nic_id.to_ascii_lowercase();
+        if n["properties"]["deleteOption"] == "Delete" {
+            let Some(nic) = st.res.remove(&nk) else {
+                continue;
+            };
+            st.reserved.remove(&nk);
+            for c in nic.body["properties"]["ipConfigurations"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let Some(pip) = c["properties"]["publicIPAddress"]["id"].as_str() else {
+                    continue;
+                };
+                let pk = pip.to_ascii_lowercase();
+                let delete = st
+                    .res
+                    .get(&pk)
+                    .is_some_and(|p| p.body["properties"]["deleteOption"] == "Delete");
+                if delete {
+                    st.res.remove(&pk);
+                } else if let Some(p) = st.res.get_mut(&pk) {
+                    if let Some(o) = p.body["properties"].as_object_mut() {
+                        o.remove("ipConfiguration");
+                    }
+                }
+            }
+        } else if let Some(nic) = st.res.get_mut(&nk) {
+            if nic.body["properties"]["virtualMachine"]["id"]
+                .as_str()
+                .is_some_and(|v| eq(v, vm_id))
+            {
+                if let Some(p) = nic.body["properties"].as_object_mut() {
+                    p.remove("virtualMachine");
+                }
+                detached.push(nic_id.to_string());
+            }
+        }
+    }
+    if !detached.is_empty() {
+        let until = Instant::now() + st.nic_reservation;
+        for d in detached {
+            st.reserved
+                .insert(d.to_ascii_lowercase(), (vm_id.to_string(), until));
+        }
     }
 }
 
@@ -1652,9 +2160,18 @@ fn finish(st: &mut State, op_id: &str) {
             Ok(())
         }
         Action::Fail(code, msg) => {
+            let mut failed_vm = None;
             if let Some(x) = st.res.get_mut(&op.key) {
                 x.body["properties"]["provisioningState"] = json!("Failed");
                 x.power.clear();
+                if x.kind == Kind::Vm {
+                    failed_vm = Some(x.body.clone());
+                }
+            }
+            // Azure keeps a failed VM's interfaces reserved for it: deleting one on its own answers
+            // NicReservedForAnotherVm until the reservation ends.
+            if let Some(vm) = failed_vm {
+                reserve_nics(st, &vm);
             }
             Err((code.clone(), msg.clone()))
         }
@@ -1662,35 +2179,7 @@ fn finish(st: &mut State, op_id: &str) {
             if let Some(x) = st.res.remove(&op.key) {
                 let id = x.body["id"].as_str().unwrap_or("").to_string();
                 match x.kind {
-                    Kind::Vm => {
-                        if x.body["properties"]["storageProfile"]["osDisk"]["deleteOption"]
-                            == "Delete"
-                        {
-                            if let Some(d) = x.body["properties"]["storageProfile"]["osDisk"]
-                                ["managedDisk"]["id"]
-                                .as_str()
-                            {
-                                st.res.remove(&d.to_ascii_lowercase());
-                            }
-                        } else if let Some(d) = x.body["properties"]["storageProfile"]["osDisk"]
-                            ["managedDisk"]["id"]
-                            .as_str()
-                        {
-                            if let Some(disk) = st.res.get_mut(&d.to_ascii_lowercase()) {
-                                disk.body["properties"]["diskState"] = json!("Unattached");
-                            }
-                        }
-                        for n in st.res.values_mut().filter(|n| n.kind == Kind::Nic) {
-                            if n.body["properties"]["virtualMachine"]["id"]
-                                .as_str()
-                                .is_some_and(|v| eq(v, &id))
-                            {
-                                if let Some(p) = n.body["properties"].as_object_mut() {
-                                    p.remove("virtualMachine");
-                                }
-                            }
-                        }
-                    }
+                    Kind::Vm => delete_vm_dependents(st, &x.body, &id),
                     Kind::Nic => {
                         let prefix = format!("{id}/ipConfigurations/").to_ascii_lowercase();
                         for p in st.res.values_mut().filter(|p| p.kind == Kind::Pip) {

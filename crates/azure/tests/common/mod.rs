@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use orca_azure::{AzureProvider, Settings};
+use orca_azure::{AzureProvider, Config, ConfigBuilder};
 use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
 use orca_machines::RetryPolicy;
 
@@ -14,6 +14,8 @@ pub const AMD: &str = "Standard_B2s";
 pub const ARM: &str = "Standard_B2pts_v2";
 pub const SSH_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaTestKeyOnlyForTheFake orca@test";
+pub const BILLING_ACCOUNT: &str = "1234:5678_2019-05-31";
+pub const BILLING_PROFILE: &str = "PBFV-TEST-ORC-A1";
 
 /// A fake with the location's network (`orca-net-westeurope/hosts`, no security group of its own).
 pub async fn fake() -> FakeAzure {
@@ -28,8 +30,8 @@ pub async fn fake() -> FakeAzure {
     f
 }
 
-pub fn settings(f: &FakeAzure) -> orca_azure::SettingsBuilder {
-    Settings::builder()
+pub fn settings(f: &FakeAzure) -> ConfigBuilder {
+    Config::builder()
         .subscription_id(SUBSCRIPTION)
         .resource_group(RESOURCE_GROUP)
         .vnet(VNET)
@@ -43,8 +45,13 @@ pub fn settings(f: &FakeAzure) -> orca_azure::SettingsBuilder {
         .token(TOKEN)
         .retry(RetryPolicy::fast())
         .poll_interval(Duration::from_millis(2))
+        .visibility_timeout(Duration::from_secs(5))
+        .reservation_wait(Duration::from_secs(2))
+        .imds_endpoint(f.url())
 }
 
-pub fn provider(f: &FakeAzure, owner: &str) -> AzureProvider {
-    AzureProvider::new(settings(f).build().expect("settings"), owner).expect("provider")
+pub async fn provider(f: &FakeAzure, owner: &str) -> AzureProvider {
+    AzureProvider::new(settings(f).build().expect("settings"), owner)
+        .await
+        .expect("provider")
 }

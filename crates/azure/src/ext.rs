@@ -1,0 +1,312 @@
+//! The extensions this driver answers through `dyn Provider`:
+//!
+//! - [`MachineLabels`]: tag changes with the Tags API (`PATCH {vm}/providers/Microsoft.Resources/
+//!   tags/default`, operation `Merge` for what is set, `Delete` for what is removed), which changes
+//!   only the tags named, so a concurrent change of another tag is never lost;
+//! - [`SshAdmission`]: the location's application security group `<group>-<location>`, the inbound
+//!   rule `<group>` on the subnet's own security group at the first free priority from 100 (written
+//!   as its own sub-resource: no other rule is rewritten), and each named VM's own security-group
+//!   rule set to the same sources;
+//! - [`CreditBalance`]: the billing profile's credit (`Microsoft.Consumption/credits/
+//!   balanceSummary`), when the settings name a billing account and profile.
+
+use async_trait::async_trait;
+use orca_machines::ext::{first_free_priority, FIRST_ADMISSION_PRIORITY, LAST_ADMISSION_PRIORITY};
+use orca_machines::labels::{is_owned_by, Labels};
+use orca_machines::spec::{validate_label_key, validate_labels, validate_source};
+use orca_machines::{
+    validate_id, Admission, AdmissionRule, Balance, CreditBalance, Error, Machine, MachineLabels,
+    MachineSpec, Result, SshAdmission,
+};
+use reqwest::Method;
+use serde_json::json;
+
+use crate::client::{decode, Condition, CONSUMPTION_API, NETWORK_API, TAGS_API};
+use crate::model::{CreditSummary, Nsg, SecurityRule, Subnet, TagsResource};
+use crate::provider::{ssh_rule, AzureProvider, Names, SSH_RULE};
+
+#[async_trait]
+impl MachineLabels for AzureProvider {
+    async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine> {
+        validate_id(id)?;
+        validate_labels(set)?;
+        for k in remove {
+            validate_label_key(k)?;
+        }
+        let vm = self
+            .owned_vm(id, false)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("virtual machine {id}")))?;
+        let url = self.arm().url(
+            &format!(
+                "{}/providers/Microsoft.Resources/tags/default",
+                self.vm_id(id)
+            ),
+            TAGS_API,
+        );
+        if !set.is_empty() {
+            let a = self
+                .arm()
+                .call(
+                    "merge VM tags",
+                    Method::PATCH,
+                    &url,
+                    Some(&json!({"operation": "Merge", "properties": {"tags": set}})),
+                    Condition::None,
+                )
+                .await?;
+            let _: TagsResource = decode("merge VM tags", a.body)?;
+        }
+        // Delete by name and the value read: a value another writer set since is theirs to keep.
+        let gone: Labels = remove
+            .iter()
+            .filter(|k| !set.contains_key(*k))
+            .filter_map(|k| vm.tags.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        if !gone.is_empty() {
+            let a = self
+                .arm()
+                .call(
+                    "delete VM tags",
+                    Method::PATCH,
+                    &url,
+                    Some(&json!({"operation": "Delete", "properties": {"tags": gone}})),
+                    Condition::None,
+                )
+                .await?;
+            let _: TagsResource = decode("delete VM tags", a.body)?;
+        }
+        self.machine_now(id).await
+    }
+}
+
+/// An [`AdmissionRule`] (the core type has no constructor yet: it is built from its serde form).
+fn admission_rule(security_group: &str, name: &str, priority: u32) -> Result<AdmissionRule> {
+    serde_json::from_value(json!({
+        "security_group": security_group, "name": name, "priority": priority,
+    }))
+    .map_err(|e| Error::other(format!("admission rule: {e}")))
+}
+
+/// The priority an inbound rule `name` takes on a group holding `rules`: its own when it exists,
+/// else the first from 100 that no other inbound rule holds.
+fn priority_for(rules: &[SecurityRule], name: &str, what: &str) -> Result<u32> {
+    if let Some(p) = rules
+        .iter()
+        .find(|r| r.name.eq_ignore_ascii_case(name) && r.is_inbound())
+        .and_then(|r| r.properties.priority)
+    {
+        return Ok(p);
+    }
+    first_free_priority(
+        rules
+            .iter()
+            .filter(|r| r.is_inbound() && !r.name.eq_ignore_ascii_case(name))
+            .filter_map(|r| r.properties.priority),
+        FIRST_ADMISSION_PRIORITY,
+        LAST_ADMISSION_PRIORITY,
+    )
+    .ok_or_else(|| {
+        Error::quota(format!(
+            "{what} has no free inbound priority from {FIRST_ADMISSION_PRIORITY} to {LAST_ADMISSION_PRIORITY}"
+        ))
+    })
+}
+
+impl AzureProvider {
+    /// `PUT` of a sub-resource or resource, followed to its end; a failure is prefixed with `what`
+    /// (`the application security group x was not made`).
+    async fn put_and_wait(
+        &self,
+        op: &str,
+        url: &str,
+        body: &serde_json::Value,
+        what: &str,
+    ) -> Result<()> {
+        let a = self
+            .arm()
+            .call(op, Method::PUT, url, Some(body), Condition::None)
+            .await
+            .map_err(|e| e.prefixed(what))?;
+        self.arm().wait(op, &a).await.map_err(|e| e.prefixed(what))
+    }
+
+    /// Sets the SSH rule of VM `id`'s own security group to `sources`; false when there is no such
+    /// VM.
+    async fn readmit(&self, id: &str, sources: &[String]) -> Result<bool> {
+        if self.owned_vm(id, false).await?.is_none() {
+            return Ok(false);
+        }
+        let names = Names::of(id);
+        let nsg_id = self.id("Microsoft.Network/networkSecurityGroups", &names.nsg);
+        let Some(nsg) = self
+            .arm()
+            .get::<Nsg>("read security group", &self.arm().url(&nsg_id, NETWORK_API))
+            .await?
+        else {
+            return Err(Error::not_found(format!(
+                "security group {} of machine {id}",
+                names.nsg
+            )));
+        };
+        if !is_owned_by(&nsg.tags, self.owner_name()) {
+            return Err(Error::not_owned(id, self.owner_name()));
+        }
+        let priority = priority_for(
+            &nsg.properties.security_rules,
+            SSH_RULE,
+            &format!("security group {}", names.nsg),
+        )?;
+        let rule_url = self
+            .arm()
+            .url(&format!("{nsg_id}/securityRules/{SSH_RULE}"), NETWORK_API);
+        self.put_and_wait(
+            "put security rule",
+            &rule_url,
+            &json!({"properties": ssh_rule(sources, priority)}),
+            &format!(
+                "the rule {SSH_RULE} of security group {} was not written",
+                names.nsg
+            ),
+        )
+        .await?;
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl SshAdmission for AzureProvider {
+    async fn admit_ssh(
+        &self,
+        group: &str,
+        location: &str,
+        sources: &[String],
+        readmit: &[String],
+    ) -> Result<Admission> {
+        MachineSpec::new("check", "t", location, "check")
+            .with_admission_group(group)
+            .with_ssh_sources(sources.iter().cloned())
+            .validate()?;
+        if sources.is_empty() {
+            return Err(Error::invalid("sources", "at least one address to admit"));
+        }
+        for s in sources {
+            validate_source(s).map_err(|rule| Error::invalid("sources", rule))?;
+        }
+        for id in readmit {
+            validate_id(id)?;
+        }
+        let arm = self.arm();
+        let asg_name = format!("{group}-{location}");
+        let asg_id = self.id("Microsoft.Network/applicationSecurityGroups", &asg_name);
+        self.put_and_wait(
+            &format!("put application security group {asg_name}"),
+            &arm.url(&asg_id, NETWORK_API),
+            &json!({"location": location, "tags": {"orca-admission": group}, "properties": {}}),
+            &format!("the application security group {asg_name} was not made"),
+        )
+        .await?;
+        let mut admission = Admission::new(&asg_id);
+
+        let subnet_id = self.subnet_id(location);
+        let Some(subnet) = arm
+            .get::<Subnet>("read subnet", &arm.url(&subnet_id, NETWORK_API))
+            .await?
+        else {
+            return Err(Error::not_found(format!(
+                "subnet {subnet_id} (orca creates no virtual network)"
+            )));
+        };
+        if let Some(nsg_id) = subnet
+            .properties
+            .network_security_group
+            .map(|n| n.id)
+            .filter(|n| !n.is_empty())
+        {
+            let Some(nsg) = arm
+                .get::<Nsg>("read subnet security group", &arm.url(&nsg_id, NETWORK_API))
+                .await?
+            else {
+                return Err(Error::not_found(format!(
+                    "security group {nsg_id} named by the subnet"
+                )));
+            };
+            let priority = priority_for(
+                &nsg.properties.security_rules,
+                group,
+                &format!("security group {nsg_id}"),
+            )?;
+            let rule_url = arm.url(&format!("{nsg_id}/securityRules/{group}"), NETWORK_API);
+            self.put_and_wait(
+                &format!("put security rule {group}"),
+                &rule_url,
+                &json!({"properties": {
+                    "description": format!("SSH to the members of {asg_name}"),
+                    "protocol": "Tcp",
+                    "sourcePortRange": "*",
+                    "destinationPortRange": "22",
+                    "sourceAddressPrefixes": sources,
+                    "destinationApplicationSecurityGroups": [{"id": asg_id}],
+                    "access": "Allow",
+                    "priority": priority,
+                    "direction": "Inbound",
+                }}),
+                &format!("the rule {group} of security group {nsg_id} was not written"),
+            )
+            .await?;
+            admission.rule = Some(admission_rule(&nsg_id, group, priority)?);
+        }
+        for id in readmit {
+            if self.readmit(id, sources).await? {
+                admission.readmitted.push(id.clone());
+            } else {
+                admission.missing.push(id.clone());
+            }
+        }
+        Ok(admission)
+    }
+}
+
+#[async_trait]
+impl CreditBalance for AzureProvider {
+    async fn balance(&self) -> Result<Balance> {
+        let Some((account, profile)) = &self.cfg().billing else {
+            return Err(Error::unsupported(
+                "azure",
+                "credit balance without a billing profile",
+            ));
+        };
+        let url = self.arm().url(
+            &format!(
+                "/providers/Microsoft.Billing/billingAccounts/{account}/billingProfiles/{profile}/providers/Microsoft.Consumption/credits/balanceSummary"
+            ),
+            CONSUMPTION_API,
+        );
+        let op = "read credit balance";
+        let a = self
+            .arm()
+            .call(op, Method::GET, &url, None, Condition::None)
+            .await?;
+        if a.status == 204 || a.body.is_null() {
+            return Err(Error::not_found(format!(
+                "a credit on billing profile {profile} of account {account} (Azure answered none)"
+            )));
+        }
+        let summary: CreditSummary = decode(op, a.body)?;
+        let p = summary.properties;
+        let amount = p
+            .balance_summary
+            .and_then(|b| b.estimated_balance.or(b.current_balance))
+            .filter(|a| a.value.is_some());
+        let Some(amount) = amount else {
+            return Err(Error::other(format!(
+                "{op}: Azure's answer holds no balance"
+            )));
+        };
+        let currency = [amount.currency, p.credit_currency, p.billing_currency]
+            .into_iter()
+            .find(|c| !c.is_empty())
+            .unwrap_or_else(|| "USD".to_string());
+        Ok(Balance::new(amount.value.unwrap_or(0.0), currency))
+    }
+}
