@@ -8,7 +8,7 @@
 //! from a single-zone setup keep working.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -814,22 +814,30 @@ impl Provider for GceProvider {
         // Compute Engine; another call's insert of the same name meets a 409 and adopts.
         let rid = [("requestId", request_id())];
         let path = self.client().zonal(zone, "instances");
-        let attempts = AtomicU32::new(0);
+        // Whether an earlier attempt of this call may have made the instance: one that got no
+        // answer or a 5xx (a 429 was refused unserved).
+        let maybe_made = AtomicBool::new(false);
         let answer: Result<Operation> = self
             .client()
             .retry
-            .retry("instances.insert", || {
-                attempts.fetch_add(1, Ordering::SeqCst);
-                self.client().send(
-                    "instances.insert",
-                    Method::POST,
-                    &path,
-                    &rid,
-                    Body::Json(&body),
-                )
+            .retry("instances.insert", || async {
+                let sent = self
+                    .client()
+                    .send(
+                        "instances.insert",
+                        Method::POST,
+                        &path,
+                        &rid,
+                        Body::Json(&body),
+                    )
+                    .await;
+                if matches!(&sent, Err(e) if e.kind() == ErrorKind::Transient) {
+                    maybe_made.store(true, Ordering::SeqCst);
+                }
+                sent
             })
             .await;
-        let ours = attempts.load(Ordering::SeqCst) > 1;
+        let ours = maybe_made.load(Ordering::SeqCst);
         match answer {
             Ok(op) => self.after_insert(spec, &r, op).await,
             Err(e) if e.kind() == ErrorKind::AlreadyExists => self.adopt(spec, &r, ours, e).await,

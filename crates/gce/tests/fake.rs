@@ -701,6 +701,19 @@ async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
     let again = p.create(&spec("vm-1", "e2-small")).await.unwrap();
     assert!(again.is_adopted(), "{again:?}");
     assert_eq!(again.machine().unwrap().id, m.id);
+    // A first attempt refused unserved (429) does not make a 409 after it this call's own.
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/instances?requestId=",
+        Fault::Status {
+            status: 429,
+            body: json!({"error": {"code": 429, "message": "Rate Limit Exceeded", "errors": [{"reason": "rateLimitExceeded", "domain": "usageLimits", "message": "Rate Limit Exceeded"}]}}),
+            headers: vec![("Retry-After".into(), "0".into())],
+        },
+        1,
+    ));
+    let again = p.create(&spec("vm-1", "e2-small")).await.unwrap();
+    assert!(again.is_adopted(), "{again:?}");
     // ...but another owner's create of that name is refused, not adopted, with the cloud's code.
     let other = provider(&fake, "stack-2").await;
     let e = other.create(&spec("vm-1", "e2-small")).await.unwrap_err();
