@@ -1,29 +1,72 @@
-//! The fake Compute Engine API: a stateful server on 127.0.0.1, written from the Compute Engine v1
-//! discovery document, for orca's tests and benchmarks.
+//! The fake Compute Engine API: a stateful server on 127.0.0.1 for orca's tests and benchmarks, one
+//! module a resource (`instances`, `disks` with machine types and images, `operations`, `firewalls`
+//! with networks, `oauth`), sharing the state (`world`), the answers (`answers`) and the list
+//! `filter` grammar.
 //!
-//! What it keeps faithful:
-//! - paths under `/compute/v1/projects/{project}/...` for instances (insert, list, get, delete, start,
-//!   stop, setMachineType, setLabels), disks (get, delete), machine types (get, with `architecture`),
-//!   images by family (`images.getFromFamily`, project `ubuntu-os-cloud`), zone and global operations
-//!   (get and wait; `PENDING` -> `RUNNING` -> `DONE`, `DONE` with `error.errors[].code`), firewall
-//!   rules (get, list, patch as a JSON merge patch) and networks (get);
-//! - the error shape `{"error": {"code", "message", "errors": [{"message", "domain", "reason"}]}}`
-//!   and its codes (400 `invalid`, 404 `notFound`, 409 `alreadyExists`, 412 `conditionNotMet`, 401);
-//! - list `filter` (expressions `field = value`, `!=`, `:`, `field:*`, several in parentheses joined
-//!   by whitespace or `AND`; `OR`, negation and the regular-expression forms answer 400),
-//!   `maxResults` (0 to 500, default 500) and `pageToken`;
-//! - `requestId` de-duplication: a mutating call repeated with the same id answers the first call's
-//!   operation and changes nothing;
-//! - the boot disk as its own resource (named as `initializeParams.diskName`, or the instance), deleted
-//!   with the instance when `autoDelete` is set, refused while attached;
-//! - OAuth: `POST /token` takes gcp_auth's JWT-bearer grant (the service account JSON's `token_uri`)
-//!   and every API call must carry a bearer token it issued. The JWT's claims are checked (issuer,
-//!   audience, scope), not its RSA signature.
+//! ## Real behaviours it reproduces, and where they come from
+//! From the Compute Engine v1 discovery document (`shared/reference/gce-compute.v1.discovery.json`):
+//! - paths under `/compute/v1/projects/{project}/...` for `instances` (insert, list,
+//!   aggregatedList, get, delete, start, stop, setMachineType, setLabels), `disks` (get, delete),
+//!   `machineTypes` (get, aggregatedList, with `architecture`), `images.getFromFamily` (project
+//!   `ubuntu-os-cloud`), zone and global `operations` (get, wait), `firewalls` (get, list, patch) and
+//!   `networks` (get, with `subnetworks`);
+//! - an instance's output-only fields: `id` (a uint64 as a string), `creationTimestamp`,
+//!   `lastStartTimestamp` (set when it reaches `RUNNING`), `lastStopTimestamp` (set by a stop), RFC 3339
+//!   with milliseconds in the Pacific offset the API writes; `status` moving `PROVISIONING` ->
+//!   `RUNNING` at the end of the insert, `STOPPING` -> `TERMINATED`, `STAGING` -> `RUNNING`;
+//!   `networkInterfaces[].networkIP` and `accessConfigs[].natIP`; `labelFingerprint`; `scheduling`
+//!   (`maxRunDuration` as `{"seconds": "<int64 as a string>"}`) as given; `hostname` only when the
+//!   insert set one;
+//! - operations `PENDING` -> `RUNNING` -> `DONE` across `operations.get`, finished by `wait`, with
+//!   `targetId`, and on failure `error.errors[].code` and `httpErrorStatusCode`; `wait` may answer
+//!   at once with the operation unfinished ([`FakeGce::answer_waits_early`]; the reference: "might
+//!   return after zero seconds... Be prepared to retry if the operation is not `DONE`");
+//! - `requestId`: a UUID other than the zero UUID; a mutating call repeated with the same id answers
+//!   the first call's operation and changes nothing;
+//! - list `filter` (`field = value`, `!=`, `:`, `field:*`, parenthesized expressions joined by
+//!   whitespace or `AND`), `maxResults` (0 to 500; 0 means 500) and `pageToken`;
+//!   `instances.aggregatedList` and `machineTypes.aggregatedList` answer `items` keyed by
+//!   `zones/<zone>` for every zone of the project ([`ZONES`]), a zone without results on the page
+//!   carrying the warning `NO_RESULTS_ON_PAGE` with `data: [{key: scope}]`;
+//! - the boot disk as its own resource, named by `initializeParams.diskName` (or the instance),
+//!   deleted with the instance when `autoDelete`, refused while attached
+//!   (`resourceInUseByAnotherResource`); a disk of the boot disk's name makes the insert a 409;
+//! - a custom-mode network needs `subnetwork`, in the instance's region, existing
+//!   ([`FakeGce::put_subnet`]); an auto-mode network (`default`) picks its own subnet.
 //!
-//! Faults on demand: a machine type without stock in a zone (`ZONE_RESOURCE_POOL_EXHAUSTED`, with the
-//! boot disk left behind as a half-made create), quota (`QUOTA_EXCEEDED`), an insert whose operation
-//! ends in an error after making the instance and its disk, slow operations, plus the shared
-//! [`Control`] faults (429, 5xx, latency, a dropped answer after the insert was accepted).
+//! From Google's JSON error format for Compute Engine: `{"error": {"code", "message", "errors":
+//! [{"message", "domain", "reason"}]}}` with the reasons `invalid`, `notFound` (404),
+//! `alreadyExists` (409), `conditionNotMet` (412, a stale label fingerprint), `required` (401, with
+//! `WWW-Authenticate`), `resourceNotReady`, `resourceInUseByAnotherResource`; capacity and quota in
+//! operation errors (`ZONE_RESOURCE_POOL_EXHAUSTED`, `_WITH_DETAILS`, `QUOTA_EXCEEDED`).
+//!
+//! OAuth: `POST /token` takes gcp_auth's JWT-bearer grant (the service account JSON's `token_uri`)
+//! and every API call must carry a bearer token it issued; the JWT's issuer, audience and scope are
+//! checked.
+//!
+//! Faults on demand: no stock of a type in a zone (the boot disk left behind, as a half-made create
+//! leaves it), quota, an insert whose operation fails after making the instance and its disk, slow
+//! operations, early `wait` answers, new instances invisible for a while
+//! ([`FakeGce::set_visibility_delay`]), plus the shared [`Control`] faults (any status and body,
+//! latency, an answer dropped after the request was served).
+//!
+//! ## What it does not reproduce
+//! - The JWT's RSA signature and token expiry are not checked.
+//! - Every machine type is offered in every zone, and stock and quota are unlimited unless a test
+//!   says otherwise (real catalogues differ by zone: T2A is in a few zones only).
+//! - Fingerprints are opaque hex strings, not base64 (clients only echo them); the tag and metadata
+//!   fingerprints never change.
+//! - `orderBy`, `includeAllScopes`, `returnPartialSuccess`, `OR`, negation and regular-expression
+//!   filters (those answer 400, so a driver relying on them fails its tests); aggregated lists
+//!   carry zone scopes only, and `unreachables` only when a test injects it.
+//! - `requestId`s never expire (Compute Engine keeps them for a limited time); operations cannot be
+//!   listed or cancelled.
+//! - Compute Engine reads its own writes: the visibility delay is an opt-in simulation of eventual
+//!   consistency, off by default.
+//! - `scheduling.maxRunDuration` is stored, never enforced: no instance stops by itself.
+//! - No suspend or resume, deletion protection, metadata or tag updates, custom machine types,
+//!   guest attributes, or regional resources beyond subnets.
+//! - Unknown query parameters and body fields are ignored rather than refused.
 //!
 //! Self links use Compute Engine's canonical `https://www.googleapis.com/compute/v1/...` form; nothing
 //! ever sends traffic there (clients build request URLs from their configured endpoint).
@@ -31,7 +74,14 @@
 // Handlers answer a ready error `Response` from their checks; its size does not matter here.
 #![allow(clippy::result_large_err)]
 
+mod answers;
+mod disks;
 mod filter;
+mod firewalls;
+mod instances;
+mod oauth;
+mod operations;
+mod world;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -48,7 +98,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::control::{serve, Control, Running};
+use answers::*;
+use disks::*;
 use filter::Filter;
+use firewalls::*;
+use instances::*;
+use oauth::*;
+use operations::*;
+use world::*;
 
 /// The project the fake serves.
 pub const PROJECT: &str = "orca-fake-project";
@@ -121,53 +178,6 @@ pub const IMAGES: &[(&str, &str, &str)] = &[
         "ARM64",
     ),
 ];
-
-type Key = (String, String);
-
-#[derive(Debug)]
-struct Op {
-    value: Value,
-    steps_left: u32,
-    effect: Effect,
-}
-
-#[derive(Debug, Clone)]
-enum Effect {
-    None,
-    Insert {
-        key: Key,
-        error: Option<(String, String, u16)>,
-    },
-    Start(Key),
-    Stop(Key),
-    Delete(Key),
-    SetMachineType(Key, String),
-}
-
-#[derive(Debug, Default)]
-struct World {
-    next_id: u64,
-    instances: BTreeMap<Key, Value>,
-    disks: BTreeMap<Key, Value>,
-    ops: HashMap<String, Op>,
-    request_ids: HashMap<String, String>,
-    firewalls: BTreeMap<String, Value>,
-    networks: BTreeMap<String, Value>,
-    tokens: HashSet<String>,
-    token_uri: String,
-    exhausted: HashMap<Key, &'static str>,
-    quota_exceeded: u32,
-    fail_next: Option<(String, String)>,
-    op_steps: u32,
-    inserts: Vec<Value>,
-    early_waits: u32,
-    /// Subnets by (region, name), with their network's name.
-    subnets: BTreeMap<Key, String>,
-    /// How long instances made from now on stay invisible (see [`FakeGce::set_visibility_delay`]).
-    visibility_delay: Duration,
-    /// When each instance made under a visibility delay becomes visible.
-    hidden_until: HashMap<Key, Instant>,
-}
 
 type Shared = Arc<Mutex<World>>;
 
@@ -550,1421 +560,12 @@ impl FakeGce {
     }
 }
 
-impl World {
-    /// Whether instance `key` can be seen (see [`FakeGce::set_visibility_delay`]).
-    fn visible(&self, key: &Key) -> bool {
-        self.hidden_until
-            .get(key)
-            .is_none_or(|t| Instant::now() >= *t)
-    }
-
-    /// The visible instance `key`.
-    fn visible_instance(&self, key: &Key) -> Option<&Value> {
-        self.instances.get(key).filter(|_| self.visible(key))
-    }
-
-    fn new_id(&mut self) -> u64 {
-        self.next_id += 1;
-        4_000_000_000_000_000_000 + self.next_id
-    }
-
-    fn new_op(
-        &mut self,
-        zone: Option<&str>,
-        kind: &str,
-        target: String,
-        effect: Effect,
-        request_id: Option<&str>,
-    ) -> Value {
-        let id = self.new_id();
-        let name = format!("operation-{id}-{}", kind.to_lowercase());
-        let scope = match zone {
-            Some(z) => format!("zones/{z}"),
-            None => "global".into(),
-        };
-        let mut value = json!({
-            "kind": "compute#operation",
-            "id": id.to_string(),
-            "name": name,
-            "operationType": kind,
-            "targetLink": target,
-            "status": "PENDING",
-            "user": TEST_CLIENT_EMAIL,
-            "progress": 0,
-            "insertTime": now_text(),
-            "startTime": now_text(),
-            "selfLink": format!("{LINK}/projects/{PROJECT}/{scope}/operations/{name}"),
-        });
-        if let Some(z) = zone {
-            value["zone"] = json!(format!("{LINK}/projects/{PROJECT}/zones/{z}"));
-        }
-        if let Some(r) = request_id {
-            self.request_ids.insert(r.to_string(), name.clone());
-        }
-        let steps = self.op_steps;
-        self.ops.insert(
-            name.clone(),
-            Op {
-                value,
-                steps_left: steps,
-                effect,
-            },
-        );
-        if steps == 0 {
-            self.finish(&name);
-        }
-        self.ops[&name].value.clone()
-    }
-
-    /// Advances an operation one step (`finish_now`: to `DONE`), applying its effect at the end.
-    fn advance(&mut self, name: &str, finish_now: bool) -> Option<Value> {
-        let op = self.ops.get_mut(name)?;
-        if op.value["status"] != "DONE" {
-            op.steps_left = op.steps_left.saturating_sub(1);
-            if finish_now || op.steps_left == 0 {
-                self.finish(name);
-            } else {
-                op.value["status"] = json!("RUNNING");
-                op.value["progress"] = json!(50);
-            }
-        }
-        Some(self.ops[name].value.clone())
-    }
-
-    fn finish(&mut self, name: &str) {
-        let Some(op) = self.ops.get(name) else { return };
-        let effect = op.effect.clone();
-        let mut error: Option<(String, String, u16)> = None;
-        match effect {
-            Effect::None => {}
-            Effect::Insert { key, error: e } => match e {
-                Some(e) => {
-                    if let Some(vm) = self.instances.get_mut(&key) {
-                        vm["status"] = json!("TERMINATED");
-                    }
-                    error = Some(e);
-                }
-                None => {
-                    let n = self.next_id % 250 + 1;
-                    if let Some(vm) = self.instances.get_mut(&key) {
-                        vm["status"] = json!("RUNNING");
-                        vm["lastStartTimestamp"] = json!(now_text());
-                        let nat = vm
-                            .pointer_mut("/networkInterfaces/0/accessConfigs/0")
-                            .and_then(Value::as_object_mut);
-                        if let Some(nat) = nat {
-                            nat.insert("natIP".into(), json!(format!("203.0.113.{n}")));
-                        }
-                    }
-                }
-            },
-            Effect::Start(key) => {
-                if let Some(vm) = self.instances.get_mut(&key) {
-                    if vm["status"] != "RUNNING" {
-                        vm["lastStartTimestamp"] = json!(now_text());
-                    }
-                    vm["status"] = json!("RUNNING");
-                }
-            }
-            Effect::Stop(key) => {
-                if let Some(vm) = self.instances.get_mut(&key) {
-                    if vm["status"] != "TERMINATED" {
-                        vm["lastStopTimestamp"] = json!(now_text());
-                    }
-                    vm["status"] = json!("TERMINATED");
-                }
-            }
-            Effect::Delete(key) => {
-                self.hidden_until.remove(&key);
-                if let Some(vm) = self.instances.remove(&key) {
-                    for d in vm["disks"].as_array().cloned().unwrap_or_default() {
-                        let dname = last_segment(d["source"].as_str().unwrap_or_default());
-                        let dkey = (key.0.clone(), dname.to_string());
-                        if d["autoDelete"] == json!(true) {
-                            self.disks.remove(&dkey);
-                        } else if let Some(disk) = self.disks.get_mut(&dkey) {
-                            disk["users"] = json!([]);
-                        }
-                    }
-                }
-            }
-            Effect::SetMachineType(key, mt) => {
-                if let Some(vm) = self.instances.get_mut(&key) {
-                    vm["machineType"] = json!(machine_type_link(&key.0, &mt));
-                }
-            }
-        }
-        let op = self.ops.get_mut(name).expect("operation exists");
-        op.value["status"] = json!("DONE");
-        op.value["progress"] = json!(100);
-        op.value["endTime"] = json!(now_text());
-        if let Some((code, message, http)) = error {
-            op.value["error"] = json!({"errors": [{"code": code, "message": message}]});
-            op.value["httpErrorStatusCode"] = json!(http);
-            op.value["httpErrorMessage"] = json!(match http {
-                403 => "FORBIDDEN",
-                503 => "SERVICE UNAVAILABLE",
-                _ => "BAD REQUEST",
-            });
-        }
-    }
-
-    fn repeated(&self, request_id: Option<&str>) -> Option<Value> {
-        let name = self.request_ids.get(request_id?)?;
-        Some(self.ops.get(name)?.value.clone())
-    }
-}
-
-fn last_segment(s: &str) -> &str {
-    s.rsplit('/').next().unwrap_or(s)
-}
-
-fn machine_type_link(zone: &str, mt: &str) -> String {
-    format!("{LINK}/projects/{PROJECT}/zones/{zone}/machineTypes/{mt}")
-}
-
-fn arch_of_type(mt: &str) -> Option<&'static str> {
-    MACHINE_TYPES
-        .iter()
-        .find(|(n, ..)| *n == mt)
-        .map(|(_, a, ..)| *a)
-}
-
-fn label_fingerprint(labels: &Value) -> String {
-    // FNV-1a over the canonical JSON: opaque to clients, changes with every label change.
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in labels.to_string().bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
-
-#[allow(clippy::too_many_arguments)]
-fn instance_json(
-    zone: &str,
-    name: &str,
-    mt: &str,
-    id: u64,
-    labels: Value,
-    tags: Value,
-    scheduling: Value,
-    metadata: Value,
-    boot: Value,
-    network: &str,
-    subnet: &str,
-    auto_delete: bool,
-    external: bool,
-) -> Value {
-    let fp = label_fingerprint(&labels);
-    let mut nic = json!({
-        "kind": "compute#networkInterface",
-        "name": "nic0",
-        "network": format!("{LINK}/projects/{PROJECT}/global/networks/{network}"),
-        "networkIP": format!("10.132.0.{}", id % 250 + 2),
-        "stackType": "IPV4_ONLY",
-    });
-    if !subnet.is_empty() {
-        nic["subnetwork"] = json!(format!(
-            "{LINK}/projects/{PROJECT}/regions/{}/subnetworks/{subnet}",
-            region_of(zone)
-        ));
-    }
-    if external {
-        nic["accessConfigs"] = json!([{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT", "name": "External NAT", "networkTier": "PREMIUM"}]);
-    }
-    let mut scheduling = scheduling;
-    if scheduling.get("provisioningModel").is_none() {
-        scheduling["provisioningModel"] = json!("STANDARD");
-    }
-    json!({
-        "kind": "compute#instance",
-        "id": id.to_string(),
-        "creationTimestamp": now_text(),
-        "name": name,
-        "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
-        "machineType": machine_type_link(zone, mt),
-        "status": "PROVISIONING",
-        "labels": labels,
-        "labelFingerprint": fp,
-        "tags": tags,
-        "metadata": metadata,
-        "scheduling": scheduling,
-        "disks": [{
-            "kind": "compute#attachedDisk",
-            "type": "PERSISTENT",
-            "mode": "READ_WRITE",
-            "boot": true,
-            "autoDelete": auto_delete,
-            "deviceName": boot.get("deviceName").cloned().unwrap_or(json!("persistent-disk-0")),
-            "index": 0,
-            "source": format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{}",
-                boot.get("diskName").and_then(Value::as_str).unwrap_or(name)),
-            "diskSizeGb": boot.get("diskSizeGb").cloned().unwrap_or(json!("10")),
-        }],
-        "networkInterfaces": [nic],
-        "selfLink": format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}"),
-        "cpuPlatform": "Unknown CPU Platform",
-        "deletionProtection": false,
-    })
-}
-
-fn disk_json(zone: &str, params: &Value, user: &str, id: u64) -> Value {
-    let name = params
-        .get("diskName")
-        .and_then(Value::as_str)
-        .unwrap_or(user);
-    json!({
-        "kind": "compute#disk",
-        "id": id.to_string(),
-        "name": name,
-        "sizeGb": params.get("diskSizeGb").cloned().unwrap_or(json!("10")),
-        "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
-        "status": "READY",
-        "sourceImage": params.get("sourceImage").cloned().unwrap_or(Value::Null),
-        "type": format!("{LINK}/projects/{PROJECT}/zones/{zone}/diskTypes/pd-balanced"),
-        "labels": params.get("labels").cloned().unwrap_or(json!({})),
-        "users": [format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{user}")],
-        "selfLink": format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{name}"),
-    })
-}
-
-fn region_of(zone: &str) -> &str {
-    zone.rsplit_once('-').map(|(r, _)| r).unwrap_or(zone)
-}
-
-/// Compute Engine's error body.
-fn gerr(code: u16, reason: &str, message: impl Into<String>) -> Response {
-    let message = message.into();
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (
-        status,
-        Json(json!({"error": {
-            "code": code,
-            "message": message,
-            "errors": [{"message": message, "domain": "global", "reason": reason}],
-        }})),
-    )
-        .into_response()
-}
-
-fn not_found(what: &str) -> Response {
-    gerr(
-        404,
-        "notFound",
-        format!("The resource '{what}' was not found"),
-    )
-}
-
-fn invalid(message: impl Into<String>) -> Response {
-    gerr(400, "invalid", message)
-}
-
-fn check_project(project: &str) -> Result<(), Response> {
-    if project == PROJECT {
-        Ok(())
-    } else {
-        Err(not_found(&format!("projects/{project}")))
-    }
-}
-
-fn check_zone(zone: &str) -> Result<(), Response> {
-    if ZONES.contains(&zone) {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "Invalid value for field 'zone': '{zone}'. Unknown zone."
-        )))
-    }
-}
-
-fn valid_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && !name.ends_with('-')
-}
-
-fn valid_label_key(k: &str) -> bool {
-    let b = k.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
-}
-
-fn valid_label_value(v: &str) -> bool {
-    v.len() <= 63
-        && v.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_')
-}
-
-fn check_labels(labels: &Value) -> Result<(), Response> {
-    let Some(map) = labels.as_object() else {
-        return if labels.is_null() {
-            Ok(())
-        } else {
-            Err(invalid("Invalid value for field 'labels'"))
-        };
-    };
-    if map.len() > 64 {
-        return Err(invalid("Too many labels (at most 64)"));
-    }
-    for (k, v) in map {
-        let v = v.as_str().unwrap_or("\u{0}");
-        if !valid_label_key(k) || !valid_label_value(v) {
-            return Err(invalid(format!(
-                "Invalid value for field 'labels': '{k}'. Label keys and values must be lowercase letters, digits, '-' and '_'"
-            )));
-        }
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// OAuth
-
-async fn auth(State(state): State<Shared>, req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
-    let known = token.is_some_and(|t| lock(&state).tokens.contains(&t));
-    if !known {
-        let message = "Request is missing required authentication credential. Expected OAuth 2 access token, login cookie or other valid authentication credential.";
-        let mut r = gerr(401, "required", message);
-        r.headers_mut().insert(
-            "www-authenticate",
-            axum::http::HeaderValue::from_static("Bearer realm=\"https://accounts.google.com/\""),
-        );
-        return r;
-    }
-    next.run(req).await
-}
-
-#[derive(Deserialize)]
-struct TokenForm {
-    grant_type: Option<String>,
-    assertion: Option<String>,
-}
-
-fn oauth_error(error: &str, description: &str) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(json!({"error": error, "error_description": description})),
-    )
-        .into_response()
-}
-
-async fn token(State(state): State<Shared>, body: Bytes) -> Response {
-    let Ok(form) = serde_urlencoded_form(&body) else {
-        return oauth_error("invalid_request", "a form body is required");
-    };
-    if form.grant_type.as_deref() != Some("urn:ietf:params:oauth:grant-type:jwt-bearer") {
-        return oauth_error("unsupported_grant_type", "Invalid grant_type");
-    }
-    let Some(assertion) = form.assertion else {
-        return oauth_error("invalid_request", "Missing required parameter: assertion");
-    };
-    let parts: Vec<&str> = assertion.split('.').collect();
-    let claims = (parts.len() == 3)
-        .then(|| base64url_decode(parts[1]))
-        .flatten()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-    let Some(claims) = claims else {
-        return oauth_error("invalid_grant", "Invalid JWT: malformed");
-    };
-    let mut s = lock(&state);
-    if claims["aud"].as_str() != Some(s.token_uri.as_str()) {
-        return oauth_error(
-            "invalid_grant",
-            "Invalid JWT: Token must be a short-lived token and in a reasonable timeframe",
-        );
-    }
-    if claims["iss"].as_str().unwrap_or_default().is_empty() {
-        return oauth_error("invalid_grant", "Invalid JWT: no issuer");
-    }
-    let scope = claims["scope"].as_str().unwrap_or_default();
-    if !scope.contains("auth/compute") && !scope.contains("auth/cloud-platform") {
-        return oauth_error("invalid_scope", "Invalid OAuth scope or ID token audience");
-    }
-    let id = s.new_id();
-    let token = format!("ya29.fake-{id}");
-    s.tokens.insert(token.clone());
-    Json(json!({"access_token": token, "expires_in": 3599, "token_type": "Bearer"})).into_response()
-}
-
-fn serde_urlencoded_form(body: &[u8]) -> Result<TokenForm, ()> {
-    let text = std::str::from_utf8(body).map_err(|_| ())?;
-    let mut form = TokenForm {
-        grant_type: None,
-        assertion: None,
-    };
-    for (k, v) in crate::control::form_pairs(text.as_bytes()) {
-        match k.as_str() {
-            "grant_type" => form.grant_type = Some(v),
-            "assertion" => form.assertion = Some(v),
-            _ => {}
-        }
-    }
-    Ok(form)
-}
-
-fn base64url_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.bytes() {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'-' | b'+' => 62,
-            b'_' | b'/' => 63,
-            b'=' => break,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Instances
-
-#[derive(Deserialize)]
-struct ListQuery {
-    filter: Option<String>,
-    #[serde(rename = "maxResults")]
-    max_results: Option<String>,
-    #[serde(rename = "pageToken")]
-    page_token: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct MutateQuery {
-    #[serde(rename = "requestId")]
-    request_id: Option<String>,
-}
-
-fn check_request_id(r: &Option<String>) -> Result<(), Response> {
-    let Some(r) = r else { return Ok(()) };
-    let b = r.as_bytes();
-    let shape = b.len() == 36
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            _ => c.is_ascii_hexdigit(),
-        });
-    if !shape || r == "00000000-0000-0000-0000-000000000000" {
-        return Err(invalid(format!(
-            "Invalid value for field 'requestId': '{r}'. The request ID must be a valid UUID with the exception that zero UUID is not supported (00000000-0000-0000-0000-000000000000)."
-        )));
-    }
-    Ok(())
-}
-
-/// The window `start..end` of `len` items (already filtered and ordered) that `maxResults` and
-/// `pageToken` ask for.
-fn window(len: usize, q: &ListQuery) -> Result<(usize, usize), Response> {
-    let max = match q.max_results.as_deref().map(str::parse::<u32>) {
-        None => 500,
-        Some(Ok(n)) if n <= 500 => {
-            if n == 0 {
-                500
-            } else {
-                n as usize
-            }
-        }
-        Some(_) => {
-            return Err(invalid(
-                "Invalid value for field 'maxResults': must be between 0 and 500, inclusive",
-            ))
-        }
-    } as usize;
-    let start = match q.page_token.as_deref().filter(|t| !t.is_empty()) {
-        None => 0,
-        Some(t) => match t.strip_prefix("pt1.").and_then(|n| n.parse::<usize>().ok()) {
-            Some(n) if n <= len => n,
-            _ => return Err(invalid("Invalid value for field 'pageToken'")),
-        },
-    };
-    Ok((start, (start + max).min(len)))
-}
-
-/// One page of `items` (already filtered and ordered) for `maxResults` and `pageToken`.
-fn page(items: Vec<Value>, q: &ListQuery, kind: &str, self_link: String) -> Response {
-    let (start, end) = match window(items.len(), q) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let mut body = json!({
-        "kind": kind,
-        "id": self_link.clone(),
-        "selfLink": self_link,
-    });
-    if end > start {
-        body["items"] = json!(items[start..end].to_vec());
-    }
-    if end < items.len() {
-        body["nextPageToken"] = json!(format!("pt1.{end}"));
-    }
-    Json(body).into_response()
-}
-
-async fn list_instances(
-    State(state): State<Shared>,
-    Path((project, zone)): Path<(String, String)>,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_zone(&zone)) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
-    let s = lock(&state);
-    let items: Vec<Value> = s
-        .instances
-        .iter()
-        .filter(|(k, vm)| k.0 == zone && s.visible(k) && filter.matches(vm))
-        .map(|(_, vm)| vm.clone())
-        .collect();
-    page(
-        items,
-        &q,
-        "compute#instanceList",
-        format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances"),
-    )
-}
-
-/// One page of an aggregated list: `items` are (zone, resource) pairs in zone order; the page holds
-/// every zone of the project as the scope `zones/<zone>`, with its resources of this page under
-/// `field`, or a `NO_RESULTS_ON_PAGE` warning.
-fn aggregated_page(
-    items: Vec<(String, Value)>,
-    q: &ListQuery,
-    kind: &str,
-    field: &str,
-    self_link: String,
-) -> Response {
-    let (start, end) = match window(items.len(), q) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
-    let on_page = &items[start..end];
-    let mut scopes = serde_json::Map::new();
-    for zone in ZONES {
-        let scope = format!("zones/{zone}");
-        let here: Vec<Value> = on_page
-            .iter()
-            .filter(|(z, _)| z == zone)
-            .map(|(_, v)| v.clone())
-            .collect();
-        let entry = if here.is_empty() {
-            json!({"warning": {
-                "code": "NO_RESULTS_ON_PAGE",
-                "message": format!("There are no results for scope '{scope}' on this page."),
-                "data": [{"key": "scope", "value": scope}],
-            }})
-        } else {
-            json!({ field: here })
-        };
-        scopes.insert(scope, entry);
-    }
-    let mut body = json!({
-        "kind": kind,
-        "id": self_link.trim_start_matches(&format!("{LINK}/")),
-        "items": scopes,
-        "selfLink": self_link,
-    });
-    if end < items.len() {
-        body["nextPageToken"] = json!(format!("pt1.{end}"));
-    }
-    Json(body).into_response()
-}
-
-async fn aggregated_instances(
-    State(state): State<Shared>,
-    Path(project): Path<String>,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
-    let s = lock(&state);
-    let items: Vec<(String, Value)> = s
-        .instances
-        .iter()
-        .filter(|(k, vm)| s.visible(k) && filter.matches(vm))
-        .map(|(k, vm)| (k.0.clone(), vm.clone()))
-        .collect();
-    aggregated_page(
-        items,
-        &q,
-        "compute#instanceAggregatedList",
-        "instances",
-        format!("{LINK}/projects/{PROJECT}/aggregated/instances"),
-    )
-}
-
-async fn aggregated_machine_types(
-    Path(project): Path<String>,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
-    let items: Vec<(String, Value)> = ZONES
-        .iter()
-        .flat_map(|z| {
-            MACHINE_TYPES
-                .iter()
-                .map(move |t| (z.to_string(), machine_type_json(z, t)))
-        })
-        .filter(|(_, t)| filter.matches(t))
-        .collect();
-    aggregated_page(
-        items,
-        &q,
-        "compute#machineTypeAggregatedList",
-        "machineTypes",
-        format!("{LINK}/projects/{PROJECT}/aggregated/machineTypes"),
-    )
-}
-
-async fn get_instance(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_zone(&zone)) {
-        return r;
-    }
-    match lock(&state).visible_instance(&(zone.clone(), name.clone())) {
-        Some(vm) => Json(vm.clone()).into_response(),
-        None => not_found(&format!("projects/{project}/zones/{zone}/instances/{name}")),
-    }
-}
-
-fn resolve_image(source: &str) -> Option<(&'static str, &'static str)> {
-    // projects/ubuntu-os-cloud/global/images/family/<family> or .../images/<name>, full URL or partial.
-    let path = source
-        .strip_prefix(LINK)
-        .or_else(|| source.strip_prefix("https://compute.googleapis.com/compute/v1"))
-        .unwrap_or(source)
-        .trim_start_matches('/');
-    let rest = path.strip_prefix(&format!("projects/{IMAGE_PROJECT}/global/images/"))?;
-    IMAGES.iter().find_map(|(family, image, arch)| {
-        (rest == format!("family/{family}") || rest == *image).then_some((*image, *arch))
-    })
-}
-
-async fn insert_instance(
-    State(state): State<Shared>,
-    Path((project, zone)): Path<(String, String)>,
-    Query(q): Query<MutateQuery>,
-    body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project)
-        .and(check_zone(&zone))
-        .and(check_request_id(&q.request_id))
-    {
-        return r;
-    }
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
-    }
-    let Ok(vm) = serde_json::from_slice::<Value>(&body) else {
-        return invalid("Invalid JSON payload received.");
-    };
-    let name = vm["name"].as_str().unwrap_or_default().to_string();
-    if !valid_name(&name) {
-        return invalid(format!(
-            "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
-        ));
-    }
-    let key = (zone.clone(), name.clone());
-    if s.instances.contains_key(&key) {
-        return gerr(
-            409,
-            "alreadyExists",
-            format!(
-                "The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists"
-            ),
-        );
-    }
-    let mt_field = vm["machineType"].as_str().unwrap_or_default();
-    let mt = last_segment(mt_field).to_string();
-    if !mt_field.contains(&format!("zones/{zone}/machineTypes/")) {
-        return invalid(format!(
-            "Invalid value for field 'resource.machineType': '{mt_field}'. Machine type must be in zone {zone}"
-        ));
-    }
-    let Some(type_arch) = arch_of_type(&mt) else {
-        return invalid(format!(
-            "Invalid value for field 'resource.machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
-        ));
-    };
-    if let Err(r) = check_labels(&vm["labels"]) {
-        return r;
-    }
-    for field in ["metadata", "tags", "scheduling", "labels"] {
-        if !(vm[field].is_null() || vm[field].is_object()) {
-            return invalid(format!("Invalid value for field 'resource.{field}'"));
-        }
-    }
-    let disks = vm["disks"].as_array().cloned().unwrap_or_default();
-    let boots: Vec<&Value> = disks.iter().filter(|d| d["boot"] == json!(true)).collect();
-    if boots.len() != 1 || disks.len() != 1 {
-        return invalid("Invalid value for field 'resource.disks': exactly one boot disk is supported by the fake");
-    }
-    let boot = boots[0];
-    let params = boot["initializeParams"].clone();
-    let source = params["sourceImage"].as_str().unwrap_or_default();
-    let Some((_, image_arch)) = resolve_image(source) else {
-        return not_found(source);
-    };
-    if image_arch != type_arch {
-        return invalid(format!(
-            "Invalid value for field 'resource.disks[0].initializeParams.sourceImage': '{source}'. The architecture of the image ({image_arch}) does not match the machine type {mt} ({type_arch})."
-        ));
-    }
-    let size: u64 = match &params["diskSizeGb"] {
-        Value::Null => 10,
-        Value::String(t) => t.parse().unwrap_or(0),
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        _ => 0,
-    };
-    if !(10..=65536).contains(&size) {
-        return invalid(format!(
-            "Invalid value for field 'resource.disks[0].initializeParams.diskSizeGb': '{size}'. Disk size must be at least 10 GB"
-        ));
-    }
-    let disk_name = params["diskName"].as_str().unwrap_or(&name).to_string();
-    if s.disks.contains_key(&(zone.clone(), disk_name.clone())) {
-        return gerr(
-            409,
-            "alreadyExists",
-            format!(
-                "The resource 'projects/{project}/zones/{zone}/disks/{disk_name}' already exists"
-            ),
-        );
-    }
-    let scheduling = vm["scheduling"].clone();
-    if scheduling.get("maxRunDuration").is_some() {
-        let secs: i64 = scheduling["maxRunDuration"]["seconds"]
-            .as_str()
-            .and_then(|t| t.parse().ok())
-            .or_else(|| scheduling["maxRunDuration"]["seconds"].as_i64())
-            .unwrap_or(-1);
-        if secs < 30 {
-            return invalid(
-                "Invalid value for field 'resource.scheduling.maxRunDuration': at least 30 seconds",
-            );
-        }
-        if scheduling["instanceTerminationAction"].as_str().is_none() {
-            return invalid("Invalid value for field 'resource.scheduling.instanceTerminationAction': required with maxRunDuration");
-        }
-    }
-    let nic = &vm["networkInterfaces"][0];
-    let network = last_segment(nic["network"].as_str().unwrap_or("default")).to_string();
-    if !s.networks.contains_key(&network) {
-        return not_found(&format!("projects/{project}/global/networks/{network}"));
-    }
-    let auto_mode = s.networks[&network]["autoCreateSubnetworks"] == json!(true);
-    let region = region_of(&zone).to_string();
-    let subnet = match nic["subnetwork"].as_str() {
-        Some(link) => {
-            let name = last_segment(link).to_string();
-            let in_region = link
-                .split("/regions/")
-                .nth(1)
-                .and_then(|r| r.split('/').next())
-                .unwrap_or_default();
-            if in_region != region {
-                return invalid(format!(
-                    "Invalid value for field 'resource.networkInterfaces[0].subnetwork': '{link}'. Subnetwork must be in the same region as the instance ({region})."
-                ));
-            }
-            if s.subnets.get(&(region.clone(), name.clone())) != Some(&network) {
-                return not_found(&format!(
-                    "projects/{project}/regions/{region}/subnetworks/{name}"
-                ));
-            }
-            name
-        }
-        None if auto_mode => network.clone(),
-        None => {
-            return invalid(format!(
-                "Invalid value for field 'resource.networkInterfaces[0]': ''. Subnetwork should be specified for custom subnetmode network '{network}'."
-            ))
-        }
-    };
-    let hostname = vm["hostname"].as_str().map(str::to_string);
-    let external = nic["accessConfigs"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty());
-    if let Some(items) = vm["tags"]["items"].as_array() {
-        if items.iter().any(|t| !valid_name(t.as_str().unwrap_or(""))) {
-            return invalid(
-                "Invalid value for field 'resource.tags.items': tags must comply with RFC1035",
-            );
-        }
-    }
-    s.inserts.push(vm.clone());
-
-    // The outcome, decided now: quota refuses everything, no stock leaves the boot disk, a failing
-    // operation leaves the instance and the disk.
-    let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let mut metadata = vm["metadata"].clone();
-    if metadata.is_null() {
-        metadata = json!({});
-    }
-    metadata["kind"] = json!("compute#metadata");
-    metadata["fingerprint"] = json!("fp-meta-1");
-    let mut tags = vm["tags"].clone();
-    if tags.is_null() {
-        tags = json!({});
-    }
-    tags["fingerprint"] = json!("fp-tags-1");
-    let labels = if vm["labels"].is_null() {
-        json!({})
-    } else {
-        vm["labels"].clone()
-    };
-    let auto_delete = boot["autoDelete"] != json!(false);
-    let mut boot_info = params.clone();
-    boot_info["diskName"] = json!(disk_name);
-    if let Some(d) = boot.get("deviceName") {
-        boot_info["deviceName"] = d.clone();
-    }
-    let id = s.new_id();
-    let make_vm = |s: &mut World| {
-        let mut vm = instance_json(
-            &zone,
-            &name,
-            &mt,
-            id,
-            labels.clone(),
-            tags.clone(),
-            scheduling.clone(),
-            metadata.clone(),
-            boot_info.clone(),
-            &network,
-            &subnet,
-            auto_delete,
-            external,
-        );
-        if let Some(h) = &hostname {
-            vm["hostname"] = json!(h);
-        }
-        s.instances.insert(key.clone(), vm);
-        if !s.visibility_delay.is_zero() {
-            let until = Instant::now() + s.visibility_delay;
-            s.hidden_until.insert(key.clone(), until);
-        }
-    };
-    let make_disk = |s: &mut World| {
-        let d = disk_json(&zone, &boot_info, &name, id);
-        s.disks.insert((zone.clone(), disk_name.clone()), d);
-    };
-    let error = if s.quota_exceeded > 0 {
-        s.quota_exceeded -= 1;
-        Some((
-            "QUOTA_EXCEEDED".to_string(),
-            format!(
-                "Quota 'CPUS' exceeded.  Limit: 8.0 in region {}.",
-                region_of(&zone)
-            ),
-            403,
-        ))
-    } else if let Some(code) = s.exhausted.get(&(zone.clone(), mt.clone())).copied() {
-        // The boot disk was made before the zone found no room for the instance: it has no user.
-        make_disk(&mut s);
-        if let Some(d) = s.disks.get_mut(&(zone.clone(), disk_name.clone())) {
-            d["users"] = json!([]);
-        }
-        Some((
-            code.to_string(),
-            format!("The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later."),
-            503,
-        ))
-    } else if let Some((code, message)) = s.fail_next.take() {
-        make_disk(&mut s);
-        make_vm(&mut s);
-        Some((code, message, 400))
-    } else {
-        make_disk(&mut s);
-        make_vm(&mut s);
-        None
-    };
-    let mut op = s.new_op(
-        Some(&zone),
-        "insert",
-        target,
-        Effect::Insert {
-            key: key.clone(),
-            error,
-        },
-        q.request_id.as_deref(),
-    );
-    // `targetId`: the incarnation of the instance this insert is about.
-    op["targetId"] = json!(id.to_string());
-    if let Some(o) = op["name"].as_str().and_then(|n| s.ops.get_mut(n)) {
-        o.value["targetId"] = json!(id.to_string());
-    }
-    Json(op).into_response()
-}
-
-async fn delete_instance(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-    Query(q): Query<MutateQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
-    }
-    let key = (zone.clone(), name.clone());
-    if s.visible_instance(&key).is_none() {
-        return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
-    }
-    let vm = s.instances.get_mut(&key).expect("visible");
-    vm["status"] = json!("STOPPING");
-    let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let op = s.new_op(
-        Some(&zone),
-        "delete",
-        target,
-        Effect::Delete(key),
-        q.request_id.as_deref(),
-    );
-    Json(op).into_response()
-}
-
-async fn instance_action(
-    State(state): State<Shared>,
-    Path((project, zone, name, action)): Path<(String, String, String, String)>,
-    Query(q): Query<MutateQuery>,
-    body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
-    }
-    let key = (zone.clone(), name.clone());
-    let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let Some(vm) = s.visible_instance(&key).cloned() else {
-        return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
-    };
-    let status = vm["status"].as_str().unwrap_or_default().to_string();
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let effect = match action.as_str() {
-        "start" => {
-            if status == "TERMINATED" {
-                s.instances.get_mut(&key).expect("exists")["status"] = json!("STAGING");
-            }
-            Effect::Start(key)
-        }
-        "stop" => {
-            if status != "TERMINATED" {
-                s.instances.get_mut(&key).expect("exists")["status"] = json!("STOPPING");
-            }
-            Effect::Stop(key)
-        }
-        "setMachineType" => {
-            let mt_field = body["machineType"].as_str().unwrap_or_default();
-            let mt = last_segment(mt_field).to_string();
-            let (Some(new_arch), Some(old_arch)) = (
-                arch_of_type(&mt),
-                arch_of_type(last_segment(vm["machineType"].as_str().unwrap_or_default())),
-            ) else {
-                return invalid(format!(
-                    "Invalid value for field 'machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
-                ));
-            };
-            if status != "TERMINATED" {
-                return gerr(
-                    400,
-                    "resourceNotReady",
-                    format!("The resource 'projects/{project}/zones/{zone}/instances/{name}' is not ready: Instance must be stopped to change its machine type"),
-                );
-            }
-            if new_arch != old_arch {
-                return invalid(format!(
-                    "Invalid value for field 'machineType': '{mt}'. The architecture of the boot disk does not match the machine type"
-                ));
-            }
-            Effect::SetMachineType(key, mt)
-        }
-        "setLabels" => {
-            let fp = body["labelFingerprint"].as_str().unwrap_or_default();
-            if fp != vm["labelFingerprint"].as_str().unwrap_or_default() {
-                return gerr(
-                    412,
-                    "conditionNotMet",
-                    "Labels fingerprint either invalid or resource labels have changed",
-                );
-            }
-            let labels = if body["labels"].is_null() {
-                json!({})
-            } else {
-                body["labels"].clone()
-            };
-            if let Err(r) = check_labels(&labels) {
-                return r;
-            }
-            let vm = s.instances.get_mut(&key).expect("exists");
-            vm["labelFingerprint"] = json!(label_fingerprint(&labels));
-            vm["labels"] = labels;
-            Effect::None
-        }
-        other => return gerr(404, "notFound", format!("Unknown method '{other}'")),
-    };
-    let op = s.new_op(
-        Some(&zone),
-        &action,
-        target,
-        effect,
-        q.request_id.as_deref(),
-    );
-    Json(op).into_response()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Disks, machine types, images
-
-async fn get_disk(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    match lock(&state).disks.get(&(zone.clone(), name.clone())) {
-        Some(d) => Json(d.clone()).into_response(),
-        None => not_found(&format!("projects/{project}/zones/{zone}/disks/{name}")),
-    }
-}
-
-async fn delete_disk(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-    Query(q): Query<MutateQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
-    }
-    let key = (zone.clone(), name.clone());
-    let Some(disk) = s.disks.get(&key) else {
-        return not_found(&format!("projects/{project}/zones/{zone}/disks/{name}"));
-    };
-    let users: Vec<String> = disk["users"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|u| u.as_str().map(str::to_string))
-        .filter(|u| {
-            s.instances
-                .contains_key(&(zone.clone(), last_segment(u).to_string()))
-        })
-        .collect();
-    if let Some(user) = users.first() {
-        return gerr(
-            400,
-            "resourceInUseByAnotherResource",
-            format!("The disk resource 'projects/{project}/zones/{zone}/disks/{name}' is already being used by '{}'", user.trim_start_matches(&format!("{LINK}/"))),
-        );
-    }
-    s.disks.remove(&key);
-    let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{name}");
-    let op = s.new_op(
-        Some(&zone),
-        "delete",
-        target,
-        Effect::None,
-        q.request_id.as_deref(),
-    );
-    Json(op).into_response()
-}
-
-async fn get_machine_type(Path((project, zone, name)): Path<(String, String, String)>) -> Response {
-    if let Err(r) = check_project(&project).and(check_zone(&zone)) {
-        return r;
-    }
-    match MACHINE_TYPES.iter().find(|(n, ..)| *n == name) {
-        Some(t) => Json(machine_type_json(&zone, t)).into_response(),
-        None => not_found(&format!(
-            "projects/{project}/zones/{zone}/machineTypes/{name}"
-        )),
-    }
-}
-
-fn machine_type_json(zone: &str, (n, arch, cpus, mem): &(&str, &str, u32, u32)) -> Value {
-    json!({
-        "kind": "compute#machineType",
-        "id": "1000",
-        "creationTimestamp": "1969-12-31T16:00:00.000-08:00",
-        "name": n,
-        "description": format!("{cpus} vCPUs, {} GB RAM", mem / 1024),
-        "guestCpus": cpus,
-        "memoryMb": mem,
-        "imageSpaceGb": 0,
-        "maximumPersistentDisks": 128,
-        "maximumPersistentDisksSizeGb": "263168",
-        "zone": zone,
-        "isSharedCpu": n.starts_with("e2-small") || n.starts_with("e2-medium"),
-        "architecture": arch,
-        "selfLink": machine_type_link(zone, n),
-    })
-}
-
-async fn image_from_family(Path((project, family)): Path<(String, String)>) -> Response {
-    let found = IMAGES
-        .iter()
-        .find(|(f, ..)| project == IMAGE_PROJECT && *f == family);
-    match found {
-        Some((f, image, arch)) => Json(json!({
-            "kind": "compute#image",
-            "id": "2000",
-            "name": image,
-            "family": f,
-            "architecture": arch,
-            "status": "READY",
-            "diskSizeGb": "10",
-            "sourceType": "RAW",
-            "selfLink": format!("{LINK}/projects/{IMAGE_PROJECT}/global/images/{image}"),
-        }))
-        .into_response(),
-        None => not_found(&format!("projects/{project}/global/images/family/{family}")),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Operations
-
-async fn get_zone_op(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    op_answer(&state, &project, &format!("zones/{zone}"), &name, false)
-}
-
-async fn wait_zone_op(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    op_answer(&state, &project, &format!("zones/{zone}"), &name, true)
-}
-
-async fn get_global_op(
-    State(state): State<Shared>,
-    Path((project, name)): Path<(String, String)>,
-) -> Response {
-    op_answer(&state, &project, "global", &name, false)
-}
-
-async fn wait_global_op(
-    State(state): State<Shared>,
-    Path((project, name)): Path<(String, String)>,
-) -> Response {
-    op_answer(&state, &project, "global", &name, true)
-}
-
-fn op_answer(state: &Shared, project: &str, scope: &str, name: &str, wait: bool) -> Response {
-    if let Err(r) = check_project(project) {
-        return r;
-    }
-    let mut s = lock(state);
-    let in_scope = s.ops.get(name).is_some_and(|op| {
-        let link = op.value["selfLink"].as_str().unwrap_or_default();
-        link.contains(&format!("/{scope}/operations/"))
-    });
-    if !in_scope {
-        return not_found(&format!("projects/{project}/{scope}/operations/{name}"));
-    }
-    if wait && s.early_waits > 0 {
-        s.early_waits -= 1;
-        return Json(s.ops[name].value.clone()).into_response();
-    }
-    match s.advance(name, wait) {
-        Some(op) => Json(op).into_response(),
-        None => not_found(&format!("projects/{project}/{scope}/operations/{name}")),
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Firewalls and networks
-
-async fn list_firewalls(
-    State(state): State<Shared>,
-    Path(project): Path<String>,
-    Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
-    let items: Vec<Value> = lock(&state)
-        .firewalls
-        .values()
-        .filter(|f| filter.matches(f))
-        .cloned()
-        .collect();
-    page(
-        items,
-        &q,
-        "compute#firewallList",
-        format!("{LINK}/projects/{PROJECT}/global/firewalls"),
-    )
-}
-
-async fn get_firewall(
-    State(state): State<Shared>,
-    Path((project, name)): Path<(String, String)>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    match lock(&state).firewalls.get(&name) {
-        Some(f) => Json(f.clone()).into_response(),
-        None => not_found(&format!("projects/{project}/global/firewalls/{name}")),
-    }
-}
-
-fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = json!({});
-            }
-            let t = target.as_object_mut().expect("object");
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
-fn valid_ipv4_cidr(s: &str) -> bool {
-    let (ip, len) = s.split_once('/').unwrap_or((s, "32"));
-    let octets: Vec<&str> = ip.split('.').collect();
-    octets.len() == 4
-        && octets.iter().all(|o| o.parse::<u8>().is_ok())
-        && len.parse::<u8>().is_ok_and(|l| l <= 32)
-}
-
-async fn patch_firewall(
-    State(state): State<Shared>,
-    Path((project, name)): Path<(String, String)>,
-    Query(q): Query<MutateQuery>,
-    body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
-    }
-    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-        return invalid("Invalid JSON payload received.");
-    };
-    let Some(current) = s.firewalls.get(&name).cloned() else {
-        return not_found(&format!("projects/{project}/global/firewalls/{name}"));
-    };
-    if patch
-        .get("name")
-        .is_some_and(|n| n.as_str() != Some(name.as_str()))
-    {
-        return invalid("Invalid value for field 'resource.name': the name cannot be changed");
-    }
-    if let Some(ranges) = patch.get("sourceRanges") {
-        let ok = ranges
-            .as_array()
-            .is_some_and(|a| a.iter().all(|r| r.as_str().is_some_and(valid_ipv4_cidr)));
-        if !ok {
-            return invalid("Invalid value for field 'resource.sourceRanges'");
-        }
-    }
-    let mut updated = current;
-    merge_patch(&mut updated, &patch);
-    s.firewalls.insert(name.clone(), updated);
-    let target = format!("{LINK}/projects/{PROJECT}/global/firewalls/{name}");
-    let op = s.new_op(None, "patch", target, Effect::None, q.request_id.as_deref());
-    Json(op).into_response()
-}
-
-async fn get_network(
-    State(state): State<Shared>,
-    Path((project, name)): Path<(String, String)>,
-    _headers: HeaderMap,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    let s = lock(&state);
-    let Some(n) = s.networks.get(&name) else {
-        return not_found(&format!("projects/{project}/global/networks/{name}"));
-    };
-    let mut n = n.clone();
-    n["subnetworks"] = json!(s
-        .subnets
-        .iter()
-        .filter(|(_, net)| **net == name)
-        .map(|((region, sub), _)| format!(
-            "{LINK}/projects/{PROJECT}/regions/{region}/subnetworks/{sub}"
-        ))
-        .collect::<Vec<_>>());
-    Json(n).into_response()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn decodes() {
-        assert_eq!(base64url_decode("eyJhIjoxfQ").unwrap(), br#"{"a":1}"#);
         assert_eq!(
             crate::control::form_pairs(b"f=a%3Ab+c"),
             [("f".to_string(), "a:b c".to_string())]
@@ -1994,16 +595,8 @@ mod tests {
     }
 
     fn b64url(data: &[u8]) -> String {
-        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let mut out = String::new();
-        for chunk in data.chunks(3) {
-            let n = chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b))
-                << (8 * (3 - chunk.len()));
-            for i in 0..=chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
-        out
+        use base64::Engine as _;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
     }
 
     async fn token_for(fake: &FakeGce, http: &reqwest::Client) -> String {
@@ -2055,7 +648,10 @@ mod tests {
             "machineType": format!("zones/{ZONE}/machineTypes/e2-small"),
             "labels": {"orca": "pool"},
             "disks": [{"boot": true, "autoDelete": true, "initializeParams": {"sourceImage": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"}}],
-            "networkInterfaces": [{"network": format!("projects/{PROJECT}/global/networks/{NETWORK}")}],
+            "networkInterfaces": [{
+                "network": format!("projects/{PROJECT}/global/networks/{NETWORK}"),
+                "subnetwork": format!("projects/{PROJECT}/regions/europe-west1/subnetworks/{SUBNET}"),
+            }],
         });
         let rid = "6f1c2c9e-5a51-4b1a-9b3e-0d6a8f1e2b3c";
         let insert = || {
@@ -2149,5 +745,158 @@ mod tests {
                 .unwrap();
             assert_eq!(r.status(), 400, "{q}");
         }
+    }
+
+    async fn call(
+        http: &reqwest::Client,
+        token: &str,
+        method: reqwest::Method,
+        url: String,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = http.request(method, url).bearer_auth(token);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    fn insert_body(name: &str, zone: &str, subnet: Option<&str>) -> Value {
+        let mut nic = json!({"network": format!("projects/{PROJECT}/global/networks/{NETWORK}")});
+        if let Some(s) = subnet {
+            nic["subnetwork"] = json!(format!(
+                "projects/{PROJECT}/regions/{}/subnetworks/{s}",
+                region_of(zone)
+            ));
+        }
+        json!({
+            "name": name,
+            "machineType": format!("zones/{zone}/machineTypes/e2-small"),
+            "disks": [{"boot": true, "autoDelete": true, "initializeParams": {"sourceImage": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"}}],
+            "networkInterfaces": [nic],
+        })
+    }
+
+    #[tokio::test]
+    async fn aggregated_lists_times_subnets_and_late_visibility_have_the_real_shape() {
+        let fake = FakeGce::start().await.unwrap();
+        fake.set_operation_steps(0);
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+        let post = |path: String, body: Value| {
+            let (http, token) = (&http, &token);
+            async move { call(http, token, reqwest::Method::POST, path, Some(body)).await }
+        };
+        let get = |path: String| {
+            let (http, token) = (&http, &token);
+            async move { call(http, token, reqwest::Method::GET, path, None).await }
+        };
+        // A custom-mode network needs a subnet of the instance's region that exists.
+        let (s, b) = post(
+            api(&format!("zones/{ZONE}/instances")),
+            insert_body("a", ZONE, None),
+        )
+        .await;
+        assert_eq!(
+            (s, b["error"]["errors"][0]["reason"].as_str()),
+            (400, Some("invalid"))
+        );
+        let (s, _) = post(
+            api("zones/europe-west4-a/instances"),
+            insert_body("a", "europe-west4-a", Some(SUBNET)),
+        )
+        .await;
+        assert_eq!(s, 404, "no orca-subnet in europe-west4");
+        let (s, b) = get(api("zones/mars-north1-a/instances/a")).await;
+        assert_eq!((s, b["error"]["code"].as_u64()), (400, Some(400)));
+        for (name, zone) in [
+            ("a", "europe-west1-b"),
+            ("b", "us-central1-a"),
+            ("c", "us-central1-a"),
+        ] {
+            let (s, _) = post(
+                api(&format!("zones/{zone}/instances")),
+                insert_body(name, zone, Some(SUBNET)),
+            )
+            .await;
+            assert_eq!(s, 200, "{name}");
+        }
+        // Times: RFC 3339 with milliseconds and an offset; started when running, no stop yet.
+        let (_, vm) = get(api("zones/us-central1-a/instances/b")).await;
+        for field in ["creationTimestamp", "lastStartTimestamp"] {
+            let t = vm[field].as_str().unwrap();
+            assert!(
+                chrono::DateTime::parse_from_rfc3339(t).is_ok(),
+                "{field} {t}"
+            );
+            assert_eq!(t.len(), "2026-12-03T04:01:37.123-08:00".len(), "{t}");
+        }
+        assert!(vm.get("lastStopTimestamp").is_none() && vm.get("hostname").is_none());
+        // An aggregated page holds every zone: its instances, or a warning.
+        let (s, page) = get(api("aggregated/instances?maxResults=2")).await;
+        assert_eq!(s, 200);
+        assert_eq!(page["kind"], "compute#instanceAggregatedList");
+        let items = page["items"].as_object().unwrap();
+        assert_eq!(items.len(), ZONES.len());
+        assert_eq!(items["zones/europe-west1-b"]["instances"][0]["name"], "a");
+        assert_eq!(items["zones/us-central1-a"]["instances"][0]["name"], "b");
+        let w = &items["zones/us-central1-f"]["warning"];
+        assert_eq!(w["code"], "NO_RESULTS_ON_PAGE");
+        assert_eq!(
+            w["data"][0],
+            json!({"key": "scope", "value": "zones/us-central1-f"})
+        );
+        let token2 = page["nextPageToken"].as_str().unwrap();
+        let (_, page2) = get(api(&format!(
+            "aggregated/instances?maxResults=2&pageToken={token2}"
+        )))
+        .await;
+        assert_eq!(
+            page2["items"]["zones/us-central1-a"]["instances"][0]["name"],
+            "c"
+        );
+        assert_eq!(
+            page2["items"]["zones/europe-west1-b"]["warning"]["code"],
+            "NO_RESULTS_ON_PAGE"
+        );
+        assert!(page2.get("nextPageToken").is_none());
+        let (_, types) = get(api(
+            "aggregated/machineTypes?filter=name%20%3D%20%22t2a-standard-1%22&maxResults=1",
+        ))
+        .await;
+        assert_eq!(
+            types["items"]["zones/europe-west1-b"]["machineTypes"][0]["architecture"],
+            "ARM64"
+        );
+        // Late visibility: invisible to get and lists, 404 to changes, 409 to a second insert.
+        fake.set_visibility_delay(Duration::from_millis(300));
+        let (s, _) = post(
+            api(&format!("zones/{ZONE}/instances")),
+            insert_body("late", ZONE, Some(SUBNET)),
+        )
+        .await;
+        assert_eq!(s, 200);
+        assert_eq!(
+            get(api(&format!("zones/{ZONE}/instances/late"))).await.0,
+            404
+        );
+        let (_, list) = get(api(&format!("zones/{ZONE}/instances"))).await;
+        assert_eq!(list["items"].as_array().map(Vec::len), Some(1), "only a");
+        let (s, _) = post(api(&format!("zones/{ZONE}/instances/late/stop")), json!({})).await;
+        assert_eq!(s, 404);
+        let (s, _) = post(
+            api(&format!("zones/{ZONE}/instances")),
+            insert_body("late", ZONE, Some(SUBNET)),
+        )
+        .await;
+        assert_eq!(s, 409);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(
+            get(api(&format!("zones/{ZONE}/instances/late"))).await.0,
+            200
+        );
     }
 }

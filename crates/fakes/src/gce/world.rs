@@ -1,0 +1,334 @@
+//! The fake's state ([`World`]): instances, disks, operations and their effects, request ids,
+//! firewall rules, networks and subnets, tokens, faults; and the resources' JSON as the API shows it.
+
+use super::*;
+
+pub(super) type Key = (String, String);
+
+#[derive(Debug)]
+pub(super) struct Op {
+    pub(super) value: Value,
+    pub(super) steps_left: u32,
+    pub(super) effect: Effect,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Effect {
+    None,
+    Insert {
+        key: Key,
+        error: Option<(String, String, u16)>,
+    },
+    Start(Key),
+    Stop(Key),
+    Delete(Key),
+    SetMachineType(Key, String),
+}
+
+#[derive(Debug, Default)]
+pub(super) struct World {
+    pub(super) next_id: u64,
+    pub(super) instances: BTreeMap<Key, Value>,
+    pub(super) disks: BTreeMap<Key, Value>,
+    pub(super) ops: HashMap<String, Op>,
+    pub(super) request_ids: HashMap<String, String>,
+    pub(super) firewalls: BTreeMap<String, Value>,
+    pub(super) networks: BTreeMap<String, Value>,
+    pub(super) tokens: HashSet<String>,
+    pub(super) token_uri: String,
+    pub(super) exhausted: HashMap<Key, &'static str>,
+    pub(super) quota_exceeded: u32,
+    pub(super) fail_next: Option<(String, String)>,
+    pub(super) op_steps: u32,
+    pub(super) inserts: Vec<Value>,
+    pub(super) early_waits: u32,
+    /// Subnets by (region, name), with their network's name.
+    pub(super) subnets: BTreeMap<Key, String>,
+    /// How long instances made from now on stay invisible (see [`FakeGce::set_visibility_delay`]).
+    pub(super) visibility_delay: Duration,
+    /// When each instance made under a visibility delay becomes visible.
+    pub(super) hidden_until: HashMap<Key, Instant>,
+}
+
+impl World {
+    /// Whether instance `key` can be seen (see [`FakeGce::set_visibility_delay`]).
+    pub(super) fn visible(&self, key: &Key) -> bool {
+        self.hidden_until
+            .get(key)
+            .is_none_or(|t| Instant::now() >= *t)
+    }
+
+    /// The visible instance `key`.
+    pub(super) fn visible_instance(&self, key: &Key) -> Option<&Value> {
+        self.instances.get(key).filter(|_| self.visible(key))
+    }
+
+    pub(super) fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        4_000_000_000_000_000_000 + self.next_id
+    }
+
+    pub(super) fn new_op(
+        &mut self,
+        zone: Option<&str>,
+        kind: &str,
+        target: String,
+        effect: Effect,
+        request_id: Option<&str>,
+    ) -> Value {
+        let id = self.new_id();
+        let name = format!("operation-{id}-{}", kind.to_lowercase());
+        let scope = match zone {
+            Some(z) => format!("zones/{z}"),
+            None => "global".into(),
+        };
+        let mut value = json!({
+            "kind": "compute#operation",
+            "id": id.to_string(),
+            "name": name,
+            "operationType": kind,
+            "targetLink": target,
+            "status": "PENDING",
+            "user": TEST_CLIENT_EMAIL,
+            "progress": 0,
+            "insertTime": now_text(),
+            "startTime": now_text(),
+            "selfLink": format!("{LINK}/projects/{PROJECT}/{scope}/operations/{name}"),
+        });
+        if let Some(z) = zone {
+            value["zone"] = json!(format!("{LINK}/projects/{PROJECT}/zones/{z}"));
+        }
+        if let Some(r) = request_id {
+            self.request_ids.insert(r.to_string(), name.clone());
+        }
+        let steps = self.op_steps;
+        self.ops.insert(
+            name.clone(),
+            Op {
+                value,
+                steps_left: steps,
+                effect,
+            },
+        );
+        if steps == 0 {
+            self.finish(&name);
+        }
+        self.ops[&name].value.clone()
+    }
+
+    /// Advances an operation one step (`finish_now`: to `DONE`), applying its effect at the end.
+    pub(super) fn advance(&mut self, name: &str, finish_now: bool) -> Option<Value> {
+        let op = self.ops.get_mut(name)?;
+        if op.value["status"] != "DONE" {
+            op.steps_left = op.steps_left.saturating_sub(1);
+            if finish_now || op.steps_left == 0 {
+                self.finish(name);
+            } else {
+                op.value["status"] = json!("RUNNING");
+                op.value["progress"] = json!(50);
+            }
+        }
+        Some(self.ops[name].value.clone())
+    }
+
+    pub(super) fn finish(&mut self, name: &str) {
+        let Some(op) = self.ops.get(name) else { return };
+        let effect = op.effect.clone();
+        let mut error: Option<(String, String, u16)> = None;
+        match effect {
+            Effect::None => {}
+            Effect::Insert { key, error: e } => match e {
+                Some(e) => {
+                    if let Some(vm) = self.instances.get_mut(&key) {
+                        vm["status"] = json!("TERMINATED");
+                    }
+                    error = Some(e);
+                }
+                None => {
+                    let n = self.next_id % 250 + 1;
+                    if let Some(vm) = self.instances.get_mut(&key) {
+                        vm["status"] = json!("RUNNING");
+                        vm["lastStartTimestamp"] = json!(now_text());
+                        let nat = vm
+                            .pointer_mut("/networkInterfaces/0/accessConfigs/0")
+                            .and_then(Value::as_object_mut);
+                        if let Some(nat) = nat {
+                            nat.insert("natIP".into(), json!(format!("203.0.113.{n}")));
+                        }
+                    }
+                }
+            },
+            Effect::Start(key) => {
+                if let Some(vm) = self.instances.get_mut(&key) {
+                    if vm["status"] != "RUNNING" {
+                        vm["lastStartTimestamp"] = json!(now_text());
+                    }
+                    vm["status"] = json!("RUNNING");
+                }
+            }
+            Effect::Stop(key) => {
+                if let Some(vm) = self.instances.get_mut(&key) {
+                    if vm["status"] != "TERMINATED" {
+                        vm["lastStopTimestamp"] = json!(now_text());
+                    }
+                    vm["status"] = json!("TERMINATED");
+                }
+            }
+            Effect::Delete(key) => {
+                self.hidden_until.remove(&key);
+                if let Some(vm) = self.instances.remove(&key) {
+                    for d in vm["disks"].as_array().cloned().unwrap_or_default() {
+                        let dname = last_segment(d["source"].as_str().unwrap_or_default());
+                        let dkey = (key.0.clone(), dname.to_string());
+                        if d["autoDelete"] == json!(true) {
+                            self.disks.remove(&dkey);
+                        } else if let Some(disk) = self.disks.get_mut(&dkey) {
+                            disk["users"] = json!([]);
+                        }
+                    }
+                }
+            }
+            Effect::SetMachineType(key, mt) => {
+                if let Some(vm) = self.instances.get_mut(&key) {
+                    vm["machineType"] = json!(machine_type_link(&key.0, &mt));
+                }
+            }
+        }
+        let op = self.ops.get_mut(name).expect("operation exists");
+        op.value["status"] = json!("DONE");
+        op.value["progress"] = json!(100);
+        op.value["endTime"] = json!(now_text());
+        if let Some((code, message, http)) = error {
+            op.value["error"] = json!({"errors": [{"code": code, "message": message}]});
+            op.value["httpErrorStatusCode"] = json!(http);
+            op.value["httpErrorMessage"] = json!(match http {
+                403 => "FORBIDDEN",
+                503 => "SERVICE UNAVAILABLE",
+                _ => "BAD REQUEST",
+            });
+        }
+    }
+
+    pub(super) fn repeated(&self, request_id: Option<&str>) -> Option<Value> {
+        let name = self.request_ids.get(request_id?)?;
+        Some(self.ops.get(name)?.value.clone())
+    }
+}
+
+pub(super) fn last_segment(s: &str) -> &str {
+    s.rsplit('/').next().unwrap_or(s)
+}
+
+pub(super) fn machine_type_link(zone: &str, mt: &str) -> String {
+    format!("{LINK}/projects/{PROJECT}/zones/{zone}/machineTypes/{mt}")
+}
+
+pub(super) fn arch_of_type(mt: &str) -> Option<&'static str> {
+    MACHINE_TYPES
+        .iter()
+        .find(|(n, ..)| *n == mt)
+        .map(|(_, a, ..)| *a)
+}
+
+pub(super) fn label_fingerprint(labels: &Value) -> String {
+    // FNV-1a over the canonical JSON: opaque to clients, changes with every label change.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in labels.to_string().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn instance_json(
+    zone: &str,
+    name: &str,
+    mt: &str,
+    id: u64,
+    labels: Value,
+    tags: Value,
+    scheduling: Value,
+    metadata: Value,
+    boot: Value,
+    network: &str,
+    subnet: &str,
+    auto_delete: bool,
+    external: bool,
+) -> Value {
+    let fp = label_fingerprint(&labels);
+    let mut nic = json!({
+        "kind": "compute#networkInterface",
+        "name": "nic0",
+        "network": format!("{LINK}/projects/{PROJECT}/global/networks/{network}"),
+        "networkIP": format!("10.132.0.{}", id % 250 + 2),
+        "stackType": "IPV4_ONLY",
+    });
+    if !subnet.is_empty() {
+        nic["subnetwork"] = json!(format!(
+            "{LINK}/projects/{PROJECT}/regions/{}/subnetworks/{subnet}",
+            region_of(zone)
+        ));
+    }
+    if external {
+        nic["accessConfigs"] = json!([{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT", "name": "External NAT", "networkTier": "PREMIUM"}]);
+    }
+    let mut scheduling = scheduling;
+    if scheduling.get("provisioningModel").is_none() {
+        scheduling["provisioningModel"] = json!("STANDARD");
+    }
+    json!({
+        "kind": "compute#instance",
+        "id": id.to_string(),
+        "creationTimestamp": now_text(),
+        "name": name,
+        "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
+        "machineType": machine_type_link(zone, mt),
+        "status": "PROVISIONING",
+        "labels": labels,
+        "labelFingerprint": fp,
+        "tags": tags,
+        "metadata": metadata,
+        "scheduling": scheduling,
+        "disks": [{
+            "kind": "compute#attachedDisk",
+            "type": "PERSISTENT",
+            "mode": "READ_WRITE",
+            "boot": true,
+            "autoDelete": auto_delete,
+            "deviceName": boot.get("deviceName").cloned().unwrap_or(json!("persistent-disk-0")),
+            "index": 0,
+            "source": format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{}",
+                boot.get("diskName").and_then(Value::as_str).unwrap_or(name)),
+            "diskSizeGb": boot.get("diskSizeGb").cloned().unwrap_or(json!("10")),
+        }],
+        "networkInterfaces": [nic],
+        "selfLink": format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}"),
+        "cpuPlatform": "Unknown CPU Platform",
+        "deletionProtection": false,
+    })
+}
+
+pub(super) fn disk_json(zone: &str, params: &Value, user: &str, id: u64) -> Value {
+    let name = params
+        .get("diskName")
+        .and_then(Value::as_str)
+        .unwrap_or(user);
+    json!({
+        "kind": "compute#disk",
+        "id": id.to_string(),
+        "name": name,
+        "sizeGb": params.get("diskSizeGb").cloned().unwrap_or(json!("10")),
+        "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
+        "status": "READY",
+        "sourceImage": params.get("sourceImage").cloned().unwrap_or(Value::Null),
+        "type": format!("{LINK}/projects/{PROJECT}/zones/{zone}/diskTypes/pd-balanced"),
+        "labels": params.get("labels").cloned().unwrap_or(json!({})),
+        "users": [format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{user}")],
+        "selfLink": format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{name}"),
+    })
+}
+
+pub(super) fn region_of(zone: &str) -> &str {
+    zone.rsplit_once('-').map(|(r, _)| r).unwrap_or(zone)
+}
