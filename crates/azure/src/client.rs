@@ -89,7 +89,7 @@ impl std::fmt::Debug for Arm {
 ///   unauthenticated;
 /// - `ResourceNotFound`, `NotFound`, `ResourceGroupNotFound`, `InvalidResourceReference` (a
 ///   referenced resource does not exist): not found;
-/// - `InvalidParameter`: invalid spec naming the target;
+/// - `InvalidParameter`: other, naming the target (an invalid spec is refused before any call);
 /// - `PreconditionFailed`: already exists;
 /// - `AnotherOperationInProgress`, `RetryableError`, `InternalServerError`, `OperationPreempted`,
 ///   `TooManyRequests`: passing (retried);
@@ -154,14 +154,13 @@ pub(crate) fn map_error(
         "ResourceNotFound" | "NotFound" | "ResourceGroupNotFound" | "InvalidResourceReference" => {
             Error::not_found(words)
         }
-        "InvalidParameter" => Error::invalid(
-            if error.target.is_empty() {
-                "request".to_string()
-            } else {
-                error.target.clone()
-            },
-            words,
-        ),
+        // Azure refused a value the driver sent: not `InvalidSpec` (which is refused before any
+        // call, and keeps no code), but the cloud's answer naming its target.
+        "InvalidParameter" if !error.target.is_empty() => Error::other(format!(
+            "HTTP {}: {words} (target {})",
+            status.unwrap_or(400),
+            error.target
+        )),
         "PreconditionFailed" => Error::already_exists(words),
         "TooManyRequests" => Error::throttled(retry_after, words),
         "AnotherOperationInProgress"

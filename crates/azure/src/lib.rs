@@ -29,6 +29,8 @@ pub mod credential;
 mod ext;
 mod model;
 mod provider;
+#[cfg(test)]
+mod published;
 
 pub use config::{Config, ConfigBuilder, ConfigKey, Credential, ImageUrn};
 pub use credential::{auto_choice, AutoChoice, StaticToken, TokenSource};

@@ -1,31 +1,84 @@
-//! A stateful fake of the Azure Resource Manager API on 127.0.0.1, written from the REST specifications
-//! (Azure/azure-rest-api-specs: `specification/compute/resource-manager` and
-//! `specification/network/resource-manager`), and of the public Azure Retail Prices API.
+//! A stateful fake of the Azure Resource Manager API on 127.0.0.1, and of the public Azure Retail
+//! Prices API, written from Azure's published references: the REST specifications and their examples
+//! in Azure/azure-rest-api-specs (compute `2024-07-01`, network `2024-05-01`, resource SKUs
+//! `2021-07-01`, resources `2021-04-01`, consumption `2023-05-01`) and the Retail Prices, managed
+//! identity and Resource Manager documentation on learn.microsoft.com.
 //!
-//! What it keeps like Azure:
-//! - resources by id (`/subscriptions/{s}/resourceGroups/{rg}/providers/{ns}/{type}/{name}`), names
-//!   compared without case, a bearer token on every Resource Manager call (401 `AuthenticationFailed` /
-//!   `InvalidAuthenticationToken`), `api-version` required (400 `MissingApiVersionParameter`), unknown
-//!   resource groups answered 404 `ResourceGroupNotFound`;
-//! - virtual machines (with their OS disk, removed with the VM when `deleteOption` is `Delete`), the
-//!   instance view (`$expand=instanceView` on a `GET`, and the subscription's `statusOnly=true` list;
-//!   like the specification says, not on an unfiltered resource-group list), power states `starting`, `running`, `stopping`, `stopped`,
-//!   `deallocating`, `deallocated`), `start`, `deallocate`, `powerOff`, resize by `PATCH`;
-//!   network interfaces, public addresses (a static address handed out), network security groups and
-//!   their rules (priorities unique per direction), application security groups, virtual networks and
-//!   subnets; the references between them (a referenced resource must exist; a resource in use cannot be
-//!   deleted: `NicInUse`, `InUseNetworkSecurityGroupCannotBeDeleted`, `PublicIPAddressCannotBeDeleted`);
-//! - `If-None-Match: *` on a compute `PUT` (412 `PreconditionFailed` when the VM exists; the network
-//!   specification has no such header, so it is ignored there);
-//! - long-running operations: `PUT` answers 201 (200 on update), `DELETE` and actions 202, each with an
-//!   `Azure-AsyncOperation` header (and `Location` for 202) naming an operation that reports `InProgress`
-//!   until it has been polled [`FakeAzure::set_lro_polls`] times (or has stood a little while), then
-//!   `Succeeded` or `Failed` with the error;
-//! - `nextLink` paging of every list ([`FakeAzure::set_page_size`]);
-//! - resource SKUs (`Microsoft.Compute/skus`) with `CpuArchitectureType` (`x64`, `Arm64`) and locations;
-//! - the retail prices API (`/api/retail/prices` with `$filter`, `NextPageLink`), with Linux, Windows,
-//!   Spot, Low Priority and reservation rows, so a client must pick the right one;
-//! - error bodies `{"error":{"code","message","details"}}` with Azure's codes.
+//! # Real behaviours it reproduces (and where they come from)
+//! - **Addressing and auth** (ARM common types): resources by id
+//!   (`/subscriptions/{s}/resourceGroups/{rg}/providers/{ns}/{type}/{name}`), names compared without
+//!   case; a bearer token on every call (401 `AuthenticationFailed` / `InvalidAuthenticationToken`);
+//!   `api-version` required (400 `MissingApiVersionParameter`); unknown resource groups 404
+//!   `ResourceGroupNotFound`; error bodies `{"error":{"code","message","details","target",
+//!   "additionalInfo"}}` with Azure's codes.
+//! - **Virtual machines** (`virtualMachine.json`, `VirtualMachine_Get*.json`): `timeCreated` (the
+//!   time the VM was made, RFC 3339 with seven fractional digits), `vmId`; the instance view
+//!   (`$expand=instanceView`, `.../instanceView`) with `ProvisioningState/...` and `PowerState/...`
+//!   statuses, the power states carrying no time (as in the published examples); power states
+//!   `starting`, `running`, `stopping`, `stopped`, `deallocating`, `deallocated`; `start`,
+//!   `deallocate`, `powerOff`, `restart`; resize by `PATCH`; `customData` never returned;
+//!   `If-None-Match: *` on `PUT` (412 `PreconditionFailed` when the VM exists); `$expand=instanceView`
+//!   on a list only with a `$filter` (the specification's words), `statusOnly=true` only on the
+//!   subscription-wide list; an SSH-only Linux profile needs a key (400 `InvalidParameter`).
+//! - **What a VM owns** (`NetworkInterfaceReference`, `OSDisk` and `PublicIPAddress`
+//!   `deleteOption`): deleting a VM deletes its OS disk and each interface whose reference says
+//!   `Delete`, and with such an interface each public address whose own `deleteOption` is `Delete`;
+//!   the rest is detached.
+//! - **Interface reservation** (`NicReservedForAnotherVm`, "reserved for another Virtual Machine for
+//!   180 seconds", as reported against Azure by karpenter-provider-azure#92, rancher/machine#359,
+//!   AzureTRE#4474): the interfaces of a VM whose create failed, or that a VM's delete left behind,
+//!   are reserved for it ([`NIC_RESERVATION`], [`FakeAzure::set_nic_reservation`]): deleting one on
+//!   its own, or giving it to another VM, answers 400 `NicReservedForAnotherVm`. A VM refused at its
+//!   `PUT` (quota, size not available) is never made and reserves nothing.
+//! - **Network resources** (`networkInterface.json`, `publicIpAddress.json`,
+//!   `networkSecurityGroup.json`, `applicationSecurityGroup.json`, `virtualNetwork.json`):
+//!   interfaces with private addresses, static public addresses, DNS labels (`dnsSettings`: the FQDN
+//!   `<label>.<location>.cloudapp.azure.com`, or with a `domainNameLabelScope`
+//!   `<label>-<hash>.<location>.cloudapp.azure.com`; a label in use is 400 `DnsRecordInUse`, an
+//!   invalid one 400 `InvalidDomainNameLabel`), security groups with their default rules and rules
+//!   as sub-resources (priorities 100-4096 unique per direction: 400 `SecurityRuleConflict`),
+//!   application security groups, virtual networks and subnets; references must exist (400
+//!   `InvalidResourceReference`); a resource in use cannot be deleted (`NicInUse`,
+//!   `InUseNetworkSecurityGroupCannotBeDeleted`, `PublicIPAddressCannotBeDeleted`); a change of a
+//!   network resource whose operation is still running is refused with 409
+//!   `AnotherOperationInProgress`.
+//! - **Long-running operations** (ARM async operations guideline): `PUT` answers 201 (200 on update),
+//!   `DELETE` and actions 202, with `Azure-AsyncOperation` (and `Location` for 202) naming an
+//!   operation that reports `InProgress` until polled [`FakeAzure::set_lro_polls`] times (or it has
+//!   stood a little while unpolled), then `Succeeded`, or `Failed` with the error; the
+//!   `Location`-only protocol on demand ([`FakeAzure::set_location_only`]).
+//! - **Lists**: `nextLink` paging of every list ([`FakeAzure::set_page_size`]), the links absolute
+//!   with their explicit port, as Azure's are (`https://management.azure.com:443/...`).
+//! - **Resource SKUs** (`skus.json`, `ListAvailableResourceSkusForARegion.json`): one entry per size
+//!   and location, `$filter=location eq '<location>'`, `CpuArchitectureType` (`x64`, `Arm64`).
+//! - **Tags API** (`Tags_UpdateAtScope`): `{id}/providers/Microsoft.Resources/tags/default` with
+//!   `Merge`, `Replace` and `Delete` (by name, or by name and value), at most 50 tags.
+//! - **Credits** (`CreditSummaryByBillingProfile.json`): a billing profile's balance summary
+//!   ([`FakeAzure::set_credit`]).
+//! - **Retail prices** (`/api/retail/prices`, `$filter`, `NextPageLink`, `{"Error":{"Code",
+//!   "Message"}}`): Linux, Windows, Spot, Low Priority and reservation rows, so a client must pick.
+//! - **Instance metadata service** (managed identity documentation): the token endpoint answers 400
+//!   at once to a request without the `Metadata: true` header, which is how clients probe for it.
+//! - **Role scope** ([`FakeAzure::scope_to_resource_group`]): a principal whose role is scoped to the
+//!   resource group is refused the subscription-wide VM list (403 `AuthorizationFailed`).
+//! - **Eventual consistency** ([`FakeAzure::set_visibility_delay`]): new VMs invisible to reads for a
+//!   while, changes of them answered 404.
+//!
+//! # What it does not reproduce
+//! - Real capacity, quotas, zones, images and prices: the catalogue is six sizes in three locations,
+//!   failures come only from the faults below.
+//! - Azure Policy beyond a deny of a resource type; RBAC beyond the one role scope above; locks
+//!   beyond [`FakeAzure::refuse_delete`] (`ScopeLocked`).
+//! - The hash of a scoped DNS label is the fake's own (Azure's is undocumented); `TenantReuse` is
+//!   treated as one tenant.
+//! - How long Azure takes: operations end after a number of polls, not after real time; the real
+//!   service's `Retry-After` values; eventual consistency of anything but new VMs.
+//! - Whether Azure reserves an interface after a VM refused at its `PUT`: the published reports
+//!   are of VMs that were made and failed or were deleted, and the fake follows them.
+//! - Managed identity tokens themselves, workload identity and Entra ID (no login endpoint).
+//! - Whether the network resource provider applies a public address's own `deleteOption` when the
+//!   VM deletes the interface it is on: the specification's words ("what happens to the public IP
+//!   address when the VM using it is deleted") are followed.
 //!
 //! Faults on demand, beside [`crate::Control`]'s (429 with Retry-After, 5xx, latency, dropped answers):
 //! allocation failure of a size in a location ([`FakeAzure::fail_allocation`]), a size not offered
@@ -2385,6 +2438,142 @@ mod tests {
             r.json::<Value>().await.unwrap()["error"]["code"],
             "ResourceNotFound"
         );
+    }
+
+    #[tokio::test]
+    async fn reproduces_what_a_kind_fake_hid() {
+        let f = FakeAzure::start().await.unwrap();
+        f.add_subnet(RESOURCE_GROUP, "net-westeurope", "westeurope", "s", None);
+        let http = reqwest::Client::new();
+        let rg = format!(
+            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers",
+            f.url()
+        );
+        let send = |m: reqwest::Method, url: String, body: Option<Value>| {
+            let http = http.clone();
+            async move {
+                let mut r = http.request(m, url).bearer_auth(TOKEN);
+                if let Some(b) = body {
+                    r = r.json(&b);
+                }
+                let r = r.send().await.unwrap();
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        // A DNS label gets its FQDN; scoped, with a hash; a second address cannot take it.
+        let pip = |label: &str| {
+            json!({"location": "westeurope", "properties": {"publicIPAllocationMethod": "Static",
+                "dnsSettings": {"domainNameLabel": label, "domainNameLabelScope": "ResourceGroupReuse"}}})
+        };
+        let (st, b) = send(
+            Method::PUT,
+            format!("{rg}/Microsoft.Network/publicIPAddresses/a?api-version=2024-05-01"),
+            Some(pip("web")),
+        )
+        .await;
+        assert_eq!(st, 201);
+        let fqdn = b["properties"]["dnsSettings"]["fqdn"].as_str().unwrap();
+        assert!(
+            fqdn.starts_with("web-") && fqdn.ends_with(".westeurope.cloudapp.azure.com"),
+            "{fqdn}"
+        );
+        let (st, b) = send(
+            Method::PUT,
+            format!("{rg}/Microsoft.Network/publicIPAddresses/b?api-version=2024-05-01"),
+            Some(pip("web")),
+        )
+        .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (400, Some("DnsRecordInUse"))
+        );
+        // A second change of a network resource whose operation runs is refused.
+        f.set_lro_polls(5);
+        let (st, b) = send(
+            Method::PUT,
+            format!("{rg}/Microsoft.Network/publicIPAddresses/a?api-version=2024-05-01"),
+            Some(pip("web")),
+        )
+        .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (409, Some("AnotherOperationInProgress"))
+        );
+        f.set_lro_polls(1);
+        // A new VM has its real creation time and shows to reads only after the delay.
+        f.set_visibility_delay(Duration::from_millis(300));
+        let nic = json!({"location": "westeurope", "properties": {"ipConfigurations": [{"name": "c",
+            "properties": {"subnet": {"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/virtualNetworks/net-westeurope/subnets/s")}}}]}});
+        let (st, _) = send(
+            Method::PUT,
+            format!("{rg}/Microsoft.Network/networkInterfaces/n?api-version=2024-05-01"),
+            Some(nic),
+        )
+        .await;
+        assert_eq!(st, 201);
+        let vm = json!({"location": "westeurope", "tags": {"a": "1", "b": "2"}, "properties": {
+            "hardwareProfile": {"vmSize": "Standard_B2s"},
+            "storageProfile": {"imageReference": {"publisher": "p", "offer": "o", "sku": "server", "version": "latest"}},
+            "osProfile": {"computerName": "v", "adminUsername": "u", "linuxConfiguration": {"disablePasswordAuthentication": true,
+                "ssh": {"publicKeys": [{"path": "/home/u/.ssh/authorized_keys", "keyData": "ssh-ed25519 AAAA k"}]}}},
+            "networkProfile": {"networkInterfaces": [{"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkInterfaces/n")}]}}});
+        let vm_url = format!("{rg}/Microsoft.Compute/virtualMachines/v?api-version=2024-07-01");
+        let (st, b) = send(Method::PUT, vm_url.clone(), Some(vm)).await;
+        assert_eq!(st, 201);
+        let made = b["properties"]["timeCreated"].as_str().unwrap().to_string();
+        assert_eq!(
+            made.len(),
+            "2021-06-27T01:02:38.3138469+00:00".len(),
+            "{made}"
+        );
+        assert!(made > rfc3339(std::time::SystemTime::now() - Duration::from_secs(60)));
+        assert_eq!(send(Method::GET, vm_url.clone(), None).await.0, 404);
+        let tags = format!(
+            "{rg}/Microsoft.Compute/virtualMachines/v/providers/Microsoft.Resources/tags/default?api-version=2021-04-01"
+        );
+        assert_eq!(
+            send(
+                Method::PATCH,
+                tags.clone(),
+                Some(json!({"operation": "Merge", "properties": {"tags": {"c": "3"}}}))
+            )
+            .await
+            .0,
+            404
+        );
+        tokio::time::sleep(Duration::from_millis(320)).await;
+        assert_eq!(send(Method::GET, vm_url, None).await.0, 200);
+        // The Tags API merges and deletes what it names, nothing else.
+        let (_, b) = send(
+            Method::PATCH,
+            tags.clone(),
+            Some(json!({"operation": "Merge", "properties": {"tags": {"c": "3"}}})),
+        )
+        .await;
+        assert_eq!(
+            b["properties"]["tags"],
+            json!({"a": "1", "b": "2", "c": "3"})
+        );
+        let (_, b) = send(
+            Method::PATCH,
+            tags,
+            Some(json!({"operation": "Delete", "properties": {"tags": {"a": "", "b": "other"}}})),
+        )
+        .await;
+        assert_eq!(b["properties"]["tags"], json!({"b": "2", "c": "3"}));
+    }
+
+    #[test]
+    fn times_are_written_as_azure_writes_them() {
+        let t = std::time::UNIX_EPOCH + Duration::from_nanos(1_624_755_758_313_846_900);
+        assert_eq!(rfc3339(t), "2021-06-27T01:02:38.3138469+00:00");
+        assert_eq!(
+            rfc3339(std::time::UNIX_EPOCH),
+            "1970-01-01T00:00:00.0000000+00:00"
+        );
+        let leap = std::time::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00.0000000+00:00");
     }
 
     #[test]
