@@ -45,10 +45,6 @@
 //! # let _ = made; Ok(()) }
 //! ```
 
-// `orca_machines::Error` is 144 bytes since it carries a `Context`: every `Result` of the driver trips
-// clippy's `result_large_err`, as the core's own crate does. Boxing belongs in the core (reported).
-#![allow(clippy::result_large_err)]
-
 mod client;
 pub mod config;
 mod ext;
