@@ -65,3 +65,55 @@ async fn of_hetzner_from_the_environment() {
         std::env::remove_var(v);
     }
 }
+
+#[tokio::test]
+async fn of_with_hetzner_from_a_map_names_every_problem_and_reaches_the_labels_extension() {
+    use orca::hetzner::ConfigKey;
+    use orca::Settings;
+    // A missing token, a wrong endpoint and a key that is no setting: all named in one error.
+    let bad = Settings::new()
+        .with(ConfigKey::Endpoint.as_str(), "not a url")
+        .with("ORCA_HCLOUD_FIREWAL", "typo");
+    let e = orca::of_with("hetzner", "stack-1", &bad).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSettings);
+    for key in [
+        "HCLOUD_TOKEN",
+        "ORCA_HCLOUD_ENDPOINT",
+        "ORCA_HCLOUD_FIREWAL",
+    ] {
+        assert!(e.to_string().contains(key), "{key}: {e}");
+    }
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 0,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let settings: Settings = [
+        (ConfigKey::Token, fake.token()),
+        (ConfigKey::Endpoint, fake.url()),
+        (ConfigKey::Network, "orca-net".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.as_str(), v))
+    .collect();
+    assert!(!format!("{settings:?}").contains(&fake.token()));
+    let p = orca::of_with("hetzner", "stack-1", &settings)
+        .await
+        .unwrap();
+    assert!(p.capabilities().private_address);
+    let m = p
+        .create(&MachineSpec::new("map-1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert!(!m.private_address.is_empty() && !m.fqdn.is_empty());
+    let labels = p
+        .machine_labels()
+        .expect("the labels extension through dyn Provider");
+    let set = orca::labels::Labels::from([("shed-state".to_string(), "ready".to_string())]);
+    let m = labels.set_labels(&m.id, &set, &[]).await.unwrap();
+    assert_eq!(m.labels["shed-state"], "ready");
+    assert!(p.delete(&m.id).await.unwrap());
+}

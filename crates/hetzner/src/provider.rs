@@ -8,6 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
 use orca_machines::labels::{self, Labels};
+use orca_machines::spec::validate_token;
 use orca_machines::{
     all_pages, docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities,
     Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider, Resized, Result,
@@ -67,22 +68,6 @@ pub fn status_of(cloud: &str) -> Status {
         "off" => Status::Stopped,
         "deleting" => Status::Deleting,
         _ => Status::Unknown,
-    }
-}
-
-fn token_rule(field: &str, value: &str) -> Result<()> {
-    let ok = !value.is_empty()
-        && value.len() <= 63
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!("1 to 63 of letters, digits, '-', '_' and '.', got {value:?}"),
-        ))
     }
 }
 
@@ -172,7 +157,7 @@ impl HetznerProvider {
     }
 
     pub(crate) async fn server_type(&self, name: &str) -> Result<ServerType> {
-        token_rule("machine_type", name)?;
+        validate_token("machine_type", name)?;
         if let Some(t) = lock(&self.types).get(name) {
             return Ok(t.clone());
         }
@@ -673,7 +658,7 @@ impl Provider for HetznerProvider {
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
-        token_rule("location", &spec.location)?;
+        validate_token("location", &spec.location)?;
         let t = self.server_type(&spec.machine_type).await?;
         Self::check_orderable(&t, &spec.location)?;
         let image = match &spec.image {
@@ -820,7 +805,7 @@ impl Provider for HetznerProvider {
 
     async fn resize(&self, id: &str, machine_type: &str) -> Result<Resized> {
         server_id(id)?;
-        token_rule("machine_type", machine_type)?;
+        validate_token("machine_type", machine_type)?;
         let s = self.owned_server(id).await?;
         if s.server_type.name == machine_type {
             return Ok(Resized {
@@ -868,7 +853,7 @@ impl Provider for HetznerProvider {
     }
 
     async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {
-        token_rule("location", location)?;
+        validate_token("location", location)?;
         let t = self.server_type(machine_type).await?;
         let p = t
             .prices
