@@ -198,11 +198,16 @@ type Truth = Arc<
     dyn Fn() -> Pin<Box<dyn Future<Output = (Vec<Machine>, Vec<Machine>)> + Send>> + Send + Sync,
 >;
 
+/// Makes a provider (a new one each call: a restarted process makes its own).
+type Make = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>;
+
+/// What an operator does behind the scaler's back; the id of a machine it deleted.
+type Operator = Arc<dyn Fn(&[Machine]) -> Option<String> + Send + Sync>;
+
 /// One backend under test.
 struct Backend {
     /// Our owner's provider (a new one each call: a restarted process makes its own).
-    provider:
-        Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>,
+    provider: Make,
     inject: Injector,
     clear: Arc<dyn Fn() + Send + Sync>,
     /// (our machines of the pool, the other owner's and other pool's machines), read without faults.
@@ -211,7 +216,7 @@ struct Backend {
     offers: Vec<String>,
     /// Things an operator does behind the scaler's back (stop, delete), when the backend can; the id
     /// of a machine it deleted.
-    operator: Option<Arc<dyn Fn(&[Machine]) -> Option<String> + Send + Sync>>,
+    operator: Option<Operator>,
     now: Arc<dyn Fn() -> orca::Timestamp + Send + Sync>,
 }
 
@@ -708,10 +713,8 @@ fn http_fault(pick: u32, body: &dyn Fn(u16, &str) -> serde_json::Value) -> orca_
 }
 
 fn fake_backend(
-    provider: Arc<
-        dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync,
-    >,
-    other: Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>,
+    provider: Make,
+    other: Make,
     control: Arc<orca_fakes::Control>,
     paths: fn(Op) -> (axum::http::Method, &'static str),
     body: fn(u16, &str) -> serde_json::Value,
@@ -750,8 +753,6 @@ fn fake_backend(
         now: Arc::new(chrono::Utc::now),
     }
 }
-
-type Make = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>;
 
 fn maker(kind: &'static str, owner: &'static str, settings: orca::Settings) -> Make {
     Arc::new(move || {
@@ -837,5 +838,60 @@ async fn fault_campaign_gce_fake() {
     );
     let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
     f.print("fake Compute Engine API, file store");
+    f.check();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_campaign_azure_fake() {
+    use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+    let fake = FakeAzure::start().await.unwrap();
+    fake.add_subnet(
+        RESOURCE_GROUP,
+        "orca-net-westeurope",
+        "westeurope",
+        "hosts",
+        None,
+    );
+    let settings: orca::Settings = [
+        ("ORCA_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION.to_string()),
+        ("ORCA_AZURE_RESOURCE_GROUP", RESOURCE_GROUP.to_string()),
+        ("ORCA_AZURE_VNET", "orca-net".to_string()),
+        ("ORCA_AZURE_SUBNET", "hosts".to_string()),
+        (
+            "ORCA_AZURE_IMAGE",
+            "Canonical:ubuntu-24_04-lts:server:latest".to_string(),
+        ),
+        ("ORCA_AZURE_ADMIN_USER", "orca".to_string()),
+        (
+            "ORCA_AZURE_SSH_PUBLIC_KEY",
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheFake orca@test".to_string(),
+        ),
+        ("ORCA_AZURE_ACCESS_TOKEN", TOKEN.to_string()),
+        ("ORCA_AZURE_ENDPOINT", fake.url()),
+        ("ORCA_AZURE_PRICES_ENDPOINT", fake.url()),
+    ]
+    .into_iter()
+    .collect();
+    let (mine, theirs) = (
+        maker("azure", "s1", settings.clone()),
+        maker("azure", "s2", settings),
+    );
+    others(&*mine().await, &*theirs().await, "Standard_B2s@westeurope").await;
+    let b = fake_backend(
+        mine,
+        theirs,
+        fake.control().clone(),
+        |op| match op {
+            Op::Create => (axum::http::Method::PUT, "/virtualMachines/"),
+            Op::Delete => (axum::http::Method::DELETE, "/virtualMachines/"),
+            Op::Arch => (axum::http::Method::GET, "/skus"),
+            Op::List | Op::Read => (axum::http::Method::GET, "/virtualMachines"),
+        },
+        |_, code| serde_json::json!({"error": {"code": code, "message": "injected"}}),
+        vec!["Standard_B2s@westeurope".into()],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
+    f.print("fake Azure Resource Manager API, file store");
     f.check();
 }
