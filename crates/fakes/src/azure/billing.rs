@@ -1,0 +1,157 @@
+//! Billing and the rest outside Resource Manager's resources: Retail Prices, credit balance
+//! summaries and the instance metadata service's probe answer.
+
+#[allow(unused_imports)]
+use super::*;
+
+pub(super) fn seed_prices() -> Vec<Value> {
+    let mut v = Vec::new();
+    for (name, family, _, _, base) in SIZES {
+        let short = name.trim_start_matches("Standard_").replace('_', " ");
+        let series = family
+            .trim_start_matches("standard")
+            .trim_end_matches("Family");
+        for (loc, display, factor) in LOCATIONS {
+            let p = (base * factor * 10_000.0).round() / 10_000.0;
+            let row = |price: f64, sku: String, product: String, ty: &str| {
+                json!({
+                    "currencyCode": "USD",
+                    "tierMinimumUnits": 0.0,
+                    "retailPrice": price,
+                    "unitPrice": price,
+                    "armRegionName": loc,
+                    "location": display,
+                    "effectiveStartDate": "2024-01-01T00:00:00Z",
+                    "meterId": format!("{name}-{loc}-{sku}"),
+                    "meterName": sku,
+                    "productId": "DZH318Z0BQPS",
+                    "skuId": "DZH318Z0BQPS/00TG",
+                    "productName": product,
+                    "skuName": sku,
+                    "serviceName": "Virtual Machines",
+                    "serviceId": "DZH313Z7MMC8",
+                    "serviceFamily": "Compute",
+                    "unitOfMeasure": "1 Hour",
+                    "type": ty,
+                    "isPrimaryMeterRegion": true,
+                    "armSkuName": name
+                })
+            };
+            let product = format!("Virtual Machines {series} Series");
+            v.push(row(
+                p * 2.1,
+                short.clone(),
+                format!("{product} Windows"),
+                "Consumption",
+            ));
+            v.push(row(
+                (p * 0.2 * 10_000.0).round() / 10_000.0,
+                format!("{short} Spot"),
+                product.clone(),
+                "Consumption",
+            ));
+            v.push(row(
+                (p * 0.25 * 10_000.0).round() / 10_000.0,
+                format!("{short} Low Priority"),
+                product.clone(),
+                "Consumption",
+            ));
+            let mut reservation = row(p * 5000.0, short.clone(), product.clone(), "Reservation");
+            reservation["reservationTerm"] = json!("1 Year");
+            reservation["unitOfMeasure"] = json!("1 Hour");
+            v.push(reservation);
+            v.push(row(p, short.clone(), product, "Consumption"));
+        }
+    }
+    v
+}
+
+pub(super) fn prices(st: &State, r: &Req) -> Response {
+    let mut conds: Vec<(String, String)> = Vec::new();
+    if let Some(f) = r.q("$filter") {
+        for part in f.split(" and ") {
+            let Some((k, v)) = part.trim().split_once(" eq ") else {
+                return answer(
+                    400,
+                    json!({"Error": {"Code": "InvalidFilter", "Message": format!("cannot parse {part:?}")}}),
+                    &[],
+                );
+            };
+            conds.push((
+                k.trim().to_string(),
+                v.trim().trim_matches('\'').to_string(),
+            ));
+        }
+    }
+    let items: Vec<Value> = st
+        .prices
+        .iter()
+        .filter(|p| {
+            conds.iter().all(|(k, v)| {
+                // The filter's `priceType` is the row's `type`.
+                let field = if k == "priceType" { "type" } else { k.as_str() };
+                p[field].as_str().is_some_and(|x| eq(x, v))
+            })
+        })
+        .cloned()
+        .collect();
+    let (got, next) = page(&items, r, st.page_size, "$skip");
+    answer(
+        200,
+        json!({"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail",
+            "Items": got, "NextPageLink": next, "Count": got.len()}),
+        &[],
+    )
+}
+
+/// `Microsoft.Consumption/credits/balanceSummary` of a billing profile.
+pub(super) fn credits(st: &State, account: &str, profile: &str) -> Response {
+    let Some((amount, currency)) = st.credits.get(&(account.to_string(), profile.to_string()))
+    else {
+        return err(
+            404,
+            "NotFound",
+            &format!("Billing profile {profile} of billing account {account} was not found."),
+        );
+    };
+    let money = |v: f64| json!({"currency": currency, "value": v});
+    let base = format!(
+        "/providers/Microsoft.Billing/billingAccounts/{account}/billingProfiles/{profile}/providers/Microsoft.Consumption/credits/balanceSummary"
+    );
+    answer(
+        200,
+        json!({
+            "id": format!("{base}/00000000-0000-4000-8000-0000000000c7"),
+            "name": "00000000-0000-4000-8000-0000000000c7",
+            "type": "Microsoft.Consumption/credits/balanceSummary",
+            "eTag": null,
+            "properties": {
+                "balanceSummary": {"estimatedBalance": money(*amount), "currentBalance": money(*amount)},
+                "pendingCreditAdjustments": money(0.0),
+                "expiredCredit": money(0.0),
+                "pendingEligibleCharges": money(0.0),
+                "creditCurrency": currency,
+                "billingCurrency": currency,
+                "isEstimatedBalance": false,
+            }
+        }),
+        &[],
+    )
+}
+
+/// The instance metadata service's token endpoint, as a VM sees it: without the `Metadata: true`
+/// header it refuses at once (what a client's probe looks for); with it, this VM has no identity.
+pub(super) fn imds(r: &Req) -> Response {
+    if r.headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
+        return answer(
+            400,
+            json!({"error": "invalid_request", "error_description": "Required metadata header not specified"}),
+            &[],
+        );
+    }
+    answer(
+        400,
+        json!({"error": "invalid_request", "error_description": "Identity not found"}),
+        &[],
+    )
+}

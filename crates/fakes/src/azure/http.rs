@@ -1,0 +1,346 @@
+//! The HTTP side of the fake: requests, routing by resource id, answers and error bodies, paging.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// An Azure error answer.
+pub(super) fn err(status: u16, code: &str, message: &str) -> Response {
+    err_with(status, code, message, json!([]), Value::Null)
+}
+
+pub(super) fn err_with(
+    status: u16,
+    code: &str,
+    message: &str,
+    details: Value,
+    extra: Value,
+) -> Response {
+    let mut e = json!({"code": code, "message": message, "details": details});
+    if let Value::Object(m) = extra {
+        for (k, v) in m {
+            e[k] = v;
+        }
+    }
+    answer(status, json!({ "error": e }), &[])
+}
+
+pub(super) fn answer(status: u16, body: Value, headers: &[(&str, String)]) -> Response {
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        axum::Json(body),
+    )
+        .into_response();
+    let h = r.headers_mut();
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            axum::http::HeaderValue::from_str(v),
+        ) {
+            h.insert(k, v);
+        }
+    }
+    if let Ok(v) = format!("fake-{:016x}", fastish_id()).parse() {
+        h.insert("x-ms-request-id", v);
+    }
+    r
+}
+
+pub(super) fn fastish_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0x5eed);
+    N.fetch_add(0x9e37_79b9, Ordering::Relaxed)
+}
+
+pub(super) fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub(super) struct Req {
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) query: Vec<(String, String)>,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Value,
+    pub(super) base: String,
+}
+
+impl Req {
+    pub(super) fn q(&self, k: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(key, _)| key.eq_ignore_ascii_case(k))
+            .map(|(_, v)| v.as_str())
+    }
+    /// The URL of this list with `skip_key` set to `skip`.
+    pub(super) fn next_link(&self, skip_key: &str, skip: usize) -> String {
+        let mut q: Vec<String> = self
+            .query
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case(skip_key))
+            .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
+            .collect();
+        q.push(format!("{}={skip}", percent_encode(skip_key)));
+        format!("{}{}?{}", self.base, self.path, q.join("&"))
+    }
+}
+
+pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Request) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let query = crate::control::form_pairs(req.uri().query().unwrap_or("").as_bytes());
+    let headers = req.headers().clone();
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("127.0.0.1")
+        .to_string();
+    let bytes = axum::body::to_bytes(req.into_body(), 4 << 20)
+        .await
+        .unwrap_or_default();
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                return err(
+                    400,
+                    "InvalidRequestContent",
+                    &format!("The request content was invalid and could not be deserialized: {e}"),
+                )
+            }
+        }
+    };
+    let r = Req {
+        method,
+        path,
+        query,
+        headers,
+        body,
+        base: format!("http://{host}"),
+    };
+    if r.path == "/api/retail/prices" {
+        let st = lock(&state);
+        return prices(&st, &r);
+    }
+    if r.path.starts_with("/metadata/") {
+        return imds(&r);
+    }
+    if r.q("api-version").is_none() {
+        return err(
+            400,
+            "MissingApiVersionParameter",
+            "The api-version query parameter (?api-version=) is required for all requests.",
+        );
+    }
+    match r.headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        None => {
+            return err(
+                401,
+                "AuthenticationFailed",
+                "Authentication failed. The 'Authorization' header is missing.",
+            )
+        }
+        Some(v) if v.strip_prefix("Bearer ") == Some(TOKEN) => {}
+        Some(_) => {
+            return err(
+                401,
+                "InvalidAuthenticationToken",
+                "The access token is invalid.",
+            )
+        }
+    }
+    let mut st = lock(&state);
+    advance(&mut st);
+    let mut rsp = route(&mut st, &r);
+    if st.location_only {
+        let h = rsp.headers_mut();
+        if let Some(op) = h.remove("azure-asyncoperation") {
+            let url = op
+                .to_str()
+                .unwrap_or("")
+                .replace("/operations/", "/operationResults/");
+            if let Ok(v) = axum::http::HeaderValue::from_str(&url) {
+                h.insert("location", v);
+            }
+        }
+    }
+    rsp
+}
+
+pub(super) fn route(st: &mut State, r: &Req) -> Response {
+    let segs: Vec<&str> = r.path.trim_matches('/').split('/').collect();
+    if segs.len() == 10
+        && eq(segs[0], "providers")
+        && eq(segs[1], "Microsoft.Billing")
+        && eq(segs[2], "billingAccounts")
+        && eq(segs[4], "billingProfiles")
+        && eq(segs[6], "providers")
+        && eq(segs[7], "Microsoft.Consumption")
+        && eq(segs[8], "credits")
+        && eq(segs[9], "balanceSummary")
+        && r.method == Method::GET
+    {
+        return credits(st, segs[3], segs[5]);
+    }
+    if segs.len() < 2 || !eq(segs[0], "subscriptions") {
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {}", r.path),
+        );
+    }
+    if !eq(segs[1], SUBSCRIPTION) {
+        return err(
+            404,
+            "SubscriptionNotFound",
+            &format!("The subscription '{}' could not be found.", segs[1]),
+        );
+    }
+    let rest = &segs[2..];
+    // /subscriptions/{s}/providers/Microsoft.Compute/skus
+    // /subscriptions/{s}/providers/{ns}/locations/{loc}/operations/{id}
+    if rest.len() >= 3 && eq(rest[0], "providers") {
+        if eq(rest[2], "skus") && r.method == Method::GET {
+            return skus(st, r);
+        }
+        if rest.len() == 3
+            && eq(rest[1], "Microsoft.Compute")
+            && eq(rest[2], "virtualMachines")
+            && r.method == Method::GET
+        {
+            return list_all_vms(st, r);
+        }
+        if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operations") {
+            return poll(st, rest[5]);
+        }
+        if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operationResults") {
+            return poll_location(st, r, rest[5]);
+        }
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {}", r.path),
+        );
+    }
+    if rest.len() < 4 || !eq(rest[0], "resourceGroups") || !eq(rest[2], "providers") {
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {}", r.path),
+        );
+    }
+    let rg = rest[1];
+    if !st.groups.contains(&rg.to_ascii_lowercase()) {
+        return err(
+            404,
+            "ResourceGroupNotFound",
+            &format!("Resource group '{rg}' could not be found."),
+        );
+    }
+    let ns = rest[3];
+    let Some(ty) = rest.get(4) else {
+        return err(404, "InvalidResourceType", "no resource type");
+    };
+    let Some(kind) = Kind::of(ns, ty) else {
+        return err(
+            404,
+            "InvalidResourceType",
+            &format!("The resource type '{ty}' could not be found in the namespace '{ns}'."),
+        );
+    };
+    let tail = &rest[5..];
+    match (tail.len(), &r.method) {
+        (0, &Method::GET) => list(st, r, rg, kind),
+        (1, m) => {
+            let name = tail[0];
+            match *m {
+                Method::GET => get(st, r, rg, kind, name),
+                Method::PUT => put(st, r, rg, kind, name),
+                Method::PATCH => patch(st, r, rg, kind, name),
+                Method::DELETE => delete(st, r, rg, kind, name),
+                _ => err(405, "MethodNotAllowed", "method not allowed"),
+            }
+        }
+        (2, &Method::POST) if kind == Kind::Vm => vm_action(st, r, rg, tail[0], tail[1]),
+        (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
+            match st
+                .res
+                .get(&rid(rg, kind, tail[0]).to_ascii_lowercase())
+                .filter(|x| x.visible())
+            {
+                Some(res) => answer(200, instance_view(res), &[]),
+                None => not_found(kind, tail[0], rg),
+            }
+        }
+        (5, m)
+            if eq(tail[1], "providers")
+                && eq(tail[2], "Microsoft.Resources")
+                && eq(tail[3], "tags")
+                && eq(tail[4], "default") =>
+        {
+            tags_call(st, r, m, rg, kind, tail[0])
+        }
+        (3, &Method::GET) if kind == Kind::Vnet && eq(tail[1], "subnets") => {
+            subnet_get(st, rg, tail[0], tail[2])
+        }
+        (3, m) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
+            rule_call(st, r, m, rg, tail[0], tail[2])
+        }
+        (2, &Method::GET) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
+            match st.res.get(&rid(rg, kind, tail[0]).to_ascii_lowercase()) {
+                Some(res) => answer(
+                    200,
+                    json!({"value": res.body["properties"]["securityRules"]}),
+                    &[],
+                ),
+                None => not_found(kind, tail[0], rg),
+            }
+        }
+        _ => err(
+            404,
+            "InvalidResourceType",
+            &format!("no route for {} {}", r.method, r.path),
+        ),
+    }
+}
+
+pub(super) fn not_found(kind: Kind, name: &str, rg: &str) -> Response {
+    err(
+        404,
+        "ResourceNotFound",
+        &format!(
+            "The Resource '{}/{name}' under resource group '{rg}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+            kind.type_name()
+        ),
+    )
+}
+
+pub(super) fn page<T: Clone>(
+    items: &[T],
+    r: &Req,
+    size: usize,
+    skip_key: &str,
+) -> (Vec<T>, Option<String>) {
+    let skip: usize = r.q(skip_key).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let end = (skip + size).min(items.len());
+    let got = items.get(skip..end).map(<[T]>::to_vec).unwrap_or_default();
+    let next = (end < items.len()).then(|| r.next_link(skip_key, end));
+    (got, next)
+}
+
+pub(super) fn list_answer(items: Vec<Value>, next: Option<String>) -> Response {
+    let mut body = json!({ "value": items });
+    if let Some(n) = next {
+        body["nextLink"] = json!(n);
+    }
+    answer(200, body, &[])
+}

@@ -1,0 +1,196 @@
+//! Long-running operations: started by `PUT`, `DELETE`, `PATCH` and actions, followed through
+//! `Azure-AsyncOperation` or `Location`, ended when polled or after standing a while; and the 409 a
+//! busy network resource answers.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// The answer when a network resource `key` has an operation in progress: Azure's network resource
+/// provider refuses a second change of it (409 `AnotherOperationInProgress`).
+pub(super) fn busy(st: &State, key: &str, kind: Kind) -> Option<Response> {
+    if matches!(kind, Kind::Vm | Kind::Disk) {
+        return None;
+    }
+    let (op_id, _) = st
+        .ops
+        .iter()
+        .find(|(_, o)| o.key == key && o.outcome.is_none())?;
+    Some(err(
+        409,
+        "AnotherOperationInProgress",
+        &format!("Another operation on this or dependent resource is in progress. To retrieve status of the operation use uri: https://management.azure.com/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Network/locations/westeurope/operations/{op_id}?api-version=2024-05-01."),
+    ))
+}
+
+pub(super) fn start_op(
+    st: &mut State,
+    r: &Req,
+    key: &str,
+    kind: Kind,
+    location: &str,
+    action: Action,
+) -> String {
+    let id = format!("{:08x}-0000-4000-8000-{:012x}", st.next_op, st.next_op);
+    st.next_op += 1;
+    st.ops.insert(
+        id.clone(),
+        Op {
+            key: key.to_string(),
+            action,
+            polls: 0,
+            started: Instant::now(),
+            outcome: None,
+        },
+    );
+    format!(
+        "{}/subscriptions/{SUBSCRIPTION}/providers/{}/locations/{location}/operations/{id}?api-version={}",
+        r.base,
+        kind.namespace(),
+        r.q("api-version").unwrap_or(COMPUTE_API)
+    )
+}
+
+/// Ends operations that have stood long enough unpolled.
+pub(super) fn advance(st: &mut State) {
+    let due: Vec<String> = st
+        .ops
+        .iter()
+        .filter(|(_, o)| o.outcome.is_none() && o.started.elapsed() >= SETTLE)
+        .map(|(k, _)| k.clone())
+        .collect();
+    for id in due {
+        finish(st, &id);
+    }
+}
+
+pub(super) fn finish(st: &mut State, op_id: &str) {
+    let Some(op) = st.ops.get(op_id).cloned() else {
+        return;
+    };
+    if op.outcome.is_some() {
+        return;
+    }
+    let outcome = match &op.action {
+        Action::Put | Action::Rule => {
+            if let Some(x) = st.res.get_mut(&op.key) {
+                x.body["properties"]["provisioningState"] = json!("Succeeded");
+                if x.kind == Kind::Vm && (x.power.is_empty() || x.power == "starting") {
+                    x.power = "running".into();
+                }
+            }
+            Ok(())
+        }
+        Action::Power(end) => {
+            if let Some(x) = st.res.get_mut(&op.key) {
+                x.power = (*end).into();
+                x.body["properties"]["provisioningState"] = json!("Succeeded");
+            }
+            Ok(())
+        }
+        Action::Fail(code, msg) => {
+            let mut failed_vm = None;
+            if let Some(x) = st.res.get_mut(&op.key) {
+                x.body["properties"]["provisioningState"] = json!("Failed");
+                x.power.clear();
+                if x.kind == Kind::Vm {
+                    failed_vm = Some(x.body.clone());
+                }
+            }
+            // Azure keeps a failed VM's interfaces reserved for it: deleting one on its own answers
+            // NicReservedForAnotherVm until the reservation ends.
+            if let Some(vm) = failed_vm {
+                reserve_nics(st, &vm);
+            }
+            Err((code.clone(), msg.clone()))
+        }
+        Action::Delete => {
+            if let Some(x) = st.res.remove(&op.key) {
+                let id = x.body["id"].as_str().unwrap_or("").to_string();
+                match x.kind {
+                    Kind::Vm => delete_vm_dependents(st, &x.body, &id),
+                    Kind::Nic => {
+                        let prefix = format!("{id}/ipConfigurations/").to_ascii_lowercase();
+                        for p in st.res.values_mut().filter(|p| p.kind == Kind::Pip) {
+                            if p.body["properties"]["ipConfiguration"]["id"]
+                                .as_str()
+                                .is_some_and(|c| c.to_ascii_lowercase().starts_with(&prefix))
+                            {
+                                if let Some(o) = p.body["properties"].as_object_mut() {
+                                    o.remove("ipConfiguration");
+                                }
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+    };
+    if let Some(o) = st.ops.get_mut(op_id) {
+        o.outcome = Some(outcome);
+    }
+}
+
+pub(super) fn poll(st: &mut State, op_id: &str) -> Response {
+    let lro_polls = st.lro_polls;
+    let Some(op) = st.ops.get_mut(op_id) else {
+        return err(
+            404,
+            "NotFound",
+            &format!("The operation '{op_id}' was not found."),
+        );
+    };
+    op.polls += 1;
+    if op.outcome.is_none() && op.polls >= lro_polls {
+        finish(st, op_id);
+    }
+    let op = &st.ops[op_id];
+    let running = op.outcome.is_none();
+    let body = match &op.outcome {
+        None => json!({"name": op_id, "status": "InProgress", "startTime": "2026-01-01T00:00:00Z"}),
+        Some(Ok(())) => {
+            json!({"name": op_id, "status": "Succeeded", "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z"})
+        }
+        Some(Err((code, msg))) => json!({"name": op_id, "status": "Failed",
+            "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z",
+            "error": {"code": code, "message": msg, "details": []}}),
+    };
+    // Azure names the wait before the next poll; the fake asks for none.
+    let wait = if running {
+        vec![("Retry-After", "0".to_string())]
+    } else {
+        vec![]
+    };
+    answer(200, body, &wait)
+}
+
+/// A `Location` poll: 202 while running, 200 when done, the failure's status and error otherwise.
+pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
+    let _ = poll(st, op_id);
+    match st.ops.get(op_id).map(|o| o.outcome.clone()) {
+        None => err(
+            404,
+            "NotFound",
+            &format!("The operation '{op_id}' was not found."),
+        ),
+        Some(None) => answer(
+            202,
+            Value::Null,
+            &[
+                (
+                    "Location",
+                    format!(
+                        "{}{}?api-version={}",
+                        r.base,
+                        r.path,
+                        r.q("api-version").unwrap_or("")
+                    ),
+                ),
+                ("Retry-After", "0".into()),
+            ],
+        ),
+        Some(Some(Ok(()))) => answer(200, Value::Null, &[]),
+        Some(Some(Err((code, msg)))) => err(409, &code, &msg),
+    }
+}

@@ -1,0 +1,379 @@
+//! Generic resource calls: `GET`, lists, `PUT` (with its checks: If-None-Match, operations in
+//! progress, policy denies), `PATCH`, `DELETE` (with what Azure refuses to delete) and the Tags API.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// What the kind-specific part of a `PUT` reads.
+#[derive(Clone, Copy)]
+pub(super) struct Put<'a> {
+    pub(super) r: &'a Req,
+    pub(super) rg: &'a str,
+    pub(super) name: &'a str,
+    pub(super) id: &'a str,
+    pub(super) key: &'a str,
+    pub(super) location: &'a str,
+    pub(super) tags: &'a Value,
+    pub(super) props: &'a Value,
+}
+
+pub(super) fn list(st: &State, r: &Req, rg: &str, kind: Kind) -> Response {
+    let prefix = format!(
+        "/subscriptions/{}/resourcegroups/{}/providers/{}/",
+        SUBSCRIPTION,
+        rg,
+        kind.type_name()
+    )
+    .to_ascii_lowercase();
+    // The specification: `$expand=instanceView` on a list "can only be specified if a valid $filter
+    // option is specified"; without one the fake leaves the instance view out.
+    let expand = r.q("$expand").is_some_and(|e| eq(e, "instanceView")) && r.q("$filter").is_some();
+    let items: Vec<Value> = st
+        .res
+        .iter()
+        .filter(|(k, res)| k.starts_with(&prefix) && res.kind == kind && res.visible())
+        .map(|(_, res)| view(res, expand))
+        .collect();
+    let (got, next) = page(&items, r, st.page_size, "$skiptoken");
+    list_answer(got, next)
+}
+
+pub(super) fn view(res: &Res, expand: bool) -> Value {
+    let mut b = res.body.clone();
+    if expand && res.kind == Kind::Vm {
+        b["properties"]["instanceView"] = instance_view(res);
+    }
+    b
+}
+
+pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    match st
+        .res
+        .get(&rid(rg, kind, name).to_ascii_lowercase())
+        .filter(|x| x.visible())
+    {
+        Some(res) => answer(
+            200,
+            view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView"))),
+            &[],
+        ),
+        None => not_found(kind, name, rg),
+    }
+}
+
+/// A referenced resource id that must exist; the error answer when it does not.
+pub(super) fn must_exist(st: &State, id: &str, by: &str) -> Option<Response> {
+    let key = id.to_ascii_lowercase();
+    let found = if let Some(i) = key.find("/subnets/") {
+        let (vnet, sub) = (&key[..i], &key[i + 9..]);
+        st.res.get(vnet).is_some_and(|v| {
+            v.body["properties"]["subnets"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|x| eq(x["name"].as_str().unwrap_or(""), sub)))
+        })
+    } else {
+        st.res.contains_key(&key)
+    };
+    if found {
+        None
+    } else {
+        Some(err(
+            400,
+            "InvalidResourceReference",
+            &format!("Resource {id} referenced by resource {by} was not found. Please make sure that the referenced resource exists, and that both resources are in the same region."),
+        ))
+    }
+}
+
+pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    let id = rid(rg, kind, name);
+    let key = id.to_ascii_lowercase();
+    let exists = st.res.contains_key(&key);
+    if exists && r.headers.get("if-none-match").and_then(|v| v.to_str().ok()) == Some("*") {
+        return err(
+            412,
+            "PreconditionFailed",
+            &format!(
+                "The resource '{name}' already exists and the request carries If-None-Match: *."
+            ),
+        );
+    }
+    if let Some(e) = busy(st, &key, kind) {
+        return e;
+    }
+    if let Some((_, assignment)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
+        let assignment_id = format!(
+            "/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Authorization/policyAssignments/{assignment}"
+        );
+        let info = json!([{"type": "PolicyViolation", "info": {
+            "evaluationDetails": {"evaluatedExpressions": []},
+            "policyDefinitionId": "/providers/Microsoft.Authorization/policyDefinitions/6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
+            "policyDefinitionName": "not-allowed-resource-types",
+            "policyDefinitionDisplayName": "Not allowed resource types",
+            "policyDefinitionEffect": "deny",
+            "policyAssignmentId": assignment_id,
+            "policyAssignmentName": assignment,
+            "policyAssignmentDisplayName": format!("Deny {}", kind.type_name()),
+            "policyAssignmentScope": format!("/subscriptions/{SUBSCRIPTION}"),
+        }}]);
+        return err_with(
+            403,
+            "RequestDisallowedByPolicy",
+            &format!("Resource '{name}' was disallowed by policy. Policy identifiers: '[{{\"policyAssignment\":{{\"name\":\"Deny {}\",\"id\":\"{assignment_id}\"}},\"policyDefinition\":{{\"name\":\"Not allowed resource types\"}}}}]'.", kind.type_name()),
+            json!([]),
+            json!({"target": name, "additionalInfo": info}),
+        );
+    }
+    let Some(location) = r.body["location"].as_str().map(str::to_string) else {
+        return err(
+            400,
+            "LocationRequired",
+            "The location property is required for this definition.",
+        );
+    };
+    let tags = r.body.get("tags").cloned().unwrap_or(json!({}));
+    let props = r.body.get("properties").cloned().unwrap_or(json!({}));
+    let mut body = json!({
+        "id": id, "name": name, "type": kind.type_name(), "location": location, "tags": tags,
+        "properties": props,
+    });
+    let mut action = Action::Put;
+    let mut power = String::new();
+    let p = Put {
+        r,
+        rg,
+        name,
+        id: &id,
+        key: &key,
+        location: &location,
+        tags: &tags,
+        props: &props,
+    };
+    let prepared = match kind {
+        Kind::Pip => prepare_pip(st, &p, &mut body),
+        Kind::Nsg => prepare_nsg(&p, &mut body),
+        Kind::Nic => prepare_nic(st, &p, &mut body),
+        Kind::Vm => prepare_vm(st, &p, &mut body, &mut action, &mut power),
+        Kind::Asg | Kind::Vnet | Kind::Disk => Ok(()),
+    };
+    if let Err(e) = prepared {
+        return e;
+    }
+    body["properties"]["provisioningState"] = json!(kind.busy_state());
+    // A new VM shows to reads only after the visibility delay (kept when the PUT updates one).
+    let visible_at = match st.res.get(&key) {
+        Some(old) => old.visible_at,
+        None if kind == Kind::Vm && !st.visibility_delay.is_zero() => {
+            Some(Instant::now() + st.visibility_delay)
+        }
+        None => None,
+    };
+    st.res.insert(
+        key.clone(),
+        Res {
+            kind,
+            body: body.clone(),
+            power,
+            visible_at,
+        },
+    );
+    let op = start_op(st, r, &key, kind, &location, action);
+    answer(
+        if exists { 200 } else { 201 },
+        body,
+        &[("Azure-AsyncOperation", op), ("Retry-After", "0".into())],
+    )
+}
+
+pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    let key = rid(rg, kind, name).to_ascii_lowercase();
+    if let Some(e) = busy(st, &key, kind) {
+        return e;
+    }
+    let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
+        return not_found(kind, name, rg);
+    };
+    if let Some(t) = r.body.get("tags") {
+        res.body["tags"] = t.clone();
+    }
+    let mut restart = false;
+    if kind == Kind::Vm {
+        if let Some(size) = r.body["properties"]["hardwareProfile"]["vmSize"].as_str() {
+            res.body["properties"]["hardwareProfile"]["vmSize"] = json!(size);
+            restart = res.power == "running";
+        }
+    }
+    res.body["properties"]["provisioningState"] = json!("Updating");
+    if restart {
+        res.power = "starting".into();
+    }
+    let body = res.body.clone();
+    let location = body["location"]
+        .as_str()
+        .unwrap_or("westeurope")
+        .to_string();
+    let action = if restart {
+        Action::Power("running")
+    } else {
+        Action::Put
+    };
+    let op = start_op(st, r, &key, kind, &location, action);
+    answer(200, body, &[("Azure-AsyncOperation", op)])
+}
+
+pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
+    let id = rid(rg, kind, name);
+    let key = id.to_ascii_lowercase();
+    let Some(res) = st.res.get(&key).cloned() else {
+        // Azure answers 204 No Content to a DELETE of a resource that does not exist.
+        return answer(204, Value::Null, &[]);
+    };
+    if !res.visible() {
+        // Not yet shown to reads: changes of it answer "not found" for now.
+        return not_found(kind, name, rg);
+    }
+    if let Some(e) = busy(st, &key, kind) {
+        return e;
+    }
+    if st.refuse_delete.contains(&name.to_ascii_lowercase()) {
+        return err(
+            409,
+            "ScopeLocked",
+            &format!("The scope '{id}' cannot perform delete operation because following scope(s) are locked: '{id}'. Please remove the lock and try again."),
+        );
+    }
+    match kind {
+        Kind::Nic => {
+            if let Some(e) = reserved_for_another(st, &id, "") {
+                return e;
+            }
+            if let Some(vm) = res.body["properties"]["virtualMachine"]["id"].as_str() {
+                return err(
+                    400,
+                    "NicInUse",
+                    &format!("Network Interface {id} is used by existing resource {vm}. In order to delete the network interface, it must be dissociated from the resource."),
+                );
+            }
+        }
+        Kind::Nsg => {
+            let users: Vec<String> = st
+                .res
+                .values()
+                .filter(|x| {
+                    x.kind == Kind::Nic
+                        && x.body["properties"]["networkSecurityGroup"]["id"]
+                            .as_str()
+                            .is_some_and(|n| eq(n, &id))
+                })
+                .map(|x| x.body["id"].as_str().unwrap_or("").to_string())
+                .collect();
+            if !users.is_empty() {
+                return err(
+                    400,
+                    "InUseNetworkSecurityGroupCannotBeDeleted",
+                    &format!("Network security group {id} cannot be deleted because it is in use by the following resources: {}", users.join(", ")),
+                );
+            }
+        }
+        Kind::Pip => {
+            if let Some(c) = res.body["properties"]["ipConfiguration"]["id"].as_str() {
+                return err(
+                    400,
+                    "PublicIPAddressCannotBeDeleted",
+                    &format!("Public IP address {id} can not be deleted since it is still allocated to resource {c}. In order to delete the public IP, disassociate/detach the Public IP address from the resource."),
+                );
+            }
+        }
+        _ => {}
+    }
+    let location = res.body["location"]
+        .as_str()
+        .unwrap_or("westeurope")
+        .to_string();
+    if let Some(x) = st.res.get_mut(&key) {
+        x.body["properties"]["provisioningState"] = json!("Deleting");
+        if kind == Kind::Vm && !x.power.is_empty() {
+            x.power = "stopping".into();
+        }
+    }
+    let op = start_op(st, r, &key, kind, &location, Action::Delete);
+    answer(
+        202,
+        Value::Null,
+        &[
+            ("Azure-AsyncOperation", op.clone()),
+            ("Location", op),
+            ("Retry-After", "0".into()),
+        ],
+    )
+}
+
+/// The Tags API on a resource (`{id}/providers/Microsoft.Resources/tags/default`): `GET`, `PUT`
+/// (replace) and `PATCH` with `operation` `Merge`, `Replace` or `Delete` (by name when the value
+/// given is empty, else by name and value). It answers at once (200, no operation to follow).
+pub(super) fn tags_call(
+    st: &mut State,
+    r: &Req,
+    m: &Method,
+    rg: &str,
+    kind: Kind,
+    name: &str,
+) -> Response {
+    let id = rid(rg, kind, name);
+    let key = id.to_ascii_lowercase();
+    let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
+        return not_found(kind, name, rg);
+    };
+    let shown = |tags: &Value| {
+        json!({"id": format!("{id}/providers/Microsoft.Resources/tags/default"), "name": "default",
+            "type": "Microsoft.Resources/tags", "properties": {"tags": tags}})
+    };
+    let mut tags = res.body["tags"].as_object().cloned().unwrap_or_default();
+    match *m {
+        Method::GET => return answer(200, shown(&json!(tags)), &[]),
+        Method::PUT | Method::PATCH => {}
+        _ => return err(405, "MethodNotAllowed", "method not allowed"),
+    }
+    let Some(given) = r.body["properties"]["tags"].as_object() else {
+        return err(
+            400,
+            "InvalidRequestContent",
+            "The request content was invalid: properties.tags is required.",
+        );
+    };
+    let operation = if *m == Method::PUT {
+        "Replace"
+    } else {
+        r.body["operation"].as_str().unwrap_or("")
+    };
+    match operation {
+        "Merge" => tags.extend(given.clone()),
+        "Replace" => tags = given.clone(),
+        "Delete" => {
+            for (k, v) in given {
+                let matches = v.as_str() == Some("") || tags.get(k) == Some(v);
+                if matches {
+                    tags.remove(k);
+                }
+            }
+        }
+        other => {
+            return err(
+                400,
+                "InvalidRequestContent",
+                &format!(
+                    "The tags patch operation '{other}' is not one of Replace, Merge, Delete."
+                ),
+            )
+        }
+    }
+    if tags.len() > 50 {
+        return err(
+            400,
+            "InvalidTagCount",
+            "The resource has more than 50 tags: a resource can have at most 50 tags.",
+        );
+    }
+    res.body["tags"] = json!(tags);
+    answer(200, shown(&json!(tags)), &[])
+}
