@@ -148,6 +148,24 @@ async fn main() -> orca::Result<()> {
             took / ideal_time,
             p.pacing_stats().0,
         );
+        // Where the requests went: method and path, ids folded.
+        let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+        for l in fake.control().log() {
+            let path = l.path.split('?').next().unwrap_or_default();
+            let path: Vec<&str> = path
+                .split('/')
+                .map(|p| {
+                    if p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() {
+                        "{id}"
+                    } else {
+                        p
+                    }
+                })
+                .collect();
+            *by.entry(format!("{} {}", l.method, path.join("/")))
+                .or_default() += 1;
+        }
+        println!("         requests by call: {by:?}");
         if failed > 0 {
             println!(
                 "         ({failed} creates gave up throttled after the retry policy's 10 retries: the short time is theirs)"

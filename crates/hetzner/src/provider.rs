@@ -39,6 +39,9 @@ pub struct HetznerProvider {
     images: Mutex<HashMap<(String, String), i64>>,
     firewall: OnceCell<Option<i64>>,
     network: OnceCell<Option<i64>>,
+    /// Held while a server type or an image is looked up, so that concurrent first creates make one
+    /// lookup, not one each.
+    lookup: tokio::sync::Mutex<()>,
     /// Servers this provider made and has not seen in a read yet, with when they were made: a
     /// "not found" for one of them is confirmed within the visibility window before it is believed.
     unseen: Mutex<HashMap<i64, Instant>>,
@@ -109,6 +112,7 @@ impl HetznerProvider {
             images: Mutex::new(HashMap::new()),
             firewall: OnceCell::new(),
             network: OnceCell::new(),
+            lookup: tokio::sync::Mutex::new(()),
             unseen: Mutex::new(HashMap::new()),
         })
     }
@@ -161,6 +165,10 @@ impl HetznerProvider {
         if let Some(t) = lock(&self.types).get(name) {
             return Ok(t.clone());
         }
+        let _one = self.lookup.lock().await;
+        if let Some(t) = lock(&self.types).get(name) {
+            return Ok(t.clone());
+        }
         let r: ServerTypes = self
             .client
             .call(
@@ -186,6 +194,10 @@ impl HetznerProvider {
             return Ok(image.to_string());
         }
         let key = (image.to_string(), arch.to_string());
+        if let Some(id) = lock(&self.images).get(&key) {
+            return Ok(id.to_string());
+        }
+        let _one = self.lookup.lock().await;
         if let Some(id) = lock(&self.images).get(&key) {
             return Ok(id.to_string());
         }

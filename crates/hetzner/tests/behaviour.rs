@@ -847,3 +847,24 @@ async fn create_follows_its_next_actions_and_a_failed_start_leaves_no_server() {
         .collect();
     assert_eq!(names, ["nx-1"]);
 }
+
+#[tokio::test]
+async fn concurrent_first_creates_look_the_type_and_image_up_once() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = Arc::new(common::provider(&fake, "me").await);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..10 {
+        let p = p.clone();
+        tasks.spawn(async move {
+            p.create(&spec(&format!("c{i}"), "cx23", "fsn1", "lab"))
+                .await
+                .map(|_| ())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().unwrap();
+    }
+    assert_eq!(fake.control().count(&Method::GET, "/v1/server_types"), 1);
+    assert_eq!(fake.control().count(&Method::GET, "/v1/images"), 1);
+    assert_eq!(fake.servers().len(), 10);
+}
