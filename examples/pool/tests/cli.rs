@@ -200,23 +200,35 @@ async fn metrics_are_served_where_asked() {
         }
     };
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    // A sample `name{labels} value`, whatever the labels' order.
+    let has = |body: &str, name: &str, labels: &[&str], value: &str| {
+        body.lines().any(|l| {
+            l.starts_with(&format!("{name}{{"))
+                && labels.iter().all(|p| l.contains(p))
+                && ["kind=\"fake\"", "owner=\"a\"", "pool=\"lab\""]
+                    .iter()
+                    .all(|p| l.contains(p))
+                && (value.is_empty() || l.ends_with(&format!(" {value}")))
+        })
+    };
     let mut body = String::new();
     for _ in 0..50 {
         body = reqwest::get(&url).await.unwrap().text().await.unwrap();
-        if body.contains("orca_pool_size{kind=\"fake\",owner=\"a\",pool=\"lab\"} 2") {
+        if has(&body, "orca_pool_size", &[], "2") {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let _ = child.kill();
     let _ = child.wait();
-    for m in [
-        "orca_pool_size{kind=\"fake\",owner=\"a\",pool=\"lab\"} 2",
-        "orca_pool_wanted{kind=\"fake\",owner=\"a\",pool=\"lab\"} 2",
-        "orca_pool_created_total{how=\"made\",kind=\"fake\",owner=\"a\",pool=\"lab\"} 2",
-        "orca_pool_leader{kind=\"fake\",owner=\"a\",pool=\"lab\"} 1",
-        "orca_pool_last_pass_timestamp_seconds",
+    for (name, labels, value) in [
+        ("orca_pool_size", &[][..], "2"),
+        ("orca_pool_wanted", &[], "2"),
+        ("orca_pool_created_total", &["how=\"made\""], "2"),
+        ("orca_pool_leader", &[], "1"),
+        ("orca_pool_passes_total", &["role=\"leader\""], ""),
+        ("orca_pool_last_pass_timestamp_seconds", &[], ""),
     ] {
-        assert!(body.contains(m), "{m} not in\n{body}");
+        assert!(has(&body, name, labels, value), "{name} {labels:?} {value} not in\n{body}");
     }
 }
