@@ -162,7 +162,11 @@ impl TestDb {
                         orca_pool::store::postgres::redact(&admin)
                     );
                 }
-                println!(
+                // Written to the process's stderr itself, past the test harness's capture, so that a
+                // skip is always seen.
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
                     "SKIPPED {test}: no PostgreSQL at {} ({e})",
                     orca_pool::store::postgres::redact(&admin)
                 );
