@@ -940,7 +940,7 @@ mod tests {
                 "ORCA_AZURE_IMAGE",
                 "Canonical:ubuntu-24_04-lts:server:latest",
             )
-            .with("ORCA_AZURE_ADMIN_USER", "stado")
+            .with("ORCA_AZURE_ADMIN_USER", "builder")
             .with(
                 "ORCA_AZURE_SSH_PUBLIC_KEY",
                 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4 me@host",

@@ -205,6 +205,11 @@ impl AzureProvider {
         r.insert(id.to_ascii_lowercase(), Instant::now());
     }
 
+    /// Forgets that this provider made `id` (it deleted it: a "not found" now is believed).
+    fn forget(&self, id: &str) {
+        lock(&self.inner.recent).remove(&id.to_ascii_lowercase());
+    }
+
     fn is_recent(&self, id: &str) -> bool {
         let mut r = lock(&self.inner.recent);
         let window = self.cfg().visibility_timeout;
@@ -1135,6 +1140,9 @@ impl Provider for AzureProvider {
     async fn delete(&self, id: &str) -> Result<bool> {
         let vm = self.owned_vm(id, false).await?;
         let left = self.delete_resources(id, vm.is_some()).await;
+        if vm.is_some() && !left.iter().any(|l| l.starts_with("VM ")) {
+            self.forget(id);
+        }
         if left.is_empty() {
             Ok(true)
         } else {

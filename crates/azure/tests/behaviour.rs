@@ -321,6 +321,11 @@ async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
         .collect();
     // The VM takes its interface, address and disk with it; only its security group is its own.
     assert_eq!(deletes, vec!["vm-f", "vm-f-nsg"]);
+    // A machine this provider deleted is believed gone at once: one read of the VM and one of its
+    // interface, no waiting for it to show.
+    let n = f.control().requests();
+    assert!(p.machine(&m.id).await.unwrap().is_none());
+    assert_eq!(f.control().requests() - n, 2, "{:?}", f.control().log());
 
     // A resource that refuses deletion is named, and deleting again retries.
     let m = p
@@ -697,4 +702,105 @@ async fn a_create_that_keeps_failing_passingly_leaves_nothing_when_no_vm_was_mad
         .machine()
         .unwrap();
     assert_eq!(stray(&f).len(), 5);
+}
+
+#[tokio::test]
+async fn every_honoured_option_reaches_azure_and_the_others_are_refused_before_any_call() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let fleet_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFleetKeyOfTheCallerNotReal00 fleet";
+    let s = spec("vm-o", AMD)
+        .with_label("role", "builder")
+        .with_label("empty", "")
+        .with_disk_gb(64)
+        .with_ssh_key(fleet_key)
+        .with_image("Canonical:0001-com-ubuntu-server-jammy:22_04-lts-gen2:latest")
+        .with_ssh_sources(["198.51.100.0/24", "203.0.113.9"]);
+    let m = p.create(&s).await.unwrap().machine().unwrap();
+    assert_eq!(m.labels["role"], "builder");
+    assert_eq!(m.labels["empty"], "");
+    let vm = f
+        .resource(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "vm-o")
+        .unwrap();
+    let props = &vm["properties"];
+    assert_eq!(props["storageProfile"]["osDisk"]["diskSizeGB"], 64);
+    let disk = f
+        .resource(RESOURCE_GROUP, "Microsoft.Compute/disks", "vm-o-osdisk")
+        .unwrap();
+    assert_eq!(disk["properties"]["diskSizeGB"], 64);
+    assert_eq!(
+        props["storageProfile"]["imageReference"],
+        serde_json::json!({"publisher": "Canonical", "offer": "0001-com-ubuntu-server-jammy",
+            "sku": "22_04-lts-gen2", "version": "latest"})
+    );
+    let keys: Vec<&str> = props["osProfile"]["linuxConfiguration"]["ssh"]["publicKeys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            assert_eq!(k["path"], "/home/orca/.ssh/authorized_keys");
+            k["keyData"].as_str().unwrap()
+        })
+        .collect();
+    assert_eq!(keys, [SSH_KEY, fleet_key]);
+    for (ty, name) in [
+        ("Microsoft.Compute/virtualMachines", "vm-o"),
+        ("Microsoft.Network/networkInterfaces", "vm-o-nic"),
+        ("Microsoft.Network/publicIPAddresses", "vm-o-ip"),
+        ("Microsoft.Network/networkSecurityGroups", "vm-o-nsg"),
+    ] {
+        let r = f.resource(RESOURCE_GROUP, ty, name).unwrap();
+        assert_eq!(r["tags"]["role"], "builder", "{ty}");
+        assert_eq!(r["tags"]["orca-owner"], "stack-1", "{ty}");
+    }
+    let rules = f.nsg_rules(RESOURCE_GROUP, "vm-o-nsg");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(
+        rules[0]["properties"]["sourceAddressPrefixes"],
+        serde_json::json!(["198.51.100.0/24", "203.0.113.9"]),
+        "exactly the spec's sources, not the provider's"
+    );
+
+    // What Azure cannot do, and what is wrong, is refused before any call.
+    let n = f.control().requests();
+    for (s, kind) in [
+        (
+            spec("vm-p", AMD).with_network_tag("web"),
+            ErrorKind::Unsupported,
+        ),
+        (
+            spec("vm-p", AMD).with_max_run_duration(std::time::Duration::from_secs(3600)),
+            ErrorKind::Unsupported,
+        ),
+        (
+            spec("vm-p", AMD).with_image("ubuntu-24.04"),
+            ErrorKind::InvalidSpec,
+        ),
+        (spec("vm-p", AMD).with_disk_gb(5000), ErrorKind::InvalidSpec),
+        (spec(&"v".repeat(59), AMD), ErrorKind::InvalidSpec),
+    ] {
+        let e = p.create(&s).await.unwrap_err();
+        assert_eq!(e.kind(), kind, "{s:?}: {e}");
+    }
+    let keyless = orca_azure::AzureProvider::new(
+        settings(&f)
+            .with(orca_azure::ConfigKey::SshPublicKey, "")
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    match keyless.create(&spec("vm-p", AMD)).await {
+        Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "ssh_keys"),
+        other => panic!("a create with no SSH key gave {other:?}"),
+    }
+    assert_eq!(f.control().requests(), n, "a refusal made a call");
+    // With the spec's key alone it is made.
+    keyless
+        .create(&spec("vm-p", AMD).with_ssh_key(fleet_key))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
 }
