@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use orca::ec2::{Ec2Builder, SecretString, StaticCredentials};
+use orca::ec2::{Config, Ec2Provider, SecretString, StaticCredentials};
 use orca::{Provider, RetryPolicy};
 
 const MOTO_ENV: &str = "ORCA_TEST_MOTO_ENDPOINT";
@@ -16,6 +16,7 @@ const N: usize = 1000;
 const BATCH: usize = 50;
 const PAGE: i32 = 1000;
 const ROUNDS: u32 = 3;
+const OPS: usize = 5;
 
 fn auth(service: &str) -> String {
     format!(
@@ -165,7 +166,7 @@ async fn main() -> orca::Result<()> {
     }
     let made = t.elapsed();
 
-    let p = Ec2Builder::new(owner)
+    let config = Config::builder()
         .region("us-east-1")
         .endpoint(&moto)
         .credentials(StaticCredentials::new(
@@ -177,8 +178,31 @@ async fn main() -> orca::Result<()> {
         .instance_profile(&profile)
         .page_size(PAGE)
         .retry_policy(RetryPolicy::fast())
-        .build()
-        .await?;
+        .build()?;
+    let p = Ec2Provider::new(config, owner).await?;
+
+    // Requests per create, list and delete of one machine through the driver (a pool of its own; the
+    // first create's catalogue look-ups, DescribeInstanceTypes and DescribeImages, are cached and
+    // counted apart).
+    let ops_pool = format!("bench-ops-{run}");
+    let spec = |i: usize| orca::MachineSpec::new(format!("ops-{i}"), "t3.micro", ZONE, &ops_pool);
+    let before = p.requests();
+    let first_made = p.create(&spec(0)).await?.machine().expect("stock");
+    let first_create = p.requests() - before;
+    let mut made_ids = vec![first_made.id];
+    let before = p.requests();
+    for i in 1..=OPS {
+        made_ids.push(p.create(&spec(i)).await?.machine().expect("stock").id);
+    }
+    let per_create = (p.requests() - before) as f64 / OPS as f64;
+    let before = p.requests();
+    assert_eq!(p.machines(&ops_pool).await?.len(), OPS + 1);
+    let per_list = p.requests() - before;
+    let before = p.requests();
+    for id in &made_ids {
+        assert!(p.delete(id).await?);
+    }
+    let per_delete = (p.requests() - before) as f64 / made_ids.len() as f64;
 
     // Warm up both clients (connections, first-call set-up), then measure.
     assert_eq!(p.machines(&pool).await?.len(), N);
@@ -272,6 +296,11 @@ async fn main() -> orca::Result<()> {
         raw_requests as f64 / ROUNDS as f64,
         N.div_ceil(PAGE as usize),
         N / BATCH
+    );
+    println!(
+        "  requests per call: create {per_create:.1} (the first {first_create}, with the cached \
+         catalogue look-ups), list {per_list} ({} machines), delete {per_delete:.1}",
+        OPS + 1
     );
     println!("  answer size: {:.0} KiB", bytes as f64 / 1024.0);
     println!("  driver: {dw:.1} ms wall, {dc:.1} ms client CPU (parse + map + filter)");

@@ -1,12 +1,13 @@
 //! `orca::of("ec2", owner)` against the EC2 emulator (moto, started by `scripts/with-moto`), from
-//! environment variables. One test function: the variables are process-global.
+//! environment variables, and `orca::of_with("ec2", owner, settings)` from a map with the environment
+//! empty. One test function: the variables are process-global.
 //!
 //! Without `ORCA_TEST_MOTO_ENDPOINT` the test says SKIPPED and passes, except under CI (`CI` set), where
 //! it fails: CI never skips silently.
 
 use std::io::Write as _;
 
-use orca::{Created, Error, MachineSpec};
+use orca::{Created, Error, MachineSpec, Settings};
 
 const MOTO_ENV: &str = "ORCA_TEST_MOTO_ENDPOINT";
 const ZONE: &str = "us-east-1a";
@@ -139,6 +140,37 @@ async fn ec2_through_the_facade_from_the_environment() {
         ],
     )
     .await;
+
+    // Settings as data (keeper's way, with credentials from its vault): region and credentials come
+    // from the map, and the process environment, which has none, is never asked.
+    let settings = Settings::new()
+        .with("AWS_REGION", "us-east-1")
+        .with("AWS_ACCESS_KEY_ID", "AKIDORCATEST")
+        .with("AWS_SECRET_ACCESS_KEY", "orca-test-secret-from-a-vault")
+        .with("ORCA_EC2_ENDPOINT", &moto)
+        .with("ORCA_EC2_SUBNETS", format!("{ZONE}={subnet}"))
+        .with("ORCA_EC2_SECURITY_GROUP", &sg)
+        .with("ORCA_EC2_INSTANCE_PROFILE", &profile);
+    let p = orca::of_with("ec2", "stack-1", &settings).await.unwrap();
+    assert_eq!((p.kind(), p.owner()), ("ec2", "stack-1"));
+    let pool = format!("facade-map-{suffix}");
+    let spec = MachineSpec::new("facade-map-1", "t3.micro", ZONE, &pool);
+    let m = p.create(&spec).await.unwrap().machine().expect("stock");
+    assert_eq!(p.machines(&pool).await.unwrap().len(), 1);
+    assert!(p.delete(&m.id).await.unwrap());
+    // A missing key and a wrong value are named, with a typo, all at once; the secret never shows.
+    let mut bad = settings.clone();
+    bad.insert("AWS_REGION", "");
+    bad.insert("ORCA_EC2_ROOT_VOLUME_GB", "lots");
+    bad.insert("ORCA_EC2_SUBNET", "typo");
+    let e = orca::of_with("ec2", "stack-1", &bad).await.unwrap_err();
+    let Error::InvalidSettings { keys, .. } = &e else {
+        panic!("{e:?}")
+    };
+    for k in ["AWS_REGION", "ORCA_EC2_ROOT_VOLUME_GB", "ORCA_EC2_SUBNET"] {
+        assert!(keys.iter().any(|x| x == k), "{k} not named in {e}");
+    }
+    assert!(!format!("{e} {e:?} {bad:?}").contains("orca-test-secret-from-a-vault"));
 
     std::env::set_var("AWS_REGION", "us-east-1");
     std::env::set_var("AWS_ACCESS_KEY_ID", "AKIDORCATEST");

@@ -1,46 +1,107 @@
-//! The EC2 calls the driver makes, through aws-sdk-ec2, each in a `tracing` span, and the one function
-//! that maps EC2's errors onto orca's ([`map_error`]).
+//! The EC2 calls the driver makes, through aws-sdk-ec2, each in a `tracing` span, under orca's one retry
+//! policy, and the one function that maps EC2's errors onto orca's ([`map_error`]), keeping EC2's code
+//! and the SDK error as the cause.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use aws_config::BehaviorVersion;
+use aws_sdk_ec2::config::http::HttpResponse;
+use aws_sdk_ec2::config::retry::RetryConfig;
+use aws_sdk_ec2::config::timeout::TimeoutConfig;
+use aws_sdk_ec2::config::Region;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::operation::RequestId;
 use aws_sdk_ec2::types::{
-    ArchitectureValues, BlockDeviceMapping, EbsBlockDevice, Filter,
-    IamInstanceProfileSpecification, Instance, InstanceType, ResourceType, Tag, TagSpecification,
+    ArchitectureValues, AttributeValue, BlockDeviceMapping, EbsBlockDevice, Filter,
+    IamInstanceProfileSpecification, Instance, InstanceType, LocationType, ResourceType, Tag,
+    TagSpecification,
 };
 use orca_machines::labels::Labels;
 use orca_machines::{docker_arch, parse_retry_after, Arch, Error, Page, Result, RetryPolicy};
 use tracing::Instrument;
 
-use crate::config::{CANONICAL_OWNER, IMAGES_ENV, UBUNTU_NAME_PATTERN};
+use crate::config::{Config, CANONICAL_OWNER, REGION_ENV, UBUNTU_NAME_PATTERN};
+use crate::model::{Image, RunRequest};
 
-use aws_sdk_ec2::config::http::HttpResponse;
+/// EC2's code for an instance id it does not know (or does not show yet: eventual consistency).
+pub(crate) const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
+/// EC2's code for an instance id that cannot name any instance.
+pub(crate) const INSTANCE_MALFORMED: &str = "InvalidInstanceID.Malformed";
+/// EC2's code for a ClientToken used before with other parameters.
+pub(crate) const IDEMPOTENT_MISMATCH: &str = "IdempotentParameterMismatch";
+/// EC2's code for a request it does not support: a type not offered in the zone, or a configuration
+/// (see the provider's create).
+pub(crate) const UNSUPPORTED: &str = "Unsupported";
 
-/// An image the driver boots machines from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Image {
-    pub id: String,
-    pub name: String,
-    pub root_device_name: String,
-    pub root_volume_gb: Option<i32>,
+/// EC2 error codes that mean no capacity of the type in that zone.
+pub(crate) const NO_STOCK_CODES: &[&str] =
+    &["InsufficientInstanceCapacity", "InsufficientHostCapacity"];
+
+/// EC2 error codes that mean an account limit.
+pub(crate) const QUOTA_CODES: &[&str] = &[
+    "InstanceLimitExceeded",
+    "VcpuLimitExceeded",
+    "MaxSpotInstanceCountExceeded",
+    "VolumeLimitExceeded",
+    "InsufficientFreeAddressesInSubnet",
+];
+
+/// The region aws-config's chain finds (environment, profile, IMDS), if any.
+pub(crate) async fn chain_region() -> Option<String> {
+    aws_config::meta::region::RegionProviderChain::default_provider()
+        .region()
+        .await
+        .map(|r| r.to_string())
 }
 
-/// What one RunInstances asks for.
-#[derive(Debug, Clone)]
-pub(crate) struct RunRequest {
-    pub image: Image,
-    pub machine_type: String,
-    pub subnet: String,
-    pub security_group: String,
-    pub instance_profile: String,
-    /// Base64 of the spec's user data (empty: none). Never printed.
-    pub user_data_b64: String,
-    pub tags: Labels,
-    pub client_token: String,
-    pub root_volume_gb: Option<i32>,
+/// The SDK client for `config`, and its region. With region and credentials given, nothing is read
+/// from the process environment or the profile files; otherwise aws-config's standard chain supplies
+/// what is missing (credentials are then resolved at the first call).
+pub(crate) async fn connect(config: &Config) -> Result<(aws_sdk_ec2::Client, String)> {
+    let (builder, region) = match (&config.region, &config.credentials) {
+        (Some(region), Some(credentials)) => (
+            aws_sdk_ec2::config::Builder::new()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new(region.clone()))
+                .credentials_provider(credentials.sdk()),
+            region.clone(),
+        ),
+        _ => {
+            let mut loader = aws_config::defaults(BehaviorVersion::latest());
+            if let Some(r) = &config.region {
+                loader = loader.region(Region::new(r.clone()));
+            }
+            if let Some(c) = &config.credentials {
+                loader = loader.credentials_provider(c.sdk());
+            }
+            let sdk = loader.load().await;
+            let region = sdk.region().map(|r| r.to_string()).ok_or_else(|| {
+                Error::settings(
+                    [REGION_ENV],
+                    format!(
+                        "missing {REGION_ENV} (no source of aws-config's region chain gave one)"
+                    ),
+                )
+            })?;
+            (aws_sdk_ec2::config::Builder::from(&sdk), region)
+        }
+    };
+    let mut builder = builder
+        // One retry policy, orca's: the SDK never retries on its own, so that no create is ever
+        // re-sent blindly (every RunInstances carries its ClientToken anyway).
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(config.connect_timeout)
+                .operation_attempt_timeout(config.attempt_timeout)
+                .build(),
+        );
+    if let Some(e) = &config.endpoint {
+        builder = builder.endpoint_url(e.trim_end_matches('/'));
+    }
+    Ok((aws_sdk_ec2::Client::from_conf(builder.build()), region))
 }
 
 /// The SDK client with the driver's retry policy and a count of the requests it sent.
@@ -100,8 +161,8 @@ impl Ec2Client {
                 if let Some(id) = e.request_id() {
                     span.record("request_id", id);
                 }
-                let mapped = map_error(operation, &e);
-                tracing::debug!(parent: &span, error = %mapped, "failed");
+                let mapped = map_error(operation, e);
+                tracing::debug!(parent: &span, error = %mapped, code = mapped.code().unwrap_or(""), "failed");
                 Err(mapped)
             }
         }
@@ -133,6 +194,7 @@ impl Ec2Client {
         let out = match out {
             Ok(o) => o,
             Err(Error::NotFound { .. }) => return Ok(None),
+            Err(e) if e.code() == Some("InvalidInstanceType") => return Ok(None),
             Err(e) => return Err(e),
         };
         let Some(t) = out
@@ -162,13 +224,52 @@ impl Ec2Client {
         })?))
     }
 
-    /// The image for `arch`: `image_override` (checked to be of that architecture), or the newest of
-    /// Canonical's Ubuntu 24.04 server images for it.
-    pub(crate) async fn find_image(
-        &self,
-        arch: &Arch,
-        image_override: Option<&str>,
-    ) -> Result<Image> {
+    /// Whether EC2 offers `machine_type` in availability zone `zone` (DescribeInstanceTypeOfferings).
+    pub(crate) async fn offered_in(&self, machine_type: &str, zone: &str) -> Result<bool> {
+        let out = self
+            .call("DescribeInstanceTypeOfferings", || {
+                self.sdk
+                    .describe_instance_type_offerings()
+                    .location_type(LocationType::AvailabilityZone)
+                    .filters(filter("instance-type", [machine_type]))
+                    .filters(filter("location", [zone]))
+                    .send()
+            })
+            .await?;
+        Ok(out.instance_type_offerings().iter().any(|o| {
+            o.instance_type().map(|t| t.as_str()) == Some(machine_type)
+                && o.location() == Some(zone)
+        }))
+    }
+
+    /// Image `ami` (`None`: EC2 does not know it, or the id cannot name one).
+    pub(crate) async fn image_by_id(&self, ami: &str) -> Result<Option<Image>> {
+        let out = self
+            .call("DescribeImages", || {
+                self.sdk.describe_images().image_ids(ami).send()
+            })
+            .await;
+        let out = match out {
+            Ok(o) => o,
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some("InvalidAMIID.NotFound" | "InvalidAMIID.Malformed")
+                ) =>
+            {
+                return Ok(None)
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(out
+            .images()
+            .iter()
+            .find(|i| i.image_id() == Some(ami))
+            .map(image_of))
+    }
+
+    /// The newest of Canonical's Ubuntu 24.04 server images for `arch`.
+    pub(crate) async fn ubuntu_image(&self, arch: &Arch) -> Result<Image> {
         let ec2_arch = match arch {
             Arch::Amd64 => ArchitectureValues::X8664,
             Arch::Arm64 => ArchitectureValues::Arm64,
@@ -178,86 +279,35 @@ impl Ec2Client {
                 )))
             }
         };
-        let images = match image_override {
-            Some(ami) => {
-                let out = self
-                    .call("DescribeImages", || {
-                        self.sdk.describe_images().image_ids(ami).send()
-                    })
-                    .await
-                    .map_err(|e| match e {
-                        Error::NotFound { .. } => Error::settings(
-                            [IMAGES_ENV],
-                            format!("image {ami} for {arch} does not exist"),
-                        ),
-                        e => e,
-                    })?;
-                let images = out.images().to_vec();
-                if let Some(i) = images.first() {
-                    if i.architecture() != Some(&ec2_arch) {
-                        return Err(Error::settings(
-                            [IMAGES_ENV],
-                            format!(
-                                "image {ami} is for {}, not {arch}",
-                                i.architecture()
-                                    .map(|a| a.as_str())
-                                    .unwrap_or("no architecture")
-                            ),
-                        ));
-                    }
-                }
-                images
-            }
-            None => {
-                let pattern = UBUNTU_NAME_PATTERN.replace("{arch}", arch.as_str());
-                let out = self
-                    .call("DescribeImages", || {
-                        self.sdk
-                            .describe_images()
-                            .owners(CANONICAL_OWNER)
-                            .filters(filter("name", [pattern.as_str()]))
-                            .filters(filter("architecture", [ec2_arch.as_str()]))
-                            .filters(filter("state", ["available"]))
-                            .send()
-                    })
-                    .await?;
-                out.images().to_vec()
-            }
-        };
+        let pattern = UBUNTU_NAME_PATTERN.replace("{arch}", arch.as_str());
+        let out = self
+            .call("DescribeImages", || {
+                self.sdk
+                    .describe_images()
+                    .owners(CANONICAL_OWNER)
+                    .filters(filter("name", [pattern.as_str()]))
+                    .filters(filter("architecture", [ec2_arch.as_str()]))
+                    .filters(filter("state", ["available"]))
+                    .send()
+            })
+            .await?;
         // Newest first: by creation date (ISO 8601, so text order is time order), then by name, whose
         // suffix is the build date.
-        let best = images
+        out.images()
             .iter()
             .filter(|i| i.image_id().is_some())
             // The owner filter is EC2's; checked again so that no lookalike can slip in.
-            .filter(|i| image_override.is_some() || i.owner_id() == Some(CANONICAL_OWNER))
+            .filter(|i| i.owner_id() == Some(CANONICAL_OWNER))
             .max_by(|a, b| (a.creation_date(), a.name()).cmp(&(b.creation_date(), b.name())))
+            .map(image_of)
             .ok_or_else(|| {
-                Error::not_found(match image_override {
-                    Some(ami) => format!("image {ami}"),
-                    None => format!(
-                        "an Ubuntu 24.04 image for {arch} owned by {CANONICAL_OWNER} ({})",
-                        UBUNTU_NAME_PATTERN.replace("{arch}", arch.as_str())
-                    ),
-                })
-            })?;
-        let root = best.root_device_name().unwrap_or("/dev/sda1").to_string();
-        let root_volume_gb = best
-            .block_device_mappings()
-            .iter()
-            .find(|m| m.device_name() == Some(root.as_str()))
-            .and_then(|m| m.ebs())
-            .and_then(|e| e.volume_size());
-        Ok(Image {
-            id: best.image_id().unwrap_or_default().to_string(),
-            name: best.name().unwrap_or_default().to_string(),
-            root_device_name: root,
-            root_volume_gb,
-        })
+                Error::not_found(format!(
+                    "an Ubuntu 24.04 image for {arch} owned by {CANONICAL_OWNER} ({pattern})"
+                ))
+            })
     }
 
-    /// One RunInstances, not retried here: the provider retries it with the same ClientToken, looking
-    /// for what an earlier attempt made first.
+    /// One RunInstances, not retried here: the provider retries it with the same ClientToken.
     pub(crate) async fn run_instance(&self, r: &RunRequest) -> Result<Instance> {
         let tags: Vec<Tag> = r
             .tags
@@ -274,7 +324,7 @@ impl Ec2Client {
                 .build()
         };
         // The root volume goes with the machine. EC2 wants a size or snapshot with any mapping: the
-        // image's own size unless a bigger one is set.
+        // image's own size unless another one is asked for.
         let mut ebs = EbsBlockDevice::builder().delete_on_termination(true);
         if let Some(gb) = r.root_volume_gb.or(r.image.root_volume_gb) {
             ebs = ebs.volume_size(gb);
@@ -344,7 +394,7 @@ impl Ec2Client {
         })
     }
 
-    /// Instance `id`, in any state (`None`: EC2 does not know it).
+    /// Instance `id`, in any state (`None`: EC2 does not know it, or does not show it yet).
     pub(crate) async fn describe_instance(&self, id: &str) -> Result<Option<Instance>> {
         let out = self
             .call("DescribeInstances", || {
@@ -358,23 +408,19 @@ impl Ec2Client {
                 .flat_map(|r| r.instances())
                 .find(|i| i.instance_id() == Some(id))
                 .cloned()),
-            Err(Error::NotFound { .. }) => Ok(None),
+            Err(e) if is_instance_not_found(&e) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    /// TerminateInstances (false: EC2 does not know the instance).
-    pub(crate) async fn terminate(&self, id: &str) -> Result<bool> {
-        let out = self
-            .call("TerminateInstances", || {
-                self.sdk.terminate_instances().instance_ids(id).send()
-            })
-            .await;
-        match out {
-            Ok(_) => Ok(true),
-            Err(Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+    /// TerminateInstances. A "not found" is the caller's to confirm (EC2 may not show a new instance
+    /// to it yet).
+    pub(crate) async fn terminate(&self, id: &str) -> Result<()> {
+        self.call("TerminateInstances", || {
+            self.sdk.terminate_instances().instance_ids(id).send()
+        })
+        .await
+        .map(|_| ())
     }
 
     /// StopInstances.
@@ -401,16 +447,65 @@ impl Ec2Client {
             self.sdk
                 .modify_instance_attribute()
                 .instance_id(id)
-                .instance_type(
-                    aws_sdk_ec2::types::AttributeValue::builder()
-                        .value(machine_type)
-                        .build(),
-                )
+                .instance_type(AttributeValue::builder().value(machine_type).build())
                 .send()
         })
         .await
         .map(|_| ())
     }
+
+    /// CreateTags on instance `id`: sets each tag of `tags`, leaving every other one as it is.
+    pub(crate) async fn create_tags(&self, id: &str, tags: &Labels) -> Result<()> {
+        let tags: Vec<Tag> = tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        self.call("CreateTags", || {
+            self.sdk
+                .create_tags()
+                .resources(id)
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// DeleteTags on instance `id`: removes the tags `keys`, whatever their values.
+    pub(crate) async fn delete_tags(&self, id: &str, keys: &[String]) -> Result<()> {
+        let tags: Vec<Tag> = keys.iter().map(|k| Tag::builder().key(k).build()).collect();
+        self.call("DeleteTags", || {
+            self.sdk
+                .delete_tags()
+                .resources(id)
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await
+        .map(|_| ())
+    }
+}
+
+fn image_of(i: &aws_sdk_ec2::types::Image) -> Image {
+    let root = i.root_device_name().unwrap_or("/dev/sda1").to_string();
+    let root_volume_gb = i
+        .block_device_mappings()
+        .iter()
+        .find(|m| m.device_name() == Some(root.as_str()))
+        .and_then(|m| m.ebs())
+        .and_then(|e| e.volume_size());
+    Image {
+        id: i.image_id().unwrap_or_default().to_string(),
+        name: i.name().unwrap_or_default().to_string(),
+        arch: docker_arch(i.architecture().map(|a| a.as_str()).unwrap_or("")),
+        root_device_name: root,
+        root_volume_gb,
+    }
+}
+
+/// Whether `e` says EC2 does not know an instance id (`InvalidInstanceID.NotFound`, or `.Malformed`).
+pub(crate) fn is_instance_not_found(e: &Error) -> bool {
+    matches!(e.code(), Some(INSTANCE_NOT_FOUND | INSTANCE_MALFORMED))
 }
 
 /// A DescribeInstances/DescribeImages filter.
@@ -421,31 +516,15 @@ pub(crate) fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) 
         .build()
 }
 
-/// EC2 error codes that mean no stock of the type in that zone.
-pub(crate) const NO_STOCK_CODES: &[&str] = &[
-    "InsufficientInstanceCapacity",
-    "InsufficientHostCapacity",
-    // "The requested configuration is currently not supported": the type is not offered in that zone.
-    "Unsupported",
-];
-
-/// EC2 error codes that mean an account limit.
-pub(crate) const QUOTA_CODES: &[&str] = &[
-    "InstanceLimitExceeded",
-    "VcpuLimitExceeded",
-    "MaxSpotInstanceCountExceeded",
-    "VolumeLimitExceeded",
-    "InsufficientFreeAddressesInSubnet",
-];
-
 /// Maps one failed EC2 call onto orca's errors: EC2's error code first, then the HTTP status, then
 /// what happened on the way (timeouts and dropped connections are transient: for a create, the machine
-/// may or may not have been made). Messages carry EC2's code and words, never credentials.
-pub(crate) fn map_error<E>(operation: &str, err: &SdkError<E, HttpResponse>) -> Error
+/// may or may not have been made). The error keeps EC2's code ([`Error::code`]), the operation and the
+/// SDK error as its cause; messages carry EC2's code and words, never credentials.
+pub(crate) fn map_error<E>(operation: &str, err: SdkError<E, HttpResponse>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    match err {
+    let (mapped, code) = match &err {
         SdkError::ServiceError(se) => {
             let status = se.raw().status().as_u16();
             let retry_after = se
@@ -453,14 +532,14 @@ where
                 .headers()
                 .get("retry-after")
                 .and_then(parse_retry_after);
-            let code = se.err().code().unwrap_or("");
+            let code = se.err().code().unwrap_or("").to_string();
             let words = se.err().message().unwrap_or("");
             let message = if code.is_empty() {
                 format!("{operation}: HTTP {status}: {words}")
             } else {
                 format!("{operation}: {code}: {words}")
             };
-            match code {
+            let e = match code.as_str() {
                 c if NO_STOCK_CODES.contains(&c) => {
                     Error::no_stock(String::new(), String::new(), message)
                 }
@@ -482,10 +561,9 @@ where
                 | "Blocked"
                 | "OptInRequired"
                 | "PendingVerification" => Error::permission_denied(message),
-                "IdempotentParameterMismatch" => Error::already_exists(format!(
-                        "{message} (a machine of this name, pool and owner was already made with \
-                         other settings under the same ClientToken: delete it, or use another name)"
-                    )),
+                IDEMPOTENT_MISMATCH => Error::already_exists(format!(
+                    "{message} (the ClientToken was used before with other parameters)"
+                )),
                 "InvalidInstanceType" => Error::not_found(message),
                 c if c.ends_with(".NotFound") || c.ends_with(".Malformed") => {
                     Error::not_found(message)
@@ -495,40 +573,65 @@ where
                 }
                 "" => Error::from_http_status(status, message, retry_after),
                 _ if status >= 500 => Error::transient(message),
+                // `Unsupported` among them: what it means depends on the call (the provider's create
+                // tells a type not offered in the zone from a configuration EC2 refuses).
                 _ => Error::other(message),
-            }
+            };
+            (e, (!code.is_empty()).then_some(code))
         }
-        SdkError::TimeoutError(_) => Error::transient(format!(
-            "{operation}: timed out (it may or may not have taken effect)"
-        )),
+        SdkError::TimeoutError(_) => (
+            Error::transient(format!(
+                "{operation}: timed out (it may or may not have taken effect)"
+            )),
+            None,
+        ),
         SdkError::DispatchFailure(d) => {
             // Credentials are resolved when a request is sent: their failure arrives here.
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
+            let mut unauthenticated = None;
             while let Some(s) = source {
                 if let Some(c) =
                     s.downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
                 {
-                    return Error::unauthenticated(format!(
+                    unauthenticated = Some(Error::unauthenticated(format!(
                         "{operation}: no usable AWS credentials: {c}"
-                    ));
+                    )));
+                    break;
                 }
                 source = s.source();
             }
-            let what = if d.is_timeout() {
-                "timed out"
-            } else if d.is_io() {
-                "connection failed"
-            } else {
-                "could not be sent"
-            };
-            Error::transient(format!("{operation}: {what}: {}", DisplayErrorContext(err)))
+            let e = unauthenticated.unwrap_or_else(|| {
+                let what = if d.is_timeout() {
+                    "timed out"
+                } else if d.is_io() {
+                    "connection failed"
+                } else {
+                    "could not be sent"
+                };
+                Error::transient(format!(
+                    "{operation}: {what}: {}",
+                    DisplayErrorContext(&err)
+                ))
+            });
+            (e, None)
         }
-        SdkError::ResponseError(_) => Error::transient(format!(
-            "{operation}: the answer was lost or unreadable (the call may have taken effect): {}",
-            DisplayErrorContext(err)
-        )),
-        _ => Error::other(format!("{operation}: {}", DisplayErrorContext(err))),
+        SdkError::ResponseError(_) => (
+            Error::transient(format!(
+                "{operation}: the answer was lost or unreadable (the call may have taken effect): {}",
+                DisplayErrorContext(&err)
+            )),
+            None,
+        ),
+        _ => (
+            Error::other(format!("{operation}: {}", DisplayErrorContext(&err))),
+            None,
+        ),
+    };
+    let mut mapped = mapped.with_operation(operation);
+    if let Some(code) = code {
+        mapped = mapped.with_code(code);
     }
+    mapped.with_source(err)
 }
 
 #[cfg(test)]
@@ -537,6 +640,7 @@ mod tests {
     use aws_sdk_ec2::operation::run_instances::RunInstancesError;
     use aws_smithy_types::body::SdkBody;
     use aws_smithy_types::error::ErrorMetadata;
+    use std::error::Error as _;
 
     fn service_error(status: u16, code: &str) -> SdkError<RunInstancesError, HttpResponse> {
         let meta = ErrorMetadata::builder()
@@ -548,11 +652,11 @@ mod tests {
     }
 
     #[test]
-    fn codes_have_their_meaning() {
+    fn codes_have_their_meaning_and_are_kept() {
         use orca_machines::ErrorKind as K;
         let cases = [
             (500, "InsufficientInstanceCapacity", K::NoStock),
-            (400, "Unsupported", K::NoStock),
+            (400, "Unsupported", K::Other),
             (400, "InstanceLimitExceeded", K::Quota),
             (400, "VcpuLimitExceeded", K::Quota),
             (503, "RequestLimitExceeded", K::Throttled),
@@ -566,15 +670,18 @@ mod tests {
             (400, "InvalidParameterValue", K::Other),
         ];
         for (status, code, kind) in cases {
-            let e = map_error("RunInstances", &service_error(status, code));
+            let e = map_error("RunInstances", service_error(status, code));
             assert_eq!(e.kind(), kind, "{code}: {e}");
+            assert_eq!(e.code(), Some(code));
+            assert_eq!(e.operation(), Some("RunInstances"));
             assert!(e.to_string().contains(code), "{e}");
+            assert!(e.source().is_some(), "{code}: the SDK error is the cause");
         }
         assert!(
-            !map_error("RunInstances", &service_error(400, "InstanceLimitExceeded")).is_retryable()
+            !map_error("RunInstances", service_error(400, "InstanceLimitExceeded")).is_retryable()
         );
         assert!(
-            map_error("RunInstances", &service_error(503, "RequestLimitExceeded")).is_retryable()
+            map_error("RunInstances", service_error(503, "RequestLimitExceeded")).is_retryable()
         );
     }
 }

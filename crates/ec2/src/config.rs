@@ -1,33 +1,151 @@
-//! Settings: from the environment ([`Ec2Builder::from_env`]) or a builder, checked all at once.
+//! Settings as data: the keys ([`ConfigKey`], named as the environment variables), read from the
+//! environment ([`Config::from_env`]), from a map ([`Config::from_settings`]) or set in code
+//! ([`Config::builder`]), checked all at once.
+//!
+//! Region and credentials: [`Config::from_settings`] takes them from the map (`AWS_REGION`,
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, optional `AWS_SESSION_TOKEN`: static credentials) and
+//! never from the process environment; [`Config::from_env`] leaves them to aws-config's standard chain
+//! (environment, profile, SSO, `credential_process`, web identity, ECS, IMDS). A builder asks that
+//! chain only for what it was not given.
 
 use std::collections::BTreeMap;
+use std::str::FromStr;
 use std::time::Duration;
 
-use aws_config::BehaviorVersion;
-use aws_sdk_ec2::config::retry::RetryConfig;
-use aws_sdk_ec2::config::timeout::TimeoutConfig;
-use aws_sdk_ec2::config::{Credentials, Region};
+use orca_machines::settings::Problems;
 use orca_machines::spec::validate_token;
-use orca_machines::{validate_owner, Arch, Error, Result, RetryPolicy};
+use orca_machines::{Arch, Error, Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::client::Ec2Client;
-use crate::provider::Ec2Provider;
+/// A setting of the EC2 driver, by the name of its environment variable (as object_store's
+/// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ConfigKey {
+    /// `AWS_REGION`: the region; one provider works in one region.
+    Region,
+    /// `AWS_ACCESS_KEY_ID`: the access key of static credentials.
+    AccessKeyId,
+    /// `AWS_SECRET_ACCESS_KEY`: the secret of static credentials. Secret.
+    SecretAccessKey,
+    /// `AWS_SESSION_TOKEN`: the session token of temporary static credentials. Secret.
+    SessionToken,
+    /// `ORCA_EC2_SUBNETS`: `zone=subnet` pairs: the availability zones machines can be made in, and
+    /// the subnet of each. Required.
+    Subnets,
+    /// `ORCA_EC2_SECURITY_GROUP`: the security group every machine gets (`sg-...`). Required.
+    SecurityGroup,
+    /// `ORCA_EC2_INSTANCE_PROFILE`: the instance profile every machine gets, by name or ARN. Required.
+    InstanceProfile,
+    /// `ORCA_EC2_IMAGES`: `arch=ami` pairs used instead of Canonical's Ubuntu 24.04.
+    Images,
+    /// `ORCA_EC2_ROOT_VOLUME_GB`: the root volume's size in GiB (default: the image's own).
+    RootVolumeGb,
+    /// `ORCA_EC2_ENDPOINT`: the EC2 endpoint URL (tests point it at the emulator on 127.0.0.1).
+    Endpoint,
+}
 
-/// `location=subnet` pairs: the availability zones machines can be made in, and the subnet of each.
-pub const SUBNETS_ENV: &str = "ORCA_EC2_SUBNETS";
-/// The security group every machine gets (an id, `sg-...`).
-pub const SECURITY_GROUP_ENV: &str = "ORCA_EC2_SECURITY_GROUP";
-/// The instance profile every machine gets (a name, or an ARN).
-pub const INSTANCE_PROFILE_ENV: &str = "ORCA_EC2_INSTANCE_PROFILE";
-/// Optional: `arch=ami` pairs (`amd64=ami-1,arm64=ami-2`) used instead of Canonical's Ubuntu 24.04.
-pub const IMAGES_ENV: &str = "ORCA_EC2_IMAGES";
-/// Optional: the EC2 endpoint URL (tests point it at the emulator on 127.0.0.1).
-pub const ENDPOINT_ENV: &str = "ORCA_EC2_ENDPOINT";
-/// Optional: the root volume's size in GiB (default: the image's own size).
-pub const ROOT_VOLUME_ENV: &str = "ORCA_EC2_ROOT_VOLUME_GB";
-/// The region, when no other source of aws-config's chain gives one.
-pub const REGION_ENV: &str = "AWS_REGION";
+impl ConfigKey {
+    /// Every key, in the order the README lists them.
+    pub const ALL: [ConfigKey; 10] = [
+        ConfigKey::Region,
+        ConfigKey::AccessKeyId,
+        ConfigKey::SecretAccessKey,
+        ConfigKey::SessionToken,
+        ConfigKey::Subnets,
+        ConfigKey::SecurityGroup,
+        ConfigKey::InstanceProfile,
+        ConfigKey::Images,
+        ConfigKey::RootVolumeGb,
+        ConfigKey::Endpoint,
+    ];
+
+    /// The key's name: its environment variable.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConfigKey::Region => "AWS_REGION",
+            ConfigKey::AccessKeyId => "AWS_ACCESS_KEY_ID",
+            ConfigKey::SecretAccessKey => "AWS_SECRET_ACCESS_KEY",
+            ConfigKey::SessionToken => "AWS_SESSION_TOKEN",
+            ConfigKey::Subnets => "ORCA_EC2_SUBNETS",
+            ConfigKey::SecurityGroup => "ORCA_EC2_SECURITY_GROUP",
+            ConfigKey::InstanceProfile => "ORCA_EC2_INSTANCE_PROFILE",
+            ConfigKey::Images => "ORCA_EC2_IMAGES",
+            ConfigKey::RootVolumeGb => "ORCA_EC2_ROOT_VOLUME_GB",
+            ConfigKey::Endpoint => "ORCA_EC2_ENDPOINT",
+        }
+    }
+
+    /// Whether the value is a secret (never printed, logged or put in an error).
+    pub const fn is_secret(self) -> bool {
+        matches!(self, ConfigKey::SecretAccessKey | ConfigKey::SessionToken)
+    }
+
+    /// Whether aws-config's standard chain reads this key itself ([`Config::from_env`] leaves it to
+    /// the chain).
+    pub const fn is_aws_chain(self) -> bool {
+        matches!(
+            self,
+            ConfigKey::Region
+                | ConfigKey::AccessKeyId
+                | ConfigKey::SecretAccessKey
+                | ConfigKey::SessionToken
+        )
+    }
+
+    /// Every key's name, in [`ConfigKey::ALL`] order.
+    pub fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|k| k.as_str()).collect()
+    }
+}
+
+impl std::fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ConfigKey {
+    type Err = Error;
+
+    /// The key named `s` (exactly, as the environment variable); an unknown name is
+    /// [`Error::InvalidSettings`] naming it and the known ones.
+    fn from_str(s: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| Error::settings([s], unknown_key_rule()))
+    }
+}
+
+fn unknown_key_rule() -> String {
+    format!(
+        "not a setting of the ec2 driver; its settings are {}",
+        ConfigKey::names().join(", ")
+    )
+}
+
+/// The region ([`ConfigKey::Region`]).
+pub const REGION_ENV: &str = ConfigKey::Region.as_str();
+/// Static credentials' access key ([`ConfigKey::AccessKeyId`]).
+pub const ACCESS_KEY_ID_ENV: &str = ConfigKey::AccessKeyId.as_str();
+/// Static credentials' secret ([`ConfigKey::SecretAccessKey`]).
+pub const SECRET_ACCESS_KEY_ENV: &str = ConfigKey::SecretAccessKey.as_str();
+/// Static credentials' session token ([`ConfigKey::SessionToken`]).
+pub const SESSION_TOKEN_ENV: &str = ConfigKey::SessionToken.as_str();
+/// `zone=subnet` pairs ([`ConfigKey::Subnets`]).
+pub const SUBNETS_ENV: &str = ConfigKey::Subnets.as_str();
+/// The security group every machine gets ([`ConfigKey::SecurityGroup`]).
+pub const SECURITY_GROUP_ENV: &str = ConfigKey::SecurityGroup.as_str();
+/// The instance profile every machine gets ([`ConfigKey::InstanceProfile`]).
+pub const INSTANCE_PROFILE_ENV: &str = ConfigKey::InstanceProfile.as_str();
+/// `arch=ami` pairs ([`ConfigKey::Images`]).
+pub const IMAGES_ENV: &str = ConfigKey::Images.as_str();
+/// The root volume's size in GiB ([`ConfigKey::RootVolumeGb`]).
+pub const ROOT_VOLUME_ENV: &str = ConfigKey::RootVolumeGb.as_str();
+/// The EC2 endpoint URL ([`ConfigKey::Endpoint`]).
+pub const ENDPOINT_ENV: &str = ConfigKey::Endpoint.as_str();
 
 /// Canonical's AWS account: the owner of the official Ubuntu images.
 pub const CANONICAL_OWNER: &str = "099720109477";
@@ -35,13 +153,20 @@ pub const CANONICAL_OWNER: &str = "099720109477";
 pub const UBUNTU_NAME_PATTERN: &str =
     "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-{arch}-server-*";
 
-/// Static credentials for the builder (tests, or a caller that holds its own keys). The secret is never
-/// printed.
+/// The smallest `MaxResults` EC2 accepts for DescribeInstances.
+pub const MIN_PAGE_SIZE: i32 = 5;
+/// The largest `MaxResults` EC2 accepts for DescribeInstances (and the default).
+pub const MAX_PAGE_SIZE: i32 = 1000;
+/// The largest root volume, in GiB, EC2 makes (gp3).
+pub const MAX_ROOT_VOLUME_GB: i32 = 16_384;
+
+/// Static credentials (tests, or a caller that holds its own keys, such as keeper from its vault).
+/// The secret and the session token are never printed.
 #[derive(Clone)]
 pub struct StaticCredentials {
-    access_key_id: String,
-    secret_access_key: SecretString,
-    session_token: Option<SecretString>,
+    pub(crate) access_key_id: String,
+    pub(crate) secret_access_key: SecretString,
+    pub(crate) session_token: Option<SecretString>,
 }
 
 impl StaticCredentials {
@@ -54,10 +179,27 @@ impl StaticCredentials {
         }
     }
 
-    /// The same credentials with a session token.
+    /// The same credentials with a session token (temporary credentials).
     pub fn with_session_token(mut self, token: SecretString) -> Self {
         self.session_token = Some(token);
         self
+    }
+
+    /// The access key id (not a secret: AWS prints it in CloudTrail and error messages).
+    pub fn access_key_id(&self) -> &str {
+        &self.access_key_id
+    }
+
+    pub(crate) fn sdk(&self) -> aws_credential_types::Credentials {
+        aws_credential_types::Credentials::new(
+            self.access_key_id.clone(),
+            self.secret_access_key.expose_secret().to_string(),
+            self.session_token
+                .as_ref()
+                .map(|t| t.expose_secret().to_string()),
+            None,
+            "orca-ec2-static",
+        )
     }
 }
 
@@ -93,49 +235,34 @@ impl Default for Waiting {
     }
 }
 
-/// Builds an [`Ec2Provider`]. Every setting of the environment has a method here; [`build`] names every
-/// missing one at once, by its environment variable.
-///
-/// [`build`]: Ec2Builder::build
-///
-/// ```no_run
-/// # async fn f() -> orca_machines::Result<()> {
-/// let p = orca_ec2::Ec2Builder::new("stack-1")
-///     .region("eu-west-1")
-///     .subnet("eu-west-1a", "subnet-0123456789abcdef0")
-///     .security_group("sg-0123456789abcdef0")
-///     .instance_profile("orca-node")
-///     .build()
-///     .await?;
-/// # let _ = p; Ok(()) }
-/// ```
+/// The default of [`ConfigBuilder::consistency`].
+pub const DEFAULT_CONSISTENCY: Duration = Duration::from_secs(120);
+
+/// The EC2 driver's settings. `Debug` never shows a secret.
 #[derive(Clone)]
-pub struct Ec2Builder {
-    pub(crate) owner: String,
+pub struct Config {
     pub(crate) region: Option<String>,
-    pub(crate) endpoint: Option<String>,
     pub(crate) credentials: Option<StaticCredentials>,
+    pub(crate) endpoint: Option<String>,
     pub(crate) subnets: BTreeMap<String, String>,
-    pub(crate) security_group: Option<String>,
-    pub(crate) instance_profile: Option<String>,
+    pub(crate) security_group: String,
+    pub(crate) instance_profile: String,
     pub(crate) images: BTreeMap<Arch, String>,
     pub(crate) root_volume_gb: Option<i32>,
     pub(crate) page_size: i32,
     pub(crate) retry: RetryPolicy,
     pub(crate) waiting: Waiting,
+    pub(crate) consistency: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) attempt_timeout: Duration,
-    /// Problems found while reading settings, reported by `build` with the missing ones.
-    pub(crate) problems: Vec<(String, String)>,
 }
 
-impl std::fmt::Debug for Ec2Builder {
+impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ec2Builder")
-            .field("owner", &self.owner)
+        f.debug_struct("Config")
             .field("region", &self.region)
-            .field("endpoint", &self.endpoint)
             .field("credentials", &self.credentials)
+            .field("endpoint", &self.endpoint)
             .field("subnets", &self.subnets)
             .field("security_group", &self.security_group)
             .field("instance_profile", &self.instance_profile)
@@ -144,95 +271,241 @@ impl std::fmt::Debug for Ec2Builder {
             .field("page_size", &self.page_size)
             .field("retry", &self.retry)
             .field("waiting", &self.waiting)
+            .field("consistency", &self.consistency)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("attempt_timeout", &self.attempt_timeout)
+            .finish()
+    }
+}
+
+impl Config {
+    /// A builder with every default; subnets, security group and instance profile are required.
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder::default()
+    }
+
+    /// The settings from this process's environment: the `ORCA_EC2_*` variables of
+    /// [`ConfigKey::ALL`]; region and credentials through aws-config's standard chain.
+    pub fn from_env() -> Result<Config> {
+        ConfigBuilder::from_env().build()
+    }
+
+    /// The settings from `settings`, keyed by [`ConfigKey`] names, region and static credentials
+    /// included (never from the process environment). A key that is not one of them is refused (a
+    /// typo would otherwise be ignored); every problem is named at once.
+    pub fn from_settings(settings: &Settings) -> Result<Config> {
+        ConfigBuilder::from_settings(settings).build()
+    }
+
+    /// The region, when the settings name it (else aws-config's chain finds it).
+    pub fn region(&self) -> Option<&str> {
+        self.region.as_deref()
+    }
+
+    /// The endpoint URL, when one is set.
+    pub fn endpoint(&self) -> Option<&str> {
+        self.endpoint.as_deref()
+    }
+
+    /// The availability zones machines can be made in, and the subnet of each.
+    pub fn subnets(&self) -> &BTreeMap<String, String> {
+        &self.subnets
+    }
+
+    /// `MaxResults` of DescribeInstances listings.
+    pub fn page_size(&self) -> i32 {
+        self.page_size
+    }
+}
+
+/// Builds a [`Config`] in code, with the same settings as the environment; [`build`](Self::build)
+/// names every missing or wrong one at once.
+///
+/// ```
+/// let config = orca_ec2::Config::builder()
+///     .region("eu-west-1")
+///     .subnet("eu-west-1a", "subnet-0123456789abcdef0")
+///     .security_group("sg-0123456789abcdef0")
+///     .instance_profile("orca-node")
+///     .build()
+///     .unwrap();
+/// assert_eq!(config.region(), Some("eu-west-1"));
+/// let e = orca_ec2::Config::builder().page_size(1).build().unwrap_err();
+/// assert!(e.to_string().contains("ORCA_EC2_SUBNETS"), "{e}");
+/// assert!(e.to_string().contains("page_size: 5 to 1000"), "{e}");
+/// ```
+#[derive(Clone)]
+pub struct ConfigBuilder {
+    region: Option<String>,
+    credentials: Option<StaticCredentials>,
+    access_key_id: Option<String>,
+    secret_access_key: Option<SecretString>,
+    session_token: Option<SecretString>,
+    /// Region and credentials must come from the settings themselves (`from_settings`).
+    explicit: bool,
+    endpoint: Option<String>,
+    subnets: BTreeMap<String, String>,
+    security_group: Option<String>,
+    instance_profile: Option<String>,
+    images: BTreeMap<Arch, String>,
+    root_volume_gb: Option<i32>,
+    page_size: i32,
+    retry: RetryPolicy,
+    waiting: Waiting,
+    consistency: Duration,
+    connect_timeout: Duration,
+    attempt_timeout: Duration,
+    /// Settings that did not parse, by key, with the rule they break (never their value).
+    problems: Vec<(String, String)>,
+    /// Keys given that are not settings of this driver (refused by `build`).
+    unknown: Vec<String>,
+}
+
+impl std::fmt::Debug for ConfigBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigBuilder")
+            .field("region", &self.region)
+            .field("credentials", &self.credentials)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "session_token",
+                &self.session_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("explicit", &self.explicit)
+            .field("endpoint", &self.endpoint)
+            .field("subnets", &self.subnets)
+            .field("security_group", &self.security_group)
+            .field("instance_profile", &self.instance_profile)
+            .field("images", &self.images)
+            .field("root_volume_gb", &self.root_volume_gb)
+            .field("page_size", &self.page_size)
             .finish_non_exhaustive()
     }
 }
 
-impl Ec2Builder {
-    /// A builder for `owner`'s machines (empty for none), with nothing set.
-    pub fn new(owner: impl Into<String>) -> Self {
-        Ec2Builder {
-            owner: owner.into(),
+impl Default for ConfigBuilder {
+    fn default() -> Self {
+        ConfigBuilder {
             region: None,
-            endpoint: None,
             credentials: None,
+            access_key_id: None,
+            secret_access_key: None,
+            session_token: None,
+            explicit: false,
+            endpoint: None,
             subnets: BTreeMap::new(),
             security_group: None,
             instance_profile: None,
             images: BTreeMap::new(),
             root_volume_gb: None,
-            page_size: 1000,
+            page_size: MAX_PAGE_SIZE,
             retry: RetryPolicy::default(),
             waiting: Waiting::default(),
+            consistency: DEFAULT_CONSISTENCY,
             connect_timeout: Duration::from_secs(10),
             attempt_timeout: Duration::from_secs(60),
             problems: Vec::new(),
+            unknown: Vec::new(),
         }
     }
+}
 
-    /// A builder from this process's environment (see the crate documentation for every variable).
-    /// Region and credentials are left to aws-config's standard chain.
-    pub fn from_env(owner: impl Into<String>) -> Self {
-        Self::from_vars(owner, |k| std::env::var(k).ok())
-    }
-
-    /// A builder from the variables `var` answers (what [`from_env`](Self::from_env) does with the
-    /// environment).
-    pub fn from_vars(owner: impl Into<String>, var: impl Fn(&str) -> Option<String>) -> Self {
-        let get = |k: &str| {
-            var(k)
-                .map(|v| v.trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let mut b = Ec2Builder::new(owner);
-        if let Some(s) = get(SUBNETS_ENV) {
-            match parse_pairs(&s) {
-                Ok(pairs) => b.subnets = pairs,
-                Err(why) => b.problems.push((SUBNETS_ENV.into(), why)),
+impl ConfigBuilder {
+    /// A builder holding this process's environment settings (see [`Config::from_env`]), to adjust
+    /// before [`build`](Self::build). Region and credentials are left to aws-config's chain.
+    pub fn from_env() -> ConfigBuilder {
+        let keys = ConfigKey::ALL
+            .iter()
+            .filter(|k| !k.is_aws_chain())
+            .map(|k| k.as_str());
+        let mut b = ConfigBuilder::default();
+        let env = Settings::from_env(keys);
+        for k in env.keys() {
+            if let (Ok(key), Some(v)) = (k.parse::<ConfigKey>(), env.get(k)) {
+                b = b.with_config(key, v);
             }
         }
-        b.security_group = get(SECURITY_GROUP_ENV);
-        b.instance_profile = get(INSTANCE_PROFILE_ENV);
-        if let Some(s) = get(IMAGES_ENV) {
-            match parse_pairs(&s) {
+        b
+    }
+
+    /// A builder holding `settings` (see [`Config::from_settings`]), to adjust before
+    /// [`build`](Self::build): region and static credentials are required from them. Unknown keys are
+    /// kept to be refused by `build`.
+    pub fn from_settings(settings: &Settings) -> ConfigBuilder {
+        let mut b = ConfigBuilder {
+            explicit: true,
+            ..ConfigBuilder::default()
+        };
+        for k in settings.keys() {
+            match k.parse::<ConfigKey>() {
+                Ok(key) => {
+                    if let Some(v) = settings.get(k) {
+                        b = b.with_config(key, v);
+                    }
+                }
+                Err(_) => b.unknown.push(k.to_string()),
+            }
+        }
+        b
+    }
+
+    /// Sets `key` to `value` as the environment would (an empty value leaves the default). A value
+    /// that does not parse is named by `build`.
+    pub fn with_config(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
+        let value = value.into();
+        let v = value.trim();
+        if v.is_empty() {
+            return self;
+        }
+        match key {
+            ConfigKey::Region => self.region = Some(v.to_string()),
+            ConfigKey::AccessKeyId => self.access_key_id = Some(v.to_string()),
+            ConfigKey::SecretAccessKey => {
+                self.secret_access_key = Some(SecretString::from(v.to_string()))
+            }
+            ConfigKey::SessionToken => self.session_token = Some(SecretString::from(v.to_string())),
+            ConfigKey::Subnets => match parse_pairs(v) {
+                Ok(pairs) => self.subnets = pairs,
+                Err(why) => self.problems.push((SUBNETS_ENV.into(), why)),
+            },
+            ConfigKey::SecurityGroup => self.security_group = Some(v.to_string()),
+            ConfigKey::InstanceProfile => self.instance_profile = Some(v.to_string()),
+            ConfigKey::Images => match parse_pairs(v) {
                 Ok(pairs) => {
                     for (arch, ami) in pairs {
                         match orca_machines::docker_arch(&arch) {
                             a @ (Arch::Amd64 | Arch::Arm64) => {
-                                b.images.insert(a, ami);
+                                self.images.insert(a, ami);
                             }
-                            Arch::Other(o) => b.problems.push((
+                            Arch::Other(o) => self.problems.push((
                                 IMAGES_ENV.into(),
                                 format!("unknown architecture {o:?} (amd64 or arm64)"),
                             )),
                         }
                     }
                 }
-                Err(why) => b.problems.push((IMAGES_ENV.into(), why)),
-            }
-        }
-        b.endpoint = get(ENDPOINT_ENV);
-        if let Some(s) = get(ROOT_VOLUME_ENV) {
-            match s.parse::<i32>() {
-                Ok(n) if (1..=16384).contains(&n) => b.root_volume_gb = Some(n),
-                _ => b.problems.push((
+                Err(why) => self.problems.push((IMAGES_ENV.into(), why)),
+            },
+            ConfigKey::RootVolumeGb => match v.parse::<i32>() {
+                Ok(n) => self.root_volume_gb = Some(n),
+                Err(_) => self.problems.push((
                     ROOT_VOLUME_ENV.into(),
-                    format!("a size in GiB from 1 to 16384, got {s:?}"),
+                    format!("a size in GiB from 1 to {MAX_ROOT_VOLUME_GB}"),
                 )),
-            }
+            },
+            ConfigKey::Endpoint => self.endpoint = Some(v.trim_end_matches('/').to_string()),
         }
-        b
-    }
-
-    /// The region (otherwise aws-config's chain: `AWS_REGION`, the profile, IMDS).
-    pub fn region(mut self, region: impl Into<String>) -> Self {
-        self.region = Some(region.into());
         self
     }
 
-    /// The EC2 endpoint URL (`ORCA_EC2_ENDPOINT`), for example an emulator on 127.0.0.1.
-    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
-        self.endpoint = Some(url.into());
+    /// The region ([`ConfigKey::Region`]; otherwise aws-config's chain: `AWS_REGION`, the profile,
+    /// IMDS).
+    pub fn region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
         self
     }
 
@@ -242,39 +515,46 @@ impl Ec2Builder {
         self
     }
 
-    /// Machines in `location` (an availability zone) go into `subnet` (`ORCA_EC2_SUBNETS`).
+    /// The EC2 endpoint URL ([`ConfigKey::Endpoint`]), for example an emulator on 127.0.0.1.
+    pub fn endpoint(mut self, url: impl Into<String>) -> Self {
+        self.endpoint = Some(url.into().trim_end_matches('/').to_string());
+        self
+    }
+
+    /// Machines in `location` (an availability zone) go into `subnet` ([`ConfigKey::Subnets`]).
     pub fn subnet(mut self, location: impl Into<String>, subnet: impl Into<String>) -> Self {
         self.subnets.insert(location.into(), subnet.into());
         self
     }
 
-    /// The security group every machine gets (`ORCA_EC2_SECURITY_GROUP`).
+    /// The security group every machine gets ([`ConfigKey::SecurityGroup`]).
     pub fn security_group(mut self, id: impl Into<String>) -> Self {
         self.security_group = Some(id.into());
         self
     }
 
-    /// The instance profile every machine gets, by name or ARN (`ORCA_EC2_INSTANCE_PROFILE`).
+    /// The instance profile every machine gets, by name or ARN ([`ConfigKey::InstanceProfile`]).
     pub fn instance_profile(mut self, name_or_arn: impl Into<String>) -> Self {
         self.instance_profile = Some(name_or_arn.into());
         self
     }
 
-    /// The image for machines of `arch` instead of Canonical's Ubuntu 24.04 (`ORCA_EC2_IMAGES`). The
-    /// driver checks that the image is of that architecture before it uses it.
+    /// The image for machines of `arch` instead of Canonical's Ubuntu 24.04 ([`ConfigKey::Images`]).
+    /// The driver checks that the image is of that architecture before it uses it.
     pub fn image(mut self, arch: Arch, ami: impl Into<String>) -> Self {
         self.images.insert(arch, ami.into());
         self
     }
 
-    /// The root volume's size in GiB (`ORCA_EC2_ROOT_VOLUME_GB`; default: the image's own).
+    /// The root volume's size in GiB ([`ConfigKey::RootVolumeGb`]; default: the image's own). A
+    /// spec's `disk_gb` takes its place.
     pub fn root_volume_gb(mut self, gib: i32) -> Self {
         self.root_volume_gb = Some(gib);
         self
     }
 
-    /// Instances asked for per DescribeInstances page (`MaxResults`): 1 to 1000, default 1000. EC2
-    /// itself accepts 5 to 1000; smaller values are for emulators and tests.
+    /// Instances asked for per DescribeInstances page (`MaxResults`): 5 to 1000 as EC2 accepts,
+    /// default 1000.
     pub fn page_size(mut self, n: i32) -> Self {
         self.page_size = n;
         self
@@ -293,6 +573,14 @@ impl Ec2Builder {
         self
     }
 
+    /// EC2's eventual consistency (default [`DEFAULT_CONSISTENCY`]): the longest a create waits for
+    /// its new instance to show, and how long after making an instance this provider reads again
+    /// (with backoff) rather than believe a "not found" for it.
+    pub fn consistency(mut self, window: Duration) -> Self {
+        self.consistency = window;
+        self
+    }
+
     /// Timeouts of one HTTP attempt: to connect, and for the whole attempt (defaults 10 s and 60 s).
     pub fn timeouts(mut self, connect: Duration, attempt: Duration) -> Self {
         self.connect_timeout = connect;
@@ -300,29 +588,75 @@ impl Ec2Builder {
         self
     }
 
-    /// Checks every setting, names every missing or wrong one at once, loads the region and credential
-    /// chain (credentials are resolved at the first call), and makes the provider.
-    pub async fn build(self) -> Result<Ec2Provider> {
-        validate_owner(&self.owner)?;
-        let mut problems = self.problems.clone();
-        let mut missing = Vec::new();
-        if self.subnets.is_empty() && !problems.iter().any(|(k, _)| k == SUBNETS_ENV) {
-            missing.push(SUBNETS_ENV.to_string());
+    /// Checks every setting and names every missing or wrong one at once, by its environment
+    /// variable (or builder method).
+    pub fn build(self) -> Result<Config> {
+        let mut p = Problems::new();
+        if self.subnets.is_empty() && !self.problems.iter().any(|(k, _)| k == SUBNETS_ENV) {
+            p.missing(SUBNETS_ENV);
         }
         if self.security_group.is_none() {
-            missing.push(SECURITY_GROUP_ENV.to_string());
+            p.missing(SECURITY_GROUP_ENV);
         }
         if self.instance_profile.is_none() {
-            missing.push(INSTANCE_PROFILE_ENV.to_string());
+            p.missing(INSTANCE_PROFILE_ENV);
+        }
+        // Static credentials: from the builder, or assembled from the keys.
+        let mut credentials = self.credentials.clone();
+        match (&self.access_key_id, &self.secret_access_key) {
+            (Some(id), Some(secret)) => {
+                let mut c = StaticCredentials::new(id.clone(), secret.clone());
+                if let Some(t) = &self.session_token {
+                    c = c.with_session_token(t.clone());
+                }
+                credentials = Some(c);
+            }
+            (None, None) if credentials.is_none() => {
+                if self.explicit {
+                    p.missing(ACCESS_KEY_ID_ENV);
+                    p.missing(SECRET_ACCESS_KEY_ENV);
+                } else if self.session_token.is_some() {
+                    p.invalid(
+                        SESSION_TOKEN_ENV,
+                        format!("given without {ACCESS_KEY_ID_ENV} and {SECRET_ACCESS_KEY_ENV}"),
+                    );
+                }
+            }
+            (None, None) => {}
+            (Some(_), None) => p.missing(SECRET_ACCESS_KEY_ENV),
+            (None, Some(_)) => p.missing(ACCESS_KEY_ID_ENV),
+        }
+        if self.explicit && self.region.is_none() {
+            p.missing(REGION_ENV);
+        }
+        if let Some(r) = &self.region {
+            let ok = !r.is_empty()
+                && r.len() <= 32
+                && r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                p.invalid(REGION_ENV, "a region name such as eu-west-1");
+            }
+        }
+        if let Some(c) = &credentials {
+            let ok = !c.access_key_id.is_empty()
+                && c.access_key_id.len() <= 128
+                && c.access_key_id.bytes().all(|b| b.is_ascii_alphanumeric());
+            if !ok {
+                p.invalid(ACCESS_KEY_ID_ENV, "an access key id (letters and digits)");
+            }
+        }
+        for (k, why) in &self.problems {
+            p.invalid(k.clone(), why.clone());
         }
         for (location, subnet) in &self.subnets {
             if validate_token("location", location).is_err()
                 || validate_token("subnet", subnet).is_err()
             {
-                problems.push((
-                    SUBNETS_ENV.into(),
+                p.invalid(
+                    SUBNETS_ENV,
                     format!("{location:?}={subnet:?} is not an availability zone and a subnet id"),
-                ));
+                );
             }
         }
         for (key, value) in [
@@ -334,81 +668,76 @@ impl Ec2Builder {
                     && v.len() <= 2048
                     && v.bytes().all(|b| b.is_ascii_graphic() && b != b',');
                 if !ok {
-                    problems.push((key.into(), format!("{v:?} is not an id, name or ARN")));
+                    p.invalid(key, format!("{v:?} is not an id, name or ARN"));
                 }
             }
         }
-        if !(1..=1000).contains(&self.page_size) {
-            problems.push((
-                "page_size".into(),
-                format!("1 to 1000, got {}", self.page_size),
-            ));
+        for (arch, ami) in &self.images {
+            if !is_ami_id(ami) {
+                p.invalid(
+                    IMAGES_ENV,
+                    format!("{arch}={ami:?}: an AMI id is ami- and 8 or 17 hex digits"),
+                );
+            }
+        }
+        if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&self.page_size) {
+            p.invalid(
+                "page_size",
+                format!(
+                    "{MIN_PAGE_SIZE} to {MAX_PAGE_SIZE} (EC2's MaxResults), got {}",
+                    self.page_size
+                ),
+            );
         }
         if let Some(n) = self.root_volume_gb {
-            if !(1..=16384).contains(&n) {
-                problems.push((ROOT_VOLUME_ENV.into(), format!("1 to 16384 GiB, got {n}")));
+            if !(1..=MAX_ROOT_VOLUME_GB).contains(&n) {
+                p.invalid(
+                    ROOT_VOLUME_ENV,
+                    format!("a size in GiB from 1 to {MAX_ROOT_VOLUME_GB}"),
+                );
             }
         }
         if let Some(e) = &self.endpoint {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
-                problems.push((ENDPOINT_ENV.into(), format!("an http(s) URL, got {e:?}")));
+                p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
             }
         }
-
-        // The region (and, lazily, the credentials) through aws-config's standard chain.
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
-        if let Some(r) = &self.region {
-            loader = loader.region(Region::new(r.clone()));
-        }
-        if let Some(c) = &self.credentials {
-            loader = loader.credentials_provider(Credentials::new(
-                c.access_key_id.clone(),
-                c.secret_access_key.expose_secret().to_string(),
-                c.session_token
-                    .as_ref()
-                    .map(|t| t.expose_secret().to_string()),
-                None,
-                "orca-ec2-static",
-            ));
-        }
-        let sdk = loader.load().await;
-        let region = sdk.region().map(|r| r.to_string());
-        if region.is_none() {
-            missing.push(REGION_ENV.to_string());
-        }
-
-        if !missing.is_empty() || !problems.is_empty() {
-            let mut keys = missing.clone();
-            let mut parts = Vec::new();
-            if !missing.is_empty() {
-                parts.push(format!("missing {}", missing.join(", ")));
-            }
-            for (k, why) in &problems {
-                if !keys.contains(k) {
-                    keys.push(k.clone());
-                }
-                parts.push(format!("{k}: {why}"));
-            }
-            return Err(Error::settings(keys, parts.join("; ")));
-        }
-        let region = region.unwrap_or_default();
-
-        let mut conf = aws_sdk_ec2::config::Builder::from(&sdk)
-            // One retry policy, orca's: the SDK never retries on its own, so that no create is ever
-            // re-sent blindly (every RunInstances carries its ClientToken anyway).
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(self.connect_timeout)
-                    .operation_attempt_timeout(self.attempt_timeout)
-                    .build(),
+        if self.waiting.interval.is_zero() || self.waiting.timeout < self.waiting.interval {
+            p.invalid(
+                "waiting",
+                "an interval above zero and a timeout of at least one interval",
             );
-        if let Some(e) = &self.endpoint {
-            conf = conf.endpoint_url(e.trim_end_matches('/'));
         }
-        let client = Ec2Client::new(aws_sdk_ec2::Client::from_conf(conf.build()), self.retry);
-        Ok(Ec2Provider::new(self, client, region))
+        for k in &self.unknown {
+            p.invalid(k.clone(), unknown_key_rule());
+        }
+        p.finish()?;
+        Ok(Config {
+            region: self.region,
+            credentials,
+            endpoint: self.endpoint,
+            subnets: self.subnets,
+            security_group: self.security_group.unwrap_or_default(),
+            instance_profile: self.instance_profile.unwrap_or_default(),
+            images: self.images,
+            root_volume_gb: self.root_volume_gb,
+            page_size: self.page_size,
+            retry: self.retry,
+            waiting: self.waiting,
+            consistency: self.consistency,
+            connect_timeout: self.connect_timeout,
+            attempt_timeout: self.attempt_timeout,
+        })
     }
+}
+
+/// Whether `s` has the form of an AMI id: `ami-` and 8 or 17 lower-case hex digits.
+pub fn is_ami_id(s: &str) -> bool {
+    s.strip_prefix("ami-").is_some_and(|h| {
+        (h.len() == 8 || h.len() == 17)
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
 }
 
 /// Parses `key=value,key=value` (spaces around items allowed).
@@ -436,20 +765,30 @@ pub(crate) fn parse_pairs(s: &str) -> std::result::Result<BTreeMap<String, Strin
 mod tests {
     use super::*;
 
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: BTreeMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| m.get(k).cloned()
+    fn full() -> Settings {
+        Settings::new()
+            .with(REGION_ENV, "us-east-1")
+            .with(ACCESS_KEY_ID_ENV, "AKIDTEST")
+            .with(SECRET_ACCESS_KEY_ENV, "wJalrXUtnFEMI-SECRET")
+            .with(SUBNETS_ENV, "us-east-1a=subnet-1,us-east-1b=subnet-2")
+            .with(SECURITY_GROUP_ENV, "sg-1")
+            .with(INSTANCE_PROFILE_ENV, "orca-node")
     }
 
-    fn offline(b: Ec2Builder) -> Ec2Builder {
-        // Region and credentials given, so that aws-config's chain looks at nothing else.
-        b.region("us-east-1").credentials(StaticCredentials::new(
-            "AKIDTEST",
-            SecretString::from("not-a-secret"),
-        ))
+    #[test]
+    fn keys_round_trip_and_secrets_are_marked() {
+        for k in ConfigKey::ALL {
+            assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
+            assert_eq!(k.to_string(), k.as_str());
+        }
+        let secret: Vec<_> = ConfigKey::ALL
+            .iter()
+            .filter(|k| k.is_secret())
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(secret, [SECRET_ACCESS_KEY_ENV, SESSION_TOKEN_ENV]);
+        let e = "AWS_REGON".parse::<ConfigKey>().unwrap_err();
+        assert!(e.to_string().contains("AWS_REGON") && e.to_string().contains("AWS_REGION"));
     }
 
     #[test]
@@ -463,89 +802,105 @@ mod tests {
         assert!(parse_pairs(" , ").is_err());
     }
 
-    #[tokio::test]
-    async fn missing_settings_are_named_all_at_once() {
-        let e = offline(Ec2Builder::from_vars("s1", vars(&[])))
-            .build()
-            .await
-            .unwrap_err();
-        let Error::InvalidSettings { keys, message } = &e else {
-            panic!("{e:?}")
-        };
-        assert_eq!(
-            keys,
-            &vec![
-                SUBNETS_ENV.to_string(),
-                SECURITY_GROUP_ENV.into(),
-                INSTANCE_PROFILE_ENV.into()
-            ]
-        );
-        assert!(message.contains("missing"), "{message}");
-    }
-
-    #[tokio::test]
-    async fn wrong_settings_are_named_with_the_missing_ones() {
-        let e = offline(Ec2Builder::from_vars(
-            "s1",
-            vars(&[
-                (SUBNETS_ENV, "eu-west-1a"),
-                (IMAGES_ENV, "riscv=ami-1"),
-                (ROOT_VOLUME_ENV, "huge"),
-                (INSTANCE_PROFILE_ENV, "orca-node"),
-            ]),
-        ))
-        .build()
-        .await
-        .unwrap_err();
-        let Error::InvalidSettings { keys, message } = &e else {
-            panic!("{e:?}")
-        };
-        for k in [SECURITY_GROUP_ENV, SUBNETS_ENV, IMAGES_ENV, ROOT_VOLUME_ENV] {
-            assert!(keys.iter().any(|x| x == k), "{k} not in {keys:?}");
-        }
-        assert!(!keys.iter().any(|x| x == INSTANCE_PROFILE_ENV), "{keys:?}");
-        assert!(message.contains("riscv"), "{message}");
-    }
-
-    #[tokio::test]
-    async fn a_complete_set_builds() {
-        let p = offline(Ec2Builder::from_vars(
-            "s1",
-            vars(&[
-                (SUBNETS_ENV, "us-east-1a=subnet-1,us-east-1b=subnet-2"),
-                (SECURITY_GROUP_ENV, "sg-1"),
-                (INSTANCE_PROFILE_ENV, "orca-node"),
-                (IMAGES_ENV, "arm64=ami-2"),
-                (ENDPOINT_ENV, "http://127.0.0.1:9"),
-            ]),
-        ))
-        .build()
-        .await
-        .unwrap();
-        assert_eq!(orca_machines::Provider::owner(&p), "s1");
-        assert_eq!(p.region(), "us-east-1");
-    }
-
-    #[tokio::test]
-    async fn an_invalid_owner_is_refused() {
-        let e = offline(Ec2Builder::new("a,b")).build().await.unwrap_err();
+    #[test]
+    fn a_complete_map_builds_with_its_own_region_and_credentials() {
+        let c = Config::from_settings(&full()).unwrap();
+        assert_eq!(c.region(), Some("us-east-1"));
+        let creds = c.credentials.as_ref().unwrap();
+        assert_eq!(creds.access_key_id(), "AKIDTEST");
+        assert_eq!(c.subnets().len(), 2);
+        assert_eq!(c.page_size(), 1000);
+        let d = format!("{c:?}");
         assert!(
-            matches!(e, Error::InvalidSpec { ref field, .. } if field == "owner"),
-            "{e:?}"
+            !d.contains("wJalrXUtnFEMI-SECRET") && d.contains("<redacted>"),
+            "{d}"
         );
     }
 
     #[test]
+    fn from_settings_names_every_problem_at_once() {
+        let s = Settings::new()
+            .with(SUBNETS_ENV, "eu-west-1a")
+            .with(IMAGES_ENV, "riscv=ami-1")
+            .with(ROOT_VOLUME_ENV, "huge")
+            .with(INSTANCE_PROFILE_ENV, "orca-node")
+            .with(SECRET_ACCESS_KEY_ENV, "wJalrXUtnFEMI-SECRET")
+            .with("ORCA_EC2_SUBNET", "typo");
+        let e = Config::from_settings(&s).unwrap_err();
+        let Error::InvalidSettings { keys, message } = &e else {
+            panic!("{e:?}")
+        };
+        for k in [
+            SECURITY_GROUP_ENV,
+            ACCESS_KEY_ID_ENV,
+            REGION_ENV,
+            SUBNETS_ENV,
+            IMAGES_ENV,
+            ROOT_VOLUME_ENV,
+            "ORCA_EC2_SUBNET",
+        ] {
+            assert!(keys.iter().any(|x| x == k), "{k} not in {keys:?}");
+        }
+        assert!(!keys.iter().any(|x| x == INSTANCE_PROFILE_ENV), "{keys:?}");
+        assert!(message.contains("riscv"), "{message}");
+        assert!(!message.contains("wJalrXUtnFEMI-SECRET"), "{message}");
+        assert!(!format!("{e:?}").contains("wJalrXUtnFEMI-SECRET"));
+    }
+
+    #[test]
+    fn from_settings_needs_region_and_both_halves_of_the_credentials() {
+        let mut s = full();
+        s.insert(REGION_ENV, "");
+        s.insert(SECRET_ACCESS_KEY_ENV, "");
+        let e = Config::from_settings(&s).unwrap_err();
+        let Error::InvalidSettings { keys, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(keys, &[SECRET_ACCESS_KEY_ENV, REGION_ENV]);
+    }
+
+    #[test]
+    fn page_sizes_are_ec2s_own_bounds() {
+        let b = || {
+            Config::builder()
+                .subnet("a", "subnet-1")
+                .security_group("sg-1")
+                .instance_profile("p")
+        };
+        for bad in [0, 1, 4, 1001] {
+            let e = b().page_size(bad).build().unwrap_err();
+            assert!(e.to_string().contains("page_size: 5 to 1000"), "{e}");
+        }
+        for good in [5, 1000] {
+            assert_eq!(b().page_size(good).build().unwrap().page_size(), good);
+        }
+    }
+
+    #[test]
+    fn ami_ids() {
+        assert!(is_ami_id("ami-0b1e2a3d4c5f60a01"));
+        assert!(is_ami_id("ami-12345678"));
+        assert!(!is_ami_id("ami-XYZ"));
+        assert!(!is_ami_id("ubuntu-24.04"));
+        let e = Config::builder()
+            .image(Arch::Amd64, "ubuntu")
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("ORCA_EC2_IMAGES"), "{e}");
+    }
+
+    #[test]
     fn debug_never_shows_the_secret() {
-        let b = Ec2Builder::new("s1").credentials(
-            StaticCredentials::new("AKIDVISIBLE", SecretString::from("wJalrXUtnFEMI-SECRET"))
-                .with_session_token(SecretString::from("TOKEN-SECRET")),
-        );
+        let b = Config::builder()
+            .credentials(
+                StaticCredentials::new("AKIDVISIBLE", SecretString::from("wJalrXUtnFEMI-SECRET"))
+                    .with_session_token(SecretString::from("TOKEN-SECRET")),
+            )
+            .with_config(ConfigKey::SecretAccessKey, "OTHER-SECRET");
         let d = format!("{b:?}");
-        assert!(
-            !d.contains("wJalrXUtnFEMI-SECRET") && !d.contains("TOKEN-SECRET"),
-            "{d}"
-        );
+        for s in ["wJalrXUtnFEMI-SECRET", "TOKEN-SECRET", "OTHER-SECRET"] {
+            assert!(!d.contains(s), "{d}");
+        }
         assert!(d.contains("AKIDVISIBLE") && d.contains("<redacted>"), "{d}");
     }
 }

@@ -1,52 +1,78 @@
 //! # orca-ec2: orca's AWS EC2 driver
 //!
-//! Machines are EC2 instances, made with RunInstances in the subnet of their location (availability
-//! zone), with the configured security group and instance profile, the spec's user data, and Canonical's
-//! newest Ubuntu 24.04 image for the machine type's architecture. They carry the tags `Name`, `orca`,
-//! `orca-pool` and `orca-owner`, set in the RunInstances call itself, and a ClientToken derived from
-//! owner, pool and name, so that a create made again names the same instance.
+//! [`Ec2Provider`] keeps the [`orca_machines::Provider`] contract on EC2 instances. The crate has the
+//! same files as every orca driver: [`config`] (settings as data: [`ConfigKey`], [`Config`],
+//! [`ConfigBuilder`]), `client` (the SDK calls under orca's retry policy, and the one error mapping),
+//! `model` (EC2's answers as orca's machines), `provider` (the contract) and `ext` (the extensions).
 //!
-//! Settings (see [`Ec2Builder`] and the README): region and credentials through aws-config's standard
-//! chain; `ORCA_EC2_SUBNETS` (`eu-west-1a=subnet-1,eu-west-1b=subnet-2`), `ORCA_EC2_SECURITY_GROUP`,
-//! `ORCA_EC2_INSTANCE_PROFILE`; optional `ORCA_EC2_IMAGES`, `ORCA_EC2_ROOT_VOLUME_GB` and
-//! `ORCA_EC2_ENDPOINT`.
+//! - `create` runs an instance in the subnet of its location (availability zone), with the configured
+//!   security group and instance profile, the spec's user data and labels, and Canonical's newest
+//!   Ubuntu 24.04 image for the machine type's architecture (or the spec's own AMI, checked to be of
+//!   that architecture). The tags `Name`, `orca`, `orca-pool` and `orca-owner` are set in the
+//!   RunInstances call itself, which carries a ClientToken derived from owner, pool and name: a
+//!   create made again names the same instance, and EC2 answers it. The create answers once EC2
+//!   shows the instance (EC2 is eventually consistent).
+//! - `machines(pool)` filters DescribeInstances on the tags, every page; `machine(id)` reads one
+//!   instance; `delete` refuses another owner's and follows the instance to `terminated`.
+//! - Capabilities: start/stop, resize, power times, private address; options: labels, disk size,
+//!   image. Extension: [`MachineLabels`](orca_machines::MachineLabels) (CreateTags/DeleteTags).
 //!
 //! ```no_run
 //! # async fn f() -> orca_machines::Result<()> {
 //! use orca_machines::{MachineSpec, Provider};
-//! let p = orca_ec2::from_env("stack-1").await?;
+//! let p = orca_ec2::from_env("stack-1").await?; // ORCA_EC2_*, region and credentials by aws-config
 //! let made = p.create(&MachineSpec::new("w-1", "t4g.small", "eu-west-1a", "lab")).await?;
 //! for m in p.machines("lab").await? {
 //!     p.delete(&m.id).await?;
 //! }
 //! # let _ = made; Ok(()) }
 //! ```
-//!
-//! Capabilities: start and stop; resize (ModifyInstanceAttribute on a stopped instance: a running one
-//! is stopped, changed and started again, and the answer says so with `caused_downtime`). No hourly
-//! price (see the README for why).
 
 mod client;
 pub mod config;
+mod ext;
+mod model;
 mod provider;
 
-pub use config::{Ec2Builder, StaticCredentials, Waiting};
-pub use provider::{client_token, status_of, Ec2Provider, NAME_TAG};
+pub use config::{Config, ConfigBuilder, ConfigKey, StaticCredentials, Waiting};
+pub use model::{reason_time, status_of, NAME_TAG};
+pub use provider::{client_token, Ec2Provider, KIND};
 /// The secret type [`StaticCredentials`] takes.
 pub use secrecy::SecretString;
 
-/// A provider for `owner` (empty for none) from this process's settings ([`Ec2Builder::from_env`]).
-/// A missing setting is an [`orca_machines::Error::InvalidSettings`] that names every missing variable.
+use orca_machines::Error;
+
+/// A provider for `owner` (empty for none) from this process's environment: the `ORCA_EC2_*`
+/// variables of [`ConfigKey::ALL`], region and credentials through aws-config's standard chain. A
+/// missing setting is an [`Error::InvalidSettings`] that names every missing variable, the region
+/// among them. Makes no call to EC2.
 pub async fn from_env(owner: &str) -> orca_machines::Result<Ec2Provider> {
-    Ec2Builder::from_env(owner).build().await
+    orca_machines::validate_owner(owner)?;
+    match Config::from_env() {
+        Ok(config) => Ec2Provider::new(config, owner).await,
+        Err(Error::InvalidSettings { mut keys, message }) => {
+            // The region is named with the rest when no source of aws-config's chain has one.
+            let mut message = message;
+            if client::chain_region().await.is_none() {
+                keys.push(config::REGION_ENV.to_string());
+                message = format!(
+                    "{message}; missing {} (no source of aws-config's region chain gave one)",
+                    config::REGION_ENV
+                );
+            }
+            Err(Error::InvalidSettings { keys, message })
+        }
+        Err(e) => Err(e),
+    }
 }
 
-/// A provider for `owner` from `settings`, keyed by the environment variables' names.
+/// A provider for `owner` from `settings`, keyed by [`ConfigKey`] names, region and static
+/// credentials included: nothing is read from the process environment (keeper passes credentials
+/// it resolved from its vault this way). An unknown key is refused. Makes no call to EC2.
 pub async fn from_settings(
     owner: &str,
     settings: &orca_machines::Settings,
 ) -> orca_machines::Result<Ec2Provider> {
-    Ec2Builder::from_vars(owner, |k| settings.get(k).map(str::to_string))
-        .build()
-        .await
+    orca_machines::validate_owner(owner)?;
+    Ec2Provider::new(Config::from_settings(settings)?, owner).await
 }

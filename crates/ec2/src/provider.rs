@@ -1,25 +1,33 @@
-//! [`Ec2Provider`]: orca's contract on EC2 instances.
+//! [`Ec2Provider`]: orca's contract on EC2 instances, and how it lives with EC2's eventual
+//! consistency.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_ec2::types::{Filter, Instance, InstanceStateName};
-use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
+use aws_sdk_ec2::types::{Filter, Instance};
+use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, Labels};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    all_pages, validate_id, validate_pool, Arch, Capabilities, Created, Error, Machine,
-    MachineSpec, Provider, Resized, Result, Status,
+    all_pages, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
+    Machine, MachineLabels, MachineSpec, Provider, Resized, Result, SpecOptions,
 };
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
-use crate::client::{filter, Ec2Client, Image, RunRequest};
-use crate::config::{Ec2Builder, Waiting, SUBNETS_ENV};
+use crate::client::{
+    connect, filter, is_instance_not_found, Ec2Client, IDEMPOTENT_MISMATCH, UNSUPPORTED,
+};
+use crate::config::{
+    is_ami_id, Config, Waiting, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV,
+};
+use crate::model::{labels_of, machine_of, state_of, Image, RunRequest, NAME_TAG};
 
-/// The tag that holds the machine's name (EC2's console shows it).
-pub const NAME_TAG: &str = "Name";
+/// The driver's kind.
+pub const KIND: &str = "ec2";
 
 /// How many times a create moves to a fresh ClientToken because the one before named a machine that
 /// was since terminated (a name made, deleted and made again).
@@ -30,8 +38,11 @@ const LISTED_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stoppi
 /// Instance states a create adopts: alive ones.
 const ADOPTED_STATES: [&str; 4] = ["pending", "running", "stopping", "stopped"];
 
+/// The longest pause between two reads while the driver waits out EC2's eventual consistency.
+const MAX_CONSISTENCY_PAUSE: Duration = Duration::from_secs(2);
+
 /// Machines as EC2 instances in one region, made and seen as one owner's. Made by
-/// [`Ec2Builder::build`] or [`crate::from_env`].
+/// [`Ec2Provider::new`], [`crate::from_env`] or [`crate::from_settings`].
 pub struct Ec2Provider {
     owner: String,
     region: String,
@@ -43,8 +54,14 @@ pub struct Ec2Provider {
     root_volume_gb: Option<i32>,
     page_size: i32,
     waiting: Waiting,
+    consistency: Duration,
     arch_cache: Mutex<HashMap<String, Arch>>,
-    image_cache: Mutex<HashMap<(String, Arch), Image>>,
+    image_cache: Mutex<HashMap<Arch, Image>>,
+    spec_image_cache: Mutex<HashMap<String, Image>>,
+    /// Instances this provider made (answered as made by a create), and when: EC2 may not show them
+    /// yet, so a "not found" for one is read again before it is believed; and a later create that
+    /// EC2 answers with one of them adopts it.
+    made: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for Ec2Provider {
@@ -57,6 +74,7 @@ impl std::fmt::Debug for Ec2Provider {
             .field("instance_profile", &self.instance_profile)
             .field("images", &self.images)
             .field("page_size", &self.page_size)
+            .field("consistency", &self.consistency)
             .finish_non_exhaustive()
     }
 }
@@ -87,68 +105,12 @@ pub fn client_token(owner: &str, pool: &str, name: &str, after: Option<&str>) ->
     format!("orca-{hex}")
 }
 
-fn state_of(i: &Instance) -> &str {
-    i.state()
-        .and_then(|s| s.name())
-        .map(|n| n.as_str())
-        .unwrap_or("")
-}
-
-/// EC2's instance state in the shared set.
-pub fn status_of(state: &str) -> Status {
-    match state {
-        "pending" => Status::Starting,
-        "running" => Status::Running,
-        "stopping" => Status::Stopping,
-        "stopped" => Status::Stopped,
-        "shutting-down" | "terminated" => Status::Deleting,
-        _ => Status::Unknown,
-    }
-}
-
-fn labels_of(i: &Instance) -> Labels {
-    i.tags()
-        .iter()
-        .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
-        .collect()
-}
-
-fn machine_of(i: &Instance) -> Machine {
-    let labels = labels_of(i);
-    let state = state_of(i);
-    let mut m = Machine::new(
-        i.instance_id().unwrap_or_default(),
-        labels.get(NAME_TAG).cloned().unwrap_or_default(),
-    );
-    m.status = status_of(state);
-    m.cloud_status = state.to_string();
-    m.machine_type = i
-        .instance_type()
-        .map(|t| t.as_str().to_string())
-        .unwrap_or_default();
-    m.location = i
-        .placement()
-        .and_then(|p| p.availability_zone())
-        .unwrap_or_default()
-        .to_string();
-    m.address = i.public_ip_address().unwrap_or_default().to_string();
-    m.pool = pool_of(&labels);
-    m.labels = labels;
-    m
-}
-
-enum Attempt {
-    Adopted(Machine),
-    Made(Box<Instance>),
-    /// EC2 answered IdempotentParameterMismatch: the token was used before with other parameters.
-    Mismatch,
-}
-
 /// A digest of what a RunInstances asks for (all but its ClientToken): two requests with the same
 /// digest are the same request.
 fn request_digest(r: &RunRequest) -> String {
     let mut h = Sha256::new();
     let root = r.root_volume_gb.or(r.image.root_volume_gb).unwrap_or(0);
+    let tags: Vec<String> = r.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
     for part in [
         r.image.id.as_str(),
         r.machine_type.as_str(),
@@ -157,6 +119,7 @@ fn request_digest(r: &RunRequest) -> String {
         r.instance_profile.as_str(),
         r.user_data_b64.as_str(),
         &root.to_string(),
+        &tags.join("\u{1}"),
     ] {
         h.update(part.as_bytes());
         h.update([0u8]);
@@ -168,22 +131,35 @@ fn request_digest(r: &RunRequest) -> String {
         .collect()
 }
 
+/// Whether an instance in `state` is gone or going (terminated, or shutting down).
+fn going(state: &str) -> bool {
+    matches!(state, "terminated" | "shutting-down")
+}
+
 impl Ec2Provider {
-    pub(crate) fn new(b: Ec2Builder, client: Ec2Client, region: String) -> Self {
-        Ec2Provider {
-            owner: b.owner,
+    /// A provider for `owner` (empty for none) with `config`: the SDK client is set up (aws-config's
+    /// chain supplies the region and credentials the config does not give; credentials are resolved
+    /// at the first call). Makes no call to EC2.
+    pub async fn new(config: Config, owner: &str) -> Result<Ec2Provider> {
+        validate_owner(owner)?;
+        let (sdk, region) = connect(&config).await?;
+        Ok(Ec2Provider {
+            owner: owner.to_string(),
             region,
-            client,
-            subnets: b.subnets,
-            security_group: b.security_group.unwrap_or_default(),
-            instance_profile: b.instance_profile.unwrap_or_default(),
-            images: b.images,
-            root_volume_gb: b.root_volume_gb,
-            page_size: b.page_size,
-            waiting: b.waiting,
+            client: Ec2Client::new(sdk, config.retry),
+            subnets: config.subnets,
+            security_group: config.security_group,
+            instance_profile: config.instance_profile,
+            images: config.images,
+            root_volume_gb: config.root_volume_gb,
+            page_size: config.page_size,
+            waiting: config.waiting,
+            consistency: config.consistency,
             arch_cache: Mutex::new(HashMap::new()),
             image_cache: Mutex::new(HashMap::new()),
-        }
+            spec_image_cache: Mutex::new(HashMap::new()),
+            made: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The region this provider works in.
@@ -211,6 +187,106 @@ impl Ec2Provider {
             })
     }
 
+    /// Notes instance `id` as made by this provider now.
+    fn note_made(&self, id: &str) {
+        let mut made = lock(&self.made);
+        let window = self.consistency;
+        made.retain(|_, at| at.elapsed() < window);
+        made.entry(id.to_string()).or_insert_with(Instant::now);
+    }
+
+    /// Until when a "not found" for `id` is not believed: the end of the consistency window after
+    /// this provider made it; `None` for an instance it did not make lately.
+    fn fresh_until(&self, id: &str) -> Option<Instant> {
+        let at = *lock(&self.made).get(id)?;
+        let until = at + self.consistency;
+        (until > Instant::now()).then_some(until)
+    }
+
+    /// The pause before read number `retry` while waiting out eventual consistency.
+    fn pause(&self, retry: u32) -> Duration {
+        self.client
+            .retry_policy()
+            .backoff(retry)
+            .clamp(Duration::from_millis(5), MAX_CONSISTENCY_PAUSE)
+    }
+
+    /// Instance `id` as EC2 shows it now (`None`: EC2 does not know it). A "not found" for an
+    /// instance this provider made within the consistency window is not believed at once: the driver
+    /// reads again, with backoff, until EC2 shows it or the window ends.
+    async fn read(&self, id: &str) -> Result<Option<Instance>> {
+        let mut retry = 0;
+        loop {
+            if let Some(i) = self.client.describe_instance(id).await? {
+                return Ok(Some(i));
+            }
+            let Some(until) = self.fresh_until(id) else {
+                return Ok(None);
+            };
+            let pause = self.pause(retry);
+            if Instant::now() + pause > until {
+                return Ok(None);
+            }
+            tracing::debug!(
+                id,
+                retry,
+                "EC2 does not show an instance made lately; reading again"
+            );
+            tokio::time::sleep(pause).await;
+            retry += 1;
+        }
+    }
+
+    /// Makes `change` on instance `id`, which a read has just shown. A "not found" from the change is
+    /// never believed as it stands (EC2 is eventually consistent: one call may not see what another
+    /// just showed): a confirming read follows, and while it shows the instance alive, or not at all,
+    /// the change is made again with backoff, within the consistency window. False when the
+    /// confirming read shows the instance terminated or shutting down.
+    async fn change<F, Fut>(&self, id: &str, operation: &str, mut change: F) -> Result<bool>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
+        let started = Instant::now();
+        let mut retry = 0;
+        loop {
+            let e = match change().await {
+                Ok(()) => return Ok(true),
+                Err(e) if is_instance_not_found(&e) => e,
+                Err(e) => return Err(e),
+            };
+            let seen = self.client.describe_instance(id).await?;
+            if seen.as_ref().is_some_and(|i| going(state_of(i))) {
+                return Ok(false);
+            }
+            let pause = self.pause(retry);
+            if started.elapsed() + pause > self.consistency {
+                let shown = if seen.is_some() {
+                    "EC2 shows it"
+                } else {
+                    "EC2 showed it a moment before"
+                };
+                return Err(Error::transient(format!(
+                    "{operation} of machine {id} was answered \"not found\" for {:?}, but {shown}: \
+                     it may still be there; try again later",
+                    self.consistency
+                ))
+                .with_operation(operation)
+                .with_code(e.code().unwrap_or_default().to_string())
+                .with_source(e)
+                .with_retries(retry));
+            }
+            tracing::debug!(
+                id,
+                operation,
+                retry,
+                "EC2 answered not found for an instance it shows; again"
+            );
+            tokio::time::sleep(pause).await;
+            retry += 1;
+        }
+    }
+
     /// The server-side filters for this owner's machines of `pool` (EC2 has no "tag absent" filter: for
     /// the empty owner, machines with an owner tag are dropped client-side).
     fn pool_filters(&self, pool: &str, states: &[&str]) -> Vec<Filter> {
@@ -229,7 +305,7 @@ impl Ec2Provider {
         all_pages(|token| self.client.describe_page(filters, self.page_size, token)).await
     }
 
-    /// The live machine this owner made for `spec` earlier, if any (what a retried create adopts).
+    /// The live machine this owner made for `spec` earlier under another ClientToken, if any.
     async fn find_made(&self, spec: &MachineSpec) -> Result<Option<Machine>> {
         let mut filters = self.pool_filters(&spec.pool, &ADOPTED_STATES);
         filters.push(filter(&format!("tag:{NAME_TAG}"), [spec.name.as_str()]));
@@ -244,26 +320,60 @@ impl Ec2Provider {
         let Some(m) = found.into_iter().next() else {
             return Ok(None);
         };
-        if m.machine_type != spec.machine_type || m.location != spec.location {
-            return Err(Error::already_exists(format!(
-                    "machine {} ({}) of pool {} is a {} in {}, not a {} in {}: delete it or use another name",
-                    m.name, m.id, spec.pool, m.machine_type, m.location, spec.machine_type, spec.location
-                )));
-        }
+        same_place(&m, spec)?;
         Ok(Some(m))
     }
 
+    /// Canonical's image for `arch`, or the configured one (checked to be of that architecture).
     async fn image(&self, arch: &Arch) -> Result<Image> {
-        let key = (self.region.clone(), arch.clone());
-        if let Some(i) = lock(&self.image_cache).get(&key) {
+        if let Some(i) = lock(&self.image_cache).get(arch) {
             return Ok(i.clone());
         }
-        let image = self
-            .client
-            .find_image(arch, self.images.get(arch).map(String::as_str))
-            .await?;
+        let image = match self.images.get(arch) {
+            Some(ami) => {
+                let image = self.client.image_by_id(ami).await?.ok_or_else(|| {
+                    Error::settings(
+                        [IMAGES_ENV],
+                        format!("image {ami} for {arch} does not exist in {}", self.region),
+                    )
+                })?;
+                if &image.arch != arch {
+                    return Err(Error::settings(
+                        [IMAGES_ENV],
+                        format!("image {ami} is for {}, not {arch}", image.arch),
+                    ));
+                }
+                image
+            }
+            None => self.client.ubuntu_image(arch).await?,
+        };
         tracing::debug!(region = %self.region, %arch, image = %image.id, name = %image.name, "image chosen");
-        lock(&self.image_cache).insert(key, image.clone());
+        lock(&self.image_cache).insert(arch.clone(), image.clone());
+        Ok(image)
+    }
+
+    /// The spec's own image `ami`, checked to exist and to be of `arch` (the machine type's).
+    async fn spec_image(&self, ami: &str, arch: &Arch, machine_type: &str) -> Result<Image> {
+        let cached = lock(&self.spec_image_cache).get(ami).cloned();
+        let image = match cached {
+            Some(i) => i,
+            None => {
+                let i = self.client.image_by_id(ami).await?.ok_or_else(|| {
+                    Error::invalid("image", format!("no image {ami} in {}", self.region))
+                })?;
+                lock(&self.spec_image_cache).insert(ami.to_string(), i.clone());
+                i
+            }
+        };
+        if &image.arch != arch {
+            return Err(Error::invalid(
+                "image",
+                format!(
+                    "{ami} is an {} image, but {machine_type} is {arch}",
+                    image.arch
+                ),
+            ));
+        }
         Ok(image)
     }
 
@@ -272,16 +382,12 @@ impl Ec2Provider {
     async fn owned(&self, id: &str) -> Result<Instance> {
         validate_id(id)?;
         let inst = self
-            .client
-            .describe_instance(id)
+            .read(id)
             .await?
             .filter(|i| state_of(i) != "terminated")
             .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
         if !is_owned_by(&labels_of(&inst), &self.owner) {
-            return Err(Error::NotOwned {
-                id: id.to_string(),
-                owner: self.owner.clone(),
-            });
+            return Err(Error::not_owned(id, &self.owner));
         }
         Ok(inst)
     }
@@ -291,7 +397,7 @@ impl Ec2Provider {
     async fn wait_for(&self, id: &str, want: &[&str]) -> Result<Option<Instance>> {
         let started = Instant::now();
         loop {
-            let inst = self.client.describe_instance(id).await?;
+            let inst = self.read(id).await?;
             let state = inst
                 .as_ref()
                 .map(state_of)
@@ -317,6 +423,41 @@ impl Ec2Provider {
         }
     }
 
+    async fn stop_call(&self, id: &str) -> Result<()> {
+        if self
+            .change(id, "StopInstances", || self.client.stop(id))
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::not_found(format!("machine {id} (being deleted)")))
+        }
+    }
+
+    async fn start_call(&self, id: &str) -> Result<()> {
+        if self
+            .change(id, "StartInstances", || self.client.start(id))
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::not_found(format!("machine {id} (being deleted)")))
+        }
+    }
+
+    async fn set_type_call(&self, id: &str, machine_type: &str) -> Result<()> {
+        if self
+            .change(id, "ModifyInstanceAttribute", || {
+                self.client.set_instance_type(id, machine_type)
+            })
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::not_found(format!("machine {id} (being deleted)")))
+        }
+    }
+
     /// Stops `inst` (running or pending) and waits until it is stopped.
     async fn stop_and_wait(&self, inst: &Instance) -> Result<Instance> {
         let id = inst.instance_id().unwrap_or_default();
@@ -324,10 +465,10 @@ impl Ec2Provider {
             "stopped" => return Ok(inst.clone()),
             "pending" => {
                 self.wait_for(id, &["running", "stopped"]).await?;
-                self.client.stop(id).await?
+                self.stop_call(id).await?
             }
             "stopping" => {}
-            _ => self.client.stop(id).await?,
+            _ => self.stop_call(id).await?,
         }
         self.wait_for(id, &["stopped"])
             .await?
@@ -335,18 +476,86 @@ impl Ec2Provider {
     }
 
     async fn described(&self, id: &str) -> Result<Machine> {
-        self.client
-            .describe_instance(id)
+        self.read(id)
             .await?
             .map(|i| machine_of(&i))
             .ok_or_else(|| Error::not_found(format!("machine {id}")))
     }
+
+    /// The root volume's size for `spec` with `image`: the spec's `disk_gb`, else the configured size,
+    /// else the image's own; never less than the image's snapshot (EC2 refuses that), checked before
+    /// the create call.
+    fn root_volume(&self, spec: &MachineSpec, image: &Image) -> Result<Option<i32>> {
+        let floor = image.root_volume_gb.unwrap_or(1);
+        match spec.disk_gb {
+            Some(gb) => {
+                let gb = i32::try_from(gb).unwrap_or(i32::MAX);
+                if gb > MAX_ROOT_VOLUME_GB || gb < floor {
+                    return Err(Error::invalid(
+                        "disk_gb",
+                        format!(
+                            "{floor} to {MAX_ROOT_VOLUME_GB} GiB on EC2 (image {} needs at least \
+                             {floor}), got {gb}",
+                            image.id
+                        ),
+                    ));
+                }
+                Ok(Some(gb))
+            }
+            None => match self.root_volume_gb {
+                Some(gb) if gb < floor => Err(Error::settings(
+                    [ROOT_VOLUME_ENV],
+                    format!(
+                        "{gb} GiB is less than the {floor} GiB of image {}",
+                        image.id
+                    ),
+                )),
+                other => Ok(other),
+            },
+        }
+    }
+
+    /// What a create answers when EC2 says `Unsupported`: no stock when EC2 does not offer the type in
+    /// the spec's zone (DescribeInstanceTypeOfferings); otherwise the configuration is what EC2
+    /// refuses, and the error says so, keeping EC2's code and words.
+    async fn unsupported(&self, spec: &MachineSpec, e: Error) -> Result<Created> {
+        let (t, z) = (&spec.machine_type, &spec.location);
+        match self.client.offered_in(t, z).await {
+            Ok(false) => Ok(Created::NoStock {
+                machine_type: t.clone(),
+                location: z.clone(),
+                message: format!("EC2 does not offer {t} in {z}: {e}"),
+            }),
+            Ok(true) => Err(e.prefixed(&format!(
+                "create of {}: EC2 offers {t} in {z}, so this is no lack of capacity but a \
+                 configuration it does not support (image, volume or type)",
+                spec.name
+            ))),
+            Err(lookup) => Err(e.prefixed(&format!(
+                "create of {}: could not tell whether EC2 offers {t} in {z} ({lookup})",
+                spec.name
+            ))),
+        }
+    }
+}
+
+/// Refuses a machine found for `spec` that has another type or zone.
+fn same_place(m: &Machine, spec: &MachineSpec) -> Result<()> {
+    if m.machine_type != spec.machine_type
+        || (!m.location.is_empty() && m.location != spec.location)
+    {
+        return Err(Error::already_exists(format!(
+            "machine {} ({}) of pool {} is a {} in {}, not a {} in {}: delete it or use another name",
+            m.name, m.id, spec.pool, m.machine_type, m.location, spec.machine_type, spec.location
+        )));
+    }
+    Ok(())
 }
 
 #[async_trait]
 impl Provider for Ec2Provider {
     fn kind(&self) -> &str {
-        "ec2"
+        KIND
     }
 
     fn owner(&self) -> &str {
@@ -356,8 +565,19 @@ impl Provider for Ec2Provider {
     fn capabilities(&self) -> Capabilities {
         // No hourly price: EC2 has no price call; the Price List API is another service (its own
         // endpoint, IAM action and a catalogue of many megabytes) whose on-demand figure ignores
-        // savings plans and reservations. See the README.
-        Capabilities::NONE.with_start_stop(true).with_resize(true)
+        // savings plans and reservations. See the README, which also says why the other options are
+        // refused.
+        Capabilities::NONE
+            .with_start_stop(true)
+            .with_resize(true)
+            .with_power_times(true)
+            .with_private_address(true)
+            .with_options(
+                SpecOptions::NONE
+                    .with("labels", true)
+                    .with("disk_gb", true)
+                    .with("image", true),
+            )
     }
 
     async fn arch(&self, machine_type: &str) -> Result<Arch> {
@@ -378,16 +598,27 @@ impl Provider for Ec2Provider {
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
         spec.validate()?;
+        self.capabilities().check_spec(KIND, spec)?;
         let subnet = self.subnet_for(&spec.location)?.to_string();
-        // A create made again adopts what the first one made. EC2's ClientToken does this too, but not
-        // every EC2 (moto ignores it), and a token outlives its instance.
-        if let Some(m) = self.find_made(spec).await? {
-            return Ok(Created::Machine(m));
+        if let Some(ami) = &spec.image {
+            if !is_ami_id(ami) {
+                return Err(Error::invalid(
+                    "image",
+                    format!("an AMI id (ami- and 8 or 17 hex digits), got {ami:?}"),
+                ));
+            }
         }
         let arch = self.arch(&spec.machine_type).await?;
-        let image = self.image(&arch).await?;
+        let image = match &spec.image {
+            Some(ami) => self.spec_image(ami, &arch, &spec.machine_type).await?,
+            None => self.image(&arch).await?,
+        };
+        let root_volume_gb = self.root_volume(spec, &image)?;
         let mut tags = ownership_labels(&spec.pool, &self.owner);
         tags.insert(NAME_TAG.to_string(), spec.name.clone());
+        for (k, v) in &spec.labels {
+            tags.insert(k.clone(), v.clone());
+        }
         let mut req = RunRequest {
             image,
             machine_type: spec.machine_type.clone(),
@@ -395,50 +626,38 @@ impl Provider for Ec2Provider {
             security_group: self.security_group.clone(),
             instance_profile: self.instance_profile.clone(),
             user_data_b64: aws_smithy_types::base64::encode(spec.user_data.as_bytes()),
-            tags: tags.clone(),
+            tags,
             client_token: client_token(&self.owner, &spec.pool, &spec.name, None),
-            root_volume_gb: self.root_volume_gb,
+            root_volume_gb,
         };
         for _ in 0..MAX_TOKEN_GENERATIONS {
-            let mut attempts = 0u32;
+            // Whether an attempt of this call failed in a way that may have reached EC2 (a 5xx, a
+            // timeout, a lost answer): the instance EC2 then answers for the token is this call's.
+            let reached = AtomicBool::new(false);
             let req_ref = &req;
-            // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, and
-            // after an ambiguous failure the driver first looks for what the lost attempt made.
+            let reached_ref = &reached;
+            // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
+            // EC2 answers with the instance it made for it.
             let outcome = self
                 .client
                 .retry_policy()
-                .retry("create", || {
-                    attempts += 1;
-                    let again = attempts > 1;
-                    async move {
-                        if again {
-                            if let Some(m) = self.find_made(spec).await? {
-                                return Ok(Attempt::Adopted(m));
-                            }
-                        }
-                        match self.client.run_instance(req_ref).await {
-                            Ok(inst) => Ok(Attempt::Made(Box::new(inst))),
-                            Err(Error::AlreadyExists { what, .. })
-                                if what
-                                    .starts_with("RunInstances: IdempotentParameterMismatch") =>
-                            {
-                                Ok(Attempt::Mismatch)
-                            }
-                            Err(e) => Err(e),
-                        }
+                .retry("create", || async move {
+                    let r = self.client.run_instance(req_ref).await;
+                    if matches!(r, Err(Error::Transient { .. })) {
+                        reached_ref.store(true, Ordering::Relaxed);
                     }
+                    r
                 })
                 .await;
             let inst = match outcome {
-                Ok(Attempt::Adopted(m)) => return Ok(Created::Machine(m)),
-                Ok(Attempt::Made(inst)) => inst,
-                Ok(Attempt::Mismatch) => {
-                    // The token was used with other parameters (user data, a newer image) by a
-                    // machine of this name that is gone: no live one was found before the call, and
-                    // none is now. A token salted with this request's digest is this request's own
-                    // (the same on every retry); a live one is adopted or refused as any other.
+                Ok(inst) => inst,
+                Err(e) if e.code() == Some(IDEMPOTENT_MISMATCH) => {
+                    // The token was used with other parameters (user data, labels, a newer image) by
+                    // a machine of this name: a live one is adopted (or refused when of another type
+                    // or zone); a gone one leaves the name free, and a token salted with this
+                    // request's digest is this request's own (the same on every retry of it).
                     if let Some(m) = self.find_made(spec).await? {
-                        return Ok(Created::Machine(m));
+                        return Ok(Created::Adopted(m));
                     }
                     tracing::debug!("ClientToken was used with other parameters; next generation");
                     let salt = format!("{}+{}", req.client_token, request_digest(&req));
@@ -453,24 +672,40 @@ impl Provider for Ec2Provider {
                         message,
                     })
                 }
+                Err(e) if e.code() == Some(UNSUPPORTED) => return self.unsupported(spec, e).await,
                 Err(e) => return Err(e),
             };
-            if matches!(
-                inst.state().and_then(|s| s.name()),
-                Some(InstanceStateName::Terminated | InstanceStateName::ShuttingDown)
-            ) {
+            let state = state_of(&inst).to_string();
+            let id = inst.instance_id().unwrap_or_default().to_string();
+            if going(&state) {
                 // The token named an instance of this name that was since deleted: a new generation.
-                let old = inst.instance_id().unwrap_or_default();
                 tracing::debug!(
-                    old,
+                    old = id,
                     "ClientToken names a terminated instance; next generation"
                 );
-                req.client_token = client_token(&self.owner, &spec.pool, &spec.name, Some(old));
+                req.client_token = client_token(&self.owner, &spec.pool, &spec.name, Some(&id));
                 continue;
             }
-            let mut m = machine_of(&inst);
-            // The answer may leave out tags: they were set in this same call.
-            for (k, v) in &tags {
+            same_place(&machine_of(&inst), spec)?;
+            // Made now, or adopted: EC2 answers a ClientToken it has seen with the instance it made
+            // then, in its state of now. An answer after this call's own ambiguous failure is this
+            // call's. Otherwise a new instance is `pending`; one that is not, or that this provider
+            // already answered as made, comes from an earlier create.
+            let made_now = reached.load(Ordering::Relaxed)
+                || (state == "pending" && lock(&self.made).get(&id).is_none());
+            self.note_made(&id);
+            // Not answered before EC2 shows it: a read, a listing or a delete right after must find it.
+            let Some(seen) = self.read(&id).await? else {
+                return Err(Error::transient(format!(
+                    "create of {}: EC2 made {id} but did not show it within {:?}; a create of the \
+                     same spec adopts it",
+                    spec.name, self.consistency
+                ))
+                .with_operation("create"));
+            };
+            let mut m = machine_of(&seen);
+            // A read may lag behind the tags set in the create call itself.
+            for (k, v) in &req.tags {
                 m.labels.entry(k.clone()).or_insert_with(|| v.clone());
             }
             m.name = spec.name.clone();
@@ -478,7 +713,11 @@ impl Provider for Ec2Provider {
             if m.location.is_empty() {
                 m.location = spec.location.clone();
             }
-            return Ok(Created::Machine(m));
+            return Ok(if made_now {
+                Created::Machine(m)
+            } else {
+                Created::Adopted(m)
+            });
         }
         Err(Error::other(format!(
             "create of {}: {MAX_TOKEN_GENERATIONS} ClientTokens in a row named terminated instances",
@@ -508,7 +747,7 @@ impl Provider for Ec2Provider {
 
     async fn delete(&self, id: &str) -> Result<bool> {
         validate_id(id)?;
-        let Some(inst) = self.client.describe_instance(id).await? else {
+        let Some(inst) = self.read(id).await? else {
             return Ok(true);
         };
         let state = state_of(&inst);
@@ -516,12 +755,15 @@ impl Provider for Ec2Provider {
             return Ok(true);
         }
         if !is_owned_by(&labels_of(&inst), &self.owner) {
-            return Err(Error::NotOwned {
-                id: id.to_string(),
-                owner: self.owner.clone(),
-            });
+            return Err(Error::not_owned(id, &self.owner));
         }
-        if state != "shutting-down" && !self.client.terminate(id).await? {
+        // A "not found" from TerminateInstances for an instance just read is not "gone": `change`
+        // confirms it by reading, and terminates again while EC2 shows it alive.
+        if state != "shutting-down"
+            && !self
+                .change(id, "TerminateInstances", || self.client.terminate(id))
+                .await?
+        {
             return Ok(true);
         }
         // The root volume is DeleteOnTermination: it goes with the instance.
@@ -544,8 +786,15 @@ impl Provider for Ec2Provider {
             _ => {}
         }
         let m = machine_of(&inst);
-        self.client.start(id).await.map_err(|e| match e {
-            Error::NoStock { message, .. } => Error::no_stock(m.machine_type, m.location, message),
+        self.start_call(id).await.map_err(|e| match e {
+            Error::NoStock {
+                message, context, ..
+            } => Error::NoStock {
+                machine_type: m.machine_type,
+                location: m.location,
+                message,
+                context,
+            },
             e => e,
         })?;
         self.described(id).await
@@ -588,24 +837,24 @@ impl Provider for Ec2Provider {
         // EC2 changes the type of a stopped instance only.
         let was_running = matches!(state.as_str(), "running" | "pending");
         self.stop_and_wait(&inst).await?;
-        if let Err(e) = self.client.set_instance_type(id, machine_type).await {
+        if let Err(e) = self.set_type_call(id, machine_type).await {
             if was_running {
-                if let Err(again) = self.client.start(id).await {
+                if let Err(again) = self.start_call(id).await {
                     tracing::warn!(id, error = %again, "could not start the machine again after a failed resize");
                 }
             }
             return Err(e);
         }
         if was_running {
-            if let Err(e) = self.client.start(id).await {
+            if let Err(e) = self.start_call(id).await {
                 let Error::NoStock { message, .. } = e else {
                     return Err(e);
                 };
                 // No stock of the new type: the machine goes back to the type it had and runs again,
                 // rather than staying stopped on a type it cannot start.
                 let old = current.machine_type.as_str();
-                let back = match self.client.set_instance_type(id, old).await {
-                    Ok(()) => self.client.start(id).await,
+                let back = match self.set_type_call(id, old).await {
+                    Ok(()) => self.start_call(id).await,
                     Err(e) => Err(e),
                 };
                 if let Err(again) = back {
@@ -626,21 +875,51 @@ impl Provider for Ec2Provider {
             caused_downtime: was_running,
         })
     }
+
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        Some(self)
+    }
+}
+
+impl Ec2Provider {
+    /// For the extension: instance `id` of this owner (see [`Ec2Provider::owned`]).
+    pub(crate) async fn owned_instance(&self, id: &str) -> Result<Instance> {
+        self.owned(id).await
+    }
+
+    /// For the extension: CreateTags, a "not found" confirmed as every change's.
+    pub(crate) async fn tag(&self, id: &str, set: &Labels) -> Result<()> {
+        if self
+            .change(id, "CreateTags", || self.client.create_tags(id, set))
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::not_found(format!("machine {id} (being deleted)")))
+        }
+    }
+
+    /// For the extension: DeleteTags, a "not found" confirmed as every change's.
+    pub(crate) async fn untag(&self, id: &str, keys: &[String]) -> Result<()> {
+        if self
+            .change(id, "DeleteTags", || self.client.delete_tags(id, keys))
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(Error::not_found(format!("machine {id} (being deleted)")))
+        }
+    }
+
+    /// For the extension: instance `id` read again (with the consistency rules of every read).
+    pub(crate) async fn reread(&self, id: &str) -> Result<Option<Instance>> {
+        self.read(id).await
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn states() {
-        assert_eq!(status_of("pending"), Status::Starting);
-        assert_eq!(status_of("running"), Status::Running);
-        assert_eq!(status_of("stopping"), Status::Stopping);
-        assert_eq!(status_of("stopped"), Status::Stopped);
-        assert_eq!(status_of("shutting-down"), Status::Deleting);
-        assert_eq!(status_of("hibernating"), Status::Unknown);
-    }
 
     #[test]
     fn tokens_fit_ec2() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
-use support::{env, made, Fault, Rule, ZONE};
+use support::{env, made, Fault, Rule, Seed, ZONE};
 
 #[tokio::test]
 async fn client_token_is_stable_across_retries() {
@@ -68,20 +68,37 @@ async fn client_token_is_stable_across_retries() {
         "{tokens:?}"
     );
 
-    // A lost answer: the machine was made; the retry finds it instead of sending RunInstances again.
+    // A lost answer: the machine was made; the retry re-sends RunInstances with the same token, and
+    // EC2 answers the instance the lost attempt made (this call's own: made, not adopted).
     let before = e.proxy.count("RunInstances");
     e.proxy
         .inject(Rule::new("RunInstances", Fault::DropAnswer, 1));
-    let lost = made(p.create(&e.spec("tok-3")).await.unwrap());
+    let lost = match p.create(&e.spec("tok-3")).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("a create whose first answer was lost gave {other:?}"),
+    };
+    let runs = e.proxy.of("RunInstances");
+    assert_eq!(runs.len(), before + 2, "the lost attempt and its retry");
     assert_eq!(
-        e.proxy.count("RunInstances"),
-        before + 1,
-        "one RunInstances for tok-3"
+        runs[before].params["ClientToken"],
+        runs[before + 1].params["ClientToken"]
     );
-    // And a create of the same spec later adopts it without any RunInstances.
-    let again = made(p.create(&e.spec("tok-3")).await.unwrap());
-    assert_eq!(again.id, lost.id);
-    assert_eq!(e.proxy.count("RunInstances"), before + 1);
+    // A create of the same spec later is answered the same instance, adopted: not made now.
+    match p.create(&e.spec("tok-3")).await.unwrap() {
+        Created::Adopted(m) => assert_eq!(m.id, lost.id),
+        other => panic!("a repeated create gave {other:?}"),
+    }
+    // Also from another provider (a restarted process) that never saw it.
+    match e
+        .provider("owner-1")
+        .await
+        .create(&e.spec("tok-3"))
+        .await
+        .unwrap()
+    {
+        Created::Adopted(m) => assert_eq!(m.id, lost.id),
+        other => panic!("a repeated create from a fresh provider gave {other:?}"),
+    }
 
     let listed = p.machines(&e.pool).await.unwrap();
     let mut names: Vec<&str> = listed.iter().map(|m| m.name.as_str()).collect();
@@ -99,36 +116,33 @@ async fn a_token_that_names_a_terminated_instance_moves_on() {
         return;
     };
     let p = e.provider("owner-1").await;
-    // EC2 answers a ClientToken it has seen with the instance it made then, even once terminated (a
-    // name made, deleted and made again). The proxy makes moto's answer say so.
-    e.proxy.inject(Rule::new(
-        "RunInstances",
-        Fault::Rewrite {
-            from: "<name>pending</name>".into(),
-            to: "<name>terminated</name>".into(),
-        },
-        1,
-    ));
-    let m = made(p.create(&e.spec("gen-1")).await.unwrap());
-    let runs = e.proxy.of("RunInstances");
+    // A name made, deleted and made again: EC2 answers the ClientToken with the instance it made the
+    // first time, terminated (a token outlives its instance by at least a day).
+    let first = made(p.create(&e.spec("gen-1")).await.unwrap());
+    assert!(p.delete(&first.id).await.unwrap());
+    let before = e.proxy.count("RunInstances");
+    let second = match p.create(&e.spec("gen-1")).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("the name made again gave {other:?}"),
+    };
+    assert_ne!(second.id, first.id);
+    let runs = &e.proxy.of("RunInstances")[before..];
     assert_eq!(runs.len(), 2, "the old token, then the next generation's");
-    let first = client_token("owner-1", &e.pool, "gen-1", None);
-    assert_eq!(runs[0].params["ClientToken"], first);
-    // The next token is derived from the terminated instance's id: the same on every retry.
-    let listed = p.machines(&e.pool).await.unwrap();
     assert_eq!(
-        listed.len(),
-        2,
-        "moto made both (its first one only looked terminated)"
+        runs[0].params["ClientToken"],
+        client_token("owner-1", &e.pool, "gen-1", None)
     );
-    let old = listed.iter().find(|x| x.id != m.id).unwrap();
+    // The next token is derived from the terminated instance's id: the same on every retry.
     assert_eq!(
         runs[1].params["ClientToken"],
-        client_token("owner-1", &e.pool, "gen-1", Some(&old.id))
+        client_token("owner-1", &e.pool, "gen-1", Some(&first.id))
     );
-    for x in listed {
-        assert!(p.delete(&x.id).await.unwrap());
-    }
+    let listed = p.machines(&e.pool).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        [second.id.as_str()]
+    );
+    assert!(p.delete(&second.id).await.unwrap());
 }
 
 #[tokio::test]
@@ -151,49 +165,68 @@ async fn a_token_used_before_with_other_parameters_moves_on() {
         return;
     };
     let p = e.provider("owner-1").await;
-    // A name made, deleted, and made again with other user data (or after Canonical published a newer
-    // image): EC2 answers the old token with IdempotentParameterMismatch, though no machine of that
-    // name lives. The create goes on under a token of its own, the same on every retry.
+    // A name made and deleted, then made again with other user data (or after Canonical published a
+    // newer image): EC2 answers the old token with IdempotentParameterMismatch, though no machine of
+    // that name lives. The create goes on under a token of its own, the same for the same request.
     let first = client_token("owner-1", &e.pool, "again-1", None);
+    let m = made(p.create(&e.spec("again-1")).await.unwrap());
+    assert!(p.delete(&m.id).await.unwrap());
     let spec = e
         .spec("again-1")
         .with_user_data("#cloud-config\n# second life\n");
-    let mut salted = Vec::new();
-    for _ in 0..2 {
-        e.proxy.inject(
-            Rule::new(
-                "RunInstances",
-                Fault::error(400, "IdempotentParameterMismatch"),
-                1,
-            )
-            .when("ClientToken", &first),
-        );
-        let before = e.proxy.count("RunInstances");
-        let m = made(p.create(&spec).await.unwrap());
-        let runs = e.proxy.of("RunInstances");
-        assert_eq!(runs.len() - before, 2, "the old token, then one of its own");
-        assert_eq!(runs[before].params["ClientToken"], first);
-        let next = runs[before + 1].params["ClientToken"].clone();
-        assert_ne!(next, first);
-        salted.push(next);
-        assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1);
-        assert!(p.delete(&m.id).await.unwrap());
-    }
-    assert_eq!(salted[0], salted[1], "the same request gets the same token");
-    // Other parameters again: another token.
-    e.proxy.inject(
-        Rule::new(
-            "RunInstances",
-            Fault::error(400, "IdempotentParameterMismatch"),
-            1,
-        )
-        .when("ClientToken", &first),
-    );
+    let tokens = |before: usize| -> Vec<String> {
+        e.proxy.of("RunInstances")[before..]
+            .iter()
+            .map(|r| r.params["ClientToken"].clone())
+            .collect()
+    };
     let before = e.proxy.count("RunInstances");
-    let m = made(p.create(&e.spec("again-1")).await.unwrap());
-    let runs = e.proxy.of("RunInstances");
-    assert_ne!(runs[before + 1].params["ClientToken"], salted[0]);
-    assert!(p.delete(&m.id).await.unwrap());
+    let second = match p.create(&spec).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("{other:?}"),
+    };
+    let round = tokens(before);
+    assert_eq!(
+        round.len(),
+        2,
+        "the old token, then one of its own: {round:?}"
+    );
+    assert_eq!(round[0], first);
+    let salted = round[1].clone();
+    assert_ne!(salted, first);
+    assert_eq!(
+        e.proxy.of("RunInstances")[before].code.as_deref(),
+        Some("IdempotentParameterMismatch")
+    );
+    assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1);
+    assert!(p.delete(&second.id).await.unwrap());
+
+    // The same request again: the same salted token, which now names a terminated instance, so the
+    // generation after it.
+    let before = e.proxy.count("RunInstances");
+    let third = made(p.create(&spec).await.unwrap());
+    let round = tokens(before);
+    assert_eq!(
+        round,
+        [
+            first.clone(),
+            salted.clone(),
+            client_token("owner-1", &e.pool, "again-1", Some(&second.id))
+        ]
+    );
+    assert!(p.delete(&third.id).await.unwrap());
+
+    // Other parameters again: another token.
+    let before = e.proxy.count("RunInstances");
+    let fourth = made(
+        p.create(&e.spec("again-1").with_user_data("#cloud-config\n# third\n"))
+            .await
+            .unwrap(),
+    );
+    let round = tokens(before);
+    assert_eq!(round.len(), 2, "{round:?}");
+    assert_ne!(round[1], salted);
+    assert!(p.delete(&fourth.id).await.unwrap());
 }
 
 #[tokio::test]
@@ -202,7 +235,10 @@ async fn capacity_is_no_stock() {
         return;
     };
     let p = e.provider("owner-1").await;
-    for (status, code) in [(500, "InsufficientInstanceCapacity"), (400, "Unsupported")] {
+    for (status, code) in [
+        (500, "InsufficientInstanceCapacity"),
+        (500, "InsufficientHostCapacity"),
+    ] {
         let before = e.proxy.count("RunInstances");
         e.proxy
             .inject(Rule::new("RunInstances", Fault::error(status, code), 1));
@@ -264,11 +300,7 @@ async fn throttling_is_backed_off() {
         max_backoff: Duration::from_secs(2),
         max_elapsed: Duration::from_secs(30),
     };
-    let p = e
-        .seed
-        .builder("owner-1", &e.proxy.url)
-        .retry_policy(policy)
-        .build()
+    let p = Seed::provider(e.builder().retry_policy(policy), "owner-1")
         .await
         .unwrap();
     e.proxy.inject(Rule::new(
@@ -491,23 +523,21 @@ async fn image_is_canonicals_newest_for_the_arch_and_cached() {
     assert_eq!(e.proxy.count("DescribeInstanceTypes"), 2, "cached");
 
     // An image override is checked against the type's architecture.
-    let arm_for_amd = e
-        .seed
-        .builder("owner-1", &e.proxy.url)
-        .image(Arch::Amd64, "ami-0b1e2a3d4c5f60b02")
-        .build()
-        .await
-        .unwrap();
+    let arm_for_amd = Seed::provider(
+        e.builder().image(Arch::Amd64, "ami-0b1e2a3d4c5f60b02"),
+        "owner-1",
+    )
+    .await
+    .unwrap();
     let err = arm_for_amd.create(&e.spec("img-4")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidSettings, "{err}");
     assert!(err.to_string().contains("ORCA_EC2_IMAGES"), "{err}");
-    let older = e
-        .seed
-        .builder("owner-1", &e.proxy.url)
-        .image(Arch::Amd64, "ami-0b1e2a3d4c5f60a01")
-        .build()
-        .await
-        .unwrap();
+    let older = Seed::provider(
+        e.builder().image(Arch::Amd64, "ami-0b1e2a3d4c5f60a01"),
+        "owner-1",
+    )
+    .await
+    .unwrap();
     made(older.create(&e.spec("img-5")).await.unwrap());
     assert_eq!(
         e.proxy.of("RunInstances").last().unwrap().params["ImageId"],
@@ -520,17 +550,17 @@ async fn image_is_canonicals_newest_for_the_arch_and_cached() {
 }
 
 #[tokio::test]
-async fn listing_reads_every_page_of_reservations() {
-    let Some(e) = env("listing_reads_every_page_of_reservations").await else {
+async fn listing_reads_every_page_by_instance() {
+    let Some(e) = env("listing_reads_every_page_by_instance").await else {
         return;
     };
     let p = e.provider("owner-1").await;
     let mut want = Vec::new();
-    for i in 0..7 {
+    for i in 0..3 {
         want.push(made(p.create(&e.spec(&format!("page-{i}"))).await.unwrap()).id);
     }
-    // One reservation of three instances, as another tool using the same tags would make it: moto
-    // pages DescribeInstances by reservation, EC2 by instance.
+    // One reservation of three instances, as another tool using the same tags would make it: EC2
+    // pages by instance, so a page may end inside a reservation.
     let ec2 = support::sdk(&e.seed.moto).await;
     let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
     let out = ec2
@@ -557,16 +587,15 @@ async fn listing_reads_every_page_of_reservations() {
             .iter()
             .map(|i| i.instance_id().unwrap().to_string()),
     );
+    for i in 3..7 {
+        want.push(made(p.create(&e.spec(&format!("page-{i}"))).await.unwrap()).id);
+    }
     // Another owner's machines fill no page of ours.
     let other = e.provider("owner-2").await;
     made(other.create(&e.spec("theirs-1")).await.unwrap());
     want.sort();
 
-    let paged = e
-        .seed
-        .builder("owner-1", &e.proxy.url)
-        .page_size(2)
-        .build()
+    let paged = Seed::provider(e.builder().page_size(5), "owner-1")
         .await
         .unwrap();
     let before = e.proxy.count("DescribeInstances");
@@ -579,14 +608,13 @@ async fn listing_reads_every_page_of_reservations() {
         .collect();
     got.sort();
     assert_eq!(got, want);
-    // 8 reservations of ours, 2 a page: 4 pages, each asked with the previous page's token.
+    // 10 instances of ours, 5 a page: 2 pages, the second asked with the first's token; the batch's
+    // reservation is split between them.
     let pages = &e.proxy.of("DescribeInstances")[before..];
-    assert_eq!(pages.len(), 4, "{} pages", pages.len());
+    assert_eq!(pages.len(), 2, "{} pages", pages.len());
     assert!(!pages[0].params.contains_key("NextToken"));
-    assert!(pages[1..]
-        .iter()
-        .all(|s| s.params.contains_key("NextToken")));
-    assert!(pages.iter().all(|s| s.params["MaxResults"] == "2"));
+    assert!(pages[1].params.contains_key("NextToken"));
+    assert!(pages.iter().all(|s| s.params["MaxResults"] == "5"));
     for m in p.machines(&e.pool).await.unwrap() {
         p.delete(&m.id).await.unwrap();
     }

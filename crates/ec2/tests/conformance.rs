@@ -1,8 +1,10 @@
-//! The core conformance suite against moto, through the EC2 driver and a fault-injecting proxy: two
-//! owners (and the empty one) on one account, page size 1, no stock, a lost create answer, and every
-//! request counted.
+//! The core conformance suite against moto, through the EC2 driver and the proxy that makes moto
+//! behave as EC2 (tests/support): two owners (and the empty one) on one account, pages of one
+//! instance, no stock, a lost create answer, delayed visibility, and every request counted.
 
 mod support;
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::conformance::{run_all, Harness, Hook, Setup, Skip};
@@ -12,6 +14,8 @@ use support::{Fault, Proxy, Rule, Seed};
 struct MotoHarness {
     seed: Seed,
     proxy: Proxy,
+    /// The same proxy paging listings by one instance: EC2 itself serves no page under 5.
+    paged: Proxy,
 }
 
 #[async_trait]
@@ -33,18 +37,25 @@ impl Harness for MotoHarness {
 
     async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
         Ok(Box::new(
-            self.seed.builder(owner, &self.proxy.url).build().await?,
+            Seed::provider(self.seed.builder(&self.proxy.url), owner).await?,
         ))
     }
 
     async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        let p = self
-            .seed
-            .builder(owner, &self.proxy.url)
-            .page_size(page_size as i32)
-            .build()
-            .await
-            .map_err(|e| Skip::because(e.to_string()))?;
+        if page_size != 1 {
+            return Err(Skip::because(format!(
+                "the harness pages by 1 instance, not {page_size}"
+            )));
+        }
+        // The driver asks for EC2's smallest page (5); the proxy answers one instance a page.
+        let p = Seed::provider(
+            self.seed
+                .builder(&self.paged.url)
+                .page_size(orca_ec2::config::MIN_PAGE_SIZE),
+            owner,
+        )
+        .await
+        .map_err(|e| Skip::because(e.to_string()))?;
         Ok(Box::new(p))
     }
 
@@ -76,6 +87,11 @@ impl Harness for MotoHarness {
     async fn requests(&self) -> Hook<u64> {
         Ok(self.proxy.requests())
     }
+
+    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
+        self.proxy.set_visibility_delay(delay);
+        Ok(())
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,7 +101,8 @@ async fn conformance_against_moto() {
     };
     let seed = support::seed(&moto).await;
     let proxy = Proxy::start(&moto).await;
-    let h = MotoHarness { seed, proxy };
+    let paged = proxy.paged(1).await;
+    let h = MotoHarness { seed, proxy, paged };
     let report = run_all(&h).await;
     report.assert_passed();
     assert!(
@@ -93,8 +110,8 @@ async fn conformance_against_moto() {
         "skipped: {:?}",
         report.skipped()
     );
-    // The lost answer was really lost, and the retried create did not send a second RunInstances for
-    // the same name: the driver found what the first one made.
+    // The lost answer was really lost, and moto holds one instance of that name: the retried create
+    // re-sent RunInstances with the same ClientToken, which answered the instance the first made.
     let dropped: Vec<_> = h
         .proxy
         .of("RunInstances")
@@ -102,23 +119,15 @@ async fn conformance_against_moto() {
         .filter(|s| s.faulted && s.status == 200)
         .collect();
     assert_eq!(dropped.len(), 1, "exactly one answer was dropped");
-    let name_tag = |s: &support::Seen| {
-        s.params
-            .iter()
-            .find(|(k, v)| {
-                k.starts_with("TagSpecification.1.Tag.") && k.ends_with(".Key") && *v == "Name"
-            })
-            .and_then(|(k, _)| s.params.get(&k.replace(".Key", ".Value")).cloned())
-    };
-    let lost_name = name_tag(&dropped[0]);
-    let sent_for_it = h
-        .proxy
-        .of("RunInstances")
+    let token = dropped[0].params["ClientToken"].clone();
+    let ec2 = support::sdk(&moto).await;
+    // (moto has no `client-token` filter: every instance is read, and its token compared.)
+    let all = ec2.describe_instances().send().await.unwrap();
+    let n = all
+        .reservations()
         .iter()
-        .filter(|s| name_tag(s) == lost_name)
+        .flat_map(|r| r.instances())
+        .filter(|i| i.client_token() == Some(token.as_str()))
         .count();
-    assert_eq!(
-        sent_for_it, 1,
-        "RunInstances for {lost_name:?} was sent {sent_for_it} times"
-    );
+    assert_eq!(n, 1, "instances made with the lost create's token");
 }

@@ -30,25 +30,27 @@ impl Harness for Live {
             location: self.location.clone(),
             resize_to: var("ORCA_TEST_EC2_RESIZE_TO", "t3.small"),
             unknown_id: "i-0123456789abcdef0".into(),
-            image: "ami-0b1e2a3d4c5f60a01".into(),
+            // An AMI of the region for the amd64 type (Canonical's Ubuntu 24.04 of the region, say).
+            image: var("ORCA_TEST_EC2_IMAGE", ""),
         }
     }
 
     async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
-        Ok(Box::new(
-            orca_ec2::Ec2Builder::from_env(owner).build().await?,
-        ))
+        Ok(Box::new(orca_ec2::from_env(owner).await?))
     }
 
     async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        if page_size < 5 {
+        if page_size < orca_ec2::config::MIN_PAGE_SIZE as u32 {
             return Err(Skip::because(
-                "EC2 accepts MaxResults from 5; paging is proven against moto (page size 1)",
+                "EC2 serves no page under 5 instances; paging by one instance is proven against \
+                 moto behind the proxy",
             ));
         }
-        let p = orca_ec2::Ec2Builder::from_env(owner)
+        let config = orca_ec2::ConfigBuilder::from_env()
             .page_size(page_size as i32)
             .build()
+            .map_err(|e| Skip::because(e.to_string()))?;
+        let p = orca_ec2::Ec2Provider::new(config, owner)
             .await
             .map_err(|e| Skip::because(e.to_string()))?;
         Ok(Box::new(p))

@@ -42,7 +42,7 @@ async fn secrets_never_show() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let p = e.provider("owner-1").await;
-    let shown = format!("{p:?} {:?}", e.seed.builder("owner-1", &e.proxy.url));
+    let shown = format!("{p:?} {:?}", e.builder());
     assert!(!shown.contains(support::SECRET), "{shown}");
     let user_data = format!("password={}", support::SECRET);
     let spec = e.spec("sec-1").with_user_data(&user_data);

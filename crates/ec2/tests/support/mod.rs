@@ -1,15 +1,60 @@
 //! What the EC2 tests share: the emulator's address (moto, started by `scripts/with-moto`), its seeding
-//! (a security group, an instance profile, the default subnets), and a fault-injecting proxy in front
-//! of it that logs every EC2 action with its parameters.
+//! (a security group, an instance profile, the default subnets), and a proxy in front of it that makes
+//! moto behave as EC2 does where moto is kinder, injects faults, and logs every EC2 action with its
+//! parameters.
 //!
-//! moto does not honour ClientToken and never answers a capacity, quota or throttling error: the proxy
-//! does that. EC2's Query API posts every action to `/`, with the action in the form body, so the
-//! proxy matches on the form's `Action` and parameters (the shared `orca_fakes::Control` matches on
-//! method and path only, which cannot tell one EC2 action from another).
+//! # What the proxy reproduces of real EC2 (and where it is written down)
+//! EC2's Query API posts every action to `/` with the action in the form body, so the proxy reads the
+//! form's `Action` and parameters.
+//! - **ClientToken idempotency** (EC2 API reference, "Ensuring idempotency": a repeated RunInstances
+//!   with the same token and parameters answers the instance made the first time, "the only
+//!   information that might vary is the state"; the same token with other parameters is
+//!   `IdempotentParameterMismatch`; a token stays valid after the instance is terminated). moto
+//!   ignores the token and makes a new instance each time. The proxy keeps every token it saw with
+//!   the request's parameters and answers a repeat from moto's current view of that instance.
+//!   It compares every parameter, where EC2 lets the availability zone differ.
+//! - **Eventual consistency** (EC2 API reference, "Eventual consistency in the Amazon EC2 API": right
+//!   after RunInstances, DescribeInstances and the calls that act on the instance may answer
+//!   `InvalidInstanceID.NotFound`). With [`Proxy::set_visibility_delay`], an instance made from then
+//!   on is, for that long: missing from listings, `InvalidInstanceID.NotFound` to DescribeInstances
+//!   by id, and `InvalidInstanceID.NotFound` to TerminateInstances, StartInstances, StopInstances,
+//!   ModifyInstanceAttribute, DescribeInstanceAttribute, CreateTags and DeleteTags. (Real EC2 is less
+//!   regular: one call may show an instance another does not; the behaviour tests inject such single
+//!   "not found" answers on their own.)
+//! - **MaxResults 5 to 1000** (DescribeInstances reference: "You cannot specify this parameter and
+//!   the instance IDs parameter in the same request"; values outside 5-1000 are refused with
+//!   `InvalidParameterValue`). moto accepts any size.
+//! - **Paging by instance** (DescribeInstances: `MaxResults` counts instances; moto pages by
+//!   reservation). The proxy asks moto for everything and pages itself, with its own `NextToken`.
+//!   [`Proxy::paged`] gives a second address on the same state whose listings page by a set number of
+//!   instances whatever `MaxResults` says: how the conformance suite gets pages of one instance,
+//!   which EC2 itself never serves.
+//! - **`LaunchTime` is the last start** (Instance reference: "The time that the instance was last
+//!   launched"): moto keeps the creation time through a stop and a start; the proxy writes the time
+//!   of the last StartInstances.
+//! - **`StateTransitionReason`** of a stopped instance is `User initiated (YYYY-MM-DD HH:MM:SS GMT)`;
+//!   moto writes `UTC`, the proxy `GMT`.
+//! - **Types not offered in a zone**: RunInstances of a type EC2 does not offer in the subnet's zone
+//!   is `Unsupported` ("Your requested instance type (...) is not supported in your requested
+//!   Availability Zone (...)"); moto makes it anyway. The proxy reads the offerings from moto's own
+//!   DescribeInstanceTypeOfferings.
+//!
+//! # What it does not reproduce
+//! - Capacity, quota and throttling: moto never answers `InsufficientInstanceCapacity`,
+//!   `InstanceLimitExceeded` or `RequestLimitExceeded`; tests inject them ([`Fault::Error`]).
+//! - The `pending` state's length and the state machine's timing (moto answers `running` at once
+//!   after RunInstances answered `pending`; `stopping` and `shutting-down` pass at once).
+//! - IAM (every call is allowed; `UnauthorizedOperation` is injected), signatures (moto checks none),
+//!   tag-on-create permissions, KMS.
+//! - DNS names: moto names every instance `ec2-<ip>.compute-1.amazonaws.com` whatever the VPC's DNS
+//!   settings; real EC2 leaves the public name empty without `enableDnsHostnames`.
+//! - A repeated token's answer keeps moto's reservation and order, not necessarily EC2's.
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+mod xml;
+
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +62,8 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use orca_ec2::{Ec2Builder, StaticCredentials, Waiting};
+use orca_ec2::{Config, ConfigBuilder, Ec2Provider, StaticCredentials, Waiting};
+use orca_machines::chrono::{DateTime, Utc};
 use orca_machines::RetryPolicy;
 use secrecy::SecretString;
 
@@ -28,8 +74,14 @@ pub const REGION: &str = "us-east-1";
 /// The availability zone the tests make machines in (and its neighbour).
 pub const ZONE: &str = "us-east-1a";
 pub const OTHER_ZONE: &str = "us-east-1b";
+/// A zone where moto (and EC2) do not offer the Graviton types (`t4g.*`).
+pub const ZONE_WITHOUT_T4G: &str = "us-east-1e";
 /// A secret the tests give the driver, to show it never appears anywhere.
 pub const SECRET: &str = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY";
+/// EC2's XML namespace, as moto writes it.
+const NS: &str = "http://ec2.amazonaws.com/doc/2016-11-15";
+/// The prefix of the proxy's own `NextToken`s.
+const TOKEN_PREFIX: &str = "orca-proxy-offset-";
 
 /// moto's address, or `None` (with a SKIPPED line) when the tests run without it. Under CI (the
 /// variable `CI` set) a missing emulator is a failure, never a silent skip.
@@ -64,12 +116,13 @@ pub fn credentials() -> StaticCredentials {
     StaticCredentials::new("AKIDORCATEST", SecretString::from(SECRET))
 }
 
-/// An SDK client straight to moto, for seeding and for looking behind the driver's back.
-pub async fn sdk(moto: &str) -> aws_sdk_ec2::Client {
+/// An SDK client straight to `endpoint` (moto, or the proxy), for seeding and for looking behind the
+/// driver's back.
+pub async fn sdk(endpoint: &str) -> aws_sdk_ec2::Client {
     let conf = aws_sdk_ec2::config::Builder::new()
         .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
         .region(aws_sdk_ec2::config::Region::new(REGION))
-        .endpoint_url(moto)
+        .endpoint_url(endpoint)
         .credentials_provider(aws_sdk_ec2::config::Credentials::new(
             "AKIDORCATEST",
             SECRET,
@@ -159,9 +212,9 @@ pub async fn seed(moto: &str) -> Seed {
 }
 
 impl Seed {
-    /// A builder for `owner` against `endpoint` (moto or the proxy), fast to retry and to wait.
-    pub fn builder(&self, owner: &str, endpoint: &str) -> Ec2Builder {
-        let mut b = Ec2Builder::new(owner)
+    /// A config builder for `endpoint` (moto or the proxy), fast to retry and to wait.
+    pub fn builder(&self, endpoint: &str) -> ConfigBuilder {
+        let mut b = Config::builder()
             .region(REGION)
             .endpoint(endpoint)
             .credentials(credentials())
@@ -172,11 +225,20 @@ impl Seed {
                 interval: Duration::from_millis(20),
                 timeout: Duration::from_secs(20),
             })
+            .consistency(Duration::from_secs(20))
             .timeouts(Duration::from_secs(5), Duration::from_secs(30));
         for (zone, subnet) in &self.subnets {
             b = b.subnet(zone, subnet);
         }
         b
+    }
+
+    /// A provider for `owner` from `builder`.
+    pub async fn provider(
+        builder: ConfigBuilder,
+        owner: &str,
+    ) -> orca_machines::Result<Ec2Provider> {
+        Ec2Provider::new(builder.build()?, owner).await
     }
 }
 
@@ -186,9 +248,12 @@ pub enum Fault {
     /// Answer an EC2 error (`<Response><Errors><Error>...`) with this status and code; the request
     /// never reaches moto.
     Error { status: u16, code: String },
+    /// Answer this body with this status; the request never reaches moto (for answers written from
+    /// the EC2 API reference).
+    Answer { status: u16, body: String },
     /// Forward the request (moto acts on it), then break the connection before the answer's body.
     DropAnswer,
-    /// Forward the request, and replace the first `from` in moto's answer with `to`.
+    /// Forward the request, and replace the first `from` in the answer with `to`.
     Rewrite { from: String, to: String },
 }
 
@@ -197,6 +262,13 @@ impl Fault {
         Fault::Error {
             status,
             code: code.to_string(),
+        }
+    }
+
+    pub fn answer(status: u16, body: impl Into<String>) -> Self {
+        Fault::Answer {
+            status,
+            body: body.into(),
         }
     }
 }
@@ -233,7 +305,28 @@ pub struct Seen {
     pub params: BTreeMap<String, String>,
     pub at: Instant,
     pub status: u16,
+    /// Answered by an injected fault (not by moto, nor by the proxy's own EC2 rules).
     pub faulted: bool,
+    /// The error code of the answer, when it was an EC2 error.
+    pub code: Option<String>,
+}
+
+/// A ClientToken the proxy has seen answered.
+#[derive(Debug, Clone)]
+struct TokenRecord {
+    params: BTreeMap<String, String>,
+    instances: Vec<String>,
+}
+
+/// What the proxy keeps to behave as EC2.
+#[derive(Debug, Default)]
+struct Ec2State {
+    visibility_delay: Duration,
+    hidden_until: HashMap<String, Instant>,
+    tokens: HashMap<String, TokenRecord>,
+    started: HashMap<String, DateTime<Utc>>,
+    subnet_zone: HashMap<String, String>,
+    offered: HashMap<String, Vec<String>>,
 }
 
 #[derive(Debug)]
@@ -242,13 +335,21 @@ struct ProxyState {
     http: reqwest::Client,
     rules: Mutex<Vec<Rule>>,
     log: Mutex<Vec<Seen>>,
+    ec2: Mutex<Ec2State>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The fault-injecting proxy, on 127.0.0.1 until dropped.
+/// One address of the proxy: its state, and the page size its listings are forced to.
+#[derive(Debug, Clone)]
+struct View {
+    state: Arc<ProxyState>,
+    per_page: Option<usize>,
+}
+
+/// The proxy, on 127.0.0.1 until dropped.
 #[derive(Debug)]
 pub struct Proxy {
     pub url: String,
@@ -262,25 +363,50 @@ impl Drop for Proxy {
     }
 }
 
+async fn listen(view: View) -> (String, tokio::task::JoinHandle<()>) {
+    let app = axum::Router::new().fallback(forward).with_state(view);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
 impl Proxy {
+    /// A proxy in front of `upstream` (moto; or an address nothing listens on, for tests that inject
+    /// every answer).
     pub async fn start(upstream: &str) -> Proxy {
         let state = Arc::new(ProxyState {
             upstream: upstream.to_string(),
             http: reqwest::Client::new(),
             rules: Mutex::new(Vec::new()),
             log: Mutex::new(Vec::new()),
+            ec2: Mutex::new(Ec2State::default()),
         });
-        let app = axum::Router::new()
-            .fallback(forward)
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let (url, task) = listen(View {
+            state: state.clone(),
+            per_page: None,
+        })
+        .await;
         Proxy { url, state, task }
+    }
+
+    /// Another address on the same proxy (same rules, log and EC2 state) whose DescribeInstances
+    /// listings page by `per_page` instances, whatever `MaxResults` says (which it still checks).
+    pub async fn paged(&self, per_page: usize) -> Proxy {
+        let (url, task) = listen(View {
+            state: self.state.clone(),
+            per_page: Some(per_page.max(1)),
+        })
+        .await;
+        Proxy {
+            url,
+            state: self.state.clone(),
+            task,
+        }
     }
 
     pub fn inject(&self, rule: Rule) {
@@ -290,6 +416,19 @@ impl Proxy {
     /// Removes every rule for `action`.
     pub fn clear(&self, action: &str) {
         lock(&self.state.rules).retain(|r| r.action != action);
+    }
+
+    /// Instances made from now on stay invisible for `delay` (see the module documentation);
+    /// `Duration::ZERO` stops hiding new ones.
+    pub fn set_visibility_delay(&self, delay: Duration) {
+        lock(&self.state.ec2).visibility_delay = delay;
+    }
+
+    /// Hides instance `id` for `delay` from now (as if it had just been made).
+    pub fn hide(&self, id: &str, delay: Duration) {
+        lock(&self.state.ec2)
+            .hidden_until
+            .insert(id.to_string(), Instant::now() + delay);
     }
 
     pub fn log(&self) -> Vec<Seen> {
@@ -324,18 +463,26 @@ fn take(state: &ProxyState, action: &str, params: &BTreeMap<String, String>) -> 
     Some(fault)
 }
 
-fn ec2_error(status: u16, code: &str) -> Response {
-    let body = format!(
+/// An EC2 error answer, in EC2's shape.
+pub fn ec2_error_body(code: &str, message: &str) -> String {
+    format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code>\
-         <Message>injected by the test proxy: {code}</Message></Error></Errors>\
-         <RequestID>injected-{code}</RequestID></Response>"
-    );
+         <Message>{message}</Message></Error></Errors>\
+         <RequestID>ea966190-f9aa-478e-9ede-example</RequestID></Response>"
+    )
+}
+
+fn xml_response(status: u16, body: String) -> Response {
     (
         StatusCode::from_u16(status).unwrap(),
         [("content-type", "text/xml;charset=UTF-8")],
         body,
     )
         .into_response()
+}
+
+fn ec2_error(status: u16, code: &str, message: &str) -> Response {
+    xml_response(status, ec2_error_body(code, message))
 }
 
 /// A body whose first read fails, so that hyper aborts the connection mid-answer.
@@ -357,59 +504,333 @@ fn broken_body() -> Body {
     Body::new(Broken)
 }
 
+/// The values of `prefix.1`, `prefix.2`, ... in `params`.
+fn listed(params: &BTreeMap<String, String>, prefix: &str) -> Vec<String> {
+    (1..)
+        .map_while(|n| params.get(&format!("{prefix}.{n}")).cloned())
+        .collect()
+}
+
+/// The instance ids a request acts on.
+fn instance_ids(action: &str, params: &BTreeMap<String, String>) -> Vec<String> {
+    match action {
+        "DescribeInstances" | "TerminateInstances" | "StartInstances" | "StopInstances" => {
+            listed(params, "InstanceId")
+        }
+        "ModifyInstanceAttribute" | "DescribeInstanceAttribute" => {
+            params.get("InstanceId").cloned().into_iter().collect()
+        }
+        "CreateTags" | "DeleteTags" => listed(params, "ResourceId")
+            .into_iter()
+            .filter(|r| r.starts_with("i-"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// One Query call straight to moto (for the proxy's own look-ups), answering the body.
+async fn moto_call(state: &ProxyState, params: &[(&str, &str)]) -> Option<String> {
+    let r = state
+        .http
+        .post(format!("{}/", state.upstream))
+        .header(
+            "Authorization",
+            "AWS4-HMAC-SHA256 Credential=AKIDORCATEST/20250101/us-east-1/ec2/aws4_request, SignedHeaders=host, Signature=0",
+        )
+        .form(params)
+        .send()
+        .await
+        .ok()?;
+    if !r.status().is_success() {
+        return None;
+    }
+    r.text().await.ok()
+}
+
+/// The zones EC2 (moto's catalogue) offers `machine_type` in.
+async fn offered_zones(state: &ProxyState, machine_type: &str) -> Option<Vec<String>> {
+    if let Some(z) = lock(&state.ec2).offered.get(machine_type) {
+        return Some(z.clone());
+    }
+    let body = moto_call(
+        state,
+        &[
+            ("Action", "DescribeInstanceTypeOfferings"),
+            ("Version", "2016-11-15"),
+            ("LocationType", "availability-zone"),
+            ("Filter.1.Name", "instance-type"),
+            ("Filter.1.Value.1", machine_type),
+        ],
+    )
+    .await?;
+    let all = xml::elements(&body);
+    let zones: Vec<String> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.name == "location")
+        .map(|(i, _)| xml::text(&body, &all, i).to_string())
+        .collect();
+    lock(&state.ec2)
+        .offered
+        .insert(machine_type.to_string(), zones.clone());
+    Some(zones)
+}
+
+/// The availability zone of `subnet`.
+async fn subnet_zone(state: &ProxyState, subnet: &str) -> Option<String> {
+    if let Some(z) = lock(&state.ec2).subnet_zone.get(subnet) {
+        return Some(z.clone());
+    }
+    let body = moto_call(
+        state,
+        &[
+            ("Action", "DescribeSubnets"),
+            ("Version", "2016-11-15"),
+            ("SubnetId.1", subnet),
+        ],
+    )
+    .await?;
+    let all = xml::elements(&body);
+    let i = all.iter().position(|e| e.name == "availabilityZone")?;
+    let zone = xml::text(&body, &all, i).to_string();
+    lock(&state.ec2)
+        .subnet_zone
+        .insert(subnet.to_string(), zone.clone());
+    Some(zone)
+}
+
+/// Each instance of a DescribeInstances-shaped answer as EC2 would write it: `launchTime` the last
+/// start, `StateTransitionReason` in GMT.
+fn as_ec2_writes_it(state: &ProxyState, body: &str) -> String {
+    let body = body.replace(" UTC)</reason>", " GMT)</reason>");
+    let started = lock(&state.ec2).started.clone();
+    if started.is_empty() {
+        return body;
+    }
+    let Some((mut listed, (s, e))) = xml::instances(&body) else {
+        return body;
+    };
+    for l in &mut listed {
+        if let Some(t) = started.get(&l.id) {
+            let stamp = t.format("%Y-%m-%dT%H:%M:%S.000Z").to_string();
+            l.item = xml::replace_child_text(&l.item, "launchTime", &stamp);
+        }
+    }
+    format!(
+        "{}{}{}",
+        &body[..s],
+        xml::reservation_set(&listed),
+        &body[e..]
+    )
+}
+
+/// A listing's answer without hidden instances, cut to the page at `offset` of `per_page`.
+fn page_of(
+    body: &str,
+    hidden: &dyn Fn(&str) -> bool,
+    offset: usize,
+    per_page: Option<usize>,
+) -> String {
+    let Some((listed, (s, e))) = xml::instances(body) else {
+        return body.to_string();
+    };
+    let visible: Vec<xml::Listed> = listed.into_iter().filter(|l| !hidden(&l.id)).collect();
+    let end = per_page.map_or(visible.len(), |n| (offset + n).min(visible.len()));
+    let page = visible.get(offset.min(end)..end).unwrap_or_default();
+    let rest = &body[e..];
+    let next = if end < visible.len() {
+        format!("<nextToken>{TOKEN_PREFIX}{end}</nextToken>")
+    } else {
+        String::new()
+    };
+    // moto wrote no nextToken of its own (the proxy asked for every instance): ours goes before the
+    // root's end tag.
+    let close = rest.rfind("</").unwrap_or(rest.len());
+    format!(
+        "{}{}{}{next}{}",
+        &body[..s],
+        xml::reservation_set(page),
+        &rest[..close],
+        &rest[close..]
+    )
+}
+
+/// What the proxy answers on its own, as EC2 would, before anything reaches moto.
+async fn ec2_rules(
+    state: &ProxyState,
+    action: &str,
+    params: &BTreeMap<String, String>,
+) -> Option<(Response, Option<String>)> {
+    let refuse = |status: u16, code: &str, message: &str| {
+        Some((ec2_error(status, code, message), Some(code.to_string())))
+    };
+    let now = Instant::now();
+    let hidden: Vec<String> = {
+        let ec2 = lock(&state.ec2);
+        instance_ids(action, params)
+            .into_iter()
+            .filter(|id| ec2.hidden_until.get(id).is_some_and(|t| *t > now))
+            .collect()
+    };
+    if !hidden.is_empty() {
+        let ids = hidden.join(", ");
+        let message = if hidden.len() == 1 {
+            format!("The instance ID '{ids}' does not exist")
+        } else {
+            format!("The instance IDs '{ids}' do not exist")
+        };
+        return refuse(400, "InvalidInstanceID.NotFound", &message);
+    }
+    match action {
+        "DescribeInstances" => {
+            if let Some(m) = params.get("MaxResults") {
+                let ok = m.parse::<i64>().is_ok_and(|n| (5..=1000).contains(&n));
+                if !ok {
+                    return refuse(
+                        400,
+                        "InvalidParameterValue",
+                        &format!(
+                            "Value ( {m} ) for parameter maxResults is invalid. Expecting a value \
+                             between 5 and 1000."
+                        ),
+                    );
+                }
+            }
+            if let Some(t) = params.get("NextToken") {
+                if t.strip_prefix(TOKEN_PREFIX)
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .is_none()
+                {
+                    return refuse(
+                        400,
+                        "InvalidParameterValue",
+                        "The parameter NextToken is not valid",
+                    );
+                }
+            }
+            None
+        }
+        "RunInstances" => {
+            if let Some(token) = params.get("ClientToken") {
+                let mut compared = params.clone();
+                compared.remove("ClientToken");
+                let seen = lock(&state.ec2).tokens.get(token).cloned();
+                if let Some(rec) = seen {
+                    if rec.params != compared {
+                        return refuse(
+                            400,
+                            "IdempotentParameterMismatch",
+                            "Arguments on this idempotent request are inconsistent with arguments \
+                             used in previous request(s).",
+                        );
+                    }
+                    return Some((replay(state, &rec).await, None));
+                }
+            }
+            if let (Some(t), Some(subnet)) = (params.get("InstanceType"), params.get("SubnetId")) {
+                if let (Some(zones), Some(zone)) = (
+                    offered_zones(state, t).await,
+                    subnet_zone(state, subnet).await,
+                ) {
+                    if !zones.contains(&zone) {
+                        return refuse(
+                            400,
+                            "Unsupported",
+                            &format!(
+                                "Your requested instance type ({t}) is not supported in your \
+                                 requested Availability Zone ({zone}). Please retry your request by \
+                                 not specifying an Availability Zone or choosing {}.",
+                                zones.join(", ")
+                            ),
+                        );
+                    }
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// A repeated ClientToken's answer: the first answer's instances as they are now.
+async fn replay(state: &ProxyState, rec: &TokenRecord) -> Response {
+    let mut q: Vec<(String, String)> = vec![
+        ("Action".into(), "DescribeInstances".into()),
+        ("Version".into(), "2016-11-15".into()),
+    ];
+    for (n, id) in rec.instances.iter().enumerate() {
+        q.push((format!("InstanceId.{}", n + 1), id.clone()));
+    }
+    let q: Vec<(&str, &str)> = q.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let Some(body) = moto_call(state, &q).await else {
+        return ec2_error(
+            500,
+            "InternalError",
+            "the proxy could not read the instance",
+        );
+    };
+    let body = as_ec2_writes_it(state, &body);
+    let all = xml::elements(&body);
+    let Some(res) = xml::find(
+        &all,
+        &["DescribeInstancesResponse", "reservationSet", "item"],
+    ) else {
+        return ec2_error(
+            500,
+            "InternalError",
+            "the proxy could not read the reservation",
+        );
+    };
+    xml_response(
+        200,
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<RunInstancesResponse xmlns=\"{NS}\">\
+             <requestId>replayed-by-client-token</requestId>{}</RunInstancesResponse>",
+            xml::text(&body, &all, res)
+        ),
+    )
+}
+
 async fn forward(
-    State(state): State<Arc<ProxyState>>,
+    State(view): State<View>,
     method: axum::http::Method,
     uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let state = &*view.state;
     let params: BTreeMap<String, String> =
         url::form_urlencoded::parse(&body).into_owned().collect();
     let action = params.get("Action").cloned().unwrap_or_default();
-    let fault = take(&state, &action, &params);
-    let (response, faulted) = match fault {
-        Some(Fault::Error { status, code }) => (ec2_error(status, &code), true),
-        other => {
-            let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-            let mut req = state
-                .http
-                .request(method, format!("{}{path}", state.upstream))
-                .body(body.clone());
-            for (k, v) in &headers {
-                if k != "host" && k != "content-length" {
-                    req = req.header(k, v);
-                }
-            }
-            let response = match req.send().await {
-                Ok(r) => {
-                    let status = r.status();
-                    let ct = r
-                        .headers()
-                        .get("content-type")
-                        .cloned()
-                        .unwrap_or_else(|| "text/xml".parse().unwrap());
-                    let mut bytes = r.bytes().await.unwrap_or_default();
-                    if let Some(Fault::Rewrite { from, to }) = &other {
-                        let text = String::from_utf8_lossy(&bytes).replacen(from, to, 1);
-                        bytes = Bytes::from(text);
+    let fault = take(state, &action, &params);
+    let (response, faulted, code) = match fault {
+        Some(Fault::Error { status, code }) => (
+            ec2_error(
+                status,
+                &code,
+                &format!("injected by the test proxy: {code}"),
+            ),
+            true,
+            Some(code),
+        ),
+        Some(Fault::Answer { status, body }) => (xml_response(status, body), true, None),
+        other => match ec2_rules(state, &action, &params).await {
+            Some((answer, code)) => (answer, false, code),
+            None => {
+                let (r, code) = upstream(
+                    &view, &action, &params, &method, &uri, &headers, &body, &other,
+                )
+                .await;
+                let faulted = other.is_some();
+                match other {
+                    Some(Fault::DropAnswer) => {
+                        let (parts, _) = r.into_parts();
+                        (Response::from_parts(parts, broken_body()), true, code)
                     }
-                    let mut out = Response::new(Body::from(bytes));
-                    *out.status_mut() = status;
-                    out.headers_mut().insert("content-type", ct);
-                    out
+                    _ => (r, faulted, code),
                 }
-                Err(e) => (StatusCode::BAD_GATEWAY, format!("proxy: {e}")).into_response(),
-            };
-            match other {
-                Some(Fault::DropAnswer) => {
-                    let (parts, _) = response.into_parts();
-                    (Response::from_parts(parts, broken_body()), true)
-                }
-                Some(_) => (response, true),
-                None => (response, false),
             }
-        }
+        },
     };
     lock(&state.log).push(Seen {
         action,
@@ -417,8 +838,142 @@ async fn forward(
         at: Instant::now(),
         status: response.status().as_u16(),
         faulted,
+        code,
     });
     response
+}
+
+/// Forwards a request to moto and makes its answer EC2's.
+#[allow(clippy::too_many_arguments)]
+async fn upstream(
+    view: &View,
+    action: &str,
+    params: &BTreeMap<String, String>,
+    method: &axum::http::Method,
+    uri: &axum::http::Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+    fault: &Option<Fault>,
+) -> (Response, Option<String>) {
+    let state = &*view.state;
+    let listing = action == "DescribeInstances" && !params.contains_key("InstanceId.1");
+    // A listing is asked of moto whole: the proxy pages by instance itself.
+    let sent: Bytes = if listing {
+        let kept: Vec<(&String, &String)> = params
+            .iter()
+            .filter(|(k, _)| *k != "MaxResults" && *k != "NextToken")
+            .collect();
+        Bytes::from(
+            url::form_urlencoded::Serializer::new(String::new())
+                .extend_pairs(kept)
+                .finish(),
+        )
+    } else {
+        body.clone()
+    };
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut req = state
+        .http
+        .request(method.clone(), format!("{}{path}", state.upstream))
+        .body(sent);
+    for (k, v) in headers {
+        if k != "host" && k != "content-length" {
+            req = req.header(k, v);
+        }
+    }
+    let r = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                (StatusCode::BAD_GATEWAY, format!("proxy: {e}")).into_response(),
+                None,
+            )
+        }
+    };
+    let status = r.status();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .cloned()
+        .unwrap_or_else(|| "text/xml".parse().unwrap());
+    let bytes = r.bytes().await.unwrap_or_default();
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    let mut code = None;
+    if status.is_success() {
+        match action {
+            "RunInstances" => {
+                let ids: Vec<String> = xml::instances(&format!(
+                    "<R><reservationSet><item>{}</item></reservationSet></R>",
+                    inner_of_root(&text)
+                ))
+                .map(|(l, _)| l.into_iter().map(|l| l.id).collect())
+                .unwrap_or_default();
+                let mut ec2 = lock(&state.ec2);
+                if let Some(token) = params.get("ClientToken") {
+                    let mut compared = params.clone();
+                    compared.remove("ClientToken");
+                    ec2.tokens.insert(
+                        token.clone(),
+                        TokenRecord {
+                            params: compared,
+                            instances: ids.clone(),
+                        },
+                    );
+                }
+                if !ec2.visibility_delay.is_zero() {
+                    let until = Instant::now() + ec2.visibility_delay;
+                    for id in ids {
+                        ec2.hidden_until.insert(id, until);
+                    }
+                }
+            }
+            "StartInstances" => {
+                let now = Utc::now();
+                let mut ec2 = lock(&state.ec2);
+                for id in listed(params, "InstanceId") {
+                    ec2.started.insert(id, now);
+                }
+            }
+            "DescribeInstances" => {
+                text = as_ec2_writes_it(state, &text);
+                if listing {
+                    let offset = params
+                        .get("NextToken")
+                        .and_then(|t| t.strip_prefix(TOKEN_PREFIX))
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(0);
+                    let per_page = view
+                        .per_page
+                        .or_else(|| params.get("MaxResults").and_then(|m| m.parse().ok()));
+                    let now = Instant::now();
+                    let hidden_until = lock(&state.ec2).hidden_until.clone();
+                    let hidden = |id: &str| hidden_until.get(id).is_some_and(|t| *t > now);
+                    text = page_of(&text, &hidden, offset, per_page);
+                }
+            }
+            _ => {}
+        }
+    } else {
+        let all = xml::elements(&text);
+        code = xml::find(&all, &["Response", "Errors", "Error", "Code"])
+            .map(|i| xml::text(&text, &all, i).to_string());
+    }
+    if let Some(Fault::Rewrite { from, to }) = fault {
+        text = text.replacen(from.as_str(), to, 1);
+    }
+    let mut out = Response::new(Body::from(text));
+    *out.status_mut() = status;
+    out.headers_mut().insert("content-type", ct);
+    (out, code)
+}
+
+/// The content of a document's root element.
+fn inner_of_root(doc: &str) -> String {
+    let all = xml::elements(doc);
+    all.iter()
+        .position(|e| e.parent.is_none())
+        .map(|r| xml::text(doc, &all, r).to_string())
+        .unwrap_or_default()
 }
 
 /// One test's moto seeding, proxy and pool of its own.
@@ -438,12 +993,12 @@ pub async fn env(test: &str) -> Option<Env> {
 }
 
 impl Env {
-    pub async fn provider(&self, owner: &str) -> orca_ec2::Ec2Provider {
-        self.seed
-            .builder(owner, &self.proxy.url)
-            .build()
-            .await
-            .unwrap()
+    pub fn builder(&self) -> ConfigBuilder {
+        self.seed.builder(&self.proxy.url)
+    }
+
+    pub async fn provider(&self, owner: &str) -> Ec2Provider {
+        Seed::provider(self.builder(), owner).await.unwrap()
     }
 
     pub fn spec(&self, name: &str) -> orca_machines::MachineSpec {
@@ -451,7 +1006,7 @@ impl Env {
     }
 }
 
-/// The machine a create made; panics on no stock.
+/// The machine a create made or adopted; panics on no stock.
 pub fn made(c: orca_machines::Created) -> orca_machines::Machine {
     match c {
         orca_machines::Created::Machine(m) | orca_machines::Created::Adopted(m) => m,

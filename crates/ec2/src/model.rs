@@ -1,0 +1,230 @@
+//! EC2's answers read into orca's model: an [`Instance`] as a [`Machine`] (state, tags, addresses, DNS
+//! name and times), leniently (every field EC2 may leave out is optional here, and a state the driver
+//! does not know is kept as EC2's word), and what a RunInstances asks for ([`RunRequest`]).
+
+use aws_sdk_ec2::types::Instance;
+use orca_machines::chrono::{DateTime, NaiveDateTime, Utc};
+use orca_machines::labels::{pool_of, Labels};
+use orca_machines::{Machine, Status, Timestamp};
+
+/// The tag that holds the machine's name (EC2's console shows it).
+pub const NAME_TAG: &str = "Name";
+
+/// An image the driver boots machines from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Image {
+    pub id: String,
+    pub name: String,
+    /// Docker's name of its architecture (`amd64`, `arm64`, or EC2's word).
+    pub arch: orca_machines::Arch,
+    pub root_device_name: String,
+    pub root_volume_gb: Option<i32>,
+}
+
+/// What one RunInstances asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct RunRequest {
+    pub image: Image,
+    pub machine_type: String,
+    pub subnet: String,
+    pub security_group: String,
+    pub instance_profile: String,
+    /// Base64 of the spec's user data (empty: none). Never printed: `Debug` of the provider's types
+    /// never reaches it (the request is not logged).
+    pub user_data_b64: String,
+    /// The instance's and its root volume's tags: orca's, `Name`, and the spec's own labels.
+    pub tags: Labels,
+    pub client_token: String,
+    pub root_volume_gb: Option<i32>,
+}
+
+/// EC2's state name of `i` (`pending`, `running`, ..., or a word the SDK does not know), or empty.
+pub(crate) fn state_of(i: &Instance) -> &str {
+    i.state()
+        .and_then(|s| s.name())
+        .map(|n| n.as_str())
+        .unwrap_or("")
+}
+
+/// EC2's instance state in the shared set; a state orca does not know is [`Status::Unknown`] (the
+/// machine keeps EC2's word in `cloud_status`).
+pub fn status_of(state: &str) -> Status {
+    match state {
+        "pending" => Status::Starting,
+        "running" => Status::Running,
+        "stopping" => Status::Stopping,
+        "stopped" => Status::Stopped,
+        "shutting-down" | "terminated" => Status::Deleting,
+        _ => Status::Unknown,
+    }
+}
+
+/// The tags of `i` as labels (a tag without a value has the empty value).
+pub(crate) fn labels_of(i: &Instance) -> Labels {
+    i.tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or("").to_string())))
+        .collect()
+}
+
+/// An SDK timestamp as orca's.
+pub(crate) fn timestamp(t: &aws_smithy_types::DateTime) -> Option<Timestamp> {
+    DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())
+}
+
+/// When EC2 made `i`. EC2 reports no creation time: `LaunchTime` is the last start. The root volume's
+/// `Ebs.AttachTime` is when the instance was made (the root volume is attached at launch and stays
+/// attached through stops and starts); without it (RunInstances' own answer and a `pending` instance
+/// often lists no block device yet), `LaunchTime`, which is the creation time until a first stop.
+pub(crate) fn created_at(i: &Instance) -> Option<Timestamp> {
+    let root = i.root_device_name();
+    i.block_device_mappings()
+        .iter()
+        .find(|m| root.is_some() && m.device_name() == root)
+        .and_then(|m| m.ebs())
+        .and_then(|e| e.attach_time())
+        .and_then(timestamp)
+        .or_else(|| i.launch_time().and_then(timestamp))
+}
+
+/// When `i` was last stopped: the time EC2 writes into `StateTransitionReason` when an instance stops
+/// (`User initiated (2026-01-02 03:04:05 GMT)`), while it is stopped (or stopping); `None` while it
+/// runs, and when the reason carries no time.
+pub(crate) fn stopped_at(i: &Instance) -> Option<Timestamp> {
+    if !matches!(state_of(i), "stopped" | "stopping") {
+        return None;
+    }
+    reason_time(i.state_transition_reason()?)
+}
+
+/// The time in a `StateTransitionReason` such as `User initiated (2026-01-02 03:04:05 GMT)`: the last
+/// parenthesised `YYYY-MM-DD HH:MM:SS GMT` (UTC accepted as the same zone).
+pub fn reason_time(reason: &str) -> Option<Timestamp> {
+    let open = reason.rfind('(')?;
+    let inner = reason[open + 1..].strip_suffix(')')?.trim();
+    let stamp = inner
+        .strip_suffix(" GMT")
+        .or_else(|| inner.strip_suffix(" UTC"))?;
+    let naive = NaiveDateTime::parse_from_str(stamp.trim(), "%Y-%m-%d %H:%M:%S").ok()?;
+    Some(naive.and_utc())
+}
+
+/// `i` as a machine: its `Name` tag, state, type, zone, public and private IPv4 addresses, DNS name
+/// (the public one, else the private one), pool and tags, and its times (see [`created_at`] and
+/// [`stopped_at`]; `started_at` is `LaunchTime`, the last start).
+pub(crate) fn machine_of(i: &Instance) -> Machine {
+    let labels = labels_of(i);
+    let state = state_of(i);
+    let mut m = Machine::new(
+        i.instance_id().unwrap_or_default(),
+        labels.get(NAME_TAG).cloned().unwrap_or_default(),
+    );
+    m.status = status_of(state);
+    m.cloud_status = state.to_string();
+    m.machine_type = i
+        .instance_type()
+        .map(|t| t.as_str().to_string())
+        .unwrap_or_default();
+    m.location = i
+        .placement()
+        .and_then(|p| p.availability_zone())
+        .unwrap_or_default()
+        .to_string();
+    m.address = i.public_ip_address().unwrap_or_default().to_string();
+    m.private_address = i.private_ip_address().unwrap_or_default().to_string();
+    m.fqdn = [i.public_dns_name(), i.private_dns_name()]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .find(|d| !d.is_empty())
+        .unwrap_or_default()
+        .to_string();
+    m.created_at = created_at(i);
+    m.started_at = i.launch_time().and_then(timestamp);
+    m.stopped_at = stopped_at(i);
+    m.pool = pool_of(&labels);
+    m.labels = labels;
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{
+        EbsInstanceBlockDevice, InstanceBlockDeviceMapping, InstanceState, InstanceStateName,
+    };
+    use aws_smithy_types::DateTime as SdkTime;
+
+    #[test]
+    fn states() {
+        assert_eq!(status_of("pending"), Status::Starting);
+        assert_eq!(status_of("running"), Status::Running);
+        assert_eq!(status_of("stopping"), Status::Stopping);
+        assert_eq!(status_of("stopped"), Status::Stopped);
+        assert_eq!(status_of("shutting-down"), Status::Deleting);
+        assert_eq!(status_of("hibernating"), Status::Unknown);
+    }
+
+    #[test]
+    fn reasons() {
+        let t = reason_time("User initiated (2026-01-02 03:04:05 GMT)").unwrap();
+        assert_eq!(t.to_rfc3339(), "2026-01-02T03:04:05+00:00");
+        assert_eq!(
+            reason_time("User initiated (2026-01-02 03:04:05 UTC)"),
+            Some(t)
+        );
+        for none in [
+            "",
+            "User initiated",
+            "Server.ScheduledStop",
+            "User initiated (yesterday)",
+            "User initiated (2026-01-02 03:04:05 CET)",
+        ] {
+            assert_eq!(reason_time(none), None, "{none:?}");
+        }
+    }
+
+    fn at(s: i64) -> SdkTime {
+        SdkTime::from_secs(s)
+    }
+
+    #[test]
+    fn creation_is_the_root_volumes_attach_time_else_the_launch_time() {
+        let base = Instance::builder()
+            .instance_id("i-1")
+            .root_device_name("/dev/sda1")
+            .launch_time(at(2_000))
+            .state(
+                InstanceState::builder()
+                    .name(InstanceStateName::Stopped)
+                    .build(),
+            )
+            .state_transition_reason("User initiated (1970-01-01 00:50:00 GMT)");
+        let bare = base.clone().build();
+        assert_eq!(created_at(&bare).unwrap().timestamp(), 2_000);
+        let with_root = base
+            .clone()
+            .block_device_mappings(
+                InstanceBlockDeviceMapping::builder()
+                    .device_name("/dev/sdf")
+                    .ebs(EbsInstanceBlockDevice::builder().attach_time(at(5)).build())
+                    .build(),
+            )
+            .block_device_mappings(
+                InstanceBlockDeviceMapping::builder()
+                    .device_name("/dev/sda1")
+                    .ebs(
+                        EbsInstanceBlockDevice::builder()
+                            .attach_time(at(1_000))
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build();
+        let m = machine_of(&with_root);
+        assert_eq!(m.created_at.unwrap().timestamp(), 1_000);
+        assert_eq!(m.started_at.unwrap().timestamp(), 2_000);
+        assert_eq!(m.stopped_at.unwrap().timestamp(), 3_000);
+        assert_eq!((m.fqdn.as_str(), m.private_address.as_str()), ("", ""));
+    }
+}
