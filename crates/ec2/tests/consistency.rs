@@ -1,0 +1,325 @@
+//! What real EC2 does that moto does not, taught to the proxy (tests/support), and what the driver
+//! makes of it: eventual consistency after RunInstances, MaxResults bounds, `Unsupported` for a type
+//! a zone does not offer, `LaunchTime` as the last start, and per-key tag changes.
+
+mod support;
+
+use std::time::Duration;
+
+use aws_sdk_ec2::types::InstanceStateName;
+use orca_machines::labels::Labels;
+use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, Status};
+use support::{env, made, Fault, Rule, Seed, ZONE_WITHOUT_T4G};
+
+/// The state moto holds for `id`, behind the proxy's back.
+async fn state_in_moto(moto: &str, id: &str) -> InstanceStateName {
+    let out = support::sdk(moto)
+        .await
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .unwrap();
+    out.reservations()[0].instances()[0]
+        .state()
+        .and_then(|s| s.name())
+        .cloned()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_create_answers_only_once_ec2_shows_the_instance() {
+    let Some(e) = env("a_create_answers_only_once_ec2_shows_the_instance").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    e.proxy.set_visibility_delay(Duration::from_millis(800));
+    let m = match p.create(&e.spec("vis-1")).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("{other:?}"),
+    };
+    // The very next read by anyone, through the same (eventually consistent) EC2, finds it.
+    let raw = support::sdk(&e.proxy.url).await;
+    let seen = raw.describe_instances().instance_ids(&m.id).send().await;
+    assert!(
+        seen.is_ok(),
+        "the create answered before EC2 showed {}: {seen:?}",
+        m.id
+    );
+    // The delay was in force: EC2 answered "not found" for the new instance before it showed it.
+    let reads = e.proxy.of("DescribeInstances");
+    assert!(
+        reads
+            .iter()
+            .any(|s| s.code.as_deref() == Some("InvalidInstanceID.NotFound")),
+        "no read met the delay"
+    );
+    assert_eq!(m.status, Status::Running, "the machine as EC2 shows it");
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_not_found_for_a_machine_made_lately_is_read_again() {
+    let Some(e) = env("a_not_found_for_a_machine_made_lately_is_read_again").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("fresh-1")).await.unwrap());
+    // EC2 shows the instance to one call and not (yet) to the next.
+    e.proxy.hide(&m.id, Duration::from_millis(500));
+    let before = e.proxy.count("DescribeInstances");
+    let read = p.machine(&m.id).await.unwrap();
+    assert_eq!(read.map(|r| r.id), Some(m.id.clone()));
+    assert!(
+        e.proxy.count("DescribeInstances") - before >= 2,
+        "read again after a not found"
+    );
+    // A change answered "not found" for it is made again (after a read that still shows it).
+    e.proxy.inject(
+        Rule::new(
+            "StopInstances",
+            Fault::error(400, "InvalidInstanceID.NotFound"),
+            2,
+        )
+        .when("InstanceId.1", &m.id),
+    );
+    let stopped = p.stop(&m.id).await.unwrap();
+    assert_eq!(stopped.status, Status::Stopped);
+    assert_eq!(e.proxy.count("StopInstances"), 3);
+    // Another provider that did not make it believes EC2's "not found" at once: only what this
+    // provider made lately is waited for (another owner's delete of a fresh machine meets a machine
+    // that its create already waited to see).
+    let other = e.provider("owner-1").await;
+    e.proxy.hide(&m.id, Duration::from_secs(30));
+    let before = e.proxy.count("DescribeInstances");
+    assert_eq!(other.machine(&m.id).await.unwrap(), None);
+    assert_eq!(e.proxy.count("DescribeInstances") - before, 1);
+    e.proxy.hide(&m.id, Duration::ZERO);
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn delete_never_believes_a_not_found_from_terminate() {
+    let Some(e) = env("delete_never_believes_a_not_found_from_terminate").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("term-1")).await.unwrap());
+    e.proxy.inject(
+        Rule::new(
+            "TerminateInstances",
+            Fault::error(400, "InvalidInstanceID.NotFound"),
+            2,
+        )
+        .when("InstanceId.1", &m.id),
+    );
+    assert!(p.delete(&m.id).await.unwrap());
+    assert_eq!(
+        state_in_moto(&e.seed.moto, &m.id).await,
+        InstanceStateName::Terminated,
+        "delete answered true: the instance must be terminated"
+    );
+    assert_eq!(e.proxy.count("TerminateInstances"), 3);
+
+    // EC2 never confirms within the window: the delete is not "gone", and the instance still runs.
+    let quick = Seed::provider(
+        e.builder().consistency(Duration::from_millis(300)),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    let m = made(quick.create(&e.spec("term-2")).await.unwrap());
+    e.proxy.inject(
+        Rule::new(
+            "TerminateInstances",
+            Fault::error(400, "InvalidInstanceID.NotFound"),
+            u32::MAX,
+        )
+        .when("InstanceId.1", &m.id),
+    );
+    let err = quick.delete(&m.id).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    assert_eq!(err.code(), Some("InvalidInstanceID.NotFound"), "{err}");
+    assert_eq!(
+        state_in_moto(&e.seed.moto, &m.id).await,
+        InstanceStateName::Running
+    );
+    e.proxy.clear("TerminateInstances");
+    assert!(quick.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn max_results_is_five_to_one_thousand() {
+    let Some(e) = env("max_results_is_five_to_one_thousand").await else {
+        return;
+    };
+    // EC2 refuses a page size outside 5 to 1000; the proxy does as EC2 (moto accepts any).
+    let raw = support::sdk(&e.proxy.url).await;
+    for bad in [1, 4, 1001] {
+        let r = raw.describe_instances().max_results(bad).send().await;
+        let code = r
+            .as_ref()
+            .err()
+            .and_then(|e| aws_sdk_ec2::error::ProvideErrorMetadata::code(e));
+        assert_eq!(
+            code,
+            Some("InvalidParameterValue"),
+            "MaxResults {bad}: {r:?}"
+        );
+    }
+    for good in [5, 1000] {
+        raw.describe_instances()
+            .max_results(good)
+            .send()
+            .await
+            .unwrap();
+    }
+    // The driver never asks for less: its settings refuse it before any call.
+    let n = e.proxy.requests();
+    let err = e.builder().page_size(4).build().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidSettings, "{err}");
+    assert_eq!(e.proxy.requests(), n);
+}
+
+#[tokio::test]
+async fn unsupported_is_no_stock_only_for_a_type_the_zone_does_not_offer() {
+    let Some(e) = env("unsupported_is_no_stock_only_for_a_type_the_zone_does_not_offer").await
+    else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    // EC2 does not offer t4g in us-east-1e: Unsupported, which is no stock there (try elsewhere).
+    let spec = MachineSpec::new("arm-1", "t4g.micro", ZONE_WITHOUT_T4G, &e.pool);
+    match p.create(&spec).await.unwrap() {
+        Created::NoStock {
+            machine_type,
+            location,
+            message,
+        } => {
+            assert_eq!(
+                (machine_type.as_str(), location.as_str()),
+                ("t4g.micro", ZONE_WITHOUT_T4G)
+            );
+            assert!(message.contains("Unsupported"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(e.proxy.count("DescribeInstanceTypeOfferings"), 1);
+    // Unsupported for a type the zone offers is a configuration EC2 refuses: an error saying so, with
+    // EC2's code and words, not no stock (an autoscaler would hide it by falling back).
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(400, "Unsupported"),
+        1,
+    ));
+    let err = p.create(&e.spec("conf-1")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Other, "{err}");
+    assert_eq!(err.code(), Some("Unsupported"));
+    let text = err.to_string();
+    assert!(
+        text.contains("offers t3.micro in us-east-1a") && text.contains("configuration"),
+        "{text}"
+    );
+    assert!(p.machines(&e.pool).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn power_times_are_the_last_start_and_stop() {
+    let Some(e) = env("power_times_are_the_last_start_and_stop").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("pow-1")).await.unwrap());
+    let created = m.created_at.expect("created_at");
+    assert_eq!(m.started_at, Some(created), "made and started at once");
+    assert_eq!(m.stopped_at, None);
+    assert!(m.fqdn.ends_with(".amazonaws.com"), "{}", m.fqdn);
+    assert!(m.private_address.parse::<std::net::Ipv4Addr>().is_ok());
+    // EC2's times have whole seconds: a second apart, so that the next ones differ.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let stopped = p.stop(&m.id).await.unwrap();
+    let stop_at = stopped.stopped_at.expect("stopped_at of a stopped machine");
+    assert!(stop_at > created, "{stop_at} after {created}");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    p.start(&m.id).await.unwrap();
+    let read = p.machine(&m.id).await.unwrap().unwrap();
+    let started = read.started_at.expect("started_at");
+    assert!(started > stop_at, "started {started}, stopped {stop_at}");
+    assert_eq!(read.stopped_at, None, "running again");
+    assert_eq!(
+        read.created_at,
+        Some(created),
+        "made once, whatever its starts"
+    );
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn labels_change_per_key_and_keep_another_writers() {
+    let Some(e) = env("labels_change_per_key_and_keep_another_writers").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(
+        p.create(&e.spec("lab-1").with_label("shed-state", "creating"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(m.labels["shed-state"], "creating");
+    let ext = p.machine_labels().expect("EC2 changes tags");
+    // Another writer tags the instance meanwhile.
+    let raw = support::sdk(&e.seed.moto).await;
+    raw.create_tags()
+        .resources(&m.id)
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key("backup")
+                .value("daily")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let set = Labels::from([("shed-state".to_string(), "ready".to_string())]);
+    let after = ext.set_labels(&m.id, &set, &[]).await.unwrap();
+    assert_eq!(after.labels["shed-state"], "ready");
+    assert_eq!(after.labels["backup"], "daily", "another writer's tag kept");
+    // One call per change, naming only the keys changed.
+    let create = e.proxy.of("CreateTags");
+    assert_eq!(create.len(), 1);
+    let keys: Vec<&String> = create[0]
+        .params
+        .iter()
+        .filter(|(k, _)| k.starts_with("Tag.") && k.ends_with(".Key"))
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(keys, ["shed-state"]);
+    let after = ext
+        .set_labels(&m.id, &Labels::new(), &["shed-state".to_string()])
+        .await
+        .unwrap();
+    assert!(!after.labels.contains_key("shed-state"));
+    assert_eq!(after.labels["backup"], "daily");
+    assert_eq!(after.name, "lab-1");
+    // orca's tags and Name are refused before any call.
+    let n = e.proxy.requests();
+    for (set, remove) in [
+        (
+            Labels::from([("Name".to_string(), "x".to_string())]),
+            vec![],
+        ),
+        (Labels::new(), vec!["Name".to_string()]),
+        (Labels::new(), vec!["orca-pool".to_string()]),
+        (
+            Labels::from([("orca".to_string(), "x".to_string())]),
+            vec![],
+        ),
+    ] {
+        match ext.set_labels(&m.id, &set, &remove).await {
+            Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "labels"),
+            other => panic!("{set:?} {remove:?} gave {other:?}"),
+        }
+    }
+    assert_eq!(e.proxy.requests(), n);
+    assert!(p.delete(&m.id).await.unwrap());
+}
