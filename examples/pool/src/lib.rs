@@ -234,8 +234,20 @@ pub async fn check_offerings(
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    orca::ErrorKind::NotFound | orca::ErrorKind::InvalidSpec
+                ) =>
+            {
+                problems.push(format!(
+                    "offering {o}: unknown machine type {} on {}: {e}",
+                    o.machine_type,
+                    p.kind()
+                ))
+            }
             Err(e) => problems.push(format!(
-                "offering {o}: unknown machine type {} on {}: {e}",
+                "offering {o}: could not check machine type {} on {}: {e}",
                 o.machine_type,
                 p.kind()
             )),

@@ -229,6 +229,9 @@ async fn metrics_are_served_where_asked() {
         ("orca_pool_passes_total", &["role=\"leader\""], ""),
         ("orca_pool_last_pass_timestamp_seconds", &[], ""),
     ] {
-        assert!(has(&body, name, labels, value), "{name} {labels:?} {value} not in\n{body}");
+        assert!(
+            has(&body, name, labels, value),
+            "{name} {labels:?} {value} not in\n{body}"
+        );
     }
 }
