@@ -804,3 +804,50 @@ async fn every_honoured_option_reaches_azure_and_the_others_are_refused_before_a
         .machine()
         .unwrap();
 }
+
+#[tokio::test]
+async fn errors_keep_the_operation_the_retries_the_code_and_the_cause() {
+    use std::error::Error as _;
+    let f = fake().await;
+    // Nothing listens there: a passing failure, retried, with the transport's error as its cause.
+    let closed = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let p = orca_azure::AzureProvider::new(
+        settings(&f)
+            .arm_endpoint(format!("http://{addr}"))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert_eq!(e.operation(), Some("list VMs"));
+    assert_eq!(e.retries(), 6, "{e}");
+    assert!(e.source().is_some(), "the cause is kept: {e:?}");
+    // A cloud error keeps Azure's code, what a caller matches on.
+    let p = provider(&f, "stack-1").await;
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "/virtualMachines?",
+        Fault::Status {
+            status: 403,
+            body: serde_json::json!({"error": {"code": "AuthorizationFailed", "message": "no read"}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(
+        (e.kind(), e.code(), e.operation()),
+        (
+            ErrorKind::PermissionDenied,
+            Some("AuthorizationFailed"),
+            Some("list VMs")
+        )
+    );
+}
