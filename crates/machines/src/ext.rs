@@ -180,6 +180,17 @@ pub struct AdmissionRule {
     pub priority: u32,
 }
 
+impl AdmissionRule {
+    /// The rule `name` at `priority` on the security group `security_group`.
+    pub fn new(security_group: impl Into<String>, name: impl Into<String>, priority: u32) -> Self {
+        AdmissionRule {
+            security_group: security_group.into(),
+            name: name.into(),
+            priority,
+        }
+    }
+}
+
 /// What [`SshAdmission::admit_ssh`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]

@@ -122,6 +122,77 @@ impl<K: Into<String>, V: Into<String>> Extend<(K, V)> for Settings {
     }
 }
 
+/// A driver's typed settings key (object_store's `AmazonS3ConfigKey` pattern): an enum whose names
+/// are the environment variables' names, so that the same keys come from the environment
+/// ([`Settings::from_env`]) or from a map.
+///
+/// ```
+/// use orca_machines::settings::{SettingKey, Settings};
+/// #[derive(Debug, Clone, Copy, PartialEq)]
+/// enum Key { Token, Region }
+/// impl SettingKey for Key {
+///     const KIND: &'static str = "demo";
+///     const ALL: &'static [Key] = &[Key::Token, Key::Region];
+///     fn as_str(self) -> &'static str {
+///         match self { Key::Token => "DEMO_TOKEN", Key::Region => "DEMO_REGION" }
+///     }
+///     fn is_secret(self) -> bool { matches!(self, Key::Token) }
+/// }
+/// assert_eq!(Key::parse("DEMO_REGION").unwrap(), Key::Region);
+/// let e = Key::parse("DEMO_REGOIN").unwrap_err();
+/// assert!(e.to_string().contains("not a setting of the demo driver"), "{e}");
+/// assert!(Settings::new().with("DEMO_TOKEN", "t").check_keys::<Key>().is_ok());
+/// ```
+pub trait SettingKey: Copy + Sized + 'static {
+    /// The driver kind (`hetzner`, `ec2`, ...), for messages.
+    const KIND: &'static str;
+    /// Every key.
+    const ALL: &'static [Self];
+
+    /// The key's name: the environment variable's.
+    fn as_str(self) -> &'static str;
+
+    /// Whether the key's value is a secret (never printed, never logged).
+    fn is_secret(self) -> bool {
+        false
+    }
+
+    /// Every key's name.
+    fn names() -> Vec<&'static str> {
+        Self::ALL.iter().map(|k| k.as_str()).collect()
+    }
+
+    /// The key named `name` (exactly, as the environment variable); an unknown name is
+    /// [`Error::InvalidSettings`] naming it and the known ones.
+    fn parse(name: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| Error::settings([name], unknown_key_rule::<Self>()))
+    }
+}
+
+fn unknown_key_rule<K: SettingKey>() -> String {
+    format!(
+        "not a setting of the {} driver; its settings are {}",
+        K::KIND,
+        K::names().join(", ")
+    )
+}
+
+impl Settings {
+    /// Refuses every key that is not one of `K`'s (a typo would otherwise be silently ignored).
+    pub fn check_keys<K: SettingKey>(&self) -> Result<()> {
+        self.check_known(K::KIND, &K::names())
+    }
+
+    /// `K`'s keys that this process's environment has.
+    pub fn from_env_keys<K: SettingKey>() -> Self {
+        Self::from_env(K::ALL.iter().map(|k| k.as_str()))
+    }
+}
+
 /// Collects every problem of a set of settings, so that one error names them all
 /// ([`Error::InvalidSettings`]): the missing keys first, then each invalid one with its rule.
 #[derive(Debug, Default)]
@@ -171,6 +242,16 @@ impl Problems {
             self.invalid(key, why);
         }
         parsed
+    }
+
+    /// Records every key of `settings` that is not one of `K`'s as invalid, naming the known ones:
+    /// so that a typo is named together with the other problems.
+    pub fn unknown_keys<K: SettingKey>(&mut self, settings: &Settings) {
+        for k in settings.keys() {
+            if !K::ALL.iter().any(|known| known.as_str() == k) {
+                self.invalid(k, unknown_key_rule::<K>());
+            }
+        }
     }
 
     /// Whether nothing was recorded.
