@@ -9,9 +9,6 @@
 //!   resource-group scoped call returns power states (the subscription-wide one needs a
 //!   subscription-scoped role, which a resource-group principal lacks: issue 11).
 
-// `orca::Error` is large (its variants carry a `Context`): allowed here as in the drivers.
-#![allow(clippy::result_large_err)]
-
 use std::time::{Duration, Instant};
 
 use orca::azure::{AzureProvider, Config};

@@ -13,172 +13,72 @@ use secrecy::SecretString;
 
 use crate::credential::{self, TokenSource};
 
-/// A setting of the Azure driver, by the name of its environment variable (as object_store's
-/// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum ConfigKey {
-    /// `ORCA_AZURE_SUBSCRIPTION_ID`: the subscription. Required (or [`ConfigKey::AzureSubscriptionId`]).
-    SubscriptionId,
-    /// `AZURE_SUBSCRIPTION_ID`: the subscription, Azure's own name; read when
-    /// [`ConfigKey::SubscriptionId`] is unset.
-    AzureSubscriptionId,
-    /// `ORCA_AZURE_RESOURCE_GROUP`: the resource group machines are made in (it must exist). Required.
-    ResourceGroup,
-    /// `ORCA_AZURE_VNET`: the virtual network's base name; a location's network is
-    /// `<vnet>-<location>` (orca makes no network). Required.
-    Vnet,
-    /// `ORCA_AZURE_SUBNET`: the subnet in it. Required.
-    Subnet,
-    /// `ORCA_AZURE_IMAGE`: the image URN `publisher:offer:sku:version` for amd64 sizes. Required.
-    Image,
-    /// `ORCA_AZURE_ADMIN_USER`: the VM's admin user (not `root` or `admin`). Required.
-    AdminUser,
-    /// `ORCA_AZURE_SSH_PUBLIC_KEY`: an OpenSSH public key every VM's admin user accepts, beside the
-    /// spec's own keys (a create with no key at all is refused: passwords are off).
-    SshPublicKey,
-    /// `ORCA_AZURE_IMAGE_ARM64`: the image URN for Arm64 sizes (default: derived from the image).
-    ImageArm64,
-    /// `ORCA_AZURE_VNET_RESOURCE_GROUP`: the networks' resource group (default: the machines').
-    VnetResourceGroup,
-    /// `ORCA_AZURE_SSH_SOURCES`: comma-separated IPs or CIDR blocks each VM's own security group
-    /// admits on TCP 22 when the spec names none.
-    SshSources,
-    /// `ORCA_AZURE_OS_DISK_GB`: the OS disk's size in GiB when the spec names none (default: the
-    /// image's).
-    OsDiskGb,
-    /// `ORCA_AZURE_LOCATION`: the location whose size catalogue `arch()` reads before any create has
-    /// named one (default `westeurope`).
-    Location,
-    /// `ORCA_AZURE_CREDENTIAL`: `auto` (default), `client_secret`, `workload_identity`,
-    /// `managed_identity` or `azure_cli`.
-    Credential,
-    /// `AZURE_TENANT_ID`: the tenant of a service principal or workload identity.
-    TenantId,
-    /// `AZURE_CLIENT_ID`: the client id of a service principal, workload identity or user-assigned
-    /// managed identity.
-    ClientId,
-    /// `AZURE_CLIENT_SECRET`: a service principal's secret. Secret.
-    ClientSecret,
-    /// `AZURE_FEDERATED_TOKEN_FILE`: the file holding a workload identity's federated token (set by
-    /// Kubernetes); `auto` picks workload identity when it is set.
-    FederatedTokenFile,
-    /// `IDENTITY_ENDPOINT`: set by App Service and Azure Arc; `auto` picks managed identity.
-    IdentityEndpoint,
-    /// `MSI_ENDPOINT`: set by Cloud Shell and Azure ML; `auto` picks managed identity.
-    MsiEndpoint,
-    /// `ORCA_AZURE_ACCESS_TOKEN`: a bearer token used as it is; wins over every other credential.
-    /// Secret.
-    AccessToken,
-    /// `ORCA_AZURE_ENDPOINT`: the Resource Manager endpoint (default `https://management.azure.com`;
-    /// `http://` only for 127.0.0.1 and localhost).
-    Endpoint,
-    /// `ORCA_AZURE_PRICES_ENDPOINT`: the Retail Prices endpoint (default `https://prices.azure.com`).
-    PricesEndpoint,
-    /// `ORCA_AZURE_BILLING_ACCOUNT`: the billing account whose credit `credit_balance()` reads
-    /// (with [`ConfigKey::BillingProfile`]).
-    BillingAccount,
-    /// `ORCA_AZURE_BILLING_PROFILE`: the billing profile of that account.
-    BillingProfile,
-}
-
-impl ConfigKey {
-    /// Every key, in the order the README lists them.
-    pub const ALL: [ConfigKey; 25] = [
-        ConfigKey::SubscriptionId,
-        ConfigKey::AzureSubscriptionId,
-        ConfigKey::ResourceGroup,
-        ConfigKey::Vnet,
-        ConfigKey::Subnet,
-        ConfigKey::Image,
-        ConfigKey::AdminUser,
-        ConfigKey::SshPublicKey,
-        ConfigKey::ImageArm64,
-        ConfigKey::VnetResourceGroup,
-        ConfigKey::SshSources,
-        ConfigKey::OsDiskGb,
-        ConfigKey::Location,
-        ConfigKey::Credential,
-        ConfigKey::TenantId,
-        ConfigKey::ClientId,
-        ConfigKey::ClientSecret,
-        ConfigKey::FederatedTokenFile,
-        ConfigKey::IdentityEndpoint,
-        ConfigKey::MsiEndpoint,
-        ConfigKey::AccessToken,
-        ConfigKey::Endpoint,
-        ConfigKey::PricesEndpoint,
-        ConfigKey::BillingAccount,
-        ConfigKey::BillingProfile,
-    ];
-
-    /// The key's name: its environment variable.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ConfigKey::SubscriptionId => "ORCA_AZURE_SUBSCRIPTION_ID",
-            ConfigKey::AzureSubscriptionId => "AZURE_SUBSCRIPTION_ID",
-            ConfigKey::ResourceGroup => "ORCA_AZURE_RESOURCE_GROUP",
-            ConfigKey::Vnet => "ORCA_AZURE_VNET",
-            ConfigKey::Subnet => "ORCA_AZURE_SUBNET",
-            ConfigKey::Image => "ORCA_AZURE_IMAGE",
-            ConfigKey::AdminUser => "ORCA_AZURE_ADMIN_USER",
-            ConfigKey::SshPublicKey => "ORCA_AZURE_SSH_PUBLIC_KEY",
-            ConfigKey::ImageArm64 => "ORCA_AZURE_IMAGE_ARM64",
-            ConfigKey::VnetResourceGroup => "ORCA_AZURE_VNET_RESOURCE_GROUP",
-            ConfigKey::SshSources => "ORCA_AZURE_SSH_SOURCES",
-            ConfigKey::OsDiskGb => "ORCA_AZURE_OS_DISK_GB",
-            ConfigKey::Location => "ORCA_AZURE_LOCATION",
-            ConfigKey::Credential => "ORCA_AZURE_CREDENTIAL",
-            ConfigKey::TenantId => "AZURE_TENANT_ID",
-            ConfigKey::ClientId => "AZURE_CLIENT_ID",
-            ConfigKey::ClientSecret => "AZURE_CLIENT_SECRET",
-            ConfigKey::FederatedTokenFile => "AZURE_FEDERATED_TOKEN_FILE",
-            ConfigKey::IdentityEndpoint => "IDENTITY_ENDPOINT",
-            ConfigKey::MsiEndpoint => "MSI_ENDPOINT",
-            ConfigKey::AccessToken => "ORCA_AZURE_ACCESS_TOKEN",
-            ConfigKey::Endpoint => "ORCA_AZURE_ENDPOINT",
-            ConfigKey::PricesEndpoint => "ORCA_AZURE_PRICES_ENDPOINT",
-            ConfigKey::BillingAccount => "ORCA_AZURE_BILLING_ACCOUNT",
-            ConfigKey::BillingProfile => "ORCA_AZURE_BILLING_PROFILE",
-        }
-    }
-
-    /// Whether the value is a secret (never printed, logged or put in an error).
-    pub const fn is_secret(self) -> bool {
-        matches!(self, ConfigKey::ClientSecret | ConfigKey::AccessToken)
-    }
-
-    /// Every key's name, in [`ConfigKey::ALL`] order.
-    pub fn names() -> Vec<&'static str> {
-        Self::ALL.iter().map(|k| k.as_str()).collect()
-    }
-}
-
-impl std::fmt::Display for ConfigKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ConfigKey {
-    type Err = Error;
-
-    /// The key named `s` (exactly, as the environment variable); an unknown name is
-    /// [`Error::InvalidSettings`] naming it and the known ones.
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                Error::settings(
-                    [s],
-                    format!(
-                        "not a setting of the azure driver; its settings are {}",
-                        Self::names().join(", ")
-                    ),
-                )
-            })
+orca_machines::setting_keys! {
+    /// A setting of the Azure driver, by the name of its environment variable (as object_store's
+    /// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
+    pub enum ConfigKey for "azure" {
+        /// `ORCA_AZURE_SUBSCRIPTION_ID`: the subscription. Required (or [`ConfigKey::AzureSubscriptionId`]).
+        SubscriptionId = "ORCA_AZURE_SUBSCRIPTION_ID",
+        /// `AZURE_SUBSCRIPTION_ID`: the subscription, Azure's own name; read when
+        /// [`ConfigKey::SubscriptionId`] is unset.
+        AzureSubscriptionId = "AZURE_SUBSCRIPTION_ID",
+        /// `ORCA_AZURE_RESOURCE_GROUP`: the resource group machines are made in (it must exist). Required.
+        ResourceGroup = "ORCA_AZURE_RESOURCE_GROUP",
+        /// `ORCA_AZURE_VNET`: the virtual network's base name; a location's network is
+        /// `<vnet>-<location>` (orca makes no network). Required.
+        Vnet = "ORCA_AZURE_VNET",
+        /// `ORCA_AZURE_SUBNET`: the subnet in it. Required.
+        Subnet = "ORCA_AZURE_SUBNET",
+        /// `ORCA_AZURE_IMAGE`: the image URN `publisher:offer:sku:version` for amd64 sizes. Required.
+        Image = "ORCA_AZURE_IMAGE",
+        /// `ORCA_AZURE_ADMIN_USER`: the VM's admin user (not `root` or `admin`). Required.
+        AdminUser = "ORCA_AZURE_ADMIN_USER",
+        /// `ORCA_AZURE_SSH_PUBLIC_KEY`: an OpenSSH public key every VM's admin user accepts, beside the
+        /// spec's own keys (a create with no key at all is refused: passwords are off).
+        SshPublicKey = "ORCA_AZURE_SSH_PUBLIC_KEY",
+        /// `ORCA_AZURE_IMAGE_ARM64`: the image URN for Arm64 sizes (default: derived from the image).
+        ImageArm64 = "ORCA_AZURE_IMAGE_ARM64",
+        /// `ORCA_AZURE_VNET_RESOURCE_GROUP`: the networks' resource group (default: the machines').
+        VnetResourceGroup = "ORCA_AZURE_VNET_RESOURCE_GROUP",
+        /// `ORCA_AZURE_SSH_SOURCES`: comma-separated IPs or CIDR blocks each VM's own security group
+        /// admits on TCP 22 when the spec names none.
+        SshSources = "ORCA_AZURE_SSH_SOURCES",
+        /// `ORCA_AZURE_OS_DISK_GB`: the OS disk's size in GiB when the spec names none (default: the
+        /// image's).
+        OsDiskGb = "ORCA_AZURE_OS_DISK_GB",
+        /// `ORCA_AZURE_LOCATION`: the location whose size catalogue `arch()` reads before any create has
+        /// named one (default `westeurope`).
+        Location = "ORCA_AZURE_LOCATION",
+        /// `ORCA_AZURE_CREDENTIAL`: `auto` (default), `client_secret`, `workload_identity`,
+        /// `managed_identity` or `azure_cli`.
+        Credential = "ORCA_AZURE_CREDENTIAL",
+        /// `AZURE_TENANT_ID`: the tenant of a service principal or workload identity.
+        TenantId = "AZURE_TENANT_ID",
+        /// `AZURE_CLIENT_ID`: the client id of a service principal, workload identity or user-assigned
+        /// managed identity.
+        ClientId = "AZURE_CLIENT_ID",
+        /// `AZURE_CLIENT_SECRET`: a service principal's secret. Secret.
+        ClientSecret = "AZURE_CLIENT_SECRET" secret,
+        /// `AZURE_FEDERATED_TOKEN_FILE`: the file holding a workload identity's federated token (set by
+        /// Kubernetes); `auto` picks workload identity when it is set.
+        FederatedTokenFile = "AZURE_FEDERATED_TOKEN_FILE",
+        /// `IDENTITY_ENDPOINT`: set by App Service and Azure Arc; `auto` picks managed identity.
+        IdentityEndpoint = "IDENTITY_ENDPOINT",
+        /// `MSI_ENDPOINT`: set by Cloud Shell and Azure ML; `auto` picks managed identity.
+        MsiEndpoint = "MSI_ENDPOINT",
+        /// `ORCA_AZURE_ACCESS_TOKEN`: a bearer token used as it is; wins over every other credential.
+        /// Secret.
+        AccessToken = "ORCA_AZURE_ACCESS_TOKEN" secret,
+        /// `ORCA_AZURE_ENDPOINT`: the Resource Manager endpoint (default `https://management.azure.com`;
+        /// `http://` only for 127.0.0.1 and localhost).
+        Endpoint = "ORCA_AZURE_ENDPOINT",
+        /// `ORCA_AZURE_PRICES_ENDPOINT`: the Retail Prices endpoint (default `https://prices.azure.com`).
+        PricesEndpoint = "ORCA_AZURE_PRICES_ENDPOINT",
+        /// `ORCA_AZURE_BILLING_ACCOUNT`: the billing account whose credit `credit_balance()` reads
+        /// (with [`ConfigKey::BillingProfile`]).
+        BillingAccount = "ORCA_AZURE_BILLING_ACCOUNT",
+        /// `ORCA_AZURE_BILLING_PROFILE`: the billing profile of that account.
+        BillingProfile = "ORCA_AZURE_BILLING_PROFILE",
     }
 }
 
@@ -608,13 +508,7 @@ impl ConfigBuilder {
         let s = &self.values;
         let mut p = Problems::new();
         for k in &self.unknown {
-            p.invalid(
-                k.clone(),
-                format!(
-                    "not a setting of the azure driver; its settings are {}",
-                    ConfigKey::names().join(", ")
-                ),
-            );
+            p.unknown_key::<ConfigKey>(k.clone());
         }
         let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
         let subscription_id =
@@ -957,7 +851,7 @@ mod tests {
     #[test]
     fn keys_round_trip_and_are_listed_once() {
         let mut seen = std::collections::BTreeSet::new();
-        for k in ConfigKey::ALL {
+        for &k in ConfigKey::ALL {
             assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
             assert_eq!(k.to_string(), k.as_str());
             assert!(seen.insert(k.as_str()), "{k} twice");

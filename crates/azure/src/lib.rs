@@ -18,11 +18,6 @@
 //! `orca=pool`, `orca-pool`, `orca-owner`; its orca id is the VM's name. The contract it keeps is
 //! [`orca_machines::contract`]; the README says what Azure reports and what it needs.
 
-// `orca_machines::Error` is large (its variants carry a `Context`); every fallible fn here returns
-// it, so clippy's `result_large_err` is allowed crate-wide as in the GCE driver. Boxing belongs in
-// the core (reported).
-#![allow(clippy::result_large_err)]
-
 mod client;
 pub mod config;
 pub mod credential;

@@ -9,80 +9,44 @@
 //! chain only for what it was not given.
 
 use std::collections::BTreeMap;
-use std::str::FromStr;
 use std::time::Duration;
 
 use orca_machines::settings::Problems;
 use orca_machines::spec::validate_token;
-use orca_machines::{Arch, Error, Result, RetryPolicy, Settings};
+use orca_machines::{Arch, Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
 
-/// A setting of the EC2 driver, by the name of its environment variable (as object_store's
-/// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum ConfigKey {
-    /// `AWS_REGION`: the region; one provider works in one region.
-    Region,
-    /// `AWS_ACCESS_KEY_ID`: the access key of static credentials.
-    AccessKeyId,
-    /// `AWS_SECRET_ACCESS_KEY`: the secret of static credentials. Secret.
-    SecretAccessKey,
-    /// `AWS_SESSION_TOKEN`: the session token of temporary static credentials. Secret.
-    SessionToken,
-    /// `ORCA_EC2_SUBNETS`: `zone=subnet` pairs: the availability zones machines can be made in, and
-    /// the subnet of each. Required.
-    Subnets,
-    /// `ORCA_EC2_SECURITY_GROUP`: the security group every machine gets (`sg-...`). Required.
-    SecurityGroup,
-    /// `ORCA_EC2_INSTANCE_PROFILE`: the instance profile every machine gets, by name or ARN. Required.
-    InstanceProfile,
-    /// `ORCA_EC2_IMAGES`: `arch=ami` pairs used instead of Canonical's Ubuntu 24.04.
-    Images,
-    /// `ORCA_EC2_ROOT_VOLUME_GB`: the root volume's size in GiB (default: the image's own).
-    RootVolumeGb,
-    /// `ORCA_EC2_ENDPOINT`: the EC2 endpoint URL (tests point it at the emulator on 127.0.0.1).
-    Endpoint,
+orca_machines::setting_keys! {
+    /// A setting of the EC2 driver, by the name of its environment variable (as object_store's
+    /// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
+    pub enum ConfigKey for "ec2" {
+        /// `AWS_REGION`: the region; one provider works in one region.
+        Region = "AWS_REGION",
+        /// `AWS_ACCESS_KEY_ID`: the access key of static credentials.
+        AccessKeyId = "AWS_ACCESS_KEY_ID",
+        /// `AWS_SECRET_ACCESS_KEY`: the secret of static credentials. Secret.
+        SecretAccessKey = "AWS_SECRET_ACCESS_KEY" secret,
+        /// `AWS_SESSION_TOKEN`: the session token of temporary static credentials. Secret.
+        SessionToken = "AWS_SESSION_TOKEN" secret,
+        /// `ORCA_EC2_SUBNETS`: `zone=subnet` pairs: the availability zones machines can be made in, and
+        /// the subnet of each. Required.
+        Subnets = "ORCA_EC2_SUBNETS",
+        /// `ORCA_EC2_SECURITY_GROUP`: the security group every machine gets (`sg-...`). Required.
+        SecurityGroup = "ORCA_EC2_SECURITY_GROUP",
+        /// `ORCA_EC2_INSTANCE_PROFILE`: the instance profile every machine gets, by name or ARN. Required.
+        InstanceProfile = "ORCA_EC2_INSTANCE_PROFILE",
+        /// `ORCA_EC2_IMAGES`: `arch=ami` pairs used instead of Canonical's Ubuntu 24.04.
+        Images = "ORCA_EC2_IMAGES",
+        /// `ORCA_EC2_ROOT_VOLUME_GB`: the root volume's size in GiB (default: the image's own).
+        RootVolumeGb = "ORCA_EC2_ROOT_VOLUME_GB",
+        /// `ORCA_EC2_ENDPOINT`: the EC2 endpoint URL (tests point it at the emulator on 127.0.0.1).
+        Endpoint = "ORCA_EC2_ENDPOINT",
+    }
 }
 
 impl ConfigKey {
-    /// Every key, in the order the README lists them.
-    pub const ALL: [ConfigKey; 10] = [
-        ConfigKey::Region,
-        ConfigKey::AccessKeyId,
-        ConfigKey::SecretAccessKey,
-        ConfigKey::SessionToken,
-        ConfigKey::Subnets,
-        ConfigKey::SecurityGroup,
-        ConfigKey::InstanceProfile,
-        ConfigKey::Images,
-        ConfigKey::RootVolumeGb,
-        ConfigKey::Endpoint,
-    ];
-
-    /// The key's name: its environment variable.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ConfigKey::Region => "AWS_REGION",
-            ConfigKey::AccessKeyId => "AWS_ACCESS_KEY_ID",
-            ConfigKey::SecretAccessKey => "AWS_SECRET_ACCESS_KEY",
-            ConfigKey::SessionToken => "AWS_SESSION_TOKEN",
-            ConfigKey::Subnets => "ORCA_EC2_SUBNETS",
-            ConfigKey::SecurityGroup => "ORCA_EC2_SECURITY_GROUP",
-            ConfigKey::InstanceProfile => "ORCA_EC2_INSTANCE_PROFILE",
-            ConfigKey::Images => "ORCA_EC2_IMAGES",
-            ConfigKey::RootVolumeGb => "ORCA_EC2_ROOT_VOLUME_GB",
-            ConfigKey::Endpoint => "ORCA_EC2_ENDPOINT",
-        }
-    }
-
-    /// Whether the value is a secret (never printed, logged or put in an error).
-    pub const fn is_secret(self) -> bool {
-        matches!(self, ConfigKey::SecretAccessKey | ConfigKey::SessionToken)
-    }
-
-    /// Whether aws-config's standard chain reads this key itself ([`Config::from_env`] leaves it to
-    /// the chain).
+    /// Whether aws-config's standard chain supplies this key when the settings come from the
+    /// environment (region and credentials).
     pub const fn is_aws_chain(self) -> bool {
         matches!(
             self,
@@ -92,38 +56,6 @@ impl ConfigKey {
                 | ConfigKey::SessionToken
         )
     }
-
-    /// Every key's name, in [`ConfigKey::ALL`] order.
-    pub fn names() -> Vec<&'static str> {
-        Self::ALL.iter().map(|k| k.as_str()).collect()
-    }
-}
-
-impl std::fmt::Display for ConfigKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ConfigKey {
-    type Err = Error;
-
-    /// The key named `s` (exactly, as the environment variable); an unknown name is
-    /// [`Error::InvalidSettings`] naming it and the known ones.
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| Error::settings([s], unknown_key_rule()))
-    }
-}
-
-fn unknown_key_rule() -> String {
-    format!(
-        "not a setting of the ec2 driver; its settings are {}",
-        ConfigKey::names().join(", ")
-    )
 }
 
 /// The region ([`ConfigKey::Region`]).
@@ -222,7 +154,7 @@ impl std::fmt::Debug for StaticCredentials {
 pub struct Waiting {
     /// The time between two looks.
     pub interval: Duration,
-    /// The longest wait before the call answers [`Error::Transient`] (the operation goes on in EC2).
+    /// The longest wait before the call answers [`Transient`](orca_machines::Error::Transient) (the operation goes on in EC2).
     pub timeout: Duration,
 }
 
@@ -709,7 +641,7 @@ impl ConfigBuilder {
             );
         }
         for k in &self.unknown {
-            p.invalid(k.clone(), unknown_key_rule());
+            p.unknown_key::<ConfigKey>(k.clone());
         }
         p.finish()?;
         Ok(Config {
@@ -764,6 +696,7 @@ pub(crate) fn parse_pairs(s: &str) -> std::result::Result<BTreeMap<String, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orca_machines::Error;
 
     fn full() -> Settings {
         Settings::new()
@@ -777,7 +710,7 @@ mod tests {
 
     #[test]
     fn keys_round_trip_and_secrets_are_marked() {
-        for k in ConfigKey::ALL {
+        for &k in ConfigKey::ALL {
             assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
             assert_eq!(k.to_string(), k.as_str());
         }

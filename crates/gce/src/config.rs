@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use orca_machines::settings::{parse_bool, parse_duration, Problems};
-use orca_machines::{Error, Result, RetryPolicy, Settings};
+use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
 
 /// The public Compute Engine API root.
@@ -35,132 +35,55 @@ pub const DEFAULT_SSH_USER: &str = "orca";
 /// (see [`Config::visibility_window`]).
 pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(10);
 
-/// The driver's settings by name: each is the environment variable [`Config::from_env`] reads and the
-/// key [`Config::from_settings`] takes (`orca::of_with("gce", owner, &settings)`).
-///
-/// ```
-/// use orca_gce::ConfigKey;
-/// let k: ConfigKey = "ORCA_GCE_PROJECT".parse().unwrap();
-/// assert_eq!(k, ConfigKey::Project);
-/// assert_eq!(k.to_string(), "ORCA_GCE_PROJECT");
-/// assert!(ConfigKey::CredentialsBase64.is_secret());
-/// assert!("ORCA_GCE_PROJCT".parse::<ConfigKey>().is_err());
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum ConfigKey {
-    /// `ORCA_GCE_PROJECT` (required): the project id.
-    Project,
-    /// `ORCA_GCE_ZONE` (optional): the one zone of a single-zone provider. Unset: the provider works
-    /// in every zone of the project (a spec's location names the zone).
-    Zone,
-    /// `ORCA_GCE_NETWORK` (required): the VPC network of the machines' interface.
-    Network,
-    /// `ORCA_GCE_SUBNET` (required): its subnet: one name, used in every region
-    /// (`regions/<region of the zone>/subnetworks/<name>`), or `region=name` pairs separated by commas.
-    Subnet,
-    /// `ORCA_GCE_CREDENTIALS_FILE` (one credential source): a path to a service account JSON key.
-    CredentialsFile,
-    /// `ORCA_GCE_CREDENTIALS_BASE64` (one credential source): the key itself, base64-encoded. Secret.
-    CredentialsBase64,
-    /// `ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS` (one credential source): `true` for application
-    /// default credentials.
-    ApplicationDefaultCredentials,
-    /// `ORCA_GCE_ENDPOINT` (optional): the API root (default [`DEFAULT_ENDPOINT`]).
-    Endpoint,
-    /// `ORCA_GCE_DISK_GB` (optional): the boot disk size, 10 to 65536 (default [`DEFAULT_DISK_GB`]).
-    DiskGb,
-    /// `ORCA_GCE_NETWORK_TAGS` (optional): comma-separated network tags every machine gets.
-    NetworkTags,
-    /// `ORCA_GCE_MAX_RUN_DURATION` (optional): `90s`, `30m`, `24h`, `2d` or seconds, 30 s to 120 days:
-    /// Compute Engine stops a machine this long after each start, unless its spec says otherwise.
-    MaxRunDuration,
-    /// `ORCA_GCE_PAGE_SIZE` (optional): `maxResults` of listings, 1 to 500 (default 500).
-    PageSize,
-    /// `ORCA_GCE_PUBLIC_IP` (optional): `false` for no external address (default `true`).
-    PublicIp,
-    /// `ORCA_GCE_SSH_USER` (optional): the login user of a spec's SSH keys (default
-    /// [`DEFAULT_SSH_USER`]).
-    SshUser,
-    /// `ORCA_GCE_IMAGE_PROJECT` (optional): the project of the default Ubuntu image families
-    /// (default [`UBUNTU_IMAGE_PROJECT`]).
-    ImageProject,
-}
-
-impl ConfigKey {
-    /// Every key, in the order of the README's table.
-    pub const ALL: [ConfigKey; 15] = [
-        ConfigKey::Project,
-        ConfigKey::Zone,
-        ConfigKey::Network,
-        ConfigKey::Subnet,
-        ConfigKey::CredentialsFile,
-        ConfigKey::CredentialsBase64,
-        ConfigKey::ApplicationDefaultCredentials,
-        ConfigKey::Endpoint,
-        ConfigKey::DiskGb,
-        ConfigKey::NetworkTags,
-        ConfigKey::MaxRunDuration,
-        ConfigKey::PageSize,
-        ConfigKey::PublicIp,
-        ConfigKey::SshUser,
-        ConfigKey::ImageProject,
-    ];
-
-    /// The environment variable's name, which is also the key in a [`Settings`].
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConfigKey::Project => "ORCA_GCE_PROJECT",
-            ConfigKey::Zone => "ORCA_GCE_ZONE",
-            ConfigKey::Network => "ORCA_GCE_NETWORK",
-            ConfigKey::Subnet => "ORCA_GCE_SUBNET",
-            ConfigKey::CredentialsFile => "ORCA_GCE_CREDENTIALS_FILE",
-            ConfigKey::CredentialsBase64 => "ORCA_GCE_CREDENTIALS_BASE64",
-            ConfigKey::ApplicationDefaultCredentials => "ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS",
-            ConfigKey::Endpoint => "ORCA_GCE_ENDPOINT",
-            ConfigKey::DiskGb => "ORCA_GCE_DISK_GB",
-            ConfigKey::NetworkTags => "ORCA_GCE_NETWORK_TAGS",
-            ConfigKey::MaxRunDuration => "ORCA_GCE_MAX_RUN_DURATION",
-            ConfigKey::PageSize => "ORCA_GCE_PAGE_SIZE",
-            ConfigKey::PublicIp => "ORCA_GCE_PUBLIC_IP",
-            ConfigKey::SshUser => "ORCA_GCE_SSH_USER",
-            ConfigKey::ImageProject => "ORCA_GCE_IMAGE_PROJECT",
-        }
-    }
-
-    /// Whether the value is a secret (never printed; a front-end keeps it in a vault).
-    pub fn is_secret(self) -> bool {
-        matches!(self, ConfigKey::CredentialsBase64)
-    }
-
-    /// Every key's name.
-    pub fn names() -> Vec<&'static str> {
-        ConfigKey::ALL.iter().map(|k| k.as_str()).collect()
-    }
-}
-
-impl std::fmt::Display for ConfigKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for ConfigKey {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<ConfigKey> {
-        ConfigKey::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                Error::settings(
-                    [s],
-                    format!(
-                        "not a setting of the gce driver; its settings are {}",
-                        ConfigKey::names().join(", ")
-                    ),
-                )
-            })
+orca_machines::setting_keys! {
+    /// The driver's settings by name: each is the environment variable [`Config::from_env`] reads and the
+    /// key [`Config::from_settings`] takes (`orca::of_with("gce", owner, &settings)`).
+    ///
+    /// ```
+    /// use orca_gce::ConfigKey;
+    /// let k: ConfigKey = "ORCA_GCE_PROJECT".parse().unwrap();
+    /// assert_eq!(k, ConfigKey::Project);
+    /// assert_eq!(k.to_string(), "ORCA_GCE_PROJECT");
+    /// assert!(ConfigKey::CredentialsBase64.is_secret());
+    /// assert!("ORCA_GCE_PROJCT".parse::<ConfigKey>().is_err());
+    /// ```
+    pub enum ConfigKey for "gce" {
+        /// `ORCA_GCE_PROJECT` (required): the project id.
+        Project = "ORCA_GCE_PROJECT",
+        /// `ORCA_GCE_ZONE` (optional): the one zone of a single-zone provider. Unset: the provider works
+        /// in every zone of the project (a spec's location names the zone).
+        Zone = "ORCA_GCE_ZONE",
+        /// `ORCA_GCE_NETWORK` (required): the VPC network of the machines' interface.
+        Network = "ORCA_GCE_NETWORK",
+        /// `ORCA_GCE_SUBNET` (required): its subnet: one name, used in every region
+        /// (`regions/<region of the zone>/subnetworks/<name>`), or `region=name` pairs separated by commas.
+        Subnet = "ORCA_GCE_SUBNET",
+        /// `ORCA_GCE_CREDENTIALS_FILE` (one credential source): a path to a service account JSON key.
+        CredentialsFile = "ORCA_GCE_CREDENTIALS_FILE",
+        /// `ORCA_GCE_CREDENTIALS_BASE64` (one credential source): the key itself, base64-encoded. Secret.
+        CredentialsBase64 = "ORCA_GCE_CREDENTIALS_BASE64" secret,
+        /// `ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS` (one credential source): `true` for application
+        /// default credentials.
+        ApplicationDefaultCredentials = "ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS",
+        /// `ORCA_GCE_ENDPOINT` (optional): the API root (default [`DEFAULT_ENDPOINT`]).
+        Endpoint = "ORCA_GCE_ENDPOINT",
+        /// `ORCA_GCE_DISK_GB` (optional): the boot disk size, 10 to 65536 (default [`DEFAULT_DISK_GB`]).
+        DiskGb = "ORCA_GCE_DISK_GB",
+        /// `ORCA_GCE_NETWORK_TAGS` (optional): comma-separated network tags every machine gets.
+        NetworkTags = "ORCA_GCE_NETWORK_TAGS",
+        /// `ORCA_GCE_MAX_RUN_DURATION` (optional): `90s`, `30m`, `24h`, `2d` or seconds, 30 s to 120 days:
+        /// Compute Engine stops a machine this long after each start, unless its spec says otherwise.
+        MaxRunDuration = "ORCA_GCE_MAX_RUN_DURATION",
+        /// `ORCA_GCE_PAGE_SIZE` (optional): `maxResults` of listings, 1 to 500 (default 500).
+        PageSize = "ORCA_GCE_PAGE_SIZE",
+        /// `ORCA_GCE_PUBLIC_IP` (optional): `false` for no external address (default `true`).
+        PublicIp = "ORCA_GCE_PUBLIC_IP",
+        /// `ORCA_GCE_SSH_USER` (optional): the login user of a spec's SSH keys (default
+        /// [`DEFAULT_SSH_USER`]).
+        SshUser = "ORCA_GCE_SSH_USER",
+        /// `ORCA_GCE_IMAGE_PROJECT` (optional): the project of the default Ubuntu image families
+        /// (default [`UBUNTU_IMAGE_PROJECT`]).
+        ImageProject = "ORCA_GCE_IMAGE_PROJECT",
     }
 }
 
@@ -318,7 +241,7 @@ impl Config {
     }
 
     /// Settings from `settings`, keyed by [`ConfigKey`] names. An unknown key, a missing one and a
-    /// wrong value are named all at once, in one [`Error::InvalidSettings`].
+    /// wrong value are named all at once, in one [`InvalidSettings`](orca_machines::Error::InvalidSettings).
     pub fn from_settings(settings: &Settings) -> Result<Config> {
         build(settings, Vec::new())
     }
@@ -336,13 +259,7 @@ const CREDENTIALS: &str = "credentials";
 fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
     use ConfigKey as K;
     let mut p = Problems::new();
-    if let Err(Error::InvalidSettings { keys, .. }) =
-        settings.check_known("gce", &ConfigKey::names())
-    {
-        for k in keys {
-            p.invalid(k, "not a setting of the gce driver");
-        }
-    }
+    p.unknown_keys::<ConfigKey>(settings);
     let text = |k: K| settings.get(k.as_str()).map(str::trim);
     let project = p.require(settings, K::Project.as_str()).map(str::trim);
     if project.is_some_and(|v| !valid_project(v)) {
@@ -771,6 +688,7 @@ pub(crate) fn valid_resource_name(n: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orca_machines::Error;
 
     const SECRET: &str =
         "-----BEGIN PRIVATE KEY-----\\nSUPERSECRETKEYMATERIAL\\n-----END PRIVATE KEY-----\\n";
@@ -801,7 +719,7 @@ mod tests {
 
     #[test]
     fn keys_round_trip_and_only_the_key_is_secret() {
-        for k in ConfigKey::ALL {
+        for &k in ConfigKey::ALL {
             assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
             assert_eq!(k.to_string(), k.as_str());
             assert!(k.as_str().starts_with("ORCA_GCE_"), "{k}");

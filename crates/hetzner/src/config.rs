@@ -2,91 +2,28 @@
 //! environment ([`Config::from_env`]), from a map ([`Config::from_settings`]) or set in code
 //! ([`Config::builder`]).
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use orca_machines::settings::Problems;
-use orca_machines::{Error, Result, RetryPolicy, Settings};
+use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
 
-/// A setting of the Hetzner driver, by the name of its environment variable (as object_store's
-/// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum ConfigKey {
-    /// `HCLOUD_TOKEN`: the project's API token (the name Hetzner's own tools use). Required; secret.
-    Token,
-    /// `ORCA_HCLOUD_IMAGE`: the image name (or id) for new servers.
-    Image,
-    /// `ORCA_HCLOUD_SSH_KEYS`: comma-separated names (or ids) of the project's SSH keys.
-    SshKeys,
-    /// `ORCA_HCLOUD_FIREWALL`: the name of a firewall of the project to apply to new servers.
-    Firewall,
-    /// `ORCA_HCLOUD_NETWORK`: the name (or id) of a private network to attach new servers to.
-    Network,
-    /// `ORCA_HCLOUD_ENDPOINT`: the API's base address (tests point it at the fake).
-    Endpoint,
-}
-
-impl ConfigKey {
-    /// Every key, in the order the README lists them.
-    pub const ALL: [ConfigKey; 6] = [
-        ConfigKey::Token,
-        ConfigKey::Image,
-        ConfigKey::SshKeys,
-        ConfigKey::Firewall,
-        ConfigKey::Network,
-        ConfigKey::Endpoint,
-    ];
-
-    /// The key's name: its environment variable.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ConfigKey::Token => "HCLOUD_TOKEN",
-            ConfigKey::Image => "ORCA_HCLOUD_IMAGE",
-            ConfigKey::SshKeys => "ORCA_HCLOUD_SSH_KEYS",
-            ConfigKey::Firewall => "ORCA_HCLOUD_FIREWALL",
-            ConfigKey::Network => "ORCA_HCLOUD_NETWORK",
-            ConfigKey::Endpoint => "ORCA_HCLOUD_ENDPOINT",
-        }
-    }
-
-    /// Whether the value is a secret (never printed, logged or put in an error).
-    pub const fn is_secret(self) -> bool {
-        matches!(self, ConfigKey::Token)
-    }
-
-    /// Every key's name, in [`ConfigKey::ALL`] order.
-    pub fn names() -> Vec<&'static str> {
-        Self::ALL.iter().map(|k| k.as_str()).collect()
-    }
-}
-
-impl std::fmt::Display for ConfigKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ConfigKey {
-    type Err = Error;
-
-    /// The key named `s` (exactly, as the environment variable); an unknown name is
-    /// [`Error::InvalidSettings`] naming it and the known ones.
-    fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .iter()
-            .copied()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| {
-                Error::settings(
-                    [s],
-                    format!(
-                        "not a setting of the hetzner driver; its settings are {}",
-                        Self::names().join(", ")
-                    ),
-                )
-            })
+orca_machines::setting_keys! {
+    /// A setting of the Hetzner driver, by the name of its environment variable (as object_store's
+    /// `AmazonS3ConfigKey`). The same names key [`Settings`] maps.
+    pub enum ConfigKey for "hetzner" {
+        /// `HCLOUD_TOKEN`: the project's API token (the name Hetzner's own tools use). Required; secret.
+        Token = "HCLOUD_TOKEN" secret,
+        /// `ORCA_HCLOUD_IMAGE`: the image name (or id) for new servers.
+        Image = "ORCA_HCLOUD_IMAGE",
+        /// `ORCA_HCLOUD_SSH_KEYS`: comma-separated names (or ids) of the project's SSH keys.
+        SshKeys = "ORCA_HCLOUD_SSH_KEYS",
+        /// `ORCA_HCLOUD_FIREWALL`: the name of a firewall of the project to apply to new servers.
+        Firewall = "ORCA_HCLOUD_FIREWALL",
+        /// `ORCA_HCLOUD_NETWORK`: the name (or id) of a private network to attach new servers to.
+        Network = "ORCA_HCLOUD_NETWORK",
+        /// `ORCA_HCLOUD_ENDPOINT`: the API's base address (tests point it at the fake).
+        Endpoint = "ORCA_HCLOUD_ENDPOINT",
     }
 }
 
@@ -373,17 +310,11 @@ impl ConfigBuilder {
         self
     }
 
-    /// The settings, or [`Error::InvalidSettings`] naming every setting at fault at once.
+    /// The settings, or [`InvalidSettings`](orca_machines::Error::InvalidSettings) naming every setting at fault at once.
     pub fn build(self) -> Result<Config> {
         let mut p = Problems::new();
         for k in &self.unknown {
-            p.invalid(
-                k.clone(),
-                format!(
-                    "not a setting of the hetzner driver (its settings are {})",
-                    ConfigKey::names().join(", ")
-                ),
-            );
+            p.unknown_key::<ConfigKey>(k.clone());
         }
         match &self.token {
             None => p.missing(TOKEN_ENV),
@@ -453,6 +384,7 @@ impl ConfigBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orca_machines::Error;
 
     const SECRET: &str = "s3cr3t-t0ken-do-not-print";
 
@@ -465,7 +397,7 @@ mod tests {
 
     #[test]
     fn keys_are_the_environment_names() {
-        for k in ConfigKey::ALL {
+        for &k in ConfigKey::ALL {
             assert_eq!(k.as_str().parse::<ConfigKey>().unwrap(), k);
             assert_eq!(k.to_string(), k.as_str());
             assert_eq!(k.is_secret(), k == ConfigKey::Token);

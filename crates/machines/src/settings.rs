@@ -173,6 +173,93 @@ pub trait SettingKey: Copy + Sized + 'static {
     }
 }
 
+/// Declares a driver's typed settings key: the enum (`#[non_exhaustive]`), its `ALL`, `as_str` (the
+/// environment variable's name), `is_secret`, `names`, `Display`, `FromStr` and [`SettingKey`], from
+/// one list of variants with their variable names (a variant marked `secret` is never printed).
+///
+/// ```
+/// orca_machines::setting_keys! {
+///     /// The demo driver's settings.
+///     pub enum DemoKey for "demo" {
+///         /// The API token.
+///         Token = "DEMO_TOKEN" secret,
+///         /// The region.
+///         Region = "DEMO_REGION",
+///     }
+/// }
+/// use orca_machines::settings::SettingKey;
+/// assert_eq!(DemoKey::Token.as_str(), "DEMO_TOKEN");
+/// assert!(DemoKey::Token.is_secret() && !DemoKey::Region.is_secret());
+/// assert_eq!("DEMO_REGION".parse::<DemoKey>().unwrap(), DemoKey::Region);
+/// assert_eq!(DemoKey::names(), ["DEMO_TOKEN", "DEMO_REGION"]);
+/// assert_eq!(<DemoKey as SettingKey>::KIND, "demo");
+/// ```
+#[macro_export]
+macro_rules! setting_keys {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident for $kind:literal {
+            $( $(#[$vmeta:meta])* $variant:ident = $env:literal $($secret:ident)? ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant ),*
+        }
+
+        impl $name {
+            /// Every key, in declaration order.
+            pub const ALL: &'static [$name] = &[ $( $name::$variant ),* ];
+
+            /// The key's name: the environment variable's.
+            pub const fn as_str(self) -> &'static str {
+                match self { $( $name::$variant => $env ),* }
+            }
+
+            /// Whether the key's value is a secret (never printed, never logged).
+            pub const fn is_secret(self) -> bool {
+                match self { $( $name::$variant => $crate::setting_keys!(@secret $($secret)?) ),* }
+            }
+
+            /// Every key's name, in [`Self::ALL`] order.
+            pub fn names() -> ::std::vec::Vec<&'static str> {
+                Self::ALL.iter().map(|k| k.as_str()).collect()
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::Error;
+
+            /// The key named `s` (exactly, as the environment variable); an unknown name is
+            /// an invalid-settings error naming it and the known ones.
+            fn from_str(s: &str) -> $crate::Result<Self> {
+                <$name as $crate::settings::SettingKey>::parse(s)
+            }
+        }
+
+        impl $crate::settings::SettingKey for $name {
+            const KIND: &'static str = $kind;
+            const ALL: &'static [$name] = $name::ALL;
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+            fn is_secret(self) -> bool {
+                $name::is_secret(self)
+            }
+        }
+    };
+    (@secret secret) => { true };
+    (@secret) => { false };
+}
+
 fn unknown_key_rule<K: SettingKey>() -> String {
     format!(
         "not a setting of the {} driver; its settings are {}",
@@ -249,9 +336,14 @@ impl Problems {
     pub fn unknown_keys<K: SettingKey>(&mut self, settings: &Settings) {
         for k in settings.keys() {
             if !K::ALL.iter().any(|known| known.as_str() == k) {
-                self.invalid(k, unknown_key_rule::<K>());
+                self.unknown_key::<K>(k);
             }
         }
+    }
+
+    /// Records `key` as not one of `K`'s, naming the known ones.
+    pub fn unknown_key<K: SettingKey>(&mut self, key: impl Into<String>) {
+        self.invalid(key, unknown_key_rule::<K>());
     }
 
     /// Whether nothing was recorded.
