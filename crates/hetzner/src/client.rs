@@ -38,11 +38,13 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     pub(crate) fn new(config: &Config) -> Result<Client> {
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("orca-hetzner/", env!("CARGO_PKG_VERSION")))
-            .timeout(config.request_timeout)
-            .build()
-            .map_err(|e| Error::other(format!("cannot build the HTTP client: {e}")))?;
+        let http = orca_machines::kit::http_client(
+            "hetzner",
+            &config.endpoint,
+            &config.client,
+            std::time::Duration::from_secs(10),
+            Some(config.request_timeout),
+        )?;
         Ok(Client {
             http,
             base: config.endpoint.clone(),
@@ -76,17 +78,9 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
-        let span = tracing::info_span!(
-            "hetzner.call",
-            provider = "hetzner",
-            operation = op,
-            method = %method,
-            path,
-            status = tracing::field::Empty,
-            request_id = tracing::field::Empty,
-            duration_ms = tracing::field::Empty,
-            paced_ms = tracing::field::Empty,
-        );
+        let span = orca_machines::kit::call_span("hetzner", op);
+        span.record("method", method.as_str());
+        span.record("path", path);
         async {
             let (paced, mut ticket) = self.pacer.before().await;
             let started = Instant::now();
@@ -133,7 +127,7 @@ impl Client {
             .await;
             let span = tracing::Span::current();
             span.record("duration_ms", started.elapsed().as_millis() as u64);
-            span.record("paced_ms", paced.as_millis() as u64);
+            span.record("waited_ms", paced.as_millis() as u64);
             if let Err(e) = &result {
                 tracing::debug!(error = %e, "call failed");
             }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use orca_machines::kit::{ClientOptions, ClientSettings};
 use orca_machines::settings::Problems;
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
@@ -58,6 +59,7 @@ pub struct Config {
     pub(crate) network: Option<String>,
     pub(crate) page_size: u32,
     pub(crate) retry: RetryPolicy,
+    pub(crate) client: ClientOptions,
     pub(crate) pacing: bool,
     pub(crate) rate_reserve: f64,
     pub(crate) action_poll: Duration,
@@ -144,6 +146,8 @@ pub struct ConfigBuilder {
     shutdown_timeout: Duration,
     request_timeout: Duration,
     visibility_window: Duration,
+    /// The client settings every driver takes ([`ClientKey`](orca_machines::kit::ClientKey)).
+    client: ClientSettings,
     /// Keys given that are not settings of this driver (refused by `build`).
     unknown: Vec<String>,
 }
@@ -177,6 +181,7 @@ impl Default for ConfigBuilder {
             shutdown_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(60),
             visibility_window: Duration::from_secs(30),
+            client: ClientSettings::default(),
             unknown: Vec::new(),
         }
     }
@@ -186,7 +191,7 @@ impl ConfigBuilder {
     /// A builder holding this process's environment settings (see [`Config::from_env`]), to adjust
     /// before [`build`](Self::build).
     pub fn from_env() -> ConfigBuilder {
-        Self::from_settings(&Settings::from_env(ConfigKey::names()))
+        Self::from_settings(&Settings::from_env_keys::<ConfigKey>())
     }
 
     /// A builder holding `settings` (see [`Config::from_settings`]), to adjust before
@@ -200,10 +205,18 @@ impl ConfigBuilder {
                         b = b.with_config(key, v);
                     }
                 }
+                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
                 Err(_) => b.unknown.push(k.to_string()),
             }
         }
         b
+    }
+
+    /// The client settings every driver takes (timeouts, poll interval, retry budget): set here
+    /// they win over the builder's own values.
+    pub fn client_options(mut self, options: ClientOptions) -> Self {
+        self.client.options = options;
+        self
     }
 
     /// Sets `key` to `value` as the environment would (an empty value leaves the default).
@@ -316,6 +329,8 @@ impl ConfigBuilder {
         for k in &self.unknown {
             p.unknown_key::<ConfigKey>(k.clone());
         }
+        self.client.report(&mut p);
+        let client = self.client.options;
         match &self.token {
             None => p.missing(TOKEN_ENV),
             Some(t) => {
@@ -369,13 +384,14 @@ impl ConfigBuilder {
             firewall: self.firewall,
             network: self.network,
             page_size: self.page_size,
-            retry: self.retry,
+            retry: client.retry_policy(self.retry),
+            client,
             pacing: self.pacing,
             rate_reserve: self.rate_reserve,
-            action_poll: self.action_poll,
+            action_poll: client.poll_interval_or(self.action_poll),
             action_timeout: self.action_timeout,
             shutdown_timeout: self.shutdown_timeout,
-            request_timeout: self.request_timeout,
+            request_timeout: client.request_timeout.unwrap_or(self.request_timeout),
             visibility_window: self.visibility_window,
         })
     }

@@ -352,7 +352,7 @@ async fn the_token_is_redacted_everywhere() {
     shown.push(format!("{e} {e:?}"));
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
     assert!(
-        logs.contains("hetzner.call"),
+        logs.contains("orca.call") && logs.contains("provider=\"hetzner\""),
         "the calls were traced: {logs}"
     );
     assert!(logs.contains("operation=\"servers.list\""), "{logs}");

@@ -33,6 +33,7 @@ pub mod contract {}
 pub mod conformance;
 pub mod error;
 pub mod ext;
+pub mod kit;
 pub mod labels;
 pub mod machine;
 pub mod memory;

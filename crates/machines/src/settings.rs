@@ -262,21 +262,37 @@ macro_rules! setting_keys {
 
 fn unknown_key_rule<K: SettingKey>() -> String {
     format!(
-        "not a setting of the {} driver; its settings are {}",
+        "not a setting of the {} driver; its settings are {}, and the client settings {}",
         K::KIND,
-        K::names().join(", ")
+        K::names().join(", "),
+        crate::kit::ClientKey::names().join(", ")
     )
 }
 
+/// Whether `key` is one of `K`'s or a client key every driver takes ([`crate::kit::ClientKey`]).
+fn is_known<K: SettingKey>(key: &str) -> bool {
+    K::ALL.iter().any(|k| k.as_str() == key) || crate::kit::is_client_key(key)
+}
+
 impl Settings {
-    /// Refuses every key that is not one of `K`'s (a typo would otherwise be silently ignored).
+    /// Refuses every key that is neither one of `K`'s nor a client key (a typo would otherwise be
+    /// silently ignored).
     pub fn check_keys<K: SettingKey>(&self) -> Result<()> {
-        self.check_known(K::KIND, &K::names())
+        let unknown: Vec<&str> = self.keys().filter(|k| !is_known::<K>(k)).collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(Error::settings(unknown, unknown_key_rule::<K>()))
     }
 
-    /// `K`'s keys that this process's environment has.
+    /// `K`'s keys and the client keys that this process's environment has.
     pub fn from_env_keys<K: SettingKey>() -> Self {
-        Self::from_env(K::ALL.iter().map(|k| k.as_str()))
+        Self::from_env(
+            K::ALL
+                .iter()
+                .map(|k| k.as_str())
+                .chain(crate::kit::ClientKey::ALL.iter().map(|k| k.as_str())),
+        )
     }
 }
 
@@ -335,7 +351,7 @@ impl Problems {
     /// so that a typo is named together with the other problems.
     pub fn unknown_keys<K: SettingKey>(&mut self, settings: &Settings) {
         for k in settings.keys() {
-            if !K::ALL.iter().any(|known| known.as_str() == k) {
+            if !is_known::<K>(k) {
                 self.unknown_key::<K>(k);
             }
         }

@@ -1,0 +1,354 @@
+//! The driver kit: what every driver would otherwise build again, written once so that a fix lands in
+//! all four.
+//!
+//! - [`ClientKey`] and [`ClientOptions`]: the client settings every driver takes beside its own keys
+//!   (object_store's `ClientConfigKey`): timeouts, the pause between polls of a long-running operation,
+//!   and the retry budget.
+//! - [`http_client`] (feature `http`): the HTTP client of the REST drivers, with one user agent, one
+//!   set of timeouts, no redirects, and an endpoint on the loopback interface never reached through
+//!   the environment's proxy.
+//! - [`call_span`]: the one span shape of a cloud call.
+//! - [`poll`]: the one loop that follows a long-running operation to its end.
+//! - [`check_owned`] and [`no_stock`]: the ownership refusal and the no-stock outcome.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::labels::{self, Labels};
+use crate::machine::Created;
+use crate::retry::RetryPolicy;
+use crate::settings::{parse_duration, Problems, Settings};
+use crate::spec::MachineSpec;
+
+crate::setting_keys! {
+    /// The client settings every driver takes beside its own keys, by the names of their environment
+    /// variables.
+    pub enum ClientKey for "client" {
+        /// `ORCA_CONNECT_TIMEOUT`: the longest wait for a connection (`10s`, `500ms`).
+        ConnectTimeout = "ORCA_CONNECT_TIMEOUT",
+        /// `ORCA_REQUEST_TIMEOUT`: the longest wait for one request's answer.
+        RequestTimeout = "ORCA_REQUEST_TIMEOUT",
+        /// `ORCA_POLL_INTERVAL`: the pause between two reads of a long-running operation.
+        PollInterval = "ORCA_POLL_INTERVAL",
+        /// `ORCA_MAX_RETRIES`: how many times a passing failure is retried (0: never).
+        MaxRetries = "ORCA_MAX_RETRIES",
+        /// `ORCA_RETRY_TIMEOUT`: the longest time spent retrying one call.
+        RetryTimeout = "ORCA_RETRY_TIMEOUT",
+    }
+}
+
+/// Client settings ([`ClientKey`]); `None` leaves the driver's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// [`ClientKey::ConnectTimeout`].
+    pub connect_timeout: Option<Duration>,
+    /// [`ClientKey::RequestTimeout`].
+    pub request_timeout: Option<Duration>,
+    /// [`ClientKey::PollInterval`].
+    pub poll_interval: Option<Duration>,
+    /// [`ClientKey::MaxRetries`].
+    pub max_retries: Option<u32>,
+    /// [`ClientKey::RetryTimeout`].
+    pub retry_timeout: Option<Duration>,
+}
+
+/// Parses a duration with a unit (`250ms`, `90s`, `30m`, `24h`, `2d`) or plain seconds.
+pub fn parse_short_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    match s.strip_suffix("ms") {
+        Some(ms) => ms.parse().ok().map(Duration::from_millis),
+        None => parse_duration(s),
+    }
+}
+
+impl ClientOptions {
+    /// No option set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `key` from its text; the error is the rule it breaks.
+    pub fn set(&mut self, key: ClientKey, value: &str) -> std::result::Result<(), String> {
+        let duration = || {
+            parse_short_duration(value)
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| "a duration above zero such as 250ms, 10s or 2m".to_string())
+        };
+        match key {
+            ClientKey::ConnectTimeout => self.connect_timeout = Some(duration()?),
+            ClientKey::RequestTimeout => self.request_timeout = Some(duration()?),
+            ClientKey::PollInterval => self.poll_interval = Some(duration()?),
+            ClientKey::RetryTimeout => self.retry_timeout = Some(duration()?),
+            ClientKey::MaxRetries => {
+                self.max_retries = Some(
+                    value
+                        .trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n <= 100)
+                        .ok_or_else(|| "a number from 0 to 100".to_string())?,
+                )
+            }
+        }
+        Ok(())
+    }
+
+    /// The client keys of `settings`, every invalid one recorded in `problems`.
+    pub fn from_settings(settings: &Settings, problems: &mut Problems) -> Self {
+        let mut o = ClientOptions::new();
+        for key in ClientKey::ALL {
+            if let Some(v) = settings.get(key.as_str()) {
+                if let Err(why) = o.set(*key, v) {
+                    problems.invalid(key.as_str(), why);
+                }
+            }
+        }
+        o
+    }
+
+    /// `base` with the retry budget these options set.
+    pub fn retry_policy(&self, base: RetryPolicy) -> RetryPolicy {
+        RetryPolicy {
+            max_retries: self.max_retries.unwrap_or(base.max_retries),
+            max_elapsed: self.retry_timeout.unwrap_or(base.max_elapsed),
+            ..base
+        }
+    }
+
+    /// The pause between polls, or `default`.
+    pub fn poll_interval_or(&self, default: Duration) -> Duration {
+        self.poll_interval.unwrap_or(default)
+    }
+}
+
+/// The client keys a driver's settings builder has met, with the problems of their values kept to be
+/// reported by its `build` beside its own ([`ClientSettings::report`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientSettings {
+    /// The options read so far.
+    pub options: ClientOptions,
+    problems: Vec<(String, String)>,
+}
+
+impl ClientSettings {
+    /// Takes `key` = `value` when `key` is a client key (answering true), recording a bad value.
+    pub fn take(&mut self, key: &str, value: &str) -> bool {
+        let Ok(k) = key.parse::<ClientKey>() else {
+            return false;
+        };
+        if !value.trim().is_empty() {
+            if let Err(why) = self.options.set(k, value) {
+                self.problems.push((key.to_string(), why));
+            }
+        }
+        true
+    }
+
+    /// Records every bad value met in `problems`.
+    pub fn report(&self, problems: &mut Problems) {
+        for (k, why) in &self.problems {
+            problems.invalid(k.clone(), why.clone());
+        }
+    }
+}
+
+/// Whether `key` is one of the client keys every driver takes ([`ClientKey`]).
+pub fn is_client_key(key: &str) -> bool {
+    ClientKey::ALL.iter().any(|k| k.as_str() == key)
+}
+
+/// Whether `endpoint` (a URL) names this machine: `127.0.0.1` (any of 127/8), `::1` or `localhost`.
+/// Such an endpoint (a test's fake) is never reached through the environment's proxy, so that its
+/// calls and their credentials stay on this machine.
+pub fn is_loopback(endpoint: &str) -> bool {
+    let rest = endpoint.split_once("://").map_or(endpoint, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        host_port.split(':').next().unwrap_or("")
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The HTTP client of a REST driver of `kind` calling `endpoint`: user agent `orca-<kind>/<version>`,
+/// the options' timeouts (else `connect` and `request`), no redirects, and no proxy for a loopback
+/// endpoint ([`is_loopback`]).
+#[cfg(feature = "http")]
+pub fn http_client(
+    kind: &str,
+    endpoint: &str,
+    options: &ClientOptions,
+    connect: Duration,
+    request: Option<Duration>,
+) -> Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder()
+        .user_agent(format!("orca-{kind}/{}", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(options.connect_timeout.unwrap_or(connect))
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(t) = options.request_timeout.or(request) {
+        b = b.timeout(t);
+    }
+    if is_loopback(endpoint) {
+        b = b.no_proxy();
+    }
+    b.build().map_err(|e| {
+        Error::other(format!("{kind}: cannot build the HTTP client")).with_source(e.without_url())
+    })
+}
+
+/// The span of one cloud call, the same shape for every driver: `orca.call` with the provider, the
+/// operation, and the fields a driver records when it knows them (`method`, `path`, `status`,
+/// `request_id`, `duration_ms`, and `waited_ms`, the time spent before sending: pacing, tokens).
+pub fn call_span(kind: &str, operation: &str) -> tracing::Span {
+    tracing::info_span!(
+        "orca.call",
+        provider = kind,
+        operation,
+        method = tracing::field::Empty,
+        path = tracing::field::Empty,
+        status = tracing::field::Empty,
+        request_id = tracing::field::Empty,
+        duration_ms = tracing::field::Empty,
+        waited_ms = tracing::field::Empty,
+    )
+}
+
+/// Follows a long-running operation to its end: calls `step` until it answers `Some`, pausing
+/// `interval` between calls, and gives up after `timeout` with a passing failure naming `what` (the
+/// operation goes on in the cloud; a retried call adopts it).
+pub async fn poll<T, F, Fut>(
+    what: &str,
+    interval: Duration,
+    timeout: Duration,
+    mut step: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(done) = step().await? {
+            return Ok(done);
+        }
+        if tokio::time::Instant::now() + interval > deadline {
+            return Err(Error::transient(format!(
+                "{what} did not finish within {} s; it goes on in the cloud",
+                timeout.as_secs()
+            ))
+            .with_operation(what));
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Refuses machine `id` with `labels` unless `owner` made it ([`Error::NotOwned`]).
+pub fn check_owned(id: &str, labels: &Labels, owner: &str) -> Result<()> {
+    if labels::is_owned_by(labels, owner) {
+        Ok(())
+    } else {
+        Err(Error::not_owned(id, owner))
+    }
+}
+
+/// The no-stock outcome of `spec`'s create, with the cloud's words.
+pub fn no_stock(spec: &MachineSpec, message: impl Into<String>) -> Created {
+    Created::NoStock {
+        machine_type: spec.machine_type.clone(),
+        location: spec.location.clone(),
+        message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_endpoints() {
+        for yes in [
+            "http://127.0.0.1:8080/v1",
+            "http://localhost:1",
+            "http://[::1]:9/x",
+            "https://127.3.2.1",
+            "http://user@127.0.0.1:5/",
+        ] {
+            assert!(is_loopback(yes), "{yes}");
+        }
+        for no in [
+            "https://api.hetzner.cloud/v1",
+            "https://management.azure.com:443/",
+            "http://10.0.0.1",
+            "http://127.0.0.1.example.com/",
+            "http://localhost.example.com/",
+        ] {
+            assert!(!is_loopback(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn client_options_from_settings() {
+        let s = Settings::new()
+            .with("ORCA_POLL_INTERVAL", "50ms")
+            .with("ORCA_MAX_RETRIES", "2")
+            .with("ORCA_REQUEST_TIMEOUT", "soon");
+        let mut p = Problems::new();
+        let o = ClientOptions::from_settings(&s, &mut p);
+        assert_eq!(o.poll_interval, Some(Duration::from_millis(50)));
+        let r = o.retry_policy(RetryPolicy::default());
+        assert_eq!(
+            (r.max_retries, r.max_elapsed),
+            (2, RetryPolicy::default().max_elapsed)
+        );
+        let e = p.finish().unwrap_err();
+        assert!(e.to_string().contains("ORCA_REQUEST_TIMEOUT"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn poll_follows_to_the_end_and_gives_up_in_time() {
+        let mut n = 0;
+        let got = poll(
+            "op",
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+            || {
+                n += 1;
+                let done = n == 3;
+                async move { Ok(done.then_some(n)) }
+            },
+        )
+        .await;
+        assert_eq!(got, Ok(3));
+        let e = poll::<(), _, _>(
+            "op",
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            || async { Ok(None) },
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            e.is_retryable() && e.to_string().contains("did not finish"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn ownership_and_no_stock() {
+        let l = labels::ownership_labels("p", "a");
+        assert!(check_owned("m", &l, "a").is_ok());
+        assert!(matches!(
+            check_owned("m", &l, "b"),
+            Err(Error::NotOwned { .. })
+        ));
+        let c = no_stock(&MachineSpec::new("n", "t", "l", "p"), "none");
+        assert!(matches!(c, Created::NoStock { ref machine_type, .. } if machine_type == "t"));
+    }
+}
