@@ -27,6 +27,8 @@ pub(crate) struct Client {
     pub retry: RetryPolicy,
     operation_timeout: Duration,
     request_timeout: Duration,
+    /// The first pause after an operation `wait` answered at once unfinished.
+    first_pause: Duration,
 }
 
 impl std::fmt::Debug for Client {
@@ -71,20 +73,14 @@ impl Client {
         config: &crate::Config,
         tokens: Arc<dyn gcp_auth::TokenProvider>,
     ) -> Result<Client> {
-        let mut http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .user_agent(concat!("orca-gce/", env!("CARGO_PKG_VERSION")));
-        // A fake on the loopback interface is never reached through the environment's proxy.
-        if url::Url::parse(&config.endpoint)
-            .ok()
-            .and_then(|u| u.host_str().map(str::to_string))
-            .is_some_and(|h| h == "127.0.0.1" || h == "localhost" || h == "[::1]")
-        {
-            http = http.no_proxy();
-        }
-        let http = http.build().map_err(|e| {
-            Error::other("cannot build the HTTP client").with_source(e.without_url())
-        })?;
+        // Timeouts are set per request (an operation `wait` answers after up to two minutes).
+        let http = orca_machines::kit::http_client(
+            "gce",
+            &config.endpoint,
+            &config.client,
+            Duration::from_secs(10),
+            None,
+        )?;
         Ok(Client {
             http,
             base: config.endpoint.clone(),
@@ -93,6 +89,7 @@ impl Client {
             retry: config.retry,
             operation_timeout: config.operation_timeout,
             request_timeout: config.request_timeout,
+            first_pause: config.client.poll_interval_or(Duration::from_millis(250)),
         })
     }
 
@@ -133,16 +130,9 @@ impl Client {
         query: &[(&str, String)],
         body: Body<'_>,
     ) -> Result<T> {
-        let span = tracing::info_span!(
-            "gce.call",
-            provider = "gce",
-            operation,
-            method = %method,
-            path,
-            status = tracing::field::Empty,
-            duration_ms = tracing::field::Empty,
-            request_id = tracing::field::Empty,
-        );
+        let span = orca_machines::kit::call_span("gce", operation);
+        span.record("method", method.as_str());
+        span.record("path", path);
         if let Some((_, r)) = query.iter().find(|(k, _)| *k == "requestId") {
             span.record("request_id", r.as_str());
         }
@@ -271,7 +261,7 @@ impl Client {
         let started = Instant::now();
         // `operations.wait` is best effort and may answer at once with the operation still running:
         // after such an answer, pause (doubling, up to 5 s) before asking again.
-        let mut pause = Duration::from_millis(250);
+        let mut pause = self.first_pause;
         while !op.is_done() {
             if started.elapsed() > self.operation_timeout {
                 return Err(Error::transient(format!(

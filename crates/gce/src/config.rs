@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
+use orca_machines::kit::ClientOptions;
 use orca_machines::settings::{parse_bool, parse_duration, Problems};
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
@@ -208,6 +209,8 @@ pub struct Config {
     /// (after its own insert, or for an id this provider made that long ago at most), before it
     /// believes the answer.
     pub visibility_window: Duration,
+    /// The client settings every driver takes (connect timeout, poll interval, ...).
+    pub client: ClientOptions,
 }
 
 impl std::fmt::Debug for Config {
@@ -237,7 +240,7 @@ impl Config {
 
     /// Settings from the `ORCA_GCE_*` environment variables ([`ConfigKey`]).
     pub fn from_env() -> Result<Config> {
-        Config::from_settings(&Settings::from_env(ConfigKey::names()))
+        Config::from_settings(&Settings::from_env_keys::<ConfigKey>())
     }
 
     /// Settings from `settings`, keyed by [`ConfigKey`] names. An unknown key, a missing one and a
@@ -260,6 +263,7 @@ fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
     use ConfigKey as K;
     let mut p = Problems::new();
     p.unknown_keys::<ConfigKey>(settings);
+    let client = ClientOptions::from_settings(settings, &mut p);
     let text = |k: K| settings.get(k.as_str()).map(str::trim);
     let project = p.require(settings, K::Project.as_str()).map(str::trim);
     if project.is_some_and(|v| !valid_project(v)) {
@@ -457,10 +461,11 @@ fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
         public_ip,
         ssh_user,
         image_project,
-        retry: RetryPolicy::default(),
+        retry: client.retry_policy(RetryPolicy::default()),
         operation_timeout: Duration::from_secs(600),
-        request_timeout: Duration::from_secs(60),
+        request_timeout: client.request_timeout.unwrap_or(Duration::from_secs(60)),
         visibility_window: DEFAULT_VISIBILITY_WINDOW,
+        client,
     })
 }
 

@@ -63,7 +63,10 @@ async fn traces_carry_no_key_no_token_and_no_user_data() {
     p.delete("vm-t").await.unwrap();
     drop(_guard);
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(text.contains("gce.call"), "spans were traced: {text}");
+    assert!(
+        text.contains("orca.call") && text.contains("provider=\"gce\""),
+        "spans were traced: {text}"
+    );
     assert!(
         text.contains("instances.insert") && text.contains("request_id"),
         "{text}"
