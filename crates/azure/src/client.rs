@@ -195,13 +195,6 @@ pub(crate) fn same_origin(a: &str, b: &str) -> bool {
 }
 
 /// Whether `url` names this machine (`127.0.0.1`, `localhost`, `[::1]`).
-fn is_loopback(url: &str) -> bool {
-    let host = url::Url::parse(url)
-        .ok()
-        .and_then(|u| u.host_str().map(str::to_ascii_lowercase));
-    matches!(host.as_deref(), Some("127.0.0.1" | "localhost" | "[::1]"))
-}
-
 /// The origin of `url` (for messages).
 fn origin_of(url: &str) -> String {
     url::Url::parse(url)
@@ -227,20 +220,15 @@ impl Arm {
         retry: RetryPolicy,
         poll_interval: Duration,
         operation_timeout: Duration,
+        client: &orca_machines::kit::ClientOptions,
     ) -> Result<Arm> {
-        let mut http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(20))
-            .timeout(Duration::from_secs(120))
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("orca-azure/", env!("CARGO_PKG_VERSION")));
-        if is_loopback(endpoint) {
-            // An endpoint on this machine (a test's fake) is never reached through a proxy of the
-            // environment (`HTTP_PROXY`): its calls and the bearer token stay on 127.0.0.1.
-            http = http.no_proxy();
-        }
-        let http = http.build().map_err(|e| {
-            Error::other(format!("cannot build the HTTP client: {e}")).with_source(e)
-        })?;
+        let http = orca_machines::kit::http_client(
+            "azure",
+            endpoint,
+            client,
+            Duration::from_secs(20),
+            Some(Duration::from_secs(120)),
+        )?;
         Ok(Arm {
             http,
             endpoint: endpoint.trim_end_matches('/').to_string(),
@@ -300,15 +288,8 @@ impl Arm {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let span = tracing::info_span!(
-            "azure.call",
-            provider = "azure",
-            operation = op,
-            method = %method,
-            status = tracing::field::Empty,
-            request_id = tracing::field::Empty,
-            duration_ms = tracing::field::Empty,
-        );
+        let span = orca_machines::kit::call_span("azure", op);
+        span.record("method", method.as_str());
         let started = Instant::now();
         let sent = req.send().instrument(span.clone()).await;
         span.record("duration_ms", started.elapsed().as_millis() as u64);
@@ -598,14 +579,6 @@ mod tests {
             .kind(),
             ErrorKind::Other
         );
-    }
-
-    #[test]
-    fn loopback() {
-        assert!(is_loopback("http://127.0.0.1:8080"));
-        assert!(is_loopback("http://localhost:1/x"));
-        assert!(!is_loopback("https://management.azure.com"));
-        assert!(!is_loopback("http://127.0.0.1.example.com"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use orca_machines::kit::{ClientOptions, ClientSettings};
 use orca_machines::settings::Problems;
 use orca_machines::{Arch, Error, Result, RetryPolicy, Settings};
 use secrecy::SecretString;
@@ -275,6 +276,8 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// The wait between polls of a long-running operation when Azure names none (Retry-After).
     pub poll_interval: Duration,
+    /// The client settings every driver takes (timeouts, poll interval, retry budget).
+    pub client: ClientOptions,
     /// The longest a long-running operation is followed before the call fails as transient.
     pub operation_timeout: Duration,
     /// The longest a machine that may be new is waited for before "not found" is believed (a create
@@ -330,7 +333,7 @@ impl Config {
 
     /// Every setting from this process's environment ([`ConfigKey`] names).
     pub fn from_env() -> Result<Config> {
-        Self::from_settings(&Settings::from_env(ConfigKey::names()))
+        Self::from_settings(&Settings::from_env_keys::<ConfigKey>())
     }
 
     /// Every setting from `settings`; an unknown key, a missing one and a wrong value are one
@@ -345,6 +348,7 @@ impl Config {
                         b = b.with(key, v);
                     }
                 }
+                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
                 Err(_) => b.unknown.push(k.to_string()),
             }
         }
@@ -375,6 +379,7 @@ impl Config {
 pub struct ConfigBuilder {
     values: Settings,
     unknown: Vec<String>,
+    client: ClientSettings,
     credential: Option<Credential>,
     retry: Option<RetryPolicy>,
     poll_interval: Option<Duration>,
@@ -510,6 +515,8 @@ impl ConfigBuilder {
         for k in &self.unknown {
             p.unknown_key::<ConfigKey>(k.clone());
         }
+        self.client.report(&mut p);
+        let client = self.client.options;
         let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
         let subscription_id =
             match get(ConfigKey::SubscriptionId).or_else(|| get(ConfigKey::AzureSubscriptionId)) {
@@ -709,8 +716,13 @@ impl ConfigBuilder {
             prices_endpoint,
             billing,
             credential,
-            retry: self.retry.unwrap_or_default(),
-            poll_interval: self.poll_interval.unwrap_or(Duration::from_secs(2)),
+            retry: self
+                .retry
+                .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
+            poll_interval: self
+                .poll_interval
+                .unwrap_or_else(|| client.poll_interval_or(Duration::from_secs(2))),
+            client,
             operation_timeout: self
                 .operation_timeout
                 .unwrap_or(Duration::from_secs(30 * 60)),

@@ -130,6 +130,7 @@ impl AzureProvider {
             config.retry,
             config.poll_interval,
             config.operation_timeout,
+            &config.client,
         )?;
         Ok(AzureProvider {
             inner: Arc::new(Inner {

@@ -62,7 +62,10 @@ async fn traces_name_calls_and_hide_secrets() {
     tracing::info!(provider = ?e, "built");
 
     let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    assert!(text.contains("azure.call"), "no span per call:\n{text}");
+    assert!(
+        text.contains("orca.call") && text.contains("provider=\"azure\""),
+        "no span per call:\n{text}"
+    );
     assert!(
         text.contains("request_id=\"fake-"),
         "no request id:\n{text}"
