@@ -139,13 +139,7 @@ impl Ec2Client {
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let span = tracing::debug_span!(
-            "ec2.call",
-            provider = "ec2",
-            operation,
-            request_id = tracing::field::Empty,
-            duration_ms = tracing::field::Empty,
-        );
+        let span = orca_machines::kit::call_span("ec2", operation);
         let started = Instant::now();
         let result = call.instrument(span.clone()).await;
         span.record("duration_ms", started.elapsed().as_millis() as u64);

@@ -11,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use orca_machines::kit::{ClientKey, ClientSettings};
 use orca_machines::settings::Problems;
 use orca_machines::spec::validate_token;
 use orca_machines::{Arch, Result, RetryPolicy, Settings};
@@ -291,6 +292,8 @@ pub struct ConfigBuilder {
     problems: Vec<(String, String)>,
     /// Keys given that are not settings of this driver (refused by `build`).
     unknown: Vec<String>,
+    /// The client settings every driver takes ([`ClientKey`](orca_machines::kit::ClientKey)).
+    client: ClientSettings,
 }
 
 impl std::fmt::Debug for ConfigBuilder {
@@ -342,6 +345,7 @@ impl Default for ConfigBuilder {
             attempt_timeout: Duration::from_secs(60),
             problems: Vec::new(),
             unknown: Vec::new(),
+            client: ClientSettings::default(),
         }
     }
 }
@@ -353,12 +357,16 @@ impl ConfigBuilder {
         let keys = ConfigKey::ALL
             .iter()
             .filter(|k| !k.is_aws_chain())
-            .map(|k| k.as_str());
+            .map(|k| k.as_str())
+            .chain(ClientKey::ALL.iter().map(|k| k.as_str()));
         let mut b = ConfigBuilder::default();
         let env = Settings::from_env(keys);
         for k in env.keys() {
-            if let (Ok(key), Some(v)) = (k.parse::<ConfigKey>(), env.get(k)) {
-                b = b.with_config(key, v);
+            match (k.parse::<ConfigKey>(), env.get(k)) {
+                (Ok(key), Some(v)) => b = b.with_config(key, v),
+                _ => {
+                    b.client.take(k, env.get(k).unwrap_or_default());
+                }
             }
         }
         b
@@ -379,6 +387,7 @@ impl ConfigBuilder {
                         b = b.with_config(key, v);
                     }
                 }
+                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
                 Err(_) => b.unknown.push(k.to_string()),
             }
         }
@@ -643,6 +652,8 @@ impl ConfigBuilder {
         for k in &self.unknown {
             p.unknown_key::<ConfigKey>(k.clone());
         }
+        self.client.report(&mut p);
+        let client = self.client.options;
         p.finish()?;
         Ok(Config {
             region: self.region,
@@ -654,11 +665,14 @@ impl ConfigBuilder {
             images: self.images,
             root_volume_gb: self.root_volume_gb,
             page_size: self.page_size,
-            retry: self.retry,
-            waiting: self.waiting,
+            retry: client.retry_policy(self.retry),
+            waiting: Waiting {
+                interval: client.poll_interval_or(self.waiting.interval),
+                ..self.waiting
+            },
             consistency: self.consistency,
-            connect_timeout: self.connect_timeout,
-            attempt_timeout: self.attempt_timeout,
+            connect_timeout: client.connect_timeout.unwrap_or(self.connect_timeout),
+            attempt_timeout: client.request_timeout.unwrap_or(self.attempt_timeout),
         })
     }
 }

@@ -64,7 +64,7 @@ async fn secrets_never_show() {
 
     let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
     assert!(
-        logs.contains("ec2.call") && logs.contains("RunInstances"),
+        logs.contains("orca.call") && logs.contains("RunInstances"),
         "the calls were traced"
     );
     let encoded = aws_smithy_types::base64::encode(user_data.as_bytes());
