@@ -778,7 +778,9 @@ async fn fault_campaign_hetzner_fake() {
     .unwrap();
     let settings = orca::Settings::new()
         .with("HCLOUD_TOKEN", fake.token())
-        .with("ORCA_HCLOUD_ENDPOINT", fake.url());
+        .with("ORCA_HCLOUD_ENDPOINT", fake.url())
+        // The fake's actions finish at once: read them often.
+        .with("ORCA_POLL_INTERVAL", "20ms");
     let (mine, theirs) = (
         maker("hetzner", "s1", settings.clone()),
         maker("hetzner", "s2", settings),
@@ -869,6 +871,7 @@ async fn fault_campaign_azure_fake() {
         ("ORCA_AZURE_ACCESS_TOKEN", TOKEN.to_string()),
         ("ORCA_AZURE_ENDPOINT", fake.url()),
         ("ORCA_AZURE_PRICES_ENDPOINT", fake.url()),
+        ("ORCA_POLL_INTERVAL", "20ms".to_string()),
     ]
     .into_iter()
     .collect();

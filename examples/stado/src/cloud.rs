@@ -133,6 +133,13 @@ pub fn azure_settings(profile: &Profile, env: impl Fn(&str) -> Option<String>) -
             s.insert(key, v);
         }
     }
+    // The client settings every orca driver takes (timeouts, poll interval, retry budget): an
+    // operator tunes them in the environment.
+    for key in orca::kit::ClientKey::ALL.iter().map(|k| k.as_str()) {
+        if let Some(v) = env(key).filter(|v| !v.is_empty()) {
+            s.insert(key, v);
+        }
+    }
     s
 }
 

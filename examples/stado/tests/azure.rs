@@ -117,8 +117,11 @@ async fn lab(rules: &[(&str, u32)]) -> Lab {
     p.save(&home).unwrap();
     // The provider as `stado --provider azure` builds it: the profile's bindings on the driver's keys,
     // the credential from the environment (here a static token).
-    let settings = stado::cloud::azure_settings(&p, |k| {
-        (k == "ORCA_AZURE_ACCESS_TOKEN").then(|| TOKEN.to_string())
+    let settings = stado::cloud::azure_settings(&p, |k| match k {
+        "ORCA_AZURE_ACCESS_TOKEN" => Some(TOKEN.to_string()),
+        // The fake finishes its operations at once: poll it often.
+        "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
+        _ => None,
     });
     let inner = orca::of_with("azure", &p.owner(), &settings).await.unwrap();
     let credit = Arc::new(Credit {
