@@ -109,6 +109,14 @@ pub trait Harness: Send + Sync {
         Err(Skip::because("the backend cannot delay visibility"))
     }
 
+    /// The sources the rule of admission group `group` admits on the subnet of `location`, as the
+    /// backend holds them (`None` when there is no such rule): what proves that a refused admission
+    /// changed nothing.
+    async fn admitted_sources(&self, group: &str, location: &str) -> Hook<Option<Vec<String>>> {
+        let _ = (group, location);
+        Err(Skip::because("the backend cannot show an admission rule"))
+    }
+
     /// Puts (makes or replaces) a firewall rule on the backend's network, as an operator would: what
     /// the firewall extension then reads and patches.
     async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
@@ -286,6 +294,7 @@ pub const CHECKS: &[&str] = &[
     "pool_isolation",
     "owner_isolation",
     "refuses_to_delete_another_owners_machine",
+    "refuses_to_change_another_owners_machine",
     "delete_twice_and_unknown_id",
     "lists_every_page",
     "arch_of_both_architectures",
@@ -328,6 +337,7 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "pool_isolation" => pool_isolation(&ctx).await,
             "owner_isolation" => owner_isolation(&ctx).await,
             "refuses_to_delete_another_owners_machine" => foreign_delete(&ctx).await,
+            "refuses_to_change_another_owners_machine" => foreign_change(&ctx).await,
             "delete_twice_and_unknown_id" => delete_twice(&ctx).await,
             "lists_every_page" => every_page(&ctx).await,
             "arch_of_both_architectures" => arch_both(&ctx).await,
@@ -613,6 +623,41 @@ async fn foreign_delete(ctx: &Ctx<'_>) -> Checked {
     ensure!(
         still[0].status != Status::Deleting,
         "a's machine is deleting after a refused delete"
+    );
+    Ok(())
+}
+
+async fn foreign_change(ctx: &Ctx<'_>) -> Checked {
+    let pa = ctx.provider(&ctx.owner_a).await?;
+    let pb = ctx.provider(&ctx.owner_b).await?;
+    let caps = pb.capabilities();
+    let pool = ctx.pool(0);
+    let a = made(&*pa, &ctx.spec(0, &pool)).await?;
+    let not_owned = |r: crate::Result<()>, what: &str| -> Checked {
+        match r {
+            Err(Error::NotOwned { .. }) => Ok(()),
+            other => Err(Verdict::Fail(format!(
+                "owner b's {what} of a's machine gave {other:?}, not NotOwned"
+            ))),
+        }
+    };
+    if caps.start_stop {
+        not_owned(pb.stop(&a.id).await.map(|_| ()), "stop")?;
+        not_owned(pb.start(&a.id).await.map(|_| ()), "start")?;
+    }
+    if caps.resize {
+        not_owned(
+            pb.resize(&a.id, &ctx.setup.resize_to).await.map(|_| ()),
+            "resize",
+        )?;
+    }
+    let after = pa.machine(&a.id).await?;
+    ensure!(
+        after
+            .as_ref()
+            .is_some_and(|m| m.machine_type == a.machine_type
+                && matches!(m.status, Status::Running | Status::Starting)),
+        "a's machine changed after b's refused calls: {after:?}"
     );
     Ok(())
 }
@@ -958,6 +1003,16 @@ impl Harness for MemoryHarness {
         self.cloud.set_visibility_delay(delay);
         Ok(())
     }
+
+    async fn admitted_sources(&self, group: &str, location: &str) -> Hook<Option<Vec<String>>> {
+        Ok(self
+            .cloud
+            .subnet_group(location)
+            .rules
+            .into_iter()
+            .find(|r| r.name == group)
+            .map(|r| r.sources))
+    }
 }
 
 fn plausible_time(t: Option<crate::machine::Timestamp>, what: &str) -> Checked {
@@ -1298,6 +1353,25 @@ async fn firewall(ctx: &Ctx<'_>) -> Checked {
             )))
         }
     }
+    let mut foreign = FirewallRule::new(format!("conf-{}-other", ctx.run), "conf-other-net");
+    foreign.allowed = vec![FirewallPorts::new("tcp", ["22"])];
+    foreign.source_ranges = vec!["198.51.100.9/32".into()];
+    ctx.h.put_firewall_rule(foreign.clone()).await?;
+    match fw.set_source_ranges(&foreign.name, &want).await {
+        Err(Error::InvalidSpec { .. } | Error::NotFound { .. }) => {}
+        other => {
+            return Err(Verdict::Fail(format!(
+                "patching a rule of another network gave {other:?}"
+            )))
+        }
+    }
+    let still = fw.rule(&foreign.name).await?;
+    ensure!(
+        still
+            .as_ref()
+            .is_none_or(|r| r.source_ranges == foreign.source_ranges),
+        "a rule of another network was patched: {still:?}"
+    );
     let net = fw.network().await?;
     ensure!(
         net.name == network,
@@ -1381,8 +1455,10 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
     }
     let pb = ctx.provider(&ctx.owner_b).await?;
     if let Some(bb) = pb.ssh_admission() {
+        let before = ctx.h.admitted_sources(&group, loc).await?;
+        let third = vec!["192.0.2.55/32".to_string()];
         match bb
-            .admit_ssh(&group, loc, &first, std::slice::from_ref(&m.id))
+            .admit_ssh(&group, loc, &third, std::slice::from_ref(&m.id))
             .await
         {
             Err(Error::NotOwned { .. }) => {}
@@ -1392,6 +1468,11 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
                 )))
             }
         }
+        let after = ctx.h.admitted_sources(&group, loc).await?;
+        ensure!(
+            before == after,
+            "a refused admission changed the rule's sources: {before:?} then {after:?}"
+        );
     }
     Ok(())
 }

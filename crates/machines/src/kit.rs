@@ -249,6 +249,45 @@ where
     }
 }
 
+/// Whether a machine found by name or token during one create call may be this call's own: an
+/// earlier attempt of the call may have made it when it ended in a passing failure (a dropped
+/// connection, a timeout, a 5xx: the cloud may have served it); a throttling answer or a refusal was
+/// not served. A machine found otherwise was made by an earlier call: it is adopted.
+#[derive(Debug, Default)]
+pub struct Attempts {
+    may_have_made: std::sync::atomic::AtomicBool,
+}
+
+impl Attempts {
+    /// A call with no attempt yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records the outcome of one attempt.
+    pub fn record<T>(&self, outcome: &Result<T>) {
+        if let Err(Error::Transient { .. }) = outcome {
+            self.may_have_made
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Whether an earlier attempt of this call may have made the machine.
+    pub fn may_have_made(&self) -> bool {
+        self.may_have_made.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The outcome for machine `m` found by name or token: this call's (`Created::Machine`) when an
+    /// earlier attempt may have made it, else an earlier call's (`Created::Adopted`).
+    pub fn found(&self, m: crate::machine::Machine) -> Created {
+        if self.may_have_made() {
+            Created::Machine(m)
+        } else {
+            Created::Adopted(m)
+        }
+    }
+}
+
 /// Refuses machine `id` with `labels` unless `owner` made it ([`Error::NotOwned`]).
 pub fn check_owned(id: &str, labels: &Labels, owner: &str) -> Result<()> {
     if labels::is_owned_by(labels, owner) {
@@ -338,6 +377,16 @@ mod tests {
             e.is_retryable() && e.to_string().contains("did not finish"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn only_a_passing_failure_may_have_made_the_machine() {
+        let a = Attempts::new();
+        a.record::<()>(&Err(Error::throttled(None, "429")));
+        a.record::<()>(&Err(Error::quota("cores")));
+        assert!(a.found(crate::machine::Machine::new("i", "n")).is_adopted());
+        a.record::<()>(&Err(Error::transient("connection reset")));
+        assert!(!a.found(crate::machine::Machine::new("i", "n")).is_adopted());
     }
 
     #[test]

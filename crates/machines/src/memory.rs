@@ -1141,12 +1141,12 @@ impl Provider for MemoryProvider {
         all_labels.extend(wanted.clone());
         // Whether an earlier attempt of this call may have made the machine (its answer was lost):
         // then a machine found by name is this call's, not an earlier call's.
-        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let attempts = crate::kit::Attempts::new();
         let made = self
             .retry
             .retry("create", || async {
-                let earlier = attempts.fetch_add(1, Ordering::SeqCst) > 0;
-                match self.cloud.api_insert(spec, all_labels.clone()).await {
+                let earlier = attempts.may_have_made();
+                let r = match self.cloud.api_insert(spec, all_labels.clone()).await {
                     // Names are unique: a machine of this name that is ours, of this pool, type and
                     // location, is what an earlier attempt made. Adopt it.
                     Err(Error::AlreadyExists { what, .. }) => {
@@ -1167,7 +1167,9 @@ impl Provider for MemoryProvider {
                         }
                     }
                     other => other.map(|m| (m, false)),
-                }
+                };
+                attempts.record(&r);
+                r
             })
             .await;
         let made = match made {
@@ -1398,6 +1400,17 @@ impl FirewallRules for MemoryProvider {
     async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
         validate_token("firewall rule", name)?;
         check_ipv4_ranges(ranges)?;
+        match self.rule(name).await? {
+            None => return Err(Error::not_found(format!("firewall rule {name}"))),
+            Some(r) if r.network != self.network => return Err(Error::invalid(
+                "firewall rule",
+                format!(
+                    "rule {name} is on network {}, not on this provider's network {}; not changed",
+                    r.network, self.network
+                ),
+            )),
+            Some(_) => {}
+        }
         self.retry
             .retry("set_source_ranges", || {
                 self.cloud.api_firewall_sources(name, ranges)
@@ -1437,14 +1450,19 @@ impl SshAdmission for MemoryProvider {
                 ),
             ));
         }
+        // Another owner's machine refuses the whole call before anything is changed.
+        let mut present = Vec::new();
+        for id in readmit {
+            present.push(self.owned(id).await?.is_some());
+        }
         let mut admission = self
             .retry
             .retry("admit_ssh", || {
                 self.cloud.api_admit(group, location, sources)
             })
             .await?;
-        for id in readmit {
-            if self.owned(id).await?.is_none() {
+        for (id, present) in readmit.iter().zip(present) {
+            if !present {
                 admission.missing.push(id.clone());
                 continue;
             }

@@ -87,7 +87,10 @@ impl RetryPolicy {
         let start = Instant::now();
         let mut retries = 0u32;
         loop {
-            match call().await {
+            // Every attempt runs in a span that names the operation and how many retries came
+            // before it: the driver's call span (`orca.call`) is its child.
+            let attempt = tracing::info_span!("orca.attempt", operation, retry = retries);
+            match tracing::Instrument::instrument(call(), attempt).await {
                 Ok(v) => {
                     if retries > 0 {
                         tracing::debug!(operation, retries, "succeeded after retries");

@@ -87,6 +87,7 @@ async fn missing_hooks_are_reported_as_skipped_by_name() {
             "no_stock",
             "retried_create_makes_one_machine",
             "firewall_rules",
+            "ssh_admission",
             "survives_delayed_visibility"
         ]
     );
@@ -133,6 +134,8 @@ enum Flaw {
     FirewallPatchesTooMuch,
     /// Answers a create before an eventually consistent cloud shows the machine.
     CreateBeforeVisible,
+    /// Stops and starts machines without checking their owner.
+    ChangesForeign,
 }
 
 #[async_trait]
@@ -147,6 +150,9 @@ impl Provider for Broken {
         match self.flaw {
             Flaw::ClaimsTooMuch => Capabilities::ALL,
             Flaw::IgnoresOptions => Capabilities::NONE,
+            Flaw::ChangesForeign => Capabilities::NONE
+                .with_start_stop(true)
+                .with_options(SpecOptions::ALL),
             // Creates go to the in-memory provider, which honours every option.
             _ => Capabilities::NONE.with_options(SpecOptions::ALL),
         }
@@ -260,6 +266,18 @@ impl Provider for Broken {
             _ => self.inner.machines(pool).await,
         }
     }
+    async fn stop(&self, id: &str) -> Result<Machine> {
+        match self.flaw {
+            Flaw::ChangesForeign => self.inner.cloud().api_power(id, false).await,
+            _ => Err(Error::unsupported("broken", "stop")),
+        }
+    }
+    async fn start(&self, id: &str) -> Result<Machine> {
+        match self.flaw {
+            Flaw::ChangesForeign => self.inner.cloud().api_power(id, true).await,
+            _ => Err(Error::unsupported("broken", "start")),
+        }
+    }
     async fn delete(&self, id: &str) -> Result<bool> {
         if self.flaw != Flaw::NoValidation {
             orca_machines::validate_id(id)?;
@@ -369,6 +387,9 @@ impl Harness for BrokenHarness {
     async fn delay_visibility(&self, d: std::time::Duration) -> Hook<()> {
         self.base.delay_visibility(d).await
     }
+    async fn admitted_sources(&self, g: &str, l: &str) -> Hook<Option<Vec<String>>> {
+        self.base.admitted_sources(g, l).await
+    }
 }
 
 async fn failed_checks(flaw: Flaw) -> Vec<&'static str> {
@@ -425,7 +446,13 @@ async fn suite_catches_a_create_that_is_not_idempotent() {
 #[tokio::test]
 async fn suite_catches_untruthful_capabilities() {
     let failed = failed_checks(Flaw::ClaimsTooMuch).await;
-    assert_eq!(failed, ["capabilities_are_truthful"]);
+    assert_eq!(
+        failed,
+        [
+            "refuses_to_change_another_owners_machine",
+            "capabilities_are_truthful"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -486,6 +513,12 @@ async fn suite_catches_a_firewall_patch_that_changes_more_than_sources() {
 async fn suite_catches_a_create_that_answers_before_the_cloud_shows_the_machine() {
     let failed = failed_checks(Flaw::CreateBeforeVisible).await;
     assert_eq!(failed, ["survives_delayed_visibility"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_provider_that_changes_another_owners_machine() {
+    let failed = failed_checks(Flaw::ChangesForeign).await;
+    assert_eq!(failed, ["refuses_to_change_another_owners_machine"]);
 }
 
 #[tokio::test]
