@@ -21,7 +21,12 @@ pub const PACKAGES: [&str; 12] = [
 ];
 
 /// The sshd drop-in cloud-init writes.
-pub const SSHD_DROP_IN: &str = "/etc/ssh/sshd_config.d/60-stado.conf";
+///
+/// Named `00-` on purpose: sshd includes `sshd_config.d/*.conf` in name order and keeps the *first*
+/// value it reads for a keyword, so a later file cannot undo an earlier one. Ubuntu's cloud images
+/// carry `50-cloud-init.conf` (which says `PasswordAuthentication yes` when the image allows
+/// passwords); a drop-in sorting after it would lose to it. `00-stado.conf` is read first and wins.
+pub const SSHD_DROP_IN: &str = "/etc/ssh/sshd_config.d/00-stado.conf";
 
 /// The user data for a host whose account is `user`, presenting the host key `host_private` /
 /// `host_public` (OpenSSH formats).
@@ -90,5 +95,18 @@ mod tests {
         );
         assert!(u.contains("ed25519_public: ssh-ed25519 AAAAhost"));
         assert!(u.len() < 16 * 1024);
+    }
+
+    #[test]
+    fn the_drop_in_is_read_before_the_images_own_so_that_its_values_win() {
+        // sshd keeps the first value it reads for a keyword and includes sshd_config.d/*.conf in
+        // name order: a drop-in sorting after Ubuntu's 50-cloud-init.conf (which may say
+        // `PasswordAuthentication yes`) would lose to it.
+        let name = SSHD_DROP_IN.rsplit('/').next().unwrap();
+        assert!(SSHD_DROP_IN.starts_with("/etc/ssh/sshd_config.d/"));
+        assert!(name.ends_with(".conf"));
+        for image_own in ["50-cloud-init.conf", "10-cloud-init.conf", "01-x.conf"] {
+            assert!(name < image_own, "{name} sorts after {image_own}");
+        }
     }
 }
