@@ -282,20 +282,19 @@ impl Stado {
             }
         }
         let command = commands::egress(&api);
+        // Each answer is stamped when it arrives: the time its address was read, not the time the
+        // slowest host answered.
         let answers = futures::future::join_all(endpoints.iter().map(|ep| {
             let command = command.clone();
             async move {
-                (
-                    ep.name.clone(),
-                    self.channel.run(ep, &command, self.timing.command).await,
-                )
+                let answer = self.channel.run(ep, &command, self.timing.command).await;
+                (ep.name.clone(), answer, chrono::Utc::now())
             }
         }))
         .await;
         let mut read = BTreeMap::new();
         let mut failure = None;
-        for (name, answer) in answers {
-            let at = chrono::Utc::now();
+        for (name, answer, at) in answers {
             let parsed = match answer {
                 Ok(out) if out.status == 0 => {
                     let text = out.stdout.trim().to_string();

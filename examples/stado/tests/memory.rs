@@ -342,6 +342,58 @@ async fn the_egress_is_recorded_with_the_time_it_was_read() {
     );
 }
 
+/// A host channel that holds back one host's answers for a while and notes when it gave them.
+#[derive(Debug)]
+struct Slow {
+    inner: FakeFleet,
+    slow: String,
+    answered: std::sync::Mutex<Vec<chrono::DateTime<chrono::Utc>>>,
+}
+
+#[async_trait::async_trait]
+impl stado::channel::HostChannel for Slow {
+    async fn run(
+        &self,
+        host: &stado::channel::Endpoint,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<stado::channel::Output, String> {
+        if host.name != self.slow {
+            return self.inner.run(host, command, timeout).await;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let out = self.inner.run(host, command, timeout).await;
+        self.answered.lock().unwrap().push(chrono::Utc::now());
+        out
+    }
+}
+
+#[tokio::test]
+async fn each_egress_is_stamped_when_its_answer_came_not_when_the_last_one_did() {
+    let mut lab = lab();
+    let mut reg = Registry::load(&lab.s.home).unwrap();
+    let mut far = stado::registry::Target::new("far-host", "192.0.2.20");
+    far.user = Some("ci".into());
+    reg.put_target(far);
+    reg.cloud_hosts.admit_from = Some(vec!["build-host".into(), "far-host".into()]);
+    reg.save(&lab.s.home).unwrap();
+    let slow = Arc::new(Slow {
+        inner: lab.fleet.clone(),
+        slow: "far-host".into(),
+        answered: Default::default(),
+    });
+    lab.s.channel = slow.clone();
+    assert!(lab.create("h1").await.ok);
+    let far_answered = slow.answered.lock().unwrap()[0];
+    let egress = Registry::load(&lab.s.home).unwrap().cloud_hosts.egress;
+    assert!(
+        egress["build-host"].read_at < far_answered,
+        "build-host's address was read before far-host answered: {:?} vs {far_answered}",
+        egress["build-host"].read_at
+    );
+    assert!(egress["far-host"].read_at >= far_answered);
+}
+
 #[tokio::test]
 async fn the_rule_takes_the_first_free_priority_when_100_to_102_are_taken() {
     let lab = lab();
