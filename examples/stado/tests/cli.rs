@@ -85,6 +85,19 @@ fn set_up(home: &Path) {
     );
 }
 
+/// A time stado printed, in whole seconds.
+fn timestamp(v: &Value) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+        .unwrap()
+        .timestamp()
+}
+
+/// The simulated hosts' clock now, in whole seconds.
+fn hosts_clock(home: &Path) -> i64 {
+    let (_, now) = json(home, &["fake", "advance", "--minutes", "0"]);
+    timestamp(&now["now"])
+}
+
 const CREATE: [&str; 13] = [
     "cloud",
     "host",
@@ -233,6 +246,12 @@ fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
     create.push("30");
     ok(home, &create);
     ok(home, &["fake", "advance", "--minutes", "45"]);
+    // A slow machine: another minute passes before the reaper starts. Real time passes on the hosts'
+    // clock as well, so the minutes logged are checked against the clock read around the reaper.
+    ok(home, &["fake", "advance", "--minutes", "1"]);
+    let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
+    let made = timestamp(&list["hosts"][0]["created_at"]);
+    let before = hosts_clock(home);
     let mut child = Command::new(env!("CARGO_BIN_EXE_stado"))
         .args([
             "cloud",
@@ -274,9 +293,20 @@ fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
     }
     let _ = child.kill();
     let _ = child.wait();
+    let after = hosts_clock(home);
+    let minutes = |t: i64| u64::try_from(t - made).unwrap() / 60;
+    let reaped = seen
+        .iter()
+        .find_map(|l| {
+            l.strip_prefix("cloud-host reaper: reaped h1 (idle ")?
+                .strip_suffix(" minute(s), past its 30)")?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no reaped line in {seen:?}"));
     assert!(
-        seen.iter().any(|l| l.starts_with("cloud-host reaper: reaped h1 (idle 45 minute(s), past its 30)")),
-        "{seen:?}"
+        (minutes(before)..=minutes(after)).contains(&reaped) && reaped >= 46,
+        "idle {reaped} minute(s): not between the clock's readings around the reaper"
     );
     let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
     assert_eq!(list["hosts"], Value::Array(vec![]));

@@ -761,6 +761,20 @@ async fn a_resource_the_cloud_keeps_keeps_the_entry_and_deleting_again_retries()
     assert!(!lab.s.home.fleet_key("h1").exists());
 }
 
+/// The idle minutes a host idle since `since` can be judged at, when the hosts' clock read `before`
+/// just before the reap and `after` just after it (the reading and the judgement count whole
+/// seconds).
+fn idle_range(
+    since: chrono::DateTime<chrono::Utc>,
+    before: chrono::DateTime<chrono::Utc>,
+    after: chrono::DateTime<chrono::Utc>,
+) -> std::ops::RangeInclusive<u64> {
+    let minutes = |t: chrono::DateTime<chrono::Utc>| {
+        u64::try_from(t.timestamp() - since.timestamp()).unwrap() / 60
+    };
+    minutes(before)..=minutes(after)
+}
+
 #[tokio::test]
 async fn reap_judges_busy_idle_reapable_and_unread_and_apply_returns_the_reapable() {
     let lab = lab();
@@ -782,19 +796,42 @@ async fn reap_judges_busy_idle_reapable_and_unread_and_apply_returns_the_reapabl
     lab.fleet
         .update("build-host", |h| h.egress = Some("203.0.113.99".into()))
         .unwrap();
+    // A slow machine: a minute passes between setting the scene and reading it. Real time passes on
+    // the hosts' clock too, so the idle minutes are judged against the clock readings around the
+    // reap, never as exact numbers.
+    lab.fleet.advance(Duration::from_secs(61)).unwrap();
+    let quiet_made = Registry::load(&lab.s.home)
+        .unwrap()
+        .target("quiet")
+        .unwrap()
+        .cloud
+        .clone()
+        .unwrap()
+        .created_at;
 
+    let before = lab.fleet.now();
     let r = lab.s.reap(false).await.unwrap();
+    let after = lab.fleet.now();
     let verdict = |n: &str| r.hosts.iter().find(|h| h.name == n).unwrap().clone();
     assert_eq!(verdict("busy-run").verdict, Verdict::Busy);
     assert_eq!(verdict("busy-cargo").verdict, Verdict::Busy);
-    assert_eq!(
-        (verdict("idle").verdict, verdict("idle").idle_for_minutes),
-        (Verdict::Idle, Some(5))
+    let idle = verdict("idle");
+    assert_eq!(idle.verdict, Verdict::Idle);
+    let five_ago = now - chrono::Duration::minutes(5);
+    assert!(
+        idle_range(five_ago, before, after).contains(&idle.idle_for_minutes.unwrap()),
+        "{idle:?}"
     );
+    assert!(idle.idle_for_minutes.unwrap() >= 6, "the slow minute counts");
+    let quiet = verdict("quiet");
     assert_eq!(
-        verdict("quiet").verdict,
+        quiet.verdict,
         Verdict::Reapable,
         "idle since it was made, past its 30 minutes"
+    );
+    assert!(
+        idle_range(quiet_made, before, after).contains(&quiet.idle_for_minutes.unwrap()),
+        "{quiet:?}"
     );
     assert_eq!(verdict("gone").verdict, Verdict::Unread);
     assert!(verdict("gone").cause.unwrap().ends_with("is absent"));
@@ -826,16 +863,19 @@ async fn reap_judges_busy_idle_reapable_and_unread_and_apply_returns_the_reapabl
             == "busy-run: busy (1 run(s) in ~/.stado/work/runs, 0 cargo or rustc process(es))"),
         "{lines:?}"
     );
-    assert!(
-        lines
-            .iter()
-            .any(|l| l == "quiet: reapable for 31 minute(s) of 30"),
-        "{lines:?}"
+    let want = format!(
+        "quiet: reapable for {} minute(s) of 30",
+        quiet.idle_for_minutes.unwrap()
     );
+    assert!(lines.contains(&want), "{want} in {lines:?}");
 
+    let before = lab.fleet.now();
     let r = lab.s.reap(true).await.unwrap();
+    let after = lab.fleet.now();
     let quiet = r.hosts.iter().find(|h| h.name == "quiet").unwrap();
     assert_eq!(quiet.action, Some(stado::reap::Action::Reaped));
+    let minutes = quiet.idle_for_minutes.unwrap();
+    assert!(idle_range(quiet_made, before, after).contains(&minutes));
     assert!(r
         .hosts
         .iter()
@@ -846,9 +886,9 @@ async fn reap_judges_busy_idle_reapable_and_unread_and_apply_returns_the_reapabl
     assert!(!lab.s.home.fleet_key("quiet").exists());
     let logs = r.log_lines();
     assert!(
-        logs.contains(
-            &"cloud-host reaper: reaped quiet (idle 31 minute(s), past its 30)".to_string()
-        ),
+        logs.contains(&format!(
+            "cloud-host reaper: reaped quiet (idle {minutes} minute(s), past its 30)"
+        )),
         "{logs:?}"
     );
     assert!(
