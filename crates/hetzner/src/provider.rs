@@ -1,12 +1,12 @@
 //! [`HetznerProvider`]: the [`Provider`] contract on Hetzner Cloud servers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
+use orca_machines::kit::Attempts;
 use orca_machines::labels::{self, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -469,15 +469,15 @@ impl HetznerProvider {
 
     /// A create whose name is taken: the server of that name when it is this owner's, of this pool,
     /// type and location (a retried create), after its running actions end; else `AlreadyExists`
-    /// (`conflict`: the name is known to be taken) or `taken` itself. `own`: this create call made an
-    /// earlier attempt whose answer was lost, so the server is its own ([`Created::Machine`]); else it
-    /// was made by an earlier call ([`Created::Adopted`]).
+    /// (`conflict`: the name is known to be taken) or `taken` itself. `attempts`: this create call's
+    /// attempts; when one of them may have made the server (a passing failure), it is the call's own
+    /// ([`Created::Machine`]); else it was made by an earlier call ([`Created::Adopted`]).
     async fn adopt(
         &self,
         spec: &MachineSpec,
         taken: Error,
         conflict: bool,
-        own: bool,
+        attempts: &Attempts,
     ) -> Result<Created> {
         // A name the cloud says is taken may belong to a server made a moment ago that listings do
         // not show yet: look again within the visibility window before answering.
@@ -519,6 +519,7 @@ impl HetznerProvider {
             ))
             .with_code("uniqueness_error"));
         }
+        let own = attempts.may_have_made();
         tracing::info!(server = s.id, name = %spec.name, own, "taking over the server an earlier create made");
         // The running actions, and a create action that already failed: a server whose create failed
         // is removed as `create` removes it, never handed back as made.
@@ -551,12 +552,7 @@ impl HetznerProvider {
         let s = self.read_server(s.id).await?.ok_or_else(|| {
             Error::transient(format!("server {} vanished while adopting it", spec.name))
         })?;
-        let m = self.machine_of(&s);
-        Ok(if own {
-            Created::Machine(m)
-        } else {
-            Created::Adopted(m)
-        })
+        Ok(attempts.found(self.machine_of(&s)))
     }
 
     /// Waits, within the visibility window, until server `id` (made by this provider) shows in reads.
@@ -705,34 +701,40 @@ impl Provider for HetznerProvider {
             body["user_data"] = json!(spec.user_data);
         }
         // Retrying the POST is safe: names are unique per project, so a repeat of a create whose answer
-        // was lost meets `uniqueness_error` and takes over the server the first attempt made.
-        let attempts = AtomicU32::new(0);
+        // was lost meets `uniqueness_error` and takes over the server the first attempt made. Only an
+        // attempt that ended in a passing failure may have made it (a 429 or a refusal was not served).
+        let attempts = Attempts::new();
         let made = self
             .client
             .retry
-            .retry("servers.create", || {
-                attempts.fetch_add(1, Ordering::Relaxed);
-                self.client.once::<CreatedServer>(
-                    "servers.create",
-                    Method::POST,
-                    "/servers",
-                    &[],
-                    Some(&body),
-                )
+            .retry("servers.create", || async {
+                let r = self
+                    .client
+                    .once::<CreatedServer>(
+                        "servers.create",
+                        Method::POST,
+                        "/servers",
+                        &[],
+                        Some(&body),
+                    )
+                    .await;
+                attempts.record(&r);
+                r
             })
             .await;
-        let own = attempts.load(Ordering::Relaxed) > 1;
         let r = match made {
             Ok(r) => r,
             Err(e @ (Error::NoStock { .. } | Error::Quota { .. })) => {
                 // A create retried after a lost answer can meet the stock or the server limit that its
                 // first attempt used up: take over the server that attempt made, when there is one.
-                return match self.adopt(spec, e, false, own).await {
+                return match self.adopt(spec, e, false, &attempts).await {
                     Err(e @ Error::NoStock { .. }) => Self::no_stock(spec, e),
                     other => other,
                 };
             }
-            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true, own).await,
+            Err(e @ Error::AlreadyExists { .. }) => {
+                return self.adopt(spec, e, true, &attempts).await
+            }
             Err(e) => return Err(e),
         };
         let id = r.server.id;

@@ -868,3 +868,45 @@ async fn concurrent_first_creates_look_the_type_and_image_up_once() {
     assert_eq!(fake.control().count(&Method::GET, "/v1/images"), 1);
     assert_eq!(fake.servers().len(), 10);
 }
+
+#[tokio::test]
+async fn only_a_passing_failure_makes_a_found_server_this_calls_own() {
+    // A 429 is not served: a create whose first attempt was throttled and whose retry meets
+    // `uniqueness_error` found a server an EARLIER call made (adopted), not one of its own.
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me").await;
+    let first = p
+        .create(&spec("att-1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap();
+    assert!(matches!(first, Created::Machine(_)), "{first:?}");
+    throttle(&fake, 1);
+    let again = p
+        .create(&spec("att-1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap();
+    assert!(again.is_adopted(), "a 429 then a 409 gave {again:?}");
+    assert_eq!(
+        again.machine().unwrap().id,
+        first.machine().unwrap().id,
+        "the same server"
+    );
+    // A lost answer may have been served: the server its retry finds is this call's own, also when
+    // a 429 came between them.
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/v1/servers",
+        Fault::DropAnswer,
+        1,
+    ));
+    throttle(&fake, 1);
+    let lost = p
+        .create(&spec("att-2", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(lost, Created::Machine(_)),
+        "a lost answer then a 409 gave {lost:?}"
+    );
+    assert_eq!(fake.servers().len(), 2);
+}
