@@ -224,7 +224,7 @@ pub struct CreateRequest {
     /// A snapshot to start from (refused: 422).
     #[serde(default)]
     pub from_snapshot: Option<String>,
-    /// Egress profiles (anything but `["off"]` is refused: 422).
+    /// Egress profiles (absent or exactly `["off"]`; anything else, `[]` included, is refused: 422).
     #[serde(default)]
     pub egress: Option<Vec<String>>,
     /// A repository to clone (not built in this example: 501).
@@ -741,9 +741,9 @@ impl Backend {
             ));
         }
         if let Some(e) = &req.egress {
-            if !(e.is_empty() || e.iter().all(|p| p == "off")) {
+            if e.as_slice() != ["off"] {
                 return Err(ApiError::unsupported_field(
-                    "egress: a remote server has no egress profiles (only [\"off\"])",
+                    "egress: a remote server has no egress profiles: only [\"off\"] is accepted, or no egress at all",
                 ));
             }
         }
@@ -879,13 +879,36 @@ impl Backend {
 
     /// Waits (at most the accept wait, 15 s) for the cloud to accept shed `id`'s VM: the shed, or the
     /// early quota or capacity refusal (then there is no shed).
-    pub async fn wait_accept(&self, id: &str) -> Result<ShedView, ApiError> {
+    ///
+    /// However it ends (an answer, or the request dropped because its client went away), the shed
+    /// stops being waited for: a refusal after that leaves the shed in `error`.
+    pub fn wait_accept<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> impl std::future::Future<Output = Result<ShedView, ApiError>> + 'a {
+        /// Forgets the waiter when the wait ends or is dropped (before its first poll included).
+        struct Forget<'a>(&'a Backend, &'a str);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.forget_waiter(self.1);
+            }
+        }
+        let forget = Forget(self, id);
+        async move {
+            let _forget = forget;
+            self.accept(id).await
+        }
+    }
+
+    async fn accept(&self, id: &str) -> Result<ShedView, ApiError> {
         let deadline = self.now()
             + chrono::Duration::from_std(self.inner.timings.accept_wait).unwrap_or_default();
         let mut rx = self.subscribe();
         loop {
             {
                 let mut st = self.state();
+                // The waiter is removed under the lock that decides the answer, so that a refusal
+                // after this answer finds no waiter and leaves the shed in error.
                 if let Some(e) = st.refused.remove(id) {
                     st.waiters.remove(id);
                     return Err(e);
@@ -924,7 +947,7 @@ impl Backend {
         }
     }
 
-    /// Stops waiting for shed `id`'s acceptance (a streamed create whose accept wait is over).
+    /// Stops waiting for shed `id`'s acceptance (what the end of [`Backend::wait_accept`] does).
     pub fn forget_waiter(&self, id: &str) {
         let mut st = self.state();
         st.waiters.remove(id);

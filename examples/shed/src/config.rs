@@ -868,13 +868,23 @@ impl FileConfig {
             .clone()
             .unwrap_or_else(|| base_state.join("agent"));
         let listen_text = self.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen = listen_text.parse().unwrap_or_else(|_| {
+        let listen: SocketAddr = listen_text.parse().unwrap_or_else(|_| {
             p.add(
                 "listen",
                 format!("an address and port like 127.0.0.1:8421, got {listen_text:?}"),
             );
             DEFAULT_LISTEN.parse().expect("valid")
         });
+        // Without clients every caller is the local admin (no token is asked for): such a server
+        // must not be reachable from another host.
+        if self.clients.is_empty() && !listen.ip().to_canonical().is_loopback() {
+            p.add(
+                "listen",
+                format!(
+                    "{listen} is not a loopback address, and without clients every caller is the local admin (it could create VMs and read the server log): listen on 127.0.0.1 or [::1], or configure clients with tokens"
+                ),
+            );
+        }
 
         // Clients.
         let mut clients = BTreeMap::new();

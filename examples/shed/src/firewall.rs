@@ -133,9 +133,24 @@ impl Default for FirewallTimings {
     }
 }
 
+/// What makes two results the same for the log: not the message, whose text can change from one
+/// check to the next while the result does not (auto mode's time since the last patch, or the echo
+/// services' answers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LogKey {
+    passed: bool,
+    mode: FirewallMode,
+    reason: Option<FwReason>,
+    failed: Vec<FwReason>,
+    rule: String,
+    expected: Option<Vec<String>>,
+    sources: Vec<String>,
+}
+
 #[derive(Debug, Default)]
 struct CheckState {
-    logged: Option<(bool, Option<FwReason>, String, Timestamp)>,
+    /// The last result logged, and when.
+    logged: Option<(LogKey, Timestamp)>,
     last_patch: Option<Timestamp>,
     agreement: Option<(Ipv4Addr, Timestamp)>,
     started: Option<Timestamp>,
@@ -573,19 +588,27 @@ impl FirewallCheck {
         }
     }
 
+    /// Logs `o` when the result changed (by [`LogKey`]), and again every ten minutes while it fails.
     fn report(&self, st: &mut CheckState, o: &Outcome, now: Timestamp) {
-        let key = (o.passed, o.reason, o.message.clone());
+        let mut sources: Vec<String> = o.sources.iter().map(|s| normalise(s)).collect();
+        sources.sort();
+        let key = LogKey {
+            passed: o.passed,
+            mode: self.want.mode,
+            reason: o.reason,
+            failed: o.failed.clone(),
+            rule: self.want.rule_name.clone(),
+            expected: self.expected(st, now),
+            sources,
+        };
         let due = match &st.logged {
             None => true,
-            Some((p, r, m, at)) => {
-                (*p, *r, m.clone()) != key
-                    || (!o.passed && since(now, *at) >= self.timings.log_repeat)
-            }
+            Some((k, at)) => *k != key || (!o.passed && since(now, *at) >= self.timings.log_repeat),
         };
         if !due {
             return;
         }
-        st.logged = Some((key.0, key.1, key.2, now));
+        st.logged = Some((key, now));
         let mode = self.want.mode.as_str();
         if o.passed {
             self.log.info(format!(

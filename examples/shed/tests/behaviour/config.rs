@@ -470,3 +470,36 @@ fn clients_and_their_tokens() {
     assert!(!format!("{c:?}{ci:?}").contains("s3cret"));
     assert!(c.has_service_clients());
 }
+
+#[test]
+fn a_server_without_clients_listens_on_a_loopback_address_only() {
+    // Without clients every caller is the local admin: an open port would let anyone who reaches it
+    // create billed VMs and read the server log.
+    let mut env = gce_env();
+    for listen in [
+        "0.0.0.0:8421",
+        "[::]:8421",
+        "192.0.2.10:8421",
+        "[::ffff:192.0.2.10]:8421",
+    ] {
+        let msg = refused(&format!("listen: \"{listen}\"\n{MINIMAL}"), &env, "listen");
+        assert!(msg.contains("clients"), "{msg}");
+    }
+    for listen in [
+        "127.0.0.1:8421",
+        "127.0.0.2:9000",
+        "[::1]:8421",
+        "[::ffff:127.0.0.1]:8421",
+    ] {
+        let c = resolve(&format!("listen: \"{listen}\"\n{MINIMAL}"), &env).unwrap();
+        assert_eq!(c.listen, listen.parse().unwrap());
+    }
+    // With clients (each with a token) the API may listen on any address.
+    env.insert("CI_TOKEN".into(), "s3cret".into());
+    let c = resolve(
+        &format!("listen: \"0.0.0.0:8421\"\n{MINIMAL}clients:\n  ci:\n    token_env: CI_TOKEN\n"),
+        &env,
+    )
+    .unwrap();
+    assert_eq!(c.listen, "0.0.0.0:8421".parse().unwrap());
+}

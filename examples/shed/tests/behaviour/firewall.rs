@@ -402,3 +402,67 @@ async fn auto_mode_believes_no_address_in_unnameable_space_and_forgets_after_15_
     assert_eq!(e.code, "FIREWALL_CHECK_FAILED");
     assert!(e.message.contains("address_unknown"), "{}", e.message);
 }
+
+#[tokio::test]
+async fn auto_mode_logs_a_failing_result_once_while_only_the_services_answers_change() {
+    let env = auto_env().await;
+    let failed = "remote: firewall check FAILED (mode auto, reason address_unknown)";
+    assert_eq!(
+        env.backend.log().count(failed),
+        1,
+        "at start-up: {:#?}",
+        env.backend.log().lines()
+    );
+    // The services keep disagreeing, each minute with other answers: the message lists them, the
+    // result is the same.
+    for i in 0..9u8 {
+        env.echo.say(E1, Ok(&format!("198.51.100.{}", 30 + i)));
+        env.echo.say(E2, Ok(&format!("198.51.100.{}", 60 + i)));
+        env.echo
+            .say(E3, Err(if i % 2 == 0 { "timeout" } else { "503" }));
+        env.advance(60).await;
+        env.pass().await;
+    }
+    assert_eq!(
+        env.backend.log().count(failed),
+        1,
+        "nine minutes: once; {:#?}",
+        env.backend.log().lines()
+    );
+    env.advance(61).await;
+    env.pass().await;
+    assert_eq!(env.backend.log().count(failed), 2, "ten minutes: again");
+}
+
+#[tokio::test]
+async fn auto_mode_logs_a_failing_result_once_while_only_the_time_since_the_patch_changes() {
+    let env = auto_env().await;
+    env.echo.say(E1, Ok("198.51.100.20"));
+    env.echo.say(E2, Ok("198.51.100.20"));
+    assert!(env.backend.firewall_check().await.passed);
+    // Edited by hand a minute after the patch: not repaired for four minutes, each check saying how
+    // long ago the last patch was.
+    env.advance(60).await;
+    env.cloud.put_firewall_rule(good_rule());
+    let failed = "remote: firewall check FAILED (mode auto, reason rule_sources)";
+    for minute in 1..=4 {
+        let o = env.backend.firewall_check().await;
+        assert!(
+            o.message
+                .contains(&format!("the rule was last patched {minute}m0s ago")),
+            "{}",
+            o.message
+        );
+        env.advance(60).await;
+    }
+    assert_eq!(
+        env.backend.log().count(failed),
+        1,
+        "{:#?}",
+        env.backend.log().lines()
+    );
+    assert!(
+        env.backend.firewall_check().await.passed,
+        "patched again after 5 minutes"
+    );
+}

@@ -28,8 +28,22 @@ fn http() -> reqwest::Client {
 
 /// Reads server-sent events until `stop` says so (or 10 s pass).
 async fn events(resp: reqwest::Response, stop: impl Fn(&str) -> bool) -> Vec<(String, Value)> {
-    let mut resp = resp;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    each_event(resp, stop, tx).await;
     let mut out = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        out.push(e);
+    }
+    out
+}
+
+/// Reads server-sent events until `stop` says so (or 10 s pass), handing each to `tx` as it comes.
+async fn each_event(
+    resp: reqwest::Response,
+    stop: impl Fn(&str) -> bool,
+    tx: tokio::sync::mpsc::UnboundedSender<(String, Value)>,
+) {
+    let mut resp = resp;
     let mut buf = String::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline, resp.chunk()).await {
@@ -49,13 +63,12 @@ async fn events(resp: reqwest::Response, stop: impl Fn(&str) -> bool) -> Vec<(St
                 continue;
             }
             let done = stop(&name);
-            out.push((name, serde_json::from_str(&data).unwrap()));
+            let _ = tx.send((name, serde_json::from_str(&data).unwrap()));
             if done {
-                return out;
+                return;
             }
         }
     }
-    out
 }
 
 #[tokio::test]
@@ -283,13 +296,37 @@ async fn a_streamed_delete_ends_once_the_vm_is_gone_or_with_an_error_when_it_can
         .send()
         .await
         .unwrap();
-    let reading = tokio::spawn(events(r, |n| n == "complete" || n == "error"));
-    env.until("hidden", |e| e.view("a").is_none()).await;
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    assert!(!reading.is_finished(), "open until the VM is gone");
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let reading = tokio::spawn(each_event(r, |n| n == "complete" || n == "error", tx));
+    // The events the assertion waits for: the client has the stream's first event, and the destroy
+    // has reached the cloud, where it is held.
+    let (name, first) = tokio::time::timeout(Duration::from_secs(10), seen.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (name.as_str(), &first["status"]),
+        ("status", &json!("deleting"))
+    );
+    assert!(env.view("a").is_none(), "hidden at once");
+    env.until("the destroy is held", |e| {
+        e.wrapped.entered(Call::Delete) == 1
+    })
+    .await;
+    let id = first["id"].as_str().unwrap().to_string();
+    assert!(
+        futures::poll!(std::pin::pin!(env.backend.wait_gone(&id))).is_pending(),
+        "what the stream waits for has not happened"
+    );
+    assert_eq!(
+        seen.try_recv(),
+        Err(tokio::sync::mpsc::error::TryRecvError::Empty),
+        "open until the VM is gone"
+    );
+    assert!(!reading.is_finished());
     env.wrapped.release(Call::Delete);
-    let ev = reading.await.unwrap();
-    assert_eq!(ev.last().unwrap().0, "complete");
+    reading.await.unwrap();
+    assert_eq!(seen.recv().await.unwrap().0, "complete");
     assert_eq!(env.vms().len(), 1);
 
     env.cloud.inject(

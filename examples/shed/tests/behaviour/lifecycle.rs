@@ -57,22 +57,25 @@ async fn the_accept_wait_ends_after_15_s_and_a_late_quota_leaves_the_shed_in_err
     env.wrapped.hold(Call::CreateBefore);
     let b = env.backend.clone();
     let id = b.create(&env.admin(), Env::req("late")).await.unwrap();
-    let waiting = tokio::spawn({
-        let b = b.clone();
-        let id = id.clone();
-        async move { b.wait_accept(&id).await }
-    });
     env.until("the insert is held", |e| {
         e.wrapped.entered(Call::CreateBefore) == 1
     })
     .await;
+    // The reply's wait is polled here, so each assertion follows what it saw: its first poll sets the
+    // 15 s deadline, and a poll after an advance has looked at the advanced clock.
+    let mut waiting = std::pin::pin!(b.wait_accept(&id));
+    assert!(
+        futures::poll!(waiting.as_mut()).is_pending(),
+        "the cloud has not accepted the VM"
+    );
     env.advance(14).await;
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    assert!(!waiting.is_finished(), "the reply waits up to 15 s");
+    assert!(
+        futures::poll!(waiting.as_mut()).is_pending(),
+        "the reply waits up to 15 s: 14 s are not enough"
+    );
     env.advance(2).await;
     let v = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
-        .unwrap()
         .unwrap()
         .unwrap();
     assert_eq!(v.status, Status::Starting);
@@ -100,6 +103,33 @@ async fn a_late_capacity_refusal_leaves_the_shed_in_error_capacity() {
     env.wrapped.release(Call::CreateBefore);
     env.until_status("cap", Status::Error).await;
     assert_eq!(env.view("cap").unwrap().status_reason, "capacity");
+}
+
+#[tokio::test]
+async fn a_json_create_whose_client_left_during_the_accept_wait_ends_in_error_on_a_late_quota() {
+    let env = Env::new().await;
+    env.wrapped.hold(Call::CreateBefore);
+    let id = env
+        .backend
+        .create(&env.admin(), Env::req("left"))
+        .await
+        .unwrap();
+    env.until("the insert is held", |e| {
+        e.wrapped.entered(Call::CreateBefore) == 1
+    })
+    .await;
+    {
+        // The request's future is dropped mid-wait, as when its client disconnects.
+        let mut waiting = std::pin::pin!(env.backend.wait_accept(&id));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+    }
+    env.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
+    env.wrapped.release(Call::CreateBefore);
+    env.until_status("left", Status::Error).await;
+    assert_eq!(env.view("left").unwrap().status_reason, "quota");
+    assert!(env.vms().is_empty());
+    assert!(env.backend.markers().is_empty(), "no hidden delete");
 }
 
 #[tokio::test]
@@ -391,14 +421,18 @@ async fn a_delete_during_the_insert_waits_for_the_vm_then_destroys_it() {
         .await;
     env.backend.delete_shed(&env.admin(), "race").await.unwrap();
     assert!(env.view("race").is_none());
-    let b = env.backend.clone();
-    let gone = tokio::spawn(async move { b.wait_gone(&id).await });
-    tokio::time::sleep(Duration::from_millis(30)).await;
-    assert!(!gone.is_finished(), "the VM is not made yet");
+    // Polled here: the wait has looked at the delete while the insert is held (the only cloud call
+    // that could end it), and waits.
+    let mut gone = std::pin::pin!(env.backend.wait_gone(&id));
+    assert!(
+        futures::poll!(gone.as_mut()).is_pending(),
+        "the VM is not made yet"
+    );
+    assert_eq!(env.wrapped.entered(Call::CreateAfter), 0);
+    assert!(env.vms().is_empty());
     env.wrapped.release(Call::CreateBefore);
     tokio::time::timeout(Duration::from_secs(5), gone)
         .await
-        .unwrap()
         .unwrap()
         .unwrap();
     assert!(env.vms().is_empty(), "the VM was made, then destroyed");

@@ -124,6 +124,28 @@ async fn unsupported_create_fields_are_422_before_anything_is_created() {
                 ..Env::req("a")
             },
         ),
+        // Anything but exactly ["off"]: an empty list, "off" twice, "off" beside a profile.
+        (
+            "egress",
+            CreateRequest {
+                egress: Some(vec![]),
+                ..Env::req("a")
+            },
+        ),
+        (
+            "egress",
+            CreateRequest {
+                egress: Some(vec!["off".into(), "off".into()]),
+                ..Env::req("a")
+            },
+        ),
+        (
+            "egress",
+            CreateRequest {
+                egress: Some(vec!["off".into(), "github".into()]),
+                ..Env::req("a")
+            },
+        ),
     ];
     for (field, req) in cases {
         let e = env.create_as(&env.admin(), req).await.unwrap_err();
@@ -133,6 +155,7 @@ async fn unsupported_create_fields_are_422_before_anything_is_created() {
             "{field}"
         );
         assert!(e.message.starts_with(field), "{field}: {}", e.message);
+        assert!(env.backend.records().is_empty(), "{field}: nothing is made");
     }
     assert!(env.vms().is_empty() && env.backend.records().is_empty());
     // An omitted or empty mounts stores none; egress ["off"] is what a remote shed has.
