@@ -6,13 +6,15 @@
 //! - [`SshAdmission`]: the location's application security group `<group>-<location>`, the inbound
 //!   rule `<group>` on the subnet's own security group at the first free priority from 100 (written
 //!   as its own sub-resource: no other rule is rewritten), and each named VM's own security-group
-//!   rule set to the same sources;
+//!   rule set to the same sources; every named VM (and its security group) is read and checked to be
+//!   this owner's before anything is written, so a refusal changes nothing;
 //! - [`CreditBalance`]: the billing profile's credit (`Microsoft.Consumption/credits/
 //!   balanceSummary`), when the settings name a billing account and profile.
 
 use async_trait::async_trait;
 use orca_machines::ext::{first_free_priority, FIRST_ADMISSION_PRIORITY, LAST_ADMISSION_PRIORITY};
-use orca_machines::labels::{is_owned_by, Labels};
+use orca_machines::kit::check_owned;
+use orca_machines::labels::Labels;
 use orca_machines::spec::{validate_label_key, validate_labels, validate_source};
 use orca_machines::{
     validate_id, Admission, AdmissionRule, Balance, CreditBalance, Error, Machine, MachineLabels,
@@ -131,11 +133,12 @@ impl AzureProvider {
         self.arm().wait(op, &a).await.map_err(|e| e.prefixed(what))
     }
 
-    /// Sets the SSH rule of VM `id`'s own security group to `sources`; false when there is no such
-    /// VM.
-    async fn readmit(&self, id: &str, sources: &[String]) -> Result<bool> {
+    /// What re-admitting VM `id` will write, read and checked before any write: its own security
+    /// group (this owner's, as the VM is) and the priority its SSH rule takes there; `None` when
+    /// there is no such VM. Another owner's VM or security group is `NotOwned`.
+    async fn readmit_target(&self, id: &str) -> Result<Option<Readmit>> {
         if self.owned_vm(id, false).await?.is_none() {
-            return Ok(false);
+            return Ok(None);
         }
         let names = Names::of(id);
         let nsg_id = self.id("Microsoft.Network/networkSecurityGroups", &names.nsg);
@@ -149,29 +152,45 @@ impl AzureProvider {
                 names.nsg
             )));
         };
-        if !is_owned_by(&nsg.tags, self.owner_name()) {
-            return Err(Error::not_owned(id, self.owner_name()));
-        }
+        check_owned(id, &nsg.tags, self.owner_name())?;
         let priority = priority_for(
             &nsg.properties.security_rules,
             SSH_RULE,
             &format!("security group {}", names.nsg),
         )?;
-        let rule_url = self
-            .arm()
-            .url(&format!("{nsg_id}/securityRules/{SSH_RULE}"), NETWORK_API);
+        Ok(Some(Readmit {
+            id: id.to_string(),
+            nsg_name: names.nsg,
+            nsg_id,
+            priority,
+        }))
+    }
+
+    /// Sets the SSH rule of a re-admitted VM's own security group to `sources`.
+    async fn readmit(&self, target: &Readmit, sources: &[String]) -> Result<()> {
+        let rule_url = self.arm().url(
+            &format!("{}/securityRules/{SSH_RULE}", target.nsg_id),
+            NETWORK_API,
+        );
         self.put_and_wait(
             "put security rule",
             &rule_url,
-            &json!({"properties": ssh_rule(sources, priority)}),
+            &json!({"properties": ssh_rule(sources, target.priority)}),
             &format!(
                 "the rule {SSH_RULE} of security group {} was not written",
-                names.nsg
+                target.nsg_name
             ),
         )
-        .await?;
-        Ok(true)
+        .await
     }
+}
+
+/// A VM to re-admit, checked to be this owner's before any write.
+struct Readmit {
+    id: String,
+    nsg_name: String,
+    nsg_id: String,
+    priority: u32,
 }
 
 #[async_trait]
@@ -195,6 +214,16 @@ impl SshAdmission for AzureProvider {
         }
         for id in readmit {
             validate_id(id)?;
+        }
+        // Contract 2: another owner's machine is refused and nothing changes. Every machine to
+        // re-admit is read and checked first; only then is anything written.
+        let mut targets = Vec::new();
+        let mut missing = Vec::new();
+        for id in readmit {
+            match self.readmit_target(id).await? {
+                Some(t) => targets.push(t),
+                None => missing.push(id.clone()),
+            }
         }
         let arm = self.arm();
         let asg_name = format!("{group}-{location}");
@@ -256,13 +285,11 @@ impl SshAdmission for AzureProvider {
             .await?;
             admission.rule = Some(admission_rule(&nsg_id, group, priority)?);
         }
-        for id in readmit {
-            if self.readmit(id, sources).await? {
-                admission.readmitted.push(id.clone());
-            } else {
-                admission.missing.push(id.clone());
-            }
+        for t in &targets {
+            self.readmit(t, sources).await?;
+            admission.readmitted.push(t.id.clone());
         }
+        admission.missing = missing;
         Ok(admission)
     }
 }

@@ -1,13 +1,14 @@
 //! The core conformance suite against the fake Azure Resource Manager, with every hook: two owners in
 //! one resource group, page size 1, no stock (AllocationFailed), a lost VM PUT answer, request counts,
-//! delayed visibility of new VMs, and a billing profile with a credit.
+//! delayed visibility of new VMs, the admission rule on the subnet's own security group as the fake
+//! holds it, and a billing profile with a credit.
 
 mod common;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca_fakes::azure::FakeAzure;
+use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP};
 use orca_machines::conformance::{run_all, Harness, Hook, Setup};
 use orca_machines::{Provider, Result};
 
@@ -73,11 +74,68 @@ impl Harness for AzureHarness {
         self.fake.set_visibility_delay(delay);
         Ok(())
     }
+
+    async fn admitted_sources(&self, group: &str, location: &str) -> Hook<Option<Vec<String>>> {
+        // The rule `<group>` on the security group of the location's subnet, as the fake stores it.
+        let vnet = self.fake.resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/virtualNetworks",
+            &format!("{}-{location}", common::VNET),
+        );
+        let nsg = vnet.as_ref().and_then(|v| {
+            v["properties"]["subnets"]
+                .as_array()?
+                .iter()
+                .find(|s| s["name"].as_str() == Some(common::SUBNET))?["properties"]
+                ["networkSecurityGroup"]["id"]
+                .as_str()
+                .and_then(|id| id.rsplit('/').next())
+                .map(str::to_string)
+        });
+        let Some(nsg) = nsg else {
+            return Ok(None);
+        };
+        Ok(self
+            .fake
+            .nsg_rules(RESOURCE_GROUP, &nsg)
+            .iter()
+            .find(|r| {
+                r["name"]
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(group))
+            })
+            .map(|r| {
+                r["properties"]["sourceAddressPrefixes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            }))
+    }
 }
+
+/// The security group of the location's subnet, where admission rules go.
+const SUBNET_NSG: &str = "hosts-nsg";
 
 #[tokio::test]
 async fn conformance_against_the_fake() {
     let fake = common::fake().await;
+    // The subnet carries a security group of its own, with an operator's rule: the admission check
+    // then proves that a refused admission left the rule's sources as they were.
+    fake.add_nsg(
+        RESOURCE_GROUP,
+        SUBNET_NSG,
+        common::LOCATION,
+        &[("operator-https", 100)],
+    );
+    fake.add_subnet(
+        RESOURCE_GROUP,
+        &format!("{}-{}", common::VNET, common::LOCATION),
+        common::LOCATION,
+        common::SUBNET,
+        Some(SUBNET_NSG),
+    );
     fake.set_credit(
         common::BILLING_ACCOUNT,
         common::BILLING_PROFILE,
@@ -93,13 +151,15 @@ async fn conformance_against_the_fake() {
         report.skipped()
     );
     // Nothing is left behind: every check cleaned up its machines and their resources (the
-    // admission groups the SSH admission check made are the location's, not a machine's).
-    let left = h.fake.resources(orca_fakes::azure::RESOURCE_GROUP);
+    // admission groups the SSH admission check made are the location's, not a machine's, and the
+    // subnet's security group is the operator's).
+    let left = h.fake.resources(RESOURCE_GROUP);
     let stray: Vec<_> = left
         .iter()
-        .filter(|(t, _)| {
+        .filter(|(t, n)| {
             t != "Microsoft.Network/virtualNetworks"
                 && t != "Microsoft.Network/applicationSecurityGroups"
+                && !(t == "Microsoft.Network/networkSecurityGroups" && n == SUBNET_NSG)
         })
         .collect();
     assert!(stray.is_empty(), "left behind: {stray:?}");

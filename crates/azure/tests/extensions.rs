@@ -395,3 +395,57 @@ async fn the_credit_balance_is_the_billing_profiles_and_absent_without_one() {
     let e = other.credit_balance().unwrap().balance().await.unwrap_err();
     assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
 }
+
+#[tokio::test]
+async fn an_admission_naming_another_owners_machine_is_refused_before_any_change() {
+    let f = fake().await;
+    f.add_nsg(RESOURCE_GROUP, "hosts-nsg", LOCATION, &[("https", 100)]);
+    f.add_subnet(
+        RESOURCE_GROUP,
+        &format!("{VNET}-{LOCATION}"),
+        LOCATION,
+        SUBNET,
+        Some("hosts-nsg"),
+    );
+    let a = provider(&f, "stado-a").await;
+    let b = provider(&f, "stado-b").await;
+    use orca_machines::SshAdmission;
+    let src = vec!["198.51.100.4".to_string()];
+    b.admit_ssh("fleet", LOCATION, &src, &[]).await.unwrap();
+    let mine = b
+        .create(&spec("host-b").with_admission_group("fleet"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let theirs = a.create(&spec("host-a")).await.unwrap().machine().unwrap();
+    let resources = f.resources(RESOURCE_GROUP);
+    let subnet_rules = f.nsg_rules(RESOURCE_GROUP, "hosts-nsg");
+    let own_rules = f.nsg_rules(RESOURCE_GROUP, "host-b-nsg");
+    let puts = |f: &orca_fakes::azure::FakeAzure| {
+        f.control()
+            .log()
+            .iter()
+            .filter(|l| l.method.as_str() != "GET")
+            .count()
+    };
+    let writes = puts(&f);
+    // b's own machine first, then a's: the refusal comes before the group, the subnet's rule or b's
+    // own machine's rule is written.
+    for group in ["fleet", "fleet-new"] {
+        let e = b
+            .admit_ssh(
+                group,
+                LOCATION,
+                &["192.0.2.55/32".to_string()],
+                &[mine.id.clone(), theirs.id.clone()],
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotOwned, "{e}");
+    }
+    assert_eq!(puts(&f), writes, "{:?}", f.control().log());
+    assert_eq!(f.resources(RESOURCE_GROUP), resources);
+    assert_eq!(f.nsg_rules(RESOURCE_GROUP, "hosts-nsg"), subnet_rules);
+    assert_eq!(f.nsg_rules(RESOURCE_GROUP, "host-b-nsg"), own_rules);
+}
