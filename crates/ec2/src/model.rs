@@ -21,21 +21,40 @@ pub(crate) struct Image {
     pub root_volume_gb: Option<i32>,
 }
 
-/// What one RunInstances asks for.
-#[derive(Debug, Clone)]
+/// What one RunInstances asks for. `Debug` is written by hand: it never shows the user data.
+#[derive(Clone)]
 pub(crate) struct RunRequest {
     pub image: Image,
     pub machine_type: String,
     pub subnet: String,
     pub security_group: String,
     pub instance_profile: String,
-    /// Base64 of the spec's user data (empty: none). Never printed: `Debug` of the provider's types
-    /// never reaches it (the request is not logged).
+    /// Base64 of the spec's user data (empty: none). Never printed (user data may hold secrets):
+    /// `Debug` shows its length only.
     pub user_data_b64: String,
     /// The instance's and its root volume's tags: orca's, `Name`, and the spec's own labels.
     pub tags: Labels,
     pub client_token: String,
     pub root_volume_gb: Option<i32>,
+}
+
+impl std::fmt::Debug for RunRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRequest")
+            .field("image", &self.image)
+            .field("machine_type", &self.machine_type)
+            .field("subnet", &self.subnet)
+            .field("security_group", &self.security_group)
+            .field("instance_profile", &self.instance_profile)
+            .field(
+                "user_data_b64",
+                &format_args!("<{} bytes, redacted>", self.user_data_b64.len()),
+            )
+            .field("tags", &self.tags)
+            .field("client_token", &self.client_token)
+            .field("root_volume_gb", &self.root_volume_gb)
+            .finish()
+    }
 }
 
 /// EC2's state name of `i` (`pending`, `running`, ..., or a word the SDK does not know), or empty.
@@ -181,6 +200,40 @@ mod tests {
             "User initiated (2026-01-02 03:04:05 CET)",
         ] {
             assert_eq!(reason_time(none), None, "{none:?}");
+        }
+    }
+
+    #[test]
+    fn a_run_request_never_shows_its_user_data() {
+        let secret = "#cloud-config\nwrite_files: [{content: db-password-hunter2}]\n";
+        let b64 = aws_smithy_types::base64::encode(secret.as_bytes());
+        let r = RunRequest {
+            image: Image {
+                id: "ami-12345678".into(),
+                name: "ubuntu".into(),
+                arch: orca_machines::Arch::Amd64,
+                root_device_name: "/dev/sda1".into(),
+                root_volume_gb: Some(8),
+            },
+            machine_type: "t3.micro".into(),
+            subnet: "subnet-1".into(),
+            security_group: "sg-1".into(),
+            instance_profile: "orca-node".into(),
+            user_data_b64: b64.clone(),
+            tags: Labels::from([("Name".to_string(), "w-1".to_string())]),
+            client_token: "orca-0123".into(),
+            root_volume_gb: None,
+        };
+        for d in [format!("{r:?}"), format!("{r:#?}")] {
+            // (Not printed on failure: the failure would show what it guards.)
+            assert!(
+                !d.contains(&b64) && !d.contains("hunter2"),
+                "Debug of a RunRequest shows its user data"
+            );
+            assert!(
+                d.contains("redacted") && d.contains("t3.micro") && d.contains("orca-0123"),
+                "{d}"
+            );
         }
     }
 
