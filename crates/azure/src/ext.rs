@@ -82,14 +82,6 @@ impl MachineLabels for AzureProvider {
     }
 }
 
-/// An [`AdmissionRule`] (the core type has no constructor yet: it is built from its serde form).
-fn admission_rule(security_group: &str, name: &str, priority: u32) -> Result<AdmissionRule> {
-    serde_json::from_value(json!({
-        "security_group": security_group, "name": name, "priority": priority,
-    }))
-    .map_err(|e| Error::other(format!("admission rule: {e}")))
-}
-
 /// The priority an inbound rule `name` takes on a group holding `rules`: its own when it exists,
 /// else the first from 100 that no other inbound rule holds.
 fn priority_for(rules: &[SecurityRule], name: &str, what: &str) -> Result<u32> {
@@ -283,7 +275,7 @@ impl SshAdmission for AzureProvider {
                 &format!("the rule {group} of security group {nsg_id} was not written"),
             )
             .await?;
-            admission.rule = Some(admission_rule(&nsg_id, group, priority)?);
+            admission.rule = Some(AdmissionRule::new(&nsg_id, group, priority));
         }
         for t in &targets {
             self.readmit(t, sources).await?;
