@@ -25,9 +25,11 @@
 //!   phased-out `deprecated` flag**; the catalogue is of types on sale today (`cx23`, `cx33`, `cpx22`,
 //!   `cax11`, `cax21`, `ccx13`) beside two no longer sold (`cx22`, `cx32`, deprecated in every
 //!   location, the dates illustrative), which a create refuses (`invalid_server_type`).
-//! - A type out of stock in a location: `locations[].available` is false, and a create answers
-//!   `resource_unavailable` "error during placement" (as Hetzner words it); a type never offered in a
-//!   location: `invalid_input` "unsupported location for server type".
+//! - A type out of stock in a location: `locations[].available` is false, and a create or a
+//!   `change_type` to it there answers `resource_unavailable` "error during placement" (as Hetzner
+//!   words it); a powered-off server keeps its place (Hetzner bills it because its resources stay
+//!   reserved), so `poweron` is never refused for stock; a type never offered in a location:
+//!   `invalid_input` "unsupported location for server type".
 //! - Label selectors (`k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`),
 //!   `meta.pagination` (`page`, `per_page` up to 50, `previous_page`, `next_page`, `last_page`,
 //!   `total_entries`).
@@ -263,7 +265,8 @@ impl FakeHetzner {
     }
 
     /// Makes `server_type` out of stock in `location` (`on`), or back in stock: its
-    /// `locations[].available` turns false and creates answer `resource_unavailable`.
+    /// `locations[].available` turns false, and creates and type changes to it there answer
+    /// `resource_unavailable`.
     pub fn set_no_stock(&self, server_type: &str, location: &str, on: bool) {
         let key = (server_type.to_string(), location.to_string());
         let mut s = lock(&self.state);

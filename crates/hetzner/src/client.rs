@@ -236,7 +236,8 @@ pub(crate) fn classify(
         "forbidden" | "protected" | "token_readonly" => Error::permission_denied(words),
         "not_found" => Error::not_found(message),
         "uniqueness_error" => Error::already_exists(message),
-        // Capacity: the type cannot be placed in the location now ("error during placement").
+        // Capacity: the type cannot be placed in the location now ("error during placement"). The
+        // error names neither: the provider fills in the type and location of the call it made.
         "resource_unavailable" | "placement_error" => {
             Error::no_stock(String::new(), String::new(), words)
         }

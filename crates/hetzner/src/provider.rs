@@ -92,6 +92,21 @@ fn day(t: &str) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
+/// `e` with the type and location of a no-stock error filled in: Hetzner's error names neither.
+fn placing(e: Error, machine_type: &str, location: &str) -> Error {
+    match e {
+        Error::NoStock {
+            message, context, ..
+        } => Error::NoStock {
+            machine_type: machine_type.to_string(),
+            location: location.to_string(),
+            message,
+            context,
+        },
+        other => other,
+    }
+}
+
 /// A growing pause between reads that wait for a server to show: 50 ms doubling to 1 s.
 fn pause(n: u32) -> Duration {
     Duration::from_millis(50)
@@ -788,7 +803,9 @@ impl Provider for HetznerProvider {
     async fn start(&self, id: &str) -> Result<Machine> {
         let s = self.owned_server(id).await?;
         if s.status != "running" {
-            self.server_action(s.id, "poweron", None).await?;
+            self.server_action(s.id, "poweron", None)
+                .await
+                .map_err(|e| placing(e, &s.server_type.name, &s.location.name))?;
         }
         let s = self.owned_server(id).await?;
         Ok(self.machine_of(&s))
@@ -843,17 +860,28 @@ impl Provider for HetznerProvider {
         if !was_off {
             self.stop(id).await?;
         }
-        // Keep the disk as it is, so the server can be resized down again.
+        // Keep the disk as it is, so the server can be resized down again. No stock is of the new
+        // type, where the server is.
+        let location = &s.location.name;
         let changed = self
             .server_action(
                 s.id,
                 "change_type",
                 Some(json!({"server_type": machine_type, "upgrade_disk": false})),
             )
-            .await;
+            .await
+            .map_err(|e| placing(e, machine_type, location));
         if !was_off {
             // Power on again even when the change failed, so a failed resize leaves it as it was.
-            let started = self.server_action(s.id, "poweron", None).await;
+            let now = if changed.is_ok() {
+                machine_type
+            } else {
+                s.server_type.name.as_str()
+            };
+            let started = self
+                .server_action(s.id, "poweron", None)
+                .await
+                .map_err(|e| placing(e, now, location));
             changed?;
             started?;
         } else {

@@ -410,3 +410,26 @@ async fn a_create_action_can_fail_with_the_placement_code() {
     assert!(fake.set_status(id, "hibernating"));
     assert_eq!(fake.servers()[0]["status"], "hibernating");
 }
+
+#[tokio::test]
+async fn a_type_change_to_a_type_out_of_stock_is_refused_for_placement() {
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 0,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let id = fake.insert_server("ct1", "cx23", "fsn1", &[]);
+    assert!(fake.set_status(id, "off"));
+    fake.set_no_stock("cx33", "fsn1", true);
+    let path = format!("/servers/{id}/actions/change_type");
+    let body = json!({"server_type": "cx33", "upgrade_disk": false});
+    let (status, v) = call(&fake, reqwest::Method::POST, &path, Some(body.clone())).await;
+    assert_eq!(status, 412, "{v}");
+    assert_eq!(v["error"]["code"], "resource_unavailable");
+    assert_eq!(fake.servers()[0]["server_type"]["name"], "cx23");
+    // Elsewhere, or back in stock, the change is accepted.
+    fake.set_no_stock("cx33", "fsn1", false);
+    let (status, v) = call(&fake, reqwest::Method::POST, &path, Some(body)).await;
+    assert_eq!(status, 201, "{v}");
+}
