@@ -100,9 +100,7 @@ pub fn client_token(owner: &str, pool: &str, name: &str, after: Option<&str>) ->
         h.update(part.as_bytes());
         h.update([0u8]);
     }
-    let digest = h.finalize();
-    let hex: String = digest.iter().take(20).map(|b| format!("{b:02x}")).collect();
-    format!("orca-{hex}")
+    format!("orca-{}", hex::encode(&h.finalize()[..20]))
 }
 
 /// A digest of what a RunInstances asks for (all but its ClientToken): two requests with the same
@@ -124,11 +122,7 @@ fn request_digest(r: &RunRequest) -> String {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
-    h.finalize()
-        .iter()
-        .take(10)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&h.finalize()[..10])
 }
 
 /// Whether an instance in `state` is gone or going (terminated, or shutting down).
@@ -920,6 +914,41 @@ impl Ec2Provider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn request() -> RunRequest {
+        RunRequest {
+            image: Image {
+                id: "ami-12345678".into(),
+                name: "ubuntu".into(),
+                arch: orca_machines::Arch::Amd64,
+                root_device_name: "/dev/sda1".into(),
+                root_volume_gb: Some(8),
+            },
+            machine_type: "t3.micro".into(),
+            subnet: "subnet-1".into(),
+            security_group: "sg-1".into(),
+            instance_profile: "orca-node".into(),
+            user_data_b64: "I2Nsb3VkLWNvbmZpZwo=".into(),
+            tags: Labels::from([("Name".to_string(), "w-1".to_string())]),
+            client_token: "orca-0123".into(),
+            root_volume_gb: None,
+        }
+    }
+
+    /// A ClientToken names the instance across versions of the driver (a process restarted on a
+    /// newer version retries a create with it): its value never changes.
+    #[test]
+    fn tokens_and_digests_keep_their_values() {
+        assert_eq!(
+            client_token("stack-1", "lab", "w-1", None),
+            "orca-2601bc6cea053854258c3f32af501d61bf724a33"
+        );
+        assert_eq!(
+            client_token("stack-1", "lab", "w-1", Some("i-0abc")),
+            "orca-1e82fd259734a36e1587dcc29108f8ba82c2a214"
+        );
+        assert_eq!(request_digest(&request()), "0aa8ce7e101a7fa0bc70");
+    }
 
     #[test]
     fn tokens_fit_ec2() {
