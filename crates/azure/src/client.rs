@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use orca_machines::kit::Attempts;
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use secrecy::ExposeSecret;
@@ -366,25 +367,25 @@ impl Arm {
             .await
     }
 
-    /// [`Arm::call`] that also says how many attempts were sent (a retried `PUT` whose first
-    /// answer was lost may meet what it made itself).
-    pub(crate) async fn call_counted(
+    /// [`Arm::call`] that records each attempt's outcome in `attempts`: a retried `PUT` whose
+    /// earlier attempt ended in a passing failure (its answer lost) may meet what it made itself;
+    /// one whose earlier attempts were throttled or refused cannot ([`Attempts`]).
+    pub(crate) async fn call_recorded(
         &self,
         op: &str,
         method: Method,
         url: &str,
         body: Option<&Value>,
         condition: Condition,
-    ) -> (Result<Answer>, u32) {
-        let attempts = std::sync::atomic::AtomicU32::new(0);
-        let r = self
-            .retry
-            .retry(op, || {
-                attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                self.send_once(op, &method, url, body, condition)
+        attempts: &Attempts,
+    ) -> Result<Answer> {
+        self.retry
+            .retry(op, || async {
+                let r = self.send_once(op, &method, url, body, condition).await;
+                attempts.record(&r);
+                r
             })
-            .await;
-        (r, attempts.into_inner())
+            .await
     }
 
     /// `GET` into `T`: `None` on 404.

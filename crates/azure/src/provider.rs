@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use base64::Engine as _;
 use futures::StreamExt;
+use orca_machines::kit::Attempts;
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -615,9 +616,9 @@ impl AzureProvider {
         })
     }
 
-    /// Makes the machine's four resources; answers the machine and whether an earlier create made
-    /// its VM.
-    async fn create_inner(&self, spec: &MachineSpec, made: &mut Made) -> Result<(Machine, bool)> {
+    /// Makes the machine's four resources; answers the machine, made by this call or adopted from
+    /// an earlier one.
+    async fn create_inner(&self, spec: &MachineSpec, made: &mut Made) -> Result<Created> {
         let image = match &spec.image {
             Some(i) => ImageUrn::parse(i).map_err(|rule| Error::invalid("image", rule))?,
             None => {
@@ -714,21 +715,23 @@ impl AzureProvider {
         let what = format!("VM {}", names.vm);
         let vm_url = self.vm_url(&names.vm, false);
         let op = format!("create {what}");
-        let (put, attempts) = self
+        let attempts = Attempts::new();
+        let put = self
             .arm()
-            .call_counted(
+            .call_recorded(
                 &op,
                 Method::PUT,
                 &vm_url,
                 Some(&vm_body),
                 Condition::IfNoneMatch,
+                &attempts,
             )
             .await;
-        let adopted = match put {
+        let met_existing = matches!(put, Err(Error::AlreadyExists { .. }));
+        match put {
             Ok(a) => {
                 made.push((what.clone(), vm_url.clone()));
                 self.arm().wait(&op, &a).await?;
-                false
             }
             Err(Error::AlreadyExists { .. }) => {
                 // Made by this call's own earlier attempt (whose answer was lost), or by an earlier
@@ -746,7 +749,6 @@ impl AzureProvider {
                 }
                 made.push((what.clone(), vm_url.clone()));
                 self.settle_vm(&names.vm).await?;
-                attempts <= 1
             }
             Err(e) => {
                 if e.is_retryable() {
@@ -754,7 +756,7 @@ impl AzureProvider {
                 }
                 return Err(e);
             }
-        };
+        }
         self.remember(&names.vm);
         // A create answers only once reads show the VM.
         let vm = match self.arm().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
@@ -777,7 +779,14 @@ impl AzureProvider {
         if addr.public.is_empty() || addr.private.is_empty() || addr.fqdn.is_empty() {
             addr = self.addresses_of(&vm).await?;
         }
-        Ok((self.machine_of(&vm, None, addr), adopted))
+        let m = self.machine_of(&vm, None, addr);
+        // Only an attempt that ended in a passing failure may have made the VM a 412 met; after
+        // throttling or refusals alone, the VM is an earlier call's.
+        Ok(if met_existing {
+            attempts.found(m)
+        } else {
+            Created::Machine(m)
+        })
     }
 
     /// Reads a VM being adopted until its provisioning state is final; a failed one answers its
@@ -993,8 +1002,7 @@ impl Provider for AzureProvider {
         }
         let mut made = Made::new();
         match self.create_inner(spec, &mut made).await {
-            Ok((m, false)) => Ok(Created::Machine(m)),
-            Ok((m, true)) => Ok(Created::Adopted(m)),
+            Ok(created) => Ok(created),
             Err(e) => {
                 // A passing failure: when Azure may hold the VM (it answers it, or cannot be asked),
                 // everything stays for the retried create to adopt; when it surely holds none, what

@@ -851,3 +851,32 @@ async fn errors_keep_the_operation_the_retries_the_code_and_the_cause() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_throttled_then_refused_vm_put_adopts_an_earlier_calls_vm() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let first = p.create(&spec("vm-t", AMD)).await.unwrap();
+    assert!(!first.is_adopted());
+    // A later create: its first VM PUT is throttled (429: not served), its second meets the VM
+    // (412). No attempt of this call can have made it: it is an earlier call's.
+    f.control().inject(Rule::new(
+        Some("PUT".parse().unwrap()),
+        "/virtualMachines/vm-t",
+        Fault::Status {
+            status: 429,
+            body: serde_json::json!({"error": {"code": "TooManyRequests", "message": "slow down"}}),
+            headers: vec![("Retry-After".into(), "0".into())],
+        },
+        1,
+    ));
+    match p.create(&spec("vm-t", AMD)).await.unwrap() {
+        Created::Adopted(m) => assert_eq!(m.id, "vm-t"),
+        other => panic!("a 429 then a 412 gave {other:?}, not Adopted"),
+    }
+    let vm_puts = f
+        .control()
+        .count(&"PUT".parse().unwrap(), "/virtualMachines/vm-t");
+    assert_eq!(vm_puts, 3, "{:?}", f.control().log());
+    assert_eq!(stray(&f).len(), 5);
+}
