@@ -166,7 +166,14 @@ async fn main() -> orca::Result<()> {
             .await?;
     }
     let (r, t) = m.stop();
-    line("set_source_ranges", n, r, 3.0, "patch, wait, get", t);
+    line(
+        "set_source_ranges",
+        n,
+        r,
+        4.0,
+        "get (its network), patch, wait, get",
+        t,
+    );
 
     // Listing 1,000 instances of one owner and pool, with 1,000 more of another owner in the zone.
     let count = 1000usize;

@@ -480,12 +480,23 @@ impl FakeGce {
     }
 
     /// Adds or replaces a firewall rule (`name` and `network` required; a `network` without a scheme is
-    /// taken as a network name of [`PROJECT`]).
+    /// taken as a network name of [`PROJECT`]), as an operator would make it. A rule belongs to a
+    /// network that exists: a network of [`PROJECT`] the fake does not have yet is added first (custom
+    /// mode, no subnet), so that a test can put a rule on another network than [`NETWORK`].
     pub fn put_firewall(&self, mut rule: Value) {
         let name = rule["name"].as_str().unwrap_or_default().to_string();
         if let Some(n) = rule["network"].as_str() {
             if !n.starts_with("https://") {
                 rule["network"] = json!(format!("{LINK}/projects/{PROJECT}/global/networks/{n}"));
+            }
+        }
+        let prefix = format!("{LINK}/projects/{PROJECT}/global/networks/");
+        if let Some(net) = rule["network"]
+            .as_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+        {
+            if !lock(&self.state).networks.contains_key(net) {
+                self.put_network(net, false);
             }
         }
         let mut s = lock(&self.state);
@@ -619,6 +630,38 @@ mod tests {
             .await
             .unwrap();
         r["access_token"].as_str().unwrap().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_rule_can_be_put_on_another_network_which_then_exists() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        let get = |path: String| {
+            let req = http.get(path).bearer_auth(&token);
+            async move {
+                let r = req.send().await.unwrap();
+                (r.status().as_u16(), r.json::<Value>().await.unwrap())
+            }
+        };
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+        assert_eq!(get(api("global/networks/other-net")).await.0, 404);
+        fake.put_firewall(json!({"name": "other-ssh", "network": "other-net",
+            "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}], "sourceRanges": ["198.51.100.9/32"]}));
+        let (status, rule) = get(api("global/firewalls/other-ssh")).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            rule["network"],
+            format!("{LINK}/projects/{PROJECT}/global/networks/other-net")
+        );
+        let (status, net) = get(api("global/networks/other-net")).await;
+        assert_eq!(
+            (status, &net["autoCreateSubnetworks"]),
+            (200, &json!(false))
+        );
+        // The fake's own network stays as it was.
+        let (_, net) = get(api(&format!("global/networks/{NETWORK}"))).await;
+        assert_eq!(net["subnetworks"].as_array().map(Vec::len), Some(2));
     }
 
     #[tokio::test]

@@ -90,6 +90,27 @@ fn check_ranges(ranges: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// A rule's `network` (a URL, or a path or name) as `project/name` when it names a project, else
+/// the name.
+fn network_of(network: &str) -> String {
+    let rest = network.find("projects/").map_or(network, |i| &network[i..]);
+    match rest.split('/').collect::<Vec<_>>().as_slice() {
+        ["projects", project, "global", "networks", name] => format!("{project}/{name}"),
+        _ => last_segment(network).to_string(),
+    }
+}
+
+impl GceProvider {
+    /// Whether a rule's `network` is the provider's network: its name, in the provider's project
+    /// when the rule names a project.
+    fn is_own_network(&self, network: &str) -> bool {
+        let name = self.network_name();
+        let own = format!("{}/{name}", self.project());
+        let of = network_of(network);
+        of == own || (of == name && !network.contains("projects/"))
+    }
+}
+
 fn ports(p: &[model::FirewallPorts]) -> Vec<FirewallPorts> {
     p.iter()
         .map(|x| FirewallPorts::new(&x.protocol, x.ports.iter().cloned()))
@@ -147,7 +168,6 @@ impl FirewallRules for GceProvider {
 
     /// Every page of `firewalls.list`, keeping the rules of the provider's network.
     async fn rules(&self) -> Result<Vec<FirewallRule>> {
-        let network = self.network_name();
         let path = self.client().global("firewalls");
         let all: Vec<model::Firewall> = self
             .client()
@@ -155,17 +175,34 @@ impl FirewallRules for GceProvider {
             .await?;
         Ok(all
             .into_iter()
+            .filter(|f| self.is_own_network(&f.network))
             .map(to_rule)
-            .filter(|r| r.network == network)
             .collect())
     }
 
-    /// `firewalls.patch` with the JSON merge patch `{"sourceRanges": [...]}` (nothing else), the
-    /// global operation followed to its end, and the rule read back.
+    /// `firewalls.get`, then, for a rule of the provider's network only, `firewalls.patch` with the
+    /// JSON merge patch `{"sourceRanges": [...]}` (nothing else), the global operation followed to
+    /// its end, and the rule read back. A rule of another network is refused (`InvalidSpec`) and left
+    /// as it is; a missing one is `NotFound`.
     async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
         check_rule_name(name)?;
         check_ranges(ranges)?;
         let path = self.client().global(&format!("firewalls/{name}"));
+        let current: model::Firewall = self
+            .client()
+            .call("firewalls.get", Method::GET, &path, &[], None)
+            .await?;
+        if !self.is_own_network(&current.network) {
+            return Err(Error::invalid(
+                "name",
+                format!(
+                    "firewall rule {name} is on network {}, not on this provider's network {}; \
+                     not changed",
+                    network_of(&current.network),
+                    self.network_name()
+                ),
+            ));
+        }
         let query = [("requestId", request_id())];
         let body = json!({ "sourceRanges": ranges });
         let op: Operation = self
@@ -182,6 +219,14 @@ impl FirewallRules for GceProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rules_network_names_its_project() {
+        let url = "https://www.googleapis.com/compute/v1/projects/p-1/global/networks/orca-net";
+        assert_eq!(network_of(url), "p-1/orca-net");
+        assert_eq!(network_of("projects/p-2/global/networks/x"), "p-2/x");
+        assert_eq!(network_of("orca-net"), "orca-net");
+    }
 
     #[test]
     fn ranges_are_ipv4_cidrs() {

@@ -981,17 +981,20 @@ async fn firewall_rules_are_read_and_patched_through_the_extension() {
     let stored = fake.firewall(SSH_RULE).unwrap();
     assert_eq!(stored["sourceRanges"], json!(["198.51.100.9/32"]));
     assert_eq!(stored["targetTags"], json!(["shed-test"]));
-    // A merge patch of the sources alone, the global operation followed, the rule read back.
+    // The rule read (its network checked), a merge patch of the sources alone, the global operation
+    // followed, the rule read back.
     let log: Vec<(Method, String)> = fake
         .control()
         .log()
         .into_iter()
         .map(|l| (l.method, l.path))
         .collect();
-    assert_eq!(log.len(), 3, "{log:?}");
-    assert_eq!(log[0].0, Method::PATCH);
-    assert!(log[1].1.contains("/global/operations/") && log[1].1.ends_with("/wait"));
-    assert!(log[2].1.ends_with(&format!("/global/firewalls/{SSH_RULE}")));
+    assert_eq!(log.len(), 4, "{log:?}");
+    assert_eq!(log[0].0, Method::GET);
+    assert!(log[0].1.ends_with(&format!("/global/firewalls/{SSH_RULE}")));
+    assert_eq!(log[1].0, Method::PATCH);
+    assert!(log[2].1.contains("/global/operations/") && log[2].1.ends_with("/wait"));
+    assert!(log[3].1.ends_with(&format!("/global/firewalls/{SSH_RULE}")));
     let e = fw
         .set_source_ranges("no-such-rule", &["198.51.100.9/32".to_string()])
         .await
@@ -1007,6 +1010,56 @@ async fn firewall_rules_are_read_and_patched_through_the_extension() {
         [SUBNET, SUBNET],
         "one in each of two regions"
     );
+}
+
+#[tokio::test]
+async fn a_rule_of_another_network_is_read_but_never_patched() {
+    let fake = FakeGce::start().await.unwrap();
+    fake.put_firewall(json!({
+        "name": "other-ssh", "network": "other-net", "direction": "INGRESS", "priority": 1000,
+        "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}], "sourceRanges": ["198.51.100.9/32"],
+    }));
+    let p: Arc<dyn Provider> = Arc::new(provider(&fake, "stack-1").await);
+    let fw = p.firewall_rules().expect("firewall rules");
+    // Read, with its own network named (what lets a caller say the rule is on the wrong network).
+    let rule = fw.rule("other-ssh").await.unwrap().expect("the rule reads");
+    assert_eq!(rule.network, "other-net");
+    assert!(fw
+        .rules()
+        .await
+        .unwrap()
+        .iter()
+        .all(|r| r.name != "other-ssh"));
+    // Never patched: refused after reading it, before any change is sent.
+    fake.control().clear_log();
+    let e = fw
+        .set_source_ranges("other-ssh", &["203.0.113.7/32".to_string()])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidSpec { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("other-net") && e.to_string().contains(NETWORK),
+        "{e}"
+    );
+    assert_eq!(
+        fake.control().count(&Method::PATCH, "/global/firewalls/"),
+        0
+    );
+    assert_eq!(
+        fake.firewall("other-ssh").unwrap()["sourceRanges"],
+        json!(["198.51.100.9/32"]),
+        "unchanged"
+    );
+    // The same name on the provider's network would be patched: the network decides, not the name.
+    fake.put_firewall(json!({
+        "name": "other-ssh", "network": NETWORK, "direction": "INGRESS",
+        "allowed": [{"IPProtocol": "tcp", "ports": ["22"]}], "sourceRanges": ["198.51.100.9/32"],
+    }));
+    let patched = fw
+        .set_source_ranges("other-ssh", &["203.0.113.7/32".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(patched.source_ranges, ["203.0.113.7/32"]);
 }
 
 #[tokio::test]
