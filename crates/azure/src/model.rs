@@ -321,6 +321,8 @@ impl PublicIp {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct Tagged {
+    #[serde(deserialize_with = "nullable")]
+    pub location: String,
     #[serde(deserialize_with = "tags")]
     pub tags: BTreeMap<String, String>,
     #[serde(deserialize_with = "nullable")]

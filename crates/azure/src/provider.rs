@@ -115,8 +115,67 @@ struct Addresses {
     fqdn: String,
 }
 
-/// What a failed create had made, newest last: a description and its URL.
-type Made = Vec<(String, String)>;
+/// The kinds of resource a machine is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    Vm,
+    Interface,
+    SecurityGroup,
+    PublicIp,
+}
+
+impl Part {
+    /// The kind's name in messages and leftovers.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Part::Vm => "VM",
+            Part::Interface => "interface",
+            Part::SecurityGroup => "security group",
+            Part::PublicIp => "public IP",
+        }
+    }
+}
+
+/// One resource of a machine: its kind and name (`VM vm-a`, `interface vm-a-nic`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Res {
+    pub part: Part,
+    pub name: String,
+}
+
+impl Res {
+    pub(crate) fn new(part: Part, name: &str) -> Res {
+        Res {
+            part,
+            name: name.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Res {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.part.label(), self.name)
+    }
+}
+
+/// A resource a create made or adopted, with its URL.
+struct MadeRes {
+    res: Res,
+    url: String,
+    /// Found, not made, by this call (a retried create's, or an existing machine's).
+    adopted: bool,
+}
+
+/// What a create had made or adopted, newest last.
+type Made = Vec<MadeRes>;
+
+fn made_res(res: &Res, url: &str, adopted: bool) -> MadeRes {
+    MadeRes {
+        res: res.clone(),
+        url: url.to_string(),
+        adopted,
+    }
+}
 
 impl AzureProvider {
     /// A provider for `owner` (empty for none) with `config`. No network call.
@@ -405,33 +464,41 @@ impl AzureProvider {
             })
     }
 
-    /// `PUT` of a new network resource, followed to its end. The network resource provider's `PUT`
-    /// has no `If-None-Match` in its specification, so the resource is read first: one that exists
-    /// is adopted if it carries this owner's tags of `pool` (a retried create) and refused as
-    /// [`Error::AlreadyExists`] otherwise, untouched. `made` learns the URL as soon as Azure may hold
-    /// the resource.
+    /// `PUT` of a new network resource in `location`, followed to its end. The network resource
+    /// provider's `PUT` has no `If-None-Match` in its specification, so the resource is read first:
+    /// one that exists is adopted if it carries this owner's tags of `pool` and is in `location` (a
+    /// retried create), and refused as [`Error::AlreadyExists`] otherwise, untouched. `made` learns
+    /// the URL as soon as Azure may hold the resource.
     async fn put_network(
         &self,
-        what: &str,
+        res: &Res,
         url: &str,
         body: &Value,
         pool: &str,
         made: &mut Made,
     ) -> Result<Value> {
+        let what = res.to_string();
+        let location = body["location"].as_str().unwrap_or_default();
         if let Some(found) = self
             .arm()
             .get::<Value>(&format!("read {what}"), url)
             .await?
         {
-            let tags: Tagged = decode(what, found)?;
+            let tags: Tagged = decode(&what, found)?;
             if !is_in_pool(&tags.tags, pool, &self.inner.owner) {
                 return Err(Error::already_exists(format!(
                     "{what} exists and is not this owner's ({:?}) of pool {pool}",
                     self.inner.owner
                 )));
             }
-            made.push((what.to_string(), url.to_string()));
-            return self.settle(what, url).await;
+            if !same_location(&tags.location, location) {
+                return Err(Error::already_exists(format!(
+                    "{what} exists in {}, not in {location}: a machine of that name is elsewhere",
+                    tags.location
+                )));
+            }
+            made.push(made_res(res, url, true));
+            return self.settle(&what, url).await;
         }
         let op = format!("create {what}");
         match self
@@ -440,14 +507,14 @@ impl AzureProvider {
             .await
         {
             Ok(a) => {
-                made.push((what.to_string(), url.to_string()));
+                made.push(made_res(res, url, false));
                 self.arm().wait(&op, &a).await?;
                 Ok(a.body)
             }
             Err(e) => {
                 if e.is_retryable() {
                     // The PUT may have been served: clean-up must look.
-                    made.push((what.to_string(), url.to_string()));
+                    made.push(made_res(res, url, false));
                 }
                 Err(e)
             }
@@ -536,12 +603,13 @@ impl AzureProvider {
     /// address and disk with it); names what could not be removed.
     async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
-        for (what, url) in made.iter().rev() {
-            let removed = if what.starts_with("interface ") {
-                self.remove_interface(what, url, self.cfg().reservation_wait)
+        for m in made.iter().rev() {
+            let what = m.res.to_string();
+            let removed = if m.res.part == Part::Interface {
+                self.remove_interface(&what, &m.url, self.cfg().reservation_wait)
                     .await
             } else {
-                self.remove(what, url).await
+                self.remove(&what, &m.url).await
             };
             if let Err(e) = removed {
                 tracing::warn!(what = %what, error = %e, "clean-up after a failed create failed");
@@ -639,7 +707,7 @@ impl AzureProvider {
 
         let pip = self
             .put_network(
-                &format!("public IP {}", names.pip),
+                &Res::new(Part::PublicIp, &names.pip),
                 &self.arm().url(&pip_id, NETWORK_API),
                 &json!({
                     "location": loc, "tags": tags,
@@ -669,7 +737,7 @@ impl AzureProvider {
             rules.push(json!({"name": SSH_RULE, "properties": ssh_rule(sources, 100)}));
         }
         self.put_network(
-            &format!("security group {}", names.nsg),
+            &Res::new(Part::SecurityGroup, &names.nsg),
             &self.arm().url(&nsg_id, NETWORK_API),
             &json!({"location": loc, "tags": tags, "properties": {"securityRules": rules}}),
             &spec.pool,
@@ -694,7 +762,7 @@ impl AzureProvider {
         }
         let nic = self
             .put_network(
-                &format!("interface {}", names.nic),
+                &Res::new(Part::Interface, &names.nic),
                 &self.arm().url(&nic_id, NETWORK_API),
                 &json!({"location": loc, "tags": tags, "properties": {
                     "networkSecurityGroup": {"id": nsg_id},
@@ -712,7 +780,8 @@ impl AzureProvider {
             })?;
 
         // The VM: `If-None-Match: *` makes the PUT a create only (412 when the VM exists).
-        let what = format!("VM {}", names.vm);
+        let vm_res = Res::new(Part::Vm, &names.vm);
+        let what = vm_res.to_string();
         let vm_url = self.vm_url(&names.vm, false);
         let op = format!("create {what}");
         let attempts = Attempts::new();
@@ -730,7 +799,7 @@ impl AzureProvider {
         let met_existing = matches!(put, Err(Error::AlreadyExists { .. }));
         match put {
             Ok(a) => {
-                made.push((what.clone(), vm_url.clone()));
+                made.push(made_res(&vm_res, &vm_url, false));
                 self.arm().wait(&op, &a).await?;
             }
             Err(Error::AlreadyExists { .. }) => {
@@ -741,18 +810,33 @@ impl AzureProvider {
                         "{what} vanished while being adopted"
                     )));
                 };
-                if !is_in_pool(&found.tags, &spec.pool, &self.inner.owner) {
-                    return Err(Error::already_exists(format!(
+                let size = &found.properties.hardware_profile.vm_size;
+                let refused = if !is_in_pool(&found.tags, &spec.pool, &self.inner.owner) {
+                    Some(format!(
                         "{what} exists and is not this owner's ({:?}) of pool {}",
                         self.inner.owner, spec.pool
-                    )));
+                    ))
+                } else if !size.eq_ignore_ascii_case(&spec.machine_type)
+                    || !same_location(&found.location, &spec.location)
+                {
+                    Some(format!(
+                        "{what} exists as {size} in {}, not as {} in {}: not the machine asked for",
+                        found.location, spec.machine_type, spec.location
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = refused {
+                    // What was adopted on the way belongs to the VM that exists: it stays.
+                    made.retain(|m| !m.adopted);
+                    return Err(Error::already_exists(why));
                 }
-                made.push((what.clone(), vm_url.clone()));
+                made.push(made_res(&vm_res, &vm_url, true));
                 self.settle_vm(&names.vm).await?;
             }
             Err(e) => {
                 if e.is_retryable() {
-                    made.push((what.clone(), vm_url.clone()));
+                    made.push(made_res(&vm_res, &vm_url, false));
                 }
                 return Err(e);
             }
@@ -921,6 +1005,17 @@ impl AzureProvider {
                 ))
             })
     }
+}
+
+/// Whether two Azure locations are the same (`westeurope`, `WestEurope`, `West Europe`).
+fn same_location(a: &str, b: &str) -> bool {
+    let norm = |s: &str| -> String {
+        s.chars()
+            .filter(|c| !c.is_whitespace())
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    norm(a) == norm(b)
 }
 
 /// The properties of an inbound rule admitting `sources` on TCP 22 at `priority`, to every address

@@ -880,3 +880,55 @@ async fn a_throttled_then_refused_vm_put_adopts_an_earlier_calls_vm() {
     assert_eq!(vm_puts, 3, "{:?}", f.control().log());
     assert_eq!(stray(&f).len(), 5);
 }
+
+#[tokio::test]
+async fn a_machine_of_another_size_or_location_is_not_adopted() {
+    let f = fake().await;
+    f.add_subnet(
+        RESOURCE_GROUP,
+        &format!("{VNET}-northeurope"),
+        "northeurope",
+        SUBNET,
+        None,
+    );
+    let p = provider(&f, "stack-1").await;
+    let m = p
+        .create(&spec("vm-z", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let before = stray(&f);
+    let vm_before = f
+        .resource(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "vm-z")
+        .unwrap();
+    // The same name and pool but another size: not the machine asked for.
+    let e = p
+        .create(&spec("vm-z", "Standard_D2s_v5"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert!(e.to_string().contains("Standard_B2s"), "{e}");
+    // The same name and size in another location: its address, group and interface are in
+    // westeurope, and so is the VM.
+    let e = p
+        .create(&MachineSpec::new("vm-z", AMD, "northeurope", "lab"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert!(e.to_string().contains("westeurope"), "{e}");
+    // Nothing of the machine changed or went.
+    assert_eq!(stray(&f), before);
+    assert_eq!(
+        f.resource(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", "vm-z")
+            .unwrap(),
+        vm_before
+    );
+    let read = p.machine(&m.id).await.unwrap().unwrap();
+    assert_eq!(
+        (read.machine_type.as_str(), read.status),
+        (AMD, Status::Running)
+    );
+    // The same spec still adopts it.
+    assert!(p.create(&spec("vm-z", AMD)).await.unwrap().is_adopted());
+}
