@@ -170,6 +170,8 @@ impl Default for Waiting {
 
 /// The default of [`ConfigBuilder::consistency`].
 pub const DEFAULT_CONSISTENCY: Duration = Duration::from_secs(120);
+/// The default of [`ConfigBuilder::confirm_not_found`].
+pub const DEFAULT_CONFIRM_NOT_FOUND: Duration = Duration::from_secs(10);
 
 /// The EC2 driver's settings. `Debug` never shows a secret.
 #[derive(Clone)]
@@ -186,6 +188,7 @@ pub struct Config {
     pub(crate) retry: RetryPolicy,
     pub(crate) waiting: Waiting,
     pub(crate) consistency: Duration,
+    pub(crate) confirm_not_found: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) attempt_timeout: Duration,
 }
@@ -205,6 +208,7 @@ impl std::fmt::Debug for Config {
             .field("retry", &self.retry)
             .field("waiting", &self.waiting)
             .field("consistency", &self.consistency)
+            .field("confirm_not_found", &self.confirm_not_found)
             .field("connect_timeout", &self.connect_timeout)
             .field("attempt_timeout", &self.attempt_timeout)
             .finish()
@@ -286,6 +290,7 @@ pub struct ConfigBuilder {
     retry: RetryPolicy,
     waiting: Waiting,
     consistency: Duration,
+    confirm_not_found: Duration,
     connect_timeout: Duration,
     attempt_timeout: Duration,
     /// Settings that did not parse, by key, with the rule they break (never their value).
@@ -341,6 +346,7 @@ impl Default for ConfigBuilder {
             retry: RetryPolicy::default(),
             waiting: Waiting::default(),
             consistency: DEFAULT_CONSISTENCY,
+            confirm_not_found: DEFAULT_CONFIRM_NOT_FOUND,
             connect_timeout: Duration::from_secs(10),
             attempt_timeout: Duration::from_secs(60),
             problems: Vec::new(),
@@ -522,6 +528,15 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long a "not found" for an instance this provider did not make lately is confirmed before
+    /// it is believed (default [`DEFAULT_CONFIRM_NOT_FOUND`]): the driver reads again, with backoff,
+    /// within this window. The instance may be one another process (another owner, or this owner
+    /// before a restart) made a moment ago, which EC2 does not show to every call yet.
+    pub fn confirm_not_found(mut self, window: Duration) -> Self {
+        self.confirm_not_found = window;
+        self
+    }
+
     /// Timeouts of one HTTP attempt: to connect, and for the whole attempt (defaults 10 s and 60 s).
     pub fn timeouts(mut self, connect: Duration, attempt: Duration) -> Self {
         self.connect_timeout = connect;
@@ -649,6 +664,12 @@ impl ConfigBuilder {
                 "an interval above zero and a timeout of at least one interval",
             );
         }
+        if self.consistency.is_zero() || self.confirm_not_found.is_zero() {
+            p.invalid(
+                "consistency",
+                "windows above zero (EC2's \"not found\" is confirmed before it is believed)",
+            );
+        }
         for k in &self.unknown {
             p.unknown_key::<ConfigKey>(k.clone());
         }
@@ -671,6 +692,7 @@ impl ConfigBuilder {
                 ..self.waiting
             },
             consistency: self.consistency,
+            confirm_not_found: self.confirm_not_found,
             connect_timeout: client.connect_timeout.unwrap_or(self.connect_timeout),
             attempt_timeout: client.request_timeout.unwrap_or(self.attempt_timeout),
         })
@@ -821,6 +843,21 @@ mod tests {
         for good in [5, 1000] {
             assert_eq!(b().page_size(good).build().unwrap().page_size(), good);
         }
+    }
+
+    #[test]
+    fn consistency_windows_are_above_zero() {
+        let b = || {
+            Config::builder()
+                .subnet("a", "subnet-1")
+                .security_group("sg-1")
+                .instance_profile("p")
+        };
+        let e = b().confirm_not_found(Duration::ZERO).build().unwrap_err();
+        assert!(e.to_string().contains("consistency"), "{e}");
+        assert!(b().consistency(Duration::ZERO).build().is_err());
+        let c = b().build().unwrap();
+        assert_eq!(c.confirm_not_found, DEFAULT_CONFIRM_NOT_FOUND);
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub struct Ec2Provider {
     page_size: i32,
     waiting: Waiting,
     consistency: Duration,
+    confirm_not_found: Duration,
     arch_cache: Mutex<HashMap<String, Arch>>,
     image_cache: Mutex<HashMap<Arch, Image>>,
     spec_image_cache: Mutex<HashMap<String, Image>>,
@@ -75,6 +76,7 @@ impl std::fmt::Debug for Ec2Provider {
             .field("images", &self.images)
             .field("page_size", &self.page_size)
             .field("consistency", &self.consistency)
+            .field("confirm_not_found", &self.confirm_not_found)
             .finish_non_exhaustive()
     }
 }
@@ -149,6 +151,7 @@ impl Ec2Provider {
             page_size: config.page_size,
             waiting: config.waiting,
             consistency: config.consistency,
+            confirm_not_found: config.confirm_not_found,
             arch_cache: Mutex::new(HashMap::new()),
             image_cache: Mutex::new(HashMap::new()),
             spec_image_cache: Mutex::new(HashMap::new()),
@@ -190,11 +193,12 @@ impl Ec2Provider {
     }
 
     /// Until when a "not found" for `id` is not believed: the end of the consistency window after
-    /// this provider made it; `None` for an instance it did not make lately.
-    fn fresh_until(&self, id: &str) -> Option<Instant> {
-        let at = *lock(&self.made).get(id)?;
-        let until = at + self.consistency;
-        (until > Instant::now()).then_some(until)
+    /// this provider made it, and at least the confirmation window from now for any id (it may be
+    /// one another process made a moment ago).
+    fn confirm_until(&self, id: &str) -> Instant {
+        let confirmed = Instant::now() + self.confirm_not_found;
+        let made = lock(&self.made).get(id).map(|at| *at + self.consistency);
+        made.map_or(confirmed, |m| m.max(confirmed))
     }
 
     /// The pause before read number `retry` while waiting out eventual consistency.
@@ -205,27 +209,22 @@ impl Ec2Provider {
             .clamp(Duration::from_millis(5), MAX_CONSISTENCY_PAUSE)
     }
 
-    /// Instance `id` as EC2 shows it now (`None`: EC2 does not know it). A "not found" for an
-    /// instance this provider made within the consistency window is not believed at once: the driver
-    /// reads again, with backoff, until EC2 shows it or the window ends.
+    /// Instance `id` as EC2 shows it now (`None`: EC2 does not know it). A "not found" is never
+    /// believed at once (EC2 may not show a new instance to every call yet): the driver reads again,
+    /// with backoff, until EC2 shows it or the window ends: the consistency window since this
+    /// provider made it, else the confirmation window from now.
     async fn read(&self, id: &str) -> Result<Option<Instance>> {
+        let until = self.confirm_until(id);
         let mut retry = 0;
         loop {
             if let Some(i) = self.client.describe_instance(id).await? {
                 return Ok(Some(i));
             }
-            let Some(until) = self.fresh_until(id) else {
-                return Ok(None);
-            };
             let pause = self.pause(retry);
             if Instant::now() + pause > until {
                 return Ok(None);
             }
-            tracing::debug!(
-                id,
-                retry,
-                "EC2 does not show an instance made lately; reading again"
-            );
+            tracing::debug!(id, retry, "EC2 does not show the instance; reading again");
             tokio::time::sleep(pause).await;
             retry += 1;
         }

@@ -41,6 +41,7 @@ async fn provider(proxy: &Proxy) -> Ec2Provider {
             timeout: Duration::from_secs(5),
         })
         .consistency(Duration::from_millis(300))
+        .confirm_not_found(Duration::from_millis(300))
         .build()
         .unwrap();
     Ec2Provider::new(config, OWNER).await.unwrap()
@@ -632,17 +633,25 @@ async fn throttling_permission_and_not_found_answers_have_their_meaning() {
         p.machines(POOL).await.unwrap_err().kind(),
         ErrorKind::Unauthenticated
     );
-    // InvalidInstanceID.NotFound for an id this provider did not make is "none", at once.
+    // InvalidInstanceID.NotFound is "none" once reads within the confirmation window agree.
     let before = proxy.count("DescribeInstances");
-    error(
-        &proxy,
-        "DescribeInstances",
-        400,
-        "InvalidInstanceID.NotFound",
-        "The instance ID 'i-0123456789abcdef0' does not exist",
+    proxy.inject(
+        Rule::new(
+            "DescribeInstances",
+            Fault::answer(
+                400,
+                ec2_error_body(
+                    "InvalidInstanceID.NotFound",
+                    "The instance ID 'i-0123456789abcdef0' does not exist",
+                ),
+            ),
+            u32::MAX,
+        )
+        .when("InstanceId.1", "i-0123456789abcdef0"),
     );
     assert_eq!(p.machine("i-0123456789abcdef0").await.unwrap(), None);
-    assert_eq!(proxy.count("DescribeInstances"), before + 1);
+    assert!(proxy.count("DescribeInstances") >= before + 2, "confirmed");
+    proxy.clear("DescribeInstances");
     // And an instance of another owner is refused, not read.
     let theirs = full_instance(ID, "ref-10")
         .replace(&format!("<value>{OWNER}</value>"), "<value>stack-2</value>");

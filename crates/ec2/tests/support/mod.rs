@@ -226,6 +226,8 @@ impl Seed {
                 timeout: Duration::from_secs(20),
             })
             .consistency(Duration::from_secs(20))
+            // Longer than any visibility delay the tests set, short enough for unknown ids.
+            .confirm_not_found(Duration::from_millis(1500))
             .timeouts(Duration::from_secs(5), Duration::from_secs(30));
         for (zone, subnet) in &self.subnets {
             b = b.subnet(zone, subnet);
