@@ -20,6 +20,9 @@ pub const POOL: &str = "stado-cloud-hosts";
 /// The SSH admission group: the application security group `stado-cloud-hosts-<location>` and the
 /// subnet security group's rule `stado-cloud-hosts`.
 pub const GROUP: &str = "stado-cloud-hosts";
+/// The label every VM a home makes carries: the home's id. A VM that does not carry this home's is
+/// never adopted or deleted by it.
+pub const HOME_LABEL: &str = "stado-home";
 /// The log cloud-init writes on the host.
 pub const CLOUD_INIT_LOG: &str = "/var/log/cloud-init-output.log";
 
@@ -227,12 +230,35 @@ impl Stado {
         }
     }
 
-    /// The profile, after the gates: the provider enabled, every binding declared.
+    /// The profile, after the gates: the provider enabled, every binding declared, and the provider
+    /// acting for this home's owner.
     pub(crate) fn gated_profile(&self) -> Result<Profile, Failure> {
         let profile = Profile::load(&self.home)?;
         profile.check_enabled(&self.kind, &self.selection)?;
         profile.check_bindings()?;
+        let owner = profile.owner();
+        if self.provider.owner() != owner {
+            return Err(Failure::new(format!(
+                "the {} provider acts for the owner {:?}, and this stado home (id {}) makes its machines under the owner {owner:?}; stado adopts and deletes only its own home's machines",
+                self.kind,
+                self.provider.owner(),
+                self.home.id()
+            )));
+        }
         Ok(profile)
+    }
+
+    /// Whether machine `m` carries this home's label.
+    pub(crate) fn is_this_homes(&self, m: &orca::Machine) -> bool {
+        m.labels.get(HOME_LABEL).map(String::as_str) == Some(self.home.id())
+    }
+
+    /// Who a VM that is not this home's belongs to, in words.
+    pub(crate) fn whose(m: &orca::Machine) -> String {
+        match m.labels.get(HOME_LABEL) {
+            Some(h) => format!("it carries the stado home {h}"),
+            None => format!("it carries no {HOME_LABEL} label"),
+        }
     }
 
     /// The registry's write lock, refused at once when another stado holds it.
@@ -420,6 +446,29 @@ impl Stado {
         name: &str,
         decl: &CloudDecl,
     ) -> Result<(), Failure> {
+        // The VM id is the registry's, but the VM it names now may not be the one this home made
+        // (on Azure the id is the name: deleted outside stado and made again by another home). A VM
+        // carrying another home's label, or another owner's, is left alone.
+        match self.provider.machine(&decl.vm_id).await {
+            Ok(Some(m)) if m.labels.contains_key(HOME_LABEL) && !self.is_this_homes(&m) => {
+                return Err(Failure::new(format!(
+                    "{name} is still registered: its VM {} is not this stado home's ({}; this home is {}), so it was left alone",
+                    decl.vm_id,
+                    Self::whose(&m),
+                    self.home.id()
+                ))
+                .with_code("not_this_home"))
+            }
+            Err(e @ Error::NotOwned { .. }) => {
+                return Err(Failure::new(format!(
+                    "{name} is still registered: its VM {} is not this stado home's ({e}), so it was left alone",
+                    decl.vm_id
+                ))
+                .with_code("not_this_home"))
+            }
+            // Absent, this home's, made before homes had ids, or unreadable: delete_vm decides.
+            _ => {}
+        }
         if let Err(left) = self.delete_vm(&decl.vm_id).await {
             return Err(Failure::new(format!(
                 "{name} is still registered because {} did not release everything: {left}; deleting it again retries",

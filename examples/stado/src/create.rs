@@ -6,7 +6,7 @@ use orca::{Created, Error, MachineSpec};
 use serde::Serialize;
 
 use crate::channel::{commands, Endpoint};
-use crate::cloud::{usd, AdmissionReport, Stado, CLOUD_INIT_LOG, GROUP, POOL};
+use crate::cloud::{usd, AdmissionReport, Stado, CLOUD_INIT_LOG, GROUP, HOME_LABEL, POOL};
 use crate::cloudinit;
 use crate::error::Failure;
 use crate::keys::{self, KeyPair};
@@ -691,7 +691,8 @@ impl Stado {
             .with_ssh_sources(sources.iter().cloned())
             .with_admission_group(GROUP)
             .with_disk_gb(req.disk_gb)
-            .with_label("stado-target", &req.name);
+            .with_label("stado-target", &req.name)
+            .with_label(HOME_LABEL, self.home.id());
         if caps.options.honours("image") {
             if let Some(image) = profile.get("azure.image_urn") {
                 spec = spec.with_image(image);
@@ -709,8 +710,12 @@ impl Stado {
                     }
                     return Ok(m);
                 }
+                Ok(Created::Adopted(m)) if !self.is_this_homes(&m) => {
+                    // The owner's, but not this home's (homes given the same owner): left alone.
+                    return Err(self.not_this_homes(&req.name, &format!("VM {}; {}", m.id, Self::whose(&m))));
+                }
                 Ok(Created::Adopted(m)) if attempt == 0 => {
-                    tracing::warn!(host = %req.name, vm = %m.id, "a VM of this name was left by a create that did not finish; deleting it");
+                    tracing::warn!(host = %req.name, vm = %m.id, "a VM of this name was left by a create of this home that did not finish; deleting it");
                     if let Err(left) = self.delete_vm(&m.id).await {
                         return Err(Failure::new(format!(
                             "a VM named {} was left by an earlier create that did not finish, and it could not be deleted: {title} still holds {left}",
@@ -738,6 +743,15 @@ impl Stado {
                         _ => "failed",
                     };
                     let mut msg = format!("cloud host {} was not made: {e}", req.name);
+                    if let Error::AlreadyExists { .. } = &e {
+                        // Another owner's VM (or resource) of this name: the driver touched nothing.
+                        let mut f = self.not_this_homes(&req.name, &e.to_string());
+                        if let Err(left) = self.sweep(&req.name).await {
+                            f = Failure::new(format!("{}; {title} still holds: {left}", f.message()))
+                                .with_code("exists");
+                        }
+                        return Err(f);
+                    }
                     // The create may have made the VM all the same (its answer lost on the last try).
                     match self.sweep(&req.name).await {
                         Ok(0) => {}
@@ -754,7 +768,20 @@ impl Stado {
         )))
     }
 
-    /// Deletes every VM named `name` in stado's pool (what a failed create may have left); how many.
+    /// The refusal of a name a VM that is not this home's holds.
+    fn not_this_homes(&self, name: &str, what: &str) -> Failure {
+        Failure::refused(format!(
+            "a VM named {name} already stands in {} and is not this stado home's ({what}; this home is {}, owner {}); it was left alone and nothing was made: choose another name",
+            self.cloud_title(),
+            self.home.id(),
+            self.provider.owner()
+        ))
+        .with_code("exists")
+    }
+
+    /// Deletes every VM named `name` in stado's pool that carries this home's label (what a failed
+    /// create of this home may have left); how many. A VM of that name that is not this home's is
+    /// left alone.
     async fn sweep(&self, name: &str) -> Result<usize, String> {
         let mut last = String::new();
         for _ in 0..3 {
@@ -762,6 +789,10 @@ impl Stado {
                 Ok(ms) => {
                     let mut n = 0;
                     for m in ms.iter().filter(|m| m.name == name) {
+                        if !self.is_this_homes(m) {
+                            tracing::info!(vm = %m.id, "a VM of this name that is not this home's: left alone");
+                            continue;
+                        }
                         self.delete_vm(&m.id).await?;
                         n += 1;
                     }

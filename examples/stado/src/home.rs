@@ -1,6 +1,11 @@
 //! The stado home: the folder that holds the profile, the registry, the fleet keys, the pinned host
 //! keys and (for `--provider fake`) the simulated cloud and fleet.
 //!
+//! Each home has an id, minted when the home is first opened and kept in its profile (`home_id`):
+//! the machines a home makes are made under the orca owner `stado-<home id>` and carry the label
+//! `stado-home=<home id>`, so that two operators with homes of their own in one resource group never
+//! adopt or delete each other's hosts.
+//!
 //! Every file is written atomically (a temporary file in the same folder, synced, then renamed over
 //! the old one), so a reader sees the old file or the new one, never half of one. A command that
 //! writes a file first takes that file's exclusive lock ([`Home::lock`]) with a *try*: a second stado
@@ -15,18 +20,30 @@ use crate::error::Failure;
 /// The environment variable that chooses the stado home (the `--home` flag wins).
 pub const HOME_ENV: &str = "STADO_HOME";
 
+const PROFILE_FILE: &str = "profile.json";
+const REGISTRY_FILE: &str = "registry.json";
+
 /// The stado home folder and the paths of what it holds.
 #[derive(Debug, Clone)]
 pub struct Home {
     root: PathBuf,
+    id: String,
 }
 
 impl Home {
-    /// The home at `root` (made when missing, owner-only).
+    /// The home at `root` (made when missing, owner-only), with its id (minted and kept in the
+    /// profile when it has none yet).
     pub fn open(root: impl Into<PathBuf>) -> Result<Home, Failure> {
         let root = root.into();
         make_private_dir(&root)?;
-        Ok(Home { root })
+        let id =
+            crate::profile::ensure_home_id(&root.join(PROFILE_FILE), &root.join(REGISTRY_FILE))?;
+        Ok(Home { root, id })
+    }
+
+    /// The home's id: 12 of 0-9 and a-f, minted once and kept in the profile (`home_id`).
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     /// The home the flag, else `STADO_HOME`, else `~/.stado` names.
@@ -54,12 +71,12 @@ impl Home {
 
     /// The profile: providers and bindings.
     pub fn profile_path(&self) -> PathBuf {
-        self.root.join("profile.json")
+        self.root.join(PROFILE_FILE)
     }
 
     /// The registry: targets and `cloud_hosts`.
     pub fn registry_path(&self) -> PathBuf {
-        self.root.join("registry.json")
+        self.root.join(REGISTRY_FILE)
     }
 
     /// The folder of fleet keys (`<name>` private, `<name>.pub` public).
@@ -249,6 +266,47 @@ mod tests {
         );
         drop(first);
         assert!(home.lock(&home.registry_path()).is_ok());
+    }
+
+    #[test]
+    fn a_home_keeps_the_id_it_was_given_and_another_home_gets_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Home::open(dir.path().join("a")).unwrap();
+        assert_eq!(first.id().len(), 12);
+        assert!(first
+            .id()
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert_eq!(Home::open(dir.path().join("a")).unwrap().id(), first.id());
+        let other = Home::open(dir.path().join("b")).unwrap();
+        assert_ne!(other.id(), first.id());
+        let p = crate::profile::Profile::load(&first).unwrap();
+        assert_eq!(p.get("home_id").as_deref(), Some(first.id()));
+        assert_eq!(p.owner(), format!("stado-{}", first.id()));
+    }
+
+    #[test]
+    fn a_home_made_before_ids_keeps_the_owner_its_hosts_were_made_under() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("old");
+        make_private_dir(&root).unwrap();
+        write_json(
+            &root.join("profile.json"),
+            &serde_json::json!({"providers": ["fake"]}),
+        )
+        .unwrap();
+        write_json(
+            &root.join("registry.json"),
+            &serde_json::json!({"targets": [{"name": "h1", "address": "198.51.100.2", "cloud": {
+                "provider": "fake", "location": "zone-a", "size": "amd64-small", "disk_gb": 64,
+                "hourly_usd": 0.0832, "priced_in": "zone-a", "idle_minutes": 30,
+                "address": "198.51.100.2", "vm_id": "m-00000001", "created_at": "2026-01-01T00:00:00Z"}}]}),
+        )
+        .unwrap();
+        let home = Home::open(&root).unwrap();
+        let p = crate::profile::Profile::load(&home).unwrap();
+        assert_eq!(p.owner(), "stado", "its hosts stay reachable");
+        assert_eq!(p.get("home_id").as_deref(), Some(home.id()));
     }
 
     #[test]

@@ -498,6 +498,9 @@ fn config(home: Home, what: ConfigCmd) -> Result<Answer, Failure> {
             ))
         }
         ConfigCmd::Unset { key } => {
+            if key == stado::profile::HOME_ID {
+                return Err(stado::profile::home_id_is_kept());
+            }
             let _lock = home.lock(&home.profile_path())?;
             let mut p = Profile::load(&home)?;
             let was = p.unset(&key);

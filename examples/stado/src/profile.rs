@@ -86,9 +86,55 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "owner",
-        "the owner label of stado's machines (default stado)",
+        "the orca owner of this home's machines (default stado-<home_id>); homes given the same owner see each other's machines",
     ),
 ];
+
+/// The profile key holding the home's id (minted by stado, never set by hand).
+pub const HOME_ID: &str = "home_id";
+
+/// Mints the home's id when the profile at `profile_path` has none yet, and keeps it there; the id.
+///
+/// A home made before homes had ids whose registry (`registry_path`) already declares cloud hosts
+/// made them under the owner `stado`: its profile is given `owner = stado` too, so that they stay
+/// reachable.
+pub(crate) fn ensure_home_id(
+    profile_path: &std::path::Path,
+    registry_path: &std::path::Path,
+) -> Result<String, Failure> {
+    let current: Profile = read_json(profile_path)?;
+    if let Some(id) = current.get(HOME_ID) {
+        return Ok(id);
+    }
+    let _lock = crate::home::WriteLock::wait(profile_path)?;
+    let mut p: Profile = read_json(profile_path)?;
+    if let Some(id) = p.get(HOME_ID) {
+        return Ok(id);
+    }
+    let mut bytes = [0u8; 6];
+    ssh_key::rand_core::RngCore::try_fill_bytes(&mut ssh_key::rand_core::OsRng, &mut bytes)
+        .map_err(|e| Failure::new(format!("could not mint this home's id: {e}")))?;
+    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let registry: crate::registry::Registry = read_json(registry_path)?;
+    if p.get("owner").is_none() && registry.targets.iter().any(|t| t.cloud.is_some()) {
+        tracing::warn!(
+            "this stado home declares cloud hosts made before homes had ids: it keeps the owner stado"
+        );
+        p.values
+            .insert("owner".into(), Value::String("stado".into()));
+    }
+    p.values.insert(HOME_ID.into(), Value::String(id.clone()));
+    write_json(profile_path, &p)?;
+    Ok(id)
+}
+
+/// The refusal of a change to `home_id`.
+pub fn home_id_is_kept() -> Failure {
+    Failure::refused(format!(
+        "{HOME_ID} is this stado home's identity: its cloud hosts are made under it and only its own are adopted or deleted, so stado keeps it and it cannot be set or unset"
+    ))
+    .with_code("invalid")
+}
 
 /// The operator's ruling on the Azure credit floor.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -181,6 +227,9 @@ impl Profile {
 
     /// Sets `key` from the text `value`, checking both: an unknown key names the known ones.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), Failure> {
+        if key == HOME_ID {
+            return Err(home_id_is_kept());
+        }
         if !KEYS.iter().any(|(k, _)| *k == key) {
             return Err(Failure::new(format!(
                 "{key:?} is not a profile key; the keys are {}",
@@ -373,9 +422,11 @@ impl Profile {
         v
     }
 
-    /// The owner label of stado's machines.
+    /// The orca owner of this home's machines: `owner` when set, else `stado-<home_id>`.
     pub fn owner(&self) -> String {
-        self.get("owner").unwrap_or_else(|| "stado".to_string())
+        self.get("owner")
+            .or_else(|| self.get(HOME_ID).map(|id| format!("stado-{id}")))
+            .unwrap_or_else(|| "stado".to_string())
     }
 }
 
@@ -429,6 +480,11 @@ mod tests {
         assert!(p.set("azure.vm_username", "root").is_err());
         assert!(p.set("azure.image_urn", "Canonical:ubuntu").is_err());
         assert!(p.set("api.url", "http://example.com").is_err());
+        assert!(p
+            .set("home_id", "0123456789ab")
+            .unwrap_err()
+            .message()
+            .starts_with("home_id is this stado home's identity"));
         p.set("api.url", "https://stado.example/").unwrap();
         assert_eq!(p.get("api.url").unwrap(), "https://stado.example");
     }

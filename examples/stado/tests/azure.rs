@@ -10,7 +10,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use common::{declared, request, stado};
+use common::{declared, request};
 use orca::{
     Arch, Balance, Capabilities, Created, CreditBalance, Machine, MachineLabels, MachineSpec,
     Price, Provider, Resized, SshAdmission,
@@ -90,7 +90,7 @@ impl Provider for Credit {
 
 struct Lab {
     _dir: tempfile::TempDir,
-    azure: FakeAzure,
+    azure: Arc<FakeAzure>,
     fleet: FakeFleet,
     credit: Arc<Credit>,
     s: Stado,
@@ -99,7 +99,6 @@ struct Lab {
 /// The fake with the location's subnet `stado-net-westeurope/hosts` carrying the security group
 /// `hosts-nsg` (with `rules` of another team), and stado on it.
 async fn lab(rules: &[(&str, u32)]) -> Lab {
-    let dir = tempfile::tempdir().unwrap();
     let azure = FakeAzure::start().await.unwrap();
     azure.add_nsg(RESOURCE_GROUP, "hosts-nsg", LOCATION, rules);
     azure.add_subnet(
@@ -109,8 +108,13 @@ async fn lab(rules: &[(&str, u32)]) -> Lab {
         "hosts",
         Some("hosts-nsg"),
     );
-    let home = stado::Home::open(dir.path().join("home")).unwrap();
-    common::profile(&home, "azure");
+    lab_in(Arc::new(azure)).await
+}
+
+/// stado in a home of its own on the resource group of `azure`.
+async fn lab_in(azure: Arc<FakeAzure>) -> Lab {
+    let dir = tempfile::tempdir().unwrap();
+    let home = common::home(dir.path(), "azure");
     let mut p = Profile::load(&home).unwrap();
     p.set("azure.endpoint", &azure.url()).unwrap();
     p.set("azure.prices_endpoint", &azure.url()).unwrap();
@@ -129,7 +133,7 @@ async fn lab(rules: &[(&str, u32)]) -> Lab {
         balance: Mutex::new(100.0),
     });
     let fleet = FakeFleet::new();
-    let s = stado(dir.path(), "azure", credit.clone(), &fleet);
+    let s = common::stado_on(home, "azure", credit.clone(), &fleet);
     Lab {
         _dir: dir,
         azure,
@@ -457,6 +461,30 @@ async fn readmission_list_delete_and_reap() {
         "reaped as delete deletes"
     );
     assert_eq!(declared_names(&lab.s), vec!["r1", "r2", "r4"]);
+}
+
+/// Two operators with stado homes of their own in one resource group: the second one's create of a
+/// name the first one holds is refused and leaves the first one's host as it was.
+#[tokio::test]
+async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
+    let a = lab(&[]).await;
+    assert!(a.create("h1").await.ok);
+    let held = a.host_resources("h1");
+    let b = lab_in(a.azure.clone()).await;
+    let r = b.create("h1").await;
+    let e = error(&r);
+    assert!(!r.ok, "b made h1 over a's");
+    assert!(
+        e.starts_with("a VM named h1 already stands in Azure and is not this stado home's"),
+        "{e}"
+    );
+    assert_eq!(a.host_resources("h1"), held, "a's host is as it was");
+    assert!(declared(&b.s).is_empty());
+    assert_eq!(declared_names(&a.s), vec!["h1".to_string()]);
+    assert!(b.create("h2").await.ok, "{}", error(&b.create("h2").await));
+    b.s.delete("h2").await.unwrap();
+    a.s.delete("h1").await.unwrap();
+    assert!(a.host_resources("h1").is_empty());
 }
 
 /// Transient errors (503, 429) and dropped answers on Azure calls: hosts are created and deleted,

@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{declared, request, shown, stado, WORDS};
+use common::{declared, request, shown, WORDS};
 use orca::memory::{FaultKind, MemoryCloud, Operation};
 use orca::{ErrorKind, MachineSpec, Provider};
 use stado::channel::{FakeFleet, FirstBoot};
@@ -21,11 +21,21 @@ struct Lab {
 }
 
 fn lab() -> Lab {
+    lab_on(MemoryCloud::new(), None)
+}
+
+/// stado in a home of its own on `cloud`, its machines made under the home's owner (or `owner`).
+fn lab_on(cloud: MemoryCloud, owner: Option<&str>) -> Lab {
     let dir = tempfile::tempdir().unwrap();
-    let cloud = MemoryCloud::new();
-    let provider: Arc<dyn Provider> = Arc::new(cloud.provider("stado").unwrap());
+    let home = common::home(dir.path(), "fake");
+    if let Some(o) = owner {
+        let mut p = Profile::load(&home).unwrap();
+        p.set("owner", o).unwrap();
+        p.save(&home).unwrap();
+    }
+    let provider: Arc<dyn Provider> = Arc::new(cloud.provider(&common::owner(&home)).unwrap());
     let fleet = FakeFleet::new().with_cloud(cloud.clone());
-    let s = stado(dir.path(), "fake", provider, &fleet);
+    let s = common::stado_on(home, "fake", provider, &fleet);
     Lab {
         _dir: dir,
         cloud,
@@ -822,7 +832,10 @@ async fn reap_judges_busy_idle_reapable_and_unread_and_apply_returns_the_reapabl
         idle_range(five_ago, before, after).contains(&idle.idle_for_minutes.unwrap()),
         "{idle:?}"
     );
-    assert!(idle.idle_for_minutes.unwrap() >= 6, "the slow minute counts");
+    assert!(
+        idle.idle_for_minutes.unwrap() >= 6,
+        "the slow minute counts"
+    );
     let quiet = verdict("quiet");
     assert_eq!(
         quiet.verdict,
@@ -958,15 +971,14 @@ async fn a_second_stado_writing_the_registry_at_once_is_refused_not_merged() {
 #[tokio::test]
 async fn a_vm_left_by_a_create_that_did_not_finish_is_replaced() {
     let lab = lab();
-    // An earlier create made the VM and stopped (a crash): same name, pool, size and location.
-    let p = lab.cloud.provider("stado").unwrap();
+    // An earlier create of this home made the VM and stopped (a crash before it was recorded):
+    // same name, pool, size and location, this home's owner and label.
+    let p = lab.cloud.provider(&common::owner(&lab.s.home)).unwrap();
     let old = p
-        .create(&MachineSpec::new(
-            "h1",
-            "amd64-small",
-            "zone-a",
-            "stado-cloud-hosts",
-        ))
+        .create(
+            &MachineSpec::new("h1", "amd64-small", "zone-a", "stado-cloud-hosts")
+                .with_label("stado-home", lab.s.home.id()),
+        )
         .await
         .unwrap()
         .machine()
@@ -979,6 +991,77 @@ async fn a_vm_left_by_a_create_that_did_not_finish_is_replaced() {
         now[0].1, old.id,
         "the old VM, whose key is lost, was deleted and a new one made"
     );
+}
+
+/// Two operators, each with a stado home of their own, in one cloud (one resource group).
+#[tokio::test]
+async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
+    let cloud = MemoryCloud::new();
+    let a = lab_on(cloud.clone(), None);
+    let b = lab_on(cloud.clone(), None);
+    assert!(a.create("h1").await.ok);
+    let a_vm = a.vm_id("h1");
+    let r = b.create("h1").await;
+    let e = error(&r);
+    assert!(!r.ok, "b made h1 over a's");
+    assert!(
+        e.starts_with("a VM named h1 already stands in Azure and is not this stado home's"),
+        "{e}"
+    );
+    assert_eq!(r.error.as_ref().unwrap().code, "exists");
+    assert!(
+        cloud.all_machines().iter().any(|m| m.id == a_vm),
+        "a's VM still stands"
+    );
+    assert_eq!(declared(&a.s), vec![("h1".to_string(), a_vm.clone())]);
+    assert!(declared(&b.s).is_empty());
+    assert!(!b.s.home.fleet_key("h1").exists());
+    // b's hosts of other names are b's own, and each deletes only its own.
+    assert!(b.create("h2").await.ok);
+    b.s.delete("h2").await.unwrap();
+    assert!(cloud.all_machines().iter().any(|m| m.id == a_vm));
+
+    // Even when a third home is given the same owner as a's (`stado config set owner`), its create
+    // neither adopts nor deletes a's VM: a VM of that name that does not carry its home is refused.
+    let c = lab_on(cloud.clone(), Some(&common::owner(&a.s.home)));
+    let e = error(&c.create("h1").await);
+    assert!(
+        e.starts_with("a VM named h1 already stands in Azure and is not this stado home's"),
+        "{e}"
+    );
+    // And its clean-up after a failed create (the answer lost, the adoption's read failed) leaves
+    // a's VM alone too.
+    cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
+    let e = error(&c.create("h1").await);
+    assert!(!e.contains("were deleted"), "{e}");
+    assert!(
+        cloud.all_machines().iter().any(|m| m.id == a_vm),
+        "{e}: a's VM still stands"
+    );
+    assert!(declared(&c.s).is_empty());
+    // A registry that names a's VM (copied from a's home, say) does not make it c's to delete.
+    let mut reg = Registry::load(&c.s.home).unwrap();
+    reg.put_target(
+        Registry::load(&a.s.home)
+            .unwrap()
+            .target("h1")
+            .unwrap()
+            .clone(),
+    );
+    reg.save(&c.s.home).unwrap();
+    let e = c.s.delete("h1").await.unwrap_err();
+    assert!(
+        e.message().starts_with(&format!(
+            "h1 is still registered: its VM {a_vm} is not this stado home's (it carries the stado home {}",
+            a.s.home.id()
+        )),
+        "{e}"
+    );
+    assert_eq!(e.code(), "not_this_home");
+    assert!(cloud.all_machines().iter().any(|m| m.id == a_vm));
+    a.s.delete("h1").await.unwrap();
+    assert!(cloud.all_machines().is_empty());
 }
 
 #[tokio::test]

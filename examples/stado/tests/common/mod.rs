@@ -10,9 +10,10 @@ use stado::{CreateRequest, Home, Stado};
 
 pub const WORDS: &str = "Keep twenty dollars for the month's last builds.";
 
-/// Writes the profile every command needs: `kind` enabled, every binding, the floor ruling, api.url.
+/// Writes the profile every command needs: `kind` enabled, every binding, the floor ruling, api.url
+/// (keeping what the profile holds already).
 pub fn profile(home: &Home, kind: &str) {
-    let mut p = Profile::default();
+    let mut p = Profile::load(home).unwrap();
     for (k, v) in [
         ("providers", kind),
         (
@@ -58,16 +59,26 @@ pub fn request(name: &str, location: &str, size: &str) -> CreateRequest {
     }
 }
 
-/// stado on `provider` with the simulated fleet `fleet`, in a fresh home under `dir`.
-pub fn stado(
-    dir: &std::path::Path,
+/// A fresh home under `dir` with the profile and the fleet host.
+pub fn home(dir: &std::path::Path, kind: &str) -> Home {
+    let home = Home::open(dir.join("home")).unwrap();
+    profile(&home, kind);
+    fleet_host(&home);
+    home
+}
+
+/// The owner the home's machines are made under.
+pub fn owner(home: &Home) -> String {
+    Profile::load(home).unwrap().owner()
+}
+
+/// stado in `home` on `provider` with the simulated fleet `fleet`.
+pub fn stado_on(
+    home: Home,
     kind: &str,
     provider: Arc<dyn orca::Provider>,
     fleet: &FakeFleet,
 ) -> Stado {
-    let home = Home::open(dir.join("home")).unwrap();
-    profile(&home, kind);
-    fleet_host(&home);
     let mut s = Stado::with(home, kind, provider, Arc::new(fleet.clone()));
     s.sim = Some(fleet.clone());
     s
