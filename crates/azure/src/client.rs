@@ -76,14 +76,60 @@ impl std::fmt::Debug for Arm {
     }
 }
 
+/// Azure's codes of no capacity for a size in a location.
+const CAPACITY_CODES: &[&str] = &[
+    "SkuNotAvailable",
+    "AllocationFailed",
+    "ZonalAllocationFailed",
+    "OverconstrainedAllocationRequest",
+    "OverconstrainedZonalAllocationRequest",
+];
+
+/// Azure's codes of a quota or count limit.
+const QUOTA_CODES: &[&str] = &[
+    "QuotaExceeded",
+    "PublicIPCountLimitReached",
+    "NetworkSecurityGroupCountLimitReached",
+    "NetworkInterfaceCountLimitReached",
+];
+
+/// Every code of `error`'s details, nested ones included, depth first.
+fn detail_codes(error: &ErrorDetail) -> Vec<&str> {
+    let mut out = Vec::new();
+    for d in &error.details {
+        if !d.code.is_empty() {
+            out.push(d.code.as_str());
+        }
+        out.extend(detail_codes(d));
+    }
+    out
+}
+
+/// The one refusal this driver tells by its words, not by a code: Compute's direct answer to a VM
+/// `PUT` beyond a core quota is 409 `OperationNotAllowed` with no details ("Operation could not be
+/// completed as it results in exceeding approved ... Cores quota", or the older "Operation results
+/// in exceeding quota limits of Core", as reported against Azure in hashicorp/terraform#10056,
+/// microsoft/onefuzz#614 and cloud-barista/cb-spider#1558), and `OperationNotAllowed` is also the
+/// code of an operation refused in the resource's state (a VM being deleted, a size not on the
+/// hardware cluster). Azure's published error bodies leave no code to tell the two apart, so an
+/// `OperationNotAllowed` without details whose message names a quota is a quota. An answer with
+/// details is told by their codes ([`map_error`]).
+pub(crate) fn is_core_quota_refusal(error: &ErrorDetail) -> bool {
+    error.code == "OperationNotAllowed"
+        && error.details.is_empty()
+        && error.message.to_ascii_lowercase().contains("quota")
+}
+
 /// Maps an Azure error onto an [`Error`] keeping Azure's code: `status` is the HTTP status
-/// (`None` for a failed long-running operation), `error` the error detail.
+/// (`None` for a failed long-running operation), `error` the error detail. The error's own code
+/// decides first, then the codes of its details (Resource Manager's deployment and validation
+/// errors carry the cause there: `InvalidTemplateDeployment` with a `QuotaExceeded` detail):
 ///
-/// - `SkuNotAvailable`, `AllocationFailed`, `ZonalAllocationFailed`, `OverconstrainedAllocationRequest`,
-///   `OverconstrainedZonalAllocationRequest`: no stock (the caller fills in type and location);
-/// - `QuotaExceeded`, the network count limits, and `OperationNotAllowed` when it is Azure's core-quota
-///   refusal: quota. `OperationNotAllowed` is the one code Azure gives two meanings (a quota, or an
-///   operation refused in the resource's state); its message is what tells them apart;
+/// - [`CAPACITY_CODES`] (`SkuNotAvailable`, `AllocationFailed`, `ZonalAllocationFailed`,
+///   `OverconstrainedAllocationRequest`, `OverconstrainedZonalAllocationRequest`): no stock (the
+///   caller fills in type and location);
+/// - [`QUOTA_CODES`] (`QuotaExceeded` and the network count limits): quota; and the one case told
+///   by its words, Compute's core-quota refusal ([`is_core_quota_refusal`]);
 /// - `RequestDisallowedByPolicy`: permission denied naming the policy assignment;
 /// - `AuthorizationFailed`, `LinkedAuthorizationFailed`: permission denied;
 ///   `AuthenticationFailed`, `InvalidAuthenticationToken*`, `ExpiredAuthenticationToken`:
@@ -102,76 +148,83 @@ pub(crate) fn map_error(
 ) -> Error {
     let code = error.code.as_str();
     let message = &error.message;
-    let words = if code.is_empty() {
+    let mut words = if code.is_empty() {
         message.clone()
     } else {
         format!("{code}: {message}")
     };
-    let e = match code {
-        "SkuNotAvailable"
-        | "AllocationFailed"
-        | "ZonalAllocationFailed"
-        | "OverconstrainedAllocationRequest"
-        | "OverconstrainedZonalAllocationRequest" => {
-            Error::no_stock(String::new(), String::new(), words)
+    let nested = detail_codes(error);
+    if let Some(d) = error.details.first() {
+        if !d.code.is_empty() || !d.message.is_empty() {
+            words = format!("{words} ({}: {})", d.code, d.message);
         }
-        "QuotaExceeded"
-        | "PublicIPCountLimitReached"
-        | "NetworkSecurityGroupCountLimitReached"
-        | "NetworkInterfaceCountLimitReached" => Error::quota(words),
-        "OperationNotAllowed" if message.to_ascii_lowercase().contains("quota") => {
-            Error::quota(words)
-        }
-        "RequestDisallowedByPolicy" => {
-            let names: Vec<String> = error
-                .additional_info
-                .iter()
-                .map(|a| &a.info)
-                .filter(|i| !i.policy_assignment_name.is_empty())
-                .map(|i| {
-                    format!(
-                        "{} ({}; {})",
-                        i.policy_assignment_name,
-                        i.policy_assignment_display_name,
-                        i.policy_assignment_id
-                    )
-                })
-                .collect();
-            let named = if names.is_empty() {
-                "a policy assignment named in the message".to_string()
-            } else {
-                format!("policy assignment {}", names.join(", "))
-            };
-            Error::permission_denied(format!(
-                "{named} denied the request: HTTP {}: {words}",
-                status.unwrap_or(403)
-            ))
-        }
-        "AuthorizationFailed" | "LinkedAuthorizationFailed" => Error::permission_denied(words),
-        "AuthenticationFailed"
-        | "InvalidAuthenticationToken"
-        | "InvalidAuthenticationTokenTenant"
-        | "ExpiredAuthenticationToken" => Error::unauthenticated(words),
-        "ResourceNotFound" | "NotFound" | "ResourceGroupNotFound" | "InvalidResourceReference" => {
-            Error::not_found(words)
-        }
-        // Azure refused a value the driver sent: not `InvalidSpec` (which is refused before any
-        // call, and keeps no code), but the cloud's answer naming its target.
-        "InvalidParameter" if !error.target.is_empty() => Error::other(format!(
-            "HTTP {}: {words} (target {})",
-            status.unwrap_or(400),
-            error.target
-        )),
-        "PreconditionFailed" => Error::already_exists(words),
-        "TooManyRequests" => Error::throttled(retry_after, words),
-        "AnotherOperationInProgress"
-        | "RetryableError"
-        | "InternalServerError"
-        | "OperationPreempted" => Error::transient(words),
-        _ => match status {
-            Some(409) => Error::other(format!("HTTP 409: {words}")),
-            Some(s) => Error::from_http_status(s, words, retry_after),
-            None => Error::other(words),
+    }
+    let capacity = |c: &str| CAPACITY_CODES.contains(&c);
+    let quota = |c: &str| QUOTA_CODES.contains(&c);
+    let decided = if capacity(code) {
+        Some(Error::no_stock(String::new(), String::new(), words.clone()))
+    } else if quota(code) || nested.iter().any(|c| quota(c)) || is_core_quota_refusal(error) {
+        Some(Error::quota(words.clone()))
+    } else if nested.iter().any(|c| capacity(c)) {
+        Some(Error::no_stock(String::new(), String::new(), words.clone()))
+    } else {
+        None
+    };
+    let e = match decided {
+        Some(e) => e,
+        None => match code {
+            "RequestDisallowedByPolicy" => {
+                let names: Vec<String> = error
+                    .additional_info
+                    .iter()
+                    .map(|a| &a.info)
+                    .filter(|i| !i.policy_assignment_name.is_empty())
+                    .map(|i| {
+                        format!(
+                            "{} ({}; {})",
+                            i.policy_assignment_name,
+                            i.policy_assignment_display_name,
+                            i.policy_assignment_id
+                        )
+                    })
+                    .collect();
+                let named = if names.is_empty() {
+                    "a policy assignment named in the message".to_string()
+                } else {
+                    format!("policy assignment {}", names.join(", "))
+                };
+                Error::permission_denied(format!(
+                    "{named} denied the request: HTTP {}: {words}",
+                    status.unwrap_or(403)
+                ))
+            }
+            "AuthorizationFailed" | "LinkedAuthorizationFailed" => Error::permission_denied(words),
+            "AuthenticationFailed"
+            | "InvalidAuthenticationToken"
+            | "InvalidAuthenticationTokenTenant"
+            | "ExpiredAuthenticationToken" => Error::unauthenticated(words),
+            "ResourceNotFound"
+            | "NotFound"
+            | "ResourceGroupNotFound"
+            | "InvalidResourceReference" => Error::not_found(words),
+            // Azure refused a value the driver sent: not `InvalidSpec` (which is refused before any
+            // call, and keeps no code), but the cloud's answer naming its target.
+            "InvalidParameter" if !error.target.is_empty() => Error::other(format!(
+                "HTTP {}: {words} (target {})",
+                status.unwrap_or(400),
+                error.target
+            )),
+            "PreconditionFailed" => Error::already_exists(words),
+            "TooManyRequests" => Error::throttled(retry_after, words),
+            "AnotherOperationInProgress"
+            | "RetryableError"
+            | "InternalServerError"
+            | "OperationPreempted" => Error::transient(words),
+            _ => match status {
+                Some(409) => Error::other(format!("HTTP 409: {words}")),
+                Some(s) => Error::from_http_status(s, words, retry_after),
+                None => Error::other(words),
+            },
         },
     };
     if code.is_empty() {
@@ -521,6 +574,58 @@ mod tests {
         );
         assert!(busy.is_retryable(), "{busy}");
         assert_eq!(busy.code(), Some("AnotherOperationInProgress"));
+    }
+
+    #[test]
+    fn quota_is_told_by_the_codes_of_the_error_and_its_details() {
+        // Resource Manager's validation of a deployment: the quota is a detail's code.
+        let deployment = detail(json!({"code": "InvalidTemplateDeployment",
+            "message": "The template deployment 'vm' is not valid according to the validation procedure. See inner errors for details.",
+            "details": [{"code": "QuotaExceeded", "message": "Operation could not be completed as it results in exceeding approved Total Regional Cores quota. Additional details - Deployment Model: Resource Manager, Location: eastus, Current Limit: 4, Current Usage: 0, Additional Required: 6, (Minimum) New Limit Required: 6."}]}));
+        let e = map_error(Some(400), &deployment, None);
+        assert_eq!(e.kind(), ErrorKind::Quota, "{e}");
+        assert_eq!(e.code(), Some("InvalidTemplateDeployment"));
+        assert!(e.to_string().contains("QuotaExceeded"), "{e}");
+        // A detail's code decides, whatever the words say.
+        let coded = detail(json!({"code": "OperationNotAllowed",
+            "message": "Operation could not be completed.",
+            "details": [{"code": "QuotaExceeded", "message": "Total Regional Cores: limit 10, usage 10, required 2."}]}));
+        assert_eq!(map_error(Some(409), &coded, None).kind(), ErrorKind::Quota);
+        let nested_capacity = detail(
+            json!({"code": "DeploymentFailed", "message": "At least one resource deployment operation failed.",
+            "details": [{"code": "Conflict", "message": "m", "details": [{"code": "SkuNotAvailable", "message": "not available"}]}]}),
+        );
+        assert_eq!(
+            map_error(Some(400), &nested_capacity, None).kind(),
+            ErrorKind::NoStock
+        );
+        // A detail that names no quota leaves an operation refused in the VM's state as it is.
+        let state = detail(json!({"code": "OperationNotAllowed",
+            "message": "Operation 'start' is not allowed on VM 'x' since the VM is marked for deletion. You can only retry the Delete operation (or wait for an ongoing one to complete).",
+            "details": []}));
+        assert_eq!(map_error(Some(409), &state, None).kind(), ErrorKind::Other);
+    }
+
+    #[test]
+    fn the_compute_core_quota_refusal_is_the_one_case_told_by_its_words() {
+        // Compute's direct answer to a VM PUT beyond a core quota: 409 OperationNotAllowed with no
+        // details (hashicorp/terraform#10056, microsoft/onefuzz#614, cloud-barista/cb-spider#1558).
+        for message in [
+            "Operation could not be completed as it results in exceeding approved Total Regional Cores quota. Additional details - Deployment Model: Resource Manager, Location: KoreaSouth, Current Limit: 50, Current Usage: 50, Additional Required: 2, (Minimum) New Limit Required: 52.",
+            "Operation results in exceeding quota limits of Core. Maximum allowed: 20, Current in use: 20, Additional requested: 2.",
+        ] {
+            let d = detail(json!({"code": "OperationNotAllowed", "message": message}));
+            assert!(is_core_quota_refusal(&d), "{message}");
+            assert_eq!(map_error(Some(409), &d, None).kind(), ErrorKind::Quota);
+        }
+        // With details, the details speak: the words are not read.
+        let d = detail(
+            json!({"code": "OperationNotAllowed", "message": "exceeding approved quota",
+            "details": [{"code": "VMMarkedForDeletion", "message": "m"}]}),
+        );
+        assert!(!is_core_quota_refusal(&d));
+        let d = detail(json!({"code": "Conflict", "message": "exceeding approved quota"}));
+        assert!(!is_core_quota_refusal(&d));
     }
 
     #[test]
