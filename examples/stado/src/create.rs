@@ -11,7 +11,7 @@ use crate::cloudinit;
 use crate::error::Failure;
 use crate::keys::{self, KeyPair};
 use crate::profile::Profile;
-use crate::registry::{CloudDecl, Egress, Registry, Target};
+use crate::registry::{CloudDecl, CloudState, Egress, Registry, Target};
 
 /// What to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -429,20 +429,45 @@ impl Stado {
             address: machine.address.clone(),
             vm_id: machine.id.clone(),
             created_at,
+            state: CloudState::Enrolling,
         };
         let mut target = Target::new(&req.name, &machine.address);
         target.user = Some(user.clone());
         target.identity = Some(fleet.private.clone());
         target.known_hosts = Some(self.home.pinned_host_key(&req.name));
-        run.done(6, "resources", vec![format!(
-            "host: VM {} at {} in {} ({}, {} GiB), made {}: its public address, security group, interface and VM",
-            machine.id,
-            machine.address,
-            req.location,
-            req.size,
-            req.disk_gb,
-            created_at.format("%Y-%m-%dT%H:%M:%SZ")
-        )]);
+        // The VM is billed from now on: declare it at once (enrolling), so that a create stopped
+        // before step 8 (killed, or the machine gone down while enrolment waits) leaves a host that
+        // list, delete and reap see and can remove, never an untracked one.
+        let mut provisional = target.clone();
+        provisional.cloud = Some(decl.clone());
+        registry.put_target(provisional);
+        if let Err(e) = registry.save(&self.home) {
+            registry.remove_target(&req.name);
+            let f = self
+                .undo_host(
+                    &mut registry,
+                    &target,
+                    &decl,
+                    format!("cloud host {} could not be declared: {e}", req.name),
+                )
+                .await;
+            return Err(run.failed(6, "resources", f));
+        }
+        run.done(6, "resources", vec![
+            format!(
+                "host: VM {} at {} in {} ({}, {} GiB), made {}: its public address, security group, interface and VM",
+                machine.id,
+                machine.address,
+                req.location,
+                req.size,
+                req.disk_gb,
+                created_at.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            format!(
+                "declared: targets[{}].cloud as enrolling until the host is enrolled and recorded",
+                req.name
+            ),
+        ]);
 
         // 7. Enrolment through the verified path: the host key stado minted and pinned, strictly.
         run.begin(self, 7);
@@ -475,13 +500,16 @@ impl Stado {
             )],
         );
 
-        // 8. The record.
+        // 8. The record, whole.
         run.begin(self, 8);
+        let decl = CloudDecl {
+            state: CloudState::Ready,
+            ..decl
+        };
         let mut declared = target.clone();
         declared.cloud = Some(decl.clone());
         registry.put_target(declared.clone());
         if let Err(e) = registry.save(&self.home) {
-            registry.remove_target(&req.name);
             let f = self
                 .undo_host(
                     &mut registry,
@@ -843,8 +871,8 @@ impl Stado {
         }
     }
 
-    /// Removes a host that could not be enrolled or recorded. When its VM cannot be deleted, it stays
-    /// declared, so that delete retries.
+    /// Removes a host that could not be enrolled or recorded, and its declaration. When its VM cannot
+    /// be deleted, it stays declared, so that delete retries.
     async fn undo_host(
         &self,
         registry: &mut Registry,
@@ -854,13 +882,21 @@ impl Stado {
     ) -> Failure {
         match self.delete_vm(&decl.vm_id).await {
             Ok(()) => {
+                registry.remove_target(&target.name);
+                let unsaved = registry.save(&self.home).err();
                 let _ = keys::remove_host_files(&self.home, &target.name);
                 if let Some(sim) = &self.sim {
                     let _ = sim.forget(&target.name);
                 }
-                Failure::new(format!(
-                    "{cause}; it was deleted again, since nothing would return it"
-                ))
+                match unsaved {
+                    None => Failure::new(format!(
+                        "{cause}; it was deleted again, since nothing would return it"
+                    )),
+                    Some(e) => Failure::new(format!(
+                        "{cause}; it was deleted again, since nothing would return it, but its declaration could not be removed ({e}): stado cloud host delete {} removes it",
+                        target.name
+                    )),
+                }
             }
             Err(left) => {
                 let mut t = target.clone();

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::cloud::{power_word, usd, Stado};
 use crate::error::Failure;
-use crate::registry::{Egress, Registry};
+use crate::registry::{CloudState, Egress, Registry};
 
 /// One declared host as list shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -35,6 +35,8 @@ pub struct HostRow {
     pub created_at: Timestamp,
     /// Its VM's id.
     pub vm_id: String,
+    /// Whether its create stopped (or is still) before the host was enrolled and recorded.
+    pub enrolling: bool,
 }
 
 /// What list found.
@@ -71,10 +73,13 @@ impl ListReport {
             "CREATED".into(),
         ]];
         for h in &self.hosts {
-            let state = match &h.cause {
+            let mut state = match &h.cause {
                 Some(c) => format!("{}: {c}", h.state),
                 None => h.state.clone(),
             };
+            if h.enrolling {
+                state.push_str(" (enrolling)");
+            }
             rows.push([
                 h.name.clone(),
                 state,
@@ -159,6 +164,7 @@ impl Stado {
                 idle_minutes: c.idle_minutes,
                 created_at: c.created_at,
                 vm_id: c.vm_id.clone(),
+                enrolling: c.state == CloudState::Enrolling,
             });
         }
         let running: Vec<&HostRow> = hosts.iter().filter(|h| h.state == "running").collect();

@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::channel::{commands, Endpoint};
 use crate::cloud::{power_word, AdmissionReport, Stado};
 use crate::error::Failure;
-use crate::registry::{CloudDecl, Egress, Registry, Target};
+use crate::registry::{CloudDecl, CloudState, Egress, Registry, Target};
 
 /// How a host was judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -127,6 +127,9 @@ impl ReapReport {
                     h.runs.unwrap_or(0),
                     h.processes.unwrap_or(0)
                 )),
+                Verdict::Reapable if h.idle_for_minutes.is_none() => {
+                    l.push_str(&format!(": {}", h.cause.as_deref().unwrap_or("?")))
+                }
                 Verdict::Idle | Verdict::Reapable => l.push_str(&format!(
                     " for {} minute(s) of {}",
                     h.idle_for_minutes.unwrap_or(0),
@@ -156,12 +159,15 @@ impl ReapReport {
         }
         for h in &self.hosts {
             match (h.verdict, h.action) {
-                (_, Some(Action::Reaped)) => out.push(format!(
-                    "cloud-host reaper: reaped {} (idle {} minute(s), past its {})",
-                    h.name,
-                    h.idle_for_minutes.unwrap_or(0),
-                    h.idle_minutes
-                )),
+                (_, Some(Action::Reaped)) => out.push(match (h.idle_for_minutes, &h.cause) {
+                    (None, Some(c)) => format!("cloud-host reaper: reaped {} ({c})", h.name),
+                    _ => format!(
+                        "cloud-host reaper: reaped {} (idle {} minute(s), past its {})",
+                        h.name,
+                        h.idle_for_minutes.unwrap_or(0),
+                        h.idle_minutes
+                    ),
+                }),
                 (_, Some(Action::ReapFailed)) => out.push(format!(
                     "cloud-host reaper: failed to reap {}: {}",
                     h.name,
@@ -315,6 +321,17 @@ impl Stado {
             row.cause = Some(cause);
             row
         };
+        if c.state == CloudState::Enrolling {
+            // Its create holds the registry's lock from its first step to its last, and this pass
+            // holds it now: the create stopped before it enrolled and recorded the host, and nothing
+            // else will ever return it.
+            row.verdict = Verdict::Reapable;
+            row.cause = Some(
+                "its create stopped before the host was enrolled (targets[].cloud is enrolling); nothing else returns it"
+                    .into(),
+            );
+            return row;
+        }
         match self.provider.machine(&c.vm_id).await {
             Ok(Some(m)) if m.status == orca::Status::Running => {}
             Ok(Some(m)) => return unread(row, format!("its VM is {}", power_word(&m))),

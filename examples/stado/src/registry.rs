@@ -102,6 +102,23 @@ pub struct CloudDecl {
     pub vm_id: String,
     /// When the cloud made it.
     pub created_at: Timestamp,
+    /// Whether its create recorded it whole (`ready`), or it is declared from the moment its VM was
+    /// made until the create enrols and records it (`enrolling`, which stays when the create stopped
+    /// half-way: list, delete and reap see it and can remove it). Absent (a registry written before
+    /// this field): `ready`.
+    #[serde(default)]
+    pub state: CloudState,
+}
+
+/// How far a cloud host's create went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CloudState {
+    /// Its VM is made and billed; the create has not enrolled and recorded it (yet).
+    Enrolling,
+    /// Enrolled and recorded whole (step 8).
+    #[default]
+    Ready,
 }
 
 impl Target {
@@ -327,6 +344,7 @@ mod tests {
             address: "198.51.100.2".into(),
             vm_id: "m-1".into(),
             created_at: chrono::Utc::now(),
+            state: CloudState::Ready,
         });
         r.put_target(t);
         for (path, v) in [

@@ -598,6 +598,115 @@ async fn a_host_that_cannot_be_enrolled_nor_deleted_stays_declared_so_that_delet
     assert!(lab.cloud.all_machines().is_empty() && declared(&lab.s).is_empty());
 }
 
+/// Starts creating `name` and kills the create (drops it) once it waits for the host to enrol:
+/// after its VM was made, before it could record the host whole.
+async fn kill_at_enrolment(lab: &mut Lab, name: &str) {
+    lab.fleet.update(name, |h| h.answers = false).unwrap();
+    // The host never answers; on Azure enrolment waits up to 600 s for it.
+    lab.s.timing.enrol = Duration::from_secs(600);
+    let enrolling = Arc::new(tokio::sync::Notify::new());
+    let said = enrolling.clone();
+    lab.s.progress = Some(Arc::new(move |l: &str| {
+        if l.starts_with("[7/9]") {
+            said.notify_one();
+        }
+    }));
+    let req = request(name, "zone-a", "amd64-small");
+    tokio::select! {
+        r = lab.s.create(&req) => {
+            panic!("the create of {name} finished: {:?}", r.error)
+        }
+        _ = enrolling.notified() => {}
+    }
+    lab.s.progress = None;
+    lab.s.timing = stado::Timing::quick();
+    lab.fleet.update(name, |h| h.answers = true).unwrap();
+}
+
+#[tokio::test]
+async fn a_create_killed_after_its_vm_was_made_leaves_a_declared_host_that_delete_and_reap_remove()
+{
+    let mut lab = lab();
+    kill_at_enrolment(&mut lab, "h1").await;
+    assert_eq!(lab.in_cloud().len(), 1, "the VM was made (and is billed)");
+    assert_eq!(
+        declared(&lab.s),
+        lab.in_cloud(),
+        "the VM is declared from the moment it was made"
+    );
+    let decl = Registry::load(&lab.s.home)
+        .unwrap()
+        .target("h1")
+        .unwrap()
+        .cloud
+        .clone()
+        .unwrap();
+    assert_eq!(decl.state, stado::registry::CloudState::Enrolling);
+    // list shows it, and what it costs.
+    let l = lab.s.list().await.unwrap();
+    assert_eq!(l.hosts.len(), 1);
+    assert_eq!(
+        (l.hosts[0].state.as_str(), l.hosts[0].enrolling),
+        ("running", true)
+    );
+    assert_eq!(l.running, 1);
+    assert!(
+        l.lines().iter().any(|x| x.contains("running (enrolling)")),
+        "{:?}",
+        l.lines()
+    );
+    // A new create counts its hour and refuses its name.
+    assert_eq!(
+        error(&lab.create("h1").await),
+        "target 'h1' is already registered"
+    );
+    // delete removes it.
+    lab.s.delete("h1").await.unwrap();
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
+    assert!(!lab.s.home.fleet_key("h1").exists());
+
+    // reap sees one too: a create that stopped before enrolment finished is reapable at once (no
+    // create holds the registry), and --apply returns it.
+    kill_at_enrolment(&mut lab, "h2").await;
+    assert_eq!(declared(&lab.s), lab.in_cloud());
+    let r = lab.s.reap(false).await.unwrap();
+    let h2 = r.hosts.iter().find(|h| h.name == "h2").unwrap();
+    assert_eq!(h2.verdict, Verdict::Reapable);
+    assert!(
+        h2.cause
+            .as_deref()
+            .unwrap()
+            .starts_with("its create stopped before the host was enrolled"),
+        "{h2:?}"
+    );
+    assert_eq!(
+        lab.in_cloud().len(),
+        1,
+        "without --apply nothing is deleted"
+    );
+    let r = lab.s.reap(true).await.unwrap();
+    assert_eq!(
+        r.hosts[0].action,
+        Some(stado::reap::Action::Reaped),
+        "{:?}",
+        r.hosts
+    );
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
+    // The name is free again, and a create that finishes records its host whole.
+    let done = lab.create("h2").await;
+    assert!(done.ok, "{:?}", done.error);
+    let decl = Registry::load(&lab.s.home)
+        .unwrap()
+        .target("h2")
+        .unwrap()
+        .cloud
+        .clone()
+        .unwrap();
+    assert_eq!(decl.state, stado::registry::CloudState::Ready);
+}
+
 #[tokio::test]
 async fn a_host_presenting_another_key_than_the_pinned_one_is_never_read() {
     let lab = lab();
