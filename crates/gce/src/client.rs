@@ -257,6 +257,13 @@ impl Client {
     }
 
     /// Follows `op` to `DONE` with `operations.wait` (zonal or global, as the operation says).
+    ///
+    /// Not the kit's `poll`: that pauses the same interval before every read, which fits a read that
+    /// answers at once (Hetzner's `actions.get`, ARM's operation status). `operations.wait` is a long
+    /// poll: Compute Engine holds it until the operation ends or about two minutes pass, so it is
+    /// asked again at once after a long answer, and only an answer that came back early and
+    /// unfinished is followed by a pause (doubling, up to 5 s). A fixed pause before each call would
+    /// add its length to every long-running operation for nothing.
     pub(crate) async fn wait(&self, mut op: Operation) -> Result<Operation> {
         let started = Instant::now();
         // `operations.wait` is best effort and may answer at once with the operation still running:

@@ -8,11 +8,11 @@
 //! from a single-zone setup keep working.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of};
 use orca_machines::labels::{ORCA_LABEL, OWNER_LABEL, POOL_LABEL};
 use orca_machines::{
@@ -293,8 +293,10 @@ impl GceProvider {
         let r = self.parse_id(id)?;
         match self.read(&r).await? {
             None => Ok(None),
-            Some(vm) if is_owned_by(&vm.labels, &self.inner.owner) => Ok(Some((r, vm))),
-            Some(_) => Err(Error::not_owned(id, &self.inner.owner)),
+            Some(vm) => {
+                kit::check_owned(id, &vm.labels, &self.inner.owner)?;
+                Ok(Some((r, vm)))
+            }
         }
     }
 
@@ -525,11 +527,7 @@ impl GceProvider {
             let e = e.with_operation("instances.insert");
             let left = self.clean_up(r, done.target_id.as_deref()).await;
             return match (e, left.is_empty()) {
-                (Error::NoStock { message, .. }, true) => Ok(Created::NoStock {
-                    machine_type: spec.machine_type.clone(),
-                    location: spec.location.clone(),
-                    message,
-                }),
+                (Error::NoStock { message, .. }, true) => Ok(kit::no_stock(spec, message)),
                 (
                     Error::NoStock {
                         message, context, ..
@@ -570,12 +568,13 @@ impl GceProvider {
 
     /// A 409 on insert: an instance or a disk of that name exists. The instance is adopted when it is
     /// this owner's, of this pool and type: made by an earlier create ([`Created::Adopted`]), or by
-    /// this call's own earlier attempt whose answer was lost (`ours`: [`Created::Machine`]).
+    /// this call's own earlier attempt whose answer was lost (`attempts` says whether one may have:
+    /// [`Created::Machine`]).
     async fn adopt(
         &self,
         spec: &MachineSpec,
         r: &InstanceRef,
-        ours: bool,
+        attempts: &Attempts,
         conflict: Error,
     ) -> Result<Created> {
         let vm = match self.get_instance(r).await? {
@@ -597,14 +596,10 @@ impl GceProvider {
                 if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner)
                     && last_segment(&vm.machine_type) == spec.machine_type =>
             {
+                let ours = attempts.may_have_made();
                 tracing::debug!(id = %r.id(), ours, "the instance of that name is this create's");
                 self.remember(r.id());
-                let m = to_machine(&vm, self.project());
-                Ok(if ours {
-                    Created::Machine(m)
-                } else {
-                    Created::Adopted(m)
-                })
+                Ok(attempts.found(to_machine(&vm, self.project())))
             }
             Some(_) => Err(conflict),
             None => Err(Error::transient(format!(
@@ -816,7 +811,7 @@ impl Provider for GceProvider {
         let path = self.client().zonal(zone, "instances");
         // Whether an earlier attempt of this call may have made the instance: one that got no
         // answer or a 5xx (a 429 was refused unserved).
-        let maybe_made = AtomicBool::new(false);
+        let attempts = Attempts::new();
         let answer: Result<Operation> = self
             .client()
             .retry
@@ -831,21 +826,16 @@ impl Provider for GceProvider {
                         Body::Json(&body),
                     )
                     .await;
-                if matches!(&sent, Err(e) if e.kind() == ErrorKind::Transient) {
-                    maybe_made.store(true, Ordering::SeqCst);
-                }
+                attempts.record(&sent);
                 sent
             })
             .await;
-        let ours = maybe_made.load(Ordering::SeqCst);
         match answer {
             Ok(op) => self.after_insert(spec, &r, op).await,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => self.adopt(spec, &r, ours, e).await,
-            Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
-                machine_type: spec.machine_type.clone(),
-                location: spec.location.clone(),
-                message,
-            }),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                self.adopt(spec, &r, &attempts, e).await
+            }
+            Err(Error::NoStock { message, .. }) => Ok(kit::no_stock(spec, message)),
             Err(e) => Err(e),
         }
     }

@@ -1,12 +1,13 @@
 //! [`HetznerProvider`]: the [`Provider`] contract on Hetzner Cloud servers.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
-use orca_machines::kit::Attempts;
+use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::{self, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -361,54 +362,56 @@ impl HetznerProvider {
             .read_server(n)
             .await?
             .ok_or_else(|| Error::not_found(format!("server {id}")).with_code("not_found"))?;
-        if !labels::is_owned_by(&self.machine_of(&s).labels, &self.owner) {
-            return Err(Error::not_owned(id, &self.owner));
-        }
+        kit::check_owned(id, &s.labels, &self.owner)?;
         Ok(s)
     }
 
-    /// Follows action `action` to its end: `Ok` on success, the action's error (classified by its
-    /// code) otherwise.
+    /// Follows action `action` to its end with the kit's poll (`actions.get` every `action_poll`,
+    /// for at most `action_timeout`): `Ok` on success, the action's error (classified by its code)
+    /// otherwise.
     async fn wait_action(&self, action: &Action) -> Result<()> {
-        let deadline = Instant::now() + self.config.action_timeout;
-        let mut current = action.clone();
-        loop {
-            match current.status.as_str() {
-                "success" => return Ok(()),
-                "error" => {
-                    let (code, msg) = current
-                        .error
-                        .as_ref()
-                        .map(|e| (e.code.clone(), e.message.clone()))
-                        .unwrap_or_else(|| (String::new(), "no message".into()));
-                    let words =
-                        format!("action {} ({}) failed: {msg}", current.id, current.command);
-                    return Err(classify(&code, &words, None, None, None)
-                        .with_operation(current.command.clone()));
+        // The action as the call that started it answered, then as each read shows it.
+        let answered = AtomicBool::new(true);
+        let answered = &answered;
+        kit::poll(
+            &action.command,
+            self.config.action_poll,
+            self.config.action_timeout,
+            move || async move {
+                let current = if answered.swap(false, Ordering::Relaxed) {
+                    action.clone()
+                } else {
+                    let r: ActionAnswer = self
+                        .client
+                        .call(
+                            "actions.get",
+                            Method::GET,
+                            &format!("/actions/{}", action.id),
+                            &[],
+                            None,
+                        )
+                        .await?;
+                    r.action
+                };
+                match current.status.as_str() {
+                    "success" => Ok(Some(())),
+                    "error" => {
+                        let (code, msg) = current
+                            .error
+                            .as_ref()
+                            .map(|e| (e.code.clone(), e.message.clone()))
+                            .unwrap_or_else(|| (String::new(), "no message".into()));
+                        let words =
+                            format!("action {} ({}) failed: {msg}", current.id, current.command);
+                        Err(classify(&code, &words, None, None, None)
+                            .with_operation(current.command.clone()))
+                    }
+                    // `running`, or a word added later: not ended.
+                    _ => Ok(None),
                 }
-                // `running`, or a word added later: not ended.
-                _ => {}
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::transient(format!(
-                    "action {} ({}) still running after {:?}",
-                    current.id, current.command, self.config.action_timeout
-                ))
-                .with_operation(current.command.clone()));
-            }
-            tokio::time::sleep(self.config.action_poll).await;
-            let r: ActionAnswer = self
-                .client
-                .call(
-                    "actions.get",
-                    Method::GET,
-                    &format!("/actions/{}", current.id),
-                    &[],
-                    None,
-                )
-                .await?;
-            current = r.action;
-        }
+            },
+        )
+        .await
     }
 
     /// Starts an action on server `id` (`poweron`, `shutdown`, ...) and follows it to its end.
@@ -470,14 +473,11 @@ impl HetznerProvider {
         }
     }
 
-    /// No stock of the spec's type in its location, from `e` (an error of kind `NoStock`).
+    /// No stock of the spec's type in its location ([`kit::no_stock`]), from `e` (an error of kind
+    /// `NoStock`; any other error is answered as it is).
     fn no_stock(spec: &MachineSpec, e: Error) -> Result<Created> {
         match e {
-            Error::NoStock { message, .. } => Ok(Created::NoStock {
-                machine_type: spec.machine_type.clone(),
-                location: spec.location.clone(),
-                message,
-            }),
+            Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
             other => Err(other),
         }
     }
@@ -794,9 +794,7 @@ impl Provider for HetznerProvider {
         let Some(s) = self.read_server(n).await? else {
             return Ok(true);
         };
-        if !labels::is_owned_by(&self.machine_of(&s).labels, &self.owner) {
-            return Err(Error::not_owned(id, &self.owner));
-        }
+        kit::check_owned(id, &s.labels, &self.owner)?;
         self.delete_server(n).await
     }
 

@@ -970,3 +970,35 @@ async fn no_stock_from_a_resize_or_a_start_names_the_type_and_the_location() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn an_action_that_does_not_end_in_time_is_a_passing_failure_and_its_server_stays() {
+    // Actions are followed by the kit's poll: every `action_poll`, for at most `action_timeout`;
+    // then a passing failure naming the action (it goes on in the cloud, and a retried create
+    // adopts the server).
+    let fake = FakeHetzner::start_with(Options {
+        action_reads: 1_000_000,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let config = common::builder(&fake)
+        .action_poll(Duration::from_millis(50))
+        .action_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let p = HetznerProvider::new(config, "me").await.unwrap();
+    let e = p
+        .create(&spec("slow-1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    assert!(e.to_string().contains("create_server"), "{e}");
+    assert_eq!(e.operation(), Some("create_server"));
+    let reads = fake.control().count(&Method::GET, "/v1/actions/");
+    assert!(
+        (1..=21).contains(&reads),
+        "at most one read every 50 ms for 1 s, not a tight loop: {reads}"
+    );
+    assert_eq!(fake.servers().len(), 1, "the server is not removed");
+}
