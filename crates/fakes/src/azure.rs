@@ -17,6 +17,12 @@
 //!   statuses, the power states carrying no time (as in the published examples); power states
 //!   `starting`, `running`, `stopping`, `stopped`, `deallocating`, `deallocated`; `start`,
 //!   `deallocate`, `powerOff`, `restart`; resize by `PATCH`; `customData` never returned;
+//!   the sizes a VM can be resized to (`{vm}/vmSizes`, `VirtualMachines_ListAvailableSizes`,
+//!   `VirtualMachine_ListAvailableVmSizes.json`): an allocated VM only to the sizes of its hardware
+//!   cluster, any other refused with 409 `OperationNotAllowed` (target `vmSize`, "Unable to resize
+//!   the VM ... because the requested size ... is not available in the current hardware cluster",
+//!   as reported against Azure in microsoft/service-fabric-issues#472), a deallocated VM to any
+//!   size of its location ([`FakeAzure::limit_cluster`]);
 //!   `If-None-Match: *` on `PUT` (412 `PreconditionFailed` when the VM exists); `$expand=instanceView`
 //!   on a list only with a `$filter` (the specification's words), `statusOnly=true` only on the
 //!   subscription-wide list; an SSH-only Linux profile needs a key (400 `InvalidParameter`).
@@ -298,6 +304,8 @@ struct State {
     credits: HashMap<(String, String), (f64, String)>,
     /// The caller's role is scoped to the resource groups: subscription-wide lists are refused.
     rg_scoped: bool,
+    /// VMs allocated on a hardware cluster that offers only some sizes: VM key -> sizes (lower case).
+    clusters: HashMap<String, BTreeSet<String>>,
 }
 
 /// The fake Azure Resource Manager and Retail Prices APIs, serving on 127.0.0.1 until dropped.
@@ -338,6 +346,7 @@ impl FakeAzure {
             reserved: HashMap::new(),
             credits: HashMap::new(),
             rg_scoped: false,
+            clusters: HashMap::new(),
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -559,6 +568,18 @@ impl FakeAzure {
         self.st().credits.insert(
             (account.to_string(), profile.to_string()),
             (amount, currency.to_string()),
+        );
+    }
+
+    /// VM `name` of `rg` is allocated on a hardware cluster that offers only `sizes`: while it stays
+    /// allocated (running or powered off, not deallocated), `{vm}/vmSizes` lists only those, and a
+    /// resize to another size is refused with 409 `OperationNotAllowed` ("not available in the
+    /// current hardware cluster"), as Azure refuses it. Deallocating the VM frees it from the
+    /// cluster: it may then take any size of its location.
+    pub fn limit_cluster(&self, rg: &str, name: &str, sizes: &[&str]) {
+        self.st().clusters.insert(
+            rid(rg, Kind::Vm, name).to_ascii_lowercase(),
+            sizes.iter().map(|s| s.to_ascii_lowercase()).collect(),
         );
     }
 
@@ -844,6 +865,99 @@ mod tests {
         )
         .await;
         assert_eq!(b["properties"]["tags"], json!({"b": "2", "c": "3"}));
+    }
+
+    #[tokio::test]
+    async fn an_allocated_vm_resizes_only_within_its_hardware_cluster() {
+        let f = FakeAzure::start().await.unwrap();
+        f.add_subnet(RESOURCE_GROUP, "net-westeurope", "westeurope", "s", None);
+        let http = reqwest::Client::new();
+        let rg = format!(
+            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers",
+            f.url()
+        );
+        let send = |m: reqwest::Method, url: String, body: Option<Value>| {
+            let http = http.clone();
+            async move {
+                let mut r = http.request(m, url).bearer_auth(TOKEN);
+                if let Some(b) = body {
+                    r = r.json(&b);
+                }
+                let r = r.send().await.unwrap();
+                let status = r.status().as_u16();
+                (status, r.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        let nic = json!({"location": "westeurope", "properties": {"ipConfigurations": [{"name": "c",
+            "properties": {"subnet": {"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/virtualNetworks/net-westeurope/subnets/s")}}}]}});
+        let (st, _) = send(
+            Method::PUT,
+            format!("{rg}/Microsoft.Network/networkInterfaces/n?api-version=2024-05-01"),
+            Some(nic),
+        )
+        .await;
+        assert_eq!(st, 201);
+        let vm = json!({"location": "westeurope", "properties": {
+            "hardwareProfile": {"vmSize": "Standard_B2s"},
+            "storageProfile": {"imageReference": {"publisher": "p", "offer": "o", "sku": "server", "version": "latest"}},
+            "osProfile": {"computerName": "v", "adminUsername": "u", "linuxConfiguration": {"disablePasswordAuthentication": true,
+                "ssh": {"publicKeys": [{"path": "/home/u/.ssh/authorized_keys", "keyData": "ssh-ed25519 AAAA k"}]}}},
+            "networkProfile": {"networkInterfaces": [{"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkInterfaces/n")}]}}});
+        let vm_path = format!("{rg}/Microsoft.Compute/virtualMachines/v");
+        let api = "api-version=2024-07-01";
+        assert_eq!(
+            send(Method::PUT, format!("{vm_path}?{api}"), Some(vm))
+                .await
+                .0,
+            201
+        );
+        tokio::time::sleep(SETTLE * 2).await;
+        let sizes = |b: Value| -> Vec<String> {
+            b["value"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        // Unlimited: every x64 and Arm64 size of the location.
+        let (st, b) = send(Method::GET, format!("{vm_path}/vmSizes?{api}"), None).await;
+        assert_eq!((st, sizes(b).len()), (200, SIZES.len()));
+        // On a cluster of B-series only, a running VM cannot take a D size.
+        f.limit_cluster(RESOURCE_GROUP, "v", &["Standard_B2s"]);
+        let (_, b) = send(Method::GET, format!("{vm_path}/vmSizes?{api}"), None).await;
+        assert_eq!(sizes(b), ["Standard_B2s"]);
+        let resize = json!({"properties": {"hardwareProfile": {"vmSize": "Standard_D2s_v5"}}});
+        let (st, b) = send(
+            Method::PATCH,
+            format!("{vm_path}?{api}"),
+            Some(resize.clone()),
+        )
+        .await;
+        assert_eq!(
+            (
+                st,
+                b["error"]["code"].as_str(),
+                b["error"]["target"].as_str()
+            ),
+            (409, Some("OperationNotAllowed"), Some("vmSize"))
+        );
+        assert!(b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not available in the current hardware cluster"));
+        // Deallocated, it leaves the cluster and takes any size of the location.
+        let (st, _) = send(Method::POST, format!("{vm_path}/deallocate?{api}"), None).await;
+        assert_eq!(st, 202);
+        tokio::time::sleep(SETTLE * 2).await;
+        let (_, b) = send(Method::GET, format!("{vm_path}/vmSizes?{api}"), None).await;
+        assert!(sizes(b).contains(&"Standard_D2s_v5".to_string()));
+        let (st, b) = send(Method::PATCH, format!("{vm_path}?{api}"), Some(resize)).await;
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(
+            b["properties"]["hardwareProfile"]["vmSize"],
+            "Standard_D2s_v5"
+        );
     }
 
     #[test]

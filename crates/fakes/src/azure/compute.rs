@@ -149,6 +149,63 @@ pub(super) fn list_all_vms(st: &State, r: &Req) -> Response {
     list_answer(got, next)
 }
 
+/// Whether a VM holds its hardware (running, starting, stopping or powered off: not deallocated).
+pub(super) fn allocated(res: &Res) -> bool {
+    !matches!(res.power.as_str(), "" | "deallocated" | "deallocating")
+}
+
+/// `VirtualMachines_ListAvailableSizes` (`{vm}/vmSizes`): the sizes VM `name` can be resized to;
+/// for an allocated VM on a limited hardware cluster ([`FakeAzure::limit_cluster`]), only those.
+pub(super) fn vm_sizes(st: &State, rg: &str, name: &str) -> Response {
+    let key = rid(rg, Kind::Vm, name).to_ascii_lowercase();
+    let Some(res) = st.res.get(&key).filter(|x| x.visible()) else {
+        return not_found(Kind::Vm, name, rg);
+    };
+    let location = res.body["location"].as_str().unwrap_or("");
+    let cluster = st.clusters.get(&key).filter(|_| allocated(res));
+    let value: Vec<Value> = SIZES
+        .iter()
+        .filter(|(size, ..)| {
+            st.skus.iter().any(|s| {
+                s["resourceType"] == "virtualMachines"
+                    && eq(s["name"].as_str().unwrap_or(""), size)
+                    && s["locations"]
+                        .as_array()
+                        .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), location)))
+            })
+        })
+        .filter(|(size, ..)| cluster.is_none_or(|c| c.contains(&size.to_ascii_lowercase())))
+        .map(|(size, _, _, cpus, _)| {
+            json!({"name": size, "numberOfCores": cpus, "osDiskSizeInMB": 1_047_552,
+                "resourceDiskSizeInMB": 0, "memoryInMB": cpus * 4096, "maxDataDiskCount": cpus * 2})
+        })
+        .collect();
+    // Not pageable in the specification: one answer holds every size.
+    answer(200, json!({ "value": value }), &[])
+}
+
+/// The refusal of resizing an allocated VM to a size its hardware cluster does not offer.
+pub(super) fn cluster_refusal(st: &State, key: &str, res: &Res, size: &str) -> Option<Response> {
+    let cluster = st.clusters.get(key).filter(|_| allocated(res))?;
+    if cluster.contains(&size.to_ascii_lowercase()) {
+        return None;
+    }
+    let name = res.body["name"].as_str().unwrap_or("");
+    let mut available: Vec<&str> = SIZES
+        .iter()
+        .map(|(s, ..)| *s)
+        .filter(|s| cluster.contains(&s.to_ascii_lowercase()))
+        .collect();
+    available.sort_unstable();
+    Some(err_with(
+        409,
+        "OperationNotAllowed",
+        &format!("Unable to resize the VM '{name}' because the requested size {size} is not available in the current hardware cluster. The available sizes in this cluster are: {}. Read more on VM resizing strategy at https://aka.ms/azure-resizevm.", available.join(",")),
+        json!([]),
+        json!({"target": "vmSize"}),
+    ))
+}
+
 pub(super) fn instance_view(res: &Res) -> Value {
     let ps = res.body["properties"]["provisioningState"]
         .as_str()

@@ -271,6 +271,9 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
             }
         }
         (2, &Method::POST) if kind == Kind::Vm => vm_action(st, r, rg, tail[0], tail[1]),
+        (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "vmSizes") => {
+            vm_sizes(st, rg, tail[0])
+        }
         (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
             match st
                 .res

@@ -85,6 +85,10 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
                 x.power = (*end).into();
                 x.body["properties"]["provisioningState"] = json!("Succeeded");
             }
+            // A deallocated VM leaves its hardware cluster: it may take any size now.
+            if *end == "deallocated" {
+                st.clusters.remove(&op.key);
+            }
             Ok(())
         }
         Action::Fail(code, msg) => {
@@ -107,7 +111,10 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
             if let Some(x) = st.res.remove(&op.key) {
                 let id = x.body["id"].as_str().unwrap_or("").to_string();
                 match x.kind {
-                    Kind::Vm => delete_vm_dependents(st, &x.body, &id),
+                    Kind::Vm => {
+                        st.clusters.remove(&op.key);
+                        delete_vm_dependents(st, &x.body, &id)
+                    }
                     Kind::Nic => {
                         let prefix = format!("{id}/ipConfigurations/").to_ascii_lowercase();
                         for p in st.res.values_mut().filter(|p| p.kind == Kind::Pip) {

@@ -190,6 +190,16 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
     if let Some(e) = busy(st, &key, kind) {
         return e;
     }
+    if kind == Kind::Vm {
+        if let (Some(size), Some(res)) = (
+            r.body["properties"]["hardwareProfile"]["vmSize"].as_str(),
+            st.res.get(&key).filter(|x| x.visible()),
+        ) {
+            if let Some(e) = cluster_refusal(st, &key, res, size) {
+                return e;
+            }
+        }
+    }
     let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
         return not_found(kind, name, rg);
     };
