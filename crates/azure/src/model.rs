@@ -400,6 +400,14 @@ pub(crate) struct SubnetProperties {
     pub network_security_group: Option<SubResource>,
 }
 
+/// A size a VM can be resized to (`VirtualMachineSize`, the items of `{vm}/vmSizes`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct VmSize {
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+}
+
 /// A resource SKU (`ResourceSku`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]

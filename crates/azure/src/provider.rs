@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 
 use crate::client::{decode, Arm, Condition, COMPUTE_API, NETWORK_API, SKUS_API};
 use crate::config::{Config, ImageUrn, URN_RULE};
-use crate::model::{InstanceView, Nic, PublicIp, Sku, Tagged, Vm};
+use crate::model::{InstanceView, Nic, PublicIp, Sku, Tagged, Vm, VmSize};
 
 /// The driver's kind.
 pub const KIND: &str = "azure";
@@ -410,6 +410,12 @@ impl AzureProvider {
 
     async fn power(&self, id: &str, action: &str) -> Result<Machine> {
         self.owned_existing(id, false).await?;
+        self.power_action(id, action).await?;
+        self.machine_now(id).await
+    }
+
+    /// `POST {vm}/{action}` (`start`, `deallocate`), followed to its end.
+    async fn power_action(&self, id: &str, action: &str) -> Result<()> {
         let url = self
             .arm()
             .url(&format!("{}/{action}", self.vm_id(id)), COMPUTE_API);
@@ -418,8 +424,36 @@ impl AzureProvider {
             .arm()
             .call(&op, Method::POST, &url, None, Condition::None)
             .await?;
-        self.arm().wait(&op, &a).await?;
-        self.machine_now(id).await
+        self.arm().wait(&op, &a).await
+    }
+
+    /// The sizes VM `id` can be resized to where it stands (`{vm}/vmSizes`): for an allocated VM,
+    /// those of its hardware cluster.
+    async fn resizable_to(&self, id: &str) -> Result<Vec<String>> {
+        let url = self
+            .arm()
+            .url(&format!("{}/vmSizes", self.vm_id(id)), COMPUTE_API);
+        let sizes: Vec<VmSize> = self.arm().list("list VM sizes", &url).await?;
+        Ok(sizes.into_iter().map(|s| s.name).collect())
+    }
+
+    /// `PATCH` of VM `id`'s size, followed to its end; no stock is named with the size and location.
+    async fn patch_size(&self, id: &str, machine_type: &str, location: &str) -> Result<()> {
+        let op = "resize VM";
+        let a = self
+            .arm()
+            .call(
+                op,
+                Method::PATCH,
+                &self.vm_url(id, false),
+                Some(&json!({"properties": {"hardwareProfile": {"vmSize": machine_type}}})),
+                Condition::None,
+            )
+            .await?;
+        self.arm()
+            .wait(op, &a)
+            .await
+            .map_err(|e| with_stock_of(e, machine_type, location))
     }
 
     /// The size catalogue of `location` (`$filter=location eq '<location>'`), read once and cached.
@@ -1007,6 +1041,21 @@ impl AzureProvider {
     }
 }
 
+/// `e` with `machine_type` and `location` named when it is no stock.
+fn with_stock_of(e: Error, machine_type: &str, location: &str) -> Error {
+    match e {
+        Error::NoStock {
+            message, context, ..
+        } => Error::NoStock {
+            machine_type: machine_type.to_string(),
+            location: location.to_string(),
+            message,
+            context,
+        },
+        other => other,
+    }
+}
+
 /// Whether two Azure locations are the same (`westeurope`, `WestEurope`, `West Europe`).
 fn same_location(a: &str, b: &str) -> bool {
     let norm = |s: &str| -> String {
@@ -1282,31 +1331,46 @@ impl Provider for AzureProvider {
                 ));
             }
         }
-        let (status, _) = vm.power(None);
+        let (status, cloud_status) = vm.power(None);
         let running = matches!(status, Status::Running | Status::Starting);
-        let url = self.vm_url(id, false);
-        let op = "resize VM";
-        let a = self
-            .arm()
-            .call(
-                op,
-                Method::PATCH,
-                &url,
-                Some(&json!({"properties": {"hardwareProfile": {"vmSize": machine_type}}})),
-                Condition::None,
-            )
-            .await?;
-        self.arm().wait(op, &a).await.map_err(|e| match e {
-            Error::NoStock {
-                message, context, ..
-            } => Error::NoStock {
-                machine_type: machine_type.to_string(),
-                location: location.clone(),
-                message,
-                context,
-            },
-            other => other,
-        })?;
+        // An allocated VM (running, or powered off without deallocation) can take in place only a
+        // size of its hardware cluster; Azure refuses any other (409 OperationNotAllowed). Such a
+        // size is taken by deallocating the VM, resizing it, and starting it again.
+        let deallocated = cloud_status.eq_ignore_ascii_case("PowerState/deallocated");
+        let in_place = deallocated
+            || self
+                .resizable_to(id)
+                .await?
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(machine_type));
+        if in_place {
+            self.patch_size(id, machine_type, &location).await?;
+        } else {
+            self.power_action(id, "deallocate").await.map_err(|e| {
+                e.prefixed(&format!(
+                    "{machine_type} is not offered on the hardware cluster of {id}, which was to be deallocated first"
+                ))
+            })?;
+            if let Err(e) = self.patch_size(id, machine_type, &location).await {
+                // Back to where it was: the old size, running again if it ran.
+                if running {
+                    if let Err(again) = self.power_action(id, "start").await {
+                        tracing::warn!(id, error = %again, "restarting after a failed resize failed");
+                        return Err(e.prefixed(&format!(
+                            "{id} was deallocated to be resized and could not be started again ({again})"
+                        )));
+                    }
+                }
+                return Err(e.prefixed(&format!("{id} was deallocated to be resized")));
+            }
+            if running {
+                self.power_action(id, "start").await.map_err(|e| {
+                    with_stock_of(e, machine_type, &location).prefixed(&format!(
+                        "{id} was resized to {machine_type} while deallocated and did not start again"
+                    ))
+                })?;
+            }
+        }
         Ok(Resized {
             machine: self.machine_now(id).await?,
             caused_downtime: running,

@@ -932,3 +932,62 @@ async fn a_machine_of_another_size_or_location_is_not_adopted() {
     // The same spec still adopts it.
     assert!(p.create(&spec("vm-z", AMD)).await.unwrap().is_adopted());
 }
+
+#[tokio::test]
+async fn a_running_vm_whose_cluster_lacks_the_size_is_deallocated_resized_and_started() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let m = p
+        .create(&spec("vm-r", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    // The VM's hardware cluster offers B-series only: Azure refuses to resize it in place.
+    f.limit_cluster(RESOURCE_GROUP, "vm-r", &[AMD]);
+    f.control().clear_log();
+    let r = p.resize(&m.id, "Standard_D2s_v5").await.unwrap();
+    assert!(r.caused_downtime);
+    assert_eq!(
+        (r.machine.machine_type.as_str(), r.machine.status),
+        ("Standard_D2s_v5", Status::Running)
+    );
+    let calls: Vec<String> = f
+        .control()
+        .log()
+        .into_iter()
+        .filter(|l| !l.path.contains("/operations/"))
+        .map(|l| {
+            let path = l.path.split('?').next().unwrap_or("").to_string();
+            let tail = path.rsplit("/virtualMachines/").next().unwrap_or("");
+            format!("{} {tail}", l.method)
+        })
+        .collect();
+    let pos = |c: &str| {
+        calls
+            .iter()
+            .position(|x| x == c)
+            .unwrap_or_else(|| panic!("no {c} in {calls:?}"))
+    };
+    assert!(
+        pos("GET vm-r/vmSizes") < pos("POST vm-r/deallocate")
+            && pos("POST vm-r/deallocate") < pos("PATCH vm-r")
+            && pos("PATCH vm-r") < pos("POST vm-r/start"),
+        "{calls:?}"
+    );
+    // A size the cluster offers is taken in place: no deallocation.
+    f.limit_cluster(
+        RESOURCE_GROUP,
+        "vm-r",
+        &["Standard_D2s_v5", "Standard_D4s_v5"],
+    );
+    f.control().clear_log();
+    let r = p.resize(&m.id, "Standard_D4s_v5").await.unwrap();
+    assert!(r.caused_downtime, "Azure restarts a running VM it resizes");
+    assert_eq!(r.machine.machine_type, "Standard_D4s_v5");
+    assert_eq!(
+        f.control()
+            .count(&"POST".parse().unwrap(), "/virtualMachines/vm-r/deallocate"),
+        0
+    );
+}
