@@ -2,18 +2,19 @@
 //! consistency.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
+use orca_machines::chrono::{self, Utc};
+use orca_machines::kit::Attempts;
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, Labels};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::spec::validate_token;
 use orca_machines::{
     all_pages, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
-    Machine, MachineLabels, MachineSpec, Provider, Resized, Result, SpecOptions,
+    Machine, MachineLabels, MachineSpec, Provider, Resized, Result, SpecOptions, Timestamp,
 };
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -24,7 +25,7 @@ use crate::client::{
 use crate::config::{
     is_ami_id, Config, Waiting, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV,
 };
-use crate::model::{labels_of, machine_of, state_of, Image, RunRequest, NAME_TAG};
+use crate::model::{labels_of, machine_of, state_of, timestamp, Image, RunRequest, NAME_TAG};
 
 /// The driver's kind.
 pub const KIND: &str = "ec2";
@@ -125,6 +126,31 @@ fn request_digest(r: &RunRequest) -> String {
         h.update([0u8]);
     }
     hex::encode(&h.finalize()[..10])
+}
+
+/// Whether `inst`, which EC2 answered to this call's RunInstances, was made by this call (else an
+/// earlier create made it: adopted). EC2 answers a ClientToken it has seen exactly as a new one, with
+/// the instance in its state of now, so the driver tells them apart by what it knows:
+/// - after an attempt of this call that may have reached EC2 and lost its answer (`attempts`: a 5xx,
+///   a timeout, a dropped connection; not a throttling answer), the instance is this call's;
+/// - otherwise it is this call's only when it is `pending` (a new instance is), was launched no
+///   earlier than this call first sent the token (`began`; EC2's times have whole seconds, so an
+///   instance launched within the same second counts as this call's), and was not answered as made
+///   before by this provider (`known`).
+fn made_by_this_call(
+    inst: &Instance,
+    began: Timestamp,
+    attempts: &Attempts,
+    known: impl FnOnce() -> bool,
+) -> bool {
+    if attempts.may_have_made() {
+        return true;
+    }
+    let launched_before = inst
+        .launch_time()
+        .and_then(timestamp)
+        .is_some_and(|l| l + chrono::Duration::seconds(1) <= began);
+    state_of(inst) == "pending" && !launched_before && !known()
 }
 
 /// Whether an instance in `state` is gone or going (terminated, or shutting down).
@@ -624,11 +650,14 @@ impl Provider for Ec2Provider {
             root_volume_gb,
         };
         for _ in 0..MAX_TOKEN_GENERATIONS {
-            // Whether an attempt of this call failed in a way that may have reached EC2 (a 5xx, a
-            // timeout, a lost answer): the instance EC2 then answers for the token is this call's.
-            let reached = AtomicBool::new(false);
+            // Whether an attempt with this token failed in a way that may have reached EC2 (a 5xx, a
+            // timeout, a lost answer; not a throttling answer): the instance EC2 then answers for the
+            // token may be this call's.
+            let attempts = Attempts::new();
+            // When this call first sent this token: an instance launched before is an earlier call's.
+            let began = Utc::now();
             let req_ref = &req;
-            let reached_ref = &reached;
+            let attempts_ref = &attempts;
             // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
             // EC2 answers with the instance it made for it.
             let outcome = self
@@ -636,9 +665,7 @@ impl Provider for Ec2Provider {
                 .retry_policy()
                 .retry("create", || async move {
                     let r = self.client.run_instance(req_ref).await;
-                    if matches!(r, Err(Error::Transient { .. })) {
-                        reached_ref.store(true, Ordering::Relaxed);
-                    }
+                    attempts_ref.record(&r);
                     r
                 })
                 .await;
@@ -680,12 +707,9 @@ impl Provider for Ec2Provider {
                 continue;
             }
             same_place(&machine_of(&inst), spec)?;
-            // Made now, or adopted: EC2 answers a ClientToken it has seen with the instance it made
-            // then, in its state of now. An answer after this call's own ambiguous failure is this
-            // call's. Otherwise a new instance is `pending`; one that is not, or that this provider
-            // already answered as made, comes from an earlier create.
-            let made_now = reached.load(Ordering::Relaxed)
-                || (state == "pending" && lock(&self.made).get(&id).is_none());
+            let made_now = made_by_this_call(&inst, began, &attempts, || {
+                lock(&self.made).contains_key(&id)
+            });
             self.note_made(&id);
             // Not answered before EC2 shows it: a read, a listing or a delete right after must find it.
             let Some(seen) = self.read(&id).await? else {
@@ -947,6 +971,69 @@ mod tests {
             "orca-1e82fd259734a36e1587dcc29108f8ba82c2a214"
         );
         assert_eq!(request_digest(&request()), "0aa8ce7e101a7fa0bc70");
+    }
+
+    #[test]
+    fn made_now_or_adopted_by_launch_time_state_and_attempts() {
+        use aws_sdk_ec2::types::{InstanceState, InstanceStateName};
+        let began = Timestamp::from_timestamp(1_000, 500_000_000).unwrap();
+        let inst = |launched: i64, state: InstanceStateName| {
+            Instance::builder()
+                .instance_id("i-1")
+                .launch_time(aws_smithy_types::DateTime::from_secs(launched))
+                .state(InstanceState::builder().name(state).build())
+                .build()
+        };
+        let fresh = Attempts::new();
+        let pending = InstanceStateName::Pending;
+        // Launched in the second this call began, or later: this call's.
+        assert!(made_by_this_call(
+            &inst(1_000, pending.clone()),
+            began,
+            &fresh,
+            || false
+        ));
+        assert!(made_by_this_call(
+            &inst(1_002, pending.clone()),
+            began,
+            &fresh,
+            || false
+        ));
+        // Launched a second before, still pending: an earlier call's.
+        assert!(!made_by_this_call(
+            &inst(999, pending.clone()),
+            began,
+            &fresh,
+            || false
+        ));
+        // Running, or already answered as made by this provider: an earlier call's.
+        assert!(!made_by_this_call(
+            &inst(1_000, InstanceStateName::Running),
+            began,
+            &fresh,
+            || false
+        ));
+        assert!(!made_by_this_call(
+            &inst(1_000, pending.clone()),
+            began,
+            &fresh,
+            || true
+        ));
+        // A throttling answer served nothing; a lost answer may have made it.
+        fresh.record::<()>(&Err(Error::throttled(None, "RequestLimitExceeded")));
+        assert!(!made_by_this_call(
+            &inst(999, pending.clone()),
+            began,
+            &fresh,
+            || false
+        ));
+        fresh.record::<()>(&Err(Error::transient("connection reset")));
+        assert!(made_by_this_call(
+            &inst(999, InstanceStateName::Running),
+            began,
+            &fresh,
+            || true
+        ));
     }
 
     #[test]

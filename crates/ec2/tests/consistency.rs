@@ -168,6 +168,47 @@ async fn a_not_found_is_confirmed_for_an_instance_another_provider_made() {
 }
 
 #[tokio::test]
+async fn a_pending_instance_an_earlier_create_made_is_adopted() {
+    let Some(e) = env("a_pending_instance_an_earlier_create_made_is_adopted").await else {
+        return;
+    };
+    // EC2 keeps a new instance pending while it boots (moto does not: the proxy does).
+    e.proxy.keep_pending(Duration::from_secs(5));
+    let spec = e.spec("pend-1");
+    let first = match e.provider("owner-1").await.create(&spec).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("a first create gave {other:?}"),
+    };
+    assert_eq!(first.status, Status::Starting, "pending as EC2 shows it");
+    // EC2's launch times have whole seconds: the next creates begin in a later second.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The same create from a restarted process while the instance is still pending: EC2 answers
+    // the ClientToken with it, pending as a new one would be; an earlier call made it.
+    match e.provider("owner-1").await.create(&spec).await.unwrap() {
+        Created::Adopted(m) => assert_eq!(
+            (m.id.as_str(), m.status),
+            (first.id.as_str(), Status::Starting)
+        ),
+        other => panic!("a repeated create of a pending instance gave {other:?}"),
+    }
+    // A throttled first attempt (429-like: EC2 served nothing) does not make it this call's.
+    e.proxy.inject(Rule::new(
+        "RunInstances",
+        Fault::error(503, "RequestLimitExceeded"),
+        1,
+    ));
+    let before = e.proxy.count("RunInstances");
+    match e.provider("owner-1").await.create(&spec).await.unwrap() {
+        Created::Adopted(m) => assert_eq!(m.id, first.id),
+        other => panic!("a create throttled then answered a pending instance gave {other:?}"),
+    }
+    assert_eq!(e.proxy.count("RunInstances"), before + 2);
+    let p = e.provider("owner-1").await;
+    assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1, "one machine");
+    assert!(p.delete(&first.id).await.unwrap());
+}
+
+#[tokio::test]
 async fn delete_never_believes_a_not_found_from_terminate() {
     let Some(e) = env("delete_never_believes_a_not_found_from_terminate").await else {
         return;

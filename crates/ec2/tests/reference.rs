@@ -502,17 +502,21 @@ async fn capacity_quota_and_configuration_errors_are_told_apart() {
     assert_eq!(proxy.count("RunInstances"), 4);
 }
 
+/// `instance` launched now (a new instance's answer), not at the example's time.
+fn launched_now(instance: &str) -> String {
+    let now = orca_machines::chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S.000Z")
+        .to_string();
+    instance.replace("2026-03-02T08:31:00.000Z", &now)
+}
+
 #[tokio::test]
 async fn a_create_reads_its_answer_and_waits_for_the_instance() {
     let proxy = proxy().await;
     let p = provider(&proxy).await;
     catalogue(&proxy);
-    answer(
-        &proxy,
-        "RunInstances",
-        200,
-        run_answer(&sparse_instance(ID, "ref-8", (0, "pending"))),
-    );
+    let pending = launched_now(&sparse_instance(ID, "ref-8", (0, "pending")));
+    answer(&proxy, "RunInstances", 200, run_answer(&pending));
     // Right after RunInstances, EC2 does not show the instance yet.
     error(
         &proxy,
@@ -521,12 +525,7 @@ async fn a_create_reads_its_answer_and_waits_for_the_instance() {
         "InvalidInstanceID.NotFound",
         &format!("The instance ID '{ID}' does not exist"),
     );
-    answer(
-        &proxy,
-        "DescribeInstances",
-        200,
-        describe(&[sparse_instance(ID, "ref-8", (0, "pending"))], None),
-    );
+    answer(&proxy, "DescribeInstances", 200, describe(&[pending], None));
     match p.create(&spec("ref-8")).await.unwrap() {
         Created::Machine(m) => assert_eq!((m.id.as_str(), m.status), (ID, Status::Starting)),
         other => panic!("{other:?}"),
@@ -552,6 +551,17 @@ async fn a_create_reads_its_answer_and_waits_for_the_instance() {
     assert!(p.create(&spec("ref-8")).await.unwrap().is_adopted());
     let runs = proxy.of("RunInstances");
     assert_eq!(runs[0].params["ClientToken"], runs[1].params["ClientToken"]);
+    // A provider that never saw it (a restarted process), answered the instance still pending but
+    // launched before its call began (EC2's example time): an earlier call's, adopted.
+    let restarted = provider(&proxy).await;
+    catalogue(&proxy);
+    let old = sparse_instance(ID, "ref-8", (0, "pending"));
+    answer(&proxy, "RunInstances", 200, run_answer(&old));
+    answer(&proxy, "DescribeInstances", 200, describe(&[old], None));
+    match restarted.create(&spec("ref-8")).await.unwrap() {
+        Created::Adopted(m) => assert_eq!((m.id.as_str(), m.status), (ID, Status::Starting)),
+        other => panic!("a pending instance launched before the call gave {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -38,12 +38,17 @@
 //!   is `Unsupported` ("Your requested instance type (...) is not supported in your requested
 //!   Availability Zone (...)"); moto makes it anyway. The proxy reads the offerings from moto's own
 //!   DescribeInstanceTypeOfferings.
+//! - **`pending` lasts** (Instance lifecycle: an instance is `pending` while it boots, seconds to
+//!   minutes): moto answers `running` at once after RunInstances answered `pending`. With
+//!   [`Proxy::keep_pending`], an instance made from then on reads as `pending` for that long (in
+//!   listings, reads by id and a repeated ClientToken's answer), unless it was stopped or
+//!   terminated meanwhile. A state filter still matches moto's own state.
 //!
 //! # What it does not reproduce
 //! - Capacity, quota and throttling: moto never answers `InsufficientInstanceCapacity`,
 //!   `InstanceLimitExceeded` or `RequestLimitExceeded`; tests inject them ([`Fault::Error`]).
-//! - The `pending` state's length and the state machine's timing (moto answers `running` at once
-//!   after RunInstances answered `pending`; `stopping` and `shutting-down` pass at once).
+//! - The rest of the state machine's timing (`stopping` and `shutting-down` pass at once), and
+//!   EC2's refusals of a call in the wrong state (a stop of a `pending` instance).
 //! - IAM (every call is allowed; `UnauthorizedOperation` is injected), signatures (moto checks none),
 //!   tag-on-create permissions, KMS.
 //! - DNS names: moto names every instance `ec2-<ip>.compute-1.amazonaws.com` whatever the VPC's DNS
@@ -325,6 +330,8 @@ struct TokenRecord {
 struct Ec2State {
     visibility_delay: Duration,
     hidden_until: HashMap<String, Instant>,
+    pending_for: Duration,
+    pending_until: HashMap<String, Instant>,
     tokens: HashMap<String, TokenRecord>,
     started: HashMap<String, DateTime<Utc>>,
     subnet_zone: HashMap<String, String>,
@@ -424,6 +431,12 @@ impl Proxy {
     /// `Duration::ZERO` stops hiding new ones.
     pub fn set_visibility_delay(&self, delay: Duration) {
         lock(&self.state.ec2).visibility_delay = delay;
+    }
+
+    /// Instances made from now on show `pending` for `d` after they are made (moto answers
+    /// `running` at once; EC2 takes seconds to boot one); `Duration::ZERO` stops it for new ones.
+    pub fn keep_pending(&self, d: Duration) {
+        lock(&self.state.ec2).pending_for = d;
     }
 
     /// Hides instance `id` for `delay` from now (as if it had just been made).
@@ -602,11 +615,21 @@ async fn subnet_zone(state: &ProxyState, subnet: &str) -> Option<String> {
 }
 
 /// Each instance of a DescribeInstances-shaped answer as EC2 would write it: `launchTime` the last
-/// start, `StateTransitionReason` in GMT.
+/// start, `StateTransitionReason` in GMT, and `pending` for as long as [`Proxy::keep_pending`] says.
 fn as_ec2_writes_it(state: &ProxyState, body: &str) -> String {
     let body = body.replace(" UTC)</reason>", " GMT)</reason>");
-    let started = lock(&state.ec2).started.clone();
-    if started.is_empty() {
+    let (started, pending) = {
+        let ec2 = lock(&state.ec2);
+        let now = Instant::now();
+        let pending: Vec<String> = ec2
+            .pending_until
+            .iter()
+            .filter(|(_, t)| **t > now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        (ec2.started.clone(), pending)
+    };
+    if started.is_empty() && pending.is_empty() {
         return body;
     }
     let Some((mut listed, (s, e))) = xml::instances(&body) else {
@@ -616,6 +639,15 @@ fn as_ec2_writes_it(state: &ProxyState, body: &str) -> String {
         if let Some(t) = started.get(&l.id) {
             let stamp = t.format("%Y-%m-%dT%H:%M:%S.000Z").to_string();
             l.item = xml::replace_child_text(&l.item, "launchTime", &stamp);
+        }
+        // moto's instance is running at once; EC2's is pending until it has booted (only a running
+        // one: a stop or a terminate moves on from there).
+        if pending.contains(&l.id) && l.item.contains("<name>running</name>") {
+            l.item = xml::replace_child_text(
+                &l.item,
+                "instanceState",
+                "<code>0</code><name>pending</name>",
+            );
         }
     }
     format!(
@@ -921,6 +953,12 @@ async fn upstream(
                             instances: ids.clone(),
                         },
                     );
+                }
+                if !ec2.pending_for.is_zero() {
+                    let until = Instant::now() + ec2.pending_for;
+                    for id in &ids {
+                        ec2.pending_until.insert(id.clone(), until);
+                    }
                 }
                 if !ec2.visibility_delay.is_zero() {
                     let until = Instant::now() + ec2.visibility_delay;
