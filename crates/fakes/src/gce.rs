@@ -28,6 +28,10 @@
 //!   `instances.aggregatedList` and `machineTypes.aggregatedList` answer `items` keyed by
 //!   `zones/<zone>` for every zone of the project ([`ZONES`]), a zone without results on the page
 //!   carrying the warning `NO_RESULTS_ON_PAGE` with `data: [{key: scope}]`;
+//! - a stopped (`TERMINATED`) instance holds no resources: its `start` needs room for its machine
+//!   type in its zone, and without it the operation ends in `ZONE_RESOURCE_POOL_EXHAUSTED` ("Resource
+//!   availability errors" arise "when you create a VM, start a stopped VM, or change a machine
+//!   type"), while `setMachineType` itself, on a stopped instance, does not;
 //! - the boot disk as its own resource, named by `initializeParams.diskName` (or the instance),
 //!   deleted with the instance when `autoDelete`, refused while attached
 //!   (`resourceInUseByAnotherResource`); a disk of the boot disk's name makes the insert a 409;
@@ -345,7 +349,8 @@ impl FakeGce {
     }
 
     /// Makes `machine_type` out of stock in `zone`: inserts are accepted and their operation ends in
-    /// `ZONE_RESOURCE_POOL_EXHAUSTED`, leaving the boot disk behind.
+    /// `ZONE_RESOURCE_POOL_EXHAUSTED`, leaving the boot disk behind; so does the start of a stopped
+    /// instance of that type there (the instance stays `TERMINATED`).
     pub fn exhaust(&self, machine_type: &str, zone: &str) {
         lock(&self.state).exhausted.insert(
             (zone.to_string(), machine_type.to_string()),

@@ -32,6 +32,22 @@ use crate::model::{
     MachineTypeAggregatedList, Operation,
 };
 
+/// `e` with the machine type and zone of a no-stock error filled in: Compute Engine's error names
+/// neither.
+fn placing(e: Error, machine_type: &str, zone: &str) -> Error {
+    match e {
+        Error::NoStock {
+            message, context, ..
+        } => Error::NoStock {
+            machine_type: machine_type.to_string(),
+            location: zone.to_string(),
+            message,
+            context,
+        },
+        other => other,
+    }
+}
+
 /// The driver kind.
 pub(crate) const KIND: &str = "gce";
 
@@ -885,9 +901,10 @@ impl Provider for GceProvider {
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {
-        let (r, _) = self.owned_existing(id).await?;
+        let (r, vm) = self.owned_existing(id).await?;
         self.instance_op("instances.start", &r, "start", None)
-            .await?;
+            .await
+            .map_err(|e| placing(e, last_segment(&vm.machine_type), &r.zone))?;
         self.read_back(&r).await
     }
 
@@ -922,20 +939,45 @@ impl Provider for GceProvider {
         if was_up {
             self.instance_op("instances.stop", &r, "stop", None).await?;
         }
-        let body = json!({"machineType": format!("zones/{}/machineTypes/{machine_type}", r.zone)});
-        let changed = self
-            .instance_op(
-                "instances.setMachineType",
-                &r,
-                "setMachineType",
-                Some(&body),
-            )
-            .await;
+        let set_type = |t: &str| {
+            let body = json!({"machineType": format!("zones/{}/machineTypes/{t}", r.zone)});
+            let r = &r;
+            async move {
+                self.instance_op("instances.setMachineType", r, "setMachineType", Some(&body))
+                    .await
+            }
+        };
+        let changed = set_type(machine_type)
+            .await
+            .map_err(|e| placing(e, machine_type, &r.zone));
         if was_up {
             // Start again even when the change failed, so a failed resize leaves the machine as it was.
             let started = self.instance_op("instances.start", &r, "start", None).await;
-            changed?;
-            started?;
+            match (changed, started) {
+                (Ok(_), Err(e @ Error::NoStock { .. })) => {
+                    // No room for the new type: back to the type it had, running again, rather than
+                    // stopped on a type it cannot start.
+                    let e = placing(e, machine_type, &r.zone);
+                    let back = match set_type(&current).await {
+                        Ok(_) => self
+                            .instance_op("instances.start", &r, "start", None)
+                            .await
+                            .map(|_| ()),
+                        Err(again) => Err(again),
+                    };
+                    if let Err(again) = back {
+                        return Err(Error::other(format!(
+                            "resize of {id} to {machine_type}: no room ({e}); going back to \
+                             {current} failed, the machine is stopped: {again}"
+                        )));
+                    }
+                    return Err(e);
+                }
+                (changed, started) => {
+                    changed?;
+                    started.map_err(|e| placing(e, &current, &r.zone))?;
+                }
+            }
         } else {
             changed?;
         }

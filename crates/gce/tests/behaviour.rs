@@ -1048,6 +1048,58 @@ async fn arch_is_read_and_cached_and_resize_keeps_the_architecture() {
 }
 
 #[tokio::test]
+async fn no_room_to_start_or_resize_names_the_type_and_zone_and_a_resize_goes_back() {
+    // Compute Engine frees a stopped instance's resources: starting it again, or starting it on a new
+    // machine type, can meet ZONE_RESOURCE_POOL_EXHAUSTED in the operation.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-room", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let no_stock = |r: Result<(), Error>, want: &str| match r {
+        Err(e @ Error::NoStock { .. }) => {
+            let Error::NoStock {
+                machine_type,
+                location,
+                ..
+            } = &e
+            else {
+                unreachable!()
+            };
+            assert_eq!((machine_type.as_str(), location.as_str()), (want, ZONE));
+            assert_eq!(e.code(), Some("ZONE_RESOURCE_POOL_EXHAUSTED"));
+        }
+        other => panic!("{other:?}"),
+    };
+    // A resize of a running machine to a type without room: no stock of the NEW type; the machine
+    // goes back to its type and runs again rather than staying stopped on a type it cannot start.
+    fake.exhaust("e2-standard-2", ZONE);
+    no_stock(
+        p.resize(&m.id, "e2-standard-2").await.map(|_| ()),
+        "e2-standard-2",
+    );
+    let vm = fake.instance(ZONE, "vm-room").unwrap();
+    assert_eq!(vm["status"], "RUNNING", "{vm}");
+    assert!(
+        vm["machineType"].as_str().unwrap().ends_with("/e2-small"),
+        "{vm}"
+    );
+    // A start without room for the machine's own type.
+    p.stop(&m.id).await.unwrap();
+    fake.exhaust("e2-small", ZONE);
+    no_stock(p.start(&m.id).await.map(|_| ()), "e2-small");
+    assert_eq!(
+        fake.instance(ZONE, "vm-room").unwrap()["status"],
+        "TERMINATED"
+    );
+    fake.restore("e2-small", ZONE);
+    assert_eq!(p.start(&m.id).await.unwrap().status, Status::Running);
+}
+
+#[tokio::test]
 async fn a_disk_of_the_same_name_is_already_exists_not_a_passing_failure() {
     // Compute Engine names the boot disk after the instance. A disk of that name left by another tool
     // (or kept from an earlier machine) makes the insert conflict on the disk: that lasts, so it is

@@ -309,11 +309,7 @@ pub(super) async fn insert_instance(
         if let Some(d) = s.disks.get_mut(&(zone.clone(), disk_name.clone())) {
             d["users"] = json!([]);
         }
-        Some((
-            code.to_string(),
-            format!("The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later."),
-            503,
-        ))
+        Some((code.to_string(), no_room(&project, &zone), 503))
     } else if let Some((code, message)) = s.fail_next.take() {
         make_disk(&mut s);
         make_vm(&mut s);
@@ -392,10 +388,18 @@ pub(super) async fn instance_action(
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let effect = match action.as_str() {
         "start" => {
+            // A stopped instance holds no resources: its start needs room for its type in the zone.
+            let mt = last_segment(vm["machineType"].as_str().unwrap_or_default()).to_string();
+            let no_room = match s.exhausted.get(&(zone.clone(), mt)) {
+                Some(code) if status == "TERMINATED" => {
+                    Some((code.to_string(), no_room(&project, &zone), 503))
+                }
+                _ => None,
+            };
             if status == "TERMINATED" {
                 s.instances.get_mut(&key).expect("exists")["status"] = json!("STAGING");
             }
-            Effect::Start(key)
+            Effect::Start(key, no_room)
         }
         "stop" => {
             if status != "TERMINATED" {
@@ -460,4 +464,9 @@ pub(super) async fn instance_action(
         q.request_id.as_deref(),
     );
     Json(op).into_response()
+}
+
+/// Compute Engine's words for a zone without room for a machine type.
+fn no_room(project: &str, zone: &str) -> String {
+    format!("The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later.")
 }

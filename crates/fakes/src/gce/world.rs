@@ -19,7 +19,9 @@ pub(super) enum Effect {
         key: Key,
         error: Option<(String, String, u16)>,
     },
-    Start(Key),
+    /// A start, or (with an error) one that found no room in the zone: the instance stays
+    /// `TERMINATED`.
+    Start(Key, Option<(String, String, u16)>),
     Stop(Key),
     Delete(Key),
     SetMachineType(Key, String),
@@ -158,7 +160,13 @@ impl World {
                     }
                 }
             },
-            Effect::Start(key) => {
+            Effect::Start(key, Some(e)) => {
+                if let Some(vm) = self.instances.get_mut(&key) {
+                    vm["status"] = json!("TERMINATED");
+                }
+                error = Some(e);
+            }
+            Effect::Start(key, None) => {
                 if let Some(vm) = self.instances.get_mut(&key) {
                     if vm["status"] != "RUNNING" {
                         vm["lastStartTimestamp"] = json!(now_text());
