@@ -487,55 +487,119 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
     assert!(a.host_resources("h1").is_empty());
 }
 
-/// Transient errors (503, 429) and dropped answers on Azure calls: hosts are created and deleted,
-/// nothing leaks, and the registry matches Azure after every command.
+/// Faults on every call, over and over: a schedule for the next `requests` requests to the fake (of
+/// any method, on any path), each one served as it is, answered 503 or 429 (with `Retry-After: 0`),
+/// or served and its answer dropped, about one in three faulty, in an order drawn from `seed`.
+fn faults_on_every_call(control: &orca_fakes::control::Control, seed: u64, requests: u32) {
+    let status = |status: u16, code: &str| Fault::Status {
+        status,
+        body: serde_json::json!({"error": {"code": code, "message": "injected"}}),
+        headers: vec![("Retry-After".into(), "0".into())],
+    };
+    let mut x = seed;
+    let mut passes = 0;
+    for _ in 0..requests {
+        // A linear congruential generator: the same schedule on every run.
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let fault = match (x >> 33) % 9 {
+            0 => status(503, "ServiceUnavailable"),
+            1 => status(429, "TooManyRequests"),
+            2 => Fault::DropAnswer,
+            _ => {
+                passes += 1;
+                continue;
+            }
+        };
+        if passes > 0 {
+            control.inject(Rule::new(
+                None,
+                "",
+                Fault::Latency(std::time::Duration::ZERO),
+                passes,
+            ));
+            passes = 0;
+        }
+        control.inject(Rule::new(None, "", fault, 1));
+    }
+}
+
+impl Lab {
+    /// Resources of the resource group beyond `base` that belong to no declared host (application
+    /// security groups aside: they are shared and kept).
+    fn leaked(&self, base: &[(String, String)]) -> Vec<(String, String)> {
+        let declared = declared_names(&self.s);
+        self.resources()
+            .into_iter()
+            .filter(|r| !base.contains(r) && !r.0.contains("applicationSecurityGroups"))
+            .filter(|(_, n)| {
+                !declared
+                    .iter()
+                    .any(|d| n == d || n.starts_with(&format!("{d}-")))
+            })
+            .collect()
+    }
+
+    /// The registry matches Azure and nothing leaked.
+    fn check(&self, base: &[(String, String)], after: &str) {
+        assert_eq!(declared_names(&self.s), self.vms(), "after {after}");
+        let leaked = self.leaked(base);
+        assert!(leaked.is_empty(), "after {after}: leaked {leaked:?}");
+    }
+}
+
+/// Transient errors (503, 429) and dropped answers on every Azure call, all along: hosts are created
+/// and deleted, most creates and every delete succeed, nothing leaks, and the registry matches Azure
+/// after every command.
 #[tokio::test]
 async fn a_fault_run_on_azure_leaks_nothing() {
     let lab = lab(&[]).await;
     let base: Vec<_> = lab.resources();
     let control = lab.azure.control().clone();
+    let served = control.requests();
+    // Enough for the whole run (it takes about 350 requests).
+    faults_on_every_call(&control, 7, 20_000);
     let mut made = Vec::new();
-    for round in 0..4u32 {
+    let mut created = 0;
+    let rounds = 6;
+    for round in 0..rounds {
         let name = format!("f{round}");
-        control.inject(Rule::new(None, "", Fault::Status { status: 503, body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "try again"}}), headers: vec![("Retry-After".into(), "0".into())] }, 2));
-        control.inject(Rule::new(
-            Some(axum::http::Method::PUT),
-            "",
-            Fault::DropAnswer,
-            1,
-        ));
-        control.inject(Rule::new(
-            Some(axum::http::Method::GET),
-            "",
-            Fault::DropAnswer,
-            1,
-        ));
         let r = lab.create(&name).await;
-        control.clear_faults();
-        let vms = lab.vms();
-        assert_eq!(
-            declared_names(&lab.s),
-            vms,
-            "after create {name}: {:?}",
-            r.error
-        );
+        lab.check(&base, &format!("create {name}: {:?}", r.error));
         if r.ok {
+            created += 1;
             made.push(name);
         }
+        if round % 2 == 1 && !made.is_empty() {
+            let victim = made.remove(0);
+            let d = lab.s.delete(&victim).await;
+            assert!(d.is_ok(), "delete {victim}: {d:?}");
+            lab.check(&base, &format!("delete {victim}"));
+        }
     }
-    assert!(!made.is_empty());
+    assert!(
+        created * 2 > rounds,
+        "most creates succeed: {created} of {rounds}"
+    );
     for n in made {
-        control.inject(Rule::new(
-            Some(axum::http::Method::DELETE),
-            "",
-            Fault::DropAnswer,
-            1,
-        ));
-        control.inject(Rule::new(None, "", Fault::Status { status: 429, body: serde_json::json!({"error": {"code": "TooManyRequests", "message": "slow down"}}), headers: vec![("Retry-After".into(), "0".into())] }, 1));
-        lab.s.delete(&n).await.unwrap();
-        control.clear_faults();
-        assert_eq!(declared_names(&lab.s), lab.vms());
+        let d = lab.s.delete(&n).await;
+        assert!(d.is_ok(), "delete {n}: {d:?}");
+        lab.check(&base, &format!("delete {n}"));
     }
+    let calls = control.requests() - served;
+    let faulty = control
+        .log()
+        .iter()
+        .skip(usize::try_from(served).unwrap())
+        .filter(|l| l.status == 503 || l.status == 429)
+        .count();
+    control.clear_faults();
+    assert!(
+        faulty * 10 > usize::try_from(calls).unwrap(),
+        "faults all along: {faulty} of {calls} calls answered 503 or 429"
+    );
+    assert!(declared(&lab.s).is_empty());
     let left: Vec<_> = lab
         .resources()
         .into_iter()
