@@ -10,8 +10,8 @@
 //!   Ubuntu 24.04 image for the machine type's architecture (or the spec's own AMI, checked to be of
 //!   that architecture). The tags `Name`, `orca`, `orca-pool` and `orca-owner` are set in the
 //!   RunInstances call itself, which carries a ClientToken derived from owner, pool and name: a
-//!   create made again names the same instance, and EC2 answers it. The create answers once EC2
-//!   shows the instance (EC2 is eventually consistent).
+//!   create made again names the same instance, and EC2 answers it. The create answers once a
+//!   listing of its pool shows the instance (EC2 is eventually consistent).
 //! - `machines(pool)` filters DescribeInstances on the tags, every page; `machine(id)` reads one
 //!   instance; `delete` refuses another owner's and follows the instance to `terminated`.
 //! - Capabilities: start/stop, resize, power times, private address; options: labels, disk size,

@@ -36,6 +36,15 @@ const MAX_TOKEN_GENERATIONS: usize = 4;
 
 /// Instance states `machines` lists: every one but terminated.
 const LISTED_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
+/// Every instance state: a create waits for its instance to show in any.
+const ALL_STATES: [&str; 6] = [
+    "pending",
+    "running",
+    "shutting-down",
+    "stopping",
+    "stopped",
+    "terminated",
+];
 /// Instance states a create adopts: alive ones.
 const ADOPTED_STATES: [&str; 4] = ["pending", "running", "stopping", "stopped"];
 
@@ -318,6 +327,36 @@ impl Ec2Provider {
         }
         f.push(filter("instance-state-name", states.iter().copied()));
         f
+    }
+
+    /// Instance `id` once a listing of `pool` shows it (`None`: not within the consistency window).
+    /// Each look is one DescribeInstances with the listing's own tag filters and `instance-id`: EC2
+    /// may show a new instance to a read by id before its tags reach the filters a listing uses.
+    async fn listed(&self, pool: &str, id: &str) -> Result<Option<Instance>> {
+        let mut filters = self.pool_filters(pool, &ALL_STATES);
+        filters.push(filter("instance-id", [id]));
+        let until = Instant::now() + self.consistency;
+        let mut retry = 0;
+        loop {
+            let page = self
+                .client
+                .describe_page(&filters, self.page_size, None)
+                .await?;
+            if let Some(i) = page.items.into_iter().find(|i| i.instance_id() == Some(id)) {
+                return Ok(Some(i));
+            }
+            let pause = self.pause(retry);
+            if Instant::now() + pause > until {
+                return Ok(None);
+            }
+            tracing::debug!(
+                id,
+                retry,
+                "a listing does not show the new instance yet; again"
+            );
+            tokio::time::sleep(pause).await;
+            retry += 1;
+        }
     }
 
     async fn list(&self, filters: &[Filter]) -> Result<Vec<Instance>> {
@@ -711,8 +750,9 @@ impl Provider for Ec2Provider {
                 lock(&self.made).contains_key(&id)
             });
             self.note_made(&id);
-            // Not answered before EC2 shows it: a read, a listing or a delete right after must find it.
-            let Some(seen) = self.read(&id).await? else {
+            // Not answered before a listing of its pool shows it: a listing, a read or a delete
+            // right after must find it.
+            let Some(seen) = self.listed(&spec.pool, &id).await? else {
                 return Err(Error::transient(format!(
                     "create of {}: EC2 made {id} but did not show it within {:?}; a create of the \
                      same spec adopts it",

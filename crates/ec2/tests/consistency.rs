@@ -46,15 +46,50 @@ async fn a_create_answers_only_once_ec2_shows_the_instance() {
         "the create answered before EC2 showed {}: {seen:?}",
         m.id
     );
-    // The delay was in force: EC2 answered "not found" for the new instance before it showed it.
-    let reads = e.proxy.of("DescribeInstances");
-    assert!(
-        reads
-            .iter()
-            .any(|s| s.code.as_deref() == Some("InvalidInstanceID.NotFound")),
-        "no read met the delay"
-    );
+    // The delay was in force: EC2 did not show the new instance to the create's first look (a
+    // listing of the pool filtered on its id), and the create looked again.
+    let looks = e
+        .proxy
+        .of("DescribeInstances")
+        .into_iter()
+        .filter(|s| s.params.values().any(|v| v == &m.id))
+        .count();
+    assert!(looks >= 3, "{looks} look(s): the delay was not met");
     assert_eq!(m.status, Status::Running, "the machine as EC2 shows it");
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_listing_right_after_a_create_finds_the_machine() {
+    let Some(e) = env("a_listing_right_after_a_create_finds_the_machine").await else {
+        return;
+    };
+    // EC2 shows a new instance to a read by id before its tags reach the tag filters a listing
+    // uses.
+    e.proxy.set_tag_filter_lag(Duration::from_millis(800));
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("tagged-1")).await.unwrap());
+    let listed = p.machines(&e.pool).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+        [m.id.as_str()],
+        "a listing right after the create"
+    );
+    // The create waited with the listing's own filters and the id, one request a look.
+    let reads = e.proxy.of("DescribeInstances");
+    let waits: Vec<_> = reads
+        .iter()
+        .filter(|s| s.params.values().any(|v| v == "instance-id"))
+        .collect();
+    assert!(waits.len() >= 2, "the lag was met: {} look(s)", waits.len());
+    for w in waits {
+        assert!(
+            w.params.values().any(|v| v == &m.id)
+                && w.params.values().any(|v| v == "tag:orca-pool"),
+            "{:?}",
+            w.params
+        );
+    }
     assert!(p.delete(&m.id).await.unwrap());
 }
 

@@ -517,24 +517,23 @@ async fn a_create_reads_its_answer_and_waits_for_the_instance() {
     catalogue(&proxy);
     let pending = launched_now(&sparse_instance(ID, "ref-8", (0, "pending")));
     answer(&proxy, "RunInstances", 200, run_answer(&pending));
-    // Right after RunInstances, EC2 does not show the instance yet.
-    error(
-        &proxy,
-        "DescribeInstances",
-        400,
-        "InvalidInstanceID.NotFound",
-        &format!("The instance ID '{ID}' does not exist"),
-    );
+    // Right after RunInstances, EC2 does not show the instance yet: a listing filtered on its id
+    // and the pool's tags answers no instance (a filter, unlike an id, is never "not found").
+    answer(&proxy, "DescribeInstances", 200, describe(&[], None));
     answer(&proxy, "DescribeInstances", 200, describe(&[pending], None));
     match p.create(&spec("ref-8")).await.unwrap() {
         Created::Machine(m) => assert_eq!((m.id.as_str(), m.status), (ID, Status::Starting)),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        proxy.count("DescribeInstances"),
-        2,
-        "read again after not found"
-    );
+    let looks = proxy.of("DescribeInstances");
+    assert_eq!(looks.len(), 2, "looked again after no instance");
+    for q in looks.iter().map(|s| &s.params) {
+        assert!(
+            q.values().any(|v| v == "instance-id") && q.values().any(|v| v == ID),
+            "{q:?}"
+        );
+        assert!(q.values().any(|v| v == "tag:orca-owner"), "{q:?}");
+    }
     // The same spec again: EC2 answers the token with the instance, now running: adopted.
     answer(
         &proxy,

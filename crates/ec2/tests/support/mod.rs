@@ -20,7 +20,10 @@
 //!   by id, and `InvalidInstanceID.NotFound` to TerminateInstances, StartInstances, StopInstances,
 //!   ModifyInstanceAttribute, DescribeInstanceAttribute, CreateTags and DeleteTags. (Real EC2 is less
 //!   regular: one call may show an instance another does not; the behaviour tests inject such single
-//!   "not found" answers on their own.)
+//!   "not found" answers on their own.) Tag filters may lag behind reads by id (the same page: a new
+//!   resource's tags reach the filters later): with [`Proxy::set_tag_filter_lag`], a listing
+//!   filtered on a tag does not find an instance made from then on until that much after reads
+//!   by id do.
 //! - **MaxResults 5 to 1000** (DescribeInstances reference: "You cannot specify this parameter and
 //!   the instance IDs parameter in the same request"; values outside 5-1000 are refused with
 //!   `InvalidParameterValue`). moto accepts any size.
@@ -332,6 +335,9 @@ struct Ec2State {
     hidden_until: HashMap<String, Instant>,
     pending_for: Duration,
     pending_until: HashMap<String, Instant>,
+    tag_lag: Duration,
+    /// When a tag filter first finds each instance made while `tag_lag` was set.
+    tag_indexed_at: HashMap<String, Instant>,
     tokens: HashMap<String, TokenRecord>,
     started: HashMap<String, DateTime<Utc>>,
     subnet_zone: HashMap<String, String>,
@@ -437,6 +443,12 @@ impl Proxy {
     /// `running` at once; EC2 takes seconds to boot one); `Duration::ZERO` stops it for new ones.
     pub fn keep_pending(&self, d: Duration) {
         lock(&self.state.ec2).pending_for = d;
+    }
+
+    /// Instances made from now on are found by tag filters (`tag:...` in a DescribeInstances
+    /// listing) only `lag` after reads by id find them; `Duration::ZERO` stops it for new ones.
+    pub fn set_tag_filter_lag(&self, lag: Duration) {
+        lock(&self.state.ec2).tag_lag = lag;
     }
 
     /// Hides instance `id` for `delay` from now (as if it had just been made).
@@ -954,6 +966,12 @@ async fn upstream(
                         },
                     );
                 }
+                if !ec2.tag_lag.is_zero() {
+                    let at = Instant::now() + ec2.visibility_delay + ec2.tag_lag;
+                    for id in &ids {
+                        ec2.tag_indexed_at.insert(id.clone(), at);
+                    }
+                }
                 if !ec2.pending_for.is_zero() {
                     let until = Instant::now() + ec2.pending_for;
                     for id in &ids {
@@ -986,8 +1004,19 @@ async fn upstream(
                         .per_page
                         .or_else(|| params.get("MaxResults").and_then(|m| m.parse().ok()));
                     let now = Instant::now();
-                    let hidden_until = lock(&state.ec2).hidden_until.clone();
-                    let hidden = |id: &str| hidden_until.get(id).is_some_and(|t| *t > now);
+                    let (hidden_until, tag_indexed_at) = {
+                        let ec2 = lock(&state.ec2);
+                        (ec2.hidden_until.clone(), ec2.tag_indexed_at.clone())
+                    };
+                    // A listing filtered on tags does not find what the tag index has not caught
+                    // up with yet.
+                    let by_tag = params.iter().any(|(k, v)| {
+                        k.starts_with("Filter.") && k.ends_with(".Name") && v.starts_with("tag:")
+                    });
+                    let hidden = |id: &str| {
+                        hidden_until.get(id).is_some_and(|t| *t > now)
+                            || (by_tag && tag_indexed_at.get(id).is_some_and(|t| *t > now))
+                    };
                     text = page_of(&text, &hidden, offset, per_page);
                 }
             }
