@@ -64,7 +64,10 @@
 //! - **Retail prices** (`/api/retail/prices`, `$filter`, `NextPageLink`, `{"Error":{"Code",
 //!   "Message"}}`): Linux, Windows, Spot, Low Priority and reservation rows, so a client must pick.
 //! - **Instance metadata service** (managed identity documentation): the token endpoint answers 400
-//!   at once to a request without the `Metadata: true` header, which is how clients probe for it.
+//!   `{"error":"invalid_request","error_description":"Required metadata header not specified"}`
+//!   at once to a request without the `Metadata: true` header, which is how clients probe for it;
+//!   with it, the identity's token in the endpoint's JSON ([`FakeAzure::set_managed_identity`]) or
+//!   400 "Identity not found".
 //! - **Role scope** ([`FakeAzure::scope_to_resource_group`]): a principal whose role is scoped to the
 //!   resource group is refused the subscription-wide VM list (403 `AuthorizationFailed`).
 //! - **Eventual consistency** ([`FakeAzure::set_visibility_delay`]): new VMs invisible to reads for a
@@ -81,7 +84,9 @@
 //!   service's `Retry-After` values; eventual consistency of anything but new VMs.
 //! - Whether Azure reserves an interface after a VM refused at its `PUT`: the published reports
 //!   are of VMs that were made and failed or were deleted, and the fake follows them.
-//! - Managed identity tokens themselves, workload identity and Entra ID (no login endpoint).
+//! - Managed identity tokens beyond their shape (the token is [`TOKEN`]; no user-assigned
+//!   identities, no `IDENTITY_ENDPOINT` protocol), workload identity and Entra ID (no login
+//!   endpoint).
 //! - Whether the network resource provider applies a public address's own `deleteOption` when the
 //!   VM deletes the interface it is on: the specification's words ("what happens to the public IP
 //!   address when the VM using it is deleted") are followed.
@@ -304,6 +309,8 @@ struct State {
     credits: HashMap<(String, String), (f64, String)>,
     /// The caller's role is scoped to the resource groups: subscription-wide lists are refused.
     rg_scoped: bool,
+    /// The VM the metadata service answers for has a managed identity.
+    managed_identity: bool,
     /// VMs allocated on a hardware cluster that offers only some sizes: VM key -> sizes (lower case).
     clusters: HashMap<String, BTreeSet<String>>,
 }
@@ -347,6 +354,7 @@ impl FakeAzure {
             credits: HashMap::new(),
             rg_scoped: false,
             clusters: HashMap::new(),
+            managed_identity: false,
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -569,6 +577,13 @@ impl FakeAzure {
             (account.to_string(), profile.to_string()),
             (amount, currency.to_string()),
         );
+    }
+
+    /// The VM the instance metadata service answers for has a managed identity (`on`): its token
+    /// endpoint, asked with `Metadata: true`, answers [`TOKEN`] in the endpoint's JSON; without one
+    /// it answers 400 "Identity not found".
+    pub fn set_managed_identity(&self, on: bool) {
+        self.st().managed_identity = on;
     }
 
     /// VM `name` of `rg` is allocated on a hardware cluster that offers only `sizes`: while it stays

@@ -140,8 +140,11 @@ pub(super) fn credits(st: &State, account: &str, profile: &str) -> Response {
 }
 
 /// The instance metadata service's token endpoint, as a VM sees it: without the `Metadata: true`
-/// header it refuses at once (what a client's probe looks for); with it, this VM has no identity.
-pub(super) fn imds(r: &Req) -> Response {
+/// header it refuses at once (what a client's probe looks for); with it, the VM's managed identity's
+/// token ([`FakeAzure::set_managed_identity`], the token endpoint's JSON: `access_token`,
+/// `expires_in`, `expires_on`, `resource`, `token_type`, as strings), or 400 "Identity not found"
+/// for a VM without one.
+pub(super) fn imds(st: &State, r: &Req) -> Response {
     if r.headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
         return answer(
             400,
@@ -149,9 +152,29 @@ pub(super) fn imds(r: &Req) -> Response {
             &[],
         );
     }
+    if !st.managed_identity {
+        return answer(
+            400,
+            json!({"error": "invalid_request", "error_description": "Identity not found"}),
+            &[],
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
     answer(
-        400,
-        json!({"error": "invalid_request", "error_description": "Identity not found"}),
+        200,
+        json!({
+            "access_token": TOKEN,
+            "client_id": "00000000-0000-4000-8000-00000000c11e",
+            "expires_in": "86399",
+            "expires_on": (now + 86_399).to_string(),
+            "ext_expires_in": "86399",
+            "not_before": now.to_string(),
+            "resource": r.q("resource").unwrap_or("https://management.azure.com/"),
+            "token_type": "Bearer",
+        }),
         &[],
     )
 }

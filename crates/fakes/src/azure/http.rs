@@ -132,7 +132,8 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
         return prices(&st, &r);
     }
     if r.path.starts_with("/metadata/") {
-        return imds(&r);
+        let st = lock(&state);
+        return imds(&st, &r);
     }
     if r.q("api-version").is_none() {
         return err(
