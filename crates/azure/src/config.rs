@@ -286,7 +286,8 @@ pub struct Config {
     /// The longest a failed create's clean-up waits for an interface Azure reserved for the failed
     /// VM (`NicReservedForAnotherVm`, about 180 s) before naming it as left over.
     pub reservation_wait: Duration,
-    /// Where the instance metadata service is probed for managed identity (`Credential::Auto`).
+    /// Where the instance metadata service is probed for, and asked for, the managed identity's
+    /// token (`Credential::Auto`).
     pub(crate) imds_endpoint: String,
 }
 
@@ -501,8 +502,8 @@ impl ConfigBuilder {
         self
     }
 
-    /// Where `Credential::Auto` probes the instance metadata service (default
-    /// `http://169.254.169.254`; tests point it at 127.0.0.1).
+    /// Where `Credential::Auto` probes the instance metadata service and asks it for the managed
+    /// identity's token (default `http://169.254.169.254`; tests point it at 127.0.0.1).
     pub fn imds_endpoint(mut self, url: impl Into<String>) -> Self {
         self.imds_endpoint = Some(url.into());
         self

@@ -6,8 +6,11 @@
 //! workload identity when `AZURE_FEDERATED_TOKEN_FILE` is (with `AZURE_TENANT_ID` and
 //! `AZURE_CLIENT_ID`, as Kubernetes sets them); managed identity when `IDENTITY_ENDPOINT` or
 //! `MSI_ENDPOINT` is (App Service, Arc, Cloud Shell); otherwise, at the first token, managed identity
-//! when the instance metadata service answers ([`auto_choice`]: on an Azure VM no variable says so),
-//! else the Azure CLI.
+//! when Azure's instance metadata service answers as itself ([`auto_choice`]: on an Azure VM no
+//! variable says so) and gives a token, else the Azure CLI (also on a VM without an identity).
+//!
+//! The automatic choice reads the managed identity's token from the metadata service itself
+//! (`ImdsToken`, at the endpoint it probed), so that the probe and the token come from the same place.
 //!
 //! azure_identity's token requests go through [`ReqwestTransport`], our `azure_core::http::HttpClient`
 //! over the workspace's reqwest 0.12, so the crate builds one HTTP stack (azure_core's default would
@@ -114,10 +117,32 @@ pub enum AutoChoice {
     AzureCli,
 }
 
+/// Whether an answer of the token endpoint to a request without the `Metadata` header is the
+/// Azure instance metadata service's own: 400 with its OAuth-style error body (`{"error":
+/// "invalid_request", "error_description": "Required metadata header not specified"}`), or the token
+/// endpoint's JSON (`access_token`, `token_type`). Other metadata services (Compute Engine's, EC2's)
+/// and any other server at that address answer otherwise.
+fn is_azure_imds_answer(status: u16, body: &[u8]) -> bool {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return false;
+    };
+    let text = |k: &str| {
+        v.get(k)
+            .and_then(|x| x.as_str())
+            .is_some_and(|s| !s.is_empty())
+    };
+    match status {
+        400 => text("error") && text("error_description"),
+        200 => text("access_token") && text("token_type"),
+        _ => false,
+    }
+}
+
 /// Probes the instance metadata service at `imds_endpoint` (on an Azure VM: `http://169.254.169.254`)
 /// the way Azure's own SDKs do: a token request without the `Metadata` header, which the service
-/// refuses with 400 at once. Any HTTP answer within a second means it is there (managed identity);
-/// no answer means it is not (the Azure CLI).
+/// refuses with 400 at once. Only the Azure service's own answer ([`is_azure_imds_answer`]) within
+/// a second means it is there (managed identity); no answer, or anyone else's, means it is not (the
+/// Azure CLI).
 pub async fn auto_choice(imds_endpoint: &str) -> AutoChoice {
     let http = match reqwest::Client::builder()
         .no_proxy()
@@ -133,17 +158,133 @@ pub async fn auto_choice(imds_endpoint: &str) -> AutoChoice {
         "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fmanagement.azure.com%2F",
         imds_endpoint.trim_end_matches('/')
     );
-    match http.get(url).send().await {
-        Ok(_) => AutoChoice::ManagedIdentity,
-        Err(_) => AutoChoice::AzureCli,
+    let Ok(rsp) = http.get(url).send().await else {
+        return AutoChoice::AzureCli;
+    };
+    let status = rsp.status().as_u16();
+    match rsp.bytes().await {
+        Ok(body) if is_azure_imds_answer(status, &body) => AutoChoice::ManagedIdentity,
+        _ => AutoChoice::AzureCli,
     }
 }
 
-/// [`Credential::Auto`] after the settings named nothing: managed identity when the metadata
-/// service answers, else the Azure CLI, chosen at the first token and kept.
+/// A managed identity's token from the instance metadata service at an endpoint (on an Azure VM
+/// `http://169.254.169.254`): `GET /metadata/identity/oauth2/token` with `Metadata: true`, cached
+/// until five minutes before it expires.
+struct ImdsToken {
+    http: reqwest::Client,
+    url: String,
+    cached: tokio::sync::Mutex<Option<(SecretString, std::time::Instant)>>,
+}
+
+impl std::fmt::Debug for ImdsToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImdsToken")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ImdsToken {
+    /// A source for `scope` (`https://management.azure.com/.default`) at `imds_endpoint`.
+    fn new(imds_endpoint: &str, scope: &str) -> ImdsToken {
+        let resource = format!(
+            "{}/",
+            scope.trim_end_matches("/.default").trim_end_matches('/')
+        );
+        let resource: String = url::form_urlencoded::byte_serialize(resource.as_bytes()).collect();
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .timeout(std::time::Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_default();
+        ImdsToken {
+            http,
+            url: format!(
+                "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource={resource}",
+                imds_endpoint.trim_end_matches('/')
+            ),
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// One token request; the error names the service's own words (never a token).
+    async fn fetch(&self) -> Result<(SecretString, std::time::Instant)> {
+        let failed = |why: String| {
+            Error::unauthenticated(format!(
+                "managed identity (instance metadata service): {why}"
+            ))
+        };
+        let rsp = self
+            .http
+            .get(&self.url)
+            .header("Metadata", "true")
+            .send()
+            .await
+            .map_err(|e| failed(format!("no answer ({})", e.without_url())))?;
+        let status = rsp.status().as_u16();
+        let body: serde_json::Value = rsp.json().await.map_err(|e| {
+            failed(format!(
+                "HTTP {status}, an unreadable answer ({})",
+                e.without_url()
+            ))
+        })?;
+        let text = |k: &str| match body.get(k) {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        if status != 200 {
+            return Err(failed(format!(
+                "HTTP {status}: {}: {}",
+                text("error").unwrap_or_default(),
+                text("error_description").unwrap_or_default()
+            )));
+        }
+        let Some(token) = text("access_token").filter(|t| !t.is_empty()) else {
+            return Err(failed("the answer holds no access token".into()));
+        };
+        let now_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let lifetime = text("expires_on")
+            .and_then(|e| e.parse::<u64>().ok())
+            .map(|on| on.saturating_sub(now_epoch))
+            .or_else(|| text("expires_in").and_then(|e| e.parse::<u64>().ok()))
+            .unwrap_or(300);
+        let fresh_for = std::time::Duration::from_secs(lifetime.saturating_sub(300));
+        Ok((
+            SecretString::from(token),
+            std::time::Instant::now() + fresh_for,
+        ))
+    }
+}
+
+#[async_trait]
+impl TokenSource for ImdsToken {
+    async fn token(&self) -> Result<SecretString> {
+        let mut cached = self.cached.lock().await;
+        if let Some((t, until)) = cached.as_ref() {
+            if std::time::Instant::now() < *until {
+                return Ok(t.clone());
+            }
+        }
+        let (t, until) = self.fetch().await?;
+        *cached = Some((t.clone(), until));
+        Ok(t)
+    }
+}
+
+/// [`Credential::Auto`] after the settings named nothing: managed identity when Azure's instance
+/// metadata service answers and gives this machine's identity a token; otherwise (no service,
+/// another service, or no identity) the Azure CLI. Chosen at the first token that works, and kept.
 struct AutoToken {
     imds_endpoint: String,
     scope: String,
+    cli: Arc<dyn TokenSource>,
     chosen: tokio::sync::OnceCell<(AutoChoice, Arc<dyn TokenSource>)>,
 }
 
@@ -155,22 +296,58 @@ impl std::fmt::Debug for AutoToken {
     }
 }
 
+impl AutoToken {
+    /// The automatic choice for `scope`, probing `imds_endpoint`, with `cli` as the fallback.
+    fn new(imds_endpoint: &str, scope: &str, cli: Arc<dyn TokenSource>) -> AutoToken {
+        AutoToken {
+            imds_endpoint: imds_endpoint.to_string(),
+            scope: scope.to_string(),
+            cli,
+            chosen: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The source that gives a token now, its kind, and that first token.
+    async fn choose(&self) -> Result<(AutoChoice, Arc<dyn TokenSource>, SecretString)> {
+        let mut managed_failed = None;
+        if auto_choice(&self.imds_endpoint).await == AutoChoice::ManagedIdentity {
+            let mi: Arc<dyn TokenSource> =
+                Arc::new(ImdsToken::new(&self.imds_endpoint, &self.scope));
+            match mi.token().await {
+                Ok(t) => {
+                    tracing::debug!("azure credential chosen: managed identity");
+                    return Ok((AutoChoice::ManagedIdentity, mi, t));
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "managed identity gave no token; trying the Azure CLI");
+                    managed_failed = Some(e);
+                }
+            }
+        }
+        match self.cli.token().await {
+            Ok(t) => {
+                tracing::debug!("azure credential chosen: Azure CLI");
+                Ok((AutoChoice::AzureCli, self.cli.clone(), t))
+            }
+            Err(e) => Err(match managed_failed {
+                Some(mi) => e.prefixed(&format!("{mi}; then the Azure CLI")),
+                None => e,
+            }),
+        }
+    }
+}
+
 #[async_trait]
 impl TokenSource for AutoToken {
     async fn token(&self) -> Result<SecretString> {
-        let (_, source) = self
-            .chosen
-            .get_or_try_init(|| async {
-                let choice = auto_choice(&self.imds_endpoint).await;
-                tracing::debug!(?choice, "azure credential chosen");
-                let c = match choice {
-                    AutoChoice::ManagedIdentity => Credential::ManagedIdentity { client_id: None },
-                    AutoChoice::AzureCli => Credential::AzureCli,
-                };
-                Ok::<_, Error>((choice, identity(&c, &self.scope)?))
-            })
-            .await?;
-        source.token().await
+        if let Some((_, source)) = self.chosen.get() {
+            return source.token().await;
+        }
+        // Not chosen yet (or nothing worked last time): probe again. Two first calls at once may
+        // both probe; the first choice made is kept.
+        let (choice, source, token) = self.choose().await?;
+        let _ = self.chosen.set((choice, source));
+        Ok(token)
     }
 }
 
@@ -189,11 +366,11 @@ pub(crate) fn source(
     match credential {
         Credential::Static(t) => Ok(Arc::new(StaticToken::new(t.clone()))),
         Credential::Custom(c) => Ok(c.clone()),
-        Credential::Auto => Ok(Arc::new(AutoToken {
-            imds_endpoint: imds_endpoint.to_string(),
-            scope,
-            chosen: tokio::sync::OnceCell::new(),
-        })),
+        Credential::Auto => Ok(Arc::new(AutoToken::new(
+            imds_endpoint,
+            &scope,
+            identity(&Credential::AzureCli, &scope)?,
+        ))),
         other => identity(other, &scope),
     }
 }
@@ -386,6 +563,109 @@ mod tests {
         let s = StaticToken::new(SecretString::from("eyJ-very-secret".to_string()));
         assert!(!format!("{s:?}").contains("very-secret"));
         assert_eq!(s.token().await.unwrap().expose_secret(), "eyJ-very-secret");
+    }
+
+    /// A server on 127.0.0.1 that answers every request with `status`, `content_type` and `body`:
+    /// a metadata service that is not Azure's, or any other server at that address.
+    async fn answering(status: u16, content_type: &str, body: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let answer = format!(
+            "HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf).await;
+                let _ = c.write_all(answer.as_bytes()).await;
+            }
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn only_azures_own_metadata_answer_means_managed_identity() {
+        // Azure's instance metadata service refuses a token request without `Metadata: true` with
+        // its own OAuth-style error body.
+        let azure = answering(
+            400,
+            "application/json; charset=utf-8",
+            r#"{"error":"invalid_request","error_description":"Required metadata header not specified"}"#,
+        )
+        .await;
+        assert_eq!(auto_choice(&azure).await, AutoChoice::ManagedIdentity);
+        // Other metadata services and servers at that address answer too, but not as Azure's.
+        for (status, ty, body) in [
+            // Compute Engine's metadata server without its flavour header.
+            (
+                403,
+                "text/html; charset=UTF-8",
+                "Missing Metadata-Flavor:Google header.",
+            ),
+            // EC2's instance metadata service (IMDSv2 without a token).
+            (401, "text/plain", ""),
+            (
+                404,
+                "text/html",
+                "<html><body>404 - Not Found</body></html>",
+            ),
+            (200, "text/html", "<html><body>Welcome</body></html>"),
+            (400, "application/json", r#"{"message":"Bad Request"}"#),
+        ] {
+            let other = answering(status, ty, body).await;
+            assert_eq!(
+                auto_choice(&other).await,
+                AutoChoice::AzureCli,
+                "{status} {body}"
+            );
+        }
+    }
+
+    /// A token source that counts its calls and answers `token`.
+    #[derive(Debug)]
+    struct Counting(std::sync::atomic::AtomicU32, &'static str);
+
+    #[async_trait]
+    impl TokenSource for Counting {
+        async fn token(&self) -> Result<SecretString> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(SecretString::from(self.1.to_string()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_managed_identity_that_gives_no_token_falls_back_to_the_cli() {
+        // An Azure VM without an identity: the metadata service answers the probe as Azure's, and
+        // refuses the token ("Identity not found").
+        let f = orca_fakes::azure::FakeAzure::start().await.unwrap();
+        let cli = Arc::new(Counting(Default::default(), "cli-token"));
+        let auto = AutoToken::new(
+            &f.url(),
+            "https://management.azure.com/.default",
+            cli.clone(),
+        );
+        assert_eq!(auto.token().await.unwrap().expose_secret(), "cli-token");
+        assert_eq!(auto.token().await.unwrap().expose_secret(), "cli-token");
+        assert_eq!(cli.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert!(format!("{auto:?}").contains("AzureCli"), "{auto:?}");
+        // A VM with an identity: its token, and the CLI is never asked.
+        f.set_managed_identity(true);
+        let cli = Arc::new(Counting(Default::default(), "cli-token"));
+        let auto = AutoToken::new(
+            &f.url(),
+            "https://management.azure.com/.default",
+            cli.clone(),
+        );
+        assert_eq!(
+            auto.token().await.unwrap().expose_secret(),
+            orca_fakes::azure::TOKEN
+        );
+        assert_eq!(cli.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert!(!format!("{auto:?}").contains(orca_fakes::azure::TOKEN));
     }
 
     #[test]

@@ -201,6 +201,29 @@ async fn the_size_catalogue_is_read_per_location_and_cached() {
 }
 
 #[tokio::test]
+async fn on_a_vm_with_an_identity_the_automatic_credential_is_its_managed_identity() {
+    let f = fake().await;
+    f.set_managed_identity(true);
+    let s = settings(&f)
+        .credential(orca_azure::Credential::Auto)
+        .build()
+        .unwrap();
+    let p = orca_azure::AzureProvider::new(s, "stack-1").await.unwrap();
+    // The token comes from the metadata service (asked with `Metadata: true`) and Resource
+    // Manager accepts it.
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    let log = f.control().log();
+    let token_calls = log
+        .iter()
+        .filter(|l| l.path.starts_with("/metadata/identity/oauth2/token"))
+        .count();
+    assert_eq!(token_calls, 2, "the probe and the token: {log:?}");
+    assert!(log
+        .iter()
+        .any(|l| l.path.contains("/virtualMachines?") && l.status == 200));
+}
+
+#[tokio::test]
 async fn auto_credentials_find_the_metadata_service_and_workload_identity_before_the_cli() {
     let f = fake().await;
     // On an Azure VM no variable says so: the instance metadata service answers.
