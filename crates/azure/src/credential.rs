@@ -140,8 +140,8 @@ fn is_azure_imds_answer(status: u16, body: &[u8]) -> bool {
 
 /// Probes the instance metadata service at `imds_endpoint` (on an Azure VM: `http://169.254.169.254`)
 /// the way Azure's own SDKs do: a token request without the `Metadata` header, which the service
-/// refuses with 400 at once. Only the Azure service's own answer ([`is_azure_imds_answer`]) within
-/// a second means it is there (managed identity); no answer, or anyone else's, means it is not (the
+/// refuses with 400 at once. Only the Azure service's own answer (400 with its OAuth-style error
+/// body `{"error", "error_description"}`, or the token JSON) within a second means it is there (managed identity); no answer, or anyone else's, means it is not (the
 /// Azure CLI).
 pub async fn auto_choice(imds_endpoint: &str) -> AutoChoice {
     let http = match reqwest::Client::builder()
