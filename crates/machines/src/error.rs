@@ -553,6 +553,25 @@ impl Error {
         self
     }
 
+    /// A no-stock error naming `machine_type` and `location` where it names none (a cloud's answer
+    /// to a start or a type change often does not say them); any other error as it is.
+    pub fn with_placement(mut self, machine_type: &str, location: &str) -> Self {
+        if let Error::NoStock {
+            machine_type: t,
+            location: l,
+            ..
+        } = &mut self
+        {
+            if t.is_empty() {
+                *t = machine_type.to_string();
+            }
+            if l.is_empty() {
+                *l = location.to_string();
+            }
+        }
+        self
+    }
+
     /// This error recording that its call was retried `retries` times.
     pub fn with_retries(mut self, retries: u32) -> Self {
         if let Some(c) = self.context_mut() {
@@ -711,6 +730,18 @@ mod context_tests {
         }
     }
     impl std::error::Error for Cause {}
+
+    #[test]
+    fn placement_fills_only_what_no_stock_left_empty() {
+        let e = Error::no_stock("", "", "no room").with_placement("cx23", "fsn1");
+        assert_eq!(e.to_string(), "no stock of cx23 in fsn1: no room");
+        let e = Error::no_stock("cx33", "", "no room").with_placement("cx23", "fsn1");
+        assert_eq!(e.to_string(), "no stock of cx33 in fsn1: no room");
+        assert_eq!(
+            Error::quota("q").with_placement("t", "l"),
+            Error::quota("q")
+        );
+    }
 
     #[test]
     fn context_keeps_operation_retries_code_and_cause() {

@@ -240,8 +240,8 @@ where
         }
         if tokio::time::Instant::now() + interval > deadline {
             return Err(Error::transient(format!(
-                "{what} did not finish within {} s; it goes on in the cloud",
-                timeout.as_secs()
+                "{what} did not finish within {} ms; it goes on in the cloud",
+                timeout.as_millis()
             ))
             .with_operation(what));
         }

@@ -1402,13 +1402,15 @@ impl FirewallRules for MemoryProvider {
         check_ipv4_ranges(ranges)?;
         match self.rule(name).await? {
             None => return Err(Error::not_found(format!("firewall rule {name}"))),
-            Some(r) if r.network != self.network => return Err(Error::invalid(
-                "firewall rule",
-                format!(
+            Some(r) if r.network != self.network => {
+                return Err(Error::invalid(
+                    "firewall rule",
+                    format!(
                     "rule {name} is on network {}, not on this provider's network {}; not changed",
                     r.network, self.network
                 ),
-            )),
+                ))
+            }
             Some(_) => {}
         }
         self.retry
