@@ -458,6 +458,119 @@ async fn the_third_of_five_refused_records_what_cannot_be_destroyed() {
 }
 
 #[tokio::test]
+async fn a_vm_the_cloud_made_before_the_create_gave_up_is_found_and_destroyed() {
+    let Some(w) =
+        World::new("a_vm_the_cloud_made_before_the_create_gave_up_is_found_and_destroyed").await
+    else {
+        return;
+    };
+    // lost-1 is made but the answer is lost, and every retry of the create fails too: the driver
+    // gives up (a transient error) with the VM standing.
+    w.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    w.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Transient), 6);
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 2, "name": "lost"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.transient", "{}", f.error);
+    assert!(
+        w.machines().is_empty(),
+        "what the cloud made is destroyed, never made and forgotten: {:?}",
+        w.machines()
+    );
+    let journal = w
+        .rows("SELECT name, state, vm_id, detail FROM keeper.cloud_vms ORDER BY id")
+        .await;
+    assert_eq!(journal[0]["name"], "lost-1");
+    assert_eq!(journal[0]["state"], "destroyed", "{journal:?}");
+    let id = journal[0]["vm_id"].clone();
+    assert!(id.is_string(), "{journal:?}");
+    assert_eq!(journal[1]["state"], "failed", "never asked for");
+    // The step says it: made (after all) and destroyed.
+    assert_eq!(f.output["made"], json!([id]));
+    assert_eq!(f.output["destroyed"], json!([id]));
+    assert_eq!(f.output["made_after_error"][0]["vm_id"], id);
+    assert_eq!(f.output["unresolved"], json!([]));
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    let e = &w.audit("cloud.provisioned").await[0];
+    assert_eq!(e["payload"]["destroyed"], json!([id]));
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_vm_that_may_have_been_made_and_cannot_be_looked_up_stays_requested() {
+    let Some(w) =
+        World::new("a_vm_that_may_have_been_made_and_cannot_be_looked_up_stays_requested").await
+    else {
+        return;
+    };
+    w.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    w.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Transient), 6);
+    // And the look-up by name fails too.
+    w.cloud.inject(
+        Operation::List,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "dim"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.transient", "{}", f.error);
+    let journal = w
+        .rows("SELECT name, state, vm_id, detail FROM keeper.cloud_vms ORDER BY id")
+        .await;
+    assert_eq!(
+        journal[0]["state"], "requested",
+        "left for a later run to resolve: {journal:?}"
+    );
+    let detail = journal[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("may have been made"), "{detail}");
+    let unresolved = f.output["unresolved"].as_array().unwrap();
+    assert_eq!(unresolved.len(), 1, "{}", f.output);
+    assert_eq!(unresolved[0]["name"], "dim-1");
+    assert_eq!(unresolved[0]["in"], "keeper.cloud_vms (state requested)");
+    assert_eq!(f.output["changed"], true, "the cloud may have changed");
+    // The VM does stand at the provider; the journal still knows its name.
+    assert_eq!(w.machines().len(), 1);
+    assert_eq!(w.machines()[0].name, "dim-1");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_clear_refusal_is_journalled_failed_without_a_look_up() {
+    let Some(w) = World::new("a_clear_refusal_is_journalled_failed_without_a_look_up").await else {
+        return;
+    };
+    w.cloud
+        .inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
+    let lists = w.cloud.requests();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "q"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.quota");
+    assert_eq!(
+        w.rows("SELECT state FROM keeper.cloud_vms").await[0]["state"],
+        "failed"
+    );
+    assert_eq!(f.output["unresolved"], json!([]));
+    assert_eq!(w.cloud.requests() - lists, 1, "one create call, no look-up");
+    w.finish().await;
+}
+
+#[tokio::test]
 async fn a_vm_made_by_an_earlier_create_is_never_adopted_or_counted() {
     let Some(w) = World::new("a_vm_made_by_an_earlier_create_is_never_adopted_or_counted").await
     else {

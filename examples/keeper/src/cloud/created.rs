@@ -12,7 +12,13 @@
 //! 5. a failure at any point (a VM refused, a VM without an FQDN, an adopted VM, a SID clash, the
 //!    registry or the audit failing): the VMs this step made are destroyed (journal `destroyed`), and
 //!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later. The step
-//!    output names each (`destroyed`, `recorded`).
+//!    output names each (`destroyed`, `recorded`);
+//! 6. a create that fails with an error that is not a clear refusal (a transient error, throttling,
+//!    leftovers, an unknown error, or any error after a retry, when an earlier attempt's answer may
+//!    have been lost) may have made the VM all the same: it is looked up by name in keeper's pool, and
+//!    one found is this step's, destroyed (or kept) as in 5 (`made_after_error`). When it cannot be
+//!    found, or the look-up fails, its journal row stays `requested`, saying so, for a later run (or
+//!    the operator) to resolve, and the step output names it (`unresolved`).
 
 use std::sync::Arc;
 
@@ -161,6 +167,8 @@ impl Keeper {
 
         let mut made: Vec<Made> = Vec::new();
         let mut adopted: Vec<String> = Vec::new();
+        let mut made_after_error: Vec<Value> = Vec::new();
+        let mut unresolved: Vec<Value> = Vec::new();
         let mut failure: Option<Error> = None;
         let mut queue = planned.into_iter();
         for vm in queue.by_ref() {
@@ -229,14 +237,65 @@ impl Keeper {
                     failure = Some(Error::new(503, "cloud.no_stock", why));
                     break;
                 }
-                Err(e) => {
+                Err(e) if is_clear_refusal(&e) => {
                     let mut err = from_orca(&e);
                     err.message = format!("VM {} refused: {}", vm.name, err.message);
                     self.journal(vm.journal_id, "failed", None, None, &err.message)
                         .await
                         .ok();
+                    failure = Some(err);
+                    break;
+                }
+                Err(e) => {
+                    // The VM may exist all the same (an answer lost, then the retries ran out): what
+                    // the cloud made is recorded or destroyed, never made and forgotten.
+                    let mut err = from_orca(&e);
+                    err.message = format!("VM {} failed: {}", vm.name, err.message);
                     if let orca::Error::Leftovers { left, .. } = &e {
                         run.fact("cloud_leftovers", json!(left));
+                    }
+                    match self.find_made(&cloud, &vm.name).await {
+                        Ok(Some(m)) => {
+                            let why = format!(
+                                "made after all: the cloud answered {e}, and a look-up by name found VM {}",
+                                m.id
+                            );
+                            tracing::warn!(step_id = %run.step_id, vm_id = %m.id, name = %m.name, error = %e, "the create failed but the VM was made");
+                            if let Err(j) = self
+                                .journal(vm.journal_id, "made", Some(&m.id), None, &why)
+                                .await
+                            {
+                                tracing::warn!(vm_id = %m.id, error = %j, "journal");
+                            }
+                            made_after_error.push(json!({
+                                "vm_id": m.id, "name": m.name, "error": e.to_string(),
+                            }));
+                            made.push(Made {
+                                planned: vm,
+                                machine: m,
+                            });
+                        }
+                        found => {
+                            let why = match found {
+                                Ok(_) => format!(
+                                    "unresolved: the cloud answered {e}, so VM {} may have been made; a look-up by name in pool {} does not show it (yet); look for it at provider {} and destroy it with core.cloud.destroyed",
+                                    vm.name, self.settings.pool, row.name
+                                ),
+                                Err(l) => format!(
+                                    "unresolved: the cloud answered {e}, so VM {} may have been made, and the look-up by name failed too ({l}); look for it at provider {} and destroy it with core.cloud.destroyed",
+                                    vm.name, row.name
+                                ),
+                            };
+                            tracing::error!(step_id = %run.step_id, name = %vm.name, provider = %row.name, "{why}");
+                            let journalled = self
+                                .journal(vm.journal_id, "requested", None, None, &why)
+                                .await;
+                            unresolved.push(json!({
+                                "name": vm.name,
+                                "in": if journalled.is_ok() { "keeper.cloud_vms (state requested)" } else { "nowhere: the registry failed too; this VM is only in this output and the log" },
+                                "why": why,
+                            }));
+                        }
                     }
                     failure = Some(err);
                     break;
@@ -253,6 +312,11 @@ impl Keeper {
         if !adopted.is_empty() {
             run.fact("adopted_not_counted", json!(adopted));
         }
+        if !made_after_error.is_empty() {
+            run.fact("made_after_error", json!(made_after_error));
+        }
+        let unresolved_n = unresolved.len();
+        run.fact("unresolved", json!(unresolved));
 
         if failure.is_none() {
             match self.record(&run, &row, &made, actor).await {
@@ -265,7 +329,20 @@ impl Keeper {
             }
         }
         let error = failure.unwrap_or_else(|| Error::new(500, "internal", "failed"));
-        self.roll_back(run, &row, &cloud, made, error).await
+        self.roll_back(run, &row, &cloud, made, unresolved_n, error)
+            .await
+    }
+
+    /// The VM named `name` in keeper's pool, if the cloud shows one: what a create that failed may
+    /// have made all the same. Names are keeper's own (`<base>-<index>`, never handed out twice), so
+    /// one of keeper's owner and pool is this step's.
+    async fn find_made(
+        &self,
+        cloud: &Arc<dyn orca::Provider>,
+        name: &str,
+    ) -> std::result::Result<Option<orca::Machine>, orca::Error> {
+        let all = cloud.machines(&self.settings.pool).await?;
+        Ok(all.into_iter().find(|m| m.name == name))
     }
 
     async fn profile_of(&self, p: &CreateParams, row: &CloudProvider) -> Result<ProfileSpec> {
@@ -500,6 +577,7 @@ impl Keeper {
         row: &CloudProvider,
         cloud: &Arc<dyn orca::Provider>,
         made: Vec<Made>,
+        unresolved: usize,
         error: Error,
     ) -> Run {
         let mut destroyed = Vec::new();
@@ -538,7 +616,10 @@ impl Keeper {
                 }
             }
         }
-        run.fact("changed", json!(!recorded.is_empty() || !made.is_empty()));
+        run.fact(
+            "changed",
+            json!(!recorded.is_empty() || !made.is_empty() || unresolved > 0),
+        );
         run.fact(
             "made",
             json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
@@ -556,10 +637,32 @@ impl Keeper {
                 "requested": run.facts.get("count").cloned().unwrap_or(json!(0)),
                 "made": made.len(), "souls_pending": 0, "bootstrap_issued": 0,
                 "destroyed": destroyed.len(), "recorded_without_soul": recorded.len(),
+                "unresolved": unresolved,
             }),
         );
         run.fail(error)
     }
+}
+
+/// Whether `e`, the answer to a create, surely means that nothing was made: a refusal the cloud (or
+/// the driver, before any call) gave on the first attempt. After a retry, an earlier attempt's answer
+/// may have been lost with the VM made, whatever the last answer says.
+fn is_clear_refusal(e: &orca::Error) -> bool {
+    use orca::ErrorKind as K;
+    let refusal = matches!(
+        e.kind(),
+        K::InvalidSpec
+            | K::InvalidSettings
+            | K::NotFound
+            | K::AlreadyExists
+            | K::NotOwned
+            | K::NoStock
+            | K::Quota
+            | K::Unauthenticated
+            | K::PermissionDenied
+            | K::Unsupported
+    );
+    refusal && e.retries() == 0
 }
 
 fn check_self_onboard(p: &CreateParams, row: &CloudProvider) -> Result<()> {
