@@ -158,6 +158,34 @@ impl std::fmt::Display for Res {
     }
 }
 
+/// A resource that remains after a delete, with why (none when it stands because another did).
+pub(crate) struct Left {
+    res: Res,
+    why: Option<String>,
+}
+
+impl Left {
+    fn because(res: Res, e: &Error) -> Left {
+        Left {
+            res,
+            why: Some(e.to_string()),
+        }
+    }
+
+    fn standing(res: Res) -> Left {
+        Left { res, why: None }
+    }
+}
+
+impl std::fmt::Display for Left {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.why {
+            Some(why) => write!(f, "{} ({why})", self.res),
+            None => write!(f, "{}", self.res),
+        }
+    }
+}
+
 /// A resource a create made or adopted, with its URL.
 struct MadeRes {
     res: Res,
@@ -647,13 +675,13 @@ impl AzureProvider {
             };
             if let Err(e) = removed {
                 tracing::warn!(what = %what, error = %e, "clean-up after a failed create failed");
-                left.push(format!("{what} ({e})"));
+                left.push(Left::because(m.res.clone(), &e));
             }
         }
         if left.is_empty() {
             error
         } else {
-            Error::leftovers(error, left)
+            Error::leftovers(error, left.iter().map(Left::to_string).collect())
         }
     }
 
@@ -946,8 +974,8 @@ impl AzureProvider {
     /// Deletes the machine's resources in order (the VM, which takes its interface, address and OS
     /// disk with it; then whatever of interface, security group and address remains), each only
     /// when it carries this owner's tags, each followed to its end and confirmed gone. Returns what
-    /// remains.
-    async fn delete_resources(&self, id: &str, vm_exists: bool) -> Vec<String> {
+    /// remains, with why.
+    async fn delete_resources(&self, id: &str, vm_exists: bool) -> Vec<Left> {
         let names = Names::of(id);
         if vm_exists {
             if let Err(e) = self
@@ -956,33 +984,34 @@ impl AzureProvider {
             {
                 // The interface, group and address stay in use while the VM stands.
                 return vec![
-                    format!("VM {id} ({e})"),
-                    format!("interface {}", names.nic),
-                    format!("security group {}", names.nsg),
-                    format!("public IP {}", names.pip),
+                    Left::because(Res::new(Part::Vm, id), &e),
+                    Left::standing(Res::new(Part::Interface, &names.nic)),
+                    Left::standing(Res::new(Part::SecurityGroup, &names.nsg)),
+                    Left::standing(Res::new(Part::PublicIp, &names.pip)),
                 ];
             }
         }
         let mut left = Vec::new();
-        for (what, ty, name) in [
+        for (part, ty, name) in [
             (
-                "interface",
+                Part::Interface,
                 "Microsoft.Network/networkInterfaces",
                 &names.nic,
             ),
             (
-                "security group",
+                Part::SecurityGroup,
                 "Microsoft.Network/networkSecurityGroups",
                 &names.nsg,
             ),
             (
-                "public IP",
+                Part::PublicIp,
                 "Microsoft.Network/publicIPAddresses",
                 &names.pip,
             ),
         ] {
+            let res = Res::new(part, name);
             let url = self.net_url(ty, name);
-            let what = format!("{what} {name}");
+            let what = res.to_string();
             match self
                 .arm()
                 .get::<Tagged>(&format!("read {what}"), &url)
@@ -993,16 +1022,16 @@ impl AzureProvider {
                     tracing::warn!(resource = %what, "not this owner's: left alone");
                 }
                 Ok(Some(_)) => {
-                    let removed = if what.starts_with("interface ") {
+                    let removed = if part == Part::Interface {
                         self.remove_interface(&what, &url, Duration::ZERO).await
                     } else {
                         self.remove(&what, &url).await
                     };
                     if let Err(e) = removed {
-                        left.push(format!("{what} ({e})"));
+                        left.push(Left::because(res, &e));
                     }
                 }
-                Err(e) => left.push(format!("{what} ({e})")),
+                Err(e) => left.push(Left::because(res, &e)),
             }
         }
         left
@@ -1293,7 +1322,7 @@ impl Provider for AzureProvider {
     async fn delete(&self, id: &str) -> Result<bool> {
         let vm = self.owned_vm(id, false).await?;
         let left = self.delete_resources(id, vm.is_some()).await;
-        if vm.is_some() && !left.iter().any(|l| l.starts_with("VM ")) {
+        if vm.is_some() && !left.iter().any(|l| l.res.part == Part::Vm) {
             self.forget(id);
         }
         if left.is_empty() {
@@ -1303,7 +1332,7 @@ impl Provider for AzureProvider {
                 Error::other(format!(
                     "Azure did not release everything of machine {id}; deleting it again retries"
                 )),
-                left,
+                left.iter().map(Left::to_string).collect(),
             ))
         }
     }
@@ -1411,6 +1440,18 @@ mod tests {
         assert_eq!(dns_label("0ab"), "vm-0ab");
         assert!(dns_label(&"a".repeat(MAX_NAME)).len() <= 63);
         assert!(dns_label(&format!("0{}", "a".repeat(MAX_NAME - 1))).len() <= 63);
+    }
+
+    #[test]
+    fn leftovers_are_named_by_kind_and_name() {
+        let gone = Left::because(Res::new(Part::Vm, "vm-a"), &Error::other("locked"));
+        let standing = Left::standing(Res::new(Part::Interface, "vm-a-nic"));
+        assert_eq!(gone.to_string(), "VM vm-a (locked)");
+        assert_eq!(standing.to_string(), "interface vm-a-nic");
+        // A machine whose name reads like a kind is still told by its kind.
+        let odd = Left::standing(Res::new(Part::PublicIp, "vm-x"));
+        assert_ne!(odd.res.part, Part::Vm);
+        assert_eq!(odd.to_string(), "public IP vm-x");
     }
 
     #[test]
