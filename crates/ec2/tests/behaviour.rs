@@ -9,7 +9,7 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
-use support::{env, made, Fault, Rule, Seed, ZONE};
+use support::{ec2_error, env, made, rule, Fault, Seed, ZONE};
 
 #[tokio::test]
 async fn client_token_is_stable_across_retries() {
@@ -21,9 +21,9 @@ async fn client_token_is_stable_across_retries() {
     let want = client_token("owner-1", &e.pool, "tok-1", None);
 
     // Two failures that never reach EC2, then success: three RunInstances, one token.
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "RunInstances",
-        Fault::error(503, "ServiceUnavailable"),
+        ec2_error(503, "ServiceUnavailable"),
         2,
     ));
     let m = made(p.create(&spec).await.unwrap());
@@ -40,11 +40,8 @@ async fn client_token_is_stable_across_retries() {
     // A whole create that gives up, then a new create (a caller's retry, a restarted process): the same
     // token again.
     let spec2 = e.spec("tok-2");
-    e.proxy.inject(Rule::new(
-        "RunInstances",
-        Fault::error(500, "InternalError"),
-        7,
-    ));
+    e.proxy
+        .inject(rule("RunInstances", ec2_error(500, "InternalError"), 7));
     let err = p.create(&spec2).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
     let p2 = e.provider("owner-1").await;
@@ -71,8 +68,7 @@ async fn client_token_is_stable_across_retries() {
     // A lost answer: the machine was made; the retry re-sends RunInstances with the same token, and
     // EC2 answers the instance the lost attempt made (this call's own: made, not adopted).
     let before = e.proxy.count("RunInstances");
-    e.proxy
-        .inject(Rule::new("RunInstances", Fault::DropAnswer, 1));
+    e.proxy.inject(rule("RunInstances", Fault::DropAnswer, 1));
     let lost = match p.create(&e.spec("tok-3")).await.unwrap() {
         Created::Machine(m) => m,
         other => panic!("a create whose first answer was lost gave {other:?}"),
@@ -241,7 +237,7 @@ async fn capacity_is_no_stock() {
     ] {
         let before = e.proxy.count("RunInstances");
         e.proxy
-            .inject(Rule::new("RunInstances", Fault::error(status, code), 1));
+            .inject(rule("RunInstances", ec2_error(status, code), 1));
         match p.create(&e.spec("cap-1")).await.unwrap() {
             Created::NoStock {
                 machine_type,
@@ -274,7 +270,7 @@ async fn quota_is_not_capacity() {
     for code in ["InstanceLimitExceeded", "VcpuLimitExceeded"] {
         let before = e.proxy.count("RunInstances");
         e.proxy
-            .inject(Rule::new("RunInstances", Fault::error(400, code), 1));
+            .inject(rule("RunInstances", ec2_error(400, code), 1));
         match p.create(&e.spec("quota-1")).await {
             Err(Error::Quota { message, .. }) => assert!(message.contains(code), "{message}"),
             other => panic!("{code} gave {other:?}"),
@@ -303,9 +299,9 @@ async fn throttling_is_backed_off() {
     let p = Seed::provider(e.builder().retry_policy(policy), "owner-1")
         .await
         .unwrap();
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "RunInstances",
-        Fault::error(503, "RequestLimitExceeded"),
+        ec2_error(503, "RequestLimitExceeded"),
         3,
     ));
     let m = made(p.create(&e.spec("slow-1")).await.unwrap());
@@ -328,17 +324,17 @@ async fn throttling_is_backed_off() {
     assert!(runs.iter().all(|r| &r.params["ClientToken"] == token));
 
     // A listing is throttled too, and backed off the same way.
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "DescribeInstances",
-        Fault::error(503, "RequestLimitExceeded"),
+        ec2_error(503, "RequestLimitExceeded"),
         2,
     ));
     assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1);
 
     // Throttled for longer than the policy allows: the caller hears it, with its meaning.
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "DescribeInstances",
-        Fault::error(503, "RequestLimitExceeded"),
+        ec2_error(503, "RequestLimitExceeded"),
         100,
     ));
     let before = e.proxy.count("DescribeInstances");
@@ -364,11 +360,8 @@ async fn other_errors_have_their_meaning() {
         (403, "UnauthorizedOperation", ErrorKind::PermissionDenied),
     ];
     for (status, code, kind) in cases {
-        e.proxy.inject(Rule::new(
-            "DescribeInstances",
-            Fault::error(status, code),
-            1,
-        ));
+        e.proxy
+            .inject(rule("DescribeInstances", ec2_error(status, code), 1));
         let err = p.machines(&e.pool).await.unwrap_err();
         assert_eq!(err.kind(), kind, "{code}: {err}");
         assert!(!err.to_string().contains(support::SECRET));
@@ -747,9 +740,9 @@ async fn a_resize_to_a_type_out_of_stock_goes_back_and_runs_again() {
     let p = e.provider("owner-1").await;
     let m = made(p.create(&e.spec("rs-1")).await.unwrap());
     // EC2 changes the type of a stopped machine, then has no capacity to start it on that type.
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "StartInstances",
-        Fault::error(500, "InsufficientInstanceCapacity"),
+        ec2_error(500, "InsufficientInstanceCapacity"),
         1,
     ));
     let err = p.resize(&m.id, "t3.small").await.unwrap_err();
@@ -778,9 +771,9 @@ async fn a_resize_to_a_type_out_of_stock_goes_back_and_runs_again() {
     );
     // A start without stock is no stock of that type in that zone too.
     p.stop(&m.id).await.unwrap();
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "StartInstances",
-        Fault::error(500, "InsufficientInstanceCapacity"),
+        ec2_error(500, "InsufficientInstanceCapacity"),
         1,
     ));
     let err = p.start(&m.id).await.unwrap_err();

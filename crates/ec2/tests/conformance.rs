@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca_machines::conformance::{run_all, Harness, Hook, Setup, Skip};
 use orca_machines::Provider;
-use support::{Fault, Proxy, Rule, Seed};
+use support::{ec2_error, rule, Fault, Proxy, Seed};
 
 struct MotoHarness {
     seed: Seed,
@@ -62,13 +62,13 @@ impl Harness for MotoHarness {
     async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
         let subnet = &self.seed.subnets[location];
         self.proxy.inject(
-            Rule::new(
+            rule(
                 "RunInstances",
-                Fault::error(500, "InsufficientInstanceCapacity"),
+                ec2_error(500, "InsufficientInstanceCapacity"),
                 u32::MAX,
             )
-            .when("InstanceType", machine_type)
-            .when("SubnetId", subnet),
+            .when_form("InstanceType", machine_type)
+            .when_form("SubnetId", subnet),
         );
         Ok(())
     }
@@ -80,7 +80,7 @@ impl Harness for MotoHarness {
 
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.proxy
-            .inject(Rule::new("RunInstances", Fault::DropAnswer, 1));
+            .inject(rule("RunInstances", Fault::DropAnswer, 1));
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aws_sdk_ec2::types::InstanceStateName;
 use orca_machines::labels::Labels;
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, Status};
-use support::{env, made, Fault, Rule, Seed, ZONE_WITHOUT_T4G};
+use support::{ec2_error, env, made, rule, Seed, ZONE_WITHOUT_T4G};
 
 /// The state moto holds for `id`, behind the proxy's back.
 async fn state_in_moto(moto: &str, id: &str) -> InstanceStateName {
@@ -111,12 +111,12 @@ async fn a_not_found_for_a_machine_made_lately_is_read_again() {
     );
     // A change answered "not found" for it is made again (after a read that still shows it).
     e.proxy.inject(
-        Rule::new(
+        rule(
             "StopInstances",
-            Fault::error(400, "InvalidInstanceID.NotFound"),
+            ec2_error(400, "InvalidInstanceID.NotFound"),
             2,
         )
-        .when("InstanceId.1", &m.id),
+        .when_form("InstanceId.1", &m.id),
     );
     let stopped = p.stop(&m.id).await.unwrap();
     assert_eq!(stopped.status, Status::Stopped);
@@ -227,9 +227,9 @@ async fn a_pending_instance_an_earlier_create_made_is_adopted() {
         other => panic!("a repeated create of a pending instance gave {other:?}"),
     }
     // A throttled first attempt (429-like: EC2 served nothing) does not make it this call's.
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "RunInstances",
-        Fault::error(503, "RequestLimitExceeded"),
+        ec2_error(503, "RequestLimitExceeded"),
         1,
     ));
     let before = e.proxy.count("RunInstances");
@@ -251,12 +251,12 @@ async fn delete_never_believes_a_not_found_from_terminate() {
     let p = e.provider("owner-1").await;
     let m = made(p.create(&e.spec("term-1")).await.unwrap());
     e.proxy.inject(
-        Rule::new(
+        rule(
             "TerminateInstances",
-            Fault::error(400, "InvalidInstanceID.NotFound"),
+            ec2_error(400, "InvalidInstanceID.NotFound"),
             2,
         )
-        .when("InstanceId.1", &m.id),
+        .when_form("InstanceId.1", &m.id),
     );
     assert!(p.delete(&m.id).await.unwrap());
     assert_eq!(
@@ -275,12 +275,12 @@ async fn delete_never_believes_a_not_found_from_terminate() {
     .unwrap();
     let m = made(quick.create(&e.spec("term-2")).await.unwrap());
     e.proxy.inject(
-        Rule::new(
+        rule(
             "TerminateInstances",
-            Fault::error(400, "InvalidInstanceID.NotFound"),
+            ec2_error(400, "InvalidInstanceID.NotFound"),
             u32::MAX,
         )
-        .when("InstanceId.1", &m.id),
+        .when_form("InstanceId.1", &m.id),
     );
     let err = quick.delete(&m.id).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
@@ -352,11 +352,8 @@ async fn unsupported_is_no_stock_only_for_a_type_the_zone_does_not_offer() {
     assert_eq!(e.proxy.count("DescribeInstanceTypeOfferings"), 1);
     // Unsupported for a type the zone offers is a configuration EC2 refuses: an error saying so, with
     // EC2's code and words, not no stock (an autoscaler would hide it by falling back).
-    e.proxy.inject(Rule::new(
-        "RunInstances",
-        Fault::error(400, "Unsupported"),
-        1,
-    ));
+    e.proxy
+        .inject(rule("RunInstances", ec2_error(400, "Unsupported"), 1));
     let err = p.create(&e.spec("conf-1")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Other, "{err}");
     assert_eq!(err.code(), Some("Unsupported"));

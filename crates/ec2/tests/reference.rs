@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use orca_ec2::{Config, Ec2Provider, SecretString, StaticCredentials, Waiting};
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
-use support::{ec2_error_body, Fault, Proxy, Rule};
+use support::{ec2_error_body, rule, xml_answer, Proxy};
 
 const ZONE: &str = "eu-west-1a";
 const SUBNET: &str = "subnet-0a1b2c3d4e5f60718";
@@ -48,7 +48,7 @@ async fn provider(proxy: &Proxy) -> Ec2Provider {
 }
 
 fn answer(proxy: &Proxy, action: &str, status: u16, body: impl Into<String>) {
-    proxy.inject(Rule::new(action, Fault::answer(status, body), 1));
+    proxy.inject(rule(action, xml_answer(status, body), 1));
 }
 
 fn error(proxy: &Proxy, action: &str, status: u16, code: &str, message: &str) {
@@ -371,15 +371,15 @@ async fn listings_follow_next_token() {
     // EC2's tokens are opaque: the second page is asked with the first page's, as it stands.
     let token = "eyJ2IjoiMiIsImMiOiJ0eGd3Y0RxT0VOb3RBV1NBSWQ9IiwicyI6IjEifQ==";
     proxy.inject(
-        Rule::new(
+        rule(
             "DescribeInstances",
-            Fault::answer(
+            xml_answer(
                 200,
                 describe(&[full_instance("i-0bbbbbbbbbbbbbbb2", "ref-7")], None),
             ),
             1,
         )
-        .when("NextToken", token),
+        .when_form("NextToken", token),
     );
     answer(
         &proxy,
@@ -645,9 +645,9 @@ async fn throttling_permission_and_not_found_answers_have_their_meaning() {
     // InvalidInstanceID.NotFound is "none" once reads within the confirmation window agree.
     let before = proxy.count("DescribeInstances");
     proxy.inject(
-        Rule::new(
+        rule(
             "DescribeInstances",
-            Fault::answer(
+            xml_answer(
                 400,
                 ec2_error_body(
                     "InvalidInstanceID.NotFound",
@@ -656,7 +656,7 @@ async fn throttling_permission_and_not_found_answers_have_their_meaning() {
             ),
             u32::MAX,
         )
-        .when("InstanceId.1", "i-0123456789abcdef0"),
+        .when_form("InstanceId.1", "i-0123456789abcdef0"),
     );
     assert_eq!(p.machine("i-0123456789abcdef0").await.unwrap(), None);
     assert!(proxy.count("DescribeInstances") >= before + 2, "confirmed");

@@ -5,7 +5,7 @@
 mod support;
 
 use orca_machines::Provider;
-use support::{env, made, Fault, Rule};
+use support::{ec2_error, env, made, rule, Fault};
 
 #[derive(Clone, Default)]
 struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
@@ -47,9 +47,9 @@ async fn secrets_never_show() {
     let user_data = format!("password={}", support::SECRET);
     let spec = e.spec("sec-1").with_user_data(&user_data);
     assert!(!format!("{spec:?}").contains(support::SECRET));
-    e.proxy.inject(Rule::new(
+    e.proxy.inject(rule(
         "RunInstances",
-        Fault::error(400, "InvalidParameterValue"),
+        ec2_error(400, "InvalidParameterValue"),
         1,
     ));
     let err = p.create(&spec).await.unwrap_err();
@@ -57,8 +57,7 @@ async fn secrets_never_show() {
         !format!("{err} {err:?}").contains(support::SECRET),
         "{err:?}"
     );
-    e.proxy
-        .inject(Rule::new("RunInstances", Fault::DropAnswer, 1));
+    e.proxy.inject(rule("RunInstances", Fault::DropAnswer, 1));
     let m = made(p.create(&spec).await.unwrap());
     assert!(p.delete(&m.id).await.unwrap());
 

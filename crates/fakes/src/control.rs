@@ -1,9 +1,11 @@
 //! What every fake shares: a log of the requests it served and fault injection on demand, as one axum
 //! middleware ([`Control::layer`]).
 //!
-//! A fault is matched by HTTP method and a substring of the path (and query), and applies to the next
-//! `times` matching requests:
+//! A fault is matched by HTTP method, a substring of the path (and query) and, for a Query API that
+//! posts its action as a form (EC2), pairs the form body must carry ([`Rule::when_form`]); it applies
+//! to the next `times` matching requests:
 //! - [`Fault::Status`]: answer this status, body and headers instead of serving the request;
+//! - [`Fault::Text`]: answer this status and body as it stands (an XML error) instead of serving it;
 //! - [`Fault::Latency`]: wait, then serve;
 //! - [`Fault::DropAnswer`]: serve the request (its effects happen), then break the connection after the
 //!   status line, so the client sees a dropped connection: the ambiguous failure.
@@ -35,6 +37,54 @@ pub enum Fault {
     Latency(Duration),
     /// Serve the request, then drop the connection before the body: the client cannot know the outcome.
     DropAnswer,
+    /// Answer with this status and this body as it stands, of this content type (an XML error of a
+    /// Query API); the request is not served.
+    Text {
+        /// The HTTP status.
+        status: u16,
+        /// The `Content-Type` of the body.
+        content_type: String,
+        /// The body.
+        body: String,
+    },
+}
+
+impl Fault {
+    /// The answer this fault gives instead of serving the request ([`Fault::Status`],
+    /// [`Fault::Text`]); `None` for a fault that serves it.
+    pub fn response(&self) -> Option<Response> {
+        let status = |s: u16| StatusCode::from_u16(s).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        match self {
+            Fault::Status {
+                status: s,
+                body,
+                headers,
+            } => {
+                let mut r = (status(*s), axum::Json(body.clone())).into_response();
+                for (k, v) in headers {
+                    if let (Ok(k), Ok(v)) = (
+                        HeaderName::from_bytes(k.as_bytes()),
+                        HeaderValue::from_str(v),
+                    ) {
+                        r.headers_mut().insert(k, v);
+                    }
+                }
+                Some(r)
+            }
+            Fault::Text {
+                status: s,
+                content_type,
+                body,
+            } => {
+                let mut r = (status(*s), body.clone()).into_response();
+                if let Ok(v) = HeaderValue::from_str(content_type) {
+                    r.headers_mut().insert(axum::http::header::CONTENT_TYPE, v);
+                }
+                Some(r)
+            }
+            Fault::Latency(_) | Fault::DropAnswer => None,
+        }
+    }
 }
 
 /// A fault, the requests it applies to, and how many more times it fires.
@@ -48,6 +98,9 @@ pub struct Rule {
     pub fault: Fault,
     /// How many more matching requests it applies to.
     pub times: u32,
+    /// Only requests whose form body (`application/x-www-form-urlencoded`) carries every one of these
+    /// pairs (any when empty): the action and parameters of a Query API such as EC2's.
+    pub form: Vec<(String, String)>,
 }
 
 impl Rule {
@@ -58,7 +111,21 @@ impl Rule {
             path_contains: path_contains.to_string(),
             fault,
             times,
+            form: Vec::new(),
         }
+    }
+
+    /// The same rule, only for requests whose form body carries `key` = `value` as well.
+    pub fn when_form(mut self, key: &str, value: &str) -> Self {
+        self.form.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    fn matches(&self, method: &Method, path: &str, form: &[(String, String)]) -> bool {
+        self.times > 0
+            && self.method.as_ref().is_none_or(|m| m == method)
+            && path.contains(&self.path_contains)
+            && self.form.iter().all(|p| form.contains(p))
     }
 }
 
@@ -95,6 +162,11 @@ impl Control {
         lock(&self.rules).clear();
     }
 
+    /// Removes the fault rules `remove` picks.
+    pub fn clear_faults_where(&self, remove: impl Fn(&Rule) -> bool) {
+        lock(&self.rules).retain(|r| !remove(r));
+    }
+
     /// Every request served so far.
     pub fn log(&self) -> Vec<Logged> {
         lock(&self.log).clone()
@@ -118,17 +190,26 @@ impl Control {
         lock(&self.log).clear();
     }
 
-    fn take(&self, method: &Method, path: &str) -> Option<Fault> {
+    /// The fault of the first rule that matches a request of `method` to `path` (and query) whose
+    /// form body decodes to `form` ([`form_pairs`]; empty for none), used up once: what
+    /// [`Control::layer`] applies, and what a server that reads the body itself (the EC2 tests'
+    /// proxy in front of moto) asks for.
+    pub fn take_for(
+        &self,
+        method: &Method,
+        path: &str,
+        form: &[(String, String)],
+    ) -> Option<Fault> {
         let mut rules = lock(&self.rules);
-        let hit = rules.iter_mut().find(|r| {
-            r.times > 0
-                && r.method.as_ref().is_none_or(|m| m == method)
-                && path.contains(&r.path_contains)
-        })?;
+        let hit = rules.iter_mut().find(|r| r.matches(method, path, form))?;
         hit.times -= 1;
         let fault = hit.fault.clone();
         rules.retain(|r| r.times > 0);
         Some(fault)
+    }
+
+    fn wants_form(&self) -> bool {
+        lock(&self.rules).iter().any(|r| !r.form.is_empty())
     }
 
     /// The middleware: logs each request and applies the first matching fault.
@@ -139,33 +220,26 @@ impl Control {
             .path_and_query()
             .map(|p| p.as_str().to_string())
             .unwrap_or_default();
-        let fault = control.take(&method, &path);
-        let response = match fault {
-            Some(Fault::Status {
-                status,
-                body,
-                headers,
-            }) => {
-                let mut r = (
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                    axum::Json(body),
-                )
-                    .into_response();
-                for (k, v) in headers {
-                    if let (Ok(k), Ok(v)) = (
-                        HeaderName::from_bytes(k.as_bytes()),
-                        HeaderValue::from_str(&v),
-                    ) {
-                        r.headers_mut().insert(k, v);
-                    }
-                }
-                r
-            }
-            Some(Fault::Latency(d)) => {
+        // The body is read (and handed on) only while some rule looks into it.
+        let (req, form) = if control.wants_form() {
+            let (parts, body) = req.into_parts();
+            let bytes = axum::body::to_bytes(body, usize::MAX)
+                .await
+                .unwrap_or_default();
+            let form = form_pairs(&bytes);
+            (Request::from_parts(parts, Body::from(bytes)), form)
+        } else {
+            (req, Vec::new())
+        };
+        let fault = control.take_for(&method, &path, &form);
+        let answered = fault.as_ref().and_then(Fault::response);
+        let response = match (answered, fault) {
+            (Some(answer), _) => answer,
+            (None, Some(Fault::Latency(d))) => {
                 tokio::time::sleep(d).await;
                 next.run(req).await
             }
-            Some(Fault::DropAnswer) => {
+            (None, Some(Fault::DropAnswer)) => {
                 let served = next.run(req).await;
                 let (parts, _) = served.into_parts();
                 let broken = broken_body();
@@ -173,7 +247,7 @@ impl Control {
                 r.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
                 r
             }
-            None => next.run(req).await,
+            (None, _) => next.run(req).await,
         };
         lock(&control.log).push(Logged {
             method,
@@ -250,4 +324,85 @@ pub async fn serve(router: Router, control: Arc<Control>) -> std::io::Result<Run
         control,
         task,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::post;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A Query API (EC2's shape): every action is a form posted to `/`; a rule picks requests by
+    /// the form's pairs, and answers an XML error as it stands.
+    #[tokio::test]
+    async fn rules_match_the_form_body_and_answer_text() {
+        let served = Arc::new(AtomicU32::new(0));
+        let s = served.clone();
+        let router = axum::Router::new().route(
+            "/",
+            post(move |body: String| {
+                let s = s.clone();
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    body
+                }
+            }),
+        );
+        let control = Arc::new(Control::default());
+        let server = serve(router, control.clone()).await.unwrap();
+        let xml = "<Response><Errors><Error><Code>RequestLimitExceeded</Code></Error></Errors>\
+                   </Response>";
+        control.inject(
+            Rule::new(
+                Some(Method::POST),
+                "",
+                Fault::Text {
+                    status: 503,
+                    content_type: "text/xml".into(),
+                    body: xml.into(),
+                },
+                2,
+            )
+            .when_form("Action", "RunInstances")
+            .when_form("InstanceType", "t3.micro"),
+        );
+        control
+            .inject(Rule::new(None, "", Fault::DropAnswer, 1).when_form("Action", "StopInstances"));
+        let http = reqwest::Client::new();
+        let post = |form: &'static [(&'static str, &'static str)]| {
+            http.post(format!("{}/", server.url())).form(form).send()
+        };
+        // Another action, or the same one with other parameters: served, body intact.
+        let r = post(&[("Action", "DescribeInstances")]).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), "Action=DescribeInstances");
+        let r = post(&[("Action", "RunInstances"), ("InstanceType", "t3.small")])
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        // The matching one: the text as it stands, not served.
+        let r = post(&[("Action", "RunInstances"), ("InstanceType", "t3.micro")])
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()["content-type"], "text/xml");
+        assert_eq!(r.text().await.unwrap(), xml);
+        assert_eq!(served.load(Ordering::SeqCst), 2);
+        // Rules are removed by what they match.
+        control.clear_faults_where(|r| r.form.contains(&("Action".into(), "RunInstances".into())));
+        let r = post(&[("Action", "RunInstances"), ("InstanceType", "t3.micro")])
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        // The drop rule is still there, and for its action only.
+        assert!(control
+            .take_for(&Method::POST, "/", &form_pairs(b"Action=RunInstances"))
+            .is_none());
+        let dropped = match post(&[("Action", "StopInstances")]).await {
+            Ok(r) => r.bytes().await.is_err(),
+            Err(_) => true,
+        };
+        assert!(dropped, "the answer must be lost");
+        assert_eq!(served.load(Ordering::SeqCst), 4);
+    }
 }

@@ -1,7 +1,8 @@
 //! What the EC2 tests share: the emulator's address (moto, started by `scripts/with-moto`), its seeding
 //! (a security group, an instance profile, the default subnets), and a proxy in front of it that makes
-//! moto behave as EC2 does where moto is kinder, injects faults, and logs every EC2 action with its
-//! parameters.
+//! moto behave as EC2 does where moto is kinder, injects faults (the fakes' shared fault rules,
+//! [`orca_fakes::control`], picked by the form body's `Action` and parameters: [`rule`]), and logs
+//! every EC2 action with its parameters.
 //!
 //! # What the proxy reproduces of real EC2 (and where it is written down)
 //! EC2's Query API posts every action to `/` with the action in the form body, so the proxy reads the
@@ -49,7 +50,7 @@
 //!
 //! # What it does not reproduce
 //! - Capacity, quota and throttling: moto never answers `InsufficientInstanceCapacity`,
-//!   `InstanceLimitExceeded` or `RequestLimitExceeded`; tests inject them ([`Fault::Error`]).
+//!   `InstanceLimitExceeded` or `RequestLimitExceeded`; tests inject them ([`ec2_error`]).
 //! - The rest of the state machine's timing (`stopping` and `shutting-down` pass at once), and
 //!   EC2's refusals of a call in the wrong state (a stop of a `pending` instance).
 //! - IAM (every call is allowed; `UnauthorizedOperation` is injected), signatures (moto checks none),
@@ -252,59 +253,32 @@ impl Seed {
     }
 }
 
-/// What an injected fault does.
-#[derive(Debug, Clone)]
-pub enum Fault {
-    /// Answer an EC2 error (`<Response><Errors><Error>...`) with this status and code; the request
-    /// never reaches moto.
-    Error { status: u16, code: String },
-    /// Answer this body with this status; the request never reaches moto (for answers written from
-    /// the EC2 API reference).
-    Answer { status: u16, body: String },
-    /// Forward the request (moto acts on it), then break the connection before the answer's body.
-    DropAnswer,
-    /// Forward the request, and replace the first `from` in the answer with `to`.
-    Rewrite { from: String, to: String },
+/// The fault rules are the fakes' shared ones ([`orca_fakes::control`]): a rule picks EC2 requests by
+/// the form body's `Action` and parameters ([`Rule::when_form`]).
+pub use orca_fakes::control::{Fault, Rule};
+
+/// A rule for the next `times` requests of EC2 action `action` (narrowed with
+/// [`Rule::when_form`]).
+pub fn rule(action: &str, fault: Fault, times: u32) -> Rule {
+    Rule::new(Some(axum::http::Method::POST), "", fault, times).when_form("Action", action)
 }
 
-impl Fault {
-    pub fn error(status: u16, code: &str) -> Self {
-        Fault::Error {
-            status,
-            code: code.to_string(),
-        }
-    }
-
-    pub fn answer(status: u16, body: impl Into<String>) -> Self {
-        Fault::Answer {
-            status,
-            body: body.into(),
-        }
-    }
+/// Answer an EC2 error (`<Response><Errors><Error>...`) with this status and code; the request never
+/// reaches moto.
+pub fn ec2_error(status: u16, code: &str) -> Fault {
+    xml_answer(
+        status,
+        ec2_error_body(code, &format!("injected by the test proxy: {code}")),
+    )
 }
 
-/// A fault for the next `times` requests of `action` whose parameters include every pair of `when`.
-#[derive(Debug, Clone)]
-pub struct Rule {
-    pub action: String,
-    pub when: Vec<(String, String)>,
-    pub fault: Fault,
-    pub times: u32,
-}
-
-impl Rule {
-    pub fn new(action: &str, fault: Fault, times: u32) -> Self {
-        Rule {
-            action: action.to_string(),
-            when: Vec::new(),
-            fault,
-            times,
-        }
-    }
-
-    pub fn when(mut self, key: &str, value: &str) -> Self {
-        self.when.push((key.to_string(), value.to_string()));
-        self
+/// Answer this XML body with this status; the request never reaches moto (for answers written from
+/// the EC2 API reference).
+pub fn xml_answer(status: u16, body: impl Into<String>) -> Fault {
+    Fault::Text {
+        status,
+        content_type: "text/xml;charset=UTF-8".into(),
+        body: body.into(),
     }
 }
 
@@ -348,7 +322,8 @@ struct Ec2State {
 struct ProxyState {
     upstream: String,
     http: reqwest::Client,
-    rules: Mutex<Vec<Rule>>,
+    /// The injected faults (the fakes' shared matcher).
+    faults: orca_fakes::Control,
     log: Mutex<Vec<Seen>>,
     ec2: Mutex<Ec2State>,
 }
@@ -397,7 +372,7 @@ impl Proxy {
         let state = Arc::new(ProxyState {
             upstream: upstream.to_string(),
             http: reqwest::Client::new(),
-            rules: Mutex::new(Vec::new()),
+            faults: orca_fakes::Control::default(),
             log: Mutex::new(Vec::new()),
             ec2: Mutex::new(Ec2State::default()),
         });
@@ -424,13 +399,17 @@ impl Proxy {
         }
     }
 
+    /// Adds a fault rule (see [`rule`]); rules are tried in the order added.
     pub fn inject(&self, rule: Rule) {
-        lock(&self.state.rules).push(rule);
+        self.state.faults.inject(rule);
     }
 
     /// Removes every rule for `action`.
     pub fn clear(&self, action: &str) {
-        lock(&self.state.rules).retain(|r| r.action != action);
+        let action = ("Action".to_string(), action.to_string());
+        self.state
+            .faults
+            .clear_faults_where(|r| r.form.contains(&action));
     }
 
     /// Instances made from now on stay invisible for `delay` (see the module documentation);
@@ -479,17 +458,6 @@ impl Proxy {
     }
 }
 
-fn take(state: &ProxyState, action: &str, params: &BTreeMap<String, String>) -> Option<Fault> {
-    let mut rules = lock(&state.rules);
-    let hit = rules.iter_mut().find(|r| {
-        r.times > 0 && r.action == action && r.when.iter().all(|(k, v)| params.get(k) == Some(v))
-    })?;
-    hit.times -= 1;
-    let fault = hit.fault.clone();
-    rules.retain(|r| r.times > 0);
-    Some(fault)
-}
-
 /// An EC2 error answer, in EC2's shape.
 pub fn ec2_error_body(code: &str, message: &str) -> String {
     format!(
@@ -508,7 +476,7 @@ fn xml_response(status: u16, body: String) -> Response {
         .into_response()
 }
 
-fn ec2_error(status: u16, code: &str, message: &str) -> Response {
+fn error_response(status: u16, code: &str, message: &str) -> Response {
     xml_response(status, ec2_error_body(code, message))
 }
 
@@ -708,7 +676,10 @@ async fn ec2_rules(
     params: &BTreeMap<String, String>,
 ) -> Option<(Response, Option<String>)> {
     let refuse = |status: u16, code: &str, message: &str| {
-        Some((ec2_error(status, code, message), Some(code.to_string())))
+        Some((
+            error_response(status, code, message),
+            Some(code.to_string()),
+        ))
     };
     let now = Instant::now();
     let hidden: Vec<String> = {
@@ -809,7 +780,7 @@ async fn replay(state: &ProxyState, rec: &TokenRecord) -> Response {
     }
     let q: Vec<(&str, &str)> = q.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let Some(body) = moto_call(state, &q).await else {
-        return ec2_error(
+        return error_response(
             500,
             "InternalError",
             "the proxy could not read the instance",
@@ -821,7 +792,7 @@ async fn replay(state: &ProxyState, rec: &TokenRecord) -> Response {
         &all,
         &["DescribeInstancesResponse", "reservationSet", "item"],
     ) else {
-        return ec2_error(
+        return error_response(
             500,
             "InternalError",
             "the proxy could not read the reservation",
@@ -845,38 +816,37 @@ async fn forward(
     body: Bytes,
 ) -> Response {
     let state = &*view.state;
-    let params: BTreeMap<String, String> =
-        url::form_urlencoded::parse(&body).into_owned().collect();
+    let pairs = orca_fakes::control::form_pairs(&body);
+    let params: BTreeMap<String, String> = pairs.iter().cloned().collect();
     let action = params.get("Action").cloned().unwrap_or_default();
-    let fault = take(state, &action, &params);
-    let (response, faulted, code) = match fault {
-        Some(Fault::Error { status, code }) => (
-            ec2_error(
-                status,
-                &code,
-                &format!("injected by the test proxy: {code}"),
-            ),
-            true,
-            Some(code),
-        ),
-        Some(Fault::Answer { status, body }) => (xml_response(status, body), true, None),
-        other => match ec2_rules(state, &action, &params).await {
-            Some((answer, code)) => (answer, false, code),
-            None => {
-                let (r, code) = upstream(
-                    &view, &action, &params, &method, &uri, &headers, &body, &other,
-                )
-                .await;
-                let faulted = other.is_some();
-                match other {
-                    Some(Fault::DropAnswer) => {
-                        let (parts, _) = r.into_parts();
-                        (Response::from_parts(parts, broken_body()), true, code)
-                    }
-                    _ => (r, faulted, code),
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let fault = state.faults.take_for(&method, path, &pairs);
+    if let Some(Fault::Latency(d)) = &fault {
+        tokio::time::sleep(*d).await;
+    }
+    let (response, faulted, code) = match fault.as_ref().and_then(Fault::response) {
+        // An answer in place of EC2's: the request never reaches moto.
+        Some(answer) => {
+            let code = match &fault {
+                Some(Fault::Text { body, .. }) => error_code(body),
+                _ => None,
+            };
+            (answer, true, code)
+        }
+        None => {
+            let (r, code) = match ec2_rules(state, &action, &params).await {
+                Some(answered) => answered,
+                None => upstream(&view, &action, &params, &method, &uri, &headers, &body).await,
+            };
+            match fault {
+                // Served (by moto or by the proxy's EC2 rules), and the answer lost on the way.
+                Some(Fault::DropAnswer) => {
+                    let (parts, _) = r.into_parts();
+                    (Response::from_parts(parts, broken_body()), true, code)
                 }
+                other => (r, other.is_some(), code),
             }
-        },
+        }
     };
     lock(&state.log).push(Seen {
         action,
@@ -899,7 +869,6 @@ async fn upstream(
     uri: &axum::http::Uri,
     headers: &HeaderMap,
     body: &Bytes,
-    fault: &Option<Fault>,
 ) -> (Response, Option<String>) {
     let state = &*view.state;
     let listing = action == "DescribeInstances" && !params.contains_key("InstanceId.1");
@@ -1023,17 +992,19 @@ async fn upstream(
             _ => {}
         }
     } else {
-        let all = xml::elements(&text);
-        code = xml::find(&all, &["Response", "Errors", "Error", "Code"])
-            .map(|i| xml::text(&text, &all, i).to_string());
-    }
-    if let Some(Fault::Rewrite { from, to }) = fault {
-        text = text.replacen(from.as_str(), to, 1);
+        code = error_code(&text);
     }
     let mut out = Response::new(Body::from(text));
     *out.status_mut() = status;
     out.headers_mut().insert("content-type", ct);
     (out, code)
+}
+
+/// The code of an EC2 error answer (`<Response><Errors><Error><Code>`).
+fn error_code(body: &str) -> Option<String> {
+    let all = xml::elements(body);
+    xml::find(&all, &["Response", "Errors", "Error", "Code"])
+        .map(|i| xml::text(body, &all, i).to_string())
 }
 
 /// The content of a document's root element.
