@@ -991,3 +991,28 @@ async fn a_running_vm_whose_cluster_lacks_the_size_is_deallocated_resized_and_st
         0
     );
 }
+
+#[tokio::test]
+async fn a_delete_lock_on_the_interface_or_address_blocks_the_vms_delete() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    for (name, locked) in [("vm-q1", "vm-q1-nic"), ("vm-q2", "vm-q2-ip")] {
+        p.create(&spec(name, AMD)).await.unwrap();
+        let before = stray(&f);
+        // The VM would take its interface and address with it: a lock on either refuses the
+        // VM's delete, and nothing goes.
+        f.refuse_delete(locked);
+        let e = p.delete(name).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Leftovers, "{e}");
+        let s = e.to_string();
+        assert!(
+            s.contains(&format!("VM {name}")) && s.contains("ScopeLocked"),
+            "{s}"
+        );
+        assert_eq!(stray(&f), before, "something went despite the lock");
+        assert_eq!(p.machine(name).await.unwrap().unwrap().id, name);
+        f.allow_delete(locked);
+        assert!(p.delete(name).await.unwrap());
+    }
+    assert!(stray(&f).is_empty(), "{:?}", stray(&f));
+}

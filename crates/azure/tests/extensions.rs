@@ -374,6 +374,11 @@ async fn the_credit_balance_is_the_billing_profiles_and_absent_without_one() {
     );
     let b = with.credit_balance().unwrap().balance().await.unwrap();
     assert_eq!((b.amount, b.currency.as_str()), (640.25, "EUR"));
+    // The credit runs low: the next read sees it.
+    f.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 3.5, "EUR");
+    let b = with.credit_balance().unwrap().balance().await.unwrap();
+    assert_eq!(b.amount, 3.5);
+    f.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 640.25, "EUR");
     let log = f.control().log();
     assert!(
         log.last().unwrap().path.starts_with(&format!(

@@ -77,7 +77,11 @@
 //! - Real capacity, quotas, zones, images and prices: the catalogue is six sizes in three locations,
 //!   failures come only from the faults below.
 //! - Azure Policy beyond a deny of a resource type; RBAC beyond the one role scope above; locks
-//!   beyond [`FakeAzure::refuse_delete`] (`ScopeLocked`).
+//!   beyond [`FakeAzure::refuse_delete`] (`ScopeLocked`). A lock on what a VM's delete would delete
+//!   with it (disk, interface, address) refuses the VM's delete at its request, nothing deleted:
+//!   Azure's deep delete fails under such a lock (as reported in Azure/azure-sdk-for-java#36243),
+//!   but whether it refuses at once or fails the operation after deleting the VM is the fake's
+//!   reading.
 //! - The hash of a scoped DNS label is the fake's own (Azure's is undocumented); `TenantReuse` is
 //!   treated as one tenant.
 //! - How long Azure takes: operations end after a number of polls, not after real time; the real
@@ -538,7 +542,8 @@ impl FakeAzure {
     }
 
     /// A `DELETE` of any resource named `name` is refused with 409 `ScopeLocked` (a delete lock),
-    /// until [`FakeAzure::allow_delete`].
+    /// until [`FakeAzure::allow_delete`]; so is the `DELETE` of a VM that would delete it with itself
+    /// (its OS disk, an interface or a public address whose `deleteOption` is `Delete`).
     pub fn refuse_delete(&self, name: &str) {
         self.st().refuse_delete.insert(name.to_ascii_lowercase());
     }
@@ -572,6 +577,7 @@ impl FakeAzure {
 
     /// Billing profile `profile` of billing account `account` holds a credit of `amount` in
     /// `currency` (`Microsoft.Consumption/credits/balanceSummary`); other profiles answer 404.
+    /// Called again, it replaces the balance (a test lets the credit run low or out).
     pub fn set_credit(&self, account: &str, profile: &str, amount: f64, currency: &str) {
         self.st().credits.insert(
             (account.to_string(), profile.to_string()),

@@ -255,6 +255,49 @@ pub(super) fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &
     )
 }
 
+/// The resources VM `vm`'s delete would delete with it, by their `deleteOption`s: its OS disk, each
+/// interface with `Delete`, and each public address of such an interface whose own `deleteOption`
+/// is `Delete` (as [`delete_vm_dependents`] deletes them).
+pub(super) fn cascade_of(st: &State, vm: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let os = &vm["properties"]["storageProfile"]["osDisk"];
+    if os["deleteOption"] == "Delete" {
+        if let Some(d) = os["managedDisk"]["id"].as_str() {
+            out.push(d.to_string());
+        }
+    }
+    for n in vm["properties"]["networkProfile"]["networkInterfaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["properties"]["deleteOption"] == "Delete")
+    {
+        let Some(nic_id) = n["id"].as_str() else {
+            continue;
+        };
+        out.push(nic_id.to_string());
+        let Some(nic) = st.res.get(&nic_id.to_ascii_lowercase()) else {
+            continue;
+        };
+        for c in nic.body["properties"]["ipConfigurations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(pip) = c["properties"]["publicIPAddress"]["id"].as_str() {
+                let deletes = st
+                    .res
+                    .get(&pip.to_ascii_lowercase())
+                    .is_some_and(|p| p.body["properties"]["deleteOption"] == "Delete");
+                if deletes {
+                    out.push(pip.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
 /// What a VM's delete does to what it holds, by each reference's `deleteOption`: an OS disk with
 /// `Delete` goes, else it is detached; an interface with `Delete` goes, with each public address of
 /// it whose own `deleteOption` is `Delete` (the others are detached); an interface with `Detach`

@@ -245,11 +245,25 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
     if let Some(e) = busy(st, &key, kind) {
         return e;
     }
-    if st.refuse_delete.contains(&name.to_ascii_lowercase()) {
+    // A delete lock on the resource, or on one the VM's delete would delete with it (its disk,
+    // interface or address by their `deleteOption`), refuses the delete: nothing goes.
+    let mut scopes = vec![id.clone()];
+    if kind == Kind::Vm {
+        scopes.extend(cascade_of(st, &res.body));
+    }
+    let locked: Vec<&String> = scopes
+        .iter()
+        .filter(|s| {
+            let n = s.rsplit('/').next().unwrap_or("");
+            st.refuse_delete.contains(&n.to_ascii_lowercase())
+        })
+        .collect();
+    if !locked.is_empty() {
+        let locked: Vec<&str> = locked.iter().map(|s| s.as_str()).collect();
         return err(
             409,
             "ScopeLocked",
-            &format!("The scope '{id}' cannot perform delete operation because following scope(s) are locked: '{id}'. Please remove the lock and try again."),
+            &format!("The scope '{id}' cannot perform delete operation because following scope(s) are locked: '{}'. Please remove the lock and try again.", locked.join("', '")),
         );
     }
     match kind {
