@@ -774,7 +774,7 @@ impl Stado {
                     if let Error::AlreadyExists { .. } = &e {
                         // Another owner's VM (or resource) of this name: the driver touched nothing.
                         let mut f = self.not_this_homes(&req.name, &e.to_string());
-                        if let Err(left) = self.sweep(&req.name).await {
+                        if let Err(left) = self.sweep(&req.name).await.map(|_| ()) {
                             f = Failure::new(format!("{}; {title} still holds: {left}", f.message()))
                                 .with_code("exists");
                         }
@@ -782,8 +782,15 @@ impl Stado {
                     }
                     // The create may have made the VM all the same (its answer lost on the last try).
                     match self.sweep(&req.name).await {
-                        Ok(0) => {}
-                        Ok(n) => msg.push_str(&format!("; {n} VM(s) of that name it made after all were deleted")),
+                        Ok((_, foreign)) if !foreign.is_empty() => {
+                            // The name is held by a VM of another home (of the same owner).
+                            return Err(self.not_this_homes(
+                                &req.name,
+                                &format!("{}; the create answered: {e}", foreign.join(", ")),
+                            ));
+                        }
+                        Ok((0, _)) => {}
+                        Ok((n, _)) => msg.push_str(&format!("; {n} VM(s) of that name it made after all were deleted")),
                         Err(left) => msg.push_str(&format!("; {title} still holds: {left}")),
                     }
                     return Err(Failure::new(msg).with_code(code));
@@ -808,23 +815,25 @@ impl Stado {
     }
 
     /// Deletes every VM named `name` in stado's pool that carries this home's label (what a failed
-    /// create of this home may have left); how many. A VM of that name that is not this home's is
-    /// left alone.
-    async fn sweep(&self, name: &str) -> Result<usize, String> {
+    /// create of this home may have left): how many, and the VMs of that name that are not this
+    /// home's, which are left alone.
+    async fn sweep(&self, name: &str) -> Result<(usize, Vec<String>), String> {
         let mut last = String::new();
         for _ in 0..3 {
             match self.provider.machines(POOL).await {
                 Ok(ms) => {
                     let mut n = 0;
+                    let mut foreign = Vec::new();
                     for m in ms.iter().filter(|m| m.name == name) {
                         if !self.is_this_homes(m) {
                             tracing::info!(vm = %m.id, "a VM of this name that is not this home's: left alone");
+                            foreign.push(format!("VM {}; {}", m.id, Self::whose(m)));
                             continue;
                         }
                         self.delete_vm(&m.id).await?;
                         n += 1;
                     }
-                    return Ok(n);
+                    return Ok((n, foreign));
                 }
                 Err(e) => last = e.to_string(),
             }

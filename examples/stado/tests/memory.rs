@@ -1143,6 +1143,13 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
     cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
     cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
     let e = error(&c.create("h1").await);
+    assert!(
+        e.starts_with(&format!(
+            "a VM named h1 already stands in Azure and is not this stado home's (VM {a_vm}; it carries the stado home {}",
+            a.s.home.id()
+        )),
+        "{e}"
+    );
     assert!(!e.contains("were deleted"), "{e}");
     assert!(
         cloud.all_machines().iter().any(|m| m.id == a_vm),
