@@ -453,6 +453,10 @@ impl Arm {
     /// Follows a long-running operation to its end: the `Azure-AsyncOperation` status (preferred),
     /// else the `Location` answers (202 while running). A failed operation is mapped by
     /// [`map_error`].
+    ///
+    /// Its own loop, not `kit::poll`: Azure names the pause before each poll (`Retry-After` on the
+    /// first answer and on every poll), and the first poll waits that pause (the operation was
+    /// just started); the kit's loop polls at once and then at one fixed interval.
     pub(crate) async fn wait(&self, op: &str, started: &Answer) -> Result<()> {
         let (url, by_status) = match (&started.async_op, &started.location) {
             (Some(u), _) => (u.clone(), true),

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use base64::Engine as _;
 use futures::StreamExt;
-use orca_machines::kit::Attempts;
+use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -342,6 +342,9 @@ impl AzureProvider {
     }
 
     /// Reads VM `id` until it shows, for at most the visibility timeout.
+    ///
+    /// Its own loop, not `kit::poll`: the pause grows with the retry policy's backoff, and the end
+    /// of the window is an answer (`None`: the "not found" is believed), not a passing failure.
     async fn wait_visible(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
         let url = self.vm_url(id, expand);
         let deadline = Instant::now() + self.cfg().visibility_timeout;
@@ -365,12 +368,11 @@ impl AzureProvider {
     /// VM `id`, checked to be this owner's; `None` when there is none.
     pub(crate) async fn owned_vm(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
         validate_id(id)?;
-        match self.read_vm(id, expand).await? {
-            Some(vm) if !is_owned_by(&vm.tags, &self.inner.owner) => {
-                Err(Error::not_owned(id, &self.inner.owner))
-            }
-            other => Ok(other),
+        let vm = self.read_vm(id, expand).await?;
+        if let Some(vm) = &vm {
+            kit::check_owned(id, &vm.tags, &self.inner.owner)?;
         }
+        Ok(vm)
     }
 
     async fn owned_existing(&self, id: &str, expand: bool) -> Result<Vm> {
@@ -583,35 +585,33 @@ impl AzureProvider {
         }
     }
 
-    /// Reads a resource until its provisioning state is final.
+    /// Reads a resource until its provisioning state is final ([`kit::poll`]).
     async fn settle(&self, what: &str, url: &str) -> Result<Value> {
-        let deadline = Instant::now() + self.cfg().operation_timeout;
-        loop {
-            let Some(v) = self
-                .arm()
-                .get::<Value>(&format!("read {what}"), url)
-                .await?
-            else {
-                return Err(Error::transient(format!(
-                    "{what} vanished while being adopted"
-                )));
-            };
-            let state: Tagged = decode(what, v.clone())?;
-            match state.properties.provisioning_state.as_str() {
-                "Succeeded" | "" => return Ok(v),
-                "Failed" => {
-                    return Err(Error::other(format!(
-                        "{what} is in provisioning state Failed"
-                    )))
-                }
-                _ if Instant::now() > deadline => {
+        kit::poll(
+            &format!("provisioning of {what}"),
+            self.cfg().poll_interval,
+            self.cfg().operation_timeout,
+            || async {
+                let Some(v) = self
+                    .arm()
+                    .get::<Value>(&format!("read {what}"), url)
+                    .await?
+                else {
                     return Err(Error::transient(format!(
-                        "{what} is still being provisioned"
-                    )))
+                        "{what} vanished while being adopted"
+                    )));
+                };
+                let state: Tagged = decode(what, v.clone())?;
+                match state.properties.provisioning_state.as_str() {
+                    "Succeeded" | "" => Ok(Some(v)),
+                    "Failed" => Err(Error::other(format!(
+                        "{what} is in provisioning state Failed"
+                    ))),
+                    _ => Ok(None),
                 }
-                _ => tokio::time::sleep(self.cfg().poll_interval).await,
-            }
-        }
+            },
+        )
+        .await
     }
 
     /// Deletes `url` and follows it to its end, then confirms it is gone. 404 is gone.
@@ -938,17 +938,19 @@ impl AzureProvider {
     /// Reads a VM being adopted until its provisioning state is final; a failed one answers its
     /// failure.
     async fn settle_vm(&self, name: &str) -> Result<()> {
-        let deadline = Instant::now() + self.cfg().operation_timeout;
-        loop {
-            let Some(vm) = self.read_vm(name, true).await? else {
-                return Err(Error::transient(format!(
-                    "VM {name} vanished while being adopted"
-                )));
-            };
-            match vm.properties.provisioning_state.as_str() {
-                "Succeeded" | "" => return Ok(()),
-                "Failed" => {
-                    return Err(match vm.failure() {
+        kit::poll(
+            &format!("provisioning of VM {name}"),
+            self.cfg().poll_interval,
+            self.cfg().operation_timeout,
+            || async {
+                let Some(vm) = self.read_vm(name, true).await? else {
+                    return Err(Error::transient(format!(
+                        "VM {name} vanished while being adopted"
+                    )));
+                };
+                match vm.properties.provisioning_state.as_str() {
+                    "Succeeded" | "" => Ok(Some(())),
+                    "Failed" => Err(match vm.failure() {
                         Some((code, message)) => crate::client::map_error(
                             None,
                             &crate::model::ErrorDetail {
@@ -959,16 +961,12 @@ impl AzureProvider {
                             None,
                         ),
                         None => Error::other(format!("VM {name} is in provisioning state Failed")),
-                    })
+                    }),
+                    _ => Ok(None),
                 }
-                _ if Instant::now() > deadline => {
-                    return Err(Error::transient(format!(
-                        "VM {name} is still being provisioned"
-                    )))
-                }
-                _ => tokio::time::sleep(self.cfg().poll_interval).await,
-            }
-        }
+            },
+        )
+        .await
     }
 
     /// Deletes the machine's resources in order (the VM, which takes its interface, address and OS
@@ -1190,28 +1188,9 @@ impl Provider for AzureProvider {
                         Ok(Some(_)) | Err(_) => return Err(e),
                     }
                 }
-                let e = match e {
-                    Error::NoStock {
-                        message, context, ..
-                    } => Error::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message,
-                        context,
-                    },
-                    other => other,
-                };
+                let e = with_stock_of(e, &spec.machine_type, &spec.location);
                 match self.undo(&made, e).await {
-                    Error::NoStock {
-                        machine_type,
-                        location,
-                        message,
-                        ..
-                    } => Ok(Created::NoStock {
-                        machine_type,
-                        location,
-                        message,
-                    }),
+                    Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
                     other => Err(other),
                 }
             }
