@@ -8,8 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 use orca_machines::chrono::{self, Utc};
-use orca_machines::kit::Attempts;
-use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, Labels};
+use orca_machines::kit::{self, Attempts};
+use orca_machines::labels::{is_in_pool, ownership_labels, Labels};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -444,41 +444,35 @@ impl Ec2Provider {
             .await?
             .filter(|i| state_of(i) != "terminated")
             .ok_or_else(|| Error::not_found(format!("machine {id}")))?;
-        if !is_owned_by(&labels_of(&inst), &self.owner) {
-            return Err(Error::not_owned(id, &self.owner));
-        }
+        kit::check_owned(id, &labels_of(&inst), &self.owner)?;
         Ok(inst)
     }
 
-    /// Follows instance `id` until its state is one of `want` (`None`: EC2 no longer knows it), within
-    /// the waiting time.
+    /// Follows instance `id` until its state is one of `want` (`None`: EC2 no longer knows it), read
+    /// every waiting interval within the waiting time (`kit::poll`; after it, `Transient`: EC2 goes
+    /// on with the change). NotFound once the instance is gone.
     async fn wait_for(&self, id: &str, want: &[&str]) -> Result<Option<Instance>> {
-        let started = Instant::now();
-        loop {
-            let inst = self.read(id).await?;
-            let state = inst
-                .as_ref()
-                .map(state_of)
-                .unwrap_or("terminated")
-                .to_string();
-            if want.contains(&state.as_str()) {
-                return Ok(inst);
-            }
-            if inst.is_none() || state == "terminated" {
-                return Err(Error::not_found(format!(
-                    "machine {id} (terminated while waiting for {})",
-                    want.join(" or ")
-                )));
-            }
-            if started.elapsed() + self.waiting.interval > self.waiting.timeout {
-                return Err(Error::transient(format!(
-                    "machine {id} is still {state} after {:?} (waiting for {}); EC2 goes on with it",
-                    self.waiting.timeout,
-                    want.join(" or ")
-                )));
-            }
-            tokio::time::sleep(self.waiting.interval).await;
-        }
+        let wanted = want.join(" or ");
+        let what = format!("the wait for machine {id} to be {wanted}");
+        kit::poll(
+            &what,
+            self.waiting.interval,
+            self.waiting.timeout,
+            || async {
+                let inst = self.read(id).await?;
+                let state = inst.as_ref().map(state_of).unwrap_or("terminated");
+                if want.contains(&state) {
+                    return Ok(Some(inst));
+                }
+                if inst.is_none() || state == "terminated" {
+                    return Err(Error::not_found(format!(
+                        "machine {id} (terminated while waiting for {wanted})"
+                    )));
+                }
+                Ok(None)
+            },
+        )
+        .await
     }
 
     async fn stop_call(&self, id: &str) -> Result<()> {
@@ -579,11 +573,10 @@ impl Ec2Provider {
     async fn unsupported(&self, spec: &MachineSpec, e: Error) -> Result<Created> {
         let (t, z) = (&spec.machine_type, &spec.location);
         match self.client.offered_in(t, z).await {
-            Ok(false) => Ok(Created::NoStock {
-                machine_type: t.clone(),
-                location: z.clone(),
-                message: format!("EC2 does not offer {t} in {z}: {e}"),
-            }),
+            Ok(false) => Ok(kit::no_stock(
+                spec,
+                format!("EC2 does not offer {t} in {z}: {e}"),
+            )),
             Ok(true) => Err(e.prefixed(&format!(
                 "create of {}: EC2 offers {t} in {z}, so this is no lack of capacity but a \
                  configuration it does not support (image, volume or type)",
@@ -724,13 +717,7 @@ impl Provider for Ec2Provider {
                         client_token(&self.owner, &spec.pool, &spec.name, Some(&salt));
                     continue;
                 }
-                Err(Error::NoStock { message, .. }) => {
-                    return Ok(Created::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message,
-                    })
-                }
+                Err(Error::NoStock { message, .. }) => return Ok(kit::no_stock(spec, message)),
                 Err(e) if e.code() == Some(UNSUPPORTED) => return self.unsupported(spec, e).await,
                 Err(e) => return Err(e),
             };
@@ -811,9 +798,7 @@ impl Provider for Ec2Provider {
         if state == "terminated" {
             return Ok(true);
         }
-        if !is_owned_by(&labels_of(&inst), &self.owner) {
-            return Err(Error::not_owned(id, &self.owner));
-        }
+        kit::check_owned(id, &labels_of(&inst), &self.owner)?;
         // A "not found" from TerminateInstances for an instance just read is not "gone": `change`
         // confirms it by reading, and terminates again while EC2 shows it alive.
         if state != "shutting-down"

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use orca_ec2::{Config, Ec2Provider, SecretString, StaticCredentials, Waiting};
+use orca_ec2::{Config, ConfigBuilder, Ec2Provider, SecretString, StaticCredentials, Waiting};
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 use support::{ec2_error_body, rule, xml_answer, Proxy};
 
@@ -25,7 +25,13 @@ async fn proxy() -> Proxy {
 }
 
 async fn provider(proxy: &Proxy) -> Ec2Provider {
-    let config = Config::builder()
+    Ec2Provider::new(builder(proxy).build().unwrap(), OWNER)
+        .await
+        .unwrap()
+}
+
+fn builder(proxy: &Proxy) -> ConfigBuilder {
+    Config::builder()
         .region("eu-west-1")
         .credentials(StaticCredentials::new(
             "AKIDORCAREF",
@@ -42,9 +48,6 @@ async fn provider(proxy: &Proxy) -> Ec2Provider {
         })
         .consistency(Duration::from_millis(300))
         .confirm_not_found(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    Ec2Provider::new(config, OWNER).await.unwrap()
 }
 
 fn answer(proxy: &Proxy, action: &str, status: u16, body: impl Into<String>) {
@@ -666,4 +669,55 @@ async fn throttling_permission_and_not_found_answers_have_their_meaning() {
         .replace(&format!("<value>{OWNER}</value>"), "<value>stack-2</value>");
     answer(&proxy, "DescribeInstances", 200, describe(&[theirs], None));
     assert!(matches!(p.machine(ID).await, Err(Error::NotOwned { .. })));
+}
+
+#[tokio::test]
+async fn a_wait_that_outlasts_the_waiting_time_is_transient() {
+    let proxy = proxy().await;
+    let waiting = Waiting {
+        interval: Duration::from_millis(10),
+        timeout: Duration::from_millis(200),
+    };
+    let p = Ec2Provider::new(builder(&proxy).waiting(waiting).build().unwrap(), OWNER)
+        .await
+        .unwrap();
+    // Running when read; StopInstances accepted; then stopping for longer than the waiting time.
+    answer(
+        &proxy,
+        "DescribeInstances",
+        200,
+        describe(&[full_instance(ID, "ref-11")], None),
+    );
+    answer(
+        &proxy,
+        "StopInstances",
+        200,
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<StopInstancesResponse \
+             xmlns=\"http://ec2.amazonaws.com/doc/2016-11-15/\"><requestId>r-5</requestId>\
+             <instancesSet><item><instanceId>{ID}</instanceId><currentState><code>64</code>\
+             <name>stopping</name></currentState><previousState><code>16</code><name>running</name>\
+             </previousState></item></instancesSet></StopInstancesResponse>"
+        ),
+    );
+    let stopping = full_instance(ID, "ref-11").replace(
+        "<instanceState><code>16</code><name>running</name></instanceState>",
+        "<instanceState><code>64</code><name>stopping</name></instanceState>",
+    );
+    assert!(stopping.contains("stopping"));
+    proxy.inject(rule(
+        "DescribeInstances",
+        xml_answer(200, describe(&[stopping], None)),
+        u32::MAX,
+    ));
+    let e = p.stop(ID).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(
+        e.to_string().contains(ID) && e.to_string().contains("goes on"),
+        "{e}"
+    );
+    // Read every interval within the waiting time: a bounded number of looks.
+    let looks = proxy.count("DescribeInstances") - 1;
+    assert!((2..=25).contains(&looks), "{looks} looks");
+    assert_eq!(proxy.count("StopInstances"), 1);
 }
