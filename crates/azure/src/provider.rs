@@ -1379,10 +1379,7 @@ impl Provider for AzureProvider {
                 })?;
             }
         }
-        Ok(Resized {
-            machine: self.machine_now(id).await?,
-            caused_downtime: running,
-        })
+        Ok(Resized::new(self.machine_now(id).await?, running))
     }
 
     async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {

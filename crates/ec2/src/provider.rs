@@ -855,10 +855,7 @@ impl Provider for Ec2Provider {
         let inst = self.owned(id).await?;
         let current = machine_of(&inst);
         if current.machine_type == machine_type {
-            return Ok(Resized {
-                machine: current,
-                caused_downtime: false,
-            });
+            return Ok(Resized::new(current, false));
         }
         let new_arch = self.arch(machine_type).await?;
         if let Some(a) = inst.architecture() {
@@ -912,10 +909,7 @@ impl Provider for Ec2Provider {
                 ));
             }
         }
-        Ok(Resized {
-            machine: self.described(id).await?,
-            caused_downtime: was_running,
-        })
+        Ok(Resized::new(self.described(id).await?, was_running))
     }
 
     fn machine_labels(&self) -> Option<&dyn MachineLabels> {

@@ -919,10 +919,7 @@ impl Provider for GceProvider {
         let (r, vm) = self.owned_existing(id).await?;
         let current = last_segment(&vm.machine_type).to_string();
         if current == machine_type {
-            return Ok(Resized {
-                machine: to_machine(&vm, self.project()),
-                caused_downtime: false,
-            });
+            return Ok(Resized::new(to_machine(&vm, self.project()), false));
         }
         let (from, to) = (
             self.arch_in(Some(&r.zone), &current).await?,
@@ -981,10 +978,7 @@ impl Provider for GceProvider {
         } else {
             changed?;
         }
-        Ok(Resized {
-            machine: self.read_back(&r).await?,
-            caused_downtime: was_up,
-        })
+        Ok(Resized::new(self.read_back(&r).await?, was_up))
     }
 
     fn machine_labels(&self) -> Option<&dyn MachineLabels> {

@@ -837,10 +837,7 @@ impl Provider for HetznerProvider {
         validate_token("machine_type", machine_type)?;
         let s = self.owned_server(id).await?;
         if s.server_type.name == machine_type {
-            return Ok(Resized {
-                machine: self.machine_of(&s),
-                caused_downtime: false,
-            });
+            return Ok(Resized::new(self.machine_of(&s), false));
         }
         let from = self.server_type(&s.server_type.name).await?;
         let to = self.server_type(machine_type).await?;
@@ -886,10 +883,7 @@ impl Provider for HetznerProvider {
             changed?;
         }
         let s = self.owned_server(id).await?;
-        Ok(Resized {
-            machine: self.machine_of(&s),
-            caused_downtime: !was_off,
-        })
+        Ok(Resized::new(self.machine_of(&s), !was_off))
     }
 
     async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {

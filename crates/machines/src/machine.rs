@@ -202,11 +202,22 @@ impl Created {
 
 /// What a resize did (capability `resize`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Resized {
     /// The machine after the resize.
     pub machine: Machine,
     /// Whether the machine was stopped and started again for it.
     pub caused_downtime: bool,
+}
+
+impl Resized {
+    /// `machine` as the resize left it; `caused_downtime` when it was stopped and started for it.
+    pub fn new(machine: Machine, caused_downtime: bool) -> Self {
+        Resized {
+            machine,
+            caused_downtime,
+        }
+    }
 }
 
 /// An hourly on-demand price (capability `hourly_price`).

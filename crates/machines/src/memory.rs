@@ -1263,10 +1263,7 @@ impl Provider for MemoryProvider {
         validate_token("machine_type", machine_type)?;
         let m = self.owned_existing(id).await?;
         if m.machine_type == machine_type {
-            return Ok(Resized {
-                machine: m,
-                caused_downtime: false,
-            });
+            return Ok(Resized::new(m, false));
         }
         let was_running = m.status != Status::Stopped;
         if was_running {
@@ -1288,10 +1285,7 @@ impl Provider for MemoryProvider {
             }
             (Err(e), false) => return Err(e),
         };
-        Ok(Resized {
-            machine,
-            caused_downtime: was_running,
-        })
+        Ok(Resized::new(machine, was_running))
     }
 
     async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {
