@@ -662,7 +662,9 @@ impl AzureProvider {
     }
 
     /// Removes what a failed create made, newest first (the VM first: it takes its interface,
-    /// address and disk with it); names what could not be removed.
+    /// address and disk with it); names what could not be removed. A capacity or quota outcome
+    /// stays what it is, with what remains named in its message ([`keep_outcome`]): callers fall
+    /// back on it (issue 11 item 2); any other failure becomes [`Error::Leftovers`].
     async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
         for m in made.iter().rev() {
@@ -681,7 +683,7 @@ impl AzureProvider {
         if left.is_empty() {
             error
         } else {
-            Error::leftovers(error, left.iter().map(Left::to_string).collect())
+            keep_outcome(error, left.iter().map(Left::to_string).collect())
         }
     }
 
@@ -1080,6 +1082,43 @@ fn with_stock_of(e: Error, machine_type: &str, location: &str) -> Error {
             context,
         },
         other => other,
+    }
+}
+
+/// The outcome of a failed create whose clean-up left `left` behind: no stock and quota stay what
+/// they are (a caller falls back on another offering on them, and the core error has no place for
+/// both), with what remains named in their message and logged; anything else is
+/// [`Error::Leftovers`]. Deleting the machine's name later removes what remains.
+fn keep_outcome(error: Error, left: Vec<String>) -> Error {
+    let named = |message: String| {
+        format!(
+            "{message}; the clean-up could not remove: {} (deleting the machine removes them)",
+            left.join(", ")
+        )
+    };
+    match error {
+        Error::NoStock {
+            machine_type,
+            location,
+            message,
+            context,
+        } => {
+            tracing::warn!(%machine_type, %location, left = %left.join(", "), "no stock; the clean-up left resources behind");
+            Error::NoStock {
+                machine_type,
+                location,
+                message: named(message),
+                context,
+            }
+        }
+        Error::Quota { message, context } => {
+            tracing::warn!(left = %left.join(", "), "quota exceeded; the clean-up left resources behind");
+            Error::Quota {
+                message: named(message),
+                context,
+            }
+        }
+        other => Error::leftovers(other, left),
     }
 }
 

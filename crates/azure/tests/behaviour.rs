@@ -239,15 +239,26 @@ async fn a_create_failing_at_the_vm_step_leaves_no_address_interface_or_security
 async fn a_failed_create_names_what_it_could_not_remove() {
     let f = fake().await;
     let p = provider(&f, "stack-1").await;
+    // No stock stays no stock when the clean-up leaves something behind (issue 11 item 2): an
+    // autoscaler falls back on Created::NoStock, and the message names what remains.
     f.fail_allocation(AMD, LOCATION, "AllocationFailed");
     f.refuse_delete("vm-d-nsg");
-    let e = p.create(&spec("vm-d", AMD)).await.unwrap_err();
-    let Error::Leftovers { error, left } = &e else {
-        panic!("{e:?}")
-    };
-    assert_eq!(error.kind(), ErrorKind::NoStock);
-    assert_eq!(left.len(), 1, "{left:?}");
-    assert!(left[0].starts_with("security group vm-d-nsg"), "{left:?}");
+    match p.create(&spec("vm-d", AMD)).await {
+        Ok(Created::NoStock {
+            machine_type,
+            location,
+            message,
+        }) => {
+            assert_eq!((machine_type.as_str(), location.as_str()), (AMD, LOCATION));
+            assert!(message.contains("Allocation failed"), "{message}");
+            assert!(
+                message.contains("could not remove: security group vm-d-nsg"),
+                "{message}"
+            );
+            assert!(!message.contains("interface"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(
         stray(&f),
         vec![(
@@ -255,6 +266,43 @@ async fn a_failed_create_names_what_it_could_not_remove() {
             "vm-d-nsg".to_string()
         )]
     );
+    // Deleting the machine's name removes what remains, as the message says.
+    f.allow_delete("vm-d-nsg");
+    assert!(p.delete("vm-d").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+    f.restore_stock(AMD, LOCATION);
+
+    // A quota stays a quota, naming what remains.
+    f.exceed_quota(AMD);
+    f.refuse_delete("vm-d-ip");
+    let e = p.create(&spec("vm-d", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Quota, "{e}");
+    assert_eq!(e.code(), Some("OperationNotAllowed"));
+    assert!(
+        e.to_string()
+            .contains("could not remove: public IP vm-d-ip"),
+        "{e}"
+    );
+    assert_eq!(
+        stray(&f),
+        vec![(
+            "Microsoft.Network/publicIPAddresses".to_string(),
+            "vm-d-ip".to_string()
+        )]
+    );
+
+    // Any other failure with leftovers is still Leftovers.
+    f.allow_delete("vm-d-ip");
+    assert!(p.delete("vm-d").await.unwrap());
+    f.deny_policy("Microsoft.Compute/virtualMachines", "deny-vms");
+    f.refuse_delete("vm-d-nsg");
+    let e = p.create(&spec("vm-d", AMD)).await.unwrap_err();
+    let Error::Leftovers { error, left } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(error.kind(), ErrorKind::PermissionDenied);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with("security group vm-d-nsg"), "{left:?}");
 }
 
 #[tokio::test]
