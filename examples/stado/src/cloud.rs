@@ -390,15 +390,7 @@ impl Stado {
             let a = adm
                 .admit_ssh(GROUP, loc, sources, &ids)
                 .await
-                .map_err(|e| match e {
-                    Error::PermissionDenied { .. } => Failure::new(format!(
-                        "the application security group {GROUP}-{loc} was not made: {e}"
-                    ))
-                    .with_code("denied"),
-                    other => Failure::new(format!(
-                        "admitting the fleet's addresses on SSH in {loc} failed: {other}"
-                    )),
-                })?;
+                .map_err(|e| admission_failure(&e, loc))?;
             let name_of = |id: &String| {
                 hosts
                     .iter()
@@ -487,6 +479,29 @@ impl Stado {
         }
         Ok(())
     }
+}
+
+/// The failure of admitting the fleet's addresses in `loc`. When the driver says the application
+/// security group was not made (its step failed: nothing of the admission was made), the message
+/// leads with those words, as the seed has them, and says them once; any other failure (the subnet's
+/// own security group, a readmission, or a driver that does not say which step) is named as the
+/// admission's, never as the group's: the group may well have been made.
+fn admission_failure(e: &Error, loc: &str) -> Failure {
+    let code = match e {
+        Error::PermissionDenied { .. } => "denied",
+        _ => "failed",
+    };
+    let group_step = format!("the application security group {GROUP}-{loc} was not made");
+    let text = e.to_string();
+    let message = match text.find(&format!("{group_step}: ")) {
+        Some(at) => format!(
+            "{group_step}: {}{}",
+            &text[..at],
+            &text[at + group_step.len() + 2..]
+        ),
+        None => format!("admitting the fleet's addresses on SSH in {loc} failed: {text}"),
+    };
+    Failure::new(message).with_code(code)
 }
 
 /// What admitting the fleet's addresses in one location did.

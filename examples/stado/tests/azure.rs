@@ -15,7 +15,7 @@ use orca::{
     Arch, Balance, Capabilities, Created, CreditBalance, Machine, MachineLabels, MachineSpec,
     Price, Provider, Resized, SshAdmission,
 };
-use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, TOKEN};
+use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
 use orca_fakes::control::{Fault, Rule};
 use stado::channel::{FakeFleet, FirstBoot};
 use stado::profile::Profile;
@@ -298,20 +298,71 @@ async fn a_policy_deny_answers_at_the_application_security_group_naming_the_assi
         "Microsoft.Network/applicationSecurityGroups",
         "deny-asg-assignment",
     );
+    const POLICY: &str = "/subscriptions/00000000-0000-4000-8000-0000000000a2/providers/Microsoft.Authorization/policyAssignments/deny-asg-assignment";
     let r = lab.create("h1").await;
-    let e = error(&r);
-    assert!(
-        e.starts_with(&format!(
-            "the application security group stado-cloud-hosts-{LOCATION} was not made: "
-        )),
-        "{e}"
+    // The seed's template, whole: the application security group stado-cloud-hosts-<location> was
+    // not made: … HTTP 403: RequestDisallowedByPolicy … naming the assignment; said once.
+    assert_eq!(
+        error(&r),
+        format!(
+            "the application security group stado-cloud-hosts-{LOCATION} was not made: permission denied: put application security group stado-cloud-hosts-{LOCATION}: policy assignment deny-asg-assignment (Deny Microsoft.Network/applicationSecurityGroups; {POLICY}) denied the request: HTTP 403: RequestDisallowedByPolicy: Resource 'stado-cloud-hosts-{LOCATION}' was disallowed by policy. Policy identifiers: '[{{\"policyAssignment\":{{\"name\":\"Deny Microsoft.Network/applicationSecurityGroups\",\"id\":\"{POLICY}\"}},\"policyDefinition\":{{\"name\":\"Not allowed resource types\"}}}}]'. [put application security group stado-cloud-hosts-{LOCATION}]"
+        )
     );
-    assert!(
-        e.contains("RequestDisallowedByPolicy") && e.contains("deny-asg-assignment"),
-        "{e}"
-    );
+    assert_eq!(r.error.as_ref().unwrap().code, "denied");
     assert_eq!(lab.resources(), before, "nothing is created");
     assert!(!lab.s.home.fleet_key("h1").exists());
+}
+
+/// A 403 for the next PUT whose path holds `path`.
+fn deny_next_put(lab: &Lab, path: &str) {
+    lab.azure.control().inject(Rule::new(
+        Some(axum::http::Method::PUT),
+        path,
+        Fault::Status {
+            status: 403,
+            body: serde_json::json!({"error": {"code": "AuthorizationFailed", "message": "The client does not have authorization to perform this action."}}),
+            headers: Vec::new(),
+        },
+        1,
+    ));
+}
+
+/// A deny after the application security group was made (the subnet's own security group's rule, a
+/// declared host's readmission) does not say the group was not made.
+#[tokio::test]
+async fn a_deny_after_the_application_security_group_does_not_say_it_was_not_made() {
+    let lab = lab(&[]).await;
+    let asg = (
+        "Microsoft.Network/applicationSecurityGroups".to_string(),
+        format!("stado-cloud-hosts-{LOCATION}"),
+    );
+    deny_next_put(
+        &lab,
+        "/networkSecurityGroups/hosts-nsg/securityRules/stado-cloud-hosts",
+    );
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert_eq!(r.error.as_ref().unwrap().code, "denied");
+    assert_eq!(
+        e,
+        format!(
+            "admitting the fleet's addresses on SSH in {LOCATION} failed: permission denied: the rule stado-cloud-hosts of security group /subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkSecurityGroups/hosts-nsg was not written: put security rule stado-cloud-hosts: AuthorizationFailed: The client does not have authorization to perform this action. [put security rule stado-cloud-hosts]"
+        )
+    );
+    assert!(lab.resources().contains(&asg), "the group was made");
+    assert!(declared(&lab.s).is_empty());
+
+    assert!(lab.create("h1").await.ok);
+    deny_next_put(&lab, "/networkSecurityGroups/h1-nsg/securityRules/");
+    let r = lab.create("h2").await;
+    assert_eq!(r.error.as_ref().unwrap().code, "denied");
+    assert_eq!(
+        error(&r),
+        format!(
+            "admitting the fleet's addresses on SSH in {LOCATION} failed: permission denied: the rule orca-ssh of security group h1-nsg was not written: put security rule: AuthorizationFailed: The client does not have authorization to perform this action. [put security rule]"
+        )
+    );
+    assert_eq!(declared_names(&lab.s), vec!["h1".to_string()]);
 }
 
 #[tokio::test]
