@@ -16,6 +16,9 @@
 //! Every request but `/healthz` needs `Authorization: Bearer <token>` (401 without a known token, 403
 //! without the permission). Every answer is masked ([`crate::mask`]); a step's answer keeps only
 //! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`.
+//!
+//! A step runs as a task of its own, so that a client hanging up does not stop it halfway: it goes on
+//! to its end (registries, audit event, roll-back) and only its answer is lost.
 
 use std::sync::Arc;
 
@@ -228,9 +231,20 @@ async fn run_step(
 ) -> Response {
     let c = try_or_answer!(caller(&s, &h, STEP_PERMISSION));
     let params = try_or_answer!(body_json(&body));
-    match s.keeper.run_step(&step, &params, &c.actor()).await {
+    // The step runs as a task of its own: hyper drops this handler when the client hangs up, and a
+    // step stopped halfway would leave VMs made but unrecorded, or destroyed with the registries not
+    // updated. The task goes on to its end (registry, audit event, roll-back) whoever waits for it.
+    let keeper = s.keeper.clone();
+    let actor = c.actor();
+    let run = tokio::spawn(async move { keeper.run_step(&step, &params, &actor).await });
+    match run.await {
         // Masked by the step already, but for hosts[].bootstrap_token: the one plain delivery.
-        Ok(out) => (StatusCode::OK, Json(out)).into_response(),
-        Err(f) => answer(status(f.error.status), f.output),
+        Ok(Ok(out)) => (StatusCode::OK, Json(out)).into_response(),
+        Ok(Err(f)) => answer(status(f.error.status), f.output),
+        Err(e) => error(Error::new(
+            500,
+            "internal",
+            format!("the step's task ended without an answer ({e}); the audit trail and the journal keeper.cloud_vms tell what it did"),
+        )),
     }
 }

@@ -202,6 +202,31 @@ async fn shutdown() {
     tracing::info!("shutting down");
 }
 
+/// Runs `step` to its end: the first Ctrl-C does not stop it halfway (VMs made but unrecorded, or
+/// destroyed with the registries not updated); it says the step is finishing. A second Ctrl-C stops
+/// keeper at once.
+async fn step_to_its_end<T>(step: impl std::future::Future<Output = T>) -> T {
+    tokio::pin!(step);
+    let mut interrupted = false;
+    loop {
+        tokio::select! {
+            out = &mut step => return out,
+            got = tokio::signal::ctrl_c() => {
+                if got.is_err() {
+                    // No signal handling here: the step runs on as it would without it.
+                    return step.await;
+                }
+                if interrupted {
+                    eprintln!("keeper: interrupted again: stopping in the middle of the step; the journal keeper.cloud_vms and the audit trail tell what it did");
+                    std::process::exit(130);
+                }
+                interrupted = true;
+                eprintln!("keeper: interrupted: the step is finishing (registries, audit event, roll-back); interrupt again to stop it halfway");
+            }
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     keeper::logging::init();
@@ -277,7 +302,7 @@ async fn main() -> ExitCode {
                 Ok(k) => k,
                 Err(e) => return fail(&e),
             };
-            match k.run_step(step, &params, "cli").await {
+            match step_to_its_end(k.run_step(step, &params, "cli")).await {
                 Ok(out) => {
                     println!("{out}");
                     ExitCode::SUCCESS

@@ -3,9 +3,13 @@
 
 mod support;
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use support::{sha256_hex, World};
+use tokio::io::AsyncWriteExt;
 
 struct Api {
     base: String,
@@ -414,5 +418,99 @@ async fn rest_answers_mask_token_keys_but_a_step_delivers_its_tokens() {
     assert_eq!(v["counters"]["souls_destroyed"], 2);
     let (s, v, _) = api.call(Method::GET, "/healthz", None, None).await;
     assert_eq!((s, v), (StatusCode::OK, json!({"status": "ok"})));
+    w.finish().await;
+}
+
+/// Sets its flag when dropped before its request was answered.
+struct Unanswered(
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<tokio::sync::Notify>,
+    bool,
+);
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.2 {
+            self.0.store(true, Ordering::SeqCst);
+            self.1.notify_one();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_finishes_when_the_client_hangs_up_in_the_middle() {
+    let Some(w) = World::new("a_step_finishes_when_the_client_hangs_up_in_the_middle").await else {
+        return;
+    };
+    w.knobs.hold_creates.store(true, Ordering::SeqCst);
+    // The server tells when it dropped a request it had not answered (the client went away).
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gone_seen = Arc::new(tokio::sync::Notify::new());
+    let (g, n) = (gone.clone(), gone_seen.clone());
+    let app = keeper::api::router(w.keeper.clone(), tokens()).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let (g, n) = (g.clone(), n.clone());
+            async move {
+                // Declared before the request's future, so dropped after it.
+                let mut guard = Unanswered(g, n, false);
+                let r = next.run(req).await;
+                guard.2 = true;
+                r
+            }
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+
+    let body =
+        json!({"provider": "lab", "profile": "small", "count": 1, "name": "hangup"}).to_string();
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /v1/steps/core.cloud.created HTTP/1.1\r\nHost: keeper\r\nAuthorization: Bearer {STEPPER}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    // The step is in the middle of its create: the client hangs up.
+    w.knobs.create_entered.notified().await;
+    drop(conn);
+    gone_seen.notified().await;
+    assert!(gone.load(Ordering::SeqCst));
+    assert!(
+        !w.knobs.create_dropped.load(Ordering::SeqCst),
+        "the client's hang-up cancelled the step in the middle of its create"
+    );
+    w.knobs.create_release.notify_one();
+
+    // The step goes on to its end: the soul, its token, the journal and the audit event.
+    let mut waited = 0;
+    while w.audit("cloud.provisioned").await.is_empty() {
+        assert!(waited < 600, "the step never finished");
+        waited += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["outcome"], "succeeded", "{e}");
+    assert_eq!(e["actor"], "api:stepper");
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.souls WHERE status = 'pending' AND sid = 'hangup-1.zone-a.fake.internal'")
+            .await,
+        1
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.bootstrap_tokens WHERE status = 'issued'")
+            .await,
+        1
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'")
+            .await,
+        1
+    );
+    assert_eq!(w.machines().len(), 1);
+    server.abort();
     w.finish().await;
 }

@@ -161,6 +161,34 @@ pub struct Knobs {
     pub creates: AtomicU32,
     /// How many providers keeper made (one per step).
     pub providers_made: AtomicU32,
+    /// Hold every create call until [`Knobs::create_release`] is notified.
+    pub hold_creates: AtomicBool,
+    /// Notified when a held create call starts waiting.
+    pub create_entered: tokio::sync::Notify,
+    /// Lets one held create call go on.
+    pub create_release: tokio::sync::Notify,
+    /// Set when a held create call was dropped before it was let go (its step was cancelled).
+    pub create_dropped: AtomicBool,
+}
+
+/// Sets its flag when dropped, unless disarmed first.
+pub struct DropFlag<'a>(Option<&'a AtomicBool>);
+
+impl<'a> DropFlag<'a> {
+    pub fn new(flag: &'a AtomicBool) -> Self {
+        DropFlag(Some(flag))
+    }
+    pub fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for DropFlag<'_> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0 {
+            f.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// A provider that forwards to the in-memory provider, applying the [`Knobs`].
@@ -192,6 +220,12 @@ impl Provider for Tweaked {
     async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
         self.knobs.specs.lock().unwrap().push(spec.clone());
         let n = self.knobs.creates.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.knobs.hold_creates.load(Ordering::SeqCst) {
+            let dropped = DropFlag::new(&self.knobs.create_dropped);
+            self.knobs.create_entered.notify_one();
+            self.knobs.create_release.notified().await;
+            dropped.disarm();
+        }
         let mut got = self.inner.create(spec).await?;
         if n == self.knobs.blank_fqdn_of_create.load(Ordering::SeqCst) {
             if let Created::Machine(m) = &mut got {
