@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca_machines::conformance::{run_all, Harness, Hook, Setup, Skip};
+use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup, Skip};
 use orca_machines::Provider;
 use support::{ec2_error, rule, Fault, Proxy, Seed};
 
@@ -110,6 +110,9 @@ async fn conformance_against_moto() {
         "skipped: {:?}",
         report.skipped()
     );
+    // The extension checks pass where the provider offers none: EC2 offers label changes only.
+    let p = h.provider("stack-1").await.unwrap();
+    assert_eq!(extensions(&*p), ["machine_labels"]);
     // The lost answer was really lost, and moto holds one instance of that name: the retried create
     // re-sent RunInstances with the same ClientToken, which answered the instance the first made.
     let dropped: Vec<_> = h

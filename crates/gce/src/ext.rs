@@ -3,8 +3,9 @@
 //! the machines' network ([`FirewallRules`]: read, and patch one rule's source ranges).
 
 use async_trait::async_trait;
+use orca_machines::ext::check_ipv4_ranges;
 use orca_machines::labels::Labels;
-use orca_machines::spec::{validate_label_key, validate_labels, validate_source};
+use orca_machines::spec::{validate_label_key, validate_labels};
 use orca_machines::{
     Error, FirewallPorts, FirewallRule, FirewallRules, Machine, MachineLabels, Network, Result,
 };
@@ -70,24 +71,6 @@ fn check_rule_name(name: &str) -> Result<()> {
             ),
         ))
     }
-}
-
-fn check_ranges(ranges: &[String]) -> Result<()> {
-    if ranges.is_empty() {
-        return Err(Error::invalid("source_ranges", "at least one range"));
-    }
-    for r in ranges {
-        validate_source(r).map_err(|rule| Error::invalid("source_ranges", rule))?;
-        if r.contains(':') {
-            return Err(Error::invalid(
-                "source_ranges",
-                format!(
-                    "an IPv4 address or CIDR block (IPv6 ranges go in another field), got {r:?}"
-                ),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// A rule's `network` (a URL, or a path or name) as `project/name` when it names a project, else
@@ -186,7 +169,7 @@ impl FirewallRules for GceProvider {
     /// as it is; a missing one is `NotFound`.
     async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
         check_rule_name(name)?;
-        check_ranges(ranges)?;
+        check_ipv4_ranges(ranges)?;
         let path = self.client().global(&format!("firewalls/{name}"));
         let current: model::Firewall = self
             .client()
@@ -226,21 +209,5 @@ mod tests {
         assert_eq!(network_of(url), "p-1/orca-net");
         assert_eq!(network_of("projects/p-2/global/networks/x"), "p-2/x");
         assert_eq!(network_of("orca-net"), "orca-net");
-    }
-
-    #[test]
-    fn ranges_are_ipv4_cidrs() {
-        assert!(check_ranges(&["203.0.113.7/32".into(), "198.51.100.0/24".into()]).is_ok());
-        for bad in [
-            vec![],
-            vec!["0.0.0.0/33".to_string()],
-            vec!["2001:db8::/32".to_string()],
-            vec!["host".to_string()],
-        ] {
-            match check_ranges(&bad) {
-                Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "source_ranges"),
-                other => panic!("{bad:?}: {other:?}"),
-            }
-        }
     }
 }

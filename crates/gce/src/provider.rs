@@ -32,22 +32,6 @@ use crate::model::{
     MachineTypeAggregatedList, Operation,
 };
 
-/// `e` with the machine type and zone of a no-stock error filled in: Compute Engine's error names
-/// neither.
-fn placing(e: Error, machine_type: &str, zone: &str) -> Error {
-    match e {
-        Error::NoStock {
-            message, context, ..
-        } => Error::NoStock {
-            machine_type: machine_type.to_string(),
-            location: zone.to_string(),
-            message,
-            context,
-        },
-        other => other,
-    }
-}
-
 /// The driver kind.
 pub(crate) const KIND: &str = "gce";
 
@@ -904,7 +888,7 @@ impl Provider for GceProvider {
         let (r, vm) = self.owned_existing(id).await?;
         self.instance_op("instances.start", &r, "start", None)
             .await
-            .map_err(|e| placing(e, last_segment(&vm.machine_type), &r.zone))?;
+            .map_err(|e| e.with_placement(last_segment(&vm.machine_type), &r.zone))?;
         self.read_back(&r).await
     }
 
@@ -946,7 +930,7 @@ impl Provider for GceProvider {
         };
         let changed = set_type(machine_type)
             .await
-            .map_err(|e| placing(e, machine_type, &r.zone));
+            .map_err(|e| e.with_placement(machine_type, &r.zone));
         if was_up {
             // Start again even when the change failed, so a failed resize leaves the machine as it was.
             let started = self.instance_op("instances.start", &r, "start", None).await;
@@ -954,7 +938,7 @@ impl Provider for GceProvider {
                 (Ok(_), Err(e @ Error::NoStock { .. })) => {
                     // No room for the new type: back to the type it had, running again, rather than
                     // stopped on a type it cannot start.
-                    let e = placing(e, machine_type, &r.zone);
+                    let e = e.with_placement(machine_type, &r.zone);
                     let back = match set_type(&current).await {
                         Ok(_) => self
                             .instance_op("instances.start", &r, "start", None)
@@ -972,7 +956,7 @@ impl Provider for GceProvider {
                 }
                 (changed, started) => {
                     changed?;
-                    started.map_err(|e| placing(e, &current, &r.zone))?;
+                    started.map_err(|e| e.with_placement(&current, &r.zone))?;
                 }
             }
         } else {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
 use orca_fakes::{Fault, Rule};
 use orca_gce::{Config, ConfigBuilder, Credentials, GceProvider};
-use orca_machines::conformance::{run_all, Harness, Hook, Setup};
+use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup};
 use orca_machines::{FirewallRule, Provider, RetryPolicy};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -169,6 +169,10 @@ async fn conformance(single_zone: bool) {
         "skipped: {:?}",
         report.skipped()
     );
+    // The extension checks pass where the provider offers none: Compute Engine offers label changes
+    // and the network's firewall rules.
+    let p = h.provider("stack-1").await.unwrap();
+    assert_eq!(extensions(&*p), ["machine_labels", "firewall_rules"]);
     // Every machine the suite made is gone, and so is every disk.
     assert!(h.fake.instance_names(ZONE).is_empty());
     assert!(h.fake.disk_names(ZONE).is_empty());

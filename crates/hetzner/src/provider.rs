@@ -93,21 +93,6 @@ fn day(t: &str) -> String {
         .unwrap_or_else(|_| t.to_string())
 }
 
-/// `e` with the type and location of a no-stock error filled in: Hetzner's error names neither.
-fn placing(e: Error, machine_type: &str, location: &str) -> Error {
-    match e {
-        Error::NoStock {
-            message, context, ..
-        } => Error::NoStock {
-            machine_type: machine_type.to_string(),
-            location: location.to_string(),
-            message,
-            context,
-        },
-        other => other,
-    }
-}
-
 /// A growing pause between reads that wait for a server to show: 50 ms doubling to 1 s.
 fn pause(n: u32) -> Duration {
     Duration::from_millis(50)
@@ -803,7 +788,7 @@ impl Provider for HetznerProvider {
         if s.status != "running" {
             self.server_action(s.id, "poweron", None)
                 .await
-                .map_err(|e| placing(e, &s.server_type.name, &s.location.name))?;
+                .map_err(|e| e.with_placement(&s.server_type.name, &s.location.name))?;
         }
         let s = self.owned_server(id).await?;
         Ok(self.machine_of(&s))
@@ -865,7 +850,7 @@ impl Provider for HetznerProvider {
                 Some(json!({"server_type": machine_type, "upgrade_disk": false})),
             )
             .await
-            .map_err(|e| placing(e, machine_type, location));
+            .map_err(|e| e.with_placement(machine_type, location));
         if !was_off {
             // Power on again even when the change failed, so a failed resize leaves it as it was.
             let now = if changed.is_ok() {
@@ -876,7 +861,7 @@ impl Provider for HetznerProvider {
             let started = self
                 .server_action(s.id, "poweron", None)
                 .await
-                .map_err(|e| placing(e, now, location));
+                .map_err(|e| e.with_placement(now, location));
             changed?;
             started?;
         } else {

@@ -11,7 +11,7 @@ use axum::http::Method;
 use orca_fakes::hetzner::FakeHetzner;
 use orca_fakes::{Fault, Rule};
 use orca_hetzner::HetznerProvider;
-use orca_machines::conformance::{run_all, Harness, Hook, Setup};
+use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup};
 use orca_machines::Provider;
 
 struct FakeHarness {
@@ -95,6 +95,9 @@ async fn conformance_against_the_fake() {
         "every hook is provided: {:?}",
         report.skipped()
     );
+    // The extension checks pass where the provider offers none: Hetzner offers label changes only.
+    let p = h.provider("stack-1").await.unwrap();
+    assert_eq!(extensions(&*p), ["machine_labels"]);
     assert!(
         h.fake.servers().is_empty(),
         "the suite cleans up: {} server(s) left",

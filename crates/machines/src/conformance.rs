@@ -311,6 +311,37 @@ pub const CHECKS: &[&str] = &[
     "survives_delayed_visibility",
 ];
 
+/// The names of the extensions, in the order [`extensions`] lists them.
+pub const EXTENSIONS: &[&str] = &[
+    "machine_labels",
+    "firewall_rules",
+    "ssh_admission",
+    "credit_balance",
+];
+
+/// The extensions `p` offers (of [`EXTENSIONS`], in that order). The extension checks pass where a
+/// provider answers `None`, so a driver's conformance test asserts this set exactly: an extension the
+/// driver stops offering by mistake then fails that test instead of passing silently.
+///
+/// ```
+/// use orca_machines::conformance::{extensions, EXTENSIONS};
+/// let p = orca_machines::memory::MemoryCloud::new().provider("stack-1").unwrap();
+/// assert_eq!(extensions(&p), EXTENSIONS);
+/// ```
+pub fn extensions(p: &dyn Provider) -> Vec<&'static str> {
+    let offered = [
+        p.machine_labels().is_some(),
+        p.firewall_rules().is_some(),
+        p.ssh_admission().is_some(),
+        p.credit_balance().is_some(),
+    ];
+    EXTENSIONS
+        .iter()
+        .zip(offered)
+        .filter_map(|(n, on)| on.then_some(*n))
+        .collect()
+}
+
 /// Runs every check against the backend, prints one line per check, and returns the report.
 pub async fn run_all(h: &dyn Harness) -> Report {
     run(h, CHECKS).await

@@ -26,9 +26,10 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::labels::Labels;
 use crate::machine::{Machine, Timestamp};
+use crate::spec::{validate_id, validate_source, MachineSpec};
 
 /// Label changes on a machine that exists (shed's `creating` / `ready` / `deleting`).
 #[async_trait]
@@ -44,8 +45,10 @@ pub trait MachineLabels: Send + Sync {
     async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine>;
 }
 
-/// One protocol and its ports in a firewall rule's allowed or denied list.
+/// One protocol and its ports in a firewall rule's allowed or denied list (made with
+/// [`FirewallPorts::new`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct FirewallPorts {
     /// `tcp`, `udp`, `icmp`, `all`, ... or a protocol number.
     pub protocol: String,
@@ -219,6 +222,70 @@ impl Admission {
     }
 }
 
+/// Checks the source ranges given to [`FirewallRules::set_source_ranges`]: at least one, each an IPv4
+/// address (a /32) or an IPv4 CIDR block with a prefix length of 0 to 32. IPv6 is refused (a VPC
+/// firewall rule keeps it in another field). Invalid input is [`Error::InvalidSpec`] of field
+/// `source_ranges`, naming the range.
+///
+/// ```
+/// use orca_machines::ext::check_ipv4_ranges;
+/// assert!(check_ipv4_ranges(&["203.0.113.7".into(), "198.51.100.0/24".into()]).is_ok());
+/// for bad in [vec![], vec!["0.0.0.0/33".to_string()], vec!["2001:db8::/32".to_string()]] {
+///     assert!(check_ipv4_ranges(&bad).is_err(), "{bad:?}");
+/// }
+/// ```
+pub fn check_ipv4_ranges(ranges: &[String]) -> Result<()> {
+    if ranges.is_empty() {
+        return Err(Error::invalid("source_ranges", "at least one range"));
+    }
+    for r in ranges {
+        validate_source(r).map_err(|rule| Error::invalid("source_ranges", rule))?;
+        if r.contains(':') {
+            return Err(Error::invalid(
+                "source_ranges",
+                format!("an IPv4 address or CIDR block like 203.0.113.7/32 (not IPv6), got {r:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the input of [`SshAdmission::admit_ssh`] that every driver checks alike, before any call:
+/// the group and location (as a spec's admission group and location), at least one source, each an IP
+/// address or CIDR block ([`crate::spec::validate_source`]), and every id of `readmit`
+/// ([`crate::validate_id`]). Invalid input is [`Error::InvalidSpec`] naming the field. A driver checks
+/// what is its own (a location it knows) after this.
+///
+/// ```
+/// use orca_machines::ext::check_admission_input;
+/// let sources = vec!["203.0.113.7/32".to_string()];
+/// assert!(check_admission_input("stado", "zone-a", &sources, &[]).is_ok());
+/// assert!(check_admission_input("stado", "zone-a", &[], &[]).is_err());
+/// assert!(check_admission_input("stado", "zone-a", &["host".into()], &[]).is_err());
+/// assert!(check_admission_input("stado", "zone-a", &sources, &["a b".into()]).is_err());
+/// ```
+pub fn check_admission_input(
+    group: &str,
+    location: &str,
+    sources: &[String],
+    readmit: &[String],
+) -> Result<()> {
+    MachineSpec::new("check", "t", location, "check")
+        .with_admission_group(group)
+        .with_ssh_sources(sources.iter().cloned())
+        .validate()?;
+    if sources.is_empty() {
+        return Err(Error::invalid("sources", "at least one address to admit"));
+    }
+    for s in sources {
+        validate_source(s).map_err(|rule| Error::invalid("sources", rule))?;
+    }
+    for id in readmit {
+        validate_id(id)?;
+    }
+    Ok(())
+}
+
 /// The first priority from `first` (100 for SSH admission) that no inbound rule holds, up to `last`.
 pub fn first_free_priority(
     held: impl IntoIterator<Item = u32>,
@@ -293,6 +360,57 @@ pub trait CreditBalance: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_are_ipv4_addresses_or_cidrs() {
+        assert!(check_ipv4_ranges(&["203.0.113.7".into(), "198.51.100.0/24".into()]).is_ok());
+        for bad in [
+            vec![],
+            vec!["0.0.0.0/33".to_string()],
+            vec!["1.2.3.4/+8".to_string()],
+            vec!["2001:db8::/32".to_string()],
+            vec!["::1".to_string()],
+            vec!["host".to_string()],
+            vec!["203.0.113.7/32".to_string(), "".to_string()],
+        ] {
+            match check_ipv4_ranges(&bad) {
+                Err(crate::Error::InvalidSpec { field, .. }) => assert_eq!(field, "source_ranges"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn admission_input_names_the_field_at_fault() {
+        let ok = vec!["203.0.113.7/32".to_string()];
+        assert!(check_admission_input("stado", "zone-a", &ok, &["m-1".into()]).is_ok());
+        for (group, location, sources, readmit, field) in [
+            ("stado", "zone-a", vec![], vec![], "sources"),
+            (
+                "stado",
+                "zone-a",
+                vec!["1.2.3.4/33".to_string()],
+                vec![],
+                "ssh_sources",
+            ),
+            (
+                "stado",
+                "zone-a",
+                vec!["host".to_string()],
+                vec![],
+                "ssh_sources",
+            ),
+            ("stado", "zone-a", ok.clone(), vec!["a b".to_string()], "id"),
+            ("stado", "", ok.clone(), vec![], "location"),
+        ] {
+            match check_admission_input(group, location, &sources, &readmit) {
+                Err(crate::Error::InvalidSpec { field: f, .. }) => {
+                    assert_eq!(f, field, "{group} {location} {sources:?} {readmit:?}")
+                }
+                other => panic!("{sources:?} {readmit:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn first_free_priority_skips_held() {

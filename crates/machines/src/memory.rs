@@ -35,9 +35,9 @@ use serde::{Deserialize, Serialize};
 use crate::arch::{docker_arch, Arch};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ext::{
-    first_free_priority, Admission, AdmissionRule, Balance, CreditBalance, FirewallRule,
-    FirewallRules, MachineLabels, Network, SshAdmission, FIRST_ADMISSION_PRIORITY,
-    LAST_ADMISSION_PRIORITY,
+    check_admission_input, check_ipv4_ranges, first_free_priority, Admission, AdmissionRule,
+    Balance, CreditBalance, FirewallRule, FirewallRules, MachineLabels, Network, SshAdmission,
+    FIRST_ADMISSION_PRIORITY, LAST_ADMISSION_PRIORITY,
 };
 use crate::labels::{self, Labels};
 use crate::machine::{Created, Machine, Price, Resized, Status, Timestamp};
@@ -45,7 +45,7 @@ use crate::provider::{Capabilities, Provider};
 use crate::retry::{all_pages, Page, RetryPolicy};
 use crate::spec::{
     validate_id, validate_label_key, validate_labels, validate_owner, validate_pool,
-    validate_source, validate_token, MachineSpec,
+    validate_token, MachineSpec,
 };
 
 /// The provider kind of the in-memory provider.
@@ -1336,26 +1336,6 @@ impl MachineLabels for MemoryProvider {
     }
 }
 
-/// Checks firewall source ranges: IPv4 CIDRs (a bare address is a /32), at least one.
-pub(crate) fn check_ipv4_ranges(ranges: &[String]) -> Result<()> {
-    if ranges.is_empty() {
-        return Err(Error::invalid("source_ranges", "at least one range"));
-    }
-    for r in ranges {
-        let (ip, len) = r.split_once('/').unwrap_or((r, "32"));
-        let ok = ip.parse::<std::net::Ipv4Addr>().is_ok()
-            && len.parse::<u8>().is_ok_and(|l| l <= 32)
-            && !len.starts_with('+');
-        if !ok {
-            return Err(Error::invalid(
-                "source_ranges",
-                format!("an IPv4 CIDR like 203.0.113.7/32, got {r:?}"),
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl FirewallRules for MemoryProvider {
     fn network_name(&self) -> String {
@@ -1424,19 +1404,7 @@ impl SshAdmission for MemoryProvider {
         sources: &[String],
         readmit: &[String],
     ) -> Result<Admission> {
-        MachineSpec::new("check", "t", location, "check")
-            .with_admission_group(group)
-            .with_ssh_sources(sources.iter().cloned())
-            .validate()?;
-        if sources.is_empty() {
-            return Err(Error::invalid("sources", "at least one address to admit"));
-        }
-        for s in sources {
-            validate_source(s).map_err(|rule| Error::invalid("sources", rule))?;
-        }
-        for id in readmit {
-            validate_id(id)?;
-        }
+        check_admission_input(group, location, sources, readmit)?;
         if !LOCATIONS.contains(&location) {
             return Err(Error::invalid(
                 "location",
