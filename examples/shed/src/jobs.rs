@@ -539,14 +539,30 @@ impl Backend {
                 if m.labels.get(STATE_LABEL).map(String::as_str) != Some("ready") {
                     self.label_ready(id, vm).await;
                 }
-                let changed = self.update(id, |s, now| {
+                let mut ran = false;
+                let mut stop_queued = false;
+                self.update(id, |s, now| {
                     if s.status == Status::Starting {
                         s.set(Status::Running, None, now);
                         s.foreign_labels = false;
                         s.detail = None;
+                        ran = true;
+                        // A stop queued while the probe ran waited for this answer: it acts now.
+                        if s.queued == Some(Queued::Stop) {
+                            s.queued = None;
+                            s.set(Status::Stopping, None, now);
+                            s.op = Some(Op::Stop);
+                            stop_queued = true;
+                        }
                     }
                 });
-                if changed {
+                if stop_queued {
+                    // This job may have stopped the VM before (a start queued behind a stop).
+                    ctx.stop_tried = false;
+                    self.inner.log.info(format!(
+                        "remote: shed {name} ({id}) running; stopping it for the stop queued during its start"
+                    ));
+                } else if ran {
                     self.inner
                         .log
                         .info(format!("remote: shed {name} ({id}) running"));

@@ -624,3 +624,39 @@ async fn a_quota_refusal_after_a_lost_answer_leaves_no_shed_and_no_vm() {
     );
     assert!(env.backend.markers().is_empty());
 }
+
+#[tokio::test]
+async fn a_stop_queued_while_the_probe_runs_is_acted_on_when_the_agent_answers() {
+    let env = Env::new().await;
+    // A create: the stop arrives while the probe that will answer is running.
+    env.probe.hold();
+    env.create("a").await.unwrap();
+    env.until("the probe is held", |e| e.probe.entered() == 1)
+        .await;
+    let (v, eff) = env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!((v.status, eff), (Status::Starting, Effect::Queued));
+    env.probe.release();
+    env.until_status("a", Status::Stopped).await;
+    assert_eq!(env.vm("a").unwrap().status, orca::Status::Stopped);
+    assert_eq!(env.record("a").unwrap().queued, None);
+
+    // A start queued behind a stop, in the same job: the stop queued during its probe is acted on too.
+    env.wrapped.hold(Call::Stop);
+    env.backend.start_shed(&env.admin(), "a").await.unwrap();
+    env.until_status("a", Status::Running).await;
+    env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    env.until("the stop is held", |e| e.wrapped.entered(Call::Stop) == 2)
+        .await;
+    let (_, eff) = env.backend.start_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!(eff, Effect::Queued);
+    let probes = env.probe.entered();
+    env.probe.hold();
+    env.wrapped.release(Call::Stop);
+    env.until("the start's probe is held", |e| e.probe.entered() > probes)
+        .await;
+    let (v, eff) = env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!((v.status, eff), (Status::Starting, Effect::Queued));
+    env.probe.release();
+    env.until_status("a", Status::Stopped).await;
+    assert_eq!(env.vm("a").unwrap().status, orca::Status::Stopped);
+}

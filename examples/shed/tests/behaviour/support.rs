@@ -42,6 +42,19 @@ struct Gate {
     entered: AtomicUsize,
 }
 
+impl Gate {
+    /// Counts the call, then waits while the gate is held.
+    async fn pass(&self) {
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        let mut rx = self.held.subscribe();
+        while *rx.borrow_and_update() {
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
 /// orca's in-memory provider with test controls around it (through the public trait only).
 #[derive(Debug)]
 pub struct Wrapped {
@@ -96,14 +109,7 @@ impl Wrapped {
     }
 
     async fn pass(&self, c: Call) {
-        let g = self.gate(c);
-        g.entered.fetch_add(1, Ordering::SeqCst);
-        let mut rx = g.held.subscribe();
-        while *rx.borrow_and_update() {
-            if rx.changed().await.is_err() {
-                return;
-            }
-        }
+        self.gate(c).pass().await;
     }
 
     /// Listings stop showing VM `id` (a read of that one VM still finds it).
@@ -227,12 +233,14 @@ impl FirewallRules for Wrapped {
     }
 }
 
-/// An in-process probe: every agent answers unless a test says otherwise.
+/// An in-process probe: every agent answers unless a test says otherwise. A test can hold every
+/// probe (before it answers) and let it go.
 #[derive(Debug)]
 pub struct TestProbe {
     default: Mutex<ProbeOutcome>,
     by_shed: Mutex<HashMap<String, ProbeOutcome>>,
     pub calls: AtomicUsize,
+    gate: Gate,
 }
 
 impl Default for TestProbe {
@@ -241,6 +249,10 @@ impl Default for TestProbe {
             default: Mutex::new(ProbeOutcome::Answered),
             by_shed: Mutex::default(),
             calls: AtomicUsize::new(0),
+            gate: Gate {
+                held: tokio::sync::watch::channel(false).0,
+                entered: AtomicUsize::new(0),
+            },
         }
     }
 }
@@ -252,6 +264,20 @@ impl TestProbe {
     pub fn set(&self, shed_id: &str, o: ProbeOutcome) {
         self.by_shed.lock().unwrap().insert(shed_id.to_string(), o);
     }
+
+    /// Holds every probe (after it was asked, before it answers) until [`TestProbe::release`].
+    pub fn hold(&self) {
+        self.gate.held.send_replace(true);
+    }
+
+    pub fn release(&self) {
+        self.gate.held.send_replace(false);
+    }
+
+    /// How many probes reached the gate.
+    pub fn entered(&self) -> usize {
+        self.gate.entered.load(Ordering::SeqCst)
+    }
 }
 
 #[async_trait]
@@ -259,6 +285,7 @@ impl Probe for TestProbe {
     async fn probe(&self, t: &ProbeTarget) -> ProbeOutcome {
         self.calls.fetch_add(1, Ordering::SeqCst);
         assert!(!t.address.is_empty(), "a probe has the VM's address");
+        self.gate.pass().await;
         if let Some(o) = self.by_shed.lock().unwrap().get(&t.shed_id) {
             return o.clone();
         }
