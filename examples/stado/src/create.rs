@@ -557,6 +557,21 @@ impl Stado {
         lines: &mut Vec<String>,
     ) -> Result<(), Failure> {
         let title = self.cloud_title();
+        // What the gate needs from the profile and the provider, before any call to the cloud.
+        let floor = profile.floor()?;
+        let Some(credit) = self.provider.credit_balance() else {
+            if self.kind == "azure" {
+                // The Azure driver reads a credit only when its settings name the billing account
+                // and profile it belongs to.
+                return Err(Failure::refused(format!(
+                    "the {title} credit gate has no balance to read: a real subscription's credit is read from a billing profile of a billing account, and this deployment names none; stado config set azure.billing_account <account id> and stado config set azure.billing_profile <profile id> declare them"
+                )));
+            }
+            return Err(Failure::new(format!(
+                "the {title} credit gate cannot read a balance from the {} provider",
+                self.kind
+            )));
+        };
         let locations = profile.price_locations(&req.location);
         let mut quotes = BTreeMap::new();
         for loc in &locations {
@@ -622,13 +637,6 @@ impl Stado {
         );
         lines.push(burn);
 
-        let floor = profile.floor()?;
-        let Some(credit) = self.provider.credit_balance() else {
-            return Err(Failure::new(format!(
-                "the {title} credit gate cannot read a balance from the {} provider",
-                self.kind
-            )));
-        };
         let balance = credit.balance().await.map_err(|e| {
             Failure::new(format!("the {title} credit balance could not be read: {e}"))
         })?;

@@ -2,19 +2,16 @@
 //! (`orca_fakes::azure`), with the provider built from stado's own bindings as `--provider azure` builds
 //! it, and the simulated fleet as the host channel.
 //!
-//! The fake serves no Consumption credit balance yet, so the credit gate reads its balance from
-//! [`Credit`], a wrapper that answers `credit_balance()` and hands every other call to the Azure driver.
+//! The credit gate reads the balance the fake serves for the billing account and profile the lab's
+//! profile names (`azure.billing_account`, `azure.billing_profile`; [`FakeAzure::set_credit`]), through
+//! the driver, so the fault run faults that read as well.
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use common::{declared, request};
-use orca::{
-    Arch, Balance, Capabilities, Created, CreditBalance, Machine, MachineLabels, MachineSpec,
-    Price, Provider, Resized, SshAdmission,
-};
+use orca::Provider;
 use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
 use orca_fakes::control::{Fault, Rule};
 use stado::channel::{FakeFleet, FirstBoot};
@@ -25,74 +22,15 @@ use stado::{Stado, Verdict};
 const LOCATION: &str = "westeurope";
 const SIZE: &str = "Standard_B2s";
 
-/// The Azure driver with a credit balance set by the test.
-#[derive(Debug)]
-struct Credit {
-    inner: Arc<dyn Provider>,
-    balance: Mutex<f64>,
-}
-
-#[async_trait]
-impl CreditBalance for Credit {
-    async fn balance(&self) -> orca::Result<Balance> {
-        Ok(Balance::new(*self.balance.lock().unwrap(), "USD"))
-    }
-}
-
-#[async_trait]
-impl Provider for Credit {
-    fn kind(&self) -> &str {
-        self.inner.kind()
-    }
-    fn owner(&self) -> &str {
-        self.inner.owner()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn arch(&self, t: &str) -> orca::Result<Arch> {
-        self.inner.arch(t).await
-    }
-    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
-        self.inner.create(spec).await
-    }
-    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
-        self.inner.machines(pool).await
-    }
-    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
-        self.inner.machine(id).await
-    }
-    async fn delete(&self, id: &str) -> orca::Result<bool> {
-        self.inner.delete(id).await
-    }
-    async fn start(&self, id: &str) -> orca::Result<Machine> {
-        self.inner.start(id).await
-    }
-    async fn stop(&self, id: &str) -> orca::Result<Machine> {
-        self.inner.stop(id).await
-    }
-    async fn resize(&self, id: &str, t: &str) -> orca::Result<Resized> {
-        self.inner.resize(id, t).await
-    }
-    async fn hourly_price(&self, t: &str, l: &str) -> orca::Result<Price> {
-        self.inner.hourly_price(t, l).await
-    }
-    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
-        self.inner.machine_labels()
-    }
-    fn ssh_admission(&self) -> Option<&dyn SshAdmission> {
-        self.inner.ssh_admission()
-    }
-    fn credit_balance(&self) -> Option<&dyn CreditBalance> {
-        Some(self)
-    }
-}
+/// The billing account and profile whose credit the gate reads (`azure.billing_account`,
+/// `azure.billing_profile`), and the fake serves.
+const BILLING_ACCOUNT: &str = "1234:5678";
+const BILLING_PROFILE: &str = "2468";
 
 struct Lab {
     _dir: tempfile::TempDir,
     azure: Arc<FakeAzure>,
     fleet: FakeFleet,
-    credit: Arc<Credit>,
     s: Stado,
 }
 
@@ -118,29 +56,30 @@ async fn lab_in(azure: Arc<FakeAzure>) -> Lab {
     let mut p = Profile::load(&home).unwrap();
     p.set("azure.endpoint", &azure.url()).unwrap();
     p.set("azure.prices_endpoint", &azure.url()).unwrap();
+    p.set("azure.billing_account", BILLING_ACCOUNT).unwrap();
+    p.set("azure.billing_profile", BILLING_PROFILE).unwrap();
     p.save(&home).unwrap();
-    // The provider as `stado --provider azure` builds it: the profile's bindings on the driver's keys,
-    // the credential from the environment (here a static token).
-    let settings = stado::cloud::azure_settings(&p, |k| match k {
+    azure.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 100.0, "USD");
+    let fleet = FakeFleet::new();
+    let s = common::stado_on(home, "azure", azure_provider(&p).await, &fleet);
+    Lab {
+        _dir: dir,
+        azure,
+        fleet,
+        s,
+    }
+}
+
+/// The provider as `stado --provider azure` builds it: the profile's bindings on the driver's keys,
+/// the credential from the environment (here a static token).
+async fn azure_provider(p: &Profile) -> Arc<dyn Provider> {
+    let settings = stado::cloud::azure_settings(p, |k| match k {
         "ORCA_AZURE_ACCESS_TOKEN" => Some(TOKEN.to_string()),
         // The fake finishes its operations at once: poll it often.
         "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
         _ => None,
     });
-    let inner = orca::of_with("azure", &p.owner(), &settings).await.unwrap();
-    let credit = Arc::new(Credit {
-        inner,
-        balance: Mutex::new(100.0),
-    });
-    let fleet = FakeFleet::new();
-    let s = common::stado_on(home, "azure", credit.clone(), &fleet);
-    Lab {
-        _dir: dir,
-        azure,
-        fleet,
-        credit,
-        s,
-    }
+    orca::of_with("azure", &p.owner(), &settings).await.unwrap()
 }
 
 impl Lab {
@@ -266,14 +205,38 @@ async fn refusals_before_anything_is_made() {
         "target 'build-host' is already registered"
     );
     // The credit gate.
-    *lab.credit.balance.lock().unwrap() = 20.01;
+    lab.azure
+        .set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 20.01, "USD");
     let e = error(&lab.create("h1").await);
     assert!(e.starts_with(&format!("creating cloud host h1 ({SIZE}) in {LOCATION} is refused: the Azure credit balance 20.01 USD less one hour of {SIZE} (")), "{e}");
     assert!(
         e.contains("is not above the floor 20.00 USD (the operator's ruling R-1: "),
         "{e}"
     );
-    *lab.credit.balance.lock().unwrap() = 100.0;
+    lab.azure
+        .set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 100.0, "USD");
+    // A subscription whose billing account and profile the profile does not name: the Azure driver
+    // has no credit to read, and the gate names the two keys that declare it.
+    let mut unbilled = Profile::load(&lab.s.home).unwrap();
+    unbilled.unset("azure.billing_account");
+    unbilled.unset("azure.billing_profile");
+    let s = common::stado_on(
+        lab.s.home.clone(),
+        "azure",
+        azure_provider(&unbilled).await,
+        &lab.fleet,
+    );
+    unbilled.save(&lab.s.home).unwrap();
+    let r = s.create(&request("h1", LOCATION, SIZE)).await;
+    assert_eq!(
+        error(&r),
+        "the Azure credit gate has no balance to read: a real subscription's credit is read from a billing profile of a billing account, and this deployment names none; stado config set azure.billing_account <account id> and stado config set azure.billing_profile <profile id> declare them"
+    );
+    assert_eq!(r.error.as_ref().unwrap().code, "refused");
+    let mut p = Profile::load(&lab.s.home).unwrap();
+    p.set("azure.billing_account", BILLING_ACCOUNT).unwrap();
+    p.set("azure.billing_profile", BILLING_PROFILE).unwrap();
+    p.save(&lab.s.home).unwrap();
     // No admit_from.
     let mut reg = Registry::load(&lab.s.home).unwrap();
     reg.cloud_hosts.admit_from = None;
@@ -450,7 +413,7 @@ async fn readmission_list_delete_and_reap() {
     );
 
     // List: an absent VM (deleted outside stado) and a running one.
-    lab.credit.inner.delete(&lab.vm_id("h1")).await.unwrap();
+    lab.s.provider.delete(&lab.vm_id("h1")).await.unwrap();
     let l = lab.s.list().await.unwrap();
     let states: Vec<(&str, &str)> = l
         .hosts
