@@ -185,6 +185,45 @@ async fn a_host_is_made_of_address_security_group_interface_and_vm_and_admitted_
     );
 }
 
+/// Retail Prices quote Standard_B2s differently in each location (the fake's: westeurope 0.0458,
+/// northeurope 0.0416, eastus 0.0395 USD an hour): a host made in eastus, the cheapest, is priced at
+/// the highest any configured location quotes, westeurope's, which is neither its own location nor
+/// the first configured one, and that hour is what the gate takes and the registry records.
+#[tokio::test]
+async fn the_size_is_priced_at_the_highest_hour_any_configured_location_quotes() {
+    let lab = lab(&[]).await;
+    lab.azure
+        .add_subnet(RESOURCE_GROUP, "stado-net-eastus", "eastus", "hosts", None);
+    let mut p = Profile::load(&lab.s.home).unwrap();
+    p.set("azure.locations", "northeurope,westeurope").unwrap();
+    p.save(&lab.s.home).unwrap();
+    let r = lab.s.create(&request("h1", "eastus", SIZE)).await;
+    assert!(r.ok, "{:?}", r.error);
+    let price = r.price.clone().unwrap();
+    let quotes: Vec<(&str, f64)> = price.quotes.iter().map(|(l, h)| (l.as_str(), *h)).collect();
+    assert_eq!(
+        quotes,
+        [
+            ("eastus", 0.0395),
+            ("northeurope", 0.0416),
+            ("westeurope", 0.0458)
+        ]
+    );
+    assert_eq!(
+        (price.priced_in.as_str(), price.hourly_usd),
+        ("westeurope", 0.0458)
+    );
+    assert_eq!(
+        r.steps[1].lines[0],
+        format!("projected hourly burn: 0.0458 USD (h1 {SIZE} at 0.0458 USD, priced in westeurope, the highest of eastus, northeurope, westeurope; 0 cloud host(s) already running at 0.00 USD)")
+    );
+    assert_eq!(r.credit.as_ref().unwrap().after, 100.0 - 0.0458);
+    let reg = Registry::load(&lab.s.home).unwrap();
+    let c = reg.target("h1").unwrap().cloud.clone().unwrap();
+    assert_eq!((c.priced_in.as_str(), c.hourly_usd), ("westeurope", 0.0458));
+    assert_eq!(c.location, "eastus");
+}
+
 #[tokio::test]
 async fn refusals_before_anything_is_made() {
     let lab = lab(&[]).await;
