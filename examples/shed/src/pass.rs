@@ -14,7 +14,9 @@ use orca::{Machine, Status as VmStatus};
 use crate::backend::{Backend, CLIENT_LABEL, ID_LABEL, NAME_LABEL, SIZE_LABEL, STATE_LABEL};
 use crate::clock::{go_duration, since};
 use crate::jobs::{readable, stop_reason};
-use crate::model::{validate_shed_name, CreateStage, DeleteMarker, Op, Reason, Shed, Status};
+use crate::model::{
+    validate_shed_name, CreateStage, DeleteMarker, Op, Queued, Reason, Shed, Status,
+};
 
 fn is_on(m: &Machine) -> bool {
     matches!(m.status, VmStatus::Running | VmStatus::Starting)
@@ -270,15 +272,32 @@ impl Backend {
                 match m.status {
                     VmStatus::Stopped => {
                         let reason = external.then(|| stop_reason(m, now, window));
+                        let mut start = false;
                         self.apply(id, Status::Stopping, |r, now| {
                             r.set(Status::Stopped, reason, now);
+                            // A start queued behind the stop acts once the VM is stopped.
+                            if r.queued.take() == Some(Queued::Start) {
+                                r.set(Status::Starting, None, now);
+                                r.op = Some(Op::Start);
+                                r.start_sent = false;
+                                start = true;
+                            }
                         });
+                        if start {
+                            self.inner.log.info(format!(
+                                "remote: shed {} ({id}) stopped; starting it for the start queued behind the stop",
+                                s.name
+                            ));
+                            self.spawn_job(id);
+                        }
                     }
                     VmStatus::Stopping => {}
                     _ if external => {
                         if self.apply(id, Status::Stopping, |r, now| {
                             r.set(Status::Starting, None, now);
                             r.op = Some(Op::Probe);
+                            // The VM is on again: a queued start has nothing left to do.
+                            r.queued = None;
                         }) {
                             self.spawn_job(id);
                         }

@@ -404,3 +404,25 @@ async fn a_delete_still_works_after_a_failed_read() {
     env.backend.delete_shed(&env.admin(), "a").await.unwrap();
     env.until("destroyed", |e| e.vms().is_empty()).await;
 }
+
+#[tokio::test]
+async fn a_start_queued_behind_a_stop_made_outside_shed_runs_once_the_vm_is_stopped() {
+    let env = Env::new().await;
+    env.running("a").await;
+    let vm = env.vm("a").unwrap();
+    env.wrapped.report_stopping(&vm.id, true);
+    env.pass().await;
+    assert_eq!(env.view("a").unwrap().status, Status::Stopping);
+    let (v, eff) = env.backend.start_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!(
+        (v.status, eff),
+        (Status::Stopping, shed::backend::Effect::Queued)
+    );
+    env.idle().await;
+    env.wrapped.report_stopping(&vm.id, false);
+    env.cloud.operator_stop(&vm.id);
+    env.pass().await;
+    env.until_status("a", Status::Running).await;
+    assert_eq!(env.vm("a").unwrap().status, orca::Status::Running);
+    assert_eq!(env.record("a").unwrap().queued, None);
+}

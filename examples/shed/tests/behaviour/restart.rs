@@ -248,3 +248,21 @@ async fn a_server_whose_firewall_check_fails_still_starts_and_lists_and_deletes(
     env.backend.delete_shed(&env.admin(), "a").await.unwrap();
     env.until("destroyed", |e| e.vms().is_empty()).await;
 }
+
+#[tokio::test]
+async fn a_start_queued_behind_a_stop_whose_vm_stopped_while_the_server_was_down_runs() {
+    let mut env = Env::new().await;
+    env.running("a").await;
+    env.wrapped.hold(Call::Stop);
+    env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    env.until("stop held", |e| e.wrapped.entered(Call::Stop) == 1)
+        .await;
+    let (_, eff) = env.backend.start_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!(eff, shed::backend::Effect::Queued);
+    env.backend.shutdown();
+    env.wrapped.release(Call::Stop);
+    env.cloud.operator_stop(&env.vm("a").unwrap().id);
+    env.restart().await;
+    env.until_status("a", Status::Running).await;
+    assert_eq!(env.vm("a").unwrap().status, orca::Status::Running);
+}
