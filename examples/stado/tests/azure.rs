@@ -395,6 +395,51 @@ async fn a_failure_after_the_address_security_group_and_interface_leaves_nothing
     assert_eq!(declared_names(&lab.s), vec!["h0".to_string()]);
 }
 
+/// Step 6 fails at the VM (a policy deny) after the address, security group and interface were made,
+/// and the interface cannot be removed (a delete lock, which keeps the security group and the address
+/// attached to it): the failure names each of them, and Azure holds those and nothing else of the host.
+#[tokio::test]
+async fn a_step_six_failure_that_leaves_something_behind_names_it() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    lab.azure
+        .deny_policy("Microsoft.Compute/virtualMachines", "deny-vm-assignment");
+    lab.azure.refuse_delete("h1-nic");
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert_eq!(r.error.as_ref().unwrap().code, "leftovers", "{e}");
+    assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
+    assert!(e.contains("deny-vm-assignment"), "{e}");
+    // The interface is locked, and the security group and the address stay attached to it.
+    let (_, left) = e
+        .split_once("; could not remove: ")
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(
+        left.starts_with("interface h1-nic (delete interface h1-nic: HTTP 409: ScopeLocked: "),
+        "{left}"
+    );
+    assert!(left.contains("), security group h1-nsg (delete security group h1-nsg: HTTP 400: InUseNetworkSecurityGroupCannotBeDeleted: "), "{left}");
+    assert!(left.contains("), public IP h1-ip (delete public IP h1-ip: HTTP 400: PublicIPAddressCannotBeDeleted: "), "{left}");
+    let step = r.steps.last().unwrap();
+    assert_eq!((step.step, step.ok), (6, false));
+    let left: Vec<_> = lab
+        .resources()
+        .into_iter()
+        .filter(|r| !before.contains(r) && !r.0.contains("applicationSecurityGroups"))
+        .collect();
+    let held = |t: &str, n: &str| (format!("Microsoft.Network/{t}"), n.to_string());
+    assert_eq!(
+        left,
+        vec![
+            held("networkInterfaces", "h1-nic"),
+            held("networkSecurityGroups", "h1-nsg"),
+            held("publicIPAddresses", "h1-ip"),
+        ]
+    );
+    assert!(!lab.s.home.fleet_key("h1").exists());
+    assert!(declared(&lab.s).is_empty());
+}
+
 #[tokio::test]
 async fn enrolment_failure_deletes_the_host_and_an_unclean_boot_keeps_it_declared() {
     let lab = lab(&[]).await;
