@@ -19,6 +19,8 @@ use crate::model::{CloudError, ErrorDetail, ListPage, OperationStatus, PricePage
 
 /// Compute (virtual machines, resource SKUs' consumers) API version.
 pub(crate) const COMPUTE_API: &str = "2024-07-01";
+/// Managed disks API version (`Microsoft.Compute/disks` has its own).
+pub(crate) const DISKS_API: &str = "2024-03-02";
 /// Network API version.
 pub(crate) const NETWORK_API: &str = "2024-05-01";
 /// Resource SKUs API version.

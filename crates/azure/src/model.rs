@@ -89,6 +89,29 @@ pub(crate) struct VmProperties {
     pub instance_view: Option<InstanceView>,
     #[serde(deserialize_with = "nullable")]
     pub network_profile: NetworkProfile,
+    #[serde(deserialize_with = "nullable")]
+    pub storage_profile: StorageProfile,
+}
+
+/// `StorageProfile`: what the driver reads of it is the OS disk.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct StorageProfile {
+    #[serde(deserialize_with = "nullable")]
+    pub os_disk: OsDisk,
+}
+
+/// `OSDisk`: its name, the managed disk's id, and what the VM's delete does to it (`Delete`,
+/// `Detach`; absent is `Detach`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub(crate) struct OsDisk {
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(deserialize_with = "nullable")]
+    pub managed_disk: SubResource,
+    #[serde(deserialize_with = "nullable")]
+    pub delete_option: String,
 }
 
 /// `HardwareProfile`.

@@ -28,7 +28,7 @@ use orca_machines::{
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::client::{decode, Arm, Condition, COMPUTE_API, NETWORK_API, SKUS_API};
+use crate::client::{decode, Arm, Condition, COMPUTE_API, DISKS_API, NETWORK_API, SKUS_API};
 use crate::config::{Config, ImageUrn, URN_RULE};
 use crate::model::{InstanceView, Nic, PublicIp, Sku, Tagged, Vm, VmSize};
 
@@ -122,6 +122,7 @@ pub(crate) enum Part {
     Interface,
     SecurityGroup,
     PublicIp,
+    Disk,
 }
 
 impl Part {
@@ -132,6 +133,7 @@ impl Part {
             Part::Interface => "interface",
             Part::SecurityGroup => "security group",
             Part::PublicIp => "public IP",
+            Part::Disk => "OS disk",
         }
     }
 }
@@ -971,27 +973,91 @@ impl AzureProvider {
         .await
     }
 
+    /// The OS disk `res` after its VM's delete, confirmed gone. Azure deletes it with the VM when
+    /// its `deleteOption` says `Delete`; one that stays (`Detach`, as an adopted VM's may say) is
+    /// tagged as this owner's, so that a later delete finds it should this one fail, and deleted.
+    /// With `vm_tags` `None` (the VM was gone already: a delete retried), only a disk carrying this
+    /// owner's tags is deleted: Azure tags no disk it makes, so any other is not known to be ours.
+    async fn remove_disk(&self, res: &Res, url: &str, vm_tags: Option<&Labels>) -> Option<Left> {
+        let what = res.to_string();
+        let found = match self.arm().get::<Tagged>(&format!("read {what}"), url).await {
+            Ok(None) => return None,
+            Ok(Some(d)) => d,
+            Err(e) => return Some(Left::because(res.clone(), &e)),
+        };
+        let owned = is_owned_by(&found.tags, &self.inner.owner);
+        match vm_tags {
+            Some(vm_tags) if !owned => {
+                let mut tags = found.tags.clone();
+                tags.extend(ownership_labels(&pool_of(vm_tags), &self.inner.owner));
+                let op = format!("tag {what}");
+                let tagged = match self
+                    .arm()
+                    .call(
+                        &op,
+                        Method::PATCH,
+                        url,
+                        Some(&json!({ "tags": tags })),
+                        Condition::None,
+                    )
+                    .await
+                {
+                    Ok(a) => self.arm().wait(&op, &a).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = tagged {
+                    tracing::warn!(resource = %what, error = %e, "tagging the OS disk its VM left failed; deleting it");
+                }
+            }
+            None if !owned => {
+                tracing::debug!(resource = %what, "not known to be this owner's: left alone");
+                return None;
+            }
+            _ => {}
+        }
+        tracing::info!(resource = %what, "the VM's delete left its OS disk; deleting it");
+        self.remove(&what, url)
+            .await
+            .err()
+            .map(|e| Left::because(res.clone(), &e))
+    }
+
     /// Deletes the machine's resources in order (the VM, which takes its interface, address and OS
-    /// disk with it; then whatever of interface, security group and address remains), each only
-    /// when it carries this owner's tags, each followed to its end and confirmed gone. Returns what
+    /// disk with it; then whatever of OS disk, interface, security group and address remains), each
+    /// only when it is this owner's, each followed to its end and confirmed gone. Returns what
     /// remains, with why.
-    async fn delete_resources(&self, id: &str, vm_exists: bool) -> Vec<Left> {
+    async fn delete_resources(&self, id: &str, vm: Option<&Vm>) -> Vec<Left> {
         let names = Names::of(id);
-        if vm_exists {
+        // The OS disk: the VM's own reference (an adopted VM's may be named otherwise), else the
+        // name a create gives it.
+        let disk_id = vm
+            .map(|v| v.properties.storage_profile.os_disk.managed_disk.id.clone())
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| self.id("Microsoft.Compute/disks", &names.disk));
+        let disk = Res::new(
+            Part::Disk,
+            disk_id.rsplit('/').next().unwrap_or(&names.disk),
+        );
+        let disk_url = self.arm().url(&disk_id, DISKS_API);
+        let mut left = Vec::new();
+        if let Some(vm) = vm {
             if let Err(e) = self
                 .remove(&format!("VM {id}"), &self.vm_url(id, false))
                 .await
             {
-                // The interface, group and address stay in use while the VM stands.
+                // The disk, interface, group and address stay in use while the VM stands.
                 return vec![
                     Left::because(Res::new(Part::Vm, id), &e),
+                    Left::standing(disk),
                     Left::standing(Res::new(Part::Interface, &names.nic)),
                     Left::standing(Res::new(Part::SecurityGroup, &names.nsg)),
                     Left::standing(Res::new(Part::PublicIp, &names.pip)),
                 ];
             }
+            left.extend(self.remove_disk(&disk, &disk_url, Some(&vm.tags)).await);
+        } else {
+            left.extend(self.remove_disk(&disk, &disk_url, None).await);
         }
-        let mut left = Vec::new();
         for (part, ty, name) in [
             (
                 Part::Interface,
@@ -1339,7 +1405,7 @@ impl Provider for AzureProvider {
 
     async fn delete(&self, id: &str) -> Result<bool> {
         let vm = self.owned_vm(id, false).await?;
-        let left = self.delete_resources(id, vm.is_some()).await;
+        let left = self.delete_resources(id, vm.as_ref()).await;
         if vm.is_some() && !left.iter().any(|l| l.res.part == Part::Vm) {
             self.forget(id);
         }

@@ -1064,3 +1064,138 @@ async fn a_delete_lock_on_the_interface_or_address_blocks_the_vms_delete() {
     }
     assert!(stray(&f).is_empty(), "{:?}", stray(&f));
 }
+
+/// A raw call on the fake, as an operator's tool would make it; answers the status and the body,
+/// after following the operation it started to its end.
+async fn raw(
+    f: &orca_fakes::azure::FakeAzure,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let http = reqwest::Client::new();
+    let mut r = http
+        .request(method, format!("{}{path}", f.url()))
+        .bearer_auth(TOKEN);
+    if let Some(b) = body {
+        r = r.json(&b);
+    }
+    let r = r.send().await.unwrap();
+    let status = r.status().as_u16();
+    let op = r
+        .headers()
+        .get("azure-asyncoperation")
+        .map(|v| v.to_str().unwrap().to_string());
+    let body = r.json().await.unwrap_or(serde_json::Value::Null);
+    if let Some(op) = op {
+        loop {
+            let s: serde_json::Value = http
+                .get(&op)
+                .bearer_auth(TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if s["status"] != "InProgress" {
+                assert_eq!(s["status"], "Succeeded", "{s}");
+                break;
+            }
+        }
+    }
+    (status, body)
+}
+
+#[tokio::test]
+async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let rg = format!(
+        "/subscriptions/{}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Compute",
+        orca_fakes::azure::SUBSCRIPTION
+    );
+    for name in ["vm-s", "vm-t"] {
+        p.create(&spec(name, AMD)).await.unwrap();
+        // An operator (or an older tool) set the OS disk to stay when the VM goes.
+        let (st, b) = raw(
+            &f,
+            reqwest::Method::PATCH,
+            &format!("{rg}/virtualMachines/{name}?api-version=2024-07-01"),
+            Some(serde_json::json!({"properties": {"storageProfile": {"osDisk": {"deleteOption": "Detach"}}}})),
+        )
+        .await;
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(
+            b["properties"]["storageProfile"]["osDisk"]["deleteOption"],
+            "Detach"
+        );
+        // Attached to its VM, the disk cannot be deleted on its own.
+        let (st, b) = raw(
+            &f,
+            reqwest::Method::DELETE,
+            &format!("{rg}/disks/{name}-osdisk?api-version=2024-03-02"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (409, Some("OperationNotAllowed")),
+            "{b}"
+        );
+    }
+    f.control().clear_log();
+    assert!(p.delete("vm-s").await.unwrap());
+    let of_s: Vec<_> = stray(&f)
+        .into_iter()
+        .filter(|(_, n)| n.starts_with("vm-s"))
+        .collect();
+    assert_eq!(of_s, vec![], "the OS disk stayed behind");
+    assert_eq!(
+        f.control()
+            .count(&reqwest::Method::DELETE, "/disks/vm-s-osdisk"),
+        1
+    );
+
+    // A disk that refuses its delete is named, and deleting the machine again removes it.
+    f.refuse_delete("vm-t-osdisk");
+    let e = p.delete("vm-t").await.unwrap_err();
+    let Error::Leftovers { left, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with("OS disk vm-t-osdisk"), "{left:?}");
+    assert_eq!(
+        stray(&f),
+        vec![(
+            "Microsoft.Compute/disks".to_string(),
+            "vm-t-osdisk".to_string()
+        )]
+    );
+    f.allow_delete("vm-t-osdisk");
+    assert!(p.delete("vm-t").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+    // Another owner's delete of that name never touches a disk that is not its own.
+    let other = provider(&f, "stack-2").await;
+    p.create(&spec("vm-u", AMD)).await.unwrap();
+    raw(
+        &f,
+        reqwest::Method::PATCH,
+        &format!("{rg}/virtualMachines/vm-u?api-version=2024-07-01"),
+        Some(serde_json::json!({"properties": {"storageProfile": {"osDisk": {"deleteOption": "Detach"}}}})),
+    )
+    .await;
+    f.refuse_delete("vm-u-osdisk");
+    assert!(p.delete("vm-u").await.is_err());
+    f.allow_delete("vm-u-osdisk");
+    assert!(other.delete("vm-u").await.unwrap());
+    assert_eq!(
+        stray(&f),
+        vec![(
+            "Microsoft.Compute/disks".to_string(),
+            "vm-u-osdisk".to_string()
+        )]
+    );
+    assert!(p.delete("vm-u").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}

@@ -29,7 +29,10 @@
 //! - **What a VM owns** (`NetworkInterfaceReference`, `OSDisk` and `PublicIPAddress`
 //!   `deleteOption`): deleting a VM deletes its OS disk and each interface whose reference says
 //!   `Delete`, and with such an interface each public address whose own `deleteOption` is `Delete`;
-//!   the rest is detached.
+//!   the rest is detached (an OS disk left `Unattached`, its `managedBy` cleared). The OS disk's
+//!   `deleteOption` of an existing VM changes by `PATCH` ("Update the delete option for an existing
+//!   VM", learn.microsoft.com `virtual-machines/delete`); a disk attached to a VM (`managedBy`) cannot
+//!   be deleted (409 `OperationNotAllowed`, "Disk ... is attached to VM ...").
 //! - **Interface reservation** (`NicReservedForAnotherVm`, "reserved for another Virtual Machine for
 //!   180 seconds", as reported against Azure by karpenter-provider-azure#92, rancher/machine#359,
 //!   AzureTRE#4474): the interfaces of a VM whose create failed, or that a VM's delete left behind,

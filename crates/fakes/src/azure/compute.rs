@@ -310,6 +310,9 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
             st.res.remove(&dk);
         } else if let Some(disk) = st.res.get_mut(&dk) {
             disk.body["properties"]["diskState"] = json!("Unattached");
+            if let Some(b) = disk.body.as_object_mut() {
+                b.remove("managedBy");
+            }
         }
     }
     let mut detached = Vec::new();
@@ -515,7 +518,7 @@ pub(super) fn prepare_vm(
         Res::new(
             Kind::Disk,
             json!({"id": disk_id, "name": disk, "type": Kind::Disk.type_name(), "location": location,
-                "tags": {}, "properties": {"provisioningState": "Succeeded", "diskState": "Attached",
+                "tags": {}, "managedBy": id, "properties": {"provisioningState": "Succeeded", "diskState": "Attached",
                 "timeCreated": now(),
                 "diskSizeGB": props["storageProfile"]["osDisk"]["diskSizeGB"].as_u64().unwrap_or(30)}}),
         ),

@@ -200,6 +200,19 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
             }
         }
     }
+    let delete_option = &r.body["properties"]["storageProfile"]["osDisk"]["deleteOption"];
+    if kind == Kind::Vm
+        && !delete_option.is_null()
+        && !matches!(delete_option.as_str(), Some("Delete" | "Detach"))
+    {
+        return err_with(
+            400,
+            "InvalidParameter",
+            &format!("The value '{delete_option}' of parameter 'deleteOption' is not allowed. Allowed values are 'Delete', 'Detach'."),
+            json!([]),
+            json!({"target": "deleteOption"}),
+        );
+    }
     let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
         return not_found(kind, name, rg);
     };
@@ -207,6 +220,10 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
         res.body["tags"] = t.clone();
     }
     let mut restart = false;
+    if kind == Kind::Vm && !delete_option.is_null() {
+        // What the VM's delete does to its OS disk can change on an existing VM.
+        res.body["properties"]["storageProfile"]["osDisk"]["deleteOption"] = delete_option.clone();
+    }
     if kind == Kind::Vm {
         if let Some(size) = r.body["properties"]["hardwareProfile"]["vmSize"].as_str() {
             res.body["properties"]["hardwareProfile"]["vmSize"] = json!(size);
@@ -296,6 +313,15 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
                     400,
                     "InUseNetworkSecurityGroupCannotBeDeleted",
                     &format!("Network security group {id} cannot be deleted because it is in use by the following resources: {}", users.join(", ")),
+                );
+            }
+        }
+        Kind::Disk => {
+            if let Some(vm) = res.body["managedBy"].as_str() {
+                return err(
+                    409,
+                    "OperationNotAllowed",
+                    &format!("Disk {name} is attached to VM {vm}."),
                 );
             }
         }
