@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::labels::{self, Labels};
 use crate::machine::Created;
 use crate::retry::RetryPolicy;
-use crate::settings::{parse_duration, Problems, Settings};
+use crate::settings::{parse_any_duration, Problems, Settings};
 use crate::spec::MachineSpec;
 
 crate::setting_keys! {
@@ -54,13 +54,10 @@ pub struct ClientOptions {
     pub retry_timeout: Option<Duration>,
 }
 
-/// Parses a duration with a unit (`250ms`, `90s`, `30m`, `24h`, `2d`) or plain seconds.
+/// Parses a duration as [`crate::settings::parse_duration`] does, parts of a second included
+/// (`250ms`, `1.5s`, `90s`, `30m`, `24h`, `2d`, `1h 30m`) or plain seconds (`3600`).
 pub fn parse_short_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    match s.strip_suffix("ms") {
-        Some(ms) => ms.parse().ok().map(Duration::from_millis),
-        None => parse_duration(s),
-    }
+    parse_any_duration(s)
 }
 
 impl ClientOptions {

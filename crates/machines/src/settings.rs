@@ -387,18 +387,23 @@ impl Problems {
     }
 }
 
-/// Parses a duration as `90s`, `30m`, `24h`, `2d` or plain seconds (`3600`).
+/// Parses a duration of whole seconds: plain seconds (`3600`), or a number with a unit as the
+/// `humantime` crate reads it: `90s`, `30m`, `24h`, `2d`, `1w`, several together (`1h 30m`, `1h30m`)
+/// and fractions that come to whole seconds (`1.5h`). Units: `s`/`sec`/`second(s)`, `m`/`min`/
+/// `minute(s)`, `h`/`hr`/`hour(s)`, `d`/`day(s)`, `w`/`week(s)`, `M`/`month(s)` (30.44 days),
+/// `y`/`year(s)` (365.25 days). A duration with a part of a second (`90.5s`, `250ms`), a negative
+/// one, a bare unit or text that is not a duration is `None`.
 pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    parse_any_duration(s).filter(|d| d.subsec_nanos() == 0)
+}
+
+/// [`parse_duration`] that keeps parts of a second (`250ms`, `1.5s`; also `us` and `ns`).
+pub(crate) fn parse_any_duration(s: &str) -> Option<std::time::Duration> {
     let s = s.trim();
-    let (num, mult) = match s.char_indices().last()? {
-        (i, 's') => (&s[..i], 1),
-        (i, 'm') => (&s[..i], 60),
-        (i, 'h') => (&s[..i], 3600),
-        (i, 'd') => (&s[..i], 86_400),
-        _ => (s, 1),
-    };
-    let n: u64 = num.parse().ok()?;
-    n.checked_mul(mult).map(std::time::Duration::from_secs)
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse().ok().map(std::time::Duration::from_secs);
+    }
+    humantime::parse_duration(s).ok()
 }
 
 /// Parses a boolean setting: `true`/`false`, `1`/`0`, `yes`/`no` (any case).
@@ -434,8 +439,21 @@ mod tests {
         assert_eq!(parse_duration("30m").unwrap().as_secs(), 1800);
         assert_eq!(parse_duration("2d").unwrap().as_secs(), 172_800);
         assert_eq!(parse_duration("3600").unwrap().as_secs(), 3600);
-        assert_eq!(parse_duration("1.5h"), None);
-        assert_eq!(parse_duration(""), None);
+        assert_eq!(parse_duration(" 24h ").unwrap().as_secs(), 86_400);
+        assert_eq!(parse_duration("1h 30m").unwrap().as_secs(), 5400);
+        assert_eq!(parse_duration("1.5h").unwrap().as_secs(), 5400);
+        for bad in [
+            "",
+            "s",
+            "90x",
+            "-90s",
+            "90.5s",
+            "250ms",
+            "1.5",
+            "ten minutes",
+        ] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
         assert_eq!(parse_bool("Yes"), Some(true));
         assert_eq!(parse_bool("nope"), None);
     }
