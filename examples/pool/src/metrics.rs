@@ -144,6 +144,7 @@ impl Metrics {
                 Action::Failed { operation, .. } => {
                     self.failures.with_label_values(&[operation.as_str()]).inc()
                 }
+                Action::Conflict { .. } => self.failures.with_label_values(&["conflict"]).inc(),
                 Action::NoStock { offering, .. } => {
                     self.no_stock.with_label_values(&[offering.as_str()]).inc()
                 }

@@ -127,6 +127,12 @@ pub struct Record {
     pub entries: BTreeMap<String, Entry>,
     /// Offerings (`type@location`) that reported no stock, with the time until which they rest.
     pub cooling: BTreeMap<String, Timestamp>,
+    /// Another writer owns machines in this pool under this owner (a create of a name this record had
+    /// never asked for was answered with a machine an earlier create made): why, as told to the
+    /// operator. While it is set, passes neither create nor delete until the operator's word
+    /// (`--unknown adopt` or `--unknown delete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conflict: Option<String>,
 }
 
 impl Record {
@@ -138,6 +144,7 @@ impl Record {
             next: 0,
             entries: BTreeMap::new(),
             cooling: BTreeMap::new(),
+            conflict: None,
         }
     }
 
@@ -217,6 +224,21 @@ pub enum Event {
         /// Until when.
         until: Timestamp,
     },
+    /// Another writer owns a machine of a name this record picked: the name is dropped from the
+    /// record and the pool is held.
+    Conflict {
+        /// The name.
+        name: String,
+        /// The other writer's machine.
+        id: String,
+        /// Why.
+        why: String,
+    },
+    /// The operator settled a conflict.
+    Settled {
+        /// How.
+        how: String,
+    },
     /// Old names pruned from the record.
     Pruned {
         /// The names.
@@ -234,8 +256,12 @@ impl Event {
             | Event::IntendDelete { name, .. }
             | Event::Gone { name, .. }
             | Event::Failed { name, .. }
-            | Event::Unhealthy { name, .. } => Some(name),
-            Event::Established { .. } | Event::Cooling { .. } | Event::Pruned { .. } => None,
+            | Event::Unhealthy { name, .. }
+            | Event::Conflict { name, .. } => Some(name),
+            Event::Established { .. }
+            | Event::Cooling { .. }
+            | Event::Settled { .. }
+            | Event::Pruned { .. } => None,
         }
     }
 
@@ -251,6 +277,8 @@ impl Event {
             Event::Failed { .. } => "failed",
             Event::Unhealthy { .. } => "unhealthy",
             Event::Cooling { .. } => "cooling",
+            Event::Conflict { .. } => "conflict",
+            Event::Settled { .. } => "settled",
             Event::Pruned { .. } => "pruned",
         }
     }

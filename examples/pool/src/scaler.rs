@@ -100,6 +100,18 @@ pub enum Action {
         /// Why, and what the operator can do.
         why: String,
     },
+    /// A create of a name this record had never asked for before was answered with a machine an
+    /// earlier create made: another writer (a second orca-pool with its own record, or another
+    /// program) owns machines in this pool under this owner. The machine is not recorded and the pass
+    /// stops.
+    Conflict {
+        /// The name.
+        name: String,
+        /// The other writer's machine.
+        id: String,
+        /// Why, and what the operator can do.
+        why: String,
+    },
     /// A call failed; the pass went on where it could.
     Failed {
         /// The operation: `list`, `read`, `create`, `delete`.
@@ -157,7 +169,7 @@ impl PassReport {
     pub fn failures(&self) -> usize {
         self.actions
             .iter()
-            .filter(|a| matches!(a, Action::Failed { .. }))
+            .filter(|a| matches!(a, Action::Failed { .. } | Action::Conflict { .. }))
             .count()
             + usize::from(self.stopped.is_some())
     }
@@ -224,6 +236,9 @@ impl PassReport {
                         machines.len(),
                         machines.join(", ")
                     )
+                }
+                Action::Conflict { name, id, why } => {
+                    format!("  CONFLICT on {name} ({id}): {why}")
                 }
                 Action::Failed { doing, error, .. } => format!("  FAILED {doing}: {error}"),
             });
@@ -303,6 +318,8 @@ struct Shared<'a> {
     made: usize,
     deleted_counted: usize,
     no_offering: usize,
+    /// Another writer was met: nothing more is started.
+    conflict: Option<String>,
 }
 
 impl Shared<'_> {
@@ -396,6 +413,22 @@ async fn run(
     };
     report.listed = listed.len();
     let mut events = Vec::new();
+
+    // Another writer met in an earlier pass: nothing is done until the operator's word.
+    if let Some(conflict) = record.conflict.clone() {
+        if settings.unknown == Unknown::Ask {
+            report.stopped = Some(format!("held, as in an earlier pass: {conflict}"));
+            return Ok(Some(record));
+        }
+        record.conflict = None;
+        events.push(Event::Settled {
+            how: format!(
+                "the operator's word (--unknown {}): the pool's machines this record does not name are {}",
+                if settings.unknown == Unknown::Adopt { "adopt" } else { "delete" },
+                if settings.unknown == Unknown::Adopt { "adopted" } else { "deleted" }
+            ),
+        });
+    }
 
     // Machines the record does not name.
     let unknown: Vec<&Machine> = listed
@@ -815,6 +848,7 @@ async fn run(
         made: 0,
         deleted_counted: 0,
         no_offering: 0,
+        conflict: None,
     });
     {
         let mut results = futures::stream::iter(
@@ -829,6 +863,9 @@ async fn run(
     }
     let shared = shared.into_inner();
     report.actions.extend(shared.actions);
+    if let Some(c) = shared.conflict {
+        report.stopped = Some(c);
+    }
     if shared.no_offering > 0 {
         report.actions.push(Action::Short {
             missing: shared.no_offering,
@@ -873,6 +910,9 @@ async fn delete_job(
 ) -> Result<(), StoreError> {
     {
         let mut s = sh.lock().await;
+        if s.conflict.is_some() {
+            return Ok(());
+        }
         if s.throttled {
             s.actions.push(Action::Skipped {
                 offering: d.offering.to_string(),
@@ -965,8 +1005,11 @@ async fn create_job(
     now: Timestamp,
 ) -> Result<(), StoreError> {
     loop {
-        let (name, offering) = {
+        let (name, offering, fresh) = {
             let mut s = sh.lock().await;
+            if s.conflict.is_some() {
+                return Ok(());
+            }
             if s.throttled {
                 s.actions.push(Action::Skipped {
                     offering: "-".into(),
@@ -976,7 +1019,7 @@ async fn create_job(
             }
             match retry.take() {
                 Some(name) => match s.record.entries.get(&name) {
-                    Some(e) => (name, e.offering.clone()),
+                    Some(e) => (name, e.offering.clone(), false),
                     None => continue,
                 },
                 None => {
@@ -1012,7 +1055,7 @@ async fn create_job(
                         offering: o.to_string(),
                     }])
                     .await?;
-                    (name, o)
+                    (name, o, true)
                 }
             }
         };
@@ -1029,6 +1072,36 @@ async fn create_job(
                 )))
             }
             Ok(Created::Machine(m)) => Ok((m, false)),
+            Ok(Created::Adopted(m)) if fresh => {
+                // This record picked the name just now and had never asked for it before: the
+                // machine is another writer's (a second copy with its own record, or another
+                // program), not this scaler's earlier attempt.
+                let why = format!(
+                    "another writer owns machines in pool {pool} under owner {owner} on {kind}: the create of {name}, a name this record ({store}) had never asked for before, was answered with machine {id}, made by an earlier create that was not this scaler's. It is not recorded as this pool's, and nothing more is created or deleted for {key} until you act: run one orca-pool per kind, owner and pool (a second copy needs its own --owner; replicas share PostgreSQL with --store postgres://...), then, with the other writer stopped, run once with --unknown adopt to take its machines into this record, or --unknown delete to delete them",
+                    pool = key.pool,
+                    owner = if key.owner.is_empty() { "-" } else { &key.owner },
+                    kind = key.kind,
+                    store = s.store.describe(),
+                    id = m.id,
+                );
+                s.record.entries.remove(&name);
+                s.record.conflict = Some(why.clone());
+                s.commit(vec![Event::Conflict {
+                    name: name.clone(),
+                    id: m.id.clone(),
+                    why: why.clone(),
+                }])
+                .await?;
+                s.actions.push(Action::Conflict {
+                    name,
+                    id: m.id,
+                    why: why.clone(),
+                });
+                if s.conflict.is_none() {
+                    s.conflict = Some(why);
+                }
+                return Ok(());
+            }
             Ok(Created::Adopted(m)) => Ok((m, true)),
             Ok(Created::NoStock { message, .. }) => Err(Error::no_stock(
                 &offering.machine_type,

@@ -494,3 +494,77 @@ async fn a_machine_deleted_outside_is_replaced() {
     );
     assert_eq!(ids(&cloud).len(), 2);
 }
+
+/// Two copies with their own record files on one pool (same kind, owner and pool) pick the same names.
+/// The second, whose first listing was taken before the first copy's creates, is answered `Adopted`
+/// for a name it never asked for before: that is another writer's machine. It is not recorded, the
+/// pass stops, and later passes delete nothing of the other writer's until the operator decides.
+#[tokio::test]
+async fn a_second_writer_on_one_pool_is_a_conflict_not_an_adoption() {
+    let (one_dir, two_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (cloud, p) = cloud();
+    let mut one = scaler(one_dir.path(), 2, &[A]);
+    let r = one.pass(&p, cloud.now()).await;
+    assert_eq!(r.serving, 2, "{:?}", r.actions);
+
+    let two_p = Wrap::new(cloud.provider("s1").unwrap());
+    two_p.stale_listings.store(1, Ordering::SeqCst);
+    let mut two = scaler(two_dir.path(), 2, &[A]);
+    let r = two.pass(&two_p, cloud.now()).await;
+    let stopped = r.stopped.clone().unwrap_or_default();
+    assert!(
+        stopped.contains("another writer") && stopped.contains("s1"),
+        "{stopped:?} {:?}",
+        r.actions
+    );
+    assert!(r.failures() > 0);
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| matches!(a, Action::Conflict { .. })),
+        "{:?}",
+        r.actions
+    );
+    assert!(
+        !r.actions
+            .iter()
+            .any(|a| matches!(a, Action::Created { .. })),
+        "{:?}",
+        r.actions
+    );
+    drop(two);
+    let mut reopened = scaler(two_dir.path(), 2, &[A]);
+    let before = ids(&cloud);
+    assert_eq!(before.len(), 2);
+
+    // The first copy grows; the second, on its next passes, neither adopts nor deletes.
+    one.settings.size = 3;
+    let r = one.pass(&p, cloud.now()).await;
+    assert_eq!(r.serving, 3, "{:?}", r.actions);
+    for _ in 0..2 {
+        let r = reopened.pass(&two_p, cloud.now()).await;
+        assert!(
+            r.stopped
+                .as_deref()
+                .is_some_and(|s| s.contains("another writer")),
+            "{r:?}"
+        );
+        assert!(deleted(&r.actions).is_empty(), "{:?}", r.actions);
+    }
+    assert!(two_p.deleted.lock().unwrap().is_empty());
+    assert_eq!(ids(&cloud).len(), 3);
+    let rec = reopened.record().cloned();
+    assert!(
+        rec.is_none_or(|r| r.in_phase(Phase::Live).count() == 0),
+        "the other writer's machines are not in this record"
+    );
+    let r = one.pass(&p, cloud.now()).await;
+    assert!(r.actions.is_empty(), "{:?}", r.actions);
+
+    // The operator's word settles it: the other writer stopped, its machines are adopted.
+    drop(one);
+    reopened.settings.unknown = Unknown::Adopt;
+    let r = reopened.pass(&two_p, cloud.now()).await;
+    assert!(r.stopped.is_none(), "{r:?}");
+    assert_eq!(r.serving, 2, "{:?}", r.actions);
+}

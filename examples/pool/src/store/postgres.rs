@@ -24,11 +24,18 @@ use crate::record::{Entry, Event, Key, Phase, Record};
 use crate::Offering;
 
 /// The migrations, in order: (version, name, SQL).
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(
-    1,
-    "records, machines, cooling, events",
-    include_str!("migrations/0001_records.sql"),
-)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (
+        1,
+        "records, machines, cooling, events",
+        include_str!("migrations/0001_records.sql"),
+    ),
+    (
+        2,
+        "records.conflict",
+        include_str!("migrations/0002_conflict.sql"),
+    ),
+];
 
 /// The schema everything lives in.
 pub const SCHEMA: &str = "orca_pool";
@@ -332,7 +339,7 @@ impl Store for PgStore {
         let Some(row) = self
             .client
             .query_opt(
-                "SELECT established, next_number FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3",
+                "SELECT established, next_number, conflict FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3",
                 &[&key.kind, &key.owner, &key.pool],
             )
             .await
@@ -343,6 +350,7 @@ impl Store for PgStore {
         let mut record = Record::new(key.clone());
         record.established = row.get(0);
         record.next = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+        record.conflict = row.get(2);
         for r in self
             .client
             .query(
@@ -437,9 +445,17 @@ impl Store for PgStore {
         }
         let next = i64::try_from(record.next).unwrap_or(i64::MAX);
         tx.execute(
-            "UPDATE orca_pool.records SET established = $4, next_number = $5, updated_at = now()
+            "UPDATE orca_pool.records SET established = $4, next_number = $5, conflict = $6,
+                 updated_at = now()
              WHERE kind = $1 AND owner = $2 AND pool = $3",
-            &[&key.kind, &key.owner, &key.pool, &record.established, &next],
+            &[
+                &key.kind,
+                &key.owner,
+                &key.pool,
+                &record.established,
+                &next,
+                &record.conflict,
+            ],
         )
         .await
         .map_err(db("write record"))?;

@@ -56,6 +56,9 @@ pub struct Wrap {
     pub create_delay: Duration,
     /// Ids of every delete asked for.
     pub deleted: Arc<Mutex<Vec<String>>>,
+    /// How many listings, from now, answer an empty pool (a listing taken before another writer's
+    /// creates, as when two copies start at once).
+    pub stale_listings: Arc<AtomicUsize>,
 }
 
 impl Wrap {
@@ -71,6 +74,7 @@ impl Wrap {
             max_in_flight: Arc::default(),
             create_delay: Duration::ZERO,
             deleted: Arc::default(),
+            stale_listings: Arc::default(),
         }
     }
 
@@ -113,6 +117,13 @@ impl Provider for Wrap {
         r
     }
     async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
+        if self
+            .stale_listings
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Ok(Vec::new());
+        }
         Ok(self
             .inner
             .machines(pool)
