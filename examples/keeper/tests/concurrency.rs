@@ -43,6 +43,7 @@ async fn created_and_destroyed_steps_at_once_lose_and_double_count_nothing() {
     let results = futures::future::join_all(runs).await;
     let mut created_sids = Vec::new();
     let mut souls_destroyed = 0;
+    let mut vms_destroyed = 0;
     for r in results {
         let (step, r) = r.unwrap();
         let out = r.unwrap_or_else(|f| panic!("{step} failed: {} {}", f.error, f.output));
@@ -55,6 +56,7 @@ async fn created_and_destroyed_steps_at_once_lose_and_double_count_nothing() {
             );
         } else {
             souls_destroyed += out["counters"]["souls_destroyed"].as_i64().unwrap();
+            vms_destroyed += out["counters"]["vms_destroyed"].as_i64().unwrap();
         }
     }
     // Fifteen new VMs, indexes 1 to 15, each once.
@@ -67,6 +69,10 @@ async fn created_and_destroyed_steps_at_once_lose_and_double_count_nothing() {
     assert_eq!(unique.into_iter().cloned().collect::<BTreeSet<_>>(), want);
     // Six old souls destroyed, counted once although a pair was destroyed twice.
     assert_eq!(souls_destroyed, 6);
+    assert_eq!(
+        vms_destroyed, 6,
+        "a VM destroyed by two steps at once is counted once"
+    );
     let machines = w.machines();
     assert_eq!(machines.len(), 15, "only the new VMs are at the cloud");
     assert!(machines.iter().all(|m| m.name.starts_with("conc-")));
@@ -123,5 +129,11 @@ async fn created_and_destroyed_steps_at_once_lose_and_double_count_nothing() {
         })
         .sum();
     assert_eq!(audited, 6);
+    let audited_vms: i64 = events
+        .iter()
+        .filter(|e| e["payload"]["action"] == "destroyed")
+        .map(|e| e["payload"]["counters"]["vms_destroyed"].as_i64().unwrap())
+        .sum();
+    assert_eq!(audited_vms, 6);
     w.finish().await;
 }

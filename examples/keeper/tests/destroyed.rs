@@ -126,8 +126,12 @@ async fn destroyed_cascades_souls_seeds_and_tokens_in_one_step() {
         )
         .await
         .unwrap();
+    assert_eq!(again["counters"]["vms_destroyed"], 0, "{again}");
     assert_eq!(again["counters"]["souls_destroyed"], 0);
     assert_eq!(again["counters"]["bootstrap_burned"], 0);
+    assert_eq!(again["already_gone"], json!(ids));
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["payload"]["counters"]["vms_destroyed"], 0);
     w.finish().await;
 }
 

@@ -7,6 +7,11 @@
 //! The caller holds the sid <-> vm_id pairing. keeper checks what it can before any cloud call: every
 //! given SID must name a soul of this provider whose VM is among `vm_ids`, and the cascade moves only
 //! such souls, so a wrong pairing is refused rather than cascaded onto another host.
+//!
+//! `counters.vms_destroyed` counts the VMs that existed when this step destroyed them: a VM already
+//! gone (a repeat, or another step that destroyed it first) is named in `already_gone` and not counted.
+
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
@@ -36,32 +41,38 @@ impl Keeper {
             Ok(c) => c,
             Err(e) => return run.refuse(e),
         };
+        // `destroyed`: every VM gone after its delete; `already_gone`: those of them that were gone
+        // before it (a repeat, or another step destroying the same VM): not counted as destroyed.
         let mut destroyed = Vec::new();
+        let mut already_gone = Vec::new();
         for (i, id) in p.vm_ids.iter().enumerate() {
-            match cloud.delete(id).await {
-                Ok(_) => {
-                    tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed");
+            match self.destroy_one(&row, &cloud, id).await {
+                Ok(existed) => {
+                    if existed {
+                        tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed");
+                    } else {
+                        tracing::info!(step_id = %run.step_id, vm_id = %id, "VM already gone");
+                        already_gone.push(id.clone());
+                    }
                     destroyed.push(id.clone());
                 }
-                Err(e) => {
-                    let mut err = from_orca(&e);
-                    err.message = format!(
-                        "destroying VM {id} failed: {}; the registries are untouched",
-                        err.message
-                    );
-                    run.fact("changed", json!(!destroyed.is_empty()));
+                Err(err) => {
+                    let vms_destroyed = destroyed.len() - already_gone.len();
+                    run.fact("changed", json!(vms_destroyed > 0));
                     run.fact("destroyed", json!(destroyed));
+                    run.fact("already_gone", json!(already_gone));
                     run.fact("failed", json!([id]));
                     run.fact("not_attempted", json!(p.vm_ids[i + 1..]));
                     run.fact(
                         "counters",
-                        json!({"vms_destroyed": destroyed.len(), "souls_destroyed": 0, "seeds_orphaned": 0, "bootstrap_burned": 0}),
+                        json!({"vms_destroyed": vms_destroyed, "souls_destroyed": 0, "seeds_orphaned": 0, "bootstrap_burned": 0}),
                     );
                     return run.fail(err);
                 }
             }
         }
-        match self.cascade(&run, &row, &p, actor).await {
+        let vms_destroyed = destroyed.len() - already_gone.len();
+        match self.cascade(&run, &row, &p, vms_destroyed, actor).await {
             Ok(counters) => {
                 run.audited = true;
                 run.output = Some(json!({
@@ -70,6 +81,7 @@ impl Keeper {
                     "count": p.vm_ids.len(),
                     "vm_ids": p.vm_ids,
                     "sids": p.sids,
+                    "already_gone": already_gone,
                     "counters": counters,
                 }));
                 run
@@ -77,6 +89,8 @@ impl Keeper {
             Err(e) => {
                 run.fact("changed", json!(true));
                 run.fact("destroyed", json!(destroyed));
+                run.fact("already_gone", json!(already_gone));
+                run.fact("counters", json!({"vms_destroyed": vms_destroyed}));
                 run.fact(
                     "note",
                     json!("the VMs are destroyed at the provider but the registries are not updated: run the same step again (destroying a VM that is gone succeeds)"),
@@ -84,6 +98,43 @@ impl Keeper {
                 run.fail(e)
             }
         }
+    }
+
+    /// Destroys VM `id`; answers whether it existed before (a VM already gone is no error, and is not
+    /// counted). The look-up and the delete hold a lock on the VM (a PostgreSQL advisory lock, held by
+    /// a transaction, so that every keeper on this database waits for it): of two steps destroying the
+    /// same VM at once, only the one that found it counts it.
+    async fn destroy_one(
+        &self,
+        row: &CloudProvider,
+        cloud: &Arc<dyn orca::Provider>,
+        id: &str,
+    ) -> Result<bool> {
+        let failed = |e: &orca::Error| {
+            let mut err = from_orca(e);
+            err.message = format!(
+                "destroying VM {id} failed: {}; the registries are untouched",
+                err.message
+            );
+            err
+        };
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| Error::db("begin", &e))?;
+        let key = format!("keeper.cloud_vm/{}/{id}", row.name);
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+            &[&key],
+        )
+        .await
+        .map_err(|e| Error::db("lock the VM", &e))?;
+        let existed = cloud.machine(id).await.map_err(|e| failed(&e))?.is_some();
+        cloud.delete(id).await.map_err(|e| failed(&e))?;
+        // Nothing was written: the end of the transaction only lets the lock go.
+        tx.rollback().await.ok();
+        Ok(existed)
     }
 
     async fn check_pairing(&self, row: &CloudProvider, p: &DestroyParams) -> Result<()> {
@@ -119,6 +170,7 @@ impl Keeper {
         run: &Run,
         row: &CloudProvider,
         p: &DestroyParams,
+        vms_destroyed: usize,
         actor: &str,
     ) -> Result<Value> {
         let mut client = self.pool.get().await?;
@@ -171,7 +223,7 @@ impl Keeper {
             .await
             .map_err(db("journal"))?;
         let counters = json!({
-            "vms_destroyed": p.vm_ids.len(),
+            "vms_destroyed": vms_destroyed,
             "souls_destroyed": souls_destroyed,
             "seeds_orphaned": seeds_orphaned,
             "bootstrap_burned": bootstrap_burned,
