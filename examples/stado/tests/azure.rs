@@ -561,6 +561,68 @@ async fn readmission_list_delete_and_reap() {
     assert_eq!(declared_names(&lab.s), vec!["r1", "r2", "r4"]);
 }
 
+/// Another team's VM in the same subnet (made through the Azure driver under another owner): its
+/// interface, security group and VM are left exactly as they were by create, readmission, reap and
+/// delete, and so is the other team's rule on the subnet's security group.
+#[tokio::test]
+async fn every_other_interface_in_the_subnet_is_left_as_it_was() {
+    let lab = lab(&[("team-a", 100)]).await;
+    let p = Profile::load(&lab.s.home).unwrap();
+    let settings = stado::cloud::azure_settings(&p, |k| match k {
+        "ORCA_AZURE_ACCESS_TOKEN" => Some(TOKEN.to_string()),
+        "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
+        _ => None,
+    });
+    let team = orca::of_with("azure", "team-b", &settings).await.unwrap();
+    let spec = orca::MachineSpec::new("other", SIZE, LOCATION, "team-b").with_ssh_key(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHd0yP6xyD4g5ZrOX3nCwqZt1mTx6cVv9d4cN5f2a1bQ team-b",
+    );
+    assert!(matches!(
+        team.create(&spec).await.unwrap(),
+        orca::Created::Machine(_)
+    ));
+    let theirs = |lab: &Lab| {
+        [
+            ("Microsoft.Network/networkInterfaces", "other-nic"),
+            ("Microsoft.Network/networkSecurityGroups", "other-nsg"),
+            ("Microsoft.Network/publicIPAddresses", "other-ip"),
+            ("Microsoft.Compute/virtualMachines", "other"),
+        ]
+        .map(|(t, n)| {
+            lab.azure
+                .resource(RESOURCE_GROUP, t, n)
+                .unwrap_or_else(|| panic!("{t} {n}"))
+        })
+    };
+    let team_rule = |lab: &Lab| {
+        lab.azure
+            .nsg_rules(RESOURCE_GROUP, "hosts-nsg")
+            .into_iter()
+            .find(|r| r["name"] == "team-a")
+            .unwrap()
+    };
+    let was = theirs(&lab);
+    let rule = team_rule(&lab);
+    assert!(
+        serde_json::to_string(&was[0])
+            .unwrap()
+            .contains(&format!("stado-net-{LOCATION}/subnets/hosts")),
+        "the other team's interface is in the subnet"
+    );
+    assert!(lab.create("h1").await.ok);
+    assert_eq!(theirs(&lab), was, "after create");
+    let r = lab.create("h2").await;
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(r.admission[0].readmitted, vec!["h1".to_string()]);
+    assert_eq!(theirs(&lab), was, "after a create that readmitted h1");
+    lab.s.reap(false).await.unwrap();
+    assert_eq!(theirs(&lab), was, "after reap");
+    lab.s.delete("h1").await.unwrap();
+    lab.s.delete("h2").await.unwrap();
+    assert_eq!(theirs(&lab), was, "after delete");
+    assert_eq!(team_rule(&lab), rule);
+}
+
 /// Two operators with stado homes of their own in one resource group: the second one's create of a
 /// name the first one holds is refused and leaves the first one's host as it was.
 #[tokio::test]
