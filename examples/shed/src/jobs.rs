@@ -27,7 +27,11 @@ pub(crate) enum Step {
 /// What one run of a job remembers (not kept on disk: a restart starts afresh).
 #[derive(Debug, Default)]
 pub(crate) struct JobCtx {
+    /// The delete's destroy was tried (a failure is retried by the pass).
     destroy_tried: bool,
+    /// The destroy of a failed create's VM was tried (a failure is retried by the pass); apart from
+    /// `destroy_tried`, so that a delete arriving during it is still acted on.
+    failed_destroy_tried: bool,
     stop_tried: bool,
     probe_since: Option<Timestamp>,
     next_probe: Option<Timestamp>,
@@ -148,7 +152,7 @@ impl Backend {
                 _ => Step::Done,
             },
             Status::Error => {
-                if !s.vm_gone && !ctx.destroy_tried {
+                if !s.vm_gone && !ctx.failed_destroy_tried {
                     Step::DestroyFailed
                 } else {
                     Step::Done
@@ -183,7 +187,7 @@ impl Backend {
                 self.step_destroy(id).await
             }
             Step::DestroyFailed => {
-                ctx.destroy_tried = true;
+                ctx.failed_destroy_tried = true;
                 self.step_destroy_failed(id).await
             }
             Step::Done => {}

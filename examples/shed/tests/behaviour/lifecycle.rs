@@ -660,3 +660,28 @@ async fn a_stop_queued_while_the_probe_runs_is_acted_on_when_the_agent_answers()
     env.until_status("a", Status::Stopped).await;
     assert_eq!(env.vm("a").unwrap().status, orca::Status::Stopped);
 }
+
+#[tokio::test]
+async fn a_streamed_delete_of_a_failed_create_whose_vm_is_being_destroyed_ends_once_it_is_gone() {
+    let env = Env::new().await;
+    env.wrapped.hold(Call::Delete);
+    env.probe.set_default(ProbeOutcome::HostKeyMismatch);
+    let v = env.create("hk").await.unwrap();
+    env.until_status("hk", Status::Error).await;
+    env.until("the failed create's destroy is held", |e| {
+        e.wrapped.entered(Call::Delete) == 1
+    })
+    .await;
+    env.backend.delete_shed(&env.admin(), "hk").await.unwrap();
+    let b = env.backend.clone();
+    let id = v.id.clone();
+    let gone = tokio::spawn(async move { b.wait_gone(&id).await });
+    env.wrapped.release(Call::Delete);
+    let r = tokio::time::timeout(Duration::from_secs(5), gone)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r, Ok(()), "the VM is gone: the delete is complete");
+    assert!(env.vms().is_empty());
+    assert!(env.backend.markers().is_empty());
+}
