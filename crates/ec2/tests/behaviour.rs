@@ -791,3 +791,61 @@ async fn a_resize_to_a_type_out_of_stock_goes_back_and_runs_again() {
     );
     assert!(p.delete(&m.id).await.unwrap());
 }
+
+#[tokio::test]
+async fn a_machines_own_disk_size_and_image_reach_ec2() {
+    let Some(e) = env("a_machines_own_disk_size_and_image_reach_ec2").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    // An older Canonical build than the one the driver picks by itself (scripts/moto/amis.json).
+    let ami = "ami-0b1e2a3d4c5f60a01";
+    let spec = e.spec("own-1").with_disk_gb(24).with_image(ami);
+    let m = made(p.create(&spec).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    assert_eq!(runs.len(), 1);
+    let q = &runs[0].params;
+    assert_eq!(q["ImageId"], ami);
+    assert_eq!(q["BlockDeviceMapping.1.Ebs.VolumeSize"], "24");
+
+    // What EC2 (moto) made of it: the instance runs that image on a root volume of that size.
+    let ec2 = support::sdk(&e.seed.moto).await;
+    let inst = ec2
+        .describe_instances()
+        .instance_ids(&m.id)
+        .send()
+        .await
+        .unwrap()
+        .reservations()[0]
+        .instances()[0]
+        .clone();
+    assert_eq!(inst.image_id(), Some(ami));
+    let volume = inst
+        .block_device_mappings()
+        .iter()
+        .find(|b| b.device_name() == inst.root_device_name())
+        .and_then(|b| b.ebs())
+        .and_then(|b| b.volume_id())
+        .expect("a root volume")
+        .to_string();
+    let vols = ec2
+        .describe_volumes()
+        .volume_ids(&volume)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(vols.volumes()[0].size(), Some(24), "root volume {volume}");
+
+    // Without them, the driver's own choice: the newest Canonical image, and no size of its own.
+    let plain = made(p.create(&e.spec("own-2")).await.unwrap());
+    let q = &e.proxy.of("RunInstances")[1].params;
+    assert_eq!(q["ImageId"], "ami-0b1e2a3d4c5f60a02");
+    assert_ne!(
+        q.get("BlockDeviceMapping.1.Ebs.VolumeSize")
+            .map(String::as_str),
+        Some("24")
+    );
+    for id in [m.id, plain.id] {
+        assert!(p.delete(&id).await.unwrap());
+    }
+}
