@@ -646,6 +646,9 @@ impl Backend {
                 "async_lifecycle".into(),
                 "network_profiles".into(),
                 "service_clients".into(),
+                // The seed lists it "as on any server"; the exec route answers as it does (409
+                // SHED_NOT_RUNNING, else 501 in this example).
+                "http_exec".into(),
             ],
             isolation: "topology".into(),
             sizes: cfg

@@ -326,7 +326,14 @@ async fn info_reports_remote_its_features_and_topology_isolation() {
     let i = env.backend.info(&env.admin());
     assert_eq!(i.backend, "remote");
     assert_eq!(i.isolation, "topology");
-    for f in ["async_lifecycle", "network_profiles", "service_clients"] {
+    // The seed: async_lifecycle and network_profiles, "with service_clients and http_exec as on any
+    // server".
+    for f in [
+        "async_lifecycle",
+        "network_profiles",
+        "service_clients",
+        "http_exec",
+    ] {
         assert!(i.features.contains(&f.to_string()), "{f}");
     }
     assert_eq!(i.default_image, "projects/secret-proj/global/images/shed-7");
