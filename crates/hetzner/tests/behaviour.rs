@@ -1002,3 +1002,113 @@ async fn an_action_that_does_not_end_in_time_is_a_passing_failure_and_its_server
     );
     assert_eq!(fake.servers().len(), 1, "the server is not removed");
 }
+
+#[tokio::test]
+async fn a_machines_own_image_reaches_the_server() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "stack-1").await;
+    // By name, for each architecture: the fake resolves it to that architecture's build.
+    for (name, t, arch) in [("deb-x86", "cx23", "x86"), ("deb-arm", "cax11", "arm")] {
+        let m = p
+            .create(&spec(name, t, "fsn1", "lab").with_image("debian-12"))
+            .await
+            .unwrap()
+            .machine()
+            .expect("stock");
+        let s = fake
+            .servers()
+            .into_iter()
+            .find(|s| s["id"].to_string() == m.id)
+            .unwrap();
+        assert_eq!(s["image"]["name"], "debian-12", "{name}");
+        assert_eq!(s["image"]["architecture"], arch, "{name}");
+    }
+    // By id: the image itself (debian-12 for arm in the fake's catalogue).
+    let m = p
+        .create(&spec("deb-id", "cax11", "fsn1", "lab").with_image("114690389"))
+        .await
+        .unwrap()
+        .machine()
+        .expect("stock");
+    let s = fake
+        .servers()
+        .into_iter()
+        .find(|s| s["id"].to_string() == m.id)
+        .unwrap();
+    assert_eq!(s["image"]["id"], 114690389);
+    // An image that does not exist is refused as the spec's image, and no server is asked for.
+    let posts = fake.control().count(&Method::POST, "/v1/servers");
+    let e = p
+        .create(&spec("deb-none", "cx23", "fsn1", "lab").with_image("no-such-os"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidSpec { field, .. } if field == "image"),
+        "{e:?}"
+    );
+    assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), posts);
+    assert_eq!(fake.servers().len(), 3);
+}
+
+#[tokio::test]
+async fn errors_keep_the_operation_the_retries_the_code_and_the_cause() {
+    use std::error::Error as _;
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "stack-1").await;
+    // Every answer dropped: a passing failure, retried as often as the policy allows (fast: 6), with
+    // the transport's error as its cause.
+    fake.control().clear_log();
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/v1/servers",
+        Fault::DropAnswer,
+        100,
+    ));
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(matches!(e, Error::Transient { .. }), "{e:?}");
+    assert_eq!(e.operation(), Some("servers.list"));
+    assert_eq!(e.retries(), 6, "{e}");
+    assert_eq!(
+        fake.control().requests(),
+        7,
+        "the first try and six retries"
+    );
+    assert!(e.source().is_some(), "the cause is kept: {e:?}");
+    assert!(e.is_retryable());
+    fake.control().clear_faults();
+    // Hetzner's own error: its code is kept, what a caller matches on; retried until the budget ends.
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/v1/servers",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "unavailable", "message": "try later"}}),
+            headers: vec![],
+        },
+        100,
+    ));
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(e.code(), Some("unavailable"), "{e:?}");
+    assert_eq!(e.retries(), 6, "{e}");
+    fake.control().clear_faults();
+    // An answer that is not Hetzner's JSON: not retried, the decoder's error kept as the cause.
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/v1/servers",
+        Fault::Text {
+            status: 200,
+            content_type: "application/json".into(),
+            body: "{\"servers\": [".into(),
+        },
+        1,
+    ));
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(matches!(e, Error::Other { .. }), "{e:?}");
+    assert_eq!(e.retries(), 0, "{e}");
+    assert!(
+        e.source()
+            .is_some_and(|s| s.downcast_ref::<serde_json::Error>().is_some()),
+        "the decoder's error is the cause: {e:?}"
+    );
+    assert_eq!(e.operation(), Some("servers.list"));
+}
