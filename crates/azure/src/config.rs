@@ -289,6 +289,9 @@ pub struct Config {
     /// Where the instance metadata service is probed for, and asked for, the managed identity's
     /// token (`Credential::Auto`).
     pub(crate) imds_endpoint: String,
+    /// `AZURE_CLIENT_ID`, for `Credential::Auto`: the user-assigned identity the metadata service
+    /// is asked for (with several on the VM it answers none without it).
+    pub(crate) imds_client_id: Option<String>,
 }
 
 fn shorten(key: &str) -> String {
@@ -370,7 +373,12 @@ impl Config {
 
     /// The token source these settings name.
     pub(crate) fn token_source(&self) -> Result<Arc<dyn TokenSource>> {
-        credential::source(&self.credential, &self.arm_endpoint, &self.imds_endpoint)
+        credential::source(
+            &self.credential,
+            &self.arm_endpoint,
+            &self.imds_endpoint,
+            self.imds_client_id.as_deref(),
+        )
     }
 }
 
@@ -696,6 +704,7 @@ impl ConfigBuilder {
             Some(c) => c,
             None => credential_from_keys(s, &mut p),
         };
+        let imds_client_id = get(ConfigKey::ClientId).filter(|c| !c.is_empty());
         p.finish()?;
         let (Some(image), Some(image_arm64)) = (image, image_arm64) else {
             return Err(Error::settings([ConfigKey::Image.as_str()], URN_RULE));
@@ -732,6 +741,7 @@ impl ConfigBuilder {
             imds_endpoint: self
                 .imds_endpoint
                 .unwrap_or_else(|| credential::IMDS_ENDPOINT.to_string()),
+            imds_client_id,
         })
     }
 }

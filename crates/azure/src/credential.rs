@@ -10,7 +10,8 @@
 //! variable says so) and gives a token, else the Azure CLI (also on a VM without an identity).
 //!
 //! The automatic choice reads the managed identity's token from the metadata service itself
-//! (`ImdsToken`, at the endpoint it probed), so that the probe and the token come from the same place.
+//! (`ImdsToken`, at the endpoint it probed), so that the probe and the token come from the same place,
+//! asking for the user-assigned identity `AZURE_CLIENT_ID` names when it is set (`client_id`).
 //!
 //! azure_identity's token requests go through [`ReqwestTransport`], our `azure_core::http::HttpClient`
 //! over the workspace's reqwest 0.12, so the crate builds one HTTP stack (azure_core's default would
@@ -186,8 +187,10 @@ impl std::fmt::Debug for ImdsToken {
 }
 
 impl ImdsToken {
-    /// A source for `scope` (`https://management.azure.com/.default`) at `imds_endpoint`.
-    fn new(imds_endpoint: &str, scope: &str) -> ImdsToken {
+    /// A source for `scope` (`https://management.azure.com/.default`) at `imds_endpoint`, for the
+    /// user-assigned identity `client_id` when given (the service's `client_id` parameter: with
+    /// several user-assigned identities and no system-assigned one it refuses to choose).
+    fn new(imds_endpoint: &str, scope: &str, client_id: Option<&str>) -> ImdsToken {
         let resource = format!(
             "{}/",
             scope.trim_end_matches("/.default").trim_end_matches('/')
@@ -200,12 +203,17 @@ impl ImdsToken {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .unwrap_or_default();
+        let mut url = format!(
+            "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource={resource}",
+            imds_endpoint.trim_end_matches('/')
+        );
+        if let Some(c) = client_id.map(str::trim).filter(|c| !c.is_empty()) {
+            let c: String = url::form_urlencoded::byte_serialize(c.as_bytes()).collect();
+            url.push_str(&format!("&client_id={c}"));
+        }
         ImdsToken {
             http,
-            url: format!(
-                "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource={resource}",
-                imds_endpoint.trim_end_matches('/')
-            ),
+            url,
             cached: tokio::sync::Mutex::new(None),
         }
     }
@@ -284,6 +292,8 @@ impl TokenSource for ImdsToken {
 struct AutoToken {
     imds_endpoint: String,
     scope: String,
+    /// `AZURE_CLIENT_ID`: the user-assigned identity to ask the metadata service for.
+    client_id: Option<String>,
     cli: Arc<dyn TokenSource>,
     chosen: tokio::sync::OnceCell<(AutoChoice, Arc<dyn TokenSource>)>,
 }
@@ -297,11 +307,18 @@ impl std::fmt::Debug for AutoToken {
 }
 
 impl AutoToken {
-    /// The automatic choice for `scope`, probing `imds_endpoint`, with `cli` as the fallback.
-    fn new(imds_endpoint: &str, scope: &str, cli: Arc<dyn TokenSource>) -> AutoToken {
+    /// The automatic choice for `scope`, probing `imds_endpoint` (asking it for the user-assigned
+    /// identity `client_id` when given), with `cli` as the fallback.
+    fn new(
+        imds_endpoint: &str,
+        scope: &str,
+        client_id: Option<&str>,
+        cli: Arc<dyn TokenSource>,
+    ) -> AutoToken {
         AutoToken {
             imds_endpoint: imds_endpoint.to_string(),
             scope: scope.to_string(),
+            client_id: client_id.map(str::to_string),
             cli,
             chosen: tokio::sync::OnceCell::new(),
         }
@@ -311,8 +328,11 @@ impl AutoToken {
     async fn choose(&self) -> Result<(AutoChoice, Arc<dyn TokenSource>, SecretString)> {
         let mut managed_failed = None;
         if auto_choice(&self.imds_endpoint).await == AutoChoice::ManagedIdentity {
-            let mi: Arc<dyn TokenSource> =
-                Arc::new(ImdsToken::new(&self.imds_endpoint, &self.scope));
+            let mi: Arc<dyn TokenSource> = Arc::new(ImdsToken::new(
+                &self.imds_endpoint,
+                &self.scope,
+                self.client_id.as_deref(),
+            ));
             match mi.token().await {
                 Ok(t) => {
                     tracing::debug!("azure credential chosen: managed identity");
@@ -352,11 +372,13 @@ impl TokenSource for AutoToken {
 }
 
 /// The token source for `credential`, for Resource Manager at `arm_endpoint`; `Auto` probes the
-/// metadata service at `imds_endpoint` at its first token.
+/// metadata service at `imds_endpoint` at its first token, and asks it for the user-assigned
+/// identity `imds_client_id` (`AZURE_CLIENT_ID`) when given.
 pub(crate) fn source(
     credential: &Credential,
     arm_endpoint: &str,
     imds_endpoint: &str,
+    imds_client_id: Option<&str>,
 ) -> Result<Arc<dyn TokenSource>> {
     let scope = if arm_endpoint.starts_with("https://") {
         format!("{arm_endpoint}/.default")
@@ -369,6 +391,7 @@ pub(crate) fn source(
         Credential::Auto => Ok(Arc::new(AutoToken::new(
             imds_endpoint,
             &scope,
+            imds_client_id,
             identity(&Credential::AzureCli, &scope)?,
         ))),
         other => identity(other, &scope),
@@ -646,6 +669,7 @@ mod tests {
         let auto = AutoToken::new(
             &f.url(),
             "https://management.azure.com/.default",
+            None,
             cli.clone(),
         );
         assert_eq!(auto.token().await.unwrap().expose_secret(), "cli-token");
@@ -658,6 +682,7 @@ mod tests {
         let auto = AutoToken::new(
             &f.url(),
             "https://management.azure.com/.default",
+            None,
             cli.clone(),
         );
         assert_eq!(
@@ -675,7 +700,7 @@ mod tests {
             client_id: "c".into(),
             secret: SecretString::from("hunter2-xyz".to_string()),
         };
-        let src = source(&c, "https://management.azure.com", IMDS_ENDPOINT).unwrap();
+        let src = source(&c, "https://management.azure.com", IMDS_ENDPOINT, None).unwrap();
         let d = format!("{c:?} {src:?}");
         assert!(!d.contains("hunter2"), "{d}");
     }

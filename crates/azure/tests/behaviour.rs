@@ -1199,3 +1199,58 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
     assert!(p.delete("vm-u").await.unwrap());
     assert_eq!(stray(&f), vec![]);
 }
+
+#[tokio::test]
+async fn automatic_managed_identity_asks_for_the_client_id_among_several_identities() {
+    // An Azure VM with two user-assigned identities and no system-assigned one: the metadata
+    // service answers a token request without `client_id` with 400, so the automatic choice must
+    // name the identity AZURE_CLIENT_ID gives (issue 11 item 7).
+    const A: &str = "11111111-1111-4111-8111-111111111111";
+    const B: &str = "22222222-2222-4222-8222-222222222222";
+    let f = fake().await;
+    f.set_user_assigned_identities(&[A, B]);
+    let auto = |client_id: Option<&str>| {
+        let mut s = settings(&f).credential(orca_azure::Credential::Auto);
+        if let Some(c) = client_id {
+            s = s.with(orca_azure::ConfigKey::ClientId, c);
+        }
+        s.build().unwrap()
+    };
+    let p = orca_azure::AzureProvider::new(auto(Some(B)), "stack-1")
+        .await
+        .unwrap();
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    let asked: Vec<String> = f
+        .control()
+        .log()
+        .into_iter()
+        .filter(|l| l.path.starts_with("/metadata/identity/oauth2/token"))
+        .map(|l| l.path)
+        .collect();
+    assert!(
+        asked
+            .last()
+            .is_some_and(|q| q.contains(&format!("client_id={B}"))),
+        "{asked:?}"
+    );
+    // Without it, the metadata service refuses to choose (and the Azure CLI is tried next).
+    let p = orca_azure::AzureProvider::new(auto(None), "stack-1")
+        .await
+        .unwrap();
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unauthenticated, "{e}");
+    assert!(
+        e.to_string()
+            .contains("Multiple user assigned identities exist"),
+        "{e}"
+    );
+    // An identity the VM does not have is not found.
+    let p = orca_azure::AzureProvider::new(
+        auto(Some("33333333-3333-4333-8333-333333333333")),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(e.to_string().contains("Identity not found"), "{e}");
+}

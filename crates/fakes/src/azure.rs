@@ -70,7 +70,9 @@
 //!   `{"error":"invalid_request","error_description":"Required metadata header not specified"}`
 //!   at once to a request without the `Metadata: true` header, which is how clients probe for it;
 //!   with it, the identity's token in the endpoint's JSON ([`FakeAzure::set_managed_identity`]) or
-//!   400 "Identity not found".
+//!   400 "Identity not found"; user-assigned identities chosen by the `client_id` query parameter,
+//!   and with several of them and no `client_id` (nor a system-assigned identity) 400 "Multiple user
+//!   assigned identities exist, ..." ([`FakeAzure::set_user_assigned_identities`]).
 //! - **Role scope** ([`FakeAzure::scope_to_resource_group`]): a principal whose role is scoped to the
 //!   resource group is refused the subscription-wide VM list (403 `AuthorizationFailed`).
 //! - **Eventual consistency** ([`FakeAzure::set_visibility_delay`]): new VMs invisible to reads for a
@@ -91,9 +93,9 @@
 //!   service's `Retry-After` values; eventual consistency of anything but new VMs.
 //! - Whether Azure reserves an interface after a VM refused at its `PUT`: the published reports
 //!   are of VMs that were made and failed or were deleted, and the fake follows them.
-//! - Managed identity tokens beyond their shape (the token is [`TOKEN`]; no user-assigned
-//!   identities, no `IDENTITY_ENDPOINT` protocol), workload identity and Entra ID (no login
-//!   endpoint).
+//! - Managed identity tokens beyond their shape (the token is [`TOKEN`] whichever identity answers;
+//!   user-assigned identities chosen by `object_id` or `msi_res_id`; no `IDENTITY_ENDPOINT`
+//!   protocol), workload identity and Entra ID (no login endpoint).
 //! - Whether the network resource provider applies a public address's own `deleteOption` when the
 //!   VM deletes the interface it is on: the specification's words ("what happens to the public IP
 //!   address when the VM using it is deleted") are followed.
@@ -318,6 +320,8 @@ struct State {
     rg_scoped: bool,
     /// The VM the metadata service answers for has a managed identity.
     managed_identity: bool,
+    /// The client ids of the VM's user-assigned identities.
+    user_assigned: Vec<String>,
     /// VMs allocated on a hardware cluster that offers only some sizes: VM key -> sizes (lower case).
     clusters: HashMap<String, BTreeSet<String>>,
 }
@@ -362,6 +366,7 @@ impl FakeAzure {
             rg_scoped: false,
             clusters: HashMap::new(),
             managed_identity: false,
+            user_assigned: Vec::new(),
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -593,6 +598,16 @@ impl FakeAzure {
     /// it answers 400 "Identity not found".
     pub fn set_managed_identity(&self, on: bool) {
         self.st().managed_identity = on;
+    }
+
+    /// The VM the instance metadata service answers for has these user-assigned identities (their
+    /// client ids; called again it replaces them). A token request naming one (`client_id`) gets
+    /// its token; naming another, 400 "Identity not found"; naming none, the system-assigned
+    /// identity's token ([`FakeAzure::set_managed_identity`]), else the only user-assigned one's,
+    /// and with several 400 "Multiple user assigned identities exist, please specify the clientId /
+    /// resourceId of the identity in the token request", as the service answers.
+    pub fn set_user_assigned_identities(&self, client_ids: &[&str]) {
+        self.st().user_assigned = client_ids.iter().map(|c| c.to_string()).collect();
     }
 
     /// VM `name` of `rg` is allocated on a hardware cluster that offers only `sizes`: while it stays

@@ -144,6 +144,9 @@ pub(super) fn credits(st: &State, account: &str, profile: &str) -> Response {
 /// token ([`FakeAzure::set_managed_identity`], the token endpoint's JSON: `access_token`,
 /// `expires_in`, `expires_on`, `resource`, `token_type`, as strings), or 400 "Identity not found"
 /// for a VM without one.
+/// The client id of the VM's system-assigned identity.
+const SYSTEM_IDENTITY: &str = "00000000-0000-4000-8000-00000000c11e";
+
 pub(super) fn imds(st: &State, r: &Req) -> Response {
     if r.headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
         return answer(
@@ -152,13 +155,34 @@ pub(super) fn imds(st: &State, r: &Req) -> Response {
             &[],
         );
     }
-    if !st.managed_identity {
-        return answer(
+    let not_found = || {
+        answer(
             400,
             json!({"error": "invalid_request", "error_description": "Identity not found"}),
             &[],
-        );
-    }
+        )
+    };
+    // `client_id` names a user-assigned identity; without it the system-assigned identity answers,
+    // else the only user-assigned one; with several and no system-assigned one the service
+    // refuses to choose.
+    let client_id = match r.q("client_id").filter(|c| !c.is_empty()) {
+        Some(c) => match st.user_assigned.iter().find(|u| u.eq_ignore_ascii_case(c)) {
+            Some(u) => u.clone(),
+            None => return not_found(),
+        },
+        None if st.managed_identity => SYSTEM_IDENTITY.to_string(),
+        None => match st.user_assigned.as_slice() {
+            [] => return not_found(),
+            [one] => one.clone(),
+            _ => {
+                return answer(
+                    400,
+                    json!({"error": "invalid_request", "error_description": "Multiple user assigned identities exist, please specify the clientId / resourceId of the identity in the token request"}),
+                    &[],
+                )
+            }
+        },
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
@@ -167,7 +191,7 @@ pub(super) fn imds(st: &State, r: &Req) -> Response {
         200,
         json!({
             "access_token": TOKEN,
-            "client_id": "00000000-0000-4000-8000-00000000c11e",
+            "client_id": client_id,
             "expires_in": "86399",
             "expires_on": (now + 86_399).to_string(),
             "ext_expires_in": "86399",
