@@ -221,7 +221,7 @@ async fn bad_input_is_refused_before_any_cloud_call_naming_the_field() {
             "profile.not_found",
             "profile",
         ),
-        (json!({"provider": "lab"}), "params.invalid", "profile"),
+        (json!({"provider": "bare"}), "params.invalid", "profile"),
         (
             json!({"provider": "bare", "profile": "small"}),
             "params.invalid",
@@ -270,6 +270,75 @@ async fn bad_input_is_refused_before_any_cloud_call_naming_the_field() {
     assert_eq!(events.len(), 12);
     assert!(events.iter().all(|e| e["outcome"] == "refused"));
     assert_eq!(events[0]["payload"]["error"]["field"], "provider");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn without_a_profile_the_providers_only_profile_is_used_else_refused() {
+    let Some(w) =
+        World::new("without_a_profile_the_providers_only_profile_is_used_else_refused").await
+    else {
+        return;
+    };
+    // lab has one profile, small: it is the one.
+    let out = w
+        .create(json!({"provider": "lab", "count": 1, "name": "only"}))
+        .await;
+    assert_eq!(hosts(&out)[0]["attributes"]["machine_type"], "amd64-small");
+    assert_eq!(w.knobs.specs.lock().unwrap()[0].machine_type, "amd64-small");
+
+    // Two profiles: keeper does not pick one; the refusal names the field and lists them.
+    keeper::registry::create_profile(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "large", "provider": "lab", "machine_type": "amd64-large"}),
+    )
+    .await
+    .unwrap();
+    // A profile of another provider is not one of lab's.
+    keeper::registry::create_provider(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "bare", "driver": "fake", "credentials_ref": "fake/lab", "region": "zone-a"}),
+    )
+    .await
+    .unwrap();
+    keeper::registry::create_provider(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "other", "driver": "fake", "credentials_ref": "fake/lab", "region": "zone-a"}),
+    )
+    .await
+    .unwrap();
+    keeper::registry::create_profile(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "elsewhere", "provider": "other", "machine_type": "amd64-small"}),
+    )
+    .await
+    .unwrap();
+    let requests = w.cloud.requests();
+    let f = w
+        .step("core.cloud.created", json!({"provider": "lab"}))
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "params.invalid");
+    assert_eq!(f.error.field.as_deref(), Some("profile"), "{}", f.error);
+    assert!(
+        f.error.message.contains("large") && f.error.message.contains("small"),
+        "{}",
+        f.error
+    );
+    assert!(!f.error.message.contains("elsewhere"), "{}", f.error);
+    // No profile at all.
+    let f = w
+        .step("core.cloud.created", json!({"provider": "bare"}))
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.field.as_deref(), Some("profile"), "{}", f.error);
+    assert!(f.error.message.contains("has no profile"), "{}", f.error);
+    assert_eq!(w.cloud.requests(), requests, "no cloud call was made");
+    assert_eq!(w.machines().len(), 1);
     w.finish().await;
 }
 

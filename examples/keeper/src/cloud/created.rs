@@ -345,6 +345,8 @@ impl Keeper {
         Ok(all.into_iter().find(|m| m.name == name))
     }
 
+    /// The VM spec of the step: the inline map, the named profile (of this provider), or, without
+    /// `profile`, the provider's only profile (refused naming `profile` when it has none or several).
     async fn profile_of(&self, p: &CreateParams, row: &CloudProvider) -> Result<ProfileSpec> {
         match &p.profile {
             Some(ProfileParam::Inline(s)) => Ok(s.clone()),
@@ -369,10 +371,38 @@ impl Keeper {
                 }
                 Ok(prof.spec)
             }
-            None => Err(Error::invalid(
-                "profile",
-                "required here: a registered profile's name, or a profile map with at least machine_type (keeper has no default VM size)",
-            )),
+            // The seed's `profile` is optional: the provider's only profile, when it has one.
+            None => {
+                let client = self.pool.get().await?;
+                let mut of_provider: Vec<_> = registry::list_profiles(&client)
+                    .await?
+                    .into_iter()
+                    .filter(|prof| prof.provider == row.name)
+                    .collect();
+                match of_provider.len() {
+                    1 => Ok(of_provider.remove(0).spec),
+                    0 => Err(Error::invalid(
+                        "profile",
+                        format!(
+                            "not given, and provider {} has no profile to use instead: give a profile map with at least machine_type, or register a profile for it (keeper has no default VM size)",
+                            row.name
+                        ),
+                    )),
+                    _ => Err(Error::invalid(
+                        "profile",
+                        format!(
+                            "not given, and provider {} has {} profiles ({}): name one",
+                            row.name,
+                            of_provider.len(),
+                            of_provider
+                                .iter()
+                                .map(|prof| prof.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )),
+                }
+            }
         }
     }
 

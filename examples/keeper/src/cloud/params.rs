@@ -53,7 +53,7 @@ impl std::fmt::Debug for UserData {
 pub struct CreateParams {
     /// The registered provider.
     pub provider: String,
-    /// The VM spec.
+    /// The VM spec; `None`: the provider's only profile (the step refuses when it has none or several).
     pub profile: Option<ProfileParam>,
     /// How many VMs (1 by default).
     pub count: u32,
