@@ -1018,7 +1018,7 @@ async fn a_machines_own_image_reaches_the_server() {
         let s = fake
             .servers()
             .into_iter()
-            .find(|s| s["id"].to_string() == m.id)
+            .find(|s| s["id"].as_i64() == m.id.parse().ok())
             .unwrap();
         assert_eq!(s["image"]["name"], "debian-12", "{name}");
         assert_eq!(s["image"]["architecture"], arch, "{name}");
@@ -1033,7 +1033,7 @@ async fn a_machines_own_image_reaches_the_server() {
     let s = fake
         .servers()
         .into_iter()
-        .find(|s| s["id"].to_string() == m.id)
+        .find(|s| s["id"].as_i64() == m.id.parse().ok())
         .unwrap();
     assert_eq!(s["image"]["id"], 114690389);
     // An image that does not exist is refused as the spec's image, and no server is asked for.
