@@ -7,7 +7,8 @@
 //! ([`memory`]) and, with the feature `conformance`, the conformance suite every driver passes.
 //!
 //! The contract every driver keeps is written once, numbered, in [`contract`] (the file
-//! `crates/machines/CONTRACT.md`); the conformance suite checks each line of it.
+//! `crates/machines/CONTRACT.md`); the conformance suite checks its lines 1 to 10, the core's and each
+//! driver's own tests its lines 11 to 15 (the file names them).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
