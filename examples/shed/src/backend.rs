@@ -907,6 +907,16 @@ impl Backend {
         let deadline = self.now()
             + chrono::Duration::from_std(self.inner.timings.accept_wait).unwrap_or_default();
         let mut rx = self.subscribe();
+        // The seed: a JSON create answers 201 with status starting (the shed as it was accepted);
+        // only an early quota or capacity refusal is answered otherwise (503, no shed). A create
+        // that fails for another reason, or a shed deleted, within the wait is seen by polling.
+        let as_accepted = |s: &Shed| {
+            let mut v = ShedView::from(s);
+            v.status = Status::Starting;
+            v.status_reason = String::new();
+            v
+        };
+        let mut accepted_view: Option<ShedView> = None;
         loop {
             {
                 let mut st = self.state();
@@ -924,22 +934,29 @@ impl Backend {
                 match st.sheds.get(id) {
                     None => {
                         st.waiters.remove(id);
-                        return Err(ApiError::new(
-                            404,
-                            "NOT_FOUND",
-                            "the shed was deleted while its create was starting",
-                        ));
+                        return accepted_view.ok_or_else(|| {
+                            ApiError::new(
+                                404,
+                                "NOT_FOUND",
+                                "the shed was deleted before its create was answered",
+                            )
+                        });
                     }
-                    Some(s)
-                        if s.create == CreateStage::Made
-                            || s.status != Status::Starting
-                            || done =>
-                    {
+                    Some(s) if s.status != Status::Starting => {
+                        let v = as_accepted(s);
+                        st.waiters.remove(id);
+                        return Ok(v);
+                    }
+                    Some(s) if s.create == CreateStage::Made || done => {
                         let v = ShedView::from(s);
                         st.waiters.remove(id);
                         return Ok(v);
                     }
-                    Some(_) => {}
+                    Some(s) => {
+                        if accepted_view.is_none() {
+                            accepted_view = Some(as_accepted(s));
+                        }
+                    }
                 }
             }
             let left = since(deadline, self.now());

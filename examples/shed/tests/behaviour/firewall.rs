@@ -204,7 +204,10 @@ async fn a_create_is_judged_by_the_last_result_for_60_s_and_the_insert_asks_agai
     env.advance(30).await;
     // Within 60 s of the last check the request is accepted; the check just before the insert fails,
     // so nothing is sent and the shed is left in error (firewall).
+    // The answer is 201 starting all the same (the seed); a poll shows the error.
     let v = env.create("b").await.unwrap();
+    assert_eq!((v.status, v.status_reason.as_str()), (Status::Starting, ""));
+    let v = env.view("b").unwrap();
     assert_eq!(
         (v.status, v.status_reason.as_str()),
         (Status::Error, "firewall")

@@ -171,7 +171,11 @@ async fn another_create_failure_is_error_create_failed_with_the_detail_in_the_lo
         FaultKind::Error(ErrorKind::PermissionDenied),
         1,
     );
+    // The seed: a JSON create answers 201 with status starting; only an early quota or capacity
+    // refusal is answered otherwise. The failure is seen by polling.
     let v = env.create("f").await.unwrap();
+    assert_eq!((v.status, v.status_reason.as_str()), (Status::Starting, ""));
+    let v = env.view("f").unwrap();
     assert_eq!(
         (v.status, v.status_reason.as_str()),
         (Status::Error, "create_failed")
@@ -684,4 +688,30 @@ async fn a_streamed_delete_of_a_failed_create_whose_vm_is_being_destroyed_ends_o
     assert_eq!(r, Ok(()), "the VM is gone: the delete is complete");
     assert!(env.vms().is_empty());
     assert!(env.backend.markers().is_empty());
+}
+
+#[tokio::test]
+async fn a_json_create_deleted_during_its_accept_wait_still_answers_starting() {
+    let env = Env::new().await;
+    env.wrapped.hold(Call::CreateBefore);
+    let b = env.backend.clone();
+    let id = b.create(&env.admin(), Env::req("gone")).await.unwrap();
+    env.until("the insert is held", |e| {
+        e.wrapped.entered(Call::CreateBefore) == 1
+    })
+    .await;
+    let mut waiting = std::pin::pin!(b.wait_accept(&id));
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    env.backend.delete_shed(&env.admin(), "gone").await.unwrap();
+    let v = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap()
+        .expect("201 with status starting, as the seed says");
+    assert_eq!((v.id.as_str(), v.status), (id.as_str(), Status::Starting));
+    assert!(env.view("gone").is_none(), "a poll finds it deleted");
+    env.wrapped.release(Call::CreateBefore);
+    env.until("the VM is destroyed", |e| {
+        e.backend.markers().is_empty() && e.vms().is_empty()
+    })
+    .await;
 }
