@@ -6,6 +6,10 @@
 //! asserts: machines leaked (in the cloud, not in the record, not deleted), duplicates (one name, two
 //! machines), machines of another owner touched, and the final size against the target.
 //!
+//! Every random choice (faults, crashes, sizes, the operator, the weather) comes from one generator
+//! seeded from `ORCA_CAMPAIGN_SEED`, or at random; each run prints its seed, so that a failure can be
+//! replayed with the same choices (the order in which concurrent calls draw them can still differ).
+//!
 //! Run: `cargo test -p orca-pool --test campaign -- --nocapture`
 
 mod support;
@@ -44,10 +48,67 @@ enum Op {
 /// Injects one fault for the next call of an operation, chosen by the backend from `pick`.
 type Injector = Arc<dyn Fn(Op, u32) + Send + Sync>;
 
+/// The campaign's dice: one generator, shared by every random choice, so that a seed replays them.
+#[derive(Debug)]
+struct Dice {
+    seed: u64,
+    rng: Mutex<fastrand::Rng>,
+}
+
+impl Dice {
+    /// Dice seeded from `ORCA_CAMPAIGN_SEED`, or at random; the seed is printed for `test`.
+    fn new(test: &str) -> Arc<Dice> {
+        let seed = match std::env::var("ORCA_CAMPAIGN_SEED") {
+            Ok(s) if !s.trim().is_empty() => s
+                .trim()
+                .parse::<u64>()
+                .unwrap_or_else(|e| panic!("ORCA_CAMPAIGN_SEED={s:?} is not a number: {e}")),
+            _ => fastrand::u64(..),
+        };
+        // Written to the process's stderr itself, past the harness's capture: a failed run always
+        // shows the seed that replays it.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "fault campaign {test}: seed {seed} (replay: ORCA_CAMPAIGN_SEED={seed} cargo test -p orca-pool --test campaign {test} -- --nocapture)"
+        );
+        Arc::new(Dice {
+            seed,
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+        })
+    }
+
+    fn rng(&self) -> std::sync::MutexGuard<'_, fastrand::Rng> {
+        self.rng.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn chance(&self, p: f64) -> bool {
+        self.rng().f64() < p
+    }
+
+    fn u32(&self) -> u32 {
+        self.rng().u32(..)
+    }
+
+    fn bool(&self) -> bool {
+        self.rng().bool()
+    }
+
+    fn below(&self, n: usize) -> usize {
+        self.rng().usize(..n)
+    }
+
+    fn upto(&self, n: usize) -> usize {
+        self.rng().usize(0..=n)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Stats {
     ops: AtomicUsize,
     faults: AtomicUsize,
+    /// Calls the scaler saw fail (an injected fault, no stock, or the cloud's own answer).
+    errors: AtomicUsize,
     crashes: AtomicUsize,
     /// Every machine id seen for each name.
     names: Mutex<BTreeMap<String, BTreeSet<String>>>,
@@ -64,6 +125,7 @@ struct Chaos {
     foreign: Arc<BTreeSet<String>>,
     crash: Arc<tokio::sync::Notify>,
     armed: Arc<AtomicBool>,
+    dice: Arc<Dice>,
 }
 
 impl std::fmt::Debug for Chaos {
@@ -85,13 +147,13 @@ impl Chaos {
         if !self.armed.load(Ordering::SeqCst) {
             return Crash::No;
         }
-        if fastrand::f64() < FAULT_RATE {
+        if self.dice.chance(FAULT_RATE) {
             self.stats.faults.fetch_add(1, Ordering::SeqCst);
-            (self.inject)(op, fastrand::u32(..));
+            (self.inject)(op, self.dice.u32());
         }
-        if op != Op::Arch && fastrand::f64() < CRASH_RATE {
+        if op != Op::Arch && self.dice.chance(CRASH_RATE) {
             self.stats.crashes.fetch_add(1, Ordering::SeqCst);
-            if fastrand::bool() {
+            if self.dice.bool() {
                 Crash::Before
             } else {
                 Crash::After
@@ -114,6 +176,12 @@ impl Chaos {
             .entry(m.name.clone())
             .or_default()
             .insert(m.id.clone());
+    }
+
+    fn answered<T>(&self, r: &orca::Result<T>) {
+        if r.is_err() {
+            self.stats.errors.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     fn named(&self, id: &str) {
@@ -141,6 +209,7 @@ impl Provider for Chaos {
             return self.crash_now().await;
         }
         let r = self.inner.create(spec).await;
+        self.answered(&r);
         if let Ok(c) = &r {
             if let Some(m) = c.as_machine() {
                 self.saw(m);
@@ -157,6 +226,7 @@ impl Provider for Chaos {
             return self.crash_now().await;
         }
         let r = self.inner.machines(pool).await;
+        self.answered(&r);
         if let Ok(v) = &r {
             v.iter().for_each(|m| self.saw(m));
         }
@@ -172,6 +242,7 @@ impl Provider for Chaos {
             return self.crash_now().await;
         }
         let r = self.inner.machine(id).await;
+        self.answered(&r);
         if let Ok(Some(m)) = &r {
             self.saw(m);
         }
@@ -187,6 +258,7 @@ impl Provider for Chaos {
             return self.crash_now().await;
         }
         let r = self.inner.delete(id).await;
+        self.answered(&r);
         if crash == Crash::After {
             return self.crash_now().await;
         }
@@ -202,14 +274,20 @@ type Truth = Arc<
 type Make = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Provider>> + Send>> + Send + Sync>;
 
 /// What an operator does behind the scaler's back; the id of a machine it deleted.
-type Operator = Arc<dyn Fn(&[Machine]) -> Option<String> + Send + Sync>;
+type Operator = Arc<dyn Fn(&[Machine], &Dice) -> Option<String> + Send + Sync>;
+
+/// The cloud's stock changing now and then (an offering out of stock, or back), when the backend can.
+type Weather = Arc<dyn Fn(&Dice) + Send + Sync>;
 
 /// One backend under test.
 struct Backend {
     /// Our owner's provider (a new one each call: a restarted process makes its own).
     provider: Make,
     inject: Injector,
-    clear: Arc<dyn Fn() + Send + Sync>,
+    /// Clears the faults and restores the stock; how many injected faults no request ever met, when
+    /// the backend can tell.
+    clear: Arc<dyn Fn() -> Option<usize> + Send + Sync>,
+    weather: Option<Weather>,
     /// (our machines of the pool, the other owner's and other pool's machines), read without faults.
     truth: Truth,
     requests: Arc<dyn Fn() -> u64 + Send + Sync>,
@@ -222,9 +300,15 @@ struct Backend {
 
 #[derive(Debug)]
 struct Figures {
+    seed: u64,
     ops: usize,
     requests: u64,
     faults: usize,
+    /// Injected faults no request met (left when the campaign ended), when the backend can tell.
+    unmet: Option<usize>,
+    errors: usize,
+    no_stock: usize,
+    fallback: usize,
     crashes: usize,
     passes: usize,
     leaked: usize,
@@ -238,13 +322,26 @@ struct Figures {
 impl Figures {
     fn print(&self, name: &str) {
         println!(
-            "fault campaign {name}: {} cloud operations ({} requests), {} faulted ({:.1} %), {} crashes, {} passes",
+            "fault campaign {name} (seed {}): {} cloud operations ({} requests), {} faults injected ({:.1} % of operations; {}), {} crashes, {} passes",
+            self.seed,
             self.ops,
             self.requests,
             self.faults,
             100.0 * self.faults as f64 / self.ops.max(1) as f64,
+            match self.unmet {
+                Some(n) => format!("{} met by a request, {n} never", self.faults - n),
+                None => "each on the next call of its operation".into(),
+            },
             self.crashes,
             self.passes
+        );
+        println!(
+            "  calls the scaler saw fail:         {} (a driver retries throttling, server errors and lost answers within a call)",
+            self.errors
+        );
+        println!(
+            "  no stock:                          {} answers; {} machines made from a fallback offering",
+            self.no_stock, self.fallback
         );
         println!("  machines leaked:                   {}", self.leaked);
         println!("  duplicates:                        {}", self.duplicates);
@@ -359,6 +456,7 @@ async fn replica(
     stats: &Arc<Stats>,
     foreign: &Arc<BTreeSet<String>>,
     armed: &Arc<AtomicBool>,
+    dice: &Arc<Dice>,
 ) -> Replica {
     let crash = Arc::new(tokio::sync::Notify::new());
     Replica {
@@ -371,18 +469,21 @@ async fn replica(
             foreign: foreign.clone(),
             crash: crash.clone(),
             armed: armed.clone(),
+            dice: dice.clone(),
         },
         crash,
     }
 }
 
-/// Runs the campaign on `b` with `replicas` scalers on `store`.
+/// Runs the campaign `test` on `b` with `replicas` scalers on `store`.
 async fn campaign(
+    test: &str,
     b: Backend,
     store: StoreAt,
     replicas: usize,
     admin: Option<tokio_postgres::Client>,
 ) -> Figures {
+    let dice = Dice::new(test);
     let (_, foreign) = (b.truth)().await;
     let foreign_ids: Arc<BTreeSet<String>> =
         Arc::new(foreign.iter().map(|m| m.id.clone()).collect());
@@ -394,28 +495,36 @@ async fn campaign(
     let armed = Arc::new(AtomicBool::new(true));
     let mut rs = Vec::new();
     for i in 0..replicas {
-        rs.push(replica(&b, &format!("r{i}"), &stats, &foreign_ids, &armed).await);
+        rs.push(replica(&b, &format!("r{i}"), &stats, &foreign_ids, &armed, &dice).await);
     }
     let mut passes = 0;
     let mut deleted_as_unknown = 0;
     let mut size = TARGET;
     let mut round = 0;
+    let (mut no_stock, mut fallback) = (0, 0);
+    let first_offer = b.offers[0].clone();
     let mut tally = |rep: &PassReport| {
-        deleted_as_unknown += rep
-            .actions
-            .iter()
-            .filter(|a| matches!(a, Action::Deleted { cause, .. } if cause == "unknown"))
-            .count();
+        for a in &rep.actions {
+            match a {
+                Action::Deleted { cause, .. } if cause == "unknown" => deleted_as_unknown += 1,
+                Action::NoStock { .. } => no_stock += 1,
+                Action::Created { offering, .. } if *offering != first_offer => fallback += 1,
+                _ => {}
+            }
+        }
     };
     while stats.ops.load(Ordering::SeqCst) < OPERATIONS {
         round += 1;
         if round % 3 == 0 {
-            size = fastrand::usize(0..=7);
+            size = dice.upto(7);
+        }
+        if let Some(w) = &b.weather {
+            w(&dice);
         }
         if let Some(op) = &b.operator {
-            if fastrand::f64() < 0.15 {
+            if dice.chance(0.15) {
                 let (ours, _) = (b.truth)().await;
-                if let Some(id) = op(&ours) {
+                if let Some(id) = op(&ours, &dice) {
                     stats.operator_deleted.lock().unwrap().insert(id);
                 }
             }
@@ -430,8 +539,9 @@ async fn campaign(
             let kill = async {
                 // Now and then the leader's database session is cut mid-pass.
                 if let Some(c) = &admin {
-                    if fastrand::f64() < 0.1 {
-                        tokio::time::sleep(Duration::from_millis(fastrand::u64(0..5))).await;
+                    if dice.chance(0.1) {
+                        let pause = dice.below(5) as u64;
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
                         let _ = c
                             .execute(
                                 "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted",
@@ -459,10 +569,11 @@ async fn campaign(
     let ops = stats.ops.load(Ordering::SeqCst);
     let faults = stats.faults.load(Ordering::SeqCst);
     let crashes = stats.crashes.load(Ordering::SeqCst);
+    let errors = stats.errors.load(Ordering::SeqCst);
 
     // The weather clears: passes until the pool is quiet at its target.
     armed.store(false, Ordering::SeqCst);
-    (b.clear)();
+    let unmet = (b.clear)();
     let mut record: Option<Record> = None;
     for _ in 0..60 {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -531,9 +642,14 @@ async fn campaign(
         .filter(|m| matches!(m.status, Status::Running | Status::Starting))
         .count();
     Figures {
+        seed: dice.seed,
         ops,
         requests: (b.requests)(),
         faults,
+        unmet,
+        errors,
+        no_stock,
+        fallback,
         crashes,
         passes,
         leaked,
@@ -589,21 +705,34 @@ fn memory_backend() -> (Backend, MemoryCloud) {
             )
         })
     });
-    let (c1, c2, c3) = (cloud.clone(), cloud.clone(), cloud.clone());
+    let (c1, c2, c3, c4) = (cloud.clone(), cloud.clone(), cloud.clone(), cloud.clone());
     (
         Backend {
             provider,
             inject,
-            clear: Arc::new(move || c1.clear_faults()),
+            clear: Arc::new(move || {
+                c1.clear_faults();
+                c1.unlimited_stock("amd64-small", "zone-a");
+                None
+            }),
+            weather: Some(Arc::new(move |dice: &Dice| {
+                if dice.chance(0.1) {
+                    if dice.bool() {
+                        c4.set_stock("amd64-small", "zone-a", 0);
+                    } else {
+                        c4.unlimited_stock("amd64-small", "zone-a");
+                    }
+                }
+            })),
             truth,
             requests: Arc::new(move || c2.requests()),
             offers: vec!["amd64-small@zone-a".into(), "amd64-small@zone-b".into()],
-            operator: Some(Arc::new(move |ours: &[Machine]| {
+            operator: Some(Arc::new(move |ours: &[Machine], dice: &Dice| {
                 if ours.is_empty() {
                     return None;
                 }
-                let m = &ours[fastrand::usize(..ours.len())];
-                if fastrand::bool() {
+                let m = &ours[dice.below(ours.len())];
+                if dice.bool() {
                     c3.operator_stop(&m.id);
                     None
                 } else {
@@ -643,7 +772,14 @@ async fn fault_campaign_memory_file_store() {
     )
     .await;
     let dir = tempfile::tempdir().unwrap();
-    let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
+    let f = campaign(
+        "fault_campaign_memory_file_store",
+        b,
+        StoreAt::File(dir.path().join("rec.json")),
+        1,
+        None,
+    )
+    .await;
     f.print("memory, file store");
     f.check();
 }
@@ -664,7 +800,14 @@ async fn fault_campaign_memory_two_replicas_on_postgres() {
         "amd64-small@zone-a",
     )
     .await;
-    let f = campaign(b, StoreAt::Postgres(db.url.clone()), 2, Some(admin)).await;
+    let f = campaign(
+        "fault_campaign_memory_two_replicas_on_postgres",
+        b,
+        StoreAt::Postgres(db.url.clone()),
+        2,
+        Some(admin),
+    )
+    .await;
     f.print("memory, two replicas on PostgreSQL");
     let (c, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
         .await
@@ -692,33 +835,55 @@ async fn fault_campaign_memory_two_replicas_on_postgres() {
     f.check();
 }
 
-/// A fault for an HTTP fake: a cloud-shaped error status, a lost answer (the request served, the
-/// connection dropped) or latency.
-fn http_fault(pick: u32, body: &dyn Fn(u16, &str) -> serde_json::Value) -> orca_fakes::Fault {
+/// A cloud's error answers in its own words, (HTTP status, code), by what a request does.
+struct Answers {
+    /// What any request may be answered: throttled, server errors, refused.
+    any: &'static [(u16, &'static str)],
+    /// What a create may be answered besides: no stock, quota, conflict.
+    create: &'static [(u16, &'static str)],
+    /// What a delete may be answered besides: not found, conflict.
+    delete: &'static [(u16, &'static str)],
+}
+
+/// A fault for an HTTP fake on a request of `op`: one of the cloud's error answers for it, a lost
+/// answer (the request served, the connection dropped) or latency.
+fn http_fault(
+    op: Op,
+    pick: u32,
+    answers: &Answers,
+    body: &dyn Fn(u16, &str) -> serde_json::Value,
+) -> orca_fakes::Fault {
     use orca_fakes::Fault;
-    let status = |status: u16, code: &str| Fault::Status {
-        status,
-        body: body(status, code),
-        headers: Vec::new(),
-    };
-    match pick % 9 {
-        0 => status(429, "rate_limit_exceeded"),
-        1 => status(500, "server_error"),
-        2 => status(502, "bad_gateway"),
-        3 => status(503, "unavailable"),
-        4 => status(403, "forbidden"),
-        5 => Fault::Latency(Duration::from_millis(5)),
-        _ => Fault::DropAnswer,
+    let mut errors: Vec<(u16, &str)> = answers.any.to_vec();
+    match op {
+        Op::Create => errors.extend_from_slice(answers.create),
+        Op::Delete => errors.extend_from_slice(answers.delete),
+        Op::Arch | Op::List | Op::Read => {}
+    }
+    // The errors, one latency and three lost answers.
+    let i = pick as usize % (errors.len() + 4);
+    match errors.get(i) {
+        Some(&(status, code)) => Fault::Status {
+            status,
+            body: body(status, code),
+            headers: Vec::new(),
+        },
+        None if i == errors.len() => Fault::Latency(Duration::from_millis(5)),
+        None => Fault::DropAnswer,
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn fake_backend(
     provider: Make,
     other: Make,
     control: Arc<orca_fakes::Control>,
     paths: fn(Op) -> (axum::http::Method, &'static str),
+    answers: &'static Answers,
     body: fn(u16, &str) -> serde_json::Value,
     offers: Vec<String>,
+    weather: Weather,
+    restore: Arc<dyn Fn() + Send + Sync>,
 ) -> Backend {
     let c = control.clone();
     let inject: Injector = Arc::new(move |op, pick| {
@@ -726,7 +891,7 @@ fn fake_backend(
         c.inject(orca_fakes::Rule::new(
             Some(method),
             path,
-            http_fault(pick, &body),
+            http_fault(op, pick, answers, &body),
             1,
         ));
     });
@@ -745,7 +910,17 @@ fn fake_backend(
     Backend {
         provider,
         inject,
-        clear: Arc::new(move || c1.clear_faults()),
+        clear: Arc::new(move || {
+            // Each rule fires once: the rules left are the faults no request met.
+            let unmet = AtomicUsize::new(0);
+            c1.clear_faults_where(|_| {
+                unmet.fetch_add(1, Ordering::SeqCst);
+                true
+            });
+            restore();
+            Some(unmet.into_inner())
+        }),
+        weather: Some(weather),
         truth,
         requests: Arc::new(move || c2.requests()),
         offers,
@@ -768,14 +943,16 @@ fn maker(kind: &'static str, owner: &'static str, settings: orca::Settings) -> M
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_campaign_hetzner_fake() {
     use orca_fakes::hetzner::{FakeHetzner, Options};
-    let fake = FakeHetzner::start_with(Options {
-        action_reads: 0,
-        rate_limit: 1_000_000,
-        refill_per_second: 1_000_000.0,
-        ..Options::default()
-    })
-    .await
-    .unwrap();
+    let fake = Arc::new(
+        FakeHetzner::start_with(Options {
+            action_reads: 0,
+            rate_limit: 1_000_000,
+            refill_per_second: 1_000_000.0,
+            ..Options::default()
+        })
+        .await
+        .unwrap(),
+    );
     let settings = orca::Settings::new()
         .with("HCLOUD_TOKEN", fake.token())
         .with("ORCA_HCLOUD_ENDPOINT", fake.url())
@@ -786,6 +963,22 @@ async fn fault_campaign_hetzner_fake() {
         maker("hetzner", "s2", settings),
     );
     others(&*mine().await, &*theirs().await, "cx23@fsn1").await;
+    static ANSWERS: Answers = Answers {
+        any: &[
+            (429, "rate_limit_exceeded"),
+            (500, "server_error"),
+            (502, "bad_gateway"),
+            (503, "unavailable"),
+            (403, "forbidden"),
+        ],
+        create: &[
+            (412, "resource_unavailable"),
+            (403, "resource_limit_exceeded"),
+            (409, "conflict"),
+        ],
+        delete: &[(404, "not_found"), (409, "conflict"), (423, "locked")],
+    };
+    let (w, r) = (fake.clone(), fake.clone());
     let b = fake_backend(
         mine,
         theirs,
@@ -796,11 +989,29 @@ async fn fault_campaign_hetzner_fake() {
             Op::Arch => (axum::http::Method::GET, "/server_types"),
             Op::List | Op::Read => (axum::http::Method::GET, "/servers"),
         },
+        &ANSWERS,
         |_, code| serde_json::json!({"error": {"code": code, "message": "injected", "details": {}}}),
         vec!["cx23@fsn1".into(), "cx23@nbg1".into()],
+        // fsn1 runs out of stock and back; now and then a create's action fails in placement.
+        Arc::new(move |dice: &Dice| {
+            if dice.chance(0.1) {
+                w.set_no_stock("cx23", "fsn1", dice.bool());
+            }
+            if dice.chance(0.03) {
+                w.fail_next_create_action_with("resource_unavailable", "error during placement");
+            }
+        }),
+        Arc::new(move || r.set_no_stock("cx23", "fsn1", false)),
     );
     let dir = tempfile::tempdir().unwrap();
-    let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
+    let f = campaign(
+        "fault_campaign_hetzner_fake",
+        b,
+        StoreAt::File(dir.path().join("rec.json")),
+        1,
+        None,
+    )
+    .await;
     f.print("fake Hetzner API, file store");
     f.check();
 }
@@ -808,7 +1019,7 @@ async fn fault_campaign_hetzner_fake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_campaign_gce_fake() {
     use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
-    let fake = FakeGce::start().await.unwrap();
+    let fake = Arc::new(FakeGce::start().await.unwrap());
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("sa.json");
     std::fs::write(&key, fake.service_account_json()).unwrap();
@@ -825,6 +1036,21 @@ async fn fault_campaign_gce_fake() {
     );
     let offer = format!("e2-small@{ZONE}");
     others(&*mine().await, &*theirs().await, &offer).await;
+    static ANSWERS: Answers = Answers {
+        any: &[
+            (429, "rateLimitExceeded"),
+            (500, "internalError"),
+            (503, "backendError"),
+            (403, "forbidden"),
+        ],
+        create: &[
+            (503, "ZONE_RESOURCE_POOL_EXHAUSTED"),
+            (403, "quotaExceeded"),
+            (409, "alreadyExists"),
+        ],
+        delete: &[(404, "notFound"), (400, "resourceNotReady")],
+    };
+    let (w, r) = (fake.clone(), fake.clone());
     let b = fake_backend(
         mine,
         theirs,
@@ -835,10 +1061,36 @@ async fn fault_campaign_gce_fake() {
             Op::Arch => (axum::http::Method::GET, "/machineTypes"),
             Op::List | Op::Read => (axum::http::Method::GET, "/instances"),
         },
+        &ANSWERS,
         |status, code| serde_json::json!({"error": {"code": status, "message": "injected", "errors": [{"reason": code, "message": "injected"}]}}),
-        vec![offer],
+        vec![offer, format!("e2-medium@{ZONE}")],
+        // e2-small runs out of stock in the zone (inserts end in ZONE_RESOURCE_POOL_EXHAUSTED) and
+        // back; now and then the next insert ends in QUOTA_EXCEEDED.
+        Arc::new(move |dice: &Dice| {
+            if dice.chance(0.1) {
+                if dice.bool() {
+                    w.exhaust("e2-small", ZONE);
+                } else {
+                    w.restore("e2-small", ZONE);
+                }
+            }
+            if dice.chance(0.02) {
+                w.exceed_quota(1);
+            }
+        }),
+        Arc::new(move || {
+            r.restore("e2-small", ZONE);
+            r.exceed_quota(0);
+        }),
     );
-    let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
+    let f = campaign(
+        "fault_campaign_gce_fake",
+        b,
+        StoreAt::File(dir.path().join("rec.json")),
+        1,
+        None,
+    )
+    .await;
     f.print("fake Compute Engine API, file store");
     f.check();
 }
@@ -846,7 +1098,7 @@ async fn fault_campaign_gce_fake() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_campaign_azure_fake() {
     use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
-    let fake = FakeAzure::start().await.unwrap();
+    let fake = Arc::new(FakeAzure::start().await.unwrap());
     fake.add_subnet(
         RESOURCE_GROUP,
         "orca-net-westeurope",
@@ -880,6 +1132,24 @@ async fn fault_campaign_azure_fake() {
         maker("azure", "s2", settings),
     );
     others(&*mine().await, &*theirs().await, "Standard_B2s@westeurope").await;
+    static ANSWERS: Answers = Answers {
+        any: &[
+            (429, "TooManyRequests"),
+            (500, "InternalServerError"),
+            (503, "ServiceUnavailable"),
+            (403, "AuthorizationFailed"),
+        ],
+        create: &[
+            (409, "SkuNotAvailable"),
+            (409, "QuotaExceeded"),
+            (409, "AnotherOperationInProgress"),
+        ],
+        delete: &[
+            (404, "ResourceNotFound"),
+            (409, "AnotherOperationInProgress"),
+        ],
+    };
+    let (w, r) = (fake.clone(), fake.clone());
     let b = fake_backend(
         mine,
         theirs,
@@ -890,11 +1160,34 @@ async fn fault_campaign_azure_fake() {
             Op::Arch => (axum::http::Method::GET, "/skus"),
             Op::List | Op::Read => (axum::http::Method::GET, "/virtualMachines"),
         },
+        &ANSWERS,
         |_, code| serde_json::json!({"error": {"code": code, "message": "injected"}}),
-        vec!["Standard_B2s@westeurope".into()],
+        vec![
+            "Standard_B2s@westeurope".into(),
+            "Standard_D2s_v5@westeurope".into(),
+        ],
+        // Standard_B2s runs out in westeurope (a VM PUT refused with SkuNotAvailable, or an
+        // operation that ends in AllocationFailed and leaves a failed VM) and back.
+        Arc::new(move |dice: &Dice| {
+            if dice.chance(0.1) {
+                match dice.below(3) {
+                    0 => w.sku_not_available("Standard_B2s", "westeurope"),
+                    1 => w.fail_allocation("Standard_B2s", "westeurope", "AllocationFailed"),
+                    _ => w.restore_stock("Standard_B2s", "westeurope"),
+                }
+            }
+        }),
+        Arc::new(move || r.restore_stock("Standard_B2s", "westeurope")),
     );
     let dir = tempfile::tempdir().unwrap();
-    let f = campaign(b, StoreAt::File(dir.path().join("rec.json")), 1, None).await;
+    let f = campaign(
+        "fault_campaign_azure_fake",
+        b,
+        StoreAt::File(dir.path().join("rec.json")),
+        1,
+        None,
+    )
+    .await;
     f.print("fake Azure Resource Manager API, file store");
     f.check();
 }
