@@ -266,7 +266,10 @@ async fn main() -> ExitCode {
         Err(f) => failure_answer(command, &f),
     };
     if json_out {
-        println!("{}", answer.json);
+        // `reap --every` printed one object per tick already, and adds none when it stops.
+        if !answer.json.is_null() {
+            println!("{}", answer.json);
+        }
     } else {
         for l in &answer.lines {
             println!("{l}");
@@ -447,20 +450,21 @@ async fn reap_every(
         let tick = async {
             // The applied pass runs when the provider is enabled and a cloud host is declared.
             let profile = Profile::load(&home)?;
-            if profile
-                .check_enabled(provider, &Selection::from_env())
-                .is_err()
-            {
-                return Ok(None);
+            if let Err(f) = profile.check_enabled(provider, &Selection::from_env()) {
+                return Ok(Err(f.message().to_string()));
             }
             if Registry::load(&home)?.cloud_hosts(provider).is_empty() {
-                return Ok(None);
+                return Ok(Err(format!(
+                    "the registry declares no {provider} cloud host"
+                )));
             }
             let s = Stado::open(home.clone(), provider, Selection::from_env()).await?;
-            s.reap(true).await.map(Some)
+            s.reap(true).await.map(Ok)
         };
+        // With --json, each tick prints exactly one object on a line of its own: the applied pass's
+        // report, a tick that ran no pass (`skipped`, why), or a tick that failed (`error`).
         match tick.await {
-            Ok(Some(r)) => {
+            Ok(Ok(r)) => {
                 for l in r.log_lines() {
                     eprintln!("{l}");
                 }
@@ -468,8 +472,17 @@ async fn reap_every(
                     println!("{}", with_ok(to_json(&r), !r.failed()));
                 }
             }
-            Ok(None) => {}
-            Err(f) => eprintln!("cloud-host reaper: this tick did nothing: {f}"),
+            Ok(Err(why)) => {
+                if json {
+                    println!("{}", json!({"command": "reap", "ok": true, "skipped": why}));
+                }
+            }
+            Err(f) => {
+                eprintln!("cloud-host reaper: this tick did nothing: {f}");
+                if json {
+                    println!("{}", failure_answer("reap", &f).json);
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -477,8 +490,9 @@ async fn reap_every(
             _ = term.recv() => break,
         }
     }
+    // Stopped: no object of its own, so that every line of --json is one tick's.
     Ok(Answer {
-        json: json!({"command": "reap", "ok": true, "stopped": true}),
+        json: Value::Null,
         lines: Vec::new(),
         ok: true,
     })

@@ -311,3 +311,150 @@ fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
     let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
     assert_eq!(list["hosts"], Value::Array(vec![]));
 }
+
+/// A reapable host whose delete fails (its VM now carries another stado home's label, so it is left
+/// alone) is `reap_failed`, and `reap --apply` exits non-zero, with --json and without.
+#[test]
+fn a_reap_that_fails_to_delete_a_host_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up(home);
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    ok(home, &create);
+    ok(home, &["fake", "advance", "--minutes", "31"]);
+    let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
+    let vm = list["hosts"][0]["vm_id"].as_str().unwrap().to_string();
+    let cloud = orca::memory::MemoryCloud::persistent(home.join("fake-cloud.json")).unwrap();
+    assert!(cloud.operator_label(&vm, "stado-home", Some("another-home")));
+    let apply = ["cloud", "host", "reap", "--provider", "fake", "--apply"];
+    let (good, reap) = json(home, &apply);
+    assert!(!good, "{reap}");
+    assert_eq!(reap["ok"], false);
+    assert_eq!(reap["hosts"][0]["verdict"], "reapable");
+    assert_eq!(reap["hosts"][0]["action"], "reap_failed");
+    let out = stado(home, &apply);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("; reap_failed: h1 is still registered: its VM {vm} is not this stado home's (it carries the stado home another-home; this home is ")),
+        "{text}"
+    );
+    let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
+    assert_eq!(list["hosts"][0]["name"], "h1", "it stays declared");
+}
+
+/// `--home DIR` chooses the home over `STADO_HOME`.
+#[test]
+fn home_chooses_the_home_over_stado_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let enabled = dir.path().join("enabled");
+    let empty = dir.path().join("empty");
+    set_up(&enabled);
+    let list = ["cloud", "host", "list", "--provider", "fake"];
+    // STADO_HOME names the empty home; --home the set-up one.
+    let mut args = list.to_vec();
+    args.extend(["--home", enabled.to_str().unwrap()]);
+    let out = stado(&empty, &args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // And the other way round.
+    let mut args = list.to_vec();
+    args.extend(["--home", empty.to_str().unwrap()]);
+    let out = stado(&enabled, &args);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "stado: the provider fake is not enabled in this profile (providers: none; providers_disabled: none); stado config set providers fake enables it"
+    );
+    ok(
+        &enabled,
+        &[
+            "config",
+            "set",
+            "owner",
+            "team-z",
+            "--home",
+            empty.to_str().unwrap(),
+        ],
+    );
+    let (_, shown) = json(
+        &enabled,
+        &["config", "show", "--home", empty.to_str().unwrap()],
+    );
+    let (_, other) = json(&enabled, &["config", "show"]);
+    assert_ne!(shown, other);
+    assert!(shown.to_string().contains("team-z"), "{shown}");
+    assert!(!other.to_string().contains("team-z"), "{other}");
+}
+
+/// `reap --apply --every SECONDS --json` prints one JSON object per tick, each on a line of its own,
+/// and none more when it stops (SIGTERM).
+#[cfg(unix)]
+#[test]
+fn reap_every_json_prints_one_object_per_tick_and_none_when_it_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up(home);
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    ok(home, &create);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stado"))
+        .args([
+            "cloud",
+            "host",
+            "reap",
+            "--provider",
+            "fake",
+            "--apply",
+            "--every",
+            "1",
+            "--json",
+        ])
+        .env("STADO_HOME", home)
+        .env_remove("WC_PROVIDERS")
+        .env_remove("WC_DISABLED_PROVIDERS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while lines.len() < 2 && Instant::now() < deadline {
+        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+            lines.push(l);
+        }
+    }
+    assert_eq!(lines.len(), 2, "two ticks: {lines:?}");
+    let term = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "stopped on SIGTERM: {status:?}");
+    reader.join().unwrap();
+    lines.extend(rx.try_iter());
+    for l in &lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        assert_eq!(v["command"], "reap", "{l}");
+        assert_eq!(v["ok"], true, "{l}");
+        assert_eq!(
+            v["hosts"][0]["name"], "h1",
+            "every line is a tick's report: {l}"
+        );
+    }
+}
