@@ -270,6 +270,21 @@ async fn bad_input_is_refused_before_any_cloud_call_naming_the_field() {
     assert_eq!(events.len(), 12);
     assert!(events.iter().all(|e| e["outcome"] == "refused"));
     assert_eq!(events[0]["payload"]["error"]["field"], "provider");
+    // The payload's shape is the same for a refusal: provider, vm_ids, sids and the counters, empty.
+    let zero = json!({"requested": 0, "made": 0, "souls_pending": 0, "bootstrap_issued": 0,
+                      "destroyed": 0, "recorded_without_soul": 0, "unresolved": 0});
+    for e in &events {
+        let p = &e["payload"];
+        assert!(p["provider"].is_string(), "{p}");
+        assert_eq!(p["vm_ids"], json!([]), "{p}");
+        assert_eq!(p["sids"], json!([]), "{p}");
+        assert_eq!(p["counters"], zero, "{p}");
+    }
+    assert_eq!(
+        events[0]["payload"]["provider"], "",
+        "no provider was given"
+    );
+    assert_eq!(events[1]["payload"]["provider"], "lab");
     w.finish().await;
 }
 

@@ -261,5 +261,65 @@ async fn a_wrong_sid_vm_pairing_is_refused_before_any_destroy() {
     assert!(events[events.len() - 3..]
         .iter()
         .all(|e| e["outcome"] == "refused"));
+    // Refused before any destroy: the payload names what was asked, and counts nothing.
+    let zero = json!({"vms_destroyed": 0, "souls_destroyed": 0, "seeds_orphaned": 0,
+                      "bootstrap_burned": 0, "journal_destroyed": 0});
+    let p = &events[events.len() - 1]["payload"];
+    assert_eq!(p["provider"], "other", "{p}");
+    assert_eq!(p["vm_ids"], json!([ids[0]]), "{p}");
+    assert_eq!(p["sids"], json!([sids[0]]), "{p}");
+    assert_eq!(p["counters"], zero, "{p}");
+    let f = w
+        .step("core.cloud.destroyed", json!({"provider": "lab"}))
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.field.as_deref(), Some("vm_ids"));
+    let p = &w.audit("cloud.provisioned").await.pop().unwrap()["payload"];
+    assert_eq!(p["provider"], "lab", "{p}");
+    assert_eq!((&p["vm_ids"], &p["sids"]), (&json!([]), &json!([])), "{p}");
+    assert_eq!(p["counters"], zero, "{p}");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_registry_failure_after_the_destroys_is_audited_with_the_counters() {
+    let Some(w) =
+        World::new("a_registry_failure_after_the_destroys_is_audited_with_the_counters").await
+    else {
+        return;
+    };
+    let (sids, ids) = souls_with_seeds(&w, "reg", 2).await;
+    // PostgreSQL refuses the cascade's update of the souls (the audit trail still works).
+    w.client()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION keeper.test_refuse_souls() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'souls are read-only for this test'; END $$;
+             CREATE TRIGGER test_refuse_souls BEFORE UPDATE ON keeper.souls
+                 FOR EACH ROW EXECUTE FUNCTION keeper.test_refuse_souls();",
+        )
+        .await
+        .unwrap();
+    let f = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": ids, "sids": sids}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "registry.failed", "{}", f.error);
+    assert!(w.machines().is_empty(), "the VMs are destroyed");
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["outcome"], "failed");
+    let p = &e["payload"];
+    assert_eq!(p["provider"], "lab", "{p}");
+    assert_eq!(p["vm_ids"], json!(ids), "{p}");
+    assert_eq!(p["sids"], json!(sids), "{p}");
+    assert_eq!(
+        p["counters"],
+        json!({"vms_destroyed": 2, "souls_destroyed": 0, "seeds_orphaned": 0,
+               "bootstrap_burned": 0, "journal_destroyed": 0}),
+        "{p}"
+    );
     w.finish().await;
 }

@@ -586,13 +586,20 @@ impl Keeper {
             .map_err(|e| Error::db("journal", &e))?;
         }
         let n = made.len();
-        let mut payload = run.audit_payload();
-        payload["vm_ids"] = json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>());
-        payload["sids"] = json!(made.iter().map(|m| &m.machine.fqdn).collect::<Vec<_>>());
-        payload["counters"] = json!({
-            "requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n,
-            "destroyed": 0, "recorded_without_soul": 0,
-        });
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            "vm_ids".into(),
+            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
+        );
+        extra.insert(
+            "sids".into(),
+            json!(made.iter().map(|m| &m.machine.fqdn).collect::<Vec<_>>()),
+        );
+        extra.insert(
+            "counters".into(),
+            json!({"requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n}),
+        );
+        let payload = run.audit_payload_with(extra);
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
         tx.commit()
             .await

@@ -229,8 +229,9 @@ impl Keeper {
             "bootstrap_burned": bootstrap_burned,
             "journal_destroyed": journal,
         });
-        let mut payload = run.audit_payload();
-        payload["counters"] = counters.clone();
+        let mut extra = serde_json::Map::new();
+        extra.insert("counters".into(), counters.clone());
+        let payload = run.audit_payload_with(extra);
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
         tx.commit().await.map_err(db("commit the cascade"))?;
         Ok(counters)

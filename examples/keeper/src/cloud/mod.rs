@@ -1,7 +1,9 @@
 //! The `core.cloud` step: `created`, `destroyed` and `resized`, run by [`Keeper::run_step`].
 //!
 //! Each run writes exactly one `cloud.provisioned` audit event, whatever its outcome (`succeeded`,
-//! `failed`, or `refused` before any cloud call); where the step changes the registries, the event is
+//! `failed`, or `refused` before any cloud call), its payload always with `provider`, `vm_ids`, `sids`
+//! and every counter of the action (empty or zero as far as the step did not get); where the step
+//! changes the registries, the event is
 //! written in the same transaction as the change, and a failure to write it fails the step. The step
 //! output is masked ([`crate::mask::mask_step_output`]): the plain one-time tokens appear only at
 //! `hosts[].bootstrap_token` of a successful `created`.
@@ -170,20 +172,62 @@ impl Run {
         }
     }
 
-    /// The payload of `cloud.provisioned`.
+    /// The payload of `cloud.provisioned`: the facts, always with `provider`, `vm_ids`, `sids` and
+    /// every counter of the action (empty or zero where the step did not get that far).
     pub(crate) fn audit_payload(&self) -> Value {
+        self.audit_payload_with(Map::new())
+    }
+
+    /// [`Run::audit_payload`] with `extra` over the facts (`vm_ids`, `sids`, `counters` of a step
+    /// that is recording its success).
+    pub(crate) fn audit_payload_with(&self, extra: Map<String, Value>) -> Value {
         let mut p = Map::new();
         p.insert("action".into(), json!(self.action.as_str()));
         p.insert("step_id".into(), json!(self.step_id));
         p.insert("outcome".into(), json!(self.outcome()));
-        for (k, v) in &self.facts {
+        for (k, v) in self.facts.iter().chain(extra.iter()) {
             p.insert(k.clone(), v.clone());
         }
         if let Some(e) = &self.error {
             p.insert("error".into(), e.to_json());
         }
+        p.entry("provider").or_insert_with(|| json!(""));
+        p.entry("vm_ids").or_insert_with(|| json!([]));
+        p.entry("sids").or_insert_with(|| json!([]));
+        let counters = counters(self.action, p.get("counters"));
+        p.insert("counters".into(), counters);
         Value::Object(p)
     }
+}
+
+/// Every counter of `action`, zero but where `given` says otherwise.
+fn counters(action: Action, given: Option<&Value>) -> Value {
+    let names: &[&str] = match action {
+        Action::Created => &[
+            "requested",
+            "made",
+            "souls_pending",
+            "bootstrap_issued",
+            "destroyed",
+            "recorded_without_soul",
+            "unresolved",
+        ],
+        Action::Destroyed => &[
+            "vms_destroyed",
+            "souls_destroyed",
+            "seeds_orphaned",
+            "bootstrap_burned",
+            "journal_destroyed",
+        ],
+        Action::Resized => &["resized", "caused_downtime"],
+    };
+    let mut all: Map<String, Value> = names.iter().map(|n| (n.to_string(), json!(0))).collect();
+    if let Some(Value::Object(given)) = given {
+        for (k, v) in given {
+            all.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(all)
 }
 
 /// The parameters as the log shows them: masked, and user data by its size only (it may hold
@@ -260,7 +304,13 @@ impl Keeper {
         };
         tracing::info!(step = step, step_id = %step_id, actor = actor, "step started");
         tracing::debug!(step_id = %step_id, params = %logged_params(params), "step parameters");
-        let run = Run::new(action, &step_id);
+        let mut run = Run::new(action, &step_id);
+        // The provider as given, for the audit payload of a step refused before it read it.
+        if let Some(Value::String(p)) = params.get("provider") {
+            if registry::validate_name("provider", p).is_ok() {
+                run.fact("provider", json!(p));
+            }
+        }
         let mut run = match action {
             Action::Created => self.created(run, params, actor).await,
             Action::Destroyed => self.destroyed(run, params, actor).await,
