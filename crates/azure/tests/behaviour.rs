@@ -1254,3 +1254,61 @@ async fn automatic_managed_identity_asks_for_the_client_id_among_several_identit
     let e = p.machines("lab").await.unwrap_err();
     assert!(e.to_string().contains("Identity not found"), "{e}");
 }
+
+#[tokio::test]
+async fn paging_links_of_the_same_origin_spelled_otherwise_are_followed_and_others_refused() {
+    // Azure writes `https://management.azure.com:443/...` into the links of a client that called
+    // `https://management.azure.com` (issue 11 item 3): the same origin, spelled otherwise. The
+    // fake's origin always carries its port, so here the endpoint is `http://localhost:<port>`
+    // and the links say `http://LocalHost:<port>`.
+    let f = fake().await;
+    let port = url::Url::parse(&f.url()).unwrap().port().unwrap();
+    let endpoint = format!("http://localhost:{port}");
+    let p = orca_azure::AzureProvider::new(
+        settings(&f)
+            .arm_endpoint(&endpoint)
+            .prices_endpoint(&endpoint)
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    for n in ["vm-p1", "vm-p2", "vm-p3"] {
+        p.create(&spec(n, AMD)).await.unwrap();
+    }
+    f.set_page_size(1);
+    f.set_link_origin(Some(&format!("http://LocalHost:{port}")));
+    f.control().clear_log();
+    let mut names: Vec<String> = p
+        .machines("lab")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["vm-p1", "vm-p2", "vm-p3"]);
+    let get = reqwest::Method::GET;
+    assert_eq!(
+        f.control().count(&get, "virtualMachines?api-version"),
+        3,
+        "every page of the VM list: {:?}",
+        f.control().log()
+    );
+    // Retail Prices' NextPageLink likewise: the Linux row is among several rows, a page each.
+    let price = p.hourly_price(AMD, LOCATION).await.unwrap();
+    assert!((price.hourly - 0.0458).abs() < 1e-9, "{price:?}");
+    assert!(
+        f.control().count(&get, "/api/retail/prices") > 1,
+        "{:?}",
+        f.control().log()
+    );
+    // A link to another origin (the same server by another name) is not followed: the token
+    // goes to the endpoint's origin only.
+    f.set_link_origin(Some(&format!("http://127.0.0.1:{port}")));
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(e.to_string().contains("outside its endpoints"), "{e}");
+    f.set_link_origin(None);
+    assert_eq!(p.machines("lab").await.unwrap().len(), 3);
+}

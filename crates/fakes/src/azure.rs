@@ -57,7 +57,9 @@
 //!   stood a little while unpolled), then `Succeeded`, or `Failed` with the error; the
 //!   `Location`-only protocol on demand ([`FakeAzure::set_location_only`]).
 //! - **Lists**: `nextLink` paging of every list ([`FakeAzure::set_page_size`]), the links absolute
-//!   with their explicit port, as Azure's are (`https://management.azure.com:443/...`).
+//!   with their explicit port, as Azure's are (`https://management.azure.com:443/...`); since the
+//!   fake's own origin always carries its port, links can be written with an origin spelled
+//!   otherwise ([`FakeAzure::set_link_origin`]).
 //! - **Resource SKUs** (`skus.json`, `ListAvailableResourceSkusForARegion.json`): one entry per size
 //!   and location, `$filter=location eq '<location>'`, `CpuArchitectureType` (`x64`, `Arm64`).
 //! - **Tags API** (`Tags_UpdateAtScope`): `{id}/providers/Microsoft.Resources/tags/default` with
@@ -322,6 +324,8 @@ struct State {
     managed_identity: bool,
     /// The client ids of the VM's user-assigned identities.
     user_assigned: Vec<String>,
+    /// The origin paging links are written with ([`FakeAzure::set_link_origin`]).
+    link_origin: Option<String>,
     /// VMs allocated on a hardware cluster that offers only some sizes: VM key -> sizes (lower case).
     clusters: HashMap<String, BTreeSet<String>>,
 }
@@ -367,6 +371,7 @@ impl FakeAzure {
             clusters: HashMap::new(),
             managed_identity: false,
             user_assigned: Vec::new(),
+            link_origin: None,
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -598,6 +603,16 @@ impl FakeAzure {
     /// it answers 400 "Identity not found".
     pub fn set_managed_identity(&self, on: bool) {
         self.st().managed_identity = on;
+    }
+
+    /// Paging links (`nextLink`, Retail Prices' `NextPageLink`) are written with `origin`
+    /// (`http://LocalHost:<port>`, no trailing slash) instead of the origin the request was sent
+    /// to; `None` goes back to that. Azure writes `https://management.azure.com:443/...` to a client
+    /// that called `https://management.azure.com`: the same origin spelled otherwise, which a fake
+    /// on a random port cannot reproduce by the port alone. The fake serves whatever reaches it:
+    /// pointing links at another origin is how a test sees that a client refuses to follow them.
+    pub fn set_link_origin(&self, origin: Option<&str>) {
+        self.st().link_origin = origin.map(|o| o.trim_end_matches('/').to_string());
     }
 
     /// The VM the instance metadata service answers for has these user-assigned identities (their

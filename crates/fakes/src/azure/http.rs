@@ -70,6 +70,8 @@ pub(super) struct Req {
     pub(super) headers: HeaderMap,
     pub(super) body: Value,
     pub(super) base: String,
+    /// The origin written into paging links: `base`, or [`FakeAzure::set_link_origin`]'s.
+    pub(super) link_base: String,
 }
 
 impl Req {
@@ -88,7 +90,7 @@ impl Req {
             .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
             .collect();
         q.push(format!("{}={skip}", percent_encode(skip_key)));
-        format!("{}{}?{}", self.base, self.path, q.join("&"))
+        format!("{}{}?{}", self.link_base, self.path, q.join("&"))
     }
 }
 
@@ -119,13 +121,19 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
             }
         }
     };
+    let base = format!("http://{host}");
+    let link_base = lock(&state)
+        .link_origin
+        .clone()
+        .unwrap_or_else(|| base.clone());
     let r = Req {
         method,
         path,
         query,
         headers,
         body,
-        base: format!("http://{host}"),
+        base,
+        link_base,
     };
     if r.path == "/api/retail/prices" {
         let st = lock(&state);
