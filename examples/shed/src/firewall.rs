@@ -317,20 +317,28 @@ impl FirewallCheck {
         } else {
             None
         };
+        let expected = self.expected(st, now);
         let (rule, rules, network, net_name) = match self.read().await {
             Ok(r) => r,
             Err(e) => {
+                // Every clause that failed, in the table's order: address_unknown comes after.
+                let mut failed = vec![FwReason::Unreadable];
+                if self
+                    .address_unknown(&expected, st, answers.as_ref())
+                    .is_some()
+                {
+                    failed.push(FwReason::AddressUnknown);
+                }
                 return Outcome {
                     at: now,
                     passed: false,
                     reason: Some(FwReason::Unreadable),
-                    failed: vec![FwReason::Unreadable],
+                    failed,
                     message: format!("the firewall rules could not be read: {e}"),
                     sources: Vec::new(),
-                }
+                };
             }
         };
-        let expected = self.expected(st, now);
         let mut out = self.clauses(
             rule.as_ref(),
             &rules,
@@ -509,18 +517,10 @@ impl FirewallCheck {
                     ));
                 }
                 match expected {
+                    // Mode any compares no sources; mode auto cannot while its address is unknown
+                    // (address_unknown, the table's last clause, below).
                     None => {}
-                    Some(want) if want.is_empty() => {
-                        let never = answers.is_some() && st.agreement.is_none();
-                        failed.push((
-                            FwReason::AddressUnknown,
-                            format!(
-                                "the server does not know its public address: the echo services have not agreed on it {}: expected at least two services reporting the same public IPv4 address, found: {}",
-                                if never { "since the server started".to_string() } else { format!("for {}", go_duration(self.timings.address_trust)) },
-                                answers.map(Answers::describe).unwrap_or_default()
-                            ),
-                        ));
-                    }
+                    Some(want) if want.is_empty() => {}
                     Some(want) => {
                         let mut found: Vec<String> = r.source_ranges.iter().map(|s| normalise(s)).collect();
                         found.sort();
@@ -577,7 +577,9 @@ impl FirewallCheck {
                 ),
             ));
         }
-        let _ = now;
+        if let Some(m) = self.address_unknown(expected, st, answers) {
+            failed.push((FwReason::AddressUnknown, m));
+        }
         Outcome {
             at: now,
             passed: failed.is_empty(),
@@ -586,6 +588,24 @@ impl FirewallCheck {
             message: failed.first().map(|(_, m)| m.clone()).unwrap_or_default(),
             sources,
         }
+    }
+
+    /// Mode auto without an address the echo services agreed on (the clause `address_unknown`): why.
+    fn address_unknown(
+        &self,
+        expected: &Option<Vec<String>>,
+        st: &CheckState,
+        answers: Option<&Answers>,
+    ) -> Option<String> {
+        if self.want.mode != FirewallMode::Auto || !expected.as_ref().is_some_and(Vec::is_empty) {
+            return None;
+        }
+        let never = answers.is_some() && st.agreement.is_none();
+        Some(format!(
+            "the server does not know its public address: the echo services have not agreed on it {}: expected at least two services reporting the same public IPv4 address, found: {}",
+            if never { "since the server started".to_string() } else { format!("for {}", go_duration(self.timings.address_trust)) },
+            answers.map(Answers::describe).unwrap_or_default()
+        ))
     }
 
     /// Logs `o` when the result changed (by [`LogKey`]), and again every ten minutes while it fails.

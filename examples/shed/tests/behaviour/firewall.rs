@@ -469,3 +469,56 @@ async fn auto_mode_logs_a_failing_result_once_while_only_the_time_since_the_patc
         "patched again after 5 minutes"
     );
 }
+
+#[tokio::test]
+async fn address_unknown_is_the_last_clause_and_holds_with_or_without_the_rule() {
+    // The seed's table lists address_unknown last: after stray_rule, default_network and unreadable.
+    let env = auto_env().await;
+    assert_eq!(reason_of(&env).await, Some(FwReason::AddressUnknown));
+    let mut stray = FirewallRule::new("web", DEFAULT_NETWORK);
+    stray.allowed = vec![FirewallPorts::new("tcp", ["8080"])];
+    stray.source_ranges = vec!["0.0.0.0/0".into()];
+    stray.target_tags = vec![TAG.into()];
+    env.cloud.put_firewall_rule(stray);
+    let o = env.backend.firewall_check().await;
+    assert_eq!(o.reason, Some(FwReason::StrayRule));
+    assert_eq!(
+        o.failed,
+        vec![FwReason::StrayRule, FwReason::AddressUnknown]
+    );
+    env.cloud.remove_firewall_rule("web");
+
+    let mut n = Network::new(DEFAULT_NETWORK);
+    n.auto_create_subnetworks = true;
+    env.cloud.put_network(n);
+    let o = env.backend.firewall_check().await;
+    assert_eq!(
+        o.failed,
+        vec![FwReason::DefaultNetwork, FwReason::AddressUnknown]
+    );
+    env.cloud.put_network(Network::new(DEFAULT_NETWORK));
+
+    env.cloud.inject(
+        Operation::Network,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
+    let o = env.backend.firewall_check().await;
+    assert_eq!(
+        o.failed,
+        vec![FwReason::Unreadable, FwReason::AddressUnknown]
+    );
+
+    // Without the rule, the server still does not know its address.
+    env.cloud.remove_firewall_rule(RULE);
+    let o = env.backend.firewall_check().await;
+    assert_eq!(
+        o.failed,
+        vec![FwReason::RuleMissing, FwReason::AddressUnknown]
+    );
+    env.cloud.put_firewall_rule(good_rule());
+    assert_eq!(
+        env.backend.firewall_check().await.failed,
+        vec![FwReason::AddressUnknown]
+    );
+}
