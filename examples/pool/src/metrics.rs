@@ -2,8 +2,9 @@
 //! format 0.0.4), with the `prometheus` crate.
 //!
 //! Every series carries the constant labels `kind`, `owner` and `pool`:
-//! `orca_pool_size` (machines serving after the last pass), `orca_pool_wanted` (the target),
-//! `orca_pool_listed`, `orca_pool_created_total{how="made|adopted"}`,
+//! `orca_pool_size` (machines serving after the last pass; 0 on a standby, which does not list the
+//! pool: read the pool's size from the replica whose `orca_pool_leader` is 1), `orca_pool_wanted`
+//! (the target), `orca_pool_listed` (0 on a standby too), `orca_pool_created_total{how="made|adopted"}`,
 //! `orca_pool_deleted_total{cause}`, `orca_pool_failures_total{operation}`,
 //! `orca_pool_no_stock_total{offering}`, `orca_pool_passes_total{role}`, `orca_pool_leader` (1 when
 //! this replica acted in the last pass), `orca_pool_last_pass_timestamp_seconds`.
@@ -60,12 +61,12 @@ impl Metrics {
         };
         let size = gauge(
             "orca_pool_size",
-            "Machines of the pool serving after the last pass.",
+            "Machines of the pool serving after the last pass (0 on a standby).",
         );
         let wanted = gauge("orca_pool_wanted", "The pool's target size.");
         let listed = gauge(
             "orca_pool_listed",
-            "Machines of the pool the cloud listed in the last pass.",
+            "Machines of the pool the cloud listed in the last pass (0 on a standby).",
         );
         let leader = gauge(
             "orca_pool_leader",
@@ -127,8 +128,12 @@ impl Metrics {
                 self.listed.set(i64::try_from(r.listed).unwrap_or(i64::MAX));
             }
             Role::Standby { .. } => {
+                // A standby neither lists nor counts the pool: it reports none rather than the
+                // figures of the last pass it led (the leader's series are the pool's).
                 self.leader.set(0);
                 self.passes.with_label_values(&["standby"]).inc();
+                self.size.set(0);
+                self.listed.set(0);
             }
         }
         for a in &r.actions {
