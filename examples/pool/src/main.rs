@@ -69,7 +69,8 @@ struct Args {
     #[arg(long, default_value_t = 4)]
     parallel: usize,
     /// Machines of the pool that the record does not name: ask (on a new record, touch nothing and
-    /// say so; on an established one, delete them), adopt, or delete.
+    /// say so; on an established one, delete them), adopt, or delete. Adopt or delete also settles
+    /// a conflict with another writer on the pool, which holds every pass until then.
     #[arg(long, default_value = "ask")]
     unknown: orca_pool::Unknown,
     /// Serve Prometheus metrics on this address (for example 127.0.0.1:9464), at /metrics.

@@ -372,3 +372,72 @@ async fn the_store_names_itself_without_the_password() {
     let st = PgStore::connect(&db.url, "r").await.unwrap();
     assert!(st.describe().starts_with("postgres "));
 }
+
+/// A conflict with another writer (a copy with its own record made the machines of the names this
+/// replica picks) is kept in the database: a replica that starts again holds too, and the other
+/// writer's machine is not in the record.
+#[tokio::test]
+async fn a_conflict_with_another_writer_is_kept_in_the_database() {
+    let Some(db) = TestDb::create("a_conflict_with_another_writer_is_kept_in_the_database").await
+    else {
+        return;
+    };
+    let cloud = MemoryCloud::new();
+    let p = cloud.provider("s1").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut other = support::scaler(dir.path(), 1, &[A]);
+    assert_eq!(other.pass(&p, cloud.now()).await.serving, 1);
+
+    let w = Wrap::new(cloud.provider("s1").unwrap());
+    w.stale_listings.store(1, Ordering::SeqCst);
+    let mut r1 = replica(&db, "r1", 1).await;
+    let r = r1.pass(&w, cloud.now()).await;
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| matches!(a, Action::Conflict { .. })),
+        "{:?}",
+        r.actions
+    );
+    drop(r1);
+    let c = admin(&db).await;
+    let row = c
+        .query_one(
+            "SELECT conflict, (SELECT count(*) FROM orca_pool.machines) FROM orca_pool.records",
+            &[],
+        )
+        .await
+        .unwrap();
+    let conflict: Option<String> = row.get(0);
+    assert!(
+        conflict
+            .as_deref()
+            .is_some_and(|c| c.contains("another writer")),
+        "{conflict:?}"
+    );
+    assert_eq!(
+        row.get::<_, i64>(1),
+        0,
+        "the other writer's machine is not recorded"
+    );
+
+    let mut again = None;
+    for _ in 0..50 {
+        let mut r2 = replica(&db, "r2", 1).await;
+        let r = r2.pass(&w, cloud.now()).await;
+        if r.role == Role::Leader {
+            again = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = again.expect("r2 leads once r1 is gone");
+    assert!(
+        r.stopped
+            .as_deref()
+            .is_some_and(|s| s.contains("another writer")),
+        "{r:?}"
+    );
+    assert!(w.deleted.lock().unwrap().is_empty());
+    assert_eq!(ids(&cloud).len(), 1);
+}
