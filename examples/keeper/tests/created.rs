@@ -451,6 +451,66 @@ async fn a_vm_without_an_fqdn_fails_the_step() {
 }
 
 #[tokio::test]
+async fn the_journal_rows_of_a_failed_batch_change_together_or_not_at_all() {
+    let Some(w) =
+        World::new("the_journal_rows_of_a_failed_batch_change_together_or_not_at_all").await
+    else {
+        return;
+    };
+    w.cloud.set_stock("amd64-small", "zone-a", 2);
+    // PostgreSQL refuses one row of each multi-row change: tx-5 marked never asked for (with tx-4),
+    // tx-2 marked destroyed (with tx-1).
+    w.client()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION keeper.test_refuse_journal() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF (NEW.name = 'tx-5' AND NEW.state = 'failed')
+                  OR (NEW.name = 'tx-2' AND NEW.state = 'destroyed') THEN
+                 RAISE EXCEPTION 'journal row % refused for this test', NEW.name;
+               END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER test_refuse_journal BEFORE UPDATE ON keeper.cloud_vms
+                 FOR EACH ROW EXECUTE FUNCTION keeper.test_refuse_journal();",
+        )
+        .await
+        .unwrap();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 5, "name": "tx"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock");
+    assert!(w.machines().is_empty(), "the two made are destroyed");
+    let state = |rows: &[Value], name: &str| {
+        rows.iter()
+            .find(|r| r["name"] == name)
+            .map(|r| r["state"].clone())
+            .unwrap()
+    };
+    let journal = w
+        .rows("SELECT name, state FROM keeper.cloud_vms ORDER BY id")
+        .await;
+    assert_eq!(state(&journal, "tx-3"), "failed", "{journal:?}");
+    // One transaction each: neither row of a refused change moved.
+    assert_eq!(state(&journal, "tx-4"), "requested", "{journal:?}");
+    assert_eq!(state(&journal, "tx-5"), "requested", "{journal:?}");
+    assert_eq!(state(&journal, "tx-1"), "made", "{journal:?}");
+    assert_eq!(state(&journal, "tx-2"), "made", "{journal:?}");
+    assert!(
+        f.output["journal_error"]
+            .as_str()
+            .is_some_and(|s| s.contains("stay made")),
+        "{}",
+        f.output
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
 async fn the_third_of_five_refused_destroys_the_two_made() {
     let Some(w) = World::new("the_third_of_five_refused_destroys_the_two_made").await else {
         return;

@@ -11,7 +11,8 @@
 //!    audit event;
 //! 5. a failure at any point (a VM refused, a VM without an FQDN, an adopted VM, a SID clash, the
 //!    registry or the audit failing): the VMs this step made are destroyed (journal `destroyed`), and
-//!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later. The step
+//!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later; these rows,
+//!    and those of the VMs never asked for (`failed`), each change in one transaction. The step
 //!    output names each (`destroyed`, `recorded`);
 //! 6. a create that fails with an error that is not a clear refusal (a transient error, throttling,
 //!    leftovers, an unknown error, or any error after a retry, when an earlier attempt's answer may
@@ -46,6 +47,14 @@ struct Planned {
     predicted_fqdn: Option<String>,
     token: PlainToken,
     journal_id: i64,
+}
+
+/// A journal row's new state, for [`Keeper::journal_all`].
+struct JournalUpdate {
+    id: i64,
+    state: &'static str,
+    sid: Option<String>,
+    detail: String,
 }
 
 /// One VM the cloud made for this step.
@@ -302,12 +311,17 @@ impl Keeper {
                 }
             }
         }
-        for vm in queue {
-            // Never asked for: the step failed before its turn.
-            let why = "not asked for: the step failed before this VM's turn";
-            if let Err(e) = self.journal(vm.journal_id, "failed", None, None, why).await {
-                tracing::warn!(name = %vm.name, error = %e, "journal");
-            }
+        // Never asked for: the step failed before their turn. All of them in one transaction.
+        let never: Vec<JournalUpdate> = queue
+            .map(|vm| JournalUpdate {
+                id: vm.journal_id,
+                state: "failed",
+                sid: None,
+                detail: "not asked for: the step failed before this VM's turn".into(),
+            })
+            .collect();
+        if let Err(e) = self.journal_all(&never).await {
+            tracing::warn!(step_id = %run.step_id, error = %e, "journal: the VMs never asked for stay requested");
         }
         if !adopted.is_empty() {
             run.fact("adopted_not_counted", json!(adopted));
@@ -536,6 +550,31 @@ impl Keeper {
         Ok(())
     }
 
+    /// Moves several journal rows, each to its state, in one transaction: all of them or none.
+    async fn journal_all(&self, updates: &[JournalUpdate]) -> Result<()> {
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| Error::db("begin", &e))?;
+        for u in updates {
+            tx.execute(
+                "UPDATE keeper.cloud_vms SET state = $2, sid = COALESCE($3, sid), detail = $4,
+                 updated_at = now() WHERE id = $1",
+                &[&u.id, &u.state, &u.sid, &u.detail],
+            )
+            .await
+            .map_err(|e| Error::db("journal", &e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| Error::db("commit the journal", &e))?;
+        Ok(())
+    }
+
     /// Writes the souls, token hashes, journal and audit event of a batch made whole: one transaction.
     async fn record(
         &self,
@@ -619,39 +658,59 @@ impl Keeper {
     ) -> Run {
         let mut destroyed = Vec::new();
         let mut recorded = Vec::new();
+        let mut updates = Vec::new();
         for m in &made {
             let id = &m.machine.id;
             match cloud.delete(id).await {
                 Ok(_) => {
-                    let why = format!("destroyed: the step failed ({})", error.code);
-                    if let Err(e) = self
-                        .journal(m.planned.journal_id, "destroyed", None, None, &why)
-                        .await
-                    {
-                        tracing::warn!(vm_id = %id, error = %e, "journal");
-                    }
+                    updates.push(JournalUpdate {
+                        id: m.planned.journal_id,
+                        state: "destroyed",
+                        sid: None,
+                        detail: format!("destroyed: the step failed ({})", error.code),
+                    });
                     tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed: the step failed");
                     destroyed.push(id.clone());
                 }
                 Err(e) => {
-                    let why = format!(
-                        "kept: the step failed ({}) and destroying it failed too ({}); destroy it with core.cloud.destroyed",
-                        error.code, e
-                    );
-                    let sid = (!m.machine.fqdn.is_empty()).then_some(m.machine.fqdn.as_str());
-                    let journalled = self
-                        .journal(m.planned.journal_id, "kept", None, sid, &why)
-                        .await;
+                    updates.push(JournalUpdate {
+                        id: m.planned.journal_id,
+                        state: "kept",
+                        sid: (!m.machine.fqdn.is_empty()).then(|| m.machine.fqdn.clone()),
+                        detail: format!(
+                            "kept: the step failed ({}) and destroying it failed too ({}); destroy it with core.cloud.destroyed",
+                            error.code, e
+                        ),
+                    });
                     tracing::error!(step_id = %run.step_id, vm_id = %id, provider = %row.name, error = %e, "VM could not be destroyed after the step failed");
                     recorded.push(json!({
                         "vm_id": id,
                         "name": m.machine.name,
                         "sid": m.machine.fqdn,
-                        "in": if journalled.is_ok() { "keeper.cloud_vms (state kept)" } else { "nowhere: the registry failed too; this VM is only in this output and the log" },
                         "destroy_error": e.to_string(),
                     }));
                 }
             }
+        }
+        // The journal of the roll-back: one transaction. When it fails, the rows stay `made` (with
+        // their VM ids), which core.cloud.destroyed resolves.
+        let journalled = self.journal_all(&updates).await;
+        for r in &mut recorded {
+            r["in"] = json!(if journalled.is_ok() {
+                "keeper.cloud_vms (state kept)"
+            } else {
+                "nowhere as kept: the registry failed to mark it; this output and the log name it"
+            });
+        }
+        if let Err(e) = journalled {
+            tracing::warn!(step_id = %run.step_id, error = %e, "journal: the roll-back's rows stay made");
+            run.fact(
+                "journal_error",
+                json!(format!(
+                    "the journal rows of this roll-back stay made: {}",
+                    e.message
+                )),
+            );
         }
         run.fact(
             "changed",
