@@ -522,3 +522,82 @@ async fn address_unknown_is_the_last_clause_and_holds_with_or_without_the_rule()
         vec![FwReason::AddressUnknown]
     );
 }
+
+#[tokio::test]
+async fn auto_mode_says_the_services_did_not_agree_in_this_check_and_leaves_the_rule() {
+    let env = auto_env().await;
+    env.echo.say(E1, Ok("198.51.100.20"));
+    env.echo.say(E2, Ok("198.51.100.20"));
+    assert!(env.backend.firewall_check().await.passed);
+    // Six minutes later (past the patch spacing, within the 15 minutes the agreed address is
+    // trusted) the rule is edited by hand and the services disagree in this check.
+    env.advance(6 * 60).await;
+    env.cloud.put_firewall_rule(good_rule());
+    env.echo.say(E2, Ok("198.51.100.77"));
+    env.echo.say(E3, Err("timeout"));
+    let o = env.backend.firewall_check().await;
+    assert_eq!(o.reason, Some(FwReason::RuleSources));
+    assert!(
+        o.message
+            .contains("not repaired: the echo services did not agree in this check ("),
+        "{}",
+        o.message
+    );
+    assert!(
+        o.message.contains(&format!("{E2} said 198.51.100.77")),
+        "it lists what each said: {}",
+        o.message
+    );
+    assert_eq!(
+        env.cloud.firewall_rule(RULE).unwrap(),
+        good_rule(),
+        "left alone"
+    );
+}
+
+#[tokio::test]
+async fn a_network_named_default_is_the_default_network() {
+    // Custom mode, but named default: still the project's default network.
+    let env = Env::on_network("default").await;
+    let o = env.backend.firewall_check().await;
+    assert_eq!(o.reason, Some(FwReason::DefaultNetwork), "{o:?}");
+    assert_eq!(o.failed, vec![FwReason::DefaultNetwork]);
+    assert!(o.message.contains("network default"), "{}", o.message);
+    let e = env.create("a").await.unwrap_err();
+    assert_eq!(e.code, "FIREWALL_CHECK_FAILED");
+    assert!(e.message.contains("default_network"), "{}", e.message);
+    // The same bench on a network of another name passes.
+    let other = Env::on_network("shed-net").await;
+    assert!(other.backend.firewall_check().await.passed);
+}
+
+#[tokio::test]
+async fn a_start_is_judged_by_the_last_result_for_60_s_and_asks_again_after() {
+    let env = Env::new().await;
+    env.running("a").await;
+    env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    env.until_status("a", Status::Stopped).await;
+    env.pass().await;
+    // The rule goes; within 60 s of the last (passing) result the start is accepted, and the check
+    // just before the start call fails: stopped (firewall), nothing sent.
+    env.cloud.remove_firewall_rule(RULE);
+    env.advance(30).await;
+    let (v, _) = env.backend.start_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!(v.status, Status::Starting);
+    env.until("stopped (firewall)", |e| {
+        e.view("a").unwrap().status_reason == "firewall"
+    })
+    .await;
+    assert_eq!(env.view("a").unwrap().status, Status::Stopped);
+    assert_eq!(env.vm("a").unwrap().status, orca::Status::Stopped);
+    // The rule is back, but the last result (failing) is 30 s old: the start is refused by it.
+    env.cloud.put_firewall_rule(good_rule());
+    env.advance(30).await;
+    let e = env.backend.start_shed(&env.admin(), "a").await.unwrap_err();
+    assert_eq!((e.status, e.code.as_str()), (503, "FIREWALL_CHECK_FAILED"));
+    // Over 60 s old: the start runs the check again, which passes.
+    env.advance(31).await;
+    let (v, _) = env.backend.start_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!(v.status, Status::Starting);
+    env.until_status("a", Status::Running).await;
+}

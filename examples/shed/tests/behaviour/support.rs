@@ -368,6 +368,19 @@ impl Env {
         Self::on(cloud, cfg, dir, test_timings()).await
     }
 
+    /// A bench whose provider puts VMs on (and reads the rules of) network `network`, with the rule
+    /// as gce-setup.sh makes it on that network.
+    pub async fn on_network(network: &str) -> Env {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let cfg = Config::for_tests(ENV, dir.path().join("remote"));
+        let cloud = MemoryCloud::new();
+        let mut rule = good_rule();
+        rule.network = network.into();
+        cloud.put_firewall_rule(rule);
+        let provider = cloud.provider(shed::OWNER).unwrap().with_network(network);
+        Self::with_provider(cloud, Arc::new(provider), cfg, dir, test_timings()).await
+    }
+
     pub async fn on(
         cloud: MemoryCloud,
         cfg: Config,
@@ -375,6 +388,16 @@ impl Env {
         timings: Timings,
     ) -> Env {
         let inner: Arc<dyn Provider> = Arc::new(cloud.provider(shed::OWNER).unwrap());
+        Self::with_provider(cloud, inner, cfg, dir, timings).await
+    }
+
+    async fn with_provider(
+        cloud: MemoryCloud,
+        inner: Arc<dyn Provider>,
+        cfg: Config,
+        dir: Arc<tempfile::TempDir>,
+        timings: Timings,
+    ) -> Env {
         let wrapped = Arc::new(Wrapped::new(inner));
         let clock = ManualClock::new();
         let probe = Arc::new(TestProbe::default());
