@@ -12,13 +12,15 @@
 //!   balanceSummary`), when the settings name a billing account and profile.
 
 use async_trait::async_trait;
-use orca_machines::ext::{first_free_priority, FIRST_ADMISSION_PRIORITY, LAST_ADMISSION_PRIORITY};
+use orca_machines::ext::{
+    check_admission_input, first_free_priority, FIRST_ADMISSION_PRIORITY, LAST_ADMISSION_PRIORITY,
+};
 use orca_machines::kit::check_owned;
 use orca_machines::labels::Labels;
-use orca_machines::spec::{validate_label_key, validate_labels, validate_source};
+use orca_machines::spec::{validate_label_key, validate_labels};
 use orca_machines::{
     validate_id, Admission, AdmissionRule, Balance, CreditBalance, Error, Machine, MachineLabels,
-    MachineSpec, Result, SshAdmission,
+    Result, SshAdmission,
 };
 use reqwest::Method;
 use serde_json::json;
@@ -194,19 +196,7 @@ impl SshAdmission for AzureProvider {
         sources: &[String],
         readmit: &[String],
     ) -> Result<Admission> {
-        MachineSpec::new("check", "t", location, "check")
-            .with_admission_group(group)
-            .with_ssh_sources(sources.iter().cloned())
-            .validate()?;
-        if sources.is_empty() {
-            return Err(Error::invalid("sources", "at least one address to admit"));
-        }
-        for s in sources {
-            validate_source(s).map_err(|rule| Error::invalid("sources", rule))?;
-        }
-        for id in readmit {
-            validate_id(id)?;
-        }
+        check_admission_input(group, location, sources, readmit)?;
         // Contract 2: another owner's machine is refused and nothing changes. Every machine to
         // re-admit is read and checked first; only then is anything written.
         let mut targets = Vec::new();

@@ -485,7 +485,7 @@ impl AzureProvider {
         self.arm()
             .wait(op, &a)
             .await
-            .map_err(|e| with_stock_of(e, machine_type, location))
+            .map_err(|e| e.with_placement(machine_type, location))
     }
 
     /// The size catalogue of `location` (`$filter=location eq '<location>'`), read once and cached.
@@ -1136,21 +1136,6 @@ impl AzureProvider {
     }
 }
 
-/// `e` with `machine_type` and `location` named when it is no stock.
-fn with_stock_of(e: Error, machine_type: &str, location: &str) -> Error {
-    match e {
-        Error::NoStock {
-            message, context, ..
-        } => Error::NoStock {
-            machine_type: machine_type.to_string(),
-            location: location.to_string(),
-            message,
-            context,
-        },
-        other => other,
-    }
-}
-
 /// The outcome of a failed create whose clean-up left `left` behind: no stock and quota stay what
 /// they are (a caller falls back on another offering on them, and the core error has no place for
 /// both), with what remains named in their message and logged; anything else is
@@ -1293,7 +1278,7 @@ impl Provider for AzureProvider {
                         Ok(Some(_)) | Err(_) => return Err(e),
                     }
                 }
-                let e = with_stock_of(e, &spec.machine_type, &spec.location);
+                let e = e.with_placement(&spec.machine_type, &spec.location);
                 match self.undo(&made, e).await {
                     Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
                     other => Err(other),
@@ -1478,7 +1463,7 @@ impl Provider for AzureProvider {
             }
             if running {
                 self.power_action(id, "start").await.map_err(|e| {
-                    with_stock_of(e, machine_type, &location).prefixed(&format!(
+                    e.with_placement(machine_type, &location).prefixed(&format!(
                         "{id} was resized to {machine_type} while deallocated and did not start again"
                     ))
                 })?;
