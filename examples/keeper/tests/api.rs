@@ -21,6 +21,7 @@ const ADMIN: &str = "t-admin-0123456789";
 const OPS: &str = "t-ops-0123456789";
 const READER: &str = "t-reader-0123456789";
 const STEPPER: &str = "t-stepper-0123456789";
+const LISTER: &str = "t-lister-0123456789";
 
 fn tokens() -> keeper::tokens::ApiTokens {
     let t = |name: &str, token: &str, perms: Value| json!({"name": name, "sha256": sha256_hex(token), "permissions": perms});
@@ -29,6 +30,7 @@ fn tokens() -> keeper::tokens::ApiTokens {
         t("ops", OPS, json!(["provider.*", "profile.*"])),
         t("reader", READER, json!(["provider.read", "profile.read"])),
         t("stepper", STEPPER, json!(["step.core.cloud", "profile.read"])),
+        t("lister", LISTER, json!(["provider.read"])),
     ]});
     keeper::tokens::ApiTokens::from_json(&file.to_string()).unwrap()
 }
@@ -512,5 +514,115 @@ async fn a_step_finishes_when_the_client_hangs_up_in_the_middle() {
     );
     assert_eq!(w.machines().len(), 1);
     server.abort();
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn each_permission_is_required_and_errors_are_masked() {
+    let Some(w) = World::new("each_permission_is_required_and_errors_are_masked").await else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    let forbidden = |v: &Value, permission: &str| {
+        assert_eq!(v["error"]["code"], "permission.denied", "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(permission),
+            "{v} names {permission}"
+        );
+    };
+    // provider.delete: the reader may read lab, not delete it.
+    let (s, v, _) = api
+        .call(Method::DELETE, "/v1/providers/lab", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    forbidden(&v, "provider.delete");
+    // profile.create
+    let (s, v, _) = api
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            Some(READER),
+            Some(json!({"name": "big", "provider": "lab", "machine_type": "amd64-large"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    forbidden(&v, "profile.create");
+    // profile.read: providers yes, profiles no.
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/providers", Some(LISTER), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    for path in ["/v1/profiles", "/v1/profiles/small"] {
+        let (s, v, _) = api.call(Method::GET, path, Some(LISTER), None).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{path}: {v}");
+        forbidden(&v, "profile.read");
+    }
+    // Nothing was changed by the refused calls.
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/providers/lab", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, _) = api
+        .call(Method::GET, "/v1/profiles/big", Some(READER), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.audit_events WHERE actor LIKE 'api:%'")
+            .await,
+        0
+    );
+
+    // An error whose message would quote a token: the value is masked in the answer.
+    let (s, v, text) = api
+        .call(
+            Method::POST,
+            "/v1/providers",
+            Some(OPS),
+            Some(
+                json!({"name": "api_token=s3cret-provider-value", "driver": "fake",
+                        "credentials_ref": "fake/lab", "region": "zone-a"}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert_eq!(v["error"]["field"], "name");
+    assert!(!text.contains("s3cret-provider-value"), "{text}");
+    assert!(text.contains("***"), "{text}");
+    let (s, v, text) = api
+        .call(
+            Method::POST,
+            "/v1/profiles",
+            Some(OPS),
+            Some(
+                json!({"name": "leaky", "provider": "lab", "machine_type": "amd64-small",
+                        "labels": {"join-token": "S3cret Label Value!"}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(!text.contains("S3cret Label Value!"), "{text}");
+    assert!(
+        text.contains(r#"got \"***\""#),
+        "the value is quoted, masked: {text}"
+    );
+    let (s, v, text) = api
+        .call(
+            Method::POST,
+            "/v1/steps/core.cloud.created",
+            Some(STEPPER),
+            Some(
+                json!({"provider": "lab", "profile": {"machine_type": "amd64-small",
+                        "labels": {"join-token": "S3cret Step Value!"}}}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{v}");
+    assert!(!text.contains("S3cret Step Value!"), "{text}");
+    assert!(
+        text.contains(r#"got \"***\""#),
+        "the value is quoted, masked: {text}"
+    );
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert!(!e.to_string().contains("S3cret Step Value!"), "{e}");
     w.finish().await;
 }
