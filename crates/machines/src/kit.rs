@@ -7,8 +7,12 @@
 //! - [`http_client`] (feature `http`): the HTTP client of the REST drivers, with one user agent, one
 //!   set of timeouts, no redirects, and an endpoint on the loopback interface never reached through
 //!   the environment's proxy.
-//! - [`call_span`]: the one span shape of a cloud call.
-//! - [`poll`]: the one loop that follows a long-running operation to its end.
+//! - [`call`] (and [`call_recorded`]): one cloud call, its attempts under the shared
+//!   [`RetryPolicy`], each in the one span shape of a cloud call ([`call_span`]), filled the same way
+//!   by every driver ([`record_request`], [`record_status`], [`record_request_id`],
+//!   [`record_waited`]).
+//! - [`poll`] and [`poll_with`]: the one loop that follows a long-running operation to its end (at
+//!   one interval, or at a pause each step names: a Retry-After, a backoff).
 //! - [`check_owned`] and [`no_stock`]: the ownership refusal and the no-stock outcome.
 
 use std::future::Future;
@@ -201,13 +205,18 @@ pub fn http_client(
 }
 
 /// The span of one cloud call, the same shape for every driver: `orca.call` with the provider, the
-/// operation, and the fields a driver records when it knows them (`method`, `path`, `status`,
-/// `request_id`, `duration_ms`, and `waited_ms`, the time spent before sending: pacing, tokens).
+/// operation, and the fields filled when known: `retry` (the retries before this attempt, 0 for the
+/// first), `method`, `path`, `status`, `request_id` (the cloud's id of the request, or the driver's
+/// own when it sends one), `duration_ms` (the whole attempt, `waited_ms` included) and `waited_ms`
+/// (the time spent before sending: pacing, tokens). [`attempt`] opens it and fills `retry` and
+/// `duration_ms`; the driver fills the others from inside the attempt ([`record_request`],
+/// [`record_status`], [`record_request_id`], [`record_waited`]).
 pub fn call_span(kind: &str, operation: &str) -> tracing::Span {
     tracing::info_span!(
         "orca.call",
         provider = kind,
         operation,
+        retry = tracing::field::Empty,
         method = tracing::field::Empty,
         path = tracing::field::Empty,
         status = tracing::field::Empty,
@@ -215,6 +224,104 @@ pub fn call_span(kind: &str, operation: &str) -> tracing::Span {
         duration_ms = tracing::field::Empty,
         waited_ms = tracing::field::Empty,
     )
+}
+
+/// Records the request's `method` and `path` on the current call span ([`call_span`]).
+pub fn record_request(method: &str, path: &str) {
+    let span = tracing::Span::current();
+    span.record("method", method);
+    span.record("path", path);
+}
+
+/// Records the answer's HTTP `status` on the current call span ([`call_span`]).
+pub fn record_status(status: u16) {
+    tracing::Span::current().record("status", status);
+}
+
+/// Records the request's id on the current call span ([`call_span`]).
+pub fn record_request_id(id: &str) {
+    tracing::Span::current().record("request_id", id);
+}
+
+/// Records the time spent before sending (pacing, a token) on the current call span ([`call_span`]).
+pub fn record_waited(waited: Duration) {
+    tracing::Span::current().record("waited_ms", waited.as_millis() as u64);
+}
+
+/// One attempt of cloud call `operation` of driver `kind`, after `retry` retries: `attempt` runs in
+/// the call's span ([`call_span`]), whose `retry` and `duration_ms` are filled here, and a failure is
+/// logged (debug) in it with its code. The driver fills the request's fields from inside `attempt`.
+pub async fn attempt<T, Fut>(kind: &str, operation: &str, retry: u32, attempt: Fut) -> Result<T>
+where
+    Fut: Future<Output = Result<T>>,
+{
+    let span = call_span(kind, operation);
+    span.record("retry", retry);
+    let started = tokio::time::Instant::now();
+    let result = tracing::Instrument::instrument(attempt, span.clone()).await;
+    span.record("duration_ms", started.elapsed().as_millis() as u64);
+    match &result {
+        Ok(_) => tracing::debug!(parent: &span, "answered"),
+        Err(e) => {
+            tracing::debug!(parent: &span, error = %e, code = e.code().unwrap_or(""), "call failed")
+        }
+    }
+    result
+}
+
+/// One cloud call: `attempt()` under `policy` (only for calls that are safe to repeat, or that
+/// carry the cloud's idempotency token), every attempt in its call span ([`attempt`]). The error is
+/// the last attempt's, with the operation and the retries made ([`RetryPolicy::retry`]).
+pub async fn call<T, F, Fut>(
+    kind: &str,
+    operation: &str,
+    policy: &RetryPolicy,
+    mut attempt: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let retries = std::cell::Cell::new(0u32);
+    policy
+        .retry(operation, || {
+            let retry = retries.replace(retries.get() + 1);
+            self::attempt(kind, operation, retry, attempt())
+        })
+        .await
+}
+
+/// [`call`] that records each attempt's outcome in `attempts`: a create retried after a passing
+/// failure may meet what its own earlier attempt made ([`Attempts`]).
+pub async fn call_recorded<T, F, Fut>(
+    kind: &str,
+    operation: &str,
+    policy: &RetryPolicy,
+    attempts: &Attempts,
+    mut attempt: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    call(kind, operation, policy, || {
+        let sent = attempt();
+        async move {
+            let r = sent.await;
+            attempts.record(&r);
+            r
+        }
+    })
+    .await
+}
+
+/// What one step of [`poll_with`] found: the operation's end, or the pause before the next step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Polled<T> {
+    /// The operation ended with this.
+    Done(T),
+    /// Not ended: step again after this pause (zero: at once).
+    Again(Duration),
 }
 
 /// Follows a long-running operation to its end: calls `step` until it answers `Some`, pausing
@@ -230,19 +337,43 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
 {
+    poll_with(what, timeout, || {
+        let next = step();
+        async move {
+            Ok(match next.await? {
+                Some(done) => Polled::Done(done),
+                None => Polled::Again(interval),
+            })
+        }
+    })
+    .await
+}
+
+/// [`poll`] whose every step names the pause before the next one ([`Polled::Again`]): the cloud's
+/// Retry-After, a pause that grows, or none after a long poll that the cloud held. Gives up, without
+/// the pause, when the pause would end past `timeout` (counted on tokio's clock from the call),
+/// with a passing failure naming `what`.
+pub async fn poll_with<T, F, Fut>(what: &str, timeout: Duration, mut step: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Polled<T>>>,
+{
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
-        if let Some(done) = step().await? {
-            return Ok(done);
-        }
-        if tokio::time::Instant::now() + interval > deadline {
+        let pause = match step().await? {
+            Polled::Done(done) => return Ok(done),
+            Polled::Again(pause) => pause,
+        };
+        if tokio::time::Instant::now() + pause > deadline {
             return Err(Error::transient(format!(
                 "{what} did not finish within {} ms; it goes on in the cloud",
                 timeout.as_millis()
             ))
             .with_operation(what));
         }
-        tokio::time::sleep(interval).await;
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
     }
 }
 
@@ -374,6 +505,68 @@ mod tests {
             e.is_retryable() && e.to_string().contains("did not finish"),
             "{e}"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn poll_with_pauses_as_each_step_says_and_gives_up_before_a_pause_past_the_deadline() {
+        let started = tokio::time::Instant::now();
+        let mut seen = Vec::new();
+        let got = poll_with("op", Duration::from_secs(10), || {
+            seen.push(started.elapsed().as_secs());
+            let n = seen.len();
+            async move {
+                Ok(match n {
+                    1 => Polled::Again(Duration::from_secs(2)),
+                    2 => Polled::Again(Duration::ZERO),
+                    3 => Polled::Again(Duration::from_secs(5)),
+                    _ => Polled::Done(n),
+                })
+            }
+        })
+        .await;
+        assert_eq!((got, seen), (Ok(4), vec![0, 2, 2, 7]));
+        let mut steps = 0;
+        let e = poll_with::<(), _, _>("op", Duration::from_secs(10), || {
+            steps += 1;
+            async { Ok(Polled::Again(Duration::from_secs(4))) }
+        })
+        .await
+        .unwrap_err();
+        // Steps at 0, 4 and 8 s; a pause to 12 s would end past the deadline.
+        assert_eq!(steps, 3);
+        assert!(e.is_retryable() && e.operation() == Some("op"), "{e}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_retries_its_attempts_and_records_their_outcomes() {
+        let mut sent = 0;
+        let attempts = Attempts::new();
+        let got = call_recorded(
+            "test",
+            "things.create",
+            &RetryPolicy::fast(),
+            &attempts,
+            || {
+                sent += 1;
+                let n = sent;
+                async move {
+                    match n {
+                        1 => Err(Error::throttled(None, "429")),
+                        2 => Err(Error::transient("connection reset")),
+                        _ => Ok(n),
+                    }
+                }
+            },
+        )
+        .await;
+        assert_eq!(got, Ok(3));
+        assert!(attempts.may_have_made());
+        let e = call("test", "things.get", &RetryPolicy::fast(), || async {
+            Err::<(), _>(Error::quota("cores"))
+        })
+        .await
+        .unwrap_err();
+        assert_eq!((e.operation(), e.retries()), (Some("things.get"), 0));
     }
 
     #[test]
