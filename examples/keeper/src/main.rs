@@ -340,10 +340,16 @@ async fn main() -> ExitCode {
                 .map(|a| a.to_string())
                 .unwrap_or_default();
             tracing::info!(listen = %addr, callers = tokens.len(), "keeper serving");
-            let app = keeper::api::router(k, tokens);
+            let app = keeper::api::router(k.clone(), tokens);
             let served = axum::serve(listener, app)
                 .with_graceful_shutdown(shutdown())
                 .await;
+            // A step whose client went away runs on as a task of its own: let it finish.
+            let running = k.steps_running();
+            if running > 0 {
+                tracing::info!(steps = running, "waiting for the running steps to finish");
+                k.steps_finished().await;
+            }
             match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&Error::new(1, "serve.failed", e.to_string())),

@@ -100,6 +100,24 @@ pub struct Keeper {
     vault: Arc<dyn Vault>,
     drivers: Arc<dyn Drivers>,
     settings: Arc<Settings>,
+    /// How many steps are running now (of this keeper and its clones).
+    running: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+/// Counts a running step for as long as it lives.
+struct Running(Arc<tokio::sync::watch::Sender<usize>>);
+
+impl Running {
+    fn start(running: &Arc<tokio::sync::watch::Sender<usize>>) -> Self {
+        running.send_modify(|n| *n += 1);
+        Running(running.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// A step that failed: the error, and the step's output saying what was made, destroyed or recorded
@@ -270,7 +288,20 @@ impl Keeper {
             vault,
             drivers,
             settings: Arc::new(settings),
+            running: Arc::new(tokio::sync::watch::channel(0).0),
         })
+    }
+
+    /// How many steps are running now.
+    pub fn steps_running(&self) -> usize {
+        *self.running.borrow()
+    }
+
+    /// Resolves once no step is running (for a shutdown that lets the steps finish).
+    pub async fn steps_finished(&self) {
+        let mut rx = self.running.subscribe();
+        // The sender lives in `self`: the wait ends only with the count at zero.
+        let _ = rx.wait_for(|n| *n == 0).await;
     }
 
     /// The connection pool.
@@ -292,6 +323,7 @@ impl Keeper {
         params: &Value,
         actor: &str,
     ) -> std::result::Result<Value, StepFailure> {
+        let _running = Running::start(&self.running);
         let step_id = new_step_id();
         let action = match Action::from_step(step) {
             Ok(a) => a,
