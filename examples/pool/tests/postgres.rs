@@ -148,7 +148,9 @@ async fn a_replica_that_loses_the_lock_stops_at_once() {
         // Kill the session that holds the lead (what a database failover or a network cut does).
         admin
             .execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+                // Only this test's database: the server is shared with other tests.
+                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 &[],
             )
             .await
