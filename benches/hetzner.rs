@@ -22,7 +22,7 @@ async fn provider(fake: &FakeHetzner, pacing: bool) -> HetznerProvider {
             max_backoff: Duration::from_secs(2),
             max_elapsed: Duration::from_secs(60),
         })
-        .action_poll(Duration::from_millis(1))
+        .poll_interval(Duration::from_millis(1))
         .pacing(pacing)
         .rate_reserve(RESERVE)
         .build()

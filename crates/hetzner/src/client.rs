@@ -8,15 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use orca_machines::kit::{self, Attempts};
 use orca_machines::{parse_retry_after, Error, Result, RetryPolicy};
 use reqwest::header::HeaderMap;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use crate::config::Config;
 use crate::model::ErrorBody;
+use crate::provider::KIND;
 
 /// One HTTP client for one project, with its pacer.
 pub(crate) struct Client {
@@ -54,8 +55,9 @@ impl Client {
         })
     }
 
-    /// One call, retried by the shared policy when it fails with a retryable error. Only for calls that
-    /// are safe to repeat (reads, deletes, power actions; creates guard themselves by name).
+    /// One call through the kit ([`kit::call`]): retried by the shared policy when it fails with a
+    /// retryable error, every attempt in the one call span. Only for calls that are safe to repeat
+    /// (reads, deletes, power actions; creates guard themselves by name).
     pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         op: &'static str,
@@ -64,12 +66,30 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
-        self.retry
-            .retry(op, || self.once(op, method.clone(), path, query, body))
-            .await
+        kit::call(KIND, op, &self.retry, || {
+            self.once(op, method.clone(), path, query, body)
+        })
+        .await
     }
 
-    /// One attempt: paced, traced, its headers observed, its error mapped.
+    /// [`Client::call`] that records each attempt's outcome in `attempts` (a create: an attempt that
+    /// ended in a passing failure may have made the server).
+    pub(crate) async fn call_recorded<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        attempts: &Attempts,
+    ) -> Result<T> {
+        kit::call_recorded(KIND, op, &self.retry, attempts, || {
+            self.once(op, method.clone(), path, &[], body)
+        })
+        .await
+    }
+
+    /// One attempt, inside its call span: paced, its request, status and correlation id recorded,
+    /// its headers observed, its error mapped.
     pub(crate) async fn once<T: DeserializeOwned>(
         &self,
         op: &'static str,
@@ -78,63 +98,46 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
-        let span = orca_machines::kit::call_span("hetzner", op);
-        span.record("method", method.as_str());
-        span.record("path", path);
-        async {
-            let (paced, mut ticket) = self.pacer.before().await;
-            let started = Instant::now();
-            let mut req = self
-                .http
-                .request(method, format!("{}{}", self.base, path))
-                .bearer_auth(self.config.token_value());
-            if !query.is_empty() {
-                req = req.query(query);
-            }
-            if let Some(b) = body {
-                req = req.json(b);
-            }
-            let result = async {
-                let resp = match req.send().await {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.pacer.observe(&mut ticket, None);
-                        return Err(transport_error(e));
-                    }
-                };
-                let status = resp.status().as_u16();
-                let headers = resp.headers().clone();
-                self.pacer.observe(&mut ticket, Some(&headers));
-                let span = tracing::Span::current();
-                span.record("status", status);
-                if let Some(id) = headers
-                    .get("x-correlation-id")
-                    .or_else(|| headers.get("x-request-id"))
-                    .and_then(|v| v.to_str().ok())
-                {
-                    span.record("request_id", id);
-                }
-                let bytes = resp.bytes().await.map_err(transport_error)?;
-                if (200..300).contains(&status) {
-                    serde_json::from_slice::<T>(&bytes).map_err(|e| {
-                        Error::other(format!("unexpected answer to {op} (HTTP {status}): {e}"))
-                            .with_source(e)
-                    })
-                } else {
-                    Err(map_error(status, &bytes, &headers))
-                }
-            }
-            .await;
-            let span = tracing::Span::current();
-            span.record("duration_ms", started.elapsed().as_millis() as u64);
-            span.record("waited_ms", paced.as_millis() as u64);
-            if let Err(e) = &result {
-                tracing::debug!(error = %e, "call failed");
-            }
-            result
+        kit::record_request(method.as_str(), path);
+        let (paced, mut ticket) = self.pacer.before().await;
+        kit::record_waited(paced);
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(self.config.token_value());
+        if !query.is_empty() {
+            req = req.query(query);
         }
-        .instrument(span)
-        .await
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.pacer.observe(&mut ticket, None);
+                return Err(transport_error(e));
+            }
+        };
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        self.pacer.observe(&mut ticket, Some(&headers));
+        kit::record_status(status);
+        if let Some(id) = headers
+            .get("x-correlation-id")
+            .or_else(|| headers.get("x-request-id"))
+            .and_then(|v| v.to_str().ok())
+        {
+            kit::record_request_id(id);
+        }
+        let bytes = resp.bytes().await.map_err(transport_error)?;
+        if (200..300).contains(&status) {
+            serde_json::from_slice::<T>(&bytes).map_err(|e| {
+                Error::other(format!("unexpected answer to {op} (HTTP {status}): {e}"))
+                    .with_source(e)
+            })
+        } else {
+            Err(map_error(status, &bytes, &headers))
+        }
     }
 }
 

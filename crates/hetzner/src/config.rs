@@ -62,8 +62,8 @@ pub struct Config {
     pub(crate) client: ClientOptions,
     pub(crate) pacing: bool,
     pub(crate) rate_reserve: f64,
-    pub(crate) action_poll: Duration,
-    pub(crate) action_timeout: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) operation_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) request_timeout: Duration,
     pub(crate) visibility_window: Duration,
@@ -82,8 +82,8 @@ impl std::fmt::Debug for Config {
             .field("retry", &self.retry)
             .field("pacing", &self.pacing)
             .field("rate_reserve", &self.rate_reserve)
-            .field("action_poll", &self.action_poll)
-            .field("action_timeout", &self.action_timeout)
+            .field("poll_interval", &self.poll_interval)
+            .field("operation_timeout", &self.operation_timeout)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("visibility_window", &self.visibility_window)
@@ -141,8 +141,8 @@ pub struct ConfigBuilder {
     retry: RetryPolicy,
     pacing: bool,
     rate_reserve: f64,
-    action_poll: Duration,
-    action_timeout: Duration,
+    poll_interval: Duration,
+    operation_timeout: Duration,
     shutdown_timeout: Duration,
     request_timeout: Duration,
     visibility_window: Duration,
@@ -176,8 +176,8 @@ impl Default for ConfigBuilder {
             retry: RetryPolicy::default(),
             pacing: true,
             rate_reserve: 0.05,
-            action_poll: Duration::from_millis(1000),
-            action_timeout: Duration::from_secs(600),
+            poll_interval: Duration::from_millis(1000),
+            operation_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(60),
             request_timeout: Duration::from_secs(60),
             visibility_window: Duration::from_secs(30),
@@ -296,13 +296,13 @@ impl ConfigBuilder {
         self
     }
     /// How often a running action is read (default 1 s).
-    pub fn action_poll(mut self, every: Duration) -> Self {
-        self.action_poll = every;
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
         self
     }
     /// How long to follow an action before giving up (default 10 min).
-    pub fn action_timeout(mut self, d: Duration) -> Self {
-        self.action_timeout = d;
+    pub fn operation_timeout(mut self, d: Duration) -> Self {
+        self.operation_timeout = d;
         self
     }
     /// How long `stop` waits for a graceful shutdown before it powers the server off (default 60 s).
@@ -388,8 +388,8 @@ impl ConfigBuilder {
             client,
             pacing: self.pacing,
             rate_reserve: self.rate_reserve,
-            action_poll: client.poll_interval_or(self.action_poll),
-            action_timeout: self.action_timeout,
+            poll_interval: client.poll_interval_or(self.poll_interval),
+            operation_timeout: self.operation_timeout,
             shutdown_timeout: self.shutdown_timeout,
             request_timeout: client.request_timeout.unwrap_or(self.request_timeout),
             visibility_window: self.visibility_window,

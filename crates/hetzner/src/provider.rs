@@ -351,8 +351,8 @@ impl HetznerProvider {
         Ok(s)
     }
 
-    /// Follows action `action` to its end with the kit's poll (`actions.get` every `action_poll`,
-    /// for at most `action_timeout`): `Ok` on success, the action's error (classified by its code)
+    /// Follows action `action` to its end with the kit's poll (`actions.get` every `poll_interval`,
+    /// for at most `operation_timeout`): `Ok` on success, the action's error (classified by its code)
     /// otherwise.
     async fn wait_action(&self, action: &Action) -> Result<()> {
         // The action as the call that started it answered, then as each read shows it.
@@ -360,8 +360,8 @@ impl HetznerProvider {
         let answered = &answered;
         kit::poll(
             &action.command,
-            self.config.action_poll,
-            self.config.action_timeout,
+            self.config.poll_interval,
+            self.config.operation_timeout,
             move || async move {
                 let current = if answered.swap(false, Ordering::Relaxed) {
                     action.clone()
@@ -706,21 +706,13 @@ impl Provider for HetznerProvider {
         let attempts = Attempts::new();
         let made = self
             .client
-            .retry
-            .retry("servers.create", || async {
-                let r = self
-                    .client
-                    .once::<CreatedServer>(
-                        "servers.create",
-                        Method::POST,
-                        "/servers",
-                        &[],
-                        Some(&body),
-                    )
-                    .await;
-                attempts.record(&r);
-                r
-            })
+            .call_recorded::<CreatedServer>(
+                "servers.create",
+                Method::POST,
+                "/servers",
+                Some(&body),
+                &attempts,
+            )
             .await;
         let r = match made {
             Ok(r) => r,
@@ -810,7 +802,7 @@ impl Provider for HetznerProvider {
                     self.server_action(s.id, "poweroff", None).await?;
                     break;
                 }
-                tokio::time::sleep(self.config.action_poll).await;
+                tokio::time::sleep(self.config.poll_interval).await;
             }
         }
         let s = self.owned_server(id).await?;

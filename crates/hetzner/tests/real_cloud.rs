@@ -144,7 +144,7 @@ async fn machine_facts_are_hetzners() {
         orca_hetzner::Config::builder()
             .token(fake2.token())
             .endpoint(fake2.url())
-            .action_poll(Duration::from_millis(1))
+            .poll_interval(Duration::from_millis(1))
             .build()
             .unwrap(),
         "me",

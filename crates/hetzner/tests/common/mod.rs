@@ -17,7 +17,7 @@ pub fn builder(fake: &FakeHetzner) -> ConfigBuilder {
         .ssh_keys(["orca-test"])
         .firewall("orca-fw")
         .network("orca-net")
-        .action_poll(Duration::from_millis(1))
+        .poll_interval(Duration::from_millis(1))
         .shutdown_timeout(Duration::from_millis(200))
 }
 
