@@ -282,10 +282,11 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let retries = std::cell::Cell::new(0u32);
+    let mut retries = 0u32;
     policy
         .retry(operation, || {
-            let retry = retries.replace(retries.get() + 1);
+            let retry = retries;
+            retries += 1;
             self::attempt(kind, operation, retry, attempt())
         })
         .await
