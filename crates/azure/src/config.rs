@@ -378,6 +378,7 @@ impl Config {
             &self.arm_endpoint,
             &self.imds_endpoint,
             self.imds_client_id.as_deref(),
+            &self.client,
         )
     }
 }

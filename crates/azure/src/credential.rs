@@ -13,9 +13,13 @@
 //! (`ImdsToken`, at the endpoint it probed), so that the probe and the token come from the same place,
 //! asking for the user-assigned identity `AZURE_CLIENT_ID` names when it is set (`client_id`).
 //!
-//! azure_identity's token requests go through [`ReqwestTransport`], our `azure_core::http::HttpClient`
-//! over the workspace's reqwest 0.12, so the crate builds one HTTP stack (azure_core's default would
-//! add reqwest 0.13 with its own TLS). Tokens are [`SecretString`]s: never printed, never in an error.
+//! azure_identity's token requests go through this crate's own `azure_core::http::HttpClient`, a
+//! private transport over the kit's HTTP client ([`orca_machines::kit::http_client`]: the settings'
+//! `ORCA_CONNECT_TIMEOUT` and `ORCA_REQUEST_TIMEOUT`, the orca user agent, no redirects), so the
+//! crate builds one HTTP stack (azure_core's default would add reqwest 0.13 with its own TLS). A
+//! request to this machine ([`orca_machines::kit::is_loopback`]) or to the instance metadata service
+//! never goes through the environment's proxy. Tokens are [`SecretString`]s: never printed, never in
+//! an error.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +30,7 @@ use azure_core::http::headers::{HeaderName, HeaderValue, Headers};
 use azure_core::http::{
     AsyncRawResponse, Body, ClientOptions, HttpClient, Method, Request, Transport,
 };
+use orca_machines::kit::{self, ClientOptions as KitOptions};
 use orca_machines::{Error, Result};
 use secrecy::SecretString;
 
@@ -97,15 +102,17 @@ fn redact_error(e: &azure_core::Error) -> String {
     s.lines().next().unwrap_or("").chars().take(400).collect()
 }
 
-fn client_options() -> ClientOptions {
+fn client_options(login: &LoginTransport) -> ClientOptions {
     ClientOptions {
-        transport: Some(Transport::new(Arc::new(ReqwestTransport::new()))),
+        transport: Some(Transport::new(Arc::new(login.clone()))),
         ..ClientOptions::default()
     }
 }
 
 /// Where the instance metadata service answers on an Azure VM.
 pub const IMDS_ENDPOINT: &str = "http://169.254.169.254";
+/// The instance metadata service's link-local address.
+const IMDS_ADDRESS: &str = "169.254.169.254";
 
 /// What [`Credential::Auto`] found when nothing in the settings named a credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,16 +151,19 @@ fn is_azure_imds_answer(status: u16, body: &[u8]) -> bool {
 /// refuses with 400 at once. Only the Azure service's own answer (400 with its OAuth-style error
 /// body `{"error", "error_description"}`, or the token JSON) within a second means it is there (managed identity); no answer, or anyone else's, means it is not (the
 /// Azure CLI).
+///
+/// The probe has its own short timeouts (800 ms to connect, a second in all), whatever the settings
+/// say: off Azure nothing answers at that address, and the choice must not wait for a request
+/// timeout.
 pub async fn auto_choice(imds_endpoint: &str) -> AutoChoice {
-    let http = match reqwest::Client::builder()
-        .no_proxy()
-        .connect_timeout(std::time::Duration::from_millis(800))
-        .timeout(std::time::Duration::from_secs(1))
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
-        Ok(h) => h,
-        Err(_) => return AutoChoice::AzureCli,
+    let Ok(http) = kit::http_client(
+        "azure",
+        kit_endpoint(imds_endpoint),
+        &KitOptions::default(),
+        std::time::Duration::from_millis(800),
+        Some(std::time::Duration::from_secs(1)),
+    ) else {
+        return AutoChoice::AzureCli;
     };
     let url = format!(
         "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource=https%3A%2F%2Fmanagement.azure.com%2F",
@@ -190,19 +200,18 @@ impl ImdsToken {
     /// A source for `scope` (`https://management.azure.com/.default`) at `imds_endpoint`, for the
     /// user-assigned identity `client_id` when given (the service's `client_id` parameter: with
     /// several user-assigned identities and no system-assigned one it refuses to choose).
-    fn new(imds_endpoint: &str, scope: &str, client_id: Option<&str>) -> ImdsToken {
+    fn new(
+        imds_endpoint: &str,
+        scope: &str,
+        client_id: Option<&str>,
+        login: &LoginTransport,
+    ) -> ImdsToken {
         let resource = format!(
             "{}/",
             scope.trim_end_matches("/.default").trim_end_matches('/')
         );
         let resource: String = url::form_urlencoded::byte_serialize(resource.as_bytes()).collect();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(std::time::Duration::from_secs(2))
-            .timeout(std::time::Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap_or_default();
+        let http = login.client_for(imds_endpoint).clone();
         let mut url = format!(
             "{}/metadata/identity/oauth2/token?api-version=2018-02-01&resource={resource}",
             imds_endpoint.trim_end_matches('/')
@@ -294,6 +303,7 @@ struct AutoToken {
     scope: String,
     /// `AZURE_CLIENT_ID`: the user-assigned identity to ask the metadata service for.
     client_id: Option<String>,
+    login: LoginTransport,
     cli: Arc<dyn TokenSource>,
     chosen: tokio::sync::OnceCell<(AutoChoice, Arc<dyn TokenSource>)>,
 }
@@ -308,17 +318,19 @@ impl std::fmt::Debug for AutoToken {
 
 impl AutoToken {
     /// The automatic choice for `scope`, probing `imds_endpoint` (asking it for the user-assigned
-    /// identity `client_id` when given), with `cli` as the fallback.
+    /// identity `client_id` when given, through `login`), with `cli` as the fallback.
     fn new(
         imds_endpoint: &str,
         scope: &str,
         client_id: Option<&str>,
+        login: LoginTransport,
         cli: Arc<dyn TokenSource>,
     ) -> AutoToken {
         AutoToken {
             imds_endpoint: imds_endpoint.to_string(),
             scope: scope.to_string(),
             client_id: client_id.map(str::to_string),
+            login,
             cli,
             chosen: tokio::sync::OnceCell::new(),
         }
@@ -332,6 +344,7 @@ impl AutoToken {
                 &self.imds_endpoint,
                 &self.scope,
                 self.client_id.as_deref(),
+                &self.login,
             ));
             match mi.token().await {
                 Ok(t) => {
@@ -373,12 +386,14 @@ impl TokenSource for AutoToken {
 
 /// The token source for `credential`, for Resource Manager at `arm_endpoint`; `Auto` probes the
 /// metadata service at `imds_endpoint` at its first token, and asks it for the user-assigned
-/// identity `imds_client_id` (`AZURE_CLIENT_ID`) when given.
+/// identity `imds_client_id` (`AZURE_CLIENT_ID`) when given. Token requests use the kit's HTTP
+/// client with `client`'s timeouts.
 pub(crate) fn source(
     credential: &Credential,
     arm_endpoint: &str,
     imds_endpoint: &str,
     imds_client_id: Option<&str>,
+    client: &KitOptions,
 ) -> Result<Arc<dyn TokenSource>> {
     let scope = if arm_endpoint.starts_with("https://") {
         format!("{arm_endpoint}/.default")
@@ -388,18 +403,26 @@ pub(crate) fn source(
     match credential {
         Credential::Static(t) => Ok(Arc::new(StaticToken::new(t.clone()))),
         Credential::Custom(c) => Ok(c.clone()),
-        Credential::Auto => Ok(Arc::new(AutoToken::new(
-            imds_endpoint,
-            &scope,
-            imds_client_id,
-            identity(&Credential::AzureCli, &scope)?,
-        ))),
-        other => identity(other, &scope),
+        Credential::Auto => {
+            let login = LoginTransport::new(client)?;
+            Ok(Arc::new(AutoToken::new(
+                imds_endpoint,
+                &scope,
+                imds_client_id,
+                login.clone(),
+                identity(&Credential::AzureCli, &scope, &login)?,
+            )))
+        }
+        other => identity(other, &scope, &LoginTransport::new(client)?),
     }
 }
 
-/// An azure_identity credential for `credential`.
-fn identity(credential: &Credential, scope: &str) -> Result<Arc<dyn TokenSource>> {
+/// An azure_identity credential for `credential`, its token requests through `login`.
+fn identity(
+    credential: &Credential,
+    scope: &str,
+    login: &LoginTransport,
+) -> Result<Arc<dyn TokenSource>> {
     let failed = |kind: &str, e: azure_core::Error| {
         Error::unauthenticated(format!("{kind} credential: {}", redact_error(&e)))
     };
@@ -411,7 +434,7 @@ fn identity(credential: &Credential, scope: &str) -> Result<Arc<dyn TokenSource>
         } => {
             use secrecy::ExposeSecret;
             let options = azure_identity::ClientSecretCredentialOptions {
-                client_options: client_options(),
+                client_options: client_options(login),
             };
             let c = azure_identity::ClientSecretCredential::new(
                 tenant_id,
@@ -429,7 +452,7 @@ fn identity(credential: &Credential, scope: &str) -> Result<Arc<dyn TokenSource>
         } => {
             let options = azure_identity::WorkloadIdentityCredentialOptions {
                 credential_options: azure_identity::ClientAssertionCredentialOptions {
-                    client_options: client_options(),
+                    client_options: client_options(login),
                 },
                 client_id: Some(client_id.clone()),
                 tenant_id: Some(tenant_id.clone()),
@@ -444,7 +467,7 @@ fn identity(credential: &Credential, scope: &str) -> Result<Arc<dyn TokenSource>
                 user_assigned_id: client_id
                     .clone()
                     .map(azure_identity::UserAssignedId::ClientId),
-                client_options: client_options(),
+                client_options: client_options(login),
             };
             let c = azure_identity::ManagedIdentityCredential::new(Some(options))
                 .map_err(|e| failed("managed identity", e))?;
@@ -470,37 +493,65 @@ fn identity(credential: &Credential, scope: &str) -> Result<Arc<dyn TokenSource>
     }))
 }
 
-/// azure_core's `HttpClient` over reqwest 0.12: how azure_identity reaches the login endpoints.
-#[derive(Debug, Clone)]
-pub struct ReqwestTransport {
-    http: reqwest::Client,
-    /// For the instance metadata service and this machine: never through a proxy.
-    direct: reqwest::Client,
+/// Whether `url` is never reached through the environment's proxy: this machine
+/// ([`kit::is_loopback`]) or the instance metadata service's link-local address, which only this VM
+/// reaches.
+fn never_proxied(url: &str) -> bool {
+    kit::is_loopback(url) || url::Url::parse(url).is_ok_and(|u| u.host_str() == Some(IMDS_ADDRESS))
 }
 
-impl ReqwestTransport {
-    /// A transport on a new reqwest client (no redirects, like azure_core's own).
-    pub fn new() -> Self {
-        let builder = || {
-            reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(std::time::Duration::from_secs(20))
-                .timeout(std::time::Duration::from_secs(60))
-        };
-        let http = builder().build().unwrap_or_default();
-        let direct = builder().no_proxy().build().unwrap_or_default();
-        ReqwestTransport { http, direct }
+/// The endpoint the kit builds a client for to reach `url`: the kit leaves out the proxy for a
+/// loopback endpoint only, so a URL never to be proxied ([`never_proxied`]) is built for as this
+/// machine.
+fn kit_endpoint(url: &str) -> &str {
+    if never_proxied(url) {
+        "http://127.0.0.1"
+    } else {
+        url
     }
 }
 
-impl Default for ReqwestTransport {
-    fn default() -> Self {
-        Self::new()
+/// azure_core's `HttpClient` over the kit's HTTP client (reqwest 0.12): how azure_identity reaches
+/// the login endpoints and the managed identity's token endpoint. Private: a caller sets its
+/// timeouts through the driver's client settings.
+#[derive(Debug, Clone)]
+pub(crate) struct LoginTransport {
+    /// Through the environment's proxy, if any (the login endpoints).
+    http: reqwest::Client,
+    /// Never through a proxy ([`never_proxied`]).
+    direct: reqwest::Client,
+}
+
+impl LoginTransport {
+    /// The kit's clients with `options`' timeouts (else 20 s to connect, 60 s in all).
+    pub(crate) fn new(options: &KitOptions) -> Result<Self> {
+        let build = |endpoint: &str| {
+            kit::http_client(
+                "azure",
+                endpoint,
+                options,
+                std::time::Duration::from_secs(20),
+                Some(std::time::Duration::from_secs(60)),
+            )
+        };
+        Ok(LoginTransport {
+            http: build("https://login.microsoftonline.com")?,
+            direct: build(kit_endpoint(IMDS_ENDPOINT))?,
+        })
+    }
+
+    /// The client that reaches `url`.
+    fn client_for(&self, url: &str) -> &reqwest::Client {
+        if never_proxied(url) {
+            &self.direct
+        } else {
+            &self.http
+        }
     }
 }
 
 #[async_trait]
-impl HttpClient for ReqwestTransport {
+impl HttpClient for LoginTransport {
     async fn execute_request(&self, request: &Request) -> azure_core::Result<AsyncRawResponse> {
         use azure_core::error::ErrorKind;
         let method = match request.method() {
@@ -517,11 +568,7 @@ impl HttpClient for ReqwestTransport {
                 ))
             }
         };
-        let direct = matches!(
-            request.url().host_str(),
-            Some("169.254.169.254" | "127.0.0.1" | "localhost" | "[::1]")
-        );
-        let client = if direct { &self.direct } else { &self.http };
+        let client = self.client_for(request.url().as_str());
         let mut req = client.request(method, request.url().as_str());
         for (name, value) in request.headers().iter() {
             req = req.header(name.as_str(), value.as_str());
@@ -670,6 +717,7 @@ mod tests {
             &f.url(),
             "https://management.azure.com/.default",
             None,
+            LoginTransport::new(&KitOptions::default()).unwrap(),
             cli.clone(),
         );
         assert_eq!(auto.token().await.unwrap().expose_secret(), "cli-token");
@@ -683,6 +731,7 @@ mod tests {
             &f.url(),
             "https://management.azure.com/.default",
             None,
+            LoginTransport::new(&KitOptions::default()).unwrap(),
             cli.clone(),
         );
         assert_eq!(
@@ -700,7 +749,14 @@ mod tests {
             client_id: "c".into(),
             secret: SecretString::from("hunter2-xyz".to_string()),
         };
-        let src = source(&c, "https://management.azure.com", IMDS_ENDPOINT, None).unwrap();
+        let src = source(
+            &c,
+            "https://management.azure.com",
+            IMDS_ENDPOINT,
+            None,
+            &KitOptions::default(),
+        )
+        .unwrap();
         let d = format!("{c:?} {src:?}");
         assert!(!d.contains("hunter2"), "{d}");
     }
