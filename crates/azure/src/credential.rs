@@ -102,9 +102,15 @@ fn redact_error(e: &azure_core::Error) -> String {
     s.lines().next().unwrap_or("").chars().take(400).collect()
 }
 
+/// azure_identity's options: its requests through `login`, and `orca-azure` first in their user
+/// agent (azure_core sets the header of each request itself, as `<application id>
+/// azsdk-rust-identity/<version> (...)`, over the kit client's own).
 fn client_options(login: &LoginTransport) -> ClientOptions {
     ClientOptions {
         transport: Some(Transport::new(Arc::new(login.clone()))),
+        user_agent: azure_core::http::UserAgentOptions {
+            application_id: Some(format!("orca-{}", crate::KIND)),
+        },
         ..ClientOptions::default()
     }
 }

@@ -108,5 +108,17 @@ async fn a_token_request_to_any_loopback_address_is_never_proxied() {
         seen[0].starts_with("GET /msi/token?"),
         "the token request reached 127.0.0.2: {seen:?}"
     );
+    let agent = seen[0]
+        .lines()
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("user-agent"))
+        })
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    assert!(
+        agent.starts_with("orca-azure "),
+        "the orca user agent: {agent:?}"
+    );
     assert!(f.control().count(&reqwest::Method::GET, "virtualMachines") > 0);
 }
