@@ -3,16 +3,18 @@
 //! followed to `DONE` ([`Client::wait`]), and the ONE function that maps Compute Engine's answers onto
 //! orca's errors ([`map_error`]), keeping the cloud's code and the cause in the error's context.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use orca_machines::kit::{self, Attempts, Polled};
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tracing::Instrument as _;
 
 use crate::model::{last_segment, List, Operation, OperationError};
+use crate::provider::KIND;
 
 /// The OAuth scope the driver asks for.
 pub(crate) const SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -47,6 +49,12 @@ pub(crate) enum Body<'a> {
     Json(&'a Value),
 }
 
+impl<'a> Body<'a> {
+    fn of(body: Option<&'a Value>) -> Self {
+        body.map_or(Body::None, Body::Json)
+    }
+}
+
 /// An error answer of the Compute Engine API (or a failed operation), kept as the cause of the orca
 /// error it maps to: the HTTP status, the cloud's code (`errors[].reason` of an answer, `errors[].code`
 /// of an operation) and its message. Never holds a credential.
@@ -74,8 +82,8 @@ impl Client {
         tokens: Arc<dyn gcp_auth::TokenProvider>,
     ) -> Result<Client> {
         // Timeouts are set per request (an operation `wait` answers after up to two minutes).
-        let http = orca_machines::kit::http_client(
-            "gce",
+        let http = kit::http_client(
+            KIND,
             &config.endpoint,
             &config.client,
             Duration::from_secs(10),
@@ -89,7 +97,7 @@ impl Client {
             retry: config.retry,
             operation_timeout: config.operation_timeout,
             request_timeout: config.request_timeout,
-            first_pause: config.client.poll_interval_or(Duration::from_millis(250)),
+            first_pause: config.poll_interval,
         })
     }
 
@@ -121,8 +129,9 @@ impl Client {
         }
     }
 
-    /// One request, no retry: the answer's JSON, or the mapped error.
-    pub(crate) async fn send<T: DeserializeOwned>(
+    /// One attempt, inside its call span ([`kit::attempt`]): the request, its status and its
+    /// `requestId` recorded; the answer's JSON, or the mapped error.
+    async fn send<T: DeserializeOwned>(
         &self,
         operation: &'static str,
         method: Method,
@@ -130,58 +139,50 @@ impl Client {
         query: &[(&str, String)],
         body: Body<'_>,
     ) -> Result<T> {
-        let span = orca_machines::kit::call_span("gce", operation);
-        span.record("method", method.as_str());
-        span.record("path", path);
+        kit::record_request(method.as_str(), path);
         if let Some((_, r)) = query.iter().find(|(k, _)| *k == "requestId") {
-            span.record("request_id", r.as_str());
+            kit::record_request_id(r);
         }
-        let started = Instant::now();
-        let work = async {
-            let token = self.token().await?;
-            let timeout = if path.ends_with("/wait") {
-                Duration::from_secs(150)
-            } else {
-                self.request_timeout
-            };
-            let mut req = self
-                .http
-                .request(method.clone(), format!("{}/{path}", self.base))
-                .bearer_auth(token)
-                .timeout(timeout)
-                .query(query);
-            req = match body {
-                Body::None if method == Method::POST => req.body(""),
-                Body::None => req,
-                Body::Json(v) => req.json(v),
-            };
-            let resp = req.send().await.map_err(transport_error)?;
-            let status = resp.status().as_u16();
-            tracing::Span::current().record("status", status);
-            let retry_after = resp
-                .headers()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after);
-            let bytes = resp.bytes().await.map_err(transport_error)?;
-            if (200..300).contains(&status) {
-                serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::other(format!("unreadable answer to {operation}")).with_source(e)
-                })
-            } else {
-                Err(http_error(status, retry_after, &bytes))
-            }
+        let asked = tokio::time::Instant::now();
+        let token = self.token().await?;
+        kit::record_waited(asked.elapsed());
+        let timeout = if path.ends_with("/wait") {
+            Duration::from_secs(150)
+        } else {
+            self.request_timeout
         };
-        let result = work.instrument(span.clone()).await;
-        span.record("duration_ms", started.elapsed().as_millis() as u64);
-        if let Err(e) = &result {
-            span.in_scope(|| tracing::debug!(error = %e, code = e.code(), "gce call failed"));
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}/{path}", self.base))
+            .bearer_auth(token)
+            .timeout(timeout)
+            .query(query);
+        req = match body {
+            Body::None if method == Method::POST => req.body(""),
+            Body::None => req,
+            Body::Json(v) => req.json(v),
+        };
+        let resp = req.send().await.map_err(transport_error)?;
+        let status = resp.status().as_u16();
+        kit::record_status(status);
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let bytes = resp.bytes().await.map_err(transport_error)?;
+        if (200..300).contains(&status) {
+            serde_json::from_slice(&bytes).map_err(|e| {
+                Error::other(format!("unreadable answer to {operation}")).with_source(e)
+            })
+        } else {
+            Err(http_error(status, retry_after, &bytes))
         }
-        result
     }
 
-    /// [`Client::send`] under the retry policy. Only for calls that are safe to repeat: reads, and
-    /// changes that carry a `requestId` (Compute Engine de-duplicates them) or a fingerprint.
+    /// One call through the kit ([`kit::call`]): [`Client::send`] under the retry policy, every
+    /// attempt in the one call span. Only for calls that are safe to repeat: reads, and changes
+    /// that carry a `requestId` (Compute Engine de-duplicates them) or a fingerprint.
     pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         operation: &'static str,
@@ -190,15 +191,27 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&Value>,
     ) -> Result<T> {
-        self.retry
-            .retry(operation, || {
-                let b = match body {
-                    Some(v) => Body::Json(v),
-                    None => Body::None,
-                };
-                self.send(operation, method.clone(), path, query, b)
-            })
-            .await
+        kit::call(KIND, operation, &self.retry, || {
+            self.send(operation, method.clone(), path, query, Body::of(body))
+        })
+        .await
+    }
+
+    /// [`Client::call`] that records each attempt's outcome in `attempts` (an insert: an attempt
+    /// that got no answer or a 5xx may have made the instance).
+    pub(crate) async fn call_recorded<T: DeserializeOwned>(
+        &self,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+        attempts: &Attempts,
+    ) -> Result<T> {
+        kit::call_recorded(KIND, operation, &self.retry, attempts, || {
+            self.send(operation, method.clone(), path, query, Body::of(body))
+        })
+        .await
     }
 
     /// Every item of a list call: `maxResults` of `page_size`, then every `pageToken`, each page under
@@ -256,47 +269,45 @@ impl Client {
         }
     }
 
-    /// Follows `op` to `DONE` with `operations.wait` (zonal or global, as the operation says).
+    /// Follows `op` to `DONE` with `operations.wait` (zonal or global, as the operation says), by
+    /// the kit's [`kit::poll_with`].
     ///
-    /// Not the kit's `poll`: that pauses the same interval before every read, which fits a read that
-    /// answers at once (Hetzner's `actions.get`, ARM's operation status). `operations.wait` is a long
-    /// poll: Compute Engine holds it until the operation ends or about two minutes pass, so it is
-    /// asked again at once after a long answer, and only an answer that came back early and
-    /// unfinished is followed by a pause (doubling, up to 5 s). A fixed pause before each call would
-    /// add its length to every long-running operation for nothing.
-    pub(crate) async fn wait(&self, mut op: Operation) -> Result<Operation> {
-        let started = Instant::now();
-        // `operations.wait` is best effort and may answer at once with the operation still running:
-        // after such an answer, pause (doubling, up to 5 s) before asking again.
-        let mut pause = self.first_pause;
-        while !op.is_done() {
-            if started.elapsed() > self.operation_timeout {
-                return Err(Error::transient(format!(
-                    "operation {} ({}) still {} after {} s",
-                    op.name,
-                    op.operation_type,
-                    op.status,
-                    self.operation_timeout.as_secs()
-                ))
-                .with_operation("operations.wait"));
-            }
-            let path = match &op.zone {
-                Some(z) if !z.is_empty() => {
-                    self.zonal(last_segment(z), &format!("operations/{}/wait", op.name))
-                }
-                _ => self.global(&format!("operations/{}/wait", op.name)),
-            };
-            let asked = Instant::now();
-            op = self
-                .call("operations.wait", Method::POST, &path, &[], None)
-                .await?;
-            if !op.is_done() && asked.elapsed() < Duration::from_secs(1) {
-                let left = self.operation_timeout.saturating_sub(started.elapsed());
-                tokio::time::sleep(pause.min(left)).await;
-                pause = (pause * 2).min(Duration::from_secs(5));
-            }
+    /// `operations.wait` is a long poll: Compute Engine holds it until the operation ends or about
+    /// two minutes pass, so it is asked again at once after a long answer. It is best effort and may
+    /// answer at once with the operation still running: only such an answer (back within a second,
+    /// unfinished) is followed by a pause, the poll interval doubling up to 5 s. A fixed pause before
+    /// each call would add its length to every long-running operation for nothing.
+    pub(crate) async fn wait(&self, op: Operation) -> Result<Operation> {
+        if op.is_done() {
+            return Ok(op);
         }
-        Ok(op)
+        let what = format!("operation {} ({})", op.name, op.operation_type);
+        let path = match &op.zone {
+            Some(z) if !z.is_empty() => {
+                self.zonal(last_segment(z), &format!("operations/{}/wait", op.name))
+            }
+            _ => self.global(&format!("operations/{}/wait", op.name)),
+        };
+        let path = &path;
+        // The pause after the next early answer (in microseconds, shared with the steps).
+        let pause = &AtomicU64::new(self.first_pause.as_micros() as u64);
+        kit::poll_with(&what, self.operation_timeout, || async move {
+            let asked = tokio::time::Instant::now();
+            let op: Operation = self
+                .call("operations.wait", Method::POST, path, &[], None)
+                .await?;
+            Ok(if op.is_done() {
+                Polled::Done(op)
+            } else if asked.elapsed() < Duration::from_secs(1) {
+                let early = Duration::from_micros(pause.load(Ordering::Relaxed));
+                let next = (early * 2).min(Duration::from_secs(5));
+                pause.store(next.as_micros() as u64, Ordering::Relaxed);
+                Polled::Again(early)
+            } else {
+                Polled::Again(Duration::ZERO)
+            })
+        })
+        .await
     }
 
     /// Follows `op` to its end and answers its error, if it failed.

@@ -203,6 +203,9 @@ pub struct Config {
     pub retry: RetryPolicy,
     /// The longest the driver follows one operation.
     pub operation_timeout: Duration,
+    /// The first pause after an `operations.wait` that answered at once with the operation still
+    /// running (doubled after each such answer, up to 5 s); `ORCA_POLL_INTERVAL` sets it.
+    pub poll_interval: Duration,
     /// The timeout of one HTTP request (an operation `wait` gets two and a half minutes).
     pub request_timeout: Duration,
     /// How long after making a machine the driver keeps reading it when the API answers "not found"
@@ -463,6 +466,7 @@ fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
         image_project,
         retry: client.retry_policy(RetryPolicy::default()),
         operation_timeout: Duration::from_secs(600),
+        poll_interval: client.poll_interval_or(Duration::from_millis(250)),
         request_timeout: client.request_timeout.unwrap_or(Duration::from_secs(60)),
         visibility_window: DEFAULT_VISIBILITY_WINDOW,
         client,
@@ -490,6 +494,7 @@ pub struct ConfigBuilder {
     credentials: Vec<Credentials>,
     retry: Option<RetryPolicy>,
     operation_timeout: Option<Duration>,
+    poll_interval: Option<Duration>,
     request_timeout: Option<Duration>,
     visibility_window: Option<Duration>,
 }
@@ -598,6 +603,12 @@ impl ConfigBuilder {
         self.operation_timeout = Some(d);
         self
     }
+    /// The first pause after an `operations.wait` that answered at once unfinished (default 250 ms;
+    /// doubled after each such answer, up to 5 s).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = Some(d);
+        self
+    }
     /// The timeout of one HTTP request (default 60 s).
     pub fn request_timeout(mut self, d: Duration) -> Self {
         self.request_timeout = Some(d);
@@ -618,6 +629,9 @@ impl ConfigBuilder {
         }
         if let Some(d) = self.operation_timeout {
             c.operation_timeout = d;
+        }
+        if let Some(d) = self.poll_interval {
+            c.poll_interval = d;
         }
         if let Some(d) = self.request_timeout {
             c.request_timeout = d;

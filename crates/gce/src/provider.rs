@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::kit::{self, Attempts};
@@ -23,8 +23,9 @@ use orca_machines::{
 use reqwest::Method;
 use secrecy::ExposeSecret;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
-use crate::client::{operation_error, request_id, Body, Client};
+use crate::client::{operation_error, request_id, Client};
 use crate::config::{valid_resource_name, valid_zone, Config, Credentials, MIN_DISK_GB};
 use crate::config::{UBUNTU_AMD64_FAMILY, UBUNTU_ARM64_FAMILY};
 use crate::model::{
@@ -814,21 +815,14 @@ impl Provider for GceProvider {
         let attempts = Attempts::new();
         let answer: Result<Operation> = self
             .client()
-            .retry
-            .retry("instances.insert", || async {
-                let sent = self
-                    .client()
-                    .send(
-                        "instances.insert",
-                        Method::POST,
-                        &path,
-                        &rid,
-                        Body::Json(&body),
-                    )
-                    .await;
-                attempts.record(&sent);
-                sent
-            })
+            .call_recorded(
+                "instances.insert",
+                Method::POST,
+                &path,
+                &rid,
+                Some(&body),
+                &attempts,
+            )
             .await;
         match answer {
             Ok(op) => self.after_insert(spec, &r, op).await,

@@ -1,5 +1,6 @@
-//! Traces of the driver carry no key, token or user data. Its own test binary: tracing caches callsite
-//! interest process-wide, so a test that installs a subscriber must not share a process with others.
+//! Traces of the driver carry no key, token or user data, and every call span is filled as the kit
+//! defines it. Its own test binary: tracing caches callsite interest process-wide, so a test that
+//! installs a subscriber must not share a process with others.
 
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, TEST_ONLY_RSA_KEY_PEM, ZONE};
 use orca_fakes::{Fault, Rule};
@@ -74,5 +75,72 @@ async fn traces_carry_no_key_no_token_and_no_user_data() {
     let key_line = TEST_ONLY_RSA_KEY_PEM.lines().nth(3).unwrap();
     for secret in [key_line, "ya29.fake-", "hunter2", "PRIVATE KEY"] {
         assert!(!text.contains(secret), "{secret} appeared in the traces");
+    }
+}
+
+/// The close lines of the `orca.call` spans of `operation` in `logs`.
+fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
+    let op = format!("operation=\"{operation}\"");
+    logs.lines()
+        .filter(|l| l.contains("orca.call{") && l.contains(&op) && l.contains("close"))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_call_span_has_the_kit_fields() {
+    let fake = FakeGce::start().await.unwrap();
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let p = provider(&fake, "stack-1").await;
+    p.create(&MachineSpec::new("vm-s", "e2-small", ZONE, "lab"))
+        .await
+        .unwrap();
+    // One passing failure: the second attempt is retry 1.
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/instances?",
+        Fault::Status {
+            status: 503,
+            body: json!({"error": {"code": 503, "message": "backend", "errors": [{"reason": "backendError", "domain": "global", "message": "backend"}]}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    p.machines("lab").await.unwrap();
+    drop(_guard);
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let path = format!("projects/{PROJECT}/zones/{ZONE}/instances");
+    let lists = call_spans(&logs, "instances.list");
+    assert_eq!(lists.len(), 2, "{logs}");
+    for (span, (retry, status)) in lists.iter().zip([(0, 503), (1, 200)]) {
+        for field in [
+            "provider=\"gce\"".to_string(),
+            format!("retry={retry}"),
+            "method=\"GET\"".to_string(),
+            format!("path=\"{path}\""),
+            format!("status={status}"),
+            "duration_ms=".to_string(),
+            "waited_ms=".to_string(),
+        ] {
+            assert!(span.contains(&field), "{field} not in {span}");
+        }
+    }
+    let inserts = call_spans(&logs, "instances.insert");
+    assert_eq!(inserts.len(), 1, "{logs}");
+    for field in [
+        "retry=0",
+        "method=\"POST\"",
+        "status=200",
+        "request_id=",
+        "duration_ms=",
+    ] {
+        assert!(inserts[0].contains(field), "{field} not in {}", inserts[0]);
     }
 }
