@@ -1027,16 +1027,47 @@ mod tests {
     }
 
     #[test]
-    fn percent_round_trip() {
-        let s = "serviceName eq 'Virtual Machines' and armSkuName eq 'Standard_B2s'";
+    fn a_paging_link_keeps_the_query_and_sets_the_skip() {
+        let filter = "serviceName eq 'Virtual Machines' and armSkuName eq 'Standard_B2s'";
+        let r = Req {
+            method: Method::GET,
+            path: "/api/retail/prices".into(),
+            query: vec![
+                ("$filter".into(), filter.into()),
+                ("$skip".into(), "100".into()),
+            ],
+            headers: HeaderMap::new(),
+            body: Value::Null,
+            base: "http://127.0.0.1:1".into(),
+            link_base: "http://127.0.0.1:1".into(),
+        };
+        let link = r.next_link("$skip", 200);
+        let (head, query) = link.split_once('?').unwrap();
+        assert_eq!(head, "http://127.0.0.1:1/api/retail/prices");
         assert_eq!(
-            crate::control::form_pairs(format!("k={}", percent_encode(s)).as_bytes()),
-            [("k".to_string(), s.to_string())]
+            crate::control::form_pairs(query.as_bytes()),
+            [
+                ("$filter".to_string(), filter.to_string()),
+                ("$skip".to_string(), "200".to_string())
+            ]
         );
         assert_eq!(
             crate::control::form_pairs(b"a+b=%27c"),
             [("a b".to_string(), "'c".to_string())]
         );
+    }
+
+    #[test]
+    fn fake_uuids_are_version_4_shaped_and_distinct_by_space() {
+        let op = fake_uuid(0, 7);
+        let vm = fake_uuid(1, 7);
+        assert_ne!(op, vm);
+        for u in [&op, &vm] {
+            let parsed = uuid::Uuid::try_parse(u).unwrap();
+            assert_eq!(parsed.get_version_num(), 4, "{u}");
+            assert_eq!(parsed.get_variant(), uuid::Variant::RFC4122, "{u}");
+        }
+        assert_eq!(fake_uuid(0, 7), op, "the same in every run");
     }
 
     #[test]

@@ -495,7 +495,7 @@ pub(super) fn prepare_vm(
         }
     }
     let old = st.res.get(key).cloned();
-    body["properties"]["vmId"] = json!(format!("{:08x}-1111-4000-8000-000000000000", st.next_op));
+    body["properties"]["vmId"] = json!(super::ops::fake_uuid(1, st.next_op));
     body["properties"]["timeCreated"] = match &old {
         Some(o) => o.body["properties"]["timeCreated"].clone(),
         None => json!(now()),

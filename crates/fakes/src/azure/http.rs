@@ -51,18 +51,6 @@ pub(super) fn fastish_id() -> u64 {
     N.fetch_add(0x9e37_79b9, Ordering::Relaxed)
 }
 
-pub(super) fn percent_encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 pub(super) struct Req {
     pub(super) method: Method,
     pub(super) path: String,
@@ -83,14 +71,15 @@ impl Req {
     }
     /// The URL of this list with `skip_key` set to `skip`.
     pub(super) fn next_link(&self, skip_key: &str, skip: usize) -> String {
-        let mut q: Vec<String> = self
-            .query
-            .iter()
-            .filter(|(k, _)| !k.eq_ignore_ascii_case(skip_key))
-            .map(|(k, v)| format!("{}={}", percent_encode(k), percent_encode(v)))
-            .collect();
-        q.push(format!("{}={skip}", percent_encode(skip_key)));
-        format!("{}{}?{}", self.link_base, self.path, q.join("&"))
+        let q = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(
+                self.query
+                    .iter()
+                    .filter(|(k, _)| !k.eq_ignore_ascii_case(skip_key)),
+            )
+            .append_pair(skip_key, &skip.to_string())
+            .finish();
+        format!("{}{}?{q}", self.link_base, self.path)
     }
 }
 

@@ -22,6 +22,16 @@ pub(super) fn busy(st: &State, key: &str, kind: Kind) -> Option<Response> {
     ))
 }
 
+/// The `n`th UUID of the fake's `space` (operations 0, VMs 1): version 4's shape, the same in every
+/// run.
+pub(super) fn fake_uuid(space: u32, n: u64) -> String {
+    uuid::Builder::from_u128((u128::from(space) << 96) | u128::from(n))
+        .with_variant(uuid::Variant::RFC4122)
+        .with_version(uuid::Version::Random)
+        .into_uuid()
+        .to_string()
+}
+
 pub(super) fn start_op(
     st: &mut State,
     r: &Req,
@@ -30,7 +40,7 @@ pub(super) fn start_op(
     location: &str,
     action: Action,
 ) -> String {
-    let id = format!("{:08x}-0000-4000-8000-{:012x}", st.next_op, st.next_op);
+    let id = fake_uuid(0, st.next_op);
     st.next_op += 1;
     st.ops.insert(
         id.clone(),
