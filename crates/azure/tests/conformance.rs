@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP};
-use orca_machines::conformance::{run_all, Harness, Hook, Setup};
+use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup};
 use orca_machines::{Provider, Result};
 
 struct AzureHarness {
@@ -149,6 +149,18 @@ async fn conformance_against_the_fake() {
         report.skipped().is_empty(),
         "skipped: {:?}",
         report.skipped()
+    );
+    // The extension checks pass where the provider offers none: Azure offers label changes and SSH
+    // admission, and the credit balance when the settings name a billing profile (as here).
+    let p = h.provider("stack-1").await.unwrap();
+    assert_eq!(
+        extensions(&*p),
+        ["machine_labels", "ssh_admission", "credit_balance"]
+    );
+    let without_billing = common::provider(&h.fake, "stack-1").await;
+    assert_eq!(
+        extensions(&without_billing),
+        ["machine_labels", "ssh_admission"]
     );
     // Nothing is left behind: every check cleaned up its machines and their resources (the
     // admission groups the SSH admission check made are the location's, not a machine's, and the
