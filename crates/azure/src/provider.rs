@@ -680,6 +680,13 @@ impl AzureProvider {
             if let Err(e) = removed {
                 tracing::warn!(what = %what, error = %e, "clean-up after a failed create failed");
                 left.push(Left::because(m.res.clone(), &e));
+                if m.res.part == Part::Vm {
+                    // A VM that stands keeps the OS disk its create made (its delete would take it).
+                    left.push(Left::standing(Res::new(
+                        Part::Disk,
+                        &Names::of(&m.res.name).disk,
+                    )));
+                }
             }
         }
         if left.is_empty() {

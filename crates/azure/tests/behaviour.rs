@@ -305,6 +305,37 @@ async fn a_failed_create_names_what_it_could_not_remove() {
     assert!(left[0].starts_with("security group vm-d-nsg"), "{left:?}");
 }
 
+/// A failed VM that cannot be deleted (its interface is delete-locked, and a VM's delete takes it)
+/// keeps its OS disk: the no-stock answer names the disk beside the VM and each network resource,
+/// exactly what Azure still holds.
+#[tokio::test]
+async fn a_failed_vm_that_stands_names_its_os_disk_too() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    f.refuse_delete("vm-e-nic");
+    let message = match p.create(&spec("vm-e", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => message,
+        other => panic!("{other:?}"),
+    };
+    let (_, left) = message
+        .split_once("the clean-up could not remove: ")
+        .unwrap_or_else(|| panic!("{message}"));
+    let held = stray(&f);
+    assert_eq!(held.len(), 5, "{held:?}");
+    for (_, name) in &held {
+        assert!(
+            left.starts_with(&format!("VM {name} ")) || left.contains(&format!(" {name}")),
+            "{name} is not named: {message}"
+        );
+    }
+    assert!(left.contains("OS disk vm-e-osdisk"), "{message}");
+    // Deleting the machine's name removes it all once the lock is gone.
+    f.allow_delete("vm-e-nic");
+    assert!(p.delete("vm-e").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
+
 #[tokio::test]
 async fn a_policy_deny_creates_nothing_and_names_the_assignment() {
     let f = fake().await;
