@@ -177,7 +177,7 @@ async fn main() -> orca::Result<()> {
         .security_group(&sg)
         .instance_profile(&profile)
         .page_size(PAGE)
-        .retry_policy(RetryPolicy::fast())
+        .retry(RetryPolicy::fast())
         .build()?;
     let p = Ec2Provider::new(config, owner).await?;
 

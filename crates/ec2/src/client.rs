@@ -4,26 +4,30 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use aws_config::BehaviorVersion;
 use aws_sdk_ec2::config::http::HttpResponse;
+use aws_sdk_ec2::config::interceptors::{
+    BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
 use aws_sdk_ec2::config::Region;
-use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_ec2::error::{BoxError, DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::operation::RequestId;
 use aws_sdk_ec2::types::{
     ArchitectureValues, AttributeValue, BlockDeviceMapping, EbsBlockDevice, Filter,
     IamInstanceProfileSpecification, Instance, InstanceType, LocationType, ResourceType, Tag,
     TagSpecification,
 };
+use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::Labels;
 use orca_machines::{docker_arch, parse_retry_after, Arch, Error, Page, Result, RetryPolicy};
-use tracing::Instrument;
 
 use crate::config::{Config, CANONICAL_OWNER, REGION_ENV, UBUNTU_NAME_PATTERN};
 use crate::model::{Image, RunRequest};
+use crate::provider::KIND;
 
 /// EC2's code for an instance id it does not know (or does not show yet: eventual consistency).
 pub(crate) const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
@@ -92,10 +96,11 @@ pub(crate) async fn connect(config: &Config) -> Result<(aws_sdk_ec2::Client, Str
         // One retry policy, orca's: the SDK never retries on its own, so that no create is ever
         // re-sent blindly (every RunInstances carries its ClientToken anyway).
         .retry_config(RetryConfig::disabled())
+        .interceptor(RecordCall)
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(config.connect_timeout)
-                .operation_attempt_timeout(config.attempt_timeout)
+                .operation_attempt_timeout(config.request_timeout)
                 .build(),
         );
     if let Some(e) = &config.endpoint {
@@ -104,17 +109,72 @@ pub(crate) async fn connect(config: &Config) -> Result<(aws_sdk_ec2::Client, Str
     Ok((aws_sdk_ec2::Client::from_conf(builder.build()), region))
 }
 
+tokio::task_local! {
+    /// The call span of the attempt being sent: [`RecordCall`] fills in the request and its answer.
+    static CALL: tracing::Span;
+}
+
+/// Records each attempt's HTTP method, path and status on its call span (the SDK sends the request
+/// out of the driver's sight; its own spans are the current ones while it does).
+#[derive(Debug)]
+struct RecordCall;
+
+impl Intercept for RecordCall {
+    fn name(&self) -> &'static str {
+        "orca.call"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> std::result::Result<(), BoxError> {
+        let request = context.request();
+        let _ = CALL.try_with(|span| {
+            span.record("method", request.method());
+            span.record("path", path_of(request.uri()));
+        });
+        Ok(())
+    }
+
+    fn read_before_deserialization(
+        &self,
+        context: &BeforeDeserializationInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> std::result::Result<(), BoxError> {
+        let status = context.response().status().as_u16();
+        let _ = CALL.try_with(|span| {
+            span.record("status", status);
+        });
+        Ok(())
+    }
+}
+
+/// The path of `uri` (an absolute URI or a path), without its query.
+fn path_of(uri: &str) -> &str {
+    let rest = match uri.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("/", |i| &rest[i..]),
+        None => uri,
+    };
+    rest.split(['?', '#'])
+        .next()
+        .filter(|p| !p.is_empty())
+        .unwrap_or("/")
+}
+
 /// The SDK client with the driver's retry policy and a count of the requests it sent.
 #[derive(Debug)]
-pub(crate) struct Ec2Client {
+pub(crate) struct Client {
     sdk: aws_sdk_ec2::Client,
-    retry: RetryPolicy,
+    pub(crate) retry: RetryPolicy,
     requests: AtomicU64,
 }
 
-impl Ec2Client {
+impl Client {
     pub(crate) fn new(sdk: aws_sdk_ec2::Client, retry: RetryPolicy) -> Self {
-        Ec2Client {
+        Client {
             sdk,
             retry,
             requests: AtomicU64::new(0),
@@ -126,43 +186,33 @@ impl Ec2Client {
         self.requests.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn retry_policy(&self) -> &RetryPolicy {
-        &self.retry
-    }
-
-    /// One attempt of one call, in a span with the operation, the request id and the duration; its
-    /// error mapped by [`map_error`].
-    async fn once<T, E, Fut>(&self, operation: &'static str, call: Fut) -> Result<T>
+    /// One attempt, inside its call span ([`kit::attempt`]): its request, status and request id
+    /// recorded, its error mapped by [`map_error`].
+    async fn send<T, E, Fut>(&self, operation: &'static str, call: Fut) -> Result<T>
     where
         Fut: Future<Output = std::result::Result<T, SdkError<E, HttpResponse>>>,
         T: RequestId,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let span = orca_machines::kit::call_span("ec2", operation);
-        let started = Instant::now();
-        let result = call.instrument(span.clone()).await;
-        span.record("duration_ms", started.elapsed().as_millis() as u64);
-        match result {
+        match CALL.scope(tracing::Span::current(), call).await {
             Ok(out) => {
                 if let Some(id) = out.request_id() {
-                    span.record("request_id", id);
+                    kit::record_request_id(id);
                 }
-                tracing::debug!(parent: &span, "ok");
                 Ok(out)
             }
             Err(e) => {
                 if let Some(id) = e.request_id() {
-                    span.record("request_id", id);
+                    kit::record_request_id(id);
                 }
-                let mapped = map_error(operation, e);
-                tracing::debug!(parent: &span, error = %mapped, code = mapped.code().unwrap_or(""), "failed");
-                Err(mapped)
+                Err(map_error(operation, e))
             }
         }
     }
 
-    /// A call under the retry policy (for calls that are safe to repeat).
+    /// One call through the kit ([`kit::call`]): under the retry policy (for calls that are safe to
+    /// repeat), every attempt in the one call span.
     async fn call<T, E, F, Fut>(&self, operation: &'static str, mut call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
@@ -170,9 +220,11 @@ impl Ec2Client {
         T: RequestId,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        self.retry
-            .retry(operation, || self.once(operation, call()))
-            .await
+        // Boxed: the SDK's futures are large, and a provider call holds several of them.
+        Box::pin(kit::call(KIND, operation, &self.retry, || {
+            self.send(operation, call())
+        }))
+        .await
     }
 
     /// The architecture of `machine_type` from DescribeInstanceTypes (`None`: no such type).
@@ -301,8 +353,26 @@ impl Ec2Client {
             })
     }
 
-    /// One RunInstances, not retried here: the provider retries it with the same ClientToken.
-    pub(crate) async fn run_instance(&self, r: &RunRequest) -> Result<Instance> {
+    /// RunInstances with `r`'s ClientToken under the retry policy ([`kit::call_recorded`]): every
+    /// attempt carries the same token, which EC2 answers with the instance it made for it; each
+    /// attempt's outcome is recorded in `attempts`.
+    pub(crate) async fn run_instance(
+        &self,
+        r: &RunRequest,
+        attempts: &Attempts,
+    ) -> Result<Instance> {
+        Box::pin(kit::call_recorded(
+            KIND,
+            "RunInstances",
+            &self.retry,
+            attempts,
+            || self.run_instance_once(r),
+        ))
+        .await
+    }
+
+    /// One RunInstances attempt.
+    async fn run_instance_once(&self, r: &RunRequest) -> Result<Instance> {
         let tags: Vec<Tag> = r
             .tags
             .iter()
@@ -354,7 +424,7 @@ impl Ec2Client {
         if !r.user_data_b64.is_empty() {
             req = req.user_data(&r.user_data_b64);
         }
-        let out = self.once("RunInstances", req.send()).await?;
+        let out = self.send("RunInstances", req.send()).await?;
         out.instances()
             .first()
             .cloned()
@@ -643,6 +713,14 @@ mod tests {
             .build();
         let raw = HttpResponse::new(status.try_into().unwrap(), SdkBody::from("<Response/>"));
         SdkError::service_error(RunInstancesError::generic(meta), raw)
+    }
+
+    #[test]
+    fn the_span_path_is_the_uris_path_without_its_query() {
+        assert_eq!(path_of("https://ec2.us-east-1.amazonaws.com/"), "/");
+        assert_eq!(path_of("http://127.0.0.1:9"), "/");
+        assert_eq!(path_of("http://127.0.0.1:9/x/y?Action=Run"), "/x/y");
+        assert_eq!(path_of("/?a=b"), "/");
     }
 
     #[test]

@@ -149,27 +149,12 @@ impl std::fmt::Debug for StaticCredentials {
     }
 }
 
-/// How long and how often the driver follows an instance to the state a call waits for (stopped
-/// before a resize or after a stop, terminated after a delete).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Waiting {
-    /// The time between two looks.
-    pub interval: Duration,
-    /// The longest wait before the call answers [`Transient`](orca_machines::Error::Transient) (the operation goes on in EC2).
-    pub timeout: Duration,
-}
-
-impl Default for Waiting {
-    fn default() -> Self {
-        Waiting {
-            interval: Duration::from_secs(5),
-            timeout: Duration::from_secs(600),
-        }
-    }
-}
-
-/// The default of [`ConfigBuilder::consistency`].
-pub const DEFAULT_CONSISTENCY: Duration = Duration::from_secs(120);
+/// The default of [`ConfigBuilder::poll_interval`].
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// The default of [`ConfigBuilder::operation_timeout`].
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(600);
+/// The default of [`ConfigBuilder::visibility_window`].
+pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(120);
 /// The default of [`ConfigBuilder::confirm_not_found`].
 pub const DEFAULT_CONFIRM_NOT_FOUND: Duration = Duration::from_secs(10);
 
@@ -186,11 +171,12 @@ pub struct Config {
     pub(crate) root_volume_gb: Option<i32>,
     pub(crate) page_size: i32,
     pub(crate) retry: RetryPolicy,
-    pub(crate) waiting: Waiting,
-    pub(crate) consistency: Duration,
+    pub(crate) poll_interval: Duration,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) visibility_window: Duration,
     pub(crate) confirm_not_found: Duration,
     pub(crate) connect_timeout: Duration,
-    pub(crate) attempt_timeout: Duration,
+    pub(crate) request_timeout: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -206,11 +192,12 @@ impl std::fmt::Debug for Config {
             .field("root_volume_gb", &self.root_volume_gb)
             .field("page_size", &self.page_size)
             .field("retry", &self.retry)
-            .field("waiting", &self.waiting)
-            .field("consistency", &self.consistency)
+            .field("poll_interval", &self.poll_interval)
+            .field("operation_timeout", &self.operation_timeout)
+            .field("visibility_window", &self.visibility_window)
             .field("confirm_not_found", &self.confirm_not_found)
             .field("connect_timeout", &self.connect_timeout)
-            .field("attempt_timeout", &self.attempt_timeout)
+            .field("request_timeout", &self.request_timeout)
             .finish()
     }
 }
@@ -288,11 +275,12 @@ pub struct ConfigBuilder {
     root_volume_gb: Option<i32>,
     page_size: i32,
     retry: RetryPolicy,
-    waiting: Waiting,
-    consistency: Duration,
+    poll_interval: Duration,
+    operation_timeout: Duration,
+    visibility_window: Duration,
     confirm_not_found: Duration,
     connect_timeout: Duration,
-    attempt_timeout: Duration,
+    request_timeout: Duration,
     /// Settings that did not parse, by key, with the rule they break (never their value).
     problems: Vec<(String, String)>,
     /// Keys given that are not settings of this driver (refused by `build`).
@@ -344,11 +332,12 @@ impl Default for ConfigBuilder {
             root_volume_gb: None,
             page_size: MAX_PAGE_SIZE,
             retry: RetryPolicy::default(),
-            waiting: Waiting::default(),
-            consistency: DEFAULT_CONSISTENCY,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            visibility_window: DEFAULT_VISIBILITY_WINDOW,
             confirm_not_found: DEFAULT_CONFIRM_NOT_FOUND,
             connect_timeout: Duration::from_secs(10),
-            attempt_timeout: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(60),
             problems: Vec::new(),
             unknown: Vec::new(),
             client: ClientSettings::default(),
@@ -509,22 +498,32 @@ impl ConfigBuilder {
 
     /// The retry policy of every call (default [`RetryPolicy::default`]). The SDK's own retries are off:
     /// this policy is the only one.
-    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.retry = policy;
         self
     }
 
-    /// How the driver follows instances to the state a call waits for.
-    pub fn waiting(mut self, waiting: Waiting) -> Self {
-        self.waiting = waiting;
+    /// How often the driver reads an instance it follows to the state a call waits for: stopped
+    /// before a resize or after a stop, terminated after a delete (default
+    /// [`DEFAULT_POLL_INTERVAL`]; the kit's `ORCA_POLL_INTERVAL` sets it).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
         self
     }
 
-    /// EC2's eventual consistency (default [`DEFAULT_CONSISTENCY`]): the longest a create waits for
-    /// its new instance to show, and how long after making an instance this provider reads again
+    /// The longest the driver follows an instance to that state before the call answers
+    /// [`Transient`](orca_machines::Error::Transient) (the operation goes on in EC2; default
+    /// [`DEFAULT_OPERATION_TIMEOUT`]).
+    pub fn operation_timeout(mut self, d: Duration) -> Self {
+        self.operation_timeout = d;
+        self
+    }
+
+    /// EC2's eventual consistency (default [`DEFAULT_VISIBILITY_WINDOW`]): the longest a create waits
+    /// for its new instance to show, and how long after making an instance this provider reads again
     /// (with backoff) rather than believe a "not found" for it.
-    pub fn consistency(mut self, window: Duration) -> Self {
-        self.consistency = window;
+    pub fn visibility_window(mut self, window: Duration) -> Self {
+        self.visibility_window = window;
         self
     }
 
@@ -537,10 +536,16 @@ impl ConfigBuilder {
         self
     }
 
-    /// Timeouts of one HTTP attempt: to connect, and for the whole attempt (defaults 10 s and 60 s).
-    pub fn timeouts(mut self, connect: Duration, attempt: Duration) -> Self {
-        self.connect_timeout = connect;
-        self.attempt_timeout = attempt;
+    /// The longest wait for a connection (default 10 s; the kit's `ORCA_CONNECT_TIMEOUT` sets it).
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// The timeout of one HTTP attempt, its answer included (default 60 s; the kit's
+    /// `ORCA_REQUEST_TIMEOUT` sets it).
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
         self
     }
 
@@ -658,15 +663,15 @@ impl ConfigBuilder {
                 p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
             }
         }
-        if self.waiting.interval.is_zero() || self.waiting.timeout < self.waiting.interval {
-            p.invalid(
-                "waiting",
-                "an interval above zero and a timeout of at least one interval",
-            );
+        if self.poll_interval.is_zero() {
+            p.invalid("poll_interval", "above zero");
         }
-        if self.consistency.is_zero() || self.confirm_not_found.is_zero() {
+        if self.operation_timeout < self.poll_interval {
+            p.invalid("operation_timeout", "at least one poll_interval");
+        }
+        if self.visibility_window.is_zero() || self.confirm_not_found.is_zero() {
             p.invalid(
-                "consistency",
+                "visibility_window",
                 "windows above zero (EC2's \"not found\" is confirmed before it is believed)",
             );
         }
@@ -687,14 +692,12 @@ impl ConfigBuilder {
             root_volume_gb: self.root_volume_gb,
             page_size: self.page_size,
             retry: client.retry_policy(self.retry),
-            waiting: Waiting {
-                interval: client.poll_interval_or(self.waiting.interval),
-                ..self.waiting
-            },
-            consistency: self.consistency,
+            poll_interval: client.poll_interval_or(self.poll_interval),
+            operation_timeout: self.operation_timeout,
+            visibility_window: self.visibility_window,
             confirm_not_found: self.confirm_not_found,
             connect_timeout: client.connect_timeout.unwrap_or(self.connect_timeout),
-            attempt_timeout: client.request_timeout.unwrap_or(self.attempt_timeout),
+            request_timeout: client.request_timeout.unwrap_or(self.request_timeout),
         })
     }
 }
@@ -854,10 +857,61 @@ mod tests {
                 .instance_profile("p")
         };
         let e = b().confirm_not_found(Duration::ZERO).build().unwrap_err();
-        assert!(e.to_string().contains("consistency"), "{e}");
-        assert!(b().consistency(Duration::ZERO).build().is_err());
+        assert!(e.to_string().contains("visibility_window"), "{e}");
+        assert!(b().visibility_window(Duration::ZERO).build().is_err());
         let c = b().build().unwrap();
         assert_eq!(c.confirm_not_found, DEFAULT_CONFIRM_NOT_FOUND);
+        assert_eq!(c.visibility_window, DEFAULT_VISIBILITY_WINDOW);
+    }
+
+    #[test]
+    fn polls_and_timeouts_have_the_names_every_driver_uses() {
+        let b = || {
+            Config::builder()
+                .subnet("a", "subnet-1")
+                .security_group("sg-1")
+                .instance_profile("p")
+        };
+        let c = b()
+            .poll_interval(Duration::from_millis(20))
+            .operation_timeout(Duration::from_secs(3))
+            .request_timeout(Duration::from_secs(7))
+            .connect_timeout(Duration::from_secs(2))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (
+                c.poll_interval,
+                c.operation_timeout,
+                c.request_timeout,
+                c.connect_timeout
+            ),
+            (
+                Duration::from_millis(20),
+                Duration::from_secs(3),
+                Duration::from_secs(7),
+                Duration::from_secs(2)
+            )
+        );
+        let e = b().poll_interval(Duration::ZERO).build().unwrap_err();
+        assert!(e.to_string().contains("poll_interval"), "{e}");
+        let e = b()
+            .operation_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("operation_timeout"), "{e}");
+        // The kit's keys set the same settings.
+        let c = ConfigBuilder::from_settings(
+            &full()
+                .with("ORCA_POLL_INTERVAL", "50ms")
+                .with("ORCA_REQUEST_TIMEOUT", "9s"),
+        )
+        .build()
+        .unwrap();
+        assert_eq!(
+            (c.poll_interval, c.request_timeout),
+            (Duration::from_millis(50), Duration::from_secs(9))
+        );
     }
 
     #[test]

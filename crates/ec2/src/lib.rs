@@ -34,7 +34,7 @@ mod ext;
 mod model;
 mod provider;
 
-pub use config::{Config, ConfigBuilder, ConfigKey, StaticCredentials, Waiting};
+pub use config::{Config, ConfigBuilder, ConfigKey, StaticCredentials};
 pub use model::{reason_time, status_of, NAME_TAG};
 pub use provider::{client_token, Ec2Provider, KIND};
 /// The secret type [`StaticCredentials`] takes.

@@ -20,10 +20,10 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::client::{
-    connect, filter, is_instance_not_found, Ec2Client, IDEMPOTENT_MISMATCH, UNSUPPORTED,
+    connect, filter, is_instance_not_found, Client, IDEMPOTENT_MISMATCH, UNSUPPORTED,
 };
 use crate::config::{
-    is_ami_id, Config, Waiting, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV,
+    is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV,
 };
 use crate::model::{labels_of, machine_of, state_of, timestamp, Image, RunRequest, NAME_TAG};
 
@@ -56,15 +56,16 @@ const MAX_CONSISTENCY_PAUSE: Duration = Duration::from_secs(2);
 pub struct Ec2Provider {
     owner: String,
     region: String,
-    client: Ec2Client,
+    client: Client,
     subnets: BTreeMap<String, String>,
     security_group: String,
     instance_profile: String,
     images: BTreeMap<Arch, String>,
     root_volume_gb: Option<i32>,
     page_size: i32,
-    waiting: Waiting,
-    consistency: Duration,
+    poll_interval: Duration,
+    operation_timeout: Duration,
+    visibility_window: Duration,
     confirm_not_found: Duration,
     arch_cache: Mutex<HashMap<String, Arch>>,
     image_cache: Mutex<HashMap<Arch, Image>>,
@@ -85,7 +86,7 @@ impl std::fmt::Debug for Ec2Provider {
             .field("instance_profile", &self.instance_profile)
             .field("images", &self.images)
             .field("page_size", &self.page_size)
-            .field("consistency", &self.consistency)
+            .field("visibility_window", &self.visibility_window)
             .field("confirm_not_found", &self.confirm_not_found)
             .finish_non_exhaustive()
     }
@@ -177,15 +178,16 @@ impl Ec2Provider {
         Ok(Ec2Provider {
             owner: owner.to_string(),
             region,
-            client: Ec2Client::new(sdk, config.retry),
+            client: Client::new(sdk, config.retry),
             subnets: config.subnets,
             security_group: config.security_group,
             instance_profile: config.instance_profile,
             images: config.images,
             root_volume_gb: config.root_volume_gb,
             page_size: config.page_size,
-            waiting: config.waiting,
-            consistency: config.consistency,
+            poll_interval: config.poll_interval,
+            operation_timeout: config.operation_timeout,
+            visibility_window: config.visibility_window,
             confirm_not_found: config.confirm_not_found,
             arch_cache: Mutex::new(HashMap::new()),
             image_cache: Mutex::new(HashMap::new()),
@@ -222,7 +224,7 @@ impl Ec2Provider {
     /// Notes instance `id` as made by this provider now.
     fn note_made(&self, id: &str) {
         let mut made = lock(&self.made);
-        let window = self.consistency;
+        let window = self.visibility_window;
         made.retain(|_, at| at.elapsed() < window);
         made.entry(id.to_string()).or_insert_with(Instant::now);
     }
@@ -232,14 +234,16 @@ impl Ec2Provider {
     /// one another process made a moment ago).
     fn confirm_until(&self, id: &str) -> Instant {
         let confirmed = Instant::now() + self.confirm_not_found;
-        let made = lock(&self.made).get(id).map(|at| *at + self.consistency);
+        let made = lock(&self.made)
+            .get(id)
+            .map(|at| *at + self.visibility_window);
         made.map_or(confirmed, |m| m.max(confirmed))
     }
 
     /// The pause before read number `retry` while waiting out eventual consistency.
     fn pause(&self, retry: u32) -> Duration {
         self.client
-            .retry_policy()
+            .retry
             .backoff(retry)
             .clamp(Duration::from_millis(5), MAX_CONSISTENCY_PAUSE)
     }
@@ -288,7 +292,7 @@ impl Ec2Provider {
                 return Ok(false);
             }
             let pause = self.pause(retry);
-            if started.elapsed() + pause > self.consistency {
+            if started.elapsed() + pause > self.visibility_window {
                 let shown = if seen.is_some() {
                     "EC2 shows it"
                 } else {
@@ -297,7 +301,7 @@ impl Ec2Provider {
                 return Err(Error::transient(format!(
                     "{operation} of machine {id} was answered \"not found\" for {:?}, but {shown}: \
                      it may still be there; try again later",
-                    self.consistency
+                    self.visibility_window
                 ))
                 .with_operation(operation)
                 .with_code(e.code().unwrap_or_default().to_string())
@@ -335,7 +339,7 @@ impl Ec2Provider {
     async fn listed(&self, pool: &str, id: &str) -> Result<Option<Instance>> {
         let mut filters = self.pool_filters(pool, &ALL_STATES);
         filters.push(filter("instance-id", [id]));
-        let until = Instant::now() + self.consistency;
+        let until = Instant::now() + self.visibility_window;
         let mut retry = 0;
         loop {
             let page = self
@@ -449,15 +453,15 @@ impl Ec2Provider {
     }
 
     /// Follows instance `id` until its state is one of `want` (`None`: EC2 no longer knows it), read
-    /// every waiting interval within the waiting time (`kit::poll`; after it, `Transient`: EC2 goes
+    /// every `poll_interval` within `operation_timeout` (`kit::poll`; after it, `Transient`: EC2 goes
     /// on with the change). NotFound once the instance is gone.
     async fn wait_for(&self, id: &str, want: &[&str]) -> Result<Option<Instance>> {
         let wanted = want.join(" or ");
         let what = format!("the wait for machine {id} to be {wanted}");
         kit::poll(
             &what,
-            self.waiting.interval,
-            self.waiting.timeout,
+            self.poll_interval,
+            self.operation_timeout,
             || async {
                 let inst = self.read(id).await?;
                 let state = inst.as_ref().map(state_of).unwrap_or("terminated");
@@ -688,19 +692,9 @@ impl Provider for Ec2Provider {
             let attempts = Attempts::new();
             // When this call first sent this token: an instance launched before is an earlier call's.
             let began = Utc::now();
-            let req_ref = &req;
-            let attempts_ref = &attempts;
             // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
             // EC2 answers with the instance it made for it.
-            let outcome = self
-                .client
-                .retry_policy()
-                .retry("create", || async move {
-                    let r = self.client.run_instance(req_ref).await;
-                    attempts_ref.record(&r);
-                    r
-                })
-                .await;
+            let outcome = self.client.run_instance(&req, &attempts).await;
             let inst = match outcome {
                 Ok(inst) => inst,
                 Err(e) if e.code() == Some(IDEMPOTENT_MISMATCH) => {
@@ -743,7 +737,7 @@ impl Provider for Ec2Provider {
                 return Err(Error::transient(format!(
                     "create of {}: EC2 made {id} but did not show it within {:?}; a create of the \
                      same spec adopts it",
-                    spec.name, self.consistency
+                    spec.name, self.visibility_window
                 ))
                 .with_operation("create"));
             };

@@ -2,14 +2,14 @@
 //! (ClientToken, capacity, quota and throttling errors) and what the conformance suite cannot see (the
 //! parameters of each call, the image chosen, the root volume, paging by reservation).
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+use common::{ec2_error, env, made, rule, Fault, Seed, ZONE};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
-use support::{ec2_error, env, made, rule, Fault, Seed, ZONE};
 
 #[tokio::test]
 async fn client_token_is_stable_across_retries() {
@@ -296,7 +296,7 @@ async fn throttling_is_backed_off() {
         max_backoff: Duration::from_secs(2),
         max_elapsed: Duration::from_secs(30),
     };
-    let p = Seed::provider(e.builder().retry_policy(policy), "owner-1")
+    let p = Seed::provider(e.builder().retry(policy), "owner-1")
         .await
         .unwrap();
     e.proxy.inject(rule(
@@ -364,7 +364,7 @@ async fn other_errors_have_their_meaning() {
             .inject(rule("DescribeInstances", ec2_error(status, code), 1));
         let err = p.machines(&e.pool).await.unwrap_err();
         assert_eq!(err.kind(), kind, "{code}: {err}");
-        assert!(!err.to_string().contains(support::SECRET));
+        assert!(!err.to_string().contains(common::SECRET));
     }
 }
 
@@ -418,7 +418,7 @@ async fn create_sends_everything_in_one_call() {
     assert_eq!(e.proxy.count("CreateTags"), 0, "no second call for tags");
 
     // What EC2 (moto) made of it.
-    let ec2 = support::sdk(&e.seed.moto).await;
+    let ec2 = common::sdk(&e.seed.moto).await;
     let ud = ec2
         .describe_instance_attribute()
         .instance_id(&m.id)
@@ -554,7 +554,7 @@ async fn listing_reads_every_page_by_instance() {
     }
     // One reservation of three instances, as another tool using the same tags would make it: EC2
     // pages by instance, so a page may end inside a reservation.
-    let ec2 = support::sdk(&e.seed.moto).await;
+    let ec2 = common::sdk(&e.seed.moto).await;
     let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build();
     let out = ec2
         .run_instances()
@@ -621,7 +621,7 @@ async fn delete_refuses_what_is_not_ours() {
     let Some(e) = env("delete_refuses_what_is_not_ours").await else {
         return;
     };
-    let ec2 = support::sdk(&e.seed.moto).await;
+    let ec2 = common::sdk(&e.seed.moto).await;
     let out = ec2
         .run_instances()
         .image_id("ami-0b1e2a3d4c5f60a02")
@@ -809,7 +809,7 @@ async fn a_machines_own_disk_size_and_image_reach_ec2() {
     assert_eq!(q["BlockDeviceMapping.1.Ebs.VolumeSize"], "24");
 
     // What EC2 (moto) made of it: the instance runs that image on a root volume of that size.
-    let ec2 = support::sdk(&e.seed.moto).await;
+    let ec2 = common::sdk(&e.seed.moto).await;
     let inst = ec2
         .describe_instances()
         .instance_ids(&m.id)

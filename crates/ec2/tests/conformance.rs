@@ -1,15 +1,15 @@
 //! The core conformance suite against moto, through the EC2 driver and the proxy that makes moto
-//! behave as EC2 (tests/support): two owners (and the empty one) on one account, pages of one
+//! behave as EC2 (tests/common): two owners (and the empty one) on one account, pages of one
 //! instance, no stock, a lost create answer, delayed visibility, and every request counted.
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
 use async_trait::async_trait;
+use common::{ec2_error, rule, Fault, Proxy, Seed};
 use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup, Skip};
 use orca_machines::Provider;
-use support::{ec2_error, rule, Fault, Proxy, Seed};
 
 struct MotoHarness {
     seed: Seed,
@@ -28,7 +28,7 @@ impl Harness for MotoHarness {
         Setup {
             amd64_type: "t3.micro".into(),
             arm64_type: "t4g.micro".into(),
-            location: support::ZONE.into(),
+            location: common::ZONE.into(),
             resize_to: "t3.small".into(),
             unknown_id: "i-0123456789abcdef0".into(),
             image: "ami-0b1e2a3d4c5f60a01".into(),
@@ -96,10 +96,10 @@ impl Harness for MotoHarness {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_against_moto() {
-    let Some(moto) = support::moto("conformance_against_moto") else {
+    let Some(moto) = common::moto("conformance_against_moto") else {
         return;
     };
-    let seed = support::seed(&moto).await;
+    let seed = common::seed(&moto).await;
     let proxy = Proxy::start(&moto).await;
     let paged = proxy.paged(1).await;
     let h = MotoHarness { seed, proxy, paged };
@@ -123,7 +123,7 @@ async fn conformance_against_moto() {
         .collect();
     assert_eq!(dropped.len(), 1, "exactly one answer was dropped");
     let token = dropped[0].params["ClientToken"].clone();
-    let ec2 = support::sdk(&moto).await;
+    let ec2 = common::sdk(&moto).await;
     // (moto has no `client-token` filter: every instance is read, and its token compared.)
     let all = ec2.describe_instances().send().await.unwrap();
     let n = all

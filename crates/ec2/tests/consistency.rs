@@ -1,19 +1,19 @@
-//! What real EC2 does that moto does not, taught to the proxy (tests/support), and what the driver
+//! What real EC2 does that moto does not, taught to the proxy (tests/common), and what the driver
 //! makes of it: eventual consistency after RunInstances, MaxResults bounds, `Unsupported` for a type
 //! a zone does not offer, `LaunchTime` as the last start, and per-key tag changes.
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
 use aws_sdk_ec2::types::InstanceStateName;
+use common::{ec2_error, env, made, rule, Seed, ZONE_WITHOUT_T4G};
 use orca_machines::labels::Labels;
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, Status};
-use support::{ec2_error, env, made, rule, Seed, ZONE_WITHOUT_T4G};
 
 /// The state moto holds for `id`, behind the proxy's back.
 async fn state_in_moto(moto: &str, id: &str) -> InstanceStateName {
-    let out = support::sdk(moto)
+    let out = common::sdk(moto)
         .await
         .describe_instances()
         .instance_ids(id)
@@ -39,7 +39,7 @@ async fn a_create_answers_only_once_ec2_shows_the_instance() {
         other => panic!("{other:?}"),
     };
     // The very next read by anyone, through the same (eventually consistent) EC2, finds it.
-    let raw = support::sdk(&e.proxy.url).await;
+    let raw = common::sdk(&e.proxy.url).await;
     let seen = raw.describe_instances().instance_ids(&m.id).send().await;
     assert!(
         seen.is_ok(),
@@ -154,14 +154,14 @@ async fn a_not_found_is_confirmed_for_an_instance_another_provider_made() {
     // eventually consistent EC2): EC2 does not show it yet.
     let hidden = Duration::from_millis(700);
     e.proxy.set_visibility_delay(hidden);
-    let raw = support::sdk(&e.proxy.url).await;
+    let raw = common::sdk(&e.proxy.url).await;
     let out = raw
         .run_instances()
         .image_id("ami-0b1e2a3d4c5f60a02")
         .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
         .min_count(1)
         .max_count(1)
-        .subnet_id(&e.seed.subnets[support::ZONE])
+        .subnet_id(&e.seed.subnets[common::ZONE])
         .tag_specifications(orca_tags("owner-1", &e.pool, "elsewhere-1"))
         .send()
         .await
@@ -268,7 +268,7 @@ async fn delete_never_believes_a_not_found_from_terminate() {
 
     // EC2 never confirms within the window: the delete is not "gone", and the instance still runs.
     let quick = Seed::provider(
-        e.builder().consistency(Duration::from_millis(300)),
+        e.builder().visibility_window(Duration::from_millis(300)),
         "owner-1",
     )
     .await
@@ -299,7 +299,7 @@ async fn max_results_is_five_to_one_thousand() {
         return;
     };
     // EC2 refuses a page size outside 5 to 1000; the proxy does as EC2 (moto accepts any).
-    let raw = support::sdk(&e.proxy.url).await;
+    let raw = common::sdk(&e.proxy.url).await;
     for bad in [1, 4, 1001] {
         let r = raw.describe_instances().max_results(bad).send().await;
         let code = r
@@ -416,7 +416,7 @@ async fn labels_change_per_key_and_keep_another_writers() {
     assert_eq!(m.labels["shed-state"], "creating");
     let ext = p.machine_labels().expect("EC2 changes tags");
     // Another writer tags the instance meanwhile.
-    let raw = support::sdk(&e.seed.moto).await;
+    let raw = common::sdk(&e.seed.moto).await;
     raw.create_tags()
         .resources(&m.id)
         .tags(

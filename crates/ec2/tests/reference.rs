@@ -5,13 +5,13 @@
 //! everywhere, and prove what moto never says (fields it always fills, states it never has, capacity
 //! and permission errors in EC2's own words).
 
-mod support;
+mod common;
 
 use std::time::Duration;
 
-use orca_ec2::{Config, ConfigBuilder, Ec2Provider, SecretString, StaticCredentials, Waiting};
+use common::{ec2_error_body, rule, xml_answer, Proxy};
+use orca_ec2::{Config, ConfigBuilder, Ec2Provider, SecretString, StaticCredentials};
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
-use support::{ec2_error_body, rule, xml_answer, Proxy};
 
 const ZONE: &str = "eu-west-1a";
 const SUBNET: &str = "subnet-0a1b2c3d4e5f60718";
@@ -41,12 +41,10 @@ fn builder(proxy: &Proxy) -> ConfigBuilder {
         .subnet(ZONE, SUBNET)
         .security_group("sg-0123456789abcdef0")
         .instance_profile("orca-node")
-        .retry_policy(RetryPolicy::fast())
-        .waiting(Waiting {
-            interval: Duration::from_millis(10),
-            timeout: Duration::from_secs(5),
-        })
-        .consistency(Duration::from_millis(300))
+        .retry(RetryPolicy::fast())
+        .poll_interval(Duration::from_millis(10))
+        .operation_timeout(Duration::from_secs(5))
+        .visibility_window(Duration::from_millis(300))
         .confirm_not_found(Duration::from_millis(300))
 }
 
@@ -674,13 +672,12 @@ async fn throttling_permission_and_not_found_answers_have_their_meaning() {
 #[tokio::test]
 async fn a_wait_that_outlasts_the_waiting_time_is_transient() {
     let proxy = proxy().await;
-    let waiting = Waiting {
-        interval: Duration::from_millis(10),
-        timeout: Duration::from_millis(200),
-    };
-    let p = Ec2Provider::new(builder(&proxy).waiting(waiting).build().unwrap(), OWNER)
-        .await
+    let config = builder(&proxy)
+        .poll_interval(Duration::from_millis(10))
+        .operation_timeout(Duration::from_millis(200))
+        .build()
         .unwrap();
+    let p = Ec2Provider::new(config, OWNER).await.unwrap();
     // Running when read; StopInstances accepted; then stopping for longer than the waiting time.
     answer(
         &proxy,

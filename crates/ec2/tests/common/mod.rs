@@ -71,7 +71,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use orca_ec2::{Config, ConfigBuilder, Ec2Provider, StaticCredentials, Waiting};
+use orca_ec2::{Config, ConfigBuilder, Ec2Provider, StaticCredentials};
 use orca_machines::chrono::{DateTime, Utc};
 use orca_machines::RetryPolicy;
 use secrecy::SecretString;
@@ -229,15 +229,14 @@ impl Seed {
             .credentials(credentials())
             .security_group(&self.security_group)
             .instance_profile(&self.instance_profile)
-            .retry_policy(RetryPolicy::fast())
-            .waiting(Waiting {
-                interval: Duration::from_millis(20),
-                timeout: Duration::from_secs(20),
-            })
-            .consistency(Duration::from_secs(20))
+            .retry(RetryPolicy::fast())
+            .poll_interval(Duration::from_millis(20))
+            .operation_timeout(Duration::from_secs(20))
+            .visibility_window(Duration::from_secs(20))
             // Longer than any visibility delay the tests set, short enough for unknown ids.
             .confirm_not_found(Duration::from_millis(1500))
-            .timeouts(Duration::from_secs(5), Duration::from_secs(30));
+            .connect_timeout(Duration::from_secs(5))
+            .request_timeout(Duration::from_secs(30));
         for (zone, subnet) in &self.subnets {
             b = b.subnet(zone, subnet);
         }
