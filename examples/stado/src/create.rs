@@ -766,8 +766,12 @@ impl Stado {
                     )))
                 }
                 Ok(Created::NoStock { message, .. }) => {
+                    // No claim that nothing was left: a driver whose clean-up could not remove
+                    // everything still answers no stock (so that callers fall back on another
+                    // offering), naming what remains in its message (Azure: "the clean-up could not
+                    // remove: ..."), which is quoted whole.
                     return Err(Failure::new(format!(
-                        "{title} has no {} to give in {} right now: {message}; nothing was left behind (try another size or location)",
+                        "{title} has no {} to give in {} right now: {message} (try another size or location)",
                         req.size, req.location
                     ))
                     .with_code("no_stock"))

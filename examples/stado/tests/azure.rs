@@ -440,6 +440,42 @@ async fn a_step_six_failure_that_leaves_something_behind_names_it() {
     assert!(declared(&lab.s).is_empty());
 }
 
+/// No stock (the VM's allocation fails) while the interface cannot be removed (a delete lock): the
+/// driver answers no stock naming what its clean-up could not remove, and stado says so instead of
+/// claiming that nothing was left behind.
+#[tokio::test]
+async fn no_stock_whose_clean_up_left_something_names_it() {
+    let lab = lab(&[]).await;
+    lab.azure
+        .fail_allocation(SIZE, LOCATION, "AllocationFailed");
+    lab.azure.refuse_delete("h1-nic");
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert_eq!(r.error.as_ref().unwrap().code, "no_stock", "{e}");
+    assert!(
+        e.starts_with(&format!(
+            "Azure has no {SIZE} to give in {LOCATION} right now: "
+        )),
+        "{e}"
+    );
+    assert!(!e.contains("nothing was left behind"), "{e}");
+    let (_, left) = e
+        .split_once("the clean-up could not remove: ")
+        .unwrap_or_else(|| panic!("{e}"));
+    assert!(left.contains("interface h1-nic ("), "{e}");
+    // What the message names is what Azure still holds of the host.
+    let held = lab.host_resources("h1");
+    assert!(!held.is_empty());
+    for (_, name) in &held {
+        assert!(
+            left.contains(&format!(" {name} ")) || left.contains(&format!(" {name},")),
+            "{name} is not named: {e}"
+        );
+    }
+    assert!(!lab.s.home.fleet_key("h1").exists());
+    assert!(declared(&lab.s).is_empty());
+}
+
 #[tokio::test]
 async fn enrolment_failure_deletes_the_host_and_an_unclean_boot_keeps_it_declared() {
     let lab = lab(&[]).await;

@@ -549,7 +549,7 @@ async fn a_failure_after_the_vm_was_made_leaves_nothing_behind() {
         "{e}"
     );
     assert!(lab.cloud.all_machines().is_empty());
-    // No stock: nothing left behind, and said so.
+    // No stock: nothing left behind, and the refusal says why.
     lab.cloud.set_stock("amd64-small", "zone-a", 0);
     let r = lab.create("h1").await;
     assert!(
