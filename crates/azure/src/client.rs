@@ -1,12 +1,12 @@
-//! The private transport: one Resource Manager client ([`Arm`]) with the shared retry policy, the
-//! long-running-operation follower ([`Arm::wait`]), `nextLink` paging ([`Arm::list`]), the Retail
+//! The private transport: one Resource Manager client ([`Client`]) with the shared retry policy, the
+//! long-running-operation follower ([`Client::wait`]), `nextLink` paging ([`Client::list`]), the Retail
 //! Prices reader, and the ONE function that maps Azure's answers onto orca's errors
 //! ([`map_error`]). Answers are decoded into the typed models of [`crate::model`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use orca_machines::kit::Attempts;
+use orca_machines::kit::{self, Attempts};
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use secrecy::ExposeSecret;
@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use crate::credential::TokenSource;
 use crate::model::{CloudError, ErrorDetail, ListPage, OperationStatus, PricePage, PriceRow};
+use crate::provider::KIND;
 
 /// Compute (virtual machines, resource SKUs' consumers) API version.
 pub(crate) const COMPUTE_API: &str = "2024-07-01";
@@ -57,7 +58,7 @@ pub(crate) enum Condition {
 }
 
 /// The Resource Manager client.
-pub(crate) struct Arm {
+pub(crate) struct Client {
     http: reqwest::Client,
     endpoint: String,
     prices_endpoint: String,
@@ -68,9 +69,9 @@ pub(crate) struct Arm {
     operation_timeout: Duration,
 }
 
-impl std::fmt::Debug for Arm {
+impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Arm")
+        f.debug_struct("Client")
             .field("endpoint", &self.endpoint)
             .field("subscription", &self.subscription)
             .field("token", &self.token)
@@ -265,35 +266,25 @@ pub(crate) fn decode<T: DeserializeOwned>(op: &str, body: Value) -> Result<T> {
     })
 }
 
-impl Arm {
-    /// A client for `subscription` at `endpoint`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        endpoint: &str,
-        prices_endpoint: &str,
-        subscription: &str,
-        token: Arc<dyn TokenSource>,
-        retry: RetryPolicy,
-        poll_interval: Duration,
-        operation_timeout: Duration,
-        client: &orca_machines::kit::ClientOptions,
-    ) -> Result<Arm> {
-        let http = orca_machines::kit::http_client(
-            "azure",
-            endpoint,
-            client,
-            Duration::from_secs(20),
-            Some(Duration::from_secs(120)),
+impl Client {
+    /// A client for `config`'s subscription and endpoints, its tokens from `token`.
+    pub(crate) fn new(config: &crate::Config, token: Arc<dyn TokenSource>) -> Result<Client> {
+        let http = kit::http_client(
+            KIND,
+            &config.arm_endpoint,
+            &config.client,
+            config.connect_timeout,
+            Some(config.request_timeout),
         )?;
-        Ok(Arm {
+        Ok(Client {
             http,
-            endpoint: endpoint.trim_end_matches('/').to_string(),
-            prices_endpoint: prices_endpoint.trim_end_matches('/').to_string(),
-            subscription: subscription.to_string(),
+            endpoint: config.arm_endpoint.trim_end_matches('/').to_string(),
+            prices_endpoint: config.prices_endpoint.trim_end_matches('/').to_string(),
+            subscription: config.subscription_id.clone(),
             token,
-            retry,
-            poll_interval,
-            operation_timeout,
+            retry: config.retry,
+            poll_interval: config.poll_interval,
+            operation_timeout: config.operation_timeout,
         })
     }
 
@@ -422,7 +413,7 @@ impl Arm {
             .await
     }
 
-    /// [`Arm::call`] that records each attempt's outcome in `attempts`: a retried `PUT` whose
+    /// [`Client::call`] that records each attempt's outcome in `attempts`: a retried `PUT` whose
     /// earlier attempt ended in a passing failure (its answer lost) may meet what it made itself;
     /// one whose earlier attempts were throttled or refused cannot ([`Attempts`]).
     pub(crate) async fn call_recorded(

@@ -87,6 +87,10 @@ orca_machines::setting_keys! {
 pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
 /// The default Retail Prices endpoint.
 pub const DEFAULT_PRICES_ENDPOINT: &str = "https://prices.azure.com";
+/// The longest wait for a connection to Resource Manager when nothing sets one.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// The longest wait for one Resource Manager answer when nothing sets one.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// The location `arch()` reads the size catalogue of when [`ConfigKey::Location`] is unset.
 pub const DEFAULT_LOCATION: &str = "westeurope";
 
@@ -282,7 +286,13 @@ pub struct Config {
     pub operation_timeout: Duration,
     /// The longest a machine that may be new is waited for before "not found" is believed (a create
     /// waits for its VM to show; a read of a VM whose interface names it waits for it).
-    pub visibility_timeout: Duration,
+    pub visibility_window: Duration,
+    /// The longest wait for a connection to Resource Manager (the builder's `connect_timeout`,
+    /// else the kit's `ORCA_CONNECT_TIMEOUT`, else [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub connect_timeout: Duration,
+    /// The longest wait for one Resource Manager answer (the builder's `request_timeout`, else the
+    /// kit's `ORCA_REQUEST_TIMEOUT`, else [`DEFAULT_REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
     /// The longest a failed create's clean-up waits for an interface Azure reserved for the failed
     /// VM (`NicReservedForAnotherVm`, about 180 s) before naming it as left over.
     pub reservation_wait: Duration,
@@ -349,7 +359,7 @@ impl Config {
             match ConfigKey::from_str(k) {
                 Ok(key) => {
                     if let Some(v) = settings.get(k) {
-                        b = b.with(key, v);
+                        b = b.with_config(key, v);
                     }
                 }
                 Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
@@ -383,7 +393,7 @@ impl Config {
     }
 }
 
-/// Builds a [`Config`]: by key ([`ConfigBuilder::with`], the same names as the environment) or by
+/// Builds a [`Config`]: by key ([`ConfigBuilder::with_config`], the same names as the environment) or by
 /// the typed setters; [`ConfigBuilder::build`] names every problem at once.
 #[derive(Clone, Default)]
 pub struct ConfigBuilder {
@@ -394,7 +404,9 @@ pub struct ConfigBuilder {
     retry: Option<RetryPolicy>,
     poll_interval: Option<Duration>,
     operation_timeout: Option<Duration>,
-    visibility_timeout: Option<Duration>,
+    visibility_window: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
     reservation_wait: Option<Duration>,
     imds_endpoint: Option<String>,
 }
@@ -412,7 +424,7 @@ macro_rules! setter {
     ($($name:ident => $key:ident: $doc:literal),* $(,)?) => {$(
         #[doc = $doc]
         pub fn $name(self, v: impl Into<String>) -> Self {
-            self.with(ConfigKey::$key, v)
+            self.with_config(ConfigKey::$key, v)
         }
     )*};
 }
@@ -426,7 +438,7 @@ fn name_ok(s: &str) -> bool {
 
 impl ConfigBuilder {
     /// Sets `key` to `value` (an empty value unsets it, as an empty environment variable does).
-    pub fn with(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
+    pub fn with_config(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
         self.values.insert(key.as_str(), value);
         self
     }
@@ -449,18 +461,18 @@ impl ConfigBuilder {
     /// The addresses each VM's own security group admits on TCP 22 when the spec names none.
     pub fn ssh_sources<I: IntoIterator<Item = S>, S: Into<String>>(self, v: I) -> Self {
         let joined: Vec<String> = v.into_iter().map(Into::into).collect();
-        self.with(ConfigKey::SshSources, joined.join(","))
+        self.with_config(ConfigKey::SshSources, joined.join(","))
     }
 
     /// The OS disk size in GiB when the spec names none.
     pub fn os_disk_gb(self, gb: u32) -> Self {
-        self.with(ConfigKey::OsDiskGb, gb.to_string())
+        self.with_config(ConfigKey::OsDiskGb, gb.to_string())
     }
 
     /// The billing account and profile whose credit `credit_balance()` reads.
     pub fn billing(self, account: impl Into<String>, profile: impl Into<String>) -> Self {
-        self.with(ConfigKey::BillingAccount, account)
-            .with(ConfigKey::BillingProfile, profile)
+        self.with_config(ConfigKey::BillingAccount, account)
+            .with_config(ConfigKey::BillingProfile, profile)
     }
 
     /// How tokens are got (wins over the credential keys).
@@ -499,8 +511,22 @@ impl ConfigBuilder {
 
     /// The longest a machine that may be new is waited for before "not found" is believed
     /// (default 60 s).
-    pub fn visibility_timeout(mut self, d: Duration) -> Self {
-        self.visibility_timeout = Some(d);
+    pub fn visibility_window(mut self, d: Duration) -> Self {
+        self.visibility_window = Some(d);
+        self
+    }
+
+    /// The longest wait for a connection (default 20 s; the kit's `ORCA_CONNECT_TIMEOUT` sets it
+    /// too, this wins). Token requests take it as well.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = Some(d);
+        self
+    }
+
+    /// The longest wait for one request's answer (default 120 s; the kit's `ORCA_REQUEST_TIMEOUT`
+    /// sets it too, this wins). Token requests take it as well.
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = Some(d);
         self
     }
 
@@ -526,7 +552,26 @@ impl ConfigBuilder {
             p.unknown_key::<ConfigKey>(k.clone());
         }
         self.client.report(&mut p);
-        let client = self.client.options;
+        let mut client = self.client.options;
+        // The typed setters win over the kit's keys, and reach the token requests as the keys do.
+        for (name, set, kept) in [
+            (
+                "connect_timeout",
+                self.connect_timeout,
+                &mut client.connect_timeout,
+            ),
+            (
+                "request_timeout",
+                self.request_timeout,
+                &mut client.request_timeout,
+            ),
+        ] {
+            match set {
+                Some(d) if d.is_zero() => p.invalid(name, "a duration above zero"),
+                Some(d) => *kept = Some(d),
+                None => {}
+            }
+        }
         let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
         let subscription_id =
             match get(ConfigKey::SubscriptionId).or_else(|| get(ConfigKey::AzureSubscriptionId)) {
@@ -737,7 +782,9 @@ impl ConfigBuilder {
             operation_timeout: self
                 .operation_timeout
                 .unwrap_or(Duration::from_secs(30 * 60)),
-            visibility_timeout: self.visibility_timeout.unwrap_or(Duration::from_secs(60)),
+            visibility_window: self.visibility_window.unwrap_or(Duration::from_secs(60)),
+            connect_timeout: client.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
+            request_timeout: client.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
             reservation_wait: self.reservation_wait.unwrap_or(Duration::from_secs(200)),
             imds_endpoint: self
                 .imds_endpoint
@@ -863,6 +910,15 @@ mod tests {
                 "ORCA_AZURE_SSH_PUBLIC_KEY",
                 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4 me@host",
             )
+    }
+
+    fn builder_full() -> ConfigBuilder {
+        let mut b = Config::builder();
+        for k in full().keys() {
+            let key: ConfigKey = k.parse().unwrap();
+            b = b.with_config(key, full().get(k).unwrap());
+        }
+        b
     }
 
     fn keys(e: &Error) -> Vec<String> {
@@ -1021,6 +1077,65 @@ mod tests {
         )
         .unwrap_err();
         assert!(!e.to_string().contains("hunter3"), "{e}");
+    }
+
+    #[test]
+    fn polls_and_timeouts_have_the_names_every_driver_uses() {
+        let c = builder_full()
+            .poll_interval(Duration::from_millis(20))
+            .operation_timeout(Duration::from_secs(3))
+            .visibility_window(Duration::from_secs(4))
+            .connect_timeout(Duration::from_secs(2))
+            .request_timeout(Duration::from_secs(7))
+            .build()
+            .unwrap();
+        assert_eq!(
+            (
+                c.poll_interval,
+                c.operation_timeout,
+                c.visibility_window,
+                c.connect_timeout,
+                c.request_timeout
+            ),
+            (
+                Duration::from_millis(20),
+                Duration::from_secs(3),
+                Duration::from_secs(4),
+                Duration::from_secs(2),
+                Duration::from_secs(7)
+            )
+        );
+        // The token requests take the same timeouts.
+        assert_eq!(
+            (c.client.connect_timeout, c.client.request_timeout),
+            (Some(Duration::from_secs(2)), Some(Duration::from_secs(7)))
+        );
+        let e = builder_full()
+            .request_timeout(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert_eq!(keys(&e), ["request_timeout"]);
+        // The kit's keys set the same settings; the defaults otherwise.
+        let c = Config::from_settings(
+            &full()
+                .with("ORCA_POLL_INTERVAL", "50ms")
+                .with("ORCA_REQUEST_TIMEOUT", "9s"),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.poll_interval, c.request_timeout, c.connect_timeout),
+            (
+                Duration::from_millis(50),
+                Duration::from_secs(9),
+                DEFAULT_CONNECT_TIMEOUT
+            )
+        );
+        // A typed key by `with_config`, as the environment names it.
+        let c = builder_full()
+            .with_config(ConfigKey::Location, "northeurope")
+            .build()
+            .unwrap();
+        assert_eq!(c.location, "northeurope");
     }
 
     #[test]

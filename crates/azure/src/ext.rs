@@ -41,7 +41,7 @@ impl MachineLabels for AzureProvider {
             .owned_vm(id, false)
             .await?
             .ok_or_else(|| Error::not_found(format!("virtual machine {id}")))?;
-        let url = self.arm().url(
+        let url = self.client().url(
             &format!(
                 "{}/providers/Microsoft.Resources/tags/default",
                 self.vm_id(id)
@@ -50,7 +50,7 @@ impl MachineLabels for AzureProvider {
         );
         if !set.is_empty() {
             let a = self
-                .arm()
+                .client()
                 .call(
                     "merge VM tags",
                     Method::PATCH,
@@ -69,7 +69,7 @@ impl MachineLabels for AzureProvider {
             .collect();
         if !gone.is_empty() {
             let a = self
-                .arm()
+                .client()
                 .call(
                     "delete VM tags",
                     Method::PATCH,
@@ -120,11 +120,14 @@ impl AzureProvider {
         what: &str,
     ) -> Result<()> {
         let a = self
-            .arm()
+            .client()
             .call(op, Method::PUT, url, Some(body), Condition::None)
             .await
             .map_err(|e| e.prefixed(what))?;
-        self.arm().wait(op, &a).await.map_err(|e| e.prefixed(what))
+        self.client()
+            .wait(op, &a)
+            .await
+            .map_err(|e| e.prefixed(what))
     }
 
     /// What re-admitting VM `id` will write, read and checked before any write: its own security
@@ -137,8 +140,11 @@ impl AzureProvider {
         let names = Names::of(id);
         let nsg_id = self.id("Microsoft.Network/networkSecurityGroups", &names.nsg);
         let Some(nsg) = self
-            .arm()
-            .get::<Nsg>("read security group", &self.arm().url(&nsg_id, NETWORK_API))
+            .client()
+            .get::<Nsg>(
+                "read security group",
+                &self.client().url(&nsg_id, NETWORK_API),
+            )
             .await?
         else {
             return Err(Error::not_found(format!(
@@ -162,7 +168,7 @@ impl AzureProvider {
 
     /// Sets the SSH rule of a re-admitted VM's own security group to `sources`.
     async fn readmit(&self, target: &Readmit, sources: &[String]) -> Result<()> {
-        let rule_url = self.arm().url(
+        let rule_url = self.client().url(
             &format!("{}/securityRules/{SSH_RULE}", target.nsg_id),
             NETWORK_API,
         );
@@ -207,12 +213,12 @@ impl SshAdmission for AzureProvider {
                 None => missing.push(id.clone()),
             }
         }
-        let arm = self.arm();
+        let client = self.client();
         let asg_name = format!("{group}-{location}");
         let asg_id = self.id("Microsoft.Network/applicationSecurityGroups", &asg_name);
         self.put_and_wait(
             &format!("put application security group {asg_name}"),
-            &arm.url(&asg_id, NETWORK_API),
+            &client.url(&asg_id, NETWORK_API),
             &json!({"location": location, "tags": {"orca-admission": group}, "properties": {}}),
             &format!("the application security group {asg_name} was not made"),
         )
@@ -220,8 +226,8 @@ impl SshAdmission for AzureProvider {
         let mut admission = Admission::new(&asg_id);
 
         let subnet_id = self.subnet_id(location);
-        let Some(subnet) = arm
-            .get::<Subnet>("read subnet", &arm.url(&subnet_id, NETWORK_API))
+        let Some(subnet) = client
+            .get::<Subnet>("read subnet", &client.url(&subnet_id, NETWORK_API))
             .await?
         else {
             return Err(Error::not_found(format!(
@@ -234,8 +240,11 @@ impl SshAdmission for AzureProvider {
             .map(|n| n.id)
             .filter(|n| !n.is_empty())
         {
-            let Some(nsg) = arm
-                .get::<Nsg>("read subnet security group", &arm.url(&nsg_id, NETWORK_API))
+            let Some(nsg) = client
+                .get::<Nsg>(
+                    "read subnet security group",
+                    &client.url(&nsg_id, NETWORK_API),
+                )
                 .await?
             else {
                 return Err(Error::not_found(format!(
@@ -247,7 +256,7 @@ impl SshAdmission for AzureProvider {
                 group,
                 &format!("security group {nsg_id}"),
             )?;
-            let rule_url = arm.url(&format!("{nsg_id}/securityRules/{group}"), NETWORK_API);
+            let rule_url = client.url(&format!("{nsg_id}/securityRules/{group}"), NETWORK_API);
             self.put_and_wait(
                 &format!("put security rule {group}"),
                 &rule_url,
@@ -285,7 +294,7 @@ impl CreditBalance for AzureProvider {
                 "credit balance without a billing profile",
             ));
         };
-        let url = self.arm().url(
+        let url = self.client().url(
             &format!(
                 "/providers/Microsoft.Billing/billingAccounts/{account}/billingProfiles/{profile}/providers/Microsoft.Consumption/credits/balanceSummary"
             ),
@@ -293,7 +302,7 @@ impl CreditBalance for AzureProvider {
         );
         let op = "read credit balance";
         let a = self
-            .arm()
+            .client()
             .call(op, Method::GET, &url, None, Condition::None)
             .await?;
         if a.status == 204 || a.body.is_null() {

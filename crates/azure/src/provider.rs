@@ -28,7 +28,7 @@ use orca_machines::{
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::client::{decode, Arm, Condition, COMPUTE_API, DISKS_API, NETWORK_API, SKUS_API};
+use crate::client::{decode, Client, Condition, COMPUTE_API, DISKS_API, NETWORK_API, SKUS_API};
 use crate::config::{Config, ImageUrn, URN_RULE};
 use crate::model::{InstanceView, Nic, PublicIp, Sku, Tagged, Vm, VmSize};
 
@@ -52,7 +52,7 @@ pub struct AzureProvider {
 
 pub(crate) struct Inner {
     pub(crate) config: Config,
-    pub(crate) arm: Arm,
+    pub(crate) client: Client,
     pub(crate) owner: String,
     /// The size catalogue of each location read so far: size (lower case) -> architecture.
     skus: Mutex<HashMap<String, Arc<HashMap<String, Arch>>>>,
@@ -212,20 +212,11 @@ impl AzureProvider {
     pub async fn new(config: Config, owner: &str) -> Result<AzureProvider> {
         validate_owner(owner)?;
         let token = config.token_source()?;
-        let arm = Arm::new(
-            &config.arm_endpoint,
-            &config.prices_endpoint,
-            &config.subscription_id,
-            token,
-            config.retry,
-            config.poll_interval,
-            config.operation_timeout,
-            &config.client,
-        )?;
+        let client = Client::new(&config, token)?;
         Ok(AzureProvider {
             inner: Arc::new(Inner {
                 config,
-                arm,
+                client,
                 owner: owner.to_string(),
                 skus: Mutex::new(HashMap::new()),
                 recent: Mutex::new(HashMap::new()),
@@ -238,8 +229,8 @@ impl AzureProvider {
         &self.inner.config
     }
 
-    pub(crate) fn arm(&self) -> &Arm {
-        &self.inner.arm
+    pub(crate) fn client(&self) -> &Client {
+        &self.inner.client
     }
 
     pub(crate) fn cfg(&self) -> &Config {
@@ -253,7 +244,7 @@ impl AzureProvider {
     pub(crate) fn rg_path(&self) -> String {
         format!(
             "{}/resourceGroups/{}",
-            self.arm().sub_path(),
+            self.client().sub_path(),
             self.cfg().resource_group
         )
     }
@@ -265,7 +256,7 @@ impl AzureProvider {
     pub(crate) fn subnet_id(&self, location: &str) -> String {
         format!(
             "{}/resourceGroups/{}/providers/Microsoft.Network/virtualNetworks/{}-{location}/subnets/{}",
-            self.arm().sub_path(),
+            self.client().sub_path(),
             self.cfg().vnet_resource_group,
             self.cfg().vnet,
             self.cfg().subnet
@@ -277,7 +268,7 @@ impl AzureProvider {
     }
 
     fn vm_url(&self, name: &str, expand: bool) -> String {
-        let u = self.arm().url(&self.vm_id(name), COMPUTE_API);
+        let u = self.client().url(&self.vm_id(name), COMPUTE_API);
         if expand {
             format!("{u}&$expand=instanceView")
         } else {
@@ -286,12 +277,12 @@ impl AzureProvider {
     }
 
     pub(crate) fn net_url(&self, type_name: &str, name: &str) -> String {
-        self.arm().url(&self.id(type_name, name), NETWORK_API)
+        self.client().url(&self.id(type_name, name), NETWORK_API)
     }
 
     fn remember(&self, id: &str) {
         let mut r = lock(&self.inner.recent);
-        let window = self.cfg().visibility_timeout;
+        let window = self.cfg().visibility_window;
         r.retain(|_, at| at.elapsed() < window);
         r.insert(id.to_ascii_lowercase(), Instant::now());
     }
@@ -303,7 +294,7 @@ impl AzureProvider {
 
     fn is_recent(&self, id: &str) -> bool {
         let mut r = lock(&self.inner.recent);
-        let window = self.cfg().visibility_timeout;
+        let window = self.cfg().visibility_window;
         r.retain(|_, at| at.elapsed() < window);
         r.contains_key(&id.to_ascii_lowercase())
     }
@@ -317,7 +308,7 @@ impl AzureProvider {
         }
         let names = Names::of(id);
         let nic: Option<Nic> = self
-            .arm()
+            .client()
             .get(
                 "read interface",
                 &self.net_url("Microsoft.Network/networkInterfaces", &names.nic),
@@ -334,7 +325,7 @@ impl AzureProvider {
     /// confirmed by later reads, for at most the visibility timeout.
     pub(crate) async fn read_vm(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
         let url = self.vm_url(id, expand);
-        if let Some(vm) = self.arm().get::<Vm>("read VM", &url).await? {
+        if let Some(vm) = self.client().get::<Vm>("read VM", &url).await? {
             return Ok(Some(vm));
         }
         if !self.may_be_new(id).await? {
@@ -349,7 +340,7 @@ impl AzureProvider {
     /// of the window is an answer (`None`: the "not found" is believed), not a passing failure.
     async fn wait_visible(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
         let url = self.vm_url(id, expand);
-        let deadline = Instant::now() + self.cfg().visibility_timeout;
+        let deadline = Instant::now() + self.cfg().visibility_window;
         let mut retry = 0;
         while Instant::now() < deadline {
             let pause = self
@@ -360,7 +351,7 @@ impl AzureProvider {
                 .min(Duration::from_secs(5));
             tokio::time::sleep(pause).await;
             retry += 1;
-            if let Some(vm) = self.arm().get::<Vm>("read VM", &url).await? {
+            if let Some(vm) = self.client().get::<Vm>("read VM", &url).await? {
                 return Ok(Some(vm));
             }
         }
@@ -407,8 +398,11 @@ impl AzureProvider {
             return Ok(a);
         };
         let nic: Option<Nic> = self
-            .arm()
-            .get("read interface", &self.arm().url(&nic_id.id, NETWORK_API))
+            .client()
+            .get(
+                "read interface",
+                &self.client().url(&nic_id.id, NETWORK_API),
+            )
             .await?;
         let Some(nic) = nic else {
             return Ok(a);
@@ -422,8 +416,8 @@ impl AzureProvider {
             .map(|p| p.id.clone());
         if let Some(pip_id) = pip_id.filter(|p| !p.is_empty()) {
             if let Some(pip) = self
-                .arm()
-                .get::<PublicIp>("read public IP", &self.arm().url(&pip_id, NETWORK_API))
+                .client()
+                .get::<PublicIp>("read public IP", &self.client().url(&pip_id, NETWORK_API))
                 .await?
             {
                 a.public = pip.properties.ip_address.clone();
@@ -449,23 +443,23 @@ impl AzureProvider {
     /// `POST {vm}/{action}` (`start`, `deallocate`), followed to its end.
     async fn power_action(&self, id: &str, action: &str) -> Result<()> {
         let url = self
-            .arm()
+            .client()
             .url(&format!("{}/{action}", self.vm_id(id)), COMPUTE_API);
         let op = format!("{action} VM");
         let a = self
-            .arm()
+            .client()
             .call(&op, Method::POST, &url, None, Condition::None)
             .await?;
-        self.arm().wait(&op, &a).await
+        self.client().wait(&op, &a).await
     }
 
     /// The sizes VM `id` can be resized to where it stands (`{vm}/vmSizes`): for an allocated VM,
     /// those of its hardware cluster.
     async fn resizable_to(&self, id: &str) -> Result<Vec<String>> {
         let url = self
-            .arm()
+            .client()
             .url(&format!("{}/vmSizes", self.vm_id(id)), COMPUTE_API);
-        let sizes: Vec<VmSize> = self.arm().list("list VM sizes", &url).await?;
+        let sizes: Vec<VmSize> = self.client().list("list VM sizes", &url).await?;
         Ok(sizes.into_iter().map(|s| s.name).collect())
     }
 
@@ -473,7 +467,7 @@ impl AzureProvider {
     async fn patch_size(&self, id: &str, machine_type: &str, location: &str) -> Result<()> {
         let op = "resize VM";
         let a = self
-            .arm()
+            .client()
             .call(
                 op,
                 Method::PATCH,
@@ -482,7 +476,7 @@ impl AzureProvider {
                 Condition::None,
             )
             .await?;
-        self.arm()
+        self.client()
             .wait(op, &a)
             .await
             .map_err(|e| e.with_placement(machine_type, location))
@@ -499,12 +493,15 @@ impl AzureProvider {
                 .collect();
         let url = format!(
             "{}&$filter={filter}",
-            self.arm().url(
-                &format!("{}/providers/Microsoft.Compute/skus", self.arm().sub_path()),
+            self.client().url(
+                &format!(
+                    "{}/providers/Microsoft.Compute/skus",
+                    self.client().sub_path()
+                ),
                 SKUS_API,
             )
         );
-        let skus: Vec<Sku> = self.arm().list("list resource SKUs", &url).await?;
+        let skus: Vec<Sku> = self.client().list("list resource SKUs", &url).await?;
         let map: HashMap<String, Arch> = skus
             .into_iter()
             .filter(|s| s.resource_type == "virtualMachines" && !s.name.is_empty())
@@ -546,7 +543,7 @@ impl AzureProvider {
         let what = res.to_string();
         let location = body["location"].as_str().unwrap_or_default();
         if let Some(found) = self
-            .arm()
+            .client()
             .get::<Value>(&format!("read {what}"), url)
             .await?
         {
@@ -568,13 +565,13 @@ impl AzureProvider {
         }
         let op = format!("create {what}");
         match self
-            .arm()
+            .client()
             .call(&op, Method::PUT, url, Some(body), Condition::None)
             .await
         {
             Ok(a) => {
                 made.push(made_res(res, url, false));
-                self.arm().wait(&op, &a).await?;
+                self.client().wait(&op, &a).await?;
                 Ok(a.body)
             }
             Err(e) => {
@@ -595,7 +592,7 @@ impl AzureProvider {
             self.cfg().operation_timeout,
             || async {
                 let Some(v) = self
-                    .arm()
+                    .client()
                     .get::<Value>(&format!("read {what}"), url)
                     .await?
                 else {
@@ -620,16 +617,16 @@ impl AzureProvider {
     pub(crate) async fn remove(&self, what: &str, url: &str) -> Result<()> {
         let op = format!("delete {what}");
         match self
-            .arm()
+            .client()
             .call(&op, Method::DELETE, url, None, Condition::None)
             .await
         {
-            Ok(a) => self.arm().wait(&op, &a).await?,
+            Ok(a) => self.client().wait(&op, &a).await?,
             Err(Error::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         }
         match self
-            .arm()
+            .client()
             .get::<Tagged>(&format!("confirm {what} gone"), url)
             .await?
         {
@@ -781,7 +778,7 @@ impl AzureProvider {
         let pip = self
             .put_network(
                 &Res::new(Part::PublicIp, &names.pip),
-                &self.arm().url(&pip_id, NETWORK_API),
+                &self.client().url(&pip_id, NETWORK_API),
                 &json!({
                     "location": loc, "tags": tags,
                     "sku": {"name": "Standard", "tier": "Regional"},
@@ -811,7 +808,7 @@ impl AzureProvider {
         }
         self.put_network(
             &Res::new(Part::SecurityGroup, &names.nsg),
-            &self.arm().url(&nsg_id, NETWORK_API),
+            &self.client().url(&nsg_id, NETWORK_API),
             &json!({"location": loc, "tags": tags, "properties": {"securityRules": rules}}),
             &spec.pool,
             made,
@@ -836,7 +833,7 @@ impl AzureProvider {
         let nic = self
             .put_network(
                 &Res::new(Part::Interface, &names.nic),
-                &self.arm().url(&nic_id, NETWORK_API),
+                &self.client().url(&nic_id, NETWORK_API),
                 &json!({"location": loc, "tags": tags, "properties": {
                     "networkSecurityGroup": {"id": nsg_id},
                     "ipConfigurations": [ipcfg],
@@ -859,7 +856,7 @@ impl AzureProvider {
         let op = format!("create {what}");
         let attempts = Attempts::new();
         let put = self
-            .arm()
+            .client()
             .call_recorded(
                 &op,
                 Method::PUT,
@@ -873,7 +870,7 @@ impl AzureProvider {
         match put {
             Ok(a) => {
                 made.push(made_res(&vm_res, &vm_url, false));
-                self.arm().wait(&op, &a).await?;
+                self.client().wait(&op, &a).await?;
             }
             Err(Error::AlreadyExists { .. }) => {
                 // Made by this call's own earlier attempt (whose answer was lost), or by an earlier
@@ -916,12 +913,12 @@ impl AzureProvider {
         }
         self.remember(&names.vm);
         // A create answers only once reads show the VM.
-        let vm = match self.arm().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
+        let vm = match self.client().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
             Some(vm) => vm,
             None => self.wait_visible(&names.vm, true).await?.ok_or_else(|| {
                 Error::transient(format!(
                     "{what} was made but reads do not show it after {} s; a retried create adopts it",
-                    self.cfg().visibility_timeout.as_secs()
+                    self.cfg().visibility_window.as_secs()
                 ))
             })?,
         };
@@ -987,7 +984,11 @@ impl AzureProvider {
     /// owner's tags is deleted: Azure tags no disk it makes, so any other is not known to be ours.
     async fn remove_disk(&self, res: &Res, url: &str, vm_tags: Option<&Labels>) -> Option<Left> {
         let what = res.to_string();
-        let found = match self.arm().get::<Tagged>(&format!("read {what}"), url).await {
+        let found = match self
+            .client()
+            .get::<Tagged>(&format!("read {what}"), url)
+            .await
+        {
             Ok(None) => return None,
             Ok(Some(d)) => d,
             Err(e) => return Some(Left::because(res.clone(), &e)),
@@ -999,7 +1000,7 @@ impl AzureProvider {
                 tags.extend(ownership_labels(&pool_of(vm_tags), &self.inner.owner));
                 let op = format!("tag {what}");
                 let tagged = match self
-                    .arm()
+                    .client()
                     .call(
                         &op,
                         Method::PATCH,
@@ -1009,7 +1010,7 @@ impl AzureProvider {
                     )
                     .await
                 {
-                    Ok(a) => self.arm().wait(&op, &a).await,
+                    Ok(a) => self.client().wait(&op, &a).await,
                     Err(e) => Err(e),
                 };
                 if let Err(e) = tagged {
@@ -1045,7 +1046,7 @@ impl AzureProvider {
             Part::Disk,
             disk_id.rsplit('/').next().unwrap_or(&names.disk),
         );
-        let disk_url = self.arm().url(&disk_id, DISKS_API);
+        let disk_url = self.client().url(&disk_id, DISKS_API);
         let mut left = Vec::new();
         if let Some(vm) = vm {
             if let Err(e) = self
@@ -1086,7 +1087,7 @@ impl AzureProvider {
             let url = self.net_url(ty, name);
             let what = res.to_string();
             match self
-                .arm()
+                .client()
                 .get::<Tagged>(&format!("read {what}"), &url)
                 .await
             {
@@ -1116,7 +1117,7 @@ impl AzureProvider {
         let filter = format!(
             "serviceName eq 'Virtual Machines' and armRegionName eq '{location}' and armSkuName eq '{machine_type}' and priceType eq 'Consumption'"
         );
-        let rows = self.arm().prices(&filter).await?;
+        let rows = self.client().prices(&filter).await?;
         rows.iter()
             .filter(|r| r.is_linux_on_demand())
             .filter(|r| r.arm_sku_name.eq_ignore_ascii_case(machine_type))
@@ -1277,7 +1278,7 @@ impl Provider for AzureProvider {
                 // was made is removed, and the error stays retryable.
                 if e.is_retryable() {
                     match self
-                        .arm()
+                        .client()
                         .get::<Tagged>("read VM", &self.vm_url(&spec.name, false))
                         .await
                     {
@@ -1301,7 +1302,7 @@ impl Provider for AzureProvider {
         // at resource-group scope, so each pool VM's power state is read on its own (at most eight at
         // once); the addresses come from the interface and address lists. Every call stays inside
         // the resource group: a principal scoped to it can list.
-        let list_url = self.arm().url(
+        let list_url = self.client().url(
             &format!(
                 "{}/providers/Microsoft.Compute/virtualMachines",
                 self.rg_path()
@@ -1309,7 +1310,7 @@ impl Provider for AzureProvider {
             COMPUTE_API,
         );
         let vms: Vec<Vm> = self
-            .arm()
+            .client()
             .list::<Vm>("list VMs", &list_url)
             .await?
             .into_iter()
@@ -1321,23 +1322,23 @@ impl Provider for AzureProvider {
         let urls: Vec<String> = vms
             .iter()
             .map(|vm| {
-                self.arm().url(
+                self.client().url(
                     &format!("{}/instanceView", self.vm_id(&vm.name)),
                     COMPUTE_API,
                 )
             })
             .collect();
-        let arm = self.arm();
+        let client = self.client();
         let views: Vec<Result<Option<InstanceView>>> = futures::stream::iter(urls)
-            .map(|url| async move { arm.get::<InstanceView>("read VM state", &url).await })
+            .map(|url| async move { client.get::<InstanceView>("read VM state", &url).await })
             .buffered(8)
             .collect()
             .await;
         let nics: Vec<Nic> = self
-            .arm()
+            .client()
             .list(
                 "list interfaces",
-                &self.arm().url(
+                &self.client().url(
                     &format!(
                         "{}/providers/Microsoft.Network/networkInterfaces",
                         self.rg_path()
@@ -1347,10 +1348,10 @@ impl Provider for AzureProvider {
             )
             .await?;
         let pips: Vec<PublicIp> = self
-            .arm()
+            .client()
             .list(
                 "list public IPs",
-                &self.arm().url(
+                &self.client().url(
                     &format!(
                         "{}/providers/Microsoft.Network/publicIPAddresses",
                         self.rg_path()

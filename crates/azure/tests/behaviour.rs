@@ -863,7 +863,7 @@ async fn every_honoured_option_reaches_azure_and_the_others_are_refused_before_a
     }
     let keyless = orca_azure::AzureProvider::new(
         settings(&f)
-            .with(orca_azure::ConfigKey::SshPublicKey, "")
+            .with_config(orca_azure::ConfigKey::SshPublicKey, "")
             .build()
             .unwrap(),
         "stack-1",
@@ -1243,7 +1243,7 @@ async fn automatic_managed_identity_asks_for_the_client_id_among_several_identit
     let auto = |client_id: Option<&str>| {
         let mut s = settings(&f).credential(orca_azure::Credential::Auto);
         if let Some(c) = client_id {
-            s = s.with(orca_azure::ConfigKey::ClientId, c);
+            s = s.with_config(orca_azure::ConfigKey::ClientId, c);
         }
         s.build().unwrap()
     };

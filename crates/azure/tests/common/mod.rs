@@ -45,7 +45,7 @@ pub fn settings(f: &FakeAzure) -> ConfigBuilder {
         .token(TOKEN)
         .retry(RetryPolicy::fast())
         .poll_interval(Duration::from_millis(2))
-        .visibility_timeout(Duration::from_secs(5))
+        .visibility_window(Duration::from_secs(5))
         .reservation_wait(Duration::from_secs(2))
         .imds_endpoint(f.url())
 }
