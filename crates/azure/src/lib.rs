@@ -25,7 +25,7 @@ mod ext;
 mod model;
 mod provider;
 #[cfg(test)]
-mod published;
+mod reference;
 
 pub use config::{Config, ConfigBuilder, ConfigKey, Credential, ImageUrn};
 pub use credential::{auto_choice, AutoChoice, StaticToken, TokenSource};
