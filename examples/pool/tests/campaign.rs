@@ -1,7 +1,11 @@
 //! The fault campaign: the scaler runs for at least 1,000 cloud operations with 20 % of them faulted
 //! (errors of every kind, latency, answers lost after the machine was made) and process crashes
-//! between any two steps (the scaler dropped mid-call, before or after the cloud acted, and its
-//! record reloaded), on the in-memory provider (with the file store, and with two replicas on
+//! between any two steps, simulated by dropping the scaler and reloading its store: mid-call,
+//! before or after the cloud acted; and at record writes, before a write lands, while it is written
+//! (the file store's temporary file written but not renamed; PostgreSQL's transaction cut between
+//! two statements) or after it landed, so between an intent and its outcome and between the two
+//! writes of a delete; a record write may also just fail. After every crash the record read back
+//! must be the last one that landed (the old one after a torn write). On the in-memory provider (with the file store, and with two replicas on
 //! PostgreSQL in one run) and on the fake Hetzner and Compute Engine APIs. At the end it prints and
 //! asserts: machines leaked (in the cloud, not in the record, not deleted), duplicates (one name, two
 //! machines), machines of another owner touched, and the final size against the target.
@@ -24,7 +28,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca::memory::{FaultKind, MemoryCloud, Operation};
 use orca::{Arch, Created, ErrorKind, Machine, MachineSpec, Provider, Status};
-use orca_pool::{Action, FileStore, PassReport, PgStore, Phase, Record, Scaler, Settings, Store};
+use orca_pool::{
+    Action, Event, FileStore, PassReport, PgStore, Phase, Record, Scaler, Settings, Store,
+    StoreError,
+};
 use support::TestDb;
 
 /// Cloud operations the campaign runs at least.
@@ -33,6 +40,8 @@ const OPERATIONS: usize = 1000;
 const FAULT_RATE: f64 = 0.2;
 /// The share of operations at which the process "crashes".
 const CRASH_RATE: f64 = 0.03;
+/// The share of record writes that fail or at which the process "crashes".
+const WRITE_FAULT_RATE: f64 = 0.05;
 /// The target at the end.
 const TARGET: usize = 4;
 
@@ -110,6 +119,19 @@ struct Stats {
     /// Calls the scaler saw fail (an injected fault, no stock, or the cloud's own answer).
     errors: AtomicUsize,
     crashes: AtomicUsize,
+    /// Crashes just before a cloud call, and just after it.
+    crashed_before_call: AtomicUsize,
+    crashed_after_call: AtomicUsize,
+    /// Record writes asked for.
+    writes: AtomicUsize,
+    /// Faults at record writes: (the fault, the events the write carried) -> how many.
+    write_faults: Mutex<BTreeMap<(WriteFault, String), usize>>,
+    /// Records read back that were not the last one that landed (nor one whose write may have
+    /// landed), and the first few, described.
+    misread: AtomicUsize,
+    misread_first: Mutex<Vec<String>>,
+    /// Temporary files of a torn write still there after the next write landed.
+    stale_temp: AtomicUsize,
     /// Every machine id seen for each name.
     names: Mutex<BTreeMap<String, BTreeSet<String>>>,
     /// Machines the operator deleted behind the scaler's back (their names may be made again).
@@ -154,8 +176,12 @@ impl Chaos {
         if op != Op::Arch && self.dice.chance(CRASH_RATE) {
             self.stats.crashes.fetch_add(1, Ordering::SeqCst);
             if self.dice.bool() {
+                self.stats
+                    .crashed_before_call
+                    .fetch_add(1, Ordering::SeqCst);
                 Crash::Before
             } else {
+                self.stats.crashed_after_call.fetch_add(1, Ordering::SeqCst);
                 Crash::After
             }
         } else {
@@ -266,6 +292,300 @@ impl Provider for Chaos {
     }
 }
 
+/// A fault at a record write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum WriteFault {
+    /// The write fails with an error (nothing written); the process goes on.
+    Fail,
+    /// The process crashes before the write starts.
+    Before,
+    /// The process crashes while the write is made: the file store's temporary file written (whole
+    /// or in part) but not renamed over the record; PostgreSQL's transaction cut between two
+    /// statements (landed or not, as the server got it).
+    During,
+    /// The process crashes just after the write landed, before the next step.
+    After,
+}
+
+impl WriteFault {
+    fn label(self) -> &'static str {
+        match self {
+            WriteFault::Fail => "failed",
+            WriteFault::Before => "before",
+            WriteFault::During => "during",
+            WriteFault::After => "after",
+        }
+    }
+}
+
+/// What a record says, as far as the stores keep it alike (no timestamps or notes).
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Shape {
+    established: bool,
+    next: u64,
+    conflict: Option<String>,
+    /// name -> (phase, id, offering)
+    entries: BTreeMap<String, (Phase, Option<String>, String)>,
+}
+
+impl Shape {
+    /// How `self` differs from `other`, in words.
+    fn diff(&self, other: &Shape) -> String {
+        let mut v = Vec::new();
+        if self.established != other.established {
+            v.push(format!(
+                "established {} not {}",
+                self.established, other.established
+            ));
+        }
+        if self.next != other.next {
+            v.push(format!("next {} not {}", self.next, other.next));
+        }
+        if self.conflict != other.conflict {
+            v.push(format!(
+                "conflict {:?} not {:?}",
+                self.conflict, other.conflict
+            ));
+        }
+        let names: BTreeSet<&String> = self.entries.keys().chain(other.entries.keys()).collect();
+        for n in names {
+            let (a, b) = (self.entries.get(n), other.entries.get(n));
+            if a != b {
+                v.push(format!("{n}: {a:?} not {b:?}"));
+            }
+        }
+        v.join("; ")
+    }
+
+    fn of(r: Option<&Record>) -> Shape {
+        match r {
+            None => Shape::default(),
+            Some(r) => Shape {
+                established: r.established,
+                next: r.next,
+                conflict: r.conflict.clone(),
+                entries: r
+                    .entries
+                    .values()
+                    .map(|e| {
+                        (
+                            e.name.clone(),
+                            (e.phase, e.id.clone(), e.offering.to_string()),
+                        )
+                    })
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// What the record in the store must read, shared by the replicas of a campaign.
+#[derive(Debug, Default)]
+struct Durable {
+    /// The record as the last write that surely landed left it.
+    landed: Shape,
+    /// Records of writes that may have landed (cut, failed, or not answered yet).
+    doubt: Vec<Shape>,
+    /// The temporary file of a torn write, which the next write must replace.
+    torn: Option<std::path::PathBuf>,
+}
+
+/// A record store that fails or "crashes" the process at some writes (chosen by the dice), and
+/// checks every record it reads against what was written.
+struct Faulty {
+    inner: Box<dyn Store>,
+    /// The record file (the file store), for a torn write; `None` on PostgreSQL.
+    file: Option<std::path::PathBuf>,
+    crash: Arc<tokio::sync::Notify>,
+    armed: Arc<AtomicBool>,
+    dice: Arc<Dice>,
+    stats: Arc<Stats>,
+    durable: Arc<Mutex<Durable>>,
+}
+
+impl std::fmt::Debug for Faulty {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Faulty")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl Faulty {
+    fn fault(&self) -> Option<WriteFault> {
+        if !self.armed.load(Ordering::SeqCst) || !self.dice.chance(WRITE_FAULT_RATE) {
+            return None;
+        }
+        Some(match self.dice.below(4) {
+            0 => WriteFault::Fail,
+            1 => WriteFault::Before,
+            2 => WriteFault::During,
+            _ => WriteFault::After,
+        })
+    }
+
+    fn tally(&self, fault: WriteFault, events: &[Event]) {
+        let mut kinds: Vec<&str> = Vec::new();
+        for e in events {
+            if !kinds.contains(&e.kind()) {
+                kinds.push(e.kind());
+            }
+        }
+        let what = kinds.join("+");
+        *self
+            .stats
+            .write_faults
+            .lock()
+            .unwrap()
+            .entry((fault, what))
+            .or_default() += 1;
+        if fault != WriteFault::Fail {
+            self.stats.crashes.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn durable(&self) -> std::sync::MutexGuard<'_, Durable> {
+        self.durable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn crash_now<T>(&self) -> T {
+        self.crash.notify_one();
+        futures::future::pending::<T>().await
+    }
+
+    /// Writes what a crashed write of `record` leaves of the record file: its temporary file (the
+    /// file store's name for it, in this process), a random part of it or all, never renamed.
+    fn tear(&self, path: &std::path::Path, record: &Record) {
+        let name = path.file_name().unwrap().to_string_lossy();
+        let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+        let bytes = serde_json::to_vec_pretty(&serde_json::json!({
+            "format": orca_pool::store::file::FORMAT,
+            "records": [record],
+        }))
+        .unwrap();
+        let cut = self.dice.upto(bytes.len());
+        std::fs::write(&tmp, &bytes[..cut]).unwrap();
+        self.durable().torn = Some(tmp);
+    }
+
+    /// The write landed: it is what the record must read from now on.
+    fn landed(&self, shape: Shape) {
+        let mut d = self.durable();
+        d.landed = shape;
+        d.doubt.clear();
+        if let Some(tmp) = d.torn.take() {
+            if tmp.exists() {
+                self.stats.stale_temp.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Faulty {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn lead(&mut self, key: &orca_pool::Key) -> Result<orca_pool::Role, StoreError> {
+        self.inner.lead(key).await
+    }
+
+    async fn load(&mut self, key: &orca_pool::Key) -> Result<Option<Record>, StoreError> {
+        let r = self.inner.load(key).await?;
+        let got = Shape::of(r.as_ref());
+        let mut d = self.durable();
+        let wrong = got != d.landed && !d.doubt.contains(&got);
+        if wrong && self.stats.misread.fetch_add(1, Ordering::SeqCst) < 3 {
+            self.stats.misread_first.lock().unwrap().push(format!(
+                "read against the last record that landed: {}{}",
+                got.diff(&d.landed),
+                if d.doubt.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({} more in doubt)", d.doubt.len())
+                }
+            ));
+        }
+        d.landed = got;
+        d.doubt.clear();
+        Ok(r)
+    }
+
+    async fn commit(&mut self, record: &Record, events: &[Event]) -> Result<(), StoreError> {
+        self.stats.writes.fetch_add(1, Ordering::SeqCst);
+        let fault = self.fault();
+        let shape = Shape::of(Some(record));
+        match fault {
+            Some(WriteFault::Fail) => {
+                self.tally(WriteFault::Fail, events);
+                return Err(StoreError::Failed(
+                    "injected: the record could not be written (no space left on device)".into(),
+                ));
+            }
+            Some(WriteFault::Before) => {
+                self.tally(WriteFault::Before, events);
+                return self.crash_now().await;
+            }
+            Some(WriteFault::During) => {
+                if let Some(path) = self.file.clone() {
+                    self.tear(&path, record);
+                    self.tally(WriteFault::During, events);
+                    return self.crash_now().await;
+                }
+                // Cut the transaction after a few round trips to the server.
+                self.durable().doubt.push(shape.clone());
+                let polls = 1 + self.dice.below(8);
+                let mut write = self.inner.commit(record, events);
+                let mut pending = 0;
+                let done = std::future::poll_fn(|cx| match write.as_mut().poll(cx) {
+                    std::task::Poll::Ready(r) => std::task::Poll::Ready(Some(r)),
+                    std::task::Poll::Pending => {
+                        pending += 1;
+                        if pending >= polls {
+                            std::task::Poll::Ready(None)
+                        } else {
+                            std::task::Poll::Pending
+                        }
+                    }
+                })
+                .await;
+                drop(write);
+                match done {
+                    None => self.tally(WriteFault::During, events),
+                    // Done before the cut: a crash after the write (or after it failed).
+                    Some(r) => {
+                        if r.is_ok() {
+                            self.landed(shape);
+                        }
+                        self.tally(WriteFault::After, events);
+                    }
+                }
+                return self.crash_now().await;
+            }
+            Some(WriteFault::After) | None => {}
+        }
+        self.durable().doubt.push(shape.clone());
+        let r = self.inner.commit(record, events).await;
+        if r.is_ok() {
+            self.landed(shape);
+        }
+        if fault == Some(WriteFault::After) {
+            self.tally(WriteFault::After, events);
+            return self.crash_now().await;
+        }
+        r
+    }
+
+    fn lost(&self) -> Option<tokio::sync::watch::Receiver<bool>> {
+        self.inner.lost()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.inner.notes()
+    }
+}
+
 type Truth = Arc<
     dyn Fn() -> Pin<Box<dyn Future<Output = (Vec<Machine>, Vec<Machine>)> + Send>> + Send + Sync,
 >;
@@ -310,6 +630,18 @@ struct Figures {
     no_stock: usize,
     fallback: usize,
     crashes: usize,
+    /// How long the campaign ran.
+    elapsed: Duration,
+    crashed_before_call: usize,
+    crashed_after_call: usize,
+    /// Record writes asked for, and the faults at them by kind and by what the write carried.
+    writes: usize,
+    write_faults: BTreeMap<(WriteFault, String), usize>,
+    /// What a crash during a write leaves, on this store.
+    during: &'static str,
+    misread: usize,
+    misread_first: Vec<String>,
+    stale_temp: usize,
     passes: usize,
     leaked: usize,
     duplicates: usize,
@@ -322,7 +654,7 @@ struct Figures {
 impl Figures {
     fn print(&self, name: &str) {
         println!(
-            "fault campaign {name} (seed {}): {} cloud operations ({} requests), {} faults injected ({:.1} % of operations; {}), {} crashes, {} passes",
+            "fault campaign {name} (seed {}): {} cloud operations ({} requests), {} faults injected ({:.1} % of operations; {}), {} crashes, {} passes, {:.1} s",
             self.seed,
             self.ops,
             self.requests,
@@ -333,12 +665,73 @@ impl Figures {
                 None => "each on the next call of its operation".into(),
             },
             self.crashes,
-            self.passes
+            self.passes,
+            self.elapsed.as_secs_f64()
         );
         println!(
             "  calls the scaler saw fail:         {} (a driver retries throttling, server errors and lost answers within a call)",
             self.errors
         );
+        let by = |f: WriteFault| -> usize {
+            self.write_faults
+                .iter()
+                .filter(|((k, _), _)| *k == f)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        println!(
+            "  crashes:                           {} at cloud calls ({} just before a call, {} just after it); {} at record writes ({} before a write, {} during one ({}), {} after one landed)",
+            self.crashed_before_call + self.crashed_after_call,
+            self.crashed_before_call,
+            self.crashed_after_call,
+            by(WriteFault::Before) + by(WriteFault::During) + by(WriteFault::After),
+            by(WriteFault::Before),
+            by(WriteFault::During),
+            self.during,
+            by(WriteFault::After),
+        );
+        println!(
+            "  record writes:                     {}, {} of them failed with an error (the process went on)",
+            self.writes,
+            by(WriteFault::Fail)
+        );
+        for f in [
+            WriteFault::Before,
+            WriteFault::During,
+            WriteFault::After,
+            WriteFault::Fail,
+        ] {
+            let mut at: Vec<(&str, usize)> = self
+                .write_faults
+                .iter()
+                .filter(|((k, _), _)| *k == f)
+                .map(|((_, what), n)| (what.as_str(), *n))
+                .collect();
+            at.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let at: Vec<String> = at.iter().map(|(w, n)| format!("{w} {n}")).collect();
+            println!(
+                "    {:<32} {}",
+                format!("{} the write of:", f.label()),
+                if at.is_empty() {
+                    "-".to_string()
+                } else {
+                    at.join(", ")
+                }
+            );
+        }
+        println!(
+            "  records read back wrong:           {} (each read must be the last record that landed, or one whose write was cut)",
+            self.misread
+        );
+        for m in &self.misread_first {
+            println!("    {m}");
+        }
+        if self.during.starts_with("temp") {
+            println!(
+                "  temp files left by torn writes:    {} (the next write replaces them)",
+                self.stale_temp
+            );
+        }
         println!(
             "  no stock:                          {} answers; {} machines made from a fallback offering",
             self.no_stock, self.fallback
@@ -366,6 +759,8 @@ impl Figures {
         assert_eq!(self.foreign_touched, 0, "{self:?}");
         assert_eq!(self.deleted_as_unknown, 0, "{self:?}");
         assert_eq!(self.final_size, self.target, "{self:?}");
+        assert_eq!(self.misread, 0, "{self:?}");
+        assert_eq!(self.stale_temp, 0, "{self:?}");
     }
 }
 
@@ -388,10 +783,18 @@ struct Replica {
     scaler: Option<Scaler>,
     chaos: Chaos,
     crash: Arc<tokio::sync::Notify>,
+    /// What the record must read, shared with the other replica.
+    durable: Arc<Mutex<Durable>>,
 }
 
-async fn open(b: &Backend, name: &str, store: &StoreAt, size: usize) -> Scaler {
-    let store: Box<dyn Store> = match store {
+/// A restarted process: its scaler on its store, reloaded, behind the faults of record writes.
+async fn open(b: &Backend, r: &Replica, store: &StoreAt, size: usize) -> Scaler {
+    let name = r.name.as_str();
+    let file = match store {
+        StoreAt::File(path) => Some(path.clone()),
+        StoreAt::Postgres(_) => None,
+    };
+    let inner: Box<dyn Store> = match store {
         StoreAt::File(path) => {
             // A crashed process's lock is gone when its file is closed: retry briefly.
             let mut tries = 0;
@@ -423,7 +826,16 @@ async fn open(b: &Backend, name: &str, store: &StoreAt, size: usize) -> Scaler {
             }
         }
     };
-    Scaler::new(settings(b, size), store)
+    let store = Faulty {
+        inner,
+        file,
+        crash: r.crash.clone(),
+        armed: r.chaos.armed.clone(),
+        dice: r.chaos.dice.clone(),
+        stats: r.chaos.stats.clone(),
+        durable: r.durable.clone(),
+    };
+    Scaler::new(settings(b, size), Box::new(store))
 }
 
 enum StoreAt {
@@ -434,7 +846,7 @@ enum StoreAt {
 /// A pass of one replica; `None` when it crashed (the scaler is dropped, to be reopened).
 async fn pass(b: &Backend, r: &mut Replica, store: &StoreAt, size: usize) -> Option<PassReport> {
     if r.scaler.is_none() {
-        r.scaler = Some(open(b, &r.name, store, size).await);
+        r.scaler = Some(open(b, r, store, size).await);
     }
     let s = r.scaler.as_mut().unwrap();
     s.settings.size = size;
@@ -457,6 +869,7 @@ async fn replica(
     foreign: &Arc<BTreeSet<String>>,
     armed: &Arc<AtomicBool>,
     dice: &Arc<Dice>,
+    durable: &Arc<Mutex<Durable>>,
 ) -> Replica {
     let crash = Arc::new(tokio::sync::Notify::new());
     Replica {
@@ -472,6 +885,7 @@ async fn replica(
             dice: dice.clone(),
         },
         crash,
+        durable: durable.clone(),
     }
 }
 
@@ -484,6 +898,7 @@ async fn campaign(
     admin: Option<tokio_postgres::Client>,
 ) -> Figures {
     let dice = Dice::new(test);
+    let started = std::time::Instant::now();
     let (_, foreign) = (b.truth)().await;
     let foreign_ids: Arc<BTreeSet<String>> =
         Arc::new(foreign.iter().map(|m| m.id.clone()).collect());
@@ -493,9 +908,21 @@ async fn campaign(
         .collect();
     let stats = Arc::new(Stats::default());
     let armed = Arc::new(AtomicBool::new(true));
+    let durable = Arc::new(Mutex::new(Durable::default()));
     let mut rs = Vec::new();
     for i in 0..replicas {
-        rs.push(replica(&b, &format!("r{i}"), &stats, &foreign_ids, &armed, &dice).await);
+        rs.push(
+            replica(
+                &b,
+                &format!("r{i}"),
+                &stats,
+                &foreign_ids,
+                &armed,
+                &dice,
+                &durable,
+            )
+            .await,
+        );
     }
     let mut passes = 0;
     let mut deleted_as_unknown = 0;
@@ -641,6 +1068,8 @@ async fn campaign(
         .iter()
         .filter(|m| matches!(m.status, Status::Running | Status::Starting))
         .count();
+    let write_faults = stats.write_faults.lock().unwrap().clone();
+    let misread_first = stats.misread_first.lock().unwrap().clone();
     Figures {
         seed: dice.seed,
         ops,
@@ -651,6 +1080,18 @@ async fn campaign(
         no_stock,
         fallback,
         crashes,
+        elapsed: started.elapsed(),
+        crashed_before_call: stats.crashed_before_call.load(Ordering::SeqCst),
+        crashed_after_call: stats.crashed_after_call.load(Ordering::SeqCst),
+        writes: stats.writes.load(Ordering::SeqCst),
+        write_faults,
+        during: match store {
+            StoreAt::File(_) => "temp file written, not renamed",
+            StoreAt::Postgres(_) => "transaction cut",
+        },
+        misread: stats.misread.load(Ordering::SeqCst),
+        misread_first,
+        stale_temp: stats.stale_temp.load(Ordering::SeqCst),
         passes,
         leaked,
         duplicates,
