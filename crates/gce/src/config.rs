@@ -510,54 +510,54 @@ impl std::fmt::Debug for ConfigBuilder {
 
 impl ConfigBuilder {
     /// Sets `key` to `value`, as a [`Settings`] entry would.
-    pub fn set(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
+    pub fn with_config(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
         self.settings.insert(key.as_str(), value);
         self
     }
 
     /// The project id (required).
     pub fn project(self, v: impl Into<String>) -> Self {
-        self.set(ConfigKey::Project, v)
+        self.with_config(ConfigKey::Project, v)
     }
     /// The one zone of a single-zone provider (unset: every zone of the project).
     pub fn zone(self, v: impl Into<String>) -> Self {
-        self.set(ConfigKey::Zone, v)
+        self.with_config(ConfigKey::Zone, v)
     }
     /// The VPC network name (required).
     pub fn network(self, v: impl Into<String>) -> Self {
-        self.set(ConfigKey::Network, v)
+        self.with_config(ConfigKey::Network, v)
     }
     /// The subnet (required): a name in every region, or `region=name` pairs ([`Subnet::parse`]).
     pub fn subnet(self, v: impl Into<String>) -> Self {
-        self.set(ConfigKey::Subnet, v)
+        self.with_config(ConfigKey::Subnet, v)
     }
     /// The API root (default [`DEFAULT_ENDPOINT`]).
     pub fn endpoint(self, v: impl Into<String>) -> Self {
-        self.set(ConfigKey::Endpoint, v)
+        self.with_config(ConfigKey::Endpoint, v)
     }
     /// The project of the default images (default [`UBUNTU_IMAGE_PROJECT`]).
     pub fn image_project(self, v: impl Into<String>) -> Self {
-        self.set(ConfigKey::ImageProject, v)
+        self.with_config(ConfigKey::ImageProject, v)
     }
     /// The login user of a spec's SSH keys (default [`DEFAULT_SSH_USER`]).
     pub fn ssh_user(self, v: impl Into<String>) -> Self {
-        self.set(ConfigKey::SshUser, v)
+        self.with_config(ConfigKey::SshUser, v)
     }
     /// The boot disk size in GB (default [`DEFAULT_DISK_GB`]).
     pub fn disk_gb(self, gb: u32) -> Self {
-        self.set(ConfigKey::DiskGb, gb.to_string())
+        self.with_config(ConfigKey::DiskGb, gb.to_string())
     }
     /// The longest a machine runs after each start before Compute Engine stops it.
     pub fn max_run_duration(self, d: Duration) -> Self {
-        self.set(ConfigKey::MaxRunDuration, d.as_secs().to_string())
+        self.with_config(ConfigKey::MaxRunDuration, d.as_secs().to_string())
     }
     /// The listing page size, 1 to 500 (default 500).
     pub fn page_size(self, n: u32) -> Self {
-        self.set(ConfigKey::PageSize, n.to_string())
+        self.with_config(ConfigKey::PageSize, n.to_string())
     }
     /// Whether machines get an external address (default true).
     pub fn public_ip(self, on: bool) -> Self {
-        self.set(ConfigKey::PublicIp, on.to_string())
+        self.with_config(ConfigKey::PublicIp, on.to_string())
     }
     /// Network tags every machine gets.
     pub fn network_tags<I, S>(self, tags: I) -> Self
@@ -570,7 +570,7 @@ impl ConfigBuilder {
             .map(Into::into)
             .collect::<Vec<String>>()
             .join(",");
-        self.set(ConfigKey::NetworkTags, joined)
+        self.with_config(ConfigKey::NetworkTags, joined)
     }
 
     /// A credential source (exactly one must be given, here or as a setting).
