@@ -12,7 +12,6 @@ use reqwest::Method;
 use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::credential::TokenSource;
 use crate::model::{CloudError, ErrorDetail, ListPage, OperationStatus, PricePage, PriceRow};
@@ -308,7 +307,10 @@ impl Client {
         Ok(u.to_string())
     }
 
-    async fn send_once(
+    /// One attempt, inside its call span ([`kit::attempt`]): the request's method and path, the
+    /// time spent getting the token, the status and Azure's `x-ms-request-id` recorded; the answer,
+    /// or the mapped error.
+    async fn send(
         &self,
         op: &str,
         method: &Method,
@@ -316,6 +318,10 @@ impl Client {
         body: Option<&Value>,
         condition: Condition,
     ) -> Result<Answer> {
+        let path = url::Url::parse(url)
+            .map(|u| u.path().to_string())
+            .unwrap_or_default();
+        kit::record_request(method.as_str(), &path);
         let to_arm = same_origin(url, &self.endpoint);
         let to_prices = same_origin(url, &self.prices_endpoint);
         if !to_arm && !to_prices {
@@ -325,22 +331,19 @@ impl Client {
             )));
         }
         let mut req = self.http.request(method.clone(), url);
+        let asked = tokio::time::Instant::now();
         if to_arm {
             let token = self.token.token().await?;
             req = req.bearer_auth(token.expose_secret());
         }
+        kit::record_waited(asked.elapsed());
         if condition == Condition::IfNoneMatch {
             req = req.header("If-None-Match", "*");
         }
         if let Some(b) = body {
             req = req.json(b);
         }
-        let span = orca_machines::kit::call_span("azure", op);
-        span.record("method", method.as_str());
-        let started = Instant::now();
-        let sent = req.send().instrument(span.clone()).await;
-        span.record("duration_ms", started.elapsed().as_millis() as u64);
-        let rsp = match sent {
+        let rsp = match req.send().await {
             Ok(r) => r,
             Err(e) => {
                 let what = if e.is_timeout() {
@@ -353,15 +356,16 @@ impl Client {
             }
         };
         let status = rsp.status().as_u16();
+        kit::record_status(status);
         let header = |n: &str| {
             rsp.headers()
                 .get(n)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
-        let request_id = header("x-ms-request-id").unwrap_or_default();
-        span.record("status", status);
-        span.record("request_id", request_id.as_str());
+        if let Some(id) = header("x-ms-request-id") {
+            kit::record_request_id(&id);
+        }
         let async_op = header("azure-asyncoperation");
         let location = header("location");
         let retry_after = header("retry-after").and_then(|v| parse_retry_after(&v));
@@ -376,7 +380,6 @@ impl Client {
                 Value::String(String::from_utf8_lossy(&bytes).chars().take(500).collect())
             })
         };
-        tracing::debug!(parent: &span, "answered");
         if status >= 400 {
             let detail = match &body {
                 Value::String(s) => ErrorDetail {
@@ -398,7 +401,8 @@ impl Client {
         })
     }
 
-    /// One call with the shared retry policy (every call made here is idempotent: `GET`, `PUT` and
+    /// One call through the kit ([`kit::call`]): [`Client::send`] under the shared retry policy,
+    /// every attempt in the one call span (every call made here is idempotent: `GET`, `PUT` and
     /// `PATCH` by name, `DELETE`, and the power actions).
     pub(crate) async fn call(
         &self,
@@ -408,14 +412,16 @@ impl Client {
         body: Option<&Value>,
         condition: Condition,
     ) -> Result<Answer> {
-        self.retry
-            .retry(op, || self.send_once(op, &method, url, body, condition))
-            .await
+        kit::call(KIND, op, &self.retry, || {
+            self.send(op, &method, url, body, condition)
+        })
+        .await
     }
 
-    /// [`Client::call`] that records each attempt's outcome in `attempts`: a retried `PUT` whose
-    /// earlier attempt ended in a passing failure (its answer lost) may meet what it made itself;
-    /// one whose earlier attempts were throttled or refused cannot ([`Attempts`]).
+    /// [`Client::call`] through [`kit::call_recorded`], each attempt's outcome in `attempts`: a
+    /// retried `PUT` whose earlier attempt ended in a passing failure (its answer lost) may meet
+    /// what it made itself; one whose earlier attempts were throttled or refused cannot
+    /// ([`Attempts`]).
     pub(crate) async fn call_recorded(
         &self,
         op: &str,
@@ -425,13 +431,10 @@ impl Client {
         condition: Condition,
         attempts: &Attempts,
     ) -> Result<Answer> {
-        self.retry
-            .retry(op, || async {
-                let r = self.send_once(op, &method, url, body, condition).await;
-                attempts.record(&r);
-                r
-            })
-            .await
+        kit::call_recorded(KIND, op, &self.retry, attempts, || {
+            self.send(op, &method, url, body, condition)
+        })
+        .await
     }
 
     /// `GET` into `T`: `None` on 404.

@@ -7,7 +7,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use orca_fakes::azure::TOKEN;
+use orca_fakes::azure::{RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+use orca_fakes::{Fault, Rule};
 use orca_machines::{MachineSpec, Provider};
 
 #[derive(Clone, Default)]
@@ -80,5 +81,97 @@ async fn traces_name_calls_and_hide_secrets() {
         b64.as_str(),
     ] {
         assert!(!text.contains(secret), "{secret} in the trace");
+    }
+}
+
+/// The close lines of the `orca.call` spans of `operation` in `logs`.
+fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
+    let op = format!("operation=\"{operation}\"");
+    logs.lines()
+        .filter(|l| l.contains("orca.call{") && l.contains(&op) && l.contains("close"))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_call_span_has_the_kit_fields() {
+    let buf = Buf::default();
+    let out = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(false)
+        .with_writer(move || out.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&MachineSpec::new("vm-s", AMD, LOCATION, "lab"))
+        .await
+        .unwrap();
+    // One passing failure: the second attempt is retry 1.
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "Microsoft.Compute/virtualMachines?",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "try later"}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    p.machines("lab").await.unwrap();
+    p.hourly_price(AMD, LOCATION).await.ok();
+    drop(_guard);
+    let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+
+    let rg = format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}");
+    let lists = call_spans(&logs, "list VMs");
+    assert_eq!(lists.len(), 2, "{logs}");
+    for (span, (retry, status)) in lists.iter().zip([(0, 503), (1, 200)]) {
+        for field in [
+            "provider=\"azure\"".to_string(),
+            format!("retry={retry}"),
+            "method=\"GET\"".to_string(),
+            format!("path=\"{rg}/providers/Microsoft.Compute/virtualMachines\""),
+            format!("status={status}"),
+            "duration_ms=".to_string(),
+            "waited_ms=".to_string(),
+        ] {
+            assert!(span.contains(&field), "{field} not in {span}");
+        }
+    }
+    assert!(lists[1].contains("request_id=\"fake-"), "{}", lists[1]);
+    let puts = call_spans(&logs, "create VM vm-s");
+    assert_eq!(puts.len(), 1, "{logs}");
+    for field in [
+        "retry=0".to_string(),
+        "method=\"PUT\"".to_string(),
+        format!("path=\"{rg}/providers/Microsoft.Compute/virtualMachines/vm-s\""),
+        "status=20".to_string(),
+        "request_id=\"fake-".to_string(),
+        "duration_ms=".to_string(),
+        "waited_ms=".to_string(),
+    ] {
+        assert!(puts[0].contains(&field), "{field} not in {}", puts[0]);
+    }
+    // Every call span, the operation polls and the price reads included, has the kit's fields.
+    let all: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("orca.call{") && l.contains("close"))
+        .collect();
+    assert!(all.iter().any(|l| l.contains("(poll)")), "{logs}");
+    assert!(all.iter().any(|l| l.contains("retail prices")), "{logs}");
+    for span in all {
+        for field in [
+            "retry=",
+            "method=",
+            "path=\"/",
+            "status=",
+            "duration_ms=",
+            "waited_ms=",
+        ] {
+            assert!(span.contains(field), "{field} not in {span}");
+        }
     }
 }
