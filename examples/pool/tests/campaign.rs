@@ -386,7 +386,7 @@ struct Durable {
     landed: Shape,
     /// Records of writes that may have landed (cut, failed, or not answered yet).
     doubt: Vec<Shape>,
-    /// The temporary file of a torn write, which the next write must replace.
+    /// The temporary file of a torn write, which must be gone once the next write landed.
     torn: Option<std::path::PathBuf>,
 }
 
@@ -454,10 +454,12 @@ impl Faulty {
     }
 
     /// Writes what a crashed write of `record` leaves of the record file: its temporary file (the
-    /// file store's name for it, in this process), a random part of it or all, never renamed.
+    /// file store's name for it, with the crashed process's id, which is not the next one's), a
+    /// random part of it or all, never renamed.
     fn tear(&self, path: &std::path::Path, record: &Record) {
         let name = path.file_name().unwrap().to_string_lossy();
-        let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+        let pid = std::process::id() + 1 + self.dice.below(1000) as u32;
+        let tmp = path.with_file_name(format!(".{name}.tmp-{pid}"));
         let bytes = serde_json::to_vec_pretty(&serde_json::json!({
             "format": orca_pool::store::file::FORMAT,
             "records": [record],
@@ -728,7 +730,7 @@ impl Figures {
         }
         if self.during.starts_with("temp") {
             println!(
-                "  temp files left by torn writes:    {} (the next write replaces them)",
+                "  temp files left by torn writes:    {} (removed when the record is next opened)",
                 self.stale_temp
             );
         }

@@ -1,12 +1,13 @@
-//! The metrics a pass leaves (counters after deletes, failures and no stock; a standby's gauges) and
-//! record files that cannot be read as a record (refused, never read as an empty record).
+//! The metrics a pass leaves (counters after deletes, failures and no stock; a standby's gauges),
+//! record files that cannot be read as a record (refused, never read as an empty record), and what a
+//! writer that crashed mid-write leaves (ignored, then removed).
 
 mod support;
 
 use orca::memory::{FaultKind, Operation};
 use orca::ErrorKind;
 use orca_pool::metrics::Metrics;
-use orca_pool::{FileStore, Key, PassReport, Role, StoreError};
+use orca_pool::{FileStore, Key, PassReport, Record, Role, Store, StoreError};
 use support::{cloud, scaler};
 
 const A: &str = "amd64-small@zone-a";
@@ -167,4 +168,37 @@ fn an_unreadable_record_file_is_refused() {
     let m = refused(&path);
     assert!(m.contains("rec.json") && m.contains("read"), "{m}");
     assert!(path.is_dir(), "left as it was");
+}
+
+/// A process that crashed while writing leaves its temporary file (named after its process id, which
+/// the next process does not have) beside the record, whole or torn. The next process reads the old
+/// record, and removes the leftover when it opens the file; other files in the folder are kept.
+#[tokio::test]
+async fn a_crashed_writers_temp_file_is_ignored_and_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec.json");
+    let key = Key::new("fake", "s1", "lab");
+    {
+        let mut s = FileStore::open(&path).unwrap();
+        let mut r = Record::new(key.clone());
+        r.next = 3;
+        s.commit(&r, &[]).await.unwrap();
+    }
+    // Above Linux's largest process id: never this process's.
+    let torn = dir.path().join(".rec.json.tmp-4194305");
+    std::fs::write(&torn, r#"{"format": "orca-pool/2", "records": [{"key": "#).unwrap();
+    let kept = [
+        dir.path().join(".other.json.tmp-4194305"),
+        dir.path().join(".rec.json.tmp-notes"),
+        dir.path().join("rec.json.bak"),
+    ];
+    for k in &kept {
+        std::fs::write(k, "x").unwrap();
+    }
+    let mut s = FileStore::open(&path).unwrap();
+    assert_eq!(s.load(&key).await.unwrap().map(|r| r.next), Some(3));
+    assert!(!torn.exists(), "the crashed writer's temp file is removed");
+    for k in &kept {
+        assert!(k.exists(), "{} is kept", k.display());
+    }
 }

@@ -4,6 +4,8 @@
 //! temporary file in the same folder that is synced and then renamed over the old one, so a crash
 //! leaves the old or the new file, never a torn one. A lock file beside it (`<file>.lock`, an
 //! exclusive `flock` held as long as the store is open) refuses a second process on the same file.
+//! The temporary file is named after the writing process (`.<file>.tmp-<pid>`); one that a crashed
+//! writer left behind is never read, and is removed when the store is next opened.
 
 use std::fs::File;
 use std::io::Write;
@@ -64,6 +66,7 @@ impl FileStore {
             }
             Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path, "lock", e)),
         }
+        remove_leftovers(&path);
         let contents = match std::fs::read(&path) {
             Ok(bytes) => parse(&path, &bytes)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Contents {
@@ -85,16 +88,8 @@ impl FileStore {
     }
 
     fn write(&self) -> Result<(), StoreError> {
-        let dir = match self.path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let file_name = self
-            .path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "orca-pool.json".into());
-        let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
+        let dir = folder(&self.path);
+        let tmp = dir.join(format!("{}{}", temp_prefix(&self.path), std::process::id()));
         let bytes = serde_json::to_vec_pretty(&self.contents)
             .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
         let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
@@ -107,6 +102,54 @@ impl FileStore {
             let _ = d.sync_all();
         }
         Ok(())
+    }
+}
+
+/// The folder of `path`.
+fn folder(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The name of a temporary file of `path` without its process id: `.<file>.tmp-`.
+fn temp_prefix(path: &Path) -> String {
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "orca-pool.json".into());
+    format!(".{file_name}.tmp-")
+}
+
+/// Removes the temporary files of `path` that writers which crashed before renaming them left
+/// behind. Called with the lock held: no other process is writing one.
+fn remove_leftovers(path: &Path) {
+    let dir = folder(path);
+    let prefix = temp_prefix(path);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Some(pid) = name.strip_prefix(&prefix) else {
+            continue;
+        };
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => tracing::info!(
+                file = %entry.path().display(),
+                "removed the temporary file of a record write that did not finish"
+            ),
+            Err(e) => tracing::warn!(
+                file = %entry.path().display(),
+                error = %e,
+                "could not remove the temporary file of a record write that did not finish"
+            ),
+        }
     }
 }
 
