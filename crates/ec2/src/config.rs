@@ -274,13 +274,15 @@ pub struct ConfigBuilder {
     images: BTreeMap<Arch, String>,
     root_volume_gb: Option<i32>,
     page_size: i32,
-    retry: RetryPolicy,
-    poll_interval: Duration,
+    /// The builder methods' values (`Some`) win over the client keys (`ORCA_MAX_RETRIES`,
+    /// `ORCA_POLL_INTERVAL`, `ORCA_CONNECT_TIMEOUT`, `ORCA_REQUEST_TIMEOUT`).
+    retry: Option<RetryPolicy>,
+    poll_interval: Option<Duration>,
     operation_timeout: Duration,
     visibility_window: Duration,
     confirm_not_found: Duration,
-    connect_timeout: Duration,
-    request_timeout: Duration,
+    connect_timeout: Option<Duration>,
+    request_timeout: Option<Duration>,
     /// Settings that did not parse, by key, with the rule they break (never their value).
     problems: Vec<(String, String)>,
     /// Keys given that are not settings of this driver (refused by `build`).
@@ -331,13 +333,13 @@ impl Default for ConfigBuilder {
             images: BTreeMap::new(),
             root_volume_gb: None,
             page_size: MAX_PAGE_SIZE,
-            retry: RetryPolicy::default(),
-            poll_interval: DEFAULT_POLL_INTERVAL,
+            retry: None,
+            poll_interval: None,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             visibility_window: DEFAULT_VISIBILITY_WINDOW,
             confirm_not_found: DEFAULT_CONFIRM_NOT_FOUND,
-            connect_timeout: Duration::from_secs(10),
-            request_timeout: Duration::from_secs(60),
+            connect_timeout: None,
+            request_timeout: None,
             problems: Vec::new(),
             unknown: Vec::new(),
             client: ClientSettings::default(),
@@ -499,7 +501,7 @@ impl ConfigBuilder {
     /// The retry policy of every call (default [`RetryPolicy::default`]). The SDK's own retries are off:
     /// this policy is the only one.
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = policy;
+        self.retry = Some(policy);
         self
     }
 
@@ -507,7 +509,7 @@ impl ConfigBuilder {
     /// before a resize or after a stop, terminated after a delete (default
     /// [`DEFAULT_POLL_INTERVAL`]; the kit's `ORCA_POLL_INTERVAL` sets it).
     pub fn poll_interval(mut self, every: Duration) -> Self {
-        self.poll_interval = every;
+        self.poll_interval = Some(every);
         self
     }
 
@@ -538,14 +540,14 @@ impl ConfigBuilder {
 
     /// The longest wait for a connection (default 10 s; the kit's `ORCA_CONNECT_TIMEOUT` sets it).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
+        self.connect_timeout = Some(d);
         self
     }
 
     /// The timeout of one HTTP attempt, its answer included (default 60 s; the kit's
     /// `ORCA_REQUEST_TIMEOUT` sets it).
     pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.request_timeout = d;
+        self.request_timeout = Some(d);
         self
     }
 
@@ -663,10 +665,14 @@ impl ConfigBuilder {
                 p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
             }
         }
-        if self.poll_interval.is_zero() {
+        let client = self.client.options;
+        let poll_interval = self
+            .poll_interval
+            .unwrap_or_else(|| client.poll_interval_or(DEFAULT_POLL_INTERVAL));
+        if poll_interval.is_zero() {
             p.invalid("poll_interval", "above zero");
         }
-        if self.operation_timeout < self.poll_interval {
+        if self.operation_timeout < poll_interval {
             p.invalid("operation_timeout", "at least one poll_interval");
         }
         if self.visibility_window.is_zero() || self.confirm_not_found.is_zero() {
@@ -679,7 +685,6 @@ impl ConfigBuilder {
             p.unknown_key::<ConfigKey>(k.clone());
         }
         self.client.report(&mut p);
-        let client = self.client.options;
         p.finish()?;
         Ok(Config {
             region: self.region,
@@ -691,13 +696,21 @@ impl ConfigBuilder {
             images: self.images,
             root_volume_gb: self.root_volume_gb,
             page_size: self.page_size,
-            retry: client.retry_policy(self.retry),
-            poll_interval: client.poll_interval_or(self.poll_interval),
+            retry: self
+                .retry
+                .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
+            poll_interval,
             operation_timeout: self.operation_timeout,
             visibility_window: self.visibility_window,
             confirm_not_found: self.confirm_not_found,
-            connect_timeout: client.connect_timeout.unwrap_or(self.connect_timeout),
-            request_timeout: client.request_timeout.unwrap_or(self.request_timeout),
+            connect_timeout: self
+                .connect_timeout
+                .or(client.connect_timeout)
+                .unwrap_or(Duration::from_secs(10)),
+            request_timeout: self
+                .request_timeout
+                .or(client.request_timeout)
+                .unwrap_or(Duration::from_secs(60)),
         })
     }
 }
@@ -911,6 +924,42 @@ mod tests {
         assert_eq!(
             (c.poll_interval, c.request_timeout),
             (Duration::from_millis(50), Duration::from_secs(9))
+        );
+        // A builder method wins over the key, as in every driver.
+        let c = ConfigBuilder::from_settings(
+            &full()
+                .with("ORCA_POLL_INTERVAL", "50ms")
+                .with("ORCA_REQUEST_TIMEOUT", "9s")
+                .with("ORCA_CONNECT_TIMEOUT", "4s")
+                .with("ORCA_MAX_RETRIES", "2"),
+        )
+        .poll_interval(Duration::from_millis(7))
+        .request_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(1))
+        .retry(RetryPolicy::NEVER)
+        .build()
+        .unwrap();
+        assert_eq!(
+            (
+                c.poll_interval,
+                c.request_timeout,
+                c.connect_timeout,
+                c.retry.max_retries
+            ),
+            (
+                Duration::from_millis(7),
+                Duration::from_secs(3),
+                Duration::from_secs(1),
+                0
+            )
+        );
+        // A key of zero is refused like the builder's zero.
+        let e = ConfigBuilder::from_settings(&full().with("ORCA_POLL_INTERVAL", "0s"))
+            .build()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("POLL_INTERVAL") || e.to_string().contains("poll_interval"),
+            "{e}"
         );
     }
 

@@ -28,6 +28,11 @@ orca_machines::setting_keys! {
     }
 }
 
+/// The pause between action polls unless set (builder or `ORCA_POLL_INTERVAL`).
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(1000);
+/// One request's time limit unless set (builder or `ORCA_REQUEST_TIMEOUT`).
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The API token ([`ConfigKey::Token`]).
 pub const TOKEN_ENV: &str = ConfigKey::Token.as_str();
 /// The image name for new servers ([`ConfigKey::Image`]).
@@ -138,13 +143,16 @@ pub struct ConfigBuilder {
     firewall: Option<String>,
     network: Option<String>,
     page_size: u32,
-    retry: RetryPolicy,
+    /// Set by its builder method: wins over the client keys (`ORCA_MAX_RETRIES`, ...).
+    retry: Option<RetryPolicy>,
     pacing: bool,
     rate_reserve: f64,
-    poll_interval: Duration,
+    /// Set by its builder method: wins over `ORCA_POLL_INTERVAL`.
+    poll_interval: Option<Duration>,
     operation_timeout: Duration,
     shutdown_timeout: Duration,
-    request_timeout: Duration,
+    /// Set by its builder method: wins over `ORCA_REQUEST_TIMEOUT`.
+    request_timeout: Option<Duration>,
     visibility_window: Duration,
     /// The client settings every driver takes ([`ClientKey`](orca_machines::kit::ClientKey)).
     client: ClientSettings,
@@ -173,13 +181,13 @@ impl Default for ConfigBuilder {
             firewall: None,
             network: None,
             page_size: MAX_PAGE_SIZE,
-            retry: RetryPolicy::default(),
+            retry: None,
             pacing: true,
             rate_reserve: 0.05,
-            poll_interval: Duration::from_millis(1000),
+            poll_interval: None,
             operation_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(60),
-            request_timeout: Duration::from_secs(60),
+            request_timeout: None,
             visibility_window: Duration::from_secs(30),
             client: ClientSettings::default(),
             unknown: Vec::new(),
@@ -212,8 +220,9 @@ impl ConfigBuilder {
         b
     }
 
-    /// The client settings every driver takes (timeouts, poll interval, retry budget): set here
-    /// they win over the builder's own values.
+    /// The client settings every driver takes (timeouts, poll interval, retry budget), as the
+    /// `ORCA_*` client keys set them. In every driver a value given to its own builder method
+    /// (`retry`, `poll_interval`, `request_timeout`) wins over these; they win over the defaults.
     pub fn client_options(mut self, options: ClientOptions) -> Self {
         self.client.options = options;
         self
@@ -281,7 +290,7 @@ impl ConfigBuilder {
     }
     /// The retry policy (default [`RetryPolicy::default`]).
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.retry = policy;
+        self.retry = Some(policy);
         self
     }
     /// Whether calls are paced from the `RateLimit-*` headers (default on).
@@ -297,7 +306,7 @@ impl ConfigBuilder {
     }
     /// How often a running action is read (default 1 s).
     pub fn poll_interval(mut self, every: Duration) -> Self {
-        self.poll_interval = every;
+        self.poll_interval = Some(every);
         self
     }
     /// How long to follow an action before giving up (default 10 min).
@@ -312,7 +321,7 @@ impl ConfigBuilder {
     }
     /// The timeout of one HTTP request (default 60 s).
     pub fn request_timeout(mut self, d: Duration) -> Self {
-        self.request_timeout = d;
+        self.request_timeout = Some(d);
         self
     }
     /// How long a server this provider made may stay invisible to reads before a "not found" for it
@@ -384,14 +393,21 @@ impl ConfigBuilder {
             firewall: self.firewall,
             network: self.network,
             page_size: self.page_size,
-            retry: client.retry_policy(self.retry),
+            retry: self
+                .retry
+                .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
             client,
             pacing: self.pacing,
             rate_reserve: self.rate_reserve,
-            poll_interval: client.poll_interval_or(self.poll_interval),
+            poll_interval: self
+                .poll_interval
+                .unwrap_or_else(|| client.poll_interval_or(DEFAULT_POLL_INTERVAL)),
             operation_timeout: self.operation_timeout,
             shutdown_timeout: self.shutdown_timeout,
-            request_timeout: client.request_timeout.unwrap_or(self.request_timeout),
+            request_timeout: self
+                .request_timeout
+                .or(client.request_timeout)
+                .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
             visibility_window: self.visibility_window,
         })
     }
@@ -476,5 +492,34 @@ mod tests {
         assert_eq!(d.image(), DEFAULT_IMAGE, "an empty value is unset");
         assert_eq!(d.endpoint(), DEFAULT_ENDPOINT);
         assert!(d.ssh_keys.is_empty() && d.firewall.is_none() && d.network.is_none());
+    }
+
+    #[test]
+    fn a_builder_method_wins_over_a_client_key_and_a_key_over_the_default() {
+        let keys = Settings::new()
+            .with(TOKEN_ENV, SECRET)
+            .with("ORCA_POLL_INTERVAL", "50ms")
+            .with("ORCA_REQUEST_TIMEOUT", "9s")
+            .with("ORCA_MAX_RETRIES", "2");
+        let c = ConfigBuilder::from_settings(&keys).build().unwrap();
+        assert_eq!(
+            (c.poll_interval, c.request_timeout, c.retry.max_retries),
+            (Duration::from_millis(50), Duration::from_secs(9), 2)
+        );
+        let c = ConfigBuilder::from_settings(&keys)
+            .poll_interval(Duration::from_millis(7))
+            .request_timeout(Duration::from_secs(3))
+            .retry(RetryPolicy::NEVER)
+            .build()
+            .unwrap();
+        assert_eq!(
+            (c.poll_interval, c.request_timeout, c.retry.max_retries),
+            (Duration::from_millis(7), Duration::from_secs(3), 0)
+        );
+        let c = Config::from_settings(&Settings::new().with(TOKEN_ENV, SECRET)).unwrap();
+        assert_eq!(
+            (c.poll_interval, c.request_timeout),
+            (DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT)
+        );
     }
 }
