@@ -973,7 +973,10 @@ async fn campaign(
                         tokio::time::sleep(Duration::from_millis(pause)).await;
                         let _ = c
                             .execute(
-                                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+                                // Only this run's database: the server is shared.
+                                "SELECT pg_terminate_backend(pid) FROM pg_locks \
+                                 WHERE locktype = 'advisory' AND granted AND database = \
+                                 (SELECT oid FROM pg_database WHERE datname = current_database())",
                                 &[],
                             )
                             .await;
