@@ -4,9 +4,9 @@
 //! ([`map_error`]). Answers are decoded into the typed models of [`crate::model`].
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, Attempts, Polled};
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use secrecy::ExposeSecret;
@@ -447,50 +447,57 @@ impl Client {
     }
 
     /// Follows a long-running operation to its end: the `Azure-AsyncOperation` status (preferred),
-    /// else the `Location` answers (202 while running). A failed operation is mapped by
-    /// [`map_error`].
+    /// else the `Location` answers (202 while running), by the kit's [`kit::poll_with`]. A failed
+    /// operation is mapped by [`map_error`]; one still running past the operation timeout is a
+    /// passing failure naming it (it goes on in Azure).
     ///
-    /// Its own loop, not `kit::poll`: Azure names the pause before each poll (`Retry-After` on the
-    /// first answer and on every poll), and the first poll waits that pause (the operation was
-    /// just started); the kit's loop polls at once and then at one fixed interval.
+    /// Azure names the pause before each poll (`Retry-After` on the first answer and on every
+    /// poll; the poll interval when it names none, at most 60 s), and the first poll waits that
+    /// pause too (the operation was just started): the first step only names it.
     pub(crate) async fn wait(&self, op: &str, started: &Answer) -> Result<()> {
         let (url, by_status) = match (&started.async_op, &started.location) {
-            (Some(u), _) => (u.clone(), true),
-            (None, Some(l)) if started.status == 201 || started.status == 202 => (l.clone(), false),
+            (Some(u), _) => (u.as_str(), true),
+            (None, Some(l)) if started.status == 201 || started.status == 202 => {
+                (l.as_str(), false)
+            }
             _ => return Ok(()),
         };
-        let deadline = Instant::now() + self.operation_timeout;
-        let mut delay = started.retry_after.unwrap_or(self.poll_interval);
-        let poll_op = format!("{op} (poll)");
-        loop {
-            tokio::time::sleep(delay.min(Duration::from_secs(60))).await;
-            let a = self
-                .call(&poll_op, Method::GET, &url, None, Condition::None)
-                .await?;
-            if by_status {
-                let s: OperationStatus = decode(&poll_op, a.body)?;
-                if s.status.eq_ignore_ascii_case("Succeeded") {
-                    return Ok(());
+        let pause = |retry_after: Option<Duration>| {
+            retry_after
+                .unwrap_or(self.poll_interval)
+                .min(Duration::from_secs(60))
+        };
+        let poll_op = &format!("{op} (poll)");
+        let mut first = Some(pause(started.retry_after));
+        kit::poll_with(op, self.operation_timeout, || {
+            let first = first.take();
+            async move {
+                if let Some(p) = first {
+                    return Ok(Polled::Again(p));
                 }
-                if s.status.eq_ignore_ascii_case("Failed")
-                    || s.status.eq_ignore_ascii_case("Canceled")
-                {
-                    return Err(match s.error {
-                        Some(e) => map_error(None, &e, None).prefixed(op),
-                        None => Error::other(format!("{op}: the operation ended {}", s.status)),
-                    });
+                let a = self
+                    .call(poll_op, Method::GET, url, None, Condition::None)
+                    .await?;
+                if by_status {
+                    let s: OperationStatus = decode(poll_op, a.body)?;
+                    if s.status.eq_ignore_ascii_case("Succeeded") {
+                        return Ok(Polled::Done(()));
+                    }
+                    if s.status.eq_ignore_ascii_case("Failed")
+                        || s.status.eq_ignore_ascii_case("Canceled")
+                    {
+                        return Err(match s.error {
+                            Some(e) => map_error(None, &e, None).prefixed(op),
+                            None => Error::other(format!("{op}: the operation ended {}", s.status)),
+                        });
+                    }
+                } else if a.status != 202 {
+                    return Ok(Polled::Done(()));
                 }
-            } else if a.status != 202 {
-                return Ok(());
+                Ok(Polled::Again(pause(a.retry_after)))
             }
-            if Instant::now() > deadline {
-                return Err(Error::transient(format!(
-                    "{op}: the operation was still running after {} s",
-                    self.operation_timeout.as_secs()
-                )));
-            }
-            delay = a.retry_after.unwrap_or(self.poll_interval);
-        }
+        })
+        .await
     }
 
     /// Every item of a Resource Manager list, following `nextLink`.

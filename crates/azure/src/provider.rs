@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
@@ -27,6 +27,7 @@ use orca_machines::{
 };
 use reqwest::Method;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use crate::client::{decode, Client, Condition, COMPUTE_API, DISKS_API, NETWORK_API, SKUS_API};
 use crate::config::{Config, ImageUrn, URN_RULE};

@@ -564,6 +564,43 @@ async fn operations_in_progress_are_followed_and_throttling_is_retried() {
 }
 
 #[tokio::test]
+async fn an_operation_still_running_past_the_operation_timeout_is_a_passing_failure_naming_it() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let m = p
+        .create(&spec("vm-o", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    // Every poll answers the operation still running; each pauses 2 ms at least before it, so the
+    // 1000 answers cannot all be read within 50 ms.
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "/operations/",
+        Fault::Status {
+            status: 200,
+            body: serde_json::json!({"name": "op", "status": "InProgress"}),
+            headers: vec![],
+        },
+        1000,
+    ));
+    let slow = orca_azure::AzureProvider::new(
+        settings(&f)
+            .operation_timeout(std::time::Duration::from_millis(50))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let e = slow.stop(&m.id).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert_eq!(e.operation(), Some("deallocate VM"), "{e}");
+    assert!(e.to_string().contains("goes on in the cloud"), "{e}");
+}
+
+#[tokio::test]
 async fn hourly_price_is_the_linux_on_demand_hour() {
     let f = fake().await;
     f.set_page_size(1);
