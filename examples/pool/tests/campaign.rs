@@ -5,16 +5,18 @@
 //! (the file store's temporary file written but not renamed; PostgreSQL's transaction cut between
 //! two statements) or after it landed, so between an intent and its outcome and between the two
 //! writes of a delete; a record write may also just fail. After every crash the record read back
-//! must be the last one that landed (the old one after a torn write). On the in-memory provider (with the file store, and with two replicas on
-//! PostgreSQL in one run) and on the fake Hetzner and Compute Engine APIs. At the end it prints and
-//! asserts: machines leaked (in the cloud, not in the record, not deleted), duplicates (one name, two
+//! must be the last one that landed (the old one after a torn write). On the in-memory provider
+//! (with the file store, and with two replicas on PostgreSQL in one run), on the fake Hetzner,
+//! Compute Engine and Azure APIs, and on EC2 (moto behind the EC2 tests' proxy, under
+//! `scripts/with-moto`; skipped without it, a failure under CI). At the end it prints and asserts:
+//! machines leaked (in the cloud, not in the record, not deleted), duplicates (one name, two
 //! machines), machines of another owner touched, and the final size against the target.
 //!
 //! Every random choice (faults, crashes, sizes, the operator, the weather) comes from one generator
 //! seeded from `ORCA_CAMPAIGN_SEED`, or at random; each run prints its seed, so that a failure can be
 //! replayed with the same choices (the order in which concurrent calls draw them can still differ).
 //!
-//! Run: `cargo test -p orca-pool --test campaign -- --nocapture`
+//! Run: `scripts/with-moto cargo test -p orca-pool --test campaign -- --nocapture`
 
 mod support;
 
@@ -1635,5 +1637,174 @@ async fn fault_campaign_azure_fake() {
     )
     .await;
     f.print("fake Azure Resource Manager API, file store");
+    f.check();
+}
+
+/// The EC2 tests' proxy in front of moto (ClientToken replays, instances kept pending or hidden for a
+/// while, EC2's error answers injected through the fakes' shared rules), shared with crates/ec2, not
+/// copied (its items the campaign does not use are allowed dead by the module itself).
+#[path = "../../../crates/ec2/tests/common/mod.rs"]
+mod ec2_proxy;
+
+/// An EC2 provider for `owner` at `endpoint` (the proxy, or moto itself for the truth), with the EC2
+/// tests' short polls and windows (20 ms polls, 20 s visibility window, 1.5 s to confirm a not found).
+fn ec2_maker(seed: &ec2_proxy::Seed, endpoint: &str, owner: &str) -> Make {
+    let (seed, endpoint, owner) = (seed.clone(), endpoint.to_string(), owner.to_string());
+    Arc::new(move || {
+        let (builder, owner) = (seed.builder(&endpoint), owner.clone());
+        Box::pin(async move {
+            let p: Arc<dyn Provider> = Arc::new(
+                ec2_proxy::Seed::provider(builder, &owner)
+                    .await
+                    .unwrap_or_else(|e| panic!("EC2 provider for {owner}: {e}")),
+            );
+            p
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_campaign_ec2_moto() {
+    use ec2_proxy::{ec2_error, rule, Fault, Proxy, OTHER_ZONE, ZONE};
+    let Some(moto) = ec2_proxy::moto("fault_campaign_ec2_moto") else {
+        return;
+    };
+    let seed = ec2_proxy::seed(&moto).await;
+    let proxy = Arc::new(Proxy::start(&moto).await);
+    // Owners of this run only: moto may hold other tests' instances.
+    let run = format!("{:06x}", fastrand::u32(..0xff_ffff));
+    let (me, them) = (format!("s1-{run}"), format!("s2-{run}"));
+    let (mine, theirs) = (
+        ec2_maker(&seed, &proxy.url, &me),
+        ec2_maker(&seed, &proxy.url, &them),
+    );
+    let offer = format!("t3.micro@{ZONE}");
+    others(&*mine().await, &*theirs().await, &offer).await;
+
+    // EC2's error answers, by what a request does; no stock comes from the weather.
+    const ANY: &[(u16, &str)] = &[
+        (503, "RequestLimitExceeded"),
+        (500, "InternalError"),
+        (503, "Unavailable"),
+        (403, "UnauthorizedOperation"),
+    ];
+    const CREATE: &[(u16, &str)] = &[(400, "InstanceLimitExceeded")];
+    const DELETE: &[(u16, &str)] = &[(400, "InvalidInstanceID.NotFound")];
+    const NO_STOCK: &str = "InsufficientInstanceCapacity";
+    let injected = Arc::new(AtomicUsize::new(0));
+    let (p, n) = (proxy.clone(), injected.clone());
+    let inject: Injector = Arc::new(move |op, pick| {
+        let (action, extra) = match op {
+            Op::Arch => ("DescribeInstanceTypes", &[][..]),
+            Op::Create => ("RunInstances", CREATE),
+            Op::List | Op::Read => ("DescribeInstances", &[][..]),
+            Op::Delete => ("TerminateInstances", DELETE),
+        };
+        let errors: Vec<(u16, &str)> = ANY.iter().chain(extra).copied().collect();
+        // The errors, one latency and three answers lost after EC2 (moto) served the request.
+        let i = pick as usize % (errors.len() + 4);
+        let fault = match errors.get(i) {
+            Some(&(status, code)) => ec2_error(status, code),
+            None if i == errors.len() => Fault::Latency(Duration::from_millis(5)),
+            None => Fault::DropAnswer,
+        };
+        n.fetch_add(1, Ordering::SeqCst);
+        p.inject(rule(action, fault, 1));
+    });
+    let subnet = seed.subnets[ZONE].clone();
+    let w = proxy.clone();
+    // t3.micro runs out in the first zone for the next few creates there (InsufficientInstanceCapacity;
+    // the second zone is the fallback); EC2's eventual consistency changes: instances made from then
+    // on are hidden from reads for a while (listings, reads by id, changes: InvalidInstanceID.NotFound),
+    // stay pending, or reach tag filters late.
+    let weather: Weather = Arc::new(move |dice: &Dice| {
+        if dice.chance(0.1) {
+            w.inject(
+                rule(
+                    "RunInstances",
+                    ec2_error(500, NO_STOCK),
+                    1 + dice.below(4) as u32,
+                )
+                .when_form("InstanceType", "t3.micro")
+                .when_form("SubnetId", &subnet),
+            );
+        }
+        // (Short: moto's filtered listings cost about 0.6 ms an instance, terminated ones included,
+        // and a create waits, listing, until EC2 shows what it made.)
+        if dice.chance(0.1) {
+            w.set_visibility_delay(Duration::from_millis(100 * dice.below(3) as u64));
+            w.keep_pending(Duration::from_millis(300 * dice.below(4) as u64));
+            w.set_tag_filter_lag(Duration::from_millis(100 * dice.below(2) as u64));
+        }
+    });
+    // The truth is read from moto itself, past the proxy's faults and delays.
+    let (true_mine, true_theirs) = (ec2_maker(&seed, &moto, &me), ec2_maker(&seed, &moto, &them));
+    let truth: Truth = Arc::new(move || {
+        let (p, o) = (true_mine.clone(), true_theirs.clone());
+        Box::pin(async move {
+            let (mine, theirs) = (p().await, o().await);
+            let ours = mine.machines("lab").await.expect("list ours");
+            let mut foreign = theirs.machines("lab").await.expect("list theirs");
+            foreign.extend(mine.machines("other").await.expect("list other pool"));
+            (ours, foreign)
+        })
+    });
+    let (c, r) = (proxy.clone(), proxy.clone());
+    let b = Backend {
+        provider: mine,
+        inject,
+        clear: Arc::new(move || {
+            for action in [
+                "RunInstances",
+                "DescribeInstances",
+                "TerminateInstances",
+                "DescribeInstanceTypes",
+            ] {
+                c.clear(action);
+            }
+            c.set_visibility_delay(Duration::ZERO);
+            c.keep_pending(Duration::ZERO);
+            c.set_tag_filter_lag(Duration::ZERO);
+            // Each injected fault fires once and answers a request that the proxy logs as faulted;
+            // the weather's no-stock answers are not among them.
+            let met = c
+                .log()
+                .iter()
+                .filter(|s| s.faulted && s.code.as_deref() != Some(NO_STOCK))
+                .count();
+            Some(injected.load(Ordering::SeqCst).saturating_sub(met))
+        }),
+        weather: Some(weather),
+        truth,
+        requests: Arc::new(move || r.requests()),
+        offers: vec![offer, format!("t3.micro@{OTHER_ZONE}")],
+        operator: None,
+        now: Arc::new(chrono::Utc::now),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = campaign(
+        "fault_campaign_ec2_moto",
+        b,
+        StoreAt::File(dir.path().join("rec.json")),
+        1,
+        None,
+    )
+    .await;
+    f.print("EC2 on moto behind the EC2 tests' proxy, file store");
+    let no_stock_answered = proxy
+        .of("RunInstances")
+        .iter()
+        .filter(|s| s.code.as_deref() == Some(NO_STOCK))
+        .count();
+    println!("  RunInstances answered {NO_STOCK}: {no_stock_answered}");
+    let mut by_action: BTreeMap<String, usize> = BTreeMap::new();
+    for s in proxy.log() {
+        *by_action.entry(s.action).or_default() += 1;
+    }
+    let by_action: Vec<String> = by_action.iter().map(|(a, n)| format!("{a} {n}")).collect();
+    println!(
+        "  EC2 requests by action:            {}",
+        by_action.join(", ")
+    );
     f.check();
 }
