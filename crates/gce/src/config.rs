@@ -631,6 +631,12 @@ impl ConfigBuilder {
             c.operation_timeout = d;
         }
         if let Some(d) = self.poll_interval {
+            if d.is_zero() {
+                // A zero pause stays zero when doubled: an early answer would be asked again at once.
+                let mut p = Problems::new();
+                p.invalid("poll_interval", "above zero");
+                p.finish()?;
+            }
             c.poll_interval = d;
         }
         if let Some(d) = self.request_timeout {
@@ -906,5 +912,20 @@ mod tests {
             "{t}"
         );
         assert_eq!(keys_of(&e), ["credentials"]);
+    }
+
+    #[test]
+    fn a_zero_poll_interval_is_refused_naming_it() {
+        let b = || {
+            Config::builder()
+                .project("p1")
+                .network("n")
+                .subnet("s")
+                .credentials_json(sa_json())
+        };
+        let e = b().poll_interval(Duration::ZERO).build().unwrap_err();
+        assert_eq!(keys_of(&e), ["poll_interval"]);
+        let c = b().poll_interval(Duration::from_millis(5)).build().unwrap();
+        assert_eq!(c.poll_interval, Duration::from_millis(5));
     }
 }

@@ -383,6 +383,13 @@ impl ConfigBuilder {
             p.invalid("rate_reserve", "0 to 0.9");
         }
         p.finish()?;
+        let request_timeout = self
+            .request_timeout
+            .or(client.request_timeout)
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
+        // The HTTP client reads its timeout from the client options: the value that won goes there.
+        let mut client = client;
+        client.request_timeout = Some(request_timeout);
         Ok(Config {
             token: self
                 .token
@@ -404,10 +411,7 @@ impl ConfigBuilder {
                 .unwrap_or_else(|| client.poll_interval_or(DEFAULT_POLL_INTERVAL)),
             operation_timeout: self.operation_timeout,
             shutdown_timeout: self.shutdown_timeout,
-            request_timeout: self
-                .request_timeout
-                .or(client.request_timeout)
-                .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+            request_timeout,
             visibility_window: self.visibility_window,
         })
     }
@@ -516,6 +520,8 @@ mod tests {
             (c.poll_interval, c.request_timeout, c.retry.max_retries),
             (Duration::from_millis(7), Duration::from_secs(3), 0)
         );
+        // The HTTP client is built from the client options: the builder's value is there too.
+        assert_eq!(c.client.request_timeout, Some(Duration::from_secs(3)));
         let c = Config::from_settings(&Settings::new().with(TOKEN_ENV, SECRET)).unwrap();
         assert_eq!(
             (c.poll_interval, c.request_timeout),

@@ -106,7 +106,16 @@ fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
     let op = format!("operation=\"{operation}\"");
     logs.lines()
         .filter(|l| l.contains("orca.call{") && l.contains(&op) && l.contains("close"))
+        .map(call_fields)
         .collect()
+}
+
+/// The `orca.call{...}` part of a close line: its own fields only, not those of the spans around it
+/// (the retry policy's `orca.attempt{retry=N}` encloses it and would answer for a missing field).
+fn call_fields(line: &str) -> &str {
+    let from = line.find("orca.call{").unwrap_or(0);
+    let rest = &line[from..];
+    &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
 #[tokio::test(flavor = "current_thread")]
