@@ -978,11 +978,47 @@ impl AzureProvider {
         .await
     }
 
+    /// Tags the OS disk `res` (read as `found`) as this owner's, of the pool of its VM's `vm_tags`,
+    /// keeping its other tags; followed to its end.
+    async fn tag_disk(&self, res: &Res, url: &str, found: &Tagged, vm_tags: &Labels) -> Result<()> {
+        let mut tags = found.tags.clone();
+        tags.extend(ownership_labels(&pool_of(vm_tags), &self.inner.owner));
+        let op = format!("tag {res}");
+        let a = self
+            .client()
+            .call(
+                &op,
+                Method::PATCH,
+                url,
+                Some(&json!({ "tags": tags })),
+                Condition::None,
+            )
+            .await?;
+        self.client().wait(&op, &a).await
+    }
+
+    /// Before the delete of a VM whose OS disk `res` stays after it (`deleteOption` not `Delete`, as
+    /// an adopted VM's may say): the disk, if it exists, carries this owner's tags. Once the VM is
+    /// gone they are the only proof that the disk is ours, which a retried delete needs.
+    async fn own_disk(&self, res: &Res, url: &str, vm_tags: &Labels) -> Result<()> {
+        match self
+            .client()
+            .get::<Tagged>(&format!("read {res}"), url)
+            .await?
+        {
+            Some(d) if !is_owned_by(&d.tags, &self.inner.owner) => {
+                self.tag_disk(res, url, &d, vm_tags).await
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The OS disk `res` after its VM's delete, confirmed gone. Azure deletes it with the VM when
-    /// its `deleteOption` says `Delete`; one that stays (`Detach`, as an adopted VM's may say) is
-    /// tagged as this owner's, so that a later delete finds it should this one fail, and deleted.
-    /// With `vm_tags` `None` (the VM was gone already: a delete retried), only a disk carrying this
-    /// owner's tags is deleted: Azure tags no disk it makes, so any other is not known to be ours.
+    /// its `deleteOption` says `Delete`; one that stays was tagged as this owner's before the VM's
+    /// delete ([`AzureProvider::own_disk`]), and is deleted. One the VM's delete left although it
+    /// said `Delete` is tagged now and deleted. With `vm_tags` `None` (the VM was gone already: a
+    /// delete retried), only a disk carrying this owner's tags is deleted: Azure tags no disk it
+    /// makes, so any other is not known to be ours.
     async fn remove_disk(&self, res: &Res, url: &str, vm_tags: Option<&Labels>) -> Option<Left> {
         let what = res.to_string();
         let found = match self
@@ -997,24 +1033,7 @@ impl AzureProvider {
         let owned = is_owned_by(&found.tags, &self.inner.owner);
         match vm_tags {
             Some(vm_tags) if !owned => {
-                let mut tags = found.tags.clone();
-                tags.extend(ownership_labels(&pool_of(vm_tags), &self.inner.owner));
-                let op = format!("tag {what}");
-                let tagged = match self
-                    .client()
-                    .call(
-                        &op,
-                        Method::PATCH,
-                        url,
-                        Some(&json!({ "tags": tags })),
-                        Condition::None,
-                    )
-                    .await
-                {
-                    Ok(a) => self.client().wait(&op, &a).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = tagged {
+                if let Err(e) = self.tag_disk(res, url, &found, vm_tags).await {
                     tracing::warn!(resource = %what, error = %e, "tagging the OS disk its VM left failed; deleting it");
                 }
             }
@@ -1050,6 +1069,25 @@ impl AzureProvider {
         let disk_url = self.client().url(&disk_id, DISKS_API);
         let mut left = Vec::new();
         if let Some(vm) = vm {
+            let keeps_disk = !vm
+                .properties
+                .storage_profile
+                .os_disk
+                .delete_option
+                .eq_ignore_ascii_case("Delete");
+            if keeps_disk {
+                if let Err(e) = self.own_disk(&disk, &disk_url, &vm.tags).await {
+                    // Without this owner's tags the disk could not be told ours once the VM is
+                    // gone: the VM stays, and a retried delete tags it again.
+                    return vec![
+                        Left::standing(Res::new(Part::Vm, id)),
+                        Left::because(disk, &e),
+                        Left::standing(Res::new(Part::Interface, &names.nic)),
+                        Left::standing(Res::new(Part::SecurityGroup, &names.nsg)),
+                        Left::standing(Res::new(Part::PublicIp, &names.pip)),
+                    ];
+                }
+            }
             if let Err(e) = self
                 .remove(&format!("VM {id}"), &self.vm_url(id, false))
                 .await

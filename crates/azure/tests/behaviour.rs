@@ -1380,3 +1380,88 @@ async fn paging_links_of_the_same_origin_spelled_otherwise_are_followed_and_othe
     f.set_link_origin(None);
     assert_eq!(p.machines("lab").await.unwrap().len(), 3);
 }
+
+#[tokio::test]
+async fn a_left_os_disk_whose_tagging_and_delete_failed_is_found_by_the_retried_delete() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let rg = format!(
+        "/subscriptions/{}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Compute",
+        orca_fakes::azure::SUBSCRIPTION
+    );
+    p.create(&spec("vm-w", AMD)).await.unwrap();
+    let (st, b) = raw(
+        &f,
+        reqwest::Method::PATCH,
+        &format!("{rg}/virtualMachines/vm-w?api-version=2024-07-01"),
+        Some(serde_json::json!({"properties": {"storageProfile": {"osDisk": {"deleteOption": "Detach"}}}})),
+    )
+    .await;
+    assert_eq!(st, 200, "{b}");
+    let refused = |code: &str| Fault::Status {
+        status: 403,
+        body: serde_json::json!({"error": {"code": code, "message": "not now"}}),
+        headers: vec![],
+    };
+    // Tagging the disk fails once, and so does its delete.
+    f.control().inject(Rule::new(
+        Some(reqwest::Method::PATCH),
+        "/disks/vm-w-osdisk",
+        refused("AuthorizationFailed"),
+        1,
+    ));
+    f.control().inject(Rule::new(
+        Some(reqwest::Method::DELETE),
+        "/disks/vm-w-osdisk",
+        refused("AuthorizationFailed"),
+        1,
+    ));
+    let disk = (
+        "Microsoft.Compute/disks".to_string(),
+        "vm-w-osdisk".to_string(),
+    );
+    // Every delete either names what stands or answers true with nothing left; the disk goes.
+    let mut done = false;
+    for attempt in 1..=3 {
+        match p.delete("vm-w").await {
+            Ok(gone) => {
+                assert!(gone, "attempt {attempt}");
+                assert_eq!(
+                    stray(&f),
+                    vec![],
+                    "attempt {attempt}: true with the disk standing"
+                );
+                done = true;
+                break;
+            }
+            Err(Error::Leftovers { left, .. }) => {
+                assert!(
+                    left.iter().any(|l| l.starts_with("OS disk vm-w-osdisk")),
+                    "attempt {attempt}: {left:?}"
+                );
+                assert!(
+                    stray(&f).contains(&disk),
+                    "attempt {attempt}: {:?}",
+                    stray(&f)
+                );
+            }
+            Err(e) => panic!("attempt {attempt}: {e:?}"),
+        }
+    }
+    assert!(
+        done,
+        "three deletes did not remove the disk: {:?}",
+        stray(&f)
+    );
+    // Both faults fired: the disk was tagged and deleted only after them.
+    assert_eq!(
+        f.control()
+            .count(&reqwest::Method::PATCH, "/disks/vm-w-osdisk"),
+        2
+    );
+    assert_eq!(
+        f.control()
+            .count(&reqwest::Method::DELETE, "/disks/vm-w-osdisk"),
+        2
+    );
+}
