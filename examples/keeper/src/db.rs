@@ -7,8 +7,9 @@
 //! recorded with the SHA-256 of its text, and a changed or unknown applied migration stops keeper.
 
 use std::str::FromStr;
+use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use sha2::{Digest, Sha256};
 use tokio_postgres::NoTls;
 
@@ -61,8 +62,19 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
-/// A connection pool on `url` (a `postgres://` URL or a key=value string).
+/// How long a step or a request waits for a connection of the pool (all of them in use) or for a new
+/// one to be made, before it fails naming the database pool.
+pub const POOL_WAIT: Duration = Duration::from_secs(30);
+
+/// A connection pool on `url` (a `postgres://` URL or a key=value string), of at most `max_size`
+/// connections; a caller waits at most [`POOL_WAIT`] for one.
 pub fn pool(url: &str, max_size: usize) -> Result<Pool> {
+    pool_with_wait(url, max_size, POOL_WAIT)
+}
+
+/// [`pool`] whose callers wait at most `wait` for a connection (for a free one, and for a new one to
+/// be made).
+pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Pool> {
     let cfg = tokio_postgres::Config::from_str(url).map_err(|e| {
         Error::new(
             500,
@@ -83,6 +95,9 @@ pub fn pool(url: &str, max_size: usize) -> Result<Pool> {
     );
     Pool::builder(mgr)
         .max_size(max_size.max(1))
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(wait))
+        .create_timeout(Some(wait))
         .build()
         .map_err(|e| Error::new(500, "config.invalid", format!("connection pool: {e}")))
 }

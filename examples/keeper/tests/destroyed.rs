@@ -323,3 +323,80 @@ async fn a_registry_failure_after_the_destroys_is_audited_with_the_counters() {
     );
     w.finish().await;
 }
+
+/// Ends the sessions of the test's own database that hold an advisory lock (the destroy's lock on
+/// its VM); answers how many.
+async fn end_the_lock_holders(w: &World) -> usize {
+    let rows = w
+        .client()
+        .await
+        .query(
+            "SELECT pg_terminate_backend(l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()
+               AND l.pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destroy_whose_lock_is_lost_mid_delete_does_not_count_the_vm_and_says_so() {
+    let Some(w) =
+        World::new("a_destroy_whose_lock_is_lost_mid_delete_does_not_count_the_vm_and_says_so")
+            .await
+    else {
+        return;
+    };
+    let (sids, ids) = souls_with_seeds(&w, "lost", 1).await;
+    w.knobs
+        .hold_deletes
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let k = w.keeper.clone();
+    let params = json!({"provider": "lab", "vm_ids": ids, "sids": sids});
+    let step =
+        tokio::spawn(async move { k.run_step("core.cloud.destroyed", &params, "test").await });
+    w.knobs.delete_entered.notified().await;
+    // While the delete runs, the VM's lock holds no connection of keeper's pool.
+    let st = w.keeper.pool().status();
+    assert_eq!(st.size, st.available, "{st:?}");
+    // The lock's session ends in the middle of the delete (this test's database only).
+    assert_eq!(end_the_lock_holders(&w).await, 1);
+    w.knobs.delete_release.notify_one();
+    let f = step.await.unwrap().unwrap_err();
+    assert_eq!(f.error.code, "registry.lock_lost", "{}", f.error);
+    assert!(
+        f.error.message.contains(ids[0].as_str().unwrap()),
+        "{}",
+        f.error
+    );
+    assert!(w.machines().is_empty(), "the VM is destroyed all the same");
+    assert_eq!(f.output["uncounted"], json!(ids), "{}", f.output);
+    assert_eq!(f.output["destroyed"], json!(ids), "{}", f.output);
+    assert_eq!(f.output["counters"]["vms_destroyed"], 0, "{}", f.output);
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.souls WHERE status = 'destroyed'")
+            .await,
+        0,
+        "the registries are untouched"
+    );
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["outcome"], "failed");
+    assert_eq!(e["payload"]["counters"]["vms_destroyed"], 0, "{e}");
+    // The same step again: the VM is gone (not counted), the registries follow.
+    w.knobs
+        .hold_deletes
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let again = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": ids, "sids": sids}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again["already_gone"], json!(ids), "{again}");
+    assert_eq!(again["counters"]["vms_destroyed"], 0, "{again}");
+    assert_eq!(again["counters"]["souls_destroyed"], 1, "{again}");
+    w.finish().await;
+}

@@ -147,3 +147,28 @@ async fn an_unreachable_database_is_a_clear_error_without_its_password() {
     let e = pool("not a url at all ::", 1).unwrap_err();
     assert_eq!(e.field.as_deref(), Some("DATABASE_URL"));
 }
+
+#[tokio::test]
+async fn a_caller_waiting_on_a_pool_in_use_fails_naming_the_database_pool() {
+    let Some(db) =
+        TestDb::create("a_caller_waiting_on_a_pool_in_use_fails_naming_the_database_pool").await
+    else {
+        return;
+    };
+    let p = keeper::db::pool_with_wait(&db.url, 1, std::time::Duration::from_millis(200)).unwrap();
+    let held = p.get().await.unwrap();
+    // A guard against a wait without end (the pool's own wait is 200 ms): not a timed assertion.
+    let second = tokio::time::timeout(std::time::Duration::from_secs(60), p.get())
+        .await
+        .expect("the pool's wait ends");
+    let e = keeper::Error::from(second.unwrap_err());
+    assert_eq!((e.status, e.code.as_str()), (503, "registry.unavailable"));
+    assert!(e.message.contains("database pool"), "{e}");
+    drop(held);
+    assert!(
+        p.get().await.is_ok(),
+        "a connection given back serves again"
+    );
+    drop(p);
+    db.drop_now().await;
+}

@@ -18,8 +18,19 @@ use serde_json::{json, Value};
 use super::params::DestroyParams;
 use super::{Keeper, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
-use crate::error::{from_orca, Error, Result};
+use crate::error::{describe_db, from_orca, Error, Result};
 use crate::registry::CloudProvider;
+
+/// How long a step waits for the lock of a VM that another step is destroying.
+pub(crate) const VM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Why one VM of the step is not counted as destroyed by it.
+enum NotCounted {
+    /// It was not destroyed: the lock, the look-up or the delete failed.
+    Failed(Error),
+    /// It was destroyed, but its lock was lost during the delete.
+    LockLost(Error),
+}
 
 impl Keeper {
     pub(crate) async fn destroyed(&self, mut run: Run, params: &Value, actor: &str) -> Run {
@@ -56,12 +67,24 @@ impl Keeper {
                     }
                     destroyed.push(id.clone());
                 }
-                Err(err) => {
+                Err(failure) => {
                     let vms_destroyed = destroyed.len() - already_gone.len();
-                    run.fact("changed", json!(vms_destroyed > 0));
+                    let err = match failure {
+                        NotCounted::Failed(err) => {
+                            run.fact("failed", json!([id]));
+                            err
+                        }
+                        NotCounted::LockLost(err) => {
+                            tracing::warn!(step_id = %run.step_id, vm_id = %id, error = %err.message, "VM destroyed, but its lock was lost during the delete: not counted");
+                            destroyed.push(id.clone());
+                            run.fact("failed", json!([]));
+                            run.fact("uncounted", json!([id]));
+                            err
+                        }
+                    };
+                    run.fact("changed", json!(destroyed.len() > already_gone.len()));
                     run.fact("destroyed", json!(destroyed));
                     run.fact("already_gone", json!(already_gone));
-                    run.fact("failed", json!([id]));
                     run.fact("not_attempted", json!(p.vm_ids[i + 1..]));
                     run.fact(
                         "counters",
@@ -101,40 +124,81 @@ impl Keeper {
     }
 
     /// Destroys VM `id`; answers whether it existed before (a VM already gone is no error, and is not
-    /// counted). The look-up and the delete hold a lock on the VM (a PostgreSQL advisory lock, held by
-    /// a transaction, so that every keeper on this database waits for it): of two steps destroying the
-    /// same VM at once, only the one that found it counts it.
+    /// counted). The look-up and the delete hold a lock on the VM (a PostgreSQL session advisory
+    /// lock, so that every keeper on this database waits for it): of two steps destroying the same VM
+    /// at once, only the one that found it counts it. The lock is held on a connection of its own,
+    /// taken out of the pool: a delete may take minutes, and neither it nor a step waiting for the
+    /// same VM (at most [`VM_LOCK_WAIT`]) keeps a pooled connection from the other callers. A lock
+    /// lost during the delete (the session ended: the server restarted, a timeout, an operator) is
+    /// not hidden: another step may have found the VM meanwhile, so it is not counted here.
     async fn destroy_one(
         &self,
         row: &CloudProvider,
         cloud: &Arc<dyn orca::Provider>,
         id: &str,
-    ) -> Result<bool> {
+    ) -> std::result::Result<bool, NotCounted> {
         let failed = |e: &orca::Error| {
             let mut err = from_orca(e);
             err.message = format!(
                 "destroying VM {id} failed: {}; the registries are untouched",
                 err.message
             );
-            err
+            NotCounted::Failed(err)
         };
-        let mut client = self.pool.get().await?;
-        let tx = client
-            .transaction()
+        let pooled = self
+            .pool
+            .get()
             .await
-            .map_err(|e| Error::db("begin", &e))?;
+            .map_err(|e| NotCounted::Failed(e.into()))?;
+        // Dropped when this returns: the session ends, and its lock with it.
+        let client = deadpool_postgres::Object::take(pooled);
         let key = format!("keeper.cloud_vm/{}/{id}", row.name);
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
-            &[&key],
-        )
-        .await
-        .map_err(|e| Error::db("lock the VM", &e))?;
+        client
+            .batch_execute(&format!("SET lock_timeout = '{}s'", VM_LOCK_WAIT.as_secs()))
+            .await
+            .map_err(|e| NotCounted::Failed(Error::db("lock the VM", &e)))?;
+        client
+            .execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
+            .await
+            .map_err(|e| {
+                NotCounted::Failed(if Error::sqlstate(&e) == Some("55P03") {
+                    Error::conflict(
+                        "vm.busy",
+                        format!(
+                            "VM {id}: another step is destroying it and its lock did not come free within {} s; nothing was destroyed, the registries are untouched",
+                            VM_LOCK_WAIT.as_secs()
+                        ),
+                    )
+                } else {
+                    Error::db(&format!("lock VM {id}"), &e)
+                })
+            })?;
         let existed = cloud.machine(id).await.map_err(|e| failed(&e))?.is_some();
         cloud.delete(id).await.map_err(|e| failed(&e))?;
-        // Nothing was written: the end of the transaction only lets the lock go.
-        tx.rollback().await.ok();
-        Ok(existed)
+        // Letting the lock go also proves it was held all along: `false` or an error means the
+        // session (and the lock) ended during the delete.
+        let lost = match client
+            .query_one(
+                "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+                &[&key],
+            )
+            .await
+        {
+            Ok(r) if r.get::<_, bool>(0) => return Ok(existed),
+            Ok(_) => "the lock was no longer held".to_string(),
+            Err(e) => describe_db(&e),
+        };
+        if !existed {
+            // Gone before this step came: not counted either way.
+            return Ok(false);
+        }
+        Err(NotCounted::LockLost(Error::new(
+            500,
+            "registry.lock_lost",
+            format!(
+                "VM {id} is destroyed at the provider, but its lock was lost during the delete ({lost}): another step may have found and counted it meanwhile, so this step does not count it (uncounted); the registries are untouched: run the same step again"
+            ),
+        )))
     }
 
     async fn check_pairing(&self, row: &CloudProvider, p: &DestroyParams) -> Result<()> {

@@ -169,6 +169,12 @@ pub struct Knobs {
     pub create_release: tokio::sync::Notify,
     /// Set when a held create call was dropped before it was let go (its step was cancelled).
     pub create_dropped: AtomicBool,
+    /// Hold every delete call (before it deletes) until [`Knobs::delete_release`] is notified.
+    pub hold_deletes: AtomicBool,
+    /// Notified when a held delete call starts waiting.
+    pub delete_entered: tokio::sync::Notify,
+    /// Lets one held delete call go on.
+    pub delete_release: tokio::sync::Notify,
 }
 
 /// Sets its flag when dropped, unless disarmed first.
@@ -241,6 +247,10 @@ impl Provider for Tweaked {
         self.inner.machine(id).await
     }
     async fn delete(&self, id: &str) -> orca::Result<bool> {
+        if self.knobs.hold_deletes.load(Ordering::SeqCst) {
+            self.knobs.delete_entered.notify_one();
+            self.knobs.delete_release.notified().await;
+        }
         self.inner.delete(id).await
     }
     async fn resize(&self, id: &str, t: &str) -> orca::Result<Resized> {
