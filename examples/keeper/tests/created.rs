@@ -500,13 +500,74 @@ async fn the_journal_rows_of_a_failed_batch_change_together_or_not_at_all() {
     assert_eq!(state(&journal, "tx-5"), "requested", "{journal:?}");
     assert_eq!(state(&journal, "tx-1"), "made", "{journal:?}");
     assert_eq!(state(&journal, "tx-2"), "made", "{journal:?}");
+    // The output says both: the rows never asked for, and the roll-back's.
+    let said = f.output["journal_error"].as_str().unwrap_or_default();
+    assert!(said.contains("stay made"), "{}", f.output);
     assert!(
-        f.output["journal_error"]
-            .as_str()
-            .is_some_and(|s| s.contains("stay made")),
+        said.contains("never asked for (tx-4, tx-5) stay requested"),
         "{}",
         f.output
     );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_failed_journal_change_of_the_vms_never_asked_for_is_in_the_output() {
+    let Some(w) =
+        World::new("a_failed_journal_change_of_the_vms_never_asked_for_is_in_the_output").await
+    else {
+        return;
+    };
+    w.cloud.set_stock("amd64-small", "zone-a", 2);
+    // PostgreSQL refuses only the change of the rows never asked for (tx-5 with tx-4); the
+    // roll-back's rows move.
+    w.client()
+        .await
+        .batch_execute(
+            "CREATE FUNCTION keeper.test_refuse_journal() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF NEW.name = 'tx-5' AND NEW.state = 'failed' THEN
+                 RAISE EXCEPTION 'journal row % refused for this test', NEW.name;
+               END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER test_refuse_journal BEFORE UPDATE ON keeper.cloud_vms
+                 FOR EACH ROW EXECUTE FUNCTION keeper.test_refuse_journal();",
+        )
+        .await
+        .unwrap();
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 5, "name": "tx"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock");
+    let journal = w
+        .rows("SELECT name, state FROM keeper.cloud_vms WHERE name IN ('tx-4', 'tx-5') ORDER BY id")
+        .await;
+    assert_eq!(
+        journal,
+        vec![
+            json!({"name": "tx-4", "state": "requested"}),
+            json!({"name": "tx-5", "state": "requested"})
+        ]
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'destroyed'")
+            .await,
+        2,
+        "the roll-back's rows moved"
+    );
+    let said = f.output["journal_error"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("never asked for (tx-4, tx-5) stay requested")
+            && said.contains("refused for this test"),
+        "{}",
+        f.output
+    );
+    assert!(!said.contains("stay made"), "{}", f.output);
     w.finish().await;
 }
 

@@ -312,7 +312,10 @@ impl Keeper {
             }
         }
         // Never asked for: the step failed before their turn. All of them in one transaction.
+        let queue: Vec<_> = queue.collect();
+        let never_names: Vec<String> = queue.iter().map(|vm| vm.name.clone()).collect();
         let never: Vec<JournalUpdate> = queue
+            .into_iter()
             .map(|vm| JournalUpdate {
                 id: vm.journal_id,
                 state: "failed",
@@ -322,6 +325,15 @@ impl Keeper {
             .collect();
         if let Err(e) = self.journal_all(&never).await {
             tracing::warn!(step_id = %run.step_id, error = %e, "journal: the VMs never asked for stay requested");
+            let names: Vec<&str> = never_names.iter().map(String::as_str).collect();
+            run.fact(
+                "journal_error",
+                json!(format!(
+                    "the journal rows of the VMs never asked for ({}) stay requested: {}",
+                    names.join(", "),
+                    e.message
+                )),
+            );
         }
         if !adopted.is_empty() {
             run.fact("adopted_not_counted", json!(adopted));
@@ -704,13 +716,16 @@ impl Keeper {
         }
         if let Err(e) = journalled {
             tracing::warn!(step_id = %run.step_id, error = %e, "journal: the roll-back's rows stay made");
-            run.fact(
-                "journal_error",
-                json!(format!(
-                    "the journal rows of this roll-back stay made: {}",
-                    e.message
-                )),
+            let this = format!(
+                "the journal rows of this roll-back stay made: {}",
+                e.message
             );
+            // The rows of the VMs never asked for may have failed before: both are said.
+            let said = match run.facts.get("journal_error").and_then(Value::as_str) {
+                Some(before) => format!("{before}; {this}"),
+                None => this,
+            };
+            run.fact("journal_error", json!(said));
         }
         run.fact(
             "changed",
