@@ -165,13 +165,20 @@ impl PassReport {
         }
     }
 
-    /// How many actions failed (no stock is not a failure), plus one if the pass stopped early.
+    /// How many actions failed (no stock is not a failure), plus one if the pass stopped early for
+    /// another reason than a conflict met in it (that stop is the conflict's, counted once).
     pub fn failures(&self) -> usize {
-        self.actions
+        let failed = self
+            .actions
             .iter()
-            .filter(|a| matches!(a, Action::Failed { .. } | Action::Conflict { .. }))
-            .count()
-            + usize::from(self.stopped.is_some())
+            .filter(|a| matches!(a, Action::Failed { .. }))
+            .count();
+        let conflicts = self
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Conflict { .. }))
+            .count();
+        failed + conflicts + usize::from(self.stopped.is_some() && conflicts == 0)
     }
 
     /// Whether the pass held everything, waiting for the operator's word on unknown machines.
@@ -262,6 +269,19 @@ pub struct Scaler {
     pub settings: Settings,
     store: Box<dyn Store>,
     record: Option<Record>,
+    /// Conflicts met whose write failed (or was cut off): written on the next pass this replica
+    /// leads, before anything else, so that the other writer's machine is never taken for this
+    /// record's own (its name is still recorded as creating).
+    unrecorded: Vec<Unrecorded>,
+}
+
+/// A conflict not yet written to the store.
+#[derive(Debug, Clone)]
+struct Unrecorded {
+    key: Key,
+    name: String,
+    id: String,
+    why: String,
 }
 
 /// Whether an error of a create says the cloud made nothing (the name can be given up).
@@ -320,6 +340,8 @@ struct Shared<'a> {
     no_offering: usize,
     /// Another writer was met: nothing more is started.
     conflict: Option<String>,
+    /// Conflicts met and not yet written (the scaler's).
+    unrecorded: &'a mut Vec<Unrecorded>,
 }
 
 impl Shared<'_> {
@@ -335,6 +357,7 @@ impl Scaler {
             settings,
             store,
             record: None,
+            unrecorded: Vec::new(),
         }
     }
 
@@ -367,7 +390,15 @@ impl Scaler {
         }
         let lost = self.store.lost();
         let settings = self.settings.clone();
-        let run = run(&mut *self.store, &settings, p, now, &key, &mut report);
+        let run = run(
+            &mut *self.store,
+            &mut self.unrecorded,
+            &settings,
+            p,
+            now,
+            &key,
+            &mut report,
+        );
         let result = match lost {
             Some(mut rx) => {
                 tokio::select! {
@@ -390,6 +421,7 @@ impl Scaler {
 /// The pass of a leader. Returns the record as it left it (or `None` when it held).
 async fn run(
     store: &mut dyn Store,
+    unrecorded: &mut Vec<Unrecorded>,
     settings: &Settings,
     p: &dyn Provider,
     now: Timestamp,
@@ -400,6 +432,30 @@ async fn run(
         .load(key)
         .await?
         .unwrap_or_else(|| Record::new(key.clone()));
+    // A conflict met in an earlier pass whose write failed: written first. Its name may still be
+    // recorded as creating, and the other writer's machine must not be found by it as this record's.
+    if unrecorded.iter().any(|u| u.key == *key) {
+        let mut events = Vec::new();
+        for u in unrecorded.iter().filter(|u| u.key == *key) {
+            if record
+                .entries
+                .get(&u.name)
+                .is_some_and(|e| e.phase == Phase::Creating || e.id.as_deref() == Some(&u.id))
+            {
+                record.entries.remove(&u.name);
+            }
+            if record.conflict.is_none() {
+                record.conflict = Some(u.why.clone());
+            }
+            events.push(Event::Conflict {
+                name: u.name.clone(),
+                id: u.id.clone(),
+                why: u.why.clone(),
+            });
+        }
+        store.commit(&record, &events).await?;
+        unrecorded.retain(|u| u.key != *key);
+    }
     let listed = match p.machines(&key.pool).await {
         Ok(v) => v,
         Err(e) => {
@@ -414,9 +470,23 @@ async fn run(
     report.listed = listed.len();
     let mut events = Vec::new();
 
+    // The next name is past every name of this pool's form in the record or the cloud (machines
+    // adopted on the operator's word, or made by an earlier record, carry such names): a create never
+    // picks the name of a machine that exists.
+    if let Some(n) = listed
+        .iter()
+        .map(|m| m.name.as_str())
+        .chain(record.entries.keys().map(String::as_str))
+        .filter_map(|n| number_of(key, n))
+        .max()
+    {
+        record.next = record.next.max(n.saturating_add(1));
+    }
+
     // Another writer met in an earlier pass: nothing is done until the operator's word.
     if let Some(conflict) = record.conflict.clone() {
         if settings.unknown == Unknown::Ask {
+            report.serving = serving_of(&record, &listed, now, settings.grace);
             report.stopped = Some(format!("held, as in an earlier pass: {conflict}"));
             return Ok(Some(record));
         }
@@ -849,6 +919,7 @@ async fn run(
         deleted_counted: 0,
         no_offering: 0,
         conflict: None,
+        unrecorded,
     });
     {
         let mut results = futures::stream::iter(
@@ -874,6 +945,49 @@ async fn run(
     }
     report.serving = (serving + shared.made).saturating_sub(shared.deleted_counted);
     Ok(Some(shared.record))
+}
+
+/// The number `n` of `name` when it is `machine_name(key, n)`.
+fn number_of(key: &Key, name: &str) -> Option<u64> {
+    let prefix = machine_name(key, 0);
+    let prefix = prefix.strip_suffix('0')?;
+    let digits = name.strip_prefix(prefix)?;
+    let n: u64 = digits.parse().ok()?;
+    (machine_name(key, n) == name).then_some(n)
+}
+
+/// How many listed machines of `record` serve now (running, starting, or stopped or unknown within
+/// the grace), as a pass that acts would count them; for a pass that holds.
+fn serving_of(
+    record: &Record,
+    listed: &[Machine],
+    now: Timestamp,
+    grace: std::time::Duration,
+) -> usize {
+    listed
+        .iter()
+        .filter(|m| {
+            let Some(e) = record.entries.get(&m.name) else {
+                return false;
+            };
+            if e.phase != Phase::Live || e.id.as_deref() != Some(m.id.as_str()) {
+                return false;
+            }
+            match m.status {
+                Status::Running | Status::Starting => true,
+                Status::Deleting => false,
+                Status::Stopped | Status::Stopping | Status::Unknown => {
+                    let from = match m.status {
+                        Status::Unknown => None,
+                        _ => m.stopped_at,
+                    }
+                    .or(e.unhealthy_since)
+                    .unwrap_or(now);
+                    since(now, from) < grace
+                }
+            }
+        })
+        .count()
 }
 
 fn humantime(d: std::time::Duration) -> String {
@@ -1033,6 +1147,14 @@ async fn create_job(
                         s.no_offering += 1;
                         return Ok(());
                     };
+                    // Never a name the record holds (in any phase).
+                    while s
+                        .record
+                        .entries
+                        .contains_key(&machine_name(key, s.record.next))
+                    {
+                        s.record.next += 1;
+                    }
                     let n = s.record.next;
                     s.record.next += 1;
                     let name = machine_name(key, n);
@@ -1084,6 +1206,14 @@ async fn create_job(
                     store = s.store.describe(),
                     id = m.id,
                 );
+                // Kept until written: should the write fail (or be cut off), the next pass writes it
+                // before it reads the record's creating name as this record's.
+                s.unrecorded.push(Unrecorded {
+                    key: key.clone(),
+                    name: name.clone(),
+                    id: m.id.clone(),
+                    why: why.clone(),
+                });
                 s.record.entries.remove(&name);
                 s.record.conflict = Some(why.clone());
                 s.commit(vec![Event::Conflict {
@@ -1092,6 +1222,8 @@ async fn create_job(
                     why: why.clone(),
                 }])
                 .await?;
+                s.unrecorded
+                    .retain(|u| !(u.key == *key && u.name == name && u.id == m.id));
                 s.actions.push(Action::Conflict {
                     name,
                     id: m.id,
