@@ -234,9 +234,8 @@ async fn run_step(
     // The step runs as a task of its own: hyper drops this handler when the client hangs up, and a
     // step stopped halfway would leave VMs made but unrecorded, or destroyed with the registries not
     // updated. The task goes on to its end (registry, audit event, roll-back) whoever waits for it.
-    let keeper = s.keeper.clone();
-    let actor = c.actor();
-    let run = tokio::spawn(async move { keeper.run_step(&step, &params, &actor).await });
+    // It counts as running before it is spawned, so that a shutdown cannot miss it.
+    let run = s.keeper.spawn_step(step, params, c.actor());
     match run.await {
         // Masked by the step already, but for hosts[].bootstrap_token: the one plain delivery.
         Ok(Ok(out)) => (StatusCode::OK, Json(out)).into_response(),

@@ -100,23 +100,39 @@ pub struct Keeper {
     vault: Arc<dyn Vault>,
     drivers: Arc<dyn Drivers>,
     settings: Arc<Settings>,
-    /// How many steps are running now (of this keeper and its clones).
-    running: Arc<tokio::sync::watch::Sender<usize>>,
+    /// The steps running now (of this keeper and its clones): step id -> step.
+    running: Arc<tokio::sync::watch::Sender<Steps>>,
 }
 
-/// Counts a running step for as long as it lives.
-struct Running(Arc<tokio::sync::watch::Sender<usize>>);
+/// The running steps: step id -> step (`core.cloud.created`, ...).
+type Steps = std::collections::BTreeMap<String, String>;
 
-impl Running {
-    fn start(running: &Arc<tokio::sync::watch::Sender<usize>>) -> Self {
-        running.send_modify(|n| *n += 1);
-        Running(running.clone())
+/// Counts a running step for as long as it lives; made before the step's task is spawned, and moved
+/// into it, so that the step counts from the moment it is asked for.
+#[derive(Debug)]
+pub(crate) struct RunningStep {
+    steps: Arc<tokio::sync::watch::Sender<Steps>>,
+    step_id: String,
+}
+
+impl RunningStep {
+    fn start(steps: &Arc<tokio::sync::watch::Sender<Steps>>, step: &str) -> Self {
+        let step_id = new_step_id();
+        steps.send_modify(|s| {
+            s.insert(step_id.clone(), step.to_string());
+        });
+        RunningStep {
+            steps: steps.clone(),
+            step_id,
+        }
     }
 }
 
-impl Drop for Running {
+impl Drop for RunningStep {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
+        self.steps.send_modify(|s| {
+            s.remove(&self.step_id);
+        });
     }
 }
 
@@ -288,20 +304,43 @@ impl Keeper {
             vault,
             drivers,
             settings: Arc::new(settings),
-            running: Arc::new(tokio::sync::watch::channel(0).0),
+            running: Arc::new(tokio::sync::watch::channel(Steps::new()).0),
         })
     }
 
     /// How many steps are running now.
     pub fn steps_running(&self) -> usize {
-        *self.running.borrow()
+        self.running.borrow().len()
+    }
+
+    /// The steps running now: `(step_id, step)`.
+    pub fn running_steps(&self) -> Vec<(String, String)> {
+        self.running
+            .borrow()
+            .iter()
+            .map(|(id, step)| (id.clone(), step.clone()))
+            .collect()
     }
 
     /// Resolves once no step is running (for a shutdown that lets the steps finish).
     pub async fn steps_finished(&self) {
         let mut rx = self.running.subscribe();
-        // The sender lives in `self`: the wait ends only with the count at zero.
-        let _ = rx.wait_for(|n| *n == 0).await;
+        // The sender lives in `self`: the wait ends only with no step running.
+        let _ = rx.wait_for(|s| s.is_empty()).await;
+    }
+
+    /// Runs step `step` as a task of its own, which goes on to its end whoever waits for it (see
+    /// [`Keeper::run_step`]). The step counts as running from this call on, before its task first
+    /// runs: a shutdown that waits for the running steps cannot miss it.
+    pub fn spawn_step(
+        &self,
+        step: String,
+        params: Value,
+        actor: String,
+    ) -> tokio::task::JoinHandle<std::result::Result<Value, StepFailure>> {
+        let running = RunningStep::start(&self.running, &step);
+        let keeper = self.clone();
+        tokio::spawn(async move { keeper.run_counted(running, &step, &params, &actor).await })
     }
 
     /// The connection pool.
@@ -323,8 +362,19 @@ impl Keeper {
         params: &Value,
         actor: &str,
     ) -> std::result::Result<Value, StepFailure> {
-        let _running = Running::start(&self.running);
-        let step_id = new_step_id();
+        let running = RunningStep::start(&self.running, step);
+        self.run_counted(running, step, params, actor).await
+    }
+
+    /// [`Keeper::run_step`], counted as running by `running` (dropped when the step ends).
+    async fn run_counted(
+        &self,
+        running: RunningStep,
+        step: &str,
+        params: &Value,
+        actor: &str,
+    ) -> std::result::Result<Value, StepFailure> {
+        let step_id = running.step_id.clone();
         let action = match Action::from_step(step) {
             Ok(a) => a,
             Err(e) => {
@@ -453,5 +503,36 @@ impl Keeper {
         let pool = crate::db::pool(database_url, 16)?;
         crate::db::migrate(&pool).await?;
         Keeper::new(pool, vault, drivers, settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_spawned_step_counts_as_running_before_its_task_runs() {
+        // No database is needed: the step is only asked for (its task cannot run before this test
+        // yields, on this one-thread runtime) and then cancelled.
+        let pool = crate::db::pool("postgres://keeper@127.0.0.1:9/keeper", 1).unwrap();
+        let k = Keeper::new(
+            pool,
+            Arc::new(crate::vault::FileVault::new("no-vault")),
+            Arc::new(crate::drivers::OrcaDrivers),
+            Settings::default(),
+        )
+        .unwrap();
+        let task = k.spawn_step(
+            "core.cloud.created".into(),
+            json!({"provider": "lab"}),
+            "test".into(),
+        );
+        assert_eq!(k.steps_running(), 1);
+        let running = k.running_steps();
+        assert_eq!(running[0].1, "core.cloud.created");
+        task.abort();
+        let _ = task.await;
+        assert_eq!(k.steps_running(), 0, "a cancelled step no longer counts");
+        k.steps_finished().await;
     }
 }
