@@ -178,28 +178,89 @@ async fn keeper(args: &Args) -> Result<Keeper, Error> {
     .await
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown() {
+/// The termination signals of `serve`: Ctrl-C (SIGINT) and SIGTERM.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves on the next signal.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn on(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            if self.term.is_none() && self.int.is_none() {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+            tokio::select! {
+                _ = on(&mut self.term) => {}
+                _ = on(&mut self.int) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
-    tracing::info!("shutting down");
+}
+
+/// The signals of `serve`: the first resolves the answer (a graceful shutdown: no new request, the
+/// running steps finish); a second stops keeper at once (exit 130), naming the steps it cuts.
+fn watch_signals(k: Keeper) -> tokio::sync::oneshot::Receiver<()> {
+    let (first, first_rx) = tokio::sync::oneshot::channel();
+    let mut signals = Signals::new();
+    tokio::spawn(async move {
+        signals.next().await;
+        tracing::info!("shutting down");
+        let running = k.steps_running();
+        if running > 0 {
+            eprintln!("keeper: shutting down: {running} step(s) running are finishing (registries, audit event, roll-back); signal again to stop them halfway");
+        }
+        let _ = first.send(());
+        signals.next().await;
+        let cut = k.running_steps();
+        if cut.is_empty() {
+            eprintln!("keeper: signalled again: stopping now; no step was running");
+        } else {
+            let named: Vec<String> = cut
+                .iter()
+                .map(|(id, step)| format!("{step} (step_id {id})"))
+                .collect();
+            eprintln!(
+                "keeper: signalled again: stopping now, cutting {} running step(s) halfway: {}; the journal keeper.cloud_vms and the audit trail tell what they did",
+                cut.len(),
+                named.join(", ")
+            );
+        }
+        std::process::exit(130);
+    });
+    first_rx
 }
 
 /// Runs `step` to its end: the first Ctrl-C does not stop it halfway (VMs made but unrecorded, or
@@ -341,10 +402,14 @@ async fn main() -> ExitCode {
                 .unwrap_or_default();
             tracing::info!(listen = %addr, callers = tokens.len(), "keeper serving");
             let app = keeper::api::router(k.clone(), tokens);
+            let first_signal = watch_signals(k.clone());
             let served = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown())
+                .with_graceful_shutdown(async {
+                    let _ = first_signal.await;
+                })
                 .await;
-            // A step whose client went away runs on as a task of its own: let it finish.
+            // A step whose client went away runs on as a task of its own: let it finish (a second
+            // signal stops keeper all the same).
             let running = k.steps_running();
             if running > 0 {
                 tracing::info!(steps = running, "waiting for the running steps to finish");

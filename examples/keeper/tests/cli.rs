@@ -231,6 +231,146 @@ async fn serve_needs_api_tokens_and_never_prints_them() {
     cli.db.drop_now().await;
 }
 
+/// Waits (at most 60 s, a guard against a wait without end) until `rx` gives a line with `what`,
+/// keeping the lines in `seen`; answers whether it came.
+fn wait_for_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    seen: &mut Vec<String>,
+    what: &str,
+) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let hit = line.contains(what);
+                seen.push(line);
+                if hit {
+                    return true;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+fn signal(pid: u32) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -TERM {pid}");
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_stops_serve_with_a_step_running_and_names_it() {
+    let Some(cli) = Cli::new("a_second_signal_stops_serve_with_a_step_running_and_names_it").await
+    else {
+        return;
+    };
+    let token = "t-signal-4243";
+    let tokens = cli.dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"name": "ops", "sha256": sha256_hex(token), "permissions": ["step.core.cloud"]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = cli
+        .command(&["serve", "--listen", &listen])
+        .env("KEEPER_API_TOKENS_FILE", &tokens)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    assert!(wait_healthy(port), "keeper serve did not answer");
+    // The step waits for the providers' table, which this test holds locked.
+    let mut holder = cli.db.client().await;
+    let lock = holder.transaction().await.unwrap();
+    lock.batch_execute("LOCK TABLE keeper.cloud_providers IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let url = format!("http://{listen}/v1/steps/core.cloud.destroyed");
+    let request = tokio::spawn(async move {
+        let _ = http
+            .post(url)
+            .bearer_auth(token)
+            .json(&json!({"provider": "lab", "vm_ids": ["fake-1"]}))
+            .send()
+            .await;
+    });
+    let watch = cli.db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting: i64 = watch
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                 AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the step never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pid = child.id();
+    let mut seen = Vec::new();
+    signal(pid);
+    if !wait_for_line(&rx, &mut seen, "signal again") {
+        child.kill().unwrap();
+        panic!("the first signal is not acknowledged: {seen:?}");
+    }
+    signal(pid);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    wait_for_line(&rx, &mut seen, "cutting");
+    lock.rollback().await.unwrap();
+    request.abort();
+    let status = status.unwrap_or_else(|| panic!("a second signal did not stop keeper: {seen:?}"));
+    assert_eq!(status.code(), Some(130), "{seen:?}");
+    let said = seen.join("\n");
+    assert!(
+        said.contains("cutting 1 running step(s) halfway: core.cloud.destroyed (step_id "),
+        "{said}"
+    );
+    drop((watch, holder));
+    cli.db.drop_now().await;
+}
+
 #[tokio::test]
 async fn migrate_applies_the_schema_once() {
     let Some(cli) = Cli::new("migrate_applies_the_schema_once").await else {
