@@ -250,7 +250,6 @@ pub(crate) fn same_origin(a: &str, b: &str) -> bool {
     }
 }
 
-/// Whether `url` names this machine (`127.0.0.1`, `localhost`, `[::1]`).
 /// The origin of `url` (for messages).
 fn origin_of(url: &str) -> String {
     url::Url::parse(url)

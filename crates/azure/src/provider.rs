@@ -180,6 +180,19 @@ impl Left {
     }
 }
 
+/// `vm_and_disk`, then the machine's interface, security group and address, which stand with them.
+fn with_network(vm_and_disk: [Left; 2], names: &Names) -> Vec<Left> {
+    let network = [
+        Res::new(Part::Interface, &names.nic),
+        Res::new(Part::SecurityGroup, &names.nsg),
+        Res::new(Part::PublicIp, &names.pip),
+    ];
+    vm_and_disk
+        .into_iter()
+        .chain(network.into_iter().map(Left::standing))
+        .collect()
+}
+
 impl std::fmt::Display for Left {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.why {
@@ -1079,13 +1092,11 @@ impl AzureProvider {
                 if let Err(e) = self.own_disk(&disk, &disk_url, &vm.tags).await {
                     // Without this owner's tags the disk could not be told ours once the VM is
                     // gone: the VM stays, and a retried delete tags it again.
-                    return vec![
+                    let vm_and_disk = [
                         Left::standing(Res::new(Part::Vm, id)),
                         Left::because(disk, &e),
-                        Left::standing(Res::new(Part::Interface, &names.nic)),
-                        Left::standing(Res::new(Part::SecurityGroup, &names.nsg)),
-                        Left::standing(Res::new(Part::PublicIp, &names.pip)),
                     ];
+                    return with_network(vm_and_disk, &names);
                 }
             }
             if let Err(e) = self
@@ -1093,13 +1104,11 @@ impl AzureProvider {
                 .await
             {
                 // The disk, interface, group and address stay in use while the VM stands.
-                return vec![
+                let vm_and_disk = [
                     Left::because(Res::new(Part::Vm, id), &e),
                     Left::standing(disk),
-                    Left::standing(Res::new(Part::Interface, &names.nic)),
-                    Left::standing(Res::new(Part::SecurityGroup, &names.nsg)),
-                    Left::standing(Res::new(Part::PublicIp, &names.pip)),
                 ];
+                return with_network(vm_and_disk, &names);
             }
             left.extend(self.remove_disk(&disk, &disk_url, Some(&vm.tags)).await);
         } else {

@@ -167,8 +167,29 @@ pub(crate) fn machine_of(i: &Instance) -> Machine {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A RunRequest as a create sends it, for the tests of this crate.
+    pub(crate) fn run_request() -> RunRequest {
+        RunRequest {
+            image: Image {
+                id: "ami-12345678".into(),
+                name: "ubuntu".into(),
+                arch: orca_machines::Arch::Amd64,
+                root_device_name: "/dev/sda1".into(),
+                root_volume_gb: Some(8),
+            },
+            machine_type: "t3.micro".into(),
+            subnet: "subnet-1".into(),
+            security_group: "sg-1".into(),
+            instance_profile: "orca-node".into(),
+            user_data_b64: "I2Nsb3VkLWNvbmZpZwo=".into(),
+            tags: Labels::from([("Name".to_string(), "w-1".to_string())]),
+            client_token: "orca-0123".into(),
+            root_volume_gb: None,
+        }
+    }
     use aws_sdk_ec2::types::{
         EbsInstanceBlockDevice, InstanceBlockDeviceMapping, InstanceState, InstanceStateName,
     };
@@ -208,21 +229,8 @@ mod tests {
         let secret = "#cloud-config\nwrite_files: [{content: db-password-hunter2}]\n";
         let b64 = aws_smithy_types::base64::encode(secret.as_bytes());
         let r = RunRequest {
-            image: Image {
-                id: "ami-12345678".into(),
-                name: "ubuntu".into(),
-                arch: orca_machines::Arch::Amd64,
-                root_device_name: "/dev/sda1".into(),
-                root_volume_gb: Some(8),
-            },
-            machine_type: "t3.micro".into(),
-            subnet: "subnet-1".into(),
-            security_group: "sg-1".into(),
-            instance_profile: "orca-node".into(),
             user_data_b64: b64.clone(),
-            tags: Labels::from([("Name".to_string(), "w-1".to_string())]),
-            client_token: "orca-0123".into(),
-            root_volume_gb: None,
+            ..run_request()
         };
         for d in [format!("{r:?}"), format!("{r:#?}")] {
             // (Not printed on failure: the failure would show what it guards.)

@@ -952,23 +952,7 @@ mod tests {
     use super::*;
 
     fn request() -> RunRequest {
-        RunRequest {
-            image: Image {
-                id: "ami-12345678".into(),
-                name: "ubuntu".into(),
-                arch: orca_machines::Arch::Amd64,
-                root_device_name: "/dev/sda1".into(),
-                root_volume_gb: Some(8),
-            },
-            machine_type: "t3.micro".into(),
-            subnet: "subnet-1".into(),
-            security_group: "sg-1".into(),
-            instance_profile: "orca-node".into(),
-            user_data_b64: "I2Nsb3VkLWNvbmZpZwo=".into(),
-            tags: Labels::from([("Name".to_string(), "w-1".to_string())]),
-            client_token: "orca-0123".into(),
-            root_volume_gb: None,
-        }
+        crate::model::tests::run_request()
     }
 
     /// A ClientToken names the instance across versions of the driver (a process restarted on a

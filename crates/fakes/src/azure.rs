@@ -797,27 +797,53 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn reproduces_what_a_kind_fake_hid() {
+    /// A fake with one subnet, the resource group's provider URL and an HTTP client.
+    async fn lab() -> (FakeAzure, String, reqwest::Client) {
         let f = FakeAzure::start().await.unwrap();
         f.add_subnet(RESOURCE_GROUP, "net-westeurope", "westeurope", "s", None);
-        let http = reqwest::Client::new();
         let rg = format!(
             "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers",
             f.url()
         );
-        let send = |m: reqwest::Method, url: String, body: Option<Value>| {
-            let http = http.clone();
-            async move {
-                let mut r = http.request(m, url).bearer_auth(TOKEN);
-                if let Some(b) = body {
-                    r = r.json(&b);
-                }
-                let r = r.send().await.unwrap();
-                let status = r.status().as_u16();
-                (status, r.json::<Value>().await.unwrap_or(Value::Null))
-            }
-        };
+        (f, rg, reqwest::Client::new())
+    }
+
+    /// One authorised request: its status and JSON body (`Null` when it has none).
+    async fn send(
+        http: &reqwest::Client,
+        m: reqwest::Method,
+        url: String,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut r = http.request(m, url).bearer_auth(TOKEN);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let r = r.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap_or(Value::Null))
+    }
+
+    /// An interface `n` on the lab's subnet.
+    fn nic_body() -> Value {
+        json!({"location": "westeurope", "properties": {"ipConfigurations": [{"name": "c",
+            "properties": {"subnet": {"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/virtualNetworks/net-westeurope/subnets/s")}}}]}})
+    }
+
+    /// A VM `v` of Standard_B2s on interface `n`.
+    fn vm_body() -> Value {
+        json!({"location": "westeurope", "properties": {
+            "hardwareProfile": {"vmSize": "Standard_B2s"},
+            "storageProfile": {"imageReference": {"publisher": "p", "offer": "o", "sku": "server", "version": "latest"}},
+            "osProfile": {"computerName": "v", "adminUsername": "u", "linuxConfiguration": {"disablePasswordAuthentication": true,
+                "ssh": {"publicKeys": [{"path": "/home/u/.ssh/authorized_keys", "keyData": "ssh-ed25519 AAAA k"}]}}},
+            "networkProfile": {"networkInterfaces": [{"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkInterfaces/n")}]}}})
+    }
+
+    #[tokio::test]
+    async fn reproduces_what_a_kind_fake_hid() {
+        let (f, rg, http) = lab().await;
+        let send = |m, url, body| send(&http, m, url, body);
         // A DNS label gets its FQDN; scoped, with a hash; a second address cannot take it.
         let pip = |label: &str| {
             json!({"location": "westeurope", "properties": {"publicIPAllocationMethod": "Static",
@@ -860,8 +886,7 @@ mod tests {
         f.set_lro_polls(1);
         // A new VM has its real creation time and shows to reads only after the delay.
         f.set_visibility_delay(Duration::from_millis(300));
-        let nic = json!({"location": "westeurope", "properties": {"ipConfigurations": [{"name": "c",
-            "properties": {"subnet": {"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/virtualNetworks/net-westeurope/subnets/s")}}}]}});
+        let nic = nic_body();
         let (st, _) = send(
             Method::PUT,
             format!("{rg}/Microsoft.Network/networkInterfaces/n?api-version=2024-05-01"),
@@ -869,12 +894,8 @@ mod tests {
         )
         .await;
         assert_eq!(st, 201);
-        let vm = json!({"location": "westeurope", "tags": {"a": "1", "b": "2"}, "properties": {
-            "hardwareProfile": {"vmSize": "Standard_B2s"},
-            "storageProfile": {"imageReference": {"publisher": "p", "offer": "o", "sku": "server", "version": "latest"}},
-            "osProfile": {"computerName": "v", "adminUsername": "u", "linuxConfiguration": {"disablePasswordAuthentication": true,
-                "ssh": {"publicKeys": [{"path": "/home/u/.ssh/authorized_keys", "keyData": "ssh-ed25519 AAAA k"}]}}},
-            "networkProfile": {"networkInterfaces": [{"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkInterfaces/n")}]}}});
+        let mut vm = vm_body();
+        vm["tags"] = json!({"a": "1", "b": "2"});
         let vm_url = format!("{rg}/Microsoft.Compute/virtualMachines/v?api-version=2024-07-01");
         let (st, b) = send(Method::PUT, vm_url.clone(), Some(vm)).await;
         assert_eq!(st, 201);
@@ -923,27 +944,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_allocated_vm_resizes_only_within_its_hardware_cluster() {
-        let f = FakeAzure::start().await.unwrap();
-        f.add_subnet(RESOURCE_GROUP, "net-westeurope", "westeurope", "s", None);
-        let http = reqwest::Client::new();
-        let rg = format!(
-            "{}/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers",
-            f.url()
-        );
-        let send = |m: reqwest::Method, url: String, body: Option<Value>| {
-            let http = http.clone();
-            async move {
-                let mut r = http.request(m, url).bearer_auth(TOKEN);
-                if let Some(b) = body {
-                    r = r.json(&b);
-                }
-                let r = r.send().await.unwrap();
-                let status = r.status().as_u16();
-                (status, r.json::<Value>().await.unwrap_or(Value::Null))
-            }
-        };
-        let nic = json!({"location": "westeurope", "properties": {"ipConfigurations": [{"name": "c",
-            "properties": {"subnet": {"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/virtualNetworks/net-westeurope/subnets/s")}}}]}});
+        let (f, rg, http) = lab().await;
+        let send = |m, url, body| send(&http, m, url, body);
+        let nic = nic_body();
         let (st, _) = send(
             Method::PUT,
             format!("{rg}/Microsoft.Network/networkInterfaces/n?api-version=2024-05-01"),
@@ -951,12 +954,7 @@ mod tests {
         )
         .await;
         assert_eq!(st, 201);
-        let vm = json!({"location": "westeurope", "properties": {
-            "hardwareProfile": {"vmSize": "Standard_B2s"},
-            "storageProfile": {"imageReference": {"publisher": "p", "offer": "o", "sku": "server", "version": "latest"}},
-            "osProfile": {"computerName": "v", "adminUsername": "u", "linuxConfiguration": {"disablePasswordAuthentication": true,
-                "ssh": {"publicKeys": [{"path": "/home/u/.ssh/authorized_keys", "keyData": "ssh-ed25519 AAAA k"}]}}},
-            "networkProfile": {"networkInterfaces": [{"id": format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkInterfaces/n")}]}}});
+        let vm = vm_body();
         let vm_path = format!("{rg}/Microsoft.Compute/virtualMachines/v");
         let api = "api-version=2024-07-01";
         assert_eq!(
