@@ -479,39 +479,34 @@ impl Ec2Provider {
         .await
     }
 
-    async fn stop_call(&self, id: &str) -> Result<()> {
-        if self
-            .change(id, "StopInstances", || self.client.stop(id))
-            .await?
-        {
+    /// `change`, where an instance gone meanwhile (being deleted) is NotFound.
+    async fn change_live<F, Fut>(&self, id: &str, operation: &str, change: F) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<()>>,
+    {
+        if self.change(id, operation, change).await? {
             Ok(())
         } else {
             Err(Error::not_found(format!("machine {id} (being deleted)")))
         }
+    }
+
+    async fn stop_call(&self, id: &str) -> Result<()> {
+        self.change_live(id, "StopInstances", || self.client.stop(id))
+            .await
     }
 
     async fn start_call(&self, id: &str) -> Result<()> {
-        if self
-            .change(id, "StartInstances", || self.client.start(id))
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(Error::not_found(format!("machine {id} (being deleted)")))
-        }
+        self.change_live(id, "StartInstances", || self.client.start(id))
+            .await
     }
 
     async fn set_type_call(&self, id: &str, machine_type: &str) -> Result<()> {
-        if self
-            .change(id, "ModifyInstanceAttribute", || {
-                self.client.set_instance_type(id, machine_type)
-            })
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(Error::not_found(format!("machine {id} (being deleted)")))
-        }
+        self.change_live(id, "ModifyInstanceAttribute", || {
+            self.client.set_instance_type(id, machine_type)
+        })
+        .await
     }
 
     /// Stops `inst` (running or pending) and waits until it is stopped.

@@ -278,8 +278,8 @@ async fn create(
         let accepted = tokio::select! {
             r = b.wait_accept(&id) => r,
             _ = tx.closed() => {
-                // The stream was closed: the create goes on without anyone waiting.
-                b.forget_waiter(&id);
+                // The stream was closed: the create goes on without anyone waiting (dropping the
+                // wait forgets its waiter).
                 return;
             }
         };

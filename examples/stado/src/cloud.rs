@@ -131,14 +131,10 @@ pub fn azure_settings(profile: &Profile, env: impl Fn(&str) -> Option<String>) -
             s.insert(key, v);
         }
     }
-    for key in AZURE_CREDENTIAL_ENV {
-        if let Some(v) = env(key).filter(|v| !v.is_empty()) {
-            s.insert(key, v);
-        }
-    }
-    // The client settings every orca driver takes (timeouts, poll interval, retry budget): an
-    // operator tunes them in the environment.
-    for key in orca::kit::ClientKey::ALL.iter().map(|k| k.as_str()) {
+    // The credentials, and the client settings every orca driver takes (timeouts, poll interval,
+    // retry budget): an operator sets them in the environment.
+    let client_keys = orca::kit::ClientKey::ALL.iter().map(|k| k.as_str());
+    for key in AZURE_CREDENTIAL_ENV.iter().copied().chain(client_keys) {
         if let Some(v) = env(key).filter(|v| !v.is_empty()) {
             s.insert(key, v);
         }
