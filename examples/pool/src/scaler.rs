@@ -565,12 +565,7 @@ async fn run(
             }
             Status::Deleting => {}
             Status::Stopped | Status::Stopping | Status::Unknown => {
-                let from = match m.status {
-                    Status::Unknown => None,
-                    _ => m.stopped_at,
-                }
-                .or(e.unhealthy_since)
-                .unwrap_or(now);
+                let from = unhealthy_from(m, e, now);
                 if e.unhealthy_since != Some(from) {
                     e.unhealthy_since = Some(from);
                     events.push(Event::Unhealthy {
@@ -958,6 +953,17 @@ fn number_of(key: &Key, name: &str) -> Option<u64> {
 
 /// How many listed machines of `record` serve now (running, starting, or stopped or unknown within
 /// the grace), as a pass that acts would count them; for a pass that holds.
+/// Since when machine `m` (record entry `e`), stopped or unknown, has not served: the cloud's stop
+/// time, else when the scaler first saw it so, else `now`. The grace runs from it.
+fn unhealthy_from(m: &Machine, e: &Entry, now: Timestamp) -> Timestamp {
+    match m.status {
+        Status::Unknown => None,
+        _ => m.stopped_at,
+    }
+    .or(e.unhealthy_since)
+    .unwrap_or(now)
+}
+
 fn serving_of(
     record: &Record,
     listed: &[Machine],
@@ -977,13 +983,7 @@ fn serving_of(
                 Status::Running | Status::Starting => true,
                 Status::Deleting => false,
                 Status::Stopped | Status::Stopping | Status::Unknown => {
-                    let from = match m.status {
-                        Status::Unknown => None,
-                        _ => m.stopped_at,
-                    }
-                    .or(e.unhealthy_since)
-                    .unwrap_or(now);
-                    since(now, from) < grace
+                    since(now, unhealthy_from(m, e, now)) < grace
                 }
             }
         })
