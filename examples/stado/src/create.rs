@@ -189,6 +189,18 @@ fn token_ok(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// The key files this create wrote: the only ones its failure removes.
+struct Minted(Vec<std::path::PathBuf>);
+
+impl Minted {
+    fn remove(&self) {
+        let left = keys::remove_files(&self.0);
+        if !left.is_empty() {
+            tracing::warn!(files = ?left, "could not remove the key files this create minted");
+        }
+    }
+}
+
 struct Run<'a> {
     report: &'a mut CreateReport,
 }
@@ -309,6 +321,11 @@ impl Stado {
                 Failure::refused(format!("target '{}' is already registered", req.name)),
             ));
         }
+        // A key of this name that this create did not mint is someone's: never replaced or removed.
+        let held = keys::existing_key_files(&self.home, &req.name, true);
+        if !held.is_empty() {
+            return Err(run.failed(1, "name", keys::key_held(&req.name, &held)));
+        }
         run.done(
             1,
             "name",
@@ -381,6 +398,7 @@ impl Stado {
             Ok(k) => k,
             Err(f) => return Err(run.failed(5, "fleet_key", f)),
         };
+        let mut minted = Minted(vec![fleet.private.clone(), fleet.public.clone()]);
         run.report.fleet_key = Some(FleetKeyReport {
             path: fleet.private.display().to_string(),
             public_key: fleet.public_line.clone(),
@@ -413,7 +431,7 @@ impl Stado {
         {
             Ok(m) => m,
             Err(f) => {
-                let _ = keys::remove_host_files(&self.home, &req.name);
+                minted.remove();
                 return Err(run.failed(6, "resources", f));
             }
         };
@@ -448,6 +466,7 @@ impl Stado {
                     &mut registry,
                     &target,
                     &decl,
+                    &minted,
                     format!("cloud host {} could not be declared: {e}", req.name),
                 )
                 .await;
@@ -471,9 +490,15 @@ impl Stado {
 
         // 7. Enrolment through the verified path: the host key stado minted and pinned, strictly.
         run.begin(self, 7);
-        let enrolled = self
-            .enrol(&req.name, &target, &host_key, &fleet.public_line)
-            .await;
+        let enrolled = match keys::pin_host_key(&self.home, &req.name, &host_key.public_key_only())
+        {
+            Ok(pinned) => {
+                minted.0.push(pinned);
+                self.enrol(&req.name, &target, &host_key, &fleet.public_line)
+                    .await
+            }
+            Err(f) => Err(f.message().to_string()),
+        };
         let hostname = match enrolled {
             Ok(h) => h,
             Err(cause) => {
@@ -482,6 +507,7 @@ impl Stado {
                         &mut registry,
                         &target,
                         &decl,
+                        &minted,
                         format!("cloud host {} could not be enrolled: {cause}", req.name),
                     )
                     .await;
@@ -515,6 +541,7 @@ impl Stado {
                     &mut registry,
                     &target,
                     &decl,
+                    &minted,
                     format!("cloud host {} could not be recorded: {e}", req.name),
                 )
                 .await;
@@ -855,7 +882,7 @@ impl Stado {
         ))
     }
 
-    /// Step 7: pins the host key and connects with it and the fleet key until the host answers.
+    /// Step 7: connects with the pinned host key and the fleet key until the host answers.
     async fn enrol(
         &self,
         name: &str,
@@ -863,8 +890,6 @@ impl Stado {
         host_key: &KeyPair,
         fleet_public: &str,
     ) -> Result<String, String> {
-        keys::pin_host_key(&self.home, name, &host_key.public_key_only())
-            .map_err(|e| e.to_string())?;
         if let Some(sim) = &self.sim {
             // The simulated host's cloud-init installs the host key stado gave it.
             sim.boot(name, &host_key.public_key_only(), fleet_public)
@@ -899,13 +924,14 @@ impl Stado {
         registry: &mut Registry,
         target: &Target,
         decl: &CloudDecl,
+        minted: &Minted,
         cause: String,
     ) -> Failure {
         match self.delete_vm(&decl.vm_id).await {
             Ok(()) => {
                 registry.remove_target(&target.name);
                 let unsaved = registry.save(&self.home).err();
-                let _ = keys::remove_host_files(&self.home, &target.name);
+                minted.remove();
                 if let Some(sim) = &self.sim {
                     let _ = sim.forget(&target.name);
                 }

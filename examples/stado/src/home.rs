@@ -191,15 +191,44 @@ pub fn make_private_dir(dir: &Path) -> Result<(), Failure> {
 /// Writes `bytes` to `path` atomically: a temporary file beside it (mode `mode`), synced, renamed over
 /// `path`, and the folder synced.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Failure> {
+    let tmp = write_temp(path, bytes, mode)?;
+    let renamed = std::fs::rename(&tmp, path)
+        .map_err(|e| Failure::new(format!("{}: rename: {e}", path.display())));
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    renamed?;
+    sync_parent(path);
+    Ok(())
+}
+
+/// Writes `bytes` to `path` whole, unless something is at `path` already: then nothing is written and
+/// the answer is `false`. A reader sees no file or the whole one (a temporary file beside it, synced,
+/// linked to `path`, which fails when `path` exists, then removed).
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<bool, Failure> {
+    let tmp = write_temp(path, bytes, mode)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {
+            sync_parent(path);
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(Failure::new(format!("{}: link: {e}", path.display()))),
+    }
+}
+
+/// A new temporary file beside `path` holding `bytes` (mode `mode`), synced. It is created
+/// exclusively, so that no file or link placed there beforehand is written through.
+fn write_temp(path: &Path, bytes: &[u8], mode: u32) -> Result<PathBuf, Failure> {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     make_private_dir(dir)?;
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
     let io =
         |what: &str, e: std::io::Error| Failure::new(format!("{}: {what}: {e}", path.display()));
     let mut o = OpenOptions::new();
-    o.write(true).create(true).truncate(true);
+    o.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
@@ -207,27 +236,42 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Failure>
     }
     #[cfg(not(unix))]
     let _ = mode;
-    let result = (|| {
-        let mut f = o.open(&tmp).map_err(|e| io("write", e))?;
+    let (tmp, mut f) = loop {
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".tmp-{}-{n}", std::process::id()));
+        let tmp = path.with_file_name(name);
+        match o.open(&tmp) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io("write", e)),
+        }
+    };
+    let written = (|| {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            // A temporary file left by an earlier run keeps its old mode: set it again.
+            // The process umask may have narrowed the mode asked for at creation.
             f.set_permissions(std::fs::Permissions::from_mode(mode))
                 .map_err(|e| io("chmod", e))?;
         }
         f.write_all(bytes).map_err(|e| io("write", e))?;
-        f.sync_all().map_err(|e| io("sync", e))?;
-        std::fs::rename(&tmp, path).map_err(|e| io("rename", e))?;
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        f.sync_all().map_err(|e| io("sync", e))
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    result
+}
+
+/// Syncs the folder holding `path`, so that a rename or link in it survives a crash.
+fn sync_parent(path: &Path) {
+    if let Ok(d) = File::open(path.parent().unwrap_or(Path::new("."))) {
+        let _ = d.sync_all();
+    }
 }
 
 /// Reads the JSON file at `path` as `T`; a missing file is `T::default()`.
@@ -307,6 +351,20 @@ mod tests {
         let p = crate::profile::Profile::load(&home).unwrap();
         assert_eq!(p.owner(), "stado", "its hosts stay reachable");
         assert_eq!(p.get("home_id").as_deref(), Some(home.id()));
+    }
+
+    #[test]
+    fn a_new_file_is_written_whole_and_never_replaces_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("key");
+        assert!(write_new(&p, b"first", 0o600).unwrap());
+        assert!(!write_new(&p, b"second", 0o600).unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"first");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["key".to_string()], "no temporary file is left");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use ssh_key::rand_core::OsRng;
 use ssh_key::{Algorithm, HashAlg, LineEnding, PrivateKey};
 
 use crate::error::Failure;
-use crate::home::{write_atomic, Home};
+use crate::home::{write_new, Home};
 
 /// A fleet key as stored: where its halves are, and the public line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,14 +81,32 @@ impl KeyPair {
 }
 
 /// Mints target `name`'s fleet key as `stado fleet key generate` does: ed25519, the private half in
-/// `keys/<name>` (0600), the public half in `keys/<name>.pub`. An older key of that name is replaced.
+/// `keys/<name>` (0600), the public half in `keys/<name>.pub`. A key of that name is never replaced:
+/// when either half exists, nothing is written and the refusal names it.
 pub fn generate_fleet_key(home: &Home, name: &str) -> Result<FleetKey, Failure> {
+    let held = existing_key_files(home, name, false);
+    if !held.is_empty() {
+        return Err(key_held(name, &held));
+    }
     let pair = KeyPair::generate(&format!("stado-fleet-{name}"))?;
     let private = home.fleet_key(name);
     let public = home.fleet_key_pub(name);
-    write_atomic(&private, pair.private_openssh()?.as_bytes(), 0o600)?;
+    if !write_new(&private, pair.private_openssh()?.as_bytes(), 0o600)? {
+        return Err(key_held(name, &[private]));
+    }
     let public_line = pair.public_line();
-    write_atomic(&public, format!("{public_line}\n").as_bytes(), 0o644)?;
+    match write_new(&public, format!("{public_line}\n").as_bytes(), 0o644) {
+        Ok(true) => {}
+        // The private half is this call's own: it goes again, and the other public half stays.
+        Ok(false) => {
+            let _ = std::fs::remove_file(&private);
+            return Err(key_held(name, &[public]));
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&private);
+            return Err(e);
+        }
+    }
     Ok(FleetKey {
         private,
         public,
@@ -97,15 +115,43 @@ pub fn generate_fleet_key(home: &Home, name: &str) -> Result<FleetKey, Failure> 
     })
 }
 
+/// The key files of target `name` that exist: its fleet key's halves and, with `pinned`, its pinned
+/// host key.
+pub fn existing_key_files(home: &Home, name: &str, pinned: bool) -> Vec<PathBuf> {
+    let mut paths = vec![home.fleet_key(name), home.fleet_key_pub(name)];
+    if pinned {
+        paths.push(home.pinned_host_key(name));
+    }
+    paths
+        .into_iter()
+        .filter(|p| p.symlink_metadata().is_ok())
+        .collect()
+}
+
+/// The refusal of a name whose key files exist (`files`): a key stado did not mint in this command
+/// belongs to someone's target, and is never replaced or removed.
+pub fn key_held(name: &str, files: &[PathBuf]) -> Failure {
+    let files: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    Failure::refused(format!(
+        "target {name} has a key already ({}); stado mints keys only for a new target and never replaces one: choose another name, or remove them if they are left over",
+        files.join(", ")
+    ))
+}
+
 /// Removes target `name`'s fleet key and pinned host key; the paths that could not be removed.
 pub fn remove_host_files(home: &Home, name: &str) -> Vec<String> {
-    let mut left = Vec::new();
-    for p in [
+    remove_files(&[
         home.fleet_key(name),
         home.fleet_key_pub(name),
         home.pinned_host_key(name),
-    ] {
-        match std::fs::remove_file(&p) {
+    ])
+}
+
+/// Removes each of `paths` (one already gone is fine); the paths that could not be removed.
+pub fn remove_files(paths: &[PathBuf]) -> Vec<String> {
+    let mut left = Vec::new();
+    for p in paths {
+        match std::fs::remove_file(p) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => left.push(format!("{}: {e}", p.display())),
@@ -115,10 +161,13 @@ pub fn remove_host_files(home: &Home, name: &str) -> Vec<String> {
 }
 
 /// Pins `host_key` (`ssh-ed25519 AAAA...`) for target `name`: a known_hosts file of one line under
-/// the target's name (stado connects with `HostKeyAlias=<name>`).
+/// the target's name (stado connects with `HostKeyAlias=<name>`). A key pinned already is never
+/// replaced: the refusal names it.
 pub fn pin_host_key(home: &Home, name: &str, host_key: &str) -> Result<PathBuf, Failure> {
     let path = home.pinned_host_key(name);
-    write_atomic(&path, format!("{name} {host_key}\n").as_bytes(), 0o600)?;
+    if !write_new(&path, format!("{name} {host_key}\n").as_bytes(), 0o600)? {
+        return Err(key_held(name, &[path]));
+    }
     Ok(path)
 }
 

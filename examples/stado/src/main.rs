@@ -415,12 +415,6 @@ async fn run(cli: Cli) -> Result<Answer, Failure> {
                     "'{name}' is not a target identifier"
                 )));
             }
-            if home.fleet_key(&name).exists() {
-                return Err(Failure::refused(format!(
-                    "target {name} has a fleet key already ({}); stado mints a new one only for a new target",
-                    home.fleet_key(&name).display()
-                )));
-            }
             let k = stado::keys::generate_fleet_key(&home, &name)?;
             Ok(Answer::ok(
                 json!({"command": "fleet key generate", "ok": true, "name": name, "path": k.private, "public_key": k.public_line, "fingerprint": k.fingerprint}),

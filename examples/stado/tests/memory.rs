@@ -1286,3 +1286,81 @@ async fn a_fault_run_leaks_nothing_and_the_registry_always_matches_the_cloud() {
     assert!(keys.is_empty(), "no fleet key outlives its host");
     let _ = Profile::load(&lab.s.home).unwrap();
 }
+
+/// A fleet key the user minted with `stado fleet key generate NAME`, or a host key pinned by hand,
+/// belongs to a target of the user's own: a create of that name refuses before anything is made, and
+/// neither replaces nor deletes the key.
+#[tokio::test]
+async fn create_never_replaces_nor_deletes_a_key_it_did_not_mint() {
+    let lab = lab();
+    let mine = stado::keys::generate_fleet_key(&lab.s.home, "h1").unwrap();
+    let private = std::fs::read(&mine.private).unwrap();
+    let public = std::fs::read(&mine.public).unwrap();
+    let r = lab.create("h1").await;
+    assert!(!r.ok, "the create took the name of a key it did not mint");
+    assert_eq!(
+        error(&r),
+        format!(
+            "target h1 has a key already ({}, {}); stado mints keys only for a new target and never replaces one: choose another name, or remove them if they are left over",
+            mine.private.display(),
+            mine.public.display()
+        )
+    );
+    assert_eq!(r.error.as_ref().unwrap().code, "refused");
+    assert_eq!((r.steps.len(), r.steps[0].name), (1, "name"));
+    assert_eq!(std::fs::read(&mine.private).unwrap(), private);
+    assert_eq!(std::fs::read(&mine.public).unwrap(), public);
+    assert!(lab.in_cloud().is_empty(), "nothing was made");
+    assert!(declared(&lab.s).is_empty());
+
+    // A host key pinned by hand for a target not registered yet is left as it was too.
+    let pinned = stado::keys::pin_host_key(&lab.s.home, "h2", "ssh-ed25519 AAAAmine").unwrap();
+    let r = lab.create("h2").await;
+    assert!(!r.ok);
+    assert!(
+        error(&r).starts_with(&format!(
+            "target h2 has a key already ({});",
+            pinned.display()
+        )),
+        "{}",
+        error(&r)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&pinned).unwrap(),
+        "h2 ssh-ed25519 AAAAmine\n"
+    );
+    assert!(!lab.s.home.fleet_key("h2").exists());
+    assert!(lab.in_cloud().is_empty());
+}
+
+/// A fleet key minted by someone else while the create runs (after it checked the name, before it
+/// minted its own) is kept: the create fails at its fleet key step, and removes nothing.
+#[tokio::test]
+async fn a_key_minted_while_create_runs_is_kept_and_the_create_stops() {
+    let mut lab = lab();
+    let home = lab.s.home.clone();
+    lab.s.progress = Some(Arc::new(move |l: &str| {
+        if l.starts_with("[5/9]") {
+            stado::keys::generate_fleet_key(&home, "h1").unwrap();
+        }
+    }));
+    let r = lab.create("h1").await;
+    lab.s.progress = None;
+    assert!(!r.ok, "the create replaced a key minted beside it");
+    let failed = r.steps.last().unwrap();
+    assert_eq!((failed.name, failed.ok), ("fleet_key", false));
+    assert!(
+        error(&r).starts_with("target h1 has a key already ("),
+        "{}",
+        error(&r)
+    );
+    let public = std::fs::read_to_string(lab.s.home.fleet_key_pub("h1")).unwrap();
+    let private = std::fs::read_to_string(lab.s.home.fleet_key("h1")).unwrap();
+    let parsed = ssh_key::PrivateKey::from_openssh(&private).unwrap();
+    assert_eq!(
+        parsed.public_key().to_openssh().unwrap(),
+        public.trim(),
+        "one key, whole"
+    );
+    assert!(lab.in_cloud().is_empty(), "nothing was made");
+}
