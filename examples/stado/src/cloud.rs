@@ -386,7 +386,7 @@ impl Stado {
             let a = adm
                 .admit_ssh(GROUP, loc, sources, &ids)
                 .await
-                .map_err(|e| admission_failure(&e, loc))?;
+                .map_err(|e| admission_failure(&e, loc, hosts.is_empty(), self.cloud_title()))?;
             let name_of = |id: &String| {
                 hosts
                     .iter()
@@ -479,23 +479,36 @@ impl Stado {
 
 /// The failure of admitting the fleet's addresses in `loc`. When the driver says the application
 /// security group was not made (its step failed: nothing of the admission was made), the message
-/// leads with those words, as the seed has them, and says them once; any other failure (the subnet's
-/// own security group, a readmission, or a driver that does not say which step) is named as the
-/// admission's, never as the group's: the group may well have been made.
-fn admission_failure(e: &Error, loc: &str) -> Failure {
+/// leads with those words and says them once. Any other failure (the subnet, its own security group,
+/// a readmission, or a driver that does not say which step) is named as the admission's, never as the
+/// group's: the group may well have been made. What the driver says the failure left is named; and
+/// where no host of this home stands in `loc` (`first`), the group this admission may have made is
+/// named too, since stado never deletes it.
+fn admission_failure(e: &Error, loc: &str, first: bool, title: &str) -> Failure {
     let code = match e {
         Error::PermissionDenied { .. } => "denied",
+        Error::Leftovers { error, .. } if error.kind() == orca::ErrorKind::PermissionDenied => {
+            "denied"
+        }
         _ => "failed",
     };
-    let group_step = format!("the application security group {GROUP}-{loc} was not made");
+    let group = format!("{GROUP}-{loc}");
+    let group_step = format!("the application security group {group} was not made");
     let text = e.to_string();
-    let message = match text.find(&format!("{group_step}: ")) {
-        Some(at) => format!(
+    let message = match (e, text.find(&format!("{group_step}: "))) {
+        (Error::Leftovers { error, left }, _) => format!(
+            "admitting the fleet's addresses on SSH in {loc} failed: {error}; {title} still holds: {}",
+            left.join(", ")
+        ),
+        (_, Some(at)) => format!(
             "{group_step}: {}{}",
             &text[..at],
             &text[at + group_step.len() + 2..]
         ),
-        None => format!("admitting the fleet's addresses on SSH in {loc} failed: {text}"),
+        (_, None) if first => format!(
+            "admitting the fleet's addresses on SSH in {loc} failed: {text}; the application security group {group} may stand: an admission makes it first, and stado keeps it (one per location, never deleted)"
+        ),
+        (_, None) => format!("admitting the fleet's addresses on SSH in {loc} failed: {text}"),
     };
     Failure::new(message).with_code(code)
 }

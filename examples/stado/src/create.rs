@@ -303,6 +303,7 @@ impl Stado {
                 Failure::refused("--idle-minutes 0: at least one minute").with_code("invalid")
             );
         }
+        self.check_can_make_hosts()?;
         let _lock = self.lock_registry()?;
         let mut registry = Registry::load(&self.home)?;
 
@@ -732,17 +733,6 @@ impl Stado {
     ) -> Result<orca::Machine, Failure> {
         let title = self.cloud_title();
         let caps = self.provider.capabilities();
-        let lacking: Vec<&str> = ["ssh_keys", "ssh_sources", "admission_group", "disk_gb"]
-            .into_iter()
-            .filter(|o| !caps.options.honours(o))
-            .collect();
-        if !lacking.is_empty() {
-            return Err(Failure::new(format!(
-                "the {} provider cannot make a cloud host: it does not honour the machine option(s) {}",
-                self.kind,
-                lacking.join(", ")
-            )));
-        }
         let host_private = host_key.private_openssh()?;
         let mut spec = MachineSpec::new(&req.name, &req.size, &req.location, POOL)
             .with_user_data(cloudinit::user_data(
@@ -840,6 +830,30 @@ impl Stado {
             "cloud host {} was not made",
             req.name
         )))
+    }
+
+    /// Refuses a provider that cannot make what a cloud host needs (its machine options, SSH
+    /// admission), before any call: otherwise the admission would be made for a host that never can.
+    fn check_can_make_hosts(&self) -> Result<(), Failure> {
+        let caps = self.provider.capabilities();
+        let lacking: Vec<&str> = ["ssh_keys", "ssh_sources", "admission_group", "disk_gb"]
+            .into_iter()
+            .filter(|o| !caps.options.honours(o))
+            .collect();
+        if !lacking.is_empty() {
+            return Err(Failure::new(format!(
+                "the {} provider cannot make a cloud host: it does not honour the machine option(s) {}",
+                self.kind,
+                lacking.join(", ")
+            )));
+        }
+        if self.provider.ssh_admission().is_none() {
+            return Err(Failure::new(format!(
+                "the {} provider cannot admit addresses on SSH, which cloud hosts need",
+                self.kind
+            )));
+        }
+        Ok(())
     }
 
     /// The refusal of a name a VM that is not this home's holds.

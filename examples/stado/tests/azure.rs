@@ -315,6 +315,34 @@ async fn a_policy_deny_answers_at_the_application_security_group_naming_the_assi
     assert!(!lab.s.home.fleet_key("h1").exists());
 }
 
+/// A location whose subnet does not exist is refused naming the subnet, and whatever the refusal
+/// leaves in the resource group is named: nothing of the host is made, no key minted, nothing declared.
+#[tokio::test]
+async fn a_location_without_its_subnet_is_refused_naming_the_subnet_and_what_it_leaves() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    let r = lab.s.create(&request("h1", "northeurope", SIZE)).await;
+    let e = error(&r);
+    assert!(!r.ok);
+    assert!(
+        e.contains("/virtualNetworks/stado-net-northeurope/subnets/hosts"),
+        "the subnet is named: {e}"
+    );
+    let left: Vec<(String, String)> = lab
+        .resources()
+        .into_iter()
+        .filter(|x| !before.contains(x))
+        .collect();
+    for (kind, name) in &left {
+        assert!(
+            e.contains(name.as_str()),
+            "{kind} {name} stays and is not named: {e}"
+        );
+    }
+    assert!(!lab.s.home.fleet_key("h1").exists());
+    assert!(declared(&lab.s).is_empty());
+}
+
 /// A 403 for the next PUT whose path holds `path`.
 fn deny_next_put(lab: &Lab, path: &str) {
     lab.azure.control().inject(Rule::new(
@@ -348,10 +376,13 @@ async fn a_deny_after_the_application_security_group_does_not_say_it_was_not_mad
     assert_eq!(
         e,
         format!(
-            "admitting the fleet's addresses on SSH in {LOCATION} failed: permission denied: the rule stado-cloud-hosts of security group /subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkSecurityGroups/hosts-nsg was not written: put security rule stado-cloud-hosts: AuthorizationFailed: The client does not have authorization to perform this action. [put security rule stado-cloud-hosts]"
+            "admitting the fleet's addresses on SSH in {LOCATION} failed: permission denied: the rule stado-cloud-hosts of security group /subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Network/networkSecurityGroups/hosts-nsg was not written: put security rule stado-cloud-hosts: AuthorizationFailed: The client does not have authorization to perform this action. [put security rule stado-cloud-hosts]; the application security group stado-cloud-hosts-{LOCATION} may stand: an admission makes it first, and stado keeps it (one per location, never deleted)"
         )
     );
-    assert!(lab.resources().contains(&asg), "the group was made");
+    assert!(
+        lab.resources().contains(&asg),
+        "the group was made, and named"
+    );
     assert!(declared(&lab.s).is_empty());
 
     assert!(lab.create("h1").await.ok);

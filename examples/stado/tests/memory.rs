@@ -506,10 +506,10 @@ async fn a_policy_deny_answers_at_the_first_resource_and_nothing_is_created() {
     let r = lab.create("h1").await;
     let e = error(&r);
     // The in-memory provider's deny does not say which step it stopped at, so stado does not claim
-    // the group was not made: it names the admission.
+    // the group was not made: it names the admission, and the group it may have made.
     assert_eq!(
         e,
-        "admitting the fleet's addresses on SSH in zone-a failed: permission denied: injected PermissionDenied [admit_ssh]"
+        "admitting the fleet's addresses on SSH in zone-a failed: permission denied: injected PermissionDenied [admit_ssh]; the application security group stado-cloud-hosts-zone-a may stand: an admission makes it first, and stado keeps it (one per location, never deleted)"
     );
     assert_eq!(r.error.as_ref().unwrap().code, "denied");
     assert!(lab.cloud.all_machines().is_empty());
@@ -1363,4 +1363,70 @@ async fn a_key_minted_while_create_runs_is_kept_and_the_create_stops() {
         "one key, whole"
     );
     assert!(lab.in_cloud().is_empty(), "nothing was made");
+}
+
+/// The in-memory provider with one machine option taken away from its capabilities.
+#[derive(Debug)]
+struct Lacking {
+    inner: orca::memory::MemoryProvider,
+    option: &'static str,
+}
+
+#[async_trait::async_trait]
+impl Provider for Lacking {
+    fn kind(&self) -> &str {
+        self.inner.kind()
+    }
+    fn owner(&self) -> &str {
+        self.inner.owner()
+    }
+    fn capabilities(&self) -> orca::Capabilities {
+        let mut c = self.inner.capabilities();
+        c.options = c.options.with(self.option, false);
+        c
+    }
+    async fn arch(&self, machine_type: &str) -> orca::Result<orca::Arch> {
+        self.inner.arch(machine_type).await
+    }
+    async fn create(&self, spec: &MachineSpec) -> orca::Result<orca::Created> {
+        self.inner.create(spec).await
+    }
+    async fn machines(&self, pool: &str) -> orca::Result<Vec<orca::Machine>> {
+        self.inner.machines(pool).await
+    }
+    async fn machine(&self, id: &str) -> orca::Result<Option<orca::Machine>> {
+        self.inner.machine(id).await
+    }
+    async fn delete(&self, id: &str) -> orca::Result<bool> {
+        self.inner.delete(id).await
+    }
+    async fn hourly_price(&self, machine_type: &str, location: &str) -> orca::Result<orca::Price> {
+        self.inner.hourly_price(machine_type, location).await
+    }
+    fn ssh_admission(&self) -> Option<&dyn orca::SshAdmission> {
+        self.inner.ssh_admission()
+    }
+    fn credit_balance(&self) -> Option<&dyn orca::CreditBalance> {
+        self.inner.credit_balance()
+    }
+}
+
+/// A provider that cannot make what a cloud host needs is refused before any call to the cloud: no
+/// admission group is made for a host that could never be created.
+#[tokio::test]
+async fn a_provider_that_cannot_make_a_cloud_host_is_refused_before_any_cloud_call() {
+    let mut lab = lab();
+    let inner = lab.cloud.provider(&common::owner(&lab.s.home)).unwrap();
+    lab.s.provider = Arc::new(Lacking {
+        inner,
+        option: "disk_gb",
+    });
+    let r = lab.create("h1").await;
+    assert_eq!(
+        error(&r),
+        "the fake provider cannot make a cloud host: it does not honour the machine option(s) disk_gb"
+    );
+    assert_eq!(lab.cloud.requests(), 0, "no cloud call");
+    assert!(lab.cloud.admission_groups().is_empty());
+    assert!(!lab.s.home.fleet_key("h1").exists());
 }
