@@ -82,8 +82,10 @@ pub struct Stado {
     pub selection: Selection,
     /// Waits.
     pub timing: Timing,
-    /// Where progress lines go.
+    /// Where progress lines go: one as each step of create starts.
     pub progress: Option<Progress>,
+    /// Where what each step of create did goes, as it ends (a person reads it as it happens).
+    pub step_lines: Option<Progress>,
 }
 
 impl std::fmt::Debug for Stado {
@@ -147,6 +149,7 @@ impl Stado {
     /// fleet, both kept in the home; `azure` is orca's Azure driver from the profile's bindings and
     /// the system's OpenSSH client. The gates (provider enabled, bindings declared) are checked first.
     pub async fn open(home: Home, kind: &str, selection: Selection) -> Result<Stado, Failure> {
+        crate::profile::check_known_provider(kind)?;
         let profile = Profile::load(&home)?;
         profile.check_enabled(kind, &selection)?;
         profile.check_bindings()?;
@@ -168,6 +171,7 @@ impl Stado {
                     selection,
                     timing: Timing::quick(),
                     progress: None,
+                    step_lines: None,
                 })
             }
             "azure" => {
@@ -186,12 +190,12 @@ impl Stado {
                     selection,
                     timing: Timing::default(),
                     progress: None,
+                    step_lines: None,
                 })
             }
-            other => Err(Failure::new(format!(
-                "unknown provider {other:?}; stado knows azure and fake"
-            ))
-            .with_code("invalid")),
+            other => Err(crate::profile::check_known_provider(other)
+                .err()
+                .unwrap_or_else(|| Failure::new(format!("no provider {other:?} in this build")))),
         }
     }
 
@@ -211,6 +215,7 @@ impl Stado {
             selection: Selection::default(),
             timing: Timing::quick(),
             progress: None,
+            step_lines: None,
         }
     }
 
@@ -224,6 +229,15 @@ impl Stado {
         if let Some(p) = &self.progress {
             p(line);
         }
+    }
+
+    /// An error of the cloud in words a person acts on: on Azure, a credential it refused (or none
+    /// found) names every source of credentials stado tries.
+    pub(crate) fn cloud_error(&self, e: &Error) -> String {
+        if self.kind == "azure" && e.kind() == orca::ErrorKind::Unauthenticated {
+            return format!("{e}; {}", crate::azure::credential_sources());
+        }
+        e.to_string()
     }
 
     /// The profile, after the gates: the provider enabled, every binding declared, and the provider
@@ -386,7 +400,18 @@ impl Stado {
             let a = adm
                 .admit_ssh(GROUP, loc, sources, &ids)
                 .await
-                .map_err(|e| admission_failure(&e, loc, hosts.is_empty(), self.cloud_title()))?;
+                .map_err(|e| {
+                    let f = admission_failure(&e, loc, hosts.is_empty(), self.cloud_title());
+                    match e.kind() {
+                        orca::ErrorKind::Unauthenticated => Failure::new(format!(
+                            "{}; {}",
+                            f.message(),
+                            crate::azure::credential_sources()
+                        ))
+                        .with_code(f.code()),
+                        _ => f,
+                    }
+                })?;
             let name_of = |id: &String| {
                 hosts
                     .iter()
@@ -415,13 +440,19 @@ impl Stado {
             Ok(true) => {}
             Ok(false) => return Err(format!("VM {vm_id} (the delete did not finish)")),
             Err(Error::Leftovers { left, .. }) if !left.is_empty() => return Err(left.join(", ")),
-            Err(e) => return Err(format!("VM {vm_id} and what belongs to it ({e})")),
+            Err(e) => {
+                return Err(format!(
+                    "VM {vm_id} and what belongs to it ({})",
+                    self.cloud_error(&e)
+                ))
+            }
         }
         match self.provider.machine(vm_id).await {
             Ok(None) => Ok(()),
             Ok(Some(m)) => Err(format!("VM {vm_id} (still {})", power_word(&m))),
             Err(e) => Err(format!(
-                "VM {vm_id} (its absence could not be confirmed: {e})"
+                "VM {vm_id} (its absence could not be confirmed: {})",
+                self.cloud_error(&e)
             )),
         }
     }

@@ -203,13 +203,23 @@ impl Minted {
 
 struct Run<'a> {
     report: &'a mut CreateReport,
+    step_lines: Option<crate::cloud::Progress>,
 }
 
 impl Run<'_> {
     fn begin(&mut self, stado: &Stado, n: u8) {
         stado.say(&format!("[{n}/9] {}", STEPS[usize::from(n) - 1]));
     }
+    /// Shows what a step did as it ends.
+    fn show(&self, lines: &[String]) {
+        if let Some(sink) = &self.step_lines {
+            for l in lines {
+                sink(l);
+            }
+        }
+    }
     fn done(&mut self, n: u8, name: &'static str, lines: Vec<String>) {
+        self.show(&lines);
         self.report.steps.push(StepReport {
             step: n,
             name,
@@ -227,6 +237,8 @@ impl Run<'_> {
         mut lines: Vec<String>,
         f: Failure,
     ) -> Failure {
+        // What the step did before it failed is shown; the failure itself is the command's error.
+        self.show(&lines);
         lines.push(f.message().to_string());
         self.report.steps.push(StepReport {
             step: n,
@@ -266,6 +278,7 @@ impl Stado {
                 req,
                 &mut Run {
                     report: &mut report,
+                    step_lines: self.step_lines.clone(),
                 },
             )
             .await;
@@ -302,6 +315,14 @@ impl Stado {
             return Err(
                 Failure::refused("--idle-minutes 0: at least one minute").with_code("invalid")
             );
+        }
+        if let Some(known) = self.known_locations() {
+            if !known.contains(&req.location.as_str()) {
+                return Err(self.unknown_location(
+                    &req.location,
+                    &format!("its locations are {}", known.join(", ")),
+                ));
+            }
         }
         self.check_can_make_hosts()?;
         let _lock = self.lock_registry()?;
@@ -572,7 +593,25 @@ impl Stado {
                 run.done(9, "first_boot", vec![line]);
                 Ok(())
             }
-            Err(f) => Err(run.failed(9, "first_boot", f)),
+            Err(f) => {
+                // The host stays declared (delete and reap return it); list shows its boot failed.
+                let mut failed = target.clone();
+                failed.cloud = Some(CloudDecl {
+                    state: CloudState::FirstBootFailed,
+                    ..decl
+                });
+                registry.put_target(failed.clone());
+                run.report.host = Some(failed);
+                let f = match registry.save(&self.home) {
+                    Ok(()) => f,
+                    Err(e) => Failure::new(format!(
+                        "{}; the registry could not record that its first boot failed: {e}",
+                        f.message()
+                    ))
+                    .with_code(f.code()),
+                };
+                Err(run.failed(9, "first_boot", f))
+            }
         }
     }
 
@@ -618,10 +657,15 @@ impl Stado {
                 {
                     tracing::info!(location = %loc, error = %e, "the size has no price there");
                 }
+                Err(Error::InvalidSpec { field, rule }) if field == "location" => {
+                    return Err(self.unknown_location(loc, &rule))
+                }
                 Err(e) => {
                     return Err(Failure::new(format!(
-                        "{} {} has no on-demand price in {loc} (Retail Prices): {e}",
-                        title, req.size
+                        "{} {} has no on-demand price in {loc} (Retail Prices): {}",
+                        title,
+                        req.size,
+                        self.cloud_error(&e)
                     ))
                     .with_code("refused"))
                 }
@@ -666,7 +710,10 @@ impl Stado {
         lines.push(burn);
 
         let balance = credit.balance().await.map_err(|e| {
-            Failure::new(format!("the {title} credit balance could not be read: {e}"))
+            Failure::new(format!(
+                "the {title} credit balance could not be read: {}",
+                self.cloud_error(&e)
+            ))
         })?;
         if balance.currency != "USD" {
             return Err(Failure::refused(format!(
@@ -799,7 +846,8 @@ impl Stado {
                         Error::Leftovers { .. } => "leftovers",
                         _ => "failed",
                     };
-                    let mut msg = format!("cloud host {} was not made: {e}", req.name);
+                    let mut msg =
+                        format!("cloud host {} was not made: {}", req.name, self.cloud_error(&e));
                     if let Error::AlreadyExists { .. } = &e {
                         // Another owner's VM (or resource) of this name: the driver touched nothing.
                         let mut f = self.not_this_homes(&req.name, &e.to_string());
@@ -854,6 +902,20 @@ impl Stado {
             )));
         }
         Ok(())
+    }
+
+    /// The locations of the cloud, when stado can know them before any call: the in-memory cloud's.
+    fn known_locations(&self) -> Option<&'static [&'static str]> {
+        (self.provider.kind() == "fake").then_some(&orca::memory::LOCATIONS[..])
+    }
+
+    /// The refusal of a location the cloud does not have; `known` says what it has, or why not.
+    fn unknown_location(&self, location: &str, known: &str) -> Failure {
+        Failure::refused(format!(
+            "--location {location}: the {} cloud has no such location; {known}",
+            self.kind
+        ))
+        .with_code("invalid")
     }
 
     /// The refusal of a name a VM that is not this home's holds.

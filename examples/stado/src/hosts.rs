@@ -37,6 +37,8 @@ pub struct HostRow {
     pub vm_id: String,
     /// Whether its create stopped (or is still) before the host was enrolled and recorded.
     pub enrolling: bool,
+    /// Whether its first boot did not finish cleanly.
+    pub first_boot_failed: bool,
 }
 
 /// What list found.
@@ -79,6 +81,9 @@ impl ListReport {
             };
             if h.enrolling {
                 state.push_str(" (enrolling)");
+            }
+            if h.first_boot_failed {
+                state.push_str(" (first boot failed)");
             }
             rows.push([
                 h.name.clone(),
@@ -150,7 +155,7 @@ impl Stado {
             let (state, cause) = match read {
                 Ok(Some(m)) => (power_word(&m), None),
                 Ok(None) => ("absent".to_string(), None),
-                Err(e) => ("unread".to_string(), Some(e.to_string())),
+                Err(e) => ("unread".to_string(), Some(self.cloud_error(&e))),
             };
             hosts.push(HostRow {
                 name: t.name.clone(),
@@ -165,6 +170,7 @@ impl Stado {
                 created_at: c.created_at,
                 vm_id: c.vm_id.clone(),
                 enrolling: c.state == CloudState::Enrolling,
+                first_boot_failed: c.state == CloudState::FirstBootFailed,
             });
         }
         let running: Vec<&HostRow> = hosts.iter().filter(|h| h.state == "running").collect();
@@ -191,6 +197,13 @@ impl Stado {
             .find(|(t, _)| t.name == name)
             .map(|(_, c)| (*c).clone())
         else {
+            if let Some(other) = registry.target(name).and_then(|t| t.cloud.as_ref()) {
+                return Err(Failure::refused(format!(
+                    "the registry declares no {kind} cloud host {name}: {name} is a cloud host of the provider {p} (stado cloud host delete {name} --provider {p} deletes it)",
+                    kind = self.kind,
+                    p = other.provider
+                )));
+            }
             let names: Vec<&str> = declared.iter().map(|(t, _)| t.name.as_str()).collect();
             return Err(Failure::refused(format!(
                 "the registry declares no {} cloud host {name} (it declares {})",

@@ -18,6 +18,7 @@
 //! Not here: the builds themselves (`stado host kompilator`), and the coordinator beyond
 //! `stado cloud host reap --apply --every SECONDS`.
 
+pub mod azure;
 pub mod channel;
 pub mod cloud;
 pub mod cloudinit;

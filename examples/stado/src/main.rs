@@ -2,7 +2,6 @@
 //! (`stado config`), the registry (`stado registry`), fleet keys (`stado fleet key generate`) and, for
 //! `--provider fake`, the simulation's controls (`stado fake`).
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -321,10 +320,14 @@ fn with_ok(mut v: Value, ok: bool) -> Value {
     v
 }
 
+/// stado on `provider` for one command: progress goes to stderr as it happens, terminal or not (a
+/// create stopped half-way leaves the step it reached), and, for a person, what each step of create
+/// did goes to stdout as the step ends.
 async fn open(home: Home, provider: &str, json: bool) -> Result<Stado, Failure> {
     let mut s = Stado::open(home, provider, Selection::from_env()).await?;
-    if std::io::stderr().is_terminal() && !json {
-        s.progress = Some(Arc::new(|l: &str| eprintln!("stado: {l}")));
+    s.progress = Some(Arc::new(|l: &str| eprintln!("stado: {l}")));
+    if !json {
+        s.step_lines = Some(Arc::new(|l: &str| println!("{l}")));
     }
     Ok(s)
 }
@@ -354,15 +357,10 @@ async fn run(cli: Cli) -> Result<Answer, Failure> {
                         idle_minutes,
                     })
                     .await;
-                let mut lines = r.lines();
-                if let Some(e) = &r.error {
-                    if !lines.contains(&e.message) {
-                        lines.push(e.message.clone());
-                    }
-                }
+                // Each step's lines were printed as it ended; the error goes to stderr.
                 Ok(Answer {
                     json: to_json(&r),
-                    lines,
+                    lines: Vec::new(),
                     ok: r.ok,
                 })
             }
@@ -440,6 +438,7 @@ async fn reap_every(
 ) -> Result<Answer, Failure> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| Failure::new(format!("could not watch SIGTERM: {e}")))?;
+    stado::profile::check_known_provider(provider)?;
     loop {
         let tick = async {
             // The applied pass runs when the provider is enabled and a cloud host is declared.

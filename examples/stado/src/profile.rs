@@ -20,6 +20,21 @@ pub const AZURE_BINDINGS: [&str; 6] = [
     "azure.vm_username",
 ];
 
+/// The providers stado knows: Azure, and Azure simulated in memory (`fake`).
+pub const PROVIDERS: [&str; 2] = ["azure", "fake"];
+
+/// Refuses a provider stado does not know, naming the ones it knows.
+pub fn check_known_provider(kind: &str) -> Result<(), Failure> {
+    if PROVIDERS.contains(&kind) {
+        return Ok(());
+    }
+    Err(Failure::new(format!(
+        "unknown provider {kind:?}; stado knows {}",
+        PROVIDERS.join(" and ")
+    ))
+    .with_code("invalid"))
+}
+
 /// The environment variable that names the enabled providers for one invocation.
 pub const PROVIDERS_ENV: &str = "WC_PROVIDERS";
 /// The environment variable that names the disabled providers for one invocation.
@@ -255,6 +270,12 @@ impl Profile {
                     {
                         return Err(bad("names of a-z, 0-9 and '-'"));
                     }
+                    if key != "azure.locations" && !PROVIDERS.contains(&i.as_str()) {
+                        return Err(bad(&format!(
+                            "providers stado knows ({})",
+                            PROVIDERS.join(", ")
+                        )));
+                    }
                 }
                 Value::Array(items.into_iter().map(Value::String).collect())
             }
@@ -336,11 +357,57 @@ impl Profile {
         (enabled, disabled)
     }
 
-    /// Refuses `kind` unless it is enabled (in providers, not in providers_disabled).
+    /// Refuses `kind` unless it is enabled (in providers, not in providers_disabled), saying what
+    /// enables it: a change of the profile, or of the environment's selection for this invocation.
     pub fn check_enabled(&self, kind: &str, sel: &Selection) -> Result<(), Failure> {
         let (enabled, disabled) = self.providers(sel);
-        if enabled.iter().any(|p| p == kind) && !disabled.iter().any(|p| p == kind) {
+        let listed = enabled.iter().any(|p| p == kind);
+        let off = disabled.iter().any(|p| p == kind);
+        if listed && !off {
             return Ok(());
+        }
+        // Each list comes from the environment when it sets it, else from the profile: the change
+        // that enables `kind` is made where the list that stops it comes from.
+        let mut commands = Vec::new();
+        let mut conditions = Vec::new();
+        if !listed {
+            if sel.providers.is_some() {
+                conditions.push(format!("{PROVIDERS_ENV} names {kind}"));
+            } else {
+                let with: Vec<&str> = enabled.iter().map(String::as_str).chain([kind]).collect();
+                commands.push(format!("stado config set providers {}", with.join(",")));
+            }
+        }
+        if off {
+            if sel.disabled.is_some() {
+                conditions.push(format!("{DISABLED_ENV} does not name {kind}"));
+            } else {
+                let rest: Vec<&str> = disabled
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|p| *p != kind)
+                    .collect();
+                commands.push(if rest.is_empty() {
+                    "stado config unset providers_disabled".to_string()
+                } else {
+                    format!("stado config set providers_disabled {}", rest.join(","))
+                });
+            }
+        }
+        let mut hints = Vec::new();
+        if !commands.is_empty() {
+            let verb = if commands.len() == 1 {
+                "enables"
+            } else {
+                "enable"
+            };
+            hints.push(format!("{} {verb} it", commands.join(" and ")));
+        }
+        if !conditions.is_empty() {
+            hints.push(format!(
+                "this invocation enables it when {}",
+                conditions.join(" and ")
+            ));
         }
         let show = |v: &[String]| {
             if v.is_empty() {
@@ -355,9 +422,10 @@ impl Profile {
             String::new()
         };
         Err(Failure::refused(format!(
-            "the provider {kind} is not enabled in this profile (providers: {}; providers_disabled: {}){whence}; stado config set providers {kind} enables it",
+            "the provider {kind} is not enabled in this profile (providers: {}; providers_disabled: {}){whence}; {}",
             show(&enabled),
             show(&disabled),
+            hints.join("; ")
         )))
     }
 

@@ -104,8 +104,8 @@ pub struct CloudDecl {
     pub created_at: Timestamp,
     /// Whether its create recorded it whole (`ready`), or it is declared from the moment its VM was
     /// made until the create enrols and records it (`enrolling`, which stays when the create stopped
-    /// half-way: list, delete and reap see it and can remove it). Absent (a registry written before
-    /// this field): `ready`.
+    /// half-way: list, delete and reap see it and can remove it), or its first boot did not finish
+    /// cleanly (`first_boot_failed`). Absent (a registry written before this field): `ready`.
     #[serde(default)]
     pub state: CloudState,
 }
@@ -119,6 +119,9 @@ pub enum CloudState {
     /// Enrolled and recorded whole (step 8).
     #[default]
     Ready,
+    /// Enrolled and recorded, but its first boot did not finish cleanly (step 9): it is billed and
+    /// reachable, and delete and reap return it as any other.
+    FirstBootFailed,
 }
 
 impl Target {

@@ -343,6 +343,34 @@ async fn a_location_without_its_subnet_is_refused_naming_the_subnet_and_what_it_
     assert!(declared(&lab.s).is_empty());
 }
 
+/// A credential Azure does not take is refused naming every credential source stado tries, in order,
+/// before anything is made.
+#[tokio::test]
+async fn a_credential_that_does_not_work_names_every_source_stado_tries() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    let p = Profile::load(&lab.s.home).unwrap();
+    let settings = stado::cloud::azure_settings(&p, |k| match k {
+        "ORCA_AZURE_ACCESS_TOKEN" => Some("not-the-fakes-token".to_string()),
+        "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
+        _ => None,
+    });
+    let provider = orca::of_with("azure", &p.owner(), &settings).await.unwrap();
+    let s = common::stado_on(lab.s.home.clone(), "azure", provider, &lab.fleet);
+    let r = s.create(&request("h1", LOCATION, SIZE)).await;
+    let e = error(&r);
+    assert!(
+        e.starts_with("the Azure credit balance could not be read: unauthenticated: "),
+        "{e}"
+    );
+    assert!(
+        e.ends_with("; stado takes the Azure credential from its environment, trying in this order: ORCA_AZURE_ACCESS_TOKEN (a bearer token); AZURE_CLIENT_SECRET with AZURE_TENANT_ID and AZURE_CLIENT_ID (a service principal); AZURE_FEDERATED_TOKEN_FILE with AZURE_TENANT_ID and AZURE_CLIENT_ID (a workload identity); a managed identity (IDENTITY_ENDPOINT or MSI_ENDPOINT, else the metadata service of the Azure VM stado runs on); the Azure CLI (az login); ORCA_AZURE_CREDENTIAL picks one of them"),
+        "{e}"
+    );
+    assert!(!e.contains("not-the-fakes-token"), "never the token: {e}");
+    assert_eq!(lab.resources(), before, "nothing was made");
+}
+
 /// A 403 for the next PUT whose path holds `path`.
 fn deny_next_put(lab: &Lab, path: &str) {
     lab.azure.control().inject(Rule::new(

@@ -458,3 +458,76 @@ fn reap_every_json_prints_one_object_per_tick_and_none_when_it_stops() {
         );
     }
 }
+
+/// create says what it did on stdout, and its progress (a line per step, as each starts) and its error
+/// on stderr as `stado: ...`, as every command does, on a terminal or not.
+#[test]
+fn create_writes_progress_and_errors_on_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up(home);
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    let out = stado(home, &create);
+    assert!(out.status.success());
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stderr.contains("stado: [1/9] checking the name\n"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("stado: [9/9] waiting for cloud-init and asking for rustc, node and npm\n"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("[1/9]"), "{stdout}");
+    assert!(stdout.contains("first boot: cloud-init done"), "{stdout}");
+
+    let out = stado(home, &create);
+    assert!(!out.status.success());
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("already registered"),
+        "the error is not on stdout"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .ends_with("stado: target 'h1' is already registered\n"));
+
+    ok(home, &["fake", "cloud", "--credit", "20.05"]);
+    create[3] = "h2";
+    let out = stado(home, &create);
+    assert!(!out.status.success());
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.contains("projected hourly burn: "), "{stdout}");
+    assert!(!stdout.contains("is refused"), "{stdout}");
+    assert!(
+        stderr.contains("\nstado: creating cloud host h2 (amd64-small) in zone-a is refused: "),
+        "{stderr}"
+    );
+}
+
+/// A provider stado does not know is refused naming the ones it knows, in the profile and on the
+/// command line.
+#[test]
+fn an_unknown_provider_is_refused_naming_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    let out = stado(home, &["config", "set", "providers", "aws"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "stado: providers: providers stado knows (azure, fake), got \"aws\""
+    );
+    let out = stado(home, &["config", "set", "providers_disabled", "azure,aws"]);
+    assert!(!out.status.success());
+    let out = stado(home, &["cloud", "host", "list", "--provider", "aws"]);
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "stado: unknown provider \"aws\"; stado knows azure and fake"
+    );
+}

@@ -1430,3 +1430,109 @@ async fn a_provider_that_cannot_make_a_cloud_host_is_refused_before_any_cloud_ca
     assert!(lab.cloud.admission_groups().is_empty());
     assert!(!lab.s.home.fleet_key("h1").exists());
 }
+
+/// A host declared on another provider is no host of this one: delete says on which provider it is
+/// declared and how to delete it there, and touches nothing.
+#[tokio::test]
+async fn delete_names_the_provider_a_host_of_another_provider_is_declared_on() {
+    let lab = lab();
+    assert!(lab.create("t1").await.ok);
+    let mut reg = Registry::load(&lab.s.home).unwrap();
+    let mut t = reg.target("t1").unwrap().clone();
+    t.cloud.as_mut().unwrap().provider = "azure".into();
+    reg.put_target(t);
+    reg.save(&lab.s.home).unwrap();
+    let e = lab.s.delete("t1").await.unwrap_err();
+    assert_eq!(
+        e.message(),
+        "the registry declares no fake cloud host t1: t1 is a cloud host of the provider azure (stado cloud host delete t1 --provider azure deletes it)"
+    );
+    assert_eq!(e.code(), "refused");
+    assert_eq!(lab.in_cloud().len(), 1, "nothing was deleted");
+    assert!(Registry::load(&lab.s.home).unwrap().target("t1").is_some());
+}
+
+/// A provider the profile disables is refused with the change that enables it: the profile's
+/// providers_disabled, or the environment's selection for this invocation, never a `config set
+/// providers` that would change nothing.
+#[tokio::test]
+async fn a_disabled_provider_is_refused_with_the_hint_that_enables_it() {
+    let mut lab = lab();
+    lab.set_profile("providers_disabled", Some("fake"));
+    let e = lab.s.list().await.unwrap_err();
+    assert_eq!(
+        e.message(),
+        "the provider fake is not enabled in this profile (providers: fake; providers_disabled: fake); stado config unset providers_disabled enables it"
+    );
+    lab.set_profile("providers_disabled", Some("azure,fake"));
+    assert!(lab
+        .s
+        .list()
+        .await
+        .unwrap_err()
+        .message()
+        .ends_with("; stado config set providers_disabled azure enables it"));
+    lab.set_profile("providers_disabled", None);
+    lab.set_profile("providers", Some("azure"));
+    assert!(lab
+        .s
+        .list()
+        .await
+        .unwrap_err()
+        .message()
+        .ends_with("; stado config set providers azure,fake enables it"));
+    lab.s.selection = Selection {
+        providers: Some("azure".into()),
+        disabled: Some("fake".into()),
+    };
+    let e = lab.s.list().await.unwrap_err();
+    assert!(
+        e.message().ends_with("as WC_PROVIDERS / WC_DISABLED_PROVIDERS select them for this invocation; this invocation enables it when WC_PROVIDERS names fake and WC_DISABLED_PROVIDERS does not name fake"),
+        "{e}"
+    );
+}
+
+/// A location the cloud does not have is refused as an unknown location, naming the ones it has,
+/// before any call to the cloud.
+#[tokio::test]
+async fn an_unknown_location_is_refused_naming_the_known_ones() {
+    let lab = lab();
+    let r = lab.s.create(&request("h1", "zone-q", "amd64-small")).await;
+    assert_eq!(
+        error(&r),
+        "--location zone-q: the fake cloud has no such location; its locations are zone-a, zone-b, zone-c"
+    );
+    assert_eq!(r.error.as_ref().unwrap().code, "invalid");
+    assert_eq!(lab.cloud.requests(), 0, "no cloud call");
+}
+
+/// A host whose first boot did not finish cleanly stays declared, and list says so beside its power
+/// state.
+#[tokio::test]
+async fn a_host_whose_first_boot_failed_shows_it_in_list() {
+    let lab = lab();
+    lab.fleet
+        .update("h1", |h| h.first_boot = FirstBoot::Error)
+        .unwrap();
+    assert!(!lab.create("h1").await.ok);
+    assert!(lab.create("h2").await.ok);
+    let l = lab.s.list().await.unwrap();
+    let row = |n: &str| l.hosts.iter().find(|h| h.name == n).unwrap().clone();
+    assert_eq!(
+        (row("h1").state.as_str(), row("h1").first_boot_failed),
+        ("running", true)
+    );
+    assert!(!row("h2").first_boot_failed);
+    let lines = l.lines();
+    assert!(
+        lines
+            .iter()
+            .any(|x| x.starts_with("h1 ") && x.contains("running (first boot failed)")),
+        "{lines:?}"
+    );
+    assert!(!lines
+        .iter()
+        .any(|x| x.starts_with("h2 ") && x.contains("first boot")));
+    let j = serde_json::to_value(&l).unwrap();
+    assert_eq!(j["hosts"][0]["first_boot_failed"], true);
+}
