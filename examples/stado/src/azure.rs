@@ -1,6 +1,60 @@
-//! What stado needs to know of orca's Azure driver: where it looks for a credential.
+//! stado on orca's Azure driver: the driver's settings from the profile's bindings and the
+//! environment's credential, and where the driver looks for a credential.
+//!
+//! Every setting is named by the driver's typed key ([`ConfigKey`]), never by a copy of its name.
 
 use orca::azure::ConfigKey;
+use orca::kit::ClientKey;
+
+use crate::profile::Profile;
+
+/// Each profile binding and the driver's setting it gives.
+pub const BINDINGS: [(&str, ConfigKey); 10] = [
+    ("azure.subscription_id", ConfigKey::SubscriptionId),
+    ("azure.resource_group", ConfigKey::ResourceGroup),
+    ("azure.vnet", ConfigKey::Vnet),
+    ("azure.subnet", ConfigKey::Subnet),
+    ("azure.image_urn", ConfigKey::Image),
+    ("azure.vm_username", ConfigKey::AdminUser),
+    ("azure.endpoint", ConfigKey::Endpoint),
+    ("azure.prices_endpoint", ConfigKey::PricesEndpoint),
+    ("azure.billing_account", ConfigKey::BillingAccount),
+    ("azure.billing_profile", ConfigKey::BillingProfile),
+];
+
+/// The credential settings the driver reads, taken from this process's environment only (never
+/// from the profile: they are secrets, or point at them).
+pub const CREDENTIAL_KEYS: [ConfigKey; 8] = [
+    ConfigKey::Credential,
+    ConfigKey::FederatedTokenFile,
+    ConfigKey::AccessToken,
+    ConfigKey::TenantId,
+    ConfigKey::ClientId,
+    ConfigKey::ClientSecret,
+    ConfigKey::IdentityEndpoint,
+    ConfigKey::MsiEndpoint,
+];
+
+/// The Azure driver's settings for `profile`'s bindings, with the credential settings and the client
+/// settings every orca driver takes (timeouts, poll interval, retry budget) that `env` holds.
+pub fn settings(profile: &Profile, env: impl Fn(&str) -> Option<String>) -> orca::Settings {
+    let mut s = orca::Settings::new();
+    for (binding, key) in BINDINGS {
+        if let Some(v) = profile.get(binding) {
+            s.insert(key.as_str(), v);
+        }
+    }
+    let from_env = CREDENTIAL_KEYS
+        .iter()
+        .map(|k| k.as_str())
+        .chain(ClientKey::ALL.iter().map(|k| k.as_str()));
+    for key in from_env {
+        if let Some(v) = env(key).filter(|v| !v.is_empty()) {
+            s.insert(key, v);
+        }
+    }
+    s
+}
 
 /// Where the Azure driver looks for a credential, in the order it tries them, in words a person acts
 /// on (the driver's own error names only the last source it tried).
@@ -15,4 +69,31 @@ pub fn credential_sources() -> String {
         ConfigKey::MsiEndpoint,
         ConfigKey::Credential,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bindings_map_onto_the_azure_drivers_keys_and_credentials_come_from_the_environment() {
+        let mut p = Profile::default();
+        p.set("azure.subscription_id", "sub-1").unwrap();
+        p.set("azure.vm_username", "stado").unwrap();
+        p.set(
+            "azure.image_urn",
+            "Canonical:ubuntu-24_04-lts:server:latest",
+        )
+        .unwrap();
+        let env = |k: &str| (k == "AZURE_CLIENT_SECRET").then(|| "hunter2".to_string());
+        let s = settings(&p, env);
+        assert_eq!(s.get(ConfigKey::SubscriptionId.as_str()), Some("sub-1"));
+        assert_eq!(s.get(ConfigKey::AdminUser.as_str()), Some("stado"));
+        assert_eq!(
+            s.get(ConfigKey::Image.as_str()),
+            Some("Canonical:ubuntu-24_04-lts:server:latest")
+        );
+        assert_eq!(s.get(ConfigKey::ClientSecret.as_str()), Some("hunter2"));
+        assert!(!format!("{s:?}").contains("hunter2"));
+    }
 }

@@ -18,22 +18,25 @@
 //! Not here: the builds themselves (`stado host kompilator`), and the coordinator beyond
 //! `stado cloud host reap --apply --every SECONDS`.
 
+pub mod admission;
 pub mod azure;
 pub mod channel;
 pub mod cloud;
 pub mod cloudinit;
 pub mod create;
+pub mod delete;
 pub mod error;
 pub mod home;
-pub mod hosts;
 pub mod keys;
+pub mod list;
 pub mod profile;
 pub mod reap;
 pub mod registry;
 
 pub use cloud::{Stado, Timing};
 pub use create::{CreateReport, CreateRequest};
+pub use delete::DeleteReport;
 pub use error::Failure;
 pub use home::Home;
-pub use hosts::{DeleteReport, ListReport};
+pub use list::ListReport;
 pub use reap::{ReapReport, Verdict};

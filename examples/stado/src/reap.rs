@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 use orca::Timestamp;
 use serde::Serialize;
 
+use crate::admission::AdmissionReport;
 use crate::channel::{commands, Endpoint};
-use crate::cloud::{power_word, AdmissionReport, Stado};
+use crate::cloud::Stado;
 use crate::error::Failure;
+use crate::list::power_word;
 use crate::registry::{CloudDecl, CloudState, Egress, Registry, Target};
 
 /// How a host was judged.

@@ -73,7 +73,7 @@ async fn lab_in(azure: Arc<FakeAzure>) -> Lab {
 /// The provider as `stado --provider azure` builds it: the profile's bindings on the driver's keys,
 /// the credential from the environment (here a static token).
 async fn azure_provider(p: &Profile) -> Arc<dyn Provider> {
-    let settings = stado::cloud::azure_settings(p, |k| match k {
+    let settings = stado::azure::settings(p, |k| match k {
         "ORCA_AZURE_ACCESS_TOKEN" => Some(TOKEN.to_string()),
         // The fake finishes its operations at once: poll it often.
         "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
@@ -350,7 +350,7 @@ async fn a_credential_that_does_not_work_names_every_source_stado_tries() {
     let lab = lab(&[]).await;
     let before = lab.resources();
     let p = Profile::load(&lab.s.home).unwrap();
-    let settings = stado::cloud::azure_settings(&p, |k| match k {
+    let settings = stado::azure::settings(&p, |k| match k {
         "ORCA_AZURE_ACCESS_TOKEN" => Some("not-the-fakes-token".to_string()),
         "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
         _ => None,
@@ -663,7 +663,7 @@ async fn readmission_list_delete_and_reap() {
 async fn every_other_interface_in_the_subnet_is_left_as_it_was() {
     let lab = lab(&[("team-a", 100)]).await;
     let p = Profile::load(&lab.s.home).unwrap();
-    let settings = stado::cloud::azure_settings(&p, |k| match k {
+    let settings = stado::azure::settings(&p, |k| match k {
         "ORCA_AZURE_ACCESS_TOKEN" => Some(TOKEN.to_string()),
         "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
         _ => None,

@@ -1,11 +1,11 @@
-//! `stado cloud host list` and `stado cloud host delete`.
+//! `stado cloud host list`: each declared host with its VM's power state, read on its own.
 
 use std::collections::BTreeMap;
 
-use orca::Timestamp;
+use orca::{Status, Timestamp};
 use serde::Serialize;
 
-use crate::cloud::{power_word, usd, Stado};
+use crate::cloud::{usd, Stado};
 use crate::error::Failure;
 use crate::registry::{CloudState, Egress, Registry};
 
@@ -123,21 +123,6 @@ impl ListReport {
     }
 }
 
-/// What delete did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DeleteReport {
-    /// `delete`.
-    pub command: &'static str,
-    /// The host.
-    pub name: String,
-    /// The provider kind.
-    pub provider: String,
-    /// Its VM's id.
-    pub vm_id: String,
-    /// Whether everything is gone and the entry removed.
-    pub deleted: bool,
-}
-
 impl Stado {
     /// Lists each declared host with its VM's power state, read on its own.
     pub async fn list(&self) -> Result<ListReport, Failure> {
@@ -183,45 +168,16 @@ impl Stado {
             egress: registry.cloud_hosts.egress.clone(),
         })
     }
+}
 
-    /// Deletes the declared cloud host `name`: its VM with the OS disk, the interface, the security
-    /// group and the public address, each confirmed gone; only then the registry entry and the fleet
-    /// key. What the cloud still holds keeps the entry.
-    pub async fn delete(&self, name: &str) -> Result<DeleteReport, Failure> {
-        self.gated_profile()?;
-        let _lock = self.lock_registry()?;
-        let mut registry = Registry::load(&self.home)?;
-        let declared = registry.cloud_hosts(&self.kind);
-        let Some(decl) = declared
-            .iter()
-            .find(|(t, _)| t.name == name)
-            .map(|(_, c)| (*c).clone())
-        else {
-            if let Some(other) = registry.target(name).and_then(|t| t.cloud.as_ref()) {
-                return Err(Failure::refused(format!(
-                    "the registry declares no {kind} cloud host {name}: {name} is a cloud host of the provider {p} (stado cloud host delete {name} --provider {p} deletes it)",
-                    kind = self.kind,
-                    p = other.provider
-                )));
-            }
-            let names: Vec<&str> = declared.iter().map(|(t, _)| t.name.as_str()).collect();
-            return Err(Failure::refused(format!(
-                "the registry declares no {} cloud host {name} (it declares {})",
-                self.cloud_title(),
-                if names.is_empty() {
-                    "none".to_string()
-                } else {
-                    names.join(", ")
-                }
-            )));
-        };
-        self.remove_host(&mut registry, name, &decl).await?;
-        Ok(DeleteReport {
-            command: "delete",
-            name: name.to_string(),
-            provider: self.kind.clone(),
-            vm_id: decl.vm_id,
-            deleted: true,
-        })
+/// The power state word of a VM: running, deallocated, stopped, starting, ...
+pub fn power_word(m: &orca::Machine) -> String {
+    match m.status {
+        Status::Running => "running".into(),
+        Status::Stopped if m.cloud_status.to_ascii_lowercase().contains("stopped") => {
+            "stopped".into()
+        }
+        Status::Stopped => "deallocated".into(),
+        other => other.as_str().into(),
     }
 }

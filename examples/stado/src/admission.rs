@@ -1,0 +1,264 @@
+//! The fleet's addresses and their admission on SSH, which create and reap share: each
+//! `cloud_hosts.admit_from` host is asked for its public address over its host channel, and exactly
+//! those addresses are admitted on port 22 in each location, every declared cloud host readmitted.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use orca::Error;
+use serde::Serialize;
+
+use crate::channel::{commands, Endpoint};
+use crate::cloud::{truncate, Stado, GROUP};
+use crate::error::Failure;
+use crate::profile::Profile;
+use crate::registry::{Egress, Registry};
+
+/// The hint that names the fleet hosts cloud hosts admit.
+const ADMIT_FROM_HINT: &str = "stado registry set --path cloud_hosts --value '{\"admit_from\":[\"build-host\"]}' names the fleet hosts that reach cloud hosts";
+
+/// What admitting the fleet's addresses in one location did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AdmissionReport {
+    /// The location.
+    pub location: String,
+    /// The admission group's id (the application security group).
+    pub group: String,
+    /// The subnet's own security group, when it has one.
+    pub security_group: Option<String>,
+    /// The rule on it.
+    pub rule: Option<String>,
+    /// The rule's priority.
+    pub priority: Option<u32>,
+    /// The addresses admitted.
+    pub sources: Vec<String>,
+    /// The declared hosts readmitted.
+    pub readmitted: Vec<String>,
+    /// Declared hosts whose VM is absent.
+    pub absent: Vec<String>,
+}
+
+impl AdmissionReport {
+    /// One line for a person.
+    pub fn line(&self) -> String {
+        let mut s = format!(
+            "admission in {}: {} on SSH to the application security group {}",
+            self.location,
+            self.sources.join(", "),
+            self.group
+        );
+        match (&self.security_group, &self.rule, self.priority) {
+            (Some(g), Some(r), Some(p)) => {
+                s.push_str(&format!("; rule {r} at priority {p} on {g}"))
+            }
+            _ => s.push_str("; the subnet carries no security group of its own"),
+        }
+        if !self.readmitted.is_empty() {
+            s.push_str(&format!("; readmitted {}", self.readmitted.join(", ")));
+        }
+        if !self.absent.is_empty() {
+            s.push_str(&format!("; absent: {}", self.absent.join(", ")));
+        }
+        s
+    }
+}
+
+/// One admit_from host's answer: its address, or why it gave none; and when it came.
+type Answer = (String, Result<String, String>, orca::Timestamp);
+
+impl Stado {
+    /// Asks each `cloud_hosts.admit_from` host for its public address and records the answers in
+    /// `cloud_hosts.egress` (saved); the sources to admit, or why not.
+    pub(crate) async fn measure_egress(
+        &self,
+        profile: &Profile,
+        registry: &mut Registry,
+    ) -> Result<Vec<String>, Failure> {
+        let hosts = admit_from(registry)?;
+        let api = profile.get("api.url").ok_or_else(|| {
+            Failure::refused(
+                "the profile declares no api.url, the product site that tells a fleet host its public address (<api.url>/api/egress); stado config set api.url declares it",
+            )
+        })?;
+        let endpoints = hosts
+            .iter()
+            .map(|h| fleet_endpoint(registry, h))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut failure = None;
+        let mut read = BTreeMap::new();
+        for (name, answer, read_at) in self.ask_egress(&endpoints, &api).await {
+            match answer {
+                Ok(address) => {
+                    read.insert(name, Egress { address, read_at });
+                }
+                Err(cause) if failure.is_none() => {
+                    failure = Some(Failure::new(format!(
+                        "the admit_from host {name} did not tell its public address (curl of {api}/api/egress over its host channel): {cause}"
+                    )));
+                }
+                Err(_) => {}
+            }
+        }
+        // What was read is kept even when another host did not answer; hosts no longer named go.
+        registry.cloud_hosts.egress.retain(|k, _| hosts.contains(k));
+        let mut sources = BTreeSet::new();
+        for (k, v) in read {
+            sources.insert(cidr(&v.address));
+            registry.cloud_hosts.egress.insert(k, v);
+        }
+        registry.save(&self.home)?;
+        match failure {
+            Some(f) => Err(f),
+            None => Ok(sources.into_iter().collect()),
+        }
+    }
+
+    /// Asks every host of `endpoints` at once for the address `<api>/api/egress` sees it at. Each
+    /// answer is stamped when it arrives: the time its address was read, not the time the slowest
+    /// host answered.
+    async fn ask_egress(&self, endpoints: &[Endpoint], api: &str) -> Vec<Answer> {
+        let command = commands::egress(api);
+        futures::future::join_all(endpoints.iter().map(|ep| {
+            let command = command.clone();
+            async move {
+                let answer = match self.channel.run(ep, &command, self.timing.command).await {
+                    Ok(out) if out.status == 0 => {
+                        let text = out.stdout.trim().to_string();
+                        text.parse::<std::net::IpAddr>()
+                            .map(|ip| ip.to_string())
+                            .map_err(|_| {
+                                format!("it answered {:?}, not an address", truncate(&text, 60))
+                            })
+                    }
+                    Ok(out) => Err(format!("curl exited {}: {}", out.status, out.last_words())),
+                    Err(e) => Err(e),
+                };
+                (ep.name.clone(), answer, chrono::Utc::now())
+            }
+        }))
+        .await
+    }
+
+    /// Admits `sources` on SSH in each of `locations` (the first first), readmitting the declared
+    /// cloud hosts of each.
+    pub(crate) async fn admit(
+        &self,
+        registry: &Registry,
+        locations: &[String],
+        sources: &[String],
+    ) -> Result<Vec<AdmissionReport>, Failure> {
+        let Some(adm) = self.provider.ssh_admission() else {
+            return Err(Failure::new(format!(
+                "the {} provider cannot admit addresses on SSH, which cloud hosts need",
+                self.kind
+            )));
+        };
+        let mut reports = Vec::new();
+        for loc in locations {
+            let hosts: Vec<(String, String)> = registry
+                .cloud_hosts(&self.kind)
+                .into_iter()
+                .filter(|(_, c)| &c.location == loc)
+                .map(|(t, c)| (t.name.clone(), c.vm_id.clone()))
+                .collect();
+            let ids: Vec<String> = hosts.iter().map(|(_, id)| id.clone()).collect();
+            let a = adm
+                .admit_ssh(GROUP, loc, sources, &ids)
+                .await
+                .map_err(|e| self.admission_failure(&e, loc, hosts.is_empty()))?;
+            let name_of = |id: &String| {
+                hosts
+                    .iter()
+                    .find(|(_, i)| i == id)
+                    .map(|(n, _)| n.clone())
+                    .unwrap_or_else(|| id.clone())
+            };
+            reports.push(AdmissionReport {
+                location: loc.clone(),
+                group: a.group.clone(),
+                security_group: a.rule.as_ref().map(|r| r.security_group.clone()),
+                rule: a.rule.as_ref().map(|r| r.name.clone()),
+                priority: a.rule.as_ref().map(|r| r.priority),
+                sources: sources.to_vec(),
+                readmitted: a.readmitted.iter().map(name_of).collect(),
+                absent: a.missing.iter().map(name_of).collect(),
+            });
+        }
+        Ok(reports)
+    }
+
+    /// The failure of admitting the fleet's addresses in `loc`. When the driver says the application
+    /// security group was not made (its step failed: nothing of the admission was made), the message
+    /// leads with those words and says them once. Any other failure (the subnet, its own security
+    /// group, a readmission, or a driver that does not say which step) is named as the admission's,
+    /// never as the group's: the group may well have been made. What the driver says the failure left
+    /// is named; and where no host of this home stands in `loc` (`first`), the group this admission
+    /// may have made is named too, since stado never deletes it.
+    fn admission_failure(&self, e: &Error, loc: &str, first: bool) -> Failure {
+        let code = match e {
+            Error::PermissionDenied { .. } => "denied",
+            Error::Leftovers { error, .. } if error.kind() == orca::ErrorKind::PermissionDenied => {
+                "denied"
+            }
+            _ => "failed",
+        };
+        let group = format!("{GROUP}-{loc}");
+        let group_step = format!("the application security group {group} was not made");
+        let failed = format!("admitting the fleet's addresses on SSH in {loc} failed");
+        let text = e.to_string();
+        let mut message = match (e, text.find(&format!("{group_step}: "))) {
+            (Error::Leftovers { error, left }, _) => format!(
+                "{failed}: {error}; {} still holds: {}",
+                self.cloud_title(),
+                left.join(", ")
+            ),
+            (_, Some(at)) => format!(
+                "{group_step}: {}{}",
+                &text[..at],
+                &text[at + group_step.len() + 2..]
+            ),
+            (_, None) if first => format!(
+                "{failed}: {text}; the application security group {group} may stand: an admission makes it first, and stado keeps it (one per location, never deleted)"
+            ),
+            (_, None) => format!("{failed}: {text}"),
+        };
+        if let Some(hint) = self.credential_hint(e) {
+            message = format!("{message}; {hint}");
+        }
+        Failure::new(message).with_code(code)
+    }
+}
+
+/// The hosts `cloud_hosts.admit_from` names, or the refusal when it names none.
+fn admit_from(registry: &Registry) -> Result<Vec<String>, Failure> {
+    match &registry.cloud_hosts.admit_from {
+        None => Err(Failure::refused(format!(
+            "the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is absent); {ADMIT_FROM_HINT}"
+        ))),
+        Some(h) if h.is_empty() => Err(Failure::refused(format!(
+            "the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is empty); {ADMIT_FROM_HINT}"
+        ))),
+        Some(h) => Ok(h.clone()),
+    }
+}
+
+/// How to reach the admit_from host `h`: a registered target that is no cloud host.
+fn fleet_endpoint(registry: &Registry, h: &str) -> Result<Endpoint, Failure> {
+    match registry.target(h) {
+        Some(t) if t.cloud.is_none() => Ok(Endpoint::of(t)),
+        Some(_) => Err(Failure::refused(format!(
+            "cloud_hosts.admit_from names {h}, a cloud host; it names the fleet hosts that reach cloud hosts"
+        ))),
+        None => Err(Failure::refused(format!(
+            "cloud_hosts.admit_from names {h}, which is not a registered target; stado registry set --path targets.{h} --value '{{\"address\":\"...\",\"user\":\"...\",\"known_hosts\":\"...\"}}' registers it"
+        ))),
+    }
+}
+
+/// `address` as a CIDR block of one address.
+pub fn cidr(address: &str) -> String {
+    match address.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => format!("{a}/32"),
+        Ok(std::net::IpAddr::V6(a)) => format!("{a}/128"),
+        Err(_) => address.to_string(),
+    }
+}

@@ -1,0 +1,332 @@
+//! Step 6: the host's resources (its public address, security group, interface and VM, which the
+//! driver makes in one create and removes again when a later one fails), declared at once; and the
+//! removal of a host a later step could not finish.
+
+use orca::{Created, Error, Machine, MachineSpec};
+
+use super::{CreateRequest, Minted, PriceReport, Step};
+use crate::cloud::{Stado, GROUP, HOME_LABEL, POOL};
+use crate::cloudinit;
+use crate::error::Failure;
+use crate::keys::{FleetKey, KeyPair};
+use crate::profile::Profile;
+use crate::registry::{CloudDecl, CloudState, Registry, Target};
+
+/// A host made and declared: what the later steps reach it with.
+pub(super) struct Host {
+    /// The host's name.
+    pub name: String,
+    /// Its registry target, without the declaration.
+    pub target: Target,
+    /// Its declaration (`enrolling` until step 8 records it whole).
+    pub decl: CloudDecl,
+    /// The host key stado minted and gave it through cloud-init.
+    pub host_key: KeyPair,
+    /// The account stado logs in as.
+    pub user: String,
+}
+
+impl Stado {
+    /// Step 6: makes the host's VM (with its address, security group and interface) and declares it
+    /// `enrolling`: the VM is billed from now on, so that a create stopped before step 8 (killed, or
+    /// its machine gone down while enrolment waits) leaves a host that list, delete and reap see and
+    /// can remove, never an untracked one.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn host_step(
+        &self,
+        profile: &Profile,
+        req: &CreateRequest,
+        price: &PriceReport,
+        sources: &[String],
+        fleet: &FleetKey,
+        minted: &Minted,
+        registry: &mut Registry,
+    ) -> Step<Host> {
+        let user = profile.get("azure.vm_username").unwrap_or_default();
+        let made = async {
+            let host_key = KeyPair::generate(&format!("stado-host-{}", req.name))?;
+            let spec = self.host_spec(profile, req, &user, fleet, &host_key, sources)?;
+            let machine = self.make_vm(req, &spec).await?;
+            Ok::<_, Failure>((machine, host_key))
+        }
+        .await;
+        let (machine, host_key) = made.inspect_err(|_| minted.remove())?;
+        let host = self.declared_host(req, price, fleet, &machine, host_key, user);
+        let mut provisional = host.target.clone();
+        provisional.cloud = Some(host.decl.clone());
+        registry.put_target(provisional);
+        if let Err(e) = registry.save(&self.home) {
+            registry.remove_target(&req.name);
+            let cause = format!("cloud host {} could not be declared: {e}", req.name);
+            let f = self.undo_host(registry, &host, &host.decl, minted, cause);
+            return Err(f.await.into());
+        }
+        let lines = vec![
+            format!(
+                "host: VM {} at {} in {} ({}, {} GiB), made {}: its public address, security group, interface and VM",
+                machine.id,
+                machine.address,
+                req.location,
+                req.size,
+                req.disk_gb,
+                host.decl.created_at.format("%Y-%m-%dT%H:%M:%SZ")
+            ),
+            format!(
+                "declared: targets[{}].cloud as enrolling until the host is enrolled and recorded",
+                req.name
+            ),
+        ];
+        Ok((host, lines))
+    }
+
+    /// The machine spec of the host: its cloud-init (holding the host key stado minted for it), the
+    /// fleet key's public half, the admitted addresses, the admission group, its disk and labels.
+    fn host_spec(
+        &self,
+        profile: &Profile,
+        req: &CreateRequest,
+        user: &str,
+        fleet: &FleetKey,
+        host_key: &KeyPair,
+        sources: &[String],
+    ) -> Result<MachineSpec, Failure> {
+        let host_private = host_key.private_openssh()?;
+        let user_data = cloudinit::user_data(user, &host_private, &host_key.public_key_only());
+        let mut spec = MachineSpec::new(&req.name, &req.size, &req.location, POOL)
+            .with_user_data(user_data)
+            .with_ssh_key(&fleet.public_line)
+            .with_ssh_sources(sources.iter().cloned())
+            .with_admission_group(GROUP)
+            .with_disk_gb(req.disk_gb)
+            .with_label("stado-target", &req.name)
+            .with_label(HOME_LABEL, self.home.id());
+        if self.provider.capabilities().options.honours("image") {
+            if let Some(image) = profile.get("azure.image_urn") {
+                spec = spec.with_image(image);
+            }
+        }
+        Ok(spec)
+    }
+
+    /// The registry's target and declaration of the host on `machine`.
+    fn declared_host(
+        &self,
+        req: &CreateRequest,
+        price: &PriceReport,
+        fleet: &FleetKey,
+        machine: &Machine,
+        host_key: KeyPair,
+        user: String,
+    ) -> Host {
+        let decl = CloudDecl {
+            provider: self.kind.clone(),
+            location: req.location.clone(),
+            size: req.size.clone(),
+            disk_gb: req.disk_gb,
+            hourly_usd: price.hourly_usd,
+            priced_in: price.priced_in.clone(),
+            idle_minutes: req.idle_minutes,
+            address: machine.address.clone(),
+            vm_id: machine.id.clone(),
+            created_at: machine.created_at.unwrap_or_else(chrono::Utc::now),
+            state: CloudState::Enrolling,
+        };
+        let mut target = Target::new(&req.name, &machine.address);
+        target.user = Some(user.clone());
+        target.identity = Some(fleet.private.clone());
+        target.known_hosts = Some(self.home.pinned_host_key(&req.name));
+        Host {
+            name: req.name.clone(),
+            target,
+            decl,
+            host_key,
+            user,
+        }
+    }
+
+    /// Makes the VM of `spec`. A VM of this name left by an earlier create of this home that did not
+    /// finish is deleted and made again (its fleet key is lost); one that is not this home's is
+    /// refused and left alone.
+    async fn make_vm(&self, req: &CreateRequest, spec: &MachineSpec) -> Result<Machine, Failure> {
+        let title = self.cloud_title();
+        for attempt in 0..2 {
+            let m = match self.provider.create(spec).await {
+                Ok(Created::Machine(m)) => return self.with_address(req, m).await,
+                Ok(Created::Adopted(m)) => m,
+                Ok(Created::NoStock { message, .. }) => {
+                    // No claim that nothing was left: a driver whose clean-up could not remove
+                    // everything still answers no stock (so that callers fall back on another
+                    // offering), naming what remains in its message (Azure: "the clean-up could not
+                    // remove: ..."), which is quoted whole.
+                    return Err(Failure::new(format!(
+                        "{title} has no {} to give in {} right now: {message} (try another size or location)",
+                        req.size, req.location
+                    ))
+                    .with_code("no_stock"));
+                }
+                Err(e) => return Err(self.not_made(req, e).await),
+            };
+            if !self.is_this_homes(&m) {
+                // The owner's, but not this home's (homes given the same owner): left alone.
+                let what = format!("VM {}; {}", m.id, Self::whose(&m));
+                return Err(self.not_this_homes(&req.name, &what));
+            }
+            if attempt > 0 {
+                return Err(Failure::new(format!(
+                    "a VM named {} ({}) keeps coming back from an earlier create; nothing new was made",
+                    req.name, m.id
+                )));
+            }
+            tracing::warn!(host = %req.name, vm = %m.id, "a VM of this name was left by a create of this home that did not finish; deleting it");
+            if let Err(left) = self.delete_vm(&m.id).await {
+                return Err(Failure::new(format!(
+                    "a VM named {} was left by an earlier create that did not finish, and it could not be deleted: {title} still holds {left}",
+                    req.name
+                )));
+            }
+        }
+        Err(Failure::new(format!(
+            "cloud host {} was not made",
+            req.name
+        )))
+    }
+
+    /// `m` when it has a public address (stado reaches hosts by it); else it is deleted again.
+    async fn with_address(&self, req: &CreateRequest, m: Machine) -> Result<Machine, Failure> {
+        if !m.address.is_empty() {
+            return Ok(m);
+        }
+        let cause = format!("cloud host {} was made without a public address", req.name);
+        Err(match self.delete_vm(&m.id).await {
+            Ok(()) => Failure::new(format!("{cause}; it was deleted again")),
+            Err(left) => Failure::new(format!(
+                "{cause}; {} still holds: {left}",
+                self.cloud_title()
+            )),
+        })
+    }
+
+    /// The failure of a create that answered `e`. The create may have made the VM all the same (its
+    /// answer lost on the last try): a VM of that name this home made is deleted, one of another
+    /// home is named and left alone.
+    async fn not_made(&self, req: &CreateRequest, e: Error) -> Failure {
+        let title = self.cloud_title();
+        if let Error::AlreadyExists { .. } = &e {
+            // Another owner's VM (or resource) of this name: the driver touched nothing.
+            let f = self.not_this_homes(&req.name, &e.to_string());
+            return match self.sweep(&req.name).await {
+                Ok(_) => f,
+                Err(left) => Failure::new(format!("{}; {title} still holds: {left}", f.message()))
+                    .with_code("exists"),
+            };
+        }
+        let code = match &e {
+            Error::PermissionDenied { .. } => "denied",
+            Error::Leftovers { .. } => "leftovers",
+            _ => "failed",
+        };
+        let mut msg = format!(
+            "cloud host {} was not made: {}",
+            req.name,
+            self.cloud_error(&e)
+        );
+        match self.sweep(&req.name).await {
+            Ok((_, foreign)) if !foreign.is_empty() => {
+                // The name is held by a VM of another home (of the same owner).
+                let what = format!("{}; the create answered: {e}", foreign.join(", "));
+                return self.not_this_homes(&req.name, &what);
+            }
+            Ok((0, _)) => {}
+            Ok((n, _)) => msg.push_str(&format!(
+                "; {n} VM(s) of that name it made after all were deleted"
+            )),
+            Err(left) => msg.push_str(&format!("; {title} still holds: {left}")),
+        }
+        Failure::new(msg).with_code(code)
+    }
+
+    /// The refusal of a name a VM that is not this home's holds.
+    fn not_this_homes(&self, name: &str, what: &str) -> Failure {
+        Failure::refused(format!(
+            "a VM named {name} already stands in {} and is not this stado home's ({what}; this home is {}, owner {}); it was left alone and nothing was made: choose another name",
+            self.cloud_title(),
+            self.home.id(),
+            self.provider.owner()
+        ))
+        .with_code("exists")
+    }
+
+    /// Deletes every VM named `name` in stado's pool that carries this home's label (what a failed
+    /// create of this home may have left): how many, and the VMs of that name that are not this
+    /// home's, which are left alone.
+    async fn sweep(&self, name: &str) -> Result<(usize, Vec<String>), String> {
+        let mut n = 0;
+        let mut foreign = Vec::new();
+        for m in self.vms_named(name).await? {
+            if !self.is_this_homes(&m) {
+                tracing::info!(vm = %m.id, "a VM of this name that is not this home's: left alone");
+                foreign.push(format!("VM {}; {}", m.id, Self::whose(&m)));
+                continue;
+            }
+            self.delete_vm(&m.id).await?;
+            n += 1;
+        }
+        Ok((n, foreign))
+    }
+
+    /// The VMs of stado's pool named `name`, in every state but gone; the listing is tried three
+    /// times, since a create that just failed may have failed for the same passing cause.
+    async fn vms_named(&self, name: &str) -> Result<Vec<Machine>, String> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            match self.provider.machines(POOL).await {
+                Ok(ms) => return Ok(ms.into_iter().filter(|m| m.name == name).collect()),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(format!(
+            "whatever VM named {name} it made (the pool could not be read: {last})"
+        ))
+    }
+
+    /// Removes a host a later step could not finish, and its declaration; the failure, `cause` first.
+    /// When its VM cannot be deleted, it stays declared (as `decl`), so that delete retries.
+    pub(super) async fn undo_host(
+        &self,
+        registry: &mut Registry,
+        host: &Host,
+        decl: &CloudDecl,
+        minted: &Minted,
+        cause: String,
+    ) -> Failure {
+        let name = &host.name;
+        if let Err(left) = self.delete_vm(&decl.vm_id).await {
+            let mut t = host.target.clone();
+            t.cloud = Some(decl.clone());
+            registry.put_target(t);
+            let kept = match registry.save(&self.home) {
+                Ok(()) => format!("it stays declared: stado cloud host delete {name} retries"),
+                Err(_) => "and the registry could not record it either".to_string(),
+            };
+            return Failure::new(format!(
+                "{cause}; deleting it again failed, {} still holds: {left}; {kept}",
+                self.cloud_title()
+            ))
+            .with_code("leftovers");
+        }
+        registry.remove_target(name);
+        let unsaved = registry.save(&self.home).err();
+        minted.remove();
+        if let Some(sim) = &self.sim {
+            let _ = sim.forget(name);
+        }
+        match unsaved {
+            None => Failure::new(format!(
+                "{cause}; it was deleted again, since nothing would return it"
+            )),
+            Some(e) => Failure::new(format!(
+                "{cause}; it was deleted again, since nothing would return it, but its declaration could not be removed ({e}): stado cloud host delete {name} removes it"
+            )),
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Step 2: the size's hour, the projected hourly burn, and the credit gate.
+//!
+//! The size is priced at the highest on-demand hour any configured location quotes (the host's and
+//! `azure.locations`); the burn adds the recorded hour of every cloud host already declared. The gate
+//! takes one hour of all of them from the balance and refuses unless what remains is above the
+//! operator's floor.
+
+use std::collections::BTreeMap;
+
+use orca::{CreditBalance, Error};
+
+use super::{CreateReport, CreateRequest, CreditReport, PriceReport, Step, Stop};
+use crate::cloud::{usd, Stado};
+use crate::error::Failure;
+use crate::profile::{FloorRuling, Profile};
+use crate::registry::Registry;
+
+/// What the size's hour was found to be.
+struct Quote {
+    /// The highest hour, USD.
+    hour: f64,
+    /// The location that quoted it.
+    priced_in: String,
+    /// Every location's quote.
+    quotes: BTreeMap<String, f64>,
+}
+
+impl Stado {
+    /// Step 2: prices the size, says the projected burn, and passes the credit gate.
+    pub(super) async fn price_step(
+        &self,
+        profile: &Profile,
+        registry: &Registry,
+        req: &CreateRequest,
+        report: &mut CreateReport,
+    ) -> Step<PriceReport> {
+        // What the gate needs from the profile and the provider, before any call to the cloud.
+        let floor = profile.floor()?;
+        let credit = self.credit_source()?;
+        let quote = self.quote(profile, req).await?;
+        let price = burn(
+            &quote,
+            registry
+                .cloud_hosts(&self.kind)
+                .iter()
+                .map(|(_, c)| c.hourly_usd),
+        );
+        report.price = Some(price.clone());
+        let lines = vec![burn_line(req, &quote, &price)];
+        match self.gate(credit, &floor, req, &price, report).await {
+            Ok(line) => Ok((price, [lines, vec![line]].concat())),
+            Err(failure) => Err(Stop { lines, failure }),
+        }
+    }
+
+    /// The provider's credit balance, or why the gate has none to read.
+    fn credit_source(&self) -> Result<&dyn CreditBalance, Failure> {
+        let title = self.cloud_title();
+        if let Some(credit) = self.provider.credit_balance() {
+            return Ok(credit);
+        }
+        if self.kind == "azure" {
+            // The Azure driver reads a credit only when its settings name the billing account
+            // and profile it belongs to.
+            return Err(Failure::refused(format!(
+                "the {title} credit gate has no balance to read: a real subscription's credit is read from a billing profile of a billing account, and this deployment names none; stado config set azure.billing_account <account id> and stado config set azure.billing_profile <profile id> declare them"
+            )));
+        }
+        Err(Failure::new(format!(
+            "the {title} credit gate cannot read a balance from the {} provider",
+            self.kind
+        )))
+    }
+
+    /// The size's hour in every configured location, and the highest.
+    async fn quote(&self, profile: &Profile, req: &CreateRequest) -> Result<Quote, Failure> {
+        let title = self.cloud_title();
+        let mut quotes = BTreeMap::new();
+        for loc in &profile.price_locations(&req.location) {
+            match self.provider.hourly_price(&req.size, loc).await {
+                Ok(p) if p.currency != "USD" => {
+                    return Err(Failure::new(format!(
+                        "{title} quotes {} in {loc} in {}, and stado prices hours in USD",
+                        req.size, p.currency
+                    )))
+                }
+                Ok(p) => {
+                    quotes.insert(loc.clone(), p.hourly);
+                }
+                // Another configured location may not offer the size: it quotes nothing.
+                Err(e @ (Error::NotFound { .. } | Error::InvalidSpec { .. }))
+                    if loc != &req.location =>
+                {
+                    tracing::info!(location = %loc, error = %e, "the size has no price there");
+                }
+                Err(Error::InvalidSpec { field, rule }) if field == "location" => {
+                    return Err(self.unknown_location(loc, &rule))
+                }
+                Err(e) => {
+                    return Err(Failure::new(format!(
+                        "{title} {} has no on-demand price in {loc} (Retail Prices): {}",
+                        req.size,
+                        self.cloud_error(&e)
+                    ))
+                    .with_code("refused"))
+                }
+            }
+        }
+        let (priced_in, hour) = quotes
+            .iter()
+            .fold(None::<(&String, f64)>, |best, (l, h)| match best {
+                Some((_, bh)) if bh >= *h => best,
+                _ => Some((l, *h)),
+            })
+            .map(|(l, h)| (l.clone(), h))
+            .ok_or_else(|| Failure::new(format!("{title} quotes no price for {}", req.size)))?;
+        Ok(Quote {
+            hour,
+            priced_in,
+            quotes,
+        })
+    }
+
+    /// The credit gate: one hour of the new host and of every declared one, taken from the balance,
+    /// must leave more than the floor. The line it says when it passes.
+    async fn gate(
+        &self,
+        credit: &dyn CreditBalance,
+        floor: &FloorRuling,
+        req: &CreateRequest,
+        price: &PriceReport,
+        report: &mut CreateReport,
+    ) -> Result<String, Failure> {
+        let title = self.cloud_title();
+        let balance = credit.balance().await.map_err(|e| {
+            Failure::new(format!(
+                "the {title} credit balance could not be read: {}",
+                self.cloud_error(&e)
+            ))
+        })?;
+        if balance.currency != "USD" {
+            return Err(Failure::refused(format!(
+                "the {title} credit balance is kept in {}, and stado prices hours in USD; the credit gate cannot compare them",
+                balance.currency
+            )));
+        }
+        if floor.currency != balance.currency {
+            return Err(Failure::refused(format!(
+                "the operator's floor is in {} and the {title} credit balance in {}; the credit gate cannot compare them (the operator's ruling {}: \"{}\")",
+                floor.currency, balance.currency, floor.ruling, floor.words
+            )));
+        }
+        let after = balance.amount - price.hourly_usd - price.running_usd;
+        report.credit = Some(CreditReport {
+            balance: balance.amount,
+            currency: balance.currency.clone(),
+            after,
+            floor: floor.amount,
+            floor_currency: floor.currency.clone(),
+            ruling: floor.ruling.clone(),
+        });
+        if after.partial_cmp(&floor.amount) != Some(std::cmp::Ordering::Greater) {
+            return Err(Failure::refused(format!(
+                "creating cloud host {} ({}) in {} is refused: the {title} credit balance {} USD less one hour of {} ({} USD) and one hour of the machines already running ({} USD) is not above the floor {} {} (the operator's ruling {}: \"{}\"); {} USD would remain",
+                req.name,
+                req.size,
+                req.location,
+                usd(balance.amount),
+                req.size,
+                usd(price.hourly_usd),
+                usd(price.running_usd),
+                usd(floor.amount),
+                floor.currency,
+                floor.ruling,
+                floor.words,
+                usd(after)
+            ))
+            .with_code("credit"));
+        }
+        Ok(format!(
+            "credit: balance {} USD, {} USD after one hour of all of them, above the floor {} {} (the operator's ruling {}: \"{}\")",
+            usd(balance.amount),
+            usd(after),
+            usd(floor.amount),
+            floor.currency,
+            floor.ruling,
+            floor.words
+        ))
+    }
+}
+
+/// The price step's findings: the quote, and the hours of the hosts already declared (`running`).
+fn burn(quote: &Quote, running: impl Iterator<Item = f64>) -> PriceReport {
+    let hours: Vec<f64> = running.collect();
+    let running_usd = hours.iter().fold(0.0, |a, h| a + h);
+    PriceReport {
+        hourly_usd: quote.hour,
+        priced_in: quote.priced_in.clone(),
+        quotes: quote.quotes.clone(),
+        running: hours.len(),
+        running_usd,
+        projected_burn_usd: quote.hour + running_usd,
+    }
+}
+
+/// `projected hourly burn: <total> USD (<name> <size> at <hour> USD, <where priced>; <n> cloud
+/// host(s) already running at <hours> USD)`.
+fn burn_line(req: &CreateRequest, quote: &Quote, price: &PriceReport) -> String {
+    let where_priced = if quote.quotes.len() > 1 {
+        let all: Vec<&str> = quote.quotes.keys().map(String::as_str).collect();
+        format!(
+            "priced in {}, the highest of {}",
+            quote.priced_in,
+            all.join(", ")
+        )
+    } else {
+        format!("priced in {}", quote.priced_in)
+    };
+    format!(
+        "projected hourly burn: {} USD ({} {} at {} USD, {where_priced}; {} cloud host(s) already running at {} USD)",
+        usd(price.projected_burn_usd),
+        req.name,
+        req.size,
+        usd(price.hourly_usd),
+        price.running,
+        usd(price.running_usd)
+    )
+}
