@@ -169,7 +169,7 @@ impl Stado {
         }
     }
 
-    /// The cloud's name in messages. The seed's words name Azure; `fake` is Azure simulated, and
+    /// The cloud's name in messages. stado's messages name Azure; `fake` is Azure simulated, and
     /// speaks the same words.
     pub fn cloud_title(&self) -> &'static str {
         "Azure"

@@ -1,4 +1,4 @@
-//! stado's one error: a message for a person (the seed's words) and a short code for scripts.
+//! stado's one error: a message for a person and a short code for scripts.
 
 /// Why a command did not do what it was asked, in words a person acts on. Never carries a secret:
 /// messages are built from names, addresses, the cloud's error codes and words, never from keys,

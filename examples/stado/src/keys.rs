@@ -12,7 +12,8 @@ use ssh_key::rand_core::OsRng;
 use ssh_key::{Algorithm, HashAlg, LineEnding, PrivateKey};
 
 use crate::error::Failure;
-use crate::home::{write_new, Home};
+use crate::files::write_new;
+use crate::home::Home;
 
 /// A fleet key as stored: where its halves are, and the public line.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -180,24 +180,8 @@ enum FakeCmd {
     Host {
         /// The target's name.
         name: String,
-        /// The address the product site sees it at.
-        #[arg(long)]
-        egress: Option<String>,
-        /// Whether it answers SSH.
-        #[arg(long)]
-        answers: Option<bool>,
-        /// How its first boot ends: done, error, degraded.
-        #[arg(long = "first-boot")]
-        first_boot: Option<String>,
-        /// Whether rustc, node and npm answer.
-        #[arg(long)]
-        toolchain: Option<bool>,
-        /// Runs standing in ~/.stado/work/runs (the run area changes now; 0: the last run ended now).
-        #[arg(long)]
-        runs: Option<u32>,
-        /// cargo and rustc processes.
-        #[arg(long)]
-        procs: Option<u32>,
+        #[command(flatten)]
+        changes: SimHostChanges,
     },
     /// Moves the simulated hosts' clock forward.
     Advance {
@@ -206,21 +190,48 @@ enum FakeCmd {
         minutes: u64,
     },
     /// Shows or changes the simulated cloud.
-    Cloud {
-        /// Sets the account's credit balance (USD).
-        #[arg(long)]
-        credit: Option<f64>,
-        /// Puts another team's inbound rule NAME at PRIORITY on LOCATION's subnet security group
-        /// (LOCATION:NAME:PRIORITY).
-        #[arg(long = "subnet-rule")]
-        subnet_rule: Vec<String>,
-        /// Deletes a VM by id from outside stado (an operator's console).
-        #[arg(long = "operator-delete")]
-        operator_delete: Option<String>,
-        /// Stops (deallocates) a VM by id from outside stado.
-        #[arg(long = "operator-stop")]
-        operator_stop: Option<String>,
-    },
+    Cloud(SimCloudChanges),
+}
+
+/// How a simulated host is to behave from now on (what is not given stays).
+#[derive(Debug, Args)]
+struct SimHostChanges {
+    /// The address the product site sees it at.
+    #[arg(long)]
+    egress: Option<String>,
+    /// Whether it answers SSH.
+    #[arg(long)]
+    answers: Option<bool>,
+    /// How its first boot ends: done, error, degraded.
+    #[arg(long = "first-boot")]
+    first_boot: Option<String>,
+    /// Whether rustc, node and npm answer.
+    #[arg(long)]
+    toolchain: Option<bool>,
+    /// Runs standing in ~/.stado/work/runs (the run area changes now; 0: the last run ended now).
+    #[arg(long)]
+    runs: Option<u32>,
+    /// cargo and rustc processes.
+    #[arg(long)]
+    procs: Option<u32>,
+}
+
+/// What changes in the simulated cloud.
+#[derive(Debug, Args)]
+struct SimCloudChanges {
+    /// Sets the account's credit balance (USD).
+    #[arg(long)]
+    credit: Option<f64>,
+    /// Puts another team's inbound rule NAME at PRIORITY on LOCATION's subnet security group
+    /// (LOCATION:NAME:PRIORITY).
+    #[arg(long = "subnet-rule")]
+    subnet_rule: Vec<String>,
+    /// Deletes a VM by id from outside stado (an operator's console).
+    #[arg(long = "operator-delete")]
+    operator_delete: Option<String>,
+    /// Stops (deallocates) a VM by id from outside stado.
+    #[arg(long = "operator-stop")]
+    operator_stop: Option<String>,
 }
 
 /// What a command answered.
@@ -334,100 +345,111 @@ async fn open(home: Home, provider: &str, json: bool) -> Result<Stado, Failure> 
 
 async fn run(cli: Cli) -> Result<Answer, Failure> {
     let home = Home::resolve(cli.home.clone())?;
-    let json = cli.json;
     match cli.command {
         Top::Cloud {
             what: CloudCmd::Host { what },
-        } => match what {
-            HostCmd::Create {
-                name,
-                provider,
-                location,
-                size,
-                disk_gb,
-                idle_minutes,
-            } => {
-                let s = open(home, &provider.provider, json).await?;
-                let r = s
-                    .create(&CreateRequest {
-                        name,
-                        location,
-                        size,
-                        disk_gb,
-                        idle_minutes,
-                    })
-                    .await;
-                // Each step's lines were printed as it ended; the error goes to stderr.
-                Ok(Answer {
-                    json: to_json(&r),
-                    lines: Vec::new(),
-                    ok: r.ok,
-                })
-            }
-            HostCmd::List { provider } => {
-                let s = open(home, &provider.provider, json).await?;
-                let r = s.list().await?;
-                Ok(Answer::ok(with_ok(to_json(&r), true), r.lines()))
-            }
-            HostCmd::Delete { name, provider } => {
-                let s = open(home, &provider.provider, json).await?;
-                let r = s.delete(&name).await?;
-                let line = format!("deleted {} (VM {} and what belonged to it); its registry entry and fleet key are gone", r.name, r.vm_id);
-                Ok(Answer::ok(with_ok(to_json(&r), true), vec![line]))
-            }
-            HostCmd::Reap {
-                provider,
-                apply,
-                every,
-            } => match every {
-                None => {
-                    let s = open(home, &provider.provider, json).await?;
-                    let r = s.reap(apply).await?;
-                    let ok = !r.failed();
-                    Ok(Answer {
-                        json: with_ok(to_json(&r), ok),
-                        lines: r.lines(),
-                        ok,
-                    })
-                }
-                Some(secs) => {
-                    reap_every(
-                        home,
-                        &provider.provider,
-                        Duration::from_secs(secs.max(1)),
-                        json,
-                    )
-                    .await
-                }
-            },
-        },
+        } => host(home, what, cli.json).await,
         Top::Config { what } => config(home, what),
         Top::Registry { what } => registry(home, what),
         Top::Fleet {
             what: FleetCmd::Key {
                 what: KeyCmd::Generate { name },
             },
-        } => {
-            if !stado::create::is_target_identifier(&name) {
-                return Err(Failure::refused(format!(
-                    "'{name}' is not a target identifier"
-                )));
-            }
-            let k = stado::keys::generate_fleet_key(&home, &name)?;
-            Ok(Answer::ok(
-                json!({"command": "fleet key generate", "ok": true, "name": name, "path": k.private, "public_key": k.public_line, "fingerprint": k.fingerprint}),
-                vec![
-                    format!(
-                        "fleet key of {name}: {} (owner-only), {}",
-                        k.private.display(),
-                        k.public.display()
-                    ),
-                    k.public_line.clone(),
-                ],
-            ))
-        }
+        } => fleet_key_generate(&home, &name),
         Top::Fake { what } => fake(home, what),
     }
+}
+
+/// `stado cloud host create | list | delete | reap`.
+async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> {
+    match what {
+        HostCmd::Create {
+            name,
+            provider,
+            location,
+            size,
+            disk_gb,
+            idle_minutes,
+        } => {
+            let s = open(home, &provider.provider, json).await?;
+            let req = CreateRequest {
+                name,
+                location,
+                size,
+                disk_gb,
+                idle_minutes,
+            };
+            let r = s.create(&req).await;
+            // Each step's lines were printed as it ended; the error goes to stderr.
+            Ok(Answer {
+                json: to_json(&r),
+                lines: Vec::new(),
+                ok: r.ok,
+            })
+        }
+        HostCmd::List { provider } => {
+            let r = open(home, &provider.provider, json).await?.list().await?;
+            Ok(Answer::ok(with_ok(to_json(&r), true), r.lines()))
+        }
+        HostCmd::Delete { name, provider } => {
+            let r = open(home, &provider.provider, json)
+                .await?
+                .delete(&name)
+                .await?;
+            let line = format!("deleted {} (VM {} and what belonged to it); its registry entry and fleet key are gone", r.name, r.vm_id);
+            Ok(Answer::ok(with_ok(to_json(&r), true), vec![line]))
+        }
+        HostCmd::Reap {
+            provider,
+            apply,
+            every: None,
+        } => {
+            let r = open(home, &provider.provider, json)
+                .await?
+                .reap(apply)
+                .await?;
+            let ok = !r.failed();
+            Ok(Answer {
+                json: with_ok(to_json(&r), ok),
+                lines: r.lines(),
+                ok,
+            })
+        }
+        HostCmd::Reap {
+            provider,
+            every: Some(secs),
+            ..
+        } => {
+            reap_every(
+                home,
+                &provider.provider,
+                Duration::from_secs(secs.max(1)),
+                json,
+            )
+            .await
+        }
+    }
+}
+
+/// `stado fleet key generate NAME`: never replaces a key.
+fn fleet_key_generate(home: &Home, name: &str) -> Result<Answer, Failure> {
+    if !stado::create::is_target_identifier(name) {
+        return Err(Failure::refused(format!(
+            "'{name}' is not a target identifier"
+        )));
+    }
+    let k = stado::keys::generate_fleet_key(home, name)?;
+    Ok(Answer::ok(
+        json!({"command": "fleet key generate", "ok": true, "name": name, "path": k.private, "public_key": k.public_line, "fingerprint": k.fingerprint}),
+        vec![
+            format!(
+                "fleet key of {name}: {} (owner-only), {}",
+                k.private.display(),
+                k.public.display()
+            ),
+            k.public_line.clone(),
+        ],
+    ))
 }
 
 async fn reap_every(
@@ -560,74 +582,10 @@ fn registry(home: Home, what: RegistryCmd) -> Result<Answer, Failure> {
     }
 }
 
+/// `stado fake ...`: the simulation behind `--provider fake`.
 fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
     match what {
-        FakeCmd::Host {
-            name,
-            egress,
-            answers,
-            first_boot,
-            toolchain,
-            runs,
-            procs,
-        } => {
-            let fleet = FakeFleet::persistent(home.fake_fleet_path());
-            let first_boot = match first_boot.as_deref() {
-                None => None,
-                Some("done") => Some(FirstBoot::Done),
-                Some("error") => Some(FirstBoot::Error),
-                Some("degraded") => Some(FirstBoot::Degraded),
-                Some(other) => {
-                    return Err(Failure::new(format!(
-                        "--first-boot {other:?}: done, error or degraded"
-                    ))
-                    .with_code("invalid"))
-                }
-            };
-            if let Some(e) = &egress {
-                if e.parse::<std::net::IpAddr>().is_err() {
-                    return Err(
-                        Failure::new(format!("--egress {e:?}: an IP address")).with_code("invalid")
-                    );
-                }
-            }
-            let now = fleet.now();
-            fleet.update(&name, |h| {
-                if let Some(e) = egress {
-                    h.egress = Some(e);
-                }
-                if let Some(a) = answers {
-                    h.answers = a;
-                }
-                if let Some(f) = first_boot {
-                    h.first_boot = f;
-                }
-                if let Some(t) = toolchain {
-                    h.toolchain = t;
-                }
-                if let Some(r) = runs {
-                    h.runs = r;
-                    h.run_area_changed = Some(now);
-                }
-                if let Some(p) = procs {
-                    h.procs = p;
-                }
-            })?;
-            let h = fleet.host(&name);
-            Ok(Answer::ok(
-                json!({"command": "fake host", "ok": true, "name": name, "host": h}),
-                vec![format!(
-                    "{name}: answers {}, egress {}, first boot {:?}, toolchain {}, {} run(s), {} process(es), run area changed {}",
-                    h.answers,
-                    h.egress.clone().unwrap_or_else(|| FakeFleet::default_egress(&name)),
-                    h.first_boot,
-                    h.toolchain,
-                    h.runs,
-                    h.procs,
-                    h.run_area_changed.map(|t| t.to_rfc3339()).unwrap_or_else(|| "never".into())
-                )],
-            ))
-        }
+        FakeCmd::Host { name, changes } => fake_host(&home, &name, changes),
         FakeCmd::Advance { minutes } => {
             let fleet = FakeFleet::persistent(home.fake_fleet_path());
             fleet.advance(Duration::from_secs(minutes * 60))?;
@@ -639,80 +597,147 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
                 )],
             ))
         }
-        FakeCmd::Cloud {
-            credit,
-            subnet_rule,
-            operator_delete,
-            operator_stop,
-        } => {
-            let cloud = orca::memory::MemoryCloud::persistent(home.fake_cloud_path())
-                .map_err(|e| Failure::new(e.to_string()))?;
-            if let Some(c) = credit {
-                cloud.set_credit(c, "USD");
-            }
-            for r in &subnet_rule {
-                let parts: Vec<&str> = r.split(':').collect();
-                let [loc, name, prio] = parts[..] else {
-                    return Err(Failure::new(format!(
-                        "--subnet-rule {r:?}: LOCATION:NAME:PRIORITY"
-                    ))
-                    .with_code("invalid"));
-                };
-                let prio: u32 = prio.parse().map_err(|_| {
-                    Failure::new(format!("--subnet-rule {r:?}: the priority is a number"))
-                        .with_code("invalid")
-                })?;
-                cloud.put_subnet_rule(loc, name, prio, true);
-            }
-            if let Some(id) = &operator_delete {
-                if !cloud.operator_delete(id) {
-                    return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
-                }
-            }
-            if let Some(id) = &operator_stop {
-                if !cloud.operator_stop(id) {
-                    return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
-                }
-            }
-            let machines = cloud.all_machines();
-            let groups = cloud.admission_groups();
-            let subnets: Value = orca::memory::LOCATIONS
-                .iter()
-                .map(|l| (l.to_string(), to_json(&cloud.subnet_group(l))))
-                .collect::<serde_json::Map<_, _>>()
-                .into();
-            let mut lines: Vec<String> = machines
-                .iter()
-                .map(|m| {
-                    format!(
-                        "VM {} {} {} {} {} {}",
-                        m.id, m.name, m.status, m.location, m.machine_type, m.address
-                    )
-                })
-                .collect();
-            lines.push(format!(
-                "admission groups: {}",
-                if groups.is_empty() {
-                    "none".into()
-                } else {
-                    groups.join(", ")
-                }
-            ));
-            for l in orca::memory::LOCATIONS {
-                let g = cloud.subnet_group(l);
-                for r in g.rules.iter().filter(|r| r.inbound) {
-                    lines.push(format!(
-                        "subnet {l}: rule {} at priority {} admitting {}",
-                        r.name,
-                        r.priority,
-                        r.sources.join(", ")
-                    ));
-                }
-            }
-            Ok(Answer::ok(
-                json!({"command": "fake cloud", "ok": true, "machines": machines, "admission_groups": groups, "subnets": subnets}),
-                lines,
-            ))
+        FakeCmd::Cloud(changes) => fake_cloud(&home, changes),
+    }
+}
+
+/// `stado fake host NAME ...`: changes how a simulated host behaves, and shows it.
+fn fake_host(home: &Home, name: &str, c: SimHostChanges) -> Result<Answer, Failure> {
+    let invalid = |m: String| Failure::new(m).with_code("invalid");
+    let first_boot = match c.first_boot.as_deref() {
+        None => None,
+        Some("done") => Some(FirstBoot::Done),
+        Some("error") => Some(FirstBoot::Error),
+        Some("degraded") => Some(FirstBoot::Degraded),
+        Some(other) => {
+            return Err(invalid(format!(
+                "--first-boot {other:?}: done, error or degraded"
+            )))
+        }
+    };
+    if let Some(e) = &c.egress {
+        if e.parse::<std::net::IpAddr>().is_err() {
+            return Err(invalid(format!("--egress {e:?}: an IP address")));
         }
     }
+    let fleet = FakeFleet::persistent(home.fake_fleet_path());
+    let now = fleet.now();
+    fleet.update(name, |h| {
+        if let Some(e) = c.egress {
+            h.egress = Some(e);
+        }
+        if let Some(a) = c.answers {
+            h.answers = a;
+        }
+        if let Some(f) = first_boot {
+            h.first_boot = f;
+        }
+        if let Some(t) = c.toolchain {
+            h.toolchain = t;
+        }
+        if let Some(r) = c.runs {
+            h.runs = r;
+            h.run_area_changed = Some(now);
+        }
+        if let Some(p) = c.procs {
+            h.procs = p;
+        }
+    })?;
+    let h = fleet.host(name);
+    let line = format!(
+        "{name}: answers {}, egress {}, first boot {:?}, toolchain {}, {} run(s), {} process(es), run area changed {}",
+        h.answers,
+        h.egress.clone().unwrap_or_else(|| FakeFleet::default_egress(name)),
+        h.first_boot,
+        h.toolchain,
+        h.runs,
+        h.procs,
+        h.run_area_changed.map(|t| t.to_rfc3339()).unwrap_or_else(|| "never".into())
+    );
+    Ok(Answer::ok(
+        json!({"command": "fake host", "ok": true, "name": name, "host": h}),
+        vec![line],
+    ))
+}
+
+/// `stado fake cloud ...`: changes the simulated cloud as an operator or another team would, and
+/// shows its VMs, admission groups and subnet rules.
+fn fake_cloud(home: &Home, c: SimCloudChanges) -> Result<Answer, Failure> {
+    let cloud = orca::memory::MemoryCloud::persistent(home.fake_cloud_path())
+        .map_err(|e| Failure::new(e.to_string()))?;
+    if let Some(credit) = c.credit {
+        cloud.set_credit(credit, "USD");
+    }
+    for r in &c.subnet_rule {
+        let (loc, name, prio) = subnet_rule(r)?;
+        cloud.put_subnet_rule(loc, name, prio, true);
+    }
+    if let Some(id) = &c.operator_delete {
+        if !cloud.operator_delete(id) {
+            return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
+        }
+    }
+    if let Some(id) = &c.operator_stop {
+        if !cloud.operator_stop(id) {
+            return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
+        }
+    }
+    Ok(describe_cloud(&cloud))
+}
+
+/// `LOCATION:NAME:PRIORITY` of `--subnet-rule`.
+fn subnet_rule(r: &str) -> Result<(&str, &str, u32), Failure> {
+    let invalid = |m: String| Failure::new(m).with_code("invalid");
+    let parts: Vec<&str> = r.split(':').collect();
+    let [loc, name, prio] = parts[..] else {
+        return Err(invalid(format!(
+            "--subnet-rule {r:?}: LOCATION:NAME:PRIORITY"
+        )));
+    };
+    let prio = prio
+        .parse()
+        .map_err(|_| invalid(format!("--subnet-rule {r:?}: the priority is a number")))?;
+    Ok((loc, name, prio))
+}
+
+/// The simulated cloud's VMs, admission groups and inbound subnet rules.
+fn describe_cloud(cloud: &orca::memory::MemoryCloud) -> Answer {
+    let machines = cloud.all_machines();
+    let groups = cloud.admission_groups();
+    let subnets: Value = orca::memory::LOCATIONS
+        .iter()
+        .map(|l| (l.to_string(), to_json(&cloud.subnet_group(l))))
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    let mut lines: Vec<String> = machines
+        .iter()
+        .map(|m| {
+            format!(
+                "VM {} {} {} {} {} {}",
+                m.id, m.name, m.status, m.location, m.machine_type, m.address
+            )
+        })
+        .collect();
+    lines.push(format!(
+        "admission groups: {}",
+        if groups.is_empty() {
+            "none".into()
+        } else {
+            groups.join(", ")
+        }
+    ));
+    for l in orca::memory::LOCATIONS {
+        for r in cloud.subnet_group(l).rules.iter().filter(|r| r.inbound) {
+            lines.push(format!(
+                "subnet {l}: rule {} at priority {} admitting {}",
+                r.name,
+                r.priority,
+                r.sources.join(", ")
+            ));
+        }
+    }
+    Answer::ok(
+        json!({"command": "fake cloud", "ok": true, "machines": machines, "admission_groups": groups, "subnets": subnets}),
+        lines,
+    )
 }

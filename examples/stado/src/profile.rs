@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::Failure;
-use crate::home::{read_json, write_json, Home};
+use crate::files::{read_json, write_json};
+use crate::home::Home;
 
 /// The compute bindings a cloud host on Azure is addressed with, in the order they are reported.
 pub const AZURE_BINDINGS: [&str; 6] = [
@@ -503,7 +504,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_missing_binding_is_named_in_the_seeds_words() {
+    fn every_missing_binding_is_named_in_one_refusal() {
         let mut p = Profile::default();
         p.set("azure.subscription_id", "sub").unwrap();
         p.set("azure.vnet", "net").unwrap();

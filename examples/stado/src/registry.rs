@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::error::Failure;
-use crate::home::{read_json, write_json, Home};
+use crate::files::{read_json, write_json};
+use crate::home::Home;
 
 /// The registry file.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -300,7 +301,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_seeds_admit_from_example_sets_cloud_hosts() {
+    fn the_documented_admit_from_example_sets_cloud_hosts() {
         let r = Registry::default()
             .with_set(
                 "cloud_hosts",

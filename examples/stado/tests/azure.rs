@@ -1,4 +1,4 @@
-//! The seed's key steps against orca's Azure driver and the fake Resource Manager API
+//! The key steps of create, list, delete and reap against orca's Azure driver and the fake Resource Manager API
 //! (`orca_fakes::azure`), with the provider built from stado's own bindings as `--provider azure` builds
 //! it, and the simulated fleet as the host channel.
 //!
@@ -302,7 +302,7 @@ async fn a_policy_deny_answers_at_the_application_security_group_naming_the_assi
     );
     const POLICY: &str = "/subscriptions/00000000-0000-4000-8000-0000000000a2/providers/Microsoft.Authorization/policyAssignments/deny-asg-assignment";
     let r = lab.create("h1").await;
-    // The seed's template, whole: the application security group stado-cloud-hosts-<location> was
+    // The refusal's template, whole: the application security group stado-cloud-hosts-<location> was
     // not made: … HTTP 403: RequestDisallowedByPolicy … naming the assignment; said once.
     assert_eq!(
         error(&r),

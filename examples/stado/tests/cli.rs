@@ -1,5 +1,5 @@
 //! The `stado` binary on `--provider fake`, as a newcomer runs it: every command, its exit status,
-//! its one JSON object, and the refusals in the seed's words.
+//! its one JSON object, and its refusals.
 
 use std::io::BufRead;
 use std::path::Path;

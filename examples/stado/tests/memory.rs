@@ -1,4 +1,5 @@
-//! Every step, refusal and message of the seed against the in-memory provider and the simulated fleet.
+//! Every step, refusal and message of the cloud host commands against the in-memory provider and the
+//! simulated fleet.
 
 mod common;
 
@@ -230,7 +231,7 @@ async fn a_name_already_registered_or_not_an_identifier_is_refused_first() {
 }
 
 #[tokio::test]
-async fn the_credit_gate_passes_with_the_seeds_words_and_counts_every_declared_host() {
+async fn the_credit_gate_passes_with_the_operators_words_and_counts_every_declared_host() {
     let lab = lab();
     let r = lab.create("h1").await;
     assert_eq!(r.steps[1].lines, vec![

@@ -1,10 +1,10 @@
 //! `stado cloud host create`: nine steps in order, stopping at the first that fails. A failure removes
 //! what the create made and names what could not be removed.
 //!
-//! The steps live by what they do: [`checks`] (the request and the provider, before any call),
-//! [`price`] (step 2), the host's resources ([`host`], step 6), enrolment and the record ([`enrol`],
-//! steps 7 and 8), the first boot ([`boot`], step 9); this file runs them, with the name, the fleet's
-//! addresses and the fleet key (steps 1, 3, 4 and 5).
+//! The steps live by what they do: `checks.rs` (the request and the provider, before any call),
+//! `price.rs` (step 2), `host.rs` (the host's resources, step 6), `enrol.rs` (enrolment and the
+//! record, steps 7 and 8), `boot.rs` (the first boot, step 9); this file runs them, with the name,
+//! the fleet's addresses and the fleet key (steps 1, 3, 4 and 5).
 
 mod boot;
 mod checks;

@@ -1,0 +1,120 @@
+//! The host channel: running one command on a fleet host or a cloud host over SSH.
+//!
+//! [`HostChannel`] is the one small trait; [`OpenSsh`] implements it with the system's OpenSSH client
+//! and strict host-key checking against the key pinned for the target
+//! (`ssh -o StrictHostKeyChecking=yes -o UserKnownHostsFile=<pinned> -o HostKeyAlias=<name> -i <key>`),
+//! and [`FakeFleet`] is an in-process fleet for `--provider fake` and the tests: simulated hosts that
+//! answer the commands stado sends (the egress question, enrolment, cloud-init, the version probes, the
+//! reap probe), check the pinned host key and the fleet key as sshd would, and can be told to fail.
+
+mod fleet;
+mod openssh;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::registry::Target;
+
+pub use fleet::{FakeFleet, FirstBoot, FleetState, SimHost};
+pub use openssh::OpenSsh;
+
+/// How to reach one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The target's name (also the alias its host key is pinned under).
+    pub name: String,
+    /// Its address.
+    pub address: String,
+    /// The account to log in as (`None`: ssh's default).
+    pub user: Option<String>,
+    /// The SSH port.
+    pub port: u16,
+    /// The private key to log in with (`None`: ssh's own choice, for fleet hosts).
+    pub identity: Option<PathBuf>,
+    /// The known_hosts file pinning its host key.
+    pub known_hosts: Option<PathBuf>,
+}
+
+impl Endpoint {
+    /// The endpoint of a registry target.
+    pub fn of(t: &Target) -> Endpoint {
+        Endpoint {
+            name: t.name.clone(),
+            address: t.address.clone(),
+            user: t.user.clone(),
+            port: t.port.unwrap_or(22),
+            identity: t.identity.clone(),
+            known_hosts: t.known_hosts.clone(),
+        }
+    }
+}
+
+/// What a command answered.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Output {
+    /// Its exit status.
+    pub status: i32,
+    /// What it printed.
+    pub stdout: String,
+    /// What it printed on stderr.
+    pub stderr: String,
+}
+
+impl Output {
+    /// An answer of status 0 printing `stdout`.
+    pub fn ok(stdout: impl Into<String>) -> Output {
+        Output {
+            status: 0,
+            stdout: stdout.into(),
+            stderr: String::new(),
+        }
+    }
+
+    /// The last non-empty line of stderr, else of stdout: what a failure says.
+    pub fn last_words(&self) -> String {
+        self.stderr
+            .lines()
+            .chain(self.stdout.lines())
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+/// Runs one command on a host. `Err` when the host could not be reached or refused stado (the cause
+/// in ssh's words); `Ok` with the command's status otherwise.
+#[async_trait]
+pub trait HostChannel: Send + Sync + std::fmt::Debug {
+    /// Runs `command` (a POSIX shell line) on `host`, giving up after `timeout`.
+    async fn run(
+        &self,
+        host: &Endpoint,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<Output, String>;
+}
+
+/// The commands stado sends.
+pub mod commands {
+    /// Asks the product site which address the request came from.
+    pub fn egress(api_url: &str) -> String {
+        format!("curl -fsS --max-time 20 '{api_url}/api/egress'")
+    }
+    /// Enrolment's probe: the host answers its name.
+    pub const ENROL: &str = "uname -n";
+    /// Waits for cloud-init to finish.
+    pub const CLOUD_INIT_WAIT: &str = "cloud-init status --wait";
+    /// The Rust compiler rustup installed in the account's home.
+    pub const RUSTC_VERSION: &str = "\"$HOME/.cargo/bin/rustc\" --version";
+    /// Node.js.
+    pub const NODE_VERSION: &str = "node --version";
+    /// npm.
+    pub const NPM_VERSION: &str = "npm --version";
+    /// Reap's reading: runs standing in the run area, when it last changed, cargo and rustc
+    /// processes, and the host's clock.
+    pub const REAP_PROBE: &str = "r=\"$HOME/.stado/work/runs\"; if [ -d \"$r\" ]; then echo \"runs $(find \"$r\" -mindepth 1 -maxdepth 1 | wc -l)\"; echo \"changed $(stat -c %Y \"$r\")\"; else echo 'runs 0'; echo 'changed none'; fi; echo \"procs $(pgrep -c -x 'cargo|rustc' || true)\"; echo \"now $(date +%s)\"";
+}
