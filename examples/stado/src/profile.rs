@@ -253,89 +253,9 @@ impl Profile {
             ))
             .with_code("invalid"));
         }
-        let bad =
-            |rule: &str| Failure::new(format!("{key}: {rule}, got {value:?}")).with_code("invalid");
-        let v = value.trim();
-        let stored = match key {
-            "providers" | "providers_disabled" | "azure.locations" => {
-                let items: Vec<String> = if v.starts_with('[') {
-                    serde_json::from_str::<Vec<String>>(v)
-                        .map_err(|_| bad("a list: comma separated, or a JSON array of texts"))?
-                } else {
-                    split_list(v)
-                };
-                for i in &items {
-                    if !i
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    {
-                        return Err(bad("names of a-z, 0-9 and '-'"));
-                    }
-                    if key != "azure.locations" && !PROVIDERS.contains(&i.as_str()) {
-                        return Err(bad(&format!(
-                            "providers stado knows ({})",
-                            PROVIDERS.join(", ")
-                        )));
-                    }
-                }
-                Value::Array(items.into_iter().map(Value::String).collect())
-            }
-            "azure.credit_floor.amount" => {
-                let n: f64 = v.parse().map_err(|_| bad("a number"))?;
-                if !n.is_finite() || n < 0.0 {
-                    return Err(bad("a number not below 0"));
-                }
-                serde_json::json!(n)
-            }
-            "azure.credit_floor.currency" => {
-                if !(v.len() == 3 && v.bytes().all(|b| b.is_ascii_uppercase())) {
-                    return Err(bad("an ISO 4217 code like USD"));
-                }
-                Value::String(v.to_string())
-            }
-            "azure.vm_username" => {
-                let ok = !v.is_empty()
-                    && v.len() <= 32
-                    && v.as_bytes()[0].is_ascii_lowercase()
-                    && v.bytes().all(|b| {
-                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
-                    })
-                    && v != "root"
-                    && v != "admin";
-                if !ok {
-                    return Err(bad("a Linux account name (a-z first, then a-z, 0-9, '_', '-'; not root or admin)"));
-                }
-                Value::String(v.to_string())
-            }
-            "azure.image_urn" => {
-                let parts: Vec<&str> = v.split(':').collect();
-                if parts.len() != 4 || parts.iter().any(|p| p.is_empty()) {
-                    return Err(bad("publisher:offer:sku:version"));
-                }
-                Value::String(v.to_string())
-            }
-            "api.url" | "azure.endpoint" | "azure.prices_endpoint" => {
-                let ok = (v.starts_with("https://")
-                    || v.starts_with("http://127.0.0.1")
-                    || v.starts_with("http://localhost"))
-                    && !v.contains(char::is_whitespace)
-                    && !v.contains(['\'', '"', '`', '$', ';', '\\']);
-                if !ok {
-                    return Err(bad("an https:// address (http:// only on 127.0.0.1)"));
-                }
-                Value::String(v.trim_end_matches('/').to_string())
-            }
-            "owner" => {
-                orca::validate_owner(v).map_err(|e| bad(&e.to_string()))?;
-                Value::String(v.to_string())
-            }
-            _ => {
-                if v.is_empty() || v.contains(char::is_control) {
-                    return Err(bad("a value on one line"));
-                }
-                Value::String(v.to_string())
-            }
-        };
+        let stored = stored_value(key, value.trim()).map_err(|rule| {
+            Failure::new(format!("{key}: {rule}, got {value:?}")).with_code("invalid")
+        })?;
         self.values.insert(key.to_string(), stored);
         Ok(())
     }
@@ -497,6 +417,92 @@ impl Profile {
             .or_else(|| self.get(HOME_ID).map(|id| format!("stado-{id}")))
             .unwrap_or_else(|| "stado".to_string())
     }
+}
+
+/// The value `key` stores for the text `v`, or the rule `v` breaks.
+fn stored_value(key: &str, v: &str) -> Result<Value, String> {
+    Ok(match key {
+        "providers" | "providers_disabled" | "azure.locations" => {
+            let items: Vec<String> = if v.starts_with('[') {
+                serde_json::from_str::<Vec<String>>(v).map_err(|_| {
+                    String::from("a list: comma separated, or a JSON array of texts")
+                })?
+            } else {
+                split_list(v)
+            };
+            for i in &items {
+                if !i
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                {
+                    return Err(String::from("names of a-z, 0-9 and '-'"));
+                }
+                if key != "azure.locations" && !PROVIDERS.contains(&i.as_str()) {
+                    return Err(format!("providers stado knows ({})", PROVIDERS.join(", ")));
+                }
+            }
+            Value::Array(items.into_iter().map(Value::String).collect())
+        }
+        "azure.credit_floor.amount" => {
+            let n: f64 = v.parse().map_err(|_| String::from("a number"))?;
+            if !n.is_finite() || n < 0.0 {
+                return Err(String::from("a number not below 0"));
+            }
+            serde_json::json!(n)
+        }
+        "azure.credit_floor.currency" => {
+            if !(v.len() == 3 && v.bytes().all(|b| b.is_ascii_uppercase())) {
+                return Err(String::from("an ISO 4217 code like USD"));
+            }
+            Value::String(v.to_string())
+        }
+        "azure.vm_username" => {
+            let ok = !v.is_empty()
+                && v.len() <= 32
+                && v.as_bytes()[0].is_ascii_lowercase()
+                && v.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                })
+                && v != "root"
+                && v != "admin";
+            if !ok {
+                return Err(String::from(
+                    "a Linux account name (a-z first, then a-z, 0-9, '_', '-'; not root or admin)",
+                ));
+            }
+            Value::String(v.to_string())
+        }
+        "azure.image_urn" => {
+            let parts: Vec<&str> = v.split(':').collect();
+            if parts.len() != 4 || parts.iter().any(|p| p.is_empty()) {
+                return Err(String::from("publisher:offer:sku:version"));
+            }
+            Value::String(v.to_string())
+        }
+        "api.url" | "azure.endpoint" | "azure.prices_endpoint" => {
+            let ok = (v.starts_with("https://")
+                || v.starts_with("http://127.0.0.1")
+                || v.starts_with("http://localhost"))
+                && !v.contains(char::is_whitespace)
+                && !v.contains(['\'', '"', '`', '$', ';', '\\']);
+            if !ok {
+                return Err(String::from(
+                    "an https:// address (http:// only on 127.0.0.1)",
+                ));
+            }
+            Value::String(v.trim_end_matches('/').to_string())
+        }
+        "owner" => {
+            orca::validate_owner(v).map_err(|e| e.to_string())?;
+            Value::String(v.to_string())
+        }
+        _ => {
+            if v.is_empty() || v.contains(char::is_control) {
+                return Err(String::from("a value on one line"));
+            }
+            Value::String(v.to_string())
+        }
+    })
 }
 
 #[cfg(test)]
