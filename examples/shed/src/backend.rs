@@ -679,16 +679,24 @@ impl Backend {
         v
     }
 
-    pub(crate) fn find<'a>(st: &'a State, caller: &Caller, name: &str) -> Option<&'a Shed> {
-        st.sheds.values().find(|s| s.name == name && caller.sees(s))
+    /// The caller's shed named `name`: 400 for a name no shed can have (one that arrived
+    /// percent-encoded with a `/` or dot segments in it), 404 when the caller has no such shed.
+    pub(crate) fn find<'a>(
+        st: &'a State,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<&'a Shed, ApiError> {
+        validate_shed_name(name).map_err(ApiError::invalid)?;
+        st.sheds
+            .values()
+            .find(|s| s.name == name && caller.sees(s))
+            .ok_or_else(|| ApiError::not_found(name))
     }
 
     /// `GET /api/sheds/{name}`.
     pub fn get(&self, caller: &Caller, name: &str) -> Result<ShedView, ApiError> {
         let st = self.state();
-        Self::find(&st, caller, name)
-            .map(ShedView::from)
-            .ok_or_else(|| ApiError::not_found(name))
+        Self::find(&st, caller, name).map(ShedView::from)
     }
 
     /// The size a create gets: `default_size` with neither cpus nor memory, else the smallest size
@@ -1011,7 +1019,7 @@ impl Backend {
     ) -> Result<(ShedView, Effect), ApiError> {
         let (id, status) = {
             let st = self.state();
-            let s = Self::find(&st, caller, name).ok_or_else(|| ApiError::not_found(name))?;
+            let s = Self::find(&st, caller, name)?;
             (s.id.clone(), s.status)
         };
         if status == Status::Stopped {
@@ -1091,7 +1099,7 @@ impl Backend {
     ) -> Result<(ShedView, Effect), ApiError> {
         let now = self.now();
         let mut st = self.state();
-        let s = Self::find(&st, caller, name).ok_or_else(|| ApiError::not_found(name))?;
+        let s = Self::find(&st, caller, name)?;
         let id = s.id.clone();
         let s = st.sheds.get_mut(&id).expect("found");
         let effect = match s.status {
@@ -1144,7 +1152,7 @@ impl Backend {
     pub async fn delete_shed(&self, caller: &Caller, name: &str) -> Result<String, ApiError> {
         let (id, vm_id) = {
             let st = self.state();
-            let s = Self::find(&st, caller, name).ok_or_else(|| ApiError::not_found(name))?;
+            let s = Self::find(&st, caller, name)?;
             (s.id.clone(), s.vm_id.clone())
         };
         // Whose labels are on the VM? A failed read does not stop the delete.
@@ -1226,13 +1234,13 @@ impl Backend {
     pub fn exec_or_connect(&self, caller: &Caller, name: &str, what: &str) -> ApiError {
         let st = self.state();
         match Self::find(&st, caller, name) {
-            None => ApiError::not_found(name),
-            Some(s) if s.status != Status::Running => ApiError::new(
+            Err(e) => e,
+            Ok(s) if s.status != Status::Running => ApiError::new(
                 409,
                 "SHED_NOT_RUNNING",
                 format!("shed {name:?} is {}, not running", s.status),
             ),
-            Some(_) => ApiError::unsupported_route(format!(
+            Ok(_) => ApiError::unsupported_route(format!(
                 "{what} is not built in this example server (the in-VM agent is out of its scope)"
             )),
         }

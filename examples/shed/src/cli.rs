@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::api::ErrorBody;
 use crate::backend::Info;
-use crate::model::ShedView;
+use crate::model::{validate_shed_name, ShedView};
 
 /// The shed command.
 #[derive(Debug, Parser)]
@@ -105,9 +105,22 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The shed name the command takes, if it takes one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Command::Create { name, .. }
+            | Command::Start { name }
+            | Command::Stop { name }
+            | Command::Delete { name } => Some(name),
+            Command::Info | Command::List { .. } => None,
+        }
+    }
+}
+
 struct Client {
     http: reqwest::Client,
-    base: String,
+    base: url::Url,
     token: Option<String>,
 }
 
@@ -117,10 +130,14 @@ enum Answer {
 }
 
 impl Client {
-    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let mut r = self
-            .http
-            .request(method, format!("{}{path}", self.base.trim_end_matches('/')));
+    /// A request to the API route made of `segments` under the server's root, each segment
+    /// percent-encoded on its own (a `/` or `..` in a segment can never reach another route).
+    fn req(&self, method: reqwest::Method, segments: &[&str]) -> reqwest::RequestBuilder {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        let mut r = self.http.request(method, url);
         if let Some(t) = &self.token {
             r = r.bearer_auth(t);
         }
@@ -213,12 +230,29 @@ fn print_error(err: &mut dyn Write, status: u16, e: &ErrorBody) {
 /// Runs the command `args` (argv without the program name), writing to `out` and `err`; answers the
 /// exit code.
 pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write + Send)) -> i32 {
+    let base = match url::Url::parse(&args.server) {
+        Ok(u) if !u.cannot_be_a_base() && matches!(u.scheme(), "http" | "https") => u,
+        _ => {
+            let _ = writeln!(
+                err,
+                "shed: --server {:?} is not an http(s) URL like http://127.0.0.1:8421",
+                args.server
+            );
+            return 2;
+        }
+    };
+    if let Some(name) = args.command.name() {
+        if let Err(why) = validate_shed_name(name) {
+            let _ = writeln!(err, "shed: INVALID_REQUEST: {why}; nothing was sent");
+            return 2;
+        }
+    }
     let client = Client {
         http: reqwest::Client::builder()
             .no_proxy()
             .build()
             .unwrap_or_default(),
-        base: args.server.clone(),
+        base,
         token: args.token.clone(),
     };
     match run_inner(&args, &client, out, err).await {
@@ -232,7 +266,7 @@ pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write 
 
 async fn info(client: &Client) -> Result<Result<Info, (u16, ErrorBody)>, String> {
     match client
-        .send(client.req(reqwest::Method::GET, "/api/info"))
+        .send(client.req(reqwest::Method::GET, &["api", "info"]))
         .await?
     {
         Answer::Ok(v) => Ok(Ok(
@@ -311,7 +345,9 @@ async fn run_inner(
             let mut last = String::new();
             let r = client
                 .events(
-                    client.req(reqwest::Method::POST, "/api/sheds").json(&body),
+                    client
+                        .req(reqwest::Method::POST, &["api", "sheds"])
+                        .json(&body),
                     |ev, v| match ev {
                         "status" => {
                             if let Ok(s) = serde_json::from_value::<ShedView>(v) {
@@ -354,7 +390,7 @@ async fn run_inner(
         }
         Command::List { verbose, json } => {
             let v = match client
-                .send(client.req(reqwest::Method::GET, "/api/sheds"))
+                .send(client.req(reqwest::Method::GET, &["api", "sheds"]))
                 .await?
             {
                 Answer::Ok(v) => v,
@@ -403,12 +439,9 @@ async fn run_inner(
         }
         Command::Start { name } | Command::Stop { name } => {
             let starting = matches!(args.command, Command::Start { .. });
-            let path = format!(
-                "/api/sheds/{name}/{}",
-                if starting { "start" } else { "stop" }
-            );
+            let action = if starting { "start" } else { "stop" };
             match client
-                .send(client.req(reqwest::Method::POST, &path))
+                .send(client.req(reqwest::Method::POST, &["api", "sheds", name, action]))
                 .await?
             {
                 Answer::Ok(..) => {}
@@ -421,7 +454,7 @@ async fn run_inner(
             let deadline = std::time::Instant::now() + Duration::from_secs(args.wait_secs);
             loop {
                 let s = match client
-                    .send(client.req(reqwest::Method::GET, &format!("/api/sheds/{name}")))
+                    .send(client.req(reqwest::Method::GET, &["api", "sheds", name]))
                     .await?
                 {
                     Answer::Ok(v) => serde_json::from_value::<ShedView>(v)
@@ -456,7 +489,7 @@ async fn run_inner(
         Command::Delete { name } => {
             let r = client
                 .events(
-                    client.req(reqwest::Method::DELETE, &format!("/api/sheds/{name}")),
+                    client.req(reqwest::Method::DELETE, &["api", "sheds", name]),
                     |ev, v| match ev {
                         "complete" => {
                             let _ = writeln!(out, "shed {name} deleted");
@@ -485,5 +518,30 @@ async fn run_inner(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_segment_is_percent_encoded_on_its_own() {
+        let client = Client {
+            http: reqwest::Client::new(),
+            base: url::Url::parse("http://127.0.0.1:8421/prefix/").unwrap(),
+            token: None,
+        };
+        let r = client
+            .req(
+                reqwest::Method::POST,
+                &["api", "sheds", "zz/../b?x#y", "stop"],
+            )
+            .build()
+            .unwrap();
+        assert_eq!(
+            r.url().as_str(),
+            "http://127.0.0.1:8421/prefix/api/sheds/zz%2F..%2Fb%3Fx%23y/stop"
+        );
     }
 }

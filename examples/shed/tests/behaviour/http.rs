@@ -14,7 +14,7 @@ use shed::Status;
 
 use crate::support::{Call, Env};
 
-async fn serve(env: &Env) -> String {
+pub(crate) async fn serve(env: &Env) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let app = shed::api::router(env.backend.clone());
@@ -22,7 +22,7 @@ async fn serve(env: &Env) -> String {
     format!("http://{addr}")
 }
 
-fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
@@ -414,7 +414,7 @@ async fn clients_need_their_token_and_see_their_own_sheds() {
         .any(|l| l.contains("create accepted for client ci")));
 }
 
-async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
+pub(crate) async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
     let mut argv = vec![
         "shed",
         "--server",

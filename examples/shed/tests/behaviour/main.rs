@@ -5,6 +5,7 @@ mod firewall;
 mod gce;
 mod http;
 mod lifecycle;
+mod names;
 mod pass;
 mod requests;
 mod restart;
