@@ -110,7 +110,51 @@ pub fn router(backend: Backend) -> Router {
             "/api/egress/profiles/{name}",
             any(unsupported("egress profiles")),
         )
+        .layer(axum::middleware::from_fn(json_errors))
         .with_state(backend)
+}
+
+/// Every error answer is `{code, message}` JSON. The router's own refusals (an unknown route, a
+/// method a route does not take, a body over the limit, a path it cannot read) come without a body
+/// or in plain text: they are rewritten here, keeping their status and what their text said.
+async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let said = String::from_utf8_lossy(&text).trim().to_string();
+    let (code, what) = match status {
+        StatusCode::NOT_FOUND => ("NOT_FOUND", format!("no route {method} {path}")),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "METHOD_NOT_ALLOWED",
+            format!("{path} does not take {method}"),
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "REQUEST_TOO_LARGE",
+            format!("the body of {method} {path} is larger than the server accepts"),
+        ),
+        s if s.is_client_error() => ("INVALID_REQUEST", format!("{method} {path}")),
+        _ => ("INTERNAL", format!("{method} {path} failed")),
+    };
+    let message = if said.is_empty() {
+        what
+    } else {
+        format!("{what}: {said}")
+    };
+    let mut out = ApiError::new(status.as_u16(), code, message).into_response();
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        out.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    out
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

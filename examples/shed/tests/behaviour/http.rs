@@ -516,3 +516,84 @@ async fn the_cli_reports_a_delete_whose_vm_cannot_be_destroyed_and_exits_1() {
         "{err}"
     );
 }
+
+/// The `{code, message}` body of an error answer, checked to be JSON.
+async fn error_body(r: reqwest::Response) -> (u16, String, String) {
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let text = r.text().await.unwrap();
+    assert!(
+        ct.starts_with("application/json"),
+        "{status} {ct:?}: {text:?}"
+    );
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    let field = |k: &str| {
+        v[k].as_str()
+            .unwrap_or_else(|| panic!("no {k}: {v}"))
+            .to_string()
+    };
+    (status, field("code"), field("message"))
+}
+
+#[tokio::test]
+async fn an_unknown_route_is_a_json_404() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    for path in ["/api/nope", "/", "/api/sheds/a/b/c"] {
+        let r = c.get(format!("{base}{path}")).send().await.unwrap();
+        let (status, code, message) = error_body(r).await;
+        assert_eq!((status, code.as_str()), (404, "NOT_FOUND"), "{path}");
+        assert!(message.contains(path), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn a_method_a_route_does_not_take_is_a_json_405() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    for (method, path) in [
+        ("DELETE", "/api/info"),
+        ("PUT", "/api/sheds"),
+        ("POST", "/api/log"),
+    ] {
+        let r = c
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap();
+        let (status, code, message) = error_body(r).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (405, "METHOD_NOT_ALLOWED"),
+            "{method} {path}"
+        );
+        assert!(
+            message.contains(method) && message.contains(path),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_json_413_and_makes_nothing() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let big = format!(r#"{{"name": "big", "repo": "{}"}}"#, "x".repeat(3 << 20));
+    let r = http()
+        .post(format!("{base}/api/sheds"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    let (status, code, _) = error_body(r).await;
+    assert_eq!((status, code.as_str()), (413, "REQUEST_TOO_LARGE"));
+    assert!(env.backend.records().is_empty());
+}
