@@ -223,6 +223,39 @@ fn status_word(v: &ShedView, verbose: bool) -> String {
     }
 }
 
+/// Writes `rows` under `header`, each column as wide as its widest cell (names are up to 40
+/// characters, a status with its reason up to 27), two spaces apart; the columns named in `right`
+/// (numbers) are aligned right.
+fn write_table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>], right: &[&str]) {
+    let widths: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .zip(&header)
+            .map(|((cell, w), h)| {
+                if right.contains(&h.as_str()) {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+}
+
 fn print_error(err: &mut dyn Write, status: u16, e: &ErrorBody) {
     let _ = writeln!(err, "shed: {} ({status}): {}", e.code, e.message);
 }
@@ -409,32 +442,30 @@ async fn run_inner(
             }
             let sheds: Vec<ShedView> =
                 serde_json::from_value(v).map_err(|e| format!("the server's list: {e}"))?;
-            if *verbose {
-                let _ = writeln!(
-                    out,
-                    "{:<24} {:<28} {:<10} {:>4} {:>8} {:>5} {:<12} {:<10}",
-                    "NAME", "STATUS", "SIZE", "CPUS", "MEMORY", "DISK", "IMAGE", "CLIENT"
-                );
-                for s in &sheds {
-                    let _ = writeln!(
-                        out,
-                        "{:<24} {:<28} {:<10} {:>4} {:>8} {:>5} {:<12} {:<10}",
-                        s.name,
-                        status_word(s, true),
-                        s.size,
-                        s.cpus,
-                        s.memory_mb,
-                        s.disk_gb,
-                        s.image,
-                        s.client
-                    );
-                }
+            let header: &[&str] = if *verbose {
+                &[
+                    "NAME", "STATUS", "SIZE", "CPUS", "MEMORY", "DISK", "IMAGE", "CLIENT",
+                ]
             } else {
-                let _ = writeln!(out, "{:<24} {:<10} {:<10}", "NAME", "STATUS", "SIZE");
-                for s in &sheds {
-                    let _ = writeln!(out, "{:<24} {:<10} {:<10}", s.name, s.status, s.size);
-                }
-            }
+                &["NAME", "STATUS", "SIZE"]
+            };
+            let rows = sheds
+                .iter()
+                .map(|s| {
+                    let mut row = vec![s.name.clone(), status_word(s, *verbose), s.size.clone()];
+                    if *verbose {
+                        row.extend([
+                            s.cpus.to_string(),
+                            s.memory_mb.to_string(),
+                            s.disk_gb.to_string(),
+                            s.image.clone(),
+                            s.client.clone(),
+                        ]);
+                    }
+                    row
+                })
+                .collect::<Vec<_>>();
+            write_table(out, header, &rows, &["CPUS", "MEMORY", "DISK"]);
             Ok(0)
         }
         Command::Start { name } | Command::Stop { name } => {

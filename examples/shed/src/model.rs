@@ -71,7 +71,7 @@ impl Status {
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -130,7 +130,7 @@ impl Reason {
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -417,6 +417,10 @@ mod tests {
                 .collect();
             assert_eq!(&got, words, "{status}");
         }
+        assert_eq!(
+            format!("{:<9}|{:>9}", Status::Running, Reason::Quota),
+            "running  |    quota"
+        );
         for r in [NoPin, RunLimit, CreateFailed, HostKey] {
             let j = serde_json::to_value(r).unwrap();
             assert_eq!(j, r.as_str());

@@ -597,3 +597,48 @@ async fn a_body_over_the_limit_is_a_json_413_and_makes_nothing() {
     assert_eq!((status, code.as_str()), (413, "REQUEST_TOO_LARGE"));
     assert!(env.backend.records().is_empty());
 }
+
+/// Checks that every row of a `shed list` table starts each of `columns` where its header does.
+fn assert_columns_aligned(table: &str, columns: &[&str]) {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    for col in columns {
+        let at = header
+            .find(col)
+            .unwrap_or_else(|| panic!("no {col} in {header:?}"));
+        for row in table.lines().skip(1) {
+            let b = row.as_bytes();
+            assert!(
+                b.len() > at && b[at - 1] == b' ' && b[at] != b' ',
+                "{col} is not at column {at} in {row:?}:\n{table}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn shed_list_aligns_its_columns_whatever_the_widths_of_names_and_statuses() {
+    let env = Env::build(|c| c.limits.max_running = 8).await;
+    let base = serve(&env).await;
+    let long = "a-name-of-forty-characters-exactly-12345";
+    assert_eq!(long.len(), 40);
+    env.running("a").await;
+    env.running(long).await;
+    let (code, _, err) = cli(&base, &["stop", "a"]).await;
+    assert_eq!(code, 0, "{err}");
+    env.probe
+        .set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.create("mid-sized-name").await.unwrap();
+    env.until("mid-sized-name unreachable", |e| {
+        e.view("mid-sized-name").map(|v| v.status_reason) == Some("unreachable".into())
+    })
+    .await;
+    let (code, out, err) = cli(&base, &["list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 4, "{out}");
+    assert_columns_aligned(&out, &["STATUS", "SIZE"]);
+    let (code, out, err) = cli(&base, &["list", "-v"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("starting (unreachable)"), "{out}");
+    assert_columns_aligned(&out, &["STATUS", "SIZE", "IMAGE", "CLIENT"]);
+}
