@@ -1,5 +1,6 @@
 //! `shed-server`: a shed-server with the remote backend (see `shed-server --help` and the README).
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +36,8 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("shed=info,warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: a log file or journal gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     let cfg = match shed::server::load_config(&args.config) {

@@ -9,5 +9,6 @@ mod names;
 mod pass;
 mod requests;
 mod restart;
+mod server;
 mod soak;
 mod support;
