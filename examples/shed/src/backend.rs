@@ -276,6 +276,17 @@ pub enum Effect {
     NoChange,
 }
 
+impl Effect {
+    /// The API's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::Changed => "changed",
+            Effect::Queued => "queued",
+            Effect::NoChange => "no_change",
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) sheds: BTreeMap<String, Shed>,
@@ -1141,6 +1152,11 @@ impl Backend {
         self.save(&snapshot);
         let view = ShedView::from(&snapshot);
         drop(st);
+        self.inner.log.info(format!(
+            "remote: shed {name} ({id}) stop accepted for client {} ({})",
+            caller.name,
+            effect.as_str()
+        ));
         self.bump();
         self.spawn_job(&id);
         Ok((view, effect))

@@ -404,15 +404,28 @@ impl Backend {
     async fn step_power_off(&self, id: &str, vm: &str) {
         match self.inner.provider.stop(vm).await {
             Ok(_) => {
+                let mut name = String::new();
+                let mut start = false;
                 self.update(id, |s, now| {
                     let queued = s.queued.take();
                     s.set(Status::Stopped, None, now);
+                    name = s.name.clone();
                     if queued == Some(Queued::Start) {
                         s.set(Status::Starting, None, now);
                         s.op = Some(Op::Start);
                         s.start_sent = false;
+                        start = true;
                     }
                 });
+                if start {
+                    self.inner.log.info(format!(
+                        "remote: shed {name} ({id}) stopped; starting it for the start queued behind the stop"
+                    ));
+                } else if !name.is_empty() {
+                    self.inner
+                        .log
+                        .info(format!("remote: shed {name} ({id}) stopped: its VM is off"));
+                }
             }
             Err(Error::NotFound { .. }) => self.gone_if_confirmed(id, vm).await,
             Err(e) => {

@@ -702,3 +702,25 @@ async fn a_json_create_deleted_during_its_accept_wait_still_answers_starting() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_stop_is_written_to_the_server_log_when_accepted_and_when_done() {
+    let env = Env::new().await;
+    let id = env.running("a").await.id;
+    let (_, effect) = env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!(effect, Effect::Changed);
+    env.until_status("a", Status::Stopped).await;
+    env.idle().await;
+    assert!(
+        env.log_has(&format!(
+            "remote: shed a ({id}) stop accepted for client local (changed)"
+        )),
+        "{:#?}",
+        env.backend.log().lines()
+    );
+    assert!(
+        env.log_has(&format!("remote: shed a ({id}) stopped: its VM is off")),
+        "{:#?}",
+        env.backend.log().lines()
+    );
+}
