@@ -186,6 +186,18 @@ impl Caller {
         self.role == Role::Admin
     }
 
+    /// Whether the caller may use image `name` (an `image_aliases` name, or `default`): every image
+    /// when its list is empty; the default image when one of its aliases names that same image.
+    pub fn may_use(&self, name: &str, cfg: &Config) -> bool {
+        self.images.is_empty()
+            || self.images.iter().any(|i| i == name)
+            || (name == "default"
+                && self
+                    .images
+                    .iter()
+                    .any(|a| cfg.image_aliases.get(a) == Some(&cfg.default_image)))
+    }
+
     fn sees(&self, s: &Shed) -> bool {
         self.is_admin() || s.client == self.name
     }
@@ -817,7 +829,7 @@ impl Backend {
                     .collect::<String>()
             )));
         }
-        if !caller.images.is_empty() && !caller.images.contains(&image) {
+        if !caller.may_use(&image, cfg) {
             return Err(ApiError::new(
                 403,
                 "FORBIDDEN",
