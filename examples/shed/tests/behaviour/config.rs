@@ -503,3 +503,17 @@ fn a_server_without_clients_listens_on_a_loopback_address_only() {
     .unwrap();
     assert_eq!(c.listen, "0.0.0.0:8421".parse().unwrap());
 }
+
+#[test]
+fn the_readme_names_the_directory_that_holds_the_records_of_the_fake_walkthrough() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let yaml = std::fs::read_to_string(format!("{dir}/shed.fake.yaml")).unwrap();
+    let cfg = resolve(&yaml, &HashMap::new()).unwrap();
+    let records = cfg.state_dir.join("sheds");
+    let readme = std::fs::read_to_string(format!("{dir}/README.md")).unwrap();
+    let named = format!("`{}`", records.display());
+    assert!(
+        readme.contains(&named),
+        "the README does not say the records are in {named}"
+    );
+}
