@@ -338,16 +338,27 @@ pub fn new_id() -> String {
     s
 }
 
+/// Whether `s` is a machine name as orca checks it (a hostname label) of at most `max` characters
+/// that starts with a letter: a shed name or an environment, which become parts of VM names and of
+/// the network tag.
+pub(crate) fn is_name(s: &str, max: usize) -> bool {
+    orca::validate_name(s).is_ok()
+        && s.len() <= max
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// Whether `s` is a label value as orca checks it, of at most `max` characters, that starts with a
+/// letter: the names of sizes, image aliases and clients, which go into labels.
+pub(crate) fn is_label_name(s: &str, max: usize) -> bool {
+    orca::validate_pool(s).is_ok()
+        && s.len() <= max
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
 /// Checks a shed name: 1 to 40 of a-z, 0-9 and `-`, starting with a letter and not ending with `-`.
+/// The server and the CLI both check with it, so a name the CLI sends is one the server accepts.
 pub fn validate_shed_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && name.as_bytes()[0].is_ascii_lowercase()
-        && !name.ends_with('-')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if ok {
+    if is_name(name, 40) {
         Ok(())
     } else {
         Err(format!(
