@@ -318,87 +318,75 @@ async fn create(
         return Ok((StatusCode::CREATED, Json(v)).into_response());
     }
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        let accepted = tokio::select! {
-            r = b.wait_accept(&id) => r,
-            _ = tx.closed() => {
-                // The stream was closed: the create goes on without anyone waiting (dropping the
-                // wait forgets its waiter).
-                return;
-            }
-        };
-        let mut last = match accepted {
-            Err(e) => {
-                let _ = tx
-                    .send(event(
-                        "error",
-                        &ErrorBody {
-                            code: e.code,
-                            message: e.message,
-                        },
-                    ))
-                    .await;
-                return;
-            }
-            Ok(v) => v,
-        };
-        if tx.send(event("status", &last)).await.is_err() {
+    tokio::spawn(follow_create(b, c, id, tx));
+    Ok(stream_of(rx))
+}
+
+/// The error event of a stream.
+fn error_event(e: ApiError) -> Event {
+    event(
+        "error",
+        &ErrorBody {
+            code: e.code,
+            message: e.message,
+        },
+    )
+}
+
+/// The events of a streamed create: `status` for each change, then `complete` with the settled
+/// shed, or `error`. A closed stream ends this, never the create.
+async fn follow_create(b: Backend, c: Caller, id: String, tx: tokio::sync::mpsc::Sender<Event>) {
+    let accepted = tokio::select! {
+        r = b.wait_accept(&id) => r,
+        // The stream was closed: the create goes on without anyone waiting (dropping the wait
+        // forgets its waiter).
+        _ = tx.closed() => return,
+    };
+    let mut last = match accepted {
+        Err(e) => {
+            let _ = tx.send(error_event(e)).await;
             return;
         }
-        let mut rx = b.subscribe();
-        loop {
-            let now = b.get(&c, &last.name).ok().filter(|v| v.id == id);
-            let Some(v) = now else {
+        Ok(v) => v,
+    };
+    if tx.send(event("status", &last)).await.is_err() {
+        return;
+    }
+    let mut rx = b.subscribe();
+    loop {
+        let Some(v) = b.get(&c, &last.name).ok().filter(|v| v.id == id) else {
+            let gone = ApiError::new(404, "NOT_FOUND", "the shed was deleted before it settled");
+            let _ = tx.send(error_event(gone)).await;
+            return;
+        };
+        if v != last && tx.send(event("status", &v)).await.is_err() {
+            return;
+        }
+        match v.status {
+            Status::Running | Status::Stopped => {
+                let _ = tx.send(event("complete", &v)).await;
+                return;
+            }
+            Status::Error => {
+                // The failure's detail is for admins only: it may name the project or an address.
+                let detail = c
+                    .is_admin()
+                    .then(|| b.records().into_iter().find(|s| s.id == id))
+                    .flatten()
+                    .and_then(|s| s.detail);
                 let _ = tx
-                    .send(event(
-                        "error",
-                        &ErrorBody {
-                            code: "NOT_FOUND".into(),
-                            message: "the shed was deleted before it settled".into(),
-                        },
-                    ))
+                    .send(error_event(failed_create(&v, detail.as_deref())))
                     .await;
                 return;
-            };
-            if v != last && tx.send(event("status", &v)).await.is_err() {
-                return;
             }
-            match v.status {
-                Status::Running | Status::Stopped => {
-                    let _ = tx.send(event("complete", &v)).await;
-                    return;
-                }
-                Status::Error => {
-                    let detail = if c.role == Role::Admin {
-                        b.records()
-                            .into_iter()
-                            .find(|s| s.id == id)
-                            .and_then(|s| s.detail)
-                    } else {
-                        None
-                    };
-                    let e = failed_create(&v, detail.as_deref());
-                    let _ = tx
-                        .send(event(
-                            "error",
-                            &ErrorBody {
-                                code: e.code,
-                                message: e.message,
-                            },
-                        ))
-                        .await;
-                    return;
-                }
-                _ => {}
-            }
-            last = v;
-            tokio::select! {
-                r = rx.changed() => if r.is_err() { return },
-                _ = tx.closed() => return,
-            }
+            _ => {}
         }
-    });
-    Ok(stream_of(rx))
+        last = v;
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = tx.closed() => return,
+        }
+    }
 }
 
 async fn delete(
