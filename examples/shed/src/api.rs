@@ -1,5 +1,5 @@
 //! The HTTP API (axum): the shed routes of a remote server, `GET /api/info`, the routes of features a
-//! remote server does not have (422 or 501, as the seed's table says), and the streamed answers of
+//! remote server does not have (422 for a create field, 501 for a route), and the streamed answers of
 //! create and delete for `Accept: text/event-stream`.
 //!
 //! Errors are JSON `{"code": "...", "message": "..."}`. No answer to a service client names the cloud

@@ -6,7 +6,7 @@ use std::fmt;
 use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
-/// A shed's status: one of five (the seed's "Statuses" table).
+/// A shed's status: one of five.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -43,7 +43,7 @@ impl Status {
         Status::Error,
     ];
 
-    /// The reasons this status may carry (besides none), as the seed's table lists them.
+    /// The reasons this status may carry (besides none).
     pub fn allowed_reasons(self) -> &'static [Reason] {
         use Reason::*;
         match self {
@@ -75,7 +75,7 @@ impl fmt::Display for Status {
     }
 }
 
-/// Why a shed is in its status (the seed's reason table). `status_reason` is empty when there is none.
+/// Why a shed is in its status. `status_reason` is empty when there is none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
@@ -386,7 +386,7 @@ mod tests {
     }
 
     #[test]
-    fn every_reason_belongs_to_the_statuses_the_seed_lists() {
+    fn each_status_carries_exactly_its_documented_reasons() {
         use Reason::*;
         let table: &[(Status, &[&str])] = &[
             (

@@ -37,7 +37,7 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
         Transport::Local => Arc::new(LocalProbe),
     };
     let echo = Arc::new(HttpsEcho::new()?);
-    let timings = Timings::seed(cfg.pass_interval);
+    let timings = Timings::standard(cfg.pass_interval);
     Backend::start(Parts {
         config: cfg,
         provider,
@@ -116,7 +116,7 @@ impl StopSignals {
     }
 }
 
-/// For provider `fake` with `ORCA_FAKE_STATE`: puts the firewall rule `shed-<environment>-ssh` into the
+/// For provider `fake` with its state file ([`orca::FAKE_STATE_ENV`]): puts the firewall rule `shed-<environment>-ssh` into the
 /// simulated cloud as `gce-setup.sh` makes it on Compute Engine (on the in-memory provider's network,
 /// admitting the static sources, or `203.0.113.7/32` in the other modes).
 pub fn fake_setup(cfg: &Config) -> Result<String, String> {

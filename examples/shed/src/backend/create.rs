@@ -302,9 +302,10 @@ impl Backend {
         let deadline = self.now()
             + chrono::Duration::from_std(self.inner.timings.accept_wait).unwrap_or_default();
         let mut rx = self.subscribe();
-        // The seed: a JSON create answers 201 with status starting (the shed as it was accepted);
-        // only an early quota or capacity refusal is answered otherwise (503, no shed). A create
-        // that fails for another reason, or a shed deleted, within the wait is seen by polling.
+        // A JSON create answers 201 with status starting (the shed as it was accepted): a client
+        // reads anything else as "not created". Only an early quota or capacity refusal is
+        // answered otherwise (503, no shed). A create that fails for another reason, or a shed
+        // deleted, within the wait is seen by polling.
         let as_accepted = |s: &Shed| {
             let mut v = ShedView::from(s);
             v.status = Status::Starting;

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// An error answer of the API: HTTP status, the seed's code and a message.
+/// An error answer of the API: HTTP status, a code a client acts on, and a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiError {
     /// The HTTP status.

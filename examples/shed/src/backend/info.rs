@@ -62,8 +62,8 @@ impl Backend {
                 "async_lifecycle".into(),
                 "network_profiles".into(),
                 "service_clients".into(),
-                // The seed lists it "as on any server"; the exec route answers as it does (409
-                // SHED_NOT_RUNNING, else 501 in this example).
+                // Listed as on any shed-server, so that clients that look for it find it; the exec
+                // route answers 409 SHED_NOT_RUNNING, else 501 (the in-VM agent is not built).
                 "http_exec".into(),
             ],
             isolation: "topology".into(),

@@ -54,7 +54,7 @@ pub const SCHEMA_LABEL: &str = "shed-schema";
 /// The label schema this server writes and reads.
 pub const SCHEMA: &str = "1";
 
-/// The seed's durations, on the server's clock (tests shorten none of them: they advance the clock).
+/// The server's durations, on its clock (tests shorten none of them: they advance the clock).
 #[derive(Debug, Clone, Copy)]
 pub struct Timings {
     /// The periodic pass (1 min; `remote.pass_interval`).
@@ -80,8 +80,8 @@ pub struct Timings {
 }
 
 impl Timings {
-    /// The seed's durations with the pass every `pass_interval`.
-    pub fn seed(pass_interval: Duration) -> Self {
+    /// The durations the README documents, with the pass every `pass_interval`.
+    pub fn standard(pass_interval: Duration) -> Self {
         Timings {
             pass_interval,
             accept_wait: Duration::from_secs(15),
@@ -161,7 +161,7 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 
 impl Backend {
     /// Starts the backend: loads `state_dir`, runs the firewall check and the start-up reconciliation
-    /// (the seed's "Server restarts" list), resumes the jobs, and starts the periodic pass.
+    /// (what the README's "Restarts" lists), resumes the jobs, and starts the periodic pass.
     pub async fn start(parts: Parts) -> std::io::Result<Backend> {
         let b = Self::load(parts)?;
         b.pass(true).await;

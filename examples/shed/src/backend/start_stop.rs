@@ -29,7 +29,8 @@ impl Effect {
 }
 
 impl Backend {
-    /// `POST /api/sheds/{name}/start` (the seed's call matrix).
+    /// `POST /api/sheds/{name}/start`, by status: `starting` no change (a queued stop is
+    /// cancelled), `running` 409, `stopping` queued, `stopped` starting, `error` 409.
     pub async fn start_shed(
         &self,
         caller: &Caller,
@@ -109,7 +110,8 @@ impl Backend {
         Ok((view, effect))
     }
 
-    /// `POST /api/sheds/{name}/stop` (the seed's call matrix).
+    /// `POST /api/sheds/{name}/stop`, by status: `starting` queued, `running` stopping, `stopping`
+    /// no change (a queued start is cancelled), `stopped` 409, `error` 409.
     pub async fn stop_shed(
         &self,
         caller: &Caller,

@@ -23,8 +23,9 @@ enum Command {
     Serve,
     /// Checks the configuration and its variables, and prints what was read (never a secret).
     CheckConfig,
-    /// Provider fake only: puts the firewall rule `shed-<environment>-ssh` into the simulated cloud of
-    /// ORCA_FAKE_STATE, as gce-setup.sh makes it on Compute Engine.
+    /// Provider fake only: puts the firewall rule `shed-<environment>-ssh` into the file-backed
+    /// simulated cloud the server shares (the fake's state file must be set), as gce-setup.sh makes
+    /// it on Compute Engine.
     FakeSetup,
 }
 

@@ -149,7 +149,7 @@ pub struct RemoteFile {
     /// The run limit (10m to 2880h).
     #[serde(default)]
     pub max_run_duration: Option<serde_yaml_ng::Value>,
-    /// The periodic pass's interval (default 1m; not in the seed: it lets tests run the pass fast).
+    /// The periodic pass's interval (default 1m; shed's own field, so that tests can run the pass fast).
     #[serde(default)]
     pub pass_interval: Option<serde_yaml_ng::Value>,
     /// Holds `shed-agent-linux-<arch>` (default `<state dir>/agent`).

@@ -1,4 +1,4 @@
-//! The server's configuration: the seed's YAML (`default_backend: remote` and the `remote:` block,
+//! The server's configuration: its YAML file (`default_backend: remote` and the `remote:` block,
 //! every field and default), read in two steps. [`FileConfig::parse`] reads the file (unknown fields
 //! are refused, naming them); [`FileConfig::resolve`] checks every rule and reads every `*_env`
 //! variable ONCE, through a lookup function (the process environment in the server, a map in tests).
@@ -75,7 +75,7 @@ impl Problems {
 pub enum ProviderKind {
     /// Compute Engine (orca's `gce` driver).
     Gce,
-    /// orca's in-memory cloud (`fake`), optionally persisted with `ORCA_FAKE_STATE`.
+    /// orca's in-memory cloud (`fake`), kept in a file when [`orca::FAKE_STATE_ENV`] names one.
     Fake,
 }
 

@@ -1,10 +1,10 @@
-//! The firewall check (the seed's "The firewall check"): the rule `shed-<environment>-ssh` and its
+//! The firewall check: the rule `shed-<environment>-ssh` and its
 //! network must be as expected before the server asks the cloud for a VM or starts one. The server never
 //! makes or removes a rule; in mode `auto` it changes one thing, the rule's source ranges, under the
-//! seed's conditions.
+//! conditions its `auto` module states.
 //!
 //! A [`FirewallCheck`] keeps the last result ([`Outcome`]); the periodic pass runs it, and so does a
-//! create or start whose last result is older than 60 s. It writes the seed's log lines when the result
+//! create or start whose last result is older than 60 s. It writes its log lines (`remote: firewall check passed ...`, `... FAILED ...`) when the result
 //! changes and every ten minutes while it fails.
 
 use std::net::Ipv4Addr;
@@ -24,7 +24,7 @@ mod clauses;
 
 use clauses::Read;
 
-/// Why the check failed (the seed's clause table).
+/// Why the check failed: the first clause that failed, in the order the README lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FwReason {
     /// The rule does not exist.
@@ -54,7 +54,7 @@ pub enum FwReason {
 }
 
 impl FwReason {
-    /// The seed's word.
+    /// The word of the log and of the 503 message.
     pub fn as_str(self) -> &'static str {
         match self {
             FwReason::RuleMissing => "rule_missing",

@@ -1,6 +1,5 @@
-//! Keeping records and the cloud in step: the periodic pass (the seed's "Keeping records and the cloud
-//! in step" table) and, with `startup`, the reconciliation of a server that starts (the seed's "Server
-//! restarts" list).
+//! Keeping records and the cloud in step: the periodic pass and, with `startup`, the reconciliation
+//! of a server that starts (the README's "The periodic pass" and "Restarts").
 //!
 //! A pass runs the firewall check, lists the environment's VMs once, and corrects what differs for
 //! sheds with no job in flight. It destroys a VM only for an acknowledged delete, a failed create, or a

@@ -47,7 +47,7 @@ fn refused(yaml: &str, env: &HashMap<String, String>, field: &str) -> String {
 }
 
 #[test]
-fn only_environment_and_default_image_are_required_and_every_default_is_the_seeds() {
+fn only_environment_and_default_image_are_required_and_every_default_is_the_documented_one() {
     let c = resolve(MINIMAL, &gce_env()).unwrap();
     assert_eq!(c.provider, ProviderKind::Gce);
     assert_eq!(c.transport, Transport::Ssh);
@@ -250,7 +250,7 @@ fn test_drivers_need_allow_test_drivers() {
 }
 
 #[test]
-fn static_sources_follow_the_seeds_rules() {
+fn static_sources_are_one_list_of_public_ipv4_cidrs() {
     let env = gce_env();
     let c = resolve(
         &with("  firewall:\n    source_ranges: [203.0.113.7/32, 198.51.100.0/24]\n"),

@@ -437,7 +437,7 @@ pub(crate) async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 #[tokio::test]
-async fn the_cli_creates_lists_stops_starts_and_deletes_waiting_as_the_seed_says() {
+async fn the_cli_creates_lists_stops_starts_and_deletes_waiting_for_each_to_settle() {
     let env = Env::new().await;
     let base = serve(&env).await;
     let (code, out, err) = cli(&base, &["create", "dev-1"]).await;

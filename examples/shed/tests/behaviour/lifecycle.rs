@@ -1,4 +1,5 @@
-//! Statuses, reasons and the call-by-status matrix (the seed's "Statuses" and "Calls and statuses").
+//! Statuses, reasons and the call-by-status matrix (the README's "Statuses and reasons" and "The call
+//! matrix").
 
 use std::time::Duration;
 
@@ -171,8 +172,8 @@ async fn another_create_failure_is_error_create_failed_with_the_detail_in_the_lo
         FaultKind::Error(ErrorKind::PermissionDenied),
         1,
     );
-    // The seed: a JSON create answers 201 with status starting; only an early quota or capacity
-    // refusal is answered otherwise. The failure is seen by polling.
+    // A JSON create answers 201 with status starting; only an early quota or capacity refusal is
+    // answered otherwise. The failure is seen by polling.
     let v = env.create("f").await.unwrap();
     assert_eq!((v.status, v.status_reason.as_str()), (Status::Starting, ""));
     let v = env.view("f").unwrap();
@@ -693,7 +694,7 @@ async fn a_json_create_deleted_during_its_accept_wait_still_answers_starting() {
     let v = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .unwrap()
-        .expect("201 with status starting, as the seed says");
+        .expect("201 with status starting");
     assert_eq!((v.id.as_str(), v.status), (id.as_str(), Status::Starting));
     assert!(env.view("gone").is_none(), "a poll finds it deleted");
     env.wrapped.release(Call::CreateBefore);

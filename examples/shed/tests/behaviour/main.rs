@@ -1,4 +1,5 @@
-//! shed's behaviour against orca's in-memory cloud: one test binary, a module per part of the seed.
+//! shed's behaviour against orca's in-memory cloud: one test binary, a module per part of the README's
+//! "Behaviour".
 
 mod config;
 mod firewall;

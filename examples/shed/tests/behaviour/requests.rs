@@ -1,5 +1,5 @@
 //! Error codes, unsupported features, sizes, server information and what a service client is told (the
-//! seed's "Error codes", "Unsupported features", "Server information" and "Sizes").
+//! README's "Error codes", "Sizes" and "Server information", and what shed leaves out).
 
 use orca::memory::{FaultKind, Operation};
 use orca::ErrorKind;
@@ -360,8 +360,7 @@ async fn info_reports_remote_its_features_and_topology_isolation() {
     let i = env.backend.info(&env.admin());
     assert_eq!(i.backend, "remote");
     assert_eq!(i.isolation, "topology");
-    // The seed: async_lifecycle and network_profiles, "with service_clients and http_exec as on any
-    // server".
+    // async_lifecycle and network_profiles, with service_clients and http_exec as on any server.
     for f in [
         "async_lifecycle",
         "network_profiles",
