@@ -17,14 +17,18 @@ use secrecy::SecretString;
 
 use crate::netaddr::Cidr;
 
+mod cloud;
+mod fields;
 mod file;
+mod firewall;
 mod resolve;
 
+pub use fields::DISK_GB_RANGE;
 pub use file::{
     ClientFile, EnabledFile, FileConfig, FirewallFile, GceFile, LimitsFile, NetworkFile,
     PolicyFile, RemoteFile, SizeFile, SshFile,
 };
-pub use resolve::{check_echo_url, DISK_GB_RANGE};
+pub use firewall::check_echo_url;
 
 /// The configuration's problems, each naming its field (or variable).
 #[derive(Debug, Clone, PartialEq, Eq)]
