@@ -12,7 +12,7 @@
 //! - [`firewall`]: the firewall check, its three modes and the echo services of mode `auto`
 //!   ([`echo`]).
 //! - [`probe`]: "the agent answered a probe".
-//! - [`store`]: the record cache and delete markers in `state_dir`, written atomically.
+//! - [`store`]: the record cache and delete markers in `remote.state_dir`, written atomically.
 //! - [`api`]: the axum routes, JSON and `text/event-stream`; [`cli`]: the `shed` command.
 //! - [`clock`]: every duration of the server on an injectable clock.
 //!

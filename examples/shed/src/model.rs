@@ -1,5 +1,5 @@
 //! What the server records: a shed ([`Shed`]) with its status and reason, and the marker of an
-//! acknowledged delete ([`DeleteMarker`]). Both are kept in `state_dir` (see [`crate::store`]).
+//! acknowledged delete ([`DeleteMarker`]). Both are kept in `remote.state_dir` (see [`crate::store`]).
 
 use std::fmt;
 
