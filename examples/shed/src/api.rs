@@ -1,5 +1,5 @@
 //! The HTTP API (axum): the shed routes of a remote server, `GET /api/info`, the routes of features a
-//! remote server does not have (422 or 501, as the seed's table says), and the streamed answers of
+//! remote server does not have (422 for a create field, 501 for a route), and the streamed answers of
 //! create and delete for `Accept: text/event-stream`.
 //!
 //! Errors are JSON `{"code": "...", "message": "..."}`. No answer to a service client names the cloud
@@ -110,7 +110,51 @@ pub fn router(backend: Backend) -> Router {
             "/api/egress/profiles/{name}",
             any(unsupported("egress profiles")),
         )
+        .layer(axum::middleware::from_fn(json_errors))
         .with_state(backend)
+}
+
+/// Every error answer is `{code, message}` JSON. The router's own refusals (an unknown route, a
+/// method a route does not take, a body over the limit, a path it cannot read) come without a body
+/// or in plain text: they are rewritten here, keeping their status and what their text said.
+async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let said = String::from_utf8_lossy(&text).trim().to_string();
+    let (code, what) = match status {
+        StatusCode::NOT_FOUND => ("NOT_FOUND", format!("no route {method} {path}")),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "METHOD_NOT_ALLOWED",
+            format!("{path} does not take {method}"),
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "REQUEST_TOO_LARGE",
+            format!("the body of {method} {path} is larger than the server accepts"),
+        ),
+        s if s.is_client_error() => ("INVALID_REQUEST", format!("{method} {path}")),
+        _ => ("INTERNAL", format!("{method} {path} failed")),
+    };
+    let message = if said.is_empty() {
+        what
+    } else {
+        format!("{what}: {said}")
+    };
+    let mut out = ApiError::new(status.as_u16(), code, message).into_response();
+    if let Some(allow) = parts.headers.get(header::ALLOW) {
+        out.headers_mut().insert(header::ALLOW, allow.clone());
+    }
+    out
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -274,87 +318,75 @@ async fn create(
         return Ok((StatusCode::CREATED, Json(v)).into_response());
     }
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        let accepted = tokio::select! {
-            r = b.wait_accept(&id) => r,
-            _ = tx.closed() => {
-                // The stream was closed: the create goes on without anyone waiting (dropping the
-                // wait forgets its waiter).
-                return;
-            }
-        };
-        let mut last = match accepted {
-            Err(e) => {
-                let _ = tx
-                    .send(event(
-                        "error",
-                        &ErrorBody {
-                            code: e.code,
-                            message: e.message,
-                        },
-                    ))
-                    .await;
-                return;
-            }
-            Ok(v) => v,
-        };
-        if tx.send(event("status", &last)).await.is_err() {
+    tokio::spawn(follow_create(b, c, id, tx));
+    Ok(stream_of(rx))
+}
+
+/// The error event of a stream.
+fn error_event(e: ApiError) -> Event {
+    event(
+        "error",
+        &ErrorBody {
+            code: e.code,
+            message: e.message,
+        },
+    )
+}
+
+/// The events of a streamed create: `status` for each change, then `complete` with the settled
+/// shed, or `error`. A closed stream ends this, never the create.
+async fn follow_create(b: Backend, c: Caller, id: String, tx: tokio::sync::mpsc::Sender<Event>) {
+    let accepted = tokio::select! {
+        r = b.wait_accept(&id) => r,
+        // The stream was closed: the create goes on without anyone waiting (dropping the wait
+        // forgets its waiter).
+        _ = tx.closed() => return,
+    };
+    let mut last = match accepted {
+        Err(e) => {
+            let _ = tx.send(error_event(e)).await;
             return;
         }
-        let mut rx = b.subscribe();
-        loop {
-            let now = b.get(&c, &last.name).ok().filter(|v| v.id == id);
-            let Some(v) = now else {
+        Ok(v) => v,
+    };
+    if tx.send(event("status", &last)).await.is_err() {
+        return;
+    }
+    let mut rx = b.subscribe();
+    loop {
+        let Some(v) = b.get(&c, &last.name).ok().filter(|v| v.id == id) else {
+            let gone = ApiError::new(404, "NOT_FOUND", "the shed was deleted before it settled");
+            let _ = tx.send(error_event(gone)).await;
+            return;
+        };
+        if v != last && tx.send(event("status", &v)).await.is_err() {
+            return;
+        }
+        match v.status {
+            Status::Running | Status::Stopped => {
+                let _ = tx.send(event("complete", &v)).await;
+                return;
+            }
+            Status::Error => {
+                // The failure's detail is for admins only: it may name the project or an address.
+                let detail = c
+                    .is_admin()
+                    .then(|| b.records().into_iter().find(|s| s.id == id))
+                    .flatten()
+                    .and_then(|s| s.detail);
                 let _ = tx
-                    .send(event(
-                        "error",
-                        &ErrorBody {
-                            code: "NOT_FOUND".into(),
-                            message: "the shed was deleted before it settled".into(),
-                        },
-                    ))
+                    .send(error_event(failed_create(&v, detail.as_deref())))
                     .await;
                 return;
-            };
-            if v != last && tx.send(event("status", &v)).await.is_err() {
-                return;
             }
-            match v.status {
-                Status::Running | Status::Stopped => {
-                    let _ = tx.send(event("complete", &v)).await;
-                    return;
-                }
-                Status::Error => {
-                    let detail = if c.role == Role::Admin {
-                        b.records()
-                            .into_iter()
-                            .find(|s| s.id == id)
-                            .and_then(|s| s.detail)
-                    } else {
-                        None
-                    };
-                    let e = failed_create(&v, detail.as_deref());
-                    let _ = tx
-                        .send(event(
-                            "error",
-                            &ErrorBody {
-                                code: e.code,
-                                message: e.message,
-                            },
-                        ))
-                        .await;
-                    return;
-                }
-                _ => {}
-            }
-            last = v;
-            tokio::select! {
-                r = rx.changed() => if r.is_err() { return },
-                _ = tx.closed() => return,
-            }
+            _ => {}
         }
-    });
-    Ok(stream_of(rx))
+        last = v;
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = tx.closed() => return,
+        }
+    }
 }
 
 async fn delete(

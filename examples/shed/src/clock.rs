@@ -1,4 +1,4 @@
-//! Time, injectable: every duration of the seed (the 15 s accept wait, the two minutes of a delete, the
+//! Time, injectable: every duration of the server (the 15 s accept wait, the two minutes of a delete, the
 //! 15 minutes of an abandoned create, the 5 minute patch spacing, the 10 minute log repeat, the 60 s
 //! freshness of a firewall check, the periodic pass) is measured and waited for on a [`Clock`], so that
 //! tests run them on a [`ManualClock`] and compress hours into seconds.
@@ -113,7 +113,8 @@ impl Clock for ManualClock {
     }
 }
 
-/// `d` as Go prints a duration (`45s`, `1m0s`, `5m0s`, `2h3m4s`): the form of the seed's messages.
+/// `d` as Go prints a duration (`45s`, `1m0s`, `5m0s`, `2h3m4s`): the form shed-server's messages
+/// have always used, so that what reads them keeps working.
 pub fn go_duration(d: Duration) -> String {
     let s = d.as_secs();
     let (h, m, sec) = (s / 3600, s / 60 % 60, s % 60);

@@ -45,15 +45,6 @@ impl HttpsEcho {
     }
 }
 
-fn is_loopback(url: &reqwest::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(a)) => a.is_loopback(),
-        Some(url::Host::Ipv6(a)) => a.is_loopback(),
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        None => false,
-    }
-}
-
 /// Reads an echo answer: exactly one IPv4 address (white space around it aside).
 pub fn parse_answer(body: &[u8]) -> Result<Ipv4Addr, String> {
     if body.len() > MAX_ANSWER {
@@ -69,7 +60,7 @@ pub fn parse_answer(body: &[u8]) -> Result<Ipv4Addr, String> {
 impl Echo for HttpsEcho {
     async fn ask(&self, url: &str) -> Result<Ipv4Addr, String> {
         let parsed = reqwest::Url::parse(url).map_err(|e| format!("not a URL: {e}"))?;
-        let client = if is_loopback(&parsed) {
+        let client = if orca::kit::is_loopback(parsed.as_str()) {
             &self.loopback
         } else {
             &self.client

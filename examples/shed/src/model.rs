@@ -1,12 +1,12 @@
 //! What the server records: a shed ([`Shed`]) with its status and reason, and the marker of an
-//! acknowledged delete ([`DeleteMarker`]). Both are kept in `state_dir` (see [`crate::store`]).
+//! acknowledged delete ([`DeleteMarker`]). Both are kept in `remote.state_dir` (see [`crate::store`]).
 
 use std::fmt;
 
 use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
-/// A shed's status: one of five (the seed's "Statuses" table).
+/// A shed's status: one of five.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
@@ -43,7 +43,7 @@ impl Status {
         Status::Error,
     ];
 
-    /// The reasons this status may carry (besides none), as the seed's table lists them.
+    /// The reasons this status may carry (besides none).
     pub fn allowed_reasons(self) -> &'static [Reason] {
         use Reason::*;
         match self {
@@ -71,11 +71,11 @@ impl Status {
 
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
-/// Why a shed is in its status (the seed's reason table). `status_reason` is empty when there is none.
+/// Why a shed is in its status. `status_reason` is empty when there is none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
@@ -130,7 +130,7 @@ impl Reason {
 
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -338,16 +338,27 @@ pub fn new_id() -> String {
     s
 }
 
+/// Whether `s` is a machine name as orca checks it (a hostname label) of at most `max` characters
+/// that starts with a letter: a shed name or an environment, which become parts of VM names and of
+/// the network tag.
+pub(crate) fn is_name(s: &str, max: usize) -> bool {
+    orca::validate_name(s).is_ok()
+        && s.len() <= max
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// Whether `s` is a label value as orca checks it, of at most `max` characters, that starts with a
+/// letter: the names of sizes, image aliases and clients, which go into labels.
+pub(crate) fn is_label_name(s: &str, max: usize) -> bool {
+    orca::validate_pool(s).is_ok()
+        && s.len() <= max
+        && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
 /// Checks a shed name: 1 to 40 of a-z, 0-9 and `-`, starting with a letter and not ending with `-`.
+/// The server and the CLI both check with it, so a name the CLI sends is one the server accepts.
 pub fn validate_shed_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 40
-        && name.as_bytes()[0].is_ascii_lowercase()
-        && !name.ends_with('-')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if ok {
+    if is_name(name, 40) {
         Ok(())
     } else {
         Err(format!(
@@ -375,7 +386,7 @@ mod tests {
     }
 
     #[test]
-    fn every_reason_belongs_to_the_statuses_the_seed_lists() {
+    fn each_status_carries_exactly_its_documented_reasons() {
         use Reason::*;
         let table: &[(Status, &[&str])] = &[
             (
@@ -417,6 +428,10 @@ mod tests {
                 .collect();
             assert_eq!(&got, words, "{status}");
         }
+        assert_eq!(
+            format!("{:<9}|{:>9}", Status::Running, Reason::Quota),
+            "running  |    quota"
+        );
         for r in [NoPin, RunLimit, CreateFailed, HostKey] {
             let j = serde_json::to_value(r).unwrap();
             assert_eq!(j, r.as_str());

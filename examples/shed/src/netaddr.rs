@@ -76,7 +76,7 @@ impl fmt::Display for Cidr {
 }
 
 /// The address space a source range may not lie in, and a believed address may not be in, with the
-/// seed's name for each.
+/// name messages give each.
 pub const FORBIDDEN: [(&str, &str); 11] = [
     ("0.0.0.0/8", "unspecified"),
     ("10.0.0.0/8", "private"),
@@ -130,7 +130,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn static_ranges_follow_the_seed() {
+    fn static_ranges_are_ipv4_cidrs_outside_forbidden_space_and_at_most_a_24() {
         assert!(check_static_range("203.0.113.7/32", false).is_ok());
         assert!(check_static_range("198.51.100.0/24", false).is_ok());
         assert_eq!(

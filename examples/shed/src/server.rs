@@ -37,7 +37,7 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
         Transport::Local => Arc::new(LocalProbe),
     };
     let echo = Arc::new(HttpsEcho::new()?);
-    let timings = Timings::seed(cfg.pass_interval);
+    let timings = Timings::standard(cfg.pass_interval);
     Backend::start(Parts {
         config: cfg,
         provider,
@@ -50,27 +50,73 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
     .map_err(|e| format!("the state directory: {e}"))
 }
 
-/// Runs the server until Ctrl-C.
+/// Runs the server until Ctrl-C (SIGINT) or SIGTERM, which stop it alike: the log says which, and
+/// every VM is left as it is.
 pub async fn serve(cfg: Config) -> Result<(), String> {
     let listen = cfg.listen;
     let backend = start_backend(cfg).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("listen on {listen}: {e}"))?;
+    // The handlers are in place before the server says it listens: a signal sent from then on
+    // stops it as described, never by the signal's default action.
+    let signals = StopSignals::install();
+    // The address bound, which differs from the configured one for port 0.
+    let bound = listener.local_addr().unwrap_or(listen);
     backend
         .log()
-        .info(format!("remote: shed-server listening on {listen}"));
+        .info(format!("remote: shed-server listening on {bound}"));
+    let log = backend.log().clone();
+    let stopped = async move {
+        let signal = signals.recv().await;
+        log.info(format!(
+            "remote: shed-server stopping ({signal}); every VM is left as it is"
+        ));
+    };
     axum::serve(listener, router(backend.clone()))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        .with_graceful_shutdown(stopped)
         .await
         .map_err(|e| e.to_string())?;
     backend.shutdown();
     Ok(())
 }
 
-/// For provider `fake` with `ORCA_FAKE_STATE`: puts the firewall rule `shed-<environment>-ssh` into the
+/// Ctrl-C (SIGINT) and, on Unix, SIGTERM (what a service manager sends), which stop the server
+/// alike.
+struct StopSignals {
+    #[cfg(unix)]
+    unix: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl StopSignals {
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let unix = signal(SignalKind::interrupt())
+                .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
+                .ok();
+            StopSignals { unix }
+        }
+        #[cfg(not(unix))]
+        StopSignals {}
+    }
+
+    /// Waits for the first signal; answers its name.
+    async fn recv(self) -> &'static str {
+        #[cfg(unix)]
+        if let Some((mut int, mut term)) = self.unix {
+            return tokio::select! {
+                _ = int.recv() => "SIGINT",
+                _ = term.recv() => "SIGTERM",
+            };
+        }
+        let _ = tokio::signal::ctrl_c().await;
+        "SIGINT"
+    }
+}
+
+/// For provider `fake` with its state file ([`orca::FAKE_STATE_ENV`]): puts the firewall rule `shed-<environment>-ssh` into the
 /// simulated cloud as `gce-setup.sh` makes it on Compute Engine (on the in-memory provider's network,
 /// admitting the static sources, or `203.0.113.7/32` in the other modes).
 pub fn fake_setup(cfg: &Config) -> Result<String, String> {

@@ -1,4 +1,4 @@
-//! The record cache and delete markers in `state_dir`: one JSON file per shed
+//! The record cache and delete markers in `remote.state_dir`: one JSON file per shed
 //! (`sheds/<id>.json`) and per acknowledged delete (`deletes/<id>.json`), each written atomically
 //! (a temporary file in the same directory, synced, then renamed over the old one), so that a server
 //! that dies mid-write leaves the old record or the new one, never half of one.

@@ -1,5 +1,6 @@
 //! `shed-server`: a shed-server with the remote backend (see `shed-server --help` and the README).
 
+use std::io::IsTerminal as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
@@ -22,8 +23,9 @@ enum Command {
     Serve,
     /// Checks the configuration and its variables, and prints what was read (never a secret).
     CheckConfig,
-    /// Provider fake only: puts the firewall rule `shed-<environment>-ssh` into the simulated cloud of
-    /// ORCA_FAKE_STATE, as gce-setup.sh makes it on Compute Engine.
+    /// Provider fake only: puts the firewall rule `shed-<environment>-ssh` into the file-backed
+    /// simulated cloud the server shares (the fake's state file must be set), as gce-setup.sh makes
+    /// it on Compute Engine.
     FakeSetup,
 }
 
@@ -35,6 +37,8 @@ async fn main() -> std::process::ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("shed=info,warn")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: a log file or journal gets plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     let cfg = match shed::server::load_config(&args.config) {

@@ -47,7 +47,7 @@ fn refused(yaml: &str, env: &HashMap<String, String>, field: &str) -> String {
 }
 
 #[test]
-fn only_environment_and_default_image_are_required_and_every_default_is_the_seeds() {
+fn only_environment_and_default_image_are_required_and_every_default_is_the_documented_one() {
     let c = resolve(MINIMAL, &gce_env()).unwrap();
     assert_eq!(c.provider, ProviderKind::Gce);
     assert_eq!(c.transport, Transport::Ssh);
@@ -250,7 +250,7 @@ fn test_drivers_need_allow_test_drivers() {
 }
 
 #[test]
-fn static_sources_follow_the_seeds_rules() {
+fn static_sources_are_one_list_of_public_ipv4_cidrs() {
     let env = gce_env();
     let c = resolve(
         &with("  firewall:\n    source_ranges: [203.0.113.7/32, 198.51.100.0/24]\n"),
@@ -502,4 +502,18 @@ fn a_server_without_clients_listens_on_a_loopback_address_only() {
     )
     .unwrap();
     assert_eq!(c.listen, "0.0.0.0:8421".parse().unwrap());
+}
+
+#[test]
+fn the_readme_names_the_directory_that_holds_the_records_of_the_fake_walkthrough() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let yaml = std::fs::read_to_string(format!("{dir}/shed.fake.yaml")).unwrap();
+    let cfg = resolve(&yaml, &HashMap::new()).unwrap();
+    let records = cfg.state_dir.join("sheds");
+    let readme = std::fs::read_to_string(format!("{dir}/README.md")).unwrap();
+    let named = format!("`{}`", records.display());
+    assert!(
+        readme.contains(&named),
+        "the README does not say the records are in {named}"
+    );
 }

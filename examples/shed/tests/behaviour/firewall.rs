@@ -204,7 +204,8 @@ async fn a_create_is_judged_by_the_last_result_for_60_s_and_the_insert_asks_agai
     env.advance(30).await;
     // Within 60 s of the last check the request is accepted; the check just before the insert fails,
     // so nothing is sent and the shed is left in error (firewall).
-    // The answer is 201 starting all the same (the seed); a poll shows the error.
+    // The answer is 201 starting all the same (a JSON create answers the shed as it was accepted);
+    // a poll shows the error.
     let v = env.create("b").await.unwrap();
     assert_eq!((v.status, v.status_reason.as_str()), (Status::Starting, ""));
     let v = env.view("b").unwrap();
@@ -472,7 +473,7 @@ async fn auto_mode_logs_a_failing_result_once_while_only_the_time_since_the_patc
 
 #[tokio::test]
 async fn address_unknown_is_the_last_clause_and_holds_with_or_without_the_rule() {
-    // The seed's table lists address_unknown last: after stray_rule, default_network and unreadable.
+    // address_unknown is the last clause: after stray_rule, default_network and unreadable.
     let env = auto_env().await;
     assert_eq!(reason_of(&env).await, Some(FwReason::AddressUnknown));
     let mut stray = FirewallRule::new("web", DEFAULT_NETWORK);

@@ -51,7 +51,7 @@ async fn start(firewall: &str) -> Gce {
         .unwrap()
         .resolve(&|k| env.get(k).cloned())
         .unwrap();
-    // The one setting the seed's configuration has no field for: the API root, here the fake's.
+    // The one setting shed's configuration has no field for: the API root, here the fake's.
     cfg.provider_settings
         .insert("ORCA_GCE_ENDPOINT", fake.endpoint());
     let provider = shed::server::provider(&cfg).await.unwrap();

@@ -14,7 +14,7 @@ use shed::Status;
 
 use crate::support::{Call, Env};
 
-async fn serve(env: &Env) -> String {
+pub(crate) async fn serve(env: &Env) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let app = shed::api::router(env.backend.clone());
@@ -22,7 +22,7 @@ async fn serve(env: &Env) -> String {
     format!("http://{addr}")
 }
 
-fn http() -> reqwest::Client {
+pub(crate) fn http() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
@@ -414,7 +414,7 @@ async fn clients_need_their_token_and_see_their_own_sheds() {
         .any(|l| l.contains("create accepted for client ci")));
 }
 
-async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
+pub(crate) async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
     let mut argv = vec![
         "shed",
         "--server",
@@ -437,7 +437,7 @@ async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 #[tokio::test]
-async fn the_cli_creates_lists_stops_starts_and_deletes_waiting_as_the_seed_says() {
+async fn the_cli_creates_lists_stops_starts_and_deletes_waiting_for_each_to_settle() {
     let env = Env::new().await;
     let base = serve(&env).await;
     let (code, out, err) = cli(&base, &["create", "dev-1"]).await;
@@ -515,4 +515,130 @@ async fn the_cli_reports_a_delete_whose_vm_cannot_be_destroyed_and_exits_1() {
         ),
         "{err}"
     );
+}
+
+/// The `{code, message}` body of an error answer, checked to be JSON.
+async fn error_body(r: reqwest::Response) -> (u16, String, String) {
+    let status = r.status().as_u16();
+    let ct = r
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let text = r.text().await.unwrap();
+    assert!(
+        ct.starts_with("application/json"),
+        "{status} {ct:?}: {text:?}"
+    );
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+    let field = |k: &str| {
+        v[k].as_str()
+            .unwrap_or_else(|| panic!("no {k}: {v}"))
+            .to_string()
+    };
+    (status, field("code"), field("message"))
+}
+
+#[tokio::test]
+async fn an_unknown_route_is_a_json_404() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    for path in ["/api/nope", "/", "/api/sheds/a/b/c"] {
+        let r = c.get(format!("{base}{path}")).send().await.unwrap();
+        let (status, code, message) = error_body(r).await;
+        assert_eq!((status, code.as_str()), (404, "NOT_FOUND"), "{path}");
+        assert!(message.contains(path), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn a_method_a_route_does_not_take_is_a_json_405() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    for (method, path) in [
+        ("DELETE", "/api/info"),
+        ("PUT", "/api/sheds"),
+        ("POST", "/api/log"),
+    ] {
+        let r = c
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap();
+        let (status, code, message) = error_body(r).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (405, "METHOD_NOT_ALLOWED"),
+            "{method} {path}"
+        );
+        assert!(
+            message.contains(method) && message.contains(path),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_json_413_and_makes_nothing() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let big = format!(r#"{{"name": "big", "repo": "{}"}}"#, "x".repeat(3 << 20));
+    let r = http()
+        .post(format!("{base}/api/sheds"))
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    let (status, code, _) = error_body(r).await;
+    assert_eq!((status, code.as_str()), (413, "REQUEST_TOO_LARGE"));
+    assert!(env.backend.records().is_empty());
+}
+
+/// Checks that every row of a `shed list` table starts each of `columns` where its header does.
+fn assert_columns_aligned(table: &str, columns: &[&str]) {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    for col in columns {
+        let at = header
+            .find(col)
+            .unwrap_or_else(|| panic!("no {col} in {header:?}"));
+        for row in table.lines().skip(1) {
+            let b = row.as_bytes();
+            assert!(
+                b.len() > at && b[at - 1] == b' ' && b[at] != b' ',
+                "{col} is not at column {at} in {row:?}:\n{table}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn shed_list_aligns_its_columns_whatever_the_widths_of_names_and_statuses() {
+    let env = Env::build(|c| c.limits.max_running = 8).await;
+    let base = serve(&env).await;
+    let long = "a-name-of-forty-characters-exactly-12345";
+    assert_eq!(long.len(), 40);
+    env.running("a").await;
+    env.running(long).await;
+    let (code, _, err) = cli(&base, &["stop", "a"]).await;
+    assert_eq!(code, 0, "{err}");
+    env.probe
+        .set_default(ProbeOutcome::Unreachable("booting".into()));
+    env.create("mid-sized-name").await.unwrap();
+    env.until("mid-sized-name unreachable", |e| {
+        e.view("mid-sized-name").map(|v| v.status_reason) == Some("unreachable".into())
+    })
+    .await;
+    let (code, out, err) = cli(&base, &["list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 4, "{out}");
+    assert_columns_aligned(&out, &["STATUS", "SIZE"]);
+    let (code, out, err) = cli(&base, &["list", "-v"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("starting (unreachable)"), "{out}");
+    assert_columns_aligned(&out, &["STATUS", "SIZE", "IMAGE", "CLIENT"]);
 }

@@ -1,4 +1,5 @@
-//! Statuses, reasons and the call-by-status matrix (the seed's "Statuses" and "Calls and statuses").
+//! Statuses, reasons and the call-by-status matrix (the README's "Statuses and reasons" and "The call
+//! matrix").
 
 use std::time::Duration;
 
@@ -171,8 +172,8 @@ async fn another_create_failure_is_error_create_failed_with_the_detail_in_the_lo
         FaultKind::Error(ErrorKind::PermissionDenied),
         1,
     );
-    // The seed: a JSON create answers 201 with status starting; only an early quota or capacity
-    // refusal is answered otherwise. The failure is seen by polling.
+    // A JSON create answers 201 with status starting; only an early quota or capacity refusal is
+    // answered otherwise. The failure is seen by polling.
     let v = env.create("f").await.unwrap();
     assert_eq!((v.status, v.status_reason.as_str()), (Status::Starting, ""));
     let v = env.view("f").unwrap();
@@ -693,7 +694,7 @@ async fn a_json_create_deleted_during_its_accept_wait_still_answers_starting() {
     let v = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .unwrap()
-        .expect("201 with status starting, as the seed says");
+        .expect("201 with status starting");
     assert_eq!((v.id.as_str(), v.status), (id.as_str(), Status::Starting));
     assert!(env.view("gone").is_none(), "a poll finds it deleted");
     env.wrapped.release(Call::CreateBefore);
@@ -701,4 +702,26 @@ async fn a_json_create_deleted_during_its_accept_wait_still_answers_starting() {
         e.backend.markers().is_empty() && e.vms().is_empty()
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_stop_is_written_to_the_server_log_when_accepted_and_when_done() {
+    let env = Env::new().await;
+    let id = env.running("a").await.id;
+    let (_, effect) = env.backend.stop_shed(&env.admin(), "a").await.unwrap();
+    assert_eq!(effect, Effect::Changed);
+    env.until_status("a", Status::Stopped).await;
+    env.idle().await;
+    assert!(
+        env.log_has(&format!(
+            "remote: shed a ({id}) stop accepted for client local (changed)"
+        )),
+        "{:#?}",
+        env.backend.log().lines()
+    );
+    assert!(
+        env.log_has(&format!("remote: shed a ({id}) stopped: its VM is off")),
+        "{:#?}",
+        env.backend.log().lines()
+    );
 }

@@ -1,4 +1,4 @@
-//! The periodic pass: each row of the seed's "Keeping records and the cloud in step" table.
+//! The periodic pass: each thing it corrects (the README's "The periodic pass").
 
 use std::time::Duration;
 
@@ -303,7 +303,7 @@ async fn the_pass_runs_every_interval_on_the_clock() {
         cloud,
         cfg,
         dir,
-        shed::Timings::seed(Duration::from_secs(60)),
+        shed::Timings::standard(Duration::from_secs(60)),
     )
     .await;
     env.running("a").await;

@@ -1,5 +1,5 @@
 //! Error codes, unsupported features, sizes, server information and what a service client is told (the
-//! seed's "Error codes", "Unsupported features", "Server information" and "Sizes").
+//! README's "Error codes", "Sizes" and "Server information", and what shed leaves out).
 
 use orca::memory::{FaultKind, Operation};
 use orca::ErrorKind;
@@ -320,14 +320,47 @@ async fn a_service_clients_caps_are_checked_against_the_size() {
 }
 
 #[tokio::test]
+async fn a_create_without_an_image_is_checked_against_the_policy_as_the_default_image() {
+    // The default image is the image of the alias `cloud`: a client limited to `cloud` may omit it.
+    let env = Env::build(|c| {
+        c.image_aliases
+            .insert("cloud".into(), c.default_image.clone());
+    })
+    .await;
+    let mut c = env.service("ci");
+    c.images = vec!["cloud".into()];
+    let v = env.create_as(&c, Env::req("a")).await.unwrap();
+    assert_eq!(v.image, "default");
+    assert_eq!(
+        env.cloud.extras(&env.vm("a").unwrap().id).unwrap().image,
+        Some(env.cfg.default_image.clone())
+    );
+    let v = env
+        .create_as(
+            &c,
+            CreateRequest {
+                image: Some("default".into()),
+                ..Env::req("b")
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(v.image, "default");
+    // A client limited to another alias still may not use the default image.
+    let mut other = env.service("other");
+    other.images = vec!["other".into()];
+    let e = env.create_as(&other, Env::req("c")).await.unwrap_err();
+    assert_eq!((e.status, e.code.as_str()), (403, "FORBIDDEN"));
+}
+
+#[tokio::test]
 async fn info_reports_remote_its_features_and_topology_isolation() {
     let env =
         Env::build(|c| c.default_image = "projects/secret-proj/global/images/shed-7".into()).await;
     let i = env.backend.info(&env.admin());
     assert_eq!(i.backend, "remote");
     assert_eq!(i.isolation, "topology");
-    // The seed: async_lifecycle and network_profiles, "with service_clients and http_exec as on any
-    // server".
+    // async_lifecycle and network_profiles, with service_clients and http_exec as on any server.
     for f in [
         "async_lifecycle",
         "network_profiles",

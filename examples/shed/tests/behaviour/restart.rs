@@ -1,4 +1,4 @@
-//! Server restarts: the record cache and delete markers in `state_dir`, and each item of the seed's
+//! Server restarts: the record cache and delete markers in `state_dir`, and each item of the README's
 //! reconciliation list at start-up.
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The soak: several clients create, stop, start and delete sheds while the cloud fails, slows down,
 //! loses answers and runs out of stock, for ten minutes of compressed time with the periodic pass
 //! running on the clock. It ends with no VM leaked, no record without its VM, and every shed in a
-//! status the seed allows.
+//! status it may have.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,7 +63,7 @@ async fn soak_with_faults_ends_with_no_leak_and_every_shed_in_an_allowed_status(
     cfg.max_run_duration = Duration::from_secs(600);
     let cloud = MemoryCloud::new();
     cloud.put_firewall_rule(good_rule());
-    let env = Arc::new(Env::on(cloud, cfg, dir, Timings::seed(Duration::from_secs(60))).await);
+    let env = Arc::new(Env::on(cloud, cfg, dir, Timings::standard(Duration::from_secs(60))).await);
 
     let stop = Arc::new(AtomicBool::new(false));
     // Time: ten compressed minutes, a second of them every millisecond or so.
@@ -179,7 +179,7 @@ fn check_invariants(env: &Env) {
         env.backend.markers()
     );
     for s in &records {
-        // Every shed in a status the seed allows, with a reason its status may carry, and settled.
+        // Every shed in one of the five statuses, with a reason its status may carry, and settled.
         assert!(
             s.reason
                 .is_none_or(|r| s.status.allowed_reasons().contains(&r)),

@@ -351,7 +351,7 @@ pub struct Env {
 /// The pass loop of tests runs only when a test advances the clock by ten hours; tests run passes
 /// themselves.
 pub fn test_timings() -> Timings {
-    Timings::seed(Duration::from_secs(36_000))
+    Timings::standard(Duration::from_secs(36_000))
 }
 
 impl Env {

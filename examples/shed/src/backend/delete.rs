@@ -1,0 +1,92 @@
+//! A delete: the shed hidden at once behind a delete marker, its VM destroyed by a job, and the wait
+//! of a streamed delete until the VM is gone.
+
+use std::time::Duration;
+
+use super::{ApiError, Backend, Caller, SCHEMA, SCHEMA_LABEL};
+use crate::model::{CreateStage, DeleteMarker};
+
+impl Backend {
+    /// `DELETE /api/sheds/{name}`: hides the shed at once (a delete marker replaces its record) and
+    /// destroys its VM in the background. Answers the shed's ID; an error when the VM's labels are
+    /// another shed version's (the delete is recorded all the same).
+    pub async fn delete_shed(&self, caller: &Caller, name: &str) -> Result<String, ApiError> {
+        let (id, vm_id) = {
+            let st = self.state();
+            let s = Self::find(&st, caller, name)?;
+            (s.id.clone(), s.vm_id.clone())
+        };
+        // Whose labels are on the VM? A failed read does not stop the delete.
+        let mut foreign = false;
+        if let Some(vm) = &vm_id {
+            let read =
+                tokio::time::timeout(Duration::from_secs(10), self.inner.provider.machine(vm))
+                    .await;
+            if let Ok(Ok(Some(m))) = read {
+                foreign = m.labels.get(SCHEMA_LABEL).map(String::as_str) != Some(SCHEMA);
+            }
+        }
+        let now = self.now();
+        {
+            let mut st = self.state();
+            let Some(s) = st.sheds.get(&id).cloned() else {
+                return Err(ApiError::not_found(name));
+            };
+            let marker = DeleteMarker {
+                id: s.id.clone(),
+                name: s.name.clone(),
+                client: s.client.clone(),
+                vm_name: s.vm_name.clone(),
+                vm_id: s.vm_id.clone(),
+                may_have_vm: !s.vm_gone && (s.vm_id.is_some() || s.create != CreateStage::NotSent),
+                acknowledged_at: now,
+                last_error: None,
+                foreign_labels: foreign,
+            };
+            self.save_marker(&marker);
+            st.deletes.insert(id.clone(), marker);
+            self.drop_record(&mut st, &id);
+            st.waiters.remove(&id);
+            st.accepted.remove(&id);
+        }
+        self.inner.log.info(format!(
+            "remote: shed {name} ({id}) delete acknowledged; its VM is destroyed in the background"
+        ));
+        self.bump();
+        self.spawn_job(&id);
+        if foreign {
+            return Err(ApiError::new(
+                502,
+                "CLOUD_UNREADABLE",
+                format!("the delete of shed {name:?} is recorded, but its VM carries labels of another shed version: it keeps running (and is billed) until a server that reads those labels, or this one once they are readable again, destroys it"),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Waits until the VM of deleted shed `id` is gone: `Ok` then, or the error a streamed delete
+    /// ends with when the destroy failed (the server keeps trying).
+    pub async fn wait_gone(&self, id: &str) -> Result<(), String> {
+        let mut rx = self.subscribe();
+        loop {
+            {
+                let st = self.state();
+                match st.deletes.get(id) {
+                    None => return Ok(()),
+                    Some(m) if !st.jobs.contains(id) => {
+                        if m.foreign_labels {
+                            return Err("the delete is recorded, but the VM carries labels of another shed version and keeps running until they are readable".into());
+                        }
+                        return Err(
+                            "the delete is recorded but the VM could not be destroyed yet; the server keeps trying".into(),
+                        );
+                    }
+                    Some(_) => {}
+                }
+            }
+            if rx.changed().await.is_err() {
+                return Err("the server is stopping".into());
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! The API's error answers: an HTTP status, a code a client acts on, and a message.
+
+use serde::{Deserialize, Serialize};
+
+/// An error answer of the API: HTTP status, a code a client acts on, and a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: u16,
+    /// The code (`SERVER_LIMIT_REACHED`, ...).
+    pub code: String,
+    /// What happened, for the caller.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error of `status` with `code`.
+    pub fn new(status: u16, code: &str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// 400 `INVALID_REQUEST`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(400, "INVALID_REQUEST", message)
+    }
+
+    /// 404 `NOT_FOUND`.
+    pub fn not_found(name: &str) -> Self {
+        Self::new(404, "NOT_FOUND", format!("shed {name:?} not found"))
+    }
+
+    /// 422 `FEATURE_UNSUPPORTED` (a create field).
+    pub fn unsupported_field(message: impl Into<String>) -> Self {
+        Self::new(422, "FEATURE_UNSUPPORTED", message)
+    }
+
+    /// 501 `FEATURE_UNSUPPORTED` (a route).
+    pub fn unsupported_route(message: impl Into<String>) -> Self {
+        Self::new(501, "FEATURE_UNSUPPORTED", message)
+    }
+
+    /// 503 `CLOUD_QUOTA_EXCEEDED`.
+    pub fn quota() -> Self {
+        Self::new(
+            503,
+            "CLOUD_QUOTA_EXCEEDED",
+            "the cloud project's quota is reached; nothing was created: try again later",
+        )
+    }
+
+    /// 503 `ZONE_CAPACITY_UNAVAILABLE`.
+    pub fn capacity() -> Self {
+        Self::new(
+            503,
+            "ZONE_CAPACITY_UNAVAILABLE",
+            "the zone has no room for the machine type right now; nothing was created: try again later",
+        )
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}

@@ -1,0 +1,436 @@
+//! The `shed` command for the calls of a remote server: `create`, `list [-v] [--json]`, `start`,
+//! `stop`, `delete`, `info`. It waits for the cloud work: `create` and `delete` follow the server's
+//! event stream (`delete` returns once the VM is gone), `start` and `stop` poll until the shed
+//! settles (up to 180 s). A shed name is checked as the server checks it and refused before
+//! anything is sent; every name goes into the URL as one percent-encoded path segment. When
+//! `/api/info` says `backend: "remote"`, `create` refuses `--local-dir`, `--add-dir`,
+//! `--from-snapshot`, `--egress` and named `--mounts` before sending anything.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use crate::api::ErrorBody;
+use crate::backend::Info;
+use crate::model::{validate_shed_name, ShedView, Status};
+
+mod client;
+
+use client::{Client, Failure};
+
+/// The shed command.
+#[derive(Debug, Parser)]
+#[command(
+    name = "shed",
+    version,
+    about = "Sheds on a shed-server (remote backend)"
+)]
+pub struct Args {
+    /// The server's API root.
+    #[arg(long, env = "SHED_SERVER", default_value = "http://127.0.0.1:8421")]
+    pub server: String,
+    /// The client's bearer token.
+    #[arg(long, env = "SHED_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Milliseconds between two polls of start and stop.
+    #[arg(long, default_value_t = 2000, hide = true)]
+    pub poll_ms: u64,
+    /// How long start and stop wait for the shed to settle, in seconds.
+    #[arg(long, default_value_t = 180, hide = true)]
+    pub wait_secs: u64,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Shows the server's information.
+    Info,
+    /// Makes a shed and waits until it runs (or its create fails).
+    Create(CreateArgs),
+    /// Lists the sheds.
+    List {
+        /// Shows the reason beside the status, and more columns.
+        #[arg(short, long)]
+        verbose: bool,
+        /// Prints the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Starts a stopped shed and waits until it runs.
+    Start {
+        /// The shed's name.
+        name: String,
+    },
+    /// Stops a shed and waits until it is stopped.
+    Stop {
+        /// The shed's name.
+        name: String,
+    },
+    /// Deletes a shed and returns once its VM is gone.
+    Delete {
+        /// The shed's name.
+        name: String,
+    },
+}
+
+/// What `shed create` takes.
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// The shed's name.
+    pub name: String,
+    /// An image name of the server (default: its default image).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// At least this many CPUs.
+    #[arg(long)]
+    pub cpus: Option<u32>,
+    /// At least this much memory, in MB.
+    #[arg(long)]
+    pub memory: Option<u32>,
+    /// The boot disk's size in bytes (rounded up to whole GB, 10 to 500 GB).
+    #[arg(long = "upper-size")]
+    pub upper_size: Option<u64>,
+    /// The network profile (default or isolated).
+    #[arg(long = "network-profile")]
+    pub network_profile: Option<String>,
+    /// A host directory (not on a remote server).
+    #[arg(long = "local-dir")]
+    pub local_dir: Option<String>,
+    /// More host directories (not on a remote server).
+    #[arg(long = "add-dir")]
+    pub add_dir: Vec<String>,
+    /// A snapshot to start from (not on a remote server).
+    #[arg(long = "from-snapshot")]
+    pub from_snapshot: Option<String>,
+    /// Egress profiles (not on a remote server).
+    #[arg(long)]
+    pub egress: Vec<String>,
+    /// Named server mounts (not on a remote server).
+    #[arg(long)]
+    pub mounts: Vec<String>,
+}
+
+impl CreateArgs {
+    /// The first flag a remote server has no feature for, with what it lacks.
+    fn unsupported_on_remote(&self) -> Option<(&'static str, &'static str)> {
+        let named_mounts = self.mounts.iter().any(|m| !m.is_empty() && m != "none");
+        [
+            (self.local_dir.is_some(), "--local-dir", "host directories"),
+            (!self.add_dir.is_empty(), "--add-dir", "host directories"),
+            (self.from_snapshot.is_some(), "--from-snapshot", "snapshots"),
+            (!self.egress.is_empty(), "--egress", "egress profiles"),
+            (named_mounts, "--mounts", "server mounts"),
+        ]
+        .into_iter()
+        .find(|(on, _, _)| *on)
+        .map(|(_, flag, what)| (flag, what))
+    }
+}
+
+impl Command {
+    /// The shed name the command takes, if it takes one.
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Command::Create(CreateArgs { name, .. })
+            | Command::Start { name }
+            | Command::Stop { name }
+            | Command::Delete { name } => Some(name),
+            Command::Info | Command::List { .. } => None,
+        }
+    }
+}
+
+/// Where a command writes.
+struct Io<'a> {
+    out: &'a mut (dyn Write + Send),
+    err: &'a mut (dyn Write + Send),
+}
+
+/// Runs the command `args` (argv without the program name), writing to `out` and `err`; answers the
+/// exit code: 0 done, 1 refused or failed, 2 refused before anything was sent.
+pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write + Send)) -> i32 {
+    let base = match url::Url::parse(&args.server) {
+        Ok(u) if !u.cannot_be_a_base() && matches!(u.scheme(), "http" | "https") => u,
+        _ => {
+            let _ = writeln!(
+                err,
+                "shed: --server {:?} is not an http(s) URL like http://127.0.0.1:8421",
+                args.server
+            );
+            return 2;
+        }
+    };
+    if let Some(name) = args.command.name() {
+        if let Err(why) = validate_shed_name(name) {
+            let _ = writeln!(err, "shed: INVALID_REQUEST: {why}; nothing was sent");
+            return 2;
+        }
+    }
+    let client = Client {
+        http: reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap_or_default(),
+        base,
+        token: args.token.clone(),
+    };
+    let mut io = Io { out, err };
+    let done = match &args.command {
+        Command::Info => info(&client, &mut io).await,
+        Command::Create(c) => create(&client, c, &mut io).await,
+        Command::List { verbose, json } => list(&client, *verbose, *json, &mut io).await,
+        Command::Start { name } => settle(&client, &args, name, true, &mut io).await,
+        Command::Stop { name } => settle(&client, &args, name, false, &mut io).await,
+        Command::Delete { name } => delete(&client, name, &mut io).await,
+    };
+    match done {
+        Ok(code) => code,
+        Err(Failure::Refused(status, e)) => {
+            let _ = writeln!(io.err, "shed: {} ({status}): {}", e.code, e.message);
+            1
+        }
+        Err(Failure::Other(e)) => {
+            let _ = writeln!(io.err, "shed: {e}");
+            1
+        }
+    }
+}
+
+fn status_word(v: &ShedView, verbose: bool) -> String {
+    if verbose && !v.status_reason.is_empty() {
+        format!("{} ({})", v.status, v.status_reason)
+    } else {
+        v.status.to_string()
+    }
+}
+
+async fn server_info(client: &Client) -> Result<Info, Failure> {
+    let v = client
+        .send(client.req(reqwest::Method::GET, &["api", "info"]))
+        .await?;
+    Ok(serde_json::from_value(v).map_err(|e| format!("the server's info: {e}"))?)
+}
+
+async fn info(client: &Client, io: &mut Io<'_>) -> Result<i32, Failure> {
+    let i = server_info(client).await?;
+    let _ = writeln!(
+        io.out,
+        "{}",
+        serde_json::to_string_pretty(&i).unwrap_or_default()
+    );
+    Ok(0)
+}
+
+/// `shed create`: follows the create's event stream, printing each new status, until the shed
+/// runs (0) or its create fails (1).
+async fn create(client: &Client, c: &CreateArgs, io: &mut Io<'_>) -> Result<i32, Failure> {
+    if server_info(client).await?.backend == "remote" {
+        if let Some((flag, what)) = c.unsupported_on_remote() {
+            let _ = writeln!(
+                io.err,
+                "shed: {flag} is not supported by this server (backend remote has no {what}); nothing was sent"
+            );
+            return Ok(2);
+        }
+    }
+    let body = json!({
+        "name": c.name,
+        "image": c.image,
+        "cpus": c.cpus,
+        "memory_mb": c.memory,
+        "upper_size_bytes": c.upper_size,
+        "network_profile": c.network_profile,
+    });
+    let mut last = String::new();
+    let request = client
+        .req(reqwest::Method::POST, &["api", "sheds"])
+        .json(&body);
+    client
+        .events(request, |ev, v| match ev {
+            "status" => {
+                if let Ok(s) = serde_json::from_value::<ShedView>(v) {
+                    let w = status_word(&s, true);
+                    if w != last {
+                        let _ = writeln!(io.out, "{}: {w}", s.name);
+                        last = w;
+                    }
+                }
+                None
+            }
+            "complete" => {
+                let s: Option<ShedView> = serde_json::from_value(v).ok();
+                let _ = writeln!(
+                    io.out,
+                    "shed {} is {}",
+                    c.name,
+                    s.map(|s| status_word(&s, true)).unwrap_or_default()
+                );
+                Some(0)
+            }
+            "error" => {
+                let e: ErrorBody = serde_json::from_value(v).unwrap_or(ErrorBody {
+                    code: "ERROR".into(),
+                    message: "the create failed".into(),
+                });
+                let _ = writeln!(io.err, "shed: {}: {}", e.code, e.message);
+                Some(1)
+            }
+            _ => None,
+        })
+        .await
+}
+
+/// `shed list`: a table (with the reason beside the status, and more columns, for `-v`), or the
+/// API's JSON.
+async fn list(client: &Client, verbose: bool, json: bool, io: &mut Io<'_>) -> Result<i32, Failure> {
+    let v = client
+        .send(client.req(reqwest::Method::GET, &["api", "sheds"]))
+        .await?;
+    if json {
+        let _ = writeln!(
+            io.out,
+            "{}",
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        );
+        return Ok(0);
+    }
+    let sheds: Vec<ShedView> =
+        serde_json::from_value(v).map_err(|e| format!("the server's list: {e}"))?;
+    let header: &[&str] = if verbose {
+        &[
+            "NAME", "STATUS", "SIZE", "CPUS", "MEMORY", "DISK", "IMAGE", "CLIENT",
+        ]
+    } else {
+        &["NAME", "STATUS", "SIZE"]
+    };
+    let rows = sheds
+        .iter()
+        .map(|s| {
+            let mut row = vec![s.name.clone(), status_word(s, verbose), s.size.clone()];
+            if verbose {
+                row.extend([
+                    s.cpus.to_string(),
+                    s.memory_mb.to_string(),
+                    s.disk_gb.to_string(),
+                    s.image.clone(),
+                    s.client.clone(),
+                ]);
+            }
+            row
+        })
+        .collect::<Vec<_>>();
+    write_table(io.out, header, &rows, &["CPUS", "MEMORY", "DISK"]);
+    Ok(0)
+}
+
+/// Writes `rows` under `header`, each column as wide as its widest cell (names are up to 40
+/// characters, a status with its reason up to 27), two spaces apart; the columns named in `right`
+/// (numbers) are aligned right.
+fn write_table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>], right: &[&str]) {
+    let widths: Vec<usize> = header
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([h.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .zip(&header)
+            .map(|((cell, w), h)| {
+                if right.contains(&h.as_str()) {
+                    format!("{cell:>w$}")
+                } else {
+                    format!("{cell:<w$}")
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+}
+
+/// `shed start` (`starting`) or `shed stop`: the call, then a poll until the shed is running
+/// (stopped), has settled otherwise, or `--wait-secs` have passed.
+async fn settle(
+    client: &Client,
+    args: &Args,
+    name: &str,
+    starting: bool,
+    io: &mut Io<'_>,
+) -> Result<i32, Failure> {
+    let action = if starting { "start" } else { "stop" };
+    client
+        .send(client.req(reqwest::Method::POST, &["api", "sheds", name, action]))
+        .await?;
+    let want = if starting {
+        Status::Running
+    } else {
+        Status::Stopped
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(args.wait_secs);
+    loop {
+        let v = client
+            .send(client.req(reqwest::Method::GET, &["api", "sheds", name]))
+            .await?;
+        let s = serde_json::from_value::<ShedView>(v)
+            .map_err(|e| format!("the server's answer: {e}"))?;
+        if s.status == want {
+            let _ = writeln!(io.out, "shed {name} is {}", status_word(&s, true));
+            return Ok(0);
+        }
+        let settled_otherwise =
+            s.status == Status::Error || (starting && s.status == Status::Stopped);
+        if settled_otherwise {
+            let _ = writeln!(io.err, "shed: shed {name} is {}", status_word(&s, true));
+            return Ok(1);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = writeln!(
+                io.err,
+                "shed: shed {name} is still {} after {} s",
+                status_word(&s, true),
+                args.wait_secs
+            );
+            return Ok(1);
+        }
+        tokio::time::sleep(Duration::from_millis(args.poll_ms)).await;
+    }
+}
+
+/// `shed delete`: follows the delete's event stream until the VM is gone (0), or the server says
+/// it could not be destroyed yet (1).
+async fn delete(client: &Client, name: &str, io: &mut Io<'_>) -> Result<i32, Failure> {
+    let request = client.req(reqwest::Method::DELETE, &["api", "sheds", name]);
+    client
+        .events(request, |ev, v| match ev {
+            "complete" => {
+                let _ = writeln!(io.out, "shed {name} deleted");
+                Some(0)
+            }
+            "error" => {
+                let e: Option<ErrorBody> = serde_json::from_value(v).ok();
+                let _ = writeln!(
+                    io.err,
+                    "shed: {}",
+                    e.map(|e| e.message).unwrap_or_else(|| {
+                        "the delete is recorded but the VM could not be destroyed yet; the server keeps trying".into()
+                    })
+                );
+                Some(1)
+            }
+            _ => None,
+        })
+        .await
+}

@@ -1,0 +1,303 @@
+//! The server's configuration: its YAML file (`default_backend: remote` and the `remote:` block,
+//! every field and default), read in two steps. [`FileConfig::parse`] reads the file (unknown fields
+//! are refused, naming them); [`FileConfig::resolve`] checks every rule and reads every `*_env`
+//! variable ONCE, through a lookup function (the process environment in the server, a map in tests).
+//! Every refusal names its field; all of them are reported at once ([`ConfigError`]).
+//!
+//! The file holds no project, zone, address or key: those come from the variables its `*_env` fields
+//! name, and are mapped onto the Compute Engine driver's settings ([`Config::provider_settings`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use secrecy::SecretString;
+
+use crate::netaddr::Cidr;
+
+mod cloud;
+mod fields;
+mod file;
+mod firewall;
+mod resolve;
+
+pub use fields::DISK_GB_RANGE;
+pub use file::{
+    ClientFile, EnabledFile, FileConfig, FirewallFile, GceFile, LimitsFile, NetworkFile,
+    PolicyFile, RemoteFile, SizeFile, SshFile,
+};
+pub use firewall::check_echo_url;
+
+/// The configuration's problems, each naming its field (or variable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// `(field, what is wrong)`, in the order found.
+    pub problems: Vec<(String, String)>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid shed-server configuration: ")?;
+        for (i, (field, why)) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{field}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    fn one(field: &str, why: impl Into<String>) -> Self {
+        ConfigError {
+            problems: vec![(field.to_string(), why.into())],
+        }
+    }
+
+    /// Whether a problem names `field`.
+    pub fn names(&self, field: &str) -> bool {
+        self.problems.iter().any(|(f, _)| f == field)
+    }
+}
+
+#[derive(Default)]
+struct Problems(Vec<(String, String)>);
+
+impl Problems {
+    fn add(&mut self, field: impl Into<String>, why: impl Into<String>) {
+        self.0.push((field.into(), why.into()));
+    }
+}
+
+/// Which cloud the server runs its VMs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// Compute Engine (orca's `gce` driver).
+    Gce,
+    /// orca's in-memory cloud (`fake`), kept in a file when [`orca::FAKE_STATE_ENV`] names one.
+    Fake,
+}
+
+impl ProviderKind {
+    /// orca's kind name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Gce => "gce",
+            ProviderKind::Fake => "fake",
+        }
+    }
+}
+
+/// How the server reaches a VM's agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Over SSH: the shipped probe reads the VM's SSH banner.
+    Ssh,
+    /// In-process: every VM's agent answers at once (a test driver).
+    Local,
+}
+
+/// The firewall check's mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirewallMode {
+    /// The rule's sources must equal the configured list; the server never changes the rule.
+    Static,
+    /// The rule's sources must be the server's own public address; the server patches them.
+    Auto,
+    /// Sources are not compared.
+    Any,
+}
+
+impl FirewallMode {
+    /// The configuration's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FirewallMode::Static => "static",
+            FirewallMode::Auto => "auto",
+            FirewallMode::Any => "any",
+        }
+    }
+}
+
+/// The firewall settings, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirewallConfig {
+    /// The mode.
+    pub mode: FirewallMode,
+    /// Static mode: the expected sources, normalised.
+    pub source_ranges: Vec<Cidr>,
+    /// Whether `acknowledge_any` is set.
+    pub acknowledge_any: bool,
+    /// Auto mode: the echo services.
+    pub echo_urls: Vec<String>,
+}
+
+/// A named size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Size {
+    /// Its name.
+    pub name: String,
+    /// The machine type.
+    pub machine_type: String,
+    /// CPUs.
+    pub cpus: u32,
+    /// Memory.
+    pub memory_mb: u32,
+}
+
+/// A client's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// May see every shed and is told the firewall's details.
+    Admin,
+    /// Sees its own sheds; is never told the project, zone or any address.
+    Service,
+}
+
+/// A client, resolved.
+#[derive(Clone)]
+pub struct Client {
+    /// Its name.
+    pub name: String,
+    /// Its role.
+    pub role: Role,
+    /// Its bearer token.
+    pub token: SecretString,
+    /// Its sheds run at least this long.
+    pub max_age: Option<Duration>,
+    /// The most CPUs of its sheds.
+    pub max_cpus: Option<u32>,
+    /// The most memory of its sheds.
+    pub max_memory_mb: Option<u32>,
+    /// The image names it may use (empty: all).
+    pub images: Vec<String>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("name", &self.name)
+            .field("role", &self.role)
+            .field("token", &"<redacted>")
+            .field("max_age", &self.max_age)
+            .field("max_cpus", &self.max_cpus)
+            .field("max_memory_mb", &self.max_memory_mb)
+            .field("images", &self.images)
+            .finish()
+    }
+}
+
+/// The server's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Sheds whose VMs may run at once.
+    pub max_running: u32,
+    /// Sheds the server keeps.
+    pub max_sheds: u32,
+}
+
+/// The resolved configuration: every rule checked and every variable read.
+#[derive(Clone)]
+pub struct Config {
+    /// The API's listen address.
+    pub listen: SocketAddr,
+    /// The cloud.
+    pub provider: ProviderKind,
+    /// How agents are reached.
+    pub transport: Transport,
+    /// The environment's name.
+    pub environment: String,
+    /// Record cache and delete markers.
+    pub state_dir: PathBuf,
+    /// The default image, as the cloud names it.
+    pub default_image: String,
+    /// Image names clients may ask for.
+    pub image_aliases: BTreeMap<String, String>,
+    /// The default size's name.
+    pub default_size: String,
+    /// The sizes, by name.
+    pub sizes: BTreeMap<String, Size>,
+    /// The default boot disk size.
+    pub disk_gb: u32,
+    /// The limits.
+    pub limits: Limits,
+    /// The run limit.
+    pub max_run_duration: Duration,
+    /// The periodic pass's interval.
+    pub pass_interval: Duration,
+    /// Where the agent binaries would be.
+    pub agent_dir: PathBuf,
+    /// The `agent_install` value (every value behaves as `never`).
+    pub agent_install: String,
+    /// The firewall check.
+    pub firewall: FirewallConfig,
+    /// The clients by name (empty: every call is the local admin's).
+    pub clients: BTreeMap<String, Client>,
+    /// The network profile a create without one gets.
+    pub default_profile: String,
+    /// The zone VMs are made in.
+    pub location: String,
+    /// The SSH client key (transport `ssh`), read at start-up.
+    pub ssh_key: Option<SecretString>,
+    /// The settings the provider is made from (`orca::of_with`): the driver's own keys.
+    pub provider_settings: orca::Settings,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("provider", &self.provider)
+            .field("transport", &self.transport)
+            .field("environment", &self.environment)
+            .field("state_dir", &self.state_dir)
+            .field("default_size", &self.default_size)
+            .field("limits", &self.limits)
+            .field("firewall_mode", &self.firewall.mode)
+            .field("clients", &self.clients.keys().collect::<Vec<_>>())
+            .field("ssh_key", &self.ssh_key.as_ref().map(|_| "<redacted>"))
+            .field("provider_settings", &self.provider_settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// The network tag every VM carries and the rule targets: `shed-<environment>`.
+    pub fn network_tag(&self) -> String {
+        format!("shed-{}", self.environment)
+    }
+
+    /// The firewall rule's name: `shed-<environment>-ssh`.
+    pub fn rule_name(&self) -> String {
+        format!("shed-{}-ssh", self.environment)
+    }
+
+    /// Whether the isolated profile is available (not with `firewall.mode: any` or `acknowledge_any`).
+    pub fn isolated_available(&self) -> bool {
+        self.firewall.mode != FirewallMode::Any && !self.firewall.acknowledge_any
+    }
+
+    /// Whether any client is a service client.
+    pub fn has_service_clients(&self) -> bool {
+        self.clients.values().any(|c| c.role == Role::Service)
+    }
+
+    /// A configuration for tests and the in-memory provider: environment `env`, provider `fake`,
+    /// transport `local`, sizes of the in-memory catalogue, static firewall sources `203.0.113.7/32`,
+    /// state in `state_dir`, no clients (every call is the local admin's).
+    pub fn for_tests(env: &str, state_dir: impl Into<PathBuf>) -> Config {
+        let yaml = format!(
+            "default_backend: remote\nremote:\n  provider: fake\n  transport: local\n  allow_test_drivers: true\n  environment: {env}\n  default_image: img-1\n  image_aliases: {{cloud: img-cloud}}\n  firewall:\n    source_ranges: [203.0.113.7/32]\n"
+        );
+        let mut c = FileConfig::parse(&yaml)
+            .and_then(|f| f.resolve(&|_: &str| None))
+            .expect("the test configuration is valid");
+        c.state_dir = state_dir.into();
+        c
+    }
+}

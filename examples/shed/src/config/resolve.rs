@@ -1,0 +1,316 @@
+//! [`FileConfig::resolve`]: every rule of the configuration checked and every `*_env` variable read
+//! once, one group of fields at a time. Each group adds what is wrong to one list, so that a single
+//! error names every problem of the file and its variables.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use secrecy::SecretString;
+
+use super::cloud::{cloud, ssh_key};
+use super::fields::{
+    agent_install, default_size, disk_gb, durations, environment, images, limits, provider_kind,
+    sizes, transport, yaml_duration, MAX_RUN,
+};
+use super::file::{FileConfig, RemoteFile};
+use super::firewall::firewall;
+use super::{Client, Config, ConfigError, Problems, Role};
+use crate::model::is_label_name;
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:8421";
+
+/// The process environment as the resolver sees it: a variable that is unset or blank is absent.
+pub(super) struct Vars<'a>(&'a dyn Fn(&str) -> Option<String>);
+
+impl Vars<'_> {
+    pub(super) fn get(&self, name: &str) -> Option<String> {
+        (self.0)(name).filter(|v| !v.trim().is_empty())
+    }
+
+    /// The variable named by the field `configured`, or `default` when the field is not set.
+    pub(super) fn named(
+        &self,
+        configured: &Option<String>,
+        default: &str,
+    ) -> (String, Option<String>) {
+        let name = configured.clone().unwrap_or_else(|| default.to_string());
+        let value = self.get(&name);
+        (name, value)
+    }
+}
+
+impl FileConfig {
+    /// Checks every rule and reads every `*_env` variable through `env` (once each): the server's
+    /// configuration, or every problem found.
+    pub fn resolve(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let var = Vars(env);
+        let r = self.remote_block()?;
+        let mut p = Problems::default();
+        self.refuse_beside_remote(&mut p);
+        let default_profile = self.default_profile(&mut p);
+        let provider = provider_kind(r, &mut p);
+        let transport = transport(r, &mut p);
+        let environment = environment(r, &mut p);
+        let default_image = images(r, &mut p);
+        let sizes = sizes(r, provider, &mut p);
+        let default_size = default_size(r, &sizes, &mut p);
+        let disk_gb = disk_gb(r, &mut p);
+        let limits = limits(r, &mut p);
+        let (max_run_duration, pass_interval) = durations(r, &mut p);
+        let agent_install = agent_install(r, &mut p);
+        let (state_dir, agent_dir) = self.dirs(r, &var);
+        let listen = self.listen(&mut p);
+        let clients = self.clients(r, &var, &mut p);
+        let firewall = firewall(
+            r,
+            self.names_service_clients(),
+            &default_profile,
+            &var,
+            &mut p,
+        );
+        let ssh_key = ssh_key(r, transport, &var, &mut p);
+        let (provider_settings, location) = cloud(r, provider, &var, &mut p);
+        if !p.0.is_empty() {
+            return Err(ConfigError { problems: p.0 });
+        }
+        Ok(Config {
+            listen,
+            provider,
+            transport,
+            environment,
+            state_dir,
+            default_image,
+            image_aliases: r.image_aliases.clone(),
+            default_size,
+            sizes,
+            disk_gb,
+            limits,
+            max_run_duration,
+            pass_interval,
+            agent_dir,
+            agent_install,
+            firewall,
+            clients,
+            default_profile,
+            location,
+            ssh_key,
+            provider_settings,
+        })
+    }
+
+    /// The `remote:` block, when the file asks for the remote backend (this server runs no other).
+    fn remote_block(&self) -> Result<&RemoteFile, ConfigError> {
+        let backend = self.default_backend.as_deref().unwrap_or("");
+        if backend != "remote" {
+            return Err(if self.remote.is_some() {
+                ConfigError::one(
+                    "remote",
+                    format!(
+                        "a remote: block is refused under default_backend {backend:?}; this server runs the remote backend only with default_backend: remote"
+                    ),
+                )
+            } else {
+                ConfigError::one(
+                    "default_backend",
+                    "this server runs the remote backend only: set default_backend: remote and a remote: block",
+                )
+            });
+        }
+        self.remote.as_ref().ok_or_else(|| {
+            ConfigError::one(
+                "remote",
+                "default_backend: remote needs a remote: block (with environment and default_image)",
+            )
+        })
+    }
+
+    /// The blocks of the other backends and the features a remote shed does not have.
+    fn refuse_beside_remote(&self, p: &mut Problems) {
+        let refused = "refused with default_backend: remote";
+        if self.firecracker.is_some() {
+            p.add("firecracker", refused);
+        }
+        if self.vz.is_some() {
+            p.add("vz", refused);
+        }
+        if self.env_file.is_some() {
+            p.add("env_file", refused);
+        }
+        if self.mounts.as_ref().is_some_and(|m| !m.is_null()) {
+            p.add(
+                "mounts",
+                format!("{refused} (a remote shed has no server mounts)"),
+            );
+        }
+        if self.egress.as_ref().is_some_and(|e| e.enabled) {
+            p.add(
+                "egress.enabled",
+                format!("{refused} (egress profiles do not exist there)"),
+            );
+        }
+        if self.extensions.as_ref().is_some_and(|e| e.enabled) {
+            p.add("extensions.enabled", refused);
+        }
+        let allow_cidrs = self.network.as_ref().map(|n| n.allow_cidrs.len());
+        if allow_cidrs.unwrap_or(0) > 0 {
+            p.add(
+                "network.allow_cidrs",
+                format!("{refused} (outbound traffic is not filtered)"),
+            );
+        }
+    }
+
+    fn default_profile(&self, p: &mut Problems) -> String {
+        let profile = self
+            .network
+            .as_ref()
+            .and_then(|n| n.default_profile.clone())
+            .unwrap_or_else(|| "default".into());
+        if !["default", "isolated"].contains(&profile.as_str()) {
+            p.add(
+                "network.default_profile",
+                format!("default or isolated, got {profile:?}"),
+            );
+        }
+        profile
+    }
+
+    /// `remote.state_dir` (default `<state_dir>/remote`) and `remote.agent_dir` (default
+    /// `<state_dir>/agent`), where `state_dir` defaults to `$XDG_STATE_HOME/shed` or
+    /// `~/.local/state/shed`.
+    fn dirs(&self, r: &RemoteFile, var: &Vars<'_>) -> (PathBuf, PathBuf) {
+        let base = self.state_dir.clone().unwrap_or_else(|| {
+            var.get("XDG_STATE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| {
+                    var.get("HOME")
+                        .map(|h| PathBuf::from(h).join(".local/state"))
+                })
+                .unwrap_or_else(|| PathBuf::from("."))
+                .join("shed")
+        });
+        let state_dir = r.state_dir.clone().unwrap_or_else(|| base.join("remote"));
+        let agent_dir = r.agent_dir.clone().unwrap_or_else(|| base.join("agent"));
+        (state_dir, agent_dir)
+    }
+
+    fn listen(&self, p: &mut Problems) -> SocketAddr {
+        let text = self.listen.clone().unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen: SocketAddr = text.parse().unwrap_or_else(|_| {
+            p.add(
+                "listen",
+                format!("an address and port like 127.0.0.1:8421, got {text:?}"),
+            );
+            DEFAULT_LISTEN.parse().expect("valid")
+        });
+        // Without clients every caller is the local admin (no token is asked for): such a server
+        // must not be reachable from another host.
+        if self.clients.is_empty() && !listen.ip().to_canonical().is_loopback() {
+            p.add(
+                "listen",
+                format!(
+                    "{listen} is not a loopback address, and without clients every caller is the local admin (it could create VMs and read the server log): listen on 127.0.0.1 or [::1], or configure clients with tokens"
+                ),
+            );
+        }
+        listen
+    }
+
+    /// Whether the file names a service client (a client's role defaults to service).
+    fn names_service_clients(&self) -> bool {
+        self.clients
+            .values()
+            .any(|c| c.role.as_deref().unwrap_or("service") == "service")
+    }
+
+    /// The clients, each with the token its variable holds; a client whose token is missing is
+    /// left out (and named among the problems).
+    fn clients(
+        &self,
+        r: &RemoteFile,
+        var: &Vars<'_>,
+        p: &mut Problems,
+    ) -> BTreeMap<String, Client> {
+        let mut clients = BTreeMap::new();
+        for (name, c) in &self.clients {
+            let field = format!("clients.{name}");
+            if !is_label_name(name, 40) {
+                p.add(
+                    &field,
+                    "a client name is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter",
+                );
+            }
+            let role = match c.role.as_deref().unwrap_or("service") {
+                "admin" => Role::Admin,
+                "service" => Role::Service,
+                other => {
+                    p.add(
+                        format!("{field}.role"),
+                        format!("admin or service, got {other:?}"),
+                    );
+                    Role::Service
+                }
+            };
+            let token = match &c.token_env {
+                None => {
+                    p.add(format!("{field}.token_env"), "required");
+                    None
+                }
+                Some(v) => match var.get(v) {
+                    Some(t) => Some(SecretString::from(t.trim().to_string())),
+                    None => {
+                        p.add(
+                            v.clone(),
+                            format!("the variable {field}.token_env names is not set"),
+                        );
+                        None
+                    }
+                },
+            };
+            let max_age = c
+                .policy
+                .max_age
+                .as_ref()
+                .and_then(|v| match yaml_duration(v) {
+                    Some(d) if d <= MAX_RUN => Some(d),
+                    _ => {
+                        p.add(
+                            format!("{field}.policy.max_age"),
+                            "a duration up to 2880h (like 48h)",
+                        );
+                        None
+                    }
+                });
+            if !c.policy.server_mounts.is_empty() {
+                p.add(
+                    format!("{field}.policy.server_mounts"),
+                    "refused with default_backend: remote (a remote shed has no server mounts)",
+                );
+            }
+            for img in &c.policy.images {
+                if !r.image_aliases.contains_key(img) {
+                    p.add(
+                        format!("{field}.policy.images"),
+                        format!("{img:?} is not an image_aliases name"),
+                    );
+                }
+            }
+            if let Some(token) = token {
+                clients.insert(
+                    name.clone(),
+                    Client {
+                        name: name.clone(),
+                        role,
+                        token,
+                        max_age,
+                        max_cpus: c.policy.max_cpus,
+                        max_memory_mb: c.policy.max_memory_mb,
+                        images: c.policy.images.clone(),
+                    },
+                );
+            }
+        }
+        clients
+    }
+}

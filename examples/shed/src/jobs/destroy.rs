@@ -1,0 +1,131 @@
+//! Destroying a VM: the one of an acknowledged delete (unless its labels are another shed version's)
+//! and the one of a failed create.
+
+use super::readable;
+use crate::backend::{Backend, STATE_LABEL};
+
+impl Backend {
+    pub(super) async fn step_destroy(&self, id: &str) {
+        let Some(marker) = self.state().deletes.get(id).cloned() else {
+            return;
+        };
+        let vm_id = match &marker.vm_id {
+            Some(v) => Some(v.clone()),
+            None => match self.find_vm(id).await {
+                Ok(m) => m.map(|m| m.id),
+                Err(e) => {
+                    self.marker_failed(id, format!("the cloud could not be listed: {e}"));
+                    return;
+                }
+            },
+        };
+        let Some(vm) = vm_id else {
+            let mut st = self.state();
+            self.drop_marker(&mut st, id);
+            self.inner.log.info(format!(
+                "remote: shed {} ({id}) deleted (no VM was made)",
+                marker.name
+            ));
+            return;
+        };
+        // A delete still works after a failed read; labels of another version keep the VM.
+        match self.inner.provider.machine(&vm).await {
+            Ok(None) => {
+                let mut st = self.state();
+                self.drop_marker(&mut st, id);
+                self.inner.log.info(format!(
+                    "remote: shed {} ({id}) deleted (its VM was gone already)",
+                    marker.name
+                ));
+                return;
+            }
+            Ok(Some(m)) if !readable(&m) => {
+                let mut st = self.state();
+                if let Some(mk) = st.deletes.get_mut(id) {
+                    mk.foreign_labels = true;
+                    mk.vm_id = Some(vm.clone());
+                    let snap = mk.clone();
+                    self.save_marker(&snap);
+                }
+                self.inner.log.warn(format!(
+                    "remote: shed {} ({id}): its VM {} carries labels of another shed version; it keeps running until they are readable",
+                    marker.name, m.name
+                ));
+                return;
+            }
+            _ => {}
+        }
+        if let Some(labels) = self.inner.provider.machine_labels() {
+            let set =
+                orca::labels::Labels::from([(STATE_LABEL.to_string(), "deleting".to_string())]);
+            if let Err(e) = labels.set_labels(&vm, &set, &[]).await {
+                self.inner.log.warn(format!(
+                    "remote: shed {} ({id}): its VM could not be labelled deleting: {e}",
+                    marker.name
+                ));
+            }
+        }
+        match self.inner.provider.delete(&vm).await {
+            Ok(_) => {
+                let mut st = self.state();
+                self.drop_marker(&mut st, id);
+                self.inner.log.info(format!(
+                    "remote: shed {} ({id}) deleted: VM destroyed",
+                    marker.name
+                ));
+            }
+            Err(e) => self.marker_failed(id, e.to_string()),
+        }
+    }
+
+    fn marker_failed(&self, id: &str, why: String) {
+        let mut st = self.state();
+        if let Some(m) = st.deletes.get_mut(id) {
+            m.last_error = Some(why.clone());
+            let snap = m.clone();
+            self.save_marker(&snap);
+            self.inner.log.warn(format!(
+                "remote: shed {} ({id}): the delete is recorded but the VM could not be destroyed yet (the periodic pass retries): {why}",
+                snap.name
+            ));
+        }
+    }
+
+    pub(super) async fn step_destroy_failed(&self, id: &str) {
+        let Some(s) = self.state().sheds.get(id).cloned() else {
+            return;
+        };
+        let vm = match &s.vm_id {
+            Some(v) => Some(v.clone()),
+            None => match self.find_vm(id).await {
+                Ok(m) => m.map(|m| m.id),
+                Err(e) => {
+                    self.inner.log.warn(format!(
+                        "remote: shed {} ({id}): the cloud could not be listed to destroy the VM of its failed create: {e}",
+                        s.name
+                    ));
+                    return;
+                }
+            },
+        };
+        let Some(vm) = vm else {
+            self.update(id, |s, _| s.vm_gone = true);
+            return;
+        };
+        match self.inner.provider.delete(&vm).await {
+            Ok(_) => {
+                self.update(id, |s, _| {
+                    s.vm_gone = true;
+                });
+                self.inner.log.info(format!(
+                    "remote: shed {} ({id}): the VM of its failed create is destroyed; the shed stays in error until it is deleted",
+                    s.name
+                ));
+            }
+            Err(e) => self.inner.log.warn(format!(
+                "remote: shed {} ({id}): the VM of its failed create could not be destroyed (the periodic pass retries): {e}",
+                s.name
+            )),
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The jobs: one task per shed (or acknowledged delete) at a time, doing its cloud work one step after
+//! another. Each step is chosen from the record as it is now (`Backend::next_step`, under the lock),
+//! so a call that changes the record while a cloud operation runs ("queued") is acted on as soon as that
+//! operation ends, and a restart resumes a job from the record alone.
+
+use std::time::Duration;
+
+use orca::{Error, Machine, Timestamp};
+
+use crate::backend::{Backend, State, ID_LABEL, SCHEMA, SCHEMA_LABEL};
+use crate::clock::since;
+use crate::model::{CreateStage, Op, Queued, Reason, Shed, Status};
+
+mod destroy;
+mod insert;
+mod power;
+mod probe;
+
+#[derive(Debug)]
+pub(crate) enum Step {
+    Insert,
+    PowerOn(String),
+    PowerOff(String),
+    Probe(String),
+    Wait(Timestamp),
+    Destroy,
+    DestroyFailed,
+    Done,
+}
+
+/// What one run of a job remembers (not kept on disk: a restart starts afresh).
+#[derive(Debug, Default)]
+pub(crate) struct JobCtx {
+    /// The delete's destroy was tried (a failure is retried by the pass).
+    destroy_tried: bool,
+    /// The destroy of a failed create's VM was tried (a failure is retried by the pass); apart from
+    /// `destroy_tried`, so that a delete arriving during it is still acted on.
+    failed_destroy_tried: bool,
+    stop_tried: bool,
+    probe_since: Option<Timestamp>,
+    next_probe: Option<Timestamp>,
+    gave_up_reading: bool,
+}
+
+/// The reason a cloud's refusal gives a shed: quota or capacity (`None` for any other failure).
+fn refusal(e: &Error) -> Option<Reason> {
+    match e {
+        Error::Quota { .. } => Some(Reason::Quota),
+        Error::NoStock { .. } => Some(Reason::Capacity),
+        _ => None,
+    }
+}
+
+/// Whether a VM's labels are this server's schema.
+pub(crate) fn readable(m: &Machine) -> bool {
+    m.labels.get(SCHEMA_LABEL).map(String::as_str) == Some(SCHEMA)
+}
+
+/// run_limit when the VM stopped within the window of its run limit, external otherwise.
+pub(crate) fn stop_reason(m: &Machine, now: Timestamp, window: Duration) -> Reason {
+    let stopped = m.stopped_at.unwrap_or(now);
+    match m.run_limit_at() {
+        Some(limit) if since(stopped, limit).max(since(limit, stopped)) <= window => {
+            Reason::RunLimit
+        }
+        _ => Reason::External,
+    }
+}
+
+impl Backend {
+    /// Starts shed (or delete) `id`'s job unless one runs; a running job sees every change of the
+    /// record at its next step.
+    pub(crate) fn spawn_job(&self, id: &str) {
+        {
+            let mut st = self.state();
+            if !st.jobs.insert(id.to_string()) {
+                return;
+            }
+        }
+        let b = self.clone();
+        let id = id.to_string();
+        let h = tokio::spawn(async move {
+            let mut ctx = JobCtx::default();
+            loop {
+                let step = {
+                    let mut st = b.state();
+                    let step = b.next_step(&mut st, &id, &ctx);
+                    if matches!(step, Step::Done) {
+                        st.jobs.remove(&id);
+                    }
+                    step
+                };
+                if matches!(step, Step::Done) {
+                    b.bump();
+                    return;
+                }
+                b.run_step(&id, step, &mut ctx).await;
+                b.bump();
+            }
+        });
+        self.track(h.abort_handle());
+    }
+
+    pub(crate) fn next_step(&self, st: &mut State, id: &str, ctx: &JobCtx) -> Step {
+        let now = self.now();
+        if let Some(m) = st.deletes.get(id) {
+            if !m.may_have_vm {
+                let name = m.name.clone();
+                self.drop_marker(st, id);
+                self.inner
+                    .log
+                    .info(format!("remote: shed {name} ({id}) deleted (it had no VM)"));
+                return Step::Done;
+            }
+            return if ctx.destroy_tried {
+                Step::Done
+            } else {
+                Step::Destroy
+            };
+        }
+        let Some(s) = st.sheds.get_mut(id) else {
+            return Step::Done;
+        };
+        match s.status {
+            Status::Starting => {
+                let has_vm = s.create == CreateStage::Made;
+                if s.queued == Some(Queued::Stop) && has_vm {
+                    s.queued = None;
+                    s.set(Status::Stopping, None, now);
+                    s.op = Some(Op::Stop);
+                    let snap = s.clone();
+                    self.save(&snap);
+                    return match snap.vm_id {
+                        Some(vm) => Step::PowerOff(vm),
+                        None => Step::Done,
+                    };
+                }
+                if ctx.gave_up_reading {
+                    return Step::Done;
+                }
+                match (s.op, s.create, s.vm_id.clone()) {
+                    (Some(Op::Create) | None, CreateStage::NotSent | CreateStage::Sent, _) => {
+                        Step::Insert
+                    }
+                    (Some(Op::Start), _, Some(vm)) if !s.start_sent => Step::PowerOn(vm),
+                    (_, _, Some(vm)) => match ctx.next_probe {
+                        Some(at) if at > now => Step::Wait(at),
+                        _ => Step::Probe(vm),
+                    },
+                    (_, _, None) => Step::Done,
+                }
+            }
+            Status::Stopping => match (s.op, s.vm_id.clone()) {
+                (Some(Op::ExternalStop), _) => Step::Done,
+                (_, Some(vm)) if !ctx.stop_tried => Step::PowerOff(vm),
+                _ => Step::Done,
+            },
+            Status::Error => {
+                if !s.vm_gone && !ctx.failed_destroy_tried {
+                    Step::DestroyFailed
+                } else {
+                    Step::Done
+                }
+            }
+            Status::Running | Status::Stopped => Step::Done,
+        }
+    }
+
+    async fn run_step(&self, id: &str, step: Step, ctx: &mut JobCtx) {
+        match step {
+            Step::Insert => self.step_insert(id).await,
+            Step::PowerOn(vm) => self.step_power_on(id, &vm).await,
+            Step::PowerOff(vm) => {
+                ctx.stop_tried = true;
+                self.step_power_off(id, &vm).await
+            }
+            Step::Probe(vm) => self.step_probe(id, &vm, ctx).await,
+            Step::Wait(until) => {
+                let mut rx = self.subscribe();
+                let left = since(until, self.now());
+                tokio::select! {
+                    _ = rx.changed() => {}
+                    _ = self.inner.clock.sleep(left) => {}
+                }
+                if self.now() >= until {
+                    ctx.next_probe = None;
+                }
+            }
+            Step::Destroy => {
+                ctx.destroy_tried = true;
+                self.step_destroy(id).await
+            }
+            Step::DestroyFailed => {
+                ctx.failed_destroy_tried = true;
+                self.step_destroy_failed(id).await
+            }
+            Step::Done => {}
+        }
+    }
+
+    /// Updates shed `id` with `f` and writes it; false when the shed is gone (deleted meanwhile).
+    pub(crate) fn update(&self, id: &str, f: impl FnOnce(&mut Shed, Timestamp)) -> bool {
+        let now = self.now();
+        let mut st = self.state();
+        let Some(s) = st.sheds.get_mut(id) else {
+            return false;
+        };
+        f(s, now);
+        let snap = s.clone();
+        self.save(&snap);
+        true
+    }
+
+    /// The VM of shed `id` found by its `shed-id` label in a listing.
+    pub(crate) async fn find_vm(&self, id: &str) -> Result<Option<Machine>, Error> {
+        let all = self
+            .inner
+            .provider
+            .machines(&self.inner.cfg.environment)
+            .await?;
+        Ok(all
+            .into_iter()
+            .find(|m| m.labels.get(ID_LABEL).map(String::as_str) == Some(id)))
+    }
+}

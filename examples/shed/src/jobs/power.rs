@@ -1,0 +1,121 @@
+//! A start's and a stop's cloud call, and the removal of a shed whose VM turned out to be gone.
+
+use orca::Error;
+
+use super::refusal;
+use crate::backend::Backend;
+use crate::model::{Op, Queued, Reason, Status};
+
+impl Backend {
+    pub(super) async fn step_power_on(&self, id: &str, vm: &str) {
+        let fw = self.inner.firewall.check().await;
+        {
+            let now = self.now();
+            let mut st = self.state();
+            let Some(s) = st.sheds.get(id) else { return };
+            let name = s.name.clone();
+            let refusal = if !fw.passed {
+                Some((Reason::Firewall, fw.message.clone()))
+            } else {
+                self.check_limits(&st, Some(id), false)
+                    .err()
+                    .map(|e| (Reason::Limit, e.message))
+            };
+            if let Some((reason, why)) = refusal {
+                let s = st.sheds.get_mut(id).expect("present");
+                s.set(Status::Stopped, Some(reason), now);
+                s.detail = Some(why.clone());
+                let snap = s.clone();
+                self.save(&snap);
+                self.inner.log.warn(format!(
+                    "remote: shed {name} ({id}) start not sent ({reason}): {why}"
+                ));
+                return;
+            }
+        }
+        let r = self.inner.provider.start(vm).await;
+        match r {
+            Ok(_) => {
+                self.update(id, |s, _| s.start_sent = true);
+            }
+            Err(Error::NotFound { .. }) => self.gone_if_confirmed(id, vm).await,
+            Err(e) => {
+                let reason = refusal(&e);
+                let name = self.update(id, |s, now| {
+                    s.set(Status::Stopped, reason, now);
+                    s.detail = Some(e.to_string());
+                });
+                if name {
+                    self.inner.log.warn(format!(
+                        "remote: shed {id} start failed{}: {e}",
+                        reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+
+    pub(super) async fn step_power_off(&self, id: &str, vm: &str) {
+        match self.inner.provider.stop(vm).await {
+            Ok(_) => {
+                let mut name = String::new();
+                let mut start = false;
+                self.update(id, |s, now| {
+                    let queued = s.queued.take();
+                    s.set(Status::Stopped, None, now);
+                    name = s.name.clone();
+                    if queued == Some(Queued::Start) {
+                        s.set(Status::Starting, None, now);
+                        s.op = Some(Op::Start);
+                        s.start_sent = false;
+                        start = true;
+                    }
+                });
+                if start {
+                    self.inner.log.info(format!(
+                        "remote: shed {name} ({id}) stopped; starting it for the start queued behind the stop"
+                    ));
+                } else if !name.is_empty() {
+                    self.inner
+                        .log
+                        .info(format!("remote: shed {name} ({id}) stopped: its VM is off"));
+                }
+            }
+            Err(Error::NotFound { .. }) => self.gone_if_confirmed(id, vm).await,
+            Err(e) => {
+                self.update(id, |s, _| s.detail = Some(e.to_string()));
+                self.inner.log.warn(format!(
+                    "remote: shed {id} stop failed (the periodic pass stops it again): {e}"
+                ));
+            }
+        }
+    }
+
+    /// Removes shed `id` when a read of its one VM confirms that it is gone.
+    pub(crate) async fn gone_if_confirmed(&self, id: &str, vm: &str) {
+        match self.inner.provider.machine(vm).await {
+            Ok(None) => {
+                let mut st = self.state();
+                if let Some(s) = st.sheds.get(id).cloned() {
+                    if s.status == Status::Error {
+                        let s = st.sheds.get_mut(id).expect("present");
+                        s.vm_gone = true;
+                        let snap = s.clone();
+                        self.save(&snap);
+                    } else {
+                        self.drop_record(&mut st, id);
+                        self.inner.log.info(format!(
+                            "remote: shed {} ({id}) removed: its VM no longer exists",
+                            s.name
+                        ));
+                    }
+                }
+            }
+            Ok(Some(_)) => {}
+            Err(e) => self
+                .inner
+                .log
+                .warn(format!("remote: shed {id}: its VM could not be read: {e}")),
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! Keeping records and the cloud in step: the periodic pass and, with `startup`, the reconciliation
+//! of a server that starts (the README's "The periodic pass" and "Restarts").
+//!
+//! A pass runs the firewall check, lists the environment's VMs once, and corrects what differs for
+//! sheds with no job in flight. It destroys a VM only for an acknowledged delete, a failed create, or a
+//! create abandoned (labelled `creating` 15 minutes after the cloud made it, with no record); any other
+//! VM it does not know is left alone.
+
+use std::collections::HashMap;
+
+use orca::{Machine, Status as VmStatus};
+
+use crate::backend::{Backend, ID_LABEL};
+use crate::clock::{go_duration, since};
+use crate::jobs::readable;
+use crate::model::{CreateStage, DeleteMarker, Reason, Shed, Status};
+
+mod orphan;
+mod record;
+
+fn is_on(m: &Machine) -> bool {
+    matches!(m.status, VmStatus::Running | VmStatus::Starting)
+}
+
+impl Backend {
+    /// One pass over the cloud (with `startup`: the start-up reconciliation).
+    pub async fn pass(&self, startup: bool) {
+        let _serial = self.inner.pass_lock.lock().await;
+        self.inner.firewall.check().await;
+        let vms = match self
+            .inner
+            .provider
+            .machines(&self.inner.cfg.environment)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                self.inner.log.warn(format!(
+                    "remote: the environment's VMs could not be listed (nothing is changed; the next pass looks again): {e}"
+                ));
+                self.unreadable_pass(startup);
+                self.bump();
+                return;
+            }
+        };
+        let mut by_id: HashMap<String, Machine> = HashMap::new();
+        for m in vms {
+            if let Some(id) = m.labels.get(ID_LABEL).cloned() {
+                by_id.insert(id, m);
+            }
+        }
+        let (records, markers) = {
+            let st = self.state();
+            let records: Vec<Shed> = st
+                .sheds
+                .values()
+                .filter(|s| !st.jobs.contains(&s.id))
+                .cloned()
+                .collect();
+            let markers: Vec<DeleteMarker> = st
+                .deletes
+                .values()
+                .filter(|m| !st.jobs.contains(&m.id))
+                .cloned()
+                .collect();
+            (records, markers)
+        };
+        for m in &markers {
+            self.pass_marker(m, by_id.get(&m.id), startup).await;
+        }
+        for s in &records {
+            self.pass_record(s, by_id.get(&s.id)).await;
+        }
+        let known: Vec<String> = {
+            let st = self.state();
+            st.sheds.keys().chain(st.deletes.keys()).cloned().collect()
+        };
+        for (id, m) in &by_id {
+            if !known.contains(id) {
+                self.pass_orphan(id, m, startup).await;
+            }
+        }
+        self.bump();
+    }
+
+    /// A pass whose listing failed: starting sheds say `cloud_unreadable`; at start-up the jobs of
+    /// `starting` and `stopping` records resume (they read the cloud themselves).
+    fn unreadable_pass(&self, startup: bool) {
+        let ids: Vec<(String, Status)> = {
+            let now = self.now();
+            let mut st = self.state();
+            let idle: Vec<String> = st
+                .sheds
+                .keys()
+                .filter(|id| !st.jobs.contains(*id))
+                .cloned()
+                .collect();
+            let mut out = Vec::new();
+            for id in idle {
+                let s = st.sheds.get_mut(&id).expect("listed");
+                if s.status == Status::Starting && s.create == CreateStage::Made {
+                    let op = s.op;
+                    s.set(Status::Starting, Some(Reason::CloudUnreadable), now);
+                    s.op = op;
+                    let snap = s.clone();
+                    self.save(&snap);
+                }
+                out.push((id, s.status));
+            }
+            out
+        };
+        if startup {
+            for (id, status) in ids {
+                if matches!(status, Status::Starting | Status::Stopping) {
+                    self.spawn_job(&id);
+                }
+            }
+        }
+    }
+
+    /// Applies `f` to shed `id` if it still has status `seen` and no job; writes it.
+    fn apply(&self, id: &str, seen: Status, f: impl FnOnce(&mut Shed, orca::Timestamp)) -> bool {
+        let now = self.now();
+        let mut st = self.state();
+        if st.jobs.contains(id) {
+            return false;
+        }
+        let Some(s) = st.sheds.get_mut(id) else {
+            return false;
+        };
+        if s.status != seen {
+            return false;
+        }
+        f(s, now);
+        let snap = s.clone();
+        self.save(&snap);
+        true
+    }
+
+    async fn pass_marker(&self, m: &DeleteMarker, vm: Option<&Machine>, startup: bool) {
+        match vm {
+            Some(vm) if !readable(vm) => {
+                let mut st = self.state();
+                if let Some(mk) = st.deletes.get_mut(&m.id) {
+                    if !mk.foreign_labels || mk.vm_id.is_none() {
+                        mk.foreign_labels = true;
+                        mk.vm_id = Some(vm.id.clone());
+                        let snap = mk.clone();
+                        self.save_marker(&snap);
+                    }
+                }
+            }
+            Some(vm) => {
+                let age = since(self.now(), m.acknowledged_at);
+                if startup || age > self.inner.timings.delete_grace {
+                    {
+                        let mut st = self.state();
+                        if let Some(mk) = st.deletes.get_mut(&m.id) {
+                            mk.vm_id = Some(vm.id.clone());
+                            mk.foreign_labels = false;
+                            let snap = mk.clone();
+                            self.save_marker(&snap);
+                        }
+                    }
+                    if !startup {
+                        self.inner.log.info(format!(
+                            "remote: shed {} ({}): retrying the destroy of its VM, deleted {} ago",
+                            m.name,
+                            m.id,
+                            go_duration(age)
+                        ));
+                    }
+                    self.spawn_job(&m.id);
+                }
+            }
+            None => {
+                let gone = match &m.vm_id {
+                    Some(vm) => matches!(self.inner.provider.machine(vm).await, Ok(None)),
+                    None => true,
+                };
+                if gone {
+                    let mut st = self.state();
+                    if st.jobs.contains(&m.id) {
+                        return;
+                    }
+                    if self.drop_marker(&mut st, &m.id).is_some() {
+                        self.inner.log.info(format!(
+                            "remote: shed {} ({}) deleted: its VM is gone",
+                            m.name, m.id
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
