@@ -438,3 +438,90 @@ fn token_hash_prints_the_sha256_only() {
         sha256_hex("t-some-token")
     );
 }
+
+/// Every line `keeper serve` and `keeper step` print at `trace`, to standard output and standard
+/// error (written to files here, as a deployment's log files are), with a label whose key holds
+/// `token` registered through the API and used by steps through the API and the command line: its
+/// value is in none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_named_label_reaches_no_log_line_at_trace() {
+    let Some(cli) = Cli::new("a_token_named_label_reaches_no_log_line_at_trace").await else {
+        return;
+    };
+    let secret = "lbl-trace-secret-77";
+    let token = "t-trace-4244";
+    let tokens = cli.dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"name": "ops", "sha256": sha256_hex(token), "permissions": ["*"]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let out_log = cli.dir.path().join("serve.out.log");
+    let err_log = cli.dir.path().join("serve.err.log");
+    let mut child = cli
+        .command(&["serve", "--listen", &listen])
+        .env("KEEPER_API_TOKENS_FILE", &tokens)
+        .stdout(std::fs::File::create(&out_log).unwrap())
+        .stderr(std::fs::File::create(&err_log).unwrap())
+        .spawn()
+        .unwrap();
+    let up = wait_healthy(port);
+    let mut answers = Vec::new();
+    if up {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let base = format!("http://{listen}");
+        for (path, body) in [
+            (
+                "/v1/profiles",
+                json!({"name": "tagged", "provider": "lab", "machine_type": "amd64-small",
+                       "labels": {"orca-token": secret}}),
+            ),
+            (
+                "/v1/steps/core.cloud.created",
+                json!({"provider": "lab", "profile": "tagged", "name": "api"}),
+            ),
+        ] {
+            let r = http
+                .post(format!("{base}{path}"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            answers.push((r.status().as_u16(), r.text().await.unwrap()));
+        }
+    }
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        r#"{"provider": "lab", "profile": "tagged", "name": "cli"}"#,
+    ]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let serve_out = std::fs::read_to_string(&out_log).unwrap();
+    let serve_err = std::fs::read_to_string(&err_log).unwrap();
+    assert!(up, "keeper serve did not answer: {serve_err}");
+    for (status, body) in &answers {
+        assert!(*status < 300, "{status} {body}");
+        assert!(!body.contains(secret), "{body}");
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        serve_err.contains("TRACE") && stderr.contains("TRACE"),
+        "the log is at trace"
+    );
+    for (channel, text) in [
+        ("serve stdout", &serve_out),
+        ("serve stderr", &serve_err),
+        ("step stdout", &stdout),
+        ("step stderr", &stderr),
+    ] {
+        let hit = text.lines().find(|l| l.contains(secret));
+        assert!(hit.is_none(), "{channel}: {}", hit.unwrap_or_default());
+    }
+    cli.db.drop_now().await;
+}
