@@ -10,6 +10,7 @@
 
 mod created;
 mod destroyed;
+mod journal;
 pub mod params;
 mod resized;
 
