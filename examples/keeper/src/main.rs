@@ -4,6 +4,7 @@
 //! keeper serve                                         # the REST API on 127.0.0.1:8080
 //! keeper step core.cloud.created --params '{"provider": "lab", "profile": "small", "count": 2}'
 //! keeper migrate                                       # apply the pending migrations and exit
+//! keeper reconcile                                     # resolve the VMs that steps left half-done
 //! keeper scenario validate scenario.yml                # the `on: keeper` check of core.cloud steps
 //! keeper token hash < token.txt                        # the SHA-256 to configure an API token with
 //! ```
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use keeper::cloud::Settings;
+use keeper::cloud::{Settings, RECONCILE_GRACE};
 use keeper::db::{redact_url, DEFAULT_DATABASE_URL};
 use keeper::tokens::ApiTokens;
 use keeper::userdata::Template;
@@ -75,6 +76,15 @@ enum Command {
     },
     /// Apply the pending migrations and exit.
     Migrate,
+    /// Resolve the journal rows that steps left half-done (a keeper stopped between a VM's create and
+    /// its record): destroy each VM found, close each row whose VM does not exist. `serve` does the
+    /// same when it starts.
+    Reconcile {
+        /// Seconds after a VM was asked for during which one not found is looked for again next time
+        /// (a cloud may list a new VM late), rather than closed as never made.
+        #[arg(long, default_value_t = RECONCILE_GRACE.as_secs())]
+        grace: u64,
+    },
     /// Scenario checks.
     Scenario {
         #[command(subcommand)]
@@ -263,6 +273,25 @@ fn watch_signals(k: Keeper) -> tokio::sync::oneshot::Receiver<()> {
     first_rx
 }
 
+/// Resolves the half-done journal rows when `serve` starts (a keeper stopped half-way left them), and
+/// logs what it did.
+async fn reconcile_at_start(k: &Keeper) {
+    match k.reconcile("serve", RECONCILE_GRACE).await {
+        Ok(r) if r.changed || r.needs_attention() || !r.running.is_empty() => {
+            let summary = keeper::mask::masked(&json!(r));
+            if r.needs_attention() {
+                tracing::warn!(summary = %summary, "reconciled the journal at start-up; some VMs need the operator");
+            } else {
+                tracing::info!(summary = %summary, "reconciled the journal at start-up");
+            }
+        }
+        Ok(_) => tracing::debug!("reconcile: no half-done journal row"),
+        Err(e) => {
+            tracing::warn!(error = %e, "reconcile at start-up failed; `keeper reconcile` runs it again")
+        }
+    }
+}
+
 /// Runs `step` to its end: the first Ctrl-C does not stop it halfway (VMs made but unrecorded, or
 /// destroyed with the registries not updated); it says the step is finishing. A second Ctrl-C stops
 /// keeper at once.
@@ -342,6 +371,24 @@ async fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Command::Reconcile { grace } => {
+            let k = match keeper(&args).await {
+                Ok(k) => k,
+                Err(e) => return fail(&e),
+            };
+            let grace = std::time::Duration::from_secs(*grace);
+            match step_to_its_end(k.reconcile("cli", grace)).await {
+                Ok(r) => {
+                    println!("{}", keeper::mask::masked(&json!(r)));
+                    if r.needs_attention() {
+                        ExitCode::FAILURE
+                    } else {
+                        ExitCode::SUCCESS
+                    }
+                }
+                Err(e) => fail(&e),
+            }
+        }
         Command::Step { step, params } => {
             let params: Value = match read_text(params, "--params").and_then(|t| {
                 serde_json::from_str(&t).map_err(|e| {
@@ -401,6 +448,8 @@ async fn main() -> ExitCode {
                 .map(|a| a.to_string())
                 .unwrap_or_default();
             tracing::info!(listen = %addr, callers = tokens.len(), "keeper serving");
+            let reconciling = k.clone();
+            tokio::spawn(async move { reconcile_at_start(&reconciling).await });
             let app = keeper::api::router(k.clone(), tokens);
             let first_signal = watch_signals(k.clone());
             let served = axum::serve(listener, app)

@@ -525,3 +525,102 @@ async fn a_token_named_label_reaches_no_log_line_at_trace() {
     }
     cli.db.drop_now().await;
 }
+
+/// Makes VM `name` in keeper's pool of the state file, and journals it `made` by step `step_id`, as a
+/// keeper stopped before recording it left it.
+async fn stopped_half_way(cli: &Cli, step_id: &str, name: &str) -> String {
+    use orca::Provider;
+    let p = cli.cloud().provider("keeper").unwrap();
+    let id = match p
+        .create(&orca::MachineSpec::new(
+            name,
+            "amd64-small",
+            "zone-a",
+            "keeper",
+        ))
+        .await
+        .unwrap()
+    {
+        orca::Created::Machine(m) => m.id,
+        other => panic!("{other:?}"),
+    };
+    cli.db
+        .client()
+        .await
+        .execute(
+            "INSERT INTO keeper.cloud_vms (step_id, provider, name, state, vm_id) VALUES ($1, 'lab', $2, 'made', $3)",
+            &[&step_id, &name, &id],
+        )
+        .await
+        .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_and_serve_destroy_the_vms_a_stopped_keeper_left() {
+    let Some(cli) = Cli::new("reconcile_and_serve_destroy_the_vms_a_stopped_keeper_left").await
+    else {
+        return;
+    };
+    let id = stopped_half_way(&cli, "stopped-1", "web-1").await;
+    let (out, stdout, stderr) = cli.run(&["reconcile"]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["changed"], true, "{v}");
+    assert_eq!(v["steps"][0]["destroyed"], json!([id]));
+    assert!(cli.cloud().all_machines().is_empty());
+    let (out, stdout, _) = cli.run(&["reconcile"]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["changed"], false, "a second run changes nothing: {v}");
+
+    // `serve` does the same when it starts.
+    let id = stopped_half_way(&cli, "stopped-2", "web-2").await;
+    let token = "t-reconcile-4245";
+    let tokens = cli.dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"name": "ops", "sha256": sha256_hex(token), "permissions": ["*"]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut child = cli
+        .command(&["serve", "--listen", &listen])
+        .env("KEEPER_API_TOKENS_FILE", &tokens)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let c = cli.db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let state = loop {
+        let state: String = c
+            .query_one(
+                "SELECT state FROM keeper.cloud_vms WHERE step_id = 'stopped-2'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if state != "made" || Instant::now() > deadline {
+            break state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(state, "destroyed", "serve reconciled VM {id} at start-up");
+    assert!(cli.cloud().all_machines().is_empty());
+    let events: i64 = c
+        .query_one(
+            "SELECT count(*) FROM keeper.audit_events WHERE event = 'cloud.reconciled'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(events, 2);
+    drop(c);
+    cli.db.drop_now().await;
+}

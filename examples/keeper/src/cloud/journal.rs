@@ -47,6 +47,12 @@ impl JournalUpdate {
         self
     }
 
+    /// The same move, only from `state`.
+    pub fn from(mut self, state: &'static str) -> Self {
+        self.from = Some(state);
+        self
+    }
+
     /// The same move, learning the VM's SID.
     pub fn sid(mut self, sid: Option<String>) -> Self {
         self.sid = sid;

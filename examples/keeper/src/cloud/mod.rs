@@ -11,8 +11,12 @@
 mod created;
 mod destroyed;
 mod journal;
+mod locks;
 pub mod params;
+mod reconcile;
 mod resized;
+
+pub use reconcile::{Reconciled, StepReconciled, CLOUD_RECONCILED, RECONCILE_GRACE};
 
 use std::sync::Arc;
 

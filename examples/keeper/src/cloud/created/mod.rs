@@ -4,7 +4,8 @@
 //! The order of things, so that nothing made is ever forgotten:
 //! 1. everything that can be checked is checked before any cloud call (parameters, provider, profile,
 //!    user data, credentials, the driver's capabilities for the spec): [`Keeper::prepare`];
-//! 2. the batch's indexes are taken from `keeper.name_counters` and each VM is written to the journal
+//! 2. the step takes its lock ([`super::locks`]), held until it ends, so that the reconciler
+//!    leaves its journal rows alone while it runs; the batch's indexes are taken from `keeper.name_counters` and each VM is written to the journal
 //!    `keeper.cloud_vms` as `requested` (one transaction), before the cloud is asked
 //!    ([`Keeper::plan`]);
 //! 3. the VMs are made one after the other; each one made is journalled `made` with its id at once
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::journal::JournalUpdate;
+use super::locks::{step_key, LockSession};
 use super::params::{CreateParams, UserData};
 use super::{Keeper, Run};
 use crate::error::{from_orca, Error, Result};
@@ -121,6 +123,19 @@ impl Keeper {
             Ok(b) => b,
             Err(e) => return run.refuse(e),
         };
+        // Held while this step runs: the reconciler leaves the journal rows of a running step alone.
+        let key = step_key(&run.step_id);
+        let running = match LockSession::holding(&self.pool, &key).await {
+            Ok(s) => s,
+            Err(e) => return run.refuse(e),
+        };
+        let run = self.create_batch(run, &batch, actor).await;
+        running.release(&key).await;
+        run
+    }
+
+    /// Makes the batch, then records it, or rolls it back when the step fails.
+    async fn create_batch(&self, mut run: Run, batch: &Batch, actor: &str) -> Run {
         let planned = match self
             .plan(&run.step_id, &batch.row, &batch.base, batch.params.count)
             .await
@@ -129,7 +144,7 @@ impl Keeper {
             Err(e) => return run.refuse(e),
         };
         tracing::info!(step_id = %run.step_id, provider = %batch.row.name, count = batch.params.count, first = %planned[0].name, "creating VMs");
-        let out = self.make_all(&mut run, &batch, planned).await;
+        let out = self.make_all(&mut run, batch, planned).await;
         if !out.adopted.is_empty() {
             run.fact("adopted_not_counted", json!(out.adopted));
         }
