@@ -114,6 +114,11 @@ fn is_quote(c: char) -> bool {
 /// `token` in free text (error messages, log lines). The value may be quoted (`"..."`, `'...'`, or
 /// `\"...\"` inside a quoted string) or wrapped the way Rust's `Debug` prints it (`String("...")`,
 /// `Some("...")`); unquoted, it ends at white space, a quote, `,`, `;`, `&`, `}`, `]` or `)`.
+///
+/// A message that names a field keeps its words: in `api_token: required` or `profile.labels.x-token:
+/// a string` (a bare key, `:`, and a bare word of letters only) the word is the message's, not a
+/// value. Every other form is a value, masked: `=`, a quoted key or value, a `Debug` wrapper, or a
+/// bare word with a digit or a sign (`HCLOUD_TOKEN: abc123`).
 pub fn mask_text(s: &str) -> String {
     let lower = s.to_ascii_lowercase();
     if !lower.contains(SECRET_FRAGMENT) {
@@ -138,7 +143,7 @@ pub fn mask_text(s: &str) -> String {
         if !is_secret_key(&word) {
             continue;
         }
-        if let Some((from, to)) = value_after(&chars, i) {
+        if let Some((from, to)) = value_after(&chars, start, i) {
             out.extend(&chars[i..from]);
             out.push_str(MASK);
             i = to;
@@ -147,23 +152,29 @@ pub fn mask_text(s: &str) -> String {
     out
 }
 
-/// The value of the pair whose key ends at `at`: its first and past-the-end positions, or `None`
-/// when no `=` or `:` follows the key, or the value is empty.
-fn value_after(chars: &[char], at: usize) -> Option<(usize, usize)> {
+/// The value of the pair whose key spans `key..at`: its first and past-the-end positions, or `None`
+/// when no `=` or `:` follows the key, the value is empty, or it is a word of the message
+/// ([`mask_text`]).
+fn value_after(chars: &[char], key: usize, at: usize) -> Option<(usize, usize)> {
     let at_char = |j: usize| chars.get(j).copied();
     let mut j = at;
+    let mut quoted = key > 0 && is_quote(chars[key - 1]);
     // The key's closing quote, escaped or not.
     if at_char(j) == Some('\\') && at_char(j + 1).is_some_and(is_quote) {
         j += 2;
+        quoted = true;
     } else if at_char(j).is_some_and(is_quote) {
         j += 1;
+        quoted = true;
     }
     while at_char(j) == Some(' ') {
         j += 1;
     }
-    if !matches!(at_char(j), Some('=' | ':')) {
-        return None;
-    }
+    let colon = match at_char(j) {
+        Some(':') => true,
+        Some('=') => false,
+        _ => return None,
+    };
     j += 1;
     while at_char(j) == Some(' ') {
         j += 1;
@@ -171,6 +182,7 @@ fn value_after(chars: &[char], at: usize) -> Option<(usize, usize)> {
     // `Debug` wrappers: `String(`, `Some(`, `Number(`, ...
     while let Some(open) = debug_wrapper(chars, j) {
         j = open;
+        quoted = true;
     }
     // An opening quote, escaped (`\"`, inside a quoted string) or not.
     let quote = if at_char(j) == Some('\\') && at_char(j + 1).is_some_and(is_quote) {
@@ -209,7 +221,20 @@ fn value_after(chars: &[char], at: usize) -> Option<(usize, usize)> {
         j += 1;
     }
     let to = j.min(chars.len());
-    (to > from).then_some((from, to))
+    if to == from {
+        return None;
+    }
+    let bare = colon && !quoted && quote.is_none();
+    if bare && is_word(&chars[from..to]) {
+        return None;
+    }
+    Some((from, to))
+}
+
+/// Whether `value` reads as a word of a message (letters only, no longer than words are) rather
+/// than as a secret (which holds digits or signs, or runs long).
+fn is_word(value: &[char]) -> bool {
+    value.len() <= 32 && value.iter().all(char::is_ascii_alphabetic)
 }
 
 /// Past the `(` of a `Debug` wrapper (`String(`, `Some(`: a capitalised name and `(`) at `at`.
@@ -275,7 +300,7 @@ mod tests {
     fn text_pairs_lose_their_values() {
         for (input, want) in [
             ("bootstrap_token=abc def", "bootstrap_token=*** def"),
-            ("HCLOUD_TOKEN: abc", "HCLOUD_TOKEN: ***"),
+            ("HCLOUD_TOKEN: abc123", "HCLOUD_TOKEN: ***"),
             (
                 r#"{"bootstrap_token": "abc", "x": 1}"#,
                 r#"{"bootstrap_token": "***", "x": 1}"#,
@@ -284,6 +309,29 @@ mod tests {
             ("a token was refused", "a token was refused"),
             ("no secrets here", "no secrets here"),
             ("tokens:", "tokens:"),
+        ] {
+            assert_eq!(mask_text(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn a_message_naming_a_field_keeps_its_words() {
+        for same in [
+            "api_token: required",
+            "profile.labels.x-token: a string",
+            "params.invalid: api_token: unknown field api_token; the fields of params are provider",
+            "code=params.invalid error=steps[0].params.api_token: true or false",
+            "HCLOUD_TOKEN: missing",
+        ] {
+            assert_eq!(mask_text(same), same);
+        }
+        for (input, want) in [
+            ("api_token: s3cret", "api_token: ***"),
+            ("X-Auth-Token: abc-def", "X-Auth-Token: ***"),
+            ("token: abcdefghijklmnopqrstuvwxyzabcdefgh", "token: ***"),
+            ("api_token=required", "api_token=***"),
+            (r#"api_token: "required""#, r#"api_token: "***""#),
+            (r#""api_token": required"#, r#""api_token": ***"#),
         ] {
             assert_eq!(mask_text(input), want, "{input}");
         }

@@ -624,3 +624,51 @@ async fn reconcile_and_serve_destroy_the_vms_a_stopped_keeper_left() {
     drop(c);
     cli.db.drop_now().await;
 }
+
+#[tokio::test]
+async fn a_message_naming_a_token_field_keeps_its_words_in_every_channel() {
+    let Some(cli) =
+        Cli::new("a_message_naming_a_token_field_keeps_its_words_in_every_channel").await
+    else {
+        return;
+    };
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        r#"{"provider": "lab", "profile": {"machine_type": "amd64-small", "labels": {"x-token": 3}}, "api_token": "zzz-secret-1"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let said = "api_token: unknown field api_token; the fields of params are";
+    assert!(
+        v["error"]["message"].as_str().unwrap().starts_with(said),
+        "{v}"
+    );
+    assert!(
+        stderr.contains(&format!("error={said}")),
+        "the log line: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("keeper: params.invalid: {said}")),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("zzz-secret-1") && !stderr.contains("zzz-secret-1"));
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        r#"{"provider": "lab", "profile": {"machine_type": "amd64-small", "labels": {"x-token": 3}}}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        v["error"]["message"], "profile.labels.x-token: a string",
+        "{v}"
+    );
+    assert!(
+        stderr.contains("profile.labels.x-token: a string"),
+        "{stderr}"
+    );
+    cli.db.drop_now().await;
+}
