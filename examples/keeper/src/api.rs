@@ -131,7 +131,7 @@ macro_rules! try_or_answer {
 }
 
 async fn health(State(s): State<AppState>) -> Response {
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     try_or_answer!(client
         .query_one("SELECT 1", &[])
         .await
@@ -141,7 +141,7 @@ async fn health(State(s): State<AppState>) -> Response {
 
 async fn list_providers(State(s): State<AppState>, h: HeaderMap) -> Response {
     try_or_answer!(caller(&s, &h, "provider.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     let all = try_or_answer!(registry::list_providers(&client).await);
     answer(StatusCode::OK, json!({"providers": all}))
 }
@@ -160,7 +160,7 @@ async fn get_provider(
     Path(name): Path<String>,
 ) -> Response {
     try_or_answer!(caller(&s, &h, "provider.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     match try_or_answer!(registry::get_provider(&client, &name).await) {
         Some(p) => answer(StatusCode::OK, json!(p)),
         None => error(Error::not_found(
@@ -183,7 +183,7 @@ async fn delete_provider(
 
 async fn list_profiles(State(s): State<AppState>, h: HeaderMap) -> Response {
     try_or_answer!(caller(&s, &h, "profile.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     let all = try_or_answer!(registry::list_profiles(&client).await);
     answer(StatusCode::OK, json!({"profiles": all}))
 }
@@ -202,7 +202,7 @@ async fn get_profile(
     Path(name): Path<String>,
 ) -> Response {
     try_or_answer!(caller(&s, &h, "profile.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     match try_or_answer!(registry::get_profile(&client, &name).await) {
         Some(p) => answer(StatusCode::OK, json!(p)),
         None => error(Error::not_found(

@@ -11,8 +11,9 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::{ClientWrapper, Pool};
+use deadpool_postgres::ClientWrapper;
 
+use crate::db::Db;
 use crate::error::{Error, Result};
 
 /// How long a caller waits for a lock that another holds (a VM another step is destroying).
@@ -35,7 +36,7 @@ pub(crate) struct LockSession {
 
 impl LockSession {
     /// A session taken out of `pool` (the pool makes another connection in its place).
-    pub(crate) async fn open(pool: &Pool) -> Result<Self> {
+    pub(crate) async fn open(pool: &Db) -> Result<Self> {
         let client = deadpool_postgres::Object::take(pool.get().await?);
         client
             .batch_execute(&format!("SET lock_timeout = '{}s'", LOCK_WAIT.as_secs()))
@@ -45,7 +46,7 @@ impl LockSession {
     }
 
     /// A session holding `key`, for as long as it lives (or until [`LockSession::release`]).
-    pub(crate) async fn holding(pool: &Pool, key: &str) -> Result<Self> {
+    pub(crate) async fn holding(pool: &Db, key: &str) -> Result<Self> {
         let session = Self::open(pool).await?;
         if !session.try_lock(key).await? {
             return Err(Error::new(
