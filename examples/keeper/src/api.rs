@@ -15,7 +15,8 @@
 //!
 //! Every request but `/healthz` needs `Authorization: Bearer <token>` (401 without a known token, 403
 //! without the permission). Every answer is masked ([`crate::mask`]); a step's answer keeps only
-//! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`.
+//! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`, a path
+//! with no route (404) and a method a path does not take (405) included.
 //!
 //! A step runs as a task of its own, so that a client hanging up does not stop it halfway: it goes on
 //! to its end (registries, audit event, roll-back) and only its answer is lost.
@@ -24,7 +25,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -62,6 +63,13 @@ pub fn router(keeper: Keeper, tokens: ApiTokens) -> Router {
         )
         .route("/v1/steps/{step}", post(run_step))
         .fallback(|| async { error(Error::not_found("route.not_found", "no such route")) })
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            error(Error::new(
+                405,
+                "method.not_allowed",
+                format!("{} does not take {method}", uri.path()),
+            ))
+        })
         .with_state(state)
 }
 

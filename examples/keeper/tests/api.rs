@@ -625,3 +625,34 @@ async fn each_permission_is_required_and_errors_are_masked() {
     assert!(!e.to_string().contains("S3cret Step Value!"), "{e}");
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_method_not_allowed_answers_the_json_error_every_error_has() {
+    let Some(w) = World::new("a_method_not_allowed_answers_the_json_error_every_error_has").await
+    else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    for (method, path) in [
+        (Method::PUT, "/v1/providers"),
+        (Method::PATCH, "/v1/profiles/small"),
+        (Method::GET, "/v1/steps/core.cloud.created"),
+        (Method::POST, "/healthz"),
+    ] {
+        let (s, v, text) = api.call(method.clone(), path, Some(ADMIN), None).await;
+        assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {text}");
+        assert_eq!(
+            v["error"]["code"], "method.not_allowed",
+            "{method} {path}: {text}"
+        );
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(method.as_str()), "{message}");
+    }
+    // A path with no route stays a 404 of the same shape.
+    let (s, v, _) = api
+        .call(Method::GET, "/v1/nothing", Some(ADMIN), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["code"], "route.not_found");
+    w.finish().await;
+}
