@@ -24,6 +24,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -114,6 +115,17 @@ fn caller(state: &AppState, headers: &HeaderMap, permission: &str) -> Result<Cal
     Ok(c)
 }
 
+/// The registry name a path ends with (`/v1/providers/{name}`), checked before anything reads it: a
+/// name is one hostname label, so that no `..`, `/` or other encoded segment can name another
+/// resource (422 naming `name`).
+fn path_name(path: Result<Path<String>, PathRejection>) -> Result<String, Error> {
+    let Ok(Path(name)) = path else {
+        return Err(Error::invalid("name", "a name in the path is UTF-8 text"));
+    };
+    registry::validate_name("name", &name)?;
+    Ok(name)
+}
+
 fn body_json(body: &Bytes) -> Result<Value, Error> {
     serde_json::from_slice(body).map_err(|e| {
         Error::new(
@@ -165,9 +177,10 @@ async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Bytes) -
 async fn get_provider(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     try_or_answer!(caller(&s, &h, "provider.read"));
+    let name = try_or_answer!(path_name(path));
     let client = try_or_answer!(s.keeper.pool().get().await);
     match try_or_answer!(registry::get_provider(&client, &name).await) {
         Some(p) => answer(StatusCode::OK, json!(p)),
@@ -181,9 +194,10 @@ async fn get_provider(
 async fn delete_provider(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     let c = try_or_answer!(caller(&s, &h, "provider.delete"));
+    let name = try_or_answer!(path_name(path));
     try_or_answer!(registry::delete_provider(s.keeper.pool(), &c.actor(), &name).await);
     tracing::info!(provider = %name, actor = %c.actor(), "provider deleted");
     StatusCode::NO_CONTENT.into_response()
@@ -207,9 +221,10 @@ async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Bytes) ->
 async fn get_profile(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     try_or_answer!(caller(&s, &h, "profile.read"));
+    let name = try_or_answer!(path_name(path));
     let client = try_or_answer!(s.keeper.pool().get().await);
     match try_or_answer!(registry::get_profile(&client, &name).await) {
         Some(p) => answer(StatusCode::OK, json!(p)),
@@ -223,9 +238,10 @@ async fn get_profile(
 async fn delete_profile(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     let c = try_or_answer!(caller(&s, &h, "profile.delete"));
+    let name = try_or_answer!(path_name(path));
     try_or_answer!(registry::delete_profile(s.keeper.pool(), &c.actor(), &name).await);
     tracing::info!(profile = %name, actor = %c.actor(), "profile deleted");
     StatusCode::NO_CONTENT.into_response()
