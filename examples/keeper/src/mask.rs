@@ -1,4 +1,4 @@
-//! The secret filter of every output channel (the seed's `audit.MaskSecrets`): a value whose key
+//! The secret filter of every output channel: a value whose key
 //! contains `token` (any case) is replaced by [`MASK`].
 //!
 //! Two forms: [`mask_json`] for structured output (REST answers, step output, audit payloads, logged
