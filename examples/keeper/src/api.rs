@@ -15,7 +15,8 @@
 //!
 //! Every request but `/healthz` needs `Authorization: Bearer <token>` (401 without a known token, 403
 //! without the permission). Every answer is masked ([`crate::mask`]); a step's answer keeps only
-//! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`.
+//! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`, a path
+//! with no route (404) and a method a path does not take (405) included.
 //!
 //! A step runs as a task of its own, so that a client hanging up does not stop it halfway: it goes on
 //! to its end (registries, audit event, roll-back) and only its answer is lost.
@@ -23,8 +24,9 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -62,6 +64,13 @@ pub fn router(keeper: Keeper, tokens: ApiTokens) -> Router {
         )
         .route("/v1/steps/{step}", post(run_step))
         .fallback(|| async { error(Error::not_found("route.not_found", "no such route")) })
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            error(Error::new(
+                405,
+                "method.not_allowed",
+                format!("{} does not take {method}", uri.path()),
+            ))
+        })
         .with_state(state)
 }
 
@@ -106,6 +115,17 @@ fn caller(state: &AppState, headers: &HeaderMap, permission: &str) -> Result<Cal
     Ok(c)
 }
 
+/// The registry name a path ends with (`/v1/providers/{name}`), checked before anything reads it: a
+/// name is one hostname label, so that no `..`, `/` or other encoded segment can name another
+/// resource (422 naming `name`).
+fn path_name(path: Result<Path<String>, PathRejection>) -> Result<String, Error> {
+    let Ok(Path(name)) = path else {
+        return Err(Error::invalid("name", "a name in the path is UTF-8 text"));
+    };
+    registry::validate_name("name", &name)?;
+    Ok(name)
+}
+
 fn body_json(body: &Bytes) -> Result<Value, Error> {
     serde_json::from_slice(body).map_err(|e| {
         Error::new(
@@ -131,7 +151,7 @@ macro_rules! try_or_answer {
 }
 
 async fn health(State(s): State<AppState>) -> Response {
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     try_or_answer!(client
         .query_one("SELECT 1", &[])
         .await
@@ -141,7 +161,7 @@ async fn health(State(s): State<AppState>) -> Response {
 
 async fn list_providers(State(s): State<AppState>, h: HeaderMap) -> Response {
     try_or_answer!(caller(&s, &h, "provider.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     let all = try_or_answer!(registry::list_providers(&client).await);
     answer(StatusCode::OK, json!({"providers": all}))
 }
@@ -157,10 +177,11 @@ async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Bytes) -
 async fn get_provider(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     try_or_answer!(caller(&s, &h, "provider.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let name = try_or_answer!(path_name(path));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     match try_or_answer!(registry::get_provider(&client, &name).await) {
         Some(p) => answer(StatusCode::OK, json!(p)),
         None => error(Error::not_found(
@@ -173,9 +194,10 @@ async fn get_provider(
 async fn delete_provider(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     let c = try_or_answer!(caller(&s, &h, "provider.delete"));
+    let name = try_or_answer!(path_name(path));
     try_or_answer!(registry::delete_provider(s.keeper.pool(), &c.actor(), &name).await);
     tracing::info!(provider = %name, actor = %c.actor(), "provider deleted");
     StatusCode::NO_CONTENT.into_response()
@@ -183,7 +205,7 @@ async fn delete_provider(
 
 async fn list_profiles(State(s): State<AppState>, h: HeaderMap) -> Response {
     try_or_answer!(caller(&s, &h, "profile.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     let all = try_or_answer!(registry::list_profiles(&client).await);
     answer(StatusCode::OK, json!({"profiles": all}))
 }
@@ -199,10 +221,11 @@ async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Bytes) ->
 async fn get_profile(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     try_or_answer!(caller(&s, &h, "profile.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await.map_err(Error::from));
+    let name = try_or_answer!(path_name(path));
+    let client = try_or_answer!(s.keeper.pool().get().await);
     match try_or_answer!(registry::get_profile(&client, &name).await) {
         Some(p) => answer(StatusCode::OK, json!(p)),
         None => error(Error::not_found(
@@ -215,9 +238,10 @@ async fn get_profile(
 async fn delete_profile(
     State(s): State<AppState>,
     h: HeaderMap,
-    Path(name): Path<String>,
+    path: Result<Path<String>, PathRejection>,
 ) -> Response {
     let c = try_or_answer!(caller(&s, &h, "profile.delete"));
+    let name = try_or_answer!(path_name(path));
     try_or_answer!(registry::delete_profile(s.keeper.pool(), &c.actor(), &name).await);
     tracing::info!(profile = %name, actor = %c.actor(), "profile deleted");
     StatusCode::NO_CONTENT.into_response()

@@ -1,4 +1,4 @@
-//! PostgreSQL: the connection pool and the versioned migrations run on start.
+//! PostgreSQL: the connection pool ([`Db`]) and the versioned migrations run on start.
 //!
 //! Every table lives in the schema [`SCHEMA`] (`keeper`), so that keeper shares a server with other
 //! programs (the pool autoscaler keeps its own schema). Migrations are numbered SQL files
@@ -7,10 +7,14 @@
 //! recorded with the SHA-256 of its text, and a changed or unknown applied migration stops keeper.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::{
+    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Status, TimeoutType,
+};
 use sha2::{Digest, Sha256};
+use tokio_postgres::config::Host;
 use tokio_postgres::NoTls;
 
 use crate::error::{describe_db, Error, Result};
@@ -66,15 +70,85 @@ pub fn redact_url(url: &str) -> String {
 /// one to be made, before it fails naming the database pool.
 pub const POOL_WAIT: Duration = Duration::from_secs(30);
 
+/// keeper's connections to its database: a pool, and the server it connects to (host and port,
+/// never the password), which every connection failure names.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pool: Pool,
+    server: Arc<str>,
+}
+
+impl Db {
+    /// A connection of the pool; a failure names the server or the exhausted pool (503,
+    /// `registry.unavailable`).
+    pub async fn get(&self) -> Result<Object> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| unavailable(&e, &self.server))
+    }
+
+    /// The server: `host:port` (every one of them, when the URL names several).
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// How many connections the pool has, and how many of them are free.
+    pub fn status(&self) -> Status {
+        self.pool.status()
+    }
+}
+
+/// The error of a connection `server` could not give.
+fn unavailable(e: &PoolError, server: &str) -> Error {
+    let detail = match e {
+        PoolError::Backend(pe) => format!("to {server}: {}", describe_db(pe)),
+        PoolError::Timeout(TimeoutType::Wait) => "the database pool is exhausted: every connection stayed in use past the pool's wait (long steps, or too many at once)".to_string(),
+        PoolError::Timeout(TimeoutType::Create) => format!("to {server}: the database pool could not open a new connection within its wait"),
+        other => format!("to {server}: the database pool: {other}"),
+    };
+    Error::new(
+        503,
+        "registry.unavailable",
+        format!("no PostgreSQL connection {detail}"),
+    )
+}
+
+/// The servers `cfg` connects to, as `host:port`, never its password.
+fn servers(cfg: &tokio_postgres::Config) -> String {
+    let port = |i: usize| {
+        cfg.get_ports()
+            .get(i)
+            .or(cfg.get_ports().first())
+            .copied()
+            .unwrap_or(5432)
+    };
+    let hosts: Vec<String> = cfg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| match h {
+            Host::Tcp(name) => format!("{name}:{}", port(i)),
+            #[cfg(unix)]
+            Host::Unix(dir) => format!("{} (socket, port {})", dir.display(), port(i)),
+        })
+        .collect();
+    if hosts.is_empty() {
+        format!("the default host, port {}", port(0))
+    } else {
+        hosts.join(", ")
+    }
+}
+
 /// A connection pool on `url` (a `postgres://` URL or a key=value string), of at most `max_size`
 /// connections; a caller waits at most [`POOL_WAIT`] for one.
-pub fn pool(url: &str, max_size: usize) -> Result<Pool> {
+pub fn pool(url: &str, max_size: usize) -> Result<Db> {
     pool_with_wait(url, max_size, POOL_WAIT)
 }
 
 /// [`pool`] whose callers wait at most `wait` for a connection (for a free one, and for a new one to
 /// be made).
-pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Pool> {
+pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> {
     let cfg = tokio_postgres::Config::from_str(url).map_err(|e| {
         Error::new(
             500,
@@ -86,6 +160,7 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Pool
         )
         .with_field("DATABASE_URL")
     })?;
+    let server = servers(&cfg);
     let mgr = Manager::from_config(
         cfg,
         NoTls,
@@ -93,13 +168,17 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Pool
             recycling_method: RecyclingMethod::Fast,
         },
     );
-    Pool::builder(mgr)
+    let pool = Pool::builder(mgr)
         .max_size(max_size.max(1))
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(wait))
         .create_timeout(Some(wait))
         .build()
-        .map_err(|e| Error::new(500, "config.invalid", format!("connection pool: {e}")))
+        .map_err(|e| Error::new(500, "config.invalid", format!("connection pool: {e}")))?;
+    Ok(Db {
+        pool,
+        server: server.into(),
+    })
 }
 
 fn checksum(sql: &str) -> String {
@@ -107,7 +186,7 @@ fn checksum(sql: &str) -> String {
 }
 
 /// Applies the pending migrations; answers the versions applied now (empty when none was pending).
-pub async fn migrate(pool: &Pool) -> Result<Vec<i32>> {
+pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
     let mut client = pool.get().await?;
     let tx = client
         .transaction()
@@ -226,5 +305,20 @@ mod tests {
             "postgres://postgres@127.0.0.1:5432/postgres"
         );
         assert_eq!(redact_url("host=x password=y"), "<not a URL>");
+    }
+
+    #[test]
+    fn the_server_is_named_by_host_and_port_without_the_password() {
+        let db = pool("postgres://app:hunter2@db.example:6432/k", 1).unwrap();
+        assert_eq!(db.server(), "db.example:6432");
+        let db = pool(
+            "host=/run/postgresql,10.0.0.2 port=5433 password=hunter2",
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            db.server(),
+            "/run/postgresql (socket, port 5433), 10.0.0.2:5433"
+        );
     }
 }

@@ -41,11 +41,49 @@ impl Drivers for OrcaDrivers {
     }
 }
 
-/// The settings a provider row adds to its vault's: the region as `AWS_REGION` for `ec2` (EC2's
-/// locations are zones; its API is per region) unless the vault sets it.
-pub fn driver_settings(provider: &CloudProvider, mut settings: Settings) -> Settings {
-    if provider.driver == "ec2" && settings.get("AWS_REGION").is_none() {
-        settings.insert("AWS_REGION", provider.region.clone());
+/// The settings a provider row adds to its vault's: the region as EC2's region setting for `ec2`
+/// (EC2's locations are zones; its API is per region) unless the vault sets it. A build without
+/// the `clouds` feature has no `ec2` driver, and adds nothing.
+pub fn driver_settings(provider: &CloudProvider, settings: Settings) -> Settings {
+    #[cfg(feature = "clouds")]
+    {
+        let mut settings = settings;
+        let region = orca::ec2::ConfigKey::Region.as_str();
+        if provider.driver == "ec2" && settings.get(region).is_none() {
+            settings.insert(region, provider.region.clone());
+        }
+        settings
     }
-    settings
+    #[cfg(not(feature = "clouds"))]
+    {
+        let _ = provider;
+        settings
+    }
+}
+
+#[cfg(all(test, feature = "clouds"))]
+mod tests {
+    use super::*;
+
+    fn row(driver: &str) -> CloudProvider {
+        CloudProvider {
+            name: "p".into(),
+            driver: driver.into(),
+            credentials_ref: "r".into(),
+            region: "eu-west-1".into(),
+            fqdn_suffix: None,
+            created_at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn an_ec2_row_gives_its_region_unless_the_vault_does() {
+        let region = orca::ec2::ConfigKey::Region.as_str();
+        let s = driver_settings(&row("ec2"), Settings::new());
+        assert_eq!(s.get(region), Some("eu-west-1"));
+        let s = driver_settings(&row("ec2"), Settings::new().with(region, "us-east-2"));
+        assert_eq!(s.get(region), Some("us-east-2"));
+        let s = driver_settings(&row("hetzner"), Settings::new());
+        assert!(s.is_empty());
+    }
 }

@@ -121,23 +121,6 @@ pub fn describe_db(e: &tokio_postgres::Error) -> String {
     }
 }
 
-impl From<deadpool_postgres::PoolError> for Error {
-    fn from(e: deadpool_postgres::PoolError) -> Self {
-        use deadpool_postgres::{PoolError, TimeoutType};
-        let detail = match &e {
-            PoolError::Backend(pe) => describe_db(pe),
-            PoolError::Timeout(TimeoutType::Wait) => "the database pool is exhausted: every connection stayed in use past the pool's wait (long steps, or too many at once)".to_string(),
-            PoolError::Timeout(TimeoutType::Create) => "the database pool could not open a new connection within its wait".to_string(),
-            other => format!("the database pool: {other}"),
-        };
-        Error::new(
-            503,
-            "registry.unavailable",
-            format!("no PostgreSQL connection: {detail}"),
-        )
-    }
-}
-
 /// keeper's error for an orca error from a provider call: the code says the kind.
 pub fn from_orca(e: &orca::Error) -> Error {
     use orca::ErrorKind as K;

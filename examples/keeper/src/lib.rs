@@ -1,6 +1,6 @@
 //! # keeper: the `core.cloud` step on orca
 //!
-//! keeper's `core.cloud` module (seed `002`) on any orca driver: `core.cloud.created` asks a
+//! keeper's `core.cloud` module on any orca driver: `core.cloud.created` asks a
 //! registered provider for VMs and records each as a `pending` soul with a one-time bootstrap token
 //! (kept as a hash), `core.cloud.destroyed` destroys VMs and cascades the registries in one
 //! transaction, `core.cloud.resized` changes VM sizes and reports the downtime per VM. The registries

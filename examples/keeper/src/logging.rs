@@ -1,10 +1,19 @@
 //! Logs go through the secret filter too: [`Masked`] wraps a tracing writer and passes every line
 //! through [`crate::mask::mask_text`] before it is written, so that a `token=...` a driver or a
 //! library puts in a message never reaches the log.
+//!
+//! Some lines are never logged, at any level ([`NEVER_LOGGED`]): the PostgreSQL client's statement
+//! parameters hold what keeper writes (profile labels, token hashes), in a form no text filter can
+//! read safely (a bare list of values, with no key to say which is a secret).
 
 use std::io::{self, Write};
 
+use tracing::Metadata;
+use tracing_subscriber::filter::filter_fn;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 
 use crate::mask::mask_text;
 
@@ -36,16 +45,32 @@ impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Masked<M> {
     }
 }
 
-/// Logs to standard error, masked, at the level `KEEPER_LOG` says (`info` when unset).
+/// The log targets keeper never logs, whatever `KEEPER_LOG` says: `tokio_postgres::query` logs
+/// every statement's parameters at `debug`.
+pub const NEVER_LOGGED: &[&str] = &["tokio_postgres::query"];
+
+/// Whether events and spans of `meta` may be logged at all ([`NEVER_LOGGED`]).
+pub fn may_log(meta: &Metadata<'_>) -> bool {
+    let target = meta.target();
+    !NEVER_LOGGED
+        .iter()
+        .any(|t| target == *t || (target.starts_with(t) && target[t.len()..].starts_with("::")))
+}
+
+/// Logs to standard error, masked, at the level `KEEPER_LOG` says (`info` when unset), never
+/// what [`NEVER_LOGGED`] names.
 pub fn init() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEEPER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(Masked(io::stderr))
         // No colours: escape codes between a key and its `=` would hide the pair from the filter.
         .with_ansi(false)
         .with_target(false)
+        .with_filter(filter_fn(may_log));
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(lines)
         .try_init();
 }
 

@@ -4,17 +4,18 @@
 //! keeper serve                                         # the REST API on 127.0.0.1:8080
 //! keeper step core.cloud.created --params '{"provider": "lab", "profile": "small", "count": 2}'
 //! keeper migrate                                       # apply the pending migrations and exit
+//! keeper reconcile                                     # resolve the VMs that steps left half-done
 //! keeper scenario validate scenario.yml                # the `on: keeper` check of core.cloud steps
 //! keeper token hash < token.txt                        # the SHA-256 to configure an API token with
 //! ```
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use keeper::cloud::Settings;
+use keeper::cloud::{Settings, RECONCILE_GRACE};
 use keeper::db::{redact_url, DEFAULT_DATABASE_URL};
 use keeper::tokens::ApiTokens;
 use keeper::userdata::Template;
@@ -75,6 +76,15 @@ enum Command {
     },
     /// Apply the pending migrations and exit.
     Migrate,
+    /// Resolve the journal rows that steps left half-done (a keeper stopped between a VM's create and
+    /// its record): destroy each VM found, close each row whose VM does not exist. `serve` does the
+    /// same when it starts.
+    Reconcile {
+        /// Seconds after a VM was asked for during which one not found is looked for again next time
+        /// (a cloud may list a new VM late), rather than closed as never made.
+        #[arg(long, default_value_t = RECONCILE_GRACE.as_secs())]
+        grace: u64,
+    },
     /// Scenario checks.
     Scenario {
         #[command(subcommand)]
@@ -178,54 +188,37 @@ async fn keeper(args: &Args) -> Result<Keeper, Error> {
     .await
 }
 
-/// The termination signals of `serve`: Ctrl-C (SIGINT) and SIGTERM.
-struct Signals {
-    #[cfg(unix)]
-    term: Option<tokio::signal::unix::Signal>,
-    #[cfg(unix)]
-    int: Option<tokio::signal::unix::Signal>,
-}
+/// Every SIGINT (Ctrl-C) and SIGTERM this process gets, in order: each call of `next` resolves on
+/// the next one. A signal whose handler cannot be installed is left to its default.
+struct Signals(tokio::sync::mpsc::UnboundedReceiver<()>);
 
 impl Signals {
     fn new() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         #[cfg(unix)]
         {
             use tokio::signal::unix::{signal, SignalKind};
-            Signals {
-                term: signal(SignalKind::terminate()).ok(),
-                int: signal(SignalKind::interrupt()).ok(),
+            for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
+                let Ok(mut stream) = signal(kind) else {
+                    continue;
+                };
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    while stream.recv().await.is_some() && tx.send(()).is_ok() {}
+                });
             }
         }
         #[cfg(not(unix))]
-        {
-            Signals {}
-        }
+        tokio::spawn(async move {
+            while tokio::signal::ctrl_c().await.is_ok() && tx.send(()).is_ok() {}
+        });
+        Signals(rx)
     }
 
-    /// Resolves on the next signal.
+    /// Resolves on the next signal (never, when no handler could be installed).
     async fn next(&mut self) {
-        #[cfg(unix)]
-        {
-            async fn on(s: &mut Option<tokio::signal::unix::Signal>) {
-                match s {
-                    Some(s) => {
-                        s.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            }
-            if self.term.is_none() && self.int.is_none() {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-            tokio::select! {
-                _ = on(&mut self.term) => {}
-                _ = on(&mut self.int) => {}
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
+        if self.0.recv().await.is_none() {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -263,6 +256,25 @@ fn watch_signals(k: Keeper) -> tokio::sync::oneshot::Receiver<()> {
     first_rx
 }
 
+/// Resolves the half-done journal rows when `serve` starts (a keeper stopped half-way left them), and
+/// logs what it did.
+async fn reconcile_at_start(k: &Keeper) {
+    match k.reconcile("serve", RECONCILE_GRACE).await {
+        Ok(r) if r.changed || r.needs_attention() || !r.running.is_empty() => {
+            let summary = keeper::mask::masked(&json!(r));
+            if r.needs_attention() {
+                tracing::warn!(summary = %summary, "reconciled the journal at start-up; some VMs need the operator");
+            } else {
+                tracing::info!(summary = %summary, "reconciled the journal at start-up");
+            }
+        }
+        Ok(_) => tracing::debug!("reconcile: no half-done journal row"),
+        Err(e) => {
+            tracing::warn!(error = %e, "reconcile at start-up failed; `keeper reconcile` runs it again")
+        }
+    }
+}
+
 /// Runs `step` to its end: the first Ctrl-C does not stop it halfway (VMs made but unrecorded, or
 /// destroyed with the registries not updated); it says the step is finishing. A second Ctrl-C stops
 /// keeper at once.
@@ -288,6 +300,160 @@ async fn step_to_its_end<T>(step: impl std::future::Future<Output = T>) -> T {
     }
 }
 
+/// `keeper token hash`: the SHA-256 of the token on standard input.
+fn token_hash() -> ExitCode {
+    let mut s = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut s) {
+        return fail(&Error::new(2, "input.unreadable", e.to_string()));
+    }
+    let token = s.trim();
+    if token.is_empty() {
+        return fail(&Error::new(
+            2,
+            "input.invalid",
+            "no token on standard input",
+        ));
+    }
+    println!("{}", hex::encode(keeper::tokens::sha256(token)));
+    ExitCode::SUCCESS
+}
+
+/// `keeper scenario validate FILE`.
+fn scenario_validate(file: &Path) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) => {
+            return fail(&Error::new(
+                2,
+                "input.unreadable",
+                format!("{}: {e}", file.display()),
+            ))
+        }
+    };
+    match keeper::scenario::parse(&text).and_then(|s| keeper::scenario::validate(&s)) {
+        Ok(n) => {
+            println!("{}", json!({"valid": true, "core_cloud_steps": n}));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("{}", json!({"valid": false, "error": e.to_json()}));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `keeper migrate`: connecting applies the pending migrations.
+async fn migrate(args: &Args) -> ExitCode {
+    match keeper(args).await {
+        Ok(_) => {
+            println!("{}", json!({"migrated": true}));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `keeper reconcile`: the output on standard output; 1 when something needs the operator.
+async fn reconcile(args: &Args, grace: u64) -> ExitCode {
+    let k = match keeper(args).await {
+        Ok(k) => k,
+        Err(e) => return fail(&e),
+    };
+    let grace = std::time::Duration::from_secs(grace);
+    match step_to_its_end(k.reconcile("cli", grace)).await {
+        Ok(r) => {
+            println!("{}", keeper::mask::masked(&json!(r)));
+            if r.needs_attention() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => fail(&e),
+    }
+}
+
+/// `keeper step STEP --params JSON`: the output (or the failure output) on standard output.
+async fn step(args: &Args, step: &str, params: &str) -> ExitCode {
+    let params: Value = match read_text(params, "--params").and_then(|t| {
+        serde_json::from_str(&t).map_err(|e| {
+            Error::new(
+                2,
+                "params.invalid",
+                format!(
+                    "--params is not JSON (line {}, column {})",
+                    e.line(),
+                    e.column()
+                ),
+            )
+        })
+    }) {
+        Ok(v) => v,
+        Err(e) => return fail(&e),
+    };
+    let k = match keeper(args).await {
+        Ok(k) => k,
+        Err(e) => return fail(&e),
+    };
+    match step_to_its_end(k.run_step(step, &params, "cli")).await {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(f) => {
+            println!("{}", f.output);
+            fail(&f.error)
+        }
+    }
+}
+
+/// `keeper serve`: the API until a signal, then the running steps to their end.
+async fn serve(args: &Args, listen: &str, tokens_file: Option<&PathBuf>) -> ExitCode {
+    let tokens = match tokens(tokens_file) {
+        Ok(t) => t,
+        Err(e) => return fail(&e),
+    };
+    let k = match keeper(args).await {
+        Ok(k) => k,
+        Err(e) => return fail(&e),
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            return fail(&Error::new(
+                2,
+                "config.invalid",
+                format!("cannot listen on {listen}: {e}"),
+            ))
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    tracing::info!(listen = %addr, callers = tokens.len(), "keeper serving");
+    let reconciling = k.clone();
+    tokio::spawn(async move { reconcile_at_start(&reconciling).await });
+    let app = keeper::api::router(k.clone(), tokens);
+    let first_signal = watch_signals(k.clone());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = first_signal.await;
+        })
+        .await;
+    // A step whose client went away runs on as a task of its own: let it finish (a second signal
+    // stops keeper all the same).
+    let running = k.steps_running();
+    if running > 0 {
+        tracing::info!(steps = running, "waiting for the running steps to finish");
+        k.steps_finished().await;
+    }
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&Error::new(1, "serve.failed", e.to_string())),
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     keeper::logging::init();
@@ -295,130 +461,16 @@ async fn main() -> ExitCode {
     match &args.command {
         Command::Token {
             command: TokenCommand::Hash,
-        } => {
-            let mut s = String::new();
-            if let Err(e) = std::io::stdin().read_to_string(&mut s) {
-                return fail(&Error::new(2, "input.unreadable", e.to_string()));
-            }
-            let token = s.trim();
-            if token.is_empty() {
-                return fail(&Error::new(
-                    2,
-                    "input.invalid",
-                    "no token on standard input",
-                ));
-            }
-            println!("{}", hex::encode(keeper::tokens::sha256(token)));
-            ExitCode::SUCCESS
-        }
+        } => token_hash(),
         Command::Scenario {
             command: ScenarioCommand::Validate { file },
-        } => {
-            let text = match std::fs::read_to_string(file) {
-                Ok(t) => t,
-                Err(e) => {
-                    return fail(&Error::new(
-                        2,
-                        "input.unreadable",
-                        format!("{}: {e}", file.display()),
-                    ))
-                }
-            };
-            match keeper::scenario::parse(&text).and_then(|s| keeper::scenario::validate(&s)) {
-                Ok(n) => {
-                    println!("{}", json!({"valid": true, "core_cloud_steps": n}));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    println!("{}", json!({"valid": false, "error": e.to_json()}));
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::Migrate => match keeper(&args).await {
-            Ok(_) => {
-                println!("{}", json!({"migrated": true}));
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(&e),
-        },
-        Command::Step { step, params } => {
-            let params: Value = match read_text(params, "--params").and_then(|t| {
-                serde_json::from_str(&t).map_err(|e| {
-                    Error::new(
-                        2,
-                        "params.invalid",
-                        format!(
-                            "--params is not JSON (line {}, column {})",
-                            e.line(),
-                            e.column()
-                        ),
-                    )
-                })
-            }) {
-                Ok(v) => v,
-                Err(e) => return fail(&e),
-            };
-            let k = match keeper(&args).await {
-                Ok(k) => k,
-                Err(e) => return fail(&e),
-            };
-            match step_to_its_end(k.run_step(step, &params, "cli")).await {
-                Ok(out) => {
-                    println!("{out}");
-                    ExitCode::SUCCESS
-                }
-                Err(f) => {
-                    println!("{}", f.output);
-                    fail(&f.error)
-                }
-            }
-        }
+        } => scenario_validate(file),
+        Command::Migrate => migrate(&args).await,
+        Command::Reconcile { grace } => reconcile(&args, *grace).await,
+        Command::Step { step: name, params } => step(&args, name, params).await,
         Command::Serve {
             listen,
             tokens_file,
-        } => {
-            let tokens = match tokens(tokens_file.as_ref()) {
-                Ok(t) => t,
-                Err(e) => return fail(&e),
-            };
-            let k = match keeper(&args).await {
-                Ok(k) => k,
-                Err(e) => return fail(&e),
-            };
-            let listener = match tokio::net::TcpListener::bind(listen).await {
-                Ok(l) => l,
-                Err(e) => {
-                    return fail(&Error::new(
-                        2,
-                        "config.invalid",
-                        format!("cannot listen on {listen}: {e}"),
-                    ))
-                }
-            };
-            let addr = listener
-                .local_addr()
-                .map(|a| a.to_string())
-                .unwrap_or_default();
-            tracing::info!(listen = %addr, callers = tokens.len(), "keeper serving");
-            let app = keeper::api::router(k.clone(), tokens);
-            let first_signal = watch_signals(k.clone());
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = first_signal.await;
-                })
-                .await;
-            // A step whose client went away runs on as a task of its own: let it finish (a second
-            // signal stops keeper all the same).
-            let running = k.steps_running();
-            if running > 0 {
-                tracing::info!(steps = running, "waiting for the running steps to finish");
-                k.steps_finished().await;
-            }
-            match served {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(&Error::new(1, "serve.failed", e.to_string())),
-            }
-        }
+        } => serve(&args, listen, tokens_file.as_ref()).await,
     }
 }

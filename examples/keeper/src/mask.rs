@@ -1,4 +1,4 @@
-//! The secret filter of every output channel (the seed's `audit.MaskSecrets`): a value whose key
+//! The secret filter of every output channel: a value whose key
 //! contains `token` (any case) is replaced by [`MASK`].
 //!
 //! Two forms: [`mask_json`] for structured output (REST answers, step output, audit payloads, logged
@@ -106,9 +106,19 @@ fn is_key_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
 }
 
+fn is_quote(c: char) -> bool {
+    c == '"' || c == '\''
+}
+
 /// Masks the values of `key=value`, `key: value` and `"key": "value"` pairs whose key contains
-/// `token` in free text (error messages, log lines). The value ends at white space, a quote, `,`, `;`,
-/// `&`, `}` or `)`.
+/// `token` in free text (error messages, log lines). The value may be quoted (`"..."`, `'...'`, or
+/// `\"...\"` inside a quoted string) or wrapped the way Rust's `Debug` prints it (`String("...")`,
+/// `Some("...")`); unquoted, it ends at white space, a quote, `,`, `;`, `&`, `}`, `]` or `)`.
+///
+/// A message that names a field keeps its words: in `api_token: required` or `profile.labels.x-token:
+/// a string` (a bare key, `:`, and a bare word of letters only) the word is the message's, not a
+/// value. Every other form is a value, masked: `=`, a quoted key or value, a `Debug` wrapper, or a
+/// bare word with a digit or a sign (`HCLOUD_TOKEN: abc123`).
 pub fn mask_text(s: &str) -> String {
     let lower = s.to_ascii_lowercase();
     if !lower.contains(SECRET_FRAGMENT) {
@@ -128,52 +138,118 @@ pub fn mask_text(s: &str) -> String {
         while i < chars.len() && is_key_char(chars[i]) {
             i += 1;
         }
+        out.extend(&chars[start..i]);
         let word: String = chars[start..i].iter().collect();
-        out.push_str(&word);
         if !is_secret_key(&word) {
             continue;
         }
-        // Optional closing quote, spaces, then '=' or ':', spaces, optional opening quote.
-        let mut j = i;
-        if j < chars.len() && (chars[j] == '"' || chars[j] == '\'') {
-            j += 1;
+        if let Some((from, to)) = value_after(&chars, start, i) {
+            out.extend(&chars[i..from]);
+            out.push_str(MASK);
+            i = to;
         }
-        while j < chars.len() && chars[j] == ' ' {
-            j += 1;
-        }
-        if j >= chars.len() || !(chars[j] == '=' || chars[j] == ':') {
-            continue;
-        }
-        j += 1;
-        while j < chars.len() && chars[j] == ' ' {
-            j += 1;
-        }
-        let quote = if j < chars.len() && (chars[j] == '"' || chars[j] == '\'') {
-            j += 1;
-            Some(chars[j - 1])
-        } else {
-            None
-        };
-        let value_start = j;
-        while j < chars.len() {
-            let c = chars[j];
-            let end = match quote {
-                Some(q) => c == q,
-                None => c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '&' | '}' | ')'),
-            };
-            if end {
-                break;
-            }
-            j += 1;
-        }
-        if j == value_start {
-            continue;
-        }
-        out.extend(&chars[i..value_start]);
-        out.push_str(MASK);
-        i = j;
     }
     out
+}
+
+/// The value of the pair whose key spans `key..at`: its first and past-the-end positions, or `None`
+/// when no `=` or `:` follows the key, the value is empty, or it is a word of the message
+/// ([`mask_text`]).
+fn value_after(chars: &[char], key: usize, at: usize) -> Option<(usize, usize)> {
+    let at_char = |j: usize| chars.get(j).copied();
+    let mut j = at;
+    let mut quoted = key > 0 && is_quote(chars[key - 1]);
+    // The key's closing quote, escaped or not.
+    if at_char(j) == Some('\\') && at_char(j + 1).is_some_and(is_quote) {
+        j += 2;
+        quoted = true;
+    } else if at_char(j).is_some_and(is_quote) {
+        j += 1;
+        quoted = true;
+    }
+    while at_char(j) == Some(' ') {
+        j += 1;
+    }
+    let colon = match at_char(j) {
+        Some(':') => true,
+        Some('=') => false,
+        _ => return None,
+    };
+    j += 1;
+    while at_char(j) == Some(' ') {
+        j += 1;
+    }
+    // `Debug` wrappers: `String(`, `Some(`, `Number(`, ...
+    while let Some(open) = debug_wrapper(chars, j) {
+        j = open;
+        quoted = true;
+    }
+    // An opening quote, escaped (`\"`, inside a quoted string) or not.
+    let quote = if at_char(j) == Some('\\') && at_char(j + 1).is_some_and(is_quote) {
+        j += 2;
+        Some((chars[j - 1], true))
+    } else if at_char(j).is_some_and(is_quote) {
+        j += 1;
+        Some((chars[j - 1], false))
+    } else {
+        None
+    };
+    let from = j;
+    while let Some(c) = at_char(j) {
+        match quote {
+            Some((q, escaped)) => {
+                if c == '\\' {
+                    if escaped && at_char(j + 1) == Some(q) {
+                        break;
+                    }
+                    j += 2;
+                    continue;
+                }
+                if c == q {
+                    break;
+                }
+            }
+            None => {
+                if c.is_whitespace()
+                    || is_quote(c)
+                    || matches!(c, ',' | ';' | '&' | '}' | ']' | ')')
+                {
+                    break;
+                }
+            }
+        }
+        j += 1;
+    }
+    let to = j.min(chars.len());
+    if to == from {
+        return None;
+    }
+    let bare = colon && !quoted && quote.is_none();
+    if bare && is_word(&chars[from..to]) {
+        return None;
+    }
+    Some((from, to))
+}
+
+/// Whether `value` reads as a word of a message (letters only, no longer than words are) rather
+/// than as a secret (which holds digits or signs, or runs long).
+fn is_word(value: &[char]) -> bool {
+    value.len() <= 32 && value.iter().all(char::is_ascii_alphabetic)
+}
+
+/// Past the `(` of a `Debug` wrapper (`String(`, `Some(`: a capitalised name and `(`) at `at`.
+fn debug_wrapper(chars: &[char], at: usize) -> Option<usize> {
+    if !chars.get(at)?.is_ascii_uppercase() {
+        return None;
+    }
+    let mut j = at;
+    while chars
+        .get(j)
+        .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
+    {
+        j += 1;
+    }
+    (chars.get(j) == Some(&'(')).then_some(j + 1)
 }
 
 #[cfg(test)]
@@ -224,7 +300,7 @@ mod tests {
     fn text_pairs_lose_their_values() {
         for (input, want) in [
             ("bootstrap_token=abc def", "bootstrap_token=*** def"),
-            ("HCLOUD_TOKEN: abc", "HCLOUD_TOKEN: ***"),
+            ("HCLOUD_TOKEN: abc123", "HCLOUD_TOKEN: ***"),
             (
                 r#"{"bootstrap_token": "abc", "x": 1}"#,
                 r#"{"bootstrap_token": "***", "x": 1}"#,
@@ -233,6 +309,51 @@ mod tests {
             ("a token was refused", "a token was refused"),
             ("no secrets here", "no secrets here"),
             ("tokens:", "tokens:"),
+        ] {
+            assert_eq!(mask_text(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn a_message_naming_a_field_keeps_its_words() {
+        for same in [
+            "api_token: required",
+            "profile.labels.x-token: a string",
+            "params.invalid: api_token: unknown field api_token; the fields of params are provider",
+            "code=params.invalid error=steps[0].params.api_token: true or false",
+            "HCLOUD_TOKEN: missing",
+        ] {
+            assert_eq!(mask_text(same), same);
+        }
+        for (input, want) in [
+            ("api_token: s3cret", "api_token: ***"),
+            ("X-Auth-Token: abc-def", "X-Auth-Token: ***"),
+            ("token: abcdefghijklmnopqrstuvwxyzabcdefgh", "token: ***"),
+            ("api_token=required", "api_token=***"),
+            (r#"api_token: "required""#, r#"api_token: "***""#),
+            (r#""api_token": required"#, r#""api_token": ***"#),
+        ] {
+            assert_eq!(mask_text(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn values_in_rust_debug_forms_are_masked() {
+        for (input, want) in [
+            (
+                r#"[Object {"orca-token": String("v1"), "a": String("b")}]"#,
+                r#"[Object {"orca-token": String("***"), "a": String("b")}]"#,
+            ),
+            (
+                r#"Config { token: Some("v2") }"#,
+                r#"Config { token: Some("***") }"#,
+            ),
+            (r#"{"x-token": Number(42)}"#, r#"{"x-token": Number(***)}"#),
+            (
+                r#"String("{\"api_token\": \"v3\", \"b\": 1}")"#,
+                r#"String("{\"api_token\": \"***\", \"b\": 1}")"#,
+            ),
+            (r#"token: "a \" b""#, r#"token: "***""#),
         ] {
             assert_eq!(mask_text(input), want, "{input}");
         }

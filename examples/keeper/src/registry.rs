@@ -10,11 +10,12 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::{GenericClient, Pool};
+use deadpool_postgres::GenericClient;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::audit;
+use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::fields::Fields;
 use crate::vault::validate_ref;
@@ -266,7 +267,7 @@ fn profile_of(r: &tokio_postgres::Row) -> Result<CloudProfile> {
 const PROVIDER_COLUMNS: &str = "name, driver, credentials_ref, region, fqdn_suffix, created_at";
 
 /// Registers a provider from a REST body; records `provider.created`.
-pub async fn create_provider(pool: &Pool, actor: &str, body: &Value) -> Result<CloudProvider> {
+pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<CloudProvider> {
     let (name, driver, credentials_ref, region, fqdn_suffix) = parse_provider(body)?;
     let mut client = pool.get().await?;
     let tx = client
@@ -330,7 +331,7 @@ pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<
 }
 
 /// Deletes provider `name`; 409 when profiles depend on it. Records `provider.deleted`.
-pub async fn delete_provider(pool: &Pool, actor: &str, name: &str) -> Result<CloudProvider> {
+pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<CloudProvider> {
     let mut client = pool.get().await?;
     let tx = client
         .transaction()
@@ -394,7 +395,7 @@ pub async fn delete_provider(pool: &Pool, actor: &str, name: &str) -> Result<Clo
 
 /// Registers a profile from a REST body (`name`, `provider` and the spec's fields); 422 when the
 /// provider does not exist. Records `profile.created`.
-pub async fn create_profile(pool: &Pool, actor: &str, body: &Value) -> Result<CloudProfile> {
+pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<CloudProfile> {
     let mut allowed = vec!["name", "provider"];
     allowed.extend(PROFILE_SPEC_FIELDS);
     let f = Fields::new(body, "a profile", "", &allowed)?;
@@ -476,7 +477,7 @@ pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<C
 }
 
 /// Deletes profile `name`. Records `profile.deleted`.
-pub async fn delete_profile(pool: &Pool, actor: &str, name: &str) -> Result<CloudProfile> {
+pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudProfile> {
     let mut client = pool.get().await?;
     let tx = client
         .transaction()

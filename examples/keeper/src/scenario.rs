@@ -113,7 +113,7 @@ pub fn validate(scenario: &Value) -> Result<usize> {
 mod tests {
     use super::*;
 
-    const SEED_EXAMPLE: &str = r#"
+    const PROVISIONING_SCENARIO: &str = r#"
 - name: provision
   on: keeper
   when: has(input.spawn)
@@ -125,8 +125,8 @@ mod tests {
 "#;
 
     #[test]
-    fn the_seed_example_is_valid() {
-        assert_eq!(validate(&parse(SEED_EXAMPLE).unwrap()).unwrap(), 1);
+    fn a_provisioning_scenario_on_keeper_is_valid() {
+        assert_eq!(validate(&parse(PROVISIONING_SCENARIO).unwrap()).unwrap(), 1);
     }
 
     #[test]

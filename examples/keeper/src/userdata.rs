@@ -1,11 +1,11 @@
 //! Cloud-init user data that keeper generates (`generate_userdata`, `self_onboard`).
 //!
-//! keeper's `cloud_init` setting (the seed's `keeper.yml cloud_init`, here a template file named by
-//! `KEEPER_CLOUD_INIT`) is a cloud-init document with placeholders that keeper fills per VM:
-//! `${hostname}` (`<name>-<index>`), `${fqdn}` and `${sid}` (the predicted FQDN
-//! `<name>-<index>.<fqdn_suffix>`), `${keeper_url}`, and `${bootstrap_token}` (the VM's plain one-time
-//! token: only with `self_onboard`, which bakes it into each VM's user data). Any other `${...}` is an
-//! error when the template is loaded. Without a template, `self_onboard` uses [`SELF_ONBOARD`].
+//! keeper's `cloud_init` setting (a template file named by `KEEPER_CLOUD_INIT`) is a cloud-init
+//! document with placeholders that keeper fills per VM: `${hostname}` (`<name>-<index>`), `${fqdn}`
+//! and `${sid}` (the predicted FQDN `<name>-<index>.<fqdn_suffix>`), `${keeper_url}`, and
+//! `${bootstrap_token}` (the VM's plain one-time token: only with `self_onboard`, which bakes it into
+//! each VM's user data). Any other `${...}` is an error when the template is loaded. Without a
+//! template, `self_onboard` uses [`SELF_ONBOARD`].
 
 use crate::error::{Error, Result};
 

@@ -104,20 +104,24 @@ impl Vault for FileVault {
         let serde_json::Value::Object(map) = value else {
             return Err(unavailable(reference, "not a JSON object of settings"));
         };
-        let mut settings = Settings::new();
-        for (k, v) in map {
-            match v {
-                serde_json::Value::String(s) => settings.insert(k, s),
-                _ => {
-                    return Err(unavailable(
-                        reference,
-                        format!("the setting {k} is not a string"),
-                    ))
-                }
-            }
-        }
-        Ok(settings)
+        settings_from_map(map).map_err(|why| unavailable(reference, why))
     }
+}
+
+/// The settings a vault entry holds: a JSON object of strings keyed by the driver's settings' names
+/// (each driver's `ConfigKey`). The one place keeper turns a vault's map into [`Settings`]; the error
+/// names the key at fault, never a value.
+pub fn settings_from_map(
+    map: serde_json::Map<String, serde_json::Value>,
+) -> std::result::Result<Settings, String> {
+    let mut settings = Settings::new();
+    for (k, v) in map {
+        match v {
+            serde_json::Value::String(s) => settings.insert(k, s),
+            _ => return Err(format!("the setting {k} is not a string")),
+        }
+    }
+    Ok(settings)
 }
 
 #[cfg(test)]

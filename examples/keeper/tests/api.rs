@@ -625,3 +625,104 @@ async fn each_permission_is_required_and_errors_are_masked() {
     assert!(!e.to_string().contains("S3cret Step Value!"), "{e}");
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_method_not_allowed_answers_the_json_error_every_error_has() {
+    let Some(w) = World::new("a_method_not_allowed_answers_the_json_error_every_error_has").await
+    else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    for (method, path) in [
+        (Method::PUT, "/v1/providers"),
+        (Method::PATCH, "/v1/profiles/small"),
+        (Method::GET, "/v1/steps/core.cloud.created"),
+        (Method::POST, "/healthz"),
+    ] {
+        let (s, v, text) = api.call(method.clone(), path, Some(ADMIN), None).await;
+        assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {text}");
+        assert_eq!(
+            v["error"]["code"], "method.not_allowed",
+            "{method} {path}: {text}"
+        );
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(method.as_str()), "{message}");
+    }
+    // A path with no route stays a 404 of the same shape.
+    let (s, v, _) = api
+        .call(Method::GET, "/v1/nothing", Some(ADMIN), None)
+        .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_eq!(v["error"]["code"], "route.not_found");
+    w.finish().await;
+}
+
+/// Sends `method target` as written (no client normalises it) and answers the status and body.
+async fn raw(api: &Api, method: &str, target: &str) -> (u16, Value) {
+    use tokio::io::AsyncReadExt;
+    let addr = api.base.trim_start_matches("http://");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "{method} {target} HTTP/1.1\r\nHost: keeper\r\nAuthorization: Bearer {ADMIN}\r\nConnection: close\r\n\r\n"
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).await.unwrap();
+    let status = answer[9..12].parse().unwrap();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    // The body may come chunked: its JSON object is between the first '{' and the last '}'.
+    let json = match (body.find('{'), body.rfind('}')) {
+        (Some(a), Some(b)) => serde_json::from_str(&body[a..=b]).unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    (status, json)
+}
+
+#[tokio::test]
+async fn a_name_in_a_path_cannot_reach_another_resource() {
+    let Some(w) = World::new("a_name_in_a_path_cannot_reach_another_resource").await else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    for collection in ["providers", "profiles"] {
+        for name in [
+            "..",
+            ".",
+            "%2e%2e",
+            "lab%2F..%2F..%2Fprofiles",
+            "..%2Fprofiles%2Fsmall",
+            "small%2F",
+            "lab%00",
+            "%252e%252e",
+            "%ff",
+        ] {
+            for method in ["GET", "DELETE"] {
+                let target = format!("/v1/{collection}/{name}");
+                let (status, v) = raw(&api, method, &target).await;
+                assert_eq!(status, 422, "{method} {target}: {v}");
+                assert_eq!(v["error"]["field"], "name", "{method} {target}: {v}");
+            }
+        }
+    }
+    // A path of more segments is no route at all.
+    let (status, v) = raw(&api, "DELETE", "/v1/providers/../profiles/small").await;
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["error"]["code"], "route.not_found");
+    // Nothing was read or deleted through them.
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_providers WHERE name = 'lab'")
+            .await,
+        1
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_profiles WHERE name = 'small'")
+            .await,
+        1
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.audit_events WHERE event LIKE '%.deleted'")
+            .await,
+        0
+    );
+    w.finish().await;
+}

@@ -133,6 +133,36 @@ async fn an_audit_failure_fails_destroyed_and_resized_and_refusals() {
 }
 
 #[tokio::test]
+async fn a_resize_whose_audit_fails_says_whether_it_changed_a_vm() {
+    let Some(w) = World::new("a_resize_whose_audit_fails_says_whether_it_changed_a_vm").await
+    else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 1, "name": "c"}))
+        .await;
+    let id = hosts(&out)[0]["vm_id"].clone();
+    break_audit(&w).await;
+    let resize = |machine_type: &str| json!({"provider": "lab", "vm_ids": [id], "machine_type": machine_type});
+    let f = w
+        .step("core.cloud.resized", resize("amd64-large"))
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "audit.failed");
+    assert_eq!(w.machines()[0].machine_type, "amd64-large");
+    assert_eq!(f.output["changed"], true, "{}", f.output);
+    // The same size again changes nothing: the failure says so too.
+    let f = w
+        .step("core.cloud.resized", resize("amd64-large"))
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "audit.failed");
+    assert_eq!(f.output["changed"], false, "{}", f.output);
+    mend_audit(&w).await;
+    w.finish().await;
+}
+
+#[tokio::test]
 async fn registry_writes_do_not_commit_without_their_event() {
     let Some(w) = World::new("registry_writes_do_not_commit_without_their_event").await else {
         return;

@@ -438,3 +438,237 @@ fn token_hash_prints_the_sha256_only() {
         sha256_hex("t-some-token")
     );
 }
+
+/// Every line `keeper serve` and `keeper step` print at `trace`, to standard output and standard
+/// error (written to files here, as a deployment's log files are), with a label whose key holds
+/// `token` registered through the API and used by steps through the API and the command line: its
+/// value is in none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_named_label_reaches_no_log_line_at_trace() {
+    let Some(cli) = Cli::new("a_token_named_label_reaches_no_log_line_at_trace").await else {
+        return;
+    };
+    let secret = "lbl-trace-secret-77";
+    let token = "t-trace-4244";
+    let tokens = cli.dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"name": "ops", "sha256": sha256_hex(token), "permissions": ["*"]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let out_log = cli.dir.path().join("serve.out.log");
+    let err_log = cli.dir.path().join("serve.err.log");
+    let mut child = cli
+        .command(&["serve", "--listen", &listen])
+        .env("KEEPER_API_TOKENS_FILE", &tokens)
+        .stdout(std::fs::File::create(&out_log).unwrap())
+        .stderr(std::fs::File::create(&err_log).unwrap())
+        .spawn()
+        .unwrap();
+    let up = wait_healthy(port);
+    let mut answers = Vec::new();
+    if up {
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let base = format!("http://{listen}");
+        for (path, body) in [
+            (
+                "/v1/profiles",
+                json!({"name": "tagged", "provider": "lab", "machine_type": "amd64-small",
+                       "labels": {"orca-token": secret}}),
+            ),
+            (
+                "/v1/steps/core.cloud.created",
+                json!({"provider": "lab", "profile": "tagged", "name": "api"}),
+            ),
+        ] {
+            let r = http
+                .post(format!("{base}{path}"))
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            answers.push((r.status().as_u16(), r.text().await.unwrap()));
+        }
+    }
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        r#"{"provider": "lab", "profile": "tagged", "name": "cli"}"#,
+    ]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let serve_out = std::fs::read_to_string(&out_log).unwrap();
+    let serve_err = std::fs::read_to_string(&err_log).unwrap();
+    assert!(up, "keeper serve did not answer: {serve_err}");
+    for (status, body) in &answers {
+        assert!(*status < 300, "{status} {body}");
+        assert!(!body.contains(secret), "{body}");
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        serve_err.contains("TRACE") && stderr.contains("TRACE"),
+        "the log is at trace"
+    );
+    for (channel, text) in [
+        ("serve stdout", &serve_out),
+        ("serve stderr", &serve_err),
+        ("step stdout", &stdout),
+        ("step stderr", &stderr),
+    ] {
+        let hit = text.lines().find(|l| l.contains(secret));
+        assert!(hit.is_none(), "{channel}: {}", hit.unwrap_or_default());
+    }
+    cli.db.drop_now().await;
+}
+
+/// Makes VM `name` in keeper's pool of the state file, and journals it `made` by step `step_id`, as a
+/// keeper stopped before recording it left it.
+async fn stopped_half_way(cli: &Cli, step_id: &str, name: &str) -> String {
+    use orca::Provider;
+    let p = cli.cloud().provider("keeper").unwrap();
+    let id = match p
+        .create(&orca::MachineSpec::new(
+            name,
+            "amd64-small",
+            "zone-a",
+            "keeper",
+        ))
+        .await
+        .unwrap()
+    {
+        orca::Created::Machine(m) => m.id,
+        other => panic!("{other:?}"),
+    };
+    cli.db
+        .client()
+        .await
+        .execute(
+            "INSERT INTO keeper.cloud_vms (step_id, provider, name, state, vm_id) VALUES ($1, 'lab', $2, 'made', $3)",
+            &[&step_id, &name, &id],
+        )
+        .await
+        .unwrap();
+    id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_and_serve_destroy_the_vms_a_stopped_keeper_left() {
+    let Some(cli) = Cli::new("reconcile_and_serve_destroy_the_vms_a_stopped_keeper_left").await
+    else {
+        return;
+    };
+    let id = stopped_half_way(&cli, "stopped-1", "web-1").await;
+    let (out, stdout, stderr) = cli.run(&["reconcile"]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["changed"], true, "{v}");
+    assert_eq!(v["steps"][0]["destroyed"], json!([id]));
+    assert!(cli.cloud().all_machines().is_empty());
+    let (out, stdout, _) = cli.run(&["reconcile"]);
+    assert!(out.status.success());
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["changed"], false, "a second run changes nothing: {v}");
+
+    // `serve` does the same when it starts.
+    let id = stopped_half_way(&cli, "stopped-2", "web-2").await;
+    let token = "t-reconcile-4245";
+    let tokens = cli.dir.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        json!({"tokens": [{"name": "ops", "sha256": sha256_hex(token), "permissions": ["*"]}]})
+            .to_string(),
+    )
+    .unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut child = cli
+        .command(&["serve", "--listen", &listen])
+        .env("KEEPER_API_TOKENS_FILE", &tokens)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let c = cli.db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let state = loop {
+        let state: String = c
+            .query_one(
+                "SELECT state FROM keeper.cloud_vms WHERE step_id = 'stopped-2'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if state != "made" || Instant::now() > deadline {
+            break state;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(state, "destroyed", "serve reconciled VM {id} at start-up");
+    assert!(cli.cloud().all_machines().is_empty());
+    let events: i64 = c
+        .query_one(
+            "SELECT count(*) FROM keeper.audit_events WHERE event = 'cloud.reconciled'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(events, 2);
+    drop(c);
+    cli.db.drop_now().await;
+}
+
+#[tokio::test]
+async fn a_message_naming_a_token_field_keeps_its_words_in_every_channel() {
+    let Some(cli) =
+        Cli::new("a_message_naming_a_token_field_keeps_its_words_in_every_channel").await
+    else {
+        return;
+    };
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        r#"{"provider": "lab", "profile": {"machine_type": "amd64-small", "labels": {"x-token": 3}}, "api_token": "zzz-secret-1"}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let said = "api_token: unknown field api_token; the fields of params are";
+    assert!(
+        v["error"]["message"].as_str().unwrap().starts_with(said),
+        "{v}"
+    );
+    assert!(
+        stderr.contains(&format!("error={said}")),
+        "the log line: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("keeper: params.invalid: {said}")),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("zzz-secret-1") && !stderr.contains("zzz-secret-1"));
+    let (out, stdout, stderr) = cli.run(&[
+        "step",
+        "core.cloud.created",
+        "--params",
+        r#"{"provider": "lab", "profile": {"machine_type": "amd64-small", "labels": {"x-token": 3}}}"#,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        v["error"]["message"], "profile.labels.x-token: a string",
+        "{v}"
+    );
+    assert!(
+        stderr.contains("profile.labels.x-token: a string"),
+        "{stderr}"
+    );
+    cli.db.drop_now().await;
+}

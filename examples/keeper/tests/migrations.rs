@@ -161,7 +161,7 @@ async fn a_caller_waiting_on_a_pool_in_use_fails_naming_the_database_pool() {
     let second = tokio::time::timeout(std::time::Duration::from_secs(60), p.get())
         .await
         .expect("the pool's wait ends");
-    let e = keeper::Error::from(second.unwrap_err());
+    let e = second.unwrap_err();
     assert_eq!((e.status, e.code.as_str()), (503, "registry.unavailable"));
     assert!(e.message.contains("database pool"), "{e}");
     drop(held);
@@ -171,4 +171,34 @@ async fn a_caller_waiting_on_a_pool_in_use_fails_naming_the_database_pool() {
     );
     drop(p);
     db.drop_now().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_database_is_named_by_its_host_and_port() {
+    // A closed port on this machine: no server answers there.
+    let url = "postgres://keeper:hunter2@127.0.0.1:9/keeper";
+    let e = keeper::Keeper::connect(
+        url,
+        Arc::new(keeper::vault::FileVault::new("vault")),
+        Arc::new(keeper::drivers::OrcaDrivers),
+        keeper::cloud::Settings::default(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, "registry.unavailable");
+    assert!(e.message.contains("127.0.0.1:9"), "{e}");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_keeper"))
+        .arg("migrate")
+        .env("DATABASE_URL", url)
+        .env("KEEPER_LOG", "trace")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no PostgreSQL connection to 127.0.0.1:9"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hunter2"), "{stderr}");
 }

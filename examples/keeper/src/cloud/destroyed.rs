@@ -15,17 +15,15 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::locks::{vm_key, LockSession, LOCK_WAIT};
 use super::params::DestroyParams;
 use super::{Keeper, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::error::{describe_db, from_orca, Error, Result};
 use crate::registry::CloudProvider;
 
-/// How long a step waits for the lock of a VM that another step is destroying.
-pub(crate) const VM_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Why one VM of the step is not counted as destroyed by it.
-enum NotCounted {
+/// Why one VM is not counted as destroyed.
+pub(super) enum NotCounted {
     /// It was not destroyed: the lock, the look-up or the delete failed.
     Failed(Error),
     /// It was destroyed, but its lock was lost during the delete.
@@ -56,8 +54,14 @@ impl Keeper {
         // before it (a repeat, or another step destroying the same VM): not counted as destroyed.
         let mut destroyed = Vec::new();
         let mut already_gone = Vec::new();
+        // One session holds each VM's lock in turn, opened for the first VM.
+        let mut session = None;
         for (i, id) in p.vm_ids.iter().enumerate() {
-            match self.destroy_one(&row, &cloud, id).await {
+            let destroy = match self.lock_session(&mut session).await {
+                Ok(s) => self.destroy_one(s, &row, &cloud, id).await,
+                Err(e) => Err(NotCounted::Failed(e)),
+            };
+            match destroy {
                 Ok(existed) => {
                     if existed {
                         tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed");
@@ -123,16 +127,23 @@ impl Keeper {
         }
     }
 
+    /// The lock session in `slot`, opened on first use.
+    async fn lock_session<'a>(&self, slot: &'a mut Option<LockSession>) -> Result<&'a LockSession> {
+        if slot.is_none() {
+            *slot = Some(LockSession::open(&self.pool).await?);
+        }
+        Ok(slot.as_ref().expect("opened above"))
+    }
+
     /// Destroys VM `id`; answers whether it existed before (a VM already gone is no error, and is not
-    /// counted). The look-up and the delete hold a lock on the VM (a PostgreSQL session advisory
-    /// lock, so that every keeper on this database waits for it): of two steps destroying the same VM
-    /// at once, only the one that found it counts it. The lock is held on a connection of its own,
-    /// taken out of the pool: a delete may take minutes, and neither it nor a step waiting for the
-    /// same VM (at most [`VM_LOCK_WAIT`]) keeps a pooled connection from the other callers. A lock
-    /// lost during the delete (the session ended: the server restarted, a timeout, an operator) is
-    /// not hidden: another step may have found the VM meanwhile, so it is not counted here.
-    async fn destroy_one(
+    /// counted). The look-up and the delete hold the VM's lock in `session`, so that every keeper on
+    /// this database waits for it: of two steps destroying the same VM at once, only the one that
+    /// found it counts it. A step waits at most [`LOCK_WAIT`] for the lock. A lock lost during the
+    /// delete (the session ended: the server restarted, a timeout, an operator) is not hidden:
+    /// another step may have found the VM meanwhile, so it is not counted here.
+    pub(super) async fn destroy_one(
         &self,
+        session: &LockSession,
         row: &CloudProvider,
         cloud: &Arc<dyn orca::Provider>,
         id: &str,
@@ -145,47 +156,25 @@ impl Keeper {
             );
             NotCounted::Failed(err)
         };
-        let pooled = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| NotCounted::Failed(e.into()))?;
-        // Dropped when this returns: the session ends, and its lock with it.
-        let client = deadpool_postgres::Object::take(pooled);
-        let key = format!("keeper.cloud_vm/{}/{id}", row.name);
-        client
-            .batch_execute(&format!("SET lock_timeout = '{}s'", VM_LOCK_WAIT.as_secs()))
-            .await
-            .map_err(|e| NotCounted::Failed(Error::db("lock the VM", &e)))?;
-        client
-            .execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
-            .await
-            .map_err(|e| {
-                NotCounted::Failed(if Error::sqlstate(&e) == Some("55P03") {
-                    Error::conflict(
-                        "vm.busy",
-                        format!(
-                            "VM {id}: another step is destroying it and its lock did not come free within {} s; nothing was destroyed, the registries are untouched",
-                            VM_LOCK_WAIT.as_secs()
-                        ),
-                    )
-                } else {
-                    Error::db(&format!("lock VM {id}"), &e)
-                })
-            })?;
+        let key = vm_key(&row.name, id);
+        session.lock(&key).await.map_err(|e| {
+            NotCounted::Failed(if Error::sqlstate(&e) == Some("55P03") {
+                Error::conflict(
+                    "vm.busy",
+                    format!(
+                        "VM {id}: another step is destroying it and its lock did not come free within {} s; nothing was destroyed, the registries are untouched",
+                        LOCK_WAIT.as_secs()
+                    ),
+                )
+            } else {
+                Error::db(&format!("lock VM {id}"), &e)
+            })
+        })?;
         let existed = cloud.machine(id).await.map_err(|e| failed(&e))?.is_some();
         cloud.delete(id).await.map_err(|e| failed(&e))?;
-        // Letting the lock go also proves it was held all along: `false` or an error means the
-        // session (and the lock) ended during the delete.
-        let lost = match client
-            .query_one(
-                "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
-                &[&key],
-            )
-            .await
-        {
-            Ok(r) if r.get::<_, bool>(0) => return Ok(existed),
-            Ok(_) => "the lock was no longer held".to_string(),
+        let lost = match session.unlock(&key).await {
+            Ok(true) => return Ok(existed),
+            Ok(false) => "the lock was no longer held".to_string(),
             Err(e) => describe_db(&e),
         };
         if !existed {

@@ -10,12 +10,17 @@
 
 mod created;
 mod destroyed;
+mod journal;
+mod locks;
 pub mod params;
+mod reconcile;
 mod resized;
+
+pub use reconcile::{Reconciled, StepReconciled, CLOUD_RECONCILED, RECONCILE_GRACE};
 
 use std::sync::Arc;
 
-use deadpool_postgres::Pool;
+use crate::db::Db;
 use serde_json::{json, Map, Value};
 
 use crate::audit::{self, CLOUD_PROVISIONED};
@@ -96,7 +101,7 @@ impl Default for Settings {
 /// keeper: the registries, the vault, the drivers and its settings.
 #[derive(Debug, Clone)]
 pub struct Keeper {
-    pool: Pool,
+    pool: Db,
     vault: Arc<dyn Vault>,
     drivers: Arc<dyn Drivers>,
     settings: Arc<Settings>,
@@ -290,7 +295,7 @@ impl Keeper {
     /// keeper on `pool` (migrated), resolving credentials from `vault` and making providers with
     /// `drivers`.
     pub fn new(
-        pool: Pool,
+        pool: Db,
         vault: Arc<dyn Vault>,
         drivers: Arc<dyn Drivers>,
         settings: Settings,
@@ -344,7 +349,7 @@ impl Keeper {
     }
 
     /// The connection pool.
-    pub fn pool(&self) -> &Pool {
+    pub fn pool(&self) -> &Db {
         &self.pool
     }
 
@@ -445,7 +450,7 @@ impl Keeper {
     }
 
     async fn audit_alone(&self, actor: &str, outcome: &str, payload: &Value) -> Result<()> {
-        let client = self.pool.get().await.map_err(|e| Error::audit(&e.into()))?;
+        let client = self.pool.get().await.map_err(|e| Error::audit(&e))?;
         audit::record(&client, CLOUD_PROVISIONED, actor, outcome, payload).await
     }
 

@@ -20,7 +20,7 @@ pub const MAX_NAME: usize = 52;
 pub enum ProfileParam {
     /// A registered profile, by name.
     Named(String),
-    /// A VM spec given in the step (the seed's `profile` map).
+    /// A VM spec given in the step (a `profile` map).
     Inline(ProfileSpec),
 }
 

@@ -77,9 +77,9 @@ impl Keeper {
                 }
             }
         }
-        let changed = hosts
-            .iter()
-            .any(|h| h["previous_machine_type"] != h["machine_type"]);
+        let changed = any_changed(&hosts);
+        // The failure output, should the audit event fail, says the same.
+        run.fact("changed", json!(changed));
         run.fact(
             "counters",
             json!({"resized": hosts.len(), "caused_downtime": downtime}),
@@ -96,7 +96,7 @@ impl Keeper {
     }
 
     fn resize_failed(&self, mut run: Run, hosts: Vec<Value>, downtime: usize, e: Error) -> Run {
-        run.fact("changed", json!(!hosts.is_empty()));
+        run.fact("changed", json!(any_changed(&hosts)));
         run.fact(
             "counters",
             json!({"resized": hosts.len(), "caused_downtime": downtime}),
@@ -104,4 +104,11 @@ impl Keeper {
         run.fact("resized", json!(hosts));
         run.fail(e)
     }
+}
+
+/// Whether a VM of `hosts` (the resizes done) changed type.
+fn any_changed(hosts: &[Value]) -> bool {
+    hosts
+        .iter()
+        .any(|h| h["previous_machine_type"] != h["machine_type"])
 }

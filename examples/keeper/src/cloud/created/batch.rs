@@ -1,0 +1,261 @@
+//! The registry writes of a `created` batch: its plan (indexes and journal rows, before any cloud
+//! call), its record (souls, token hashes, journal, audit event, in one transaction) once every VM
+//! is made, or its roll-back when the step fails.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::super::journal::{move_row, JournalUpdate};
+use super::super::{Keeper, Run};
+use super::{Made, Planned};
+use crate::audit::{self, CLOUD_PROVISIONED};
+use crate::error::{Error, Result};
+use crate::registry::CloudProvider;
+use crate::tokens::PlainToken;
+
+/// SQLSTATE of a unique violation.
+const UNIQUE_VIOLATION: &str = "23505";
+
+impl Keeper {
+    /// Takes the batch's indexes and journals every VM as `requested`, in one transaction.
+    pub(super) async fn plan(
+        &self,
+        step_id: &str,
+        row: &CloudProvider,
+        base: &str,
+        count: u32,
+    ) -> Result<Vec<Planned>> {
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| Error::db("begin", &e))?;
+        let count = i64::from(count);
+        let last: i64 = tx
+            .query_one(
+                "INSERT INTO keeper.name_counters (base, last_index) VALUES ($1, $2)
+                 ON CONFLICT (base) DO UPDATE SET last_index = keeper.name_counters.last_index + EXCLUDED.last_index
+                 RETURNING last_index",
+                &[&base, &count],
+            )
+            .await
+            .map_err(|e| Error::db("take indexes", &e))?
+            .get(0);
+        let mut planned = Vec::new();
+        for index in (last - count + 1)..=last {
+            let name = format!("{base}-{index}");
+            let predicted_fqdn = row.fqdn_suffix.as_ref().map(|s| format!("{name}.{s}"));
+            let journal_id: i64 = tx
+                .query_one(
+                    "INSERT INTO keeper.cloud_vms (step_id, provider, name, state) VALUES ($1, $2, $3, 'requested') RETURNING id",
+                    &[&step_id, &row.name, &name],
+                )
+                .await
+                .map_err(|e| Error::db("journal", &e))?
+                .get(0);
+            planned.push(Planned {
+                index,
+                name,
+                predicted_fqdn,
+                token: PlainToken::generate()?,
+                journal_id,
+            });
+        }
+        tx.commit()
+            .await
+            .map_err(|e| Error::db("commit plan", &e))?;
+        Ok(planned)
+    }
+
+    /// Writes the souls, token hashes, journal and audit event of a batch made whole: one transaction.
+    pub(super) async fn record(
+        &self,
+        run: &Run,
+        row: &CloudProvider,
+        made: &[Made],
+        actor: &str,
+    ) -> Result<()> {
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| Error::db("begin", &e))?;
+        for m in made {
+            let sid = &m.machine.fqdn;
+            let soul_id: i64 = match tx
+                .query_one(
+                    "INSERT INTO keeper.souls (sid, status, provider, vm_id, primary_ip, attributes, created_by)
+                     VALUES ($1, 'pending', $2, $3, $4, $5, NULL) RETURNING id",
+                    &[sid, &row.name, &m.machine.id, &m.primary_ip(), &m.attributes()],
+                )
+                .await
+            {
+                Ok(r) => r.get(0),
+                Err(e) if Error::sqlstate(&e) == Some(UNIQUE_VIOLATION) => {
+                    return Err(Error::conflict(
+                        "sid.conflict",
+                        format!(
+                            "the provider gave VM {} the FQDN {sid}, which a soul that is not destroyed has already",
+                            m.machine.id
+                        ),
+                    ))
+                }
+                Err(e) => return Err(Error::db("insert soul", &e)),
+            };
+            let hash = m.planned.token.hash().to_vec();
+            tx.execute(
+                "INSERT INTO keeper.bootstrap_tokens (soul_id, token_sha256, status) VALUES ($1, $2, 'issued')",
+                &[&soul_id, &hash],
+            )
+            .await
+            .map_err(|e| Error::db("insert bootstrap token", &e))?;
+            let recorded = JournalUpdate {
+                sid: Some(sid.clone()),
+                detail: None,
+                ..JournalUpdate::new(m.planned.journal_id, "recorded", "")
+            };
+            move_row(&tx, &recorded).await?;
+        }
+        let n = made.len();
+        let mut extra = serde_json::Map::new();
+        extra.insert(
+            "vm_ids".into(),
+            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
+        );
+        extra.insert(
+            "sids".into(),
+            json!(made.iter().map(|m| &m.machine.fqdn).collect::<Vec<_>>()),
+        );
+        extra.insert(
+            "counters".into(),
+            json!({"requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n}),
+        );
+        let payload = run.audit_payload_with(extra);
+        audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
+        tx.commit()
+            .await
+            .map_err(|e| Error::db("commit the batch", &e))?;
+        Ok(())
+    }
+
+    /// Destroys what this step made; what cannot be destroyed is kept in the journal.
+    pub(super) async fn roll_back(
+        &self,
+        mut run: Run,
+        row: &CloudProvider,
+        cloud: &Arc<dyn orca::Provider>,
+        made: Vec<Made>,
+        unresolved: usize,
+        error: Error,
+    ) -> Run {
+        let mut destroyed = Vec::new();
+        let mut recorded = Vec::new();
+        let mut updates = Vec::new();
+        for m in &made {
+            let id = &m.machine.id;
+            match cloud.delete(id).await {
+                Ok(_) => {
+                    updates.push(JournalUpdate::new(
+                        m.planned.journal_id,
+                        "destroyed",
+                        format!("destroyed: the step failed ({})", error.code),
+                    ));
+                    tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed: the step failed");
+                    destroyed.push(id.clone());
+                }
+                Err(e) => {
+                    let sid = (!m.machine.fqdn.is_empty()).then(|| m.machine.fqdn.clone());
+                    updates.push(
+                        JournalUpdate::new(
+                            m.planned.journal_id,
+                            "kept",
+                            format!(
+                                "kept: the step failed ({}) and destroying it failed too ({}); destroy it with core.cloud.destroyed",
+                                error.code, e
+                            ),
+                        )
+                        .sid(sid),
+                    );
+                    tracing::error!(step_id = %run.step_id, vm_id = %id, provider = %row.name, error = %e, "VM could not be destroyed after the step failed");
+                    recorded.push(json!({
+                        "vm_id": id,
+                        "name": m.machine.name,
+                        "sid": m.machine.fqdn,
+                        "destroy_error": e.to_string(),
+                    }));
+                }
+            }
+        }
+        // The journal of the roll-back: one transaction. When it fails, the rows stay `made` (with
+        // their VM ids), which core.cloud.destroyed resolves.
+        let journalled = self.journal_all(&updates).await;
+        for r in &mut recorded {
+            r["in"] = json!(if journalled.is_ok() {
+                "keeper.cloud_vms (state kept)"
+            } else {
+                "nowhere as kept: the registry failed to mark it; this output and the log name it"
+            });
+        }
+        if let Err(e) = journalled {
+            tracing::warn!(step_id = %run.step_id, error = %e, "journal: the roll-back's rows stay made");
+            let this = format!(
+                "the journal rows of this roll-back stay made: {}",
+                e.message
+            );
+            // The rows of the VMs never asked for may have failed before: both are said.
+            let said = match run.facts.get("journal_error").and_then(Value::as_str) {
+                Some(before) => format!("{before}; {this}"),
+                None => this,
+            };
+            run.fact("journal_error", json!(said));
+        }
+        run.fact(
+            "changed",
+            json!(!recorded.is_empty() || !made.is_empty() || unresolved > 0),
+        );
+        run.fact(
+            "made",
+            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
+        );
+        run.fact("destroyed", json!(destroyed));
+        run.fact("recorded", json!(recorded));
+        run.fact(
+            "vm_ids",
+            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
+        );
+        run.fact("sids", json!(Vec::<String>::new()));
+        run.fact(
+            "counters",
+            json!({
+                "requested": run.facts.get("count").cloned().unwrap_or(json!(0)),
+                "made": made.len(), "souls_pending": 0, "bootstrap_issued": 0,
+                "destroyed": destroyed.len(), "recorded_without_soul": recorded.len(),
+                "unresolved": unresolved,
+            }),
+        );
+        run.fail(error)
+    }
+}
+
+pub(super) fn output(made: &[Made]) -> Value {
+    let hosts: Vec<Value> = made
+        .iter()
+        .map(|m| {
+            json!({
+                "sid": m.machine.fqdn,
+                "vm_id": m.machine.id,
+                "primary_ip": m.primary_ip(),
+                "attributes": m.attributes(),
+                "bootstrap_token": m.planned.token.expose(),
+            })
+        })
+        .collect();
+    json!({
+        "action": "created",
+        "changed": true,
+        "count": made.len(),
+        "vm_ids": made.iter().map(|m| &m.machine.id).collect::<Vec<_>>(),
+        "hosts": hosts,
+    })
+}

@@ -1,0 +1,404 @@
+//! `core.cloud.created`: ask the provider for `count` VMs; each gets a `pending` soul (created_by NULL)
+//! and a one-time bootstrap token kept as a hash.
+//!
+//! The order of things, so that nothing made is ever forgotten:
+//! 1. everything that can be checked is checked before any cloud call (parameters, provider, profile,
+//!    user data, credentials, the driver's capabilities for the spec): [`Keeper::prepare`];
+//! 2. the step takes its lock ([`super::locks`]), held until it ends, so that the reconciler
+//!    leaves its journal rows alone while it runs; the batch's indexes are taken from `keeper.name_counters` and each VM is written to the journal
+//!    `keeper.cloud_vms` as `requested` (one transaction), before the cloud is asked
+//!    ([`Keeper::plan`]);
+//! 3. the VMs are made one after the other; each one made is journalled `made` with its id at once
+//!    ([`Keeper::make_all`]);
+//! 4. all made: one transaction writes the souls, the token hashes, the journal (`recorded`) and the
+//!    audit event ([`Keeper::record`]);
+//! 5. a failure at any point (a VM refused, a VM without an FQDN, an adopted VM, a SID clash, the
+//!    registry or the audit failing): the VMs this step made are destroyed (journal `destroyed`), and
+//!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later; these rows,
+//!    and those of the VMs never asked for (`failed`), each change in one transaction. The step
+//!    output names each (`destroyed`, `recorded`) ([`Keeper::roll_back`]);
+//! 6. a create that fails with an error that is not a clear refusal (a transient error, throttling,
+//!    leftovers, an unknown error, or any error after a retry, when an earlier attempt's answer may
+//!    have been lost) may have made the VM all the same: it is looked up by name in keeper's pool, and
+//!    one found is this step's, destroyed (or kept) as in 5 (`made_after_error`). When it cannot be
+//!    found, or the look-up fails, its journal row stays `requested`, saying so, for a later run (or
+//!    the operator) to resolve, and the step output names it (`unresolved`).
+
+mod batch;
+mod checks;
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::journal::JournalUpdate;
+use super::locks::{step_key, LockSession};
+use super::params::{CreateParams, UserData};
+use super::{Keeper, Run};
+use crate::error::{from_orca, Error, Result};
+use crate::mask::masked;
+use crate::registry::{CloudProvider, ProfileSpec};
+use crate::tokens::PlainToken;
+use crate::userdata::Template;
+
+/// The base name of VMs of a batch without `name`.
+pub const DEFAULT_BASE: &str = "keeper";
+
+/// One VM of the batch.
+struct Planned {
+    index: i64,
+    name: String,
+    predicted_fqdn: Option<String>,
+    token: PlainToken,
+    journal_id: i64,
+}
+
+/// What a step makes its VMs from, all checked before any cloud call.
+struct Batch {
+    params: CreateParams,
+    row: CloudProvider,
+    spec: ProfileSpec,
+    template: Option<Template>,
+    cloud: Arc<dyn orca::Provider>,
+    /// The VMs' base name: they are `<base>-<index>`.
+    base: String,
+}
+
+/// What the creates of a batch came to.
+#[derive(Default)]
+struct Outcome {
+    made: Vec<Made>,
+    /// VMs the cloud answered with that an earlier create made: never this step's.
+    adopted: Vec<String>,
+    /// VMs a failed create made all the same, found by name.
+    made_after_error: Vec<Value>,
+    /// VMs a failed create may have made, which the look-up by name did not find.
+    unresolved: Vec<Value>,
+    /// Why the step stops (`None`: every VM was made).
+    failure: Option<Error>,
+}
+
+/// One VM the cloud made for this step.
+struct Made {
+    planned: Planned,
+    machine: orca::Machine,
+}
+
+impl Made {
+    fn attributes(&self) -> Value {
+        let m = &self.machine;
+        let mut a = json!({
+            "name": m.name,
+            "index": self.planned.index,
+            "machine_type": m.machine_type,
+            "location": m.location,
+            "status": m.status.as_str(),
+            "cloud_status": m.cloud_status,
+            "labels": m.labels,
+        });
+        if !m.private_address.is_empty() {
+            a["private_ip"] = json!(m.private_address);
+        }
+        if !m.address.is_empty() {
+            a["public_ip"] = json!(m.address);
+        }
+        if let Some(t) = m.created_at {
+            a["created_at"] = json!(t);
+        }
+        masked(&a)
+    }
+
+    fn primary_ip(&self) -> &str {
+        if self.machine.address.is_empty() {
+            &self.machine.private_address
+        } else {
+            &self.machine.address
+        }
+    }
+}
+
+impl Keeper {
+    pub(crate) async fn created(&self, mut run: Run, params: &Value, actor: &str) -> Run {
+        let batch = match self.prepare(&mut run, params).await {
+            Ok(b) => b,
+            Err(e) => return run.refuse(e),
+        };
+        // Held while this step runs: the reconciler leaves the journal rows of a running step alone.
+        let key = step_key(&run.step_id);
+        let running = match LockSession::holding(&self.pool, &key).await {
+            Ok(s) => s,
+            Err(e) => return run.refuse(e),
+        };
+        let run = self.create_batch(run, &batch, actor).await;
+        running.release(&key).await;
+        run
+    }
+
+    /// Makes the batch, then records it, or rolls it back when the step fails.
+    async fn create_batch(&self, mut run: Run, batch: &Batch, actor: &str) -> Run {
+        let planned = match self
+            .plan(&run.step_id, &batch.row, &batch.base, batch.params.count)
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => return run.refuse(e),
+        };
+        tracing::info!(step_id = %run.step_id, provider = %batch.row.name, count = batch.params.count, first = %planned[0].name, "creating VMs");
+        let out = self.make_all(&mut run, batch, planned).await;
+        if !out.adopted.is_empty() {
+            run.fact("adopted_not_counted", json!(out.adopted));
+        }
+        if !out.made_after_error.is_empty() {
+            run.fact("made_after_error", json!(out.made_after_error));
+        }
+        let unresolved = out.unresolved.len();
+        run.fact("unresolved", json!(out.unresolved));
+        let failure = match out.failure {
+            Some(e) => e,
+            None => match self.record(&run, &batch.row, &out.made, actor).await {
+                Ok(()) => {
+                    run.audited = true;
+                    run.output = Some(batch::output(&out.made));
+                    return run;
+                }
+                Err(e) => e,
+            },
+        };
+        self.roll_back(run, &batch.row, &batch.cloud, out.made, unresolved, failure)
+            .await
+    }
+
+    /// Reads and checks everything the batch needs, before any cloud call.
+    async fn prepare(&self, run: &mut Run, params: &Value) -> Result<Batch> {
+        let params = CreateParams::parse(params)?;
+        run.fact("provider", json!(params.provider));
+        run.fact("count", json!(params.count));
+        let row = self.provider_row(&params.provider).await?;
+        let spec = self.profile_of(&params, &row).await?;
+        checks::check_self_onboard(&params, &row)?;
+        let template = self.template_for(&params)?;
+        let cloud = self.cloud(&row).await?;
+        let base = params
+            .name
+            .clone()
+            .unwrap_or_else(|| DEFAULT_BASE.to_string());
+        let batch = Batch {
+            params,
+            row,
+            spec,
+            template,
+            cloud,
+            base,
+        };
+        self.check_probe(&batch)?;
+        Ok(batch)
+    }
+
+    /// Makes the planned VMs one after the other, stopping at the first failure; the rows of the VMs
+    /// never asked for are moved to `failed`.
+    async fn make_all(&self, run: &mut Run, b: &Batch, planned: Vec<Planned>) -> Outcome {
+        let mut out = Outcome::default();
+        let mut queue = planned.into_iter();
+        for vm in queue.by_ref() {
+            if let Err(e) = self.make_one(run, b, vm, &mut out).await {
+                out.failure = Some(e);
+                break;
+            }
+        }
+        self.journal_never_asked(run, queue.collect()).await;
+        out
+    }
+
+    /// Asks the cloud for `vm`; an error stops the batch.
+    async fn make_one(
+        &self,
+        run: &mut Run,
+        b: &Batch,
+        vm: Planned,
+        out: &mut Outcome,
+    ) -> Result<()> {
+        let ud = self.user_data(
+            &b.params,
+            b.template.as_ref(),
+            &vm.name,
+            vm.predicted_fqdn.as_deref(),
+            &vm.token,
+        );
+        let ud = match ud {
+            Ok(ud) => ud,
+            Err(e) => {
+                self.journal(JournalUpdate::new(vm.journal_id, "failed", &e.message))
+                    .await
+                    .ok();
+                return Err(e);
+            }
+        };
+        let ms = b
+            .spec
+            .machine_spec(&vm.name, &b.row.region, &self.settings.pool, &ud);
+        match b.cloud.create(&ms).await {
+            Ok(orca::Created::Machine(m)) => self.made(run, b, vm, m, out).await,
+            Ok(orca::Created::Adopted(m)) => {
+                // Made by an earlier create call: not this step's, not new, never counted.
+                let why = format!(
+                    "the cloud answered with VM {} ({}) made by an earlier create; core.cloud.created never adopts",
+                    m.id, m.name
+                );
+                self.journal(JournalUpdate::new(vm.journal_id, "failed", &why).vm(Some(&m.id)))
+                    .await
+                    .ok();
+                out.adopted.push(m.id.clone());
+                Err(Error::new(502, "vm.adopted", why))
+            }
+            Ok(orca::Created::NoStock {
+                machine_type,
+                location,
+                message,
+            }) => {
+                let why = format!(
+                    "VM {} refused: no stock of {machine_type} in {location} ({message})",
+                    vm.name
+                );
+                self.journal(JournalUpdate::new(vm.journal_id, "failed", &why))
+                    .await
+                    .ok();
+                Err(Error::new(503, "cloud.no_stock", why))
+            }
+            Err(e) if checks::is_clear_refusal(&e) => {
+                let mut err = from_orca(&e);
+                err.message = format!("VM {} refused: {}", vm.name, err.message);
+                self.journal(JournalUpdate::new(vm.journal_id, "failed", &err.message))
+                    .await
+                    .ok();
+                Err(err)
+            }
+            Err(e) => Err(self.failed_create(run, b, vm, &e, out).await),
+        }
+    }
+
+    /// Journals VM `m`, made for `vm`, and checks it is usable.
+    async fn made(
+        &self,
+        run: &Run,
+        b: &Batch,
+        vm: Planned,
+        m: orca::Machine,
+        out: &mut Outcome,
+    ) -> Result<()> {
+        let journalled = self
+            .journal(JournalUpdate::new(vm.journal_id, "made", "").vm(Some(&m.id)))
+            .await;
+        tracing::info!(step_id = %run.step_id, vm_id = %m.id, name = %m.name, "VM made");
+        let check = checks::check_made(
+            &m,
+            vm.predicted_fqdn.as_deref(),
+            b.params.userdata == UserData::SelfOnboard,
+        );
+        out.made.push(Made {
+            planned: vm,
+            machine: m,
+        });
+        journalled.and(check)
+    }
+
+    /// A create of `vm` failed with `e`, which is not a clear refusal: the VM may exist all the same
+    /// (an answer lost, then the retries ran out). What the cloud made is recorded or destroyed like
+    /// the rest, never made and forgotten. Answers the step's error.
+    async fn failed_create(
+        &self,
+        run: &mut Run,
+        b: &Batch,
+        vm: Planned,
+        e: &orca::Error,
+        out: &mut Outcome,
+    ) -> Error {
+        let mut err = from_orca(e);
+        err.message = format!("VM {} failed: {}", vm.name, err.message);
+        if let orca::Error::Leftovers { left, .. } = e {
+            run.fact("cloud_leftovers", json!(left));
+        }
+        match self.find_made(&b.cloud, &vm.name).await {
+            Ok(Some(m)) => {
+                let why = format!(
+                    "made after all: the cloud answered {e}, and a look-up by name found VM {}",
+                    m.id
+                );
+                tracing::warn!(step_id = %run.step_id, vm_id = %m.id, name = %m.name, error = %e, "the create failed but the VM was made");
+                let journalled = self
+                    .journal(JournalUpdate::new(vm.journal_id, "made", why).vm(Some(&m.id)))
+                    .await;
+                if let Err(j) = journalled {
+                    tracing::warn!(vm_id = %m.id, error = %j, "journal");
+                }
+                out.made_after_error.push(json!({
+                    "vm_id": m.id, "name": m.name, "error": e.to_string(),
+                }));
+                out.made.push(Made {
+                    planned: vm,
+                    machine: m,
+                });
+            }
+            found => {
+                let why = match found {
+                    Ok(_) => format!(
+                        "unresolved: the cloud answered {e}, so VM {} may have been made; a look-up by name in pool {} does not show it (yet); look for it at provider {} and destroy it with core.cloud.destroyed",
+                        vm.name, self.settings.pool, b.row.name
+                    ),
+                    Err(l) => format!(
+                        "unresolved: the cloud answered {e}, so VM {} may have been made, and the look-up by name failed too ({l}); look for it at provider {} and destroy it with core.cloud.destroyed",
+                        vm.name, b.row.name
+                    ),
+                };
+                tracing::error!(step_id = %run.step_id, name = %vm.name, provider = %b.row.name, "{why}");
+                let journalled = self
+                    .journal(JournalUpdate::new(vm.journal_id, "requested", &why))
+                    .await;
+                out.unresolved.push(json!({
+                    "name": vm.name,
+                    "in": if journalled.is_ok() { "keeper.cloud_vms (state requested)" } else { "nowhere: the registry failed too; this VM is only in this output and the log" },
+                    "why": why,
+                }));
+            }
+        }
+        err
+    }
+
+    /// Moves the rows of the VMs never asked for (the step failed before their turn) to `failed`,
+    /// all of them in one transaction; a failure is said in the output's `journal_error`.
+    async fn journal_never_asked(&self, run: &mut Run, never: Vec<Planned>) {
+        let updates: Vec<JournalUpdate> = never
+            .iter()
+            .map(|vm| {
+                JournalUpdate::new(
+                    vm.journal_id,
+                    "failed",
+                    "not asked for: the step failed before this VM's turn",
+                )
+            })
+            .collect();
+        if let Err(e) = self.journal_all(&updates).await {
+            tracing::warn!(step_id = %run.step_id, error = %e, "journal: the VMs never asked for stay requested");
+            let names: Vec<&str> = never.iter().map(|vm| vm.name.as_str()).collect();
+            run.fact(
+                "journal_error",
+                json!(format!(
+                    "the journal rows of the VMs never asked for ({}) stay requested: {}",
+                    names.join(", "),
+                    e.message
+                )),
+            );
+        }
+    }
+
+    /// The VM named `name` in keeper's pool, if the cloud shows one: what a create that failed may
+    /// have made all the same. Names are keeper's own (`<base>-<index>`, never handed out twice), so
+    /// one of keeper's owner and pool is this step's.
+    pub(super) async fn find_made(
+        &self,
+        cloud: &Arc<dyn orca::Provider>,
+        name: &str,
+    ) -> std::result::Result<Option<orca::Machine>, orca::Error> {
+        let all = cloud.machines(&self.settings.pool).await?;
+        Ok(all.into_iter().find(|m| m.name == name))
+    }
+}
