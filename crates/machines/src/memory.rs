@@ -1503,6 +1503,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn injected_faults_say_whether_a_failed_create_made_nothing() {
+        let cloud = MemoryCloud::new();
+        let p = cloud.provider("o").unwrap();
+        cloud.inject(
+            Operation::Create,
+            FaultKind::Error(ErrorKind::PermissionDenied),
+            1,
+        );
+        let e = p.create(&spec("refused")).await.unwrap_err();
+        assert!(e.made_nothing(), "{e:?}");
+        // Throttled on every attempt until the budget ran out: no attempt was acted on.
+        cloud.inject(Operation::Create, FaultKind::Error(ErrorKind::Throttled), 7);
+        let e = p.create(&spec("throttled")).await.unwrap_err();
+        assert_eq!((e.kind(), e.retries()), (ErrorKind::Throttled, 6));
+        assert!(e.made_nothing(), "{e:?}");
+        assert!(cloud.all_machines().is_empty());
+        // The answer lost after the machine was made, then a refusal: the machine stands.
+        cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+        cloud.inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
+        let e = p.create(&spec("lost-then-quota")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Quota);
+        assert!(!e.made_nothing(), "{e:?}");
+        assert_eq!(cloud.all_machines().len(), 1);
+        // The answer lost with no retry: a passing failure, and the machine was made.
+        let once = p.clone().with_retry(RetryPolicy::NEVER);
+        cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+        let e = once.create(&spec("lost")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert!(!e.made_nothing(), "{e:?}");
+        assert_eq!(cloud.all_machines().len(), 2);
+    }
+
+    #[tokio::test]
     async fn lost_answer_is_adopted_not_repeated() {
         let cloud = MemoryCloud::new();
         let p = cloud.provider("o").unwrap();
