@@ -1570,7 +1570,7 @@ async fn credit(ctx: &Ctx<'_>) -> Checked {
     Ok(())
 }
 
-/// How long the suite keeps new machines invisible in [`delayed_visibility`].
+/// How long the suite keeps new machines invisible in the check `survives_delayed_visibility`.
 pub const VISIBILITY_DELAY: Duration = Duration::from_millis(1000);
 
 async fn delayed_visibility(ctx: &Ctx<'_>) -> Checked {

@@ -871,7 +871,10 @@ mod context_tests {
         let e = Error::not_owned("m-1", "stack-a").with_may_have_acted();
         assert_eq!(e.kind(), ErrorKind::Other);
         assert!(e.may_have_acted() && !e.made_nothing());
-        assert!(e.to_string().starts_with("machine m-1 does not belong"), "{e}");
+        assert!(
+            e.to_string().starts_with("machine m-1 does not belong"),
+            "{e}"
+        );
         assert!(e.source().unwrap().to_string().contains("m-1"));
         // The mark is not part of equality (as the cause is not), and shows in Debug.
         let q = Error::quota("cores");

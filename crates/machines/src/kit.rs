@@ -4,7 +4,7 @@
 //! - [`ClientKey`] and [`ClientOptions`]: the client settings every driver takes beside its own keys
 //!   (object_store's `ClientConfigKey`): timeouts, the pause between polls of a long-running operation,
 //!   and the retry budget.
-//! - [`http_client`] (feature `http`): the HTTP client of the REST drivers, with one user agent, one
+//! - `http_client` (feature `http`): the HTTP client of the REST drivers, with one user agent, one
 //!   set of timeouts, no redirects, and an endpoint on the loopback interface never reached through
 //!   the environment's proxy.
 //! - [`call`] (and [`call_recorded`]): one cloud call, its attempts under the shared
@@ -593,7 +593,10 @@ mod tests {
         assert!(e.may_have_acted() && !e.made_nothing(), "{e:?}");
         // A 429 was not acted on: the 403 after it is a clean refusal.
         let e = call_answering(&[429, 403]).await;
-        assert_eq!((e.kind(), e.retries()), (crate::ErrorKind::PermissionDenied, 1));
+        assert_eq!(
+            (e.kind(), e.retries()),
+            (crate::ErrorKind::PermissionDenied, 1)
+        );
         assert!(!e.may_have_acted() && e.made_nothing(), "{e:?}");
         let e = call_answering(&[403]).await;
         assert!(e.made_nothing(), "{e:?}");

@@ -36,6 +36,7 @@ pub mod error;
 pub mod ext;
 pub mod kit;
 pub mod labels;
+pub mod layer;
 pub mod machine;
 pub mod memory;
 pub mod provider;

@@ -44,8 +44,8 @@ use crate::machine::{Created, Machine, Price, Resized, Status, Timestamp};
 use crate::provider::{Capabilities, Provider};
 use crate::retry::{all_pages, Page, RetryPolicy};
 use crate::spec::{
-    validate_id, validate_label_key, validate_labels, validate_name, validate_owner,
-    validate_pool, validate_token, MachineSpec,
+    validate_id, validate_label_key, validate_labels, validate_name, validate_owner, validate_pool,
+    validate_token, MachineSpec,
 };
 
 /// The provider kind of the in-memory provider.
@@ -1595,13 +1595,24 @@ mod tests {
         // A stopped machine is found too: every state but gone.
         p.stop(&m.id).await.unwrap();
         let stopped = p.machine_named("p", "m2").await.unwrap().unwrap();
-        assert_eq!((stopped.id, stopped.status), (m.id.clone(), Status::Stopped));
+        assert_eq!(
+            (stopped.id, stopped.status),
+            (m.id.clone(), Status::Stopped)
+        );
         for (pool, name) in [("q", "m2"), ("p", "theirs"), ("p", "m9")] {
-            assert_eq!(p.machine_named(pool, name).await.unwrap(), None, "{pool}/{name}");
+            assert_eq!(
+                p.machine_named(pool, name).await.unwrap(),
+                None,
+                "{pool}/{name}"
+            );
         }
         assert_eq!(other.machine_named("p", "m2").await.unwrap(), None);
         let before = cloud.requests();
-        for (pool, name, field) in [("a,b", "m2", "pool"), ("p", "M2", "name"), ("p", "", "name")] {
+        for (pool, name, field) in [
+            ("a,b", "m2", "pool"),
+            ("p", "M2", "name"),
+            ("p", "", "name"),
+        ] {
             match p.machine_named(pool, name).await {
                 Err(Error::InvalidSpec { field: f, .. }) => assert_eq!(f, field),
                 other => panic!("{pool}/{name} gave {other:?}"),
@@ -1615,10 +1626,7 @@ mod tests {
     #[tokio::test]
     async fn what_a_lost_create_made_is_found_by_name_through_faults_and_late_visibility() {
         let cloud = MemoryCloud::new();
-        let p = cloud
-            .provider("o")
-            .unwrap()
-            .with_retry(RetryPolicy::NEVER);
+        let p = cloud.provider("o").unwrap().with_retry(RetryPolicy::NEVER);
         cloud.set_visibility_delay(Duration::from_millis(300));
         cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
         let e = p.create(&spec("lost")).await.unwrap_err();
@@ -1627,7 +1635,11 @@ mod tests {
         let m = p.machine_named("p", "lost").await.unwrap();
         assert_eq!(m.map(|m| m.name).as_deref(), Some("lost"));
         // Its faults are the listing's: a refusal is surfaced, and counted as a request.
-        cloud.inject(Operation::List, FaultKind::Error(ErrorKind::PermissionDenied), 1);
+        cloud.inject(
+            Operation::List,
+            FaultKind::Error(ErrorKind::PermissionDenied),
+            1,
+        );
         let e = p.machine_named("p", "lost").await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::PermissionDenied);
     }

@@ -353,12 +353,10 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
 /// none after those that do), then the lowest id. The one choice [`Provider::machine_named`] makes
 /// among machines that share a name, whichever driver answers.
 pub fn first_made(machines: impl IntoIterator<Item = Machine>) -> Option<Machine> {
-    machines
-        .into_iter()
-        .min_by(|a, b| {
-            let key = |m: &Machine| (m.created_at.is_none(), m.created_at);
-            key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
-        })
+    machines.into_iter().min_by(|a, b| {
+        let key = |m: &Machine| (m.created_at.is_none(), m.created_at);
+        key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
+    })
 }
 
 macro_rules! forward_provider {
@@ -455,11 +453,17 @@ mod tests {
             vec![machine("i-9", "a", None), machine("i-2", "a", None)],
             Default::default(),
         );
-        assert_eq!(p.machine_named("lab", "a").await.unwrap().unwrap().id, "i-2");
+        assert_eq!(
+            p.machine_named("lab", "a").await.unwrap().unwrap().id,
+            "i-2"
+        );
         // Through a forwarding impl (Arc, Box, &), and bad input before any listing.
         let p = std::sync::Arc::new(p);
         let arc: std::sync::Arc<dyn Provider> = p.clone();
-        assert_eq!(arc.machine_named("lab", "a").await.unwrap().unwrap().id, "i-2");
+        assert_eq!(
+            arc.machine_named("lab", "a").await.unwrap().unwrap().id,
+            "i-2"
+        );
         let listings = p.1.load(std::sync::atomic::Ordering::SeqCst);
         for (pool, name, field) in [("a b", "a", "pool"), ("lab", "-a", "name")] {
             match arc.machine_named(pool, name).await {
