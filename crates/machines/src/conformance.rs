@@ -303,6 +303,7 @@ pub const CHECKS: &[&str] = &[
     "capabilities_are_truthful",
     "machine_facts",
     "reads_one_machine",
+    "reads_a_machine_by_name",
     "spec_options",
     "labels_on_an_existing_machine",
     "firewall_rules",
@@ -377,6 +378,7 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "capabilities_are_truthful" => capabilities(&ctx).await,
             "machine_facts" => machine_facts(&ctx).await,
             "reads_one_machine" => reads_one(&ctx).await,
+            "reads_a_machine_by_name" => reads_by_name(&ctx).await,
             "spec_options" => spec_options(&ctx).await,
             "labels_on_an_existing_machine" => labels_existing(&ctx).await,
             "firewall_rules" => firewall(&ctx).await,
@@ -1144,6 +1146,51 @@ async fn reads_one(ctx: &Ctx<'_>) -> Checked {
 }
 
 /// A spec of `ctx` that sets option `name` (one of [`OPTION_NAMES`]) to a valid value.
+async fn reads_by_name(ctx: &Ctx<'_>) -> Checked {
+    let pa = ctx.provider(&ctx.owner_a).await?;
+    let pb = ctx.provider(&ctx.owner_b).await?;
+    let none = ctx.provider("").await?;
+    let (p0, p1) = (ctx.pool(0), ctx.pool(1));
+    let a = made(&*pa, &ctx.spec(0, &p0)).await?;
+    let b = made(&*pb, &ctx.spec(1, &p0)).await?;
+    let c = made(&*pa, &ctx.spec(2, &p1)).await?;
+    let got = pa.machine_named(&p0, &a.name).await?;
+    ensure!(
+        got.as_ref()
+            .map(|m| (m.id.as_str(), m.name.as_str(), m.pool.as_str()))
+            == Some((a.id.as_str(), a.name.as_str(), p0.as_str())),
+        "machine_named({p0}, {}) gave {got:?}",
+        a.name
+    );
+    for (who, p, pool, name, why) in [
+        ("owner a", &pa, &p1, &a.name, "its machine of another pool"),
+        ("owner a", &pa, &p0, &c.name, "its machine of another pool"),
+        ("owner a", &pa, &p0, &b.name, "another owner's machine"),
+        ("owner b", &pb, &p0, &a.name, "another owner's machine"),
+        ("the empty owner", &none, &p0, &a.name, "an owned machine"),
+        ("owner a", &pa, &p0, &ctx.name(3), "a name nothing carries"),
+    ] {
+        let got = p.machine_named(pool, name).await?;
+        ensure!(
+            got.is_none(),
+            "{who} reading {why} by name ({pool}, {name}) gave {got:?}, not None"
+        );
+    }
+    let (r, n) = counted(ctx, pa.machine_named("a,b", &a.name)).await;
+    refused_as(r, "pool", "machine_named(\"a,b\", ..)")?;
+    ensure!(n.unwrap_or(0) == 0, "an invalid pool made {n:?} request(s)");
+    let (r, n) = counted(ctx, pa.machine_named(&p0, "Not-A-Name")).await;
+    refused_as(r, "name", "machine_named(.., \"Not-A-Name\")")?;
+    ensure!(n.unwrap_or(0) == 0, "an invalid name made {n:?} request(s)");
+    ensure!(pa.delete(&a.id).await?, "delete answered false");
+    let after = pa.machine_named(&p0, &a.name).await?;
+    ensure!(
+        after.is_none() || after.as_ref().is_some_and(|m| m.status == Status::Deleting),
+        "a deleted machine reads by name as {after:?}"
+    );
+    Ok(())
+}
+
 fn spec_with_option(ctx: &Ctx<'_>, n: u32, pool: &str, name: &str) -> MachineSpec {
     let s = ctx.spec(n, pool);
     match name {
@@ -1523,7 +1570,7 @@ async fn credit(ctx: &Ctx<'_>) -> Checked {
     Ok(())
 }
 
-/// How long the suite keeps new machines invisible in [`delayed_visibility`].
+/// How long the suite keeps new machines invisible in the check `survives_delayed_visibility`.
 pub const VISIBILITY_DELAY: Duration = Duration::from_millis(1000);
 
 async fn delayed_visibility(ctx: &Ctx<'_>) -> Checked {

@@ -13,7 +13,8 @@ pub type Source = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
 /// and the cause. Every variant that a cloud call can produce carries one; [`Error::context`] reads
 /// it whatever the variant.
 ///
-/// Equality compares the operation, the retry count and the code, not the cause.
+/// Equality compares the operation, the retry count and the code, not the cause nor the mark
+/// [`Context::may_have_acted`].
 #[derive(Clone, Default)]
 #[non_exhaustive]
 pub struct Context {
@@ -27,6 +28,11 @@ pub struct Context {
     pub code: Option<String>,
     /// The underlying error, returned by [`std::error::Error::source`].
     pub source: Option<Source>,
+    /// Whether an attempt of the call ended in a passing failure (a dropped connection, a timeout, a
+    /// 5xx: the cloud may have acted on it), whatever the last attempt answered. The shared retry
+    /// loop ([`crate::RetryPolicy::retry`], and so [`crate::kit::call`]) sets it; a throttling answer
+    /// or a refusal was not acted on and leaves it unset. [`Error::made_nothing`] reads it.
+    pub may_have_acted: bool,
 }
 
 impl Context {
@@ -58,6 +64,9 @@ impl std::fmt::Debug for Context {
         }
         if let Some(s) = &self.source {
             d.field("source", &format_args!("{s}"));
+        }
+        if self.may_have_acted {
+            d.field("may_have_acted", &true);
         }
         d.finish()
     }
@@ -527,6 +536,72 @@ impl Error {
         self.context().map_or(0, |c| c.retries)
     }
 
+    /// Whether an attempt of the failed call ended in a passing failure, so that the cloud may have
+    /// acted on it ([`Context::may_have_acted`]; for [`Error::Leftovers`], of the first failure). A
+    /// [`Error::Transient`] from a cloud call is marked so by the retry loop itself.
+    pub fn may_have_acted(&self) -> bool {
+        self.context().is_some_and(|c| c.may_have_acted)
+    }
+
+    /// Whether this error surely means that the call changed nothing at the cloud: a refusal
+    /// (invalid spec or settings, not found, already exists, not owned, no stock, quota, throttled,
+    /// unauthenticated, permission denied, unsupported) with no attempt that may have acted
+    /// ([`Error::may_have_acted`]). False for [`Error::Transient`] (the cloud may have acted on it),
+    /// [`Error::Other`] (unknown), [`Error::Leftovers`] (something was made and remains), and for a
+    /// refusal that came after an attempt that may have acted: a create whose first attempt timed out
+    /// after the cloud made the machine, and whose retry was refused (the name is taken now, the quota
+    /// is full now), made that machine.
+    ///
+    /// What a caller does with it: a create that failed with `made_nothing()` can give its name up
+    /// and forget it; otherwise it reads [`Provider::machine_named`](crate::Provider::machine_named)
+    /// before giving the name up (and keeps the name recorded while that read fails or finds nothing
+    /// yet, as a cloud can show a new machine late).
+    ///
+    /// ```
+    /// use orca_machines::Error;
+    /// assert!(Error::quota("cores").made_nothing());
+    /// assert!(!Error::quota("cores").with_may_have_acted().made_nothing());
+    /// assert!(!Error::transient("connection reset").made_nothing());
+    /// ```
+    pub fn made_nothing(&self) -> bool {
+        use ErrorKind as K;
+        let refusal = matches!(
+            self.kind(),
+            K::InvalidSpec
+                | K::InvalidSettings
+                | K::NotFound
+                | K::AlreadyExists
+                | K::NotOwned
+                | K::NoStock
+                | K::Quota
+                | K::Throttled
+                | K::Unauthenticated
+                | K::PermissionDenied
+                | K::Unsupported
+        );
+        refusal && !self.may_have_acted()
+    }
+
+    /// This error marked as the answer of a call that an attempt may have acted on
+    /// ([`Error::may_have_acted`]): what the retry loop does when any attempt ended in a passing
+    /// failure. An error that carries no [`Context`] ([`Error::InvalidSpec`],
+    /// [`Error::InvalidSettings`], [`Error::NotOwned`], [`Error::Unsupported`]: raised by a driver's
+    /// own checks, which cannot follow a sent attempt unless a cloud's answer was mapped onto them)
+    /// cannot hold the mark: it becomes an [`Error::Other`] with the same words, keeping the
+    /// original as its source, so that the mark is never lost.
+    pub fn with_may_have_acted(mut self) -> Self {
+        if let Some(c) = self.context_mut() {
+            c.may_have_acted = true;
+            return self;
+        }
+        let mut other = Error::other(self.to_string());
+        if let Some(c) = other.context_mut() {
+            c.may_have_acted = true;
+            c.source = Some(std::sync::Arc::new(self));
+        }
+        other
+    }
+
     /// This error naming `operation` as the call that failed (kept when one is named already).
     pub fn with_operation(mut self, operation: impl Into<String>) -> Self {
         if let Some(c) = self.context_mut() {
@@ -766,6 +841,45 @@ mod context_tests {
             e.clone().with_operation("create").operation(),
             Some("instances.insert")
         );
+    }
+
+    #[test]
+    fn made_nothing_is_a_refusal_that_no_attempt_may_have_acted_on() {
+        use ErrorKind as K;
+        for k in [
+            K::InvalidSpec,
+            K::InvalidSettings,
+            K::NotFound,
+            K::AlreadyExists,
+            K::NotOwned,
+            K::NoStock,
+            K::Quota,
+            K::Throttled,
+            K::Unauthenticated,
+            K::PermissionDenied,
+            K::Unsupported,
+        ] {
+            let e = Error::of_kind(k, "m");
+            assert!(e.made_nothing() && !e.may_have_acted(), "{k:?}");
+            let marked = e.with_may_have_acted();
+            assert!(marked.may_have_acted() && !marked.made_nothing(), "{k:?}");
+        }
+        for k in [K::Transient, K::Other, K::Leftovers] {
+            assert!(!Error::of_kind(k, "m").made_nothing(), "{k:?}");
+        }
+        // An error without a context keeps the mark as Other, with its words and itself as source.
+        let e = Error::not_owned("m-1", "stack-a").with_may_have_acted();
+        assert_eq!(e.kind(), ErrorKind::Other);
+        assert!(e.may_have_acted() && !e.made_nothing());
+        assert!(
+            e.to_string().starts_with("machine m-1 does not belong"),
+            "{e}"
+        );
+        assert!(e.source().unwrap().to_string().contains("m-1"));
+        // The mark is not part of equality (as the cause is not), and shows in Debug.
+        let q = Error::quota("cores");
+        assert_eq!(q.clone().with_may_have_acted(), q);
+        assert!(format!("{:?}", q.with_may_have_acted()).contains("may_have_acted"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! - [`ClientKey`] and [`ClientOptions`]: the client settings every driver takes beside its own keys
 //!   (object_store's `ClientConfigKey`): timeouts, the pause between polls of a long-running operation,
 //!   and the retry budget.
-//! - [`http_client`] (feature `http`): the HTTP client of the REST drivers, with one user agent, one
+//! - `http_client` (feature `http`): the HTTP client of the REST drivers, with one user agent, one
 //!   set of timeouts, no redirects, and an endpoint on the loopback interface never reached through
 //!   the environment's proxy.
 //! - [`call`] (and [`call_recorded`]): one cloud call, its attempts under the shared
@@ -271,7 +271,10 @@ where
 
 /// One cloud call: `attempt()` under `policy` (only for calls that are safe to repeat, or that
 /// carry the cloud's idempotency token), every attempt in its call span ([`attempt`]). The error is
-/// the last attempt's, with the operation and the retries made ([`RetryPolicy::retry`]).
+/// the last attempt's, with the operation and the retries made ([`RetryPolicy::retry`]), and marked
+/// when any attempt ended in a passing failure that the cloud may have acted on
+/// ([`Error::may_have_acted`]): so [`Error::made_nothing`] tells a caller whether the call surely
+/// changed nothing.
 pub async fn call<T, F, Fut>(
     kind: &str,
     operation: &str,
@@ -568,6 +571,59 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!((e.operation(), e.retries()), (Some("things.get"), 0));
+    }
+
+    /// The outcome of [`call`] over attempts answering `answers` in turn (HTTP statuses).
+    async fn call_answering(answers: &[u16]) -> Error {
+        let mut sent = 0;
+        call("test", "things.create", &RetryPolicy::fast(), || {
+            let status = answers[sent.min(answers.len() - 1)];
+            sent += 1;
+            async move { Err::<(), _>(Error::from_http_status(status, "answer", None)) }
+        })
+        .await
+        .unwrap_err()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_says_whether_it_made_nothing() {
+        // A 503 may have been acted on: the 403 that followed does not undo what the first did.
+        let e = call_answering(&[503, 403]).await;
+        assert_eq!(e.kind(), crate::ErrorKind::PermissionDenied);
+        assert!(e.may_have_acted() && !e.made_nothing(), "{e:?}");
+        // A 429 was not acted on: the 403 after it is a clean refusal.
+        let e = call_answering(&[429, 403]).await;
+        assert_eq!(
+            (e.kind(), e.retries()),
+            (crate::ErrorKind::PermissionDenied, 1)
+        );
+        assert!(!e.may_have_acted() && e.made_nothing(), "{e:?}");
+        let e = call_answering(&[403]).await;
+        assert!(e.made_nothing(), "{e:?}");
+        // Passing failures until the budget ran out.
+        let e = call_answering(&[503]).await;
+        assert_eq!(e.kind(), crate::ErrorKind::Transient);
+        assert!(e.may_have_acted() && !e.made_nothing(), "{e:?}");
+        // Throttled until the budget ran out: never acted on.
+        let e = call_answering(&[429]).await;
+        assert!(e.made_nothing(), "{e:?}");
+        // A refusal raised without a context after a passing failure keeps the mark (and its words).
+        let mut sent = 0;
+        let e = call("test", "things.create", &RetryPolicy::fast(), || {
+            sent += 1;
+            let n = sent;
+            async move {
+                Err::<(), _>(match n {
+                    1 => Error::transient("connection reset"),
+                    _ => Error::invalid("name", "taken by the cloud's own rule"),
+                })
+            }
+        })
+        .await
+        .unwrap_err();
+        assert!(!e.made_nothing(), "{e:?}");
+        assert_eq!(e.operation(), Some("things.create"));
+        assert!(e.to_string().contains("invalid name: taken"), "{e}");
     }
 
     #[test]

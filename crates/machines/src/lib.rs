@@ -6,6 +6,13 @@
 //! [`Capabilities`], the shared [`retry`] policy and pagination loop, the in-memory provider
 //! ([`memory`]) and, with the feature `conformance`, the conformance suite every driver passes.
 //!
+//! What every program on orca needs beside the calls lives here once too:
+//! [`Provider::machine_named`] reads this owner's machine of a pool by name (what a lost or failed
+//! create made); [`Error::made_nothing`] says whether a failed call surely changed nothing at the
+//! cloud (from what its attempts may have reached); and [`layer`] is a provider that forwards every
+//! method to another through a [`layer::Layer`], the base for metrics, fault injection and
+//! recording.
+//!
 //! The contract every driver keeps is written once, numbered, in [`contract`] (the file
 //! `crates/machines/CONTRACT.md`); the conformance suite checks its lines 1 to 10, the core's and each
 //! driver's own tests its lines 11 to 15 (the file names them).
@@ -36,6 +43,7 @@ pub mod error;
 pub mod ext;
 pub mod kit;
 pub mod labels;
+pub mod layer;
 pub mod machine;
 pub mod memory;
 pub mod provider;

@@ -44,7 +44,7 @@ use crate::machine::{Created, Machine, Price, Resized, Status, Timestamp};
 use crate::provider::{Capabilities, Provider};
 use crate::retry::{all_pages, Page, RetryPolicy};
 use crate::spec::{
-    validate_id, validate_label_key, validate_labels, validate_owner, validate_pool,
+    validate_id, validate_label_key, validate_labels, validate_name, validate_owner, validate_pool,
     validate_token, MachineSpec,
 };
 
@@ -1087,6 +1087,24 @@ impl MemoryProvider {
         Ok(None)
     }
 
+    /// One read of this owner's machine of `pool` named `name` (one request, retried as every read).
+    async fn named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        let with = labels::ownership_labels(pool, &self.owner);
+        let without: &[&str] = if self.owner.is_empty() {
+            &[labels::OWNER_LABEL]
+        } else {
+            &[]
+        };
+        let page = self
+            .retry
+            .retry("get_by_name", || {
+                self.cloud
+                    .api_list(&with, without, Some(name), self.page_size, None)
+            })
+            .await?;
+        Ok(crate::provider::first_made(page.items))
+    }
+
     async fn owned(&self, id: &str) -> Result<Option<Machine>> {
         validate_id(id)?;
         let m = self.read(id).await?;
@@ -1223,6 +1241,29 @@ impl Provider for MemoryProvider {
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
         self.owned(id).await
+    }
+
+    /// One request: the listing API filtered on the name and this owner's pool labels, on the
+    /// cloud's side (names are unique in this cloud). Like [`Provider::machine`], "none" is believed
+    /// only once it has lasted longer than a new machine can stay invisible.
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let first = self.named(pool, name).await?;
+        let window = self.cloud.visibility_delay();
+        if first.is_some() || window.is_zero() {
+            return Ok(first);
+        }
+        let deadline = std::time::Instant::now() + window + window / 2;
+        let mut retry = 0;
+        while std::time::Instant::now() < deadline {
+            tokio::time::sleep(self.retry.backoff(retry).max(Duration::from_millis(10))).await;
+            retry += 1;
+            if let Some(m) = self.named(pool, name).await? {
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {
@@ -1500,6 +1541,107 @@ mod tests {
         let e = p.create(&spec("q")).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Quota);
         assert!(cloud.all_machines().is_empty());
+    }
+
+    #[tokio::test]
+    async fn injected_faults_say_whether_a_failed_create_made_nothing() {
+        let cloud = MemoryCloud::new();
+        let p = cloud.provider("o").unwrap();
+        cloud.inject(
+            Operation::Create,
+            FaultKind::Error(ErrorKind::PermissionDenied),
+            1,
+        );
+        let e = p.create(&spec("refused")).await.unwrap_err();
+        assert!(e.made_nothing(), "{e:?}");
+        // Throttled on every attempt until the budget ran out: no attempt was acted on.
+        cloud.inject(Operation::Create, FaultKind::Error(ErrorKind::Throttled), 7);
+        let e = p.create(&spec("throttled")).await.unwrap_err();
+        assert_eq!((e.kind(), e.retries()), (ErrorKind::Throttled, 6));
+        assert!(e.made_nothing(), "{e:?}");
+        assert!(cloud.all_machines().is_empty());
+        // The answer lost after the machine was made, then a refusal: the machine stands.
+        cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+        cloud.inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
+        let e = p.create(&spec("lost-then-quota")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Quota);
+        assert!(!e.made_nothing(), "{e:?}");
+        assert_eq!(cloud.all_machines().len(), 1);
+        // The answer lost with no retry: a passing failure, and the machine was made.
+        let once = p.clone().with_retry(RetryPolicy::NEVER);
+        cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+        let e = once.create(&spec("lost")).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Transient);
+        assert!(!e.made_nothing(), "{e:?}");
+        assert_eq!(cloud.all_machines().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_machine_is_read_by_name_in_one_request() {
+        let cloud = MemoryCloud::new();
+        let p = cloud.provider("o").unwrap().with_page_size(1);
+        let other = cloud.provider("other").unwrap();
+        for n in 0..4 {
+            p.create(&spec(&format!("m{n}"))).await.unwrap();
+        }
+        other
+            .create(&MachineSpec::new("theirs", "amd64-small", "zone-a", "p"))
+            .await
+            .unwrap();
+        let before = cloud.requests();
+        let m = p.machine_named("p", "m2").await.unwrap().unwrap();
+        assert_eq!(cloud.requests() - before, 1, "one request, not a listing");
+        assert_eq!((m.name.as_str(), m.pool.as_str()), ("m2", "p"));
+        // A stopped machine is found too: every state but gone.
+        p.stop(&m.id).await.unwrap();
+        let stopped = p.machine_named("p", "m2").await.unwrap().unwrap();
+        assert_eq!(
+            (stopped.id, stopped.status),
+            (m.id.clone(), Status::Stopped)
+        );
+        for (pool, name) in [("q", "m2"), ("p", "theirs"), ("p", "m9")] {
+            assert_eq!(
+                p.machine_named(pool, name).await.unwrap(),
+                None,
+                "{pool}/{name}"
+            );
+        }
+        assert_eq!(other.machine_named("p", "m2").await.unwrap(), None);
+        let before = cloud.requests();
+        for (pool, name, field) in [
+            ("a,b", "m2", "pool"),
+            ("p", "M2", "name"),
+            ("p", "", "name"),
+        ] {
+            match p.machine_named(pool, name).await {
+                Err(Error::InvalidSpec { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{pool}/{name} gave {other:?}"),
+            }
+        }
+        assert_eq!(cloud.requests(), before, "bad input sends nothing");
+        p.delete(&m.id).await.unwrap();
+        assert_eq!(p.machine_named("p", "m2").await.unwrap(), None, "gone");
+    }
+
+    #[tokio::test]
+    async fn what_a_lost_create_made_is_found_by_name_through_faults_and_late_visibility() {
+        let cloud = MemoryCloud::new();
+        let p = cloud.provider("o").unwrap().with_retry(RetryPolicy::NEVER);
+        cloud.set_visibility_delay(Duration::from_millis(300));
+        cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+        let e = p.create(&spec("lost")).await.unwrap_err();
+        assert!(!e.made_nothing(), "{e:?}");
+        // The cloud does not show the machine yet; the read waits that out as every read does.
+        let m = p.machine_named("p", "lost").await.unwrap();
+        assert_eq!(m.map(|m| m.name).as_deref(), Some("lost"));
+        // Its faults are the listing's: a refusal is surfaced, and counted as a request.
+        cloud.inject(
+            Operation::List,
+            FaultKind::Error(ErrorKind::PermissionDenied),
+            1,
+        );
+        let e = p.machine_named("p", "lost").await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied);
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use crate::arch::Arch;
 use crate::error::{Error, Result};
 use crate::ext::{CreditBalance, FirewallRules, MachineLabels, SshAdmission};
 use crate::machine::{Created, Machine, Price, Resized};
-use crate::spec::{MachineSpec, OPTION_NAMES};
+use crate::spec::{validate_name, validate_pool, MachineSpec, OPTION_NAMES};
 
 /// The per-machine options of [`MachineSpec`] a driver honours. `create` refuses a spec that sets one
 /// the driver does not honour ([`Error::Unsupported`], before any call).
@@ -260,6 +260,26 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// there is no such machine (or it is gone); [`Error::NotOwned`] when another owner made it.
     async fn machine(&self, id: &str) -> Result<Option<Machine>>;
 
+    /// This owner's machine of `pool` named `name`, in every state but gone; `None` when there is none.
+    /// What a caller reads to find what a lost or failed create made (see [`Error::made_nothing`]):
+    /// a create's name is this owner's key for the machine in that pool.
+    ///
+    /// `pool` and `name` are checked as [`Provider::create`] checks them ([`Error::InvalidSpec`]
+    /// naming the field, before any call). Another pool's machine, another owner's machine (or, for
+    /// the empty owner, an owned one) and a machine that is gone answer `None`.
+    ///
+    /// The default reads the pool's listing ([`Provider::machines`]) and picks the machine of that
+    /// exact name; where several carry it (a cloud whose names are not unique), the one created
+    /// first (`created_at`, a machine that reports none after those that do), then the lowest id,
+    /// so that every caller picks the same one. A driver overrides it with its cloud's cheapest read
+    /// by name (a name filter, a GET by name), keeping the same answer.
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let all = self.machines(pool).await?;
+        Ok(first_made(all.into_iter().filter(|m| m.name == name)))
+    }
+
     /// Deletes machine `id`: true once it is gone, now or before. Refuses ([`Error::NotOwned`]) a machine
     /// that this owner did not create.
     async fn delete(&self, id: &str) -> Result<bool>;
@@ -329,6 +349,16 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// The machine of `machines` that was made first: the earliest `created_at` (a machine that reports
+/// none after those that do), then the lowest id. The one choice [`Provider::machine_named`] makes
+/// among machines that share a name, whichever driver answers.
+pub fn first_made(machines: impl IntoIterator<Item = Machine>) -> Option<Machine> {
+    machines.into_iter().min_by(|a, b| {
+        let key = |m: &Machine| (m.created_at.is_none(), m.created_at);
+        key(a).cmp(&key(b)).then_with(|| a.id.cmp(&b.id))
+    })
+}
+
 macro_rules! forward_provider {
     ($($ty:ty),*) => {$(
         #[async_trait]
@@ -340,6 +370,9 @@ macro_rules! forward_provider {
             async fn create(&self, spec: &MachineSpec) -> Result<Created> { (**self).create(spec).await }
             async fn machines(&self, pool: &str) -> Result<Vec<Machine>> { (**self).machines(pool).await }
             async fn machine(&self, id: &str) -> Result<Option<Machine>> { (**self).machine(id).await }
+            async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+                (**self).machine_named(pool, name).await
+            }
             async fn delete(&self, id: &str) -> Result<bool> { (**self).delete(id).await }
             async fn start(&self, id: &str) -> Result<Machine> { (**self).start(id).await }
             async fn stop(&self, id: &str) -> Result<Machine> { (**self).stop(id).await }
@@ -358,3 +391,86 @@ macro_rules! forward_provider {
 }
 
 forward_provider!(Box<P>, std::sync::Arc<P>, &P);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider whose pool listing is fixed and which keeps every default.
+    #[derive(Debug)]
+    struct Listed(Vec<Machine>, std::sync::atomic::AtomicUsize);
+
+    #[async_trait]
+    impl Provider for Listed {
+        fn kind(&self) -> &str {
+            "listed"
+        }
+        fn owner(&self) -> &str {
+            ""
+        }
+        async fn arch(&self, _: &str) -> Result<Arch> {
+            Ok(Arch::Amd64)
+        }
+        async fn create(&self, _: &MachineSpec) -> Result<Created> {
+            Err(Error::unsupported("listed", "create"))
+        }
+        async fn machines(&self, _: &str) -> Result<Vec<Machine>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(self.0.clone())
+        }
+        async fn machine(&self, _: &str) -> Result<Option<Machine>> {
+            Ok(None)
+        }
+        async fn delete(&self, _: &str) -> Result<bool> {
+            Ok(true)
+        }
+    }
+
+    fn machine(id: &str, name: &str, created: Option<&str>) -> Machine {
+        let mut m = Machine::new(id, name);
+        m.created_at = created.map(|t| t.parse().unwrap());
+        m
+    }
+
+    #[tokio::test]
+    async fn the_default_read_by_name_picks_the_first_made_of_a_shared_name() {
+        let p = Listed(
+            vec![
+                machine("i-9", "web-1", None),
+                machine("i-5", "web-1", Some("2026-01-02T00:00:00Z")),
+                machine("i-7", "web-1", Some("2026-01-01T00:00:00Z")),
+                machine("i-3", "web-1", Some("2026-01-01T00:00:00Z")),
+                machine("i-1", "web-10", Some("2025-01-01T00:00:00Z")),
+            ],
+            Default::default(),
+        );
+        // The earliest created, then the lowest id; never a name that only starts the same.
+        let m = p.machine_named("lab", "web-1").await.unwrap().unwrap();
+        assert_eq!(m.id, "i-3");
+        assert_eq!(p.machine_named("lab", "web-2").await.unwrap(), None);
+        // Without creation times: the lowest id.
+        let p = Listed(
+            vec![machine("i-9", "a", None), machine("i-2", "a", None)],
+            Default::default(),
+        );
+        assert_eq!(
+            p.machine_named("lab", "a").await.unwrap().unwrap().id,
+            "i-2"
+        );
+        // Through a forwarding impl (Arc, Box, &), and bad input before any listing.
+        let p = std::sync::Arc::new(p);
+        let arc: std::sync::Arc<dyn Provider> = p.clone();
+        assert_eq!(
+            arc.machine_named("lab", "a").await.unwrap().unwrap().id,
+            "i-2"
+        );
+        let listings = p.1.load(std::sync::atomic::Ordering::SeqCst);
+        for (pool, name, field) in [("a b", "a", "pool"), ("lab", "-a", "name")] {
+            match arc.machine_named(pool, name).await {
+                Err(Error::InvalidSpec { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{pool}/{name} gave {other:?}"),
+            }
+        }
+        assert_eq!(p.1.load(std::sync::atomic::Ordering::SeqCst), listings);
+    }
+}

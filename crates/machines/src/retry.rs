@@ -79,6 +79,12 @@ impl RetryPolicy {
 
     /// Runs `call` until it succeeds, fails with an error that is not retryable, or the policy's count or
     /// time runs out (then the last error is returned). `operation` names the call in traces.
+    ///
+    /// The error returned says what the attempts may have done: when any attempt ended in a passing
+    /// failure ([`Error::Transient`]: a dropped connection, a timeout, a 5xx, which the cloud may have
+    /// acted on), it is marked [`Error::with_may_have_acted`], whatever the last attempt answered; a
+    /// throttling answer or a refusal was not acted on and marks nothing. [`Error::made_nothing`]
+    /// reads the mark.
     pub async fn retry<T, F, Fut>(&self, operation: &str, mut call: F) -> Result<T>
     where
         F: FnMut() -> Fut,
@@ -86,11 +92,24 @@ impl RetryPolicy {
     {
         let start = Instant::now();
         let mut retries = 0u32;
+        let mut may_have_acted = false;
+        let give_up = |e: Error, retries: u32, may_have_acted: bool| {
+            let e = if may_have_acted {
+                e.with_may_have_acted()
+            } else {
+                e
+            };
+            e.with_operation(operation).with_retries(retries)
+        };
         loop {
             // Every attempt runs in a span that names the operation and how many retries came
             // before it: the driver's call span (`orca.call`) is its child.
             let attempt = tracing::info_span!("orca.attempt", operation, retry = retries);
-            match tracing::Instrument::instrument(call(), attempt).await {
+            let outcome = tracing::Instrument::instrument(call(), attempt).await;
+            if let Err(Error::Transient { .. }) = &outcome {
+                may_have_acted = true;
+            }
+            match outcome {
                 Ok(v) => {
                     if retries > 0 {
                         tracing::debug!(operation, retries, "succeeded after retries");
@@ -101,13 +120,13 @@ impl RetryPolicy {
                     let delay = self.delay_for(retries, &e);
                     if start.elapsed() + delay > self.max_elapsed {
                         tracing::warn!(operation, retries, error = %e, "retry budget spent");
-                        return Err(e.with_operation(operation).with_retries(retries));
+                        return Err(give_up(e, retries, may_have_acted));
                     }
                     tracing::debug!(operation, retry = retries + 1, delay_ms = delay.as_millis() as u64, error = %e, "retrying");
                     tokio::time::sleep(delay).await;
                     retries += 1;
                 }
-                Err(e) => return Err(e.with_operation(operation).with_retries(retries)),
+                Err(e) => return Err(give_up(e, retries, may_have_acted)),
             }
         }
     }

@@ -162,6 +162,8 @@ enum Flaw {
     CreateBeforeVisible,
     /// Stops and starts machines without checking their owner.
     ChangesForeign,
+    /// Reads a machine by name in its pool whoever owns it.
+    NamedIgnoresOwner,
 }
 
 #[async_trait]
@@ -198,6 +200,23 @@ impl Provider for Broken {
             }
             Flaw::ReadsForeign => self.inner.cloud().api_get(id).await,
             _ => self.inner.machine(id).await,
+        }
+    }
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        match self.flaw {
+            Flaw::NamedIgnoresOwner => {
+                orca_machines::validate_pool(pool)?;
+                orca_machines::validate_name(name)?;
+                let mut with = labels::Labels::new();
+                with.insert(labels::POOL_LABEL.into(), pool.into());
+                let page = self
+                    .inner
+                    .cloud()
+                    .api_list(&with, &[], Some(name), 1000, None)
+                    .await?;
+                Ok(page.items.into_iter().next())
+            }
+            _ => self.inner.machine_named(pool, name).await,
         }
     }
     fn machine_labels(&self) -> Option<&dyn MachineLabels> {
@@ -545,6 +564,69 @@ async fn suite_catches_a_create_that_answers_before_the_cloud_shows_the_machine(
 async fn suite_catches_a_provider_that_changes_another_owners_machine() {
     let failed = failed_checks(Flaw::ChangesForeign).await;
     assert_eq!(failed, ["refuses_to_change_another_owners_machine"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_read_by_name_that_ignores_the_owner() {
+    let failed = failed_checks(Flaw::NamedIgnoresOwner).await;
+    assert_eq!(failed, ["reads_a_machine_by_name"]);
+}
+
+/// A provider that keeps the default `machine_named` (a listing) passes the check: what every driver
+/// runs until it reads by name in its own cheaper way.
+#[tokio::test]
+async fn the_default_read_by_name_passes_the_check() {
+    #[derive(Debug)]
+    struct Defaults(MemoryProvider);
+    #[async_trait]
+    impl Provider for Defaults {
+        fn kind(&self) -> &str {
+            "defaults"
+        }
+        fn owner(&self) -> &str {
+            self.0.owner()
+        }
+        async fn arch(&self, t: &str) -> Result<Arch> {
+            self.0.arch(t).await
+        }
+        async fn create(&self, spec: &MachineSpec) -> Result<Created> {
+            self.0.create(spec).await
+        }
+        async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
+            self.0.machines(pool).await
+        }
+        async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+            self.0.machine(id).await
+        }
+        async fn delete(&self, id: &str) -> Result<bool> {
+            self.0.delete(id).await
+        }
+    }
+    struct DefaultsHarness(MemoryHarness);
+    #[async_trait]
+    impl Harness for DefaultsHarness {
+        fn name(&self) -> String {
+            "memory-defaults".into()
+        }
+        fn setup(&self) -> Setup {
+            self.0.setup()
+        }
+        async fn provider(&self, owner: &str) -> Result<Box<dyn Provider>> {
+            Ok(Box::new(Defaults(self.0.cloud().provider(owner)?)))
+        }
+        async fn requests(&self) -> Hook<u64> {
+            self.0.requests().await
+        }
+    }
+    let report = run(
+        &DefaultsHarness(MemoryHarness::new()),
+        &["reads_a_machine_by_name"],
+    )
+    .await;
+    assert_eq!(
+        report.results,
+        vec![("reads_a_machine_by_name", Outcome::Passed)]
+    );
 }
 
 #[tokio::test]

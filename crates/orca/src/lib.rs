@@ -16,6 +16,25 @@
 //! assert!(e.to_string().contains("known kinds: fake"), "{e}");
 //! # Ok::<(), orca::Error>(()) }).unwrap();
 //! ```
+//!
+//! What a failed create made: [`Error::made_nothing`] says whether the cloud surely made nothing,
+//! and [`Provider::machine_named`] finds what it made otherwise. [`layer`] wraps any provider for
+//! metrics, fault injection and recording without losing a method:
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use orca::layer::{Fault, Faults, Layered, Op};
+//! use orca::{MachineSpec, Provider};
+//! let faults = Faults::new();
+//! let p = Layered::new(orca::of("fake", "stack-1").await?, faults.clone());
+//! let spec = MachineSpec::new("lab-1", "amd64-small", "zone-a", "lab");
+//! faults.inject(Op::Create, Fault::LoseAnswer, 1);
+//! let e = p.create(&spec).await.unwrap_err();
+//! assert!(!e.made_nothing(), "the answer was lost after the call: look before giving the name up");
+//! let made = p.machine_named(&spec.pool, &spec.name).await?;
+//! assert_eq!(made.map(|m| m.name).as_deref(), Some("lab-1"));
+//! # Ok::<(), orca::Error>(()) }).unwrap();
+//! ```
 
 use std::sync::Arc;
 
