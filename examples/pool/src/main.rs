@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use orca_pool::metrics::Metrics;
-use orca_pool::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Settings, Store};
+use orca_scaler::metrics::Metrics;
+use orca_scaler::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Settings, Store};
 
 /// Keeps a pool of cloud machines at its size. A pass lists the pool, reconciles it with the record
 /// (kept per kind, owner and pool; every name written before its create), deletes what is surplus,
@@ -26,10 +26,10 @@ use orca_pool::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Sett
 #[command(name = "orca-pool", version)]
 struct Args {
     /// The provider kind: fake (in memory, the default), or a cloud built into this binary.
-    #[arg(long, default_value = "fake", env = "ORCA_KIND")]
+    #[arg(long, default_value = "fake", env = orca_scaler::KIND_ENV)]
     kind: String,
     /// The owner (the stack's id) whose machines these are; empty for none.
-    #[arg(long, default_value = "", env = "ORCA_OWNER")]
+    #[arg(long, default_value = "", env = orca_scaler::OWNER_ENV)]
     owner: String,
     /// The pool to scale.
     #[arg(long)]
@@ -53,7 +53,7 @@ struct Args {
     /// Where the record is kept: a file path (default: orca-pool-<pool>.json here; one process per
     /// file), or a PostgreSQL connection string (postgres://... or host=... dbname=...) for replicas, of which one acts at a
     /// time per kind, owner and pool.
-    #[arg(long, alias = "record", env = "ORCA_POOL_STORE")]
+    #[arg(long, alias = "record", env = orca_scaler::STORE_ENV)]
     store: Option<String>,
     /// This replica's name in the PostgreSQL record (default: host name and process id).
     #[arg(long)]
@@ -72,12 +72,12 @@ struct Args {
     /// say so; on an established one, delete them), adopt, or delete. Adopt or delete also settles
     /// a conflict with another writer on the pool, which holds every pass until then.
     #[arg(long, default_value = "ask")]
-    unknown: orca_pool::Unknown,
+    unknown: orca_scaler::Unknown,
     /// Serve Prometheus metrics on this address (for example 127.0.0.1:9464), at /metrics.
     #[arg(long)]
     metrics: Option<SocketAddr>,
     /// For kind fake: a state file, so that separate runs share one simulated cloud.
-    #[arg(long, env = "ORCA_FAKE_STATE")]
+    #[arg(long, env = orca::FAKE_STATE_ENV)]
     fake_state: Option<PathBuf>,
     /// Run one pass and exit (status 1 when an action failed, 2 when it held).
     #[arg(long)]
@@ -200,9 +200,7 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     let key = Key::new(provider.kind(), provider.owner(), &args.pool);
     let metrics = Arc::new(Metrics::new(&key));
     if let Some(addr) = args.metrics {
-        let bound = metrics
-            .clone()
-            .serve(addr)
+        let bound = serve_metrics(metrics.clone(), addr)
             .await
             .map_err(|e| format!("--metrics {addr}: {e}"))?;
         eprintln!("orca-pool: metrics on http://{bound}/metrics");
@@ -246,4 +244,32 @@ async fn run(args: Args) -> Result<ExitCode, String> {
             _ = &mut stop => return Ok(ExitCode::SUCCESS),
         }
     }
+}
+
+/// Serves `GET /metrics` on `addr` (only there: nothing else is bound) until the runtime stops.
+/// Returns the address bound (the port, when `addr` asked for 0).
+async fn serve_metrics(metrics: Arc<Metrics>, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    m.render(),
+                )
+            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("orca-pool: the metrics endpoint stopped: {e}");
+        }
+    });
+    Ok(bound)
 }

@@ -10,10 +10,10 @@ const A: &str = "amd64-small@zone-a";
 
 fn bin(dir: &Path, state: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_orca-pool"));
-    c.env_remove("ORCA_KIND")
-        .env_remove("ORCA_OWNER")
-        .env_remove("ORCA_FAKE_STATE")
-        .env_remove("ORCA_POOL_STORE")
+    c.env_remove(orca_scaler::KIND_ENV)
+        .env_remove(orca_scaler::OWNER_ENV)
+        .env_remove(orca::FAKE_STATE_ENV)
+        .env_remove(orca_scaler::STORE_ENV)
         .current_dir(dir)
         .args(["--kind", "fake", "--fake-state"])
         .arg(state);
@@ -38,7 +38,7 @@ fn once(dir: &Path, state: &Path, owner: &str, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Bullet 6: `--once` exits non-zero when an action failed (here every create: the simulated cloud
+/// `--once` exits non-zero when an action failed (here every create: the simulated cloud
 /// cannot write its state).
 #[test]
 fn once_exits_non_zero_when_an_action_failed() {
@@ -70,7 +70,7 @@ fn once_exits_zero_on_no_stock() {
     );
 }
 
-/// Bullet 3 through the binary: switching `--owner` in one folder deletes nothing; losing the record
+/// The record is keyed by owner, through the binary: switching `--owner` in one folder deletes nothing; losing the record
 /// file holds (status 2) and says why.
 #[test]
 fn switching_owner_in_one_folder_deletes_nothing() {
@@ -169,7 +169,7 @@ fn json_is_one_object_per_pass() {
 fn a_second_process_on_one_record_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("cloud.json");
-    let _held = orca_pool::FileStore::open(dir.path().join("orca-pool-lab.json")).unwrap();
+    let _held = orca_scaler::FileStore::open(dir.path().join("orca-pool-lab.json")).unwrap();
     let out = once(dir.path(), &state, "a", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca::memory::{MemoryCloud, MemoryProvider};
 use orca::{Arch, Created, Machine, MachineSpec, Provider, Status};
-use orca_pool::{FileStore, Offering, Scaler, Settings};
+use orca_scaler::{FileStore, Offering, Scaler, Settings};
 
 /// Settings for pool `lab` of `size` from `offers`, with the scaler's defaults.
 pub fn settings(size: usize, offers: &[&str]) -> Settings {
@@ -170,7 +170,7 @@ impl TestDb {
                 if std::env::var_os("CI").is_some() {
                     panic!(
                         "{test}: no PostgreSQL at {} ({e}), and CI is set",
-                        orca_pool::store::postgres::redact(&admin)
+                        orca_scaler::store::postgres::redact(&admin)
                     );
                 }
                 // Written to the process's stderr itself, past the test harness's capture, so that a
@@ -179,7 +179,7 @@ impl TestDb {
                 let _ = writeln!(
                     std::io::stderr(),
                     "SKIPPED {test}: no PostgreSQL at {} ({e})",
-                    orca_pool::store::postgres::redact(&admin)
+                    orca_scaler::store::postgres::redact(&admin)
                 );
                 return None;
             }

@@ -17,14 +17,20 @@ use std::time::Duration;
 use orca::{Arch, Provider};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "metrics")]
 pub mod metrics;
+mod pass;
 pub mod record;
-pub mod scaler;
+pub mod report;
+mod scaler;
 pub mod store;
 
 pub use record::{Entry, Event, Key, Phase, Record};
-pub use scaler::{Action, PassReport, Scaler};
-pub use store::{file::FileStore, postgres::PgStore, Role, Store, StoreError};
+pub use report::{Action, PassReport};
+pub use scaler::Scaler;
+#[cfg(feature = "postgres")]
+pub use store::postgres::PgStore;
+pub use store::{file::FileStore, Role, Store, StoreError};
 
 /// A machine type in a location, as the autoscaler may buy it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -61,7 +67,7 @@ impl std::fmt::Display for Offering {
 pub enum Unknown {
     /// On a new record (first pass, lost file, another kind or owner): touch nothing, create nothing,
     /// and say why; on an established record (which names every machine it ever meant to make):
-    /// delete them, as the seed's autoscaler does.
+    /// delete them.
     #[default]
     Ask,
     /// Keep them as this pool's machines (counted toward its size).
@@ -131,6 +137,17 @@ impl Settings {
         }
     }
 }
+
+/// The environment variable a program on the scaler reads the provider kind from (`orca-pool`'s
+/// `--kind`).
+pub const KIND_ENV: &str = "ORCA_KIND";
+
+/// The environment variable a program on the scaler reads the owner from (`orca-pool`'s `--owner`).
+pub const OWNER_ENV: &str = "ORCA_OWNER";
+
+/// The environment variable a program on the scaler reads where the record is kept from: a file
+/// path or a PostgreSQL connection string (`orca-pool`'s `--store`).
+pub const STORE_ENV: &str = "ORCA_POOL_STORE";
 
 /// The width of the owner-and-pool tag in machine names.
 pub const TAG_LEN: usize = 6;

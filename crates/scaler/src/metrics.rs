@@ -9,13 +9,10 @@
 //! `orca_pool_no_stock_total{offering}`, `orca_pool_passes_total{role}`, `orca_pool_leader` (1 when
 //! this replica acted in the last pass), `orca_pool_last_pass_timestamp_seconds`.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
 use prometheus::{Encoder, Gauge, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
 use crate::record::Key;
-use crate::scaler::{Action, PassReport};
+use crate::report::{Action, PassReport};
 use crate::store::Role;
 
 /// The scaler's metrics, in their own registry.
@@ -166,33 +163,5 @@ impl Metrics {
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
-    }
-
-    /// Serves `GET /metrics` on `addr` (only there: nothing else is bound) until the runtime stops.
-    /// Returns the address bound (the port, when `addr` asked for 0).
-    pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let bound = listener.local_addr()?;
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let m = self.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8",
-                        )],
-                        m.render(),
-                    )
-                }
-            }),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "the metrics endpoint stopped");
-            }
-        });
-        Ok(bound)
     }
 }
