@@ -152,6 +152,11 @@ pub const STORE_ENV: &str = "ORCA_POOL_STORE";
 /// The width of the owner-and-pool tag in machine names.
 pub const TAG_LEN: usize = 6;
 
+/// The label every machine a scaler creates carries, holding its record's writer id
+/// ([`Record::writer`]): a machine with another writer's id is a conflict that holds the pool, never a
+/// machine to adopt or delete as unknown.
+pub const WRITER_LABEL: &str = "orca-pool-writer";
+
 /// The most digits of a machine number that [`check_offerings`] makes room for.
 pub const NUMBER_DIGITS: usize = 6;
 

@@ -268,3 +268,93 @@ async fn a_conflict_is_one_failure_and_a_held_pass_reports_its_serving_machines(
     assert_eq!(r.serving, 1, "its own machine serves while held: {r:?}");
     assert!(w.deleted.lock().unwrap().is_empty());
 }
+
+/// Two scalers with their own records on one pool, both established: each machine carries its
+/// record's writer label, so the second sees the first's machines as another writer's (a conflict
+/// that holds the pool), never as unknown machines to delete. The operator's word settles it.
+#[tokio::test]
+async fn a_second_scaler_with_its_own_record_never_deletes_the_others_machines() {
+    let (one_dir, two_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (cloud, p) = cloud();
+    // The second scaler's record is established on the empty pool first.
+    let mut two = scaler(two_dir.path(), 0, &[A]);
+    let r = two.pass(&p, cloud.now()).await;
+    assert!(r.stopped.is_none() && r.actions.is_empty(), "{r:?}");
+    let mut one = scaler(one_dir.path(), 2, &[A]);
+    assert_eq!(one.pass(&p, cloud.now()).await.serving, 2);
+    let theirs = ids(&cloud);
+
+    two.settings.size = 2;
+    for _ in 0..2 {
+        let r = two.pass(&p, cloud.now()).await;
+        assert!(deleted(&r.actions).is_empty(), "{:?}", r.actions);
+        assert!(
+            r.stopped
+                .as_deref()
+                .is_some_and(|s| s.contains("another writer") && s.contains("orca-pool-writer")),
+            "{r:?}"
+        );
+        assert_eq!(ids(&cloud), theirs, "{:?}", r.actions);
+    }
+    let r = one.pass(&p, cloud.now()).await;
+    assert!(r.actions.is_empty(), "{:?}", r.actions);
+
+    // The other writer stopped, the operator adopts its machines: held no more.
+    drop(one);
+    two.settings.unknown = Unknown::Adopt;
+    let r = two.pass(&p, cloud.now()).await;
+    assert!(r.stopped.is_none(), "{r:?}");
+    assert_eq!(r.serving, 2, "{:?}", r.actions);
+    two.settings.unknown = Unknown::Ask;
+    let r = two.pass(&p, cloud.now()).await;
+    assert!(r.actions.is_empty() && r.stopped.is_none(), "{r:?}");
+    assert_eq!(ids(&cloud), theirs);
+}
+
+/// A conflict met by a create (answered with another writer's machine) whose write is lost with the
+/// process: the name stays recorded as creating, and the next process finds the other writer's
+/// machine of that name in the listing. Its writer label tells it is not this record's: a conflict,
+/// not an adoption.
+#[tokio::test]
+async fn a_conflict_lost_with_the_process_is_found_again_by_the_writer_label() {
+    let (one_dir, two_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (cloud, p) = cloud();
+    let mut one = scaler(one_dir.path(), 1, &[A]);
+    assert_eq!(one.pass(&p, cloud.now()).await.serving, 1);
+    let theirs = ids(&cloud);
+
+    let two_p = Wrap::new(cloud.provider("s1").unwrap());
+    two_p.stale_listings.store(1, Ordering::SeqCst);
+    let mut two = Scaler::new(
+        settings(1, &[A]),
+        Box::new(FailingStore {
+            inner: FileStore::open(two_dir.path().join("rec.json")).unwrap(),
+            kind: "conflict",
+            fail: 1,
+        }),
+    );
+    let r = two.pass(&two_p, cloud.now()).await;
+    assert!(
+        r.stopped.as_deref().is_some_and(|s| s.contains("injected")),
+        "{r:?}"
+    );
+    drop(two);
+
+    let mut again = scaler(two_dir.path(), 1, &[A]);
+    let r = again.pass(&two_p, cloud.now()).await;
+    assert!(
+        !r.actions
+            .iter()
+            .any(|a| matches!(a, Action::Adopted { .. } | Action::Created { .. })),
+        "{:?}",
+        r.actions
+    );
+    assert!(
+        r.stopped
+            .as_deref()
+            .is_some_and(|s| s.contains("another writer")),
+        "{r:?}"
+    );
+    assert!(two_p.deleted.lock().unwrap().is_empty());
+    assert_eq!(ids(&cloud), theirs);
+}

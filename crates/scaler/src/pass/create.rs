@@ -11,7 +11,7 @@ use super::{PassCtx, Unrecorded};
 use crate::record::{Entry, Event, Phase};
 use crate::report::Action;
 use crate::store::StoreError;
-use crate::{machine_name, Offering};
+use crate::{machine_name, Offering, WRITER_LABEL};
 
 /// Whether an error of a create says the cloud made nothing (the name can be given up).
 fn refused(e: &Error) -> bool {
@@ -34,6 +34,20 @@ struct Picked {
     name: String,
     offering: Offering,
     fresh: bool,
+    /// The record's writer id, a label of the machine.
+    writer: String,
+}
+
+impl Picked {
+    /// Whether machine `m`, answered as made by an earlier create, is another writer's: it carries
+    /// another record's writer label, or (made before writer labels, or by another program) no
+    /// label, for a name this record had never asked for before.
+    fn theirs(&self, m: &Machine) -> bool {
+        match m.labels.get(WRITER_LABEL) {
+            Some(w) => *w != self.writer,
+            None => self.fresh,
+        }
+    }
 }
 
 /// What a create job does after an answer.
@@ -61,7 +75,8 @@ pub(super) async fn create_job(
         };
         let o = &picked.offering;
         let spec = MachineSpec::new(&picked.name, &o.machine_type, &o.location, &cx.key.pool)
-            .with_user_data(cx.settings.user_data.clone());
+            .with_user_data(cx.settings.user_data.clone())
+            .with_label(WRITER_LABEL, &picked.writer);
         let r = cx.p.create(&spec).await;
         let mut s = sh.lock().await;
         match answered(&mut s, cx, picked, r).await? {
@@ -83,6 +98,7 @@ async fn pick(
             name: e.name.clone(),
             offering: e.offering.clone(),
             fresh: false,
+            writer: s.record.writer.clone(),
         }));
     }
     let usable = cx.settings.offerings.iter().find(|o| {
@@ -129,6 +145,7 @@ async fn pick(
         name,
         offering: o,
         fresh: true,
+        writer: s.record.writer.clone(),
     }))
 }
 
@@ -149,10 +166,9 @@ async fn answered(
             )))
         }
         Ok(Created::Machine(m)) => Ok((m, false)),
-        Ok(Created::Adopted(m)) if picked.fresh => {
-            // This record picked the name just now and had never asked for it before: the
-            // machine is another writer's (a second copy with its own record, or another
-            // program), not this scaler's earlier attempt.
+        Ok(Created::Adopted(m)) if picked.theirs(&m) => {
+            // Not this scaler's earlier attempt: another writer's machine (a second copy with its
+            // own record, or another program).
             conflict(s, cx, &picked, m).await?;
             return Ok(Then::Done);
         }
@@ -219,7 +235,7 @@ async fn conflict(
 ) -> Result<(), StoreError> {
     let (key, name) = (cx.key, &picked.name);
     let why = format!(
-        "another writer owns machines in pool {pool} under owner {owner} on {kind}: the create of {name}, a name this record ({store}) had never asked for before, was answered with machine {id}, made by an earlier create that was not this scaler's. It is not recorded as this pool's, and nothing more is created or deleted for {key} until you act: run one orca-pool per kind, owner and pool (a second copy needs its own --owner; replicas share PostgreSQL with --store postgres://...), then, with the other writer stopped, run once with --unknown adopt to take its machines into this record, or --unknown delete to delete them",
+        "another writer owns machines in pool {pool} under owner {owner} on {kind}: the create of {name} by this record ({store}) was answered with machine {id}, made by an earlier create that was not this scaler's (it carries another record's writer label, or none for a name this record had never asked for before). It is not recorded as this pool's, and nothing more is created or deleted for {key} until you act: run one orca-pool per kind, owner and pool (a second copy needs its own --owner; replicas share PostgreSQL with --store postgres://...), then, with the other writer stopped, run once with --unknown adopt to take its machines into this record, or --unknown delete to delete them",
         pool = key.pool,
         owner = if key.owner.is_empty() { "-" } else { &key.owner },
         kind = key.kind,

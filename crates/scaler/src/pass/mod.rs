@@ -61,6 +61,10 @@ pub(crate) async fn run(
     if held_by_conflict(&mut record, &listed, cx, &mut events, report) {
         return Ok(Some(record));
     }
+    if let Some(conflicts) = other_writers(&mut record, &listed, cx, &*store, report) {
+        store.commit(&record, &conflicts).await?;
+        return Ok(Some(record));
+    }
     let Some(policy) = establish(&mut record, &listed, cx, &*store, &mut events, report) else {
         return Ok(None);
     };
@@ -102,6 +106,7 @@ async fn load(
         .load(key)
         .await?
         .unwrap_or_else(|| Record::new(key.clone()));
+    record.ensure_writer();
     if !unrecorded.iter().any(|u| u.key == *key) {
         return Ok(record);
     }
@@ -173,6 +178,75 @@ fn held_by_conflict(
         ),
     });
     false
+}
+
+/// Machines of another writer in the listing (another record's writer label; see
+/// [`Record::other_writer`]): on an established record, without the operator's word, a conflict
+/// that holds the pool. Returns the events to write (the record then names the conflict, so later
+/// passes hold too), or `None` when there is none.
+fn other_writers(
+    record: &mut Record,
+    listed: &[Machine],
+    cx: PassCtx<'_>,
+    store: &dyn Store,
+    report: &mut PassReport,
+) -> Option<Vec<Event>> {
+    if !record.established || cx.settings.unknown != Unknown::Ask {
+        return None;
+    }
+    let theirs: Vec<(&Machine, &str)> = listed
+        .iter()
+        .filter(|m| m.status != Status::Deleting)
+        .filter_map(|m| record.other_writer(m).map(|w| (m, w)))
+        .collect();
+    if theirs.is_empty() {
+        return None;
+    }
+    let key = cx.key;
+    let mut writers: Vec<&str> = theirs.iter().map(|(_, w)| *w).collect();
+    writers.sort_unstable();
+    writers.dedup();
+    let why = format!(
+        "another writer owns machines in pool {pool} under owner {owner} on {kind}: {names} carry the label {label} of another record ({writers}), not this record's ({store}, {ours}). They are neither adopted nor deleted, and nothing more is created or deleted for {key} until you act: run one orca-pool per kind, owner and pool (a second copy needs its own --owner; replicas share PostgreSQL with --store postgres://...), then, with the other writer stopped, run once with --unknown adopt to take its machines into this record, or --unknown delete to delete them",
+        pool = key.pool,
+        owner = if key.owner.is_empty() { "-" } else { &key.owner },
+        kind = key.kind,
+        names = theirs
+            .iter()
+            .map(|(m, _)| format!("{} ({})", m.name, m.id))
+            .collect::<Vec<_>>()
+            .join(", "),
+        label = crate::WRITER_LABEL,
+        writers = writers.join(", "),
+        store = store.describe(),
+        ours = record.writer,
+    );
+    let mut events = Vec::new();
+    for (m, _) in &theirs {
+        // A name this record picked and recorded as creating, made by the other writer: not this
+        // record's to find by name.
+        if record
+            .entries
+            .get(&m.name)
+            .is_some_and(|e| e.phase == Phase::Creating)
+        {
+            record.entries.remove(&m.name);
+        }
+        events.push(Event::Conflict {
+            name: m.name.clone(),
+            id: m.id.clone(),
+            why: why.clone(),
+        });
+        report.actions.push(Action::Conflict {
+            name: m.name.clone(),
+            id: m.id.clone(),
+            why: why.clone(),
+        });
+    }
+    record.conflict = Some(why.clone());
+    report.serving = serving_of(record, listed, cx.now, cx.settings.grace);
+    report.stopped = Some(why);
+    Some(events)
 }
 
 /// What to do with machines the record does not name, or `None` when the pass holds: a new record

@@ -99,6 +99,15 @@ pub(super) fn listed(
     // The id of the machine each name stands for, once one was taken as the pool's.
     let mut seen_ids: BTreeMap<String, String> = BTreeMap::new();
     for m in listed {
+        if policy == Unknown::Delete
+            && m.status != Status::Deleting
+            && record.other_writer(m).is_some()
+        {
+            // Another writer's machine, on the operator's word: deleted even where it carries a
+            // name this record picked.
+            unknown(record, m, policy, cx, found, actions);
+            continue;
+        }
         let Some(e) = record.entries.get_mut(&m.name) else {
             if m.status != Status::Deleting {
                 unknown(record, m, policy, cx, found, actions);

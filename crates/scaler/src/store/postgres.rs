@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "records.conflict",
         include_str!("migrations/0002_conflict.sql"),
     ),
+    (
+        3,
+        "records.writer",
+        include_str!("migrations/0003_writer.sql"),
+    ),
 ];
 
 /// The schema everything lives in.
@@ -339,7 +344,7 @@ impl Store for PgStore {
         let Some(row) = self
             .client
             .query_opt(
-                "SELECT established, next_number, conflict FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3",
+                "SELECT established, next_number, conflict, writer FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3",
                 &[&key.kind, &key.owner, &key.pool],
             )
             .await
@@ -351,6 +356,7 @@ impl Store for PgStore {
         record.established = row.get(0);
         record.next = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
         record.conflict = row.get(2);
+        record.writer = row.get(3);
         for r in self
             .client
             .query(
@@ -483,7 +489,7 @@ async fn write_record(tx: &Transaction<'_>, record: &Record) -> Result<(), Store
     let next = i64::try_from(record.next).unwrap_or(i64::MAX);
     tx.execute(
         "UPDATE orca_pool.records SET established = $4, next_number = $5, conflict = $6,
-             updated_at = now()
+             writer = $7, updated_at = now()
          WHERE kind = $1 AND owner = $2 AND pool = $3",
         &[
             &key.kind,
@@ -492,6 +498,7 @@ async fn write_record(tx: &Transaction<'_>, record: &Record) -> Result<(), Store
             &record.established,
             &next,
             &record.conflict,
+            &record.writer,
         ],
     )
     .await
