@@ -192,9 +192,34 @@ pub fn name_rule(kind: &str) -> (usize, bool) {
     }
 }
 
+/// Whether `o`'s location is known to the cloud, where the provider can tell: one that reads prices
+/// per location ([`orca::Capabilities::hourly_price`]) answers an unknown location, or a type not
+/// offered there. A provider that cannot tell, or a check that fails for another reason, lets the
+/// first create find out (its refusal falls back to the next offering).
+async fn check_location(p: &dyn Provider, o: &Offering) -> Option<String> {
+    if !p.capabilities().hourly_price {
+        return None;
+    }
+    match p.hourly_price(&o.machine_type, &o.location).await {
+        Err(e @ orca::Error::InvalidSpec { .. }) => Some(format!(
+            "offering {o}: unknown location {} on {}: {e}",
+            o.location,
+            p.kind()
+        )),
+        Err(e) if e.kind() == orca::ErrorKind::NotFound => Some(format!(
+            "offering {o}: {} is not offered in {} on {}: {e}",
+            o.machine_type,
+            o.location,
+            p.kind()
+        )),
+        _ => None,
+    }
+}
+
 /// Checks, before any machine is made, that the pool can be scaled as `settings` say on `p`: each
-/// offering's type is known to the cloud and of an architecture the image runs on, the location is a
-/// valid token, and the pool's machine names fit the cloud's rule. Every problem is named at once;
+/// offering's type is known to the cloud and of an architecture the image runs on, its location is
+/// known where the provider can tell ([`check_location`]), the provider sets labels, and the pool's
+/// machine names fit the cloud's rule. Every problem is named at once;
 /// on success, the architecture of each offering.
 pub async fn check_offerings(
     p: &dyn Provider,
@@ -235,27 +260,40 @@ pub async fn check_offerings(
     } else if let Err(e) = orca::validate_name(&longest) {
         problems.push(format!("pool {:?}: {e}", settings.pool));
     }
+    if !p.capabilities().options.labels {
+        problems.push(format!(
+            "{} does not set labels on a create, and every machine carries its record's writer id as the label {WRITER_LABEL}",
+            p.kind()
+        ));
+    }
     let mut archs = Vec::new();
     for o in &settings.offerings {
         if let Err(e) = orca::MachineSpec::new(&longest, &o.machine_type, &o.location, "p")
             .with_user_data(settings.user_data.clone())
+            .with_label(WRITER_LABEL, "0123456789abcdef")
             .validate()
         {
             problems.push(format!("offering {o}: {e}"));
             continue;
         }
-        match p.arch(&o.machine_type).await {
-            Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => archs.push(a),
-            Ok(a) => problems.push(format!(
-                "offering {o}: {} is {a}, and the worker image runs on {}",
-                o.machine_type,
-                settings
-                    .archs
-                    .iter()
-                    .map(Arch::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+        let known = match p.arch(&o.machine_type).await {
+            Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => {
+                archs.push(a);
+                true
+            }
+            Ok(a) => {
+                problems.push(format!(
+                    "offering {o}: {} is {a}, and the worker image runs on {}",
+                    o.machine_type,
+                    settings
+                        .archs
+                        .iter()
+                        .map(Arch::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                true
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -266,13 +304,23 @@ pub async fn check_offerings(
                     "offering {o}: unknown machine type {} on {}: {e}",
                     o.machine_type,
                     p.kind()
-                ))
+                ));
+                false
             }
-            Err(e) => problems.push(format!(
-                "offering {o}: could not check machine type {} on {}: {e}",
-                o.machine_type,
-                p.kind()
-            )),
+            Err(e) => {
+                problems.push(format!(
+                    "offering {o}: could not check machine type {} on {}: {e}",
+                    o.machine_type,
+                    p.kind()
+                ));
+                false
+            }
+        };
+        // The location, once the type is known (a type the cloud does not know has no price).
+        if known {
+            if let Some(problem) = check_location(p, o).await {
+                problems.push(problem);
+            }
         }
     }
     if problems.is_empty() {

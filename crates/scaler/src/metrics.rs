@@ -1,5 +1,4 @@
-//! The metrics a scaler operator expects, on an optional Prometheus endpoint (`GET /metrics`, text
-//! format 0.0.4), with the `prometheus` crate.
+//! The metrics a scaler operator expects, in Prometheus' text format, with the `prometheus` crate.
 //!
 //! Every series carries the constant labels `kind`, `owner` and `pool`:
 //! `orca_pool_size` (machines serving after the last pass; 0 on a standby, which does not list the
@@ -7,7 +6,11 @@
 //! (the target), `orca_pool_listed` (0 on a standby too), `orca_pool_created_total{how="made|adopted"}`,
 //! `orca_pool_deleted_total{cause}`, `orca_pool_failures_total{operation}`,
 //! `orca_pool_no_stock_total{offering}`, `orca_pool_passes_total{role}`, `orca_pool_leader` (1 when
-//! this replica acted in the last pass), `orca_pool_last_pass_timestamp_seconds`.
+//! this replica acted in the last pass and still holds the lead: [`Metrics::lead_lost`] drops it),
+//! `orca_pool_last_pass_timestamp_seconds`. The counters are exported at 0 from the start (the
+//! no-stock counter per offering given to [`Metrics::with_offerings`]).
+//!
+//! Serving them is the program's: [`Metrics::render`] gives the text format (0.0.4).
 
 use prometheus::{Encoder, Gauge, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
@@ -98,6 +101,20 @@ impl Metrics {
         registry
             .register(Box::new(last_pass.clone()))
             .expect("unique");
+        // Every counter's series at 0 from the start: a rate over a series that appears only at its
+        // first event misses that event.
+        for how in ["made", "adopted"] {
+            created.with_label_values(&[how]);
+        }
+        for cause in ["surplus", "unknown", "unhealthy", "duplicate", "recorded"] {
+            deleted.with_label_values(&[cause]);
+        }
+        for operation in ["list", "read", "create", "delete", "conflict", "pass"] {
+            failures.with_label_values(&[operation]);
+        }
+        for role in ["leader", "standby"] {
+            passes.with_label_values(&[role]);
+        }
         Metrics {
             registry,
             size,
@@ -111,6 +128,20 @@ impl Metrics {
             leader,
             last_pass,
         }
+    }
+
+    /// The same metrics with the no-stock counter of each of `offerings` at 0.
+    pub fn with_offerings(self, offerings: &[crate::Offering]) -> Self {
+        for o in offerings {
+            self.no_stock.with_label_values(&[o.to_string().as_str()]);
+        }
+        self
+    }
+
+    /// This replica no longer holds the lead ([`crate::Scaler::lead_lost`]): the leader gauge drops
+    /// to 0 at once, not at the next pass.
+    pub fn lead_lost(&self) {
+        self.leader.set(0);
     }
 
     /// Counts what pass `r` did.

@@ -43,6 +43,18 @@ impl Scaler {
         &*self.store
     }
 
+    /// Resolves once this replica's store has lost the lead it may hold (PostgreSQL: the session
+    /// that held the lock is gone), at once when it already has; never for a store that cannot
+    /// lose it. A program watches it between passes to stop showing this replica as the leader.
+    pub async fn lead_lost(&self) {
+        match self.store.lost() {
+            Some(mut rx) => {
+                let _ = rx.wait_for(|lost| *lost).await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+
     /// One pass at time `now` on `p`: bring the pool to its size, if this replica leads.
     pub async fn pass(&mut self, p: &dyn Provider, now: Timestamp) -> PassReport {
         let key = Key::new(p.kind(), p.owner(), &self.settings.pool);

@@ -45,7 +45,7 @@ async fn counters_follow_deletes_failures_and_no_stock() {
     assert_eq!(sample(&body, "orca_pool_size", &[]), Some(2.0), "{body}");
     assert_eq!(
         sample(&body, "orca_pool_deleted_total", &["cause=\"surplus\""]),
-        None,
+        Some(0.0),
         "{body}"
     );
 
@@ -113,4 +113,33 @@ async fn a_standby_reports_no_stale_size() {
     assert_eq!(sample(&body, "orca_pool_leader", &[]), Some(0.0), "{body}");
     assert_eq!(sample(&body, "orca_pool_size", &[]), Some(0.0), "{body}");
     assert_eq!(sample(&body, "orca_pool_listed", &[]), Some(0.0), "{body}");
+}
+
+/// Every counter is exported at 0 from the start (a rate over a series that appears only at its first
+/// event misses that event), the no-stock counter for each offering given.
+#[test]
+fn counters_are_exported_at_zero_from_the_start() {
+    let m = Metrics::new(&Key::new("fake", "s1", "lab")).with_offerings(&[A.parse().unwrap()]);
+    let body = m.render();
+    for (name, label) in [
+        ("orca_pool_created_total", "how=\"made\""),
+        ("orca_pool_created_total", "how=\"adopted\""),
+        ("orca_pool_deleted_total", "cause=\"surplus\""),
+        ("orca_pool_deleted_total", "cause=\"unknown\""),
+        ("orca_pool_deleted_total", "cause=\"unhealthy\""),
+        ("orca_pool_failures_total", "operation=\"create\""),
+        ("orca_pool_failures_total", "operation=\"pass\""),
+        ("orca_pool_passes_total", "role=\"leader\""),
+        ("orca_pool_passes_total", "role=\"standby\""),
+        (
+            "orca_pool_no_stock_total",
+            "offering=\"amd64-small@zone-a\"",
+        ),
+    ] {
+        assert_eq!(
+            sample(&body, name, &[label]),
+            Some(0.0),
+            "{name}{{{label}}} in\n{body}"
+        );
+    }
 }

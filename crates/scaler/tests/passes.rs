@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use orca::memory::{FaultKind, MemoryCloud, Operation};
 use orca::{ErrorKind, MachineSpec, Provider};
-use orca_scaler::{Action, Offering, Unknown};
-use support::{cloud, ids, scaler, Wrap};
+use orca_scaler::{Action, FileStore, Offering, Scaler, Unknown};
+use support::{cloud, ids, scaler, FailingStore, Wrap};
 
 const A: &str = "amd64-small@zone-a";
 
@@ -275,4 +275,52 @@ async fn a_machine_deleted_outside_is_replaced() {
         r.actions
     );
     assert_eq!(ids(&cloud).len(), 2);
+}
+
+/// A create refused for its offering (a location the cloud does not know) falls back to the next
+/// offering in the same pass, and the refused one rests, as after no stock.
+#[tokio::test]
+async fn a_create_refused_for_its_offering_falls_back_to_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 2, &["amd64-small@nowhere", A]);
+    s.settings.parallel = 1;
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(created(&r.actions), [A, A], "{:?}", r.actions);
+    assert_eq!(r.serving, 2, "{:?}", r.actions);
+    assert_eq!(r.failures(), 1, "the refusal is said: {:?}", r.actions);
+    assert!(
+        s.record()
+            .unwrap()
+            .cooling
+            .contains_key("amd64-small@nowhere"),
+        "{:?}",
+        s.record()
+    );
+    assert_eq!(ids(&cloud).len(), 2);
+}
+
+/// A pass stopped by a record-store error reports the machines it listed and counted, not 0.
+#[tokio::test]
+async fn a_pass_stopped_by_the_record_store_reports_what_it_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 2, &[A]);
+    assert_eq!(s.pass(&p, cloud.now()).await.serving, 2);
+    drop(s);
+    let mut s = Scaler::new(
+        support::settings(3, &[A]),
+        Box::new(FailingStore {
+            inner: FileStore::open(dir.path().join("rec.json")).unwrap(),
+            kind: "intend_create",
+            fail: 1,
+        }),
+    );
+    let r = s.pass(&p, cloud.now()).await;
+    assert!(
+        r.stopped.as_deref().is_some_and(|m| m.contains("injected")),
+        "{r:?}"
+    );
+    assert_eq!((r.listed, r.serving), (2, 2), "{r:?}");
+    assert!(r.lines()[0].contains("2 of 3 serving"), "{:?}", r.lines());
 }

@@ -40,3 +40,17 @@ async fn invalid_offerings_are_refused_at_start_naming_each() {
     assert!(e[0].contains("longer than the 63"), "{e:?}");
     assert!(check_offerings(&p, &settings(1, &[A])).await.is_ok());
 }
+
+/// An offering in a location the cloud does not know is refused at start, named, as an unknown type
+/// is.
+#[tokio::test]
+async fn an_unknown_location_is_refused_at_start_naming_it() {
+    let (_cloud, p) = cloud();
+    let st = settings(1, &["amd64-small@nowhere", A]);
+    let e = check_offerings(&p, &st).await.unwrap_err();
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("amd64-small@nowhere") && e[0].contains("unknown location nowhere"),
+        "{e:?}"
+    );
+}

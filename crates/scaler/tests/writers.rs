@@ -6,8 +6,8 @@ mod support;
 use std::sync::atomic::Ordering;
 
 use orca::{MachineSpec, Provider};
-use orca_scaler::{machine_name, Action, FileStore, Key, Phase, Scaler, StoreError, Unknown};
-use support::{cloud, ids, scaler, settings, Wrap};
+use orca_scaler::{machine_name, Action, FileStore, Key, Phase, Scaler, Unknown};
+use support::{cloud, ids, scaler, settings, FailingStore, Wrap};
 
 const A: &str = "amd64-small@zone-a";
 
@@ -135,38 +135,6 @@ async fn a_second_writer_settled_by_adoption_then_grows_without_conflict() {
     let rec = two.record().unwrap();
     assert_eq!(rec.in_phase(Phase::Live).count(), 4, "{rec:?}");
     assert!(rec.conflict.is_none());
-}
-
-/// A file store whose commits carrying a given event kind fail, `fail` times.
-#[derive(Debug)]
-struct FailingStore {
-    inner: FileStore,
-    kind: &'static str,
-    fail: usize,
-}
-
-#[async_trait::async_trait]
-impl orca_scaler::Store for FailingStore {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-    async fn lead(&mut self, key: &Key) -> Result<orca_scaler::Role, StoreError> {
-        self.inner.lead(key).await
-    }
-    async fn load(&mut self, key: &Key) -> Result<Option<orca_scaler::Record>, StoreError> {
-        self.inner.load(key).await
-    }
-    async fn commit(
-        &mut self,
-        record: &orca_scaler::Record,
-        events: &[orca_scaler::Event],
-    ) -> Result<(), StoreError> {
-        if self.fail > 0 && events.iter().any(|e| e.kind() == self.kind) {
-            self.fail -= 1;
-            return Err(StoreError::Failed("injected: the disk is full".into()));
-        }
-        self.inner.commit(record, events).await
-    }
 }
 
 /// A conflict whose write fails is not lost: the next pass does not take the other writer's machine

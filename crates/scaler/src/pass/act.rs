@@ -100,12 +100,16 @@ pub(super) async fn act(
         conflict: None,
         unrecorded,
     });
+    let mut stopped = None;
     {
         let mut results = futures::stream::iter(jobs.into_iter().map(|j| run_job(&shared, cx, j)))
             .buffer_unordered(cx.settings.parallel.max(1));
         while let Some(r) = results.next().await {
             // A record that cannot be written stops everything at once: in-flight calls are dropped.
-            r?;
+            if let Err(e) = r {
+                stopped = Some(e);
+                break;
+            }
         }
     }
     let shared = shared.into_inner();
@@ -120,7 +124,10 @@ pub(super) async fn act(
         });
     }
     report.serving = (serving + shared.made).saturating_sub(shared.deleted_counted);
-    Ok(Some(shared.record))
+    match stopped {
+        Some(e) => Err(e),
+        None => Ok(Some(shared.record)),
+    }
 }
 
 async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<(), StoreError> {

@@ -53,8 +53,14 @@ impl Picked {
 /// What a create job does after an answer.
 enum Then {
     Done,
-    /// No stock: the next offering, with a new name.
+    /// No stock, or the offering refused: the next offering, with a new name.
     NextOffering,
+}
+
+/// Whether a create's error refuses the offering itself (its machine type or location unknown to
+/// the cloud): the next offering may do.
+fn offering_refused(e: &Error) -> bool {
+    matches!(e, Error::InvalidSpec { field, .. } if field == "machine_type" || field == "location")
 }
 
 pub(super) async fn create_job(
@@ -185,6 +191,12 @@ async fn answered(
         Err(Error::NoStock { message, .. }) => no_stock(s, cx, picked, message)
             .await
             .map(|()| Then::NextOffering),
+        Err(err) if offering_refused(&err) => {
+            let offering = picked.offering.clone();
+            failed(s, cx, picked, err).await?;
+            rest(s, cx, &offering).await?;
+            Ok(Then::NextOffering)
+        }
         Err(err) => failed(s, cx, picked, err).await.map(|()| Then::Done),
     }
 }
@@ -279,8 +291,7 @@ async fn no_stock(
     message: String,
 ) -> Result<(), StoreError> {
     let (name, offering) = (picked.name, picked.offering);
-    let until = cx.now
-        + chrono::Duration::from_std(cx.settings.cooldown).unwrap_or(chrono::Duration::zero());
+    let until = rest_until(cx);
     if let Some(e) = s.record.entries.get_mut(&name) {
         e.phase = Phase::Retired;
         e.changed_at = cx.now;
@@ -301,6 +312,30 @@ async fn no_stock(
     s.actions.push(Action::NoStock {
         offering: offering.to_string(),
         until,
+    });
+    Ok(())
+}
+
+/// When an offering rested now may be tried again.
+fn rest_until(cx: PassCtx<'_>) -> orca::Timestamp {
+    chrono::Duration::from_std(cx.settings.cooldown)
+        .ok()
+        .and_then(|d| cx.now.checked_add_signed(d))
+        .unwrap_or(cx.now)
+}
+
+/// Rests `offering` for the cool-down after it refused a create.
+async fn rest(s: &mut Shared<'_>, cx: PassCtx<'_>, offering: &Offering) -> Result<(), StoreError> {
+    let until = rest_until(cx);
+    s.record.cooling.insert(offering.to_string(), until);
+    s.commit(vec![Event::Cooling {
+        offering: offering.to_string(),
+        until,
+    }])
+    .await?;
+    s.actions.push(Action::Skipped {
+        offering: offering.to_string(),
+        reason: format!("refused its create; it rests until {}", super::ts(until)),
     });
     Ok(())
 }

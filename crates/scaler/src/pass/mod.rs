@@ -80,6 +80,8 @@ pub(crate) async fn run(
     reconcile::absent(&mut record, &listed, cx, &mut found, &mut report.actions).await;
     record.cooling.retain(|_, until| *until > cx.now);
     let serving = found.counted.len();
+    // What the listing counted, reported even if a record write stops the pass from here on.
+    report.serving = serving;
     plan::surplus(&record, &mut found, cx.settings.size);
     let missing = cx.settings.size.saturating_sub(serving);
     let retries = plan::pending(&mut record, &mut found, missing, cx, &mut report.actions);
