@@ -1,16 +1,4 @@
-//! The pool autoscaler (`orca.pool_scale`) as a library: one [`Scaler::pass`] brings a pool to its
-//! target size on any [`Provider`], without ever losing or deleting a machine it made.
-//!
-//! - **Intent before action**: a machine's name and offering are written to the [`Store`] before the
-//!   cloud is asked to make it, and a delete before the cloud is asked to remove it; the outcome after.
-//!   A recorded name found in the cloud later is adopted (listed, or by retrying the same create,
-//!   which the drivers answer with [`orca::Created::Adopted`]); it is never deleted as unknown.
-//! - **One record per (kind, owner, pool)** ([`record::Key`]); a new record adopts and deletes nothing
-//!   of what it finds until the operator says so ([`Unknown`]).
-//! - **Two stores**: a local file ([`store::file::FileStore`], locked) and PostgreSQL
-//!   ([`store::postgres::PgStore`], replicas under an advisory lock, fenced writes).
-//! - **Machines that will not serve are replaced**: stopped or unknown for longer than a grace.
-//! - **Bounded parallel** creates and deletes; names unique per owner ([`machine_name`]).
+#![doc = include_str!("../README.md")]
 
 use std::time::Duration;
 
@@ -218,9 +206,9 @@ async fn check_location(p: &dyn Provider, o: &Offering) -> Option<String> {
 
 /// Checks, before any machine is made, that the pool can be scaled as `settings` say on `p`: each
 /// offering's type is known to the cloud and of an architecture the image runs on, its location is
-/// known where the provider can tell ([`check_location`]), the provider sets labels, and the pool's
-/// machine names fit the cloud's rule. Every problem is named at once;
-/// on success, the architecture of each offering.
+/// known where the provider can tell (one that reads prices per location), the provider sets labels,
+/// and the pool's machine names fit the cloud's rule. Every problem is named at once; on success,
+/// the architecture of each offering.
 pub async fn check_offerings(
     p: &dyn Provider,
     settings: &Settings,

@@ -141,3 +141,74 @@ async fn two_processes_on_one_pool_never_both_act() {
     assert_eq!(names.len(), 3, "{names:?}");
     assert_eq!(cloud.all_machines().len(), 3);
 }
+
+/// The value of the sample `name{...}` in a metrics body, if there is one.
+fn sample(body: &str, name: &str) -> Option<f64> {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse().ok()))
+}
+
+/// A replica whose database session is cut no longer shows itself as the leader: its
+/// `orca_pool_leader` drops to 0 at once, not at its next pass (here a minute away), so that two
+/// replicas never both show 1 for long.
+#[tokio::test]
+async fn the_leader_gauge_drops_as_soon_as_the_session_is_lost() {
+    let Some(db) = TestDb::create("the_leader_gauge_drops_as_soon_as_the_session_is_lost").await
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orca-pool"))
+        .env_remove(orca_scaler::KIND_ENV)
+        .env_remove(orca_scaler::OWNER_ENV)
+        .current_dir(dir.path())
+        .args(["--kind", "fake", "--fake-state"])
+        .arg(&state)
+        .args([
+            "--owner", "s1", "--pool", "lab", "--size", "1", "--offer", A,
+        ])
+        .args(["--store", &db.url, "--replica", "r1"])
+        .args(["--metrics", "127.0.0.1:0", "--interval", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(err).lines();
+    let url = loop {
+        let l = lines.next().expect("the metrics address").unwrap();
+        if let Some(u) = l.strip_prefix("orca-pool: metrics on ") {
+            break u.to_string();
+        }
+    };
+    let leader = || async {
+        let body = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        sample(&body, "orca_pool_leader")
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while leader().await != Some(1.0) {
+        assert!(Instant::now() < end, "the replica never led");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    admin(&db)
+        .await
+        .execute(
+            // Only this test's database: the server is shared with other tests.
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            &[],
+        )
+        .await
+        .unwrap();
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut now = leader().await;
+    while now != Some(0.0) && Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        now = leader().await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(now, Some(0.0), "the leader gauge after the session was cut");
+}
