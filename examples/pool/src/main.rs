@@ -1,7 +1,8 @@
 //! `orca-pool`: keeps a pool of machines at its size, on any provider.
 //!
 //! ```text
-//! orca-pool --pool lab --size 3 --offer amd64-small@zone-a --offer arm64-small@zone-b --once
+//! orca-pool --pool lab --size 3 --offer amd64-small@zone-a --offer arm64-small@zone-b \
+//!   --fake-state cloud.json --once
 //! ```
 //!
 //! Exit status of `--once` (and of a run that stops): 0 when every action worked (no stock is not a
@@ -11,25 +12,33 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use orca_pool::metrics::Metrics;
-use orca_pool::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Settings, Store};
+use futures::FutureExt;
+use orca_scaler::metrics::Metrics;
+use orca_scaler::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Settings, Store};
 
 /// Keeps a pool of cloud machines at its size. A pass lists the pool, reconciles it with the record
 /// (kept per kind, owner and pool; every name written before its create), deletes what is surplus,
 /// unknown to an established record, or stopped for longer than the grace, and creates the missing
 /// machines from the first offering with stock, a few at a time.
 #[derive(Debug, Parser)]
-#[command(name = "orca-pool", version)]
+#[command(
+    name = "orca-pool",
+    version,
+    after_help = "Example, on the simulated cloud kept in cloud.json between runs (run it twice: the second run finds its 3 machines):\n  orca-pool --pool lab --size 3 --offer amd64-small@zone-a --offer arm64-small@zone-b --fake-state cloud.json --once"
+)]
 struct Args {
-    /// The provider kind: fake (in memory, the default), or a cloud built into this binary.
-    #[arg(long, default_value = "fake", env = "ORCA_KIND")]
+    /// The provider kind: fake (in memory, the default: without --fake-state its simulated cloud lives
+    /// for this run only, while the record file stays, so a second run finds its machines gone), or a
+    /// cloud built into this binary.
+    #[arg(long, default_value = "fake", env = orca_scaler::KIND_ENV)]
     kind: String,
     /// The owner (the stack's id) whose machines these are; empty for none.
-    #[arg(long, default_value = "", env = "ORCA_OWNER")]
+    #[arg(long, default_value = "", env = orca_scaler::OWNER_ENV)]
     owner: String,
     /// The pool to scale.
     #[arg(long)]
@@ -53,7 +62,7 @@ struct Args {
     /// Where the record is kept: a file path (default: orca-pool-<pool>.json here; one process per
     /// file), or a PostgreSQL connection string (postgres://... or host=... dbname=...) for replicas, of which one acts at a
     /// time per kind, owner and pool.
-    #[arg(long, alias = "record", env = "ORCA_POOL_STORE")]
+    #[arg(long, alias = "record", env = orca_scaler::STORE_ENV)]
     store: Option<String>,
     /// This replica's name in the PostgreSQL record (default: host name and process id).
     #[arg(long)]
@@ -72,17 +81,18 @@ struct Args {
     /// say so; on an established one, delete them), adopt, or delete. Adopt or delete also settles
     /// a conflict with another writer on the pool, which holds every pass until then.
     #[arg(long, default_value = "ask")]
-    unknown: orca_pool::Unknown,
+    unknown: orca_scaler::Unknown,
     /// Serve Prometheus metrics on this address (for example 127.0.0.1:9464), at /metrics.
     #[arg(long)]
     metrics: Option<SocketAddr>,
-    /// For kind fake: a state file, so that separate runs share one simulated cloud.
-    #[arg(long, env = "ORCA_FAKE_STATE")]
+    /// For kind fake: a state file, so that separate runs share one simulated cloud (without it, the
+    /// next run's cloud is empty and the record's machines are gone).
+    #[arg(long, env = orca::FAKE_STATE_ENV)]
     fake_state: Option<PathBuf>,
     /// Run one pass and exit (status 1 when an action failed, 2 when it held).
     #[arg(long)]
     once: bool,
-    /// Seconds between passes when not --once.
+    /// Seconds between passes when not --once: above 0, at most a year.
     #[arg(long, default_value_t = 30.0)]
     interval: f64,
     /// Print each pass as one JSON object a line.
@@ -90,18 +100,105 @@ struct Args {
     json: bool,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
-    match run(Args::parse()).await {
-        Ok(code) => code,
+fn main() -> ExitCode {
+    // Before anything else: a stop signal from here on is seen, whenever it comes.
+    let stop = match Stop::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("orca-pool: cannot handle stop signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
         Err(e) => {
             eprintln!("orca-pool: {e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
+    };
+    runtime.block_on(async {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+        let stop = match stop.listen() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("orca-pool: cannot handle stop signals: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        match run(Args::parse(), stop).await {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("orca-pool: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// SIGINT and SIGTERM: a flag set by the signal handler itself, registered first thing, so that a
+/// signal is seen whenever it comes (also while a pass runs without yielding, as on the in-memory
+/// provider: it is seen when the pass ends), and the runtime's streams of them to wait on.
+struct Stop {
+    flag: Arc<AtomicBool>,
+    streams: Option<[tokio::signal::unix::Signal; 2]>,
+}
+
+impl Stop {
+    fn install() -> std::io::Result<Stop> {
+        let flag = Arc::new(AtomicBool::new(false));
+        for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(signal, flag.clone())?;
+        }
+        Ok(Stop {
+            flag,
+            streams: None,
+        })
+    }
+
+    /// Listens on the runtime's streams of the signals (within the runtime).
+    fn listen(mut self) -> std::io::Result<Stop> {
+        use tokio::signal::unix::{signal, SignalKind};
+        self.streams = Some([
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ]);
+        Ok(self)
+    }
+
+    /// Whether a stop signal has come.
+    fn requested(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Until a stop signal comes.
+    async fn wait(&mut self) {
+        if self.requested() {
+            return;
+        }
+        match &mut self.streams {
+            Some([int, term]) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The interval between passes, or why `--interval` is refused.
+fn interval(seconds: f64) -> Result<Duration, String> {
+    const YEAR: f64 = 365.0 * 86_400.0;
+    if seconds.is_finite() && seconds > 0.0 && seconds <= YEAR {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(format!(
+            "--interval {seconds}: a number of seconds above 0 and at most a year ({YEAR})"
+        ))
     }
 }
 
@@ -113,28 +210,6 @@ fn replica_name() -> String {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "host".into());
     format!("{host}-{}", std::process::id())
-}
-
-async fn stop_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = tokio::signal::ctrl_c().await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// Whether `--store` names a PostgreSQL database (`postgres://...`, `postgresql://...`, or key=value
@@ -149,17 +224,99 @@ fn is_postgres(store: &str) -> bool {
         })
 }
 
-async fn run(args: Args) -> Result<ExitCode, String> {
-    let provider: Arc<dyn orca::Provider> = match (&args.kind[..], &args.fake_state) {
-        ("fake", Some(path)) => Arc::new(
+async fn run(args: Args, mut stop: Stop) -> Result<ExitCode, String> {
+    let every =
+        interval(args.interval).map_err(|e| format!("refused at start, nothing done:\n  - {e}"))?;
+    let provider = provider(&args).await?;
+    let settings = settings(&args)?;
+    if let Err(problems) = check_offerings(&*provider, &settings).await {
+        return Err(format!(
+            "refused at start, nothing done:\n  - {}",
+            problems.join("\n  - ")
+        ));
+    }
+    if args.kind == "fake" && args.fake_state.is_none() {
+        eprintln!("orca-pool: note: the simulated cloud (--kind fake) lives for this run only; give --fake-state FILE to keep it between runs");
+    }
+    let store = open_store(&args).await?;
+    for note in store.notes() {
+        eprintln!("orca-pool: note: {note}");
+    }
+    let key = Key::new(provider.kind(), provider.owner(), &args.pool);
+    let metrics = Arc::new(Metrics::new(&key).with_offerings(&settings.offerings));
+    if let Some(addr) = args.metrics {
+        let bound = serve_metrics(metrics.clone(), addr)
+            .await
+            .map_err(|e| format!("--metrics {addr}: {e}"))?;
+        eprintln!("orca-pool: metrics on http://{bound}/metrics");
+    }
+    let mut scaler = Scaler::new(settings, store);
+    loop {
+        if stop.requested() {
+            eprintln!("orca-pool: stopped before a pass");
+            return Ok(ExitCode::FAILURE);
+        }
+        let report = tokio::select! {
+            biased;
+            _ = stop.wait() => None,
+            r = scaler.pass(&*provider, chrono::Utc::now()) => Some(r),
+        };
+        let Some(report) = report else {
+            // Every create and delete begun was recorded before its call: the next run converges
+            // from the record.
+            eprintln!("orca-pool: stopped during a pass; the record names every machine it began");
+            return Ok(ExitCode::FAILURE);
+        };
+        metrics.observe(&report);
+        if scaler.lead_lost().now_or_never().is_some() {
+            metrics.lead_lost();
+        }
+        print(&report, args.json)?;
+        if stop.requested() {
+            eprintln!("orca-pool: stopped by a signal during the pass; the record names every machine it began");
+            return Ok(ExitCode::FAILURE);
+        }
+        if args.once {
+            return Ok(exit_code(&report));
+        }
+        if !wait(&scaler, &metrics, every, &mut stop).await {
+            return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+/// Waits `every` before the next pass, dropping the leader gauge as soon as the lead is lost. False
+/// when a stop signal came.
+async fn wait(scaler: &Scaler, metrics: &Metrics, every: Duration, stop: &mut Stop) -> bool {
+    let sleep = tokio::time::sleep(every);
+    tokio::pin!(sleep);
+    let mut watching = true;
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return true,
+            _ = stop.wait() => return false,
+            _ = scaler.lead_lost(), if watching => {
+                metrics.lead_lost();
+                watching = false;
+            }
+        }
+    }
+}
+
+/// The provider `args` name.
+async fn provider(args: &Args) -> Result<Arc<dyn orca::Provider>, String> {
+    match (&args.kind[..], &args.fake_state) {
+        ("fake", Some(path)) => Ok(Arc::new(
             orca::memory::MemoryCloud::persistent(path)
                 .and_then(|c| c.provider(&args.owner))
                 .map_err(|e| e.to_string())?,
-        ),
-        (kind, _) => orca::of(kind, &args.owner)
-            .await
-            .map_err(|e| e.to_string())?,
-    };
+        )),
+        (kind, _) => orca::of(kind, &args.owner).await.map_err(|e| e.to_string()),
+    }
+}
+
+/// The scaler's settings from `args`.
+fn settings(args: &Args) -> Result<Settings, String> {
     let user_data = match &args.user_data {
         Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
         None => String::new(),
@@ -172,78 +329,79 @@ async fn run(args: Args) -> Result<ExitCode, String> {
     settings.settle = Duration::from_secs(args.settle);
     settings.parallel = args.parallel;
     settings.unknown = args.unknown;
-    if let Err(problems) = check_offerings(&*provider, &settings).await {
-        return Err(format!(
-            "refused at start, nothing done:\n  - {}",
-            problems.join("\n  - ")
-        ));
-    }
-    let store: Box<dyn Store> = match args.store.as_deref() {
+    Ok(settings)
+}
+
+/// The record's store `--store` names: PostgreSQL, or a file (by default `orca-pool-<pool>.json`).
+async fn open_store(args: &Args) -> Result<Box<dyn Store>, String> {
+    match args.store.as_deref() {
         Some(url) if is_postgres(url) => {
             let replica = args.replica.clone().unwrap_or_else(replica_name);
-            Box::new(
+            Ok(Box::new(
                 PgStore::connect(url, &replica)
                     .await
                     .map_err(|e| e.to_string())?,
-            )
+            ))
         }
         path => {
             let path = path
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(format!("orca-pool-{}.json", args.pool)));
-            Box::new(FileStore::open(&path).map_err(|e| e.to_string())?)
+            Ok(Box::new(FileStore::open(&path).map_err(|e| e.to_string())?))
         }
-    };
-    for note in store.notes() {
-        eprintln!("orca-pool: note: {note}");
     }
-    let key = Key::new(provider.kind(), provider.owner(), &args.pool);
-    let metrics = Arc::new(Metrics::new(&key));
-    if let Some(addr) = args.metrics {
-        let bound = metrics
-            .clone()
-            .serve(addr)
-            .await
-            .map_err(|e| format!("--metrics {addr}: {e}"))?;
-        eprintln!("orca-pool: metrics on http://{bound}/metrics");
+}
+
+/// Prints `report`: lines for a person, or one JSON object.
+fn print(report: &orca_scaler::PassReport, json: bool) -> Result<(), String> {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).map_err(|e| e.to_string())?
+        );
+    } else {
+        for l in report.lines() {
+            println!("{l}");
+        }
     }
-    let mut scaler = Scaler::new(settings, store);
-    let stop = stop_signal();
-    tokio::pin!(stop);
-    loop {
-        let report = tokio::select! {
-            r = scaler.pass(&*provider, chrono::Utc::now()) => r,
-            _ = &mut stop => {
-                // Every create and delete begun was recorded before its call: the next run
-                // converges from the record.
-                eprintln!("orca-pool: stopped during a pass; the record names every machine it began");
-                return Ok(ExitCode::FAILURE);
+    Ok(())
+}
+
+/// The exit status of a `--once` pass: 1 when it failed, 2 when it held, else 0.
+fn exit_code(report: &orca_scaler::PassReport) -> ExitCode {
+    if report.failures() > 0 {
+        ExitCode::FAILURE
+    } else if report.held() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Serves `GET /metrics` on `addr` (only there: nothing else is bound) until the runtime stops.
+/// Returns the address bound (the port, when `addr` asked for 0).
+async fn serve_metrics(metrics: Arc<Metrics>, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let m = metrics.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    m.render(),
+                )
             }
-        };
-        metrics.observe(&report);
-        if args.json {
-            println!(
-                "{}",
-                serde_json::to_string(&report).map_err(|e| e.to_string())?
-            );
-        } else {
-            for l in report.lines() {
-                println!("{l}");
-            }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            eprintln!("orca-pool: the metrics endpoint stopped: {e}");
         }
-        let code = if report.failures() > 0 {
-            ExitCode::FAILURE
-        } else if report.held() {
-            ExitCode::from(2)
-        } else {
-            ExitCode::SUCCESS
-        };
-        if args.once {
-            return Ok(code);
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs_f64(args.interval.max(0.0))) => {}
-            _ = &mut stop => return Ok(ExitCode::SUCCESS),
-        }
-    }
+    });
+    Ok(bound)
 }

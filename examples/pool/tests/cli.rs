@@ -10,10 +10,10 @@ const A: &str = "amd64-small@zone-a";
 
 fn bin(dir: &Path, state: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_orca-pool"));
-    c.env_remove("ORCA_KIND")
-        .env_remove("ORCA_OWNER")
-        .env_remove("ORCA_FAKE_STATE")
-        .env_remove("ORCA_POOL_STORE")
+    c.env_remove(orca_scaler::KIND_ENV)
+        .env_remove(orca_scaler::OWNER_ENV)
+        .env_remove(orca::FAKE_STATE_ENV)
+        .env_remove(orca_scaler::STORE_ENV)
         .current_dir(dir)
         .args(["--kind", "fake", "--fake-state"])
         .arg(state);
@@ -38,7 +38,7 @@ fn once(dir: &Path, state: &Path, owner: &str, extra: &[&str]) -> Output {
         .unwrap()
 }
 
-/// Bullet 6: `--once` exits non-zero when an action failed (here every create: the simulated cloud
+/// `--once` exits non-zero when an action failed (here every create: the simulated cloud
 /// cannot write its state).
 #[test]
 fn once_exits_non_zero_when_an_action_failed() {
@@ -70,7 +70,7 @@ fn once_exits_zero_on_no_stock() {
     );
 }
 
-/// Bullet 3 through the binary: switching `--owner` in one folder deletes nothing; losing the record
+/// The record is keyed by owner, through the binary: switching `--owner` in one folder deletes nothing; losing the record
 /// file holds (status 2) and says why.
 #[test]
 fn switching_owner_in_one_folder_deletes_nothing() {
@@ -169,7 +169,7 @@ fn json_is_one_object_per_pass() {
 fn a_second_process_on_one_record_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("cloud.json");
-    let _held = orca_pool::FileStore::open(dir.path().join("orca-pool-lab.json")).unwrap();
+    let _held = orca_scaler::FileStore::open(dir.path().join("orca-pool-lab.json")).unwrap();
     let out = once(dir.path(), &state, "a", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -234,4 +234,176 @@ async fn metrics_are_served_where_asked() {
             "{name} {labels:?} {value} not in\n{body}"
         );
     }
+}
+
+/// Waits for `child` at most `secs` seconds; kills it past that.
+fn output_within(child: std::process::Child, secs: u64) -> Option<Output> {
+    let mut child = child;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// An interval that is not a number of seconds a sleep can take (infinite, too large, not a number,
+/// zero or negative) is refused at start naming the flag, before any machine is made: it panicked
+/// after the first pass, or (NaN) ran passes without pause.
+#[test]
+fn an_interval_that_is_not_a_number_of_seconds_is_refused_at_start() {
+    for bad in ["inf", "1e20", "NaN", "0", "-1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("cloud.json");
+        let child = bin(dir.path(), &state)
+            .args(["--owner", "a", "--pool", "lab", "--size", "1", "--offer", A])
+            .arg(format!("--interval={bad}"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out =
+            output_within(child, 20).unwrap_or_else(|| panic!("--interval {bad}: still running"));
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(1), "--interval {bad}: {t}");
+        assert!(
+            t.contains("refused at start") && t.contains("--interval"),
+            "{bad}: {t}"
+        );
+        assert!(
+            MemoryCloud::persistent(&state)
+                .unwrap()
+                .all_machines()
+                .is_empty(),
+            "--interval {bad}: {t}"
+        );
+    }
+}
+
+/// SIGTERM during `--once` is always seen, also while the in-memory provider works without yielding
+/// (here: waiting on its state file's lock, held by the test): the run stops naming it, with status 1,
+/// rather than being killed by the signal or ending as if nothing came.
+#[cfg(unix)]
+#[test]
+fn a_stop_signal_during_once_is_always_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    MemoryCloud::persistent(&state).unwrap();
+    let lock_path = dir.path().join("cloud.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .unwrap();
+    lock.lock().unwrap();
+    let child = bin(dir.path(), &state)
+        .args([
+            "--owner", "a", "--pool", "lab", "--size", "2", "--offer", A, "--once",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Until the process holds the lock file open: it waits on it, long after its start.
+    let fds = format!("/proc/{pid}/fd");
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let opened = || {
+        std::fs::read_dir(&fds)
+            .map(|d| {
+                d.flatten()
+                    .any(|f| std::fs::read_link(f.path()).is_ok_and(|l| l == lock_path))
+            })
+            .unwrap_or(false)
+    };
+    while !opened() {
+        assert!(
+            std::time::Instant::now() < end,
+            "the process never opened the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    drop(lock);
+    let out = output_within(child, 30).expect("the run ends");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{:?}: {t}", out.status);
+    assert!(t.contains("stopped"), "{t}");
+    assert!(
+        MemoryCloud::persistent(&state)
+            .unwrap()
+            .all_machines()
+            .is_empty(),
+        "{t}"
+    );
+}
+
+/// The root README's example commands of the pool, run twice in one folder as written: the second
+/// run finds the first's machines (the simulated cloud is kept with --fake-state), none "gone".
+#[test]
+fn the_readmes_example_run_twice_finds_its_machines() {
+    let readme = include_str!("../../../README.md");
+    let commands: Vec<Vec<String>> = readme
+        .lines()
+        .filter(|l| l.contains("--pool lab --size 3 --offer amd64-small@zone-a"))
+        .map(|l| {
+            let args = l
+                .split_once("orca-pool -- ")
+                .or_else(|| l.split_once("orca-pool "))
+                .unwrap()
+                .1;
+            args.split_whitespace().map(String::from).collect()
+        })
+        .collect();
+    assert!(!commands.is_empty(), "the README shows the example");
+    for args in commands {
+        let dir = tempfile::tempdir().unwrap();
+        let run = || {
+            let out = Command::new(env!("CARGO_BIN_EXE_orca-pool"))
+                .env_remove(orca_scaler::KIND_ENV)
+                .env_remove(orca_scaler::OWNER_ENV)
+                .env_remove(orca::FAKE_STATE_ENV)
+                .env_remove(orca_scaler::STORE_ENV)
+                .current_dir(dir.path())
+                .args(&args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {}", text(&out));
+            text(&out)
+        };
+        run();
+        let second = run();
+        assert!(!second.contains("gone"), "{args:?}: {second}");
+        assert!(
+            second.contains("nothing to do: 3 of 3 serving"),
+            "{args:?}: {second}"
+        );
+    }
+}
+
+/// Without --fake-state the simulated cloud lives for this run only: the run says so.
+#[test]
+fn a_simulated_cloud_without_a_state_file_is_said_to_last_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_orca-pool"))
+        .env_remove(orca_scaler::KIND_ENV)
+        .env_remove(orca::FAKE_STATE_ENV)
+        .env_remove(orca_scaler::STORE_ENV)
+        .current_dir(dir.path())
+        .args(["--pool", "lab", "--size", "1", "--offer", A, "--once"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("--fake-state"), "{}", text(&out));
 }

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::record::{Event, Key, Record};
 
 pub mod file;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 
 /// Whether this replica may act on a pool.

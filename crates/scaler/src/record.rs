@@ -133,6 +133,12 @@ pub struct Record {
     /// (`--unknown adopt` or `--unknown delete`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict: Option<String>,
+    /// This record's writer id: every machine it creates carries it as the label
+    /// [`WRITER_LABEL`](crate::WRITER_LABEL), so that a machine of another record (a second scaler on
+    /// the pool) is told from one this record lost track of. Empty in a record written before writer
+    /// ids existed; a pass gives it one ([`Record::ensure_writer`]).
+    #[serde(default)]
+    pub writer: String,
 }
 
 impl Record {
@@ -145,13 +151,44 @@ impl Record {
             entries: BTreeMap::new(),
             cooling: BTreeMap::new(),
             conflict: None,
+            writer: new_writer(),
         }
+    }
+
+    /// Gives a record written before writer ids existed one of its own. Its older machines carry no
+    /// writer label and are handled as before.
+    pub fn ensure_writer(&mut self) {
+        if self.writer.is_empty() {
+            self.writer = new_writer();
+        }
+    }
+
+    /// Whether machine `m` is another writer's: it carries a writer label that is not this record's,
+    /// and this record does not name it by its id (a machine adopted on the operator's word keeps
+    /// the label of the record that made it). A machine without the label is not (it was made
+    /// before writer labels, or by another program).
+    pub fn other_writer<'m>(&self, m: &'m orca::Machine) -> Option<&'m str> {
+        let w = m.labels.get(crate::WRITER_LABEL)?;
+        if *w == self.writer
+            || self
+                .entries
+                .get(&m.name)
+                .is_some_and(|e| e.id.as_deref() == Some(m.id.as_str()))
+        {
+            return None;
+        }
+        Some(w)
     }
 
     /// The entries in `phase`.
     pub fn in_phase(&self, phase: Phase) -> impl Iterator<Item = &Entry> {
         self.entries.values().filter(move |e| e.phase == phase)
     }
+}
+
+/// A new writer id: 16 hex digits, a valid label value.
+fn new_writer() -> String {
+    format!("{:016x}", fastrand::u64(..))
 }
 
 /// One intent or outcome, as written to the store (and to PostgreSQL's event log) in one transaction

@@ -16,7 +16,7 @@
 //! seeded from `ORCA_CAMPAIGN_SEED`, or at random; each run prints its seed, so that a failure can be
 //! replayed with the same choices (the order in which concurrent calls draw them can still differ).
 //!
-//! Run: `scripts/with-moto cargo test -p orca-pool --test campaign -- --nocapture`
+//! Run: `scripts/with-moto cargo test -p orca-scaler --test campaign -- --nocapture`
 
 mod support;
 
@@ -30,7 +30,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca::memory::{FaultKind, MemoryCloud, Operation};
 use orca::{Arch, Created, ErrorKind, Machine, MachineSpec, Provider, Status};
-use orca_pool::{
+use orca_scaler::{
     Action, Event, FileStore, PassReport, PgStore, Phase, Record, Scaler, Settings, Store,
     StoreError,
 };
@@ -81,7 +81,7 @@ impl Dice {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
-            "fault campaign {test}: seed {seed} (replay: ORCA_CAMPAIGN_SEED={seed} cargo test -p orca-pool --test campaign {test} -- --nocapture)"
+            "fault campaign {test}: seed {seed} (replay: ORCA_CAMPAIGN_SEED={seed} cargo test -p orca-scaler --test campaign {test} -- --nocapture)"
         );
         Arc::new(Dice {
             seed,
@@ -463,7 +463,7 @@ impl Faulty {
         let pid = std::process::id() + 1 + self.dice.below(1000) as u32;
         let tmp = path.with_file_name(format!(".{name}.tmp-{pid}"));
         let bytes = serde_json::to_vec_pretty(&serde_json::json!({
-            "format": orca_pool::store::file::FORMAT,
+            "format": orca_scaler::store::file::FORMAT,
             "records": [record],
         }))
         .unwrap();
@@ -491,11 +491,11 @@ impl Store for Faulty {
         self.inner.describe()
     }
 
-    async fn lead(&mut self, key: &orca_pool::Key) -> Result<orca_pool::Role, StoreError> {
+    async fn lead(&mut self, key: &orca_scaler::Key) -> Result<orca_scaler::Role, StoreError> {
         self.inner.lead(key).await
     }
 
-    async fn load(&mut self, key: &orca_pool::Key) -> Result<Option<Record>, StoreError> {
+    async fn load(&mut self, key: &orca_scaler::Key) -> Result<Option<Record>, StoreError> {
         let r = self.inner.load(key).await?;
         let got = Shape::of(r.as_ref());
         let mut d = self.durable();
@@ -1016,7 +1016,7 @@ async fn campaign(
             if let Some(rep) = pass(&b, r, &store, TARGET).await {
                 passes += 1;
                 tally(&rep);
-                if rep.role == orca_pool::Role::Leader {
+                if rep.role == orca_scaler::Role::Leader {
                     quiet = rep
                         .actions
                         .iter()

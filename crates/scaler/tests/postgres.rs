@@ -1,16 +1,14 @@
 //! The PostgreSQL store: migrations, one acting replica per pool, a replica that loses the lock stops
-//! at once, every intent and outcome in the event log, and two `orca-pool` processes that never both
-//! act. Each test makes a fresh database (and drops it); without a PostgreSQL it prints SKIPPED and
-//! passes, unless `CI` is set.
+//! at once, every intent and outcome in the event log. Each test makes a fresh database (and drops
+//! it); without a PostgreSQL it prints SKIPPED and passes, unless `CI` is set.
 
 mod support;
 
-use std::io::BufRead;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use orca::memory::MemoryCloud;
-use orca_pool::{Action, PgStore, Role, Scaler, Store};
+use orca_scaler::{Action, PgStore, Role, Scaler, Store};
 use support::{ids, settings, TestDb, Wrap};
 
 const A: &str = "amd64-small@zone-a";
@@ -50,7 +48,7 @@ async fn migrations_run_once_in_their_own_schema() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [1, 2]);
+    assert_eq!(versions, [1, 2, 3]);
     let tables: Vec<String> = c
         .query(
             "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'orca_pool' ORDER BY 1",
@@ -239,132 +237,11 @@ async fn every_intent_and_outcome_is_in_the_event_log() {
     assert!(phases.iter().any(|(_, p)| p == "gone"), "{phases:?}");
 }
 
-/// Two `orca-pool` processes on one PostgreSQL pool: one acts, the other stands by; killed, the
-/// leader is replaced by the other. Across the whole run no two replicas ever act in one epoch, and
-/// the epochs' events never overlap in time.
-#[tokio::test]
-async fn two_processes_on_one_pool_never_both_act() {
-    let Some(db) = TestDb::create("two_processes_on_one_pool_never_both_act").await else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("cloud.json");
-    MemoryCloud::persistent(&state).unwrap();
-    let spawn = |name: &str| {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_orca-pool"))
-            .env_remove("ORCA_KIND")
-            .env_remove("ORCA_OWNER")
-            .current_dir(dir.path())
-            .args(["--kind", "fake", "--fake-state"])
-            .arg(&state)
-            .args([
-                "--owner", "s1", "--pool", "lab", "--size", "3", "--offer", A,
-            ])
-            .args([
-                "--store",
-                &db.url,
-                "--replica",
-                name,
-                "--interval",
-                "0.1",
-                "--json",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-                if let Ok(v) = serde_json::from_str(&line) {
-                    if tx.send(v).is_err() {
-                        break;
-                    }
-                }
-            }
-        });
-        (child, rx)
-    };
-    let (mut pa, ra) = spawn("pa");
-    let (mut pb, rb) = spawn("pb");
-    let mut led = std::collections::BTreeMap::<&str, usize>::new();
-    let mut passes = 0;
-    let end = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < end {
-        for (name, rx) in [("pa", &ra), ("pb", &rb)] {
-            while let Ok(v) = rx.try_recv() {
-                passes += 1;
-                if v["role"] == "leader" {
-                    *led.entry(name).or_default() += 1;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(passes >= 6, "both replicas ran passes: {passes}");
-    assert_eq!(led.len(), 1, "exactly one process acted: {led:?}");
-    let leader = *led.keys().next().unwrap();
-    let (killed, survivor_rx) = if leader == "pa" {
-        (&mut pa, &rb)
-    } else {
-        (&mut pb, &ra)
-    };
-    killed.kill().unwrap();
-    killed.wait().unwrap();
-    let mut took = false;
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end && !took {
-        if let Ok(v) = survivor_rx.recv_timeout(Duration::from_millis(200)) {
-            took = v["role"] == "leader";
-        }
-    }
-    assert!(
-        took,
-        "the other process took the lead after the leader was killed"
-    );
-    std::thread::sleep(Duration::from_millis(500));
-    let _ = pa.kill();
-    let _ = pb.kill();
-    let _ = pa.wait();
-    let _ = pb.wait();
-
-    let c = admin(&db).await;
-    let rows = c
-        .query(
-            "SELECT epoch, replica, min(at), max(at), count(*) FROM orca_pool.events GROUP BY epoch, replica ORDER BY min(at)",
-            &[],
-        )
-        .await
-        .unwrap();
-    let epochs: Vec<(i64, String, orca::Timestamp, orca::Timestamp)> = rows
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-        .collect();
-    assert!(epochs.len() >= 2, "{epochs:?}");
-    let mut seen = std::collections::BTreeSet::new();
-    for w in epochs.windows(2) {
-        assert!(w[0].0 < w[1].0, "epochs rise: {epochs:?}");
-        assert!(
-            w[0].3 < w[1].2,
-            "one epoch's events end before the next begins: {epochs:?}"
-        );
-    }
-    for e in &epochs {
-        assert!(seen.insert(e.0), "one replica per epoch: {epochs:?}");
-    }
-    let cloud = MemoryCloud::persistent(&state).unwrap();
-    let names: std::collections::BTreeSet<String> =
-        cloud.all_machines().into_iter().map(|m| m.name).collect();
-    assert_eq!(names.len(), 3, "{names:?}");
-    assert_eq!(cloud.all_machines().len(), 3);
-}
-
 #[tokio::test]
 async fn the_store_names_itself_without_the_password() {
     let s = format!(
         "{:?}",
-        orca_pool::store::postgres::redact("postgres://pool:s3cret@db.example:5432/orca")
+        orca_scaler::store::postgres::redact("postgres://pool:s3cret@db.example:5432/orca")
     );
     assert!(!s.contains("s3cret"), "{s}");
     assert!(s.contains("pool@db.example:5432/orca"), "{s}");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca::memory::{MemoryCloud, MemoryProvider};
 use orca::{Arch, Created, Machine, MachineSpec, Provider, Status};
-use orca_pool::{FileStore, Offering, Scaler, Settings};
+use orca_scaler::{FileStore, Key, Offering, Scaler, Settings, StoreError};
 
 /// Settings for pool `lab` of `size` from `offers`, with the scaler's defaults.
 pub fn settings(size: usize, offers: &[&str]) -> Settings {
@@ -170,7 +170,7 @@ impl TestDb {
                 if std::env::var_os("CI").is_some() {
                     panic!(
                         "{test}: no PostgreSQL at {} ({e}), and CI is set",
-                        orca_pool::store::postgres::redact(&admin)
+                        orca_scaler::store::postgres::redact(&admin)
                     );
                 }
                 // Written to the process's stderr itself, past the test harness's capture, so that a
@@ -179,7 +179,7 @@ impl TestDb {
                 let _ = writeln!(
                     std::io::stderr(),
                     "SKIPPED {test}: no PostgreSQL at {} ({e})",
-                    orca_pool::store::postgres::redact(&admin)
+                    orca_scaler::store::postgres::redact(&admin)
                 );
                 return None;
             }
@@ -248,4 +248,36 @@ pub fn cloud() -> (MemoryCloud, MemoryProvider) {
     let c = MemoryCloud::new();
     let p = c.provider("s1").unwrap();
     (c, p)
+}
+
+/// A file store whose commits carrying a given event kind fail, `fail` times.
+#[derive(Debug)]
+pub struct FailingStore {
+    pub inner: FileStore,
+    pub kind: &'static str,
+    pub fail: usize,
+}
+
+#[async_trait::async_trait]
+impl orca_scaler::Store for FailingStore {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    async fn lead(&mut self, key: &Key) -> Result<orca_scaler::Role, StoreError> {
+        self.inner.lead(key).await
+    }
+    async fn load(&mut self, key: &Key) -> Result<Option<orca_scaler::Record>, StoreError> {
+        self.inner.load(key).await
+    }
+    async fn commit(
+        &mut self,
+        record: &orca_scaler::Record,
+        events: &[orca_scaler::Event],
+    ) -> Result<(), StoreError> {
+        if self.fail > 0 && events.iter().any(|e| e.kind() == self.kind) {
+            self.fail -= 1;
+            return Err(StoreError::Failed("injected: the disk is full".into()));
+        }
+        self.inner.commit(record, events).await
+    }
 }

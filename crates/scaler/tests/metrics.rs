@@ -1,13 +1,11 @@
-//! The metrics a pass leaves (counters after deletes, failures and no stock; a standby's gauges),
-//! record files that cannot be read as a record (refused, never read as an empty record), and what a
-//! writer that crashed mid-write leaves (ignored, then removed).
+//! The metrics a pass leaves: counters after deletes, failures and no stock; a standby's gauges.
 
 mod support;
 
 use orca::memory::{FaultKind, Operation};
 use orca::ErrorKind;
-use orca_pool::metrics::Metrics;
-use orca_pool::{FileStore, Key, PassReport, Record, Role, Store, StoreError};
+use orca_scaler::metrics::Metrics;
+use orca_scaler::{Key, PassReport, Role};
 use support::{cloud, scaler};
 
 const A: &str = "amd64-small@zone-a";
@@ -47,7 +45,7 @@ async fn counters_follow_deletes_failures_and_no_stock() {
     assert_eq!(sample(&body, "orca_pool_size", &[]), Some(2.0), "{body}");
     assert_eq!(
         sample(&body, "orca_pool_deleted_total", &["cause=\"surplus\""]),
-        None,
+        Some(0.0),
         "{body}"
     );
 
@@ -117,88 +115,31 @@ async fn a_standby_reports_no_stale_size() {
     assert_eq!(sample(&body, "orca_pool_listed", &[]), Some(0.0), "{body}");
 }
 
-fn refused(path: &std::path::Path) -> String {
-    match FileStore::open(path) {
-        Ok(s) => panic!("{} was opened: {s:?}", path.display()),
-        Err(StoreError::Failed(m)) => m,
-        Err(e) => panic!("{e:?}"),
-    }
-}
-
+/// Every counter is exported at 0 from the start (a rate over a series that appears only at its first
+/// event misses that event), the no-stock counter for each offering given.
 #[test]
-fn a_record_file_of_another_format_is_refused_and_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rec.json");
-    let other = r#"{"format": "orca-pool/9", "records": []}"#;
-    std::fs::write(&path, other).unwrap();
-    let m = refused(&path);
-    assert!(
-        m.contains("orca-pool/9") && m.contains("orca-pool/2"),
-        "{m}"
-    );
-    assert_eq!(std::fs::read_to_string(&path).unwrap(), other);
-}
-
-#[test]
-fn a_record_file_that_is_not_a_record_is_refused_and_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    for (name, text) in [
-        ("garbage.json", "this is not json {"),
-        ("other.json", r#"{"servers": [1, 2, 3]}"#),
+fn counters_are_exported_at_zero_from_the_start() {
+    let m = Metrics::new(&Key::new("fake", "s1", "lab")).with_offerings(&[A.parse().unwrap()]);
+    let body = m.render();
+    for (name, label) in [
+        ("orca_pool_created_total", "how=\"made\""),
+        ("orca_pool_created_total", "how=\"adopted\""),
+        ("orca_pool_deleted_total", "cause=\"surplus\""),
+        ("orca_pool_deleted_total", "cause=\"unknown\""),
+        ("orca_pool_deleted_total", "cause=\"unhealthy\""),
+        ("orca_pool_failures_total", "operation=\"create\""),
+        ("orca_pool_failures_total", "operation=\"pass\""),
+        ("orca_pool_passes_total", "role=\"leader\""),
+        ("orca_pool_passes_total", "role=\"standby\""),
         (
-            "torn.json",
-            r#"{"format": "orca-pool/2", "records": [{"key": "#,
+            "orca_pool_no_stock_total",
+            "offering=\"amd64-small@zone-a\"",
         ),
     ] {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        let m = refused(&path);
-        assert!(m.contains("not an orca-pool record"), "{name}: {m}");
-        assert!(m.contains(name), "{name}: the message names the file: {m}");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), text, "{name}");
-    }
-}
-
-#[test]
-fn an_unreadable_record_file_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    // A path that exists but cannot be read as a file (also for root, whom modes do not stop).
-    let path = dir.path().join("rec.json");
-    std::fs::create_dir(&path).unwrap();
-    let m = refused(&path);
-    assert!(m.contains("rec.json") && m.contains("read"), "{m}");
-    assert!(path.is_dir(), "left as it was");
-}
-
-/// A process that crashed while writing leaves its temporary file (named after its process id, which
-/// the next process does not have) beside the record, whole or torn. The next process reads the old
-/// record, and removes the leftover when it opens the file; other files in the folder are kept.
-#[tokio::test]
-async fn a_crashed_writers_temp_file_is_ignored_and_removed_on_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rec.json");
-    let key = Key::new("fake", "s1", "lab");
-    {
-        let mut s = FileStore::open(&path).unwrap();
-        let mut r = Record::new(key.clone());
-        r.next = 3;
-        s.commit(&r, &[]).await.unwrap();
-    }
-    // Above Linux's largest process id: never this process's.
-    let torn = dir.path().join(".rec.json.tmp-4194305");
-    std::fs::write(&torn, r#"{"format": "orca-pool/2", "records": [{"key": "#).unwrap();
-    let kept = [
-        dir.path().join(".other.json.tmp-4194305"),
-        dir.path().join(".rec.json.tmp-notes"),
-        dir.path().join("rec.json.bak"),
-    ];
-    for k in &kept {
-        std::fs::write(k, "x").unwrap();
-    }
-    let mut s = FileStore::open(&path).unwrap();
-    assert_eq!(s.load(&key).await.unwrap().map(|r| r.next), Some(3));
-    assert!(!torn.exists(), "the crashed writer's temp file is removed");
-    for k in &kept {
-        assert!(k.exists(), "{} is kept", k.display());
+        assert_eq!(
+            sample(&body, name, &[label]),
+            Some(0.0),
+            "{name}{{{label}}} in\n{body}"
+        );
     }
 }

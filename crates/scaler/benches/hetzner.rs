@@ -1,7 +1,7 @@
 //! 100 creates by the autoscaler against the fake Hetzner API under its rate limit: the time as a
 //! ratio to the floor the limit sets, the requests as a ratio to the fewest the creates need, and the
 //! count of 429s, for several `--parallel` values: the default (4) and two wider ones.
-//! Run: `cargo bench -p orca-pool --bench hetzner` (about two minutes).
+//! Run: `cargo bench -p orca-scaler --bench hetzner` (about two minutes).
 //!
 //! The budget is the root bench's (`benches/hetzner.rs`): a bucket of 100 requests refilled at 20 a
 //! second; the driver keeps 5 % of it for other tools. The provider is made as the binary makes it,
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use orca::Settings as OrcaSettings;
 use orca_fakes::hetzner::{FakeHetzner, Options};
-use orca_pool::{FileStore, Scaler, Settings};
+use orca_scaler::{FileStore, Scaler, Settings};
 
 const CREATES: usize = 100;
 const LIMIT: u32 = 100;
@@ -46,7 +46,7 @@ async fn main() {
         let dir = tempfile::tempdir().expect("dir");
         let mut settings = Settings::new("bench", CREATES, vec!["cx23@fsn1".parse().unwrap()]);
         settings.parallel = parallel;
-        orca_pool::check_offerings(&*p, &settings)
+        orca_scaler::check_offerings(&*p, &settings)
             .await
             .expect("offerings");
         let mut scaler = Scaler::new(

@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca::Timestamp;
 use tokio::sync::watch;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::{Role, Store, StoreError};
 use crate::record::{Entry, Event, Key, Phase, Record};
@@ -34,6 +34,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         2,
         "records.conflict",
         include_str!("migrations/0002_conflict.sql"),
+    ),
+    (
+        3,
+        "records.writer",
+        include_str!("migrations/0003_writer.sql"),
     ),
 ];
 
@@ -339,7 +344,7 @@ impl Store for PgStore {
         let Some(row) = self
             .client
             .query_opt(
-                "SELECT established, next_number, conflict FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3",
+                "SELECT established, next_number, conflict, writer FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3",
                 &[&key.kind, &key.owner, &key.pool],
             )
             .await
@@ -351,6 +356,7 @@ impl Store for PgStore {
         record.established = row.get(0);
         record.next = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
         record.conflict = row.get(2);
+        record.writer = row.get(3);
         for r in self
             .client
             .query(
@@ -403,6 +409,32 @@ impl Store for PgStore {
 
     async fn commit(&mut self, record: &Record, events: &[Event]) -> Result<(), StoreError> {
         let key = &record.key;
+        let epoch = self.leading_epoch(key)?;
+        let replica = self.replica.clone();
+        let tx = self.client.transaction().await.map_err(lost_session)?;
+        if let Err(e) = check_epoch(&tx, key, epoch).await {
+            drop(tx);
+            self.leading = None;
+            return Err(e);
+        }
+        write_record(&tx, record).await?;
+        write_machines(&tx, record, events).await?;
+        if events.iter().any(|e| matches!(e, Event::Cooling { .. })) {
+            write_cooling(&tx, record).await?;
+        }
+        write_events(&tx, key, epoch, &replica, events).await?;
+        tx.commit().await.map_err(lost_session)?;
+        Ok(())
+    }
+
+    fn lost(&self) -> Option<watch::Receiver<bool>> {
+        Some(self.lost.clone())
+    }
+}
+
+impl PgStore {
+    /// The epoch this replica leads `key` at; fails when it does not lead it, or its session is gone.
+    fn leading_epoch(&mut self, key: &Key) -> Result<i64, StoreError> {
         let epoch = match &self.leading {
             Some((led, epoch)) if led == key => *epoch,
             _ => {
@@ -419,136 +451,171 @@ impl Store for PgStore {
                 self.replica
             )));
         }
-        let replica = self.replica.clone();
-        let lost = |e: tokio_postgres::Error| {
-            StoreError::LostLeadership(format!(
-                "could not record on the session that holds the lead ({})",
-                describe_pg(&e)
-            ))
-        };
-        let tx = self.client.transaction().await.map_err(lost)?;
-        let now: Option<i64> = tx
-            .query_opt(
-                "SELECT epoch FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3 FOR UPDATE",
-                &[&key.kind, &key.owner, &key.pool],
-            )
-            .await
-            .map_err(lost)?
-            .map(|r| r.get(0));
-        if now != Some(epoch) {
-            drop(tx);
-            self.leading = None;
-            return Err(StoreError::LostLeadership(format!(
-                "another replica took the lead of {key} (epoch {} after {epoch})",
-                now.map(|n| n.to_string()).unwrap_or_else(|| "none".into())
-            )));
+        Ok(epoch)
+    }
+}
+
+/// A failed statement on the session that holds the lead: the lead is lost.
+fn lost_session(e: tokio_postgres::Error) -> StoreError {
+    StoreError::LostLeadership(format!(
+        "could not record on the session that holds the lead ({})",
+        describe_pg(&e)
+    ))
+}
+
+/// Fails unless the record's epoch is still `epoch` (no other replica took the lead), locking the
+/// record's row for the transaction.
+async fn check_epoch(tx: &Transaction<'_>, key: &Key, epoch: i64) -> Result<(), StoreError> {
+    let now: Option<i64> = tx
+        .query_opt(
+            "SELECT epoch FROM orca_pool.records WHERE kind = $1 AND owner = $2 AND pool = $3 FOR UPDATE",
+            &[&key.kind, &key.owner, &key.pool],
+        )
+        .await
+        .map_err(lost_session)?
+        .map(|r| r.get(0));
+    if now == Some(epoch) {
+        return Ok(());
+    }
+    Err(StoreError::LostLeadership(format!(
+        "another replica took the lead of {key} (epoch {} after {epoch})",
+        now.map(|n| n.to_string()).unwrap_or_else(|| "none".into())
+    )))
+}
+
+/// The record's own row.
+async fn write_record(tx: &Transaction<'_>, record: &Record) -> Result<(), StoreError> {
+    let key = &record.key;
+    let next = i64::try_from(record.next).unwrap_or(i64::MAX);
+    tx.execute(
+        "UPDATE orca_pool.records SET established = $4, next_number = $5, conflict = $6,
+             writer = $7, updated_at = now()
+         WHERE kind = $1 AND owner = $2 AND pool = $3",
+        &[
+            &key.kind,
+            &key.owner,
+            &key.pool,
+            &record.established,
+            &next,
+            &record.conflict,
+            &record.writer,
+        ],
+    )
+    .await
+    .map_err(db("write record"))?;
+    Ok(())
+}
+
+/// The rows of the machines `events` name (or pruned): written as the record has them, deleted when
+/// it no longer has them.
+async fn write_machines(
+    tx: &Transaction<'_>,
+    record: &Record,
+    events: &[Event],
+) -> Result<(), StoreError> {
+    let key = &record.key;
+    let mut names: Vec<&str> = events.iter().filter_map(|e| e.name()).collect();
+    for e in events {
+        if let Event::Pruned { names: pruned } = e {
+            names.extend(pruned.iter().map(String::as_str));
         }
-        let next = i64::try_from(record.next).unwrap_or(i64::MAX);
+    }
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        match record.entries.get(name) {
+            Some(e) => write_machine(tx, key, e).await?,
+            None => {
+                tx.execute(
+                    "DELETE FROM orca_pool.machines WHERE kind = $1 AND owner = $2 AND pool = $3 AND name = $4",
+                    &[&key.kind, &key.owner, &key.pool, &name],
+                )
+                .await
+                .map_err(db("write machine"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn write_machine(tx: &Transaction<'_>, key: &Key, e: &Entry) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO orca_pool.machines (kind, owner, pool, name, machine_type, location, phase,
+             machine_id, intent_at, created_at, unhealthy_since, changed_at, note)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+         ON CONFLICT (kind, owner, pool, name) DO UPDATE SET
+             machine_type = EXCLUDED.machine_type, location = EXCLUDED.location,
+             phase = EXCLUDED.phase, machine_id = EXCLUDED.machine_id,
+             intent_at = EXCLUDED.intent_at, created_at = EXCLUDED.created_at,
+             unhealthy_since = EXCLUDED.unhealthy_since, changed_at = EXCLUDED.changed_at,
+             note = EXCLUDED.note",
+        &[
+            &key.kind,
+            &key.owner,
+            &key.pool,
+            &e.name,
+            &e.offering.machine_type,
+            &e.offering.location,
+            &e.phase.as_str(),
+            &e.id,
+            &e.intent_at,
+            &e.created_at,
+            &e.unhealthy_since,
+            &e.changed_at,
+            &e.note,
+        ],
+    )
+    .await
+    .map_err(db("write machine"))?;
+    Ok(())
+}
+
+/// The offerings that rest, as the record has them.
+async fn write_cooling(tx: &Transaction<'_>, record: &Record) -> Result<(), StoreError> {
+    let key = &record.key;
+    tx.execute(
+        "DELETE FROM orca_pool.cooling WHERE kind = $1 AND owner = $2 AND pool = $3",
+        &[&key.kind, &key.owner, &key.pool],
+    )
+    .await
+    .map_err(db("write cooling"))?;
+    for (offering, until) in &record.cooling {
         tx.execute(
-            "UPDATE orca_pool.records SET established = $4, next_number = $5, conflict = $6,
-                 updated_at = now()
-             WHERE kind = $1 AND owner = $2 AND pool = $3",
+            "INSERT INTO orca_pool.cooling (kind, owner, pool, offering, until) VALUES ($1, $2, $3, $4, $5)",
+            &[&key.kind, &key.owner, &key.pool, offering, until],
+        )
+        .await
+        .map_err(db("write cooling"))?;
+    }
+    Ok(())
+}
+
+/// The events, in the event log.
+async fn write_events(
+    tx: &Transaction<'_>,
+    key: &Key,
+    epoch: i64,
+    replica: &str,
+    events: &[Event],
+) -> Result<(), StoreError> {
+    for e in events {
+        let detail = serde_json::to_string(e).unwrap_or_default();
+        tx.execute(
+            "INSERT INTO orca_pool.events (kind, owner, pool, epoch, replica, event, name, detail)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             &[
                 &key.kind,
                 &key.owner,
                 &key.pool,
-                &record.established,
-                &next,
-                &record.conflict,
+                &epoch,
+                &replica,
+                &e.kind(),
+                &e.name(),
+                &detail,
             ],
         )
         .await
-        .map_err(db("write record"))?;
-        let mut names: Vec<&str> = events.iter().filter_map(|e| e.name()).collect();
-        for e in events {
-            if let Event::Pruned { names: pruned } = e {
-                names.extend(pruned.iter().map(String::as_str));
-            }
-        }
-        names.sort_unstable();
-        names.dedup();
-        for name in names {
-            match record.entries.get(name) {
-                Some(e) => {
-                    tx.execute(
-                        "INSERT INTO orca_pool.machines (kind, owner, pool, name, machine_type, location, phase,
-                             machine_id, intent_at, created_at, unhealthy_since, changed_at, note)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-                         ON CONFLICT (kind, owner, pool, name) DO UPDATE SET
-                             machine_type = EXCLUDED.machine_type, location = EXCLUDED.location,
-                             phase = EXCLUDED.phase, machine_id = EXCLUDED.machine_id,
-                             intent_at = EXCLUDED.intent_at, created_at = EXCLUDED.created_at,
-                             unhealthy_since = EXCLUDED.unhealthy_since, changed_at = EXCLUDED.changed_at,
-                             note = EXCLUDED.note",
-                        &[
-                            &key.kind,
-                            &key.owner,
-                            &key.pool,
-                            &e.name,
-                            &e.offering.machine_type,
-                            &e.offering.location,
-                            &e.phase.as_str(),
-                            &e.id,
-                            &e.intent_at,
-                            &e.created_at,
-                            &e.unhealthy_since,
-                            &e.changed_at,
-                            &e.note,
-                        ],
-                    )
-                    .await
-                    .map_err(db("write machine"))?;
-                }
-                None => {
-                    tx.execute(
-                        "DELETE FROM orca_pool.machines WHERE kind = $1 AND owner = $2 AND pool = $3 AND name = $4",
-                        &[&key.kind, &key.owner, &key.pool, &name],
-                    )
-                    .await
-                    .map_err(db("write machine"))?;
-                }
-            }
-        }
-        if events.iter().any(|e| matches!(e, Event::Cooling { .. })) {
-            tx.execute(
-                "DELETE FROM orca_pool.cooling WHERE kind = $1 AND owner = $2 AND pool = $3",
-                &[&key.kind, &key.owner, &key.pool],
-            )
-            .await
-            .map_err(db("write cooling"))?;
-            for (offering, until) in &record.cooling {
-                tx.execute(
-                    "INSERT INTO orca_pool.cooling (kind, owner, pool, offering, until) VALUES ($1, $2, $3, $4, $5)",
-                    &[&key.kind, &key.owner, &key.pool, offering, until],
-                )
-                .await
-                .map_err(db("write cooling"))?;
-            }
-        }
-        for e in events {
-            let detail = serde_json::to_string(e).unwrap_or_default();
-            tx.execute(
-                "INSERT INTO orca_pool.events (kind, owner, pool, epoch, replica, event, name, detail)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                &[
-                    &key.kind,
-                    &key.owner,
-                    &key.pool,
-                    &epoch,
-                    &replica,
-                    &e.kind(),
-                    &e.name(),
-                    &detail,
-                ],
-            )
-            .await
-            .map_err(db("write event"))?;
-        }
-        tx.commit().await.map_err(lost)?;
-        Ok(())
+        .map_err(db("write event"))?;
     }
-
-    fn lost(&self) -> Option<watch::Receiver<bool>> {
-        Some(self.lost.clone())
-    }
+    Ok(())
 }

@@ -1,30 +1,24 @@
-//! The pool autoscaler (`orca.pool_scale`) as a library: one [`Scaler::pass`] brings a pool to its
-//! target size on any [`Provider`], without ever losing or deleting a machine it made.
-//!
-//! - **Intent before action**: a machine's name and offering are written to the [`Store`] before the
-//!   cloud is asked to make it, and a delete before the cloud is asked to remove it; the outcome after.
-//!   A recorded name found in the cloud later is adopted (listed, or by retrying the same create,
-//!   which the drivers answer with [`orca::Created::Adopted`]); it is never deleted as unknown.
-//! - **One record per (kind, owner, pool)** ([`record::Key`]); a new record adopts and deletes nothing
-//!   of what it finds until the operator says so ([`Unknown`]).
-//! - **Two stores**: a local file ([`store::file::FileStore`], locked) and PostgreSQL
-//!   ([`store::postgres::PgStore`], replicas under an advisory lock, fenced writes).
-//! - **Machines that will not serve are replaced**: stopped or unknown for longer than a grace.
-//! - **Bounded parallel** creates and deletes; names unique per owner ([`machine_name`]).
+#![doc = include_str!("../README.md")]
 
 use std::time::Duration;
 
 use orca::{Arch, Provider};
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "metrics")]
 pub mod metrics;
+mod pass;
 pub mod record;
-pub mod scaler;
+pub mod report;
+mod scaler;
 pub mod store;
 
 pub use record::{Entry, Event, Key, Phase, Record};
-pub use scaler::{Action, PassReport, Scaler};
-pub use store::{file::FileStore, postgres::PgStore, Role, Store, StoreError};
+pub use report::{Action, PassReport};
+pub use scaler::Scaler;
+#[cfg(feature = "postgres")]
+pub use store::postgres::PgStore;
+pub use store::{file::FileStore, Role, Store, StoreError};
 
 /// A machine type in a location, as the autoscaler may buy it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -61,7 +55,7 @@ impl std::fmt::Display for Offering {
 pub enum Unknown {
     /// On a new record (first pass, lost file, another kind or owner): touch nothing, create nothing,
     /// and say why; on an established record (which names every machine it ever meant to make):
-    /// delete them, as the seed's autoscaler does.
+    /// delete them.
     #[default]
     Ask,
     /// Keep them as this pool's machines (counted toward its size).
@@ -132,8 +126,24 @@ impl Settings {
     }
 }
 
+/// The environment variable a program on the scaler reads the provider kind from (`orca-pool`'s
+/// `--kind`).
+pub const KIND_ENV: &str = "ORCA_KIND";
+
+/// The environment variable a program on the scaler reads the owner from (`orca-pool`'s `--owner`).
+pub const OWNER_ENV: &str = "ORCA_OWNER";
+
+/// The environment variable a program on the scaler reads where the record is kept from: a file
+/// path or a PostgreSQL connection string (`orca-pool`'s `--store`).
+pub const STORE_ENV: &str = "ORCA_POOL_STORE";
+
 /// The width of the owner-and-pool tag in machine names.
 pub const TAG_LEN: usize = 6;
+
+/// The label every machine a scaler creates carries, holding its record's writer id
+/// ([`Record::writer`]): a machine with another writer's id is a conflict that holds the pool, never a
+/// machine to adopt or delete as unknown.
+pub const WRITER_LABEL: &str = "orca-pool-writer";
 
 /// The most digits of a machine number that [`check_offerings`] makes room for.
 pub const NUMBER_DIGITS: usize = 6;
@@ -170,10 +180,35 @@ pub fn name_rule(kind: &str) -> (usize, bool) {
     }
 }
 
+/// Whether `o`'s location is known to the cloud, where the provider can tell: one that reads prices
+/// per location ([`orca::Capabilities::hourly_price`]) answers an unknown location, or a type not
+/// offered there. A provider that cannot tell, or a check that fails for another reason, lets the
+/// first create find out (its refusal falls back to the next offering).
+async fn check_location(p: &dyn Provider, o: &Offering) -> Option<String> {
+    if !p.capabilities().hourly_price {
+        return None;
+    }
+    match p.hourly_price(&o.machine_type, &o.location).await {
+        Err(e @ orca::Error::InvalidSpec { .. }) => Some(format!(
+            "offering {o}: unknown location {} on {}: {e}",
+            o.location,
+            p.kind()
+        )),
+        Err(e) if e.kind() == orca::ErrorKind::NotFound => Some(format!(
+            "offering {o}: {} is not offered in {} on {}: {e}",
+            o.machine_type,
+            o.location,
+            p.kind()
+        )),
+        _ => None,
+    }
+}
+
 /// Checks, before any machine is made, that the pool can be scaled as `settings` say on `p`: each
-/// offering's type is known to the cloud and of an architecture the image runs on, the location is a
-/// valid token, and the pool's machine names fit the cloud's rule. Every problem is named at once;
-/// on success, the architecture of each offering.
+/// offering's type is known to the cloud and of an architecture the image runs on, its location is
+/// known where the provider can tell (one that reads prices per location), the provider sets labels,
+/// and the pool's machine names fit the cloud's rule. Every problem is named at once; on success,
+/// the architecture of each offering.
 pub async fn check_offerings(
     p: &dyn Provider,
     settings: &Settings,
@@ -213,27 +248,40 @@ pub async fn check_offerings(
     } else if let Err(e) = orca::validate_name(&longest) {
         problems.push(format!("pool {:?}: {e}", settings.pool));
     }
+    if !p.capabilities().options.labels {
+        problems.push(format!(
+            "{} does not set labels on a create, and every machine carries its record's writer id as the label {WRITER_LABEL}",
+            p.kind()
+        ));
+    }
     let mut archs = Vec::new();
     for o in &settings.offerings {
         if let Err(e) = orca::MachineSpec::new(&longest, &o.machine_type, &o.location, "p")
             .with_user_data(settings.user_data.clone())
+            .with_label(WRITER_LABEL, "0123456789abcdef")
             .validate()
         {
             problems.push(format!("offering {o}: {e}"));
             continue;
         }
-        match p.arch(&o.machine_type).await {
-            Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => archs.push(a),
-            Ok(a) => problems.push(format!(
-                "offering {o}: {} is {a}, and the worker image runs on {}",
-                o.machine_type,
-                settings
-                    .archs
-                    .iter()
-                    .map(Arch::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+        let known = match p.arch(&o.machine_type).await {
+            Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => {
+                archs.push(a);
+                true
+            }
+            Ok(a) => {
+                problems.push(format!(
+                    "offering {o}: {} is {a}, and the worker image runs on {}",
+                    o.machine_type,
+                    settings
+                        .archs
+                        .iter()
+                        .map(Arch::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                true
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -244,13 +292,23 @@ pub async fn check_offerings(
                     "offering {o}: unknown machine type {} on {}: {e}",
                     o.machine_type,
                     p.kind()
-                ))
+                ));
+                false
             }
-            Err(e) => problems.push(format!(
-                "offering {o}: could not check machine type {} on {}: {e}",
-                o.machine_type,
-                p.kind()
-            )),
+            Err(e) => {
+                problems.push(format!(
+                    "offering {o}: could not check machine type {} on {}: {e}",
+                    o.machine_type,
+                    p.kind()
+                ));
+                false
+            }
+        };
+        // The location, once the type is known (a type the cloud does not know has no price).
+        if known {
+            if let Some(problem) = check_location(p, o).await {
+                problems.push(problem);
+            }
         }
     }
     if problems.is_empty() {

@@ -48,24 +48,7 @@ impl FileStore {
     /// store in this one) on the same file is refused with [`StoreError::Busy`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
-        let lock_path = lock_path(&path);
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io(&lock_path, "open lock", e))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(StoreError::Busy(format!(
-                    "{} is used by another orca-pool (it holds {}): run one scaler per record file, or run replicas on PostgreSQL (--store postgres://...)",
-                    path.display(),
-                    lock_path.display()
-                )))
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path, "lock", e)),
-        }
+        let lock = lock(&path)?;
         remove_leftovers(&path);
         let contents = match std::fs::read(&path) {
             Ok(bytes) => parse(&path, &bytes)?,
@@ -88,21 +71,49 @@ impl FileStore {
     }
 
     fn write(&self) -> Result<(), StoreError> {
-        let dir = folder(&self.path);
-        let tmp = dir.join(format!("{}{}", temp_prefix(&self.path), std::process::id()));
         let bytes = serde_json::to_vec_pretty(&self.contents)
             .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
-        let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
-        f.write_all(&bytes).map_err(|e| io(&tmp, "write", e))?;
-        f.sync_all().map_err(|e| io(&tmp, "sync", e))?;
-        drop(f);
-        std::fs::rename(&tmp, &self.path).map_err(|e| io(&self.path, "rename", e))?;
-        // The rename itself is durable once the folder is synced.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
+        write_atomically(&self.path, &bytes)
     }
+}
+
+/// Takes the exclusive lock of the record file at `path` (`<path>.lock`, held as long as the returned
+/// file is open): the one place the lock is taken, so that another kind of lock replaces it here.
+fn lock(path: &Path) -> Result<File, StoreError> {
+    let lock_path = lock_path(path);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| io(&lock_path, "open lock", e))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Busy(format!(
+            "{} is used by another orca-pool (it holds {}): run one scaler per record file, or run replicas on PostgreSQL (--store postgres://...)",
+            path.display(),
+            lock_path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(&lock_path, "lock", e)),
+    }
+}
+
+/// Writes `bytes` as the file at `path` whole: to a temporary file in the same folder (named after
+/// this process), synced, then renamed over it, so a crash leaves the old or the new file. The one
+/// place the record is written, so that another atomic write replaces it here.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let dir = folder(path);
+    let tmp = dir.join(format!("{}{}", temp_prefix(path), std::process::id()));
+    let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
+    f.write_all(bytes).map_err(|e| io(&tmp, "write", e))?;
+    f.sync_all().map_err(|e| io(&tmp, "sync", e))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(|e| io(path, "rename", e))?;
+    // The rename itself is durable once the folder is synced.
+    if let Ok(d) = File::open(&dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 /// The folder of `path`.

@@ -1,5 +1,4 @@
-//! The metrics a scaler operator expects, on an optional Prometheus endpoint (`GET /metrics`, text
-//! format 0.0.4), with the `prometheus` crate.
+//! The metrics a scaler operator expects, in Prometheus' text format, with the `prometheus` crate.
 //!
 //! Every series carries the constant labels `kind`, `owner` and `pool`:
 //! `orca_pool_size` (machines serving after the last pass; 0 on a standby, which does not list the
@@ -7,15 +6,16 @@
 //! (the target), `orca_pool_listed` (0 on a standby too), `orca_pool_created_total{how="made|adopted"}`,
 //! `orca_pool_deleted_total{cause}`, `orca_pool_failures_total{operation}`,
 //! `orca_pool_no_stock_total{offering}`, `orca_pool_passes_total{role}`, `orca_pool_leader` (1 when
-//! this replica acted in the last pass), `orca_pool_last_pass_timestamp_seconds`.
-
-use std::net::SocketAddr;
-use std::sync::Arc;
+//! this replica acted in the last pass and still holds the lead: [`Metrics::lead_lost`] drops it),
+//! `orca_pool_last_pass_timestamp_seconds`. The counters are exported at 0 from the start (the
+//! no-stock counter per offering given to [`Metrics::with_offerings`]).
+//!
+//! Serving them is the program's: [`Metrics::render`] gives the text format (0.0.4).
 
 use prometheus::{Encoder, Gauge, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
 use crate::record::Key;
-use crate::scaler::{Action, PassReport};
+use crate::report::{Action, PassReport};
 use crate::store::Role;
 
 /// The scaler's metrics, in their own registry.
@@ -101,6 +101,20 @@ impl Metrics {
         registry
             .register(Box::new(last_pass.clone()))
             .expect("unique");
+        // Every counter's series at 0 from the start: a rate over a series that appears only at its
+        // first event misses that event.
+        for how in ["made", "adopted"] {
+            created.with_label_values(&[how]);
+        }
+        for cause in ["surplus", "unknown", "unhealthy", "duplicate", "recorded"] {
+            deleted.with_label_values(&[cause]);
+        }
+        for operation in ["list", "read", "create", "delete", "conflict", "pass"] {
+            failures.with_label_values(&[operation]);
+        }
+        for role in ["leader", "standby"] {
+            passes.with_label_values(&[role]);
+        }
         Metrics {
             registry,
             size,
@@ -114,6 +128,20 @@ impl Metrics {
             leader,
             last_pass,
         }
+    }
+
+    /// The same metrics with the no-stock counter of each of `offerings` at 0.
+    pub fn with_offerings(self, offerings: &[crate::Offering]) -> Self {
+        for o in offerings {
+            self.no_stock.with_label_values(&[o.to_string().as_str()]);
+        }
+        self
+    }
+
+    /// This replica no longer holds the lead ([`crate::Scaler::lead_lost`]): the leader gauge drops
+    /// to 0 at once, not at the next pass.
+    pub fn lead_lost(&self) {
+        self.leader.set(0);
     }
 
     /// Counts what pass `r` did.
@@ -166,33 +194,5 @@ impl Metrics {
         let mut buf = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
-    }
-
-    /// Serves `GET /metrics` on `addr` (only there: nothing else is bound) until the runtime stops.
-    /// Returns the address bound (the port, when `addr` asked for 0).
-    pub async fn serve(self: Arc<Self>, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let bound = listener.local_addr()?;
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(move || {
-                let m = self.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "text/plain; version=0.0.4; charset=utf-8",
-                        )],
-                        m.render(),
-                    )
-                }
-            }),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "the metrics endpoint stopped");
-            }
-        });
-        Ok(bound)
     }
 }

@@ -1,0 +1,242 @@
+//! Acting on a plan: deletes first, then the creates, `parallel` at a time, each intent written
+//! before its call and each outcome after. A record that cannot be written stops everything at once.
+
+use futures::StreamExt;
+use orca::{ErrorKind, Timestamp};
+use tokio::sync::Mutex;
+
+use super::{create, PassCtx, Unrecorded};
+use crate::record::{Entry, Event, Phase, Record};
+use crate::report::{Action, PassReport};
+use crate::store::{Store, StoreError};
+use crate::Offering;
+
+/// A delete to make.
+#[derive(Debug, Clone)]
+pub(crate) struct DeleteJob {
+    pub name: String,
+    pub id: String,
+    pub offering: Offering,
+    pub cause: &'static str,
+    pub why: String,
+    /// A second machine of a recorded name: the record's entry (the first machine's) stays as it is.
+    pub duplicate: bool,
+    /// Counted toward the size before the pass (a surplus delete lowers the count).
+    pub counted: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(super) enum Job {
+    Delete(DeleteJob),
+    /// Retry the recorded create of this name (the driver adopts what an earlier attempt made).
+    Retry(String),
+    /// A new name from the first offering not resting.
+    New,
+}
+
+/// What the jobs of a pass share, behind one lock: the record and its store, and what they did.
+pub(super) struct Shared<'a> {
+    pub record: Record,
+    pub store: &'a mut dyn Store,
+    pub actions: Vec<Action>,
+    pub throttled: bool,
+    pub made: usize,
+    pub deleted_counted: usize,
+    pub no_offering: usize,
+    /// Another writer was met: nothing more is started.
+    pub conflict: Option<String>,
+    /// Conflicts met and not yet written (the scaler's).
+    pub unrecorded: &'a mut Vec<Unrecorded>,
+}
+
+impl Shared<'_> {
+    pub async fn commit(&mut self, events: Vec<Event>) -> Result<(), StoreError> {
+        self.store.commit(&self.record, &events).await
+    }
+
+    /// Whether a job may start: not after a conflict, nor once the cloud throttles (said, as `what`
+    /// left for the next pass, on `offering`).
+    pub fn may_start(&mut self, offering: &str, what: &str) -> bool {
+        if self.conflict.is_some() {
+            return false;
+        }
+        if self.throttled {
+            self.actions.push(Action::Skipped {
+                offering: offering.into(),
+                reason: format!("{what} left for the next pass: the cloud throttles"),
+            });
+            return false;
+        }
+        true
+    }
+}
+
+/// The jobs of a pass, in order: deletes, retried creates, new creates.
+pub(super) fn jobs(deletes: Vec<DeleteJob>, retries: Vec<String>, new: usize) -> Vec<Job> {
+    let mut jobs: Vec<Job> = deletes.into_iter().map(Job::Delete).collect();
+    jobs.extend(retries.into_iter().map(Job::Retry));
+    jobs.extend(std::iter::repeat_n(Job::New, new));
+    jobs
+}
+
+/// Runs `jobs`, `parallel` at a time, and reports what they did. Returns the record as they left it.
+pub(super) async fn act(
+    store: &mut dyn Store,
+    unrecorded: &mut Vec<Unrecorded>,
+    record: Record,
+    jobs: Vec<Job>,
+    serving: usize,
+    cx: PassCtx<'_>,
+    report: &mut PassReport,
+) -> Result<Option<Record>, StoreError> {
+    let shared = Mutex::new(Shared {
+        record,
+        store,
+        actions: Vec::new(),
+        throttled: false,
+        made: 0,
+        deleted_counted: 0,
+        no_offering: 0,
+        conflict: None,
+        unrecorded,
+    });
+    let mut stopped = None;
+    {
+        let mut results = futures::stream::iter(jobs.into_iter().map(|j| run_job(&shared, cx, j)))
+            .buffer_unordered(cx.settings.parallel.max(1));
+        while let Some(r) = results.next().await {
+            // A record that cannot be written stops everything at once: in-flight calls are dropped.
+            if let Err(e) = r {
+                stopped = Some(e);
+                break;
+            }
+        }
+    }
+    let shared = shared.into_inner();
+    report.actions.extend(shared.actions);
+    if let Some(c) = shared.conflict {
+        report.stopped = Some(c);
+    }
+    if shared.no_offering > 0 {
+        report.actions.push(Action::Short {
+            missing: shared.no_offering,
+            why: "every offering is resting after no stock".into(),
+        });
+    }
+    report.serving = (serving + shared.made).saturating_sub(shared.deleted_counted);
+    match stopped {
+        Some(e) => Err(e),
+        None => Ok(Some(shared.record)),
+    }
+}
+
+async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<(), StoreError> {
+    match job {
+        Job::Delete(d) => delete_job(sh, cx.p, d, cx.now).await,
+        Job::Retry(name) => create::create_job(sh, cx, Some(name)).await,
+        Job::New => create::create_job(sh, cx, None).await,
+    }
+}
+
+async fn delete_job(
+    sh: &Mutex<Shared<'_>>,
+    p: &dyn orca::Provider,
+    d: DeleteJob,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    {
+        let mut s = sh.lock().await;
+        let what = format!("delete of {} ({})", d.name, d.id);
+        if !s.may_start(&d.offering.to_string(), &what) {
+            return Ok(());
+        }
+        intend_delete(&mut s, &d, now).await?;
+    }
+    let r = p.delete(&d.id).await;
+    let mut s = sh.lock().await;
+    match r {
+        Ok(_) => deleted(&mut s, d, now).await,
+        Err(err) => delete_failed(&mut s, d, err).await,
+    }
+}
+
+/// Records the delete before its call.
+async fn intend_delete(
+    s: &mut Shared<'_>,
+    d: &DeleteJob,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    if !d.duplicate {
+        let e = s.record.entries.entry(d.name.clone()).or_insert(Entry {
+            name: d.name.clone(),
+            offering: d.offering.clone(),
+            phase: Phase::Deleting,
+            id: Some(d.id.clone()),
+            intent_at: now,
+            created_at: None,
+            unhealthy_since: None,
+            changed_at: now,
+            note: String::new(),
+        });
+        e.phase = Phase::Deleting;
+        e.id = Some(d.id.clone());
+        e.changed_at = now;
+        e.note = d.why.clone();
+    }
+    s.commit(vec![Event::IntendDelete {
+        name: d.name.clone(),
+        id: d.id.clone(),
+        why: d.why.clone(),
+    }])
+    .await
+}
+
+async fn deleted(s: &mut Shared<'_>, d: DeleteJob, now: Timestamp) -> Result<(), StoreError> {
+    if !d.duplicate {
+        if let Some(e) = s.record.entries.get_mut(&d.name) {
+            e.phase = Phase::Gone;
+            e.changed_at = now;
+        }
+    }
+    s.commit(vec![Event::Gone {
+        name: d.name.clone(),
+        why: format!("deleted: {}", d.why),
+    }])
+    .await?;
+    if d.counted {
+        s.deleted_counted += 1;
+    }
+    s.actions.push(Action::Deleted {
+        name: d.name,
+        id: d.id,
+        cause: d.cause.into(),
+        why: d.why,
+    });
+    Ok(())
+}
+
+async fn delete_failed(
+    s: &mut Shared<'_>,
+    d: DeleteJob,
+    err: orca::Error,
+) -> Result<(), StoreError> {
+    if !d.duplicate {
+        if let Some(e) = s.record.entries.get_mut(&d.name) {
+            e.note = format!("{}; last delete failed: {err}", d.why);
+        }
+    }
+    s.commit(vec![Event::Failed {
+        name: d.name.clone(),
+        error: err.to_string(),
+    }])
+    .await?;
+    if err.kind() == ErrorKind::Throttled {
+        s.throttled = true;
+    }
+    s.actions.push(Action::Failed {
+        operation: "delete".into(),
+        doing: format!("delete {} ({}), {}", d.name, d.id, d.why),
+        error: err.to_string(),
+    });
+    Ok(())
+}

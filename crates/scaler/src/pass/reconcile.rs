@@ -1,0 +1,350 @@
+//! Reconciling the record with the cloud's listing: which machines count toward the size, which are
+//! to be deleted and why, which recorded names were found in the cloud, and which are gone.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use orca::{Machine, Status, Timestamp};
+
+use super::act::DeleteJob;
+use super::{since, ts, unhealthy_from, PassCtx};
+use crate::record::{Entry, Event, Phase, Record};
+use crate::report::Action;
+use crate::{Offering, Unknown};
+
+/// What reconciling found: the events to write with the record, the machines counted toward the
+/// size (with whether each serves now), the deletes to make, and the recorded creates not seen yet.
+pub(super) struct Found {
+    pub events: Vec<Event>,
+    pub counted: Vec<(Machine, bool)>,
+    pub deletes: Vec<DeleteJob>,
+    /// Names recorded as creating that the listing does not show, with when they were recorded.
+    pub pending: Vec<(Timestamp, String)>,
+}
+
+impl Found {
+    pub fn new(events: Vec<Event>) -> Self {
+        Found {
+            events,
+            counted: Vec::new(),
+            deletes: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+}
+
+fn offering_of(m: &Machine) -> Offering {
+    Offering {
+        machine_type: m.machine_type.clone(),
+        location: m.location.clone(),
+    }
+}
+
+/// Machine `m` of entry `e`: counted (serving, or not serving within the grace), or deleted and
+/// replaced once it has not served for longer than the grace.
+pub(super) fn health(e: &mut Entry, m: &Machine, cx: PassCtx<'_>, found: &mut Found) {
+    match m.status {
+        Status::Running | Status::Starting => {
+            if e.unhealthy_since.take().is_some() {
+                found.events.push(Event::Live {
+                    name: e.name.clone(),
+                    id: m.id.clone(),
+                    how: format!("{} again", m.status),
+                });
+            }
+            found.counted.push((m.clone(), true));
+        }
+        Status::Deleting => {}
+        Status::Stopped | Status::Stopping | Status::Unknown => {
+            let from = unhealthy_from(m, e, cx.now);
+            if e.unhealthy_since != Some(from) {
+                e.unhealthy_since = Some(from);
+                found.events.push(Event::Unhealthy {
+                    name: e.name.clone(),
+                    since: from,
+                });
+            }
+            let grace = cx.settings.grace;
+            if since(cx.now, from) >= grace {
+                found.deletes.push(DeleteJob {
+                    name: e.name.clone(),
+                    id: m.id.clone(),
+                    offering: e.offering.clone(),
+                    cause: "unhealthy",
+                    why: format!(
+                        "{} ({}) since {}, longer than the grace of {} s; replaced",
+                        m.status,
+                        m.cloud_status,
+                        ts(from),
+                        grace.as_secs()
+                    ),
+                    duplicate: false,
+                    counted: false,
+                });
+            } else {
+                found.counted.push((m.clone(), false));
+            }
+        }
+    }
+}
+
+/// Reconciles each listed machine with the record's entry of its name.
+pub(super) fn listed(
+    record: &mut Record,
+    listed: &[Machine],
+    policy: Unknown,
+    cx: PassCtx<'_>,
+    found: &mut Found,
+    actions: &mut Vec<Action>,
+) {
+    // The id of the machine each name stands for, once one was taken as the pool's.
+    let mut seen_ids: BTreeMap<String, String> = BTreeMap::new();
+    for m in listed {
+        if policy == Unknown::Delete
+            && m.status != Status::Deleting
+            && record.other_writer(m).is_some()
+        {
+            // Another writer's machine, on the operator's word: deleted even where it carries a
+            // name this record picked.
+            unknown(record, m, policy, cx, found, actions);
+            continue;
+        }
+        let Some(e) = record.entries.get_mut(&m.name) else {
+            if m.status != Status::Deleting {
+                unknown(record, m, policy, cx, found, actions);
+            }
+            continue;
+        };
+        if let Some(first) = seen_ids.get(&m.name) {
+            if m.status != Status::Deleting && e.id.as_deref() != Some(m.id.as_str()) {
+                found.deletes.push(duplicate(m, first));
+            }
+            continue;
+        }
+        if m.status == Status::Deleting && e.phase != Phase::Live {
+            continue;
+        }
+        match e.phase {
+            Phase::Creating | Phase::Retired => {
+                found_by_name(e, m, cx, found, actions);
+                seen_ids.insert(m.name.clone(), m.id.clone());
+                health(e, m, cx, found);
+            }
+            Phase::Live if e.id.as_deref() != Some(m.id.as_str()) => {
+                // Another machine carries this name: the recorded one stays the pool's.
+                if m.status != Status::Deleting {
+                    found
+                        .deletes
+                        .push(duplicate(m, e.id.as_deref().unwrap_or_default()));
+                }
+            }
+            Phase::Live => {
+                if e.created_at.is_none() {
+                    e.created_at = m.created_at;
+                }
+                seen_ids.insert(m.name.clone(), m.id.clone());
+                health(e, m, cx, found);
+            }
+            Phase::Deleting | Phase::Gone => found.deletes.push(DeleteJob {
+                name: m.name.clone(),
+                id: m.id.clone(),
+                offering: offering_of(m),
+                cause: "recorded",
+                why: if e.phase == Phase::Deleting {
+                    format!("its delete was recorded and not confirmed ({})", e.note)
+                } else {
+                    "deleted before and still listed".into()
+                },
+                duplicate: false,
+                counted: false,
+            }),
+        }
+    }
+}
+
+/// A second machine named as machine `first` of the pool: deleted, the record's entry kept.
+fn duplicate(m: &Machine, first: &str) -> DeleteJob {
+    DeleteJob {
+        name: m.name.clone(),
+        id: m.id.clone(),
+        offering: offering_of(m),
+        cause: "duplicate",
+        why: format!("a second machine named {} (the pool's is {first})", m.name),
+        duplicate: true,
+        counted: false,
+    }
+}
+
+/// A recorded name (creating, or retired) found in the cloud: the machine is this pool's.
+fn found_by_name(
+    e: &mut Entry,
+    m: &Machine,
+    cx: PassCtx<'_>,
+    found: &mut Found,
+    actions: &mut Vec<Action>,
+) {
+    let was = e.phase;
+    e.phase = Phase::Live;
+    e.id = Some(m.id.clone());
+    e.created_at = m.created_at;
+    e.changed_at = cx.now;
+    e.note = format!("found by name while {}", was.as_str());
+    found.events.push(Event::Live {
+        name: m.name.clone(),
+        id: m.id.clone(),
+        how: format!("found by name while {}", was.as_str()),
+    });
+    actions.push(Action::Adopted {
+        name: m.name.clone(),
+        id: m.id.clone(),
+        why: format!(
+            "its name was recorded ({}) before its create; found in the cloud",
+            was.as_str()
+        ),
+    });
+}
+
+/// A listed machine the record does not name: adopted, or deleted, as `policy` says.
+fn unknown(
+    record: &mut Record,
+    m: &Machine,
+    policy: Unknown,
+    cx: PassCtx<'_>,
+    found: &mut Found,
+    actions: &mut Vec<Action>,
+) {
+    if policy != Unknown::Adopt {
+        found.deletes.push(DeleteJob {
+            name: m.name.clone(),
+            id: m.id.clone(),
+            offering: offering_of(m),
+            cause: "unknown",
+            why: if cx.settings.unknown == Unknown::Delete {
+                format!(
+                    "not in the record of {}; deleted as --unknown delete says",
+                    cx.key
+                )
+            } else {
+                format!(
+                    "not in the record of {}, which names every machine it ever meant to make",
+                    cx.key
+                )
+            },
+            duplicate: false,
+            counted: false,
+        });
+        return;
+    }
+    let e = record.entries.entry(m.name.clone()).or_insert(Entry {
+        name: m.name.clone(),
+        offering: offering_of(m),
+        phase: Phase::Live,
+        id: Some(m.id.clone()),
+        intent_at: cx.now,
+        created_at: m.created_at,
+        unhealthy_since: None,
+        changed_at: cx.now,
+        note: "adopted on the operator's word (--unknown adopt)".into(),
+    });
+    found.events.push(Event::Live {
+        name: m.name.clone(),
+        id: m.id.clone(),
+        how: "adopted on the operator's word".into(),
+    });
+    actions.push(Action::Adopted {
+        name: m.name.clone(),
+        id: m.id.clone(),
+        why: "not in the record; adopted as --unknown adopt says".into(),
+    });
+    health(e, m, cx, found);
+}
+
+/// Entries the listing does not show: a live machine read on its own before it is believed gone, a
+/// recorded delete confirmed, a recorded create waited for or retried, old names pruned.
+pub(super) async fn absent(
+    record: &mut Record,
+    listed: &[Machine],
+    cx: PassCtx<'_>,
+    found: &mut Found,
+    actions: &mut Vec<Action>,
+) {
+    let listed_names: BTreeSet<&str> = listed.iter().map(|m| m.name.as_str()).collect();
+    let absent: Vec<String> = record
+        .entries
+        .keys()
+        .filter(|n| !listed_names.contains(n.as_str()))
+        .cloned()
+        .collect();
+    let mut pruned = Vec::new();
+    for name in absent {
+        let Some(e) = record.entries.get_mut(&name) else {
+            continue;
+        };
+        match e.phase {
+            Phase::Live => unlisted_live(e, cx, found, actions).await,
+            Phase::Deleting => {
+                e.phase = Phase::Gone;
+                e.changed_at = cx.now;
+                e.note = format!("delete confirmed by the listing ({})", e.note);
+                found.events.push(Event::Gone {
+                    name: name.clone(),
+                    why: "its recorded delete is done: not listed".into(),
+                });
+            }
+            Phase::Creating => found.pending.push((e.intent_at, name.clone())),
+            Phase::Retired | Phase::Gone => {
+                if since(cx.now, e.changed_at) >= cx.settings.retention {
+                    pruned.push(name.clone());
+                }
+            }
+        }
+    }
+    if !pruned.is_empty() {
+        for n in &pruned {
+            record.entries.remove(n);
+        }
+        found.events.push(Event::Pruned { names: pruned });
+    }
+}
+
+/// A live entry the listing does not show. A listing can lag behind: the machine is read on its own
+/// before it is believed gone.
+async fn unlisted_live(
+    e: &mut Entry,
+    cx: PassCtx<'_>,
+    found: &mut Found,
+    actions: &mut Vec<Action>,
+) {
+    let name = e.name.clone();
+    let id = e.id.clone().unwrap_or_default();
+    match cx.p.machine(&id).await {
+        Ok(Some(m)) if m.status != Status::Deleting => health(e, &m, cx, found),
+        Ok(_) => {
+            e.phase = Phase::Gone;
+            e.changed_at = cx.now;
+            e.note = "no longer in the cloud".into();
+            found.events.push(Event::Gone {
+                name: name.clone(),
+                why: "no longer in the cloud".into(),
+            });
+            actions.push(Action::Gone {
+                name,
+                id,
+                why:
+                    "no longer in the cloud (deleted outside orca-pool, or by the cloud); replaced"
+                        .into(),
+            });
+        }
+        Err(err) => {
+            // Count it: better one short-lived surplus than a machine made twice.
+            let mut m = Machine::new(id.clone(), name.clone());
+            m.status = Status::Running;
+            m.created_at = e.created_at;
+            found.counted.push((m, true));
+            actions.push(Action::Failed {
+                operation: "read".into(),
+                doing: format!("read {name} ({id}), which the listing did not show"),
+                error: err.to_string(),
+            });
+        }
+    }
+}
