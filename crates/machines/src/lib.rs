@@ -34,6 +34,7 @@ pub mod contract {}
 pub mod conformance;
 pub mod error;
 pub mod ext;
+pub mod fs;
 pub mod kit;
 pub mod labels;
 pub mod machine;

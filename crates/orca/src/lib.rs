@@ -60,7 +60,7 @@ pub fn kinds() -> Vec<&'static str> {
 pub async fn of(kind: &str, owner: &str) -> Result<Arc<dyn Provider>> {
     validate_owner(owner)?;
     match kind {
-        "fake" => fake(owner, std::env::var(FAKE_STATE_ENV).ok().as_deref()),
+        "fake" => fake(owner, std::env::var(FAKE_STATE_ENV).ok().as_deref()).await,
         #[cfg(feature = "hetzner")]
         "hetzner" => Ok(Arc::new(orca_hetzner::from_env(owner).await?)),
         #[cfg(feature = "ec2")]
@@ -91,7 +91,7 @@ pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc
     match kind {
         "fake" => {
             settings.check_known("fake", &[FAKE_STATE_ENV])?;
-            fake(owner, settings.get(FAKE_STATE_ENV))
+            fake(owner, settings.get(FAKE_STATE_ENV)).await
         }
         #[cfg(feature = "hetzner")]
         "hetzner" => Ok(Arc::new(
@@ -107,9 +107,11 @@ pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc
     }
 }
 
-fn fake(owner: &str, state: Option<&str>) -> Result<Arc<dyn Provider>> {
+/// The in-memory provider, on the state file `state` when given: opened waiting for the file's lock
+/// without blocking the runtime.
+async fn fake(owner: &str, state: Option<&str>) -> Result<Arc<dyn Provider>> {
     let cloud = match state {
-        Some(path) if !path.is_empty() => memory::MemoryCloud::persistent(path)?,
+        Some(path) if !path.is_empty() => memory::MemoryCloud::open(path).await?,
         _ => memory::MemoryCloud::new(),
     };
     Ok(Arc::new(cloud.provider(owner)?))
