@@ -52,9 +52,10 @@ pub use ext::{
 };
 pub use labels::{OWNER_LABEL, POOL_LABEL};
 pub use machine::{Created, Machine, Price, Resized, Status, Timestamp};
+pub use memory::FakeKey;
 pub use provider::{Capabilities, Provider, SpecOptions};
 pub use retry::{all_pages, Page, RetryPolicy};
-pub use settings::Settings;
+pub use settings::{SettingKey, Settings};
 pub use spec::{validate_id, validate_name, validate_owner, validate_pool, MachineSpec};
 
 /// The timestamp crate orca's [`Timestamp`] comes from, re-exported so that callers use the same one.

@@ -51,6 +51,17 @@ use crate::spec::{
 /// The provider kind of the in-memory provider.
 pub const KIND: &str = "fake";
 
+crate::setting_keys! {
+    /// The settings of the in-memory provider (kind `fake`), by the names of their environment
+    /// variables, as every driver's `ConfigKey`.
+    pub enum FakeKey for "fake" {
+        /// `ORCA_FAKE_STATE`: the state file that separate runs of a program share one simulated
+        /// cloud through ([`MemoryCloud::open`]). Unset: the cloud lives in memory for this process
+        /// only.
+        State = "ORCA_FAKE_STATE",
+    }
+}
+
 /// A machine type in the simulated cloud's catalogue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MachineType {

@@ -21,6 +21,10 @@ use std::sync::Arc;
 
 pub use orca_machines::*;
 
+mod config;
+
+pub use config::ProviderConfig;
+
 #[cfg(feature = "azure")]
 pub use orca_azure as azure;
 #[cfg(feature = "ec2")]
@@ -31,8 +35,9 @@ pub use orca_gce as gce;
 pub use orca_hetzner as hetzner;
 
 /// The environment variable that points the `fake` kind at a state file, so that separate runs of a
-/// program share one simulated cloud. Unset: the cloud lives in memory for this process only.
-pub const FAKE_STATE_ENV: &str = "ORCA_FAKE_STATE";
+/// program share one simulated cloud. Unset: the cloud lives in memory for this process only. The
+/// typed key is [`FakeKey::State`].
+pub const FAKE_STATE_ENV: &str = FakeKey::State.as_str();
 
 /// Every provider kind orca has, whether or not this build enabled it.
 pub const ALL_KINDS: [&str; 5] = ["fake", "hetzner", "ec2", "azure", "gce"];
@@ -90,8 +95,8 @@ pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc
     validate_owner(owner)?;
     match kind {
         "fake" => {
-            settings.check_known("fake", &[FAKE_STATE_ENV])?;
-            fake(owner, settings.get(FAKE_STATE_ENV)).await
+            settings.check_known("fake", &FakeKey::names())?;
+            fake(owner, settings.get_key(FakeKey::State)).await
         }
         #[cfg(feature = "hetzner")]
         "hetzner" => Ok(Arc::new(
@@ -115,6 +120,15 @@ async fn fake(owner: &str, state: Option<&str>) -> Result<Arc<dyn Provider>> {
         _ => memory::MemoryCloud::new(),
     };
     Ok(Arc::new(cloud.provider(owner)?))
+}
+
+/// `Ok` when this build knows `kind`, else why not ([`unknown_kind`]).
+fn check_kind(kind: &str) -> Result<()> {
+    if kinds().contains(&kind) {
+        Ok(())
+    } else {
+        Err(unknown_kind(kind))
+    }
 }
 
 fn unknown_kind(kind: &str) -> Error {
