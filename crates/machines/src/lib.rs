@@ -3,7 +3,9 @@
 //! orca puts cloud machines from Hetzner Cloud, AWS EC2, Azure and Compute Engine behind one async trait,
 //! [`Provider`]. This crate is the contract and knows no cloud: [`MachineSpec`], [`Machine`], the
 //! [`Provider`] trait, [`docker_arch`], the ownership [`labels`], one [`Error`] type with retry meaning,
-//! [`Capabilities`], the shared [`retry`] policy and pagination loop, the in-memory provider
+//! [`Capabilities`], the shared [`retry`] policy and pagination loop, settings as data
+//! ([`settings`]), the driver [`kit`], the files a program shares with other processes ([`fs`]: one
+//! atomic write, one lock nobody can swap from under its holder), the in-memory provider
 //! ([`memory`]) and, with the feature `conformance`, the conformance suite every driver passes.
 //!
 //! The contract every driver keeps is written once, numbered, in [`contract`] (the file

@@ -2,7 +2,8 @@
 //!
 //! Cloud machines from Hetzner Cloud, AWS EC2, Azure and Compute Engine behind one async trait. This is
 //! the crate to depend on: it re-exports the contract ([`orca_machines`]) and, with a Cargo feature per
-//! cloud, the drivers, and it makes a provider of any kind from this process's settings with [`of`].
+//! cloud, the drivers, and it makes a provider of any kind from this process's settings with [`of`],
+//! from settings as data with [`of_with`], or from a whole description as data ([`ProviderConfig`]).
 //!
 //! Rust cannot give a trait object an associated constructor from outside the trait's crate, so the
 //! seed's `Provider.of(kind, owner)` is spelled `orca::of(kind, owner)`.
