@@ -169,6 +169,9 @@ struct State {
     /// milliseconds (eventual consistency, as EC2's).
     #[serde(default)]
     visibility_delay_ms: u64,
+    /// Whether every change is refused ([`MemoryCloud::set_read_only`]).
+    #[serde(default)]
+    read_only: bool,
 }
 
 impl State {
@@ -324,6 +327,18 @@ fn state_lock_path(path: &Path) -> PathBuf {
     path.with_extension("lock")
 }
 
+/// Refuses a change of a read-only cloud ([`MemoryCloud::set_read_only`]); `changed` is the state
+/// after the change, so that the change that ends read-only goes through.
+fn refuse_if_read_only(changed: &State, path: Option<&Path>) -> Result<()> {
+    if !changed.read_only {
+        return Ok(());
+    }
+    let on = path.map_or(String::new(), |p| format!(" (state file {})", p.display()));
+    Err(Error::other(format!(
+        "the simulated cloud refuses every change: it is read-only{on}"
+    )))
+}
+
 fn state_error(path: &Path, e: crate::fs::FsError) -> Error {
     Error::other(format!("state file {}: {e}", path.display())).with_source(e)
 }
@@ -476,6 +491,15 @@ impl MemoryCloud {
         let _ = self.with_state(true, |s| {
             s.visibility_delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         });
+    }
+
+    /// Makes the cloud refuse every change (a create, a delete, a label or power change, an
+    /// operator's action) with an error, while reads go on; `false` lets changes through again. It
+    /// lives in the state, so a persisted cloud refuses changes to every process on its file: how a
+    /// test makes a program in another process meet failed calls, which injected faults
+    /// ([`MemoryCloud::inject`], this process only) cannot reach.
+    pub fn set_read_only(&self, read_only: bool) {
+        let _ = self.with_state(true, |s| s.read_only = read_only);
     }
 
     /// How long new machines stay invisible (see [`MemoryCloud::set_visibility_delay`]).
@@ -633,6 +657,13 @@ impl MemoryCloud {
             f(s)
         };
         let (Some(path), Some(held)) = (&self.inner.path, held) else {
+            if write && state.read_only {
+                let mut changed = state.clone();
+                let r = f(&mut changed);
+                refuse_if_read_only(&changed, None)?;
+                *state = changed;
+                return Ok(r);
+            }
             return Ok(f(&mut state));
         };
         if !self.inner.swept.swap(true, Ordering::SeqCst) {
@@ -649,7 +680,11 @@ impl MemoryCloud {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
             Err(e) => return Err(state_error(path, crate::fs::FsError::io(path, "read", e))),
         };
+        let was_read_only = disk.read_only;
         let r = f(&mut disk);
+        if write && was_read_only {
+            refuse_if_read_only(&disk, Some(path))?;
+        }
         if write || std::fs::symlink_metadata(path).is_err() {
             // Another process may have taken a new lock file since this one was taken: write
             // nothing beside it.
@@ -1578,6 +1613,39 @@ mod tests {
         assert_eq!(seen.len(), 1);
         assert!(two.delete(&seen[0].id).await.unwrap());
         assert!(one.machines("p").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_only_cloud_refuses_changes_to_every_process_on_its_file_and_reads_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let a = MemoryCloud::persistent(&path)
+            .unwrap()
+            .provider("s")
+            .unwrap();
+        let made = a.create(&spec("w-1")).await.unwrap().machine().unwrap();
+        // Another process on the same file.
+        let other = MemoryCloud::persistent(&path).unwrap();
+        other.set_read_only(true);
+        let e = a.create(&spec("w-2")).await.unwrap_err();
+        assert!(e.to_string().contains("read-only"), "{e}");
+        assert!(e.to_string().contains("state.json"), "{e}");
+        assert!(a.delete(&made.id).await.is_err());
+        assert!(
+            !other.operator_stop(&made.id),
+            "the operator's console is refused too"
+        );
+        assert_eq!(a.machines("p").await.unwrap().len(), 1, "reads go on");
+        other.set_read_only(false);
+        assert!(a.create(&spec("w-2")).await.unwrap().machine().is_some());
+
+        let mem = MemoryCloud::new();
+        let p = mem.provider("s").unwrap();
+        mem.set_read_only(true);
+        assert!(p.create(&spec("w-1")).await.is_err());
+        assert!(mem.all_machines().is_empty(), "nothing was made");
+        mem.set_read_only(false);
+        assert!(p.create(&spec("w-1")).await.is_ok());
     }
 
     #[tokio::test]
