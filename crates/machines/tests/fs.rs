@@ -243,6 +243,29 @@ async fn the_async_wait_takes_the_lock_once_released_and_lets_other_tasks_run() 
 }
 
 #[test]
+fn the_blocking_wait_waits_for_the_holder_to_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec.json.lock");
+    let held = FileLock::try_lock(&path).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiter = {
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let taken = FileLock::lock_blocking(&path);
+            let _ = tx.send(());
+            taken
+        })
+    };
+    assert!(
+        rx.recv_timeout(Duration::from_millis(50)).is_err(),
+        "the lock is held: the waiter waits"
+    );
+    drop(held);
+    let taken = waiter.join().unwrap().unwrap();
+    taken.still_held().unwrap();
+}
+
+#[test]
 fn the_blocking_wait_takes_a_free_lock_and_a_removed_one_anew() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rec.json.lock");
