@@ -3,7 +3,9 @@
 //! orca puts cloud machines from Hetzner Cloud, AWS EC2, Azure and Compute Engine behind one async trait,
 //! [`Provider`]. This crate is the contract and knows no cloud: [`MachineSpec`], [`Machine`], the
 //! [`Provider`] trait, [`docker_arch`], the ownership [`labels`], one [`Error`] type with retry meaning,
-//! [`Capabilities`], the shared [`retry`] policy and pagination loop, the in-memory provider
+//! [`Capabilities`], the shared [`retry`] policy and pagination loop, settings as data
+//! ([`settings`]), the driver [`kit`], the files a program shares with other processes ([`fs`]: one
+//! atomic write, one lock nobody can swap from under its holder), the in-memory provider
 //! ([`memory`]) and, with the feature `conformance`, the conformance suite every driver passes.
 //!
 //! What every program on orca needs beside the calls lives here once too:
@@ -41,6 +43,7 @@ pub mod contract {}
 pub mod conformance;
 pub mod error;
 pub mod ext;
+pub mod fs;
 pub mod kit;
 pub mod labels;
 pub mod layer;
@@ -59,9 +62,10 @@ pub use ext::{
 };
 pub use labels::{OWNER_LABEL, POOL_LABEL};
 pub use machine::{Created, Machine, Price, Resized, Status, Timestamp};
+pub use memory::FakeKey;
 pub use provider::{Capabilities, Provider, SpecOptions};
 pub use retry::{all_pages, Page, RetryPolicy};
-pub use settings::Settings;
+pub use settings::{SettingKey, Settings};
 pub use spec::{validate_id, validate_name, validate_owner, validate_pool, MachineSpec};
 
 /// The timestamp crate orca's [`Timestamp`] comes from, re-exported so that callers use the same one.

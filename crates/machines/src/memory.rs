@@ -51,6 +51,17 @@ use crate::spec::{
 /// The provider kind of the in-memory provider.
 pub const KIND: &str = "fake";
 
+crate::setting_keys! {
+    /// The settings of the in-memory provider (kind `fake`), by the names of their environment
+    /// variables, as every driver's `ConfigKey`.
+    pub enum FakeKey for "fake" {
+        /// `ORCA_FAKE_STATE`: the state file that separate runs of a program share one simulated
+        /// cloud through ([`MemoryCloud::open`]). Unset: the cloud lives in memory for this process
+        /// only.
+        State = "ORCA_FAKE_STATE",
+    }
+}
+
 /// A machine type in the simulated cloud's catalogue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MachineType {
@@ -158,6 +169,9 @@ struct State {
     /// milliseconds (eventual consistency, as EC2's).
     #[serde(default)]
     visibility_delay_ms: u64,
+    /// Whether every change is refused ([`MemoryCloud::set_read_only`]).
+    #[serde(default)]
+    read_only: bool,
 }
 
 impl State {
@@ -250,6 +264,9 @@ struct StoredMachine {
 struct Inner {
     state: Mutex<State>,
     path: Option<PathBuf>,
+    /// Whether the temporary files that crashed writers left beside the state file were removed
+    /// (once, by the first call that held the lock).
+    swept: std::sync::atomic::AtomicBool,
     faults: Mutex<Vec<Fault>>,
     requests: AtomicU64,
 }
@@ -305,6 +322,27 @@ fn stock_key(machine_type: &str, location: &str) -> String {
     format!("{machine_type}@{location}")
 }
 
+/// The lock file of state file `path`: `<path without its extension>.lock`.
+fn state_lock_path(path: &Path) -> PathBuf {
+    path.with_extension("lock")
+}
+
+/// Refuses a change of a read-only cloud ([`MemoryCloud::set_read_only`]); `changed` is the state
+/// after the change, so that the change that ends read-only goes through.
+fn refuse_if_read_only(changed: &State, path: Option<&Path>) -> Result<()> {
+    if !changed.read_only {
+        return Ok(());
+    }
+    let on = path.map_or(String::new(), |p| format!(" (state file {})", p.display()));
+    Err(Error::other(format!(
+        "the simulated cloud refuses every change: it is read-only{on}"
+    )))
+}
+
+fn state_error(path: &Path, e: crate::fs::FsError) -> Error {
+    Error::other(format!("state file {}: {e}", path.display())).with_source(e)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -316,17 +354,34 @@ impl MemoryCloud {
     }
 
     /// A cloud persisted in the JSON file at `path` (made when missing): every call reads it and every
-    /// change writes it back under a file lock, so separate processes see the same machines.
+    /// change writes it back atomically ([`crate::fs::write_atomic`], owner-only) under the file's
+    /// lock ([`MemoryCloud::state_lock_path`]), so separate processes see the same machines.
+    ///
+    /// Blocks this thread while another process holds the lock; in async code use
+    /// [`MemoryCloud::open`]. The cloud API's calls (and so every [`MemoryProvider`] call) wait for
+    /// the lock without blocking the runtime; the synchronous helpers ([`MemoryCloud::set_stock`],
+    /// the operator's console, ...) block their thread.
     pub fn persistent(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
-        let cloud = MemoryCloud {
-            inner: Arc::new(Inner {
-                path: Some(path),
-                ..Inner::default()
-            }),
-        };
+        let cloud = Self::on_file(path.as_ref());
         cloud.with_state(false, |_| ())?;
         Ok(cloud)
+    }
+
+    /// [`MemoryCloud::persistent`] that waits for the state file's lock without blocking the
+    /// runtime.
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let cloud = Self::on_file(path.as_ref());
+        cloud.state(false, |_| ()).await?;
+        Ok(cloud)
+    }
+
+    fn on_file(path: &Path) -> Self {
+        MemoryCloud {
+            inner: Arc::new(Inner {
+                path: Some(path.to_path_buf()),
+                ..Inner::default()
+            }),
+        }
     }
 
     /// A provider on this cloud for `owner` (empty for none).
@@ -438,6 +493,15 @@ impl MemoryCloud {
         });
     }
 
+    /// Makes the cloud refuse every change (a create, a delete, a label or power change, an
+    /// operator's action) with an error, while reads go on; `false` lets changes through again. It
+    /// lives in the state, so a persisted cloud refuses changes to every process on its file: how a
+    /// test makes a program in another process meet failed calls, which injected faults
+    /// ([`MemoryCloud::inject`], this process only) cannot reach.
+    pub fn set_read_only(&self, read_only: bool) {
+        let _ = self.with_state(true, |s| s.read_only = read_only);
+    }
+
     /// How long new machines stay invisible (see [`MemoryCloud::set_visibility_delay`]).
     pub fn visibility_delay(&self) -> Duration {
         self.with_state(false, |s| Duration::from_millis(s.visibility_delay_ms))
@@ -543,26 +607,69 @@ impl MemoryCloud {
         .unwrap_or_default()
     }
 
+    /// The state file's lock file, when the cloud is persisted: held by a process for the length of
+    /// one call on the state (never remove it while a process may run on the file).
+    pub fn state_lock_path(&self) -> Option<PathBuf> {
+        self.inner.path.as_deref().map(state_lock_path)
+    }
+
+    /// Runs `f` on the state, blocking this thread while another process holds the state file's
+    /// lock: for the synchronous helpers (a test's or an operator's console). The cloud API's
+    /// calls wait for the lock without blocking the runtime ([`MemoryCloud::state`]).
     fn with_state<R>(&self, write: bool, f: impl FnOnce(&mut State) -> R) -> Result<R> {
+        let held = match &self.inner.path {
+            Some(path) => Some(
+                crate::fs::FileLock::lock_blocking(state_lock_path(path))
+                    .map_err(|e| state_error(path, e))?,
+            ),
+            None => None,
+        };
+        self.locked(held.as_ref(), write, f)
+    }
+
+    /// Runs `f` on the state, waiting for the state file's lock without blocking the runtime while
+    /// another process holds it.
+    async fn state<R>(&self, write: bool, f: impl FnOnce(&mut State) -> R) -> Result<R> {
+        let held = match &self.inner.path {
+            Some(path) => Some(
+                crate::fs::FileLock::lock(state_lock_path(path))
+                    .await
+                    .map_err(|e| state_error(path, e))?,
+            ),
+            None => None,
+        };
+        self.locked(held.as_ref(), write, f)
+    }
+
+    /// Runs `f` on the state, the state file's lock `held` (when persisted): reads the file, applies
+    /// `f`, and writes the file back atomically when `f` may have changed it (or it is missing).
+    /// The file lock is taken before the in-process mutex, by every path, so that the two never
+    /// wait for each other in opposite orders.
+    fn locked<R>(
+        &self,
+        held: Option<&crate::fs::FileLock>,
+        write: bool,
+        f: impl FnOnce(&mut State) -> R,
+    ) -> Result<R> {
         let mut state = lock(&self.inner.state);
         let f = |s: &mut State| {
             enforce_run_limits(s);
             f(s)
         };
-        let Some(path) = &self.inner.path else {
+        let (Some(path), Some(held)) = (&self.inner.path, held) else {
+            if write && state.read_only {
+                let mut changed = state.clone();
+                let r = f(&mut changed);
+                refuse_if_read_only(&changed, None)?;
+                *state = changed;
+                return Ok(r);
+            }
             return Ok(f(&mut state));
         };
-        let io = |what: &str, e: std::io::Error| {
-            Error::other(format!("state file {}: {what}: {e}", path.display()))
-        };
-        let lock_path = path.with_extension("lock");
-        let lock_file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| io("open lock", e))?;
-        lock_file.lock().map_err(|e| io("lock", e))?;
+        if !self.inner.swept.swap(true, Ordering::SeqCst) {
+            // Best effort: a leftover that stays is never read as the state.
+            let _ = crate::fs::remove_stale_temps(path);
+        }
         let mut disk: State = match std::fs::read(path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
                 Error::other(format!(
@@ -571,15 +678,20 @@ impl MemoryCloud {
                 ))
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
-            Err(e) => return Err(io("read", e)),
+            Err(e) => return Err(state_error(path, crate::fs::FsError::io(path, "read", e))),
         };
+        let was_read_only = disk.read_only;
         let r = f(&mut disk);
-        if write || !path.exists() {
-            let tmp = path.with_extension("tmp");
+        if write && was_read_only {
+            refuse_if_read_only(&disk, Some(path))?;
+        }
+        if write || std::fs::symlink_metadata(path).is_err() {
+            // Another process may have taken a new lock file since this one was taken: write
+            // nothing beside it.
+            held.still_held().map_err(|e| state_error(path, e))?;
             let bytes =
                 serde_json::to_vec_pretty(&disk).map_err(|e| Error::other(e.to_string()))?;
-            std::fs::write(&tmp, bytes).map_err(|e| io("write", e))?;
-            std::fs::rename(&tmp, path).map_err(|e| io("rename", e))?;
+            crate::fs::write_atomic(path, &bytes).map_err(|e| state_error(path, e))?;
         }
         *state = disk;
         Ok(r)
@@ -647,12 +759,13 @@ impl MemoryCloud {
     /// Cloud API: one machine by id.
     pub async fn api_get(&self, id: &str) -> Result<Option<Machine>> {
         Self::lost(self.request(Operation::List).await?)?;
-        self.with_state(false, |s| {
+        self.state(false, |s| {
             s.machines
                 .get(id)
                 .filter(|m| s.visible(m))
                 .map(|m| m.machine.clone())
         })
+        .await
     }
 
     /// Cloud API: one page of machines whose labels hold every pair of `with` and none of the keys in
@@ -667,7 +780,7 @@ impl MemoryCloud {
     ) -> Result<Page<Machine>> {
         Self::lost(self.request(Operation::List).await?)?;
         let page_size = page_size.max(1);
-        self.with_state(false, |s| {
+        self.state(false, |s| {
             let mut matching = s
                 .machines
                 .values()
@@ -686,6 +799,7 @@ impl MemoryCloud {
             };
             Page { items, next }
         })
+        .await
     }
 
     /// Cloud API: makes a machine. Names are unique in the cloud ([`Error::AlreadyExists`]); an unknown
@@ -719,71 +833,73 @@ impl MemoryCloud {
                 ),
             ));
         }
-        let made = self.with_state(true, |s| {
-            if s.machines.values().any(|m| m.machine.name == spec.name) {
-                return Err(Error::already_exists(format!(
-                    "machine named {:?}",
-                    spec.name
-                )));
-            }
-            let key = stock_key(&spec.machine_type, &spec.location);
-            if let Some(left) = s.stock.get_mut(&key) {
-                if *left == 0 {
-                    return Err(Error::no_stock(
-                        spec.machine_type.clone(),
-                        spec.location.clone(),
-                        format!("no capacity for {} in {}", mt.name, spec.location),
-                    ));
-                }
-                *left -= 1;
-            }
-            let group = spec
-                .admission_group
-                .as_ref()
-                .map(|g| format!("{g}-{}", spec.location));
-            if let Some(g) = &group {
-                if !s.groups.contains(g) {
-                    return Err(Error::not_found(format!(
-                        "admission group {g} (admit SSH to it first)"
+        let made = self
+            .state(true, |s| {
+                if s.machines.values().any(|m| m.machine.name == spec.name) {
+                    return Err(Error::already_exists(format!(
+                        "machine named {:?}",
+                        spec.name
                     )));
                 }
-            }
-            s.next_id += 1;
-            let n = s.next_id;
-            let now = clock(s);
-            let mut machine = Machine::new(format!("m-{n:08}"), &spec.name);
-            machine.status = Status::Running;
-            machine.cloud_status = "running".into();
-            machine.machine_type = spec.machine_type.clone();
-            machine.location = spec.location.clone();
-            // TEST-NET-2 (RFC 5737): documentation addresses, never routed.
-            machine.address = format!("198.51.100.{}", n % 250 + 1);
-            machine.private_address =
-                format!("10.{}.{}.{}", n / 65_536 % 256, n / 256 % 256, n % 256);
-            machine.fqdn = format!("{}.{}.fake.internal", spec.name, spec.location);
-            machine.pool = labels::pool_of(&labels);
-            machine.labels = labels;
-            machine.created_at = Some(now);
-            machine.started_at = Some(now);
-            machine.max_run_duration = spec.max_run_duration;
-            let extras = MachineExtras {
-                disk_gb: spec.disk_gb,
-                image: spec.image.clone(),
-                ssh_keys: spec.ssh_keys.clone(),
-                network_tags: spec.network_tags.clone(),
-                ssh_sources: spec.ssh_sources.clone(),
-                admission_group: group,
-                user_data_len: spec.user_data.len(),
-            };
-            s.machines.insert(
-                machine.id.clone(),
-                StoredMachine {
-                    machine: machine.clone(),
-                    extras,
-                },
-            );
-            Ok(machine)
-        })??;
+                let key = stock_key(&spec.machine_type, &spec.location);
+                if let Some(left) = s.stock.get_mut(&key) {
+                    if *left == 0 {
+                        return Err(Error::no_stock(
+                            spec.machine_type.clone(),
+                            spec.location.clone(),
+                            format!("no capacity for {} in {}", mt.name, spec.location),
+                        ));
+                    }
+                    *left -= 1;
+                }
+                let group = spec
+                    .admission_group
+                    .as_ref()
+                    .map(|g| format!("{g}-{}", spec.location));
+                if let Some(g) = &group {
+                    if !s.groups.contains(g) {
+                        return Err(Error::not_found(format!(
+                            "admission group {g} (admit SSH to it first)"
+                        )));
+                    }
+                }
+                s.next_id += 1;
+                let n = s.next_id;
+                let now = clock(s);
+                let mut machine = Machine::new(format!("m-{n:08}"), &spec.name);
+                machine.status = Status::Running;
+                machine.cloud_status = "running".into();
+                machine.machine_type = spec.machine_type.clone();
+                machine.location = spec.location.clone();
+                // TEST-NET-2 (RFC 5737): documentation addresses, never routed.
+                machine.address = format!("198.51.100.{}", n % 250 + 1);
+                machine.private_address =
+                    format!("10.{}.{}.{}", n / 65_536 % 256, n / 256 % 256, n % 256);
+                machine.fqdn = format!("{}.{}.fake.internal", spec.name, spec.location);
+                machine.pool = labels::pool_of(&labels);
+                machine.labels = labels;
+                machine.created_at = Some(now);
+                machine.started_at = Some(now);
+                machine.max_run_duration = spec.max_run_duration;
+                let extras = MachineExtras {
+                    disk_gb: spec.disk_gb,
+                    image: spec.image.clone(),
+                    ssh_keys: spec.ssh_keys.clone(),
+                    network_tags: spec.network_tags.clone(),
+                    ssh_sources: spec.ssh_sources.clone(),
+                    admission_group: group,
+                    user_data_len: spec.user_data.len(),
+                };
+                s.machines.insert(
+                    machine.id.clone(),
+                    StoredMachine {
+                        machine: machine.clone(),
+                        extras,
+                    },
+                );
+                Ok(machine)
+            })
+            .await??;
         Self::lost(lose)?;
         Ok(made)
     }
@@ -796,16 +912,18 @@ impl MemoryCloud {
         remove: &[String],
     ) -> Result<Machine> {
         let lose = self.request(Operation::Labels).await?;
-        let m = self.with_state(true, |s| {
-            let m = s.visible_mut(id)?;
-            for k in remove {
-                m.machine.labels.remove(k);
-            }
-            m.machine
-                .labels
-                .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
-            Ok(m.machine.clone())
-        })??;
+        let m = self
+            .state(true, |s| {
+                let m = s.visible_mut(id)?;
+                for k in remove {
+                    m.machine.labels.remove(k);
+                }
+                m.machine
+                    .labels
+                    .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+                Ok(m.machine.clone())
+            })
+            .await??;
         Self::lost(lose)?;
         Ok(m)
     }
@@ -813,18 +931,19 @@ impl MemoryCloud {
     /// Cloud API: a network (one that was never put is a custom-mode network of that name).
     pub async fn api_network(&self, name: &str) -> Result<Network> {
         Self::lost(self.request(Operation::Network).await?)?;
-        self.with_state(false, |s| {
+        self.state(false, |s| {
             s.networks
                 .get(name)
                 .cloned()
                 .unwrap_or_else(|| Network::new(name))
         })
+        .await
     }
 
     /// Cloud API: one firewall rule.
     pub async fn api_firewall_rule(&self, name: &str) -> Result<Option<FirewallRule>> {
         Self::lost(self.request(Operation::Network).await?)?;
-        self.with_state(false, |s| s.firewall.get(name).cloned())
+        self.state(false, |s| s.firewall.get(name).cloned()).await
     }
 
     /// Cloud API: one page of the firewall rules, in name order, after the rule `after`.
@@ -834,7 +953,7 @@ impl MemoryCloud {
         after: Option<&str>,
     ) -> Result<Page<FirewallRule>> {
         Self::lost(self.request(Operation::Network).await?)?;
-        self.with_state(false, |s| {
+        self.state(false, |s| {
             let mut rest = s
                 .firewall
                 .values()
@@ -846,6 +965,7 @@ impl MemoryCloud {
             };
             Page { items, next }
         })
+        .await
     }
 
     /// Cloud API: patches a firewall rule's source ranges.
@@ -855,14 +975,16 @@ impl MemoryCloud {
         ranges: &[String],
     ) -> Result<FirewallRule> {
         let lose = self.request(Operation::Network).await?;
-        let r = self.with_state(true, |s| {
-            let r = s
-                .firewall
-                .get_mut(name)
-                .ok_or_else(|| Error::not_found(format!("firewall rule {name}")))?;
-            r.source_ranges = ranges.to_vec();
-            Ok(r.clone())
-        })??;
+        let r = self
+            .state(true, |s| {
+                let r = s
+                    .firewall
+                    .get_mut(name)
+                    .ok_or_else(|| Error::not_found(format!("firewall rule {name}")))?;
+                r.source_ranges = ranges.to_vec();
+                Ok(r.clone())
+            })
+            .await??;
         Self::lost(lose)?;
         Ok(r)
     }
@@ -877,7 +999,7 @@ impl MemoryCloud {
         sources: &[String],
     ) -> Result<Admission> {
         let lose = self.request(Operation::Network).await?;
-        let a = self.with_state(true, |s| {
+        let a = self.state(true, |s| {
             let group_id = format!("{group}-{location}");
             s.groups.insert(group_id.clone());
             let mut admission = Admission::new(&group_id);
@@ -916,7 +1038,7 @@ impl MemoryCloud {
                 priority,
             });
             Ok(admission)
-        })??;
+        }).await??;
         Self::lost(lose)?;
         Ok(a)
     }
@@ -925,13 +1047,15 @@ impl MemoryCloud {
     /// such machine.
     pub async fn api_ssh_sources(&self, id: &str, sources: &[String]) -> Result<bool> {
         let lose = self.request(Operation::Network).await?;
-        let found = self.with_state(true, |s| match s.visible_mut(id) {
-            Ok(m) => {
-                m.extras.ssh_sources = sources.to_vec();
-                true
-            }
-            Err(_) => false,
-        })?;
+        let found = self
+            .state(true, |s| match s.visible_mut(id) {
+                Ok(m) => {
+                    m.extras.ssh_sources = sources.to_vec();
+                    true
+                }
+                Err(_) => false,
+            })
+            .await?;
         Self::lost(lose)?;
         Ok(found)
     }
@@ -939,7 +1063,7 @@ impl MemoryCloud {
     /// Cloud API: the account's credit balance (100 USD until [`MemoryCloud::set_credit`]).
     pub async fn api_balance(&self) -> Result<Balance> {
         Self::lost(self.request(Operation::Account).await?)?;
-        self.with_state(false, |s| {
+        self.state(false, |s| {
             let mut b = s
                 .credit
                 .clone()
@@ -947,25 +1071,28 @@ impl MemoryCloud {
             b.as_of = Some(clock(s));
             b
         })
+        .await
     }
 
     /// Cloud API: removes a machine; false when there was none.
     pub async fn api_remove(&self, id: &str) -> Result<bool> {
         let lose = self.request(Operation::Delete).await?;
-        let removed = self.with_state(true, |s| {
-            if s.machines.get(id).is_some_and(|m| !s.visible(m)) {
-                return Err(Error::not_found(format!("machine {id}"))
-                    .with_code("InvalidInstanceID.NotFound"));
-            }
-            let gone = s.machines.remove(id);
-            if let Some(m) = &gone {
-                let key = stock_key(&m.machine.machine_type, &m.machine.location);
-                if let Some(left) = s.stock.get_mut(&key) {
-                    *left += 1;
+        let removed = self
+            .state(true, |s| {
+                if s.machines.get(id).is_some_and(|m| !s.visible(m)) {
+                    return Err(Error::not_found(format!("machine {id}"))
+                        .with_code("InvalidInstanceID.NotFound"));
                 }
-            }
-            Ok(gone.is_some())
-        })??;
+                let gone = s.machines.remove(id);
+                if let Some(m) = &gone {
+                    let key = stock_key(&m.machine.machine_type, &m.machine.location);
+                    if let Some(left) = s.stock.get_mut(&key) {
+                        *left += 1;
+                    }
+                }
+                Ok(gone.is_some())
+            })
+            .await??;
         Self::lost(lose)?;
         Ok(removed)
     }
@@ -973,12 +1100,14 @@ impl MemoryCloud {
     /// Cloud API: powers a machine on or off.
     pub async fn api_power(&self, id: &str, on: bool) -> Result<Machine> {
         let lose = self.request(Operation::Change).await?;
-        let m = self.with_state(true, |s| {
-            let now = clock(s);
-            let m = s.visible_mut(id)?;
-            power(&mut m.machine, on, now);
-            Ok(m.machine.clone())
-        })??;
+        let m = self
+            .state(true, |s| {
+                let now = clock(s);
+                let m = s.visible_mut(id)?;
+                power(&mut m.machine, on, now);
+                Ok(m.machine.clone())
+            })
+            .await??;
         Self::lost(lose)?;
         Ok(m)
     }
@@ -987,32 +1116,35 @@ impl MemoryCloud {
     pub async fn api_change_type(&self, id: &str, machine_type: &str) -> Result<Machine> {
         let lose = self.request(Operation::Change).await?;
         let cat = catalogue();
-        let m = self.with_state(true, |s| {
-            let new = cat.iter().find(|t| t.name == machine_type).ok_or_else(|| {
-                Error::invalid(
-                    "machine_type",
-                    format!("unknown machine type {machine_type:?}"),
-                )
-            })?;
-            let m = s.visible_mut(id)?;
-            if m.machine.status != Status::Stopped {
-                return Err(Error::other(format!(
-                    "machine {id} must be stopped to change its type"
-                )));
-            }
-            let old = cat.iter().find(|t| t.name == m.machine.machine_type);
-            if old.map(|o| docker_arch(&o.architecture)) != Some(docker_arch(&new.architecture)) {
-                return Err(Error::invalid(
-                    "machine_type",
-                    format!(
-                        "{machine_type} has another architecture than {}",
-                        m.machine.machine_type
-                    ),
-                ));
-            }
-            m.machine.machine_type = machine_type.to_string();
-            Ok(m.machine.clone())
-        })??;
+        let m = self
+            .state(true, |s| {
+                let new = cat.iter().find(|t| t.name == machine_type).ok_or_else(|| {
+                    Error::invalid(
+                        "machine_type",
+                        format!("unknown machine type {machine_type:?}"),
+                    )
+                })?;
+                let m = s.visible_mut(id)?;
+                if m.machine.status != Status::Stopped {
+                    return Err(Error::other(format!(
+                        "machine {id} must be stopped to change its type"
+                    )));
+                }
+                let old = cat.iter().find(|t| t.name == m.machine.machine_type);
+                if old.map(|o| docker_arch(&o.architecture)) != Some(docker_arch(&new.architecture))
+                {
+                    return Err(Error::invalid(
+                        "machine_type",
+                        format!(
+                            "{machine_type} has another architecture than {}",
+                            m.machine.machine_type
+                        ),
+                    ));
+                }
+                m.machine.machine_type = machine_type.to_string();
+                Ok(m.machine.clone())
+            })
+            .await??;
         Self::lost(lose)?;
         Ok(m)
     }
@@ -1071,7 +1203,10 @@ impl MemoryProvider {
     /// a moment ago (by this provider or another).
     async fn read(&self, id: &str) -> Result<Option<Machine>> {
         let first = self.retry.retry("get", || self.cloud.api_get(id)).await?;
-        let window = self.cloud.visibility_delay();
+        let window = self
+            .cloud
+            .state(false, |s| Duration::from_millis(s.visibility_delay_ms))
+            .await?;
         if first.is_some() || window.is_zero() {
             return Ok(first);
         }
@@ -1519,6 +1654,39 @@ mod tests {
         assert_eq!(seen.len(), 1);
         assert!(two.delete(&seen[0].id).await.unwrap());
         assert!(one.machines("p").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_read_only_cloud_refuses_changes_to_every_process_on_its_file_and_reads_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let a = MemoryCloud::persistent(&path)
+            .unwrap()
+            .provider("s")
+            .unwrap();
+        let made = a.create(&spec("w-1")).await.unwrap().machine().unwrap();
+        // Another process on the same file.
+        let other = MemoryCloud::persistent(&path).unwrap();
+        other.set_read_only(true);
+        let e = a.create(&spec("w-2")).await.unwrap_err();
+        assert!(e.to_string().contains("read-only"), "{e}");
+        assert!(e.to_string().contains("state.json"), "{e}");
+        assert!(a.delete(&made.id).await.is_err());
+        assert!(
+            !other.operator_stop(&made.id),
+            "the operator's console is refused too"
+        );
+        assert_eq!(a.machines("p").await.unwrap().len(), 1, "reads go on");
+        other.set_read_only(false);
+        assert!(a.create(&spec("w-2")).await.unwrap().machine().is_some());
+
+        let mem = MemoryCloud::new();
+        let p = mem.provider("s").unwrap();
+        mem.set_read_only(true);
+        assert!(p.create(&spec("w-1")).await.is_err());
+        assert!(mem.all_machines().is_empty(), "nothing was made");
+        mem.set_read_only(false);
+        assert!(p.create(&spec("w-1")).await.is_ok());
     }
 
     #[tokio::test]

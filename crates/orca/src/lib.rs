@@ -2,7 +2,8 @@
 //!
 //! Cloud machines from Hetzner Cloud, AWS EC2, Azure and Compute Engine behind one async trait. This is
 //! the crate to depend on: it re-exports the contract ([`orca_machines`]) and, with a Cargo feature per
-//! cloud, the drivers, and it makes a provider of any kind from this process's settings with [`of`].
+//! cloud, the drivers, and it makes a provider of any kind from this process's settings with [`of`],
+//! from settings as data with [`of_with`], or from a whole description as data ([`ProviderConfig`]).
 //!
 //! Rust cannot give a trait object an associated constructor from outside the trait's crate, so the
 //! seed's `Provider.of(kind, owner)` is spelled `orca::of(kind, owner)`.
@@ -40,6 +41,10 @@ use std::sync::Arc;
 
 pub use orca_machines::*;
 
+mod config;
+
+pub use config::ProviderConfig;
+
 #[cfg(feature = "azure")]
 pub use orca_azure as azure;
 #[cfg(feature = "ec2")]
@@ -50,8 +55,9 @@ pub use orca_gce as gce;
 pub use orca_hetzner as hetzner;
 
 /// The environment variable that points the `fake` kind at a state file, so that separate runs of a
-/// program share one simulated cloud. Unset: the cloud lives in memory for this process only.
-pub const FAKE_STATE_ENV: &str = "ORCA_FAKE_STATE";
+/// program share one simulated cloud. Unset: the cloud lives in memory for this process only. The
+/// typed key is [`FakeKey::State`].
+pub const FAKE_STATE_ENV: &str = FakeKey::State.as_str();
 
 /// Every provider kind orca has, whether or not this build enabled it.
 pub const ALL_KINDS: [&str; 5] = ["fake", "hetzner", "ec2", "azure", "gce"];
@@ -79,7 +85,7 @@ pub fn kinds() -> Vec<&'static str> {
 pub async fn of(kind: &str, owner: &str) -> Result<Arc<dyn Provider>> {
     validate_owner(owner)?;
     match kind {
-        "fake" => fake(owner, std::env::var(FAKE_STATE_ENV).ok().as_deref()),
+        "fake" => fake(owner, std::env::var(FAKE_STATE_ENV).ok().as_deref()).await,
         #[cfg(feature = "hetzner")]
         "hetzner" => Ok(Arc::new(orca_hetzner::from_env(owner).await?)),
         #[cfg(feature = "ec2")]
@@ -109,8 +115,8 @@ pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc
     validate_owner(owner)?;
     match kind {
         "fake" => {
-            settings.check_known("fake", &[FAKE_STATE_ENV])?;
-            fake(owner, settings.get(FAKE_STATE_ENV))
+            settings.check_known("fake", &FakeKey::names())?;
+            fake(owner, settings.get_key(FakeKey::State)).await
         }
         #[cfg(feature = "hetzner")]
         "hetzner" => Ok(Arc::new(
@@ -126,12 +132,23 @@ pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc
     }
 }
 
-fn fake(owner: &str, state: Option<&str>) -> Result<Arc<dyn Provider>> {
+/// The in-memory provider, on the state file `state` when given: opened waiting for the file's lock
+/// without blocking the runtime.
+async fn fake(owner: &str, state: Option<&str>) -> Result<Arc<dyn Provider>> {
     let cloud = match state {
-        Some(path) if !path.is_empty() => memory::MemoryCloud::persistent(path)?,
+        Some(path) if !path.is_empty() => memory::MemoryCloud::open(path).await?,
         _ => memory::MemoryCloud::new(),
     };
     Ok(Arc::new(cloud.provider(owner)?))
+}
+
+/// `Ok` when this build knows `kind`, else why not ([`unknown_kind`]).
+fn check_kind(kind: &str) -> Result<()> {
+    if kinds().contains(&kind) {
+        Ok(())
+    } else {
+        Err(unknown_kind(kind))
+    }
 }
 
 fn unknown_kind(kind: &str) -> Error {

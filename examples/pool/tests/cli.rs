@@ -44,8 +44,8 @@ fn once(dir: &Path, state: &Path, owner: &str, extra: &[&str]) -> Output {
 fn once_exits_non_zero_when_an_action_failed() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("cloud.json");
-    MemoryCloud::persistent(&state).unwrap();
-    std::fs::create_dir(dir.path().join("cloud.tmp")).unwrap(); // every write of the cloud fails
+    // Every write of the cloud fails: the state file refuses changes.
+    MemoryCloud::persistent(&state).unwrap().set_read_only(true);
     let out = once(dir.path(), &state, "a", &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("FAILED create"), "{}", text(&out));

@@ -4,9 +4,16 @@
 //! - [`ClientKey`] and [`ClientOptions`]: the client settings every driver takes beside its own keys
 //!   (object_store's `ClientConfigKey`): timeouts, the pause between polls of a long-running operation,
 //!   and the retry budget.
-//! - `http_client` (feature `http`): the HTTP client of the REST drivers, with one user agent, one
-//!   set of timeouts, no redirects, and an endpoint on the loopback interface never reached through
-//!   the environment's proxy.
+//! - [`Timeouts`]: the timeouts that win, resolved in one place (a builder's value, else the
+//!   client key's, else the driver's default).
+//! - `http_client_with` (feature `http`): the HTTP client of the REST drivers, with one user
+//!   agent, resolved [`Timeouts`], no redirects, and the environment's proxy or none ([`Proxy`]);
+//!   `http_client` is its older form, which lets a client key beat the driver's values.
+//! - `transport_error` (feature `http`): one classification of a request that got no complete
+//!   answer (`TransportKind`: connect, timeout, cut connection, cut answer, unreadable answer),
+//!   the cause kept without its URL (a URL can carry a token).
+//! - [`Recent`] and [`read_until_seen`]: what a driver made lately, for the window in which the
+//!   cloud may not show it yet, and the reads that confirm a "not found" within that window.
 //! - [`call`] (and [`call_recorded`]): one cloud call, its attempts under the shared
 //!   [`RetryPolicy`], each in the one span shape of a cloud call ([`call_span`]), filled the same way
 //!   by every driver ([`record_request`], [`record_status`], [`record_request_id`],
@@ -17,6 +24,16 @@
 
 use std::future::Future;
 use std::time::Duration;
+
+#[cfg(feature = "http")]
+mod http;
+mod recent;
+mod timeouts;
+
+#[cfg(feature = "http")]
+pub use http::{http_client, http_client_with, transport_error, TransportKind};
+pub use recent::{read_until_seen, Recent};
+pub use timeouts::{Proxy, Timeouts};
 
 use crate::error::{Error, Result};
 use crate::labels::{self, Labels};
@@ -176,32 +193,6 @@ pub fn is_loopback(endpoint: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The HTTP client of a REST driver of `kind` calling `endpoint`: user agent `orca-<kind>/<version>`,
-/// the options' timeouts (else `connect` and `request`), no redirects, and no proxy for a loopback
-/// endpoint ([`is_loopback`]).
-#[cfg(feature = "http")]
-pub fn http_client(
-    kind: &str,
-    endpoint: &str,
-    options: &ClientOptions,
-    connect: Duration,
-    request: Option<Duration>,
-) -> Result<reqwest::Client> {
-    let mut b = reqwest::Client::builder()
-        .user_agent(format!("orca-{kind}/{}", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(options.connect_timeout.unwrap_or(connect))
-        .redirect(reqwest::redirect::Policy::none());
-    if let Some(t) = options.request_timeout.or(request) {
-        b = b.timeout(t);
-    }
-    if is_loopback(endpoint) {
-        b = b.no_proxy();
-    }
-    b.build().map_err(|e| {
-        Error::other(format!("{kind}: cannot build the HTTP client")).with_source(e.without_url())
-    })
 }
 
 /// The span of one cloud call, the same shape for every driver: `orca.call` with the provider, the

@@ -5,8 +5,13 @@
 //! Every driver has a typed key enum (`orca_hetzner::ConfigKey`, ..., as object_store's
 //! `AmazonS3ConfigKey`) whose names are the environment variables' names, a `from_env` that reads
 //! them from the process and a `from_settings` that reads them from a [`Settings`]. A front-end that
-//! keeps its settings elsewhere (keeper's registry, shed's `*_env` names) builds a [`Settings`] and
-//! calls `orca::of_with(kind, owner, &settings)`.
+//! keeps its settings elsewhere (keeper's registry, shed's `*_env` names) builds a [`Settings`] by
+//! typed key ([`Settings::with_key`]: `orca::gce::ConfigKey::Project`, never the literal
+//! `"ORCA_GCE_PROJECT"`) or deserializes it from any map serde reads (a JSON or YAML document, a
+//! database row's JSON column: strings, numbers and booleans as their text, null as absent, a list
+//! or a map refused naming its key), and calls `orca::of_with(kind, owner, &settings)`; or it
+//! deserializes a whole provider description, `orca::ProviderConfig`. `Settings` has no `Serialize`:
+//! its values may be secrets, and nothing writes them out.
 //!
 //! ```
 //! use orca_machines::settings::{Problems, Settings};
@@ -28,6 +33,8 @@
 use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
+
+mod de;
 
 /// Key/value settings with the environment's names. Values may be secrets: `Debug` shows the keys
 /// only. An empty value counts as unset, as an empty environment variable does.
@@ -65,6 +72,42 @@ impl Settings {
             .get(key)
             .map(String::as_str)
             .filter(|v| !v.is_empty())
+    }
+
+    /// These settings with typed `key` set to `value`: `with_key(orca::gce::ConfigKey::Project,
+    /// "lab")` rather than the variable's name as a literal.
+    ///
+    /// ```
+    /// use orca_machines::kit::ClientKey;
+    /// use orca_machines::Settings;
+    /// let s = Settings::new().with_key(ClientKey::PollInterval, "2s");
+    /// assert_eq!(s.get("ORCA_POLL_INTERVAL"), Some("2s"));
+    /// assert_eq!(s.get_key(ClientKey::PollInterval), Some("2s"));
+    /// ```
+    pub fn with_key<K: SettingKey>(mut self, key: K, value: impl Into<String>) -> Self {
+        self.insert_key(key, value);
+        self
+    }
+
+    /// Sets typed `key` to `value`.
+    pub fn insert_key<K: SettingKey>(&mut self, key: K, value: impl Into<String>) {
+        self.insert(key.as_str(), value);
+    }
+
+    /// The value of typed `key`, or `None` when it is absent or empty.
+    pub fn get_key<K: SettingKey>(&self, key: K) -> Option<&str> {
+        self.get(key.as_str())
+    }
+
+    /// Removes `key`, answering its value.
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        self.values.remove(key)
+    }
+
+    /// The typed `keys` that this process's environment has (a credential a program takes from the
+    /// environment while the rest of its settings come from elsewhere).
+    pub fn from_env_of<K: SettingKey>(keys: impl IntoIterator<Item = K>) -> Self {
+        Self::from_env(keys.into_iter().map(SettingKey::as_str))
     }
 
     /// Every key given (empty values included).

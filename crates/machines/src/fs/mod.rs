@@ -1,0 +1,160 @@
+//! Files that a program shares with its next run and with other processes: one atomic write
+//! ([`write_atomic`]) and one lock that nobody can swap from under its holder ([`FileLock`]).
+//!
+//! A program on orca keeps state in files (a scaler's record, a server's cache, a CLI's home, the
+//! in-memory provider's simulated cloud), and the state matters: what a scaler's record forgets, it
+//! deletes. So every such file is written whole or not at all, and a process that acts on it holds
+//! its lock, checked before every write.
+//!
+//! - [`write_atomic`] (and [`write_atomic_mode`], [`write_atomic_with`]): a temporary file in the
+//!   same folder, created exclusively (a symbolic link someone placed at its name is never
+//!   followed), written, synced, given its mode, renamed over the target, and the folder synced. A
+//!   reader sees the old file or the new one, never half of one; a write that fails leaves the old
+//!   file and removes its temporary file. The mode is owner-only ([`PRIVATE_MODE`]) unless the
+//!   caller says otherwise: a record or a state file names machines, addresses and ids.
+//! - [`remove_stale_temps`] and [`remove_stale_temps_in`]: the temporary files that a writer which
+//!   crashed before its rename left behind (never read as the file), removed by the next holder of
+//!   the file's lock.
+//! - [`FileLock`]: an exclusive `flock` on a lock file (`<file>.lock`, [`FileLock::path_for`])
+//!   that is verified to be the file at the lock's path after it is taken, and whose holder can
+//!   check cheaply ([`FileLock::still_held`]) that nobody removed or replaced the lock file since:
+//!   an operator who deletes a lock file would otherwise let a second process lock a new file at
+//!   the same path while the first still runs, and both would act. [`FileLock::try_lock`] refuses
+//!   at once when another holds it, [`FileLock::lock`] waits without blocking the async runtime,
+//!   [`FileLock::lock_blocking`] waits in synchronous code.
+//!
+//! ```
+//! use orca_machines::fs::{write_atomic, FileLock};
+//! let dir = tempfile::tempdir()?;
+//! let record = dir.path().join("record.json");
+//! let lock = FileLock::try_lock(FileLock::path_for(&record))?;
+//! let second = FileLock::try_lock(FileLock::path_for(&record)).unwrap_err();
+//! assert!(second.is_busy() && second.to_string().contains("record.json.lock"), "{second}");
+//!
+//! lock.still_held()?; // before every write: stop when another process may hold the lock now
+//! write_atomic(&record, b"{\"machines\": []}")?;
+//! assert_eq!(std::fs::read(&record)?, b"{\"machines\": []}");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod lock;
+mod write;
+
+use std::path::{Path, PathBuf};
+
+pub use lock::FileLock;
+pub use write::{
+    create_private_dir, remove_stale_temps, remove_stale_temps_in, write_atomic, write_atomic_mode,
+    write_atomic_with,
+};
+
+/// The mode of the files [`write_atomic`] writes and of lock files: read and write for the owner
+/// only.
+pub const PRIVATE_MODE: u32 = 0o600;
+
+/// What went wrong with a shared file. Every variant names the path.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FsError {
+    /// Another holder has the lock at `path` ([`FileLock::try_lock`]).
+    Busy {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The lock file at `path` is no longer the file this holder locked: it was removed, or
+    /// replaced by another file, so that another process may hold the lock now
+    /// ([`FileLock::still_held`]).
+    Replaced {
+        /// The lock file.
+        path: PathBuf,
+        /// What happened to it (`removed`, `replaced by another file`).
+        what: &'static str,
+    },
+    /// An operation on `path` failed.
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The operation (`open`, `write`, `sync`, `rename`, `lock`, ...).
+        op: &'static str,
+        /// The system's error.
+        source: std::io::Error,
+    },
+}
+
+impl FsError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            FsError::Busy { path } | FsError::Replaced { path, .. } | FsError::Io { path, .. } => {
+                path
+            }
+        }
+    }
+
+    /// Whether another holder has the lock.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, FsError::Busy { .. })
+    }
+
+    /// Whether the lock file was removed or replaced while held.
+    pub fn is_replaced(&self) -> bool {
+        matches!(self, FsError::Replaced { .. })
+    }
+
+    /// This error as orca's [`crate::Error`] (`Other`, this error kept as its source). A method,
+    /// not a `From`: a second conversion into orca's error would leave `?` in existing closures
+    /// without a type to infer.
+    pub fn into_error(self) -> crate::Error {
+        crate::Error::other(self.to_string()).with_source(self)
+    }
+
+    pub(crate) fn io(path: &Path, op: &'static str, source: std::io::Error) -> Self {
+        FsError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        }
+    }
+}
+
+impl std::fmt::Display for FsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsError::Busy { path } => write!(f, "{} is locked by another process", path.display()),
+            FsError::Replaced { path, what } => write!(
+                f,
+                "the lock file {} was {what} while this process held it: another process may hold the lock now, so this one stops",
+                path.display()
+            ),
+            FsError::Io { path, op, source } => write!(f, "{} ({op}): {source}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for FsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FsError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<FsError> for std::io::Error {
+    fn from(e: FsError) -> Self {
+        let kind = match &e {
+            FsError::Busy { .. } => std::io::ErrorKind::WouldBlock,
+            FsError::Replaced { .. } => std::io::ErrorKind::Other,
+            FsError::Io { source, .. } => source.kind(),
+        };
+        std::io::Error::new(kind, e)
+    }
+}
+
+/// The folder of `path` (`.` for a bare file name).
+pub(crate) fn folder(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
