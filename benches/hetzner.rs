@@ -21,6 +21,7 @@ async fn provider(fake: &FakeHetzner, pacing: bool) -> HetznerProvider {
             initial_backoff: Duration::from_millis(20),
             max_backoff: Duration::from_secs(2),
             max_elapsed: Duration::from_secs(60),
+            ..RetryPolicy::default()
         })
         .poll_interval(Duration::from_millis(1))
         .pacing(pacing)

@@ -295,6 +295,7 @@ async fn throttling_is_backed_off() {
         initial_backoff: initial,
         max_backoff: Duration::from_secs(2),
         max_elapsed: Duration::from_secs(30),
+        ..RetryPolicy::default()
     };
     let p = Seed::provider(e.builder().retry(policy), "owner-1")
         .await

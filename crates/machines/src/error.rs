@@ -171,6 +171,16 @@ pub enum Error {
         /// Where the error came from.
         context: Box<Context>,
     },
+    /// The resource is locked by another operation that is still running (Azure's
+    /// `AnotherOperationInProgress`, Hetzner's `locked`, Compute Engine's `resourceNotReady`): the
+    /// same call will succeed once that operation ends, which can take as long as the operation
+    /// itself. The retry policy waits for it up to [`RetryPolicy::busy_wait`](crate::RetryPolicy::busy_wait).
+    Busy {
+        /// The cloud's own words, naming the operation holding the resource where it does.
+        message: String,
+        /// Where the error came from.
+        context: Box<Context>,
+    },
     /// The credentials were missing, expired or refused.
     Unauthenticated {
         /// Why (never the credential itself).
@@ -253,6 +263,9 @@ impl std::fmt::Display for Error {
                 }
                 write!(f, ": {message}{context}")
             }
+            Error::Busy { message, context } => {
+                write!(f, "busy with another operation: {message}{context}")
+            }
             Error::Unauthenticated { message, context } => {
                 write!(f, "unauthenticated: {message}{context}")
             }
@@ -307,6 +320,8 @@ pub enum ErrorKind {
     Quota,
     /// [`Error::Throttled`]
     Throttled,
+    /// [`Error::Busy`]
+    Busy,
     /// [`Error::Unauthenticated`]
     Unauthenticated,
     /// [`Error::PermissionDenied`]
@@ -333,6 +348,7 @@ impl Error {
             Error::NoStock { .. } => ErrorKind::NoStock,
             Error::Quota { .. } => ErrorKind::Quota,
             Error::Throttled { .. } => ErrorKind::Throttled,
+            Error::Busy { .. } => ErrorKind::Busy,
             Error::Unauthenticated { .. } => ErrorKind::Unauthenticated,
             Error::PermissionDenied { .. } => ErrorKind::PermissionDenied,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
@@ -342,12 +358,16 @@ impl Error {
         }
     }
 
-    /// Whether the same call may succeed if made again later (throttling and passing failures).
+    /// Whether the same call may succeed if made again later (throttling, a resource busy with
+    /// another operation, passing failures).
     ///
     /// No stock is not retryable in this sense: the same create will most likely fail again now;
     /// a caller should wait or try another type or location.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Throttled { .. } | Error::Transient { .. })
+        matches!(
+            self,
+            Error::Throttled { .. } | Error::Busy { .. } | Error::Transient { .. }
+        )
     }
 
     /// How long the cloud asked to wait before the next call, if it said.
@@ -441,6 +461,14 @@ impl Error {
         }
     }
 
+    /// An [`Error::Busy`]: the resource is locked by another operation still running.
+    pub fn busy(message: impl Into<String>) -> Self {
+        Error::Busy {
+            message: message.into(),
+            context: Box::default(),
+        }
+    }
+
     /// An [`Error::Unauthenticated`].
     pub fn unauthenticated(message: impl Into<String>) -> Self {
         Error::Unauthenticated {
@@ -490,6 +518,7 @@ impl Error {
             | Error::NoStock { context, .. }
             | Error::Quota { context, .. }
             | Error::Throttled { context, .. }
+            | Error::Busy { context, .. }
             | Error::Unauthenticated { context, .. }
             | Error::PermissionDenied { context, .. }
             | Error::Transient { context, .. }
@@ -509,6 +538,7 @@ impl Error {
             | Error::NoStock { context, .. }
             | Error::Quota { context, .. }
             | Error::Throttled { context, .. }
+            | Error::Busy { context, .. }
             | Error::Unauthenticated { context, .. }
             | Error::PermissionDenied { context, .. }
             | Error::Transient { context, .. }
@@ -545,7 +575,7 @@ impl Error {
 
     /// Whether this error surely means that the call changed nothing at the cloud: a refusal
     /// (invalid spec or settings, not found, already exists, not owned, no stock, quota, throttled,
-    /// unauthenticated, permission denied, unsupported) with no attempt that may have acted
+    /// busy, unauthenticated, permission denied, unsupported) with no attempt that may have acted
     /// ([`Error::may_have_acted`]). False for [`Error::Transient`] (the cloud may have acted on it),
     /// [`Error::Other`] (unknown), [`Error::Leftovers`] (something was made and remains), and for a
     /// refusal that came after an attempt that may have acted: a create whose first attempt timed out
@@ -575,6 +605,7 @@ impl Error {
                 | K::NoStock
                 | K::Quota
                 | K::Throttled
+                | K::Busy
                 | K::Unauthenticated
                 | K::PermissionDenied
                 | K::Unsupported
@@ -664,6 +695,7 @@ impl Error {
             | Error::NoStock { message: m, .. }
             | Error::Quota { message: m, .. }
             | Error::Throttled { message: m, .. }
+            | Error::Busy { message: m, .. }
             | Error::Unauthenticated { message: m, .. }
             | Error::PermissionDenied { message: m, .. }
             | Error::Transient { message: m, .. }
@@ -681,7 +713,8 @@ impl Error {
 
     /// The meaning of a bare HTTP status, for a driver's error mapping to fall back on once it has
     /// looked at its cloud's own codes: 401 unauthenticated, 403 permission denied, 404 not found,
-    /// 409 already exists, 408 and 5xx transient, 429 throttled (with `retry_after`), else other.
+    /// 409 already exists, 423 busy, 408 and 5xx transient, 429 throttled (with `retry_after`), else
+    /// other.
     pub fn from_http_status(
         status: u16,
         message: impl Into<String>,
@@ -693,6 +726,7 @@ impl Error {
             403 => Error::permission_denied(message),
             404 => Error::not_found(message),
             409 => Error::already_exists(message),
+            423 => Error::busy(message),
             429 => Error::throttled(retry_after, message),
             408 | 500..=599 => Error::transient(message),
             _ => Error::other(format!("HTTP {status}: {message}")),
@@ -711,6 +745,7 @@ impl Error {
             ErrorKind::NoStock => Error::no_stock("", "", message),
             ErrorKind::Quota => Error::quota(message),
             ErrorKind::Throttled => Error::throttled(None, message),
+            ErrorKind::Busy => Error::busy(message),
             ErrorKind::Unauthenticated => Error::unauthenticated(message),
             ErrorKind::PermissionDenied => Error::permission_denied(message),
             ErrorKind::Unsupported => Error::unsupported("provider", message),
@@ -748,6 +783,10 @@ mod tests {
             Error::from_http_status(418, "tea", None).to_string(),
             "HTTP 418: tea"
         );
+        let b = Error::from_http_status(423, "locked", None);
+        assert_eq!(b.kind(), ErrorKind::Busy);
+        assert!(b.is_retryable() && b.made_nothing());
+        assert_eq!(b.to_string(), "busy with another operation: locked");
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
         assert_eq!(parse_retry_after("-1"), None);
     }

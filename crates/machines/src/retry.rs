@@ -2,7 +2,10 @@
 //!
 //! Only errors that are [`Error::is_retryable`] are retried (throttling, 5xx, dropped connections and
 //! timeouts, which drivers map to [`Error::Throttled`] and [`Error::Transient`]), with exponential
-//! backoff and jitter, honouring the cloud's Retry-After, bounded in count and in total time. A driver
+//! backoff and jitter, honouring the cloud's Retry-After, bounded in count and in total time. A
+//! resource locked by another operation ([`Error::Busy`]) is waited for apart: at a steady pause, for
+//! as long as [`RetryPolicy::busy_wait`] allows, because such a lock lasts as long as the operation
+//! holding it, which no backoff of a few retries outlasts. A driver
 //! passes a create through it only together with the cloud's idempotency token, so that a retried create
 //! never makes a second machine.
 
@@ -23,8 +26,14 @@ pub struct RetryPolicy {
     /// The longest backoff between two attempts (a longer Retry-After is still honoured, within
     /// `max_elapsed`).
     pub max_backoff: Duration,
-    /// The longest time from the first attempt to the start of the last one.
+    /// The longest time from the first attempt to the start of the last one, not counting the time
+    /// spent waiting for a busy resource.
     pub max_elapsed: Duration,
+    /// The longest time to wait for a resource locked by another operation ([`Error::Busy`]): such
+    /// answers are retried every [`RetryPolicy::BUSY_PAUSE`] (at most `max_backoff`) without counting
+    /// against `max_retries` or `max_elapsed`. A driver sets it to its operation timeout, as the lock
+    /// lasts as long as the operation holding it. Zero: a busy answer is retried as any other.
+    pub busy_wait: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -34,6 +43,7 @@ impl Default for RetryPolicy {
             initial_backoff: Duration::from_millis(250),
             max_backoff: Duration::from_secs(20),
             max_elapsed: Duration::from_secs(120),
+            busy_wait: Duration::from_secs(600),
         }
     }
 }
@@ -45,7 +55,11 @@ impl RetryPolicy {
         initial_backoff: Duration::ZERO,
         max_backoff: Duration::ZERO,
         max_elapsed: Duration::ZERO,
+        busy_wait: Duration::ZERO,
     };
+
+    /// The pause between two tries of a busy resource (capped by `max_backoff`).
+    pub const BUSY_PAUSE: Duration = Duration::from_secs(5);
 
     /// A fast policy for tests against local fakes: the same count, millisecond backoffs.
     pub fn fast() -> Self {
@@ -54,7 +68,13 @@ impl RetryPolicy {
             initial_backoff: Duration::from_millis(2),
             max_backoff: Duration::from_millis(50),
             max_elapsed: Duration::from_secs(10),
+            busy_wait: Duration::from_secs(10),
         }
+    }
+
+    /// This policy waiting up to `busy_wait` for a busy resource.
+    pub fn with_busy_wait(self, busy_wait: Duration) -> Self {
+        RetryPolicy { busy_wait, ..self }
     }
 
     /// The backoff before retry number `retry` (0-based): exponential, capped, with "equal jitter"
@@ -90,44 +110,107 @@ impl RetryPolicy {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let start = Instant::now();
-        let mut retries = 0u32;
-        let mut may_have_acted = false;
-        let give_up = |e: Error, retries: u32, may_have_acted: bool| {
-            let e = if may_have_acted {
+        let mut tries = Tries::new();
+        let give_up = |e: Error, tries: &Tries| {
+            let e = if tries.may_have_acted {
                 e.with_may_have_acted()
             } else {
                 e
             };
-            e.with_operation(operation).with_retries(retries)
+            e.with_operation(operation).with_retries(tries.retries())
         };
         loop {
             // Every attempt runs in a span that names the operation and how many retries came
             // before it: the driver's call span (`orca.call`) is its child.
-            let attempt = tracing::info_span!("orca.attempt", operation, retry = retries);
+            let attempt = tracing::info_span!("orca.attempt", operation, retry = tries.retries());
             let outcome = tracing::Instrument::instrument(call(), attempt).await;
-            if let Err(Error::Transient { .. }) = &outcome {
-                may_have_acted = true;
-            }
-            match outcome {
+            let e = match outcome {
                 Ok(v) => {
-                    if retries > 0 {
-                        tracing::debug!(operation, retries, "succeeded after retries");
+                    if tries.retries() > 0 {
+                        tracing::debug!(
+                            operation,
+                            retries = tries.retries(),
+                            "succeeded after retries"
+                        );
                     }
                     return Ok(v);
                 }
-                Err(e) if e.is_retryable() && retries < self.max_retries => {
-                    let delay = self.delay_for(retries, &e);
-                    if start.elapsed() + delay > self.max_elapsed {
-                        tracing::warn!(operation, retries, error = %e, "retry budget spent");
-                        return Err(give_up(e, retries, may_have_acted));
-                    }
-                    tracing::debug!(operation, retry = retries + 1, delay_ms = delay.as_millis() as u64, error = %e, "retrying");
-                    tokio::time::sleep(delay).await;
-                    retries += 1;
-                }
-                Err(e) => return Err(give_up(e, retries, may_have_acted)),
+                Err(e) => e,
+            };
+            if let Error::Transient { .. } = &e {
+                tries.may_have_acted = true;
             }
+            let Some(delay) = self.pause_after(&e, &tries) else {
+                if e.is_retryable() {
+                    tracing::warn!(operation, retries = tries.retries(), error = %e, "retry budget spent");
+                }
+                return Err(give_up(e, &tries));
+            };
+            tracing::debug!(operation, retry = tries.retries() + 1, delay_ms = delay.as_millis() as u64, error = %e, "retrying");
+            tokio::time::sleep(delay).await;
+            tries.count(self.waits_for(&e), delay);
+        }
+    }
+
+    /// Whether `e` is waited for as a busy resource (within `busy_wait`, outside the other bounds).
+    fn waits_for(&self, e: &Error) -> bool {
+        matches!(e, Error::Busy { .. }) && !self.busy_wait.is_zero()
+    }
+
+    /// The pause before trying again after `e`, or `None` when the policy gives up: a busy resource
+    /// is waited for within `busy_wait`, anything else retryable within `max_retries` and
+    /// `max_elapsed` (the time spent on busy resources not counted).
+    fn pause_after(&self, e: &Error, tries: &Tries) -> Option<Duration> {
+        if !e.is_retryable() {
+            return None;
+        }
+        if self.waits_for(e) {
+            let pause = Self::BUSY_PAUSE.min(self.max_backoff);
+            return (tries.busy_time + pause <= self.busy_wait).then_some(pause);
+        }
+        if tries.others >= self.max_retries {
+            return None;
+        }
+        let delay = self.delay_for(tries.others, e);
+        let spent = tries.start.elapsed().saturating_sub(tries.busy_time);
+        (spent + delay <= self.max_elapsed).then_some(delay)
+    }
+}
+
+/// What a run of [`RetryPolicy::retry`] has done so far.
+struct Tries {
+    start: Instant,
+    /// Retries after answers other than a busy resource: what `max_retries` bounds.
+    others: u32,
+    /// Retries after a busy resource.
+    busy: u32,
+    /// The time paused for busy resources: what `busy_wait` bounds, and what `max_elapsed` leaves out.
+    busy_time: Duration,
+    /// Whether an attempt ended in a passing failure the cloud may have acted on.
+    may_have_acted: bool,
+}
+
+impl Tries {
+    fn new() -> Self {
+        Tries {
+            start: Instant::now(),
+            others: 0,
+            busy: 0,
+            busy_time: Duration::ZERO,
+            may_have_acted: false,
+        }
+    }
+
+    fn retries(&self) -> u32 {
+        self.others + self.busy
+    }
+
+    fn count(&mut self, busy: bool, paused: Duration) {
+        if busy {
+            self.busy += 1;
+            self.busy_time += paused;
+        } else {
+            self.others += 1;
         }
     }
 }
@@ -183,6 +266,7 @@ mod tests {
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(1),
             max_elapsed: Duration::from_secs(60),
+            ..RetryPolicy::default()
         };
         for _ in 0..50 {
             let b0 = p.backoff(0);
@@ -275,6 +359,56 @@ mod tests {
         assert!(r.is_err());
         // 10 s + 10 s fit in 30 s with jitter; a third wait would end after 30 s.
         assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_resource_is_waited_for_as_long_as_busy_wait_allows() {
+        // Locked for 60 s: far longer than six doubling retries from 250 ms would wait, yet the
+        // call succeeds, and its busy time counts against neither max_retries nor max_elapsed.
+        let started = tokio::time::Instant::now();
+        let calls = AtomicU32::new(0);
+        let p = RetryPolicy {
+            max_elapsed: Duration::from_secs(30),
+            ..RetryPolicy::default()
+        };
+        let r = p
+            .retry("t", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                if started.elapsed() < Duration::from_secs(60) {
+                    Err(Error::busy("another operation is in progress"))
+                } else {
+                    Ok(1)
+                }
+            })
+            .await;
+        assert_eq!(r, Ok(1));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            13,
+            "one try every 5 s for 60 s"
+        );
+
+        // A lock that outlasts busy_wait ends in the busy error, naming how often it was tried,
+        // and still says that nothing was made.
+        let r: Result<()> = p
+            .with_busy_wait(Duration::from_secs(20))
+            .retry("t", || async { Err(Error::busy("locked")) })
+            .await;
+        let e = r.unwrap_err();
+        assert_eq!((e.kind(), e.retries()), (crate::ErrorKind::Busy, 4), "{e}");
+        assert!(e.made_nothing(), "{e}");
+
+        // With no busy wait, a busy answer is retried as any other, within max_retries.
+        let calls = AtomicU32::new(0);
+        let r: Result<()> = p
+            .with_busy_wait(Duration::ZERO)
+            .retry("t", || async {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Err(Error::busy("locked"))
+            })
+            .await;
+        assert!(r.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 7);
     }
 
     #[tokio::test]
