@@ -140,8 +140,10 @@ pub(crate) fn is_core_quota_refusal(error: &ErrorDetail) -> bool {
 ///   referenced resource does not exist): not found;
 /// - `InvalidParameter`: other, naming the target (an invalid spec is refused before any call);
 /// - `PreconditionFailed`: already exists;
-/// - `AnotherOperationInProgress`, `RetryableError`, `InternalServerError`, `OperationPreempted`,
-///   `TooManyRequests`: passing (retried);
+/// - `AnotherOperationInProgress` (another operation holds the resource, or one it depends on):
+///   busy, waited for as long as that operation may run ([`Error::Busy`]);
+/// - `RetryableError`, `InternalServerError`, `OperationPreempted`, `TooManyRequests`: passing
+///   (retried);
 /// - otherwise by HTTP status ([`Error::from_http_status`]), 409 as other (a conflict is not "exists").
 pub(crate) fn map_error(
     status: Option<u16>,
@@ -218,10 +220,10 @@ pub(crate) fn map_error(
             )),
             "PreconditionFailed" => Error::already_exists(words),
             "TooManyRequests" => Error::throttled(retry_after, words),
-            "AnotherOperationInProgress"
-            | "RetryableError"
-            | "InternalServerError"
-            | "OperationPreempted" => Error::transient(words),
+            "AnotherOperationInProgress" => Error::busy(words),
+            "RetryableError" | "InternalServerError" | "OperationPreempted" => {
+                Error::transient(words)
+            }
             _ => match status {
                 Some(409) => Error::other(format!("HTTP 409: {words}")),
                 Some(s) => Error::from_http_status(s, words, retry_after),
@@ -578,7 +580,8 @@ mod tests {
             ),
             None,
         );
-        assert!(busy.is_retryable(), "{busy}");
+        assert_eq!(busy.kind(), ErrorKind::Busy, "{busy}");
+        assert!(busy.is_retryable() && busy.made_nothing(), "{busy}");
         assert_eq!(busy.code(), Some("AnotherOperationInProgress"));
     }
 

@@ -751,6 +751,9 @@ impl ConfigBuilder {
             None => credential_from_keys(s, &mut p),
         };
         let imds_client_id = get(ConfigKey::ClientId).filter(|c| !c.is_empty());
+        let operation_timeout = self
+            .operation_timeout
+            .unwrap_or(Duration::from_secs(30 * 60));
         p.finish()?;
         let (Some(image), Some(image_arm64)) = (image, image_arm64) else {
             return Err(Error::settings([ConfigKey::Image.as_str()], URN_RULE));
@@ -772,16 +775,15 @@ impl ConfigBuilder {
             prices_endpoint,
             billing,
             credential,
-            retry: self
-                .retry
-                .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
+            // A resource another operation holds is waited for as long as an operation may run.
+            retry: self.retry.unwrap_or_else(|| {
+                client.retry_policy(RetryPolicy::default().with_busy_wait(operation_timeout))
+            }),
             poll_interval: self
                 .poll_interval
                 .unwrap_or_else(|| client.poll_interval_or(Duration::from_secs(2))),
             client,
-            operation_timeout: self
-                .operation_timeout
-                .unwrap_or(Duration::from_secs(30 * 60)),
+            operation_timeout,
             visibility_window: self.visibility_window.unwrap_or(Duration::from_secs(60)),
             connect_timeout: client.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
             request_timeout: client.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT),

@@ -363,7 +363,7 @@ fn error_bodies_of_each_documented_kind() {
         (
             409,
             json!({"error": {"code": "AnotherOperationInProgress", "message": "Another operation on this or dependent resource is in progress. To retrieve status of the operation use uri: https://management.azure.com/subscriptions/s/providers/Microsoft.Network/locations/westeurope/operations/o?api-version=2024-05-01.", "details": []}}),
-            ErrorKind::Transient,
+            ErrorKind::Busy,
             "AnotherOperationInProgress",
         ),
         (

@@ -527,7 +527,7 @@ async fn listing_reads_pages_and_each_pool_vms_state_and_maps_power_states() {
 #[tokio::test]
 async fn operations_in_progress_are_followed_and_throttling_is_retried() {
     let f = fake().await;
-    f.set_lro_polls(3);
+    f.set_operation_time(std::time::Duration::from_millis(30));
     let p = provider(&f, "stack-1").await;
     f.control().inject(Rule::new(
         Some("PUT".parse().unwrap()),
@@ -755,7 +755,7 @@ async fn a_lost_network_put_answer_is_retried_without_a_second_resource() {
 async fn operations_followed_by_location_alone() {
     let f = fake().await;
     f.set_location_only(true);
-    f.set_lro_polls(2);
+    f.set_operation_time(std::time::Duration::from_millis(20));
     let p = provider(&f, "stack-1").await;
     let m = p
         .create(&spec("vm-loc", AMD))

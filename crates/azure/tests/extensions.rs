@@ -332,9 +332,9 @@ async fn two_admissions_at_once_meet_another_operation_in_progress_and_both_succ
         SUBNET,
         Some("hosts-nsg"),
     );
-    // Operations stay in progress until polled three times: the second writer of the same security
-    // group meets 409 AnotherOperationInProgress, a passing failure it retries.
-    f.set_lro_polls(3);
+    // Operations run for 50 ms: the second writer of the same security group meets 409
+    // AnotherOperationInProgress, and waits for the first writer's operation to end.
+    f.set_operation_time(std::time::Duration::from_millis(50));
     let a = provider(&f, "stado-a").await;
     let b = provider(&f, "stado-b").await;
     use orca_machines::SshAdmission;

@@ -51,10 +51,17 @@
 //!   `InUseNetworkSecurityGroupCannotBeDeleted`, `PublicIPAddressCannotBeDeleted`); a change of a
 //!   network resource whose operation is still running is refused with 409
 //!   `AnotherOperationInProgress`.
+//! - **Locks held by operations** ("Another operation on this or dependent resource is in
+//!   progress", as reported against Azure in pulumi/pulumi-azure-native#699 and #903 and
+//!   microsoft/AzureTRE#2222, where it lasts until the operation holding the resource ends): while another client's operation
+//!   holds a resource ([`FakeAzure::hold`]) every change of it, and the `PUT` of an interface in a
+//!   held virtual network, answers 409 `AnotherOperationInProgress` for as long as that operation
+//!   runs, in tokio's time.
 //! - **Long-running operations** (ARM async operations guideline): `PUT` answers 201 (200 on update),
 //!   `DELETE` and actions 202, with `Azure-AsyncOperation` (and `Location` for 202) naming an
-//!   operation that reports `InProgress` until polled [`FakeAzure::set_lro_polls`] times (or it has
-//!   stood a little while unpolled), then `Succeeded`, or `Failed` with the error; the
+//!   operation that reports `InProgress` for as long as it runs ([`FakeAzure::set_operation_time`],
+//!   tokio's time: a test with a paused clock lets it run for minutes), polled or not, then
+//!   `Succeeded`, or `Failed` with the error; the
 //!   `Location`-only protocol on demand ([`FakeAzure::set_location_only`]).
 //! - **Lists**: `nextLink` paging of every list ([`FakeAzure::set_page_size`]), the links absolute
 //!   with their explicit port, as Azure's are (`https://management.azure.com:443/...`); since the
@@ -91,8 +98,8 @@
 //!   reading.
 //! - The hash of a scoped DNS label is the fake's own (Azure's is undocumented); `TenantReuse` is
 //!   treated as one tenant.
-//! - How long Azure takes: operations end after a number of polls, not after real time; the real
-//!   service's `Retry-After` values; eventual consistency of anything but new VMs.
+//! - How long Azure takes: every operation runs the same set time; the real service's
+//!   `Retry-After` values; eventual consistency of anything but new VMs.
 //! - Whether Azure reserves an interface after a VM refused at its `PUT`: the published reports
 //!   are of VMs that were made and failed or were deleted, and the fake follows them.
 //! - Managed identity tokens beyond their shape (the token is [`TOKEN`] whichever identity answers;
@@ -122,7 +129,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use axum::extract::{Request, State as AxState};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -158,9 +167,9 @@ pub const RESOURCE_GROUP: &str = "orca-rg";
 /// Compute API version the fake answers.
 pub const COMPUTE_API: &str = "2024-07-01";
 
-/// How long an unpolled operation stands before it ends by itself (a client that lost the answer of
-/// a `PUT` never learns the operation's address, yet Azure finishes it).
-const SETTLE: Duration = Duration::from_millis(40);
+/// How long an operation runs unless a test says otherwise ([`FakeAzure::set_operation_time`]):
+/// long enough that a client sees `InProgress` at least once when it polls at once.
+const OPERATION_TIME: Duration = Duration::from_millis(40);
 
 /// How long Azure reserves the interface of a VM that failed or was deleted
 /// (`NicReservedForAnotherVm`: "reserved for another Virtual Machine for 180 seconds").
@@ -281,14 +290,16 @@ enum Action {
     Fail(String, String),
     /// A security rule PUT on an NSG (the rule is in place already).
     Rule,
+    /// Another client's operation on the resource ([`FakeAzure::hold`]): it changes nothing here.
+    Hold,
 }
 
 #[derive(Debug, Clone)]
 struct Op {
     key: String,
     action: Action,
-    polls: u32,
-    started: Instant,
+    /// When it ends, in tokio's time (a test with a paused clock moves it on).
+    ends: Instant,
     outcome: Option<Result<(), (String, String)>>,
 }
 
@@ -298,7 +309,8 @@ struct State {
     res: BTreeMap<String, Res>,
     ops: HashMap<String, Op>,
     page_size: usize,
-    lro_polls: u32,
+    /// How long an operation runs.
+    operation_time: Duration,
     skus: Vec<Value>,
     prices: Vec<Value>,
     no_stock: HashMap<(String, String), String>,
@@ -351,7 +363,7 @@ impl FakeAzure {
             res: BTreeMap::new(),
             ops: HashMap::new(),
             page_size: 100,
-            lro_polls: 1,
+            operation_time: OPERATION_TIME,
             skus: seed_skus(),
             prices: seed_prices(),
             no_stock: HashMap::new(),
@@ -397,9 +409,37 @@ impl FakeAzure {
         self.st().page_size = n.max(1);
     }
 
-    /// Operations report `InProgress` until polled `n` times (at least 1).
-    pub fn set_lro_polls(&self, n: u32) {
-        self.st().lro_polls = n.max(1);
+    /// Operations started from now on run for `d` of tokio's time (polled or not), then end:
+    /// `InProgress` until then, as Azure's take the seconds the work takes whoever asks.
+    pub fn set_operation_time(&self, d: Duration) {
+        self.st().operation_time = d;
+    }
+
+    /// Another client's operation holds resource `name` of `type_name`
+    /// (`Microsoft.Compute/virtualMachines`, `Microsoft.Network/virtualNetworks`, ...) in `rg` for
+    /// `d` of tokio's time: every change of it (`PUT`, `PATCH`, `DELETE`, actions), and the `PUT`
+    /// of an interface in a held virtual network, answers 409 `AnotherOperationInProgress` until
+    /// then, as Resource Manager refuses a change while an operation on the resource or one it
+    /// depends on runs. Reads are answered.
+    pub fn hold(&self, rg: &str, type_name: &str, name: &str, d: Duration) {
+        let Some(kind) = type_name
+            .split_once('/')
+            .and_then(|(ns, ty)| Kind::of(ns, ty))
+        else {
+            panic!("hold: no such resource type {type_name}");
+        };
+        let mut st = self.st();
+        let id = fake_uuid(0, st.next_op);
+        st.next_op += 1;
+        st.ops.insert(
+            id,
+            Op {
+                key: rid(rg, kind, name).to_ascii_lowercase(),
+                action: Action::Hold,
+                ends: Instant::now() + d,
+                outcome: None,
+            },
+        );
     }
 
     /// Long-running operations answer only a `Location` header (`.../operationResults/{id}`: 202
@@ -714,8 +754,8 @@ mod tests {
             r.json::<Value>().await.unwrap()["error"]["code"],
             "MissingApiVersionParameter"
         );
-        // A PUT is a long-running operation: 201, Azure-AsyncOperation, InProgress until polled.
-        f.set_lro_polls(2);
+        // A PUT is a long-running operation: 201, Azure-AsyncOperation, InProgress while it runs.
+        f.set_operation_time(Duration::from_millis(200));
         f.set_page_size(1);
         for n in ["a1", "a2", "a3"] {
             let r = http
@@ -747,6 +787,7 @@ mod tests {
             };
             if n == "a1" {
                 assert_eq!(poll(op.clone()).await["status"], "InProgress");
+                tokio::time::sleep(Duration::from_millis(250)).await;
                 assert_eq!(poll(op).await["status"], "Succeeded");
             }
         }
@@ -849,6 +890,7 @@ mod tests {
             json!({"location": "westeurope", "properties": {"publicIPAllocationMethod": "Static",
                 "dnsSettings": {"domainNameLabel": label, "domainNameLabelScope": "ResourceGroupReuse"}}})
         };
+        f.set_operation_time(Duration::from_secs(600));
         let (st, b) = send(
             Method::PUT,
             format!("{rg}/Microsoft.Network/publicIPAddresses/a?api-version=2024-05-01"),
@@ -872,7 +914,6 @@ mod tests {
             (400, Some("DnsRecordInUse"))
         );
         // A second change of a network resource whose operation runs is refused.
-        f.set_lro_polls(5);
         let (st, b) = send(
             Method::PUT,
             format!("{rg}/Microsoft.Network/publicIPAddresses/a?api-version=2024-05-01"),
@@ -883,7 +924,7 @@ mod tests {
             (st, b["error"]["code"].as_str()),
             (409, Some("AnotherOperationInProgress"))
         );
-        f.set_lro_polls(1);
+        f.set_operation_time(Duration::ZERO);
         // A new VM has its real creation time and shows to reads only after the delay.
         f.set_visibility_delay(Duration::from_millis(300));
         let nic = nic_body();
@@ -942,6 +983,66 @@ mod tests {
         assert_eq!(b["properties"]["tags"], json!({"b": "2", "c": "3"}));
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn operations_and_holds_last_a_time_of_tokio_not_a_number_of_reads() {
+        let (f, rg, http) = lab().await;
+        let send = |m, url, body| send(&http, m, url, body);
+        let asg =
+            format!("{rg}/Microsoft.Network/applicationSecurityGroups/a?api-version=2024-05-01");
+        f.set_operation_time(Duration::from_secs(120));
+        let r = http
+            .put(&asg)
+            .bearer_auth(TOKEN)
+            .json(&json!({"location": "westeurope"}))
+            .send()
+            .await
+            .unwrap();
+        let op = r.headers()["azure-asyncoperation"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        for _ in 0..5 {
+            assert_eq!(
+                send(Method::GET, op.clone(), None).await.1["status"],
+                "InProgress"
+            );
+        }
+        tokio::time::advance(Duration::from_secs(121)).await;
+        assert_eq!(send(Method::GET, op, None).await.1["status"], "Succeeded");
+        // Held by another client's operation: every change answers 409 until it ends; reads do not.
+        f.hold(
+            RESOURCE_GROUP,
+            "Microsoft.Network/applicationSecurityGroups",
+            "a",
+            Duration::from_secs(60),
+        );
+        let body = Some(json!({"location": "westeurope"}));
+        let (st, b) = send(Method::PUT, asg.clone(), body.clone()).await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (409, Some("AnotherOperationInProgress"))
+        );
+        assert_eq!(send(Method::DELETE, asg.clone(), None).await.0, 409);
+        assert_eq!(send(Method::GET, asg.clone(), None).await.0, 200);
+        tokio::time::advance(Duration::from_secs(61)).await;
+        f.set_operation_time(Duration::ZERO);
+        assert_eq!(send(Method::PUT, asg, body).await.0, 200);
+        // An interface cannot be made in a virtual network another operation holds.
+        f.hold(
+            RESOURCE_GROUP,
+            "Microsoft.Network/virtualNetworks",
+            "net-westeurope",
+            Duration::from_secs(30),
+        );
+        let nic = format!("{rg}/Microsoft.Network/networkInterfaces/n?api-version=2024-05-01");
+        assert_eq!(
+            send(Method::PUT, nic.clone(), Some(nic_body())).await.0,
+            409
+        );
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(send(Method::PUT, nic, Some(nic_body())).await.0, 201);
+    }
+
     #[tokio::test]
     async fn an_allocated_vm_resizes_only_within_its_hardware_cluster() {
         let (f, rg, http) = lab().await;
@@ -963,7 +1064,7 @@ mod tests {
                 .0,
             201
         );
-        tokio::time::sleep(SETTLE * 2).await;
+        tokio::time::sleep(OPERATION_TIME * 2).await;
         let sizes = |b: Value| -> Vec<String> {
             b["value"]
                 .as_array()
@@ -1001,7 +1102,7 @@ mod tests {
         // Deallocated, it leaves the cluster and takes any size of the location.
         let (st, _) = send(Method::POST, format!("{vm_path}/deallocate?{api}"), None).await;
         assert_eq!(st, 202);
-        tokio::time::sleep(SETTLE * 2).await;
+        tokio::time::sleep(OPERATION_TIME * 2).await;
         let (_, b) = send(Method::GET, format!("{vm_path}/vmSizes?{api}"), None).await;
         assert!(sizes(b).contains(&"Standard_D2s_v5".to_string()));
         let (st, b) = send(Method::PATCH, format!("{vm_path}?{api}"), Some(resize)).await;

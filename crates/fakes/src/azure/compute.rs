@@ -235,6 +235,9 @@ pub(super) fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &
         "restart" => ("starting", "running"),
         _ => return err(404, "InvalidResourceType", &format!("no action {action}")),
     };
+    if let Some(e) = super::ops::busy(st, &key, Kind::Vm) {
+        return e;
+    }
     let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
         return not_found(Kind::Vm, name, rg);
     };

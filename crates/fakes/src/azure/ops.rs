@@ -5,21 +5,44 @@
 #[allow(unused_imports)]
 use super::*;
 
-/// The answer when a network resource `key` has an operation in progress: Azure's network resource
-/// provider refuses a second change of it (409 `AnotherOperationInProgress`).
+/// The answer when resource `key` is held by an operation in progress: Azure's network resource
+/// provider refuses a second change of a network resource while one runs, and Resource Manager any
+/// change of a resource another client's operation holds ([`FakeAzure::hold`]): 409
+/// `AnotherOperationInProgress`.
 pub(super) fn busy(st: &State, key: &str, kind: Kind) -> Option<Response> {
-    if matches!(kind, Kind::Vm | Kind::Disk) {
+    let network = !matches!(kind, Kind::Vm | Kind::Disk);
+    let (op_id, _) = st.ops.iter().find(|(_, o)| {
+        o.key == key && o.outcome.is_none() && (network || matches!(o.action, Action::Hold))
+    })?;
+    Some(in_progress(op_id))
+}
+
+/// The answer to the `PUT` of an interface whose subnet's virtual network is held by an operation
+/// in progress ("this or dependent resource").
+pub(super) fn busy_dependency(st: &State, kind: Kind, body: &Value) -> Option<Response> {
+    if kind != Kind::Nic {
         return None;
     }
-    let (op_id, _) = st
-        .ops
-        .iter()
-        .find(|(_, o)| o.key == key && o.outcome.is_none())?;
-    Some(err(
+    let configs = body["properties"]["ipConfigurations"].as_array()?;
+    configs.iter().find_map(|c| {
+        let subnet = c["properties"]["subnet"]["id"]
+            .as_str()?
+            .to_ascii_lowercase();
+        let (vnet, _) = subnet.split_once("/subnets/")?;
+        let (op_id, _) = st
+            .ops
+            .iter()
+            .find(|(_, o)| o.key == vnet && o.outcome.is_none())?;
+        Some(in_progress(op_id))
+    })
+}
+
+fn in_progress(op_id: &str) -> Response {
+    err(
         409,
         "AnotherOperationInProgress",
         &format!("Another operation on this or dependent resource is in progress. To retrieve status of the operation use uri: https://management.azure.com/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Network/locations/westeurope/operations/{op_id}?api-version=2024-05-01."),
-    ))
+    )
 }
 
 /// The `n`th UUID of the fake's `space` (operations 0, VMs 1): version 4's shape, the same in every
@@ -47,8 +70,7 @@ pub(super) fn start_op(
         Op {
             key: key.to_string(),
             action,
-            polls: 0,
-            started: Instant::now(),
+            ends: Instant::now() + st.operation_time,
             outcome: None,
         },
     );
@@ -60,12 +82,14 @@ pub(super) fn start_op(
     )
 }
 
-/// Ends operations that have stood long enough unpolled.
+/// Ends the operations whose time is up, polled or not (a client that lost the answer of a `PUT`
+/// never learns the operation's address, yet Azure finishes it).
 pub(super) fn advance(st: &mut State) {
+    let now = Instant::now();
     let due: Vec<String> = st
         .ops
         .iter()
-        .filter(|(_, o)| o.outcome.is_none() && o.started.elapsed() >= SETTLE)
+        .filter(|(_, o)| o.outcome.is_none() && o.ends <= now)
         .map(|(k, _)| k.clone())
         .collect();
     for id in due {
@@ -81,6 +105,7 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
         return;
     }
     let outcome = match &op.action {
+        Action::Hold => Ok(()),
         Action::Put | Action::Rule => {
             if let Some(x) = st.res.get_mut(&op.key) {
                 x.body["properties"]["provisioningState"] = json!("Succeeded");
@@ -150,19 +175,14 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
 }
 
 pub(super) fn poll(st: &mut State, op_id: &str) -> Response {
-    let lro_polls = st.lro_polls;
-    let Some(op) = st.ops.get_mut(op_id) else {
+    advance(st);
+    let Some(op) = st.ops.get(op_id) else {
         return err(
             404,
             "NotFound",
             &format!("The operation '{op_id}' was not found."),
         );
     };
-    op.polls += 1;
-    if op.outcome.is_none() && op.polls >= lro_polls {
-        finish(st, op_id);
-    }
-    let op = &st.ops[op_id];
     let running = op.outcome.is_none();
     let body = match &op.outcome {
         None => json!({"name": op_id, "status": "InProgress", "startTime": "2026-01-01T00:00:00Z"}),

@@ -98,7 +98,7 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
             ),
         );
     }
-    if let Some(e) = busy(st, &key, kind) {
+    if let Some(e) = busy(st, &key, kind).or_else(|| busy_dependency(st, kind, &r.body)) {
         return e;
     }
     if let Some((_, assignment)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
