@@ -80,6 +80,11 @@ orca_machines::setting_keys! {
         BillingAccount = "ORCA_AZURE_BILLING_ACCOUNT",
         /// `ORCA_AZURE_BILLING_PROFILE`: the billing profile of that account.
         BillingProfile = "ORCA_AZURE_BILLING_PROFILE",
+        /// `ORCA_AZURE_PUBLIC_IP`: `true` (default) gives each machine a static public address
+        /// `<name>-ip`; `false` makes machines without one (where a policy denies public addresses, as
+        /// the Corp policies of Azure landing zones do): their `address` is empty, their private
+        /// address is theirs.
+        PublicIp = "ORCA_AZURE_PUBLIC_IP",
     }
 }
 
@@ -268,6 +273,8 @@ pub struct Config {
     pub os_disk_gb: Option<u32>,
     /// The location whose size catalogue `arch()` reads first.
     pub location: String,
+    /// Whether each machine gets a public address (`<name>-ip`).
+    pub public_ip: bool,
     /// Resource Manager endpoint, without trailing slash.
     pub arm_endpoint: String,
     /// Retail prices endpoint, without trailing slash.
@@ -331,6 +338,7 @@ impl std::fmt::Debug for Config {
             .field("ssh_sources", &self.ssh_sources)
             .field("os_disk_gb", &self.os_disk_gb)
             .field("location", &self.location)
+            .field("public_ip", &self.public_ip)
             .field("arm_endpoint", &self.arm_endpoint)
             .field("prices_endpoint", &self.prices_endpoint)
             .field("billing", &self.billing)
@@ -462,6 +470,12 @@ impl ConfigBuilder {
     pub fn ssh_sources<I: IntoIterator<Item = S>, S: Into<String>>(self, v: I) -> Self {
         let joined: Vec<String> = v.into_iter().map(Into::into).collect();
         self.with_config(ConfigKey::SshSources, joined.join(","))
+    }
+
+    /// Whether each machine gets a public address (default `true`); `false` where a policy denies
+    /// them ([`ConfigKey::PublicIp`]).
+    pub fn public_ip(self, on: bool) -> Self {
+        self.with_config(ConfigKey::PublicIp, on.to_string())
     }
 
     /// The OS disk size in GiB when the spec names none.
@@ -675,6 +689,14 @@ impl ConfigBuilder {
             "a size in GiB from 1 to 4095",
             |v| v.parse::<u32>().ok().filter(|n| (1..=4095).contains(n)),
         );
+        let public_ip = p
+            .parse(
+                s,
+                ConfigKey::PublicIp.as_str(),
+                "true or false",
+                orca_machines::settings::parse_bool,
+            )
+            .unwrap_or(true);
         let location = get(ConfigKey::Location).unwrap_or_else(|| DEFAULT_LOCATION.into());
         if orca_machines::spec::validate_token("location", &location).is_err() {
             p.invalid(
@@ -771,6 +793,7 @@ impl ConfigBuilder {
             ssh_sources,
             os_disk_gb,
             location,
+            public_ip,
             arm_endpoint,
             prices_endpoint,
             billing,

@@ -180,13 +180,16 @@ impl Left {
     }
 }
 
-/// `vm_and_disk`, then the machine's interface, security group and address, which stand with them.
-fn with_network(vm_and_disk: [Left; 2], names: &Names) -> Vec<Left> {
-    let network = [
+/// `vm_and_disk`, then the machine's interface, security group and address (when machines have
+/// one: `public_ip`), which stand with them.
+fn with_network(vm_and_disk: [Left; 2], names: &Names, public_ip: bool) -> Vec<Left> {
+    let mut network = vec![
         Res::new(Part::Interface, &names.nic),
         Res::new(Part::SecurityGroup, &names.nsg),
-        Res::new(Part::PublicIp, &names.pip),
     ];
+    if public_ip {
+        network.push(Res::new(Part::PublicIp, &names.pip));
+    }
     vm_and_disk
         .into_iter()
         .chain(network.into_iter().map(Left::standing))
@@ -789,27 +792,34 @@ impl AzureProvider {
         keys.extend(spec.ssh_keys.iter().cloned());
         let vm_body = self.vm_body(spec, &names, &image, &tags, &nic_id, &keys);
 
-        let pip = self
-            .put_network(
-                &Res::new(Part::PublicIp, &names.pip),
-                &self.client().url(&pip_id, NETWORK_API),
-                &json!({
-                    "location": loc, "tags": tags,
-                    "sku": {"name": "Standard", "tier": "Regional"},
-                    "properties": {
-                        "publicIPAllocationMethod": "Static",
-                        "publicIPAddressVersion": "IPv4",
-                        "deleteOption": "Delete",
-                        "dnsSettings": {
-                            "domainNameLabel": dns_label(&spec.name),
-                            "domainNameLabelScope": "ResourceGroupReuse",
-                        },
-                    }
-                }),
-                &spec.pool,
-                made,
+        // Without a public address (ORCA_AZURE_PUBLIC_IP=false) the machine has its private one.
+        let pip = if self.cfg().public_ip {
+            Some(
+                self.put_network(
+                    &Res::new(Part::PublicIp, &names.pip),
+                    &self.client().url(&pip_id, NETWORK_API),
+                    &json!({
+                        "location": loc, "tags": tags,
+                        "sku": {"name": "Standard", "tier": "Regional"},
+                        "properties": {
+                            "publicIPAllocationMethod": "Static",
+                            "publicIPAddressVersion": "IPv4",
+                            "deleteOption": "Delete",
+                            "dnsSettings": {
+                                "domainNameLabel": dns_label(&spec.name),
+                                "domainNameLabelScope": "ResourceGroupReuse",
+                            },
+                        }
+                    }),
+                    &spec.pool,
+                    made,
+                )
+                .await
+                .map_err(public_ip_denied)?,
             )
-            .await?;
+        } else {
+            None
+        };
 
         let sources = if spec.ssh_sources.is_empty() {
             &self.cfg().ssh_sources
@@ -835,9 +845,11 @@ impl AzureProvider {
                 "primary": true,
                 "privateIPAllocationMethod": "Dynamic",
                 "subnet": {"id": self.subnet_id(loc)},
-                "publicIPAddress": {"id": pip_id},
             }
         });
+        if pip.is_some() {
+            ipcfg["properties"]["publicIPAddress"] = json!({ "id": pip_id });
+        }
         if let Some(group) = &spec.admission_group {
             ipcfg["properties"]["applicationSecurityGroups"] = json!([{"id": self.id(
                 "Microsoft.Network/applicationSecurityGroups",
@@ -857,6 +869,7 @@ impl AzureProvider {
             )
             .await
             .map_err(|e| match (&e, &spec.admission_group) {
+                (Error::PermissionDenied { .. }, _) if pip.is_some() => public_ip_denied(e),
                 (Error::NotFound { .. }, Some(g)) => e.prefixed(&format!(
                     "the admission group {g} of {loc} (application security group {g}-{loc}) must exist: admit_ssh makes it"
                 )),
@@ -937,14 +950,16 @@ impl AzureProvider {
             })?,
         };
         let mut addr = Addresses::default();
-        if let Ok(p) = serde_json::from_value::<PublicIp>(pip) {
+        if let Some(Ok(p)) = pip.map(serde_json::from_value::<PublicIp>) {
             addr.public = p.properties.ip_address.clone();
             addr.fqdn = p.fqdn();
         }
         if let Ok(n) = serde_json::from_value::<Nic>(nic) {
             addr.private = n.private_address();
         }
-        if addr.public.is_empty() || addr.private.is_empty() || addr.fqdn.is_empty() {
+        let public_missing =
+            self.cfg().public_ip && (addr.public.is_empty() || addr.fqdn.is_empty());
+        if addr.private.is_empty() || public_missing {
             addr = self.addresses_of(&vm).await?;
         }
         let m = self.machine_of(&vm, None, addr);
@@ -1096,7 +1111,7 @@ impl AzureProvider {
                         Left::standing(Res::new(Part::Vm, id)),
                         Left::because(disk, &e),
                     ];
-                    return with_network(vm_and_disk, &names);
+                    return with_network(vm_and_disk, &names, self.cfg().public_ip);
                 }
             }
             if let Err(e) = self
@@ -1108,7 +1123,7 @@ impl AzureProvider {
                     Left::because(Res::new(Part::Vm, id), &e),
                     Left::standing(disk),
                 ];
-                return with_network(vm_and_disk, &names);
+                return with_network(vm_and_disk, &names, self.cfg().public_ip);
             }
             left.extend(self.remove_disk(&disk, &disk_url, Some(&vm.tags)).await);
         } else {
@@ -1226,6 +1241,17 @@ fn keep_outcome(error: Error, left: Vec<String>) -> Error {
             }
         }
         other => Error::leftovers(other, left),
+    }
+}
+
+/// A policy's refusal of the machine's public address (or of an interface carrying one), as the
+/// Corp policies of Azure landing zones refuse it: the way out named.
+fn public_ip_denied(e: Error) -> Error {
+    match e {
+        Error::PermissionDenied { .. } if e.code() == Some("RequestDisallowedByPolicy") => e.prefixed(
+            "a policy denies the machine's public address (ORCA_AZURE_PUBLIC_IP=false makes machines without one)",
+        ),
+        e => e,
     }
 }
 

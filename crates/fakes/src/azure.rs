@@ -57,6 +57,10 @@
 //!   holds a resource ([`FakeAzure::hold`]) every change of it, and the `PUT` of an interface in a
 //!   held virtual network, answers 409 `AnotherOperationInProgress` for as long as that operation
 //!   runs, in tokio's time.
+//! - **Landing zones' deny of public addresses** (the Corp policies of Azure landing zones: "Not
+//!   allowed resource types" on public IP addresses and "Network interfaces should not have public
+//!   IPs"): 403 `RequestDisallowedByPolicy` naming the assignment for a public address and for an
+//!   interface that carries one ([`FakeAzure::deny_public_addresses`]).
 //! - **Long-running operations** (ARM async operations guideline): `PUT` answers 201 (200 on update),
 //!   `DELETE` and actions 202, with `Azure-AsyncOperation` (and `Location` for 202) naming an
 //!   operation that reports `InProgress` for as long as it runs ([`FakeAzure::set_operation_time`],
@@ -90,7 +94,8 @@
 //! # What it does not reproduce
 //! - Real capacity, quotas, zones, images and prices: the catalogue is six sizes in three locations,
 //!   failures come only from the faults below.
-//! - Azure Policy beyond a deny of a resource type; RBAC beyond the one role scope above; locks
+//! - Azure Policy beyond a deny of a resource type and the landing zones' deny of public addresses
+//!   ([`FakeAzure::deny_public_addresses`]); RBAC beyond the one role scope above; locks
 //!   beyond [`FakeAzure::refuse_delete`] (`ScopeLocked`). A lock on what a VM's delete would delete
 //!   with it (disk, interface, address) refuses the VM's delete at its request, nothing deleted:
 //!   Azure's deep delete fails under such a lock (as reported in Azure/azure-sdk-for-java#36243),
@@ -119,7 +124,8 @@
 //! Faults on demand, beside [`crate::Control`]'s (429 with Retry-After, 5xx, latency, dropped answers):
 //! allocation failure of a size in a location ([`FakeAzure::fail_allocation`]), a size not offered
 //! ([`FakeAzure::sku_not_available`]), a core quota ([`FakeAzure::exceed_quota`]), a policy deny of a
-//! resource type ([`FakeAzure::deny_policy`]), a resource that refuses deletion
+//! resource type ([`FakeAzure::deny_policy`]) or of public addresses
+//! ([`FakeAzure::deny_public_addresses`]), a resource that refuses deletion
 //! ([`FakeAzure::refuse_delete`]), and a lost answer after a VM `PUT` was accepted
 //! ([`FakeAzure::lose_next_vm_put_answer`]).
 
@@ -317,6 +323,8 @@ struct State {
     unavailable: BTreeSet<(String, String)>,
     quota: BTreeSet<String>,
     deny: Vec<(String, String)>,
+    /// The landing zones' deny of public addresses: its assignment's name.
+    deny_public: Option<String>,
     refuse_delete: BTreeSet<String>,
     custom_data: HashMap<String, String>,
     location_only: bool,
@@ -370,6 +378,7 @@ impl FakeAzure {
             unavailable: BTreeSet::new(),
             quota: BTreeSet::new(),
             deny: Vec::new(),
+            deny_public: None,
             refuse_delete: BTreeSet::new(),
             custom_data: HashMap::new(),
             location_only: false,
@@ -589,9 +598,20 @@ impl FakeAzure {
             .push((type_name.to_ascii_lowercase(), assignment.to_string()));
     }
 
+    /// Policy assignment `assignment` denies public addresses as the Corp policies of Azure
+    /// landing zones do: the `PUT` of a public IP address, and of a network interface any of whose
+    /// IP configurations carries one, is refused with 403 `RequestDisallowedByPolicy` naming the
+    /// assignment (built-in definitions "Not allowed resource types" and "Network interfaces should
+    /// not have public IPs"); an interface without one is made.
+    pub fn deny_public_addresses(&self, assignment: &str) {
+        self.st().deny_public = Some(assignment.to_string());
+    }
+
     /// Lifts every policy deny.
     pub fn clear_policies(&self) {
-        self.st().deny.clear();
+        let mut st = self.st();
+        st.deny.clear();
+        st.deny_public = None;
     }
 
     /// A `DELETE` of any resource named `name` is refused with 409 `ScopeLocked` (a delete lock),
@@ -1040,6 +1060,33 @@ mod tests {
             409
         );
         tokio::time::advance(Duration::from_secs(31)).await;
+        assert_eq!(send(Method::PUT, nic, Some(nic_body())).await.0, 201);
+    }
+
+    #[tokio::test]
+    async fn the_landing_zones_policy_denies_public_addresses_and_interfaces_with_one() {
+        let (f, rg, http) = lab().await;
+        let send = |m, url, body| send(&http, m, url, body);
+        f.deny_public_addresses("deny-public");
+        let pip = format!("{rg}/Microsoft.Network/publicIPAddresses/a?api-version=2024-05-01");
+        let (st, b) = send(Method::PUT, pip, Some(json!({"location": "westeurope"}))).await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (403, Some("RequestDisallowedByPolicy"))
+        );
+        let mut with_ip = nic_body();
+        with_ip["properties"]["ipConfigurations"][0]["properties"]["publicIPAddress"] =
+            json!({"id": "/subscriptions/x/publicIPAddresses/a"});
+        let nic = format!("{rg}/Microsoft.Network/networkInterfaces/n?api-version=2024-05-01");
+        let (st, b) = send(Method::PUT, nic.clone(), Some(with_ip)).await;
+        assert_eq!(
+            (st, b["error"]["code"].as_str()),
+            (403, Some("RequestDisallowedByPolicy"))
+        );
+        assert_eq!(
+            b["error"]["additionalInfo"][0]["info"]["policyAssignmentName"],
+            "deny-public"
+        );
         assert_eq!(send(Method::PUT, nic, Some(nic_body())).await.0, 201);
     }
 

@@ -85,6 +85,66 @@ pub(super) fn must_exist(st: &State, id: &str, by: &str) -> Option<Response> {
     }
 }
 
+/// The 403 `RequestDisallowedByPolicy` of a `PUT` a policy assignment denies: a deny of the
+/// resource's type ([`FakeAzure::deny_policy`]), or the landing zones' deny of public addresses
+/// ([`FakeAzure::deny_public_addresses`]): a public address, or an interface that carries one.
+fn policy_refusal(st: &State, kind: Kind, name: &str, body: &Value) -> Option<Response> {
+    // (assignment, definition name, definition display name, assignment display name)
+    let (assignment, def, def_display, display) =
+        if let Some((_, a)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
+            (
+                a.clone(),
+                "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
+                "Not allowed resource types",
+                format!("Deny {}", kind.type_name()),
+            )
+        } else {
+            let a = st.deny_public.clone()?;
+            let carries_public = body["properties"]["ipConfigurations"]
+                .as_array()
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| !c["properties"]["publicIPAddress"].is_null())
+                });
+            match kind {
+                Kind::Pip => (
+                    a,
+                    "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
+                    "Not allowed resource types",
+                    "Public IP addresses should be denied".to_string(),
+                ),
+                Kind::Nic if carries_public => (
+                    a,
+                    "83a86a26-fd1f-447c-b59d-e51f44264114",
+                    "Network interfaces should not have public IPs",
+                    "Network interfaces should not have public IPs".to_string(),
+                ),
+                _ => return None,
+            }
+        };
+    let assignment_id = format!(
+        "/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Authorization/policyAssignments/{assignment}"
+    );
+    let info = json!([{"type": "PolicyViolation", "info": {
+        "evaluationDetails": {"evaluatedExpressions": []},
+        "policyDefinitionId": format!("/providers/Microsoft.Authorization/policyDefinitions/{def}"),
+        "policyDefinitionName": def,
+        "policyDefinitionDisplayName": def_display,
+        "policyDefinitionEffect": "deny",
+        "policyAssignmentId": assignment_id,
+        "policyAssignmentName": assignment,
+        "policyAssignmentDisplayName": display,
+        "policyAssignmentScope": format!("/subscriptions/{SUBSCRIPTION}"),
+    }}]);
+    Some(err_with(
+        403,
+        "RequestDisallowedByPolicy",
+        &format!("Resource '{name}' was disallowed by policy. Policy identifiers: '[{{\"policyAssignment\":{{\"name\":\"{display}\",\"id\":\"{assignment_id}\"}},\"policyDefinition\":{{\"name\":\"{def_display}\"}}}}]'."),
+        json!([]),
+        json!({"target": name, "additionalInfo": info}),
+    ))
+}
+
 pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
     let id = rid(rg, kind, name);
     let key = id.to_ascii_lowercase();
@@ -101,28 +161,8 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
     if let Some(e) = busy(st, &key, kind).or_else(|| busy_dependency(st, kind, &r.body)) {
         return e;
     }
-    if let Some((_, assignment)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
-        let assignment_id = format!(
-            "/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Authorization/policyAssignments/{assignment}"
-        );
-        let info = json!([{"type": "PolicyViolation", "info": {
-            "evaluationDetails": {"evaluatedExpressions": []},
-            "policyDefinitionId": "/providers/Microsoft.Authorization/policyDefinitions/6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
-            "policyDefinitionName": "not-allowed-resource-types",
-            "policyDefinitionDisplayName": "Not allowed resource types",
-            "policyDefinitionEffect": "deny",
-            "policyAssignmentId": assignment_id,
-            "policyAssignmentName": assignment,
-            "policyAssignmentDisplayName": format!("Deny {}", kind.type_name()),
-            "policyAssignmentScope": format!("/subscriptions/{SUBSCRIPTION}"),
-        }}]);
-        return err_with(
-            403,
-            "RequestDisallowedByPolicy",
-            &format!("Resource '{name}' was disallowed by policy. Policy identifiers: '[{{\"policyAssignment\":{{\"name\":\"Deny {}\",\"id\":\"{assignment_id}\"}},\"policyDefinition\":{{\"name\":\"Not allowed resource types\"}}}}]'.", kind.type_name()),
-            json!([]),
-            json!({"target": name, "additionalInfo": info}),
-        );
+    if let Some(e) = policy_refusal(st, kind, name, &r.body) {
+        return e;
     }
     let Some(location) = r.body["location"].as_str().map(str::to_string) else {
         return err(
