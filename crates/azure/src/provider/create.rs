@@ -1,0 +1,515 @@
+//! `create`: the machine's address, security group, interface and VM made (or adopted from an
+//! earlier attempt), and what a failed create made removed again.
+
+#[allow(unused_imports)]
+use super::*;
+
+/// A resource a create made or adopted, with its URL.
+pub(crate) struct MadeRes {
+    pub(crate) res: Res,
+    pub(crate) url: String,
+    /// Found, not made, by this call (a retried create's, or an existing machine's).
+    pub(crate) adopted: bool,
+}
+
+/// What a create had made or adopted, newest last.
+pub(crate) type Made = Vec<MadeRes>;
+
+pub(crate) fn made_res(res: &Res, url: &str, adopted: bool) -> MadeRes {
+    MadeRes {
+        res: res.clone(),
+        url: url.to_string(),
+        adopted,
+    }
+}
+
+/// The outcome of a failed create whose clean-up left `left` behind: no stock and quota stay what
+/// they are (a caller falls back on another offering on them, and the core error has no place for
+/// both), with what remains named in their message and logged; anything else is
+/// [`Error::Leftovers`]. Deleting the machine's name later removes what remains.
+pub(crate) fn keep_outcome(error: Error, left: Vec<String>) -> Error {
+    let named = |message: String| {
+        format!(
+            "{message}; the clean-up could not remove: {} (deleting the machine removes them)",
+            left.join(", ")
+        )
+    };
+    match error {
+        Error::NoStock {
+            machine_type,
+            location,
+            message,
+            context,
+        } => {
+            tracing::warn!(%machine_type, %location, left = %left.join(", "), "no stock; the clean-up left resources behind");
+            Error::NoStock {
+                machine_type,
+                location,
+                message: named(message),
+                context,
+            }
+        }
+        Error::Quota { message, context } => {
+            tracing::warn!(left = %left.join(", "), "quota exceeded; the clean-up left resources behind");
+            Error::Quota {
+                message: named(message),
+                context,
+            }
+        }
+        other => Error::leftovers(other, left),
+    }
+}
+
+/// A policy's refusal of the machine's public address (or of an interface carrying one), as the
+/// Corp policies of Azure landing zones refuse it: the way out named.
+pub(crate) fn public_ip_denied(e: Error) -> Error {
+    match e {
+        Error::PermissionDenied { .. } if e.code() == Some("RequestDisallowedByPolicy") => e.prefixed(
+            "a policy denies the machine's public address (ORCA_AZURE_PUBLIC_IP=false makes machines without one)",
+        ),
+        e => e,
+    }
+}
+
+impl AzureProvider {
+    /// [`Provider::create`]: the spec checked before any call, then the machine made; what a failed create made is removed.
+    pub(crate) async fn create_machine(&self, spec: &MachineSpec) -> Result<Created> {
+        spec.validate()?;
+        capabilities().check_spec(KIND, spec)?;
+        if spec.name.len() > MAX_NAME {
+            return Err(Error::invalid(
+                "name",
+                format!("at most {MAX_NAME} characters on Azure (resource names add a suffix)"),
+            ));
+        }
+        if let Some(i) = &spec.image {
+            ImageUrn::parse(i).map_err(|_| Error::invalid("image", URN_RULE))?;
+        }
+        if spec.disk_gb.is_some_and(|g| g > MAX_OS_DISK_GB) {
+            return Err(Error::invalid(
+                "disk_gb",
+                format!("at most {MAX_OS_DISK_GB} GiB for an Azure OS disk"),
+            ));
+        }
+        if spec.ssh_keys.is_empty() && self.cfg().ssh_public_key.is_none() {
+            return Err(Error::invalid(
+                "ssh_keys",
+                "at least one SSH key: Azure VMs made here refuse passwords; give the spec a key or set ORCA_AZURE_SSH_PUBLIC_KEY",
+            ));
+        }
+        let mut made = Made::new();
+        match self.create_inner(spec, &mut made).await {
+            Ok(created) => Ok(created),
+            Err(e) => {
+                // A passing failure: when Azure may hold the VM (it answers it, or cannot be asked),
+                // everything stays for the retried create to adopt; when it surely holds none, what
+                // was made is removed, and the error stays retryable.
+                if e.is_retryable() {
+                    match self
+                        .client()
+                        .get::<Tagged>("read VM", &self.vm_url(&spec.name, false))
+                        .await
+                    {
+                        Ok(None) => return Err(self.undo(&made, e).await),
+                        Ok(Some(_)) | Err(_) => return Err(e),
+                    }
+                }
+                let e = e.with_placement(&spec.machine_type, &spec.location);
+                match self.undo(&made, e).await {
+                    Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
+                    other => Err(other),
+                }
+            }
+        }
+    }
+
+    /// `PUT` of a new network resource in `location`, followed to its end. The network resource
+    /// provider's `PUT` has no `If-None-Match` in its specification, so the resource is read first:
+    /// one that exists is adopted if it carries this owner's tags of `pool` and is in `location` (a
+    /// retried create), and refused as [`Error::AlreadyExists`] otherwise, untouched. `made` learns
+    /// the URL as soon as Azure may hold the resource.
+    pub(crate) async fn put_network(
+        &self,
+        res: &Res,
+        url: &str,
+        body: &Value,
+        pool: &str,
+        made: &mut Made,
+    ) -> Result<Value> {
+        let what = res.to_string();
+        let location = body["location"].as_str().unwrap_or_default();
+        if let Some(found) = self
+            .client()
+            .get::<Value>(&format!("read {what}"), url)
+            .await?
+        {
+            let tags: Tagged = decode(&what, found)?;
+            if !is_in_pool(&tags.tags, pool, &self.inner.owner) {
+                return Err(Error::already_exists(format!(
+                    "{what} exists and is not this owner's ({:?}) of pool {pool}",
+                    self.inner.owner
+                )));
+            }
+            if !same_location(&tags.location, location) {
+                return Err(Error::already_exists(format!(
+                    "{what} exists in {}, not in {location}: a machine of that name is elsewhere",
+                    tags.location
+                )));
+            }
+            made.push(made_res(res, url, true));
+            return self.settle(&what, url).await;
+        }
+        let op = format!("create {what}");
+        match self
+            .client()
+            .call(&op, Method::PUT, url, Some(body), Condition::None)
+            .await
+        {
+            Ok(a) => {
+                made.push(made_res(res, url, false));
+                self.client().wait(&op, &a).await?;
+                Ok(a.body)
+            }
+            Err(e) => {
+                if e.is_retryable() {
+                    // The PUT may have been served: clean-up must look.
+                    made.push(made_res(res, url, false));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes what a failed create made, newest first (the VM first: it takes its interface,
+    /// address and disk with it); names what could not be removed. A capacity or quota outcome
+    /// stays what it is, with what remains named in its message ([`keep_outcome`]): callers fall
+    /// back on it (issue 11 item 2); any other failure becomes [`Error::Leftovers`].
+    pub(crate) async fn undo(&self, made: &Made, error: Error) -> Error {
+        let mut left = Vec::new();
+        for m in made.iter().rev() {
+            let what = m.res.to_string();
+            let removed = if m.res.part == Part::Interface {
+                self.remove_interface(&what, &m.url, self.cfg().reservation_wait)
+                    .await
+            } else {
+                self.remove(&what, &m.url).await
+            };
+            if let Err(e) = removed {
+                tracing::warn!(what = %what, error = %e, "clean-up after a failed create failed");
+                left.push(Left::because(m.res.clone(), &e));
+                if m.res.part == Part::Vm {
+                    // A VM that stands keeps the OS disk its create made (its delete would take it).
+                    left.push(Left::standing(Res::new(
+                        Part::Disk,
+                        &Names::of(&m.res.name).disk,
+                    )));
+                }
+            }
+        }
+        if left.is_empty() {
+            error
+        } else {
+            keep_outcome(error, left.iter().map(Left::to_string).collect())
+        }
+    }
+
+    pub(crate) fn vm_body(
+        &self,
+        spec: &MachineSpec,
+        names: &Names,
+        image: &ImageUrn,
+        tags: &Labels,
+        nic_id: &str,
+        keys: &[String],
+    ) -> Value {
+        let s = self.cfg();
+        let mut os_disk = json!({
+            "name": names.disk,
+            "createOption": "FromImage",
+            "deleteOption": "Delete",
+            "caching": "ReadWrite",
+            "managedDisk": {"storageAccountType": "StandardSSD_LRS"}
+        });
+        if let Some(gb) = spec.disk_gb.or(s.os_disk_gb) {
+            os_disk["diskSizeGB"] = json!(gb);
+        }
+        let public_keys: Vec<Value> = keys
+            .iter()
+            .map(|k| {
+                json!({
+                    "path": format!("/home/{}/.ssh/authorized_keys", s.admin_user),
+                    "keyData": k,
+                })
+            })
+            .collect();
+        let mut os_profile = json!({
+            "computerName": spec.name,
+            "adminUsername": s.admin_user,
+            "linuxConfiguration": {
+                "disablePasswordAuthentication": true,
+                "ssh": {"publicKeys": public_keys}
+            }
+        });
+        if !spec.user_data.is_empty() {
+            os_profile["customData"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(spec.user_data.as_bytes()));
+        }
+        json!({
+            "location": spec.location,
+            "tags": tags,
+            "properties": {
+                "hardwareProfile": {"vmSize": spec.machine_type},
+                "storageProfile": {
+                    "imageReference": {
+                        "publisher": image.publisher, "offer": image.offer,
+                        "sku": image.sku, "version": image.version,
+                    },
+                    "osDisk": os_disk,
+                },
+                "osProfile": os_profile,
+                "networkProfile": {"networkInterfaces": [
+                    {"id": nic_id, "properties": {"primary": true, "deleteOption": "Delete"}}
+                ]},
+            }
+        })
+    }
+
+    /// Makes the machine's four resources; answers the machine, made by this call or adopted from
+    /// an earlier one.
+    pub(crate) async fn create_inner(
+        &self,
+        spec: &MachineSpec,
+        made: &mut Made,
+    ) -> Result<Created> {
+        let image = match &spec.image {
+            Some(i) => ImageUrn::parse(i).map_err(|rule| Error::invalid("image", rule))?,
+            None => {
+                let arch = self.arch_in(&spec.machine_type, &spec.location).await?;
+                self.cfg().image_for(&arch)?.clone()
+            }
+        };
+        let names = Names::of(&spec.name);
+        let mut tags = ownership_labels(&spec.pool, &self.inner.owner);
+        tags.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let loc = &spec.location;
+        let pip_id = self.id("Microsoft.Network/publicIPAddresses", &names.pip);
+        let nsg_id = self.id("Microsoft.Network/networkSecurityGroups", &names.nsg);
+        let nic_id = self.id("Microsoft.Network/networkInterfaces", &names.nic);
+        let mut keys: Vec<String> = self.cfg().ssh_public_key.iter().cloned().collect();
+        keys.extend(spec.ssh_keys.iter().cloned());
+        let vm_body = self.vm_body(spec, &names, &image, &tags, &nic_id, &keys);
+
+        // Without a public address (ORCA_AZURE_PUBLIC_IP=false) the machine has its private one.
+        let pip = if self.cfg().public_ip {
+            Some(
+                self.put_network(
+                    &Res::new(Part::PublicIp, &names.pip),
+                    &self.client().url(&pip_id, NETWORK_API),
+                    &json!({
+                        "location": loc, "tags": tags,
+                        "sku": {"name": "Standard", "tier": "Regional"},
+                        "properties": {
+                            "publicIPAllocationMethod": "Static",
+                            "publicIPAddressVersion": "IPv4",
+                            "deleteOption": "Delete",
+                            "dnsSettings": {
+                                "domainNameLabel": dns_label(&spec.name),
+                                "domainNameLabelScope": "ResourceGroupReuse",
+                            },
+                        }
+                    }),
+                    &spec.pool,
+                    made,
+                )
+                .await
+                .map_err(public_ip_denied)?,
+            )
+        } else {
+            None
+        };
+
+        let sources = if spec.ssh_sources.is_empty() {
+            &self.cfg().ssh_sources
+        } else {
+            &spec.ssh_sources
+        };
+        let mut rules = Vec::new();
+        if !sources.is_empty() {
+            rules.push(json!({"name": SSH_RULE, "properties": ssh_rule(sources, 100)}));
+        }
+        self.put_network(
+            &Res::new(Part::SecurityGroup, &names.nsg),
+            &self.client().url(&nsg_id, NETWORK_API),
+            &json!({"location": loc, "tags": tags, "properties": {"securityRules": rules}}),
+            &spec.pool,
+            made,
+        )
+        .await?;
+
+        let mut ipcfg = json!({
+            "name": "ipconfig1",
+            "properties": {
+                "primary": true,
+                "privateIPAllocationMethod": "Dynamic",
+                "subnet": {"id": self.subnet_id(loc)},
+            }
+        });
+        if pip.is_some() {
+            ipcfg["properties"]["publicIPAddress"] = json!({ "id": pip_id });
+        }
+        if let Some(group) = &spec.admission_group {
+            ipcfg["properties"]["applicationSecurityGroups"] = json!([{"id": self.id(
+                "Microsoft.Network/applicationSecurityGroups",
+                &format!("{group}-{loc}")
+            )}]);
+        }
+        let nic = self
+            .put_network(
+                &Res::new(Part::Interface, &names.nic),
+                &self.client().url(&nic_id, NETWORK_API),
+                &json!({"location": loc, "tags": tags, "properties": {
+                    "networkSecurityGroup": {"id": nsg_id},
+                    "ipConfigurations": [ipcfg],
+                }}),
+                &spec.pool,
+                made,
+            )
+            .await
+            .map_err(|e| match (&e, &spec.admission_group) {
+                (Error::PermissionDenied { .. }, _) if pip.is_some() => public_ip_denied(e),
+                (Error::NotFound { .. }, Some(g)) => e.prefixed(&format!(
+                    "the admission group {g} of {loc} (application security group {g}-{loc}) must exist: admit_ssh makes it"
+                )),
+                _ => e,
+            })?;
+
+        // The VM: `If-None-Match: *` makes the PUT a create only (412 when the VM exists).
+        let vm_res = Res::new(Part::Vm, &names.vm);
+        let what = vm_res.to_string();
+        let vm_url = self.vm_url(&names.vm, false);
+        let op = format!("create {what}");
+        let attempts = Attempts::new();
+        let put = self
+            .client()
+            .call_recorded(
+                &op,
+                Method::PUT,
+                &vm_url,
+                Some(&vm_body),
+                Condition::IfNoneMatch,
+                &attempts,
+            )
+            .await;
+        let met_existing = matches!(put, Err(Error::AlreadyExists { .. }));
+        match put {
+            Ok(a) => {
+                made.push(made_res(&vm_res, &vm_url, false));
+                self.client().wait(&op, &a).await?;
+            }
+            Err(Error::AlreadyExists { .. }) => {
+                // Made by this call's own earlier attempt (whose answer was lost), or by an earlier
+                // create: adopt it if it is this owner's of this pool.
+                let Some(found) = self.read_vm(&names.vm, false).await? else {
+                    return Err(Error::transient(format!(
+                        "{what} vanished while being adopted"
+                    )));
+                };
+                let size = &found.properties.hardware_profile.vm_size;
+                let refused = if !is_in_pool(&found.tags, &spec.pool, &self.inner.owner) {
+                    Some(format!(
+                        "{what} exists and is not this owner's ({:?}) of pool {}",
+                        self.inner.owner, spec.pool
+                    ))
+                } else if !size.eq_ignore_ascii_case(&spec.machine_type)
+                    || !same_location(&found.location, &spec.location)
+                {
+                    Some(format!(
+                        "{what} exists as {size} in {}, not as {} in {}: not the machine asked for",
+                        found.location, spec.machine_type, spec.location
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = refused {
+                    // What was adopted on the way belongs to the VM that exists: it stays.
+                    made.retain(|m| !m.adopted);
+                    return Err(Error::already_exists(why));
+                }
+                made.push(made_res(&vm_res, &vm_url, true));
+                self.settle_vm(&names.vm).await?;
+            }
+            Err(e) => {
+                if e.is_retryable() {
+                    made.push(made_res(&vm_res, &vm_url, false));
+                }
+                return Err(e);
+            }
+        }
+        self.remember(&names.vm);
+        // A create answers only once reads show the VM.
+        let vm = match self.client().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
+            Some(vm) => vm,
+            None => self.wait_visible(&names.vm, true).await?.ok_or_else(|| {
+                Error::transient(format!(
+                    "{what} was made but reads do not show it after {} s; a retried create adopts it",
+                    self.cfg().visibility_window.as_secs()
+                ))
+            })?,
+        };
+        let mut addr = Addresses::default();
+        if let Some(Ok(p)) = pip.map(serde_json::from_value::<PublicIp>) {
+            addr.public = p.properties.ip_address.clone();
+            addr.fqdn = p.fqdn();
+        }
+        if let Ok(n) = serde_json::from_value::<Nic>(nic) {
+            addr.private = n.private_address();
+        }
+        let public_missing =
+            self.cfg().public_ip && (addr.public.is_empty() || addr.fqdn.is_empty());
+        if addr.private.is_empty() || public_missing {
+            addr = self.addresses_of(&vm).await?;
+        }
+        let m = self.machine_of(&vm, None, addr);
+        // Only an attempt that ended in a passing failure may have made the VM a 412 met; after
+        // throttling or refusals alone, the VM is an earlier call's.
+        Ok(if met_existing {
+            attempts.found(m)
+        } else {
+            Created::Machine(m)
+        })
+    }
+
+    /// Reads a VM being adopted until its provisioning state is final; a failed one answers its
+    /// failure.
+    pub(crate) async fn settle_vm(&self, name: &str) -> Result<()> {
+        kit::poll(
+            &format!("provisioning of VM {name}"),
+            self.cfg().poll_interval,
+            self.cfg().operation_timeout,
+            || async {
+                let Some(vm) = self.read_vm(name, true).await? else {
+                    return Err(Error::transient(format!(
+                        "VM {name} vanished while being adopted"
+                    )));
+                };
+                match vm.properties.provisioning_state.as_str() {
+                    "Succeeded" | "" => Ok(Some(())),
+                    "Failed" => Err(match vm.failure() {
+                        Some((code, message)) => crate::client::map_error(
+                            None,
+                            &crate::model::ErrorDetail {
+                                code,
+                                message,
+                                ..Default::default()
+                            },
+                            None,
+                        ),
+                        None => Error::other(format!("VM {name} is in provisioning state Failed")),
+                    }),
+                    _ => Ok(None),
+                }
+            },
+        )
+        .await
+    }
+}
