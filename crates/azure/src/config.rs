@@ -626,63 +626,10 @@ impl ConfigBuilder {
             Some(g) => g,
             None => resource_group.clone(),
         };
-        if !admin_user.is_empty()
-            && (!admin_user
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-                || admin_user.len() > 32
-                || admin_user == "root"
-                || admin_user == "admin")
-        {
-            p.invalid(
-                ConfigKey::AdminUser.as_str(),
-                "a Linux user name (a-z, 0-9, '_', '-', at most 32; not root or admin)",
-            );
-        }
-        let ssh_public_key = get(ConfigKey::SshPublicKey);
-        if let Some(k) = &ssh_public_key {
-            let probe = orca_machines::MachineSpec::new("k", "t", "l", "p").with_ssh_key(k.clone());
-            if probe.validate().is_err() {
-                p.invalid(
-                    ConfigKey::SshPublicKey.as_str(),
-                    "an OpenSSH public key line (ssh-ed25519 AAAA... or ssh-rsa AAAA...)",
-                );
-            }
-        }
-        let image = if image.is_empty() {
-            None
-        } else {
-            match ImageUrn::parse(&image) {
-                Ok(i) => Some(i),
-                Err(_) => {
-                    p.invalid(ConfigKey::Image.as_str(), URN_RULE);
-                    None
-                }
-            }
-        };
-        let image_arm64 = match get(ConfigKey::ImageArm64) {
-            Some(u) => match ImageUrn::parse(&u) {
-                Ok(i) => Some(i),
-                Err(_) => {
-                    p.invalid(ConfigKey::ImageArm64.as_str(), URN_RULE);
-                    None
-                }
-            },
-            None => image.as_ref().map(ImageUrn::arm64),
-        };
-        let mut ssh_sources = Vec::new();
-        if let Some(list) = get(ConfigKey::SshSources) {
-            for src in list.split(',').map(str::trim).filter(|x| !x.is_empty()) {
-                if orca_machines::spec::validate_source(src).is_err() {
-                    p.invalid(
-                        ConfigKey::SshSources.as_str(),
-                        "comma-separated IP addresses or CIDR blocks",
-                    );
-                    break;
-                }
-                ssh_sources.push(src.to_string());
-            }
-        }
+        check_admin_user(&admin_user, &mut p);
+        let ssh_public_key = ssh_public_key(s, &mut p);
+        let (image, image_arm64) = images(s, image, &mut p);
+        let ssh_sources = ssh_sources(s, &mut p);
         let os_disk_gb = p.parse(
             s,
             ConfigKey::OsDiskGb.as_str(),
@@ -704,70 +651,14 @@ impl ConfigBuilder {
                 "a location name (westeurope, eastus, ...)",
             );
         }
-        let endpoint = |k: ConfigKey, def: &str, p: &mut Problems| {
-            let e = get(k)
-                .unwrap_or_else(|| def.to_string())
-                .trim_end_matches('/')
-                .to_string();
-            let ok = match url::Url::parse(&e) {
-                Ok(u) => {
-                    u.scheme() == "https"
-                        || (u.scheme() == "http"
-                            && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]")))
-                }
-                Err(_) => false,
-            };
-            if !ok {
-                p.invalid(
-                    k.as_str(),
-                    "an https:// address (http:// only for 127.0.0.1 and localhost)",
-                );
-            }
-            e
-        };
-        let arm_endpoint = endpoint(ConfigKey::Endpoint, DEFAULT_ARM_ENDPOINT, &mut p);
-        let prices_endpoint = endpoint(ConfigKey::PricesEndpoint, DEFAULT_PRICES_ENDPOINT, &mut p);
-        let billing = match (
-            get(ConfigKey::BillingAccount),
-            get(ConfigKey::BillingProfile),
-        ) {
-            (Some(a), Some(b)) => {
-                let ok = |v: &str| {
-                    !v.is_empty()
-                        && v.len() <= 200
-                        && v.bytes().all(|c| {
-                            c.is_ascii_alphanumeric() || matches!(c, b':' | b'_' | b'-' | b'.')
-                        })
-                };
-                for (k, v) in [
-                    (ConfigKey::BillingAccount, &a),
-                    (ConfigKey::BillingProfile, &b),
-                ] {
-                    if !ok(v) {
-                        p.invalid(
-                            k.as_str(),
-                            "a billing id of letters, digits, ':', '_', '-' and '.'",
-                        );
-                    }
-                }
-                Some((a, b))
-            }
-            (Some(_), None) => {
-                p.invalid(
-                    ConfigKey::BillingProfile.as_str(),
-                    format!("missing: {} needs it", ConfigKey::BillingAccount.as_str()),
-                );
-                None
-            }
-            (None, Some(_)) => {
-                p.invalid(
-                    ConfigKey::BillingAccount.as_str(),
-                    format!("missing: {} needs it", ConfigKey::BillingProfile.as_str()),
-                );
-                None
-            }
-            (None, None) => None,
-        };
+        let arm_endpoint = endpoint(s, ConfigKey::Endpoint, DEFAULT_ARM_ENDPOINT, &mut p);
+        let prices_endpoint = endpoint(
+            s,
+            ConfigKey::PricesEndpoint,
+            DEFAULT_PRICES_ENDPOINT,
+            &mut p,
+        );
+        let billing = billing(s, &mut p);
         let credential = match self.credential.clone() {
             Some(c) => c,
             None => credential_from_keys(s, &mut p),
@@ -816,6 +707,159 @@ impl ConfigBuilder {
                 .unwrap_or_else(|| credential::IMDS_ENDPOINT.to_string()),
             imds_client_id,
         })
+    }
+}
+
+/// A problem when `admin_user` is not a Linux user name Azure takes (not `root` or `admin`).
+fn check_admin_user(admin_user: &str, p: &mut Problems) {
+    if !admin_user.is_empty()
+        && (!admin_user
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+            || admin_user.len() > 32
+            || admin_user == "root"
+            || admin_user == "admin")
+    {
+        p.invalid(
+            ConfigKey::AdminUser.as_str(),
+            "a Linux user name (a-z, 0-9, '_', '-', at most 32; not root or admin)",
+        );
+    }
+}
+
+/// The SSH public key every VM accepts, if set; a line that is not an OpenSSH key is a problem.
+fn ssh_public_key(s: &Settings, p: &mut Problems) -> Option<String> {
+    let ssh_public_key = value(s, ConfigKey::SshPublicKey);
+    if let Some(k) = &ssh_public_key {
+        let probe = orca_machines::MachineSpec::new("k", "t", "l", "p").with_ssh_key(k.clone());
+        if probe.validate().is_err() {
+            p.invalid(
+                ConfigKey::SshPublicKey.as_str(),
+                "an OpenSSH public key line (ssh-ed25519 AAAA... or ssh-rsa AAAA...)",
+            );
+        }
+    }
+    ssh_public_key
+}
+
+/// The sources each VM's own security group admits on SSH when the spec names none.
+fn ssh_sources(s: &Settings, p: &mut Problems) -> Vec<String> {
+    let mut ssh_sources = Vec::new();
+    if let Some(list) = value(s, ConfigKey::SshSources) {
+        for src in list.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            if orca_machines::spec::validate_source(src).is_err() {
+                p.invalid(
+                    ConfigKey::SshSources.as_str(),
+                    "comma-separated IP addresses or CIDR blocks",
+                );
+                break;
+            }
+            ssh_sources.push(src.to_string());
+        }
+    }
+    ssh_sources
+}
+
+/// The trimmed value of key `k`, if set.
+fn value(s: &Settings, k: ConfigKey) -> Option<String> {
+    s.get(k.as_str()).map(|v| v.trim().to_string())
+}
+
+/// The images of amd64 and arm64 sizes: `image` (the required key's value), and the arm64 key's
+/// or one derived from it; a URN that does not parse is a problem named by its key.
+fn images(s: &Settings, image: String, p: &mut Problems) -> (Option<ImageUrn>, Option<ImageUrn>) {
+    let get = |k: ConfigKey| value(s, k);
+    let image = if image.is_empty() {
+        None
+    } else {
+        match ImageUrn::parse(&image) {
+            Ok(i) => Some(i),
+            Err(_) => {
+                p.invalid(ConfigKey::Image.as_str(), URN_RULE);
+                None
+            }
+        }
+    };
+    let image_arm64 = match get(ConfigKey::ImageArm64) {
+        Some(u) => match ImageUrn::parse(&u) {
+            Ok(i) => Some(i),
+            Err(_) => {
+                p.invalid(ConfigKey::ImageArm64.as_str(), URN_RULE);
+                None
+            }
+        },
+        None => image.as_ref().map(ImageUrn::arm64),
+    };
+    (image, image_arm64)
+}
+
+/// The endpoint of key `k` (else `def`), without trailing slash: `https://`, or `http://` to this
+/// machine only; anything else is a problem named by its key.
+fn endpoint(s: &Settings, k: ConfigKey, def: &str, p: &mut Problems) -> String {
+    let e = value(s, k)
+        .unwrap_or_else(|| def.to_string())
+        .trim_end_matches('/')
+        .to_string();
+    let ok = match url::Url::parse(&e) {
+        Ok(u) => {
+            u.scheme() == "https"
+                || (u.scheme() == "http"
+                    && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]")))
+        }
+        Err(_) => false,
+    };
+    if !ok {
+        p.invalid(
+            k.as_str(),
+            "an https:// address (http:// only for 127.0.0.1 and localhost)",
+        );
+    }
+    e
+}
+
+/// The billing account and profile whose credit `credit_balance()` reads: both or neither.
+fn billing(s: &Settings, p: &mut Problems) -> Option<(String, String)> {
+    let get = |k: ConfigKey| value(s, k);
+    match (
+        get(ConfigKey::BillingAccount),
+        get(ConfigKey::BillingProfile),
+    ) {
+        (Some(a), Some(b)) => {
+            let ok = |v: &str| {
+                !v.is_empty()
+                    && v.len() <= 200
+                    && v.bytes().all(|c| {
+                        c.is_ascii_alphanumeric() || matches!(c, b':' | b'_' | b'-' | b'.')
+                    })
+            };
+            for (k, v) in [
+                (ConfigKey::BillingAccount, &a),
+                (ConfigKey::BillingProfile, &b),
+            ] {
+                if !ok(v) {
+                    p.invalid(
+                        k.as_str(),
+                        "a billing id of letters, digits, ':', '_', '-' and '.'",
+                    );
+                }
+            }
+            Some((a, b))
+        }
+        (Some(_), None) => {
+            p.invalid(
+                ConfigKey::BillingProfile.as_str(),
+                format!("missing: {} needs it", ConfigKey::BillingAccount.as_str()),
+            );
+            None
+        }
+        (None, Some(_)) => {
+            p.invalid(
+                ConfigKey::BillingAccount.as_str(),
+                format!("missing: {} needs it", ConfigKey::BillingProfile.as_str()),
+            );
+            None
+        }
+        (None, None) => None,
     }
 }
 

@@ -291,14 +291,63 @@ impl AzureProvider {
         let names = Names::of(&spec.name);
         let mut tags = ownership_labels(&spec.pool, &self.inner.owner);
         tags.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        let loc = &spec.location;
-        let pip_id = self.id("Microsoft.Network/publicIPAddresses", &names.pip);
-        let nsg_id = self.id("Microsoft.Network/networkSecurityGroups", &names.nsg);
         let nic_id = self.id("Microsoft.Network/networkInterfaces", &names.nic);
         let mut keys: Vec<String> = self.cfg().ssh_public_key.iter().cloned().collect();
         keys.extend(spec.ssh_keys.iter().cloned());
         let vm_body = self.vm_body(spec, &names, &image, &tags, &nic_id, &keys);
 
+        let (pip, nic) = self.make_network(spec, &names, &tags, made).await?;
+
+        let (met_existing, attempts) = self.put_vm(spec, &names, &vm_body, made).await?;
+        let what = Res::new(Part::Vm, &names.vm).to_string();
+        self.remember(&names.vm);
+        // A create answers only once reads show the VM.
+        let vm = match self.client().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
+            Some(vm) => vm,
+            None => self.wait_visible(&names.vm, true).await?.ok_or_else(|| {
+                Error::transient(format!(
+                    "{what} was made but reads do not show it after {} s; a retried create adopts it",
+                    self.cfg().visibility_window.as_secs()
+                ))
+            })?,
+        };
+        let mut addr = Addresses::default();
+        if let Some(Ok(p)) = pip.map(serde_json::from_value::<PublicIp>) {
+            addr.public = p.properties.ip_address.clone();
+            addr.fqdn = p.fqdn();
+        }
+        if let Ok(n) = serde_json::from_value::<Nic>(nic) {
+            addr.private = n.private_address();
+        }
+        let public_missing =
+            self.cfg().public_ip && (addr.public.is_empty() || addr.fqdn.is_empty());
+        if addr.private.is_empty() || public_missing {
+            addr = self.addresses_of(&vm).await?;
+        }
+        let m = self.machine_of(&vm, None, addr);
+        // Only an attempt that ended in a passing failure may have made the VM a 412 met; after
+        // throttling or refusals alone, the VM is an earlier call's.
+        Ok(if met_existing {
+            attempts.found(m)
+        } else {
+            Created::Machine(m)
+        })
+    }
+
+    /// The machine's network resources, each made or adopted ([`AzureProvider::put_network`]): its
+    /// public address (unless machines have none), its own security group, and its interface;
+    /// answers the address's and the interface's bodies.
+    pub(crate) async fn make_network(
+        &self,
+        spec: &MachineSpec,
+        names: &Names,
+        tags: &Labels,
+        made: &mut Made,
+    ) -> Result<(Option<Value>, Value)> {
+        let loc = &spec.location;
+        let pip_id = self.id("Microsoft.Network/publicIPAddresses", &names.pip);
+        let nsg_id = self.id("Microsoft.Network/networkSecurityGroups", &names.nsg);
+        let nic_id = self.id("Microsoft.Network/networkInterfaces", &names.nic);
         // Without a public address (ORCA_AZURE_PUBLIC_IP=false) the machine has its private one.
         let pip = if self.cfg().public_ip {
             Some(
@@ -383,6 +432,19 @@ impl AzureProvider {
                 _ => e,
             })?;
 
+        Ok((pip, nic))
+    }
+
+    /// The VM's `PUT` with `If-None-Match: *` (412 when the VM exists), followed to its end; a VM
+    /// that exists is adopted when it is this owner's of the pool, of the size and location asked
+    /// for. Answers whether it met an existing VM, and the attempts' record.
+    pub(crate) async fn put_vm(
+        &self,
+        spec: &MachineSpec,
+        names: &Names,
+        vm_body: &Value,
+        made: &mut Made,
+    ) -> Result<(bool, Attempts)> {
         // The VM: `If-None-Match: *` makes the PUT a create only (412 when the VM exists).
         let vm_res = Res::new(Part::Vm, &names.vm);
         let what = vm_res.to_string();
@@ -395,7 +457,7 @@ impl AzureProvider {
                 &op,
                 Method::PUT,
                 &vm_url,
-                Some(&vm_body),
+                Some(vm_body),
                 Condition::IfNoneMatch,
                 &attempts,
             )
@@ -445,38 +507,7 @@ impl AzureProvider {
                 return Err(e);
             }
         }
-        self.remember(&names.vm);
-        // A create answers only once reads show the VM.
-        let vm = match self.client().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
-            Some(vm) => vm,
-            None => self.wait_visible(&names.vm, true).await?.ok_or_else(|| {
-                Error::transient(format!(
-                    "{what} was made but reads do not show it after {} s; a retried create adopts it",
-                    self.cfg().visibility_window.as_secs()
-                ))
-            })?,
-        };
-        let mut addr = Addresses::default();
-        if let Some(Ok(p)) = pip.map(serde_json::from_value::<PublicIp>) {
-            addr.public = p.properties.ip_address.clone();
-            addr.fqdn = p.fqdn();
-        }
-        if let Ok(n) = serde_json::from_value::<Nic>(nic) {
-            addr.private = n.private_address();
-        }
-        let public_missing =
-            self.cfg().public_ip && (addr.public.is_empty() || addr.fqdn.is_empty());
-        if addr.private.is_empty() || public_missing {
-            addr = self.addresses_of(&vm).await?;
-        }
-        let m = self.machine_of(&vm, None, addr);
-        // Only an attempt that ended in a passing failure may have made the VM a 412 met; after
-        // throttling or refusals alone, the VM is an earlier call's.
-        Ok(if met_existing {
-            attempts.found(m)
-        } else {
-            Created::Machine(m)
-        })
+        Ok((met_existing, attempts))
     }
 
     /// Reads a VM being adopted until its provisioning state is final; a failed one answers its
