@@ -231,6 +231,8 @@ pub(crate) fn map_error(
             },
         },
     };
+    // Azure's own error stays reachable as the source, whatever orca made of it.
+    let e = e.with_source(crate::error::ArmError::of(status, error));
     if code.is_empty() {
         e
     } else {
@@ -269,12 +271,11 @@ pub(crate) fn decode<T: DeserializeOwned>(op: &str, body: Value) -> Result<T> {
 impl Client {
     /// A client for `config`'s subscription and endpoints, its tokens from `token`.
     pub(crate) fn new(config: &crate::Config, token: Arc<dyn TokenSource>) -> Result<Client> {
-        let http = kit::http_client(
+        // The timeouts are resolved already (the builder's, else the kit's keys, else the defaults).
+        let http = kit::http_client_with(
             KIND,
-            &config.arm_endpoint,
-            &config.client,
-            config.connect_timeout,
-            Some(config.request_timeout),
+            kit::Timeouts::new(config.connect_timeout, Some(config.request_timeout)),
+            kit::Proxy::for_endpoint(&config.arm_endpoint),
         )?;
         Ok(Client {
             http,
@@ -344,18 +345,10 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let rsp = match req.send().await {
-            Ok(r) => r,
-            Err(e) => {
-                let what = if e.is_timeout() {
-                    "timed out"
-                } else {
-                    "connection failed"
-                };
-                let e = e.without_url();
-                return Err(Error::transient(format!("{op}: {what} ({e})")).with_source(e));
-            }
-        };
+        let rsp = req
+            .send()
+            .await
+            .map_err(|e| kit::transport_error(e).prefixed(op))?;
         let status = rsp.status().as_u16();
         kit::record_status(status);
         let header = |n: &str| {
@@ -370,10 +363,10 @@ impl Client {
         let async_op = header("azure-asyncoperation");
         let location = header("location");
         let retry_after = header("retry-after").and_then(|v| parse_retry_after(&v));
-        let bytes = rsp.bytes().await.map_err(|e| {
-            let e = e.without_url();
-            Error::transient(format!("{op}: the answer was lost ({e})")).with_source(e)
-        })?;
+        let bytes = rsp
+            .bytes()
+            .await
+            .map_err(|e| kit::transport_error(e).prefixed(op))?;
         let body: Value = if bytes.is_empty() {
             Value::Null
         } else {
@@ -653,6 +646,27 @@ mod tests {
         let s = e.to_string();
         assert!(s.contains("deny-pip") && s.contains("No public IPs"), "{s}");
         assert!(s.contains("HTTP 403: RequestDisallowedByPolicy"), "{s}");
+    }
+
+    #[test]
+    fn azure_s_error_is_the_source() {
+        let e = map_error(
+            Some(409),
+            &detail(
+                json!({"code": "Conflict", "message": "m", "target": "vmSize",
+                "details": [{"code": "SkuNotAvailable", "message": "not here"}]}),
+            ),
+            None,
+        );
+        let arm = std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<crate::ArmError>())
+            .expect("ArmError source");
+        assert_eq!(
+            (arm.status, arm.code.as_str(), arm.target.as_str()),
+            (Some(409), "Conflict", "vmSize")
+        );
+        assert_eq!(arm.details[0].code, "SkuNotAvailable");
+        assert_eq!(arm.to_string(), "HTTP 409: Conflict: m");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orca_machines::kit::{ClientOptions, ClientSettings};
+use orca_machines::kit::{ClientOptions, ClientSettings, Timeouts};
 use orca_machines::settings::Problems;
 use orca_machines::{Arch, Error, Result, RetryPolicy, Settings};
 use secrecy::SecretString;
@@ -567,25 +567,24 @@ impl ConfigBuilder {
         }
         self.client.report(&mut p);
         let mut client = self.client.options;
-        // The typed setters win over the kit's keys, and reach the token requests as the keys do.
-        for (name, set, kept) in [
-            (
-                "connect_timeout",
-                self.connect_timeout,
-                &mut client.connect_timeout,
-            ),
-            (
-                "request_timeout",
-                self.request_timeout,
-                &mut client.request_timeout,
-            ),
+        for (name, set) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
         ] {
-            match set {
-                Some(d) if d.is_zero() => p.invalid(name, "a duration above zero"),
-                Some(d) => *kept = Some(d),
-                None => {}
+            if set.is_some_and(|d| d.is_zero()) {
+                p.invalid(name, "a duration above zero");
             }
         }
+        // The typed setters win over the kit's keys, which win over the defaults.
+        let timeouts = Timeouts::resolve(
+            self.connect_timeout,
+            self.request_timeout,
+            &client,
+            Timeouts::new(DEFAULT_CONNECT_TIMEOUT, Some(DEFAULT_REQUEST_TIMEOUT)),
+        );
+        // The token requests take the setters' values as they take the keys' (else their own).
+        client.connect_timeout = self.connect_timeout.or(client.connect_timeout);
+        client.request_timeout = self.request_timeout.or(client.request_timeout);
         let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
         let subscription_id =
             match get(ConfigKey::SubscriptionId).or_else(|| get(ConfigKey::AzureSubscriptionId)) {
@@ -699,8 +698,8 @@ impl ConfigBuilder {
             client,
             operation_timeout,
             visibility_window: self.visibility_window.unwrap_or(Duration::from_secs(60)),
-            connect_timeout: client.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT),
-            request_timeout: client.request_timeout.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
+            connect_timeout: timeouts.connect,
+            request_timeout: timeouts.request.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
             reservation_wait: self.reservation_wait.unwrap_or(Duration::from_secs(200)),
             imds_endpoint: self
                 .imds_endpoint

@@ -12,7 +12,8 @@
 //! - `client` (private): the transport, long-running operations, paging and the one error mapping;
 //! - `model` (private): the typed answers of Azure;
 //! - `provider`: [`AzureProvider`] and the [`Provider`](orca_machines::Provider) contract;
-//! - `ext`: the extensions (labels, SSH admission, credit balance).
+//! - `ext`: the extensions (labels, SSH admission, credit balance);
+//! - [`ArmError`]: Azure's own error, the `source()` of every error Azure answered.
 //!
 //! A machine is a VM plus its public address, security group and interface, all tagged
 //! `orca=pool`, `orca-pool`, `orca-owner`; its orca id is the VM's name. The contract it keeps is
@@ -21,6 +22,7 @@
 mod client;
 pub mod config;
 pub mod credential;
+mod error;
 mod ext;
 mod model;
 mod provider;
@@ -29,6 +31,7 @@ mod reference;
 
 pub use config::{Config, ConfigBuilder, ConfigKey, Credential, ImageUrn};
 pub use credential::{auto_choice, AutoChoice, StaticToken, TokenSource};
+pub use error::ArmError;
 pub use provider::{AzureProvider, KIND};
 
 /// A provider for `owner` from this process's environment ([`ConfigKey`] names); every problem of

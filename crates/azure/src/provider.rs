@@ -21,9 +21,9 @@ use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created,
-    CreditBalance, Error, Machine, MachineLabels, MachineSpec, Price, Provider, Resized, Result,
-    SpecOptions, SshAdmission, Status,
+    docker_arch, validate_id, validate_name, validate_owner, validate_pool, Arch, Capabilities,
+    Created, CreditBalance, Error, Machine, MachineLabels, MachineSpec, Price, Provider, Resized,
+    Result, SpecOptions, SshAdmission, Status,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -58,7 +58,7 @@ pub(crate) struct Inner {
     /// The size catalogue of each location read so far: size (lower case) -> architecture.
     skus: Mutex<HashMap<String, Arc<HashMap<String, Arch>>>>,
     /// Machines this provider made, and when: a "not found" for one of them is not believed at once.
-    recent: Mutex<HashMap<String, Instant>>,
+    recent: kit::Recent<String>,
 }
 
 impl std::fmt::Debug for AzureProvider {
@@ -86,13 +86,14 @@ impl AzureProvider {
         validate_owner(owner)?;
         let token = config.token_source()?;
         let client = Client::new(&config, token)?;
+        let recent = kit::Recent::new(config.visibility_window);
         Ok(AzureProvider {
             inner: Arc::new(Inner {
                 config,
                 client,
                 owner: owner.to_string(),
                 skus: Mutex::new(HashMap::new()),
-                recent: Mutex::new(HashMap::new()),
+                recent,
             }),
         })
     }
@@ -159,6 +160,10 @@ impl Provider for AzureProvider {
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
         self.read_machine(id).await
+    }
+
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        self.machine_by_name(pool, name).await
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {

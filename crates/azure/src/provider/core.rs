@@ -202,31 +202,24 @@ impl AzureProvider {
         self.client().url(&self.id(type_name, name), NETWORK_API)
     }
 
+    /// Notes that this provider made VM `id` now: for a visibility window, a "not found" for it is
+    /// confirmed by later reads before it is believed.
     pub(crate) fn remember(&self, id: &str) {
-        let mut r = lock(&self.inner.recent);
-        let window = self.cfg().visibility_window;
-        r.retain(|_, at| at.elapsed() < window);
-        r.insert(id.to_ascii_lowercase(), Instant::now());
+        self.inner.recent.note(id.to_ascii_lowercase());
     }
 
     /// Forgets that this provider made `id` (it deleted it: a "not found" now is believed).
     pub(crate) fn forget(&self, id: &str) {
-        lock(&self.inner.recent).remove(&id.to_ascii_lowercase());
+        self.inner.recent.forget(&id.to_ascii_lowercase());
     }
 
-    pub(crate) fn is_recent(&self, id: &str) -> bool {
-        let mut r = lock(&self.inner.recent);
-        let window = self.cfg().visibility_window;
-        r.retain(|_, at| at.elapsed() < window);
-        r.contains_key(&id.to_ascii_lowercase())
-    }
-
-    /// Whether VM `id` may exist although a read found none: this provider made it a moment ago,
-    /// or its interface names it (a create makes the interface first and Azure attaches it when the
+    /// Until when a "not found" for VM `id` is not believed, or `None` when it is believed at once:
+    /// the end of the window of a VM this provider made a moment ago, else a window from now when
+    /// its interface names it (a create makes the interface first and Azure attaches it when the
     /// VM is made, before every read shows the VM).
-    pub(crate) async fn may_be_new(&self, id: &str) -> Result<bool> {
-        if self.is_recent(id) {
-            return Ok(true);
+    pub(crate) async fn unseen_until(&self, id: &str) -> Result<Option<Instant>> {
+        if let Some(until) = self.inner.recent.unseen_until(&id.to_ascii_lowercase()) {
+            return Ok(Some(until));
         }
         let names = Names::of(id);
         let nic: Option<Nic> = self
@@ -237,47 +230,56 @@ impl AzureProvider {
             )
             .await?;
         let vm_suffix = format!("/virtualmachines/{}", id.to_ascii_lowercase());
-        Ok(nic
+        let named = nic
             .as_ref()
             .and_then(Nic::vm_id)
-            .is_some_and(|v| v.to_ascii_lowercase().ends_with(&vm_suffix)))
+            .is_some_and(|v| v.to_ascii_lowercase().ends_with(&vm_suffix));
+        Ok(named.then(|| Instant::now() + self.cfg().visibility_window))
     }
 
     /// Reads VM `id` (with its instance view when `expand`). A "not found" for a VM that may be new is
-    /// confirmed by later reads, for at most the visibility timeout.
+    /// confirmed by later reads, for at most the visibility window.
     pub(crate) async fn read_vm(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
         let url = self.vm_url(id, expand);
         if let Some(vm) = self.client().get::<Vm>("read VM", &url).await? {
             return Ok(Some(vm));
         }
-        if !self.may_be_new(id).await? {
-            return Ok(None);
+        match self.unseen_until(id).await? {
+            Some(until) => self.wait_visible(id, expand, until).await,
+            None => Ok(None),
         }
-        self.wait_visible(id, expand).await
     }
 
-    /// Reads VM `id` until it shows, for at most the visibility timeout.
-    ///
-    /// Its own loop, not `kit::poll`: the pause grows with the retry policy's backoff, and the end
-    /// of the window is an answer (`None`: the "not found" is believed), not a passing failure.
-    pub(crate) async fn wait_visible(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
+    /// Reads VM `id`, which a read just did not find, until it shows or `until` passes
+    /// ([`kit::read_until_seen`]; the pause grows with the retry policy's backoff, from 20 ms to
+    /// 5 s); `None` then: the "not found" is believed.
+    pub(crate) async fn wait_visible(
+        &self,
+        id: &str,
+        expand: bool,
+        until: Instant,
+    ) -> Result<Option<Vm>> {
         let url = self.vm_url(id, expand);
-        let deadline = Instant::now() + self.cfg().visibility_window;
-        let mut retry = 0;
-        while Instant::now() < deadline {
-            let pause = self
-                .cfg()
+        let pause = |n: u32| {
+            self.cfg()
                 .retry
-                .backoff(retry)
+                .backoff(n)
                 .max(Duration::from_millis(20))
-                .min(Duration::from_secs(5));
-            tokio::time::sleep(pause).await;
-            retry += 1;
-            if let Some(vm) = self.client().get::<Vm>("read VM", &url).await? {
-                return Ok(Some(vm));
+                .min(Duration::from_secs(5))
+        };
+        // The read that brought the caller here is the first: the loop pauses before its next.
+        let mut missed = true;
+        kit::read_until_seen(until, pause, || {
+            let known = std::mem::take(&mut missed);
+            let url = &url;
+            async move {
+                if known {
+                    return Ok(None);
+                }
+                self.client().get::<Vm>("read VM", url).await
             }
-        }
-        Ok(None)
+        })
+        .await
     }
 
     /// VM `id`, checked to be this owner's; `None` when there is none.

@@ -302,14 +302,23 @@ impl AzureProvider {
         let what = Res::new(Part::Vm, &names.vm).to_string();
         self.remember(&names.vm);
         // A create answers only once reads show the VM.
-        let vm = match self.client().get::<Vm>("read VM", &self.vm_url(&names.vm, true)).await? {
+        let vm = match self
+            .client()
+            .get::<Vm>("read VM", &self.vm_url(&names.vm, true))
+            .await?
+        {
             Some(vm) => vm,
-            None => self.wait_visible(&names.vm, true).await?.ok_or_else(|| {
-                Error::transient(format!(
-                    "{what} was made but reads do not show it after {} s; a retried create adopts it",
-                    self.cfg().visibility_window.as_secs()
-                ))
-            })?,
+            None => {
+                let until = Instant::now() + self.cfg().visibility_window;
+                self.wait_visible(&names.vm, true, until)
+                    .await?
+                    .ok_or_else(|| {
+                        Error::transient(format!(
+                            "{what} was made but reads do not show it after {} s; a retried create adopts it",
+                            self.cfg().visibility_window.as_secs()
+                        ))
+                    })?
+            }
         };
         let mut addr = Addresses::default();
         if let Some(Ok(p)) = pip.map(serde_json::from_value::<PublicIp>) {

@@ -106,4 +106,19 @@ impl AzureProvider {
         let addr = self.addresses_of(&vm).await?;
         Ok(Some(self.machine_of(&vm, None, addr)))
     }
+
+    /// [`Provider::machine_named`]: one read of the VM by its name (the machine's id), which is this
+    /// owner's machine of `pool` when its tags say so, then its addresses; not the pool's listing.
+    pub(crate) async fn machine_by_name(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let Some(vm) = self.read_vm(name, true).await? else {
+            return Ok(None);
+        };
+        if !is_in_pool(&vm.tags, pool, &self.inner.owner) {
+            return Ok(None);
+        }
+        let addr = self.addresses_of(&vm).await?;
+        Ok(Some(self.machine_of(&vm, None, addr)))
+    }
 }
