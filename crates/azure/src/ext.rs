@@ -3,7 +3,9 @@
 //! - [`MachineLabels`]: tag changes with the Tags API (`PATCH {vm}/providers/Microsoft.Resources/
 //!   tags/default`, operation `Merge` for what is set, `Delete` for what is removed), which changes
 //!   only the tags named, so a concurrent change of another tag is never lost;
-//! - [`SshAdmission`]: the location's application security group `<group>-<location>`, the inbound
+//! - [`SshAdmission`]: what the admission needs (the location's subnet, its own security group and a
+//!   free priority there) read first, then the location's application security group
+//!   `<group>-<location>`, the inbound
 //!   rule `<group>` on the subnet's own security group at the first free priority from 100 (written
 //!   as its own sub-resource: no other rule is rewritten), and each named VM's own security-group
 //!   rule set to the same sources; every named VM (and its security group) is read and checked to be
@@ -166,6 +168,47 @@ impl AzureProvider {
         }))
     }
 
+    /// The security group the location's subnet carries, with the priority the admission's rule
+    /// `group` takes there; `None` when the subnet carries none. A subnet or security group that
+    /// does not exist, or a group with no free priority, is refused.
+    async fn subnet_rule(&self, group: &str, location: &str) -> Result<Option<(String, u32)>> {
+        let client = self.client();
+        let subnet_id = self.subnet_id(location);
+        let Some(subnet) = client
+            .get::<Subnet>("read subnet", &client.url(&subnet_id, NETWORK_API))
+            .await?
+        else {
+            return Err(Error::not_found(format!(
+                "subnet {subnet_id} (orca creates no virtual network)"
+            )));
+        };
+        if let Some(nsg_id) = subnet
+            .properties
+            .network_security_group
+            .map(|n| n.id)
+            .filter(|n| !n.is_empty())
+        {
+            let Some(nsg) = client
+                .get::<Nsg>(
+                    "read subnet security group",
+                    &client.url(&nsg_id, NETWORK_API),
+                )
+                .await?
+            else {
+                return Err(Error::not_found(format!(
+                    "security group {nsg_id} named by the subnet"
+                )));
+            };
+            let priority = priority_for(
+                &nsg.properties.security_rules,
+                group,
+                &format!("security group {nsg_id}"),
+            )?;
+            return Ok(Some((nsg_id, priority)));
+        }
+        Ok(None)
+    }
+
     /// Sets the SSH rule of a re-admitted VM's own security group to `sources`.
     async fn readmit(&self, target: &Readmit, sources: &[String]) -> Result<()> {
         let rule_url = self.client().url(
@@ -216,6 +259,13 @@ impl SshAdmission for AzureProvider {
         let client = self.client();
         let asg_name = format!("{group}-{location}");
         let asg_id = self.id("Microsoft.Network/applicationSecurityGroups", &asg_name);
+        // What the admission needs is read before anything is made: a refusal here made nothing,
+        // and says so as a failure of the group's own step does.
+        let subnet_rule = self.subnet_rule(group, location).await.map_err(|e| {
+            e.prefixed(&format!(
+                "the application security group {asg_name} was not made"
+            ))
+        })?;
         self.put_and_wait(
             &format!("put application security group {asg_name}"),
             &client.url(&asg_id, NETWORK_API),
@@ -224,38 +274,7 @@ impl SshAdmission for AzureProvider {
         )
         .await?;
         let mut admission = Admission::new(&asg_id);
-
-        let subnet_id = self.subnet_id(location);
-        let Some(subnet) = client
-            .get::<Subnet>("read subnet", &client.url(&subnet_id, NETWORK_API))
-            .await?
-        else {
-            return Err(Error::not_found(format!(
-                "subnet {subnet_id} (orca creates no virtual network)"
-            )));
-        };
-        if let Some(nsg_id) = subnet
-            .properties
-            .network_security_group
-            .map(|n| n.id)
-            .filter(|n| !n.is_empty())
-        {
-            let Some(nsg) = client
-                .get::<Nsg>(
-                    "read subnet security group",
-                    &client.url(&nsg_id, NETWORK_API),
-                )
-                .await?
-            else {
-                return Err(Error::not_found(format!(
-                    "security group {nsg_id} named by the subnet"
-                )));
-            };
-            let priority = priority_for(
-                &nsg.properties.security_rules,
-                group,
-                &format!("security group {nsg_id}"),
-            )?;
+        if let Some((nsg_id, priority)) = subnet_rule {
             let rule_url = client.url(&format!("{nsg_id}/securityRules/{group}"), NETWORK_API);
             self.put_and_wait(
                 &format!("put security rule {group}"),

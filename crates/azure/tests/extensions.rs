@@ -313,7 +313,9 @@ async fn admission_without_a_subnet_group_and_under_a_policy_deny() {
     );
     assert_eq!(e.code(), Some("RequestDisallowedByPolicy"));
     assert_eq!(f.resources(RESOURCE_GROUP), before, "something was made");
-    assert_eq!(f.control().requests(), 1, "{:?}", f.control().log());
+    // The subnet is read first (what the admission needs), then the group's PUT is denied.
+    assert_eq!(f.control().requests(), 2, "{:?}", f.control().log());
+    assert_eq!(f.control().count(&"PUT".parse().unwrap(), "/"), 1);
     // No name of a front-end is the driver's: the group is the caller's.
     assert!(f
         .resources(RESOURCE_GROUP)
@@ -453,4 +455,27 @@ async fn an_admission_naming_another_owners_machine_is_refused_before_any_change
     assert_eq!(f.resources(RESOURCE_GROUP), resources);
     assert_eq!(f.nsg_rules(RESOURCE_GROUP, "hosts-nsg"), subnet_rules);
     assert_eq!(f.nsg_rules(RESOURCE_GROUP, "host-b-nsg"), own_rules);
+}
+
+#[tokio::test]
+async fn an_admission_where_the_location_has_no_subnet_makes_nothing() {
+    use orca_machines::SshAdmission;
+    let f = fake().await;
+    let p = provider(&f, "stado-a").await;
+    let before = f.resources(RESOURCE_GROUP);
+    let e = p
+        .admit_ssh("fleet", "northeurope", &["198.51.100.4".to_string()], &[])
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    let s = e.to_string();
+    assert!(
+        s.contains("the application security group fleet-northeurope was not made"),
+        "{s}"
+    );
+    assert!(
+        s.contains("/virtualNetworks/orca-net-northeurope/subnets/hosts"),
+        "{s}"
+    );
+    assert_eq!(f.resources(RESOURCE_GROUP), before, "nothing is made");
 }
