@@ -239,7 +239,7 @@ async fn a_create_failing_at_the_vm_step_leaves_no_address_interface_or_security
 async fn a_failed_create_names_what_it_could_not_remove() {
     let f = fake().await;
     let p = provider(&f, "stack-1").await;
-    // No stock stays no stock when the clean-up leaves something behind (issue 11 item 2): an
+    // No stock stays no stock when the clean-up leaves something behind: an
     // autoscaler falls back on Created::NoStock, and the message names what remains.
     f.fail_allocation(AMD, LOCATION, "AllocationFailed");
     f.refuse_delete("vm-d-nsg");
@@ -1272,7 +1272,7 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
 async fn automatic_managed_identity_asks_for_the_client_id_among_several_identities() {
     // An Azure VM with two user-assigned identities and no system-assigned one: the metadata
     // service answers a token request without `client_id` with 400, so the automatic choice must
-    // name the identity AZURE_CLIENT_ID gives (issue 11 item 7).
+    // name the identity AZURE_CLIENT_ID gives.
     const A: &str = "11111111-1111-4111-8111-111111111111";
     const B: &str = "22222222-2222-4222-8222-222222222222";
     let f = fake().await;
@@ -1326,7 +1326,7 @@ async fn automatic_managed_identity_asks_for_the_client_id_among_several_identit
 #[tokio::test]
 async fn paging_links_of_the_same_origin_spelled_otherwise_are_followed_and_others_refused() {
     // Azure writes `https://management.azure.com:443/...` into the links of a client that called
-    // `https://management.azure.com` (issue 11 item 3): the same origin, spelled otherwise. The
+    // `https://management.azure.com`: the same origin, spelled otherwise. The
     // fake's origin always carries its port, so here the endpoint is `http://localhost:<port>`
     // and the links say `http://LocalHost:<port>`.
     let f = fake().await;

@@ -183,7 +183,7 @@ impl AzureProvider {
     /// Removes what a failed create made, newest first (the VM first: it takes its interface,
     /// address and disk with it); names what could not be removed. A capacity or quota outcome
     /// stays what it is, with what remains named in its message ([`keep_outcome`]): callers fall
-    /// back on it (issue 11 item 2); any other failure becomes [`Error::Leftovers`].
+    /// back on it; any other failure becomes [`Error::Leftovers`].
     pub(crate) async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
         for m in made.iter().rev() {
