@@ -174,8 +174,9 @@ pub const RESOURCE_GROUP: &str = "orca-rg";
 pub const COMPUTE_API: &str = "2024-07-01";
 
 /// How long an operation runs unless a test says otherwise ([`FakeAzure::set_operation_time`]):
-/// long enough that a client sees `InProgress` at least once when it polls at once.
-const OPERATION_TIME: Duration = Duration::from_millis(40);
+/// none, it has ended by the next request. The fake asks for no pause between polls
+/// (`Retry-After: 0`), so a longer default would only add polls to every test's count.
+const OPERATION_TIME: Duration = Duration::ZERO;
 
 /// How long Azure reserves the interface of a VM that failed or was deleted
 /// (`NicReservedForAnotherVm`: "reserved for another Virtual Machine for 180 seconds").
@@ -419,7 +420,8 @@ impl FakeAzure {
     }
 
     /// Operations started from now on run for `d` of tokio's time (polled or not), then end:
-    /// `InProgress` until then, as Azure's take the seconds the work takes whoever asks.
+    /// `InProgress` until then, as Azure's take the seconds the work takes whoever asks. By default
+    /// they run for no time: ended by the next request.
     pub fn set_operation_time(&self, d: Duration) {
         self.st().operation_time = d;
     }
@@ -1111,7 +1113,7 @@ mod tests {
                 .0,
             201
         );
-        tokio::time::sleep(OPERATION_TIME * 2).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
         let sizes = |b: Value| -> Vec<String> {
             b["value"]
                 .as_array()
@@ -1149,7 +1151,7 @@ mod tests {
         // Deallocated, it leaves the cluster and takes any size of the location.
         let (st, _) = send(Method::POST, format!("{vm_path}/deallocate?{api}"), None).await;
         assert_eq!(st, 202);
-        tokio::time::sleep(OPERATION_TIME * 2).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
         let (_, b) = send(Method::GET, format!("{vm_path}/vmSizes?{api}"), None).await;
         assert!(sizes(b).contains(&"Standard_D2s_v5".to_string()));
         let (st, b) = send(Method::PATCH, format!("{vm_path}?{api}"), Some(resize)).await;
