@@ -17,8 +17,11 @@
 //!   `networkInterfaces[].networkIP` and `accessConfigs[].natIP`; `labelFingerprint`; `scheduling`
 //!   (`maxRunDuration` as `{"seconds": "<int64 as a string>"}`) as given; `hostname` only when the
 //!   insert set one;
-//! - operations `PENDING` -> `RUNNING` -> `DONE` across `operations.get`, finished by `wait`, with
-//!   `targetId`, and on failure `error.errors[].code` and `httpErrorStatusCode`; `wait` may answer
+//! - operations `PENDING` -> `RUNNING` -> `DONE` that last a time of tokio's clock
+//!   ([`FakeGce::set_operation_time`]) whether or not anyone reads them, `wait` answering when one
+//!   ends, with `targetId`, and on failure `error.errors[].code` and `httpErrorStatusCode`; while an
+//!   operation changes an instance, another change of it (`delete`, `start`, `stop`,
+//!   `setMachineType`, `setLabels`) answers 400 `resourceNotReady`; `wait` may answer
 //!   at once with the operation unfinished ([`FakeGce::answer_waits_early`]; the reference: "might
 //!   return after zero seconds... Be prepared to retry if the operation is not `DONE`");
 //! - `requestId`: a UUID other than the zero UUID; a mutating call repeated with the same id answers
@@ -185,8 +188,11 @@ pub const IMAGES: &[(&str, &str, &str)] = &[
 
 type Shared = Arc<Mutex<World>>;
 
+/// The world, with every operation whose time is up ended.
 fn lock(s: &Shared) -> MutexGuard<'_, World> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
+    let mut world = s.lock().unwrap_or_else(|p| p.into_inner());
+    world.settle();
+    world
 }
 
 /// A running fake Compute Engine API; stops when dropped.
@@ -201,10 +207,7 @@ impl FakeGce {
     /// [`NETWORK`] (custom mode, subnet [`SUBNET`]), and the firewall rules [`SSH_RULE`] and
     /// `default-allow-ssh`.
     pub async fn start() -> std::io::Result<FakeGce> {
-        let state: Shared = Arc::new(Mutex::new(World {
-            op_steps: 2,
-            ..World::default()
-        }));
+        let state: Shared = Arc::new(Mutex::new(World::default()));
         let control = Arc::new(Control::default());
         let api = Router::new()
             .route(
@@ -384,10 +387,12 @@ impl FakeGce {
         lock(&self.state).fail_next = Some((code.to_string(), message.to_string()));
     }
 
-    /// How many `operations.get` calls an operation takes to be `DONE` (default 2: `PENDING`, then
-    /// `RUNNING`, then `DONE`; 0: done at once). `wait` always finishes it.
-    pub fn set_operation_steps(&self, steps: u32) {
-        lock(&self.state).op_steps = steps;
+    /// How long operations started from now on last, on tokio's clock (default zero: an operation
+    /// is `PENDING` in the answer that starts it and `DONE` at the next request). Meanwhile `get`
+    /// shows it `RUNNING`, `wait` answers when it ends, and the instance it changes answers other
+    /// changes with `resourceNotReady`, as Compute Engine does while an operation holds a resource.
+    pub fn set_operation_time(&self, time: Duration) {
+        lock(&self.state).op_time = time;
     }
 
     /// The next `times` `operations.wait` calls answer at once with the operation as it is, neither
@@ -708,6 +713,8 @@ mod tests {
                 .json(&vm)
                 .send()
         };
+        // Operations last a while: read meanwhile they are running, the instance is held.
+        fake.set_operation_time(Duration::from_secs(3));
         let op: Value = insert().await.unwrap().json().await.unwrap();
         assert_eq!(op["status"], "PENDING");
         let again: Value = insert().await.unwrap().json().await.unwrap();
@@ -716,21 +723,48 @@ mod tests {
             "the same requestId answers the same operation"
         );
         assert_eq!(fake.insert_bodies().len(), 1);
-        let op_url = api(&format!(
-            "zones/{ZONE}/operations/{}",
-            op["name"].as_str().unwrap()
-        ));
-        let get = || http.get(&op_url).bearer_auth(&token).send();
-        let s1: Value = get().await.unwrap().json().await.unwrap();
+        let op_name = op["name"].as_str().unwrap();
+        let s1: Value = http
+            .get(api(&format!("zones/{ZONE}/operations/{op_name}")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(s1["status"], "RUNNING");
         assert_eq!(
             fake.instance(ZONE, "vm-1").unwrap()["status"],
             "PROVISIONING"
         );
-        let s2: Value = get().await.unwrap().json().await.unwrap();
+        let r = http
+            .post(api(&format!("zones/{ZONE}/instances/vm-1/stop")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["errors"][0]["reason"], "resourceNotReady");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(op_name),
+            "{body}"
+        );
+        // `wait` answers when the operation ends.
+        let s2: Value = http
+            .post(api(&format!("zones/{ZONE}/operations/{op_name}/wait")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         assert_eq!(s2["status"], "DONE");
         assert_eq!(fake.instance(ZONE, "vm-1").unwrap()["status"], "RUNNING");
         assert_eq!(fake.disk_names(ZONE), ["vm-1"]);
+        fake.set_operation_time(Duration::ZERO);
 
         // A new request id for the same name: 409 in the real shape.
         let r = http
@@ -830,7 +864,6 @@ mod tests {
     #[tokio::test]
     async fn aggregated_lists_times_subnets_and_late_visibility_have_the_real_shape() {
         let fake = FakeGce::start().await.unwrap();
-        fake.set_operation_steps(0);
         let http = reqwest::Client::new();
         let token = token_for(&fake, &http).await;
         let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());

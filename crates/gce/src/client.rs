@@ -409,8 +409,11 @@ pub(crate) fn map_error(
         | "RESOURCE_EXHAUSTED" => Error::throttled(retry_after, m),
         "notFound" | "RESOURCE_NOT_FOUND" | "NOT_FOUND" => Error::not_found(m),
         "alreadyExists" | "RESOURCE_ALREADY_EXISTS" | "ALREADY_EXISTS" => Error::already_exists(m),
-        "resourceNotReady" | "RESOURCE_NOT_READY" | "INTERNAL_ERROR" | "internalError"
-        | "backendError" | "UNAVAILABLE" => Error::transient(m),
+        // Another operation holds the resource: it is free again when that operation ends.
+        "resourceNotReady" | "RESOURCE_NOT_READY" => Error::busy(m),
+        "INTERNAL_ERROR" | "internalError" | "backendError" | "UNAVAILABLE" => {
+            Error::transient(m)
+        }
         "forbidden" | "insufficientPermissions" | "PERMISSION_DENIED" | "accessNotConfigured" => {
             Error::permission_denied(m)
         }
@@ -463,6 +466,7 @@ mod tests {
         assert_eq!(k(401, "required"), ErrorKind::Unauthenticated);
         assert_eq!(k(403, "forbidden"), ErrorKind::PermissionDenied);
         assert_eq!(k(500, "backendError"), ErrorKind::Transient);
+        assert_eq!(k(400, "resourceNotReady"), ErrorKind::Busy);
         assert_eq!(k(400, "invalid"), ErrorKind::Other);
         assert_eq!(k(412, "conditionNotMet"), ErrorKind::Other);
         let e = map_error(

@@ -32,6 +32,8 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 /// The login user the SSH keys of a spec are given to (metadata `ssh-keys`, `<user>:<key>` lines)
 /// unless [`ConfigKey::SshUser`] says otherwise.
 pub const DEFAULT_SSH_USER: &str = "orca";
+/// The longest the driver follows one operation, and waits for a resource another operation holds.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long the driver keeps reading a machine that may be a fresh one before it believes "not found"
 /// (see [`Config::visibility_window`]).
 pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(10);
@@ -464,8 +466,11 @@ fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
         public_ip,
         ssh_user,
         image_project,
-        retry: client.retry_policy(RetryPolicy::default()),
-        operation_timeout: Duration::from_secs(600),
+        // A resource another operation holds is waited for as long as an operation may last.
+        retry: client
+            .retry_policy(RetryPolicy::default())
+            .with_busy_wait(DEFAULT_OPERATION_TIMEOUT),
+        operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         poll_interval: client.poll_interval_or(Duration::from_millis(250)),
         request_timeout: client.request_timeout.unwrap_or(Duration::from_secs(60)),
         visibility_window: DEFAULT_VISIBILITY_WINDOW,
@@ -593,7 +598,8 @@ impl ConfigBuilder {
         self.credentials(Credentials::ApplicationDefault)
     }
 
-    /// The retry policy (default [`RetryPolicy::default`]).
+    /// The retry policy (default [`RetryPolicy::default`], waiting for a resource another operation
+    /// holds as long as the operation timeout).
     pub fn retry(mut self, r: RetryPolicy) -> Self {
         self.retry = Some(r);
         self
@@ -629,6 +635,9 @@ impl ConfigBuilder {
         }
         if let Some(d) = self.operation_timeout {
             c.operation_timeout = d;
+            if self.retry.is_none() {
+                c.retry.busy_wait = d;
+            }
         }
         if let Some(d) = self.poll_interval {
             if d.is_zero() {

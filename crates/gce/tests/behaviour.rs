@@ -552,7 +552,7 @@ async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
     );
 
     // Latency on the operation and slow operations: still followed to the end.
-    fake.set_operation_steps(5);
+    fake.set_operation_time(Duration::from_millis(100));
     fake.control().inject(Rule::new(
         None,
         "/operations/",
@@ -566,6 +566,7 @@ async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
         .machine()
         .unwrap();
     assert_eq!(m2.status, Status::Running);
+    fake.set_operation_time(Duration::ZERO);
 
     // A machine made, deleted, and made again under the same spec is made anew.
     assert!(p.delete(&m2.id).await.unwrap());
@@ -1142,6 +1143,8 @@ async fn an_operations_wait_that_answers_at_once_is_not_called_in_a_tight_loop()
         .unwrap()
         .machine()
         .unwrap();
+    // The stop's operation runs far longer than the driver follows it.
+    fake.set_operation_time(Duration::from_secs(3600));
     fake.answer_waits_early(u32::MAX);
     fake.control().clear_log();
     let e = p.stop(&m.id).await.unwrap_err();
@@ -1183,4 +1186,54 @@ async fn a_create_of_a_name_taken_since_never_deletes_or_adopts_that_machine() {
         .expect("the machine made since is kept");
     assert!(vm["machineType"].as_str().unwrap().ends_with("/e2-medium"));
     assert_eq!(vm["status"], "RUNNING");
+}
+
+#[tokio::test]
+async fn a_change_of_a_machine_another_operation_holds_waits_for_that_operation() {
+    // While an operation changes an instance, Compute Engine answers other changes of it with
+    // 400 resourceNotReady for as long as that operation lasts: longer than the retries of a passing
+    // failure give it, so the driver waits for it (busy, within the policy's busy_wait).
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-busy", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.set_operation_time(Duration::from_secs(2));
+    let labels: &dyn MachineLabels = p.machine_labels().expect("labels");
+    let set = Labels::from([("shed-state".to_string(), "stopping".to_string())]);
+    let (stopped, labelled) = tokio::join!(p.stop(&m.id), async {
+        // Once the stop's operation holds the instance.
+        while fake.instance(ZONE, "vm-busy").unwrap()["status"] != "STOPPING" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        labels.set_labels(&m.id, &set, &[]).await
+    });
+    assert_eq!(stopped.unwrap().status, Status::Stopped);
+    let labelled = labelled.unwrap();
+    assert_eq!(labelled.labels["shed-state"], "stopping");
+    assert!(
+        fake.control().count(&Method::POST, "/setLabels") >= 2,
+        "the first setLabels met the running stop"
+    );
+    // The answer itself is Busy, with the cloud's code, when the policy does not wait.
+    fake.set_operation_time(Duration::from_secs(2));
+    let q = GceProvider::new(
+        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let (started, refused) = tokio::join!(p.start(&m.id), async {
+        while fake.instance(ZONE, "vm-busy").unwrap()["status"] != "STAGING" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        q.stop(&m.id).await
+    });
+    started.unwrap();
+    let e = refused.unwrap_err();
+    assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+    assert_eq!(e.code(), Some("resourceNotReady"));
 }

@@ -58,6 +58,7 @@ pub(super) async fn delete_disk(
         "delete",
         target,
         Effect::None,
+        None,
         q.request_id.as_deref(),
     );
     Json(op).into_response()

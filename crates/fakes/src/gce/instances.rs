@@ -327,6 +327,7 @@ pub(super) async fn insert_instance(
             key: key.clone(),
             error,
         },
+        Some(key.clone()),
         q.request_id.as_deref(),
     );
     // `targetId`: the incarnation of the instance this insert is about.
@@ -353,6 +354,9 @@ pub(super) async fn delete_instance(
     if s.visible_instance(&key).is_none() {
         return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
     }
+    if let Some(r) = not_ready(&s, &project, &key) {
+        return r;
+    }
     let vm = s.instances.get_mut(&key).expect("visible");
     vm["status"] = json!("STOPPING");
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
@@ -360,7 +364,8 @@ pub(super) async fn delete_instance(
         Some(&zone),
         "delete",
         target,
-        Effect::Delete(key),
+        Effect::Delete(key.clone()),
+        Some(key),
         q.request_id.as_deref(),
     );
     Json(op).into_response()
@@ -384,6 +389,9 @@ pub(super) async fn instance_action(
     let Some(vm) = s.visible_instance(&key).cloned() else {
         return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
     };
+    if let Some(r) = not_ready(&s, &project, &key) {
+        return r;
+    }
     let status = vm["status"].as_str().unwrap_or_default().to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let effect = match action.as_str() {
@@ -399,13 +407,13 @@ pub(super) async fn instance_action(
             if status == "TERMINATED" {
                 s.instances.get_mut(&key).expect("exists")["status"] = json!("STAGING");
             }
-            Effect::Start(key, no_room)
+            Effect::Start(key.clone(), no_room)
         }
         "stop" => {
             if status != "TERMINATED" {
                 s.instances.get_mut(&key).expect("exists")["status"] = json!("STOPPING");
             }
-            Effect::Stop(key)
+            Effect::Stop(key.clone())
         }
         "setMachineType" => {
             let mt_field = body["machineType"].as_str().unwrap_or_default();
@@ -421,8 +429,8 @@ pub(super) async fn instance_action(
             if status != "TERMINATED" {
                 return gerr(
                     400,
-                    "resourceNotReady",
-                    format!("The resource 'projects/{project}/zones/{zone}/instances/{name}' is not ready: Instance must be stopped to change its machine type"),
+                    "invalidResourceUsage",
+                    "Invalid resource usage: 'Instance should be in the STOPPED state.'",
                 );
             }
             if new_arch != old_arch {
@@ -430,7 +438,7 @@ pub(super) async fn instance_action(
                     "Invalid value for field 'machineType': '{mt}'. The architecture of the boot disk does not match the machine type"
                 ));
             }
-            Effect::SetMachineType(key, mt)
+            Effect::SetMachineType(key.clone(), mt)
         }
         "setLabels" => {
             let fp = body["labelFingerprint"].as_str().unwrap_or_default();
@@ -461,9 +469,24 @@ pub(super) async fn instance_action(
         &action,
         target,
         effect,
+        Some(key),
         q.request_id.as_deref(),
     );
     Json(op).into_response()
+}
+
+/// `resourceNotReady` while an operation holds instance `key`: Compute Engine refuses another
+/// change of a resource until the operation changing it ends.
+fn not_ready(s: &World, project: &str, key: &Key) -> Option<Response> {
+    let op = s.holder(key)?;
+    Some(gerr(
+        400,
+        "resourceNotReady",
+        format!(
+            "The resource 'projects/{project}/zones/{}/instances/{}' is not ready (operation {op} is running)",
+            key.0, key.1
+        ),
+    ))
 }
 
 /// Compute Engine's words for a zone without room for a machine type.

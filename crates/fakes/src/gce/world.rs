@@ -8,8 +8,12 @@ pub(super) type Key = (String, String);
 #[derive(Debug)]
 pub(super) struct Op {
     pub(super) value: Value,
-    pub(super) steps_left: u32,
+    /// When the operation ends (tokio's clock, which a test with a paused clock moves).
+    pub(super) done_at: tokio::time::Instant,
     pub(super) effect: Effect,
+    /// The instance the operation holds until it ends: other changes of it answer
+    /// `resourceNotReady` meanwhile.
+    pub(super) holds: Option<Key>,
 }
 
 #[derive(Debug, Clone)]
@@ -41,7 +45,10 @@ pub(super) struct World {
     pub(super) exhausted: HashMap<Key, &'static str>,
     pub(super) quota_exceeded: u32,
     pub(super) fail_next: Option<(String, String)>,
-    pub(super) op_steps: u32,
+    /// How long an operation lasts (see [`FakeGce::set_operation_time`]).
+    pub(super) op_time: Duration,
+    /// The operations not ended yet, by name.
+    pub(super) running: Vec<String>,
     pub(super) inserts: Vec<Value>,
     pub(super) early_waits: u32,
     /// Subnets by (region, name), with their network's name.
@@ -76,6 +83,7 @@ impl World {
         kind: &str,
         target: String,
         effect: Effect,
+        holds: Option<Key>,
         request_id: Option<&str>,
     ) -> Value {
         let id = self.new_id();
@@ -103,38 +111,58 @@ impl World {
         if let Some(r) = request_id {
             self.request_ids.insert(r.to_string(), name.clone());
         }
-        let steps = self.op_steps;
+        let done_at = tokio::time::Instant::now() + self.op_time;
         self.ops.insert(
             name.clone(),
             Op {
                 value,
-                steps_left: steps,
+                done_at,
                 effect,
+                holds,
             },
         );
-        if steps == 0 {
-            self.finish(&name);
-        }
+        self.running.push(name.clone());
         self.ops[&name].value.clone()
     }
 
-    /// Advances an operation one step (`finish_now`: to `DONE`), applying its effect at the end.
-    pub(super) fn advance(&mut self, name: &str, finish_now: bool) -> Option<Value> {
-        let op = self.ops.get_mut(name)?;
-        if op.value["status"] != "DONE" {
-            op.steps_left = op.steps_left.saturating_sub(1);
-            if finish_now || op.steps_left == 0 {
-                self.finish(name);
-            } else {
-                op.value["status"] = json!("RUNNING");
-                op.value["progress"] = json!(50);
-            }
+    /// Ends every operation whose time is up, applying its effect.
+    pub(super) fn settle(&mut self) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<String> = self
+            .running
+            .iter()
+            .filter(|n| self.ops.get(*n).is_none_or(|op| op.done_at <= now))
+            .cloned()
+            .collect();
+        for name in due {
+            self.finish(&name);
         }
-        Some(self.ops[name].value.clone())
+    }
+
+    /// The operation as a read shows it: `RUNNING` once read while it lasts.
+    pub(super) fn read_op(&mut self, name: &str) -> Option<Value> {
+        let op = self.ops.get_mut(name)?;
+        if op.value["status"] == "PENDING" {
+            op.value["status"] = json!("RUNNING");
+            op.value["progress"] = json!(50);
+        }
+        Some(op.value.clone())
+    }
+
+    /// The running operation that holds instance `key`, if one does.
+    pub(super) fn holder(&self, key: &Key) -> Option<&str> {
+        self.running
+            .iter()
+            .find(|n| self.ops.get(*n).is_some_and(|op| op.holds.as_ref() == Some(key)))
+            .map(String::as_str)
     }
 
     pub(super) fn finish(&mut self, name: &str) {
+        self.running.retain(|n| n != name);
         let Some(op) = self.ops.get(name) else { return };
+        if op.value["status"] == "DONE" {
+            return;
+        }
         let effect = op.effect.clone();
         let mut error: Option<(String, String, u16)> = None;
         match effect {
