@@ -38,6 +38,11 @@
 //! - the boot disk as its own resource, named by `initializeParams.diskName` (or the instance),
 //!   deleted with the instance when `autoDelete`, refused while attached
 //!   (`resourceInUseByAnotherResource`); a disk of the boot disk's name makes the insert a 409;
+//! - OS Login: with the project's metadata `enable-oslogin=TRUE` ([`FakeGce::set_project_os_login`])
+//!   the guest ignores an instance's `ssh-keys` unless the instance's own `enable-oslogin` is
+//!   `FALSE` ([`FakeGce::ssh_keys_honoured`]); with the organisation policy
+//!   `constraints/compute.requireOsLogin` enforced ([`FakeGce::require_os_login`]) an insert that
+//!   sets it `FALSE` answers 412 `conditionNotMet` naming the constraint;
 //! - a custom-mode network needs `subnetwork`, in the instance's region, existing
 //!   ([`FakeGce::put_subnet`]); an auto-mode network (`default`) picks its own subnet.
 //!
@@ -400,6 +405,34 @@ impl FakeGce {
     /// prepared to retry if the operation is not `DONE`").
     pub fn answer_waits_early(&self, times: u32) {
         lock(&self.state).early_waits = times;
+    }
+
+    /// Sets the project's metadata `enable-oslogin` to `TRUE` (or removes it): OS Login then applies
+    /// to every instance that does not turn it off in its own metadata, and the guest ignores its
+    /// `ssh-keys` ([`FakeGce::ssh_keys_honoured`]).
+    pub fn set_project_os_login(&self, on: bool) {
+        lock(&self.state).project_os_login = on;
+    }
+
+    /// Enforces (or lifts) the organisation policy `constraints/compute.requireOsLogin` on the
+    /// project: OS Login applies to every instance, and an insert that sets `enable-oslogin` to
+    /// `FALSE` is refused with 412 `conditionNotMet` naming the constraint.
+    pub fn require_os_login(&self, on: bool) {
+        lock(&self.state).os_login_required = on;
+    }
+
+    /// Whether the guest of instance `name` takes the keys of its metadata `ssh-keys`: it has some,
+    /// and OS Login is off for it (OS Login ignores `ssh-keys`; an instance's own `enable-oslogin`
+    /// beats the project's, unless the organisation policy requires OS Login).
+    pub fn ssh_keys_honoured(&self, zone: &str, name: &str) -> bool {
+        let s = lock(&self.state);
+        let Some(vm) = s.instances.get(&(zone.to_string(), name.to_string())) else {
+            return false;
+        };
+        let has_keys = metadata_item(vm, "ssh-keys").is_some_and(|k| !k.is_empty());
+        let own = metadata_item(vm, "enable-oslogin").map(|v| v.eq_ignore_ascii_case("true"));
+        let os_login = s.os_login_required || own.unwrap_or(s.project_os_login);
+        has_keys && !os_login
     }
 
     /// The stored instance `name` in `zone`, as the API shows it.

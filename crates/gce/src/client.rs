@@ -417,6 +417,11 @@ pub(crate) fn map_error(
         "forbidden" | "insufficientPermissions" | "PERMISSION_DENIED" | "accessNotConfigured" => {
             Error::permission_denied(m)
         }
+        // An organisation policy's constraint ("Constraint constraints/... violated"): refused
+        // for as long as the policy stands, which only an administrator changes.
+        "conditionNotMet" | "CONDITION_NOT_MET" if message.contains("constraints/") => {
+            Error::permission_denied(m)
+        }
         "required" | "authError" | "UNAUTHENTICATED" if status == 401 => Error::unauthenticated(m),
         _ => match status {
             // The request was refused as it was (a bad field, a stale fingerprint, a resource in use):
@@ -469,6 +474,14 @@ mod tests {
         assert_eq!(k(400, "resourceNotReady"), ErrorKind::Busy);
         assert_eq!(k(400, "invalid"), ErrorKind::Other);
         assert_eq!(k(412, "conditionNotMet"), ErrorKind::Other);
+        let policy = map_error(
+            412,
+            "conditionNotMet",
+            "Constraint constraints/compute.requireOsLogin violated for project p.",
+            None,
+        );
+        assert_eq!(policy.kind(), ErrorKind::PermissionDenied);
+        assert_eq!(policy.code(), Some("conditionNotMet"));
         let e = map_error(
             412,
             "conditionNotMet",

@@ -36,6 +36,9 @@ use crate::model::{
 /// The driver kind.
 pub(crate) const KIND: &str = "gce";
 
+/// The organisation policy that requires OS Login, under which an instance's `ssh-keys` cannot work.
+const OS_LOGIN_POLICY: &str = "constraints/compute.requireOsLogin";
+
 /// Machines on Compute Engine, in one project, as one owner's. Cheap to clone.
 #[derive(Clone)]
 pub struct GceProvider {
@@ -502,6 +505,9 @@ impl GceProvider {
                 .map(|k| format!("{}:{}", cfg.ssh_user, k.trim()))
                 .collect();
             metadata.push(json!({"key": "ssh-keys", "value": lines.join("\n")}));
+            // OS Login (turned on for the project or by an organisation policy) ignores `ssh-keys`:
+            // the keys work only with it off for this instance.
+            metadata.push(json!({"key": "enable-oslogin", "value": "FALSE"}));
         }
         if !metadata.is_empty() {
             body["metadata"] = json!({ "items": metadata });
@@ -830,6 +836,13 @@ impl Provider for GceProvider {
                 self.adopt(spec, &r, &attempts, e).await
             }
             Err(Error::NoStock { message, .. }) => Ok(kit::no_stock(spec, message)),
+            Err(e @ Error::PermissionDenied { .. })
+                if !spec.ssh_keys.is_empty() && e.to_string().contains(OS_LOGIN_POLICY) =>
+            {
+                Err(e.prefixed(&format!(
+                    "ssh_keys need OS Login off for the machine (metadata enable-oslogin=FALSE), which the organisation policy {OS_LOGIN_POLICY} forbids; with OS Login, grant the users roles/compute.osLogin and leave ssh_keys empty"
+                )))
+            }
             Err(e) => Err(e),
         }
     }

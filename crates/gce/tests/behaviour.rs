@@ -108,6 +108,10 @@ async fn spec_options_and_settings_reach_the_insert() {
         format!("shed:{KEY_A}\nshed:{KEY_B}")
     );
     assert_eq!(
+        vm["metadata"]["items"][2],
+        json!({"key": "enable-oslogin", "value": "FALSE"})
+    );
+    assert_eq!(
         fake.insert_bodies()[1]["disks"][0]["initializeParams"]["sourceImage"],
         image
     );
@@ -1236,4 +1240,49 @@ async fn a_change_of_a_machine_another_operation_holds_waits_for_that_operation(
     let e = refused.unwrap_err();
     assert!(matches!(e, Error::Busy { .. }), "{e:?}");
     assert_eq!(e.code(), Some("resourceNotReady"));
+}
+
+#[tokio::test]
+async fn ssh_keys_turn_os_login_off_and_a_policy_requiring_it_refuses_the_create() {
+    // OS Login ignores an instance's ssh-keys. A project may turn it on in its metadata: a machine
+    // with keys turns it off for itself. An organisation policy may require it: then such a machine
+    // cannot be made, and the create says why, naming the policy; nothing is made.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.set_project_os_login(true);
+    p.create(&spec("vm-keys", "e2-small").with_ssh_key(KEY_A))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert!(fake.ssh_keys_honoured(ZONE, "vm-keys"));
+    // Without keys the project's choice stands.
+    p.create(&spec("vm-plain", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let vm = fake.instance(ZONE, "vm-plain").unwrap();
+    assert_eq!(vm["metadata"]["items"].as_array().unwrap().len(), 1, "{vm}");
+
+    fake.require_os_login(true);
+    let e = p
+        .create(&spec("vm-policy", "e2-small").with_ssh_key(KEY_A))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::PermissionDenied { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("constraints/compute.requireOsLogin"),
+        "{e}"
+    );
+    assert_eq!(e.code(), Some("conditionNotMet"));
+    assert!(e.made_nothing(), "{e:?}");
+    assert!(fake.instance(ZONE, "vm-policy").is_none());
+    assert!(!fake.disk_names(ZONE).iter().any(|d| d.starts_with("vm-policy")));
+    // Without keys the policy is no obstacle.
+    p.create(&spec("vm-policy", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
 }

@@ -130,7 +130,7 @@ pub(super) async fn insert_instance(
             "Invalid value for field 'resource.machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
         ));
     };
-    if let Err(r) = check_labels(&vm["labels"]) {
+    if let Err(r) = check_labels(&vm["labels"]).and(check_os_login(&s, &project, &vm)) {
         return r;
     }
     for field in ["metadata", "tags", "scheduling", "labels"] {
@@ -473,6 +473,29 @@ pub(super) async fn instance_action(
         q.request_id.as_deref(),
     );
     Json(op).into_response()
+}
+
+/// The value of metadata item `key` of instance body `vm`.
+pub(super) fn metadata_item<'a>(vm: &'a Value, key: &str) -> Option<&'a str> {
+    vm["metadata"]["items"]
+        .as_array()?
+        .iter()
+        .find(|i| i["key"] == key)
+        .and_then(|i| i["value"].as_str())
+}
+
+/// Where the organisation policy `constraints/compute.requireOsLogin` is enforced, an instance
+/// that turns OS Login off (metadata `enable-oslogin` false) is refused with 412 `conditionNotMet`.
+fn check_os_login(s: &World, project: &str, vm: &Value) -> Result<(), Response> {
+    let off = metadata_item(vm, "enable-oslogin").is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    if s.os_login_required && off {
+        return Err(gerr(
+            412,
+            "conditionNotMet",
+            format!("Constraint constraints/compute.requireOsLogin violated for project {project}."),
+        ));
+    }
+    Ok(())
 }
 
 /// `resourceNotReady` while an operation holds instance `key`: Compute Engine refuses another

@@ -47,6 +47,10 @@ pub(super) struct World {
     pub(super) fail_next: Option<(String, String)>,
     /// How long an operation lasts (see [`FakeGce::set_operation_time`]).
     pub(super) op_time: Duration,
+    /// Whether the project's metadata sets `enable-oslogin` to `TRUE`.
+    pub(super) project_os_login: bool,
+    /// Whether the organisation policy `constraints/compute.requireOsLogin` is enforced.
+    pub(super) os_login_required: bool,
     /// The operations not ended yet, by name.
     pub(super) running: Vec<String>,
     pub(super) inserts: Vec<Value>,
