@@ -37,7 +37,10 @@
 //!   type"), while `setMachineType` itself, on a stopped instance, does not;
 //! - the boot disk as its own resource, named by `initializeParams.diskName` (or the instance),
 //!   deleted with the instance when `autoDelete`, refused while attached
-//!   (`resourceInUseByAnotherResource`); a disk of the boot disk's name makes the insert a 409;
+//!   (`resourceInUseByAnotherResource`); "if a disk with the same name already exists", "the
+//!   existing disk is attached to the new instance and the new disk is not created" (deleted with
+//!   it when `autoDelete`), and one in use by an instance makes the insert a 400
+//!   `resourceInUseByAnotherResource`;
 //! - OS Login: with the project's metadata `enable-oslogin=TRUE` ([`FakeGce::set_project_os_login`])
 //!   the guest ignores an instance's `ssh-keys` unless the instance's own `enable-oslogin` is
 //!   `FALSE` ([`FakeGce::ssh_keys_honoured`]); with the organisation policy

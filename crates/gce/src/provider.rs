@@ -144,6 +144,16 @@ fn check_instance_name(field: &str, name: &str) -> Result<()> {
     }
 }
 
+/// The boot disk's name for one create of instance `name`: the name (cut to leave room) and 8
+/// random hex digits. Compute Engine attaches an existing disk of the boot disk's name instead of
+/// making one, so the name must be this create's alone: a disk left by another tool, or kept from an
+/// earlier machine of that name, is never attached. The call's own retries send the same body.
+fn boot_disk_name(name: &str) -> String {
+    let stem = name.get(..54).unwrap_or(name).trim_end_matches('-');
+    let tail = uuid::Uuid::new_v4().simple().to_string();
+    format!("{stem}-{}", &tail[..8])
+}
+
 /// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
 fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
     target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
@@ -415,7 +425,13 @@ impl GceProvider {
     }
 
     /// The body of the `instances.insert` that makes `spec` in `zone`.
-    fn insert_body(&self, spec: &MachineSpec, zone: &str, arch: &Arch) -> Result<Value> {
+    fn insert_body(
+        &self,
+        spec: &MachineSpec,
+        zone: &str,
+        arch: &Arch,
+        boot_disk: &str,
+    ) -> Result<Value> {
         let cfg = &self.inner.config;
         let region = Config::region_of(zone);
         let subnet = cfg.subnet.for_region(region).ok_or_else(|| {
@@ -483,7 +499,7 @@ impl GceProvider {
                 "autoDelete": true,
                 "type": "PERSISTENT",
                 "initializeParams": {
-                    "diskName": spec.name,
+                    "diskName": boot_disk,
                     "diskSizeGb": disk_gb.to_string(),
                     "sourceImage": image,
                     "labels": ownership_labels(&spec.pool, &self.inner.owner),
@@ -527,12 +543,13 @@ impl GceProvider {
         &self,
         spec: &MachineSpec,
         r: &InstanceRef,
+        boot_disk: &str,
         op: Operation,
     ) -> Result<Created> {
         let done = self.client().wait(op).await?;
         if let Some(e) = operation_error(&done) {
             let e = e.with_operation("instances.insert");
-            let left = self.clean_up(r, done.target_id.as_deref()).await;
+            let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
             return match (e, left.is_empty()) {
                 (Error::NoStock { message, .. }, true) => Ok(kit::no_stock(spec, message)),
                 (
@@ -573,7 +590,7 @@ impl GceProvider {
         }
     }
 
-    /// A 409 on insert: an instance or a disk of that name exists. The instance is adopted when it is
+    /// A 409 on insert: an instance of that name exists. The instance is adopted when it is
     /// this owner's, of this pool and type: made by an earlier create ([`Created::Adopted`]), or by
     /// this call's own earlier attempt whose answer was lost (`attempts` says whether one may have:
     /// [`Created::Machine`]).
@@ -584,19 +601,11 @@ impl GceProvider {
         attempts: &Attempts,
         conflict: Error,
     ) -> Result<Created> {
+        // The boot disk's name is this create's own, so the conflict is the instance: one that does
+        // not read back yet may be a fresh one.
         let vm = match self.get_instance(r).await? {
             Some(vm) => Some(vm),
-            None => {
-                // No instance: the conflict may be the boot disk, named after the instance. An
-                // unattached disk of that name lasts; an attached one means the instance exists and
-                // may not be shown yet.
-                match self.disk(&r.zone, &r.name).await? {
-                    Some(d) if d.users.is_empty() => {
-                        return Err(conflict.prefixed("the boot disk's name is taken by a disk"))
-                    }
-                    _ => self.read_fresh(r, Instant::now()).await?,
-                }
-            }
+            None => self.read_fresh(r, Instant::now()).await?,
         };
         match vm {
             Some(vm)
@@ -619,14 +628,19 @@ impl GceProvider {
     /// Removes what a failed insert left (the instance and its boot disk, when they carry this owner's
     /// labels); answers what could not be removed. `target_id` is the incarnation the failed insert
     /// was about: an instance of that name with another id is not touched.
-    async fn clean_up(&self, r: &InstanceRef, target_id: Option<&str>) -> Vec<String> {
+    async fn clean_up(
+        &self,
+        r: &InstanceRef,
+        boot_disk: &str,
+        target_id: Option<&str>,
+    ) -> Vec<String> {
         let mut left = Vec::new();
         let mut read = self.get_instance(r).await;
         let mut disk = None;
         if let Ok(None) = read {
             // Not shown: when its boot disk is attached, the instance exists and Compute Engine does
             // not show it yet; read it again rather than leave it behind.
-            if let Ok(Some(d)) = self.disk(&r.zone, &r.name).await {
+            if let Ok(Some(d)) = self.disk(&r.zone, boot_disk).await {
                 if d.users.is_empty() {
                     disk = Some(d);
                 } else {
@@ -650,9 +664,9 @@ impl GceProvider {
                 left.push(format!("instance {} (unknown)", r.id()));
             }
         }
-        if let Err(e) = self.delete_disk_if_ours(&r.zone, &r.name, disk).await {
+        if let Err(e) = self.delete_disk_if_ours(&r.zone, boot_disk, disk).await {
             tracing::warn!(id = %r.id(), error = %e, "could not remove a failed create's disk");
-            left.push(format!("disk {}:{}", r.zone, r.name));
+            left.push(format!("disk {}:{boot_disk}", r.zone));
         }
         left
     }
@@ -805,9 +819,10 @@ impl Provider for GceProvider {
         let zone = self.zone_of(spec)?;
         // Every input check before the first call: the body's own checks need the architecture only
         // for the default image, so they run on a placeholder first.
-        self.insert_body(spec, zone, &Arch::Amd64)?;
+        let boot_disk = boot_disk_name(&spec.name);
+        self.insert_body(spec, zone, &Arch::Amd64, &boot_disk)?;
         let arch = self.arch_in(Some(zone), &spec.machine_type).await?;
-        let body = self.insert_body(spec, zone, &arch)?;
+        let body = self.insert_body(spec, zone, &arch, &boot_disk)?;
         let r = InstanceRef {
             zone: zone.to_string(),
             name: spec.name.clone(),
@@ -831,7 +846,7 @@ impl Provider for GceProvider {
             )
             .await;
         match answer {
-            Ok(op) => self.after_insert(spec, &r, op).await,
+            Ok(op) => self.after_insert(spec, &r, &boot_disk, op).await,
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 self.adopt(spec, &r, &attempts, e).await
             }
@@ -1000,6 +1015,19 @@ mod tests {
         ] {
             assert_eq!(status_of(c), s, "{c}");
         }
+    }
+
+    #[test]
+    fn boot_disks_have_names_of_their_own_that_compute_engine_takes() {
+        let a = boot_disk_name("lab-1");
+        assert!(a.starts_with("lab-1-") && a.len() == 14, "{a}");
+        assert!(a[6..].bytes().all(|b| b.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, boot_disk_name("lab-1"));
+        // A name cut where it had a hyphen does not end in two.
+        let long = format!("{}-{}", "a".repeat(53), "b".repeat(9));
+        let d = boot_disk_name(&long);
+        assert!(valid_resource_name(&d) && d.len() == 62, "{d}");
+        assert!(valid_resource_name(&boot_disk_name(&"c".repeat(63))));
     }
 
     #[test]

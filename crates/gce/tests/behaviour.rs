@@ -1105,26 +1105,44 @@ async fn no_room_to_start_or_resize_names_the_type_and_zone_and_a_resize_goes_ba
 }
 
 #[tokio::test]
-async fn a_disk_of_the_same_name_is_already_exists_not_a_passing_failure() {
-    // Compute Engine names the boot disk after the instance. A disk of that name left by another tool
-    // (or kept from an earlier machine) makes the insert conflict on the disk: that lasts, so it is
-    // AlreadyExists (with the cloud's code), not a transient error a caller would retry forever; and
-    // the disk is left alone.
+async fn a_disk_of_the_machine_name_is_never_attached_or_touched() {
+    // Compute Engine attaches an existing disk named as the boot disk instead of making one (and
+    // deletes it with the instance, autoDelete). A disk named after the machine, left by another tool
+    // or kept from an earlier machine, must never become the new machine's boot disk: the driver
+    // names the boot disk for this create alone, and the disk stays as it was.
     let fake = FakeGce::start().await.unwrap();
-    let p = GceProvider::new(
-        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
-        "stack-1",
-    )
-    .await
-    .unwrap();
+    let p = provider(&fake, "stack-1").await;
     fake.put_disk(ZONE, "vm-disk", json!({"team": "data"}));
-    let e = p.create(&spec("vm-disk", "e2-small")).await.unwrap_err();
-    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
-    assert_eq!(e.code(), Some("alreadyExists"));
-    assert!(e.to_string().contains("disks/vm-disk"), "{e}");
-    assert!(fake.instance_names(ZONE).is_empty());
+    let m = p
+        .create(&spec("vm-disk", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let vm = fake.instance(ZONE, "vm-disk").unwrap();
+    let source = vm["disks"][0]["source"].as_str().unwrap();
+    let boot = source.rsplit('/').next().unwrap();
+    assert_ne!(boot, "vm-disk", "the foreign disk was attached");
+    assert!(
+        boot.starts_with("vm-disk-") && boot.len() == "vm-disk-".len() + 8,
+        "{boot}"
+    );
+    assert!(fake.disk_names(ZONE).contains(&"vm-disk".to_string()));
+    p.delete(&m.id).await.unwrap();
     assert_eq!(fake.disk_names(ZONE), vec!["vm-disk".to_string()]);
-    assert_eq!(fake.control().count(&Method::DELETE, "/disks/"), 0);
+
+    // Two creates of the same name never share a boot disk name; the longest name still makes a
+    // valid one.
+    let long = format!("v{}", "x".repeat(62));
+    p.create(&spec(&long, "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let vm = fake.instance(ZONE, &long).unwrap();
+    let boot = vm["disks"][0]["source"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+    assert!(boot.len() <= 63 && !boot.ends_with('-'), "{boot}");
+    assert!(boot.starts_with(&long[..54]), "{boot}");
 }
 
 #[tokio::test]

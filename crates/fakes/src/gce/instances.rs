@@ -166,14 +166,10 @@ pub(super) async fn insert_instance(
         ));
     }
     let disk_name = params["diskName"].as_str().unwrap_or(&name).to_string();
-    if s.disks.contains_key(&(zone.clone(), disk_name.clone())) {
-        return gerr(
-            409,
-            "alreadyExists",
-            format!(
-                "The resource 'projects/{project}/zones/{zone}/disks/{disk_name}' already exists"
-            ),
-        );
+    // An existing disk of that name is attached instead of a new one, unless it is in use.
+    let attach = s.disks.contains_key(&(zone.clone(), disk_name.clone()));
+    if let Some(r) = disk_in_use(&s, &project, &zone, &disk_name) {
+        return r;
     }
     let scheduling = vm["scheduling"].clone();
     if scheduling.get("maxRunDuration").is_some() {
@@ -290,8 +286,14 @@ pub(super) async fn insert_instance(
         }
     };
     let make_disk = |s: &mut World| {
-        let d = disk_json(&zone, &boot_info, &name, id);
-        s.disks.insert((zone.clone(), disk_name.clone()), d);
+        let dkey = (zone.clone(), disk_name.clone());
+        match s.disks.get_mut(&dkey) {
+            Some(d) if attach => d["users"] = json!([target.clone()]),
+            _ => {
+                let d = disk_json(&zone, &boot_info, &name, id);
+                s.disks.insert(dkey, d);
+            }
+        }
     };
     let error = if s.quota_exceeded > 0 {
         s.quota_exceeded -= 1;
@@ -473,6 +475,23 @@ pub(super) async fn instance_action(
         q.request_id.as_deref(),
     );
     Json(op).into_response()
+}
+
+/// 400 `resourceInUseByAnotherResource` when disk `name` exists and an instance uses it (a boot
+/// disk of that name would be attached, and a disk in read-write use cannot be attached again).
+pub(super) fn disk_in_use(s: &World, project: &str, zone: &str, name: &str) -> Option<Response> {
+    let disk = s.disks.get(&(zone.to_string(), name.to_string()))?;
+    let user = disk["users"].as_array()?.iter().find_map(|u| {
+        let u = u.as_str()?;
+        s.instances
+            .contains_key(&(zone.to_string(), last_segment(u).to_string()))
+            .then(|| u.trim_start_matches(&format!("{LINK}/")).to_string())
+    })?;
+    Some(gerr(
+        400,
+        "resourceInUseByAnotherResource",
+        format!("The disk resource 'projects/{project}/zones/{zone}/disks/{name}' is already being used by '{user}'"),
+    ))
 }
 
 /// The value of metadata item `key` of instance body `vm`.
