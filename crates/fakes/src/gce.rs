@@ -41,6 +41,11 @@
 //!   existing disk is attached to the new instance and the new disk is not created" (deleted with
 //!   it when `autoDelete`), and one in use by an instance makes the insert a 400
 //!   `resourceInUseByAnotherResource`;
+//! - the boot disk's type: `initializeParams.diskType`, or by default the series' ("the default
+//!   disk type depends on the instance's machine series": `pd-standard` for first- and
+//!   second-generation series, `pd-balanced` for C3, C3D and M3, `hyperdisk-balanced` for "all
+//!   fourth-generation types like C4, N4, M4"); a persistent disk (`pd-*`) on a fourth-generation
+//!   series (C4, C4A, N4: Hyperdisk only), and Hyperdisk on E2, T2A or N1, answer 400;
 //! - OS Login: with the project's metadata `enable-oslogin=TRUE` ([`FakeGce::set_project_os_login`])
 //!   the guest ignores an instance's `ssh-keys` unless the instance's own `enable-oslogin` is
 //!   `FALSE` ([`FakeGce::ssh_keys_honoured`]); with the organisation policy
@@ -178,6 +183,8 @@ pub const MACHINE_TYPES: &[(&str, &str, u32, u32)] = &[
     ("t2a-standard-1", "ARM64", 1, 4096),
     ("t2a-standard-2", "ARM64", 2, 8192),
     ("c4a-standard-1", "ARM64", 1, 4096),
+    ("c4-standard-2", "X86_64", 2, 7680),
+    ("n4-standard-2", "X86_64", 2, 8192),
 ];
 
 /// The image families in [`IMAGE_PROJECT`]: family, image name, architecture.
@@ -464,6 +471,14 @@ impl FakeGce {
             .filter(|(z, _)| z == zone)
             .map(|(_, n)| n.clone())
             .collect()
+    }
+
+    /// The stored disk `name` in `zone`, as the API shows it.
+    pub fn disk(&self, zone: &str, name: &str) -> Option<Value> {
+        lock(&self.state)
+            .disks
+            .get(&(zone.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// The body of every accepted `instances.insert` (de-duplicated repeats excluded), in order.
@@ -1015,5 +1030,52 @@ mod tests {
             get(api(&format!("zones/{ZONE}/instances/late"))).await.0,
             200
         );
+    }
+
+    #[tokio::test]
+    async fn boot_disk_types_follow_the_machine_series() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+        let insert = |name: &str, mt: &str, disk_type: Option<&str>| {
+            let mut body = insert_body(name, ZONE, Some(SUBNET));
+            body["machineType"] = json!(format!("zones/{ZONE}/machineTypes/{mt}"));
+            if let Some(t) = disk_type {
+                body["disks"][0]["initializeParams"]["diskType"] =
+                    json!(format!("zones/{ZONE}/diskTypes/{t}"));
+            }
+            let (http, token, url) = (&http, &token, api(&format!("zones/{ZONE}/instances")));
+            async move { call(http, token, reqwest::Method::POST, url, Some(body)).await }
+        };
+        let disk_type = |name: &str| {
+            let d = fake.disk(ZONE, name).unwrap();
+            d["type"].as_str().unwrap().rsplit('/').next().unwrap().to_string()
+        };
+        // Defaults by series.
+        assert_eq!(insert("a", "e2-small", None).await.0, 200);
+        assert_eq!(disk_type("a"), "pd-standard");
+        assert_eq!(insert("b", "c4-standard-2", None).await.0, 200);
+        assert_eq!(disk_type("b"), "hyperdisk-balanced");
+        // Asked for, where the series takes it.
+        assert_eq!(insert("c", "e2-small", Some("pd-balanced")).await.0, 200);
+        assert_eq!(disk_type("c"), "pd-balanced");
+        assert_eq!(
+            insert("d", "n4-standard-2", Some("hyperdisk-balanced")).await.0,
+            200
+        );
+        // Refused where it does not.
+        for (mt, t) in [
+            ("c4-standard-2", "pd-balanced"),
+            ("n4-standard-2", "pd-standard"),
+            ("e2-small", "hyperdisk-balanced"),
+        ] {
+            let (status, body) = insert("e", mt, Some(t)).await;
+            assert_eq!(status, 400, "{mt} {t}");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(t),
+                "{body}"
+            );
+        }
     }
 }

@@ -154,6 +154,21 @@ fn boot_disk_name(name: &str) -> String {
     format!("{stem}-{}", &tail[..8])
 }
 
+/// The boot disk type for `machine_type`: `hyperdisk-balanced` on the series whose default it is
+/// (the reference: "other third-generation machine series like A3, H3, Z3, all fourth-generation
+/// types like C4, N4, M4, and newer machine series"), which include the series that take no
+/// persistent disk at all (C4, C4A, C4D, N4, M4, ...); `pd-balanced` elsewhere, which every earlier
+/// series takes (their own default, `pd-standard`, is the slowest disk).
+fn boot_disk_type(machine_type: &str) -> &'static str {
+    let series = machine_type.split('-').next().unwrap_or(machine_type);
+    let generation = series.chars().find_map(|c| c.to_digit(10)).unwrap_or(0);
+    if generation >= 4 || matches!(series, "a3" | "h3" | "z3") {
+        "hyperdisk-balanced"
+    } else {
+        "pd-balanced"
+    }
+}
+
 /// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
 fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
     target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
@@ -500,6 +515,7 @@ impl GceProvider {
                 "type": "PERSISTENT",
                 "initializeParams": {
                     "diskName": boot_disk,
+                    "diskType": format!("zones/{zone}/diskTypes/{}", boot_disk_type(&spec.machine_type)),
                     "diskSizeGb": disk_gb.to_string(),
                     "sourceImage": image,
                     "labels": ownership_labels(&spec.pool, &self.inner.owner),
@@ -1028,6 +1044,26 @@ mod tests {
         let d = boot_disk_name(&long);
         assert!(valid_resource_name(&d) && d.len() == 62, "{d}");
         assert!(valid_resource_name(&boot_disk_name(&"c".repeat(63))));
+    }
+
+    #[test]
+    fn boot_disk_types_by_series() {
+        for (t, want) in [
+            ("c4-standard-8", "hyperdisk-balanced"),
+            ("c4a-standard-1", "hyperdisk-balanced"),
+            ("c4d-highmem-2", "hyperdisk-balanced"),
+            ("n4-custom-4-8192", "hyperdisk-balanced"),
+            ("m4-megamem-56", "hyperdisk-balanced"),
+            ("h3-standard-88", "hyperdisk-balanced"),
+            ("c3-standard-4", "pd-balanced"),
+            ("c3d-standard-4", "pd-balanced"),
+            ("e2-small", "pd-balanced"),
+            ("n2d-standard-2", "pd-balanced"),
+            ("t2a-standard-1", "pd-balanced"),
+            ("n1-standard-1", "pd-balanced"),
+        ] {
+            assert_eq!(boot_disk_type(t), want, "{t}");
+        }
     }
 
     #[test]

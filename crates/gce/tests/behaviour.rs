@@ -1304,3 +1304,33 @@ async fn ssh_keys_turn_os_login_off_and_a_policy_requiring_it_refuses_the_create
         .machine()
         .unwrap();
 }
+
+#[tokio::test]
+async fn boot_disks_are_hyperdisk_where_the_series_needs_it_and_balanced_elsewhere() {
+    // Fourth-generation series (C4, C4A, N4) boot from Hyperdisk only; a persistent disk is refused
+    // there. Elsewhere the default would be pd-standard on older series: the driver asks for
+    // pd-balanced.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    for (name, mt, want) in [
+        ("vm-c4a", "c4a-standard-1", "hyperdisk-balanced"),
+        ("vm-c4", "c4-standard-2", "hyperdisk-balanced"),
+        ("vm-n4", "n4-standard-2", "hyperdisk-balanced"),
+        ("vm-e2", "e2-small", "pd-balanced"),
+        ("vm-t2a", "t2a-standard-1", "pd-balanced"),
+    ] {
+        let m = p.create(&spec(name, mt)).await.unwrap().machine().unwrap();
+        assert_eq!(m.machine_type, mt);
+        let vm = fake.instance(ZONE, name).unwrap();
+        let boot = vm["disks"][0]["source"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+        let disk = fake.disk(ZONE, &boot).unwrap();
+        assert!(
+            disk["type"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("/diskTypes/{want}")),
+            "{mt}: {}",
+            disk["type"]
+        );
+    }
+}

@@ -154,6 +154,10 @@ pub(super) async fn insert_instance(
             "Invalid value for field 'resource.disks[0].initializeParams.sourceImage': '{source}'. The architecture of the image ({image_arch}) does not match the machine type {mt} ({type_arch})."
         ));
     }
+    let disk_type = match boot_disk_type(&mt, params["diskType"].as_str()) {
+        Ok(t) => t,
+        Err(why) => return invalid(why),
+    };
     let size: u64 = match &params["diskSizeGb"] {
         Value::Null => 10,
         Value::String(t) => t.parse().unwrap_or(0),
@@ -256,6 +260,7 @@ pub(super) async fn insert_instance(
     let auto_delete = boot["autoDelete"] != json!(false);
     let mut boot_info = params.clone();
     boot_info["diskName"] = json!(disk_name);
+    boot_info["diskType"] = json!(disk_type);
     if let Some(d) = boot.get("deviceName") {
         boot_info["deviceName"] = d.clone();
     }

@@ -362,11 +362,50 @@ pub(super) fn disk_json(zone: &str, params: &Value, user: &str, id: u64) -> Valu
         "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
         "status": "READY",
         "sourceImage": params.get("sourceImage").cloned().unwrap_or(Value::Null),
-        "type": format!("{LINK}/projects/{PROJECT}/zones/{zone}/diskTypes/pd-balanced"),
+        "type": format!("{LINK}/projects/{PROJECT}/zones/{zone}/diskTypes/{}",
+            params.get("diskType").and_then(Value::as_str).map_or("pd-balanced", last_segment)),
         "labels": params.get("labels").cloned().unwrap_or(json!({})),
         "users": [format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{user}")],
         "selfLink": format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{name}"),
     })
+}
+
+/// The generation of machine type `mt`'s series (`c4a-standard-1`: 4), 0 when it has none.
+fn generation(mt: &str) -> u32 {
+    let series = mt.split('-').next().unwrap_or(mt);
+    series
+        .chars()
+        .find_map(|c| c.to_digit(10))
+        .unwrap_or(0)
+}
+
+/// The boot disk type an insert of machine type `mt` gets: the one it asks for (`asked`, a disk
+/// type's URL or path), else its series' default as the reference gives it (`pd-standard` for the
+/// first and second generations, `pd-balanced` for C3, C3D and M3, `hyperdisk-balanced` for the
+/// fourth generation and later). Persistent disks on a Hyperdisk-only series (the fourth
+/// generation), and Hyperdisk on a series without it (E2, T2A, N1), are refused with the field's
+/// error message.
+pub(super) fn boot_disk_type(mt: &str, asked: Option<&str>) -> Result<String, String> {
+    let gen = generation(mt);
+    let series = mt.split('-').next().unwrap_or(mt);
+    let Some(link) = asked else {
+        return Ok(match (gen, series) {
+            (4.., _) => "hyperdisk-balanced",
+            (_, "c3" | "c3d" | "m3") => "pd-balanced",
+            _ => "pd-standard",
+        }
+        .to_string());
+    };
+    let t = last_segment(link);
+    let pd = t.starts_with("pd-");
+    let refused = (pd && gen >= 4)
+        || (t.starts_with("hyperdisk-") && matches!(series, "e2" | "t2a" | "n1"));
+    if refused || !(pd || t.starts_with("hyperdisk-")) {
+        return Err(format!(
+            "Invalid value for field 'resource.disks[0].initializeParams.diskType': '{link}'. {t} disk type cannot be used by {mt} machine type."
+        ));
+    }
+    Ok(t.to_string())
 }
 
 pub(super) fn region_of(zone: &str) -> &str {
