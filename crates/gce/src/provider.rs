@@ -743,6 +743,19 @@ impl GceProvider {
         }
     }
 
+    /// The listing filter of `pool`'s machines of this owner. The filter grammar has no documented
+    /// negation, so for the empty owner it holds the two pool labels, and the caller drops owned
+    /// machines.
+    fn pool_filter(&self, pool: &str) -> String {
+        let owner = &self.inner.owner;
+        let mut filter =
+            format!("(labels.{ORCA_LABEL} = \"pool\") (labels.{POOL_LABEL} = \"{pool}\")");
+        if !owner.is_empty() {
+            filter.push_str(&format!(" (labels.{OWNER_LABEL} = \"{owner}\")"));
+        }
+        filter
+    }
+
     /// Every instance of the project matching `filter`: one zone's `instances.list`, or every zone's
     /// in one paged `instances.aggregatedList`. A listing that could not read every zone is an error,
     /// never a short answer.
@@ -881,20 +894,34 @@ impl Provider for GceProvider {
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
         validate_pool(pool)?;
         let owner = &self.inner.owner;
-        // The filter grammar has no documented negation, so the empty owner filters on the two labels
-        // here and drops owned machines below.
-        let mut filter =
-            format!("(labels.{ORCA_LABEL} = \"pool\") (labels.{POOL_LABEL} = \"{pool}\")");
-        if !owner.is_empty() {
-            filter.push_str(&format!(" (labels.{OWNER_LABEL} = \"{owner}\")"));
-        }
         Ok(self
-            .list_instances(filter)
+            .list_instances(self.pool_filter(pool))
             .await?
             .iter()
             .filter(|vm| is_in_pool(&vm.labels, pool, owner))
             .map(|vm| to_machine(vm, self.project()))
             .collect())
+    }
+
+    /// One listing filtered on the pool's labels and the name: one request (in every zone, the
+    /// aggregated listing; a name is unique in its zone only, so the first made wins).
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        orca_machines::validate_name(name)?;
+        if !valid_resource_name(name) {
+            // No instance can carry it.
+            return Ok(None);
+        }
+        let owner = &self.inner.owner;
+        let filter = format!("{} (name = \"{name}\")", self.pool_filter(pool));
+        let found = self
+            .list_instances(filter)
+            .await?
+            .iter()
+            .filter(|vm| vm.name == name && is_in_pool(&vm.labels, pool, owner))
+            .map(|vm| to_machine(vm, self.project()))
+            .collect::<Vec<_>>();
+        Ok(orca_machines::provider::first_made(found))
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {

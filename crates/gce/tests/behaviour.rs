@@ -1334,3 +1334,46 @@ async fn boot_disks_are_hyperdisk_where_the_series_needs_it_and_balanced_elsewhe
         );
     }
 }
+
+#[tokio::test]
+async fn a_machine_is_found_by_name_with_one_request() {
+    // The cheapest read by name: one listing filtered on the pool's labels and the name, in one
+    // zone or across every zone; another pool's or owner's machine of that name is not it.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-named", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.put_instance(
+        ZONE,
+        "vm-other",
+        "e2-small",
+        json!({"orca": "pool", "orca-pool": "lab", "orca-owner": "stack-2"}),
+    );
+    fake.seed_instances(
+        ZONE,
+        "filler",
+        5,
+        "e2-small",
+        json!({"orca": "pool", "orca-pool": "lab", "orca-owner": "stack-1"}),
+    );
+    let every_zone = GceProvider::new(any_zone(&fake).page_size(2).build().unwrap(), "stack-1")
+        .await
+        .unwrap();
+    for q in [&p, &every_zone] {
+        // The access token is fetched once, by a first call.
+        q.machine_named("lab", "vm-gone").await.unwrap();
+        fake.control().clear_log();
+        let found = q.machine_named("lab", "vm-named").await.unwrap().unwrap();
+        assert_eq!(found.id, m.id);
+        assert_eq!(fake.control().requests(), 1, "one listing");
+        assert!(q.machine_named("other", "vm-named").await.unwrap().is_none());
+        assert!(q.machine_named("lab", "vm-other").await.unwrap().is_none());
+        assert!(q.machine_named("lab", "vm-gone").await.unwrap().is_none());
+    }
+    let e = p.machine_named("lab", "").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidSpec { .. }), "{e:?}");
+}
