@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use orca_machines::kit::{self, Attempts, Polled};
+use orca_machines::kit::{self, transport_error, Attempts, Polled, Proxy, Timeouts};
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -15,6 +15,9 @@ use serde_json::Value;
 
 use crate::model::{last_segment, List, Operation, OperationError};
 use crate::provider::KIND;
+
+/// The longest wait for a connection, unless `ORCA_CONNECT_TIMEOUT` says otherwise.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The OAuth scope the driver asks for.
 pub(crate) const SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -81,14 +84,16 @@ impl Client {
         config: &crate::Config,
         tokens: Arc<dyn gcp_auth::TokenProvider>,
     ) -> Result<Client> {
-        // Timeouts are set per request (an operation `wait` answers after up to two minutes).
-        let http = kit::http_client(
-            KIND,
-            &config.endpoint,
-            &config.client,
-            Duration::from_secs(10),
+        // Timeouts are set per request (an operation `wait` answers after up to two minutes), so the
+        // client has none of its own, whatever ORCA_REQUEST_TIMEOUT says (that is `request_timeout`).
+        let timeouts = Timeouts::resolve(
             None,
-        )?;
+            None,
+            &config.client,
+            Timeouts::new(CONNECT_TIMEOUT, None),
+        );
+        let timeouts = Timeouts::new(timeouts.connect, None);
+        let http = kit::http_client_with(KIND, timeouts, Proxy::for_endpoint(&config.endpoint))?;
         Ok(Client {
             http,
             base: config.endpoint.clone(),
@@ -318,18 +323,6 @@ impl Client {
             None => Ok(done),
         }
     }
-}
-
-/// A request that never got a complete answer: passing, and for a create ambiguous.
-fn transport_error(e: reqwest::Error) -> Error {
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else {
-        "connection failed"
-    };
-    Error::transient(what).with_source(e.without_url())
 }
 
 /// Compute Engine's error body: `{"error": {"code", "message", "status", "errors": [{"reason",

@@ -52,7 +52,7 @@ struct Inner {
     arch_cache: Mutex<HashMap<String, Arch>>,
     /// Ids this provider made lately, which Compute Engine may not show yet: a "not found" for one
     /// of them is read again, within [`Config::visibility_window`] of its making.
-    recent: Mutex<HashMap<String, Instant>>,
+    recent: kit::Recent,
 }
 
 impl std::fmt::Debug for GceProvider {
@@ -203,13 +203,14 @@ impl GceProvider {
             Credentials::Provider(p) => p.clone(),
         };
         let client = Client::new(&config, tokens)?;
+        let recent = kit::Recent::new(config.visibility_window);
         Ok(GceProvider {
             inner: Arc::new(Inner {
                 config,
                 client,
                 owner: owner.to_string(),
                 arch_cache: Mutex::new(HashMap::new()),
-                recent: Mutex::new(HashMap::new()),
+                recent,
             }),
         })
     }
@@ -264,53 +265,25 @@ impl GceProvider {
         self.client().get_opt("instances.get", &path).await
     }
 
-    fn remember(&self, id: String) {
-        let window = self.inner.config.visibility_window;
-        let mut recent = lock(&self.inner.recent);
-        recent.retain(|_, at| at.elapsed() < window);
-        recent.insert(id, Instant::now());
-    }
-
-    fn forget(&self, id: &str) {
-        lock(&self.inner.recent).remove(id);
-    }
-
-    fn made_lately(&self, id: &str) -> Option<Instant> {
-        let window = self.inner.config.visibility_window;
-        lock(&self.inner.recent)
-            .get(id)
-            .copied()
-            .filter(|at| at.elapsed() < window)
-    }
-
     /// Reads `r`; a "not found" is read again until [`Config::visibility_window`] after `since` has
     /// passed (the instance may be a fresh one that Compute Engine does not show yet).
     async fn read_fresh(&self, r: &InstanceRef, since: Instant) -> Result<Option<Instance>> {
-        let deadline = since + self.inner.config.visibility_window;
-        let mut retry = 0;
-        loop {
-            if let Some(vm) = self.get_instance(r).await? {
-                return Ok(Some(vm));
+        let until = since + self.inner.config.visibility_window;
+        let retry = &self.client().retry;
+        let pause = |n| retry.backoff(n).max(Duration::from_millis(20));
+        kit::read_until_seen(until, pause, || async {
+            let vm = self.get_instance(r).await?;
+            if vm.is_none() {
+                tracing::debug!(id = %r.id(), "not found yet");
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            let pause = self
-                .client()
-                .retry
-                .backoff(retry)
-                .max(Duration::from_millis(20))
-                .min(deadline - now);
-            tracing::debug!(id = %r.id(), "not found yet; reading again");
-            tokio::time::sleep(pause).await;
-            retry += 1;
-        }
+            Ok(vm)
+        })
+        .await
     }
 
     /// Reads `r`, believing "not found" at once unless this provider made it lately.
     async fn read(&self, r: &InstanceRef) -> Result<Option<Instance>> {
-        match self.made_lately(&r.id()) {
+        match self.inner.recent.made_at(r.id().as_str()) {
             Some(since) => self.read_fresh(r, since).await,
             None => self.get_instance(r).await,
         }
@@ -591,7 +564,7 @@ impl GceProvider {
                 format!("instance {} was made and replaced by another since", r.id()),
             )),
             Some(vm) if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner) => {
-                self.remember(r.id());
+                self.inner.recent.note(r.id());
                 Ok(Created::Machine(to_machine(&vm, self.project())))
             }
             Some(_) => Err(Error::already_exists(format!(
@@ -630,7 +603,7 @@ impl GceProvider {
             {
                 let ours = attempts.may_have_made();
                 tracing::debug!(id = %r.id(), ours, "the instance of that name is this create's");
-                self.remember(r.id());
+                self.inner.recent.note(r.id());
                 Ok(attempts.found(to_machine(&vm, self.project())))
             }
             Some(_) => Err(conflict),
@@ -936,7 +909,7 @@ impl Provider for GceProvider {
             return Ok(true);
         };
         self.delete_instance(&r).await?;
-        self.forget(&r.id());
+        self.inner.recent.forget(r.id().as_str());
         // A boot disk whose autoDelete was turned off stays; remove it when it is this owner's.
         for d in vm
             .disks
