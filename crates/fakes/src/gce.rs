@@ -98,6 +98,7 @@ mod answers;
 mod disks;
 mod filter;
 mod firewalls;
+mod insert;
 mod instances;
 mod oauth;
 mod operations;
@@ -122,6 +123,7 @@ use answers::*;
 use disks::*;
 use filter::Filter;
 use firewalls::*;
+use insert::*;
 use instances::*;
 use oauth::*;
 use operations::*;
@@ -775,15 +777,8 @@ mod tests {
         );
         assert_eq!(fake.insert_bodies().len(), 1);
         let op_name = op["name"].as_str().unwrap();
-        let s1: Value = http
-            .get(api(&format!("zones/{ZONE}/operations/{op_name}")))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let op_url = api(&format!("zones/{ZONE}/operations/{op_name}"));
+        let (_, s1) = call(&http, &token, reqwest::Method::GET, op_url.clone(), None).await;
         assert_eq!(s1["status"], "RUNNING");
         assert_eq!(
             fake.instance(ZONE, "vm-1").unwrap()["status"],
@@ -803,15 +798,8 @@ mod tests {
             "{body}"
         );
         // `wait` answers when the operation ends.
-        let s2: Value = http
-            .post(api(&format!("zones/{ZONE}/operations/{op_name}/wait")))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let wait = format!("{op_url}/wait");
+        let (_, s2) = call(&http, &token, reqwest::Method::POST, wait, None).await;
         assert_eq!(s2["status"], "DONE");
         assert_eq!(fake.instance(ZONE, "vm-1").unwrap()["status"], "RUNNING");
         assert_eq!(fake.disk_names(ZONE), ["vm-1"]);
@@ -1050,7 +1038,13 @@ mod tests {
         };
         let disk_type = |name: &str| {
             let d = fake.disk(ZONE, name).unwrap();
-            d["type"].as_str().unwrap().rsplit('/').next().unwrap().to_string()
+            d["type"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
         };
         // Defaults by series.
         assert_eq!(insert("a", "e2-small", None).await.0, 200);
@@ -1061,7 +1055,9 @@ mod tests {
         assert_eq!(insert("c", "e2-small", Some("pd-balanced")).await.0, 200);
         assert_eq!(disk_type("c"), "pd-balanced");
         assert_eq!(
-            insert("d", "n4-standard-2", Some("hyperdisk-balanced")).await.0,
+            insert("d", "n4-standard-2", Some("hyperdisk-balanced"))
+                .await
+                .0,
             200
         );
         // Refused where it does not.

@@ -404,9 +404,7 @@ pub(crate) fn map_error(
         "alreadyExists" | "RESOURCE_ALREADY_EXISTS" | "ALREADY_EXISTS" => Error::already_exists(m),
         // Another operation holds the resource: it is free again when that operation ends.
         "resourceNotReady" | "RESOURCE_NOT_READY" => Error::busy(m),
-        "INTERNAL_ERROR" | "internalError" | "backendError" | "UNAVAILABLE" => {
-            Error::transient(m)
-        }
+        "INTERNAL_ERROR" | "internalError" | "backendError" | "UNAVAILABLE" => Error::transient(m),
         "forbidden" | "insufficientPermissions" | "PERMISSION_DENIED" | "accessNotConfigured" => {
             Error::permission_denied(m)
         }

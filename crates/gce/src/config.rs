@@ -35,7 +35,8 @@ pub const DEFAULT_SSH_USER: &str = "orca";
 /// The timeout of one request (an operation `wait` gets two and a half minutes).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// The driver's own timeouts: 10 s to connect, [`DEFAULT_REQUEST_TIMEOUT`] for a request.
-const DEFAULT_TIMEOUTS: Timeouts = Timeouts::new(Duration::from_secs(10), Some(DEFAULT_REQUEST_TIMEOUT));
+const DEFAULT_TIMEOUTS: Timeouts =
+    Timeouts::new(Duration::from_secs(10), Some(DEFAULT_REQUEST_TIMEOUT));
 /// The longest the driver follows one operation, and waits for a resource another operation holds.
 pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long the driver keeps reading a machine that may be a fresh one before it believes "not found"

@@ -1140,7 +1140,13 @@ async fn a_disk_of_the_machine_name_is_never_attached_or_touched() {
         .machine()
         .unwrap();
     let vm = fake.instance(ZONE, &long).unwrap();
-    let boot = vm["disks"][0]["source"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+    let boot = vm["disks"][0]["source"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
     assert!(boot.len() <= 63 && !boot.ends_with('-'), "{boot}");
     assert!(boot.starts_with(&long[..54]), "{boot}");
 }
@@ -1296,7 +1302,10 @@ async fn ssh_keys_turn_os_login_off_and_a_policy_requiring_it_refuses_the_create
     assert_eq!(e.code(), Some("conditionNotMet"));
     assert!(e.made_nothing(), "{e:?}");
     assert!(fake.instance(ZONE, "vm-policy").is_none());
-    assert!(!fake.disk_names(ZONE).iter().any(|d| d.starts_with("vm-policy")));
+    assert!(!fake
+        .disk_names(ZONE)
+        .iter()
+        .any(|d| d.starts_with("vm-policy")));
     // Without keys the policy is no obstacle.
     p.create(&spec("vm-policy", "e2-small"))
         .await
@@ -1322,7 +1331,13 @@ async fn boot_disks_are_hyperdisk_where_the_series_needs_it_and_balanced_elsewhe
         let m = p.create(&spec(name, mt)).await.unwrap().machine().unwrap();
         assert_eq!(m.machine_type, mt);
         let vm = fake.instance(ZONE, name).unwrap();
-        let boot = vm["disks"][0]["source"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+        let boot = vm["disks"][0]["source"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_string();
         let disk = fake.disk(ZONE, &boot).unwrap();
         assert!(
             disk["type"]
@@ -1370,7 +1385,11 @@ async fn a_machine_is_found_by_name_with_one_request() {
         let found = q.machine_named("lab", "vm-named").await.unwrap().unwrap();
         assert_eq!(found.id, m.id);
         assert_eq!(fake.control().requests(), 1, "one listing");
-        assert!(q.machine_named("other", "vm-named").await.unwrap().is_none());
+        assert!(q
+            .machine_named("other", "vm-named")
+            .await
+            .unwrap()
+            .is_none());
         assert!(q.machine_named("lab", "vm-other").await.unwrap().is_none());
         assert!(q.machine_named("lab", "vm-gone").await.unwrap().is_none());
     }

@@ -1496,10 +1496,7 @@ async fn fault_campaign_gce_fake() {
         .with("ORCA_GCE_SUBNET", SUBNET)
         .with("ORCA_GCE_CREDENTIALS_FILE", key.to_string_lossy())
         .with("ORCA_GCE_ENDPOINT", fake.endpoint());
-    let (mine, theirs) = (
-        gce_maker("s1", settings.clone()),
-        gce_maker("s2", settings),
-    );
+    let (mine, theirs) = (gce_maker("s1", settings.clone()), gce_maker("s2", settings));
     let offer = format!("e2-small@{ZONE}");
     others(&*mine().await, &*theirs().await, &offer).await;
     static ANSWERS: Answers = Answers {

@@ -60,7 +60,9 @@ pub(super) async fn op_answer(
             return Json(s.ops[name].value.clone()).into_response();
         }
         if !wait || s.ops[name].value["status"] == "DONE" {
-            return s.read_op(name).map_or_else(missing, |op| Json(op).into_response());
+            return s
+                .read_op(name)
+                .map_or_else(missing, |op| Json(op).into_response());
         }
         s.ops[name].done_at
     };

@@ -157,7 +157,11 @@ impl World {
     pub(super) fn holder(&self, key: &Key) -> Option<&str> {
         self.running
             .iter()
-            .find(|n| self.ops.get(*n).is_some_and(|op| op.holds.as_ref() == Some(key)))
+            .find(|n| {
+                self.ops
+                    .get(*n)
+                    .is_some_and(|op| op.holds.as_ref() == Some(key))
+            })
             .map(String::as_str)
     }
 
@@ -373,10 +377,7 @@ pub(super) fn disk_json(zone: &str, params: &Value, user: &str, id: u64) -> Valu
 /// The generation of machine type `mt`'s series (`c4a-standard-1`: 4), 0 when it has none.
 fn generation(mt: &str) -> u32 {
     let series = mt.split('-').next().unwrap_or(mt);
-    series
-        .chars()
-        .find_map(|c| c.to_digit(10))
-        .unwrap_or(0)
+    series.chars().find_map(|c| c.to_digit(10)).unwrap_or(0)
 }
 
 /// The boot disk type an insert of machine type `mt` gets: the one it asks for (`asked`, a disk
@@ -398,8 +399,8 @@ pub(super) fn boot_disk_type(mt: &str, asked: Option<&str>) -> Result<String, St
     };
     let t = last_segment(link);
     let pd = t.starts_with("pd-");
-    let refused = (pd && gen >= 4)
-        || (t.starts_with("hyperdisk-") && matches!(series, "e2" | "t2a" | "n1"));
+    let refused =
+        (pd && gen >= 4) || (t.starts_with("hyperdisk-") && matches!(series, "e2" | "t2a" | "n1"));
     if refused || !(pd || t.starts_with("hyperdisk-")) {
         return Err(format!(
             "Invalid value for field 'resource.disks[0].initializeParams.diskType': '{link}'. {t} disk type cannot be used by {mt} machine type."
