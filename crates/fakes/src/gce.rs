@@ -27,7 +27,8 @@
 //! - `requestId`: a UUID other than the zero UUID; a mutating call repeated with the same id answers
 //!   the first call's operation and changes nothing;
 //! - list `filter` (`field = value`, `!=`, `:`, `field:*`, parenthesized expressions joined by
-//!   whitespace or `AND`), `maxResults` (0 to 500; 0 means 500) and `pageToken`;
+//!   whitespace or `AND`), parsed as strictly as the documented grammar (AIP-160 text fields, so
+//!   `labels.orca-pool` is a label key with a hyphen; anything outside it answers 400), `maxResults` (0 to 500; 0 means 500) and `pageToken`;
 //!   `instances.aggregatedList` and `machineTypes.aggregatedList` answer `items` keyed by
 //!   `zones/<zone>` for every zone of the project ([`ZONES`]), a zone without results on the page
 //!   carrying the warning `NO_RESULTS_ON_PAGE` with `data: [{key: scope}]`;
