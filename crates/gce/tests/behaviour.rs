@@ -1229,7 +1229,7 @@ async fn a_change_of_a_machine_another_operation_holds_waits_for_that_operation(
         .unwrap()
         .machine()
         .unwrap();
-    fake.set_operation_time(Duration::from_secs(2));
+    fake.set_operation_time(Duration::from_secs(4));
     let labels: &dyn MachineLabels = p.machine_labels().expect("labels");
     let set = Labels::from([("shed-state".to_string(), "stopping".to_string())]);
     let (stopped, labelled) = tokio::join!(p.stop(&m.id), async {
@@ -1246,8 +1246,9 @@ async fn a_change_of_a_machine_another_operation_holds_waits_for_that_operation(
         fake.control().count(&Method::POST, "/setLabels") >= 2,
         "the first setLabels met the running stop"
     );
-    // The answer itself is Busy, with the cloud's code, when the policy does not wait.
-    fake.set_operation_time(Duration::from_secs(2));
+    // The answer itself is Busy, with the cloud's code, when the policy does not wait. (The
+    // operations last long enough for the second call to meet them on a loaded machine.)
+    fake.set_operation_time(Duration::from_secs(4));
     let q = GceProvider::new(
         builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
         "stack-1",
