@@ -69,7 +69,7 @@ fn line(what: &str, n: u64, requests: u64, ideal: f64, why: &str, time: Duration
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> orca::Result<()> {
     let fake = FakeGce::start().await.expect("the fake starts");
-    fake.set_operation_steps(1);
+    fake.set_operation_time(std::time::Duration::ZERO);
     let p = provider(&fake, "bench", 500).await?;
     // The first call fetches a token and the machine type's architecture; both are cached after.
     let m = Meter::start(&fake);

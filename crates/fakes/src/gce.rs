@@ -17,14 +17,18 @@
 //!   `networkInterfaces[].networkIP` and `accessConfigs[].natIP`; `labelFingerprint`; `scheduling`
 //!   (`maxRunDuration` as `{"seconds": "<int64 as a string>"}`) as given; `hostname` only when the
 //!   insert set one;
-//! - operations `PENDING` -> `RUNNING` -> `DONE` across `operations.get`, finished by `wait`, with
-//!   `targetId`, and on failure `error.errors[].code` and `httpErrorStatusCode`; `wait` may answer
+//! - operations `PENDING` -> `RUNNING` -> `DONE` that last a time of tokio's clock
+//!   ([`FakeGce::set_operation_time`]) whether or not anyone reads them, `wait` answering when one
+//!   ends, with `targetId`, and on failure `error.errors[].code` and `httpErrorStatusCode`; while an
+//!   operation changes an instance, another change of it (`delete`, `start`, `stop`,
+//!   `setMachineType`, `setLabels`) answers 400 `resourceNotReady`; `wait` may answer
 //!   at once with the operation unfinished ([`FakeGce::answer_waits_early`]; the reference: "might
 //!   return after zero seconds... Be prepared to retry if the operation is not `DONE`");
 //! - `requestId`: a UUID other than the zero UUID; a mutating call repeated with the same id answers
 //!   the first call's operation and changes nothing;
 //! - list `filter` (`field = value`, `!=`, `:`, `field:*`, parenthesized expressions joined by
-//!   whitespace or `AND`), `maxResults` (0 to 500; 0 means 500) and `pageToken`;
+//!   whitespace or `AND`), parsed as strictly as the documented grammar (AIP-160 text fields, so
+//!   `labels.orca-pool` is a label key with a hyphen; anything outside it answers 400), `maxResults` (0 to 500; 0 means 500) and `pageToken`;
 //!   `instances.aggregatedList` and `machineTypes.aggregatedList` answer `items` keyed by
 //!   `zones/<zone>` for every zone of the project ([`ZONES`]), a zone without results on the page
 //!   carrying the warning `NO_RESULTS_ON_PAGE` with `data: [{key: scope}]`;
@@ -34,7 +38,20 @@
 //!   type"), while `setMachineType` itself, on a stopped instance, does not;
 //! - the boot disk as its own resource, named by `initializeParams.diskName` (or the instance),
 //!   deleted with the instance when `autoDelete`, refused while attached
-//!   (`resourceInUseByAnotherResource`); a disk of the boot disk's name makes the insert a 409;
+//!   (`resourceInUseByAnotherResource`); "if a disk with the same name already exists", "the
+//!   existing disk is attached to the new instance and the new disk is not created" (deleted with
+//!   it when `autoDelete`), and one in use by an instance makes the insert a 400
+//!   `resourceInUseByAnotherResource`;
+//! - the boot disk's type: `initializeParams.diskType`, or by default the series' ("the default
+//!   disk type depends on the instance's machine series": `pd-standard` for first- and
+//!   second-generation series, `pd-balanced` for C3, C3D and M3, `hyperdisk-balanced` for "all
+//!   fourth-generation types like C4, N4, M4"); a persistent disk (`pd-*`) on a fourth-generation
+//!   series (C4, C4A, N4: Hyperdisk only), and Hyperdisk on E2, T2A or N1, answer 400;
+//! - OS Login: with the project's metadata `enable-oslogin=TRUE` ([`FakeGce::set_project_os_login`])
+//!   the guest ignores an instance's `ssh-keys` unless the instance's own `enable-oslogin` is
+//!   `FALSE` ([`FakeGce::ssh_keys_honoured`]); with the organisation policy
+//!   `constraints/compute.requireOsLogin` enforced ([`FakeGce::require_os_login`]) an insert that
+//!   sets it `FALSE` answers 412 `conditionNotMet` naming the constraint;
 //! - a custom-mode network needs `subnetwork`, in the instance's region, existing
 //!   ([`FakeGce::put_subnet`]); an auto-mode network (`default`) picks its own subnet.
 //!
@@ -82,6 +99,7 @@ mod answers;
 mod disks;
 mod filter;
 mod firewalls;
+mod insert;
 mod instances;
 mod oauth;
 mod operations;
@@ -106,6 +124,7 @@ use answers::*;
 use disks::*;
 use filter::Filter;
 use firewalls::*;
+use insert::*;
 use instances::*;
 use oauth::*;
 use operations::*;
@@ -167,6 +186,8 @@ pub const MACHINE_TYPES: &[(&str, &str, u32, u32)] = &[
     ("t2a-standard-1", "ARM64", 1, 4096),
     ("t2a-standard-2", "ARM64", 2, 8192),
     ("c4a-standard-1", "ARM64", 1, 4096),
+    ("c4-standard-2", "X86_64", 2, 7680),
+    ("n4-standard-2", "X86_64", 2, 8192),
 ];
 
 /// The image families in [`IMAGE_PROJECT`]: family, image name, architecture.
@@ -185,8 +206,11 @@ pub const IMAGES: &[(&str, &str, &str)] = &[
 
 type Shared = Arc<Mutex<World>>;
 
+/// The world, with every operation whose time is up ended.
 fn lock(s: &Shared) -> MutexGuard<'_, World> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
+    let mut world = s.lock().unwrap_or_else(|p| p.into_inner());
+    world.settle();
+    world
 }
 
 /// A running fake Compute Engine API; stops when dropped.
@@ -201,10 +225,7 @@ impl FakeGce {
     /// [`NETWORK`] (custom mode, subnet [`SUBNET`]), and the firewall rules [`SSH_RULE`] and
     /// `default-allow-ssh`.
     pub async fn start() -> std::io::Result<FakeGce> {
-        let state: Shared = Arc::new(Mutex::new(World {
-            op_steps: 2,
-            ..World::default()
-        }));
+        let state: Shared = Arc::new(Mutex::new(World::default()));
         let control = Arc::new(Control::default());
         let api = Router::new()
             .route(
@@ -384,10 +405,12 @@ impl FakeGce {
         lock(&self.state).fail_next = Some((code.to_string(), message.to_string()));
     }
 
-    /// How many `operations.get` calls an operation takes to be `DONE` (default 2: `PENDING`, then
-    /// `RUNNING`, then `DONE`; 0: done at once). `wait` always finishes it.
-    pub fn set_operation_steps(&self, steps: u32) {
-        lock(&self.state).op_steps = steps;
+    /// How long operations started from now on last, on tokio's clock (default zero: an operation
+    /// is `PENDING` in the answer that starts it and `DONE` at the next request). Meanwhile `get`
+    /// shows it `RUNNING`, `wait` answers when it ends, and the instance it changes answers other
+    /// changes with `resourceNotReady`, as Compute Engine does while an operation holds a resource.
+    pub fn set_operation_time(&self, time: Duration) {
+        lock(&self.state).op_time = time;
     }
 
     /// The next `times` `operations.wait` calls answer at once with the operation as it is, neither
@@ -395,6 +418,34 @@ impl FakeGce {
     /// prepared to retry if the operation is not `DONE`").
     pub fn answer_waits_early(&self, times: u32) {
         lock(&self.state).early_waits = times;
+    }
+
+    /// Sets the project's metadata `enable-oslogin` to `TRUE` (or removes it): OS Login then applies
+    /// to every instance that does not turn it off in its own metadata, and the guest ignores its
+    /// `ssh-keys` ([`FakeGce::ssh_keys_honoured`]).
+    pub fn set_project_os_login(&self, on: bool) {
+        lock(&self.state).project_os_login = on;
+    }
+
+    /// Enforces (or lifts) the organisation policy `constraints/compute.requireOsLogin` on the
+    /// project: OS Login applies to every instance, and an insert that sets `enable-oslogin` to
+    /// `FALSE` is refused with 412 `conditionNotMet` naming the constraint.
+    pub fn require_os_login(&self, on: bool) {
+        lock(&self.state).os_login_required = on;
+    }
+
+    /// Whether the guest of instance `name` takes the keys of its metadata `ssh-keys`: it has some,
+    /// and OS Login is off for it (OS Login ignores `ssh-keys`; an instance's own `enable-oslogin`
+    /// beats the project's, unless the organisation policy requires OS Login).
+    pub fn ssh_keys_honoured(&self, zone: &str, name: &str) -> bool {
+        let s = lock(&self.state);
+        let Some(vm) = s.instances.get(&(zone.to_string(), name.to_string())) else {
+            return false;
+        };
+        let has_keys = metadata_item(vm, "ssh-keys").is_some_and(|k| !k.is_empty());
+        let own = metadata_item(vm, "enable-oslogin").map(|v| v.eq_ignore_ascii_case("true"));
+        let os_login = s.os_login_required || own.unwrap_or(s.project_os_login);
+        has_keys && !os_login
     }
 
     /// The stored instance `name` in `zone`, as the API shows it.
@@ -423,6 +474,14 @@ impl FakeGce {
             .filter(|(z, _)| z == zone)
             .map(|(_, n)| n.clone())
             .collect()
+    }
+
+    /// The stored disk `name` in `zone`, as the API shows it.
+    pub fn disk(&self, zone: &str, name: &str) -> Option<Value> {
+        lock(&self.state)
+            .disks
+            .get(&(zone.to_string(), name.to_string()))
+            .cloned()
     }
 
     /// The body of every accepted `instances.insert` (de-duplicated repeats excluded), in order.
@@ -708,6 +767,8 @@ mod tests {
                 .json(&vm)
                 .send()
         };
+        // Operations last a while: read meanwhile they are running, the instance is held.
+        fake.set_operation_time(Duration::from_secs(3));
         let op: Value = insert().await.unwrap().json().await.unwrap();
         assert_eq!(op["status"], "PENDING");
         let again: Value = insert().await.unwrap().json().await.unwrap();
@@ -716,21 +777,34 @@ mod tests {
             "the same requestId answers the same operation"
         );
         assert_eq!(fake.insert_bodies().len(), 1);
-        let op_url = api(&format!(
-            "zones/{ZONE}/operations/{}",
-            op["name"].as_str().unwrap()
-        ));
-        let get = || http.get(&op_url).bearer_auth(&token).send();
-        let s1: Value = get().await.unwrap().json().await.unwrap();
+        let op_name = op["name"].as_str().unwrap();
+        let op_url = api(&format!("zones/{ZONE}/operations/{op_name}"));
+        let (_, s1) = call(&http, &token, reqwest::Method::GET, op_url.clone(), None).await;
         assert_eq!(s1["status"], "RUNNING");
         assert_eq!(
             fake.instance(ZONE, "vm-1").unwrap()["status"],
             "PROVISIONING"
         );
-        let s2: Value = get().await.unwrap().json().await.unwrap();
+        let r = http
+            .post(api(&format!("zones/{ZONE}/instances/vm-1/stop")))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400);
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["errors"][0]["reason"], "resourceNotReady");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(op_name),
+            "{body}"
+        );
+        // `wait` answers when the operation ends.
+        let wait = format!("{op_url}/wait");
+        let (_, s2) = call(&http, &token, reqwest::Method::POST, wait, None).await;
         assert_eq!(s2["status"], "DONE");
         assert_eq!(fake.instance(ZONE, "vm-1").unwrap()["status"], "RUNNING");
         assert_eq!(fake.disk_names(ZONE), ["vm-1"]);
+        fake.set_operation_time(Duration::ZERO);
 
         // A new request id for the same name: 409 in the real shape.
         let r = http
@@ -830,7 +904,6 @@ mod tests {
     #[tokio::test]
     async fn aggregated_lists_times_subnets_and_late_visibility_have_the_real_shape() {
         let fake = FakeGce::start().await.unwrap();
-        fake.set_operation_steps(0);
         let http = reqwest::Client::new();
         let token = token_for(&fake, &http).await;
         let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
@@ -946,5 +1019,60 @@ mod tests {
             get(api(&format!("zones/{ZONE}/instances/late"))).await.0,
             200
         );
+    }
+
+    #[tokio::test]
+    async fn boot_disk_types_follow_the_machine_series() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+        let insert = |name: &str, mt: &str, disk_type: Option<&str>| {
+            let mut body = insert_body(name, ZONE, Some(SUBNET));
+            body["machineType"] = json!(format!("zones/{ZONE}/machineTypes/{mt}"));
+            if let Some(t) = disk_type {
+                body["disks"][0]["initializeParams"]["diskType"] =
+                    json!(format!("zones/{ZONE}/diskTypes/{t}"));
+            }
+            let (http, token, url) = (&http, &token, api(&format!("zones/{ZONE}/instances")));
+            async move { call(http, token, reqwest::Method::POST, url, Some(body)).await }
+        };
+        let disk_type = |name: &str| {
+            let d = fake.disk(ZONE, name).unwrap();
+            d["type"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        // Defaults by series.
+        assert_eq!(insert("a", "e2-small", None).await.0, 200);
+        assert_eq!(disk_type("a"), "pd-standard");
+        assert_eq!(insert("b", "c4-standard-2", None).await.0, 200);
+        assert_eq!(disk_type("b"), "hyperdisk-balanced");
+        // Asked for, where the series takes it.
+        assert_eq!(insert("c", "e2-small", Some("pd-balanced")).await.0, 200);
+        assert_eq!(disk_type("c"), "pd-balanced");
+        assert_eq!(
+            insert("d", "n4-standard-2", Some("hyperdisk-balanced"))
+                .await
+                .0,
+            200
+        );
+        // Refused where it does not.
+        for (mt, t) in [
+            ("c4-standard-2", "pd-balanced"),
+            ("n4-standard-2", "pd-standard"),
+            ("e2-small", "hyperdisk-balanced"),
+        ] {
+            let (status, body) = insert("e", mt, Some(t)).await;
+            assert_eq!(status, 400, "{mt} {t}");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(t),
+                "{body}"
+            );
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use orca_machines::kit::{self, Attempts, Polled};
+use orca_machines::kit::{self, transport_error, Attempts, Polled, Proxy, Timeouts};
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -15,6 +15,9 @@ use serde_json::Value;
 
 use crate::model::{last_segment, List, Operation, OperationError};
 use crate::provider::KIND;
+
+/// The longest wait for a connection, unless `ORCA_CONNECT_TIMEOUT` says otherwise.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The OAuth scope the driver asks for.
 pub(crate) const SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -81,14 +84,16 @@ impl Client {
         config: &crate::Config,
         tokens: Arc<dyn gcp_auth::TokenProvider>,
     ) -> Result<Client> {
-        // Timeouts are set per request (an operation `wait` answers after up to two minutes).
-        let http = kit::http_client(
-            KIND,
-            &config.endpoint,
-            &config.client,
-            Duration::from_secs(10),
+        // Timeouts are set per request (an operation `wait` answers after up to two minutes), so the
+        // client has none of its own, whatever ORCA_REQUEST_TIMEOUT says (that is `request_timeout`).
+        let timeouts = Timeouts::resolve(
             None,
-        )?;
+            None,
+            &config.client,
+            Timeouts::new(CONNECT_TIMEOUT, None),
+        );
+        let timeouts = Timeouts::new(timeouts.connect, None);
+        let http = kit::http_client_with(KIND, timeouts, Proxy::for_endpoint(&config.endpoint))?;
         Ok(Client {
             http,
             base: config.endpoint.clone(),
@@ -320,18 +325,6 @@ impl Client {
     }
 }
 
-/// A request that never got a complete answer: passing, and for a create ambiguous.
-fn transport_error(e: reqwest::Error) -> Error {
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else {
-        "connection failed"
-    };
-    Error::transient(what).with_source(e.without_url())
-}
-
 /// Compute Engine's error body: `{"error": {"code", "message", "status", "errors": [{"reason",
 /// "domain", "message"}], "details": [...]}}`. The code is the first `errors[].reason`, else the
 /// `reason` of an `ErrorInfo` detail, else the `status`.
@@ -409,9 +402,15 @@ pub(crate) fn map_error(
         | "RESOURCE_EXHAUSTED" => Error::throttled(retry_after, m),
         "notFound" | "RESOURCE_NOT_FOUND" | "NOT_FOUND" => Error::not_found(m),
         "alreadyExists" | "RESOURCE_ALREADY_EXISTS" | "ALREADY_EXISTS" => Error::already_exists(m),
-        "resourceNotReady" | "RESOURCE_NOT_READY" | "INTERNAL_ERROR" | "internalError"
-        | "backendError" | "UNAVAILABLE" => Error::transient(m),
+        // Another operation holds the resource: it is free again when that operation ends.
+        "resourceNotReady" | "RESOURCE_NOT_READY" => Error::busy(m),
+        "INTERNAL_ERROR" | "internalError" | "backendError" | "UNAVAILABLE" => Error::transient(m),
         "forbidden" | "insufficientPermissions" | "PERMISSION_DENIED" | "accessNotConfigured" => {
+            Error::permission_denied(m)
+        }
+        // An organisation policy's constraint ("Constraint constraints/... violated"): refused
+        // for as long as the policy stands, which only an administrator changes.
+        "conditionNotMet" | "CONDITION_NOT_MET" if message.contains("constraints/") => {
             Error::permission_denied(m)
         }
         "required" | "authError" | "UNAUTHENTICATED" if status == 401 => Error::unauthenticated(m),
@@ -463,8 +462,17 @@ mod tests {
         assert_eq!(k(401, "required"), ErrorKind::Unauthenticated);
         assert_eq!(k(403, "forbidden"), ErrorKind::PermissionDenied);
         assert_eq!(k(500, "backendError"), ErrorKind::Transient);
+        assert_eq!(k(400, "resourceNotReady"), ErrorKind::Busy);
         assert_eq!(k(400, "invalid"), ErrorKind::Other);
         assert_eq!(k(412, "conditionNotMet"), ErrorKind::Other);
+        let policy = map_error(
+            412,
+            "conditionNotMet",
+            "Constraint constraints/compute.requireOsLogin violated for project p.",
+            None,
+        );
+        assert_eq!(policy.kind(), ErrorKind::PermissionDenied);
+        assert_eq!(policy.code(), Some("conditionNotMet"));
         let e = map_error(
             412,
             "conditionNotMet",

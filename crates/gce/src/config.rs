@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use orca_machines::kit::ClientOptions;
+use orca_machines::kit::{ClientOptions, Timeouts};
 use orca_machines::settings::{parse_bool, parse_duration, Problems};
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
@@ -32,6 +32,13 @@ pub const DEFAULT_PAGE_SIZE: u32 = 500;
 /// The login user the SSH keys of a spec are given to (metadata `ssh-keys`, `<user>:<key>` lines)
 /// unless [`ConfigKey::SshUser`] says otherwise.
 pub const DEFAULT_SSH_USER: &str = "orca";
+/// The timeout of one request (an operation `wait` gets two and a half minutes).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// The driver's own timeouts: 10 s to connect, [`DEFAULT_REQUEST_TIMEOUT`] for a request.
+const DEFAULT_TIMEOUTS: Timeouts =
+    Timeouts::new(Duration::from_secs(10), Some(DEFAULT_REQUEST_TIMEOUT));
+/// The longest the driver follows one operation, and waits for a resource another operation holds.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long the driver keeps reading a machine that may be a fresh one before it believes "not found"
 /// (see [`Config::visibility_window`]).
 pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(10);
@@ -241,15 +248,15 @@ impl Config {
         ConfigBuilder::default()
     }
 
-    /// Settings from the `ORCA_GCE_*` environment variables ([`ConfigKey`]).
+    /// Settings from the `ORCA_GCE_*` environment variables ([`ConfigKey`]) and the client keys.
     pub fn from_env() -> Result<Config> {
-        Config::from_settings(&Settings::from_env_keys::<ConfigKey>())
+        ConfigBuilder::from_env().build()
     }
 
     /// Settings from `settings`, keyed by [`ConfigKey`] names. An unknown key, a missing one and a
     /// wrong value are named all at once, in one [`InvalidSettings`](orca_machines::Error::InvalidSettings).
     pub fn from_settings(settings: &Settings) -> Result<Config> {
-        build(settings, Vec::new())
+        ConfigBuilder::from_settings(settings).build()
     }
 
     /// The region of `zone` (`europe-west1-b` -> `europe-west1`).
@@ -262,11 +269,17 @@ const CREDENTIALS: &str = "credentials";
 
 /// Reads and checks every setting, collecting every problem. `extra` holds credential sources given
 /// in code (named `credentials` when at fault).
-fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
+/// `client` holds client options given in code, which replace the settings' client keys.
+fn read_settings(
+    settings: &Settings,
+    extra: Vec<Credentials>,
+    client: Option<ClientOptions>,
+) -> Result<Config> {
     use ConfigKey as K;
     let mut p = Problems::new();
     p.unknown_keys::<ConfigKey>(settings);
-    let client = ClientOptions::from_settings(settings, &mut p);
+    let from_keys = ClientOptions::from_settings(settings, &mut p);
+    let client = client.unwrap_or(from_keys);
     let text = |k: K| settings.get(k.as_str()).map(str::trim);
     let project = p.require(settings, K::Project.as_str()).map(str::trim);
     if project.is_some_and(|v| !valid_project(v)) {
@@ -304,77 +317,7 @@ fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
         }
     }
 
-    // Credentials: exactly one source.
-    let file = text(K::CredentialsFile);
-    let b64 = settings.get(K::CredentialsBase64.as_str());
-    let adc = p.parse(
-        settings,
-        K::ApplicationDefaultCredentials.as_str(),
-        "true or false",
-        parse_bool,
-    );
-    let mut given: Vec<String> = Vec::new();
-    if file.is_some() {
-        given.push(K::CredentialsFile.as_str().into());
-    }
-    if b64.is_some() {
-        given.push(K::CredentialsBase64.as_str().into());
-    }
-    if adc == Some(true) {
-        given.push(K::ApplicationDefaultCredentials.as_str().into());
-    }
-    given.extend(extra.iter().map(|_| CREDENTIALS.to_string()));
-    let mut credentials = None;
-    let source_key = given.first().cloned().unwrap_or_default();
-    match given.len() {
-        0 if settings
-            .get(K::ApplicationDefaultCredentials.as_str())
-            .is_none()
-            || adc.is_some() =>
-        {
-            p.missing(format!(
-                "{} or {} (or {}=true)",
-                K::CredentialsFile,
-                K::CredentialsBase64,
-                K::ApplicationDefaultCredentials
-            ));
-        }
-        0 => {}
-        1 => {
-            credentials = if let Some(c) = extra.into_iter().next() {
-                Some(c)
-            } else if let Some(f) = file {
-                Some(Credentials::ServiceAccountFile(PathBuf::from(f)))
-            } else if let Some(b) = b64 {
-                match decode_key(b) {
-                    Ok(c) => Some(c),
-                    Err(why) => {
-                        p.invalid(K::CredentialsBase64.as_str(), why);
-                        None
-                    }
-                }
-            } else {
-                Some(Credentials::ApplicationDefault)
-            };
-        }
-        _ => {
-            given.dedup();
-            for k in &given {
-                p.invalid(
-                    k.clone(),
-                    format!(
-                        "exactly one credential source may be set, got {}",
-                        given.join(", ")
-                    ),
-                );
-            }
-        }
-    }
-    if let Some(Credentials::ServiceAccountJson(j)) = &credentials {
-        if let Err(why) = check_service_account_json(j.expose_secret()) {
-            p.invalid(source_key, why);
-        }
-    }
+    let credentials = read_credentials(settings, extra, &mut p);
 
     let endpoint = text(K::Endpoint)
         .unwrap_or(DEFAULT_ENDPOINT)
@@ -464,13 +407,100 @@ fn build(settings: &Settings, extra: Vec<Credentials>) -> Result<Config> {
         public_ip,
         ssh_user,
         image_project,
-        retry: client.retry_policy(RetryPolicy::default()),
-        operation_timeout: Duration::from_secs(600),
+        // A resource another operation holds is waited for as long as an operation may last.
+        retry: client
+            .retry_policy(RetryPolicy::default())
+            .with_busy_wait(DEFAULT_OPERATION_TIMEOUT),
+        operation_timeout: DEFAULT_OPERATION_TIMEOUT,
         poll_interval: client.poll_interval_or(Duration::from_millis(250)),
-        request_timeout: client.request_timeout.unwrap_or(Duration::from_secs(60)),
+        request_timeout: Timeouts::resolve(None, None, &client, DEFAULT_TIMEOUTS)
+            .request
+            .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
         visibility_window: DEFAULT_VISIBILITY_WINDOW,
         client,
     })
+}
+
+/// The one credential source of `settings` and `extra` (sources given in code), every problem
+/// recorded in `p`.
+fn read_credentials(
+    settings: &Settings,
+    extra: Vec<Credentials>,
+    p: &mut Problems,
+) -> Option<Credentials> {
+    use ConfigKey as K;
+    let text = |k: K| settings.get(k.as_str()).map(str::trim);
+    let file = text(K::CredentialsFile);
+    let b64 = settings.get(K::CredentialsBase64.as_str());
+    let adc = p.parse(
+        settings,
+        K::ApplicationDefaultCredentials.as_str(),
+        "true or false",
+        parse_bool,
+    );
+    let mut given: Vec<String> = Vec::new();
+    if file.is_some() {
+        given.push(K::CredentialsFile.as_str().into());
+    }
+    if b64.is_some() {
+        given.push(K::CredentialsBase64.as_str().into());
+    }
+    if adc == Some(true) {
+        given.push(K::ApplicationDefaultCredentials.as_str().into());
+    }
+    given.extend(extra.iter().map(|_| CREDENTIALS.to_string()));
+    let mut credentials = None;
+    let source_key = given.first().cloned().unwrap_or_default();
+    match given.len() {
+        0 if settings
+            .get(K::ApplicationDefaultCredentials.as_str())
+            .is_none()
+            || adc.is_some() =>
+        {
+            p.missing(format!(
+                "{} or {} (or {}=true)",
+                K::CredentialsFile,
+                K::CredentialsBase64,
+                K::ApplicationDefaultCredentials
+            ));
+        }
+        0 => {}
+        1 => {
+            credentials = if let Some(c) = extra.into_iter().next() {
+                Some(c)
+            } else if let Some(f) = file {
+                Some(Credentials::ServiceAccountFile(PathBuf::from(f)))
+            } else if let Some(b) = b64 {
+                match decode_key(b) {
+                    Ok(c) => Some(c),
+                    Err(why) => {
+                        p.invalid(K::CredentialsBase64.as_str(), why);
+                        None
+                    }
+                }
+            } else {
+                Some(Credentials::ApplicationDefault)
+            };
+        }
+        _ => {
+            given.dedup();
+            for k in &given {
+                p.invalid(
+                    k.clone(),
+                    format!(
+                        "exactly one credential source may be set, got {}",
+                        given.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(Credentials::ServiceAccountJson(j)) = &credentials {
+        if let Err(why) = check_service_account_json(j.expose_secret()) {
+            p.invalid(source_key, why);
+        }
+    }
+    credentials
 }
 
 /// A base64 service account key (standard or URL-safe alphabet), never echoed.
@@ -497,6 +527,8 @@ pub struct ConfigBuilder {
     poll_interval: Option<Duration>,
     request_timeout: Option<Duration>,
     visibility_window: Option<Duration>,
+    /// Client options given in code: they replace the client keys of the settings.
+    client: Option<ClientOptions>,
 }
 
 impl std::fmt::Debug for ConfigBuilder {
@@ -509,6 +541,29 @@ impl std::fmt::Debug for ConfigBuilder {
 }
 
 impl ConfigBuilder {
+    /// A builder holding this process's environment settings (see [`Config::from_env`]), to adjust
+    /// before [`build`](Self::build).
+    pub fn from_env() -> ConfigBuilder {
+        Self::from_settings(&Settings::from_env_keys::<ConfigKey>())
+    }
+
+    /// A builder holding `settings` (see [`Config::from_settings`]), to adjust before
+    /// [`build`](Self::build); unknown keys are refused by `build`, every problem named at once.
+    pub fn from_settings(settings: &Settings) -> ConfigBuilder {
+        ConfigBuilder {
+            settings: settings.clone(),
+            ..ConfigBuilder::default()
+        }
+    }
+
+    /// The client settings every driver takes (timeouts, poll interval, retry budget), as the
+    /// `ORCA_*` client keys set them. A value given to this builder's own methods (`retry`,
+    /// `poll_interval`, `request_timeout`) wins over these; they win over the defaults.
+    pub fn client_options(mut self, options: ClientOptions) -> Self {
+        self.client = Some(options);
+        self
+    }
+
     /// Sets `key` to `value`, as a [`Settings`] entry would.
     pub fn with_config(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
         self.settings.insert(key.as_str(), value);
@@ -593,7 +648,8 @@ impl ConfigBuilder {
         self.credentials(Credentials::ApplicationDefault)
     }
 
-    /// The retry policy (default [`RetryPolicy::default`]).
+    /// The retry policy (default [`RetryPolicy::default`], waiting for a resource another operation
+    /// holds as long as the operation timeout).
     pub fn retry(mut self, r: RetryPolicy) -> Self {
         self.retry = Some(r);
         self
@@ -623,12 +679,15 @@ impl ConfigBuilder {
 
     /// The settings, or one error naming every missing or invalid one.
     pub fn build(self) -> Result<Config> {
-        let mut c = build(&self.settings, self.credentials)?;
+        let mut c = read_settings(&self.settings, self.credentials, self.client)?;
         if let Some(r) = self.retry {
             c.retry = r;
         }
         if let Some(d) = self.operation_timeout {
             c.operation_timeout = d;
+            if self.retry.is_none() {
+                c.retry.busy_wait = d;
+            }
         }
         if let Some(d) = self.poll_interval {
             if d.is_zero() {
@@ -639,9 +698,9 @@ impl ConfigBuilder {
             }
             c.poll_interval = d;
         }
-        if let Some(d) = self.request_timeout {
-            c.request_timeout = d;
-        }
+        // The builder's value beats ORCA_REQUEST_TIMEOUT, which beats the default.
+        let resolved = Timeouts::resolve(None, self.request_timeout, &c.client, DEFAULT_TIMEOUTS);
+        c.request_timeout = resolved.request.unwrap_or(DEFAULT_REQUEST_TIMEOUT);
         if let Some(d) = self.visibility_window {
             c.visibility_window = d;
         }
@@ -912,6 +971,25 @@ mod tests {
             "{t}"
         );
         assert_eq!(keys_of(&e), ["credentials"]);
+    }
+
+    #[test]
+    fn the_builder_beats_the_request_timeout_key_which_beats_the_default() {
+        let mut s = settings(&BASE);
+        assert_eq!(
+            Config::from_settings(&s).unwrap().request_timeout,
+            DEFAULT_REQUEST_TIMEOUT
+        );
+        s.insert("ORCA_REQUEST_TIMEOUT", "20s");
+        assert_eq!(
+            Config::from_settings(&s).unwrap().request_timeout,
+            Duration::from_secs(20)
+        );
+        let c = ConfigBuilder::from_settings(&s)
+            .request_timeout(Duration::from_secs(7))
+            .build()
+            .unwrap();
+        assert_eq!(c.request_timeout, Duration::from_secs(7));
     }
 
     #[test]

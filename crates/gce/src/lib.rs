@@ -8,8 +8,9 @@
 //!
 //! - `create` is one `instances.insert` in the spec's zone, on the configured network and the
 //!   region's subnet, carrying the machine type, the Ubuntu 24.04 LTS image family of the type's
-//!   architecture (or the spec's image), the boot disk (size, `autoDelete`), network tags, user data
-//!   (metadata `user-data`), SSH keys (metadata `ssh-keys`), the labels `orca=pool`, `orca-pool`,
+//!   architecture (or the spec's image), the boot disk (a name of this create's own, `hyperdisk-balanced`
+//!   or `pd-balanced` by series, size, `autoDelete`), network tags, user data (metadata
+//!   `user-data`), SSH keys (metadata `ssh-keys`, with OS Login off: `enable-oslogin=FALSE`), the labels `orca=pool`, `orca-pool`,
 //!   `orca-owner` and the spec's own, an optional `scheduling.maxRunDuration` with termination action
 //!   `STOP`, and one `requestId` for the call's retries. It follows the zone operation to its end and
 //!   answers once the instance reads back. A 409 adopts this owner's instance of that name, pool and
@@ -17,7 +18,7 @@
 //!   `_WITH_DETAILS`) is [`orca_machines::Created::NoStock`]; a failed operation removes the instance
 //!   and the boot disk it made.
 //! - `machines(pool)` is one paged `instances.list` (single zone) or `instances.aggregatedList`
-//!   (every zone) filtered by labels.
+//!   (every zone) filtered by labels; `machine_named(pool, name)` the same filtered on the name too.
 //! - A machine id is `<zone>:<name>`; a bare name means an instance of the configured zone.
 //! - Facts: `created_at`, `started_at`, `stopped_at` (`creationTimestamp`, `lastStartTimestamp`,
 //!   `lastStopTimestamp`), `private_address` (`networkIP`), `fqdn` (the zonal internal DNS name

@@ -36,6 +36,9 @@ use crate::model::{
 /// The driver kind.
 pub(crate) const KIND: &str = "gce";
 
+/// The organisation policy that requires OS Login, under which an instance's `ssh-keys` cannot work.
+const OS_LOGIN_POLICY: &str = "constraints/compute.requireOsLogin";
+
 /// Machines on Compute Engine, in one project, as one owner's. Cheap to clone.
 #[derive(Clone)]
 pub struct GceProvider {
@@ -49,7 +52,7 @@ struct Inner {
     arch_cache: Mutex<HashMap<String, Arch>>,
     /// Ids this provider made lately, which Compute Engine may not show yet: a "not found" for one
     /// of them is read again, within [`Config::visibility_window`] of its making.
-    recent: Mutex<HashMap<String, Instant>>,
+    recent: kit::Recent,
 }
 
 impl std::fmt::Debug for GceProvider {
@@ -141,6 +144,31 @@ fn check_instance_name(field: &str, name: &str) -> Result<()> {
     }
 }
 
+/// The boot disk's name for one create of instance `name`: the name (cut to leave room) and 8
+/// random hex digits. Compute Engine attaches an existing disk of the boot disk's name instead of
+/// making one, so the name must be this create's alone: a disk left by another tool, or kept from an
+/// earlier machine of that name, is never attached. The call's own retries send the same body.
+fn boot_disk_name(name: &str) -> String {
+    let stem = name.get(..54).unwrap_or(name).trim_end_matches('-');
+    let tail = uuid::Uuid::new_v4().simple().to_string();
+    format!("{stem}-{}", &tail[..8])
+}
+
+/// The boot disk type for `machine_type`: `hyperdisk-balanced` on the series whose default it is
+/// (the reference: "other third-generation machine series like A3, H3, Z3, all fourth-generation
+/// types like C4, N4, M4, and newer machine series"), which include the series that take no
+/// persistent disk at all (C4, C4A, C4D, N4, M4, ...); `pd-balanced` elsewhere, which every earlier
+/// series takes (their own default, `pd-standard`, is the slowest disk).
+fn boot_disk_type(machine_type: &str) -> &'static str {
+    let series = machine_type.split('-').next().unwrap_or(machine_type);
+    let generation = series.chars().find_map(|c| c.to_digit(10)).unwrap_or(0);
+    if generation >= 4 || matches!(series, "a3" | "h3" | "z3") {
+        "hyperdisk-balanced"
+    } else {
+        "pd-balanced"
+    }
+}
+
 /// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
 fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
     target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
@@ -175,13 +203,14 @@ impl GceProvider {
             Credentials::Provider(p) => p.clone(),
         };
         let client = Client::new(&config, tokens)?;
+        let recent = kit::Recent::new(config.visibility_window);
         Ok(GceProvider {
             inner: Arc::new(Inner {
                 config,
                 client,
                 owner: owner.to_string(),
                 arch_cache: Mutex::new(HashMap::new()),
-                recent: Mutex::new(HashMap::new()),
+                recent,
             }),
         })
     }
@@ -236,53 +265,25 @@ impl GceProvider {
         self.client().get_opt("instances.get", &path).await
     }
 
-    fn remember(&self, id: String) {
-        let window = self.inner.config.visibility_window;
-        let mut recent = lock(&self.inner.recent);
-        recent.retain(|_, at| at.elapsed() < window);
-        recent.insert(id, Instant::now());
-    }
-
-    fn forget(&self, id: &str) {
-        lock(&self.inner.recent).remove(id);
-    }
-
-    fn made_lately(&self, id: &str) -> Option<Instant> {
-        let window = self.inner.config.visibility_window;
-        lock(&self.inner.recent)
-            .get(id)
-            .copied()
-            .filter(|at| at.elapsed() < window)
-    }
-
     /// Reads `r`; a "not found" is read again until [`Config::visibility_window`] after `since` has
     /// passed (the instance may be a fresh one that Compute Engine does not show yet).
     async fn read_fresh(&self, r: &InstanceRef, since: Instant) -> Result<Option<Instance>> {
-        let deadline = since + self.inner.config.visibility_window;
-        let mut retry = 0;
-        loop {
-            if let Some(vm) = self.get_instance(r).await? {
-                return Ok(Some(vm));
+        let until = since + self.inner.config.visibility_window;
+        let retry = &self.client().retry;
+        let pause = |n| retry.backoff(n).max(Duration::from_millis(20));
+        kit::read_until_seen(until, pause, || async {
+            let vm = self.get_instance(r).await?;
+            if vm.is_none() {
+                tracing::debug!(id = %r.id(), "not found yet");
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Ok(None);
-            }
-            let pause = self
-                .client()
-                .retry
-                .backoff(retry)
-                .max(Duration::from_millis(20))
-                .min(deadline - now);
-            tracing::debug!(id = %r.id(), "not found yet; reading again");
-            tokio::time::sleep(pause).await;
-            retry += 1;
-        }
+            Ok(vm)
+        })
+        .await
     }
 
     /// Reads `r`, believing "not found" at once unless this provider made it lately.
     async fn read(&self, r: &InstanceRef) -> Result<Option<Instance>> {
-        match self.made_lately(&r.id()) {
+        match self.inner.recent.made_at(r.id().as_str()) {
             Some(since) => self.read_fresh(r, since).await,
             None => self.get_instance(r).await,
         }
@@ -412,7 +413,13 @@ impl GceProvider {
     }
 
     /// The body of the `instances.insert` that makes `spec` in `zone`.
-    fn insert_body(&self, spec: &MachineSpec, zone: &str, arch: &Arch) -> Result<Value> {
+    fn insert_body(
+        &self,
+        spec: &MachineSpec,
+        zone: &str,
+        arch: &Arch,
+        boot_disk: &str,
+    ) -> Result<Value> {
         let cfg = &self.inner.config;
         let region = Config::region_of(zone);
         let subnet = cfg.subnet.for_region(region).ok_or_else(|| {
@@ -480,7 +487,8 @@ impl GceProvider {
                 "autoDelete": true,
                 "type": "PERSISTENT",
                 "initializeParams": {
-                    "diskName": spec.name,
+                    "diskName": boot_disk,
+                    "diskType": format!("zones/{zone}/diskTypes/{}", boot_disk_type(&spec.machine_type)),
                     "diskSizeGb": disk_gb.to_string(),
                     "sourceImage": image,
                     "labels": ownership_labels(&spec.pool, &self.inner.owner),
@@ -502,6 +510,9 @@ impl GceProvider {
                 .map(|k| format!("{}:{}", cfg.ssh_user, k.trim()))
                 .collect();
             metadata.push(json!({"key": "ssh-keys", "value": lines.join("\n")}));
+            // OS Login (turned on for the project or by an organisation policy) ignores `ssh-keys`:
+            // the keys work only with it off for this instance.
+            metadata.push(json!({"key": "enable-oslogin", "value": "FALSE"}));
         }
         if !metadata.is_empty() {
             body["metadata"] = json!({ "items": metadata });
@@ -521,12 +532,13 @@ impl GceProvider {
         &self,
         spec: &MachineSpec,
         r: &InstanceRef,
+        boot_disk: &str,
         op: Operation,
     ) -> Result<Created> {
         let done = self.client().wait(op).await?;
         if let Some(e) = operation_error(&done) {
             let e = e.with_operation("instances.insert");
-            let left = self.clean_up(r, done.target_id.as_deref()).await;
+            let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
             return match (e, left.is_empty()) {
                 (Error::NoStock { message, .. }, true) => Ok(kit::no_stock(spec, message)),
                 (
@@ -552,7 +564,7 @@ impl GceProvider {
                 format!("instance {} was made and replaced by another since", r.id()),
             )),
             Some(vm) if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner) => {
-                self.remember(r.id());
+                self.inner.recent.note(r.id());
                 Ok(Created::Machine(to_machine(&vm, self.project())))
             }
             Some(_) => Err(Error::already_exists(format!(
@@ -567,7 +579,7 @@ impl GceProvider {
         }
     }
 
-    /// A 409 on insert: an instance or a disk of that name exists. The instance is adopted when it is
+    /// A 409 on insert: an instance of that name exists. The instance is adopted when it is
     /// this owner's, of this pool and type: made by an earlier create ([`Created::Adopted`]), or by
     /// this call's own earlier attempt whose answer was lost (`attempts` says whether one may have:
     /// [`Created::Machine`]).
@@ -578,19 +590,11 @@ impl GceProvider {
         attempts: &Attempts,
         conflict: Error,
     ) -> Result<Created> {
+        // The boot disk's name is this create's own, so the conflict is the instance: one that does
+        // not read back yet may be a fresh one.
         let vm = match self.get_instance(r).await? {
             Some(vm) => Some(vm),
-            None => {
-                // No instance: the conflict may be the boot disk, named after the instance. An
-                // unattached disk of that name lasts; an attached one means the instance exists and
-                // may not be shown yet.
-                match self.disk(&r.zone, &r.name).await? {
-                    Some(d) if d.users.is_empty() => {
-                        return Err(conflict.prefixed("the boot disk's name is taken by a disk"))
-                    }
-                    _ => self.read_fresh(r, Instant::now()).await?,
-                }
-            }
+            None => self.read_fresh(r, Instant::now()).await?,
         };
         match vm {
             Some(vm)
@@ -599,7 +603,7 @@ impl GceProvider {
             {
                 let ours = attempts.may_have_made();
                 tracing::debug!(id = %r.id(), ours, "the instance of that name is this create's");
-                self.remember(r.id());
+                self.inner.recent.note(r.id());
                 Ok(attempts.found(to_machine(&vm, self.project())))
             }
             Some(_) => Err(conflict),
@@ -613,14 +617,19 @@ impl GceProvider {
     /// Removes what a failed insert left (the instance and its boot disk, when they carry this owner's
     /// labels); answers what could not be removed. `target_id` is the incarnation the failed insert
     /// was about: an instance of that name with another id is not touched.
-    async fn clean_up(&self, r: &InstanceRef, target_id: Option<&str>) -> Vec<String> {
+    async fn clean_up(
+        &self,
+        r: &InstanceRef,
+        boot_disk: &str,
+        target_id: Option<&str>,
+    ) -> Vec<String> {
         let mut left = Vec::new();
         let mut read = self.get_instance(r).await;
         let mut disk = None;
         if let Ok(None) = read {
             // Not shown: when its boot disk is attached, the instance exists and Compute Engine does
             // not show it yet; read it again rather than leave it behind.
-            if let Ok(Some(d)) = self.disk(&r.zone, &r.name).await {
+            if let Ok(Some(d)) = self.disk(&r.zone, boot_disk).await {
                 if d.users.is_empty() {
                     disk = Some(d);
                 } else {
@@ -644,9 +653,9 @@ impl GceProvider {
                 left.push(format!("instance {} (unknown)", r.id()));
             }
         }
-        if let Err(e) = self.delete_disk_if_ours(&r.zone, &r.name, disk).await {
+        if let Err(e) = self.delete_disk_if_ours(&r.zone, boot_disk, disk).await {
             tracing::warn!(id = %r.id(), error = %e, "could not remove a failed create's disk");
-            left.push(format!("disk {}:{}", r.zone, r.name));
+            left.push(format!("disk {}:{boot_disk}", r.zone));
         }
         left
     }
@@ -705,6 +714,19 @@ impl GceProvider {
             Ok(_) | Err(Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// The listing filter of `pool`'s machines of this owner. The filter grammar has no documented
+    /// negation, so for the empty owner it holds the two pool labels, and the caller drops owned
+    /// machines.
+    fn pool_filter(&self, pool: &str) -> String {
+        let owner = &self.inner.owner;
+        let mut filter =
+            format!("(labels.{ORCA_LABEL} = \"pool\") (labels.{POOL_LABEL} = \"{pool}\")");
+        if !owner.is_empty() {
+            filter.push_str(&format!(" (labels.{OWNER_LABEL} = \"{owner}\")"));
+        }
+        filter
     }
 
     /// Every instance of the project matching `filter`: one zone's `instances.list`, or every zone's
@@ -799,9 +821,10 @@ impl Provider for GceProvider {
         let zone = self.zone_of(spec)?;
         // Every input check before the first call: the body's own checks need the architecture only
         // for the default image, so they run on a placeholder first.
-        self.insert_body(spec, zone, &Arch::Amd64)?;
+        let boot_disk = boot_disk_name(&spec.name);
+        self.insert_body(spec, zone, &Arch::Amd64, &boot_disk)?;
         let arch = self.arch_in(Some(zone), &spec.machine_type).await?;
-        let body = self.insert_body(spec, zone, &arch)?;
+        let body = self.insert_body(spec, zone, &arch, &boot_disk)?;
         let r = InstanceRef {
             zone: zone.to_string(),
             name: spec.name.clone(),
@@ -825,11 +848,18 @@ impl Provider for GceProvider {
             )
             .await;
         match answer {
-            Ok(op) => self.after_insert(spec, &r, op).await,
+            Ok(op) => self.after_insert(spec, &r, &boot_disk, op).await,
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 self.adopt(spec, &r, &attempts, e).await
             }
             Err(Error::NoStock { message, .. }) => Ok(kit::no_stock(spec, message)),
+            Err(e @ Error::PermissionDenied { .. })
+                if !spec.ssh_keys.is_empty() && e.to_string().contains(OS_LOGIN_POLICY) =>
+            {
+                Err(e.prefixed(&format!(
+                    "ssh_keys need OS Login off for the machine (metadata enable-oslogin=FALSE), which the organisation policy {OS_LOGIN_POLICY} forbids; with OS Login, grant the users roles/compute.osLogin and leave ssh_keys empty"
+                )))
+            }
             Err(e) => Err(e),
         }
     }
@@ -837,20 +867,34 @@ impl Provider for GceProvider {
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
         validate_pool(pool)?;
         let owner = &self.inner.owner;
-        // The filter grammar has no documented negation, so the empty owner filters on the two labels
-        // here and drops owned machines below.
-        let mut filter =
-            format!("(labels.{ORCA_LABEL} = \"pool\") (labels.{POOL_LABEL} = \"{pool}\")");
-        if !owner.is_empty() {
-            filter.push_str(&format!(" (labels.{OWNER_LABEL} = \"{owner}\")"));
-        }
         Ok(self
-            .list_instances(filter)
+            .list_instances(self.pool_filter(pool))
             .await?
             .iter()
             .filter(|vm| is_in_pool(&vm.labels, pool, owner))
             .map(|vm| to_machine(vm, self.project()))
             .collect())
+    }
+
+    /// One listing filtered on the pool's labels and the name: one request (in every zone, the
+    /// aggregated listing; a name is unique in its zone only, so the first made wins).
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        orca_machines::validate_name(name)?;
+        if !valid_resource_name(name) {
+            // No instance can carry it.
+            return Ok(None);
+        }
+        let owner = &self.inner.owner;
+        let filter = format!("{} (name = \"{name}\")", self.pool_filter(pool));
+        let found = self
+            .list_instances(filter)
+            .await?
+            .iter()
+            .filter(|vm| vm.name == name && is_in_pool(&vm.labels, pool, owner))
+            .map(|vm| to_machine(vm, self.project()))
+            .collect::<Vec<_>>();
+        Ok(orca_machines::provider::first_made(found))
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
@@ -865,7 +909,7 @@ impl Provider for GceProvider {
             return Ok(true);
         };
         self.delete_instance(&r).await?;
-        self.forget(&r.id());
+        self.inner.recent.forget(r.id().as_str());
         // A boot disk whose autoDelete was turned off stays; remove it when it is this owner's.
         for d in vm
             .disks
@@ -986,6 +1030,39 @@ mod tests {
             ("HIBERNATING", Status::Unknown),
         ] {
             assert_eq!(status_of(c), s, "{c}");
+        }
+    }
+
+    #[test]
+    fn boot_disks_have_names_of_their_own_that_compute_engine_takes() {
+        let a = boot_disk_name("lab-1");
+        assert!(a.starts_with("lab-1-") && a.len() == 14, "{a}");
+        assert!(a[6..].bytes().all(|b| b.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, boot_disk_name("lab-1"));
+        // A name cut where it had a hyphen does not end in two.
+        let long = format!("{}-{}", "a".repeat(53), "b".repeat(9));
+        let d = boot_disk_name(&long);
+        assert!(valid_resource_name(&d) && d.len() == 62, "{d}");
+        assert!(valid_resource_name(&boot_disk_name(&"c".repeat(63))));
+    }
+
+    #[test]
+    fn boot_disk_types_by_series() {
+        for (t, want) in [
+            ("c4-standard-8", "hyperdisk-balanced"),
+            ("c4a-standard-1", "hyperdisk-balanced"),
+            ("c4d-highmem-2", "hyperdisk-balanced"),
+            ("n4-custom-4-8192", "hyperdisk-balanced"),
+            ("m4-megamem-56", "hyperdisk-balanced"),
+            ("h3-standard-88", "hyperdisk-balanced"),
+            ("c3-standard-4", "pd-balanced"),
+            ("c3d-standard-4", "pd-balanced"),
+            ("e2-small", "pd-balanced"),
+            ("n2d-standard-2", "pd-balanced"),
+            ("t2a-standard-1", "pd-balanced"),
+            ("n1-standard-1", "pd-balanced"),
+        ] {
+            assert_eq!(boot_disk_type(t), want, "{t}");
         }
     }
 

@@ -108,6 +108,10 @@ async fn spec_options_and_settings_reach_the_insert() {
         format!("shed:{KEY_A}\nshed:{KEY_B}")
     );
     assert_eq!(
+        vm["metadata"]["items"][2],
+        json!({"key": "enable-oslogin", "value": "FALSE"})
+    );
+    assert_eq!(
         fake.insert_bodies()[1]["disks"][0]["initializeParams"]["sourceImage"],
         image
     );
@@ -552,7 +556,7 @@ async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
     );
 
     // Latency on the operation and slow operations: still followed to the end.
-    fake.set_operation_steps(5);
+    fake.set_operation_time(Duration::from_millis(100));
     fake.control().inject(Rule::new(
         None,
         "/operations/",
@@ -566,6 +570,7 @@ async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
         .machine()
         .unwrap();
     assert_eq!(m2.status, Status::Running);
+    fake.set_operation_time(Duration::ZERO);
 
     // A machine made, deleted, and made again under the same spec is made anew.
     assert!(p.delete(&m2.id).await.unwrap());
@@ -1100,26 +1105,50 @@ async fn no_room_to_start_or_resize_names_the_type_and_zone_and_a_resize_goes_ba
 }
 
 #[tokio::test]
-async fn a_disk_of_the_same_name_is_already_exists_not_a_passing_failure() {
-    // Compute Engine names the boot disk after the instance. A disk of that name left by another tool
-    // (or kept from an earlier machine) makes the insert conflict on the disk: that lasts, so it is
-    // AlreadyExists (with the cloud's code), not a transient error a caller would retry forever; and
-    // the disk is left alone.
+async fn a_disk_of_the_machine_name_is_never_attached_or_touched() {
+    // Compute Engine attaches an existing disk named as the boot disk instead of making one (and
+    // deletes it with the instance, autoDelete). A disk named after the machine, left by another tool
+    // or kept from an earlier machine, must never become the new machine's boot disk: the driver
+    // names the boot disk for this create alone, and the disk stays as it was.
     let fake = FakeGce::start().await.unwrap();
-    let p = GceProvider::new(
-        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
-        "stack-1",
-    )
-    .await
-    .unwrap();
+    let p = provider(&fake, "stack-1").await;
     fake.put_disk(ZONE, "vm-disk", json!({"team": "data"}));
-    let e = p.create(&spec("vm-disk", "e2-small")).await.unwrap_err();
-    assert!(matches!(e, Error::AlreadyExists { .. }), "{e:?}");
-    assert_eq!(e.code(), Some("alreadyExists"));
-    assert!(e.to_string().contains("disks/vm-disk"), "{e}");
-    assert!(fake.instance_names(ZONE).is_empty());
+    let m = p
+        .create(&spec("vm-disk", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let vm = fake.instance(ZONE, "vm-disk").unwrap();
+    let source = vm["disks"][0]["source"].as_str().unwrap();
+    let boot = source.rsplit('/').next().unwrap();
+    assert_ne!(boot, "vm-disk", "the foreign disk was attached");
+    assert!(
+        boot.starts_with("vm-disk-") && boot.len() == "vm-disk-".len() + 8,
+        "{boot}"
+    );
+    assert!(fake.disk_names(ZONE).contains(&"vm-disk".to_string()));
+    p.delete(&m.id).await.unwrap();
     assert_eq!(fake.disk_names(ZONE), vec!["vm-disk".to_string()]);
-    assert_eq!(fake.control().count(&Method::DELETE, "/disks/"), 0);
+
+    // Two creates of the same name never share a boot disk name; the longest name still makes a
+    // valid one.
+    let long = format!("v{}", "x".repeat(62));
+    p.create(&spec(&long, "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let vm = fake.instance(ZONE, &long).unwrap();
+    let boot = vm["disks"][0]["source"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(boot.len() <= 63 && !boot.ends_with('-'), "{boot}");
+    assert!(boot.starts_with(&long[..54]), "{boot}");
 }
 
 #[tokio::test]
@@ -1142,6 +1171,8 @@ async fn an_operations_wait_that_answers_at_once_is_not_called_in_a_tight_loop()
         .unwrap()
         .machine()
         .unwrap();
+    // The stop's operation runs far longer than the driver follows it.
+    fake.set_operation_time(Duration::from_secs(3600));
     fake.answer_waits_early(u32::MAX);
     fake.control().clear_log();
     let e = p.stop(&m.id).await.unwrap_err();
@@ -1183,4 +1214,186 @@ async fn a_create_of_a_name_taken_since_never_deletes_or_adopts_that_machine() {
         .expect("the machine made since is kept");
     assert!(vm["machineType"].as_str().unwrap().ends_with("/e2-medium"));
     assert_eq!(vm["status"], "RUNNING");
+}
+
+#[tokio::test]
+async fn a_change_of_a_machine_another_operation_holds_waits_for_that_operation() {
+    // While an operation changes an instance, Compute Engine answers other changes of it with
+    // 400 resourceNotReady for as long as that operation lasts: longer than the retries of a passing
+    // failure give it, so the driver waits for it (busy, within the policy's busy_wait).
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-busy", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.set_operation_time(Duration::from_secs(4));
+    let labels: &dyn MachineLabels = p.machine_labels().expect("labels");
+    let set = Labels::from([("shed-state".to_string(), "stopping".to_string())]);
+    let (stopped, labelled) = tokio::join!(p.stop(&m.id), async {
+        // Once the stop's operation holds the instance.
+        while fake.instance(ZONE, "vm-busy").unwrap()["status"] != "STOPPING" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        labels.set_labels(&m.id, &set, &[]).await
+    });
+    assert_eq!(stopped.unwrap().status, Status::Stopped);
+    let labelled = labelled.unwrap();
+    assert_eq!(labelled.labels["shed-state"], "stopping");
+    assert!(
+        fake.control().count(&Method::POST, "/setLabels") >= 2,
+        "the first setLabels met the running stop"
+    );
+    // The answer itself is Busy, with the cloud's code, when the policy does not wait. (The
+    // operations last long enough for the second call to meet them on a loaded machine.)
+    fake.set_operation_time(Duration::from_secs(4));
+    let q = GceProvider::new(
+        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let (started, refused) = tokio::join!(p.start(&m.id), async {
+        while fake.instance(ZONE, "vm-busy").unwrap()["status"] != "STAGING" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        q.stop(&m.id).await
+    });
+    started.unwrap();
+    let e = refused.unwrap_err();
+    assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+    assert_eq!(e.code(), Some("resourceNotReady"));
+}
+
+#[tokio::test]
+async fn ssh_keys_turn_os_login_off_and_a_policy_requiring_it_refuses_the_create() {
+    // OS Login ignores an instance's ssh-keys. A project may turn it on in its metadata: a machine
+    // with keys turns it off for itself. An organisation policy may require it: then such a machine
+    // cannot be made, and the create says why, naming the policy; nothing is made.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.set_project_os_login(true);
+    p.create(&spec("vm-keys", "e2-small").with_ssh_key(KEY_A))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert!(fake.ssh_keys_honoured(ZONE, "vm-keys"));
+    // Without keys the project's choice stands.
+    p.create(&spec("vm-plain", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let vm = fake.instance(ZONE, "vm-plain").unwrap();
+    assert_eq!(vm["metadata"]["items"].as_array().unwrap().len(), 1, "{vm}");
+
+    fake.require_os_login(true);
+    let e = p
+        .create(&spec("vm-policy", "e2-small").with_ssh_key(KEY_A))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::PermissionDenied { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("constraints/compute.requireOsLogin"),
+        "{e}"
+    );
+    assert_eq!(e.code(), Some("conditionNotMet"));
+    assert!(e.made_nothing(), "{e:?}");
+    assert!(fake.instance(ZONE, "vm-policy").is_none());
+    assert!(!fake
+        .disk_names(ZONE)
+        .iter()
+        .any(|d| d.starts_with("vm-policy")));
+    // Without keys the policy is no obstacle.
+    p.create(&spec("vm-policy", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn boot_disks_are_hyperdisk_where_the_series_needs_it_and_balanced_elsewhere() {
+    // Fourth-generation series (C4, C4A, N4) boot from Hyperdisk only; a persistent disk is refused
+    // there. Elsewhere the default would be pd-standard on older series: the driver asks for
+    // pd-balanced.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    for (name, mt, want) in [
+        ("vm-c4a", "c4a-standard-1", "hyperdisk-balanced"),
+        ("vm-c4", "c4-standard-2", "hyperdisk-balanced"),
+        ("vm-n4", "n4-standard-2", "hyperdisk-balanced"),
+        ("vm-e2", "e2-small", "pd-balanced"),
+        ("vm-t2a", "t2a-standard-1", "pd-balanced"),
+    ] {
+        let m = p.create(&spec(name, mt)).await.unwrap().machine().unwrap();
+        assert_eq!(m.machine_type, mt);
+        let vm = fake.instance(ZONE, name).unwrap();
+        let boot = vm["disks"][0]["source"]
+            .as_str()
+            .unwrap()
+            .rsplit('/')
+            .next()
+            .unwrap()
+            .to_string();
+        let disk = fake.disk(ZONE, &boot).unwrap();
+        assert!(
+            disk["type"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("/diskTypes/{want}")),
+            "{mt}: {}",
+            disk["type"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_machine_is_found_by_name_with_one_request() {
+    // The cheapest read by name: one listing filtered on the pool's labels and the name, in one
+    // zone or across every zone; another pool's or owner's machine of that name is not it.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-named", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.put_instance(
+        ZONE,
+        "vm-other",
+        "e2-small",
+        json!({"orca": "pool", "orca-pool": "lab", "orca-owner": "stack-2"}),
+    );
+    fake.seed_instances(
+        ZONE,
+        "filler",
+        5,
+        "e2-small",
+        json!({"orca": "pool", "orca-pool": "lab", "orca-owner": "stack-1"}),
+    );
+    let every_zone = GceProvider::new(any_zone(&fake).page_size(2).build().unwrap(), "stack-1")
+        .await
+        .unwrap();
+    for q in [&p, &every_zone] {
+        // The access token is fetched once, by a first call.
+        q.machine_named("lab", "vm-gone").await.unwrap();
+        fake.control().clear_log();
+        let found = q.machine_named("lab", "vm-named").await.unwrap().unwrap();
+        assert_eq!(found.id, m.id);
+        assert_eq!(fake.control().requests(), 1, "one listing");
+        assert!(q
+            .machine_named("other", "vm-named")
+            .await
+            .unwrap()
+            .is_none());
+        assert!(q.machine_named("lab", "vm-other").await.unwrap().is_none());
+        assert!(q.machine_named("lab", "vm-gone").await.unwrap().is_none());
+    }
+    let e = p.machine_named("lab", "").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidSpec { .. }), "{e:?}");
 }

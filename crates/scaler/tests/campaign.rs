@@ -1464,6 +1464,24 @@ async fn fault_campaign_hetzner_fake() {
     f.check();
 }
 
+/// The Compute Engine driver from `settings`, waiting for a busy resource at a short pause: the
+/// campaign answers deletes with `resourceNotReady` now and then, which the driver waits for (at
+/// most `max_backoff` between tries, 5 s by default), and the fake's operations end at once.
+fn gce_maker(owner: &'static str, settings: orca::Settings) -> Make {
+    Arc::new(move || {
+        let settings = settings.clone();
+        Box::pin(async move {
+            let mut config = orca::gce::Config::from_settings(&settings)
+                .unwrap_or_else(|e| panic!("gce settings: {e}"));
+            config.retry.max_backoff = Duration::from_millis(100);
+            let p = orca::gce::GceProvider::new(config, owner)
+                .await
+                .unwrap_or_else(|e| panic!("gce: {e}"));
+            Arc::new(p) as Arc<dyn Provider>
+        })
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_campaign_gce_fake() {
     use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
@@ -1478,10 +1496,7 @@ async fn fault_campaign_gce_fake() {
         .with("ORCA_GCE_SUBNET", SUBNET)
         .with("ORCA_GCE_CREDENTIALS_FILE", key.to_string_lossy())
         .with("ORCA_GCE_ENDPOINT", fake.endpoint());
-    let (mine, theirs) = (
-        maker("gce", "s1", settings.clone()),
-        maker("gce", "s2", settings),
-    );
+    let (mine, theirs) = (gce_maker("s1", settings.clone()), gce_maker("s2", settings));
     let offer = format!("e2-small@{ZONE}");
     others(&*mine().await, &*theirs().await, &offer).await;
     static ANSWERS: Answers = Answers {

@@ -30,26 +30,11 @@ pub(super) async fn delete_disk(
         return Json(op).into_response();
     }
     let key = (zone.clone(), name.clone());
-    let Some(disk) = s.disks.get(&key) else {
+    if !s.disks.contains_key(&key) {
         return not_found(&format!("projects/{project}/zones/{zone}/disks/{name}"));
-    };
-    let users: Vec<String> = disk["users"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|u| u.as_str().map(str::to_string))
-        .filter(|u| {
-            s.instances
-                .contains_key(&(zone.clone(), last_segment(u).to_string()))
-        })
-        .collect();
-    if let Some(user) = users.first() {
-        return gerr(
-            400,
-            "resourceInUseByAnotherResource",
-            format!("The disk resource 'projects/{project}/zones/{zone}/disks/{name}' is already being used by '{}'", user.trim_start_matches(&format!("{LINK}/"))),
-        );
+    }
+    if let Some(r) = disk_in_use(&s, &project, &zone, &name) {
+        return r;
     }
     s.disks.remove(&key);
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{name}");
@@ -58,6 +43,7 @@ pub(super) async fn delete_disk(
         "delete",
         target,
         Effect::None,
+        None,
         q.request_id.as_deref(),
     );
     Json(op).into_response()

@@ -1,12 +1,20 @@
-//! The part of Compute Engine's list `filter` grammar the fake understands.
+//! The part of Compute Engine's list `filter` grammar the fake understands, as strictly as the
+//! reference states it.
 //!
-//! From the discovery document: one expression, or several parenthesized expressions joined by
-//! whitespace (an implicit `AND`) or an explicit `AND`; each expression is `field op value` with
-//! `op` one of `=`, `!=` and `:`, and `field:*` tests that a key is defined (`labels.owner:*`).
-//! Nested fields are dotted (`labels.orca-pool`, `scheduling.automaticRestart`). Values may be
-//! quoted. `OR`, `NOT`/`-` negation, comparisons (`<`, `>`) and the regular-expression forms (`eq`,
-//! `ne`) answer an error naming what the fake does not support, so a driver that relies on them
-//! fails its tests instead of being matched silently.
+//! From the discovery document: one expression, or several expressions "each separate expression
+//! within parentheses", joined by whitespace (an implicit `AND`) or an explicit `AND`; each
+//! expression is `field op value` in AIP-160's form, the value "a string, a number, or a boolean",
+//! and `field:*` tests that a key is defined (`labels.owner:*`). Nested fields are dotted
+//! (`scheduling.automaticRestart`, `labels.orca-pool`). A field segment is AIP-160's text: any
+//! characters but whitespace, quotes, parentheses, `.`, `,`, `:` and the operators, so a hyphen
+//! inside a label key is part of the key, while a leading `-` is a negation. Values are quoted
+//! (`"..."` or `'...'`) or a single word of text.
+//!
+//! `OR`, `NOT`/`-` negation, comparisons (`<`, `>`, `<=`, `>=`) and the regular-expression forms
+//! (`eq`, `ne`) answer an error naming what the fake does not support, so a driver that relies on
+//! them fails its tests instead of being matched silently; so does anything outside the grammar (an
+//! `AND` that joins nothing, an empty field segment, an unterminated quote, a value of several
+//! words).
 
 use serde_json::Value;
 
@@ -42,16 +50,22 @@ impl Filter {
         }
         let mut conds = Vec::new();
         let mut rest = s;
+        // Whether the last thing read was `AND` (which must be followed by an expression).
+        let mut joined = false;
         loop {
             rest = rest.trim_start();
             if rest.is_empty() {
                 break;
             }
-            if let Some(r) = rest.strip_prefix("AND ") {
+            if let Some(r) = strip_word(rest, "AND") {
+                if conds.is_empty() || joined {
+                    return Err(format!("AND joins nothing at {rest:?}"));
+                }
+                joined = true;
                 rest = r;
                 continue;
             }
-            if rest.starts_with("OR ") {
+            if strip_word(rest, "OR").is_some() {
                 return Err("OR is not supported by the fake".into());
             }
             let Some(r) = rest.strip_prefix('(') else {
@@ -59,7 +73,11 @@ impl Filter {
             };
             let close = find_close(r).ok_or("unbalanced parentheses")?;
             conds.push(parse_cond(&r[..close])?);
+            joined = false;
             rest = &r[close + 1..];
+        }
+        if joined {
+            return Err("AND at the end joins nothing".into());
         }
         Ok(Filter(conds))
     }
@@ -70,31 +88,48 @@ impl Filter {
     }
 }
 
+/// `s` after the keyword `word` followed by whitespace or `(`.
+fn strip_word<'a>(s: &'a str, word: &str) -> Option<&'a str> {
+    let r = s.strip_prefix(word)?;
+    (r.starts_with(char::is_whitespace) || r.starts_with('(')).then_some(r)
+}
+
 fn find_close(s: &str) -> Option<usize> {
-    let mut quoted = false;
+    let mut quote: Option<char> = None;
     for (i, ch) in s.char_indices() {
-        match ch {
-            '"' => quoted = !quoted,
-            ')' if !quoted => return Some(i),
+        match (ch, quote) {
+            ('"' | '\'', None) => quote = Some(ch),
+            (c, Some(q)) if c == q => quote = None,
+            (')', None) => return Some(i),
             _ => {}
         }
     }
     None
 }
 
+/// Characters that end a field segment or an unquoted value (AIP-160's text excludes them).
+const NOT_TEXT: &str = "=!<>:().,\"'";
+
 fn parse_cond(s: &str) -> Result<Cond, String> {
     let s = s.trim();
-    if s.starts_with('-') || s.starts_with("NOT ") {
+    if s.starts_with('-') || strip_word(s, "NOT").is_some() {
         return Err("negation is not supported by the fake".into());
     }
     let end = s
         .find(|c: char| c.is_whitespace() || "=!:<>".contains(c))
         .ok_or_else(|| format!("no operator in {s:?}"))?;
     let field = &s[..end];
-    if field.is_empty() {
-        return Err(format!("no field in {s:?}"));
+    let path: Vec<String> = field.split('.').map(str::to_string).collect();
+    let bad_segment = |p: &String| {
+        p.is_empty() || p.starts_with('-') || p.contains(|c: char| NOT_TEXT.contains(c))
+    };
+    if path.iter().any(bad_segment) {
+        return Err(format!("bad field {field:?} in {s:?}"));
     }
     let rest = s[end..].trim_start();
+    if rest.starts_with("eq ") || rest.starts_with("ne ") {
+        return Err("regular-expression filters are not supported by the fake".into());
+    }
     let (op, value) = if let Some(v) = rest.strip_prefix("!=") {
         (Op::Ne, v)
     } else if let Some(v) = rest.strip_prefix('=') {
@@ -105,24 +140,30 @@ fn parse_cond(s: &str) -> Result<Cond, String> {
         return Err(format!("unsupported operator in {s:?}"));
     };
     let value = value.trim();
+    let quoted = |q: char| {
+        let inner = value.strip_prefix(q)?;
+        Some(
+            inner
+                .strip_suffix(q)
+                .filter(|v| !v.contains(q))
+                .map(str::to_string)
+                .ok_or_else(|| format!("unterminated quote in {s:?}")),
+        )
+    };
     let (op, value) = if op == Op::Has && value == "*" {
         (Op::Defined, String::new())
-    } else if let Some(q) = value.strip_prefix('"') {
-        let q = q
-            .strip_suffix('"')
-            .ok_or_else(|| format!("unterminated quote in {s:?}"))?;
-        (op, q.to_string())
+    } else if let Some(v) = quoted('"').or_else(|| quoted('\'')) {
+        (op, v?)
     } else {
-        if value.is_empty() || value.contains(char::is_whitespace) {
+        let word = !value.is_empty()
+            && !value.contains(char::is_whitespace)
+            && !value.contains(|c: char| NOT_TEXT.contains(c) || c == '*');
+        if !word {
             return Err(format!("bad value in {s:?}"));
         }
         (op, value.to_string())
     };
-    Ok(Cond {
-        path: field.split('.').map(str::to_string).collect(),
-        op,
-        value,
-    })
+    Ok(Cond { path, op, value })
 }
 
 fn lookup<'a>(item: &'a Value, path: &[String]) -> Option<&'a Value> {
@@ -184,6 +225,39 @@ mod tests {
             "name eq .*x",
             "(a = 1",
             "a < 3",
+        ] {
+            assert!(Filter::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_the_documented_grammar_is_accepted() {
+        let vm = json!({"name": "a", "labels": {"orca-pool": "lab"}});
+        // A hyphen inside a label key is part of the key; either quote; a single word unquoted.
+        for good in [
+            r#"labels.orca-pool = "lab""#,
+            "labels.orca-pool = 'lab'",
+            "labels.orca-pool = lab",
+            r#"(labels.orca-pool = "lab")(name = "a")"#,
+            r#"(name = "a") AND (labels.orca-pool:*)"#,
+        ] {
+            let f = Filter::parse(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+            assert!(f.matches(&vm), "{good}");
+        }
+        for bad in [
+            r#"labels.-orca = "lab""#,
+            r#"labels..orca-pool = "lab""#,
+            r#"(name = "a") AND"#,
+            r#"AND (name = "a")"#,
+            r#"(name = "a") AND AND (name = "a")"#,
+            r#"(name = "a" name = "b")"#,
+            r#"name = "a"#,
+            r#"name = "a"b""#,
+            "name = a:b",
+            "name = a*",
+            r#"name eq "a""#,
+            r#"(name = "a") (labels.x = "b") OR (name = "c")"#,
+            r#"labels.orca"pool = "lab""#,
         ] {
             assert!(Filter::parse(bad).is_err(), "{bad}");
         }

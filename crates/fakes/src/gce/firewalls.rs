@@ -107,7 +107,14 @@ pub(super) async fn patch_firewall(
     merge_patch(&mut updated, &patch);
     s.firewalls.insert(name.clone(), updated);
     let target = format!("{LINK}/projects/{PROJECT}/global/firewalls/{name}");
-    let op = s.new_op(None, "patch", target, Effect::None, q.request_id.as_deref());
+    let op = s.new_op(
+        None,
+        "patch",
+        target,
+        Effect::None,
+        None,
+        q.request_id.as_deref(),
+    );
     Json(op).into_response()
 }
 

@@ -1,4 +1,5 @@
-//! `instances`: list, aggregatedList, get, insert, delete, start, stop, setMachineType, setLabels.
+//! `instances`: list, aggregatedList, get, delete, start, stop, setMachineType, setLabels (insert
+//! is in `insert.rs`).
 
 use super::*;
 
@@ -83,260 +84,6 @@ pub(super) fn resolve_image(source: &str) -> Option<(&'static str, &'static str)
     })
 }
 
-pub(super) async fn insert_instance(
-    State(state): State<Shared>,
-    Path((project, zone)): Path<(String, String)>,
-    Query(q): Query<MutateQuery>,
-    body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project)
-        .and(check_zone(&zone))
-        .and(check_request_id(&q.request_id))
-    {
-        return r;
-    }
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
-    }
-    let Ok(vm) = serde_json::from_slice::<Value>(&body) else {
-        return invalid("Invalid JSON payload received.");
-    };
-    let name = vm["name"].as_str().unwrap_or_default().to_string();
-    if !valid_name(&name) {
-        return invalid(format!(
-            "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
-        ));
-    }
-    let key = (zone.clone(), name.clone());
-    if s.instances.contains_key(&key) {
-        return gerr(
-            409,
-            "alreadyExists",
-            format!(
-                "The resource 'projects/{project}/zones/{zone}/instances/{name}' already exists"
-            ),
-        );
-    }
-    let mt_field = vm["machineType"].as_str().unwrap_or_default();
-    let mt = last_segment(mt_field).to_string();
-    if !mt_field.contains(&format!("zones/{zone}/machineTypes/")) {
-        return invalid(format!(
-            "Invalid value for field 'resource.machineType': '{mt_field}'. Machine type must be in zone {zone}"
-        ));
-    }
-    let Some(type_arch) = arch_of_type(&mt) else {
-        return invalid(format!(
-            "Invalid value for field 'resource.machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
-        ));
-    };
-    if let Err(r) = check_labels(&vm["labels"]) {
-        return r;
-    }
-    for field in ["metadata", "tags", "scheduling", "labels"] {
-        if !(vm[field].is_null() || vm[field].is_object()) {
-            return invalid(format!("Invalid value for field 'resource.{field}'"));
-        }
-    }
-    let disks = vm["disks"].as_array().cloned().unwrap_or_default();
-    let boots: Vec<&Value> = disks.iter().filter(|d| d["boot"] == json!(true)).collect();
-    if boots.len() != 1 || disks.len() != 1 {
-        return invalid("Invalid value for field 'resource.disks': exactly one boot disk is supported by the fake");
-    }
-    let boot = boots[0];
-    let params = boot["initializeParams"].clone();
-    let source = params["sourceImage"].as_str().unwrap_or_default();
-    let Some((_, image_arch)) = resolve_image(source) else {
-        return not_found(source);
-    };
-    if image_arch != type_arch {
-        return invalid(format!(
-            "Invalid value for field 'resource.disks[0].initializeParams.sourceImage': '{source}'. The architecture of the image ({image_arch}) does not match the machine type {mt} ({type_arch})."
-        ));
-    }
-    let size: u64 = match &params["diskSizeGb"] {
-        Value::Null => 10,
-        Value::String(t) => t.parse().unwrap_or(0),
-        Value::Number(n) => n.as_u64().unwrap_or(0),
-        _ => 0,
-    };
-    if !(10..=65536).contains(&size) {
-        return invalid(format!(
-            "Invalid value for field 'resource.disks[0].initializeParams.diskSizeGb': '{size}'. Disk size must be at least 10 GB"
-        ));
-    }
-    let disk_name = params["diskName"].as_str().unwrap_or(&name).to_string();
-    if s.disks.contains_key(&(zone.clone(), disk_name.clone())) {
-        return gerr(
-            409,
-            "alreadyExists",
-            format!(
-                "The resource 'projects/{project}/zones/{zone}/disks/{disk_name}' already exists"
-            ),
-        );
-    }
-    let scheduling = vm["scheduling"].clone();
-    if scheduling.get("maxRunDuration").is_some() {
-        let secs: i64 = scheduling["maxRunDuration"]["seconds"]
-            .as_str()
-            .and_then(|t| t.parse().ok())
-            .or_else(|| scheduling["maxRunDuration"]["seconds"].as_i64())
-            .unwrap_or(-1);
-        if secs < 30 {
-            return invalid(
-                "Invalid value for field 'resource.scheduling.maxRunDuration': at least 30 seconds",
-            );
-        }
-        if scheduling["instanceTerminationAction"].as_str().is_none() {
-            return invalid("Invalid value for field 'resource.scheduling.instanceTerminationAction': required with maxRunDuration");
-        }
-    }
-    let nic = &vm["networkInterfaces"][0];
-    let network = last_segment(nic["network"].as_str().unwrap_or("default")).to_string();
-    if !s.networks.contains_key(&network) {
-        return not_found(&format!("projects/{project}/global/networks/{network}"));
-    }
-    let auto_mode = s.networks[&network]["autoCreateSubnetworks"] == json!(true);
-    let region = region_of(&zone).to_string();
-    let subnet = match nic["subnetwork"].as_str() {
-        Some(link) => {
-            let name = last_segment(link).to_string();
-            let in_region = link
-                .split("/regions/")
-                .nth(1)
-                .and_then(|r| r.split('/').next())
-                .unwrap_or_default();
-            if in_region != region {
-                return invalid(format!(
-                    "Invalid value for field 'resource.networkInterfaces[0].subnetwork': '{link}'. Subnetwork must be in the same region as the instance ({region})."
-                ));
-            }
-            if s.subnets.get(&(region.clone(), name.clone())) != Some(&network) {
-                return not_found(&format!(
-                    "projects/{project}/regions/{region}/subnetworks/{name}"
-                ));
-            }
-            name
-        }
-        None if auto_mode => network.clone(),
-        None => {
-            return invalid(format!(
-                "Invalid value for field 'resource.networkInterfaces[0]': ''. Subnetwork should be specified for custom subnetmode network '{network}'."
-            ))
-        }
-    };
-    let hostname = vm["hostname"].as_str().map(str::to_string);
-    let external = nic["accessConfigs"]
-        .as_array()
-        .is_some_and(|a| !a.is_empty());
-    if let Some(items) = vm["tags"]["items"].as_array() {
-        if items.iter().any(|t| !valid_name(t.as_str().unwrap_or(""))) {
-            return invalid(
-                "Invalid value for field 'resource.tags.items': tags must comply with RFC1035",
-            );
-        }
-    }
-    s.inserts.push(vm.clone());
-
-    // The outcome, decided now: quota refuses everything, no stock leaves the boot disk, a failing
-    // operation leaves the instance and the disk.
-    let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let mut metadata = vm["metadata"].clone();
-    if metadata.is_null() {
-        metadata = json!({});
-    }
-    metadata["kind"] = json!("compute#metadata");
-    metadata["fingerprint"] = json!("fp-meta-1");
-    let mut tags = vm["tags"].clone();
-    if tags.is_null() {
-        tags = json!({});
-    }
-    tags["fingerprint"] = json!("fp-tags-1");
-    let labels = if vm["labels"].is_null() {
-        json!({})
-    } else {
-        vm["labels"].clone()
-    };
-    let auto_delete = boot["autoDelete"] != json!(false);
-    let mut boot_info = params.clone();
-    boot_info["diskName"] = json!(disk_name);
-    if let Some(d) = boot.get("deviceName") {
-        boot_info["deviceName"] = d.clone();
-    }
-    let id = s.new_id();
-    let make_vm = |s: &mut World| {
-        let mut vm = instance_json(
-            &zone,
-            &name,
-            &mt,
-            id,
-            labels.clone(),
-            tags.clone(),
-            scheduling.clone(),
-            metadata.clone(),
-            boot_info.clone(),
-            &network,
-            &subnet,
-            auto_delete,
-            external,
-        );
-        if let Some(h) = &hostname {
-            vm["hostname"] = json!(h);
-        }
-        s.instances.insert(key.clone(), vm);
-        if !s.visibility_delay.is_zero() {
-            let until = Instant::now() + s.visibility_delay;
-            s.hidden_until.insert(key.clone(), until);
-        }
-    };
-    let make_disk = |s: &mut World| {
-        let d = disk_json(&zone, &boot_info, &name, id);
-        s.disks.insert((zone.clone(), disk_name.clone()), d);
-    };
-    let error = if s.quota_exceeded > 0 {
-        s.quota_exceeded -= 1;
-        Some((
-            "QUOTA_EXCEEDED".to_string(),
-            format!(
-                "Quota 'CPUS' exceeded.  Limit: 8.0 in region {}.",
-                region_of(&zone)
-            ),
-            403,
-        ))
-    } else if let Some(code) = s.exhausted.get(&(zone.clone(), mt.clone())).copied() {
-        // The boot disk was made before the zone found no room for the instance: it has no user.
-        make_disk(&mut s);
-        if let Some(d) = s.disks.get_mut(&(zone.clone(), disk_name.clone())) {
-            d["users"] = json!([]);
-        }
-        Some((code.to_string(), no_room(&project, &zone), 503))
-    } else if let Some((code, message)) = s.fail_next.take() {
-        make_disk(&mut s);
-        make_vm(&mut s);
-        Some((code, message, 400))
-    } else {
-        make_disk(&mut s);
-        make_vm(&mut s);
-        None
-    };
-    let mut op = s.new_op(
-        Some(&zone),
-        "insert",
-        target,
-        Effect::Insert {
-            key: key.clone(),
-            error,
-        },
-        q.request_id.as_deref(),
-    );
-    // `targetId`: the incarnation of the instance this insert is about.
-    op["targetId"] = json!(id.to_string());
-    if let Some(o) = op["name"].as_str().and_then(|n| s.ops.get_mut(n)) {
-        o.value["targetId"] = json!(id.to_string());
-    }
-    Json(op).into_response()
-}
-
 pub(super) async fn delete_instance(
     State(state): State<Shared>,
     Path((project, zone, name)): Path<(String, String, String)>,
@@ -353,6 +100,9 @@ pub(super) async fn delete_instance(
     if s.visible_instance(&key).is_none() {
         return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
     }
+    if let Some(r) = not_ready(&s, &project, &key) {
+        return r;
+    }
     let vm = s.instances.get_mut(&key).expect("visible");
     vm["status"] = json!("STOPPING");
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
@@ -360,7 +110,8 @@ pub(super) async fn delete_instance(
         Some(&zone),
         "delete",
         target,
-        Effect::Delete(key),
+        Effect::Delete(key.clone()),
+        Some(key),
         q.request_id.as_deref(),
     );
     Json(op).into_response()
@@ -384,6 +135,9 @@ pub(super) async fn instance_action(
     let Some(vm) = s.visible_instance(&key).cloned() else {
         return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
     };
+    if let Some(r) = not_ready(&s, &project, &key) {
+        return r;
+    }
     let status = vm["status"].as_str().unwrap_or_default().to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let effect = match action.as_str() {
@@ -399,13 +153,13 @@ pub(super) async fn instance_action(
             if status == "TERMINATED" {
                 s.instances.get_mut(&key).expect("exists")["status"] = json!("STAGING");
             }
-            Effect::Start(key, no_room)
+            Effect::Start(key.clone(), no_room)
         }
         "stop" => {
             if status != "TERMINATED" {
                 s.instances.get_mut(&key).expect("exists")["status"] = json!("STOPPING");
             }
-            Effect::Stop(key)
+            Effect::Stop(key.clone())
         }
         "setMachineType" => {
             let mt_field = body["machineType"].as_str().unwrap_or_default();
@@ -421,8 +175,8 @@ pub(super) async fn instance_action(
             if status != "TERMINATED" {
                 return gerr(
                     400,
-                    "resourceNotReady",
-                    format!("The resource 'projects/{project}/zones/{zone}/instances/{name}' is not ready: Instance must be stopped to change its machine type"),
+                    "invalidResourceUsage",
+                    "Invalid resource usage: 'Instance should be in the STOPPED state.'",
                 );
             }
             if new_arch != old_arch {
@@ -430,7 +184,7 @@ pub(super) async fn instance_action(
                     "Invalid value for field 'machineType': '{mt}'. The architecture of the boot disk does not match the machine type"
                 ));
             }
-            Effect::SetMachineType(key, mt)
+            Effect::SetMachineType(key.clone(), mt)
         }
         "setLabels" => {
             let fp = body["labelFingerprint"].as_str().unwrap_or_default();
@@ -461,12 +215,69 @@ pub(super) async fn instance_action(
         &action,
         target,
         effect,
+        Some(key),
         q.request_id.as_deref(),
     );
     Json(op).into_response()
 }
 
+/// 400 `resourceInUseByAnotherResource` when disk `name` exists and an instance uses it (a boot
+/// disk of that name would be attached, and a disk in read-write use cannot be attached again).
+pub(super) fn disk_in_use(s: &World, project: &str, zone: &str, name: &str) -> Option<Response> {
+    let disk = s.disks.get(&(zone.to_string(), name.to_string()))?;
+    let user = disk["users"].as_array()?.iter().find_map(|u| {
+        let u = u.as_str()?;
+        s.instances
+            .contains_key(&(zone.to_string(), last_segment(u).to_string()))
+            .then(|| u.trim_start_matches(&format!("{LINK}/")).to_string())
+    })?;
+    Some(gerr(
+        400,
+        "resourceInUseByAnotherResource",
+        format!("The disk resource 'projects/{project}/zones/{zone}/disks/{name}' is already being used by '{user}'"),
+    ))
+}
+
+/// The value of metadata item `key` of instance body `vm`.
+pub(super) fn metadata_item<'a>(vm: &'a Value, key: &str) -> Option<&'a str> {
+    vm["metadata"]["items"]
+        .as_array()?
+        .iter()
+        .find(|i| i["key"] == key)
+        .and_then(|i| i["value"].as_str())
+}
+
+/// Where the organisation policy `constraints/compute.requireOsLogin` is enforced, an instance
+/// that turns OS Login off (metadata `enable-oslogin` false) is refused with 412 `conditionNotMet`.
+pub(super) fn check_os_login(s: &World, project: &str, vm: &Value) -> Result<(), Response> {
+    let off = metadata_item(vm, "enable-oslogin").is_some_and(|v| v.eq_ignore_ascii_case("false"));
+    if s.os_login_required && off {
+        return Err(gerr(
+            412,
+            "conditionNotMet",
+            format!(
+                "Constraint constraints/compute.requireOsLogin violated for project {project}."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `resourceNotReady` while an operation holds instance `key`: Compute Engine refuses another
+/// change of a resource until the operation changing it ends.
+fn not_ready(s: &World, project: &str, key: &Key) -> Option<Response> {
+    let op = s.holder(key)?;
+    Some(gerr(
+        400,
+        "resourceNotReady",
+        format!(
+            "The resource 'projects/{project}/zones/{}/instances/{}' is not ready (operation {op} is running)",
+            key.0, key.1
+        ),
+    ))
+}
+
 /// Compute Engine's words for a zone without room for a machine type.
-fn no_room(project: &str, zone: &str) -> String {
+pub(super) fn no_room(project: &str, zone: &str) -> String {
     format!("The zone 'projects/{project}/zones/{zone}' does not have enough resources available to fulfill the request.  Try a different zone, or try again later.")
 }

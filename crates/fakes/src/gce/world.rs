@@ -8,8 +8,12 @@ pub(super) type Key = (String, String);
 #[derive(Debug)]
 pub(super) struct Op {
     pub(super) value: Value,
-    pub(super) steps_left: u32,
+    /// When the operation ends (tokio's clock, which a test with a paused clock moves).
+    pub(super) done_at: tokio::time::Instant,
     pub(super) effect: Effect,
+    /// The instance the operation holds until it ends: other changes of it answer
+    /// `resourceNotReady` meanwhile.
+    pub(super) holds: Option<Key>,
 }
 
 #[derive(Debug, Clone)]
@@ -41,7 +45,14 @@ pub(super) struct World {
     pub(super) exhausted: HashMap<Key, &'static str>,
     pub(super) quota_exceeded: u32,
     pub(super) fail_next: Option<(String, String)>,
-    pub(super) op_steps: u32,
+    /// How long an operation lasts (see [`FakeGce::set_operation_time`]).
+    pub(super) op_time: Duration,
+    /// Whether the project's metadata sets `enable-oslogin` to `TRUE`.
+    pub(super) project_os_login: bool,
+    /// Whether the organisation policy `constraints/compute.requireOsLogin` is enforced.
+    pub(super) os_login_required: bool,
+    /// The operations not ended yet, by name.
+    pub(super) running: Vec<String>,
     pub(super) inserts: Vec<Value>,
     pub(super) early_waits: u32,
     /// Subnets by (region, name), with their network's name.
@@ -76,6 +87,7 @@ impl World {
         kind: &str,
         target: String,
         effect: Effect,
+        holds: Option<Key>,
         request_id: Option<&str>,
     ) -> Value {
         let id = self.new_id();
@@ -103,38 +115,62 @@ impl World {
         if let Some(r) = request_id {
             self.request_ids.insert(r.to_string(), name.clone());
         }
-        let steps = self.op_steps;
+        let done_at = tokio::time::Instant::now() + self.op_time;
         self.ops.insert(
             name.clone(),
             Op {
                 value,
-                steps_left: steps,
+                done_at,
                 effect,
+                holds,
             },
         );
-        if steps == 0 {
-            self.finish(&name);
-        }
+        self.running.push(name.clone());
         self.ops[&name].value.clone()
     }
 
-    /// Advances an operation one step (`finish_now`: to `DONE`), applying its effect at the end.
-    pub(super) fn advance(&mut self, name: &str, finish_now: bool) -> Option<Value> {
-        let op = self.ops.get_mut(name)?;
-        if op.value["status"] != "DONE" {
-            op.steps_left = op.steps_left.saturating_sub(1);
-            if finish_now || op.steps_left == 0 {
-                self.finish(name);
-            } else {
-                op.value["status"] = json!("RUNNING");
-                op.value["progress"] = json!(50);
-            }
+    /// Ends every operation whose time is up, applying its effect.
+    pub(super) fn settle(&mut self) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<String> = self
+            .running
+            .iter()
+            .filter(|n| self.ops.get(*n).is_none_or(|op| op.done_at <= now))
+            .cloned()
+            .collect();
+        for name in due {
+            self.finish(&name);
         }
-        Some(self.ops[name].value.clone())
+    }
+
+    /// The operation as a read shows it: `RUNNING` once read while it lasts.
+    pub(super) fn read_op(&mut self, name: &str) -> Option<Value> {
+        let op = self.ops.get_mut(name)?;
+        if op.value["status"] == "PENDING" {
+            op.value["status"] = json!("RUNNING");
+            op.value["progress"] = json!(50);
+        }
+        Some(op.value.clone())
+    }
+
+    /// The running operation that holds instance `key`, if one does.
+    pub(super) fn holder(&self, key: &Key) -> Option<&str> {
+        self.running
+            .iter()
+            .find(|n| {
+                self.ops
+                    .get(*n)
+                    .is_some_and(|op| op.holds.as_ref() == Some(key))
+            })
+            .map(String::as_str)
     }
 
     pub(super) fn finish(&mut self, name: &str) {
+        self.running.retain(|n| n != name);
         let Some(op) = self.ops.get(name) else { return };
+        if op.value["status"] == "DONE" {
+            return;
+        }
         let effect = op.effect.clone();
         let mut error: Option<(String, String, u16)> = None;
         match effect {
@@ -330,11 +366,47 @@ pub(super) fn disk_json(zone: &str, params: &Value, user: &str, id: u64) -> Valu
         "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
         "status": "READY",
         "sourceImage": params.get("sourceImage").cloned().unwrap_or(Value::Null),
-        "type": format!("{LINK}/projects/{PROJECT}/zones/{zone}/diskTypes/pd-balanced"),
+        "type": format!("{LINK}/projects/{PROJECT}/zones/{zone}/diskTypes/{}",
+            params.get("diskType").and_then(Value::as_str).map_or("pd-balanced", last_segment)),
         "labels": params.get("labels").cloned().unwrap_or(json!({})),
         "users": [format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{user}")],
         "selfLink": format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{name}"),
     })
+}
+
+/// The generation of machine type `mt`'s series (`c4a-standard-1`: 4), 0 when it has none.
+fn generation(mt: &str) -> u32 {
+    let series = mt.split('-').next().unwrap_or(mt);
+    series.chars().find_map(|c| c.to_digit(10)).unwrap_or(0)
+}
+
+/// The boot disk type an insert of machine type `mt` gets: the one it asks for (`asked`, a disk
+/// type's URL or path), else its series' default as the reference gives it (`pd-standard` for the
+/// first and second generations, `pd-balanced` for C3, C3D and M3, `hyperdisk-balanced` for the
+/// fourth generation and later). Persistent disks on a Hyperdisk-only series (the fourth
+/// generation), and Hyperdisk on a series without it (E2, T2A, N1), are refused with the field's
+/// error message.
+pub(super) fn boot_disk_type(mt: &str, asked: Option<&str>) -> Result<String, String> {
+    let gen = generation(mt);
+    let series = mt.split('-').next().unwrap_or(mt);
+    let Some(link) = asked else {
+        return Ok(match (gen, series) {
+            (4.., _) => "hyperdisk-balanced",
+            (_, "c3" | "c3d" | "m3") => "pd-balanced",
+            _ => "pd-standard",
+        }
+        .to_string());
+    };
+    let t = last_segment(link);
+    let pd = t.starts_with("pd-");
+    let refused =
+        (pd && gen >= 4) || (t.starts_with("hyperdisk-") && matches!(series, "e2" | "t2a" | "n1"));
+    if refused || !(pd || t.starts_with("hyperdisk-")) {
+        return Err(format!(
+            "Invalid value for field 'resource.disks[0].initializeParams.diskType': '{link}'. {t} disk type cannot be used by {mt} machine type."
+        ));
+    }
+    Ok(t.to_string())
 }
 
 pub(super) fn region_of(zone: &str) -> &str {
