@@ -2,6 +2,7 @@
 
 use orca::{Provider, Timestamp};
 
+use crate::pass::concurrency::Concurrency;
 use crate::pass::{self, PassCtx};
 use crate::record::{Key, Record};
 use crate::report::PassReport;
@@ -19,12 +20,15 @@ pub struct Scaler {
     /// leads, before anything else, so that the other writer's machine is never taken for this
     /// record's own (its name is still recorded as creating).
     unrecorded: Vec<pass::Unrecorded>,
+    /// How many calls a pass runs at once: up to `settings.parallel`, fewer after the cloud throttled.
+    concurrency: Concurrency,
 }
 
 impl Scaler {
     /// A scaler of `settings` keeping its record in `store`.
     pub fn new(settings: Settings, store: Box<dyn Store>) -> Self {
         Scaler {
+            concurrency: Concurrency::new(),
             settings,
             store,
             record: None,
@@ -36,6 +40,12 @@ impl Scaler {
     /// stopped early).
     pub fn record(&self) -> Option<&Record> {
         self.record.as_ref()
+    }
+
+    /// How many creates and deletes the next pass runs at once: [`Settings::parallel`] until the
+    /// cloud throttles, then half as many, one more back after each round of calls it did not throttle.
+    pub fn concurrency(&self) -> usize {
+        self.concurrency.limit(self.settings.parallel)
     }
 
     /// The store.
@@ -78,6 +88,7 @@ impl Scaler {
             p,
             now,
             key: &key,
+            concurrency: &self.concurrency,
         };
         let run = pass::run(&mut *self.store, &mut self.unrecorded, cx, &mut report);
         let result = match lost {

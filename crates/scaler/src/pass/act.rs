@@ -1,7 +1,7 @@
-//! Acting on a plan: deletes first, then the creates, `parallel` at a time, each intent written
-//! before its call and each outcome after. A record that cannot be written stops everything at once.
+//! Acting on a plan: deletes first, then the creates, as many at once as the cloud's pace allows (up to
+//! `parallel`), each intent written before its call and each outcome after. A record that cannot be written stops everything at once.
 
-use futures::StreamExt;
+use futures::stream::{FuturesUnordered, StreamExt};
 use orca::{ErrorKind, Timestamp};
 use tokio::sync::Mutex;
 
@@ -79,7 +79,7 @@ pub(super) fn jobs(deletes: Vec<DeleteJob>, retries: Vec<String>, new: usize) ->
     jobs
 }
 
-/// Runs `jobs`, `parallel` at a time, and reports what they did. Returns the record as they left it.
+/// Runs `jobs`, a bounded number at a time, and reports what they did. Returns the record as they left it.
 pub(super) async fn act(
     store: &mut dyn Store,
     unrecorded: &mut Vec<Unrecorded>,
@@ -100,18 +100,7 @@ pub(super) async fn act(
         conflict: None,
         unrecorded,
     });
-    let mut stopped = None;
-    {
-        let mut results = futures::stream::iter(jobs.into_iter().map(|j| run_job(&shared, cx, j)))
-            .buffer_unordered(cx.settings.parallel.max(1));
-        while let Some(r) = results.next().await {
-            // A record that cannot be written stops everything at once: in-flight calls are dropped.
-            if let Err(e) = r {
-                stopped = Some(e);
-                break;
-            }
-        }
-    }
+    let stopped = run_jobs(&shared, cx, jobs).await.err();
     let shared = shared.into_inner();
     report.actions.extend(shared.actions);
     if let Some(c) = shared.conflict {
@@ -127,6 +116,48 @@ pub(super) async fn act(
     match stopped {
         Some(e) => Err(e),
         None => Ok(Some(shared.record)),
+    }
+}
+
+/// Runs `jobs` in order, as many at once as the pass's [`Concurrency`](super::concurrency) allows,
+/// telling it after each call whether the cloud throttled. A record that cannot be written stops
+/// everything at once: the calls in flight are dropped.
+async fn run_jobs(
+    sh: &Mutex<Shared<'_>>,
+    cx: PassCtx<'_>,
+    jobs: Vec<Job>,
+) -> Result<(), StoreError> {
+    let bound = cx.settings.parallel;
+    let mut waiting = jobs.into_iter();
+    let mut running = FuturesUnordered::new();
+    let mut throttled = false;
+    loop {
+        while running.len() < cx.concurrency.limit(bound) {
+            match waiting.next() {
+                // Whether the pass met a throttle is read inside the job's own future: a job may
+                // hold the shared lock across an await, and only polling the jobs lets it go.
+                Some(job) => running.push(async move {
+                    run_job(sh, cx, job).await?;
+                    Ok::<bool, StoreError>(sh.lock().await.throttled)
+                }),
+                None => break,
+            }
+        }
+        let Some(done) = running.next().await else {
+            return Ok(());
+        };
+        let now_throttled = done?;
+        // One throttled burst halves once: the calls already in flight were started before the
+        // cloud said so, and after it the pass starts nothing more.
+        if throttled {
+            continue;
+        }
+        if now_throttled {
+            throttled = true;
+            cx.concurrency.throttled(bound);
+        } else {
+            cx.concurrency.unthrottled(bound);
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use crate::store::{Store, StoreError};
 use crate::{machine_name, Settings, Unknown};
 
 mod act;
+pub(crate) mod concurrency;
 mod create;
 mod plan;
 mod reconcile;
@@ -25,6 +26,8 @@ pub(crate) struct PassCtx<'a> {
     pub p: &'a dyn Provider,
     pub now: Timestamp,
     pub key: &'a Key,
+    /// How many calls may run at once.
+    pub concurrency: &'a concurrency::Concurrency,
 }
 
 /// A conflict not yet written to the store.
