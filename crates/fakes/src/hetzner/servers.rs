@@ -56,7 +56,7 @@ impl State_ {
             "status": s.status,
             "created": s.created,
             "labels": s.labels,
-            "locked": false,
+            "locked": self.locked(s.id),
             "backup_window": null,
             "included_traffic": 21990232555520i64,
             "ingoing_traffic": 0,
@@ -184,6 +184,8 @@ pub(super) async fn delete_server(
 ) -> ApiResult {
     let id = server_id(&id)?;
     let mut s = lock(&state);
+    s.visible_server(id)?;
+    s.check_unlocked(id)?;
     s.visible_server(id)?.status = "deleting".into();
     let a = s.action("delete_server", id, Effect::Delete);
     Ok(Json(json!({"action": s.action_json(a)})).into_response())
@@ -358,7 +360,7 @@ pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> A
     // `start_after_create` (default true): the start is a next action of the create, as Hetzner's.
     let mut next_actions = Vec::new();
     if b.get("start_after_create").and_then(Value::as_bool) != Some(false) {
-        let n = s.action("start_server", id, Effect::Start);
+        let n = s.next_action("start_server", id, Effect::Start);
         if let Some(msg) = s.fail_next_start.take() {
             if let Some(x) = s.actions.get_mut(&n) {
                 x.fail = Some(("action_failed".into(), msg));
@@ -383,6 +385,7 @@ pub(super) async fn server_action(
     let id = server_id(&id)?;
     let mut s = lock(&state);
     let status = s.visible_server(id)?.status.clone();
+    s.check_unlocked(id)?;
     let (name, effect) = match command.as_str() {
         "poweron" => ("start_server", Effect::Start),
         "poweroff" => ("stop_server", Effect::Stop),
