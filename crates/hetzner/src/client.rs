@@ -250,7 +250,10 @@ pub(crate) fn classify(
         "invalid_input" | "json_error" => {
             Error::invalid(field.unwrap_or_else(|| "request".into()), words)
         }
-        "locked" | "conflict" | "service_error" | "maintenance" | "timeout" | "server_error"
+        // An action of the resource runs: the lock lasts as long as that action, so the answer is
+        // waited for as long as the policy's busy_wait allows, not within its few quick retries.
+        "locked" => Error::busy(words),
+        "conflict" | "service_error" | "maintenance" | "timeout" | "server_error"
         | "unavailable" | "bad_gateway" | "robot_unavailable" => Error::transient(words),
         _ => match status {
             Some(status) if status != 409 => Error::from_http_status(status, words, retry_after),
@@ -510,7 +513,7 @@ mod tests {
             ErrorKind::Quota
         );
         assert_eq!(k(400, "invalid_input", "bad"), ErrorKind::InvalidSpec);
-        assert_eq!(k(423, "locked", "busy"), ErrorKind::Transient);
+        assert_eq!(k(423, "locked", "busy"), ErrorKind::Busy);
         assert_eq!(k(409, "conflict", "changed"), ErrorKind::Transient);
         assert_eq!(k(503, "unavailable", "x"), ErrorKind::Transient);
         assert_eq!(k(409, "server_not_stopped", "x"), ErrorKind::Other);
