@@ -30,6 +30,13 @@ use crate::model::{
 /// The driver's kind.
 pub(crate) const KIND: &str = "hetzner";
 
+/// What a power or type action came to: its action, to follow; or the state it was to reach, which
+/// the server shows already.
+enum Made {
+    Running(Action),
+    Reached,
+}
+
 /// Hetzner Cloud servers as one owner's machines.
 pub struct HetznerProvider {
     owner: String,
@@ -399,24 +406,88 @@ impl HetznerProvider {
         .await
     }
 
-    /// Starts an action on server `id` (`poweron`, `shutdown`, ...) and follows it to its end.
+    /// Starts an action on server `id` (`poweron`, `shutdown`, `poweroff`, `change_type`) and follows
+    /// it to its end. Hetzner's actions carry no idempotency token: a second POST would make a second
+    /// action (or meet `locked`). So after an attempt the cloud may have served (its answer lost),
+    /// the retry first looks for the action that attempt made, or for the state it reached.
     async fn server_action(
         &self,
         id: i64,
         command: &'static str,
         body: Option<serde_json::Value>,
     ) -> Result<()> {
-        let r: ActionAnswer = self
+        let attempts = Attempts::new();
+        let path = format!("/servers/{id}/actions/{command}");
+        let target = body
+            .as_ref()
+            .and_then(|b| b.get("server_type"))
+            .and_then(|t| t.as_str())
+            .map(str::to_string);
+        let (attempts, path, body, target) = (&attempts, &path, &body, &target);
+        let made = kit::call(KIND, command, &self.client.retry, move || async move {
+            if attempts.may_have_made() {
+                if let Some(made) = self.made_before(id, command, target.as_deref()).await? {
+                    return Ok(made);
+                }
+            }
+            let r = self
+                .client
+                .once::<ActionAnswer>(command, Method::POST, path, &[], body.as_ref())
+                .await;
+            attempts.record(&r);
+            r.map(|r| Made::Running(r.action))
+        })
+        .await?;
+        match made {
+            Made::Running(action) => self.wait_action(&action).await,
+            Made::Reached => Ok(()),
+        }
+    }
+
+    /// What an earlier attempt of `command` on server `id` (whose answer was lost) made: its action,
+    /// still running (the server's running action of that kind), or the state it reached (`target`:
+    /// the type a `change_type` changes to); `None` when neither shows, so the action is sent again.
+    async fn made_before(
+        &self,
+        id: i64,
+        command: &str,
+        target: Option<&str>,
+    ) -> Result<Option<Made>> {
+        let kind = match command {
+            "poweron" => "start_server",
+            "poweroff" => "stop_server",
+            "shutdown" => "shutdown_server",
+            "change_type" => "change_server_type",
+            _ => return Ok(None),
+        };
+        let running: Actions = self
             .client
             .call(
-                command,
-                Method::POST,
-                &format!("/servers/{id}/actions/{command}"),
-                &[],
-                body.as_ref(),
+                "servers.actions.list",
+                Method::GET,
+                &format!("/servers/{id}/actions"),
+                &[("status", "running".to_string())],
+                None,
             )
             .await?;
-        self.wait_action(&r.action).await
+        if let Some(a) = running.actions.into_iter().find(|a| a.command == kind) {
+            tracing::info!(
+                server = id,
+                action = a.id,
+                "following the action a lost answer made"
+            );
+            return Ok(Some(Made::Running(a)));
+        }
+        let Some(s) = self.get_server(id).await? else {
+            return Err(Error::not_found(format!("server {id}")).with_code("not_found"));
+        };
+        let reached = match command {
+            "poweron" => s.status == "running",
+            "change_type" => Some(s.server_type.name.as_str()) == target,
+            // A shutdown the OS ignored reaches nothing: it is asked again.
+            _ => s.status == "off",
+        };
+        Ok(reached.then_some(Made::Reached))
     }
 
     /// Deletes server `id` and follows the delete to its end; true once it is gone.

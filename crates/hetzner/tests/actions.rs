@@ -1,5 +1,5 @@
-//! How the Hetzner driver follows actions against the fake Hetzner API, whose actions take seconds
-//! of tokio's (paused) clock: a server locked by a running action is waited for, a power or type
+//! How the Hetzner driver follows actions against the fake Hetzner API, whose actions take a while
+//! (fractions of a second here, on the real clock): a server locked by a running action is waited for, a power or type
 //! action whose answer was lost is not made twice, and every running action is read together.
 
 mod common;
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use orca_fakes::hetzner::{FakeHetzner, Options};
+use orca_fakes::{Fault, Rule};
 use orca_machines::labels::ownership_labels;
 use orca_machines::{Provider, Status};
 
@@ -41,11 +42,11 @@ async fn other_tool(fake: &FakeHetzner, id: i64, command: &str) {
     assert_eq!(r.status(), 201);
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_locked_server_is_waited_for_while_the_action_holding_it_runs() {
-    // Another tool's poweroff holds the server for 8 s; the start waits for it (within the policy's
-    // busy_wait, 10 s here) instead of giving up after its few quick retries.
-    let fake = fake_with(Duration::from_secs(8)).await;
+    // Another tool's poweroff holds the server for 0.5 s; the start waits for it (within the policy's
+    // busy_wait, 10 s here) instead of giving up after its few quick retries (about 0.1 s here).
+    let fake = fake_with(Duration::from_millis(500)).await;
     let p = common::provider(&fake, "me").await;
     let id = owned_server(&fake, "busy-1");
     other_tool(&fake, id, "poweroff").await;
@@ -55,5 +56,63 @@ async fn a_locked_server_is_waited_for_while_the_action_holding_it_runs() {
         fake.control().count(&Method::POST, "/actions/poweron") >= 2,
         "refused while locked, then made"
     );
+    assert_eq!(fake.action_count(id, "start_server"), 1);
+}
+
+#[tokio::test]
+async fn a_power_or_type_action_whose_answer_was_lost_is_made_once() {
+    // Each POST is served (its action runs for 0.3 s) and its answer lost: the retry must find that
+    // action (the server's running actions) instead of posting a second one.
+    let fake = fake_with(Duration::from_millis(300)).await;
+    let p = common::provider(&fake, "me").await;
+    let id = owned_server(&fake, "lost-act-1");
+    let sid = id.to_string();
+    let lose = |command: &str| {
+        fake.control().inject(Rule::new(
+            Some(Method::POST),
+            &format!("/actions/{command}"),
+            Fault::DropAnswer,
+            1,
+        ))
+    };
+    lose("shutdown");
+    let m = p.stop(&sid).await.unwrap();
+    assert_eq!(m.status, Status::Stopped);
+    assert_eq!(fake.action_count(id, "shutdown_server"), 1);
+
+    lose("change_type");
+    let r = p.resize(&sid, "cx33").await.unwrap();
+    assert_eq!(r.machine.machine_type, "cx33");
+    assert_eq!(fake.action_count(id, "change_server_type"), 1);
+
+    lose("poweron");
+    let m = p.start(&sid).await.unwrap();
+    assert_eq!(m.status, Status::Running);
+    assert_eq!(fake.action_count(id, "start_server"), 1);
+
+    // An OS that ignores the graceful shutdown: the poweroff that follows is lost too.
+    fake.ignore_shutdown(true);
+    lose("poweroff");
+    let m = p.stop(&sid).await.unwrap();
+    assert_eq!(m.status, Status::Stopped);
+    assert_eq!(fake.action_count(id, "stop_server"), 1);
+    assert_eq!(fake.control().count(&Method::POST, "/actions/"), 5);
+}
+
+#[tokio::test]
+async fn a_lost_answer_whose_action_already_ended_is_found_in_the_servers_state() {
+    // The action ended before the retry looked (no time to run): the server's state shows it done.
+    let fake = fake_with(Duration::ZERO).await;
+    let p = common::provider(&fake, "me").await;
+    let id = owned_server(&fake, "lost-act-2");
+    assert!(fake.set_status(id, "off"));
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/actions/poweron",
+        Fault::DropAnswer,
+        1,
+    ));
+    let m = p.start(&id.to_string()).await.unwrap();
+    assert_eq!(m.status, Status::Running);
     assert_eq!(fake.action_count(id, "start_server"), 1);
 }

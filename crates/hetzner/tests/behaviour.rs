@@ -516,10 +516,10 @@ async fn listing_reads_every_page_in_ceil_n_over_50_requests() {
     );
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_lost_create_answer_is_adopted_after_its_action() {
     let fake = FakeHetzner::start_with(Options {
-        action_time: Duration::from_secs(3),
+        action_time: Duration::from_millis(300),
         ..Options::default()
     })
     .await
@@ -598,12 +598,12 @@ async fn passing_failures_are_retried_by_the_shared_policy() {
     fake.control().clear_faults();
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn a_lost_create_answer_whose_action_fails_leaves_no_server() {
     // The first POST makes the server and its answer is lost; the retry meets `uniqueness_error` and
     // adopts the server, whose create action then fails: the server is removed, not handed back.
     let fake = FakeHetzner::start_with(Options {
-        action_time: Duration::from_secs(2),
+        action_time: Duration::from_millis(200),
         ..Options::default()
     })
     .await
@@ -724,12 +724,12 @@ async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_
     assert!(fake.servers().is_empty());
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn create_follows_its_next_actions_and_a_failed_start_leaves_no_server() {
     // Hetzner answers a create with the create action and, in `next_actions`, the `start_server` that
     // follows it: the machine is made once both have ended.
     let fake = FakeHetzner::start_with(Options {
-        action_time: Duration::from_secs(2),
+        action_time: Duration::from_millis(200),
         ..Options::default()
     })
     .await
@@ -883,7 +883,7 @@ async fn no_stock_from_a_resize_or_a_start_names_the_type_and_the_location() {
     }
 }
 
-#[tokio::test(start_paused = true)]
+#[tokio::test]
 async fn an_action_that_does_not_end_in_time_is_a_passing_failure_and_its_server_stays() {
     // Actions are followed by the kit's poll: every `poll_interval`, for at most `operation_timeout`;
     // then a passing failure naming the action (it goes on in the cloud, and a retried create
