@@ -253,7 +253,7 @@ async fn error_bodies_of_each_documented_code() {
         (401, "unauthorized", ErrorKind::Unauthenticated),
         (400, "invalid_input", ErrorKind::InvalidSpec),
         (400, "json_error", ErrorKind::InvalidSpec),
-        (423, "locked", ErrorKind::Transient),
+        (423, "locked", ErrorKind::Busy),
         (404, "not_found", ErrorKind::NotFound),
         (429, "rate_limit_exceeded", ErrorKind::Throttled),
         (403, "resource_limit_exceeded", ErrorKind::Quota),
