@@ -1,7 +1,6 @@
 //! [`HetznerProvider`]: the [`Provider`] contract on Hetzner Cloud servers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -20,7 +19,8 @@ use serde_json::json;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::client::{classify, Client};
+use crate::actions::Poller;
+use crate::client::Client;
 use crate::config::{Config, FIREWALL_ENV, IMAGE_ENV, NETWORK_ENV};
 use crate::model::{
     Action, ActionAnswer, Actions, CreatedServer, Deleted, Firewalls, Images, Networks, Server,
@@ -50,6 +50,8 @@ pub struct HetznerProvider {
     /// Held while a server type or an image is looked up, so that concurrent first creates make one
     /// lookup, not one each.
     lookup: tokio::sync::Mutex<()>,
+    /// The actions its calls wait for, read together.
+    poller: Poller,
     /// Servers this provider made and has not seen in a read yet, with when they were made: a
     /// "not found" for one of them is confirmed within the visibility window before it is believed.
     unseen: Mutex<HashMap<i64, Instant>>,
@@ -121,6 +123,7 @@ impl HetznerProvider {
             firewall: OnceCell::new(),
             network: OnceCell::new(),
             lookup: tokio::sync::Mutex::new(()),
+            poller: Poller::default(),
             unseen: Mutex::new(HashMap::new()),
         })
     }
@@ -358,52 +361,18 @@ impl HetznerProvider {
         Ok(s)
     }
 
-    /// Follows action `action` to its end with the kit's poll (`actions.get` every `poll_interval`,
-    /// for at most `operation_timeout`): `Ok` on success, the action's error (classified by its code)
-    /// otherwise.
+    /// Follows action `action` to its end, read together with every other action this provider
+    /// waits for ([`Poller`]: one read every `poll_interval`), for at most `operation_timeout`: `Ok`
+    /// on success, the action's error (classified by its code) otherwise.
     async fn wait_action(&self, action: &Action) -> Result<()> {
-        // The action as the call that started it answered, then as each read shows it.
-        let answered = AtomicBool::new(true);
-        let answered = &answered;
-        kit::poll(
-            &action.command,
-            self.config.poll_interval,
-            self.config.operation_timeout,
-            move || async move {
-                let current = if answered.swap(false, Ordering::Relaxed) {
-                    action.clone()
-                } else {
-                    let r: ActionAnswer = self
-                        .client
-                        .call(
-                            "actions.get",
-                            Method::GET,
-                            &format!("/actions/{}", action.id),
-                            &[],
-                            None,
-                        )
-                        .await?;
-                    r.action
-                };
-                match current.status.as_str() {
-                    "success" => Ok(Some(())),
-                    "error" => {
-                        let (code, msg) = current
-                            .error
-                            .as_ref()
-                            .map(|e| (e.code.clone(), e.message.clone()))
-                            .unwrap_or_else(|| (String::new(), "no message".into()));
-                        let words =
-                            format!("action {} ({}) failed: {msg}", current.id, current.command);
-                        Err(classify(&code, &words, None, None, None)
-                            .with_operation(current.command.clone()))
-                    }
-                    // `running`, or a word added later: not ended.
-                    _ => Ok(None),
-                }
-            },
-        )
-        .await
+        self.poller
+            .wait(
+                &self.client,
+                action,
+                self.config.poll_interval,
+                self.config.operation_timeout,
+            )
+            .await
     }
 
     /// Starts an action on server `id` (`poweron`, `shutdown`, `poweroff`, `change_type`) and follows

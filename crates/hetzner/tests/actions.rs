@@ -116,3 +116,49 @@ async fn a_lost_answer_whose_action_already_ended_is_found_in_the_servers_state(
     assert_eq!(m.status, Status::Running);
     assert_eq!(fake.action_count(id, "start_server"), 1);
 }
+
+#[tokio::test]
+async fn the_running_actions_of_concurrent_creates_are_read_together() {
+    // Twenty creates at once, each with two actions of 0.3 s (the create, then its start_server):
+    // one read a poll interval names every running action, however many creates wait.
+    let fake = fake_with(Duration::from_millis(300)).await;
+    let interval = Duration::from_millis(50);
+    let config = common::builder(&fake)
+        .poll_interval(interval)
+        .build()
+        .unwrap();
+    let p = std::sync::Arc::new(
+        orca_hetzner::HetznerProvider::new(config, "me")
+            .await
+            .unwrap(),
+    );
+    p.arch("cx23").await.unwrap();
+    let started = tokio::time::Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let p = p.clone();
+        tasks.spawn(async move {
+            let spec = orca_machines::MachineSpec::new(format!("tog-{i}"), "cx23", "fsn1", "lab");
+            p.create(&spec).await
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        assert!(r.unwrap().unwrap().machine().is_some());
+    }
+    let intervals = (started.elapsed().as_millis() / interval.as_millis()) as usize;
+    let log = fake.control().log();
+    let reads: Vec<&str> = log
+        .iter()
+        .filter(|l| l.method == Method::GET && l.path.starts_with("/v1/actions"))
+        .map(|l| l.path.as_str())
+        .collect();
+    assert!(
+        reads.len() <= intervals + 1,
+        "at most one read of actions a poll interval: {} reads in {intervals} intervals",
+        reads.len()
+    );
+    assert!(
+        reads.iter().any(|r| r.matches("id=").count() >= 2),
+        "a read names several actions: {reads:?}"
+    );
+}

@@ -907,7 +907,7 @@ async fn an_action_that_does_not_end_in_time_is_a_passing_failure_and_its_server
     assert!(e.is_retryable(), "{e:?}");
     assert!(e.to_string().contains("create_server"), "{e}");
     assert_eq!(e.operation(), Some("create_server"));
-    let reads = fake.control().count(&Method::GET, "/v1/actions/");
+    let reads = fake.control().count(&Method::GET, "/v1/actions");
     assert!(
         (1..=21).contains(&reads),
         "at most one read every 50 ms for 1 s, not a tight loop: {reads}"
