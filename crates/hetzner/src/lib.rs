@@ -42,6 +42,7 @@ mod ext;
 mod model;
 mod provider;
 
+pub use client::ApiError;
 pub use config::{Config, ConfigBuilder, ConfigKey};
 pub use provider::{status_of, HetznerProvider};
 

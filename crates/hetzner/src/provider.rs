@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, read_until_seen, Attempts, Recent};
 use orca_machines::labels::{self, Labels};
+use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    all_pages, docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities,
-    Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider, Resized, Result,
-    SpecOptions, Status,
+    all_pages, docker_arch, validate_id, validate_name, validate_owner, validate_pool, Arch,
+    Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider,
+    Resized, Result, SpecOptions, Status,
 };
 use reqwest::Method;
 use serde_json::json;
@@ -52,9 +53,9 @@ pub struct HetznerProvider {
     lookup: tokio::sync::Mutex<()>,
     /// The actions its calls wait for, read together.
     poller: Poller,
-    /// Servers this provider made and has not seen in a read yet, with when they were made: a
-    /// "not found" for one of them is confirmed within the visibility window before it is believed.
-    unseen: Mutex<HashMap<i64, Instant>>,
+    /// Servers this provider made and has not seen in a read yet: a "not found" for one of them is
+    /// confirmed within the visibility window before it is believed.
+    unseen: Recent<i64>,
 }
 
 impl std::fmt::Debug for HetznerProvider {
@@ -114,6 +115,7 @@ impl HetznerProvider {
     pub async fn new(config: Config, owner: &str) -> Result<HetznerProvider> {
         validate_owner(owner)?;
         let client = Client::new(&config)?;
+        let unseen = Recent::new(config.visibility_window);
         Ok(HetznerProvider {
             owner: owner.to_string(),
             config,
@@ -124,7 +126,7 @@ impl HetznerProvider {
             network: OnceCell::new(),
             lookup: tokio::sync::Mutex::new(()),
             poller: Poller::default(),
-            unseen: Mutex::new(HashMap::new()),
+            unseen,
         })
     }
 
@@ -315,7 +317,7 @@ impl HetznerProvider {
             .await
         {
             Ok(r) => {
-                lock(&self.unseen).remove(&id);
+                self.unseen.forget(&id);
                 Ok(Some(r.server))
             }
             Err(Error::NotFound { .. }) => Ok(None),
@@ -323,31 +325,11 @@ impl HetznerProvider {
         }
     }
 
-    /// When server `id` was made by this provider and has not been seen since, the time until which
-    /// a "not found" for it is not believed.
-    fn unseen_until(&self, id: i64) -> Option<Instant> {
-        let window = self.config.visibility_window;
-        let mut unseen = lock(&self.unseen);
-        unseen.retain(|_, made| made.elapsed() < window);
-        unseen.get(&id).map(|made| *made + window)
-    }
-
     /// Server `id` as the cloud shows it now: `None` once it is gone. A "not found" for a server this
     /// provider made and has not seen yet is confirmed by later reads within the visibility window.
     async fn read_server(&self, id: i64) -> Result<Option<Server>> {
-        let mut n = 0;
-        loop {
-            if let Some(s) = self.get_server(id).await? {
-                return Ok(Some(s));
-            }
-            match self.unseen_until(id) {
-                Some(until) if Instant::now() < until => {
-                    tokio::time::sleep(pause(n)).await;
-                    n += 1;
-                }
-                _ => return Ok(None),
-            }
-        }
+        let until = self.unseen.unseen_until(&id).unwrap_or_else(Instant::now);
+        read_until_seen(until, pause, || self.get_server(id)).await
     }
 
     /// The server `id` when it is this owner's; `NotOwned` when it is not, `NotFound` when it is gone.
@@ -476,10 +458,10 @@ impl HetznerProvider {
                 if let Some(a) = r.action {
                     self.wait_action(&a).await?;
                 }
-                lock(&self.unseen).remove(&id);
+                self.unseen.forget(&id);
                 Ok(true)
             }
-            Err(Error::NotFound { .. }) if self.unseen_until(id).is_none() => Ok(true),
+            Err(Error::NotFound { .. }) if !self.unseen.contains(&id) => Ok(true),
             Err(Error::NotFound { .. }) => Err(Error::transient(format!(
                 "server {id} was made a moment ago and is not visible to delete yet"
             ))
@@ -770,7 +752,7 @@ impl Provider for HetznerProvider {
             Err(e) => return Err(e),
         };
         let id = r.server.id;
-        lock(&self.unseen).insert(id, Instant::now());
+        self.unseen.note(id);
         // The create action, then its next actions (the `start_server` of `start_after_create`).
         let mut ended = self.wait_action(&r.action).await;
         for next in &r.next_actions {
@@ -804,6 +786,30 @@ impl Provider for HetznerProvider {
             Err(Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// One `GET /servers?name=..` (names are unique per project), the server checked for this
+    /// owner's and the pool's labels.
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let r: Servers = self
+            .client
+            .call(
+                "servers.list",
+                Method::GET,
+                "/servers",
+                &[("name", name.to_string())],
+                None,
+            )
+            .await?;
+        Ok(first_made(
+            r.servers
+                .iter()
+                .filter(|s| s.name == name)
+                .map(|s| self.machine_of(s))
+                .filter(|m| labels::is_in_pool(&m.labels, pool, &self.owner)),
+        ))
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {

@@ -162,3 +162,41 @@ async fn the_running_actions_of_concurrent_creates_are_read_together() {
         "a read names several actions: {reads:?}"
     );
 }
+
+#[tokio::test]
+async fn a_machine_is_found_by_name_in_one_read() {
+    let fake = fake_with(Duration::ZERO).await;
+    let p = common::provider(&fake, "me").await;
+    let id = owned_server(&fake, "named-1");
+    fake.insert_server(
+        "named-2",
+        "cx23",
+        "fsn1",
+        &[
+            ("orca", "pool"),
+            ("orca-pool", "lab"),
+            ("orca-owner", "you"),
+        ],
+    );
+    fake.control().clear_log();
+    let m = p.machine_named("lab", "named-1").await.unwrap().unwrap();
+    assert_eq!(m.id, id.to_string());
+    let log = fake.control().log();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(
+        log[0].path.starts_with("/v1/servers?") && log[0].path.contains("name=named-1"),
+        "{log:?}"
+    );
+    assert!(
+        p.machine_named("other", "named-1").await.unwrap().is_none(),
+        "another pool's"
+    );
+    assert!(
+        p.machine_named("lab", "named-2").await.unwrap().is_none(),
+        "another owner's"
+    );
+    assert!(
+        p.machine_named("lab", "named-3").await.unwrap().is_none(),
+        "none"
+    );
+}

@@ -316,3 +316,33 @@ async fn error_bodies_of_each_documented_code() {
     let e = p.machines("lab").await.unwrap_err();
     assert_eq!((e.kind(), e.code()), (ErrorKind::Transient, None));
 }
+
+#[tokio::test]
+async fn the_clouds_error_is_kept_as_the_source() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = HetznerProvider::new(
+        common::builder(&fake)
+            .retry(RetryPolicy::NEVER)
+            .build()
+            .unwrap(),
+        "me",
+    )
+    .await
+    .unwrap();
+    answer(
+        &fake,
+        Method::GET,
+        "/v1/servers?",
+        403,
+        json!({"error": {"code": "forbidden", "message": "insufficient permissions", "details": {}}}),
+    );
+    let e = p.machines("lab").await.unwrap_err();
+    let source = std::error::Error::source(&e).expect("a source");
+    let api = source
+        .downcast_ref::<orca_hetzner::ApiError>()
+        .expect("the cloud's error");
+    assert_eq!(
+        (api.status(), api.code(), api.message()),
+        (Some(403), "forbidden", "insufficient permissions")
+    );
+}
