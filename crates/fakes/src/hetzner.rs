@@ -2,7 +2,7 @@
 //! of the public API reference (`https://docs.hetzner.cloud`, with the changelog
 //! `https://docs.hetzner.cloud/changelog` and the shapes of Hetzner's own Go client, hcloud-go
 //! `hcloud/schema/*.go`), for orca's tests and benchmarks. One module a resource: `servers`
-//! (servers and their actions), `actions`, `catalogue` (server types, images, locations),
+//! (servers and their actions), `create` (a server's create), `actions`, `catalogue` (server types, images, locations),
 //! `project` (SSH keys, firewalls, networks), `rate` (token and rate limit) and `selector` (label
 //! selectors).
 //!
@@ -64,6 +64,7 @@
 
 mod actions;
 mod catalogue;
+mod create;
 mod project;
 mod rate;
 mod selector;
@@ -219,7 +220,7 @@ impl FakeHetzner {
         let router = Router::new()
             .route(
                 "/v1/servers",
-                get(servers::list_servers).post(servers::create_server),
+                get(servers::list_servers).post(create::create_server),
             )
             .route(
                 "/v1/servers/{id}",
