@@ -37,9 +37,9 @@ fn spec(i: usize, pool: &str) -> MachineSpec {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> orca::Result<()> {
-    // Requests per operation, without a rate limit. Actions end on their first read.
+    // Requests per operation, without a rate limit. Actions end at once (on their first read).
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 0,
+        action_time: Duration::ZERO,
         ..Options::default()
     })
     .await
@@ -108,7 +108,7 @@ async fn main() -> orca::Result<()> {
     );
     for pacing in [true, false] {
         let fake = FakeHetzner::start_with(Options {
-            action_reads: 0,
+            action_time: Duration::ZERO,
             rate_limit: limit,
             refill_per_second: refill,
             ..Options::default()

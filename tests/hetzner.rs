@@ -2,6 +2,8 @@
 //!
 //! Environment variables are process-global: this binary is the only one that sets them, in one test.
 
+use std::time::Duration;
+
 use orca::{Created, ErrorKind, MachineSpec, Status};
 use orca_fakes::hetzner::{FakeHetzner, Options};
 
@@ -32,7 +34,7 @@ async fn of_hetzner_from_the_environment() {
 
     // Set: a provider on the fake, with the key and firewall by name.
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 0,
+        action_time: Duration::ZERO,
         ..Options::default()
     })
     .await
@@ -84,7 +86,7 @@ async fn of_with_hetzner_from_a_map_names_every_problem_and_reaches_the_labels_e
         assert!(e.to_string().contains(key), "{key}: {e}");
     }
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 0,
+        action_time: Duration::ZERO,
         ..Options::default()
     })
     .await

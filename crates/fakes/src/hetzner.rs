@@ -2,7 +2,7 @@
 //! of the public API reference (`https://docs.hetzner.cloud`, with the changelog
 //! `https://docs.hetzner.cloud/changelog` and the shapes of Hetzner's own Go client, hcloud-go
 //! `hcloud/schema/*.go`), for orca's tests and benchmarks. One module a resource: `servers`
-//! (servers and their actions), `actions`, `catalogue` (server types, images, locations),
+//! (servers and their actions), `create` (a server's create), `actions`, `catalogue` (server types, images, locations),
 //! `project` (SSH keys, firewalls, networks), `rate` (token and rate limit) and `selector` (label
 //! selectors).
 //!
@@ -11,11 +11,16 @@
 //!   create (its `start_server` in `next_actions` unless `start_after_create` is false), get, update
 //!   (`PUT`: `name`, and `labels`, which **replace all labels**; no fingerprint or precondition),
 //!   delete, the actions `poweron`, `poweroff`, `shutdown`, `change_type`; `servers/{id}/actions`
-//!   (filter `status`); `actions/{id}`; `server_types`, `images`, `locations`, `ssh_keys`,
-//!   `firewalls`, `networks`.
-//! - Every change answers an action that is `running` for a configurable number of reads, then
-//!   `success` or `error` with `{"code", "message"}`; the change takes effect when the action ends; a
-//!   create's `start_server` waits for the create action.
+//!   (filter `status`); `actions/{id}`; `actions?id=..&id=..` (several actions in one read, `id`
+//!   required: listing every action of a project was removed in January 2025); `server_types`,
+//!   `images`, `locations`, `ssh_keys`, `firewalls`, `networks`.
+//! - Every change answers an action that is `running` for a while ([`Options::action_time`], on
+//!   tokio's clock, so that a test with paused time lets minutes pass at once), then `success` or
+//!   `error` with `{"code", "message"}`; the change takes effect when the action ends; a create's
+//!   `start_server` (its next action) starts when the create action ends.
+//! - While an action of a server runs, the server is `locked: true` and a new action on it or its
+//!   delete answers `423 locked` (as Hetzner does: actions are not queued, and a repeated action is
+//!   not recognised as the same one).
 //! - Servers as the reference shows them today: `created` (the time it was made, RFC 3339), `location`
 //!   at top level and **no `datacenter`** (removed from servers in July 2026), `public_net.ipv4` with
 //!   its reverse DNS `dns_ptr` (`static.<reversed address>.clients.your-server.de`), `private_net`
@@ -34,7 +39,7 @@
 //!   `meta.pagination` (`page`, `per_page` up to 50, `previous_page`, `next_page`, `last_page`,
 //!   `total_entries`).
 //! - Error bodies `{"error": {"code", "message", "details"}}` with the reference's codes
-//!   (`unauthorized`, `not_found`, `invalid_input`, `json_error`, `uniqueness_error`,
+//!   (`unauthorized`, `not_found`, `invalid_input`, `json_error`, `uniqueness_error`, `locked`,
 //!   `resource_unavailable`, `invalid_server_type`, `server_not_stopped`, `rate_limit_exceeded`).
 //! - The bearer token check, and the per-project rate limit with `RateLimit-Limit`,
 //!   `RateLimit-Remaining` and `RateLimit-Reset` on every answer (a token bucket refilled
@@ -45,7 +50,7 @@
 //!   certificates, ...), `sort`, and the ISO, rescue, rebuild and backup actions.
 //! - The exact HTTP status of every error code (the reference documents codes, not a status for each);
 //!   drivers must classify by code.
-//! - Time-based behaviour of real data centres: actions end after a number of reads, not seconds.
+//! - Actions of varying length: every action runs for the same [`Options::action_time`].
 //! - Eventual consistency is not something Hetzner documents; [`FakeHetzner::set_visibility_delay`]
 //!   is the harness's hook for it (servers made from then on are invisible to reads and answer
 //!   `not_found` to changes for a while), off by default.
@@ -59,6 +64,7 @@
 
 mod actions;
 mod catalogue;
+mod create;
 mod project;
 mod rate;
 mod selector;
@@ -96,8 +102,8 @@ pub struct Options {
     pub rate_limit: u32,
     /// How many requests the bucket regains per second (Hetzner: limit / 3600).
     pub refill_per_second: f64,
-    /// How many reads of an action show it `running` before it ends.
-    pub action_reads: u32,
+    /// How long every action runs, on tokio's clock (a test with paused time skips it at once).
+    pub action_time: Duration,
 }
 
 impl Default for Options {
@@ -106,7 +112,7 @@ impl Default for Options {
             token: DEFAULT_TOKEN.to_string(),
             rate_limit: 3600,
             refill_per_second: 1.0,
-            action_reads: 1,
+            action_time: Duration::ZERO,
         }
     }
 }
@@ -125,7 +131,7 @@ struct State_ {
     fail_next_create: Option<(String, String)>,
     fail_next_start: Option<String>,
     ignore_shutdown: bool,
-    action_reads: u32,
+    action_time: Duration,
     visibility_delay: Duration,
     bucket: Bucket,
     rate_limited: u64,
@@ -205,7 +211,7 @@ impl FakeHetzner {
             fail_next_create: None,
             fail_next_start: None,
             ignore_shutdown: false,
-            action_reads: options.action_reads,
+            action_time: options.action_time,
             visibility_delay: Duration::ZERO,
             bucket: Bucket::new(options.rate_limit, options.refill_per_second),
             rate_limited: 0,
@@ -214,7 +220,7 @@ impl FakeHetzner {
         let router = Router::new()
             .route(
                 "/v1/servers",
-                get(servers::list_servers).post(servers::create_server),
+                get(servers::list_servers).post(create::create_server),
             )
             .route(
                 "/v1/servers/{id}",
@@ -230,6 +236,7 @@ impl FakeHetzner {
                 "/v1/servers/{id}/actions/{command}",
                 post(servers::server_action),
             )
+            .route("/v1/actions", get(actions::list_actions))
             .route("/v1/actions/{id}", get(actions::get_action))
             .route("/v1/server_types", get(catalogue::list_server_types))
             .route("/v1/server_types/{id}", get(catalogue::get_server_type))
@@ -364,8 +371,22 @@ impl FakeHetzner {
 
     /// Every server as the API shows it (visible or not yet), in id order.
     pub fn servers(&self) -> Vec<Value> {
-        let s = lock(&self.state);
+        let mut s = lock(&self.state);
+        s.settle();
         s.servers.values().map(|v| s.server_json(v)).collect()
+    }
+
+    /// How many actions of `command` (`start_server`, `shutdown_server`, `stop_server`,
+    /// `change_server_type`, ...) were made on server `id`, in all.
+    pub fn action_count(&self, id: i64, command: &str) -> usize {
+        lock(&self.state).count_actions(id, command)
+    }
+
+    /// Whether an action of server `id` runs now (the server is `locked`).
+    pub fn locked(&self, id: i64) -> bool {
+        let mut s = lock(&self.state);
+        s.settle();
+        s.locked(id)
     }
 
     /// The user data a server was created with.

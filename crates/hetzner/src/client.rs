@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, transport_error, Attempts, Proxy};
 use orca_machines::{parse_retry_after, Error, Result, RetryPolicy};
 use reqwest::header::HeaderMap;
 use reqwest::Method;
@@ -39,13 +39,8 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     pub(crate) fn new(config: &Config) -> Result<Client> {
-        let http = orca_machines::kit::http_client(
-            "hetzner",
-            &config.endpoint,
-            &config.client,
-            std::time::Duration::from_secs(10),
-            Some(config.request_timeout),
-        )?;
+        let http =
+            kit::http_client_with(KIND, config.timeouts, Proxy::for_endpoint(&config.endpoint))?;
         Ok(Client {
             http,
             base: config.endpoint.clone(),
@@ -141,25 +136,51 @@ impl Client {
     }
 }
 
-fn transport_error(e: reqwest::Error) -> Error {
-    // reqwest's messages carry the URL (no credentials: the token travels in a header) and the cause.
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else if e.is_body() || e.is_decode() {
-        "the answer was cut off"
-    } else {
-        "the request failed"
-    };
-    let mut msg = format!("{what}: {e}");
-    let mut src = std::error::Error::source(&e);
-    while let Some(s) = src {
-        msg.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    Error::transient(msg).with_source(e)
+/// An error Hetzner Cloud answered: the HTTP status (none for an action that failed), the error
+/// code and the cloud's words. Kept as the source of the driver's [`Error`], so that a caller can
+/// read what the cloud said (`std::error::Error::source`, then `downcast_ref::<ApiError>()`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    status: Option<u16>,
+    code: String,
+    message: String,
 }
+
+impl ApiError {
+    /// The HTTP status of the answer; `None` for the error of an action that failed.
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// Hetzner's error code (`resource_unavailable`, `locked`, ...); empty when the answer had none.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// The cloud's words.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.status {
+            Some(s) => write!(
+                f,
+                "Hetzner Cloud answered {s} {}: {}",
+                self.code, self.message
+            ),
+            None => write!(
+                f,
+                "Hetzner Cloud action failed, {}: {}",
+                self.code, self.message
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ApiError {}
 
 fn header_f64(headers: &HeaderMap, name: &str) -> Option<f64> {
     headers
@@ -250,13 +271,21 @@ pub(crate) fn classify(
         "invalid_input" | "json_error" => {
             Error::invalid(field.unwrap_or_else(|| "request".into()), words)
         }
-        "locked" | "conflict" | "service_error" | "maintenance" | "timeout" | "server_error"
+        // An action of the resource runs: the lock lasts as long as that action, so the answer is
+        // waited for as long as the policy's busy_wait allows, not within its few quick retries.
+        "locked" => Error::busy(words),
+        "conflict" | "service_error" | "maintenance" | "timeout" | "server_error"
         | "unavailable" | "bad_gateway" | "robot_unavailable" => Error::transient(words),
         _ => match status {
             Some(status) if status != 409 => Error::from_http_status(status, words, retry_after),
             _ => Error::other(words),
         },
     };
+    let e = e.with_source(ApiError {
+        status,
+        code: code.to_string(),
+        message: message.to_string(),
+    });
     if code.is_empty() {
         e
     } else {
@@ -510,7 +539,7 @@ mod tests {
             ErrorKind::Quota
         );
         assert_eq!(k(400, "invalid_input", "bad"), ErrorKind::InvalidSpec);
-        assert_eq!(k(423, "locked", "busy"), ErrorKind::Transient);
+        assert_eq!(k(423, "locked", "busy"), ErrorKind::Busy);
         assert_eq!(k(409, "conflict", "changed"), ErrorKind::Transient);
         assert_eq!(k(503, "unavailable", "x"), ErrorKind::Transient);
         assert_eq!(k(409, "server_not_stopped", "x"), ErrorKind::Other);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use orca_machines::kit::{ClientOptions, ClientSettings};
+use orca_machines::kit::{ClientOptions, ClientSettings, Timeouts};
 use orca_machines::settings::Problems;
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
@@ -32,6 +32,7 @@ orca_machines::setting_keys! {
 const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(1000);
 /// One request's time limit unless set (builder or `ORCA_REQUEST_TIMEOUT`).
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The API token ([`ConfigKey::Token`]).
 pub const TOKEN_ENV: &str = ConfigKey::Token.as_str();
@@ -64,13 +65,14 @@ pub struct Config {
     pub(crate) network: Option<String>,
     pub(crate) page_size: u32,
     pub(crate) retry: RetryPolicy,
-    pub(crate) client: ClientOptions,
     pub(crate) pacing: bool,
     pub(crate) rate_reserve: f64,
     pub(crate) poll_interval: Duration,
     pub(crate) operation_timeout: Duration,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) request_timeout: Duration,
+    /// The HTTP client's timeouts, resolved (builder, then client key, then default).
+    pub(crate) timeouts: Timeouts,
     pub(crate) visibility_window: Duration,
 }
 
@@ -91,6 +93,7 @@ impl std::fmt::Debug for Config {
             .field("operation_timeout", &self.operation_timeout)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("request_timeout", &self.request_timeout)
+            .field("timeouts", &self.timeouts)
             .field("visibility_window", &self.visibility_window)
             .finish()
     }
@@ -383,13 +386,13 @@ impl ConfigBuilder {
             p.invalid("rate_reserve", "0 to 0.9");
         }
         p.finish()?;
-        let request_timeout = self
-            .request_timeout
-            .or(client.request_timeout)
-            .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
-        // The HTTP client reads its timeout from the client options: the value that won goes there.
-        let mut client = client;
-        client.request_timeout = Some(request_timeout);
+        let timeouts = Timeouts::resolve(
+            None,
+            self.request_timeout,
+            &client,
+            Timeouts::new(DEFAULT_CONNECT_TIMEOUT, Some(DEFAULT_REQUEST_TIMEOUT)),
+        );
+        let request_timeout = timeouts.request.unwrap_or(DEFAULT_REQUEST_TIMEOUT);
         Ok(Config {
             token: self
                 .token
@@ -403,7 +406,6 @@ impl ConfigBuilder {
             retry: self
                 .retry
                 .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
-            client,
             pacing: self.pacing,
             rate_reserve: self.rate_reserve,
             poll_interval: self
@@ -412,6 +414,7 @@ impl ConfigBuilder {
             operation_timeout: self.operation_timeout,
             shutdown_timeout: self.shutdown_timeout,
             request_timeout,
+            timeouts,
             visibility_window: self.visibility_window,
         })
     }
@@ -520,8 +523,8 @@ mod tests {
             (c.poll_interval, c.request_timeout, c.retry.max_retries),
             (Duration::from_millis(7), Duration::from_secs(3), 0)
         );
-        // The HTTP client is built from the client options: the builder's value is there too.
-        assert_eq!(c.client.request_timeout, Some(Duration::from_secs(3)));
+        // The HTTP client is built from the resolved timeouts: the builder's value is there too.
+        assert_eq!(c.timeouts.request, Some(Duration::from_secs(3)));
         let c = Config::from_settings(&Settings::new().with(TOKEN_ENV, SECRET)).unwrap();
         assert_eq!(
             (c.poll_interval, c.request_timeout),

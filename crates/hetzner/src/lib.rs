@@ -3,7 +3,8 @@
 //! [`HetznerProvider`] keeps the [`orca_machines::Provider`] contract on Hetzner Cloud servers. The
 //! crate has the same files as every orca driver: [`config`] (settings as data: [`ConfigKey`],
 //! [`Config`]), `client` (the paced HTTP calls and the one error mapping), `model` (the answers,
-//! read leniently), `provider` (the contract) and `ext` (the extensions).
+//! read leniently), `provider` (the contract) and `ext` (the extensions); and `actions`, the one
+//! poller that reads every action the provider waits for together.
 //!
 //! - `create` makes a server of the spec's type in its location with the image of the type's
 //!   architecture (the arm64 variant for `cax*`), the configured SSH keys, firewall and private
@@ -34,12 +35,14 @@
 //! # Ok(()) }
 //! ```
 
+mod actions;
 mod client;
 pub mod config;
 mod ext;
 mod model;
 mod provider;
 
+pub use client::ApiError;
 pub use config::{Config, ConfigBuilder, ConfigKey};
 pub use provider::{status_of, HetznerProvider};
 

@@ -162,7 +162,7 @@ pub(crate) struct ActionError {
     pub message: String,
 }
 
-/// An action (`GET /actions/{id}`, and every change's answer).
+/// An action (`GET /actions?id=..`, and every change's answer).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct Action {
     pub id: i64,

@@ -1,26 +1,27 @@
 //! [`HetznerProvider`]: the [`Provider`] contract on Hetzner Cloud servers.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, read_until_seen, Attempts, Recent};
 use orca_machines::labels::{self, Labels};
+use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    all_pages, docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities,
-    Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider, Resized, Result,
-    SpecOptions, Status,
+    all_pages, docker_arch, validate_id, validate_name, validate_owner, validate_pool, Arch,
+    Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider,
+    Resized, Result, SpecOptions, Status,
 };
 use reqwest::Method;
 use serde_json::json;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::client::{classify, Client};
+use crate::actions::Poller;
+use crate::client::Client;
 use crate::config::{Config, FIREWALL_ENV, IMAGE_ENV, NETWORK_ENV};
 use crate::model::{
     Action, ActionAnswer, Actions, CreatedServer, Deleted, Firewalls, Images, Networks, Server,
@@ -29,6 +30,13 @@ use crate::model::{
 
 /// The driver's kind.
 pub(crate) const KIND: &str = "hetzner";
+
+/// What a power or type action came to: its action, to follow; or the state it was to reach, which
+/// the server shows already.
+enum Made {
+    Running(Action),
+    Reached,
+}
 
 /// Hetzner Cloud servers as one owner's machines.
 pub struct HetznerProvider {
@@ -43,9 +51,11 @@ pub struct HetznerProvider {
     /// Held while a server type or an image is looked up, so that concurrent first creates make one
     /// lookup, not one each.
     lookup: tokio::sync::Mutex<()>,
-    /// Servers this provider made and has not seen in a read yet, with when they were made: a
-    /// "not found" for one of them is confirmed within the visibility window before it is believed.
-    unseen: Mutex<HashMap<i64, Instant>>,
+    /// The actions its calls wait for, read together.
+    poller: Poller,
+    /// Servers this provider made and has not seen in a read yet: a "not found" for one of them is
+    /// confirmed within the visibility window before it is believed.
+    unseen: Recent<i64>,
 }
 
 impl std::fmt::Debug for HetznerProvider {
@@ -105,6 +115,7 @@ impl HetznerProvider {
     pub async fn new(config: Config, owner: &str) -> Result<HetznerProvider> {
         validate_owner(owner)?;
         let client = Client::new(&config)?;
+        let unseen = Recent::new(config.visibility_window);
         Ok(HetznerProvider {
             owner: owner.to_string(),
             config,
@@ -114,7 +125,8 @@ impl HetznerProvider {
             firewall: OnceCell::new(),
             network: OnceCell::new(),
             lookup: tokio::sync::Mutex::new(()),
-            unseen: Mutex::new(HashMap::new()),
+            poller: Poller::default(),
+            unseen,
         })
     }
 
@@ -305,7 +317,7 @@ impl HetznerProvider {
             .await
         {
             Ok(r) => {
-                lock(&self.unseen).remove(&id);
+                self.unseen.forget(&id);
                 Ok(Some(r.server))
             }
             Err(Error::NotFound { .. }) => Ok(None),
@@ -313,31 +325,11 @@ impl HetznerProvider {
         }
     }
 
-    /// When server `id` was made by this provider and has not been seen since, the time until which
-    /// a "not found" for it is not believed.
-    fn unseen_until(&self, id: i64) -> Option<Instant> {
-        let window = self.config.visibility_window;
-        let mut unseen = lock(&self.unseen);
-        unseen.retain(|_, made| made.elapsed() < window);
-        unseen.get(&id).map(|made| *made + window)
-    }
-
     /// Server `id` as the cloud shows it now: `None` once it is gone. A "not found" for a server this
     /// provider made and has not seen yet is confirmed by later reads within the visibility window.
     async fn read_server(&self, id: i64) -> Result<Option<Server>> {
-        let mut n = 0;
-        loop {
-            if let Some(s) = self.get_server(id).await? {
-                return Ok(Some(s));
-            }
-            match self.unseen_until(id) {
-                Some(until) if Instant::now() < until => {
-                    tokio::time::sleep(pause(n)).await;
-                    n += 1;
-                }
-                _ => return Ok(None),
-            }
-        }
+        let until = self.unseen.unseen_until(&id).unwrap_or_else(Instant::now);
+        read_until_seen(until, pause, || self.get_server(id)).await
     }
 
     /// The server `id` when it is this owner's; `NotOwned` when it is not, `NotFound` when it is gone.
@@ -351,72 +343,102 @@ impl HetznerProvider {
         Ok(s)
     }
 
-    /// Follows action `action` to its end with the kit's poll (`actions.get` every `poll_interval`,
-    /// for at most `operation_timeout`): `Ok` on success, the action's error (classified by its code)
-    /// otherwise.
+    /// Follows action `action` to its end, read together with every other action this provider
+    /// waits for ([`Poller`]: one read every `poll_interval`), for at most `operation_timeout`: `Ok`
+    /// on success, the action's error (classified by its code) otherwise.
     async fn wait_action(&self, action: &Action) -> Result<()> {
-        // The action as the call that started it answered, then as each read shows it.
-        let answered = AtomicBool::new(true);
-        let answered = &answered;
-        kit::poll(
-            &action.command,
-            self.config.poll_interval,
-            self.config.operation_timeout,
-            move || async move {
-                let current = if answered.swap(false, Ordering::Relaxed) {
-                    action.clone()
-                } else {
-                    let r: ActionAnswer = self
-                        .client
-                        .call(
-                            "actions.get",
-                            Method::GET,
-                            &format!("/actions/{}", action.id),
-                            &[],
-                            None,
-                        )
-                        .await?;
-                    r.action
-                };
-                match current.status.as_str() {
-                    "success" => Ok(Some(())),
-                    "error" => {
-                        let (code, msg) = current
-                            .error
-                            .as_ref()
-                            .map(|e| (e.code.clone(), e.message.clone()))
-                            .unwrap_or_else(|| (String::new(), "no message".into()));
-                        let words =
-                            format!("action {} ({}) failed: {msg}", current.id, current.command);
-                        Err(classify(&code, &words, None, None, None)
-                            .with_operation(current.command.clone()))
-                    }
-                    // `running`, or a word added later: not ended.
-                    _ => Ok(None),
-                }
-            },
-        )
-        .await
+        self.poller
+            .wait(
+                &self.client,
+                action,
+                self.config.poll_interval,
+                self.config.operation_timeout,
+            )
+            .await
     }
 
-    /// Starts an action on server `id` (`poweron`, `shutdown`, ...) and follows it to its end.
+    /// Starts an action on server `id` (`poweron`, `shutdown`, `poweroff`, `change_type`) and follows
+    /// it to its end. Hetzner's actions carry no idempotency token: a second POST would make a second
+    /// action (or meet `locked`). So after an attempt the cloud may have served (its answer lost),
+    /// the retry first looks for the action that attempt made, or for the state it reached.
     async fn server_action(
         &self,
         id: i64,
         command: &'static str,
         body: Option<serde_json::Value>,
     ) -> Result<()> {
-        let r: ActionAnswer = self
+        let attempts = Attempts::new();
+        let path = format!("/servers/{id}/actions/{command}");
+        let target = body
+            .as_ref()
+            .and_then(|b| b.get("server_type"))
+            .and_then(|t| t.as_str())
+            .map(str::to_string);
+        let (attempts, path, body, target) = (&attempts, &path, &body, &target);
+        let made = kit::call(KIND, command, &self.client.retry, move || async move {
+            if attempts.may_have_made() {
+                if let Some(made) = self.made_before(id, command, target.as_deref()).await? {
+                    return Ok(made);
+                }
+            }
+            let r = self
+                .client
+                .once::<ActionAnswer>(command, Method::POST, path, &[], body.as_ref())
+                .await;
+            attempts.record(&r);
+            r.map(|r| Made::Running(r.action))
+        })
+        .await?;
+        match made {
+            Made::Running(action) => self.wait_action(&action).await,
+            Made::Reached => Ok(()),
+        }
+    }
+
+    /// What an earlier attempt of `command` on server `id` (whose answer was lost) made: its action,
+    /// still running (the server's running action of that kind), or the state it reached (`target`:
+    /// the type a `change_type` changes to); `None` when neither shows, so the action is sent again.
+    async fn made_before(
+        &self,
+        id: i64,
+        command: &str,
+        target: Option<&str>,
+    ) -> Result<Option<Made>> {
+        let kind = match command {
+            "poweron" => "start_server",
+            "poweroff" => "stop_server",
+            "shutdown" => "shutdown_server",
+            "change_type" => "change_server_type",
+            _ => return Ok(None),
+        };
+        let running: Actions = self
             .client
             .call(
-                command,
-                Method::POST,
-                &format!("/servers/{id}/actions/{command}"),
-                &[],
-                body.as_ref(),
+                "servers.actions.list",
+                Method::GET,
+                &format!("/servers/{id}/actions"),
+                &[("status", "running".to_string())],
+                None,
             )
             .await?;
-        self.wait_action(&r.action).await
+        if let Some(a) = running.actions.into_iter().find(|a| a.command == kind) {
+            tracing::info!(
+                server = id,
+                action = a.id,
+                "following the action a lost answer made"
+            );
+            return Ok(Some(Made::Running(a)));
+        }
+        let Some(s) = self.get_server(id).await? else {
+            return Err(Error::not_found(format!("server {id}")).with_code("not_found"));
+        };
+        let reached = match command {
+            "poweron" => s.status == "running",
+            "change_type" => Some(s.server_type.name.as_str()) == target,
+            // A shutdown the OS ignored reaches nothing: it is asked again.
+            _ => s.status == "off",
+        };
+        Ok(reached.then_some(Made::Reached))
     }
 
     /// Deletes server `id` and follows the delete to its end; true once it is gone.
@@ -436,10 +458,10 @@ impl HetznerProvider {
                 if let Some(a) = r.action {
                     self.wait_action(&a).await?;
                 }
-                lock(&self.unseen).remove(&id);
+                self.unseen.forget(&id);
                 Ok(true)
             }
-            Err(Error::NotFound { .. }) if self.unseen_until(id).is_none() => Ok(true),
+            Err(Error::NotFound { .. }) if !self.unseen.contains(&id) => Ok(true),
             Err(Error::NotFound { .. }) => Err(Error::transient(format!(
                 "server {id} was made a moment ago and is not visible to delete yet"
             ))
@@ -730,7 +752,7 @@ impl Provider for HetznerProvider {
             Err(e) => return Err(e),
         };
         let id = r.server.id;
-        lock(&self.unseen).insert(id, Instant::now());
+        self.unseen.note(id);
         // The create action, then its next actions (the `start_server` of `start_after_create`).
         let mut ended = self.wait_action(&r.action).await;
         for next in &r.next_actions {
@@ -764,6 +786,30 @@ impl Provider for HetznerProvider {
             Err(Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+
+    /// One `GET /servers?name=..` (names are unique per project), the server checked for this
+    /// owner's and the pool's labels.
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let r: Servers = self
+            .client
+            .call(
+                "servers.list",
+                Method::GET,
+                "/servers",
+                &[("name", name.to_string())],
+                None,
+            )
+            .await?;
+        Ok(first_made(
+            r.servers
+                .iter()
+                .filter(|s| s.name == name)
+                .map(|s| self.machine_of(s))
+                .filter(|m| labels::is_in_pool(&m.labels, pool, &self.owner)),
+        ))
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {

@@ -519,7 +519,7 @@ async fn listing_reads_every_page_in_ceil_n_over_50_requests() {
 #[tokio::test]
 async fn a_lost_create_answer_is_adopted_after_its_action() {
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 3,
+        action_time: Duration::from_millis(300),
         ..Options::default()
     })
     .await
@@ -603,7 +603,7 @@ async fn a_lost_create_answer_whose_action_fails_leaves_no_server() {
     // The first POST makes the server and its answer is lost; the retry meets `uniqueness_error` and
     // adopts the server, whose create action then fails: the server is removed, not handed back.
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 2,
+        action_time: Duration::from_millis(200),
         ..Options::default()
     })
     .await
@@ -729,7 +729,7 @@ async fn create_follows_its_next_actions_and_a_failed_start_leaves_no_server() {
     // Hetzner answers a create with the create action and, in `next_actions`, the `start_server` that
     // follows it: the machine is made once both have ended.
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 2,
+        action_time: Duration::from_millis(200),
         ..Options::default()
     })
     .await
@@ -889,7 +889,7 @@ async fn an_action_that_does_not_end_in_time_is_a_passing_failure_and_its_server
     // then a passing failure naming the action (it goes on in the cloud, and a retried create
     // adopts the server).
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 1_000_000,
+        action_time: Duration::from_secs(3600),
         ..Options::default()
     })
     .await
@@ -907,7 +907,7 @@ async fn an_action_that_does_not_end_in_time_is_a_passing_failure_and_its_server
     assert!(e.is_retryable(), "{e:?}");
     assert!(e.to_string().contains("create_server"), "{e}");
     assert_eq!(e.operation(), Some("create_server"));
-    let reads = fake.control().count(&Method::GET, "/v1/actions/");
+    let reads = fake.control().count(&Method::GET, "/v1/actions");
     assert!(
         (1..=21).contains(&reads),
         "at most one read every 50 ms for 1 s, not a tight loop: {reads}"

@@ -253,7 +253,7 @@ async fn error_bodies_of_each_documented_code() {
         (401, "unauthorized", ErrorKind::Unauthenticated),
         (400, "invalid_input", ErrorKind::InvalidSpec),
         (400, "json_error", ErrorKind::InvalidSpec),
-        (423, "locked", ErrorKind::Transient),
+        (423, "locked", ErrorKind::Busy),
         (404, "not_found", ErrorKind::NotFound),
         (429, "rate_limit_exceeded", ErrorKind::Throttled),
         (403, "resource_limit_exceeded", ErrorKind::Quota),
@@ -315,4 +315,34 @@ async fn error_bodies_of_each_documented_code() {
     );
     let e = p.machines("lab").await.unwrap_err();
     assert_eq!((e.kind(), e.code()), (ErrorKind::Transient, None));
+}
+
+#[tokio::test]
+async fn the_clouds_error_is_kept_as_the_source() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = HetznerProvider::new(
+        common::builder(&fake)
+            .retry(RetryPolicy::NEVER)
+            .build()
+            .unwrap(),
+        "me",
+    )
+    .await
+    .unwrap();
+    answer(
+        &fake,
+        Method::GET,
+        "/v1/servers?",
+        403,
+        json!({"error": {"code": "forbidden", "message": "insufficient permissions", "details": {}}}),
+    );
+    let e = p.machines("lab").await.unwrap_err();
+    let source = std::error::Error::source(&e).expect("a source");
+    let api = source
+        .downcast_ref::<orca_hetzner::ApiError>()
+        .expect("the cloud's error");
+    assert_eq!(
+        (api.status(), api.code(), api.message()),
+        (Some(403), "forbidden", "insufficient permissions")
+    );
 }

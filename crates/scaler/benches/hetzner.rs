@@ -27,7 +27,7 @@ async fn main() {
     );
     for parallel in [Settings::new("d", 1, Vec::new()).parallel, 8, 20] {
         let fake = FakeHetzner::start_with(Options {
-            action_reads: 0,
+            action_time: Duration::ZERO,
             rate_limit: LIMIT,
             refill_per_second: REFILL,
             ..Options::default()

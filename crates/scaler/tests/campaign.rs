@@ -1393,7 +1393,7 @@ async fn fault_campaign_hetzner_fake() {
     use orca_fakes::hetzner::{FakeHetzner, Options};
     let fake = Arc::new(
         FakeHetzner::start_with(Options {
-            action_reads: 0,
+            action_time: Duration::ZERO,
             rate_limit: 1_000_000,
             refill_per_second: 1_000_000.0,
             ..Options::default()

@@ -1,14 +1,18 @@
-//! Actions: every change answers one, `running` for a number of reads, then `success` or `error`
-//! (`{"code", "message"}`); the change takes effect when it ends.
+//! Actions: every change answers one, `running` for the fake's action time (on tokio's clock, so a
+//! test with paused time runs them at once), then `success` or `error` (`{"code", "message"}`); the
+//! change takes effect when it ends, and the server is `locked` while one of its actions runs.
 
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
+use tokio::time::Instant;
 
 use super::servers::server_id;
 use super::{
-    invalid, lock, not_found, paged, params, rfc3339_now, ApiResult, Params, Shared, State_,
+    invalid, lock, not_found, paged, params, rfc3339_now, ApiError, ApiResult, Params, Shared,
+    State_,
 };
 
 /// What an action does when it ends well.
@@ -27,7 +31,8 @@ pub(super) struct Action {
     pub command: &'static str,
     pub server: i64,
     pub status: &'static str,
-    reads_left: u32,
+    /// When it ends; `None` while it waits for the action it follows (a create's `start_server`).
+    ends_at: Option<Instant>,
     effect: Effect,
     started: String,
     finished: Option<String>,
@@ -37,7 +42,30 @@ pub(super) struct Action {
 }
 
 impl State_ {
+    /// A new action on `server`, running from now for the action time.
     pub(super) fn action(&mut self, command: &'static str, server: i64, effect: Effect) -> i64 {
+        let ends_at = Some(Instant::now() + self.action_time);
+        self.add_action(command, server, effect, ends_at)
+    }
+
+    /// A new action on `server` that starts when the running action of its server ends (a create's
+    /// next action).
+    pub(super) fn next_action(
+        &mut self,
+        command: &'static str,
+        server: i64,
+        effect: Effect,
+    ) -> i64 {
+        self.add_action(command, server, effect, None)
+    }
+
+    fn add_action(
+        &mut self,
+        command: &'static str,
+        server: i64,
+        effect: Effect,
+        ends_at: Option<Instant>,
+    ) -> i64 {
         let id = self.next();
         self.actions.insert(
             id,
@@ -46,7 +74,7 @@ impl State_ {
                 command,
                 server,
                 status: "running",
-                reads_left: self.action_reads,
+                ends_at,
                 effect,
                 started: rfc3339_now(),
                 finished: None,
@@ -57,36 +85,66 @@ impl State_ {
         id
     }
 
-    /// Ends an action: its effect happens (or its error is recorded).
-    fn finish(&mut self, id: i64) {
+    /// Whether an action of server `id` runs (or waits to run): the server is locked.
+    pub(super) fn locked(&self, id: i64) -> bool {
+        self.actions
+            .values()
+            .any(|a| a.server == id && a.status == "running")
+    }
+
+    /// `423 locked` while an action of server `id` runs, as Hetzner answers a change then.
+    pub(super) fn check_unlocked(&self, id: i64) -> Result<(), ApiError> {
+        if self.locked(id) {
+            return Err(ApiError(
+                StatusCode::LOCKED,
+                "locked",
+                "The item you are trying to access is locked (there is already an action running)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ends every action whose time is up, in the order they end (an ending create starts its next
+    /// action, which may end within the same call).
+    pub(super) fn settle(&mut self) {
+        let now = Instant::now();
+        loop {
+            let due = self
+                .actions
+                .values()
+                .filter(|a| a.status == "running")
+                .filter_map(|a| a.ends_at.filter(|t| *t <= now).map(|t| (t, a.id)))
+                .min();
+            match due {
+                Some((at, id)) => self.finish(id, at),
+                None => return,
+            }
+        }
+    }
+
+    /// Ends action `id` at `at`: its effect happens (or its error is recorded).
+    fn finish(&mut self, id: i64, at: Instant) {
         let Some(a) = self.actions.get(&id).cloned() else {
             return;
         };
-        if a.status != "running" {
-            return;
-        }
         let (status, error) = match &a.fail {
             Some(e) => ("error", Some(e.clone())),
             None => ("success", None),
         };
-        // A create's `start_server` (its next action), still to run.
-        let start_next: Vec<i64> = match a.effect {
-            Effect::Create => self
-                .actions
-                .values()
-                .filter(|x| {
-                    x.server == a.server && x.command == "start_server" && x.status == "running"
-                })
-                .map(|x| x.id)
-                .collect(),
-            _ => Vec::new(),
-        };
+        // A create's next actions (its `start_server`), waiting for it.
+        let next: Vec<i64> = self
+            .actions
+            .values()
+            .filter(|x| x.server == a.server && x.status == "running" && x.ends_at.is_none())
+            .map(|x| x.id)
+            .collect();
         if a.fail.is_some() {
             if let Some(srv) = self.servers.get_mut(&a.server) {
                 srv.status = "off".into();
             }
             // Its next actions cannot run: they end in error too.
-            for n in start_next {
+            for n in next {
                 if let Some(x) = self.actions.get_mut(&n) {
                     x.status = "error";
                     x.finished = Some(rfc3339_now());
@@ -94,39 +152,10 @@ impl State_ {
                 }
             }
         } else {
-            let ignore_shutdown = self.ignore_shutdown;
-            match &a.effect {
-                Effect::Create => {
-                    if let Some(srv) = self.servers.get_mut(&a.server) {
-                        // Made, and off until its start_server action (if any) runs.
-                        srv.status = if start_next.is_empty() {
-                            "off"
-                        } else {
-                            "starting"
-                        }
-                        .into();
-                    }
-                }
-                Effect::Start => {
-                    if let Some(srv) = self.servers.get_mut(&a.server) {
-                        srv.status = "running".into();
-                    }
-                }
-                Effect::Stop => {
-                    if let Some(srv) = self.servers.get_mut(&a.server) {
-                        if !(a.command == "shutdown_server" && ignore_shutdown) {
-                            srv.status = "off".into();
-                        }
-                    }
-                }
-                Effect::ChangeType(t) => {
-                    if let Some(srv) = self.servers.get_mut(&a.server) {
-                        srv.server_type = t.clone();
-                        srv.status = "off".into();
-                    }
-                }
-                Effect::Delete => {
-                    self.servers.remove(&a.server);
+            self.take_effect(&a, !next.is_empty());
+            for n in next {
+                if let Some(x) = self.actions.get_mut(&n) {
+                    x.ends_at = Some(at + self.action_time);
                 }
             }
         }
@@ -134,6 +163,33 @@ impl State_ {
             x.status = status;
             x.finished = Some(rfc3339_now());
             x.error = error;
+        }
+    }
+
+    /// What action `a` changes when it succeeds (`next`: a next action follows it).
+    fn take_effect(&mut self, a: &Action, next: bool) {
+        if let Effect::Delete = a.effect {
+            self.servers.remove(&a.server);
+            return;
+        }
+        let ignore_shutdown = self.ignore_shutdown;
+        let Some(srv) = self.servers.get_mut(&a.server) else {
+            return;
+        };
+        match &a.effect {
+            // Made, and off until its start_server action (if any) runs.
+            Effect::Create => srv.status = if next { "starting" } else { "off" }.into(),
+            Effect::Start => srv.status = "running".into(),
+            Effect::Stop => {
+                if !(a.command == "shutdown_server" && ignore_shutdown) {
+                    srv.status = "off".into();
+                }
+            }
+            Effect::ChangeType(t) => {
+                srv.server_type = t.clone();
+                srv.status = "off".into();
+            }
+            Effect::Delete => {}
         }
     }
 
@@ -151,27 +207,48 @@ impl State_ {
             "error": a.error.as_ref().map(|(c, m)| json!({"code": c, "message": m})),
         })
     }
+
+    /// How many actions of `command` were made on server `id`.
+    pub(super) fn count_actions(&self, id: i64, command: &str) -> usize {
+        self.actions
+            .values()
+            .filter(|a| a.server == id && a.command == command)
+            .count()
+    }
 }
 
 pub(super) async fn get_action(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult {
     let id: i64 = id.parse().map_err(|_| invalid("invalid action id"))?;
-    let mut s = lock(&state);
-    // A create's next action (start_server) runs once the create action has ended.
-    let waits_for_create = s.actions.get(&id).is_some_and(|a| {
-        a.command == "start_server"
-            && s.actions.values().any(|x| {
-                x.server == a.server && x.command == "create_server" && x.status == "running"
-            })
-    });
-    let a = s.actions.get_mut(&id).ok_or_else(|| not_found("action"))?;
-    if a.status == "running" && !waits_for_create {
-        if a.reads_left == 0 {
-            s.finish(id);
-        } else {
-            a.reads_left -= 1;
-        }
+    let s = lock(&state);
+    if !s.actions.contains_key(&id) {
+        return Err(not_found("action"));
     }
     Ok(Json(json!({"action": s.action_json(id)})).into_response())
+}
+
+/// `GET /actions?id=..&id=..`: the actions named (listing every action of the project without `id`
+/// was removed from the API in January 2025).
+pub(super) async fn list_actions(State(state): State<Shared>, Query(q): Params) -> ApiResult {
+    let ids = params(&q, "id")
+        .into_iter()
+        .map(|i| {
+            i.parse::<i64>()
+                .map_err(|_| invalid("id must be an action id"))
+        })
+        .collect::<Result<Vec<i64>, ApiError>>()?;
+    if ids.is_empty() {
+        return Err(invalid("id is required"));
+    }
+    let statuses = params(&q, "status");
+    let s = lock(&state);
+    let items = s
+        .actions
+        .values()
+        .filter(|a| ids.contains(&a.id))
+        .filter(|a| statuses.is_empty() || statuses.contains(&a.status))
+        .map(|a| s.action_json(a.id))
+        .collect();
+    paged(&q, "actions", items)
 }
 
 pub(super) async fn list_server_actions(

@@ -72,6 +72,8 @@ pub(super) async fn guard(State(state): State<Shared>, req: Request, next: Next)
         .map(str::to_string);
     let (verdict, headers) = {
         let mut s = lock(&state);
+        // Actions whose time is up end before the request sees the project.
+        s.settle();
         s.bucket.refill();
         let ok_token = auth.as_deref() == Some(&format!("Bearer {}", s.token));
         let verdict = if !ok_token {

@@ -11,11 +11,11 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::actions::Effect;
-use super::catalogue::{image_json, location_json, IMAGES, LOCATIONS};
+use super::catalogue::{image_json, location_json};
 use super::selector::{matches, selector, valid_key, valid_value};
 use super::{
-    invalid, lock, not_found, paged_with, param, params, rfc3339_now, ApiError, ApiResult, Params,
-    Shared, State_,
+    invalid, lock, not_found, paged_with, param, params, ApiError, ApiResult, Params, Shared,
+    State_,
 };
 
 /// A server as the fake keeps it.
@@ -56,7 +56,7 @@ impl State_ {
             "status": s.status,
             "created": s.created,
             "labels": s.labels,
-            "locked": false,
+            "locked": self.locked(s.id),
             "backup_window": null,
             "included_traffic": 21990232555520i64,
             "ingoing_traffic": 0,
@@ -100,7 +100,7 @@ pub(super) fn server_id(raw: &str) -> Result<i64, ApiError> {
         .map_err(|_| invalid(format!("invalid server id {raw:?}")))
 }
 
-fn body_json(body: &Bytes) -> Result<Value, ApiError> {
+pub(super) fn body_json(body: &Bytes) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         ApiError(
             StatusCode::BAD_REQUEST,
@@ -111,7 +111,7 @@ fn body_json(body: &Bytes) -> Result<Value, ApiError> {
 }
 
 /// Labels of a request body: an object of strings, each key and value valid.
-fn labels_of(b: &Value) -> Result<Option<BTreeMap<String, String>>, ApiError> {
+pub(super) fn labels_of(b: &Value) -> Result<Option<BTreeMap<String, String>>, ApiError> {
     let labels: BTreeMap<String, String> = match b.get("labels") {
         None | Some(Value::Null) => return Ok(None),
         Some(v) => serde_json::from_value(v.clone())
@@ -184,195 +184,11 @@ pub(super) async fn delete_server(
 ) -> ApiResult {
     let id = server_id(&id)?;
     let mut s = lock(&state);
+    s.visible_server(id)?;
+    s.check_unlocked(id)?;
     s.visible_server(id)?.status = "deleting".into();
     let a = s.action("delete_server", id, Effect::Delete);
     Ok(Json(json!({"action": s.action_json(a)})).into_response())
-}
-
-pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> ApiResult {
-    let b = body_json(&body)?;
-    let str_field = |k: &str| b.get(k).and_then(Value::as_str).map(str::to_string);
-    let name = str_field("name").ok_or_else(|| invalid("name is required"))?;
-    let type_name = str_field("server_type").ok_or_else(|| invalid("server_type is required"))?;
-    let image_ref = str_field("image").ok_or_else(|| invalid("image is required"))?;
-    let location = str_field("location").unwrap_or_else(|| "fsn1".into());
-    let ok_name = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.');
-    if !ok_name {
-        return Err(invalid("name must be a valid hostname"));
-    }
-    let labels = labels_of(&b)?.unwrap_or_default();
-    let user_data = str_field("user_data");
-    if user_data.as_ref().is_some_and(|u| u.len() > 32 * 1024) {
-        return Err(invalid("user_data is longer than 32 KiB"));
-    }
-    let mut s = lock(&state);
-    let t = s
-        .types
-        .iter()
-        .find(|t| t.name == type_name || t.id.to_string() == type_name)
-        .cloned()
-        .ok_or_else(|| invalid(format!("server type {type_name} not found")))?;
-    if !LOCATIONS.iter().any(|l| l.1 == location) {
-        return Err(invalid(format!("location {location} not found")));
-    }
-    if !t.locations.contains(&location.as_str()) {
-        return Err(ApiError(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_input",
-            "unsupported location for server type".into(),
-        ));
-    }
-    if t.unavailable() {
-        return Err(ApiError(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_server_type",
-            format!(
-                "server type {} is deprecated and can no longer be ordered",
-                t.name
-            ),
-        ));
-    }
-    // By id the image must match the type's architecture; by name it resolves to that architecture.
-    let image = match image_ref.parse::<i64>() {
-        Ok(id) => {
-            let i = IMAGES
-                .iter()
-                .find(|i| i.0 == id)
-                .ok_or_else(|| invalid(format!("image {id} not found")))?;
-            if i.2 != t.arch {
-                return Err(invalid(format!(
-                    "image {id} has architecture {}, server type {} needs {}",
-                    i.2, t.name, t.arch
-                )));
-            }
-            id
-        }
-        Err(_) => {
-            IMAGES
-                .iter()
-                .find(|i| i.1 == image_ref && i.2 == t.arch)
-                .ok_or_else(|| invalid(format!("image {image_ref} not found")))?
-                .0
-        }
-    };
-    let mut ssh_keys = Vec::new();
-    if let Some(keys) = b.get("ssh_keys").and_then(Value::as_array) {
-        for k in keys {
-            let k = match k {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            if !s
-                .ssh_keys
-                .iter()
-                .any(|(id, n)| *n == k || id.to_string() == k)
-            {
-                return Err(invalid(format!("ssh key {k} not found")));
-            }
-            ssh_keys.push(k);
-        }
-    }
-    let mut firewalls = Vec::new();
-    if let Some(fws) = b.get("firewalls").and_then(Value::as_array) {
-        for f in fws {
-            let id = f
-                .get("firewall")
-                .and_then(Value::as_i64)
-                .ok_or_else(|| invalid("firewalls[].firewall must be an id"))?;
-            if !s.firewalls.iter().any(|(fid, _)| *fid == id) {
-                return Err(invalid(format!("firewall {id} not found")));
-            }
-            firewalls.push(id);
-        }
-    }
-    let mut networks = Vec::new();
-    if let Some(ns) = b.get("networks").and_then(Value::as_array) {
-        for n in ns {
-            let id = n
-                .as_i64()
-                .ok_or_else(|| invalid("networks[] must be network ids"))?;
-            let index = s
-                .networks
-                .iter()
-                .position(|(nid, _)| *nid == id)
-                .ok_or_else(|| invalid(format!("network {id} not found")))?;
-            networks.push((id, index));
-        }
-    }
-    if s.servers.values().any(|v| v.name == name) {
-        return Err(ApiError(
-            StatusCode::CONFLICT,
-            "uniqueness_error",
-            "server name is already used".into(),
-        ));
-    }
-    if s.no_stock.contains(&(t.name.to_string(), location.clone())) {
-        return Err(ApiError(
-            StatusCode::PRECONDITION_FAILED,
-            "resource_unavailable",
-            "error during placement".into(),
-        ));
-    }
-    let id = s.next();
-    // One address a server in each network: 10.<network>.0.<n>, n counting that network's members.
-    let networks = networks
-        .into_iter()
-        .map(|(nid, index)| {
-            let members = s
-                .servers
-                .values()
-                .filter(|v| v.networks.iter().any(|(x, _)| *x == nid))
-                .count();
-            (nid, format!("10.{}.0.{}", index % 250, members % 250 + 2))
-        })
-        .collect();
-    let visible_at = Instant::now() + s.visibility_delay;
-    s.servers.insert(
-        id,
-        Server {
-            id,
-            name,
-            server_type: t.name.to_string(),
-            location,
-            image,
-            labels,
-            status: "initializing".into(),
-            created: rfc3339_now(),
-            visible_at,
-            firewalls,
-            networks,
-            ssh_keys: ssh_keys.clone(),
-            user_data,
-        },
-    );
-    let a = s.action("create_server", id, Effect::Create);
-    if let Some(fail) = s.fail_next_create.take() {
-        if let Some(x) = s.actions.get_mut(&a) {
-            x.fail = Some(fail);
-        }
-    }
-    // `start_after_create` (default true): the start is a next action of the create, as Hetzner's.
-    let mut next_actions = Vec::new();
-    if b.get("start_after_create").and_then(Value::as_bool) != Some(false) {
-        let n = s.action("start_server", id, Effect::Start);
-        if let Some(msg) = s.fail_next_start.take() {
-            if let Some(x) = s.actions.get_mut(&n) {
-                x.fail = Some(("action_failed".into(), msg));
-            }
-        }
-        next_actions.push(s.action_json(n));
-    }
-    let body = json!({
-        "server": s.server_json(&s.servers[&id]),
-        "action": s.action_json(a),
-        "next_actions": next_actions,
-        "root_password": if ssh_keys.is_empty() { Value::from("fake-root-password") } else { Value::Null },
-    });
-    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 pub(super) async fn server_action(
@@ -383,6 +199,7 @@ pub(super) async fn server_action(
     let id = server_id(&id)?;
     let mut s = lock(&state);
     let status = s.visible_server(id)?.status.clone();
+    s.check_unlocked(id)?;
     let (name, effect) = match command.as_str() {
         "poweron" => ("start_server", Effect::Start),
         "poweroff" => ("stop_server", Effect::Stop),

@@ -90,9 +90,14 @@ async fn pages_auth_and_rate_limit() {
     assert_eq!(fake.rate_limited(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn create_action_lifecycle_and_errors() {
-    let fake = FakeHetzner::start().await.unwrap();
+    let fake = FakeHetzner::start_with(Options {
+        action_time: Duration::from_secs(10),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
     let http = reqwest::Client::new();
     let post = |body: Value| {
         http.post(format!("{}/servers", fake.url()))
@@ -115,12 +120,13 @@ async fn create_action_lifecycle_and_errors() {
             .bearer_auth(fake.token())
             .send()
     };
+    tokio::time::advance(Duration::from_secs(9)).await;
     let a: Value = get_action().await.unwrap().json().await.unwrap();
     assert_eq!(
         a["action"]["status"], "running",
-        "one read shows it running"
+        "for its time, however often it is read"
     );
-    // The start follows as a next action: it waits for the create.
+    // The start follows as a next action: it starts when the create ends.
     assert_eq!(v["next_actions"][0]["command"], "start_server");
     let sid = v["next_actions"][0]["id"].as_i64().unwrap();
     let get_start = || {
@@ -128,15 +134,19 @@ async fn create_action_lifecycle_and_errors() {
             .bearer_auth(fake.token())
             .send()
     };
-    for _ in 0..3 {
-        let s: Value = get_start().await.unwrap().json().await.unwrap();
-        assert_eq!(s["action"]["status"], "running", "not before the create");
-    }
+    let s: Value = get_start().await.unwrap().json().await.unwrap();
+    assert_eq!(s["action"]["status"], "running", "not before the create");
+    tokio::time::advance(Duration::from_secs(1)).await;
     let a: Value = get_action().await.unwrap().json().await.unwrap();
     assert_eq!(a["action"]["status"], "success");
     assert_eq!(fake.servers()[0]["status"], "starting");
+    tokio::time::advance(Duration::from_secs(9)).await;
     let s: Value = get_start().await.unwrap().json().await.unwrap();
-    assert_eq!(s["action"]["status"], "running");
+    assert_eq!(
+        s["action"]["status"], "running",
+        "its own time after the create"
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
     let s: Value = get_start().await.unwrap().json().await.unwrap();
     assert_eq!(s["action"]["status"], "success");
     assert_eq!(fake.servers()[0]["status"], "running");
@@ -382,7 +392,7 @@ async fn new_servers_stay_invisible_for_the_delay_but_their_names_are_taken() {
 #[tokio::test]
 async fn a_create_action_can_fail_with_the_placement_code() {
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 0,
+        action_time: Duration::ZERO,
         ..Options::default()
     })
     .await
@@ -414,7 +424,7 @@ async fn a_create_action_can_fail_with_the_placement_code() {
 #[tokio::test]
 async fn a_type_change_to_a_type_out_of_stock_is_refused_for_placement() {
     let fake = FakeHetzner::start_with(Options {
-        action_reads: 0,
+        action_time: Duration::ZERO,
         ..Options::default()
     })
     .await
@@ -432,4 +442,79 @@ async fn a_type_change_to_a_type_out_of_stock_is_refused_for_placement() {
     fake.set_no_stock("cx33", "fsn1", false);
     let (status, v) = call(&fake, reqwest::Method::POST, &path, Some(body)).await;
     assert_eq!(status, 201, "{v}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_is_locked_while_its_action_runs_and_actions_are_read_together() {
+    let fake = FakeHetzner::start_with(Options {
+        action_time: Duration::from_secs(10),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let a = fake.insert_server("l1", "cx23", "fsn1", &[]);
+    let b = fake.insert_server("l2", "cx23", "fsn1", &[]);
+    let post = |id: i64, command: &str| {
+        let path = format!("/servers/{id}/actions/{command}");
+        let fake = &fake;
+        async move { call(fake, reqwest::Method::POST, &path, None).await }
+    };
+    let (status, first) = post(a, "shutdown").await;
+    assert_eq!(status, 201, "{first}");
+    let (status, other) = post(b, "poweroff").await;
+    assert_eq!(status, 201, "another server is not locked: {other}");
+    // While the shutdown runs, another action or a delete of that server is refused, not queued.
+    let (_, server) = call(&fake, reqwest::Method::GET, &format!("/servers/{a}"), None).await;
+    assert_eq!(server["server"]["locked"], true);
+    for (method, path) in [
+        (
+            reqwest::Method::POST,
+            format!("/servers/{a}/actions/poweroff"),
+        ),
+        (reqwest::Method::DELETE, format!("/servers/{a}")),
+    ] {
+        let (status, v) = call(&fake, method, &path, None).await;
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (423, Some("locked")),
+            "{path}"
+        );
+    }
+    assert_eq!(fake.action_count(a, "stop_server"), 0);
+    // Both actions in one read.
+    let (x, y) = (
+        first["action"]["id"].as_i64().unwrap(),
+        other["action"]["id"].as_i64().unwrap(),
+    );
+    let both = format!("/actions?id={x}&id={y}");
+    let (status, v) = call(&fake, reqwest::Method::GET, &both, None).await;
+    assert_eq!(status, 200, "{v}");
+    let statuses = |v: &Value| -> Vec<(i64, String)> {
+        v["actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["id"].as_i64().unwrap(),
+                    a["status"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(statuses(&v), [(x, "running".into()), (y, "running".into())]);
+    assert_eq!(v["meta"]["pagination"]["total_entries"], 2);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let (_, v) = call(&fake, reqwest::Method::GET, &both, None).await;
+    assert_eq!(statuses(&v), [(x, "success".into()), (y, "success".into())]);
+    assert!(!fake.locked(a));
+    assert_eq!(fake.servers()[0]["status"], "off");
+    let (status, v) = post(a, "poweron").await;
+    assert_eq!(status, 201, "unlocked once the action ended: {v}");
+    let (status, v) = call(&fake, reqwest::Method::GET, "/actions", None).await;
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (400, Some("invalid_input")),
+        "id is required"
+    );
 }
