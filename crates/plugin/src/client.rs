@@ -207,6 +207,16 @@ fn stream_failure(command: &PluginCommand, op: &str, s: &Status) -> Error {
     .with_may_have_acted()
 }
 
+/// A call the plugin did not answer in time: it is let go and started again on the next call.
+fn timed_out(command: &PluginCommand, op: &str, limit: Duration) -> Error {
+    Error::transient(format!(
+        "{} did not answer {op} within {limit:?}; it is started again on the next call",
+        command.name()
+    ))
+    .with_operation(op)
+    .with_may_have_acted()
+}
+
 async fn connect(command: &PluginCommand, child: &mut Child) -> Result<Channel> {
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(Error::other(format!("{}: no stdio", command.name())));
@@ -239,11 +249,17 @@ fn client(channel: Channel) -> CloudDriverClient<Channel> {
 async fn launch(command: &PluginCommand) -> Result<(Child, Channel, pb::Hello)> {
     let mut child = command.spawn()?;
     let channel = connect(command, &mut child).await?;
-    let reply = client(channel.clone())
-        .handshake(pb::HandshakeRequest {
-            protocol_version: PROTOCOL_VERSION,
-        })
-        .await
+    let mut c = client(channel.clone());
+    let asked = c.handshake(pb::HandshakeRequest {
+        protocol_version: PROTOCOL_VERSION,
+    });
+    let answer = match command.call_timeout {
+        None => asked.await,
+        Some(limit) => tokio::time::timeout(limit, asked)
+            .await
+            .map_err(|_| timed_out(command, "handshake", limit))?,
+    };
+    let reply = answer
         .map_err(|s| stream_failure(command, "handshake", &s))?
         .into_inner();
     if reply.protocol_version != PROTOCOL_VERSION {
@@ -366,13 +382,7 @@ impl PluginProvider {
                 Ok(a) => a,
                 Err(_) => {
                     self.lost(generation).await;
-                    return Err(Error::transient(format!(
-                        "{} did not answer {op} within {limit:?}; it is started again on the \
-                         next call",
-                        self.command.name()
-                    ))
-                    .with_operation(op)
-                    .with_may_have_acted());
+                    return Err(timed_out(&self.command, op, limit));
                 }
             },
         };

@@ -179,3 +179,36 @@ async fn the_owner_and_driver_errors_cross_as_they_are() {
     }
     assert!(a.delete(&m.id).await.unwrap());
 }
+
+#[tokio::test]
+async fn a_plugin_that_writes_garbage_is_a_passing_failure() {
+    // `yes` writes lines on its stdout, where a plugin speaks HTTP/2.
+    let e = PluginProvider::start(PluginCommand::new("/usr/bin/yes", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.to_string().contains("/usr/bin/yes"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_hangs_past_the_call_timeout_is_a_passing_failure_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let command = fake_on(&state, "stack-1").call_timeout(std::time::Duration::from_millis(300));
+    let p = PluginProvider::start(command).await.unwrap();
+    let mut console = FakeControlClient::new(p.channel().await.unwrap());
+    console
+        .inject(InjectRequest {
+            operation: "list".into(),
+            fault_json: r#"{"latency": {"secs": 3600, "nanos": 0}}"#.into(),
+            times: 1,
+        })
+        .await
+        .unwrap();
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(!e.made_nothing(), "{e}");
+    assert!(e.to_string().contains("did not answer machines"), "{e}");
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    assert_eq!(p.starts(), 2, "the hung plugin was replaced");
+}
