@@ -16,7 +16,7 @@ use crate::errors::error_from;
 use crate::proto::v1 as pb;
 use crate::proto::v1::cloud_driver_client::CloudDriverClient;
 use crate::wire::{bad_reply, capabilities_from};
-use crate::{MAX_MESSAGE, OWNER_ENV, PROTOCOL_VERSION};
+use crate::{MAX_MESSAGE, OWNER_ENV, PROTOCOL_VERSION, WINDOW};
 
 /// The host's environment variables a plugin gets besides its settings: what a program needs to
 /// run at all (the rest of the host's environment, its secrets included, is not passed).
@@ -231,6 +231,8 @@ async fn connect(command: &PluginCommand, child: &mut Child) -> Result<Channel> 
         }
     });
     Endpoint::from_static("http://plugin.invalid")
+        .initial_stream_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
         .connect_with_connector(connector)
         .await
         .map_err(|e| {

@@ -53,6 +53,10 @@ pub const OWNER_ENV: &str = "ORCA_PLUGIN_OWNER";
 /// The largest message either side reads: a listing of many thousands of machines fits.
 pub(crate) const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
+/// HTTP/2 flow-control windows of both sides: a large listing crosses the pipe without waiting for
+/// the reader's window updates (the default 64 KiB makes a 1,000-machine listing many round trips).
+pub(crate) const WINDOW: u32 = 8 * 1024 * 1024;
+
 /// Serves `provider` as the CloudDriver service on this process's stdin and stdout until the host
 /// closes them.
 pub async fn serve(provider: Arc<dyn Provider>) -> std::io::Result<()> {

@@ -60,6 +60,8 @@ where
     // The server stops accepting once its one connection is in; that connection runs in its own
     // task until the stream is let go, which is when this plugin's work is done.
     tonic::transport::Server::builder()
+        .initial_stream_window_size(crate::WINDOW)
+        .initial_connection_window_size(crate::WINDOW)
         .add_routes(routes)
         .serve_with_incoming(incoming)
         .await
@@ -70,9 +72,31 @@ where
 
 /// Serves `routes` on this process's stdin and stdout until the host closes them.
 pub async fn serve_stdio(routes: Routes) -> io::Result<()> {
+    #[cfg(unix)]
+    if let Some((read, write)) = stdio_pipes() {
+        return serve_on(routes, tokio::io::join(read, write)).await;
+    }
     serve_on(
         routes,
         tokio::io::join(tokio::io::stdin(), tokio::io::stdout()),
     )
     .await
+}
+
+/// Stdin and stdout as the pipes a host gives them, driven by the reactor: tokio's own stdin and
+/// stdout go through a blocking thread per read and write, which costs a large reply many hand-offs.
+/// `None` when either is not a pipe (a terminal, a file), served the general way.
+#[cfg(unix)]
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    use tokio::net::unix::pipe;
+    let read = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let write = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    Some((
+        pipe::Receiver::from_owned_fd(read).ok()?,
+        pipe::Sender::from_owned_fd(write).ok()?,
+    ))
 }
