@@ -8,7 +8,8 @@
 //! PostgreSQL in the schema `keeper`, managed through the operator REST API ([`api`]).
 //!
 //! The pieces: [`db`] (pool, migrations), [`registry`] (providers and profiles), [`cloud`] (the
-//! step), [`audit`], [`vault`] (credentials at step time), [`drivers`] (orca providers), [`tokens`]
+//! step), [`audit`], [`vault`] (credentials at step time), [`drivers`] (orca providers), [`plugins`]
+//! (the same as CloudDriver plugins, opt-in), [`tokens`]
 //! (bootstrap and API tokens), [`mask`] (the secret filter of every output channel), [`userdata`]
 //! (cloud-init for `generate_userdata` and `self_onboard`), [`scenario`] (the `on: keeper` check).
 //!
@@ -39,6 +40,7 @@ pub mod error;
 pub mod fields;
 pub mod logging;
 pub mod mask;
+pub mod plugins;
 pub mod registry;
 pub mod scenario;
 pub mod tokens;

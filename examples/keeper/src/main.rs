@@ -51,8 +51,24 @@ struct Args {
     /// keeper's URL as new VMs reach it (baked by self_onboard).
     #[arg(long, env = "KEEPER_URL", default_value = "http://127.0.0.1:8080")]
     keeper_url: String,
+    /// How providers are reached: `linked` (orca's drivers in this program) or `plugins` (each
+    /// driver's CloudDriver plugin `soul-cloud-<driver>`, started on first use and kept).
+    #[arg(long, env = "KEEPER_DRIVERS", default_value = "linked")]
+    drivers: DriverMode,
+    /// Where `plugins` are looked for first (then beside keeper's own program).
+    #[arg(long, env = keeper::plugins::PLUGIN_DIR_ENV)]
+    plugin_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How keeper reaches its providers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DriverMode {
+    /// orca's drivers, linked into keeper.
+    Linked,
+    /// Each driver's CloudDriver plugin.
+    Plugins,
 }
 
 #[derive(Debug, Subcommand)]
@@ -182,10 +198,20 @@ async fn keeper(args: &Args) -> Result<Keeper, Error> {
     Keeper::connect(
         &args.database_url,
         Arc::new(FileVault::new(&args.vault_dir)),
-        Arc::new(keeper::drivers::OrcaDrivers),
+        drivers(args),
         settings,
     )
     .await
+}
+
+/// The drivers `--drivers` chose.
+fn drivers(args: &Args) -> Arc<dyn keeper::drivers::Drivers> {
+    match args.drivers {
+        DriverMode::Linked => Arc::new(keeper::drivers::OrcaDrivers),
+        DriverMode::Plugins => Arc::new(keeper::plugins::PluginDrivers::new(
+            args.plugin_dir.iter().cloned(),
+        )),
+    }
 }
 
 /// Every SIGINT (Ctrl-C) and SIGTERM this process gets, in order: each call of `next` resolves on

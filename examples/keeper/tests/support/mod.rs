@@ -298,6 +298,36 @@ impl Drivers for TestDrivers {
     }
 }
 
+/// The drivers a world's keeper uses.
+enum Choice {
+    /// [`TestDrivers`].
+    Test,
+    /// keeper's linked-in drivers.
+    Orca,
+    /// The plugins in this directory.
+    Plugins(PathBuf),
+}
+
+/// The directory `cargo test --workspace` builds the workspace's programs in (`soul-cloud-fake`
+/// among them): the parent of this test's `deps` directory. `None` (SKIPPED) when the plugin is not
+/// built there, outside CI.
+pub fn plugin_dir(test: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    if dir.join("soul-cloud-fake").is_file() {
+        return Some(dir);
+    }
+    let why = format!(
+        "soul-cloud-fake is not built in {} (cargo build -p orca-plugin)",
+        dir.display()
+    );
+    if in_ci() {
+        panic!("{test} cannot be skipped in CI: {why}");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+    None
+}
+
 /// One test's world: its database, vault, cloud and keeper, with provider `lab` (fake, region
 /// `zone-a`, fqdn_suffix `zone-a.fake.internal`: the fake's FQDNs are `<name>.<location>.fake.internal`)
 /// and profile `small` (`amd64-small`) registered.
@@ -309,6 +339,8 @@ pub struct World {
     pub knobs: Arc<Knobs>,
     pub state: PathBuf,
     pub vault: PathBuf,
+    /// The plugin host, when keeper reaches providers through plugins ([`World::plugins`]).
+    pub plugins: Option<Arc<keeper::plugins::PluginDrivers>>,
 }
 
 pub fn write_vault_file(vault: &Path, reference: &str, settings: &Value) {
@@ -329,16 +361,24 @@ impl World {
     }
 
     pub async fn with_settings(test: &str, settings: KeeperSettings) -> Option<World> {
-        Self::build(test, settings, false).await
+        Self::build(test, settings, Choice::Test).await
     }
 
     /// A world whose keeper makes providers with `orca::of_with` itself (keeper's own drivers): every
     /// step opens the state file the vault names, as separate keepers would.
     pub async fn orca(test: &str) -> Option<World> {
-        Self::build(test, KeeperSettings::default(), true).await
+        Self::build(test, KeeperSettings::default(), Choice::Orca).await
     }
 
-    async fn build(test: &str, settings: KeeperSettings, orca_drivers: bool) -> Option<World> {
+    /// A world whose keeper reaches providers through their CloudDriver plugins
+    /// (`keeper::plugins::PluginDrivers`), found where `cargo test --workspace` builds them; `None`
+    /// (SKIPPED) when they are not built, outside CI.
+    pub async fn plugins(test: &str) -> Option<World> {
+        let dir = plugin_dir(test)?;
+        Self::build(test, KeeperSettings::default(), Choice::Plugins(dir)).await
+    }
+
+    async fn build(test: &str, settings: KeeperSettings, choice: Choice) -> Option<World> {
         let db = TestDb::create(test).await?;
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("cloud.json");
@@ -350,14 +390,20 @@ impl World {
         );
         let cloud = MemoryCloud::persistent(&state).unwrap();
         let knobs = Arc::new(Knobs::default());
-        let drivers: Arc<dyn Drivers> = if orca_drivers {
-            Arc::new(keeper::drivers::OrcaDrivers)
-        } else {
-            Arc::new(TestDrivers {
+        let plugins = match &choice {
+            Choice::Plugins(dir) => {
+                Some(Arc::new(keeper::plugins::PluginDrivers::new([dir.clone()])))
+            }
+            _ => None,
+        };
+        let drivers: Arc<dyn Drivers> = match (choice, &plugins) {
+            (_, Some(host)) => host.clone(),
+            (Choice::Orca, _) => Arc::new(keeper::drivers::OrcaDrivers),
+            (_, None) => Arc::new(TestDrivers {
                 cloud: cloud.clone(),
                 state: state.clone(),
                 knobs: knobs.clone(),
-            })
+            }),
         };
         let keeper = Keeper::connect(&db.url, Arc::new(FileVault::new(&vault)), drivers, settings)
             .await
@@ -370,6 +416,7 @@ impl World {
             knobs,
             state,
             vault,
+            plugins,
         };
         w.register_lab().await;
         Some(w)

@@ -1,0 +1,419 @@
+//! The host's side: a plugin program started as a child and spoken to as a [`Provider`].
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use orca_machines::{Capabilities, Error, Result, Settings};
+use tokio::process::Child;
+use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::{Code, Response, Status};
+
+use crate::errors::error_from;
+use crate::proto::v1 as pb;
+use crate::proto::v1::cloud_driver_client::CloudDriverClient;
+use crate::wire::{bad_reply, capabilities_from};
+use crate::{MAX_MESSAGE, OWNER_ENV, PROTOCOL_VERSION, WINDOW};
+
+/// The host's environment variables a plugin gets besides its settings: what a program needs to
+/// run at all (the rest of the host's environment, its secrets included, is not passed).
+const PASSED_THROUGH: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
+/// How to start a plugin: its program, the owner, and the settings put in its environment.
+/// `Debug` shows the settings' names, never their values.
+#[derive(Clone)]
+pub struct PluginCommand {
+    path: PathBuf,
+    owner: String,
+    settings: Settings,
+    passed: Vec<String>,
+    call_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for PluginCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginCommand")
+            .field("path", &self.path)
+            .field("owner", &self.owner)
+            .field("settings", &self.settings.keys().collect::<Vec<_>>())
+            .field("passed", &self.passed)
+            .field("call_timeout", &self.call_timeout)
+            .finish()
+    }
+}
+
+impl PluginCommand {
+    /// The plugin program at `path`, for `owner` (empty for none), with no settings.
+    pub fn new(path: impl Into<PathBuf>, owner: impl Into<String>) -> Self {
+        PluginCommand {
+            path: path.into(),
+            owner: owner.into(),
+            settings: Settings::new(),
+            passed: Vec::new(),
+            call_timeout: None,
+        }
+    }
+
+    /// These settings (the driver's keys, as its environment variables) in the plugin's
+    /// environment.
+    pub fn settings(mut self, settings: Settings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The setting `key` = `value` in the plugin's environment.
+    pub fn setting(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.settings.insert(key, value);
+        self
+    }
+
+    /// Passes the host's environment variable `name` (when set) to the plugin as well.
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        self.passed.push(name.into());
+        self
+    }
+
+    /// Fails a call the plugin has not answered within `limit` as a passing failure, and restarts
+    /// the plugin on the next call. Unset: a call waits as long as the driver takes.
+    pub fn call_timeout(mut self, limit: Duration) -> Self {
+        self.call_timeout = Some(limit);
+        self
+    }
+
+    /// The plugin program.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn spawn(&self) -> Result<Child> {
+        let mut c = tokio::process::Command::new(&self.path);
+        c.env_clear();
+        for name in PASSED_THROUGH
+            .iter()
+            .copied()
+            .chain(self.passed.iter().map(String::as_str))
+        {
+            if let Some(v) = std::env::var_os(name) {
+                c.env(name, v);
+            }
+        }
+        for key in self.settings.keys() {
+            c.env(key, self.settings.get(key).unwrap_or_default());
+        }
+        c.env(OWNER_ENV, &self.owner)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true);
+        c.spawn().map_err(|e| {
+            Error::settings(
+                ["plugin"],
+                format!("cannot start the plugin {}: {e}", self.path.display()),
+            )
+        })
+    }
+
+    fn name(&self) -> String {
+        format!("plugin {}", self.path.display())
+    }
+}
+
+/// A plugin that runs, with its connection.
+struct Conn {
+    child: Child,
+    channel: Channel,
+    generation: u64,
+}
+
+/// What the handshake told of the plugin.
+#[derive(Debug, Clone)]
+struct Told {
+    kind: String,
+    owner: String,
+    capabilities: Capabilities,
+    extensions: Vec<&'static str>,
+    network_name: String,
+}
+
+/// A [`Provider`](orca_machines::Provider) that is a plugin program, started as a child on
+/// [`PluginProvider::start`] and kept; the child is killed when this is dropped.
+///
+/// A call whose plugin dies (or breaks the protocol, or outlives [`PluginCommand::call_timeout`])
+/// fails as [`Error::Transient`] that may have acted (retryable, never made-nothing: a create may
+/// have happened), and the next call starts the plugin again. Errors the driver answers keep their
+/// kind and retry meaning.
+pub struct PluginProvider {
+    command: PluginCommand,
+    told: Told,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    generation: AtomicU64,
+}
+
+impl std::fmt::Debug for PluginProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginProvider")
+            .field("command", &self.command)
+            .field("kind", &self.told.kind)
+            .field("owner", &self.told.owner)
+            .field("starts", &self.starts())
+            .finish()
+    }
+}
+
+const EXTENSION_NAMES: [&str; 4] = [
+    "machine_labels",
+    "firewall_rules",
+    "ssh_admission",
+    "credit_balance",
+];
+
+fn told(hello: pb::Hello) -> Told {
+    Told {
+        capabilities: capabilities_from(&hello.capabilities.unwrap_or_default()),
+        extensions: EXTENSION_NAMES
+            .iter()
+            .copied()
+            .filter(|n| hello.extensions.iter().any(|e| e == n))
+            .collect(),
+        kind: hello.kind,
+        owner: hello.owner,
+        network_name: hello.network_name,
+    }
+}
+
+/// A failure of the plugin or its stream (not an answer of the driver).
+fn stream_failure(command: &PluginCommand, op: &str, s: &Status) -> Error {
+    if s.code() == Code::Unimplemented {
+        return Error::unsupported(command.name(), op);
+    }
+    Error::transient(format!(
+        "{} failed during {op} ({}); it is started again on the next call",
+        command.name(),
+        s.message()
+    ))
+    .with_operation(op)
+    .with_may_have_acted()
+}
+
+/// A call the plugin did not answer in time: it is let go and started again on the next call.
+fn timed_out(command: &PluginCommand, op: &str, limit: Duration) -> Error {
+    Error::transient(format!(
+        "{} did not answer {op} within {limit:?}; it is started again on the next call",
+        command.name()
+    ))
+    .with_operation(op)
+    .with_may_have_acted()
+}
+
+async fn connect(command: &PluginCommand, child: &mut Child) -> Result<Channel> {
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(Error::other(format!("{}: no stdio", command.name())));
+    };
+    let io = Arc::new(std::sync::Mutex::new(Some(tokio::io::join(stdout, stdin))));
+    let connector = tower::service_fn(move |_: Uri| {
+        let io = io.lock().unwrap_or_else(|p| p.into_inner()).take();
+        async move {
+            io.map(hyper_util::rt::TokioIo::new).ok_or_else(|| {
+                std::io::Error::other("the plugin's stream is gone; it is started again")
+            })
+        }
+    });
+    Endpoint::from_static("http://plugin.invalid")
+        .initial_stream_window_size(WINDOW)
+        .initial_connection_window_size(WINDOW)
+        .connect_with_connector(connector)
+        .await
+        .map_err(|e| {
+            Error::transient(format!("{}: cannot connect: {e}", command.name()))
+                .with_operation("handshake")
+        })
+}
+
+fn client(channel: Channel) -> CloudDriverClient<Channel> {
+    CloudDriverClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE)
+}
+
+/// Starts the plugin and shakes hands: what it is, or why it cannot be used.
+async fn launch(command: &PluginCommand) -> Result<(Child, Channel, pb::Hello)> {
+    let mut child = command.spawn()?;
+    let channel = connect(command, &mut child).await?;
+    let mut c = client(channel.clone());
+    let asked = c.handshake(pb::HandshakeRequest {
+        protocol_version: PROTOCOL_VERSION,
+    });
+    let answer = match command.call_timeout {
+        None => asked.await,
+        Some(limit) => tokio::time::timeout(limit, asked)
+            .await
+            .map_err(|_| timed_out(command, "handshake", limit))?,
+    };
+    let reply = answer
+        .map_err(|s| stream_failure(command, "handshake", &s))?
+        .into_inner();
+    if reply.protocol_version != PROTOCOL_VERSION {
+        return Err(Error::unsupported(
+            command.name(),
+            format!(
+                "CloudDriver protocol version {PROTOCOL_VERSION} (this host's): \
+                 it speaks version {}",
+                reply.protocol_version
+            ),
+        ));
+    }
+    match reply.outcome {
+        Some(pb::handshake_reply::Outcome::Hello(h)) => Ok((child, channel, h)),
+        Some(pb::handshake_reply::Outcome::Error(e)) => Err(error_from(e)),
+        None => Err(bad_reply("a handshake without its outcome")),
+    }
+}
+
+impl PluginProvider {
+    /// Starts the plugin `command` names and shakes hands with it: a plugin that speaks another
+    /// protocol version is refused ([`Error::Unsupported`] naming both versions), one that cannot
+    /// make its provider answers why (its settings named), one that cannot be started is
+    /// [`Error::InvalidSettings`] naming the program.
+    pub async fn start(command: PluginCommand) -> Result<Self> {
+        let (child, channel, hello) = launch(&command).await?;
+        let told = told(hello);
+        if told.owner != command.owner {
+            return Err(Error::other(format!(
+                "{} serves owner {:?}, not {:?}",
+                command.name(),
+                told.owner,
+                command.owner
+            )));
+        }
+        Ok(PluginProvider {
+            command,
+            told,
+            conn: tokio::sync::Mutex::new(Some(Conn {
+                child,
+                channel,
+                generation: 1,
+            })),
+            generation: AtomicU64::new(1),
+        })
+    }
+
+    /// How many times the plugin was started.
+    pub fn starts(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The process id of the plugin running now, if one runs.
+    pub async fn pid(&self) -> Option<u32> {
+        self.conn.lock().await.as_ref().and_then(|c| c.child.id())
+    }
+
+    /// The command this plugin was started with.
+    pub fn command(&self) -> &PluginCommand {
+        &self.command
+    }
+
+    /// The connection to the plugin (started again if it died): to reach the other services a
+    /// plugin may serve beside CloudDriver.
+    pub async fn channel(&self) -> Result<Channel> {
+        Ok(self.connection().await?.0)
+    }
+
+    /// The running plugin's channel and generation, starting it when none runs.
+    async fn connection(&self) -> Result<(Channel, u64)> {
+        let mut held = self.conn.lock().await;
+        if let Some(c) = held.as_mut() {
+            if matches!(c.child.try_wait(), Ok(None)) {
+                return Ok((c.channel.clone(), c.generation));
+            }
+            tracing::warn!("{} exited; starting it again", self.command.name());
+        }
+        *held = None;
+        let (child, channel, hello) = launch(&self.command).await?;
+        let now = told(hello);
+        if (now.kind.as_str(), now.owner.as_str()) != (&*self.told.kind, &*self.told.owner) {
+            return Err(Error::other(format!(
+                "{} restarted as kind {:?} owner {:?}, not {:?} {:?}",
+                self.command.name(),
+                now.kind,
+                now.owner,
+                self.told.kind,
+                self.told.owner
+            )));
+        }
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        *held = Some(Conn {
+            child,
+            channel: channel.clone(),
+            generation,
+        });
+        Ok((channel, generation))
+    }
+
+    /// Lets the plugin of `generation` go (it is killed), unless it was replaced already.
+    async fn lost(&self, generation: u64) {
+        let mut held = self.conn.lock().await;
+        if held.as_ref().is_some_and(|c| c.generation == generation) {
+            *held = None;
+        }
+    }
+
+    /// One call: `f` on the plugin's client; a failure of the plugin or its stream is a passing
+    /// failure, and the plugin is started again on the next call.
+    pub(crate) async fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        F: FnOnce(CloudDriverClient<Channel>) -> Fut,
+        Fut: Future<Output = std::result::Result<Response<T>, Status>>,
+    {
+        let (channel, generation) = self.connection().await?;
+        let answer = f(client(channel));
+        let answer = match self.command.call_timeout {
+            None => answer.await,
+            Some(limit) => match tokio::time::timeout(limit, answer).await {
+                Ok(a) => a,
+                Err(_) => {
+                    self.lost(generation).await;
+                    return Err(timed_out(&self.command, op, limit));
+                }
+            },
+        };
+        match answer {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => {
+                if s.code() != Code::Unimplemented {
+                    self.lost(generation).await;
+                }
+                Err(stream_failure(&self.command, op, &s))
+            }
+        }
+    }
+
+    pub(crate) fn told_kind(&self) -> &str {
+        &self.told.kind
+    }
+    pub(crate) fn told_owner(&self) -> &str {
+        &self.told.owner
+    }
+    pub(crate) fn told_capabilities(&self) -> Capabilities {
+        self.told.capabilities
+    }
+    pub(crate) fn offers(&self, extension: &str) -> bool {
+        self.told.extensions.contains(&extension)
+    }
+    pub(crate) fn network_name(&self) -> &str {
+        &self.told.network_name
+    }
+}
+
+mod calls;

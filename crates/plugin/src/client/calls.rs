@@ -1,0 +1,315 @@
+//! The contract's calls and extensions, each one RPC to the plugin.
+
+use async_trait::async_trait;
+use orca_machines::ext::{
+    Admission, Balance, CreditBalance, FirewallRule, FirewallRules, MachineLabels, Network,
+    SshAdmission,
+};
+use orca_machines::labels::Labels;
+use orca_machines::{
+    docker_arch, Arch, Capabilities, Created, Machine, MachineSpec, Price, Provider, Resized,
+    Result,
+};
+
+use super::PluginProvider;
+use crate::errors::error_from;
+use crate::proto::v1 as pb;
+use crate::wire::*;
+
+/// A reply that carried no outcome.
+fn empty(call: &str) -> orca_machines::Error {
+    bad_reply(format!("a {call} reply without its outcome"))
+}
+
+fn optional_machine(r: pb::MachineReply, call: &str) -> Result<Option<Machine>> {
+    use pb::machine_reply::Outcome;
+    match r.outcome {
+        Some(Outcome::Machine(m)) => machine_from(m).map(Some),
+        Some(Outcome::None(_)) => Ok(None),
+        Some(Outcome::Error(e)) => Err(error_from(e)),
+        None => Err(empty(call)),
+    }
+}
+
+fn machine(r: pb::MachineReply, call: &str) -> Result<Machine> {
+    optional_machine(r, call)?.ok_or_else(|| bad_reply(format!("{call} answered no machine")))
+}
+
+fn optional_rule(r: pb::FirewallRuleReply, call: &str) -> Result<Option<FirewallRule>> {
+    use pb::firewall_rule_reply::Outcome;
+    match r.outcome {
+        Some(Outcome::Rule(rule)) => Ok(Some(rule_from(rule))),
+        Some(Outcome::None(_)) => Ok(None),
+        Some(Outcome::Error(e)) => Err(error_from(e)),
+        None => Err(empty(call)),
+    }
+}
+
+#[async_trait]
+impl Provider for PluginProvider {
+    fn kind(&self) -> &str {
+        self.told_kind()
+    }
+
+    fn owner(&self) -> &str {
+        self.told_owner()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.told_capabilities()
+    }
+
+    async fn arch(&self, machine_type: &str) -> Result<Arch> {
+        use pb::arch_reply::Outcome;
+        let q = pb::ArchRequest {
+            machine_type: machine_type.to_string(),
+        };
+        match self
+            .call("arch", |mut c| async move { c.arch(q).await })
+            .await?
+            .outcome
+        {
+            Some(Outcome::Arch(a)) => Ok(docker_arch(&a)),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("arch")),
+        }
+    }
+
+    async fn create(&self, spec: &MachineSpec) -> Result<Created> {
+        use pb::create_reply::Outcome;
+        let q = pb::CreateRequest {
+            spec: Some(spec_to(spec)),
+        };
+        match self
+            .call("create", |mut c| async move { c.create(q).await })
+            .await?
+            .outcome
+        {
+            Some(Outcome::Made(m)) => Ok(Created::Machine(machine_from(m)?)),
+            Some(Outcome::Adopted(m)) => Ok(Created::Adopted(machine_from(m)?)),
+            Some(Outcome::NoStock(n)) => Ok(Created::NoStock {
+                machine_type: n.machine_type,
+                location: n.location,
+                message: n.message,
+            }),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("create")),
+        }
+    }
+
+    async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
+        use pb::machines_reply::Outcome;
+        let q = pb::MachinesRequest {
+            pool: pool.to_string(),
+        };
+        let r = self.call("machines", |mut c| async move { c.machines(q).await });
+        match r.await?.outcome {
+            Some(Outcome::Machines(l)) => l.machines.into_iter().map(machine_from).collect(),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("machines")),
+        }
+    }
+
+    async fn machine(&self, id: &str) -> Result<Option<Machine>> {
+        let q = pb::MachineRequest { id: id.to_string() };
+        let r = self.call("machine", |mut c| async move { c.machine(q).await });
+        optional_machine(r.await?, "machine")
+    }
+
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        let q = pb::MachineNamedRequest {
+            pool: pool.to_string(),
+            name: name.to_string(),
+        };
+        let r = self.call(
+            "machine_named",
+            |mut c| async move { c.machine_named(q).await },
+        );
+        optional_machine(r.await?, "machine_named")
+    }
+
+    async fn delete(&self, id: &str) -> Result<bool> {
+        use pb::delete_reply::Outcome;
+        let q = pb::DeleteRequest { id: id.to_string() };
+        match self
+            .call("delete", |mut c| async move { c.delete(q).await })
+            .await?
+            .outcome
+        {
+            Some(Outcome::Gone(g)) => Ok(g),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("delete")),
+        }
+    }
+
+    async fn start(&self, id: &str) -> Result<Machine> {
+        let q = pb::IdRequest { id: id.to_string() };
+        let r = self.call("start", |mut c| async move { c.start(q).await });
+        machine(r.await?, "start")
+    }
+
+    async fn stop(&self, id: &str) -> Result<Machine> {
+        let q = pb::IdRequest { id: id.to_string() };
+        let r = self.call("stop", |mut c| async move { c.stop(q).await });
+        machine(r.await?, "stop")
+    }
+
+    async fn resize(&self, id: &str, machine_type: &str) -> Result<Resized> {
+        use pb::resize_reply::Outcome;
+        let q = pb::ResizeRequest {
+            id: id.to_string(),
+            machine_type: machine_type.to_string(),
+        };
+        match self
+            .call("resize", |mut c| async move { c.resize(q).await })
+            .await?
+            .outcome
+        {
+            Some(Outcome::Resized(r)) => resized_from(r),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("resize")),
+        }
+    }
+
+    async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {
+        use pb::hourly_price_reply::Outcome;
+        let q = pb::HourlyPriceRequest {
+            machine_type: machine_type.to_string(),
+            location: location.to_string(),
+        };
+        let r = self.call(
+            "hourly_price",
+            |mut c| async move { c.hourly_price(q).await },
+        );
+        match r.await?.outcome {
+            Some(Outcome::Price(p)) => Ok(price_from(p)),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("hourly_price")),
+        }
+    }
+
+    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
+        self.offers("machine_labels").then_some(self as _)
+    }
+
+    fn firewall_rules(&self) -> Option<&dyn FirewallRules> {
+        self.offers("firewall_rules").then_some(self as _)
+    }
+
+    fn ssh_admission(&self) -> Option<&dyn SshAdmission> {
+        self.offers("ssh_admission").then_some(self as _)
+    }
+
+    fn credit_balance(&self) -> Option<&dyn CreditBalance> {
+        self.offers("credit_balance").then_some(self as _)
+    }
+}
+
+#[async_trait]
+impl MachineLabels for PluginProvider {
+    async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine> {
+        let q = pb::SetLabelsRequest {
+            id: id.to_string(),
+            set: set.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            remove: remove.to_vec(),
+        };
+        let r = self.call("set_labels", |mut c| async move { c.set_labels(q).await });
+        machine(r.await?, "set_labels")
+    }
+}
+
+#[async_trait]
+impl FirewallRules for PluginProvider {
+    fn network_name(&self) -> String {
+        PluginProvider::network_name(self).to_string()
+    }
+
+    async fn network(&self) -> Result<Network> {
+        use pb::network_reply::Outcome;
+        let r = self.call(
+            "network",
+            |mut c| async move { c.network(pb::Empty {}).await },
+        );
+        match r.await?.outcome {
+            Some(Outcome::Network(n)) => Ok(network_from(n)),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("network")),
+        }
+    }
+
+    async fn rule(&self, name: &str) -> Result<Option<FirewallRule>> {
+        let q = pb::FirewallRuleRequest {
+            name: name.to_string(),
+        };
+        let r = self.call(
+            "firewall_rule",
+            |mut c| async move { c.firewall_rule(q).await },
+        );
+        optional_rule(r.await?, "firewall_rule")
+    }
+
+    async fn rules(&self) -> Result<Vec<FirewallRule>> {
+        use pb::firewall_rules_reply::Outcome;
+        let r = self.call("firewall_rules", |mut c| async move {
+            c.firewall_rules(pb::Empty {}).await
+        });
+        match r.await?.outcome {
+            Some(Outcome::Rules(l)) => Ok(l.rules.into_iter().map(rule_from).collect()),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("firewall_rules")),
+        }
+    }
+
+    async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
+        let q = pb::SetSourceRangesRequest {
+            name: name.to_string(),
+            ranges: ranges.to_vec(),
+        };
+        let r = self.call("set_source_ranges", |mut c| async move {
+            c.set_source_ranges(q).await
+        });
+        optional_rule(r.await?, "set_source_ranges")?
+            .ok_or_else(|| bad_reply("set_source_ranges answered no rule"))
+    }
+}
+
+#[async_trait]
+impl SshAdmission for PluginProvider {
+    async fn admit_ssh(
+        &self,
+        group: &str,
+        location: &str,
+        sources: &[String],
+        readmit: &[String],
+    ) -> Result<Admission> {
+        use pb::admit_ssh_reply::Outcome;
+        let q = pb::AdmitSshRequest {
+            group: group.to_string(),
+            location: location.to_string(),
+            sources: sources.to_vec(),
+            readmit: readmit.to_vec(),
+        };
+        let r = self.call("admit_ssh", |mut c| async move { c.admit_ssh(q).await });
+        match r.await?.outcome {
+            Some(Outcome::Admission(a)) => Ok(admission_from(a)),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("admit_ssh")),
+        }
+    }
+}
+
+#[async_trait]
+impl CreditBalance for PluginProvider {
+    async fn balance(&self) -> Result<Balance> {
+        use pb::balance_reply::Outcome;
+        let r = self.call(
+            "balance",
+            |mut c| async move { c.balance(pb::Empty {}).await },
+        );
+        match r.await?.outcome {
+            Some(Outcome::Balance(b)) => balance_from(b),
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty("balance")),
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! # orca-plugin
+//!
+//! orca's drivers as CloudDriver plugins: the contract of [`orca_machines::Provider`] as a
+//! versioned gRPC service (`proto/orca/cloud/v1/cloud_driver.proto`) that a plugin program serves
+//! on its stdin and stdout, and the host's side of it.
+//!
+//! - A plugin is a few lines: make a provider, then [`serve`] it (the programs `soul-cloud-fake`,
+//!   `soul-cloud-hetzner`, `soul-cloud-ec2`, `soul-cloud-azure` and `soul-cloud-gce` are built so,
+//!   their settings and owner from their environment; see [`run_kind`]).
+//! - A host starts a plugin with [`PluginProvider::start`], which is a `Provider` like any driver:
+//!   it hands the plugin its settings in the child's environment (never its command line),
+//!   refuses a plugin that speaks another protocol version, and restarts a plugin that died on the
+//!   next call (the call in flight fails as a passing failure that may have acted).
+//!
+//! See the crate's README for the wire and how to write a plugin in another language.
+
+use std::sync::Arc;
+
+use orca_machines::Provider;
+
+mod client;
+mod errors;
+pub mod fake;
+mod server;
+mod stdio;
+mod wire;
+
+pub use client::{PluginCommand, PluginProvider};
+pub use errors::{error_from, error_to};
+pub use server::Driver;
+pub use stdio::{serve_on, serve_stdio};
+pub use tonic::service::Routes;
+
+/// The messages and services of the protocol, as generated from its `.proto` files.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    /// `orca.cloud.v1`: the CloudDriver service.
+    pub mod v1 {
+        tonic::include_proto!("orca.cloud.v1");
+    }
+    /// `orca.cloud.fake.v1`: the test console of `soul-cloud-fake`.
+    pub mod fake {
+        tonic::include_proto!("orca.cloud.fake.v1");
+    }
+}
+
+/// The CloudDriver protocol version this crate speaks, host and plugin.
+pub const PROTOCOL_VERSION: u32 = proto::v1::ProtocolVersion::ProtocolVersion1 as u32;
+
+/// The environment variable that carries the owner to a plugin (empty or unset: no owner).
+pub const OWNER_ENV: &str = "ORCA_PLUGIN_OWNER";
+
+/// The largest message either side reads: a listing of many thousands of machines fits.
+pub(crate) const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+/// HTTP/2 flow-control windows of both sides: a large listing crosses the pipe without waiting for
+/// the reader's window updates (the default 64 KiB makes a 1,000-machine listing many round trips).
+pub(crate) const WINDOW: u32 = 8 * 1024 * 1024;
+
+/// Serves `provider` as the CloudDriver service on this process's stdin and stdout until the host
+/// closes them.
+pub async fn serve(provider: Arc<dyn Provider>) -> std::io::Result<()> {
+    serve_stdio(Routes::new(Driver::new(Ok(provider)).into_service())).await
+}
+
+/// Logs on stderr (stdout carries the protocol), filtered by `RUST_LOG` (default `info`).
+pub fn log_to_stderr() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The program `soul-cloud-<kind>`: the provider of `kind` made by [`orca::of`] from this process's
+/// environment for the owner in [`OWNER_ENV`], served on stdin and stdout; exits when the host
+/// closes them. A provider that cannot be made (settings missing) is served as its error, so that
+/// the host's handshake names what is wrong.
+pub fn run_kind(kind: &str) -> ! {
+    log_to_stderr();
+    let owner = std::env::var(OWNER_ENV).unwrap_or_default();
+    let code = runtime().block_on(async {
+        let provider = orca::of(kind, &owner).await;
+        if let Err(e) = &provider {
+            tracing::error!(kind, "the provider cannot be made: {e}");
+        }
+        serve_routes_logged(Routes::new(Driver::new(provider).into_service())).await
+    });
+    // The runtime's stdin reader blocks a thread until the stream ends: leave without waiting.
+    std::process::exit(code)
+}
+
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+pub(crate) async fn serve_routes_logged(routes: Routes) -> i32 {
+    match serve_stdio(routes).await {
+        Ok(()) => 0,
+        Err(e) => {
+            tracing::error!("serving on stdio failed: {e}");
+            1
+        }
+    }
+}
