@@ -4,6 +4,9 @@
 //! temporary file in the same folder that is synced and then renamed over the old one, so a crash
 //! leaves the old or the new file, never a torn one. A lock file beside it (`<file>.lock`, an
 //! exclusive `flock` held as long as the store is open) refuses a second process on the same file.
+//! The lock is checked before every pass ([`Store::lead`]) and every write: when someone removed or
+//! replaced the lock file, a second process may have locked a new file at the same path, so this
+//! store stops for good ([`StoreError::LostLeadership`]) rather than write over the other's record.
 //! The temporary file is named after the writing process (`.<file>.tmp-<pid>`); one that a crashed
 //! writer left behind is never read, and is removed when the store is next opened.
 
@@ -12,6 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use orca::fs::{FileLock, FsError};
 use serde::{Deserialize, Serialize};
 
 use super::{Role, Store, StoreError};
@@ -36,7 +40,7 @@ pub struct FileStore {
     path: PathBuf,
     contents: Contents,
     /// Held for as long as the store is open: the exclusive lock.
-    _lock: File,
+    lock: FileLock,
 }
 
 fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
@@ -61,7 +65,7 @@ impl FileStore {
         Ok(FileStore {
             path,
             contents,
-            _lock: lock,
+            lock,
         })
     }
 
@@ -70,32 +74,39 @@ impl FileStore {
         &self.path
     }
 
+    /// `Ok` while the lock file is still the one this store locked; else
+    /// [`StoreError::LostLeadership`] naming it, for good: another process may hold a new lock
+    /// file at its path and act on the record.
+    fn check_lock(&self) -> Result<(), StoreError> {
+        self.lock.still_held().map_err(|e| match e {
+            FsError::Replaced { .. } => StoreError::LostLeadership(format!(
+                "{e}; {} is no longer this process's record: stopped, nothing more is made or deleted",
+                self.path.display()
+            )),
+            other => StoreError::Failed(other.to_string()),
+        })
+    }
+
     fn write(&self) -> Result<(), StoreError> {
+        self.check_lock()?;
         let bytes = serde_json::to_vec_pretty(&self.contents)
             .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
         write_atomically(&self.path, &bytes)
     }
 }
 
-/// Takes the exclusive lock of the record file at `path` (`<path>.lock`, held as long as the returned
-/// file is open): the one place the lock is taken, so that another kind of lock replaces it here.
-fn lock(path: &Path) -> Result<File, StoreError> {
-    let lock_path = lock_path(path);
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| io(&lock_path, "open lock", e))?;
-    match lock.try_lock() {
-        Ok(()) => Ok(lock),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Busy(format!(
+/// Takes the exclusive lock of the record file at `path` (`<path>.lock`, held as long as the
+/// returned lock lives), without waiting.
+fn lock(path: &Path) -> Result<FileLock, StoreError> {
+    let lock_path = FileLock::path_for(path);
+    FileLock::try_lock(&lock_path).map_err(|e| match e {
+        FsError::Busy { .. } => StoreError::Busy(format!(
             "{} is used by another orca-pool (it holds {}): run one scaler per record file, or run replicas on PostgreSQL (--store postgres://...)",
             path.display(),
             lock_path.display()
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(io(&lock_path, "lock", e)),
-    }
+        )),
+        other => StoreError::Failed(other.to_string()),
+    })
 }
 
 /// Writes `bytes` as the file at `path` whole: to a temporary file in the same folder (named after
@@ -164,12 +175,6 @@ fn remove_leftovers(path: &Path) {
     }
 }
 
-fn lock_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_os_string();
-    s.push(".lock");
-    PathBuf::from(s)
-}
-
 fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, StoreError> {
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| {
         StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
@@ -203,6 +208,7 @@ impl Store for FileStore {
     }
 
     async fn lead(&mut self, _key: &Key) -> Result<Role, StoreError> {
+        self.check_lock()?;
         Ok(Role::Leader)
     }
 
@@ -230,6 +236,10 @@ impl Store for FileStore {
             return Err(e);
         }
         Ok(())
+    }
+
+    fn still_held(&self) -> Result<(), StoreError> {
+        self.check_lock()
     }
 
     fn notes(&self) -> Vec<String> {
