@@ -137,13 +137,20 @@ async fn a_removed_lock_file_stops_the_store_before_its_next_pass_and_write() {
     second.commit(&r, &[]).await.unwrap();
     let written = std::fs::read(&path).unwrap();
 
-    lost(first.lead(&key).await.unwrap_err(), "replaced by another file");
+    lost(
+        first.lead(&key).await.unwrap_err(),
+        "replaced by another file",
+    );
     r.next = 4;
     lost(
         first.commit(&r, &[]).await.unwrap_err(),
         "replaced by another file",
     );
-    assert_eq!(std::fs::read(&path).unwrap(), written, "nothing written over");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        written,
+        "nothing written over"
+    );
     assert_eq!(second.lead(&key).await.unwrap(), Role::Leader);
     second.still_held().unwrap();
 }

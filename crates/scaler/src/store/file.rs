@@ -7,11 +7,9 @@
 //! The lock is checked before every pass ([`Store::lead`]) and every write: when someone removed or
 //! replaced the lock file, a second process may have locked a new file at the same path, so this
 //! store stops for good ([`StoreError::LostLeadership`]) rather than write over the other's record.
-//! The temporary file is named after the writing process (`.<file>.tmp-<pid>`); one that a crashed
+//! The write is orca's atomic write ([`orca::fs::write_atomic`]); the temporary file that a crashed
 //! writer left behind is never read, and is removed when the store is next opened.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -91,7 +89,7 @@ impl FileStore {
         self.check_lock()?;
         let bytes = serde_json::to_vec_pretty(&self.contents)
             .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
-        write_atomically(&self.path, &bytes)
+        orca::fs::write_atomic(&self.path, &bytes).map_err(|e| StoreError::Failed(e.to_string()))
     }
 }
 
@@ -109,69 +107,22 @@ fn lock(path: &Path) -> Result<FileLock, StoreError> {
     })
 }
 
-/// Writes `bytes` as the file at `path` whole: to a temporary file in the same folder (named after
-/// this process), synced, then renamed over it, so a crash leaves the old or the new file. The one
-/// place the record is written, so that another atomic write replaces it here.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = folder(path);
-    let tmp = dir.join(format!("{}{}", temp_prefix(path), std::process::id()));
-    let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
-    f.write_all(bytes).map_err(|e| io(&tmp, "write", e))?;
-    f.sync_all().map_err(|e| io(&tmp, "sync", e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| io(path, "rename", e))?;
-    // The rename itself is durable once the folder is synced.
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-/// The folder of `path`.
-fn folder(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// The name of a temporary file of `path` without its process id: `.<file>.tmp-`.
-fn temp_prefix(path: &Path) -> String {
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "orca-pool.json".into());
-    format!(".{file_name}.tmp-")
-}
-
 /// Removes the temporary files of `path` that writers which crashed before renaming them left
 /// behind. Called with the lock held: no other process is writing one.
 fn remove_leftovers(path: &Path) {
-    let dir = folder(path);
-    let prefix = temp_prefix(path);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let Some(pid) = name.strip_prefix(&prefix) else {
-            continue;
-        };
-        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
+    match orca::fs::remove_stale_temps(path) {
+        Ok(removed) => {
+            for file in removed {
+                tracing::info!(
+                    file = %file.display(),
+                    "removed the temporary file of a record write that did not finish"
+                );
+            }
         }
-        match std::fs::remove_file(entry.path()) {
-            Ok(()) => tracing::info!(
-                file = %entry.path().display(),
-                "removed the temporary file of a record write that did not finish"
-            ),
-            Err(e) => tracing::warn!(
-                file = %entry.path().display(),
-                error = %e,
-                "could not remove the temporary file of a record write that did not finish"
-            ),
-        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not remove the temporary files of record writes that did not finish"
+        ),
     }
 }
 

@@ -61,16 +61,10 @@ impl Server {
         c
     }
 
-    fn start_with(
-        dir: tempfile::TempDir,
-        setup: impl FnOnce(&mut Command),
-    ) -> Server {
+    fn start_with(dir: tempfile::TempDir, setup: impl FnOnce(&mut Command)) -> Server {
         let mut c = Server::command(&dir);
         setup(&mut c);
-        let mut child = c
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = c.stderr(Stdio::piped()).spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -182,7 +176,12 @@ async fn a_held_state_file_lock_stalls_no_unrelated_request() {
         .find(|l| l.contains("listening on"))
         .unwrap()
         .clone();
-    let addr = line.rsplit("listening on ").next().unwrap().trim().to_string();
+    let addr = line
+        .rsplit("listening on ")
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
     let url = format!("http://{addr}");
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let state = server._dir.path().join("cloud.json");
