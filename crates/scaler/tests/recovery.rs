@@ -68,7 +68,7 @@ async fn a_recorded_create_is_retried_by_name_and_adopted() {
     let made = ids(&cloud);
     assert_eq!(made.len(), 1);
     // The next listing misses it (a lagging listing), so the pass retries the recorded create.
-    let hidden = Layered::new(Wrap::new(p.clone()), HideList);
+    let hidden = Layered::new(Wrap::new(p.clone()).layered(), HideList);
     let r = s.pass(&hidden, cloud.now()).await;
     assert_eq!(ids(&cloud), made, "{:?}", r.actions);
     assert!(
@@ -104,7 +104,8 @@ async fn a_crash_mid_pass_loses_nothing() {
     w.hang_at = 2;
     let mut s = scaler(dir.path(), 3, &[A]);
     s.settings.parallel = 1;
-    let crashed = tokio::time::timeout(Duration::from_secs(1), s.pass(&w, cloud.now())).await;
+    let crashed =
+        tokio::time::timeout(Duration::from_secs(1), s.pass(&w.layered(), cloud.now())).await;
     assert!(
         crashed.is_err(),
         "the pass hangs on its second create: the crash"
