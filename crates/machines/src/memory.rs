@@ -1385,7 +1385,11 @@ impl Provider for MemoryProvider {
         validate_pool(pool)?;
         validate_name(name)?;
         let first = self.named(pool, name).await?;
-        let window = self.cloud.visibility_delay();
+        // Through the state's lock wait, never the blocking one: this runs on the caller's runtime.
+        let window = self
+            .cloud
+            .state(false, |s| Duration::from_millis(s.visibility_delay_ms))
+            .await?;
         if first.is_some() || window.is_zero() {
             return Ok(first);
         }

@@ -121,3 +121,32 @@ fn opening_a_cloud_waits_for_the_lock_without_stalling_and_the_sync_helpers_stil
         assert_eq!(mode, 0o600, "the state file names machines: owner-only");
     }
 }
+
+/// A read by name (what a program reads after a lost create) waits for a held state-file lock
+/// without stalling the runtime, on a cloud with a visibility window too (whose length it reads
+/// from the state as well), and answers once the lock is let go.
+#[test]
+fn a_read_by_name_waits_for_a_held_lock_without_stalling() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let cloud = MemoryCloud::persistent(&path).unwrap();
+    cloud.set_visibility_delay(Duration::from_millis(30));
+    let lock = path.with_extension("lock");
+    let p = cloud.provider("stack-1").unwrap();
+    let got = on_one_thread(Duration::from_secs(30), async move {
+        let held = hold(&lock);
+        let call = tokio::spawn(async move { p.machine_named("lab", "w-1").await });
+        let unrelated = tokio::spawn(async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            "answered"
+        });
+        let unrelated = unrelated.await.unwrap();
+        let waited = !call.is_finished();
+        drop(held);
+        (unrelated, waited, call.await.unwrap())
+    });
+    let (unrelated, waited, found) =
+        got.expect("the runtime stalled: a read by name blocked its only thread");
+    assert_eq!((unrelated, waited), ("answered", true));
+    assert_eq!(found.unwrap(), None);
+}

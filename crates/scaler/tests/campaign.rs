@@ -28,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use orca::layer::{Answer, Call as LayerCall, Layer, Layered, Next};
 use orca::memory::{FaultKind, MemoryCloud, Operation};
-use orca::{Arch, Created, ErrorKind, Machine, MachineSpec, Provider, Status};
+use orca::{ErrorKind, Machine, MachineSpec, Provider, Status};
 use orca_scaler::{
     Action, Event, FileStore, PassReport, PgStore, Phase, Record, Scaler, Settings, Store,
     StoreError,
@@ -142,8 +143,8 @@ struct Stats {
     foreign_touched: AtomicUsize,
 }
 
+/// The layer of a replica's provider that injects faults and crashes and counts what it sees.
 struct Chaos {
-    inner: Arc<dyn Provider>,
     stats: Arc<Stats>,
     inject: Injector,
     foreign: Arc<BTreeSet<String>>,
@@ -220,73 +221,28 @@ impl Chaos {
 }
 
 #[async_trait]
-impl Provider for Chaos {
-    fn kind(&self) -> &str {
-        self.inner.kind()
-    }
-    fn owner(&self) -> &str {
-        self.inner.owner()
-    }
-    async fn arch(&self, t: &str) -> orca::Result<Arch> {
-        self.step(Op::Arch);
-        self.inner.arch(t).await
-    }
-    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
-        let crash = self.step(Op::Create);
+impl Layer for Chaos {
+    async fn around(&self, call: LayerCall<'_>, next: Next<'_>) -> orca::Result<Answer> {
+        let op = match call {
+            LayerCall::Arch { .. } => Op::Arch,
+            LayerCall::Create { .. } => Op::Create,
+            LayerCall::Machines { .. } => Op::List,
+            LayerCall::Machine { .. } => Op::Read,
+            LayerCall::Delete { .. } => Op::Delete,
+            other => return next.run(other).await,
+        };
+        if let LayerCall::Machine { id } | LayerCall::Delete { id } = call {
+            self.named(id);
+        }
+        let crash = self.step(op);
         if crash == Crash::Before {
             return self.crash_now().await;
         }
-        let r = self.inner.create(spec).await;
+        let r = next.run(call).await;
         self.answered(&r);
-        if let Ok(c) = &r {
-            if let Some(m) = c.as_machine() {
-                self.saw(m);
-            }
+        if let Ok(a) = &r {
+            a.machines().into_iter().for_each(|m| self.saw(m));
         }
-        if crash == Crash::After {
-            return self.crash_now().await;
-        }
-        r
-    }
-    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
-        let crash = self.step(Op::List);
-        if crash == Crash::Before {
-            return self.crash_now().await;
-        }
-        let r = self.inner.machines(pool).await;
-        self.answered(&r);
-        if let Ok(v) = &r {
-            v.iter().for_each(|m| self.saw(m));
-        }
-        if crash == Crash::After {
-            return self.crash_now().await;
-        }
-        r
-    }
-    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
-        self.named(id);
-        let crash = self.step(Op::Read);
-        if crash == Crash::Before {
-            return self.crash_now().await;
-        }
-        let r = self.inner.machine(id).await;
-        self.answered(&r);
-        if let Ok(Some(m)) = &r {
-            self.saw(m);
-        }
-        if crash == Crash::After {
-            return self.crash_now().await;
-        }
-        r
-    }
-    async fn delete(&self, id: &str) -> orca::Result<bool> {
-        self.named(id);
-        let crash = self.step(Op::Delete);
-        if crash == Crash::Before {
-            return self.crash_now().await;
-        }
-        let r = self.inner.delete(id).await;
-        self.answered(&r);
         if crash == Crash::After {
             return self.crash_now().await;
         }
@@ -785,7 +741,7 @@ fn settings(b: &Backend, size: usize) -> Settings {
 struct Replica {
     name: String,
     scaler: Option<Scaler>,
-    chaos: Chaos,
+    chaos: Layered<Arc<dyn Provider>, Chaos>,
     crash: Arc<tokio::sync::Notify>,
     /// What the record must read, shared with the other replica.
     durable: Arc<Mutex<Durable>>,
@@ -834,9 +790,9 @@ async fn open(b: &Backend, r: &Replica, store: &StoreAt, size: usize) -> Scaler 
         inner,
         file,
         crash: r.crash.clone(),
-        armed: r.chaos.armed.clone(),
-        dice: r.chaos.dice.clone(),
-        stats: r.chaos.stats.clone(),
+        armed: r.chaos.layer().armed.clone(),
+        dice: r.chaos.layer().dice.clone(),
+        stats: r.chaos.layer().stats.clone(),
         durable: r.durable.clone(),
     };
     Scaler::new(settings(b, size), Box::new(store))
@@ -879,15 +835,17 @@ async fn replica(
     Replica {
         name: name.into(),
         scaler: None,
-        chaos: Chaos {
-            inner: (b.provider)().await,
-            stats: stats.clone(),
-            inject: b.inject.clone(),
-            foreign: foreign.clone(),
-            crash: crash.clone(),
-            armed: armed.clone(),
-            dice: dice.clone(),
-        },
+        chaos: Layered::new(
+            (b.provider)().await,
+            Chaos {
+                stats: stats.clone(),
+                inject: b.inject.clone(),
+                foreign: foreign.clone(),
+                crash: crash.clone(),
+                armed: armed.clone(),
+                dice: dice.clone(),
+            },
+        ),
         crash,
         durable: durable.clone(),
     }

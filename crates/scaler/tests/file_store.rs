@@ -4,7 +4,7 @@
 
 mod support;
 
-use orca_scaler::{FileStore, Key, Record, Store, StoreError};
+use orca_scaler::{FileStore, Key, Record, Role, Store, StoreError};
 
 /// A second copy on the same record file is refused with a clear message.
 #[tokio::test]
@@ -104,4 +104,76 @@ async fn a_crashed_writers_temp_file_is_ignored_and_removed_on_open() {
     for k in &kept {
         assert!(k.exists(), "{} is kept", k.display());
     }
+}
+
+/// Removing the lock file while a store is open lets a newcomer lock a new file at the same path
+/// and open the same record. The first store sees it before its next pass and before its next
+/// write: it stops for good naming the lock file, and writes nothing over the newcomer's record.
+#[tokio::test]
+async fn a_removed_lock_file_stops_the_store_before_its_next_pass_and_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rec.json");
+    let lock = dir.path().join("rec.json.lock");
+    let key = Key::new("fake", "s1", "lab");
+    let mut first = FileStore::open(&path).unwrap();
+    let mut r = Record::new(key.clone());
+    r.next = 3;
+    first.commit(&r, &[]).await.unwrap();
+    assert_eq!(first.lead(&key).await.unwrap(), Role::Leader);
+    first.still_held().unwrap();
+
+    std::fs::remove_file(&lock).unwrap();
+    let lost = |e: StoreError, what: &str| {
+        assert!(matches!(e, StoreError::LostLeadership(_)), "{e:?}");
+        let m = e.to_string();
+        assert!(m.contains("rec.json.lock") && m.contains(what), "{m}");
+    };
+    lost(first.lead(&key).await.unwrap_err(), "removed");
+    lost(first.still_held().unwrap_err(), "removed");
+
+    // The newcomer gets in (a new lock file at the same path) and writes the record.
+    let mut second = FileStore::open(&path).unwrap();
+    r.next = 7;
+    second.commit(&r, &[]).await.unwrap();
+    let written = std::fs::read(&path).unwrap();
+
+    lost(
+        first.lead(&key).await.unwrap_err(),
+        "replaced by another file",
+    );
+    r.next = 4;
+    lost(
+        first.commit(&r, &[]).await.unwrap_err(),
+        "replaced by another file",
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        written,
+        "nothing written over"
+    );
+    assert_eq!(second.lead(&key).await.unwrap(), Role::Leader);
+    second.still_held().unwrap();
+}
+
+/// A scaler whose lock file was removed makes nothing: its pass stops before any call.
+#[tokio::test]
+async fn a_scaler_whose_lock_file_was_removed_makes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = support::cloud();
+    let mut s = support::scaler(dir.path(), 2, &["amd64-small@zone-a"]);
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(r.serving, 2, "{:?}", r.actions);
+    let before = support::ids(&cloud);
+
+    std::fs::remove_file(dir.path().join("rec.json.lock")).unwrap();
+    orca::Provider::delete(&p, &before[0]).await.unwrap();
+    let r = s.pass(&p, cloud.now()).await;
+    let stopped = r.stopped.clone().expect("the pass stopped");
+    assert!(
+        stopped.contains("lost the lead") && stopped.contains("rec.json.lock"),
+        "{stopped}"
+    );
+    assert!(r.actions.is_empty(), "{:?}", r.actions);
+    assert_eq!(support::ids(&cloud), before[1..].to_vec(), "nothing made");
+    assert!(s.store().still_held().is_err());
 }

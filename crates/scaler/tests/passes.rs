@@ -168,19 +168,21 @@ async fn an_unknown_machine_is_replaced_after_the_grace_and_starting_counts() {
     let (cloud, p) = cloud();
     let w = Wrap::new(p);
     let mut s = scaler(dir.path(), 2, &[A]);
-    s.pass(&w, cloud.now()).await;
+    s.pass(&w.layered(), cloud.now()).await;
     let all = ids(&cloud);
     let (victim, booting) = (all[0].clone(), all[1].clone());
     w.unknown.lock().unwrap().push(victim.clone());
     w.starting.lock().unwrap().push(booting.clone());
     let t0 = cloud.now();
-    let r = s.pass(&w, t0).await;
+    let r = s.pass(&w.layered(), t0).await;
     assert!(r.actions.is_empty(), "{:?}", r.actions);
     assert_eq!(
         r.serving, 2,
         "unknown within the grace and starting both count"
     );
-    let r = s.pass(&w, t0 + chrono::Duration::seconds(601)).await;
+    let r = s
+        .pass(&w.layered(), t0 + chrono::Duration::seconds(601))
+        .await;
     assert!(!ids(&cloud).contains(&victim), "{:?}", r.actions);
     assert!(ids(&cloud).contains(&booting));
     assert_eq!(ids(&cloud).len(), 2);
@@ -228,7 +230,7 @@ async fn creates_run_in_parallel_bounded() {
     w.create_delay = Duration::from_millis(30);
     let mut s = scaler(dir.path(), 6, &[A]);
     s.settings.parallel = 4;
-    let r = s.pass(&w, cloud.now()).await;
+    let r = s.pass(&w.layered(), cloud.now()).await;
     assert_eq!(r.serving, 6, "{:?}", r.actions);
     assert_eq!(
         w.max_in_flight.load(Ordering::SeqCst),

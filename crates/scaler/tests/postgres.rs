@@ -139,7 +139,8 @@ async fn a_replica_that_loses_the_lock_stops_at_once() {
     r1.settings.parallel = 1;
     let admin = admin(&db).await;
     let creates = w.creates.clone();
-    let (report, started_at_kill) = tokio::join!(r1.pass(&w, cloud.now()), async {
+    let layered = w.layered();
+    let (report, started_at_kill) = tokio::join!(r1.pass(&layered, cloud.now()), async {
         while creates.load(Ordering::SeqCst) < 2 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -180,7 +181,7 @@ async fn a_replica_that_loses_the_lock_stops_at_once() {
         cloud.all_machines().into_iter().map(|m| m.name).collect();
     assert_eq!(names.len(), 4);
     // The old leader, back, is a standby.
-    let a = r1.pass(&w, cloud.now()).await;
+    let a = r1.pass(&w.layered(), cloud.now()).await;
     assert_eq!(
         a.role,
         Role::Standby {
@@ -270,7 +271,7 @@ async fn a_conflict_with_another_writer_is_kept_in_the_database() {
     let w = Wrap::new(cloud.provider("s1").unwrap());
     w.stale_listings.store(1, Ordering::SeqCst);
     let mut r1 = replica(&db, "r1", 1).await;
-    let r = r1.pass(&w, cloud.now()).await;
+    let r = r1.pass(&w.layered(), cloud.now()).await;
     assert!(
         r.actions
             .iter()
@@ -303,7 +304,7 @@ async fn a_conflict_with_another_writer_is_kept_in_the_database() {
     let mut again = None;
     for _ in 0..50 {
         let mut r2 = replica(&db, "r2", 1).await;
-        let r = r2.pass(&w, cloud.now()).await;
+        let r = r2.pass(&w.layered(), cloud.now()).await;
         if r.role == Role::Leader {
             again = Some(r);
             break;

@@ -46,7 +46,7 @@ async fn switching_kind_keeps_each_kinds_machines() {
     s.pass(&pa, a.now()).await;
     let first = ids(&a);
     assert_eq!(first.len(), 2);
-    s.pass(&pb, b.now()).await;
+    s.pass(&pb.layered(), b.now()).await;
     let r = s.pass(&pa, a.now()).await;
     assert_eq!(ids(&a), first, "{:?}", r.actions);
     assert!(r.actions.is_empty(), "{:?}", r.actions);

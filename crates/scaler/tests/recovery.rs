@@ -5,8 +5,9 @@ mod support;
 
 use std::time::Duration;
 
+use orca::layer::{Answer, Call, Layer, Layered, Next};
 use orca::memory::{FaultKind, Operation};
-use orca::{ErrorKind, MachineSpec, Provider};
+use orca::ErrorKind;
 use orca_scaler::{Action, Phase};
 use support::{cloud, ids, scaler, Wrap};
 
@@ -67,7 +68,7 @@ async fn a_recorded_create_is_retried_by_name_and_adopted() {
     let made = ids(&cloud);
     assert_eq!(made.len(), 1);
     // The next listing misses it (a lagging listing), so the pass retries the recorded create.
-    let hidden = HideList(Wrap::new(p.clone()));
+    let hidden = Layered::new(Wrap::new(p.clone()).layered(), HideList);
     let r = s.pass(&hidden, cloud.now()).await;
     assert_eq!(ids(&cloud), made, "{:?}", r.actions);
     assert!(
@@ -79,32 +80,17 @@ async fn a_recorded_create_is_retried_by_name_and_adopted() {
     );
 }
 
-/// A provider whose listing shows nothing (a listing that lags).
+/// Shows every listing empty: a listing that lags behind the cloud.
 #[derive(Debug)]
-struct HideList(Wrap);
+struct HideList;
 
 #[async_trait::async_trait]
-impl Provider for HideList {
-    fn kind(&self) -> &str {
-        self.0.kind()
-    }
-    fn owner(&self) -> &str {
-        self.0.owner()
-    }
-    async fn arch(&self, t: &str) -> orca::Result<orca::Arch> {
-        self.0.arch(t).await
-    }
-    async fn create(&self, spec: &MachineSpec) -> orca::Result<orca::Created> {
-        self.0.create(spec).await
-    }
-    async fn machines(&self, _pool: &str) -> orca::Result<Vec<orca::Machine>> {
-        Ok(Vec::new())
-    }
-    async fn machine(&self, id: &str) -> orca::Result<Option<orca::Machine>> {
-        self.0.machine(id).await
-    }
-    async fn delete(&self, id: &str) -> orca::Result<bool> {
-        self.0.delete(id).await
+impl Layer for HideList {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> orca::Result<Answer> {
+        match call {
+            Call::Machines { .. } => Ok(Answer::Machines(Vec::new())),
+            other => next.run(other).await,
+        }
     }
 }
 
@@ -118,7 +104,8 @@ async fn a_crash_mid_pass_loses_nothing() {
     w.hang_at = 2;
     let mut s = scaler(dir.path(), 3, &[A]);
     s.settings.parallel = 1;
-    let crashed = tokio::time::timeout(Duration::from_secs(1), s.pass(&w, cloud.now())).await;
+    let crashed =
+        tokio::time::timeout(Duration::from_secs(1), s.pass(&w.layered(), cloud.now())).await;
     assert!(
         crashed.is_err(),
         "the pass hangs on its second create: the crash"

@@ -43,7 +43,7 @@ async fn a_second_writer_on_one_pool_is_a_conflict_not_an_adoption() {
     let two_p = Wrap::new(cloud.provider("s1").unwrap());
     two_p.stale_listings.store(1, Ordering::SeqCst);
     let mut two = scaler(two_dir.path(), 2, &[A]);
-    let r = two.pass(&two_p, cloud.now()).await;
+    let r = two.pass(&two_p.layered(), cloud.now()).await;
     let stopped = r.stopped.clone().unwrap_or_default();
     assert!(
         stopped.contains("another writer") && stopped.contains("s1"),
@@ -75,7 +75,7 @@ async fn a_second_writer_on_one_pool_is_a_conflict_not_an_adoption() {
     let r = one.pass(&p, cloud.now()).await;
     assert_eq!(r.serving, 3, "{:?}", r.actions);
     for _ in 0..2 {
-        let r = reopened.pass(&two_p, cloud.now()).await;
+        let r = reopened.pass(&two_p.layered(), cloud.now()).await;
         assert!(
             r.stopped
                 .as_deref()
@@ -97,7 +97,7 @@ async fn a_second_writer_on_one_pool_is_a_conflict_not_an_adoption() {
     // The operator's word settles it: the other writer stopped, its machines are adopted.
     drop(one);
     reopened.settings.unknown = Unknown::Adopt;
-    let r = reopened.pass(&two_p, cloud.now()).await;
+    let r = reopened.pass(&two_p.layered(), cloud.now()).await;
     assert!(r.stopped.is_none(), "{r:?}");
     assert_eq!(r.serving, 2, "{:?}", r.actions);
 }
@@ -115,18 +115,18 @@ async fn a_second_writer_settled_by_adoption_then_grows_without_conflict() {
     let two_p = Wrap::new(cloud.provider("s1").unwrap());
     two_p.stale_listings.store(1, Ordering::SeqCst);
     let mut two = scaler(two_dir.path(), 2, &[A]);
-    let r = two.pass(&two_p, cloud.now()).await;
+    let r = two.pass(&two_p.layered(), cloud.now()).await;
     assert!(conflicts(&r.actions) > 0, "{:?}", r.actions);
 
     two.settings.unknown = Unknown::Adopt;
     two.settings.size = 3;
-    let r = two.pass(&two_p, cloud.now()).await;
+    let r = two.pass(&two_p.layered(), cloud.now()).await;
     assert!(r.stopped.is_none(), "{r:?}");
     assert_eq!(r.serving, 3, "{:?}", r.actions);
 
     two.settings.unknown = Unknown::Ask;
     two.settings.size = 4;
-    let r = two.pass(&two_p, cloud.now()).await;
+    let r = two.pass(&two_p.layered(), cloud.now()).await;
     assert_eq!(conflicts(&r.actions), 0, "{:?}", r.actions);
     assert!(r.stopped.is_none(), "{r:?}");
     assert_eq!(r.serving, 4, "{:?}", r.actions);
@@ -157,13 +157,13 @@ async fn a_conflict_whose_write_failed_is_not_adopted_on_the_next_pass() {
             fail: 1,
         }),
     );
-    let r = two.pass(&two_p, cloud.now()).await;
+    let r = two.pass(&two_p.layered(), cloud.now()).await;
     assert!(
         r.stopped.as_deref().is_some_and(|s| s.contains("injected")),
         "{r:?}"
     );
     for _ in 0..2 {
-        let r = two.pass(&two_p, cloud.now()).await;
+        let r = two.pass(&two_p.layered(), cloud.now()).await;
         assert!(
             !r.actions
                 .iter()
@@ -190,7 +190,7 @@ async fn a_conflict_whose_write_failed_is_not_adopted_on_the_next_pass() {
     // Recorded: a new process on the same file holds too.
     drop(two);
     let mut again = scaler(two_dir.path(), 1, &[A]);
-    let r = again.pass(&two_p, cloud.now()).await;
+    let r = again.pass(&two_p.layered(), cloud.now()).await;
     assert!(
         r.stopped
             .as_deref()
@@ -207,7 +207,7 @@ async fn a_conflict_is_one_failure_and_a_held_pass_reports_its_serving_machines(
     let (cloud, p) = cloud();
     let w = Wrap::new(p.clone());
     let mut s = scaler(dir.path(), 1, &[A]);
-    assert_eq!(s.pass(&w, cloud.now()).await.serving, 1);
+    assert_eq!(s.pass(&w.layered(), cloud.now()).await.serving, 1);
     // Another program makes a machine of the name this record picks next; the listing before the
     // create does not show it yet.
     let key = Key::new("fake", "s1", "lab");
@@ -221,11 +221,11 @@ async fn a_conflict_is_one_failure_and_a_held_pass_reports_its_serving_machines(
     .unwrap();
     w.stale_listings.store(1, Ordering::SeqCst);
     s.settings.size = 2;
-    let r = s.pass(&w, cloud.now()).await;
+    let r = s.pass(&w.layered(), cloud.now()).await;
     assert_eq!(conflicts(&r.actions), 1, "{:?}", r.actions);
     assert!(r.stopped.is_some(), "{r:?}");
     assert_eq!(r.failures(), 1, "one conflict, one failure: {r:?}");
-    let r = s.pass(&w, cloud.now()).await;
+    let r = s.pass(&w.layered(), cloud.now()).await;
     assert!(
         r.stopped
             .as_deref()
@@ -301,7 +301,7 @@ async fn a_conflict_lost_with_the_process_is_found_again_by_the_writer_label() {
             fail: 1,
         }),
     );
-    let r = two.pass(&two_p, cloud.now()).await;
+    let r = two.pass(&two_p.layered(), cloud.now()).await;
     assert!(
         r.stopped.as_deref().is_some_and(|s| s.contains("injected")),
         "{r:?}"
@@ -309,7 +309,7 @@ async fn a_conflict_lost_with_the_process_is_found_again_by_the_writer_label() {
     drop(two);
 
     let mut again = scaler(two_dir.path(), 1, &[A]);
-    let r = again.pass(&two_p, cloud.now()).await;
+    let r = again.pass(&two_p.layered(), cloud.now()).await;
     assert!(
         !r.actions
             .iter()

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use orca::Settings;
+use serde::Deserialize as _;
 
 use crate::error::{Error, Result};
 
@@ -98,30 +99,16 @@ impl Vault for FileVault {
         let bytes = tokio::fs::read(&path)
             .await
             .map_err(|e| unavailable(reference, format!("unreadable ({e})")))?;
-        // serde's errors quote the input: never let them near a message.
+        // serde_json's errors quote the input: never let them near a message.
         let value: serde_json::Value = serde_json::from_slice(&bytes)
             .map_err(|_| unavailable(reference, "not a JSON object of settings"))?;
-        let serde_json::Value::Object(map) = value else {
+        if !value.is_object() {
             return Err(unavailable(reference, "not a JSON object of settings"));
-        };
-        settings_from_map(map).map_err(|why| unavailable(reference, why))
-    }
-}
-
-/// The settings a vault entry holds: a JSON object of strings keyed by the driver's settings' names
-/// (each driver's `ConfigKey`). The one place keeper turns a vault's map into [`Settings`]; the error
-/// names the key at fault, never a value.
-pub fn settings_from_map(
-    map: serde_json::Map<String, serde_json::Value>,
-) -> std::result::Result<Settings, String> {
-    let mut settings = Settings::new();
-    for (k, v) in map {
-        match v {
-            serde_json::Value::String(s) => settings.insert(k, s),
-            _ => return Err(format!("the setting {k} is not a string")),
         }
+        // Keyed by the drivers' settings' names (each driver's `ConfigKey`); orca's map reading
+        // names a key at fault, never its value.
+        Settings::deserialize(value).map_err(|e| unavailable(reference, e.to_string()))
     }
-    Ok(settings)
 }
 
 #[cfg(test)]

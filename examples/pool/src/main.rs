@@ -256,6 +256,9 @@ async fn run(args: Args, mut stop: Stop) -> Result<ExitCode, String> {
             eprintln!("orca-pool: stopped before a pass");
             return Ok(ExitCode::FAILURE);
         }
+        // A record file whose lock file was removed may be another process's now: no pass of this
+        // one can act again, so it ends rather than report stopped passes.
+        scaler.store().still_held().map_err(|e| e.to_string())?;
         let report = tokio::select! {
             biased;
             _ = stop.wait() => None,

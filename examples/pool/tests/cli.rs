@@ -407,3 +407,83 @@ fn a_simulated_cloud_without_a_state_file_is_said_to_last_one_run() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("--fake-state"), "{}", text(&out));
 }
+
+/// The lines `child` prints on stdout, as they come (read by a thread until the pipe closes).
+fn stdout_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let out = child.stdout.take().expect("stdout piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines() {
+            let Ok(l) = l else { return };
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Waits for a line of `lines` containing `what` (at most 30 seconds), panicking past that.
+fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, what: &str) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(l) if l.contains(what) => return,
+            Ok(_) => {}
+            Err(e) => panic!("no line with {what:?}: {e}"),
+        }
+    }
+}
+
+/// Removing the record's lock file while orca-pool runs lets a second orca-pool lock a new file at
+/// the same path and act on the same record: the two used to churn machines. The running one sees
+/// it before its next pass and ends naming the lock file; the second runs alone, and the pool keeps
+/// its machines: none made, none deleted.
+#[test]
+fn a_removed_lock_file_stops_the_running_process_and_the_pool_never_churns() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let start = || {
+        let mut c = bin(dir.path(), &state)
+            .args(["--owner", "a", "--pool", "lab", "--size", "2", "--offer", A])
+            .args(["--interval", "0.1"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = stdout_lines(&mut c);
+        (c, lines)
+    };
+    let all = || -> Vec<String> {
+        let mut v: Vec<String> = MemoryCloud::persistent(&state)
+            .unwrap()
+            .all_machines()
+            .into_iter()
+            .map(|m| m.id)
+            .collect();
+        v.sort();
+        v
+    };
+    let (first, first_lines) = start();
+    wait_for_line(&first_lines, "nothing to do: 2 of 2 serving");
+    let machines = all();
+    assert_eq!(machines.len(), 2);
+
+    std::fs::remove_file(dir.path().join("orca-pool-lab.json.lock")).unwrap();
+    let (mut second, second_lines) = start();
+    let out = output_within(first, 30).expect("the first process ends");
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("lost the lead") && t.contains("orca-pool-lab.json.lock"),
+        "{t}"
+    );
+    // Three passes of the second alone: each finds the pool as it was.
+    for _ in 0..3 {
+        wait_for_line(&second_lines, "nothing to do: 2 of 2 serving");
+    }
+    let _ = second.kill();
+    let _ = second.wait();
+    assert_eq!(all(), machines, "no machine made or deleted");
+}

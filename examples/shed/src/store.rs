@@ -1,10 +1,10 @@
 //! The record cache and delete markers in `remote.state_dir`: one JSON file per shed
 //! (`sheds/<id>.json`) and per acknowledged delete (`deletes/<id>.json`), each written atomically
-//! (a temporary file in the same directory, synced, then renamed over the old one), so that a server
-//! that dies mid-write leaves the old record or the new one, never half of one.
+//! ([`orca::fs::write_atomic`]: a temporary file in the same directory, synced, then renamed over
+//! the old one), so that a server that dies mid-write leaves the old record or the new one, never
+//! half of one.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -93,20 +93,15 @@ fn remove(path: &Path) -> std::io::Result<()> {
 
 fn write_atomic<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     let bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
-    let tmp = path.with_extension(format!("tmp{}", fastrand::u32(..)));
-    let written = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written
+    orca::fs::write_atomic(path, &bytes).map_err(std::io::Error::from)
 }
 
 fn read_all<T: DeserializeOwned>(dir: &Path, into: &mut Vec<T>, bad: &mut Vec<(PathBuf, String)>) {
+    // The temporary files of writes that never finished (the records they were to replace are
+    // still there); the server is the directory's only writer.
+    if let Err(e) = orca::fs::remove_stale_temps_in(dir) {
+        tracing::warn!(error = %e, "could not remove the temporary files of unfinished writes");
+    }
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
@@ -115,8 +110,8 @@ fn read_all<T: DeserializeOwned>(dir: &Path, into: &mut Vec<T>, bad: &mut Vec<(P
     for path in paths {
         match path.extension().and_then(|e| e.to_str()) {
             Some("json") => {}
-            // A temporary file of a write that never finished: the record it was to replace is
-            // still there.
+            // A temporary file as earlier versions named it (`<id>.tmp<n>`), of a write that
+            // never finished: the record it was to replace is still there.
             Some(e) if e.starts_with("tmp") => {
                 let _ = fs::remove_file(&path);
                 continue;

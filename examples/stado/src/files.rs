@@ -1,10 +1,7 @@
-//! The files of the stado home, written so that a reader never sees half of one: a temporary file
-//! beside the target, created exclusively (never writing through a file or link placed there), synced,
-//! then renamed over the target ([`write_atomic`]) or linked to a target that must not exist yet
-//! ([`write_new`]); the folder is synced after.
-//!
-//! Every write of the home goes through these two functions, so that they can give way to the one
-//! atomic write orca's core offers every program.
+//! The files of the stado home, written so that a reader never sees half of one: replaced whole by
+//! orca's atomic write ([`write_atomic`]), or, for a file that must not exist yet ([`write_new`]), a
+//! temporary file beside the target, created exclusively (never writing through a file or link
+//! placed there), synced, then linked to the target; the folder is synced after.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -14,32 +11,13 @@ use crate::error::Failure;
 
 /// Makes `dir` (and its parents) when missing; a new folder is owner-only (0700).
 pub fn make_private_dir(dir: &Path) -> Result<(), Failure> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    let mut b = std::fs::DirBuilder::new();
-    b.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        b.mode(0o700);
-    }
-    b.create(dir)
-        .map_err(|e| Failure::new(format!("{}: {e}", dir.display())))
+    orca::fs::create_private_dir(dir).map_err(|e| Failure::new(e.to_string()))
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file beside it (mode `mode`), synced, renamed over
-/// `path`, and the folder synced.
+/// Writes `bytes` to `path` atomically, giving it `mode` ([`orca::fs::write_atomic_mode`]).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Failure> {
-    let tmp = write_temp(path, bytes, mode)?;
-    let renamed = std::fs::rename(&tmp, path)
-        .map_err(|e| Failure::new(format!("{}: rename: {e}", path.display())));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    renamed?;
-    sync_parent(path);
-    Ok(())
+    make_private_dir(path.parent().unwrap_or(Path::new(".")))?;
+    orca::fs::write_atomic_mode(path, bytes, mode).map_err(|e| Failure::new(e.to_string()))
 }
 
 /// Writes `bytes` to `path` whole, unless something is at `path` already: then nothing is written and

@@ -11,8 +11,9 @@
 //! ([`Home::lock`]) with a *try*: a second stado writing the same file at once is refused, never
 //! merged.
 
-use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+
+use orca::fs::FileLock;
 
 use crate::error::Failure;
 use crate::files::make_private_dir;
@@ -116,60 +117,38 @@ impl Home {
     }
 }
 
-/// An exclusive write lock on one file of the home, held until dropped.
+/// An exclusive write lock on one file of the home (`<file>.lock`, an [`orca::fs::FileLock`]), held
+/// until dropped.
 #[derive(Debug)]
 pub struct WriteLock {
-    _file: File,
-    path: PathBuf,
+    lock: FileLock,
 }
 
 impl WriteLock {
     /// Takes the lock of `file` without waiting.
     pub fn try_take(file: &Path) -> Result<WriteLock, Failure> {
-        let path = lock_path(file);
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Failure::new(format!("{}: {e}", path.display())))?;
-        match f.try_lock() {
-            Ok(()) => Ok(WriteLock { _file: f, path }),
-            Err(std::fs::TryLockError::WouldBlock) => Err(Failure::new(format!(
+        match FileLock::try_lock(FileLock::path_for(file)) {
+            Ok(lock) => Ok(WriteLock { lock }),
+            Err(e) if e.is_busy() => Err(Failure::new(format!(
                 "{} is being written by another stado right now; nothing was changed (run again once it has finished)",
                 file.display()
             ))
             .with_code("busy")),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(Failure::new(format!("{}: {e}", path.display())))
-            }
+            Err(e) => Err(Failure::new(e.to_string())),
         }
     }
 
     /// Takes the lock of `file`, waiting for another holder to let go.
     pub fn wait(file: &Path) -> Result<WriteLock, Failure> {
-        let path = lock_path(file);
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Failure::new(format!("{}: {e}", path.display())))?;
-        f.lock()
-            .map_err(|e| Failure::new(format!("{}: {e}", path.display())))?;
-        Ok(WriteLock { _file: f, path })
+        FileLock::lock_blocking(FileLock::path_for(file))
+            .map(|lock| WriteLock { lock })
+            .map_err(|e| Failure::new(e.to_string()))
     }
 
     /// The lock file.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.lock.path()
     }
-}
-
-fn lock_path(file: &Path) -> PathBuf {
-    let mut name = file.file_name().unwrap_or_default().to_os_string();
-    name.push(".lock");
-    file.with_file_name(name)
 }
 
 #[cfg(test)]

@@ -1366,49 +1366,15 @@ async fn a_key_minted_while_create_runs_is_kept_and_the_create_stops() {
     assert!(lab.in_cloud().is_empty(), "nothing was made");
 }
 
-/// The in-memory provider with one machine option taken away from its capabilities.
+/// One machine option taken away from the capabilities of the provider it layers.
 #[derive(Debug)]
-struct Lacking {
-    inner: orca::memory::MemoryProvider,
-    option: &'static str,
-}
+struct Lacking(&'static str);
 
-#[async_trait::async_trait]
-impl Provider for Lacking {
-    fn kind(&self) -> &str {
-        self.inner.kind()
-    }
-    fn owner(&self) -> &str {
-        self.inner.owner()
-    }
-    fn capabilities(&self) -> orca::Capabilities {
-        let mut c = self.inner.capabilities();
-        c.options = c.options.with(self.option, false);
+impl orca::layer::Layer for Lacking {
+    fn capabilities(&self, inner: orca::Capabilities) -> orca::Capabilities {
+        let mut c = inner;
+        c.options = c.options.with(self.0, false);
         c
-    }
-    async fn arch(&self, machine_type: &str) -> orca::Result<orca::Arch> {
-        self.inner.arch(machine_type).await
-    }
-    async fn create(&self, spec: &MachineSpec) -> orca::Result<orca::Created> {
-        self.inner.create(spec).await
-    }
-    async fn machines(&self, pool: &str) -> orca::Result<Vec<orca::Machine>> {
-        self.inner.machines(pool).await
-    }
-    async fn machine(&self, id: &str) -> orca::Result<Option<orca::Machine>> {
-        self.inner.machine(id).await
-    }
-    async fn delete(&self, id: &str) -> orca::Result<bool> {
-        self.inner.delete(id).await
-    }
-    async fn hourly_price(&self, machine_type: &str, location: &str) -> orca::Result<orca::Price> {
-        self.inner.hourly_price(machine_type, location).await
-    }
-    fn ssh_admission(&self) -> Option<&dyn orca::SshAdmission> {
-        self.inner.ssh_admission()
-    }
-    fn credit_balance(&self) -> Option<&dyn orca::CreditBalance> {
-        self.inner.credit_balance()
     }
 }
 
@@ -1418,10 +1384,7 @@ impl Provider for Lacking {
 async fn a_provider_that_cannot_make_a_cloud_host_is_refused_before_any_cloud_call() {
     let mut lab = lab();
     let inner = lab.cloud.provider(&common::owner(&lab.s.home)).unwrap();
-    lab.s.provider = Arc::new(Lacking {
-        inner,
-        option: "disk_gb",
-    });
+    lab.s.provider = Arc::new(orca::layer::Layered::new(inner, Lacking("disk_gb")));
     let r = lab.create("h1").await;
     assert_eq!(
         error(&r),

@@ -13,21 +13,6 @@ use crate::report::Action;
 use crate::store::StoreError;
 use crate::{machine_name, Offering, WRITER_LABEL};
 
-/// Whether an error of a create says the cloud made nothing (the name can be given up).
-fn refused(e: &Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::InvalidSpec
-            | ErrorKind::InvalidSettings
-            | ErrorKind::Unsupported
-            | ErrorKind::PermissionDenied
-            | ErrorKind::Unauthenticated
-            | ErrorKind::Quota
-            | ErrorKind::AlreadyExists
-            | ErrorKind::NotOwned
-    )
-}
-
 /// A name to create: the name, its offering, and whether this record picked it just now (it had
 /// never asked the cloud for it before).
 struct Picked {
@@ -349,7 +334,7 @@ async fn failed(
     err: Error,
 ) -> Result<(), StoreError> {
     let (name, offering) = (picked.name, picked.offering);
-    let gave_up = refused(&err);
+    let gave_up = err.made_nothing();
     if let Some(e) = s.record.entries.get_mut(&name) {
         if gave_up {
             e.phase = Phase::Retired;

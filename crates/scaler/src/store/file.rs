@@ -4,14 +4,16 @@
 //! temporary file in the same folder that is synced and then renamed over the old one, so a crash
 //! leaves the old or the new file, never a torn one. A lock file beside it (`<file>.lock`, an
 //! exclusive `flock` held as long as the store is open) refuses a second process on the same file.
-//! The temporary file is named after the writing process (`.<file>.tmp-<pid>`); one that a crashed
+//! The lock is checked before every pass ([`Store::lead`]) and every write: when someone removed or
+//! replaced the lock file, a second process may have locked a new file at the same path, so this
+//! store stops for good ([`StoreError::LostLeadership`]) rather than write over the other's record.
+//! The write is orca's atomic write ([`orca::fs::write_atomic`]); the temporary file that a crashed
 //! writer left behind is never read, and is removed when the store is next opened.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use orca::fs::{FileLock, FsError};
 use serde::{Deserialize, Serialize};
 
 use super::{Role, Store, StoreError};
@@ -36,7 +38,7 @@ pub struct FileStore {
     path: PathBuf,
     contents: Contents,
     /// Held for as long as the store is open: the exclusive lock.
-    _lock: File,
+    lock: FileLock,
 }
 
 fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
@@ -61,7 +63,7 @@ impl FileStore {
         Ok(FileStore {
             path,
             contents,
-            _lock: lock,
+            lock,
         })
     }
 
@@ -70,104 +72,58 @@ impl FileStore {
         &self.path
     }
 
+    /// `Ok` while the lock file is still the one this store locked; else
+    /// [`StoreError::LostLeadership`] naming it, for good: another process may hold a new lock
+    /// file at its path and act on the record.
+    fn check_lock(&self) -> Result<(), StoreError> {
+        self.lock.still_held().map_err(|e| match e {
+            FsError::Replaced { .. } => StoreError::LostLeadership(format!(
+                "{e}; {} is no longer this process's record: stopped, nothing more is made or deleted",
+                self.path.display()
+            )),
+            other => StoreError::Failed(other.to_string()),
+        })
+    }
+
     fn write(&self) -> Result<(), StoreError> {
+        self.check_lock()?;
         let bytes = serde_json::to_vec_pretty(&self.contents)
             .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
-        write_atomically(&self.path, &bytes)
+        orca::fs::write_atomic(&self.path, &bytes).map_err(|e| StoreError::Failed(e.to_string()))
     }
 }
 
-/// Takes the exclusive lock of the record file at `path` (`<path>.lock`, held as long as the returned
-/// file is open): the one place the lock is taken, so that another kind of lock replaces it here.
-fn lock(path: &Path) -> Result<File, StoreError> {
-    let lock_path = lock_path(path);
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| io(&lock_path, "open lock", e))?;
-    match lock.try_lock() {
-        Ok(()) => Ok(lock),
-        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Busy(format!(
+/// Takes the exclusive lock of the record file at `path` (`<path>.lock`, held as long as the
+/// returned lock lives), without waiting.
+fn lock(path: &Path) -> Result<FileLock, StoreError> {
+    let lock_path = FileLock::path_for(path);
+    FileLock::try_lock(&lock_path).map_err(|e| match e {
+        FsError::Busy { .. } => StoreError::Busy(format!(
             "{} is used by another orca-pool (it holds {}): run one scaler per record file, or run replicas on PostgreSQL (--store postgres://...)",
             path.display(),
             lock_path.display()
-        ))),
-        Err(std::fs::TryLockError::Error(e)) => Err(io(&lock_path, "lock", e)),
-    }
-}
-
-/// Writes `bytes` as the file at `path` whole: to a temporary file in the same folder (named after
-/// this process), synced, then renamed over it, so a crash leaves the old or the new file. The one
-/// place the record is written, so that another atomic write replaces it here.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = folder(path);
-    let tmp = dir.join(format!("{}{}", temp_prefix(path), std::process::id()));
-    let mut f = File::create(&tmp).map_err(|e| io(&tmp, "create", e))?;
-    f.write_all(bytes).map_err(|e| io(&tmp, "write", e))?;
-    f.sync_all().map_err(|e| io(&tmp, "sync", e))?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(|e| io(path, "rename", e))?;
-    // The rename itself is durable once the folder is synced.
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-/// The folder of `path`.
-fn folder(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-/// The name of a temporary file of `path` without its process id: `.<file>.tmp-`.
-fn temp_prefix(path: &Path) -> String {
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "orca-pool.json".into());
-    format!(".{file_name}.tmp-")
+        )),
+        other => StoreError::Failed(other.to_string()),
+    })
 }
 
 /// Removes the temporary files of `path` that writers which crashed before renaming them left
 /// behind. Called with the lock held: no other process is writing one.
 fn remove_leftovers(path: &Path) {
-    let dir = folder(path);
-    let prefix = temp_prefix(path);
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let Some(pid) = name.strip_prefix(&prefix) else {
-            continue;
-        };
-        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
+    match orca::fs::remove_stale_temps(path) {
+        Ok(removed) => {
+            for file in removed {
+                tracing::info!(
+                    file = %file.display(),
+                    "removed the temporary file of a record write that did not finish"
+                );
+            }
         }
-        match std::fs::remove_file(entry.path()) {
-            Ok(()) => tracing::info!(
-                file = %entry.path().display(),
-                "removed the temporary file of a record write that did not finish"
-            ),
-            Err(e) => tracing::warn!(
-                file = %entry.path().display(),
-                error = %e,
-                "could not remove the temporary file of a record write that did not finish"
-            ),
-        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "could not remove the temporary files of record writes that did not finish"
+        ),
     }
-}
-
-fn lock_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_os_string();
-    s.push(".lock");
-    PathBuf::from(s)
 }
 
 fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, StoreError> {
@@ -203,6 +159,7 @@ impl Store for FileStore {
     }
 
     async fn lead(&mut self, _key: &Key) -> Result<Role, StoreError> {
+        self.check_lock()?;
         Ok(Role::Leader)
     }
 
@@ -230,6 +187,10 @@ impl Store for FileStore {
             return Err(e);
         }
         Ok(())
+    }
+
+    fn still_held(&self) -> Result<(), StoreError> {
+        self.check_lock()
     }
 
     fn notes(&self) -> Vec<String> {

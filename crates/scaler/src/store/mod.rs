@@ -72,6 +72,14 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// `Ok` while this process may still act on the store's records some day; an error when it
+    /// never can again (a file store whose lock file was removed or replaced: another process may
+    /// hold a new lock at its path), so that a program stops rather than run passes that can only
+    /// stop. A replica that lost the lead to another is still `Ok`: it may lead again.
+    fn still_held(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Remarks for the operator about what the store found (an older record format, ...).
     fn notes(&self) -> Vec<String> {
         Vec::new()

@@ -1,4 +1,4 @@
-//! What the pool's tests share: a provider wrapper that can hang (a crash between two steps), mark
+//! What the pool's tests share: a provider layer that can hang (a crash between two steps), mark
 //! machines unknown, relabel its kind and count calls in flight; fresh PostgreSQL databases.
 #![allow(dead_code)]
 
@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use orca::layer::{Answer, Call, Layer, Layered, Next};
 use orca::memory::{MemoryCloud, MemoryProvider};
-use orca::{Arch, Created, Machine, MachineSpec, Provider, Status};
+use orca::{Machine, Status};
 use orca_scaler::{FileStore, Key, Offering, Scaler, Settings, StoreError};
 
 /// Settings for pool `lab` of `size` from `offers`, with the scaler's defaults.
@@ -91,53 +92,57 @@ impl Wrap {
     }
 }
 
+impl Wrap {
+    /// The in-memory provider in this layer (a copy of the knobs as they are now; the counters and
+    /// lists are shared).
+    pub fn layered(&self) -> Layered<MemoryProvider, Wrap> {
+        Layered::new(self.inner.clone(), self.clone())
+    }
+}
+
 #[async_trait]
-impl Provider for Wrap {
-    fn kind(&self) -> &str {
+impl Layer for Wrap {
+    fn kind<'a>(&'a self, _inner: &'a str) -> &'a str {
         self.kind
     }
-    fn owner(&self) -> &str {
-        self.inner.owner()
-    }
-    async fn arch(&self, t: &str) -> orca::Result<Arch> {
-        self.inner.arch(t).await
-    }
-    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
-        let n = self.creates.fetch_add(1, Ordering::SeqCst) + 1;
-        if n == self.hang_at {
-            futures::future::pending::<()>().await;
+
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> orca::Result<Answer> {
+        match call {
+            Call::Create { .. } => {
+                let n = self.creates.fetch_add(1, Ordering::SeqCst) + 1;
+                if n == self.hang_at {
+                    futures::future::pending::<()>().await;
+                }
+                let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+                if !self.create_delay.is_zero() {
+                    tokio::time::sleep(self.create_delay).await;
+                }
+                let r = next.run(call).await;
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                r
+            }
+            Call::Machines { .. }
+                if self
+                    .stale_listings
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok() =>
+            {
+                Ok(Answer::Machines(Vec::new()))
+            }
+            Call::Machines { .. } | Call::Machine { .. } => {
+                let mut a = next.run(call).await?;
+                for m in a.machines_mut() {
+                    *m = self.shown(m.clone());
+                }
+                Ok(a)
+            }
+            Call::Delete { id } => {
+                self.deleted.lock().unwrap().push(id.to_string());
+                next.run(call).await
+            }
+            other => next.run(other).await,
         }
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        if !self.create_delay.is_zero() {
-            tokio::time::sleep(self.create_delay).await;
-        }
-        let r = self.inner.create(spec).await;
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        r
-    }
-    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
-        if self
-            .stale_listings
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Ok(Vec::new());
-        }
-        Ok(self
-            .inner
-            .machines(pool)
-            .await?
-            .into_iter()
-            .map(|m| self.shown(m))
-            .collect())
-    }
-    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
-        Ok(self.inner.machine(id).await?.map(|m| self.shown(m)))
-    }
-    async fn delete(&self, id: &str) -> orca::Result<bool> {
-        self.deleted.lock().unwrap().push(id.to_string());
-        self.inner.delete(id).await
     }
 }
 

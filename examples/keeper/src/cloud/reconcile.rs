@@ -260,7 +260,7 @@ impl Keeper {
     ) -> Resolution {
         let vm_id = match &r.vm_id {
             Some(id) => id.clone(),
-            None => match self.find_made(cloud, &r.name).await {
+            None => match cloud.machine_named(&self.settings.pool, &r.name).await {
                 Ok(Some(m)) => m.id,
                 Ok(None) if r.settled => return Resolution::NeverMade,
                 Ok(None) => return Resolution::Waiting,

@@ -19,8 +19,9 @@ use keeper::cloud::Settings as KeeperSettings;
 use keeper::drivers::Drivers;
 use keeper::vault::FileVault;
 use keeper::Keeper;
+use orca::layer::{Answer, Call, Layer, Layered, Next};
 use orca::memory::MemoryCloud;
-use orca::{Capabilities, Created, Machine, MachineSpec, Provider, Resized, Settings};
+use orca::{Capabilities, Created, Machine, MachineSpec, Provider, Settings};
 use serde_json::{json, Value};
 use tokio_postgres::NoTls;
 
@@ -197,67 +198,52 @@ impl Drop for DropFlag<'_> {
     }
 }
 
-/// A provider that forwards to the in-memory provider, applying the [`Knobs`].
+/// A layer over the in-memory provider applying the [`Knobs`].
 #[derive(Debug)]
-pub struct Tweaked {
-    inner: Arc<dyn Provider>,
-    knobs: Arc<Knobs>,
-}
+pub struct Tweaked(Arc<Knobs>);
 
 #[async_trait]
-impl Provider for Tweaked {
-    fn kind(&self) -> &str {
-        self.inner.kind()
-    }
-    fn owner(&self) -> &str {
-        self.inner.owner()
-    }
-    fn capabilities(&self) -> Capabilities {
-        let c = self.inner.capabilities();
-        if self.knobs.no_resize.load(Ordering::SeqCst) {
-            c.with_resize(false)
+impl Layer for Tweaked {
+    fn capabilities(&self, inner: Capabilities) -> Capabilities {
+        if self.0.no_resize.load(Ordering::SeqCst) {
+            inner.with_resize(false)
         } else {
-            c
+            inner
         }
     }
-    async fn arch(&self, t: &str) -> orca::Result<orca::Arch> {
-        self.inner.arch(t).await
-    }
-    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
-        self.knobs.specs.lock().unwrap().push(spec.clone());
-        let n = self.knobs.creates.fetch_add(1, Ordering::SeqCst) + 1;
-        if self.knobs.hold_creates.load(Ordering::SeqCst) {
-            let dropped = DropFlag::new(&self.knobs.create_dropped);
-            self.knobs.create_entered.notify_one();
-            self.knobs.create_release.notified().await;
-            dropped.disarm();
-        }
-        let mut got = self.inner.create(spec).await?;
-        if n == self.knobs.blank_fqdn_of_create.load(Ordering::SeqCst) {
-            if let Created::Machine(m) = &mut got {
-                m.fqdn.clear();
+
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> orca::Result<Answer> {
+        let knobs = &self.0;
+        match call {
+            Call::Create { spec } => {
+                knobs.specs.lock().unwrap().push(spec.clone());
+                let n = knobs.creates.fetch_add(1, Ordering::SeqCst) + 1;
+                if knobs.hold_creates.load(Ordering::SeqCst) {
+                    let dropped = DropFlag::new(&knobs.create_dropped);
+                    knobs.create_entered.notify_one();
+                    knobs.create_release.notified().await;
+                    dropped.disarm();
+                }
+                let mut got = next.run(call).await?;
+                if n == knobs.blank_fqdn_of_create.load(Ordering::SeqCst) {
+                    if let Answer::Created(Created::Machine(m)) = &mut got {
+                        m.fqdn.clear();
+                    }
+                }
+                Ok(got)
             }
+            Call::Delete { .. } => {
+                if knobs.hold_deletes.load(Ordering::SeqCst) {
+                    knobs.delete_entered.notify_one();
+                    knobs.delete_release.notified().await;
+                }
+                next.run(call).await
+            }
+            Call::Resize { .. } if knobs.no_resize.load(Ordering::SeqCst) => {
+                Err(orca::Error::unsupported(next.inner().kind(), "resize"))
+            }
+            other => next.run(other).await,
         }
-        Ok(got)
-    }
-    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
-        self.inner.machines(pool).await
-    }
-    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
-        self.inner.machine(id).await
-    }
-    async fn delete(&self, id: &str) -> orca::Result<bool> {
-        if self.knobs.hold_deletes.load(Ordering::SeqCst) {
-            self.knobs.delete_entered.notify_one();
-            self.knobs.delete_release.notified().await;
-        }
-        self.inner.delete(id).await
-    }
-    async fn resize(&self, id: &str, t: &str) -> orca::Result<Resized> {
-        if self.knobs.no_resize.load(Ordering::SeqCst) {
-            return Err(orca::Error::unsupported(self.kind(), "resize"));
-        }
-        self.inner.resize(id, t).await
     }
 }
 
@@ -291,10 +277,10 @@ impl Drivers for TestDrivers {
             ));
         }
         self.knobs.providers_made.fetch_add(1, Ordering::SeqCst);
-        Ok(Arc::new(Tweaked {
-            inner: Arc::new(self.cloud.provider(owner)?),
-            knobs: self.knobs.clone(),
-        }))
+        Ok(Arc::new(Layered::new(
+            self.cloud.provider(owner)?,
+            Tweaked(self.knobs.clone()),
+        )))
     }
 }
 

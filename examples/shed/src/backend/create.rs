@@ -248,7 +248,7 @@ impl Backend {
         let now = self.now();
         let id = new_id();
         Shed {
-            vm_name: format!("shed-{}-{id}", cfg.environment),
+            vm_name: vm_name(&cfg.environment, &id),
             id,
             name: name.to_string(),
             client: caller.name.clone(),
@@ -370,4 +370,9 @@ impl Backend {
         st.refused.remove(id);
         st.accepted.remove(id);
     }
+}
+
+/// The name of shed `id`'s VM in `environment`: unique there, since ids are.
+pub(crate) fn vm_name(environment: &str, id: &str) -> String {
+    format!("shed-{environment}-{id}")
 }

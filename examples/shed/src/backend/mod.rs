@@ -31,6 +31,8 @@ mod error;
 mod info;
 mod start_stop;
 
+pub(crate) use create::vm_name;
+
 pub use caller::Caller;
 pub use create::CreateRequest;
 pub use error::ApiError;

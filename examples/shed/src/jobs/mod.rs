@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use orca::{Error, Machine, Timestamp};
 
-use crate::backend::{Backend, State, ID_LABEL, SCHEMA, SCHEMA_LABEL};
+use crate::backend::{vm_name, Backend, State, ID_LABEL, SCHEMA, SCHEMA_LABEL};
 use crate::clock::since;
 use crate::model::{CreateStage, Op, Queued, Reason, Shed, Status};
 
@@ -211,15 +211,15 @@ impl Backend {
         true
     }
 
-    /// The VM of shed `id` found by its `shed-id` label in a listing.
+    /// The VM of shed `id`, read by its name in the environment's pool, when it carries the shed's
+    /// `shed-id` label.
     pub(crate) async fn find_vm(&self, id: &str) -> Result<Option<Machine>, Error> {
-        let all = self
+        let env = &self.inner.cfg.environment;
+        let vm = self
             .inner
             .provider
-            .machines(&self.inner.cfg.environment)
+            .machine_named(env, &vm_name(env, id))
             .await?;
-        Ok(all
-            .into_iter()
-            .find(|m| m.labels.get(ID_LABEL).map(String::as_str) == Some(id)))
+        Ok(vm.filter(|m| m.labels.get(ID_LABEL).map(String::as_str) == Some(id)))
     }
 }

@@ -17,7 +17,30 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(tempfile::tempdir().unwrap(), |_| {})
+    }
+
+    /// A server on the file-backed simulated cloud `<dir>/cloud.json`, its firewall rule put there
+    /// by `shed-server fake-setup`, with one runtime thread (a thread blocked stalls it all).
+    fn on_state_file() -> Server {
         let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("cloud.json");
+        let setup = |c: &mut Command| {
+            c.env(orca::FAKE_STATE_ENV, &state)
+                .env("TOKIO_WORKER_THREADS", "1");
+        };
+        let mut fake_setup = Server::command(&dir);
+        setup(&mut fake_setup);
+        let out = fake_setup
+            .arg("fake-setup")
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        Server::start_with(dir, setup)
+    }
+
+    fn command(dir: &tempfile::TempDir) -> Command {
         let config = dir.path().join("shed.yaml");
         std::fs::write(
             &config,
@@ -27,17 +50,21 @@ impl Server {
             ),
         )
         .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_shed-server"))
-            .arg("--config")
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shed-server"));
+        c.arg("--config")
             .arg(&config)
             .env_remove("RUST_LOG")
             .env_remove("NO_COLOR")
             .env_remove(orca::FAKE_STATE_ENV)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stdout(Stdio::null());
+        c
+    }
+
+    fn start_with(dir: tempfile::TempDir, setup: impl FnOnce(&mut Command)) -> Server {
+        let mut c = Server::command(&dir);
+        setup(&mut c);
+        let mut child = c.stderr(Stdio::piped()).spawn().unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -135,4 +162,66 @@ fn the_log_has_no_colour_escapes_when_stderr_is_not_a_terminal() {
     assert!(lines.iter().any(|l| l.contains("listening on")));
     let coloured: Vec<&String> = lines.iter().filter(|l| l.contains('\u{1b}')).collect();
     assert!(coloured.is_empty(), "{coloured:#?}");
+}
+
+/// While another process holds the simulated cloud's state-file lock, the requests that need the
+/// cloud wait for it, and the server goes on answering every other request: the wait never blocks
+/// a runtime thread (the server has one here). Once the lock is let go, the waiting creates finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_state_file_lock_stalls_no_unrelated_request() {
+    let mut server = Server::on_state_file();
+    let line = server
+        .seen
+        .iter()
+        .find(|l| l.contains("listening on"))
+        .unwrap()
+        .clone();
+    let addr = line
+        .rsplit("listening on ")
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    let url = format!("http://{addr}");
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let state = server._dir.path().join("cloud.json");
+    let held = orca::fs::FileLock::try_lock(state.with_extension("lock")).unwrap();
+
+    let creates: Vec<_> = (1..=2)
+        .map(|i| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move {
+                http.post(format!("{url}/api/sheds"))
+                    .json(&serde_json::json!({ "name": format!("held-{i}") }))
+                    .send()
+                    .await
+                    .map(|r| r.status())
+            })
+        })
+        .collect();
+    // A create accepted starts its job at once, whose first step reads the cloud (the firewall
+    // check just before the insert): let it reach the lock.
+    server.wait_for("create accepted");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let info = http
+        .get(format!("{url}/api/info"))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("/api/info answers while the cloud's lock is held");
+    assert_eq!(info.status(), 200);
+    let info: serde_json::Value = info.json().await.unwrap();
+    assert_eq!(info["backend"], "remote");
+    assert!(
+        creates.iter().all(|c| !c.is_finished()),
+        "the creates wait for the cloud's lock"
+    );
+
+    drop(held);
+    for c in creates {
+        assert_eq!(c.await.unwrap().unwrap(), 201);
+    }
+    server.signal("INT");
+    let (status, lines) = server.exit();
+    assert!(status.success(), "{status:?}; {lines:#?}");
 }

@@ -1,5 +1,5 @@
 //! The test bench: a shed backend on orca's in-memory cloud, a manual clock both share, an in-process
-//! probe and echo services, and a provider wrapper that can hold a cloud call, hide a VM from
+//! probe and echo services, and a provider layer that can hold a cloud call, hide a VM from
 //! listings, report a VM as stopping, or refuse a firewall patch.
 
 #![allow(dead_code)]
@@ -11,12 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca::labels::Labels;
+use orca::layer::{Answer, Call as LayerCall, Extension, Layer, Layered, Next};
 use orca::memory::{MemoryCloud, DEFAULT_NETWORK};
-use orca::{
-    Arch, Capabilities, Created, Error, FirewallPorts, FirewallRule, FirewallRules, Machine,
-    MachineLabels, MachineSpec, Network, Provider,
-};
+use orca::{Error, FirewallPorts, FirewallRule, Machine, Provider};
 use shed::backend::{Caller, Parts, Timings, ID_LABEL};
 use shed::clock::ManualClock;
 use shed::config::{Config, Role};
@@ -55,10 +52,10 @@ impl Gate {
     }
 }
 
-/// orca's in-memory provider with test controls around it (through the public trait only).
-#[derive(Debug)]
+/// The test controls around orca's in-memory provider (through the public trait only): the state
+/// of the layer [`Controls`].
+#[derive(Debug, Default)]
 pub struct Wrapped {
-    inner: Arc<dyn Provider>,
     gates: Mutex<HashMap<Call, Arc<Gate>>>,
     hidden: Mutex<HashSet<String>>,
     stopping: Mutex<HashSet<String>>,
@@ -68,18 +65,6 @@ pub struct Wrapped {
 }
 
 impl Wrapped {
-    pub fn new(inner: Arc<dyn Provider>) -> Self {
-        Wrapped {
-            inner,
-            gates: Mutex::default(),
-            hidden: Mutex::default(),
-            stopping: Mutex::default(),
-            refuse_patch: AtomicBool::new(false),
-            no_firewall: AtomicBool::new(false),
-            lists: AtomicUsize::new(0),
-        }
-    }
-
     fn gate(&self, c: Call) -> Arc<Gate> {
         self.gates
             .lock()
@@ -135,101 +120,66 @@ impl Wrapped {
     }
 }
 
-#[async_trait]
-impl Provider for Wrapped {
-    fn kind(&self) -> &str {
-        self.inner.kind()
-    }
-    fn owner(&self) -> &str {
-        self.inner.owner()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn arch(&self, machine_type: &str) -> orca::Result<Arch> {
-        self.inner.arch(machine_type).await
-    }
-    async fn create(&self, spec: &MachineSpec) -> orca::Result<Created> {
-        self.pass(Call::CreateBefore).await;
-        let r = self.inner.create(spec).await;
-        self.pass(Call::CreateAfter).await;
-        r
-    }
-    async fn machines(&self, pool: &str) -> orca::Result<Vec<Machine>> {
-        self.lists.fetch_add(1, Ordering::SeqCst);
-        let hidden = self.hidden.lock().unwrap().clone();
-        Ok(self
-            .inner
-            .machines(pool)
-            .await?
-            .into_iter()
-            .filter(|m| !hidden.contains(&m.id))
-            .map(|m| self.shape(m))
-            .collect())
-    }
-    async fn machine(&self, id: &str) -> orca::Result<Option<Machine>> {
-        Ok(self.inner.machine(id).await?.map(|m| self.shape(m)))
-    }
-    async fn delete(&self, id: &str) -> orca::Result<bool> {
-        self.pass(Call::Delete).await;
-        self.inner.delete(id).await
-    }
-    async fn start(&self, id: &str) -> orca::Result<Machine> {
-        self.pass(Call::Start).await;
-        self.inner.start(id).await
-    }
-    async fn stop(&self, id: &str) -> orca::Result<Machine> {
-        self.pass(Call::Stop).await;
-        self.inner.stop(id).await
-    }
-    fn machine_labels(&self) -> Option<&dyn MachineLabels> {
-        Some(self)
-    }
-    fn firewall_rules(&self) -> Option<&dyn FirewallRules> {
-        if self.no_firewall.load(Ordering::SeqCst) {
-            None
-        } else {
-            Some(self)
-        }
-    }
-}
+/// The layer of [`Wrapped`]'s controls: holds, hidden and stopping VMs, a refused firewall patch,
+/// no firewall extension.
+#[derive(Debug)]
+pub struct Controls(pub Arc<Wrapped>);
 
 #[async_trait]
-impl MachineLabels for Wrapped {
-    async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> orca::Result<Machine> {
-        self.inner
-            .machine_labels()
-            .expect("labels")
-            .set_labels(id, set, remove)
-            .await
-    }
-}
-
-#[async_trait]
-impl FirewallRules for Wrapped {
-    fn network_name(&self) -> String {
-        self.inner.firewall_rules().expect("fw").network_name()
-    }
-    async fn network(&self) -> orca::Result<Network> {
-        self.inner.firewall_rules().expect("fw").network().await
-    }
-    async fn rule(&self, name: &str) -> orca::Result<Option<FirewallRule>> {
-        self.inner.firewall_rules().expect("fw").rule(name).await
-    }
-    async fn rules(&self) -> orca::Result<Vec<FirewallRule>> {
-        self.inner.firewall_rules().expect("fw").rules().await
-    }
-    async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> orca::Result<FirewallRule> {
-        if self.refuse_patch.load(Ordering::SeqCst) {
-            return Err(Error::permission_denied(
-                "compute.firewalls.update denied on this rule",
-            ));
+impl Layer for Controls {
+    fn offers(&self, extension: Extension, inner: bool) -> bool {
+        match extension {
+            Extension::FirewallRules => inner && !self.0.no_firewall.load(Ordering::SeqCst),
+            _ => inner,
         }
-        self.inner
-            .firewall_rules()
-            .expect("fw")
-            .set_source_ranges(name, ranges)
-            .await
+    }
+
+    async fn around(&self, call: LayerCall<'_>, next: Next<'_>) -> orca::Result<Answer> {
+        let w = &self.0;
+        let gate = match call {
+            LayerCall::Create { .. } => Some(Call::CreateBefore),
+            LayerCall::Delete { .. } => Some(Call::Delete),
+            LayerCall::Start { .. } => Some(Call::Start),
+            LayerCall::Stop { .. } => Some(Call::Stop),
+            _ => None,
+        };
+        if let Some(g) = gate {
+            w.pass(g).await;
+        }
+        match call {
+            LayerCall::Create { .. } => {
+                let r = next.run(call).await;
+                w.pass(Call::CreateAfter).await;
+                r
+            }
+            // A read by name is a filtered listing: it hides what listings hide.
+            LayerCall::Machines { .. } | LayerCall::MachineNamed { .. } => {
+                if matches!(call, LayerCall::Machines { .. }) {
+                    w.lists.fetch_add(1, Ordering::SeqCst);
+                }
+                let hidden = w.hidden.lock().unwrap().clone();
+                Ok(match next.run(call).await? {
+                    Answer::Machines(v) => Answer::Machines(
+                        v.into_iter()
+                            .filter(|m| !hidden.contains(&m.id))
+                            .map(|m| w.shape(m))
+                            .collect(),
+                    ),
+                    Answer::Machine(m) => {
+                        Answer::Machine(m.filter(|m| !hidden.contains(&m.id)).map(|m| w.shape(m)))
+                    }
+                    other => other,
+                })
+            }
+            LayerCall::Machine { .. } => Ok(match next.run(call).await? {
+                Answer::Machine(m) => Answer::Machine(m.map(|m| w.shape(m))),
+                other => other,
+            }),
+            LayerCall::SetSourceRanges { .. } if w.refuse_patch.load(Ordering::SeqCst) => Err(
+                Error::permission_denied("compute.firewalls.update denied on this rule"),
+            ),
+            other => next.run(other).await,
+        }
     }
 }
 
@@ -339,6 +289,8 @@ pub fn good_rule() -> FirewallRule {
 pub struct Env {
     pub cloud: MemoryCloud,
     pub wrapped: Arc<Wrapped>,
+    /// The in-memory provider in the layer of `wrapped`'s controls.
+    pub provider: Arc<dyn Provider>,
     pub clock: ManualClock,
     pub probe: Arc<TestProbe>,
     pub echo: Arc<FakeEcho>,
@@ -398,13 +350,14 @@ impl Env {
         dir: Arc<tempfile::TempDir>,
         timings: Timings,
     ) -> Env {
-        let wrapped = Arc::new(Wrapped::new(inner));
+        let wrapped = Arc::new(Wrapped::default());
+        let provider: Arc<dyn Provider> = Arc::new(Layered::new(inner, Controls(wrapped.clone())));
         let clock = ManualClock::new();
         let probe = Arc::new(TestProbe::default());
         let echo = Arc::new(FakeEcho::default());
         let backend = Backend::start(Parts {
             config: cfg.clone(),
-            provider: wrapped.clone(),
+            provider: provider.clone(),
             probe: probe.clone(),
             echo: echo.clone(),
             clock: Arc::new(clock.clone()),
@@ -415,6 +368,7 @@ impl Env {
         Env {
             cloud,
             wrapped,
+            provider,
             clock,
             probe,
             echo,
@@ -435,7 +389,7 @@ impl Env {
     pub fn parts(&self) -> Parts {
         Parts {
             config: self.cfg.clone(),
-            provider: self.wrapped.clone(),
+            provider: self.provider.clone(),
             probe: self.probe.clone(),
             echo: self.echo.clone(),
             clock: Arc::new(self.clock.clone()),

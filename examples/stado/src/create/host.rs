@@ -256,31 +256,28 @@ impl Stado {
         .with_code("exists")
     }
 
-    /// Deletes every VM named `name` in stado's pool that carries this home's label (what a failed
-    /// create of this home may have left): how many, and the VMs of that name that are not this
-    /// home's, which are left alone.
+    /// Deletes the VM named `name` in stado's pool when it carries this home's label (what a failed
+    /// create of this home may have left): how many (0 or 1), and the VM of that name when it is not
+    /// this home's, which is left alone.
     async fn sweep(&self, name: &str) -> Result<(usize, Vec<String>), String> {
-        let mut n = 0;
-        let mut foreign = Vec::new();
-        for m in self.vms_named(name).await? {
-            if !self.is_this_homes(&m) {
-                tracing::info!(vm = %m.id, "a VM of this name that is not this home's: left alone");
-                foreign.push(format!("VM {}; {}", m.id, Self::whose(&m)));
-                continue;
-            }
-            self.delete_vm(&m.id).await?;
-            n += 1;
+        let Some(m) = self.vm_named(name).await? else {
+            return Ok((0, Vec::new()));
+        };
+        if !self.is_this_homes(&m) {
+            tracing::info!(vm = %m.id, "a VM of this name that is not this home's: left alone");
+            return Ok((0, vec![format!("VM {}; {}", m.id, Self::whose(&m))]));
         }
-        Ok((n, foreign))
+        self.delete_vm(&m.id).await?;
+        Ok((1, Vec::new()))
     }
 
-    /// The VMs of stado's pool named `name`, in every state but gone; the listing is tried three
-    /// times, since a create that just failed may have failed for the same passing cause.
-    async fn vms_named(&self, name: &str) -> Result<Vec<Machine>, String> {
+    /// The VM of stado's pool named `name`, in every state but gone; the read is tried three times,
+    /// since a create that just failed may have failed for the same passing cause.
+    async fn vm_named(&self, name: &str) -> Result<Option<Machine>, String> {
         let mut last = String::new();
         for _ in 0..3 {
-            match self.provider.machines(POOL).await {
-                Ok(ms) => return Ok(ms.into_iter().filter(|m| m.name == name).collect()),
+            match self.provider.machine_named(POOL, name).await {
+                Ok(m) => return Ok(m),
                 Err(e) => last = e.to_string(),
             }
         }

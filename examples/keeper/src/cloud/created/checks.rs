@@ -179,27 +179,6 @@ fn spec_error(e: &orca::Error, userdata: &UserData) -> Error {
     e
 }
 
-/// Whether `e`, the answer to a create, surely means that nothing was made: a refusal the cloud (or
-/// the driver, before any call) gave on the first attempt. After a retry, an earlier attempt's answer
-/// may have been lost with the VM made, whatever the last answer says.
-pub(super) fn is_clear_refusal(e: &orca::Error) -> bool {
-    use orca::ErrorKind as K;
-    let refusal = matches!(
-        e.kind(),
-        K::InvalidSpec
-            | K::InvalidSettings
-            | K::NotFound
-            | K::AlreadyExists
-            | K::NotOwned
-            | K::NoStock
-            | K::Quota
-            | K::Unauthenticated
-            | K::PermissionDenied
-            | K::Unsupported
-    );
-    refusal && e.retries() == 0
-}
-
 pub(super) fn check_self_onboard(p: &CreateParams, row: &CloudProvider) -> Result<()> {
     if p.userdata == UserData::SelfOnboard && row.fqdn_suffix.is_none() {
         return Err(Error::invalid(

@@ -264,7 +264,7 @@ impl Keeper {
                     .ok();
                 Err(Error::new(503, "cloud.no_stock", why))
             }
-            Err(e) if checks::is_clear_refusal(&e) => {
+            Err(e) if e.made_nothing() => {
                 let mut err = from_orca(&e);
                 err.message = format!("VM {} refused: {}", vm.name, err.message);
                 self.journal(JournalUpdate::new(vm.journal_id, "failed", &err.message))
@@ -317,7 +317,9 @@ impl Keeper {
         if let orca::Error::Leftovers { left, .. } = e {
             run.fact("cloud_leftovers", json!(left));
         }
-        match self.find_made(&b.cloud, &vm.name).await {
+        // A name is keeper's own (`<base>-<index>`, never handed out twice): the VM of that name in
+        // keeper's pool is this step's.
+        match b.cloud.machine_named(&self.settings.pool, &vm.name).await {
             Ok(Some(m)) => {
                 let why = format!(
                     "made after all: the cloud answered {e}, and a look-up by name found VM {}",
@@ -388,17 +390,5 @@ impl Keeper {
                 )),
             );
         }
-    }
-
-    /// The VM named `name` in keeper's pool, if the cloud shows one: what a create that failed may
-    /// have made all the same. Names are keeper's own (`<base>-<index>`, never handed out twice), so
-    /// one of keeper's owner and pool is this step's.
-    pub(super) async fn find_made(
-        &self,
-        cloud: &Arc<dyn orca::Provider>,
-        name: &str,
-    ) -> std::result::Result<Option<orca::Machine>, orca::Error> {
-        let all = cloud.machines(&self.settings.pool).await?;
-        Ok(all.into_iter().find(|m| m.name == name))
     }
 }
