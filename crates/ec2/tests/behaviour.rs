@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use common::{ec2_error, env, made, rule, Fault, Seed, ZONE};
+use common::{ec2_error, env, made, rule, Fault, ZONE};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 
@@ -297,7 +297,7 @@ async fn throttling_is_backed_off() {
         max_elapsed: Duration::from_secs(30),
         ..RetryPolicy::default()
     };
-    let p = Seed::provider(e.builder().retry(policy), "owner-1")
+    let p = common::provider(e.builder().retry(policy), "owner-1")
         .await
         .unwrap();
     e.proxy.inject(rule(
@@ -517,7 +517,7 @@ async fn image_is_canonicals_newest_for_the_arch_and_cached() {
     assert_eq!(e.proxy.count("DescribeInstanceTypes"), 2, "cached");
 
     // An image override is checked against the type's architecture.
-    let arm_for_amd = Seed::provider(
+    let arm_for_amd = common::provider(
         e.builder().image(Arch::Amd64, "ami-0b1e2a3d4c5f60b02"),
         "owner-1",
     )
@@ -526,7 +526,7 @@ async fn image_is_canonicals_newest_for_the_arch_and_cached() {
     let err = arm_for_amd.create(&e.spec("img-4")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidSettings, "{err}");
     assert!(err.to_string().contains("ORCA_EC2_IMAGES"), "{err}");
-    let older = Seed::provider(
+    let older = common::provider(
         e.builder().image(Arch::Amd64, "ami-0b1e2a3d4c5f60a01"),
         "owner-1",
     )
@@ -589,7 +589,7 @@ async fn listing_reads_every_page_by_instance() {
     made(other.create(&e.spec("theirs-1")).await.unwrap());
     want.sort();
 
-    let paged = Seed::provider(e.builder().page_size(5), "owner-1")
+    let paged = common::provider(e.builder().page_size(5), "owner-1")
         .await
         .unwrap();
     let before = e.proxy.count("DescribeInstances");

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::InstanceStateName;
-use common::{ec2_error, env, made, rule, Seed, ZONE_WITHOUT_T4G};
+use common::{ec2_error, env, made, rule, ZONE_WITHOUT_T4G};
 use orca_machines::labels::Labels;
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, Status};
 
@@ -267,7 +267,7 @@ async fn delete_never_believes_a_not_found_from_terminate() {
     assert_eq!(e.proxy.count("TerminateInstances"), 3);
 
     // EC2 never confirms within the window: the delete is not "gone", and the instance still runs.
-    let quick = Seed::provider(
+    let quick = common::provider(
         e.builder().visibility_window(Duration::from_millis(300)),
         "owner-1",
     )
