@@ -334,19 +334,18 @@ impl Ec2Provider {
     }
 
     /// Instance `id` once a listing of `pool` shows it (`None`: not within the consistency window).
-    /// Each look is one DescribeInstances with the listing's own tag filters and `instance-id`: EC2
-    /// may show a new instance to a read by id before its tags reach the filters a listing uses.
+    /// Each look is a DescribeInstances listing (every page) with the listing's own tag filters and
+    /// `instance-id`: EC2 may show a new instance to a read by id before its tags reach the filters a
+    /// listing uses.
     async fn listed(&self, pool: &str, id: &str) -> Result<Option<Instance>> {
         let mut filters = self.pool_filters(pool, &ALL_STATES);
         filters.push(filter("instance-id", [id]));
         let until = Instant::now() + self.visibility_window;
         let mut retry = 0;
         loop {
-            let page = self
-                .client
-                .describe_page(&filters, self.page_size, None)
-                .await?;
-            if let Some(i) = page.items.into_iter().find(|i| i.instance_id() == Some(id)) {
+            // Every page: when it filters, EC2 may answer a short or empty page with a NextToken.
+            let listed = self.list(&filters).await?;
+            if let Some(i) = listed.into_iter().find(|i| i.instance_id() == Some(id)) {
                 return Ok(Some(i));
             }
             let pause = self.pause(retry);

@@ -36,6 +36,11 @@
 //!   [`Proxy::paged`] gives a second address on the same state whose listings page by a set number of
 //!   instances whatever `MaxResults` says: how the conformance suite gets pages of one instance,
 //!   which EC2 itself never serves.
+//! - **Short and empty pages when filtering** (several SDKs' issue trackers show a filtered
+//!   DescribeInstances answering 6 of 7 matches with a `NextToken`, and an empty page with one: EC2
+//!   looks at a number of instances a page, then filters). With [`Proxy::page_by_scan`], a filtered
+//!   listing's page holds the matches among the next `n` instances of the region, with a
+//!   `NextToken` while any remain.
 //! - **`LaunchTime` is the last start** (Instance reference: "The time that the instance was last
 //!   launched"): moto keeps the creation time through a stop and a start; the proxy writes the time
 //!   of the last StartInstances.

@@ -1,5 +1,6 @@
 //! EC2's answers as the proxy writes them: errors, and moto's instances reshaped as EC2 shows them.
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use axum::http::StatusCode;
@@ -103,12 +104,50 @@ pub(super) fn page_of(
     let visible: Vec<xml::Listed> = listed.into_iter().filter(|l| !hidden(&l.id)).collect();
     let end = per_page.map_or(visible.len(), |n| (offset + n).min(visible.len()));
     let page = visible.get(offset.min(end)..end).unwrap_or_default();
-    let rest = &body[e..];
-    let next = if end < visible.len() {
-        format!("<nextToken>{TOKEN_PREFIX}{end}</nextToken>")
-    } else {
-        String::new()
+    let next = (end < visible.len()).then_some(end);
+    with_page(body, (s, e), page, next)
+}
+
+/// A filtered listing's answer as EC2 pages it: the page at `offset` looks at the next `scan`
+/// instances of the region (`order`, matching or not) and holds those of them that match, so that
+/// it may be short or empty while a `NextToken` says more is to come.
+pub(super) fn page_by_scan(
+    body: &str,
+    hidden: &dyn Fn(&str) -> bool,
+    offset: usize,
+    scan: usize,
+    order: &[String],
+) -> String {
+    let Some((listed, range)) = xml::instances(body) else {
+        return body.to_string();
     };
+    let end = (offset + scan).min(order.len());
+    let window: HashSet<&str> = order
+        .get(offset.min(end)..end)
+        .unwrap_or_default()
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let page: Vec<xml::Listed> = listed
+        .into_iter()
+        .filter(|l| window.contains(l.id.as_str()) && !hidden(&l.id))
+        .collect();
+    let next = (end < order.len()).then_some(end);
+    with_page(body, range, &page, next)
+}
+
+/// `body` with its `reservationSet` (at `range`) replaced by `page`'s, and a `NextToken` for the
+/// page at offset `next`.
+fn with_page(
+    body: &str,
+    (s, e): (usize, usize),
+    page: &[xml::Listed],
+    next: Option<usize>,
+) -> String {
+    let rest = &body[e..];
+    let next = next
+        .map(|n| format!("<nextToken>{TOKEN_PREFIX}{n}</nextToken>"))
+        .unwrap_or_default();
     // moto wrote no nextToken of its own (the proxy asked for every instance): ours goes before the
     // root's end tag.
     let close = rest.rfind("</").unwrap_or(rest.len());

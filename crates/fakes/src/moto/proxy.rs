@@ -53,6 +53,8 @@ pub(super) struct Ec2State {
     pub(super) started: HashMap<String, DateTime<Utc>>,
     pub(super) subnet_zone: HashMap<String, String>,
     pub(super) offered: HashMap<String, Vec<String>>,
+    /// How many instances a filtered listing's page looks at ([`Proxy::page_by_scan`]).
+    pub(super) scan_per_page: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -166,6 +168,13 @@ impl Proxy {
     /// listing) only `lag` after reads by id find them; `Duration::ZERO` stops it for new ones.
     pub fn set_tag_filter_lag(&self, lag: Duration) {
         lock(&self.state.ec2).tag_lag = lag;
+    }
+
+    /// Filtered DescribeInstances listings page as EC2 does when it filters: each page looks at the
+    /// next `n` instances of the region and holds those that match, so pages come short, or empty,
+    /// with a `NextToken` while instances remain to look at (whatever `MaxResults` says).
+    pub fn page_by_scan(&self, n: usize) {
+        lock(&self.state.ec2).scan_per_page = Some(n.max(1));
     }
 
     /// Hides instance `id` for `delay` from now (as if it had just been made).

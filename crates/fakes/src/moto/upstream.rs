@@ -8,9 +8,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 
-use super::answers::{as_ec2_writes_it, error_code, inner_of_root, page_of};
-use super::lookups::listed;
-use super::proxy::{lock, TokenRecord, View};
+use super::answers::{as_ec2_writes_it, error_code, inner_of_root, page_by_scan, page_of};
+use super::lookups::{listed, moto_call};
+use super::proxy::{lock, ProxyState, TokenRecord, View};
 use super::{xml, TOKEN_PREFIX};
 
 /// Forwards a request to moto and makes its answer EC2's.
@@ -70,44 +70,7 @@ pub(super) async fn upstream(
     let mut code = None;
     if status.is_success() {
         match action {
-            "RunInstances" => {
-                let ids: Vec<String> = xml::instances(&format!(
-                    "<R><reservationSet><item>{}</item></reservationSet></R>",
-                    inner_of_root(&text)
-                ))
-                .map(|(l, _)| l.into_iter().map(|l| l.id).collect())
-                .unwrap_or_default();
-                let mut ec2 = lock(&state.ec2);
-                if let Some(token) = params.get("ClientToken") {
-                    let mut compared = params.clone();
-                    compared.remove("ClientToken");
-                    ec2.tokens.insert(
-                        token.clone(),
-                        TokenRecord {
-                            params: compared,
-                            instances: ids.clone(),
-                        },
-                    );
-                }
-                if !ec2.tag_lag.is_zero() {
-                    let at = Instant::now() + ec2.visibility_delay + ec2.tag_lag;
-                    for id in &ids {
-                        ec2.tag_indexed_at.insert(id.clone(), at);
-                    }
-                }
-                if !ec2.pending_for.is_zero() {
-                    let until = Instant::now() + ec2.pending_for;
-                    for id in &ids {
-                        ec2.pending_until.insert(id.clone(), until);
-                    }
-                }
-                if !ec2.visibility_delay.is_zero() {
-                    let until = Instant::now() + ec2.visibility_delay;
-                    for id in ids {
-                        ec2.hidden_until.insert(id, until);
-                    }
-                }
-            }
+            "RunInstances" => after_run(state, params, &text),
             "StartInstances" => {
                 let now = Utc::now();
                 let mut ec2 = lock(&state.ec2);
@@ -118,29 +81,7 @@ pub(super) async fn upstream(
             "DescribeInstances" => {
                 text = as_ec2_writes_it(state, &text);
                 if listing {
-                    let offset = params
-                        .get("NextToken")
-                        .and_then(|t| t.strip_prefix(TOKEN_PREFIX))
-                        .and_then(|n| n.parse().ok())
-                        .unwrap_or(0);
-                    let per_page = view
-                        .per_page
-                        .or_else(|| params.get("MaxResults").and_then(|m| m.parse().ok()));
-                    let now = Instant::now();
-                    let (hidden_until, tag_indexed_at) = {
-                        let ec2 = lock(&state.ec2);
-                        (ec2.hidden_until.clone(), ec2.tag_indexed_at.clone())
-                    };
-                    // A listing filtered on tags does not find what the tag index has not caught
-                    // up with yet.
-                    let by_tag = params.iter().any(|(k, v)| {
-                        k.starts_with("Filter.") && k.ends_with(".Name") && v.starts_with("tag:")
-                    });
-                    let hidden = |id: &str| {
-                        hidden_until.get(id).is_some_and(|t| *t > now)
-                            || (by_tag && tag_indexed_at.get(id).is_some_and(|t| *t > now))
-                    };
-                    text = page_of(&text, &hidden, offset, per_page);
+                    text = listing_page(view, params, &text).await;
                 }
             }
             _ => {}
@@ -152,4 +93,94 @@ pub(super) async fn upstream(
     *out.status_mut() = status;
     out.headers_mut().insert("content-type", ct);
     (out, code)
+}
+
+/// What the proxy keeps of a RunInstances moto answered: the ClientToken, and when each new instance
+/// shows (to reads, to tag filters) and stops being pending.
+fn after_run(state: &ProxyState, params: &BTreeMap<String, String>, answer: &str) {
+    let ids: Vec<String> = xml::instances(&format!(
+        "<R><reservationSet><item>{}</item></reservationSet></R>",
+        inner_of_root(answer)
+    ))
+    .map(|(l, _)| l.into_iter().map(|l| l.id).collect())
+    .unwrap_or_default();
+    let mut ec2 = lock(&state.ec2);
+    if let Some(token) = params.get("ClientToken") {
+        let mut compared = params.clone();
+        compared.remove("ClientToken");
+        ec2.tokens.insert(
+            token.clone(),
+            TokenRecord {
+                params: compared,
+                instances: ids.clone(),
+            },
+        );
+    }
+    if !ec2.tag_lag.is_zero() {
+        let at = Instant::now() + ec2.visibility_delay + ec2.tag_lag;
+        for id in &ids {
+            ec2.tag_indexed_at.insert(id.clone(), at);
+        }
+    }
+    if !ec2.pending_for.is_zero() {
+        let until = Instant::now() + ec2.pending_for;
+        for id in &ids {
+            ec2.pending_until.insert(id.clone(), until);
+        }
+    }
+    if !ec2.visibility_delay.is_zero() {
+        let until = Instant::now() + ec2.visibility_delay;
+        for id in ids {
+            ec2.hidden_until.insert(id, until);
+        }
+    }
+}
+
+/// The page a listing asked for, of moto's whole answer `all`: by scan when filtered and
+/// [`super::Proxy::page_by_scan`] is on, else by instance.
+async fn listing_page(view: &View, params: &BTreeMap<String, String>, all: &str) -> String {
+    let state = &*view.state;
+    let offset = params
+        .get("NextToken")
+        .and_then(|t| t.strip_prefix(TOKEN_PREFIX))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let now = Instant::now();
+    let (hidden_until, tag_indexed_at, scan) = {
+        let ec2 = lock(&state.ec2);
+        (
+            ec2.hidden_until.clone(),
+            ec2.tag_indexed_at.clone(),
+            ec2.scan_per_page,
+        )
+    };
+    let filtered = params.keys().any(|k| k.starts_with("Filter."));
+    // A listing filtered on tags does not find what the tag index has not caught up with yet.
+    let by_tag = params
+        .iter()
+        .any(|(k, v)| k.starts_with("Filter.") && k.ends_with(".Name") && v.starts_with("tag:"));
+    let hidden = |id: &str| {
+        hidden_until.get(id).is_some_and(|t| *t > now)
+            || (by_tag && tag_indexed_at.get(id).is_some_and(|t| *t > now))
+    };
+    if let (Some(scan), true) = (scan, filtered) {
+        if let Some(order) = scan_order(state).await {
+            return page_by_scan(all, &hidden, offset, scan, &order);
+        }
+    }
+    let per_page = view
+        .per_page
+        .or_else(|| params.get("MaxResults").and_then(|m| m.parse().ok()));
+    page_of(all, &hidden, offset, per_page)
+}
+
+/// Every instance of the region (moto's), in the order EC2 scans them for a filtered listing.
+async fn scan_order(state: &ProxyState) -> Option<Vec<String>> {
+    let body = moto_call(
+        state,
+        &[("Action", "DescribeInstances"), ("Version", "2016-11-15")],
+    )
+    .await?;
+    let (listed, _) = xml::instances(&body)?;
+    Some(listed.into_iter().map(|l| l.id).collect())
 }
