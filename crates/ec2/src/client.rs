@@ -35,6 +35,9 @@ pub(crate) const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
 pub(crate) const INSTANCE_MALFORMED: &str = "InvalidInstanceID.Malformed";
 /// EC2's code for a ClientToken used before with other parameters.
 pub(crate) const IDEMPOTENT_MISMATCH: &str = "IdempotentParameterMismatch";
+/// EC2's code for a parameter value it refuses (among them, for a while, an instance profile IAM
+/// made a moment ago).
+pub(crate) const INVALID_PARAMETER_VALUE: &str = "InvalidParameterValue";
 /// EC2's code for a request it does not support: a type not offered in the zone, or a configuration
 /// (see the provider's create).
 pub(crate) const UNSUPPORTED: &str = "Unsupported";

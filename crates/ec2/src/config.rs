@@ -157,6 +157,8 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(120);
 /// The default of [`ConfigBuilder::confirm_not_found`].
 pub const DEFAULT_CONFIRM_NOT_FOUND: Duration = Duration::from_secs(10);
+/// The default of [`ConfigBuilder::new_profile_wait`].
+pub const DEFAULT_NEW_PROFILE_WAIT: Duration = Duration::from_secs(60);
 
 /// The EC2 driver's settings. `Debug` never shows a secret.
 #[derive(Clone)]
@@ -175,6 +177,7 @@ pub struct Config {
     pub(crate) operation_timeout: Duration,
     pub(crate) visibility_window: Duration,
     pub(crate) confirm_not_found: Duration,
+    pub(crate) new_profile_wait: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
 }
@@ -196,6 +199,7 @@ impl std::fmt::Debug for Config {
             .field("operation_timeout", &self.operation_timeout)
             .field("visibility_window", &self.visibility_window)
             .field("confirm_not_found", &self.confirm_not_found)
+            .field("new_profile_wait", &self.new_profile_wait)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .finish()
@@ -281,6 +285,7 @@ pub struct ConfigBuilder {
     operation_timeout: Duration,
     visibility_window: Duration,
     confirm_not_found: Duration,
+    new_profile_wait: Duration,
     connect_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     /// Settings that did not parse, by key, with the rule they break (never their value).
@@ -338,6 +343,7 @@ impl Default for ConfigBuilder {
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             visibility_window: DEFAULT_VISIBILITY_WINDOW,
             confirm_not_found: DEFAULT_CONFIRM_NOT_FOUND,
+            new_profile_wait: DEFAULT_NEW_PROFILE_WAIT,
             connect_timeout: None,
             request_timeout: None,
             problems: Vec::new(),
@@ -538,6 +544,15 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long a create sends RunInstances again while EC2 refuses the instance profile as unknown
+    /// (default [`DEFAULT_NEW_PROFILE_WAIT`]): for a while after IAM makes an instance profile, EC2
+    /// answers `InvalidParameterValue` naming `iamInstanceProfile`; a set-up that made it a moment
+    /// before (Terraform, the CLI) would otherwise fail its first create. Zero: refused at once.
+    pub fn new_profile_wait(mut self, d: Duration) -> Self {
+        self.new_profile_wait = d;
+        self
+    }
+
     /// The longest wait for a connection (default 10 s; the kit's `ORCA_CONNECT_TIMEOUT` sets it).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = Some(d);
@@ -703,6 +718,7 @@ impl ConfigBuilder {
             operation_timeout: self.operation_timeout,
             visibility_window: self.visibility_window,
             confirm_not_found: self.confirm_not_found,
+            new_profile_wait: self.new_profile_wait,
             connect_timeout: self
                 .connect_timeout
                 .or(client.connect_timeout)

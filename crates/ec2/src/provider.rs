@@ -20,7 +20,8 @@ use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::client::{
-    connect, filter, is_instance_not_found, Client, IDEMPOTENT_MISMATCH, UNSUPPORTED,
+    connect, filter, is_instance_not_found, Client, IDEMPOTENT_MISMATCH, INVALID_PARAMETER_VALUE,
+    UNSUPPORTED,
 };
 use crate::config::{
     is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV,
@@ -67,6 +68,7 @@ pub struct Ec2Provider {
     operation_timeout: Duration,
     visibility_window: Duration,
     confirm_not_found: Duration,
+    new_profile_wait: Duration,
     arch_cache: Mutex<HashMap<String, Arch>>,
     image_cache: Mutex<HashMap<Arch, Image>>,
     spec_image_cache: Mutex<HashMap<String, Image>>,
@@ -189,6 +191,7 @@ impl Ec2Provider {
             operation_timeout: config.operation_timeout,
             visibility_window: config.visibility_window,
             confirm_not_found: config.confirm_not_found,
+            new_profile_wait: config.new_profile_wait,
             arch_cache: Mutex::new(HashMap::new()),
             image_cache: Mutex::new(HashMap::new()),
             spec_image_cache: Mutex::new(HashMap::new()),
@@ -357,6 +360,32 @@ impl Ec2Provider {
                 retry,
                 "a listing does not show the new instance yet; again"
             );
+            tokio::time::sleep(pause).await;
+            retry += 1;
+        }
+    }
+
+    /// RunInstances, waiting out a new instance profile: for a while after IAM makes one, EC2
+    /// refuses it as unknown ([`is_new_profile_refusal`]). That refusal made nothing, so the request
+    /// (with its ClientToken) is sent again, with backoff, until `new_profile_wait` has passed; any
+    /// other refusal is answered at once.
+    async fn run_instance(&self, req: &RunRequest, attempts: &Attempts) -> Result<Instance> {
+        let started = Instant::now();
+        let mut retry = 0;
+        loop {
+            let e = match self.client.run_instance(req, attempts).await {
+                Err(e) if is_new_profile_refusal(&e) => e,
+                other => return other,
+            };
+            let pause = self.pause(retry);
+            if started.elapsed() + pause > self.new_profile_wait {
+                return Err(e.prefixed(&format!(
+                    "EC2 refused instance profile {} for {:?} (IAM may not have made it known to \
+                     EC2 yet, or it does not exist)",
+                    req.instance_profile, self.new_profile_wait
+                )));
+            }
+            tracing::debug!(retry, "EC2 does not know the instance profile yet; again");
             tokio::time::sleep(pause).await;
             retry += 1;
         }
@@ -588,6 +617,14 @@ impl Ec2Provider {
     }
 }
 
+/// Whether `e` is EC2 refusing the instance profile as unknown: `InvalidParameterValue` naming the
+/// parameter `iamInstanceProfile` ("Value (...) for parameter iamInstanceProfile.name is invalid.
+/// Invalid IAM Instance Profile name"), as it answers for a while after IAM made the profile.
+fn is_new_profile_refusal(e: &Error) -> bool {
+    e.code() == Some(INVALID_PARAMETER_VALUE)
+        && e.to_string().contains("parameter iamInstanceProfile")
+}
+
 /// Refuses a machine found for `spec` that has another type or zone.
 fn same_place(m: &Machine, spec: &MachineSpec) -> Result<()> {
     if m.machine_type != spec.machine_type
@@ -688,7 +725,7 @@ impl Provider for Ec2Provider {
             let began = Utc::now();
             // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
             // EC2 answers with the instance it made for it.
-            let outcome = self.client.run_instance(&req, &attempts).await;
+            let outcome = self.run_instance(&req, &attempts).await;
             let inst = match outcome {
                 Ok(inst) => inst,
                 Err(e) if e.code() == Some(IDEMPOTENT_MISMATCH) => {

@@ -4,10 +4,11 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use common::{ec2_error, env, made, rule, Fault, ZONE};
+use common::{ec2_error, ec2_error_body, env, made, rule, xml_answer, Fault, ZONE};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 
@@ -849,4 +850,70 @@ async fn a_machines_own_disk_size_and_image_reach_ec2() {
     for id in [m.id, plain.id] {
         assert!(p.delete(&id).await.unwrap());
     }
+}
+
+#[tokio::test]
+async fn a_create_waits_while_ec2_does_not_know_a_new_instance_profile() {
+    let Some(e) = env("a_create_waits_while_ec2_does_not_know_a_new_instance_profile").await else {
+        return;
+    };
+    // IAM made the profile a moment ago: EC2 refuses it as unknown for a while.
+    e.proxy.refuse_new_profile(Duration::from_millis(800));
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("profile-1")).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    let refused = runs
+        .iter()
+        .filter(|s| s.code.as_deref() == Some("InvalidParameterValue"))
+        .count();
+    assert!(refused >= 1, "EC2 never refused the profile: {runs:?}");
+    assert_eq!(runs.len(), refused + 1, "one RunInstances made the machine");
+    assert_eq!(runs.last().unwrap().status, 200);
+    let tokens: BTreeSet<&str> = runs
+        .iter()
+        .map(|s| s.params["ClientToken"].as_str())
+        .collect();
+    assert_eq!(tokens.len(), 1, "every attempt with the same ClientToken");
+    assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1);
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn other_invalid_parameters_are_refused_at_once_and_the_profile_wait_ends() {
+    let Some(e) =
+        env("other_invalid_parameters_are_refused_at_once_and_the_profile_wait_ends").await
+    else {
+        return;
+    };
+    let p = common::provider(
+        e.builder().new_profile_wait(Duration::from_millis(500)),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    // Another parameter EC2 refuses: no waiting.
+    e.proxy.inject(rule(
+        "RunInstances",
+        xml_answer(
+            400,
+            ec2_error_body(
+                "InvalidParameterValue",
+                "Value (x) for parameter userData is invalid. Invalid BASE64 encoding of user data.",
+            ),
+        ),
+        1,
+    ));
+    let err = p.create(&e.spec("other-1")).await.unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterValue"), "{err}");
+    assert_eq!(e.proxy.count("RunInstances"), 1, "refused at once");
+    // A profile EC2 goes on refusing: sent again until the wait ends, then refused naming it.
+    e.proxy.refuse_new_profile(Duration::from_secs(600));
+    let err = p.create(&e.spec("never-1")).await.unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterValue"), "{err}");
+    assert!(err.to_string().contains(&e.seed.instance_profile), "{err}");
+    assert!(
+        e.proxy.count("RunInstances") >= 3,
+        "the profile's refusal was sent again"
+    );
+    assert!(p.machines(&e.pool).await.unwrap().is_empty());
 }

@@ -41,6 +41,10 @@
 //!   looks at a number of instances a page, then filters). With [`Proxy::page_by_scan`], a filtered
 //!   listing's page holds the matches among the next `n` instances of the region, with a
 //!   `NextToken` while any remain.
+//! - **A new instance profile is refused for a while** (kops and Packer wait for it: for seconds
+//!   after IAM makes an instance profile, RunInstances answers `InvalidParameterValue` "Value (...)
+//!   for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name"); moto
+//!   takes it at once. [`Proxy::refuse_new_profile`] refuses it so for a while.
 //! - **`LaunchTime` is the last start** (Instance reference: "The time that the instance was last
 //!   launched"): moto keeps the creation time through a stop and a start; the proxy writes the time
 //!   of the last StartInstances.

@@ -55,6 +55,8 @@ pub(super) struct Ec2State {
     pub(super) offered: HashMap<String, Vec<String>>,
     /// How many instances a filtered listing's page looks at ([`Proxy::page_by_scan`]).
     pub(super) scan_per_page: Option<usize>,
+    /// Until when RunInstances refuses the instance profile it names ([`Proxy::refuse_new_profile`]).
+    pub(super) new_profile_refused_until: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -175,6 +177,13 @@ impl Proxy {
     /// with a `NextToken` while instances remain to look at (whatever `MaxResults` says).
     pub fn page_by_scan(&self, n: usize) {
         lock(&self.state.ec2).scan_per_page = Some(n.max(1));
+    }
+
+    /// For `d` from now, RunInstances refuses the instance profile it names, as EC2 does for a while
+    /// after IAM made it: `InvalidParameterValue` "Value (...) for parameter iamInstanceProfile.name
+    /// is invalid. Invalid IAM Instance Profile name" (nothing is made).
+    pub fn refuse_new_profile(&self, d: Duration) {
+        lock(&self.state.ec2).new_profile_refused_until = Some(Instant::now() + d);
     }
 
     /// Hides instance `id` for `delay` from now (as if it had just been made).

@@ -68,46 +68,78 @@ pub(super) async fn ec2_rules(
             }
             None
         }
-        "RunInstances" => {
-            if let Some(token) = params.get("ClientToken") {
-                let mut compared = params.clone();
-                compared.remove("ClientToken");
-                let seen = lock(&state.ec2).tokens.get(token).cloned();
-                if let Some(rec) = seen {
-                    if rec.params != compared {
-                        return refuse(
-                            400,
-                            "IdempotentParameterMismatch",
-                            "Arguments on this idempotent request are inconsistent with arguments \
-                             used in previous request(s).",
-                        );
-                    }
-                    return Some((replay(state, &rec).await, None));
-                }
-            }
-            if let (Some(t), Some(subnet)) = (params.get("InstanceType"), params.get("SubnetId")) {
-                if let (Some(zones), Some(zone)) = (
-                    offered_zones(state, t).await,
-                    subnet_zone(state, subnet).await,
-                ) {
-                    if !zones.contains(&zone) {
-                        return refuse(
-                            400,
-                            "Unsupported",
-                            &format!(
-                                "Your requested instance type ({t}) is not supported in your \
-                                 requested Availability Zone ({zone}). Please retry your request by \
-                                 not specifying an Availability Zone or choosing {}.",
-                                zones.join(", ")
-                            ),
-                        );
-                    }
-                }
-            }
-            None
-        }
+        "RunInstances" => run_instances(state, params).await,
         _ => None,
     }
+}
+
+/// What the proxy answers on its own to a RunInstances: a repeated ClientToken, an instance profile
+/// IAM made a moment ago, a type the subnet's zone does not offer.
+async fn run_instances(
+    state: &ProxyState,
+    params: &BTreeMap<String, String>,
+) -> Option<(Response, Option<String>)> {
+    let refuse = |status: u16, code: &str, message: &str| {
+        Some((
+            error_response(status, code, message),
+            Some(code.to_string()),
+        ))
+    };
+    if let Some(token) = params.get("ClientToken") {
+        let mut compared = params.clone();
+        compared.remove("ClientToken");
+        let seen = lock(&state.ec2).tokens.get(token).cloned();
+        if let Some(rec) = seen {
+            if rec.params != compared {
+                return refuse(
+                    400,
+                    "IdempotentParameterMismatch",
+                    "Arguments on this idempotent request are inconsistent with arguments \
+                     used in previous request(s).",
+                );
+            }
+            return Some((replay(state, &rec).await, None));
+        }
+    }
+    let refused_until = lock(&state.ec2).new_profile_refused_until;
+    if refused_until.is_some_and(|t| Instant::now() < t) {
+        let named = [
+            ("IamInstanceProfile.Name", "name"),
+            ("IamInstanceProfile.Arn", "arn"),
+        ]
+        .into_iter()
+        .find_map(|(k, field)| params.get(k).map(|v| (v, field)));
+        if let Some((profile, field)) = named {
+            return refuse(
+                400,
+                "InvalidParameterValue",
+                &format!(
+                    "Value ({profile}) for parameter iamInstanceProfile.{field} is invalid. \
+                     Invalid IAM Instance Profile name"
+                ),
+            );
+        }
+    }
+    if let (Some(t), Some(subnet)) = (params.get("InstanceType"), params.get("SubnetId")) {
+        if let (Some(zones), Some(zone)) = (
+            offered_zones(state, t).await,
+            subnet_zone(state, subnet).await,
+        ) {
+            if !zones.contains(&zone) {
+                return refuse(
+                    400,
+                    "Unsupported",
+                    &format!(
+                        "Your requested instance type ({t}) is not supported in your \
+                         requested Availability Zone ({zone}). Please retry your request by \
+                         not specifying an Availability Zone or choosing {}.",
+                        zones.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+    None
 }
 
 /// A repeated ClientToken's answer: the first answer's instances as they are now.
