@@ -80,8 +80,31 @@ pub const ROOT_VOLUME_ENV: &str = ConfigKey::RootVolumeGb.as_str();
 /// The EC2 endpoint URL ([`ConfigKey::Endpoint`]).
 pub const ENDPOINT_ENV: &str = ConfigKey::Endpoint.as_str();
 
-/// Canonical's AWS account: the owner of the official Ubuntu images.
+/// Canonical's AWS account: the owner of the official Ubuntu images in the default partition (`aws`).
 pub const CANONICAL_OWNER: &str = "099720109477";
+/// Canonical's account in AWS GovCloud (US) (`aws-us-gov`, regions `us-gov-*`).
+pub const CANONICAL_OWNER_GOVCLOUD: &str = "513442679011";
+/// Canonical's account in the China regions (`aws-cn`, regions `cn-*`).
+pub const CANONICAL_OWNER_CHINA: &str = "837727238323";
+
+/// The account of Canonical's Ubuntu images in `region`'s partition: each partition has its own
+/// accounts, so the default partition's owner finds no image in GovCloud or China.
+///
+/// ```
+/// use orca_ec2::config::canonical_owner;
+/// assert_eq!(canonical_owner("eu-west-1"), "099720109477");
+/// assert_eq!(canonical_owner("us-gov-west-1"), "513442679011");
+/// assert_eq!(canonical_owner("cn-north-1"), "837727238323");
+/// ```
+pub fn canonical_owner(region: &str) -> &'static str {
+    if region.starts_with("us-gov-") {
+        CANONICAL_OWNER_GOVCLOUD
+    } else if region.starts_with("cn-") {
+        CANONICAL_OWNER_CHINA
+    } else {
+        CANONICAL_OWNER
+    }
+}
 /// The name pattern of Ubuntu 24.04 server images, `{arch}` being `amd64` or `arm64`.
 pub const UBUNTU_NAME_PATTERN: &str =
     "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-{arch}-server-*";

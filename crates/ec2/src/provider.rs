@@ -24,7 +24,8 @@ use crate::client::{
     UNSUPPORTED,
 };
 use crate::config::{
-    is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV,
+    canonical_owner, is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV,
+    SUBNETS_ENV,
 };
 use crate::model::{labels_of, machine_of, state_of, timestamp, Image, RunRequest, NAME_TAG};
 
@@ -435,7 +436,10 @@ impl Ec2Provider {
                 }
                 image
             }
-            None => self.client.ubuntu_image(arch).await?,
+            None => {
+                let owner = canonical_owner(&self.region);
+                self.client.ubuntu_image(arch, owner).await?
+            }
         };
         tracing::debug!(region = %self.region, %arch, image = %image.id, name = %image.name, "image chosen");
         lock(&self.image_cache).insert(arch.clone(), image.clone());

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use common::{ec2_error, ec2_error_body, env, made, rule, xml_answer, Fault, ZONE};
+use common::{ec2_error, ec2_error_body, env, made, rule, xml_answer, Fault, Proxy, ZONE};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 
@@ -916,4 +916,32 @@ async fn other_invalid_parameters_are_refused_at_once_and_the_profile_wait_ends(
         "the profile's refusal was sent again"
     );
     assert!(p.machines(&e.pool).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_govcloud_region_boots_canonicals_govcloud_image() {
+    let Some(moto) = common::moto("a_govcloud_region_boots_canonicals_govcloud_image") else {
+        return;
+    };
+    // Each partition has its own accounts: Canonical publishes GovCloud's images from another one
+    // (moto holds every image of scripts/moto/amis.json in every region).
+    const GOV_REGION: &str = "us-gov-west-1";
+    const GOV_IMAGE: &str = "ami-0b1e2a3d4c5f60c02";
+    let seed = common::seed_in(&moto, GOV_REGION).await;
+    let proxy = Proxy::start(&moto).await;
+    let p = common::provider(
+        common::builder(&seed, &proxy.url).region(GOV_REGION),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    let zone = seed.subnets.keys().next().unwrap();
+    let pool = format!("g{:06x}", fastrand::u32(..0xff_ffff));
+    let spec = MachineSpec::new("gov-1", "t3.micro", zone, &pool);
+    let m = made(p.create(&spec).await.unwrap());
+    let asked = proxy.of("DescribeImages");
+    assert_eq!(asked[0].params["Owner.1"], "513442679011", "{asked:?}");
+    let runs = proxy.of("RunInstances");
+    assert_eq!(runs.last().unwrap().params["ImageId"], GOV_IMAGE);
+    assert!(p.delete(&m.id).await.unwrap());
 }

@@ -81,7 +81,7 @@ mod xml;
 
 pub use answers::ec2_error_body;
 pub use proxy::{Proxy, Seen};
-pub use seed::{moto, seed, Seed, MOTO_ENV};
+pub use seed::{moto, seed, seed_in, Seed, MOTO_ENV};
 
 /// The fault rules are the fakes' shared ones ([`crate::control`]): a rule picks EC2 requests by the
 /// form body's `Action` and parameters ([`Rule::when_form`]).

@@ -48,9 +48,14 @@ pub struct Seed {
     pub instance_profile: String,
 }
 
-/// One Query call to moto for `service` (`ec2` or `iam`), answering the body; panics naming the
-/// action when moto refuses it.
-pub(crate) async fn query(moto: &str, service: &str, params: &[(&str, &str)]) -> String {
+/// One Query call to moto for `service` (`ec2` or `iam`) in `region`, answering the body; panics
+/// naming the action when moto refuses it.
+pub(crate) async fn query(
+    moto: &str,
+    region: &str,
+    service: &str,
+    params: &[(&str, &str)],
+) -> String {
     let action = params
         .iter()
         .find(|(k, _)| *k == "Action")
@@ -60,7 +65,7 @@ pub(crate) async fn query(moto: &str, service: &str, params: &[(&str, &str)]) ->
         .header(
             "Authorization",
             format!(
-                "AWS4-HMAC-SHA256 Credential=AKIDORCATEST/20250101/{REGION}/{service}/aws4_request, \
+                "AWS4-HMAC-SHA256 Credential=AKIDORCATEST/20250101/{region}/{service}/aws4_request, \
                  SignedHeaders=host, Signature=0"
             ),
         )
@@ -84,10 +89,23 @@ fn texts(doc: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// Seeds moto (idempotently, with fresh names, so that test binaries and runs never meet).
+/// Seeds moto in [`REGION`] (idempotently, with fresh names, so that test binaries and runs never
+/// meet).
 pub async fn seed(moto: &str) -> Seed {
+    let seed = seed_in(moto, REGION).await;
+    assert!(
+        seed.subnets.contains_key(ZONE),
+        "moto has no default subnet in {ZONE}: {:?}",
+        seed.subnets
+    );
+    seed
+}
+
+/// Seeds moto in `region` (another partition's, such as `us-gov-west-1`, has its own IAM).
+pub async fn seed_in(moto: &str, region: &str) -> Seed {
     let body = query(
         moto,
+        region,
         "ec2",
         &[
             ("Action", "DescribeSubnets"),
@@ -112,13 +130,14 @@ pub async fn seed(moto: &str) -> Seed {
         })
         .collect();
     assert!(
-        subnets.contains_key(ZONE),
-        "moto has no default subnet in {ZONE}: {subnets:?}"
+        !subnets.is_empty(),
+        "moto has no default subnet in {region}"
     );
     let suffix = format!("{:08x}", fastrand::u32(..));
     let name = format!("orca-test-{suffix}");
     let body = query(
         moto,
+        region,
         "ec2",
         &[
             ("Action", "CreateSecurityGroup"),
@@ -134,6 +153,7 @@ pub async fn seed(moto: &str) -> Seed {
     // moto checks that the instance profile exists, in its IAM.
     query(
         moto,
+        region,
         "iam",
         &[
             ("Action", "CreateInstanceProfile"),
