@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orca_machines::kit::{ClientKey, ClientSettings};
+use orca_machines::kit::{ClientKey, ClientSettings, Timeouts};
 use orca_machines::settings::Problems;
 use orca_machines::spec::validate_token;
 use orca_machines::{Arch, Result, RetryPolicy, Settings};
@@ -180,6 +180,10 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(120);
 /// The default of [`ConfigBuilder::confirm_not_found`].
 pub const DEFAULT_CONFIRM_NOT_FOUND: Duration = Duration::from_secs(10);
+/// The defaults of [`ConfigBuilder::connect_timeout`] and [`ConfigBuilder::request_timeout`].
+pub const DEFAULT_TIMEOUTS: Timeouts =
+    Timeouts::new(Duration::from_secs(10), Some(DEFAULT_TIMEOUTS_REQUEST));
+const DEFAULT_TIMEOUTS_REQUEST: Duration = Duration::from_secs(60);
 /// The default of [`ConfigBuilder::new_profile_wait`].
 pub const DEFAULT_NEW_PROFILE_WAIT: Duration = Duration::from_secs(60);
 
@@ -589,20 +593,8 @@ impl ConfigBuilder {
         self
     }
 
-    /// Checks every setting and names every missing or wrong one at once, by its environment
-    /// variable (or builder method).
-    pub fn build(self) -> Result<Config> {
-        let mut p = Problems::new();
-        if self.subnets.is_empty() && !self.problems.iter().any(|(k, _)| k == SUBNETS_ENV) {
-            p.missing(SUBNETS_ENV);
-        }
-        if self.security_group.is_none() {
-            p.missing(SECURITY_GROUP_ENV);
-        }
-        if self.instance_profile.is_none() {
-            p.missing(INSTANCE_PROFILE_ENV);
-        }
-        // Static credentials: from the builder, or assembled from the keys.
+    /// Static credentials: from the builder, or assembled from the keys (each problem noted in `p`).
+    fn static_credentials(&self, p: &mut Problems) -> Option<StaticCredentials> {
         let mut credentials = self.credentials.clone();
         match (&self.access_key_id, &self.secret_access_key) {
             (Some(id), Some(secret)) => {
@@ -627,29 +619,12 @@ impl ConfigBuilder {
             (Some(_), None) => p.missing(SECRET_ACCESS_KEY_ENV),
             (None, Some(_)) => p.missing(ACCESS_KEY_ID_ENV),
         }
-        if self.explicit && self.region.is_none() {
-            p.missing(REGION_ENV);
-        }
-        if let Some(r) = &self.region {
-            let ok = !r.is_empty()
-                && r.len() <= 32
-                && r.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            if !ok {
-                p.invalid(REGION_ENV, "a region name such as eu-west-1");
-            }
-        }
-        if let Some(c) = &credentials {
-            let ok = !c.access_key_id.is_empty()
-                && c.access_key_id.len() <= 128
-                && c.access_key_id.bytes().all(|b| b.is_ascii_alphanumeric());
-            if !ok {
-                p.invalid(ACCESS_KEY_ID_ENV, "an access key id (letters and digits)");
-            }
-        }
-        for (k, why) in &self.problems {
-            p.invalid(k.clone(), why.clone());
-        }
+        credentials
+    }
+
+    /// Notes in `p` each subnet, security group, instance profile, image, page size and root volume
+    /// size that cannot be what it claims.
+    fn check_resources(&self, p: &mut Problems) {
         for (location, subnet) in &self.subnets {
             if validate_token("location", location).is_err()
                 || validate_token("subnet", subnet).is_err()
@@ -698,6 +673,46 @@ impl ConfigBuilder {
                 );
             }
         }
+    }
+
+    /// Checks every setting and names every missing or wrong one at once, by its environment
+    /// variable (or builder method).
+    pub fn build(self) -> Result<Config> {
+        let mut p = Problems::new();
+        if self.subnets.is_empty() && !self.problems.iter().any(|(k, _)| k == SUBNETS_ENV) {
+            p.missing(SUBNETS_ENV);
+        }
+        if self.security_group.is_none() {
+            p.missing(SECURITY_GROUP_ENV);
+        }
+        if self.instance_profile.is_none() {
+            p.missing(INSTANCE_PROFILE_ENV);
+        }
+        let credentials = self.static_credentials(&mut p);
+        if self.explicit && self.region.is_none() {
+            p.missing(REGION_ENV);
+        }
+        if let Some(r) = &self.region {
+            let ok = !r.is_empty()
+                && r.len() <= 32
+                && r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                p.invalid(REGION_ENV, "a region name such as eu-west-1");
+            }
+        }
+        if let Some(c) = &credentials {
+            let ok = !c.access_key_id.is_empty()
+                && c.access_key_id.len() <= 128
+                && c.access_key_id.bytes().all(|b| b.is_ascii_alphanumeric());
+            if !ok {
+                p.invalid(ACCESS_KEY_ID_ENV, "an access key id (letters and digits)");
+            }
+        }
+        for (k, why) in &self.problems {
+            p.invalid(k.clone(), why.clone());
+        }
+        self.check_resources(&mut p);
         if let Some(e) = &self.endpoint {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
                 p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
@@ -724,6 +739,12 @@ impl ConfigBuilder {
         }
         self.client.report(&mut p);
         p.finish()?;
+        let timeouts = Timeouts::resolve(
+            self.connect_timeout,
+            self.request_timeout,
+            &client,
+            DEFAULT_TIMEOUTS,
+        );
         Ok(Config {
             region: self.region,
             credentials,
@@ -742,14 +763,8 @@ impl ConfigBuilder {
             visibility_window: self.visibility_window,
             confirm_not_found: self.confirm_not_found,
             new_profile_wait: self.new_profile_wait,
-            connect_timeout: self
-                .connect_timeout
-                .or(client.connect_timeout)
-                .unwrap_or(Duration::from_secs(10)),
-            request_timeout: self
-                .request_timeout
-                .or(client.request_timeout)
-                .unwrap_or(Duration::from_secs(60)),
+            connect_timeout: timeouts.connect,
+            request_timeout: timeouts.request.unwrap_or(DEFAULT_TIMEOUTS_REQUEST),
         })
     }
 }

@@ -8,13 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 use orca_machines::chrono::{self, Utc};
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, Attempts, Recent};
 use orca_machines::labels::{is_in_pool, ownership_labels, Labels};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    all_pages, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
-    Machine, MachineLabels, MachineSpec, Provider, Resized, Result, SpecOptions, Timestamp,
+    all_pages, provider::first_made, validate_id, validate_name, validate_owner, validate_pool,
+    Arch, Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Provider, Resized,
+    Result, SpecOptions, Timestamp,
 };
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -73,10 +74,10 @@ pub struct Ec2Provider {
     arch_cache: Mutex<HashMap<String, Arch>>,
     image_cache: Mutex<HashMap<Arch, Image>>,
     spec_image_cache: Mutex<HashMap<String, Image>>,
-    /// Instances this provider made (answered as made by a create), and when: EC2 may not show them
-    /// yet, so a "not found" for one is read again before it is believed; and a later create that
-    /// EC2 answers with one of them adopts it.
-    made: Mutex<HashMap<String, Instant>>,
+    /// Instances this provider made (answered as made by a create), within the visibility window:
+    /// EC2 may not show them yet, so a "not found" for one is read again before it is believed; and
+    /// a later create that EC2 answers with one of them adopts it.
+    made: Recent,
 }
 
 impl std::fmt::Debug for Ec2Provider {
@@ -196,7 +197,7 @@ impl Ec2Provider {
             arch_cache: Mutex::new(HashMap::new()),
             image_cache: Mutex::new(HashMap::new()),
             spec_image_cache: Mutex::new(HashMap::new()),
-            made: Mutex::new(HashMap::new()),
+            made: Recent::new(config.visibility_window),
         })
     }
 
@@ -225,25 +226,6 @@ impl Ec2Provider {
             })
     }
 
-    /// Notes instance `id` as made by this provider now.
-    fn note_made(&self, id: &str) {
-        let mut made = lock(&self.made);
-        let window = self.visibility_window;
-        made.retain(|_, at| at.elapsed() < window);
-        made.entry(id.to_string()).or_insert_with(Instant::now);
-    }
-
-    /// Until when a "not found" for `id` is not believed: the end of the consistency window after
-    /// this provider made it, and at least the confirmation window from now for any id (it may be
-    /// one another process made a moment ago).
-    fn confirm_until(&self, id: &str) -> Instant {
-        let confirmed = Instant::now() + self.confirm_not_found;
-        let made = lock(&self.made)
-            .get(id)
-            .map(|at| *at + self.visibility_window);
-        made.map_or(confirmed, |m| m.max(confirmed))
-    }
-
     /// The pause before read number `retry` while waiting out eventual consistency.
     fn pause(&self, retry: u32) -> Duration {
         self.client
@@ -257,20 +239,13 @@ impl Ec2Provider {
     /// with backoff, until EC2 shows it or the window ends: the consistency window since this
     /// provider made it, else the confirmation window from now.
     async fn read(&self, id: &str) -> Result<Option<Instance>> {
-        let until = self.confirm_until(id);
-        let mut retry = 0;
-        loop {
-            if let Some(i) = self.client.describe_instance(id).await? {
-                return Ok(Some(i));
-            }
-            let pause = self.pause(retry);
-            if Instant::now() + pause > until {
-                return Ok(None);
-            }
-            tracing::debug!(id, retry, "EC2 does not show the instance; reading again");
-            tokio::time::sleep(pause).await;
-            retry += 1;
-        }
+        let until = self.made.confirm_until(id, self.confirm_not_found);
+        kit::read_until_seen(
+            until,
+            |n| self.pause(n),
+            || self.client.describe_instance(id),
+        )
+        .await
     }
 
     /// Makes `change` on instance `id`, which a read has just shown. A "not found" from the change is
@@ -345,25 +320,16 @@ impl Ec2Provider {
         let mut filters = self.pool_filters(pool, &ALL_STATES);
         filters.push(filter("instance-id", [id]));
         let until = Instant::now() + self.visibility_window;
-        let mut retry = 0;
-        loop {
-            // Every page: when it filters, EC2 may answer a short or empty page with a NextToken.
-            let listed = self.list(&filters).await?;
-            if let Some(i) = listed.into_iter().find(|i| i.instance_id() == Some(id)) {
-                return Ok(Some(i));
-            }
-            let pause = self.pause(retry);
-            if Instant::now() + pause > until {
-                return Ok(None);
-            }
-            tracing::debug!(
-                id,
-                retry,
-                "a listing does not show the new instance yet; again"
-            );
-            tokio::time::sleep(pause).await;
-            retry += 1;
-        }
+        kit::read_until_seen(
+            until,
+            |n| self.pause(n),
+            || async {
+                // Every page: when it filters, EC2 may answer a short or empty page with a NextToken.
+                let listed = self.list(&filters).await?;
+                Ok(listed.into_iter().find(|i| i.instance_id() == Some(id)))
+            },
+        )
+        .await
     }
 
     /// RunInstances, waiting out a new instance profile: for a while after IAM makes one, EC2
@@ -762,10 +728,8 @@ impl Provider for Ec2Provider {
                 continue;
             }
             same_place(&machine_of(&inst), spec)?;
-            let made_now = made_by_this_call(&inst, began, &attempts, || {
-                lock(&self.made).contains_key(&id)
-            });
-            self.note_made(&id);
+            let made_now = made_by_this_call(&inst, began, &attempts, || self.made.contains(&id));
+            self.made.note(id.clone());
             // Not answered before a listing of its pool shows it: a listing, a read or a delete
             // right after must find it.
             let Some(seen) = self.listed(&spec.pool, &id).await? else {
@@ -808,6 +772,18 @@ impl Provider for Ec2Provider {
             .map(machine_of)
             .filter(|m| is_in_pool(&m.labels, pool, &self.owner))
             .collect())
+    }
+
+    /// One filtered listing: the pool's ownership tags and the `Name` tag (every page).
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let mut filters = self.pool_filters(pool, &LISTED_STATES);
+        filters.push(filter(&format!("tag:{NAME_TAG}"), [name]));
+        let found = self.list(&filters).await?;
+        Ok(first_made(found.iter().map(machine_of).filter(|m| {
+            m.name == name && is_in_pool(&m.labels, pool, &self.owner)
+        })))
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {

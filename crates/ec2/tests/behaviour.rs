@@ -945,3 +945,35 @@ async fn a_govcloud_region_boots_canonicals_govcloud_image() {
     assert_eq!(runs.last().unwrap().params["ImageId"], GOV_IMAGE);
     assert!(p.delete(&m.id).await.unwrap());
 }
+
+#[tokio::test]
+async fn machine_named_is_one_filtered_listing() {
+    let Some(e) = env("machine_named_is_one_filtered_listing").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("named-1")).await.unwrap());
+    made(p.create(&e.spec("named-2")).await.unwrap());
+    let other = e.provider("owner-2").await;
+    let before = e.proxy.count("DescribeInstances");
+    let found = p.machine_named(&e.pool, "named-1").await.unwrap();
+    assert_eq!(found.map(|f| f.id), Some(m.id.clone()));
+    let reads = &e.proxy.of("DescribeInstances")[before..];
+    assert_eq!(reads.len(), 1, "one request: {reads:?}");
+    assert!(
+        reads[0].params.values().any(|v| v == "tag:Name"),
+        "filtered by name: {:?}",
+        reads[0].params
+    );
+    assert!(other
+        .machine_named(&e.pool, "named-1")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(p.machine_named(&e.pool, "absent").await.unwrap().is_none());
+    let err = p.machine_named(&e.pool, "Not A Name").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidSpec, "{err}");
+    for m in p.machines(&e.pool).await.unwrap() {
+        p.delete(&m.id).await.unwrap();
+    }
+}
