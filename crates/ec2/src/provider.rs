@@ -362,6 +362,38 @@ impl Ec2Provider {
         all_pages(|token| self.client.describe_page(filters, self.page_size, token)).await
     }
 
+    /// The live machine EC2 made for ClientToken `token`, which it answered
+    /// `IdempotentParameterMismatch`: an earlier create of this name made it, perhaps with its answer
+    /// lost. EC2 holds an instance for the token, so it is read by the token itself (the
+    /// `client-token` filter), within the visibility window: tag filters may not show it yet, and a
+    /// create of the name must not make a second one meanwhile. Answered once a listing of the pool
+    /// shows it, as a create's own machine is; `None` when it is gone (the name is free) or never shows.
+    async fn made_for_token(&self, spec: &MachineSpec, token: &str) -> Result<Option<Machine>> {
+        let filters = [filter("client-token", [token])];
+        let until = Instant::now() + self.visibility_window;
+        let inst = kit::read_until_seen(
+            until,
+            |n| self.pause(n),
+            || async { Ok(self.list(&filters).await?.into_iter().next()) },
+        )
+        .await?;
+        let Some(inst) = inst.filter(|i| !going(state_of(i))) else {
+            return Ok(None);
+        };
+        let found = machine_of(&inst);
+        same_place(&found, spec)?;
+        kit::check_owned(&found.id, &found.labels, &self.owner)?;
+        let Some(seen) = self.listed(&spec.pool, &found.id).await? else {
+            return Err(Error::transient(format!(
+                "create of {}: EC2 holds {} for this create's ClientToken but a listing of pool {} \
+                 did not show it within {:?}; a create of the same spec adopts it",
+                spec.name, found.id, spec.pool, self.visibility_window
+            ))
+            .with_operation("create"));
+        };
+        Ok(Some(machine_of(&seen)))
+    }
+
     /// The live machine this owner made for `spec` earlier under another ClientToken, if any.
     async fn find_made(&self, spec: &MachineSpec) -> Result<Option<Machine>> {
         let mut filters = self.pool_filters(&spec.pool, &ADOPTED_STATES);
@@ -703,6 +735,9 @@ impl Provider for Ec2Provider {
                     // a machine of this name: a live one is adopted (or refused when of another type
                     // or zone); a gone one leaves the name free, and a token salted with this
                     // request's digest is this request's own (the same on every retry of it).
+                    if let Some(m) = self.made_for_token(spec, &req.client_token).await? {
+                        return Ok(Created::Adopted(m));
+                    }
                     if let Some(m) = self.find_made(spec).await? {
                         return Ok(Created::Adopted(m));
                     }

@@ -8,9 +8,9 @@ mod common;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::InstanceStateName;
-use common::{ec2_error, env, made, rule, ZONE, ZONE_WITHOUT_T4G};
+use common::{ec2_error, env, made, rule, Fault, ZONE, ZONE_WITHOUT_T4G};
 use orca_machines::labels::Labels;
-use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, Status};
+use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 
 /// The state moto holds for `id`, behind the proxy's back.
 async fn state_in_moto(moto: &str, id: &str) -> InstanceStateName {
@@ -516,4 +516,52 @@ async fn a_create_and_a_listing_read_every_page_when_ec2_pages_short() {
         .send()
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_create_with_other_parameters_after_a_lost_one_makes_no_second_machine() {
+    let Some(e) =
+        env("a_create_with_other_parameters_after_a_lost_one_makes_no_second_machine").await
+    else {
+        return;
+    };
+    // Tag filters find a new instance only a while after reads by id do.
+    e.proxy.set_tag_filter_lag(Duration::from_secs(4));
+    let p = e.provider("owner-1").await;
+    // Every answer of the first create's RunInstances is lost: EC2 made the machine, the caller
+    // never learns it.
+    let attempts = RetryPolicy::fast().max_retries + 1;
+    e.proxy
+        .inject(rule("RunInstances", Fault::DropAnswer, attempts));
+    let quick = common::provider(
+        e.builder().visibility_window(Duration::from_millis(300)),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    let first = quick.create(&e.spec("dup-1")).await;
+    assert!(first.is_err(), "{first:?}");
+    e.proxy.clear("RunInstances");
+    // The same name again with another label: the same ClientToken with other parameters
+    // (IdempotentParameterMismatch), while the tag filters do not show the first machine yet.
+    let mut spec = e.spec("dup-1");
+    spec.labels.insert("role".into(), "b".into());
+    let second = p.create(&spec).await.unwrap();
+    assert!(matches!(second, Created::Adopted(_)), "{second:?}");
+    // moto itself, past the proxy's lag: one machine of that name.
+    let truth = common::provider(common::builder(&e.seed, &e.seed.moto), "owner-1")
+        .await
+        .unwrap();
+    let named: Vec<String> = truth
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name == "dup-1")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    for id in named {
+        truth.delete(&id).await.unwrap();
+    }
 }

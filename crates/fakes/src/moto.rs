@@ -28,6 +28,9 @@
 //!   resource's tags reach the filters later): with [`Proxy::set_tag_filter_lag`], a listing
 //!   filtered on a tag does not find an instance made from then on until that much after reads
 //!   by id do.
+//! - **The `client-token` filter** (DescribeInstances: "the idempotency token you provided when
+//!   you launched the instance"): moto keeps no token; the proxy answers it from the tokens it saw
+//!   made an instance (a filter on ids, so a tag filter's lag does not apply to it).
 //! - **MaxResults 5 to 1000** (DescribeInstances reference: "You cannot specify this parameter and
 //!   the instance IDs parameter in the same request"; values outside 5-1000 are refused with
 //!   `InvalidParameterValue`). moto accepts any size.

@@ -28,8 +28,8 @@ pub(super) async fn upstream(
     let listing = action == "DescribeInstances" && !params.contains_key("InstanceId.1");
     // A listing is asked of moto whole: the proxy pages by instance itself.
     let sent: Bytes = if listing {
-        let kept: Vec<(&String, &String)> = params
-            .iter()
+        let kept: Vec<(String, String)> = by_token(state, params)
+            .into_iter()
             .filter(|(k, _)| *k != "MaxResults" && *k != "NextToken")
             .collect();
         Bytes::from(
@@ -183,4 +183,42 @@ async fn scan_order(state: &ProxyState) -> Option<Vec<String>> {
     .await?;
     let (listed, _) = xml::instances(&body)?;
     Some(listed.into_iter().map(|l| l.id).collect())
+}
+
+/// `params` with a `client-token` filter (which moto does not know) made the `instance-id` filter of
+/// the instances the proxy saw made for those tokens (or of none).
+fn by_token(state: &ProxyState, params: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let Some(prefix) = params
+        .iter()
+        .find(|(k, v)| k.starts_with("Filter.") && k.ends_with(".Name") && *v == "client-token")
+        .map(|(k, _)| k.trim_end_matches("Name").to_string())
+    else {
+        return params.clone();
+    };
+    let values = format!("{prefix}Value.");
+    let ids: Vec<String> = {
+        let ec2 = lock(&state.ec2);
+        params
+            .iter()
+            .filter(|(k, _)| k.starts_with(&values))
+            .filter_map(|(_, token)| ec2.tokens.get(token))
+            .flat_map(|rec| rec.instances.clone())
+            .collect()
+    };
+    let mut out: BTreeMap<String, String> = params
+        .iter()
+        .filter(|(k, _)| !k.starts_with(&values))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.insert(format!("{prefix}Name"), "instance-id".into());
+    // An id of no instance: a token the proxy never saw made anything matches nothing.
+    let ids = if ids.is_empty() {
+        vec!["i-00000000000000000".to_string()]
+    } else {
+        ids
+    };
+    for (n, id) in ids.into_iter().enumerate() {
+        out.insert(format!("{values}{}", n + 1), id);
+    }
+    out
 }
