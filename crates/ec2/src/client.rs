@@ -25,7 +25,7 @@ use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::Labels;
 use orca_machines::{docker_arch, parse_retry_after, Arch, Error, Page, Result, RetryPolicy};
 
-use crate::config::{Config, CANONICAL_OWNER, REGION_ENV, UBUNTU_NAME_PATTERN};
+use crate::config::{Config, REGION_ENV, UBUNTU_NAME_PATTERN};
 use crate::model::{Image, RunRequest};
 use crate::provider::KIND;
 
@@ -35,6 +35,9 @@ pub(crate) const INSTANCE_NOT_FOUND: &str = "InvalidInstanceID.NotFound";
 pub(crate) const INSTANCE_MALFORMED: &str = "InvalidInstanceID.Malformed";
 /// EC2's code for a ClientToken used before with other parameters.
 pub(crate) const IDEMPOTENT_MISMATCH: &str = "IdempotentParameterMismatch";
+/// EC2's code for a parameter value it refuses (among them, for a while, an instance profile IAM
+/// made a moment ago).
+pub(crate) const INVALID_PARAMETER_VALUE: &str = "InvalidParameterValue";
 /// EC2's code for a request it does not support: a type not offered in the zone, or a configuration
 /// (see the provider's create).
 pub(crate) const UNSUPPORTED: &str = "Unsupported";
@@ -314,8 +317,9 @@ impl Client {
             .map(image_of))
     }
 
-    /// The newest of Canonical's Ubuntu 24.04 server images for `arch`.
-    pub(crate) async fn ubuntu_image(&self, arch: &Arch) -> Result<Image> {
+    /// The newest of Canonical's Ubuntu 24.04 server images for `arch`, owned by `owner` (Canonical's
+    /// account in the region's partition).
+    pub(crate) async fn ubuntu_image(&self, arch: &Arch, owner: &str) -> Result<Image> {
         let ec2_arch = match arch {
             Arch::Amd64 => ArchitectureValues::X8664,
             Arch::Arm64 => ArchitectureValues::Arm64,
@@ -330,7 +334,7 @@ impl Client {
             .call("DescribeImages", || {
                 self.sdk
                     .describe_images()
-                    .owners(CANONICAL_OWNER)
+                    .owners(owner)
                     .filters(filter("name", [pattern.as_str()]))
                     .filters(filter("architecture", [ec2_arch.as_str()]))
                     .filters(filter("state", ["available"]))
@@ -343,12 +347,12 @@ impl Client {
             .iter()
             .filter(|i| i.image_id().is_some())
             // The owner filter is EC2's; checked again so that no lookalike can slip in.
-            .filter(|i| i.owner_id() == Some(CANONICAL_OWNER))
+            .filter(|i| i.owner_id() == Some(owner))
             .max_by(|a, b| (a.creation_date(), a.name()).cmp(&(b.creation_date(), b.name())))
             .map(image_of)
             .ok_or_else(|| {
                 Error::not_found(format!(
-                    "an Ubuntu 24.04 image for {arch} owned by {CANONICAL_OWNER} ({pattern})"
+                    "an Ubuntu 24.04 image for {arch} owned by {owner} ({pattern})"
                 ))
             })
     }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orca_machines::kit::{ClientKey, ClientSettings};
+use orca_machines::kit::{ClientKey, ClientSettings, Timeouts};
 use orca_machines::settings::Problems;
 use orca_machines::spec::validate_token;
 use orca_machines::{Arch, Result, RetryPolicy, Settings};
@@ -80,8 +80,31 @@ pub const ROOT_VOLUME_ENV: &str = ConfigKey::RootVolumeGb.as_str();
 /// The EC2 endpoint URL ([`ConfigKey::Endpoint`]).
 pub const ENDPOINT_ENV: &str = ConfigKey::Endpoint.as_str();
 
-/// Canonical's AWS account: the owner of the official Ubuntu images.
+/// Canonical's AWS account: the owner of the official Ubuntu images in the default partition (`aws`).
 pub const CANONICAL_OWNER: &str = "099720109477";
+/// Canonical's account in AWS GovCloud (US) (`aws-us-gov`, regions `us-gov-*`).
+pub const CANONICAL_OWNER_GOVCLOUD: &str = "513442679011";
+/// Canonical's account in the China regions (`aws-cn`, regions `cn-*`).
+pub const CANONICAL_OWNER_CHINA: &str = "837727238323";
+
+/// The account of Canonical's Ubuntu images in `region`'s partition: each partition has its own
+/// accounts, so the default partition's owner finds no image in GovCloud or China.
+///
+/// ```
+/// use orca_ec2::config::canonical_owner;
+/// assert_eq!(canonical_owner("eu-west-1"), "099720109477");
+/// assert_eq!(canonical_owner("us-gov-west-1"), "513442679011");
+/// assert_eq!(canonical_owner("cn-north-1"), "837727238323");
+/// ```
+pub fn canonical_owner(region: &str) -> &'static str {
+    if region.starts_with("us-gov-") {
+        CANONICAL_OWNER_GOVCLOUD
+    } else if region.starts_with("cn-") {
+        CANONICAL_OWNER_CHINA
+    } else {
+        CANONICAL_OWNER
+    }
+}
 /// The name pattern of Ubuntu 24.04 server images, `{arch}` being `amd64` or `arm64`.
 pub const UBUNTU_NAME_PATTERN: &str =
     "ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-{arch}-server-*";
@@ -157,6 +180,12 @@ pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(120);
 /// The default of [`ConfigBuilder::confirm_not_found`].
 pub const DEFAULT_CONFIRM_NOT_FOUND: Duration = Duration::from_secs(10);
+/// The defaults of [`ConfigBuilder::connect_timeout`] and [`ConfigBuilder::request_timeout`].
+pub const DEFAULT_TIMEOUTS: Timeouts =
+    Timeouts::new(Duration::from_secs(10), Some(DEFAULT_TIMEOUTS_REQUEST));
+const DEFAULT_TIMEOUTS_REQUEST: Duration = Duration::from_secs(60);
+/// The default of [`ConfigBuilder::new_profile_wait`].
+pub const DEFAULT_NEW_PROFILE_WAIT: Duration = Duration::from_secs(60);
 
 /// The EC2 driver's settings. `Debug` never shows a secret.
 #[derive(Clone)]
@@ -175,6 +204,7 @@ pub struct Config {
     pub(crate) operation_timeout: Duration,
     pub(crate) visibility_window: Duration,
     pub(crate) confirm_not_found: Duration,
+    pub(crate) new_profile_wait: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
 }
@@ -196,6 +226,7 @@ impl std::fmt::Debug for Config {
             .field("operation_timeout", &self.operation_timeout)
             .field("visibility_window", &self.visibility_window)
             .field("confirm_not_found", &self.confirm_not_found)
+            .field("new_profile_wait", &self.new_profile_wait)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .finish()
@@ -281,6 +312,7 @@ pub struct ConfigBuilder {
     operation_timeout: Duration,
     visibility_window: Duration,
     confirm_not_found: Duration,
+    new_profile_wait: Duration,
     connect_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     /// Settings that did not parse, by key, with the rule they break (never their value).
@@ -338,6 +370,7 @@ impl Default for ConfigBuilder {
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
             visibility_window: DEFAULT_VISIBILITY_WINDOW,
             confirm_not_found: DEFAULT_CONFIRM_NOT_FOUND,
+            new_profile_wait: DEFAULT_NEW_PROFILE_WAIT,
             connect_timeout: None,
             request_timeout: None,
             problems: Vec::new(),
@@ -538,6 +571,15 @@ impl ConfigBuilder {
         self
     }
 
+    /// How long a create sends RunInstances again while EC2 refuses the instance profile as unknown
+    /// (default [`DEFAULT_NEW_PROFILE_WAIT`]): for a while after IAM makes an instance profile, EC2
+    /// answers `InvalidParameterValue` naming `iamInstanceProfile`; a set-up that made it a moment
+    /// before (Terraform, the CLI) would otherwise fail its first create. Zero: refused at once.
+    pub fn new_profile_wait(mut self, d: Duration) -> Self {
+        self.new_profile_wait = d;
+        self
+    }
+
     /// The longest wait for a connection (default 10 s; the kit's `ORCA_CONNECT_TIMEOUT` sets it).
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = Some(d);
@@ -551,20 +593,8 @@ impl ConfigBuilder {
         self
     }
 
-    /// Checks every setting and names every missing or wrong one at once, by its environment
-    /// variable (or builder method).
-    pub fn build(self) -> Result<Config> {
-        let mut p = Problems::new();
-        if self.subnets.is_empty() && !self.problems.iter().any(|(k, _)| k == SUBNETS_ENV) {
-            p.missing(SUBNETS_ENV);
-        }
-        if self.security_group.is_none() {
-            p.missing(SECURITY_GROUP_ENV);
-        }
-        if self.instance_profile.is_none() {
-            p.missing(INSTANCE_PROFILE_ENV);
-        }
-        // Static credentials: from the builder, or assembled from the keys.
+    /// Static credentials: from the builder, or assembled from the keys (each problem noted in `p`).
+    fn static_credentials(&self, p: &mut Problems) -> Option<StaticCredentials> {
         let mut credentials = self.credentials.clone();
         match (&self.access_key_id, &self.secret_access_key) {
             (Some(id), Some(secret)) => {
@@ -589,29 +619,12 @@ impl ConfigBuilder {
             (Some(_), None) => p.missing(SECRET_ACCESS_KEY_ENV),
             (None, Some(_)) => p.missing(ACCESS_KEY_ID_ENV),
         }
-        if self.explicit && self.region.is_none() {
-            p.missing(REGION_ENV);
-        }
-        if let Some(r) = &self.region {
-            let ok = !r.is_empty()
-                && r.len() <= 32
-                && r.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-            if !ok {
-                p.invalid(REGION_ENV, "a region name such as eu-west-1");
-            }
-        }
-        if let Some(c) = &credentials {
-            let ok = !c.access_key_id.is_empty()
-                && c.access_key_id.len() <= 128
-                && c.access_key_id.bytes().all(|b| b.is_ascii_alphanumeric());
-            if !ok {
-                p.invalid(ACCESS_KEY_ID_ENV, "an access key id (letters and digits)");
-            }
-        }
-        for (k, why) in &self.problems {
-            p.invalid(k.clone(), why.clone());
-        }
+        credentials
+    }
+
+    /// Notes in `p` each subnet, security group, instance profile, image, page size and root volume
+    /// size that cannot be what it claims.
+    fn check_resources(&self, p: &mut Problems) {
         for (location, subnet) in &self.subnets {
             if validate_token("location", location).is_err()
                 || validate_token("subnet", subnet).is_err()
@@ -660,6 +673,46 @@ impl ConfigBuilder {
                 );
             }
         }
+    }
+
+    /// Checks every setting and names every missing or wrong one at once, by its environment
+    /// variable (or builder method).
+    pub fn build(self) -> Result<Config> {
+        let mut p = Problems::new();
+        if self.subnets.is_empty() && !self.problems.iter().any(|(k, _)| k == SUBNETS_ENV) {
+            p.missing(SUBNETS_ENV);
+        }
+        if self.security_group.is_none() {
+            p.missing(SECURITY_GROUP_ENV);
+        }
+        if self.instance_profile.is_none() {
+            p.missing(INSTANCE_PROFILE_ENV);
+        }
+        let credentials = self.static_credentials(&mut p);
+        if self.explicit && self.region.is_none() {
+            p.missing(REGION_ENV);
+        }
+        if let Some(r) = &self.region {
+            let ok = !r.is_empty()
+                && r.len() <= 32
+                && r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !ok {
+                p.invalid(REGION_ENV, "a region name such as eu-west-1");
+            }
+        }
+        if let Some(c) = &credentials {
+            let ok = !c.access_key_id.is_empty()
+                && c.access_key_id.len() <= 128
+                && c.access_key_id.bytes().all(|b| b.is_ascii_alphanumeric());
+            if !ok {
+                p.invalid(ACCESS_KEY_ID_ENV, "an access key id (letters and digits)");
+            }
+        }
+        for (k, why) in &self.problems {
+            p.invalid(k.clone(), why.clone());
+        }
+        self.check_resources(&mut p);
         if let Some(e) = &self.endpoint {
             if !(e.starts_with("http://") || e.starts_with("https://")) {
                 p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
@@ -686,6 +739,12 @@ impl ConfigBuilder {
         }
         self.client.report(&mut p);
         p.finish()?;
+        let timeouts = Timeouts::resolve(
+            self.connect_timeout,
+            self.request_timeout,
+            &client,
+            DEFAULT_TIMEOUTS,
+        );
         Ok(Config {
             region: self.region,
             credentials,
@@ -703,14 +762,9 @@ impl ConfigBuilder {
             operation_timeout: self.operation_timeout,
             visibility_window: self.visibility_window,
             confirm_not_found: self.confirm_not_found,
-            connect_timeout: self
-                .connect_timeout
-                .or(client.connect_timeout)
-                .unwrap_or(Duration::from_secs(10)),
-            request_timeout: self
-                .request_timeout
-                .or(client.request_timeout)
-                .unwrap_or(Duration::from_secs(60)),
+            new_profile_wait: self.new_profile_wait,
+            connect_timeout: timeouts.connect,
+            request_timeout: timeouts.request.unwrap_or(DEFAULT_TIMEOUTS_REQUEST),
         })
     }
 }

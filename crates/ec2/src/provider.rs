@@ -8,22 +8,25 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 use orca_machines::chrono::{self, Utc};
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, Attempts, Recent};
 use orca_machines::labels::{is_in_pool, ownership_labels, Labels};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    all_pages, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
-    Machine, MachineLabels, MachineSpec, Provider, Resized, Result, SpecOptions, Timestamp,
+    all_pages, provider::first_made, validate_id, validate_name, validate_owner, validate_pool,
+    Arch, Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Provider, Resized,
+    Result, SpecOptions, Timestamp,
 };
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::client::{
-    connect, filter, is_instance_not_found, Client, IDEMPOTENT_MISMATCH, UNSUPPORTED,
+    connect, filter, is_instance_not_found, Client, IDEMPOTENT_MISMATCH, INVALID_PARAMETER_VALUE,
+    UNSUPPORTED,
 };
 use crate::config::{
-    is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV,
+    canonical_owner, is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV,
+    SUBNETS_ENV,
 };
 use crate::model::{labels_of, machine_of, state_of, timestamp, Image, RunRequest, NAME_TAG};
 
@@ -67,13 +70,14 @@ pub struct Ec2Provider {
     operation_timeout: Duration,
     visibility_window: Duration,
     confirm_not_found: Duration,
+    new_profile_wait: Duration,
     arch_cache: Mutex<HashMap<String, Arch>>,
     image_cache: Mutex<HashMap<Arch, Image>>,
     spec_image_cache: Mutex<HashMap<String, Image>>,
-    /// Instances this provider made (answered as made by a create), and when: EC2 may not show them
-    /// yet, so a "not found" for one is read again before it is believed; and a later create that
-    /// EC2 answers with one of them adopts it.
-    made: Mutex<HashMap<String, Instant>>,
+    /// Instances this provider made (answered as made by a create), within the visibility window:
+    /// EC2 may not show them yet, so a "not found" for one is read again before it is believed; and
+    /// a later create that EC2 answers with one of them adopts it.
+    made: Recent,
 }
 
 impl std::fmt::Debug for Ec2Provider {
@@ -189,10 +193,11 @@ impl Ec2Provider {
             operation_timeout: config.operation_timeout,
             visibility_window: config.visibility_window,
             confirm_not_found: config.confirm_not_found,
+            new_profile_wait: config.new_profile_wait,
             arch_cache: Mutex::new(HashMap::new()),
             image_cache: Mutex::new(HashMap::new()),
             spec_image_cache: Mutex::new(HashMap::new()),
-            made: Mutex::new(HashMap::new()),
+            made: Recent::new(config.visibility_window),
         })
     }
 
@@ -221,25 +226,6 @@ impl Ec2Provider {
             })
     }
 
-    /// Notes instance `id` as made by this provider now.
-    fn note_made(&self, id: &str) {
-        let mut made = lock(&self.made);
-        let window = self.visibility_window;
-        made.retain(|_, at| at.elapsed() < window);
-        made.entry(id.to_string()).or_insert_with(Instant::now);
-    }
-
-    /// Until when a "not found" for `id` is not believed: the end of the consistency window after
-    /// this provider made it, and at least the confirmation window from now for any id (it may be
-    /// one another process made a moment ago).
-    fn confirm_until(&self, id: &str) -> Instant {
-        let confirmed = Instant::now() + self.confirm_not_found;
-        let made = lock(&self.made)
-            .get(id)
-            .map(|at| *at + self.visibility_window);
-        made.map_or(confirmed, |m| m.max(confirmed))
-    }
-
     /// The pause before read number `retry` while waiting out eventual consistency.
     fn pause(&self, retry: u32) -> Duration {
         self.client
@@ -253,20 +239,13 @@ impl Ec2Provider {
     /// with backoff, until EC2 shows it or the window ends: the consistency window since this
     /// provider made it, else the confirmation window from now.
     async fn read(&self, id: &str) -> Result<Option<Instance>> {
-        let until = self.confirm_until(id);
-        let mut retry = 0;
-        loop {
-            if let Some(i) = self.client.describe_instance(id).await? {
-                return Ok(Some(i));
-            }
-            let pause = self.pause(retry);
-            if Instant::now() + pause > until {
-                return Ok(None);
-            }
-            tracing::debug!(id, retry, "EC2 does not show the instance; reading again");
-            tokio::time::sleep(pause).await;
-            retry += 1;
-        }
+        let until = self.made.confirm_until(id, self.confirm_not_found);
+        kit::read_until_seen(
+            until,
+            |n| self.pause(n),
+            || self.client.describe_instance(id),
+        )
+        .await
     }
 
     /// Makes `change` on instance `id`, which a read has just shown. A "not found" from the change is
@@ -334,30 +313,46 @@ impl Ec2Provider {
     }
 
     /// Instance `id` once a listing of `pool` shows it (`None`: not within the consistency window).
-    /// Each look is one DescribeInstances with the listing's own tag filters and `instance-id`: EC2
-    /// may show a new instance to a read by id before its tags reach the filters a listing uses.
+    /// Each look is a DescribeInstances listing (every page) with the listing's own tag filters and
+    /// `instance-id`: EC2 may show a new instance to a read by id before its tags reach the filters a
+    /// listing uses.
     async fn listed(&self, pool: &str, id: &str) -> Result<Option<Instance>> {
         let mut filters = self.pool_filters(pool, &ALL_STATES);
         filters.push(filter("instance-id", [id]));
         let until = Instant::now() + self.visibility_window;
+        kit::read_until_seen(
+            until,
+            |n| self.pause(n),
+            || async {
+                // Every page: when it filters, EC2 may answer a short or empty page with a NextToken.
+                let listed = self.list(&filters).await?;
+                Ok(listed.into_iter().find(|i| i.instance_id() == Some(id)))
+            },
+        )
+        .await
+    }
+
+    /// RunInstances, waiting out a new instance profile: for a while after IAM makes one, EC2
+    /// refuses it as unknown ([`is_new_profile_refusal`]). That refusal made nothing, so the request
+    /// (with its ClientToken) is sent again, with backoff, until `new_profile_wait` has passed; any
+    /// other refusal is answered at once.
+    async fn run_instance(&self, req: &RunRequest, attempts: &Attempts) -> Result<Instance> {
+        let started = Instant::now();
         let mut retry = 0;
         loop {
-            let page = self
-                .client
-                .describe_page(&filters, self.page_size, None)
-                .await?;
-            if let Some(i) = page.items.into_iter().find(|i| i.instance_id() == Some(id)) {
-                return Ok(Some(i));
-            }
+            let e = match self.client.run_instance(req, attempts).await {
+                Err(e) if is_new_profile_refusal(&e) => e,
+                other => return other,
+            };
             let pause = self.pause(retry);
-            if Instant::now() + pause > until {
-                return Ok(None);
+            if started.elapsed() + pause > self.new_profile_wait {
+                return Err(e.prefixed(&format!(
+                    "EC2 refused instance profile {} for {:?} (IAM may not have made it known to \
+                     EC2 yet, or it does not exist)",
+                    req.instance_profile, self.new_profile_wait
+                )));
             }
-            tracing::debug!(
-                id,
-                retry,
-                "a listing does not show the new instance yet; again"
-            );
+            tracing::debug!(retry, "EC2 does not know the instance profile yet; again");
             tokio::time::sleep(pause).await;
             retry += 1;
         }
@@ -365,6 +360,38 @@ impl Ec2Provider {
 
     async fn list(&self, filters: &[Filter]) -> Result<Vec<Instance>> {
         all_pages(|token| self.client.describe_page(filters, self.page_size, token)).await
+    }
+
+    /// The live machine EC2 made for ClientToken `token`, which it answered
+    /// `IdempotentParameterMismatch`: an earlier create of this name made it, perhaps with its answer
+    /// lost. EC2 holds an instance for the token, so it is read by the token itself (the
+    /// `client-token` filter), within the visibility window: tag filters may not show it yet, and a
+    /// create of the name must not make a second one meanwhile. Answered once a listing of the pool
+    /// shows it, as a create's own machine is; `None` when it is gone (the name is free) or never shows.
+    async fn made_for_token(&self, spec: &MachineSpec, token: &str) -> Result<Option<Machine>> {
+        let filters = [filter("client-token", [token])];
+        let until = Instant::now() + self.visibility_window;
+        let inst = kit::read_until_seen(
+            until,
+            |n| self.pause(n),
+            || async { Ok(self.list(&filters).await?.into_iter().next()) },
+        )
+        .await?;
+        let Some(inst) = inst.filter(|i| !going(state_of(i))) else {
+            return Ok(None);
+        };
+        let found = machine_of(&inst);
+        same_place(&found, spec)?;
+        kit::check_owned(&found.id, &found.labels, &self.owner)?;
+        let Some(seen) = self.listed(&spec.pool, &found.id).await? else {
+            return Err(Error::transient(format!(
+                "create of {}: EC2 holds {} for this create's ClientToken but a listing of pool {} \
+                 did not show it within {:?}; a create of the same spec adopts it",
+                spec.name, found.id, spec.pool, self.visibility_window
+            ))
+            .with_operation("create"));
+        };
+        Ok(Some(machine_of(&seen)))
     }
 
     /// The live machine this owner made for `spec` earlier under another ClientToken, if any.
@@ -407,7 +434,10 @@ impl Ec2Provider {
                 }
                 image
             }
-            None => self.client.ubuntu_image(arch).await?,
+            None => {
+                let owner = canonical_owner(&self.region);
+                self.client.ubuntu_image(arch, owner).await?
+            }
         };
         tracing::debug!(region = %self.region, %arch, image = %image.id, name = %image.name, "image chosen");
         lock(&self.image_cache).insert(arch.clone(), image.clone());
@@ -589,6 +619,14 @@ impl Ec2Provider {
     }
 }
 
+/// Whether `e` is EC2 refusing the instance profile as unknown: `InvalidParameterValue` naming the
+/// parameter `iamInstanceProfile` ("Value (...) for parameter iamInstanceProfile.name is invalid.
+/// Invalid IAM Instance Profile name"), as it answers for a while after IAM made the profile.
+fn is_new_profile_refusal(e: &Error) -> bool {
+    e.code() == Some(INVALID_PARAMETER_VALUE)
+        && e.to_string().contains("parameter iamInstanceProfile")
+}
+
 /// Refuses a machine found for `spec` that has another type or zone.
 fn same_place(m: &Machine, spec: &MachineSpec) -> Result<()> {
     if m.machine_type != spec.machine_type
@@ -689,7 +727,7 @@ impl Provider for Ec2Provider {
             let began = Utc::now();
             // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
             // EC2 answers with the instance it made for it.
-            let outcome = self.client.run_instance(&req, &attempts).await;
+            let outcome = self.run_instance(&req, &attempts).await;
             let inst = match outcome {
                 Ok(inst) => inst,
                 Err(e) if e.code() == Some(IDEMPOTENT_MISMATCH) => {
@@ -697,6 +735,9 @@ impl Provider for Ec2Provider {
                     // a machine of this name: a live one is adopted (or refused when of another type
                     // or zone); a gone one leaves the name free, and a token salted with this
                     // request's digest is this request's own (the same on every retry of it).
+                    if let Some(m) = self.made_for_token(spec, &req.client_token).await? {
+                        return Ok(Created::Adopted(m));
+                    }
                     if let Some(m) = self.find_made(spec).await? {
                         return Ok(Created::Adopted(m));
                     }
@@ -722,10 +763,8 @@ impl Provider for Ec2Provider {
                 continue;
             }
             same_place(&machine_of(&inst), spec)?;
-            let made_now = made_by_this_call(&inst, began, &attempts, || {
-                lock(&self.made).contains_key(&id)
-            });
-            self.note_made(&id);
+            let made_now = made_by_this_call(&inst, began, &attempts, || self.made.contains(&id));
+            self.made.note(id.clone());
             // Not answered before a listing of its pool shows it: a listing, a read or a delete
             // right after must find it.
             let Some(seen) = self.listed(&spec.pool, &id).await? else {
@@ -768,6 +807,18 @@ impl Provider for Ec2Provider {
             .map(machine_of)
             .filter(|m| is_in_pool(&m.labels, pool, &self.owner))
             .collect())
+    }
+
+    /// One filtered listing: the pool's ownership tags and the `Name` tag (every page).
+    async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let mut filters = self.pool_filters(pool, &LISTED_STATES);
+        filters.push(filter(&format!("tag:{NAME_TAG}"), [name]));
+        let found = self.list(&filters).await?;
+        Ok(first_made(found.iter().map(machine_of).filter(|m| {
+            m.name == name && is_in_pool(&m.labels, pool, &self.owner)
+        })))
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {

@@ -4,10 +4,11 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use common::{ec2_error, env, made, rule, Fault, Seed, ZONE};
+use common::{ec2_error, ec2_error_body, env, made, rule, xml_answer, Fault, Proxy, ZONE};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 
@@ -297,7 +298,7 @@ async fn throttling_is_backed_off() {
         max_elapsed: Duration::from_secs(30),
         ..RetryPolicy::default()
     };
-    let p = Seed::provider(e.builder().retry(policy), "owner-1")
+    let p = common::provider(e.builder().retry(policy), "owner-1")
         .await
         .unwrap();
     e.proxy.inject(rule(
@@ -517,7 +518,7 @@ async fn image_is_canonicals_newest_for_the_arch_and_cached() {
     assert_eq!(e.proxy.count("DescribeInstanceTypes"), 2, "cached");
 
     // An image override is checked against the type's architecture.
-    let arm_for_amd = Seed::provider(
+    let arm_for_amd = common::provider(
         e.builder().image(Arch::Amd64, "ami-0b1e2a3d4c5f60b02"),
         "owner-1",
     )
@@ -526,7 +527,7 @@ async fn image_is_canonicals_newest_for_the_arch_and_cached() {
     let err = arm_for_amd.create(&e.spec("img-4")).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidSettings, "{err}");
     assert!(err.to_string().contains("ORCA_EC2_IMAGES"), "{err}");
-    let older = Seed::provider(
+    let older = common::provider(
         e.builder().image(Arch::Amd64, "ami-0b1e2a3d4c5f60a01"),
         "owner-1",
     )
@@ -589,7 +590,7 @@ async fn listing_reads_every_page_by_instance() {
     made(other.create(&e.spec("theirs-1")).await.unwrap());
     want.sort();
 
-    let paged = Seed::provider(e.builder().page_size(5), "owner-1")
+    let paged = common::provider(e.builder().page_size(5), "owner-1")
         .await
         .unwrap();
     let before = e.proxy.count("DescribeInstances");
@@ -848,5 +849,131 @@ async fn a_machines_own_disk_size_and_image_reach_ec2() {
     );
     for id in [m.id, plain.id] {
         assert!(p.delete(&id).await.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn a_create_waits_while_ec2_does_not_know_a_new_instance_profile() {
+    let Some(e) = env("a_create_waits_while_ec2_does_not_know_a_new_instance_profile").await else {
+        return;
+    };
+    // IAM made the profile a moment ago: EC2 refuses it as unknown for a while.
+    e.proxy.refuse_new_profile(Duration::from_millis(800));
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("profile-1")).await.unwrap());
+    let runs = e.proxy.of("RunInstances");
+    let refused = runs
+        .iter()
+        .filter(|s| s.code.as_deref() == Some("InvalidParameterValue"))
+        .count();
+    assert!(refused >= 1, "EC2 never refused the profile: {runs:?}");
+    assert_eq!(runs.len(), refused + 1, "one RunInstances made the machine");
+    assert_eq!(runs.last().unwrap().status, 200);
+    let tokens: BTreeSet<&str> = runs
+        .iter()
+        .map(|s| s.params["ClientToken"].as_str())
+        .collect();
+    assert_eq!(tokens.len(), 1, "every attempt with the same ClientToken");
+    assert_eq!(p.machines(&e.pool).await.unwrap().len(), 1);
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn other_invalid_parameters_are_refused_at_once_and_the_profile_wait_ends() {
+    let Some(e) =
+        env("other_invalid_parameters_are_refused_at_once_and_the_profile_wait_ends").await
+    else {
+        return;
+    };
+    let p = common::provider(
+        e.builder().new_profile_wait(Duration::from_millis(500)),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    // Another parameter EC2 refuses: no waiting.
+    e.proxy.inject(rule(
+        "RunInstances",
+        xml_answer(
+            400,
+            ec2_error_body(
+                "InvalidParameterValue",
+                "Value (x) for parameter userData is invalid. Invalid BASE64 encoding of user data.",
+            ),
+        ),
+        1,
+    ));
+    let err = p.create(&e.spec("other-1")).await.unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterValue"), "{err}");
+    assert_eq!(e.proxy.count("RunInstances"), 1, "refused at once");
+    // A profile EC2 goes on refusing: sent again until the wait ends, then refused naming it.
+    e.proxy.refuse_new_profile(Duration::from_secs(600));
+    let err = p.create(&e.spec("never-1")).await.unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterValue"), "{err}");
+    assert!(err.to_string().contains(&e.seed.instance_profile), "{err}");
+    assert!(
+        e.proxy.count("RunInstances") >= 3,
+        "the profile's refusal was sent again"
+    );
+    assert!(p.machines(&e.pool).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_govcloud_region_boots_canonicals_govcloud_image() {
+    let Some(moto) = common::moto("a_govcloud_region_boots_canonicals_govcloud_image") else {
+        return;
+    };
+    // Each partition has its own accounts: Canonical publishes GovCloud's images from another one
+    // (moto holds every image of scripts/moto/amis.json in every region).
+    const GOV_REGION: &str = "us-gov-west-1";
+    const GOV_IMAGE: &str = "ami-0b1e2a3d4c5f60c02";
+    let seed = common::seed_in(&moto, GOV_REGION).await;
+    let proxy = Proxy::start(&moto).await;
+    let p = common::provider(
+        common::builder(&seed, &proxy.url).region(GOV_REGION),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    let zone = seed.subnets.keys().next().unwrap();
+    let pool = format!("g{:06x}", fastrand::u32(..0xff_ffff));
+    let spec = MachineSpec::new("gov-1", "t3.micro", zone, &pool);
+    let m = made(p.create(&spec).await.unwrap());
+    let asked = proxy.of("DescribeImages");
+    assert_eq!(asked[0].params["Owner.1"], "513442679011", "{asked:?}");
+    let runs = proxy.of("RunInstances");
+    assert_eq!(runs.last().unwrap().params["ImageId"], GOV_IMAGE);
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn machine_named_is_one_filtered_listing() {
+    let Some(e) = env("machine_named_is_one_filtered_listing").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("named-1")).await.unwrap());
+    made(p.create(&e.spec("named-2")).await.unwrap());
+    let other = e.provider("owner-2").await;
+    let before = e.proxy.count("DescribeInstances");
+    let found = p.machine_named(&e.pool, "named-1").await.unwrap();
+    assert_eq!(found.map(|f| f.id), Some(m.id.clone()));
+    let reads = &e.proxy.of("DescribeInstances")[before..];
+    assert_eq!(reads.len(), 1, "one request: {reads:?}");
+    assert!(
+        reads[0].params.values().any(|v| v == "tag:Name"),
+        "filtered by name: {:?}",
+        reads[0].params
+    );
+    assert!(other
+        .machine_named(&e.pool, "named-1")
+        .await
+        .unwrap()
+        .is_none());
+    assert!(p.machine_named(&e.pool, "absent").await.unwrap().is_none());
+    let err = p.machine_named(&e.pool, "Not A Name").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidSpec, "{err}");
+    for m in p.machines(&e.pool).await.unwrap() {
+        p.delete(&m.id).await.unwrap();
     }
 }

@@ -37,7 +37,7 @@ impl Harness for MotoHarness {
 
     async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
         Ok(Box::new(
-            Seed::provider(self.seed.builder(&self.proxy.url), owner).await?,
+            common::provider(common::builder(&self.seed, &self.proxy.url), owner).await?,
         ))
     }
 
@@ -48,10 +48,8 @@ impl Harness for MotoHarness {
             )));
         }
         // The driver asks for EC2's smallest page (5); the proxy answers one instance a page.
-        let p = Seed::provider(
-            self.seed
-                .builder(&self.paged.url)
-                .page_size(orca_ec2::config::MIN_PAGE_SIZE),
+        let p = common::provider(
+            common::builder(&self.seed, &self.paged.url).page_size(orca_ec2::config::MIN_PAGE_SIZE),
             owner,
         )
         .await

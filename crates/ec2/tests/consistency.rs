@@ -1,15 +1,16 @@
-//! What real EC2 does that moto does not, taught to the proxy (tests/common), and what the driver
-//! makes of it: eventual consistency after RunInstances, MaxResults bounds, `Unsupported` for a type
-//! a zone does not offer, `LaunchTime` as the last start, and per-key tag changes.
+//! What real EC2 does that moto does not, taught to the proxy (`orca_fakes::moto`), and what the
+//! driver makes of it: eventual consistency after RunInstances, MaxResults bounds, short and empty
+//! pages when filtering, `Unsupported` for a type a zone does not offer, `LaunchTime` as the last
+//! start, and per-key tag changes.
 
 mod common;
 
 use std::time::Duration;
 
 use aws_sdk_ec2::types::InstanceStateName;
-use common::{ec2_error, env, made, rule, Seed, ZONE_WITHOUT_T4G};
+use common::{ec2_error, env, made, rule, Fault, ZONE, ZONE_WITHOUT_T4G};
 use orca_machines::labels::Labels;
-use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, Status};
+use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 
 /// The state moto holds for `id`, behind the proxy's back.
 async fn state_in_moto(moto: &str, id: &str) -> InstanceStateName {
@@ -267,7 +268,7 @@ async fn delete_never_believes_a_not_found_from_terminate() {
     assert_eq!(e.proxy.count("TerminateInstances"), 3);
 
     // EC2 never confirms within the window: the delete is not "gone", and the instance still runs.
-    let quick = Seed::provider(
+    let quick = common::provider(
         e.builder().visibility_window(Duration::from_millis(300)),
         "owner-1",
     )
@@ -470,4 +471,97 @@ async fn labels_change_per_key_and_keep_another_writers() {
     }
     assert_eq!(e.proxy.requests(), n);
     assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_create_and_a_listing_read_every_page_when_ec2_pages_short() {
+    let Some(e) = env("a_create_and_a_listing_read_every_page_when_ec2_pages_short").await else {
+        return;
+    };
+    // Instances that are not the pool's, made before: a filtered listing's first pages look at
+    // them and find none of ours.
+    let ec2 = common::sdk(&e.seed.moto).await;
+    let theirs: Vec<String> = ec2
+        .run_instances()
+        .image_id("ami-0b1e2a3d4c5f60a02")
+        .min_count(6)
+        .max_count(6)
+        .subnet_id(&e.seed.subnets[ZONE])
+        .send()
+        .await
+        .unwrap()
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    e.proxy.page_by_scan(5);
+    let p = e.provider("owner-1").await;
+    let before = e.proxy.count("DescribeInstances");
+    let m = made(p.create(&e.spec("scan-1")).await.unwrap());
+    let listed = p.machines(&e.pool).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+        [m.id.as_str()],
+        "a listing after the create"
+    );
+    // EC2 (the proxy) did page short: some filtered page came with a token for the next.
+    let followed = e.proxy.of("DescribeInstances")[before..]
+        .iter()
+        .filter(|s| s.params.contains_key("NextToken"))
+        .count();
+    assert!(followed >= 2, "{followed} page(s) read after a first one");
+    assert!(p.delete(&m.id).await.unwrap());
+    ec2.terminate_instances()
+        .set_instance_ids(Some(theirs))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_create_with_other_parameters_after_a_lost_one_makes_no_second_machine() {
+    let Some(e) =
+        env("a_create_with_other_parameters_after_a_lost_one_makes_no_second_machine").await
+    else {
+        return;
+    };
+    // Tag filters find a new instance only a while after reads by id do.
+    e.proxy.set_tag_filter_lag(Duration::from_secs(4));
+    let p = e.provider("owner-1").await;
+    // Every answer of the first create's RunInstances is lost: EC2 made the machine, the caller
+    // never learns it.
+    let attempts = RetryPolicy::fast().max_retries + 1;
+    e.proxy
+        .inject(rule("RunInstances", Fault::DropAnswer, attempts));
+    let quick = common::provider(
+        e.builder().visibility_window(Duration::from_millis(300)),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    let first = quick.create(&e.spec("dup-1")).await;
+    assert!(first.is_err(), "{first:?}");
+    e.proxy.clear("RunInstances");
+    // The same name again with another label: the same ClientToken with other parameters
+    // (IdempotentParameterMismatch), while the tag filters do not show the first machine yet.
+    let mut spec = e.spec("dup-1");
+    spec.labels.insert("role".into(), "b".into());
+    let second = p.create(&spec).await.unwrap();
+    assert!(matches!(second, Created::Adopted(_)), "{second:?}");
+    // moto itself, past the proxy's lag: one machine of that name.
+    let truth = common::provider(common::builder(&e.seed, &e.seed.moto), "owner-1")
+        .await
+        .unwrap();
+    let named: Vec<String> = truth
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name == "dup-1")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    for id in named {
+        truth.delete(&id).await.unwrap();
+    }
 }

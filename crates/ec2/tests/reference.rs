@@ -577,19 +577,28 @@ async fn a_token_used_with_other_parameters_adopts_the_live_machine() {
         "Arguments on this idempotent request are inconsistent with arguments used in previous \
          request(s).",
     );
-    answer(
-        &proxy,
-        "DescribeInstances",
-        200,
-        describe(&[full_instance(ID, "ref-9")], None),
-    );
+    // EC2 holds an instance for the token: read by the token, then shown by the pool's listing.
+    for _ in 0..2 {
+        answer(
+            &proxy,
+            "DescribeInstances",
+            200,
+            describe(&[full_instance(ID, "ref-9")], None),
+        );
+    }
     match p.create(&spec("ref-9")).await.unwrap() {
         Created::Adopted(m) => assert_eq!(m.id, ID),
         other => panic!("{other:?}"),
     }
-    // The lookup was by this owner's tags and the name.
-    let q = &proxy.of("DescribeInstances")[0].params;
-    assert!(q.values().any(|v| v == "tag:Name"), "{q:?}");
+    // The lookup was by the create's ClientToken, then by this owner's tags and the instance id.
+    let token = proxy.of("RunInstances")[0].params["ClientToken"].clone();
+    let reads = proxy.of("DescribeInstances");
+    let q = &reads[0].params;
+    assert!(q.values().any(|v| v == "client-token"), "{q:?}");
+    assert!(q.values().any(|v| *v == token), "{q:?}");
+    let q = &reads[1].params;
+    assert!(q.values().any(|v| v == "tag:orca-pool"), "{q:?}");
+    assert!(q.values().any(|v| v == ID), "{q:?}");
 }
 
 #[tokio::test]

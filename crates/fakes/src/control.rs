@@ -267,7 +267,7 @@ pub fn form_pairs(encoded: &[u8]) -> Vec<(String, String)> {
 }
 
 /// A body whose first read fails, so hyper aborts the connection mid-answer.
-fn broken_body() -> Body {
+pub(crate) fn broken_body() -> Body {
     struct Broken;
     impl http_body::Body for Broken {
         type Data = axum::body::Bytes;

@@ -2,12 +2,16 @@
 //! faithful to that cloud's public API reference (shapes, pagination, asynchronous actions or
 //! operations, label filters, error bodies and codes) and with fault injection on demand.
 //!
+//! `moto` is not a fake of its own but a proxy in front of moto, the EC2 emulator, making it behave as
+//! EC2 does where moto is kinder.
+//!
 //! Nothing here talks to any other address: every server binds 127.0.0.1 on a port the OS picks.
 
 pub mod azure;
 pub mod control;
 pub mod gce;
 pub mod hetzner;
+pub mod moto;
 
 pub use control::{serve, Control, Fault, Logged, Rule, Running};
 

@@ -1613,27 +1613,52 @@ async fn fault_campaign_azure_fake() {
     f.check();
 }
 
-/// The EC2 tests' proxy in front of moto (ClientToken replays, instances kept pending or hidden for a
-/// while, EC2's error answers injected through the fakes' shared rules), shared with crates/ec2, not
-/// copied (its items the campaign does not use are allowed dead by the module itself).
-#[path = "../../../crates/ec2/tests/common/mod.rs"]
-mod ec2_proxy;
+/// moto and the proxy in front of it (ClientToken replays, instances kept pending or hidden for a
+/// while, EC2's error answers injected through the fakes' shared rules), as the EC2 tests use them.
+use orca_fakes::moto as ec2_proxy;
 
 /// An EC2 provider for `owner` at `endpoint` (the proxy, or moto itself for the truth), with the EC2
 /// tests' short polls and windows (20 ms polls, 20 s visibility window, 1.5 s to confirm a not found).
 fn ec2_maker(seed: &ec2_proxy::Seed, endpoint: &str, owner: &str) -> Make {
     let (seed, endpoint, owner) = (seed.clone(), endpoint.to_string(), owner.to_string());
     Arc::new(move || {
-        let (builder, owner) = (seed.builder(&endpoint), owner.clone());
+        let (seed, endpoint, owner) = (seed.clone(), endpoint.clone(), owner.clone());
         Box::pin(async move {
             let p: Arc<dyn Provider> = Arc::new(
-                ec2_proxy::Seed::provider(builder, &owner)
+                ec2_provider(&seed, &endpoint, &owner)
                     .await
                     .unwrap_or_else(|e| panic!("EC2 provider for {owner}: {e}")),
             );
             p
         })
     })
+}
+
+async fn ec2_provider(
+    seed: &ec2_proxy::Seed,
+    endpoint: &str,
+    owner: &str,
+) -> orca::Result<orca::ec2::Ec2Provider> {
+    let mut b = orca::ec2::Config::builder()
+        .region(ec2_proxy::REGION)
+        .endpoint(endpoint)
+        .credentials(orca::ec2::StaticCredentials::new(
+            "AKIDORCATEST",
+            orca::ec2::SecretString::from("orca-campaign-secret"),
+        ))
+        .security_group(&seed.security_group)
+        .instance_profile(&seed.instance_profile)
+        .retry(orca::RetryPolicy::fast())
+        .poll_interval(Duration::from_millis(20))
+        .operation_timeout(Duration::from_secs(20))
+        .visibility_window(Duration::from_secs(20))
+        .confirm_not_found(Duration::from_millis(1500))
+        .connect_timeout(Duration::from_secs(5))
+        .request_timeout(Duration::from_secs(30));
+    for (zone, subnet) in &seed.subnets {
+        b = b.subnet(zone, subnet);
+    }
+    orca::ec2::Ec2Provider::new(b.build()?, owner).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,269 @@
+//! The proxy's server, its settings, and its log of every request.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use chrono::{DateTime, Utc};
+
+use super::answers::error_code;
+use super::rules::ec2_rules;
+use super::upstream::upstream;
+use crate::control::{broken_body, Fault, Rule};
+
+/// One request the proxy saw.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// The EC2 action (the form's `Action`).
+    pub action: String,
+    /// Every form parameter, `Action` included.
+    pub params: BTreeMap<String, String>,
+    /// When it was answered.
+    pub at: Instant,
+    /// The answer's HTTP status.
+    pub status: u16,
+    /// Answered by an injected fault (not by moto, nor by the proxy's own EC2 rules).
+    pub faulted: bool,
+    /// The error code of the answer, when it was an EC2 error.
+    pub code: Option<String>,
+}
+
+/// A ClientToken the proxy has seen answered.
+#[derive(Debug, Clone)]
+pub(super) struct TokenRecord {
+    pub(super) params: BTreeMap<String, String>,
+    pub(super) instances: Vec<String>,
+}
+
+/// What the proxy keeps to behave as EC2.
+#[derive(Debug, Default)]
+pub(super) struct Ec2State {
+    pub(super) visibility_delay: Duration,
+    pub(super) hidden_until: HashMap<String, Instant>,
+    pub(super) pending_for: Duration,
+    pub(super) pending_until: HashMap<String, Instant>,
+    pub(super) tag_lag: Duration,
+    /// When a tag filter first finds each instance made while `tag_lag` was set.
+    pub(super) tag_indexed_at: HashMap<String, Instant>,
+    pub(super) tokens: HashMap<String, TokenRecord>,
+    pub(super) started: HashMap<String, DateTime<Utc>>,
+    pub(super) subnet_zone: HashMap<String, String>,
+    pub(super) offered: HashMap<String, Vec<String>>,
+    /// How many instances a filtered listing's page looks at ([`Proxy::page_by_scan`]).
+    pub(super) scan_per_page: Option<usize>,
+    /// Until when RunInstances refuses the instance profile it names ([`Proxy::refuse_new_profile`]).
+    pub(super) new_profile_refused_until: Option<Instant>,
+}
+
+#[derive(Debug)]
+pub(super) struct ProxyState {
+    pub(super) upstream: String,
+    pub(super) http: reqwest::Client,
+    /// The injected faults (the fakes' shared matcher).
+    pub(super) faults: crate::Control,
+    pub(super) log: Mutex<Vec<Seen>>,
+    pub(super) ec2: Mutex<Ec2State>,
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One address of the proxy: its state, and the page size its listings are forced to.
+#[derive(Debug, Clone)]
+pub(super) struct View {
+    pub(super) state: Arc<ProxyState>,
+    pub(super) per_page: Option<usize>,
+}
+
+/// The proxy, on 127.0.0.1 until dropped.
+#[derive(Debug)]
+pub struct Proxy {
+    /// Its address, `http://127.0.0.1:PORT`.
+    pub url: String,
+    state: Arc<ProxyState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn listen(view: View) -> (String, tokio::task::JoinHandle<()>) {
+    let app = axum::Router::new().fallback(forward).with_state(view);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (url, task)
+}
+
+impl Proxy {
+    /// A proxy in front of `upstream` (moto; or an address nothing listens on, for tests that inject
+    /// every answer).
+    pub async fn start(upstream: &str) -> Proxy {
+        let state = Arc::new(ProxyState {
+            upstream: upstream.to_string(),
+            http: reqwest::Client::new(),
+            faults: crate::Control::default(),
+            log: Mutex::new(Vec::new()),
+            ec2: Mutex::new(Ec2State::default()),
+        });
+        let (url, task) = listen(View {
+            state: state.clone(),
+            per_page: None,
+        })
+        .await;
+        Proxy { url, state, task }
+    }
+
+    /// Another address on the same proxy (same rules, log and EC2 state) whose DescribeInstances
+    /// listings page by `per_page` instances, whatever `MaxResults` says (which it still checks).
+    pub async fn paged(&self, per_page: usize) -> Proxy {
+        let (url, task) = listen(View {
+            state: self.state.clone(),
+            per_page: Some(per_page.max(1)),
+        })
+        .await;
+        Proxy {
+            url,
+            state: self.state.clone(),
+            task,
+        }
+    }
+
+    /// Adds a fault rule (see [`rule`]); rules are tried in the order added.
+    pub fn inject(&self, rule: Rule) {
+        self.state.faults.inject(rule);
+    }
+
+    /// Removes every rule for `action`.
+    pub fn clear(&self, action: &str) {
+        let action = ("Action".to_string(), action.to_string());
+        self.state
+            .faults
+            .clear_faults_where(|r| r.form.contains(&action));
+    }
+
+    /// Instances made from now on stay invisible for `delay` (see the module documentation);
+    /// `Duration::ZERO` stops hiding new ones.
+    pub fn set_visibility_delay(&self, delay: Duration) {
+        lock(&self.state.ec2).visibility_delay = delay;
+    }
+
+    /// Instances made from now on show `pending` for `d` after they are made (moto answers
+    /// `running` at once; EC2 takes seconds to boot one); `Duration::ZERO` stops it for new ones.
+    pub fn keep_pending(&self, d: Duration) {
+        lock(&self.state.ec2).pending_for = d;
+    }
+
+    /// Instances made from now on are found by tag filters (`tag:...` in a DescribeInstances
+    /// listing) only `lag` after reads by id find them; `Duration::ZERO` stops it for new ones.
+    pub fn set_tag_filter_lag(&self, lag: Duration) {
+        lock(&self.state.ec2).tag_lag = lag;
+    }
+
+    /// Filtered DescribeInstances listings page as EC2 does when it filters: each page looks at the
+    /// next `n` instances of the region and holds those that match, so pages come short, or empty,
+    /// with a `NextToken` while instances remain to look at (whatever `MaxResults` says).
+    pub fn page_by_scan(&self, n: usize) {
+        lock(&self.state.ec2).scan_per_page = Some(n.max(1));
+    }
+
+    /// For `d` from now, RunInstances refuses the instance profile it names, as EC2 does for a while
+    /// after IAM made it: `InvalidParameterValue` "Value (...) for parameter iamInstanceProfile.name
+    /// is invalid. Invalid IAM Instance Profile name" (nothing is made).
+    pub fn refuse_new_profile(&self, d: Duration) {
+        lock(&self.state.ec2).new_profile_refused_until = Some(Instant::now() + d);
+    }
+
+    /// Hides instance `id` for `delay` from now (as if it had just been made).
+    pub fn hide(&self, id: &str, delay: Duration) {
+        lock(&self.state.ec2)
+            .hidden_until
+            .insert(id.to_string(), Instant::now() + delay);
+    }
+
+    /// Every request so far, in order.
+    pub fn log(&self) -> Vec<Seen> {
+        lock(&self.state.log).clone()
+    }
+
+    /// How many requests it has seen.
+    pub fn requests(&self) -> u64 {
+        lock(&self.state.log).len() as u64
+    }
+
+    /// The requests of `action`, in order.
+    pub fn of(&self, action: &str) -> Vec<Seen> {
+        self.log()
+            .into_iter()
+            .filter(|s| s.action == action)
+            .collect()
+    }
+
+    /// How many requests of `action` it has seen.
+    pub fn count(&self, action: &str) -> usize {
+        self.of(action).len()
+    }
+}
+
+async fn forward(
+    State(view): State<View>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let state = &*view.state;
+    let pairs = crate::control::form_pairs(&body);
+    let params: BTreeMap<String, String> = pairs.iter().cloned().collect();
+    let action = params.get("Action").cloned().unwrap_or_default();
+    let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let fault = state.faults.take_for(&method, path, &pairs);
+    if let Some(Fault::Latency(d)) = &fault {
+        tokio::time::sleep(*d).await;
+    }
+    let (response, faulted, code) = match fault.as_ref().and_then(Fault::response) {
+        // An answer in place of EC2's: the request never reaches moto.
+        Some(answer) => {
+            let code = match &fault {
+                Some(Fault::Text { body, .. }) => error_code(body),
+                _ => None,
+            };
+            (answer, true, code)
+        }
+        None => {
+            let (r, code) = match ec2_rules(state, &action, &params).await {
+                Some(answered) => answered,
+                None => upstream(&view, &action, &params, &method, &uri, &headers, &body).await,
+            };
+            match fault {
+                // Served (by moto or by the proxy's EC2 rules), and the answer lost on the way.
+                Some(Fault::DropAnswer) => {
+                    let (parts, _) = r.into_parts();
+                    (Response::from_parts(parts, broken_body()), true, code)
+                }
+                other => (r, other.is_some(), code),
+            }
+        }
+    };
+    lock(&state.log).push(Seen {
+        action,
+        params,
+        at: Instant::now(),
+        status: response.status().as_u16(),
+        faulted,
+        code,
+    });
+    response
+}
