@@ -393,6 +393,63 @@ pub(super) fn prepare_vm(
         props,
         ..
     } = *p;
+    let (size, lk) = checked_size(st, props, location)?;
+    let nics = checked_profile(st, props, id)?;
+    let old = st.res.get(key).cloned();
+    body["properties"]["vmId"] = json!(super::ops::fake_uuid(1, st.next_op));
+    body["properties"]["timeCreated"] = match &old {
+        Some(o) => o.body["properties"]["timeCreated"].clone(),
+        None => json!(now()),
+    };
+    if let Some(cd) = props["osProfile"]["customData"].as_str() {
+        st.custom_data.insert(key.to_string(), cd.to_string());
+    }
+    if let Some(c) = body["properties"]["osProfile"].get_mut("customData") {
+        // Azure never returns custom data.
+        *c = Value::Null;
+    }
+    let disk = props["storageProfile"]["osDisk"]["name"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{name}_OsDisk_1"));
+    let disk_id = rid(rg, Kind::Disk, &disk);
+    body["properties"]["storageProfile"]["osDisk"]["managedDisk"]["id"] = json!(disk_id);
+    st.res.insert(
+        disk_id.to_ascii_lowercase(),
+        Res::new(
+            Kind::Disk,
+            json!({"id": disk_id, "name": disk, "type": Kind::Disk.type_name(), "location": location,
+                "tags": {}, "managedBy": id, "properties": {"provisioningState": "Succeeded", "diskState": "Attached",
+                "timeCreated": now(),
+                "diskSizeGB": props["storageProfile"]["osDisk"]["diskSizeGB"].as_u64().unwrap_or(30)}}),
+        ),
+    );
+    for n in &nics {
+        if let Some(nic) = st
+            .res
+            .get_mut(&n["id"].as_str().unwrap_or("").to_ascii_lowercase())
+        {
+            nic.body["properties"]["virtualMachine"] = json!({"id": id});
+        }
+    }
+    *power = old.map(|o| o.power).unwrap_or_else(|| "starting".into());
+    if let Some(code) = st.no_stock.get(&lk) {
+        let msg = match code.as_str() {
+            "ZonalAllocationFailed" => format!("Allocation failed. We do not have sufficient capacity for the requested VM size {size} in this zone. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"),
+            "OverconstrainedAllocationRequest" => format!("Allocation failed. VM(s) with the following constraints cannot be allocated, because the condition is too restrictive. Please remove some constraints and try again. Constraints applied are: - VM Size {size}"),
+            _ => format!("Allocation failed. We do not have sufficient capacity for the requested VM size {size} in this region. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"),
+        };
+        *action = Action::Fail(code.clone(), msg);
+    }
+    Ok(())
+}
+
+/// The VM size: known, offered in `location`, within quota, and of the image's architecture.
+fn checked_size(
+    st: &State,
+    props: &Value,
+    location: &str,
+) -> Result<(String, (String, String)), Response> {
     let size = props["hardwareProfile"]["vmSize"]
         .as_str()
         .unwrap_or("")
@@ -462,6 +519,11 @@ pub(super) fn prepare_vm(
             json!({"target": "vmSize"}),
         ));
     }
+    Ok((size, lk))
+}
+
+/// The network interfaces (each existing and not another VM's) and the OS profile's login and custom data.
+fn checked_profile(st: &mut State, props: &Value, id: &str) -> Result<Vec<Value>, Response> {
     let Some(nics) = props["networkProfile"]["networkInterfaces"]
         .as_array()
         .cloned()
@@ -497,51 +559,5 @@ pub(super) fn prepare_vm(
             return Err(err(400, "InvalidParameter", "customData is too long."));
         }
     }
-    let old = st.res.get(key).cloned();
-    body["properties"]["vmId"] = json!(super::ops::fake_uuid(1, st.next_op));
-    body["properties"]["timeCreated"] = match &old {
-        Some(o) => o.body["properties"]["timeCreated"].clone(),
-        None => json!(now()),
-    };
-    if let Some(cd) = props["osProfile"]["customData"].as_str() {
-        st.custom_data.insert(key.to_string(), cd.to_string());
-    }
-    if let Some(c) = body["properties"]["osProfile"].get_mut("customData") {
-        // Azure never returns custom data.
-        *c = Value::Null;
-    }
-    let disk = props["storageProfile"]["osDisk"]["name"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("{name}_OsDisk_1"));
-    let disk_id = rid(rg, Kind::Disk, &disk);
-    body["properties"]["storageProfile"]["osDisk"]["managedDisk"]["id"] = json!(disk_id);
-    st.res.insert(
-        disk_id.to_ascii_lowercase(),
-        Res::new(
-            Kind::Disk,
-            json!({"id": disk_id, "name": disk, "type": Kind::Disk.type_name(), "location": location,
-                "tags": {}, "managedBy": id, "properties": {"provisioningState": "Succeeded", "diskState": "Attached",
-                "timeCreated": now(),
-                "diskSizeGB": props["storageProfile"]["osDisk"]["diskSizeGB"].as_u64().unwrap_or(30)}}),
-        ),
-    );
-    for n in &nics {
-        if let Some(nic) = st
-            .res
-            .get_mut(&n["id"].as_str().unwrap_or("").to_ascii_lowercase())
-        {
-            nic.body["properties"]["virtualMachine"] = json!({"id": id});
-        }
-    }
-    *power = old.map(|o| o.power).unwrap_or_else(|| "starting".into());
-    if let Some(code) = st.no_stock.get(&lk) {
-        let msg = match code.as_str() {
-            "ZonalAllocationFailed" => format!("Allocation failed. We do not have sufficient capacity for the requested VM size {size} in this zone. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"),
-            "OverconstrainedAllocationRequest" => format!("Allocation failed. VM(s) with the following constraints cannot be allocated, because the condition is too restrictive. Please remove some constraints and try again. Constraints applied are: - VM Size {size}"),
-            _ => format!("Allocation failed. We do not have sufficient capacity for the requested VM size {size} in this region. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance"),
-        };
-        *action = Action::Fail(code.clone(), msg);
-    }
-    Ok(())
+    Ok(nics)
 }
