@@ -59,7 +59,7 @@ struct Args {
     /// A cloud-init file for new machines.
     #[arg(long)]
     user_data: Option<PathBuf>,
-    /// Where the record is kept: a file path (default: orca-pool-<pool>.json here; one process per
+    /// Where the record is kept: a file path (default: `orca-pool-<pool>.json` here; one process per
     /// file), or a PostgreSQL connection string (postgres://... or host=... dbname=...) for replicas, of which one acts at a
     /// time per kind, owner and pool.
     #[arg(long, alias = "record", env = orca_scaler::STORE_ENV)]

@@ -141,7 +141,7 @@ impl Proxy {
         }
     }
 
-    /// Adds a fault rule (see [`rule`]); rules are tried in the order added.
+    /// Adds a fault rule (see [`rule`](super::rule)); rules are tried in the order added.
     pub fn inject(&self, rule: Rule) {
         self.state.faults.inject(rule);
     }
