@@ -735,10 +735,17 @@ impl Provider for Ec2Provider {
                     // a machine of this name: a live one is adopted (or refused when of another type
                     // or zone); a gone one leaves the name free, and a token salted with this
                     // request's digest is this request's own (the same on every retry of it).
-                    if let Some(m) = self.made_for_token(spec, &req.client_token).await? {
-                        return Ok(Created::Adopted(m));
-                    }
-                    if let Some(m) = self.find_made(spec).await? {
+                    // EC2 made an instance for this token once: a read that fails here leaves it
+                    // unknown whether that instance lives, so the failure never says "made nothing".
+                    let found = match self.made_for_token(spec, &req.client_token).await {
+                        Ok(Some(m)) => Some(m),
+                        Ok(None) => self
+                            .find_made(spec)
+                            .await
+                            .map_err(Error::with_may_have_acted)?,
+                        Err(e) => return Err(e.with_may_have_acted()),
+                    };
+                    if let Some(m) = found {
                         return Ok(Created::Adopted(m));
                     }
                     tracing::debug!("ClientToken was used with other parameters; next generation");
@@ -767,7 +774,13 @@ impl Provider for Ec2Provider {
             self.made.note(id.clone());
             // Not answered before a listing of its pool shows it: a listing, a read or a delete
             // right after must find it.
-            let Some(seen) = self.listed(&spec.pool, &id).await? else {
+            // The instance exists from here on: a read that fails (throttled, say) must not tell the
+            // caller that the create made nothing, or it would give up a name that has a machine.
+            let Some(seen) = self
+                .listed(&spec.pool, &id)
+                .await
+                .map_err(Error::with_may_have_acted)?
+            else {
                 return Err(Error::transient(format!(
                     "create of {}: EC2 made {id} but did not show it within {:?}; a create of the \
                      same spec adopts it",

@@ -977,3 +977,29 @@ async fn machine_named_is_one_filtered_listing() {
         p.delete(&m.id).await.unwrap();
     }
 }
+
+/// A create whose RunInstances made the instance and whose read of it is then throttled past the
+/// retry policy fails as throttled, but never as "made nothing": the name has a machine, and a
+/// caller that gave the name up would leave that machine unknown (or make the name twice).
+#[tokio::test]
+async fn a_create_throttled_after_ec2_made_its_instance_did_not_make_nothing() {
+    let Some(e) = env("a_create_throttled_after_ec2_made_its_instance_did_not_make_nothing").await
+    else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    e.proxy.inject(rule(
+        "DescribeInstances",
+        ec2_error(503, "RequestLimitExceeded"),
+        1_000,
+    ));
+    let err = p.create(&e.spec("thr-1")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Throttled, "{err}");
+    assert!(
+        !err.made_nothing(),
+        "the instance was made before the throttled read: {err}"
+    );
+    e.proxy.clear("DescribeInstances");
+    let m = p.machine_named(&e.pool, "thr-1").await.unwrap();
+    assert!(m.is_some(), "the instance stands under its name");
+}
