@@ -764,14 +764,18 @@ impl Provider for HetznerProvider {
         if let Err(failed) = ended {
             if failed.is_retryable() {
                 // Still running (or unreadable): the server stays; a retry of the create adopts it.
-                return Err(failed);
+                // Never "made nothing", even when the read was refused (throttled): the server exists.
+                return Err(failed.with_may_have_acted());
             }
             // A create action that failed for placement or capacity is no stock, once the server it
             // left is removed.
             let e = self.remove_failed(id, &spec.name, failed).await;
             return Self::no_stock(spec, e);
         }
-        let s = self.wait_visible(id).await?;
+        let s = self
+            .wait_visible(id)
+            .await
+            .map_err(Error::with_may_have_acted)?;
         Ok(Created::Machine(self.machine_of(&s)))
     }
 

@@ -1024,3 +1024,36 @@ async fn errors_keep_the_operation_the_retries_the_code_and_the_cause() {
     );
     assert_eq!(e.operation(), Some("servers.list"));
 }
+
+/// A create whose server Hetzner made, and whose waits on it are then throttled, fails as throttled
+/// but never as "made nothing": a caller that gave the name up would leave the server unknown.
+#[tokio::test]
+async fn a_create_throttled_after_the_server_was_made_did_not_make_nothing() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let config = common::builder(&fake)
+        .retry(RetryPolicy::NEVER)
+        .build()
+        .unwrap();
+    let p = HetznerProvider::new(config, "s").await.unwrap();
+    p.arch("cx23").await.unwrap();
+    let throttled = || Fault::Status {
+        status: 429,
+        body: serde_json::json!({"error": {"code": "rate_limit_exceeded", "message": "slow down"}}),
+        headers: vec![],
+    };
+    for path in ["/v1/actions", "/v1/servers/"] {
+        fake.control()
+            .inject(Rule::new(Some(Method::GET), path, throttled(), 1_000));
+    }
+    let err = p
+        .create(&spec("thr-1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), orca_machines::ErrorKind::Throttled, "{err}");
+    assert!(
+        !err.made_nothing(),
+        "the server was made before the throttled reads: {err}"
+    );
+    fake.control().clear_faults();
+    assert!(p.machine_named("lab", "thr-1").await.unwrap().is_some());
+}
