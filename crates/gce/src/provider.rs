@@ -535,7 +535,13 @@ impl GceProvider {
         boot_disk: &str,
         op: Operation,
     ) -> Result<Created> {
-        let done = self.client().wait(op).await?;
+        // The insert was accepted: a wait or read that fails from here on (throttled, say) leaves an
+        // instance that is or will be, so its error never says "made nothing".
+        let done = self
+            .client()
+            .wait(op)
+            .await
+            .map_err(Error::with_may_have_acted)?;
         if let Some(e) = operation_error(&done) {
             let e = e.with_operation("instances.insert");
             let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
@@ -559,7 +565,11 @@ impl GceProvider {
                 (e, false) => Err(Error::leftovers(e, left)),
             };
         }
-        match self.read_fresh(r, Instant::now()).await? {
+        match self
+            .read_fresh(r, Instant::now())
+            .await
+            .map_err(Error::with_may_have_acted)?
+        {
             Some(vm) if !same_incarnation(done.target_id.as_deref(), &vm) => Err(Error::transient(
                 format!("instance {} was made and replaced by another since", r.id()),
             )),

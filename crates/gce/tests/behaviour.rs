@@ -1397,3 +1397,40 @@ async fn a_machine_is_found_by_name_with_one_request() {
     let e = p.machine_named("lab", "").await.unwrap_err();
     assert!(matches!(e, Error::InvalidSpec { .. }), "{e:?}");
 }
+
+/// A create whose insert Compute Engine accepted, and whose waits on it are then throttled, fails as
+/// throttled but never as "made nothing": a caller that gave the name up would leave the instance
+/// unknown.
+#[tokio::test]
+async fn a_create_throttled_after_the_insert_was_accepted_did_not_make_nothing() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    p.arch("e2-small").await.unwrap();
+    let throttled = || Fault::Status {
+        status: 429,
+        body: json!({"error": {"code": 429, "message": "slow down",
+            "errors": [{"reason": "rateLimitExceeded", "domain": "usageLimits", "message": "slow down"}]}}),
+        headers: vec![],
+    };
+    fake.control()
+        .inject(Rule::new(None, "/operations/", throttled(), 1_000));
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/instances/",
+        throttled(),
+        1_000,
+    ));
+    let err = p.create(&spec("thr-1", "e2-small")).await.unwrap_err();
+    assert_eq!(err.kind(), orca_machines::ErrorKind::Throttled, "{err}");
+    assert!(
+        !err.made_nothing(),
+        "the insert was accepted before the throttled reads: {err}"
+    );
+    fake.control().clear_faults();
+    assert!(p.machine_named("lab", "thr-1").await.unwrap().is_some());
+}

@@ -111,7 +111,8 @@ impl AzureProvider {
                         .await
                     {
                         Ok(None) => return Err(self.undo(&made, e).await),
-                        Ok(Some(_)) | Err(_) => return Err(e),
+                        // The VM stands (or may): never "made nothing", even after a throttled read.
+                        Ok(Some(_)) | Err(_) => return Err(e.with_may_have_acted()),
                     }
                 }
                 let e = e.with_placement(&spec.machine_type, &spec.location);
