@@ -325,8 +325,26 @@ async fn rest(s: &mut Shared<'_>, cx: PassCtx<'_>, offering: &Offering) -> Resul
     Ok(())
 }
 
-/// The create failed: the name is given up when the cloud refused it (made nothing), else kept for
-/// the next pass to adopt or retry.
+/// Whether a failed create gives its name up: only a refusal that will stand (the spec, the settings,
+/// the account, the name itself) and that made nothing. A passing refusal (throttled, busy, not found
+/// yet) keeps the name, whatever the driver says it made: the next pass retries the same name, which
+/// adopts what any attempt made, rather than a new name beside a machine the cloud may show late.
+fn gives_up(err: &Error) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::InvalidSpec
+            | ErrorKind::InvalidSettings
+            | ErrorKind::Unsupported
+            | ErrorKind::PermissionDenied
+            | ErrorKind::Unauthenticated
+            | ErrorKind::Quota
+            | ErrorKind::AlreadyExists
+            | ErrorKind::NotOwned
+    ) && err.made_nothing()
+}
+
+/// The create failed: the name is given up when the cloud refused it for good (made nothing), else
+/// kept for the next pass to adopt or retry.
 async fn failed(
     s: &mut Shared<'_>,
     cx: PassCtx<'_>,
@@ -334,7 +352,7 @@ async fn failed(
     err: Error,
 ) -> Result<(), StoreError> {
     let (name, offering) = (picked.name, picked.offering);
-    let gave_up = err.made_nothing();
+    let gave_up = gives_up(&err);
     if let Some(e) = s.record.entries.get_mut(&name) {
         if gave_up {
             e.phase = Phase::Retired;
