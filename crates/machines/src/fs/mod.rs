@@ -12,6 +12,8 @@
 //!   reader sees the old file or the new one, never half of one; a write that fails leaves the old
 //!   file and removes its temporary file. The mode is owner-only ([`PRIVATE_MODE`]) unless the
 //!   caller says otherwise: a record or a state file names machines, addresses and ids.
+//! - [`write_new`]: the same temporary file, linked to the target only when nothing is there yet
+//!   (a key or a pin that must never be replaced); it answers whether it wrote.
 //! - [`remove_stale_temps`] and [`remove_stale_temps_in`]: the temporary files that a writer which
 //!   crashed before its rename left behind (never read as the file), removed by the next holder of
 //!   the file's lock.
@@ -45,7 +47,7 @@ use std::path::{Path, PathBuf};
 pub use lock::FileLock;
 pub use write::{
     create_private_dir, remove_stale_temps, remove_stale_temps_in, write_atomic, write_atomic_mode,
-    write_atomic_with,
+    write_atomic_with, write_new,
 };
 
 /// The mode of the files [`write_atomic`] writes and of lock files: read and write for the owner

@@ -42,6 +42,45 @@ pub fn write_atomic_with(
     write: impl FnOnce(&mut File) -> std::io::Result<()>,
 ) -> Result<(), FsError> {
     let path = path.as_ref();
+    let tmp = write_temp(path, mode, write)?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(FsError::io(path, "rename", e));
+    }
+    sync_folder(path);
+    Ok(())
+}
+
+/// Writes `bytes` to `path`, given `mode`, unless something is at `path` already (a file, a
+/// folder, a symbolic link, even a broken one): then nothing is written and the answer is `false`.
+/// For a file that must never be replaced once made (a key, a pin): two writers racing for the same
+/// path get one `true` between them.
+///
+/// A reader sees no file or the whole one: the bytes go to a temporary file as in
+/// [`write_atomic_with`], which is then hard-linked to `path` (a link fails on any existing name)
+/// and removed, and the folder is synced.
+pub fn write_new(path: impl AsRef<Path>, bytes: &[u8], mode: u32) -> Result<bool, FsError> {
+    let path = path.as_ref();
+    let tmp = write_temp(path, mode, |f| f.write_all(bytes))?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {
+            sync_folder(path);
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(FsError::io(path, "link", e)),
+    }
+}
+
+/// A new temporary file beside `path`, filled by `write`, given `mode` and synced; removed again
+/// when a step fails.
+fn write_temp(
+    path: &Path,
+    mode: u32,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> Result<PathBuf, FsError> {
     let name = path.file_name().ok_or_else(|| {
         FsError::io(
             path,
@@ -49,25 +88,29 @@ pub fn write_atomic_with(
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file's path"),
         )
     })?;
-    let dir = folder(path);
-    let (tmp, mut file) = create_temp(&dir, name)?;
+    let (tmp, mut file) = create_temp(&folder(path), name)?;
     let written = (|| {
         write(&mut file).map_err(|e| FsError::io(&tmp, "write", e))?;
         set_mode(&file, mode).map_err(|e| FsError::io(&tmp, "chmod", e))?;
-        file.sync_all().map_err(|e| FsError::io(&tmp, "sync", e))?;
-        drop(file);
-        std::fs::rename(&tmp, path).map_err(|e| FsError::io(path, "rename", e))
+        file.sync_all().map_err(|e| FsError::io(&tmp, "sync", e))
     })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    // The rename is done and visible: a folder that cannot be synced (some file systems refuse)
-    // makes it less durable, not undone, so the write is not reported as failed.
+}
+
+/// Syncs the folder of `path` after a rename or link in it. The rename or link is done and
+/// visible: a folder that cannot be synced (some file systems refuse) makes it less durable, not
+/// undone, so the write is not reported as failed.
+fn sync_folder(path: &Path) {
+    let dir = folder(path);
     if let Err(e) = File::open(&dir).and_then(|d| d.sync_all()) {
         tracing::debug!(folder = %dir.display(), error = %e, "could not sync the folder after a rename");
     }
-    Ok(())
 }
 
 /// Creates a new temporary file for `name` in `dir`, owner-only until its write is done.
@@ -210,5 +253,28 @@ mod tests {
         for no in ["", "notes", "42x", "4242.", "4242.zz", ".1", "4242.0.0"] {
             assert!(!is_temp_suffix(no.as_bytes()), "{no}");
         }
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_new_file_is_written_whole_and_never_replaces_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("key");
+        assert!(write_new(&p, b"first", 0o600).unwrap());
+        assert!(!write_new(&p, b"second", 0o600).unwrap());
+        assert_eq!(std::fs::read(&p).unwrap(), b"first");
+        assert_eq!(
+            names(dir.path()),
+            vec!["key".to_string()],
+            "no temporary file is left"
+        );
     }
 }
