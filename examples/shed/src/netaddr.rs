@@ -5,14 +5,11 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
+use ipnet::Ipv4Net;
+
 /// An IPv4 CIDR block, normalised (host bits cleared).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Cidr {
-    /// The network address.
-    pub addr: Ipv4Addr,
-    /// The prefix length, 0 to 32.
-    pub len: u8,
-}
+pub struct Cidr(Ipv4Net);
 
 impl Cidr {
     /// Parses `a.b.c.d/n` (a bare address is a `/32`). Host bits must be clear, as a firewall rule
@@ -23,55 +20,40 @@ impl Cidr {
         let addr: Ipv4Addr = a
             .parse()
             .map_err(|_| format!("{s:?} is not an IPv4 CIDR (like 203.0.113.7/32)"))?;
-        let len: u8 = match l.parse() {
-            Ok(n) if n <= 32 && !l.starts_with('+') => n,
-            _ => return Err(format!("{s:?} has no prefix length of 0 to 32")),
-        };
-        let c = Cidr { addr, len };
-        if c.network() != addr {
+        let net = l
+            .parse()
+            .ok()
+            .filter(|_| l.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|len| Ipv4Net::new(addr, len).ok())
+            .ok_or_else(|| format!("{s:?} has no prefix length of 0 to 32"))?;
+        if net.trunc() != net {
             return Err(format!(
                 "{s:?} has host bits set; the block is {}",
-                Cidr {
-                    addr: c.network(),
-                    len
-                }
+                net.trunc()
             ));
         }
-        Ok(c)
+        Ok(Cidr(net))
     }
 
     /// The block of one address.
     pub fn host(addr: Ipv4Addr) -> Cidr {
-        Cidr { addr, len: 32 }
-    }
-
-    fn mask(&self) -> u32 {
-        if self.len == 0 {
-            0
-        } else {
-            u32::MAX << (32 - u32::from(self.len))
-        }
-    }
-
-    /// The network address.
-    pub fn network(&self) -> Ipv4Addr {
-        Ipv4Addr::from(u32::from(self.addr) & self.mask())
+        Cidr(Ipv4Net::from(addr))
     }
 
     /// Whether `other` lies wholly inside this block.
     pub fn contains(&self, other: &Cidr) -> bool {
-        other.len >= self.len && (u32::from(other.addr) & self.mask()) == u32::from(self.network())
+        self.0.contains(&other.0)
     }
 
     /// Whether the block is wider than a /24.
     pub fn wider_than_24(&self) -> bool {
-        self.len < 24
+        self.0.prefix_len() < 24
     }
 }
 
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
+        self.0.fmt(f)
     }
 }
 
