@@ -255,15 +255,6 @@ mod tests {
         }
     }
 
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        v.sort();
-        v
-    }
-
     #[test]
     fn a_new_file_is_written_whole_and_never_replaces_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -271,10 +262,10 @@ mod tests {
         assert!(write_new(&p, b"first", 0o600).unwrap());
         assert!(!write_new(&p, b"second", 0o600).unwrap());
         assert_eq!(std::fs::read(&p).unwrap(), b"first");
-        assert_eq!(
-            names(dir.path()),
-            vec!["key".to_string()],
-            "no temporary file is left"
-        );
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["key".to_string()], "no temporary file is left");
     }
 }
