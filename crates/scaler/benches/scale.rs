@@ -11,7 +11,7 @@
 //!
 //! Run: `cargo bench -p orca-scaler --bench scale` (optimized), or in a debug build
 //! `cargo bench -p orca-scaler --bench scale --profile dev`. `ORCA_SCALE_SIZES=100,1000` runs fewer
-//! sizes; `DATABASE_URL` names the PostgreSQL server (default `postgres://postgres@127.0.0.1:5432/postgres`).
+//! sizes, `ORCA_SCALE_RUN=provider,file,postgres` fewer parts; `DATABASE_URL` names the PostgreSQL server (default `postgres://postgres@127.0.0.1:5432/postgres`).
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,15 @@ fn sizes() -> Vec<usize> {
             .map(|n| n.trim().parse().expect("ORCA_SCALE_SIZES: numbers, comma-separated"))
             .collect(),
         _ => vec![100, 1_000, 10_000],
+    }
+}
+
+/// Whether `what` (`provider`, `file` or `postgres`) is to run: `ORCA_SCALE_RUN=file,postgres`
+/// runs those only (all by default).
+fn runs(what: &str) -> bool {
+    match std::env::var("ORCA_SCALE_RUN") {
+        Ok(s) if !s.trim().is_empty() => s.split(',').any(|w| w.trim() == what),
+        _ => true,
     }
 }
 
@@ -187,24 +196,29 @@ async fn main() {
         "orca-pool scale: one --once pass on the in-memory provider ({} build), sizes {sizes:?}",
         if cfg!(debug_assertions) { "debug" } else { "optimized" }
     );
-    let mut provider = (Vec::new(), Vec::new());
-    for &n in &sizes {
-        let (c, l) = provider_run(n).await;
-        provider.0.push(c);
-        provider.1.push(l);
+    if runs("provider") {
+        let mut provider = (Vec::new(), Vec::new());
+        for &n in &sizes {
+            let (c, l) = provider_run(n).await;
+            provider.0.push(c);
+            provider.1.push(l);
+        }
+        print("provider alone: creates", &sizes, &provider.0);
+        print("provider alone: one listing", &sizes, &provider.1);
     }
-    print("provider alone: creates", &sizes, &provider.0);
-    print("provider alone: one listing", &sizes, &provider.1);
-
-    let mut file = (Vec::new(), Vec::new());
-    for &n in &sizes {
-        let (c, s) = store_run(&Backend::File(tempfile::tempdir().unwrap()), n).await;
-        file.0.push(c);
-        file.1.push(s);
+    if runs("file") {
+        let mut file = (Vec::new(), Vec::new());
+        for &n in &sizes {
+            let (c, s) = store_run(&Backend::File(tempfile::tempdir().unwrap()), n).await;
+            file.0.push(c);
+            file.1.push(s);
+        }
+        print("file store: creates", &sizes, &file.0);
+        print("file store: steady pass", &sizes, &file.1);
     }
-    print("file store: creates", &sizes, &file.0);
-    print("file store: steady pass", &sizes, &file.1);
-
+    if !runs("postgres") {
+        return;
+    }
     let mut pg = (Vec::new(), Vec::new());
     for &n in &sizes {
         let db = match fresh_db().await {
