@@ -24,6 +24,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -172,9 +173,70 @@ struct State {
     /// Whether every change is refused ([`MemoryCloud::set_read_only`]).
     #[serde(default)]
     read_only: bool,
+    /// Lookups kept beside `machines`, so that a call costs the same at ten machines and at ten
+    /// thousand (a create checks its name, every call enforces run limits). Derived from
+    /// `machines`, so never written to the state file: rebuilt when missing ([`State::index`]).
+    #[serde(skip)]
+    index: Option<Index>,
+}
+
+/// What [`State::index`] keeps: every machine by name, and the machines with a run limit.
+#[derive(Debug, Default, Clone)]
+struct Index {
+    /// (name, id) of every machine: a name can be carried by several (an operator's copy).
+    names: BTreeSet<(String, String)>,
+    /// Ids of the machines with a run limit (kept until they are removed).
+    limited: BTreeSet<String>,
 }
 
 impl State {
+    /// The lookups of `machines`, built from them on first use (a state read from its file).
+    fn index(&mut self) -> &mut Index {
+        let machines = &self.machines;
+        self.index.get_or_insert_with(|| {
+            let mut index = Index::default();
+            for (id, m) in machines {
+                index.names.insert((m.machine.name.clone(), id.clone()));
+                if m.machine.max_run_duration.is_some() {
+                    index.limited.insert(id.clone());
+                }
+            }
+            index
+        })
+    }
+
+    /// Adds (or replaces) machine `m`; the only way a machine is added.
+    fn insert_machine(&mut self, m: StoredMachine) {
+        let id = m.machine.id.clone();
+        self.remove_machine(&id);
+        let index = self.index();
+        index.names.insert((m.machine.name.clone(), id.clone()));
+        if m.machine.max_run_duration.is_some() {
+            index.limited.insert(id.clone());
+        }
+        self.machines.insert(id, m);
+    }
+
+    /// Removes machine `id`; the only way a machine is removed.
+    fn remove_machine(&mut self, id: &str) -> Option<StoredMachine> {
+        let gone = self.machines.remove(id)?;
+        let index = self.index();
+        index.names.remove(&(gone.machine.name.clone(), id.to_string()));
+        index.limited.remove(id);
+        Some(gone)
+    }
+
+    /// The ids of the machines named `name`, in id order.
+    fn ids_named(&mut self, name: &str) -> Vec<String> {
+        let from = (name.to_string(), String::new());
+        self.index()
+            .names
+            .range(from..)
+            .take_while(|(n, _)| n == name)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
     /// Whether machine `m` can be seen yet (see [`MemoryCloud::set_visibility_delay`]).
     fn visible(&self, m: &StoredMachine) -> bool {
         if self.visibility_delay_ms == 0 {
@@ -307,7 +369,11 @@ fn power(m: &mut Machine, on: bool, now: Timestamp) {
 /// does on its own.
 fn enforce_run_limits(s: &mut State) {
     let now = clock(s);
-    for m in s.machines.values_mut() {
+    let limited: Vec<String> = s.index().limited.iter().cloned().collect();
+    for id in limited {
+        let Some(m) = s.machines.get_mut(&id) else {
+            continue;
+        };
         if m.machine.status == Status::Running {
             if let Some(at) = m.machine.run_limit_at() {
                 if at <= now {
@@ -547,7 +613,7 @@ impl MemoryCloud {
 
     /// Deletes machine `id` from outside orca.
     pub fn operator_delete(&self, id: &str) -> bool {
-        self.with_state(true, |s| s.machines.remove(id).is_some())
+        self.with_state(true, |s| s.remove_machine(id).is_some())
             .unwrap_or(false)
     }
 
@@ -781,13 +847,26 @@ impl MemoryCloud {
         Self::lost(self.request(Operation::List).await?)?;
         let page_size = page_size.max(1);
         self.state(false, |s| {
-            let mut matching = s
-                .machines
-                .values()
+            // A page starts after the last one, and a name is looked up: never a walk over every
+            // machine for each page or name.
+            let named = name.map(|n| s.ids_named(n));
+            let s = &*s;
+            let candidates: Box<dyn Iterator<Item = &StoredMachine>> = match (&named, after) {
+                (Some(ids), _) => Box::new(
+                    ids.iter()
+                        .filter(move |id| after.is_none_or(|a| id.as_str() > a))
+                        .filter_map(|id| s.machines.get(id)),
+                ),
+                (None, Some(a)) => Box::new(
+                    s.machines
+                        .range::<str, _>((Bound::Excluded(a), Bound::Unbounded))
+                        .map(|(_, m)| m),
+                ),
+                (None, None) => Box::new(s.machines.values()),
+            };
+            let mut matching = candidates
                 .filter(|m| s.visible(m))
                 .map(|m| &m.machine)
-                .filter(|m| after.is_none_or(|a| m.id.as_str() > a))
-                .filter(|m| name.is_none_or(|n| m.name == n))
                 .filter(|m| with.iter().all(|(k, v)| m.labels.get(k) == Some(v)))
                 .filter(|m| without.iter().all(|k| !m.labels.contains_key(*k)));
             let items: Vec<Machine> = matching.by_ref().take(page_size).cloned().collect();
@@ -835,7 +914,7 @@ impl MemoryCloud {
         }
         let made = self
             .state(true, |s| {
-                if s.machines.values().any(|m| m.machine.name == spec.name) {
+                if !s.ids_named(&spec.name).is_empty() {
                     return Err(Error::already_exists(format!(
                         "machine named {:?}",
                         spec.name
@@ -890,13 +969,10 @@ impl MemoryCloud {
                     admission_group: group,
                     user_data_len: spec.user_data.len(),
                 };
-                s.machines.insert(
-                    machine.id.clone(),
-                    StoredMachine {
-                        machine: machine.clone(),
-                        extras,
-                    },
-                );
+                s.insert_machine(StoredMachine {
+                    machine: machine.clone(),
+                    extras,
+                });
                 Ok(machine)
             })
             .await??;
@@ -1083,7 +1159,7 @@ impl MemoryCloud {
                     return Err(Error::not_found(format!("machine {id}"))
                         .with_code("InvalidInstanceID.NotFound"));
                 }
-                let gone = s.machines.remove(id);
+                let gone = s.remove_machine(id);
                 if let Some(m) = &gone {
                     let key = stock_key(&m.machine.machine_type, &m.machine.location);
                     if let Some(left) = s.stock.get_mut(&key) {
