@@ -221,7 +221,9 @@ impl State {
     fn remove_machine(&mut self, id: &str) -> Option<StoredMachine> {
         let gone = self.machines.remove(id)?;
         let index = self.index();
-        index.names.remove(&(gone.machine.name.clone(), id.to_string()));
+        index
+            .names
+            .remove(&(gone.machine.name.clone(), id.to_string()));
         index.limited.remove(id);
         Some(gone)
     }
@@ -1237,11 +1239,34 @@ pub struct MemoryProvider {
     network: String,
     /// Ids this provider made lately, which the cloud may not show yet: a "not found" for one of
     /// them is read again before it is believed.
-    recent: Arc<Mutex<HashMap<String, std::time::Instant>>>,
+    recent: Arc<Mutex<Recent>>,
 }
 
 /// How long after making a machine a "not found" for it is not believed at once.
 pub const RECENT: Duration = Duration::from_secs(120);
+
+/// The ids a provider made, with when.
+#[derive(Debug, Default)]
+struct Recent {
+    made: HashMap<String, std::time::Instant>,
+    /// How many were left after the last sweep of the expired ones: the next sweep waits until
+    /// there are twice as many, so that a create or delete costs the same however many were made.
+    swept: usize,
+}
+
+impl Recent {
+    fn note(&mut self, id: &str) {
+        self.made.insert(id.to_string(), std::time::Instant::now());
+        if self.made.len() >= 2 * self.swept.max(32) {
+            self.made.retain(|_, at| at.elapsed() < RECENT);
+            self.swept = self.made.len();
+        }
+    }
+
+    fn has(&self, id: &str) -> bool {
+        self.made.get(id).is_some_and(|at| at.elapsed() < RECENT)
+    }
+}
 
 impl MemoryProvider {
     /// The same provider, putting machines on (and reading the firewall rules of) `network`.
@@ -1267,11 +1292,9 @@ impl MemoryProvider {
         &self.cloud
     }
 
-    /// Reads a machine and checks that this owner made it.
+    /// Whether this provider made machine `id` lately (the cloud may not show it yet).
     fn is_recent(&self, id: &str) -> bool {
-        let mut recent = lock(&self.recent);
-        recent.retain(|_, at| at.elapsed() < RECENT);
-        recent.contains_key(id)
+        lock(&self.recent).has(id)
     }
 
     /// Reads machine `id`. When the cloud is eventually consistent, "not found" is believed only
@@ -1403,7 +1426,7 @@ impl Provider for MemoryProvider {
             .await;
         let made = match made {
             Ok((m, adopted)) => {
-                lock(&self.recent).insert(m.id.clone(), std::time::Instant::now());
+                lock(&self.recent).note(&m.id);
                 // Do not answer before the cloud shows the machine: a listing or a delete right
                 // after the create must find it.
                 match self.read(&m.id).await? {

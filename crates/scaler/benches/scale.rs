@@ -3,7 +3,7 @@
 //! on the in-memory provider, creating 100, 1,000 and 10,000 machines with each store (the record
 //! file; PostgreSQL, a fresh database per run, skipped with a line saying so when none answers),
 //! then a steady pass (nothing to do) on the pool it made. The in-memory provider's own cost
-//! (the same creates and one listing, without a scaler) is measured beside them, so that a ratio
+//! (the same creates, one listing and the deletes of them all, without a scaler) is measured beside them, so that a ratio
 //! that grows is known to be the scaler's or the provider's.
 //!
 //! It prints each time and the ratios 1,000/100 and 10,000/1,000: a cost that grows with the work
@@ -25,7 +25,11 @@ fn sizes() -> Vec<usize> {
     match std::env::var("ORCA_SCALE_SIZES") {
         Ok(s) if !s.trim().is_empty() => s
             .split(',')
-            .map(|n| n.trim().parse().expect("ORCA_SCALE_SIZES: numbers, comma-separated"))
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .expect("ORCA_SCALE_SIZES: numbers, comma-separated")
+            })
             .collect(),
         _ => vec![100, 1_000, 10_000],
     }
@@ -65,7 +69,12 @@ impl Backend {
 }
 
 /// One `--once` pass: the store opened and the pass run; the time it took, and the pool's size after.
-async fn once(backend: &Backend, p: &dyn Provider, cloud: &MemoryCloud, size: usize) -> (Duration, usize) {
+async fn once(
+    backend: &Backend,
+    p: &dyn Provider,
+    cloud: &MemoryCloud,
+    size: usize,
+) -> (Duration, usize) {
     // A replica that just let go of PostgreSQL's lock holds it until the server sees its session
     // end: the next one waits for it rather than stand by.
     let mut tries = 0;
@@ -94,12 +103,16 @@ async fn store_run(backend: &Backend, n: usize) -> (Duration, Duration) {
     assert_eq!(serving, n);
     let (steady, serving) = once(backend, &p, &cloud, n).await;
     assert_eq!(serving, n);
-    assert_eq!(cloud.all_machines().len(), n, "the steady pass made nothing");
+    assert_eq!(
+        cloud.all_machines().len(),
+        n,
+        "the steady pass made nothing"
+    );
     (create, steady)
 }
 
-/// The provider alone: `n` creates, one at a time, then one listing.
-async fn provider_run(n: usize) -> (Duration, Duration) {
+/// The provider alone: `n` creates, one at a time, one listing, then `n` deletes.
+async fn provider_run(n: usize) -> (Duration, Duration, Duration) {
     let cloud = MemoryCloud::new();
     let p = cloud.provider("bench").unwrap();
     let t = Instant::now();
@@ -115,8 +128,14 @@ async fn provider_run(n: usize) -> (Duration, Duration) {
     }
     let create = t.elapsed();
     let t = Instant::now();
-    assert_eq!(p.machines("bench").await.expect("list").len(), n);
-    (create, t.elapsed())
+    let all = p.machines("bench").await.expect("list");
+    assert_eq!(all.len(), n);
+    let list = t.elapsed();
+    let t = Instant::now();
+    for m in &all {
+        p.delete(&m.id).await.expect("delete");
+    }
+    (create, list, t.elapsed())
 }
 
 /// A fresh database on the server, dropped at the end of its run.
@@ -133,7 +152,12 @@ async fn fresh_db() -> Result<Db, String> {
         .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
     let (admin, conn) = tokio_postgres::connect(&admin_url, tokio_postgres::NoTls)
         .await
-        .map_err(|e| format!("no PostgreSQL at {}: {e}", orca_scaler::store::postgres::redact(&admin_url)))?;
+        .map_err(|e| {
+            format!(
+                "no PostgreSQL at {}: {e}",
+                orca_scaler::store::postgres::redact(&admin_url)
+            )
+        })?;
     tokio::spawn(conn);
     let name = format!("orca_pool_bench_{:016x}", fastrand::u64(..));
     admin
@@ -167,7 +191,10 @@ impl Db {
     async fn drop_it(self) {
         let _ = self
             .admin
-            .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
+            .batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
             .await;
     }
 }
@@ -194,17 +221,23 @@ async fn main() {
     let sizes = sizes();
     println!(
         "orca-pool scale: one --once pass on the in-memory provider ({} build), sizes {sizes:?}",
-        if cfg!(debug_assertions) { "debug" } else { "optimized" }
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "optimized"
+        }
     );
     if runs("provider") {
-        let mut provider = (Vec::new(), Vec::new());
+        let mut provider = (Vec::new(), Vec::new(), Vec::new());
         for &n in &sizes {
-            let (c, l) = provider_run(n).await;
+            let (c, l, d) = provider_run(n).await;
             provider.0.push(c);
             provider.1.push(l);
+            provider.2.push(d);
         }
         print("provider alone: creates", &sizes, &provider.0);
         print("provider alone: one listing", &sizes, &provider.1);
+        print("provider alone: deletes", &sizes, &provider.2);
     }
     if runs("file") {
         let mut file = (Vec::new(), Vec::new());

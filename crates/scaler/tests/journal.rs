@@ -192,7 +192,10 @@ async fn a_damaged_entry_before_whole_ones_is_refused() {
     bytes[first + 12] ^= 0x01;
     std::fs::write(journal(&path), &bytes).unwrap();
     let m = refused(&path);
-    assert!(m.contains("damaged") && m.contains("rec.json.journal"), "{m}");
+    assert!(
+        m.contains("damaged") && m.contains("rec.json.journal"),
+        "{m}"
+    );
     assert_eq!(std::fs::read(journal(&path)).unwrap(), bytes, "kept");
 }
 

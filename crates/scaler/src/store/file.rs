@@ -27,8 +27,8 @@ use orca::fs::{FileLock, FsError};
 use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::journal::{self, Header, Journal};
 pub use super::journal::JOURNAL_FORMAT;
+use super::journal::{self, Header, Journal};
 use super::{Role, Store, StoreError};
 use crate::record::{Entry, Event, Key, Record};
 
@@ -318,7 +318,8 @@ impl FileStore {
             legacy: &self.legacy,
         })
         .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
-        orca::fs::write_atomic(&self.path, &bytes).map_err(|e| StoreError::Failed(e.to_string()))?;
+        orca::fs::write_atomic(&self.path, &bytes)
+            .map_err(|e| StoreError::Failed(e.to_string()))?;
         // The old journal follows the old snapshot: it takes no more appends.
         self.journal = None;
         if let Some(changed) = changed {

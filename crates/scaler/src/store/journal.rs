@@ -146,9 +146,7 @@ impl Journal {
 pub(super) fn read(path: &Path) -> Result<Option<Found>, StoreError> {
     let mut bytes = Vec::new();
     match open_nofollow(path, false) {
-        Ok(mut f) => f
-            .read_to_end(&mut bytes)
-            .map_err(|e| io(path, "read", e))?,
+        Ok(mut f) => f.read_to_end(&mut bytes).map_err(|e| io(path, "read", e))?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io(path, "open", e)),
     };
@@ -283,9 +281,14 @@ mod tests {
     #[test]
     fn a_frame_reads_back_and_any_cut_of_it_is_bad() {
         let f = frame(b"{\"a\":1}");
-        assert!(matches!(next_frame(&f, 0), Frame::Whole(p, n) if p == b"{\"a\":1}" && n == f.len()));
+        assert!(
+            matches!(next_frame(&f, 0), Frame::Whole(p, n) if p == b"{\"a\":1}" && n == f.len())
+        );
         for cut in 0..f.len() {
-            assert!(matches!(next_frame(&f[..cut], 0), Frame::Bad(_)), "cut at {cut}");
+            assert!(
+                matches!(next_frame(&f[..cut], 0), Frame::Bad(_)),
+                "cut at {cut}"
+            );
         }
         let mut flipped = f.clone();
         flipped[10] ^= 1;
