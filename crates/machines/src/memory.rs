@@ -1759,6 +1759,54 @@ mod tests {
         assert!(one.machines("p").await.unwrap().is_empty());
     }
 
+    /// The lookups by name and of run limits stay true to the machines: a name is taken until its
+    /// machine is removed (in this process or another on the same file), and a run limit is enforced
+    /// on a state read back from its file.
+    #[tokio::test]
+    async fn names_and_run_limits_follow_the_machines_across_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let one = MemoryCloud::persistent(&path).unwrap();
+        let p = one.provider("o").unwrap();
+        let limited = spec("a").with_max_run_duration(Duration::from_secs(60));
+        let a = p.create(&limited).await.unwrap().machine().unwrap();
+        let two = MemoryCloud::persistent(&path).unwrap();
+        let q = two.provider("o").unwrap();
+        assert!(
+            matches!(q.create(&spec("a")).await.unwrap(), Created::Adopted(m) if m.id == a.id),
+            "the name is taken in the other process too"
+        );
+        two.advance_clock(Duration::from_secs(120));
+        let seen = p.machine(&a.id).await.unwrap().unwrap();
+        assert_eq!(seen.status, Status::Stopped, "the run limit is enforced");
+        assert!(two.operator_delete(&a.id));
+        let again = p.create(&spec("a")).await.unwrap();
+        assert!(
+            matches!(&again, Created::Machine(m) if m.id != a.id),
+            "{again:?}"
+        );
+
+        let mem = MemoryCloud::new();
+        let p = mem.provider("o").unwrap();
+        for i in 0..120 {
+            p.create(&spec(&format!("w-{i}"))).await.unwrap();
+        }
+        let all = p.clone().with_page_size(7).machines("p").await.unwrap();
+        assert_eq!(all.len(), 120);
+        assert!(all.windows(2).all(|w| w[0].id < w[1].id), "in id order");
+        let b = p.create(&limited).await.unwrap().machine().unwrap();
+        mem.advance_clock(Duration::from_secs(120));
+        assert_eq!(
+            p.machine(&b.id).await.unwrap().unwrap().status,
+            Status::Stopped
+        );
+        assert!(p.delete(&all[5].id).await.unwrap());
+        assert!(matches!(
+            p.create(&spec("w-5")).await.unwrap(),
+            Created::Machine(_)
+        ));
+    }
+
     #[tokio::test]
     async fn a_read_only_cloud_refuses_changes_to_every_process_on_its_file_and_reads_go_on() {
         let dir = tempfile::tempdir().unwrap();
