@@ -1,8 +1,9 @@
 //! The record in a local file: the default store.
 //!
 //! The file holds the records of every (kind, owner, pool) kept in it, as a snapshot (`<file>`, JSON)
-//! and a journal beside it (`<file>.journal`, [`super::journal`]) of the commits since. A commit
-//! appends one entry to the journal, the record's own fields and the entries its events name, and
+//! and a journal beside it (`<file>.journal`: entries framed with their length and a CRC-32) of the
+//! commits since. A commit appends one entry to the journal, the record's own fields and the entries
+//! its events name, and
 //! syncs it before it answers, so a commit costs the same at ten machines and at ten thousand; a
 //! crash mid-append leaves a torn last entry, dropped whole when the store is next opened. Now and then
 //! (once the journal outgrows the snapshot) a commit writes a new snapshot instead: whole, to a
