@@ -24,6 +24,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -172,9 +173,72 @@ struct State {
     /// Whether every change is refused ([`MemoryCloud::set_read_only`]).
     #[serde(default)]
     read_only: bool,
+    /// Lookups kept beside `machines`, so that a call costs the same at ten machines and at ten
+    /// thousand (a create checks its name, every call enforces run limits). Derived from
+    /// `machines`, so never written to the state file: rebuilt when missing ([`State::index`]).
+    #[serde(skip)]
+    index: Option<Index>,
+}
+
+/// What [`State::index`] keeps: every machine by name, and the machines with a run limit.
+#[derive(Debug, Default, Clone)]
+struct Index {
+    /// (name, id) of every machine: a name can be carried by several (an operator's copy).
+    names: BTreeSet<(String, String)>,
+    /// Ids of the machines with a run limit (kept until they are removed).
+    limited: BTreeSet<String>,
 }
 
 impl State {
+    /// The lookups of `machines`, built from them on first use (a state read from its file).
+    fn index(&mut self) -> &mut Index {
+        let machines = &self.machines;
+        self.index.get_or_insert_with(|| {
+            let mut index = Index::default();
+            for (id, m) in machines {
+                index.names.insert((m.machine.name.clone(), id.clone()));
+                if m.machine.max_run_duration.is_some() {
+                    index.limited.insert(id.clone());
+                }
+            }
+            index
+        })
+    }
+
+    /// Adds (or replaces) machine `m`; the only way a machine is added.
+    fn insert_machine(&mut self, m: StoredMachine) {
+        let id = m.machine.id.clone();
+        self.remove_machine(&id);
+        let index = self.index();
+        index.names.insert((m.machine.name.clone(), id.clone()));
+        if m.machine.max_run_duration.is_some() {
+            index.limited.insert(id.clone());
+        }
+        self.machines.insert(id, m);
+    }
+
+    /// Removes machine `id`; the only way a machine is removed.
+    fn remove_machine(&mut self, id: &str) -> Option<StoredMachine> {
+        let gone = self.machines.remove(id)?;
+        let index = self.index();
+        index
+            .names
+            .remove(&(gone.machine.name.clone(), id.to_string()));
+        index.limited.remove(id);
+        Some(gone)
+    }
+
+    /// The ids of the machines named `name`, in id order.
+    fn ids_named(&mut self, name: &str) -> Vec<String> {
+        let from = (name.to_string(), String::new());
+        self.index()
+            .names
+            .range(from..)
+            .take_while(|(n, _)| n == name)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
     /// Whether machine `m` can be seen yet (see [`MemoryCloud::set_visibility_delay`]).
     fn visible(&self, m: &StoredMachine) -> bool {
         if self.visibility_delay_ms == 0 {
@@ -307,7 +371,11 @@ fn power(m: &mut Machine, on: bool, now: Timestamp) {
 /// does on its own.
 fn enforce_run_limits(s: &mut State) {
     let now = clock(s);
-    for m in s.machines.values_mut() {
+    let limited: Vec<String> = s.index().limited.iter().cloned().collect();
+    for id in limited {
+        let Some(m) = s.machines.get_mut(&id) else {
+            continue;
+        };
         if m.machine.status == Status::Running {
             if let Some(at) = m.machine.run_limit_at() {
                 if at <= now {
@@ -547,7 +615,7 @@ impl MemoryCloud {
 
     /// Deletes machine `id` from outside orca.
     pub fn operator_delete(&self, id: &str) -> bool {
-        self.with_state(true, |s| s.machines.remove(id).is_some())
+        self.with_state(true, |s| s.remove_machine(id).is_some())
             .unwrap_or(false)
     }
 
@@ -781,13 +849,26 @@ impl MemoryCloud {
         Self::lost(self.request(Operation::List).await?)?;
         let page_size = page_size.max(1);
         self.state(false, |s| {
-            let mut matching = s
-                .machines
-                .values()
+            // A page starts after the last one, and a name is looked up: never a walk over every
+            // machine for each page or name.
+            let named = name.map(|n| s.ids_named(n));
+            let s = &*s;
+            let candidates: Box<dyn Iterator<Item = &StoredMachine>> = match (&named, after) {
+                (Some(ids), _) => Box::new(
+                    ids.iter()
+                        .filter(move |id| after.is_none_or(|a| id.as_str() > a))
+                        .filter_map(|id| s.machines.get(id)),
+                ),
+                (None, Some(a)) => Box::new(
+                    s.machines
+                        .range::<str, _>((Bound::Excluded(a), Bound::Unbounded))
+                        .map(|(_, m)| m),
+                ),
+                (None, None) => Box::new(s.machines.values()),
+            };
+            let mut matching = candidates
                 .filter(|m| s.visible(m))
                 .map(|m| &m.machine)
-                .filter(|m| after.is_none_or(|a| m.id.as_str() > a))
-                .filter(|m| name.is_none_or(|n| m.name == n))
                 .filter(|m| with.iter().all(|(k, v)| m.labels.get(k) == Some(v)))
                 .filter(|m| without.iter().all(|k| !m.labels.contains_key(*k)));
             let items: Vec<Machine> = matching.by_ref().take(page_size).cloned().collect();
@@ -835,7 +916,7 @@ impl MemoryCloud {
         }
         let made = self
             .state(true, |s| {
-                if s.machines.values().any(|m| m.machine.name == spec.name) {
+                if !s.ids_named(&spec.name).is_empty() {
                     return Err(Error::already_exists(format!(
                         "machine named {:?}",
                         spec.name
@@ -890,13 +971,10 @@ impl MemoryCloud {
                     admission_group: group,
                     user_data_len: spec.user_data.len(),
                 };
-                s.machines.insert(
-                    machine.id.clone(),
-                    StoredMachine {
-                        machine: machine.clone(),
-                        extras,
-                    },
-                );
+                s.insert_machine(StoredMachine {
+                    machine: machine.clone(),
+                    extras,
+                });
                 Ok(machine)
             })
             .await??;
@@ -1083,7 +1161,7 @@ impl MemoryCloud {
                     return Err(Error::not_found(format!("machine {id}"))
                         .with_code("InvalidInstanceID.NotFound"));
                 }
-                let gone = s.machines.remove(id);
+                let gone = s.remove_machine(id);
                 if let Some(m) = &gone {
                     let key = stock_key(&m.machine.machine_type, &m.machine.location);
                     if let Some(left) = s.stock.get_mut(&key) {
@@ -1161,11 +1239,34 @@ pub struct MemoryProvider {
     network: String,
     /// Ids this provider made lately, which the cloud may not show yet: a "not found" for one of
     /// them is read again before it is believed.
-    recent: Arc<Mutex<HashMap<String, std::time::Instant>>>,
+    recent: Arc<Mutex<Recent>>,
 }
 
 /// How long after making a machine a "not found" for it is not believed at once.
 pub const RECENT: Duration = Duration::from_secs(120);
+
+/// The ids a provider made, with when.
+#[derive(Debug, Default)]
+struct Recent {
+    made: HashMap<String, std::time::Instant>,
+    /// How many were left after the last sweep of the expired ones: the next sweep waits until
+    /// there are twice as many, so that a create or delete costs the same however many were made.
+    swept: usize,
+}
+
+impl Recent {
+    fn note(&mut self, id: &str) {
+        self.made.insert(id.to_string(), std::time::Instant::now());
+        if self.made.len() >= 2 * self.swept.max(32) {
+            self.made.retain(|_, at| at.elapsed() < RECENT);
+            self.swept = self.made.len();
+        }
+    }
+
+    fn has(&self, id: &str) -> bool {
+        self.made.get(id).is_some_and(|at| at.elapsed() < RECENT)
+    }
+}
 
 impl MemoryProvider {
     /// The same provider, putting machines on (and reading the firewall rules of) `network`.
@@ -1191,11 +1292,9 @@ impl MemoryProvider {
         &self.cloud
     }
 
-    /// Reads a machine and checks that this owner made it.
+    /// Whether this provider made machine `id` lately (the cloud may not show it yet).
     fn is_recent(&self, id: &str) -> bool {
-        let mut recent = lock(&self.recent);
-        recent.retain(|_, at| at.elapsed() < RECENT);
-        recent.contains_key(id)
+        lock(&self.recent).has(id)
     }
 
     /// Reads machine `id`. When the cloud is eventually consistent, "not found" is believed only
@@ -1327,7 +1426,7 @@ impl Provider for MemoryProvider {
             .await;
         let made = match made {
             Ok((m, adopted)) => {
-                lock(&self.recent).insert(m.id.clone(), std::time::Instant::now());
+                lock(&self.recent).note(&m.id);
                 // Do not answer before the cloud shows the machine: a listing or a delete right
                 // after the create must find it.
                 match self.read(&m.id).await? {
@@ -1658,6 +1757,54 @@ mod tests {
         assert_eq!(seen.len(), 1);
         assert!(two.delete(&seen[0].id).await.unwrap());
         assert!(one.machines("p").await.unwrap().is_empty());
+    }
+
+    /// The lookups by name and of run limits stay true to the machines: a name is taken until its
+    /// machine is removed (in this process or another on the same file), and a run limit is enforced
+    /// on a state read back from its file.
+    #[tokio::test]
+    async fn names_and_run_limits_follow_the_machines_across_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let one = MemoryCloud::persistent(&path).unwrap();
+        let p = one.provider("o").unwrap();
+        let limited = spec("a").with_max_run_duration(Duration::from_secs(60));
+        let a = p.create(&limited).await.unwrap().machine().unwrap();
+        let two = MemoryCloud::persistent(&path).unwrap();
+        let q = two.provider("o").unwrap();
+        assert!(
+            matches!(q.create(&spec("a")).await.unwrap(), Created::Adopted(m) if m.id == a.id),
+            "the name is taken in the other process too"
+        );
+        two.advance_clock(Duration::from_secs(120));
+        let seen = p.machine(&a.id).await.unwrap().unwrap();
+        assert_eq!(seen.status, Status::Stopped, "the run limit is enforced");
+        assert!(two.operator_delete(&a.id));
+        let again = p.create(&spec("a")).await.unwrap();
+        assert!(
+            matches!(&again, Created::Machine(m) if m.id != a.id),
+            "{again:?}"
+        );
+
+        let mem = MemoryCloud::new();
+        let p = mem.provider("o").unwrap();
+        for i in 0..120 {
+            p.create(&spec(&format!("w-{i}"))).await.unwrap();
+        }
+        let all = p.clone().with_page_size(7).machines("p").await.unwrap();
+        assert_eq!(all.len(), 120);
+        assert!(all.windows(2).all(|w| w[0].id < w[1].id), "in id order");
+        let b = p.create(&limited).await.unwrap().machine().unwrap();
+        mem.advance_clock(Duration::from_secs(120));
+        assert_eq!(
+            p.machine(&b.id).await.unwrap().unwrap().status,
+            Status::Stopped
+        );
+        assert!(p.delete(&all[5].id).await.unwrap());
+        assert!(matches!(
+            p.create(&spec("w-5")).await.unwrap(),
+            Created::Machine(_)
+        ));
     }
 
     #[tokio::test]

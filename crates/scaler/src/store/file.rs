@@ -1,42 +1,163 @@
-//! The record in a local JSON file: the default store.
+//! The record in a local file: the default store.
 //!
-//! The file holds the records of every (kind, owner, pool) kept in it. It is written whole, to a
-//! temporary file in the same folder that is synced and then renamed over the old one, so a crash
-//! leaves the old or the new file, never a torn one. A lock file beside it (`<file>.lock`, an
-//! exclusive `flock` held as long as the store is open) refuses a second process on the same file.
-//! The lock is checked before every pass ([`Store::lead`]) and every write: when someone removed or
-//! replaced the lock file, a second process may have locked a new file at the same path, so this
-//! store stops for good ([`StoreError::LostLeadership`]) rather than write over the other's record.
-//! The write is orca's atomic write ([`orca::fs::write_atomic`]); the temporary file that a crashed
-//! writer left behind is never read, and is removed when the store is next opened.
+//! The file holds the records of every (kind, owner, pool) kept in it, as a snapshot (`<file>`, JSON)
+//! and a journal beside it (`<file>.journal`: entries framed with their length and a CRC-32) of the
+//! commits since. A commit appends one entry to the journal, the record's own fields and the entries
+//! its events name, and
+//! syncs it before it answers, so a commit costs the same at ten machines and at ten thousand; a
+//! crash mid-append leaves a torn last entry, dropped whole when the store is next opened. Now and then
+//! (once the journal outgrows the snapshot) a commit writes a new snapshot instead: whole, to a
+//! temporary file in the same folder that is synced and then renamed over the old one
+//! ([`orca::fs::write_atomic`]), then a new, empty journal the same way. The snapshot and the journal
+//! carry the file's lineage and a generation: a crash between the two writes leaves a journal of the
+//! generation before, whose entries the new snapshot holds, so it is not read again; a journal of
+//! another record file, or of a snapshot newer than the one beside it, is refused. The temporary
+//! file that a crashed writer left behind is never read, and is removed when the store is next opened.
+//!
+//! A lock file beside it (`<file>.lock`, an exclusive `flock` held as long as the store is open)
+//! refuses a second process on the same file. The lock is checked before every pass
+//! ([`Store::lead`]) and every write: when someone removed or replaced the lock file, a second
+//! process may have locked a new file at the same path, so this store stops for good
+//! ([`StoreError::LostLeadership`]) rather than write over the other's record.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use orca::fs::{FileLock, FsError};
+use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
+pub use super::journal::JOURNAL_FORMAT;
+use super::journal::{self, Header, Journal};
 use super::{Role, Store, StoreError};
-use crate::record::{Event, Key, Record};
+use crate::record::{Entry, Event, Key, Record};
 
-/// The format tag of the file.
-pub const FORMAT: &str = "orca-pool/2";
+/// The format tag of the snapshot.
+pub const FORMAT: &str = "orca-pool/3";
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// The format of a record file written before the journal: read, and written again as [`FORMAT`]
+/// at the first commit. (An older orca-pool refuses the new format rather than read a snapshot
+/// without the journal that follows it.)
+pub const FORMAT_WHOLE: &str = "orca-pool/2";
+
+/// The least a journal grows to before a commit writes a new snapshot instead; beyond it, the
+/// journal is compacted once it is larger than the snapshot, so the snapshot's cost is spread over
+/// at least as many bytes of journal as it has.
+const COMPACT_AT_LEAST: u64 = 1 << 20;
+
+/// The snapshot as it is read.
+#[derive(Debug, Default, Deserialize)]
 struct Contents {
-    format: String,
+    /// The record file's lineage: a random id given at its first snapshot, carried by its journals.
+    #[serde(default)]
+    lineage: String,
+    /// How many snapshots the lineage has had: its journal follows this one.
+    #[serde(default)]
+    generation: u64,
     records: Vec<Record>,
     /// A record of an older orca-pool (keyed by pool only), kept as it was found: never read as this
     /// pool's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     legacy: Option<serde_json::Value>,
+}
+
+/// The snapshot as it is written.
+#[derive(Serialize)]
+struct Snapshot<'a> {
+    format: &'a str,
+    lineage: &'a str,
+    generation: u64,
+    records: Vec<&'a Record>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    legacy: &'a Option<serde_json::Value>,
+}
+
+/// One commit in the journal: a record's own fields, and the entries that its events named, as the
+/// record has them (or gone from it).
+#[derive(Debug, Serialize, Deserialize)]
+struct Delta {
+    key: Key,
+    established: bool,
+    next: u64,
+    conflict: Option<String>,
+    writer: String,
+    cooling: BTreeMap<String, Timestamp>,
+    /// Entries written as the record has them.
+    #[serde(default)]
+    put: Vec<Entry>,
+    /// Names the record no longer has.
+    #[serde(default)]
+    removed: Vec<String>,
+}
+
+impl Delta {
+    /// What a commit of `record` with `events` writes: every entry when the store has no record of
+    /// its key yet, else those that the events name.
+    fn of(record: &Record, events: &[Event], new: bool) -> Delta {
+        let mut put = Vec::new();
+        let mut removed = Vec::new();
+        if new {
+            put.extend(record.entries.values().cloned());
+        } else {
+            for name in super::named(events) {
+                match record.entries.get(name) {
+                    Some(e) => put.push(e.clone()),
+                    None => removed.push(name.to_string()),
+                }
+            }
+        }
+        Delta {
+            key: record.key.clone(),
+            established: record.established,
+            next: record.next,
+            conflict: record.conflict.clone(),
+            writer: record.writer.clone(),
+            cooling: record.cooling.clone(),
+            put,
+            removed,
+        }
+    }
+
+    /// Applies the delta to `records`.
+    fn apply(self, records: &mut BTreeMap<Key, Record>) {
+        let r = records
+            .entry(self.key.clone())
+            .or_insert_with(|| Record::new(self.key.clone()));
+        self.apply_to(r);
+    }
+
+    /// Applies the delta to `r`, the record of its key.
+    fn apply_to(self, r: &mut Record) {
+        r.established = self.established;
+        r.next = self.next;
+        r.conflict = self.conflict;
+        r.writer = self.writer;
+        r.cooling = self.cooling;
+        for e in self.put {
+            r.entries.insert(e.name.clone(), e);
+        }
+        for n in &self.removed {
+            r.entries.remove(n);
+        }
+    }
 }
 
 /// A record file, locked for this process.
 #[derive(Debug)]
 pub struct FileStore {
     path: PathBuf,
-    contents: Contents,
+    /// Every record in the file, as the snapshot and the journal have them.
+    records: BTreeMap<Key, Record>,
+    legacy: Option<serde_json::Value>,
+    lineage: String,
+    generation: u64,
+    /// The size of the last snapshot written or read.
+    snapshot_len: u64,
+    /// The journal that takes the next commit; `None` when the next commit writes a snapshot (a new
+    /// file, one of the older format, a journal of an earlier generation, one whose append failed).
+    journal: Option<Journal>,
+    notes: Vec<String>,
     /// Held for as long as the store is open: the exclusive lock.
     lock: FileLock,
 }
@@ -47,29 +168,109 @@ fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
 
 impl FileStore {
     /// Opens (or prepares) the record file at `path`, taking its lock: a second process (or a second
-    /// store in this one) on the same file is refused with [`StoreError::Busy`].
+    /// store in this one) on the same file is refused with [`StoreError::Busy`]. The journal beside
+    /// it is read after the snapshot; its torn last entry, if any, is dropped.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let lock = lock(&path)?;
+        let journal_path = journal::path_for(&path);
         remove_leftovers(&path);
-        let contents = match std::fs::read(&path) {
-            Ok(bytes) => parse(&path, &bytes)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Contents {
-                format: FORMAT.into(),
-                ..Contents::default()
-            },
+        remove_leftovers(&journal_path);
+        let (contents, snapshot_len) = match std::fs::read(&path) {
+            Ok(bytes) => (Some(parse(&path, &bytes)?), bytes.len() as u64),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (None, 0),
             Err(e) => return Err(io(&path, "read", e)),
         };
-        Ok(FileStore {
+        let mut store = FileStore {
             path,
-            contents,
+            records: BTreeMap::new(),
+            legacy: None,
+            lineage: String::new(),
+            generation: 0,
+            snapshot_len,
+            journal: None,
+            notes: Vec::new(),
             lock,
-        })
+        };
+        let Some(contents) = contents else {
+            if journal_path.exists() {
+                store.notes.push(format!(
+                    "{} has no record file beside it ({} was removed?): it is not read, and the first write replaces it",
+                    journal_path.display(),
+                    store.path.display()
+                ));
+            }
+            return Ok(store);
+        };
+        store.lineage = contents.lineage;
+        store.generation = contents.generation;
+        store.legacy = contents.legacy;
+        store.records = contents
+            .records
+            .into_iter()
+            .map(|r| (r.key.clone(), r))
+            .collect();
+        store.replay(&journal_path)?;
+        Ok(store)
+    }
+
+    /// Reads the journal beside the snapshot into the records, and opens it for the next commit when
+    /// it follows this snapshot.
+    fn replay(&mut self, journal_path: &Path) -> Result<(), StoreError> {
+        let Some(found) = journal::read(journal_path)? else {
+            return Ok(());
+        };
+        let h = &found.header;
+        if h.lineage != self.lineage {
+            return Err(StoreError::Failed(format!(
+                "{}: this journal belongs to another record file (lineage {:?}, and {} is of {:?}); both are kept as they are: put back the record file it belongs to, or move the journal away",
+                journal_path.display(),
+                h.lineage,
+                self.path.display(),
+                self.lineage
+            )));
+        }
+        if h.generation > self.generation {
+            return Err(StoreError::Failed(format!(
+                "{}: this journal follows snapshot {} and {} is snapshot {} (an older copy put back?); both are kept as they are",
+                journal_path.display(),
+                h.generation,
+                self.path.display(),
+                self.generation
+            )));
+        }
+        if h.generation < self.generation {
+            // A crash between a new snapshot and its new journal: the snapshot holds every entry.
+            return Ok(());
+        }
+        for (i, payload) in found.entries.iter().enumerate() {
+            let delta: Delta = serde_json::from_slice(payload).map_err(|e| {
+                StoreError::Failed(format!(
+                    "{}: entry {} is whole but not an orca-pool entry: {e}",
+                    journal_path.display(),
+                    i + 1
+                ))
+            })?;
+            delta.apply(&mut self.records);
+        }
+        if found.torn {
+            tracing::warn!(
+                journal = %journal_path.display(),
+                "dropped the torn last entry of the journal: a write that did not finish"
+            );
+        }
+        self.journal = Some(Journal::reopen(journal_path, found.whole)?);
+        Ok(())
     }
 
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The journal's path (`<file>.journal`).
+    pub fn journal_path(&self) -> PathBuf {
+        journal::path_for(&self.path)
     }
 
     /// `Ok` while the lock file is still the one this store locked; else
@@ -85,11 +286,62 @@ impl FileStore {
         })
     }
 
-    fn write(&self) -> Result<(), StoreError> {
+    /// Writes a new snapshot of every record and an empty journal now. A commit does it on its own
+    /// once the journal outgrows the snapshot.
+    pub fn compact(&mut self) -> Result<(), StoreError> {
         self.check_lock()?;
-        let bytes = serde_json::to_vec_pretty(&self.contents)
-            .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
-        orca::fs::write_atomic(&self.path, &bytes).map_err(|e| StoreError::Failed(e.to_string()))
+        self.write_snapshot(None)
+    }
+
+    /// Writes a new snapshot of the records, with `changed` in place of its key's record, then a new
+    /// journal that follows it. Once the snapshot is written the commit has landed, whatever the
+    /// journal's write does: a journal that cannot be made is made again by the next commit.
+    fn write_snapshot(&mut self, changed: Option<Record>) -> Result<(), StoreError> {
+        let lineage = if self.lineage.is_empty() {
+            format!("{:016x}", fastrand::u64(..))
+        } else {
+            self.lineage.clone()
+        };
+        let generation = self.generation + 1;
+        let replaced = changed.as_ref().map(|c| &c.key);
+        let records = self
+            .records
+            .values()
+            .filter(|r| Some(&r.key) != replaced)
+            .chain(changed.as_ref());
+        let mut records: Vec<&Record> = records.collect();
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        let bytes = serde_json::to_vec_pretty(&Snapshot {
+            format: FORMAT,
+            lineage: &lineage,
+            generation,
+            records,
+            legacy: &self.legacy,
+        })
+        .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
+        orca::fs::write_atomic(&self.path, &bytes)
+            .map_err(|e| StoreError::Failed(e.to_string()))?;
+        // The old journal follows the old snapshot: it takes no more appends.
+        self.journal = None;
+        if let Some(changed) = changed {
+            self.records.insert(changed.key.clone(), changed);
+        }
+        self.lineage = lineage;
+        self.generation = generation;
+        self.snapshot_len = bytes.len() as u64;
+        let header = Header {
+            format: JOURNAL_FORMAT.into(),
+            lineage: self.lineage.clone(),
+            generation,
+        };
+        match Journal::create(&self.journal_path(), &header) {
+            Ok(j) => self.journal = Some(j),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the record's snapshot is written, its new journal is not: the next commit writes a snapshot again"
+            ),
+        }
+        Ok(())
     }
 }
 
@@ -131,19 +383,18 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, StoreError> {
         StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
     })?;
     match value.get("format").and_then(|f| f.as_str()) {
-        Some(FORMAT) => serde_json::from_value(value).map_err(|e| {
+        Some(FORMAT | FORMAT_WHOLE) => serde_json::from_value(value).map_err(|e| {
             StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
         }),
         Some(other) => Err(StoreError::Failed(format!(
-            "{}: record format {other:?} is not {FORMAT:?} (written by another version of orca-pool)",
+            "{}: record format {other:?} is not {FORMAT:?}, nor the older {FORMAT_WHOLE:?} (written by another version of orca-pool)",
             path.display()
         ))),
         // The first orca-pool's record: machines by id, no kind or owner. Kept aside, never read as
         // this pool's record.
         None if value.get("known").is_some() => Ok(Contents {
-            format: FORMAT.into(),
-            records: Vec::new(),
             legacy: Some(value),
+            ..Contents::default()
         }),
         None => Err(StoreError::Failed(format!(
             "{}: not an orca-pool record",
@@ -164,29 +415,41 @@ impl Store for FileStore {
     }
 
     async fn load(&mut self, key: &Key) -> Result<Option<Record>, StoreError> {
-        Ok(self
-            .contents
-            .records
-            .iter()
-            .find(|r| &r.key == key)
-            .cloned())
+        Ok(self.records.get(key).cloned())
     }
 
-    async fn commit(&mut self, record: &Record, _events: &[Event]) -> Result<(), StoreError> {
-        let previous = std::mem::take(&mut self.contents.records);
-        let mut records: Vec<Record> = previous
-            .iter()
-            .filter(|r| r.key != record.key)
-            .cloned()
-            .collect();
-        records.push(record.clone());
-        records.sort_by(|a, b| a.key.cmp(&b.key));
-        self.contents.records = records;
-        if let Err(e) = self.write() {
-            self.contents.records = previous;
-            return Err(e);
+    /// Appends the record's own fields and the entries `events` name (every entry, for a key the
+    /// file does not have yet) to the journal, synced; or, once the journal has outgrown the
+    /// snapshot (or there is none yet), writes a new snapshot and journal.
+    async fn commit(&mut self, record: &Record, events: &[Event]) -> Result<(), StoreError> {
+        self.check_lock()?;
+        let delta = Delta::of(record, events, !self.records.contains_key(&record.key));
+        let compact_at = COMPACT_AT_LEAST.max(self.snapshot_len);
+        if let Some(journal) = self.journal.as_mut().filter(|j| j.len() < compact_at) {
+            let payload = serde_json::to_vec(&delta)
+                .map_err(|e| StoreError::Failed(format!("{}: {e}", self.path.display())))?;
+            return match journal.append(&payload) {
+                Ok(()) => {
+                    delta.apply(&mut self.records);
+                    Ok(())
+                }
+                Err((e, cut)) => {
+                    if !cut {
+                        // Its last frame may be torn: nothing may follow it. The next commit
+                        // writes a snapshot and a new journal.
+                        self.journal = None;
+                    }
+                    Err(e)
+                }
+            };
         }
-        Ok(())
+        let mut changed = self
+            .records
+            .get(&record.key)
+            .cloned()
+            .unwrap_or_else(|| Record::new(record.key.clone()));
+        delta.apply_to(&mut changed);
+        self.write_snapshot(Some(changed))
     }
 
     fn still_held(&self) -> Result<(), StoreError> {
@@ -194,19 +457,18 @@ impl Store for FileStore {
     }
 
     fn notes(&self) -> Vec<String> {
-        match &self.contents.legacy {
-            Some(v) => {
-                let n = v
-                    .get("known")
-                    .and_then(|k| k.as_object())
-                    .map(|o| o.len())
-                    .unwrap_or(0);
-                vec![format!(
-                    "{} also holds a record of an older orca-pool, keyed by pool only ({n} machine ids); it is kept but not read as any pool's record",
-                    self.path.display()
-                )]
-            }
-            None => Vec::new(),
+        let mut notes = self.notes.clone();
+        if let Some(v) = &self.legacy {
+            let n = v
+                .get("known")
+                .and_then(|k| k.as_object())
+                .map(|o| o.len())
+                .unwrap_or(0);
+            notes.push(format!(
+                "{} also holds a record of an older orca-pool, keyed by pool only ({n} machine ids); it is kept but not read as any pool's record",
+                self.path.display()
+            ));
         }
+        notes
     }
 }

@@ -8,8 +8,22 @@ use serde::Serialize;
 use crate::record::{Event, Key, Record};
 
 pub mod file;
+mod journal;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+
+/// The names of the entries `events` change: those they name and those they prune, sorted, once each.
+pub(crate) fn named(events: &[Event]) -> Vec<&str> {
+    let mut names: Vec<&str> = events.iter().filter_map(|e| e.name()).collect();
+    for e in events {
+        if let Event::Pruned { names: pruned } = e {
+            names.extend(pruned.iter().map(String::as_str));
+        }
+    }
+    names.sort_unstable();
+    names.dedup();
+    names
+}
 
 /// Whether this replica may act on a pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -63,7 +77,10 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn load(&mut self, key: &Key) -> Result<Option<Record>, StoreError>;
 
     /// Writes `record` (of its key) with the `events` that produced it, in one transaction; fails
-    /// with [`StoreError::LostLeadership`] when this replica no longer leads.
+    /// with [`StoreError::LostLeadership`] when this replica no longer leads. A commit writes what
+    /// changed, so that it costs the same whatever the record's size: the record's own fields
+    /// (established, next name, cooling, conflict, writer) and the entries that `events` name (or
+    /// prune) as `record` has them; an entry changed without an event naming it may not be written.
     async fn commit(&mut self, record: &Record, events: &[Event]) -> Result<(), StoreError>;
 
     /// A signal that turns true when this replica loses the lead between commits (the database

@@ -514,15 +514,7 @@ async fn write_machines(
     events: &[Event],
 ) -> Result<(), StoreError> {
     let key = &record.key;
-    let mut names: Vec<&str> = events.iter().filter_map(|e| e.name()).collect();
-    for e in events {
-        if let Event::Pruned { names: pruned } = e {
-            names.extend(pruned.iter().map(String::as_str));
-        }
-    }
-    names.sort_unstable();
-    names.dedup();
-    for name in names {
+    for name in super::named(events) {
         match record.entries.get(name) {
             Some(e) => write_machine(tx, key, e).await?,
             None => {
