@@ -288,7 +288,7 @@ fn a_lock_held_by_another_process_is_refused() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "other_process_takes_the_lock",
+                &orca_fakes::alone::test_name(module_path!(), "other_process_takes_the_lock"),
                 "--ignored",
                 "--nocapture",
             ])

@@ -1,5 +1,5 @@
-//! The kit's HTTP client goes through the environment's proxy, or never when told. One test in its
-//! own binary: it sets the proxy variables of this process, which no other test may see.
+//! The kit's HTTP client goes through the environment's proxy, or never when told. The test runs in a
+//! process of its own: it sets the proxy variables of its process, which no other test may see.
 #![cfg(feature = "http")]
 
 use std::time::Duration;
@@ -29,8 +29,18 @@ async fn answering(body: &'static str) -> std::net::SocketAddr {
     addr
 }
 
+#[test]
+fn the_proxy_is_the_environments_unless_the_client_is_told_never() {
+    orca_fakes::alone::run_alone(module_path!(), ALONE, &[], &[]);
+}
+
+/// The test itself, run alone in a process of its own: it sets the proxy variables.
+const ALONE: &str = "the_proxy_is_the_environments_unless_the_client_is_told_never_alone";
+
 #[tokio::test]
-async fn the_proxy_is_the_environments_unless_the_client_is_told_never() {
+#[ignore = "sets the proxy variables of its process: run alone by the test above"]
+async fn the_proxy_is_the_environments_unless_the_client_is_told_never_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), ALONE);
     let proxy = answering("through the proxy").await;
     let target = answering("direct").await;
     for k in ["NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"] {
