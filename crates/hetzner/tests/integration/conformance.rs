@@ -2,7 +2,7 @@
 //! project, page size 1, no stock, a lost create answer, request counting and delayed visibility.
 //! Servers go on the fake's private network, so that `private_address` is claimed and checked.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The Hetzner driver's own behaviour against the fake Hetzner API: one create call with everything in
 //! it, the image of the type's architecture, no stock, failed create actions, adoption, rate-limit pacing and 429 storms, selectors that cannot widen, stop's bounded wait.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

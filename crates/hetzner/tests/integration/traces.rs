@@ -2,7 +2,7 @@
 //! filled as the kit defines it. Its own test binary: every test here installs a subscriber (tracing
 //! caches callsite interest process-wide, so tests without one must not share the process).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

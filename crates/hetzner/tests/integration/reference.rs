@@ -4,7 +4,7 @@
 //! objects with every optional field absent or `null`, values the reference does not list yet, paged
 //! answers, and an error body of each documented code.
 
-mod common;
+use crate::common;
 
 use axum::http::Method;
 use orca_fakes::hetzner::FakeHetzner;

@@ -2,7 +2,7 @@
 //! from our fakes", items 8 and 9), and the facts of contract v2 as Hetzner reports them: each test
 //! runs against the fake taught the real behaviour first.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! (fractions of a second here, on the real clock): a server locked by a running action is waited for, a power or type
 //! action whose answer was lost is not made twice, and every running action is read together.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
