@@ -3,7 +3,7 @@
 //! delayed visibility, credentials redacted, failed operations leave nothing, retries, labels,
 //! firewall rules.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

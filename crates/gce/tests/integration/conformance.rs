@@ -1,7 +1,7 @@
 //! The core conformance suite against the fake Compute Engine API, with every hook, twice: on a
 //! single-zone provider (as shed runs) and on a provider of every zone of the project.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
