@@ -5,7 +5,7 @@
 //! everywhere, and prove what moto never says (fields it always fills, states it never has, capacity
 //! and permission errors in EC2's own words).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! pages when filtering, `Unsupported` for a type a zone does not offer, `LaunchTime` as the last
 //! start, and per-key tag changes.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

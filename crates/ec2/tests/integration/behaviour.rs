@@ -2,7 +2,7 @@
 //! (ClientToken, capacity, quota and throttling errors) and what the conformance suite cannot see (the
 //! parameters of each call, the image chosen, the root volume, paging by reservation).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

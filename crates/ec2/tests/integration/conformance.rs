@@ -2,7 +2,7 @@
 //! behave as EC2 (tests/common): two owners (and the empty one) on one account, pages of one
 //! instance, no stock, a lost create answer, delayed visibility, and every request counted.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! subscriber as the thread's default, and tests without one running beside it on other threads made
 //! `tracing`'s callsite interest race, so that its spans were sometimes not recorded at all.
 
-mod common;
+use crate::common;
 
 use common::{ec2_error, env, made, rule, Fault};
 use orca_machines::Provider;
