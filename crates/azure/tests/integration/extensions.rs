@@ -3,7 +3,7 @@
 //! priority, every other rule untouched, re-admission of machines, policy denies) and the credit
 //! balance of a billing profile.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

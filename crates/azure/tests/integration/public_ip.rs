@@ -1,7 +1,7 @@
 //! Machines without a public address (`ORCA_AZURE_PUBLIC_IP=false`), for subscriptions whose policy
 //! denies public addresses, as the Corp policies of Azure landing zones do.
 
-mod common;
+use crate::common;
 
 use common::*;
 use orca_azure::{AzureProvider, ConfigKey};

@@ -2,7 +2,7 @@
 //! as that operation runs (seconds to minutes), and a create, delete or resize waits it out instead
 //! of giving up after the few quick retries of a passing failure.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

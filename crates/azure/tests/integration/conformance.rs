@@ -3,7 +3,7 @@
 //! delayed visibility of new VMs, the admission rule on the subnet's own security group as the fake
 //! holds it, and a billing profile with a credit.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! The requests a create, a delete and a read by name make, counted: what each costs of the
 //! subscription's request budget is pinned here, so a change that spends more shows.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! With a proxy in the environment (`HTTP_PROXY` and friends, as on many CI machines), a driver
 //! pointed at 127.0.0.1 still talks to 127.0.0.1: its bearer token and its calls never go to a proxy.
-//! Its own test binary: the variables are process-global.
+//! It runs in a process of its own: the variables are process-global.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,8 +10,18 @@ use std::sync::Arc;
 use common::*;
 use orca_machines::Provider;
 
+#[test]
+fn a_loopback_endpoint_is_never_proxied() {
+    orca_fakes::alone::run_alone(module_path!(), ALONE, &[], &[]);
+}
+
+/// The test itself, run alone in a process of its own: it sets the proxy variables of its process.
+const ALONE: &str = "a_loopback_endpoint_is_never_proxied_alone";
+
 #[tokio::test]
-async fn a_loopback_endpoint_is_never_proxied() {
+#[ignore = "it sets the proxy variables of its process: run alone by the test above"]
+async fn a_loopback_endpoint_is_never_proxied_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), ALONE);
     // A "proxy" on 127.0.0.1 that counts the connections it gets and closes them.
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await

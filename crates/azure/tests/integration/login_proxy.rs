@@ -1,9 +1,9 @@
 //! With a proxy in the environment, azure_identity's token requests to this machine (any address of
 //! 127/8, as the kit's `is_loopback` says) never go to the proxy: the login transport uses the kit's
-//! HTTP client, as the Resource Manager calls do. Its own test binary: the variables it sets
-//! (proxies, the App Service managed identity's endpoint) are process-global.
+//! HTTP client, as the Resource Manager calls do. It runs in a process of its own: the variables it
+//! sets (proxies, the App Service managed identity's endpoint) are process-global.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -48,8 +48,18 @@ async fn token_endpoint(ip: &str) -> (String, Arc<Mutex<Vec<String>>>) {
     (url, seen)
 }
 
+#[test]
+fn a_token_request_to_any_loopback_address_is_never_proxied() {
+    orca_fakes::alone::run_alone(module_path!(), ALONE, &[], &[]);
+}
+
+/// The test itself, run alone in a process of its own: it sets the proxy and managed identity variables of its process.
+const ALONE: &str = "a_token_request_to_any_loopback_address_is_never_proxied_alone";
+
 #[tokio::test]
-async fn a_token_request_to_any_loopback_address_is_never_proxied() {
+#[ignore = "it sets the proxy and managed identity variables of its process: run alone by the test above"]
+async fn a_token_request_to_any_loopback_address_is_never_proxied_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), ALONE);
     // A "proxy" on 127.0.0.1 that counts the connections it gets and closes them.
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
         .await

@@ -3,7 +3,7 @@
 //! principals, the size catalogue per location, operations in progress, credentials found without
 //! variables, and VMs that reads show only a moment after their create.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! A traced run (every level, every crate) shows a span per Resource Manager call with its request id,
 //! and never the token, the client secret or the user data.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

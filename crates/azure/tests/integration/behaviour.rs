@@ -2,7 +2,7 @@
 //! of failed creates, policy denies, delete order and leftovers, listing, lost answers, retries,
 //! prices and redaction.
 
-mod common;
+use crate::common;
 
 use common::*;
 use orca_fakes::azure::{RESOURCE_GROUP, TOKEN};
