@@ -2,7 +2,7 @@
 //! share one simulated cloud by its state file, with every hook: the file carries stock, visibility
 //! and the network; the fake's console (FakeControl) carries lost answers and request counts.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;

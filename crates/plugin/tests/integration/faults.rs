@@ -2,7 +2,7 @@
 //! plugin of another protocol version, one that cannot be started and one whose settings are bad
 //! are refused clearly; secrets handed to a plugin never show in Debug.
 
-mod common;
+use crate::common;
 
 use orca_machines::memory::MemoryCloud;
 use orca_machines::{Created, ErrorKind, MachineSpec, Provider, Settings};

@@ -1,7 +1,7 @@
 //! The core conformance suite against the plugin client, through `soul-cloud-hetzner` processes
 //! on the fake Hetzner API: the settings go in each child's environment, the hooks act on the fake.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
