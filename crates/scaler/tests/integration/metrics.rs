@@ -1,6 +1,6 @@
 //! The metrics a pass leaves: counters after deletes, failures and no stock; a standby's gauges.
 
-mod support;
+use crate::support;
 
 use orca::memory::{FaultKind, Operation};
 use orca::ErrorKind;

@@ -1,7 +1,7 @@
 //! What is refused at start, before any machine is made: offerings of unknown types or of an
 //! architecture the image does not run on, pool names whose machine names would not fit.
 
-mod support;
+use crate::support;
 
 use orca_scaler::check_offerings;
 use support::{cloud, settings};

@@ -2,7 +2,7 @@
 //! (refused, never read as an empty record), and what a writer that crashed mid-write leaves (ignored,
 //! then removed).
 
-mod support;
+use crate::support;
 
 use orca_scaler::{FileStore, Key, Record, Role, Store, StoreError};
 

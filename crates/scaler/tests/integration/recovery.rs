@@ -1,7 +1,7 @@
 //! Nothing is lost or made twice when an answer is lost or the process crashes mid-pass: every name
 //! and every delete is recorded before its call, and the next pass adopts or finishes it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

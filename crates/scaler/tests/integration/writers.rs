@@ -1,7 +1,7 @@
 //! Another writer on the pool (a second scaler with its own record, or another program): a conflict
 //! that holds the pool until the operator's word, never an adoption or a delete.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 

@@ -1,7 +1,7 @@
 //! How many calls a pass runs at once follows the cloud: `parallel` until it throttles, half as
 //! many after, one more back after each round it lets through.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! at once, every intent and outcome in the event log. Each test makes a fresh database (and drops
 //! it); without a PostgreSQL it prints SKIPPED and passes, unless `CI` is set.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

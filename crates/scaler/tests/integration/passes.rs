@@ -1,7 +1,7 @@
 //! The autoscaler's everyday passes on the in-memory provider: scaling up and down, falling back on
 //! no stock, replacing machines that will not serve, bounded parallel calls.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -16,9 +16,9 @@
 //! seeded from `ORCA_CAMPAIGN_SEED`, or at random; each run prints its seed, so that a failure can be
 //! replayed with the same choices (the order in which concurrent calls draw them can still differ).
 //!
-//! Run: `scripts/with-moto cargo test -p orca-scaler --test campaign -- --nocapture`
+//! Run: `scripts/with-moto cargo test -p orca-scaler --test integration campaign:: -- --nocapture`
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -82,7 +82,7 @@ impl Dice {
         use std::io::Write;
         let _ = writeln!(
             std::io::stderr(),
-            "fault campaign {test}: seed {seed} (replay: ORCA_CAMPAIGN_SEED={seed} cargo test -p orca-scaler --test campaign {test} -- --nocapture)"
+            "fault campaign {test}: seed {seed} (replay: ORCA_CAMPAIGN_SEED={seed} cargo test -p orca-scaler --test integration campaign::{test} -- --nocapture)"
         );
         Arc::new(Dice {
             seed,

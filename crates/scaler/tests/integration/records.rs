@@ -1,7 +1,7 @@
 //! The record is kept per kind, owner and pool: another kind, owner or a lost record file deletes
 //! nothing of what it does not name until the operator's word; names carry the owner.
 
-mod support;
+use crate::support;
 
 use orca::memory::MemoryCloud;
 use orca::{MachineSpec, Provider};
