@@ -2,8 +2,7 @@
 //! test makes a fresh database (and drops it); without a PostgreSQL it prints SKIPPED and passes,
 //! unless `CI` is set.
 
-#[path = "../../../crates/scaler/tests/support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::io::BufRead;
 use std::time::{Duration, Instant};

@@ -353,7 +353,7 @@ fn a_stop_signal_during_once_is_always_seen() {
 /// run finds the first's machines (the simulated cloud is kept with --fake-state), none "gone".
 #[test]
 fn the_readmes_example_run_twice_finds_its_machines() {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../../README.md");
     let commands: Vec<Vec<String>> = readme
         .lines()
         .filter(|l| l.contains("--pool lab --size 3 --offer amd64-small@zone-a"))
