@@ -1,7 +1,7 @@
 //! Versioned migrations on a fresh database: applied once even by keepers starting together, kept in
 //! keeper's own schema, refused when changed or newer.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

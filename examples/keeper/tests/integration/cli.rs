@@ -2,7 +2,7 @@
 //! share one simulated cloud), every output channel masked but the delivered tokens, `serve`,
 //! `migrate`, `scenario validate`, `token hash`.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};

@@ -1,6 +1,6 @@
 //! `core.cloud.created` on the in-memory provider and a real PostgreSQL.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 

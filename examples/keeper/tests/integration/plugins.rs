@@ -1,7 +1,7 @@
 //! keeper's steps on CloudDriver plugins (`--drivers plugins`): the same steps, each provider
 //! reached through its `soul-cloud-<driver>` child, which keeper starts on first use and keeps.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{hosts, World};

@@ -2,7 +2,7 @@
 //! create and its record) resolved on PostgreSQL with the in-memory provider, the rows of a running
 //! step left alone, and two reconcilers resolving each step once.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! the state file, one provider per step, as separate keepers would): nothing lost, nothing counted
 //! twice.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 

@@ -3,7 +3,7 @@
 //! The failure is a real one: a trigger makes PostgreSQL refuse every insert into
 //! `keeper.audit_events`, as a full disk, a revoked grant or a broken replica would.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{hosts, World};

@@ -1,7 +1,7 @@
 //! `core.cloud.resized`: downtime per VM as the driver reports it; souls untouched; no capability, no
 //! call.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 

@@ -4,7 +4,7 @@
 
 #![cfg(feature = "clouds")]
 
-mod support;
+use crate::support;
 
 use orca_fakes::hetzner::FakeHetzner;
 use serde_json::{json, Value};

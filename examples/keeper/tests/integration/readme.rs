@@ -2,7 +2,7 @@
 //! outside the repository: every file its commands write is under `$KEEPER_DEMO`, a temporary
 //! directory.
 
-const README: &str = include_str!("../README.md");
+const README: &str = include_str!("../../README.md");
 
 /// The shell commands of the walk-through, one line each (continued lines joined).
 fn demo_commands() -> Vec<String> {

@@ -2,7 +2,7 @@
 //! runs with USAGE on its schema and SELECT, INSERT, UPDATE on its tables; revoking INSERT on the audit
 //! table fails every step (`audit.failed`), and deletes of audit events are refused.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

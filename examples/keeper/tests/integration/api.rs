@@ -1,7 +1,7 @@
 //! The operator REST API over real HTTP on 127.0.0.1: permissions, 409 and 422, audit events, masking,
 //! and the step.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

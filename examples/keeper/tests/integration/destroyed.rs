@@ -1,6 +1,6 @@
 //! `core.cloud.destroyed`: the cloud first, then one transaction for the registries.
 
-mod support;
+use crate::support;
 
 use orca::memory::{FaultKind, Operation};
 use orca::{ErrorKind, MachineSpec, Provider};
