@@ -1,7 +1,7 @@
 //! Every step, refusal and message of the cloud host commands against the in-memory provider and the
 //! simulated fleet.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! profile names (`azure.billing_account`, `azure.billing_profile`; [`FakeAzure::set_credit`]), through
 //! the driver, so the fault run faults that read as well.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
