@@ -1,6 +1,7 @@
 //! Traces and secrets: the token in no Debug, error or trace, at every level, and every call's span
-//! filled as the kit defines it. Its own test binary: every test here installs a subscriber (tracing
-//! caches callsite interest process-wide, so tests without one must not share the process).
+//! filled as the kit defines it. Each test runs alone in a process of its own: each installs a
+//! subscriber, and tracing caches callsite interest process-wide, so tests without one must not share
+//! the process.
 
 use crate::common;
 
@@ -30,8 +31,23 @@ impl std::io::Write for Captured {
     }
 }
 
+#[test]
+fn the_token_is_redacted_everywhere() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "the_token_is_redacted_everywhere_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test(flavor = "current_thread")]
-async fn the_token_is_redacted_everywhere() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn the_token_is_redacted_everywhere_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "the_token_is_redacted_everywhere_alone");
     // Every span and event at every level, into a buffer (this test runs on one thread).
     let captured = Captured::default();
     let writer = captured.clone();
@@ -118,8 +134,23 @@ fn call_fields(line: &str) -> &str {
     &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
+#[test]
+fn every_call_span_has_the_kit_fields() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "every_call_span_has_the_kit_fields_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test(flavor = "current_thread")]
-async fn every_call_span_has_the_kit_fields() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn every_call_span_has_the_kit_fields_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
