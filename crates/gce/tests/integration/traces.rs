@@ -1,6 +1,6 @@
 //! Traces of the driver carry no key, token or user data, and every call span is filled as the kit
-//! defines it. Its own test binary: tracing caches callsite interest process-wide, so a test that
-//! installs a subscriber must not share a process with others.
+//! defines it. Each test runs alone in a process of its own: tracing caches callsite interest
+//! process-wide, so a test that installs a subscriber must not share a process with others.
 
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, TEST_ONLY_RSA_KEY_PEM, ZONE};
 use orca_fakes::{Fault, Rule};
@@ -36,8 +36,26 @@ impl std::io::Write for Captured {
     }
 }
 
+#[test]
+fn traces_carry_no_key_no_token_and_no_user_data() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "traces_carry_no_key_no_token_and_no_user_data_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test]
-async fn traces_carry_no_key_no_token_and_no_user_data() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn traces_carry_no_key_no_token_and_no_user_data_alone() {
+    orca_fakes::alone::assert_alone(
+        module_path!(),
+        "traces_carry_no_key_no_token_and_no_user_data_alone",
+    );
     let fake = FakeGce::start().await.unwrap();
     let captured = Captured::default();
     let writer = captured.clone();
@@ -95,8 +113,23 @@ fn call_fields(line: &str) -> &str {
     &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
+#[test]
+fn every_call_span_has_the_kit_fields() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "every_call_span_has_the_kit_fields_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test]
-async fn every_call_span_has_the_kit_fields() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn every_call_span_has_the_kit_fields_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
     let fake = FakeGce::start().await.unwrap();
     let captured = Captured::default();
     let writer = captured.clone();
