@@ -1,6 +1,6 @@
 //! Traces and secrets: the secret key and user data in no Debug, error or trace, at every level, and
-//! every call span filled as the kit defines it. Its own test binary: every test here installs its
-//! subscriber as the thread's default, and tests without one running beside it on other threads made
+//! every call span filled as the kit defines it. Each test runs alone in a process of its own: each
+//! installs its subscriber as the thread's default, and tests without one running beside it on other threads made
 //! `tracing`'s callsite interest race, so that its spans were sometimes not recorded at all.
 
 use crate::common;
@@ -28,8 +28,18 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
+#[test]
+fn secrets_never_show() {
+    orca_fakes::alone::run_alone(module_path!(), "secrets_never_show_alone", &[], &[]);
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test]
-async fn secrets_never_show() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn secrets_never_show_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "secrets_never_show_alone");
     let Some(e) = env("secrets_never_show").await else {
         return;
     };
@@ -95,8 +105,23 @@ fn call_fields(line: &str) -> &str {
     &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
+#[test]
+fn every_call_span_has_the_kit_fields() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "every_call_span_has_the_kit_fields_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test]
-async fn every_call_span_has_the_kit_fields() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn every_call_span_has_the_kit_fields_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
     let Some(e) = env("every_call_span_has_the_kit_fields").await else {
         return;
     };
