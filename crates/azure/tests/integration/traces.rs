@@ -1,5 +1,7 @@
 //! A traced run (every level, every crate) shows a span per Resource Manager call with its request id,
-//! and never the token, the client secret or the user data.
+//! and never the token, the client secret or the user data. Each test runs alone in a process of its own:
+//! tracing caches callsite interest process-wide, so a test that installs a subscriber must not
+//! share a process with others.
 
 use crate::common;
 
@@ -24,8 +26,23 @@ impl Write for Buf {
     }
 }
 
+#[test]
+fn traces_name_calls_and_hide_secrets() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "traces_name_calls_and_hide_secrets_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test]
-async fn traces_name_calls_and_hide_secrets() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn traces_name_calls_and_hide_secrets_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "traces_name_calls_and_hide_secrets_alone");
     let buf = Buf::default();
     let out = buf.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -101,8 +118,23 @@ fn call_fields(line: &str) -> &str {
     &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
+#[test]
+fn every_call_span_has_the_kit_fields() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "every_call_span_has_the_kit_fields_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
 #[tokio::test]
-async fn every_call_span_has_the_kit_fields() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn every_call_span_has_the_kit_fields_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
     let buf = Buf::default();
     let out = buf.clone();
     let subscriber = tracing_subscriber::fmt()
