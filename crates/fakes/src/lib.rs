@@ -7,6 +7,7 @@
 //!
 //! Nothing here talks to any other address: every server binds 127.0.0.1 on a port the OS picks.
 
+pub mod alone;
 pub mod azure;
 pub mod control;
 pub mod gce;

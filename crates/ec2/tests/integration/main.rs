@@ -1,0 +1,9 @@
+//! orca-ec2's integration tests: one test binary, a module per subject (conformance, behaviour, traces, ...).
+
+mod behaviour;
+mod common;
+mod conformance;
+mod consistency;
+mod live;
+mod reference;
+mod traces;

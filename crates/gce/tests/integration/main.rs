@@ -1,0 +1,7 @@
+//! orca-gce's integration tests: one test binary, a module per subject (conformance, behaviour, traces, live).
+
+mod behaviour;
+mod common;
+mod conformance;
+mod live;
+mod traces;

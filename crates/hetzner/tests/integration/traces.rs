@@ -1,0 +1,194 @@
+//! Traces and secrets: the token in no Debug, error or trace, at every level, and every call's span
+//! filled as the kit defines it. Each test runs alone in a process of its own: each installs a
+//! subscriber, and tracing caches callsite interest process-wide, so tests without one must not share
+//! the process.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use orca_fakes::hetzner::FakeHetzner;
+use orca_hetzner::{Config, HetznerProvider};
+use orca_machines::{Error, MachineSpec, Provider, RetryPolicy};
+
+const SECRET: &str = "hz-SECRET-token-0123456789abcdef";
+
+fn spec(name: &str, t: &str, loc: &str, pool: &str) -> MachineSpec {
+    MachineSpec::new(name, t, loc, pool).with_user_data("#cloud-config\nruncmd: [echo hi]\n")
+}
+
+/// A writer that keeps what the tracing subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_token_is_redacted_everywhere() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "the_token_is_redacted_everywhere_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn the_token_is_redacted_everywhere_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "the_token_is_redacted_everywhere_alone");
+    // Every span and event at every level, into a buffer (this test runs on one thread).
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let fake = FakeHetzner::start().await.unwrap();
+    let config = Config::builder()
+        .token(SECRET)
+        .endpoint(fake.url())
+        .retry(RetryPolicy::fast())
+        .build()
+        .unwrap();
+    let p = HetznerProvider::new(config.clone(), "me").await.unwrap();
+    let mut shown = vec![
+        format!("{config:?}"),
+        format!("{p:?}"),
+        format!("{:?}", Config::builder().token(SECRET)),
+    ];
+    // The fake accepts another token: a 401, with Hetzner's words and not the token.
+    let e = p.machines("lab").await.unwrap_err();
+    assert!(matches!(e, Error::Unauthenticated { .. }), "{e:?}");
+    assert!(e.to_string().contains("unauthorized"), "{e}");
+    shown.push(format!("{e} {e:?}"));
+    let e = p
+        .create(&spec("t1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    shown.push(format!("{e} {e:?}"));
+    // A transport failure (nothing listens there).
+    let closed = Config::builder()
+        .token(SECRET)
+        .endpoint("http://127.0.0.1:9/v1")
+        .retry(RetryPolicy::NEVER)
+        .build()
+        .unwrap();
+    let e = HetznerProvider::new(closed, "me")
+        .await
+        .unwrap()
+        .machines("lab")
+        .await
+        .unwrap_err();
+    assert!(e.is_retryable(), "{e:?}");
+    shown.push(format!("{e} {e:?}"));
+    // A settings error about a bad token value.
+    let e = Config::builder()
+        .token(format!("{SECRET} with space"))
+        .build()
+        .unwrap_err();
+    shown.push(format!("{e} {e:?}"));
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("orca.call") && logs.contains("provider=\"hetzner\""),
+        "the calls were traced: {logs}"
+    );
+    assert!(logs.contains("operation=\"servers.list\""), "{logs}");
+    shown.push(logs);
+    for s in &shown {
+        assert!(!s.contains(SECRET), "the token leaked: {s}");
+        assert!(!s.contains("SECRET-token"), "part of the token leaked: {s}");
+    }
+    // The token did travel, as a bearer header, to the fake.
+    assert!(fake.control().requests() >= 2);
+}
+
+/// The close lines of the `orca.call` spans of `operation` in `logs`.
+fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
+    let op = format!("operation=\"{operation}\"");
+    logs.lines()
+        .filter(|l| l.contains("orca.call{") && l.contains(&op) && l.contains("close"))
+        .map(call_fields)
+        .collect()
+}
+
+/// The `orca.call{...}` part of a close line: its own fields only, not those of the spans around it
+/// (the retry policy's `orca.attempt{retry=N}` encloses it and would answer for a missing field).
+fn call_fields(line: &str) -> &str {
+    let from = line.find("orca.call{").unwrap_or(0);
+    let rest = &line[from..];
+    &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
+}
+
+#[test]
+fn every_call_span_has_the_kit_fields() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "every_call_span_has_the_kit_fields_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: its subscriber is its thread's, but tracing
+/// keeps what each call site is interested in process-wide, and another test's first pass through a
+/// call site can leave it uninterested while this subscriber is being set.
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn every_call_span_has_the_kit_fields_alone() {
+    orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me").await;
+    p.machines("lab").await.unwrap();
+    // One passing failure: the second attempt is retry 1.
+    fake.control().inject(orca_fakes::Rule::new(
+        Some(axum::http::Method::GET),
+        "/v1/servers",
+        orca_fakes::Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "unavailable", "message": "busy", "details": {}}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    p.machines("lab").await.unwrap();
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let spans = call_spans(&logs, "servers.list");
+    assert_eq!(spans.len(), 3, "{logs}");
+    for (span, (retry, status)) in spans.iter().zip([(0, 200), (0, 503), (1, 200)]) {
+        for field in [
+            "provider=\"hetzner\"".to_string(),
+            format!("retry={retry}"),
+            "method=\"GET\"".to_string(),
+            "path=\"/servers\"".to_string(),
+            format!("status={status}"),
+            "duration_ms=".to_string(),
+            "waited_ms=".to_string(),
+        ] {
+            assert!(span.contains(&field), "{field} not in {span}");
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The plugin client's own promises: a dead plugin is a passing failure and is started again; a
+//! plugin of another protocol version, one that cannot be started and one whose settings are bad
+//! are refused clearly; secrets handed to a plugin never show in Debug.
+
+use crate::common;
+
+use orca_machines::memory::MemoryCloud;
+use orca_machines::{Created, ErrorKind, MachineSpec, Provider, Settings};
+use orca_plugin::fake::PROTOCOL_VERSION_ENV;
+use orca_plugin::proto::fake::fake_control_client::FakeControlClient;
+use orca_plugin::proto::fake::{InjectRequest, RequestsRequest};
+use orca_plugin::{PluginCommand, PluginProvider, PROTOCOL_VERSION};
+
+fn fake_on(state: &std::path::Path, owner: &str) -> PluginCommand {
+    PluginCommand::new(common::FAKE, owner).setting(orca::FAKE_STATE_ENV, state.to_str().unwrap())
+}
+
+fn spec(name: &str) -> MachineSpec {
+    MachineSpec::new(name, "amd64-small", "zone-a", "lab")
+}
+
+fn kill(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_plugin_fails_the_call_in_flight_as_passing_and_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let p = PluginProvider::start(fake_on(&state, "stack-1"))
+        .await
+        .unwrap();
+    let first = p.create(&spec("lab-1")).await.unwrap().machine().unwrap();
+    let pid = p.pid().await.unwrap();
+
+    // The next create waits in the plugin far longer than this test lives: it is in flight when
+    // the plugin is killed.
+    let mut console = FakeControlClient::new(p.channel().await.unwrap());
+    let refused = console
+        .inject(InjectRequest {
+            operation: "create".into(),
+            fault_json: r#"{"latency": {"secs": 3600, "nanos": 0}}"#.into(),
+            times: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .refused;
+    assert!(refused.is_empty(), "{refused}");
+    let served = |mut c: FakeControlClient<tonic::transport::Channel>| async move {
+        c.requests(RequestsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .requests
+    };
+    let before = served(console.clone()).await;
+    let p = std::sync::Arc::new(p);
+    let in_flight = tokio::spawn({
+        let p = p.clone();
+        async move { p.create(&spec("lab-2")).await }
+    });
+    // The plugin is killed once the call is being served: the cloud has seen its request.
+    while served(console.clone()).await == before {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    kill(pid);
+    let e = in_flight.await.unwrap().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.is_retryable(), "{e}");
+    assert!(!e.made_nothing(), "a create may have happened: {e}");
+    assert!(e.to_string().contains("soul-cloud-fake"), "{e}");
+
+    // The next call starts the plugin again, on the same cloud.
+    let listed = p.machines("lab").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|m| &m.id).collect::<Vec<_>>(),
+        [&first.id]
+    );
+    assert_eq!(p.starts(), 2);
+    assert_ne!(p.pid().await.unwrap(), pid);
+    assert!(p.delete(&first.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_plugin_of_another_protocol_version_is_refused_naming_both() {
+    let other = PROTOCOL_VERSION + 1;
+    let command = PluginCommand::new(common::FAKE, "stack-1")
+        .setting(PROTOCOL_VERSION_ENV, other.to_string());
+    let e = PluginProvider::start(command).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(e.made_nothing() && !e.is_retryable(), "{e}");
+    let words = e.to_string();
+    assert!(
+        words.contains(&format!("protocol version {PROTOCOL_VERSION}"))
+            && words.contains(&format!("version {other}")),
+        "{words}"
+    );
+    assert!(words.contains("soul-cloud-fake"), "{words}");
+}
+
+#[tokio::test]
+async fn a_missing_plugin_is_named() {
+    let e = PluginProvider::start(PluginCommand::new("/nonexistent/soul-cloud-nimbus", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSettings, "{e}");
+    assert!(
+        e.to_string().contains("/nonexistent/soul-cloud-nimbus"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn a_plugin_without_its_settings_names_them_in_the_handshake() {
+    let e = PluginProvider::start(PluginCommand::new(common::HETZNER, "stack-1"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSettings, "{e}");
+    assert!(e.to_string().contains("HCLOUD_TOKEN"), "{e}");
+}
+
+#[tokio::test]
+async fn settings_reach_the_plugin_and_never_show_in_debug() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let secret = "hunter2-do-not-print";
+    let settings = Settings::new()
+        .with(orca::FAKE_STATE_ENV, state.to_str().unwrap())
+        .with("ORCA_PLUGIN_FAKE_PAGE_SIZE", "2");
+    let command = PluginCommand::new(common::FAKE, "stack-1")
+        .settings(settings)
+        .setting("HCLOUD_TOKEN", secret);
+    let p = PluginProvider::start(command.clone()).await.unwrap();
+    // The state file setting reached the child: what it made is in the file.
+    let Created::Machine(m) = p.create(&spec("lab-1")).await.unwrap() else {
+        panic!("no stock")
+    };
+    let seen = MemoryCloud::persistent(&state).unwrap().all_machines();
+    assert_eq!(seen.iter().map(|m| &m.id).collect::<Vec<_>>(), [&m.id]);
+    for shown in [format!("{p:?}"), format!("{command:?}"), format!("{p:#?}")] {
+        assert!(!shown.contains(secret), "{shown}");
+        assert!(shown.contains("HCLOUD_TOKEN"), "the names show: {shown}");
+    }
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn the_owner_and_driver_errors_cross_as_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let a = PluginProvider::start(fake_on(&state, "stack-a"))
+        .await
+        .unwrap();
+    let b = PluginProvider::start(fake_on(&state, "stack-b"))
+        .await
+        .unwrap();
+    assert_eq!((a.kind(), a.owner()), ("fake", "stack-a"));
+    let m = a.create(&spec("lab-1")).await.unwrap().machine().unwrap();
+    let e = b.delete(&m.id).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotOwned, "{e}");
+    assert!(e.made_nothing(), "{e}");
+    let e = a
+        .create(&MachineSpec::new(
+            "Bad_Name",
+            "amd64-small",
+            "zone-a",
+            "lab",
+        ))
+        .await
+        .unwrap_err();
+    match e {
+        orca_machines::Error::InvalidSpec { field, .. } => assert_eq!(field, "name"),
+        other => panic!("{other:?}"),
+    }
+    assert!(a.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_plugin_that_writes_garbage_is_a_passing_failure() {
+    // `yes` writes lines on its stdout, where a plugin speaks HTTP/2.
+    let e = PluginProvider::start(PluginCommand::new("/usr/bin/yes", ""))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.to_string().contains("/usr/bin/yes"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_hangs_past_the_call_timeout_is_a_passing_failure_and_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let command = fake_on(&state, "stack-1").call_timeout(std::time::Duration::from_millis(300));
+    let p = PluginProvider::start(command).await.unwrap();
+    let mut console = FakeControlClient::new(p.channel().await.unwrap());
+    console
+        .inject(InjectRequest {
+            operation: "list".into(),
+            fault_json: r#"{"latency": {"secs": 3600, "nanos": 0}}"#.into(),
+            times: 1,
+        })
+        .await
+        .unwrap();
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(!e.made_nothing(), "{e}");
+    assert!(e.to_string().contains("did not answer machines"), "{e}");
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    assert_eq!(p.starts(), 2, "the hung plugin was replaced");
+}

@@ -1,0 +1,105 @@
+//! How many calls a pass runs at once follows the cloud: `parallel` until it throttles, half as
+//! many after, one more back after each round it lets through.
+
+use crate::support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use orca::layer::{Answer, Call, Layer, Layered, Next};
+use orca::{Error, Result};
+use support::{cloud, scaler};
+
+const A: &str = "amd64-small@zone-a";
+
+/// A cloud that throttles creates while more than `allowed` are in flight, each taking a while.
+#[derive(Debug, Default, Clone)]
+struct Crowded {
+    allowed: Arc<AtomicUsize>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+    throttled: Arc<AtomicUsize>,
+}
+
+impl Crowded {
+    fn new(allowed: usize) -> Self {
+        let c = Crowded::default();
+        c.allowed.store(allowed, Ordering::SeqCst);
+        c
+    }
+
+    /// The most creates in flight at once since the last call, and starts counting again.
+    fn take_max(&self) -> usize {
+        self.max_in_flight.swap(0, Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl Layer for Crowded {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> Result<Answer> {
+        if !matches!(call, Call::Create { .. }) {
+            return next.run(call).await;
+        }
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let answer = if now > self.allowed.load(Ordering::SeqCst) {
+            self.throttled.fetch_add(1, Ordering::SeqCst);
+            Err(Error::throttled(None, "too many requests"))
+        } else {
+            next.run(call).await
+        };
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        answer
+    }
+}
+
+#[tokio::test]
+async fn a_throttling_cloud_halves_the_calls_at_once_and_the_pool_still_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let crowded = Crowded::new(4);
+    let w = Layered::new(p, crowded.clone());
+    let mut s = scaler(dir.path(), 40, &[A]);
+    s.settings.parallel = 16;
+    assert_eq!(s.concurrency(), 16, "nothing said to go slower yet");
+
+    let r = s.pass(&w, cloud.now()).await;
+    assert_eq!(crowded.take_max(), 16, "{:?}", r.actions);
+    assert!(crowded.throttled.load(Ordering::SeqCst) > 0);
+    assert_eq!(s.concurrency(), 8, "one throttled burst halves once");
+
+    let mut passes = 1;
+    while s.pass(&w, cloud.now()).await.serving < 40 {
+        passes += 1;
+        assert!(passes < 30, "the pool never filled");
+    }
+    assert!(
+        crowded.take_max() <= 8,
+        "after the first pass, never more at once than the halved limit"
+    );
+    assert!(s.concurrency() < 8, "the cloud throttled again at eight");
+}
+
+#[tokio::test]
+async fn calls_let_through_give_the_slots_back_up_to_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let crowded = Crowded::new(1);
+    let w = Layered::new(p, crowded.clone());
+    let mut s = scaler(dir.path(), 4, &[A]);
+    s.settings.parallel = 4;
+    s.pass(&w, cloud.now()).await;
+    assert_eq!(crowded.take_max(), 4);
+    assert_eq!(s.concurrency(), 2);
+
+    // The cloud stops throttling: each round of calls let through gives one slot back, never more
+    // than `parallel`.
+    crowded.allowed.store(usize::MAX, Ordering::SeqCst);
+    s.settings.size = 40;
+    let r = s.pass(&w, cloud.now()).await;
+    assert_eq!(r.serving, 40, "{:?}", r.actions);
+    assert_eq!(s.concurrency(), 4);
+    assert_eq!(crowded.take_max(), 4);
+}

@@ -1,0 +1,13 @@
+//! orca-scaler's integration tests: one test binary, a module per subject (passes, recovery, records, writers, the stores, the fault campaign, ...).
+
+mod campaign;
+mod concurrency;
+mod file_store;
+mod metrics;
+mod passes;
+mod postgres;
+mod records;
+mod recovery;
+mod start_checks;
+mod support;
+mod writers;

@@ -1,0 +1,328 @@
+//! The autoscaler's everyday passes on the in-memory provider: scaling up and down, falling back on
+//! no stock, replacing machines that will not serve, bounded parallel calls.
+
+use crate::support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use orca::memory::{FaultKind, MemoryCloud, Operation};
+use orca::{ErrorKind, MachineSpec, Provider};
+use orca_scaler::{Action, FileStore, Offering, Scaler, Unknown};
+use support::{cloud, ids, scaler, FailingStore, Wrap};
+
+const A: &str = "amd64-small@zone-a";
+
+fn created(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Created { offering, .. } => Some(offering.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn deleted(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Deleted { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn scales_up_then_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cloud = MemoryCloud::new();
+    let p = cloud.provider("s1").unwrap();
+    let mut s = scaler(dir.path(), 3, &["amd64-small@zone-a"]);
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(created(&r.actions).len(), 3);
+    assert_eq!(r.serving, 3);
+    assert_eq!(p.machines("lab").await.unwrap().len(), 3);
+    let r = s.pass(&p, cloud.now()).await;
+    assert!(r.actions.is_empty(), "{:?}", r.actions);
+    assert_eq!(r.listed, 3);
+}
+
+#[tokio::test]
+async fn falls_back_on_no_stock_and_rests_the_offering() {
+    let dir = tempfile::tempdir().unwrap();
+    let cloud = MemoryCloud::new();
+    let p = cloud.provider("s1").unwrap();
+    cloud.set_stock("amd64-small", "zone-a", 1);
+    let mut s = scaler(dir.path(), 3, &["amd64-small@zone-a", "amd64-small@zone-b"]);
+    s.settings.parallel = 1;
+    let t0 = cloud.now();
+    let r = s.pass(&p, t0).await;
+    assert_eq!(
+        created(&r.actions),
+        [
+            "amd64-small@zone-a",
+            "amd64-small@zone-b",
+            "amd64-small@zone-b"
+        ]
+    );
+    assert!(r.actions.iter().any(
+        |a| matches!(a, Action::NoStock { offering, .. } if offering == "amd64-small@zone-a")
+    ));
+
+    // Stock comes back, a machine goes away: within the cool-down zone-a is not tried.
+    cloud.unlimited_stock("amd64-small", "zone-a");
+    let victim = p.machines("lab").await.unwrap()[0].id.clone();
+    p.delete(&victim).await.unwrap();
+    let r = s.pass(&p, t0 + chrono::Duration::seconds(60)).await;
+    assert_eq!(created(&r.actions), ["amd64-small@zone-b"]);
+    assert!(r.actions.iter().any(
+        |a| matches!(a, Action::Skipped { offering, .. } if offering == "amd64-small@zone-a")
+    ));
+
+    // After the cool-down it is first choice again.
+    let victim = p.machines("lab").await.unwrap()[0].id.clone();
+    p.delete(&victim).await.unwrap();
+    let r = s.pass(&p, t0 + chrono::Duration::seconds(301)).await;
+    assert_eq!(created(&r.actions), ["amd64-small@zone-a"]);
+}
+
+#[tokio::test]
+async fn scales_down_and_forgets_the_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cloud = MemoryCloud::new();
+    let p = cloud.provider("").unwrap();
+    let mut s = scaler(dir.path(), 3, &["arm64-small@zone-c"]);
+    s.settings.parallel = 1;
+    s.pass(&p, cloud.now()).await;
+    s.settings.size = 1;
+    cloud.advance_clock(Duration::from_secs(1));
+    let r = s.pass(&p, cloud.now()).await;
+    let surplus = r
+        .actions
+        .iter()
+        .filter(|a| matches!(a, Action::Deleted { cause, .. } if cause == "surplus"))
+        .count();
+    assert_eq!(surplus, 2);
+    let left = p.machines("lab").await.unwrap();
+    assert_eq!(left.len(), 1);
+    p.delete(&left[0].id).await.unwrap();
+    let r = s.pass(&p, cloud.now()).await;
+    assert!(r.actions.contains(&Action::Gone {
+        name: left[0].name.clone(),
+        id: left[0].id.clone(),
+        why: "no longer in the cloud (deleted outside orca-pool, or by the cloud); replaced".into()
+    }));
+    assert_eq!(created(&r.actions).len(), 1);
+}
+
+#[tokio::test]
+async fn record_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cloud = MemoryCloud::new();
+    let p = cloud.provider("s1").unwrap();
+    let mut s = scaler(dir.path(), 2, &["amd64-small@zone-a"]);
+    s.pass(&p, cloud.now()).await;
+    drop(s);
+    let mut again = scaler(dir.path(), 2, &["amd64-small@zone-a"]);
+    let r = again.pass(&p, cloud.now()).await;
+    assert!(
+        r.actions.is_empty(),
+        "a restarted scaler keeps its machines: {:?}",
+        r.actions
+    );
+    let bad: Result<Offering, _> = "no-at-sign".parse();
+    assert!(bad.unwrap_err().contains("TYPE@LOCATION"));
+}
+
+/// A machine stopped for longer than the grace (by the cloud's stop time) is deleted and
+/// replaced; within the grace it is counted.
+#[tokio::test]
+async fn a_stopped_machine_is_replaced_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 2, &[A]);
+    s.pass(&p, cloud.now()).await;
+    let victim = ids(&cloud)[0].clone();
+    cloud.operator_stop(&victim);
+    cloud.advance_clock(Duration::from_secs(300));
+    let r = s.pass(&p, cloud.now()).await;
+    assert!(r.actions.is_empty(), "within the grace: {:?}", r.actions);
+    assert_eq!(r.serving, 2);
+    cloud.advance_clock(Duration::from_secs(301));
+    let r = s.pass(&p, cloud.now()).await;
+    assert!(!ids(&cloud).contains(&victim), "{:?}", r.actions);
+    assert_eq!(ids(&cloud).len(), 2, "and replaced");
+    assert!(
+        r.actions.iter().any(|a| matches!(a, Action::Deleted { cause, why, .. } if cause == "unhealthy" && why.contains("stopped"))),
+        "{:?}",
+        r.actions
+    );
+}
+
+/// A machine in an unknown state is replaced once it has been seen so for the grace (first
+/// seen, as recorded); a machine still starting is counted.
+#[tokio::test]
+async fn an_unknown_machine_is_replaced_after_the_grace_and_starting_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let w = Wrap::new(p);
+    let mut s = scaler(dir.path(), 2, &[A]);
+    s.pass(&w.layered(), cloud.now()).await;
+    let all = ids(&cloud);
+    let (victim, booting) = (all[0].clone(), all[1].clone());
+    w.unknown.lock().unwrap().push(victim.clone());
+    w.starting.lock().unwrap().push(booting.clone());
+    let t0 = cloud.now();
+    let r = s.pass(&w.layered(), t0).await;
+    assert!(r.actions.is_empty(), "{:?}", r.actions);
+    assert_eq!(
+        r.serving, 2,
+        "unknown within the grace and starting both count"
+    );
+    let r = s
+        .pass(&w.layered(), t0 + chrono::Duration::seconds(601))
+        .await;
+    assert!(!ids(&cloud).contains(&victim), "{:?}", r.actions);
+    assert!(ids(&cloud).contains(&booting));
+    assert_eq!(ids(&cloud).len(), 2);
+}
+
+/// A failed create counts as a failure of the pass, no stock does not (the CLI's exit status follows:
+/// `once_exits_non_zero_when_an_action_failed` in examples/pool/tests/cli.rs).
+#[tokio::test]
+async fn a_failed_create_is_a_failure_and_no_stock_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    cloud.set_stock("amd64-small", "zone-a", 0);
+    let mut s = scaler(dir.path(), 1, &[A]);
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(r.failures(), 0, "{:?}", r.actions);
+    assert!(
+        matches!(
+            r.actions[..],
+            [Action::NoStock { .. }, Action::Short { .. }]
+        ),
+        "{:?}",
+        r.actions
+    );
+    cloud.unlimited_stock("amd64-small", "zone-a");
+    cloud.inject(
+        Operation::Create,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
+    let mut s = scaler(
+        tempfile::tempdir().unwrap().path(),
+        1,
+        &["amd64-small@zone-b"],
+    );
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(r.failures(), 1, "{:?}", r.actions);
+}
+
+/// Creates run in parallel, at most `parallel` at once.
+#[tokio::test]
+async fn creates_run_in_parallel_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut w = Wrap::new(p);
+    w.create_delay = Duration::from_millis(30);
+    let mut s = scaler(dir.path(), 6, &[A]);
+    s.settings.parallel = 4;
+    let r = s.pass(&w.layered(), cloud.now()).await;
+    assert_eq!(r.serving, 6, "{:?}", r.actions);
+    assert_eq!(
+        w.max_in_flight.load(Ordering::SeqCst),
+        4,
+        "four creates at once, never more"
+    );
+}
+
+/// Surplus machines go newest first by the cloud's creation time, never by their names.
+#[tokio::test]
+async fn surplus_goes_newest_first_by_creation_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 1, &[A]);
+    s.settings.unknown = Unknown::Adopt;
+    // Names whose order says the opposite of their age.
+    for (name, after) in [("lab-z-old", 0u64), ("lab-m-mid", 60), ("lab-a-new", 60)] {
+        cloud.advance_clock(Duration::from_secs(after));
+        p.create(&MachineSpec::new(name, "amd64-small", "zone-a", "lab"))
+            .await
+            .unwrap();
+    }
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(deleted(&r.actions), ["lab-a-new", "lab-m-mid"]);
+    let left = p.machines("lab").await.unwrap();
+    assert_eq!(left[0].name, "lab-z-old");
+}
+
+/// A machine deleted outside orca-pool is noticed and replaced.
+#[tokio::test]
+async fn a_machine_deleted_outside_is_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 2, &[A]);
+    s.pass(&p, cloud.now()).await;
+    let victim = ids(&cloud)[0].clone();
+    cloud.operator_delete(&victim);
+    let r = s.pass(&p, cloud.now()).await;
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| matches!(a, Action::Gone { id, .. } if *id == victim)),
+        "{:?}",
+        r.actions
+    );
+    assert_eq!(ids(&cloud).len(), 2);
+}
+
+/// A create refused for its offering (a location the cloud does not know) falls back to the next
+/// offering in the same pass, and the refused one rests, as after no stock.
+#[tokio::test]
+async fn a_create_refused_for_its_offering_falls_back_to_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 2, &["amd64-small@nowhere", A]);
+    s.settings.parallel = 1;
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(created(&r.actions), [A, A], "{:?}", r.actions);
+    assert_eq!(r.serving, 2, "{:?}", r.actions);
+    assert_eq!(r.failures(), 1, "the refusal is said: {:?}", r.actions);
+    assert!(
+        s.record()
+            .unwrap()
+            .cooling
+            .contains_key("amd64-small@nowhere"),
+        "{:?}",
+        s.record()
+    );
+    assert_eq!(ids(&cloud).len(), 2);
+}
+
+/// A pass stopped by a record-store error reports the machines it listed and counted, not 0.
+#[tokio::test]
+async fn a_pass_stopped_by_the_record_store_reports_what_it_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 2, &[A]);
+    assert_eq!(s.pass(&p, cloud.now()).await.serving, 2);
+    drop(s);
+    let mut s = Scaler::new(
+        support::settings(3, &[A]),
+        Box::new(FailingStore {
+            inner: FileStore::open(dir.path().join("rec.json")).unwrap(),
+            kind: "intend_create",
+            fail: 1,
+        }),
+    );
+    let r = s.pass(&p, cloud.now()).await;
+    assert!(
+        r.stopped.as_deref().is_some_and(|m| m.contains("injected")),
+        "{r:?}"
+    );
+    assert_eq!((r.listed, r.serving), (2, 2), "{r:?}");
+    assert!(r.lines()[0].contains("2 of 3 serving"), "{:?}", r.lines());
+}

@@ -1,0 +1,139 @@
+//! Several `created` and `destroyed` steps at once, through keeper's own drivers (`orca::of_with` on
+//! the state file, one provider per step, as separate keepers would): nothing lost, nothing counted
+//! twice.
+
+use crate::support;
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+use support::{hosts, World};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn created_and_destroyed_steps_at_once_lose_and_double_count_nothing() {
+    let Some(w) =
+        World::orca("created_and_destroyed_steps_at_once_lose_and_double_count_nothing").await
+    else {
+        return;
+    };
+    let old = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 6, "name": "old"}))
+        .await;
+    let pair = |i: usize| {
+        let h = &hosts(&old)[i..i + 2];
+        json!({"provider": "lab",
+               "vm_ids": h.iter().map(|h| h["vm_id"].clone()).collect::<Vec<_>>(),
+               "sids": h.iter().map(|h| h["sid"].clone()).collect::<Vec<_>>()})
+    };
+    let mut steps: Vec<(&str, Value)> = Vec::new();
+    for _ in 0..5 {
+        steps.push((
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 3, "name": "conc"}),
+        ));
+    }
+    // Three destroys of the old VMs, and one that repeats the first pair at the same time.
+    for i in [0, 2, 4, 0] {
+        steps.push(("core.cloud.destroyed", pair(i)));
+    }
+    let runs = steps.into_iter().map(|(step, params)| {
+        let k = w.keeper.clone();
+        tokio::spawn(async move { (step, k.run_step(step, &params, "test").await) })
+    });
+    let results = futures::future::join_all(runs).await;
+    let mut created_sids = Vec::new();
+    let mut souls_destroyed = 0;
+    let mut vms_destroyed = 0;
+    for r in results {
+        let (step, r) = r.unwrap();
+        let out = r.unwrap_or_else(|f| panic!("{step} failed: {} {}", f.error, f.output));
+        if step == "core.cloud.created" {
+            assert_eq!(out["count"], 3);
+            created_sids.extend(
+                hosts(&out)
+                    .iter()
+                    .map(|h| h["sid"].as_str().unwrap().to_string()),
+            );
+        } else {
+            souls_destroyed += out["counters"]["souls_destroyed"].as_i64().unwrap();
+            vms_destroyed += out["counters"]["vms_destroyed"].as_i64().unwrap();
+        }
+    }
+    // Fifteen new VMs, indexes 1 to 15, each once.
+    let unique: BTreeSet<&String> = created_sids.iter().collect();
+    assert_eq!(created_sids.len(), 15);
+    assert_eq!(unique.len(), 15);
+    let want: BTreeSet<String> = (1..=15)
+        .map(|i| format!("conc-{i}.zone-a.fake.internal"))
+        .collect();
+    assert_eq!(unique.into_iter().cloned().collect::<BTreeSet<_>>(), want);
+    // Six old souls destroyed, counted once although a pair was destroyed twice.
+    assert_eq!(souls_destroyed, 6);
+    assert_eq!(
+        vms_destroyed, 6,
+        "a VM destroyed by two steps at once is counted once"
+    );
+    let machines = w.machines();
+    assert_eq!(machines.len(), 15, "only the new VMs are at the cloud");
+    assert!(machines.iter().all(|m| m.name.starts_with("conc-")));
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.souls WHERE status = 'pending'")
+            .await,
+        15
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.souls WHERE status = 'destroyed'")
+            .await,
+        6
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.bootstrap_tokens WHERE status = 'issued'")
+            .await,
+        15
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.bootstrap_tokens WHERE status = 'burned'")
+            .await,
+        6
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'")
+            .await,
+        15
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'destroyed'")
+            .await,
+        6
+    );
+    // Every VM at the cloud is a recorded soul of the right VM.
+    for m in &machines {
+        let n = w
+            .count(&format!(
+                "SELECT 1 FROM keeper.souls WHERE vm_id = '{}' AND sid = '{}' AND status = 'pending'",
+                m.id, m.fqdn
+            ))
+            .await;
+        assert_eq!(n, 1, "{}", m.id);
+    }
+    // One event a step: the first batch, five batches, four destroys.
+    let events = w.audit("cloud.provisioned").await;
+    assert_eq!(events.len(), 10);
+    let audited: i64 = events
+        .iter()
+        .filter(|e| e["payload"]["action"] == "destroyed")
+        .map(|e| {
+            e["payload"]["counters"]["souls_destroyed"]
+                .as_i64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(audited, 6);
+    let audited_vms: i64 = events
+        .iter()
+        .filter(|e| e["payload"]["action"] == "destroyed")
+        .map(|e| e["payload"]["counters"]["vms_destroyed"].as_i64().unwrap())
+        .sum();
+    assert_eq!(audited_vms, 6);
+    w.finish().await;
+}

@@ -1,0 +1,277 @@
+//! The reconciler: the journal rows a `created` step left half-done (a keeper stopped between a VM's
+//! create and its record) resolved on PostgreSQL with the in-memory provider, the rows of a running
+//! step left alone, and two reconcilers resolving each step once.
+
+use crate::support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use keeper::cloud::{CLOUD_RECONCILED, RECONCILE_GRACE};
+use orca::{Created, MachineSpec, Provider};
+use serde_json::{json, Value};
+use support::{hosts, World};
+
+/// Makes VM `name` in keeper's pool, as a create whose answer keeper never journalled did.
+async fn make_vm(w: &World, name: &str) -> String {
+    let p = w.cloud.provider("keeper").unwrap();
+    match p
+        .create(&MachineSpec::new(name, "amd64-small", "zone-a", "keeper"))
+        .await
+        .unwrap()
+    {
+        Created::Machine(m) => m.id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Journals VM `name` of step `step_id` (provider `lab`) as a stopped keeper left it, `age` seconds
+/// ago.
+async fn journal_row(
+    w: &World,
+    step_id: &str,
+    name: &str,
+    state: &str,
+    vm_id: Option<&str>,
+    age: i64,
+) {
+    w.client()
+        .await
+        .execute(
+            "INSERT INTO keeper.cloud_vms (step_id, provider, name, state, vm_id, updated_at)
+             VALUES ($1, 'lab', $2, $3, $4, now() - make_interval(secs => $5))",
+            &[&step_id, &name, &state, &vm_id, &(age as f64)],
+        )
+        .await
+        .unwrap();
+}
+
+async fn journal(w: &World) -> Vec<Value> {
+    w.rows(
+        "SELECT step_id, name, state, vm_id, detail, updated_at FROM keeper.cloud_vms ORDER BY id",
+    )
+    .await
+}
+
+async fn state_of(w: &World, name: &str) -> (String, Option<String>) {
+    let row = w
+        .rows(&format!(
+            "SELECT state, vm_id FROM keeper.cloud_vms WHERE name = '{name}'"
+        ))
+        .await
+        .pop()
+        .unwrap();
+    (
+        row["state"].as_str().unwrap().to_string(),
+        row["vm_id"].as_str().map(str::to_string),
+    )
+}
+
+fn ids(w: &World) -> Vec<String> {
+    let mut v: Vec<String> = w.machines().into_iter().map(|m| m.id).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn the_reconciler_resolves_every_half_done_row_and_a_second_run_changes_nothing() {
+    let Some(w) =
+        World::new("the_reconciler_resolves_every_half_done_row_and_a_second_run_changes_nothing")
+            .await
+    else {
+        return;
+    };
+    // A batch recorded whole: neither its rows nor its VMs are the reconciler's.
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 2, "name": "kept-alive"}))
+        .await;
+    let alive: Vec<String> = hosts(&out)
+        .iter()
+        .map(|h| h["vm_id"].as_str().unwrap().to_string())
+        .collect();
+    let old = RECONCILE_GRACE.as_secs() as i64 + 60;
+    // Step one: a VM made but not journalled; a row requested with no VM; one asked for just now.
+    let unjournalled = make_vm(&w, "web-7").await;
+    journal_row(&w, "dead-step-1", "web-7", "requested", None, old).await;
+    journal_row(&w, "dead-step-1", "web-8", "requested", None, old).await;
+    journal_row(&w, "dead-step-1", "web-11", "requested", None, 0).await;
+    // Step two: a row made whose VM is gone, one made whose VM lives, one kept by a roll-back.
+    let made = make_vm(&w, "web-9").await;
+    let kept = make_vm(&w, "web-10").await;
+    journal_row(&w, "dead-step-2", "web-12", "made", Some("m-gone-1"), old).await;
+    journal_row(&w, "dead-step-2", "web-9", "made", Some(&made), old).await;
+    journal_row(&w, "dead-step-2", "web-10", "kept", Some(&kept), old).await;
+
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert!(r.changed, "{r:?}");
+    assert!(!r.needs_attention(), "{r:?}");
+    assert!(r.running.is_empty());
+    assert_eq!(r.steps.len(), 2, "{r:?}");
+    let (one, two) = (&r.steps[0], &r.steps[1]);
+    assert_eq!(one.step_id, "dead-step-1");
+    assert_eq!(one.destroyed, vec![unjournalled.clone()]);
+    assert_eq!(one.never_made, vec!["web-8"]);
+    assert_eq!(one.waiting, vec!["web-11"]);
+    assert_eq!(two.step_id, "dead-step-2");
+    assert_eq!(two.gone, vec!["m-gone-1"]);
+    assert_eq!(two.destroyed, vec![made.clone(), kept.clone()]);
+    assert!(two.kept.is_empty());
+
+    assert_eq!(
+        state_of(&w, "web-7").await,
+        ("destroyed".into(), Some(unjournalled))
+    );
+    assert_eq!(state_of(&w, "web-8").await, ("failed".into(), None));
+    assert_eq!(state_of(&w, "web-11").await, ("requested".into(), None));
+    assert_eq!(state_of(&w, "web-12").await.0, "destroyed");
+    assert_eq!(state_of(&w, "web-9").await.0, "destroyed");
+    assert_eq!(state_of(&w, "web-10").await.0, "destroyed");
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'")
+            .await,
+        2
+    );
+    let mut want = alive.clone();
+    want.sort();
+    assert_eq!(ids(&w), want, "only the recorded batch's VMs are left");
+    let events = w.audit(CLOUD_RECONCILED).await;
+    assert_eq!(events.len(), 2, "one event a step");
+    assert_eq!(events[0]["actor"], "test");
+    assert_eq!(events[0]["outcome"], "succeeded");
+    assert_eq!(
+        events[0]["payload"]["counters"],
+        json!({"destroyed": 1, "gone": 0, "never_made": 1, "kept": 0, "waiting": 1})
+    );
+    assert_eq!(events[1]["payload"]["counters"]["destroyed"], 2);
+
+    // A second run changes nothing: no row, no VM, no event.
+    let before = journal(&w).await;
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert!(!r.changed, "{r:?}");
+    assert_eq!(r.steps.len(), 1, "only the step still waiting: {r:?}");
+    assert_eq!(r.steps[0].waiting, vec!["web-11"]);
+    assert_eq!(r.steps[0].moved, 0);
+    assert_eq!(journal(&w).await, before);
+    assert_eq!(ids(&w), want);
+    assert_eq!(w.audit(CLOUD_RECONCILED).await.len(), 2);
+
+    // Once the grace is over, the row asked for just now is closed too.
+    let r = w.keeper.reconcile("test", Duration::ZERO).await.unwrap();
+    assert_eq!(r.steps[0].never_made, vec!["web-11"]);
+    assert_eq!(state_of(&w, "web-11").await.0, "failed");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn rows_the_reconciler_cannot_resolve_stay_and_are_named() {
+    let Some(w) = World::new("rows_the_reconciler_cannot_resolve_stay_and_are_named").await else {
+        return;
+    };
+    // A provider no longer registered: its rows stay, and the run says why.
+    w.client()
+        .await
+        .execute(
+            "INSERT INTO keeper.cloud_vms (step_id, provider, name, state, vm_id) VALUES ('s-ghost', 'ghost', 'g-1', 'made', 'm-1')",
+            &[],
+        )
+        .await
+        .unwrap();
+    // Another owner's VM in a row: the cloud refuses to delete it, so it is kept.
+    let theirs = match w
+        .cloud
+        .provider("someone-else")
+        .unwrap()
+        .create(&MachineSpec::new(
+            "web-3",
+            "amd64-small",
+            "zone-a",
+            "keeper",
+        ))
+        .await
+        .unwrap()
+    {
+        Created::Machine(m) => m.id,
+        other => panic!("{other:?}"),
+    };
+    journal_row(&w, "s-theirs", "web-3", "made", Some(&theirs), 0).await;
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert!(r.needs_attention(), "{r:?}");
+    let ghost = r.steps.iter().find(|s| s.step_id == "s-ghost").unwrap();
+    assert_eq!(ghost.error.as_ref().unwrap()["code"], "provider.not_found");
+    assert_eq!(state_of(&w, "g-1").await.0, "made");
+    let kept = r.steps.iter().find(|s| s.step_id == "s-theirs").unwrap();
+    assert_eq!(kept.kept[0]["vm_id"], theirs.as_str());
+    assert_eq!(kept.kept[0]["error"]["code"], "cloud.not_owned");
+    assert_eq!(state_of(&w, "web-3").await.0, "kept");
+    assert_eq!(w.machines().len(), 1, "not this owner's: never deleted");
+    let events = w.audit(CLOUD_RECONCILED).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["outcome"], "failed");
+    // Again: the kept row stays kept, and nothing is written.
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert!(!r.changed);
+    assert_eq!(w.audit(CLOUD_RECONCILED).await.len(), 1);
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_step_is_left_alone_and_two_reconcilers_resolve_each_step_once() {
+    let Some(w) =
+        World::new("a_running_step_is_left_alone_and_two_reconcilers_resolve_each_step_once").await
+    else {
+        return;
+    };
+    // A step held in the middle of its first create: its rows are `requested`, its lock held.
+    w.knobs.hold_creates.store(true, Ordering::SeqCst);
+    let step = w.keeper.spawn_step(
+        "core.cloud.created".into(),
+        json!({"provider": "lab", "profile": "small", "count": 2, "name": "live"}),
+        "test".into(),
+    );
+    tokio::time::timeout(Duration::from_secs(60), w.knobs.create_entered.notified())
+        .await
+        .expect("the create starts");
+    let r = w.keeper.reconcile("test", Duration::ZERO).await.unwrap();
+    assert_eq!(r.running.len(), 1, "{r:?}");
+    assert!(!r.changed);
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE name LIKE 'live-%' AND state = 'requested'")
+            .await,
+        2,
+        "the running step's rows are untouched"
+    );
+    w.knobs.hold_creates.store(false, Ordering::SeqCst);
+    w.knobs.create_release.notify_one();
+    let out = step.await.unwrap().expect("the step ends as it would have");
+    assert_eq!(hosts(&out).len(), 2);
+
+    // Three stopped steps, and two reconcilers at once (two keepers starting together).
+    let mut vms = Vec::new();
+    for i in 1..=3 {
+        let name = format!("dead-{i}");
+        vms.push(make_vm(&w, &name).await);
+        journal_row(&w, &format!("stopped-{i}"), &name, "requested", None, 0).await;
+    }
+    let (a, b) = tokio::join!(
+        w.keeper.reconcile("a", Duration::ZERO),
+        w.keeper.reconcile("b", Duration::ZERO)
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let mut destroyed: Vec<String> = a
+        .steps
+        .iter()
+        .chain(&b.steps)
+        .flat_map(|s| s.destroyed.clone())
+        .collect();
+    destroyed.sort();
+    vms.sort();
+    assert_eq!(destroyed, vms, "each VM destroyed once: {a:?} {b:?}");
+    assert_eq!(w.audit(CLOUD_RECONCILED).await.len(), 3, "one event a step");
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE name LIKE 'dead-%' AND state = 'destroyed'")
+            .await,
+        3
+    );
+    assert_eq!(w.machines().len(), 2, "the live step's VMs");
+    w.finish().await;
+}

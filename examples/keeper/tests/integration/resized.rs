@@ -1,0 +1,105 @@
+//! `core.cloud.resized`: downtime per VM as the driver reports it; souls untouched; no capability, no
+//! call.
+
+use crate::support;
+
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+use support::{hosts, World};
+
+#[tokio::test]
+async fn resize_reports_downtime_per_vm_and_leaves_souls_alone() {
+    let Some(w) = World::new("resize_reports_downtime_per_vm_and_leaves_souls_alone").await else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 2, "name": "r"}))
+        .await;
+    let ids: Vec<String> = hosts(&out)
+        .iter()
+        .map(|h| h["vm_id"].as_str().unwrap().to_string())
+        .collect();
+    // The second VM is stopped: resizing it needs no stop, so no downtime.
+    assert!(w.cloud.operator_stop(&ids[1]));
+    let souls = "SELECT * FROM keeper.souls ORDER BY id";
+    let before = w.rows(souls).await;
+    let out = w
+        .step(
+            "core.cloud.resized",
+            json!({"provider": "lab", "vm_ids": ids, "machine_type": "amd64-large"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["action"], "resized");
+    assert_eq!(out["changed"], true);
+    assert_eq!(out["count"], 2);
+    let h = hosts(&out);
+    assert_eq!(h[0]["vm_id"], ids[0].as_str());
+    assert_eq!(h[0]["caused_downtime"], true);
+    assert_eq!(h[1]["caused_downtime"], false);
+    assert_eq!(h[0]["previous_machine_type"], "amd64-small");
+    assert_eq!(h[0]["machine_type"], "amd64-large");
+    assert!(w.machines().iter().all(|m| m.machine_type == "amd64-large"));
+    assert_eq!(w.rows(souls).await, before, "souls are not touched");
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["outcome"], "succeeded");
+    assert_eq!(e["payload"]["action"], "resized");
+    assert_eq!(
+        e["payload"]["counters"],
+        json!({"resized": 2, "caused_downtime": 1})
+    );
+
+    // The same size again changes nothing and stops nothing.
+    let out = w
+        .step(
+            "core.cloud.resized",
+            json!({"provider": "lab", "vm_ids": [ids[0]], "machine_type": "amd64-large"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["changed"], false);
+    assert_eq!(hosts(&out)[0]["caused_downtime"], false);
+
+    // A size the cloud refuses (another architecture) fails, saying what was resized before it.
+    let f = w
+        .step(
+            "core.cloud.resized",
+            json!({"provider": "lab", "vm_ids": ids, "machine_type": "arm64-large"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "params.invalid");
+    assert_eq!(f.error.field.as_deref(), Some("machine_type"));
+    assert_eq!(f.output["resized"], json!([]));
+    assert_eq!(w.rows(souls).await, before);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_driver_without_resize_answers_resize_unsupported() {
+    let Some(w) = World::new("a_driver_without_resize_answers_resize_unsupported").await else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small"}))
+        .await;
+    let id = hosts(&out)[0]["vm_id"].clone();
+    w.knobs.no_resize.store(true, Ordering::SeqCst);
+    let requests = w.cloud.requests();
+    let f = w
+        .step(
+            "core.cloud.resized",
+            json!({"provider": "lab", "vm_ids": [id], "machine_type": "amd64-large"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "resize.unsupported");
+    assert_eq!(f.error.status, 422);
+    assert_eq!(w.cloud.requests(), requests, "refused before any call");
+    assert_eq!(w.machines()[0].machine_type, "amd64-small");
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["outcome"], "refused");
+    assert_eq!(e["payload"]["error"]["code"], "resize.unsupported");
+    w.finish().await;
+}
