@@ -3,6 +3,7 @@
 mod campaign;
 mod concurrency;
 mod file_store;
+mod journal;
 mod metrics;
 mod passes;
 mod postgres;

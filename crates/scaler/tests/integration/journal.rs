@@ -3,7 +3,7 @@
 //! every record; a journal that is not the record file's own (another file's, another version's, one
 //! newer than its snapshot, a damaged one) is refused and kept.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 
