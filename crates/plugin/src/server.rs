@@ -69,7 +69,7 @@ fn hello(p: &dyn Provider) -> pb::Hello {
 fn machine_reply(r: Result<Option<orca_machines::Machine>>) -> Answer<pb::MachineReply> {
     use pb::machine_reply::Outcome;
     let outcome = match r {
-        Ok(Some(m)) => Outcome::Machine(machine_to(&m)),
+        Ok(Some(m)) => Outcome::Machine(machine_to(m)),
         Ok(None) => Outcome::None(pb::Empty {}),
         Err(e) => Outcome::Error(error_to(&e)),
     };
@@ -133,7 +133,7 @@ impl CloudDriver for Driver {
             self.p()?.create(&spec_from(spec)).await
         };
         let outcome = match made.await {
-            Ok(c) => created_to(&c),
+            Ok(c) => created_to(c),
             Err(e) => Outcome::Error(error_to(&e)),
         };
         ok(pb::CreateReply {
@@ -146,7 +146,7 @@ impl CloudDriver for Driver {
         let pool = r.into_inner().pool;
         let outcome = match async { self.p()?.machines(&pool).await }.await {
             Ok(ms) => Outcome::Machines(pb::MachineList {
-                machines: ms.iter().map(machine_to).collect(),
+                machines: ms.into_iter().map(machine_to).collect(),
             }),
             Err(e) => Outcome::Error(error_to(&e)),
         };
@@ -191,7 +191,7 @@ impl CloudDriver for Driver {
         use pb::resize_reply::Outcome;
         let q = r.into_inner();
         let outcome = match async { self.p()?.resize(&q.id, &q.machine_type).await }.await {
-            Ok(r) => Outcome::Resized(resized_to(&r)),
+            Ok(r) => Outcome::Resized(resized_to(r)),
             Err(e) => Outcome::Error(error_to(&e)),
         };
         ok(pb::ResizeReply {
