@@ -57,9 +57,11 @@ pub(crate) const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 /// the reader's window updates (the default 64 KiB makes a 1,000-machine listing many round trips).
 pub(crate) const WINDOW: u32 = 8 * 1024 * 1024;
 
-/// The largest HTTP/2 frame either side takes (HTTP/2's own limit): a reply crosses as one frame,
-/// not as 16 KiB frames that each may wake the reader.
-pub(crate) const MAX_FRAME: u32 = (1 << 24) - 1;
+/// The largest HTTP/2 frame either side takes: 1 MiB, so that a listing of thousands of machines
+/// crosses as a few frames (not as 16 KiB frames that each may wake the reader), yet garbage on a
+/// plugin's stdout (a length read from text is megabytes) is refused as a frame too large instead
+/// of read as frames of a type nobody knows, which HTTP/2 says to skip.
+pub(crate) const MAX_FRAME: u32 = 1024 * 1024;
 
 /// Serves `provider` as the CloudDriver service on this process's stdin and stdout until the host
 /// closes them.
