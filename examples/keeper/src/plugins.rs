@@ -1,5 +1,6 @@
 //! keeper's PluginHost: providers as CloudDriver plugins (`soul-cloud-<driver>`, see orca-plugin)
-//! instead of drivers linked in. Opt-in (`--drivers plugins`); linked-in drivers stay the default.
+//! instead of drivers linked in: the default (`--drivers plugins`); `--drivers linked` links orca's
+//! drivers in instead.
 //!
 //! A provider's plugin is started on first use and kept; a plugin that dies is started again by its
 //! client on the next call (the call in flight fails as a passing failure that may have acted, so

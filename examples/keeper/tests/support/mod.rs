@@ -265,6 +265,17 @@ pub struct TestDrivers {
 /// The setting that runs every world's steps through the plugin host.
 pub const TEST_DRIVERS_ENV: &str = "KEEPER_TEST_DRIVERS";
 
+/// keeper's `KEEPER_DRIVERS` for a keeper program a test runs: `plugins` under
+/// `KEEPER_TEST_DRIVERS=plugins` (found beside the program, where `cargo test --workspace` builds
+/// both), `linked` otherwise, so that `cargo test -p keeper` needs no plugin built.
+pub fn driver_mode() -> &'static str {
+    if on_plugins() {
+        "plugins"
+    } else {
+        "linked"
+    }
+}
+
 /// Whether the step tests run through plugins (`KEEPER_TEST_DRIVERS=plugins`).
 pub fn on_plugins() -> bool {
     std::env::var(TEST_DRIVERS_ENV).is_ok_and(|v| v == "plugins")
