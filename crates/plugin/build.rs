@@ -12,6 +12,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         // A spec's user data may hold secrets: its Debug is written by hand, without them.
         .skip_debug([".orca.cloud.v1.MachineSpec"])
+        // Labels are a `BTreeMap` in the contract: decoded as one, they need no second map.
+        .btree_map(".")
         .compile_fds(fds)?;
     Ok(())
 }

@@ -15,8 +15,9 @@ use tonic::{Code, Response, Status};
 use crate::errors::error_from;
 use crate::proto::v1 as pb;
 use crate::proto::v1::cloud_driver_client::CloudDriverClient;
+use crate::stdio::Coalesced;
 use crate::wire::{bad_reply, capabilities_from};
-use crate::{MAX_MESSAGE, OWNER_ENV, PROTOCOL_VERSION, WINDOW};
+use crate::{MAX_FRAME, MAX_MESSAGE, OWNER_ENV, PROTOCOL_VERSION, WINDOW};
 
 /// The host's environment variables a plugin gets besides its settings: what a program needs to
 /// run at all (the rest of the host's environment, its secrets included, is not passed).
@@ -31,6 +32,9 @@ const PASSED_THROUGH: &[&str] = &[
     "SSL_CERT_DIR",
 ];
 
+/// What takes a plugin's standard error, one line at a time (without its line end).
+pub type StderrLines = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// How to start a plugin: its program, the owner, and the settings put in its environment.
 /// `Debug` shows the settings' names, never their values.
 #[derive(Clone)]
@@ -40,6 +44,7 @@ pub struct PluginCommand {
     settings: Settings,
     passed: Vec<String>,
     call_timeout: Option<Duration>,
+    stderr: Option<StderrLines>,
 }
 
 impl std::fmt::Debug for PluginCommand {
@@ -50,6 +55,14 @@ impl std::fmt::Debug for PluginCommand {
             .field("settings", &self.settings.keys().collect::<Vec<_>>())
             .field("passed", &self.passed)
             .field("call_timeout", &self.call_timeout)
+            .field(
+                "stderr",
+                &if self.stderr.is_some() {
+                    "lines to the host"
+                } else {
+                    "inherited"
+                },
+            )
             .finish()
     }
 }
@@ -63,6 +76,7 @@ impl PluginCommand {
             settings: Settings::new(),
             passed: Vec::new(),
             call_timeout: None,
+            stderr: None,
         }
     }
 
@@ -92,12 +106,22 @@ impl PluginCommand {
         self
     }
 
+    /// Hands each line the plugin writes on its standard error (its log) to `lines`, instead of
+    /// letting the plugin write on the host's own: what a host that filters its log (masks
+    /// secrets, say) sets, so that a plugin's lines pass the same filter.
+    pub fn stderr_lines(mut self, lines: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.stderr = Some(Arc::new(lines));
+        self
+    }
+
     /// The plugin program.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    fn spawn(&self) -> Result<Child> {
+    /// Starts the program, its pipes driven by `wire`'s runtime.
+    fn spawn(&self, wire: &Wire) -> Result<Child> {
+        let _on_wire = wire.handle.enter();
         let mut c = tokio::process::Command::new(&self.path);
         c.env_clear();
         for name in PASSED_THROUGH
@@ -115,18 +139,95 @@ impl PluginCommand {
         c.env(OWNER_ENV, &self.owner)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if self.stderr.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .kill_on_drop(true);
-        c.spawn().map_err(|e| {
+        let mut child = c.spawn().map_err(|e| {
             Error::settings(
                 ["plugin"],
                 format!("cannot start the plugin {}: {e}", self.path.display()),
             )
-        })
+        })?;
+        if let (Some(lines), Some(stderr)) = (&self.stderr, child.stderr.take()) {
+            tokio::spawn(forward_lines(stderr, lines.clone()));
+        }
+        Ok(child)
     }
 
     fn name(&self) -> String {
         format!("plugin {}", self.path.display())
+    }
+}
+
+/// The thread that carries a plugin's connection: its pipes, the HTTP/2 connection's task and the
+/// channel's queue all run on one current-thread runtime of their own. A call then crosses threads
+/// twice (to this thread and back) instead of hopping between the caller's runtime's threads at
+/// each step, and the connection outlives the runtime of the caller that started it.
+struct Wire {
+    handle: tokio::runtime::Handle,
+    /// Dropped with the provider: the thread's runtime stops, and its tasks with it.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Wire {
+    fn new(command: &PluginCommand) -> Result<Wire> {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let cannot = |e: &dyn std::fmt::Display| {
+            Error::other(format!("{}: cannot start its thread: {e}", command.name()))
+        };
+        std::thread::Builder::new()
+            .name("orca-plugin".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => return drop(tx.send(Err(e))),
+                };
+                let _ = tx.send(Ok(rt.handle().clone()));
+                rt.block_on(async {
+                    let _ = stopped.await;
+                });
+            })
+            .map_err(|e| cannot(&e))?;
+        let handle = rx.recv().map_err(|e| cannot(&e))?.map_err(|e| cannot(&e))?;
+        Ok(Wire {
+            handle,
+            _stop: stop,
+        })
+    }
+}
+
+/// Runs the channel's tasks on the wire's thread.
+#[derive(Clone)]
+struct OnWire(tokio::runtime::Handle);
+
+impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for OnWire {
+    fn execute(&self, task: F) {
+        self.0.spawn(task);
+    }
+}
+
+/// Hands the lines of `stderr` to `lines` until the plugin closes it (when it exits). A line that
+/// is not UTF-8 is handed over with its bad bytes replaced.
+async fn forward_lines(stderr: tokio::process::ChildStderr, lines: StderrLines) {
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(stderr);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                lines(text.trim_end_matches(['\n', '\r']));
+            }
+        }
     }
 }
 
@@ -156,6 +257,7 @@ struct Told {
 /// kind and retry meaning.
 pub struct PluginProvider {
     command: PluginCommand,
+    wire: Wire,
     told: Told,
     conn: tokio::sync::Mutex<Option<Conn>>,
     generation: AtomicU64,
@@ -217,11 +319,15 @@ fn timed_out(command: &PluginCommand, op: &str, limit: Duration) -> Error {
     .with_may_have_acted()
 }
 
-async fn connect(command: &PluginCommand, child: &mut Child) -> Result<Channel> {
+async fn connect(command: &PluginCommand, wire: &Wire, child: &mut Child) -> Result<Channel> {
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(Error::other(format!("{}: no stdio", command.name())));
     };
-    let io = Arc::new(std::sync::Mutex::new(Some(tokio::io::join(stdout, stdin))));
+    widen_pipe(&stdin);
+    widen_pipe(&stdout);
+    let io = Arc::new(std::sync::Mutex::new(Some(Coalesced::new(
+        tokio::io::join(stdout, stdin),
+    ))));
     let connector = tower::service_fn(move |_: Uri| {
         let io = io.lock().unwrap_or_else(|p| p.into_inner()).take();
         async move {
@@ -233,6 +339,8 @@ async fn connect(command: &PluginCommand, child: &mut Child) -> Result<Channel> 
     Endpoint::from_static("http://plugin.invalid")
         .initial_stream_window_size(WINDOW)
         .initial_connection_window_size(WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .executor(OnWire(wire.handle.clone()))
         .connect_with_connector(connector)
         .await
         .map_err(|e| {
@@ -241,6 +349,22 @@ async fn connect(command: &PluginCommand, child: &mut Child) -> Result<Channel> 
         })
 }
 
+/// The most a pipe may hold that an unprivileged process can ask for (Linux's default
+/// `/proc/sys/fs/pipe-max-size`).
+#[cfg(target_os = "linux")]
+const PIPE_SIZE: usize = 1024 * 1024;
+
+/// Lets the pipe to or from the plugin hold `PIPE_SIZE` instead of 64 KiB, so that a large reply
+/// crosses in one write and one read instead of waking each side at every 64 KiB. Where the system
+/// refuses, the pipe stays as it is: slower, never wrong.
+#[cfg(target_os = "linux")]
+fn widen_pipe(pipe: &impl std::os::fd::AsFd) {
+    let _ = rustix::pipe::fcntl_setpipe_size(pipe, PIPE_SIZE);
+}
+
+#[cfg(not(target_os = "linux"))]
+fn widen_pipe<T>(_: &T) {}
+
 fn client(channel: Channel) -> CloudDriverClient<Channel> {
     CloudDriverClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
@@ -248,9 +372,9 @@ fn client(channel: Channel) -> CloudDriverClient<Channel> {
 }
 
 /// Starts the plugin and shakes hands: what it is, or why it cannot be used.
-async fn launch(command: &PluginCommand) -> Result<(Child, Channel, pb::Hello)> {
-    let mut child = command.spawn()?;
-    let channel = connect(command, &mut child).await?;
+async fn launch(command: &PluginCommand, wire: &Wire) -> Result<(Child, Channel, pb::Hello)> {
+    let mut child = command.spawn(wire)?;
+    let channel = connect(command, wire, &mut child).await?;
     let mut c = client(channel.clone());
     let asked = c.handshake(pb::HandshakeRequest {
         protocol_version: PROTOCOL_VERSION,
@@ -287,7 +411,8 @@ impl PluginProvider {
     /// make its provider answers why (its settings named), one that cannot be started is
     /// [`Error::InvalidSettings`] naming the program.
     pub async fn start(command: PluginCommand) -> Result<Self> {
-        let (child, channel, hello) = launch(&command).await?;
+        let wire = Wire::new(&command)?;
+        let (child, channel, hello) = launch(&command, &wire).await?;
         let told = told(hello);
         if told.owner != command.owner {
             return Err(Error::other(format!(
@@ -299,6 +424,7 @@ impl PluginProvider {
         }
         Ok(PluginProvider {
             command,
+            wire,
             told,
             conn: tokio::sync::Mutex::new(Some(Conn {
                 child,
@@ -340,7 +466,7 @@ impl PluginProvider {
             tracing::warn!("{} exited; starting it again", self.command.name());
         }
         *held = None;
-        let (child, channel, hello) = launch(&self.command).await?;
+        let (child, channel, hello) = launch(&self.command, &self.wire).await?;
         let now = told(hello);
         if (now.kind.as_str(), now.owner.as_str()) != (&*self.told.kind, &*self.told.owner) {
             return Err(Error::other(format!(

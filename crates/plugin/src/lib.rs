@@ -25,7 +25,7 @@ mod server;
 mod stdio;
 mod wire;
 
-pub use client::{PluginCommand, PluginProvider};
+pub use client::{PluginCommand, PluginProvider, StderrLines};
 pub use errors::{error_from, error_to};
 pub use server::Driver;
 pub use stdio::{serve_on, serve_stdio};
@@ -56,6 +56,12 @@ pub(crate) const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 /// HTTP/2 flow-control windows of both sides: a large listing crosses the pipe without waiting for
 /// the reader's window updates (the default 64 KiB makes a 1,000-machine listing many round trips).
 pub(crate) const WINDOW: u32 = 8 * 1024 * 1024;
+
+/// The largest HTTP/2 frame either side takes: 1 MiB, so that a listing of thousands of machines
+/// crosses as a few frames (not as 16 KiB frames that each may wake the reader), yet garbage on a
+/// plugin's stdout (a length read from text is megabytes) is refused as a frame too large instead
+/// of read as frames of a type nobody knows, which HTTP/2 says to skip.
+pub(crate) const MAX_FRAME: u32 = 1024 * 1024;
 
 /// Serves `provider` as the CloudDriver service on this process's stdin and stdout until the host
 /// closes them.
@@ -91,9 +97,10 @@ pub fn run_kind(kind: &str) -> ! {
     std::process::exit(code)
 }
 
+/// One thread: a plugin waits on its cloud and its host, and a call that wakes the connection's
+/// task, the call's task and back on one thread spends no hand-off between threads.
 pub(crate) fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime")

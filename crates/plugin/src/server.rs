@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use orca_machines::{Error, Provider, Result};
+use orca_machines::ext::{Admission, Balance, FirewallRule, Network};
+use orca_machines::{Arch, Created, Error, Machine, Price, Provider, Resized, Result};
 use tonic::{Request, Response, Status};
 
 use crate::errors::error_to;
@@ -45,6 +46,13 @@ impl Driver {
     fn p(&self) -> Result<&Arc<dyn Provider>> {
         self.provider.as_ref().map_err(Clone::clone)
     }
+
+    /// The provider's firewall rules, or the refusal of a provider without them.
+    fn firewall(&self) -> Result<&dyn orca_machines::ext::FirewallRules> {
+        let p = self.p()?;
+        p.firewall_rules()
+            .ok_or_else(|| not_offered(&**p, "firewall_rules"))
+    }
 }
 
 type Answer<T> = std::result::Result<Response<T>, Status>;
@@ -66,30 +74,56 @@ fn hello(p: &dyn Provider) -> pb::Hello {
     }
 }
 
-fn machine_reply(r: Result<Option<orca_machines::Machine>>) -> Answer<pb::MachineReply> {
-    use pb::machine_reply::Outcome;
-    let outcome = match r {
-        Ok(Some(m)) => Outcome::Machine(machine_to(&m)),
-        Ok(None) => Outcome::None(pb::Empty {}),
-        Err(e) => Outcome::Error(error_to(&e)),
-    };
-    ok(pb::MachineReply {
-        outcome: Some(outcome),
-    })
+/// Each reply from its call's result: the value as the reply's outcome, or the error as its
+/// `Error` outcome (every reply carries one, so that the driver's errors cross as they are).
+macro_rules! replies {
+    ($($reply:ident in $module:ident from $ok:ty: |$v:ident| $outcome:expr;)*) => {$(
+        impl From<Result<$ok>> for pb::$reply {
+            fn from(r: Result<$ok>) -> Self {
+                #[allow(unused_imports)]
+                use pb::$module::Outcome;
+                let outcome = match r {
+                    Ok($v) => $outcome,
+                    Err(e) => Outcome::Error(error_to(&e)),
+                };
+                pb::$reply {
+                    outcome: Some(outcome),
+                }
+            }
+        }
+    )*};
 }
 
-fn rule_reply(
-    r: Result<Option<orca_machines::ext::FirewallRule>>,
-) -> Answer<pb::FirewallRuleReply> {
-    use pb::firewall_rule_reply::Outcome;
-    let outcome = match r {
-        Ok(Some(rule)) => Outcome::Rule(rule_to(&rule)),
-        Ok(None) => Outcome::None(pb::Empty {}),
-        Err(e) => Outcome::Error(error_to(&e)),
+replies! {
+    ArchReply in arch_reply from Arch: |a| Outcome::Arch(a.as_str().to_string());
+    CreateReply in create_reply from Created: |c| created_to(c);
+    MachinesReply in machines_reply from Vec<Machine>: |ms| Outcome::Machines(pb::MachineList {
+        machines: ms.into_iter().map(machine_to).collect(),
+    });
+    MachineReply in machine_reply from Option<Machine>: |m| match m {
+        Some(m) => Outcome::Machine(machine_to(m)),
+        None => Outcome::None(pb::Empty {}),
     };
-    ok(pb::FirewallRuleReply {
-        outcome: Some(outcome),
-    })
+    DeleteReply in delete_reply from bool: |gone| Outcome::Gone(gone);
+    ResizeReply in resize_reply from Resized: |r| Outcome::Resized(resized_to(r));
+    HourlyPriceReply in hourly_price_reply from Price: |p| Outcome::Price(price_to(&p));
+    NetworkReply in network_reply from Network: |n| Outcome::Network(network_to(&n));
+    FirewallRuleReply in firewall_rule_reply from Option<FirewallRule>: |r| match r {
+        Some(rule) => Outcome::Rule(rule_to(&rule)),
+        None => Outcome::None(pb::Empty {}),
+    };
+    FirewallRulesReply in firewall_rules_reply from Vec<FirewallRule>: |rules| {
+        Outcome::Rules(pb::FirewallRuleList {
+            rules: rules.iter().map(rule_to).collect(),
+        })
+    };
+    AdmitSshReply in admit_ssh_reply from Admission: |a| Outcome::Admission(admission_to(&a));
+    BalanceReply in balance_reply from Balance: |b| Outcome::Balance(balance_to(&b));
+}
+
+/// The reply of a call's result.
+fn answer<T, R: From<Result<T>>>(r: Result<T>) -> Answer<R> {
+    ok(R::from(r))
 }
 
 /// An extension the provider does not offer, refused as the contract refuses it.
@@ -112,140 +146,81 @@ impl CloudDriver for Driver {
     }
 
     async fn arch(&self, r: Request<pb::ArchRequest>) -> Answer<pb::ArchReply> {
-        use pb::arch_reply::Outcome;
         let t = r.into_inner().machine_type;
-        let outcome = match async { self.p()?.arch(&t).await }.await {
-            Ok(a) => Outcome::Arch(a.as_str().to_string()),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::ArchReply {
-            outcome: Some(outcome),
-        })
+        answer(async { self.p()?.arch(&t).await }.await)
     }
 
     async fn create(&self, r: Request<pb::CreateRequest>) -> Answer<pb::CreateReply> {
-        use pb::create_reply::Outcome;
-        let made = async {
-            let spec = r
-                .into_inner()
-                .spec
-                .ok_or_else(|| Error::invalid("spec", "a create carries its spec"))?;
-            self.p()?.create(&spec_from(spec)).await
-        };
-        let outcome = match made.await {
-            Ok(c) => created_to(&c),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::CreateReply {
-            outcome: Some(outcome),
-        })
+        let spec = r.into_inner().spec;
+        answer(
+            async {
+                let spec =
+                    spec.ok_or_else(|| Error::invalid("spec", "a create carries its spec"))?;
+                self.p()?.create(&spec_from(spec)).await
+            }
+            .await,
+        )
     }
 
     async fn machines(&self, r: Request<pb::MachinesRequest>) -> Answer<pb::MachinesReply> {
-        use pb::machines_reply::Outcome;
         let pool = r.into_inner().pool;
-        let outcome = match async { self.p()?.machines(&pool).await }.await {
-            Ok(ms) => Outcome::Machines(pb::MachineList {
-                machines: ms.iter().map(machine_to).collect(),
-            }),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::MachinesReply {
-            outcome: Some(outcome),
-        })
+        answer(async { self.p()?.machines(&pool).await }.await)
     }
 
     async fn machine(&self, r: Request<pb::MachineRequest>) -> Answer<pb::MachineReply> {
         let id = r.into_inner().id;
-        machine_reply(async { self.p()?.machine(&id).await }.await)
+        answer(async { self.p()?.machine(&id).await }.await)
     }
 
     async fn machine_named(&self, r: Request<pb::MachineNamedRequest>) -> Answer<pb::MachineReply> {
         let q = r.into_inner();
-        machine_reply(async { self.p()?.machine_named(&q.pool, &q.name).await }.await)
+        answer(async { self.p()?.machine_named(&q.pool, &q.name).await }.await)
     }
 
     async fn delete(&self, r: Request<pb::DeleteRequest>) -> Answer<pb::DeleteReply> {
-        use pb::delete_reply::Outcome;
         let id = r.into_inner().id;
-        let outcome = match async { self.p()?.delete(&id).await }.await {
-            Ok(gone) => Outcome::Gone(gone),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::DeleteReply {
-            outcome: Some(outcome),
-        })
+        answer(async { self.p()?.delete(&id).await }.await)
     }
 
     async fn start(&self, r: Request<pb::IdRequest>) -> Answer<pb::MachineReply> {
         let id = r.into_inner().id;
-        machine_reply(async { self.p()?.start(&id).await.map(Some) }.await)
+        answer(async { self.p()?.start(&id).await.map(Some) }.await)
     }
 
     async fn stop(&self, r: Request<pb::IdRequest>) -> Answer<pb::MachineReply> {
         let id = r.into_inner().id;
-        machine_reply(async { self.p()?.stop(&id).await.map(Some) }.await)
+        answer(async { self.p()?.stop(&id).await.map(Some) }.await)
     }
 
     async fn resize(&self, r: Request<pb::ResizeRequest>) -> Answer<pb::ResizeReply> {
-        use pb::resize_reply::Outcome;
         let q = r.into_inner();
-        let outcome = match async { self.p()?.resize(&q.id, &q.machine_type).await }.await {
-            Ok(r) => Outcome::Resized(resized_to(&r)),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::ResizeReply {
-            outcome: Some(outcome),
-        })
+        answer(async { self.p()?.resize(&q.id, &q.machine_type).await }.await)
     }
 
     async fn hourly_price(
         &self,
         r: Request<pb::HourlyPriceRequest>,
     ) -> Answer<pb::HourlyPriceReply> {
-        use pb::hourly_price_reply::Outcome;
         let q = r.into_inner();
-        let got = async { self.p()?.hourly_price(&q.machine_type, &q.location).await };
-        let outcome = match got.await {
-            Ok(p) => Outcome::Price(price_to(&p)),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::HourlyPriceReply {
-            outcome: Some(outcome),
-        })
+        answer(async { self.p()?.hourly_price(&q.machine_type, &q.location).await }.await)
     }
 
     async fn set_labels(&self, r: Request<pb::SetLabelsRequest>) -> Answer<pb::MachineReply> {
         let q = r.into_inner();
-        let set = q.set.into_iter().collect();
-        machine_reply(
+        answer(
             async {
                 let p = self.p()?;
                 let ext = p
                     .machine_labels()
                     .ok_or_else(|| not_offered(&**p, "machine_labels"))?;
-                ext.set_labels(&q.id, &set, &q.remove).await.map(Some)
+                ext.set_labels(&q.id, &q.set, &q.remove).await.map(Some)
             }
             .await,
         )
     }
 
     async fn network(&self, _: Request<pb::Empty>) -> Answer<pb::NetworkReply> {
-        use pb::network_reply::Outcome;
-        let got = async {
-            let p = self.p()?;
-            let ext = p
-                .firewall_rules()
-                .ok_or_else(|| not_offered(&**p, "firewall_rules"))?;
-            ext.network().await
-        };
-        let outcome = match got.await {
-            Ok(n) => Outcome::Network(network_to(&n)),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::NetworkReply {
-            outcome: Some(outcome),
-        })
+        answer(async { self.firewall()?.network().await }.await)
     }
 
     async fn firewall_rule(
@@ -253,36 +228,11 @@ impl CloudDriver for Driver {
         r: Request<pb::FirewallRuleRequest>,
     ) -> Answer<pb::FirewallRuleReply> {
         let name = r.into_inner().name;
-        rule_reply(
-            async {
-                let p = self.p()?;
-                let ext = p
-                    .firewall_rules()
-                    .ok_or_else(|| not_offered(&**p, "firewall_rules"))?;
-                ext.rule(&name).await
-            }
-            .await,
-        )
+        answer(async { self.firewall()?.rule(&name).await }.await)
     }
 
     async fn firewall_rules(&self, _: Request<pb::Empty>) -> Answer<pb::FirewallRulesReply> {
-        use pb::firewall_rules_reply::Outcome;
-        let got = async {
-            let p = self.p()?;
-            let ext = p
-                .firewall_rules()
-                .ok_or_else(|| not_offered(&**p, "firewall_rules"))?;
-            ext.rules().await
-        };
-        let outcome = match got.await {
-            Ok(rules) => Outcome::Rules(pb::FirewallRuleList {
-                rules: rules.iter().map(rule_to).collect(),
-            }),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::FirewallRulesReply {
-            outcome: Some(outcome),
-        })
+        answer(async { self.firewall()?.rules().await }.await)
     }
 
     async fn set_source_ranges(
@@ -290,53 +240,40 @@ impl CloudDriver for Driver {
         r: Request<pb::SetSourceRangesRequest>,
     ) -> Answer<pb::FirewallRuleReply> {
         let q = r.into_inner();
-        rule_reply(
+        answer(
             async {
-                let p = self.p()?;
-                let ext = p
-                    .firewall_rules()
-                    .ok_or_else(|| not_offered(&**p, "firewall_rules"))?;
-                ext.set_source_ranges(&q.name, &q.ranges).await.map(Some)
+                let f = self.firewall()?;
+                f.set_source_ranges(&q.name, &q.ranges).await.map(Some)
             }
             .await,
         )
     }
 
     async fn admit_ssh(&self, r: Request<pb::AdmitSshRequest>) -> Answer<pb::AdmitSshReply> {
-        use pb::admit_ssh_reply::Outcome;
         let q = r.into_inner();
-        let got = async {
-            let p = self.p()?;
-            let ext = p
-                .ssh_admission()
-                .ok_or_else(|| not_offered(&**p, "ssh_admission"))?;
-            ext.admit_ssh(&q.group, &q.location, &q.sources, &q.readmit)
-                .await
-        };
-        let outcome = match got.await {
-            Ok(a) => Outcome::Admission(admission_to(&a)),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::AdmitSshReply {
-            outcome: Some(outcome),
-        })
+        answer(
+            async {
+                let p = self.p()?;
+                let ext = p
+                    .ssh_admission()
+                    .ok_or_else(|| not_offered(&**p, "ssh_admission"))?;
+                ext.admit_ssh(&q.group, &q.location, &q.sources, &q.readmit)
+                    .await
+            }
+            .await,
+        )
     }
 
     async fn balance(&self, _: Request<pb::Empty>) -> Answer<pb::BalanceReply> {
-        use pb::balance_reply::Outcome;
-        let got = async {
-            let p = self.p()?;
-            let ext = p
-                .credit_balance()
-                .ok_or_else(|| not_offered(&**p, "credit_balance"))?;
-            ext.balance().await
-        };
-        let outcome = match got.await {
-            Ok(b) => Outcome::Balance(balance_to(&b)),
-            Err(e) => Outcome::Error(error_to(&e)),
-        };
-        ok(pb::BalanceReply {
-            outcome: Some(outcome),
-        })
+        answer(
+            async {
+                let p = self.p()?;
+                let ext = p
+                    .credit_balance()
+                    .ok_or_else(|| not_offered(&**p, "credit_balance"))?;
+                ext.balance().await
+            }
+            .await,
+        )
     }
 }

@@ -38,10 +38,106 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Conn<T> {
     ) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
+    // Forwarded, so that HTTP/2 writes a frame's header and its data in one system call: written
+    // apart, the header alone can wake the host for nothing.
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.io).poll_flush(cx)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A byte stream whose writes are gathered until a flush, and whose flush first lets the tasks that
+/// are ready run once: HTTP/2 flushes a call's headers before the call's body task has put its data
+/// in, and written apart, each would wake the peer (a second wake-up for every call, and a reply's
+/// trailers a third). Gathered, a call or a reply crosses in one write.
+pub(crate) struct Coalesced<T> {
+    io: T,
+    buf: Vec<u8>,
+    /// How much of `buf` is written.
+    sent: usize,
+    /// Whether this flush let the other ready tasks run already.
+    yielded: bool,
+}
+
+impl<T> Coalesced<T> {
+    pub(crate) fn new(io: T) -> Self {
+        Coalesced {
+            io,
+            buf: Vec::new(),
+            sent: 0,
+            yielded: false,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Coalesced<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.buf.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let mut n = 0;
+        for b in bufs {
+            self.buf.extend_from_slice(b);
+            n += b.len();
+        }
+        Poll::Ready(Ok(n))
+    }
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.sent < this.buf.len() && !this.yielded {
+            this.yielded = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        while this.sent < this.buf.len() {
+            let n =
+                std::task::ready!(Pin::new(&mut this.io).poll_write(cx, &this.buf[this.sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            this.sent += n;
+        }
+        this.buf.clear();
+        this.sent = 0;
+        this.yielded = false;
+        Pin::new(&mut this.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        std::task::ready!(self.as_mut().poll_flush(cx))?;
         Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
@@ -53,7 +149,7 @@ where
 {
     let (closed_tx, closed_rx) = oneshot::channel();
     let conn = Conn {
-        io,
+        io: Coalesced::new(io),
         _closed: closed_tx,
     };
     let incoming = futures::stream::once(async move { Ok::<_, io::Error>(conn) });
@@ -62,6 +158,7 @@ where
     tonic::transport::Server::builder()
         .initial_stream_window_size(crate::WINDOW)
         .initial_connection_window_size(crate::WINDOW)
+        .max_frame_size(crate::MAX_FRAME)
         .add_routes(routes)
         .serve_with_incoming(incoming)
         .await

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use orca_machines::ext::{Admission, AdmissionRule, Balance, FirewallPorts, FirewallRule, Network};
-use orca_machines::labels::Labels;
 use orca_machines::machine::Timestamp;
 use orca_machines::{
     Capabilities, Created, Error, Machine, MachineSpec, Price, Resized, Result, SpecOptions, Status,
@@ -34,14 +33,6 @@ pub(crate) fn bad_reply(what: impl std::fmt::Display) -> Error {
     ))
 }
 
-fn labels_from(m: std::collections::HashMap<String, String>) -> Labels {
-    m.into_iter().collect()
-}
-
-fn labels_to(l: &Labels) -> std::collections::HashMap<String, String> {
-    l.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-}
-
 fn status_to(s: Status) -> pb::Status {
     match s {
         Status::Starting => pb::Status::Starting,
@@ -64,23 +55,25 @@ fn status_from(s: i32) -> Status {
     }
 }
 
-pub(crate) fn machine_to(m: &Machine) -> pb::Machine {
+/// A machine as the wire carries it, its strings moved, not copied: a listing of thousands pays
+/// no second copy of each.
+pub(crate) fn machine_to(m: Machine) -> pb::Machine {
     pb::Machine {
-        id: m.id.clone(),
-        name: m.name.clone(),
         status: status_to(m.status) as i32,
-        cloud_status: m.cloud_status.clone(),
-        machine_type: m.machine_type.clone(),
-        location: m.location.clone(),
-        address: m.address.clone(),
-        private_address: m.private_address.clone(),
-        fqdn: m.fqdn.clone(),
-        pool: m.pool.clone(),
-        labels: labels_to(&m.labels),
         created_at: time_to(m.created_at),
         started_at: time_to(m.started_at),
         stopped_at: time_to(m.stopped_at),
         max_run_duration_secs: m.max_run_duration.map(|d| d.as_secs()),
+        id: m.id,
+        name: m.name,
+        cloud_status: m.cloud_status,
+        machine_type: m.machine_type,
+        location: m.location,
+        address: m.address,
+        private_address: m.private_address,
+        fqdn: m.fqdn,
+        pool: m.pool,
+        labels: m.labels,
     }
 }
 
@@ -94,12 +87,26 @@ pub(crate) fn machine_from(w: pb::Machine) -> Result<Machine> {
     m.private_address = w.private_address;
     m.fqdn = w.fqdn;
     m.pool = w.pool;
-    m.labels = labels_from(w.labels);
+    m.labels = w.labels;
     m.created_at = time_from("created_at", &w.created_at)?;
     m.started_at = time_from("started_at", &w.started_at)?;
     m.stopped_at = time_from("stopped_at", &w.stopped_at)?;
     m.max_run_duration = w.max_run_duration_secs.map(Duration::from_secs);
     Ok(m)
+}
+
+impl From<Machine> for pb::Machine {
+    fn from(m: Machine) -> Self {
+        machine_to(m)
+    }
+}
+
+/// A machine from the wire; a time that is not one is the peer breaking the protocol.
+impl TryFrom<pb::Machine> for Machine {
+    type Error = Error;
+    fn try_from(w: pb::Machine) -> Result<Self> {
+        machine_from(w)
+    }
 }
 
 /// The machine a reply must carry.
@@ -114,7 +121,7 @@ pub(crate) fn spec_to(s: &MachineSpec) -> pb::MachineSpec {
         location: s.location.clone(),
         user_data: s.user_data.clone(),
         pool: s.pool.clone(),
-        labels: labels_to(&s.labels),
+        labels: s.labels.clone(),
         disk_gb: s.disk_gb,
         ssh_keys: s.ssh_keys.clone(),
         network_tags: s.network_tags.clone(),
@@ -128,7 +135,7 @@ pub(crate) fn spec_to(s: &MachineSpec) -> pb::MachineSpec {
 pub(crate) fn spec_from(w: pb::MachineSpec) -> MachineSpec {
     let mut s = MachineSpec::new(w.name, w.machine_type, w.location, w.pool);
     s.user_data = w.user_data;
-    s.labels = labels_from(w.labels);
+    s.labels = w.labels;
     s.disk_gb = w.disk_gb;
     s.ssh_keys = w.ssh_keys;
     s.network_tags = w.network_tags;
@@ -179,7 +186,7 @@ pub(crate) fn capabilities_from(w: &pb::Capabilities) -> Capabilities {
         .with_options(options)
 }
 
-pub(crate) fn created_to(c: &Created) -> pb::create_reply::Outcome {
+pub(crate) fn created_to(c: Created) -> pb::create_reply::Outcome {
     use pb::create_reply::Outcome;
     match c {
         Created::Machine(m) => Outcome::Made(machine_to(m)),
@@ -189,16 +196,16 @@ pub(crate) fn created_to(c: &Created) -> pb::create_reply::Outcome {
             location,
             message,
         } => Outcome::NoStock(pb::NoStock {
-            machine_type: machine_type.clone(),
-            location: location.clone(),
-            message: message.clone(),
+            machine_type,
+            location,
+            message,
         }),
     }
 }
 
-pub(crate) fn resized_to(r: &Resized) -> pb::Resized {
+pub(crate) fn resized_to(r: Resized) -> pb::Resized {
     pb::Resized {
-        machine: Some(machine_to(&r.machine)),
+        machine: Some(machine_to(r.machine)),
         caused_downtime: r.caused_downtime,
     }
 }
@@ -325,6 +332,7 @@ pub(crate) fn balance_from(w: pb::Balance) -> Result<Balance> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use orca_machines::labels::Labels;
 
     #[test]
     fn a_machine_keeps_every_fact() {
@@ -342,9 +350,9 @@ mod tests {
         m.started_at = Some("2026-12-03T04:02:00Z".parse().unwrap());
         m.stopped_at = Some("2026-12-03T05:00:00Z".parse().unwrap());
         m.max_run_duration = Some(Duration::from_secs(3600));
-        assert_eq!(machine_from(machine_to(&m)).unwrap(), m);
+        assert_eq!(machine_from(machine_to(m.clone())).unwrap(), m);
         let bare = Machine::new("m-2", "b");
-        assert_eq!(machine_from(machine_to(&bare)).unwrap(), bare);
+        assert_eq!(machine_from(machine_to(bare.clone())).unwrap(), bare);
     }
 
     #[test]
@@ -379,7 +387,7 @@ mod tests {
 
     #[test]
     fn a_bad_time_is_a_protocol_error() {
-        let mut w = machine_to(&Machine::new("m", "n"));
+        let mut w = machine_to(Machine::new("m", "n"));
         w.created_at = "yesterday".into();
         let e = machine_from(w).unwrap_err();
         assert!(e.to_string().contains("created_at"), "{e}");

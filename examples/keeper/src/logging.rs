@@ -60,10 +60,19 @@ pub fn may_log(meta: &Metadata<'_>) -> bool {
 /// Logs to standard error, masked, at the level `KEEPER_LOG` says (`info` when unset), never
 /// what [`NEVER_LOGGED`] names.
 pub fn init() {
+    init_with(io::stderr)
+}
+
+/// Logs as [`init`] does, to `writer` instead of standard error (what a test reads keeper's log
+/// through). Only the first call of the process takes effect.
+pub fn init_with<W>(writer: W)
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEEPER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let lines = tracing_subscriber::fmt::layer()
-        .with_writer(Masked(io::stderr))
+        .with_writer(Masked(writer))
         // No colours: escape codes between a key and its `=` would hide the pair from the filter.
         .with_ansi(false)
         .with_target(false)

@@ -51,9 +51,10 @@ struct Args {
     /// keeper's URL as new VMs reach it (baked by self_onboard).
     #[arg(long, env = "KEEPER_URL", default_value = "http://127.0.0.1:8080")]
     keeper_url: String,
-    /// How providers are reached: `linked` (orca's drivers in this program) or `plugins` (each
-    /// driver's CloudDriver plugin `soul-cloud-<driver>`, started on first use and kept).
-    #[arg(long, env = "KEEPER_DRIVERS", default_value = "linked")]
+    /// How providers are reached: `plugins` (each driver's CloudDriver plugin
+    /// `soul-cloud-<driver>`, started on first use and kept) or `linked` (orca's drivers in this
+    /// program).
+    #[arg(long, env = "KEEPER_DRIVERS", default_value = "plugins")]
     drivers: DriverMode,
     /// Where `plugins` are looked for first (then beside keeper's own program).
     #[arg(long, env = keeper::plugins::PLUGIN_DIR_ENV)]

@@ -1,12 +1,15 @@
 //! keeper's PluginHost: providers as CloudDriver plugins (`soul-cloud-<driver>`, see orca-plugin)
-//! instead of drivers linked in. Opt-in (`--drivers plugins`); linked-in drivers stay the default.
+//! instead of drivers linked in: the default (`--drivers plugins`); `--drivers linked` links orca's
+//! drivers in instead.
 //!
 //! A provider's plugin is started on first use and kept; a plugin that dies is started again by its
 //! client on the next call (the call in flight fails as a passing failure that may have acted, so
 //! the step's retry adopts what was made). The settings the vault resolves go in the child's
 //! environment, never on its command line; when they change (a rotated credential), the next step
 //! starts a new plugin and the old one stops once no step holds it. Plugins stop with keeper (their
-//! stdin closes; dropped ones are killed).
+//! stdin closes; dropped ones are killed). A plugin's log (its standard error) is logged by keeper,
+//! line by line, through the same filter as keeper's own lines, and without the values of the
+//! settings it was given ([`plugin_line`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -18,6 +21,7 @@ use orca_plugin::{PluginCommand, PluginProvider};
 use sha2::{Digest, Sha256};
 
 use crate::drivers::Drivers;
+use crate::mask::{mask_text, MASK};
 
 /// The setting that names a directory of plugins (keeper's `--plugin-dir`).
 pub const PLUGIN_DIR_ENV: &str = "KEEPER_PLUGIN_DIR";
@@ -53,6 +57,39 @@ fn fingerprint(settings: &Settings) -> String {
         h.update([0]);
     }
     hex::encode(h.finalize())
+}
+
+/// The shortest setting value [`plugin_line`] hides: a shorter one is no credential, and hiding it
+/// (a `1`, a region `eu`) would garble every line.
+const SHORTEST_HIDDEN: usize = 4;
+
+/// A plugin's log line as keeper logs it: each value of `settings` (what the vault holds at the
+/// provider's `credentials_ref`, so its secrets, whatever their keys are called) replaced by
+/// [`MASK`] wherever it appears, then masked as every line keeper logs ([`mask_text`]).
+pub fn plugin_line(line: &str, settings: &Settings) -> String {
+    let mut values: Vec<&str> = settings
+        .keys()
+        .filter_map(|k| settings.get(k))
+        .filter(|v| v.len() >= SHORTEST_HIDDEN)
+        .collect();
+    // Longest first: a value that contains another is hidden whole.
+    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    let mut line = line.to_string();
+    for v in values {
+        if line.contains(v) {
+            line = line.replace(v, MASK);
+        }
+    }
+    mask_text(&line)
+}
+
+/// Where a plugin's lines go: keeper's log, at `info`, naming the plugin's driver and owner.
+fn log_lines(driver: &str, owner: &str, settings: &Settings) -> impl Fn(&str) + Send + Sync {
+    let (driver, owner, settings) = (driver.to_string(), owner.to_string(), settings.clone());
+    move |line| {
+        let line = plugin_line(line, &settings);
+        tracing::info!(target: "keeper::plugin", driver = %driver, owner = %owner, "{line}");
+    }
 }
 
 impl PluginDrivers {
@@ -135,7 +172,9 @@ impl Drivers for PluginDrivers {
             }
         }
         let path = self.find(driver)?;
-        let command = PluginCommand::new(path, owner).settings(settings.clone());
+        let command = PluginCommand::new(path, owner)
+            .settings(settings.clone())
+            .stderr_lines(log_lines(driver, owner, settings));
         let plugin = Arc::new(PluginProvider::start(command).await?);
         tracing::info!(driver, owner, "plugin started");
         kept.insert(
@@ -166,6 +205,15 @@ mod tests {
         );
         let e = d.find("../bin/sh").unwrap_err().to_string();
         assert!(e.contains("a driver name"), "{e}");
+    }
+
+    #[test]
+    fn a_plugin_line_loses_the_values_of_its_settings_and_what_keeper_masks() {
+        let s = Settings::new()
+            .with("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI")
+            .with("AWS_REGION", "eu");
+        let line = plugin_line("key wJalrXUtnFEMI in eu, api_token=abc123 refused", &s);
+        assert_eq!(line, "key *** in eu, api_token=*** refused");
     }
 
     #[test]

@@ -54,6 +54,7 @@ impl Cli {
             .env("DATABASE_URL", &self.db.url)
             .env("KEEPER_VAULT_DIR", self.dir.path().join("vault"))
             .env("KEEPER_LOG", "trace")
+            .env("KEEPER_DRIVERS", support::driver_mode())
             .env_remove("KEEPER_API_TOKENS")
             .env_remove("KEEPER_API_TOKENS_FILE")
             .env_remove("ORCA_FAKE_STATE")

@@ -193,7 +193,7 @@ async fn bad_input_is_refused_before_any_cloud_call_naming_the_field() {
     )
     .await
     .unwrap();
-    let requests = w.cloud.requests();
+    let requests = w.requests().await;
     for (params, code, field) in [
         (json!({"profile": "small"}), "params.invalid", "provider"),
         (
@@ -262,7 +262,7 @@ async fn bad_input_is_refused_before_any_cloud_call_naming_the_field() {
         assert_eq!(f.output["error"]["field"], field);
         assert_eq!(f.output["changed"], false);
     }
-    assert_eq!(w.cloud.requests(), requests, "no cloud call was made");
+    assert_eq!(w.requests().await, requests, "no cloud call was made");
     assert!(w.machines().is_empty());
     assert_eq!(w.count("SELECT 1 FROM keeper.cloud_vms").await, 0);
     // Each refusal is audited all the same.
@@ -332,7 +332,7 @@ async fn without_a_profile_the_providers_only_profile_is_used_else_refused() {
     )
     .await
     .unwrap();
-    let requests = w.cloud.requests();
+    let requests = w.requests().await;
     let f = w
         .step("core.cloud.created", json!({"provider": "lab"}))
         .await
@@ -352,7 +352,7 @@ async fn without_a_profile_the_providers_only_profile_is_used_else_refused() {
         .unwrap_err();
     assert_eq!(f.error.field.as_deref(), Some("profile"), "{}", f.error);
     assert!(f.error.message.contains("has no profile"), "{}", f.error);
-    assert_eq!(w.cloud.requests(), requests, "no cloud call was made");
+    assert_eq!(w.requests().await, requests, "no cloud call was made");
     assert_eq!(w.machines().len(), 1);
     w.finish().await;
 }
@@ -620,11 +620,12 @@ async fn the_third_of_five_refused_records_what_cannot_be_destroyed() {
         return;
     };
     w.cloud.set_stock("amd64-small", "zone-a", 2);
-    w.cloud.inject(
+    w.inject(
         Operation::Delete,
         FaultKind::Error(ErrorKind::PermissionDenied),
         2,
-    );
+    )
+    .await;
     let f = w
         .step(
             "core.cloud.created",
@@ -671,9 +672,9 @@ async fn a_vm_the_cloud_made_before_the_create_gave_up_is_found_and_destroyed() 
     };
     // lost-1 is made but the answer is lost, and every retry of the create fails too: the driver
     // gives up (a transient error) with the VM standing.
-    w.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
-    w.cloud
-        .inject(Operation::Create, FaultKind::Error(ErrorKind::Transient), 6);
+    w.inject(Operation::Create, FaultKind::LoseAnswer, 1).await;
+    w.inject(Operation::Create, FaultKind::Error(ErrorKind::Transient), 6)
+        .await;
     let f = w
         .step(
             "core.cloud.created",
@@ -713,15 +714,16 @@ async fn a_vm_that_may_have_been_made_and_cannot_be_looked_up_stays_requested() 
     else {
         return;
     };
-    w.cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
-    w.cloud
-        .inject(Operation::Create, FaultKind::Error(ErrorKind::Transient), 6);
+    w.inject(Operation::Create, FaultKind::LoseAnswer, 1).await;
+    w.inject(Operation::Create, FaultKind::Error(ErrorKind::Transient), 6)
+        .await;
     // And the look-up by name fails too.
-    w.cloud.inject(
+    w.inject(
         Operation::List,
         FaultKind::Error(ErrorKind::PermissionDenied),
         1,
-    );
+    )
+    .await;
     let f = w
         .step(
             "core.cloud.created",
@@ -755,9 +757,9 @@ async fn a_clear_refusal_is_journalled_failed_without_a_look_up() {
     let Some(w) = World::new("a_clear_refusal_is_journalled_failed_without_a_look_up").await else {
         return;
     };
-    w.cloud
-        .inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1);
-    let lists = w.cloud.requests();
+    w.inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1)
+        .await;
+    let lists = w.requests().await;
     let f = w
         .step(
             "core.cloud.created",
@@ -771,7 +773,7 @@ async fn a_clear_refusal_is_journalled_failed_without_a_look_up() {
         "failed"
     );
     assert_eq!(f.output["unresolved"], json!([]));
-    assert_eq!(w.cloud.requests() - lists, 1, "one create call, no look-up");
+    assert_eq!(w.requests().await - lists, 1, "one create call, no look-up");
     w.finish().await;
 }
 

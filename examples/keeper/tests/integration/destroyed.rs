@@ -189,11 +189,12 @@ async fn a_failed_destroy_leaves_the_registries_untouched() {
     assert_eq!(e["payload"]["counters"]["souls_destroyed"], 0);
 
     // The cloud refusing the first destroy: nothing at all changes.
-    w.cloud.inject(
+    w.inject(
         Operation::Delete,
         FaultKind::Error(ErrorKind::PermissionDenied),
         1,
-    );
+    )
+    .await;
     let f = w
         .step(
             "core.cloud.destroyed",
@@ -223,7 +224,7 @@ async fn a_wrong_sid_vm_pairing_is_refused_before_any_destroy() {
         return;
     };
     let (sids, ids) = souls_with_seeds(&w, "pair", 2).await;
-    let requests = w.cloud.requests();
+    let requests = w.requests().await;
     for params in [
         json!({"provider": "lab", "vm_ids": [ids[1]], "sids": [sids[0]]}),
         json!({"provider": "lab", "vm_ids": [ids[0]], "sids": ["unknown.example"]}),
@@ -250,7 +251,7 @@ async fn a_wrong_sid_vm_pairing_is_refused_before_any_destroy() {
         Some("sids[0]"),
         "the soul is another provider's"
     );
-    assert_eq!(w.cloud.requests(), requests, "no cloud call");
+    assert_eq!(w.requests().await, requests, "no cloud call");
     assert_eq!(w.machines().len(), 2);
     assert_eq!(
         w.count("SELECT 1 FROM keeper.souls WHERE status = 'pending'")

@@ -175,3 +175,74 @@ async fn a_plugin_killed_between_and_during_steps_is_started_again_and_nothing_d
     }
     w.finish().await;
 }
+
+/// What keeper logged, kept in memory.
+#[derive(Clone, Default)]
+struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_logging_its_secret_is_masked_in_keepers_log() {
+    use orca::Provider;
+    let test = "a_plugin_logging_its_secret_is_masked_in_keepers_log";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    // A plugin that logs the secret it was given, with its key and bare, then is soul-cloud-fake.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("soul-cloud-fake");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"starting: api_token=$LAB_API_TOKEN, raw $LAB_SECRET, region $LAB_REGION\" >&2\nexec {} \"$@\"\n",
+            built.join("soul-cloud-fake").display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    keeper::logging::init_with(move || writer.clone());
+    let host = keeper::plugins::PluginDrivers::new([dir.path().to_path_buf()]);
+    let settings = orca::Settings::new()
+        .with("LAB_API_TOKEN", "tok-5f1e2d")
+        .with("LAB_SECRET", "s3cr3t-value")
+        .with("LAB_REGION", "eu");
+    let p = keeper::drivers::Drivers::provider(&host, "fake", "o", &settings)
+        .await
+        .unwrap();
+    assert_eq!(p.kind(), "fake");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !log.text().contains("starting:") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let text = log.text();
+    let line = text
+        .lines()
+        .find(|l| l.contains("starting:"))
+        .unwrap_or_else(|| panic!("the plugin's line is in keeper's log: {text}"));
+    assert!(line.contains("api_token=***, raw ***, region eu"), "{line}");
+    assert!(line.contains("driver=fake"), "{line}");
+    assert!(
+        !text.contains("tok-5f1e2d") && !text.contains("s3cr3t-value"),
+        "{text}"
+    );
+}

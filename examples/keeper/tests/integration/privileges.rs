@@ -67,6 +67,7 @@ async fn keeper_runs_with_least_privilege_and_a_revoked_audit_insert_fails_steps
             cloud: w.cloud.clone(),
             state: w.state.clone(),
             knobs: w.knobs.clone(),
+            plugins: w.plugins.clone(),
         }),
         keeper::cloud::Settings::default(),
     )

@@ -86,7 +86,7 @@ async fn a_driver_without_resize_answers_resize_unsupported() {
         .await;
     let id = hosts(&out)[0]["vm_id"].clone();
     w.knobs.no_resize.store(true, Ordering::SeqCst);
-    let requests = w.cloud.requests();
+    let requests = w.requests().await;
     let f = w
         .step(
             "core.cloud.resized",
@@ -96,7 +96,7 @@ async fn a_driver_without_resize_answers_resize_unsupported() {
         .unwrap_err();
     assert_eq!(f.error.code, "resize.unsupported");
     assert_eq!(f.error.status, 422);
-    assert_eq!(w.cloud.requests(), requests, "refused before any call");
+    assert_eq!(w.requests().await, requests, "refused before any call");
     assert_eq!(w.machines()[0].machine_type, "amd64-small");
     let e = w.audit("cloud.provisioned").await.pop().unwrap();
     assert_eq!(e["outcome"], "refused");

@@ -2,6 +2,11 @@
 //! simulated cloud (the `fake` kind, in a state file) per test, and a driver seam that can record what
 //! keeper asked for, take a capability away or blank a fact, on top of the real in-memory provider.
 //!
+//! As keeper does by default, every world's provider is reached through the plugin host
+//! (`soul-cloud-fake`, on the same state file) with the same knobs on top ([`World::inject`] and
+//! [`World::requests`] reach the plugin's cloud); `KEEPER_TEST_DRIVERS=linked` runs the same tests
+//! on linked-in drivers (see [`on_plugins`]).
+//!
 //! Without a reachable PostgreSQL a test prints `SKIPPED <name>: no PostgreSQL at ...` (to the real
 //! standard error, past the test harness's capture) and passes, unless `CI` is set: then it fails.
 
@@ -254,6 +259,54 @@ pub struct TestDrivers {
     pub cloud: MemoryCloud,
     pub state: PathBuf,
     pub knobs: Arc<Knobs>,
+    /// The plugin host the provider is reached through, under `KEEPER_TEST_DRIVERS=plugins`.
+    pub plugins: Option<Arc<keeper::plugins::PluginDrivers>>,
+}
+
+/// The setting that runs every world's steps through the plugin host.
+pub const TEST_DRIVERS_ENV: &str = "KEEPER_TEST_DRIVERS";
+
+/// keeper's `KEEPER_DRIVERS` for a keeper program a test runs: `plugins` when the step tests run on
+/// plugins (see [`on_plugins`]), `linked` otherwise.
+pub fn driver_mode() -> &'static str {
+    if on_plugins() {
+        "plugins"
+    } else {
+        "linked"
+    }
+}
+
+/// Whether the step tests run through plugins, as keeper does by default. `KEEPER_TEST_DRIVERS=linked`
+/// runs them on linked-in drivers and `=plugins` insists on plugins; without it they run on plugins
+/// when `soul-cloud-fake` is built beside the tests (as `cargo test --workspace` builds it), and on
+/// linked-in drivers with a note otherwise (`cargo test -p keeper`), except under CI, where a missing
+/// plugin fails the test that wanted it.
+pub fn on_plugins() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var(TEST_DRIVERS_ENV).as_deref() {
+        Ok("linked") => false,
+        Ok("plugins") => true,
+        Ok(other) => panic!("{TEST_DRIVERS_ENV}={other:?}: expected linked or plugins"),
+        Err(_) => {
+            let built = plugins_built_in().join("soul-cloud-fake").is_file();
+            if !built && !in_ci() {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "NOTE keeper's step tests run on linked-in drivers: soul-cloud-fake is not built in {} \
+                     (cargo build -p orca-plugin, or cargo test --workspace)",
+                    plugins_built_in().display()
+                );
+            }
+            built || in_ci()
+        }
+    })
+}
+
+/// The directory `cargo test --workspace` builds the workspace's programs in: the parent of this
+/// test's `deps` directory.
+fn plugins_built_in() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
 #[async_trait]
@@ -277,10 +330,11 @@ impl Drivers for TestDrivers {
             ));
         }
         self.knobs.providers_made.fetch_add(1, Ordering::SeqCst);
-        Ok(Arc::new(Layered::new(
-            self.cloud.provider(owner)?,
-            Tweaked(self.knobs.clone()),
-        )))
+        let inner: Arc<dyn Provider> = match &self.plugins {
+            Some(host) => host.provider(driver, owner, settings).await?,
+            None => Arc::new(self.cloud.provider(owner)?),
+        };
+        Ok(Arc::new(Layered::new(inner, Tweaked(self.knobs.clone()))))
     }
 }
 
@@ -298,8 +352,7 @@ enum Choice {
 /// among them): the parent of this test's `deps` directory. `None` (SKIPPED) when the plugin is not
 /// built there, outside CI.
 pub fn plugin_dir(test: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let dir = plugins_built_in();
     if dir.join("soul-cloud-fake").is_file() {
         return Some(dir);
     }
@@ -365,6 +418,14 @@ impl World {
     }
 
     async fn build(test: &str, settings: KeeperSettings, choice: Choice) -> Option<World> {
+        let test_plugins =
+            match choice {
+                Choice::Test if on_plugins() => Some(Arc::new(
+                    keeper::plugins::PluginDrivers::new([plugin_dir(test)?]),
+                )),
+                _ => None,
+            };
+        let owner = settings.owner.clone();
         let db = TestDb::create(test).await?;
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("cloud.json");
@@ -380,15 +441,25 @@ impl World {
             Choice::Plugins(dir) => {
                 Some(Arc::new(keeper::plugins::PluginDrivers::new([dir.clone()])))
             }
-            _ => None,
+            _ => test_plugins.clone(),
         };
+        if let Some(host) = &test_plugins {
+            // Started now, with the settings keeper's steps will give it (the vault's), so that a
+            // fault can be injected before the first step; the steps then share it.
+            let vault_settings =
+                Settings::new().with(orca::FAKE_STATE_ENV, state.to_str().unwrap());
+            host.provider("fake", &owner, &vault_settings)
+                .await
+                .expect("the fake plugin starts");
+        }
         let drivers: Arc<dyn Drivers> = match (choice, &plugins) {
-            (_, Some(host)) => host.clone(),
+            (Choice::Plugins(_), Some(host)) => host.clone(),
             (Choice::Orca, _) => Arc::new(keeper::drivers::OrcaDrivers),
-            (_, None) => Arc::new(TestDrivers {
+            _ => Arc::new(TestDrivers {
                 cloud: cloud.clone(),
                 state: state.clone(),
                 knobs: knobs.clone(),
+                plugins: test_plugins,
             }),
         };
         let keeper = Keeper::connect(&db.url, Arc::new(FileVault::new(&vault)), drivers, settings)
@@ -470,6 +541,58 @@ impl World {
             "SELECT event, actor, outcome, payload FROM keeper.audit_events WHERE event = '{event}' ORDER BY id"
         ))
         .await
+    }
+
+    /// Makes the next `times` calls of `op` of the simulated cloud fail or slow down as `kind` says:
+    /// in this process's cloud, or in the plugin's when the steps run through plugins.
+    pub async fn inject(
+        &self,
+        op: orca::memory::Operation,
+        kind: orca::memory::FaultKind,
+        times: u32,
+    ) {
+        use orca_plugin::proto::fake::fake_control_client::FakeControlClient;
+        use orca_plugin::proto::fake::InjectRequest;
+        let Some(host) = &self.plugins else {
+            return self.cloud.inject(op, kind, times);
+        };
+        let operation = serde_json::to_value(op)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_string();
+        for plugin in host.running("fake").await {
+            let refused = FakeControlClient::new(plugin.channel().await.unwrap())
+                .inject(InjectRequest {
+                    operation: operation.clone(),
+                    fault_json: serde_json::to_string(&kind).unwrap(),
+                    times,
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .refused;
+            assert!(refused.is_empty(), "{refused}");
+        }
+    }
+
+    /// The requests the simulated cloud has served: this process's cloud's, and the plugin's when
+    /// the steps run through plugins.
+    pub async fn requests(&self) -> u64 {
+        use orca_plugin::proto::fake::fake_control_client::FakeControlClient;
+        use orca_plugin::proto::fake::RequestsRequest;
+        let mut n = self.cloud.requests();
+        if let Some(host) = &self.plugins {
+            for plugin in host.running("fake").await {
+                n += FakeControlClient::new(plugin.channel().await.unwrap())
+                    .requests(RequestsRequest {})
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .requests;
+            }
+        }
+        n
     }
 
     /// The machines of the simulated cloud (every owner).
