@@ -6,7 +6,8 @@
 //! is the larger of two times, each a bound no scaler can beat:
 //! - the rate limit's: the fewest requests of the phase, less the bucket's usable share (what the
 //!   driver does not keep for other tools), at the refill rate;
-//! - one call's: the refill time of the calls that start the machines' changes (one each, less the
+//! - the last call's: the refill time of the requests made before the last change can start (with
+//!   every call at once and no limit: the requests up to the last POST, PUT or DELETE; less the
 //!   usable share), then one create's (or delete's) duration alone.
 //!
 //! The fewest requests and one call's duration are measured on the same fake without a rate limit:
@@ -18,6 +19,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use orca::Settings as OrcaSettings;
+use axum::http::Method;
 use orca_fakes::Control;
 use orca_scaler::{FileStore, Scaler, Settings};
 use tokio::time::Instant;
@@ -71,6 +73,8 @@ pub struct Fake {
 struct Phase {
     secs: f64,
     requests: u64,
+    /// Requests up to and including the phase's last POST, PUT or DELETE.
+    until_last_change: u64,
     throttled: u64,
     passes: usize,
 }
@@ -121,7 +125,10 @@ where
         let fewest = p(&all).requests as f64;
         let alone = p(&one).secs;
         match limit {
-            Some(l) => l.time_for(fewest).max(l.time_for(MACHINES as f64) + alone),
+            Some(l) => {
+                let before = p(&all).until_last_change as f64;
+                l.time_for(fewest).max(l.time_for(before) + alone)
+            }
             None => alone,
         }
     };
@@ -193,7 +200,7 @@ async fn run(fake: &Fake, machines: usize, parallel: Option<usize>) -> Run {
 
 /// Passes until the pool serves `target`.
 async fn phase(fake: &Fake, scaler: &mut Scaler, p: &dyn orca::Provider, target: usize) -> Phase {
-    let (requests, throttled) = counts(&fake.control);
+    let logged = fake.control.log().len();
     let started = Instant::now();
     let mut passes = 0;
     loop {
@@ -205,18 +212,19 @@ async fn phase(fake: &Fake, scaler: &mut Scaler, p: &dyn orca::Provider, target:
         assert!(passes < 50, "the pool never reached {target}: {:?}", r.actions);
         tokio::time::sleep(INTERVAL).await;
     }
-    let (r, t) = counts(&fake.control);
+    let secs = started.elapsed().as_secs_f64();
+    let log = fake.control.log();
+    let log = &log[logged..];
+    let changes = [Method::POST, Method::PUT, Method::DELETE];
+    let until_last_change = log
+        .iter()
+        .rposition(|l| changes.contains(&l.method))
+        .map_or(0, |i| i + 1);
     Phase {
-        secs: started.elapsed().as_secs_f64(),
-        requests: r - requests,
-        throttled: t - throttled,
+        secs,
+        requests: log.len() as u64,
+        until_last_change: until_last_change as u64,
+        throttled: log.iter().filter(|l| l.status == 429).count() as u64,
         passes,
     }
-}
-
-/// Requests served so far, and how many of them were answered 429.
-fn counts(c: &Control) -> (u64, u64) {
-    let log = c.log();
-    let throttled = log.iter().filter(|l| l.status == 429).count();
-    (log.len() as u64, throttled as u64)
 }
