@@ -1,12 +1,17 @@
 //! 100 creates and 100 deletes by the autoscaler on the fake Azure API, whose operations take 10 s
 //! of tokio's paused clock: the time as a ratio to the floor, the requests as a ratio to the fewest,
-//! the 429s; at `--parallel` 4, 8, 20 and at the default settings. The fake has no rate limit, so
-//! the floor is one call's time. Run: `cargo bench -p orca-pool --bench azure`.
+//! the 429s; at `--parallel` 4, 8, 20 and at the default settings. The fake names a 5 s pause
+//! before each poll and has no rate limit, so the floor is one call's time. Run: `cargo bench -p orca-pool --bench azure`.
 
 mod common;
 
+use std::time::Duration;
+
 use common::{Fake, ACTION_TIME};
 use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+
+/// The `Retry-After` of a running operation.
+const POLL_PAUSE: Duration = Duration::from_secs(5);
 
 fn main() {
     common::main("Azure", None, |_| async move {
@@ -19,6 +24,8 @@ fn main() {
             None,
         );
         fake.set_operation_time(ACTION_TIME);
+        // Azure names a pause before each poll; the fake names none unless told.
+        fake.set_poll_pause(POLL_PAUSE);
         let settings: orca::Settings = [
             ("ORCA_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION.to_string()),
             ("ORCA_AZURE_RESOURCE_GROUP", RESOURCE_GROUP.to_string()),
