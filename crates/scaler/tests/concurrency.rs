@@ -131,7 +131,11 @@ async fn deletes_are_halved_alike_and_the_pool_still_shrinks() {
     let r = s.pass(&w, cloud.now()).await;
     assert_eq!(crowded.take_max(), 16, "{:?}", r.actions);
     assert!(crowded.throttled.load(Ordering::SeqCst) > 0);
-    assert_eq!(s.concurrency(), 8, "one throttled burst of deletes halves once");
+    assert_eq!(
+        s.concurrency(),
+        8,
+        "one throttled burst of deletes halves once"
+    );
     let mut passes = 1;
     while s.pass(&w, cloud.now()).await.serving > 0 {
         passes += 1;
@@ -182,7 +186,11 @@ async fn a_cloud_that_tells_its_budget_runs_every_call_at_once_without_a_throttl
     s.settings.size = 0;
     let r = s.pass(&w, chrono::Utc::now()).await;
     assert_eq!((r.serving, r.failures()), (0, 0), "{:?}", r.actions);
-    assert_eq!(fake.rate_limited(), 0, "the driver spent only what the budget allowed");
+    assert_eq!(
+        fake.rate_limited(),
+        0,
+        "the driver spent only what the budget allowed"
+    );
     assert_eq!(
         (creates.take_max(), deletes.take_max()),
         (30, 30),

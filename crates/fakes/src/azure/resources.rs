@@ -221,7 +221,10 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
     answer(
         if exists { 200 } else { 201 },
         body,
-        &[("Azure-AsyncOperation", op), ("Retry-After", st.poll_pause.as_secs().to_string())],
+        &[
+            ("Azure-AsyncOperation", op),
+            ("Retry-After", st.poll_pause.as_secs().to_string()),
+        ],
     )
 }
 

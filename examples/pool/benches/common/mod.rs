@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use orca::Settings as OrcaSettings;
 use axum::http::Method;
+use orca::Settings as OrcaSettings;
 use orca_fakes::Control;
 use orca_scaler::{FileStore, Scaler, Settings};
 use tokio::time::Instant;
@@ -209,7 +209,11 @@ async fn phase(fake: &Fake, scaler: &mut Scaler, p: &dyn orca::Provider, target:
         if r.serving == target && r.failures() == 0 {
             break;
         }
-        assert!(passes < 50, "the pool never reached {target}: {:?}", r.actions);
+        assert!(
+            passes < 50,
+            "the pool never reached {target}: {:?}",
+            r.actions
+        );
         tokio::time::sleep(INTERVAL).await;
     }
     let secs = started.elapsed().as_secs_f64();
