@@ -318,6 +318,8 @@ struct State {
     page_size: usize,
     /// How long an operation runs.
     operation_time: Duration,
+    /// The pause named before the next poll of a running operation (`Retry-After`).
+    poll_pause: Duration,
     skus: Vec<Value>,
     prices: Vec<Value>,
     no_stock: HashMap<(String, String), String>,
@@ -373,6 +375,7 @@ impl FakeAzure {
             ops: HashMap::new(),
             page_size: 100,
             operation_time: OPERATION_TIME,
+            poll_pause: Duration::ZERO,
             skus: seed_skus(),
             prices: seed_prices(),
             no_stock: HashMap::new(),
@@ -424,6 +427,13 @@ impl FakeAzure {
     /// they run for no time: ended by the next request.
     pub fn set_operation_time(&self, d: Duration) {
         self.st().operation_time = d;
+    }
+
+    /// The pause named before the next poll (`Retry-After`, whole seconds) in the answer that starts
+    /// an operation and in each poll of it while it runs, as Azure names one. By default none (0 s):
+    /// a client that honours it polls operations that last seconds without pause.
+    pub fn set_poll_pause(&self, d: Duration) {
+        self.st().poll_pause = d;
     }
 
     /// Another client's operation holds resource `name` of `type_name`

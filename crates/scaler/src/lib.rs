@@ -108,7 +108,7 @@ pub struct Settings {
 
 impl Settings {
     /// Settings for `pool` of `size` from `offerings`, with the defaults: cool-down 5 min, grace
-    /// 10 min, settle 10 min, 4 at once, [`Unknown::Ask`], names kept 24 h.
+    /// 10 min, settle 10 min, at most [`DEFAULT_PARALLEL`] at once, [`Unknown::Ask`], names kept 24 h.
     pub fn new(pool: impl Into<String>, size: usize, offerings: Vec<Offering>) -> Self {
         Settings {
             pool: pool.into(),
@@ -119,12 +119,16 @@ impl Settings {
             user_data: String::new(),
             grace: Duration::from_secs(600),
             settle: Duration::from_secs(600),
-            parallel: 4,
+            parallel: DEFAULT_PARALLEL,
             unknown: Unknown::Ask,
             retention: Duration::from_secs(86_400),
         }
     }
 }
+
+/// How many creates and deletes a pass runs at once at most unless set (`Settings::parallel`,
+/// `orca-pool --parallel`). Below it the cloud sets the pace (see [`Scaler::concurrency`]).
+pub const DEFAULT_PARALLEL: usize = 100;
 
 /// The environment variable a program on the scaler reads the provider kind from (`orca-pool`'s
 /// `--kind`).

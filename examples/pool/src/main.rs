@@ -74,8 +74,8 @@ struct Args {
     /// name is retired.
     #[arg(long, default_value_t = 600)]
     settle: u64,
-    /// How many creates and deletes run at once.
-    #[arg(long, default_value_t = 4)]
+    /// How many creates and deletes run at once at most; below it the cloud's throttling sets the pace.
+    #[arg(long, default_value_t = orca_scaler::DEFAULT_PARALLEL)]
     parallel: usize,
     /// Machines of the pool that the record does not name: ask (on a new record, touch nothing and
     /// say so; on an established one, delete them), adopt, or delete. Adopt or delete also settles

@@ -253,7 +253,7 @@ pub(super) fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &
         &[
             ("Azure-AsyncOperation", op.clone()),
             ("Location", op),
-            ("Retry-After", "0".into()),
+            ("Retry-After", st.poll_pause.as_secs().to_string()),
         ],
     )
 }

@@ -193,9 +193,9 @@ pub(super) fn poll(st: &mut State, op_id: &str) -> Response {
             "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z",
             "error": {"code": code, "message": msg, "details": []}}),
     };
-    // Azure names the wait before the next poll; the fake asks for none.
+    // Azure names the wait before the next poll (by default the fake asks for none).
     let wait = if running {
-        vec![("Retry-After", "0".to_string())]
+        vec![("Retry-After", st.poll_pause.as_secs().to_string())]
     } else {
         vec![]
     };
@@ -224,7 +224,7 @@ pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
                         r.q("api-version").unwrap_or("")
                     ),
                 ),
-                ("Retry-After", "0".into()),
+                ("Retry-After", st.poll_pause.as_secs().to_string()),
             ],
         ),
         Some(Some(Ok(()))) => answer(200, Value::Null, &[]),

@@ -221,7 +221,10 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
     answer(
         if exists { 200 } else { 201 },
         body,
-        &[("Azure-AsyncOperation", op), ("Retry-After", "0".into())],
+        &[
+            ("Azure-AsyncOperation", op),
+            ("Retry-After", st.poll_pause.as_secs().to_string()),
+        ],
     )
 }
 
@@ -393,7 +396,7 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
         &[
             ("Azure-AsyncOperation", op.clone()),
             ("Location", op),
-            ("Retry-After", "0".into()),
+            ("Retry-After", st.poll_pause.as_secs().to_string()),
         ],
     )
 }

@@ -1,7 +1,10 @@
 //! The bearer token check and the per-project rate limit (a token bucket refilled continuously, as
-//! Hetzner's), with the `RateLimit-*` headers on every answer.
+//! Hetzner's), with the `RateLimit-*` headers on every answer. The bucket refills in tokio's time, as
+//! the actions run, so that a test on a paused clock sees the refill its waits allow.
 
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode};

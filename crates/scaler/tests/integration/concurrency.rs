@@ -1,5 +1,7 @@
 //! How many calls a pass runs at once follows the cloud: `parallel` until it throttles, half as
-//! many after, one more back after each round it lets through.
+//! many after, one more back after each round it lets through; creates and deletes alike. A cloud
+//! that tells its budget in every answer (Hetzner's `RateLimit-*`) is paced by its driver, so the
+//! default bound runs every call at once without a single throttled answer.
 
 use crate::support;
 
@@ -13,9 +15,11 @@ use support::{cloud, scaler};
 
 const A: &str = "amd64-small@zone-a";
 
-/// A cloud that throttles creates while more than `allowed` are in flight, each taking a while.
+/// A cloud that throttles creates (or, with `deletes`, deletes) while more than `allowed` are in
+/// flight, each taking a while.
 #[derive(Debug, Default, Clone)]
 struct Crowded {
+    deletes: bool,
     allowed: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
@@ -38,7 +42,12 @@ impl Crowded {
 #[async_trait::async_trait]
 impl Layer for Crowded {
     async fn around(&self, call: Call<'_>, next: Next<'_>) -> Result<Answer> {
-        if !matches!(call, Call::Create { .. }) {
+        let crowded = match call {
+            Call::Create { .. } => !self.deletes,
+            Call::Delete { .. } => self.deletes,
+            _ => false,
+        };
+        if !crowded {
             return next.run(call).await;
         }
         let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
@@ -102,4 +111,92 @@ async fn calls_let_through_give_the_slots_back_up_to_parallel() {
     assert_eq!(r.serving, 40, "{:?}", r.actions);
     assert_eq!(s.concurrency(), 4);
     assert_eq!(crowded.take_max(), 4);
+}
+
+// On the paused clock a call's pause ends only once every call started is waiting, whatever the
+// record's writes cost on a loaded machine.
+#[tokio::test(start_paused = true)]
+async fn deletes_are_halved_alike_and_the_pool_still_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let crowded = Crowded {
+        deletes: true,
+        ..Crowded::new(usize::MAX)
+    };
+    let w = Layered::new(p, crowded.clone());
+    let mut s = scaler(dir.path(), 40, &[A]);
+    s.settings.parallel = 16;
+    assert_eq!(s.pass(&w, cloud.now()).await.serving, 40);
+
+    crowded.allowed.store(4, Ordering::SeqCst);
+    s.settings.size = 0;
+    let r = s.pass(&w, cloud.now()).await;
+    assert_eq!(crowded.take_max(), 16, "{:?}", r.actions);
+    assert!(crowded.throttled.load(Ordering::SeqCst) > 0);
+    assert_eq!(
+        s.concurrency(),
+        8,
+        "one throttled burst of deletes halves once"
+    );
+    let mut passes = 1;
+    while s.pass(&w, cloud.now()).await.serving > 0 {
+        passes += 1;
+        assert!(passes < 30, "the pool never shrank");
+    }
+    assert!(
+        crowded.take_max() <= 8,
+        "after the first pass, never more deletes at once than the halved limit"
+    );
+    assert!(s.concurrency() < 8, "the cloud throttled again at eight");
+}
+
+/// The fake Hetzner API with a small budget (20 requests, 5 a second) and actions of 2 s, on
+/// tokio's paused clock: 30 creates, then 30 deletes, at the default bound.
+#[tokio::test(start_paused = true)]
+async fn a_cloud_that_tells_its_budget_runs_every_call_at_once_without_a_throttle() {
+    use orca_fakes::hetzner::{FakeHetzner, Options};
+    let fake = FakeHetzner::start_with(Options {
+        action_time: Duration::from_secs(2),
+        rate_limit: 20,
+        refill_per_second: 5.0,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let p = orca::of_with(
+        "hetzner",
+        "pace",
+        &orca::Settings::new()
+            .with("HCLOUD_TOKEN", fake.token())
+            .with("ORCA_HCLOUD_ENDPOINT", fake.url()),
+    )
+    .await
+    .unwrap();
+    // Counts the calls in flight, never throttles.
+    let creates = Crowded::new(usize::MAX);
+    let deletes = Crowded {
+        deletes: true,
+        ..Crowded::new(usize::MAX)
+    };
+    let w = Layered::new(Layered::new(p, creates.clone()), deletes.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = scaler(dir.path(), 30, &["cx23@fsn1"]);
+    s.settings.parallel = orca_scaler::DEFAULT_PARALLEL;
+
+    let r = s.pass(&w, chrono::Utc::now()).await;
+    assert_eq!((r.serving, r.failures()), (30, 0), "{:?}", r.actions);
+    s.settings.size = 0;
+    let r = s.pass(&w, chrono::Utc::now()).await;
+    assert_eq!((r.serving, r.failures()), (0, 0), "{:?}", r.actions);
+    assert_eq!(
+        fake.rate_limited(),
+        0,
+        "the driver spent only what the budget allowed"
+    );
+    assert_eq!(
+        (creates.take_max(), deletes.take_max()),
+        (30, 30),
+        "every create, then every delete, at once: the driver paces their requests"
+    );
+    assert_eq!(s.concurrency(), orca_scaler::DEFAULT_PARALLEL);
 }

@@ -1,0 +1,234 @@
+//! The bench code the three clouds share: 100 creates, then 100 deletes, by the autoscaler on one
+//! cloud's fake API, whose actions or operations take seconds of tokio's paused clock (so minutes of
+//! cloud time cost no wall time), beside the floor that the cloud's pace sets.
+//!
+//! The floor of a phase (the creates, then the deletes, each starting with a full rate-limit bucket)
+//! is the larger of two times, each a bound no scaler can beat:
+//! - the rate limit's: the fewest requests of the phase, less the bucket's usable share (what the
+//!   driver does not keep for other tools), at the refill rate;
+//! - the last call's: the refill time of the requests made before the last change can start (with
+//!   every call at once and no limit: the requests up to the last POST, PUT or DELETE; less the
+//!   usable share), then one create's (or delete's) duration alone.
+//!
+//! The fewest requests and one call's duration are measured on the same fake without a rate limit:
+//! every call of the phase at once (the driver's best batching of its polls), and one call alone.
+
+use std::future::Future;
+use std::time::Duration;
+
+use std::sync::Arc;
+
+use axum::http::Method;
+use orca::Settings as OrcaSettings;
+use orca_fakes::Control;
+use orca_scaler::{FileStore, Scaler, Settings};
+use tokio::time::Instant;
+
+/// Machines made, then deleted.
+pub const MACHINES: usize = 100;
+/// How long each action or operation runs.
+pub const ACTION_TIME: Duration = Duration::from_secs(10);
+/// `orca-pool`'s default `--interval`: the pause after a pass that left work for the next.
+const INTERVAL: Duration = Duration::from_secs(30);
+/// The `--parallel` values measured beside the default.
+const PARALLEL: [usize; 3] = [4, 8, 20];
+
+/// A cloud's rate limit: a bucket of `bucket` requests refilled at `refill` a second, of which the
+/// driver keeps `reserve` (a share) for other tools.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub bucket: u32,
+    pub refill: f64,
+    pub reserve: f64,
+}
+
+impl Limit {
+    /// The requests the driver may spend at once.
+    fn usable(&self) -> f64 {
+        (f64::from(self.bucket) * (1.0 - self.reserve)).floor()
+    }
+
+    /// The refill time of `requests` beyond the usable share.
+    fn time_for(&self, requests: f64) -> f64 {
+        (requests - self.usable()).max(0.0) / self.refill
+    }
+}
+
+/// One running fake and how to reach it.
+pub struct Fake {
+    /// The provider kind for `orca::of_with`.
+    pub kind: &'static str,
+    /// The driver's settings, pointing at the fake.
+    pub settings: OrcaSettings,
+    /// The offering the pool is made of.
+    pub offering: String,
+    /// The fake's request log.
+    pub control: Arc<Control>,
+    /// Whatever must live as long as the fake (the server, a credentials file).
+    pub _keep: Box<dyn std::any::Any>,
+}
+
+/// What one phase cost.
+#[derive(Debug, Default, Clone, Copy)]
+struct Phase {
+    secs: f64,
+    requests: u64,
+    /// Requests up to and including the phase's last POST, PUT or DELETE.
+    until_last_change: u64,
+    throttled: u64,
+    passes: usize,
+}
+
+/// The creates and the deletes of one run.
+#[derive(Debug, Default, Clone, Copy)]
+struct Run {
+    create: Phase,
+    delete: Phase,
+}
+
+/// Runs the bench of one cloud: `start(limited)` starts a fresh fake, with the cloud's rate limit
+/// `limit` or without any.
+pub fn main<F, S>(cloud: &str, limit: Option<Limit>, start: S)
+where
+    S: Fn(bool) -> F,
+    F: Future<Output = Fake>,
+{
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+        .block_on(bench(cloud, limit, start));
+}
+
+async fn bench<F, S>(cloud: &str, limit: Option<Limit>, start: S)
+where
+    S: Fn(bool) -> F,
+    F: Future<Output = Fake>,
+{
+    let rate = match limit {
+        Some(l) => format!(
+            "rate limit {} requests refilled at {}/s ({:.0} % kept for other tools)",
+            l.bucket,
+            l.refill,
+            l.reserve * 100.0
+        ),
+        None => "no rate limit in the fake".into(),
+    };
+    println!(
+        "orca-pool on the fake {cloud} API: {MACHINES} creates, then {MACHINES} deletes; actions of {} s on tokio's paused clock; {rate}",
+        ACTION_TIME.as_secs()
+    );
+    let one = run(&start(false).await, 1, Some(1)).await;
+    let all = run(&start(false).await, MACHINES, Some(MACHINES)).await;
+    let floor = |p: fn(&Run) -> Phase| {
+        let fewest = p(&all).requests as f64;
+        let alone = p(&one).secs;
+        match limit {
+            Some(l) => {
+                let before = p(&all).until_last_change as f64;
+                l.time_for(fewest).max(l.time_for(before) + alone)
+            }
+            None => alone,
+        }
+    };
+    let (create_floor, delete_floor) = (floor(|r| r.create), floor(|r| r.delete));
+    let floor_secs = create_floor + delete_floor;
+    let fewest = all.create.requests + all.delete.requests;
+    println!(
+        "floor: {floor_secs:.1} s (creates {create_floor:.1} s, one alone {:.1} s; deletes {delete_floor:.1} s, one alone {:.1} s); fewest requests {fewest} ({} + {}: every call at once, no limit)",
+        one.create.secs, one.delete.secs, all.create.requests, all.delete.requests
+    );
+    let line = |label: String, r: Run| {
+        let secs = r.create.secs + r.delete.secs;
+        let requests = r.create.requests + r.delete.requests;
+        println!(
+            "{label}: creates {:.1} s in {} pass(es), deletes {:.1} s in {} pass(es): {secs:.1} s, ratio {:.2} to the floor; {requests} requests, ratio {:.2} to the fewest; {} answered 429",
+            r.create.secs,
+            r.create.passes,
+            r.delete.secs,
+            r.delete.passes,
+            secs / floor_secs,
+            requests as f64 / fewest as f64,
+            r.create.throttled + r.delete.throttled,
+        );
+    };
+    for parallel in PARALLEL {
+        let r = run(&start(true).await, MACHINES, Some(parallel)).await;
+        line(format!("--parallel {parallel:>2}"), r);
+    }
+    let r = run(&start(true).await, MACHINES, None).await;
+    line(
+        format!(
+            "default settings: (--parallel {})",
+            orca_scaler::DEFAULT_PARALLEL
+        ),
+        r,
+    );
+}
+
+/// `machines` creates, then as many deletes, by the scaler at `parallel` (`None`: the default),
+/// passes `INTERVAL` apart as `orca-pool` runs them. Between the phases the rate-limit bucket
+/// refills.
+async fn run(fake: &Fake, machines: usize, parallel: Option<usize>) -> Run {
+    let p = orca::of_with(fake.kind, "bench", &fake.settings)
+        .await
+        .expect("provider");
+    let dir = tempfile::tempdir().expect("dir");
+    let mut settings = Settings::new(
+        "bench",
+        machines,
+        vec![fake.offering.parse().expect("offering")],
+    );
+    if let Some(n) = parallel {
+        settings.parallel = n;
+    }
+    orca_scaler::check_offerings(&*p, &settings)
+        .await
+        .expect("offerings");
+    let mut scaler = Scaler::new(
+        settings,
+        Box::new(FileStore::open(dir.path().join("rec.json")).expect("store")),
+    );
+    let create = phase(fake, &mut scaler, &*p, machines).await;
+    // A full bucket again (the fake's limits here refill within a minute).
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    scaler.settings.size = 0;
+    let delete = phase(fake, &mut scaler, &*p, 0).await;
+    Run { create, delete }
+}
+
+/// Passes until the pool serves `target`.
+async fn phase(fake: &Fake, scaler: &mut Scaler, p: &dyn orca::Provider, target: usize) -> Phase {
+    let logged = fake.control.log().len();
+    let started = Instant::now();
+    let mut passes = 0;
+    loop {
+        let r = scaler.pass(p, chrono::Utc::now()).await;
+        passes += 1;
+        if r.serving == target && r.failures() == 0 {
+            break;
+        }
+        assert!(
+            passes < 50,
+            "the pool never reached {target}: {:?}",
+            r.actions
+        );
+        tokio::time::sleep(INTERVAL).await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let log = fake.control.log();
+    let log = &log[logged..];
+    let changes = [Method::POST, Method::PUT, Method::DELETE];
+    let until_last_change = log
+        .iter()
+        .rposition(|l| changes.contains(&l.method))
+        .map_or(0, |i| i + 1);
+    Phase {
+        secs,
+        requests: log.len() as u64,
+        until_last_change: until_last_change as u64,
+        throttled: log.iter().filter(|l| l.status == 429).count() as u64,
+        passes,
+    }
+}

@@ -1,0 +1,41 @@
+//! 100 creates and 100 deletes by the autoscaler on the fake Hetzner API, whose actions take 10 s of
+//! tokio's paused clock, under a rate limit of 100 requests refilled at 20 a second: the time as a
+//! ratio to the floor, the requests as a ratio to the fewest, the 429s; at `--parallel` 4, 8, 20
+//! and at the default settings. Run: `cargo bench -p orca-pool --bench hetzner`.
+
+mod common;
+
+use common::{Fake, Limit, ACTION_TIME};
+use orca_fakes::hetzner::{FakeHetzner, Options};
+
+const LIMIT: Limit = Limit {
+    bucket: 100,
+    refill: 20.0,
+    // The driver's default share of the budget left for other tools.
+    reserve: 0.05,
+};
+
+fn main() {
+    common::main("Hetzner", Some(LIMIT), |limited| async move {
+        let fake = FakeHetzner::start_with(Options {
+            action_time: ACTION_TIME,
+            rate_limit: LIMIT.bucket,
+            refill_per_second: LIMIT.refill,
+            ..Options::default()
+        })
+        .await
+        .expect("fake");
+        if !limited {
+            fake.set_rate_limit(u32::MAX, 1e9);
+        }
+        Fake {
+            kind: "hetzner",
+            settings: orca::Settings::new()
+                .with("HCLOUD_TOKEN", fake.token())
+                .with("ORCA_HCLOUD_ENDPOINT", fake.url()),
+            offering: "cx23@fsn1".into(),
+            control: fake.control().clone(),
+            _keep: Box::new(fake),
+        }
+    });
+}
