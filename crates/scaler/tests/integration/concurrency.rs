@@ -64,7 +64,8 @@ impl Layer for Crowded {
     }
 }
 
-#[tokio::test]
+// The paused clock: a call's pause ends only once every call started is waiting, on any machine.
+#[tokio::test(start_paused = true)]
 async fn a_throttling_cloud_halves_the_calls_at_once_and_the_pool_still_fills() {
     let dir = tempfile::tempdir().unwrap();
     let (cloud, p) = cloud();
@@ -91,7 +92,8 @@ async fn a_throttling_cloud_halves_the_calls_at_once_and_the_pool_still_fills() 
     assert!(s.concurrency() < 8, "the cloud throttled again at eight");
 }
 
-#[tokio::test]
+// The paused clock: a call's pause ends only once every call started is waiting, on any machine.
+#[tokio::test(start_paused = true)]
 async fn calls_let_through_give_the_slots_back_up_to_parallel() {
     let dir = tempfile::tempdir().unwrap();
     let (cloud, p) = cloud();
