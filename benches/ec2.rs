@@ -170,10 +170,11 @@ async fn make_pool(
 
 /// DescribeInstances of this owner's `pool` as the driver asks for it, as form fields.
 fn list_form(pool: &str) -> Vec<(String, String)> {
+    let page = PAGE.to_string();
     let mut form: Vec<(String, String)> = [
         ("Action", "DescribeInstances"),
         ("Version", "2016-11-15"),
-        ("MaxResults", &PAGE.to_string()),
+        ("MaxResults", page.as_str()),
         ("Filter.1.Name", "tag:orca"),
         ("Filter.1.Value.1", "pool"),
         ("Filter.2.Name", "tag:orca-pool"),
@@ -397,7 +398,7 @@ struct Canned(bytes::Bytes);
 
 impl HttpConnector for Canned {
     fn call(&self, _: HttpRequest) -> HttpConnectorFuture {
-        let status = 200.try_into().expect("a status");
+        let status = 200u16.try_into().expect("a status");
         HttpConnectorFuture::ready(Ok(HttpResponse::new(
             status,
             SdkBody::from(self.0.clone()),
@@ -479,7 +480,8 @@ fn sign_cost(moto: &str, form: &[(String, String)], n: u32) -> Duration {
         .collect::<Vec<_>>()
         .join("&");
     let identity: Identity = Credentials::new(KEY_ID, SECRET, None, None, "bench").into();
-    let params = aws_sigv4::sign::v4::SigningParams::builder()
+    let params: aws_sigv4::http_request::SigningParams<'_> =
+        aws_sigv4::sign::v4::SigningParams::builder()
         .identity(&identity)
         .region("us-east-1")
         .name("ec2")
