@@ -248,10 +248,7 @@ async fn provider(moto: &str, seed: &Seed) -> orca::Result<Ec2Provider> {
     let config = Config::builder()
         .region("us-east-1")
         .endpoint(moto)
-        .credentials(StaticCredentials::new(
-            KEY_ID,
-            SecretString::from(SECRET),
-        ))
+        .credentials(StaticCredentials::new(KEY_ID, SecretString::from(SECRET)))
         .subnet(ZONE, &seed.subnet)
         .security_group(&seed.sg)
         .instance_profile(&seed.profile)
@@ -399,10 +396,7 @@ struct Canned(bytes::Bytes);
 impl HttpConnector for Canned {
     fn call(&self, _: HttpRequest) -> HttpConnectorFuture {
         let status = 200u16.try_into().expect("a status");
-        HttpConnectorFuture::ready(Ok(HttpResponse::new(
-            status,
-            SdkBody::from(self.0.clone()),
-        )))
+        HttpConnectorFuture::ready(Ok(HttpResponse::new(status, SdkBody::from(self.0.clone()))))
     }
 }
 
@@ -482,14 +476,14 @@ fn sign_cost(moto: &str, form: &[(String, String)], n: u32) -> Duration {
     let identity: Identity = Credentials::new(KEY_ID, SECRET, None, None, "bench").into();
     let params: aws_sigv4::http_request::SigningParams<'_> =
         aws_sigv4::sign::v4::SigningParams::builder()
-        .identity(&identity)
-        .region("us-east-1")
-        .name("ec2")
-        .time(SystemTime::now())
-        .settings(SigningSettings::default())
-        .build()
-        .expect("signing parameters")
-        .into();
+            .identity(&identity)
+            .region("us-east-1")
+            .name("ec2")
+            .time(SystemTime::now())
+            .settings(SigningSettings::default())
+            .build()
+            .expect("signing parameters")
+            .into();
     let host = moto.trim_start_matches("http://");
     let headers = [
         ("content-type", "application/x-www-form-urlencoded"),
