@@ -452,13 +452,15 @@ impl Client {
                     .send()
             })
             .await?;
+        // The instances are moved out of the answer, not copied: they are most of a listing's work.
         Ok(Page {
             items: out
-                .reservations()
-                .iter()
-                .flat_map(|r| r.instances().iter().cloned())
+                .reservations
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|r| r.instances.unwrap_or_default())
                 .collect(),
-            next: out.next_token().map(str::to_string),
+            next: out.next_token,
         })
     }
 

@@ -28,7 +28,9 @@ use crate::config::{
     canonical_owner, is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV,
     SUBNETS_ENV,
 };
-use crate::model::{labels_of, machine_of, state_of, timestamp, Image, RunRequest, NAME_TAG};
+use crate::model::{
+    into_machine, labels_of, machine_of, state_of, timestamp, Image, RunRequest, NAME_TAG,
+};
 
 /// The driver's kind.
 pub const KIND: &str = "ec2";
@@ -401,8 +403,8 @@ impl Ec2Provider {
         let mut found: Vec<Machine> = self
             .list(&filters)
             .await?
-            .iter()
-            .map(machine_of)
+            .into_iter()
+            .map(into_machine)
             .filter(|m| m.name == spec.name && is_in_pool(&m.labels, &spec.pool, &self.owner))
             .collect();
         found.sort_by(|a, b| a.id.cmp(&b.id));
@@ -559,7 +561,7 @@ impl Ec2Provider {
     async fn described(&self, id: &str) -> Result<Machine> {
         self.read(id)
             .await?
-            .map(|i| machine_of(&i))
+            .map(into_machine)
             .ok_or_else(|| Error::not_found(format!("machine {id}")))
     }
 
@@ -816,8 +818,8 @@ impl Provider for Ec2Provider {
         Ok(self
             .list(&filters)
             .await?
-            .iter()
-            .map(machine_of)
+            .into_iter()
+            .map(into_machine)
             .filter(|m| is_in_pool(&m.labels, pool, &self.owner))
             .collect())
     }
@@ -829,14 +831,14 @@ impl Provider for Ec2Provider {
         let mut filters = self.pool_filters(pool, &LISTED_STATES);
         filters.push(filter(&format!("tag:{NAME_TAG}"), [name]));
         let found = self.list(&filters).await?;
-        Ok(first_made(found.iter().map(machine_of).filter(|m| {
-            m.name == name && is_in_pool(&m.labels, pool, &self.owner)
-        })))
+        Ok(first_made(found.into_iter().map(into_machine).filter(
+            |m| m.name == name && is_in_pool(&m.labels, pool, &self.owner),
+        )))
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
         match self.owned(id).await {
-            Ok(i) => Ok(Some(machine_of(&i))),
+            Ok(i) => Ok(Some(into_machine(i))),
             Err(Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }

@@ -1465,3 +1465,31 @@ async fn a_left_os_disk_whose_tagging_and_delete_failed_is_found_by_the_retried_
         2
     );
 }
+
+/// A create whose VM `PUT` Azure accepted, and whose polls of the VM's operation are then throttled,
+/// fails as throttled but never as "made nothing": the VM stands (the read after the failure shows
+/// it), and a caller that gave the name up would leave it unknown.
+#[tokio::test]
+async fn a_create_throttled_after_the_vm_was_made_did_not_make_nothing() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    // Only the VM's operation (Microsoft.Compute): the network resources before it are made as usual.
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "/providers/Microsoft.Compute/locations/westeurope/operations/",
+        Fault::Status {
+            status: 429,
+            body: serde_json::json!({"error": {"code": "TooManyRequests", "message": "slow down"}}),
+            headers: vec![("Retry-After".into(), "0".into())],
+        },
+        1_000,
+    ));
+    let e = p.create(&spec("vm-t", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Throttled, "{e}");
+    assert!(
+        !e.made_nothing(),
+        "the VM was made before the throttled polls: {e}"
+    );
+    f.control().clear_faults();
+    assert!(p.machine_named("lab", "vm-t").await.unwrap().is_some());
+}
