@@ -727,3 +727,122 @@ async fn a_wait_that_outlasts_the_waiting_time_is_transient() {
     assert!((2..=25).contains(&looks), "{looks} looks");
     assert_eq!(proxy.count("StopInstances"), 1);
 }
+
+/// An upstream in place of moto that answers every request with a RunInstances of a new instance,
+/// `delay` after reading it, and counts the RunInstances it was sent.
+async fn slow_upstream(
+    delay: Duration,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let runs = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Headers and a form body: read until the body's length has come.
+                loop {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    got.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&got).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if got.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                    if n == 0 {
+                        return;
+                    }
+                }
+                let n = if String::from_utf8_lossy(&got).contains("Action=RunInstances") {
+                    counted.fetch_add(1, Ordering::SeqCst)
+                } else {
+                    0
+                };
+                tokio::time::sleep(delay).await;
+                let body = run_answer(&sparse_instance(
+                    &format!("i-0598c7d356eba48{n:02}"),
+                    "ref-9",
+                    (0, "pending"),
+                ));
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/xml\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    (url, runs)
+}
+
+/// Sends a RunInstances with ClientToken `token` to `url` and reads its answer, or hangs up
+/// `hang_up_after` after sending it.
+async fn send_run(url: &str, token: &str, hang_up_after: Option<Duration>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = format!(
+        "Action=RunInstances&Version=2016-11-15&ImageId=ami-0abcdef1234567890&MinCount=1&\
+         MaxCount=1&ClientToken={token}"
+    );
+    let req = format!(
+        "POST / HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/x-www-form-urlencoded\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    match hang_up_after {
+        Some(d) => tokio::time::sleep(d).await,
+        None => {
+            let mut answer = Vec::new();
+            let _ = s.read_to_end(&mut answer).await;
+        }
+    }
+}
+
+/// EC2 makes one instance for a ClientToken however its requests arrive: a request whose client
+/// hung up while the instance was being made still records the token, so its retry makes nothing
+/// new (the driver's timeout, or a process that died mid-call, does exactly this).
+#[tokio::test]
+async fn a_token_whose_first_request_was_hung_up_on_makes_one_instance() {
+    let (upstream, runs) = slow_upstream(Duration::from_millis(300)).await;
+    let proxy = Proxy::start(&upstream).await;
+    send_run(&proxy.url, "orca-hung-up", Some(Duration::from_millis(100))).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    send_run(&proxy.url, "orca-hung-up", None).await;
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// Two requests of one ClientToken that overlap (a retry sent while the first is still served)
+/// make one instance, as on EC2.
+#[tokio::test]
+async fn two_overlapping_requests_of_a_token_make_one_instance() {
+    let (upstream, runs) = slow_upstream(Duration::from_millis(300)).await;
+    let proxy = Proxy::start(&upstream).await;
+    tokio::join!(
+        send_run(&proxy.url, "orca-overlap", None),
+        send_run(&proxy.url, "orca-overlap", None)
+    );
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -67,6 +67,9 @@ pub(super) struct ProxyState {
     pub(super) faults: crate::Control,
     pub(super) log: Mutex<Vec<Seen>>,
     pub(super) ec2: Mutex<Ec2State>,
+    /// Held by a RunInstances with a ClientToken from the token's check to its record: EC2 answers
+    /// one token with one instance even when two requests of it overlap.
+    pub(super) run_tokens: tokio::sync::Mutex<()>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -117,6 +120,7 @@ impl Proxy {
             faults: crate::Control::default(),
             log: Mutex::new(Vec::new()),
             ec2: Mutex::new(Ec2State::default()),
+            run_tokens: tokio::sync::Mutex::new(()),
         });
         let (url, task) = listen(View {
             state: state.clone(),
@@ -243,10 +247,27 @@ async fn forward(
             (answer, true, code)
         }
         None => {
-            let (r, code) = match ec2_rules(state, &action, &params).await {
-                Some(answered) => answered,
-                None => upstream(&view, &action, &params, &method, &uri, &headers, &body).await,
+            // Served in a task of its own: a client that hangs up (a timeout, a process that
+            // dies) must not cut a RunInstances between moto making the instance and the proxy
+            // recording its ClientToken, or the token's retry would make a second instance.
+            let served = {
+                let (view, action, params) = (view.clone(), action.clone(), params.clone());
+                tokio::spawn(async move {
+                    let state = &*view.state;
+                    let _token = if action == "RunInstances" && params.contains_key("ClientToken") {
+                        Some(state.run_tokens.lock().await)
+                    } else {
+                        None
+                    };
+                    match ec2_rules(state, &action, &params).await {
+                        Some(answered) => answered,
+                        None => {
+                            upstream(&view, &action, &params, &method, &uri, &headers, &body).await
+                        }
+                    }
+                })
             };
+            let (r, code) = served.await.expect("the proxy's request task");
             match fault {
                 // Served (by moto or by the proxy's EC2 rules), and the answer lost on the way.
                 Some(Fault::DropAnswer) => {
