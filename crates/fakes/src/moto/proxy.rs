@@ -67,9 +67,10 @@ pub(super) struct ProxyState {
     pub(super) faults: crate::Control,
     pub(super) log: Mutex<Vec<Seen>>,
     pub(super) ec2: Mutex<Ec2State>,
-    /// Held by a RunInstances with a ClientToken from the token's check to its record: EC2 answers
-    /// one token with one instance even when two requests of it overlap.
-    pub(super) run_tokens: tokio::sync::Mutex<()>,
+    /// One lock a ClientToken, held by a RunInstances of that token from the token's check to its
+    /// record: EC2 answers one token with one instance even when two requests of it overlap, and
+    /// serves other tokens' requests meanwhile.
+    pub(super) run_tokens: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -120,7 +121,7 @@ impl Proxy {
             faults: crate::Control::default(),
             log: Mutex::new(Vec::new()),
             ec2: Mutex::new(Ec2State::default()),
-            run_tokens: tokio::sync::Mutex::new(()),
+            run_tokens: Mutex::new(HashMap::new()),
         });
         let (url, task) = listen(View {
             state: state.clone(),
@@ -254,10 +255,18 @@ async fn forward(
                 let (view, action, params) = (view.clone(), action.clone(), params.clone());
                 tokio::spawn(async move {
                     let state = &*view.state;
-                    let _token = if action == "RunInstances" && params.contains_key("ClientToken") {
-                        Some(state.run_tokens.lock().await)
-                    } else {
-                        None
+                    let token = match params.get("ClientToken") {
+                        Some(t) if action == "RunInstances" => Some(
+                            lock(&state.run_tokens)
+                                .entry(t.clone())
+                                .or_default()
+                                .clone(),
+                        ),
+                        _ => None,
+                    };
+                    let _served_alone = match &token {
+                        Some(t) => Some(t.lock().await),
+                        None => None,
                     };
                     match ec2_rules(state, &action, &params).await {
                         Some(answered) => answered,
