@@ -8,7 +8,7 @@
 //! - list: 3 pages of each list before (VMs, the subscription's `statusOnly` list, addresses); now the
 //!   resource group's VM, interface and address lists plus one state read per pool VM, since no
 //!   resource-group scoped call returns power states (the subscription-wide one needs a
-//!   subscription-scoped role, which a resource-group principal lacks: issue 11).
+//!   subscription-scoped role, which a resource-group principal lacks).
 
 use std::time::{Duration, Instant};
 

@@ -5,8 +5,8 @@
 //! cloud, the drivers, and it makes a provider of any kind from this process's settings with [`of`],
 //! from settings as data with [`of_with`], or from a whole description as data ([`ProviderConfig`]).
 //!
-//! Rust cannot give a trait object an associated constructor from outside the trait's crate, so the
-//! seed's `Provider.of(kind, owner)` is spelled `orca::of(kind, owner)`.
+//! Rust cannot give a trait object an associated constructor from outside the trait's crate, so a
+//! provider of a kind is made by the free function `orca::of(kind, owner)`, not `Provider::of`.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -1,10 +1,10 @@
 //! Making an orca provider for a registered Cloud-Provider at step time.
 //!
 //! [`OrcaDrivers`] calls `orca::of_with(driver, owner, &settings)`; the settings are what the vault
-//! holds at the provider's `credentials_ref` (each driver's environment names: `HCLOUD_TOKEN`;
-//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`; `ORCA_AZURE_*`; `ORCA_GCE_*`; for
-//! `fake`, `ORCA_FAKE_STATE`), plus what the registry row says ([`driver_settings`]). The trait lets a
-//! test wrap the provider (to record what keeper asked for, or to take a capability away).
+//! holds at the provider's `credentials_ref` (the keys each driver documents as its `ConfigKey`:
+//! Hetzner's token; EC2's access key, secret and region; Azure's and GCE's account and placement
+//! keys; the fake's state file), plus what the registry row says ([`driver_settings`]). The trait
+//! lets a test wrap the provider (to record what keeper asked for, or to take a capability away).
 
 use std::sync::Arc;
 

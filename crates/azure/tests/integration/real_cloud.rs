@@ -1,5 +1,4 @@
-//! What the real Azure does that a kind fake hid (issue "The real clouds behave differently from our
-//! fakes"), each taught to the fake first: the interface a failed VM holds, resource-group scoped
+//! What the real Azure does that a kind fake hid, each taught to the fake first: the interface a failed VM holds, resource-group scoped
 //! principals, the size catalogue per location, operations in progress, credentials found without
 //! variables, and VMs that reads show only a moment after their create.
 

@@ -1,6 +1,5 @@
-//! What the real Hetzner Cloud does that a kinder fake hid (issue "The real clouds behave differently
-//! from our fakes", items 8 and 9), and the facts of contract v2 as Hetzner reports them: each test
-//! runs against the fake taught the real behaviour first.
+//! What the real Hetzner Cloud does that a kinder fake hid, and the facts of contract v2 as Hetzner
+//! reports them: each test runs against the fake taught the real behaviour first.
 
 use crate::common;
 
