@@ -13,6 +13,7 @@ pub mod control;
 pub mod gce;
 pub mod hetzner;
 pub mod moto;
+pub mod traces;
 
 pub use control::{serve, Control, Fault, Logged, Rule, Running};
 

@@ -5,26 +5,11 @@
 
 use crate::common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use common::*;
 use orca_fakes::azure::{RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+use orca_fakes::traces::{call_spans, every_call_span, Captured};
 use orca_fakes::{Fault, Rule};
 use orca_machines::{MachineSpec, Provider};
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[test]
 fn traces_name_calls_and_hide_secrets() {
@@ -43,15 +28,7 @@ fn traces_name_calls_and_hide_secrets() {
 #[ignore = "runs alone, started by the test of the same name without _alone"]
 async fn traces_name_calls_and_hide_secrets_alone() {
     orca_fakes::alone::assert_alone(module_path!(), "traces_name_calls_and_hide_secrets_alone");
-    let buf = Buf::default();
-    let out = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(false)
-        .with_writer(move || out.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (buf, _guard) = Captured::install(true);
 
     let f = fake().await;
     let p = provider(&f, "stack-1").await;
@@ -79,7 +56,7 @@ async fn traces_name_calls_and_hide_secrets_alone() {
     .unwrap();
     tracing::info!(provider = ?e, "built");
 
-    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let text = buf.text();
     assert!(
         text.contains("orca.call") && text.contains("provider=\"azure\""),
         "no span per call:\n{text}"
@@ -101,23 +78,6 @@ async fn traces_name_calls_and_hide_secrets_alone() {
     }
 }
 
-/// The close lines of the `orca.call` spans of `operation` in `logs`.
-fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
-    let op = format!("operation=\"{operation}\"");
-    logs.lines()
-        .filter(|l| l.contains("orca.call{") && l.contains(&op) && l.contains("close"))
-        .map(call_fields)
-        .collect()
-}
-
-/// The `orca.call{...}` part of a close line: its own fields only, not those of the spans around it
-/// (the retry policy's `orca.attempt{retry=N}` encloses it and would answer for a missing field).
-fn call_fields(line: &str) -> &str {
-    let from = line.find("orca.call{").unwrap_or(0);
-    let rest = &line[from..];
-    &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
-}
-
 #[test]
 fn every_call_span_has_the_kit_fields() {
     orca_fakes::alone::run_alone(
@@ -135,15 +95,7 @@ fn every_call_span_has_the_kit_fields() {
 #[ignore = "runs alone, started by the test of the same name without _alone"]
 async fn every_call_span_has_the_kit_fields_alone() {
     orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
-    let buf = Buf::default();
-    let out = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(false)
-        .with_writer(move || out.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (buf, _guard) = Captured::install(true);
 
     let f = fake().await;
     let p = provider(&f, "stack-1").await;
@@ -164,7 +116,7 @@ async fn every_call_span_has_the_kit_fields_alone() {
     p.machines("lab").await.unwrap();
     p.hourly_price(AMD, LOCATION).await.ok();
     drop(_guard);
-    let logs = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let logs = buf.text();
 
     let rg = format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}");
     let lists = call_spans(&logs, "list VMs");
@@ -197,11 +149,7 @@ async fn every_call_span_has_the_kit_fields_alone() {
         assert!(puts[0].contains(&field), "{field} not in {}", puts[0]);
     }
     // Every call span, the operation polls and the price reads included, has the kit's fields.
-    let all: Vec<&str> = logs
-        .lines()
-        .filter(|l| l.contains("orca.call{") && l.contains("close"))
-        .map(call_fields)
-        .collect();
+    let all = every_call_span(&logs);
     assert!(all.iter().any(|l| l.contains("(poll)")), "{logs}");
     assert!(all.iter().any(|l| l.contains("retail prices")), "{logs}");
     for span in all {

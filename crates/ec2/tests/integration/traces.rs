@@ -6,27 +6,8 @@
 use crate::common;
 
 use common::{ec2_error, env, made, rule, Fault};
+use orca_fakes::traces::{call_spans, Captured};
 use orca_machines::Provider;
-
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Captured {
-        self.clone()
-    }
-}
 
 #[test]
 fn secrets_never_show() {
@@ -44,13 +25,7 @@ async fn secrets_never_show_alone() {
         return;
     };
     // Everything logged while this test runs (on this thread: a current-thread runtime), at every level.
-    let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Captured::install(false);
 
     let p = e.provider("owner-1").await;
     let shown = format!("{p:?} {:?}", e.builder());
@@ -72,7 +47,7 @@ async fn secrets_never_show_alone() {
     let m = made(p.create(&spec).await.unwrap());
     assert!(p.delete(&m.id).await.unwrap());
 
-    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logs = logs.text();
     assert!(
         logs.contains("orca.call") && logs.contains("RunInstances"),
         "the calls were traced"
@@ -81,28 +56,6 @@ async fn secrets_never_show_alone() {
     for secret in [common::SECRET, encoded.as_str()] {
         assert!(!logs.contains(secret), "a secret was logged");
     }
-}
-
-/// The close lines of the `orca.call` spans of `operation` in `logs` (not those of the SDK's own
-/// spans inside them).
-fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
-    let op = format!("operation=\"{operation}\"");
-    logs.lines()
-        .filter(|l| {
-            l.contains("orca.call{")
-                && l.contains(&op)
-                && l.contains("}: orca_machines::kit: close")
-        })
-        .map(call_fields)
-        .collect()
-}
-
-/// The `orca.call{...}` part of a close line: its own fields only, not those of the spans around it
-/// (the retry policy's `orca.attempt{retry=N}` encloses it and would answer for a missing field).
-fn call_fields(line: &str) -> &str {
-    let from = line.find("orca.call{").unwrap_or(0);
-    let rest = &line[from..];
-    &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
 #[test]
@@ -125,20 +78,13 @@ async fn every_call_span_has_the_kit_fields_alone() {
     let Some(e) = env("every_call_span_has_the_kit_fields").await else {
         return;
     };
-    let logs = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(logs.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logs, _guard) = Captured::install(true);
     let p = e.provider("owner-1").await;
     // One passing failure: the second attempt is retry 1.
     e.proxy
         .inject(rule("DescribeInstances", ec2_error(503, "Unavailable"), 1));
     p.machines("lab").await.unwrap();
-    let logs = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let logs = logs.text();
     let spans = call_spans(&logs, "DescribeInstances");
     assert_eq!(spans.len(), 2, "{logs}");
     for (span, (retry, status)) in spans.iter().zip([(0, 503), (1, 200)]) {

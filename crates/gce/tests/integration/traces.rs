@@ -3,6 +3,7 @@
 //! process-wide, so a test that installs a subscriber must not share a process with others.
 
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, TEST_ONLY_RSA_KEY_PEM, ZONE};
+use orca_fakes::traces::{call_spans, Captured};
 use orca_fakes::{Fault, Rule};
 use orca_gce::{Config, GceProvider};
 use orca_machines::{MachineSpec, Provider, RetryPolicy};
@@ -21,19 +22,6 @@ async fn provider(fake: &FakeGce, owner: &str) -> GceProvider {
         .build()
         .unwrap();
     GceProvider::new(config, owner).await.unwrap()
-}
-
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[test]
@@ -57,14 +45,7 @@ async fn traces_carry_no_key_no_token_and_no_user_data_alone() {
         "traces_carry_no_key_no_token_and_no_user_data_alone",
     );
     let fake = FakeGce::start().await.unwrap();
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::install(false);
     let p = provider(&fake, "stack-1").await;
     let spec = MachineSpec::new("vm-t", "e2-small", ZONE, "lab").with_user_data("password=hunter2");
     p.create(&spec).await.unwrap();
@@ -81,7 +62,7 @@ async fn traces_carry_no_key_no_token_and_no_user_data_alone() {
     p.machines("lab").await.unwrap();
     p.delete("vm-t").await.unwrap();
     drop(_guard);
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     assert!(
         text.contains("orca.call") && text.contains("provider=\"gce\""),
         "spans were traced: {text}"
@@ -94,23 +75,6 @@ async fn traces_carry_no_key_no_token_and_no_user_data_alone() {
     for secret in [key_line, "ya29.fake-", "hunter2", "PRIVATE KEY"] {
         assert!(!text.contains(secret), "{secret} appeared in the traces");
     }
-}
-
-/// The close lines of the `orca.call` spans of `operation` in `logs`.
-fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
-    let op = format!("operation=\"{operation}\"");
-    logs.lines()
-        .filter(|l| l.contains("orca.call{") && l.contains(&op) && l.contains("close"))
-        .map(call_fields)
-        .collect()
-}
-
-/// The `orca.call{...}` part of a close line: its own fields only, not those of the spans around it
-/// (the retry policy's `orca.attempt{retry=N}` encloses it and would answer for a missing field).
-fn call_fields(line: &str) -> &str {
-    let from = line.find("orca.call{").unwrap_or(0);
-    let rest = &line[from..];
-    &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
 #[test]
@@ -131,15 +95,7 @@ fn every_call_span_has_the_kit_fields() {
 async fn every_call_span_has_the_kit_fields_alone() {
     orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
     let fake = FakeGce::start().await.unwrap();
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::install(true);
     let p = provider(&fake, "stack-1").await;
     p.create(&MachineSpec::new("vm-s", "e2-small", ZONE, "lab"))
         .await
@@ -157,7 +113,7 @@ async fn every_call_span_has_the_kit_fields_alone() {
     ));
     p.machines("lab").await.unwrap();
     drop(_guard);
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     let path = format!("projects/{PROJECT}/zones/{ZONE}/instances");
     let lists = call_spans(&logs, "instances.list");
     assert_eq!(lists.len(), 2, "{logs}");

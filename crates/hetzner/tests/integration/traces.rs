@@ -5,9 +5,8 @@
 
 use crate::common;
 
-use std::sync::Arc;
-
 use orca_fakes::hetzner::FakeHetzner;
+use orca_fakes::traces::{call_spans, Captured};
 use orca_hetzner::{Config, HetznerProvider};
 use orca_machines::{Error, MachineSpec, Provider, RetryPolicy};
 
@@ -15,20 +14,6 @@ const SECRET: &str = "hz-SECRET-token-0123456789abcdef";
 
 fn spec(name: &str, t: &str, loc: &str, pool: &str) -> MachineSpec {
     MachineSpec::new(name, t, loc, pool).with_user_data("#cloud-config\nruncmd: [echo hi]\n")
-}
-
-/// A writer that keeps what the tracing subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 #[test]
@@ -49,15 +34,7 @@ fn the_token_is_redacted_everywhere() {
 async fn the_token_is_redacted_everywhere_alone() {
     orca_fakes::alone::assert_alone(module_path!(), "the_token_is_redacted_everywhere_alone");
     // Every span and event at every level, into a buffer (this test runs on one thread).
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::install(true);
     let fake = FakeHetzner::start().await.unwrap();
     let config = Config::builder()
         .token(SECRET)
@@ -102,7 +79,7 @@ async fn the_token_is_redacted_everywhere_alone() {
         .build()
         .unwrap_err();
     shown.push(format!("{e} {e:?}"));
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     assert!(
         logs.contains("orca.call") && logs.contains("provider=\"hetzner\""),
         "the calls were traced: {logs}"
@@ -115,23 +92,6 @@ async fn the_token_is_redacted_everywhere_alone() {
     }
     // The token did travel, as a bearer header, to the fake.
     assert!(fake.control().requests() >= 2);
-}
-
-/// The close lines of the `orca.call` spans of `operation` in `logs`.
-fn call_spans<'a>(logs: &'a str, operation: &str) -> Vec<&'a str> {
-    let op = format!("operation=\"{operation}\"");
-    logs.lines()
-        .filter(|l| l.contains("orca.call{") && l.contains(&op) && l.contains("close"))
-        .map(call_fields)
-        .collect()
-}
-
-/// The `orca.call{...}` part of a close line: its own fields only, not those of the spans around it
-/// (the retry policy's `orca.attempt{retry=N}` encloses it and would answer for a missing field).
-fn call_fields(line: &str) -> &str {
-    let from = line.find("orca.call{").unwrap_or(0);
-    let rest = &line[from..];
-    &rest[..rest.find('}').map_or(rest.len(), |end| end + 1)]
 }
 
 #[test]
@@ -151,15 +111,7 @@ fn every_call_span_has_the_kit_fields() {
 #[ignore = "runs alone, started by the test of the same name without _alone"]
 async fn every_call_span_has_the_kit_fields_alone() {
     orca_fakes::alone::assert_alone(module_path!(), "every_call_span_has_the_kit_fields_alone");
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = Captured::install(true);
     let fake = FakeHetzner::start().await.unwrap();
     let p = common::provider(&fake, "me").await;
     p.machines("lab").await.unwrap();
@@ -175,7 +127,7 @@ async fn every_call_span_has_the_kit_fields_alone() {
         1,
     ));
     p.machines("lab").await.unwrap();
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured.text();
     let spans = call_spans(&logs, "servers.list");
     assert_eq!(spans.len(), 3, "{logs}");
     for (span, (retry, status)) in spans.iter().zip([(0, 200), (0, 503), (1, 200)]) {

@@ -176,26 +176,6 @@ async fn a_plugin_killed_between_and_during_steps_is_started_again_and_nothing_d
     w.finish().await;
 }
 
-/// What keeper logged, kept in memory.
-#[derive(Clone, Default)]
-struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_logging_its_secret_is_masked_in_keepers_log() {
     use orca::Provider;
@@ -218,9 +198,9 @@ async fn a_plugin_logging_its_secret_is_masked_in_keepers_log() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let log = Log::default();
-    let writer = log.clone();
-    keeper::logging::init_with(move || writer.clone());
+    // What keeper logged, kept in memory.
+    let log = orca_fakes::traces::Captured::default();
+    keeper::logging::init_with(log.clone());
     let host = keeper::plugins::PluginDrivers::new([dir.path().to_path_buf()]);
     let settings = orca::Settings::new()
         .with("LAB_API_TOKEN", "tok-5f1e2d")
