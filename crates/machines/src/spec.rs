@@ -412,14 +412,19 @@ fn validate_ssh_public_key(k: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether `s` is 1 to `max` of a-z, 0-9 and '-', starting with a letter and not ending with '-':
+/// a network tag, an admission group.
+fn is_lower_word(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.as_bytes()[0].is_ascii_lowercase()
+        && !s.ends_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 fn validate_network_tag(t: &str) -> Result<()> {
-    let ok = !t.is_empty()
-        && t.len() <= 63
-        && t.as_bytes()[0].is_ascii_lowercase()
-        && !t.ends_with('-')
-        && t.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if ok {
+    if is_lower_word(t, 63) {
         Ok(())
     } else {
         Err(Error::invalid(
@@ -430,13 +435,7 @@ fn validate_network_tag(t: &str) -> Result<()> {
 }
 
 fn validate_group(g: &str) -> Result<()> {
-    let ok = !g.is_empty()
-        && g.len() <= 40
-        && g.as_bytes()[0].is_ascii_lowercase()
-        && !g.ends_with('-')
-        && g.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if ok {
+    if is_lower_word(g, 40) {
         Ok(())
     } else {
         Err(Error::invalid(
