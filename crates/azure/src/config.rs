@@ -355,26 +355,14 @@ impl Config {
 
     /// Every setting from this process's environment ([`ConfigKey`] names).
     pub fn from_env() -> Result<Config> {
-        Self::from_settings(&Settings::from_env_keys::<ConfigKey>())
+        ConfigBuilder::from_env().build()
     }
 
     /// Every setting from `settings`; an unknown key, a missing one and a wrong value are one
     /// [`Error::InvalidSettings`] naming every key at fault. Nothing is read from the process
     /// environment.
     pub fn from_settings(settings: &Settings) -> Result<Config> {
-        let mut b = ConfigBuilder::default();
-        for k in settings.keys() {
-            match ConfigKey::from_str(k) {
-                Ok(key) => {
-                    if let Some(v) = settings.get(k) {
-                        b = b.with_config(key, v);
-                    }
-                }
-                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
-                Err(_) => b.unknown.push(k.to_string()),
-            }
-        }
-        b.build()
+        ConfigBuilder::from_settings(settings).build()
     }
 
     /// The image for `arch`.
@@ -445,6 +433,30 @@ fn name_ok(s: &str) -> bool {
 }
 
 impl ConfigBuilder {
+    /// A builder holding this process's environment settings (see [`Config::from_env`]), to adjust
+    /// before [`build`](Self::build).
+    pub fn from_env() -> ConfigBuilder {
+        Self::from_settings(&Settings::from_env_keys::<ConfigKey>())
+    }
+
+    /// A builder holding `settings` (see [`Config::from_settings`]), to adjust before
+    /// [`build`](Self::build). Unknown keys are kept to be refused by `build`.
+    pub fn from_settings(settings: &Settings) -> ConfigBuilder {
+        let mut b = ConfigBuilder::default();
+        for k in settings.keys() {
+            match ConfigKey::from_str(k) {
+                Ok(key) => {
+                    if let Some(v) = settings.get(k) {
+                        b = b.with_config(key, v);
+                    }
+                }
+                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
+                Err(_) => b.unknown.push(k.to_string()),
+            }
+        }
+        b
+    }
+
     /// Sets `key` to `value` (an empty value unsets it, as an empty environment variable does).
     pub fn with_config(mut self, key: ConfigKey, value: impl Into<String>) -> Self {
         self.values.insert(key.as_str(), value);
@@ -981,12 +993,7 @@ mod tests {
     }
 
     fn builder_full() -> ConfigBuilder {
-        let mut b = Config::builder();
-        for k in full().keys() {
-            let key: ConfigKey = k.parse().unwrap();
-            b = b.with_config(key, full().get(k).unwrap());
-        }
-        b
+        ConfigBuilder::from_settings(&full())
     }
 
     fn keys(e: &Error) -> Vec<String> {
@@ -1145,6 +1152,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(!e.to_string().contains("hunter3"), "{e}");
+    }
+
+    #[test]
+    fn a_builder_from_settings_takes_the_client_keys_is_adjusted_and_refuses_unknown_keys() {
+        let s = full().with("ORCA_REQUEST_TIMEOUT", "20s");
+        let c = ConfigBuilder::from_settings(&s).build().unwrap();
+        assert_eq!(c.request_timeout, Duration::from_secs(20));
+        let c = ConfigBuilder::from_settings(&s)
+            .request_timeout(Duration::from_secs(7))
+            .resource_group("rg-2")
+            .build()
+            .unwrap();
+        assert_eq!(c.request_timeout, Duration::from_secs(7));
+        assert_eq!(c.resource_group, "rg-2");
+        let e = ConfigBuilder::from_settings(&full().with("ORCA_AZURE_RESOURCE_GRUOP", "x"))
+            .build()
+            .unwrap_err();
+        assert_eq!(keys(&e), ["ORCA_AZURE_RESOURCE_GRUOP"]);
     }
 
     #[test]
