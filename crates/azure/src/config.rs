@@ -88,6 +88,22 @@ orca_machines::setting_keys! {
     }
 }
 
+impl ConfigKey {
+    /// Every key the credential is read from ([`Credential`]): what a program takes from where its
+    /// credentials live (its own environment, say) while the rest of the settings come from elsewhere
+    /// (a profile, a database row).
+    pub const CREDENTIAL: [ConfigKey; 8] = [
+        ConfigKey::Credential,
+        ConfigKey::FederatedTokenFile,
+        ConfigKey::AccessToken,
+        ConfigKey::TenantId,
+        ConfigKey::ClientId,
+        ConfigKey::ClientSecret,
+        ConfigKey::IdentityEndpoint,
+        ConfigKey::MsiEndpoint,
+    ];
+}
+
 /// The default Resource Manager endpoint.
 pub const DEFAULT_ARM_ENDPOINT: &str = "https://management.azure.com";
 /// The default Retail Prices endpoint.
@@ -1107,6 +1123,44 @@ mod tests {
         let e =
             Config::from_settings(&full().with("ORCA_AZURE_CREDENTIAL", "kerberos")).unwrap_err();
         assert_eq!(keys(&e), ["ORCA_AZURE_CREDENTIAL"]);
+    }
+
+    #[test]
+    fn the_credential_keys_are_every_key_the_credential_is_read_from() {
+        let cases: [&[(&str, &str)]; 6] = [
+            &[("ORCA_AZURE_ACCESS_TOKEN", "tok")],
+            &[
+                ("AZURE_TENANT_ID", "t"),
+                ("AZURE_CLIENT_ID", "c"),
+                ("AZURE_CLIENT_SECRET", "s"),
+            ],
+            &[
+                ("AZURE_TENANT_ID", "t"),
+                ("AZURE_CLIENT_ID", "c"),
+                ("AZURE_FEDERATED_TOKEN_FILE", "/var/run/token"),
+            ],
+            &[
+                ("IDENTITY_ENDPOINT", "http://localhost:1"),
+                ("AZURE_CLIENT_ID", "c"),
+            ],
+            &[("MSI_ENDPOINT", "http://localhost:1")],
+            &[("ORCA_AZURE_CREDENTIAL", "azure_cli")],
+        ];
+        let credential_keys: Vec<&str> = ConfigKey::CREDENTIAL.iter().map(|k| k.as_str()).collect();
+        for case in cases {
+            let mut all = full();
+            let mut kept = full();
+            for (k, v) in case {
+                all.insert(*k, *v);
+                if credential_keys.contains(k) {
+                    kept.insert(*k, *v);
+                }
+            }
+            let want = format!("{:?}", Config::from_settings(&all).unwrap().credential);
+            let got = format!("{:?}", Config::from_settings(&kept).unwrap().credential);
+            assert_eq!(got, want, "{case:?}");
+            assert_ne!(want, "Auto", "{case:?}");
+        }
     }
 
     #[test]

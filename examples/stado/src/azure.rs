@@ -22,21 +22,10 @@ pub const BINDINGS: [(&str, ConfigKey); 10] = [
     ("azure.billing_profile", ConfigKey::BillingProfile),
 ];
 
-/// The credential settings the driver reads, taken from this process's environment only (never
-/// from the profile: they are secrets, or point at them).
-pub const CREDENTIAL_KEYS: [ConfigKey; 8] = [
-    ConfigKey::Credential,
-    ConfigKey::FederatedTokenFile,
-    ConfigKey::AccessToken,
-    ConfigKey::TenantId,
-    ConfigKey::ClientId,
-    ConfigKey::ClientSecret,
-    ConfigKey::IdentityEndpoint,
-    ConfigKey::MsiEndpoint,
-];
-
-/// The Azure driver's settings for `profile`'s bindings, with the credential settings and the client
-/// settings every orca driver takes (timeouts, poll interval, retry budget) that `env` holds.
+/// The Azure driver's settings for `profile`'s bindings, with the credential settings
+/// ([`ConfigKey::CREDENTIAL`], taken from the environment only, never from the profile: they are
+/// secrets, or point at them) and the client settings every orca driver takes (timeouts, poll
+/// interval, retry budget) that `env` holds.
 pub fn settings(profile: &Profile, env: impl Fn(&str) -> Option<String>) -> orca::Settings {
     let mut s = orca::Settings::new();
     for (binding, key) in BINDINGS {
@@ -44,7 +33,7 @@ pub fn settings(profile: &Profile, env: impl Fn(&str) -> Option<String>) -> orca
             s.insert(key.as_str(), v);
         }
     }
-    let from_env = CREDENTIAL_KEYS
+    let from_env = ConfigKey::CREDENTIAL
         .iter()
         .map(|k| k.as_str())
         .chain(ClientKey::ALL.iter().map(|k| k.as_str()));
