@@ -113,3 +113,20 @@ async fn conformance_through_soul_cloud_hetzner() {
         h.fake.servers().len()
     );
 }
+
+#[tokio::test]
+async fn a_bad_page_size_is_named_by_the_plugins_handshake() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let h = HetznerHarness { fake };
+    let settings = h.settings().with("ORCA_HCLOUD_PAGE_SIZE", "51");
+    let command = PluginCommand::new(common::HETZNER, "stack-1").settings(settings);
+    let e = PluginProvider::start(command).await.unwrap_err();
+    match &e {
+        orca_machines::Error::InvalidSettings { keys, .. } => {
+            assert_eq!(keys, &["ORCA_HCLOUD_PAGE_SIZE"], "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("a number from 1 to 50"), "{e}");
+    assert_eq!(h.fake.control().requests(), 0, "refused before any call");
+}
