@@ -25,6 +25,9 @@ orca_machines::setting_keys! {
         Network = "ORCA_HCLOUD_NETWORK",
         /// `ORCA_HCLOUD_ENDPOINT`: the API's base address (tests point it at the fake).
         Endpoint = "ORCA_HCLOUD_ENDPOINT",
+        /// `ORCA_HCLOUD_PAGE_SIZE`: servers per page of a listing, 1 to 50 (default 50, Hetzner's
+        /// largest page).
+        PageSize = "ORCA_HCLOUD_PAGE_SIZE",
     }
 }
 
@@ -46,6 +49,8 @@ pub const FIREWALL_ENV: &str = ConfigKey::Firewall.as_str();
 pub const NETWORK_ENV: &str = ConfigKey::Network.as_str();
 /// The API's base address ([`ConfigKey::Endpoint`]).
 pub const ENDPOINT_ENV: &str = ConfigKey::Endpoint.as_str();
+/// Servers per listing page ([`ConfigKey::PageSize`]).
+pub const PAGE_SIZE_ENV: &str = ConfigKey::PageSize.as_str();
 
 /// Hetzner Cloud's API.
 pub const DEFAULT_ENDPOINT: &str = "https://api.hetzner.cloud/v1";
@@ -145,7 +150,8 @@ pub struct ConfigBuilder {
     ssh_keys: Vec<String>,
     firewall: Option<String>,
     network: Option<String>,
-    page_size: u32,
+    /// `None` when [`ConfigKey::PageSize`] was given text that is not a number (refused by `build`).
+    page_size: Option<u32>,
     /// Set by its builder method: wins over the client keys (`ORCA_MAX_RETRIES`, ...).
     retry: Option<RetryPolicy>,
     pacing: bool,
@@ -183,7 +189,7 @@ impl Default for ConfigBuilder {
             ssh_keys: Vec::new(),
             firewall: None,
             network: None,
-            page_size: MAX_PAGE_SIZE,
+            page_size: Some(MAX_PAGE_SIZE),
             retry: None,
             pacing: true,
             rate_reserve: 0.05,
@@ -246,6 +252,10 @@ impl ConfigBuilder {
             ConfigKey::Firewall => self.firewall(value.trim()),
             ConfigKey::Network => self.network(value.trim()),
             ConfigKey::Endpoint => self.endpoint(value.trim()),
+            ConfigKey::PageSize => Self {
+                page_size: value.trim().parse().ok(),
+                ..self
+            },
         }
     }
 
@@ -286,9 +296,9 @@ impl ConfigBuilder {
         self.network = Some(name.into());
         self
     }
-    /// Servers per page when listing (1 to 50; default 50).
+    /// Servers per page when listing ([`ConfigKey::PageSize`]; 1 to 50, default 50).
     pub fn page_size(mut self, n: u32) -> Self {
-        self.page_size = n;
+        self.page_size = Some(n);
         self
     }
     /// The retry policy (default [`RetryPolicy::default`]).
@@ -379,8 +389,9 @@ impl ConfigBuilder {
         if self.network.as_deref().is_some_and(bad_name) {
             p.invalid(NETWORK_ENV, "a network name or id of 1 to 128 characters");
         }
-        if !(1..=MAX_PAGE_SIZE).contains(&self.page_size) {
-            p.invalid("page_size", format!("1 to {MAX_PAGE_SIZE}"));
+        let page_size = self.page_size.filter(|n| (1..=MAX_PAGE_SIZE).contains(n));
+        if page_size.is_none() {
+            p.invalid(PAGE_SIZE_ENV, format!("a number from 1 to {MAX_PAGE_SIZE}"));
         }
         if !(0.0..=0.9).contains(&self.rate_reserve) {
             p.invalid("rate_reserve", "0 to 0.9");
@@ -402,7 +413,7 @@ impl ConfigBuilder {
             ssh_keys: self.ssh_keys,
             firewall: self.firewall,
             network: self.network,
-            page_size: self.page_size,
+            page_size: page_size.unwrap_or(MAX_PAGE_SIZE),
             retry: self
                 .retry
                 .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
@@ -499,6 +510,36 @@ mod tests {
         assert_eq!(d.image(), DEFAULT_IMAGE, "an empty value is unset");
         assert_eq!(d.endpoint(), DEFAULT_ENDPOINT);
         assert!(d.ssh_keys.is_empty() && d.firewall.is_none() && d.network.is_none());
+    }
+
+    #[test]
+    fn page_size_is_a_setting_and_a_bad_one_is_named() {
+        let with = |v: &str| {
+            Settings::new()
+                .with(TOKEN_ENV, SECRET)
+                .with(PAGE_SIZE_ENV, v)
+        };
+        assert_eq!(Config::from_settings(&with(" 7 ")).unwrap().page_size, 7);
+        assert_eq!(Config::from_settings(&with("50")).unwrap().page_size, 50);
+        assert_eq!(
+            Config::from_settings(&with("")).unwrap().page_size,
+            MAX_PAGE_SIZE,
+            "an empty value is unset"
+        );
+        for bad in ["0", "51", "-1", "ten", "1.5"] {
+            let e = Config::from_settings(&with(bad)).unwrap_err();
+            assert_eq!(keys_of(&e), [PAGE_SIZE_ENV], "{bad}: {e}");
+            assert!(
+                e.to_string()
+                    .contains("ORCA_HCLOUD_PAGE_SIZE: a number from 1 to 50"),
+                "{e}"
+            );
+        }
+        // The builder's method is the same setting, checked the same way.
+        let b = || Config::builder().token(SECRET);
+        assert_eq!(b().page_size(1).build().unwrap().page_size, 1);
+        let e = b().page_size(0).build().unwrap_err();
+        assert_eq!(keys_of(&e), [PAGE_SIZE_ENV], "{e}");
     }
 
     #[test]

@@ -51,6 +51,18 @@ impl Harness for HetznerHarness {
         Ok(Box::new(PluginProvider::start(command).await?))
     }
 
+    async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
+        let settings = self
+            .settings()
+            .with("ORCA_HCLOUD_PAGE_SIZE", page_size.to_string());
+        let command = PluginCommand::new(common::HETZNER, owner).settings(settings);
+        Ok(Box::new(
+            PluginProvider::start(command)
+                .await
+                .expect("valid settings"),
+        ))
+    }
+
     async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
         self.fake.set_no_stock(machine_type, location, true);
         Ok(())
@@ -88,10 +100,11 @@ async fn conformance_through_soul_cloud_hetzner() {
     };
     let report = run_all(&h).await;
     report.assert_passed();
-    // The Hetzner driver's page size is not one of its settings, so a plugin cannot be told it:
-    // the paging check is the one skipped (the driver's own suite runs it in process).
-    let skipped: Vec<&str> = report.skipped().iter().map(|(n, _)| *n).collect();
-    assert_eq!(skipped, ["lists_every_page"], "{:?}", report.skipped());
+    assert!(
+        report.skipped().is_empty(),
+        "every hook is provided: {:?}",
+        report.skipped()
+    );
     let p = h.provider("stack-1").await.unwrap();
     assert_eq!(extensions(&*p), ["machine_labels"]);
     assert!(
@@ -99,4 +112,21 @@ async fn conformance_through_soul_cloud_hetzner() {
         "the suite cleans up: {} server(s) left",
         h.fake.servers().len()
     );
+}
+
+#[tokio::test]
+async fn a_bad_page_size_is_named_by_the_plugins_handshake() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let h = HetznerHarness { fake };
+    let settings = h.settings().with("ORCA_HCLOUD_PAGE_SIZE", "51");
+    let command = PluginCommand::new(common::HETZNER, "stack-1").settings(settings);
+    let e = PluginProvider::start(command).await.unwrap_err();
+    match &e {
+        orca_machines::Error::InvalidSettings { keys, .. } => {
+            assert_eq!(keys, &["ORCA_HCLOUD_PAGE_SIZE"], "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(e.to_string().contains("a number from 1 to 50"), "{e}");
+    assert_eq!(h.fake.control().requests(), 0, "refused before any call");
 }

@@ -1,6 +1,9 @@
-//! orca-plugin's integration tests: one test binary, a module per subject (the conformance suite through soul-cloud-fake and soul-cloud-hetzner, faults).
+//! orca-plugin's integration tests: one test binary, a module per subject (the conformance suite through soul-cloud-fake, -hetzner, -azure, -gce and -ec2, faults).
 
+mod azure_conformance;
 mod common;
+mod ec2_conformance;
 mod fake_conformance;
 mod faults;
+mod gce_conformance;
 mod hetzner_conformance;
