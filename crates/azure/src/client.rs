@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::credential::TokenSource;
 use crate::model::{CloudError, ErrorDetail, ListPage, OperationStatus, PricePage, PriceRow};
+use crate::pacer::Pacer;
 use crate::provider::KIND;
 
 /// Compute (virtual machines, resource SKUs' consumers) API version.
@@ -66,6 +67,8 @@ pub(crate) struct Client {
     retry: RetryPolicy,
     poll_interval: Duration,
     operation_timeout: Duration,
+    /// Resource Manager's throttling, as its answers tell it.
+    pacer: Pacer,
 }
 
 impl std::fmt::Debug for Client {
@@ -286,6 +289,7 @@ impl Client {
             retry: config.retry,
             poll_interval: config.poll_interval,
             operation_timeout: config.operation_timeout,
+            pacer: Pacer::default(),
         })
     }
 
@@ -345,11 +349,26 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let rsp = req
-            .send()
-            .await
-            .map_err(|e| kit::transport_error(e).prefixed(op))?;
+        // Only Resource Manager throttles so; the prices API is another service.
+        let mut ticket = None;
+        if to_arm {
+            let (paced, t) = self.pacer.before(method).await;
+            kit::record_waited(paced);
+            ticket = Some(t);
+        }
+        let rsp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(t) = ticket.as_mut() {
+                    self.pacer.observe(t, None, false);
+                }
+                return Err(kit::transport_error(e).prefixed(op));
+            }
+        };
         let status = rsp.status().as_u16();
+        if let Some(t) = ticket.as_mut() {
+            self.pacer.observe(t, Some(rsp.headers()), status == 429);
+        }
         kit::record_status(status);
         let header = |n: &str| {
             rsp.headers()

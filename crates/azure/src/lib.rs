@@ -25,6 +25,7 @@ pub mod credential;
 mod error;
 mod ext;
 mod model;
+mod pacer;
 mod provider;
 #[cfg(test)]
 mod reference;

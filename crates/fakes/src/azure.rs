@@ -88,6 +88,12 @@
 //!   assigned identities exist, ..." ([`FakeAzure::set_user_assigned_identities`]).
 //! - **Role scope** ([`FakeAzure::scope_to_resource_group`]): a principal whose role is scoped to the
 //!   resource group is refused the subscription-wide VM list (403 `AuthorizationFailed`).
+//! - **Throttling** (learn.microsoft.com, "Understand how Azure Resource Manager throttles
+//!   requests": the regional token buckets of 2024), when turned on ([`FakeAzure::set_throttling`]):
+//!   a bucket per kind of request (reads, writes, deletes) refilled continuously, what is left on
+//!   every answer (`x-ms-ratelimit-remaining-subscription-*` and `-global-*`), 429 `TooManyRequests`
+//!   with `Retry-After` over the limit. The per-hour limits of the older architecture, the tenant's
+//!   limits and the resource providers' own (`x-ms-ratelimit-remaining-resource`) are not modelled.
 //! - **Eventual consistency** ([`FakeAzure::set_visibility_delay`]): new VMs invisible to reads for a
 //!   while, changes of them answered 404.
 //!
@@ -153,6 +159,7 @@ mod http;
 mod network;
 mod ops;
 mod resources;
+mod throttle;
 
 use billing::*;
 use compute::*;
@@ -160,6 +167,8 @@ use http::*;
 use network::*;
 use ops::*;
 use resources::*;
+pub use throttle::ArmLimits;
+use throttle::Throttle;
 
 /// The subscription the fake serves.
 pub const SUBSCRIPTION: &str = "00000000-0000-4000-8000-0000000000a2";
@@ -351,6 +360,8 @@ struct State {
     link_origin: Option<String>,
     /// VMs allocated on a hardware cluster that offers only some sizes: VM key -> sizes (lower case).
     clusters: HashMap<String, BTreeSet<String>>,
+    /// Resource Manager's throttling, when on ([`FakeAzure::set_throttling`]).
+    throttle: Option<Throttle>,
 }
 
 /// The fake Azure Resource Manager and Retail Prices APIs, serving on 127.0.0.1 until dropped.
@@ -397,6 +408,7 @@ impl FakeAzure {
             managed_identity: false,
             user_assigned: Vec::new(),
             link_origin: None,
+            throttle: None,
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -434,6 +446,20 @@ impl FakeAzure {
     /// a client that honours it polls operations that last seconds without pause.
     pub fn set_poll_pause(&self, d: Duration) {
         self.st().poll_pause = d;
+    }
+
+    /// Resource Manager's throttling from now on (`None`: off, as by default): a full token bucket
+    /// per kind of request (reads, writes, deletes) refilled in tokio's time, what is left told on
+    /// every answer (`x-ms-ratelimit-remaining-subscription-*`, with the `-global-` variant), and
+    /// 429 `TooManyRequests` with `Retry-After` once a bucket is empty. [`ArmLimits::RESOURCE_MANAGER`]
+    /// are the published limits.
+    pub fn set_throttling(&self, limits: Option<ArmLimits>) {
+        self.st().throttle = limits.map(Throttle::new);
+    }
+
+    /// How many requests the throttling refused (429 `TooManyRequests`) so far.
+    pub fn throttled(&self) -> u64 {
+        self.st().throttle.as_ref().map_or(0, |t| t.refused)
     }
 
     /// Another client's operation holds resource `name` of `type_name`
@@ -868,6 +894,50 @@ mod tests {
             r.json::<Value>().await.unwrap()["error"]["code"],
             "ResourceNotFound"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn throttling_tells_what_is_left_and_refuses_with_retry_after_once_a_bucket_is_empty() {
+        let (f, rg, http) = lab().await;
+        let nic = format!("{rg}/Microsoft.Network/networkInterfaces/n?api-version=2024-05-01");
+        // Off by default: no headers, no refusal.
+        let r = http.get(&nic).bearer_auth(TOKEN).send().await.unwrap();
+        assert!(r
+            .headers()
+            .get("x-ms-ratelimit-remaining-subscription-reads")
+            .is_none());
+        f.set_throttling(Some(ArmLimits {
+            reads: (2, 1.0),
+            writes: (5, 1.0),
+            deletes: (5, 1.0),
+        }));
+        let left = |r: &reqwest::Response, h: &str| {
+            r.headers()
+                .get(h)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        for expect in ["1", "0"] {
+            let r = http.get(&nic).bearer_auth(TOKEN).send().await.unwrap();
+            assert_eq!(r.status(), 404, "served (the interface does not exist)");
+            let h = "x-ms-ratelimit-remaining-subscription-reads";
+            assert_eq!(left(&r, h).as_deref(), Some(expect));
+            let global = left(&r, "x-ms-ratelimit-remaining-subscription-global-reads");
+            assert!(global.unwrap().parse::<u32>().unwrap() >= 28);
+        }
+        let r = http.get(&nic).bearer_auth(TOKEN).send().await.unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(left(&r, "retry-after").as_deref(), Some("1"));
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "TooManyRequests");
+        assert_eq!(f.throttled(), 1);
+        // Writes have their own bucket.
+        let (status, _) = send(&http, reqwest::Method::PUT, nic.clone(), Some(nic_body())).await;
+        assert_eq!(status, 201);
+        // The bucket refills in tokio's time.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let r = http.get(&nic).bearer_auth(TOKEN).send().await.unwrap();
+        assert_eq!(r.status(), 200);
     }
 
     /// A fake with one subnet, the resource group's provider URL and an HTTP client.

@@ -65,6 +65,10 @@
 //! and every API call must carry a bearer token it issued; the JWT's issuer, audience and scope are
 //! checked.
 //!
+//! Rate quotas ([`FakeGce::set_rate_quota`], off by default): per project, requests per group of
+//! methods (changes, reads, lists, operation reads) counted in synchronized intervals of 60 s,
+//! refused past the quota with 403 `rateLimitExceeded` until the next interval starts.
+//!
 //! Faults on demand: no stock of a type in a zone (the boot disk left behind, as a half-made create
 //! leaves it), quota, an insert whose operation fails after making the instance and its disk, slow
 //! operations, early `wait` answers, new instances invisible for a while
@@ -103,6 +107,7 @@ mod insert;
 mod instances;
 mod oauth;
 mod operations;
+mod quota;
 mod world;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -128,6 +133,7 @@ use insert::*;
 use instances::*;
 use oauth::*;
 use operations::*;
+use quota::RateQuota;
 use world::*;
 
 /// The project the fake serves.
@@ -619,6 +625,23 @@ impl FakeGce {
         lock(&self.state).visibility_delay = delay;
     }
 
+    /// Compute Engine's rate quotas from now on (`None`: off, as by default): at most `per_minute`
+    /// requests of each group (changes, reads, lists, operation reads) in each interval of 60 s of
+    /// tokio's time, counted from now; past it, 403 `rateLimitExceeded` until the next interval,
+    /// with no header saying what is left or when it refills. Compute Engine's default is 1,500
+    /// for each group.
+    pub fn set_rate_quota(&self, per_minute: Option<u32>) {
+        lock(&self.state).rate_quota = per_minute.map(RateQuota::new);
+    }
+
+    /// How many requests the rate quotas refused (403 `rateLimitExceeded`) so far.
+    pub fn rate_limited(&self) -> u64 {
+        lock(&self.state)
+            .rate_quota
+            .as_ref()
+            .map_or(0, |q| q.refused)
+    }
+
     /// Puts `count` `RUNNING` instances named `{prefix}-{i}` with `labels` into `zone` at once (for
     /// benchmarks; no request is logged).
     pub fn seed_instances(
@@ -667,6 +690,38 @@ mod tests {
         assert_eq!(body["error"]["code"], 401);
         assert_eq!(body["error"]["errors"][0]["reason"], "required");
         assert_eq!(body["error"]["errors"][0]["domain"], "global");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_quotas_refuse_a_group_past_its_count_until_the_next_minute() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        fake.set_rate_quota(Some(2));
+        let base = format!("{}/projects/{PROJECT}/zones/{ZONE}", fake.endpoint());
+        let get = || format!("{base}/machineTypes/e2-small");
+        for _ in 0..2 {
+            let (status, _) = call(&http, &token, reqwest::Method::GET, get(), None).await;
+            assert_eq!(status, 200);
+        }
+        let (status, body) = call(&http, &token, reqwest::Method::GET, get(), None).await;
+        assert_eq!(status, 403);
+        assert_eq!(body["error"]["errors"][0]["reason"], "rateLimitExceeded");
+        assert_eq!(fake.rate_limited(), 1);
+        // Lists are another group.
+        let (status, _) = call(
+            &http,
+            &token,
+            reqwest::Method::GET,
+            format!("{base}/instances"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200);
+        // The next interval starts with its own count.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let (status, _) = call(&http, &token, reqwest::Method::GET, get(), None).await;
+        assert_eq!(status, 200);
     }
 
     fn b64url(data: &[u8]) -> String {

@@ -12,7 +12,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use orca_machines::{Error, Result};
-use reqwest::Method;
 use tokio::time::Instant;
 
 use crate::client::{classify, Client};
@@ -21,6 +20,9 @@ use crate::provider::lock;
 
 /// The most actions one read names: the API's largest page.
 const PER_READ: usize = 50;
+
+/// How many poll intervals a read lets the calls queued for the rate limit go first.
+const YIELD_INTERVALS: u32 = 10;
 
 /// The actions the provider's calls wait for, read together.
 #[derive(Debug)]
@@ -145,7 +147,7 @@ impl Poller {
                 return Err(timed_out());
             }
             tokio::time::sleep_until(next).await;
-            let read = self.read(client).await;
+            let read = self.read(client, interval * YIELD_INTERVALS).await;
             drop(turn);
             read?;
         }
@@ -171,7 +173,7 @@ impl Poller {
     }
 
     /// One read of every action waited for that has not ended (in reads of 50).
-    async fn read(&self, client: &Client) -> Result<()> {
+    async fn read(&self, client: &Client, yield_for: Duration) -> Result<()> {
         let ids: Vec<i64> = {
             let w = lock(&self.watch);
             let mut ids: Vec<i64> = w
@@ -187,8 +189,11 @@ impl Poller {
             let mut query: Vec<(&str, String)> =
                 chunk.iter().map(|id| ("id", id.to_string())).collect();
             query.push(("per_page", PER_READ.to_string()));
+            // While the calls that start actions wait for the rate limit, the read waits behind
+            // them (at most a few intervals): the actions it would read are younger than
+            // that wait, and every request it spends delays the calls behind it.
             let r = client
-                .call::<Actions>("actions.list", Method::GET, "/actions", &query, None)
+                .call_yielding::<Actions>("actions.list", "/actions", &query, yield_for)
                 .await;
             // A failed read counts as a read too: the next one waits its interval.
             lock(&self.watch).last = Some(Instant::now());

@@ -67,6 +67,22 @@ impl Client {
         .await
     }
 
+    /// [`Client::call`] for a read that can wait: while other calls wait for the rate limit, it lets
+    /// them go first, for at most `yield_for` (the poller's reads of running actions, which learn
+    /// nothing while the calls that start actions are still queued).
+    pub(crate) async fn call_yielding<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+        yield_for: Duration,
+    ) -> Result<T> {
+        kit::call(KIND, op, &self.retry, || {
+            self.attempt(op, Method::GET, path, query, None, yield_for)
+        })
+        .await
+    }
+
     /// [`Client::call`] that records each attempt's outcome in `attempts` (a create: an attempt that
     /// ended in a passing failure may have made the server).
     pub(crate) async fn call_recorded<T: DeserializeOwned>(
@@ -93,8 +109,22 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&serde_json::Value>,
     ) -> Result<T> {
+        self.attempt(op, method, path, query, body, Duration::ZERO)
+            .await
+    }
+
+    /// [`Client::once`], letting calls that wait for the rate limit go first for at most `yield_for`.
+    async fn attempt<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<&serde_json::Value>,
+        yield_for: Duration,
+    ) -> Result<T> {
         kit::record_request(method.as_str(), path);
-        let (paced, mut ticket) = self.pacer.before().await;
+        let (paced, mut ticket) = self.pacer.before(yield_for).await;
         kit::record_waited(paced);
         let mut req = self
             .http
@@ -109,13 +139,14 @@ impl Client {
         let resp = match req.send().await {
             Ok(r) => r,
             Err(e) => {
-                self.pacer.observe(&mut ticket, None);
+                self.pacer.observe(&mut ticket, None, false);
                 return Err(transport_error(e));
             }
         };
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        self.pacer.observe(&mut ticket, Some(&headers));
+        self.pacer
+            .observe(&mut ticket, Some(&headers), status == 429);
         kit::record_status(status);
         if let Some(id) = headers
             .get("x-correlation-id")
@@ -211,6 +242,17 @@ fn wait_from_rate_headers(headers: &HeaderMap) -> Option<Duration> {
     Some(Duration::from_secs_f64(per_request.clamp(0.01, 3600.0)))
 }
 
+/// The slowest refill rate an answer allows: `RateLimit-Remaining` is whole requests (rounded down)
+/// and `RateLimit-Reset` whole seconds (rounded up), and the answer was made no earlier than the
+/// request was sent, `until_full` before the reset. So the bucket missed more than
+/// `limit - remaining - 1` requests and filled them in at most `until_full`: a rate never above the
+/// true one, whatever the rounding, close to it when the deficit is large. `None` when the answer
+/// bounds nothing (a nearly full bucket).
+fn refill_at_least(limit: f64, remaining: f64, until_full: f64) -> Option<f64> {
+    let missing = limit - remaining - 1.0;
+    (missing >= 1.0 && until_full > 0.0).then(|| (missing / until_full).min(limit))
+}
+
 /// THE error mapping: Hetzner's status, error code and headers onto [`Error`], keeping the code
 /// ([`Error::code`]) so that the driver recognises its errors by code, never by their words. Messages
 /// are the cloud's code and words only (never a header, so never the token).
@@ -299,6 +341,8 @@ pub(crate) fn classify(
 pub(crate) struct Ticket<'a> {
     pacer: &'a Pacer,
     open: bool,
+    /// The Unix time at which the request was let go: its answer was made no earlier.
+    sent: f64,
 }
 
 impl Drop for Ticket<'_> {
@@ -306,6 +350,23 @@ impl Drop for Ticket<'_> {
         if self.open {
             self.open = false;
             self.pacer.settle();
+        }
+    }
+}
+
+/// A call counted among those waiting for the refill; dropped (its turn came, or the call was
+/// cancelled), it no longer counts.
+struct Queued<'a> {
+    pacer: &'a Pacer,
+    counted: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if self.counted {
+            self.counted = false;
+            let mut b = self.pacer.lock();
+            b.queued = b.queued.saturating_sub(1);
         }
     }
 }
@@ -326,6 +387,8 @@ struct Bucket {
     known: bool,
     /// Calls that took a request from the model and whose answer has not been seen yet.
     outstanding: f64,
+    /// Calls waiting for the refill that do not yield (see [`Pacer::before`]).
+    queued: usize,
     limit: f64,
     tokens: f64,
     rate: f64,
@@ -349,6 +412,7 @@ impl Pacer {
             state: Mutex::new(Bucket {
                 known: false,
                 outstanding: 0.0,
+                queued: 0,
                 limit: 3600.0,
                 tokens: 3600.0,
                 rate: 1.0,
@@ -364,20 +428,26 @@ impl Pacer {
     }
 
     /// Takes one request from the model bucket, first waiting while that would take it under the
-    /// reserve. A waiter looks again at least once a second, so that a better estimate of the refill
-    /// rate (from later answers) shortens its wait. Answers how long it waited, and the ticket that
-    /// holds the request until its answer is observed (or the call is dropped).
-    async fn before(&self) -> (Duration, Ticket<'_>) {
+    /// reserve, and, for at most `yield_for`, while other calls wait so. A waiter looks again at
+    /// least once a second, so that a better estimate of the refill rate (from later answers)
+    /// shortens its wait. Answers how long it waited, and the ticket that holds the request until
+    /// its answer is observed (or the call is dropped).
+    async fn before(&self, yield_for: Duration) -> (Duration, Ticket<'_>) {
         if !self.enabled {
             return (
                 Duration::ZERO,
                 Ticket {
                     pacer: self,
                     open: false,
+                    sent: unix_now(),
                 },
             );
         }
         let started = Instant::now();
+        let mut queue = Queued {
+            pacer: self,
+            counted: false,
+        };
         let mut waited = false;
         loop {
             let wait = {
@@ -388,14 +458,23 @@ impl Pacer {
                     b.at = now;
                 }
                 let reserve = (b.limit * self.reserve_share).ceil().max(0.0);
-                if !b.known || b.tokens - 1.0 >= reserve || b.rate <= 0.0 {
+                let yielding = b.queued > 0 && now - started < yield_for;
+                if !yielding && (!b.known || b.tokens - 1.0 >= reserve || b.rate <= 0.0) {
                     b.tokens -= 1.0;
                     b.outstanding += 1.0;
                     None
                 } else {
-                    Some(Duration::from_secs_f64(
-                        ((reserve + 1.0 - b.tokens) / b.rate).min(1.0),
-                    ))
+                    if yield_for.is_zero() && !queue.counted {
+                        queue.counted = true;
+                        b.queued += 1;
+                    }
+                    // A yielding call looks again once a request has refilled.
+                    let short = if yielding {
+                        1.0
+                    } else {
+                        reserve + 1.0 - b.tokens
+                    };
+                    Some(Duration::from_secs_f64((short / b.rate).min(1.0)))
                 }
             };
             match wait {
@@ -409,6 +488,7 @@ impl Pacer {
                 }
             }
         }
+        drop(queue);
         let wait = started.elapsed();
         if waited {
             self.waited_us
@@ -421,6 +501,7 @@ impl Pacer {
         let ticket = Ticket {
             pacer: self,
             open: true,
+            sent: unix_now(),
         };
         if waited {
             (wait, ticket)
@@ -435,9 +516,9 @@ impl Pacer {
         b.outstanding = (b.outstanding - 1.0).max(0.0);
     }
 
-    /// Learns the bucket from an answer's `RateLimit-*` headers (`None`: the call got no answer), and
-    /// closes the call's ticket.
-    fn observe(&self, ticket: &mut Ticket<'_>, headers: Option<&HeaderMap>) {
+    /// Learns the bucket from an answer's `RateLimit-*` headers (`None`: the call got no answer;
+    /// `refused`: the cloud answered 429), and closes the call's ticket.
+    fn observe(&self, ticket: &mut Ticket<'_>, headers: Option<&HeaderMap>, refused: bool) {
         if ticket.open {
             ticket.open = false;
             self.settle();
@@ -452,20 +533,17 @@ impl Pacer {
         if limit <= 0.0 {
             return;
         }
-        let reset = header_f64(headers, "ratelimit-reset");
+        let bound = header_f64(headers, "ratelimit-reset")
+            .and_then(|reset| refill_at_least(limit, remaining, reset - ticket.sent));
         let mut b = self.lock();
-        let default_rate = limit / 3600.0;
-        if !b.known {
-            b.rate = default_rate;
+        if !b.known || b.limit != limit {
+            b.rate = limit / 3600.0;
         }
-        if let Some(reset) = reset {
-            let until_full = reset - unix_now();
-            let missing = limit - remaining;
-            // Reset is whole seconds, rounded up: the estimate errs on the slow side. Small deficits
-            // say little, so keep the earlier estimate for them.
-            if missing >= 2.0 && until_full > 0.0 {
-                b.rate = (missing / until_full).clamp(default_rate, limit);
-            }
+        if let Some(bound) = bound {
+            // Each answer bounds the refill rate from below; the largest bound seen is the closest.
+            // A refusal means the model ran ahead of the cloud (the cloud's rate changed, or the
+            // clocks disagree): only that answer's bound is kept.
+            b.rate = if refused { bound } else { b.rate.max(bound) };
         }
         // The cloud's count, less the calls that took a request and are not answered yet (some of
         // them may be counted already: that errs on the slow side).
@@ -612,24 +690,64 @@ mod tests {
         assert_eq!(c.pacer.lock().outstanding, 0.0);
     }
 
+    /// The headers of an answer from a bucket of `limit` holding `tokens` (a fraction: the cloud
+    /// counts finer than it tells), refilled at `rate` a second: Remaining rounded down, Reset the
+    /// Unix second at which it is full, rounded up.
+    fn answer(limit: u32, tokens: f64, rate: f64) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        let reset = (unix_now() + (f64::from(limit) - tokens) / rate).ceil() as u64;
+        for (k, v) in [
+            ("ratelimit-limit", limit.to_string()),
+            ("ratelimit-remaining", (tokens.floor() as u64).to_string()),
+            ("ratelimit-reset", reset.to_string()),
+        ] {
+            h.insert(k, HeaderValue::from_str(&v).unwrap());
+        }
+        h
+    }
+
+    #[tokio::test]
+    async fn the_refill_rate_learnt_from_rounded_headers_is_close_and_never_above_the_true_one() {
+        let p = Pacer::new(true, 0.0);
+        // Answers over a draining bucket of 100 refilled at 20 a second, whose whole-second resets
+        // are rounded up by anything from nothing to a second; then one from a nearly full bucket,
+        // whose few missing requests (2.5, told as 3) over a reset rounded up say little.
+        let mut tokens: Vec<f64> = (0..40).map(|i| 95.0 - 2.3 * f64::from(i)).collect();
+        tokens.push(97.5);
+        for t in tokens {
+            let (_, mut ticket) = p.before(Duration::ZERO).await;
+            p.observe(&mut ticket, Some(&answer(100, t, 20.0)), false);
+            let rate = p.lock().rate;
+            assert!(
+                rate <= 20.0,
+                "the learnt rate {rate} runs ahead of the bucket's 20/s"
+            );
+        }
+        let rate = p.lock().rate;
+        assert!(
+            rate >= 19.4,
+            "the learnt rate {rate} is far below the bucket's 20/s"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn pacer_spaces_calls_at_the_refill_rate_under_the_reserve() {
         let p = Pacer::new(true, 0.0);
-        let (first, mut ticket) = p.before().await;
+        let (first, mut ticket) = p.before(Duration::ZERO).await;
         assert_eq!(first, Duration::ZERO, "unknown bucket: no wait");
-        // The answer to that call says: 2 of 10 left, full in 8 s (1 a second).
+        // The answer to that call says: 2 of 100 left, full in 98 s (1 a second).
         let mut h = HeaderMap::new();
-        h.insert("ratelimit-limit", HeaderValue::from_static("10"));
+        h.insert("ratelimit-limit", HeaderValue::from_static("100"));
         h.insert("ratelimit-remaining", HeaderValue::from_static("2"));
-        let reset = (unix_now() + 8.0).ceil() as u64;
+        let reset = (unix_now() + 98.0).ceil() as u64;
         h.insert(
             "ratelimit-reset",
             HeaderValue::from_str(&reset.to_string()).unwrap(),
         );
-        p.observe(&mut ticket, Some(&h));
-        assert_eq!(p.before().await.0, Duration::ZERO);
-        assert_eq!(p.before().await.0, Duration::ZERO);
-        let w = p.before().await.0;
+        p.observe(&mut ticket, Some(&h), false);
+        assert_eq!(p.before(Duration::ZERO).await.0, Duration::ZERO);
+        assert_eq!(p.before(Duration::ZERO).await.0, Duration::ZERO);
+        let w = p.before(Duration::ZERO).await.0;
         assert!(
             w > Duration::from_millis(700) && w <= Duration::from_millis(1200),
             "{w:?}"

@@ -2,10 +2,13 @@
 //! tokio's paused clock, under a rate limit of 100 requests refilled at 20 a second: the time as a
 //! ratio to the floor, the requests as a ratio to the fewest, the 429s; at `--parallel` 4, 8, 20
 //! and at the default settings. Run: `cargo bench -p orca-pool --bench hetzner`.
+//!
+//! Measured (five debug runs, the same each time): floor 35.7 s, fewest 464 requests; default
+//! settings 36.4 s (ratio 1.02), 464 requests, 0 answered 429.
 
 mod common;
 
-use common::{Fake, Limit, ACTION_TIME};
+use common::{every, Fake, Limit, ACTION_TIME};
 use orca_fakes::hetzner::{FakeHetzner, Options};
 
 const LIMIT: Limit = Limit {
@@ -13,10 +16,12 @@ const LIMIT: Limit = Limit {
     refill: 20.0,
     // The driver's default share of the budget left for other tools.
     reserve: 0.05,
+    name: "requests",
+    counts: every,
 };
 
 fn main() {
-    common::main("Hetzner", Some(LIMIT), |limited| async move {
+    common::main("Hetzner", &[LIMIT], |limited| async move {
         let fake = FakeHetzner::start_with(Options {
             action_time: ACTION_TIME,
             rate_limit: LIMIT.bucket,

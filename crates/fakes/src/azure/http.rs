@@ -158,7 +158,22 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
     }
     let mut st = lock(&state);
     advance(&mut st);
-    let mut rsp = route(&mut st, &r);
+    let (limit_headers, refusal) = match st.throttle.as_mut() {
+        Some(t) => t.spend(&r.method),
+        None => (Vec::new(), None),
+    };
+    let mut rsp = match refusal {
+        Some(refused) => refused,
+        None => route(&mut st, &r),
+    };
+    for (k, v) in limit_headers {
+        if let (Ok(k), Ok(v)) = (
+            axum::http::HeaderName::from_bytes(k.as_bytes()),
+            axum::http::HeaderValue::from_str(&v),
+        ) {
+            rsp.headers_mut().insert(k, v);
+        }
+    }
     if st.location_only {
         let h = rsp.headers_mut();
         if let Some(op) = h.remove("azure-asyncoperation") {

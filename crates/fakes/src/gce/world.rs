@@ -61,6 +61,8 @@ pub(super) struct World {
     pub(super) visibility_delay: Duration,
     /// When each instance made under a visibility delay becomes visible.
     pub(super) hidden_until: HashMap<Key, Instant>,
+    /// The rate quotas, when on ([`FakeGce::set_rate_quota`]).
+    pub(super) rate_quota: Option<RateQuota>,
 }
 
 impl World {

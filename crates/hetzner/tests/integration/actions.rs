@@ -200,3 +200,56 @@ async fn a_machine_is_found_by_name_in_one_read() {
         "none"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn reads_of_running_actions_wait_behind_the_calls_queued_for_the_rate_limit() {
+    // Twenty deletes at once under a bucket of 10 requests refilled at 10 a second: each delete
+    // reads its server, then deletes it (40 requests), so most of them wait for the refill. A
+    // read of the running delete actions then learns little (they have just started) and every
+    // request it spends delays the deletes behind it: it waits until the last delete is let go.
+    let fake = FakeHetzner::start_with(Options {
+        action_time: Duration::from_secs(1),
+        rate_limit: 10,
+        refill_per_second: 10.0,
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    let ids: Vec<i64> = (0..20)
+        .map(|i| owned_server(&fake, &format!("q-{i}")))
+        .collect();
+    let config = common::builder(&fake)
+        .poll_interval(Duration::from_millis(500))
+        .rate_reserve(0.0)
+        .build()
+        .unwrap();
+    let p = std::sync::Arc::new(
+        orca_hetzner::HetznerProvider::new(config, "me")
+            .await
+            .unwrap(),
+    );
+    // A first call learns the bucket (until an answer tells it, the pacer lets calls go).
+    p.machines("lab").await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for id in ids {
+        let p = p.clone();
+        tasks.spawn(async move { p.delete(&id.to_string()).await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        assert!(r.unwrap().unwrap());
+    }
+    assert_eq!(fake.rate_limited(), 0);
+    let log = fake.control().log();
+    let last_delete = log
+        .iter()
+        .rposition(|l| l.method == Method::DELETE)
+        .unwrap();
+    let first_read = log
+        .iter()
+        .position(|l| l.path.starts_with("/v1/actions"))
+        .unwrap();
+    assert!(
+        first_read > last_delete,
+        "the actions were read (request {first_read}) while deletes waited (the last was request {last_delete})"
+    );
+}
