@@ -7,18 +7,10 @@ use std::time::Duration;
 use orca::{Created, ErrorKind, MachineSpec, Status};
 use orca_fakes::hetzner::{FakeHetzner, Options};
 
-const VARS: &[&str] = &[
-    "HCLOUD_TOKEN",
-    "ORCA_HCLOUD_ENDPOINT",
-    "ORCA_HCLOUD_IMAGE",
-    "ORCA_HCLOUD_SSH_KEYS",
-    "ORCA_HCLOUD_FIREWALL",
-    "ORCA_HCLOUD_NETWORK",
-];
-
 #[tokio::test]
 async fn of_hetzner_from_the_environment() {
-    for v in VARS {
+    // Every key the driver reads, so a variable set outside the test cannot leak into it.
+    for v in orca::hetzner::ConfigKey::names() {
         std::env::remove_var(v);
     }
     // Unset: the error names the token variable.
@@ -63,7 +55,8 @@ async fn of_hetzner_from_the_environment() {
     assert_eq!(listed.len(), 1);
     assert!(p.delete(&m.id).await.unwrap());
     assert!(fake.servers().is_empty());
-    for v in VARS {
+    // Leave none of them set for the tests after this one.
+    for v in orca::hetzner::ConfigKey::names() {
         std::env::remove_var(v);
     }
 }
