@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{ec2_error, env, made, rule, Fault};
+use common::{Fault, ec2_error, env, made, rule};
 use orca_machines::Provider;
 
 #[derive(Clone, Default)]
