@@ -6,13 +6,13 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use aws_config::BehaviorVersion;
+use aws_sdk_ec2::config::Region;
 use aws_sdk_ec2::config::http::HttpResponse;
 use aws_sdk_ec2::config::interceptors::{
     BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
 };
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::timeout::TimeoutConfig;
-use aws_sdk_ec2::config::Region;
 use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_ec2::error::{BoxError, DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::operation::RequestId;
@@ -23,7 +23,7 @@ use aws_sdk_ec2::types::{
 };
 use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::Labels;
-use orca_machines::{docker_arch, parse_retry_after, Arch, Error, Page, Result, RetryPolicy};
+use orca_machines::{Arch, Error, Page, Result, RetryPolicy, docker_arch, parse_retry_after};
 
 use crate::config::{Config, REGION_ENV, UBUNTU_NAME_PATTERN};
 use crate::model::{Image, RunRequest};
@@ -306,7 +306,7 @@ impl Client {
                     Some("InvalidAMIID.NotFound" | "InvalidAMIID.Malformed")
                 ) =>
             {
-                return Ok(None)
+                return Ok(None);
             }
             Err(e) => return Err(e),
         };
@@ -326,7 +326,7 @@ impl Client {
             Arch::Other(o) => {
                 return Err(Error::not_found(format!(
                     "an Ubuntu 24.04 image for architecture {o}"
-                )))
+                )));
             }
         };
         let pattern = UBUNTU_NAME_PATTERN.replace("{arch}", arch.as_str());

@@ -665,13 +665,13 @@ impl ConfigBuilder {
                 ),
             );
         }
-        if let Some(n) = self.root_volume_gb {
-            if !(1..=MAX_ROOT_VOLUME_GB).contains(&n) {
-                p.invalid(
-                    ROOT_VOLUME_ENV,
-                    format!("a size in GiB from 1 to {MAX_ROOT_VOLUME_GB}"),
-                );
-            }
+        if let Some(n) = self.root_volume_gb
+            && !(1..=MAX_ROOT_VOLUME_GB).contains(&n)
+        {
+            p.invalid(
+                ROOT_VOLUME_ENV,
+                format!("a size in GiB from 1 to {MAX_ROOT_VOLUME_GB}"),
+            );
         }
     }
 
@@ -713,10 +713,10 @@ impl ConfigBuilder {
             p.invalid(k.clone(), why.clone());
         }
         self.check_resources(&mut p);
-        if let Some(e) = &self.endpoint {
-            if !(e.starts_with("http://") || e.starts_with("https://")) {
-                p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
-            }
+        if let Some(e) = &self.endpoint
+            && !(e.starts_with("http://") || e.starts_with("https://"))
+        {
+            p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
         }
         let client = self.client.options;
         let poll_interval = self

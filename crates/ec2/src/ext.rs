@@ -5,9 +5,9 @@
 use async_trait::async_trait;
 use orca_machines::labels::Labels;
 use orca_machines::spec::{validate_label_key, validate_labels};
-use orca_machines::{validate_id, Error, Machine, MachineLabels, Result};
+use orca_machines::{Error, Machine, MachineLabels, Result, validate_id};
 
-use crate::model::{machine_of, NAME_TAG};
+use crate::model::{NAME_TAG, machine_of};
 use crate::provider::Ec2Provider;
 
 #[async_trait]

@@ -35,8 +35,8 @@ mod model;
 mod provider;
 
 pub use config::{Config, ConfigBuilder, ConfigKey, StaticCredentials};
-pub use model::{reason_time, status_of, NAME_TAG};
-pub use provider::{client_token, Ec2Provider, KIND};
+pub use model::{NAME_TAG, reason_time, status_of};
+pub use provider::{Ec2Provider, KIND, client_token};
 /// The secret type [`StaticCredentials`] takes.
 pub use secrecy::SecretString;
 

@@ -4,7 +4,7 @@
 
 use aws_sdk_ec2::types::Instance;
 use orca_machines::chrono::{DateTime, NaiveDateTime, Utc};
-use orca_machines::labels::{pool_of, Labels};
+use orca_machines::labels::{Labels, pool_of};
 use orca_machines::{Machine, Status, Timestamp};
 
 /// The tag that holds the machine's name (EC2's console shows it).

@@ -9,27 +9,27 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 use orca_machines::chrono::{self, Utc};
 use orca_machines::kit::{self, Attempts, Recent};
-use orca_machines::labels::{is_in_pool, ownership_labels, Labels};
+use orca_machines::labels::{Labels, is_in_pool, ownership_labels};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    all_pages, provider::first_made, validate_id, validate_name, validate_owner, validate_pool,
     Arch, Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Provider, Resized,
-    Result, SpecOptions, Timestamp,
+    Result, SpecOptions, Timestamp, all_pages, provider::first_made, validate_id, validate_name,
+    validate_owner, validate_pool,
 };
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
 use crate::client::{
-    connect, filter, is_instance_not_found, Client, IDEMPOTENT_MISMATCH, INVALID_PARAMETER_VALUE,
-    UNSUPPORTED,
+    Client, IDEMPOTENT_MISMATCH, INVALID_PARAMETER_VALUE, UNSUPPORTED, connect, filter,
+    is_instance_not_found,
 };
 use crate::config::{
-    canonical_owner, is_ami_id, Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV,
-    SUBNETS_ENV,
+    Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV, canonical_owner,
+    is_ami_id,
 };
 use crate::model::{
-    into_machine, labels_of, machine_of, state_of, timestamp, Image, RunRequest, NAME_TAG,
+    Image, NAME_TAG, RunRequest, into_machine, labels_of, machine_of, state_of, timestamp,
 };
 
 /// The driver's kind.
@@ -690,13 +690,13 @@ impl Provider for Ec2Provider {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
         let subnet = self.subnet_for(&spec.location)?.to_string();
-        if let Some(ami) = &spec.image {
-            if !is_ami_id(ami) {
-                return Err(Error::invalid(
-                    "image",
-                    format!("an AMI id (ami- and 8 or 17 hex digits), got {ami:?}"),
-                ));
-            }
+        if let Some(ami) = &spec.image
+            && !is_ami_id(ami)
+        {
+            return Err(Error::invalid(
+                "image",
+                format!("an AMI id (ami- and 8 or 17 hex digits), got {ami:?}"),
+            ));
         }
         let arch = self.arch(&spec.machine_type).await?;
         let image = match &spec.image {
@@ -878,7 +878,7 @@ impl Provider for Ec2Provider {
                 self.wait_for(id, &["stopped"]).await?;
             }
             "shutting-down" => {
-                return Err(Error::not_found(format!("machine {id} (being deleted)")))
+                return Err(Error::not_found(format!("machine {id} (being deleted)")));
             }
             _ => {}
         }
@@ -932,37 +932,33 @@ impl Provider for Ec2Provider {
         let was_running = matches!(state.as_str(), "running" | "pending");
         self.stop_and_wait(&inst).await?;
         if let Err(e) = self.set_type_call(id, machine_type).await {
-            if was_running {
-                if let Err(again) = self.start_call(id).await {
-                    tracing::warn!(id, error = %again, "could not start the machine again after a failed resize");
-                }
+            if was_running && let Err(again) = self.start_call(id).await {
+                tracing::warn!(id, error = %again, "could not start the machine again after a failed resize");
             }
             return Err(e);
         }
-        if was_running {
-            if let Err(e) = self.start_call(id).await {
-                let Error::NoStock { message, .. } = e else {
-                    return Err(e);
-                };
-                // No stock of the new type: the machine goes back to the type it had and runs again,
-                // rather than staying stopped on a type it cannot start.
-                let old = current.machine_type.as_str();
-                let back = match self.set_type_call(id, old).await {
-                    Ok(()) => self.start_call(id).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(again) = back {
-                    return Err(Error::other(format!(
-                        "resize of {id} to {machine_type}: no stock ({message}); going back to \
+        if was_running && let Err(e) = self.start_call(id).await {
+            let Error::NoStock { message, .. } = e else {
+                return Err(e);
+            };
+            // No stock of the new type: the machine goes back to the type it had and runs again,
+            // rather than staying stopped on a type it cannot start.
+            let old = current.machine_type.as_str();
+            let back = match self.set_type_call(id, old).await {
+                Ok(()) => self.start_call(id).await,
+                Err(e) => Err(e),
+            };
+            if let Err(again) = back {
+                return Err(Error::other(format!(
+                    "resize of {id} to {machine_type}: no stock ({message}); going back to \
                          {old} failed, the machine is stopped: {again}"
-                    )));
-                }
-                return Err(Error::no_stock(
-                    machine_type.to_string(),
-                    current.location.clone(),
-                    message,
-                ));
+                )));
             }
+            return Err(Error::no_stock(
+                machine_type.to_string(),
+                current.location.clone(),
+                message,
+            ));
         }
         Ok(Resized::new(self.described(id).await?, was_running))
     }

@@ -3,17 +3,17 @@
 //! followed to `DONE` ([`Client::wait`]), and the ONE function that maps Compute Engine's answers onto
 //! orca's errors ([`map_error`]), keeping the cloud's code and the cause in the error's context.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use orca_machines::kit::{self, transport_error, Attempts, Polled, Proxy, Timeouts};
-use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
+use orca_machines::kit::{self, Attempts, Polled, Proxy, Timeouts, transport_error};
+use orca_machines::{Error, Page, Result, RetryPolicy, all_pages, parse_retry_after};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::model::{last_segment, List, Operation, OperationError};
+use crate::model::{List, Operation, OperationError, last_segment};
 use crate::provider::KIND;
 
 /// The longest wait for a connection, unless `ORCA_CONNECT_TIMEOUT` says otherwise.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use orca_machines::kit::{ClientOptions, Timeouts};
-use orca_machines::settings::{parse_bool, parse_duration, Problems};
+use orca_machines::settings::{Problems, parse_bool, parse_duration};
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
 
@@ -299,22 +299,21 @@ fn read_settings(
             "a network name (1 to 63 of a-z, 0-9 and '-', starting with a letter)",
         );
     }
-    let subnet_rule =
-        "a subnet name, or region=name pairs separated by commas (europe-west1=orca-eu,us-central1=orca-us)";
+    let subnet_rule = "a subnet name, or region=name pairs separated by commas (europe-west1=orca-eu,us-central1=orca-us)";
     let subnet = p.parse(settings, K::Subnet.as_str(), subnet_rule, Subnet::parse);
     if settings.get(K::Subnet.as_str()).is_none() {
         p.missing(K::Subnet.as_str());
     }
-    if let (Some(z), Some(s)) = (zone.filter(|z| valid_zone(z)), &subnet) {
-        if s.for_region(Config::region_of(z)).is_none() {
-            p.invalid(
-                K::Subnet.as_str(),
-                format!(
-                    "names no subnet for the region of ORCA_GCE_ZONE ({})",
-                    Config::region_of(z)
-                ),
-            );
-        }
+    if let (Some(z), Some(s)) = (zone.filter(|z| valid_zone(z)), &subnet)
+        && s.for_region(Config::region_of(z)).is_none()
+    {
+        p.invalid(
+            K::Subnet.as_str(),
+            format!(
+                "names no subnet for the region of ORCA_GCE_ZONE ({})",
+                Config::region_of(z)
+            ),
+        );
     }
 
     let credentials = read_credentials(settings, extra, &mut p);
@@ -495,10 +494,10 @@ fn read_credentials(
             }
         }
     }
-    if let Some(Credentials::ServiceAccountJson(j)) = &credentials {
-        if let Err(why) = check_service_account_json(j.expose_secret()) {
-            p.invalid(source_key, why);
-        }
+    if let Some(Credentials::ServiceAccountJson(j)) = &credentials
+        && let Err(why) = check_service_account_json(j.expose_secret())
+    {
+        p.invalid(source_key, why);
     }
     credentials
 }

@@ -12,10 +12,10 @@ use orca_machines::{
 use reqwest::Method;
 use serde_json::json;
 
-use crate::client::{has_code, request_id, CONDITION_NOT_MET};
+use crate::client::{CONDITION_NOT_MET, has_code, request_id};
 use crate::config::valid_resource_name;
-use crate::model::{self, last_segment, Operation};
-use crate::provider::{to_machine, GceProvider};
+use crate::model::{self, Operation, last_segment};
+use crate::provider::{GceProvider, to_machine};
 
 /// How often a label change is tried when another writer changes the labels in between.
 const LABEL_ATTEMPTS: u32 = 5;

@@ -13,24 +13,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::kit::{self, Attempts};
-use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of};
 use orca_machines::labels::{ORCA_LABEL, OWNER_LABEL, POOL_LABEL};
+use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of};
 use orca_machines::{
-    docker_arch, validate_id, validate_owner, validate_pool, Arch, Capabilities, Created, Error,
-    ErrorKind, FirewallRules, Machine, MachineLabels, MachineSpec, Page, Provider, Resized, Result,
-    SpecOptions, Status,
+    Arch, Capabilities, Created, Error, ErrorKind, FirewallRules, Machine, MachineLabels,
+    MachineSpec, Page, Provider, Resized, Result, SpecOptions, Status, docker_arch, validate_id,
+    validate_owner, validate_pool,
 };
 use reqwest::Method;
 use secrecy::ExposeSecret;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::client::{operation_error, request_id, Client};
-use crate::config::{valid_resource_name, valid_zone, Config, Credentials, MIN_DISK_GB};
+use crate::client::{Client, operation_error, request_id};
+use crate::config::{Config, Credentials, MIN_DISK_GB, valid_resource_name, valid_zone};
 use crate::config::{UBUNTU_AMD64_FAMILY, UBUNTU_ARM64_FAMILY};
 use crate::model::{
-    last_segment, timestamp, Disk, Instance, InstanceAggregatedList, MachineType,
-    MachineTypeAggregatedList, Operation,
+    Disk, Instance, InstanceAggregatedList, MachineType, MachineTypeAggregatedList, Operation,
+    last_segment, timestamp,
 };
 
 /// The driver kind.
@@ -139,7 +139,9 @@ fn check_instance_name(field: &str, name: &str) -> Result<()> {
     } else {
         Err(Error::invalid(
             field,
-            format!("a Compute Engine instance name starts with a letter (a-z), then 0 to 62 of a-z, 0-9 and '-', not ending with '-'; got {name:?}"),
+            format!(
+                "a Compute Engine instance name starts with a letter (a-z), then 0 to 62 of a-z, 0-9 and '-', not ending with '-'; got {name:?}"
+            ),
         ))
     }
 }
@@ -246,8 +248,10 @@ impl GceProvider {
                 None => {
                     return Err(Error::invalid(
                         "id",
-                        format!("<zone>:<name> (a bare name needs ORCA_GCE_ZONE, which is not set), got {id:?}"),
-                    ))
+                        format!(
+                            "<zone>:<name> (a bare name needs ORCA_GCE_ZONE, which is not set), got {id:?}"
+                        ),
+                    ));
                 }
             },
         };
@@ -432,7 +436,9 @@ impl GceProvider {
         if disk_gb < MIN_DISK_GB {
             return Err(Error::invalid(
                 "disk_gb",
-                format!("at least {MIN_DISK_GB} GB on Compute Engine (the size of its Ubuntu images), got {disk_gb}"),
+                format!(
+                    "at least {MIN_DISK_GB} GB on Compute Engine (the size of its Ubuntu images), got {disk_gb}"
+                ),
             ));
         }
         let image = match (&spec.image, arch) {
@@ -440,7 +446,9 @@ impl GceProvider {
                 if i.contains(['?', '#']) {
                     return Err(Error::invalid(
                         "image",
-                        format!("an image path (projects/P/global/images/NAME or .../images/family/F), got {i:?}"),
+                        format!(
+                            "an image path (projects/P/global/images/NAME or .../images/family/F), got {i:?}"
+                        ),
                     ));
                 }
                 i.clone()
@@ -460,7 +468,7 @@ impl GceProvider {
                         "{} has architecture {a}, for which there is no Ubuntu image",
                         spec.machine_type
                     ),
-                ))
+                ));
             }
         };
         let mut tags = cfg.network_tags.clone();

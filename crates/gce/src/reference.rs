@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use orca_machines::{ErrorKind, Status};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::client::{http_error, operation_error};
 use crate::model::{Firewall, Instance, InstanceAggregatedList, List, Operation};

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use common::{ec2_error, ec2_error_body, env, made, rule, xml_answer, Fault, Proxy, ZONE};
+use common::{Fault, Proxy, ZONE, ec2_error, ec2_error_body, env, made, rule, xml_answer};
 use orca_ec2::client_token;
 use orca_machines::{Arch, Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 
@@ -965,11 +965,13 @@ async fn machine_named_is_one_filtered_listing() {
         "filtered by name: {:?}",
         reads[0].params
     );
-    assert!(other
-        .machine_named(&e.pool, "named-1")
-        .await
-        .unwrap()
-        .is_none());
+    assert!(
+        other
+            .machine_named(&e.pool, "named-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(p.machine_named(&e.pool, "absent").await.unwrap().is_none());
     let err = p.machine_named(&e.pool, "Not A Name").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidSpec, "{err}");

@@ -7,9 +7,9 @@ use crate::common;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{ec2_error, rule, Fault, Proxy, Seed};
-use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup, Skip};
+use common::{Fault, Proxy, Seed, ec2_error, rule};
 use orca_machines::Provider;
+use orca_machines::conformance::{Harness, Hook, Setup, Skip, extensions, run_all};
 
 struct MotoHarness {
     seed: Seed,

@@ -8,7 +8,7 @@ use crate::common;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::InstanceStateName;
-use common::{ec2_error, env, made, rule, Fault, ZONE, ZONE_WITHOUT_T4G};
+use common::{Fault, ZONE, ZONE_WITHOUT_T4G, ec2_error, env, made, rule};
 use orca_machines::labels::Labels;
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 

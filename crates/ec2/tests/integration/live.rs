@@ -3,8 +3,8 @@
 //! environment as for `orca_ec2::from_env` (see the README for the recipe).
 
 use async_trait::async_trait;
-use orca_machines::conformance::{run_all, Harness, Hook, Setup, Skip};
 use orca_machines::Provider;
+use orca_machines::conformance::{Harness, Hook, Setup, Skip, run_all};
 
 struct Live {
     location: String,
@@ -64,7 +64,9 @@ async fn conformance_against_aws() {
         return;
     }
     if std::env::var_os("CI").is_some() {
-        panic!("ORCA_TEST_LIVE=ec2 is set under CI: live runs against a real account are never made in CI");
+        panic!(
+            "ORCA_TEST_LIVE=ec2 is set under CI: live runs against a real account are never made in CI"
+        );
     }
     let subnets = std::env::var(orca_ec2::config::SUBNETS_ENV).unwrap_or_default();
     let location = var(

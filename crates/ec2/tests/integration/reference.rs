@@ -9,7 +9,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{ec2_error_body, rule, xml_answer, Proxy};
+use common::{Proxy, ec2_error_body, rule, xml_answer};
 use orca_ec2::{Config, ConfigBuilder, Ec2Provider, SecretString, StaticCredentials};
 use orca_machines::{Created, Error, ErrorKind, MachineSpec, Provider, RetryPolicy, Status};
 

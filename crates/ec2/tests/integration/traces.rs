@@ -5,8 +5,8 @@
 
 use crate::common;
 
-use common::{ec2_error, env, made, rule, Fault};
-use orca_fakes::traces::{call_spans, Captured};
+use common::{Fault, ec2_error, env, made, rule};
+use orca_fakes::traces::{Captured, call_spans};
 use orca_machines::Provider;
 
 #[test]

@@ -272,20 +272,22 @@ async fn a_provider_of_every_zone_makes_and_lists_machines_in_each() {
     assert_eq!(listed, ids);
     let log = fake.control().log();
     assert_eq!(log.len(), 3, "one aggregated page a machine: {log:?}");
-    assert!(log
-        .iter()
-        .all(|l| l.path.contains("/aggregated/instances?") && l.path.contains("maxResults=1")));
+    assert!(
+        log.iter()
+            .all(|l| l.path.contains("/aggregated/instances?") && l.path.contains("maxResults=1"))
+    );
     // Ids name the zone: reading, stopping and deleting go straight to the instance.
     fake.control().clear_log();
     let m = p.machine(&ids[2]).await.unwrap().unwrap();
     assert_eq!(m.location, "us-central1-a");
     p.stop(&ids[2]).await.unwrap();
     assert!(p.delete(&ids[2]).await.unwrap());
-    assert!(fake
-        .control()
-        .log()
-        .iter()
-        .all(|l| !l.path.contains("aggregated") && !l.path.contains("/instances?")));
+    assert!(
+        fake.control()
+            .log()
+            .iter()
+            .all(|l| !l.path.contains("aggregated") && !l.path.contains("/instances?"))
+    );
     // A bare name names no zone here; a zone without a subnet is refused; both before any call.
     let before = fake.control().requests();
     let e = p.machine("vm-b").await.unwrap_err();
@@ -829,12 +831,13 @@ async fn a_rule_of_another_network_is_read_but_never_patched() {
     // Read, with its own network named (what lets a caller say the rule is on the wrong network).
     let rule = fw.rule("other-ssh").await.unwrap().expect("the rule reads");
     assert_eq!(rule.network, "other-net");
-    assert!(fw
-        .rules()
-        .await
-        .unwrap()
-        .iter()
-        .all(|r| r.name != "other-ssh"));
+    assert!(
+        fw.rules()
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.name != "other-ssh")
+    );
     // Never patched: refused after reading it, before any change is sent.
     fake.control().clear_log();
     let e = fw
@@ -1303,10 +1306,12 @@ async fn ssh_keys_turn_os_login_off_and_a_policy_requiring_it_refuses_the_create
     assert_eq!(e.code(), Some("conditionNotMet"));
     assert!(e.made_nothing(), "{e:?}");
     assert!(fake.instance(ZONE, "vm-policy").is_none());
-    assert!(!fake
-        .disk_names(ZONE)
-        .iter()
-        .any(|d| d.starts_with("vm-policy")));
+    assert!(
+        !fake
+            .disk_names(ZONE)
+            .iter()
+            .any(|d| d.starts_with("vm-policy"))
+    );
     // Without keys the policy is no obstacle.
     p.create(&spec("vm-policy", "e2-small"))
         .await
@@ -1386,11 +1391,12 @@ async fn a_machine_is_found_by_name_with_one_request() {
         let found = q.machine_named("lab", "vm-named").await.unwrap().unwrap();
         assert_eq!(found.id, m.id);
         assert_eq!(fake.control().requests(), 1, "one listing");
-        assert!(q
-            .machine_named("other", "vm-named")
-            .await
-            .unwrap()
-            .is_none());
+        assert!(
+            q.machine_named("other", "vm-named")
+                .await
+                .unwrap()
+                .is_none()
+        );
         assert!(q.machine_named("lab", "vm-other").await.unwrap().is_none());
         assert!(q.machine_named("lab", "vm-gone").await.unwrap().is_none());
     }

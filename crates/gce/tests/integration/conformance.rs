@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
 use orca_fakes::{Fault, Rule};
 use orca_gce::{Config, ConfigBuilder, Credentials, GceProvider};
-use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup};
+use orca_machines::conformance::{Harness, Hook, Setup, extensions, run_all};
 use orca_machines::{FirewallRule, Provider, RetryPolicy};
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use common::id;
 
@@ -42,11 +42,7 @@ impl GceHarness {
             .endpoint(self.fake.endpoint())
             .retry(RetryPolicy::fast())
             .visibility_window(Duration::from_secs(3));
-        if self.single_zone {
-            b.zone(ZONE)
-        } else {
-            b
-        }
+        if self.single_zone { b.zone(ZONE) } else { b }
     }
 }
 

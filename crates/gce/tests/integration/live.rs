@@ -9,8 +9,8 @@
 
 use async_trait::async_trait;
 use orca_gce::{Config, GceProvider};
-use orca_machines::conformance::{run_all, Harness, Hook, Setup};
 use orca_machines::Provider;
+use orca_machines::conformance::{Harness, Hook, Setup, run_all};
 
 struct Live {
     config: Config,
@@ -65,7 +65,9 @@ impl Harness for Live {
 #[tokio::test]
 async fn conformance_live() {
     if std::env::var("ORCA_TEST_LIVE").ok().as_deref() != Some("gce") {
-        println!("skipped: set ORCA_TEST_LIVE=gce and the ORCA_GCE_* settings to run against a real project");
+        println!(
+            "skipped: set ORCA_TEST_LIVE=gce and the ORCA_GCE_* settings to run against a real project"
+        );
         return;
     }
     let config = Config::from_env().expect("ORCA_GCE_* settings");

@@ -3,7 +3,7 @@
 //! process-wide, so a test that installs a subscriber must not share a process with others.
 
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, TEST_ONLY_RSA_KEY_PEM, ZONE};
-use orca_fakes::traces::{call_spans, Captured};
+use orca_fakes::traces::{Captured, call_spans};
 use orca_fakes::{Fault, Rule};
 use orca_gce::{Config, GceProvider};
 use orca_machines::{MachineSpec, Provider, RetryPolicy};
