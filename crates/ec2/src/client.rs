@@ -23,10 +23,13 @@ use aws_sdk_ec2::types::{
 };
 use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::Labels;
-use orca_machines::{Arch, Error, Page, Result, RetryPolicy, docker_arch, parse_retry_after};
+use orca_machines::{
+    Arch, Error, Machine, Page, Result, RetryPolicy, docker_arch, parse_retry_after,
+};
 
 use crate::config::{Config, REGION_ENV, UBUNTU_NAME_PATTERN};
-use crate::model::{Image, RunRequest};
+use crate::listing::{LeanListing, Slot};
+use crate::model::{Image, InstanceFields, RunRequest, into_machine};
 use crate::provider::KIND;
 
 /// EC2's code for an instance id it does not know (or does not show yet: eventual consistency).
@@ -461,6 +464,54 @@ impl Client {
                 .flat_map(|r| r.instances.unwrap_or_default())
                 .collect(),
             next: out.next_token,
+        })
+    }
+
+    /// One page of DescribeInstances with `filters`, as machines. The SDK makes the call; a successful
+    /// answer is read by the driver's own reader ([`crate::listing`]), which reads only what a machine
+    /// is made of; an answer it leaves (an error, an odd shape) is read by the SDK, as before.
+    pub(crate) async fn describe_machines(
+        &self,
+        filters: &[Filter],
+        max_results: i32,
+        token: Option<String>,
+    ) -> Result<Page<Machine>> {
+        let slot = Slot::default();
+        let out = self
+            .call("DescribeInstances", || {
+                self.sdk
+                    .describe_instances()
+                    .set_filters(Some(filters.to_vec()))
+                    .max_results(max_results)
+                    .set_next_token(token.clone())
+                    .customize()
+                    .interceptor(LeanListing { slot: slot.clone() })
+                    .send()
+            })
+            .await?;
+        let read = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        Ok(match read {
+            Some(listing) => Page {
+                items: listing
+                    .instances
+                    .into_iter()
+                    .map(InstanceFields::machine)
+                    .collect(),
+                next: listing.next,
+            },
+            None => Page {
+                items: out
+                    .reservations
+                    .unwrap_or_default()
+                    .into_iter()
+                    .flat_map(|r| r.instances.unwrap_or_default())
+                    .map(into_machine)
+                    .collect(),
+                next: out.next_token,
+            },
         })
     }
 

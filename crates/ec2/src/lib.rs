@@ -3,7 +3,8 @@
 //! [`Ec2Provider`] keeps the [`orca_machines::Provider`] contract on EC2 instances. The crate has the
 //! same files as every orca driver: [`config`] (settings as data: [`ConfigKey`], [`Config`],
 //! [`ConfigBuilder`]), `client` (the SDK calls under orca's retry policy, and the one error mapping),
-//! `model` (EC2's answers as orca's machines), `provider` (the contract) and `ext` (the extensions).
+//! `model` (EC2's answers as orca's machines), `listing` (DescribeInstances' answers read by the
+//! driver itself), `provider` (the contract) and `ext` (the extensions).
 //!
 //! - `create` runs an instance in the subnet of its location (availability zone), with the configured
 //!   security group and instance profile, the spec's user data and labels, and Canonical's newest
@@ -31,10 +32,13 @@
 mod client;
 pub mod config;
 mod ext;
+mod listing;
 mod model;
 mod provider;
 
 pub use config::{Config, ConfigBuilder, ConfigKey, StaticCredentials};
+#[doc(hidden)]
+pub use listing::{Reading, read_listing, read_listing_by_sdk};
 pub use model::{NAME_TAG, reason_time, status_of};
 pub use provider::{Ec2Provider, KIND, client_token};
 /// The secret type [`StaticCredentials`] takes.

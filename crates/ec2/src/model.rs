@@ -3,6 +3,7 @@
 //! does not know is kept as EC2's word), and what a RunInstances asks for ([`RunRequest`]).
 
 use aws_sdk_ec2::types::Instance;
+use aws_smithy_types::DateTime as SdkTime;
 use orca_machines::chrono::{DateTime, NaiveDateTime, Utc};
 use orca_machines::labels::{Labels, pool_of};
 use orca_machines::{Machine, Status, Timestamp};
@@ -87,33 +88,8 @@ pub(crate) fn labels_of(i: &Instance) -> Labels {
 }
 
 /// An SDK timestamp as orca's.
-pub(crate) fn timestamp(t: &aws_smithy_types::DateTime) -> Option<Timestamp> {
+pub(crate) fn timestamp(t: &SdkTime) -> Option<Timestamp> {
     DateTime::<Utc>::from_timestamp(t.secs(), t.subsec_nanos())
-}
-
-/// When EC2 made `i`. EC2 reports no creation time: `LaunchTime` is the last start. The root volume's
-/// `Ebs.AttachTime` is when the instance was made (the root volume is attached at launch and stays
-/// attached through stops and starts); without it (RunInstances' own answer and a `pending` instance
-/// often lists no block device yet), `LaunchTime`, which is the creation time until a first stop.
-pub(crate) fn created_at(i: &Instance) -> Option<Timestamp> {
-    let root = i.root_device_name();
-    i.block_device_mappings()
-        .iter()
-        .find(|m| root.is_some() && m.device_name() == root)
-        .and_then(|m| m.ebs())
-        .and_then(|e| e.attach_time())
-        .and_then(timestamp)
-        .or_else(|| i.launch_time().and_then(timestamp))
-}
-
-/// When `i` was last stopped: the time EC2 writes into `StateTransitionReason` when an instance stops
-/// (`User initiated (2026-01-02 03:04:05 GMT)`), while it is stopped (or stopping); `None` while it
-/// runs, and when the reason carries no time.
-pub(crate) fn stopped_at(i: &Instance) -> Option<Timestamp> {
-    if !matches!(state_of(i), "stopped" | "stopping") {
-        return None;
-    }
-    reason_time(i.state_transition_reason()?)
 }
 
 /// The time in a `StateTransitionReason` such as `User initiated (2026-01-02 03:04:05 GMT)`: the last
@@ -129,62 +105,130 @@ pub fn reason_time(reason: &str) -> Option<Timestamp> {
 }
 
 /// `i` as a machine: its `Name` tag, state, type, zone, public and private IPv4 addresses, DNS name
-/// (the public one, else the private one), pool and tags, and its times (see [`created_at`] and
-/// [`stopped_at`]; `started_at` is `LaunchTime`, the last start). A copy of `i` is converted: a
-/// listing converts the instances it owns with [`into_machine`].
+/// (the public one, else the private one), pool and tags, and its times (see
+/// [`InstanceFields::machine`]). A copy of `i` is converted: a listing converts the instances it owns
+/// with [`into_machine`].
 pub(crate) fn machine_of(i: &Instance) -> Machine {
     into_machine(i.clone())
 }
 
-/// `i` as a machine, as [`machine_of`] says, its strings moved into the machine rather than copied:
-/// a listing of hundreds of instances spends much of its client CPU here.
-pub(crate) fn into_machine(mut i: Instance) -> Machine {
-    let created_at = created_at(&i);
-    let started_at = i.launch_time().and_then(timestamp);
-    let stopped_at = stopped_at(&i);
-    let state = state_of(&i);
-    let status = status_of(state);
-    let cloud_status = state.to_string();
-    let labels: Labels = i
-        .tags
-        .take()
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|t| Some((t.key?, t.value.unwrap_or_default())))
-        .collect();
-    let mut m = Machine::new(
-        i.instance_id.take().unwrap_or_default(),
-        labels.get(NAME_TAG).cloned().unwrap_or_default(),
-    );
-    m.status = status;
-    m.cloud_status = cloud_status;
-    m.machine_type = i
-        .instance_type
-        .as_ref()
-        .map(|t| t.as_str().to_string())
-        .unwrap_or_default();
-    m.location = i
-        .placement
-        .take()
-        .and_then(|p| p.availability_zone)
-        .unwrap_or_default();
-    m.address = i.public_ip_address.take().unwrap_or_default();
-    m.private_address = i.private_ip_address.take().unwrap_or_default();
-    m.fqdn = [i.public_dns_name.take(), i.private_dns_name.take()]
-        .into_iter()
-        .flatten()
-        .map(|d| match d.trim() {
-            t if t.len() == d.len() => d,
-            t => t.to_string(),
-        })
-        .find(|d| !d.is_empty())
-        .unwrap_or_default();
-    m.created_at = created_at;
-    m.started_at = started_at;
-    m.stopped_at = stopped_at;
-    m.pool = pool_of(&labels);
-    m.labels = labels;
-    m
+/// `i` as a machine, as [`machine_of`] says, its strings moved into the machine rather than copied.
+pub(crate) fn into_machine(i: Instance) -> Machine {
+    InstanceFields::from(i).machine()
+}
+
+/// The members of an EC2 instance a [`Machine`] is made of, as EC2 wrote them (each optional, as in
+/// the SDK's `Instance`). Both readers of a DescribeInstances answer fill it, the SDK's (through
+/// `From<Instance>`) and the driver's own (`crate::listing`), and [`InstanceFields::machine`] is the
+/// one conversion, so both give the same machine for the same answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct InstanceFields {
+    pub id: Option<String>,
+    /// `instanceState/name`.
+    pub state: Option<String>,
+    pub machine_type: Option<String>,
+    /// `placement/availabilityZone`.
+    pub zone: Option<String>,
+    /// `ipAddress`.
+    pub public_ip: Option<String>,
+    pub private_ip: Option<String>,
+    /// `dnsName`.
+    pub public_dns: Option<String>,
+    pub private_dns: Option<String>,
+    pub launch_time: Option<SdkTime>,
+    pub root_device: Option<String>,
+    /// `blockDeviceMapping`: each mapping's device name and its EBS volume's attach time, in order.
+    pub devices: Vec<(Option<String>, Option<SdkTime>)>,
+    /// `reason` (the SDK's `StateTransitionReason`).
+    pub reason: Option<String>,
+    /// `tagSet`: each tag's key and value, in order.
+    pub tags: Vec<(Option<String>, Option<String>)>,
+}
+
+impl From<Instance> for InstanceFields {
+    fn from(i: Instance) -> Self {
+        InstanceFields {
+            id: i.instance_id,
+            state: i.state.and_then(|s| s.name).map(|n| n.as_str().to_string()),
+            machine_type: i.instance_type.map(|t| t.as_str().to_string()),
+            zone: i.placement.and_then(|p| p.availability_zone),
+            public_ip: i.public_ip_address,
+            private_ip: i.private_ip_address,
+            public_dns: i.public_dns_name,
+            private_dns: i.private_dns_name,
+            launch_time: i.launch_time,
+            root_device: i.root_device_name,
+            devices: i
+                .block_device_mappings
+                .unwrap_or_default()
+                .into_iter()
+                .map(|m| (m.device_name, m.ebs.and_then(|e| e.attach_time)))
+                .collect(),
+            reason: i.state_transition_reason,
+            tags: i
+                .tags
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| (t.key, t.value))
+                .collect(),
+        }
+    }
+}
+
+impl InstanceFields {
+    /// The machine, as [`machine_of`] says. Its times: EC2 reports no creation time (`LaunchTime` is
+    /// the last start), so `created_at` is the root volume's `Ebs.AttachTime` (attached at launch,
+    /// it stays attached through stops and starts); without it (RunInstances' own answer and a
+    /// `pending` instance often list no block device yet), `LaunchTime`, which is the creation time
+    /// until a first stop. `started_at` is `LaunchTime`. `stopped_at` is the time EC2 writes into
+    /// `StateTransitionReason` when an instance stops (`User initiated (2026-01-02 03:04:05 GMT)`),
+    /// while it is stopped (or stopping); `None` while it runs, and when the reason carries no time.
+    pub(crate) fn machine(self) -> Machine {
+        let state = self.state.unwrap_or_default();
+        // The root volume's attach time: the first mapping of the root device name, if it has one.
+        let root_attached = self.root_device.as_ref().and_then(|root| {
+            self.devices
+                .iter()
+                .find(|(name, _)| name.as_ref() == Some(root))
+                .and_then(|(_, attached)| attached.as_ref())
+        });
+        let launched = self.launch_time.as_ref().and_then(timestamp);
+        let created_at = root_attached.and_then(timestamp).or(launched);
+        let stopped_at = match state.as_str() {
+            "stopped" | "stopping" => self.reason.as_deref().and_then(reason_time),
+            _ => None,
+        };
+        let labels: Labels = self
+            .tags
+            .into_iter()
+            .filter_map(|(k, v)| Some((k?, v.unwrap_or_default())))
+            .collect();
+        let mut m = Machine::new(
+            self.id.unwrap_or_default(),
+            labels.get(NAME_TAG).cloned().unwrap_or_default(),
+        );
+        m.status = status_of(&state);
+        m.cloud_status = state;
+        m.machine_type = self.machine_type.unwrap_or_default();
+        m.location = self.zone.unwrap_or_default();
+        m.address = self.public_ip.unwrap_or_default();
+        m.private_address = self.private_ip.unwrap_or_default();
+        m.fqdn = [self.public_dns, self.private_dns]
+            .into_iter()
+            .flatten()
+            .map(|d| match d.trim() {
+                t if t.len() == d.len() => d,
+                t => t.to_string(),
+            })
+            .find(|d| !d.is_empty())
+            .unwrap_or_default();
+        m.created_at = created_at;
+        m.started_at = launched;
+        m.stopped_at = stopped_at;
+        m.pool = pool_of(&labels);
+        m.labels = labels;
+        m
+    }
 }
 
 #[cfg(test)]
@@ -214,7 +258,6 @@ pub(crate) mod tests {
     use aws_sdk_ec2::types::{
         EbsInstanceBlockDevice, InstanceBlockDeviceMapping, InstanceState, InstanceStateName,
     };
-    use aws_smithy_types::DateTime as SdkTime;
 
     #[test]
     fn states() {
@@ -283,7 +326,7 @@ pub(crate) mod tests {
             )
             .state_transition_reason("User initiated (1970-01-01 00:50:00 GMT)");
         let bare = base.clone().build();
-        assert_eq!(created_at(&bare).unwrap().timestamp(), 2_000);
+        assert_eq!(machine_of(&bare).created_at.unwrap().timestamp(), 2_000);
         let with_root = base
             .clone()
             .block_device_mappings(

@@ -364,6 +364,15 @@ impl Ec2Provider {
         all_pages(|token| self.client.describe_page(filters, self.page_size, token)).await
     }
 
+    /// Every page of a listing, as machines ([`crate::client::Client::describe_machines`]).
+    async fn list_machines(&self, filters: &[Filter]) -> Result<Vec<Machine>> {
+        all_pages(|token| {
+            self.client
+                .describe_machines(filters, self.page_size, token)
+        })
+        .await
+    }
+
     /// The live machine EC2 made for ClientToken `token`, which it answered
     /// `IdempotentParameterMismatch`: an earlier create of this name made it, perhaps with its answer
     /// lost. EC2 holds an instance for the token, so it is read by the token itself (the
@@ -401,10 +410,9 @@ impl Ec2Provider {
         let mut filters = self.pool_filters(&spec.pool, &ADOPTED_STATES);
         filters.push(filter(&format!("tag:{NAME_TAG}"), [spec.name.as_str()]));
         let mut found: Vec<Machine> = self
-            .list(&filters)
+            .list_machines(&filters)
             .await?
             .into_iter()
-            .map(into_machine)
             .filter(|m| m.name == spec.name && is_in_pool(&m.labels, &spec.pool, &self.owner))
             .collect();
         found.sort_by(|a, b| a.id.cmp(&b.id));
@@ -816,10 +824,9 @@ impl Provider for Ec2Provider {
         validate_pool(pool)?;
         let filters = self.pool_filters(pool, &LISTED_STATES);
         Ok(self
-            .list(&filters)
+            .list_machines(&filters)
             .await?
             .into_iter()
-            .map(into_machine)
             .filter(|m| is_in_pool(&m.labels, pool, &self.owner))
             .collect())
     }
@@ -830,10 +837,10 @@ impl Provider for Ec2Provider {
         validate_name(name)?;
         let mut filters = self.pool_filters(pool, &LISTED_STATES);
         filters.push(filter(&format!("tag:{NAME_TAG}"), [name]));
-        let found = self.list(&filters).await?;
-        Ok(first_made(found.into_iter().map(into_machine).filter(
-            |m| m.name == name && is_in_pool(&m.labels, pool, &self.owner),
-        )))
+        let found = self.list_machines(&filters).await?;
+        Ok(first_made(found.into_iter().filter(|m| {
+            m.name == name && is_in_pool(&m.labels, pool, &self.owner)
+        })))
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {

@@ -4,6 +4,7 @@ mod behaviour;
 mod common;
 mod conformance;
 mod consistency;
+mod listing;
 mod live;
 mod reference;
 mod traces;
