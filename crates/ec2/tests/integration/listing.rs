@@ -48,8 +48,7 @@ async fn raw_answer(endpoint: &str, pool: &str, page: i32, token: Option<String>
         .send()
         .await
         .unwrap();
-    let body = capture.0.lock().unwrap().clone();
-    body
+    capture.0.lock().unwrap().clone()
 }
 
 fn by_id(mut machines: Vec<Machine>) -> Vec<Machine> {
