@@ -138,6 +138,8 @@ pub struct Logged {
     pub path: String,
     /// The status answered.
     pub status: u16,
+    /// When it was answered, on tokio's clock (the paused clock of a test or bench that pauses it).
+    pub at: tokio::time::Instant,
 }
 
 /// The request log and fault rules of one fake server.
@@ -253,6 +255,7 @@ impl Control {
             method,
             path,
             status: response.status().as_u16(),
+            at: tokio::time::Instant::now(),
         });
         response
     }

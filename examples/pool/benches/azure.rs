@@ -4,9 +4,9 @@
 //! before each poll and throttles as Resource Manager does, at its published bucket sizes and
 //! refill rates. Run: `cargo bench -p orca-pool --bench azure`.
 //!
-//! Measured (five debug runs, the same each time): floor 108.2 s, fewest 3004 requests; default
-//! settings 78.1 s (ratio 0.72: the floor adds a whole create's 40 s after the requests before its
-//! last `PUT`, which starts 30 s into it), 3004 requests, 0 answered 429.
+//! Measured (debug runs, the same each time): floor 78.1 s (a create alone takes 40 s, 10 s of it
+//! after its last change, the VM's `PUT`), fewest 3004 requests; default settings 78.1 s (ratio 1.00),
+//! 3004 requests, 0 answered 429.
 
 mod common;
 

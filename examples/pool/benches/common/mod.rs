@@ -8,7 +8,9 @@
 //!   driver does not keep for other tools), at the refill rate;
 //! - the last call's: the refill time of the requests made before the last change can start (with
 //!   every call at once and no limit: the requests up to the last POST, PUT or DELETE; less the
-//!   usable share), then one create's (or delete's) duration alone.
+//!   usable share), then what one create (or delete) alone still takes after its last change (all of
+//!   it where the change is its first request, as Hetzner's POST; the last of four operations for an
+//!   Azure VM, whose PUT of the VM comes after its address and interface).
 //!
 //! The fewest requests and one call's duration are measured on the same fake without a rate limit:
 //! every call of the phase at once (the driver's best batching of its polls), and one call alone.
@@ -83,6 +85,8 @@ pub struct Fake {
 #[derive(Debug, Default, Clone)]
 struct Phase {
     secs: f64,
+    /// From the answer to the phase's last change to the phase's end.
+    tail: f64,
     requests: u64,
     /// The method and path of the phase's requests, in order.
     requests_made: Vec<(Method, String)>,
@@ -94,16 +98,23 @@ impl Phase {
     /// The requests of `kind`: all of them, and those up to and including the phase's last POST,
     /// PUT, PATCH or DELETE.
     fn of(&self, l: &Limit) -> (f64, f64) {
-        let changes = [Method::POST, Method::PUT, Method::PATCH, Method::DELETE];
         let made = &self.requests_made;
         let last = made
             .iter()
-            .rposition(|(m, _)| changes.contains(m))
+            .rposition(|(m, p)| is_change(m, p))
             .map_or(0, |i| i + 1);
         let count =
             |rs: &[(Method, String)]| rs.iter().filter(|(m, p)| (l.counts)(m, p)).count() as f64;
         (count(made), count(&made[..last]))
     }
+}
+
+/// Whether a request changes something: a POST, PUT, PATCH or DELETE, except Compute Engine's
+/// `operations.wait`, a POST that only waits for an operation.
+fn is_change(method: &Method, path: &str) -> bool {
+    let changes = [Method::POST, Method::PUT, Method::PATCH, Method::DELETE];
+    let path = path.split('?').next().unwrap_or(path);
+    changes.contains(method) && !path.ends_with("/wait")
 }
 
 /// The creates and the deletes of one run.
@@ -162,15 +173,20 @@ where
             let (fewest, before) = p(&all).of(l);
             floor
                 .max(l.time_for(fewest))
-                .max(l.time_for(before) + alone)
+                .max(l.time_for(before) + p(&one).tail)
         })
     };
     let (create_floor, delete_floor) = (floor(|r| &r.create), floor(|r| &r.delete));
     let floor_secs = create_floor + delete_floor;
     let fewest = all.create.requests + all.delete.requests;
     println!(
-        "floor: {floor_secs:.1} s (creates {create_floor:.1} s, one alone {:.1} s; deletes {delete_floor:.1} s, one alone {:.1} s); fewest requests {fewest} ({} + {}: every call at once, no limit)",
-        one.create.secs, one.delete.secs, all.create.requests, all.delete.requests
+        "floor: {floor_secs:.1} s (creates {create_floor:.1} s, one alone {:.1} s, {:.1} s of it after its last change; deletes {delete_floor:.1} s, one alone {:.1} s, {:.1} s after); fewest requests {fewest} ({} + {}: every call at once, no limit)",
+        one.create.secs,
+        one.create.tail,
+        one.delete.secs,
+        one.delete.tail,
+        all.create.requests,
+        all.delete.requests
     );
     let line = |label: String, r: &Run| {
         let secs = r.create.secs + r.delete.secs;
@@ -249,11 +265,14 @@ async fn phase(fake: &Fake, scaler: &mut Scaler, p: &dyn orca::Provider, target:
         );
         tokio::time::sleep(INTERVAL).await;
     }
-    let secs = started.elapsed().as_secs_f64();
+    let ended = Instant::now();
+    let secs = (ended - started).as_secs_f64();
     let log = fake.control.log();
     let log = &log[logged..];
+    let last_change = log.iter().rev().find(|l| is_change(&l.method, &l.path));
     Phase {
         secs,
+        tail: last_change.map_or(secs, |l| (ended - l.at).as_secs_f64()),
         requests: log.len() as u64,
         requests_made: log
             .iter()
