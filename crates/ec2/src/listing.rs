@@ -108,27 +108,9 @@ fn instance(x: &mut Xml<'_>) -> Read<InstanceFields> {
     while let Some(e) = x.child()? {
         match local(&e) {
             "instanceId" => f.id = Some(x.text()?),
-            "instanceState" => {
-                let mut name = None;
-                while let Some(s) = x.child()? {
-                    match local(&s) {
-                        "name" => name = Some(x.text()?),
-                        _ => x.skip(&s)?,
-                    }
-                }
-                f.state = name;
-            }
+            "instanceState" => f.state = x.child_text("name")?,
             "instanceType" => f.machine_type = Some(x.text()?),
-            "placement" => {
-                let mut zone = None;
-                while let Some(p) = x.child()? {
-                    match local(&p) {
-                        "availabilityZone" => zone = Some(x.text()?),
-                        _ => x.skip(&p)?,
-                    }
-                }
-                f.zone = zone;
-            }
+            "placement" => f.zone = x.child_text("availabilityZone")?,
             "ipAddress" => f.public_ip = Some(x.text()?),
             "privateIpAddress" => f.private_ip = Some(x.text()?),
             "dnsName" => f.public_dns = Some(x.text()?),
@@ -255,6 +237,19 @@ impl<'a> Xml<'a> {
     }
 
     /// Passes over element `e` (which [`Xml::child`] answered) and all it holds.
+    /// The text of the current element's child `name` (the last, if repeated), the others skipped.
+    fn child_text(&mut self, name: &str) -> Read<Option<String>> {
+        let mut found = None;
+        while let Some(e) = self.child()? {
+            if local(&e) == name {
+                found = Some(self.text()?);
+            } else {
+                self.skip(&e)?;
+            }
+        }
+        Ok(found)
+    }
+
     fn skip(&mut self, e: &BytesStart<'_>) -> Read<()> {
         if std::mem::take(&mut self.empty) {
             return Ok(());
