@@ -179,6 +179,41 @@ pub const TOKEN: &str = "fake-arm-token-0123456789";
 /// The resource group that exists from the start.
 pub const RESOURCE_GROUP: &str = "orca-rg";
 
+/// The virtual network [`driver_settings`] names (the driver's name for it; Azure's is
+/// `<VNET>-<location>`, [`FakeAzure::add_hosts_subnet`]).
+pub const VNET: &str = "orca-net";
+
+/// The subnet [`driver_settings`] names.
+pub const SUBNET: &str = "hosts";
+
+/// The location of the subnet [`FakeAzure::add_hosts_subnet`] adds.
+pub const LOCATION: &str = "westeurope";
+
+/// The SSH public key [`driver_settings`] gives the driver (not a usable key).
+pub const SSH_PUBLIC_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaTestKeyOnlyForTheFake orca@test";
+
+/// What a program hands the Azure driver (`orca::of_with("azure", ..)`) to reach `fake`: the
+/// subscription, resource group and bearer token the fake serves, its addresses for Resource
+/// Manager and the prices, and VMs on [`VNET`]/[`SUBNET`] (which [`FakeAzure::add_hosts_subnet`]
+/// adds) with an Ubuntu image and [`SSH_PUBLIC_KEY`] for user `orca`.
+pub fn driver_settings(fake: &FakeAzure) -> orca_machines::Settings {
+    orca_machines::Settings::new()
+        .with("ORCA_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION)
+        .with("ORCA_AZURE_RESOURCE_GROUP", RESOURCE_GROUP)
+        .with("ORCA_AZURE_VNET", VNET)
+        .with("ORCA_AZURE_SUBNET", SUBNET)
+        .with(
+            "ORCA_AZURE_IMAGE",
+            "Canonical:ubuntu-24_04-lts:server:latest",
+        )
+        .with("ORCA_AZURE_ADMIN_USER", "orca")
+        .with("ORCA_AZURE_SSH_PUBLIC_KEY", SSH_PUBLIC_KEY)
+        .with("ORCA_AZURE_ACCESS_TOKEN", TOKEN)
+        .with("ORCA_AZURE_ENDPOINT", fake.url())
+        .with("ORCA_AZURE_PRICES_ENDPOINT", fake.url())
+}
+
 /// Compute API version the fake answers.
 pub const COMPUTE_API: &str = "2024-07-01";
 
@@ -536,6 +571,18 @@ impl FakeAzure {
             subs.retain(|s| !eq(s["name"].as_str().unwrap_or(""), subnet));
             subs.push(sub);
         }
+    }
+
+    /// Adds subnet [`SUBNET`] of [`VNET`] in [`LOCATION`] (virtual network `orca-net-westeurope`
+    /// in [`RESOURCE_GROUP`]), with no security group of its own: where [`driver_settings`] puts VMs.
+    pub fn add_hosts_subnet(&self) {
+        self.add_subnet(
+            RESOURCE_GROUP,
+            &format!("{VNET}-{LOCATION}"),
+            LOCATION,
+            SUBNET,
+            None,
+        );
     }
 
     /// Creates network security group `name` in `rg` with inbound rules `(name, priority)` (each

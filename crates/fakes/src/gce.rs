@@ -658,6 +658,19 @@ impl FakeGce {
     }
 }
 
+/// What a program hands the Compute Engine driver (`orca::of_with("gce", ..)`) to reach `fake`: a
+/// provider of zone [`ZONE`] on [`NETWORK`]/[`SUBNET`] of [`PROJECT`], signing in with the service
+/// account key in `key_file` (where the caller wrote [`FakeGce::service_account_json`]).
+pub fn driver_settings(fake: &FakeGce, key_file: &std::path::Path) -> orca_machines::Settings {
+    orca_machines::Settings::new()
+        .with("ORCA_GCE_PROJECT", PROJECT)
+        .with("ORCA_GCE_ZONE", ZONE)
+        .with("ORCA_GCE_NETWORK", NETWORK)
+        .with("ORCA_GCE_SUBNET", SUBNET)
+        .with("ORCA_GCE_CREDENTIALS_FILE", key_file.to_string_lossy())
+        .with("ORCA_GCE_ENDPOINT", fake.endpoint())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

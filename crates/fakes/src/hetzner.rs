@@ -512,5 +512,13 @@ fn paged_with<T>(
     Ok(Json(body).into_response())
 }
 
+/// What a program hands the Hetzner driver (`orca::of_with("hetzner", ..)`) to reach `fake`: its
+/// token and address, nothing else (the driver's defaults for the rest).
+pub fn driver_settings(fake: &FakeHetzner) -> orca_machines::Settings {
+    orca_machines::Settings::new()
+        .with("HCLOUD_TOKEN", fake.token())
+        .with("ORCA_HCLOUD_ENDPOINT", fake.url())
+}
+
 #[cfg(test)]
 mod tests;

@@ -9,6 +9,8 @@
 
 pub mod alone;
 pub mod azure;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod control;
 pub mod gce;
 pub mod hetzner;

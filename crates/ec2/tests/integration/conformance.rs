@@ -4,91 +4,32 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
-use common::{Fault, Proxy, Seed, ec2_error, rule};
+use orca_fakes::conformance::{MotoHarness, Providers, Target};
 use orca_machines::Provider;
-use orca_machines::conformance::{Harness, Hook, Setup, Skip, extensions, run_all};
+use orca_machines::conformance::{Harness, extensions, run_all};
 
-struct MotoHarness {
-    seed: Seed,
-    proxy: Proxy,
-    /// The same proxy paging listings by one instance: EC2 itself serves no page under 5.
-    paged: Proxy,
-}
+/// The driver itself, in the test's process.
+struct Driver;
 
 #[async_trait]
-impl Harness for MotoHarness {
-    fn name(&self) -> String {
-        "moto".into()
-    }
-
-    fn setup(&self) -> Setup {
-        Setup {
-            amd64_type: "t3.micro".into(),
-            arm64_type: "t4g.micro".into(),
-            location: common::ZONE.into(),
-            resize_to: "t3.small".into(),
-            unknown_id: "i-0123456789abcdef0".into(),
-            image: "ami-0b1e2a3d4c5f60a01".into(),
-        }
-    }
-
-    async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
+impl Providers<Target> for Driver {
+    async fn provider(&self, on: &Target, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
         Ok(Box::new(
-            common::provider(common::builder(&self.seed, &self.proxy.url), owner).await?,
+            common::provider(common::builder(&on.seed, &on.endpoint), owner).await?,
         ))
     }
 
-    async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        if page_size != 1 {
-            return Err(Skip::because(format!(
-                "the harness pages by 1 instance, not {page_size}"
-            )));
-        }
-        // The driver asks for EC2's smallest page (5); the proxy answers one instance a page.
-        let p = common::provider(
-            common::builder(&self.seed, &self.paged.url).page_size(orca_ec2::config::MIN_PAGE_SIZE),
-            owner,
-        )
-        .await
-        .map_err(|e| Skip::because(e.to_string()))?;
-        Ok(Box::new(p))
-    }
-
-    async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
-        let subnet = &self.seed.subnets[location];
-        self.proxy.inject(
-            rule(
-                "RunInstances",
-                ec2_error(500, "InsufficientInstanceCapacity"),
-                u32::MAX,
-            )
-            .when_form("InstanceType", machine_type)
-            .when_form("SubnetId", subnet),
-        );
-        Ok(())
-    }
-
-    async fn restore_stock(&self, _machine_type: &str, _location: &str) -> Hook<()> {
-        self.proxy.clear("RunInstances");
-        Ok(())
-    }
-
-    async fn lose_next_create_answer(&self) -> Hook<()> {
-        self.proxy
-            .inject(rule("RunInstances", Fault::DropAnswer, 1));
-        Ok(())
-    }
-
-    async fn requests(&self) -> Hook<u64> {
-        Ok(self.proxy.requests())
-    }
-
-    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
-        self.proxy.set_visibility_delay(delay);
-        Ok(())
+    async fn paged_provider(
+        &self,
+        on: &Target,
+        owner: &str,
+        page_size: u32,
+    ) -> orca_machines::Result<Box<dyn Provider>> {
+        // The driver asks for EC2's smallest page (5), the paged proxy answers one instance a page.
+        let _ = page_size;
+        let b = common::builder(&on.seed, &on.endpoint).page_size(orca_ec2::config::MIN_PAGE_SIZE);
+        Ok(Box::new(common::provider(b, owner).await?))
     }
 }
 
@@ -97,10 +38,7 @@ async fn conformance_against_moto() {
     let Some(moto) = common::moto("conformance_against_moto") else {
         return;
     };
-    let seed = common::seed(&moto).await;
-    let proxy = Proxy::start(&moto).await;
-    let paged = proxy.paged(1).await;
-    let h = MotoHarness { seed, proxy, paged };
+    let h = MotoHarness::start("moto", &moto, Driver).await;
     let report = run_all(&h).await;
     report.assert_passed();
     assert!(

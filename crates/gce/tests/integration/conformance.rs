@@ -6,40 +6,27 @@ use crate::common;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use orca_fakes::conformance::{GceHarness, Providers};
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
-use orca_fakes::{Fault, Rule};
 use orca_gce::{Config, ConfigBuilder, Credentials, GceProvider};
-use orca_machines::conformance::{Harness, Hook, Setup, extensions, run_all};
-use orca_machines::{FirewallRule, Provider, RetryPolicy};
-use reqwest::Method;
-use serde_json::{Value, json};
+use orca_machines::conformance::{Harness, extensions, run_all};
+use orca_machines::{Provider, RetryPolicy};
 
-use common::id;
-
-struct GceHarness {
-    fake: FakeGce,
+/// The driver itself, in the test's process: of one zone or of every zone, every provider with the
+/// same token source, as a process holds one set of credentials.
+struct Driver {
     single_zone: bool,
     tokens: Credentials,
 }
 
-impl GceHarness {
-    async fn start(single_zone: bool) -> GceHarness {
-        let fake = FakeGce::start().await.unwrap();
-        let tokens = common::tokens(&fake);
-        GceHarness {
-            fake,
-            single_zone,
-            tokens,
-        }
-    }
-
-    fn config(&self) -> ConfigBuilder {
+impl Driver {
+    fn config(&self, fake: &FakeGce) -> ConfigBuilder {
         let b = Config::builder()
             .project(PROJECT)
             .network(NETWORK)
             .subnet(SUBNET)
             .credentials(self.tokens.clone())
-            .endpoint(self.fake.endpoint())
+            .endpoint(fake.endpoint())
             .retry(RetryPolicy::fast())
             .visibility_window(Duration::from_secs(3));
         if self.single_zone { b.zone(ZONE) } else { b }
@@ -47,117 +34,41 @@ impl GceHarness {
 }
 
 #[async_trait]
-impl Harness for GceHarness {
-    fn name(&self) -> String {
-        if self.single_zone {
-            "gce-fake (one zone)".into()
-        } else {
-            "gce-fake (every zone)".into()
-        }
+impl Providers<FakeGce> for Driver {
+    async fn provider(
+        &self,
+        fake: &FakeGce,
+        owner: &str,
+    ) -> orca_machines::Result<Box<dyn Provider>> {
+        let config = self.config(fake).build()?;
+        Ok(Box::new(GceProvider::new(config, owner).await?))
     }
 
-    fn setup(&self) -> Setup {
-        Setup {
-            amd64_type: "e2-small".into(),
-            arm64_type: "t2a-standard-1".into(),
-            location: ZONE.into(),
-            resize_to: "e2-medium".into(),
-            unknown_id: id("orca-no-such-vm-zz9"),
-            image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
-        }
+    async fn paged_provider(
+        &self,
+        fake: &FakeGce,
+        owner: &str,
+        page_size: u32,
+    ) -> orca_machines::Result<Box<dyn Provider>> {
+        let config = self.config(fake).page_size(page_size).build()?;
+        Ok(Box::new(GceProvider::new(config, owner).await?))
     }
-
-    async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
-        Ok(Box::new(
-            GceProvider::new(self.config().build()?, owner).await?,
-        ))
-    }
-
-    async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        let config = self.config().page_size(page_size).build().unwrap();
-        Ok(Box::new(GceProvider::new(config, owner).await.unwrap()))
-    }
-
-    async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
-        self.fake.exhaust(machine_type, location);
-        Ok(())
-    }
-
-    async fn restore_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
-        self.fake.restore(machine_type, location);
-        Ok(())
-    }
-
-    async fn lose_next_create_answer(&self) -> Hook<()> {
-        self.fake.control().inject(Rule::new(
-            Some(Method::POST),
-            "/instances?requestId=",
-            Fault::DropAnswer,
-            1,
-        ));
-        Ok(())
-    }
-
-    async fn requests(&self) -> Hook<u64> {
-        Ok(self.fake.control().requests())
-    }
-
-    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
-        self.fake.set_visibility_delay(delay);
-        Ok(())
-    }
-
-    async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
-        self.fake.put_firewall(firewall_json(&rule));
-        Ok(())
-    }
-}
-
-/// A rule in the API's shape, as an operator would make it.
-fn firewall_json(rule: &FirewallRule) -> Value {
-    let ports = |p: &[orca_machines::FirewallPorts]| -> Vec<Value> {
-        p.iter()
-            .map(|x| {
-                let mut v = json!({"IPProtocol": x.protocol});
-                if !x.ports.is_empty() {
-                    v["ports"] = json!(x.ports);
-                }
-                v
-            })
-            .collect()
-    };
-    let mut v = json!({
-        "name": rule.name,
-        "network": rule.network,
-        "direction": rule.direction,
-        "priority": rule.priority,
-        "disabled": rule.disabled,
-    });
-    for (k, list) in [
-        ("allowed", ports(&rule.allowed)),
-        ("denied", ports(&rule.denied)),
-    ] {
-        if !list.is_empty() {
-            v[k] = json!(list);
-        }
-    }
-    for (k, list) in [
-        ("sourceRanges", &rule.source_ranges),
-        ("sourceTags", &rule.source_tags),
-        ("sourceServiceAccounts", &rule.source_service_accounts),
-        ("destinationRanges", &rule.destination_ranges),
-        ("targetTags", &rule.target_tags),
-        ("targetServiceAccounts", &rule.target_service_accounts),
-    ] {
-        if !list.is_empty() {
-            v[k] = json!(list);
-        }
-    }
-    v
 }
 
 async fn conformance(single_zone: bool) {
-    let h = GceHarness::start(single_zone).await;
+    let fake = FakeGce::start().await.unwrap();
+    let tokens = common::tokens(&fake);
+    let name = if single_zone {
+        "gce-fake (one zone)"
+    } else {
+        "gce-fake (every zone)"
+    };
+    let driver = Driver {
+        single_zone,
+        tokens,
+    };
+    // The providers share one token source: its one token request is the suite's to count.
+    let h = GceHarness::new(name, fake, driver).counting_token_requests();
     let report = run_all(&h).await;
     report.assert_passed();
     assert!(

@@ -4,90 +4,42 @@
 
 use crate::common;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use axum::http::Method;
+use orca_fakes::conformance::{HetznerHarness, Providers};
 use orca_fakes::hetzner::FakeHetzner;
-use orca_fakes::{Fault, Rule};
 use orca_hetzner::HetznerProvider;
-use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup};
+use orca_machines::conformance::{extensions, run_all, Harness};
 use orca_machines::Provider;
 
-struct FakeHarness {
-    fake: FakeHetzner,
-}
+/// The driver itself, in the test's process.
+struct Driver;
 
 #[async_trait]
-impl Harness for FakeHarness {
-    fn name(&self) -> String {
-        "hetzner-fake".into()
-    }
-
-    fn setup(&self) -> Setup {
-        Setup {
-            amd64_type: "cx23".into(),
-            arm64_type: "cax11".into(),
-            location: "hel1".into(),
-            resize_to: "cx33".into(),
-            unknown_id: "999999999".into(),
-            image: "ubuntu-24.04".into(),
-        }
-    }
-
-    async fn provider(&self, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
-        let config = common::builder(&self.fake).build()?;
+impl Providers<FakeHetzner> for Driver {
+    async fn provider(
+        &self,
+        fake: &FakeHetzner,
+        owner: &str,
+    ) -> orca_machines::Result<Box<dyn Provider>> {
+        let config = common::builder(fake).build()?;
         Ok(Box::new(HetznerProvider::new(config, owner).await?))
     }
 
-    async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        let config = common::builder(&self.fake)
-            .page_size(page_size)
-            .build()
-            .expect("valid settings");
-        Ok(Box::new(
-            HetznerProvider::new(config, owner)
-                .await
-                .expect("valid owner"),
-        ))
-    }
-
-    async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
-        self.fake.set_no_stock(machine_type, location, true);
-        Ok(())
-    }
-
-    async fn restore_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
-        self.fake.set_no_stock(machine_type, location, false);
-        Ok(())
-    }
-
-    async fn lose_next_create_answer(&self) -> Hook<()> {
-        // The next POST /v1/servers is served (the server is made), then its answer is cut off.
-        self.fake.control().inject(Rule::new(
-            Some(Method::POST),
-            "/v1/servers",
-            Fault::DropAnswer,
-            1,
-        ));
-        Ok(())
-    }
-
-    async fn requests(&self) -> Hook<u64> {
-        Ok(self.fake.control().requests())
-    }
-
-    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
-        self.fake.set_visibility_delay(delay);
-        Ok(())
+    async fn paged_provider(
+        &self,
+        fake: &FakeHetzner,
+        owner: &str,
+        page_size: u32,
+    ) -> orca_machines::Result<Box<dyn Provider>> {
+        let config = common::builder(fake).page_size(page_size).build()?;
+        Ok(Box::new(HetznerProvider::new(config, owner).await?))
     }
 }
 
 #[tokio::test]
 async fn conformance_against_the_fake() {
-    let h = FakeHarness {
-        fake: FakeHetzner::start().await.unwrap(),
-    };
+    let h = HetznerHarness::new("hetzner-fake", FakeHetzner::start().await.unwrap(), Driver);
     let report = run_all(&h).await;
     report.assert_passed();
     assert!(

@@ -7,26 +7,16 @@ use orca_azure::{AzureProvider, Config, ConfigBuilder};
 use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
 use orca_machines::RetryPolicy;
 
-pub const VNET: &str = "orca-net";
-pub const SUBNET: &str = "hosts";
-pub const LOCATION: &str = "westeurope";
+pub use orca_fakes::azure::{LOCATION, SSH_PUBLIC_KEY as SSH_KEY, SUBNET, VNET};
+pub use orca_fakes::conformance::{BILLING_ACCOUNT, BILLING_PROFILE};
+
 pub const AMD: &str = "Standard_B2s";
 pub const ARM: &str = "Standard_B2pts_v2";
-pub const SSH_KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOrcaTestKeyOnlyForTheFake orca@test";
-pub const BILLING_ACCOUNT: &str = "1234:5678_2019-05-31";
-pub const BILLING_PROFILE: &str = "PBFV-TEST-ORC-A1";
 
 /// A fake with the location's network (`orca-net-westeurope/hosts`, no security group of its own).
 pub async fn fake() -> FakeAzure {
     let f = FakeAzure::start().await.expect("fake azure");
-    f.add_subnet(
-        RESOURCE_GROUP,
-        &format!("{VNET}-{LOCATION}"),
-        LOCATION,
-        SUBNET,
-        None,
-    );
+    f.add_hosts_subnet();
     f
 }
 

@@ -1,0 +1,151 @@
+//! The fake Azure Resource Manager's hooks: page size (the fake's, Resource Manager has no client page
+//! size for VM lists), no stock (AllocationFailed), a lost VM PUT answer, request counts, delayed
+//! visibility of new VMs, and the admission rule on the subnet's own security group as the fake
+//! holds it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use orca_machines::conformance::{Harness, Hook, Setup};
+use orca_machines::{Provider, Result};
+
+use super::Providers;
+use crate::azure::{FakeAzure, LOCATION, RESOURCE_GROUP, SUBNET, VNET};
+
+/// The security group of the subnet [`AzureHarness::new`] readies, where admission rules go, with an
+/// operator's rule of its own.
+pub const SUBNET_NSG: &str = "hosts-nsg";
+
+/// The billing account that [`AzureHarness::new`] gives a credit.
+pub const BILLING_ACCOUNT: &str = "1234:5678_2019-05-31";
+
+/// The billing profile of [`BILLING_ACCOUNT`] holding the credit.
+pub const BILLING_PROFILE: &str = "PBFV-TEST-ORC-A1";
+
+/// The conformance harness on a fake Azure Resource Manager, with every hook Azure can have.
+pub struct AzureHarness<P> {
+    /// The fake, for the test's own assertions after the run.
+    pub fake: FakeAzure,
+    name: String,
+    providers: P,
+}
+
+impl<P: Providers<FakeAzure>> AzureHarness<P> {
+    /// A harness named `name` in the output on `fake`, whose providers `providers` makes. Readies the
+    /// fake: subnet [`SUBNET`] of [`VNET`] in [`LOCATION`] carries security group [`SUBNET_NSG`]
+    /// with an operator's rule (the admission check then proves that a refused admission left the
+    /// rule's sources as they were), and billing profile [`BILLING_PROFILE`] has a credit.
+    pub fn new(name: impl Into<String>, fake: FakeAzure, providers: P) -> Self {
+        fake.add_nsg(
+            RESOURCE_GROUP,
+            SUBNET_NSG,
+            LOCATION,
+            &[("operator-https", 100)],
+        );
+        let vnet = format!("{VNET}-{LOCATION}");
+        fake.add_subnet(RESOURCE_GROUP, &vnet, LOCATION, SUBNET, Some(SUBNET_NSG));
+        fake.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 812.5, "USD");
+        AzureHarness {
+            fake,
+            name: name.into(),
+            providers,
+        }
+    }
+}
+
+#[async_trait]
+impl<P: Providers<FakeAzure>> Harness for AzureHarness<P> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn setup(&self) -> Setup {
+        Setup {
+            amd64_type: "Standard_B2s".into(),
+            arm64_type: "Standard_B2pts_v2".into(),
+            location: LOCATION.into(),
+            resize_to: "Standard_D2s_v5".into(),
+            unknown_id: "orca-no-such-vm".into(),
+            image: "Canonical:ubuntu-24_04-lts:server:latest".into(),
+        }
+    }
+
+    async fn provider(&self, owner: &str) -> Result<Box<dyn Provider>> {
+        self.providers.provider(&self.fake, owner).await
+    }
+
+    async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
+        // Resource Manager has no client page size for VM lists (the driver follows `nextLink`):
+        // the fake's server-side page is set.
+        self.fake.set_page_size(page_size as usize);
+        Ok(self
+            .providers
+            .paged_provider(&self.fake, owner, page_size)
+            .await
+            .expect("valid settings"))
+    }
+
+    async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
+        self.fake
+            .fail_allocation(machine_type, location, "AllocationFailed");
+        Ok(())
+    }
+
+    async fn restore_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
+        self.fake.restore_stock(machine_type, location);
+        Ok(())
+    }
+
+    async fn lose_next_create_answer(&self) -> Hook<()> {
+        self.fake.lose_next_vm_put_answer();
+        Ok(())
+    }
+
+    async fn requests(&self) -> Hook<u64> {
+        Ok(self.fake.control().requests())
+    }
+
+    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
+        self.fake.set_visibility_delay(delay);
+        Ok(())
+    }
+
+    async fn admitted_sources(&self, group: &str, location: &str) -> Hook<Option<Vec<String>>> {
+        // The rule `<group>` on the security group of the location's subnet, as the fake stores it.
+        let vnet = self.fake.resource(
+            RESOURCE_GROUP,
+            "Microsoft.Network/virtualNetworks",
+            &format!("{VNET}-{location}"),
+        );
+        let nsg = vnet.as_ref().and_then(|v| {
+            v["properties"]["subnets"]
+                .as_array()?
+                .iter()
+                .find(|s| s["name"].as_str() == Some(SUBNET))?["properties"]["networkSecurityGroup"]
+                ["id"]
+                .as_str()
+                .and_then(|id| id.rsplit('/').next())
+                .map(str::to_string)
+        });
+        let Some(nsg) = nsg else {
+            return Ok(None);
+        };
+        Ok(self
+            .fake
+            .nsg_rules(RESOURCE_GROUP, &nsg)
+            .iter()
+            .find(|r| {
+                r["name"]
+                    .as_str()
+                    .is_some_and(|n| n.eq_ignore_ascii_case(group))
+            })
+            .map(|r| {
+                r["properties"]["sourceAddressPrefixes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            }))
+    }
+}

@@ -1,0 +1,157 @@
+//! The fake Compute Engine API's hooks: page size (the driver's), no stock, a lost insert answer,
+//! request counts, delayed visibility, and an operator's firewall rules on the network.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::http::Method;
+use orca_machines::conformance::{Harness, Hook, Setup};
+use orca_machines::{FirewallPorts, FirewallRule, Provider, Result};
+use serde_json::{json, Value};
+
+use super::Providers;
+use crate::gce::{FakeGce, ZONE};
+use crate::{Fault, Rule};
+
+/// The conformance harness on a fake Compute Engine API, with every hook Compute Engine can have.
+pub struct GceHarness<P> {
+    /// The fake, for the test's own assertions after the run.
+    pub fake: FakeGce,
+    name: String,
+    providers: P,
+    /// Whether [`Harness::requests`] counts the token exchange's requests too.
+    token_requests: bool,
+}
+
+impl<P: Providers<FakeGce>> GceHarness<P> {
+    /// A harness named `name` in the output on `fake`, whose providers `providers` makes. It counts
+    /// Compute Engine's requests, not the token exchange's (Google serves it from another host, the
+    /// fake from the same): a plugin process gets its own token on its first call.
+    pub fn new(name: impl Into<String>, fake: FakeGce, providers: P) -> Self {
+        GceHarness {
+            fake,
+            name: name.into(),
+            providers,
+            token_requests: false,
+        }
+    }
+
+    /// This harness counting the token exchange's requests as well: where every provider shares one
+    /// token source (in one process), so that only a request the suite should see is counted.
+    pub fn counting_token_requests(mut self) -> Self {
+        self.token_requests = true;
+        self
+    }
+}
+
+#[async_trait]
+impl<P: Providers<FakeGce>> Harness for GceHarness<P> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn setup(&self) -> Setup {
+        Setup {
+            amd64_type: "e2-small".into(),
+            arm64_type: "t2a-standard-1".into(),
+            location: ZONE.into(),
+            resize_to: "e2-medium".into(),
+            unknown_id: format!("{ZONE}:orca-no-such-vm-zz9"),
+            image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
+        }
+    }
+
+    async fn provider(&self, owner: &str) -> Result<Box<dyn Provider>> {
+        self.providers.provider(&self.fake, owner).await
+    }
+
+    async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
+        Ok(self
+            .providers
+            .paged_provider(&self.fake, owner, page_size)
+            .await
+            .expect("valid settings"))
+    }
+
+    async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
+        self.fake.exhaust(machine_type, location);
+        Ok(())
+    }
+
+    async fn restore_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
+        self.fake.restore(machine_type, location);
+        Ok(())
+    }
+
+    async fn lose_next_create_answer(&self) -> Hook<()> {
+        self.fake.control().inject(Rule::new(
+            Some(Method::POST),
+            "/instances?requestId=",
+            Fault::DropAnswer,
+            1,
+        ));
+        Ok(())
+    }
+
+    async fn requests(&self) -> Hook<u64> {
+        if self.token_requests {
+            return Ok(self.fake.control().requests());
+        }
+        let log = self.fake.control().log();
+        Ok(log.iter().filter(|l| l.path != "/token").count() as u64)
+    }
+
+    async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
+        self.fake.set_visibility_delay(delay);
+        Ok(())
+    }
+
+    async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
+        self.fake.put_firewall(firewall_json(&rule));
+        Ok(())
+    }
+}
+
+/// `rule` in the API's shape (`IPProtocol`, camelCase lists, empty lists left out), as an operator
+/// would make it.
+fn firewall_json(rule: &FirewallRule) -> Value {
+    let ports = |p: &[FirewallPorts]| -> Vec<Value> {
+        p.iter()
+            .map(|x| {
+                let mut v = json!({"IPProtocol": x.protocol});
+                if !x.ports.is_empty() {
+                    v["ports"] = json!(x.ports);
+                }
+                v
+            })
+            .collect()
+    };
+    let mut v = json!({
+        "name": rule.name,
+        "network": rule.network,
+        "direction": rule.direction,
+        "priority": rule.priority,
+        "disabled": rule.disabled,
+    });
+    for (k, list) in [
+        ("allowed", ports(&rule.allowed)),
+        ("denied", ports(&rule.denied)),
+    ] {
+        if !list.is_empty() {
+            v[k] = json!(list);
+        }
+    }
+    for (k, list) in [
+        ("sourceRanges", &rule.source_ranges),
+        ("sourceTags", &rule.source_tags),
+        ("sourceServiceAccounts", &rule.source_service_accounts),
+        ("destinationRanges", &rule.destination_ranges),
+        ("targetTags", &rule.target_tags),
+        ("targetServiceAccounts", &rule.target_service_accounts),
+    ] {
+        if !list.is_empty() {
+            v[k] = json!(list);
+        }
+    }
+    v
+}
