@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use common::{Fake, Limit, ACTION_TIME};
-use orca_fakes::azure::{ArmLimits, FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+use orca_fakes::azure::{ArmLimits, FakeAzure};
 
 /// The `Retry-After` of a running operation.
 const POLL_PAUSE: Duration = Duration::from_secs(5);
@@ -60,39 +60,13 @@ fn main() {
         if limited {
             fake.set_throttling(Some(LIMITS));
         }
-        fake.add_subnet(
-            RESOURCE_GROUP,
-            "orca-net-westeurope",
-            "westeurope",
-            "hosts",
-            None,
-        );
+        fake.add_hosts_subnet();
         fake.set_operation_time(ACTION_TIME);
         // Azure names a pause before each poll; the fake names none unless told.
         fake.set_poll_pause(POLL_PAUSE);
-        let settings: orca::Settings = [
-            ("ORCA_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION.to_string()),
-            ("ORCA_AZURE_RESOURCE_GROUP", RESOURCE_GROUP.to_string()),
-            ("ORCA_AZURE_VNET", "orca-net".to_string()),
-            ("ORCA_AZURE_SUBNET", "hosts".to_string()),
-            (
-                "ORCA_AZURE_IMAGE",
-                "Canonical:ubuntu-24_04-lts:server:latest".to_string(),
-            ),
-            ("ORCA_AZURE_ADMIN_USER", "orca".to_string()),
-            (
-                "ORCA_AZURE_SSH_PUBLIC_KEY",
-                "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheFake orca@bench".to_string(),
-            ),
-            ("ORCA_AZURE_ACCESS_TOKEN", TOKEN.to_string()),
-            ("ORCA_AZURE_ENDPOINT", fake.url()),
-            ("ORCA_AZURE_PRICES_ENDPOINT", fake.url()),
-        ]
-        .into_iter()
-        .collect();
         Fake {
             kind: "azure",
-            settings,
+            settings: orca_fakes::azure::driver_settings(&fake),
             offering: "Standard_B2s@westeurope".into(),
             control: fake.control().clone(),
             _keep: Box::new(fake),

@@ -14,7 +14,7 @@ mod common;
 
 use axum::http::Method;
 use common::{Fake, Limit, ACTION_TIME};
-use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
+use orca_fakes::gce::{FakeGce, ZONE};
 
 /// Requests of each quota group a minute (Compute Engine's default is 1,500; here fewer than a
 /// phase's 100 inserts or deletes, so that the quota binds).
@@ -70,13 +70,7 @@ fn main() {
         std::fs::write(&key, fake.service_account_json()).expect("key");
         Fake {
             kind: "gce",
-            settings: orca::Settings::new()
-                .with("ORCA_GCE_PROJECT", PROJECT)
-                .with("ORCA_GCE_ZONE", ZONE)
-                .with("ORCA_GCE_NETWORK", NETWORK)
-                .with("ORCA_GCE_SUBNET", SUBNET)
-                .with("ORCA_GCE_CREDENTIALS_FILE", key.to_string_lossy())
-                .with("ORCA_GCE_ENDPOINT", fake.endpoint()),
+            settings: orca_fakes::gce::driver_settings(&fake, &key),
             offering: format!("e2-small@{ZONE}"),
             control: fake.control().clone(),
             _keep: Box::new((fake, dir)),

@@ -35,9 +35,7 @@ fn main() {
         }
         Fake {
             kind: "hetzner",
-            settings: orca::Settings::new()
-                .with("HCLOUD_TOKEN", fake.token())
-                .with("ORCA_HCLOUD_ENDPOINT", fake.url()),
+            settings: orca_fakes::hetzner::driver_settings(&fake),
             offering: "cx23@fsn1".into(),
             control: fake.control().clone(),
             _keep: Box::new(fake),

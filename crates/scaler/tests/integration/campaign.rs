@@ -16,7 +16,7 @@
 //! seeded from `ORCA_CAMPAIGN_SEED`, or at random; each run prints its seed, so that a failure can be
 //! replayed with the same choices (the order in which concurrent calls draw them can still differ).
 //!
-//! Run: `scripts/with-moto cargo test -p orca-scaler --test integration campaign:: -- --nocapture`
+//! Run: `scripts/with-moto cargo test --workspace --test integration campaign:: -- --nocapture`
 
 use crate::support;
 
@@ -80,9 +80,16 @@ impl Dice {
         // Written to the process's stderr itself, past the harness's capture: a failed run always
         // shows the seed that replays it.
         use std::io::Write;
+        // The workspace's test form, not `-p orca-scaler`: that one unifies other features and
+        // builds the SDK again. The EC2 campaign needs moto.
+        let moto = if test.ends_with("_moto") {
+            "scripts/with-moto "
+        } else {
+            ""
+        };
         let _ = writeln!(
             std::io::stderr(),
-            "fault campaign {test}: seed {seed} (replay: ORCA_CAMPAIGN_SEED={seed} cargo test -p orca-scaler --test integration campaign::{test} -- --nocapture)"
+            "fault campaign {test}: seed {seed} (replay: ORCA_CAMPAIGN_SEED={seed} {moto}cargo test --workspace --test integration campaign::{test} -- --nocapture)"
         );
         Arc::new(Dice {
             seed,
@@ -1359,9 +1366,7 @@ async fn fault_campaign_hetzner_fake() {
         .await
         .unwrap(),
     );
-    let settings = orca::Settings::new()
-        .with("HCLOUD_TOKEN", fake.token())
-        .with("ORCA_HCLOUD_ENDPOINT", fake.url())
+    let settings = orca_fakes::hetzner::driver_settings(&fake)
         // The fake's actions finish at once: read them often.
         .with("ORCA_POLL_INTERVAL", "20ms");
     let (mine, theirs) = (
@@ -1442,18 +1447,12 @@ fn gce_maker(owner: &'static str, settings: orca::Settings) -> Make {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_campaign_gce_fake() {
-    use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SUBNET, ZONE};
+    use orca_fakes::gce::{FakeGce, ZONE};
     let fake = Arc::new(FakeGce::start().await.unwrap());
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("sa.json");
     std::fs::write(&key, fake.service_account_json()).unwrap();
-    let settings = orca::Settings::new()
-        .with("ORCA_GCE_PROJECT", PROJECT)
-        .with("ORCA_GCE_ZONE", ZONE)
-        .with("ORCA_GCE_NETWORK", NETWORK)
-        .with("ORCA_GCE_SUBNET", SUBNET)
-        .with("ORCA_GCE_CREDENTIALS_FILE", key.to_string_lossy())
-        .with("ORCA_GCE_ENDPOINT", fake.endpoint());
+    let settings = orca_fakes::gce::driver_settings(&fake, &key);
     let (mine, theirs) = (gce_maker("s1", settings.clone()), gce_maker("s2", settings));
     let offer = format!("e2-small@{ZONE}");
     others(&*mine().await, &*theirs().await, &offer).await;
@@ -1518,36 +1517,10 @@ async fn fault_campaign_gce_fake() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_campaign_azure_fake() {
-    use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
+    use orca_fakes::azure::FakeAzure;
     let fake = Arc::new(FakeAzure::start().await.unwrap());
-    fake.add_subnet(
-        RESOURCE_GROUP,
-        "orca-net-westeurope",
-        "westeurope",
-        "hosts",
-        None,
-    );
-    let settings: orca::Settings = [
-        ("ORCA_AZURE_SUBSCRIPTION_ID", SUBSCRIPTION.to_string()),
-        ("ORCA_AZURE_RESOURCE_GROUP", RESOURCE_GROUP.to_string()),
-        ("ORCA_AZURE_VNET", "orca-net".to_string()),
-        ("ORCA_AZURE_SUBNET", "hosts".to_string()),
-        (
-            "ORCA_AZURE_IMAGE",
-            "Canonical:ubuntu-24_04-lts:server:latest".to_string(),
-        ),
-        ("ORCA_AZURE_ADMIN_USER", "orca".to_string()),
-        (
-            "ORCA_AZURE_SSH_PUBLIC_KEY",
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheFake orca@test".to_string(),
-        ),
-        ("ORCA_AZURE_ACCESS_TOKEN", TOKEN.to_string()),
-        ("ORCA_AZURE_ENDPOINT", fake.url()),
-        ("ORCA_AZURE_PRICES_ENDPOINT", fake.url()),
-        ("ORCA_POLL_INTERVAL", "20ms".to_string()),
-    ]
-    .into_iter()
-    .collect();
+    fake.add_hosts_subnet();
+    let settings = orca_fakes::azure::driver_settings(&fake).with("ORCA_POLL_INTERVAL", "20ms");
     let (mine, theirs) = (
         maker("azure", "s1", settings.clone()),
         maker("azure", "s2", settings),
