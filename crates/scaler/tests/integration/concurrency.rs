@@ -168,9 +168,7 @@ async fn a_cloud_that_tells_its_budget_runs_every_call_at_once_without_a_throttl
     let p = orca::of_with(
         "hetzner",
         "pace",
-        &orca::Settings::new()
-            .with("HCLOUD_TOKEN", fake.token())
-            .with("ORCA_HCLOUD_ENDPOINT", fake.url()),
+        &orca_fakes::hetzner::driver_settings(&fake),
     )
     .await
     .unwrap();
