@@ -103,6 +103,32 @@ const NS: &str = "http://ec2.amazonaws.com/doc/2016-11-15";
 /// The prefix of the proxy's own `NextToken`s.
 const TOKEN_PREFIX: &str = "orca-proxy-offset-";
 
+/// The access key id [`driver_settings`] gives (moto accepts any).
+pub const ACCESS_KEY_ID: &str = "AKIDORCATEST";
+
+/// The secret access key [`driver_settings`] gives: moto checks no signature, so it only shows
+/// whether a secret leaks.
+pub const SECRET_ACCESS_KEY: &str = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY";
+
+/// What a program hands the EC2 driver (`orca::of_with("ec2", ..)`) to reach moto at `endpoint`
+/// (the proxy, or moto itself) on `seed`: region [`REGION`], static credentials, every seeded
+/// subnet by zone, the security group and the instance profile.
+pub fn driver_settings(seed: &Seed, endpoint: &str) -> orca_machines::Settings {
+    let subnets: Vec<String> = seed
+        .subnets
+        .iter()
+        .map(|(zone, subnet)| format!("{zone}={subnet}"))
+        .collect();
+    orca_machines::Settings::new()
+        .with("AWS_REGION", REGION)
+        .with("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
+        .with("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY)
+        .with("ORCA_EC2_SUBNETS", subnets.join(","))
+        .with("ORCA_EC2_SECURITY_GROUP", &seed.security_group)
+        .with("ORCA_EC2_INSTANCE_PROFILE", &seed.instance_profile)
+        .with("ORCA_EC2_ENDPOINT", endpoint)
+}
+
 /// A rule for the next `times` requests of EC2 action `action` (narrowed with
 /// [`Rule::when_form`]).
 pub fn rule(action: &str, fault: Fault, times: u32) -> Rule {

@@ -7,13 +7,9 @@ use crate::common;
 
 use async_trait::async_trait;
 use orca_fakes::conformance::{MotoHarness, Providers, Target};
-use orca_fakes::moto::REGION;
 use orca_machines::conformance::{extensions, run_all, Harness};
-use orca_machines::{Provider, Settings};
+use orca_machines::Provider;
 use orca_plugin::{PluginCommand, PluginProvider};
-
-/// A secret handed to the plugin, which must never show.
-const SECRET: &str = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY";
 
 /// `soul-cloud-ec2` processes, with the region, static credentials, subnets, security group,
 /// instance profile and endpoint in their environment.
@@ -22,20 +18,7 @@ struct Plugin;
 #[async_trait]
 impl Providers<Target> for Plugin {
     async fn provider(&self, on: &Target, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
-        let subnets: Vec<String> = on
-            .seed
-            .subnets
-            .iter()
-            .map(|(zone, subnet)| format!("{zone}={subnet}"))
-            .collect();
-        let settings = Settings::new()
-            .with("AWS_REGION", REGION)
-            .with("AWS_ACCESS_KEY_ID", "AKIDORCATEST")
-            .with("AWS_SECRET_ACCESS_KEY", SECRET)
-            .with("ORCA_EC2_SUBNETS", subnets.join(","))
-            .with("ORCA_EC2_SECURITY_GROUP", &on.seed.security_group)
-            .with("ORCA_EC2_INSTANCE_PROFILE", &on.seed.instance_profile)
-            .with("ORCA_EC2_ENDPOINT", &on.endpoint)
+        let settings = orca_fakes::moto::driver_settings(&on.seed, &on.endpoint)
             .with("ORCA_POLL_INTERVAL", "20ms");
         let command = PluginCommand::new(common::EC2, owner).settings(settings);
         Ok(Box::new(PluginProvider::start(command).await?))

@@ -1612,15 +1612,7 @@ async fn ec2_provider(
     endpoint: &str,
     owner: &str,
 ) -> orca::Result<orca::ec2::Ec2Provider> {
-    let mut b = orca::ec2::Config::builder()
-        .region(ec2_proxy::REGION)
-        .endpoint(endpoint)
-        .credentials(orca::ec2::StaticCredentials::new(
-            "AKIDORCATEST",
-            orca::ec2::SecretString::from("orca-campaign-secret"),
-        ))
-        .security_group(&seed.security_group)
-        .instance_profile(&seed.instance_profile)
+    let b = orca::ec2::ConfigBuilder::from_settings(&ec2_proxy::driver_settings(seed, endpoint))
         .retry(orca::RetryPolicy::fast())
         .poll_interval(Duration::from_millis(20))
         .operation_timeout(Duration::from_secs(20))
@@ -1628,9 +1620,6 @@ async fn ec2_provider(
         .confirm_not_found(Duration::from_millis(1500))
         .connect_timeout(Duration::from_secs(5))
         .request_timeout(Duration::from_secs(30));
-    for (zone, subnet) in &seed.subnets {
-        b = b.subnet(zone, subnet);
-    }
     orca::ec2::Ec2Provider::new(b.build()?, owner).await
 }
 

@@ -13,11 +13,11 @@ use secrecy::SecretString;
 pub use orca_fakes::moto::*;
 
 /// A secret the tests give the driver, to show it never appears anywhere.
-pub const SECRET: &str = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY";
+pub const SECRET: &str = SECRET_ACCESS_KEY;
 
 /// The static test credentials (moto accepts any).
 pub fn credentials() -> StaticCredentials {
-    StaticCredentials::new("AKIDORCATEST", SecretString::from(SECRET))
+    StaticCredentials::new(ACCESS_KEY_ID, SecretString::from(SECRET))
 }
 
 /// An SDK client straight to `endpoint` (moto, or the proxy), for seeding and for looking behind the
@@ -28,7 +28,7 @@ pub async fn sdk(endpoint: &str) -> aws_sdk_ec2::Client {
         .region(aws_sdk_ec2::config::Region::new(REGION))
         .endpoint_url(endpoint)
         .credentials_provider(aws_sdk_ec2::config::Credentials::new(
-            "AKIDORCATEST",
+            ACCESS_KEY_ID,
             SECRET,
             None,
             None,
