@@ -172,10 +172,11 @@ impl QuotaPacer {
             }
             Settled::RefusedFor(after) => now + after,
             Settled::Refused => {
-                let n = g.counted.len() as u32;
+                // The interval that refused holds at most what counted within one interval
+                // before and what is still in flight (answers of a burst come in any order: the
+                // last refusal of a burst to come back sees every success of it, and no refusal).
+                let n = g.counted.len() as u32 + g.outstanding;
                 if !g.configured && n > 0 {
-                    // The interval that refused holds what counted within one interval before,
-                    // or less: the quota is at most that.
                     g.quota = Some(g.quota.map_or(n, |q| q.min(n)));
                 }
                 // That interval began no later than now and, if these requests are all of it, no
@@ -235,6 +236,23 @@ mod tests {
         assert_eq!(spend(&p, 0, 4).await, Duration::ZERO);
         let (w, _t) = p.before(0).await;
         assert_eq!(w, MINUTE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_quota_learnt_from_a_burst_is_what_it_got_through_whatever_the_order_of_answers() {
+        let p = QuotaPacer::new(1, MINUTE, None);
+        let mut burst = Vec::new();
+        for _ in 0..5 {
+            burst.push(p.before(0).await.1);
+        }
+        let mut answers = burst.into_iter();
+        let mut next = || answers.next().unwrap();
+        next().settle(Settled::Counted);
+        next().settle(Settled::Counted);
+        next().settle(Settled::Refused);
+        next().settle(Settled::Counted);
+        next().settle(Settled::Refused);
+        assert_eq!(p.quota(0), Some(3));
     }
 
     #[tokio::test(start_paused = true)]
