@@ -49,6 +49,7 @@ fn quota(name: &'static str, counts: fn(&Method, &str) -> bool) -> Limit {
         reserve: 0.0,
         name,
         counts,
+        interval: Some(std::time::Duration::from_secs(60)),
     }
 }
 
@@ -64,6 +65,7 @@ fn main() {
         if limited {
             fake.set_rate_quota(Some(PER_MINUTE));
         }
+        let intervals_from = limited.then(tokio::time::Instant::now);
         fake.set_operation_time(ACTION_TIME);
         let dir = tempfile::tempdir().expect("dir");
         let key = dir.path().join("sa.json");
@@ -80,6 +82,8 @@ fn main() {
             offering: format!("e2-small@{ZONE}"),
             control: fake.control().clone(),
             _keep: Box::new((fake, dir)),
+            intervals_from,
+            told: vec![("ORCA_GCE_RATE_QUOTA", PER_MINUTE.to_string())],
         }
     });
 }

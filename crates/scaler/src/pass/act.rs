@@ -191,7 +191,11 @@ async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<()
     }
 }
 
-async fn delete_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, d: DeleteJob) -> Result<(), StoreError> {
+async fn delete_job(
+    sh: &Mutex<Shared<'_>>,
+    cx: PassCtx<'_>,
+    d: DeleteJob,
+) -> Result<(), StoreError> {
     let (p, now) = (cx.p, cx.now);
     {
         let mut s = sh.lock().await;
