@@ -60,8 +60,8 @@ fn group(operation: &str, method: &Method) -> usize {
     }
 }
 
-/// The codes of a refusal over a rate quota (not `RESOURCE_OPERATION_RATE_EXCEEDED`, which is one
-/// resource's own rate).
+/// The codes of a refusal over a rate quota (a 403; not `RESOURCE_OPERATION_RATE_EXCEEDED`, which is
+/// one resource's own rate).
 const RATE_LIMITED: &[&str] = &[
     "rateLimitExceeded",
     "userRateLimitExceeded",
@@ -217,7 +217,9 @@ impl Client {
             });
         }
         let e = http_error(status, retry_after, &bytes);
-        if !has_code(&e, RATE_LIMITED) {
+        // Compute Engine refuses over a rate quota with 403 `rateLimitExceeded`; a 429 is a
+        // passing "too many requests", retried as any other.
+        if status != 403 || !has_code(&e, RATE_LIMITED) {
             ticket.settle(Settled::Counted);
             return Err(e);
         }

@@ -102,3 +102,37 @@ async fn a_refusal_given_up_on_says_when_the_next_minute_starts() {
     assert_eq!(e.kind(), orca_machines::ErrorKind::Throttled, "{e}");
     assert_eq!(e.retry_after(), Some(Duration::from_secs(40)), "{e}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_429_is_retried_with_backoff_and_holds_nothing_for_a_minute() {
+    use orca_fakes::{Fault, Rule};
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake)
+            .retry(RetryPolicy::default())
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    p.machines("lab").await.unwrap();
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/instances?",
+        Fault::Status {
+            status: 429,
+            body: serde_json::json!({"error": {"code": 429, "message": "Rate Limit Exceeded",
+                "errors": [{"reason": "rateLimitExceeded", "domain": "usageLimits", "message": "Rate Limit Exceeded"}]}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    let asked = Instant::now();
+    p.machines("lab").await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+}
