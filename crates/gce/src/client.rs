@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use orca_machines::kit::{self, Attempts, Polled, Proxy, Timeouts, transport_error};
+use orca_machines::kit::{
+    self, Attempts, Polled, Proxy, QuotaPacer, Settled, Timeouts, transport_error,
+};
 use orca_machines::{Error, Page, Result, RetryPolicy, all_pages, parse_retry_after};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -34,7 +36,37 @@ pub(crate) struct Client {
     request_timeout: Duration,
     /// The first pause after an operation `wait` answered at once unfinished.
     first_pause: Duration,
+    /// The project's rate quotas, one a group ([`group`]), shared by the clones.
+    quotas: Arc<QuotaPacer>,
 }
+
+/// Compute Engine's quota groups of the calls the driver makes: changes (`default`, "Queries"), reads,
+/// lists and operation reads (cloud.google.com, "Compute Engine rate quotas"), each counted apart.
+const GROUPS: usize = 4;
+
+/// The interval in which Compute Engine counts a rate quota.
+const QUOTA_INTERVAL: Duration = Duration::from_secs(60);
+
+/// The quota group of `operation` (named `<resource>.<method>`), sent as `method`.
+fn group(operation: &str, method: &Method) -> usize {
+    if operation.starts_with("operations.") {
+        3
+    } else if operation.ends_with(".list") || operation.ends_with(".aggregatedList") {
+        2
+    } else if *method == Method::GET {
+        1
+    } else {
+        0
+    }
+}
+
+/// The codes of a refusal over a rate quota (a 403; not `RESOURCE_OPERATION_RATE_EXCEEDED`, which is
+/// one resource's own rate).
+const RATE_LIMITED: &[&str] = &[
+    "rateLimitExceeded",
+    "userRateLimitExceeded",
+    "RATE_LIMIT_EXCEEDED",
+];
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,6 +135,7 @@ impl Client {
             operation_timeout: config.operation_timeout,
             request_timeout: config.request_timeout,
             first_pause: config.poll_interval,
+            quotas: Arc::new(QuotaPacer::new(GROUPS, QUOTA_INTERVAL, config.rate_quota)),
         })
     }
 
@@ -149,6 +182,7 @@ impl Client {
             kit::record_request_id(r);
         }
         let asked = tokio::time::Instant::now();
+        let (_, ticket) = self.quotas.before(group(operation, &method)).await;
         let token = self.token().await?;
         kit::record_waited(asked.elapsed());
         let timeout = if path.ends_with("/wait") {
@@ -177,12 +211,23 @@ impl Client {
             .and_then(parse_retry_after);
         let bytes = resp.bytes().await.map_err(transport_error)?;
         if (200..300).contains(&status) {
-            serde_json::from_slice(&bytes).map_err(|e| {
+            ticket.settle(Settled::Counted);
+            return serde_json::from_slice(&bytes).map_err(|e| {
                 Error::other(format!("unreadable answer to {operation}")).with_source(e)
-            })
-        } else {
-            Err(http_error(status, retry_after, &bytes))
+            });
         }
+        let e = http_error(status, retry_after, &bytes);
+        // Compute Engine refuses over a rate quota with 403 `rateLimitExceeded`; a 429 is a
+        // passing "too many requests", retried as any other.
+        if status != 403 || !has_code(&e, RATE_LIMITED) {
+            ticket.settle(Settled::Counted);
+            return Err(e);
+        }
+        // Over a rate quota: the group holds its calls until its interval is over, and the error
+        // says how long that is.
+        let how = retry_after.map_or(Settled::Refused, Settled::RefusedFor);
+        let hold = ticket.settle(how);
+        Err(http_error(status, hold.or(retry_after), &bytes))
     }
 
     /// One call through the kit ([`kit::call`]): [`Client::send`] under the retry policy, every

@@ -46,6 +46,7 @@ fn limit(
         reserve: 0.0,
         name,
         counts,
+        interval: None,
     }
 }
 
@@ -70,6 +71,8 @@ fn main() {
             offering: "Standard_B2s@westeurope".into(),
             control: fake.control().clone(),
             _keep: Box::new(fake),
+            intervals_from: None,
+            told: Vec::new(),
         }
     });
 }

@@ -18,6 +18,7 @@ const LIMIT: Limit = Limit {
     reserve: 0.05,
     name: "requests",
     counts: every,
+    interval: None,
 };
 
 fn main() {
@@ -39,6 +40,8 @@ fn main() {
             offering: "cx23@fsn1".into(),
             control: fake.control().clone(),
             _keep: Box::new(fake),
+            intervals_from: None,
+            told: Vec::new(),
         }
     });
 }

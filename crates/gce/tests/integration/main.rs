@@ -4,4 +4,5 @@ mod behaviour;
 mod common;
 mod conformance;
 mod live;
+mod quota;
 mod traces;

@@ -20,6 +20,8 @@
 //!   [`record_waited`]).
 //! - [`poll`] and [`poll_with`]: the one loop that follows a long-running operation to its end (at
 //!   one interval, or at a pause each step names: a Retry-After, a backoff).
+//! - [`QuotaPacer`]: a cloud's rate quotas counted in fixed intervals, which the cloud does not
+//!   tell: learnt from the first refusal (or set by the operator), then never spent past.
 //! - [`check_owned`] and [`no_stock`]: the ownership refusal and the no-stock outcome.
 
 use std::future::Future;
@@ -27,11 +29,13 @@ use std::time::Duration;
 
 #[cfg(feature = "http")]
 mod http;
+mod quota;
 mod recent;
 mod timeouts;
 
 #[cfg(feature = "http")]
 pub use http::{http_client, http_client_with, transport_error, TransportKind};
+pub use quota::{QuotaPacer, QuotaTicket, Settled};
 pub use recent::{read_until_seen, Recent};
 pub use timeouts::{Proxy, Timeouts};
 

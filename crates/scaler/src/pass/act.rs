@@ -5,6 +5,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use orca::{ErrorKind, Timestamp};
 use tokio::sync::Mutex;
 
+use super::concurrency::Kind;
 use super::{create, PassCtx, Unrecorded};
 use crate::record::{Entry, Event, Phase, Record};
 use crate::report::{Action, PassReport};
@@ -52,6 +53,19 @@ pub(super) struct Shared<'a> {
 impl Shared<'_> {
     pub async fn commit(&mut self, events: Vec<Event>) -> Result<(), StoreError> {
         self.store.commit(&self.record, &events).await
+    }
+
+    /// A call of `kind` failed with `err`: when the cloud throttled it, the pass starts nothing more
+    /// (and halves how many run at once), unless the cloud said when to try again: then calls of
+    /// that kind wait until that time.
+    pub fn throttle(&mut self, cx: PassCtx<'_>, kind: Kind, err: &orca::Error) {
+        if err.kind() != ErrorKind::Throttled {
+            return;
+        }
+        match err.retry_after() {
+            Some(after) => cx.concurrency.told_to_wait(kind, after),
+            None => self.throttled = true,
+        }
     }
 
     /// Whether a job may start: not after a conflict, nor once the cloud throttles (said, as `what`
@@ -162,8 +176,16 @@ async fn run_jobs(
 }
 
 async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<(), StoreError> {
+    let kind = match job {
+        Job::Delete(_) => Kind::Delete,
+        Job::Retry(_) | Job::New => Kind::Create,
+    };
+    if !cx.concurrency.ready(kind).await {
+        // The cloud named a time past what a pass waits: what is left is the next passes'.
+        sh.lock().await.throttled = true;
+    }
     match job {
-        Job::Delete(d) => delete_job(sh, cx.p, d, cx.now).await,
+        Job::Delete(d) => delete_job(sh, cx, d).await,
         Job::Retry(name) => create::create_job(sh, cx, Some(name)).await,
         Job::New => create::create_job(sh, cx, None).await,
     }
@@ -171,10 +193,10 @@ async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<()
 
 async fn delete_job(
     sh: &Mutex<Shared<'_>>,
-    p: &dyn orca::Provider,
+    cx: PassCtx<'_>,
     d: DeleteJob,
-    now: Timestamp,
 ) -> Result<(), StoreError> {
+    let (p, now) = (cx.p, cx.now);
     {
         let mut s = sh.lock().await;
         let what = format!("delete of {} ({})", d.name, d.id);
@@ -187,7 +209,7 @@ async fn delete_job(
     let mut s = sh.lock().await;
     match r {
         Ok(_) => deleted(&mut s, d, now).await,
-        Err(err) => delete_failed(&mut s, d, err).await,
+        Err(err) => delete_failed(&mut s, cx, d, err).await,
     }
 }
 
@@ -248,6 +270,7 @@ async fn deleted(s: &mut Shared<'_>, d: DeleteJob, now: Timestamp) -> Result<(),
 
 async fn delete_failed(
     s: &mut Shared<'_>,
+    cx: PassCtx<'_>,
     d: DeleteJob,
     err: orca::Error,
 ) -> Result<(), StoreError> {
@@ -261,9 +284,7 @@ async fn delete_failed(
         error: err.to_string(),
     }])
     .await?;
-    if err.kind() == ErrorKind::Throttled {
-        s.throttled = true;
-    }
+    s.throttle(cx, Kind::Delete, &err);
     s.actions.push(Action::Failed {
         operation: "delete".into(),
         doing: format!("delete {} ({}), {}", d.name, d.id, d.why),

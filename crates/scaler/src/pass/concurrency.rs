@@ -3,9 +3,26 @@
 //! (Hetzner's `RateLimit-*`) already spaces its own requests, so calls in flight cost no extra
 //! requests, only waiting; a cloud that answers "throttled" instead halves how many run at once, and
 //! each round of calls that finish unthrottled gives one back (additive increase, multiplicative
-//! decrease, as TCP shares a link). The count lives in the [`Scaler`](crate::Scaler), from pass to pass.
+//! decrease, as TCP shares a link). A throttle that says when to try again (the error's
+//! `retry_after`: a Retry-After, or the next interval of a rate quota the driver paces) is the
+//! cloud's word on its pace: calls of that kind (creates, deletes) wait until then, and nothing is
+//! halved. The count and the waits live in the [`Scaler`](crate::Scaler), from pass to pass.
 
 use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The longest a pass waits for the time a throttle named; a later one leaves the kind's calls to
+/// the passes after it.
+pub(crate) const LONGEST_WAIT: Duration = Duration::from_secs(120);
+
+/// The kinds of call a throttle's wait holds apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Create = 0,
+    Delete = 1,
+}
 
 /// The number of calls a pass may have in flight.
 #[derive(Debug, Default)]
@@ -19,6 +36,8 @@ struct State {
     limit: Option<usize>,
     /// Calls finished unthrottled since the limit last grew or shrank.
     unthrottled: usize,
+    /// No call of a [`Kind`] before this, as a throttle said.
+    resume: [Option<Instant>; 2],
 }
 
 impl Concurrency {
@@ -55,6 +74,29 @@ impl Concurrency {
         s.unthrottled = 0;
     }
 
+    /// The cloud throttled a call of `kind` and said to try again after `after`.
+    pub fn told_to_wait(&self, kind: Kind, after: Duration) {
+        let mut s = self.lock();
+        let until = Instant::now() + after;
+        let r = &mut s.resume[kind as usize];
+        *r = Some(r.map_or(until, |r| r.max(until)));
+    }
+
+    /// Waits until calls of `kind` may go, as the last throttle of that kind said; false (at once)
+    /// when that is further than [`LONGEST_WAIT`] away.
+    pub async fn ready(&self, kind: Kind) -> bool {
+        loop {
+            let until = self.lock().resume[kind as usize];
+            let now = Instant::now();
+            match until {
+                Some(t) if t > now + LONGEST_WAIT => return false,
+                // Looked at again after the sleep: a later throttle may have moved it.
+                Some(t) if t > now => tokio::time::sleep_until(t).await,
+                _ => return true,
+            }
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // The state is two counters, valid after any panic in between.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -87,6 +129,21 @@ mod tests {
             20,
             "grown back to the bound: the bound again, whatever it becomes"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_named_wait_holds_its_kind_only_and_a_long_one_is_not_waited_in_the_pass() {
+        let c = Concurrency::new();
+        c.told_to_wait(Kind::Create, Duration::from_secs(30));
+        let start = Instant::now();
+        assert!(c.ready(Kind::Delete).await);
+        assert_eq!(Instant::now(), start, "deletes are not held");
+        assert!(c.ready(Kind::Create).await);
+        assert_eq!(Instant::now() - start, Duration::from_secs(30));
+        c.told_to_wait(Kind::Delete, LONGEST_WAIT * 2);
+        assert!(!c.ready(Kind::Delete).await);
+        assert_eq!(Instant::now() - start, Duration::from_secs(30));
+        assert_eq!(c.limit(8), 8, "nothing halved");
     }
 
     #[test]

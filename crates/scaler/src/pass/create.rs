@@ -7,6 +7,7 @@ use orca::{Created, Error, ErrorKind, Machine, MachineSpec};
 use tokio::sync::Mutex;
 
 use super::act::Shared;
+use super::concurrency::Kind;
 use super::{PassCtx, Unrecorded};
 use crate::record::{Entry, Event, Phase};
 use crate::report::Action;
@@ -372,9 +373,7 @@ async fn failed(
         }
     }])
     .await?;
-    if err.kind() == ErrorKind::Throttled {
-        s.throttled = true;
-    }
+    s.throttle(cx, Kind::Create, &err);
     s.actions.push(Action::Failed {
         operation: "create".into(),
         doing: format!(

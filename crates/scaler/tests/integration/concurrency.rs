@@ -200,3 +200,71 @@ async fn a_cloud_that_tells_its_budget_runs_every_call_at_once_without_a_throttl
     );
     assert_eq!(s.concurrency(), orca_scaler::DEFAULT_PARALLEL);
 }
+
+/// A cloud that refuses the first create (or, with `deletes`, delete) as throttled with the wait
+/// it names, and notes when each call of that kind came.
+#[derive(Debug, Default, Clone)]
+struct TellsWhen {
+    deletes: bool,
+    wait: Duration,
+    refused: Arc<std::sync::atomic::AtomicBool>,
+    calls: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+}
+
+#[async_trait::async_trait]
+impl Layer for TellsWhen {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> Result<Answer> {
+        let counted = match call {
+            Call::Create { .. } => !self.deletes,
+            Call::Delete { .. } => self.deletes,
+            _ => false,
+        };
+        if !counted {
+            return next.run(call).await;
+        }
+        self.calls.lock().unwrap().push(tokio::time::Instant::now());
+        if !self.refused.swap(true, Ordering::SeqCst) {
+            return Err(Error::throttled(Some(self.wait), "slow down"));
+        }
+        next.run(call).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttle_that_says_when_is_waited_for_and_halves_nothing() {
+    for deletes in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (cloud, p) = cloud();
+        let told = TellsWhen {
+            deletes,
+            wait: Duration::from_secs(30),
+            ..TellsWhen::default()
+        };
+        let w = Layered::new(p, told.clone());
+        let mut s = scaler(dir.path(), 6, &[A]);
+        s.settings.parallel = 2;
+        let mut r = s.pass(&w, cloud.now()).await;
+        if deletes {
+            assert_eq!(r.serving, 6, "{:?}", r.actions);
+            s.settings.size = 0;
+            r = s.pass(&w, cloud.now()).await;
+        }
+        let target = if deletes { 0 } else { 6 };
+        if r.serving != target {
+            // The refused call is the next pass's.
+            r = s.pass(&w, cloud.now()).await;
+        }
+        assert_eq!((r.serving, r.failures()), (target, 0), "{:?}", r.actions);
+        let calls = told.calls.lock().unwrap().clone();
+        let refused = calls[0];
+        // The other call of the first pair was on its way already; every later one waited.
+        assert!(
+            calls[2..]
+                .iter()
+                .all(|t| *t - refused >= Duration::from_secs(30)),
+            "deletes {deletes}: {:?}",
+            calls.iter().map(|t| *t - refused).collect::<Vec<_>>()
+        );
+        assert_eq!(s.concurrency(), 2, "the cloud said when: nothing halved");
+    }
+}

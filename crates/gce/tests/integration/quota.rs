@@ -1,0 +1,138 @@
+//! Compute Engine's rate quotas (per group of methods, per minute, refused with 403
+//! `rateLimitExceeded` and no word on what is left): the driver learns a group's quota from its first
+//! refusal and never meets a second, and with the quota set it meets none, on the fake's quotas and
+//! tokio's paused clock.
+
+use std::time::Duration;
+
+use orca_fakes::gce::FakeGce;
+use orca_gce::GceProvider;
+use orca_machines::{Provider, RetryPolicy};
+use reqwest::Method;
+use tokio::time::Instant;
+
+use crate::common::builder;
+
+/// The fake's quota of each group a minute.
+const PER_MINUTE: u32 = 3;
+
+/// The listings answered (status and time) since `from` in the fake's log.
+fn listings(fake: &FakeGce, from: usize) -> Vec<(u16, Instant)> {
+    fake.control().log()[from..]
+        .iter()
+        .filter(|l| l.method == Method::GET && l.path.contains("/instances?"))
+        .map(|l| (l.status, l.at))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_one_refusal_no_request_of_that_group_until_the_next_minute() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake)
+            .retry(RetryPolicy::default())
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let from = fake.control().log().len();
+    let start = Instant::now();
+    fake.set_rate_quota(Some(PER_MINUTE));
+    for _ in 0..10 {
+        p.machines("lab").await.unwrap();
+    }
+    let log = listings(&fake, from);
+    assert_eq!(
+        fake.rate_limited(),
+        1,
+        "one refusal teaches the quota: {log:?}"
+    );
+    let refused = log.iter().position(|(s, _)| *s == 403).unwrap();
+    assert_eq!(refused, PER_MINUTE as usize, "{log:?}");
+    let (_, next) = log[refused + 1];
+    assert!(
+        next - start >= Duration::from_secs(60),
+        "the group waited for the next minute: {log:?}"
+    );
+    // Other groups are not held: a read goes at once.
+    let asked = Instant::now();
+    p.arch("e2-standard-2").await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        asked.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_quota_set_no_request_is_refused() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake).rate_quota(PER_MINUTE).build().unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let from = fake.control().log().len();
+    fake.set_rate_quota(Some(PER_MINUTE));
+    for _ in 0..10 {
+        p.machines("lab").await.unwrap();
+    }
+    assert_eq!(fake.rate_limited(), 0);
+    assert_eq!(listings(&fake, from).len(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusal_given_up_on_says_when_the_next_minute_starts() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    fake.set_rate_quota(Some(PER_MINUTE));
+    for _ in 0..PER_MINUTE {
+        p.machines("lab").await.unwrap();
+    }
+    tokio::time::advance(Duration::from_secs(20)).await;
+    let e = p.machines("lab").await.unwrap_err();
+    assert_eq!(e.kind(), orca_machines::ErrorKind::Throttled, "{e}");
+    assert_eq!(e.retry_after(), Some(Duration::from_secs(40)), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_is_retried_with_backoff_and_holds_nothing_for_a_minute() {
+    use orca_fakes::{Fault, Rule};
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(
+        builder(&fake)
+            .retry(RetryPolicy::default())
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    p.machines("lab").await.unwrap();
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/instances?",
+        Fault::Status {
+            status: 429,
+            body: serde_json::json!({"error": {"code": 429, "message": "Rate Limit Exceeded",
+                "errors": [{"reason": "rateLimitExceeded", "domain": "usageLimits", "message": "Rate Limit Exceeded"}]}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    let asked = Instant::now();
+    p.machines("lab").await.unwrap();
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+}
