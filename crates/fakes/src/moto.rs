@@ -3,7 +3,7 @@
 //! ([`Proxy`]) that makes moto behave as EC2 does where moto is kinder, injects faults (the fakes'
 //! shared fault rules, [`crate::control`], picked by the form body's `Action` and parameters:
 //! [`rule`]), and logs every EC2 action with its parameters. One file a concern: `seed` (moto's
-//! address and seeding), `proxy` (the server, its settings and its log), `rules` (what the proxy
+//! address and seeding), `own` (a moto of a test's own), `proxy` (the server, its settings and its log), `rules` (what the proxy
 //! answers on its own), `upstream` (forwarding to moto and reshaping its answers), `lookups`
 //! (the proxy's own reads of moto), `answers` (EC2's answer shapes) and `xml`.
 //!
@@ -76,6 +76,7 @@
 
 mod answers;
 mod lookups;
+mod own;
 mod proxy;
 mod rules;
 mod seed;
@@ -83,6 +84,7 @@ mod upstream;
 mod xml;
 
 pub use answers::ec2_error_body;
+pub use own::{own_moto, OwnMoto, MOTO_AMIS_ENV, MOTO_SERVER_ENV};
 pub use proxy::{Proxy, Seen};
 pub use seed::{moto, seed, seed_in, Seed, MOTO_ENV};
 

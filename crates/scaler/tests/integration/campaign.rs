@@ -1626,9 +1626,12 @@ async fn ec2_provider(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_campaign_ec2_moto() {
     use ec2_proxy::{ec2_error, rule, Fault, Proxy, OTHER_ZONE, ZONE};
-    let Some(moto) = ec2_proxy::moto("fault_campaign_ec2_moto") else {
+    // A moto of its own: moto lists more slowly with every instance it holds, and the shared one
+    // holds what every test binary before this one made.
+    let Some(own) = ec2_proxy::own_moto("fault_campaign_ec2_moto").await else {
         return;
     };
+    let moto = own.url.clone();
     let seed = ec2_proxy::seed(&moto).await;
     let proxy = Arc::new(Proxy::start(&moto).await);
     // Owners of this run only: moto may hold other tests' instances.
