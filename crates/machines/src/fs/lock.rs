@@ -26,11 +26,27 @@ const LONGEST_PAUSE: Duration = Duration::from_millis(25);
 /// The lock file is opened without following a symbolic link and must be a regular file; a new one
 /// is made owner-only ([`super::PRIVATE_MODE`]). It is never removed: removing it is exactly what would let
 /// a newcomer lock another file while this holder still runs.
+///
+/// Dropping it unlocks the file, then closes it. Closing alone would not always release the lock:
+/// a child process that another thread of this process starts (fork, then exec) holds a copy of
+/// every descriptor until its exec, and an `flock` stays held while any copy of the descriptor
+/// that took it is open, so the holder's next take would be refused by its own lock.
 pub struct FileLock {
-    /// Held, never read: closing it releases the lock.
-    _file: File,
+    /// Held, never read: dropping it releases the lock.
+    _file: Locked,
     path: PathBuf,
     id: FileId,
+}
+
+/// A lock file that this process has locked; dropping it unlocks the file before closing it (see
+/// [`FileLock`]: a forked child's copy of the descriptor would keep the lock held otherwise).
+struct Locked(File);
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        // An unlock that fails leaves the release to the close that follows.
+        let _ = self.0.unlock();
+    }
 }
 
 impl std::fmt::Debug for FileLock {
@@ -122,7 +138,8 @@ fn take(path: &Path, wait: Wait) -> Result<FileLock, FsError> {
                 Err(std::fs::TryLockError::Error(e)) => return Err(FsError::io(path, "lock", e)),
             },
         }
-        let id = FileId::of(&file).map_err(|e| FsError::io(path, "stat", e))?;
+        let file = Locked(file);
+        let id = FileId::of(&file.0).map_err(|e| FsError::io(path, "stat", e))?;
         // Between the open and the lock, another process may have removed the file (and made a new
         // one): the lock is then on a file nobody else will ever open. Take the one now there.
         if FileId::at(path)? == Some(id) {

@@ -174,6 +174,78 @@ fn a_held_lock_is_refused_to_a_second_opener_naming_the_path() {
     again.still_held().unwrap();
 }
 
+/// Another thread of the holder's process starts a child (fork, then exec) while the lock is held:
+/// until its exec, the child holds a copy of every descriptor, the lock file's too. The holder lets
+/// go in that window and takes the lock again: it must be free, not kept by the child's copy.
+///
+/// The child is caught between its fork and its exec by reading its executable in /proc (still this
+/// test's binary); only a retake during which the child stayed unexec'd counts, and three must.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_lock_let_go_is_free_while_a_child_forked_meanwhile_has_not_exec_d_yet() {
+    use std::sync::mpsc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = FileLock::path_for(dir.path().join("rec.json"));
+    let me = std::fs::read_link("/proc/self/exe").unwrap();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done) = mpsc::channel::<bool>();
+    let (tid_tx, tid) = mpsc::channel();
+    let spawner = std::thread::spawn(move || {
+        // "<pid>/task/<tid>": the folder whose `children` lists the children this thread starts.
+        tid_tx
+            .send(std::fs::read_link("/proc/thread-self").unwrap())
+            .unwrap();
+        // About 1 MB of arguments: the exec copies them before it drops the child's descriptors,
+        // which keeps the child between its fork and its exec long enough to be seen there.
+        let args = vec!["x".repeat(4096); 256];
+        for () in go_rx {
+            let ran = std::process::Command::new("true").args(&args).status();
+            done_tx.send(ran.is_ok_and(|s| s.success())).unwrap();
+        }
+    });
+    let children = Path::new("/proc")
+        .join(tid.recv().unwrap())
+        .join("children");
+    let unexecd =
+        |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok() == Some(me.clone());
+
+    let mut counted = 0;
+    for _ in 0..1000 {
+        let held = FileLock::try_lock(&path).unwrap();
+        go.send(()).unwrap();
+        let caught = loop {
+            let pids = std::fs::read_to_string(&children).unwrap_or_default();
+            if let Some(pid) = pids.split_whitespace().find(|p| unexecd(p)) {
+                break Some(pid.to_string());
+            }
+            if let Ok(ran) = done.try_recv() {
+                assert!(ran);
+                break None;
+            }
+        };
+        drop(held);
+        let again = FileLock::try_lock(&path);
+        if let Some(pid) = caught {
+            if unexecd(&pid) {
+                counted += 1;
+                let again = again.expect("the lock was let go while a child had a copy of it");
+                again.still_held().unwrap();
+            }
+            assert!(done.recv().unwrap());
+        }
+        if counted == 3 {
+            break;
+        }
+    }
+    drop(go);
+    spawner.join().unwrap();
+    assert_eq!(
+        counted, 3,
+        "no child was seen between its fork and its exec"
+    );
+}
+
 #[test]
 fn a_removed_lock_file_is_seen_by_its_holder_and_a_newcomer_cannot_make_it_pass() {
     let dir = tempfile::tempdir().unwrap();
