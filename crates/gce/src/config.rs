@@ -276,19 +276,18 @@ impl Config {
 
 const CREDENTIALS: &str = "credentials";
 
-/// Reads and checks every setting, collecting every problem. `extra` holds credential sources given
-/// in code (named `credentials` when at fault).
-/// `client` holds client options given in code, which replace the settings' client keys.
-fn read_settings(
-    settings: &Settings,
-    extra: Vec<Credentials>,
-    client: Option<ClientOptions>,
-) -> Result<Config> {
+/// Where the machines go, as the settings name it: project, zone, network and subnet.
+struct Placement<'a> {
+    project: Option<&'a str>,
+    zone: Option<&'a str>,
+    network: Option<&'a str>,
+    subnet: Option<Subnet>,
+}
+
+/// Reads and checks the placement settings (the subnet against the zone's region), every problem
+/// recorded in `p`.
+fn read_placement<'a>(settings: &'a Settings, p: &mut Problems) -> Placement<'a> {
     use ConfigKey as K;
-    let mut p = Problems::new();
-    p.unknown_keys::<ConfigKey>(settings);
-    let from_keys = ClientOptions::from_settings(settings, &mut p);
-    let client = client.unwrap_or(from_keys);
     let text = |k: K| settings.get(k.as_str()).map(str::trim);
     let project = p.require(settings, K::Project.as_str()).map(str::trim);
     if project.is_some_and(|v| !valid_project(v)) {
@@ -324,6 +323,34 @@ fn read_settings(
             ),
         );
     }
+    Placement {
+        project,
+        zone,
+        network,
+        subnet,
+    }
+}
+
+/// Reads and checks every setting, collecting every problem. `extra` holds credential sources given
+/// in code (named `credentials` when at fault).
+/// `client` holds client options given in code, which replace the settings' client keys.
+fn read_settings(
+    settings: &Settings,
+    extra: Vec<Credentials>,
+    client: Option<ClientOptions>,
+) -> Result<Config> {
+    use ConfigKey as K;
+    let mut p = Problems::new();
+    p.unknown_keys::<ConfigKey>(settings);
+    let from_keys = ClientOptions::from_settings(settings, &mut p);
+    let client = client.unwrap_or(from_keys);
+    let text = |k: K| settings.get(k.as_str()).map(str::trim);
+    let Placement {
+        project,
+        zone,
+        network,
+        subnet,
+    } = read_placement(settings, &mut p);
 
     let credentials = read_credentials(settings, extra, &mut p);
 
