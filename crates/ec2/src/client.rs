@@ -28,8 +28,8 @@ use orca_machines::{
 };
 
 use crate::config::{Config, REGION_ENV, UBUNTU_NAME_PATTERN};
-use crate::listing::{LeanListing, Slot};
-use crate::model::{Image, InstanceFields, RunRequest, into_machine};
+use crate::listing::{LeanListing, Listing, Slot};
+use crate::model::{Image, RunRequest};
 use crate::provider::KIND;
 
 /// EC2's code for an instance id it does not know (or does not show yet: eventual consistency).
@@ -493,26 +493,9 @@ impl Client {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        Ok(match read {
-            Some(listing) => Page {
-                items: listing
-                    .instances
-                    .into_iter()
-                    .map(InstanceFields::machine)
-                    .collect(),
-                next: listing.next,
-            },
-            None => Page {
-                items: out
-                    .reservations
-                    .unwrap_or_default()
-                    .into_iter()
-                    .flat_map(|r| r.instances.unwrap_or_default())
-                    .map(into_machine)
-                    .collect(),
-                next: out.next_token,
-            },
-        })
+        // An answer the driver's reader left was read by the SDK: the same fields from its output.
+        let (items, next) = read.unwrap_or_else(|| Listing::from(out)).machines();
+        Ok(Page { items, next })
     }
 
     /// Instance `id`, in any state (`None`: EC2 does not know it, or does not show it yet).

@@ -433,8 +433,25 @@ pub fn read_listing_by_sdk(body: &[u8]) -> Reading {
     sdk_read(body).map(Listing::machines)
 }
 
+/// The SDK's reading of an answer, as the fields the driver reads: the instances are moved out.
+impl From<DescribeInstancesOutput> for Listing {
+    fn from(out: DescribeInstancesOutput) -> Self {
+        Listing {
+            instances: out
+                .reservations
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|r| r.instances.unwrap_or_default())
+                .map(InstanceFields::from)
+                .collect(),
+            next: out.next_token,
+        }
+    }
+}
+
 impl Listing {
-    fn machines(self) -> (Vec<Machine>, Option<String>) {
+    /// Its machines and the next page's token.
+    pub(crate) fn machines(self) -> (Vec<Machine>, Option<String>) {
         let m = self.instances.into_iter().map(InstanceFields::machine);
         (m.collect(), self.next)
     }
@@ -450,16 +467,7 @@ fn sdk_read(body: &[u8]) -> Result<Listing, String> {
         .map_err(|e| format!("{e:?}"))?
         .downcast::<DescribeInstancesOutput>()
         .map_err(|_| "not DescribeInstances' output".to_string())?;
-    Ok(Listing {
-        instances: out
-            .reservations
-            .unwrap_or_default()
-            .into_iter()
-            .flat_map(|r| r.instances.unwrap_or_default())
-            .map(InstanceFields::from)
-            .collect(),
-        next: out.next_token,
-    })
+    Ok(Listing::from(out))
 }
 
 #[cfg(test)]
@@ -722,16 +730,7 @@ mod tests {
         let listing = out.map_err(|e| format!("{e:?}")).map(|o| {
             let o = o.downcast::<DescribeInstancesOutput>().expect("the output");
             let read = slot.lock().unwrap().clone();
-            read.unwrap_or_else(|| Listing {
-                instances: o
-                    .reservations
-                    .unwrap_or_default()
-                    .into_iter()
-                    .flat_map(|r| r.instances.unwrap_or_default())
-                    .map(InstanceFields::from)
-                    .collect(),
-                next: o.next_token,
-            })
+            read.unwrap_or_else(|| Listing::from(o))
         });
         (listing, slot)
     }
