@@ -98,7 +98,7 @@ impl Concurrency {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // The state is two counters, valid after any panic in between.
+        // The state is counters and instants, each valid alone after any panic in between.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
