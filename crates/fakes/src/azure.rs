@@ -67,6 +67,14 @@
 //!   tokio's time: a test with a paused clock lets it run for minutes), polled or not, then
 //!   `Succeeded`, or `Failed` with the error; the
 //!   `Location`-only protocol on demand ([`FakeAzure::set_location_only`]).
+//! - **No `Retry-After` on operations** (recorded sessions of the Azure SDKs for Python against
+//!   compute `2021-07-01` and network `2021-02-01`): the answers that start a VM's `PUT` (201),
+//!   `DELETE` and `deallocate` (202), and the `PUT`s of virtual networks, subnets and interfaces,
+//!   carry the operation's address but name no pause, and neither do the polls of those operations
+//!   while `InProgress`; a client polls at its own interval (Azure's SDKs: 30 s by default). The
+//!   `Retry-After: 0` on every answer of the Java SDK's recordings, resource group `PUT`s and plain
+//!   `GET`s included, is its recorder's rewrite, not Azure's. A test can name a pause
+//!   ([`FakeAzure::set_poll_pause`]); `0` names none, as Azure's SDKs read it.
 //! - **Lists**: `nextLink` paging of every list ([`FakeAzure::set_page_size`]), the links absolute
 //!   with their explicit port, as Azure's are (`https://management.azure.com:443/...`); since the
 //!   fake's own origin always carries its port, links can be written with an origin spelled
@@ -109,8 +117,9 @@
 //!   reading.
 //! - The hash of a scoped DNS label is the fake's own (Azure's is undocumented); `TenantReuse` is
 //!   treated as one tenant.
-//! - How long Azure takes: every operation runs the same set time; the real service's
-//!   `Retry-After` values; eventual consistency of anything but new VMs.
+//! - How long Azure takes: every operation runs the same set time; the `Retry-After` other
+//!   resource providers may name (the fake names one only when told); eventual consistency of
+//!   anything but new VMs.
 //! - Whether Azure reserves an interface after a VM refused at its `PUT`: the published reports
 //!   are of VMs that were made and failed or were deleted, and the fake follows them.
 //! - Managed identity tokens beyond their shape (the token is [`TOKEN`] whichever identity answers;
@@ -218,8 +227,7 @@ pub fn driver_settings(fake: &FakeAzure) -> orca_machines::Settings {
 pub const COMPUTE_API: &str = "2024-07-01";
 
 /// How long an operation runs unless a test says otherwise ([`FakeAzure::set_operation_time`]):
-/// none, it has ended by the next request. The fake asks for no pause between polls
-/// (`Retry-After: 0`), so a longer default would only add polls to every test's count.
+/// none, it has ended by the next request, so each is polled once whatever the client's pause.
 const OPERATION_TIME: Duration = Duration::ZERO;
 
 /// How long Azure reserves the interface of a VM that failed or was deleted
@@ -362,8 +370,8 @@ struct State {
     page_size: usize,
     /// How long an operation runs.
     operation_time: Duration,
-    /// The pause named before the next poll of a running operation (`Retry-After`).
-    poll_pause: Duration,
+    /// The pause named before the next poll of a running operation (`Retry-After`), if any.
+    poll_pause: Option<Duration>,
     skus: Vec<Value>,
     prices: Vec<Value>,
     no_stock: HashMap<(String, String), String>,
@@ -421,7 +429,7 @@ impl FakeAzure {
             ops: HashMap::new(),
             page_size: 100,
             operation_time: OPERATION_TIME,
-            poll_pause: Duration::ZERO,
+            poll_pause: None,
             skus: seed_skus(),
             prices: seed_prices(),
             no_stock: HashMap::new(),
@@ -477,10 +485,17 @@ impl FakeAzure {
     }
 
     /// The pause named before the next poll (`Retry-After`, whole seconds) in the answer that starts
-    /// an operation and in each poll of it while it runs, as Azure names one. By default none (0 s):
-    /// a client that honours it polls operations that last seconds without pause.
+    /// an operation and in each poll of it while it runs, from now on. By default none is named, as
+    /// Azure names none for a VM's operations; `Duration::ZERO` sends `Retry-After: 0`, which names
+    /// no pause either (Azure's SDKs poll at their own interval then), as recordings of Azure
+    /// sessions made by some SDKs' test recorders show it.
     pub fn set_poll_pause(&self, d: Duration) {
-        self.st().poll_pause = d;
+        self.st().poll_pause = Some(d);
+    }
+
+    /// No `Retry-After` on operations from now on, as by default.
+    pub fn clear_poll_pause(&self) {
+        self.st().poll_pause = None;
     }
 
     /// Resource Manager's throttling from now on (`None`: off, as by default): a full token bucket

@@ -247,15 +247,9 @@ pub(super) fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &
         .unwrap_or("westeurope")
         .to_string();
     let op = start_op(st, r, &key, Kind::Vm, &location, Action::Power(end));
-    answer(
-        202,
-        Value::Null,
-        &[
-            ("Azure-AsyncOperation", op.clone()),
-            ("Location", op),
-            ("Retry-After", st.poll_pause.as_secs().to_string()),
-        ],
-    )
+    let mut headers = vec![("Azure-AsyncOperation", op.clone()), ("Location", op)];
+    headers.extend(retry_after(st));
+    answer(202, Value::Null, &headers)
 }
 
 /// The resources VM `vm`'s delete would delete with it, by their `deleteOption`s: its OS disk, each

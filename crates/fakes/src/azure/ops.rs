@@ -193,13 +193,16 @@ pub(super) fn poll(st: &mut State, op_id: &str) -> Response {
             "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z",
             "error": {"code": code, "message": msg, "details": []}}),
     };
-    // Azure names the wait before the next poll (by default the fake asks for none).
-    let wait = if running {
-        vec![("Retry-After", st.poll_pause.as_secs().to_string())]
-    } else {
-        vec![]
-    };
+    let wait: Vec<_> = retry_after(st).filter(|_| running).into_iter().collect();
     answer(200, body, &wait)
+}
+
+/// The `Retry-After` of an answer about a running operation, if the fake names one
+/// ([`FakeAzure::set_poll_pause`]): none by default, as Azure's answers for a VM's operations carry
+/// none.
+pub(super) fn retry_after(st: &State) -> Option<(&'static str, String)> {
+    st.poll_pause
+        .map(|d| ("Retry-After", d.as_secs().to_string()))
 }
 
 /// A `Location` poll: 202 while running, 200 when done, the failure's status and error otherwise.
@@ -211,22 +214,17 @@ pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
             "NotFound",
             &format!("The operation '{op_id}' was not found."),
         ),
-        Some(None) => answer(
-            202,
-            Value::Null,
-            &[
-                (
-                    "Location",
-                    format!(
-                        "{}{}?api-version={}",
-                        r.base,
-                        r.path,
-                        r.q("api-version").unwrap_or("")
-                    ),
-                ),
-                ("Retry-After", st.poll_pause.as_secs().to_string()),
-            ],
-        ),
+        Some(None) => {
+            let location = format!(
+                "{}{}?api-version={}",
+                r.base,
+                r.path,
+                r.q("api-version").unwrap_or("")
+            );
+            let mut headers = vec![("Location", location)];
+            headers.extend(retry_after(st));
+            answer(202, Value::Null, &headers)
+        }
         Some(Some(Ok(()))) => answer(200, Value::Null, &[]),
         Some(Some(Err((code, msg)))) => err(409, &code, &msg),
     }

@@ -218,14 +218,9 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
         },
     );
     let op = start_op(st, r, &key, kind, &location, action);
-    answer(
-        if exists { 200 } else { 201 },
-        body,
-        &[
-            ("Azure-AsyncOperation", op),
-            ("Retry-After", st.poll_pause.as_secs().to_string()),
-        ],
-    )
+    let mut headers = vec![("Azure-AsyncOperation", op)];
+    headers.extend(retry_after(st));
+    answer(if exists { 200 } else { 201 }, body, &headers)
 }
 
 pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
@@ -390,15 +385,9 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
         }
     }
     let op = start_op(st, r, &key, kind, &location, Action::Delete);
-    answer(
-        202,
-        Value::Null,
-        &[
-            ("Azure-AsyncOperation", op.clone()),
-            ("Location", op),
-            ("Retry-After", st.poll_pause.as_secs().to_string()),
-        ],
-    )
+    let mut headers = vec![("Azure-AsyncOperation", op.clone()), ("Location", op)];
+    headers.extend(retry_after(st));
+    answer(202, Value::Null, &headers)
 }
 
 /// The Tags API on a resource (`{id}/providers/Microsoft.Resources/tags/default`): `GET`, `PUT`
