@@ -464,9 +464,9 @@ impl Client {
     /// operation is mapped by [`map_error`]; one still running past the operation timeout is a
     /// passing failure naming it (it goes on in Azure).
     ///
-    /// Azure names the pause before each poll (`Retry-After` on the first answer and on every
-    /// poll; the poll interval when it names none, at most 60 s), and the first poll waits that
-    /// pause too (the operation was just started): the first step only names it.
+    /// The pause before each poll is [`poll_pause`]'s, from the `Retry-After` of the first answer
+    /// and of every poll, and the first poll waits that pause too (the operation was just
+    /// started): the first step only names it.
     pub(crate) async fn wait(&self, op: &str, started: &Answer) -> Result<()> {
         let (url, by_status) = match (&started.async_op, &started.location) {
             (Some(u), _) => (u.as_str(), true),
@@ -475,11 +475,7 @@ impl Client {
             }
             _ => return Ok(()),
         };
-        let pause = |retry_after: Option<Duration>| {
-            retry_after
-                .unwrap_or(self.poll_interval)
-                .min(Duration::from_secs(60))
-        };
+        let pause = |retry_after| poll_pause(retry_after, self.poll_interval);
         let poll_op = &format!("{op} (poll)");
         let mut first = Some(pause(started.retry_after));
         kit::poll_with(op, self.operation_timeout, || {
@@ -552,6 +548,20 @@ impl Client {
     }
 }
 
+/// The longest pause between polls of an operation, whatever Azure names.
+const MAX_POLL_PAUSE: Duration = Duration::from_secs(60);
+
+/// The pause before the next poll of an operation: the `Retry-After` Azure named, if above zero,
+/// else `interval`; at most [`MAX_POLL_PAUSE`]. A `Retry-After` of zero names no pause, as Azure's
+/// own SDKs read it (they poll at their own frequency then): taken as "at once" it would poll an
+/// operation of minutes in a loop, a read of the subscription's bucket per round trip.
+fn poll_pause(retry_after: Option<Duration>, interval: Duration) -> Duration {
+    retry_after
+        .filter(|d| !d.is_zero())
+        .unwrap_or(interval)
+        .min(MAX_POLL_PAUSE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,6 +570,21 @@ mod tests {
 
     fn detail(v: Value) -> ErrorDetail {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_pause_named_above_zero_is_kept_up_to_a_minute_and_otherwise_the_interval() {
+        let s = Duration::from_secs;
+        let interval = s(2);
+        assert_eq!(poll_pause(None, interval), interval);
+        assert_eq!(poll_pause(Some(Duration::ZERO), interval), interval);
+        assert_eq!(poll_pause(Some(s(10)), interval), s(10));
+        assert_eq!(
+            poll_pause(Some(Duration::from_millis(500)), interval),
+            Duration::from_millis(500)
+        );
+        assert_eq!(poll_pause(Some(s(120)), interval), s(60));
+        assert_eq!(poll_pause(None, s(300)), s(60));
     }
 
     #[test]
