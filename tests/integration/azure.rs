@@ -64,6 +64,8 @@ async fn of_azure_from_the_environment_and_from_settings() {
         ("ORCA_AZURE_ACCESS_TOKEN", TOKEN.to_string()),
         ("ORCA_AZURE_ENDPOINT", fake.url()),
         ("ORCA_AZURE_PRICES_ENDPOINT", fake.url()),
+        // The fake's operations end at once and name no pause: poll them often, not every 2 s.
+        ("ORCA_POLL_INTERVAL", "20ms".to_string()),
     ];
 
     // As data: a missing key and a wrong value are named together; an unknown key is refused.
@@ -93,6 +95,8 @@ async fn of_azure_from_the_environment_and_from_settings() {
         std::env::set_var(k, v);
     }
     let p = orca::of("azure", "stack-1").await.unwrap();
+    // Every driver reads this key: not left set for the other tests of this binary.
+    std::env::remove_var("ORCA_POLL_INTERVAL");
     assert_eq!(p.kind(), "azure");
     assert!(
         !format!("{p:?}").contains(TOKEN),

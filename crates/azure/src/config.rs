@@ -301,7 +301,8 @@ pub struct Config {
     pub credential: Credential,
     /// The retry policy for every call.
     pub retry: RetryPolicy,
-    /// The wait between polls of a long-running operation when Azure names none (Retry-After).
+    /// The wait between polls of a long-running operation when Azure names none (no Retry-After,
+    /// or one of zero).
     pub poll_interval: Duration,
     /// The client settings every driver takes (timeouts, poll interval, retry budget).
     pub client: ClientOptions,
@@ -539,7 +540,7 @@ impl ConfigBuilder {
         self
     }
 
-    /// The wait between polls when Azure names none.
+    /// The wait between polls when Azure names none (no Retry-After, or one of zero).
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.poll_interval = Some(d);
         self
