@@ -16,6 +16,12 @@ use crate::common::builder;
 /// The fake's quota of each group a minute.
 const PER_MINUTE: u32 = 3;
 
+/// 10:00:00 UTC on some day: where the tests put the fake's wall clock, so that they know where its
+/// minutes start.
+fn ten_o_clock() -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 10 * 3600)
+}
+
 /// The listings answered (status and time) since `from` in the fake's log.
 fn listings(fake: &FakeGce, from: usize) -> Vec<(u16, Instant)> {
     fake.control().log()[from..]
@@ -93,6 +99,7 @@ async fn a_refusal_given_up_on_says_when_the_next_minute_starts() {
     )
     .await
     .unwrap();
+    fake.set_utc(ten_o_clock());
     fake.set_rate_quota(Some(PER_MINUTE));
     for _ in 0..PER_MINUTE {
         p.machines("lab").await.unwrap();

@@ -22,17 +22,21 @@
 //!   one interval, or at a pause each step names: a Retry-After, a backoff).
 //! - [`QuotaPacer`]: a cloud's rate quotas counted in fixed intervals, which the cloud does not
 //!   tell: learnt from the first refusal (or set by the operator), then never spent past.
+//! - [`UtcClock`]: the wall clock as tokio's clock moves it (a reading taken once plus tokio's time
+//!   since), for intervals that start on the wall clock's minutes, on a paused clock too.
 //! - [`check_owned`] and [`no_stock`]: the ownership refusal and the no-stock outcome.
 
 use std::future::Future;
 use std::time::Duration;
 
+mod clock;
 #[cfg(feature = "http")]
 mod http;
 mod quota;
 mod recent;
 mod timeouts;
 
+pub use clock::UtcClock;
 #[cfg(feature = "http")]
 pub use http::{http_client, http_client_with, transport_error, TransportKind};
 pub use quota::{QuotaPacer, QuotaTicket, Settled};
