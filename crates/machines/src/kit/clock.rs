@@ -66,6 +66,16 @@ impl UtcClock {
     }
 }
 
+/// The number of the interval of `length` (counted from the Unix epoch) that holds `since_epoch`.
+pub(crate) fn interval_of(since_epoch: Duration, length: Duration) -> u64 {
+    (since_epoch.as_nanos() / length.as_nanos().max(1)) as u64
+}
+
+/// When interval `n` of `length` starts, as time since the Unix epoch.
+pub(crate) fn interval_start(n: u64, length: Duration) -> Duration {
+    Duration::from_nanos((u128::from(n) * length.as_nanos()) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +89,17 @@ mod tests {
         tokio::time::advance(Duration::from_secs(45)).await;
         assert_eq!(clock.now(), ten_fifteen + Duration::from_secs(45));
         assert_eq!(clock.at(before), ten_fifteen, "an earlier instant too");
+        let minute = Duration::from_secs(60);
+        let n = interval_of(clock.since_epoch(Instant::now()), minute);
+        assert_eq!(
+            UNIX_EPOCH + interval_start(n, minute),
+            ten_fifteen + Duration::from_secs(45),
+            "10:01:00 starts a minute"
+        );
+        assert_eq!(
+            interval_of(clock.since_epoch(before), minute),
+            n - 1,
+            "10:00:15 is in the minute before"
+        );
     }
 }

@@ -21,7 +21,9 @@
 //! - [`poll`] and [`poll_with`]: the one loop that follows a long-running operation to its end (at
 //!   one interval, or at a pause each step names: a Retry-After, a backoff).
 //! - [`QuotaPacer`]: a cloud's rate quotas counted in fixed intervals, which the cloud does not
-//!   tell: learnt from the first refusal (or set by the operator), then never spent past.
+//!   tell: learnt from the first refusal (or set by the operator), then never spent past; in any
+//!   span of one interval, or within each interval where the intervals start on the wall clock
+//!   ([`QuotaPacer::synchronized`], with a [`CLOCK_MARGIN`] at the boundaries).
 //! - [`UtcClock`]: the wall clock as tokio's clock moves it (a reading taken once plus tokio's time
 //!   since), for intervals that start on the wall clock's minutes, on a paused clock too.
 //! - [`check_owned`] and [`no_stock`]: the ownership refusal and the no-stock outcome.
@@ -39,7 +41,7 @@ mod timeouts;
 pub use clock::UtcClock;
 #[cfg(feature = "http")]
 pub use http::{http_client, http_client_with, transport_error, TransportKind};
-pub use quota::{QuotaPacer, QuotaTicket, Settled};
+pub use quota::{QuotaPacer, QuotaTicket, Settled, CLOCK_MARGIN};
 pub use recent::{read_until_seen, Recent};
 pub use timeouts::{Proxy, Timeouts};
 
