@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use orca_machines::kit::{ClientOptions, Timeouts};
+use orca_machines::kit::{ClientOptions, Timeouts, UtcClock};
 use orca_machines::settings::{Problems, parse_bool, parse_duration};
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
@@ -214,6 +214,10 @@ pub struct Config {
     /// The rate quota, requests a minute of each quota group ([`ConfigKey::RateQuota`]); `None`:
     /// learnt from the first refusal.
     pub rate_quota: Option<u32>,
+    /// The wall clock on which the rate quotas' minutes start (second :00 UTC); `None`: the
+    /// system's, as it reads when the provider is made. A test on tokio's paused clock gives the
+    /// fake's, so that both read the same minutes.
+    pub clock: Option<UtcClock>,
     /// The retry policy of every call.
     pub retry: RetryPolicy,
     /// The longest the driver follows one operation.
@@ -453,6 +457,7 @@ fn read_settings(
         ssh_user,
         image_project,
         rate_quota,
+        clock: None,
         // A resource another operation holds is waited for as long as an operation may last.
         retry: client
             .retry_policy(RetryPolicy::default())
@@ -575,6 +580,7 @@ pub struct ConfigBuilder {
     visibility_window: Option<Duration>,
     /// Client options given in code: they replace the client keys of the settings.
     client: Option<ClientOptions>,
+    clock: Option<UtcClock>,
 }
 
 impl std::fmt::Debug for ConfigBuilder {
@@ -660,6 +666,12 @@ impl ConfigBuilder {
     /// ([`ConfigKey::RateQuota`]; unset: learnt from the first refusal).
     pub fn rate_quota(self, per_minute: u32) -> Self {
         self.with_config(ConfigKey::RateQuota, per_minute.to_string())
+    }
+    /// The wall clock on which the rate quotas' minutes start (default: the system's); see
+    /// [`Config::clock`].
+    pub fn clock(mut self, clock: UtcClock) -> Self {
+        self.clock = Some(clock);
+        self
     }
     /// Whether machines get an external address (default true).
     pub fn public_ip(self, on: bool) -> Self {
@@ -755,6 +767,7 @@ impl ConfigBuilder {
         if let Some(d) = self.visibility_window {
             c.visibility_window = d;
         }
+        c.clock = self.clock;
         Ok(c)
     }
 }
