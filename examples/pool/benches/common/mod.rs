@@ -23,6 +23,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use axum::http::Method;
+use futures::future::BoxFuture;
 use orca::Settings as OrcaSettings;
 use orca_fakes::Control;
 use orca_scaler::{FileStore, Scaler, Settings};
@@ -96,12 +97,20 @@ pub struct Fake {
     pub control: Arc<Control>,
     /// Whatever must live as long as the fake (the server, a credentials file).
     pub _keep: Box<dyn std::any::Any>,
-    /// When the fake's fixed rate-limit intervals started (see [`Limit::interval`]).
+    /// When one of the fake's fixed rate-limit intervals started, on tokio's clock: they follow
+    /// each other from there, before and after (see [`Limit::interval`]).
     pub intervals_from: Option<Instant>,
     /// The settings that tell the driver the rate limit, for one more run at the default settings
     /// with them (a limit the driver otherwise learns).
     pub told: Vec<(&'static str, String)>,
+    /// Makes the provider from the settings where the driver needs more than settings (the fake's
+    /// wall clock, which on the paused clock no driver reads from the system); `None`:
+    /// `orca::of_with`.
+    pub provider: Option<MakeProvider>,
 }
+
+/// A provider made from settings (see [`Fake::provider`]).
+pub type MakeProvider = Box<dyn Fn(OrcaSettings) -> BoxFuture<'static, Arc<dyn orca::Provider>>>;
 
 /// What one phase cost.
 #[derive(Debug, Default, Clone)]
@@ -292,9 +301,12 @@ where
 /// passes `INTERVAL` apart as `orca-pool` runs them. Between the phases the rate-limit bucket
 /// refills.
 async fn run(fake: &Fake, machines: usize, parallel: Option<usize>) -> Run {
-    let p = orca::of_with(fake.kind, "bench", &fake.settings)
-        .await
-        .expect("provider");
+    let p = match &fake.provider {
+        Some(make) => make(fake.settings.clone()).await,
+        None => orca::of_with(fake.kind, "bench", &fake.settings)
+            .await
+            .expect("provider"),
+    };
     let dir = tempfile::tempdir().expect("dir");
     let mut settings = Settings::new(
         "bench",
