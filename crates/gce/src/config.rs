@@ -467,7 +467,7 @@ fn read_settings(
         request_timeout: Timeouts::resolve(None, None, &client, DEFAULT_TIMEOUTS)
             .request
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
-        visibility_window: DEFAULT_VISIBILITY_WINDOW,
+        visibility_window: client.visibility_window_or(None, DEFAULT_VISIBILITY_WINDOW),
         client,
     })
 }
@@ -734,7 +734,7 @@ impl ConfigBuilder {
         self
     }
     /// How long a fresh machine's "not found" is read again (default
-    /// [`DEFAULT_VISIBILITY_WINDOW`]).
+    /// [`DEFAULT_VISIBILITY_WINDOW`]; wins over `ORCA_VISIBILITY_WINDOW`).
     pub fn visibility_window(mut self, d: Duration) -> Self {
         self.visibility_window = Some(d);
         self
@@ -968,8 +968,17 @@ mod tests {
             ("ORCA_GCE_ENDPOINT", "http://127.0.0.1:9/compute/v1/"),
             ("ORCA_GCE_SSH_USER", "shed"),
             ("ORCA_GCE_PUBLIC_IP", "no"),
+            ("ORCA_VISIBILITY_WINDOW", "3s"),
         ]);
         let c = Config::from_settings(&settings(&with)).unwrap();
+        assert_eq!(c.visibility_window, Duration::from_secs(3));
+        let c2 = ConfigBuilder::from_settings(&settings(&with))
+            .visibility_window(Duration::from_millis(200))
+            .build()
+            .unwrap();
+        assert_eq!(c2.visibility_window, Duration::from_millis(200));
+        let plain = Config::from_settings(&settings(&BASE)).unwrap();
+        assert_eq!(plain.visibility_window, DEFAULT_VISIBILITY_WINDOW);
         assert_eq!(c.network_tags, ["shed-a", "ssh"]);
         assert_eq!(c.max_run_duration, Some(Duration::from_secs(86_400)));
         assert_eq!((c.page_size, c.disk_gb), (1, 50));
@@ -987,6 +996,7 @@ mod tests {
             ("ORCA_GCE_SSH_USER", "Root"),
             ("ORCA_GCE_ENDPOINT", "ftp://x"),
             ("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "perhaps"),
+            ("ORCA_VISIBILITY_WINDOW", "0s"),
         ] {
             let mut bad = BASE.to_vec();
             bad.retain(|(x, _)| *x != k);

@@ -66,6 +66,11 @@ crate::setting_keys! {
         MaxRetries = "ORCA_MAX_RETRIES",
         /// `ORCA_RETRY_TIMEOUT`: the longest time spent retrying one call.
         RetryTimeout = "ORCA_RETRY_TIMEOUT",
+        /// `ORCA_VISIBILITY_WINDOW`: the cloud's eventual consistency, as the driver allows for it:
+        /// how long after making a machine the provider reads again (with backoff) rather than
+        /// believe a "not found" for it, and the longest a create waits for the new machine to
+        /// show. Each driver has its own default.
+        VisibilityWindow = "ORCA_VISIBILITY_WINDOW",
     }
 }
 
@@ -83,6 +88,8 @@ pub struct ClientOptions {
     pub max_retries: Option<u32>,
     /// [`ClientKey::RetryTimeout`].
     pub retry_timeout: Option<Duration>,
+    /// [`ClientKey::VisibilityWindow`].
+    pub visibility_window: Option<Duration>,
 }
 
 /// Parses a duration as [`crate::settings::parse_duration`] does, parts of a second included
@@ -109,6 +116,7 @@ impl ClientOptions {
             ClientKey::RequestTimeout => self.request_timeout = Some(duration()?),
             ClientKey::PollInterval => self.poll_interval = Some(duration()?),
             ClientKey::RetryTimeout => self.retry_timeout = Some(duration()?),
+            ClientKey::VisibilityWindow => self.visibility_window = Some(duration()?),
             ClientKey::MaxRetries => {
                 self.max_retries = Some(
                     value
@@ -148,6 +156,11 @@ impl ClientOptions {
     /// The pause between polls, or `default`.
     pub fn poll_interval_or(&self, default: Duration) -> Duration {
         self.poll_interval.unwrap_or(default)
+    }
+
+    /// The window a driver's builder set (`explicit`), else this setting, else `default`.
+    pub fn visibility_window_or(&self, explicit: Option<Duration>, default: Duration) -> Duration {
+        explicit.or(self.visibility_window).unwrap_or(default)
     }
 }
 
@@ -481,6 +494,33 @@ mod tests {
         );
         let e = p.finish().unwrap_err();
         assert!(e.to_string().contains("ORCA_REQUEST_TIMEOUT"), "{e}");
+    }
+
+    #[test]
+    fn the_visibility_window_is_a_client_key_below_the_builder_and_above_the_default() {
+        let (default, builder) = (Duration::from_secs(30), Some(Duration::from_secs(3)));
+        let mut p = Problems::new();
+        let none = ClientOptions::from_settings(&Settings::new(), &mut p);
+        assert_eq!(none.visibility_window_or(None, default), default);
+        let s = Settings::new().with("ORCA_VISIBILITY_WINDOW", "1500ms");
+        let o = ClientOptions::from_settings(&s, &mut p);
+        assert!(p.finish().is_ok());
+        assert_eq!(
+            o.visibility_window_or(None, default),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            o.visibility_window_or(builder, default),
+            Duration::from_secs(3)
+        );
+        for bad in ["0s", "later"] {
+            let mut p = Problems::new();
+            let s = Settings::new().with("ORCA_VISIBILITY_WINDOW", bad);
+            let o = ClientOptions::from_settings(&s, &mut p);
+            assert_eq!(o.visibility_window, None);
+            let e = p.finish().unwrap_err();
+            assert!(e.to_string().contains("ORCA_VISIBILITY_WINDOW"), "{e}");
+        }
     }
 
     #[tokio::test(start_paused = true)]
