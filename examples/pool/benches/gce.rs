@@ -7,9 +7,9 @@
 //! `ORCA_BENCH_SECOND` (default 0) of a minute of the fake's wall clock, and the driver reads that
 //! clock, so every run on the paused clock is alike.
 //!
-//! Measured (debug, five runs alike): floor 101.0 s, fewest 602 requests; default settings 131.0 s,
-//! 1.30 of that floor and 1.02 of the floor of the minutes its phases met (129.0 s), 643 requests
-//! (1.07 of the fewest), 41 refused; with `ORCA_GCE_RATE_QUOTA=60` the same time, 602 requests and
+//! Measured (debug, five runs alike): fewest 602 requests; default settings 131.0 s, 1.02 of the
+//! floor of the minutes its phases met (129.0 s; 1.30 of the bucket's reading of the floor, 101.0 s,
+//! which a refill each second would allow), 643 requests (1.07 of the fewest), 41 refused; with `ORCA_GCE_RATE_QUOTA=60` the same time, 602 requests and
 //! none refused. Compute Engine counts in the wall clock's minutes (from second :00 UTC), and so
 //! do the fake and the driver: 100 inserts cannot all go before the next minute, so no driver
 //! beats 70 s for the creates where the bucket floor reads 50 s. Unset, the driver learns each
