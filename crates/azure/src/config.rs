@@ -114,6 +114,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// The location `arch()` reads the size catalogue of when [`ConfigKey::Location`] is unset.
 pub const DEFAULT_LOCATION: &str = "westeurope";
+/// The default of [`ConfigBuilder::visibility_window`] (and `ORCA_VISIBILITY_WINDOW`).
+const VISIBILITY: Duration = Duration::from_secs(60);
 
 /// A marketplace image: `publisher:offer:sku:version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -553,7 +555,7 @@ impl ConfigBuilder {
     }
 
     /// The longest a machine that may be new is waited for before "not found" is believed
-    /// (default 60 s).
+    /// (default 60 s; wins over `ORCA_VISIBILITY_WINDOW`).
     pub fn visibility_window(mut self, d: Duration) -> Self {
         self.visibility_window = Some(d);
         self
@@ -726,7 +728,7 @@ impl ConfigBuilder {
                 .unwrap_or_else(|| client.poll_interval_or(Duration::from_secs(2))),
             client,
             operation_timeout,
-            visibility_window: self.visibility_window.unwrap_or(Duration::from_secs(60)),
+            visibility_window: client.visibility_window_or(self.visibility_window, VISIBILITY),
             connect_timeout: timeouts.connect,
             request_timeout: timeouts.request.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
             reservation_wait: self.reservation_wait.unwrap_or(Duration::from_secs(200)),
@@ -1211,15 +1213,24 @@ mod tests {
 
     #[test]
     fn a_builder_from_settings_takes_the_client_keys_is_adjusted_and_refuses_unknown_keys() {
-        let s = full().with("ORCA_REQUEST_TIMEOUT", "20s");
+        let s = full()
+            .with("ORCA_REQUEST_TIMEOUT", "20s")
+            .with("ORCA_VISIBILITY_WINDOW", "5s");
         let c = ConfigBuilder::from_settings(&s).build().unwrap();
         assert_eq!(c.request_timeout, Duration::from_secs(20));
+        assert_eq!(c.visibility_window, Duration::from_secs(5));
+        assert_eq!(
+            Config::from_settings(&full()).unwrap().visibility_window,
+            VISIBILITY
+        );
         let c = ConfigBuilder::from_settings(&s)
             .request_timeout(Duration::from_secs(7))
+            .visibility_window(Duration::from_secs(1))
             .resource_group("rg-2")
             .build()
             .unwrap();
         assert_eq!(c.request_timeout, Duration::from_secs(7));
+        assert_eq!(c.visibility_window, Duration::from_secs(1));
         assert_eq!(c.resource_group, "rg-2");
         let e = ConfigBuilder::from_settings(&full().with("ORCA_AZURE_RESOURCE_GRUOP", "x"))
             .build()

@@ -42,6 +42,10 @@ orca_machines::setting_keys! {
         RootVolumeGb = "ORCA_EC2_ROOT_VOLUME_GB",
         /// `ORCA_EC2_ENDPOINT`: the EC2 endpoint URL (tests point it at the emulator on 127.0.0.1).
         Endpoint = "ORCA_EC2_ENDPOINT",
+        /// `ORCA_EC2_CONFIRM_NOT_FOUND`: how long a "not found" for an instance this provider did not
+        /// make lately is confirmed before it is believed (`10s`, `1500ms`; default
+        /// [`DEFAULT_CONFIRM_NOT_FOUND`]; [`ConfigBuilder::confirm_not_found`]).
+        ConfirmNotFound = "ORCA_EC2_CONFIRM_NOT_FOUND",
     }
 }
 
@@ -310,7 +314,7 @@ pub struct ConfigBuilder {
     retry: Option<RetryPolicy>,
     poll_interval: Option<Duration>,
     operation_timeout: Duration,
-    visibility_window: Duration,
+    visibility_window: Option<Duration>,
     confirm_not_found: Duration,
     new_profile_wait: Duration,
     connect_timeout: Option<Duration>,
@@ -368,7 +372,7 @@ impl Default for ConfigBuilder {
             retry: None,
             poll_interval: None,
             operation_timeout: DEFAULT_OPERATION_TIMEOUT,
-            visibility_window: DEFAULT_VISIBILITY_WINDOW,
+            visibility_window: None,
             confirm_not_found: DEFAULT_CONFIRM_NOT_FOUND,
             new_profile_wait: DEFAULT_NEW_PROFILE_WAIT,
             connect_timeout: None,
@@ -469,6 +473,15 @@ impl ConfigBuilder {
                 )),
             },
             ConfigKey::Endpoint => self.endpoint = Some(v.trim_end_matches('/').to_string()),
+            ConfigKey::ConfirmNotFound => {
+                match orca_machines::kit::parse_short_duration(v).filter(|d| !d.is_zero()) {
+                    Some(d) => self.confirm_not_found = d,
+                    None => self.problems.push((
+                        ConfigKey::ConfirmNotFound.as_str().into(),
+                        "a duration above zero such as 1500ms or 10s".into(),
+                    )),
+                }
+            }
         }
         self
     }
@@ -556,9 +569,9 @@ impl ConfigBuilder {
 
     /// EC2's eventual consistency (default [`DEFAULT_VISIBILITY_WINDOW`]): the longest a create waits
     /// for its new instance to show, and how long after making an instance this provider reads again
-    /// (with backoff) rather than believe a "not found" for it.
+    /// (with backoff) rather than believe a "not found" for it. Wins over `ORCA_VISIBILITY_WINDOW`.
     pub fn visibility_window(mut self, window: Duration) -> Self {
-        self.visibility_window = window;
+        self.visibility_window = Some(window);
         self
     }
 
@@ -728,7 +741,9 @@ impl ConfigBuilder {
         if self.operation_timeout < poll_interval {
             p.invalid("operation_timeout", "at least one poll_interval");
         }
-        if self.visibility_window.is_zero() || self.confirm_not_found.is_zero() {
+        let visibility_window =
+            client.visibility_window_or(self.visibility_window, DEFAULT_VISIBILITY_WINDOW);
+        if visibility_window.is_zero() || self.confirm_not_found.is_zero() {
             p.invalid(
                 "visibility_window",
                 "windows above zero (EC2's \"not found\" is confirmed before it is believed)",
@@ -760,7 +775,7 @@ impl ConfigBuilder {
                 .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
             poll_interval,
             operation_timeout: self.operation_timeout,
-            visibility_window: self.visibility_window,
+            visibility_window,
             confirm_not_found: self.confirm_not_found,
             new_profile_wait: self.new_profile_wait,
             connect_timeout: timeouts.connect,
@@ -929,6 +944,37 @@ mod tests {
         let c = b().build().unwrap();
         assert_eq!(c.confirm_not_found, DEFAULT_CONFIRM_NOT_FOUND);
         assert_eq!(c.visibility_window, DEFAULT_VISIBILITY_WINDOW);
+    }
+
+    #[test]
+    fn consistency_windows_are_settings_and_the_builder_wins() {
+        let s = full()
+            .with("ORCA_VISIBILITY_WINDOW", "20s")
+            .with("ORCA_EC2_CONFIRM_NOT_FOUND", "1500ms");
+        let c = ConfigBuilder::from_settings(&s).build().unwrap();
+        assert_eq!(c.visibility_window, Duration::from_secs(20));
+        assert_eq!(c.confirm_not_found, Duration::from_millis(1500));
+        let c = ConfigBuilder::from_settings(&s)
+            .visibility_window(Duration::from_secs(3))
+            .confirm_not_found(Duration::from_secs(4))
+            .build()
+            .unwrap();
+        assert_eq!(c.visibility_window, Duration::from_secs(3));
+        assert_eq!(c.confirm_not_found, Duration::from_secs(4));
+        for bad in ["0s", "soon", "-1s"] {
+            let s = full()
+                .with("ORCA_VISIBILITY_WINDOW", bad)
+                .with("ORCA_EC2_CONFIRM_NOT_FOUND", bad);
+            let e = ConfigBuilder::from_settings(&s)
+                .build()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("ORCA_VISIBILITY_WINDOW") && e.contains("ORCA_EC2_CONFIRM_NOT_FOUND"),
+                "{bad}: {e}"
+            );
+            assert!(!e.contains("soon"), "a value is never echoed: {e}");
+        }
     }
 
     #[test]

@@ -67,7 +67,11 @@
 //!
 //! Rate quotas ([`FakeGce::set_rate_quota`], off by default): per project, requests per group of
 //! methods (changes, reads, lists, operation reads) counted in synchronized intervals of 60 s,
-//! refused past the quota with 403 `rateLimitExceeded` until the next interval starts.
+//! refused past the quota with 403 `rateLimitExceeded` until the next interval starts. As Compute
+//! Engine's, the intervals are the minutes of the wall clock (from second :00 UTC), not counted
+//! from when the quota was set: the fake's wall clock ([`FakeGce::clock`]) is the system's as read
+//! at the start, moved on by tokio's clock, so that on the paused clock minutes pass as the test
+//! moves it; [`FakeGce::set_utc`] sets what it reads.
 //!
 //! Faults on demand: no stock of a type in a zone (the boot disk left behind, as a half-made create
 //! leaves it), quota, an insert whose operation fails after making the instance and its disk, slow
@@ -133,6 +137,7 @@ use insert::*;
 use instances::*;
 use oauth::*;
 use operations::*;
+use orca_machines::kit::UtcClock;
 use quota::RateQuota;
 use world::*;
 
@@ -626,12 +631,26 @@ impl FakeGce {
     }
 
     /// Compute Engine's rate quotas from now on (`None`: off, as by default): at most `per_minute`
-    /// requests of each group (changes, reads, lists, operation reads) in each interval of 60 s of
-    /// tokio's time, counted from now; past it, 403 `rateLimitExceeded` until the next interval,
+    /// requests of each group (changes, reads, lists, operation reads) in each minute of the fake's
+    /// wall clock ([`FakeGce::clock`]: from second :00 UTC, whenever the quota is set); past it,
+    /// 403 `rateLimitExceeded` until the next minute starts,
     /// with no header saying what is left or when it refills. Compute Engine's default is 1,500
     /// for each group.
     pub fn set_rate_quota(&self, per_minute: Option<u32>) {
         lock(&self.state).rate_quota = per_minute.map(RateQuota::new);
+    }
+
+    /// The fake's wall clock (UTC): the system's as it read when the fake started, moved on by
+    /// tokio's clock since, unless [`FakeGce::set_utc`] set it. A driver made with this clock reads
+    /// the same minutes as the fake.
+    pub fn clock(&self) -> UtcClock {
+        lock(&self.state).utc
+    }
+
+    /// Sets the fake's wall clock to read `utc` now (moved on by tokio's clock from there), so that a
+    /// test on the paused clock knows where in its minute each request falls.
+    pub fn set_utc(&self, utc: std::time::SystemTime) {
+        lock(&self.state).utc = UtcClock::reading(utc);
     }
 
     /// How many requests the rate quotas refused (403 `rateLimitExceeded`) so far.
@@ -735,6 +754,50 @@ mod tests {
         tokio::time::advance(Duration::from_secs(60)).await;
         let (status, _) = call(&http, &token, reqwest::Method::GET, get(), None).await;
         assert_eq!(status, 200);
+    }
+
+    /// Moves tokio's clock on until the fake's wall clock reads `utc` (from wherever it reads now).
+    async fn advance_to(fake: &FakeGce, utc: std::time::SystemTime) {
+        let left = utc.duration_since(fake.clock().now()).unwrap();
+        tokio::time::advance(left).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rate_quota_minutes_start_at_the_wall_clocks_minutes_not_when_the_quota_was_set() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        // 10:00:15 UTC on some day.
+        let ten = std::time::UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 10 * 3600);
+        let at = |secs: u64| ten + Duration::from_secs(secs);
+        fake.set_utc(at(15));
+        fake.set_rate_quota(Some(2));
+        let get = format!(
+            "{}/projects/{PROJECT}/zones/{ZONE}/machineTypes/e2-small",
+            fake.endpoint()
+        );
+        let status = || async {
+            call(&http, &token, reqwest::Method::GET, get.clone(), None)
+                .await
+                .0
+        };
+        assert_eq!((status().await, status().await), (200, 200));
+        assert_eq!(status().await, 403, "the quota of 10:00 is spent");
+        advance_to(&fake, at(59)).await;
+        assert_eq!(
+            status().await,
+            403,
+            "10:00:59 is still in the minute of 10:00"
+        );
+        advance_to(&fake, at(60)).await;
+        assert_eq!(
+            status().await,
+            200,
+            "the quota refills at 10:01:00, not a minute after the quota was set"
+        );
+        assert_eq!(status().await, 200);
+        assert_eq!(status().await, 403, "10:01 has its own count");
+        assert_eq!(fake.rate_limited(), 3);
     }
 
     fn b64url(data: &[u8]) -> String {

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use orca_machines::kit::{
-    self, Attempts, Polled, Proxy, QuotaPacer, Settled, Timeouts, transport_error,
+    self, Attempts, Polled, Proxy, QuotaPacer, Settled, Timeouts, UtcClock, transport_error,
 };
 use orca_machines::{Error, Page, Result, RetryPolicy, all_pages, parse_retry_after};
 use reqwest::Method;
@@ -44,7 +44,7 @@ pub(crate) struct Client {
 /// lists and operation reads (cloud.google.com, "Compute Engine rate quotas"), each counted apart.
 const GROUPS: usize = 4;
 
-/// The interval in which Compute Engine counts a rate quota.
+/// The interval in which Compute Engine counts a rate quota: the wall clock's minutes.
 const QUOTA_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The quota group of `operation` (named `<resource>.<method>`), sent as `method`.
@@ -135,7 +135,13 @@ impl Client {
             operation_timeout: config.operation_timeout,
             request_timeout: config.request_timeout,
             first_pause: config.poll_interval,
-            quotas: Arc::new(QuotaPacer::new(GROUPS, QUOTA_INTERVAL, config.rate_quota)),
+            // Compute Engine's minutes start at second :00 UTC, the same for every client.
+            quotas: Arc::new(QuotaPacer::synchronized(
+                GROUPS,
+                QUOTA_INTERVAL,
+                config.rate_quota,
+                config.clock.unwrap_or_else(UtcClock::system),
+            )),
         })
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use orca_machines::kit::{ClientOptions, Timeouts};
+use orca_machines::kit::{ClientOptions, Timeouts, UtcClock};
 use orca_machines::settings::{Problems, parse_bool, parse_duration};
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
@@ -214,6 +214,10 @@ pub struct Config {
     /// The rate quota, requests a minute of each quota group ([`ConfigKey::RateQuota`]); `None`:
     /// learnt from the first refusal.
     pub rate_quota: Option<u32>,
+    /// The wall clock on which the rate quotas' minutes start (second :00 UTC); `None`: the
+    /// system's, as it reads when the provider is made. A test on tokio's paused clock gives the
+    /// fake's, so that both read the same minutes.
+    pub clock: Option<UtcClock>,
     /// The retry policy of every call.
     pub retry: RetryPolicy,
     /// The longest the driver follows one operation.
@@ -453,6 +457,7 @@ fn read_settings(
         ssh_user,
         image_project,
         rate_quota,
+        clock: None,
         // A resource another operation holds is waited for as long as an operation may last.
         retry: client
             .retry_policy(RetryPolicy::default())
@@ -462,7 +467,7 @@ fn read_settings(
         request_timeout: Timeouts::resolve(None, None, &client, DEFAULT_TIMEOUTS)
             .request
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
-        visibility_window: DEFAULT_VISIBILITY_WINDOW,
+        visibility_window: client.visibility_window_or(None, DEFAULT_VISIBILITY_WINDOW),
         client,
     })
 }
@@ -575,6 +580,7 @@ pub struct ConfigBuilder {
     visibility_window: Option<Duration>,
     /// Client options given in code: they replace the client keys of the settings.
     client: Option<ClientOptions>,
+    clock: Option<UtcClock>,
 }
 
 impl std::fmt::Debug for ConfigBuilder {
@@ -661,6 +667,12 @@ impl ConfigBuilder {
     pub fn rate_quota(self, per_minute: u32) -> Self {
         self.with_config(ConfigKey::RateQuota, per_minute.to_string())
     }
+    /// The wall clock on which the rate quotas' minutes start (default: the system's); see
+    /// [`Config::clock`].
+    pub fn clock(mut self, clock: UtcClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
     /// Whether machines get an external address (default true).
     pub fn public_ip(self, on: bool) -> Self {
         self.with_config(ConfigKey::PublicIp, on.to_string())
@@ -722,7 +734,7 @@ impl ConfigBuilder {
         self
     }
     /// How long a fresh machine's "not found" is read again (default
-    /// [`DEFAULT_VISIBILITY_WINDOW`]).
+    /// [`DEFAULT_VISIBILITY_WINDOW`]; wins over `ORCA_VISIBILITY_WINDOW`).
     pub fn visibility_window(mut self, d: Duration) -> Self {
         self.visibility_window = Some(d);
         self
@@ -755,6 +767,7 @@ impl ConfigBuilder {
         if let Some(d) = self.visibility_window {
             c.visibility_window = d;
         }
+        c.clock = self.clock;
         Ok(c)
     }
 }
@@ -955,8 +968,17 @@ mod tests {
             ("ORCA_GCE_ENDPOINT", "http://127.0.0.1:9/compute/v1/"),
             ("ORCA_GCE_SSH_USER", "shed"),
             ("ORCA_GCE_PUBLIC_IP", "no"),
+            ("ORCA_VISIBILITY_WINDOW", "3s"),
         ]);
         let c = Config::from_settings(&settings(&with)).unwrap();
+        assert_eq!(c.visibility_window, Duration::from_secs(3));
+        let c2 = ConfigBuilder::from_settings(&settings(&with))
+            .visibility_window(Duration::from_millis(200))
+            .build()
+            .unwrap();
+        assert_eq!(c2.visibility_window, Duration::from_millis(200));
+        let plain = Config::from_settings(&settings(&BASE)).unwrap();
+        assert_eq!(plain.visibility_window, DEFAULT_VISIBILITY_WINDOW);
         assert_eq!(c.network_tags, ["shed-a", "ssh"]);
         assert_eq!(c.max_run_duration, Some(Duration::from_secs(86_400)));
         assert_eq!((c.page_size, c.disk_gb), (1, 50));
@@ -974,6 +996,7 @@ mod tests {
             ("ORCA_GCE_SSH_USER", "Root"),
             ("ORCA_GCE_ENDPOINT", "ftp://x"),
             ("ORCA_GCE_APPLICATION_DEFAULT_CREDENTIALS", "perhaps"),
+            ("ORCA_VISIBILITY_WINDOW", "0s"),
         ] {
             let mut bad = BASE.to_vec();
             bad.retain(|(x, _)| *x != k);

@@ -36,6 +36,8 @@ const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(1000);
 /// One request's time limit unless set (builder or `ORCA_REQUEST_TIMEOUT`).
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default of [`ConfigBuilder::visibility_window`] (and `ORCA_VISIBILITY_WINDOW`).
+const DEFAULT_VISIBILITY_WINDOW: Duration = Duration::from_secs(30);
 
 /// The API token ([`ConfigKey::Token`]).
 pub const TOKEN_ENV: &str = ConfigKey::Token.as_str();
@@ -162,7 +164,7 @@ pub struct ConfigBuilder {
     shutdown_timeout: Duration,
     /// Set by its builder method: wins over `ORCA_REQUEST_TIMEOUT`.
     request_timeout: Option<Duration>,
-    visibility_window: Duration,
+    visibility_window: Option<Duration>,
     /// The client settings every driver takes ([`ClientKey`](orca_machines::kit::ClientKey)).
     client: ClientSettings,
     /// Keys given that are not settings of this driver (refused by `build`).
@@ -197,7 +199,7 @@ impl Default for ConfigBuilder {
             operation_timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(60),
             request_timeout: None,
-            visibility_window: Duration::from_secs(30),
+            visibility_window: None,
             client: ClientSettings::default(),
             unknown: Vec::new(),
         }
@@ -339,9 +341,10 @@ impl ConfigBuilder {
     }
     /// How long a server this provider made may stay invisible to reads before a "not found" for it
     /// is believed (default 30 s): a create waits up to this long for its server to show, and a read,
-    /// change or delete of a server made moment ago confirms a 404 within it.
+    /// change or delete of a server made moment ago confirms a 404 within it. Wins over
+    /// `ORCA_VISIBILITY_WINDOW`.
     pub fn visibility_window(mut self, d: Duration) -> Self {
-        self.visibility_window = d;
+        self.visibility_window = Some(d);
         self
     }
 
@@ -426,7 +429,8 @@ impl ConfigBuilder {
             shutdown_timeout: self.shutdown_timeout,
             request_timeout,
             timeouts,
-            visibility_window: self.visibility_window,
+            visibility_window: client
+                .visibility_window_or(self.visibility_window, DEFAULT_VISIBILITY_WINDOW),
         })
     }
 }
@@ -548,28 +552,36 @@ mod tests {
             .with(TOKEN_ENV, SECRET)
             .with("ORCA_POLL_INTERVAL", "50ms")
             .with("ORCA_REQUEST_TIMEOUT", "9s")
-            .with("ORCA_MAX_RETRIES", "2");
+            .with("ORCA_MAX_RETRIES", "2")
+            .with("ORCA_VISIBILITY_WINDOW", "2s");
         let c = ConfigBuilder::from_settings(&keys).build().unwrap();
         assert_eq!(
             (c.poll_interval, c.request_timeout, c.retry.max_retries),
             (Duration::from_millis(50), Duration::from_secs(9), 2)
         );
+        assert_eq!(c.visibility_window, Duration::from_secs(2));
         let c = ConfigBuilder::from_settings(&keys)
             .poll_interval(Duration::from_millis(7))
             .request_timeout(Duration::from_secs(3))
             .retry(RetryPolicy::NEVER)
+            .visibility_window(Duration::from_millis(300))
             .build()
             .unwrap();
         assert_eq!(
             (c.poll_interval, c.request_timeout, c.retry.max_retries),
             (Duration::from_millis(7), Duration::from_secs(3), 0)
         );
+        assert_eq!(c.visibility_window, Duration::from_millis(300));
         // The HTTP client is built from the resolved timeouts: the builder's value is there too.
         assert_eq!(c.timeouts.request, Some(Duration::from_secs(3)));
         let c = Config::from_settings(&Settings::new().with(TOKEN_ENV, SECRET)).unwrap();
         assert_eq!(
-            (c.poll_interval, c.request_timeout),
-            (DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT)
+            (c.poll_interval, c.request_timeout, c.visibility_window),
+            (
+                DEFAULT_POLL_INTERVAL,
+                DEFAULT_REQUEST_TIMEOUT,
+                DEFAULT_VISIBILITY_WINDOW
+            )
         );
     }
 }

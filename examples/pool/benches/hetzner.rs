@@ -42,6 +42,7 @@ fn main() {
             _keep: Box::new(fake),
             intervals_from: None,
             told: Vec::new(),
+            provider: None,
         }
     });
 }

@@ -25,10 +25,14 @@ pub(super) async fn auth(State(state): State<Shared>, req: Request, next: Next) 
         return r;
     }
     let path = req.uri().path().to_string();
-    let refused = lock(&state)
-        .rate_quota
-        .as_mut()
-        .and_then(|q| q.spend(req.method(), &path));
+    let refused = {
+        let mut world = lock(&state);
+        let now = world.utc.now();
+        world
+            .rate_quota
+            .as_mut()
+            .and_then(|q| q.spend(now, req.method(), &path))
+    };
     if let Some(r) = refused {
         return r;
     }

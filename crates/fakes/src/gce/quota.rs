@@ -2,8 +2,14 @@
 //! of requests per group of methods in synchronized intervals of 60 seconds; once a group's count
 //! reaches its limit, its requests are refused with 403 `rateLimitExceeded` until the next interval
 //! starts. No header tells what is left, nor when it refills.
+//!
+//! The intervals are the wall clock's minutes: each starts at second :00 UTC, whenever the quota
+//! was turned on, so a group that spends its quota at 10:00:15 gets it back at 10:01:00, not at
+//! 10:01:15. The wall clock is the fake's [`UtcClock`] ([`FakeGce::clock`]), which tokio's clock
+//! moves: a test on the paused clock sets it ([`FakeGce::set_utc`]) to know where in its minute
+//! each request falls.
 
-use tokio::time::Instant;
+use std::time::SystemTime;
 
 use super::*;
 
@@ -22,8 +28,7 @@ const GROUPS: [(&str, &str); 4] = [
 #[derive(Debug)]
 pub(super) struct RateQuota {
     per_minute: u32,
-    /// When the intervals started (they follow each other from there).
-    epoch: Instant,
+    /// The interval counted in `counts`: minutes since the Unix epoch.
     interval: u64,
     counts: [u32; 4],
     pub(super) refused: u64,
@@ -33,7 +38,6 @@ impl RateQuota {
     pub(super) fn new(per_minute: u32) -> RateQuota {
         RateQuota {
             per_minute,
-            epoch: Instant::now(),
             interval: 0,
             counts: [0; 4],
             refused: 0,
@@ -58,9 +62,18 @@ impl RateQuota {
         }
     }
 
-    /// Counts one request; the refusal when its group's quota of this interval is spent.
-    pub(super) fn spend(&mut self, method: &axum::http::Method, path: &str) -> Option<Response> {
-        let interval = (Instant::now() - self.epoch).as_secs() / INTERVAL.as_secs();
+    /// Counts one request received at `utc`; the refusal when its group's quota of that interval is
+    /// spent.
+    pub(super) fn spend(
+        &mut self,
+        utc: SystemTime,
+        method: &axum::http::Method,
+        path: &str,
+    ) -> Option<Response> {
+        let since_epoch = utc
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let interval = since_epoch.as_secs() / INTERVAL.as_secs();
         if interval != self.interval {
             self.interval = interval;
             self.counts = [0; 4];

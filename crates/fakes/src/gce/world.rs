@@ -63,6 +63,8 @@ pub(super) struct World {
     pub(super) hidden_until: HashMap<Key, Instant>,
     /// The rate quotas, when on ([`FakeGce::set_rate_quota`]).
     pub(super) rate_quota: Option<RateQuota>,
+    /// The fake's wall clock (UTC), on which the rate quotas' minutes start ([`FakeGce::clock`]).
+    pub(super) utc: UtcClock,
 }
 
 impl World {

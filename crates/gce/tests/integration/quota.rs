@@ -1,12 +1,13 @@
-//! Compute Engine's rate quotas (per group of methods, per minute, refused with 403
-//! `rateLimitExceeded` and no word on what is left): the driver learns a group's quota from its first
-//! refusal and never meets a second, and with the quota set it meets none, on the fake's quotas and
-//! tokio's paused clock.
+//! Compute Engine's rate quotas (per group of methods, per minute of the wall clock, refused with
+//! 403 `rateLimitExceeded` and no word on what is left): the driver learns a group's quota from its
+//! first refusal and never meets a second, and with the quota set it meets none, on the fake's quotas
+//! and tokio's paused clock. The driver reads the fake's wall clock, set to a known time of day.
 
 use std::time::Duration;
 
 use orca_fakes::gce::FakeGce;
 use orca_gce::GceProvider;
+use orca_machines::kit::CLOCK_MARGIN;
 use orca_machines::{Provider, RetryPolicy};
 use reqwest::Method;
 use tokio::time::Instant;
@@ -15,6 +16,12 @@ use crate::common::builder;
 
 /// The fake's quota of each group a minute.
 const PER_MINUTE: u32 = 3;
+
+/// `secs` after 10:00:00 UTC on some day: where the tests put the fake's wall clock, so that they
+/// know where its minutes start.
+fn ten(secs: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 10 * 3600 + secs)
+}
 
 /// The listings answered (status and time) since `from` in the fake's log.
 fn listings(fake: &FakeGce, from: usize) -> Vec<(u16, Instant)> {
@@ -28,8 +35,10 @@ fn listings(fake: &FakeGce, from: usize) -> Vec<(u16, Instant)> {
 #[tokio::test(start_paused = true)]
 async fn after_one_refusal_no_request_of_that_group_until_the_next_minute() {
     let fake = FakeGce::start().await.unwrap();
+    fake.set_utc(ten(0));
     let p = GceProvider::new(
         builder(&fake)
+            .clock(fake.clock())
             .retry(RetryPolicy::default())
             .build()
             .unwrap(),
@@ -69,8 +78,13 @@ async fn after_one_refusal_no_request_of_that_group_until_the_next_minute() {
 #[tokio::test(start_paused = true)]
 async fn with_the_quota_set_no_request_is_refused() {
     let fake = FakeGce::start().await.unwrap();
+    fake.set_utc(ten(0));
     let p = GceProvider::new(
-        builder(&fake).rate_quota(PER_MINUTE).build().unwrap(),
+        builder(&fake)
+            .clock(fake.clock())
+            .rate_quota(PER_MINUTE)
+            .build()
+            .unwrap(),
         "stack-1",
     )
     .await
@@ -87,8 +101,13 @@ async fn with_the_quota_set_no_request_is_refused() {
 #[tokio::test(start_paused = true)]
 async fn a_refusal_given_up_on_says_when_the_next_minute_starts() {
     let fake = FakeGce::start().await.unwrap();
+    fake.set_utc(ten(0));
     let p = GceProvider::new(
-        builder(&fake).retry(RetryPolicy::NEVER).build().unwrap(),
+        builder(&fake)
+            .clock(fake.clock())
+            .retry(RetryPolicy::NEVER)
+            .build()
+            .unwrap(),
         "stack-1",
     )
     .await
@@ -100,7 +119,60 @@ async fn a_refusal_given_up_on_says_when_the_next_minute_starts() {
     tokio::time::advance(Duration::from_secs(20)).await;
     let e = p.machines("lab").await.unwrap_err();
     assert_eq!(e.kind(), orca_machines::ErrorKind::Throttled, "{e}");
-    assert_eq!(e.retry_after(), Some(Duration::from_secs(40)), "{e}");
+    // The group goes again when 10:01 has surely started on the cloud's clock too.
+    assert_eq!(
+        e.retry_after(),
+        Some(Duration::from_secs(40) + CLOCK_MARGIN),
+        "{e}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_refusal_the_group_goes_again_when_the_wall_clocks_next_minute_starts() {
+    let fake = FakeGce::start().await.unwrap();
+    fake.set_utc(ten(15));
+    let p = GceProvider::new(
+        builder(&fake)
+            .clock(fake.clock())
+            .retry(RetryPolicy::default())
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let from = fake.control().log().len();
+    fake.set_rate_quota(Some(PER_MINUTE));
+    for _ in 0..10 {
+        p.machines("lab").await.unwrap();
+    }
+    let clock = fake.clock();
+    let seen: Vec<(u16, std::time::SystemTime)> = listings(&fake, from)
+        .into_iter()
+        .map(|(s, at)| (s, clock.at(at)))
+        .collect();
+    // Three at 10:00:15, one refused; then the whole quota as each minute starts (and the margin),
+    // not a minute after the first of the three. The refused listing is retried after the hold
+    // plus the retry policy's jitter (under 50 ms), the next two right after it; the ones after
+    // them are paced to the minute.
+    let next = |m: u64| (200, ten(m * 60) + CLOCK_MARGIN);
+    let (status, retried) = seen[4];
+    assert_eq!(status, 200, "{seen:?}");
+    let late = retried.duration_since(next(1).1).unwrap();
+    assert!(late < Duration::from_millis(50), "{seen:?}");
+    let mut expected = vec![(200, ten(15)); 3];
+    expected.push((403, ten(15)));
+    expected.extend([
+        seen[4],
+        seen[4],
+        seen[4],
+        next(2),
+        next(2),
+        next(2),
+        next(3),
+    ]);
+    assert_eq!(seen, expected);
+    assert_eq!(fake.rate_limited(), 1);
 }
 
 #[tokio::test(start_paused = true)]

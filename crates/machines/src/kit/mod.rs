@@ -21,21 +21,27 @@
 //! - [`poll`] and [`poll_with`]: the one loop that follows a long-running operation to its end (at
 //!   one interval, or at a pause each step names: a Retry-After, a backoff).
 //! - [`QuotaPacer`]: a cloud's rate quotas counted in fixed intervals, which the cloud does not
-//!   tell: learnt from the first refusal (or set by the operator), then never spent past.
+//!   tell: learnt from the first refusal (or set by the operator), then never spent past; in any
+//!   span of one interval, or within each interval where the intervals start on the wall clock
+//!   ([`QuotaPacer::synchronized`], with a [`CLOCK_MARGIN`] at the boundaries).
+//! - [`UtcClock`]: the wall clock as tokio's clock moves it (a reading taken once plus tokio's time
+//!   since), for intervals that start on the wall clock's minutes, on a paused clock too.
 //! - [`check_owned`] and [`no_stock`]: the ownership refusal and the no-stock outcome.
 
 use std::future::Future;
 use std::time::Duration;
 
+mod clock;
 #[cfg(feature = "http")]
 mod http;
 mod quota;
 mod recent;
 mod timeouts;
 
+pub use clock::UtcClock;
 #[cfg(feature = "http")]
 pub use http::{http_client, http_client_with, transport_error, TransportKind};
-pub use quota::{QuotaPacer, QuotaTicket, Settled};
+pub use quota::{QuotaPacer, QuotaTicket, Settled, CLOCK_MARGIN};
 pub use recent::{read_until_seen, Recent};
 pub use timeouts::{Proxy, Timeouts};
 
@@ -60,6 +66,11 @@ crate::setting_keys! {
         MaxRetries = "ORCA_MAX_RETRIES",
         /// `ORCA_RETRY_TIMEOUT`: the longest time spent retrying one call.
         RetryTimeout = "ORCA_RETRY_TIMEOUT",
+        /// `ORCA_VISIBILITY_WINDOW`: the cloud's eventual consistency, as the driver allows for it:
+        /// how long after making a machine the provider reads again (with backoff) rather than
+        /// believe a "not found" for it, and the longest a create waits for the new machine to
+        /// show. Each driver has its own default.
+        VisibilityWindow = "ORCA_VISIBILITY_WINDOW",
     }
 }
 
@@ -77,6 +88,8 @@ pub struct ClientOptions {
     pub max_retries: Option<u32>,
     /// [`ClientKey::RetryTimeout`].
     pub retry_timeout: Option<Duration>,
+    /// [`ClientKey::VisibilityWindow`].
+    pub visibility_window: Option<Duration>,
 }
 
 /// Parses a duration as [`crate::settings::parse_duration`] does, parts of a second included
@@ -103,6 +116,7 @@ impl ClientOptions {
             ClientKey::RequestTimeout => self.request_timeout = Some(duration()?),
             ClientKey::PollInterval => self.poll_interval = Some(duration()?),
             ClientKey::RetryTimeout => self.retry_timeout = Some(duration()?),
+            ClientKey::VisibilityWindow => self.visibility_window = Some(duration()?),
             ClientKey::MaxRetries => {
                 self.max_retries = Some(
                     value
@@ -142,6 +156,11 @@ impl ClientOptions {
     /// The pause between polls, or `default`.
     pub fn poll_interval_or(&self, default: Duration) -> Duration {
         self.poll_interval.unwrap_or(default)
+    }
+
+    /// The window a driver's builder set (`explicit`), else this setting, else `default`.
+    pub fn visibility_window_or(&self, explicit: Option<Duration>, default: Duration) -> Duration {
+        explicit.or(self.visibility_window).unwrap_or(default)
     }
 }
 
@@ -475,6 +494,33 @@ mod tests {
         );
         let e = p.finish().unwrap_err();
         assert!(e.to_string().contains("ORCA_REQUEST_TIMEOUT"), "{e}");
+    }
+
+    #[test]
+    fn the_visibility_window_is_a_client_key_below_the_builder_and_above_the_default() {
+        let (default, builder) = (Duration::from_secs(30), Some(Duration::from_secs(3)));
+        let mut p = Problems::new();
+        let none = ClientOptions::from_settings(&Settings::new(), &mut p);
+        assert_eq!(none.visibility_window_or(None, default), default);
+        let s = Settings::new().with("ORCA_VISIBILITY_WINDOW", "1500ms");
+        let o = ClientOptions::from_settings(&s, &mut p);
+        assert!(p.finish().is_ok());
+        assert_eq!(
+            o.visibility_window_or(None, default),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            o.visibility_window_or(builder, default),
+            Duration::from_secs(3)
+        );
+        for bad in ["0s", "later"] {
+            let mut p = Problems::new();
+            let s = Settings::new().with("ORCA_VISIBILITY_WINDOW", bad);
+            let o = ClientOptions::from_settings(&s, &mut p);
+            assert_eq!(o.visibility_window, None);
+            let e = p.finish().unwrap_err();
+            assert!(e.to_string().contains("ORCA_VISIBILITY_WINDOW"), "{e}");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -18,8 +18,11 @@ struct Plugin;
 #[async_trait]
 impl Providers<Target> for Plugin {
     async fn provider(&self, on: &Target, owner: &str) -> orca_machines::Result<Box<dyn Provider>> {
+        // The driver's own suite on moto waits on EC2's eventual consistency this long too.
         let settings = orca_fakes::moto::driver_settings(&on.seed, &on.endpoint)
-            .with("ORCA_POLL_INTERVAL", "20ms");
+            .with("ORCA_POLL_INTERVAL", "20ms")
+            .with("ORCA_VISIBILITY_WINDOW", "20s")
+            .with("ORCA_EC2_CONFIRM_NOT_FOUND", "1500ms");
         let command = PluginCommand::new(common::EC2, owner).settings(settings);
         Ok(Box::new(PluginProvider::start(command).await?))
     }

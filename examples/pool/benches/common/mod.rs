@@ -23,6 +23,7 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use axum::http::Method;
+use futures::future::BoxFuture;
 use orca::Settings as OrcaSettings;
 use orca_fakes::Control;
 use orca_scaler::{FileStore, Scaler, Settings};
@@ -96,12 +97,20 @@ pub struct Fake {
     pub control: Arc<Control>,
     /// Whatever must live as long as the fake (the server, a credentials file).
     pub _keep: Box<dyn std::any::Any>,
-    /// When the fake's fixed rate-limit intervals started (see [`Limit::interval`]).
+    /// When one of the fake's fixed rate-limit intervals started, on tokio's clock: they follow
+    /// each other from there, before and after (see [`Limit::interval`]).
     pub intervals_from: Option<Instant>,
     /// The settings that tell the driver the rate limit, for one more run at the default settings
     /// with them (a limit the driver otherwise learns).
     pub told: Vec<(&'static str, String)>,
+    /// Makes the provider from the settings where the driver needs more than settings (the fake's
+    /// wall clock, which on the paused clock no driver reads from the system); `None`:
+    /// `orca::of_with`.
+    pub provider: Option<MakeProvider>,
 }
+
+/// A provider made from settings (see [`Fake::provider`]).
+pub type MakeProvider = Box<dyn Fn(OrcaSettings) -> BoxFuture<'static, Arc<dyn orca::Provider>>>;
 
 /// What one phase cost.
 #[derive(Debug, Default, Clone)]
@@ -195,14 +204,21 @@ where
     } else {
         let each: Vec<String> = limits
             .iter()
-            .map(|l| {
-                format!(
+            .map(|l| match l.interval {
+                Some(i) => format!(
+                    "{} {} in each {} s of the wall clock ({:.0} % kept for other tools)",
+                    l.bucket,
+                    l.name,
+                    i.as_secs(),
+                    l.reserve * 100.0
+                ),
+                None => format!(
                     "{} {} refilled at {}/s ({:.0} % kept for other tools)",
                     l.bucket,
                     l.name,
                     l.refill,
                     l.reserve * 100.0
-                )
+                ),
             })
             .collect();
         format!("rate limit {}", each.join(", "))
@@ -225,8 +241,13 @@ where
     let (create_floor, delete_floor) = (floor(|r| &r.create), floor(|r| &r.delete));
     let floor_secs = create_floor + delete_floor;
     let fewest = all.create.requests + all.delete.requests;
+    let what = if limits.iter().any(|l| l.interval.is_some()) {
+        "the bucket's reading of the floor (each run's floor below is that of the intervals it met)"
+    } else {
+        "floor"
+    };
     println!(
-        "floor: {floor_secs:.1} s (creates {create_floor:.1} s, one alone {:.1} s, {:.1} s of it after its last change; deletes {delete_floor:.1} s, one alone {:.1} s, {:.1} s after); fewest requests {fewest} ({} + {}: every call at once, no limit)",
+        "{what}: {floor_secs:.1} s (creates {create_floor:.1} s, one alone {:.1} s, {:.1} s of it after its last change; deletes {delete_floor:.1} s, one alone {:.1} s, {:.1} s after); fewest requests {fewest} ({} + {}: every call at once, no limit)",
         one.create.secs,
         one.create.tail,
         one.delete.secs,
@@ -237,19 +258,24 @@ where
     let line = |label: String, fake: &Fake, r: &Run| {
         let secs = r.create.secs + r.delete.secs;
         let requests = r.create.requests + r.delete.requests;
-        let intervals = interval_floor(limits, fake, r, &all, &one).map_or(String::new(), |f| {
-            format!(
-                " ({:.2} to the floor of the intervals its phases met, {f:.1} s)",
-                secs / f
-            )
-        });
+        // Under fixed intervals the floor is that of the intervals the run's phases met: no run can
+        // beat it, while the bucket's reading (a refill each second) is below what any run can do.
+        let (ratio, bucket) = match interval_floor(limits, fake, r, &all, &one) {
+            Some(f) => (
+                secs / f,
+                format!(
+                    " ({f:.1} s, the intervals its phases met; {:.2} to the bucket's reading)",
+                    secs / floor_secs
+                ),
+            ),
+            None => (secs / floor_secs, String::new()),
+        };
         println!(
-            "{label}: creates {:.1} s in {} pass(es), deletes {:.1} s in {} pass(es): {secs:.1} s, ratio {:.2} to the floor{intervals}; {requests} requests, ratio {:.2} to the fewest; {} answered 429",
+            "{label}: creates {:.1} s in {} pass(es), deletes {:.1} s in {} pass(es): {secs:.1} s, ratio {ratio:.2} to the floor{bucket}; {requests} requests, ratio {:.2} to the fewest; {} answered 429",
             r.create.secs,
             r.create.passes,
             r.delete.secs,
             r.delete.passes,
-            secs / floor_secs,
             requests as f64 / fewest as f64,
             r.create.throttled + r.delete.throttled,
         );
@@ -292,9 +318,12 @@ where
 /// passes `INTERVAL` apart as `orca-pool` runs them. Between the phases the rate-limit bucket
 /// refills.
 async fn run(fake: &Fake, machines: usize, parallel: Option<usize>) -> Run {
-    let p = orca::of_with(fake.kind, "bench", &fake.settings)
-        .await
-        .expect("provider");
+    let p = match &fake.provider {
+        Some(make) => make(fake.settings.clone()).await,
+        None => orca::of_with(fake.kind, "bench", &fake.settings)
+            .await
+            .expect("provider"),
+    };
     let dir = tempfile::tempdir().expect("dir");
     let mut settings = Settings::new(
         "bench",
