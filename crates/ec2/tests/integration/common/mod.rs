@@ -70,15 +70,35 @@ pub struct Env {
     pub seed: Seed,
     pub proxy: Proxy,
     pub pool: String,
+    /// The moto of a test that has one of its own, stopped with the environment.
+    _own: Option<OwnMoto>,
 }
 
 /// The test's environment, or `None` (skipped) without moto.
 pub async fn env(test: &str) -> Option<Env> {
     let moto = moto(test)?;
-    let seed = seed(&moto).await;
-    let proxy = Proxy::start(&moto).await;
+    Some(env_on(&moto, None).await)
+}
+
+/// The test's environment on a moto of its own, for a test whose time grows with every instance of
+/// the region (a filtered listing that EC2 pages by scanning the region): the shared moto holds
+/// what every other test made, and more each minute.
+pub async fn own_env(test: &str) -> Option<Env> {
+    let own = own_moto(test).await?;
+    let url = own.url.clone();
+    Some(env_on(&url, Some(own)).await)
+}
+
+async fn env_on(moto: &str, own: Option<OwnMoto>) -> Env {
+    let seed = seed(moto).await;
+    let proxy = Proxy::start(moto).await;
     let pool = format!("t{:06x}", fastrand::u32(..0xff_ffff));
-    Some(Env { seed, proxy, pool })
+    Env {
+        seed,
+        proxy,
+        pool,
+        _own: own,
+    }
 }
 
 impl Env {
