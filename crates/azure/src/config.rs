@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orca_machines::kit::{ClientOptions, ClientSettings, Timeouts};
+use orca_machines::kit::{parse_short_duration, ClientOptions, ClientSettings, Timeouts};
 use orca_machines::settings::Problems;
 use orca_machines::{Arch, Error, Result, RetryPolicy, Settings};
 use secrecy::SecretString;
@@ -85,6 +85,10 @@ orca_machines::setting_keys! {
         /// the Corp policies of Azure landing zones do): their `address` is empty, their private
         /// address is theirs.
         PublicIp = "ORCA_AZURE_PUBLIC_IP",
+        /// `ORCA_AZURE_RESERVATION_WAIT`: the longest a failed create's clean-up waits for an
+        /// interface Azure holds for the failed VM (about 180 s) before it names it left behind
+        /// (`200s`, `5m`; default 200 s; [`ConfigBuilder::reservation_wait`] wins).
+        ReservationWait = "ORCA_AZURE_RESERVATION_WAIT",
     }
 }
 
@@ -576,7 +580,7 @@ impl ConfigBuilder {
     }
 
     /// The longest a failed create's clean-up waits for an interface Azure reserved for the failed
-    /// VM (default 200 s).
+    /// VM (default 200 s; wins over [`ConfigKey::ReservationWait`]).
     pub fn reservation_wait(mut self, d: Duration) -> Self {
         self.reservation_wait = Some(d);
         self
@@ -637,25 +641,14 @@ impl ConfigBuilder {
         let image = required(ConfigKey::Image, &mut p);
         let admin_user = required(ConfigKey::AdminUser, &mut p);
 
-        let name_rule = "letters, digits, '.', '_', '-', '(' and ')', at most 90";
-        for (k, v) in [
-            (ConfigKey::SubscriptionId, &subscription_id),
-            (ConfigKey::ResourceGroup, &resource_group),
-            (ConfigKey::Vnet, &vnet),
-            (ConfigKey::Subnet, &subnet),
-        ] {
-            if !v.is_empty() && !name_ok(v) {
-                p.invalid(k.as_str(), name_rule);
-            }
-        }
-        let vnet_resource_group = match get(ConfigKey::VnetResourceGroup) {
-            Some(g) if !name_ok(&g) => {
-                p.invalid(ConfigKey::VnetResourceGroup.as_str(), name_rule);
-                String::new()
-            }
-            Some(g) => g,
-            None => resource_group.clone(),
-        };
+        let names = [
+            (ConfigKey::SubscriptionId, subscription_id.as_str()),
+            (ConfigKey::ResourceGroup, resource_group.as_str()),
+            (ConfigKey::Vnet, vnet.as_str()),
+            (ConfigKey::Subnet, subnet.as_str()),
+        ];
+        let vnet_group = get(ConfigKey::VnetResourceGroup);
+        let vnet_resource_group = check_names(names, &resource_group, vnet_group, &mut p);
         check_admin_user(&admin_user, &mut p);
         let ssh_public_key = ssh_public_key(s, &mut p);
         let (image, image_arm64) = images(s, image, &mut p);
@@ -697,6 +690,12 @@ impl ConfigBuilder {
         let operation_timeout = self
             .operation_timeout
             .unwrap_or(Duration::from_secs(30 * 60));
+        let reservation_wait = p.parse(
+            s,
+            ConfigKey::ReservationWait.as_str(),
+            "a duration above zero such as 200s or 5m",
+            |v| parse_short_duration(v).filter(|d| !d.is_zero()),
+        );
         p.finish()?;
         let (Some(image), Some(image_arm64)) = (image, image_arm64) else {
             return Err(Error::settings([ConfigKey::Image.as_str()], URN_RULE));
@@ -731,12 +730,39 @@ impl ConfigBuilder {
             visibility_window: client.visibility_window_or(self.visibility_window, VISIBILITY),
             connect_timeout: timeouts.connect,
             request_timeout: timeouts.request.unwrap_or(DEFAULT_REQUEST_TIMEOUT),
-            reservation_wait: self.reservation_wait.unwrap_or(Duration::from_secs(200)),
+            reservation_wait: self
+                .reservation_wait
+                .or(reservation_wait)
+                .unwrap_or(Duration::from_secs(200)),
             imds_endpoint: self
                 .imds_endpoint
                 .unwrap_or_else(|| credential::IMDS_ENDPOINT.to_string()),
             imds_client_id,
         })
+    }
+}
+
+/// A problem for each name of the placement Azure would refuse; the networks' resource group:
+/// `vnet_group` when set, else the machines' (`resource_group`).
+fn check_names(
+    names: [(ConfigKey, &str); 4],
+    resource_group: &str,
+    vnet_group: Option<String>,
+    p: &mut Problems,
+) -> String {
+    let name_rule = "letters, digits, '.', '_', '-', '(' and ')', at most 90";
+    for (k, v) in names {
+        if !v.is_empty() && !name_ok(v) {
+            p.invalid(k.as_str(), name_rule);
+        }
+    }
+    match vnet_group {
+        Some(g) if !name_ok(&g) => {
+            p.invalid(ConfigKey::VnetResourceGroup.as_str(), name_rule);
+            String::new()
+        }
+        Some(g) => g,
+        None => resource_group.to_string(),
     }
 }
 
@@ -1236,6 +1262,29 @@ mod tests {
             .build()
             .unwrap_err();
         assert_eq!(keys(&e), ["ORCA_AZURE_RESOURCE_GRUOP"]);
+    }
+
+    #[test]
+    fn the_reservation_wait_is_a_setting_below_the_builder() {
+        let c = Config::from_settings(&full()).unwrap();
+        assert_eq!(c.reservation_wait, Duration::from_secs(200));
+        let s = full().with("ORCA_AZURE_RESERVATION_WAIT", "3m");
+        let c = Config::from_settings(&s).unwrap();
+        assert_eq!(c.reservation_wait, Duration::from_secs(180));
+        let c = ConfigBuilder::from_settings(&s)
+            .reservation_wait(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        assert_eq!(c.reservation_wait, Duration::from_secs(5));
+        for bad in ["0s", "a while"] {
+            let e = Config::from_settings(&full().with("ORCA_AZURE_RESERVATION_WAIT", bad))
+                .unwrap_err();
+            assert_eq!(keys(&e), ["ORCA_AZURE_RESERVATION_WAIT"], "{bad}");
+            assert!(
+                !e.to_string().contains("a while"),
+                "no value is echoed: {e}"
+            );
+        }
     }
 
     #[test]
