@@ -3,8 +3,9 @@
 //! `-global-` counts): Resource Manager throttles each kind of request with its own token bucket
 //! (learn.microsoft.com, "Understand how Azure Resource Manager throttles requests"). The answers
 //! tell what is left but not how fast it comes back, so the model refills each bucket at the
-//! published rate (reads 25 a second, writes and deletes 10), and halves that rate for its kind at
-//! every 429, whose `Retry-After` the retry policy then waits. A request that would take the model
+//! published rate (reads 25 a second, writes and deletes 10), halves that rate for its kind at
+//! every 429, whose `Retry-After` the retry policy then waits, and brings it back by an eighth of
+//! the published rate with every answer not refused. A request that would take the model
 //! below one waits for its refill instead of meeting a 429; until the first answer of a kind, its
 //! requests go one at a time.
 
@@ -164,9 +165,16 @@ impl Pacer {
         .into_iter()
         .flatten()
         .reduce(f64::min);
+        let published = KINDS[k].1;
         if refused {
             // The model ran ahead of the bucket: it refills slower than thought.
             b.rate = (b.rate / 2.0).max(0.01);
+        } else {
+            // The published refill does not change: a 429 may have been another client's burst, or
+            // another limit's. Each answer the bucket did not refuse brings the rate back by an
+            // eighth of the published one (as TCP's congestion control grows its window back), so
+            // that the 429s of a long life do not leave every request waiting minutes.
+            b.rate = (b.rate + published / 8.0).min(published);
         }
         let Some(left) = left else {
             if refused && b.known {
@@ -218,5 +226,30 @@ mod tests {
         p.observe(&mut t, Some(&left("deletes", 0)), true);
         let (w, _t) = p.before(&Method::DELETE).await;
         assert!(w >= Duration::from_millis(190), "{w:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kinds_rate_comes_back_after_answers_that_are_not_refused() {
+        let p = Pacer::default();
+        // Many 429s over a run: the model's write rate falls far below the published 10 a second.
+        for _ in 0..12 {
+            let (_, mut t) = p.before(&Method::PUT).await;
+            p.observe(&mut t, Some(&left("writes", 0)), true);
+        }
+        let (slow, t) = p.before(&Method::PUT).await;
+        assert!(slow > Duration::from_secs(10), "{slow:?}");
+        drop(t);
+        // Answers the bucket did not refuse bring it back to the published rate, no further.
+        for _ in 0..20 {
+            let (_, mut t) = p.before(&Method::PUT).await;
+            p.observe(&mut t, Some(&left("writes", 5)), false);
+        }
+        let (_, mut t) = p.before(&Method::PUT).await;
+        p.observe(&mut t, Some(&left("writes", 0)), false);
+        let (w, _t) = p.before(&Method::PUT).await;
+        assert!(
+            w >= Duration::from_millis(90) && w <= Duration::from_millis(110),
+            "a tenth of a second at 10 a second: {w:?}"
+        );
     }
 }
