@@ -7,7 +7,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use orca_machines::kit::{parse_short_duration, ClientOptions, ClientSettings, Timeouts};
+use orca_machines::kit::{
+    parse_positive_duration, ClientOptions, ClientSettings, Timeouts, POSITIVE_DURATION_RULE,
+};
 use orca_machines::settings::Problems;
 use orca_machines::{Arch, Error, Result, RetryPolicy, Settings};
 use secrecy::SecretString;
@@ -693,8 +695,8 @@ impl ConfigBuilder {
         let reservation_wait = p.parse(
             s,
             ConfigKey::ReservationWait.as_str(),
-            "a duration above zero such as 200s or 5m",
-            |v| parse_short_duration(v).filter(|d| !d.is_zero()),
+            POSITIVE_DURATION_RULE,
+            parse_positive_duration,
         );
         p.finish()?;
         let (Some(image), Some(image_arm64)) = (image, image_arm64) else {

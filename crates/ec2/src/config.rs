@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use orca_machines::kit::{ClientKey, ClientSettings, Timeouts};
+use orca_machines::kit::{self, ClientKey, ClientSettings, Timeouts};
 use orca_machines::settings::Problems;
 use orca_machines::spec::validate_token;
 use orca_machines::{Arch, Result, RetryPolicy, Settings};
@@ -473,15 +473,13 @@ impl ConfigBuilder {
                 )),
             },
             ConfigKey::Endpoint => self.endpoint = Some(v.trim_end_matches('/').to_string()),
-            ConfigKey::ConfirmNotFound => {
-                match orca_machines::kit::parse_short_duration(v).filter(|d| !d.is_zero()) {
-                    Some(d) => self.confirm_not_found = d,
-                    None => self.problems.push((
-                        ConfigKey::ConfirmNotFound.as_str().into(),
-                        "a duration above zero such as 1500ms or 10s".into(),
-                    )),
-                }
-            }
+            ConfigKey::ConfirmNotFound => match kit::parse_positive_duration(v) {
+                Some(d) => self.confirm_not_found = d,
+                None => self.problems.push((
+                    ConfigKey::ConfirmNotFound.as_str().into(),
+                    kit::POSITIVE_DURATION_RULE.into(),
+                )),
+            },
         }
         self
     }

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use orca_fakes::gce::FakeGce;
-use orca_gce::GceProvider;
+use orca_gce::{ConfigBuilder, GceProvider};
 use orca_machines::kit::CLOCK_MARGIN;
 use orca_machines::{Provider, RetryPolicy};
 use reqwest::Method;
@@ -23,6 +23,19 @@ fn ten(secs: u64) -> std::time::SystemTime {
     std::time::UNIX_EPOCH + Duration::from_secs(20_000 * 86_400 + 10 * 3600 + secs)
 }
 
+/// A fake whose wall clock reads `ten(secs)`, and a provider of `stack-1` on it that reads the same
+/// clock (so both count the same minutes), its builder adjusted by `adjust`.
+async fn on_the_fake_at(
+    secs: u64,
+    adjust: impl FnOnce(ConfigBuilder) -> ConfigBuilder,
+) -> (FakeGce, GceProvider) {
+    let fake = FakeGce::start().await.unwrap();
+    fake.set_utc(ten(secs));
+    let config = adjust(builder(&fake).clock(fake.clock())).build().unwrap();
+    let p = GceProvider::new(config, "stack-1").await.unwrap();
+    (fake, p)
+}
+
 /// The listings answered (status and time) since `from` in the fake's log.
 fn listings(fake: &FakeGce, from: usize) -> Vec<(u16, Instant)> {
     fake.control().log()[from..]
@@ -34,18 +47,7 @@ fn listings(fake: &FakeGce, from: usize) -> Vec<(u16, Instant)> {
 
 #[tokio::test(start_paused = true)]
 async fn after_one_refusal_no_request_of_that_group_until_the_next_minute() {
-    let fake = FakeGce::start().await.unwrap();
-    fake.set_utc(ten(0));
-    let p = GceProvider::new(
-        builder(&fake)
-            .clock(fake.clock())
-            .retry(RetryPolicy::default())
-            .build()
-            .unwrap(),
-        "stack-1",
-    )
-    .await
-    .unwrap();
+    let (fake, p) = on_the_fake_at(0, |b| b.retry(RetryPolicy::default())).await;
     let from = fake.control().log().len();
     let start = Instant::now();
     fake.set_rate_quota(Some(PER_MINUTE));
@@ -77,18 +79,7 @@ async fn after_one_refusal_no_request_of_that_group_until_the_next_minute() {
 
 #[tokio::test(start_paused = true)]
 async fn with_the_quota_set_no_request_is_refused() {
-    let fake = FakeGce::start().await.unwrap();
-    fake.set_utc(ten(0));
-    let p = GceProvider::new(
-        builder(&fake)
-            .clock(fake.clock())
-            .rate_quota(PER_MINUTE)
-            .build()
-            .unwrap(),
-        "stack-1",
-    )
-    .await
-    .unwrap();
+    let (fake, p) = on_the_fake_at(0, |b| b.rate_quota(PER_MINUTE)).await;
     let from = fake.control().log().len();
     fake.set_rate_quota(Some(PER_MINUTE));
     for _ in 0..10 {
@@ -100,18 +91,7 @@ async fn with_the_quota_set_no_request_is_refused() {
 
 #[tokio::test(start_paused = true)]
 async fn a_refusal_given_up_on_says_when_the_next_minute_starts() {
-    let fake = FakeGce::start().await.unwrap();
-    fake.set_utc(ten(0));
-    let p = GceProvider::new(
-        builder(&fake)
-            .clock(fake.clock())
-            .retry(RetryPolicy::NEVER)
-            .build()
-            .unwrap(),
-        "stack-1",
-    )
-    .await
-    .unwrap();
+    let (fake, p) = on_the_fake_at(0, |b| b.retry(RetryPolicy::NEVER)).await;
     fake.set_rate_quota(Some(PER_MINUTE));
     for _ in 0..PER_MINUTE {
         p.machines("lab").await.unwrap();
@@ -129,18 +109,7 @@ async fn a_refusal_given_up_on_says_when_the_next_minute_starts() {
 
 #[tokio::test(start_paused = true)]
 async fn after_a_refusal_the_group_goes_again_when_the_wall_clocks_next_minute_starts() {
-    let fake = FakeGce::start().await.unwrap();
-    fake.set_utc(ten(15));
-    let p = GceProvider::new(
-        builder(&fake)
-            .clock(fake.clock())
-            .retry(RetryPolicy::default())
-            .build()
-            .unwrap(),
-        "stack-1",
-    )
-    .await
-    .unwrap();
+    let (fake, p) = on_the_fake_at(15, |b| b.retry(RetryPolicy::default())).await;
     let from = fake.control().log().len();
     fake.set_rate_quota(Some(PER_MINUTE));
     for _ in 0..10 {

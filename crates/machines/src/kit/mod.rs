@@ -98,6 +98,15 @@ pub fn parse_short_duration(s: &str) -> Option<Duration> {
     parse_any_duration(s)
 }
 
+/// The rule a duration setting that must be above zero states in its error.
+pub const POSITIVE_DURATION_RULE: &str = "a duration above zero such as 250ms, 10s or 2m";
+
+/// A duration above zero, as [`parse_short_duration`] reads it; zero or unreadable: `None`
+/// ([`POSITIVE_DURATION_RULE`] says why).
+pub fn parse_positive_duration(s: &str) -> Option<Duration> {
+    parse_short_duration(s).filter(|d| !d.is_zero())
+}
+
 impl ClientOptions {
     /// No option set.
     pub fn new() -> Self {
@@ -106,11 +115,8 @@ impl ClientOptions {
 
     /// Sets `key` from its text; the error is the rule it breaks.
     pub fn set(&mut self, key: ClientKey, value: &str) -> std::result::Result<(), String> {
-        let duration = || {
-            parse_short_duration(value)
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| "a duration above zero such as 250ms, 10s or 2m".to_string())
-        };
+        let duration =
+            || parse_positive_duration(value).ok_or_else(|| POSITIVE_DURATION_RULE.to_string());
         match key {
             ClientKey::ConnectTimeout => self.connect_timeout = Some(duration()?),
             ClientKey::RequestTimeout => self.request_timeout = Some(duration()?),
