@@ -8,7 +8,7 @@ use orca::Error;
 use serde::Serialize;
 
 use crate::channel::{commands, Endpoint};
-use crate::cloud::{truncate, Stado, GROUP};
+use crate::cloud::{truncate, Stado, GROUP, TITLE};
 use crate::error::Failure;
 use crate::profile::Profile;
 use crate::registry::{Egress, Registry};
@@ -138,12 +138,12 @@ impl Stado {
         .await
     }
 
-    /// Admits `sources` on SSH in each of `locations` (the first first), readmitting the declared
-    /// cloud hosts of each.
+    /// Admits `sources` on SSH in `first` (when given), then wherever a declared cloud host stands,
+    /// readmitting the declared cloud hosts of each location.
     pub(crate) async fn admit(
         &self,
         registry: &Registry,
-        locations: &[String],
+        first: Option<&str>,
         sources: &[String],
     ) -> Result<Vec<AdmissionReport>, Failure> {
         let Some(adm) = self.provider.ssh_admission() else {
@@ -152,8 +152,14 @@ impl Stado {
                 self.kind
             )));
         };
+        let mut locations: Vec<String> = first.into_iter().map(str::to_string).collect();
+        for (_, c) in registry.cloud_hosts(&self.kind) {
+            if !locations.contains(&c.location) {
+                locations.push(c.location.clone());
+            }
+        }
         let mut reports = Vec::new();
-        for loc in locations {
+        for loc in &locations {
             let hosts: Vec<(String, String)> = registry
                 .cloud_hosts(&self.kind)
                 .into_iter()
@@ -207,8 +213,7 @@ impl Stado {
         let text = e.to_string();
         let mut message = match (e, text.find(&format!("{group_step}: "))) {
             (Error::Leftovers { error, left }, _) => format!(
-                "{failed}: {error}; {} still holds: {}",
-                self.cloud_title(),
+                "{failed}: {error}; {TITLE} still holds: {}",
                 left.join(", ")
             ),
             (_, Some(at)) => format!(
@@ -230,15 +235,14 @@ impl Stado {
 
 /// The hosts `cloud_hosts.admit_from` names, or the refusal when it names none.
 fn admit_from(registry: &Registry) -> Result<Vec<String>, Failure> {
-    match &registry.cloud_hosts.admit_from {
-        None => Err(Failure::refused(format!(
-            "the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is absent); {ADMIT_FROM_HINT}"
-        ))),
-        Some(h) if h.is_empty() => Err(Failure::refused(format!(
-            "the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is empty); {ADMIT_FROM_HINT}"
-        ))),
-        Some(h) => Ok(h.clone()),
-    }
+    let why = match &registry.cloud_hosts.admit_from {
+        Some(h) if !h.is_empty() => return Ok(h.clone()),
+        Some(_) => "empty",
+        None => "absent",
+    };
+    Err(Failure::refused(format!(
+        "the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is {why}); {ADMIT_FROM_HINT}"
+    )))
 }
 
 /// How to reach the admit_from host `h`: a registered target that is no cloud host.

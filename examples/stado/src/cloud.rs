@@ -8,7 +8,7 @@ use orca::{Error, Provider};
 
 use crate::channel::{FakeFleet, HostChannel, OpenSsh};
 use crate::error::Failure;
-use crate::home::{Home, WriteLock};
+use crate::home::Home;
 use crate::profile::{Profile, Selection};
 
 /// The pool (orca's label) every cloud host is made in.
@@ -19,6 +19,9 @@ pub const GROUP: &str = "stado-cloud-hosts";
 /// The label every VM a home makes carries: the home's id. A VM that does not carry this home's is
 /// never adopted or deleted by it.
 pub const HOME_LABEL: &str = "stado-home";
+/// The cloud's name in messages. stado's messages name Azure; `fake` is Azure simulated, and speaks
+/// the same words.
+pub const TITLE: &str = "Azure";
 /// The log cloud-init writes on the host.
 pub const CLOUD_INIT_LOG: &str = "/var/log/cloud-init-output.log";
 
@@ -112,16 +115,11 @@ impl Stado {
                     .provider(&owner)
                     .map_err(|e| Failure::new(e.to_string()))?;
                 let fleet = FakeFleet::persistent(home.fake_fleet_path()).with_cloud(cloud);
+                let channel = Arc::new(fleet.clone());
                 Ok(Stado {
-                    home,
-                    kind: kind.into(),
-                    provider: Arc::new(provider),
-                    channel: Arc::new(fleet.clone()),
                     sim: Some(fleet),
                     selection,
-                    timing: Timing::quick(),
-                    progress: None,
-                    step_lines: None,
+                    ..Stado::with(home, kind, Arc::new(provider), channel)
                 })
             }
             "azure" => {
@@ -132,20 +130,12 @@ impl Stado {
                         Failure::new(format!("the Azure provider could not be set up: {e}"))
                     })?;
                 Ok(Stado {
-                    home,
-                    kind: kind.into(),
-                    provider,
-                    channel: Arc::new(OpenSsh::default()),
-                    sim: None,
                     selection,
                     timing: Timing::default(),
-                    progress: None,
-                    step_lines: None,
+                    ..Stado::with(home, kind, provider, Arc::new(OpenSsh::default()))
                 })
             }
-            other => Err(crate::profile::check_known_provider(other)
-                .err()
-                .unwrap_or_else(|| Failure::new(format!("no provider {other:?} in this build")))),
+            other => Err(Failure::new(format!("no provider {other:?} in this build"))),
         }
     }
 
@@ -167,12 +157,6 @@ impl Stado {
             progress: None,
             step_lines: None,
         }
-    }
-
-    /// The cloud's name in messages. stado's messages name Azure; `fake` is Azure simulated, and
-    /// speaks the same words.
-    pub fn cloud_title(&self) -> &'static str {
-        "Azure"
     }
 
     pub(crate) fn say(&self, line: &str) {
@@ -228,7 +212,7 @@ impl Stado {
     }
 
     /// The registry's write lock, refused at once when another stado holds it.
-    pub(crate) fn lock_registry(&self) -> Result<WriteLock, Failure> {
+    pub(crate) fn lock_registry(&self) -> Result<orca::fs::FileLock, Failure> {
         self.home.lock(&self.home.registry_path())
     }
 }
@@ -242,6 +226,15 @@ pub fn usd(x: f64) -> String {
         format!("{x:.2}")
     } else {
         trimmed.to_string()
+    }
+}
+
+/// `items` joined by ", ", or `none` when there are none.
+pub fn list_or_none<S: std::borrow::Borrow<str>>(items: &[S]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
     }
 }
 

@@ -31,43 +31,33 @@ pub const SSHD_DROP_IN: &str = "/etc/ssh/sshd_config.d/00-stado.conf";
 /// The user data for a host whose account is `user`, presenting the host key `host_private` /
 /// `host_public` (OpenSSH formats).
 pub fn user_data(user: &str, host_private: &str, host_public: &str) -> String {
-    let mut s = String::from("#cloud-config\n");
-    s.push_str("package_update: true\n");
-    s.push_str("packages:\n");
-    for p in PACKAGES {
-        s.push_str(&format!("  - {p}\n"));
-    }
-    s.push_str("ssh_pwauth: false\n");
-    s.push_str("ssh_deletekeys: true\n");
-    s.push_str("ssh_genkeytypes: []\n");
-    s.push_str("ssh_keys:\n");
-    s.push_str("  ed25519_private: |\n");
-    for line in host_private.lines() {
-        s.push_str(&format!("    {line}\n"));
-    }
-    s.push_str(&format!("  ed25519_public: {host_public}\n"));
-    s.push_str("write_files:\n");
-    s.push_str(&format!("  - path: {SSHD_DROP_IN}\n"));
-    s.push_str("    owner: root:root\n");
-    s.push_str("    permissions: '0644'\n");
-    s.push_str("    content: |\n");
-    for line in [
-        "# stado: keys only",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "PermitRootLogin no",
-    ] {
-        s.push_str(&format!("      {line}\n"));
-    }
-    s.push_str("runcmd:\n");
-    s.push_str("  - [sh, -c, 'systemctl reload ssh || systemctl reload sshd || true']\n");
-    s.push_str(&format!(
-        "  - [sudo, -u, {user}, -H, sh, -c, 'curl --proto =https --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain stable']\n"
-    ));
-    s.push_str(&format!(
-        "  - [sudo, -u, {user}, -H, sh, -c, 'mkdir -p \"$HOME/.stado/work/runs\"']\n"
-    ));
-    s
+    let packages: String = PACKAGES.iter().map(|p| format!("  - {p}\n")).collect();
+    let private: String = host_private.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "#cloud-config
+package_update: true
+packages:
+{packages}ssh_pwauth: false
+ssh_deletekeys: true
+ssh_genkeytypes: []
+ssh_keys:
+  ed25519_private: |
+{private}  ed25519_public: {host_public}
+write_files:
+  - path: {SSHD_DROP_IN}
+    owner: root:root
+    permissions: '0644'
+    content: |
+      # stado: keys only
+      PasswordAuthentication no
+      KbdInteractiveAuthentication no
+      PermitRootLogin no
+runcmd:
+  - [sh, -c, 'systemctl reload ssh || systemctl reload sshd || true']
+  - [sudo, -u, {user}, -H, sh, -c, 'curl --proto =https --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain stable']
+  - [sudo, -u, {user}, -H, sh, -c, 'mkdir -p \"$HOME/.stado/work/runs\"']
+"
+    )
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use orca::Error;
 use serde::Serialize;
 
-use crate::cloud::{Stado, HOME_LABEL};
+use crate::cloud::{list_or_none, Stado, HOME_LABEL, TITLE};
 use crate::error::Failure;
 use crate::keys;
 use crate::list::power_word;
@@ -48,13 +48,8 @@ impl Stado {
             }
             let names: Vec<&str> = declared.iter().map(|(t, _)| t.name.as_str()).collect();
             return Err(Failure::refused(format!(
-                "the registry declares no {} cloud host {name} (it declares {})",
-                self.cloud_title(),
-                if names.is_empty() {
-                    "none".to_string()
-                } else {
-                    names.join(", ")
-                }
+                "the registry declares no {TITLE} cloud host {name} (it declares {})",
+                list_or_none(&names)
             )));
         };
         self.remove_host(&mut registry, name, &decl).await?;
@@ -124,8 +119,7 @@ impl Stado {
         }
         if let Err(left) = self.delete_vm(&decl.vm_id).await {
             return Err(Failure::new(format!(
-                "{name} is still registered because {} did not release everything: {left}; deleting it again retries",
-                self.cloud_title()
+                "{name} is still registered because {TITLE} did not release everything: {left}; deleting it again retries"
             ))
             .with_code("leftovers"));
         }

@@ -3,7 +3,8 @@
 /// Why a command did not do what it was asked, in words a person acts on. Never carries a secret:
 /// messages are built from names, addresses, the cloud's error codes and words, never from keys,
 /// tokens or user data.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct Failure {
     message: String,
     code: &'static str,
@@ -24,6 +25,11 @@ impl Failure {
         self
     }
 
+    /// Input that is not what was asked for: the code `invalid`.
+    pub fn invalid(message: impl Into<String>) -> Failure {
+        Failure::new(message).with_code("invalid")
+    }
+
     /// A refusal (input or policy said no before anything was made).
     pub fn refused(message: impl Into<String>) -> Failure {
         Failure::new(message).with_code("refused")
@@ -39,11 +45,3 @@ impl Failure {
         self.code
     }
 }
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for Failure {}

@@ -1,5 +1,5 @@
 //! The files of the stado home, written so that a reader never sees half of one: replaced whole by
-//! orca's atomic write ([`write_atomic`]), or, for a file that must not exist yet, written only when
+//! orca's atomic write ([`write_json`]), or, for a file that must not exist yet, written only when
 //! nothing is there ([`write_new`]).
 
 use std::path::Path;
@@ -9,12 +9,6 @@ use crate::error::Failure;
 /// Makes `dir` (and its parents) when missing; a new folder is owner-only (0700).
 pub fn make_private_dir(dir: &Path) -> Result<(), Failure> {
     orca::fs::create_private_dir(dir).map_err(|e| Failure::new(e.to_string()))
-}
-
-/// Writes `bytes` to `path` atomically, giving it `mode` ([`orca::fs::write_atomic_mode`]).
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), Failure> {
-    make_private_dir(path.parent().unwrap_or(Path::new(".")))?;
-    orca::fs::write_atomic_mode(path, bytes, mode).map_err(|e| Failure::new(e.to_string()))
 }
 
 /// Writes `bytes` to `path` whole, unless something is at `path` already: then nothing is written and
@@ -35,12 +29,13 @@ pub fn read_json<T: serde::de::DeserializeOwned + Default>(path: &Path) -> Resul
     }
 }
 
-/// Writes `value` as pretty JSON to `path`, atomically.
+/// Writes `value` as pretty JSON to `path`, atomically and owner-only (0600).
 pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Failure> {
     let mut bytes = serde_json::to_vec_pretty(value)
         .map_err(|e| Failure::new(format!("{}: {e}", path.display())))?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes, 0o600)
+    make_private_dir(path.parent().unwrap_or(Path::new(".")))?;
+    orca::fs::write_atomic(path, &bytes).map_err(|e| Failure::new(e.to_string()))
 }
 
 #[cfg(test)]

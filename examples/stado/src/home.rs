@@ -49,25 +49,20 @@ impl Home {
 
     /// The home the flag, else `STADO_HOME`, else `~/.stado` names.
     pub fn resolve(flag: Option<PathBuf>) -> Result<Home, Failure> {
-        let root =
-            match flag {
-                Some(p) => p,
-                None => match std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
-                    Some(p) => PathBuf::from(p),
-                    None => match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-                        Some(h) => PathBuf::from(h).join(".stado"),
-                        None => return Err(Failure::new(
-                            "no stado home: give --home or set STADO_HOME (HOME is not set either)",
-                        )),
-                    },
-                },
-            };
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        let root = flag
+            .or_else(|| var(HOME_ENV))
+            .or_else(|| var("HOME").map(|h| h.join(".stado")))
+            .ok_or_else(|| {
+                Failure::new(
+                    "no stado home: give --home or set STADO_HOME (HOME is not set either)",
+                )
+            })?;
         Home::open(root)
-    }
-
-    /// The folder.
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// The profile: providers and bindings.
@@ -110,45 +105,23 @@ impl Home {
         self.root.join("fake-fleet.json")
     }
 
-    /// Takes the exclusive write lock of `file` (`<file>.lock`), or refuses at once when another
-    /// process holds it.
-    pub fn lock(&self, file: &Path) -> Result<WriteLock, Failure> {
-        WriteLock::try_take(file)
-    }
-}
-
-/// An exclusive write lock on one file of the home (`<file>.lock`, an [`orca::fs::FileLock`]), held
-/// until dropped.
-#[derive(Debug)]
-pub struct WriteLock {
-    lock: FileLock,
-}
-
-impl WriteLock {
-    /// Takes the lock of `file` without waiting.
-    pub fn try_take(file: &Path) -> Result<WriteLock, Failure> {
+    /// Takes the exclusive write lock of `file` (`<file>.lock`, an [`orca::fs::FileLock`] held until
+    /// dropped), or refuses at once when another process holds it.
+    pub fn lock(&self, file: &Path) -> Result<FileLock, Failure> {
         match FileLock::try_lock(FileLock::path_for(file)) {
-            Ok(lock) => Ok(WriteLock { lock }),
             Err(e) if e.is_busy() => Err(Failure::new(format!(
                 "{} is being written by another stado right now; nothing was changed (run again once it has finished)",
                 file.display()
             ))
             .with_code("busy")),
-            Err(e) => Err(Failure::new(e.to_string())),
+            taken => taken.map_err(|e| Failure::new(e.to_string())),
         }
     }
+}
 
-    /// Takes the lock of `file`, waiting for another holder to let go.
-    pub fn wait(file: &Path) -> Result<WriteLock, Failure> {
-        FileLock::lock_blocking(FileLock::path_for(file))
-            .map(|lock| WriteLock { lock })
-            .map_err(|e| Failure::new(e.to_string()))
-    }
-
-    /// The lock file.
-    pub fn path(&self) -> &Path {
-        self.lock.path()
-    }
+/// Takes the write lock of `file` as [`Home::lock`] does, but waits for another holder to let go.
+pub fn wait_lock(file: &Path) -> Result<FileLock, Failure> {
+    FileLock::lock_blocking(FileLock::path_for(file)).map_err(|e| Failure::new(e.to_string()))
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 use stado::channel::{FakeFleet, FirstBoot};
+use stado::cloud::list_or_none;
 use stado::profile::{Profile, Selection, KEYS};
 use stado::registry::Registry;
 use stado::{CreateRequest, Failure, Home, Stado};
@@ -324,11 +325,13 @@ fn to_json<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-fn with_ok(mut v: Value, ok: bool) -> Value {
-    if let Value::Object(m) = &mut v {
+/// The answer of a command whose report is `r`, with `ok` in its object.
+fn report<T: serde::Serialize>(r: &T, lines: Vec<String>, ok: bool) -> Answer {
+    let mut json = to_json(r);
+    if let Value::Object(m) = &mut json {
         m.insert("ok".into(), Value::Bool(ok));
     }
-    v
+    Answer { json, lines, ok }
 }
 
 /// stado on `provider` for one command: progress goes to stderr as it happens, terminal or not (a
@@ -381,15 +384,11 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
             };
             let r = s.create(&req).await;
             // Each step's lines were printed as it ended; the error goes to stderr.
-            Ok(Answer {
-                json: to_json(&r),
-                lines: Vec::new(),
-                ok: r.ok,
-            })
+            Ok(report(&r, Vec::new(), r.ok))
         }
         HostCmd::List { provider } => {
             let r = open(home, &provider.provider, json).await?.list().await?;
-            Ok(Answer::ok(with_ok(to_json(&r), true), r.lines()))
+            Ok(report(&r, r.lines(), true))
         }
         HostCmd::Delete { name, provider } => {
             let r = open(home, &provider.provider, json)
@@ -397,7 +396,7 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
                 .delete(&name)
                 .await?;
             let line = format!("deleted {} (VM {} and what belonged to it); its registry entry and fleet key are gone", r.name, r.vm_id);
-            Ok(Answer::ok(with_ok(to_json(&r), true), vec![line]))
+            Ok(report(&r, vec![line], true))
         }
         HostCmd::Reap {
             provider,
@@ -408,12 +407,7 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
                 .await?
                 .reap(apply)
                 .await?;
-            let ok = !r.failed();
-            Ok(Answer {
-                json: with_ok(to_json(&r), ok),
-                lines: r.lines(),
-                ok,
-            })
+            Ok(report(&r, r.lines(), !r.failed()))
         }
         HostCmd::Reap {
             provider,
@@ -433,7 +427,7 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
 
 /// `stado fleet key generate NAME`: never replaces a key.
 fn fleet_key_generate(home: &Home, name: &str) -> Result<Answer, Failure> {
-    if !stado::create::is_target_identifier(name) {
+    if orca::validate_name(name).is_err() {
         return Err(Failure::refused(format!(
             "'{name}' is not a target identifier"
         )));
@@ -484,7 +478,7 @@ async fn reap_every(
                     eprintln!("{l}");
                 }
                 if json {
-                    println!("{}", with_ok(to_json(&r), !r.failed()));
+                    println!("{}", report(&r, Vec::new(), !r.failed()).json);
                 }
             }
             Ok(Err(why)) => {
@@ -506,11 +500,7 @@ async fn reap_every(
         }
     }
     // Stopped: no object of its own, so that every line of --json is one tick's.
-    Ok(Answer {
-        json: Value::Null,
-        lines: Vec::new(),
-        ok: true,
-    })
+    Ok(Answer::ok(Value::Null, Vec::new()))
 }
 
 fn config(home: Home, what: ConfigCmd) -> Result<Answer, Failure> {
@@ -603,21 +593,20 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
 
 /// `stado fake host NAME ...`: changes how a simulated host behaves, and shows it.
 fn fake_host(home: &Home, name: &str, c: SimHostChanges) -> Result<Answer, Failure> {
-    let invalid = |m: String| Failure::new(m).with_code("invalid");
     let first_boot = match c.first_boot.as_deref() {
         None => None,
         Some("done") => Some(FirstBoot::Done),
         Some("error") => Some(FirstBoot::Error),
         Some("degraded") => Some(FirstBoot::Degraded),
         Some(other) => {
-            return Err(invalid(format!(
+            return Err(Failure::invalid(format!(
                 "--first-boot {other:?}: done, error or degraded"
             )))
         }
     };
     if let Some(e) = &c.egress {
         if e.parse::<std::net::IpAddr>().is_err() {
-            return Err(invalid(format!("--egress {e:?}: an IP address")));
+            return Err(Failure::invalid(format!("--egress {e:?}: an IP address")));
         }
     }
     let fleet = FakeFleet::persistent(home.fake_fleet_path());
@@ -687,16 +676,15 @@ fn fake_cloud(home: &Home, c: SimCloudChanges) -> Result<Answer, Failure> {
 
 /// `LOCATION:NAME:PRIORITY` of `--subnet-rule`.
 fn subnet_rule(r: &str) -> Result<(&str, &str, u32), Failure> {
-    let invalid = |m: String| Failure::new(m).with_code("invalid");
     let parts: Vec<&str> = r.split(':').collect();
     let [loc, name, prio] = parts[..] else {
-        return Err(invalid(format!(
+        return Err(Failure::invalid(format!(
             "--subnet-rule {r:?}: LOCATION:NAME:PRIORITY"
         )));
     };
     let prio = prio
         .parse()
-        .map_err(|_| invalid(format!("--subnet-rule {r:?}: the priority is a number")))?;
+        .map_err(|_| Failure::invalid(format!("--subnet-rule {r:?}: the priority is a number")))?;
     Ok((loc, name, prio))
 }
 
@@ -718,14 +706,7 @@ fn describe_cloud(cloud: &orca::memory::MemoryCloud) -> Answer {
             )
         })
         .collect();
-    lines.push(format!(
-        "admission groups: {}",
-        if groups.is_empty() {
-            "none".into()
-        } else {
-            groups.join(", ")
-        }
-    ));
+    lines.push(format!("admission groups: {}", list_or_none(&groups)));
     for l in orca::memory::LOCATIONS {
         for r in cloud.subnet_group(l).rules.iter().filter(|r| r.inbound) {
             lines.push(format!(

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::cloud::list_or_none;
 use crate::error::Failure;
 use crate::files::{read_json, write_json};
 use crate::home::Home;
@@ -29,11 +30,10 @@ pub fn check_known_provider(kind: &str) -> Result<(), Failure> {
     if PROVIDERS.contains(&kind) {
         return Ok(());
     }
-    Err(Failure::new(format!(
+    Err(Failure::invalid(format!(
         "unknown provider {kind:?}; stado knows {}",
         PROVIDERS.join(" and ")
-    ))
-    .with_code("invalid"))
+    )))
 }
 
 /// The environment variable that names the enabled providers for one invocation.
@@ -122,7 +122,7 @@ pub(crate) fn ensure_home_id(
     if let Some(id) = current.get(HOME_ID) {
         return Ok(id);
     }
-    let _lock = crate::home::WriteLock::wait(profile_path)?;
+    let _lock = crate::home::wait_lock(profile_path)?;
     let mut p: Profile = read_json(profile_path)?;
     if let Some(id) = p.get(HOME_ID) {
         return Ok(id);
@@ -146,10 +146,9 @@ pub(crate) fn ensure_home_id(
 
 /// The refusal of a change to `home_id`.
 pub fn home_id_is_kept() -> Failure {
-    Failure::refused(format!(
+    Failure::invalid(format!(
         "{HOME_ID} is this stado home's identity: its cloud hosts are made under it and only its own are adopted or deleted, so stado keeps it and it cannot be set or unset"
     ))
-    .with_code("invalid")
 }
 
 /// The operator's ruling on the Azure credit floor.
@@ -247,15 +246,13 @@ impl Profile {
             return Err(home_id_is_kept());
         }
         if !KEYS.iter().any(|(k, _)| *k == key) {
-            return Err(Failure::new(format!(
+            return Err(Failure::invalid(format!(
                 "{key:?} is not a profile key; the keys are {}",
                 KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
-            ))
-            .with_code("invalid"));
+            )));
         }
-        let stored = stored_value(key, value.trim()).map_err(|rule| {
-            Failure::new(format!("{key}: {rule}, got {value:?}")).with_code("invalid")
-        })?;
+        let stored = stored_value(key, value.trim())
+            .map_err(|rule| Failure::invalid(format!("{key}: {rule}, got {value:?}")))?;
         self.values.insert(key.to_string(), stored);
         Ok(())
     }
@@ -330,13 +327,6 @@ impl Profile {
                 conditions.join(" and ")
             ));
         }
-        let show = |v: &[String]| {
-            if v.is_empty() {
-                "none".to_string()
-            } else {
-                v.join(", ")
-            }
-        };
         let whence = if sel.providers.is_some() || sel.disabled.is_some() {
             format!(" as {PROVIDERS_ENV} / {DISABLED_ENV} select them for this invocation")
         } else {
@@ -344,19 +334,23 @@ impl Profile {
         };
         Err(Failure::refused(format!(
             "the provider {kind} is not enabled in this profile (providers: {}; providers_disabled: {}){whence}; {}",
-            show(&enabled),
-            show(&disabled),
+            list_or_none(&enabled),
+            list_or_none(&disabled),
             hints.join("; ")
         )))
     }
 
-    /// Refuses when a compute binding is missing, naming every missing key.
-    pub fn check_bindings(&self) -> Result<(), Failure> {
-        let missing: Vec<&str> = AZURE_BINDINGS
-            .iter()
+    /// The keys of `keys` this profile does not declare.
+    fn missing<'k>(&self, keys: &[&'k str]) -> Vec<&'k str> {
+        keys.iter()
             .copied()
             .filter(|k| self.get(k).is_none())
-            .collect();
+            .collect()
+    }
+
+    /// Refuses when a compute binding is missing, naming every missing key.
+    pub fn check_bindings(&self) -> Result<(), Failure> {
+        let missing = self.missing(&AZURE_BINDINGS);
         if missing.is_empty() {
             return Ok(());
         }
@@ -374,11 +368,7 @@ impl Profile {
             "azure.credit_floor.ruling",
             "azure.credit_floor.words",
         ];
-        let missing: Vec<&str> = keys
-            .iter()
-            .copied()
-            .filter(|k| self.get(k).is_none())
-            .collect();
+        let missing = self.missing(&keys);
         if !missing.is_empty() {
             return Err(Failure::refused(format!(
                 "the Azure credit gate has no floor ruling from the operator: the profile does not declare {}; stado config set declares each",

@@ -15,7 +15,7 @@ use crate::list::power_word;
 use crate::registry::{CloudDecl, CloudState, Egress, Registry, Target};
 
 /// How a host was judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// A run stands in its run area, or cargo or rustc runs.
@@ -25,6 +25,7 @@ pub enum Verdict {
     /// Idle past its minutes.
     Reapable,
     /// Could not be read: never judged idle.
+    #[default]
     Unread,
 }
 
@@ -50,7 +51,7 @@ pub enum Action {
 }
 
 /// One host's reading.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReapRow {
     /// The host.
     pub name: String,
@@ -82,7 +83,7 @@ pub struct ReapRow {
 }
 
 /// What one reap pass did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ReapReport {
     /// `reap`.
     pub command: &'static str,
@@ -264,25 +265,16 @@ impl Stado {
             command: "reap",
             provider: self.kind.clone(),
             apply,
-            egress: BTreeMap::new(),
-            admission: Vec::new(),
-            admission_error: None,
-            hosts: Vec::new(),
+            ..ReapReport::default()
         };
         if declared.is_empty() {
             return Ok(report);
         }
         // The fleet's addresses, measured and readmitted as create does.
-        let mut locations: Vec<String> = Vec::new();
-        for (_, c) in &declared {
-            if !locations.contains(&c.location) {
-                locations.push(c.location.clone());
-            }
-        }
         let measured = self.measure_egress(&profile, &mut registry).await;
         report.egress = registry.cloud_hosts.egress.clone();
         match measured {
-            Ok(sources) => match self.admit(&registry, &locations, &sources).await {
+            Ok(sources) => match self.admit(&registry, None, &sources).await {
                 Ok(a) => report.admission = a,
                 Err(f) => report.admission_error = Some(f.message().to_string()),
             },
@@ -290,8 +282,7 @@ impl Stado {
         }
         let readings =
             futures::future::join_all(declared.iter().map(|(t, c)| self.read_host(t, c))).await;
-        for ((t, c), row) in declared.iter().zip(readings) {
-            let mut row = row;
+        for ((t, c), mut row) in declared.iter().zip(readings) {
             if apply && row.verdict == Verdict::Reapable {
                 match self.remove_host(&mut registry, &t.name, c).await {
                     Ok(()) => row.action = Some(Action::Reaped),
@@ -307,17 +298,11 @@ impl Stado {
     }
 
     async fn read_host(&self, t: &Target, c: &CloudDecl) -> ReapRow {
+        // Unread until the reading says otherwise.
         let mut row = ReapRow {
             name: t.name.clone(),
-            verdict: Verdict::Unread,
-            idle_for_minutes: None,
             idle_minutes: c.idle_minutes,
-            idle_since: None,
-            runs: None,
-            processes: None,
-            cause: None,
-            action: None,
-            action_cause: None,
+            ..ReapRow::default()
         };
         let unread = |mut row: ReapRow, cause: String| {
             row.cause = Some(cause);

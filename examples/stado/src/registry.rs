@@ -53,7 +53,7 @@ pub struct Egress {
 }
 
 /// A fleet target: a host stado reaches over SSH.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     /// Its identifier.
     pub name: String,
@@ -131,12 +131,7 @@ impl Target {
         Target {
             name: name.into(),
             address: address.into(),
-            user: None,
-            port: None,
-            identity: None,
-            known_hosts: None,
-            cloud: None,
-            other: Map::new(),
+            ..Target::default()
         }
     }
 }
@@ -189,25 +184,22 @@ impl Registry {
     pub fn with_set(&self, path: &str, value: Value) -> Result<Registry, Failure> {
         let segments: Vec<&str> = path.split('.').collect();
         if path.is_empty() || segments.iter().any(|s| s.is_empty()) {
-            return Err(Failure::new(format!(
+            return Err(Failure::invalid(format!(
                 "--path {path:?}: dot-separated names, like cloud_hosts.admit_from or targets.build-host.address"
-            ))
-            .with_code("invalid"));
+            )));
         }
         let mut root = serde_json::to_value(self).map_err(|e| Failure::new(e.to_string()))?;
         set_at(&mut root, &segments, value, path)?;
         let next: Registry = serde_json::from_value(root).map_err(|e| {
-            Failure::new(format!(
+            Failure::invalid(format!(
                 "--path {path}: the registry would not be valid: {e}; nothing was changed"
             ))
-            .with_code("invalid")
         })?;
         for t in &next.targets {
             if t.name.is_empty() {
-                return Err(
-                    Failure::new(format!("--path {path}: a target needs a name"))
-                        .with_code("invalid"),
-                );
+                return Err(Failure::invalid(format!(
+                    "--path {path}: a target needs a name"
+                )));
             }
         }
         let clouds = |r: &Registry| -> BTreeMap<String, (Target, CloudDecl)> {
@@ -256,8 +248,9 @@ fn set_at(node: &mut Value, segments: &[&str], value: Value, path: &str) -> Resu
                 (Some(i), _) => i,
                 (None, Ok(i)) if i < items.len() => i,
                 (None, Ok(_)) => {
-                    return Err(Failure::new(format!("--path {path}: no element {first}"))
-                        .with_code("invalid"))
+                    return Err(Failure::invalid(format!(
+                        "--path {path}: no element {first}"
+                    )))
                 }
                 (None, Err(_)) => {
                     items.push(serde_json::json!({ "name": first }));
@@ -282,7 +275,7 @@ fn set_at(node: &mut Value, segments: &[&str], value: Value, path: &str) -> Resu
                 set_at(child, rest, value, path)
             }
         }
-        other => Err(Failure::new(format!(
+        other => Err(Failure::invalid(format!(
             "--path {path}: {first} is inside a {} value, not an object",
             match other {
                 Value::String(_) => "text",
@@ -290,8 +283,7 @@ fn set_at(node: &mut Value, segments: &[&str], value: Value, path: &str) -> Resu
                 Value::Bool(_) => "true/false",
                 _ => "plain",
             }
-        ))
-        .with_code("invalid")),
+        ))),
     }
 }
 

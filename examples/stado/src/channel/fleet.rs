@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::{commands, Endpoint, HostChannel, Output};
 use crate::error::Failure;
 use crate::files::{read_json, write_json};
-use crate::home::WriteLock;
+use crate::home::wait_lock;
 
 /// How a simulated host's first boot ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -137,7 +137,7 @@ impl FakeFleet {
         let Some(path) = &self.path else {
             return Ok(f(&mut mem));
         };
-        let _lock = WriteLock::wait(path)?;
+        let _lock = wait_lock(path)?;
         let mut s: FleetState = read_json(path)?;
         let before = s.clone();
         let r = f(&mut s);
@@ -217,13 +217,11 @@ impl FakeFleet {
                 FirstBoot::Done => Output::ok("\nstatus: done\n"),
                 FirstBoot::Error => Output {
                     status: 1,
-                    stdout: "\nstatus: error\n".into(),
-                    stderr: String::new(),
+                    ..Output::ok("\nstatus: error\n")
                 },
                 FirstBoot::Degraded => Output {
                     status: 2,
-                    stdout: "\nstatus: degraded done\n".into(),
-                    stderr: String::new(),
+                    ..Output::ok("\nstatus: degraded done\n")
                 },
             },
             commands::RUSTC_VERSION if h.toolchain => {

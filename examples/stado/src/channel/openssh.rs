@@ -1,7 +1,7 @@
 //! [`OpenSsh`]: the host channel over the system's OpenSSH client, with strict host-key checking
 //! against the key pinned for the target and only the target's fleet key.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -58,7 +58,7 @@ impl OpenSsh {
         };
         o("BatchMode", "yes");
         o("StrictHostKeyChecking", "yes");
-        o("UserKnownHostsFile", &path_text(pinned));
+        o("UserKnownHostsFile", &pinned.to_string_lossy());
         o("GlobalKnownHostsFile", "/dev/null");
         o("HostKeyAlias", &host.name);
         o("CheckHostIP", "no");
@@ -73,7 +73,7 @@ impl OpenSsh {
         if let Some(key) = &host.identity {
             o("IdentitiesOnly", "yes");
             a.push("-i".into());
-            a.push(path_text(key));
+            a.push(key.to_string_lossy().into_owned());
         }
         a.push("-p".into());
         a.push(host.port.to_string());
@@ -86,10 +86,6 @@ impl OpenSsh {
         a.push(command.to_string());
         Ok(a)
     }
-}
-
-fn path_text(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
 }
 
 #[async_trait]

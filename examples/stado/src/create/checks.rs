@@ -14,24 +14,26 @@ const OPTIONS: [&str; 4] = ["ssh_keys", "ssh_sources", "admission_group", "disk_
 impl Stado {
     /// Refuses a request whose size, location, disk or idle minutes cannot be a cloud host's.
     pub(super) fn check_request(&self, req: &CreateRequest) -> Result<(), Failure> {
-        let invalid = |m: String| Failure::refused(m).with_code("invalid");
         if orca::spec::validate_token("size", &req.size).is_err() {
-            return Err(invalid(format!("--size {:?} is not a size name", req.size)));
+            return Err(Failure::invalid(format!(
+                "--size {:?} is not a size name",
+                req.size
+            )));
         }
         if orca::spec::validate_token("location", &req.location).is_err() {
-            return Err(invalid(format!(
+            return Err(Failure::invalid(format!(
                 "--location {:?} is not a location name",
                 req.location
             )));
         }
         if !DISK_GB.contains(&req.disk_gb) {
-            return Err(invalid(format!(
+            return Err(Failure::invalid(format!(
                 "--disk-gb {}: an OS disk of 30 to 4095 GiB (the image needs 30)",
                 req.disk_gb
             )));
         }
         if req.idle_minutes == 0 {
-            return Err(invalid("--idle-minutes 0: at least one minute".into()));
+            return Err(Failure::invalid("--idle-minutes 0: at least one minute"));
         }
         if let Some(known) = self.known_locations() {
             if !known.contains(&req.location.as_str()) {
@@ -75,10 +77,9 @@ impl Stado {
 
     /// The refusal of a location the cloud does not have; `known` says what it has, or why not.
     pub(super) fn unknown_location(&self, location: &str, known: &str) -> Failure {
-        Failure::refused(format!(
+        Failure::invalid(format!(
             "--location {location}: the {} cloud has no such location; {known}",
             self.kind
         ))
-        .with_code("invalid")
     }
 }

@@ -5,7 +5,7 @@
 use orca::{Created, Error, Machine, MachineSpec};
 
 use super::{CreateRequest, Minted, PriceReport, Step};
-use crate::cloud::{Stado, GROUP, HOME_LABEL, POOL};
+use crate::cloud::{Stado, GROUP, HOME_LABEL, POOL, TITLE};
 use crate::cloudinit;
 use crate::error::Failure;
 use crate::keys::{FleetKey, KeyPair};
@@ -148,7 +148,6 @@ impl Stado {
     /// finish is deleted and made again (its fleet key is lost); one that is not this home's is
     /// refused and left alone.
     async fn make_vm(&self, req: &CreateRequest, spec: &MachineSpec) -> Result<Machine, Failure> {
-        let title = self.cloud_title();
         for attempt in 0..2 {
             let m = match self.provider.create(spec).await {
                 Ok(Created::Machine(m)) => return self.with_address(req, m).await,
@@ -159,7 +158,7 @@ impl Stado {
                     // offering), naming what remains in its message (Azure: "the clean-up could not
                     // remove: ..."), which is quoted whole.
                     return Err(Failure::new(format!(
-                        "{title} has no {} to give in {} right now: {message} (try another size or location)",
+                        "{TITLE} has no {} to give in {} right now: {message} (try another size or location)",
                         req.size, req.location
                     ))
                     .with_code("no_stock"));
@@ -180,7 +179,7 @@ impl Stado {
             tracing::warn!(host = %req.name, vm = %m.id, "a VM of this name was left by a create of this home that did not finish; deleting it");
             if let Err(left) = self.delete_vm(&m.id).await {
                 return Err(Failure::new(format!(
-                    "a VM named {} was left by an earlier create that did not finish, and it could not be deleted: {title} still holds {left}",
+                    "a VM named {} was left by an earlier create that did not finish, and it could not be deleted: {TITLE} still holds {left}",
                     req.name
                 )));
             }
@@ -199,10 +198,7 @@ impl Stado {
         let cause = format!("cloud host {} was made without a public address", req.name);
         Err(match self.delete_vm(&m.id).await {
             Ok(()) => Failure::new(format!("{cause}; it was deleted again")),
-            Err(left) => Failure::new(format!(
-                "{cause}; {} still holds: {left}",
-                self.cloud_title()
-            )),
+            Err(left) => Failure::new(format!("{cause}; {TITLE} still holds: {left}")),
         })
     }
 
@@ -210,13 +206,12 @@ impl Stado {
     /// answer lost on the last try): a VM of that name this home made is deleted, one of another
     /// home is named and left alone.
     async fn not_made(&self, req: &CreateRequest, e: Error) -> Failure {
-        let title = self.cloud_title();
         if let Error::AlreadyExists { .. } = &e {
             // Another owner's VM (or resource) of this name: the driver touched nothing.
             let f = self.not_this_homes(&req.name, &e.to_string());
             return match self.sweep(&req.name).await {
                 Ok(_) => f,
-                Err(left) => Failure::new(format!("{}; {title} still holds: {left}", f.message()))
+                Err(left) => Failure::new(format!("{}; {TITLE} still holds: {left}", f.message()))
                     .with_code("exists"),
             };
         }
@@ -240,7 +235,7 @@ impl Stado {
             Ok((n, _)) => msg.push_str(&format!(
                 "; {n} VM(s) of that name it made after all were deleted"
             )),
-            Err(left) => msg.push_str(&format!("; {title} still holds: {left}")),
+            Err(left) => msg.push_str(&format!("; {TITLE} still holds: {left}")),
         }
         Failure::new(msg).with_code(code)
     }
@@ -248,8 +243,7 @@ impl Stado {
     /// The refusal of a name a VM that is not this home's holds.
     fn not_this_homes(&self, name: &str, what: &str) -> Failure {
         Failure::refused(format!(
-            "a VM named {name} already stands in {} and is not this stado home's ({what}; this home is {}, owner {}); it was left alone and nothing was made: choose another name",
-            self.cloud_title(),
+            "a VM named {name} already stands in {TITLE} and is not this stado home's ({what}; this home is {}, owner {}); it was left alone and nothing was made: choose another name",
             self.home.id(),
             self.provider.owner()
         ))
@@ -306,8 +300,7 @@ impl Stado {
                 Err(_) => "and the registry could not record it either".to_string(),
             };
             return Failure::new(format!(
-                "{cause}; deleting it again failed, {} still holds: {left}; {kept}",
-                self.cloud_title()
+                "{cause}; deleting it again failed, {TITLE} still holds: {left}; {kept}"
             ))
             .with_code("leftovers");
         }

@@ -13,7 +13,6 @@ mod host;
 mod price;
 mod report;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use report::{
@@ -53,12 +52,6 @@ const STEPS: [&str; 9] = [
     "recording targets[].cloud",
     "waiting for cloud-init and asking for rustc, node and npm",
 ];
-
-/// Whether `name` is a target identifier: 1 to 63 of a-z, 0-9 and '-', not starting or ending with
-/// '-' (a host name, and so a VM's name).
-pub fn is_target_identifier(name: &str) -> bool {
-    orca::validate_name(name).is_ok()
-}
 
 /// Why a step stopped: what it said before it failed, and the failure.
 struct Stop {
@@ -134,22 +127,13 @@ impl Stado {
     pub async fn create(&self, req: &CreateRequest) -> CreateReport {
         let mut report = CreateReport {
             command: "create",
-            ok: false,
             name: req.name.clone(),
             provider: self.kind.clone(),
             location: req.location.clone(),
             size: req.size.clone(),
             disk_gb: req.disk_gb,
             idle_minutes: req.idle_minutes,
-            steps: Vec::new(),
-            price: None,
-            credit: None,
-            egress: BTreeMap::new(),
-            admission: Vec::new(),
-            fleet_key: None,
-            host: None,
-            versions: None,
-            error: None,
+            ..CreateReport::default()
         };
         let mut run = Run {
             report: &mut report,
@@ -218,7 +202,8 @@ impl Stado {
     /// Step 1: a target identifier no target holds, with no key of that name (a key this create
     /// did not mint is someone's, and is never replaced or removed).
     fn name_step(&self, req: &CreateRequest, registry: &Registry) -> Step<()> {
-        if !is_target_identifier(&req.name) {
+        // A target identifier is a host name, and so a VM's name: orca's machine name rule.
+        if orca::validate_name(&req.name).is_err() {
             return Err(Failure::refused(format!(
                 "'{}' is not a target identifier (1 to 63 of a-z, 0-9 and '-', not starting or ending with '-')",
                 req.name
@@ -276,13 +261,7 @@ impl Stado {
         sources: &[String],
         report: &mut CreateReport,
     ) -> Step<()> {
-        let mut locations = vec![req.location.clone()];
-        for (_, c) in registry.cloud_hosts(&self.kind) {
-            if !locations.contains(&c.location) {
-                locations.push(c.location.clone());
-            }
-        }
-        let reports = self.admit(registry, &locations, sources).await?;
+        let reports = self.admit(registry, Some(&req.location), sources).await?;
         let lines = reports.iter().map(AdmissionReport::line).collect();
         report.admission = reports;
         Ok(((), lines))

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use orca::{CreditBalance, Error};
 
 use super::{CreateReport, CreateRequest, CreditReport, PriceReport, Step, Stop};
-use crate::cloud::{usd, Stado};
+use crate::cloud::{usd, Stado, TITLE};
 use crate::error::Failure;
 use crate::profile::{FloorRuling, Profile};
 use crate::registry::Registry;
@@ -55,7 +55,6 @@ impl Stado {
 
     /// The provider's credit balance, or why the gate has none to read.
     fn credit_source(&self) -> Result<&dyn CreditBalance, Failure> {
-        let title = self.cloud_title();
         if let Some(credit) = self.provider.credit_balance() {
             return Ok(credit);
         }
@@ -63,24 +62,23 @@ impl Stado {
             // The Azure driver reads a credit only when its settings name the billing account
             // and profile it belongs to.
             return Err(Failure::refused(format!(
-                "the {title} credit gate has no balance to read: a real subscription's credit is read from a billing profile of a billing account, and this deployment names none; stado config set azure.billing_account <account id> and stado config set azure.billing_profile <profile id> declare them"
+                "the {TITLE} credit gate has no balance to read: a real subscription's credit is read from a billing profile of a billing account, and this deployment names none; stado config set azure.billing_account <account id> and stado config set azure.billing_profile <profile id> declare them"
             )));
         }
         Err(Failure::new(format!(
-            "the {title} credit gate cannot read a balance from the {} provider",
+            "the {TITLE} credit gate cannot read a balance from the {} provider",
             self.kind
         )))
     }
 
     /// The size's hour in every configured location, and the highest.
     async fn quote(&self, profile: &Profile, req: &CreateRequest) -> Result<Quote, Failure> {
-        let title = self.cloud_title();
         let mut quotes = BTreeMap::new();
         for loc in &profile.price_locations(&req.location) {
             match self.provider.hourly_price(&req.size, loc).await {
                 Ok(p) if p.currency != "USD" => {
                     return Err(Failure::new(format!(
-                        "{title} quotes {} in {loc} in {}, and stado prices hours in USD",
+                        "{TITLE} quotes {} in {loc} in {}, and stado prices hours in USD",
                         req.size, p.currency
                     )))
                 }
@@ -98,7 +96,7 @@ impl Stado {
                 }
                 Err(e) => {
                     return Err(Failure::new(format!(
-                        "{title} {} has no on-demand price in {loc} (Retail Prices): {}",
+                        "{TITLE} {} has no on-demand price in {loc} (Retail Prices): {}",
                         req.size,
                         self.cloud_error(&e)
                     ))
@@ -106,14 +104,12 @@ impl Stado {
                 }
             }
         }
+        // The first of the highest, in location order.
         let (priced_in, hour) = quotes
             .iter()
-            .fold(None::<(&String, f64)>, |best, (l, h)| match best {
-                Some((_, bh)) if bh >= *h => best,
-                _ => Some((l, *h)),
-            })
-            .map(|(l, h)| (l.clone(), h))
-            .ok_or_else(|| Failure::new(format!("{title} quotes no price for {}", req.size)))?;
+            .map(|(l, h)| (l.clone(), *h))
+            .reduce(|best, q| if best.1 >= q.1 { best } else { q })
+            .ok_or_else(|| Failure::new(format!("{TITLE} quotes no price for {}", req.size)))?;
         Ok(Quote {
             hour,
             priced_in,
@@ -131,22 +127,21 @@ impl Stado {
         price: &PriceReport,
         report: &mut CreateReport,
     ) -> Result<String, Failure> {
-        let title = self.cloud_title();
         let balance = credit.balance().await.map_err(|e| {
             Failure::new(format!(
-                "the {title} credit balance could not be read: {}",
+                "the {TITLE} credit balance could not be read: {}",
                 self.cloud_error(&e)
             ))
         })?;
         if balance.currency != "USD" {
             return Err(Failure::refused(format!(
-                "the {title} credit balance is kept in {}, and stado prices hours in USD; the credit gate cannot compare them",
+                "the {TITLE} credit balance is kept in {}, and stado prices hours in USD; the credit gate cannot compare them",
                 balance.currency
             )));
         }
         if floor.currency != balance.currency {
             return Err(Failure::refused(format!(
-                "the operator's floor is in {} and the {title} credit balance in {}; the credit gate cannot compare them (the operator's ruling {}: \"{}\")",
+                "the operator's floor is in {} and the {TITLE} credit balance in {}; the credit gate cannot compare them (the operator's ruling {}: \"{}\")",
                 floor.currency, balance.currency, floor.ruling, floor.words
             )));
         }
@@ -161,7 +156,7 @@ impl Stado {
         });
         if after.partial_cmp(&floor.amount) != Some(std::cmp::Ordering::Greater) {
             return Err(Failure::refused(format!(
-                "creating cloud host {} ({}) in {} is refused: the {title} credit balance {} USD less one hour of {} ({} USD) and one hour of the machines already running ({} USD) is not above the floor {} {} (the operator's ruling {}: \"{}\"); {} USD would remain",
+                "creating cloud host {} ({}) in {} is refused: the {TITLE} credit balance {} USD less one hour of {} ({} USD) and one hour of the machines already running ({} USD) is not above the floor {} {} (the operator's ruling {}: \"{}\"); {} USD would remain",
                 req.name,
                 req.size,
                 req.location,

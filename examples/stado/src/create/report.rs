@@ -67,7 +67,7 @@ pub struct Versions {
 }
 
 /// What create did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct CreateReport {
     /// `create`.
     pub command: &'static str,
