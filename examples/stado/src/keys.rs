@@ -96,17 +96,15 @@ pub fn generate_fleet_key(home: &Home, name: &str) -> Result<FleetKey, Failure> 
         return Err(key_held(name, &[private]));
     }
     let public_line = pair.public_line();
-    match write_new(&public, format!("{public_line}\n").as_bytes(), 0o644) {
-        Ok(true) => {}
+    let written = match write_new(&public, format!("{public_line}\n").as_bytes(), 0o644) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(key_held(name, std::slice::from_ref(&public))),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = written {
         // The private half is this call's own: it goes again, and the other public half stays.
-        Ok(false) => {
-            let _ = std::fs::remove_file(&private);
-            return Err(key_held(name, &[public]));
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&private);
-            return Err(e);
-        }
+        let _ = std::fs::remove_file(&private);
+        return Err(e);
     }
     Ok(FleetKey {
         private,

@@ -611,25 +611,16 @@ fn fake_host(home: &Home, name: &str, c: SimHostChanges) -> Result<Answer, Failu
     }
     let fleet = FakeFleet::persistent(home.fake_fleet_path());
     let now = fleet.now();
+    // What is not given stays.
     fleet.update(name, |h| {
-        if let Some(e) = c.egress {
-            h.egress = Some(e);
-        }
-        if let Some(a) = c.answers {
-            h.answers = a;
-        }
-        if let Some(f) = first_boot {
-            h.first_boot = f;
-        }
-        if let Some(t) = c.toolchain {
-            h.toolchain = t;
-        }
+        h.egress = c.egress.or(h.egress.take());
+        h.answers = c.answers.unwrap_or(h.answers);
+        h.first_boot = first_boot.unwrap_or(h.first_boot);
+        h.toolchain = c.toolchain.unwrap_or(h.toolchain);
+        h.procs = c.procs.unwrap_or(h.procs);
         if let Some(r) = c.runs {
             h.runs = r;
             h.run_area_changed = Some(now);
-        }
-        if let Some(p) = c.procs {
-            h.procs = p;
         }
     })?;
     let h = fleet.host(name);

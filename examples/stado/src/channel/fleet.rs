@@ -285,38 +285,36 @@ impl HostChannel for FakeFleet {
         }
         let now = self.now();
         let name = host.name.clone();
-        let result = self
-            .with_state(|s| {
-                // A fleet host never described answers as a default one; a cloud machine presents
-                // the host key its cloud-init installed, and none if it was never booted here.
-                let is_vm = accepted.is_some();
-                let h = s.hosts.entry(name.clone()).or_default();
-                if !h.answers {
-                    return Err(unreachable());
-                }
-                if is_vm && h.host_key.is_none() {
-                    return Err("Host key verification failed.".into());
-                }
-                if let Some(key) = &h.host_key {
-                    if !pins(host, key) {
-                        return Err("Host key verification failed.".into());
-                    }
-                }
-                let authorized = accepted
-                    .clone()
-                    .unwrap_or_else(|| h.authorized_keys.clone());
-                if !authorized.is_empty() && !offers_one_of(host, &authorized) {
-                    return Err(format!(
-                        "{}@{}: Permission denied (publickey).",
-                        host.user.as_deref().unwrap_or("stado"),
-                        host.address
-                    ));
-                }
-                h.commands += 1;
-                Ok(Self::answer(h, &name, command, now))
-            })
-            .map_err(|e| e.to_string())?;
-        result
+        // The state's own failure, else the host's answer.
+        self.with_state(|s| {
+            // A fleet host never described answers as a default one; a cloud machine presents
+            // the host key its cloud-init installed, and none if it was never booted here.
+            let is_vm = accepted.is_some();
+            let h = s.hosts.entry(name.clone()).or_default();
+            if !h.answers {
+                return Err(unreachable());
+            }
+            let verified = match &h.host_key {
+                Some(key) => pins(host, key),
+                None => !is_vm,
+            };
+            if !verified {
+                return Err("Host key verification failed.".into());
+            }
+            let authorized = accepted
+                .clone()
+                .unwrap_or_else(|| h.authorized_keys.clone());
+            if !authorized.is_empty() && !offers_one_of(host, &authorized) {
+                return Err(format!(
+                    "{}@{}: Permission denied (publickey).",
+                    host.user.as_deref().unwrap_or("stado"),
+                    host.address
+                ));
+            }
+            h.commands += 1;
+            Ok(Self::answer(h, &name, command, now))
+        })
+        .map_err(|e| e.to_string())?
     }
 }
 
