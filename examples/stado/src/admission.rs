@@ -138,6 +138,16 @@ impl Stado {
         .await
     }
 
+    /// The provider's SSH admission, which cloud hosts need.
+    pub(crate) fn ssh_admission(&self) -> Result<&dyn orca::SshAdmission, Failure> {
+        self.provider.ssh_admission().ok_or_else(|| {
+            Failure::new(format!(
+                "the {} provider cannot admit addresses on SSH, which cloud hosts need",
+                self.kind
+            ))
+        })
+    }
+
     /// Admits `sources` on SSH in `first` (when given), then wherever a declared cloud host stands,
     /// readmitting the declared cloud hosts of each location.
     pub(crate) async fn admit(
@@ -146,12 +156,7 @@ impl Stado {
         first: Option<&str>,
         sources: &[String],
     ) -> Result<Vec<AdmissionReport>, Failure> {
-        let Some(adm) = self.provider.ssh_admission() else {
-            return Err(Failure::new(format!(
-                "the {} provider cannot admit addresses on SSH, which cloud hosts need",
-                self.kind
-            )));
-        };
+        let adm = self.ssh_admission()?;
         let mut locations: Vec<String> = first.into_iter().map(str::to_string).collect();
         for (_, c) in registry.cloud_hosts(&self.kind) {
             if !locations.contains(&c.location) {

@@ -61,12 +61,7 @@ impl Stado {
                 lacking.join(", ")
             )));
         }
-        if self.provider.ssh_admission().is_none() {
-            return Err(Failure::new(format!(
-                "the {} provider cannot admit addresses on SSH, which cloud hosts need",
-                self.kind
-            )));
-        }
+        self.ssh_admission()?;
         Ok(())
     }
 
