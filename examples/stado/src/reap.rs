@@ -304,10 +304,6 @@ impl Stado {
             idle_minutes: c.idle_minutes,
             ..ReapRow::default()
         };
-        let unread = |mut row: ReapRow, cause: String| {
-            row.cause = Some(cause);
-            row
-        };
         if c.state == CloudState::Enrolling {
             // Its create holds the registry's lock from its first step to its last, and this pass
             // holds it now: the create stopped before it enrolled and recorded the host, and nothing
@@ -319,42 +315,45 @@ impl Stado {
             );
             return row;
         }
+        match self.reading(t, c).await {
+            Ok(reading) => {
+                let (verdict, since, idle) = judge(&reading, c.created_at, c.idle_minutes);
+                row.verdict = verdict;
+                row.idle_since = since;
+                row.idle_for_minutes = idle;
+                row.runs = Some(reading.runs);
+                row.processes = Some(reading.processes);
+            }
+            Err(cause) => row.cause = Some(cause),
+        }
+        row
+    }
+
+    /// The reap probe's reading of a host whose VM runs; why there is none otherwise.
+    async fn reading(&self, t: &Target, c: &CloudDecl) -> Result<Reading, String> {
         match self.provider.machine(&c.vm_id).await {
             Ok(Some(m)) if m.status == orca::Status::Running => {}
-            Ok(Some(m)) => return unread(row, format!("its VM is {}", power_word(&m))),
-            Ok(None) => return unread(row, format!("its VM {} is absent", c.vm_id)),
-            Err(e) => return unread(row, format!("its VM could not be read: {e}")),
+            Ok(Some(m)) => return Err(format!("its VM is {}", power_word(&m))),
+            Ok(None) => return Err(format!("its VM {} is absent", c.vm_id)),
+            Err(e) => return Err(format!("its VM could not be read: {e}")),
         }
-        let out = match self
+        let out = self
             .channel
             .run(&Endpoint::of(t), commands::REAP_PROBE, self.timing.command)
-            .await
-        {
-            Ok(o) if o.status == 0 => o,
-            Ok(o) => {
-                return unread(
-                    row,
-                    format!("the reading exited {}: {}", o.status, o.last_words()),
-                )
-            }
-            Err(e) => return unread(row, e),
-        };
-        let Some(reading) = parse_reading(&out.stdout) else {
-            return unread(
-                row,
-                format!(
-                    "the reading answered {:?}",
-                    crate::cloud::truncate(out.stdout.trim(), 80)
-                ),
-            );
-        };
-        let (verdict, since, idle) = judge(&reading, c.created_at, c.idle_minutes);
-        row.verdict = verdict;
-        row.idle_since = since;
-        row.idle_for_minutes = idle;
-        row.runs = Some(reading.runs);
-        row.processes = Some(reading.processes);
-        row
+            .await?;
+        if out.status != 0 {
+            return Err(format!(
+                "the reading exited {}: {}",
+                out.status,
+                out.last_words()
+            ));
+        }
+        parse_reading(&out.stdout).ok_or_else(|| {
+            format!(
+                "the reading answered {:?}",
+                crate::cloud::truncate(out.stdout.trim(), 80)
+            )
+        })
     }
 }
 
