@@ -29,42 +29,29 @@ pub enum FirstBoot {
     Degraded,
 }
 
-fn yes() -> bool {
-    true
-}
-
-/// One simulated host of a [`FakeFleet`].
+/// One simulated host of a [`FakeFleet`]; a field its file lacks is the default host's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SimHost {
     /// The address the product site sees it at (`None`: one made from its name).
-    #[serde(default)]
     pub egress: Option<String>,
     /// Whether it answers SSH at all.
-    #[serde(default = "yes")]
     pub answers: bool,
     /// The host key it presents (a cloud host's, given at boot).
-    #[serde(default)]
     pub host_key: Option<String>,
     /// The public keys its account accepts (empty: any, for fleet hosts set up by hand).
-    #[serde(default)]
     pub authorized_keys: Vec<String>,
     /// How its first boot ended.
-    #[serde(default)]
     pub first_boot: FirstBoot,
     /// Whether rustc, node and npm answer.
-    #[serde(default = "yes")]
     pub toolchain: bool,
     /// Runs standing in `~/.stado/work/runs`.
-    #[serde(default)]
     pub runs: u32,
     /// cargo and rustc processes.
-    #[serde(default)]
     pub procs: u32,
     /// When the run area last changed (`None`: no run ever came).
-    #[serde(default)]
     pub run_area_changed: Option<Timestamp>,
     /// Commands it ran.
-    #[serde(default)]
     pub commands: u32,
 }
 
@@ -87,12 +74,11 @@ impl Default for SimHost {
 
 /// The simulated fleet's state.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FleetState {
     /// Hosts by target name.
-    #[serde(default)]
     pub hosts: BTreeMap<String, SimHost>,
     /// How far the hosts' clocks are ahead of this machine's, in seconds.
-    #[serde(default)]
     pub clock_offset_secs: i64,
 }
 
