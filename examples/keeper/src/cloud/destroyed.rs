@@ -19,6 +19,7 @@ use super::locks::{vm_key, LockSession, LOCK_WAIT};
 use super::params::DestroyParams;
 use super::{Keeper, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
+use crate::db::begin;
 use crate::error::{describe_db, from_orca, Error, Result};
 use crate::registry::CloudProvider;
 
@@ -227,10 +228,7 @@ impl Keeper {
         actor: &str,
     ) -> Result<Value> {
         let mut client = self.pool.get().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| Error::db("begin", &e))?;
+        let tx = begin(&mut client).await?;
         let db = |what: &'static str| move |e: tokio_postgres::Error| Error::db(what, &e);
         let souls: Vec<i64> = tx
             .query(
@@ -282,9 +280,7 @@ impl Keeper {
             "bootstrap_burned": bootstrap_burned,
             "journal_destroyed": journal,
         });
-        let mut extra = serde_json::Map::new();
-        extra.insert("counters".into(), counters.clone());
-        let payload = run.audit_payload_with(extra);
+        let payload = run.audit_payload_with(json!({ "counters": counters }));
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
         tx.commit().await.map_err(db("commit the cascade"))?;
         Ok(counters)

@@ -77,14 +77,8 @@ impl Keeper {
                 }
             }
         }
-        let changed = any_changed(&hosts);
         // The failure output, should the audit event fail, says the same.
-        run.fact("changed", json!(changed));
-        run.fact(
-            "counters",
-            json!({"resized": hosts.len(), "caused_downtime": downtime}),
-        );
-        run.fact("resized", json!(hosts));
+        let changed = resize_facts(&mut run, &hosts, downtime);
         run.output = Some(json!({
             "action": "resized",
             "changed": changed,
@@ -96,19 +90,21 @@ impl Keeper {
     }
 
     fn resize_failed(&self, mut run: Run, hosts: Vec<Value>, downtime: usize, e: Error) -> Run {
-        run.fact("changed", json!(any_changed(&hosts)));
-        run.fact(
-            "counters",
-            json!({"resized": hosts.len(), "caused_downtime": downtime}),
-        );
-        run.fact("resized", json!(hosts));
+        resize_facts(&mut run, &hosts, downtime);
         run.fail(e)
     }
 }
 
-/// Whether a VM of `hosts` (the resizes done) changed type.
-fn any_changed(hosts: &[Value]) -> bool {
-    hosts
+/// Says the resizes done (`hosts`) in `run`'s facts; answers whether a VM of them changed type.
+fn resize_facts(run: &mut Run, hosts: &[Value], downtime: usize) -> bool {
+    let changed = hosts
         .iter()
-        .any(|h| h["previous_machine_type"] != h["machine_type"])
+        .any(|h| h["previous_machine_type"] != h["machine_type"]);
+    run.fact("changed", json!(changed));
+    run.fact(
+        "counters",
+        json!({"resized": hosts.len(), "caused_downtime": downtime}),
+    );
+    run.fact("resized", json!(hosts));
+    changed
 }
