@@ -180,10 +180,7 @@ async fn get_provider(
     let client = s.keeper.pool().get().await?;
     match registry::get_provider(&client, &name).await? {
         Some(p) => Ok(answer(StatusCode::OK, json!(p))),
-        None => Err(Error::not_found(
-            "provider.not_found",
-            format!("no provider named {name}"),
-        )),
+        None => Err(registry::not_found("provider", &name)),
     }
 }
 
@@ -224,10 +221,7 @@ async fn get_profile(
     let client = s.keeper.pool().get().await?;
     match registry::get_profile(&client, &name).await? {
         Some(p) => Ok(answer(StatusCode::OK, json!(p))),
-        None => Err(Error::not_found(
-            "profile.not_found",
-            format!("no profile named {name}"),
-        )),
+        None => Err(registry::not_found("profile", &name)),
     }
 }
 

@@ -129,6 +129,11 @@ enum TokenCommand {
     Hash,
 }
 
+/// keeper's configuration is wrong (exit 2, `config.invalid`).
+fn config_invalid(message: impl AsRef<str>) -> Error {
+    Error::new(2, "config.invalid", message)
+}
+
 fn read_text(arg: &str, what: &str) -> Result<String, Error> {
     let read_err = |e: std::io::Error| Error::new(2, "input.unreadable", format!("{what}: {e}"));
     if arg == "-" {
@@ -145,28 +150,16 @@ fn read_text(arg: &str, what: &str) -> Result<String, Error> {
 fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
     let text = match (file, std::env::var("KEEPER_API_TOKENS").ok()) {
         (Some(path), _) => std::fs::read_to_string(path).map_err(|e| {
-            Error::new(
-                2,
-                "config.invalid",
-                format!("the API token file {}: {e}", path.display()),
-            )
+            config_invalid(format!("the API token file {}: {e}", path.display()))
         })?,
         (None, Some(text)) if !text.trim().is_empty() => text,
         _ => {
-            return Err(Error::new(
-                2,
-                "config.invalid",
-                "no API tokens: set KEEPER_API_TOKENS_FILE (or KEEPER_API_TOKENS) to {\"tokens\": [...]}; see the README",
-            ))
+            return Err(config_invalid("no API tokens: set KEEPER_API_TOKENS_FILE (or KEEPER_API_TOKENS) to {\"tokens\": [...]}; see the README"))
         }
     };
     let t = ApiTokens::from_json(&text)?;
     if t.is_empty() {
-        return Err(Error::new(
-            2,
-            "config.invalid",
-            "the API token list is empty",
-        ));
+        return Err(config_invalid("the API token list is empty"));
     }
     Ok(t)
 }
@@ -174,13 +167,7 @@ fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
 async fn keeper(args: &Args) -> Result<Keeper, Error> {
     let cloud_init = match &args.cloud_init {
         Some(path) => Some(Template::parse(&std::fs::read_to_string(path).map_err(
-            |e| {
-                Error::new(
-                    2,
-                    "config.invalid",
-                    format!("KEEPER_CLOUD_INIT {}: {e}", path.display()),
-                )
-            },
+            |e| config_invalid(format!("KEEPER_CLOUD_INIT {}: {e}", path.display())),
         )?)?),
         None => None,
     };
@@ -409,13 +396,9 @@ async fn serve(
 ) -> Result<ExitCode, Error> {
     let tokens = tokens(tokens_file)?;
     let k = keeper(args).await?;
-    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
-        Error::new(
-            2,
-            "config.invalid",
-            format!("cannot listen on {listen}: {e}"),
-        )
-    })?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| config_invalid(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())

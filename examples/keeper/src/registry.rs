@@ -153,6 +153,20 @@ pub struct CloudProfile {
     pub created_at: DateTime<Utc>,
 }
 
+/// 404: no `what` (`provider`, `profile`) is named `name`.
+pub fn not_found(what: &str, name: &str) -> Error {
+    Error::not_found(
+        &format!("{what}.not_found"),
+        format!("no {what} named {name}"),
+    )
+}
+
+/// 422 naming the parameter `what` (`provider`, `profile`): no such one named `name` is registered.
+pub fn unregistered(what: &str, name: &str) -> Error {
+    let message = format!("{what}: no {what} named {name} is registered");
+    Error::new(422, format!("{what}.not_found"), message).with_field(what)
+}
+
 /// Checks a registry name (provider, profile): a hostname label, 1 to 63 of a-z, 0-9 and `-`.
 pub fn validate_name(field: &str, name: &str) -> Result<()> {
     orca::validate_name(name).map_err(|e| invalid_by_orca(field, e))
@@ -341,10 +355,7 @@ pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<Cloud
         Err(e) => return Err(Error::db("delete provider", &e)),
     };
     let Some(row) = row else {
-        return Err(Error::not_found(
-            "provider.not_found",
-            format!("no provider named {name}"),
-        ));
+        return Err(not_found("provider", name));
     };
     let p = provider_of(&row);
     commit_with_event(tx, actor, "provider.deleted", "provider", &p).await?;
@@ -383,12 +394,7 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
             .with_field("name"))
         }
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
-            return Err(Error::new(
-                422,
-                "provider.not_found",
-                format!("provider: no provider named {provider} is registered"),
-            )
-            .with_field("provider"))
+            return Err(unregistered("provider", &provider))
         }
         Err(e) => return Err(Error::db("insert profile", &e)),
     };
@@ -433,10 +439,7 @@ pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudP
         .await
         .map_err(|e| Error::db("delete profile", &e))?;
     let Some(row) = row else {
-        return Err(Error::not_found(
-            "profile.not_found",
-            format!("no profile named {name}"),
-        ));
+        return Err(not_found("profile", name));
     };
     let p = profile_of(&row)?;
     commit_with_event(tx, actor, "profile.deleted", "profile", &p).await?;

@@ -437,14 +437,9 @@ impl Keeper {
     /// The registered provider `name` (422 naming `provider` when there is none).
     pub(crate) async fn provider_row(&self, name: &str) -> Result<CloudProvider> {
         let client = self.pool.get().await?;
-        registry::get_provider(&client, name).await?.ok_or_else(|| {
-            Error::new(
-                422,
-                "provider.not_found",
-                format!("provider: no provider named {name} is registered"),
-            )
-            .with_field("provider")
-        })
+        registry::get_provider(&client, name)
+            .await?
+            .ok_or_else(|| registry::unregistered("provider", name))
     }
 
     /// An orca provider for `row`, with its credentials resolved from the vault now (and dropped when

@@ -44,14 +44,9 @@ impl Keeper {
             Some(ProfileParam::Inline(s)) => Ok(s.clone()),
             Some(ProfileParam::Named(name)) => {
                 let client = self.pool.get().await?;
-                let prof = registry::get_profile(&client, name).await?.ok_or_else(|| {
-                    Error::new(
-                        422,
-                        "profile.not_found",
-                        format!("profile: no profile named {name} is registered"),
-                    )
-                    .with_field("profile")
-                })?;
+                let prof = registry::get_profile(&client, name)
+                    .await?
+                    .ok_or_else(|| registry::unregistered("profile", name))?;
                 if prof.provider != row.name {
                     return Err(Error::invalid(
                         "profile",
