@@ -120,10 +120,13 @@ fn caller(state: &AppState, headers: &HeaderMap, permission: &str) -> Result<Cal
     Ok(c)
 }
 
+/// A path's `{name}`, or why axum could not read it.
+type NamePath = Result<Path<String>, PathRejection>;
+
 /// The registry name a path ends with (`/v1/providers/{name}`), checked before anything reads it: a
 /// name is one hostname label, so that no `..`, `/` or other encoded segment can name another
 /// resource (422 naming `name`).
-fn path_name(path: Result<Path<String>, PathRejection>) -> Result<String, Error> {
+fn path_name(path: NamePath) -> Result<String, Error> {
     let Ok(Path(name)) = path else {
         return Err(Error::invalid("name", "a name in the path is UTF-8 text"));
     };
@@ -170,11 +173,7 @@ async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Bytes) -
     Ok(answer(StatusCode::CREATED, json!(p)))
 }
 
-async fn get_provider(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Answer {
+async fn get_provider(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
     caller(&s, &h, "provider.read")?;
     let name = path_name(path)?;
     let client = s.keeper.pool().get().await?;
@@ -184,11 +183,7 @@ async fn get_provider(
     }
 }
 
-async fn delete_provider(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Answer {
+async fn delete_provider(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
     let c = caller(&s, &h, "provider.delete")?;
     let name = path_name(path)?;
     registry::delete_provider(s.keeper.pool(), &c.actor(), &name).await?;
@@ -211,11 +206,7 @@ async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Bytes) ->
     Ok(answer(StatusCode::CREATED, json!(p)))
 }
 
-async fn get_profile(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Answer {
+async fn get_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
     caller(&s, &h, "profile.read")?;
     let name = path_name(path)?;
     let client = s.keeper.pool().get().await?;
@@ -225,11 +216,7 @@ async fn get_profile(
     }
 }
 
-async fn delete_profile(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Answer {
+async fn delete_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
     let c = caller(&s, &h, "profile.delete")?;
     let name = path_name(path)?;
     registry::delete_profile(s.keeper.pool(), &c.actor(), &name).await?;

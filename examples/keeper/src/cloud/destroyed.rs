@@ -37,9 +37,7 @@ impl Keeper {
             Ok(p) => p,
             Err(e) => return run.refuse(e),
         };
-        run.fact("provider", json!(p.provider));
-        run.fact("vm_ids", json!(p.vm_ids));
-        run.fact("sids", json!(p.sids));
+        run.add_facts(json!({"provider": p.provider, "vm_ids": p.vm_ids, "sids": p.sids}));
         let row = match self.provider_row(&p.provider).await {
             Ok(r) => r,
             Err(e) => return run.refuse(e),
@@ -87,14 +85,13 @@ impl Keeper {
                             err
                         }
                     };
-                    run.fact("changed", json!(destroyed.len() > already_gone.len()));
-                    run.fact("destroyed", json!(destroyed));
-                    run.fact("already_gone", json!(already_gone));
-                    run.fact("not_attempted", json!(p.vm_ids[i + 1..]));
-                    run.fact(
-                        "counters",
-                        json!({"vms_destroyed": vms_destroyed, "souls_destroyed": 0, "seeds_orphaned": 0, "bootstrap_burned": 0}),
-                    );
+                    run.add_facts(json!({
+                        "changed": destroyed.len() > already_gone.len(),
+                        "destroyed": destroyed,
+                        "already_gone": already_gone,
+                        "not_attempted": p.vm_ids[i + 1..],
+                        "counters": {"vms_destroyed": vms_destroyed, "souls_destroyed": 0, "seeds_orphaned": 0, "bootstrap_burned": 0},
+                    }));
                     return run.fail(err);
                 }
             }
@@ -115,14 +112,13 @@ impl Keeper {
                 run
             }
             Err(e) => {
-                run.fact("changed", json!(true));
-                run.fact("destroyed", json!(destroyed));
-                run.fact("already_gone", json!(already_gone));
-                run.fact("counters", json!({"vms_destroyed": vms_destroyed}));
-                run.fact(
-                    "note",
-                    json!("the VMs are destroyed at the provider but the registries are not updated: run the same step again (destroying a VM that is gone succeeds)"),
-                );
+                run.add_facts(json!({
+                    "changed": true,
+                    "destroyed": destroyed,
+                    "already_gone": already_gone,
+                    "counters": {"vms_destroyed": vms_destroyed},
+                    "note": "the VMs are destroyed at the provider but the registries are not updated: run the same step again (destroying a VM that is gone succeeds)",
+                }));
                 run.fail(e)
             }
         }

@@ -182,6 +182,13 @@ impl Run {
         self.facts.insert(key.to_string(), value);
     }
 
+    /// Each field of the JSON object `facts` as a fact ([`Run::fact`]).
+    pub(crate) fn add_facts(&mut self, facts: Value) {
+        if let Value::Object(m) = facts {
+            self.facts.extend(m);
+        }
+    }
+
     pub(crate) fn refuse(mut self, e: Error) -> Self {
         self.error = Some(e);
         self.refused = true;

@@ -15,10 +15,12 @@ impl Keeper {
             Ok(p) => p,
             Err(e) => return run.refuse(e),
         };
-        run.fact("provider", json!(p.provider));
-        run.fact("vm_ids", json!(p.vm_ids));
-        run.fact("sids", json!([]));
-        run.fact("machine_type", json!(p.machine_type));
+        run.add_facts(json!({
+            "provider": p.provider,
+            "vm_ids": p.vm_ids,
+            "sids": [],
+            "machine_type": p.machine_type,
+        }));
         let row = match self.provider_row(&p.provider).await {
             Ok(r) => r,
             Err(e) => return run.refuse(e),
@@ -100,11 +102,10 @@ fn resize_facts(run: &mut Run, hosts: &[Value], downtime: usize) -> bool {
     let changed = hosts
         .iter()
         .any(|h| h["previous_machine_type"] != h["machine_type"]);
-    run.fact("changed", json!(changed));
-    run.fact(
-        "counters",
-        json!({"resized": hosts.len(), "caused_downtime": downtime}),
-    );
-    run.fact("resized", json!(hosts));
+    run.add_facts(json!({
+        "changed": changed,
+        "counters": {"resized": hosts.len(), "caused_downtime": downtime},
+        "resized": hosts,
+    }));
     changed
 }

@@ -196,24 +196,21 @@ impl Keeper {
             };
             run.fact("journal_error", json!(said));
         }
-        run.fact(
-            "changed",
-            json!(!recorded.is_empty() || !made.is_empty() || unresolved > 0),
-        );
-        run.fact("made", json!(vm_ids(&made)));
-        run.fact("destroyed", json!(destroyed));
-        run.fact("recorded", json!(recorded));
-        run.fact("vm_ids", json!(vm_ids(&made)));
-        run.fact("sids", json!(Vec::<String>::new()));
-        run.fact(
-            "counters",
-            json!({
-                "requested": run.facts.get("count").cloned().unwrap_or(json!(0)),
+        let requested = run.facts.get("count").cloned().unwrap_or(json!(0));
+        run.add_facts(json!({
+            "changed": !recorded.is_empty() || !made.is_empty() || unresolved > 0,
+            "made": vm_ids(&made),
+            "destroyed": destroyed,
+            "recorded": recorded,
+            "vm_ids": vm_ids(&made),
+            "sids": [],
+            "counters": {
+                "requested": requested,
                 "made": made.len(), "souls_pending": 0, "bootstrap_issued": 0,
                 "destroyed": destroyed.len(), "recorded_without_soul": recorded.len(),
                 "unresolved": unresolved,
-            }),
-        );
+            },
+        }));
         run.fail(error)
     }
 }
