@@ -260,9 +260,7 @@ fn counters(action: Action, given: Option<&Value>) -> Value {
     };
     let mut all: Map<String, Value> = names.iter().map(|n| (n.to_string(), json!(0))).collect();
     if let Some(Value::Object(given)) = given {
-        for (k, v) in given {
-            all.insert(k.clone(), v.clone());
-        }
+        all.extend(given.clone());
     }
     Value::Object(all)
 }
@@ -318,11 +316,7 @@ impl Keeper {
 
     /// The steps running now: `(step_id, step)`.
     pub fn running_steps(&self) -> Vec<(String, String)> {
-        self.running
-            .borrow()
-            .iter()
-            .map(|(id, step)| (id.clone(), step.clone()))
-            .collect()
+        self.running.borrow().clone().into_iter().collect()
     }
 
     /// Resolves once no step is running (for a shutdown that lets the steps finish).
