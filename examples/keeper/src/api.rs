@@ -63,13 +63,13 @@ pub fn router(keeper: Keeper, tokens: ApiTokens) -> Router {
             get(get_profile).delete(delete_profile),
         )
         .route("/v1/steps/{step}", post(run_step))
-        .fallback(|| async { error(Error::not_found("route.not_found", "no such route")) })
+        .fallback(|| async { Error::not_found("route.not_found", "no such route") })
         .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
-            error(Error::new(
+            Error::new(
                 405,
                 "method.not_allowed",
                 format!("{} does not take {method}", uri.path()),
-            ))
+            )
         })
         .with_state(state)
 }
@@ -84,17 +84,22 @@ fn answer(code: StatusCode, mut body: Value) -> Response {
     (code, Json(body)).into_response()
 }
 
-fn error(e: Error) -> Response {
-    if e.status >= 500 {
-        tracing::error!(code = %e.code, error = %e.message, "request failed");
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        if self.status >= 500 {
+            tracing::error!(code = %self.code, error = %self.message, "request failed");
+        }
+        let mut r = answer(status(self.status), json!({"error": self.to_json()}));
+        if self.status == 401 {
+            r.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        r
     }
-    let mut r = answer(status(e.status), json!({"error": e.to_json()}));
-    if e.status == 401 {
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
-    r
 }
+
+/// What a handler answers: an error is answered as [`Error`]'s response.
+type Answer = Result<Response, Error>;
 
 fn caller(state: &AppState, headers: &HeaderMap, permission: &str) -> Result<Caller, Error> {
     let unauthenticated = |why: &str| Error::new(401, "unauthenticated", why);
@@ -115,10 +120,13 @@ fn caller(state: &AppState, headers: &HeaderMap, permission: &str) -> Result<Cal
     Ok(c)
 }
 
+/// A path's `{name}`, or why axum could not read it.
+type NamePath = Result<Path<String>, PathRejection>;
+
 /// The registry name a path ends with (`/v1/providers/{name}`), checked before anything reads it: a
 /// name is one hostname label, so that no `..`, `/` or other encoded segment can name another
 /// resource (422 naming `name`).
-fn path_name(path: Result<Path<String>, PathRejection>) -> Result<String, Error> {
+fn path_name(path: NamePath) -> Result<String, Error> {
     let Ok(Path(name)) = path else {
         return Err(Error::invalid("name", "a name in the path is UTF-8 text"));
     };
@@ -141,110 +149,79 @@ fn body_json(body: &Bytes) -> Result<Value, Error> {
     })
 }
 
-macro_rules! try_or_answer {
-    ($e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(e) => return error(e),
-        }
-    };
-}
-
-async fn health(State(s): State<AppState>) -> Response {
-    let client = try_or_answer!(s.keeper.pool().get().await);
-    try_or_answer!(client
+async fn health(State(s): State<AppState>) -> Answer {
+    let client = s.keeper.pool().get().await?;
+    client
         .query_one("SELECT 1", &[])
         .await
-        .map_err(|e| Error::db("health", &e)));
-    answer(StatusCode::OK, json!({"status": "ok"}))
+        .map_err(|e| Error::db("health", &e))?;
+    Ok(answer(StatusCode::OK, json!({"status": "ok"})))
 }
 
-async fn list_providers(State(s): State<AppState>, h: HeaderMap) -> Response {
-    try_or_answer!(caller(&s, &h, "provider.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await);
-    let all = try_or_answer!(registry::list_providers(&client).await);
-    answer(StatusCode::OK, json!({"providers": all}))
+async fn list_providers(State(s): State<AppState>, h: HeaderMap) -> Answer {
+    caller(&s, &h, "provider.read")?;
+    let client = s.keeper.pool().get().await?;
+    let all = registry::list_providers(&client).await?;
+    Ok(answer(StatusCode::OK, json!({"providers": all})))
 }
 
-async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Response {
-    let c = try_or_answer!(caller(&s, &h, "provider.create"));
-    let body = try_or_answer!(body_json(&body));
-    let p = try_or_answer!(registry::create_provider(s.keeper.pool(), &c.actor(), &body).await);
+async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Answer {
+    let c = caller(&s, &h, "provider.create")?;
+    let body = body_json(&body)?;
+    let p = registry::create_provider(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(provider = %p.name, actor = %c.actor(), "provider created");
-    answer(StatusCode::CREATED, json!(p))
+    Ok(answer(StatusCode::CREATED, json!(p)))
 }
 
-async fn get_provider(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    try_or_answer!(caller(&s, &h, "provider.read"));
-    let name = try_or_answer!(path_name(path));
-    let client = try_or_answer!(s.keeper.pool().get().await);
-    match try_or_answer!(registry::get_provider(&client, &name).await) {
-        Some(p) => answer(StatusCode::OK, json!(p)),
-        None => error(Error::not_found(
-            "provider.not_found",
-            format!("no provider named {name}"),
-        )),
+async fn get_provider(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
+    caller(&s, &h, "provider.read")?;
+    let name = path_name(path)?;
+    let client = s.keeper.pool().get().await?;
+    match registry::get_provider(&client, &name).await? {
+        Some(p) => Ok(answer(StatusCode::OK, json!(p))),
+        None => Err(registry::not_found("provider", &name)),
     }
 }
 
-async fn delete_provider(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    let c = try_or_answer!(caller(&s, &h, "provider.delete"));
-    let name = try_or_answer!(path_name(path));
-    try_or_answer!(registry::delete_provider(s.keeper.pool(), &c.actor(), &name).await);
+async fn delete_provider(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
+    let c = caller(&s, &h, "provider.delete")?;
+    let name = path_name(path)?;
+    registry::delete_provider(s.keeper.pool(), &c.actor(), &name).await?;
     tracing::info!(provider = %name, actor = %c.actor(), "provider deleted");
-    StatusCode::NO_CONTENT.into_response()
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn list_profiles(State(s): State<AppState>, h: HeaderMap) -> Response {
-    try_or_answer!(caller(&s, &h, "profile.read"));
-    let client = try_or_answer!(s.keeper.pool().get().await);
-    let all = try_or_answer!(registry::list_profiles(&client).await);
-    answer(StatusCode::OK, json!({"profiles": all}))
+async fn list_profiles(State(s): State<AppState>, h: HeaderMap) -> Answer {
+    caller(&s, &h, "profile.read")?;
+    let client = s.keeper.pool().get().await?;
+    let all = registry::list_profiles(&client).await?;
+    Ok(answer(StatusCode::OK, json!({"profiles": all})))
 }
 
-async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Response {
-    let c = try_or_answer!(caller(&s, &h, "profile.create"));
-    let body = try_or_answer!(body_json(&body));
-    let p = try_or_answer!(registry::create_profile(s.keeper.pool(), &c.actor(), &body).await);
+async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Answer {
+    let c = caller(&s, &h, "profile.create")?;
+    let body = body_json(&body)?;
+    let p = registry::create_profile(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(profile = %p.name, provider = %p.provider, actor = %c.actor(), "profile created");
-    answer(StatusCode::CREATED, json!(p))
+    Ok(answer(StatusCode::CREATED, json!(p)))
 }
 
-async fn get_profile(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    try_or_answer!(caller(&s, &h, "profile.read"));
-    let name = try_or_answer!(path_name(path));
-    let client = try_or_answer!(s.keeper.pool().get().await);
-    match try_or_answer!(registry::get_profile(&client, &name).await) {
-        Some(p) => answer(StatusCode::OK, json!(p)),
-        None => error(Error::not_found(
-            "profile.not_found",
-            format!("no profile named {name}"),
-        )),
+async fn get_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
+    caller(&s, &h, "profile.read")?;
+    let name = path_name(path)?;
+    let client = s.keeper.pool().get().await?;
+    match registry::get_profile(&client, &name).await? {
+        Some(p) => Ok(answer(StatusCode::OK, json!(p))),
+        None => Err(registry::not_found("profile", &name)),
     }
 }
 
-async fn delete_profile(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    let c = try_or_answer!(caller(&s, &h, "profile.delete"));
-    let name = try_or_answer!(path_name(path));
-    try_or_answer!(registry::delete_profile(s.keeper.pool(), &c.actor(), &name).await);
+async fn delete_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
+    let c = caller(&s, &h, "profile.delete")?;
+    let name = path_name(path)?;
+    registry::delete_profile(s.keeper.pool(), &c.actor(), &name).await?;
     tracing::info!(profile = %name, actor = %c.actor(), "profile deleted");
-    StatusCode::NO_CONTENT.into_response()
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn run_step(
@@ -252,9 +229,9 @@ async fn run_step(
     h: HeaderMap,
     Path(step): Path<String>,
     body: Bytes,
-) -> Response {
-    let c = try_or_answer!(caller(&s, &h, STEP_PERMISSION));
-    let params = try_or_answer!(body_json(&body));
+) -> Answer {
+    let c = caller(&s, &h, STEP_PERMISSION)?;
+    let params = body_json(&body)?;
     // The step runs as a task of its own: hyper drops this handler when the client hangs up, and a
     // step stopped halfway would leave VMs made but unrecorded, or destroyed with the registries not
     // updated. The task goes on to its end (registry, audit event, roll-back) whoever waits for it.
@@ -262,9 +239,9 @@ async fn run_step(
     let run = s.keeper.spawn_step(step, params, c.actor());
     match run.await {
         // Masked by the step already, but for hosts[].bootstrap_token: the one plain delivery.
-        Ok(Ok(out)) => (StatusCode::OK, Json(out)).into_response(),
-        Ok(Err(f)) => answer(status(f.error.status), f.output),
-        Err(e) => error(Error::new(
+        Ok(Ok(out)) => Ok((StatusCode::OK, Json(out)).into_response()),
+        Ok(Err(f)) => Ok(answer(status(f.error.status), f.output)),
+        Err(e) => Err(Error::new(
             500,
             "internal",
             format!("the step's task ended without an answer ({e}); the audit trail and the journal keeper.cloud_vms tell what it did"),

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Status, TimeoutType,
+    Transaction,
 };
 use sha2::{Digest, Sha256};
 use tokio_postgres::config::Host;
@@ -97,6 +98,14 @@ impl Db {
     pub fn status(&self) -> Status {
         self.pool.status()
     }
+}
+
+/// A transaction on `client` (500, `registry.failed`, when it cannot begin).
+pub async fn begin(client: &mut Object) -> Result<Transaction<'_>> {
+    client
+        .transaction()
+        .await
+        .map_err(|e| Error::db("begin", &e))
 }
 
 /// The error of a connection `server` could not give.

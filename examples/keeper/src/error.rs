@@ -121,6 +121,14 @@ pub fn describe_db(e: &tokio_postgres::Error) -> String {
     }
 }
 
+/// keeper's invalid `field` for orca's check of it refused with `e`: the rule orca gives (422).
+pub fn invalid_by_orca(field: &str, e: orca::Error) -> Error {
+    match e {
+        orca::Error::InvalidSpec { rule, .. } => Error::invalid(field, rule),
+        other => Error::invalid(field, other.to_string()),
+    }
+}
+
 /// keeper's error for an orca error from a provider call: the code says the kind.
 pub fn from_orca(e: &orca::Error) -> Error {
     use orca::ErrorKind as K;

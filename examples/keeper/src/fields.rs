@@ -56,11 +56,6 @@ impl<'a> Fields<'a> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
-    /// Whether `key` is given (and not null).
-    pub fn has(&self, key: &str) -> bool {
-        self.get(key).is_some()
-    }
-
     /// An optional string.
     pub fn str(&self, key: &str) -> Result<Option<String>> {
         match self.get(key) {

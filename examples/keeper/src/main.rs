@@ -129,9 +129,9 @@ enum TokenCommand {
     Hash,
 }
 
-fn fail(e: &Error) -> ExitCode {
-    eprintln!("keeper: {e}");
-    ExitCode::FAILURE
+/// keeper's configuration is wrong (exit 2, `config.invalid`).
+fn config_invalid(message: impl AsRef<str>) -> Error {
+    Error::new(2, "config.invalid", message)
 }
 
 fn read_text(arg: &str, what: &str) -> Result<String, Error> {
@@ -150,28 +150,16 @@ fn read_text(arg: &str, what: &str) -> Result<String, Error> {
 fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
     let text = match (file, std::env::var("KEEPER_API_TOKENS").ok()) {
         (Some(path), _) => std::fs::read_to_string(path).map_err(|e| {
-            Error::new(
-                2,
-                "config.invalid",
-                format!("the API token file {}: {e}", path.display()),
-            )
+            config_invalid(format!("the API token file {}: {e}", path.display()))
         })?,
         (None, Some(text)) if !text.trim().is_empty() => text,
         _ => {
-            return Err(Error::new(
-                2,
-                "config.invalid",
-                "no API tokens: set KEEPER_API_TOKENS_FILE (or KEEPER_API_TOKENS) to {\"tokens\": [...]}; see the README",
-            ))
+            return Err(config_invalid("no API tokens: set KEEPER_API_TOKENS_FILE (or KEEPER_API_TOKENS) to {\"tokens\": [...]}; see the README"))
         }
     };
     let t = ApiTokens::from_json(&text)?;
     if t.is_empty() {
-        return Err(Error::new(
-            2,
-            "config.invalid",
-            "the API token list is empty",
-        ));
+        return Err(config_invalid("the API token list is empty"));
     }
     Ok(t)
 }
@@ -179,13 +167,7 @@ fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
 async fn keeper(args: &Args) -> Result<Keeper, Error> {
     let cloud_init = match &args.cloud_init {
         Some(path) => Some(Template::parse(&std::fs::read_to_string(path).map_err(
-            |e| {
-                Error::new(
-                    2,
-                    "config.invalid",
-                    format!("KEEPER_CLOUD_INIT {}: {e}", path.display()),
-                )
-            },
+            |e| config_invalid(format!("KEEPER_CLOUD_INIT {}: {e}", path.display())),
         )?)?),
         None => None,
     };
@@ -328,132 +310,95 @@ async fn step_to_its_end<T>(step: impl std::future::Future<Output = T>) -> T {
 }
 
 /// `keeper token hash`: the SHA-256 of the token on standard input.
-fn token_hash() -> ExitCode {
+fn token_hash() -> Result<ExitCode, Error> {
     let mut s = String::new();
-    if let Err(e) = std::io::stdin().read_to_string(&mut s) {
-        return fail(&Error::new(2, "input.unreadable", e.to_string()));
-    }
+    std::io::stdin()
+        .read_to_string(&mut s)
+        .map_err(|e| Error::new(2, "input.unreadable", e.to_string()))?;
     let token = s.trim();
     if token.is_empty() {
-        return fail(&Error::new(
-            2,
-            "input.invalid",
-            "no token on standard input",
-        ));
+        return Err(Error::new(2, "input.invalid", "no token on standard input"));
     }
     println!("{}", hex::encode(keeper::tokens::sha256(token)));
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `keeper scenario validate FILE`.
-fn scenario_validate(file: &Path) -> ExitCode {
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) => {
-            return fail(&Error::new(
-                2,
-                "input.unreadable",
-                format!("{}: {e}", file.display()),
-            ))
-        }
-    };
-    match keeper::scenario::parse(&text).and_then(|s| keeper::scenario::validate(&s)) {
-        Ok(n) => {
-            println!("{}", json!({"valid": true, "core_cloud_steps": n}));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            println!("{}", json!({"valid": false, "error": e.to_json()}));
-            ExitCode::FAILURE
-        }
-    }
+fn scenario_validate(file: &Path) -> Result<ExitCode, Error> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Error::new(2, "input.unreadable", format!("{}: {e}", file.display())))?;
+    let (out, code) =
+        match keeper::scenario::parse(&text).and_then(|s| keeper::scenario::validate(&s)) {
+            Ok(n) => (
+                json!({"valid": true, "core_cloud_steps": n}),
+                ExitCode::SUCCESS,
+            ),
+            Err(e) => (
+                json!({"valid": false, "error": e.to_json()}),
+                ExitCode::FAILURE,
+            ),
+        };
+    println!("{out}");
+    Ok(code)
 }
 
 /// `keeper migrate`: connecting applies the pending migrations.
-async fn migrate(args: &Args) -> ExitCode {
-    match keeper(args).await {
-        Ok(_) => {
-            println!("{}", json!({"migrated": true}));
-            ExitCode::SUCCESS
-        }
-        Err(e) => fail(&e),
-    }
+async fn migrate(args: &Args) -> Result<ExitCode, Error> {
+    keeper(args).await?;
+    println!("{}", json!({"migrated": true}));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `keeper reconcile`: the output on standard output; 1 when something needs the operator.
-async fn reconcile(args: &Args, grace: u64) -> ExitCode {
-    let k = match keeper(args).await {
-        Ok(k) => k,
-        Err(e) => return fail(&e),
-    };
+async fn reconcile(args: &Args, grace: u64) -> Result<ExitCode, Error> {
+    let k = keeper(args).await?;
     let grace = std::time::Duration::from_secs(grace);
-    match step_to_its_end(k.reconcile("cli", grace)).await {
-        Ok(r) => {
-            println!("{}", keeper::mask::masked(&json!(r)));
-            if r.needs_attention() {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(e) => fail(&e),
-    }
+    let r = step_to_its_end(k.reconcile("cli", grace)).await?;
+    println!("{}", keeper::mask::masked(&json!(r)));
+    Ok(if r.needs_attention() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// `keeper step STEP --params JSON`: the output (or the failure output) on standard output.
-async fn step(args: &Args, step: &str, params: &str) -> ExitCode {
-    let params: Value = match read_text(params, "--params").and_then(|t| {
-        serde_json::from_str(&t).map_err(|e| {
-            Error::new(
-                2,
-                "params.invalid",
-                format!(
-                    "--params is not JSON (line {}, column {})",
-                    e.line(),
-                    e.column()
-                ),
-            )
-        })
-    }) {
-        Ok(v) => v,
-        Err(e) => return fail(&e),
-    };
-    let k = match keeper(args).await {
-        Ok(k) => k,
-        Err(e) => return fail(&e),
-    };
+async fn step(args: &Args, step: &str, params: &str) -> Result<ExitCode, Error> {
+    let params: Value = serde_json::from_str(&read_text(params, "--params")?).map_err(|e| {
+        Error::new(
+            2,
+            "params.invalid",
+            format!(
+                "--params is not JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            ),
+        )
+    })?;
+    let k = keeper(args).await?;
     match step_to_its_end(k.run_step(step, &params, "cli")).await {
         Ok(out) => {
             println!("{out}");
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
         Err(f) => {
             println!("{}", f.output);
-            fail(&f.error)
+            Err(f.error)
         }
     }
 }
 
 /// `keeper serve`: the API until a signal, then the running steps to their end.
-async fn serve(args: &Args, listen: &str, tokens_file: Option<&PathBuf>) -> ExitCode {
-    let tokens = match tokens(tokens_file) {
-        Ok(t) => t,
-        Err(e) => return fail(&e),
-    };
-    let k = match keeper(args).await {
-        Ok(k) => k,
-        Err(e) => return fail(&e),
-    };
-    let listener = match tokio::net::TcpListener::bind(listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            return fail(&Error::new(
-                2,
-                "config.invalid",
-                format!("cannot listen on {listen}: {e}"),
-            ))
-        }
-    };
+async fn serve(
+    args: &Args,
+    listen: &str,
+    tokens_file: Option<&PathBuf>,
+) -> Result<ExitCode, Error> {
+    let tokens = tokens(tokens_file)?;
+    let k = keeper(args).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| config_invalid(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -475,17 +420,15 @@ async fn serve(args: &Args, listen: &str, tokens_file: Option<&PathBuf>) -> Exit
         tracing::info!(steps = running, "waiting for the running steps to finish");
         k.steps_finished().await;
     }
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&Error::new(1, "serve.failed", e.to_string())),
-    }
+    served.map_err(|e| Error::new(1, "serve.failed", e.to_string()))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     keeper::logging::init();
     let args = Args::parse();
-    match &args.command {
+    let done = match &args.command {
         Command::Token {
             command: TokenCommand::Hash,
         } => token_hash(),
@@ -499,5 +442,9 @@ async fn main() -> ExitCode {
             listen,
             tokens_file,
         } => serve(&args, listen, tokens_file.as_ref()).await,
-    }
+    };
+    done.unwrap_or_else(|e| {
+        eprintln!("keeper: {e}");
+        ExitCode::FAILURE
+    })
 }

@@ -37,23 +37,19 @@ pub fn is_secret_key(key: &str) -> bool {
 /// passed through [`mask_text`].
 pub fn mask_json(v: &mut Value) {
     match v {
-        Value::Object(map) => {
-            for (k, val) in map.iter_mut() {
-                if is_secret_key(k) {
-                    *val = Value::String(MASK.to_string());
-                } else {
-                    mask_json(val);
-                }
-            }
-        }
+        Value::Object(map) => map.iter_mut().for_each(|(k, val)| mask_entry(k, val)),
         Value::Array(items) => items.iter_mut().for_each(mask_json),
-        Value::String(s) => {
-            let masked = mask_text(s);
-            if masked != *s {
-                *s = masked;
-            }
-        }
+        Value::String(s) => *s = mask_text(s),
         _ => {}
+    }
+}
+
+/// Masks the value of key `k`: whole when the key marks a secret, else as [`mask_json`] does.
+fn mask_entry(k: &str, val: &mut Value) {
+    if is_secret_key(k) {
+        *val = Value::String(MASK.to_string());
+    } else {
+        mask_json(val);
     }
 }
 
@@ -72,32 +68,22 @@ pub fn mask_step_output(v: &mut Value) {
         return;
     };
     for (k, val) in map.iter_mut() {
-        if k == "hosts" {
-            if let Value::Array(hosts) = val {
+        match val {
+            Value::Array(hosts) if k == "hosts" => {
                 for host in hosts.iter_mut() {
                     match host {
                         Value::Object(h) => {
                             for (hk, hv) in h.iter_mut() {
-                                if hk == "bootstrap_token" && hv.is_string() {
-                                    continue;
-                                }
-                                if is_secret_key(hk) {
-                                    *hv = Value::String(MASK.to_string());
-                                } else {
-                                    mask_json(hv);
+                                if !(hk == "bootstrap_token" && hv.is_string()) {
+                                    mask_entry(hk, hv);
                                 }
                             }
                         }
                         other => mask_json(other),
                     }
                 }
-                continue;
             }
-        }
-        if is_secret_key(k) {
-            *val = Value::String(MASK.to_string());
-        } else {
-            mask_json(val);
+            _ => mask_entry(k, val),
         }
     }
 }

@@ -108,11 +108,6 @@ impl PluginDrivers {
         }
     }
 
-    /// Where plugins are looked for, in order.
-    pub fn dirs(&self) -> &[PathBuf] {
-        &self.dirs
-    }
-
     /// The plugins of `driver` kept now (one per owner): what an operator's console or a test
     /// reaches a plugin's other services through.
     pub async fn running(&self, driver: &str) -> Vec<Arc<PluginProvider>> {

@@ -10,13 +10,13 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
+use deadpool_postgres::{GenericClient, Transaction};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::audit;
-use crate::db::Db;
-use crate::error::{Error, Result};
+use crate::db::{begin, Db};
+use crate::error::{invalid_by_orca, Error, Result};
 use crate::fields::Fields;
 use crate::vault::validate_ref;
 
@@ -129,22 +129,12 @@ impl ProfileSpec {
     ) -> orca::MachineSpec {
         let location = self.location.as_deref().unwrap_or(region);
         let mut spec = orca::MachineSpec::new(name, &self.machine_type, location, pool)
-            .with_user_data(user_data);
-        for (k, v) in &self.labels {
-            spec = spec.with_label(k, v);
-        }
-        if let Some(g) = self.disk_gb {
-            spec = spec.with_disk_gb(g);
-        }
-        if let Some(i) = &self.image {
-            spec = spec.with_image(i);
-        }
-        for k in &self.ssh_keys {
-            spec = spec.with_ssh_key(k);
-        }
-        for t in &self.network_tags {
-            spec = spec.with_network_tag(t);
-        }
+            .with_user_data(user_data)
+            .with_labels(&self.labels)
+            .with_network_tags(&self.network_tags);
+        spec.disk_gb = self.disk_gb;
+        spec.image = self.image.clone();
+        spec.ssh_keys = self.ssh_keys.clone();
         spec
     }
 }
@@ -163,14 +153,23 @@ pub struct CloudProfile {
     pub created_at: DateTime<Utc>,
 }
 
+/// 404: no `what` (`provider`, `profile`) is named `name`.
+pub fn not_found(what: &str, name: &str) -> Error {
+    Error::not_found(
+        &format!("{what}.not_found"),
+        format!("no {what} named {name}"),
+    )
+}
+
+/// 422 naming the parameter `what` (`provider`, `profile`): no such one named `name` is registered.
+pub fn unregistered(what: &str, name: &str) -> Error {
+    let message = format!("{what}: no {what} named {name} is registered");
+    Error::new(422, format!("{what}.not_found"), message).with_field(what)
+}
+
 /// Checks a registry name (provider, profile): a hostname label, 1 to 63 of a-z, 0-9 and `-`.
 pub fn validate_name(field: &str, name: &str) -> Result<()> {
-    orca::validate_name(name).map_err(|_| {
-        Error::invalid(
-            field,
-            format!("1 to 63 of a-z, 0-9 and '-', not starting or ending with '-', got {name:?}"),
-        )
-    })
+    orca::validate_name(name).map_err(|e| invalid_by_orca(field, e))
 }
 
 /// Checks a DNS suffix: dot-separated hostname labels, at most 200 characters in all.
@@ -184,22 +183,6 @@ pub fn validate_fqdn_suffix(s: &str) -> Result<()> {
         Err(Error::invalid(
             "fqdn_suffix",
             format!("a DNS suffix: dot-separated labels of a-z, 0-9 and '-', at most 200 characters, got {s:?}"),
-        ))
-    }
-}
-
-fn validate_region(region: &str) -> Result<()> {
-    let ok = !region.is_empty()
-        && region.len() <= 80
-        && region
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "region",
-            format!("1 to 80 of letters, digits, '.', '_' and '-', got {region:?}"),
         ))
     }
 }
@@ -227,7 +210,7 @@ pub fn parse_provider(body: &Value) -> Result<(String, String, String, String, O
     let credentials_ref = f.req_str("credentials_ref")?;
     validate_ref(&credentials_ref)?;
     let region = f.req_str("region")?;
-    validate_region(&region)?;
+    orca::spec::validate_token("region", &region).map_err(|e| invalid_by_orca("region", e))?;
     let fqdn_suffix = f.str("fqdn_suffix")?;
     if let Some(s) = &fqdn_suffix {
         validate_fqdn_suffix(s)?;
@@ -264,16 +247,28 @@ fn profile_of(r: &tokio_postgres::Row) -> Result<CloudProfile> {
     })
 }
 
+/// Writes `event` about `thing` (the payload's key `what`: `provider`, `profile`) in `tx` and
+/// commits both: a registry change without its event never commits.
+async fn commit_with_event<T: Serialize>(
+    tx: Transaction<'_>,
+    actor: &str,
+    event: &str,
+    what: &str,
+    thing: &T,
+) -> Result<()> {
+    audit::record(&tx, event, actor, "succeeded", &json!({ what: thing })).await?;
+    tx.commit()
+        .await
+        .map_err(|e| Error::db(&format!("commit {what}"), &e))
+}
+
 const PROVIDER_COLUMNS: &str = "name, driver, credentials_ref, region, fqdn_suffix, created_at";
 
 /// Registers a provider from a REST body; records `provider.created`.
 pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<CloudProvider> {
     let (name, driver, credentials_ref, region, fqdn_suffix) = parse_provider(body)?;
     let mut client = pool.get().await?;
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| Error::db("begin", &e))?;
+    let tx = begin(&mut client).await?;
     let row = tx
         .query_opt(
             &format!(
@@ -292,17 +287,7 @@ pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<Clo
         .with_field("name"));
     };
     let p = provider_of(&row);
-    audit::record(
-        &tx,
-        "provider.created",
-        actor,
-        "succeeded",
-        &json!({"provider": p}),
-    )
-    .await?;
-    tx.commit()
-        .await
-        .map_err(|e| Error::db("commit provider", &e))?;
+    commit_with_event(tx, actor, "provider.created", "provider", &p).await?;
     Ok(p)
 }
 
@@ -333,10 +318,7 @@ pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<
 /// Deletes provider `name`; 409 when profiles depend on it. Records `provider.deleted`.
 pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<CloudProvider> {
     let mut client = pool.get().await?;
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| Error::db("begin", &e))?;
+    let tx = begin(&mut client).await?;
     let deleted = tx
         .query_opt(
             &format!(
@@ -373,23 +355,10 @@ pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<Cloud
         Err(e) => return Err(Error::db("delete provider", &e)),
     };
     let Some(row) = row else {
-        return Err(Error::not_found(
-            "provider.not_found",
-            format!("no provider named {name}"),
-        ));
+        return Err(not_found("provider", name));
     };
     let p = provider_of(&row);
-    audit::record(
-        &tx,
-        "provider.deleted",
-        actor,
-        "succeeded",
-        &json!({"provider": p}),
-    )
-    .await?;
-    tx.commit()
-        .await
-        .map_err(|e| Error::db("commit provider", &e))?;
+    commit_with_event(tx, actor, "provider.deleted", "provider", &p).await?;
     Ok(p)
 }
 
@@ -407,10 +376,7 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
     let spec_json = serde_json::to_value(&spec)
         .map_err(|e| Error::new(500, "internal", format!("profile spec: {e}")))?;
     let mut client = pool.get().await?;
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| Error::db("begin", &e))?;
+    let tx = begin(&mut client).await?;
     let inserted = tx
         .query_opt(
             "INSERT INTO keeper.cloud_profiles (name, provider, spec) VALUES ($1, $2, $3)
@@ -428,27 +394,12 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
             .with_field("name"))
         }
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
-            return Err(Error::new(
-                422,
-                "provider.not_found",
-                format!("provider: no provider named {provider} is registered"),
-            )
-            .with_field("provider"))
+            return Err(unregistered("provider", &provider))
         }
         Err(e) => return Err(Error::db("insert profile", &e)),
     };
     let p = profile_of(&row)?;
-    audit::record(
-        &tx,
-        "profile.created",
-        actor,
-        "succeeded",
-        &json!({"profile": p}),
-    )
-    .await?;
-    tx.commit()
-        .await
-        .map_err(|e| Error::db("commit profile", &e))?;
+    commit_with_event(tx, actor, "profile.created", "profile", &p).await?;
     Ok(p)
 }
 
@@ -479,10 +430,7 @@ pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<C
 /// Deletes profile `name`. Records `profile.deleted`.
 pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudProfile> {
     let mut client = pool.get().await?;
-    let tx = client
-        .transaction()
-        .await
-        .map_err(|e| Error::db("begin", &e))?;
+    let tx = begin(&mut client).await?;
     let row = tx
         .query_opt(
             "DELETE FROM keeper.cloud_profiles WHERE name = $1 RETURNING name, provider, spec, created_at",
@@ -491,23 +439,10 @@ pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudP
         .await
         .map_err(|e| Error::db("delete profile", &e))?;
     let Some(row) = row else {
-        return Err(Error::not_found(
-            "profile.not_found",
-            format!("no profile named {name}"),
-        ));
+        return Err(not_found("profile", name));
     };
     let p = profile_of(&row)?;
-    audit::record(
-        &tx,
-        "profile.deleted",
-        actor,
-        "succeeded",
-        &json!({"profile": p}),
-    )
-    .await?;
-    tx.commit()
-        .await
-        .map_err(|e| Error::db("commit profile", &e))?;
+    commit_with_event(tx, actor, "profile.deleted", "profile", &p).await?;
     Ok(p)
 }
 

@@ -71,20 +71,13 @@ pub fn validate(scenario: &Value) -> Result<usize> {
         }
         let action =
             Action::from_step(module).map_err(|e| Error::invalid(at("module"), e.message))?;
-        match m.get("on").and_then(Value::as_str) {
-            Some(ON_KEEPER) => {}
-            Some(other) => {
-                return Err(Error::invalid(
-                    at("on"),
-                    format!("{module} runs inside keeper: `on: keeper` is required, got {other:?}"),
-                ))
-            }
-            None => {
-                return Err(Error::invalid(
-                    at("on"),
-                    format!("{module} runs inside keeper: `on: keeper` is required"),
-                ))
-            }
+        let on = m.get("on").and_then(Value::as_str);
+        if on != Some(ON_KEEPER) {
+            let got = on.map(|o| format!(", got {o:?}")).unwrap_or_default();
+            return Err(Error::invalid(
+                at("on"),
+                format!("{module} runs inside keeper: `on: keeper` is required{got}"),
+            ));
         }
         let params = m
             .get("params")

@@ -84,6 +84,17 @@ pub const PERMISSIONS: [&str; 7] = [
 /// The permission to run `core.cloud` steps through the REST API.
 pub const STEP_PERMISSION: &str = "step.core.cloud";
 
+/// Whether holding `held` grants `permission`: exactly, by `<group>.*`, or by `*`.
+fn grants(held: &str, permission: &str) -> bool {
+    held == "*"
+        || held == permission
+        || held.strip_suffix(".*").is_some_and(|group| {
+            permission
+                .strip_prefix(group)
+                .is_some_and(|rest| rest.starts_with('.'))
+        })
+}
+
 /// One configured API token: a name (the audit's actor), the SHA-256 of the token, and its
 /// permissions (`provider.read`, ..., `profile.*`, `*`).
 #[derive(Clone, Deserialize)]
@@ -123,15 +134,7 @@ pub struct Caller {
 impl Caller {
     /// Whether the caller holds `permission` (exactly, by `<group>.*`, or by `*`).
     pub fn may(&self, permission: &str) -> bool {
-        self.permissions.iter().any(|p| {
-            p == "*"
-                || p == permission
-                || p.strip_suffix(".*").is_some_and(|group| {
-                    permission
-                        .strip_prefix(group)
-                        .is_some_and(|rest| rest.starts_with('.'))
-                })
-        })
+        self.permissions.iter().any(|held| grants(held, permission))
     }
 
     /// The caller holds `permission`, or 403 naming it.
@@ -189,14 +192,8 @@ impl ApiTokens {
             hex::decode_to_slice(&t.sha256, &mut hash)
                 .map_err(|_| bad("sha256: 64 hex digits, the SHA-256 of the token".into()))?;
             for p in &t.permissions {
-                let known = p == "*"
-                    || PERMISSIONS.contains(&p.as_str())
-                    || p.strip_suffix(".*").is_some_and(|g| {
-                        PERMISSIONS
-                            .iter()
-                            .any(|k| k.starts_with(g) && k[g.len()..].starts_with('.'))
-                    });
-                if !known {
+                // Known: it grants at least one permission.
+                if !PERMISSIONS.iter().any(|k| grants(p, k)) {
                     return Err(bad(format!(
                         "unknown permission {p:?}; known: {}, <group>.* and *",
                         PERMISSIONS.join(", ")

@@ -7,7 +7,7 @@
 //! settings, readable by its owner only. A real deployment puts another [`Vault`] behind the same
 //! trait (HashiCorp Vault, a cloud secret manager).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use async_trait::async_trait;
 use orca::Settings;
@@ -55,11 +55,6 @@ impl FileVault {
     /// A vault rooted at `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         FileVault { root: root.into() }
-    }
-
-    /// The root directory.
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 
     /// The file `reference` is kept in.

@@ -19,6 +19,7 @@ use super::locks::{vm_key, LockSession, LOCK_WAIT};
 use super::params::DestroyParams;
 use super::{Keeper, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
+use crate::db::begin;
 use crate::error::{describe_db, from_orca, Error, Result};
 use crate::registry::CloudProvider;
 
@@ -36,9 +37,7 @@ impl Keeper {
             Ok(p) => p,
             Err(e) => return run.refuse(e),
         };
-        run.fact("provider", json!(p.provider));
-        run.fact("vm_ids", json!(p.vm_ids));
-        run.fact("sids", json!(p.sids));
+        run.add_facts(json!({"provider": p.provider, "vm_ids": p.vm_ids, "sids": p.sids}));
         let row = match self.provider_row(&p.provider).await {
             Ok(r) => r,
             Err(e) => return run.refuse(e),
@@ -86,14 +85,13 @@ impl Keeper {
                             err
                         }
                     };
-                    run.fact("changed", json!(destroyed.len() > already_gone.len()));
-                    run.fact("destroyed", json!(destroyed));
-                    run.fact("already_gone", json!(already_gone));
-                    run.fact("not_attempted", json!(p.vm_ids[i + 1..]));
-                    run.fact(
-                        "counters",
-                        json!({"vms_destroyed": vms_destroyed, "souls_destroyed": 0, "seeds_orphaned": 0, "bootstrap_burned": 0}),
-                    );
+                    run.add_facts(json!({
+                        "changed": destroyed.len() > already_gone.len(),
+                        "destroyed": destroyed,
+                        "already_gone": already_gone,
+                        "not_attempted": p.vm_ids[i + 1..],
+                        "counters": {"vms_destroyed": vms_destroyed, "souls_destroyed": 0, "seeds_orphaned": 0, "bootstrap_burned": 0},
+                    }));
                     return run.fail(err);
                 }
             }
@@ -114,14 +112,13 @@ impl Keeper {
                 run
             }
             Err(e) => {
-                run.fact("changed", json!(true));
-                run.fact("destroyed", json!(destroyed));
-                run.fact("already_gone", json!(already_gone));
-                run.fact("counters", json!({"vms_destroyed": vms_destroyed}));
-                run.fact(
-                    "note",
-                    json!("the VMs are destroyed at the provider but the registries are not updated: run the same step again (destroying a VM that is gone succeeds)"),
-                );
+                run.add_facts(json!({
+                    "changed": true,
+                    "destroyed": destroyed,
+                    "already_gone": already_gone,
+                    "counters": {"vms_destroyed": vms_destroyed},
+                    "note": "the VMs are destroyed at the provider but the registries are not updated: run the same step again (destroying a VM that is gone succeeds)",
+                }));
                 run.fail(e)
             }
         }
@@ -227,10 +224,7 @@ impl Keeper {
         actor: &str,
     ) -> Result<Value> {
         let mut client = self.pool.get().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| Error::db("begin", &e))?;
+        let tx = begin(&mut client).await?;
         let db = |what: &'static str| move |e: tokio_postgres::Error| Error::db(what, &e);
         let souls: Vec<i64> = tx
             .query(
@@ -282,9 +276,7 @@ impl Keeper {
             "bootstrap_burned": bootstrap_burned,
             "journal_destroyed": journal,
         });
-        let mut extra = serde_json::Map::new();
-        extra.insert("counters".into(), counters.clone());
-        let payload = run.audit_payload_with(extra);
+        let payload = run.audit_payload_with(json!({ "counters": counters }));
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
         tx.commit().await.map_err(db("commit the cascade"))?;
         Ok(counters)

@@ -8,6 +8,7 @@
 use deadpool_postgres::GenericClient;
 
 use super::Keeper;
+use crate::db::begin;
 use crate::error::{Error, Result};
 
 /// A journal row's move to a new state.
@@ -88,10 +89,7 @@ impl Keeper {
             return Ok(());
         }
         let mut client = self.pool.get().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| Error::db("begin", &e))?;
+        let tx = begin(&mut client).await?;
         for u in updates {
             move_row(&tx, u).await?;
         }

@@ -42,9 +42,6 @@ pub enum Action {
     Resized,
 }
 
-/// The module name of the step.
-pub const MODULE: &str = "core.cloud";
-
 impl Action {
     /// `created`, `destroyed`, `resized`.
     pub fn as_str(self) -> &'static str {
@@ -143,21 +140,14 @@ impl Drop for RunningStep {
 
 /// A step that failed: the error, and the step's output saying what was made, destroyed or recorded
 /// (masked).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{error}")]
 pub struct StepFailure {
     /// Why.
     pub error: Error,
     /// `{action, step_id, error, ...}` with what the step did before it failed.
     pub output: Value,
 }
-
-impl std::fmt::Display for StepFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.error.fmt(f)
-    }
-}
-
-impl std::error::Error for StepFailure {}
 
 /// What one run did, for its output and its audit event.
 #[derive(Debug)]
@@ -192,6 +182,13 @@ impl Run {
         self.facts.insert(key.to_string(), value);
     }
 
+    /// Each field of the JSON object `facts` as a fact ([`Run::fact`]).
+    pub(crate) fn add_facts(&mut self, facts: Value) {
+        if let Value::Object(m) = facts {
+            self.facts.extend(m);
+        }
+    }
+
     pub(crate) fn refuse(mut self, e: Error) -> Self {
         self.error = Some(e);
         self.refused = true;
@@ -214,17 +211,18 @@ impl Run {
     /// The payload of `cloud.provisioned`: the facts, always with `provider`, `vm_ids`, `sids` and
     /// every counter of the action (empty or zero where the step did not get that far).
     pub(crate) fn audit_payload(&self) -> Value {
-        self.audit_payload_with(Map::new())
+        self.audit_payload_with(json!({}))
     }
 
-    /// [`Run::audit_payload`] with `extra` over the facts (`vm_ids`, `sids`, `counters` of a step
-    /// that is recording its success).
-    pub(crate) fn audit_payload_with(&self, extra: Map<String, Value>) -> Value {
+    /// [`Run::audit_payload`] with the fields of the JSON object `extra` over the facts (`vm_ids`,
+    /// `sids`, `counters` of a step that is recording its success).
+    pub(crate) fn audit_payload_with(&self, extra: Value) -> Value {
         let mut p = Map::new();
         p.insert("action".into(), json!(self.action.as_str()));
         p.insert("step_id".into(), json!(self.step_id));
         p.insert("outcome".into(), json!(self.outcome()));
-        for (k, v) in self.facts.iter().chain(extra.iter()) {
+        let extra = extra.as_object().into_iter().flatten();
+        for (k, v) in self.facts.iter().chain(extra) {
             p.insert(k.clone(), v.clone());
         }
         if let Some(e) = &self.error {
@@ -262,9 +260,7 @@ fn counters(action: Action, given: Option<&Value>) -> Value {
     };
     let mut all: Map<String, Value> = names.iter().map(|n| (n.to_string(), json!(0))).collect();
     if let Some(Value::Object(given)) = given {
-        for (k, v) in given {
-            all.insert(k.clone(), v.clone());
-        }
+        all.extend(given.clone());
     }
     Value::Object(all)
 }
@@ -320,11 +316,7 @@ impl Keeper {
 
     /// The steps running now: `(step_id, step)`.
     pub fn running_steps(&self) -> Vec<(String, String)> {
-        self.running
-            .borrow()
-            .iter()
-            .map(|(id, step)| (id.clone(), step.clone()))
-            .collect()
+        self.running.borrow().clone().into_iter().collect()
     }
 
     /// Resolves once no step is running (for a shutdown that lets the steps finish).
@@ -351,11 +343,6 @@ impl Keeper {
     /// The connection pool.
     pub fn pool(&self) -> &Db {
         &self.pool
-    }
-
-    /// keeper's settings.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
     }
 
     /// Runs step `step` (`core.cloud.created`, `core.cloud.destroyed`, `core.cloud.resized`) with
@@ -430,18 +417,12 @@ impl Keeper {
                 Ok(out)
             }
             Some(error) => {
-                let mut out = Map::new();
-                out.insert("action".into(), json!(action.as_str()));
-                out.insert("step_id".into(), json!(step_id));
-                out.insert(
-                    "changed".into(),
-                    json!(run.facts.get("changed").cloned().unwrap_or(json!(false))),
-                );
+                let mut out =
+                    json!({"action": action.as_str(), "step_id": step_id, "changed": false});
                 for (k, v) in run.facts {
-                    out.insert(k, v);
+                    out[k] = v;
                 }
-                out.insert("error".into(), error.to_json());
-                let mut out = Value::Object(out);
+                out["error"] = error.to_json();
                 mask_json(&mut out);
                 tracing::warn!(step = step, step_id = %step_id, code = %error.code, error = %error.message, "step failed");
                 Err(StepFailure { error, output: out })
@@ -457,14 +438,9 @@ impl Keeper {
     /// The registered provider `name` (422 naming `provider` when there is none).
     pub(crate) async fn provider_row(&self, name: &str) -> Result<CloudProvider> {
         let client = self.pool.get().await?;
-        registry::get_provider(&client, name).await?.ok_or_else(|| {
-            Error::new(
-                422,
-                "provider.not_found",
-                format!("provider: no provider named {name} is registered"),
-            )
-            .with_field("provider")
-        })
+        registry::get_provider(&client, name)
+            .await?
+            .ok_or_else(|| registry::unregistered("provider", name))
     }
 
     /// An orca provider for `row`, with its credentials resolved from the vault now (and dropped when
@@ -494,9 +470,7 @@ impl Keeper {
                 err
             })
     }
-}
 
-impl Keeper {
     /// keeper on the database at `database_url`: a connection pool, and the pending migrations
     /// applied.
     pub async fn connect(

@@ -127,6 +127,17 @@ fn list(
     Ok(items)
 }
 
+/// The required `vm_ids` of `destroyed` and `resized`.
+fn vm_ids(f: &Fields<'_>) -> Result<Vec<String>> {
+    list(
+        f,
+        "vm_ids",
+        true,
+        |id| orca::validate_id(id).is_ok(),
+        "a VM id: 1 to 255 of letters, digits, '.', '_', '-' and ':'",
+    )
+}
+
 /// Whether `sid` looks like an FQDN: 1 to 253 of letters, digits, `.`, `-` and `_`.
 pub fn is_sid(sid: &str) -> bool {
     !sid.is_empty()
@@ -216,13 +227,7 @@ impl DestroyParams {
         let f = Fields::new(params, "params", "", &["provider", "vm_ids", "sids"])?;
         Ok(DestroyParams {
             provider: provider(&f)?,
-            vm_ids: list(
-                &f,
-                "vm_ids",
-                true,
-                |id| orca::validate_id(id).is_ok(),
-                "a VM id: 1 to 255 of letters, digits, '.', '_', '-' and ':'",
-            )?,
+            vm_ids: vm_ids(&f)?,
             sids: list(
                 &f,
                 "sids",
@@ -244,13 +249,7 @@ impl ResizeParams {
             &["provider", "vm_ids", "machine_type"],
         )?;
         let provider = provider(&f)?;
-        let vm_ids = list(
-            &f,
-            "vm_ids",
-            true,
-            |id| orca::validate_id(id).is_ok(),
-            "a VM id: 1 to 255 of letters, digits, '.', '_', '-' and ':'",
-        )?;
+        let vm_ids = vm_ids(&f)?;
         let machine_type = f.req_str("machine_type")?;
         orca::spec::validate_token("machine_type", &machine_type)
             .map_err(|e| Error::invalid("machine_type", e.to_string()))?;

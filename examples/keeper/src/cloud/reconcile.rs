@@ -37,6 +37,7 @@ use super::journal::{move_row, JournalUpdate};
 use super::locks::{step_key, LockSession};
 use super::Keeper;
 use crate::audit;
+use crate::db::begin;
 use crate::error::{Error, Result};
 use crate::registry::CloudProvider;
 
@@ -367,10 +368,7 @@ impl Keeper {
         actor: &str,
     ) -> Result<u64> {
         let mut client = self.pool.get().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| Error::db("begin", &e))?;
+        let tx = begin(&mut client).await?;
         let mut moved = 0;
         for u in updates {
             moved += u64::from(move_row(&tx, u).await?);

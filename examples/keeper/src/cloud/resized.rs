@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::params::ResizeParams;
 use super::{Keeper, Run};
-use crate::error::{from_orca, Error};
+use crate::error::{from_orca, Error, Result};
 
 impl Keeper {
     pub(crate) async fn resized(&self, mut run: Run, params: &Value, _actor: &str) -> Run {
@@ -15,10 +15,12 @@ impl Keeper {
             Ok(p) => p,
             Err(e) => return run.refuse(e),
         };
-        run.fact("provider", json!(p.provider));
-        run.fact("vm_ids", json!(p.vm_ids));
-        run.fact("sids", json!([]));
-        run.fact("machine_type", json!(p.machine_type));
+        run.add_facts(json!({
+            "provider": p.provider,
+            "vm_ids": p.vm_ids,
+            "sids": [],
+            "machine_type": p.machine_type,
+        }));
         let row = match self.provider_row(&p.provider).await {
             Ok(r) => r,
             Err(e) => return run.refuse(e),
@@ -39,52 +41,17 @@ impl Keeper {
             ));
         }
         let mut hosts = Vec::new();
-        let mut downtime = 0;
         for id in &p.vm_ids {
-            let before = match cloud.machine(id).await {
-                Ok(Some(m)) => m.machine_type,
-                Ok(None) => {
-                    return self.resize_failed(
-                        run,
-                        hosts,
-                        downtime,
-                        Error::new(
-                            404,
-                            "cloud.not_found",
-                            format!("VM {id} does not exist at provider {}", row.name),
-                        ),
-                    )
-                }
+            match resize_one(&*cloud, &run.step_id, &row.name, id, &p.machine_type).await {
+                Ok(host) => hosts.push(host),
                 Err(e) => {
-                    return self.resize_failed(run, hosts, downtime, from_orca(&e));
-                }
-            };
-            match cloud.resize(id, &p.machine_type).await {
-                Ok(r) => {
-                    tracing::info!(step_id = %run.step_id, vm_id = %id, caused_downtime = r.caused_downtime, "VM resized");
-                    downtime += usize::from(r.caused_downtime);
-                    hosts.push(json!({
-                        "vm_id": id,
-                        "previous_machine_type": before,
-                        "machine_type": r.machine.machine_type,
-                        "caused_downtime": r.caused_downtime,
-                    }));
-                }
-                Err(e) => {
-                    let mut err = from_orca(&e);
-                    err.message = format!("resizing VM {id} failed: {}", err.message);
-                    return self.resize_failed(run, hosts, downtime, err);
+                    resize_facts(&mut run, &hosts);
+                    return run.fail(e);
                 }
             }
         }
-        let changed = any_changed(&hosts);
         // The failure output, should the audit event fail, says the same.
-        run.fact("changed", json!(changed));
-        run.fact(
-            "counters",
-            json!({"resized": hosts.len(), "caused_downtime": downtime}),
-        );
-        run.fact("resized", json!(hosts));
+        let changed = resize_facts(&mut run, &hosts);
         run.output = Some(json!({
             "action": "resized",
             "changed": changed,
@@ -94,21 +61,53 @@ impl Keeper {
         }));
         run
     }
-
-    fn resize_failed(&self, mut run: Run, hosts: Vec<Value>, downtime: usize, e: Error) -> Run {
-        run.fact("changed", json!(any_changed(&hosts)));
-        run.fact(
-            "counters",
-            json!({"resized": hosts.len(), "caused_downtime": downtime}),
-        );
-        run.fact("resized", json!(hosts));
-        run.fail(e)
-    }
 }
 
-/// Whether a VM of `hosts` (the resizes done) changed type.
-fn any_changed(hosts: &[Value]) -> bool {
-    hosts
+/// Resizes VM `id` of `provider` to `machine_type`; answers its entry of the output's `hosts`.
+async fn resize_one(
+    cloud: &dyn orca::Provider,
+    step_id: &str,
+    provider: &str,
+    id: &str,
+    machine_type: &str,
+) -> Result<Value> {
+    let before = match cloud.machine(id).await.map_err(|e| from_orca(&e))? {
+        Some(m) => m.machine_type,
+        None => {
+            return Err(Error::new(
+                404,
+                "cloud.not_found",
+                format!("VM {id} does not exist at provider {provider}"),
+            ))
+        }
+    };
+    let r = cloud.resize(id, machine_type).await.map_err(|e| {
+        let mut err = from_orca(&e);
+        err.message = format!("resizing VM {id} failed: {}", err.message);
+        err
+    })?;
+    tracing::info!(step_id = %step_id, vm_id = %id, caused_downtime = r.caused_downtime, "VM resized");
+    Ok(json!({
+        "vm_id": id,
+        "previous_machine_type": before,
+        "machine_type": r.machine.machine_type,
+        "caused_downtime": r.caused_downtime,
+    }))
+}
+
+/// Says the resizes done (`hosts`) in `run`'s facts; answers whether a VM of them changed type.
+fn resize_facts(run: &mut Run, hosts: &[Value]) -> bool {
+    let changed = hosts
         .iter()
-        .any(|h| h["previous_machine_type"] != h["machine_type"])
+        .any(|h| h["previous_machine_type"] != h["machine_type"]);
+    let downtime = hosts
+        .iter()
+        .filter(|h| h["caused_downtime"] == true)
+        .count();
+    run.add_facts(json!({
+        "changed": changed,
+        "counters": {"resized": hosts.len(), "caused_downtime": downtime},
+        "resized": hosts,
+    }));
+    changed
 }

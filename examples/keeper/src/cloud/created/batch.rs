@@ -10,6 +10,7 @@ use super::super::journal::{move_row, JournalUpdate};
 use super::super::{Keeper, Run};
 use super::{Made, Planned};
 use crate::audit::{self, CLOUD_PROVISIONED};
+use crate::db::begin;
 use crate::error::{Error, Result};
 use crate::registry::CloudProvider;
 use crate::tokens::PlainToken;
@@ -27,10 +28,7 @@ impl Keeper {
         count: u32,
     ) -> Result<Vec<Planned>> {
         let mut client = self.pool.get().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| Error::db("begin", &e))?;
+        let tx = begin(&mut client).await?;
         let count = i64::from(count);
         let last: i64 = tx
             .query_one(
@@ -77,10 +75,7 @@ impl Keeper {
         actor: &str,
     ) -> Result<()> {
         let mut client = self.pool.get().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| Error::db("begin", &e))?;
+        let tx = begin(&mut client).await?;
         for m in made {
             let sid = &m.machine.fqdn;
             let soul_id: i64 = match tx
@@ -118,20 +113,11 @@ impl Keeper {
             move_row(&tx, &recorded).await?;
         }
         let n = made.len();
-        let mut extra = serde_json::Map::new();
-        extra.insert(
-            "vm_ids".into(),
-            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
-        );
-        extra.insert(
-            "sids".into(),
-            json!(made.iter().map(|m| &m.machine.fqdn).collect::<Vec<_>>()),
-        );
-        extra.insert(
-            "counters".into(),
-            json!({"requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n}),
-        );
-        let payload = run.audit_payload_with(extra);
+        let payload = run.audit_payload_with(json!({
+            "vm_ids": vm_ids(made),
+            "sids": made.iter().map(|m| &m.machine.fqdn).collect::<Vec<_>>(),
+            "counters": {"requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n},
+        }));
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
         tx.commit()
             .await
@@ -210,32 +196,28 @@ impl Keeper {
             };
             run.fact("journal_error", json!(said));
         }
-        run.fact(
-            "changed",
-            json!(!recorded.is_empty() || !made.is_empty() || unresolved > 0),
-        );
-        run.fact(
-            "made",
-            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
-        );
-        run.fact("destroyed", json!(destroyed));
-        run.fact("recorded", json!(recorded));
-        run.fact(
-            "vm_ids",
-            json!(made.iter().map(|m| &m.machine.id).collect::<Vec<_>>()),
-        );
-        run.fact("sids", json!(Vec::<String>::new()));
-        run.fact(
-            "counters",
-            json!({
-                "requested": run.facts.get("count").cloned().unwrap_or(json!(0)),
+        let requested = run.facts.get("count").cloned().unwrap_or(json!(0));
+        run.add_facts(json!({
+            "changed": !recorded.is_empty() || !made.is_empty() || unresolved > 0,
+            "made": vm_ids(&made),
+            "destroyed": destroyed,
+            "recorded": recorded,
+            "vm_ids": vm_ids(&made),
+            "sids": [],
+            "counters": {
+                "requested": requested,
                 "made": made.len(), "souls_pending": 0, "bootstrap_issued": 0,
                 "destroyed": destroyed.len(), "recorded_without_soul": recorded.len(),
                 "unresolved": unresolved,
-            }),
-        );
+            },
+        }));
         run.fail(error)
     }
+}
+
+/// The ids of the VMs `made`.
+fn vm_ids(made: &[Made]) -> Vec<&str> {
+    made.iter().map(|m| m.machine.id.as_str()).collect()
 }
 
 pub(super) fn output(made: &[Made]) -> Value {
@@ -255,7 +237,7 @@ pub(super) fn output(made: &[Made]) -> Value {
         "action": "created",
         "changed": true,
         "count": made.len(),
-        "vm_ids": made.iter().map(|m| &m.machine.id).collect::<Vec<_>>(),
+        "vm_ids": vm_ids(made),
         "hosts": hosts,
     })
 }

@@ -44,14 +44,9 @@ impl Keeper {
             Some(ProfileParam::Inline(s)) => Ok(s.clone()),
             Some(ProfileParam::Named(name)) => {
                 let client = self.pool.get().await?;
-                let prof = registry::get_profile(&client, name).await?.ok_or_else(|| {
-                    Error::new(
-                        422,
-                        "profile.not_found",
-                        format!("profile: no profile named {name} is registered"),
-                    )
-                    .with_field("profile")
-                })?;
+                let prof = registry::get_profile(&client, name)
+                    .await?
+                    .ok_or_else(|| registry::unregistered("profile", name))?;
                 if prof.provider != row.name {
                     return Err(Error::invalid(
                         "profile",
@@ -133,26 +128,22 @@ impl Keeper {
         fqdn: Option<&str>,
         token: &PlainToken,
     ) -> Result<String> {
+        // Only a self-onboarding VM gets its token; an FQDN only when keeper names the batch.
+        let onboard = p.userdata == UserData::SelfOnboard;
+        let vars = Vars {
+            hostname,
+            fqdn: if onboard || p.name.is_some() {
+                fqdn
+            } else {
+                None
+            },
+            keeper_url: &self.settings.keeper_url,
+            bootstrap_token: onboard.then(|| token.expose()),
+        };
         match (&p.userdata, template) {
             (UserData::Given(s), _) => Ok(s.clone()),
-            (UserData::Generate, Some(t)) => t.render(
-                "generate_userdata",
-                &Vars {
-                    hostname,
-                    fqdn: if p.name.is_some() { fqdn } else { None },
-                    keeper_url: &self.settings.keeper_url,
-                    bootstrap_token: None,
-                },
-            ),
-            (UserData::SelfOnboard, Some(t)) => t.render(
-                "self_onboard",
-                &Vars {
-                    hostname,
-                    fqdn,
-                    keeper_url: &self.settings.keeper_url,
-                    bootstrap_token: Some(token.expose()),
-                },
-            ),
+            (UserData::Generate, Some(t)) => t.render("generate_userdata", &vars),
+            (UserData::SelfOnboard, Some(t)) => t.render("self_onboard", &vars),
             _ => Ok(String::new()),
         }
     }

@@ -171,8 +171,7 @@ impl Keeper {
     /// Reads and checks everything the batch needs, before any cloud call.
     async fn prepare(&self, run: &mut Run, params: &Value) -> Result<Batch> {
         let params = CreateParams::parse(params)?;
-        run.fact("provider", json!(params.provider));
-        run.fact("count", json!(params.count));
+        run.add_facts(json!({"provider": params.provider, "count": params.count}));
         let row = self.provider_row(&params.provider).await?;
         let spec = self.profile_of(&params, &row).await?;
         checks::check_self_onboard(&params, &row)?;
