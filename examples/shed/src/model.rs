@@ -34,15 +34,6 @@ impl Status {
         }
     }
 
-    /// Every status.
-    pub const ALL: [Status; 5] = [
-        Status::Starting,
-        Status::Running,
-        Status::Stopping,
-        Status::Stopped,
-        Status::Error,
-    ];
-
     /// The reasons this status may carry (besides none).
     pub fn allowed_reasons(self) -> &'static [Reason] {
         use Reason::*;
@@ -325,17 +316,9 @@ impl From<&Shed> for ShedView {
 
 /// A new shed ID: 10 of a-z and 0-9, starting with a letter (a label value and part of a VM name).
 pub fn new_id() -> String {
-    let mut s = String::with_capacity(10);
-    s.push(fastrand::lowercase());
-    for _ in 0..9 {
-        let c = fastrand::u8(0..36);
-        s.push(if c < 10 {
-            char::from(b'0' + c)
-        } else {
-            char::from(b'a' + c - 10)
-        });
-    }
-    s
+    // A digit of base 36 is one of 0-9 and a-z.
+    let rest = (0..9).map(|_| char::from_digit(fastrand::u32(..36), 36).expect("below 36"));
+    std::iter::once(fastrand::lowercase()).chain(rest).collect()
 }
 
 /// Whether `s` is a machine name as orca checks it (a hostname label) of at most `max` characters

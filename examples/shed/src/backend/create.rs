@@ -316,43 +316,33 @@ impl Backend {
         loop {
             {
                 let mut st = self.state();
-                // The waiter is removed under the lock that decides the answer, so that a refusal
-                // after this answer finds no waiter and leaves the shed in error.
-                if let Some(e) = st.refused.remove(id) {
-                    st.waiters.remove(id);
-                    return Err(e);
-                }
-                if let Some(v) = st.accepted.remove(id) {
-                    st.waiters.remove(id);
-                    return Ok(v);
-                }
                 let done = self.now() >= deadline;
-                match st.sheds.get(id) {
-                    None => {
-                        st.waiters.remove(id);
-                        return accepted_view.ok_or_else(|| {
+                let answer = if let Some(e) = st.refused.remove(id) {
+                    Some(Err(e))
+                } else if let Some(v) = st.accepted.remove(id) {
+                    Some(Ok(v))
+                } else {
+                    match st.sheds.get(id) {
+                        None => Some(accepted_view.take().ok_or_else(|| {
                             ApiError::new(
                                 404,
                                 "NOT_FOUND",
                                 "the shed was deleted before its create was answered",
                             )
-                        });
-                    }
-                    Some(s) if s.status != Status::Starting => {
-                        let v = as_accepted(s);
-                        st.waiters.remove(id);
-                        return Ok(v);
-                    }
-                    Some(s) if s.create == CreateStage::Made || done => {
-                        let v = ShedView::from(s);
-                        st.waiters.remove(id);
-                        return Ok(v);
-                    }
-                    Some(s) => {
-                        if accepted_view.is_none() {
-                            accepted_view = Some(as_accepted(s));
+                        })),
+                        Some(s) if s.status != Status::Starting => Some(Ok(as_accepted(s))),
+                        Some(s) if s.create == CreateStage::Made || done => Some(Ok(s.into())),
+                        Some(s) => {
+                            accepted_view.get_or_insert_with(|| as_accepted(s));
+                            None
                         }
                     }
+                };
+                // The waiter is removed under the lock that decides the answer, so that a refusal
+                // after this answer finds no waiter and leaves the shed in error.
+                if let Some(answer) = answer {
+                    st.waiters.remove(id);
+                    return answer;
                 }
             }
             let left = since(deadline, self.now());

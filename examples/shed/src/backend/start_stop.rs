@@ -54,8 +54,7 @@ impl Backend {
                 let s = st.sheds.get_mut(&id).expect("found");
                 if s.queued == Some(Queued::Stop) {
                     s.queued = None;
-                    let snapshot = s.clone();
-                    self.save(&snapshot);
+                    self.save(s);
                 }
                 Effect::NoChange
             }
@@ -69,8 +68,7 @@ impl Backend {
             Status::Stopping => {
                 let s = st.sheds.get_mut(&id).expect("found");
                 s.queued = Some(Queued::Start);
-                let snapshot = s.clone();
-                self.save(&snapshot);
+                self.save(s);
                 Effect::Queued
             }
             Status::Stopped => {
@@ -86,8 +84,7 @@ impl Backend {
                 s.op = Some(Op::Start);
                 s.start_sent = false;
                 s.queued = None;
-                let snapshot = s.clone();
-                self.save(&snapshot);
+                self.save(s);
                 Effect::Changed
             }
             Status::Error => {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use orca::{Provider, Timestamp};
 
+use crate::backend::lock;
 use crate::clock::{since, Clock};
 use crate::config::FirewallMode;
 use crate::echo::Echo;
@@ -201,7 +202,7 @@ impl FirewallCheck {
 
     /// The last result, if the check ever ran.
     pub fn last(&self) -> Option<Outcome> {
-        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.last).clone()
     }
 
     /// The last result when it is at most `max_age` old, else a new check's.
@@ -227,7 +228,7 @@ impl FirewallCheck {
         let mut outcome = self.evaluate(st, now).await;
         self.report(st, &outcome, now);
         outcome.at = now;
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome.clone());
+        *lock(&self.last) = Some(outcome.clone());
         outcome
     }
 
