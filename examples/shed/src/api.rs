@@ -16,6 +16,7 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq as _;
 
 use crate::backend::{ApiError, Backend, Caller, CreateRequest, Effect};
 use crate::config::Role;
@@ -157,13 +158,6 @@ async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) 
     out
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Who calls: the client whose token the `Authorization: Bearer` header carries (the local admin
 /// when the server has no clients).
 pub fn caller(b: &Backend, headers: &HeaderMap) -> Result<Caller, ApiError> {
@@ -183,7 +177,7 @@ pub fn caller(b: &Backend, headers: &HeaderMap) -> Result<Caller, ApiError> {
     }
     let c = clients
         .values()
-        .find(|c| constant_time_eq(c.token.expose_secret().as_bytes(), token.as_bytes()))
+        .find(|c| bool::from(c.token.expose_secret().as_bytes().ct_eq(token.as_bytes())))
         .ok_or_else(unauthorized)?;
     Ok(Caller {
         name: c.name.clone(),

@@ -9,44 +9,33 @@ use crate::clock::since;
 use crate::config::{Size, DISK_GB_RANGE};
 use crate::model::{new_id, validate_shed_name, CreateStage, Op, Shed, ShedView, Status};
 
-/// A create request's body (`POST /api/sheds`).
+/// A create request's body (`POST /api/sheds`): every field but the name may be left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     /// The shed's name.
     pub name: String,
     /// An `image_aliases` name (default: `default_image`).
-    #[serde(default)]
     pub image: Option<String>,
     /// At least this many CPUs.
-    #[serde(default)]
     pub cpus: Option<u32>,
     /// At least this much memory.
-    #[serde(default)]
     pub memory_mb: Option<u32>,
     /// The boot disk's size in bytes (rounded up to whole GB, 10 to 500 GB).
-    #[serde(default)]
     pub upper_size_bytes: Option<u64>,
     /// `default` or `isolated`.
-    #[serde(default)]
     pub network_profile: Option<String>,
     /// Host directory (refused: 422).
-    #[serde(default)]
     pub local_dir: Option<String>,
     /// Host directories (refused: 422).
-    #[serde(default)]
     pub add_dirs: Option<Vec<String>>,
     /// Server mounts (a non-empty list is refused: 422).
-    #[serde(default)]
     pub mounts: Option<Vec<String>>,
     /// A snapshot to start from (refused: 422).
-    #[serde(default)]
     pub from_snapshot: Option<String>,
     /// Egress profiles (absent or exactly `["off"]`; anything else, `[]` included, is refused: 422).
-    #[serde(default)]
     pub egress: Option<Vec<String>>,
     /// A repository to clone (not built in this example: 501).
-    #[serde(default)]
     pub repo: Option<String>,
 }
 

@@ -159,8 +159,8 @@ pub enum Role {
     Service,
 }
 
-/// A client, resolved.
-#[derive(Clone)]
+/// A client, resolved (its token is redacted in `Debug`, as a secret is).
+#[derive(Clone, Debug)]
 pub struct Client {
     /// Its name.
     pub name: String,
@@ -176,20 +176,6 @@ pub struct Client {
     pub max_memory_mb: Option<u32>,
     /// The image names it may use (empty: all).
     pub images: Vec<String>,
-}
-
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("name", &self.name)
-            .field("role", &self.role)
-            .field("token", &"<redacted>")
-            .field("max_age", &self.max_age)
-            .field("max_cpus", &self.max_cpus)
-            .field("max_memory_mb", &self.max_memory_mb)
-            .field("images", &self.images)
-            .finish()
-    }
 }
 
 /// The server's limits.
@@ -299,5 +285,26 @@ impl Config {
             .expect("the test configuration is valid");
         c.state_dir = state_dir.into();
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_debug_never_shows_its_token() {
+        let c = Client {
+            name: "ci".into(),
+            role: Role::Service,
+            token: SecretString::from("tok-3f9a"),
+            max_age: None,
+            max_cpus: None,
+            max_memory_mb: None,
+            images: Vec::new(),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("tok-3f9a"), "{shown}");
+        assert!(shown.contains("ci"), "{shown}");
     }
 }
