@@ -5,26 +5,17 @@ use serde::{Deserialize, Serialize};
 use super::{ApiError, Backend, Caller};
 use crate::model::{Op, Queued, ShedView, Status};
 
-/// What a start or stop did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Effect {
-    /// The status changed (to `starting` or `stopping`).
-    Changed,
-    /// Queued behind the cloud operation already running.
-    Queued,
-    /// Nothing to do.
-    NoChange,
-}
-
-impl Effect {
-    /// The API's word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Effect::Changed => "changed",
-            Effect::Queued => "queued",
-            Effect::NoChange => "no_change",
-        }
+words! {
+    /// What a start or stop did.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Effect {
+        /// The status changed (to `starting` or `stopping`).
+        Changed = "changed",
+        /// Queued behind the cloud operation already running.
+        Queued = "queued",
+        /// Nothing to do.
+        NoChange = "no_change",
     }
 }
 
