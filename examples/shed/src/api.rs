@@ -62,6 +62,13 @@ pub fn router(backend: Backend) -> Router {
             ApiError::unsupported_route(format!("{what}: not available on a remote server"))
         }
     };
+    // Exec and the connect tunnel need a running shed (409), and are not built here (501).
+    let needs_agent = |what: &'static str| {
+        move |State(b): State<Backend>, Path(name): Path<String>, headers: HeaderMap| async move {
+            let c = caller(&b, &headers)?;
+            Err::<Response, _>(b.exec_or_connect(&c, &name, what))
+        }
+    };
     Router::new()
         .route("/api/info", get(info))
         .route("/api/log", get(server_log))
@@ -69,8 +76,11 @@ pub fn router(backend: Backend) -> Router {
         .route("/api/sheds/{name}", get(get_shed).delete(delete))
         .route("/api/sheds/{name}/start", post(start))
         .route("/api/sheds/{name}/stop", post(stop))
-        .route("/api/sheds/{name}/exec", post(exec))
-        .route("/api/sheds/{name}/connect", any(connect))
+        .route("/api/sheds/{name}/exec", post(needs_agent("exec")))
+        .route(
+            "/api/sheds/{name}/connect",
+            any(needs_agent("the connect tunnel")),
+        )
         .route("/api/sheds/{name}/reset", post(unsupported("reset")))
         .route(
             "/api/sheds/{name}/egress",
@@ -245,24 +255,6 @@ async fn stop(
     let c = caller(&b, &headers)?;
     let (shed, effect) = b.stop_shed(&c, &name).await?;
     Ok(Json(ActionAnswer { shed, effect }).into_response())
-}
-
-async fn exec(
-    State(b): State<Backend>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    Err(b.exec_or_connect(&c, &name, "exec"))
-}
-
-async fn connect(
-    State(b): State<Backend>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    Err(b.exec_or_connect(&c, &name, "the connect tunnel"))
 }
 
 fn event(name: &str, data: &impl Serialize) -> Event {
