@@ -16,6 +16,7 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq as _;
 
 use crate::backend::{ApiError, Backend, Caller, CreateRequest, Effect};
 use crate::config::Role;
@@ -61,6 +62,13 @@ pub fn router(backend: Backend) -> Router {
             ApiError::unsupported_route(format!("{what}: not available on a remote server"))
         }
     };
+    // Exec and the connect tunnel need a running shed (409), and are not built here (501).
+    let needs_agent = |what: &'static str| {
+        move |State(b): State<Backend>, Path(name): Path<String>, headers: HeaderMap| async move {
+            let c = caller(&b, &headers)?;
+            Err::<Response, _>(b.exec_or_connect(&c, &name, what))
+        }
+    };
     Router::new()
         .route("/api/info", get(info))
         .route("/api/log", get(server_log))
@@ -68,8 +76,11 @@ pub fn router(backend: Backend) -> Router {
         .route("/api/sheds/{name}", get(get_shed).delete(delete))
         .route("/api/sheds/{name}/start", post(start))
         .route("/api/sheds/{name}/stop", post(stop))
-        .route("/api/sheds/{name}/exec", post(exec))
-        .route("/api/sheds/{name}/connect", any(connect))
+        .route("/api/sheds/{name}/exec", post(needs_agent("exec")))
+        .route(
+            "/api/sheds/{name}/connect",
+            any(needs_agent("the connect tunnel")),
+        )
         .route("/api/sheds/{name}/reset", post(unsupported("reset")))
         .route(
             "/api/sheds/{name}/egress",
@@ -157,13 +168,6 @@ async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) 
     out
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Who calls: the client whose token the `Authorization: Bearer` header carries (the local admin
 /// when the server has no clients).
 pub fn caller(b: &Backend, headers: &HeaderMap) -> Result<Caller, ApiError> {
@@ -183,7 +187,7 @@ pub fn caller(b: &Backend, headers: &HeaderMap) -> Result<Caller, ApiError> {
     }
     let c = clients
         .values()
-        .find(|c| constant_time_eq(c.token.expose_secret().as_bytes(), token.as_bytes()))
+        .find(|c| bool::from(c.token.expose_secret().as_bytes().ct_eq(token.as_bytes())))
         .ok_or_else(unauthorized)?;
     Ok(Caller {
         name: c.name.clone(),
@@ -251,24 +255,6 @@ async fn stop(
     let c = caller(&b, &headers)?;
     let (shed, effect) = b.stop_shed(&c, &name).await?;
     Ok(Json(ActionAnswer { shed, effect }).into_response())
-}
-
-async fn exec(
-    State(b): State<Backend>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    Err(b.exec_or_connect(&c, &name, "exec"))
-}
-
-async fn connect(
-    State(b): State<Backend>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    Err(b.exec_or_connect(&c, &name, "the connect tunnel"))
 }
 
 fn event(name: &str, data: &impl Serialize) -> Event {

@@ -80,13 +80,6 @@ impl ManualClock {
         let now = self.inner.offset_ms.fetch_add(ms, Ordering::SeqCst) + ms;
         self.inner.changed.send_replace(now);
     }
-
-    /// How far this clock is ahead of the system's.
-    pub fn offset(&self) -> Duration {
-        Duration::from_millis(
-            u64::try_from(self.inner.offset_ms.load(Ordering::SeqCst)).unwrap_or(0),
-        )
-    }
 }
 
 #[async_trait]

@@ -4,6 +4,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use crate::backend::lock;
+
 const KEEP: usize = 2000;
 
 /// Lines the server wrote.
@@ -19,7 +21,7 @@ impl ServerLog {
     }
 
     fn keep(&self, line: &str) {
-        let mut l = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let mut l = lock(&self.lines);
         if l.len() == KEEP {
             l.pop_front();
         }
@@ -42,19 +44,12 @@ impl ServerLog {
 
     /// The lines kept, oldest first.
     pub fn lines(&self) -> Vec<String> {
-        self.lines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .cloned()
-            .collect()
+        lock(&self.lines).iter().cloned().collect()
     }
 
     /// How many kept lines contain `needle`.
     pub fn count(&self, needle: &str) -> usize {
-        self.lines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.lines)
             .iter()
             .filter(|l| l.contains(needle))
             .count()

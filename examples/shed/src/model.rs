@@ -1,48 +1,28 @@
 //! What the server records: a shed ([`Shed`]) with its status and reason, and the marker of an
 //! acknowledged delete ([`DeleteMarker`]). Both are kept in `remote.state_dir` (see [`crate::store`]).
 
-use std::fmt;
-
 use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
-/// A shed's status: one of five.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// A create or start is in progress, or the server adopted the VM and has not yet reached its agent.
-    Starting,
-    /// The agent answered a probe.
-    Running,
-    /// A stop is in progress.
-    Stopping,
-    /// The VM is off and its disk is kept.
-    Stopped,
-    /// The create failed. Only a delete leaves this state.
-    Error,
+words! {
+    /// A shed's status: one of five, by the API's word.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Status {
+        /// A create or start is in progress, or the server adopted the VM and has not yet reached its agent.
+        Starting = "starting",
+        /// The agent answered a probe.
+        Running = "running",
+        /// A stop is in progress.
+        Stopping = "stopping",
+        /// The VM is off and its disk is kept.
+        Stopped = "stopped",
+        /// The create failed. Only a delete leaves this state.
+        Error = "error",
+    }
 }
 
 impl Status {
-    /// The API's word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Starting => "starting",
-            Status::Running => "running",
-            Status::Stopping => "stopping",
-            Status::Stopped => "stopped",
-            Status::Error => "error",
-        }
-    }
-
-    /// Every status.
-    pub const ALL: [Status; 5] = [
-        Status::Starting,
-        Status::Running,
-        Status::Stopping,
-        Status::Stopped,
-        Status::Error,
-    ];
-
     /// The reasons this status may carry (besides none).
     pub fn allowed_reasons(self) -> &'static [Reason] {
         use Reason::*;
@@ -69,68 +49,37 @@ impl Status {
     }
 }
 
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
-    }
-}
-
-/// Why a shed is in its status. `status_reason` is empty when there is none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reason {
-    /// The VM has no pinned host key yet.
-    NoPin,
-    /// The server cannot reach the VM's SSH port.
-    Unreachable,
-    /// The server could not learn from the cloud what the VM is doing.
-    CloudUnreadable,
-    /// The zone had no room for the machine type.
-    Capacity,
-    /// The cloud project's quota was reached.
-    Quota,
-    /// The server's limits (`max_running` or `max_sheds`) were reached.
-    Limit,
-    /// The shed ran for as long as its run limit and the cloud stopped it.
-    RunLimit,
-    /// The VM was stopped outside shed.
-    External,
-    /// The network no longer isolates the shed (defined; no code path sets it yet).
-    IsolationLost,
-    /// The VM's agent or guest layout is not compatible with this server.
-    Layout,
-    /// The create failed for another reason; the server log has the detail.
-    CreateFailed,
-    /// The host key the VM presented did not match the pinned key.
-    HostKey,
-    /// The firewall check was failing when the server was about to ask the cloud for the VM.
-    Firewall,
-}
-
-impl Reason {
-    /// The API's word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::NoPin => "no_pin",
-            Reason::Unreachable => "unreachable",
-            Reason::CloudUnreadable => "cloud_unreadable",
-            Reason::Capacity => "capacity",
-            Reason::Quota => "quota",
-            Reason::Limit => "limit",
-            Reason::RunLimit => "run_limit",
-            Reason::External => "external",
-            Reason::IsolationLost => "isolation_lost",
-            Reason::Layout => "layout",
-            Reason::CreateFailed => "create_failed",
-            Reason::HostKey => "host_key",
-            Reason::Firewall => "firewall",
-        }
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.as_str())
+words! {
+    /// Why a shed is in its status, by the API's word. `status_reason` is empty when there is none.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Reason {
+        /// The VM has no pinned host key yet.
+        NoPin = "no_pin",
+        /// The server cannot reach the VM's SSH port.
+        Unreachable = "unreachable",
+        /// The server could not learn from the cloud what the VM is doing.
+        CloudUnreadable = "cloud_unreadable",
+        /// The zone had no room for the machine type.
+        Capacity = "capacity",
+        /// The cloud project's quota was reached.
+        Quota = "quota",
+        /// The server's limits (`max_running` or `max_sheds`) were reached.
+        Limit = "limit",
+        /// The shed ran for as long as its run limit and the cloud stopped it.
+        RunLimit = "run_limit",
+        /// The VM was stopped outside shed.
+        External = "external",
+        /// The network no longer isolates the shed (defined; no code path sets it yet).
+        IsolationLost = "isolation_lost",
+        /// The VM's agent or guest layout is not compatible with this server.
+        Layout = "layout",
+        /// The create failed for another reason; the server log has the detail.
+        CreateFailed = "create_failed",
+        /// The host key the VM presented did not match the pinned key.
+        HostKey = "host_key",
+        /// The firewall check was failing when the server was about to ask the cloud for the VM.
+        Firewall = "firewall",
     }
 }
 
@@ -325,17 +274,9 @@ impl From<&Shed> for ShedView {
 
 /// A new shed ID: 10 of a-z and 0-9, starting with a letter (a label value and part of a VM name).
 pub fn new_id() -> String {
-    let mut s = String::with_capacity(10);
-    s.push(fastrand::lowercase());
-    for _ in 0..9 {
-        let c = fastrand::u8(0..36);
-        s.push(if c < 10 {
-            char::from(b'0' + c)
-        } else {
-            char::from(b'a' + c - 10)
-        });
-    }
-    s
+    // A digit of base 36 is one of 0-9 and a-z.
+    let rest = (0..9).map(|_| char::from_digit(fastrand::u32(..36), 36).expect("below 36"));
+    std::iter::once(fastrand::lowercase()).chain(rest).collect()
 }
 
 /// Whether `s` is a machine name as orca checks it (a hostname label) of at most `max` characters

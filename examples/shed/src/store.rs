@@ -38,11 +38,6 @@ impl Store {
         Ok(Store { dir })
     }
 
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     fn shed_path(&self, id: &str) -> PathBuf {
         self.dir.join("sheds").join(format!("{id}.json"))
     }

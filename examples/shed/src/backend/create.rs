@@ -9,44 +9,33 @@ use crate::clock::since;
 use crate::config::{Size, DISK_GB_RANGE};
 use crate::model::{new_id, validate_shed_name, CreateStage, Op, Shed, ShedView, Status};
 
-/// A create request's body (`POST /api/sheds`).
+/// A create request's body (`POST /api/sheds`): every field but the name may be left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateRequest {
     /// The shed's name.
     pub name: String,
     /// An `image_aliases` name (default: `default_image`).
-    #[serde(default)]
     pub image: Option<String>,
     /// At least this many CPUs.
-    #[serde(default)]
     pub cpus: Option<u32>,
     /// At least this much memory.
-    #[serde(default)]
     pub memory_mb: Option<u32>,
     /// The boot disk's size in bytes (rounded up to whole GB, 10 to 500 GB).
-    #[serde(default)]
     pub upper_size_bytes: Option<u64>,
     /// `default` or `isolated`.
-    #[serde(default)]
     pub network_profile: Option<String>,
     /// Host directory (refused: 422).
-    #[serde(default)]
     pub local_dir: Option<String>,
     /// Host directories (refused: 422).
-    #[serde(default)]
     pub add_dirs: Option<Vec<String>>,
     /// Server mounts (a non-empty list is refused: 422).
-    #[serde(default)]
     pub mounts: Option<Vec<String>>,
     /// A snapshot to start from (refused: 422).
-    #[serde(default)]
     pub from_snapshot: Option<String>,
     /// Egress profiles (absent or exactly `["off"]`; anything else, `[]` included, is refused: 422).
-    #[serde(default)]
     pub egress: Option<Vec<String>>,
     /// A repository to clone (not built in this example: 501).
-    #[serde(default)]
     pub repo: Option<String>,
 }
 
@@ -316,43 +305,33 @@ impl Backend {
         loop {
             {
                 let mut st = self.state();
-                // The waiter is removed under the lock that decides the answer, so that a refusal
-                // after this answer finds no waiter and leaves the shed in error.
-                if let Some(e) = st.refused.remove(id) {
-                    st.waiters.remove(id);
-                    return Err(e);
-                }
-                if let Some(v) = st.accepted.remove(id) {
-                    st.waiters.remove(id);
-                    return Ok(v);
-                }
                 let done = self.now() >= deadline;
-                match st.sheds.get(id) {
-                    None => {
-                        st.waiters.remove(id);
-                        return accepted_view.ok_or_else(|| {
+                let answer = if let Some(e) = st.refused.remove(id) {
+                    Some(Err(e))
+                } else if let Some(v) = st.accepted.remove(id) {
+                    Some(Ok(v))
+                } else {
+                    match st.sheds.get(id) {
+                        None => Some(accepted_view.take().ok_or_else(|| {
                             ApiError::new(
                                 404,
                                 "NOT_FOUND",
                                 "the shed was deleted before its create was answered",
                             )
-                        });
-                    }
-                    Some(s) if s.status != Status::Starting => {
-                        let v = as_accepted(s);
-                        st.waiters.remove(id);
-                        return Ok(v);
-                    }
-                    Some(s) if s.create == CreateStage::Made || done => {
-                        let v = ShedView::from(s);
-                        st.waiters.remove(id);
-                        return Ok(v);
-                    }
-                    Some(s) => {
-                        if accepted_view.is_none() {
-                            accepted_view = Some(as_accepted(s));
+                        })),
+                        Some(s) if s.status != Status::Starting => Some(Ok(as_accepted(s))),
+                        Some(s) if s.create == CreateStage::Made || done => Some(Ok(s.into())),
+                        Some(s) => {
+                            accepted_view.get_or_insert_with(|| as_accepted(s));
+                            None
                         }
                     }
+                };
+                // The waiter is removed under the lock that decides the answer, so that a refusal
+                // after this answer finds no waiter and leaves the shed in error.
+                if let Some(answer) = answer {
+                    st.waiters.remove(id);
+                    return answer;
                 }
             }
             let left = since(deadline, self.now());

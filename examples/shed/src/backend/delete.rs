@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use super::{ApiError, Backend, Caller, SCHEMA, SCHEMA_LABEL};
+use super::{ApiError, Backend, Caller};
+use crate::jobs::readable;
 use crate::model::{CreateStage, DeleteMarker};
 
 impl Backend {
@@ -23,7 +24,7 @@ impl Backend {
                 tokio::time::timeout(Duration::from_secs(10), self.inner.provider.machine(vm))
                     .await;
             if let Ok(Ok(Some(m))) = read {
-                foreign = m.labels.get(SCHEMA_LABEL).map(String::as_str) != Some(SCHEMA);
+                foreign = !readable(&m);
             }
         }
         let now = self.now();

@@ -15,7 +15,7 @@ use orca::{MachineSpec, Provider, Timestamp};
 use tokio::task::AbortHandle;
 
 use crate::clock::Clock;
-use crate::config::{Config, FirewallMode};
+use crate::config::Config;
 use crate::echo::Echo;
 use crate::firewall::{Expectation, FirewallCheck, FirewallTimings, Outcome};
 use crate::log::ServerLog;
@@ -157,7 +157,8 @@ pub struct Parts {
     pub timings: Timings,
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+/// `m`, locked even when a holder panicked: every holder leaves its data whole between statements.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -240,15 +241,14 @@ impl Backend {
 
     /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied.
     pub fn shutdown(&self) {
-        let tasks =
-            std::mem::take(&mut *self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+        let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
         for t in tasks {
             t.abort();
         }
     }
 
     pub(crate) fn track(&self, h: AbortHandle) {
-        let mut t = self.inner.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = lock(&self.inner.tasks);
         t.retain(|h| !h.is_finished());
         t.push(h);
     }
@@ -261,11 +261,6 @@ impl Backend {
     /// The server log.
     pub fn log(&self) -> &ServerLog {
         &self.inner.log
-    }
-
-    /// The clock.
-    pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.inner.clock
     }
 
     /// The firewall check's last result.
@@ -344,11 +339,6 @@ impl Backend {
         self.state().deletes.values().cloned().collect()
     }
 
-    /// Whether a job is running for shed (or delete) `id`.
-    pub fn has_job(&self, id: &str) -> bool {
-        self.state().jobs.contains(id)
-    }
-
     /// Whether no job is running.
     pub fn idle(&self) -> bool {
         self.state().jobs.is_empty()
@@ -381,10 +371,5 @@ impl Backend {
             .with_network_tag(cfg.network_tag())
             .with_image(image)
             .with_disk_gb(s.disk_gb)
-    }
-
-    /// Whether firewall mode is `auto`.
-    pub fn auto_mode(&self) -> bool {
-        self.inner.cfg.firewall.mode == FirewallMode::Auto
     }
 }

@@ -5,26 +5,17 @@ use serde::{Deserialize, Serialize};
 use super::{ApiError, Backend, Caller};
 use crate::model::{Op, Queued, ShedView, Status};
 
-/// What a start or stop did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Effect {
-    /// The status changed (to `starting` or `stopping`).
-    Changed,
-    /// Queued behind the cloud operation already running.
-    Queued,
-    /// Nothing to do.
-    NoChange,
-}
-
-impl Effect {
-    /// The API's word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Effect::Changed => "changed",
-            Effect::Queued => "queued",
-            Effect::NoChange => "no_change",
-        }
+words! {
+    /// What a start or stop did.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Effect {
+        /// The status changed (to `starting` or `stopping`).
+        Changed = "changed",
+        /// Queued behind the cloud operation already running.
+        Queued = "queued",
+        /// Nothing to do.
+        NoChange = "no_change",
     }
 }
 
@@ -54,8 +45,7 @@ impl Backend {
                 let s = st.sheds.get_mut(&id).expect("found");
                 if s.queued == Some(Queued::Stop) {
                     s.queued = None;
-                    let snapshot = s.clone();
-                    self.save(&snapshot);
+                    self.save(s);
                 }
                 Effect::NoChange
             }
@@ -69,8 +59,7 @@ impl Backend {
             Status::Stopping => {
                 let s = st.sheds.get_mut(&id).expect("found");
                 s.queued = Some(Queued::Start);
-                let snapshot = s.clone();
-                self.save(&snapshot);
+                self.save(s);
                 Effect::Queued
             }
             Status::Stopped => {
@@ -86,8 +75,7 @@ impl Backend {
                 s.op = Some(Op::Start);
                 s.start_sent = false;
                 s.queued = None;
-                let snapshot = s.clone();
-                self.save(&snapshot);
+                self.save(s);
                 Effect::Changed
             }
             Status::Error => {

@@ -18,41 +18,25 @@ const DEFAULT_PASS: Duration = Duration::from_secs(60);
 pub const DISK_GB_RANGE: (u32, u32) = (10, 500);
 
 pub(super) fn provider_kind(r: &RemoteFile, p: &mut Problems) -> ProviderKind {
-    match r.provider.as_deref().unwrap_or("gce") {
-        "gce" => ProviderKind::Gce,
-        "fake" => {
-            if !r.allow_test_drivers {
-                p.add(
-                    "remote.provider",
-                    "fake needs remote.allow_test_drivers: true",
-                );
-            }
-            ProviderKind::Fake
-        }
-        other => {
-            p.add("remote.provider", format!("gce or fake, got {other:?}"));
-            ProviderKind::Gce
-        }
+    let kind = p.word("remote.provider", r.provider.as_deref(), ProviderKind::Gce);
+    if kind == ProviderKind::Fake && !r.allow_test_drivers {
+        p.add(
+            "remote.provider",
+            "fake needs remote.allow_test_drivers: true",
+        );
     }
+    kind
 }
 
 pub(super) fn transport(r: &RemoteFile, p: &mut Problems) -> Transport {
-    match r.transport.as_deref().unwrap_or("ssh") {
-        "ssh" => Transport::Ssh,
-        "local" => {
-            if !r.allow_test_drivers {
-                p.add(
-                    "remote.transport",
-                    "local needs remote.allow_test_drivers: true",
-                );
-            }
-            Transport::Local
-        }
-        other => {
-            p.add("remote.transport", format!("ssh or local, got {other:?}"));
-            Transport::Ssh
-        }
+    let transport = p.word("remote.transport", r.transport.as_deref(), Transport::Ssh);
+    if transport == Transport::Local && !r.allow_test_drivers {
+        p.add(
+            "remote.transport",
+            "local needs remote.allow_test_drivers: true",
+        );
     }
+    transport
 }
 
 /// The environment's name, which is part of every VM name, label and the network tag

@@ -1,4 +1,5 @@
-//! The configuration file as written: every block and field, unknown fields refused (naming them).
+//! The configuration file as written: every block and field, each of which may be left out (a
+//! block's `#[serde(default)]`), unknown fields refused (naming them).
 //! Nothing here is checked beyond its type; [`FileConfig::resolve`] checks the rest.
 
 use std::collections::BTreeMap;
@@ -10,55 +11,41 @@ use super::ConfigError;
 
 /// The configuration file as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
     /// Must be `remote` for this server (`detect` never picks it).
-    #[serde(default)]
     pub default_backend: Option<String>,
     /// Where the server keeps its state (default `$XDG_STATE_HOME/shed` or `~/.local/state/shed`).
-    #[serde(default)]
     pub state_dir: Option<PathBuf>,
     /// The API's listen address (default `127.0.0.1:8421`).
-    #[serde(default)]
     pub listen: Option<String>,
     /// The remote backend.
-    #[serde(default)]
     pub remote: Option<RemoteFile>,
     /// The clients that may call the API, by name (none: every call is the local admin's).
-    #[serde(default)]
     pub clients: BTreeMap<String, ClientFile>,
     /// Network settings of the server (only `default_profile` is accepted beside `remote`).
-    #[serde(default)]
     pub network: Option<NetworkFile>,
     /// Egress filtering (refused beside `remote` when enabled).
-    #[serde(default)]
     pub egress: Option<EnabledFile>,
     /// Extensions (refused beside `remote` when enabled).
-    #[serde(default)]
     pub extensions: Option<EnabledFile>,
     /// Server mounts (refused beside `remote`).
-    #[serde(default)]
     pub mounts: Option<serde_yaml_ng::Value>,
     /// An environment file for sheds (refused beside `remote`).
-    #[serde(default)]
     pub env_file: Option<serde_yaml_ng::Value>,
     /// The Firecracker backend (refused beside `remote`).
-    #[serde(default)]
     pub firecracker: Option<serde_yaml_ng::Value>,
     /// The VZ backend (refused beside `remote`).
-    #[serde(default)]
     pub vz: Option<serde_yaml_ng::Value>,
 }
 
 /// The top-level `network:` block.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct NetworkFile {
     /// The network profile a create without one gets (`default` or `isolated`).
-    #[serde(default)]
     pub default_profile: Option<String>,
     /// Extra CIDRs sheds may reach (refused beside `remote`).
-    #[serde(default)]
     pub allow_cidrs: Vec<String>,
 }
 
@@ -75,97 +62,71 @@ pub struct EnabledFile {
 
 /// A client of the API.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ClientFile {
     /// `admin` or `service` (default `service`).
-    #[serde(default)]
     pub role: Option<String>,
     /// The variable holding the client's bearer token (required).
-    #[serde(default)]
     pub token_env: Option<String>,
     /// What the client may do.
-    #[serde(default)]
     pub policy: PolicyFile,
 }
 
 /// A client's policy.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyFile {
     /// The client's sheds run at least this long before the cloud stops them (`48h`).
-    #[serde(default)]
     pub max_age: Option<serde_yaml_ng::Value>,
     /// The most CPUs a shed of this client may have.
-    #[serde(default)]
     pub max_cpus: Option<u32>,
     /// The most memory a shed of this client may have.
-    #[serde(default)]
     pub max_memory_mb: Option<u32>,
     /// The `image_aliases` names the client may use (empty: all).
-    #[serde(default)]
     pub images: Vec<String>,
     /// Server mounts (refused beside `remote`).
-    #[serde(default)]
     pub server_mounts: Vec<String>,
 }
 
 /// The `remote:` block as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct RemoteFile {
     /// `gce` or `fake`.
-    #[serde(default)]
     pub provider: Option<String>,
     /// `ssh` or `local`.
-    #[serde(default)]
     pub transport: Option<String>,
     /// Allows `provider: fake` and `transport: local`.
-    #[serde(default)]
     pub allow_test_drivers: bool,
     /// The environment's name (required).
-    #[serde(default)]
     pub environment: Option<String>,
     /// Record cache and delete markers (default `<state dir>/remote`).
-    #[serde(default)]
     pub state_dir: Option<PathBuf>,
     /// The image a create without one gets (required).
-    #[serde(default)]
     pub default_image: Option<String>,
     /// Image names clients may ask for.
-    #[serde(default)]
     pub image_aliases: BTreeMap<String, String>,
     /// The size a create with neither cpus nor memory gets.
-    #[serde(default)]
     pub default_size: Option<String>,
     /// The sizes.
-    #[serde(default)]
     pub sizes: Option<BTreeMap<String, SizeFile>>,
     /// The boot disk's default size in GB.
-    #[serde(default)]
     pub disk_gb: Option<u32>,
     /// The server's limits.
-    #[serde(default)]
     pub limits: Option<LimitsFile>,
     /// The run limit (10m to 2880h).
-    #[serde(default)]
     pub max_run_duration: Option<serde_yaml_ng::Value>,
     /// The periodic pass's interval (default 1m; shed's own field, so that tests can run the pass fast).
-    #[serde(default)]
     pub pass_interval: Option<serde_yaml_ng::Value>,
     /// Holds `shed-agent-linux-<arch>` (default `<state dir>/agent`).
-    #[serde(default)]
     pub agent_dir: Option<PathBuf>,
     /// `incompatible`, `always` or `never`; every value behaves as `never`.
-    #[serde(default)]
     pub agent_install: Option<String>,
     /// SSH to the VMs.
-    #[serde(default)]
     pub ssh: Option<SshFile>,
     /// The firewall check.
-    #[serde(default)]
     pub firewall: Option<FirewallFile>,
     /// The Compute Engine variables.
-    #[serde(default)]
     pub gce: Option<GceFile>,
 }
 
@@ -186,70 +147,55 @@ pub struct SizeFile {
 
 /// The limits as written.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct LimitsFile {
     /// Sheds whose VMs may run at once.
-    #[serde(default)]
     pub max_running: Option<u32>,
     /// Sheds the server keeps.
-    #[serde(default)]
     pub max_sheds: Option<u32>,
 }
 
 /// The `ssh:` block.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct SshFile {
     /// The variable holding the base64 of the OpenSSH private key.
-    #[serde(default)]
     pub client_key_env: Option<String>,
     /// The variable holding a path to it.
-    #[serde(default)]
     pub client_key_file_env: Option<String>,
 }
 
 /// The `firewall:` block.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct FirewallFile {
     /// `static`, `auto` or `any`.
-    #[serde(default)]
     pub mode: Option<String>,
     /// Static: the rule's sources.
-    #[serde(default)]
     pub source_ranges: Vec<String>,
     /// Static: a variable holding them, comma-separated.
-    #[serde(default)]
     pub source_ranges_env: Option<String>,
     /// Must be true for mode `any`, and for a static range wider than a /24.
-    #[serde(default)]
     pub acknowledge_any: bool,
     /// Auto: at least two https services on different hosts.
-    #[serde(default)]
     pub echo_urls: Vec<String>,
 }
 
 /// The `gce:` block: names of variables.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct GceFile {
     /// Default `SHED_GCE_PROJECT`.
-    #[serde(default)]
     pub project_env: Option<String>,
     /// Default `SHED_GCE_ZONE`.
-    #[serde(default)]
     pub zone_env: Option<String>,
     /// Default `SHED_GCE_NETWORK`.
-    #[serde(default)]
     pub network_env: Option<String>,
     /// Default `SHED_GCE_SUBNET`.
-    #[serde(default)]
     pub subnet_env: Option<String>,
     /// Default `GOOGLE_CREDENTIALS_BASE64`.
-    #[serde(default)]
     pub credentials_env: Option<String>,
     /// Default `SHED_GCE_CREDENTIALS_FILE`.
-    #[serde(default)]
     pub credentials_file_env: Option<String>,
 }
 

@@ -17,18 +17,11 @@ pub(super) fn firewall(
     p: &mut Problems,
 ) -> FirewallConfig {
     let fw = r.firewall.clone().unwrap_or_default();
-    let mode = match fw.mode.as_deref().unwrap_or("static") {
-        "static" => FirewallMode::Static,
-        "auto" => FirewallMode::Auto,
-        "any" => FirewallMode::Any,
-        other => {
-            p.add(
-                "remote.firewall.mode",
-                format!("static, auto or any, got {other:?}"),
-            );
-            FirewallMode::Static
-        }
-    };
+    let mode = p.word(
+        "remote.firewall.mode",
+        fw.mode.as_deref(),
+        FirewallMode::Static,
+    );
     let source_ranges = if mode == FirewallMode::Static {
         static_sources(&fw, var, p)
     } else {

@@ -16,6 +16,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::netaddr::Cidr;
+use crate::words::{either, Word};
 
 mod cloud;
 mod fields;
@@ -72,55 +73,51 @@ impl Problems {
     fn add(&mut self, field: impl Into<String>, why: impl Into<String>) {
         self.0.push((field.into(), why.into()));
     }
-}
 
-/// Which cloud the server runs its VMs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    /// Compute Engine (orca's `gce` driver).
-    Gce,
-    /// orca's in-memory cloud (`fake`), kept in a file when [`orca::FAKE_STATE_ENV`] names one.
-    Fake,
-}
-
-impl ProviderKind {
-    /// orca's kind name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Gce => "gce",
-            ProviderKind::Fake => "fake",
-        }
+    /// The variant whose word `field` holds (`default` when it is not written); another word is a
+    /// problem, naming the words, and gives `default`.
+    fn word<T: Word>(&mut self, field: &str, written: Option<&str>, default: T) -> T {
+        let written = written.unwrap_or(default.word());
+        let found = T::ALL.iter().find(|v| v.word() == written).copied();
+        found.unwrap_or_else(|| {
+            self.add(field, format!("{}, got {written:?}", either::<T>()));
+            default
+        })
     }
 }
 
-/// How the server reaches a VM's agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// Over SSH: the shipped probe reads the VM's SSH banner.
-    Ssh,
-    /// In-process: every VM's agent answers at once (a test driver).
-    Local,
+words! {
+    /// Which cloud the server runs its VMs on; its word is orca's kind name.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ProviderKind {
+        /// Compute Engine (orca's `gce` driver).
+        Gce = "gce",
+        /// orca's in-memory cloud (`fake`), kept in a file when [`orca::FAKE_STATE_ENV`] names one.
+        Fake = "fake",
+    }
 }
 
-/// The firewall check's mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FirewallMode {
-    /// The rule's sources must equal the configured list; the server never changes the rule.
-    Static,
-    /// The rule's sources must be the server's own public address; the server patches them.
-    Auto,
-    /// Sources are not compared.
-    Any,
+words! {
+    /// How the server reaches a VM's agent.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Transport {
+        /// Over SSH: the shipped probe reads the VM's SSH banner.
+        Ssh = "ssh",
+        /// In-process: every VM's agent answers at once (a test driver).
+        Local = "local",
+    }
 }
 
-impl FirewallMode {
-    /// The configuration's word.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FirewallMode::Static => "static",
-            FirewallMode::Auto => "auto",
-            FirewallMode::Any => "any",
-        }
+words! {
+    /// The firewall check's mode, by the configuration's word.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum FirewallMode {
+        /// The rule's sources must equal the configured list; the server never changes the rule.
+        Static = "static",
+        /// The rule's sources must be the server's own public address; the server patches them.
+        Auto = "auto",
+        /// Sources are not compared.
+        Any = "any",
     }
 }
 
@@ -150,17 +147,19 @@ pub struct Size {
     pub memory_mb: u32,
 }
 
-/// A client's role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// May see every shed and is told the firewall's details.
-    Admin,
-    /// Sees its own sheds; is never told the project, zone or any address.
-    Service,
+words! {
+    /// A client's role.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Role {
+        /// May see every shed and is told the firewall's details.
+        Admin = "admin",
+        /// Sees its own sheds; is never told the project, zone or any address.
+        Service = "service",
+    }
 }
 
-/// A client, resolved.
-#[derive(Clone)]
+/// A client, resolved (its token is redacted in `Debug`, as a secret is).
+#[derive(Clone, Debug)]
 pub struct Client {
     /// Its name.
     pub name: String,
@@ -176,20 +175,6 @@ pub struct Client {
     pub max_memory_mb: Option<u32>,
     /// The image names it may use (empty: all).
     pub images: Vec<String>,
-}
-
-impl fmt::Debug for Client {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client")
-            .field("name", &self.name)
-            .field("role", &self.role)
-            .field("token", &"<redacted>")
-            .field("max_age", &self.max_age)
-            .field("max_cpus", &self.max_cpus)
-            .field("max_memory_mb", &self.max_memory_mb)
-            .field("images", &self.images)
-            .finish()
-    }
 }
 
 /// The server's limits.
@@ -299,5 +284,26 @@ impl Config {
             .expect("the test configuration is valid");
         c.state_dir = state_dir.into();
         c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_debug_never_shows_its_token() {
+        let c = Client {
+            name: "ci".into(),
+            role: Role::Service,
+            token: SecretString::from("tok-3f9a"),
+            max_age: None,
+            max_cpus: None,
+            max_memory_mb: None,
+            images: Vec::new(),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("tok-3f9a"), "{shown}");
+        assert!(shown.contains("ci"), "{shown}");
     }
 }

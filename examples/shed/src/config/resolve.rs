@@ -241,17 +241,7 @@ impl FileConfig {
                     "a client name is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter",
                 );
             }
-            let role = match c.role.as_deref().unwrap_or("service") {
-                "admin" => Role::Admin,
-                "service" => Role::Service,
-                other => {
-                    p.add(
-                        format!("{field}.role"),
-                        format!("admin or service, got {other:?}"),
-                    );
-                    Role::Service
-                }
-            };
+            let role = p.word(&format!("{field}.role"), c.role.as_deref(), Role::Service);
             let token = match &c.token_env {
                 None => {
                     p.add(format!("{field}.token_env"), "required");

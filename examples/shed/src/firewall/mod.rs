@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use orca::{Provider, Timestamp};
 
+use crate::backend::lock;
 use crate::clock::{since, Clock};
 use crate::config::FirewallMode;
 use crate::echo::Echo;
@@ -24,52 +25,35 @@ mod clauses;
 
 use clauses::Read;
 
-/// Why the check failed: the first clause that failed, in the order the README lists them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FwReason {
-    /// The rule does not exist.
-    RuleMissing,
-    /// It is on another network.
-    RuleNetwork,
-    /// It is not an ingress rule.
-    RuleDirection,
-    /// It is disabled.
-    RuleDisabled,
-    /// It allows something other than exactly tcp:22.
-    RuleAllow,
-    /// It does not target exactly the tag `shed-<environment>`.
-    RuleTarget,
-    /// It admits by source tags or service accounts.
-    RuleSourceKind,
-    /// Its source ranges are not the expected set.
-    RuleSources,
-    /// Another enabled ingress allow rule applies to the sheds.
-    StrayRule,
-    /// The network is the project's default network.
-    DefaultNetwork,
-    /// The rules could not be read.
-    Unreadable,
-    /// Mode auto: the server does not know its public address.
-    AddressUnknown,
-}
-
-impl FwReason {
-    /// The word of the log and of the 503 message.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FwReason::RuleMissing => "rule_missing",
-            FwReason::RuleNetwork => "rule_network",
-            FwReason::RuleDirection => "rule_direction",
-            FwReason::RuleDisabled => "rule_disabled",
-            FwReason::RuleAllow => "rule_allow",
-            FwReason::RuleTarget => "rule_target",
-            FwReason::RuleSourceKind => "rule_source_kind",
-            FwReason::RuleSources => "rule_sources",
-            FwReason::StrayRule => "stray_rule",
-            FwReason::DefaultNetwork => "default_network",
-            FwReason::Unreadable => "unreadable",
-            FwReason::AddressUnknown => "address_unknown",
-        }
+words! {
+    /// Why the check failed: the first clause that failed, in the order the README lists them. Its
+    /// word is the log's and the 503 message's.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum FwReason {
+        /// The rule does not exist.
+        RuleMissing = "rule_missing",
+        /// It is on another network.
+        RuleNetwork = "rule_network",
+        /// It is not an ingress rule.
+        RuleDirection = "rule_direction",
+        /// It is disabled.
+        RuleDisabled = "rule_disabled",
+        /// It allows something other than exactly tcp:22.
+        RuleAllow = "rule_allow",
+        /// It does not target exactly the tag `shed-<environment>`.
+        RuleTarget = "rule_target",
+        /// It admits by source tags or service accounts.
+        RuleSourceKind = "rule_source_kind",
+        /// Its source ranges are not the expected set.
+        RuleSources = "rule_sources",
+        /// Another enabled ingress allow rule applies to the sheds.
+        StrayRule = "stray_rule",
+        /// The network is the project's default network.
+        DefaultNetwork = "default_network",
+        /// The rules could not be read.
+        Unreadable = "unreadable",
+        /// Mode auto: the server does not know its public address.
+        AddressUnknown = "address_unknown",
     }
 }
 
@@ -201,7 +185,7 @@ impl FirewallCheck {
 
     /// The last result, if the check ever ran.
     pub fn last(&self) -> Option<Outcome> {
-        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.last).clone()
     }
 
     /// The last result when it is at most `max_age` old, else a new check's.
@@ -227,7 +211,7 @@ impl FirewallCheck {
         let mut outcome = self.evaluate(st, now).await;
         self.report(st, &outcome, now);
         outcome.at = now;
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome.clone());
+        *lock(&self.last) = Some(outcome.clone());
         outcome
     }
 

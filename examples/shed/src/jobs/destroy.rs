@@ -20,23 +20,13 @@ impl Backend {
             },
         };
         let Some(vm) = vm_id else {
-            let mut st = self.state();
-            self.drop_marker(&mut st, id);
-            self.inner.log.info(format!(
-                "remote: shed {} ({id}) deleted (no VM was made)",
-                marker.name
-            ));
+            self.deleted(id, &marker.name, " (no VM was made)");
             return;
         };
         // A delete still works after a failed read; labels of another version keep the VM.
         match self.inner.provider.machine(&vm).await {
             Ok(None) => {
-                let mut st = self.state();
-                self.drop_marker(&mut st, id);
-                self.inner.log.info(format!(
-                    "remote: shed {} ({id}) deleted (its VM was gone already)",
-                    marker.name
-                ));
+                self.deleted(id, &marker.name, " (its VM was gone already)");
                 return;
             }
             Ok(Some(m)) if !readable(&m) => {
@@ -44,8 +34,7 @@ impl Backend {
                 if let Some(mk) = st.deletes.get_mut(id) {
                     mk.foreign_labels = true;
                     mk.vm_id = Some(vm.clone());
-                    let snap = mk.clone();
-                    self.save_marker(&snap);
+                    self.save_marker(mk);
                 }
                 self.inner.log.warn(format!(
                     "remote: shed {} ({id}): its VM {} carries labels of another shed version; it keeps running until they are readable",
@@ -66,16 +55,19 @@ impl Backend {
             }
         }
         match self.inner.provider.delete(&vm).await {
-            Ok(_) => {
-                let mut st = self.state();
-                self.drop_marker(&mut st, id);
-                self.inner.log.info(format!(
-                    "remote: shed {} ({id}) deleted: VM destroyed",
-                    marker.name
-                ));
-            }
+            Ok(_) => self.deleted(id, &marker.name, ": VM destroyed"),
             Err(e) => self.marker_failed(id, e.to_string()),
         }
+    }
+
+    /// Drops shed `id`'s delete marker and logs that it is deleted (`how`), under the lock, so that
+    /// whoever sees the marker gone finds the line in the log.
+    fn deleted(&self, id: &str, name: &str, how: &str) {
+        let mut st = self.state();
+        self.drop_marker(&mut st, id);
+        self.inner
+            .log
+            .info(format!("remote: shed {name} ({id}) deleted{how}"));
     }
 
     fn marker_failed(&self, id: &str, why: String) {

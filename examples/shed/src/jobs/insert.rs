@@ -88,8 +88,7 @@ impl Backend {
                 if let Ok(vm) = &outcome {
                     m.vm_id = Some(vm.id.clone());
                 }
-                let snap = m.clone();
-                self.save_marker(&snap);
+                self.save_marker(m);
             }
             return;
         }
@@ -118,8 +117,7 @@ impl Backend {
                     let s = st.sheds.get_mut(id).expect("present");
                     s.set(Status::Error, Some(reason), now);
                     s.detail = Some(why);
-                    let snap = s.clone();
-                    self.save(&snap);
+                    self.save(s);
                 }
             }
             Err((None, why)) => {
@@ -129,8 +127,7 @@ impl Backend {
                 let s = st.sheds.get_mut(id).expect("present");
                 s.set(Status::Error, Some(Reason::CreateFailed), now);
                 s.detail = Some(why);
-                let snap = s.clone();
-                self.save(&snap);
+                self.save(s);
             }
         }
     }

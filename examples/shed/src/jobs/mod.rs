@@ -206,8 +206,7 @@ impl Backend {
             return false;
         };
         f(s, now);
-        let snap = s.clone();
-        self.save(&snap);
+        self.save(s);
         true
     }
 

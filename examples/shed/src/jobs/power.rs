@@ -25,8 +25,7 @@ impl Backend {
                 let s = st.sheds.get_mut(id).expect("present");
                 s.set(Status::Stopped, Some(reason), now);
                 s.detail = Some(why.clone());
-                let snap = s.clone();
-                self.save(&snap);
+                self.save(s);
                 self.inner.log.warn(format!(
                     "remote: shed {name} ({id}) start not sent ({reason}): {why}"
                 ));
@@ -100,8 +99,7 @@ impl Backend {
                     if s.status == Status::Error {
                         let s = st.sheds.get_mut(id).expect("present");
                         s.vm_gone = true;
-                        let snap = s.clone();
-                        self.save(&snap);
+                        self.save(s);
                     } else {
                         self.drop_record(&mut st, id);
                         self.inner.log.info(format!(

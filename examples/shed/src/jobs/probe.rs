@@ -236,9 +236,7 @@ impl Backend {
         }
         self.update(p.id, |s, now| {
             if s.status == Status::Starting && s.reason != Some(reason) {
-                let op = s.op;
                 s.set(Status::Starting, Some(reason), now);
-                s.op = op;
             }
         });
         ctx.next_probe = Some(

@@ -99,11 +99,8 @@ impl Backend {
             for id in idle {
                 let s = st.sheds.get_mut(&id).expect("listed");
                 if s.status == Status::Starting && s.create == CreateStage::Made {
-                    let op = s.op;
                     s.set(Status::Starting, Some(Reason::CloudUnreadable), now);
-                    s.op = op;
-                    let snap = s.clone();
-                    self.save(&snap);
+                    self.save(s);
                 }
                 out.push((id, s.status));
             }
@@ -132,8 +129,7 @@ impl Backend {
             return false;
         }
         f(s, now);
-        let snap = s.clone();
-        self.save(&snap);
+        self.save(s);
         true
     }
 
@@ -145,8 +141,7 @@ impl Backend {
                     if !mk.foreign_labels || mk.vm_id.is_none() {
                         mk.foreign_labels = true;
                         mk.vm_id = Some(vm.id.clone());
-                        let snap = mk.clone();
-                        self.save_marker(&snap);
+                        self.save_marker(mk);
                     }
                 }
             }
@@ -158,8 +153,7 @@ impl Backend {
                         if let Some(mk) = st.deletes.get_mut(&m.id) {
                             mk.vm_id = Some(vm.id.clone());
                             mk.foreign_labels = false;
-                            let snap = mk.clone();
-                            self.save_marker(&snap);
+                            self.save_marker(mk);
                         }
                     }
                     if !startup {

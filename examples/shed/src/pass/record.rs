@@ -16,9 +16,7 @@ impl Backend {
             self.apply(id, s.status, |r, now| {
                 r.foreign_labels = true;
                 if r.status == Status::Starting {
-                    let op = r.op;
                     r.set(Status::Starting, Some(Reason::CloudUnreadable), now);
-                    r.op = op;
                 }
             });
             return;
@@ -39,9 +37,7 @@ impl Backend {
                 self.apply(id, Status::Starting, |r, now| {
                     r.foreign_labels = false;
                     if r.reason == Some(Reason::CloudUnreadable) {
-                        let op = r.op;
                         r.set(Status::Starting, None, now);
-                        r.op = op;
                     }
                 });
                 self.spawn_job(id);
