@@ -10,6 +10,7 @@ use std::fmt;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 use crate::error::{Error, Result};
 
@@ -64,10 +65,6 @@ impl fmt::Display for PlainToken {
 /// SHA-256 of `s`.
 pub fn sha256(s: &str) -> [u8; 32] {
     Sha256::digest(s.as_bytes()).into()
-}
-
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The operator permissions.
@@ -220,7 +217,7 @@ impl ApiTokens {
         let presented = sha256(token);
         let mut found = None;
         for (t, hash) in &self.tokens {
-            if constant_time_eq(hash, &presented) && found.is_none() {
+            if bool::from(hash.ct_eq(&presented)) && found.is_none() {
                 found = Some(t);
             }
         }
