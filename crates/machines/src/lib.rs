@@ -52,6 +52,7 @@ pub mod memory;
 pub mod provider;
 pub mod retry;
 pub mod settings;
+pub mod signals;
 pub mod spec;
 
 pub use arch::{docker_arch, Arch};

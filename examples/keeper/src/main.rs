@@ -197,46 +197,12 @@ fn drivers(args: &Args) -> Arc<dyn keeper::drivers::Drivers> {
     }
 }
 
-/// Every SIGINT (Ctrl-C) and SIGTERM this process gets, in order: each call of `next` resolves on
-/// the next one. A signal whose handler cannot be installed is left to its default.
-struct Signals(tokio::sync::mpsc::UnboundedReceiver<()>);
-
-impl Signals {
-    fn new() -> Self {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            for kind in [SignalKind::interrupt(), SignalKind::terminate()] {
-                let Ok(mut stream) = signal(kind) else {
-                    continue;
-                };
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    while stream.recv().await.is_some() && tx.send(()).is_ok() {}
-                });
-            }
-        }
-        #[cfg(not(unix))]
-        tokio::spawn(async move {
-            while tokio::signal::ctrl_c().await.is_ok() && tx.send(()).is_ok() {}
-        });
-        Signals(rx)
-    }
-
-    /// Resolves on the next signal (never, when no handler could be installed).
-    async fn next(&mut self) {
-        if self.0.recv().await.is_none() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
 /// The signals of `serve`: the first resolves the answer (a graceful shutdown: no new request, the
 /// running steps finish); a second stops keeper at once (exit 130), naming the steps it cuts.
 fn watch_signals(k: Keeper) -> tokio::sync::oneshot::Receiver<()> {
     let (first, first_rx) = tokio::sync::oneshot::channel();
-    let mut signals = Signals::new();
+    // A signal whose handler cannot be installed is left to its default.
+    let mut signals = orca::signals::StopSignals::install_each();
     tokio::spawn(async move {
         signals.next().await;
         tracing::info!("shutting down");

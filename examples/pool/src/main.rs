@@ -143,7 +143,7 @@ fn main() -> ExitCode {
 /// provider: it is seen when the pass ends), and the runtime's streams of them to wait on.
 struct Stop {
     flag: Arc<AtomicBool>,
-    streams: Option<[tokio::signal::unix::Signal; 2]>,
+    signals: Option<orca::signals::StopSignals>,
 }
 
 impl Stop {
@@ -154,17 +154,13 @@ impl Stop {
         }
         Ok(Stop {
             flag,
-            streams: None,
+            signals: None,
         })
     }
 
     /// Listens on the runtime's streams of the signals (within the runtime).
     fn listen(mut self) -> std::io::Result<Stop> {
-        use tokio::signal::unix::{signal, SignalKind};
-        self.streams = Some([
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::terminate())?,
-        ]);
+        self.signals = Some(orca::signals::StopSignals::install()?);
         Ok(self)
     }
 
@@ -178,12 +174,9 @@ impl Stop {
         if self.requested() {
             return;
         }
-        match &mut self.streams {
-            Some([int, term]) => {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
+        match &mut self.signals {
+            Some(signals) => {
+                signals.next().await;
             }
             None => std::future::pending().await,
         }

@@ -60,7 +60,8 @@ pub async fn serve(cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("listen on {listen}: {e}"))?;
     // The handlers are in place before the server says it listens: a signal sent from then on
     // stops it as described, never by the signal's default action.
-    let signals = StopSignals::install();
+    // SIGINT and SIGTERM (what a service manager sends) stop it alike.
+    let signals = orca::signals::StopSignals::install();
     // The address bound, which differs from the configured one for port 0.
     let bound = listener.local_addr().unwrap_or(listen);
     backend
@@ -68,7 +69,14 @@ pub async fn serve(cfg: Config) -> Result<(), String> {
         .info(format!("remote: shed-server listening on {bound}"));
     let log = backend.log().clone();
     let stopped = async move {
-        let signal = signals.recv().await;
+        let signal = match signals {
+            Ok(mut signals) => signals.next().await,
+            // Without both handlers, Ctrl-C alone stops it.
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "SIGINT"
+            }
+        };
         log.info(format!(
             "remote: shed-server stopping ({signal}); every VM is left as it is"
         ));
@@ -79,41 +87,6 @@ pub async fn serve(cfg: Config) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     backend.shutdown();
     Ok(())
-}
-
-/// Ctrl-C (SIGINT) and, on Unix, SIGTERM (what a service manager sends), which stop the server
-/// alike.
-struct StopSignals {
-    #[cfg(unix)]
-    unix: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
-}
-
-impl StopSignals {
-    fn install() -> Self {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{signal, SignalKind};
-            let unix = signal(SignalKind::interrupt())
-                .and_then(|int| Ok((int, signal(SignalKind::terminate())?)))
-                .ok();
-            StopSignals { unix }
-        }
-        #[cfg(not(unix))]
-        StopSignals {}
-    }
-
-    /// Waits for the first signal; answers its name.
-    async fn recv(self) -> &'static str {
-        #[cfg(unix)]
-        if let Some((mut int, mut term)) = self.unix {
-            return tokio::select! {
-                _ = int.recv() => "SIGINT",
-                _ = term.recv() => "SIGTERM",
-            };
-        }
-        let _ = tokio::signal::ctrl_c().await;
-        "SIGINT"
-    }
 }
 
 /// For provider `fake` with its state file ([`orca::FAKE_STATE_ENV`]): puts the firewall rule `shed-<environment>-ssh` into the
