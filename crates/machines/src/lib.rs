@@ -54,6 +54,7 @@ pub mod retry;
 pub mod settings;
 pub mod signals;
 pub mod spec;
+pub mod table;
 
 pub use arch::{docker_arch, Arch};
 pub use error::{parse_retry_after, Context, Error, ErrorKind, Result, Source};

@@ -96,24 +96,7 @@ impl ListReport {
                 h.created_at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             ]);
         }
-        let mut widths = [0usize; 8];
-        for r in &rows {
-            for (i, c) in r.iter().enumerate() {
-                widths[i] = widths[i].max(c.chars().count());
-            }
-        }
-        let mut out: Vec<String> = rows
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .enumerate()
-                    .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-                    .collect::<Vec<_>>()
-                    .join("  ")
-                    .trim_end()
-                    .to_string()
-            })
-            .collect();
+        let mut out = orca::table::aligned(&rows, |_| false);
         out.push(format!(
             "hourly burn: {} USD ({} running)",
             usd(self.hourly_burn_usd),

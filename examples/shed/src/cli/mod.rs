@@ -308,9 +308,9 @@ async fn list(client: &Client, verbose: bool, json: bool, io: &mut Io<'_>) -> Re
     } else {
         &["NAME", "STATUS", "SIZE"]
     };
-    let rows = sheds
-        .iter()
-        .map(|s| {
+    let header = header.iter().map(|h| h.to_string()).collect();
+    let rows = std::iter::once(header)
+        .chain(sheds.iter().map(|s| {
             let mut row = vec![s.name.clone(), status_word(s, verbose), s.size.clone()];
             if verbose {
                 row.extend([
@@ -322,43 +322,14 @@ async fn list(client: &Client, verbose: bool, json: bool, io: &mut Io<'_>) -> Re
                 ]);
             }
             row
-        })
-        .collect::<Vec<_>>();
-    write_table(io.out, header, &rows, &["CPUS", "MEMORY", "DISK"]);
-    Ok(0)
-}
-
-/// Writes `rows` under `header`, each column as wide as its widest cell (names are up to 40
-/// characters, a status with its reason up to 27), two spaces apart; the columns named in `right`
-/// (numbers) are aligned right.
-fn write_table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>], right: &[&str]) {
-    let widths: Vec<usize> = header
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            rows.iter()
-                .map(|r| r[i].chars().count())
-                .chain([h.len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
-    for row in std::iter::once(&header).chain(rows) {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .zip(&header)
-            .map(|((cell, w), h)| {
-                if right.contains(&h.as_str()) {
-                    format!("{cell:>w$}")
-                } else {
-                    format!("{cell:<w$}")
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+        }))
+        .collect::<Vec<Vec<String>>>();
+    // Each column is as wide as its widest cell (names are up to 40 characters, a status with its
+    // reason up to 27); the numbers (CPUS, MEMORY, DISK) are aligned right.
+    for line in orca::table::aligned(&rows, |column| (3..6).contains(&column)) {
+        let _ = writeln!(io.out, "{line}");
     }
+    Ok(0)
 }
 
 /// `shed start` (`starting`) or `shed stop`: the call, then a poll until the shed is running
