@@ -184,12 +184,10 @@ impl HetznerProvider {
         }
         let r: ServerTypes = self
             .client
-            .call(
+            .get(
                 "server_types.list",
-                Method::GET,
                 "/server_types",
                 &[("name", name.to_string())],
-                None,
             )
             .await?;
         let t = r
@@ -216,15 +214,13 @@ impl HetznerProvider {
         }
         let r: Images = self
             .client
-            .call(
+            .get(
                 "images.list",
-                Method::GET,
                 "/images",
                 &[
                     ("name", image.to_string()),
                     ("architecture", arch.to_string()),
                 ],
-                None,
             )
             .await?;
         let found = r
@@ -252,13 +248,7 @@ impl HetznerProvider {
             .get_or_try_init(|| async {
                 let r: Firewalls = self
                     .client
-                    .call(
-                        "firewalls.list",
-                        Method::GET,
-                        "/firewalls",
-                        &[("name", name.clone())],
-                        None,
-                    )
+                    .get("firewalls.list", "/firewalls", &[("name", name.clone())])
                     .await?;
                 r.firewalls
                     .iter()
@@ -283,13 +273,7 @@ impl HetznerProvider {
                 }
                 let r: Networks = self
                     .client
-                    .call(
-                        "networks.list",
-                        Method::GET,
-                        "/networks",
-                        &[("name", name.clone())],
-                        None,
-                    )
+                    .get("networks.list", "/networks", &[("name", name.clone())])
                     .await?;
                 r.networks
                     .iter()
@@ -307,13 +291,7 @@ impl HetznerProvider {
     async fn get_server(&self, id: i64) -> Result<Option<Server>> {
         match self
             .client
-            .call::<ServerAnswer>(
-                "servers.get",
-                Method::GET,
-                &format!("/servers/{id}"),
-                &[],
-                None,
-            )
+            .get::<ServerAnswer>("servers.get", &format!("/servers/{id}"), &[])
             .await
         {
             Ok(r) => {
@@ -413,12 +391,10 @@ impl HetznerProvider {
         };
         let running: Actions = self
             .client
-            .call(
+            .get(
                 "servers.actions.list",
-                Method::GET,
                 &format!("/servers/{id}/actions"),
                 &[("status", "running".to_string())],
-                None,
             )
             .await?;
         if let Some(a) = running.actions.into_iter().find(|a| a.command == kind) {
@@ -508,13 +484,7 @@ impl HetznerProvider {
         let found = loop {
             let r: Servers = self
                 .client
-                .call(
-                    "servers.list",
-                    Method::GET,
-                    "/servers",
-                    &[("name", spec.name.clone())],
-                    None,
-                )
+                .get("servers.list", "/servers", &[("name", spec.name.clone())])
                 .await?;
             if let Some(s) = r.servers.into_iter().find(|s| s.name == spec.name) {
                 break Some(s);
@@ -547,15 +517,13 @@ impl HetznerProvider {
         // is removed as `create` removes it, never handed back as made.
         let actions: Actions = self
             .client
-            .call(
+            .get(
                 "servers.actions.list",
-                Method::GET,
                 &format!("/servers/{}/actions", s.id),
                 &[
                     ("status", "running".to_string()),
                     ("status", "error".to_string()),
                 ],
-                None,
             )
             .await?;
         for a in &actions.actions {
@@ -599,16 +567,14 @@ impl HetznerProvider {
         async move {
             let r: Servers = self
                 .client
-                .call(
+                .get(
                     "servers.list",
-                    Method::GET,
                     "/servers",
                     &[
                         ("label_selector", selector),
                         ("page", page),
                         ("per_page", per_page),
                     ],
-                    None,
                 )
                 .await?;
             let items = r
@@ -799,13 +765,7 @@ impl Provider for HetznerProvider {
         validate_name(name)?;
         let r: Servers = self
             .client
-            .call(
-                "servers.list",
-                Method::GET,
-                "/servers",
-                &[("name", name.to_string())],
-                None,
-            )
+            .get("servers.list", "/servers", &[("name", name.to_string())])
             .await?;
         Ok(first_made(
             r.servers
