@@ -622,21 +622,19 @@ impl ConfigBuilder {
         // The token requests take the setters' values as they take the keys' (else their own).
         client.connect_timeout = self.connect_timeout.or(client.connect_timeout);
         client.request_timeout = self.request_timeout.or(client.request_timeout);
-        let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
-        let subscription_id =
-            match get(ConfigKey::SubscriptionId).or_else(|| get(ConfigKey::AzureSubscriptionId)) {
-                Some(v) => v,
-                None => {
-                    p.missing(ConfigKey::SubscriptionId.as_str());
-                    String::new()
-                }
-            };
+        let get = |k: ConfigKey| value(s, k);
         let required = |k: ConfigKey, p: &mut Problems| {
             get(k).unwrap_or_else(|| {
                 p.missing(k.as_str());
                 String::new()
             })
         };
+        let subscription_id = get(ConfigKey::SubscriptionId)
+            .or_else(|| get(ConfigKey::AzureSubscriptionId))
+            .unwrap_or_else(|| {
+                p.missing(ConfigKey::SubscriptionId.as_str());
+                String::new()
+            });
         let resource_group = required(ConfigKey::ResourceGroup, &mut p);
         let vnet = required(ConfigKey::Vnet, &mut p);
         let subnet = required(ConfigKey::Subnet, &mut p);
@@ -826,26 +824,20 @@ fn value(s: &Settings, k: ConfigKey) -> Option<String> {
 /// The images of amd64 and arm64 sizes: `image` (the required key's value), and the arm64 key's
 /// or one derived from it; a URN that does not parse is a problem named by its key.
 fn images(s: &Settings, image: String, p: &mut Problems) -> (Option<ImageUrn>, Option<ImageUrn>) {
-    let get = |k: ConfigKey| value(s, k);
+    let mut parse = |k: ConfigKey, urn: &str| {
+        let parsed = ImageUrn::parse(urn).ok();
+        if parsed.is_none() {
+            p.invalid(k.as_str(), URN_RULE);
+        }
+        parsed
+    };
     let image = if image.is_empty() {
         None
     } else {
-        match ImageUrn::parse(&image) {
-            Ok(i) => Some(i),
-            Err(_) => {
-                p.invalid(ConfigKey::Image.as_str(), URN_RULE);
-                None
-            }
-        }
+        parse(ConfigKey::Image, &image)
     };
-    let image_arm64 = match get(ConfigKey::ImageArm64) {
-        Some(u) => match ImageUrn::parse(&u) {
-            Ok(i) => Some(i),
-            Err(_) => {
-                p.invalid(ConfigKey::ImageArm64.as_str(), URN_RULE);
-                None
-            }
-        },
+    let image_arm64 = match value(s, ConfigKey::ImageArm64) {
+        Some(u) => parse(ConfigKey::ImageArm64, &u),
         None => image.as_ref().map(ImageUrn::arm64),
     };
     (image, image_arm64)
@@ -877,10 +869,9 @@ fn endpoint(s: &Settings, k: ConfigKey, def: &str, p: &mut Problems) -> String {
 
 /// The billing account and profile whose credit `credit_balance()` reads: both or neither.
 fn billing(s: &Settings, p: &mut Problems) -> Option<(String, String)> {
-    let get = |k: ConfigKey| value(s, k);
     match (
-        get(ConfigKey::BillingAccount),
-        get(ConfigKey::BillingProfile),
+        value(s, ConfigKey::BillingAccount),
+        value(s, ConfigKey::BillingProfile),
     ) {
         (Some(a), Some(b)) => {
             let ok = |v: &str| {
@@ -903,27 +894,23 @@ fn billing(s: &Settings, p: &mut Problems) -> Option<(String, String)> {
             }
             Some((a, b))
         }
-        (Some(_), None) => {
-            p.invalid(
-                ConfigKey::BillingProfile.as_str(),
-                format!("missing: {} needs it", ConfigKey::BillingAccount.as_str()),
-            );
-            None
-        }
-        (None, Some(_)) => {
-            p.invalid(
-                ConfigKey::BillingAccount.as_str(),
-                format!("missing: {} needs it", ConfigKey::BillingProfile.as_str()),
-            );
-            None
-        }
         (None, None) => None,
+        (account, _) => {
+            // One of the two is set: the other is missing.
+            let (missing, given) = if account.is_some() {
+                (ConfigKey::BillingProfile, ConfigKey::BillingAccount)
+            } else {
+                (ConfigKey::BillingAccount, ConfigKey::BillingProfile)
+            };
+            p.invalid(missing.as_str(), format!("missing: {given} needs it"));
+            None
+        }
     }
 }
 
 /// The credential the keys name (see [`Credential`]).
 fn credential_from_keys(s: &Settings, p: &mut Problems) -> Credential {
-    let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
+    let get = |k: ConfigKey| value(s, k);
     if let Some(t) = s.get(ConfigKey::AccessToken.as_str()) {
         return Credential::Static(SecretString::from(t.to_string()));
     }
