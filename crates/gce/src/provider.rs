@@ -975,10 +975,7 @@ impl Provider for GceProvider {
                     // stopped on a type it cannot start.
                     let e = e.with_placement(machine_type, &r.zone);
                     let back = match set_type(&current).await {
-                        Ok(_) => self
-                            .instance_op("instances.start", &r, "start", None)
-                            .await
-                            .map(|_| ()),
+                        Ok(_) => self.instance_op("instances.start", &r, "start", None).await,
                         Err(again) => Err(again),
                     };
                     if let Err(again) = back {
