@@ -340,39 +340,32 @@ impl ConfigBuilder {
             .filter(|k| !k.is_aws_chain())
             .map(|k| k.as_str())
             .chain(ClientKey::ALL.iter().map(|k| k.as_str()));
-        let mut b = ConfigBuilder::default();
-        let env = Settings::from_env(keys);
-        for k in env.keys() {
-            match (k.parse::<ConfigKey>(), env.get(k)) {
-                (Ok(key), Some(v)) => b = b.with_config(key, v),
-                _ => {
-                    b.client.take(k, env.get(k).unwrap_or_default());
-                }
-            }
-        }
-        b
+        ConfigBuilder::default().taking(&Settings::from_env(keys))
     }
 
     /// A builder holding `settings` (see [`Config::from_settings`]), to adjust before
     /// [`build`](Self::build): region and static credentials are required from them. Unknown keys are
     /// kept to be refused by `build`.
     pub fn from_settings(settings: &Settings) -> ConfigBuilder {
-        let mut b = ConfigBuilder {
+        ConfigBuilder {
             explicit: true,
             ..ConfigBuilder::default()
-        };
+        }
+        .taking(settings)
+    }
+
+    /// This builder with every entry of `settings`: a key of this driver's ([`with_config`](Self::with_config)),
+    /// a client key, or an unknown one, kept to be refused by `build`.
+    fn taking(mut self, settings: &Settings) -> ConfigBuilder {
         for k in settings.keys() {
+            let v = settings.get(k).unwrap_or_default();
             match k.parse::<ConfigKey>() {
-                Ok(key) => {
-                    if let Some(v) = settings.get(k) {
-                        b = b.with_config(key, v);
-                    }
-                }
-                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
-                Err(_) => b.unknown.push(k.to_string()),
+                Ok(key) => self = self.with_config(key, v),
+                Err(_) if self.client.take(k, v) => {}
+                Err(_) => self.unknown.push(k.to_string()),
             }
         }
-        b
+        self
     }
 
     /// Sets `key` to `value` as the environment would (an empty value leaves the default). A value
