@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
 use orca_machines::kit::{self, read_until_seen, Attempts, Recent};
-use orca_machines::labels::{self, Labels};
+use orca_machines::labels;
 use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -142,11 +142,7 @@ impl HetznerProvider {
 
     /// The machine a server is, with every fact Hetzner reports.
     pub(crate) fn machine_of(&self, s: &Server) -> Machine {
-        let labels: Labels = s
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let labels = s.labels.clone();
         let mut m = Machine::new(s.id.to_string(), &s.name);
         m.status = status_of(&s.status);
         m.cloud_status = s.status.clone();
