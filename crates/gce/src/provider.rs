@@ -233,27 +233,23 @@ impl GceProvider {
     /// The instance a machine id names (`<zone>:<name>`, or a bare name in the configured zone).
     pub(crate) fn parse_id(&self, id: &str) -> Result<InstanceRef> {
         validate_id(id)?;
-        let (zone, name) = match id.split_once(':') {
-            Some((zone, name)) => {
-                if !valid_zone(zone) {
-                    return Err(Error::invalid(
-                        "id",
-                        format!("<zone>:<name> with a zone like europe-west1-b, got {id:?}"),
-                    ));
-                }
-                (zone.to_string(), name)
+        let (zone, name) = match (id.split_once(':'), &self.inner.config.zone) {
+            (Some((zone, name)), _) if valid_zone(zone) => (zone.to_string(), name),
+            (Some(_), _) => {
+                return Err(Error::invalid(
+                    "id",
+                    format!("<zone>:<name> with a zone like europe-west1-b, got {id:?}"),
+                ));
             }
-            None => match &self.inner.config.zone {
-                Some(z) => (z.clone(), id),
-                None => {
-                    return Err(Error::invalid(
-                        "id",
-                        format!(
-                            "<zone>:<name> (a bare name needs ORCA_GCE_ZONE, which is not set), got {id:?}"
-                        ),
-                    ));
-                }
-            },
+            (None, Some(z)) => (z.clone(), id),
+            (None, None) => {
+                return Err(Error::invalid(
+                    "id",
+                    format!(
+                        "<zone>:<name> (a bare name needs ORCA_GCE_ZONE, which is not set), got {id:?}"
+                    ),
+                ));
+            }
         };
         check_instance_name("id", name)?;
         Ok(InstanceRef {
