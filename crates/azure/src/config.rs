@@ -914,58 +914,35 @@ fn credential_from_keys(s: &Settings, p: &mut Problems) -> Credential {
     let secret = s
         .get(ConfigKey::ClientSecret.as_str())
         .map(|v| SecretString::from(v.to_string()));
-    let needs = |what: &str, keys: &[ConfigKey], p: &mut Problems| {
-        for k in keys {
-            if get(*k).is_none() {
-                p.invalid(
-                    k.as_str(),
-                    format!("missing (a {what} credential needs it)"),
-                );
-            }
+    // The tenant, the client and the third key a `what` credential needs, each missing one named.
+    let needs = |what: &str, third: ConfigKey, p: &mut Problems| {
+        let keys = [ConfigKey::TenantId, ConfigKey::ClientId, third];
+        for k in keys.iter().filter(|k| get(**k).is_none()) {
+            p.invalid(
+                k.as_str(),
+                format!("missing (a {what} credential needs it)"),
+            );
         }
+        keys.map(get)
     };
-    let client_secret = |p: &mut Problems| {
-        needs(
-            "client secret",
-            &[
-                ConfigKey::TenantId,
-                ConfigKey::ClientId,
-                ConfigKey::ClientSecret,
-            ],
-            p,
-        );
-        match (get(ConfigKey::TenantId), get(ConfigKey::ClientId), &secret) {
-            (Some(tenant_id), Some(client_id), Some(secret)) => Credential::ClientSecret {
+    let client_secret =
+        |p: &mut Problems| match (needs("client secret", ConfigKey::ClientSecret, p), &secret) {
+            ([Some(tenant_id), Some(client_id), _], Some(secret)) => Credential::ClientSecret {
                 tenant_id,
                 client_id,
                 secret: secret.clone(),
             },
             _ => Credential::Auto,
-        }
-    };
-    let workload = |p: &mut Problems| {
-        needs(
-            "workload identity",
-            &[
-                ConfigKey::TenantId,
-                ConfigKey::ClientId,
-                ConfigKey::FederatedTokenFile,
-            ],
-            p,
-        );
-        match (
-            get(ConfigKey::TenantId),
-            get(ConfigKey::ClientId),
-            get(ConfigKey::FederatedTokenFile),
-        ) {
-            (Some(tenant_id), Some(client_id), Some(token_file)) => Credential::WorkloadIdentity {
+        };
+    let workload =
+        |p: &mut Problems| match needs("workload identity", ConfigKey::FederatedTokenFile, p) {
+            [Some(tenant_id), Some(client_id), Some(token_file)] => Credential::WorkloadIdentity {
                 tenant_id,
                 client_id,
                 token_file,
             },
             _ => Credential::Auto,
-        }
-    };
+        };
     let managed = || Credential::ManagedIdentity {
         client_id: get(ConfigKey::ClientId),
     };
