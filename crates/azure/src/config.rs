@@ -469,13 +469,10 @@ impl ConfigBuilder {
     pub fn from_settings(settings: &Settings) -> ConfigBuilder {
         let mut b = ConfigBuilder::default();
         for k in settings.keys() {
+            let v = settings.get(k).unwrap_or_default();
             match ConfigKey::from_str(k) {
-                Ok(key) => {
-                    if let Some(v) = settings.get(k) {
-                        b = b.with_config(key, v);
-                    }
-                }
-                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
+                Ok(key) => b = b.with_config(key, v),
+                Err(_) if b.client.take(k, v) => {}
                 Err(_) => b.unknown.push(k.to_string()),
             }
         }
@@ -622,21 +619,19 @@ impl ConfigBuilder {
         // The token requests take the setters' values as they take the keys' (else their own).
         client.connect_timeout = self.connect_timeout.or(client.connect_timeout);
         client.request_timeout = self.request_timeout.or(client.request_timeout);
-        let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
-        let subscription_id =
-            match get(ConfigKey::SubscriptionId).or_else(|| get(ConfigKey::AzureSubscriptionId)) {
-                Some(v) => v,
-                None => {
-                    p.missing(ConfigKey::SubscriptionId.as_str());
-                    String::new()
-                }
-            };
+        let get = |k: ConfigKey| value(s, k);
         let required = |k: ConfigKey, p: &mut Problems| {
             get(k).unwrap_or_else(|| {
                 p.missing(k.as_str());
                 String::new()
             })
         };
+        let subscription_id = get(ConfigKey::SubscriptionId)
+            .or_else(|| get(ConfigKey::AzureSubscriptionId))
+            .unwrap_or_else(|| {
+                p.missing(ConfigKey::SubscriptionId.as_str());
+                String::new()
+            });
         let resource_group = required(ConfigKey::ResourceGroup, &mut p);
         let vnet = required(ConfigKey::Vnet, &mut p);
         let subnet = required(ConfigKey::Subnet, &mut p);
@@ -826,26 +821,20 @@ fn value(s: &Settings, k: ConfigKey) -> Option<String> {
 /// The images of amd64 and arm64 sizes: `image` (the required key's value), and the arm64 key's
 /// or one derived from it; a URN that does not parse is a problem named by its key.
 fn images(s: &Settings, image: String, p: &mut Problems) -> (Option<ImageUrn>, Option<ImageUrn>) {
-    let get = |k: ConfigKey| value(s, k);
+    let mut parse = |k: ConfigKey, urn: &str| {
+        let parsed = ImageUrn::parse(urn).ok();
+        if parsed.is_none() {
+            p.invalid(k.as_str(), URN_RULE);
+        }
+        parsed
+    };
     let image = if image.is_empty() {
         None
     } else {
-        match ImageUrn::parse(&image) {
-            Ok(i) => Some(i),
-            Err(_) => {
-                p.invalid(ConfigKey::Image.as_str(), URN_RULE);
-                None
-            }
-        }
+        parse(ConfigKey::Image, &image)
     };
-    let image_arm64 = match get(ConfigKey::ImageArm64) {
-        Some(u) => match ImageUrn::parse(&u) {
-            Ok(i) => Some(i),
-            Err(_) => {
-                p.invalid(ConfigKey::ImageArm64.as_str(), URN_RULE);
-                None
-            }
-        },
+    let image_arm64 = match value(s, ConfigKey::ImageArm64) {
+        Some(u) => parse(ConfigKey::ImageArm64, &u),
         None => image.as_ref().map(ImageUrn::arm64),
     };
     (image, image_arm64)
@@ -877,10 +866,9 @@ fn endpoint(s: &Settings, k: ConfigKey, def: &str, p: &mut Problems) -> String {
 
 /// The billing account and profile whose credit `credit_balance()` reads: both or neither.
 fn billing(s: &Settings, p: &mut Problems) -> Option<(String, String)> {
-    let get = |k: ConfigKey| value(s, k);
     match (
-        get(ConfigKey::BillingAccount),
-        get(ConfigKey::BillingProfile),
+        value(s, ConfigKey::BillingAccount),
+        value(s, ConfigKey::BillingProfile),
     ) {
         (Some(a), Some(b)) => {
             let ok = |v: &str| {
@@ -903,85 +891,58 @@ fn billing(s: &Settings, p: &mut Problems) -> Option<(String, String)> {
             }
             Some((a, b))
         }
-        (Some(_), None) => {
-            p.invalid(
-                ConfigKey::BillingProfile.as_str(),
-                format!("missing: {} needs it", ConfigKey::BillingAccount.as_str()),
-            );
-            None
-        }
-        (None, Some(_)) => {
-            p.invalid(
-                ConfigKey::BillingAccount.as_str(),
-                format!("missing: {} needs it", ConfigKey::BillingProfile.as_str()),
-            );
-            None
-        }
         (None, None) => None,
+        (account, _) => {
+            // One of the two is set: the other is missing.
+            let (missing, given) = if account.is_some() {
+                (ConfigKey::BillingProfile, ConfigKey::BillingAccount)
+            } else {
+                (ConfigKey::BillingAccount, ConfigKey::BillingProfile)
+            };
+            p.invalid(missing.as_str(), format!("missing: {given} needs it"));
+            None
+        }
     }
 }
 
 /// The credential the keys name (see [`Credential`]).
 fn credential_from_keys(s: &Settings, p: &mut Problems) -> Credential {
-    let get = |k: ConfigKey| s.get(k.as_str()).map(|v| v.trim().to_string());
+    let get = |k: ConfigKey| value(s, k);
     if let Some(t) = s.get(ConfigKey::AccessToken.as_str()) {
         return Credential::Static(SecretString::from(t.to_string()));
     }
     let secret = s
         .get(ConfigKey::ClientSecret.as_str())
         .map(|v| SecretString::from(v.to_string()));
-    let needs = |what: &str, keys: &[ConfigKey], p: &mut Problems| {
-        for k in keys {
-            if get(*k).is_none() {
-                p.invalid(
-                    k.as_str(),
-                    format!("missing (a {what} credential needs it)"),
-                );
-            }
+    // The tenant, the client and the third key a `what` credential needs, each missing one named.
+    let needs = |what: &str, third: ConfigKey, p: &mut Problems| {
+        let keys = [ConfigKey::TenantId, ConfigKey::ClientId, third];
+        for k in keys.iter().filter(|k| get(**k).is_none()) {
+            p.invalid(
+                k.as_str(),
+                format!("missing (a {what} credential needs it)"),
+            );
         }
+        keys.map(get)
     };
-    let client_secret = |p: &mut Problems| {
-        needs(
-            "client secret",
-            &[
-                ConfigKey::TenantId,
-                ConfigKey::ClientId,
-                ConfigKey::ClientSecret,
-            ],
-            p,
-        );
-        match (get(ConfigKey::TenantId), get(ConfigKey::ClientId), &secret) {
-            (Some(tenant_id), Some(client_id), Some(secret)) => Credential::ClientSecret {
+    let client_secret =
+        |p: &mut Problems| match (needs("client secret", ConfigKey::ClientSecret, p), &secret) {
+            ([Some(tenant_id), Some(client_id), _], Some(secret)) => Credential::ClientSecret {
                 tenant_id,
                 client_id,
                 secret: secret.clone(),
             },
             _ => Credential::Auto,
-        }
-    };
-    let workload = |p: &mut Problems| {
-        needs(
-            "workload identity",
-            &[
-                ConfigKey::TenantId,
-                ConfigKey::ClientId,
-                ConfigKey::FederatedTokenFile,
-            ],
-            p,
-        );
-        match (
-            get(ConfigKey::TenantId),
-            get(ConfigKey::ClientId),
-            get(ConfigKey::FederatedTokenFile),
-        ) {
-            (Some(tenant_id), Some(client_id), Some(token_file)) => Credential::WorkloadIdentity {
+        };
+    let workload =
+        |p: &mut Problems| match needs("workload identity", ConfigKey::FederatedTokenFile, p) {
+            [Some(tenant_id), Some(client_id), Some(token_file)] => Credential::WorkloadIdentity {
                 tenant_id,
                 client_id,
                 token_file,
             },
             _ => Credential::Auto,
-        }
-    };
+        };
     let managed = || Credential::ManagedIdentity {
         client_id: get(ConfigKey::ClientId),
     };

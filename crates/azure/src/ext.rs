@@ -39,10 +39,7 @@ impl MachineLabels for AzureProvider {
         for k in remove {
             validate_label_key(k)?;
         }
-        let vm = self
-            .owned_vm(id, false)
-            .await?
-            .ok_or_else(|| Error::not_found(format!("virtual machine {id}")))?;
+        let vm = self.owned_existing(id, false).await?;
         let url = self.client().url(
             &format!(
                 "{}/providers/Microsoft.Resources/tags/default",
@@ -51,17 +48,7 @@ impl MachineLabels for AzureProvider {
             TAGS_API,
         );
         if !set.is_empty() {
-            let a = self
-                .client()
-                .call(
-                    "merge VM tags",
-                    Method::PATCH,
-                    &url,
-                    Some(&json!({"operation": "Merge", "properties": {"tags": set}})),
-                    Condition::None,
-                )
-                .await?;
-            let _: TagsResource = decode("merge VM tags", a.body)?;
+            self.patch_tags("merge VM tags", &url, "Merge", set).await?;
         }
         // Delete by name and the value read: a value another writer set since is theirs to keep.
         let gone: Labels = remove
@@ -70,17 +57,8 @@ impl MachineLabels for AzureProvider {
             .filter_map(|k| vm.tags.get(k).map(|v| (k.clone(), v.clone())))
             .collect();
         if !gone.is_empty() {
-            let a = self
-                .client()
-                .call(
-                    "delete VM tags",
-                    Method::PATCH,
-                    &url,
-                    Some(&json!({"operation": "Delete", "properties": {"tags": gone}})),
-                    Condition::None,
-                )
+            self.patch_tags("delete VM tags", &url, "Delete", &gone)
                 .await?;
-            let _: TagsResource = decode("delete VM tags", a.body)?;
         }
         self.machine_now(id).await
     }
@@ -112,6 +90,17 @@ fn priority_for(rules: &[SecurityRule], name: &str, what: &str) -> Result<u32> {
 }
 
 impl AzureProvider {
+    /// One `PATCH` of the Tags API at `url`: `operation` (`Merge`, `Delete`) of `tags`.
+    async fn patch_tags(&self, op: &str, url: &str, operation: &str, tags: &Labels) -> Result<()> {
+        let body = json!({"operation": operation, "properties": {"tags": tags}});
+        let a = self
+            .client()
+            .call(op, Method::PATCH, url, Some(&body), Condition::None)
+            .await?;
+        let _: TagsResource = decode(op, a.body)?;
+        Ok(())
+    }
+
     /// `PUT` of a sub-resource or resource, followed to its end; a failure is prefixed with `what`
     /// (`the application security group x was not made`).
     async fn put_and_wait(

@@ -46,18 +46,10 @@ pub(crate) struct SubResource {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", bound(deserialize = "T: Deserialize<'de>"))]
 pub(crate) struct ListPage<T> {
-    #[serde(default = "Vec::new", deserialize_with = "nullable_vec")]
+    #[serde(default = "Vec::new", deserialize_with = "nullable")]
     pub value: Vec<T>,
     #[serde(default)]
     pub next_link: Option<String>,
-}
-
-fn nullable_vec<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 /// A virtual machine (`VirtualMachine`), what the driver reads of it.
@@ -126,7 +118,7 @@ pub(crate) struct HardwareProfile {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub(crate) struct NetworkProfile {
-    #[serde(deserialize_with = "nullable_vec")]
+    #[serde(deserialize_with = "nullable")]
     pub network_interfaces: Vec<SubResource>,
 }
 
@@ -134,7 +126,7 @@ pub(crate) struct NetworkProfile {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub(crate) struct InstanceView {
-    #[serde(deserialize_with = "nullable_vec")]
+    #[serde(deserialize_with = "nullable")]
     pub statuses: Vec<InstanceViewStatus>,
 }
 
@@ -233,7 +225,7 @@ pub(crate) struct Nic {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub(crate) struct NicProperties {
-    #[serde(deserialize_with = "nullable_vec")]
+    #[serde(deserialize_with = "nullable")]
     pub ip_configurations: Vec<IpConfiguration>,
     pub virtual_machine: Option<SubResource>,
     #[serde(deserialize_with = "nullable")]
@@ -376,7 +368,7 @@ pub(crate) struct Nsg {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub(crate) struct NsgProperties {
-    #[serde(deserialize_with = "nullable_vec")]
+    #[serde(deserialize_with = "nullable")]
     pub security_rules: Vec<SecurityRule>,
 }
 
@@ -439,7 +431,7 @@ pub(crate) struct Sku {
     pub resource_type: String,
     #[serde(deserialize_with = "nullable")]
     pub name: String,
-    #[serde(deserialize_with = "nullable_vec")]
+    #[serde(deserialize_with = "nullable")]
     pub capabilities: Vec<SkuCapability>,
 }
 
@@ -483,9 +475,9 @@ pub(crate) struct ErrorDetail {
     pub message: String,
     #[serde(deserialize_with = "nullable")]
     pub target: String,
-    #[serde(deserialize_with = "nullable_vec")]
+    #[serde(deserialize_with = "nullable")]
     pub details: Vec<ErrorDetail>,
-    #[serde(deserialize_with = "nullable_vec")]
+    #[serde(deserialize_with = "nullable")]
     pub additional_info: Vec<ErrorAdditionalInfo>,
 }
 
@@ -549,7 +541,7 @@ pub(crate) struct OperationStatus {
 /// One page of the Retail Prices API.
 #[derive(Debug, Deserialize)]
 pub(crate) struct PricePage {
-    #[serde(rename = "Items", default, deserialize_with = "nullable_vec")]
+    #[serde(rename = "Items", default, deserialize_with = "nullable")]
     pub items: Vec<PriceRow>,
     #[serde(rename = "NextPageLink", default)]
     pub next_page_link: Option<String>,

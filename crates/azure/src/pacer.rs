@@ -119,10 +119,8 @@ impl Pacer {
                     ))
                 }
             };
-            match wait {
-                None => break,
-                Some(w) => tokio::time::sleep(w.max(Duration::from_millis(1))).await,
-            }
+            let Some(w) = wait else { break };
+            tokio::time::sleep(w.max(Duration::from_millis(1))).await;
         }
         let ticket = Ticket {
             pacer: self,

@@ -380,11 +380,7 @@ impl Client {
 
     /// One RunInstances attempt.
     async fn run_instance_once(&self, r: &RunRequest) -> Result<Instance> {
-        let tags: Vec<Tag> = r
-            .tags
-            .iter()
-            .map(|(k, v)| Tag::builder().key(k).value(v).build())
-            .collect();
+        let tags = tags_of(&r.tags);
         let profile = if r.instance_profile.starts_with("arn:") {
             IamInstanceProfileSpecification::builder()
                 .arn(&r.instance_profile)
@@ -560,10 +556,7 @@ impl Client {
 
     /// CreateTags on instance `id`: sets each tag of `tags`, leaving every other one as it is.
     pub(crate) async fn create_tags(&self, id: &str, tags: &Labels) -> Result<()> {
-        let tags: Vec<Tag> = tags
-            .iter()
-            .map(|(k, v)| Tag::builder().key(k).value(v).build())
-            .collect();
+        let tags = tags_of(tags);
         self.call("CreateTags", || {
             self.sdk
                 .create_tags()
@@ -588,6 +581,14 @@ impl Client {
         .await
         .map(|_| ())
     }
+}
+
+/// `labels` as EC2 tags.
+fn tags_of(labels: &Labels) -> Vec<Tag> {
+    labels
+        .iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect()
 }
 
 fn image_of(i: &aws_sdk_ec2::types::Image) -> Image {

@@ -191,8 +191,8 @@ const DEFAULT_TIMEOUTS_REQUEST: Duration = Duration::from_secs(60);
 /// The default of [`ConfigBuilder::new_profile_wait`].
 pub const DEFAULT_NEW_PROFILE_WAIT: Duration = Duration::from_secs(60);
 
-/// The EC2 driver's settings. `Debug` never shows a secret.
-#[derive(Clone)]
+/// The EC2 driver's settings. `Debug` never shows a secret (the credentials' own redacts it).
+#[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) region: Option<String>,
     pub(crate) credentials: Option<StaticCredentials>,
@@ -211,30 +211,6 @@ pub struct Config {
     pub(crate) new_profile_wait: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) request_timeout: Duration,
-}
-
-impl std::fmt::Debug for Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Config")
-            .field("region", &self.region)
-            .field("credentials", &self.credentials)
-            .field("endpoint", &self.endpoint)
-            .field("subnets", &self.subnets)
-            .field("security_group", &self.security_group)
-            .field("instance_profile", &self.instance_profile)
-            .field("images", &self.images)
-            .field("root_volume_gb", &self.root_volume_gb)
-            .field("page_size", &self.page_size)
-            .field("retry", &self.retry)
-            .field("poll_interval", &self.poll_interval)
-            .field("operation_timeout", &self.operation_timeout)
-            .field("visibility_window", &self.visibility_window)
-            .field("confirm_not_found", &self.confirm_not_found)
-            .field("new_profile_wait", &self.new_profile_wait)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("request_timeout", &self.request_timeout)
-            .finish()
-    }
 }
 
 impl Config {
@@ -293,7 +269,7 @@ impl Config {
 /// assert!(e.to_string().contains("ORCA_EC2_SUBNETS"), "{e}");
 /// assert!(e.to_string().contains("page_size: 5 to 1000"), "{e}");
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct ConfigBuilder {
     region: Option<String>,
     credentials: Option<StaticCredentials>,
@@ -308,15 +284,17 @@ pub struct ConfigBuilder {
     instance_profile: Option<String>,
     images: BTreeMap<Arch, String>,
     root_volume_gb: Option<i32>,
-    page_size: i32,
+    /// `None`: [`MAX_PAGE_SIZE`].
+    page_size: Option<i32>,
     /// The builder methods' values (`Some`) win over the client keys (`ORCA_MAX_RETRIES`,
     /// `ORCA_POLL_INTERVAL`, `ORCA_CONNECT_TIMEOUT`, `ORCA_REQUEST_TIMEOUT`).
     retry: Option<RetryPolicy>,
     poll_interval: Option<Duration>,
-    operation_timeout: Duration,
+    /// This and the next ones, `None`: their `DEFAULT_`.
+    operation_timeout: Option<Duration>,
     visibility_window: Option<Duration>,
-    confirm_not_found: Duration,
-    new_profile_wait: Duration,
+    confirm_not_found: Option<Duration>,
+    new_profile_wait: Option<Duration>,
     connect_timeout: Option<Duration>,
     request_timeout: Option<Duration>,
     /// Settings that did not parse, by key, with the rule they break (never their value).
@@ -348,39 +326,8 @@ impl std::fmt::Debug for ConfigBuilder {
             .field("instance_profile", &self.instance_profile)
             .field("images", &self.images)
             .field("root_volume_gb", &self.root_volume_gb)
-            .field("page_size", &self.page_size)
+            .field("page_size", &self.page_size.unwrap_or(MAX_PAGE_SIZE))
             .finish_non_exhaustive()
-    }
-}
-
-impl Default for ConfigBuilder {
-    fn default() -> Self {
-        ConfigBuilder {
-            region: None,
-            credentials: None,
-            access_key_id: None,
-            secret_access_key: None,
-            session_token: None,
-            explicit: false,
-            endpoint: None,
-            subnets: BTreeMap::new(),
-            security_group: None,
-            instance_profile: None,
-            images: BTreeMap::new(),
-            root_volume_gb: None,
-            page_size: MAX_PAGE_SIZE,
-            retry: None,
-            poll_interval: None,
-            operation_timeout: DEFAULT_OPERATION_TIMEOUT,
-            visibility_window: None,
-            confirm_not_found: DEFAULT_CONFIRM_NOT_FOUND,
-            new_profile_wait: DEFAULT_NEW_PROFILE_WAIT,
-            connect_timeout: None,
-            request_timeout: None,
-            problems: Vec::new(),
-            unknown: Vec::new(),
-            client: ClientSettings::default(),
-        }
     }
 }
 
@@ -393,39 +340,32 @@ impl ConfigBuilder {
             .filter(|k| !k.is_aws_chain())
             .map(|k| k.as_str())
             .chain(ClientKey::ALL.iter().map(|k| k.as_str()));
-        let mut b = ConfigBuilder::default();
-        let env = Settings::from_env(keys);
-        for k in env.keys() {
-            match (k.parse::<ConfigKey>(), env.get(k)) {
-                (Ok(key), Some(v)) => b = b.with_config(key, v),
-                _ => {
-                    b.client.take(k, env.get(k).unwrap_or_default());
-                }
-            }
-        }
-        b
+        ConfigBuilder::default().taking(&Settings::from_env(keys))
     }
 
     /// A builder holding `settings` (see [`Config::from_settings`]), to adjust before
     /// [`build`](Self::build): region and static credentials are required from them. Unknown keys are
     /// kept to be refused by `build`.
     pub fn from_settings(settings: &Settings) -> ConfigBuilder {
-        let mut b = ConfigBuilder {
+        ConfigBuilder {
             explicit: true,
             ..ConfigBuilder::default()
-        };
+        }
+        .taking(settings)
+    }
+
+    /// This builder with every entry of `settings`: a key of this driver's ([`with_config`](Self::with_config)),
+    /// a client key, or an unknown one, kept to be refused by `build`.
+    fn taking(mut self, settings: &Settings) -> ConfigBuilder {
         for k in settings.keys() {
+            let v = settings.get(k).unwrap_or_default();
             match k.parse::<ConfigKey>() {
-                Ok(key) => {
-                    if let Some(v) = settings.get(k) {
-                        b = b.with_config(key, v);
-                    }
-                }
-                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
-                Err(_) => b.unknown.push(k.to_string()),
+                Ok(key) => self = self.with_config(key, v),
+                Err(_) if self.client.take(k, v) => {}
+                Err(_) => self.unknown.push(k.to_string()),
             }
         }
-        b
+        self
     }
 
     /// Sets `key` to `value` as the environment would (an empty value leaves the default). A value
@@ -474,7 +414,7 @@ impl ConfigBuilder {
             },
             ConfigKey::Endpoint => self.endpoint = Some(v.trim_end_matches('/').to_string()),
             ConfigKey::ConfirmNotFound => match kit::parse_positive_duration(v) {
-                Some(d) => self.confirm_not_found = d,
+                Some(d) => self.confirm_not_found = Some(d),
                 None => self.problems.push((
                     ConfigKey::ConfirmNotFound.as_str().into(),
                     kit::POSITIVE_DURATION_RULE.into(),
@@ -538,7 +478,7 @@ impl ConfigBuilder {
     /// Instances asked for per DescribeInstances page (`MaxResults`): 5 to 1000 as EC2 accepts,
     /// default 1000.
     pub fn page_size(mut self, n: i32) -> Self {
-        self.page_size = n;
+        self.page_size = Some(n);
         self
     }
 
@@ -561,7 +501,7 @@ impl ConfigBuilder {
     /// [`Transient`](orca_machines::Error::Transient) (the operation goes on in EC2; default
     /// [`DEFAULT_OPERATION_TIMEOUT`]).
     pub fn operation_timeout(mut self, d: Duration) -> Self {
-        self.operation_timeout = d;
+        self.operation_timeout = Some(d);
         self
     }
 
@@ -578,7 +518,7 @@ impl ConfigBuilder {
     /// within this window. The instance may be one another process (another owner, or this owner
     /// before a restart) made a moment ago, which EC2 does not show to every call yet.
     pub fn confirm_not_found(mut self, window: Duration) -> Self {
-        self.confirm_not_found = window;
+        self.confirm_not_found = Some(window);
         self
     }
 
@@ -587,7 +527,7 @@ impl ConfigBuilder {
     /// answers `InvalidParameterValue` naming `iamInstanceProfile`; a set-up that made it a moment
     /// before (Terraform, the CLI) would otherwise fail its first create. Zero: refused at once.
     pub fn new_profile_wait(mut self, d: Duration) -> Self {
-        self.new_profile_wait = d;
+        self.new_profile_wait = Some(d);
         self
     }
 
@@ -667,13 +607,11 @@ impl ConfigBuilder {
                 );
             }
         }
-        if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&self.page_size) {
+        let page_size = self.page_size.unwrap_or(MAX_PAGE_SIZE);
+        if !(MIN_PAGE_SIZE..=MAX_PAGE_SIZE).contains(&page_size) {
             p.invalid(
                 "page_size",
-                format!(
-                    "{MIN_PAGE_SIZE} to {MAX_PAGE_SIZE} (EC2's MaxResults), got {}",
-                    self.page_size
-                ),
+                format!("{MIN_PAGE_SIZE} to {MAX_PAGE_SIZE} (EC2's MaxResults), got {page_size}"),
             );
         }
         if let Some(n) = self.root_volume_gb
@@ -736,12 +674,14 @@ impl ConfigBuilder {
         if poll_interval.is_zero() {
             p.invalid("poll_interval", "above zero");
         }
-        if self.operation_timeout < poll_interval {
+        let operation_timeout = self.operation_timeout.unwrap_or(DEFAULT_OPERATION_TIMEOUT);
+        let confirm_not_found = self.confirm_not_found.unwrap_or(DEFAULT_CONFIRM_NOT_FOUND);
+        if operation_timeout < poll_interval {
             p.invalid("operation_timeout", "at least one poll_interval");
         }
         let visibility_window =
             client.visibility_window_or(self.visibility_window, DEFAULT_VISIBILITY_WINDOW);
-        if visibility_window.is_zero() || self.confirm_not_found.is_zero() {
+        if visibility_window.is_zero() || confirm_not_found.is_zero() {
             p.invalid(
                 "visibility_window",
                 "windows above zero (EC2's \"not found\" is confirmed before it is believed)",
@@ -767,15 +707,15 @@ impl ConfigBuilder {
             instance_profile: self.instance_profile.unwrap_or_default(),
             images: self.images,
             root_volume_gb: self.root_volume_gb,
-            page_size: self.page_size,
+            page_size: self.page_size.unwrap_or(MAX_PAGE_SIZE),
             retry: self
                 .retry
                 .unwrap_or_else(|| client.retry_policy(RetryPolicy::default())),
             poll_interval,
-            operation_timeout: self.operation_timeout,
+            operation_timeout,
             visibility_window,
-            confirm_not_found: self.confirm_not_found,
-            new_profile_wait: self.new_profile_wait,
+            confirm_not_found,
+            new_profile_wait: self.new_profile_wait.unwrap_or(DEFAULT_NEW_PROFILE_WAIT),
             connect_timeout: timeouts.connect,
             request_timeout: timeouts.request.unwrap_or(DEFAULT_TIMEOUTS_REQUEST),
         })

@@ -35,14 +35,17 @@ impl MachineLabels for Ec2Provider {
                 format!("{k:?} is both set and removed"),
             ));
         }
-        let before = self.owned_instance(id).await?;
+        let before = self.owned(id).await?;
+        // A "not found" from a tag call is confirmed as every change's.
         if !set.is_empty() {
-            self.tag(id, set).await?;
+            self.change_live(id, "CreateTags", || self.client.create_tags(id, set))
+                .await?;
         }
         if !remove.is_empty() {
-            self.untag(id, remove).await?;
+            self.change_live(id, "DeleteTags", || self.client.delete_tags(id, remove))
+                .await?;
         }
-        let after = self.reread(id).await?.unwrap_or(before);
+        let after = self.read(id).await?.unwrap_or(before);
         let mut m = machine_of(&after);
         for (k, v) in set {
             m.labels.insert(k.clone(), v.clone());

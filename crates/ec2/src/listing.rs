@@ -64,15 +64,9 @@ pub(crate) fn read(body: &[u8]) -> Read<Listing> {
     while let Some(e) = x.child()? {
         match local(&e) {
             "nextToken" => listing.next = Some(x.text()?),
+            // Given twice, the last one counts (as in the SDK).
             "reservationSet" => {
-                // Given twice, the last one counts (as in the SDK).
-                listing.instances.clear();
-                while let Some(r) = x.child()? {
-                    match local(&r) {
-                        "item" => reservation(&mut x, &mut listing.instances)?,
-                        _ => x.skip(&r)?,
-                    }
-                }
+                listing.instances = x.items(reservation)?.into_iter().flatten().collect();
             }
             _ => x.skip(&e)?,
         }
@@ -81,25 +75,17 @@ pub(crate) fn read(body: &[u8]) -> Read<Listing> {
     Ok(listing)
 }
 
-/// A reservation's instances, appended to `out`.
-fn reservation(x: &mut Xml<'_>, out: &mut Vec<InstanceFields>) -> Read<()> {
+/// A reservation's instances.
+fn reservation(x: &mut Xml<'_>) -> Read<Vec<InstanceFields>> {
     let mut instances = Vec::new();
     while let Some(e) = x.child()? {
         match local(&e) {
-            "instancesSet" => {
-                instances.clear();
-                while let Some(i) = x.child()? {
-                    match local(&i) {
-                        "item" => instances.push(instance(x)?),
-                        _ => x.skip(&i)?,
-                    }
-                }
-            }
+            // Given twice, the last one counts.
+            "instancesSet" => instances = x.items(instance)?,
             _ => x.skip(&e)?,
         }
     }
-    out.append(&mut instances);
-    Ok(())
+    Ok(instances)
 }
 
 /// One instance's members that a machine is made of.

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 use orca_machines::chrono::{self, Utc};
 use orca_machines::kit::{self, Attempts, Recent};
-use orca_machines::labels::{Labels, is_in_pool, ownership_labels};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
+use orca_machines::labels::{is_in_pool, ownership_labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
     Arch, Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Provider, Resized,
@@ -61,7 +61,7 @@ const MAX_CONSISTENCY_PAUSE: Duration = Duration::from_secs(2);
 pub struct Ec2Provider {
     owner: String,
     region: String,
-    client: Client,
+    pub(crate) client: Client,
     subnets: BTreeMap<String, String>,
     security_group: String,
     instance_profile: String,
@@ -240,7 +240,7 @@ impl Ec2Provider {
     /// believed at once (EC2 may not show a new instance to every call yet): the driver reads again,
     /// with backoff, until EC2 shows it or the window ends: the consistency window since this
     /// provider made it, else the confirmation window from now.
-    async fn read(&self, id: &str) -> Result<Option<Instance>> {
+    pub(crate) async fn read(&self, id: &str) -> Result<Option<Instance>> {
         let until = self.made.confirm_until(id, self.confirm_not_found);
         kit::read_until_seen(
             until,
@@ -481,7 +481,7 @@ impl Ec2Provider {
 
     /// Instance `id` if this owner made it: NotFound when EC2 does not know it (or it is terminated),
     /// NotOwned when it is not this owner's.
-    async fn owned(&self, id: &str) -> Result<Instance> {
+    pub(crate) async fn owned(&self, id: &str) -> Result<Instance> {
         validate_id(id)?;
         let inst = self
             .read(id)
@@ -520,7 +520,12 @@ impl Ec2Provider {
     }
 
     /// `change`, where an instance gone meanwhile (being deleted) is NotFound.
-    async fn change_live<F, Fut>(&self, id: &str, operation: &str, change: F) -> Result<()>
+    pub(crate) async fn change_live<F, Fut>(
+        &self,
+        id: &str,
+        operation: &str,
+        change: F,
+    ) -> Result<()>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<()>>,
@@ -890,17 +895,9 @@ impl Provider for Ec2Provider {
             _ => {}
         }
         let m = machine_of(&inst);
-        self.start_call(id).await.map_err(|e| match e {
-            Error::NoStock {
-                message, context, ..
-            } => Error::NoStock {
-                machine_type: m.machine_type,
-                location: m.location,
-                message,
-                context,
-            },
-            e => e,
-        })?;
+        self.start_call(id)
+            .await
+            .map_err(|e| e.with_placement(&m.machine_type, &m.location))?;
         self.described(id).await
     }
 
@@ -972,42 +969,6 @@ impl Provider for Ec2Provider {
 
     fn machine_labels(&self) -> Option<&dyn MachineLabels> {
         Some(self)
-    }
-}
-
-impl Ec2Provider {
-    /// For the extension: instance `id` of this owner (see [`Ec2Provider::owned`]).
-    pub(crate) async fn owned_instance(&self, id: &str) -> Result<Instance> {
-        self.owned(id).await
-    }
-
-    /// For the extension: CreateTags, a "not found" confirmed as every change's.
-    pub(crate) async fn tag(&self, id: &str, set: &Labels) -> Result<()> {
-        if self
-            .change(id, "CreateTags", || self.client.create_tags(id, set))
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(Error::not_found(format!("machine {id} (being deleted)")))
-        }
-    }
-
-    /// For the extension: DeleteTags, a "not found" confirmed as every change's.
-    pub(crate) async fn untag(&self, id: &str, keys: &[String]) -> Result<()> {
-        if self
-            .change(id, "DeleteTags", || self.client.delete_tags(id, keys))
-            .await?
-        {
-            Ok(())
-        } else {
-            Err(Error::not_found(format!("machine {id} (being deleted)")))
-        }
-    }
-
-    /// For the extension: instance `id` read again (with the consistency rules of every read).
-    pub(crate) async fn reread(&self, id: &str) -> Result<Option<Instance>> {
-        self.read(id).await
     }
 }
 

@@ -489,17 +489,16 @@ fn read_credentials(
         "true or false",
         parse_bool,
     );
-    let mut given: Vec<String> = Vec::new();
-    if file.is_some() {
-        given.push(K::CredentialsFile.as_str().into());
-    }
-    if b64.is_some() {
-        given.push(K::CredentialsBase64.as_str().into());
-    }
-    if adc == Some(true) {
-        given.push(K::ApplicationDefaultCredentials.as_str().into());
-    }
-    given.extend(extra.iter().map(|_| CREDENTIALS.to_string()));
+    let mut given: Vec<String> = [
+        (file.is_some(), K::CredentialsFile),
+        (b64.is_some(), K::CredentialsBase64),
+        (adc == Some(true), K::ApplicationDefaultCredentials),
+    ]
+    .into_iter()
+    .filter(|(set, _)| *set)
+    .map(|(_, k)| k.as_str().to_string())
+    .chain(extra.iter().map(|_| CREDENTIALS.to_string()))
+    .collect();
     let mut credentials = None;
     let source_key = given.first().cloned().unwrap_or_default();
     match given.len() {

@@ -44,11 +44,8 @@ impl MachineLabels for GceProvider {
                 .await
             {
                 Ok(_) => {
-                    let after = self
-                        .owned_existing(id)
-                        .await
-                        .map(|(_, vm)| to_machine(&vm, self.project()))?;
-                    return Ok(after);
+                    let (_, vm) = self.owned_existing(id).await?;
+                    return Ok(to_machine(&vm, self.project()));
                 }
                 Err(e) if has_code(&e, CONDITION_NOT_MET) && attempt < LABEL_ATTEMPTS => {
                     tracing::debug!(id, attempt, "labels changed underneath; reading again");

@@ -233,27 +233,23 @@ impl GceProvider {
     /// The instance a machine id names (`<zone>:<name>`, or a bare name in the configured zone).
     pub(crate) fn parse_id(&self, id: &str) -> Result<InstanceRef> {
         validate_id(id)?;
-        let (zone, name) = match id.split_once(':') {
-            Some((zone, name)) => {
-                if !valid_zone(zone) {
-                    return Err(Error::invalid(
-                        "id",
-                        format!("<zone>:<name> with a zone like europe-west1-b, got {id:?}"),
-                    ));
-                }
-                (zone.to_string(), name)
+        let (zone, name) = match (id.split_once(':'), &self.inner.config.zone) {
+            (Some((zone, name)), _) if valid_zone(zone) => (zone.to_string(), name),
+            (Some(_), _) => {
+                return Err(Error::invalid(
+                    "id",
+                    format!("<zone>:<name> with a zone like europe-west1-b, got {id:?}"),
+                ));
             }
-            None => match &self.inner.config.zone {
-                Some(z) => (z.clone(), id),
-                None => {
-                    return Err(Error::invalid(
-                        "id",
-                        format!(
-                            "<zone>:<name> (a bare name needs ORCA_GCE_ZONE, which is not set), got {id:?}"
-                        ),
-                    ));
-                }
-            },
+            (None, Some(z)) => (z.clone(), id),
+            (None, None) => {
+                return Err(Error::invalid(
+                    "id",
+                    format!(
+                        "<zone>:<name> (a bare name needs ORCA_GCE_ZONE, which is not set), got {id:?}"
+                    ),
+                ));
+            }
         };
         check_instance_name("id", name)?;
         Ok(InstanceRef {
@@ -555,22 +551,11 @@ impl GceProvider {
             let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
             return match (e, left.is_empty()) {
                 (Error::NoStock { message, .. }, true) => Ok(kit::no_stock(spec, message)),
-                (
-                    Error::NoStock {
-                        message, context, ..
-                    },
-                    false,
-                ) => Err(Error::leftovers(
-                    Error::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message,
-                        context,
-                    },
+                (e, true) => Err(e),
+                (e, false) => Err(Error::leftovers(
+                    e.with_placement(&spec.machine_type, &spec.location),
                     left,
                 )),
-                (e, true) => Err(e),
-                (e, false) => Err(Error::leftovers(e, left)),
             };
         }
         match self
@@ -686,31 +671,15 @@ impl GceProvider {
     /// Deletes disk `disk` of `zone` when it carries this owner's labels and no instance uses it;
     /// `known` is the disk as read a moment ago (else it is read here).
     async fn delete_disk_if_ours(&self, zone: &str, disk: &str, known: Option<Disk>) -> Result<()> {
-        let path = self.client().zonal(zone, &format!("disks/{disk}"));
         let d = match known {
-            Some(d) => d,
-            None => match self.disk(zone, disk).await? {
-                Some(d) => d,
-                None => return Ok(()),
-            },
+            Some(d) => Some(d),
+            None => self.disk(zone, disk).await?,
         };
-        if !is_owned_by(&d.labels, &self.inner.owner) || !d.users.is_empty() {
-            return Ok(());
+        if d.is_some_and(|d| is_owned_by(&d.labels, &self.inner.owner) && d.users.is_empty()) {
+            let path = self.client().zonal(zone, &format!("disks/{disk}"));
+            self.delete_path("disks.delete", &path).await?;
         }
-        let query = [("requestId", request_id())];
-        let op: Operation = match self
-            .client()
-            .call("disks.delete", Method::DELETE, &path, &query, None)
-            .await
-        {
-            Ok(op) => op,
-            Err(Error::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        match self.client().finish(op, "disks.delete").await {
-            Ok(_) | Err(Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        Ok(())
     }
 
     /// Deletes instance `r` and follows the operation; gone is success.
@@ -718,17 +687,23 @@ impl GceProvider {
         let path = self
             .client()
             .zonal(&r.zone, &format!("instances/{}", r.name));
+        self.delete_path("instances.delete", &path).await
+    }
+
+    /// `DELETE` of `path` under a request id, the operation followed to its end; gone (before or
+    /// after) is success.
+    async fn delete_path(&self, op_name: &'static str, path: &str) -> Result<()> {
         let query = [("requestId", request_id())];
         let op: Operation = match self
             .client()
-            .call("instances.delete", Method::DELETE, &path, &query, None)
+            .call(op_name, Method::DELETE, path, &query, None)
             .await
         {
             Ok(op) => op,
             Err(Error::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        match self.client().finish(op, "instances.delete").await {
+        match self.client().finish(op, op_name).await {
             Ok(_) | Err(Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -996,10 +971,7 @@ impl Provider for GceProvider {
                     // stopped on a type it cannot start.
                     let e = e.with_placement(machine_type, &r.zone);
                     let back = match set_type(&current).await {
-                        Ok(_) => self
-                            .instance_op("instances.start", &r, "start", None)
-                            .await
-                            .map(|_| ()),
+                        Ok(_) => self.instance_op("instances.start", &r, "start", None).await,
                         Err(again) => Err(again),
                     };
                     if let Err(again) = back {

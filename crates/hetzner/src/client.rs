@@ -67,6 +67,16 @@ impl Client {
         .await
     }
 
+    /// [`Client::call`] of a `GET` (a read: safe to repeat).
+    pub(crate) async fn get<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T> {
+        self.call(op, Method::GET, path, query, None).await
+    }
+
     /// [`Client::call`] for a read that can wait: while other calls wait for the rate limit, it lets
     /// them go first, for at most `yield_for` (the poller's reads of running actions, which learn
     /// nothing while the calls that start actions are still queued).
@@ -273,10 +283,8 @@ pub(crate) fn map_error(status: u16, body: &[u8], headers: &HeaderMap) -> Error 
                 retry_after,
             )
         }
-        Err(e) => {
-            let text = String::from_utf8_lossy(body);
-            let text: String = text.chars().take(200).collect();
-            let _ = e;
+        Err(_) => {
+            let text: String = String::from_utf8_lossy(body).chars().take(200).collect();
             Error::from_http_status(status, text, retry_after)
         }
     }
@@ -433,15 +441,13 @@ impl Pacer {
     /// shortens its wait. Answers how long it waited, and the ticket that holds the request until
     /// its answer is observed (or the call is dropped).
     async fn before(&self, yield_for: Duration) -> (Duration, Ticket<'_>) {
+        let ticket = |open| Ticket {
+            pacer: self,
+            open,
+            sent: unix_now(),
+        };
         if !self.enabled {
-            return (
-                Duration::ZERO,
-                Ticket {
-                    pacer: self,
-                    open: false,
-                    sent: unix_now(),
-                },
-            );
+            return (Duration::ZERO, ticket(false));
         }
         let started = Instant::now();
         let mut queue = Queued {
@@ -477,37 +483,25 @@ impl Pacer {
                     Some(Duration::from_secs_f64((short / b.rate).min(1.0)))
                 }
             };
-            match wait {
-                None => break,
-                Some(w) => {
-                    if !waited {
-                        waited = true;
-                        self.waits.fetch_add(1, Ordering::Relaxed);
-                    }
-                    tokio::time::sleep(w.max(Duration::from_millis(1))).await;
-                }
+            let Some(w) = wait else { break };
+            if !waited {
+                waited = true;
+                self.waits.fetch_add(1, Ordering::Relaxed);
             }
+            tokio::time::sleep(w.max(Duration::from_millis(1))).await;
         }
         drop(queue);
+        if !waited {
+            return (Duration::ZERO, ticket(true));
+        }
         let wait = started.elapsed();
-        if waited {
-            self.waited_us
-                .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
-            tracing::debug!(
-                wait_ms = wait.as_millis() as u64,
-                "paced for the project's rate limit"
-            );
-        }
-        let ticket = Ticket {
-            pacer: self,
-            open: true,
-            sent: unix_now(),
-        };
-        if waited {
-            (wait, ticket)
-        } else {
-            (Duration::ZERO, ticket)
-        }
+        self.waited_us
+            .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+        tracing::debug!(
+            wait_ms = wait.as_millis() as u64,
+            "paced for the project's rate limit"
+        );
+        (wait, ticket(true))
     }
 
     /// A call that took a request is over: it no longer counts as outstanding.

@@ -218,13 +218,10 @@ impl ConfigBuilder {
     pub fn from_settings(settings: &Settings) -> ConfigBuilder {
         let mut b = ConfigBuilder::default();
         for k in settings.keys() {
+            let v = settings.get(k).unwrap_or_default();
             match k.parse::<ConfigKey>() {
-                Ok(key) => {
-                    if let Some(v) = settings.get(k) {
-                        b = b.with_config(key, v);
-                    }
-                }
-                Err(_) if b.client.take(k, settings.get(k).unwrap_or_default()) => {}
+                Ok(key) => b = b.with_config(key, v),
+                Err(_) if b.client.take(k, v) => {}
                 Err(_) => b.unknown.push(k.to_string()),
             }
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
 use orca_machines::kit::{self, read_until_seen, Attempts, Recent};
-use orca_machines::labels::{self, Labels};
+use orca_machines::labels;
 use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -142,11 +142,7 @@ impl HetznerProvider {
 
     /// The machine a server is, with every fact Hetzner reports.
     pub(crate) fn machine_of(&self, s: &Server) -> Machine {
-        let labels: Labels = s
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let labels = s.labels.clone();
         let mut m = Machine::new(s.id.to_string(), &s.name);
         m.status = status_of(&s.status);
         m.cloud_status = s.status.clone();
@@ -184,12 +180,10 @@ impl HetznerProvider {
         }
         let r: ServerTypes = self
             .client
-            .call(
+            .get(
                 "server_types.list",
-                Method::GET,
                 "/server_types",
                 &[("name", name.to_string())],
-                None,
             )
             .await?;
         let t = r
@@ -216,15 +210,13 @@ impl HetznerProvider {
         }
         let r: Images = self
             .client
-            .call(
+            .get(
                 "images.list",
-                Method::GET,
                 "/images",
                 &[
                     ("name", image.to_string()),
                     ("architecture", arch.to_string()),
                 ],
-                None,
             )
             .await?;
         let found = r
@@ -252,13 +244,7 @@ impl HetznerProvider {
             .get_or_try_init(|| async {
                 let r: Firewalls = self
                     .client
-                    .call(
-                        "firewalls.list",
-                        Method::GET,
-                        "/firewalls",
-                        &[("name", name.clone())],
-                        None,
-                    )
+                    .get("firewalls.list", "/firewalls", &[("name", name.clone())])
                     .await?;
                 r.firewalls
                     .iter()
@@ -283,13 +269,7 @@ impl HetznerProvider {
                 }
                 let r: Networks = self
                     .client
-                    .call(
-                        "networks.list",
-                        Method::GET,
-                        "/networks",
-                        &[("name", name.clone())],
-                        None,
-                    )
+                    .get("networks.list", "/networks", &[("name", name.clone())])
                     .await?;
                 r.networks
                     .iter()
@@ -307,13 +287,7 @@ impl HetznerProvider {
     async fn get_server(&self, id: i64) -> Result<Option<Server>> {
         match self
             .client
-            .call::<ServerAnswer>(
-                "servers.get",
-                Method::GET,
-                &format!("/servers/{id}"),
-                &[],
-                None,
-            )
+            .get::<ServerAnswer>("servers.get", &format!("/servers/{id}"), &[])
             .await
         {
             Ok(r) => {
@@ -413,12 +387,10 @@ impl HetznerProvider {
         };
         let running: Actions = self
             .client
-            .call(
+            .get(
                 "servers.actions.list",
-                Method::GET,
                 &format!("/servers/{id}/actions"),
                 &[("status", "running".to_string())],
-                None,
             )
             .await?;
         if let Some(a) = running.actions.into_iter().find(|a| a.command == kind) {
@@ -508,13 +480,7 @@ impl HetznerProvider {
         let found = loop {
             let r: Servers = self
                 .client
-                .call(
-                    "servers.list",
-                    Method::GET,
-                    "/servers",
-                    &[("name", spec.name.clone())],
-                    None,
-                )
+                .get("servers.list", "/servers", &[("name", spec.name.clone())])
                 .await?;
             if let Some(s) = r.servers.into_iter().find(|s| s.name == spec.name) {
                 break Some(s);
@@ -547,15 +513,13 @@ impl HetznerProvider {
         // is removed as `create` removes it, never handed back as made.
         let actions: Actions = self
             .client
-            .call(
+            .get(
                 "servers.actions.list",
-                Method::GET,
                 &format!("/servers/{}/actions", s.id),
                 &[
                     ("status", "running".to_string()),
                     ("status", "error".to_string()),
                 ],
-                None,
             )
             .await?;
         for a in &actions.actions {
@@ -599,16 +563,14 @@ impl HetznerProvider {
         async move {
             let r: Servers = self
                 .client
-                .call(
+                .get(
                     "servers.list",
-                    Method::GET,
                     "/servers",
                     &[
                         ("label_selector", selector),
                         ("page", page),
                         ("per_page", per_page),
                     ],
-                    None,
                 )
                 .await?;
             let items = r
@@ -799,13 +761,7 @@ impl Provider for HetznerProvider {
         validate_name(name)?;
         let r: Servers = self
             .client
-            .call(
-                "servers.list",
-                Method::GET,
-                "/servers",
-                &[("name", name.to_string())],
-                None,
-            )
+            .get("servers.list", "/servers", &[("name", name.to_string())])
             .await?;
         Ok(first_made(
             r.servers

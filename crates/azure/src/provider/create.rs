@@ -27,37 +27,30 @@ pub(crate) fn made_res(res: &Res, url: &str, adopted: bool) -> MadeRes {
 /// they are (a caller falls back on another offering on them, and the core error has no place for
 /// both), with what remains named in their message and logged; anything else is
 /// [`Error::Leftovers`]. Deleting the machine's name later removes what remains.
-pub(crate) fn keep_outcome(error: Error, left: Vec<String>) -> Error {
-    let named = |message: String| {
+pub(crate) fn keep_outcome(mut error: Error, left: Vec<String>) -> Error {
+    let named = |message: &str| {
         format!(
             "{message}; the clean-up could not remove: {} (deleting the machine removes them)",
             left.join(", ")
         )
     };
-    match error {
+    match &mut error {
         Error::NoStock {
             machine_type,
             location,
             message,
-            context,
+            ..
         } => {
             tracing::warn!(%machine_type, %location, left = %left.join(", "), "no stock; the clean-up left resources behind");
-            Error::NoStock {
-                machine_type,
-                location,
-                message: named(message),
-                context,
-            }
+            *message = named(message);
         }
-        Error::Quota { message, context } => {
+        Error::Quota { message, .. } => {
             tracing::warn!(left = %left.join(", "), "quota exceeded; the clean-up left resources behind");
-            Error::Quota {
-                message: named(message),
-                context,
-            }
+            *message = named(message);
         }
-        other => Error::leftovers(other, left),
+        _ => return Error::leftovers(error, left),
     }
+    error
 }
 
 /// A policy's refusal of the machine's public address (or of an interface carrying one), as the

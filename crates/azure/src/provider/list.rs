@@ -12,16 +12,15 @@ impl AzureProvider {
         // at resource-group scope, so each pool VM's power state is read on its own (at most eight at
         // once); the addresses come from the interface and address lists. Every call stays inside
         // the resource group: a principal scoped to it can list.
-        let list_url = self.client().url(
-            &format!(
-                "{}/providers/Microsoft.Compute/virtualMachines",
-                self.rg_path()
-            ),
-            COMPUTE_API,
-        );
-        let vms: Vec<Vm> = self
-            .client()
-            .list::<Vm>("list VMs", &list_url)
+        let client = self.client();
+        // The list of every resource of `kind` in the resource group.
+        let list_url =
+            |kind: &str, api| client.url(&format!("{}/providers/{kind}", self.rg_path()), api);
+        let vms: Vec<Vm> = client
+            .list::<Vm>(
+                "list VMs",
+                &list_url("Microsoft.Compute/virtualMachines", COMPUTE_API),
+            )
             .await?
             .into_iter()
             .filter(|vm| is_in_pool(&vm.tags, pool, &self.inner.owner))
@@ -32,42 +31,27 @@ impl AzureProvider {
         let urls: Vec<String> = vms
             .iter()
             .map(|vm| {
-                self.client().url(
+                client.url(
                     &format!("{}/instanceView", self.vm_id(&vm.name)),
                     COMPUTE_API,
                 )
             })
             .collect();
-        let client = self.client();
         let views: Vec<Result<Option<InstanceView>>> = futures::stream::iter(urls)
             .map(|url| async move { client.get::<InstanceView>("read VM state", &url).await })
             .buffered(8)
             .collect()
             .await;
-        let nics: Vec<Nic> = self
-            .client()
+        let nics: Vec<Nic> = client
             .list(
                 "list interfaces",
-                &self.client().url(
-                    &format!(
-                        "{}/providers/Microsoft.Network/networkInterfaces",
-                        self.rg_path()
-                    ),
-                    NETWORK_API,
-                ),
+                &list_url("Microsoft.Network/networkInterfaces", NETWORK_API),
             )
             .await?;
-        let pips: Vec<PublicIp> = self
-            .client()
+        let pips: Vec<PublicIp> = client
             .list(
                 "list public IPs",
-                &self.client().url(
-                    &format!(
-                        "{}/providers/Microsoft.Network/publicIPAddresses",
-                        self.rg_path()
-                    ),
-                    NETWORK_API,
-                ),
+                &list_url("Microsoft.Network/publicIPAddresses", NETWORK_API),
             )
             .await?;
         let nic_by_id: HashMap<String, &Nic> = nics
