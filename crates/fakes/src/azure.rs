@@ -237,26 +237,10 @@ pub const NIC_RESERVATION: Duration = Duration::from_secs(180);
 /// `t` as Azure writes times: RFC 3339 in UTC with seven fractional digits
 /// (`2021-06-27T01:02:38.3138469+00:00`).
 fn rfc3339(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days since 1970-01-01 to a civil date (proleptic Gregorian calendar).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:07}+00:00",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_nanos() / 100
-    )
+    let t = chrono::DateTime::<chrono::Utc>::from(t);
+    // chrono writes 3, 6 or 9 fractional digits: the seventh is cut by hand (not rounded).
+    let ticks = t.timestamp_subsec_nanos() / 100;
+    format!("{}.{ticks:07}+00:00", t.format("%Y-%m-%dT%H:%M:%S"))
 }
 
 fn now() -> String {
@@ -362,7 +346,7 @@ struct Op {
     outcome: Option<Result<(), (String, String)>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct State {
     groups: BTreeSet<String>,
     res: BTreeMap<String, Res>,
@@ -421,37 +405,16 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 impl FakeAzure {
     /// Starts the fake with the resource group [`RESOURCE_GROUP`], no networks, every size in stock.
     pub async fn start() -> std::io::Result<FakeAzure> {
-        let mut groups = BTreeSet::new();
-        groups.insert(RESOURCE_GROUP.to_string());
         let state = Arc::new(Mutex::new(State {
-            groups,
-            res: BTreeMap::new(),
-            ops: HashMap::new(),
+            groups: BTreeSet::from([RESOURCE_GROUP.to_string()]),
             page_size: 100,
             operation_time: OPERATION_TIME,
-            poll_pause: None,
             skus: seed_skus(),
             prices: seed_prices(),
-            no_stock: HashMap::new(),
-            unavailable: BTreeSet::new(),
-            quota: BTreeSet::new(),
-            deny: Vec::new(),
-            deny_public: None,
-            refuse_delete: BTreeSet::new(),
-            custom_data: HashMap::new(),
-            location_only: false,
             next_ip: 10,
             next_op: 1,
-            visibility_delay: Duration::ZERO,
             nic_reservation: NIC_RESERVATION,
-            reserved: HashMap::new(),
-            credits: HashMap::new(),
-            rg_scoped: false,
-            clusters: HashMap::new(),
-            managed_identity: false,
-            user_assigned: Vec::new(),
-            link_origin: None,
-            throttle: None,
+            ..State::default()
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -525,18 +488,8 @@ impl FakeAzure {
         else {
             panic!("hold: no such resource type {type_name}");
         };
-        let mut st = self.st();
-        let id = fake_uuid(0, st.next_op);
-        st.next_op += 1;
-        st.ops.insert(
-            id,
-            Op {
-                key: rid(rg, kind, name).to_ascii_lowercase(),
-                action: Action::Hold,
-                ends: Instant::now() + d,
-                outcome: None,
-            },
-        );
+        let key = rid(rg, kind, name).to_ascii_lowercase();
+        new_op(&mut self.st(), &key, Action::Hold, d);
     }
 
     /// Long-running operations answer only a `Location` header (`.../operationResults/{id}`: 202

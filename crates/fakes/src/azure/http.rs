@@ -30,17 +30,9 @@ pub(super) fn answer(status: u16, body: Value, headers: &[(&str, String)]) -> Re
         axum::Json(body),
     )
         .into_response();
-    let h = r.headers_mut();
-    for (k, v) in headers {
-        if let (Ok(k), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(k.as_bytes()),
-            axum::http::HeaderValue::from_str(v),
-        ) {
-            h.insert(k, v);
-        }
-    }
+    crate::control::add_headers(&mut r, headers);
     if let Ok(v) = format!("fake-{:016x}", fastish_id()).parse() {
-        h.insert("x-ms-request-id", v);
+        r.headers_mut().insert("x-ms-request-id", v);
     }
     r
 }
@@ -166,14 +158,7 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
         Some(refused) => refused,
         None => route(&mut st, &r),
     };
-    for (k, v) in limit_headers {
-        if let (Ok(k), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(k.as_bytes()),
-            axum::http::HeaderValue::from_str(&v),
-        ) {
-            rsp.headers_mut().insert(k, v);
-        }
-    }
+    crate::control::add_headers(&mut rsp, &limit_headers);
     if st.location_only {
         let h = rsp.headers_mut();
         if let Some(op) = h.remove("azure-asyncoperation") {
@@ -204,12 +189,12 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
     {
         return credits(st, segs[3], segs[5]);
     }
+    let no_route = || {
+        let message = format!("no route for {}", r.path);
+        err(404, "InvalidResourceType", &message)
+    };
     if segs.len() < 2 || !eq(segs[0], "subscriptions") {
-        return err(
-            404,
-            "InvalidResourceType",
-            &format!("no route for {}", r.path),
-        );
+        return no_route();
     }
     if !eq(segs[1], SUBSCRIPTION) {
         return err(
@@ -238,18 +223,10 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
         if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operationResults") {
             return poll_location(st, r, rest[5]);
         }
-        return err(
-            404,
-            "InvalidResourceType",
-            &format!("no route for {}", r.path),
-        );
+        return no_route();
     }
     if rest.len() < 4 || !eq(rest[0], "resourceGroups") || !eq(rest[2], "providers") {
-        return err(
-            404,
-            "InvalidResourceType",
-            &format!("no route for {}", r.path),
-        );
+        return no_route();
     }
     let rg = rest[1];
     if !st.groups.contains(&rg.to_ascii_lowercase()) {

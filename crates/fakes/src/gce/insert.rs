@@ -24,26 +24,19 @@ pub(super) async fn insert_instance(
     Path((project, zone)): Path<(String, String)>,
     Query(q): Query<MutateQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project)
+) -> Answer {
+    check_project(&project)
         .and(check_zone(&zone))
-        .and(check_request_id(&q.request_id))
-    {
-        return r;
-    }
+        .and(check_request_id(&q.request_id))?;
     let mut s = lock(&state);
     if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
+        return Ok(Json(op).into_response());
     }
-    let Ok(vm) = serde_json::from_slice::<Value>(&body) else {
-        return invalid("Invalid JSON payload received.");
-    };
-    let plan = match check_insert(&s, &project, &zone, &vm) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+    let vm = serde_json::from_slice::<Value>(&body)
+        .map_err(|_| invalid("Invalid JSON payload received."))?;
+    let plan = check_insert(&s, &project, &zone, &vm)?;
     s.inserts.push(vm.clone());
-    Json(make(&mut s, &project, &vm, plan, q.request_id.as_deref())).into_response()
+    Ok(Json(make(&mut s, &project, &vm, plan, q.request_id.as_deref())).into_response())
 }
 
 fn check_insert(s: &World, project: &str, zone: &str, vm: &Value) -> Result<Plan, Response> {
