@@ -160,7 +160,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::control::{serve, Control, Fault, Rule, Running};
+use crate::control::{lock, serve, Control, Fault, Rule, Running};
 
 mod billing;
 mod compute;
@@ -398,10 +398,6 @@ pub struct FakeAzure {
     state: Arc<Mutex<State>>,
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl FakeAzure {
     /// Starts the fake with the resource group [`RESOURCE_GROUP`], no networks, every size in stock.
     pub async fn start() -> std::io::Result<FakeAzure> {
@@ -488,7 +484,7 @@ impl FakeAzure {
         else {
             panic!("hold: no such resource type {type_name}");
         };
-        let key = rid(rg, kind, name).to_ascii_lowercase();
+        let key = key(rg, kind, name);
         new_op(&mut self.st(), &key, Action::Hold, d);
     }
 
@@ -578,7 +574,7 @@ impl FakeAzure {
     pub fn nsg_rules(&self, rg: &str, name: &str) -> Vec<Value> {
         let st = self.st();
         st.res
-            .get(&rid(rg, Kind::Nsg, name).to_ascii_lowercase())
+            .get(&key(rg, Kind::Nsg, name))
             .and_then(|r| r.body["properties"]["securityRules"].as_array().cloned())
             .unwrap_or_default()
     }
@@ -609,7 +605,7 @@ impl FakeAzure {
         let kind = Kind::of(ns, ty)?;
         self.st()
             .res
-            .get(&rid(rg, kind, name).to_ascii_lowercase())
+            .get(&key(rg, kind, name))
             .map(|r| r.body.clone())
     }
 
@@ -682,10 +678,7 @@ impl FakeAzure {
     /// The custom data (base64, as sent) of VM `name` in `rg`: Azure never returns it, the fake keeps
     /// it for tests.
     pub fn custom_data(&self, rg: &str, name: &str) -> Option<String> {
-        self.st()
-            .custom_data
-            .get(&rid(rg, Kind::Vm, name).to_ascii_lowercase())
-            .cloned()
+        self.st().custom_data.get(&key(rg, Kind::Vm, name)).cloned()
     }
 
     /// VMs made from now on are invisible to every read (`GET`, lists, instance view) for `delay`,
@@ -745,7 +738,7 @@ impl FakeAzure {
     /// cluster: it may then take any size of its location.
     pub fn limit_cluster(&self, rg: &str, name: &str, sizes: &[&str]) {
         self.st().clusters.insert(
-            rid(rg, Kind::Vm, name).to_ascii_lowercase(),
+            key(rg, Kind::Vm, name),
             sizes.iter().map(|s| s.to_ascii_lowercase()).collect(),
         );
     }
@@ -781,6 +774,24 @@ impl FakeAzure {
 
 fn eq(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
+}
+
+/// The key of a resource in the state: its id in lower case (Azure compares ids without case).
+fn key(rg: &str, kind: Kind, name: &str) -> String {
+    rid(rg, kind, name).to_ascii_lowercase()
+}
+
+/// The location of a resource (`body`), as stored.
+fn location_of(body: &Value) -> String {
+    body["location"]
+        .as_str()
+        .unwrap_or("westeurope")
+        .to_string()
+}
+
+/// The elements of `v` when it is an array; none otherwise.
+fn items(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten()
 }
 
 fn rid(rg: &str, kind: Kind, name: &str) -> String {

@@ -153,7 +153,8 @@ pub struct Control {
     log: Mutex<Vec<Logged>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// `m` locked, also after a panic of another holder (a fake's state stays usable to the test).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -81,7 +81,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::control::{serve, Control, Running};
+use crate::control::{lock, serve, Control, Running};
 
 pub use selector::selector_matches;
 
@@ -146,10 +146,6 @@ impl State_ {
 }
 
 type Shared = Arc<Mutex<State_>>;
-
-fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State_> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A running fake Hetzner Cloud API.
 #[derive(Debug)]
@@ -312,13 +308,11 @@ impl FakeHetzner {
     /// Sets server `id`'s `status` to any word, also one the reference does not list yet (what a
     /// status Hetzner adds later looks like to a client). False when there is no such server.
     pub fn set_status(&self, id: i64, word: &str) -> bool {
-        match lock(&self.state).servers.get_mut(&id) {
-            Some(v) => {
-                v.status = word.to_string();
-                true
-            }
-            None => false,
-        }
+        let mut s = lock(&self.state);
+        s.servers
+            .get_mut(&id)
+            .map(|v| v.status = word.to_string())
+            .is_some()
     }
 
     /// Makes servers made from now on invisible to every read (`GET`, listings) for `delay` after

@@ -24,6 +24,17 @@ pub(super) fn err_with(
     answer(status, json!({ "error": e }), &[])
 }
 
+/// 400 `InvalidParameter`, naming the parameter at fault (`target`).
+pub(super) fn invalid_parameter(target: &str, message: &str) -> Response {
+    err_with(
+        400,
+        "InvalidParameter",
+        message,
+        json!([]),
+        json!({ "target": target }),
+    )
+}
+
 pub(super) fn answer(status: u16, body: Value, headers: &[(&str, String)]) -> Response {
     let mut r = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -265,11 +276,7 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
             vm_sizes(st, rg, tail[0])
         }
         (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
-            match st
-                .res
-                .get(&rid(rg, kind, tail[0]).to_ascii_lowercase())
-                .filter(|x| x.visible())
-            {
+            match st.res.get(&key(rg, kind, tail[0])).filter(|x| x.visible()) {
                 Some(res) => answer(200, instance_view(res), &[]),
                 None => not_found(kind, tail[0], rg),
             }
@@ -289,7 +296,7 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
             rule_call(st, r, m, rg, tail[0], tail[2])
         }
         (2, &Method::GET) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
-            match st.res.get(&rid(rg, kind, tail[0]).to_ascii_lowercase()) {
+            match st.res.get(&key(rg, kind, tail[0])) {
                 Some(res) => answer(
                     200,
                     json!({"value": res.body["properties"]["securityRules"]}),

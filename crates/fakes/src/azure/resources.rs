@@ -47,11 +47,7 @@ pub(super) fn view(res: &Res, expand: bool) -> Value {
 }
 
 pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
-    match st
-        .res
-        .get(&rid(rg, kind, name).to_ascii_lowercase())
-        .filter(|x| x.visible())
-    {
+    match st.res.get(&key(rg, kind, name)).filter(|x| x.visible()) {
         Some(res) => answer(
             200,
             view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView"))),
@@ -224,7 +220,7 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
 }
 
 pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
-    let key = rid(rg, kind, name).to_ascii_lowercase();
+    let key = key(rg, kind, name);
     if let Some(e) = busy(st, &key, kind) {
         return e;
     }
@@ -243,13 +239,7 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
         && !delete_option.is_null()
         && !matches!(delete_option.as_str(), Some("Delete" | "Detach"))
     {
-        return err_with(
-            400,
-            "InvalidParameter",
-            &format!("The value '{delete_option}' of parameter 'deleteOption' is not allowed. Allowed values are 'Delete', 'Detach'."),
-            json!([]),
-            json!({"target": "deleteOption"}),
-        );
+        return invalid_parameter("deleteOption", &format!("The value '{delete_option}' of parameter 'deleteOption' is not allowed. Allowed values are 'Delete', 'Detach'."));
     }
     let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
         return not_found(kind, name, rg);
@@ -273,10 +263,7 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
         res.power = "starting".into();
     }
     let body = res.body.clone();
-    let location = body["location"]
-        .as_str()
-        .unwrap_or("westeurope")
-        .to_string();
+    let location = location_of(&body);
     let action = if restart {
         Action::Power("running")
     } else {
@@ -374,10 +361,7 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
         }
         _ => {}
     }
-    let location = res.body["location"]
-        .as_str()
-        .unwrap_or("westeurope")
-        .to_string();
+    let location = location_of(&res.body);
     if let Some(x) = st.res.get_mut(&key) {
         x.body["properties"]["provisioningState"] = json!("Deleting");
         if kind == Kind::Vm && !x.power.is_empty() {

@@ -92,13 +92,9 @@ impl State_ {
 
     /// The SSH keys, firewalls and networks body `b` names, each of which must exist.
     fn project_refs(&self, b: &Value) -> Result<Refs, ApiError> {
+        let listed = |k: &str| b.get(k).and_then(Value::as_array).into_iter().flatten();
         let mut ssh_keys = Vec::new();
-        for k in b
-            .get("ssh_keys")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for k in listed("ssh_keys") {
             let k = match k {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
@@ -113,12 +109,7 @@ impl State_ {
             ssh_keys.push(k);
         }
         let mut firewalls = Vec::new();
-        for f in b
-            .get("firewalls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for f in listed("firewalls") {
             let id = f
                 .get("firewall")
                 .and_then(Value::as_i64)
@@ -129,12 +120,7 @@ impl State_ {
             firewalls.push(id);
         }
         let mut networks = Vec::new();
-        for n in b
-            .get("networks")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for n in listed("networks") {
             let id = n
                 .as_i64()
                 .ok_or_else(|| invalid("networks[] must be network ids"))?;

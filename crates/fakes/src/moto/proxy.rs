@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use super::answers::error_code;
 use super::rules::ec2_rules;
 use super::upstream::upstream;
+pub(super) use crate::control::lock;
 use crate::control::{broken_body, Fault, Rule};
 
 /// One request the proxy saw.
@@ -71,10 +72,6 @@ pub(super) struct ProxyState {
     /// record: EC2 answers one token with one instance even when two requests of it overlap, and
     /// serves other tokens' requests meanwhile.
     pub(super) run_tokens: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One address of the proxy: its state, and the page size its listings are forced to.
