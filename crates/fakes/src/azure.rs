@@ -613,15 +613,14 @@ impl FakeAzure {
     /// `ZonalAllocationFailed`, `OverconstrainedAllocationRequest`), leaving a failed VM, until
     /// [`FakeAzure::restore_stock`].
     pub fn fail_allocation(&self, size: &str, location: &str, code: &str) {
-        self.st().no_stock.insert(
-            (size.to_ascii_lowercase(), location.to_ascii_lowercase()),
-            code.to_string(),
-        );
+        self.st()
+            .no_stock
+            .insert(size_at(size, location), code.to_string());
     }
 
     /// Ends [`FakeAzure::fail_allocation`] and [`FakeAzure::sku_not_available`] for `size` in `location`.
     pub fn restore_stock(&self, size: &str, location: &str) {
-        let k = (size.to_ascii_lowercase(), location.to_ascii_lowercase());
+        let k = size_at(size, location);
         let mut st = self.st();
         st.no_stock.remove(&k);
         st.unavailable.remove(&k);
@@ -629,9 +628,7 @@ impl FakeAzure {
 
     /// A VM `PUT` of `size` in `location` is refused at once with 409 `SkuNotAvailable`.
     pub fn sku_not_available(&self, size: &str, location: &str) {
-        self.st()
-            .unavailable
-            .insert((size.to_ascii_lowercase(), location.to_ascii_lowercase()));
+        self.st().unavailable.insert(size_at(size, location));
     }
 
     /// A VM `PUT` of `size` is refused with 409 `OperationNotAllowed` naming the family's core quota.
@@ -779,6 +776,11 @@ fn eq(a: &str, b: &str) -> bool {
 /// The key of a resource in the state: its id in lower case (Azure compares ids without case).
 fn key(rg: &str, kind: Kind, name: &str) -> String {
     rid(rg, kind, name).to_ascii_lowercase()
+}
+
+/// The key of `size` in `location` in the faults of stock: both in lower case.
+fn size_at(size: &str, location: &str) -> (String, String) {
+    (size.to_ascii_lowercase(), location.to_ascii_lowercase())
 }
 
 /// The location of a resource (`body`), as stored.

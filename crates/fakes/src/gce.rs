@@ -271,13 +271,10 @@ impl FakeGce {
                 api!("/zones/{zone}/machineTypes/{name}"),
                 get(get_machine_type),
             )
-            .route(api!("/zones/{zone}/operations/{name}"), get(get_zone_op))
-            .route(
-                api!("/zones/{zone}/operations/{name}/wait"),
-                post(wait_zone_op),
-            )
-            .route(api!("/global/operations/{name}"), get(get_global_op))
-            .route(api!("/global/operations/{name}/wait"), post(wait_global_op))
+            .route(api!("/zones/{zone}/operations/{name}"), get(get_op))
+            .route(api!("/zones/{zone}/operations/{name}/wait"), post(wait_op))
+            .route(api!("/global/operations/{name}"), get(get_op))
+            .route(api!("/global/operations/{name}/wait"), post(wait_op))
             .route(
                 api!("/global/images/family/{family}"),
                 get(image_from_family),
@@ -458,22 +455,12 @@ impl FakeGce {
 
     /// The names of the instances in `zone`.
     pub fn instance_names(&self, zone: &str) -> Vec<String> {
-        lock(&self.state)
-            .instances
-            .keys()
-            .filter(|(z, _)| z == zone)
-            .map(|(_, n)| n.clone())
-            .collect()
+        names_in(&lock(&self.state).instances, zone)
     }
 
     /// The names of the disks in `zone`.
     pub fn disk_names(&self, zone: &str) -> Vec<String> {
-        lock(&self.state)
-            .disks
-            .keys()
-            .filter(|(z, _)| z == zone)
-            .map(|(_, n)| n.clone())
-            .collect()
+        names_in(&lock(&self.state).disks, zone)
     }
 
     /// The stored disk `name` in `zone`, as the API shows it.
@@ -663,6 +650,14 @@ impl FakeGce {
             self.put_instance(zone, &format!("{prefix}-{i}"), machine_type, labels.clone());
         }
     }
+}
+
+/// The names of the zonal resources of `zone` in `map`.
+fn names_in(map: &BTreeMap<Key, Value>, zone: &str) -> Vec<String> {
+    map.keys()
+        .filter(|(z, _)| z == zone)
+        .map(|(_, n)| n.clone())
+        .collect()
 }
 
 /// What a program hands the Compute Engine driver (`orca::of_with("gce", ..)`) to reach `fake`: a

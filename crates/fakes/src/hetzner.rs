@@ -471,23 +471,17 @@ fn paged_with<T>(
     items: Vec<T>,
     show: impl Fn(&T) -> Value,
 ) -> ApiResult {
-    let page: i64 = match param(q, "page") {
-        None => 1,
-        Some(p) => p
-            .parse()
-            .ok()
-            .filter(|p| *p >= 1)
-            .ok_or_else(|| invalid("page must be a positive integer"))?,
-    };
-    let per_page: i64 = match param(q, "per_page") {
-        None => 25,
+    // `key`'s value, a positive integer, or `default` without one.
+    let positive = |key: &str, default: i64| match param(q, key) {
+        None => Ok(default),
         Some(p) => p
             .parse::<i64>()
             .ok()
             .filter(|p| *p >= 1)
-            .ok_or_else(|| invalid("per_page must be a positive integer"))?
-            .min(50),
+            .ok_or_else(|| invalid(format!("{key} must be a positive integer"))),
     };
+    let page = positive("page", 1)?;
+    let per_page = positive("per_page", 25)?.min(50);
     let total = items.len() as i64;
     let last = ((total + per_page - 1) / per_page).max(1);
     let start = ((page - 1) * per_page).min(total) as usize;

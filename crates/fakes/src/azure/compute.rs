@@ -449,7 +449,7 @@ fn checked_size(
             &format!("The value {size} provided for the VM size is not valid."),
         ));
     };
-    let lk = (size.to_ascii_lowercase(), location.to_ascii_lowercase());
+    let lk = size_at(&size, location);
     let offered = sku["locations"]
         .as_array()
         .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), location)));

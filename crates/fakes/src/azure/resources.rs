@@ -224,20 +224,20 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
     if let Some(e) = busy(st, &key, kind) {
         return e;
     }
-    if kind == Kind::Vm {
-        if let (Some(size), Some(res)) = (
-            r.body["properties"]["hardwareProfile"]["vmSize"].as_str(),
-            st.res.get(&key).filter(|x| x.visible()),
-        ) {
-            if let Some(e) = cluster_refusal(st, &key, res, size) {
-                return e;
-            }
+    // A VM's size and its OS disk's delete option change by `PATCH`.
+    let is_vm = kind == Kind::Vm;
+    let size = r.body["properties"]["hardwareProfile"]["vmSize"]
+        .as_str()
+        .filter(|_| is_vm);
+    if let (Some(size), Some(res)) = (size, st.res.get(&key).filter(|x| x.visible())) {
+        if let Some(e) = cluster_refusal(st, &key, res, size) {
+            return e;
         }
     }
-    let delete_option = &r.body["properties"]["storageProfile"]["osDisk"]["deleteOption"];
-    if kind == Kind::Vm
-        && !delete_option.is_null()
-        && !matches!(delete_option.as_str(), Some("Delete" | "Detach"))
+    let delete_option = Some(&r.body["properties"]["storageProfile"]["osDisk"]["deleteOption"])
+        .filter(|d| is_vm && !d.is_null());
+    if let Some(delete_option) =
+        delete_option.filter(|d| !matches!(d.as_str(), Some("Delete" | "Detach")))
     {
         return invalid_parameter("deleteOption", &format!("The value '{delete_option}' of parameter 'deleteOption' is not allowed. Allowed values are 'Delete', 'Detach'."));
     }
@@ -247,16 +247,13 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
     if let Some(t) = r.body.get("tags") {
         res.body["tags"] = t.clone();
     }
-    let mut restart = false;
-    if kind == Kind::Vm && !delete_option.is_null() {
+    if let Some(d) = delete_option {
         // What the VM's delete does to its OS disk can change on an existing VM.
-        res.body["properties"]["storageProfile"]["osDisk"]["deleteOption"] = delete_option.clone();
+        res.body["properties"]["storageProfile"]["osDisk"]["deleteOption"] = d.clone();
     }
-    if kind == Kind::Vm {
-        if let Some(size) = r.body["properties"]["hardwareProfile"]["vmSize"].as_str() {
-            res.body["properties"]["hardwareProfile"]["vmSize"] = json!(size);
-            restart = res.power == "running";
-        }
+    let restart = size.is_some() && res.power == "running";
+    if let Some(size) = size {
+        res.body["properties"]["hardwareProfile"]["vmSize"] = json!(size);
     }
     res.body["properties"]["provisioningState"] = json!("Updating");
     if restart {

@@ -90,6 +90,22 @@ impl State_ {
         Ok(t)
     }
 
+    /// `resource_unavailable` ("error during placement", as Hetzner words it) while `type_name` is
+    /// out of stock in `location`.
+    pub(super) fn placeable(&self, type_name: &str, location: &str) -> Result<(), ApiError> {
+        if self
+            .no_stock
+            .contains(&(type_name.to_string(), location.to_string()))
+        {
+            return Err(ApiError(
+                StatusCode::PRECONDITION_FAILED,
+                "resource_unavailable",
+                "error during placement".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The SSH keys, firewalls and networks body `b` names, each of which must exist.
     fn project_refs(&self, b: &Value) -> Result<Refs, ApiError> {
         let listed = |k: &str| b.get(k).and_then(Value::as_array).into_iter().flatten();
@@ -189,15 +205,7 @@ pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> A
             "server name is already used".into(),
         ));
     }
-    if s.no_stock
-        .contains(&(t.name.to_string(), c.location.clone()))
-    {
-        return Err(ApiError(
-            StatusCode::PRECONDITION_FAILED,
-            "resource_unavailable",
-            "error during placement".into(),
-        ));
-    }
+    s.placeable(t.name, &c.location)?;
     let id = s.next();
     let networks = s.addresses(networks);
     let visible_at = std::time::Instant::now() + s.visibility_delay;
