@@ -247,10 +247,8 @@ impl Control {
                 next.run(req).await
             }
             (None, Some(Fault::DropAnswer)) => {
-                let served = next.run(req).await;
-                let (parts, _) = served.into_parts();
-                let broken = broken_body();
-                let mut r = Response::from_parts(parts, broken);
+                let (parts, _) = next.run(req).await.into_parts();
+                let mut r = Response::from_parts(parts, broken_body());
                 r.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
                 r
             }

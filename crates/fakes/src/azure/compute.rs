@@ -338,12 +338,10 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
             }
         }
     }
-    if !detached.is_empty() {
-        let until = Instant::now() + st.nic_reservation;
-        for d in detached {
-            st.reserved
-                .insert(d.to_ascii_lowercase(), (vm_id.to_string(), until));
-        }
+    let until = Instant::now() + st.nic_reservation;
+    for d in detached {
+        st.reserved
+            .insert(d.to_ascii_lowercase(), (vm_id.to_string(), until));
     }
 }
 

@@ -128,12 +128,10 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
         link_base,
     };
     if r.path == "/api/retail/prices" {
-        let st = lock(&state);
-        return prices(&st, &r);
+        return prices(&lock(&state), &r);
     }
     if r.path.starts_with("/metadata/") {
-        let st = lock(&state);
-        return imds(&st, &r);
+        return imds(&lock(&state), &r);
     }
     if r.q("api-version").is_none() {
         return err(
@@ -165,10 +163,7 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
         Some(t) => t.spend(&r.method),
         None => (Vec::new(), None),
     };
-    let mut rsp = match refusal {
-        Some(refused) => refused,
-        None => route(&mut st, &r),
-    };
+    let mut rsp = refusal.unwrap_or_else(|| route(&mut st, &r));
     crate::control::add_headers(&mut rsp, &limit_headers);
     if st.location_only {
         let h = rsp.headers_mut();

@@ -290,15 +290,15 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
     if kind == Kind::Vm {
         scopes.extend(cascade_of(st, &res.body));
     }
-    let locked: Vec<&String> = scopes
+    let locked: Vec<&str> = scopes
         .iter()
+        .map(String::as_str)
         .filter(|s| {
             let n = s.rsplit('/').next().unwrap_or("");
             st.refuse_delete.contains(&n.to_ascii_lowercase())
         })
         .collect();
     if !locked.is_empty() {
-        let locked: Vec<&str> = locked.iter().map(|s| s.as_str()).collect();
         return err(
             409,
             "ScopeLocked",

@@ -135,20 +135,15 @@ pub(super) fn check_request_id(r: &Option<String>) -> Result<(), Response> {
 /// `pageToken` ask for.
 pub(super) fn window(len: usize, q: &ListQuery) -> Result<(usize, usize), Response> {
     let max = match q.max_results.as_deref().map(str::parse::<u32>) {
-        None => 500,
-        Some(Ok(n)) if n <= 500 => {
-            if n == 0 {
-                500
-            } else {
-                n as usize
-            }
-        }
+        // 0 means the most, as no `maxResults` does.
+        None | Some(Ok(0)) => 500,
+        Some(Ok(n)) if n <= 500 => n as usize,
         Some(_) => {
             return Err(invalid(
                 "Invalid value for field 'maxResults': must be between 0 and 500, inclusive",
             ))
         }
-    } as usize;
+    };
     let start = match q.page_token.as_deref().filter(|t| !t.is_empty()) {
         None => 0,
         Some(t) => match t.strip_prefix("pt1.").and_then(|n| n.parse::<usize>().ok()) {

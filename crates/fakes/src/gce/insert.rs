@@ -301,22 +301,12 @@ fn make_disk(s: &mut World, plan: &Plan, target: &str, id: u64) {
 /// The instance as the body `vm` asks for it (`PROVISIONING` until its insert ends).
 fn make_vm(s: &mut World, plan: &Plan, vm: &Value, id: u64) {
     let (zone, name) = &plan.key;
-    let mut metadata = vm["metadata"].clone();
-    if metadata.is_null() {
-        metadata = json!({});
-    }
+    let mut metadata = or_empty(&vm["metadata"]);
     metadata["kind"] = json!("compute#metadata");
     metadata["fingerprint"] = json!("fp-meta-1");
-    let mut tags = vm["tags"].clone();
-    if tags.is_null() {
-        tags = json!({});
-    }
+    let mut tags = or_empty(&vm["tags"]);
     tags["fingerprint"] = json!("fp-tags-1");
-    let labels = if vm["labels"].is_null() {
-        json!({})
-    } else {
-        vm["labels"].clone()
-    };
+    let labels = or_empty(&vm["labels"]);
     let mut made = instance_json(
         zone,
         name,

@@ -181,11 +181,7 @@ pub(super) async fn instance_action(
                     "Labels fingerprint either invalid or resource labels have changed",
                 ));
             }
-            let labels = if body["labels"].is_null() {
-                json!({})
-            } else {
-                body["labels"].clone()
-            };
+            let labels = or_empty(&body["labels"]);
             check_labels(&labels)?;
             let vm = s.instances.get_mut(&key).expect("exists");
             vm["labelFingerprint"] = json!(label_fingerprint(&labels));

@@ -96,10 +96,7 @@ impl World {
     ) -> Value {
         let id = self.new_id();
         let name = format!("operation-{id}-{}", kind.to_lowercase());
-        let scope = match zone {
-            Some(z) => format!("zones/{z}"),
-            None => "global".into(),
-        };
+        let scope = zone.map_or_else(|| "global".into(), |z| format!("zones/{z}"));
         let mut value = json!({
             "kind": "compute#operation",
             "id": id.to_string(),
@@ -257,6 +254,15 @@ impl World {
     pub(super) fn repeated(&self, request_id: Option<&str>) -> Option<Value> {
         let name = self.request_ids.get(request_id?)?;
         Some(self.ops.get(name)?.value.clone())
+    }
+}
+
+/// `v`, or an empty object for null (a field the body left out).
+pub(super) fn or_empty(v: &Value) -> Value {
+    if v.is_null() {
+        json!({})
+    } else {
+        v.clone()
     }
 }
 

@@ -228,19 +228,20 @@ pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> A
         },
     );
     let a = s.action("create_server", id, Effect::Create);
-    if let Some(fail) = s.fail_next_create.take() {
-        if let Some(x) = s.actions.get_mut(&a) {
-            x.fail = Some(fail);
-        }
+    let fail = s.fail_next_create.take();
+    if let Some(x) = s.actions.get_mut(&a) {
+        x.fail = fail;
     }
     // The start is a next action of the create, as Hetzner's: it starts when the create ends.
     let mut next_actions = Vec::new();
     if c.start {
         let n = s.next_action("start_server", id, Effect::Start);
-        if let Some(msg) = s.fail_next_start.take() {
-            if let Some(x) = s.actions.get_mut(&n) {
-                x.fail = Some(("action_failed".into(), msg));
-            }
+        let fail = s
+            .fail_next_start
+            .take()
+            .map(|m| ("action_failed".into(), m));
+        if let Some(x) = s.actions.get_mut(&n) {
+            x.fail = fail;
         }
         next_actions.push(s.action_json(n));
     }
