@@ -34,10 +34,8 @@ pub fn run_alone(module: &str, name: &str, env: &[(&str, &str)], unset: &[&str])
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(ALONE_ENV, &full);
-    for (k, v) in env {
-        child.env(k, v);
-    }
+        .env(ALONE_ENV, &full)
+        .envs(env.iter().copied());
     for k in unset {
         child.env_remove(k);
     }

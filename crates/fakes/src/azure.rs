@@ -160,7 +160,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 
-use crate::control::{serve, Control, Fault, Rule, Running};
+use crate::control::{lock, serve, Control, Fault, Rule, Running};
 
 mod billing;
 mod compute;
@@ -237,26 +237,10 @@ pub const NIC_RESERVATION: Duration = Duration::from_secs(180);
 /// `t` as Azure writes times: RFC 3339 in UTC with seven fractional digits
 /// (`2021-06-27T01:02:38.3138469+00:00`).
 fn rfc3339(t: std::time::SystemTime) -> String {
-    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs() as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days since 1970-01-01 to a civil date (proleptic Gregorian calendar).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:07}+00:00",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        d.subsec_nanos() / 100
-    )
+    let t = chrono::DateTime::<chrono::Utc>::from(t);
+    // chrono writes 3, 6 or 9 fractional digits: the seventh is cut by hand (not rounded).
+    let ticks = t.timestamp_subsec_nanos() / 100;
+    format!("{}.{ticks:07}+00:00", t.format("%Y-%m-%dT%H:%M:%S"))
 }
 
 fn now() -> String {
@@ -362,7 +346,7 @@ struct Op {
     outcome: Option<Result<(), (String, String)>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct State {
     groups: BTreeSet<String>,
     res: BTreeMap<String, Res>,
@@ -414,44 +398,19 @@ pub struct FakeAzure {
     state: Arc<Mutex<State>>,
 }
 
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl FakeAzure {
     /// Starts the fake with the resource group [`RESOURCE_GROUP`], no networks, every size in stock.
     pub async fn start() -> std::io::Result<FakeAzure> {
-        let mut groups = BTreeSet::new();
-        groups.insert(RESOURCE_GROUP.to_string());
         let state = Arc::new(Mutex::new(State {
-            groups,
-            res: BTreeMap::new(),
-            ops: HashMap::new(),
+            groups: BTreeSet::from([RESOURCE_GROUP.to_string()]),
             page_size: 100,
             operation_time: OPERATION_TIME,
-            poll_pause: None,
             skus: seed_skus(),
             prices: seed_prices(),
-            no_stock: HashMap::new(),
-            unavailable: BTreeSet::new(),
-            quota: BTreeSet::new(),
-            deny: Vec::new(),
-            deny_public: None,
-            refuse_delete: BTreeSet::new(),
-            custom_data: HashMap::new(),
-            location_only: false,
             next_ip: 10,
             next_op: 1,
-            visibility_delay: Duration::ZERO,
             nic_reservation: NIC_RESERVATION,
-            reserved: HashMap::new(),
-            credits: HashMap::new(),
-            rg_scoped: false,
-            clusters: HashMap::new(),
-            managed_identity: false,
-            user_assigned: Vec::new(),
-            link_origin: None,
-            throttle: None,
+            ..State::default()
         }));
         let router = Router::new().fallback(handle).with_state(state.clone());
         let server = serve(router, Arc::new(Control::default())).await?;
@@ -525,18 +484,8 @@ impl FakeAzure {
         else {
             panic!("hold: no such resource type {type_name}");
         };
-        let mut st = self.st();
-        let id = fake_uuid(0, st.next_op);
-        st.next_op += 1;
-        st.ops.insert(
-            id,
-            Op {
-                key: rid(rg, kind, name).to_ascii_lowercase(),
-                action: Action::Hold,
-                ends: Instant::now() + d,
-                outcome: None,
-            },
-        );
+        let key = key(rg, kind, name);
+        new_op(&mut self.st(), &key, Action::Hold, d);
     }
 
     /// Long-running operations answer only a `Location` header (`.../operationResults/{id}`: 202
@@ -625,7 +574,7 @@ impl FakeAzure {
     pub fn nsg_rules(&self, rg: &str, name: &str) -> Vec<Value> {
         let st = self.st();
         st.res
-            .get(&rid(rg, Kind::Nsg, name).to_ascii_lowercase())
+            .get(&key(rg, Kind::Nsg, name))
             .and_then(|r| r.body["properties"]["securityRules"].as_array().cloned())
             .unwrap_or_default()
     }
@@ -656,7 +605,7 @@ impl FakeAzure {
         let kind = Kind::of(ns, ty)?;
         self.st()
             .res
-            .get(&rid(rg, kind, name).to_ascii_lowercase())
+            .get(&key(rg, kind, name))
             .map(|r| r.body.clone())
     }
 
@@ -664,15 +613,14 @@ impl FakeAzure {
     /// `ZonalAllocationFailed`, `OverconstrainedAllocationRequest`), leaving a failed VM, until
     /// [`FakeAzure::restore_stock`].
     pub fn fail_allocation(&self, size: &str, location: &str, code: &str) {
-        self.st().no_stock.insert(
-            (size.to_ascii_lowercase(), location.to_ascii_lowercase()),
-            code.to_string(),
-        );
+        self.st()
+            .no_stock
+            .insert(size_at(size, location), code.to_string());
     }
 
     /// Ends [`FakeAzure::fail_allocation`] and [`FakeAzure::sku_not_available`] for `size` in `location`.
     pub fn restore_stock(&self, size: &str, location: &str) {
-        let k = (size.to_ascii_lowercase(), location.to_ascii_lowercase());
+        let k = size_at(size, location);
         let mut st = self.st();
         st.no_stock.remove(&k);
         st.unavailable.remove(&k);
@@ -680,9 +628,7 @@ impl FakeAzure {
 
     /// A VM `PUT` of `size` in `location` is refused at once with 409 `SkuNotAvailable`.
     pub fn sku_not_available(&self, size: &str, location: &str) {
-        self.st()
-            .unavailable
-            .insert((size.to_ascii_lowercase(), location.to_ascii_lowercase()));
+        self.st().unavailable.insert(size_at(size, location));
     }
 
     /// A VM `PUT` of `size` is refused with 409 `OperationNotAllowed` naming the family's core quota.
@@ -729,10 +675,7 @@ impl FakeAzure {
     /// The custom data (base64, as sent) of VM `name` in `rg`: Azure never returns it, the fake keeps
     /// it for tests.
     pub fn custom_data(&self, rg: &str, name: &str) -> Option<String> {
-        self.st()
-            .custom_data
-            .get(&rid(rg, Kind::Vm, name).to_ascii_lowercase())
-            .cloned()
+        self.st().custom_data.get(&key(rg, Kind::Vm, name)).cloned()
     }
 
     /// VMs made from now on are invisible to every read (`GET`, lists, instance view) for `delay`,
@@ -792,7 +735,7 @@ impl FakeAzure {
     /// cluster: it may then take any size of its location.
     pub fn limit_cluster(&self, rg: &str, name: &str, sizes: &[&str]) {
         self.st().clusters.insert(
-            rid(rg, Kind::Vm, name).to_ascii_lowercase(),
+            key(rg, Kind::Vm, name),
             sizes.iter().map(|s| s.to_ascii_lowercase()).collect(),
         );
     }
@@ -828,6 +771,29 @@ impl FakeAzure {
 
 fn eq(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
+}
+
+/// The key of a resource in the state: its id in lower case (Azure compares ids without case).
+fn key(rg: &str, kind: Kind, name: &str) -> String {
+    rid(rg, kind, name).to_ascii_lowercase()
+}
+
+/// The key of `size` in `location` in the faults of stock: both in lower case.
+fn size_at(size: &str, location: &str) -> (String, String) {
+    (size.to_ascii_lowercase(), location.to_ascii_lowercase())
+}
+
+/// The location of a resource (`body`), as stored.
+fn location_of(body: &Value) -> String {
+    body["location"]
+        .as_str()
+        .unwrap_or("westeurope")
+        .to_string()
+}
+
+/// The elements of `v` when it is an array; none otherwise.
+fn items(v: &Value) -> impl Iterator<Item = &Value> {
+    v.as_array().into_iter().flatten()
 }
 
 fn rid(rg: &str, kind: Kind, name: &str) -> String {

@@ -61,14 +61,7 @@ impl Fault {
                 headers,
             } => {
                 let mut r = (status(*s), axum::Json(body.clone())).into_response();
-                for (k, v) in headers {
-                    if let (Ok(k), Ok(v)) = (
-                        HeaderName::from_bytes(k.as_bytes()),
-                        HeaderValue::from_str(v),
-                    ) {
-                        r.headers_mut().insert(k, v);
-                    }
-                }
+                add_headers(&mut r, headers);
                 Some(r)
             }
             Fault::Text {
@@ -77,12 +70,23 @@ impl Fault {
                 body,
             } => {
                 let mut r = (status(*s), body.clone()).into_response();
-                if let Ok(v) = HeaderValue::from_str(content_type) {
-                    r.headers_mut().insert(axum::http::header::CONTENT_TYPE, v);
-                }
+                add_headers(&mut r, &[("content-type", content_type)]);
                 Some(r)
             }
             Fault::Latency(_) | Fault::DropAnswer => None,
+        }
+    }
+}
+
+/// Adds `headers` to `r` (replacing a header of the same name), leaving out any whose name or
+/// value is not valid in HTTP.
+pub(crate) fn add_headers(r: &mut Response, headers: &[(impl AsRef<str>, impl AsRef<str>)]) {
+    for (k, v) in headers {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_ref().as_bytes()),
+            HeaderValue::from_str(v.as_ref()),
+        ) {
+            r.headers_mut().insert(k, v);
         }
     }
 }
@@ -149,7 +153,8 @@ pub struct Control {
     log: Mutex<Vec<Logged>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// `m` locked, also after a panic of another holder (a fake's state stays usable to the test).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -242,10 +247,8 @@ impl Control {
                 next.run(req).await
             }
             (None, Some(Fault::DropAnswer)) => {
-                let served = next.run(req).await;
-                let (parts, _) = served.into_parts();
-                let broken = broken_body();
-                let mut r = Response::from_parts(parts, broken);
+                let (parts, _) = next.run(req).await.into_parts();
+                let mut r = Response::from_parts(parts, broken_body());
                 r.headers_mut().remove(axum::http::header::CONTENT_LENGTH);
                 r
             }

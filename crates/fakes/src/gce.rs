@@ -217,6 +217,13 @@ pub const IMAGES: &[(&str, &str, &str)] = &[
 
 type Shared = Arc<Mutex<World>>;
 
+/// The route of `path` under the API's root for a project.
+macro_rules! api {
+    ($path:literal) => {
+        concat!("/compute/v1/projects/{project}", $path)
+    };
+}
+
 /// The world, with every operation whose time is up ended.
 fn lock(s: &Shared) -> MutexGuard<'_, World> {
     let mut world = s.lock().unwrap_or_else(|p| p.into_inner());
@@ -240,65 +247,44 @@ impl FakeGce {
         let control = Arc::new(Control::default());
         let api = Router::new()
             .route(
-                "/compute/v1/projects/{project}/zones/{zone}/instances",
+                api!("/zones/{zone}/instances"),
                 get(list_instances).post(insert_instance),
             )
+            .route(api!("/aggregated/instances"), get(aggregated_instances))
             .route(
-                "/compute/v1/projects/{project}/aggregated/instances",
-                get(aggregated_instances),
-            )
-            .route(
-                "/compute/v1/projects/{project}/aggregated/machineTypes",
+                api!("/aggregated/machineTypes"),
                 get(aggregated_machine_types),
             )
             .route(
-                "/compute/v1/projects/{project}/zones/{zone}/instances/{name}",
+                api!("/zones/{zone}/instances/{name}"),
                 get(get_instance).delete(delete_instance),
             )
             .route(
-                "/compute/v1/projects/{project}/zones/{zone}/instances/{name}/{action}",
+                api!("/zones/{zone}/instances/{name}/{action}"),
                 post(instance_action),
             )
             .route(
-                "/compute/v1/projects/{project}/zones/{zone}/disks/{name}",
+                api!("/zones/{zone}/disks/{name}"),
                 get(get_disk).delete(delete_disk),
             )
             .route(
-                "/compute/v1/projects/{project}/zones/{zone}/machineTypes/{name}",
+                api!("/zones/{zone}/machineTypes/{name}"),
                 get(get_machine_type),
             )
+            .route(api!("/zones/{zone}/operations/{name}"), get(get_op))
+            .route(api!("/zones/{zone}/operations/{name}/wait"), post(wait_op))
+            .route(api!("/global/operations/{name}"), get(get_op))
+            .route(api!("/global/operations/{name}/wait"), post(wait_op))
             .route(
-                "/compute/v1/projects/{project}/zones/{zone}/operations/{name}",
-                get(get_zone_op),
-            )
-            .route(
-                "/compute/v1/projects/{project}/zones/{zone}/operations/{name}/wait",
-                post(wait_zone_op),
-            )
-            .route(
-                "/compute/v1/projects/{project}/global/operations/{name}",
-                get(get_global_op),
-            )
-            .route(
-                "/compute/v1/projects/{project}/global/operations/{name}/wait",
-                post(wait_global_op),
-            )
-            .route(
-                "/compute/v1/projects/{project}/global/images/family/{family}",
+                api!("/global/images/family/{family}"),
                 get(image_from_family),
             )
+            .route(api!("/global/firewalls"), get(list_firewalls))
             .route(
-                "/compute/v1/projects/{project}/global/firewalls",
-                get(list_firewalls),
-            )
-            .route(
-                "/compute/v1/projects/{project}/global/firewalls/{name}",
+                api!("/global/firewalls/{name}"),
                 get(get_firewall).patch(patch_firewall),
             )
-            .route(
-                "/compute/v1/projects/{project}/global/networks/{name}",
-                get(get_network),
-            )
+            .route(api!("/global/networks/{name}"), get(get_network))
             .fallback(|| async { gerr(404, "notFound", "The requested URL was not found") })
             .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
             .with_state(state.clone());
@@ -469,22 +455,12 @@ impl FakeGce {
 
     /// The names of the instances in `zone`.
     pub fn instance_names(&self, zone: &str) -> Vec<String> {
-        lock(&self.state)
-            .instances
-            .keys()
-            .filter(|(z, _)| z == zone)
-            .map(|(_, n)| n.clone())
-            .collect()
+        names_in(&lock(&self.state).instances, zone)
     }
 
     /// The names of the disks in `zone`.
     pub fn disk_names(&self, zone: &str) -> Vec<String> {
-        lock(&self.state)
-            .disks
-            .keys()
-            .filter(|(z, _)| z == zone)
-            .map(|(_, n)| n.clone())
-            .collect()
+        names_in(&lock(&self.state).disks, zone)
     }
 
     /// The stored disk `name` in `zone`, as the API shows it.
@@ -506,7 +482,7 @@ impl FakeGce {
         let mut s = lock(&self.state);
         let id = s.new_id();
         let disk = json!({"name": name, "sizeGb": "10"});
-        let vm = instance_json(
+        let mut vm = instance_json(
             zone,
             name,
             machine_type,
@@ -523,7 +499,6 @@ impl FakeGce {
         );
         s.disks
             .insert((zone.into(), name.into()), disk_json(zone, &disk, name, id));
-        let mut vm = vm;
         vm["status"] = json!("RUNNING");
         vm["lastStartTimestamp"] = json!(now_text());
         s.instances.insert((zone.into(), name.into()), vm);
@@ -675,6 +650,14 @@ impl FakeGce {
             self.put_instance(zone, &format!("{prefix}-{i}"), machine_type, labels.clone());
         }
     }
+}
+
+/// The names of the zonal resources of `zone` in `map`.
+fn names_in(map: &BTreeMap<Key, Value>, zone: &str) -> Vec<String> {
+    map.keys()
+        .filter(|(z, _)| z == zone)
+        .map(|(_, n)| n.clone())
+        .collect()
 }
 
 /// What a program hands the Compute Engine driver (`orca::of_with("gce", ..)`) to reach `fake`: a

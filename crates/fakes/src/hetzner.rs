@@ -81,7 +81,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-use crate::control::{serve, Control, Running};
+use crate::control::{lock, serve, Control, Running};
 
 pub use selector::selector_matches;
 
@@ -146,10 +146,6 @@ impl State_ {
 }
 
 type Shared = Arc<Mutex<State_>>;
-
-fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State_> {
-    s.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// A running fake Hetzner Cloud API.
 #[derive(Debug)]
@@ -312,13 +308,11 @@ impl FakeHetzner {
     /// Sets server `id`'s `status` to any word, also one the reference does not list yet (what a
     /// status Hetzner adds later looks like to a client). False when there is no such server.
     pub fn set_status(&self, id: i64, word: &str) -> bool {
-        match lock(&self.state).servers.get_mut(&id) {
-            Some(v) => {
-                v.status = word.to_string();
-                true
-            }
-            None => false,
-        }
+        let mut s = lock(&self.state);
+        s.servers
+            .get_mut(&id)
+            .map(|v| v.status = word.to_string())
+            .is_some()
     }
 
     /// Makes servers made from now on invisible to every read (`GET`, listings) for `delay` after
@@ -477,23 +471,17 @@ fn paged_with<T>(
     items: Vec<T>,
     show: impl Fn(&T) -> Value,
 ) -> ApiResult {
-    let page: i64 = match param(q, "page") {
-        None => 1,
-        Some(p) => p
-            .parse()
-            .ok()
-            .filter(|p| *p >= 1)
-            .ok_or_else(|| invalid("page must be a positive integer"))?,
-    };
-    let per_page: i64 = match param(q, "per_page") {
-        None => 25,
+    // `key`'s value, a positive integer, or `default` without one.
+    let positive = |key: &str, default: i64| match param(q, key) {
+        None => Ok(default),
         Some(p) => p
             .parse::<i64>()
             .ok()
             .filter(|p| *p >= 1)
-            .ok_or_else(|| invalid("per_page must be a positive integer"))?
-            .min(50),
+            .ok_or_else(|| invalid(format!("{key} must be a positive integer"))),
     };
+    let page = positive("page", 1)?;
+    let per_page = positive("per_page", 25)?.min(50);
     let total = items.len() as i64;
     let last = ((total + per_page - 1) / per_page).max(1);
     let start = ((page - 1) * per_page).min(total) as usize;

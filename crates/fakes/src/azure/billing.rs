@@ -148,20 +148,14 @@ pub(super) fn credits(st: &State, account: &str, profile: &str) -> Response {
 const SYSTEM_IDENTITY: &str = "00000000-0000-4000-8000-00000000c11e";
 
 pub(super) fn imds(st: &State, r: &Req) -> Response {
-    if r.headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
-        return answer(
-            400,
-            json!({"error": "invalid_request", "error_description": "Required metadata header not specified"}),
-            &[],
-        );
-    }
-    let not_found = || {
-        answer(
-            400,
-            json!({"error": "invalid_request", "error_description": "Identity not found"}),
-            &[],
-        )
+    let refuse = |why: &str| {
+        let body = json!({"error": "invalid_request", "error_description": why});
+        answer(400, body, &[])
     };
+    if r.headers.get("metadata").and_then(|v| v.to_str().ok()) != Some("true") {
+        return refuse("Required metadata header not specified");
+    }
+    let not_found = || refuse("Identity not found");
     // `client_id` names a user-assigned identity; without it the system-assigned identity answers,
     // else the only user-assigned one; with several and no system-assigned one the service
     // refuses to choose.
@@ -174,13 +168,7 @@ pub(super) fn imds(st: &State, r: &Req) -> Response {
         None => match st.user_assigned.as_slice() {
             [] => return not_found(),
             [one] => one.clone(),
-            _ => {
-                return answer(
-                    400,
-                    json!({"error": "invalid_request", "error_description": "Multiple user assigned identities exist, please specify the clientId / resourceId of the identity in the token request"}),
-                    &[],
-                )
-            }
+            _ => return refuse("Multiple user assigned identities exist, please specify the clientId / resourceId of the identity in the token request"),
         },
     };
     let now = std::time::SystemTime::now()

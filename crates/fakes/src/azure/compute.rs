@@ -85,11 +85,7 @@ pub(super) fn reserved_for_another(st: &mut State, nic_id: &str, vm_id: &str) ->
 pub(super) fn reserve_nics(st: &mut State, vm: &Value) {
     let until = Instant::now() + st.nic_reservation;
     let vm_id = vm["id"].as_str().unwrap_or("").to_string();
-    for n in vm["properties"]["networkProfile"]["networkInterfaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    for n in items(&vm["properties"]["networkProfile"]["networkInterfaces"]) {
         if let Some(id) = n["id"].as_str() {
             st.reserved
                 .insert(id.to_ascii_lowercase(), (vm_id.clone(), until));
@@ -157,7 +153,7 @@ pub(super) fn allocated(res: &Res) -> bool {
 /// `VirtualMachines_ListAvailableSizes` (`{vm}/vmSizes`): the sizes VM `name` can be resized to;
 /// for an allocated VM on a limited hardware cluster ([`FakeAzure::limit_cluster`]), only those.
 pub(super) fn vm_sizes(st: &State, rg: &str, name: &str) -> Response {
-    let key = rid(rg, Kind::Vm, name).to_ascii_lowercase();
+    let key = key(rg, Kind::Vm, name);
     let Some(res) = st.res.get(&key).filter(|x| x.visible()) else {
         return not_found(Kind::Vm, name, rg);
     };
@@ -227,7 +223,7 @@ pub(super) fn instance_view(res: &Res) -> Value {
 }
 
 pub(super) fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &str) -> Response {
-    let key = rid(rg, Kind::Vm, name).to_ascii_lowercase();
+    let key = key(rg, Kind::Vm, name);
     let (busy, end) = match action.to_ascii_lowercase().as_str() {
         "start" => ("starting", "running"),
         "deallocate" => ("deallocating", "deallocated"),
@@ -242,10 +238,7 @@ pub(super) fn vm_action(st: &mut State, r: &Req, rg: &str, name: &str, action: &
         return not_found(Kind::Vm, name, rg);
     };
     res.power = busy.into();
-    let location = res.body["location"]
-        .as_str()
-        .unwrap_or("westeurope")
-        .to_string();
+    let location = location_of(&res.body);
     let op = start_op(st, r, &key, Kind::Vm, &location, Action::Power(end));
     let mut headers = vec![("Azure-AsyncOperation", op.clone()), ("Location", op)];
     headers.extend(retry_after(st));
@@ -263,10 +256,7 @@ pub(super) fn cascade_of(st: &State, vm: &Value) -> Vec<String> {
             out.push(d.to_string());
         }
     }
-    for n in vm["properties"]["networkProfile"]["networkInterfaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    for n in items(&vm["properties"]["networkProfile"]["networkInterfaces"])
         .filter(|n| n["properties"]["deleteOption"] == "Delete")
     {
         let Some(nic_id) = n["id"].as_str() else {
@@ -276,11 +266,7 @@ pub(super) fn cascade_of(st: &State, vm: &Value) -> Vec<String> {
         let Some(nic) = st.res.get(&nic_id.to_ascii_lowercase()) else {
             continue;
         };
-        for c in nic.body["properties"]["ipConfigurations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
+        for c in items(&nic.body["properties"]["ipConfigurations"]) {
             if let Some(pip) = c["properties"]["publicIPAddress"]["id"].as_str() {
                 let deletes = st
                     .res
@@ -313,11 +299,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
         }
     }
     let mut detached = Vec::new();
-    for n in vm["properties"]["networkProfile"]["networkInterfaces"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    for n in items(&vm["properties"]["networkProfile"]["networkInterfaces"]) {
         let Some(nic_id) = n["id"].as_str() else {
             continue;
         };
@@ -327,11 +309,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
                 continue;
             };
             st.reserved.remove(&nk);
-            for c in nic.body["properties"]["ipConfigurations"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
+            for c in items(&nic.body["properties"]["ipConfigurations"]) {
                 let Some(pip) = c["properties"]["publicIPAddress"]["id"].as_str() else {
                     continue;
                 };
@@ -360,12 +338,10 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
             }
         }
     }
-    if !detached.is_empty() {
-        let until = Instant::now() + st.nic_reservation;
-        for d in detached {
-            st.reserved
-                .insert(d.to_ascii_lowercase(), (vm_id.to_string(), until));
-        }
+    let until = Instant::now() + st.nic_reservation;
+    for d in detached {
+        st.reserved
+            .insert(d.to_ascii_lowercase(), (vm_id.to_string(), until));
     }
 }
 
@@ -466,15 +442,12 @@ fn checked_size(
         .or(named.first())
         .map(|s| (*s).clone())
     else {
-        return Err(err_with(
-            400,
-            "InvalidParameter",
+        return Err(invalid_parameter(
+            "vmSize",
             &format!("The value {size} provided for the VM size is not valid."),
-            json!([]),
-            json!({"target": "vmSize"}),
         ));
     };
-    let lk = (size.to_ascii_lowercase(), location.to_ascii_lowercase());
+    let lk = size_at(&size, location);
     let offered = sku["locations"]
         .as_array()
         .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), location)));
@@ -505,13 +478,7 @@ fn checked_size(
         .to_ascii_lowercase();
     let image_arm = image_sku.contains("arm64");
     if image_arm != (arch == "Arm64") {
-        return Err(err_with(
-            400,
-            "InvalidParameter",
-            &format!("The selected VM size '{size}' cannot boot Hypervisor Generation or architecture of image '{image_sku}': the image is {} and the size is {arch}.", if image_arm { "Arm64" } else { "x64" }),
-            json!([]),
-            json!({"target": "vmSize"}),
-        ));
+        return Err(invalid_parameter("vmSize", &format!("The selected VM size '{size}' cannot boot Hypervisor Generation or architecture of image '{image_sku}': the image is {} and the size is {arch}.", if image_arm { "Arm64" } else { "x64" })));
     }
     Ok((size, lk))
 }
@@ -540,13 +507,7 @@ fn checked_profile(st: &mut State, props: &Value, id: &str) -> Result<Vec<Value>
     let linux = &props["osProfile"]["linuxConfiguration"];
     let keys = linux["ssh"]["publicKeys"].as_array().map_or(0, |k| k.len());
     if linux["disablePasswordAuthentication"] == true && keys == 0 {
-        return Err(err_with(
-            400,
-            "InvalidParameter",
-            "Authentication using either SSH or by user name and password must be enabled in Linux profile.",
-            json!([]),
-            json!({"target": "linuxConfiguration"}),
-        ));
+        return Err(invalid_parameter("linuxConfiguration", "Authentication using either SSH or by user name and password must be enabled in Linux profile."));
     }
     if let Some(cd) = props["osProfile"]["customData"].as_str() {
         if cd.len() > 87_380 {

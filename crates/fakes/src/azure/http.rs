@@ -24,23 +24,26 @@ pub(super) fn err_with(
     answer(status, json!({ "error": e }), &[])
 }
 
+/// 400 `InvalidParameter`, naming the parameter at fault (`target`).
+pub(super) fn invalid_parameter(target: &str, message: &str) -> Response {
+    err_with(
+        400,
+        "InvalidParameter",
+        message,
+        json!([]),
+        json!({ "target": target }),
+    )
+}
+
 pub(super) fn answer(status: u16, body: Value, headers: &[(&str, String)]) -> Response {
     let mut r = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         axum::Json(body),
     )
         .into_response();
-    let h = r.headers_mut();
-    for (k, v) in headers {
-        if let (Ok(k), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(k.as_bytes()),
-            axum::http::HeaderValue::from_str(v),
-        ) {
-            h.insert(k, v);
-        }
-    }
+    crate::control::add_headers(&mut r, headers);
     if let Ok(v) = format!("fake-{:016x}", fastish_id()).parse() {
-        h.insert("x-ms-request-id", v);
+        r.headers_mut().insert("x-ms-request-id", v);
     }
     r
 }
@@ -125,12 +128,10 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
         link_base,
     };
     if r.path == "/api/retail/prices" {
-        let st = lock(&state);
-        return prices(&st, &r);
+        return prices(&lock(&state), &r);
     }
     if r.path.starts_with("/metadata/") {
-        let st = lock(&state);
-        return imds(&st, &r);
+        return imds(&lock(&state), &r);
     }
     if r.q("api-version").is_none() {
         return err(
@@ -162,18 +163,8 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
         Some(t) => t.spend(&r.method),
         None => (Vec::new(), None),
     };
-    let mut rsp = match refusal {
-        Some(refused) => refused,
-        None => route(&mut st, &r),
-    };
-    for (k, v) in limit_headers {
-        if let (Ok(k), Ok(v)) = (
-            axum::http::HeaderName::from_bytes(k.as_bytes()),
-            axum::http::HeaderValue::from_str(&v),
-        ) {
-            rsp.headers_mut().insert(k, v);
-        }
-    }
+    let mut rsp = refusal.unwrap_or_else(|| route(&mut st, &r));
+    crate::control::add_headers(&mut rsp, &limit_headers);
     if st.location_only {
         let h = rsp.headers_mut();
         if let Some(op) = h.remove("azure-asyncoperation") {
@@ -204,12 +195,12 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
     {
         return credits(st, segs[3], segs[5]);
     }
+    let no_route = || {
+        let message = format!("no route for {}", r.path);
+        err(404, "InvalidResourceType", &message)
+    };
     if segs.len() < 2 || !eq(segs[0], "subscriptions") {
-        return err(
-            404,
-            "InvalidResourceType",
-            &format!("no route for {}", r.path),
-        );
+        return no_route();
     }
     if !eq(segs[1], SUBSCRIPTION) {
         return err(
@@ -238,18 +229,10 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
         if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operationResults") {
             return poll_location(st, r, rest[5]);
         }
-        return err(
-            404,
-            "InvalidResourceType",
-            &format!("no route for {}", r.path),
-        );
+        return no_route();
     }
     if rest.len() < 4 || !eq(rest[0], "resourceGroups") || !eq(rest[2], "providers") {
-        return err(
-            404,
-            "InvalidResourceType",
-            &format!("no route for {}", r.path),
-        );
+        return no_route();
     }
     let rg = rest[1];
     if !st.groups.contains(&rg.to_ascii_lowercase()) {
@@ -288,11 +271,7 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
             vm_sizes(st, rg, tail[0])
         }
         (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
-            match st
-                .res
-                .get(&rid(rg, kind, tail[0]).to_ascii_lowercase())
-                .filter(|x| x.visible())
-            {
+            match st.res.get(&key(rg, kind, tail[0])).filter(|x| x.visible()) {
                 Some(res) => answer(200, instance_view(res), &[]),
                 None => not_found(kind, tail[0], rg),
             }
@@ -312,7 +291,7 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
             rule_call(st, r, m, rg, tail[0], tail[2])
         }
         (2, &Method::GET) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
-            match st.res.get(&rid(rg, kind, tail[0]).to_ascii_lowercase()) {
+            match st.res.get(&key(rg, kind, tail[0])) {
                 Some(res) => answer(
                     200,
                     json!({"value": res.body["properties"]["securityRules"]}),

@@ -81,7 +81,7 @@ pub(super) fn nsg_body(
 }
 
 pub(super) fn subnet_get(st: &State, rg: &str, vnet: &str, subnet: &str) -> Response {
-    let Some(v) = st.res.get(&rid(rg, Kind::Vnet, vnet).to_ascii_lowercase()) else {
+    let Some(v) = st.res.get(&key(rg, Kind::Vnet, vnet)) else {
         return not_found(Kind::Vnet, vnet, rg);
     };
     match v.body["properties"]["subnets"].as_array().and_then(|s| {
@@ -170,10 +170,7 @@ pub(super) fn rule_call(
                     201
                 }
             };
-            let location = res.body["location"]
-                .as_str()
-                .unwrap_or("westeurope")
-                .to_string();
+            let location = location_of(&res.body);
             if let Some(x) = st.res.get_mut(&key) {
                 x.body["properties"]["securityRules"] = json!(rules);
             }
@@ -194,10 +191,7 @@ pub(super) fn rule_call(
             if let Some(x) = st.res.get_mut(&key) {
                 x.body["properties"]["securityRules"] = json!(rules);
             }
-            let location = res.body["location"]
-                .as_str()
-                .unwrap_or("westeurope")
-                .to_string();
+            let location = location_of(&res.body);
             let op = start_op(st, r, &key, Kind::Nsg, &location, Action::Rule);
             answer(
                 202,

@@ -55,6 +55,25 @@ pub(super) fn fake_uuid(space: u32, n: u64) -> String {
         .to_string()
 }
 
+/// A new operation on resource `key` running for `d` of tokio's time: its id.
+pub(super) fn new_op(st: &mut State, key: &str, action: Action, d: Duration) -> String {
+    let id = fake_uuid(0, st.next_op);
+    st.next_op += 1;
+    let ends = Instant::now() + d;
+    let (key, outcome) = (key.to_string(), None);
+    st.ops.insert(
+        id.clone(),
+        Op {
+            key,
+            action,
+            ends,
+            outcome,
+        },
+    );
+    id
+}
+
+/// Starts an operation on resource `key` for the fake's operation time: its address.
 pub(super) fn start_op(
     st: &mut State,
     r: &Req,
@@ -63,17 +82,7 @@ pub(super) fn start_op(
     location: &str,
     action: Action,
 ) -> String {
-    let id = fake_uuid(0, st.next_op);
-    st.next_op += 1;
-    st.ops.insert(
-        id.clone(),
-        Op {
-            key: key.to_string(),
-            action,
-            ends: Instant::now() + st.operation_time,
-            outcome: None,
-        },
-    );
+    let id = new_op(st, key, action, st.operation_time);
     format!(
         "{}/subscriptions/{SUBSCRIPTION}/providers/{}/locations/{location}/operations/{id}?api-version={}",
         r.base,

@@ -47,11 +47,7 @@ pub(super) fn view(res: &Res, expand: bool) -> Value {
 }
 
 pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
-    match st
-        .res
-        .get(&rid(rg, kind, name).to_ascii_lowercase())
-        .filter(|x| x.visible())
-    {
+    match st.res.get(&key(rg, kind, name)).filter(|x| x.visible()) {
         Some(res) => answer(
             200,
             view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView"))),
@@ -224,32 +220,26 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
 }
 
 pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
-    let key = rid(rg, kind, name).to_ascii_lowercase();
+    let key = key(rg, kind, name);
     if let Some(e) = busy(st, &key, kind) {
         return e;
     }
-    if kind == Kind::Vm {
-        if let (Some(size), Some(res)) = (
-            r.body["properties"]["hardwareProfile"]["vmSize"].as_str(),
-            st.res.get(&key).filter(|x| x.visible()),
-        ) {
-            if let Some(e) = cluster_refusal(st, &key, res, size) {
-                return e;
-            }
+    // A VM's size and its OS disk's delete option change by `PATCH`.
+    let is_vm = kind == Kind::Vm;
+    let size = r.body["properties"]["hardwareProfile"]["vmSize"]
+        .as_str()
+        .filter(|_| is_vm);
+    if let (Some(size), Some(res)) = (size, st.res.get(&key).filter(|x| x.visible())) {
+        if let Some(e) = cluster_refusal(st, &key, res, size) {
+            return e;
         }
     }
-    let delete_option = &r.body["properties"]["storageProfile"]["osDisk"]["deleteOption"];
-    if kind == Kind::Vm
-        && !delete_option.is_null()
-        && !matches!(delete_option.as_str(), Some("Delete" | "Detach"))
+    let delete_option = Some(&r.body["properties"]["storageProfile"]["osDisk"]["deleteOption"])
+        .filter(|d| is_vm && !d.is_null());
+    if let Some(delete_option) =
+        delete_option.filter(|d| !matches!(d.as_str(), Some("Delete" | "Detach")))
     {
-        return err_with(
-            400,
-            "InvalidParameter",
-            &format!("The value '{delete_option}' of parameter 'deleteOption' is not allowed. Allowed values are 'Delete', 'Detach'."),
-            json!([]),
-            json!({"target": "deleteOption"}),
-        );
+        return invalid_parameter("deleteOption", &format!("The value '{delete_option}' of parameter 'deleteOption' is not allowed. Allowed values are 'Delete', 'Detach'."));
     }
     let Some(res) = st.res.get_mut(&key).filter(|x| x.visible()) else {
         return not_found(kind, name, rg);
@@ -257,26 +247,20 @@ pub(super) fn patch(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -
     if let Some(t) = r.body.get("tags") {
         res.body["tags"] = t.clone();
     }
-    let mut restart = false;
-    if kind == Kind::Vm && !delete_option.is_null() {
+    if let Some(d) = delete_option {
         // What the VM's delete does to its OS disk can change on an existing VM.
-        res.body["properties"]["storageProfile"]["osDisk"]["deleteOption"] = delete_option.clone();
+        res.body["properties"]["storageProfile"]["osDisk"]["deleteOption"] = d.clone();
     }
-    if kind == Kind::Vm {
-        if let Some(size) = r.body["properties"]["hardwareProfile"]["vmSize"].as_str() {
-            res.body["properties"]["hardwareProfile"]["vmSize"] = json!(size);
-            restart = res.power == "running";
-        }
+    let restart = size.is_some() && res.power == "running";
+    if let Some(size) = size {
+        res.body["properties"]["hardwareProfile"]["vmSize"] = json!(size);
     }
     res.body["properties"]["provisioningState"] = json!("Updating");
     if restart {
         res.power = "starting".into();
     }
     let body = res.body.clone();
-    let location = body["location"]
-        .as_str()
-        .unwrap_or("westeurope")
-        .to_string();
+    let location = location_of(&body);
     let action = if restart {
         Action::Power("running")
     } else {
@@ -306,15 +290,15 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
     if kind == Kind::Vm {
         scopes.extend(cascade_of(st, &res.body));
     }
-    let locked: Vec<&String> = scopes
+    let locked: Vec<&str> = scopes
         .iter()
+        .map(String::as_str)
         .filter(|s| {
             let n = s.rsplit('/').next().unwrap_or("");
             st.refuse_delete.contains(&n.to_ascii_lowercase())
         })
         .collect();
     if !locked.is_empty() {
-        let locked: Vec<&str> = locked.iter().map(|s| s.as_str()).collect();
         return err(
             409,
             "ScopeLocked",
@@ -374,10 +358,7 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
         }
         _ => {}
     }
-    let location = res.body["location"]
-        .as_str()
-        .unwrap_or("westeurope")
-        .to_string();
+    let location = location_of(&res.body);
     if let Some(x) = st.res.get_mut(&key) {
         x.body["properties"]["provisioningState"] = json!("Deleting");
         if kind == Kind::Vm && !x.power.is_empty() {

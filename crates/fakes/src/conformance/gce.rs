@@ -134,23 +134,17 @@ fn firewall_json(rule: &FirewallRule) -> Value {
         "disabled": rule.disabled,
     });
     for (k, list) in [
-        ("allowed", ports(&rule.allowed)),
-        ("denied", ports(&rule.denied)),
+        ("allowed", json!(ports(&rule.allowed))),
+        ("denied", json!(ports(&rule.denied))),
+        ("sourceRanges", json!(rule.source_ranges)),
+        ("sourceTags", json!(rule.source_tags)),
+        ("sourceServiceAccounts", json!(rule.source_service_accounts)),
+        ("destinationRanges", json!(rule.destination_ranges)),
+        ("targetTags", json!(rule.target_tags)),
+        ("targetServiceAccounts", json!(rule.target_service_accounts)),
     ] {
-        if !list.is_empty() {
-            v[k] = json!(list);
-        }
-    }
-    for (k, list) in [
-        ("sourceRanges", &rule.source_ranges),
-        ("sourceTags", &rule.source_tags),
-        ("sourceServiceAccounts", &rule.source_service_accounts),
-        ("destinationRanges", &rule.destination_ranges),
-        ("targetTags", &rule.target_tags),
-        ("targetServiceAccounts", &rule.target_service_accounts),
-    ] {
-        if !list.is_empty() {
-            v[k] = json!(list);
+        if list.as_array().is_some_and(|l| !l.is_empty()) {
+            v[k] = list;
         }
     }
     v

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// A handler's answer: a check's error answer leaves early with `?`.
+pub(super) type Answer = Result<Response, Response>;
+
 /// Compute Engine's error body.
 pub(super) fn gerr(code: u16, reason: &str, message: impl Into<String>) -> Response {
     let message = message.into();
@@ -104,6 +107,12 @@ pub(super) struct ListQuery {
     pub(super) page_token: Option<String>,
 }
 
+/// The list's `filter`, parsed.
+pub(super) fn filter_of(q: &ListQuery) -> Result<Filter, Response> {
+    Filter::parse(q.filter.as_deref().unwrap_or(""))
+        .map_err(|e| invalid(format!("Invalid value for field 'filter': {e}")))
+}
+
 #[derive(Deserialize)]
 pub(super) struct MutateQuery {
     #[serde(rename = "requestId")]
@@ -126,20 +135,15 @@ pub(super) fn check_request_id(r: &Option<String>) -> Result<(), Response> {
 /// `pageToken` ask for.
 pub(super) fn window(len: usize, q: &ListQuery) -> Result<(usize, usize), Response> {
     let max = match q.max_results.as_deref().map(str::parse::<u32>) {
-        None => 500,
-        Some(Ok(n)) if n <= 500 => {
-            if n == 0 {
-                500
-            } else {
-                n as usize
-            }
-        }
+        // 0 means the most, as no `maxResults` does.
+        None | Some(Ok(0)) => 500,
+        Some(Ok(n)) if n <= 500 => n as usize,
         Some(_) => {
             return Err(invalid(
                 "Invalid value for field 'maxResults': must be between 0 and 500, inclusive",
             ))
         }
-    } as usize;
+    };
     let start = match q.page_token.as_deref().filter(|t| !t.is_empty()) {
         None => 0,
         Some(t) => match t.strip_prefix("pt1.").and_then(|n| n.parse::<usize>().ok()) {
@@ -151,11 +155,8 @@ pub(super) fn window(len: usize, q: &ListQuery) -> Result<(usize, usize), Respon
 }
 
 /// One page of `items` (already filtered and ordered) for `maxResults` and `pageToken`.
-pub(super) fn page(items: Vec<Value>, q: &ListQuery, kind: &str, self_link: String) -> Response {
-    let (start, end) = match window(items.len(), q) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+pub(super) fn page(items: Vec<Value>, q: &ListQuery, kind: &str, self_link: String) -> Answer {
+    let (start, end) = window(items.len(), q)?;
     let mut body = json!({
         "kind": kind,
         "id": self_link.clone(),
@@ -167,7 +168,7 @@ pub(super) fn page(items: Vec<Value>, q: &ListQuery, kind: &str, self_link: Stri
     if end < items.len() {
         body["nextPageToken"] = json!(format!("pt1.{end}"));
     }
-    Json(body).into_response()
+    Ok(Json(body).into_response())
 }
 
 /// One page of an aggregated list: `items` are (zone, resource) pairs in zone order; the page holds
@@ -179,11 +180,8 @@ pub(super) fn aggregated_page(
     kind: &str,
     field: &str,
     self_link: String,
-) -> Response {
-    let (start, end) = match window(items.len(), q) {
-        Ok(w) => w,
-        Err(r) => return r,
-    };
+) -> Answer {
+    let (start, end) = window(items.len(), q)?;
     let on_page = &items[start..end];
     let mut scopes = serde_json::Map::new();
     for zone in ZONES {
@@ -213,5 +211,5 @@ pub(super) fn aggregated_page(
     if end < items.len() {
         body["nextPageToken"] = json!(format!("pt1.{end}"));
     }
-    Json(body).into_response()
+    Ok(Json(body).into_response())
 }

@@ -7,34 +7,35 @@ use super::*;
 pub(super) async fn get_disk(
     State(state): State<Shared>,
     Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    match lock(&state).disks.get(&(zone.clone(), name.clone())) {
-        Some(d) => Json(d.clone()).into_response(),
-        None => not_found(&format!("projects/{project}/zones/{zone}/disks/{name}")),
-    }
+) -> Answer {
+    check_project(&project)?;
+    let disk = lock(&state)
+        .disks
+        .get(&(zone.clone(), name.clone()))
+        .cloned();
+    let disk =
+        disk.ok_or_else(|| not_found(&format!("projects/{project}/zones/{zone}/disks/{name}")))?;
+    Ok(Json(disk).into_response())
 }
 
 pub(super) async fn delete_disk(
     State(state): State<Shared>,
     Path((project, zone, name)): Path<(String, String, String)>,
     Query(q): Query<MutateQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
+) -> Answer {
+    check_project(&project).and(check_request_id(&q.request_id))?;
     let mut s = lock(&state);
     if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
+        return Ok(Json(op).into_response());
     }
     let key = (zone.clone(), name.clone());
     if !s.disks.contains_key(&key) {
-        return not_found(&format!("projects/{project}/zones/{zone}/disks/{name}"));
+        return Err(not_found(&format!(
+            "projects/{project}/zones/{zone}/disks/{name}"
+        )));
     }
     if let Some(r) = disk_in_use(&s, &project, &zone, &name) {
-        return r;
+        return Err(r);
     }
     s.disks.remove(&key);
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks/{name}");
@@ -46,21 +47,20 @@ pub(super) async fn delete_disk(
         None,
         q.request_id.as_deref(),
     );
-    Json(op).into_response()
+    Ok(Json(op).into_response())
 }
 
 pub(super) async fn get_machine_type(
     Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_zone(&zone)) {
-        return r;
-    }
-    match MACHINE_TYPES.iter().find(|(n, ..)| *n == name) {
-        Some(t) => Json(machine_type_json(&zone, t)).into_response(),
-        None => not_found(&format!(
+) -> Answer {
+    check_project(&project).and(check_zone(&zone))?;
+    let t = MACHINE_TYPES.iter().find(|(n, ..)| *n == name);
+    let t = t.ok_or_else(|| {
+        not_found(&format!(
             "projects/{project}/zones/{zone}/machineTypes/{name}"
-        )),
-    }
+        ))
+    })?;
+    Ok(Json(machine_type_json(&zone, t)).into_response())
 }
 
 pub(super) fn machine_type_json(
@@ -109,14 +109,9 @@ pub(super) async fn image_from_family(Path((project, family)): Path<(String, Str
 pub(super) async fn aggregated_machine_types(
     Path(project): Path<String>,
     Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
+) -> Answer {
+    check_project(&project)?;
+    let filter = filter_of(&q)?;
     let items: Vec<(String, Value)> = ZONES
         .iter()
         .flat_map(|z| {

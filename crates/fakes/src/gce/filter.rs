@@ -167,11 +167,7 @@ fn parse_cond(s: &str) -> Result<Cond, String> {
 }
 
 fn lookup<'a>(item: &'a Value, path: &[String]) -> Option<&'a Value> {
-    let mut v = item;
-    for p in path {
-        v = v.get(p)?;
-    }
-    Some(v)
+    path.iter().try_fold(item, |v, p| v.get(p))
 }
 
 fn text(v: &Value) -> String {

@@ -8,14 +8,9 @@ pub(super) async fn list_firewalls(
     State(state): State<Shared>,
     Path(project): Path<String>,
     Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
+) -> Answer {
+    check_project(&project)?;
+    let filter = filter_of(&q)?;
     let items: Vec<Value> = lock(&state)
         .firewalls
         .values()
@@ -33,14 +28,12 @@ pub(super) async fn list_firewalls(
 pub(super) async fn get_firewall(
     State(state): State<Shared>,
     Path((project, name)): Path<(String, String)>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    match lock(&state).firewalls.get(&name) {
-        Some(f) => Json(f.clone()).into_response(),
-        None => not_found(&format!("projects/{project}/global/firewalls/{name}")),
-    }
+) -> Answer {
+    check_project(&project)?;
+    let rule = lock(&state).firewalls.get(&name).cloned();
+    let rule =
+        rule.ok_or_else(|| not_found(&format!("projects/{project}/global/firewalls/{name}")))?;
+    Ok(Json(rule).into_response())
 }
 
 pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
@@ -75,32 +68,33 @@ pub(super) async fn patch_firewall(
     Path((project, name)): Path<(String, String)>,
     Query(q): Query<MutateQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
+) -> Answer {
+    check_project(&project).and(check_request_id(&q.request_id))?;
     let mut s = lock(&state);
     if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
+        return Ok(Json(op).into_response());
     }
-    let Ok(patch) = serde_json::from_slice::<Value>(&body) else {
-        return invalid("Invalid JSON payload received.");
-    };
+    let patch = serde_json::from_slice::<Value>(&body)
+        .map_err(|_| invalid("Invalid JSON payload received."))?;
     let Some(current) = s.firewalls.get(&name).cloned() else {
-        return not_found(&format!("projects/{project}/global/firewalls/{name}"));
+        return Err(not_found(&format!(
+            "projects/{project}/global/firewalls/{name}"
+        )));
     };
     if patch
         .get("name")
         .is_some_and(|n| n.as_str() != Some(name.as_str()))
     {
-        return invalid("Invalid value for field 'resource.name': the name cannot be changed");
+        return Err(invalid(
+            "Invalid value for field 'resource.name': the name cannot be changed",
+        ));
     }
     if let Some(ranges) = patch.get("sourceRanges") {
         let ok = ranges
             .as_array()
             .is_some_and(|a| a.iter().all(|r| r.as_str().is_some_and(valid_ipv4_cidr)));
         if !ok {
-            return invalid("Invalid value for field 'resource.sourceRanges'");
+            return Err(invalid("Invalid value for field 'resource.sourceRanges'"));
         }
     }
     let mut updated = current;
@@ -115,20 +109,20 @@ pub(super) async fn patch_firewall(
         None,
         q.request_id.as_deref(),
     );
-    Json(op).into_response()
+    Ok(Json(op).into_response())
 }
 
 pub(super) async fn get_network(
     State(state): State<Shared>,
     Path((project, name)): Path<(String, String)>,
     _headers: HeaderMap,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
+) -> Answer {
+    check_project(&project)?;
     let s = lock(&state);
     let Some(n) = s.networks.get(&name) else {
-        return not_found(&format!("projects/{project}/global/networks/{name}"));
+        return Err(not_found(&format!(
+            "projects/{project}/global/networks/{name}"
+        )));
     };
     let mut n = n.clone();
     n["subnetworks"] = json!(s
@@ -139,5 +133,5 @@ pub(super) async fn get_network(
             "{LINK}/projects/{PROJECT}/regions/{region}/subnetworks/{sub}"
         ))
         .collect::<Vec<_>>());
-    Json(n).into_response()
+    Ok(Json(n).into_response())
 }

@@ -24,26 +24,19 @@ pub(super) async fn insert_instance(
     Path((project, zone)): Path<(String, String)>,
     Query(q): Query<MutateQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project)
+) -> Answer {
+    check_project(&project)
         .and(check_zone(&zone))
-        .and(check_request_id(&q.request_id))
-    {
-        return r;
-    }
+        .and(check_request_id(&q.request_id))?;
     let mut s = lock(&state);
     if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
+        return Ok(Json(op).into_response());
     }
-    let Ok(vm) = serde_json::from_slice::<Value>(&body) else {
-        return invalid("Invalid JSON payload received.");
-    };
-    let plan = match check_insert(&s, &project, &zone, &vm) {
-        Ok(p) => p,
-        Err(r) => return r,
-    };
+    let vm = serde_json::from_slice::<Value>(&body)
+        .map_err(|_| invalid("Invalid JSON payload received."))?;
+    let plan = check_insert(&s, &project, &zone, &vm)?;
     s.inserts.push(vm.clone());
-    Json(make(&mut s, &project, &vm, plan, q.request_id.as_deref())).into_response()
+    Ok(Json(make(&mut s, &project, &vm, plan, q.request_id.as_deref())).into_response())
 }
 
 fn check_insert(s: &World, project: &str, zone: &str, vm: &Value) -> Result<Plan, Response> {
@@ -308,22 +301,12 @@ fn make_disk(s: &mut World, plan: &Plan, target: &str, id: u64) {
 /// The instance as the body `vm` asks for it (`PROVISIONING` until its insert ends).
 fn make_vm(s: &mut World, plan: &Plan, vm: &Value, id: u64) {
     let (zone, name) = &plan.key;
-    let mut metadata = vm["metadata"].clone();
-    if metadata.is_null() {
-        metadata = json!({});
-    }
+    let mut metadata = or_empty(&vm["metadata"]);
     metadata["kind"] = json!("compute#metadata");
     metadata["fingerprint"] = json!("fp-meta-1");
-    let mut tags = vm["tags"].clone();
-    if tags.is_null() {
-        tags = json!({});
-    }
+    let mut tags = or_empty(&vm["tags"]);
     tags["fingerprint"] = json!("fp-tags-1");
-    let labels = if vm["labels"].is_null() {
-        json!({})
-    } else {
-        vm["labels"].clone()
-    };
+    let labels = or_empty(&vm["labels"]);
     let mut made = instance_json(
         zone,
         name,

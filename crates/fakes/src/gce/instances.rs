@@ -7,14 +7,9 @@ pub(super) async fn list_instances(
     State(state): State<Shared>,
     Path((project, zone)): Path<(String, String)>,
     Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_zone(&zone)) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
+) -> Answer {
+    check_project(&project).and(check_zone(&zone))?;
+    let filter = filter_of(&q)?;
     let s = lock(&state);
     let items: Vec<Value> = s
         .instances
@@ -34,14 +29,9 @@ pub(super) async fn aggregated_instances(
     State(state): State<Shared>,
     Path(project): Path<String>,
     Query(q): Query<ListQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project) {
-        return r;
-    }
-    let filter = match Filter::parse(q.filter.as_deref().unwrap_or("")) {
-        Ok(f) => f,
-        Err(e) => return invalid(format!("Invalid value for field 'filter': {e}")),
-    };
+) -> Answer {
+    check_project(&project)?;
+    let filter = filter_of(&q)?;
     let s = lock(&state);
     let items: Vec<(String, Value)> = s
         .instances
@@ -61,14 +51,14 @@ pub(super) async fn aggregated_instances(
 pub(super) async fn get_instance(
     State(state): State<Shared>,
     Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_zone(&zone)) {
-        return r;
-    }
-    match lock(&state).visible_instance(&(zone.clone(), name.clone())) {
-        Some(vm) => Json(vm.clone()).into_response(),
-        None => not_found(&format!("projects/{project}/zones/{zone}/instances/{name}")),
-    }
+) -> Answer {
+    check_project(&project).and(check_zone(&zone))?;
+    let vm = lock(&state)
+        .visible_instance(&(zone.clone(), name.clone()))
+        .cloned();
+    let vm =
+        vm.ok_or_else(|| not_found(&format!("projects/{project}/zones/{zone}/instances/{name}")))?;
+    Ok(Json(vm).into_response())
 }
 
 pub(super) fn resolve_image(source: &str) -> Option<(&'static str, &'static str)> {
@@ -88,21 +78,19 @@ pub(super) async fn delete_instance(
     State(state): State<Shared>,
     Path((project, zone, name)): Path<(String, String, String)>,
     Query(q): Query<MutateQuery>,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
+) -> Answer {
+    check_project(&project).and(check_request_id(&q.request_id))?;
     let mut s = lock(&state);
     if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
+        return Ok(Json(op).into_response());
     }
     let key = (zone.clone(), name.clone());
     if s.visible_instance(&key).is_none() {
-        return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
+        return Err(not_found(&format!(
+            "projects/{project}/zones/{zone}/instances/{name}"
+        )));
     }
-    if let Some(r) = not_ready(&s, &project, &key) {
-        return r;
-    }
+    not_ready(&s, &project, &key)?;
     let vm = s.instances.get_mut(&key).expect("visible");
     vm["status"] = json!("STOPPING");
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
@@ -114,7 +102,7 @@ pub(super) async fn delete_instance(
         Some(key),
         q.request_id.as_deref(),
     );
-    Json(op).into_response()
+    Ok(Json(op).into_response())
 }
 
 pub(super) async fn instance_action(
@@ -122,22 +110,20 @@ pub(super) async fn instance_action(
     Path((project, zone, name, action)): Path<(String, String, String, String)>,
     Query(q): Query<MutateQuery>,
     body: Bytes,
-) -> Response {
-    if let Err(r) = check_project(&project).and(check_request_id(&q.request_id)) {
-        return r;
-    }
+) -> Answer {
+    check_project(&project).and(check_request_id(&q.request_id))?;
     let mut s = lock(&state);
     if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Json(op).into_response();
+        return Ok(Json(op).into_response());
     }
     let key = (zone.clone(), name.clone());
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
     let Some(vm) = s.visible_instance(&key).cloned() else {
-        return not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"));
+        return Err(not_found(&format!(
+            "projects/{project}/zones/{zone}/instances/{name}"
+        )));
     };
-    if let Some(r) = not_ready(&s, &project, &key) {
-        return r;
-    }
+    not_ready(&s, &project, &key)?;
     let status = vm["status"].as_str().unwrap_or_default().to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let effect = match action.as_str() {
@@ -168,47 +154,41 @@ pub(super) async fn instance_action(
                 arch_of_type(&mt),
                 arch_of_type(last_segment(vm["machineType"].as_str().unwrap_or_default())),
             ) else {
-                return invalid(format!(
+                return Err(invalid(format!(
                     "Invalid value for field 'machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
-                ));
+                )));
             };
             if status != "TERMINATED" {
-                return gerr(
+                return Err(gerr(
                     400,
                     "invalidResourceUsage",
                     "Invalid resource usage: 'Instance should be in the STOPPED state.'",
-                );
+                ));
             }
             if new_arch != old_arch {
-                return invalid(format!(
+                return Err(invalid(format!(
                     "Invalid value for field 'machineType': '{mt}'. The architecture of the boot disk does not match the machine type"
-                ));
+                )));
             }
             Effect::SetMachineType(key.clone(), mt)
         }
         "setLabels" => {
             let fp = body["labelFingerprint"].as_str().unwrap_or_default();
             if fp != vm["labelFingerprint"].as_str().unwrap_or_default() {
-                return gerr(
+                return Err(gerr(
                     412,
                     "conditionNotMet",
                     "Labels fingerprint either invalid or resource labels have changed",
-                );
+                ));
             }
-            let labels = if body["labels"].is_null() {
-                json!({})
-            } else {
-                body["labels"].clone()
-            };
-            if let Err(r) = check_labels(&labels) {
-                return r;
-            }
+            let labels = or_empty(&body["labels"]);
+            check_labels(&labels)?;
             let vm = s.instances.get_mut(&key).expect("exists");
             vm["labelFingerprint"] = json!(label_fingerprint(&labels));
             vm["labels"] = labels;
             Effect::None
         }
-        other => return gerr(404, "notFound", format!("Unknown method '{other}'")),
+        other => return Err(gerr(404, "notFound", format!("Unknown method '{other}'"))),
     };
     let op = s.new_op(
         Some(&zone),
@@ -218,7 +198,7 @@ pub(super) async fn instance_action(
         Some(key),
         q.request_id.as_deref(),
     );
-    Json(op).into_response()
+    Ok(Json(op).into_response())
 }
 
 /// 400 `resourceInUseByAnotherResource` when disk `name` exists and an instance uses it (a boot
@@ -265,9 +245,11 @@ pub(super) fn check_os_login(s: &World, project: &str, vm: &Value) -> Result<(),
 
 /// `resourceNotReady` while an operation holds instance `key`: Compute Engine refuses another
 /// change of a resource until the operation changing it ends.
-fn not_ready(s: &World, project: &str, key: &Key) -> Option<Response> {
-    let op = s.holder(key)?;
-    Some(gerr(
+fn not_ready(s: &World, project: &str, key: &Key) -> Result<(), Response> {
+    let Some(op) = s.holder(key) else {
+        return Ok(());
+    };
+    Err(gerr(
         400,
         "resourceNotReady",
         format!(

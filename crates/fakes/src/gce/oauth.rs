@@ -39,7 +39,7 @@ pub(super) async fn auth(State(state): State<Shared>, req: Request, next: Next) 
     next.run(req).await
 }
 
-#[derive(Deserialize)]
+#[derive(Default)]
 pub(super) struct TokenForm {
     pub(super) grant_type: Option<String>,
     pub(super) assertion: Option<String>,
@@ -93,10 +93,7 @@ pub(super) async fn token(State(state): State<Shared>, body: Bytes) -> Response 
 
 pub(super) fn serde_urlencoded_form(body: &[u8]) -> Result<TokenForm, ()> {
     let text = std::str::from_utf8(body).map_err(|_| ())?;
-    let mut form = TokenForm {
-        grant_type: None,
-        assertion: None,
-    };
+    let mut form = TokenForm::default();
     for (k, v) in crate::control::form_pairs(text.as_bytes()) {
         match k.as_str() {
             "grant_type" => form.grant_type = Some(v),

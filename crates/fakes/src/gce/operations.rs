@@ -4,44 +4,26 @@ use super::*;
 
 // Operations
 
-pub(super) async fn get_zone_op(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    op_answer(&state, &project, &format!("zones/{zone}"), &name, false).await
+/// The path of a zone operation (`project`, `zone`, `name`) or a global one (no `zone`).
+type OpPath = Path<HashMap<String, String>>;
+
+pub(super) async fn get_op(State(state): State<Shared>, Path(p): OpPath) -> Response {
+    op_answer(&state, &p, false).await
 }
 
-pub(super) async fn wait_zone_op(
-    State(state): State<Shared>,
-    Path((project, zone, name)): Path<(String, String, String)>,
-) -> Response {
-    op_answer(&state, &project, &format!("zones/{zone}"), &name, true).await
-}
-
-pub(super) async fn get_global_op(
-    State(state): State<Shared>,
-    Path((project, name)): Path<(String, String)>,
-) -> Response {
-    op_answer(&state, &project, "global", &name, false).await
-}
-
-pub(super) async fn wait_global_op(
-    State(state): State<Shared>,
-    Path((project, name)): Path<(String, String)>,
-) -> Response {
-    op_answer(&state, &project, "global", &name, true).await
+pub(super) async fn wait_op(State(state): State<Shared>, Path(p): OpPath) -> Response {
+    op_answer(&state, &p, true).await
 }
 
 /// An operation as `get` shows it, or as `wait` does: `wait` answers when the operation ends, or
 /// after two minutes (the reference's "might return after zero seconds" is
 /// [`FakeGce::answer_waits_early`]).
-pub(super) async fn op_answer(
-    state: &Shared,
-    project: &str,
-    scope: &str,
-    name: &str,
-    wait: bool,
-) -> Response {
+pub(super) async fn op_answer(state: &Shared, p: &HashMap<String, String>, wait: bool) -> Response {
+    let (project, name) = (&p["project"], p["name"].as_str());
+    let scope = p
+        .get("zone")
+        .map_or_else(|| "global".to_string(), |z| format!("zones/{z}"));
+    let scope = scope.as_str();
     if let Err(r) = check_project(project) {
         return r;
     }

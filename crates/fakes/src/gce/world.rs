@@ -96,10 +96,7 @@ impl World {
     ) -> Value {
         let id = self.new_id();
         let name = format!("operation-{id}-{}", kind.to_lowercase());
-        let scope = match zone {
-            Some(z) => format!("zones/{z}"),
-            None => "global".into(),
-        };
+        let scope = zone.map_or_else(|| "global".into(), |z| format!("zones/{z}"));
         let mut value = json!({
             "kind": "compute#operation",
             "id": id.to_string(),
@@ -179,32 +176,29 @@ impl World {
         let mut error: Option<(String, String, u16)> = None;
         match effect {
             Effect::None => {}
-            Effect::Insert { key, error: e } => match e {
-                Some(e) => {
-                    if let Some(vm) = self.instances.get_mut(&key) {
-                        vm["status"] = json!("TERMINATED");
-                    }
-                    error = Some(e);
-                }
-                None => {
-                    let n = self.next_id % 250 + 1;
-                    if let Some(vm) = self.instances.get_mut(&key) {
-                        vm["status"] = json!("RUNNING");
-                        vm["lastStartTimestamp"] = json!(now_text());
-                        let nat = vm
-                            .pointer_mut("/networkInterfaces/0/accessConfigs/0")
-                            .and_then(Value::as_object_mut);
-                        if let Some(nat) = nat {
-                            nat.insert("natIP".into(), json!(format!("203.0.113.{n}")));
-                        }
-                    }
-                }
-            },
-            Effect::Start(key, Some(e)) => {
+            // A failed insert, or a start that found no room: the instance stays `TERMINATED`.
+            Effect::Insert {
+                key,
+                error: Some(e),
+            }
+            | Effect::Start(key, Some(e)) => {
                 if let Some(vm) = self.instances.get_mut(&key) {
                     vm["status"] = json!("TERMINATED");
                 }
                 error = Some(e);
+            }
+            Effect::Insert { key, error: None } => {
+                let n = self.next_id % 250 + 1;
+                if let Some(vm) = self.instances.get_mut(&key) {
+                    vm["status"] = json!("RUNNING");
+                    vm["lastStartTimestamp"] = json!(now_text());
+                    let nat = vm
+                        .pointer_mut("/networkInterfaces/0/accessConfigs/0")
+                        .and_then(Value::as_object_mut);
+                    if let Some(nat) = nat {
+                        nat.insert("natIP".into(), json!(format!("203.0.113.{n}")));
+                    }
+                }
             }
             Effect::Start(key, None) => {
                 if let Some(vm) = self.instances.get_mut(&key) {
@@ -260,6 +254,15 @@ impl World {
     pub(super) fn repeated(&self, request_id: Option<&str>) -> Option<Value> {
         let name = self.request_ids.get(request_id?)?;
         Some(self.ops.get(name)?.value.clone())
+    }
+}
+
+/// `v`, or an empty object for null (a field the body left out).
+pub(super) fn or_empty(v: &Value) -> Value {
+    if v.is_null() {
+        json!({})
+    } else {
+        v.clone()
     }
 }
 

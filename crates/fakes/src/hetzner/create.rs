@@ -90,15 +90,27 @@ impl State_ {
         Ok(t)
     }
 
+    /// `resource_unavailable` ("error during placement", as Hetzner words it) while `type_name` is
+    /// out of stock in `location`.
+    pub(super) fn placeable(&self, type_name: &str, location: &str) -> Result<(), ApiError> {
+        if self
+            .no_stock
+            .contains(&(type_name.to_string(), location.to_string()))
+        {
+            return Err(ApiError(
+                StatusCode::PRECONDITION_FAILED,
+                "resource_unavailable",
+                "error during placement".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The SSH keys, firewalls and networks body `b` names, each of which must exist.
     fn project_refs(&self, b: &Value) -> Result<Refs, ApiError> {
+        let listed = |k: &str| b.get(k).and_then(Value::as_array).into_iter().flatten();
         let mut ssh_keys = Vec::new();
-        for k in b
-            .get("ssh_keys")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for k in listed("ssh_keys") {
             let k = match k {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
@@ -113,12 +125,7 @@ impl State_ {
             ssh_keys.push(k);
         }
         let mut firewalls = Vec::new();
-        for f in b
-            .get("firewalls")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for f in listed("firewalls") {
             let id = f
                 .get("firewall")
                 .and_then(Value::as_i64)
@@ -129,12 +136,7 @@ impl State_ {
             firewalls.push(id);
         }
         let mut networks = Vec::new();
-        for n in b
-            .get("networks")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for n in listed("networks") {
             let id = n
                 .as_i64()
                 .ok_or_else(|| invalid("networks[] must be network ids"))?;
@@ -203,15 +205,7 @@ pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> A
             "server name is already used".into(),
         ));
     }
-    if s.no_stock
-        .contains(&(t.name.to_string(), c.location.clone()))
-    {
-        return Err(ApiError(
-            StatusCode::PRECONDITION_FAILED,
-            "resource_unavailable",
-            "error during placement".into(),
-        ));
-    }
+    s.placeable(t.name, &c.location)?;
     let id = s.next();
     let networks = s.addresses(networks);
     let visible_at = std::time::Instant::now() + s.visibility_delay;
@@ -234,19 +228,20 @@ pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> A
         },
     );
     let a = s.action("create_server", id, Effect::Create);
-    if let Some(fail) = s.fail_next_create.take() {
-        if let Some(x) = s.actions.get_mut(&a) {
-            x.fail = Some(fail);
-        }
+    let fail = s.fail_next_create.take();
+    if let Some(x) = s.actions.get_mut(&a) {
+        x.fail = fail;
     }
     // The start is a next action of the create, as Hetzner's: it starts when the create ends.
     let mut next_actions = Vec::new();
     if c.start {
         let n = s.next_action("start_server", id, Effect::Start);
-        if let Some(msg) = s.fail_next_start.take() {
-            if let Some(x) = s.actions.get_mut(&n) {
-                x.fail = Some(("action_failed".into(), msg));
-            }
+        let fail = s
+            .fail_next_start
+            .take()
+            .map(|m| ("action_failed".into(), m));
+        if let Some(x) = s.actions.get_mut(&n) {
+            x.fail = fail;
         }
         next_actions.push(s.action_json(n));
     }

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -103,10 +103,6 @@ pub(super) async fn guard(State(state): State<Shared>, req: Request, next: Next)
         Some(e) => e.into_response(),
         None => next.run(req).await,
     };
-    for (k, v) in headers {
-        if let Ok(v) = HeaderValue::from_str(&v) {
-            response.headers_mut().insert(k, v);
-        }
-    }
+    crate::control::add_headers(&mut response, &headers);
     response
 }

@@ -245,15 +245,7 @@ pub(super) async fn server_action(
                 ));
             }
             // The new type must be placed in the server's location, as a create's would be.
-            if s.no_stock
-                .contains(&(t.clone(), s.servers[&id].location.clone()))
-            {
-                return Err(ApiError(
-                    StatusCode::PRECONDITION_FAILED,
-                    "resource_unavailable",
-                    "error during placement".into(),
-                ));
-            }
+            s.placeable(&t, &s.servers[&id].location)?;
             ("change_server_type", Effect::ChangeType(t))
         }
         _ => return Err(not_found("action")),

@@ -64,13 +64,7 @@ pub(super) async fn offered_zones(state: &ProxyState, machine_type: &str) -> Opt
         ],
     )
     .await?;
-    let all = xml::elements(&body);
-    let zones: Vec<String> = all
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.name == "location")
-        .map(|(i, _)| xml::text(&body, &all, i).to_string())
-        .collect();
+    let zones = xml::texts(&body, "location");
     lock(&state.ec2)
         .offered
         .insert(machine_type.to_string(), zones.clone());
@@ -91,9 +85,7 @@ pub(super) async fn subnet_zone(state: &ProxyState, subnet: &str) -> Option<Stri
         ],
     )
     .await?;
-    let all = xml::elements(&body);
-    let i = all.iter().position(|e| e.name == "availabilityZone")?;
-    let zone = xml::text(&body, &all, i).to_string();
+    let zone = xml::texts(&body, "availabilityZone").into_iter().next()?;
     lock(&state.ec2)
         .subnet_zone
         .insert(subnet.to_string(), zone.clone());

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use super::answers::error_code;
 use super::rules::ec2_rules;
 use super::upstream::upstream;
+pub(super) use crate::control::lock;
 use crate::control::{broken_body, Fault, Rule};
 
 /// One request the proxy saw.
@@ -73,10 +74,6 @@ pub(super) struct ProxyState {
     pub(super) run_tokens: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// One address of the proxy: its state, and the page size its listings are forced to.
 #[derive(Debug, Clone)]
 pub(super) struct View {
@@ -99,19 +96,24 @@ impl Drop for Proxy {
     }
 }
 
-async fn listen(view: View) -> (String, tokio::task::JoinHandle<()>) {
-    let app = axum::Router::new().fallback(forward).with_state(view);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let task = tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, task)
-}
-
 impl Proxy {
+    /// A proxy serving `state` on an address of its own, its listings forced to `per_page`.
+    async fn serving(state: Arc<ProxyState>, per_page: Option<usize>) -> Proxy {
+        let view = View {
+            state: state.clone(),
+            per_page,
+        };
+        let app = axum::Router::new().fallback(forward).with_state(view);
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Proxy { url, state, task }
+    }
+
     /// A proxy in front of `upstream` (moto; or an address nothing listens on, for tests that inject
     /// every answer).
     pub async fn start(upstream: &str) -> Proxy {
@@ -123,27 +125,13 @@ impl Proxy {
             ec2: Mutex::new(Ec2State::default()),
             run_tokens: Mutex::new(HashMap::new()),
         });
-        let (url, task) = listen(View {
-            state: state.clone(),
-            per_page: None,
-        })
-        .await;
-        Proxy { url, state, task }
+        Proxy::serving(state, None).await
     }
 
     /// Another address on the same proxy (same rules, log and EC2 state) whose DescribeInstances
     /// listings page by `per_page` instances, whatever `MaxResults` says (which it still checks).
     pub async fn paged(&self, per_page: usize) -> Proxy {
-        let (url, task) = listen(View {
-            state: self.state.clone(),
-            per_page: Some(per_page.max(1)),
-        })
-        .await;
-        Proxy {
-            url,
-            state: self.state.clone(),
-            task,
-        }
+        Proxy::serving(self.state.clone(), Some(per_page.max(1))).await
     }
 
     /// Adds a fault rule (see [`rule`](super::rule)); rules are tried in the order added.

@@ -16,12 +16,6 @@ pub(super) async fn ec2_rules(
     action: &str,
     params: &BTreeMap<String, String>,
 ) -> Option<(Response, Option<String>)> {
-    let refuse = |status: u16, code: &str, message: &str| {
-        Some((
-            error_response(status, code, message),
-            Some(code.to_string()),
-        ))
-    };
     let now = Instant::now();
     let hidden: Vec<String> = {
         let ec2 = lock(&state.ec2);
@@ -73,18 +67,20 @@ pub(super) async fn ec2_rules(
     }
 }
 
+/// The proxy's own EC2 error answer, with its code for the log.
+fn refuse(status: u16, code: &str, message: &str) -> Option<(Response, Option<String>)> {
+    Some((
+        error_response(status, code, message),
+        Some(code.to_string()),
+    ))
+}
+
 /// What the proxy answers on its own to a RunInstances: a repeated ClientToken, an instance profile
 /// IAM made a moment ago, a type the subnet's zone does not offer.
 async fn run_instances(
     state: &ProxyState,
     params: &BTreeMap<String, String>,
 ) -> Option<(Response, Option<String>)> {
-    let refuse = |status: u16, code: &str, message: &str| {
-        Some((
-            error_response(status, code, message),
-            Some(code.to_string()),
-        ))
-    };
     if let Some(token) = params.get("ClientToken") {
         let mut compared = params.clone();
         compared.remove("ClientToken");

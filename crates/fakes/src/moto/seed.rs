@@ -79,16 +79,6 @@ pub(crate) async fn query(
     body
 }
 
-/// The texts of every element named `name` in `doc`.
-fn texts(doc: &str, name: &str) -> Vec<String> {
-    let all = xml::elements(doc);
-    all.iter()
-        .enumerate()
-        .filter(|(_, e)| e.name == name)
-        .map(|(i, _)| xml::text(doc, &all, i).to_string())
-        .collect()
-}
-
 /// Seeds moto in [`REGION`] (idempotently, with fresh names, so that test binaries and runs never
 /// meet).
 pub async fn seed(moto: &str) -> Seed {
@@ -147,7 +137,7 @@ pub async fn seed_in(moto: &str, region: &str) -> Seed {
         ],
     )
     .await;
-    let security_group = texts(&body, "groupId")
+    let security_group = xml::texts(&body, "groupId")
         .pop()
         .unwrap_or_else(|| panic!("CreateSecurityGroup answered no groupId: {body}"));
     // moto checks that the instance profile exists, in its IAM.

@@ -82,6 +82,16 @@ pub fn text<'a>(doc: &'a str, all: &[Elem], i: usize) -> &'a str {
     &doc[all[i].inner_start..all[i].inner_end]
 }
 
+/// The texts of every element named `name` in `doc`, in order.
+pub fn texts(doc: &str, name: &str) -> Vec<String> {
+    let all = elements(doc);
+    all.iter()
+        .enumerate()
+        .filter(|(_, e)| e.name == name)
+        .map(|(i, _)| text(doc, &all, i).to_string())
+        .collect()
+}
+
 /// The element found by following `path` of child names from the top.
 pub fn find(all: &[Elem], path: &[&str]) -> Option<usize> {
     let mut at = None;
