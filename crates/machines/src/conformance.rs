@@ -148,24 +148,27 @@ pub struct Report {
 impl Report {
     /// The checks that failed, with why.
     pub fn failed(&self) -> Vec<(&'static str, String)> {
-        self.results
-            .iter()
-            .filter_map(|(n, o)| match o {
-                Outcome::Failed(why) => Some((*n, why.clone())),
-                _ => None,
-            })
-            .collect()
+        self.why(|o| match o {
+            Outcome::Failed(why) => Some(why),
+            _ => None,
+        })
     }
 
     /// The checks that were skipped, with why.
     pub fn skipped(&self) -> Vec<(&'static str, String)> {
-        self.results
+        self.why(|o| match o {
+            Outcome::Skipped(why) => Some(why),
+            _ => None,
+        })
+    }
+
+    /// The checks whose outcome `pick` takes a reason from, with it.
+    fn why(&self, pick: fn(&Outcome) -> Option<&String>) -> Vec<(&'static str, String)> {
+        let picked = self
+            .results
             .iter()
-            .filter_map(|(n, o)| match o {
-                Outcome::Skipped(why) => Some((*n, why.clone())),
-                _ => None,
-            })
-            .collect()
+            .filter_map(|(n, o)| Some((*n, pick(o)?.clone())));
+        picked.collect()
     }
 
     /// Panics, listing every failed check, when any failed. Skips are printed, not hidden.
@@ -206,10 +209,17 @@ impl From<Error> for Verdict {
 
 type Checked = std::result::Result<(), Verdict>;
 
+/// Fails the check, saying why.
+macro_rules! fail {
+    ($($fmt:tt)+) => {
+        return Err(Verdict::Fail(format!($($fmt)+)))
+    };
+}
+
 macro_rules! ensure {
     ($cond:expr, $($fmt:tt)+) => {
         if !$cond {
-            return Err(Verdict::Fail(format!($($fmt)+)));
+            fail!($($fmt)+);
         }
     };
 }
@@ -249,14 +259,14 @@ impl Ctx<'_> {
 async fn made(p: &dyn Provider, spec: &MachineSpec) -> std::result::Result<Machine, Verdict> {
     match p.create(spec).await? {
         Created::Machine(m) => Ok(m),
-        Created::Adopted(m) => Err(Verdict::Fail(format!(
+        Created::Adopted(m) => fail!(
             "a first create of {} answered an adopted machine {}",
-            spec.name, m.id
-        ))),
-        Created::NoStock { message, .. } => Err(Verdict::Fail(format!(
-            "create of {} reported no stock: {message}",
-            spec.name
-        ))),
+            spec.name,
+            m.id
+        ),
+        Created::NoStock { message, .. } => {
+            fail!("create of {} reported no stock: {message}", spec.name)
+        }
     }
 }
 
@@ -274,9 +284,7 @@ where
 fn refused_as<T: std::fmt::Debug>(r: crate::Result<T>, field: &str, what: &str) -> Checked {
     match r {
         Err(Error::InvalidSpec { field: f, .. }) if f == field => Ok(()),
-        other => Err(Verdict::Fail(format!(
-            "{what} gave {other:?}, not an invalid {field}"
-        ))),
+        other => fail!("{what} gave {other:?}, not an invalid {field}"),
     }
 }
 
@@ -398,19 +406,12 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             (Err(Verdict::Skip(why)), _) => Outcome::Skipped(why),
             (Err(Verdict::Fail(why)), _) => Outcome::Failed(why),
         };
-        match &outcome {
-            Outcome::Passed => println!("conformance {}: {} ... ok", h.name(), ctx.check),
-            Outcome::Skipped(why) => {
-                println!(
-                    "conformance {}: {} ... SKIPPED ({why})",
-                    h.name(),
-                    ctx.check
-                )
-            }
-            Outcome::Failed(why) => {
-                println!("conformance {}: {} ... FAILED: {why}", h.name(), ctx.check)
-            }
-        }
+        let said = match &outcome {
+            Outcome::Passed => "ok".to_string(),
+            Outcome::Skipped(why) => format!("SKIPPED ({why})"),
+            Outcome::Failed(why) => format!("FAILED: {why}"),
+        };
+        println!("conformance {}: {} ... {said}", h.name(), ctx.check);
         results.push((*check, outcome));
     }
     Report {
@@ -450,7 +451,7 @@ async fn invalid_input(ctx: &Ctx<'_>) -> Checked {
         let spec = MachineSpec::new(bad, &ctx.setup.amd64_type, &ctx.setup.location, &pool);
         match p.create(&spec).await {
             Err(Error::InvalidSpec { field, .. }) if field == "name" => {}
-            other => return Err(Verdict::Fail(format!("name {bad:?} gave {other:?}"))),
+            other => fail!("name {bad:?} gave {other:?}"),
         }
     }
     for bad in [
@@ -467,32 +468,26 @@ async fn invalid_input(ctx: &Ctx<'_>) -> Checked {
         let spec = MachineSpec::new(ctx.name(0), &ctx.setup.amd64_type, &ctx.setup.location, bad);
         match p.create(&spec).await {
             Err(Error::InvalidSpec { field, .. }) if field == "pool" => {}
-            other => {
-                return Err(Verdict::Fail(format!(
-                    "create in pool {bad:?} gave {other:?}"
-                )))
-            }
+            other => fail!("create in pool {bad:?} gave {other:?}"),
         }
         match p.machines(bad).await {
             Err(Error::InvalidSpec { field, .. }) if field == "pool" => {}
-            other => return Err(Verdict::Fail(format!("machines({bad:?}) gave {other:?}"))),
+            other => fail!("machines({bad:?}) gave {other:?}"),
         }
     }
     for bad in ["", "a/b", "a b", "x?y"] {
         match p.delete(bad).await {
             Err(Error::InvalidSpec { field, .. }) if field == "id" => {}
-            other => return Err(Verdict::Fail(format!("delete({bad:?}) gave {other:?}"))),
+            other => fail!("delete({bad:?}) gave {other:?}"),
         }
     }
     for bad in ["a,b", "a=b", "!a", "Owner"] {
         match ctx.h.provider(bad).await {
             Err(Error::InvalidSpec { field, .. }) if field == "owner" => {}
-            other => {
-                return Err(Verdict::Fail(format!(
-                    "a provider for owner {bad:?} gave {:?}",
-                    other.map(|_| "a provider")
-                )))
-            }
+            other => fail!(
+                "a provider for owner {bad:?} gave {:?}",
+                other.map(|_| "a provider")
+            ),
         }
     }
     let after = ctx.h.requests().await;
@@ -641,11 +636,7 @@ async fn foreign_delete(ctx: &Ctx<'_>) -> Checked {
     for (who, p) in [("owner b", &pb), ("the empty owner", &none)] {
         match p.delete(&a.id).await {
             Err(Error::NotOwned { .. }) => {}
-            other => {
-                return Err(Verdict::Fail(format!(
-                    "{who} deleting a's machine gave {other:?}"
-                )))
-            }
+            other => fail!("{who} deleting a's machine gave {other:?}"),
         }
     }
     let still = pa.machines(&pool).await?;
@@ -669,9 +660,7 @@ async fn foreign_change(ctx: &Ctx<'_>) -> Checked {
     let not_owned = |r: crate::Result<()>, what: &str| -> Checked {
         match r {
             Err(Error::NotOwned { .. }) => Ok(()),
-            other => Err(Verdict::Fail(format!(
-                "owner b's {what} of a's machine gave {other:?}, not NotOwned"
-            ))),
+            other => fail!("owner b's {what} of a's machine gave {other:?}, not NotOwned"),
         }
     };
     if caps.start_stop {
@@ -766,11 +755,7 @@ async fn arch_both(ctx: &Ctx<'_>) -> Checked {
     }
     match p.arch("no-such-type-zz9").await {
         Err(Error::NotFound { .. } | Error::InvalidSpec { .. }) => {}
-        other => {
-            return Err(Verdict::Fail(format!(
-                "arch of an unknown type gave {other:?}"
-            )))
-        }
+        other => fail!("arch of an unknown type gave {other:?}"),
     }
     let pool = ctx.pool(0);
     let spec = MachineSpec::new(
@@ -806,11 +791,7 @@ async fn no_stock(ctx: &Ctx<'_>) -> Checked {
                 "no stock named {machine_type} in {location}"
             )
         }
-        other => {
-            return Err(Verdict::Fail(format!(
-                "create without stock gave {other:?}"
-            )))
-        }
+        other => fail!("create without stock gave {other:?}"),
     }
     ensure!(
         p.machines(&pool).await?.is_empty(),
@@ -830,19 +811,13 @@ async fn retried_create(ctx: &Ctx<'_>) -> Checked {
     match &first {
         Ok(Created::Machine(_)) => {}
         Err(e) if e.is_retryable() => {}
-        other => {
-            return Err(Verdict::Fail(format!(
-                "a create whose answer was lost gave {other:?}, neither the machine nor a retryable error"
-            )))
-        }
+        other => fail!("a create whose answer was lost gave {other:?}, neither the machine nor a retryable error"),
     }
     let second = match p.create(&spec).await? {
         Created::Adopted(m) => m,
-        other => {
-            return Err(Verdict::Fail(format!(
+        other => fail!(
             "a create repeated after the machine was made gave {other:?}, not the machine adopted"
-        )))
-        }
+        ),
     };
     let listed = p.machines(&pool).await?;
     ensure!(
@@ -855,12 +830,10 @@ async fn retried_create(ctx: &Ctx<'_>) -> Checked {
         Ok(Created::Machine(m)) => {
             ensure!(m.id == second.id, "the two answers name different machines")
         }
-        Ok(Created::Adopted(m)) => {
-            return Err(Verdict::Fail(format!(
-                "the first create answered its own machine {} as adopted",
-                m.id
-            )))
-        }
+        Ok(Created::Adopted(m)) => fail!(
+            "the first create answered its own machine {} as adopted",
+            m.id
+        ),
         _ => {}
     }
     Ok(())
@@ -874,9 +847,7 @@ async fn capabilities(ctx: &Ctx<'_>) -> Checked {
     let refused = |r: crate::Result<()>, what: &str| -> Checked {
         match r {
             Err(Error::Unsupported { .. }) => Ok(()),
-            other => Err(Verdict::Fail(format!(
-                "{what} is denied but gave {other:?}"
-            ))),
+            other => fail!("{what} is denied but gave {other:?}"),
         }
     };
     let before = ctx.h.requests().await;
@@ -1052,9 +1023,7 @@ fn plausible_time(t: Option<crate::machine::Timestamp>, what: &str) -> Checked {
     let now = chrono::Utc::now();
     match t {
         Some(t) if (t - now).num_hours().abs() <= 24 => Ok(()),
-        other => Err(Verdict::Fail(format!(
-            "{what} is {other:?}, not within a day of now ({now})"
-        ))),
+        other => fail!("{what} is {other:?}, not within a day of now ({now})"),
     }
 }
 
@@ -1071,7 +1040,7 @@ async fn machine_facts(ctx: &Ctx<'_>) -> Checked {
         ("read", read.as_ref()),
     ] {
         let Some(m) = m else {
-            return Err(Verdict::Fail(format!("the machine was not {how}")));
+            fail!("the machine was not {how}");
         };
         plausible_time(m.created_at, &format!("created_at ({how})"))?;
         ensure!(
@@ -1111,11 +1080,7 @@ async fn reads_one(ctx: &Ctx<'_>) -> Checked {
     );
     match pb.machine(&a.id).await {
         Err(Error::NotOwned { .. }) => {}
-        other => {
-            return Err(Verdict::Fail(format!(
-                "another owner reading a's machine gave {other:?}, not NotOwned"
-            )))
-        }
+        other => fail!("another owner reading a's machine gave {other:?}, not NotOwned"),
     }
     let unknown = pa.machine(&ctx.setup.unknown_id).await?;
     ensure!(unknown.is_none(), "an unknown id read as {unknown:?}");
@@ -1221,11 +1186,7 @@ async fn spec_options(ctx: &Ctx<'_>) -> Checked {
             let (r, count) = counted(ctx, p.create(&spec)).await;
             match r {
                 Err(Error::Unsupported { .. }) => {}
-                other => {
-                    return Err(Verdict::Fail(format!(
-                        "the option {name} is not honoured but create gave {other:?}"
-                    )))
-                }
+                other => fail!("the option {name} is not honoured but create gave {other:?}"),
             }
             ensure!(
                 count.unwrap_or(0) == 0,
@@ -1244,11 +1205,7 @@ async fn spec_options(ctx: &Ctx<'_>) -> Checked {
                     )
                     .await?;
                 }
-                None => {
-                    return Err(Verdict::Fail(
-                        "admission_group is honoured without the ssh_admission extension".into(),
-                    ))
-                }
+                None => fail!("admission_group is honoured without the ssh_admission extension"),
             }
         }
         let m = made(&*p, &spec).await?;
@@ -1339,20 +1296,12 @@ async fn labels_existing(ctx: &Ctx<'_>) -> Checked {
     if let Some(b) = pb.machine_labels() {
         match b.set_labels(&m.id, &set, &[]).await {
             Err(Error::NotOwned { .. }) => {}
-            other => {
-                return Err(Verdict::Fail(format!(
-                    "another owner labelling a's machine gave {other:?}"
-                )))
-            }
+            other => fail!("another owner labelling a's machine gave {other:?}"),
         }
     }
     match ext.set_labels(&ctx.setup.unknown_id, &set, &[]).await {
         Err(Error::NotFound { .. }) => {}
-        other => {
-            return Err(Verdict::Fail(format!(
-                "labelling an unknown machine gave {other:?}"
-            )))
-        }
+        other => fail!("labelling an unknown machine gave {other:?}"),
     }
     Ok(())
 }
@@ -1371,9 +1320,7 @@ async fn firewall(ctx: &Ctx<'_>) -> Checked {
     ctx.h.put_firewall_rule(rule.clone()).await?;
     let got = fw.rule(&name).await?;
     let Some(got) = got else {
-        return Err(Verdict::Fail(format!(
-            "rule {name} was put but reads as none"
-        )));
+        fail!("rule {name} was put but reads as none");
     };
     ensure!(
         got.network == network && got.is_ingress() && !got.disabled,
@@ -1425,11 +1372,7 @@ async fn firewall(ctx: &Ctx<'_>) -> Checked {
         .await
     {
         Err(Error::NotFound { .. }) => {}
-        other => {
-            return Err(Verdict::Fail(format!(
-                "patching a missing rule gave {other:?}"
-            )))
-        }
+        other => fail!("patching a missing rule gave {other:?}"),
     }
     let mut foreign = FirewallRule::new(format!("conf-{}-other", ctx.run), "conf-other-net");
     foreign.allowed = vec![FirewallPorts::new("tcp", ["22"])];
@@ -1437,11 +1380,7 @@ async fn firewall(ctx: &Ctx<'_>) -> Checked {
     ctx.h.put_firewall_rule(foreign.clone()).await?;
     match fw.set_source_ranges(&foreign.name, &want).await {
         Err(Error::InvalidSpec { .. } | Error::NotFound { .. }) => {}
-        other => {
-            return Err(Verdict::Fail(format!(
-                "patching a rule of another network gave {other:?}"
-            )))
-        }
+        other => fail!("patching a rule of another network gave {other:?}"),
     }
     let still = fw.rule(&foreign.name).await?;
     ensure!(
@@ -1524,7 +1463,7 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
         let (r, n) = counted(ctx, adm.admit_ssh(&group, loc, &bad, &[])).await;
         match r {
             Err(Error::InvalidSpec { .. }) => {}
-            other => return Err(Verdict::Fail(format!("admitting {what} gave {other:?}"))),
+            other => fail!("admitting {what} gave {other:?}"),
         }
         ensure!(
             n.unwrap_or(0) == 0,
@@ -1540,11 +1479,7 @@ async fn admission(ctx: &Ctx<'_>) -> Checked {
             .await
         {
             Err(Error::NotOwned { .. }) => {}
-            other => {
-                return Err(Verdict::Fail(format!(
-                    "another owner readmitting a's machine gave {other:?}"
-                )))
-            }
+            other => fail!("another owner readmitting a's machine gave {other:?}"),
         }
         let after = ctx.h.admitted_sources(&group, loc).await?;
         ensure!(
@@ -1599,9 +1534,7 @@ async fn delayed_visibility(ctx: &Ctx<'_>) -> Checked {
     match pb.delete(&b.id).await {
         Err(Error::NotOwned { .. }) => {}
         other => {
-            return Err(Verdict::Fail(format!(
-                "another owner deleting a machine made a moment ago gave {other:?}, not NotOwned"
-            )))
+            fail!("another owner deleting a machine made a moment ago gave {other:?}, not NotOwned")
         }
     }
     ensure!(

@@ -75,17 +75,11 @@ impl std::fmt::Debug for Context {
 impl std::fmt::Display for Context {
     /// ` (operation, code, after N retries)`, or nothing when the context is empty.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut parts: Vec<String> = Vec::new();
-        if let Some(o) = &self.operation {
-            parts.push(o.clone());
-        }
-        if self.retries > 0 {
-            parts.push(format!(
-                "after {} retr{}",
-                self.retries,
-                if self.retries == 1 { "y" } else { "ies" }
-            ));
-        }
+        let retries = (self.retries > 0).then(|| {
+            let plural = if self.retries == 1 { "y" } else { "ies" };
+            format!("after {} retr{plural}", self.retries)
+        });
+        let parts: Vec<String> = self.operation.iter().cloned().chain(retries).collect();
         if parts.is_empty() {
             Ok(())
         } else {
@@ -634,29 +628,20 @@ impl Error {
     }
 
     /// This error naming `operation` as the call that failed (kept when one is named already).
-    pub fn with_operation(mut self, operation: impl Into<String>) -> Self {
-        if let Some(c) = self.context_mut() {
-            if c.operation.is_none() {
-                c.operation = Some(operation.into());
-            }
-        }
-        self
+    pub fn with_operation(self, operation: impl Into<String>) -> Self {
+        self.with_context(|c| {
+            c.operation.get_or_insert_with(|| operation.into());
+        })
     }
 
     /// This error with the cloud's own error code.
-    pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        if let Some(c) = self.context_mut() {
-            c.code = Some(code.into());
-        }
-        self
+    pub fn with_code(self, code: impl Into<String>) -> Self {
+        self.with_context(|c| c.code = Some(code.into()))
     }
 
     /// This error with its cause (which must hold no secret).
-    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
-        if let Some(c) = self.context_mut() {
-            c.source = Some(std::sync::Arc::new(source));
-        }
-        self
+    pub fn with_source(self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.with_context(|c| c.source = Some(std::sync::Arc::new(source)))
     }
 
     /// A no-stock error naming `machine_type` and `location` where it names none (a cloud's answer
@@ -679,9 +664,14 @@ impl Error {
     }
 
     /// This error recording that its call was retried `retries` times.
-    pub fn with_retries(mut self, retries: u32) -> Self {
+    pub fn with_retries(self, retries: u32) -> Self {
+        self.with_context(|c| c.retries = retries)
+    }
+
+    /// This error with `change` made to its context, when it carries one.
+    fn with_context(mut self, change: impl FnOnce(&mut Context)) -> Self {
         if let Some(c) = self.context_mut() {
-            c.retries = retries;
+            change(c);
         }
         self
     }

@@ -386,6 +386,18 @@ fn enforce_run_limits(s: &mut State) {
     }
 }
 
+/// Refuses a location the simulated cloud does not have, naming those it has.
+fn known_location(location: &str) -> Result<()> {
+    if LOCATIONS.contains(&location) {
+        return Ok(());
+    }
+    let known = LOCATIONS.join(", ");
+    Err(Error::invalid(
+        "location",
+        format!("unknown location {location:?}; known: {known}"),
+    ))
+}
+
 fn stock_key(machine_type: &str, location: &str) -> String {
     format!("{machine_type}@{location}")
 }
@@ -585,30 +597,22 @@ impl MemoryCloud {
 
     /// Stops machine `id` from outside orca (an operator's console), at the cloud's current time.
     pub fn operator_stop(&self, id: &str) -> bool {
-        self.with_state(true, |s| {
-            let now = clock(s);
-            match s.machines.get_mut(id) {
-                Some(m) => {
-                    power(&mut m.machine, false, now);
-                    true
-                }
-                None => false,
-            }
-        })
-        .unwrap_or(false)
+        self.operator_power(id, false)
     }
 
     /// Starts machine `id` from outside orca.
     pub fn operator_start(&self, id: &str) -> bool {
+        self.operator_power(id, true)
+    }
+
+    fn operator_power(&self, id: &str, on: bool) -> bool {
         self.with_state(true, |s| {
             let now = clock(s);
-            match s.machines.get_mut(id) {
-                Some(m) => {
-                    power(&mut m.machine, true, now);
-                    true
-                }
-                None => false,
-            }
+            let Some(m) = s.machines.get_mut(id) else {
+                return false;
+            };
+            power(&mut m.machine, on, now);
+            true
         })
         .unwrap_or(false)
     }
@@ -805,6 +809,15 @@ impl MemoryCloud {
         Ok(lose)
     }
 
+    /// Makes change `f` on the state as a request of `op`: counted and faults applied first, its
+    /// answer lost after the change when a fault says so.
+    async fn change<R>(&self, op: Operation, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+        let lose = self.request(op).await?;
+        let r = self.state(true, f).await??;
+        Self::lost(lose)?;
+        Ok(r)
+    }
+
     fn lost(lose: bool) -> Result<()> {
         if lose {
             Err(Error::transient(
@@ -872,12 +885,7 @@ impl MemoryCloud {
                 .filter(|m| with.iter().all(|(k, v)| m.labels.get(k) == Some(v)))
                 .filter(|m| without.iter().all(|k| !m.labels.contains_key(*k)));
             let items: Vec<Machine> = matching.by_ref().take(page_size).cloned().collect();
-            let more = matching.next().is_some();
-            let next = if more {
-                items.last().map(|m| m.id.clone())
-            } else {
-                None
-            };
+            let next = matching.next().and(items.last()).map(|m| m.id.clone());
             Page { items, next }
         })
         .await
@@ -904,16 +912,7 @@ impl MemoryCloud {
                     ),
                 )
             })?;
-        if !LOCATIONS.contains(&spec.location.as_str()) {
-            return Err(Error::invalid(
-                "location",
-                format!(
-                    "unknown location {:?}; known: {}",
-                    spec.location,
-                    LOCATIONS.join(", ")
-                ),
-            ));
-        }
+        known_location(&spec.location)?;
         let made = self
             .state(true, |s| {
                 if !s.ids_named(&spec.name).is_empty() {
@@ -989,21 +988,17 @@ impl MemoryCloud {
         set: &Labels,
         remove: &[String],
     ) -> Result<Machine> {
-        let lose = self.request(Operation::Labels).await?;
-        let m = self
-            .state(true, |s| {
-                let m = s.visible_mut(id)?;
-                for k in remove {
-                    m.machine.labels.remove(k);
-                }
-                m.machine
-                    .labels
-                    .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
-                Ok(m.machine.clone())
-            })
-            .await??;
-        Self::lost(lose)?;
-        Ok(m)
+        self.change(Operation::Labels, |s| {
+            let m = s.visible_mut(id)?;
+            for k in remove {
+                m.machine.labels.remove(k);
+            }
+            m.machine
+                .labels
+                .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+            Ok(m.machine.clone())
+        })
+        .await
     }
 
     /// Cloud API: a network (one that was never put is a custom-mode network of that name).
@@ -1037,10 +1032,7 @@ impl MemoryCloud {
                 .values()
                 .filter(|r| after.is_none_or(|a| r.name.as_str() > a));
             let items: Vec<FirewallRule> = rest.by_ref().take(page_size.max(1)).cloned().collect();
-            let next = match rest.next() {
-                Some(_) => items.last().map(|r| r.name.clone()),
-                None => None,
-            };
+            let next = rest.next().and(items.last()).map(|r| r.name.clone());
             Page { items, next }
         })
         .await
@@ -1052,19 +1044,15 @@ impl MemoryCloud {
         name: &str,
         ranges: &[String],
     ) -> Result<FirewallRule> {
-        let lose = self.request(Operation::Network).await?;
-        let r = self
-            .state(true, |s| {
-                let r = s
-                    .firewall
-                    .get_mut(name)
-                    .ok_or_else(|| Error::not_found(format!("firewall rule {name}")))?;
-                r.source_ranges = ranges.to_vec();
-                Ok(r.clone())
-            })
-            .await??;
-        Self::lost(lose)?;
-        Ok(r)
+        self.change(Operation::Network, |s| {
+            let r = s
+                .firewall
+                .get_mut(name)
+                .ok_or_else(|| Error::not_found(format!("firewall rule {name}")))?;
+            r.source_ranges = ranges.to_vec();
+            Ok(r.clone())
+        })
+        .await
     }
 
     /// Cloud API: makes admission group `<group>-<location>` when missing and sets the subnet rule
@@ -1076,8 +1064,7 @@ impl MemoryCloud {
         location: &str,
         sources: &[String],
     ) -> Result<Admission> {
-        let lose = self.request(Operation::Network).await?;
-        let a = self.state(true, |s| {
+        self.change(Operation::Network, |s| {
             let group_id = format!("{group}-{location}");
             s.groups.insert(group_id.clone());
             let mut admission = Admission::new(&group_id);
@@ -1116,26 +1103,21 @@ impl MemoryCloud {
                 priority,
             });
             Ok(admission)
-        }).await??;
-        Self::lost(lose)?;
-        Ok(a)
+        })
+        .await
     }
 
     /// Cloud API: sets the sources machine `id`'s own firewall admits on SSH; false when there is no
     /// such machine.
     pub async fn api_ssh_sources(&self, id: &str, sources: &[String]) -> Result<bool> {
-        let lose = self.request(Operation::Network).await?;
-        let found = self
-            .state(true, |s| match s.visible_mut(id) {
-                Ok(m) => {
-                    m.extras.ssh_sources = sources.to_vec();
-                    true
-                }
-                Err(_) => false,
-            })
-            .await?;
-        Self::lost(lose)?;
-        Ok(found)
+        self.change(Operation::Network, |s| {
+            let Ok(m) = s.visible_mut(id) else {
+                return Ok(false);
+            };
+            m.extras.ssh_sources = sources.to_vec();
+            Ok(true)
+        })
+        .await
     }
 
     /// Cloud API: the account's credit balance (100 USD until [`MemoryCloud::set_credit`]).
@@ -1154,77 +1136,64 @@ impl MemoryCloud {
 
     /// Cloud API: removes a machine; false when there was none.
     pub async fn api_remove(&self, id: &str) -> Result<bool> {
-        let lose = self.request(Operation::Delete).await?;
-        let removed = self
-            .state(true, |s| {
-                if s.machines.get(id).is_some_and(|m| !s.visible(m)) {
-                    return Err(Error::not_found(format!("machine {id}"))
-                        .with_code("InvalidInstanceID.NotFound"));
+        self.change(Operation::Delete, |s| {
+            if s.machines.get(id).is_some_and(|m| !s.visible(m)) {
+                return Err(Error::not_found(format!("machine {id}"))
+                    .with_code("InvalidInstanceID.NotFound"));
+            }
+            let gone = s.remove_machine(id);
+            if let Some(m) = &gone {
+                let key = stock_key(&m.machine.machine_type, &m.machine.location);
+                if let Some(left) = s.stock.get_mut(&key) {
+                    *left += 1;
                 }
-                let gone = s.remove_machine(id);
-                if let Some(m) = &gone {
-                    let key = stock_key(&m.machine.machine_type, &m.machine.location);
-                    if let Some(left) = s.stock.get_mut(&key) {
-                        *left += 1;
-                    }
-                }
-                Ok(gone.is_some())
-            })
-            .await??;
-        Self::lost(lose)?;
-        Ok(removed)
+            }
+            Ok(gone.is_some())
+        })
+        .await
     }
 
     /// Cloud API: powers a machine on or off.
     pub async fn api_power(&self, id: &str, on: bool) -> Result<Machine> {
-        let lose = self.request(Operation::Change).await?;
-        let m = self
-            .state(true, |s| {
-                let now = clock(s);
-                let m = s.visible_mut(id)?;
-                power(&mut m.machine, on, now);
-                Ok(m.machine.clone())
-            })
-            .await??;
-        Self::lost(lose)?;
-        Ok(m)
+        self.change(Operation::Change, |s| {
+            let now = clock(s);
+            let m = s.visible_mut(id)?;
+            power(&mut m.machine, on, now);
+            Ok(m.machine.clone())
+        })
+        .await
     }
 
     /// Cloud API: changes a stopped machine's type (the architecture must stay the same).
     pub async fn api_change_type(&self, id: &str, machine_type: &str) -> Result<Machine> {
-        let lose = self.request(Operation::Change).await?;
         let cat = catalogue();
-        let m = self
-            .state(true, |s| {
-                let new = cat.iter().find(|t| t.name == machine_type).ok_or_else(|| {
-                    Error::invalid(
-                        "machine_type",
-                        format!("unknown machine type {machine_type:?}"),
-                    )
-                })?;
-                let m = s.visible_mut(id)?;
-                if m.machine.status != Status::Stopped {
-                    return Err(Error::other(format!(
-                        "machine {id} must be stopped to change its type"
-                    )));
-                }
-                let old = cat.iter().find(|t| t.name == m.machine.machine_type);
-                if old.map(|o| docker_arch(&o.architecture)) != Some(docker_arch(&new.architecture))
-                {
-                    return Err(Error::invalid(
-                        "machine_type",
-                        format!(
-                            "{machine_type} has another architecture than {}",
-                            m.machine.machine_type
-                        ),
-                    ));
-                }
-                m.machine.machine_type = machine_type.to_string();
-                Ok(m.machine.clone())
-            })
-            .await??;
-        Self::lost(lose)?;
-        Ok(m)
+        self.change(Operation::Change, |s| {
+            let new = cat.iter().find(|t| t.name == machine_type).ok_or_else(|| {
+                Error::invalid(
+                    "machine_type",
+                    format!("unknown machine type {machine_type:?}"),
+                )
+            })?;
+            let m = s.visible_mut(id)?;
+            if m.machine.status != Status::Stopped {
+                return Err(Error::other(format!(
+                    "machine {id} must be stopped to change its type"
+                )));
+            }
+            let old = cat.iter().find(|t| t.name == m.machine.machine_type);
+            if old.map(|o| docker_arch(&o.architecture)) != Some(docker_arch(&new.architecture)) {
+                return Err(Error::invalid(
+                    "machine_type",
+                    format!(
+                        "{machine_type} has another architecture than {}",
+                        m.machine.machine_type
+                    ),
+                ));
+            }
+            m.machine.machine_type = machine_type.to_string();
+            Ok(m.machine.clone())
+        })
+        .await
     }
 }
 
@@ -1301,7 +1270,19 @@ impl MemoryProvider {
     /// once it has lasted longer than a new machine can stay invisible: the machine may be one made
     /// a moment ago (by this provider or another).
     async fn read(&self, id: &str) -> Result<Option<Machine>> {
-        let first = self.retry.retry("get", || self.cloud.api_get(id)).await?;
+        self.believed(|| self.retry.retry("get", || self.cloud.api_get(id)))
+            .await
+    }
+
+    /// What `read` answers, where "none" is believed only once it has lasted longer than a new
+    /// machine can stay invisible (read again until then).
+    async fn believed<F, Fut>(&self, read: F) -> Result<Option<Machine>>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<Machine>>>,
+    {
+        let first = read().await?;
+        // Through the state's lock wait, never the blocking one: this runs on the caller's runtime.
         let window = self
             .cloud
             .state(false, |s| Duration::from_millis(s.visibility_delay_ms))
@@ -1314,21 +1295,27 @@ impl MemoryProvider {
         while std::time::Instant::now() < deadline {
             tokio::time::sleep(self.retry.backoff(retry).max(Duration::from_millis(10))).await;
             retry += 1;
-            if let Some(m) = self.retry.retry("get", || self.cloud.api_get(id)).await? {
+            if let Some(m) = read().await? {
                 return Ok(Some(m));
             }
         }
         Ok(None)
     }
 
-    /// One read of this owner's machine of `pool` named `name` (one request, retried as every read).
-    async fn named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
-        let with = labels::ownership_labels(pool, &self.owner);
-        let without: &[&str] = if self.owner.is_empty() {
+    /// The labels a listing of this provider's machines must not carry: none of an owner's, for
+    /// the provider of no owner.
+    fn without(&self) -> &'static [&'static str] {
+        if self.owner.is_empty() {
             &[labels::OWNER_LABEL]
         } else {
             &[]
-        };
+        }
+    }
+
+    /// One read of this owner's machine of `pool` named `name` (one request, retried as every read).
+    async fn named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
+        let with = labels::ownership_labels(pool, &self.owner);
+        let without = self.without();
         let page = self
             .retry
             .retry("get_by_name", || {
@@ -1424,41 +1411,31 @@ impl Provider for MemoryProvider {
                 r
             })
             .await;
-        let made = match made {
-            Ok((m, adopted)) => {
-                lock(&self.recent).note(&m.id);
-                // Do not answer before the cloud shows the machine: a listing or a delete right
-                // after the create must find it.
-                match self.read(&m.id).await? {
-                    Some(seen) => Ok((seen, adopted)),
-                    None => Err(Error::transient(format!(
-                        "machine {} was made but the cloud does not show it",
-                        m.id
-                    ))),
-                }
-            }
-            Err(e) => Err(e),
+        let (m, adopted) = match made {
+            Ok(made) => made,
+            Err(Error::NoStock { message, .. }) => return Ok(crate::kit::no_stock(spec, message)),
+            Err(e) => return Err(e),
         };
-        match made {
-            Ok((m, false)) => Ok(Created::Machine(m)),
-            Ok((m, true)) => Ok(Created::Adopted(m)),
-            Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
-                machine_type: spec.machine_type.clone(),
-                location: spec.location.clone(),
-                message,
-            }),
-            Err(e) => Err(e),
-        }
+        lock(&self.recent).note(&m.id);
+        // Do not answer before the cloud shows the machine: a listing or a delete right after the
+        // create must find it.
+        let Some(seen) = self.read(&m.id).await? else {
+            return Err(Error::transient(format!(
+                "machine {} was made but the cloud does not show it",
+                m.id
+            )));
+        };
+        Ok(if adopted {
+            Created::Adopted(seen)
+        } else {
+            Created::Machine(seen)
+        })
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
         validate_pool(pool)?;
         let with = labels::ownership_labels(pool, &self.owner);
-        let without: &[&str] = if self.owner.is_empty() {
-            &[labels::OWNER_LABEL]
-        } else {
-            &[]
-        };
+        let without = self.without();
         all_pages(|token| {
             let with = &with;
             async move {
@@ -1483,25 +1460,7 @@ impl Provider for MemoryProvider {
     async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
         validate_pool(pool)?;
         validate_name(name)?;
-        let first = self.named(pool, name).await?;
-        // Through the state's lock wait, never the blocking one: this runs on the caller's runtime.
-        let window = self
-            .cloud
-            .state(false, |s| Duration::from_millis(s.visibility_delay_ms))
-            .await?;
-        if first.is_some() || window.is_zero() {
-            return Ok(first);
-        }
-        let deadline = std::time::Instant::now() + window + window / 2;
-        let mut retry = 0;
-        while std::time::Instant::now() < deadline {
-            tokio::time::sleep(self.retry.backoff(retry).max(Duration::from_millis(10))).await;
-            retry += 1;
-            if let Some(m) = self.named(pool, name).await? {
-                return Ok(Some(m));
-            }
-        }
-        Ok(None)
+        self.believed(|| self.named(pool, name)).await
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {
@@ -1684,15 +1643,7 @@ impl SshAdmission for MemoryProvider {
         readmit: &[String],
     ) -> Result<Admission> {
         check_admission_input(group, location, sources, readmit)?;
-        if !LOCATIONS.contains(&location) {
-            return Err(Error::invalid(
-                "location",
-                format!(
-                    "unknown location {location:?}; known: {}",
-                    LOCATIONS.join(", ")
-                ),
-            ));
-        }
+        known_location(location)?;
         // Another owner's machine refuses the whole call before anything is changed.
         let mut present = Vec::new();
         for id in readmit {

@@ -332,20 +332,16 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// The names of the extensions this provider answers (`machine_labels`, `firewall_rules`,
     /// `ssh_admission`, `credit_balance`).
     fn extensions(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        if self.machine_labels().is_some() {
-            v.push("machine_labels");
-        }
-        if self.firewall_rules().is_some() {
-            v.push("firewall_rules");
-        }
-        if self.ssh_admission().is_some() {
-            v.push("ssh_admission");
-        }
-        if self.credit_balance().is_some() {
-            v.push("credit_balance");
-        }
-        v
+        let offered = [
+            ("machine_labels", self.machine_labels().is_some()),
+            ("firewall_rules", self.firewall_rules().is_some()),
+            ("ssh_admission", self.ssh_admission().is_some()),
+            ("credit_balance", self.credit_balance().is_some()),
+        ];
+        offered
+            .into_iter()
+            .filter_map(|(n, on)| on.then_some(n))
+            .collect()
     }
 }
 

@@ -424,24 +424,23 @@ fn is_lower_word(s: &str, max: usize) -> bool {
 }
 
 fn validate_network_tag(t: &str) -> Result<()> {
-    if is_lower_word(t, 63) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "network_tags",
-            format!("a tag is 1 to 63 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {t:?}"),
-        ))
-    }
+    valid(is_lower_word(t, 63), "network_tags", || {
+        format!("a tag is 1 to 63 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {t:?}")
+    })
 }
 
 fn validate_group(g: &str) -> Result<()> {
-    if is_lower_word(g, 40) {
+    valid(is_lower_word(g, 40), "admission_group", || {
+        format!("1 to 40 of a-z, 0-9 and '-', starting with a letter, got {g:?}")
+    })
+}
+
+/// `Ok` when `ok`, else an [`Error::InvalidSpec`] of `field` stating the `rule` it breaks.
+fn valid(ok: bool, field: &str, rule: impl FnOnce() -> String) -> Result<()> {
+    if ok {
         Ok(())
     } else {
-        Err(Error::invalid(
-            "admission_group",
-            format!("1 to 40 of a-z, 0-9 and '-', starting with a letter, got {g:?}"),
-        ))
+        Err(Error::invalid(field, rule()))
     }
 }
 
@@ -478,11 +477,7 @@ pub fn validate_name(name: &str) -> Result<()> {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid("name", format!("{rule}, got {name:?}")))
-    }
+    valid(ok, "name", || format!("{rule}, got {name:?}"))
 }
 
 /// The rule for label values (pool and owner), the intersection of what every cloud accepts so that a
@@ -503,26 +498,16 @@ fn is_label_value(value: &str) -> bool {
 
 /// Checks a pool name: a label value ([`LABEL_VALUE_RULE`]).
 pub fn validate_pool(pool: &str) -> Result<()> {
-    if is_label_value(pool) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "pool",
-            format!("{LABEL_VALUE_RULE}, got {pool:?}"),
-        ))
-    }
+    valid(is_label_value(pool), "pool", || {
+        format!("{LABEL_VALUE_RULE}, got {pool:?}")
+    })
 }
 
 /// Checks an owner: empty (no owner) or a label value ([`LABEL_VALUE_RULE`]).
 pub fn validate_owner(owner: &str) -> Result<()> {
-    if owner.is_empty() || is_label_value(owner) {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "owner",
-            format!("empty, or {LABEL_VALUE_RULE}, got {owner:?}"),
-        ))
-    }
+    valid(owner.is_empty() || is_label_value(owner), "owner", || {
+        format!("empty, or {LABEL_VALUE_RULE}, got {owner:?}")
+    })
 }
 
 /// Checks a machine id as given to `delete` and friends: 1 to 255 of ASCII letters, digits, `.`, `_`,
@@ -533,14 +518,9 @@ pub fn validate_id(id: &str) -> Result<()> {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            "id",
-            format!("1 to 255 of letters, digits, '.', '_', '-' and ':', got {id:?}"),
-        ))
-    }
+    valid(ok, "id", || {
+        format!("1 to 255 of letters, digits, '.', '_', '-' and ':', got {id:?}")
+    })
 }
 
 /// Checks a cloud token such as a machine type or a location: 1 to 80 of ASCII letters, digits, `.`,
@@ -551,14 +531,9 @@ pub fn validate_token(field: &str, value: &str) -> Result<()> {
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
-            field,
-            format!("1 to 80 of letters, digits, '.', '_' and '-', got {value:?}"),
-        ))
-    }
+    valid(ok, field, || {
+        format!("1 to 80 of letters, digits, '.', '_' and '-', got {value:?}")
+    })
 }
 
 #[cfg(test)]

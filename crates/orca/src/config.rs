@@ -27,7 +27,7 @@ use crate::{Error, Provider, Result, Settings};
 /// assert!(e.to_string().contains("unknown field `onwer`"), "{e}");
 /// # Ok::<(), orca::Error>(()) }).unwrap();
 /// ```
-#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct ProviderConfig {
@@ -39,16 +39,6 @@ pub struct ProviderConfig {
     /// The driver's settings (absent: none; nothing is read from the process environment).
     #[serde(default)]
     pub settings: Settings,
-}
-
-impl std::fmt::Debug for ProviderConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderConfig")
-            .field("kind", &self.kind)
-            .field("owner", &self.owner)
-            .field("settings", &self.settings)
-            .finish()
-    }
 }
 
 impl ProviderConfig {

@@ -152,20 +152,13 @@ fn check_kind(kind: &str) -> Result<()> {
 }
 
 fn unknown_kind(kind: &str) -> Error {
-    if ALL_KINDS.contains(&kind) {
-        return Error::invalid(
-            "kind",
-            format!(
-                "the provider kind {kind:?} is not in this build; enable the Cargo feature {kind:?} of orca (built with: {})",
-                kinds().join(", ")
-            ),
-        );
-    }
-    Error::invalid(
-        "kind",
+    let known = kinds().join(", ");
+    let rule = if ALL_KINDS.contains(&kind) {
         format!(
-            "unknown provider kind {kind:?}; known kinds: {}",
-            kinds().join(", ")
-        ),
-    )
+            "the provider kind {kind:?} is not in this build; enable the Cargo feature {kind:?} of orca (built with: {known})"
+        )
+    } else {
+        format!("unknown provider kind {kind:?}; known kinds: {known}")
+    };
+    Error::invalid("kind", rule)
 }

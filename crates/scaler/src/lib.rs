@@ -228,12 +228,8 @@ pub async fn check_offerings(
     if settings.parallel == 0 {
         problems.push("--parallel must be at least 1".into());
     }
-    let longest = format!(
-        "{}-{}-{}",
-        key.pool.replace('_', "-"),
-        owner_tag(&key.owner, &key.pool),
-        "9".repeat(NUMBER_DIGITS)
-    );
+    // The name of the highest number of NUMBER_DIGITS digits.
+    let longest = machine_name(&key, 10u64.pow(NUMBER_DIGITS as u32) - 1);
     let (max, letter_first) = name_rule(p.kind());
     if longest.len() > max {
         problems.push(format!(

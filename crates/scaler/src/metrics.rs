@@ -34,10 +34,6 @@ pub struct Metrics {
     last_pass: Gauge,
 }
 
-fn opts(name: &str, help: &str) -> Opts {
-    Opts::new(name, help)
-}
-
 impl Metrics {
     /// Metrics for `key`'s pool.
     pub fn new(key: &Key) -> Self {
@@ -50,13 +46,18 @@ impl Metrics {
         .collect();
         let registry = Registry::new_custom(None, Some(labels)).expect("constant labels are valid");
         let gauge = |n: &str, h: &str| {
-            let g = IntGauge::with_opts(opts(n, h)).expect("valid metric");
+            let g = IntGauge::with_opts(Opts::new(n, h)).expect("valid metric");
             registry.register(Box::new(g.clone())).expect("unique");
             g
         };
-        let counter = |n: &str, h: &str, l: &str| {
-            let c = IntCounterVec::new(opts(n, h), &[l]).expect("valid metric");
+        // Every counter's series (label `l` of each of `values`) at 0 from the start: a rate over a
+        // series that appears only at its first event misses that event.
+        let counter = |n: &str, h: &str, l: &str, values: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(n, h), &[l]).expect("valid metric");
             registry.register(Box::new(c.clone())).expect("unique");
+            for v in values {
+                c.with_label_values(&[*v]);
+            }
             c
         };
         let size = gauge(
@@ -76,24 +77,33 @@ impl Metrics {
             "orca_pool_created_total",
             "Machines created (how: made, or adopted from an earlier attempt or by name).",
             "how",
+            &["made", "adopted"],
         );
         let deleted = counter(
             "orca_pool_deleted_total",
             "Machines deleted, by cause (surplus, unknown, unhealthy, duplicate, recorded).",
             "cause",
+            &["surplus", "unknown", "unhealthy", "duplicate", "recorded"],
         );
         let failures = counter(
             "orca_pool_failures_total",
             "Failed cloud calls and passes stopped early, by operation.",
             "operation",
+            &["list", "read", "create", "delete", "conflict", "pass"],
         );
         let no_stock = counter(
             "orca_pool_no_stock_total",
             "Creates answered with no stock, by offering.",
             "offering",
+            &[],
         );
-        let passes = counter("orca_pool_passes_total", "Passes, by role.", "role");
-        let last_pass = Gauge::with_opts(opts(
+        let passes = counter(
+            "orca_pool_passes_total",
+            "Passes, by role.",
+            "role",
+            &["leader", "standby"],
+        );
+        let last_pass = Gauge::with_opts(Opts::new(
             "orca_pool_last_pass_timestamp_seconds",
             "When the last pass started (Unix time).",
         ))
@@ -101,20 +111,6 @@ impl Metrics {
         registry
             .register(Box::new(last_pass.clone()))
             .expect("unique");
-        // Every counter's series at 0 from the start: a rate over a series that appears only at its
-        // first event misses that event.
-        for how in ["made", "adopted"] {
-            created.with_label_values(&[how]);
-        }
-        for cause in ["surplus", "unknown", "unhealthy", "duplicate", "recorded"] {
-            deleted.with_label_values(&[cause]);
-        }
-        for operation in ["list", "read", "create", "delete", "conflict", "pass"] {
-            failures.with_label_values(&[operation]);
-        }
-        for role in ["leader", "standby"] {
-            passes.with_label_values(&[role]);
-        }
         Metrics {
             registry,
             size,

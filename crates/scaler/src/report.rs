@@ -163,16 +163,9 @@ impl PassReport {
     /// How many actions failed (no stock is not a failure), plus one if the pass stopped early for
     /// another reason than a conflict met in it (that stop is the conflict's, counted once).
     pub fn failures(&self) -> usize {
-        let failed = self
-            .actions
-            .iter()
-            .filter(|a| matches!(a, Action::Failed { .. }))
-            .count();
-        let conflicts = self
-            .actions
-            .iter()
-            .filter(|a| matches!(a, Action::Conflict { .. }))
-            .count();
+        let count = |f: fn(&Action) -> bool| self.actions.iter().filter(|a| f(a)).count();
+        let failed = count(|a| matches!(a, Action::Failed { .. }));
+        let conflicts = count(|a| matches!(a, Action::Conflict { .. }));
         failed + conflicts + usize::from(self.stopped.is_some() && conflicts == 0)
     }
 

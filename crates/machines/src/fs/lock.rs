@@ -103,17 +103,15 @@ impl FileLock {
     /// the path when the file was removed or another file put in its place (another process may
     /// hold the lock now). One `lstat`: cheap enough to call before every write.
     pub fn still_held(&self) -> Result<(), FsError> {
-        match FileId::at(&self.path)? {
-            Some(id) if id == self.id => Ok(()),
-            Some(_) => Err(FsError::Replaced {
-                path: self.path.clone(),
-                what: "replaced by another file",
-            }),
-            None => Err(FsError::Replaced {
-                path: self.path.clone(),
-                what: "removed",
-            }),
-        }
+        let what = match FileId::at(&self.path)? {
+            Some(id) if id == self.id => return Ok(()),
+            Some(_) => "replaced by another file",
+            None => "removed",
+        };
+        Err(FsError::Replaced {
+            path: self.path.clone(),
+            what,
+        })
     }
 }
 
@@ -167,29 +165,21 @@ fn open(path: &Path) -> Result<File, FsError> {
         o.mode(super::PRIVATE_MODE)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     }
+    let refused = |why: &str| {
+        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        FsError::io(path, "open", e)
+    };
     let file = o.open(path).map_err(|e| {
         #[cfg(unix)]
         if e.raw_os_error() == Some(libc::ELOOP) {
-            return FsError::io(
-                path,
-                "open",
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "a symbolic link, which a lock file never is; refused",
-                ),
-            );
+            return refused("a symbolic link, which a lock file never is; refused");
         }
         FsError::io(path, "open", e)
     })?;
     let meta = file.metadata().map_err(|e| FsError::io(path, "stat", e))?;
     if !meta.is_file() {
-        return Err(FsError::io(
-            path,
-            "open",
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "not a regular file, which a lock file always is; refused",
-            ),
+        return Err(refused(
+            "not a regular file, which a lock file always is; refused",
         ));
     }
     Ok(file)

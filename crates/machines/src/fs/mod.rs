@@ -55,10 +55,11 @@ pub use write::{
 pub const PRIVATE_MODE: u32 = 0o600;
 
 /// What went wrong with a shared file. Every variant names the path.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FsError {
     /// Another holder has the lock at `path` ([`FileLock::try_lock`]).
+    #[error("{} is locked by another process", .path.display())]
     Busy {
         /// The lock file.
         path: PathBuf,
@@ -66,6 +67,7 @@ pub enum FsError {
     /// The lock file at `path` is no longer the file this holder locked: it was removed, or
     /// replaced by another file, so that another process may hold the lock now
     /// ([`FileLock::still_held`]).
+    #[error("the lock file {} was {what} while this process held it: another process may hold the lock now, so this one stops", .path.display())]
     Replaced {
         /// The lock file.
         path: PathBuf,
@@ -73,6 +75,7 @@ pub enum FsError {
         what: &'static str,
     },
     /// An operation on `path` failed.
+    #[error("{} ({op}): {source}", .path.display())]
     Io {
         /// The file or folder.
         path: PathBuf,
@@ -115,29 +118,6 @@ impl FsError {
             path: path.to_path_buf(),
             op,
             source,
-        }
-    }
-}
-
-impl std::fmt::Display for FsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FsError::Busy { path } => write!(f, "{} is locked by another process", path.display()),
-            FsError::Replaced { path, what } => write!(
-                f,
-                "the lock file {} was {what} while this process held it: another process may hold the lock now, so this one stops",
-                path.display()
-            ),
-            FsError::Io { path, op, source } => write!(f, "{} ({op}): {source}", path.display()),
-        }
-    }
-}
-
-impl std::error::Error for FsError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FsError::Io { source, .. } => Some(source),
-            _ => None,
         }
     }
 }

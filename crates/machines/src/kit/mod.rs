@@ -124,14 +124,8 @@ impl ClientOptions {
             ClientKey::RetryTimeout => self.retry_timeout = Some(duration()?),
             ClientKey::VisibilityWindow => self.visibility_window = Some(duration()?),
             ClientKey::MaxRetries => {
-                self.max_retries = Some(
-                    value
-                        .trim()
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| *n <= 100)
-                        .ok_or_else(|| "a number from 0 to 100".to_string())?,
-                )
+                let n = value.trim().parse::<u32>().ok().filter(|n| *n <= 100);
+                self.max_retries = Some(n.ok_or("a number from 0 to 100")?);
             }
         }
         Ok(())

@@ -52,7 +52,7 @@ pub enum Settled {
     RefusedFor(Duration),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Group {
     /// The requests of a span of one interval, configured or learnt.
     quota: Option<u32>,
@@ -173,10 +173,7 @@ impl QuotaPacer {
                     .map(|_| Group {
                         quota,
                         configured: quota.is_some(),
-                        counted: VecDeque::new(),
-                        outstanding: 0,
-                        hold_until: None,
-                        spent: VecDeque::new(),
+                        ..Group::default()
                     })
                     .collect(),
             ),

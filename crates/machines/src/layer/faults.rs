@@ -9,7 +9,7 @@ use tokio::sync::watch;
 
 use super::{Answer, Call, Layer, Next, Op};
 use crate::error::{Error, ErrorKind, Result};
-use crate::machine::Created;
+use crate::kit::no_stock;
 
 /// What an injected fault does to one call.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +17,7 @@ use crate::machine::Created;
 pub enum Fault {
     /// The call is refused with an error of this kind before it reaches the inner provider, so it
     /// changes nothing ([`Error::made_nothing`] for a refusal kind). No stock on a create is the
-    /// create's own outcome, [`Created::NoStock`], as a driver answers it.
+    /// create's own outcome, [`Created::NoStock`](crate::Created::NoStock), as a driver answers it.
     Fail(ErrorKind),
     /// The call reaches the inner provider and acts; then the caller gets an error of this kind,
     /// marked as one an attempt may have acted on ([`Error::may_have_acted`]).
@@ -212,11 +212,10 @@ fn injected(op: Op, kind: ErrorKind) -> Error {
 /// The answer of a call refused by a fault of `kind` before it reached the inner provider.
 fn refused(call: &Call<'_>, kind: ErrorKind) -> Result<Answer> {
     match (call, kind) {
-        (Call::Create { spec }, ErrorKind::NoStock) => Ok(Answer::Created(Created::NoStock {
-            machine_type: spec.machine_type.clone(),
-            location: spec.location.clone(),
-            message: "injected fault on create: no stock".into(),
-        })),
+        (Call::Create { spec }, ErrorKind::NoStock) => Ok(Answer::Created(no_stock(
+            spec,
+            "injected fault on create: no stock",
+        ))),
         _ => Err(injected(call.op(), kind)),
     }
 }

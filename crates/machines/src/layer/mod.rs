@@ -482,6 +482,7 @@ impl<'a> Next<'a> {
     /// extension answers [`Error::Unsupported`].
     pub async fn run(self, call: Call<'_>) -> Result<Answer> {
         let p = self.inner;
+        let firewall = || offered(p, p.firewall_rules(), Extension::FirewallRules);
         Ok(match call {
             Call::Arch { machine_type } => Answer::Arch(p.arch(machine_type).await?),
             Call::Create { spec } => Answer::Created(p.create(spec).await?),
@@ -503,26 +504,12 @@ impl<'a> Next<'a> {
                     .set_labels(id, set, remove)
                     .await?,
             ),
-            Call::Network => Answer::Network(
-                offered(p, p.firewall_rules(), Extension::FirewallRules)?
-                    .network()
-                    .await?,
-            ),
-            Call::Rule { name } => Answer::Rule(
-                offered(p, p.firewall_rules(), Extension::FirewallRules)?
-                    .rule(name)
-                    .await?,
-            ),
-            Call::Rules => Answer::Rules(
-                offered(p, p.firewall_rules(), Extension::FirewallRules)?
-                    .rules()
-                    .await?,
-            ),
-            Call::SetSourceRanges { name, ranges } => Answer::Patched(
-                offered(p, p.firewall_rules(), Extension::FirewallRules)?
-                    .set_source_ranges(name, ranges)
-                    .await?,
-            ),
+            Call::Network => Answer::Network(firewall()?.network().await?),
+            Call::Rule { name } => Answer::Rule(firewall()?.rule(name).await?),
+            Call::Rules => Answer::Rules(firewall()?.rules().await?),
+            Call::SetSourceRanges { name, ranges } => {
+                Answer::Patched(firewall()?.set_source_ranges(name, ranges).await?)
+            }
             Call::AdmitSsh {
                 group,
                 location,

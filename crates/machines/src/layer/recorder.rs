@@ -90,11 +90,8 @@ impl Recorder {
 
     /// How many calls of `op` answered an error.
     pub fn failed(&self, op: Op) -> usize {
-        self.state()
-            .calls
-            .iter()
-            .filter(|c| c.op == op && matches!(c.outcome, Some(Err(_))))
-            .count()
+        let failed = |c: &&Recorded| c.op == op && matches!(c.outcome, Some(Err(_)));
+        self.state().calls.iter().filter(failed).count()
     }
 
     /// The subjects of the calls of `op` (the ids deleted, the pools listed, ...), in order.

@@ -19,6 +19,15 @@ enum Value {
 
 struct ValueVisitor;
 
+/// Visitor methods for values of the given types, each answering `$answer` of the value `v`.
+macro_rules! visit {
+    ($out:ty: $($visit:ident($t:ty))* => |$self:ident, $v:ident| $answer:expr) => {$(
+        fn $visit<E: de::Error>($self, $v: $t) -> Result<$out, E> {
+            $answer
+        }
+    )*};
+}
+
 impl<'de> de::Visitor<'de> for ValueVisitor {
     type Value = Value;
 
@@ -26,36 +35,11 @@ impl<'de> de::Visitor<'de> for ValueVisitor {
         f.write_str("a string, a number, a boolean or null")
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::Text(v.to_string()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::Text(v))
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Text(v.to_string()))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Text(v.to_string()))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Text(v.to_string()))
-    }
-
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Value, E> {
-        Ok(Value::Text(v.to_string()))
-    }
-
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Value, E> {
-        Ok(Value::Text(v.to_string()))
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::Text(v.to_string()))
+    // Kept as its text.
+    visit! { Value:
+        visit_str(&str) visit_string(String) visit_bool(bool) visit_i64(i64) visit_u64(u64)
+        visit_i128(i128) visit_u128(u128) visit_f64(f64)
+        => |self, v| Ok(Value::Text(v.to_string()))
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
@@ -148,29 +132,12 @@ impl<'de> de::Visitor<'de> for SettingsVisitor {
         d.deserialize_any(self)
     }
 
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Settings, E> {
-        Err(self.not_a_map("a string"))
+    visit! { Settings: visit_str(&str) => |self, _v| Err(self.not_a_map("a string")) }
+    visit! { Settings: visit_bool(bool) => |self, _v| Err(self.not_a_map("a boolean")) }
+    visit! { Settings:
+        visit_i64(i64) visit_u64(u64) visit_f64(f64) => |self, _v| Err(self.not_a_map("a number"))
     }
-
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Settings, E> {
-        Err(self.not_a_map("a boolean"))
-    }
-
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Settings, E> {
-        Err(self.not_a_map("a number"))
-    }
-
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Settings, E> {
-        Err(self.not_a_map("a number"))
-    }
-
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Settings, E> {
-        Err(self.not_a_map("a number"))
-    }
-
-    fn visit_bytes<E: de::Error>(self, _: &[u8]) -> Result<Settings, E> {
-        Err(self.not_a_map("bytes"))
-    }
+    visit! { Settings: visit_bytes(&[u8]) => |self, _v| Err(self.not_a_map("bytes")) }
 
     fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Settings, A::Error> {
         Err(self.not_a_map("a list"))

@@ -330,12 +330,7 @@ impl Settings {
 
     /// `K`'s keys and the client keys that this process's environment has.
     pub fn from_env_keys<K: SettingKey>() -> Self {
-        Self::from_env(
-            K::ALL
-                .iter()
-                .map(|k| k.as_str())
-                .chain(crate::kit::ClientKey::ALL.iter().map(|k| k.as_str())),
-        )
+        Self::from_env(K::names().into_iter().chain(crate::kit::ClientKey::names()))
     }
 }
 

@@ -21,14 +21,24 @@ fn empty(call: &str) -> orca_machines::Error {
     bad_reply(format!("a {call} reply without its outcome"))
 }
 
+/// What the arms make of reply `$reply`'s outcome (of the `Outcome` in scope); its `Error` outcome
+/// is the driver's error, and no outcome a reply outside the protocol, naming `$call`.
+macro_rules! outcome {
+    ($reply:expr, $call:expr, $($pat:pat => $answer:expr),+ $(,)?) => {
+        match $reply.outcome {
+            $(Some($pat) => $answer,)+
+            Some(Outcome::Error(e)) => Err(error_from(e)),
+            None => Err(empty($call)),
+        }
+    };
+}
+
 fn optional_machine(r: pb::MachineReply, call: &str) -> Result<Option<Machine>> {
     use pb::machine_reply::Outcome;
-    match r.outcome {
-        Some(Outcome::Machine(m)) => machine_from(m).map(Some),
-        Some(Outcome::None(_)) => Ok(None),
-        Some(Outcome::Error(e)) => Err(error_from(e)),
-        None => Err(empty(call)),
-    }
+    outcome!(r, call,
+        Outcome::Machine(m) => machine_from(m).map(Some),
+        Outcome::None(_) => Ok(None),
+    )
 }
 
 fn machine(r: pb::MachineReply, call: &str) -> Result<Machine> {
@@ -37,12 +47,10 @@ fn machine(r: pb::MachineReply, call: &str) -> Result<Machine> {
 
 fn optional_rule(r: pb::FirewallRuleReply, call: &str) -> Result<Option<FirewallRule>> {
     use pb::firewall_rule_reply::Outcome;
-    match r.outcome {
-        Some(Outcome::Rule(rule)) => Ok(Some(rule_from(rule))),
-        Some(Outcome::None(_)) => Ok(None),
-        Some(Outcome::Error(e)) => Err(error_from(e)),
-        None => Err(empty(call)),
-    }
+    outcome!(r, call,
+        Outcome::Rule(rule) => Ok(Some(rule_from(rule))),
+        Outcome::None(_) => Ok(None),
+    )
 }
 
 #[async_trait]
@@ -64,15 +72,8 @@ impl Provider for PluginProvider {
         let q = pb::ArchRequest {
             machine_type: machine_type.to_string(),
         };
-        match self
-            .call("arch", |mut c| async move { c.arch(q).await })
-            .await?
-            .outcome
-        {
-            Some(Outcome::Arch(a)) => Ok(docker_arch(&a)),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("arch")),
-        }
+        let r = self.call("arch", |mut c| async move { c.arch(q).await });
+        outcome!(r.await?, "arch", Outcome::Arch(a) => Ok(docker_arch(&a)))
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
@@ -80,21 +81,16 @@ impl Provider for PluginProvider {
         let q = pb::CreateRequest {
             spec: Some(spec_to(spec)),
         };
-        match self
-            .call("create", |mut c| async move { c.create(q).await })
-            .await?
-            .outcome
-        {
-            Some(Outcome::Made(m)) => Ok(Created::Machine(machine_from(m)?)),
-            Some(Outcome::Adopted(m)) => Ok(Created::Adopted(machine_from(m)?)),
-            Some(Outcome::NoStock(n)) => Ok(Created::NoStock {
+        let r = self.call("create", |mut c| async move { c.create(q).await });
+        outcome!(r.await?, "create",
+            Outcome::Made(m) => Ok(Created::Machine(machine_from(m)?)),
+            Outcome::Adopted(m) => Ok(Created::Adopted(machine_from(m)?)),
+            Outcome::NoStock(n) => Ok(Created::NoStock {
                 machine_type: n.machine_type,
                 location: n.location,
                 message: n.message,
             }),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("create")),
-        }
+        )
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
@@ -103,11 +99,9 @@ impl Provider for PluginProvider {
             pool: pool.to_string(),
         };
         let r = self.call("machines", |mut c| async move { c.machines(q).await });
-        match r.await?.outcome {
-            Some(Outcome::Machines(l)) => l.machines.into_iter().map(machine_from).collect(),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("machines")),
-        }
+        outcome!(r.await?, "machines",
+            Outcome::Machines(l) => l.machines.into_iter().map(machine_from).collect(),
+        )
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
@@ -131,15 +125,8 @@ impl Provider for PluginProvider {
     async fn delete(&self, id: &str) -> Result<bool> {
         use pb::delete_reply::Outcome;
         let q = pb::DeleteRequest { id: id.to_string() };
-        match self
-            .call("delete", |mut c| async move { c.delete(q).await })
-            .await?
-            .outcome
-        {
-            Some(Outcome::Gone(g)) => Ok(g),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("delete")),
-        }
+        let r = self.call("delete", |mut c| async move { c.delete(q).await });
+        outcome!(r.await?, "delete", Outcome::Gone(g) => Ok(g))
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {
@@ -160,15 +147,8 @@ impl Provider for PluginProvider {
             id: id.to_string(),
             machine_type: machine_type.to_string(),
         };
-        match self
-            .call("resize", |mut c| async move { c.resize(q).await })
-            .await?
-            .outcome
-        {
-            Some(Outcome::Resized(r)) => resized_from(r),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("resize")),
-        }
+        let r = self.call("resize", |mut c| async move { c.resize(q).await });
+        outcome!(r.await?, "resize", Outcome::Resized(r) => resized_from(r))
     }
 
     async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {
@@ -181,11 +161,7 @@ impl Provider for PluginProvider {
             "hourly_price",
             |mut c| async move { c.hourly_price(q).await },
         );
-        match r.await?.outcome {
-            Some(Outcome::Price(p)) => Ok(price_from(p)),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("hourly_price")),
-        }
+        outcome!(r.await?, "hourly_price", Outcome::Price(p) => Ok(price_from(p)))
     }
 
     fn machine_labels(&self) -> Option<&dyn MachineLabels> {
@@ -230,11 +206,7 @@ impl FirewallRules for PluginProvider {
             "network",
             |mut c| async move { c.network(pb::Empty {}).await },
         );
-        match r.await?.outcome {
-            Some(Outcome::Network(n)) => Ok(network_from(n)),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("network")),
-        }
+        outcome!(r.await?, "network", Outcome::Network(n) => Ok(network_from(n)))
     }
 
     async fn rule(&self, name: &str) -> Result<Option<FirewallRule>> {
@@ -253,11 +225,9 @@ impl FirewallRules for PluginProvider {
         let r = self.call("firewall_rules", |mut c| async move {
             c.firewall_rules(pb::Empty {}).await
         });
-        match r.await?.outcome {
-            Some(Outcome::Rules(l)) => Ok(l.rules.into_iter().map(rule_from).collect()),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("firewall_rules")),
-        }
+        outcome!(r.await?, "firewall_rules",
+            Outcome::Rules(l) => Ok(l.rules.into_iter().map(rule_from).collect()),
+        )
     }
 
     async fn set_source_ranges(&self, name: &str, ranges: &[String]) -> Result<FirewallRule> {
@@ -290,11 +260,7 @@ impl SshAdmission for PluginProvider {
             readmit: readmit.to_vec(),
         };
         let r = self.call("admit_ssh", |mut c| async move { c.admit_ssh(q).await });
-        match r.await?.outcome {
-            Some(Outcome::Admission(a)) => Ok(admission_from(a)),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("admit_ssh")),
-        }
+        outcome!(r.await?, "admit_ssh", Outcome::Admission(a) => Ok(admission_from(a)))
     }
 }
 
@@ -306,10 +272,6 @@ impl CreditBalance for PluginProvider {
             "balance",
             |mut c| async move { c.balance(pb::Empty {}).await },
         );
-        match r.await?.outcome {
-            Some(Outcome::Balance(b)) => balance_from(b),
-            Some(Outcome::Error(e)) => Err(error_from(e)),
-            None => Err(empty("balance")),
-        }
+        outcome!(r.await?, "balance", Outcome::Balance(b) => balance_from(b))
     }
 }

@@ -71,7 +71,10 @@ pub(crate) async fn run(
     let Some(policy) = establish(&mut record, &listed, cx, &*store, &mut events, report) else {
         return Ok(None);
     };
-    let mut found = Found::new(events);
+    let mut found = Found {
+        events,
+        ..Found::default()
+    };
     reconcile::listed(
         &mut record,
         &listed,

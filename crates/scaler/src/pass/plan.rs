@@ -4,11 +4,11 @@
 use orca::{Machine, Status};
 
 use super::act::DeleteJob;
-use super::reconcile::Found;
+use super::reconcile::{offering_of, Found};
 use super::{humantime, since, ts, PassCtx};
 use crate::record::{Event, Phase, Record};
 use crate::report::Action;
-use crate::{Offering, Settings};
+use crate::Settings;
 
 /// Deletes the machines counted beyond `size`: not serving first, then still starting, then newest
 /// first by the cloud's creation time (never by their names).
@@ -31,10 +31,7 @@ pub(super) fn surplus(record: &Record, found: &mut Found, size: usize) {
         found.deletes.push(DeleteJob {
             name: m.name.clone(),
             id: m.id.clone(),
-            offering: Offering {
-                machine_type: m.machine_type.clone(),
-                location: m.location.clone(),
-            },
+            offering: offering_of(&m),
             cause: "surplus",
             why: format!(
                 "surplus: {serving} serving, {size} wanted (newest first, made {})",

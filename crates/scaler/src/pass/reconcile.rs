@@ -13,6 +13,7 @@ use crate::{Offering, Unknown};
 
 /// What reconciling found: the events to write with the record, the machines counted toward the
 /// size (with whether each serves now), the deletes to make, and the recorded creates not seen yet.
+#[derive(Default)]
 pub(super) struct Found {
     pub events: Vec<Event>,
     pub counted: Vec<(Machine, bool)>,
@@ -21,18 +22,7 @@ pub(super) struct Found {
     pub pending: Vec<(Timestamp, String)>,
 }
 
-impl Found {
-    pub fn new(events: Vec<Event>) -> Self {
-        Found {
-            events,
-            counted: Vec::new(),
-            deletes: Vec::new(),
-            pending: Vec::new(),
-        }
-    }
-}
-
-fn offering_of(m: &Machine) -> Offering {
+pub(super) fn offering_of(m: &Machine) -> Offering {
     Offering {
         machine_type: m.machine_type.clone(),
         location: m.location.clone(),

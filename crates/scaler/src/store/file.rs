@@ -29,7 +29,7 @@ use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
 pub use super::journal::JOURNAL_FORMAT;
-use super::journal::{self, Header, Journal};
+use super::journal::{self, io, Header, Journal};
 use super::{Role, Store, StoreError};
 use crate::record::{Entry, Event, Key, Record};
 
@@ -160,10 +160,6 @@ pub struct FileStore {
     notes: Vec<String>,
     /// Held for as long as the store is open: the exclusive lock.
     lock: FileLock,
-}
-
-fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
-    StoreError::Failed(format!("{} ({what}): {e}", path.display()))
 }
 
 impl FileStore {

@@ -59,7 +59,8 @@ pub(super) struct Found {
     pub torn: bool,
 }
 
-fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
+/// A failed file operation `what` on `path`.
+pub(super) fn io(path: &Path, what: &str, e: std::io::Error) -> StoreError {
     StoreError::Failed(format!("{} ({what}): {e}", path.display()))
 }
 
