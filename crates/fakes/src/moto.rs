@@ -27,7 +27,9 @@
 //!   "not found" answers on their own.) Tag filters may lag behind reads by id (the same page: a new
 //!   resource's tags reach the filters later): with [`Proxy::set_tag_filter_lag`], a listing
 //!   filtered on a tag does not find an instance made from then on until that much after reads
-//!   by id do.
+//!   by id do. Both windows count time, and a loaded machine can look only after one is over:
+//!   [`Proxy::miss_first_look`] makes each hide a new instance from at least the first read it
+//!   applies to, for tests that count the looks a wait takes.
 //! - **The `client-token` filter** (DescribeInstances: "the idempotency token you provided when
 //!   you launched the instance"): moto keeps no token; the proxy answers it from the tokens it saw
 //!   made an instance (a filter on ids, so a tag filter's lag does not apply to it).

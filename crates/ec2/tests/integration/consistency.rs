@@ -35,6 +35,8 @@ async fn a_create_answers_only_once_ec2_shows_the_instance() {
     };
     let p = e.provider("owner-1").await;
     e.proxy.set_visibility_delay(Duration::from_millis(800));
+    // Its first look misses the instance even when a loaded machine makes it come late.
+    e.proxy.miss_first_look();
     let m = match p.create(&e.spec("vis-1")).await.unwrap() {
         Created::Machine(m) => m,
         other => panic!("{other:?}"),
@@ -68,6 +70,7 @@ async fn a_listing_right_after_a_create_finds_the_machine() {
     // EC2 shows a new instance to a read by id before its tags reach the tag filters a listing
     // uses.
     e.proxy.set_tag_filter_lag(Duration::from_millis(800));
+    e.proxy.miss_first_look();
     let p = e.provider("owner-1").await;
     let m = made(p.create(&e.spec("tagged-1")).await.unwrap());
     let listed = p.machines(&e.pool).await.unwrap();
@@ -92,6 +95,83 @@ async fn a_listing_right_after_a_create_finds_the_machine() {
         );
     }
     assert!(p.delete(&m.id).await.unwrap());
+}
+
+#[tokio::test]
+async fn the_first_look_misses_a_new_instance_however_late_it_comes() {
+    let Some(e) = env("the_first_look_misses_a_new_instance_however_late_it_comes").await else {
+        return;
+    };
+    // Windows over long before anyone looks, as on a machine too loaded to look in time.
+    e.proxy.set_visibility_delay(Duration::from_millis(1));
+    e.proxy.set_tag_filter_lag(Duration::from_millis(1));
+    e.proxy.miss_first_look();
+    let raw = common::sdk(&e.proxy.url).await;
+    let run = |name: &'static str| {
+        raw.run_instances()
+            .image_id("ami-0b1e2a3d4c5f60a02")
+            .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+            .min_count(1)
+            .max_count(1)
+            .subnet_id(&e.seed.subnets[common::ZONE])
+            .tag_specifications(orca_tags("owner-1", &e.pool, name))
+            .send()
+    };
+    let id = |out: aws_sdk_ec2::operation::run_instances::RunInstancesOutput| {
+        out.instances()[0].instance_id().unwrap().to_string()
+    };
+    let by_id = id(run("late-1").await.unwrap());
+    let by_tag = id(run("late-2").await.unwrap());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A read by id misses the first once, then finds it.
+    let read = || raw.describe_instances().instance_ids(&by_id).send();
+    let first = read().await.unwrap_err();
+    assert_eq!(
+        first.as_service_error().and_then(|s| s.meta().code()),
+        Some("InvalidInstanceID.NotFound")
+    );
+    assert!(read().await.is_ok(), "the second read finds it");
+    let listed = || async {
+        let out = raw
+            .describe_instances()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("tag:orca-pool")
+                    .values(&e.pool)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap();
+        let ids: Vec<String> = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect();
+        ids
+    };
+    // A listing filtered on a tag misses both once: the first for its tag window, the second for
+    // both windows. Then it finds both, and a read by id finds the second at once.
+    assert_eq!(
+        listed().await,
+        Vec::<String>::new(),
+        "the first tag listing"
+    );
+    let mut second = listed().await;
+    second.sort();
+    let mut both = vec![by_id.clone(), by_tag.clone()];
+    both.sort();
+    assert_eq!(second, both, "the second tag listing");
+    let read = raw.describe_instances().instance_ids(&by_tag).send().await;
+    assert!(read.is_ok(), "a read by id after the listing: {read:?}");
+    for id in [by_id, by_tag] {
+        raw.terminate_instances()
+            .instance_ids(id)
+            .send()
+            .await
+            .unwrap();
+    }
 }
 
 #[tokio::test]

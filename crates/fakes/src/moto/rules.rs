@@ -18,11 +18,17 @@ pub(super) async fn ec2_rules(
 ) -> Option<(Response, Option<String>)> {
     let now = Instant::now();
     let hidden: Vec<String> = {
-        let ec2 = lock(&state.ec2);
-        instance_ids(action, params)
+        let mut ec2 = lock(&state.ec2);
+        let hidden: Vec<String> = instance_ids(action, params)
             .into_iter()
-            .filter(|id| ec2.hidden_until.get(id).is_some_and(|t| *t > now))
-            .collect()
+            .filter(|id| {
+                ec2.unmissed.contains(id) || ec2.hidden_until.get(id).is_some_and(|t| *t > now)
+            })
+            .collect();
+        for id in &hidden {
+            ec2.unmissed.remove(id);
+        }
+        hidden
     };
     if !hidden.is_empty() {
         let ids = hidden.join(", ");

@@ -1,6 +1,7 @@
 //! Forwarding a request to moto, and making its answer EC2's.
 
-use std::collections::BTreeMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use axum::body::{Body, Bytes};
@@ -121,6 +122,9 @@ fn after_run(state: &ProxyState, params: &BTreeMap<String, String>, answer: &str
         for id in &ids {
             ec2.tag_indexed_at.insert(id.clone(), at);
         }
+        if ec2.miss_first_look {
+            ec2.tag_unmissed.extend(ids.iter().cloned());
+        }
     }
     if !ec2.pending_for.is_zero() {
         let until = Instant::now() + ec2.pending_for;
@@ -130,6 +134,9 @@ fn after_run(state: &ProxyState, params: &BTreeMap<String, String>, answer: &str
     }
     if !ec2.visibility_delay.is_zero() {
         let until = Instant::now() + ec2.visibility_delay;
+        if ec2.miss_first_look {
+            ec2.unmissed.extend(ids.iter().cloned());
+        }
         for id in ids {
             ec2.hidden_until.insert(id, until);
         }
@@ -146,12 +153,14 @@ async fn listing_page(view: &View, params: &BTreeMap<String, String>, all: &str)
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     let now = Instant::now();
-    let (hidden_until, tag_indexed_at, scan) = {
+    let (hidden_until, tag_indexed_at, scan, unmissed, tag_unmissed) = {
         let ec2 = lock(&state.ec2);
         (
             ec2.hidden_until.clone(),
             ec2.tag_indexed_at.clone(),
             ec2.scan_per_page,
+            ec2.unmissed.clone(),
+            ec2.tag_unmissed.clone(),
         )
     };
     let filtered = params.keys().any(|k| k.starts_with("Filter."));
@@ -159,19 +168,35 @@ async fn listing_page(view: &View, params: &BTreeMap<String, String>, all: &str)
     let by_tag = params
         .iter()
         .any(|(k, v)| k.starts_with("Filter.") && k.ends_with(".Name") && v.starts_with("tag:"));
+    let order = match (scan, filtered) {
+        (Some(_), true) => scan_order(state).await,
+        _ => None,
+    };
+    let missed = RefCell::new(HashSet::new());
     let hidden = |id: &str| {
-        hidden_until.get(id).is_some_and(|t| *t > now)
+        let first = unmissed.contains(id) || (by_tag && tag_unmissed.contains(id));
+        if first {
+            missed.borrow_mut().insert(id.to_string());
+        }
+        first
+            || hidden_until.get(id).is_some_and(|t| *t > now)
             || (by_tag && tag_indexed_at.get(id).is_some_and(|t| *t > now))
     };
-    if let (Some(scan), true) = (scan, filtered) {
-        if let Some(order) = scan_order(state).await {
-            return page_by_scan(all, &hidden, offset, scan, &order);
-        }
-    }
     let per_page = view
         .per_page
         .or_else(|| params.get("MaxResults").and_then(|m| m.parse().ok()));
-    page_of(all, &hidden, offset, per_page)
+    let page = match (scan, order) {
+        (Some(scan), Some(order)) => page_by_scan(all, &hidden, offset, scan, &order),
+        _ => page_of(all, &hidden, offset, per_page),
+    };
+    let mut ec2 = lock(&state.ec2);
+    for id in missed.into_inner() {
+        ec2.unmissed.remove(&id);
+        if by_tag {
+            ec2.tag_unmissed.remove(&id);
+        }
+    }
+    page
 }
 
 /// Every instance of the region (moto's), in the order EC2 scans them for a filtered listing.
