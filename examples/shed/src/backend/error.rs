@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 /// An error answer of the API: HTTP status, a code a client acts on, and a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{status} {code}: {message}")]
 pub struct ApiError {
     /// The HTTP status.
     pub status: u16,
@@ -59,11 +60,5 @@ impl ApiError {
             "ZONE_CAPACITY_UNAVAILABLE",
             "the zone has no room for the machine type right now; nothing was created: try again later",
         )
-    }
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.status, self.code, self.message)
     }
 }
