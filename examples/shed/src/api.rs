@@ -25,14 +25,7 @@ use crate::model::{ShedView, Status};
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
-            status,
-            Json(ErrorBody {
-                code: self.code,
-                message: self.message,
-            }),
-        )
-            .into_response()
+        (status, Json(ErrorBody::from(self))).into_response()
     }
 }
 
@@ -43,6 +36,15 @@ pub struct ErrorBody {
     pub code: String,
     /// The message.
     pub message: String,
+}
+
+impl From<ApiError> for ErrorBody {
+    fn from(e: ApiError) -> Self {
+        ErrorBody {
+            code: e.code,
+            message: e.message,
+        }
+    }
 }
 
 /// The answer of a start or stop: the shed and what the call did.
@@ -310,13 +312,7 @@ async fn create(
 
 /// The error event of a stream.
 fn error_event(e: ApiError) -> Event {
-    event(
-        "error",
-        &ErrorBody {
-            code: e.code,
-            message: e.message,
-        },
-    )
+    event("error", &ErrorBody::from(e))
 }
 
 /// The events of a streamed create: `status` for each change, then `complete` with the settled
