@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Backend, Caller};
-use crate::model::{Op, Queued, ShedView, Status};
+use crate::model::{Op, Queued, Shed, ShedView, Status};
 
 words! {
     /// What a start or stop did.
@@ -27,11 +27,7 @@ impl Backend {
         caller: &Caller,
         name: &str,
     ) -> Result<(ShedView, Effect), ApiError> {
-        let (id, status) = {
-            let st = self.state();
-            let s = Self::find(&st, caller, name)?;
-            (s.id.clone(), s.status)
-        };
+        let Shed { id, status, .. } = Self::find(&self.state(), caller, name)?.clone();
         if status == Status::Stopped {
             self.require_firewall(caller).await?;
         }
