@@ -243,15 +243,6 @@ pub(super) fn durations(r: &RemoteFile, p: &mut Problems) -> (Duration, Duration
 }
 
 pub(super) fn agent_install(r: &RemoteFile, p: &mut Problems) -> String {
-    let agent_install = r
-        .agent_install
-        .clone()
-        .unwrap_or_else(|| "incompatible".into());
-    if !["incompatible", "always", "never"].contains(&agent_install.as_str()) {
-        p.add(
-            "remote.agent_install",
-            format!("incompatible, always or never, got {agent_install:?}"),
-        );
-    }
-    agent_install
+    let words = ["incompatible", "always", "never"];
+    p.one_of("remote.agent_install", r.agent_install.as_deref(), &words)
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::netaddr::Cidr;
-use crate::words::{either, Word};
+use crate::words::{either, listed, Word};
 
 mod cloud;
 mod fields;
@@ -33,14 +33,14 @@ pub use firewall::check_echo_url;
 
 /// The configuration's problems, each naming its field (or variable).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid shed-server configuration: {}", listed(.problems))]
+#[error("invalid shed-server configuration: {}", joined(.problems))]
 pub struct ConfigError {
     /// `(field, what is wrong)`, in the order found.
     pub problems: Vec<(String, String)>,
 }
 
 /// The problems as one line: `field: what is wrong; ...`.
-fn listed(problems: &[(String, String)]) -> String {
+fn joined(problems: &[(String, String)]) -> String {
     let each: Vec<String> = problems
         .iter()
         .map(|(f, why)| format!("{f}: {why}"))
@@ -78,6 +78,16 @@ impl Problems {
             self.add(field, format!("{}, got {written:?}", either::<T>()));
             default
         })
+    }
+
+    /// The word `field` holds, one of `words` (the first when it is not written); another word is
+    /// a problem, naming the words.
+    fn one_of(&mut self, field: &str, written: Option<&str>, words: &[&str]) -> String {
+        let written = written.unwrap_or(words[0]);
+        if !words.contains(&written) {
+            self.add(field, format!("{}, got {written:?}", listed(words)));
+        }
+        written.to_string()
     }
 }
 

@@ -162,18 +162,11 @@ impl FileConfig {
     }
 
     fn default_profile(&self, p: &mut Problems) -> String {
-        let profile = self
+        let written = self
             .network
             .as_ref()
-            .and_then(|n| n.default_profile.clone())
-            .unwrap_or_else(|| "default".into());
-        if !["default", "isolated"].contains(&profile.as_str()) {
-            p.add(
-                "network.default_profile",
-                format!("default or isolated, got {profile:?}"),
-            );
-        }
-        profile
+            .and_then(|n| n.default_profile.as_deref());
+        p.one_of("network.default_profile", written, &["default", "isolated"])
     }
 
     /// `remote.state_dir` (default `<state_dir>/remote`), where `state_dir` defaults to
