@@ -216,11 +216,7 @@ async fn info(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, 
 async fn server_log(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
     let c = caller(&b, &headers)?;
     if c.role != Role::Admin {
-        return Err(ApiError::new(
-            403,
-            "FORBIDDEN",
-            "the server log is for admins",
-        ));
+        return Err(ApiError::forbidden("the server log is for admins"));
     }
     Ok(Json(b.log().lines()).into_response())
 }
@@ -389,29 +385,18 @@ async fn delete(
             id: &'a str,
             status: &'a str,
         }
-        let _ = tx
-            .send(event(
-                "status",
-                &Deleting {
-                    name: &name,
-                    id: &id,
-                    status: "deleting",
-                },
-            ))
-            .await;
+        let deleting = |status| Deleting {
+            name: &name,
+            id: &id,
+            status,
+        };
+        let _ = tx.send(event("status", &deleting("deleting"))).await;
         let gone = tokio::select! {
             r = b.wait_gone(&id) => r,
             _ = tx.closed() => return,
         };
         let ev = match gone {
-            Ok(()) => event(
-                "complete",
-                &Deleting {
-                    name: &name,
-                    id: &id,
-                    status: "deleted",
-                },
-            ),
+            Ok(()) => event("complete", &deleting("deleted")),
             Err(message) => event(
                 "error",
                 &ErrorBody {

@@ -29,6 +29,16 @@ impl ApiError {
         Self::new(400, "INVALID_REQUEST", message)
     }
 
+    /// 403 `FORBIDDEN`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "FORBIDDEN", message)
+    }
+
+    /// 409 with `code`: the shed's status does not allow the call.
+    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+        Self::new(409, code, message)
+    }
+
     /// 404 `NOT_FOUND`.
     pub fn not_found(name: &str) -> Self {
         Self::new(404, "NOT_FOUND", format!("shed {name:?} not found"))

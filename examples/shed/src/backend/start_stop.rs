@@ -46,8 +46,7 @@ impl Backend {
                 Effect::NoChange
             }
             Status::Running => {
-                return Err(ApiError::new(
-                    409,
+                return Err(ApiError::conflict(
                     "SHED_RUNNING",
                     format!("shed {name:?} is running"),
                 ))
@@ -75,8 +74,7 @@ impl Backend {
                 Effect::Changed
             }
             Status::Error => {
-                return Err(ApiError::new(
-                    409,
+                return Err(ApiError::conflict(
                     "SHED_FAILED",
                     format!(
                         "shed {name:?} is in error (reason {}): its create failed, and only a delete leaves this state",
@@ -124,15 +122,13 @@ impl Backend {
                 Effect::NoChange
             }
             Status::Stopped => {
-                return Err(ApiError::new(
-                    409,
+                return Err(ApiError::conflict(
                     "SHED_STOPPED",
                     format!("shed {name:?} is stopped"),
                 ))
             }
             Status::Error => {
-                return Err(ApiError::new(
-                    409,
+                return Err(ApiError::conflict(
                     "SHED_FAILED",
                     format!(
                         "shed {name:?} is in error (reason {}): only a delete leaves this state",
@@ -161,8 +157,7 @@ impl Backend {
         let st = self.state();
         match Self::find(&st, caller, name) {
             Err(e) => e,
-            Ok(s) if s.status != Status::Running => ApiError::new(
-                409,
+            Ok(s) if s.status != Status::Running => ApiError::conflict(
                 "SHED_NOT_RUNNING",
                 format!("shed {name:?} is {}, not running", s.status),
             ),
