@@ -34,14 +34,14 @@ impl ApiError {
         Self::new(403, "FORBIDDEN", message)
     }
 
-    /// 409 with `code`: the shed's status does not allow the call.
-    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
-        Self::new(409, code, message)
-    }
-
     /// 404 `NOT_FOUND`.
     pub fn not_found(name: &str) -> Self {
         Self::new(404, "NOT_FOUND", format!("shed {name:?} not found"))
+    }
+
+    /// 409 with `code`: the shed's status does not allow the call.
+    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+        Self::new(409, code, message)
     }
 
     /// 422 `FEATURE_UNSUPPORTED` (a create field).

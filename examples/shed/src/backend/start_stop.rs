@@ -19,6 +19,15 @@ words! {
     }
 }
 
+/// 409 `SHED_FAILED`: shed `name` is in error; `then` says what leaves that state.
+fn in_error(name: &str, s: &Shed, then: &str) -> ApiError {
+    let reason = s.reason.map(|r| r.as_str()).unwrap_or("");
+    ApiError::conflict(
+        "SHED_FAILED",
+        format!("shed {name:?} is in error (reason {reason}): {then}"),
+    )
+}
+
 impl Backend {
     /// `POST /api/sheds/{name}/start`, by status: `starting` no change (a queued stop is
     /// cancelled), `running` 409, `stopping` queued, `stopped` starting, `error` 409.
@@ -74,13 +83,8 @@ impl Backend {
                 Effect::Changed
             }
             Status::Error => {
-                return Err(ApiError::conflict(
-                    "SHED_FAILED",
-                    format!(
-                        "shed {name:?} is in error (reason {}): its create failed, and only a delete leaves this state",
-                        s.reason.map(|r| r.as_str()).unwrap_or("")
-                    ),
-                ))
+                let then = "its create failed, and only a delete leaves this state";
+                return Err(in_error(name, s, then));
             }
         };
         let view = ShedView::from(&st.sheds[&id]);
@@ -127,15 +131,7 @@ impl Backend {
                     format!("shed {name:?} is stopped"),
                 ))
             }
-            Status::Error => {
-                return Err(ApiError::conflict(
-                    "SHED_FAILED",
-                    format!(
-                        "shed {name:?} is in error (reason {}): only a delete leaves this state",
-                        s.reason.map(|r| r.as_str()).unwrap_or("")
-                    ),
-                ))
-            }
+            Status::Error => return Err(in_error(name, s, "only a delete leaves this state")),
         };
         let snapshot = s.clone();
         self.save(&snapshot);
