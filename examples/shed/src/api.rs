@@ -25,14 +25,7 @@ use crate::model::{ShedView, Status};
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
-            status,
-            Json(ErrorBody {
-                code: self.code,
-                message: self.message,
-            }),
-        )
-            .into_response()
+        (status, Json(ErrorBody::from(self))).into_response()
     }
 }
 
@@ -43,6 +36,15 @@ pub struct ErrorBody {
     pub code: String,
     /// The message.
     pub message: String,
+}
+
+impl From<ApiError> for ErrorBody {
+    fn from(e: ApiError) -> Self {
+        ErrorBody {
+            code: e.code,
+            message: e.message,
+        }
+    }
 }
 
 /// The answer of a start or stop: the shed and what the call did.
@@ -214,11 +216,7 @@ async fn info(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, 
 async fn server_log(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
     let c = caller(&b, &headers)?;
     if c.role != Role::Admin {
-        return Err(ApiError::new(
-            403,
-            "FORBIDDEN",
-            "the server log is for admins",
-        ));
+        return Err(ApiError::forbidden("the server log is for admins"));
     }
     Ok(Json(b.log().lines()).into_response())
 }
@@ -310,13 +308,7 @@ async fn create(
 
 /// The error event of a stream.
 fn error_event(e: ApiError) -> Event {
-    event(
-        "error",
-        &ErrorBody {
-            code: e.code,
-            message: e.message,
-        },
-    )
+    event("error", &ErrorBody::from(e))
 }
 
 /// The events of a streamed create: `status` for each change, then `complete` with the settled
@@ -393,29 +385,18 @@ async fn delete(
             id: &'a str,
             status: &'a str,
         }
-        let _ = tx
-            .send(event(
-                "status",
-                &Deleting {
-                    name: &name,
-                    id: &id,
-                    status: "deleting",
-                },
-            ))
-            .await;
+        let deleting = |status| Deleting {
+            name: &name,
+            id: &id,
+            status,
+        };
+        let _ = tx.send(event("status", &deleting("deleting"))).await;
         let gone = tokio::select! {
             r = b.wait_gone(&id) => r,
             _ = tx.closed() => return,
         };
         let ev = match gone {
-            Ok(()) => event(
-                "complete",
-                &Deleting {
-                    name: &name,
-                    id: &id,
-                    status: "deleted",
-                },
-            ),
+            Ok(()) => event("complete", &deleting("deleted")),
             Err(message) => event(
                 "error",
                 &ErrorBody {

@@ -193,6 +193,12 @@ impl Shed {
             self.start_sent = false;
         }
     }
+
+    /// Sets the status and reason of a failure, with its detail.
+    pub fn fail(&mut self, status: Status, reason: Reason, why: impl Into<String>, now: Timestamp) {
+        self.set(status, Some(reason), now);
+        self.detail = Some(why.into());
+    }
 }
 
 /// An acknowledged delete whose VM may still exist: the shed is hidden, and the VM is destroyed by a

@@ -38,32 +38,29 @@ impl Store {
         Ok(Store { dir })
     }
 
-    fn shed_path(&self, id: &str) -> PathBuf {
-        self.dir.join("sheds").join(format!("{id}.json"))
-    }
-
-    fn marker_path(&self, id: &str) -> PathBuf {
-        self.dir.join("deletes").join(format!("{id}.json"))
+    /// The file of `id` in the subdirectory `kind` (`sheds` or `deletes`).
+    fn path(&self, kind: &str, id: &str) -> PathBuf {
+        self.dir.join(kind).join(format!("{id}.json"))
     }
 
     /// Writes `shed`'s record.
     pub fn save_shed(&self, shed: &Shed) -> std::io::Result<()> {
-        write_atomic(&self.shed_path(&shed.id), shed)
+        write_atomic(&self.path("sheds", &shed.id), shed)
     }
 
     /// Removes shed `id`'s record.
     pub fn remove_shed(&self, id: &str) -> std::io::Result<()> {
-        remove(&self.shed_path(id))
+        remove(&self.path("sheds", id))
     }
 
     /// Writes a delete marker.
     pub fn save_marker(&self, m: &DeleteMarker) -> std::io::Result<()> {
-        write_atomic(&self.marker_path(&m.id), m)
+        write_atomic(&self.path("deletes", &m.id), m)
     }
 
     /// Removes shed `id`'s delete marker.
     pub fn remove_marker(&self, id: &str) -> std::io::Result<()> {
-        remove(&self.marker_path(id))
+        remove(&self.path("deletes", id))
     }
 
     /// Reads every record and marker.

@@ -13,6 +13,11 @@ pub trait Word: Copy + PartialEq + 'static {
 /// The words of `T` as a message lists them: `static, auto or any`.
 pub fn either<T: Word>() -> String {
     let words: Vec<&str> = T::ALL.iter().map(|v| v.word()).collect();
+    listed(&words)
+}
+
+/// Words as a message lists them: `static, auto or any`.
+pub fn listed(words: &[&str]) -> String {
     match words.split_last() {
         Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
         _ => words.concat(),

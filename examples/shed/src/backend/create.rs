@@ -78,14 +78,10 @@ fn check_caps(caller: &Caller, size: &Size) -> Result<(), ApiError> {
     if caller.max_cpus.is_some_and(|c| size.cpus > c)
         || caller.max_memory_mb.is_some_and(|m| size.memory_mb > m)
     {
-        return Err(ApiError::new(
-            403,
-            "FORBIDDEN",
-            format!(
-                "size {} ({} cpus, {} MB) is above client {}'s caps",
-                size.name, size.cpus, size.memory_mb, caller.name
-            ),
-        ));
+        return Err(ApiError::forbidden(format!(
+            "size {} ({} cpus, {} MB) is above client {}'s caps",
+            size.name, size.cpus, size.memory_mb, caller.name
+        )));
     }
     Ok(())
 }
@@ -151,8 +147,7 @@ impl Backend {
     /// 409 `SHED_EXISTS` when a shed is named `name` (asked again under the lock that records it).
     fn refuse_existing(&self, st: &State, name: &str) -> Result<(), ApiError> {
         if st.sheds.values().any(|s| s.name == name) {
-            return Err(ApiError::new(
-                409,
+            return Err(ApiError::conflict(
                 "SHED_EXISTS",
                 format!("shed {name:?} already exists"),
             ));
@@ -212,11 +207,10 @@ impl Backend {
             )));
         }
         if !caller.may_use(&image, cfg) {
-            return Err(ApiError::new(
-                403,
-                "FORBIDDEN",
-                format!("image: client {} may not use {image:?}", caller.name),
-            ));
+            return Err(ApiError::forbidden(format!(
+                "image: client {} may not use {image:?}",
+                caller.name
+            )));
         }
         Ok(image)
     }

@@ -5,18 +5,14 @@ use std::time::Duration;
 
 use super::{ApiError, Backend, Caller};
 use crate::jobs::readable;
-use crate::model::{CreateStage, DeleteMarker};
+use crate::model::{CreateStage, DeleteMarker, Shed};
 
 impl Backend {
     /// `DELETE /api/sheds/{name}`: hides the shed at once (a delete marker replaces its record) and
     /// destroys its VM in the background. Answers the shed's ID; an error when the VM's labels are
     /// another shed version's (the delete is recorded all the same).
     pub async fn delete_shed(&self, caller: &Caller, name: &str) -> Result<String, ApiError> {
-        let (id, vm_id) = {
-            let st = self.state();
-            let s = Self::find(&st, caller, name)?;
-            (s.id.clone(), s.vm_id.clone())
-        };
+        let Shed { id, vm_id, .. } = Self::find(&self.state(), caller, name)?.clone();
         // Whose labels are on the VM? A failed read does not stop the delete.
         let mut foreign = false;
         if let Some(vm) = &vm_id {

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 /// An error answer of the API: HTTP status, a code a client acts on, and a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{status} {code}: {message}")]
 pub struct ApiError {
     /// The HTTP status.
     pub status: u16,
@@ -28,9 +29,19 @@ impl ApiError {
         Self::new(400, "INVALID_REQUEST", message)
     }
 
+    /// 403 `FORBIDDEN`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "FORBIDDEN", message)
+    }
+
     /// 404 `NOT_FOUND`.
     pub fn not_found(name: &str) -> Self {
         Self::new(404, "NOT_FOUND", format!("shed {name:?} not found"))
+    }
+
+    /// 409 with `code`: the shed's status does not allow the call.
+    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+        Self::new(409, code, message)
     }
 
     /// 422 `FEATURE_UNSUPPORTED` (a create field).
@@ -59,11 +70,5 @@ impl ApiError {
             "ZONE_CAPACITY_UNAVAILABLE",
             "the zone has no room for the machine type right now; nothing was created: try again later",
         )
-    }
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.status, self.code, self.message)
     }
 }

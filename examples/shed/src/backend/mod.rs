@@ -290,42 +290,39 @@ impl Backend {
         self.inner.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
-    /// Writes shed `s` (in `st`) to disk; logs a failure (the record stays in memory).
-    pub(crate) fn save(&self, s: &Shed) {
-        if let Err(e) = self.inner.store.save_shed(s) {
-            self.inner.log.warn(format!(
-                "remote: the record of shed {} could not be written: {e}",
-                s.name
-            ));
+    /// Logs a failed write or removal of the store as `remote: <what>: <error>`.
+    fn log_failed(&self, written: std::io::Result<()>, what: impl FnOnce() -> String) {
+        if let Err(e) = written {
+            self.inner.log.warn(format!("remote: {}: {e}", what()));
         }
     }
 
+    /// Writes shed `s` (in `st`) to disk; logs a failure (the record stays in memory).
+    pub(crate) fn save(&self, s: &Shed) {
+        self.log_failed(self.inner.store.save_shed(s), || {
+            format!("the record of shed {} could not be written", s.name)
+        });
+    }
+
     pub(crate) fn save_marker(&self, m: &DeleteMarker) {
-        if let Err(e) = self.inner.store.save_marker(m) {
-            self.inner.log.warn(format!(
-                "remote: the delete marker of shed {} could not be written: {e}",
-                m.name
-            ));
-        }
+        self.log_failed(self.inner.store.save_marker(m), || {
+            format!("the delete marker of shed {} could not be written", m.name)
+        });
     }
 
     pub(crate) fn drop_record(&self, st: &mut State, id: &str) -> Option<Shed> {
         let s = st.sheds.remove(id);
-        if let Err(e) = self.inner.store.remove_shed(id) {
-            self.inner
-                .log
-                .warn(format!("remote: the record {id} could not be removed: {e}"));
-        }
+        self.log_failed(self.inner.store.remove_shed(id), || {
+            format!("the record {id} could not be removed")
+        });
         s
     }
 
     pub(crate) fn drop_marker(&self, st: &mut State, id: &str) -> Option<DeleteMarker> {
         let m = st.deletes.remove(id);
-        if let Err(e) = self.inner.store.remove_marker(id) {
-            self.inner.log.warn(format!(
-                "remote: the delete marker {id} could not be removed: {e}"
-            ));
-        }
+        self.log_failed(self.inner.store.remove_marker(id), || {
+            format!("the delete marker {id} could not be removed")
+        });
         m
     }
 

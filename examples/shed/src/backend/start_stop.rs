@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Backend, Caller};
-use crate::model::{Op, Queued, ShedView, Status};
+use crate::model::{Op, Queued, Shed, ShedView, Status};
 
 words! {
     /// What a start or stop did.
@@ -19,6 +19,15 @@ words! {
     }
 }
 
+/// 409 `SHED_FAILED`: shed `name` is in error; `then` says what leaves that state.
+fn in_error(name: &str, s: &Shed, then: &str) -> ApiError {
+    let reason = s.reason.map(|r| r.as_str()).unwrap_or("");
+    ApiError::conflict(
+        "SHED_FAILED",
+        format!("shed {name:?} is in error (reason {reason}): {then}"),
+    )
+}
+
 impl Backend {
     /// `POST /api/sheds/{name}/start`, by status: `starting` no change (a queued stop is
     /// cancelled), `running` 409, `stopping` queued, `stopped` starting, `error` 409.
@@ -27,11 +36,7 @@ impl Backend {
         caller: &Caller,
         name: &str,
     ) -> Result<(ShedView, Effect), ApiError> {
-        let (id, status) = {
-            let st = self.state();
-            let s = Self::find(&st, caller, name)?;
-            (s.id.clone(), s.status)
-        };
+        let Shed { id, status, .. } = Self::find(&self.state(), caller, name)?.clone();
         if status == Status::Stopped {
             self.require_firewall(caller).await?;
         }
@@ -50,8 +55,7 @@ impl Backend {
                 Effect::NoChange
             }
             Status::Running => {
-                return Err(ApiError::new(
-                    409,
+                return Err(ApiError::conflict(
                     "SHED_RUNNING",
                     format!("shed {name:?} is running"),
                 ))
@@ -79,14 +83,8 @@ impl Backend {
                 Effect::Changed
             }
             Status::Error => {
-                return Err(ApiError::new(
-                    409,
-                    "SHED_FAILED",
-                    format!(
-                        "shed {name:?} is in error (reason {}): its create failed, and only a delete leaves this state",
-                        s.reason.map(|r| r.as_str()).unwrap_or("")
-                    ),
-                ))
+                let then = "its create failed, and only a delete leaves this state";
+                return Err(in_error(name, s, then));
             }
         };
         let view = ShedView::from(&st.sheds[&id]);
@@ -128,22 +126,12 @@ impl Backend {
                 Effect::NoChange
             }
             Status::Stopped => {
-                return Err(ApiError::new(
-                    409,
+                return Err(ApiError::conflict(
                     "SHED_STOPPED",
                     format!("shed {name:?} is stopped"),
                 ))
             }
-            Status::Error => {
-                return Err(ApiError::new(
-                    409,
-                    "SHED_FAILED",
-                    format!(
-                        "shed {name:?} is in error (reason {}): only a delete leaves this state",
-                        s.reason.map(|r| r.as_str()).unwrap_or("")
-                    ),
-                ))
-            }
+            Status::Error => return Err(in_error(name, s, "only a delete leaves this state")),
         };
         let snapshot = s.clone();
         self.save(&snapshot);
@@ -165,8 +153,7 @@ impl Backend {
         let st = self.state();
         match Self::find(&st, caller, name) {
             Err(e) => e,
-            Ok(s) if s.status != Status::Running => ApiError::new(
-                409,
+            Ok(s) if s.status != Status::Running => ApiError::conflict(
                 "SHED_NOT_RUNNING",
                 format!("shed {name:?} is {}, not running", s.status),
             ),

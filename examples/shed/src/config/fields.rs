@@ -200,7 +200,7 @@ pub(super) fn limits(r: &RemoteFile, p: &mut Problems) -> Limits {
 }
 
 /// A duration written as text (`24h`, `10m`) or as a number of seconds.
-pub(super) fn yaml_duration(v: &serde_yaml_ng::Value) -> Option<Duration> {
+fn yaml_duration(v: &serde_yaml_ng::Value) -> Option<Duration> {
     match v {
         serde_yaml_ng::Value::String(s) => orca::settings::parse_duration(s),
         serde_yaml_ng::Value::Number(n) => n.as_u64().map(Duration::from_secs),
@@ -208,23 +208,19 @@ pub(super) fn yaml_duration(v: &serde_yaml_ng::Value) -> Option<Duration> {
     }
 }
 
-/// The duration of `field` when it is set and within `range`, else `default` (a problem when set).
-fn duration_in(
+/// The duration of `field` when it is set and within `range` (a problem when it is set otherwise).
+pub(super) fn duration_in(
     value: &Option<serde_yaml_ng::Value>,
     range: std::ops::RangeInclusive<Duration>,
-    default: Duration,
     field: &str,
     rule: &str,
     p: &mut Problems,
-) -> Duration {
-    let Some(v) = value else { return default };
-    match yaml_duration(v) {
-        Some(d) if range.contains(&d) => d,
-        _ => {
-            p.add(field, rule);
-            default
-        }
+) -> Option<Duration> {
+    let d = yaml_duration(value.as_ref()?).filter(|d| range.contains(d));
+    if d.is_none() {
+        p.add(field, rule);
     }
+    d
 }
 
 /// `max_run_duration` (10m to 2880h) and `pass_interval` (1s to 1h).
@@ -232,7 +228,6 @@ pub(super) fn durations(r: &RemoteFile, p: &mut Problems) -> (Duration, Duration
     let max_run = duration_in(
         &r.max_run_duration,
         MIN_RUN..=MAX_RUN,
-        DEFAULT_RUN,
         "remote.max_run_duration",
         "a duration from 10m to 2880h (like 24h)",
         p,
@@ -240,24 +235,14 @@ pub(super) fn durations(r: &RemoteFile, p: &mut Problems) -> (Duration, Duration
     let pass = duration_in(
         &r.pass_interval,
         Duration::from_secs(1)..=Duration::from_secs(3600),
-        DEFAULT_PASS,
         "remote.pass_interval",
         "a duration from 1s to 1h",
         p,
     );
-    (max_run, pass)
+    (max_run.unwrap_or(DEFAULT_RUN), pass.unwrap_or(DEFAULT_PASS))
 }
 
 pub(super) fn agent_install(r: &RemoteFile, p: &mut Problems) -> String {
-    let agent_install = r
-        .agent_install
-        .clone()
-        .unwrap_or_else(|| "incompatible".into());
-    if !["incompatible", "always", "never"].contains(&agent_install.as_str()) {
-        p.add(
-            "remote.agent_install",
-            format!("incompatible, always or never, got {agent_install:?}"),
-        );
-    }
-    agent_install
+    let words = ["incompatible", "always", "never"];
+    p.one_of("remote.agent_install", r.agent_install.as_deref(), &words)
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::netaddr::Cidr;
-use crate::words::{either, Word};
+use crate::words::{either, listed, Word};
 
 mod cloud;
 mod fields;
@@ -32,26 +32,21 @@ pub use file::{
 pub use firewall::check_echo_url;
 
 /// The configuration's problems, each naming its field (or variable).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid shed-server configuration: {}", joined(.problems))]
 pub struct ConfigError {
     /// `(field, what is wrong)`, in the order found.
     pub problems: Vec<(String, String)>,
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("invalid shed-server configuration: ")?;
-        for (i, (field, why)) in self.problems.iter().enumerate() {
-            if i > 0 {
-                f.write_str("; ")?;
-            }
-            write!(f, "{field}: {why}")?;
-        }
-        Ok(())
-    }
+/// The problems as one line: `field: what is wrong; ...`.
+fn joined(problems: &[(String, String)]) -> String {
+    let each: Vec<String> = problems
+        .iter()
+        .map(|(f, why)| format!("{f}: {why}"))
+        .collect();
+    each.join("; ")
 }
-
-impl std::error::Error for ConfigError {}
 
 impl ConfigError {
     fn one(field: &str, why: impl Into<String>) -> Self {
@@ -83,6 +78,16 @@ impl Problems {
             self.add(field, format!("{}, got {written:?}", either::<T>()));
             default
         })
+    }
+
+    /// The word `field` holds, one of `words` (the first when it is not written); another word is
+    /// a problem, naming the words.
+    fn one_of(&mut self, field: &str, written: Option<&str>, words: &[&str]) -> String {
+        let written = written.unwrap_or(words[0]);
+        if !words.contains(&written) {
+            self.add(field, format!("{}, got {written:?}", listed(words)));
+        }
+        written.to_string()
     }
 }
 
@@ -215,8 +220,6 @@ pub struct Config {
     pub max_run_duration: Duration,
     /// The periodic pass's interval.
     pub pass_interval: Duration,
-    /// Where the agent binaries would be.
-    pub agent_dir: PathBuf,
     /// The `agent_install` value (every value behaves as `never`).
     pub agent_install: String,
     /// The firewall check.

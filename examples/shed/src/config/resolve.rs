@@ -5,13 +5,14 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use secrecy::SecretString;
 
 use super::cloud::{cloud, ssh_key};
 use super::fields::{
-    agent_install, default_size, disk_gb, durations, environment, images, limits, provider_kind,
-    sizes, transport, yaml_duration, MAX_RUN,
+    agent_install, default_size, disk_gb, duration_in, durations, environment, images, limits,
+    provider_kind, sizes, transport, MAX_RUN,
 };
 use super::file::{FileConfig, RemoteFile};
 use super::firewall::firewall;
@@ -59,7 +60,7 @@ impl FileConfig {
         let limits = limits(r, &mut p);
         let (max_run_duration, pass_interval) = durations(r, &mut p);
         let agent_install = agent_install(r, &mut p);
-        let (state_dir, agent_dir) = self.dirs(r, &var);
+        let state_dir = self.remote_state_dir(r, &var);
         let listen = self.listen(&mut p);
         let clients = self.clients(r, &var, &mut p);
         let firewall = firewall(
@@ -88,7 +89,6 @@ impl FileConfig {
             limits,
             max_run_duration,
             pass_interval,
-            agent_dir,
             agent_install,
             firewall,
             clients,
@@ -162,24 +162,16 @@ impl FileConfig {
     }
 
     fn default_profile(&self, p: &mut Problems) -> String {
-        let profile = self
+        let written = self
             .network
             .as_ref()
-            .and_then(|n| n.default_profile.clone())
-            .unwrap_or_else(|| "default".into());
-        if !["default", "isolated"].contains(&profile.as_str()) {
-            p.add(
-                "network.default_profile",
-                format!("default or isolated, got {profile:?}"),
-            );
-        }
-        profile
+            .and_then(|n| n.default_profile.as_deref());
+        p.one_of("network.default_profile", written, &["default", "isolated"])
     }
 
-    /// `remote.state_dir` (default `<state_dir>/remote`) and `remote.agent_dir` (default
-    /// `<state_dir>/agent`), where `state_dir` defaults to `$XDG_STATE_HOME/shed` or
-    /// `~/.local/state/shed`.
-    fn dirs(&self, r: &RemoteFile, var: &Vars<'_>) -> (PathBuf, PathBuf) {
+    /// `remote.state_dir` (default `<state_dir>/remote`), where `state_dir` defaults to
+    /// `$XDG_STATE_HOME/shed` or `~/.local/state/shed`. `remote.agent_dir` is not read.
+    fn remote_state_dir(&self, r: &RemoteFile, var: &Vars<'_>) -> PathBuf {
         let base = self.state_dir.clone().unwrap_or_else(|| {
             var.get("XDG_STATE_HOME")
                 .map(PathBuf::from)
@@ -190,9 +182,7 @@ impl FileConfig {
                 .unwrap_or_else(|| PathBuf::from("."))
                 .join("shed")
         });
-        let state_dir = r.state_dir.clone().unwrap_or_else(|| base.join("remote"));
-        let agent_dir = r.agent_dir.clone().unwrap_or_else(|| base.join("agent"));
-        (state_dir, agent_dir)
+        r.state_dir.clone().unwrap_or_else(|| base.join("remote"))
     }
 
     fn listen(&self, p: &mut Problems) -> SocketAddr {
@@ -258,20 +248,13 @@ impl FileConfig {
                     }
                 },
             };
-            let max_age = c
-                .policy
-                .max_age
-                .as_ref()
-                .and_then(|v| match yaml_duration(v) {
-                    Some(d) if d <= MAX_RUN => Some(d),
-                    _ => {
-                        p.add(
-                            format!("{field}.policy.max_age"),
-                            "a duration up to 2880h (like 48h)",
-                        );
-                        None
-                    }
-                });
+            let max_age = duration_in(
+                &c.policy.max_age,
+                Duration::ZERO..=MAX_RUN,
+                &format!("{field}.policy.max_age"),
+                "a duration up to 2880h (like 48h)",
+                p,
+            );
             if !c.policy.server_mounts.is_empty() {
                 p.add(
                     format!("{field}.policy.server_mounts"),

@@ -141,7 +141,6 @@ struct CheckState {
     logged: Option<(LogKey, Timestamp)>,
     last_patch: Option<Timestamp>,
     agreement: Option<(Ipv4Addr, Timestamp)>,
-    started: Option<Timestamp>,
 }
 
 /// The firewall check with its memory (last result, last patch, last agreed address).
@@ -207,7 +206,6 @@ impl FirewallCheck {
 
     async fn run(&self, st: &mut CheckState) -> Outcome {
         let now = self.clock.now();
-        st.started.get_or_insert(now);
         let mut outcome = self.evaluate(st, now).await;
         self.report(st, &outcome, now);
         outcome.at = now;

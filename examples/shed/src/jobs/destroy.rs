@@ -106,9 +106,7 @@ impl Backend {
         };
         match self.inner.provider.delete(&vm).await {
             Ok(_) => {
-                self.update(id, |s, _| {
-                    s.vm_gone = true;
-                });
+                self.update(id, |s, _| s.vm_gone = true);
                 self.inner.log.info(format!(
                     "remote: shed {} ({id}): the VM of its failed create is destroyed; the shed stays in error until it is deleted",
                     s.name

@@ -55,8 +55,7 @@ impl Backend {
         let mut st = self.state();
         let s = st.sheds.get_mut(id)?;
         if !fw.passed {
-            s.set(Status::Error, Some(Reason::Firewall), now);
-            s.detail = Some(fw.message.clone());
+            s.fail(Status::Error, Reason::Firewall, fw.message.clone(), now);
             s.vm_gone = s.create == CreateStage::NotSent;
             let snap = s.clone();
             self.save(&snap);
@@ -115,8 +114,7 @@ impl Backend {
                     self.refuse_early(&mut st, id, reason, now);
                 } else {
                     let s = st.sheds.get_mut(id).expect("present");
-                    s.set(Status::Error, Some(reason), now);
-                    s.detail = Some(why);
+                    s.fail(Status::Error, reason, why, now);
                     self.save(s);
                 }
             }
@@ -125,8 +123,7 @@ impl Backend {
                     .log
                     .warn(format!("remote: shed {name} ({id}) create failed: {why}"));
                 let s = st.sheds.get_mut(id).expect("present");
-                s.set(Status::Error, Some(Reason::CreateFailed), now);
-                s.detail = Some(why);
+                s.fail(Status::Error, Reason::CreateFailed, why, now);
                 self.save(s);
             }
         }

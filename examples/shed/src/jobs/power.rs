@@ -23,8 +23,7 @@ impl Backend {
             };
             if let Some((reason, why)) = refusal {
                 let s = st.sheds.get_mut(id).expect("present");
-                s.set(Status::Stopped, Some(reason), now);
-                s.detail = Some(why.clone());
+                s.fail(Status::Stopped, reason, why.clone(), now);
                 self.save(s);
                 self.inner.log.warn(format!(
                     "remote: shed {name} ({id}) start not sent ({reason}): {why}"

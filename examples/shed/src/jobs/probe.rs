@@ -123,8 +123,8 @@ impl Backend {
             return;
         }
         self.update(p.id, |s, now| {
-            s.set(Status::Error, Some(Reason::CreateFailed), now);
-            s.detail = Some("the VM disappeared before its agent answered".into());
+            let why = "the VM disappeared before its agent answered";
+            s.fail(Status::Error, Reason::CreateFailed, why, now);
             s.vm_gone = true;
         });
         self.inner.log.warn(format!(
@@ -139,10 +139,8 @@ impl Backend {
         let reason = stop_reason(m, now, self.inner.timings.run_limit_window);
         if p.is_create() {
             self.update(p.id, |s, now| {
-                s.set(Status::Error, Some(Reason::CreateFailed), now);
-                s.detail = Some(format!(
-                    "the VM stopped before its agent answered ({reason})"
-                ));
+                let why = format!("the VM stopped before its agent answered ({reason})");
+                s.fail(Status::Error, Reason::CreateFailed, why, now);
             });
         } else {
             self.update(p.id, |s, now| {
@@ -196,8 +194,7 @@ impl Backend {
     async fn incompatible_start(&self, p: &Probing<'_>, why: &str) {
         let stopped = self.inner.provider.stop(p.vm).await;
         self.update(p.id, |s, now| {
-            s.set(Status::Stopped, Some(Reason::Layout), now);
-            s.detail = Some(why.to_string());
+            s.fail(Status::Stopped, Reason::Layout, why, now)
         });
         self.inner.log.warn(format!(
             "remote: shed {} ({}) start failed (layout): {why}{}",
@@ -246,10 +243,7 @@ impl Backend {
     }
 
     fn fail_create(&self, p: &Probing<'_>, reason: Reason, why: &str) {
-        self.update(p.id, |s, now| {
-            s.set(Status::Error, Some(reason), now);
-            s.detail = Some(why.to_string());
-        });
+        self.update(p.id, |s, now| s.fail(Status::Error, reason, why, now));
         self.inner.log.warn(format!(
             "remote: shed {} ({}) create failed ({reason}): {why}; its VM is destroyed",
             p.name, p.id

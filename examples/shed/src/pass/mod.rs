@@ -6,11 +6,11 @@
 //! create abandoned (labelled `creating` 15 minutes after the cloud made it, with no record); any other
 //! VM it does not know is left alone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use orca::{Machine, Status as VmStatus};
 
-use crate::backend::{Backend, ID_LABEL};
+use crate::backend::{Backend, State, ID_LABEL};
 use crate::clock::{go_duration, since};
 use crate::jobs::readable;
 use crate::model::{CreateStage, DeleteMarker, Reason, Shed, Status};
@@ -20,6 +20,14 @@ mod record;
 
 fn is_on(m: &Machine) -> bool {
     matches!(m.status, VmStatus::Running | VmStatus::Starting)
+}
+
+/// The records or markers of `map` with no job in flight: what a pass may correct.
+fn idle<T: Clone>(st: &State, map: &BTreeMap<String, T>) -> Vec<T> {
+    map.iter()
+        .filter(|(id, _)| !st.jobs.contains(*id))
+        .map(|(_, v)| v.clone())
+        .collect()
 }
 
 impl Backend {
@@ -51,19 +59,7 @@ impl Backend {
         }
         let (records, markers) = {
             let st = self.state();
-            let records: Vec<Shed> = st
-                .sheds
-                .values()
-                .filter(|s| !st.jobs.contains(&s.id))
-                .cloned()
-                .collect();
-            let markers: Vec<DeleteMarker> = st
-                .deletes
-                .values()
-                .filter(|m| !st.jobs.contains(&m.id))
-                .cloned()
-                .collect();
-            (records, markers)
+            (idle(&st, &st.sheds), idle(&st, &st.deletes))
         };
         for m in &markers {
             self.pass_marker(m, by_id.get(&m.id), startup).await;
@@ -89,14 +85,8 @@ impl Backend {
         let ids: Vec<(String, Status)> = {
             let now = self.now();
             let mut st = self.state();
-            let idle: Vec<String> = st
-                .sheds
-                .keys()
-                .filter(|id| !st.jobs.contains(*id))
-                .cloned()
-                .collect();
             let mut out = Vec::new();
-            for id in idle {
+            for id in idle(&st, &st.sheds).into_iter().map(|s| s.id) {
                 let s = st.sheds.get_mut(&id).expect("listed");
                 if s.status == Status::Starting && s.create == CreateStage::Made {
                     s.set(Status::Starting, Some(Reason::CloudUnreadable), now);
