@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::audit;
 use crate::db::{begin, Db};
-use crate::error::{invalid_by_orca, Error, Result};
+use crate::error::{db_error, invalid_by_orca, Error, Result};
 use crate::fields::Fields;
 use crate::vault::validate_ref;
 
@@ -259,7 +259,7 @@ async fn commit_with_event<T: Serialize>(
     audit::record(&tx, event, actor, "succeeded", &json!({ what: thing })).await?;
     tx.commit()
         .await
-        .map_err(|e| Error::db(&format!("commit {what}"), &e))
+        .map_err(db_error(&format!("commit {what}")))
 }
 
 const PROVIDER_COLUMNS: &str = "name, driver, credentials_ref, region, fqdn_suffix, created_at";
@@ -278,7 +278,7 @@ pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<Clo
             &[&name, &driver, &credentials_ref, &region, &fqdn_suffix],
         )
         .await
-        .map_err(|e| Error::db("insert provider", &e))?;
+        .map_err(db_error("insert provider"))?;
     let Some(row) = row else {
         return Err(Error::conflict(
             "provider.exists",
@@ -299,7 +299,7 @@ pub async fn list_providers<C: GenericClient>(c: &C) -> Result<Vec<CloudProvider
             &[],
         )
         .await
-        .map_err(|e| Error::db("list providers", &e))?;
+        .map_err(db_error("list providers"))?;
     Ok(rows.iter().map(provider_of).collect())
 }
 
@@ -311,7 +311,7 @@ pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<
             &[&name],
         )
         .await
-        .map_err(|e| Error::db("read provider", &e))?;
+        .map_err(db_error("read provider"))?;
     Ok(row.as_ref().map(provider_of))
 }
 
@@ -411,7 +411,7 @@ pub async fn list_profiles<C: GenericClient>(c: &C) -> Result<Vec<CloudProfile>>
             &[],
         )
         .await
-        .map_err(|e| Error::db("list profiles", &e))?;
+        .map_err(db_error("list profiles"))?;
     rows.iter().map(profile_of).collect()
 }
 
@@ -423,7 +423,7 @@ pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<C
             &[&name],
         )
         .await
-        .map_err(|e| Error::db("read profile", &e))?;
+        .map_err(db_error("read profile"))?;
     row.as_ref().map(profile_of).transpose()
 }
 
@@ -437,7 +437,7 @@ pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudP
             &[&name],
         )
         .await
-        .map_err(|e| Error::db("delete profile", &e))?;
+        .map_err(db_error("delete profile"))?;
     let Some(row) = row else {
         return Err(not_found("profile", name));
     };
