@@ -161,6 +161,12 @@ pub fn not_found(what: &str, name: &str) -> Error {
     )
 }
 
+/// 409 naming `name`: a `what` (`provider`, `profile`) of that name exists already.
+fn exists(what: &str, name: &str) -> Error {
+    let message = format!("a {what} named {name} exists already");
+    Error::conflict(&format!("{what}.exists"), message).with_field("name")
+}
+
 /// 422 naming the parameter `what` (`provider`, `profile`): no such one named `name` is registered.
 pub fn unregistered(what: &str, name: &str) -> Error {
     let message = format!("{what}: no {what} named {name} is registered");
@@ -280,11 +286,7 @@ pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<Clo
         .await
         .map_err(db_error("insert provider"))?;
     let Some(row) = row else {
-        return Err(Error::conflict(
-            "provider.exists",
-            format!("a provider named {name} exists already"),
-        )
-        .with_field("name"));
+        return Err(exists("provider", &name));
     };
     let p = provider_of(&row);
     commit_with_event(tx, actor, "provider.created", "provider", &p).await?;
@@ -386,13 +388,7 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
         .await;
     let row = match inserted {
         Ok(Some(row)) => row,
-        Ok(None) => {
-            return Err(Error::conflict(
-                "profile.exists",
-                format!("a profile named {name} exists already"),
-            )
-            .with_field("name"))
-        }
+        Ok(None) => return Err(exists("profile", &name)),
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
             return Err(unregistered("provider", &provider))
         }
