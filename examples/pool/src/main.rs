@@ -104,17 +104,11 @@ fn main() -> ExitCode {
     // Before anything else: a stop signal from here on is seen, whenever it comes.
     let stop = match Stop::install() {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("orca-pool: cannot handle stop signals: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return failed(format_args!("cannot handle stop signals: {e}")),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("orca-pool: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return failed(e),
     };
     runtime.block_on(async {
         tracing_subscriber::fmt()
@@ -123,19 +117,16 @@ fn main() -> ExitCode {
             .init();
         let stop = match stop.listen() {
             Ok(s) => s,
-            Err(e) => {
-                eprintln!("orca-pool: cannot handle stop signals: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return failed(format_args!("cannot handle stop signals: {e}")),
         };
-        match run(Args::parse(), stop).await {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("orca-pool: {e}");
-                ExitCode::FAILURE
-            }
-        }
+        run(Args::parse(), stop).await.unwrap_or_else(failed)
     })
+}
+
+/// Says why orca-pool fails, on standard error; exit status 1.
+fn failed(why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("orca-pool: {why}");
+    ExitCode::FAILURE
 }
 
 /// SIGINT and SIGTERM: a flag set by the signal handler itself, registered first thing, so that a
