@@ -102,8 +102,8 @@ struct Args {
 
 fn main() -> ExitCode {
     // Before anything else: a stop signal from here on is seen, whenever it comes.
-    let stop = match Stop::install() {
-        Ok(s) => s,
+    let flag = match Stop::install() {
+        Ok(flag) => flag,
         Err(e) => return failed(format_args!("cannot handle stop signals: {e}")),
     };
     let runtime = match tokio::runtime::Runtime::new() {
@@ -115,7 +115,7 @@ fn main() -> ExitCode {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
             .init();
-        let stop = match stop.listen() {
+        let stop = match Stop::listen(flag) {
             Ok(s) => s,
             Err(e) => return failed(format_args!("cannot handle stop signals: {e}")),
         };
@@ -134,25 +134,23 @@ fn failed(why: impl std::fmt::Display) -> ExitCode {
 /// provider: it is seen when the pass ends), and the runtime's streams of them to wait on.
 struct Stop {
     flag: Arc<AtomicBool>,
-    signals: Option<orca::signals::StopSignals>,
+    signals: orca::signals::StopSignals,
 }
 
 impl Stop {
-    fn install() -> std::io::Result<Stop> {
+    /// The flag, set by the signal handlers registered now (before the runtime).
+    fn install() -> std::io::Result<Arc<AtomicBool>> {
         let flag = Arc::new(AtomicBool::new(false));
         for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(signal, flag.clone())?;
         }
-        Ok(Stop {
-            flag,
-            signals: None,
-        })
+        Ok(flag)
     }
 
-    /// Listens on the runtime's streams of the signals (within the runtime).
-    fn listen(mut self) -> std::io::Result<Stop> {
-        self.signals = Some(orca::signals::StopSignals::install()?);
-        Ok(self)
+    /// The flag, and the runtime's streams of the signals to wait on (made within the runtime).
+    fn listen(flag: Arc<AtomicBool>) -> std::io::Result<Stop> {
+        let signals = orca::signals::StopSignals::install()?;
+        Ok(Stop { flag, signals })
     }
 
     /// Whether a stop signal has come.
@@ -162,14 +160,8 @@ impl Stop {
 
     /// Until a stop signal comes.
     async fn wait(&mut self) {
-        if self.requested() {
-            return;
-        }
-        match &mut self.signals {
-            Some(signals) => {
-                signals.next().await;
-            }
-            None => std::future::pending().await,
+        if !self.requested() {
+            self.signals.next().await;
         }
     }
 }
