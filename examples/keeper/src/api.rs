@@ -33,7 +33,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 
 use crate::cloud::Keeper;
-use crate::error::Error;
+use crate::error::{db_error, json_position, Error};
 use crate::mask::mask_json;
 use crate::registry;
 use crate::tokens::{ApiTokens, Caller, STEP_PERMISSION};
@@ -139,11 +139,7 @@ fn body_json(body: &Bytes) -> Result<Value, Error> {
         Error::new(
             400,
             "body.invalid",
-            format!(
-                "the body is not JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ),
+            format!("the body is not JSON ({})", json_position(&e)),
         )
         .with_field("body")
     })
@@ -154,7 +150,7 @@ async fn health(State(s): State<AppState>) -> Answer {
     client
         .query_one("SELECT 1", &[])
         .await
-        .map_err(|e| Error::db("health", &e))?;
+        .map_err(db_error("health"))?;
     Ok(answer(StatusCode::OK, json!({"status": "ok"})))
 }
 

@@ -14,11 +14,10 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Status, TimeoutType,
     Transaction,
 };
-use sha2::{Digest, Sha256};
 use tokio_postgres::config::Host;
 use tokio_postgres::NoTls;
 
-use crate::error::{describe_db, Error, Result};
+use crate::error::{db_error, describe_db, Error, Result};
 
 /// The schema keeper's tables live in.
 pub const SCHEMA: &str = "keeper";
@@ -102,10 +101,7 @@ impl Db {
 
 /// A transaction on `client` (500, `registry.failed`, when it cannot begin).
 pub async fn begin(client: &mut Object) -> Result<Transaction<'_>> {
-    client
-        .transaction()
-        .await
-        .map_err(|e| Error::db("begin", &e))
+    client.transaction().await.map_err(db_error("begin"))
 }
 
 /// The error of a connection `server` could not give.
@@ -191,7 +187,7 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> 
 }
 
 fn checksum(sql: &str) -> String {
-    hex::encode(Sha256::digest(sql.as_bytes()))
+    hex::encode(crate::tokens::sha256(sql))
 }
 
 /// Applies the pending migrations; answers the versions applied now (empty when none was pending).
@@ -200,11 +196,10 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
     let tx = client
         .transaction()
         .await
-        .map_err(|e| Error::db("begin migrations", &e))?;
-    let step = |what: &'static str| move |e: tokio_postgres::Error| Error::db(what, &e);
+        .map_err(db_error("begin migrations"))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
-        .map_err(step("migration lock"))?;
+        .map_err(db_error("migration lock"))?;
     // Only the first start creates the schema: later starts need no privilege to create anything
     // unless a migration is pending.
     let known: bool = tx
@@ -213,7 +208,7 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
             &[],
         )
         .await
-        .map_err(step("read schema_migrations"))?
+        .map_err(db_error("read schema_migrations"))?
         .get(0);
     if !known {
         tx.batch_execute(&format!(
@@ -226,7 +221,7 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
              );"
         ))
         .await
-        .map_err(step("create schema_migrations"))?;
+        .map_err(db_error("create schema_migrations"))?;
     }
     let rows = tx
         .query(
@@ -236,7 +231,7 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
             &[],
         )
         .await
-        .map_err(step("read schema_migrations"))?;
+        .map_err(db_error("read schema_migrations"))?;
     for row in &rows {
         let (version, name, sum): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
         match MIGRATIONS.iter().find(|m| m.version == version) {
@@ -281,10 +276,10 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
             &[&m.version, &m.name, &checksum(m.sql)],
         )
         .await
-        .map_err(step("record migration"))?;
+        .map_err(db_error("record migration"))?;
         applied.push(m.version);
     }
-    tx.commit().await.map_err(step("commit migrations"))?;
+    tx.commit().await.map_err(db_error("commit migrations"))?;
     if !applied.is_empty() {
         tracing::info!(versions = ?applied, "applied migrations");
     }

@@ -104,20 +104,25 @@ impl Error {
     }
 }
 
+/// [`Error::db`] for `map_err`: `.map_err(db_error("read souls"))`.
+pub fn db_error(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
+    move |e| Error::db(what, &e)
+}
+
+/// Where serde_json's error `e` is in its input: `line 3, column 7` (never the input, which may hold
+/// a secret).
+pub fn json_position(e: &serde_json::Error) -> String {
+    format!("line {}, column {}", e.line(), e.column())
+}
+
 /// A PostgreSQL error in one line: the server's message (with its SQLSTATE) or the client's.
 pub fn describe_db(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => {
-            let mut s = e.to_string();
-            let mut src = std::error::Error::source(e);
-            while let Some(cause) = src {
-                s.push_str(": ");
-                s.push_str(&cause.to_string());
-                src = cause.source();
-            }
-            s
-        }
+        None => std::iter::successors(Some(e as &dyn std::error::Error), |c| c.source())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": "),
     }
 }
 

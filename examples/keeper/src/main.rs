@@ -17,6 +17,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use keeper::cloud::{Settings, RECONCILE_GRACE};
 use keeper::db::{redact_url, DEFAULT_DATABASE_URL};
+use keeper::error::json_position;
 use keeper::tokens::ApiTokens;
 use keeper::userdata::Template;
 use keeper::vault::FileVault;
@@ -334,11 +335,7 @@ async fn step(args: &Args, step: &str, params: &str) -> Result<ExitCode, Error> 
         Error::new(
             2,
             "params.invalid",
-            format!(
-                "--params is not JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ),
+            format!("--params is not JSON ({})", json_position(&e)),
         )
     })?;
     let k = keeper(args).await?;

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 use crate::audit;
 use crate::db::{begin, Db};
-use crate::error::{invalid_by_orca, Error, Result};
+use crate::error::{db_error, invalid_by_orca, Error, Result};
 use crate::fields::Fields;
 use crate::vault::validate_ref;
 
@@ -161,6 +161,12 @@ pub fn not_found(what: &str, name: &str) -> Error {
     )
 }
 
+/// 409 naming `name`: a `what` (`provider`, `profile`) of that name exists already.
+fn exists(what: &str, name: &str) -> Error {
+    let message = format!("a {what} named {name} exists already");
+    Error::conflict(&format!("{what}.exists"), message).with_field("name")
+}
+
 /// 422 naming the parameter `what` (`provider`, `profile`): no such one named `name` is registered.
 pub fn unregistered(what: &str, name: &str) -> Error {
     let message = format!("{what}: no {what} named {name} is registered");
@@ -259,7 +265,7 @@ async fn commit_with_event<T: Serialize>(
     audit::record(&tx, event, actor, "succeeded", &json!({ what: thing })).await?;
     tx.commit()
         .await
-        .map_err(|e| Error::db(&format!("commit {what}"), &e))
+        .map_err(db_error(&format!("commit {what}")))
 }
 
 const PROVIDER_COLUMNS: &str = "name, driver, credentials_ref, region, fqdn_suffix, created_at";
@@ -278,13 +284,9 @@ pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<Clo
             &[&name, &driver, &credentials_ref, &region, &fqdn_suffix],
         )
         .await
-        .map_err(|e| Error::db("insert provider", &e))?;
+        .map_err(db_error("insert provider"))?;
     let Some(row) = row else {
-        return Err(Error::conflict(
-            "provider.exists",
-            format!("a provider named {name} exists already"),
-        )
-        .with_field("name"));
+        return Err(exists("provider", &name));
     };
     let p = provider_of(&row);
     commit_with_event(tx, actor, "provider.created", "provider", &p).await?;
@@ -299,7 +301,7 @@ pub async fn list_providers<C: GenericClient>(c: &C) -> Result<Vec<CloudProvider
             &[],
         )
         .await
-        .map_err(|e| Error::db("list providers", &e))?;
+        .map_err(db_error("list providers"))?;
     Ok(rows.iter().map(provider_of).collect())
 }
 
@@ -311,7 +313,7 @@ pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<
             &[&name],
         )
         .await
-        .map_err(|e| Error::db("read provider", &e))?;
+        .map_err(db_error("read provider"))?;
     Ok(row.as_ref().map(provider_of))
 }
 
@@ -386,13 +388,7 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
         .await;
     let row = match inserted {
         Ok(Some(row)) => row,
-        Ok(None) => {
-            return Err(Error::conflict(
-                "profile.exists",
-                format!("a profile named {name} exists already"),
-            )
-            .with_field("name"))
-        }
+        Ok(None) => return Err(exists("profile", &name)),
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
             return Err(unregistered("provider", &provider))
         }
@@ -411,7 +407,7 @@ pub async fn list_profiles<C: GenericClient>(c: &C) -> Result<Vec<CloudProfile>>
             &[],
         )
         .await
-        .map_err(|e| Error::db("list profiles", &e))?;
+        .map_err(db_error("list profiles"))?;
     rows.iter().map(profile_of).collect()
 }
 
@@ -423,7 +419,7 @@ pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<C
             &[&name],
         )
         .await
-        .map_err(|e| Error::db("read profile", &e))?;
+        .map_err(db_error("read profile"))?;
     row.as_ref().map(profile_of).transpose()
 }
 
@@ -437,7 +433,7 @@ pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudP
             &[&name],
         )
         .await
-        .map_err(|e| Error::db("delete profile", &e))?;
+        .map_err(db_error("delete profile"))?;
     let Some(row) = row else {
         return Err(not_found("profile", name));
     };

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::error::{Error, Result};
+use crate::error::{json_position, Error, Result};
 
 /// The prefix of a bootstrap token.
 pub const BOOTSTRAP_PREFIX: &str = "kbt_";
@@ -167,9 +167,8 @@ impl ApiTokens {
                 500,
                 "config.invalid",
                 format!(
-                    "the API token list is not a JSON object holding a list of {{name, sha256, permissions}} (line {}, column {})",
-                    e.line(),
-                    e.column()
+                    "the API token list is not a JSON object holding a list of {{name, sha256, permissions}} ({})",
+                    json_position(&e)
                 ),
             )
         })?;

@@ -102,40 +102,31 @@ struct Args {
 
 fn main() -> ExitCode {
     // Before anything else: a stop signal from here on is seen, whenever it comes.
-    let stop = match Stop::install() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("orca-pool: cannot handle stop signals: {e}");
-            return ExitCode::FAILURE;
-        }
+    let flag = match Stop::install() {
+        Ok(flag) => flag,
+        Err(e) => return failed(format_args!("cannot handle stop signals: {e}")),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("orca-pool: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return failed(e),
     };
     runtime.block_on(async {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
             .init();
-        let stop = match stop.listen() {
+        let stop = match Stop::listen(flag) {
             Ok(s) => s,
-            Err(e) => {
-                eprintln!("orca-pool: cannot handle stop signals: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return failed(format_args!("cannot handle stop signals: {e}")),
         };
-        match run(Args::parse(), stop).await {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("orca-pool: {e}");
-                ExitCode::FAILURE
-            }
-        }
+        run(Args::parse(), stop).await.unwrap_or_else(failed)
     })
+}
+
+/// Says why orca-pool fails, on standard error; exit status 1.
+fn failed(why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("orca-pool: {why}");
+    ExitCode::FAILURE
 }
 
 /// SIGINT and SIGTERM: a flag set by the signal handler itself, registered first thing, so that a
@@ -143,25 +134,23 @@ fn main() -> ExitCode {
 /// provider: it is seen when the pass ends), and the runtime's streams of them to wait on.
 struct Stop {
     flag: Arc<AtomicBool>,
-    signals: Option<orca::signals::StopSignals>,
+    signals: orca::signals::StopSignals,
 }
 
 impl Stop {
-    fn install() -> std::io::Result<Stop> {
+    /// The flag, set by the signal handlers registered now (before the runtime).
+    fn install() -> std::io::Result<Arc<AtomicBool>> {
         let flag = Arc::new(AtomicBool::new(false));
         for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
             signal_hook::flag::register(signal, flag.clone())?;
         }
-        Ok(Stop {
-            flag,
-            signals: None,
-        })
+        Ok(flag)
     }
 
-    /// Listens on the runtime's streams of the signals (within the runtime).
-    fn listen(mut self) -> std::io::Result<Stop> {
-        self.signals = Some(orca::signals::StopSignals::install()?);
-        Ok(self)
+    /// The flag, and the runtime's streams of the signals to wait on (made within the runtime).
+    fn listen(flag: Arc<AtomicBool>) -> std::io::Result<Stop> {
+        let signals = orca::signals::StopSignals::install()?;
+        Ok(Stop { flag, signals })
     }
 
     /// Whether a stop signal has come.
@@ -171,14 +160,8 @@ impl Stop {
 
     /// Until a stop signal comes.
     async fn wait(&mut self) {
-        if self.requested() {
-            return;
-        }
-        match &mut self.signals {
-            Some(signals) => {
-                signals.next().await;
-            }
-            None => std::future::pending().await,
+        if !self.requested() {
+            self.signals.next().await;
         }
     }
 }

@@ -97,25 +97,20 @@ impl Stado {
         // The VM id is the registry's, but the VM it names now may not be the one this home made
         // (on Azure the id is the name: deleted outside stado and made again by another home). A VM
         // carrying another home's label, or another owner's, is left alone.
-        match self.provider.machine(&decl.vm_id).await {
-            Ok(Some(m)) if m.labels.contains_key(HOME_LABEL) && !self.is_this_homes(&m) => {
-                return Err(Failure::new(format!(
-                    "{name} is still registered: its VM {} is not this stado home's ({}; this home is {}), so it was left alone",
-                    decl.vm_id,
-                    Self::whose(&m),
-                    self.home.id()
-                ))
-                .with_code("not_this_home"))
-            }
-            Err(e @ Error::NotOwned { .. }) => {
-                return Err(Failure::new(format!(
-                    "{name} is still registered: its VM {} is not this stado home's ({e}), so it was left alone",
-                    decl.vm_id
-                ))
-                .with_code("not_this_home"))
-            }
+        let whose = match self.provider.machine(&decl.vm_id).await {
+            Ok(Some(m)) if m.labels.contains_key(HOME_LABEL) && !self.is_this_homes(&m) => Some(
+                format!("{}; this home is {}", Self::whose(&m), self.home.id()),
+            ),
+            Err(e @ Error::NotOwned { .. }) => Some(e.to_string()),
             // Absent, this home's, made before homes had ids, or unreadable: delete_vm decides.
-            _ => {}
+            _ => None,
+        };
+        if let Some(whose) = whose {
+            return Err(Failure::new(format!(
+                "{name} is still registered: its VM {} is not this stado home's ({whose}), so it was left alone",
+                decl.vm_id
+            ))
+            .with_code("not_this_home"));
         }
         if let Err(left) = self.delete_vm(&decl.vm_id).await {
             return Err(Failure::new(format!(

@@ -264,15 +264,12 @@ impl Profile {
 
     /// The enabled providers of this invocation and the disabled ones.
     pub fn providers(&self, sel: &Selection) -> (Vec<String>, Vec<String>) {
-        let enabled = match &sel.providers {
-            Some(s) => split_list(s),
-            None => self.list("providers"),
-        };
-        let disabled = match &sel.disabled {
-            Some(s) => split_list(s),
-            None => self.list("providers_disabled"),
-        };
-        (enabled, disabled)
+        let list =
+            |env: &Option<String>, key| env.as_deref().map_or_else(|| self.list(key), split_list);
+        (
+            list(&sel.providers, "providers"),
+            list(&sel.disabled, "providers_disabled"),
+        )
     }
 
     /// Refuses `kind` unless it is enabled (in providers, not in providers_disabled), saying what

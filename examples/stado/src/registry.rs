@@ -233,12 +233,7 @@ fn set_at(node: &mut Value, segments: &[&str], value: Value, path: &str) -> Resu
     match node {
         Value::Object(map) => {
             let child = map.entry(first.to_string()).or_insert(Value::Null);
-            if rest.is_empty() {
-                *child = value;
-                Ok(())
-            } else {
-                set_at(child, rest, value, path)
-            }
+            set_at(child, rest, value, path)
         }
         Value::Array(items) => {
             let by_name = items
@@ -258,22 +253,15 @@ fn set_at(node: &mut Value, segments: &[&str], value: Value, path: &str) -> Resu
                 }
             };
             let child = &mut items[index];
+            let mut value = value;
             if rest.is_empty() {
-                let mut value = value;
-                if let (Value::Object(m), Some(name)) = (
-                    &mut value,
-                    child
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .map(str::to_string),
-                ) {
-                    m.insert("name".into(), Value::String(name));
+                // An element set whole keeps its name.
+                let name = child.get("name").and_then(Value::as_str);
+                if let (Value::Object(m), Some(name)) = (&mut value, name) {
+                    m.insert("name".into(), Value::String(name.to_string()));
                 }
-                *child = value;
-                Ok(())
-            } else {
-                set_at(child, rest, value, path)
             }
+            set_at(child, rest, value, path)
         }
         other => Err(Failure::invalid(format!(
             "--path {path}: {first} is inside a {} value, not an object",

@@ -20,7 +20,7 @@ use super::params::DestroyParams;
 use super::{Keeper, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::db::begin;
-use crate::error::{describe_db, from_orca, Error, Result};
+use crate::error::{db_error, describe_db, from_orca, Error, Result};
 use crate::registry::CloudProvider;
 
 /// Why one VM is not counted as destroyed.
@@ -198,7 +198,7 @@ impl Keeper {
                 &[&p.sids, &row.name, &p.vm_ids],
             )
             .await
-            .map_err(|e| Error::db("read souls", &e))?;
+            .map_err(db_error("read souls"))?;
         let known: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
         for (i, sid) in p.sids.iter().enumerate() {
             if !known.contains(sid) {
@@ -225,7 +225,6 @@ impl Keeper {
     ) -> Result<Value> {
         let mut client = self.pool.get().await?;
         let tx = begin(&mut client).await?;
-        let db = |what: &'static str| move |e: tokio_postgres::Error| Error::db(what, &e);
         let souls: Vec<i64> = tx
             .query(
                 "SELECT id FROM keeper.souls WHERE sid = ANY($1) AND provider = $2 AND vm_id = ANY($3)
@@ -233,7 +232,7 @@ impl Keeper {
                 &[&p.sids, &row.name, &p.vm_ids],
             )
             .await
-            .map_err(db("lock souls"))?
+            .map_err(db_error("lock souls"))?
             .iter()
             .map(|r| r.get(0))
             .collect();
@@ -244,7 +243,7 @@ impl Keeper {
                 &[&souls],
             )
             .await
-            .map_err(db("destroy souls"))?;
+            .map_err(db_error("destroy souls"))?;
         let seeds_orphaned = tx
             .execute(
                 "UPDATE keeper.soul_seeds SET status = 'orphaned', updated_at = now()
@@ -252,7 +251,7 @@ impl Keeper {
                 &[&souls],
             )
             .await
-            .map_err(db("orphan soul seeds"))?;
+            .map_err(db_error("orphan soul seeds"))?;
         let bootstrap_burned = tx
             .execute(
                 "UPDATE keeper.bootstrap_tokens SET status = 'burned', burned_at = now()
@@ -260,7 +259,7 @@ impl Keeper {
                 &[&souls],
             )
             .await
-            .map_err(db("burn bootstrap tokens"))?;
+            .map_err(db_error("burn bootstrap tokens"))?;
         let journal = tx
             .execute(
                 "UPDATE keeper.cloud_vms SET state = 'destroyed', detail = 'destroyed by core.cloud.destroyed', updated_at = now()
@@ -268,7 +267,7 @@ impl Keeper {
                 &[&row.name, &p.vm_ids],
             )
             .await
-            .map_err(db("journal"))?;
+            .map_err(db_error("journal"))?;
         let counters = json!({
             "vms_destroyed": vms_destroyed,
             "souls_destroyed": souls_destroyed,
@@ -278,7 +277,7 @@ impl Keeper {
         });
         let payload = run.audit_payload_with(json!({ "counters": counters }));
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
-        tx.commit().await.map_err(db("commit the cascade"))?;
+        tx.commit().await.map_err(db_error("commit the cascade"))?;
         Ok(counters)
     }
 }

@@ -9,7 +9,7 @@ use deadpool_postgres::GenericClient;
 
 use super::Keeper;
 use crate::db::begin;
-use crate::error::{Error, Result};
+use crate::error::{db_error, Result};
 
 /// A journal row's move to a new state.
 #[derive(Debug, Clone)]
@@ -72,7 +72,7 @@ pub(crate) async fn move_row<C: GenericClient>(c: &C, u: &JournalUpdate) -> Resu
             &[&u.id, &u.state, &u.vm_id, &u.sid, &u.detail, &u.from],
         )
         .await
-        .map_err(|e| Error::db("journal", &e))?;
+        .map_err(db_error("journal"))?;
     Ok(moved == 1)
 }
 
@@ -93,9 +93,7 @@ impl Keeper {
         for u in updates {
             move_row(&tx, u).await?;
         }
-        tx.commit()
-            .await
-            .map_err(|e| Error::db("commit the journal", &e))?;
+        tx.commit().await.map_err(db_error("commit the journal"))?;
         Ok(())
     }
 }

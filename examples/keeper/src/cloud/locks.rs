@@ -14,7 +14,7 @@ use std::time::Duration;
 use deadpool_postgres::ClientWrapper;
 
 use crate::db::Db;
-use crate::error::{Error, Result};
+use crate::error::{db_error, Error, Result};
 
 /// How long a caller waits for a lock that another holds (a VM another step is destroying).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(600);
@@ -41,7 +41,7 @@ impl LockSession {
         client
             .batch_execute(&format!("SET lock_timeout = '{}s'", LOCK_WAIT.as_secs()))
             .await
-            .map_err(|e| Error::db("open a lock session", &e))?;
+            .map_err(db_error("open a lock session"))?;
         Ok(LockSession { client })
     }
 
@@ -67,7 +67,7 @@ impl LockSession {
                 &[&key],
             )
             .await
-            .map_err(|e| Error::db("take a lock", &e))?;
+            .map_err(db_error("take a lock"))?;
         Ok(row.get(0))
     }
 

@@ -38,7 +38,7 @@ use super::locks::{step_key, LockSession};
 use super::Keeper;
 use crate::audit;
 use crate::db::begin;
-use crate::error::{Error, Result};
+use crate::error::{db_error, Error, Result};
 use crate::registry::CloudProvider;
 
 /// How long after a VM was asked for the reconciler still waits for it to show up before it closes
@@ -168,7 +168,7 @@ impl Keeper {
                 &[&HALF_DONE.as_slice()],
             )
             .await
-            .map_err(|e| Error::db("read the journal", &e))?;
+            .map_err(db_error("read the journal"))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
@@ -232,7 +232,7 @@ impl Keeper {
                 ],
             )
             .await
-            .map_err(|e| Error::db("read the journal", &e))?;
+            .map_err(db_error("read the journal"))?;
         Ok(rows
             .iter()
             .map(|r| {
@@ -393,7 +393,7 @@ impl Keeper {
         audit::record(&tx, CLOUD_RECONCILED, actor, outcome, &payload).await?;
         tx.commit()
             .await
-            .map_err(|e| Error::db("commit the reconciled journal", &e))?;
+            .map_err(db_error("commit the reconciled journal"))?;
         Ok(moved)
     }
 }

@@ -11,7 +11,7 @@ use super::super::{Keeper, Run};
 use super::{Made, Planned};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::db::begin;
-use crate::error::{Error, Result};
+use crate::error::{db_error, Error, Result};
 use crate::registry::CloudProvider;
 use crate::tokens::PlainToken;
 
@@ -38,7 +38,7 @@ impl Keeper {
                 &[&base, &count],
             )
             .await
-            .map_err(|e| Error::db("take indexes", &e))?
+            .map_err(db_error("take indexes"))?
             .get(0);
         let mut planned = Vec::new();
         for index in (last - count + 1)..=last {
@@ -50,7 +50,7 @@ impl Keeper {
                     &[&step_id, &row.name, &name],
                 )
                 .await
-                .map_err(|e| Error::db("journal", &e))?
+                .map_err(db_error("journal"))?
                 .get(0);
             planned.push(Planned {
                 index,
@@ -60,9 +60,7 @@ impl Keeper {
                 journal_id,
             });
         }
-        tx.commit()
-            .await
-            .map_err(|e| Error::db("commit plan", &e))?;
+        tx.commit().await.map_err(db_error("commit plan"))?;
         Ok(planned)
     }
 
@@ -104,7 +102,7 @@ impl Keeper {
                 &[&soul_id, &hash],
             )
             .await
-            .map_err(|e| Error::db("insert bootstrap token", &e))?;
+            .map_err(db_error("insert bootstrap token"))?;
             let recorded = JournalUpdate {
                 sid: Some(sid.clone()),
                 detail: None,
@@ -119,9 +117,7 @@ impl Keeper {
             "counters": {"requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n},
         }));
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
-        tx.commit()
-            .await
-            .map_err(|e| Error::db("commit the batch", &e))?;
+        tx.commit().await.map_err(db_error("commit the batch"))?;
         Ok(())
     }
 

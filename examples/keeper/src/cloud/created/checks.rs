@@ -26,11 +26,9 @@ impl Keeper {
         let spec = b
             .spec
             .machine_spec(&probe, &b.row.region, &self.settings.pool, &ud);
-        let checked = match spec.validate() {
-            Ok(()) => b.cloud.capabilities().check_spec(b.cloud.kind(), &spec),
-            Err(e) => Err(e),
-        };
-        checked.map_err(|e| spec_error(&e, &b.params.userdata))
+        spec.validate()
+            .and_then(|()| b.cloud.capabilities().check_spec(b.cloud.kind(), &spec))
+            .map_err(|e| spec_error(&e, &b.params.userdata))
     }
 
     /// The VM spec of the step: the inline map, the named profile (of this provider), or, without
