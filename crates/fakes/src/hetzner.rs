@@ -81,13 +81,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::bucket::Bucket;
 use crate::control::{lock, serve, Control, Running};
 
 pub use selector::selector_matches;
 
 use actions::Action;
 use catalogue::{ServerType, IMAGES};
-use rate::Bucket;
 use servers::Server;
 
 /// The token the fake accepts unless [`Options::token`] says otherwise.
