@@ -131,6 +131,20 @@ pub(super) fn check_request_id(r: &Option<String>) -> Result<(), Response> {
     Ok(())
 }
 
+/// The world for a change asked with `request_id` (checked); `Err` is the answer to give at once: a
+/// bad id, or the operation of an earlier call with the same id (the repeat changes nothing).
+pub(super) fn change<'a>(
+    state: &'a Shared,
+    request_id: &Option<String>,
+) -> Result<MutexGuard<'a, World>, Response> {
+    check_request_id(request_id)?;
+    let s = lock(state);
+    match s.repeated(request_id.as_deref()) {
+        Some(op) => Err(Json(op).into_response()),
+        None => Ok(s),
+    }
+}
+
 /// The window `start..end` of `len` items (already filtered and ordered) that `maxResults` and
 /// `pageToken` ask for.
 pub(super) fn window(len: usize, q: &ListQuery) -> Result<(usize, usize), Response> {

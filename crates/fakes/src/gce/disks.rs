@@ -23,11 +23,8 @@ pub(super) async fn delete_disk(
     Path((project, zone, name)): Path<(String, String, String)>,
     Query(q): Query<MutateQuery>,
 ) -> Answer {
-    check_project(&project).and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
+    check_project(&project)?;
+    let mut s = change(&state, &q.request_id)?;
     let key = (zone.clone(), name.clone());
     if !s.disks.contains_key(&key) {
         return Err(not_found(&format!(

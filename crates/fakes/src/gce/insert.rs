@@ -25,13 +25,8 @@ pub(super) async fn insert_instance(
     Query(q): Query<MutateQuery>,
     body: Bytes,
 ) -> Answer {
-    check_project(&project)
-        .and(check_zone(&zone))
-        .and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
+    check_project(&project).and(check_zone(&zone))?;
+    let mut s = change(&state, &q.request_id)?;
     let vm = serde_json::from_slice::<Value>(&body)
         .map_err(|_| invalid("Invalid JSON payload received."))?;
     let plan = check_insert(&s, &project, &zone, &vm)?;

@@ -56,8 +56,7 @@ pub(super) async fn get_instance(
     let vm = lock(&state)
         .visible_instance(&(zone.clone(), name.clone()))
         .cloned();
-    let vm =
-        vm.ok_or_else(|| not_found(&format!("projects/{project}/zones/{zone}/instances/{name}")))?;
+    let vm = vm.ok_or_else(|| instance_not_found(&project, &zone, &name))?;
     Ok(Json(vm).into_response())
 }
 
@@ -79,20 +78,10 @@ pub(super) async fn delete_instance(
     Path((project, zone, name)): Path<(String, String, String)>,
     Query(q): Query<MutateQuery>,
 ) -> Answer {
-    check_project(&project).and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
-    let key = (zone.clone(), name.clone());
-    if s.visible_instance(&key).is_none() {
-        return Err(not_found(&format!(
-            "projects/{project}/zones/{zone}/instances/{name}"
-        )));
-    }
-    not_ready(&s, &project, &key)?;
-    let vm = s.instances.get_mut(&key).expect("visible");
-    vm["status"] = json!("STOPPING");
+    check_project(&project)?;
+    let mut s = change(&state, &q.request_id)?;
+    let (key, _) = changeable(&s, &project, &zone, &name)?;
+    s.instances.get_mut(&key).expect("visible")["status"] = json!("STOPPING");
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
     let op = s.new_op(
         Some(&zone),
@@ -111,19 +100,10 @@ pub(super) async fn instance_action(
     Query(q): Query<MutateQuery>,
     body: Bytes,
 ) -> Answer {
-    check_project(&project).and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
-    let key = (zone.clone(), name.clone());
+    check_project(&project)?;
+    let mut s = change(&state, &q.request_id)?;
+    let (key, vm) = changeable(&s, &project, &zone, &name)?;
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let Some(vm) = s.visible_instance(&key).cloned() else {
-        return Err(not_found(&format!(
-            "projects/{project}/zones/{zone}/instances/{name}"
-        )));
-    };
-    not_ready(&s, &project, &key)?;
     let status = vm["status"].as_str().unwrap_or_default().to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let effect = match action.as_str() {
@@ -241,6 +221,22 @@ pub(super) fn check_os_login(s: &World, project: &str, vm: &Value) -> Result<(),
         ));
     }
     Ok(())
+}
+
+/// 404 for instance `name` of `zone`.
+fn instance_not_found(project: &str, zone: &str, name: &str) -> Response {
+    not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"))
+}
+
+/// The visible instance `name` of `zone`, with its key, when a change of it may start: 404 while
+/// it is not there (or not visible yet), `resourceNotReady` while an operation holds it.
+fn changeable(s: &World, project: &str, zone: &str, name: &str) -> Result<(Key, Value), Response> {
+    let key = (zone.to_string(), name.to_string());
+    let Some(vm) = s.visible_instance(&key).cloned() else {
+        return Err(instance_not_found(project, zone, name));
+    };
+    not_ready(s, project, &key)?;
+    Ok((key, vm))
 }
 
 /// `resourceNotReady` while an operation holds instance `key`: Compute Engine refuses another
