@@ -12,8 +12,9 @@ pub(super) fn seed_prices() -> Vec<Value> {
             .trim_start_matches("standard")
             .trim_end_matches("Family");
         for (loc, display, factor) in LOCATIONS {
-            let p = (base * factor * 10_000.0).round() / 10_000.0;
-            let row = |price: f64, sku: String, product: String, ty: &str| {
+            let rounded = |x: f64| (x * 10_000.0).round() / 10_000.0;
+            let p = rounded(base * factor);
+            let row = |price: f64, sku: String, product: &str, ty: &str| {
                 json!({
                     "currencyCode": "USD",
                     "tierMinimumUnits": 0.0,
@@ -38,29 +39,20 @@ pub(super) fn seed_prices() -> Vec<Value> {
                 })
             };
             let product = format!("Virtual Machines {series} Series");
-            v.push(row(
-                p * 2.1,
-                short.clone(),
-                format!("{product} Windows"),
-                "Consumption",
-            ));
-            v.push(row(
-                (p * 0.2 * 10_000.0).round() / 10_000.0,
-                format!("{short} Spot"),
-                product.clone(),
-                "Consumption",
-            ));
-            v.push(row(
-                (p * 0.25 * 10_000.0).round() / 10_000.0,
-                format!("{short} Low Priority"),
-                product.clone(),
-                "Consumption",
-            ));
-            let mut reservation = row(p * 5000.0, short.clone(), product.clone(), "Reservation");
-            reservation["reservationTerm"] = json!("1 Year");
-            reservation["unitOfMeasure"] = json!("1 Hour");
-            v.push(reservation);
-            v.push(row(p, short.clone(), product, "Consumption"));
+            let windows = format!("{product} Windows");
+            for (price, sku_suffix, product, ty) in [
+                (p * 2.1, "", &windows, "Consumption"),
+                (rounded(p * 0.2), " Spot", &product, "Consumption"),
+                (rounded(p * 0.25), " Low Priority", &product, "Consumption"),
+                (p * 5000.0, "", &product, "Reservation"),
+                (p, "", &product, "Consumption"),
+            ] {
+                let mut row = row(price, format!("{short}{sku_suffix}"), product, ty);
+                if ty == "Reservation" {
+                    row["reservationTerm"] = json!("1 Year");
+                }
+                v.push(row);
+            }
         }
     }
     v
