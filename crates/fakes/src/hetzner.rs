@@ -179,6 +179,22 @@ fn invalid(message: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, "invalid_input", message.into())
 }
 
+/// A create or a rename to a name another server has.
+fn name_taken() -> ApiError {
+    let message = "server name is already used".into();
+    ApiError(StatusCode::CONFLICT, "uniqueness_error", message)
+}
+
+/// A create of, or a change to, a type that can no longer be ordered.
+fn deprecated_type(name: &str) -> ApiError {
+    let message = format!("server type {name} is deprecated and can no longer be ordered");
+    ApiError(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_server_type",
+        message,
+    )
+}
+
 type ApiResult = Result<Response, ApiError>;
 
 /// The time now as the API writes it (RFC 3339, whole seconds, `+00:00`).

@@ -14,8 +14,8 @@ use super::actions::Effect;
 use super::catalogue::{image_json, location_json};
 use super::selector::{matches, selector, valid_key, valid_value};
 use super::{
-    invalid, lock, not_found, paged_with, param, params, ApiError, ApiResult, Params, Shared,
-    State_,
+    deprecated_type, invalid, lock, name_taken, not_found, paged_with, param, params, ApiError,
+    ApiResult, Params, Shared, State_,
 };
 
 /// A server as the fake keeps it.
@@ -160,11 +160,7 @@ pub(super) async fn update_server(
     s.visible_server(id)?;
     if let Some(n) = &name {
         if s.servers.values().any(|v| v.id != id && &v.name == n) {
-            return Err(ApiError(
-                StatusCode::CONFLICT,
-                "uniqueness_error",
-                "server name is already used".into(),
-            ));
+            return Err(name_taken());
         }
     }
     let v = s.visible_server(id)?;
@@ -231,11 +227,7 @@ pub(super) async fn server_action(
                 ));
             }
             if new.unavailable() {
-                return Err(ApiError(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_server_type",
-                    format!("server type {t} is deprecated and can no longer be ordered"),
-                ));
+                return Err(deprecated_type(&t));
             }
             if status != "off" {
                 return Err(ApiError(
