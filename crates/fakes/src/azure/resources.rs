@@ -91,36 +91,26 @@ pub(super) fn first_missing(st: &State, refs: &Value, by: &str) -> Option<Respon
 /// resource's type ([`FakeAzure::deny_policy`]), or the landing zones' deny of public addresses
 /// ([`FakeAzure::deny_public_addresses`]): a public address, or an interface that carries one.
 fn policy_refusal(st: &State, kind: Kind, name: &str, body: &Value) -> Option<Response> {
-    // (assignment, definition name, definition display name, assignment display name)
-    let (assignment, def, def_display, display) =
+    // The built-in definitions denying: (name, display name).
+    let types = (
+        "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
+        "Not allowed resource types",
+    );
+    let nic_ips = "Network interfaces should not have public IPs";
+    // (assignment, definition, assignment display name)
+    let (assignment, (def, def_display), display) =
         if let Some((_, a)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
-            (
-                a.clone(),
-                "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
-                "Not allowed resource types",
-                format!("Deny {}", kind.type_name()),
-            )
+            (a.clone(), types, format!("Deny {}", kind.type_name()))
         } else {
             let a = st.deny_public.clone()?;
-            let carries_public = body["properties"]["ipConfigurations"]
-                .as_array()
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| !c["properties"]["publicIPAddress"].is_null())
-                });
+            let carries_public = items(&body["properties"]["ipConfigurations"])
+                .any(|c| !c["properties"]["publicIPAddress"].is_null());
             match kind {
-                Kind::Pip => (
-                    a,
-                    "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
-                    "Not allowed resource types",
-                    "Public IP addresses should be denied".to_string(),
-                ),
-                Kind::Nic if carries_public => (
-                    a,
-                    "83a86a26-fd1f-447c-b59d-e51f44264114",
-                    "Network interfaces should not have public IPs",
-                    "Network interfaces should not have public IPs".to_string(),
-                ),
+                Kind::Pip => (a, types, "Public IP addresses should be denied".to_string()),
+                Kind::Nic if carries_public => {
+                    let def = ("83a86a26-fd1f-447c-b59d-e51f44264114", nic_ips);
+                    (a, def, nic_ips.to_string())
+                }
                 _ => return None,
             }
         };
