@@ -200,22 +200,8 @@ impl World {
                     }
                 }
             }
-            Effect::Start(key, None) => {
-                if let Some(vm) = self.instances.get_mut(&key) {
-                    if vm["status"] != "RUNNING" {
-                        vm["lastStartTimestamp"] = json!(now_text());
-                    }
-                    vm["status"] = json!("RUNNING");
-                }
-            }
-            Effect::Stop(key) => {
-                if let Some(vm) = self.instances.get_mut(&key) {
-                    if vm["status"] != "TERMINATED" {
-                        vm["lastStopTimestamp"] = json!(now_text());
-                    }
-                    vm["status"] = json!("TERMINATED");
-                }
-            }
+            Effect::Start(key, None) => self.move_to(&key, "RUNNING", "lastStartTimestamp"),
+            Effect::Stop(key) => self.move_to(&key, "TERMINATED", "lastStopTimestamp"),
             Effect::Delete(key) => {
                 self.hidden_until.remove(&key);
                 if let Some(vm) = self.instances.remove(&key) {
@@ -248,6 +234,16 @@ impl World {
                 503 => "SERVICE UNAVAILABLE",
                 _ => "BAD REQUEST",
             });
+        }
+    }
+
+    /// Puts instance `key` in `status`, stamping `stamp` with the time when it was in another.
+    fn move_to(&mut self, key: &Key, status: &str, stamp: &str) {
+        if let Some(vm) = self.instances.get_mut(key) {
+            if vm["status"] != status {
+                vm[stamp] = json!(now_text());
+            }
+            vm["status"] = json!(status);
         }
     }
 
