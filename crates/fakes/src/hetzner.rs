@@ -426,12 +426,7 @@ impl FakeHetzner {
     ) -> i64 {
         let mut s = lock(&self.state);
         let id = s.next();
-        let arch = s
-            .types
-            .iter()
-            .find(|t| t.name == server_type)
-            .map(|t| t.arch)
-            .unwrap_or("x86");
+        let arch = s.server_type(server_type).map_or("x86", |t| t.arch);
         let image = IMAGES
             .iter()
             .find(|i| i.1 == "ubuntu-24.04" && i.2 == arch)

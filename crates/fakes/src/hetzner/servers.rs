@@ -47,7 +47,7 @@ impl Server {
 
 impl State_ {
     pub(super) fn server_json(&self, s: &Server) -> Value {
-        let t = self.types.iter().find(|t| t.name == s.server_type);
+        let t = self.server_type(&s.server_type);
         let type_json = t.map(|t| self.type_json(t)).unwrap_or(Value::Null);
         let o = s.id % 250;
         json!({
@@ -210,16 +210,9 @@ pub(super) async fn server_action(
             if b.get("upgrade_disk").and_then(Value::as_bool).is_none() {
                 return Err(invalid("upgrade_disk is required"));
             }
-            let srv = &s.servers[&id];
-            let cur_arch = s
-                .types
-                .iter()
-                .find(|x| x.name == srv.server_type)
-                .map(|x| x.arch);
+            let cur_arch = s.server_type(&s.servers[&id].server_type).map(|x| x.arch);
             let new = s
-                .types
-                .iter()
-                .find(|x| x.name == t)
+                .server_type(&t)
                 .ok_or_else(|| invalid(format!("server type {t} not found")))?;
             if Some(new.arch) != cur_arch {
                 return Err(invalid(
