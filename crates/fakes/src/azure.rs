@@ -796,6 +796,13 @@ fn location_of(body: &Value) -> String {
         .to_string()
 }
 
+/// Removes `field` from `v` when it is an object.
+fn remove_field(v: &mut Value, field: &str) {
+    if let Some(o) = v.as_object_mut() {
+        o.remove(field);
+    }
+}
+
 /// The elements of `v` when it is an array; none otherwise.
 fn items(v: &Value) -> impl Iterator<Item = &Value> {
     v.as_array().into_iter().flatten()

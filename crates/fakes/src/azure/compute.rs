@@ -292,9 +292,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
             st.res.remove(&dk);
         } else if let Some(disk) = st.res.get_mut(&dk) {
             disk.body["properties"]["diskState"] = json!("Unattached");
-            if let Some(b) = disk.body.as_object_mut() {
-                b.remove("managedBy");
-            }
+            remove_field(&mut disk.body, "managedBy");
         }
     }
     let mut detached = Vec::new();
@@ -320,9 +318,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
                 if delete {
                     st.res.remove(&pk);
                 } else if let Some(p) = st.res.get_mut(&pk) {
-                    if let Some(o) = p.body["properties"].as_object_mut() {
-                        o.remove("ipConfiguration");
-                    }
+                    remove_field(&mut p.body["properties"], "ipConfiguration");
                 }
             }
         } else if let Some(nic) = st.res.get_mut(&nk) {
@@ -330,9 +326,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
                 .as_str()
                 .is_some_and(|v| eq(v, vm_id))
             {
-                if let Some(p) = nic.body["properties"].as_object_mut() {
-                    p.remove("virtualMachine");
-                }
+                remove_field(&mut nic.body["properties"], "virtualMachine");
                 detached.push(nic_id.to_string());
             }
         }

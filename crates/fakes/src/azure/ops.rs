@@ -166,9 +166,7 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
                                 .as_str()
                                 .is_some_and(|c| c.to_ascii_lowercase().starts_with(&prefix))
                             {
-                                if let Some(o) = p.body["properties"].as_object_mut() {
-                                    o.remove("ipConfiguration");
-                                }
+                                remove_field(&mut p.body["properties"], "ipConfiguration");
                             }
                         }
                     }
