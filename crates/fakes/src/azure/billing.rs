@@ -88,11 +88,9 @@ pub(super) fn prices(st: &State, r: &Req) -> Response {
         .cloned()
         .collect();
     let (got, next) = page(&items, r, st.page_size, "$skip");
-    answer(
-        200,
+    ok(
         json!({"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail",
             "Items": got, "NextPageLink": next, "Count": got.len()}),
-        &[],
     )
 }
 
@@ -110,25 +108,21 @@ pub(super) fn credits(st: &State, account: &str, profile: &str) -> Response {
     let base = format!(
         "/providers/Microsoft.Billing/billingAccounts/{account}/billingProfiles/{profile}/providers/Microsoft.Consumption/credits/balanceSummary"
     );
-    answer(
-        200,
-        json!({
-            "id": format!("{base}/00000000-0000-4000-8000-0000000000c7"),
-            "name": "00000000-0000-4000-8000-0000000000c7",
-            "type": "Microsoft.Consumption/credits/balanceSummary",
-            "eTag": null,
-            "properties": {
-                "balanceSummary": {"estimatedBalance": money(*amount), "currentBalance": money(*amount)},
-                "pendingCreditAdjustments": money(0.0),
-                "expiredCredit": money(0.0),
-                "pendingEligibleCharges": money(0.0),
-                "creditCurrency": currency,
-                "billingCurrency": currency,
-                "isEstimatedBalance": false,
-            }
-        }),
-        &[],
-    )
+    ok(json!({
+        "id": format!("{base}/00000000-0000-4000-8000-0000000000c7"),
+        "name": "00000000-0000-4000-8000-0000000000c7",
+        "type": "Microsoft.Consumption/credits/balanceSummary",
+        "eTag": null,
+        "properties": {
+            "balanceSummary": {"estimatedBalance": money(*amount), "currentBalance": money(*amount)},
+            "pendingCreditAdjustments": money(0.0),
+            "expiredCredit": money(0.0),
+            "pendingEligibleCharges": money(0.0),
+            "creditCurrency": currency,
+            "billingCurrency": currency,
+            "isEstimatedBalance": false,
+        }
+    }))
 }
 
 /// The instance metadata service's token endpoint, as a VM sees it: without the `Metadata: true`
@@ -167,18 +161,14 @@ pub(super) fn imds(st: &State, r: &Req) -> Response {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    answer(
-        200,
-        json!({
-            "access_token": TOKEN,
-            "client_id": client_id,
-            "expires_in": "86399",
-            "expires_on": (now + 86_399).to_string(),
-            "ext_expires_in": "86399",
-            "not_before": now.to_string(),
-            "resource": r.q("resource").unwrap_or("https://management.azure.com/"),
-            "token_type": "Bearer",
-        }),
-        &[],
-    )
+    ok(json!({
+        "access_token": TOKEN,
+        "client_id": client_id,
+        "expires_in": "86399",
+        "expires_on": (now + 86_399).to_string(),
+        "ext_expires_in": "86399",
+        "not_before": now.to_string(),
+        "resource": r.q("resource").unwrap_or("https://management.azure.com/"),
+        "token_type": "Bearer",
+    }))
 }

@@ -177,7 +177,7 @@ pub(super) fn vm_sizes(st: &State, rg: &str, name: &str) -> Response {
         })
         .collect();
     // Not pageable in the specification: one answer holds every size.
-    answer(200, json!({ "value": value }), &[])
+    ok(json!({ "value": value }))
 }
 
 /// The refusal of resizing an allocated VM to a size its hardware cluster does not offer.

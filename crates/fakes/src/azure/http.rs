@@ -30,6 +30,11 @@ pub(super) fn invalid_parameter(target: &str, message: &str) -> Response {
     )
 }
 
+/// 200 with `body`.
+pub(super) fn ok(body: Value) -> Response {
+    answer(200, body, &[])
+}
+
 pub(super) fn answer(status: u16, body: Value, headers: &[(&str, String)]) -> Response {
     let mut r = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -259,7 +264,7 @@ fn resource_call(st: &mut State, r: &Req, rg: &str, kind: Kind, tail: &[&str]) -
         }
         (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
             match st.res.get(&key(rg, kind, tail[0])).filter(|x| x.visible()) {
-                Some(res) => answer(200, instance_view(res), &[]),
+                Some(res) => ok(instance_view(res)),
                 None => not_found(kind, tail[0], rg),
             }
         }
@@ -274,11 +279,7 @@ fn resource_call(st: &mut State, r: &Req, rg: &str, kind: Kind, tail: &[&str]) -
         }
         (2, &Method::GET) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
             match st.res.get(&key(rg, kind, tail[0])) {
-                Some(res) => answer(
-                    200,
-                    json!({"value": res.body["properties"]["securityRules"]}),
-                    &[],
-                ),
+                Some(res) => ok(json!({"value": res.body["properties"]["securityRules"]})),
                 None => not_found(kind, tail[0], rg),
             }
         }
@@ -326,5 +327,5 @@ pub(super) fn list_answer(items: Vec<Value>, next: Option<String>) -> Response {
     if let Some(n) = next {
         body["nextLink"] = json!(n);
     }
-    answer(200, body, &[])
+    ok(body)
 }

@@ -88,7 +88,7 @@ pub(super) fn subnet_get(st: &State, rg: &str, vnet: &str, subnet: &str) -> Resp
         .as_array()
         .and_then(|s| s.iter().find(|x| named(x, subnet)))
     {
-        Some(s) => answer(200, s.clone(), &[]),
+        Some(s) => ok(s.clone()),
         None => err(
             404,
             "NotFound",
@@ -123,7 +123,7 @@ pub(super) fn rule_call(
     let location = location_of(&res.body);
     match *m {
         Method::GET => match pos {
-            Some(i) => answer(200, rules[i].clone(), &[]),
+            Some(i) => ok(rules[i].clone()),
             None => err(
                 404,
                 "NotFound",

@@ -229,7 +229,7 @@ pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
             headers.extend(retry_after(st));
             answer(202, Value::Null, &headers)
         }
-        Some(Some(Ok(()))) => answer(200, Value::Null, &[]),
+        Some(Some(Ok(()))) => ok(Value::Null),
         Some(Some(Err((code, msg)))) => err(409, &code, &msg),
     }
 }

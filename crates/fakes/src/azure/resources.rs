@@ -48,11 +48,10 @@ pub(super) fn view(res: &Res, expand: bool) -> Value {
 
 pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
     match st.res.get(&key(rg, kind, name)).filter(|x| x.visible()) {
-        Some(res) => answer(
-            200,
-            view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView"))),
-            &[],
-        ),
+        Some(res) => ok(view(
+            res,
+            r.q("$expand").is_some_and(|e| eq(e, "instanceView")),
+        )),
         None => not_found(kind, name, rg),
     }
 }
@@ -389,7 +388,7 @@ pub(super) fn tags_call(
     };
     let mut tags = res.body["tags"].as_object().cloned().unwrap_or_default();
     match *m {
-        Method::GET => return answer(200, shown(&json!(tags)), &[]),
+        Method::GET => return ok(shown(&json!(tags))),
         Method::PUT | Method::PATCH => {}
         _ => return err(405, "MethodNotAllowed", "method not allowed"),
     }
@@ -434,5 +433,5 @@ pub(super) fn tags_call(
         );
     }
     res.body["tags"] = json!(tags);
-    answer(200, shown(&json!(tags)), &[])
+    ok(shown(&json!(tags)))
 }
