@@ -105,12 +105,12 @@ pub(super) async fn instance_action(
     let (key, vm) = changeable(&s, &project, &zone, &name)?;
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
     let status = vm["status"].as_str().unwrap_or_default().to_string();
+    let machine_type = last_segment(vm["machineType"].as_str().unwrap_or_default()).to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let effect = match action.as_str() {
         "start" => {
             // A stopped instance holds no resources: its start needs room for its type in the zone.
-            let mt = last_segment(vm["machineType"].as_str().unwrap_or_default()).to_string();
-            let no_room = match s.exhausted.get(&(zone.clone(), mt)) {
+            let no_room = match s.exhausted.get(&(zone.clone(), machine_type)) {
                 Some(code) if status == "TERMINATED" => {
                     Some((code.to_string(), no_room(&project, &zone), 503))
                 }
@@ -130,10 +130,8 @@ pub(super) async fn instance_action(
         "setMachineType" => {
             let mt_field = body["machineType"].as_str().unwrap_or_default();
             let mt = last_segment(mt_field).to_string();
-            let (Some(new_arch), Some(old_arch)) = (
-                arch_of_type(&mt),
-                arch_of_type(last_segment(vm["machineType"].as_str().unwrap_or_default())),
-            ) else {
+            let (Some(new_arch), Some(old_arch)) = (arch_of_type(&mt), arch_of_type(&machine_type))
+            else {
                 return Err(invalid(format!(
                     "Invalid value for field 'machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
                 )));
