@@ -9,10 +9,7 @@ pub(super) async fn get_disk(
     Path((project, zone, name)): Path<(String, String, String)>,
 ) -> Answer {
     check_project(&project)?;
-    let disk = lock(&state)
-        .disks
-        .get(&(zone.clone(), name.clone()))
-        .cloned();
+    let disk = lock(&state).disks.get(&key_of(&zone, &name)).cloned();
     let disk =
         disk.ok_or_else(|| not_found(&format!("projects/{project}/zones/{zone}/disks/{name}")))?;
     Ok(Json(disk).into_response())
@@ -25,7 +22,7 @@ pub(super) async fn delete_disk(
 ) -> Answer {
     check_project(&project)?;
     let mut s = change(&state, &q.request_id)?;
-    let key = (zone.clone(), name.clone());
+    let key = key_of(&zone, &name);
     if !s.disks.contains_key(&key) {
         return Err(not_found(&format!(
             "projects/{project}/zones/{zone}/disks/{name}"

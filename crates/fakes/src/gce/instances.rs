@@ -54,7 +54,7 @@ pub(super) async fn get_instance(
 ) -> Answer {
     check_project(&project).and(check_zone(&zone))?;
     let vm = lock(&state)
-        .visible_instance(&(zone.clone(), name.clone()))
+        .visible_instance(&key_of(&zone, &name))
         .cloned();
     let vm = vm.ok_or_else(|| instance_not_found(&project, &zone, &name))?;
     Ok(Json(vm).into_response())
@@ -110,7 +110,7 @@ pub(super) async fn instance_action(
     let effect = match action.as_str() {
         "start" => {
             // A stopped instance holds no resources: its start needs room for its type in the zone.
-            let no_room = match s.exhausted.get(&(zone.clone(), machine_type)) {
+            let no_room = match s.exhausted.get(&key_of(&zone, &machine_type)) {
                 Some(code) if status == "TERMINATED" => {
                     Some((code.to_string(), no_room(&project, &zone), 503))
                 }
@@ -182,11 +182,11 @@ pub(super) async fn instance_action(
 /// 400 `resourceInUseByAnotherResource` when disk `name` exists and an instance uses it (a boot
 /// disk of that name would be attached, and a disk in read-write use cannot be attached again).
 pub(super) fn disk_in_use(s: &World, project: &str, zone: &str, name: &str) -> Option<Response> {
-    let disk = s.disks.get(&(zone.to_string(), name.to_string()))?;
+    let disk = s.disks.get(&key_of(zone, name))?;
     let user = disk["users"].as_array()?.iter().find_map(|u| {
         let u = u.as_str()?;
         s.instances
-            .contains_key(&(zone.to_string(), last_segment(u).to_string()))
+            .contains_key(&key_of(zone, last_segment(u)))
             .then(|| u.trim_start_matches(&format!("{LINK}/")).to_string())
     })?;
     Some(gerr(
@@ -229,7 +229,7 @@ fn instance_not_found(project: &str, zone: &str, name: &str) -> Response {
 /// The visible instance `name` of `zone`, with its key, when a change of it may start: 404 while
 /// it is not there (or not visible yet), `resourceNotReady` while an operation holds it.
 fn changeable(s: &World, project: &str, zone: &str, name: &str) -> Result<(Key, Value), Response> {
-    let key = (zone.to_string(), name.to_string());
+    let key = key_of(zone, name);
     let Some(vm) = s.visible_instance(&key).cloned() else {
         return Err(instance_not_found(project, zone, name));
     };

@@ -5,6 +5,11 @@ use super::*;
 
 pub(super) type Key = (String, String);
 
+/// The key of `name` in `zone` (or region).
+pub(super) fn key_of(zone: &str, name: &str) -> Key {
+    (zone.to_string(), name.to_string())
+}
+
 #[derive(Debug)]
 pub(super) struct Op {
     pub(super) value: Value,
@@ -207,7 +212,7 @@ impl World {
                 if let Some(vm) = self.instances.remove(&key) {
                     for d in vm["disks"].as_array().cloned().unwrap_or_default() {
                         let dname = last_segment(d["source"].as_str().unwrap_or_default());
-                        let dkey = (key.0.clone(), dname.to_string());
+                        let dkey = key_of(&key.0, dname);
                         if d["autoDelete"] == json!(true) {
                             self.disks.remove(&dkey);
                         } else if let Some(disk) = self.disks.get_mut(&dkey) {
