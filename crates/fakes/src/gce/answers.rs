@@ -51,23 +51,14 @@ pub(super) fn check_zone(zone: &str) -> Result<(), Response> {
     }
 }
 
+/// A resource name (RFC 1035): a label key without `_` that does not end in `-`.
 pub(super) fn valid_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && !name.ends_with('-')
+    valid_label_key(name) && !name.contains('_') && !name.ends_with('-')
 }
 
+/// A label key: a label value that starts with a lowercase letter.
 pub(super) fn valid_label_key(k: &str) -> bool {
-    let b = k.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+    k.starts_with(|c: char| c.is_ascii_lowercase()) && valid_label_value(k)
 }
 
 pub(super) fn valid_label_value(v: &str) -> bool {
