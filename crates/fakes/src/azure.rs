@@ -532,7 +532,7 @@ impl FakeAzure {
             sub["properties"]["networkSecurityGroup"] = json!({"id": rid(rg, Kind::Nsg, n)});
         }
         if let Some(subs) = entry.body["properties"]["subnets"].as_array_mut() {
-            subs.retain(|s| !eq(s["name"].as_str().unwrap_or(""), subnet));
+            subs.retain(|s| !named(s, subnet));
             subs.push(sub);
         }
     }
@@ -773,6 +773,11 @@ fn eq(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
 
+/// Whether `v` (a subnet, a security rule, a SKU) is named `name`, compared without case.
+fn named(v: &Value, name: &str) -> bool {
+    eq(v["name"].as_str().unwrap_or(""), name)
+}
+
 /// The key of a resource in the state: its id in lower case (Azure compares ids without case).
 fn key(rg: &str, kind: Kind, name: &str) -> String {
     rid(rg, kind, name).to_ascii_lowercase()
@@ -789,6 +794,13 @@ fn location_of(body: &Value) -> String {
         .as_str()
         .unwrap_or("westeurope")
         .to_string()
+}
+
+/// Removes `field` from `v` when it is an object.
+fn remove_field(v: &mut Value, field: &str) {
+    if let Some(o) = v.as_object_mut() {
+        o.remove(field);
+    }
 }
 
 /// The elements of `v` when it is an array; none otherwise.

@@ -19,6 +19,7 @@ pub use hetzner::HetznerHarness;
 pub use moto::{MotoHarness, Target};
 
 use async_trait::async_trait;
+use orca_machines::conformance::Hook;
 use orca_machines::{Provider, Result};
 
 /// How a test makes providers on a fake `F` (or on what the harness says `F` is): the driver itself,
@@ -39,4 +40,17 @@ pub trait Providers<F: Sync>: Send + Sync {
         let _ = page_size;
         self.provider(on, owner).await
     }
+}
+
+/// `providers`' provider for `owner` on `on` asking for `page_size` machines a page, for
+/// [`Harness::paged_provider`](orca_machines::conformance::Harness::paged_provider): a harness's
+/// settings are valid.
+async fn paged<F: Sync>(
+    providers: &impl Providers<F>,
+    on: &F,
+    owner: &str,
+    page_size: u32,
+) -> Hook<Box<dyn Provider>> {
+    let provider = providers.paged_provider(on, owner, page_size).await;
+    Ok(provider.expect("valid settings"))
 }

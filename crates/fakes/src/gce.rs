@@ -370,16 +370,15 @@ impl FakeGce {
     /// `ZONE_RESOURCE_POOL_EXHAUSTED`, leaving the boot disk behind; so does the start of a stopped
     /// instance of that type there (the instance stays `TERMINATED`).
     pub fn exhaust(&self, machine_type: &str, zone: &str) {
-        lock(&self.state).exhausted.insert(
-            (zone.to_string(), machine_type.to_string()),
-            "ZONE_RESOURCE_POOL_EXHAUSTED",
-        );
+        lock(&self.state)
+            .exhausted
+            .insert(key_of(zone, machine_type), "ZONE_RESOURCE_POOL_EXHAUSTED");
     }
 
     /// As [`FakeGce::exhaust`], with the error code `ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS`.
     pub fn exhaust_with_details(&self, machine_type: &str, zone: &str) {
         lock(&self.state).exhausted.insert(
-            (zone.to_string(), machine_type.to_string()),
+            key_of(zone, machine_type),
             "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
         );
     }
@@ -388,7 +387,7 @@ impl FakeGce {
     pub fn restore(&self, machine_type: &str, zone: &str) {
         lock(&self.state)
             .exhausted
-            .remove(&(zone.to_string(), machine_type.to_string()));
+            .remove(&key_of(zone, machine_type));
     }
 
     /// The next `times` inserts end in `QUOTA_EXCEEDED` (nothing is made).
@@ -436,7 +435,7 @@ impl FakeGce {
     /// beats the project's, unless the organisation policy requires OS Login).
     pub fn ssh_keys_honoured(&self, zone: &str, name: &str) -> bool {
         let s = lock(&self.state);
-        let Some(vm) = s.instances.get(&(zone.to_string(), name.to_string())) else {
+        let Some(vm) = s.instances.get(&key_of(zone, name)) else {
             return false;
         };
         let has_keys = metadata_item(vm, "ssh-keys").is_some_and(|k| !k.is_empty());
@@ -449,7 +448,7 @@ impl FakeGce {
     pub fn instance(&self, zone: &str, name: &str) -> Option<Value> {
         lock(&self.state)
             .instances
-            .get(&(zone.to_string(), name.to_string()))
+            .get(&key_of(zone, name))
             .cloned()
     }
 
@@ -465,10 +464,7 @@ impl FakeGce {
 
     /// The stored disk `name` in `zone`, as the API shows it.
     pub fn disk(&self, zone: &str, name: &str) -> Option<Value> {
-        lock(&self.state)
-            .disks
-            .get(&(zone.to_string(), name.to_string()))
-            .cloned()
+        lock(&self.state).disks.get(&key_of(zone, name)).cloned()
     }
 
     /// The body of every accepted `instances.insert` (de-duplicated repeats excluded), in order.
@@ -498,10 +494,10 @@ impl FakeGce {
             true,
         );
         s.disks
-            .insert((zone.into(), name.into()), disk_json(zone, &disk, name, id));
+            .insert(key_of(zone, name), disk_json(zone, &disk, name, id));
         vm["status"] = json!("RUNNING");
         vm["lastStartTimestamp"] = json!(now_text());
-        s.instances.insert((zone.into(), name.into()), vm);
+        s.instances.insert(key_of(zone, name), vm);
     }
 
     /// Puts an unattached disk `name` with `labels` straight into `zone`, as if another tool (or an
@@ -516,15 +512,12 @@ impl FakeGce {
             id,
         );
         d["users"] = json!([]);
-        s.disks.insert((zone.into(), name.into()), d);
+        s.disks.insert(key_of(zone, name), d);
     }
 
     /// Sets the status of a stored instance (for status mapping tests).
     pub fn set_instance_status(&self, zone: &str, name: &str, status: &str) {
-        if let Some(vm) = lock(&self.state)
-            .instances
-            .get_mut(&(zone.to_string(), name.to_string()))
-        {
+        if let Some(vm) = lock(&self.state).instances.get_mut(&key_of(zone, name)) {
             vm["status"] = json!(status);
         }
     }
@@ -570,8 +563,7 @@ impl FakeGce {
         if auto_subnets {
             // Auto mode: a subnet named after the network in every region.
             for region in regions() {
-                s.subnets
-                    .insert((region.to_string(), name.to_string()), name.to_string());
+                s.subnets.insert(key_of(region, name), name.to_string());
             }
         }
         s.networks.insert(
@@ -593,7 +585,7 @@ impl FakeGce {
     pub fn put_subnet(&self, region: &str, name: &str, network: &str) {
         lock(&self.state)
             .subnets
-            .insert((region.to_string(), name.to_string()), network.to_string());
+            .insert(key_of(region, name), network.to_string());
     }
 
     /// Makes instances made from now on invisible to `instances.get`, `list` and `aggregatedList` for

@@ -81,13 +81,13 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::bucket::Bucket;
 use crate::control::{lock, serve, Control, Running};
 
 pub use selector::selector_matches;
 
 use actions::Action;
 use catalogue::{ServerType, IMAGES};
-use rate::Bucket;
 use servers::Server;
 
 /// The token the fake accepts unless [`Options::token`] says otherwise.
@@ -177,6 +177,22 @@ fn not_found(what: &str) -> ApiError {
 
 fn invalid(message: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, "invalid_input", message.into())
+}
+
+/// A create or a rename to a name another server has.
+fn name_taken() -> ApiError {
+    let message = "server name is already used".into();
+    ApiError(StatusCode::CONFLICT, "uniqueness_error", message)
+}
+
+/// A create of, or a change to, a type that can no longer be ordered.
+fn deprecated_type(name: &str) -> ApiError {
+    let message = format!("server type {name} is deprecated and can no longer be ordered");
+    ApiError(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid_server_type",
+        message,
+    )
 }
 
 type ApiResult = Result<Response, ApiError>;
@@ -410,12 +426,7 @@ impl FakeHetzner {
     ) -> i64 {
         let mut s = lock(&self.state);
         let id = s.next();
-        let arch = s
-            .types
-            .iter()
-            .find(|t| t.name == server_type)
-            .map(|t| t.arch)
-            .unwrap_or("x86");
+        let arch = s.server_type(server_type).map_or("x86", |t| t.arch);
         let image = IMAGES
             .iter()
             .find(|i| i.1 == "ubuntu-24.04" && i.2 == arch)

@@ -9,6 +9,7 @@
 
 pub mod alone;
 pub mod azure;
+mod bucket;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod control;

@@ -12,8 +12,9 @@ pub(super) fn seed_prices() -> Vec<Value> {
             .trim_start_matches("standard")
             .trim_end_matches("Family");
         for (loc, display, factor) in LOCATIONS {
-            let p = (base * factor * 10_000.0).round() / 10_000.0;
-            let row = |price: f64, sku: String, product: String, ty: &str| {
+            let rounded = |x: f64| (x * 10_000.0).round() / 10_000.0;
+            let p = rounded(base * factor);
+            let row = |price: f64, sku: String, product: &str, ty: &str| {
                 json!({
                     "currencyCode": "USD",
                     "tierMinimumUnits": 0.0,
@@ -38,29 +39,20 @@ pub(super) fn seed_prices() -> Vec<Value> {
                 })
             };
             let product = format!("Virtual Machines {series} Series");
-            v.push(row(
-                p * 2.1,
-                short.clone(),
-                format!("{product} Windows"),
-                "Consumption",
-            ));
-            v.push(row(
-                (p * 0.2 * 10_000.0).round() / 10_000.0,
-                format!("{short} Spot"),
-                product.clone(),
-                "Consumption",
-            ));
-            v.push(row(
-                (p * 0.25 * 10_000.0).round() / 10_000.0,
-                format!("{short} Low Priority"),
-                product.clone(),
-                "Consumption",
-            ));
-            let mut reservation = row(p * 5000.0, short.clone(), product.clone(), "Reservation");
-            reservation["reservationTerm"] = json!("1 Year");
-            reservation["unitOfMeasure"] = json!("1 Hour");
-            v.push(reservation);
-            v.push(row(p, short.clone(), product, "Consumption"));
+            let windows = format!("{product} Windows");
+            for (price, sku_suffix, product, ty) in [
+                (p * 2.1, "", &windows, "Consumption"),
+                (rounded(p * 0.2), " Spot", &product, "Consumption"),
+                (rounded(p * 0.25), " Low Priority", &product, "Consumption"),
+                (p * 5000.0, "", &product, "Reservation"),
+                (p, "", &product, "Consumption"),
+            ] {
+                let mut row = row(price, format!("{short}{sku_suffix}"), product, ty);
+                if ty == "Reservation" {
+                    row["reservationTerm"] = json!("1 Year");
+                }
+                v.push(row);
+            }
         }
     }
     v
@@ -96,11 +88,9 @@ pub(super) fn prices(st: &State, r: &Req) -> Response {
         .cloned()
         .collect();
     let (got, next) = page(&items, r, st.page_size, "$skip");
-    answer(
-        200,
+    ok(
         json!({"BillingCurrency": "USD", "CustomerEntityId": "Default", "CustomerEntityType": "Retail",
             "Items": got, "NextPageLink": next, "Count": got.len()}),
-        &[],
     )
 }
 
@@ -118,25 +108,21 @@ pub(super) fn credits(st: &State, account: &str, profile: &str) -> Response {
     let base = format!(
         "/providers/Microsoft.Billing/billingAccounts/{account}/billingProfiles/{profile}/providers/Microsoft.Consumption/credits/balanceSummary"
     );
-    answer(
-        200,
-        json!({
-            "id": format!("{base}/00000000-0000-4000-8000-0000000000c7"),
-            "name": "00000000-0000-4000-8000-0000000000c7",
-            "type": "Microsoft.Consumption/credits/balanceSummary",
-            "eTag": null,
-            "properties": {
-                "balanceSummary": {"estimatedBalance": money(*amount), "currentBalance": money(*amount)},
-                "pendingCreditAdjustments": money(0.0),
-                "expiredCredit": money(0.0),
-                "pendingEligibleCharges": money(0.0),
-                "creditCurrency": currency,
-                "billingCurrency": currency,
-                "isEstimatedBalance": false,
-            }
-        }),
-        &[],
-    )
+    ok(json!({
+        "id": format!("{base}/00000000-0000-4000-8000-0000000000c7"),
+        "name": "00000000-0000-4000-8000-0000000000c7",
+        "type": "Microsoft.Consumption/credits/balanceSummary",
+        "eTag": null,
+        "properties": {
+            "balanceSummary": {"estimatedBalance": money(*amount), "currentBalance": money(*amount)},
+            "pendingCreditAdjustments": money(0.0),
+            "expiredCredit": money(0.0),
+            "pendingEligibleCharges": money(0.0),
+            "creditCurrency": currency,
+            "billingCurrency": currency,
+            "isEstimatedBalance": false,
+        }
+    }))
 }
 
 /// The instance metadata service's token endpoint, as a VM sees it: without the `Metadata: true`
@@ -175,18 +161,14 @@ pub(super) fn imds(st: &State, r: &Req) -> Response {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    answer(
-        200,
-        json!({
-            "access_token": TOKEN,
-            "client_id": client_id,
-            "expires_in": "86399",
-            "expires_on": (now + 86_399).to_string(),
-            "ext_expires_in": "86399",
-            "not_before": now.to_string(),
-            "resource": r.q("resource").unwrap_or("https://management.azure.com/"),
-            "token_type": "Bearer",
-        }),
-        &[],
-    )
+    ok(json!({
+        "access_token": TOKEN,
+        "client_id": client_id,
+        "expires_in": "86399",
+        "expires_on": (now + 86_399).to_string(),
+        "ext_expires_in": "86399",
+        "not_before": now.to_string(),
+        "resource": r.q("resource").unwrap_or("https://management.azure.com/"),
+        "token_type": "Bearer",
+    }))
 }

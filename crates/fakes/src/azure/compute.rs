@@ -62,6 +62,16 @@ pub(super) fn seed_skus() -> Vec<Value> {
     v
 }
 
+/// Whether `sku` is the virtual machine size `size`.
+fn vm_sku(sku: &Value, size: &str) -> bool {
+    sku["resourceType"] == "virtualMachines" && named(sku, size)
+}
+
+/// Whether `sku` is offered in `location`.
+fn offered_in(sku: &Value, location: &str) -> bool {
+    items(&sku["locations"]).any(|x| eq(x.as_str().unwrap_or(""), location))
+}
+
 /// The answer when interface `nic_id` is reserved for a VM other than `vm_id`.
 pub(super) fn reserved_for_another(st: &mut State, nic_id: &str, vm_id: &str) -> Option<Response> {
     let key = nic_id.to_ascii_lowercase();
@@ -103,13 +113,7 @@ pub(super) fn skus(st: &State, r: &Req) -> Response {
     let items: Vec<Value> = st
         .skus
         .iter()
-        .filter(|s| {
-            loc.as_ref().is_none_or(|l| {
-                s["locations"]
-                    .as_array()
-                    .is_some_and(|ls| ls.iter().any(|x| eq(x.as_str().unwrap_or(""), l)))
-            })
-        })
+        .filter(|s| loc.as_ref().is_none_or(|l| offered_in(s, l)))
         .cloned()
         .collect();
     let (got, next) = page(&items, r, st.page_size, "$skiptoken");
@@ -162,13 +166,9 @@ pub(super) fn vm_sizes(st: &State, rg: &str, name: &str) -> Response {
     let value: Vec<Value> = SIZES
         .iter()
         .filter(|(size, ..)| {
-            st.skus.iter().any(|s| {
-                s["resourceType"] == "virtualMachines"
-                    && eq(s["name"].as_str().unwrap_or(""), size)
-                    && s["locations"]
-                        .as_array()
-                        .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), location)))
-            })
+            st.skus
+                .iter()
+                .any(|s| vm_sku(s, size) && offered_in(s, location))
         })
         .filter(|(size, ..)| cluster.is_none_or(|c| c.contains(&size.to_ascii_lowercase())))
         .map(|(size, _, _, cpus, _)| {
@@ -177,7 +177,7 @@ pub(super) fn vm_sizes(st: &State, rg: &str, name: &str) -> Response {
         })
         .collect();
     // Not pageable in the specification: one answer holds every size.
-    answer(200, json!({ "value": value }), &[])
+    ok(json!({ "value": value }))
 }
 
 /// The refusal of resizing an allocated VM to a size its hardware cluster does not offer.
@@ -197,7 +197,6 @@ pub(super) fn cluster_refusal(st: &State, key: &str, res: &Res, size: &str) -> O
         409,
         "OperationNotAllowed",
         &format!("Unable to resize the VM '{name}' because the requested size {size} is not available in the current hardware cluster. The available sizes in this cluster are: {}. Read more on VM resizing strategy at https://aka.ms/azure-resizevm.", available.join(",")),
-        json!([]),
         json!({"target": "vmSize"}),
     ))
 }
@@ -293,9 +292,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
             st.res.remove(&dk);
         } else if let Some(disk) = st.res.get_mut(&dk) {
             disk.body["properties"]["diskState"] = json!("Unattached");
-            if let Some(b) = disk.body.as_object_mut() {
-                b.remove("managedBy");
-            }
+            remove_field(&mut disk.body, "managedBy");
         }
     }
     let mut detached = Vec::new();
@@ -321,9 +318,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
                 if delete {
                     st.res.remove(&pk);
                 } else if let Some(p) = st.res.get_mut(&pk) {
-                    if let Some(o) = p.body["properties"].as_object_mut() {
-                        o.remove("ipConfiguration");
-                    }
+                    remove_field(&mut p.body["properties"], "ipConfiguration");
                 }
             }
         } else if let Some(nic) = st.res.get_mut(&nk) {
@@ -331,9 +326,7 @@ pub(super) fn delete_vm_dependents(st: &mut State, vm: &Value, vm_id: &str) {
                 .as_str()
                 .is_some_and(|v| eq(v, vm_id))
             {
-                if let Some(p) = nic.body["properties"].as_object_mut() {
-                    p.remove("virtualMachine");
-                }
+                remove_field(&mut nic.body["properties"], "virtualMachine");
                 detached.push(nic_id.to_string());
             }
         }
@@ -424,21 +417,10 @@ fn checked_size(
         .as_str()
         .unwrap_or("")
         .to_string();
-    let offered_here = |s: &&&Value| {
-        s["locations"]
-            .as_array()
-            .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), location)))
-    };
-    let named: Vec<&Value> = st
-        .skus
-        .iter()
-        .filter(|s| {
-            s["resourceType"] == "virtualMachines" && eq(s["name"].as_str().unwrap_or(""), &size)
-        })
-        .collect();
+    let named: Vec<&Value> = st.skus.iter().filter(|s| vm_sku(s, &size)).collect();
     let Some(sku) = named
         .iter()
-        .find(offered_here)
+        .find(|s| offered_in(s, location))
         .or(named.first())
         .map(|s| (*s).clone())
     else {
@@ -448,10 +430,7 @@ fn checked_size(
         ));
     };
     let lk = size_at(&size, location);
-    let offered = sku["locations"]
-        .as_array()
-        .is_some_and(|l| l.iter().any(|x| eq(x.as_str().unwrap_or(""), location)));
-    if !offered || st.unavailable.contains(&lk) {
+    if !offered_in(&sku, location) || st.unavailable.contains(&lk) {
         return Err(err(
             409,
             "SkuNotAvailable",

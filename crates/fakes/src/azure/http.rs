@@ -5,17 +5,13 @@ use super::*;
 
 /// An Azure error answer.
 pub(super) fn err(status: u16, code: &str, message: &str) -> Response {
-    err_with(status, code, message, json!([]), Value::Null)
+    err_with(status, code, message, Value::Null)
 }
 
-pub(super) fn err_with(
-    status: u16,
-    code: &str,
-    message: &str,
-    details: Value,
-    extra: Value,
-) -> Response {
-    let mut e = json!({"code": code, "message": message, "details": details});
+/// An Azure error answer with `extra`'s fields (`target`, `additionalInfo`) beside the code, the
+/// message and the (empty) details.
+pub(super) fn err_with(status: u16, code: &str, message: &str, extra: Value) -> Response {
+    let mut e = json!({"code": code, "message": message, "details": []});
     if let Value::Object(m) = extra {
         for (k, v) in m {
             e[k] = v;
@@ -30,9 +26,13 @@ pub(super) fn invalid_parameter(target: &str, message: &str) -> Response {
         400,
         "InvalidParameter",
         message,
-        json!([]),
         json!({ "target": target }),
     )
+}
+
+/// 200 with `body`.
+pub(super) fn ok(body: Value) -> Response {
+    answer(200, body, &[])
 }
 
 pub(super) fn answer(status: u16, body: Value, headers: &[(&str, String)]) -> Response {
@@ -182,17 +182,8 @@ pub(super) async fn handle(AxState(state): AxState<Arc<Mutex<State>>>, req: Requ
 
 pub(super) fn route(st: &mut State, r: &Req) -> Response {
     let segs: Vec<&str> = r.path.trim_matches('/').split('/').collect();
-    if segs.len() == 10
-        && eq(segs[0], "providers")
-        && eq(segs[1], "Microsoft.Billing")
-        && eq(segs[2], "billingAccounts")
-        && eq(segs[4], "billingProfiles")
-        && eq(segs[6], "providers")
-        && eq(segs[7], "Microsoft.Consumption")
-        && eq(segs[8], "credits")
-        && eq(segs[9], "balanceSummary")
-        && r.method == Method::GET
-    {
+    let credits_path = "providers/Microsoft.Billing/billingAccounts/*/billingProfiles/*/providers/Microsoft.Consumption/credits/balanceSummary";
+    if shaped(&segs, credits_path) && r.method == Method::GET {
         return credits(st, segs[3], segs[5]);
     }
     let no_route = || {
@@ -216,17 +207,13 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
         if eq(rest[2], "skus") && r.method == Method::GET {
             return skus(st, r);
         }
-        if rest.len() == 3
-            && eq(rest[1], "Microsoft.Compute")
-            && eq(rest[2], "virtualMachines")
-            && r.method == Method::GET
-        {
+        if shaped(rest, "providers/Microsoft.Compute/virtualMachines") && r.method == Method::GET {
             return list_all_vms(st, r);
         }
-        if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operations") {
+        if shaped(rest, "providers/*/locations/*/operations/*") {
             return poll(st, rest[5]);
         }
-        if rest.len() == 6 && eq(rest[2], "locations") && eq(rest[4], "operationResults") {
+        if shaped(rest, "providers/*/locations/*/operationResults/*") {
             return poll_location(st, r, rest[5]);
         }
         return no_route();
@@ -253,7 +240,12 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
             &format!("The resource type '{ty}' could not be found in the namespace '{ns}'."),
         );
     };
-    let tail = &rest[5..];
+    resource_call(st, r, rg, kind, &rest[5..])
+}
+
+/// A call on resources of `kind` in resource group `rg`: `tail` is the path after the type (the
+/// name, then what is asked of that resource).
+fn resource_call(st: &mut State, r: &Req, rg: &str, kind: Kind, tail: &[&str]) -> Response {
     match (tail.len(), &r.method) {
         (0, &Method::GET) => list(st, r, rg, kind),
         (1, m) => {
@@ -272,16 +264,11 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
         }
         (2, &Method::GET) if kind == Kind::Vm && eq(tail[1], "instanceView") => {
             match st.res.get(&key(rg, kind, tail[0])).filter(|x| x.visible()) {
-                Some(res) => answer(200, instance_view(res), &[]),
+                Some(res) => ok(instance_view(res)),
                 None => not_found(kind, tail[0], rg),
             }
         }
-        (5, m)
-            if eq(tail[1], "providers")
-                && eq(tail[2], "Microsoft.Resources")
-                && eq(tail[3], "tags")
-                && eq(tail[4], "default") =>
-        {
+        (_, m) if shaped(tail, "*/providers/Microsoft.Resources/tags/default") => {
             tags_call(st, r, m, rg, kind, tail[0])
         }
         (3, &Method::GET) if kind == Kind::Vnet && eq(tail[1], "subnets") => {
@@ -292,11 +279,7 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
         }
         (2, &Method::GET) if kind == Kind::Nsg && eq(tail[1], "securityRules") => {
             match st.res.get(&key(rg, kind, tail[0])) {
-                Some(res) => answer(
-                    200,
-                    json!({"value": res.body["properties"]["securityRules"]}),
-                    &[],
-                ),
+                Some(res) => ok(json!({"value": res.body["properties"]["securityRules"]})),
                 None => not_found(kind, tail[0], rg),
             }
         }
@@ -306,6 +289,13 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
             &format!("no route for {} {}", r.method, r.path),
         ),
     }
+}
+
+/// Whether path segments `segs` are those of `pattern`, compared without case, `*` standing for any
+/// one segment.
+fn shaped(segs: &[&str], pattern: &str) -> bool {
+    let pattern: Vec<&str> = pattern.split('/').collect();
+    segs.len() == pattern.len() && segs.iter().zip(pattern).all(|(s, p)| p == "*" || eq(s, p))
 }
 
 pub(super) fn not_found(kind: Kind, name: &str, rg: &str) -> Response {
@@ -337,5 +327,5 @@ pub(super) fn list_answer(items: Vec<Value>, next: Option<String>) -> Response {
     if let Some(n) = next {
         body["nextLink"] = json!(n);
     }
-    answer(200, body, &[])
+    ok(body)
 }

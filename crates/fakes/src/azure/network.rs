@@ -84,11 +84,11 @@ pub(super) fn subnet_get(st: &State, rg: &str, vnet: &str, subnet: &str) -> Resp
     let Some(v) = st.res.get(&key(rg, Kind::Vnet, vnet)) else {
         return not_found(Kind::Vnet, vnet, rg);
     };
-    match v.body["properties"]["subnets"].as_array().and_then(|s| {
-        s.iter()
-            .find(|x| eq(x["name"].as_str().unwrap_or(""), subnet))
-    }) {
-        Some(s) => answer(200, s.clone(), &[]),
+    match v.body["properties"]["subnets"]
+        .as_array()
+        .and_then(|s| s.iter().find(|x| named(x, subnet)))
+    {
+        Some(s) => ok(s.clone()),
         None => err(
             404,
             "NotFound",
@@ -100,6 +100,8 @@ pub(super) fn subnet_get(st: &State, rg: &str, vnet: &str, subnet: &str) -> Resp
     }
 }
 
+/// A security rule of NSG `nsg` (`{nsg}/securityRules/{rule}`): `GET`, `PUT` and `DELETE`, the
+/// last two through an operation on the NSG.
 pub(super) fn rule_call(
     st: &mut State,
     r: &Req,
@@ -117,12 +119,11 @@ pub(super) fn rule_call(
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let pos = rules
-        .iter()
-        .position(|x| eq(x["name"].as_str().unwrap_or(""), rule));
+    let pos = rules.iter().position(|x| named(x, rule));
+    let location = location_of(&res.body);
     match *m {
         Method::GET => match pos {
-            Some(i) => answer(200, rules[i].clone(), &[]),
+            Some(i) => ok(rules[i].clone()),
             None => err(
                 404,
                 "NotFound",
@@ -133,32 +134,10 @@ pub(super) fn rule_call(
             if let Some(e) = busy(st, &key, Kind::Nsg) {
                 return e;
             }
-            let props = r.body.get("properties").cloned().unwrap_or(json!({}));
-            let Some(priority) = props["priority"].as_u64() else {
-                return err(400, "SecurityRuleInvalidPriority", "Security rule has invalid Priority. Value provided: null. Allowed range 100-4096.");
+            let new = match new_rule(st, r, &nsg_id, &rules, rule) {
+                Ok(new) => new,
+                Err(e) => return e,
             };
-            if !(100..=4096).contains(&priority) {
-                return err(400, "SecurityRuleInvalidPriority", &format!("Security rule has invalid Priority. Value provided: {priority}. Allowed range 100-4096."));
-            }
-            let dir = props["direction"].as_str().unwrap_or("Inbound").to_string();
-            if let Some(other) = rules.iter().find(|x| {
-                !eq(x["name"].as_str().unwrap_or(""), rule)
-                    && x["properties"]["priority"].as_u64() == Some(priority)
-                    && eq(x["properties"]["direction"].as_str().unwrap_or(""), &dir)
-            }) {
-                return err(400, "SecurityRuleConflict", &format!("Security rule {rule} conflicts with rule {}. Rules cannot have the same Priority and Direction.", other["name"].as_str().unwrap_or("")));
-            }
-            if let Some(asgs) = props["destinationApplicationSecurityGroups"].as_array() {
-                for a in asgs {
-                    if let Some(e) = must_exist(st, a["id"].as_str().unwrap_or(""), &nsg_id) {
-                        return e;
-                    }
-                }
-            }
-            let mut props = props;
-            props["provisioningState"] = json!("Succeeded");
-            let new = json!({"id": format!("{nsg_id}/securityRules/{rule}"), "name": rule,
-                "type": "Microsoft.Network/networkSecurityGroups/securityRules", "properties": props});
             let mut rules = rules;
             let status = match pos {
                 Some(i) => {
@@ -170,11 +149,7 @@ pub(super) fn rule_call(
                     201
                 }
             };
-            let location = location_of(&res.body);
-            if let Some(x) = st.res.get_mut(&key) {
-                x.body["properties"]["securityRules"] = json!(rules);
-            }
-            let op = start_op(st, r, &key, Kind::Nsg, &location, Action::Rule);
+            let op = store_rules(st, r, &key, &location, rules);
             let mut shown = new;
             shown["properties"]["provisioningState"] = json!("Updating");
             answer(status, shown, &[("Azure-AsyncOperation", op)])
@@ -188,11 +163,7 @@ pub(super) fn rule_call(
             }
             let mut rules = rules;
             rules.remove(i);
-            if let Some(x) = st.res.get_mut(&key) {
-                x.body["properties"]["securityRules"] = json!(rules);
-            }
-            let location = location_of(&res.body);
-            let op = start_op(st, r, &key, Kind::Nsg, &location, Action::Rule);
+            let op = store_rules(st, r, &key, &location, rules);
             answer(
                 202,
                 Value::Null,
@@ -201,6 +172,47 @@ pub(super) fn rule_call(
         }
         _ => err(405, "MethodNotAllowed", "method not allowed"),
     }
+}
+
+/// Security rule `rule` of NSG `nsg_id` as its `PUT` makes it, beside the NSG's `rules`: its
+/// priority (100-4096, unique in its direction) and application security groups checked.
+fn new_rule(
+    st: &State,
+    r: &Req,
+    nsg_id: &str,
+    rules: &[Value],
+    rule: &str,
+) -> Result<Value, Response> {
+    let mut props = r.body.get("properties").cloned().unwrap_or(json!({}));
+    let given = props["priority"].as_u64();
+    let Some(priority) = given.filter(|p| (100..=4096).contains(p)) else {
+        let given = given.map_or("null".to_string(), |p| p.to_string());
+        return Err(err(400, "SecurityRuleInvalidPriority", &format!("Security rule has invalid Priority. Value provided: {given}. Allowed range 100-4096.")));
+    };
+    let dir = props["direction"].as_str().unwrap_or("Inbound").to_string();
+    if let Some(other) = rules.iter().find(|x| {
+        !named(x, rule)
+            && x["properties"]["priority"].as_u64() == Some(priority)
+            && eq(x["properties"]["direction"].as_str().unwrap_or(""), &dir)
+    }) {
+        return Err(err(400, "SecurityRuleConflict", &format!("Security rule {rule} conflicts with rule {}. Rules cannot have the same Priority and Direction.", other["name"].as_str().unwrap_or(""))));
+    }
+    if let Some(e) = first_missing(st, &props["destinationApplicationSecurityGroups"], nsg_id) {
+        return Err(e);
+    }
+    props["provisioningState"] = json!("Succeeded");
+    let id = format!("{nsg_id}/securityRules/{rule}");
+    let kind = "Microsoft.Network/networkSecurityGroups/securityRules";
+    Ok(json!({"id": id, "name": rule, "type": kind, "properties": props}))
+}
+
+/// Stores `rules` as the security rules of NSG `key` and starts the operation that applies them:
+/// its address.
+fn store_rules(st: &mut State, r: &Req, key: &str, location: &str, rules: Vec<Value>) -> String {
+    if let Some(x) = st.res.get_mut(key) {
+        x.body["properties"]["securityRules"] = json!(rules);
+    }
+    start_op(st, r, key, Kind::Nsg, location, Action::Rule)
 }
 
 /// The public address of a `PUT`: its address (kept on update), SKU and DNS name.
@@ -329,12 +341,8 @@ pub(super) fn prepare_nic(st: &mut State, p: &Put<'_>, body: &mut Value) -> Resu
                 "Subnet is required in an IP configuration.",
             ));
         }
-        if let Some(asgs) = c["properties"]["applicationSecurityGroups"].as_array() {
-            for a in asgs {
-                if let Some(e) = must_exist(st, a["id"].as_str().unwrap_or(""), id) {
-                    return Err(e);
-                }
-            }
+        if let Some(e) = first_missing(st, &c["properties"]["applicationSecurityGroups"], id) {
+            return Err(e);
         }
         c["id"] = json!(format!("{id}/ipConfigurations/{cn}"));
         c["properties"]["privateIPAddress"] =

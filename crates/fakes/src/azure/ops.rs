@@ -166,9 +166,7 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
                                 .as_str()
                                 .is_some_and(|c| c.to_ascii_lowercase().starts_with(&prefix))
                             {
-                                if let Some(o) = p.body["properties"].as_object_mut() {
-                                    o.remove("ipConfiguration");
-                                }
+                                remove_field(&mut p.body["properties"], "ipConfiguration");
                             }
                         }
                     }
@@ -186,11 +184,7 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
 pub(super) fn poll(st: &mut State, op_id: &str) -> Response {
     advance(st);
     let Some(op) = st.ops.get(op_id) else {
-        return err(
-            404,
-            "NotFound",
-            &format!("The operation '{op_id}' was not found."),
-        );
+        return op_not_found(op_id);
     };
     let running = op.outcome.is_none();
     let body = match &op.outcome {
@@ -206,6 +200,11 @@ pub(super) fn poll(st: &mut State, op_id: &str) -> Response {
     answer(200, body, &wait)
 }
 
+fn op_not_found(op_id: &str) -> Response {
+    let message = format!("The operation '{op_id}' was not found.");
+    err(404, "NotFound", &message)
+}
+
 /// The `Retry-After` of an answer about a running operation, if the fake names one
 /// ([`FakeAzure::set_poll_pause`]): none by default, as Azure's answers for a VM's operations carry
 /// none.
@@ -218,11 +217,7 @@ pub(super) fn retry_after(st: &State) -> Option<(&'static str, String)> {
 pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
     let _ = poll(st, op_id);
     match st.ops.get(op_id).map(|o| o.outcome.clone()) {
-        None => err(
-            404,
-            "NotFound",
-            &format!("The operation '{op_id}' was not found."),
-        ),
+        None => op_not_found(op_id),
         Some(None) => {
             let location = format!(
                 "{}{}?api-version={}",
@@ -234,7 +229,7 @@ pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
             headers.extend(retry_after(st));
             answer(202, Value::Null, &headers)
         }
-        Some(Some(Ok(()))) => answer(200, Value::Null, &[]),
+        Some(Some(Ok(()))) => ok(Value::Null),
         Some(Some(Err((code, msg)))) => err(409, &code, &msg),
     }
 }

@@ -48,11 +48,10 @@ pub(super) fn view(res: &Res, expand: bool) -> Value {
 
 pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
     match st.res.get(&key(rg, kind, name)).filter(|x| x.visible()) {
-        Some(res) => answer(
-            200,
-            view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView"))),
-            &[],
-        ),
+        Some(res) => ok(view(
+            res,
+            r.q("$expand").is_some_and(|e| eq(e, "instanceView")),
+        )),
         None => not_found(kind, name, rg),
     }
 }
@@ -65,7 +64,7 @@ pub(super) fn must_exist(st: &State, id: &str, by: &str) -> Option<Response> {
         st.res.get(vnet).is_some_and(|v| {
             v.body["properties"]["subnets"]
                 .as_array()
-                .is_some_and(|s| s.iter().any(|x| eq(x["name"].as_str().unwrap_or(""), sub)))
+                .is_some_and(|s| s.iter().any(|x| named(x, sub)))
         })
     } else {
         st.res.contains_key(&key)
@@ -81,40 +80,36 @@ pub(super) fn must_exist(st: &State, id: &str, by: &str) -> Option<Response> {
     }
 }
 
+/// The error answer for the first reference of `refs` (`[{"id": ...}]`, by `by`) whose resource does
+/// not exist.
+pub(super) fn first_missing(st: &State, refs: &Value, by: &str) -> Option<Response> {
+    items(refs).find_map(|a| must_exist(st, a["id"].as_str().unwrap_or(""), by))
+}
+
 /// The 403 `RequestDisallowedByPolicy` of a `PUT` a policy assignment denies: a deny of the
 /// resource's type ([`FakeAzure::deny_policy`]), or the landing zones' deny of public addresses
 /// ([`FakeAzure::deny_public_addresses`]): a public address, or an interface that carries one.
 fn policy_refusal(st: &State, kind: Kind, name: &str, body: &Value) -> Option<Response> {
-    // (assignment, definition name, definition display name, assignment display name)
-    let (assignment, def, def_display, display) =
+    // The built-in definitions denying: (name, display name).
+    let types = (
+        "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
+        "Not allowed resource types",
+    );
+    let nic_ips = "Network interfaces should not have public IPs";
+    // (assignment, definition, assignment display name)
+    let (assignment, (def, def_display), display) =
         if let Some((_, a)) = st.deny.iter().find(|(t, _)| eq(t, kind.type_name())) {
-            (
-                a.clone(),
-                "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
-                "Not allowed resource types",
-                format!("Deny {}", kind.type_name()),
-            )
+            (a.clone(), types, format!("Deny {}", kind.type_name()))
         } else {
             let a = st.deny_public.clone()?;
-            let carries_public = body["properties"]["ipConfigurations"]
-                .as_array()
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| !c["properties"]["publicIPAddress"].is_null())
-                });
+            let carries_public = items(&body["properties"]["ipConfigurations"])
+                .any(|c| !c["properties"]["publicIPAddress"].is_null());
             match kind {
-                Kind::Pip => (
-                    a,
-                    "6c112d4e-5bc7-47ae-a041-ea2d9dccd749",
-                    "Not allowed resource types",
-                    "Public IP addresses should be denied".to_string(),
-                ),
-                Kind::Nic if carries_public => (
-                    a,
-                    "83a86a26-fd1f-447c-b59d-e51f44264114",
-                    "Network interfaces should not have public IPs",
-                    "Network interfaces should not have public IPs".to_string(),
-                ),
+                Kind::Pip => (a, types, "Public IP addresses should be denied".to_string()),
+                Kind::Nic if carries_public => {
+                    let def = ("83a86a26-fd1f-447c-b59d-e51f44264114", nic_ips);
+                    (a, def, nic_ips.to_string())
+                }
                 _ => return None,
             }
         };
@@ -136,7 +131,6 @@ fn policy_refusal(st: &State, kind: Kind, name: &str, body: &Value) -> Option<Re
         403,
         "RequestDisallowedByPolicy",
         &format!("Resource '{name}' was disallowed by policy. Policy identifiers: '[{{\"policyAssignment\":{{\"name\":\"{display}\",\"id\":\"{assignment_id}\"}},\"policyDefinition\":{{\"name\":\"{def_display}\"}}}}]'."),
-        json!([]),
         json!({"target": name, "additionalInfo": info}),
     ))
 }
@@ -305,58 +299,8 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
             &format!("The scope '{id}' cannot perform delete operation because following scope(s) are locked: '{}'. Please remove the lock and try again.", locked.join("', '")),
         );
     }
-    match kind {
-        Kind::Nic => {
-            if let Some(e) = reserved_for_another(st, &id, "") {
-                return e;
-            }
-            if let Some(vm) = res.body["properties"]["virtualMachine"]["id"].as_str() {
-                return err(
-                    400,
-                    "NicInUse",
-                    &format!("Network Interface {id} is used by existing resource {vm}. In order to delete the network interface, it must be dissociated from the resource."),
-                );
-            }
-        }
-        Kind::Nsg => {
-            let users: Vec<String> = st
-                .res
-                .values()
-                .filter(|x| {
-                    x.kind == Kind::Nic
-                        && x.body["properties"]["networkSecurityGroup"]["id"]
-                            .as_str()
-                            .is_some_and(|n| eq(n, &id))
-                })
-                .map(|x| x.body["id"].as_str().unwrap_or("").to_string())
-                .collect();
-            if !users.is_empty() {
-                return err(
-                    400,
-                    "InUseNetworkSecurityGroupCannotBeDeleted",
-                    &format!("Network security group {id} cannot be deleted because it is in use by the following resources: {}", users.join(", ")),
-                );
-            }
-        }
-        Kind::Disk => {
-            if let Some(vm) = res.body["managedBy"].as_str() {
-                return err(
-                    409,
-                    "OperationNotAllowed",
-                    &format!("Disk {name} is attached to VM {vm}."),
-                );
-            }
-        }
-        Kind::Pip => {
-            if let Some(c) = res.body["properties"]["ipConfiguration"]["id"].as_str() {
-                return err(
-                    400,
-                    "PublicIPAddressCannotBeDeleted",
-                    &format!("Public IP address {id} can not be deleted since it is still allocated to resource {c}. In order to delete the public IP, disassociate/detach the Public IP address from the resource."),
-                );
-            }
-        }
-        _ => {}
+    if let Some(e) = in_use(st, kind, &res.body, &id, name) {
+        return e;
     }
     let location = location_of(&res.body);
     if let Some(x) = st.res.get_mut(&key) {
@@ -369,6 +313,57 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
     let mut headers = vec![("Azure-AsyncOperation", op.clone()), ("Location", op)];
     headers.extend(retry_after(st));
     answer(202, Value::Null, &headers)
+}
+
+/// Azure's refusal to delete resource `id` (`name`) of `kind` whose body is `body` while something
+/// holds it: an interface reserved for a VM or attached to one, a security group interfaces use, a
+/// disk attached to a VM, a public address an interface holds.
+fn in_use(st: &mut State, kind: Kind, body: &Value, id: &str, name: &str) -> Option<Response> {
+    match kind {
+        Kind::Nic => reserved_for_another(st, id, "").or_else(|| {
+            let vm = body["properties"]["virtualMachine"]["id"].as_str()?;
+            Some(err(
+                400,
+                "NicInUse",
+                &format!("Network Interface {id} is used by existing resource {vm}. In order to delete the network interface, it must be dissociated from the resource."),
+            ))
+        }),
+        Kind::Nsg => {
+            let users: Vec<&str> = st
+                .res
+                .values()
+                .filter(|x| {
+                    x.kind == Kind::Nic
+                        && x.body["properties"]["networkSecurityGroup"]["id"]
+                            .as_str()
+                            .is_some_and(|n| eq(n, id))
+                })
+                .map(|x| x.body["id"].as_str().unwrap_or(""))
+                .collect();
+            (!users.is_empty()).then(|| err(
+                400,
+                "InUseNetworkSecurityGroupCannotBeDeleted",
+                &format!("Network security group {id} cannot be deleted because it is in use by the following resources: {}", users.join(", ")),
+            ))
+        }
+        Kind::Disk => {
+            let vm = body["managedBy"].as_str()?;
+            Some(err(
+                409,
+                "OperationNotAllowed",
+                &format!("Disk {name} is attached to VM {vm}."),
+            ))
+        }
+        Kind::Pip => {
+            let c = body["properties"]["ipConfiguration"]["id"].as_str()?;
+            Some(err(
+                400,
+                "PublicIPAddressCannotBeDeleted",
+                &format!("Public IP address {id} can not be deleted since it is still allocated to resource {c}. In order to delete the public IP, disassociate/detach the Public IP address from the resource."),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// The Tags API on a resource (`{id}/providers/Microsoft.Resources/tags/default`): `GET`, `PUT`
@@ -393,7 +388,7 @@ pub(super) fn tags_call(
     };
     let mut tags = res.body["tags"].as_object().cloned().unwrap_or_default();
     match *m {
-        Method::GET => return answer(200, shown(&json!(tags)), &[]),
+        Method::GET => return ok(shown(&json!(tags))),
         Method::PUT | Method::PATCH => {}
         _ => return err(405, "MethodNotAllowed", "method not allowed"),
     }
@@ -438,5 +433,5 @@ pub(super) fn tags_call(
         );
     }
     res.body["tags"] = json!(tags);
-    answer(200, shown(&json!(tags)), &[])
+    ok(shown(&json!(tags)))
 }

@@ -6,10 +6,9 @@
 //! principal's); a request over the limit is refused with 429 `TooManyRequests` and `Retry-After`
 //! (seconds).
 
-use tokio::time::Instant;
-
 #[allow(unused_imports)]
 use super::*;
+use crate::bucket::Bucket;
 
 /// The buckets of one kind of request: (requests in a full bucket, requests regained a second).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,31 +34,6 @@ impl ArmLimits {
 /// The subscription's global limit is this many times the principal's.
 const GLOBAL_FACTOR: u32 = 15;
 
-#[derive(Debug)]
-struct Bucket {
-    limit: f64,
-    refill: f64,
-    tokens: f64,
-    at: Instant,
-}
-
-impl Bucket {
-    fn new((limit, refill): (u32, f64)) -> Bucket {
-        Bucket {
-            limit: f64::from(limit),
-            refill,
-            tokens: f64::from(limit),
-            at: Instant::now(),
-        }
-    }
-
-    fn refill(&mut self) {
-        let now = Instant::now();
-        self.tokens = (self.tokens + self.refill * (now - self.at).as_secs_f64()).min(self.limit);
-        self.at = now;
-    }
-}
-
 /// The buckets of the one principal the fake serves, and of the subscription.
 #[derive(Debug)]
 pub(super) struct Throttle {
@@ -71,13 +45,14 @@ pub(super) struct Throttle {
 
 impl Throttle {
     pub(super) fn new(l: ArmLimits) -> Throttle {
+        let own = |(n, r): (u32, f64)| Bucket::new(n, r);
         let global =
-            |(n, r): (u32, f64)| Bucket::new((n * GLOBAL_FACTOR, r * f64::from(GLOBAL_FACTOR)));
+            |(n, r): (u32, f64)| Bucket::new(n * GLOBAL_FACTOR, r * f64::from(GLOBAL_FACTOR));
         Throttle {
             buckets: vec![
-                ("reads", Bucket::new(l.reads), global(l.reads)),
-                ("writes", Bucket::new(l.writes), global(l.writes)),
-                ("deletes", Bucket::new(l.deletes), global(l.deletes)),
+                ("reads", own(l.reads), global(l.reads)),
+                ("writes", own(l.writes), global(l.writes)),
+                ("deletes", own(l.deletes), global(l.deletes)),
             ],
             refused: 0,
         }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use orca_machines::conformance::{Harness, Hook, Setup};
 use orca_machines::{Provider, Result};
 
-use super::Providers;
+use super::{paged, Providers};
 use crate::azure::{FakeAzure, LOCATION, RESOURCE_GROUP, SUBNET, VNET};
 
 /// The security group of the subnet [`AzureHarness::new`] readies, where admission rules go, with an
@@ -78,11 +78,7 @@ impl<P: Providers<FakeAzure>> Harness for AzureHarness<P> {
         // Resource Manager has no client page size for VM lists (the driver follows `nextLink`):
         // the fake's server-side page is set.
         self.fake.set_page_size(page_size as usize);
-        Ok(self
-            .providers
-            .paged_provider(&self.fake, owner, page_size)
-            .await
-            .expect("valid settings"))
+        paged(&self.providers, &self.fake, owner, page_size).await
     }
 
     async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {

@@ -9,7 +9,7 @@ use orca_machines::conformance::{Harness, Hook, Setup};
 use orca_machines::{FirewallPorts, FirewallRule, Provider, Result};
 use serde_json::{json, Value};
 
-use super::Providers;
+use super::{paged, Providers};
 use crate::gce::{FakeGce, ZONE};
 use crate::{Fault, Rule};
 
@@ -66,11 +66,7 @@ impl<P: Providers<FakeGce>> Harness for GceHarness<P> {
     }
 
     async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        Ok(self
-            .providers
-            .paged_provider(&self.fake, owner, page_size)
-            .await
-            .expect("valid settings"))
+        paged(&self.providers, &self.fake, owner, page_size).await
     }
 
     async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {

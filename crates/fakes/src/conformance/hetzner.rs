@@ -8,7 +8,7 @@ use axum::http::Method;
 use orca_machines::conformance::{Harness, Hook, Setup};
 use orca_machines::{Provider, Result};
 
-use super::Providers;
+use super::{paged, Providers};
 use crate::hetzner::FakeHetzner;
 use crate::{Fault, Rule};
 
@@ -53,11 +53,7 @@ impl<P: Providers<FakeHetzner>> Harness for HetznerHarness<P> {
     }
 
     async fn paged_provider(&self, owner: &str, page_size: u32) -> Hook<Box<dyn Provider>> {
-        Ok(self
-            .providers
-            .paged_provider(&self.fake, owner, page_size)
-            .await
-            .expect("valid settings"))
+        paged(&self.providers, &self.fake, owner, page_size).await
     }
 
     async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {

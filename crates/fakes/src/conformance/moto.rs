@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use orca_machines::conformance::{Harness, Hook, Setup, Skip};
 use orca_machines::{Provider, Result};
 
-use super::Providers;
+use super::{paged, Providers};
 use crate::moto::{ec2_error, rule, seed, Fault, Proxy, Seed, ZONE};
 
 /// Where an EC2 provider goes: moto's seeding (subnets, security group, instance profile) and the
@@ -87,11 +87,7 @@ impl<P: Providers<Target>> Harness for MotoHarness<P> {
                 "the harness pages by 1 instance, not {page_size}"
             )));
         }
-        Ok(self
-            .providers
-            .paged_provider(&self.target(&self.paged), owner, page_size)
-            .await
-            .expect("valid settings"))
+        paged(&self.providers, &self.target(&self.paged), owner, page_size).await
     }
 
     async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {

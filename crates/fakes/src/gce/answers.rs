@@ -51,23 +51,14 @@ pub(super) fn check_zone(zone: &str) -> Result<(), Response> {
     }
 }
 
+/// A resource name (RFC 1035): a label key without `_` that does not end in `-`.
 pub(super) fn valid_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && !name.ends_with('-')
+    valid_label_key(name) && !name.contains('_') && !name.ends_with('-')
 }
 
+/// A label key: a label value that starts with a lowercase letter.
 pub(super) fn valid_label_key(k: &str) -> bool {
-    let b = k.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-' || *c == b'_')
+    k.starts_with(|c: char| c.is_ascii_lowercase()) && valid_label_value(k)
 }
 
 pub(super) fn valid_label_value(v: &str) -> bool {
@@ -129,6 +120,20 @@ pub(super) fn check_request_id(r: &Option<String>) -> Result<(), Response> {
         )));
     }
     Ok(())
+}
+
+/// The world for a change asked with `request_id` (checked); `Err` is the answer to give at once: a
+/// bad id, or the operation of an earlier call with the same id (the repeat changes nothing).
+pub(super) fn change<'a>(
+    state: &'a Shared,
+    request_id: &Option<String>,
+) -> Result<MutexGuard<'a, World>, Response> {
+    check_request_id(request_id)?;
+    let s = lock(state);
+    match s.repeated(request_id.as_deref()) {
+        Some(op) => Err(Json(op).into_response()),
+        None => Ok(s),
+    }
 }
 
 /// The window `start..end` of `len` items (already filtered and ordered) that `maxResults` and

@@ -9,10 +9,7 @@ pub(super) async fn get_disk(
     Path((project, zone, name)): Path<(String, String, String)>,
 ) -> Answer {
     check_project(&project)?;
-    let disk = lock(&state)
-        .disks
-        .get(&(zone.clone(), name.clone()))
-        .cloned();
+    let disk = lock(&state).disks.get(&key_of(&zone, &name)).cloned();
     let disk =
         disk.ok_or_else(|| not_found(&format!("projects/{project}/zones/{zone}/disks/{name}")))?;
     Ok(Json(disk).into_response())
@@ -23,12 +20,9 @@ pub(super) async fn delete_disk(
     Path((project, zone, name)): Path<(String, String, String)>,
     Query(q): Query<MutateQuery>,
 ) -> Answer {
-    check_project(&project).and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
-    let key = (zone.clone(), name.clone());
+    check_project(&project)?;
+    let mut s = change(&state, &q.request_id)?;
+    let key = key_of(&zone, &name);
     if !s.disks.contains_key(&key) {
         return Err(not_found(&format!(
             "projects/{project}/zones/{zone}/disks/{name}"

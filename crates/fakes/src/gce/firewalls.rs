@@ -69,11 +69,8 @@ pub(super) async fn patch_firewall(
     Query(q): Query<MutateQuery>,
     body: Bytes,
 ) -> Answer {
-    check_project(&project).and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
+    check_project(&project)?;
+    let mut s = change(&state, &q.request_id)?;
     let patch = serde_json::from_slice::<Value>(&body)
         .map_err(|_| invalid("Invalid JSON payload received."))?;
     let Some(current) = s.firewalls.get(&name).cloned() else {

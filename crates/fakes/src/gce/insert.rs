@@ -25,13 +25,8 @@ pub(super) async fn insert_instance(
     Query(q): Query<MutateQuery>,
     body: Bytes,
 ) -> Answer {
-    check_project(&project)
-        .and(check_zone(&zone))
-        .and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
+    check_project(&project).and(check_zone(&zone))?;
+    let mut s = change(&state, &q.request_id)?;
     let vm = serde_json::from_slice::<Value>(&body)
         .map_err(|_| invalid("Invalid JSON payload received."))?;
     let plan = check_insert(&s, &project, &zone, &vm)?;
@@ -52,7 +47,7 @@ fn check_insert(s: &World, project: &str, zone: &str, vm: &Value) -> Result<Plan
     let (boot, auto_delete) = check_boot_disk(&name, &machine_type, arch, vm)?;
     let disk_name = boot["diskName"].as_str().unwrap_or_default().to_string();
     // An existing disk of that name is attached instead of a new one, unless it is in use.
-    let attach = s.disks.contains_key(&(zone.to_string(), disk_name.clone()));
+    let attach = s.disks.contains_key(&key_of(zone, &disk_name));
     if let Some(r) = disk_in_use(s, project, zone, &disk_name) {
         return Err(r);
     }
@@ -94,7 +89,7 @@ fn check_name_and_type(
             "Invalid value for field 'resource.name': '{name}'. Must be a match of regex '(?:[a-z](?:[-a-z0-9]{{0,61}}[a-z0-9])?)'"
         )));
     }
-    if s.instances.contains_key(&(zone.to_string(), name.clone())) {
+    if s.instances.contains_key(&key_of(zone, &name)) {
         return Err(gerr(
             409,
             "alreadyExists",
@@ -221,7 +216,7 @@ fn check_network(
             "Invalid value for field 'resource.networkInterfaces[0].subnetwork': '{link}'. Subnetwork must be in the same region as the instance ({region})."
         )));
     }
-    if s.subnets.get(&(region.clone(), name.clone())) != Some(&network) {
+    if s.subnets.get(&key_of(&region, &name)) != Some(&network) {
         return Err(not_found(&format!(
             "projects/{project}/regions/{region}/subnetworks/{name}"
         )));
@@ -245,14 +240,10 @@ fn make(s: &mut World, project: &str, vm: &Value, plan: Plan, request_id: Option
             ),
             403,
         ))
-    } else if let Some(code) = s
-        .exhausted
-        .get(&(zone.clone(), plan.machine_type.clone()))
-        .copied()
-    {
+    } else if let Some(code) = s.exhausted.get(&key_of(&zone, &plan.machine_type)).copied() {
         // The boot disk was made before the zone found no room for the instance: it has no user.
         make_disk(s, &plan, &target, id);
-        if let Some(d) = s.disks.get_mut(&(zone.clone(), plan.disk_name.clone())) {
+        if let Some(d) = s.disks.get_mut(&key_of(&zone, &plan.disk_name)) {
             d["users"] = json!([]);
         }
         Some((code.to_string(), no_room(project, &zone), 503))
@@ -288,7 +279,7 @@ fn make(s: &mut World, project: &str, vm: &Value, plan: Plan, request_id: Option
 /// The boot disk: a new one, or the existing disk of its name attached to instance `target`.
 fn make_disk(s: &mut World, plan: &Plan, target: &str, id: u64) {
     let (zone, name) = &plan.key;
-    let dkey = (zone.clone(), plan.disk_name.clone());
+    let dkey = key_of(zone, &plan.disk_name);
     match s.disks.get_mut(&dkey) {
         Some(d) if plan.attach => d["users"] = json!([target]),
         _ => {

@@ -54,10 +54,9 @@ pub(super) async fn get_instance(
 ) -> Answer {
     check_project(&project).and(check_zone(&zone))?;
     let vm = lock(&state)
-        .visible_instance(&(zone.clone(), name.clone()))
+        .visible_instance(&key_of(&zone, &name))
         .cloned();
-    let vm =
-        vm.ok_or_else(|| not_found(&format!("projects/{project}/zones/{zone}/instances/{name}")))?;
+    let vm = vm.ok_or_else(|| instance_not_found(&project, &zone, &name))?;
     Ok(Json(vm).into_response())
 }
 
@@ -79,20 +78,10 @@ pub(super) async fn delete_instance(
     Path((project, zone, name)): Path<(String, String, String)>,
     Query(q): Query<MutateQuery>,
 ) -> Answer {
-    check_project(&project).and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
-    let key = (zone.clone(), name.clone());
-    if s.visible_instance(&key).is_none() {
-        return Err(not_found(&format!(
-            "projects/{project}/zones/{zone}/instances/{name}"
-        )));
-    }
-    not_ready(&s, &project, &key)?;
-    let vm = s.instances.get_mut(&key).expect("visible");
-    vm["status"] = json!("STOPPING");
+    check_project(&project)?;
+    let mut s = change(&state, &q.request_id)?;
+    let (key, _) = changeable(&s, &project, &zone, &name)?;
+    s.instances.get_mut(&key).expect("visible")["status"] = json!("STOPPING");
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
     let op = s.new_op(
         Some(&zone),
@@ -111,26 +100,17 @@ pub(super) async fn instance_action(
     Query(q): Query<MutateQuery>,
     body: Bytes,
 ) -> Answer {
-    check_project(&project).and(check_request_id(&q.request_id))?;
-    let mut s = lock(&state);
-    if let Some(op) = s.repeated(q.request_id.as_deref()) {
-        return Ok(Json(op).into_response());
-    }
-    let key = (zone.clone(), name.clone());
+    check_project(&project)?;
+    let mut s = change(&state, &q.request_id)?;
+    let (key, vm) = changeable(&s, &project, &zone, &name)?;
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let Some(vm) = s.visible_instance(&key).cloned() else {
-        return Err(not_found(&format!(
-            "projects/{project}/zones/{zone}/instances/{name}"
-        )));
-    };
-    not_ready(&s, &project, &key)?;
     let status = vm["status"].as_str().unwrap_or_default().to_string();
+    let machine_type = last_segment(vm["machineType"].as_str().unwrap_or_default()).to_string();
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let effect = match action.as_str() {
         "start" => {
             // A stopped instance holds no resources: its start needs room for its type in the zone.
-            let mt = last_segment(vm["machineType"].as_str().unwrap_or_default()).to_string();
-            let no_room = match s.exhausted.get(&(zone.clone(), mt)) {
+            let no_room = match s.exhausted.get(&key_of(&zone, &machine_type)) {
                 Some(code) if status == "TERMINATED" => {
                     Some((code.to_string(), no_room(&project, &zone), 503))
                 }
@@ -150,10 +130,8 @@ pub(super) async fn instance_action(
         "setMachineType" => {
             let mt_field = body["machineType"].as_str().unwrap_or_default();
             let mt = last_segment(mt_field).to_string();
-            let (Some(new_arch), Some(old_arch)) = (
-                arch_of_type(&mt),
-                arch_of_type(last_segment(vm["machineType"].as_str().unwrap_or_default())),
-            ) else {
+            let (Some(new_arch), Some(old_arch)) = (arch_of_type(&mt), arch_of_type(&machine_type))
+            else {
                 return Err(invalid(format!(
                     "Invalid value for field 'machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
                 )));
@@ -204,11 +182,11 @@ pub(super) async fn instance_action(
 /// 400 `resourceInUseByAnotherResource` when disk `name` exists and an instance uses it (a boot
 /// disk of that name would be attached, and a disk in read-write use cannot be attached again).
 pub(super) fn disk_in_use(s: &World, project: &str, zone: &str, name: &str) -> Option<Response> {
-    let disk = s.disks.get(&(zone.to_string(), name.to_string()))?;
+    let disk = s.disks.get(&key_of(zone, name))?;
     let user = disk["users"].as_array()?.iter().find_map(|u| {
         let u = u.as_str()?;
         s.instances
-            .contains_key(&(zone.to_string(), last_segment(u).to_string()))
+            .contains_key(&key_of(zone, last_segment(u)))
             .then(|| u.trim_start_matches(&format!("{LINK}/")).to_string())
     })?;
     Some(gerr(
@@ -241,6 +219,22 @@ pub(super) fn check_os_login(s: &World, project: &str, vm: &Value) -> Result<(),
         ));
     }
     Ok(())
+}
+
+/// 404 for instance `name` of `zone`.
+fn instance_not_found(project: &str, zone: &str, name: &str) -> Response {
+    not_found(&format!("projects/{project}/zones/{zone}/instances/{name}"))
+}
+
+/// The visible instance `name` of `zone`, with its key, when a change of it may start: 404 while
+/// it is not there (or not visible yet), `resourceNotReady` while an operation holds it.
+fn changeable(s: &World, project: &str, zone: &str, name: &str) -> Result<(Key, Value), Response> {
+    let key = key_of(zone, name);
+    let Some(vm) = s.visible_instance(&key).cloned() else {
+        return Err(instance_not_found(project, zone, name));
+    };
+    not_ready(s, project, &key)?;
+    Ok((key, vm))
 }
 
 /// `resourceNotReady` while an operation holds instance `key`: Compute Engine refuses another

@@ -39,12 +39,6 @@ pub(super) async fn auth(State(state): State<Shared>, req: Request, next: Next) 
     next.run(req).await
 }
 
-#[derive(Default)]
-pub(super) struct TokenForm {
-    pub(super) grant_type: Option<String>,
-    pub(super) assertion: Option<String>,
-}
-
 pub(super) fn oauth_error(error: &str, description: &str) -> Response {
     (
         StatusCode::BAD_REQUEST,
@@ -54,13 +48,18 @@ pub(super) fn oauth_error(error: &str, description: &str) -> Response {
 }
 
 pub(super) async fn token(State(state): State<Shared>, body: Bytes) -> Response {
-    let Ok(form) = serde_urlencoded_form(&body) else {
+    if std::str::from_utf8(&body).is_err() {
         return oauth_error("invalid_request", "a form body is required");
-    };
-    if form.grant_type.as_deref() != Some("urn:ietf:params:oauth:grant-type:jwt-bearer") {
+    }
+    let form = crate::control::form_pairs(&body);
+    // A field given twice counts as its last value.
+    let field = |k: &str| form.iter().rev().find(|(key, _)| key == k).map(|(_, v)| v);
+    if field("grant_type").map(String::as_str)
+        != Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
+    {
         return oauth_error("unsupported_grant_type", "Invalid grant_type");
     }
-    let Some(assertion) = form.assertion else {
+    let Some(assertion) = field("assertion") else {
         return oauth_error("invalid_request", "Missing required parameter: assertion");
     };
     let parts: Vec<&str> = assertion.split('.').collect();
@@ -89,17 +88,4 @@ pub(super) async fn token(State(state): State<Shared>, body: Bytes) -> Response 
     let token = format!("ya29.fake-{id}");
     s.tokens.insert(token.clone());
     Json(json!({"access_token": token, "expires_in": 3599, "token_type": "Bearer"})).into_response()
-}
-
-pub(super) fn serde_urlencoded_form(body: &[u8]) -> Result<TokenForm, ()> {
-    let text = std::str::from_utf8(body).map_err(|_| ())?;
-    let mut form = TokenForm::default();
-    for (k, v) in crate::control::form_pairs(text.as_bytes()) {
-        match k.as_str() {
-            "grant_type" => form.grant_type = Some(v),
-            "assertion" => form.assertion = Some(v),
-            _ => {}
-        }
-    }
-    Ok(form)
 }

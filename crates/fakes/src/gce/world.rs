@@ -5,6 +5,11 @@ use super::*;
 
 pub(super) type Key = (String, String);
 
+/// The key of `name` in `zone` (or region).
+pub(super) fn key_of(zone: &str, name: &str) -> Key {
+    (zone.to_string(), name.to_string())
+}
+
 #[derive(Debug)]
 pub(super) struct Op {
     pub(super) value: Value,
@@ -200,28 +205,14 @@ impl World {
                     }
                 }
             }
-            Effect::Start(key, None) => {
-                if let Some(vm) = self.instances.get_mut(&key) {
-                    if vm["status"] != "RUNNING" {
-                        vm["lastStartTimestamp"] = json!(now_text());
-                    }
-                    vm["status"] = json!("RUNNING");
-                }
-            }
-            Effect::Stop(key) => {
-                if let Some(vm) = self.instances.get_mut(&key) {
-                    if vm["status"] != "TERMINATED" {
-                        vm["lastStopTimestamp"] = json!(now_text());
-                    }
-                    vm["status"] = json!("TERMINATED");
-                }
-            }
+            Effect::Start(key, None) => self.move_to(&key, "RUNNING", "lastStartTimestamp"),
+            Effect::Stop(key) => self.move_to(&key, "TERMINATED", "lastStopTimestamp"),
             Effect::Delete(key) => {
                 self.hidden_until.remove(&key);
                 if let Some(vm) = self.instances.remove(&key) {
                     for d in vm["disks"].as_array().cloned().unwrap_or_default() {
                         let dname = last_segment(d["source"].as_str().unwrap_or_default());
-                        let dkey = (key.0.clone(), dname.to_string());
+                        let dkey = key_of(&key.0, dname);
                         if d["autoDelete"] == json!(true) {
                             self.disks.remove(&dkey);
                         } else if let Some(disk) = self.disks.get_mut(&dkey) {
@@ -248,6 +239,16 @@ impl World {
                 503 => "SERVICE UNAVAILABLE",
                 _ => "BAD REQUEST",
             });
+        }
+    }
+
+    /// Puts instance `key` in `status`, stamping `stamp` with the time when it was in another.
+    fn move_to(&mut self, key: &Key, status: &str, stamp: &str) {
+        if let Some(vm) = self.instances.get_mut(key) {
+            if vm["status"] != status {
+                vm[stamp] = json!(now_text());
+            }
+            vm["status"] = json!(status);
         }
     }
 

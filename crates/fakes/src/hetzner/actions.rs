@@ -239,16 +239,7 @@ pub(super) async fn list_actions(State(state): State<Shared>, Query(q): Params) 
     if ids.is_empty() {
         return Err(invalid("id is required"));
     }
-    let statuses = params(&q, "status");
-    let s = lock(&state);
-    let items = s
-        .actions
-        .values()
-        .filter(|a| ids.contains(&a.id))
-        .filter(|a| statuses.is_empty() || statuses.contains(&a.status))
-        .map(|a| s.action_json(a.id))
-        .collect();
-    paged(&q, "actions", items)
+    actions_page(&lock(&state), &q, |a| ids.contains(&a.id))
 }
 
 pub(super) async fn list_server_actions(
@@ -257,17 +248,21 @@ pub(super) async fn list_server_actions(
     Query(q): Params,
 ) -> ApiResult {
     let id = server_id(&id)?;
-    let statuses = params(&q, "status");
     let s = lock(&state);
     if !s.servers.get(&id).is_some_and(|v| v.visible()) {
         return Err(not_found("server"));
     }
+    actions_page(&s, &q, |a| a.server == id)
+}
+
+/// One page of the actions `pick` picks, of the statuses the query's `status` names (any without).
+fn actions_page(s: &State_, q: &[(String, String)], pick: impl Fn(&Action) -> bool) -> ApiResult {
+    let statuses = params(q, "status");
     let items = s
         .actions
         .values()
-        .filter(|a| a.server == id)
-        .filter(|a| statuses.is_empty() || statuses.contains(&a.status))
+        .filter(|a| pick(a) && (statuses.is_empty() || statuses.contains(&a.status)))
         .map(|a| s.action_json(a.id))
         .collect();
-    paged(&q, "actions", items)
+    paged(q, "actions", items)
 }

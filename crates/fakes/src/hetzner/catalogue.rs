@@ -159,6 +159,11 @@ pub(super) fn price(net: f64) -> Value {
 }
 
 impl State_ {
+    /// The catalogue's type named `name`.
+    pub(super) fn server_type(&self, name: &str) -> Option<&ServerType> {
+        self.types.iter().find(|t| t.name == name)
+    }
+
     pub(super) fn type_json(&self, t: &ServerType) -> Value {
         let prices: Vec<Value> = t
             .locations

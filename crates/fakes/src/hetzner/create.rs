@@ -11,7 +11,9 @@ use serde_json::{json, Value};
 use super::actions::Effect;
 use super::catalogue::{ServerType, IMAGES, LOCATIONS};
 use super::servers::{body_json, labels_of, Server};
-use super::{invalid, lock, rfc3339_now, ApiError, ApiResult, Shared, State_};
+use super::{
+    deprecated_type, invalid, lock, name_taken, rfc3339_now, ApiError, ApiResult, Shared, State_,
+};
 
 /// A create's body, read and checked before the project is looked at.
 struct CreateBody {
@@ -78,14 +80,7 @@ impl State_ {
             ));
         }
         if t.unavailable() {
-            return Err(ApiError(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_server_type",
-                format!(
-                    "server type {} is deprecated and can no longer be ordered",
-                    t.name
-                ),
-            ));
+            return Err(deprecated_type(t.name));
         }
         Ok(t)
     }
@@ -199,11 +194,7 @@ pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> A
     let image = image_for(&c.image, &t)?;
     let (ssh_keys, firewalls, networks) = s.project_refs(&b)?;
     if s.servers.values().any(|v| v.name == c.name) {
-        return Err(ApiError(
-            StatusCode::CONFLICT,
-            "uniqueness_error",
-            "server name is already used".into(),
-        ));
+        return Err(name_taken());
     }
     s.placeable(t.name, &c.location)?;
     let id = s.next();

@@ -1,10 +1,8 @@
 //! The bearer token check and the per-project rate limit (a token bucket refilled continuously, as
 //! Hetzner's), with the `RateLimit-*` headers on every answer. The bucket refills in tokio's time, as
-//! the actions run, so that a test on a paused clock sees the refill its waits allow.
+//! the actions run ([`Bucket`]).
 
 use std::time::{SystemTime, UNIX_EPOCH};
-
-use tokio::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
@@ -12,34 +10,13 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::{lock, ApiError, Shared};
+use crate::bucket::Bucket;
 
-#[derive(Debug)]
-pub(super) struct Bucket {
-    limit: u32,
-    refill: f64,
-    tokens: f64,
-    at: Instant,
-}
-
+/// Hetzner's rate limit on the shared bucket: its headers.
 impl Bucket {
-    /// A full bucket of `limit` requests regaining `refill` a second.
-    pub(super) fn new(limit: u32, refill: f64) -> Bucket {
-        Bucket {
-            limit,
-            refill,
-            tokens: limit as f64,
-            at: Instant::now(),
-        }
-    }
-    fn refill(&mut self) {
-        let now = Instant::now();
-        self.tokens =
-            (self.tokens + self.refill * (now - self.at).as_secs_f64()).min(self.limit as f64);
-        self.at = now;
-    }
     /// `RateLimit-Reset`: the Unix time at which the bucket is full again.
     fn reset(&self) -> u64 {
-        let missing = self.limit as f64 - self.tokens;
+        let missing = self.limit - self.tokens;
         let secs = if missing <= 0.0 || self.refill <= 0.0 {
             0.0
         } else {
@@ -49,7 +26,7 @@ impl Bucket {
     }
     fn headers(&self) -> [(&'static str, String); 3] {
         [
-            ("RateLimit-Limit", self.limit.to_string()),
+            ("RateLimit-Limit", (self.limit as u32).to_string()),
             (
                 "RateLimit-Remaining",
                 (self.tokens.max(0.0).floor() as u64).to_string(),

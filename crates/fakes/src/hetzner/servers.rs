@@ -14,8 +14,8 @@ use super::actions::Effect;
 use super::catalogue::{image_json, location_json};
 use super::selector::{matches, selector, valid_key, valid_value};
 use super::{
-    invalid, lock, not_found, paged_with, param, params, ApiError, ApiResult, Params, Shared,
-    State_,
+    deprecated_type, invalid, lock, name_taken, not_found, paged_with, param, params, ApiError,
+    ApiResult, Params, Shared, State_,
 };
 
 /// A server as the fake keeps it.
@@ -47,7 +47,7 @@ impl Server {
 
 impl State_ {
     pub(super) fn server_json(&self, s: &Server) -> Value {
-        let t = self.types.iter().find(|t| t.name == s.server_type);
+        let t = self.server_type(&s.server_type);
         let type_json = t.map(|t| self.type_json(t)).unwrap_or(Value::Null);
         let o = s.id % 250;
         json!({
@@ -160,11 +160,7 @@ pub(super) async fn update_server(
     s.visible_server(id)?;
     if let Some(n) = &name {
         if s.servers.values().any(|v| v.id != id && &v.name == n) {
-            return Err(ApiError(
-                StatusCode::CONFLICT,
-                "uniqueness_error",
-                "server name is already used".into(),
-            ));
+            return Err(name_taken());
         }
     }
     let v = s.visible_server(id)?;
@@ -214,16 +210,9 @@ pub(super) async fn server_action(
             if b.get("upgrade_disk").and_then(Value::as_bool).is_none() {
                 return Err(invalid("upgrade_disk is required"));
             }
-            let srv = &s.servers[&id];
-            let cur_arch = s
-                .types
-                .iter()
-                .find(|x| x.name == srv.server_type)
-                .map(|x| x.arch);
+            let cur_arch = s.server_type(&s.servers[&id].server_type).map(|x| x.arch);
             let new = s
-                .types
-                .iter()
-                .find(|x| x.name == t)
+                .server_type(&t)
                 .ok_or_else(|| invalid(format!("server type {t} not found")))?;
             if Some(new.arch) != cur_arch {
                 return Err(invalid(
@@ -231,11 +220,7 @@ pub(super) async fn server_action(
                 ));
             }
             if new.unavailable() {
-                return Err(ApiError(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "invalid_server_type",
-                    format!("server type {t} is deprecated and can no longer be ordered"),
-                ));
+                return Err(deprecated_type(&t));
             }
             if status != "off" {
                 return Err(ApiError(
