@@ -162,11 +162,11 @@ fn regions() -> Vec<&'static str> {
     r
 }
 
-/// Now, as Compute Engine writes times: RFC 3339 with milliseconds, in the US Pacific offset its
+/// `t` as Compute Engine writes times: RFC 3339 with milliseconds, in the US Pacific offset its
 /// answers carry (`2026-12-03T04:01:37.123-08:00`).
-fn now_text() -> String {
+fn time_text(t: std::time::SystemTime) -> String {
     let pacific = chrono::FixedOffset::west_opt(8 * 3600).expect("a valid offset");
-    chrono::Utc::now()
+    chrono::DateTime::<chrono::Utc>::from(t)
         .with_timezone(&pacific)
         .format("%Y-%m-%dT%H:%M:%S%.3f%:z")
         .to_string()
@@ -479,6 +479,7 @@ impl FakeGce {
         let id = s.new_id();
         let disk = json!({"name": name, "sizeGb": "10"});
         let mut vm = instance_json(
+            &s.utc,
             zone,
             name,
             machine_type,
@@ -496,7 +497,7 @@ impl FakeGce {
         s.disks
             .insert(key_of(zone, name), disk_json(zone, &disk, name, id));
         vm["status"] = json!("RUNNING");
-        vm["lastStartTimestamp"] = json!(now_text());
+        vm["lastStartTimestamp"] = json!(time_text(s.utc.now()));
         s.instances.insert(key_of(zone, name), vm);
     }
 
@@ -547,7 +548,7 @@ impl FakeGce {
         rule["kind"] = json!("compute#firewall");
         rule["id"] = json!(id.to_string());
         rule["selfLink"] = json!(format!("{LINK}/projects/{PROJECT}/global/firewalls/{name}"));
-        rule["creationTimestamp"] = json!(now_text());
+        rule["creationTimestamp"] = json!(time_text(s.utc.now()));
         s.firewalls.insert(name, rule);
     }
 
@@ -678,6 +679,21 @@ mod tests {
         assert!(valid_ipv4_cidr("203.0.113.7/32"));
         assert!(!valid_ipv4_cidr("203.0.113/32"));
         assert_eq!(region_of("europe-west1-b"), "europe-west1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn times_are_written_from_the_fakes_own_clock() {
+        let fake = FakeGce::start().await.unwrap();
+        let noon = chrono::DateTime::parse_from_rfc3339("2026-12-03T12:01:37Z").unwrap();
+        fake.set_utc(noon.into());
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        fake.put_instance(ZONE, "vm-1", "e2-small", json!({}));
+        fake.put_firewall(json!({"name": "fw-1", "network": NETWORK}));
+        let vm = fake.instance(ZONE, "vm-1").unwrap();
+        let written = "2026-12-03T04:01:38.500-08:00";
+        assert_eq!(vm["creationTimestamp"], written);
+        assert_eq!(vm["lastStartTimestamp"], written);
+        assert_eq!(fake.firewall("fw-1").unwrap()["creationTimestamp"], written);
     }
 
     #[tokio::test]

@@ -299,6 +299,7 @@ fn make_vm(s: &mut World, plan: &Plan, vm: &Value, id: u64) {
     tags["fingerprint"] = json!("fp-tags-1");
     let labels = or_empty(&vm["labels"]);
     let mut made = instance_json(
+        &s.utc,
         zone,
         name,
         &plan.machine_type,

@@ -111,8 +111,8 @@ impl World {
             "status": "PENDING",
             "user": TEST_CLIENT_EMAIL,
             "progress": 0,
-            "insertTime": now_text(),
-            "startTime": now_text(),
+            "insertTime": time_text(self.utc.now()),
+            "startTime": time_text(self.utc.now()),
             "selfLink": format!("{LINK}/projects/{PROJECT}/{scope}/operations/{name}"),
         });
         if let Some(z) = zone {
@@ -196,7 +196,7 @@ impl World {
                 let n = self.next_id % 250 + 1;
                 if let Some(vm) = self.instances.get_mut(&key) {
                     vm["status"] = json!("RUNNING");
-                    vm["lastStartTimestamp"] = json!(now_text());
+                    vm["lastStartTimestamp"] = json!(time_text(self.utc.now()));
                     let nat = vm
                         .pointer_mut("/networkInterfaces/0/accessConfigs/0")
                         .and_then(Value::as_object_mut);
@@ -230,7 +230,7 @@ impl World {
         let op = self.ops.get_mut(name).expect("operation exists");
         op.value["status"] = json!("DONE");
         op.value["progress"] = json!(100);
-        op.value["endTime"] = json!(now_text());
+        op.value["endTime"] = json!(time_text(self.utc.now()));
         if let Some((code, message, http)) = error {
             op.value["error"] = json!({"errors": [{"code": code, "message": message}]});
             op.value["httpErrorStatusCode"] = json!(http);
@@ -246,7 +246,7 @@ impl World {
     fn move_to(&mut self, key: &Key, status: &str, stamp: &str) {
         if let Some(vm) = self.instances.get_mut(key) {
             if vm["status"] != status {
-                vm[stamp] = json!(now_text());
+                vm[stamp] = json!(time_text(self.utc.now()));
             }
             vm["status"] = json!(status);
         }
@@ -294,6 +294,7 @@ pub(super) fn label_fingerprint(labels: &Value) -> String {
 
 #[allow(clippy::too_many_arguments)]
 pub(super) fn instance_json(
+    utc: &UtcClock,
     zone: &str,
     name: &str,
     mt: &str,
@@ -332,7 +333,7 @@ pub(super) fn instance_json(
     json!({
         "kind": "compute#instance",
         "id": id.to_string(),
-        "creationTimestamp": now_text(),
+        "creationTimestamp": time_text(utc.now()),
         "name": name,
         "zone": format!("{LINK}/projects/{PROJECT}/zones/{zone}"),
         "machineType": machine_type_link(zone, mt),
