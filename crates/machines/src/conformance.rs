@@ -338,17 +338,7 @@ pub const EXTENSIONS: &[&str] = &[
 /// assert_eq!(extensions(&p), EXTENSIONS);
 /// ```
 pub fn extensions(p: &dyn Provider) -> Vec<&'static str> {
-    let offered = [
-        p.machine_labels().is_some(),
-        p.firewall_rules().is_some(),
-        p.ssh_admission().is_some(),
-        p.credit_balance().is_some(),
-    ];
-    EXTENSIONS
-        .iter()
-        .zip(offered)
-        .filter_map(|(n, on)| on.then_some(*n))
-        .collect()
+    crate::provider::offered_extensions(p)
 }
 
 /// Runs every check against the backend, prints one line per check, and returns the report.

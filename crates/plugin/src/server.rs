@@ -47,11 +47,20 @@ impl Driver {
         self.provider.as_ref().map_err(Clone::clone)
     }
 
+    /// The provider's extension `name` (that `get` reads), or the refusal of a provider without it,
+    /// as the contract refuses it.
+    fn ext<'a, E: ?Sized>(
+        &'a self,
+        name: &str,
+        get: impl FnOnce(&'a dyn Provider) -> Option<&'a E>,
+    ) -> Result<&'a E> {
+        let p = &**self.p()?;
+        get(p).ok_or_else(|| Error::unsupported(p.kind(), name))
+    }
+
     /// The provider's firewall rules, or the refusal of a provider without them.
     fn firewall(&self) -> Result<&dyn orca_machines::ext::FirewallRules> {
-        let p = self.p()?;
-        p.firewall_rules()
-            .ok_or_else(|| not_offered(&**p, "firewall_rules"))
+        self.ext("firewall_rules", |p| p.firewall_rules())
     }
 }
 
@@ -124,11 +133,6 @@ replies! {
 /// The reply of a call's result.
 fn answer<T, R: From<Result<T>>>(r: Result<T>) -> Answer<R> {
     ok(R::from(r))
-}
-
-/// An extension the provider does not offer, refused as the contract refuses it.
-fn not_offered(p: &dyn Provider, extension: &str) -> Error {
-    Error::unsupported(p.kind(), extension)
 }
 
 #[tonic::async_trait]
@@ -209,10 +213,7 @@ impl CloudDriver for Driver {
         let q = r.into_inner();
         answer(
             async {
-                let p = self.p()?;
-                let ext = p
-                    .machine_labels()
-                    .ok_or_else(|| not_offered(&**p, "machine_labels"))?;
+                let ext = self.ext("machine_labels", |p| p.machine_labels())?;
                 ext.set_labels(&q.id, &q.set, &q.remove).await.map(Some)
             }
             .await,
@@ -253,10 +254,7 @@ impl CloudDriver for Driver {
         let q = r.into_inner();
         answer(
             async {
-                let p = self.p()?;
-                let ext = p
-                    .ssh_admission()
-                    .ok_or_else(|| not_offered(&**p, "ssh_admission"))?;
+                let ext = self.ext("ssh_admission", |p| p.ssh_admission())?;
                 ext.admit_ssh(&q.group, &q.location, &q.sources, &q.readmit)
                     .await
             }
@@ -267,11 +265,9 @@ impl CloudDriver for Driver {
     async fn balance(&self, _: Request<pb::Empty>) -> Answer<pb::BalanceReply> {
         answer(
             async {
-                let p = self.p()?;
-                let ext = p
-                    .credit_balance()
-                    .ok_or_else(|| not_offered(&**p, "credit_balance"))?;
-                ext.balance().await
+                self.ext("credit_balance", |p| p.credit_balance())?
+                    .balance()
+                    .await
             }
             .await,
         )

@@ -9,55 +9,6 @@ use tokio::sync::oneshot;
 use tonic::service::Routes;
 use tonic::transport::server::Connected;
 
-/// One connection's stream, telling when the server lets it go (on its end or the peer's).
-struct Conn<T> {
-    io: T,
-    _closed: oneshot::Sender<()>,
-}
-
-impl<T> Connected for Conn<T> {
-    type ConnectInfo = ();
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl<T: AsyncRead + Unpin> AsyncRead for Conn<T> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<T: AsyncWrite + Unpin> AsyncWrite for Conn<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-    // Forwarded, so that HTTP/2 writes a frame's header and its data in one system call: written
-    // apart, the header alone can wake the host for nothing.
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
-}
-
 /// A byte stream whose writes are gathered until a flush, and whose flush first lets the tasks that
 /// are ready run once: HTTP/2 flushes a call's headers before the call's body task has put its data
 /// in, and written apart, each would wake the peer (a second wake-up for every call, and a reply's
@@ -69,6 +20,14 @@ pub(crate) struct Coalesced<T> {
     sent: usize,
     /// Whether this flush let the other ready tasks run already.
     yielded: bool,
+    /// Dropped with the stream: tells [`serve_on`] that the server let its one connection go (on
+    /// its end or the peer's).
+    closed: Option<oneshot::Sender<()>>,
+}
+
+impl<T> Connected for Coalesced<T> {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
 }
 
 impl<T> Coalesced<T> {
@@ -78,6 +37,7 @@ impl<T> Coalesced<T> {
             buf: Vec::new(),
             sent: 0,
             yielded: false,
+            closed: None,
         }
     }
 }
@@ -148,10 +108,8 @@ where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (closed_tx, closed_rx) = oneshot::channel();
-    let conn = Conn {
-        io: Coalesced::new(io),
-        _closed: closed_tx,
-    };
+    let mut conn = Coalesced::new(io);
+    conn.closed = Some(closed_tx);
     let incoming = futures::stream::once(async move { Ok::<_, io::Error>(conn) });
     // The server stops accepting once its one connection is in; that connection runs in its own
     // task until the stream is let go, which is when this plugin's work is done.

@@ -230,24 +230,7 @@ pub async fn check_offerings(
     }
     // The name of the highest number of NUMBER_DIGITS digits.
     let longest = machine_name(&key, 10u64.pow(NUMBER_DIGITS as u32) - 1);
-    let (max, letter_first) = name_rule(p.kind());
-    if longest.len() > max {
-        problems.push(format!(
-            "pool {:?}: its machine names ({longest}) are {} characters, longer than the {max} that {} takes; use a pool name of at most {} characters",
-            settings.pool,
-            longest.len(),
-            p.kind(),
-            settings.pool.len().saturating_sub(longest.len() - max)
-        ));
-    } else if letter_first && !longest.starts_with(|c: char| c.is_ascii_lowercase()) {
-        problems.push(format!(
-            "pool {:?}: machine names on {} must start with a letter",
-            settings.pool,
-            p.kind()
-        ));
-    } else if let Err(e) = orca::validate_name(&longest) {
-        problems.push(format!("pool {:?}: {e}", settings.pool));
-    }
+    problems.extend(check_names(p.kind(), &settings.pool, &longest));
     if !p.capabilities().options.labels {
         problems.push(format!(
             "{} does not set labels on a create, and every machine carries its record's writer id as the label {WRITER_LABEL}",
@@ -264,51 +247,26 @@ pub async fn check_offerings(
             problems.push(format!("offering {o}: {e}"));
             continue;
         }
-        let known = match p.arch(&o.machine_type).await {
-            Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => {
-                archs.push(a);
-                true
-            }
-            Ok(a) => {
-                problems.push(format!(
-                    "offering {o}: {} is {a}, and the worker image runs on {}",
-                    o.machine_type,
-                    settings
-                        .archs
-                        .iter()
-                        .map(Arch::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-                true
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    orca::ErrorKind::NotFound | orca::ErrorKind::InvalidSpec
-                ) =>
-            {
-                problems.push(format!(
-                    "offering {o}: unknown machine type {} on {}: {e}",
-                    o.machine_type,
-                    p.kind()
-                ));
-                false
-            }
-            Err(e) => {
-                problems.push(format!(
-                    "offering {o}: could not check machine type {} on {}: {e}",
-                    o.machine_type,
-                    p.kind()
-                ));
-                false
-            }
-        };
-        // The location, once the type is known (a type the cloud does not know has no price).
-        if known {
-            if let Some(problem) = check_location(p, o).await {
+        match type_arch(p, o).await {
+            Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => archs.push(a),
+            Ok(a) => problems.push(format!(
+                "offering {o}: {} is {a}, and the worker image runs on {}",
+                o.machine_type,
+                settings
+                    .archs
+                    .iter()
+                    .map(Arch::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Err(problem) => {
                 problems.push(problem);
+                // A type the cloud does not know has no price: its location is not checked.
+                continue;
             }
+        }
+        if let Some(problem) = check_location(p, o).await {
+            problems.push(problem);
         }
     }
     if problems.is_empty() {
@@ -316,4 +274,41 @@ pub async fn check_offerings(
     } else {
         Err(problems)
     }
+}
+
+/// Why the pool's longest machine name `longest` does not fit the name rule of a cloud of `kind`,
+/// if it does not.
+fn check_names(kind: &str, pool: &str, longest: &str) -> Option<String> {
+    let (max, letter_first) = name_rule(kind);
+    if longest.len() > max {
+        Some(format!(
+            "pool {pool:?}: its machine names ({longest}) are {} characters, longer than the {max} that {kind} takes; use a pool name of at most {} characters",
+            longest.len(),
+            pool.len().saturating_sub(longest.len() - max)
+        ))
+    } else if letter_first && !longest.starts_with(|c: char| c.is_ascii_lowercase()) {
+        Some(format!(
+            "pool {pool:?}: machine names on {kind} must start with a letter"
+        ))
+    } else {
+        orca::validate_name(longest)
+            .err()
+            .map(|e| format!("pool {pool:?}: {e}"))
+    }
+}
+
+/// The architecture of `o`'s machine type, or why the cloud could not tell it (an unknown type, or
+/// a failed check).
+async fn type_arch(p: &dyn Provider, o: &Offering) -> Result<Arch, String> {
+    p.arch(&o.machine_type).await.map_err(|e| {
+        let what = match e.kind() {
+            orca::ErrorKind::NotFound | orca::ErrorKind::InvalidSpec => "unknown machine type",
+            _ => "could not check machine type",
+        };
+        format!(
+            "offering {o}: {what} {} on {}: {e}",
+            o.machine_type,
+            p.kind()
+        )
+    })
 }
