@@ -180,31 +180,7 @@ pub(crate) fn map_error(
     let e = match decided {
         Some(e) => e,
         None => match code {
-            "RequestDisallowedByPolicy" => {
-                let names: Vec<String> = error
-                    .additional_info
-                    .iter()
-                    .map(|a| &a.info)
-                    .filter(|i| !i.policy_assignment_name.is_empty())
-                    .map(|i| {
-                        format!(
-                            "{} ({}; {})",
-                            i.policy_assignment_name,
-                            i.policy_assignment_display_name,
-                            i.policy_assignment_id
-                        )
-                    })
-                    .collect();
-                let named = if names.is_empty() {
-                    "a policy assignment named in the message".to_string()
-                } else {
-                    format!("policy assignment {}", names.join(", "))
-                };
-                Error::permission_denied(format!(
-                    "{named} denied the request: HTTP {}: {words}",
-                    status.unwrap_or(403)
-                ))
-            }
+            "RequestDisallowedByPolicy" => policy_denial(status, error, &words),
             "AuthorizationFailed" | "LinkedAuthorizationFailed" => Error::permission_denied(words),
             "AuthenticationFailed"
             | "InvalidAuthenticationToken"
@@ -241,6 +217,32 @@ pub(crate) fn map_error(
     } else {
         e.with_code(code)
     }
+}
+
+/// A request a policy denied (`RequestDisallowedByPolicy`), naming the policy assignments `error`
+/// names, with `words`.
+fn policy_denial(status: Option<u16>, error: &ErrorDetail, words: &str) -> Error {
+    let names: Vec<String> = error
+        .additional_info
+        .iter()
+        .map(|a| &a.info)
+        .filter(|i| !i.policy_assignment_name.is_empty())
+        .map(|i| {
+            format!(
+                "{} ({}; {})",
+                i.policy_assignment_name, i.policy_assignment_display_name, i.policy_assignment_id
+            )
+        })
+        .collect();
+    let named = if names.is_empty() {
+        "a policy assignment named in the message".to_string()
+    } else {
+        format!("policy assignment {}", names.join(", "))
+    };
+    Error::permission_denied(format!(
+        "{named} denied the request: HTTP {}: {words}",
+        status.unwrap_or(403)
+    ))
 }
 
 /// Whether `a` and `b` name the same origin: scheme, host and effective port (an explicit default

@@ -592,14 +592,10 @@ impl ConfigBuilder {
         self
     }
 
-    /// The settings, or one [`Error::InvalidSettings`] naming every unknown, missing or invalid key.
-    pub fn build(self) -> Result<Config> {
-        let s = &self.values;
-        let mut p = Problems::new();
-        for k in &self.unknown {
-            p.unknown_key::<ConfigKey>(k.clone());
-        }
-        self.client.report(&mut p);
+    /// The client options and the timeouts that win: the typed setters over the kit's keys over the
+    /// defaults. The token requests take the setters' values as they take the keys' (else their
+    /// own). A setter of zero is a problem.
+    fn timeouts(&self, p: &mut Problems) -> (ClientOptions, Timeouts) {
         let mut client = self.client.options;
         for (name, set) in [
             ("connect_timeout", self.connect_timeout),
@@ -609,16 +605,26 @@ impl ConfigBuilder {
                 p.invalid(name, "a duration above zero");
             }
         }
-        // The typed setters win over the kit's keys, which win over the defaults.
         let timeouts = Timeouts::resolve(
             self.connect_timeout,
             self.request_timeout,
             &client,
             Timeouts::new(DEFAULT_CONNECT_TIMEOUT, Some(DEFAULT_REQUEST_TIMEOUT)),
         );
-        // The token requests take the setters' values as they take the keys' (else their own).
         client.connect_timeout = self.connect_timeout.or(client.connect_timeout);
         client.request_timeout = self.request_timeout.or(client.request_timeout);
+        (client, timeouts)
+    }
+
+    /// The settings, or one [`Error::InvalidSettings`] naming every unknown, missing or invalid key.
+    pub fn build(self) -> Result<Config> {
+        let s = &self.values;
+        let mut p = Problems::new();
+        for k in &self.unknown {
+            p.unknown_key::<ConfigKey>(k.clone());
+        }
+        self.client.report(&mut p);
+        let (client, timeouts) = self.timeouts(&mut p);
         let get = |k: ConfigKey| value(s, k);
         let required = |k: ConfigKey, p: &mut Problems| {
             get(k).unwrap_or_else(|| {
@@ -664,13 +670,7 @@ impl ConfigBuilder {
                 orca_machines::settings::parse_bool,
             )
             .unwrap_or(true);
-        let location = get(ConfigKey::Location).unwrap_or_else(|| DEFAULT_LOCATION.into());
-        if orca_machines::spec::validate_token("location", &location).is_err() {
-            p.invalid(
-                ConfigKey::Location.as_str(),
-                "a location name (westeurope, eastus, ...)",
-            );
-        }
+        let location = location(s, &mut p);
         let arm_endpoint = endpoint(s, ConfigKey::Endpoint, DEFAULT_ARM_ENDPOINT, &mut p);
         let prices_endpoint = endpoint(
             s,
@@ -838,6 +838,18 @@ fn images(s: &Settings, image: String, p: &mut Problems) -> (Option<ImageUrn>, O
         None => image.as_ref().map(ImageUrn::arm64),
     };
     (image, image_arm64)
+}
+
+/// The location whose size catalogue `arch()` reads first (else [`DEFAULT_LOCATION`]).
+fn location(s: &Settings, p: &mut Problems) -> String {
+    let location = value(s, ConfigKey::Location).unwrap_or_else(|| DEFAULT_LOCATION.into());
+    if orca_machines::spec::validate_token("location", &location).is_err() {
+        p.invalid(
+            ConfigKey::Location.as_str(),
+            "a location name (westeurope, eastus, ...)",
+        );
+    }
+    location
 }
 
 /// The endpoint of key `k` (else `def`), without trailing slash: `https://`, or `http://` to this

@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use futures::StreamExt;
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, lock, Attempts};
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{

@@ -485,10 +485,7 @@ impl Client {
                     .send()
             })
             .await?;
-        let read = slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let read = kit::lock(&slot).take();
         // An answer the driver's reader left was read by the SDK: the same fields from its output.
         let (items, next) = read.unwrap_or_else(|| Listing::from(out)).machines();
         Ok(Page { items, next })
@@ -644,44 +641,7 @@ where
             } else {
                 format!("{operation}: {code}: {words}")
             };
-            let e = match code.as_str() {
-                c if NO_STOCK_CODES.contains(&c) => {
-                    Error::no_stock(String::new(), String::new(), message)
-                }
-                c if QUOTA_CODES.contains(&c) => Error::quota(message),
-                "RequestLimitExceeded" | "Throttling" | "ThrottlingException" => {
-                    Error::throttled(retry_after, message)
-                }
-                "AuthFailure"
-                | "InvalidClientTokenId"
-                | "UnrecognizedClientException"
-                | "SignatureDoesNotMatch"
-                | "ExpiredToken"
-                | "RequestExpired"
-                | "MissingAuthenticationToken"
-                | "IncompleteSignature" => Error::unauthenticated(message),
-                "UnauthorizedOperation"
-                | "AccessDenied"
-                | "AccessDeniedException"
-                | "Blocked"
-                | "OptInRequired"
-                | "PendingVerification" => Error::permission_denied(message),
-                IDEMPOTENT_MISMATCH => Error::already_exists(format!(
-                    "{message} (the ClientToken was used before with other parameters)"
-                )),
-                "InvalidInstanceType" => Error::not_found(message),
-                c if c.ends_with(".NotFound") || c.ends_with(".Malformed") => {
-                    Error::not_found(message)
-                }
-                "InternalError" | "InternalFailure" | "ServiceUnavailable" | "Unavailable" => {
-                    Error::transient(message)
-                }
-                "" => Error::from_http_status(status, message, retry_after),
-                _ if status >= 500 => Error::transient(message),
-                // `Unsupported` among them: what it means depends on the call (the provider's create
-                // tells a type not offered in the zone from a configuration EC2 refuses).
-                _ => Error::other(message),
-            };
+            let e = by_code(&code, status, retry_after, message);
             (e, (!code.is_empty()).then_some(code))
         }
         SdkError::TimeoutError(_) => (
@@ -692,20 +652,7 @@ where
         ),
         SdkError::DispatchFailure(d) => {
             // Credentials are resolved when a request is sent: their failure arrives here.
-            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
-            let mut unauthenticated = None;
-            while let Some(s) = source {
-                if let Some(c) =
-                    s.downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
-                {
-                    unauthenticated = Some(Error::unauthenticated(format!(
-                        "{operation}: no usable AWS credentials: {c}"
-                    )));
-                    break;
-                }
-                source = s.source();
-            }
-            let e = unauthenticated.unwrap_or_else(|| {
+            let e = credentials_failure(operation, &err).unwrap_or_else(|| {
                 let what = if d.is_timeout() {
                     "timed out"
                 } else if d.is_io() {
@@ -737,6 +684,64 @@ where
         mapped = mapped.with_code(code);
     }
     mapped.with_source(err)
+}
+
+/// The error EC2's `code` (empty: none) and the HTTP `status` mean, saying `message`.
+fn by_code(
+    code: &str,
+    status: u16,
+    retry_after: Option<std::time::Duration>,
+    message: String,
+) -> Error {
+    match code {
+        c if NO_STOCK_CODES.contains(&c) => Error::no_stock(String::new(), String::new(), message),
+        c if QUOTA_CODES.contains(&c) => Error::quota(message),
+        "RequestLimitExceeded" | "Throttling" | "ThrottlingException" => {
+            Error::throttled(retry_after, message)
+        }
+        "AuthFailure"
+        | "InvalidClientTokenId"
+        | "UnrecognizedClientException"
+        | "SignatureDoesNotMatch"
+        | "ExpiredToken"
+        | "RequestExpired"
+        | "MissingAuthenticationToken"
+        | "IncompleteSignature" => Error::unauthenticated(message),
+        "UnauthorizedOperation"
+        | "AccessDenied"
+        | "AccessDeniedException"
+        | "Blocked"
+        | "OptInRequired"
+        | "PendingVerification" => Error::permission_denied(message),
+        IDEMPOTENT_MISMATCH => Error::already_exists(format!(
+            "{message} (the ClientToken was used before with other parameters)"
+        )),
+        "InvalidInstanceType" => Error::not_found(message),
+        c if c.ends_with(".NotFound") || c.ends_with(".Malformed") => Error::not_found(message),
+        "InternalError" | "InternalFailure" | "ServiceUnavailable" | "Unavailable" => {
+            Error::transient(message)
+        }
+        "" => Error::from_http_status(status, message, retry_after),
+        _ if status >= 500 => Error::transient(message),
+        // `Unsupported` among them: what it means depends on the call (the provider's create
+        // tells a type not offered in the zone from a configuration EC2 refuses).
+        _ => Error::other(message),
+    }
+}
+
+/// The failure to resolve credentials among the causes of `err`, if it is one.
+fn credentials_failure(operation: &str, err: &(dyn std::error::Error + 'static)) -> Option<Error> {
+    let mut source = Some(err);
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<aws_credential_types::provider::error::CredentialsError>()
+        {
+            return Some(Error::unauthenticated(format!(
+                "{operation}: no usable AWS credentials: {c}"
+            )));
+        }
+        source = s.source();
+    }
+    None
 }
 
 #[cfg(test)]

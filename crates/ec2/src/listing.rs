@@ -14,7 +14,7 @@
 //! last time, a list is its `item` children. What it does not check: the members it does not read
 //! (it passes over them, where the SDK would refuse, say, a malformed number in `cpuOptions`).
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use aws_sdk_ec2::config::interceptors::BeforeSerializationInterceptorContextRef;
 use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimePlugin};
@@ -31,6 +31,7 @@ use quick_xml::Reader;
 use quick_xml::events::{BytesStart, Event};
 
 use orca_machines::Machine;
+use orca_machines::kit;
 
 use crate::model::InstanceFields;
 
@@ -346,7 +347,7 @@ impl DeserializeResponse for LeanReader {
             Some(body) if response.status().is_success() => read(body),
             _ => Err(Unread("an error answer")),
         };
-        let mut slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut slot = kit::lock(&self.slot);
         match lean {
             Ok(listing) => {
                 *slot = Some(listing);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 use orca_machines::chrono::{self, Utc};
-use orca_machines::kit::{self, Attempts, Recent};
+use orca_machines::kit::{self, Attempts, Recent, lock};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::labels::{is_in_pool, ownership_labels};
 use orca_machines::spec::validate_token;
@@ -96,10 +96,6 @@ impl std::fmt::Debug for Ec2Provider {
             .field("confirm_not_found", &self.confirm_not_found)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The ClientToken of a create: derived from owner, pool and name, so that the same create made again
@@ -611,6 +607,82 @@ impl Ec2Provider {
         }
     }
 
+    /// The RunInstances request of `spec`, its image, root volume and tags settled and checked
+    /// before any change is sent.
+    async fn run_request(&self, spec: &MachineSpec) -> Result<RunRequest> {
+        let subnet = self.subnet_for(&spec.location)?.to_string();
+        if let Some(ami) = &spec.image
+            && !is_ami_id(ami)
+        {
+            return Err(Error::invalid(
+                "image",
+                format!("an AMI id (ami- and 8 or 17 hex digits), got {ami:?}"),
+            ));
+        }
+        let arch = self.arch(&spec.machine_type).await?;
+        let image = match &spec.image {
+            Some(ami) => self.spec_image(ami, &arch, &spec.machine_type).await?,
+            None => self.image(&arch).await?,
+        };
+        let root_volume_gb = self.root_volume(spec, &image)?;
+        let mut tags = ownership_labels(&spec.pool, &self.owner);
+        tags.insert(NAME_TAG.to_string(), spec.name.clone());
+        for (k, v) in &spec.labels {
+            tags.insert(k.clone(), v.clone());
+        }
+        Ok(RunRequest {
+            image,
+            machine_type: spec.machine_type.clone(),
+            subnet,
+            security_group: self.security_group.clone(),
+            instance_profile: self.instance_profile.clone(),
+            user_data_b64: aws_smithy_types::base64::encode(spec.user_data.as_bytes()),
+            tags,
+            client_token: client_token(&self.owner, &spec.pool, &spec.name, None),
+            root_volume_gb,
+        })
+    }
+
+    /// The machine `id` that EC2 made or named for `req`, answered once a listing of its pool shows
+    /// it: a listing, a read or a delete right after must find it. `made_now`: made by this call.
+    async fn shown(
+        &self,
+        spec: &MachineSpec,
+        req: &RunRequest,
+        id: &str,
+        made_now: bool,
+    ) -> Result<Created> {
+        // The instance exists from here on: a read that fails (throttled, say) must not tell the
+        // caller that the create made nothing, or it would give up a name that has a machine.
+        let Some(seen) = self
+            .listed(&spec.pool, id)
+            .await
+            .map_err(Error::with_may_have_acted)?
+        else {
+            return Err(Error::transient(format!(
+                "create of {}: EC2 made {id} but did not show it within {:?}; a create of the \
+                 same spec adopts it",
+                spec.name, self.visibility_window
+            ))
+            .with_operation("create"));
+        };
+        let mut m = machine_of(&seen);
+        // A read may lag behind the tags set in the create call itself.
+        for (k, v) in &req.tags {
+            m.labels.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        m.name = spec.name.clone();
+        m.pool = spec.pool.clone();
+        if m.location.is_empty() {
+            m.location = spec.location.clone();
+        }
+        Ok(if made_now {
+            Created::Machine(m)
+        } else {
+            Created::Adopted(m)
+        })
+    }
+
     /// What a create answers when EC2 says `Unsupported`: no stock when EC2 does not offer the type in
     /// the spec's zone (DescribeInstanceTypeOfferings); otherwise the configuration is what EC2
     /// refuses, and the error says so, keeping EC2's code and words.
@@ -702,37 +774,7 @@ impl Provider for Ec2Provider {
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
-        let subnet = self.subnet_for(&spec.location)?.to_string();
-        if let Some(ami) = &spec.image
-            && !is_ami_id(ami)
-        {
-            return Err(Error::invalid(
-                "image",
-                format!("an AMI id (ami- and 8 or 17 hex digits), got {ami:?}"),
-            ));
-        }
-        let arch = self.arch(&spec.machine_type).await?;
-        let image = match &spec.image {
-            Some(ami) => self.spec_image(ami, &arch, &spec.machine_type).await?,
-            None => self.image(&arch).await?,
-        };
-        let root_volume_gb = self.root_volume(spec, &image)?;
-        let mut tags = ownership_labels(&spec.pool, &self.owner);
-        tags.insert(NAME_TAG.to_string(), spec.name.clone());
-        for (k, v) in &spec.labels {
-            tags.insert(k.clone(), v.clone());
-        }
-        let mut req = RunRequest {
-            image,
-            machine_type: spec.machine_type.clone(),
-            subnet,
-            security_group: self.security_group.clone(),
-            instance_profile: self.instance_profile.clone(),
-            user_data_b64: aws_smithy_types::base64::encode(spec.user_data.as_bytes()),
-            tags,
-            client_token: client_token(&self.owner, &spec.pool, &spec.name, None),
-            root_volume_gb,
-        };
+        let mut req = self.run_request(spec).await?;
         for _ in 0..MAX_TOKEN_GENERATIONS {
             // Whether an attempt with this token failed in a way that may have reached EC2 (a 5xx, a
             // timeout, a lost answer; not a throttling answer): the instance EC2 then answers for the
@@ -787,37 +829,7 @@ impl Provider for Ec2Provider {
             same_place(&machine_of(&inst), spec)?;
             let made_now = made_by_this_call(&inst, began, &attempts, || self.made.contains(&id));
             self.made.note(id.clone());
-            // Not answered before a listing of its pool shows it: a listing, a read or a delete
-            // right after must find it.
-            // The instance exists from here on: a read that fails (throttled, say) must not tell the
-            // caller that the create made nothing, or it would give up a name that has a machine.
-            let Some(seen) = self
-                .listed(&spec.pool, &id)
-                .await
-                .map_err(Error::with_may_have_acted)?
-            else {
-                return Err(Error::transient(format!(
-                    "create of {}: EC2 made {id} but did not show it within {:?}; a create of the \
-                     same spec adopts it",
-                    spec.name, self.visibility_window
-                ))
-                .with_operation("create"));
-            };
-            let mut m = machine_of(&seen);
-            // A read may lag behind the tags set in the create call itself.
-            for (k, v) in &req.tags {
-                m.labels.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-            m.name = spec.name.clone();
-            m.pool = spec.pool.clone();
-            if m.location.is_empty() {
-                m.location = spec.location.clone();
-            }
-            return Ok(if made_now {
-                Created::Machine(m)
-            } else {
-                Created::Adopted(m)
-            });
+            return self.shown(spec, &req, &id, made_now).await;
         }
         Err(Error::other(format!(
             "create of {}: {MAX_TOKEN_GENERATIONS} ClientTokens in a row named terminated instances",

@@ -358,17 +358,7 @@ fn read_settings(
 
     let credentials = read_credentials(settings, extra, &mut p);
 
-    let endpoint = text(K::Endpoint)
-        .unwrap_or(DEFAULT_ENDPOINT)
-        .trim_end_matches('/')
-        .to_string();
-    if url::Url::parse(&endpoint)
-        .ok()
-        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-        .is_none()
-    {
-        p.invalid(K::Endpoint.as_str(), "an http(s) URL");
-    }
+    let endpoint = read_endpoint(text(K::Endpoint), &mut p);
     let disk_gb = p
         .parse(
             settings,
@@ -386,26 +376,14 @@ fn read_settings(
             settings,
             K::NetworkTags.as_str(),
             "comma-separated tags, each 1 to 63 of a-z, 0-9 and '-', starting with a letter",
-            |v| {
-                let tags: Vec<String> = v
-                    .split(',')
-                    .map(|t| t.trim().to_string())
-                    .filter(|t| !t.is_empty())
-                    .collect();
-                tags.iter().all(|t| valid_resource_name(t)).then_some(tags)
-            },
+            parse_tags,
         )
         .unwrap_or_default();
     let max_run_duration = p.parse(
         settings,
         K::MaxRunDuration.as_str(),
         "90s, 30m, 24h, 2d or seconds, from 30 seconds to 120 days",
-        |v| {
-            parse_duration(v).filter(|d| {
-                (orca_machines::spec::MIN_RUN_DURATION..=orca_machines::spec::MAX_RUN_DURATION)
-                    .contains(d)
-            })
-        },
+        parse_run_duration,
     );
     let page_size = p
         .parse(
@@ -469,6 +447,40 @@ fn read_settings(
             .unwrap_or(DEFAULT_REQUEST_TIMEOUT),
         visibility_window: client.visibility_window_or(None, DEFAULT_VISIBILITY_WINDOW),
         client,
+    })
+}
+
+/// The API root (else [`DEFAULT_ENDPOINT`]), without trailing slash; one that is not an http(s)
+/// URL is a problem.
+fn read_endpoint(text: Option<&str>, p: &mut Problems) -> String {
+    let endpoint = text
+        .unwrap_or(DEFAULT_ENDPOINT)
+        .trim_end_matches('/')
+        .to_string();
+    if url::Url::parse(&endpoint)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .is_none()
+    {
+        p.invalid(ConfigKey::Endpoint.as_str(), "an http(s) URL");
+    }
+    endpoint
+}
+
+/// Comma-separated network tags, each a resource name.
+fn parse_tags(v: &str) -> Option<Vec<String>> {
+    let tags: Vec<String> = v
+        .split(',')
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .collect();
+    tags.iter().all(|t| valid_resource_name(t)).then_some(tags)
+}
+
+/// A maximum run duration Compute Engine takes (30 seconds to 120 days).
+fn parse_run_duration(v: &str) -> Option<Duration> {
+    parse_duration(v).filter(|d| {
+        (orca_machines::spec::MIN_RUN_DURATION..=orca_machines::spec::MAX_RUN_DURATION).contains(d)
     })
 }
 

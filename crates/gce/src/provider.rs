@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca_machines::kit::{self, Attempts};
+use orca_machines::kit::{self, Attempts, lock};
 use orca_machines::labels::{ORCA_LABEL, OWNER_LABEL, POOL_LABEL};
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of};
 use orca_machines::{
@@ -174,10 +174,6 @@ fn boot_disk_type(machine_type: &str) -> &'static str {
 /// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
 fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
     target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl GceProvider {
@@ -437,36 +433,7 @@ impl GceProvider {
                 ),
             ));
         }
-        let image = match (&spec.image, arch) {
-            (Some(i), _) => {
-                if i.contains(['?', '#']) {
-                    return Err(Error::invalid(
-                        "image",
-                        format!(
-                            "an image path (projects/P/global/images/NAME or .../images/family/F), got {i:?}"
-                        ),
-                    ));
-                }
-                i.clone()
-            }
-            (None, Arch::Amd64) => format!(
-                "projects/{}/global/images/family/{UBUNTU_AMD64_FAMILY}",
-                cfg.image_project
-            ),
-            (None, Arch::Arm64) => format!(
-                "projects/{}/global/images/family/{UBUNTU_ARM64_FAMILY}",
-                cfg.image_project
-            ),
-            (None, Arch::Other(a)) => {
-                return Err(Error::invalid(
-                    "machine_type",
-                    format!(
-                        "{} has architecture {a}, for which there is no Ubuntu image",
-                        spec.machine_type
-                    ),
-                ));
-            }
-        };
+        let image = source_image(spec, arch, &cfg.image_project)?;
         let mut tags = cfg.network_tags.clone();
         for t in &spec.network_tags {
             if !tags.contains(t) {
@@ -503,21 +470,7 @@ impl GceProvider {
         if !tags.is_empty() {
             body["tags"] = json!({ "items": tags });
         }
-        let mut metadata = Vec::new();
-        if !spec.user_data.is_empty() {
-            metadata.push(json!({"key": "user-data", "value": spec.user_data}));
-        }
-        if !spec.ssh_keys.is_empty() {
-            let lines: Vec<String> = spec
-                .ssh_keys
-                .iter()
-                .map(|k| format!("{}:{}", cfg.ssh_user, k.trim()))
-                .collect();
-            metadata.push(json!({"key": "ssh-keys", "value": lines.join("\n")}));
-            // OS Login (turned on for the project or by an organisation policy) ignores `ssh-keys`:
-            // the keys work only with it off for this instance.
-            metadata.push(json!({"key": "enable-oslogin", "value": "FALSE"}));
-        }
+        let metadata = metadata(spec, &cfg.ssh_user);
         if !metadata.is_empty() {
             body["metadata"] = json!({ "items": metadata });
         }
@@ -771,6 +724,57 @@ impl GceProvider {
             }
         }
     }
+}
+
+/// The boot disk's source image of `spec` for machines of `arch`: the spec's own, else the Ubuntu
+/// family of `arch` in `image_project`.
+fn source_image(spec: &MachineSpec, arch: &Arch, image_project: &str) -> Result<String> {
+    match (&spec.image, arch) {
+        (Some(i), _) => {
+            if i.contains(['?', '#']) {
+                return Err(Error::invalid(
+                    "image",
+                    format!(
+                        "an image path (projects/P/global/images/NAME or .../images/family/F), got {i:?}"
+                    ),
+                ));
+            }
+            Ok(i.clone())
+        }
+        (None, Arch::Amd64) => Ok(format!(
+            "projects/{image_project}/global/images/family/{UBUNTU_AMD64_FAMILY}"
+        )),
+        (None, Arch::Arm64) => Ok(format!(
+            "projects/{image_project}/global/images/family/{UBUNTU_ARM64_FAMILY}"
+        )),
+        (None, Arch::Other(a)) => Err(Error::invalid(
+            "machine_type",
+            format!(
+                "{} has architecture {a}, for which there is no Ubuntu image",
+                spec.machine_type
+            ),
+        )),
+    }
+}
+
+/// The metadata items of `spec`: its user data, and its SSH keys given to `ssh_user`.
+fn metadata(spec: &MachineSpec, ssh_user: &str) -> Vec<Value> {
+    let mut metadata = Vec::new();
+    if !spec.user_data.is_empty() {
+        metadata.push(json!({"key": "user-data", "value": spec.user_data}));
+    }
+    if !spec.ssh_keys.is_empty() {
+        let lines: Vec<String> = spec
+            .ssh_keys
+            .iter()
+            .map(|k| format!("{ssh_user}:{}", k.trim()))
+            .collect();
+        metadata.push(json!({"key": "ssh-keys", "value": lines.join("\n")}));
+        // OS Login (turned on for the project or by an organisation policy) ignores `ssh-keys`:
+        // the keys work only with it off for this instance.
+        metadata.push(json!({"key": "enable-oslogin", "value": "FALSE"}));
+    }
+    metadata
 }
 
 #[async_trait]

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::client::{classify, Client};
 use crate::model::{Action, ActionError, Actions};
-use crate::provider::lock;
+use orca_machines::kit::lock;
 
 /// The most actions one read names: the API's largest page.
 const PER_READ: usize = 50;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
-use orca_machines::kit::{self, read_until_seen, Attempts, Recent};
+use orca_machines::kit::{self, lock, read_until_seen, Attempts, Recent};
 use orca_machines::labels;
 use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
@@ -65,10 +65,6 @@ impl std::fmt::Debug for HetznerProvider {
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Hetzner's word for a server's state onto the shared set; a word it does not know (a status added

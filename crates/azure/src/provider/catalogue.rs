@@ -1,6 +1,5 @@
 //! `arch` and `hourly_price`: the locations' size catalogues (resource SKUs) and retail prices.
 
-#[allow(unused_imports)]
 use super::*;
 
 impl AzureProvider {

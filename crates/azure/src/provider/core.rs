@@ -2,7 +2,6 @@
 //! and told in messages, the URLs of the resource group, reading a VM (waiting for a new one to show),
 //! its addresses, and deleting a resource to its end.
 
-#[allow(unused_imports)]
 use super::*;
 
 /// The resources of one machine.
@@ -37,10 +36,6 @@ pub(crate) fn dns_label(name: &str) -> String {
     } else {
         format!("vm-{name}")
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Where the addresses of a machine come from.

@@ -1,7 +1,6 @@
 //! `create`: the machine's address, security group, interface and VM made (or adopted from an
 //! earlier attempt), and what a failed create made removed again.
 
-#[allow(unused_imports)]
 use super::*;
 
 /// A resource a create made or adopted, with its URL.

@@ -1,7 +1,6 @@
 //! `delete`: the VM (which takes its interface, address and OS disk with it), then whatever of them
 //! remains, each only when it is this owner's.
 
-#[allow(unused_imports)]
 use super::*;
 
 impl AzureProvider {

@@ -1,6 +1,5 @@
 //! `machines` and `machine`: the pool's VMs with their power states and addresses.
 
-#[allow(unused_imports)]
 use super::*;
 
 impl AzureProvider {

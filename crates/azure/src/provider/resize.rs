@@ -1,6 +1,5 @@
 //! `resize`, `start` and `stop`: the power actions and the size change.
 
-#[allow(unused_imports)]
 use super::*;
 
 impl AzureProvider {

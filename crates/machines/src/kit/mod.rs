@@ -434,6 +434,11 @@ impl Attempts {
     }
 }
 
+/// Locks `m`, also when a thread panicked while holding it (the value is taken as it was left).
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Refuses machine `id` with `labels` unless `owner` made it ([`Error::NotOwned`]).
 pub fn check_owned(id: &str, labels: &Labels, owner: &str) -> Result<()> {
     if labels::is_owned_by(labels, owner) {
