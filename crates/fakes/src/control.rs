@@ -20,6 +20,7 @@ use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+pub(crate) use orca_machines::kit::lock;
 
 /// What an injected fault does.
 #[derive(Debug, Clone)]
@@ -151,11 +152,6 @@ pub struct Logged {
 pub struct Control {
     rules: Mutex<Vec<Rule>>,
     log: Mutex<Vec<Logged>>,
-}
-
-/// `m` locked, also after a panic of another holder (a fake's state stays usable to the test).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Control {

@@ -40,6 +40,7 @@ use crate::ext::{
     Balance, CreditBalance, FirewallRule, FirewallRules, MachineLabels, Network, SshAdmission,
     FIRST_ADMISSION_PRIORITY, LAST_ADMISSION_PRIORITY,
 };
+use crate::kit::lock;
 use crate::labels::{self, Labels};
 use crate::machine::{Created, Machine, Price, Resized, Status, Timestamp};
 use crate::provider::{Capabilities, Provider};
@@ -421,10 +422,6 @@ fn refuse_if_read_only(changed: &State, path: Option<&Path>) -> Result<()> {
 
 fn state_error(path: &Path, e: crate::fs::FsError) -> Error {
     Error::other(format!("state file {}: {e}", path.display())).with_source(e)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl MemoryCloud {

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+pub(crate) use orca::kit::lock;
 use orca::labels::Labels;
 use orca::{MachineSpec, Provider, Timestamp};
 use tokio::task::AbortHandle;
@@ -155,11 +156,6 @@ pub struct Parts {
     pub clock: Arc<dyn Clock>,
     /// The durations.
     pub timings: Timings,
-}
-
-/// `m`, locked even when a holder panicked: every holder leaves its data whole between statements.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Backend {
