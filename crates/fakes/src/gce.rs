@@ -116,7 +116,8 @@ mod world;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, Request, State};
@@ -593,7 +594,8 @@ impl FakeGce {
     /// `delay` after their insert is accepted, and answers 404 to changes of them until then (a
     /// second insert of the name still meets 409); `Duration::ZERO` turns it off. Compute Engine
     /// reads its own writes; this is the eventual consistency other clouds have (EC2's), which
-    /// orca's conformance suite makes every driver survive.
+    /// orca's conformance suite makes every driver survive. The delay runs on tokio's clock, as the
+    /// operations' times do, so a test with a paused clock moves it.
     pub fn set_visibility_delay(&self, delay: Duration) {
         lock(&self.state).visibility_delay = delay;
     }
@@ -694,6 +696,41 @@ mod tests {
         assert_eq!(vm["creationTimestamp"], written);
         assert_eq!(vm["lastStartTimestamp"], written);
         assert_eq!(fake.firewall("fw-1").unwrap()["creationTimestamp"], written);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn late_visibility_runs_on_tokios_clock() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        fake.set_visibility_delay(Duration::from_secs(3600));
+        let base = format!(
+            "{}/projects/{PROJECT}/zones/{ZONE}/instances",
+            fake.endpoint()
+        );
+        let body = insert_body("late", ZONE, Some(SUBNET));
+        let (status, _) = call(
+            &http,
+            &token,
+            reqwest::Method::POST,
+            base.clone(),
+            Some(body),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let get = || {
+            call(
+                &http,
+                &token,
+                reqwest::Method::GET,
+                format!("{base}/late"),
+                None,
+            )
+        };
+        assert_eq!(get().await.0, 404);
+        // An hour on the paused clock, as the fake's operations and quotas count time.
+        tokio::time::advance(Duration::from_secs(3601)).await;
+        assert_eq!(get().await.0, 200);
     }
 
     #[tokio::test]

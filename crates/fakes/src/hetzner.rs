@@ -72,7 +72,8 @@ mod servers;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use axum::extract::Query;
 use axum::http::StatusCode;
@@ -333,7 +334,8 @@ impl FakeHetzner {
 
     /// Makes servers made from now on invisible to every read (`GET`, listings) for `delay` after
     /// they are made, and answers `not_found` to changes of them (update, delete, actions) until
-    /// then; names stay taken. `Duration::ZERO` turns it off for new servers.
+    /// then; names stay taken. `Duration::ZERO` turns it off for new servers. The delay runs on
+    /// tokio's clock, as the actions' times do, so a test with a paused clock moves it.
     pub fn set_visibility_delay(&self, delay: Duration) {
         lock(&self.state).visibility_delay = delay;
     }

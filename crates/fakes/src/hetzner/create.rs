@@ -199,7 +199,7 @@ pub(super) async fn create_server(State(state): State<Shared>, body: Bytes) -> A
     s.placeable(t.name, &c.location)?;
     let id = s.next();
     let networks = s.addresses(networks);
-    let visible_at = std::time::Instant::now() + s.visibility_delay;
+    let visible_at = tokio::time::Instant::now() + s.visibility_delay;
     s.servers.insert(
         id,
         Server {

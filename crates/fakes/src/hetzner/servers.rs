@@ -1,7 +1,7 @@
 //! Servers: list, create, get, update, delete, and their power and type actions.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

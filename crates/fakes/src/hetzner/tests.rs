@@ -326,6 +326,20 @@ async fn server_types_carry_per_location_deprecations_and_availability() {
     assert_eq!(v["error"]["message"], "error during placement");
 }
 
+#[tokio::test(start_paused = true)]
+async fn the_visibility_delay_runs_on_tokios_clock() {
+    let fake = FakeHetzner::start().await.unwrap();
+    fake.set_visibility_delay(std::time::Duration::from_secs(3600));
+    let body = json!({"name": "v1", "server_type": "cx23", "image": "ubuntu-24.04"});
+    let (status, v) = call(&fake, reqwest::Method::POST, "/servers", Some(body)).await;
+    assert_eq!(status, 201);
+    let path = format!("/servers/{}", v["server"]["id"].as_i64().unwrap());
+    assert_eq!(call(&fake, reqwest::Method::GET, &path, None).await.0, 404);
+    // An hour on the paused clock, as the fake's actions count time.
+    tokio::time::advance(std::time::Duration::from_secs(3601)).await;
+    assert_eq!(call(&fake, reqwest::Method::GET, &path, None).await.0, 200);
+}
+
 #[tokio::test]
 async fn new_servers_stay_invisible_for_the_delay_but_their_names_are_taken() {
     let fake = FakeHetzner::start().await.unwrap();
