@@ -452,8 +452,10 @@ async fn reap_every(
     every: Duration,
     json: bool,
 ) -> Result<Answer, Failure> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| Failure::new(format!("could not watch SIGTERM: {e}")))?;
+    // Watched from the start, so that a signal that comes during a tick ends the loop once that
+    // tick has ended, rather than being lost or ending the process in the middle of a pass.
+    let mut stop = orca::signals::StopSignals::install()
+        .map_err(|e| Failure::new(format!("could not watch SIGINT and SIGTERM: {e}")))?;
     stado::profile::check_known_provider(provider)?;
     loop {
         let tick = async {
@@ -495,8 +497,7 @@ async fn reap_every(
         }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = stop.next() => break,
         }
     }
     // Stopped: no object of its own, so that every line of --json is one tick's.

@@ -391,6 +391,86 @@ fn home_chooses_the_home_over_stado_home() {
     assert!(!other.to_string().contains("team-z"), "{other}");
 }
 
+/// A `reap --apply --every 1 --json` of `home`'s fake cloud, and its stdout's lines as they come.
+#[cfg(unix)]
+struct Reaper {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+#[cfg(unix)]
+impl Reaper {
+    fn start(home: &Path) -> Reaper {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stado"))
+            .args([
+                "cloud",
+                "host",
+                "reap",
+                "--provider",
+                "fake",
+                "--apply",
+                "--every",
+                "1",
+                "--json",
+            ])
+            .env("STADO_HOME", home)
+            .env_remove("WC_PROVIDERS")
+            .env_remove("WC_DISABLED_PROVIDERS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        Reaper {
+            child,
+            lines,
+            reader,
+        }
+    }
+
+    /// The next `n` lines, or as many as come within 30 s.
+    fn next_lines(&self, n: usize) -> Vec<String> {
+        let mut lines = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while lines.len() < n && Instant::now() < deadline {
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(200)) {
+                lines.push(l);
+            }
+        }
+        lines
+    }
+
+    fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    /// How it ended, within 30 s (killed after that), and the lines it wrote since the last read.
+    fn end(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let status = self.child.wait().unwrap();
+        self.reader.join().unwrap();
+        (status, self.lines.try_iter().collect())
+    }
+}
+
 /// `reap --apply --every SECONDS --json` prints one JSON object per tick, each on a line of its own,
 /// and none more when it stops (SIGTERM).
 #[cfg(unix)]
@@ -402,52 +482,13 @@ fn reap_every_json_prints_one_object_per_tick_and_none_when_it_stops() {
     let mut create = CREATE.to_vec();
     create.push("30");
     ok(home, &create);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stado"))
-        .args([
-            "cloud",
-            "host",
-            "reap",
-            "--provider",
-            "fake",
-            "--apply",
-            "--every",
-            "1",
-            "--json",
-        ])
-        .env("STADO_HOME", home)
-        .env_remove("WC_PROVIDERS")
-        .env_remove("WC_DISABLED_PROVIDERS")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
-    let mut lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while lines.len() < 2 && Instant::now() < deadline {
-        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
-            lines.push(l);
-        }
-    }
+    let reaper = Reaper::start(home);
+    let mut lines = reaper.next_lines(2);
     assert_eq!(lines.len(), 2, "two ticks: {lines:?}");
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let status = child.wait().unwrap();
+    reaper.signal("TERM");
+    let (status, more) = reaper.end();
     assert!(status.success(), "stopped on SIGTERM: {status:?}");
-    reader.join().unwrap();
-    lines.extend(rx.try_iter());
+    lines.extend(more);
     for l in &lines {
         let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
         assert_eq!(v["command"], "reap", "{l}");
@@ -457,6 +498,34 @@ fn reap_every_json_prints_one_object_per_tick_and_none_when_it_stops() {
             "every line is a tick's report: {l}"
         );
     }
+}
+
+/// A SIGINT that comes while a tick runs stops the reaper once that tick has ended, as a SIGTERM
+/// does: it is neither lost nor the end of the process in the middle of a pass.
+#[cfg(unix)]
+#[test]
+fn reap_every_stops_after_the_tick_a_sigint_came_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up(home);
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    ok(home, &create);
+    let reaper = Reaper::start(home);
+    assert_eq!(reaper.next_lines(1).len(), 1, "the first tick");
+    // The fake cloud's state lock, held here, keeps the second tick waiting in its pass.
+    let held = orca::fs::FileLock::lock_blocking(home.join("fake-cloud.lock")).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    reaper.signal("INT");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(held);
+    let (status, lines) = reaper.end();
+    assert!(status.success(), "stopped on SIGINT: {status:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "the second tick's report, and none more: {lines:?}"
+    );
 }
 
 /// create says what it did on stdout, and its progress (a line per step, as each starts) and its error
