@@ -527,6 +527,47 @@ fn reap_every_stops_after_the_tick_a_sigint_came_in() {
     assert!(lines.len() <= 1, "ticks after the signal: {lines:?}");
 }
 
+/// A SIGINT during the first tick also waits for that tick to end: the reaper watches for it from
+/// its start, rather than leaving the signal its default action (the end of the process) until
+/// the first wait.
+#[cfg(target_os = "linux")]
+#[test]
+fn reap_every_catches_a_sigint_during_its_first_tick() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up(home);
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    ok(home, &create);
+    // Held before the reaper starts: its first tick waits in its pass.
+    let held = orca::fs::FileLock::lock_blocking(home.join("fake-cloud.lock")).unwrap();
+    let reaper = Reaper::start(home);
+    // Whether the process has a handler of its own for SIGINT (bit 1 of SigCgt in its status).
+    let catches_sigint = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", reaper.child.id()));
+        status.ok().is_some_and(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+                .is_some_and(|m| m & 0b10 != 0)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !catches_sigint() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    reaper.signal("INT");
+    std::thread::sleep(Duration::from_millis(300));
+    drop(held);
+    let (status, lines) = reaper.end();
+    assert!(status.success(), "stopped on SIGINT: {status:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "the first tick's report, and none more: {lines:?}"
+    );
+}
+
 /// create says what it did on stdout, and its progress (a line per step, as each starts) and its error
 /// on stderr as `stado: ...`, as every command does, on a terminal or not.
 #[test]
