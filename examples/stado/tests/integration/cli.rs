@@ -98,6 +98,14 @@ fn hosts_clock(home: &Path) -> i64 {
     timestamp(&now["now"])
 }
 
+/// `set_up`, and host `h1` created with 30 idle minutes before it may be reaped.
+fn set_up_with_a_host(home: &Path) {
+    set_up(home);
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    ok(home, &create);
+}
+
 const CREATE: [&str; 13] = [
     "cloud",
     "host",
@@ -241,10 +249,7 @@ fn fleet_key_generate_writes_an_owner_only_private_half_and_prints_only_the_publ
 fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
-    set_up(home);
-    let mut create = CREATE.to_vec();
-    create.push("30");
-    ok(home, &create);
+    set_up_with_a_host(home);
     ok(home, &["fake", "advance", "--minutes", "45"]);
     // A slow machine: another minute passes before the reaper starts. Real time passes on the hosts'
     // clock as well, so the minutes logged are checked against the clock read around the reaper.
@@ -252,36 +257,11 @@ fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
     let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
     let made = timestamp(&list["hosts"][0]["created_at"]);
     let before = hosts_clock(home);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stado"))
-        .args([
-            "cloud",
-            "host",
-            "reap",
-            "--provider",
-            "fake",
-            "--apply",
-            "--every",
-            "1",
-        ])
-        .env("STADO_HOME", home)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let _ = tx.send(line);
-        }
-    });
+    let reaper = Reaper::start(home, false);
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = Vec::new();
     while Instant::now() < deadline {
-        if let Ok(l) = rx.recv_timeout(Duration::from_millis(200)) {
+        if let Ok(l) = reaper.lines.recv_timeout(Duration::from_millis(200)) {
             seen.push(l);
             if seen
                 .iter()
@@ -291,8 +271,7 @@ fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
             }
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    reaper.kill();
     let after = hosts_clock(home);
     let minutes = |t: i64| u64::try_from(t - made).unwrap() / 60;
     let reaped = seen
@@ -318,10 +297,7 @@ fn reap_every_runs_the_applied_pass_on_each_tick_and_logs_what_it_reaped() {
 fn a_reap_that_fails_to_delete_a_host_exits_non_zero() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
-    set_up(home);
-    let mut create = CREATE.to_vec();
-    create.push("30");
-    ok(home, &create);
+    set_up_with_a_host(home);
     ok(home, &["fake", "advance", "--minutes", "31"]);
     let (_, list) = json(home, &["cloud", "host", "list", "--provider", "fake"]);
     let vm = list["hosts"][0]["vm_id"].as_str().unwrap().to_string();
@@ -391,7 +367,8 @@ fn home_chooses_the_home_over_stado_home() {
     assert!(!other.to_string().contains("team-z"), "{other}");
 }
 
-/// A `reap --apply --every 1 --json` of `home`'s fake cloud, and its stdout's lines as they come.
+/// A `reap --apply --every 1` of `home`'s fake cloud, and the lines it writes as they come: with
+/// `--json`, its stdout's (one report a tick); without, its stderr's (its log).
 #[cfg(unix)]
 struct Reaper {
     child: std::process::Child,
@@ -401,30 +378,40 @@ struct Reaper {
 
 #[cfg(unix)]
 impl Reaper {
-    fn start(home: &Path) -> Reaper {
+    fn start(home: &Path, json: bool) -> Reaper {
+        let args = [
+            "cloud",
+            "host",
+            "reap",
+            "--provider",
+            "fake",
+            "--apply",
+            "--every",
+            "1",
+        ];
+        let (out, log) = if json {
+            (Stdio::piped(), Stdio::null())
+        } else {
+            (Stdio::null(), Stdio::piped())
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_stado"))
-            .args([
-                "cloud",
-                "host",
-                "reap",
-                "--provider",
-                "fake",
-                "--apply",
-                "--every",
-                "1",
-                "--json",
-            ])
+            .args(args)
+            .args(json.then_some("--json"))
             .env("STADO_HOME", home)
             .env_remove("WC_PROVIDERS")
             .env_remove("WC_DISABLED_PROVIDERS")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stdout(out)
+            .stderr(log)
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
+        let written: Box<dyn std::io::Read + Send> =
+            match (child.stdout.take(), child.stderr.take()) {
+                (Some(out), _) => Box::new(out),
+                (None, log) => Box::new(log.unwrap()),
+            };
         let (tx, lines) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
+            for line in std::io::BufReader::new(written)
                 .lines()
                 .map_while(Result::ok)
             {
@@ -458,6 +445,23 @@ impl Reaper {
         assert!(sent.success());
     }
 
+    /// A SIGINT while this process waits on `held`, the fake cloud's state lock, then `held` let go:
+    /// the lines it wrote since the last read, once it has exited 0.
+    fn interrupt_while(self, held: orca::fs::FileLock) -> Vec<String> {
+        self.signal("INT");
+        std::thread::sleep(Duration::from_millis(300));
+        drop(held);
+        let (status, lines) = self.end();
+        assert!(status.success(), "stopped on SIGINT: {status:?}");
+        lines
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.reader.join().unwrap();
+    }
+
     /// How it ended, within 30 s (killed after that), and the lines it wrote since the last read.
     fn end(mut self) -> (std::process::ExitStatus, Vec<String>) {
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -478,11 +482,8 @@ impl Reaper {
 fn reap_every_json_prints_one_object_per_tick_and_none_when_it_stops() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
-    set_up(home);
-    let mut create = CREATE.to_vec();
-    create.push("30");
-    ok(home, &create);
-    let reaper = Reaper::start(home);
+    set_up_with_a_host(home);
+    let reaper = Reaper::start(home, true);
     let mut lines = reaper.next_lines(2);
     assert_eq!(lines.len(), 2, "two ticks: {lines:?}");
     reaper.signal("TERM");
@@ -507,21 +508,14 @@ fn reap_every_json_prints_one_object_per_tick_and_none_when_it_stops() {
 fn reap_every_stops_after_the_tick_a_sigint_came_in() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
-    set_up(home);
-    let mut create = CREATE.to_vec();
-    create.push("30");
-    ok(home, &create);
-    let reaper = Reaper::start(home);
+    set_up_with_a_host(home);
+    let reaper = Reaper::start(home, true);
     assert_eq!(reaper.next_lines(1).len(), 1, "the first tick");
     // The fake cloud's state lock, held here, keeps the second tick (due 1 s after the first)
     // waiting in its pass.
     let held = orca::fs::FileLock::lock_blocking(home.join("fake-cloud.lock")).unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    reaper.signal("INT");
-    std::thread::sleep(Duration::from_millis(300));
-    drop(held);
-    let (status, lines) = reaper.end();
-    assert!(status.success(), "stopped on SIGINT: {status:?}");
+    let lines = reaper.interrupt_while(held);
     // The second tick's report, unless a machine too loaded to start that tick within the 3 s let
     // the signal come between ticks; never a third.
     assert!(lines.len() <= 1, "ticks after the signal: {lines:?}");
@@ -535,13 +529,10 @@ fn reap_every_stops_after_the_tick_a_sigint_came_in() {
 fn reap_every_catches_a_sigint_during_its_first_tick() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();
-    set_up(home);
-    let mut create = CREATE.to_vec();
-    create.push("30");
-    ok(home, &create);
+    set_up_with_a_host(home);
     // Held before the reaper starts: its first tick waits in its pass.
     let held = orca::fs::FileLock::lock_blocking(home.join("fake-cloud.lock")).unwrap();
-    let reaper = Reaper::start(home);
+    let reaper = Reaper::start(home, true);
     // Whether the process has a handler of its own for SIGINT (bit 1 of SigCgt in its status).
     let catches_sigint = || {
         let status = std::fs::read_to_string(format!("/proc/{}/status", reaper.child.id()));
@@ -556,11 +547,7 @@ fn reap_every_catches_a_sigint_during_its_first_tick() {
     while !catches_sigint() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
-    reaper.signal("INT");
-    std::thread::sleep(Duration::from_millis(300));
-    drop(held);
-    let (status, lines) = reaper.end();
-    assert!(status.success(), "stopped on SIGINT: {status:?}");
+    let lines = reaper.interrupt_while(held);
     assert_eq!(
         lines.len(),
         1,
