@@ -126,6 +126,9 @@ pub(crate) struct Inner {
     pub(crate) changed: tokio::sync::watch::Sender<u64>,
     pub(crate) pass_lock: tokio::sync::Mutex<()>,
     pub(crate) tasks: Mutex<Vec<AbortHandle>>,
+    /// Set once when the server stops ([`Backend::stop`]): the open event streams end and no job
+    /// runs from then on.
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// The remote backend (cheap to clone).
@@ -231,20 +234,50 @@ impl Backend {
                 changed,
                 pass_lock: tokio::sync::Mutex::new(()),
                 tasks: Mutex::new(Vec::new()),
+                stopping: tokio::sync::watch::channel(false).0,
             }),
         })
     }
 
     /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied.
     pub fn shutdown(&self) {
-        let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
+        self.stop();
+    }
+
+    /// Announces that the server stops: the periodic pass and every job stop at once (a job started
+    /// later is stopped as it starts), and every open event stream ends, so that a graceful stop
+    /// waits for no create or delete to settle. The records stay as they are: the next server
+    /// resumes what was under way.
+    pub fn stop(&self) {
+        let tasks = {
+            let mut t = lock(&self.inner.tasks);
+            // Set under the tasks' lock, so that `track` either sees it or has pushed its task.
+            self.inner.stopping.send_replace(true);
+            std::mem::take(&mut *t)
+        };
         for t in tasks {
             t.abort();
         }
     }
 
+    /// Whether [`Backend::stop`] was called.
+    pub fn is_stopping(&self) -> bool {
+        *self.inner.stopping.borrow()
+    }
+
+    /// Resolves once [`Backend::stop`] is called.
+    pub async fn stopped(&self) {
+        let mut rx = self.inner.stopping.subscribe();
+        // The sender lives as long as the backend, which `self` keeps alive.
+        let _ = rx.wait_for(|stopping| *stopping).await;
+    }
+
     pub(crate) fn track(&self, h: AbortHandle) {
         let mut t = lock(&self.inner.tasks);
+        if *self.inner.stopping.borrow() {
+            h.abort();
+            return;
+        }
         t.retain(|h| !h.is_finished());
         t.push(h);
     }
