@@ -11,6 +11,7 @@ use crate::clock::SystemClock;
 use crate::config::{Config, FileConfig, Transport};
 use crate::echo::HttpsEcho;
 use crate::probe::{LocalProbe, Probe, SshBannerProbe};
+use crate::store::Store;
 use crate::OWNER;
 
 /// Reads the configuration file at `path` and resolves it against this process's environment (each
@@ -30,8 +31,11 @@ pub async fn provider(cfg: &Config) -> Result<Arc<dyn orca::Provider>, String> {
         .map_err(|e| format!("the {} provider: {e}", cfg.provider.as_str()))
 }
 
-/// Starts the backend of `cfg` on the system clock with the shipped probe and echo client.
+/// Starts the backend of `cfg` on the system clock with the shipped probe and echo client. Its
+/// `remote.state_dir` is locked first: while another server holds it, this fails naming the
+/// directory, having read nothing and sent nothing to the cloud.
 pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
+    let store = Store::open(&cfg.state_dir).map_err(|e| format!("the state directory: {e}"))?;
     let provider = provider(&cfg).await?;
     let probe: Arc<dyn Probe> = match cfg.transport {
         Transport::Ssh => Arc::new(SshBannerProbe::new()),
@@ -39,16 +43,15 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
     };
     let echo = Arc::new(HttpsEcho::new()?);
     let timings = Timings::standard(cfg.pass_interval);
-    Backend::start(Parts {
+    let parts = Parts {
         config: cfg,
         provider,
         probe,
         echo,
         clock: Arc::new(SystemClock),
         timings,
-    })
-    .await
-    .map_err(|e| format!("the state directory: {e}"))
+    };
+    Ok(Backend::start_on(store, parts).await)
 }
 
 /// Runs the server until Ctrl-C (SIGINT) or SIGTERM, which stop it alike: the log says which, and
@@ -56,10 +59,11 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
 /// stream ends, and the server waits for the requests in flight; a second signal stops it at once.
 pub async fn serve(cfg: Config) -> Result<(), String> {
     let listen = cfg.listen;
-    let backend = start_backend(cfg).await?;
+    // Bound before the backend starts: a server whose port is taken stops having done nothing.
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("listen on {listen}: {e}"))?;
+    let backend = start_backend(cfg).await?;
     // The handlers are in place before the server says it listens: a signal sent from then on
     // stops it as described, never by the signal's default action.
     // SIGINT and SIGTERM (what a service manager sends) stop it alike.

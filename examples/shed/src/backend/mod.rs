@@ -162,10 +162,17 @@ pub struct Parts {
 }
 
 impl Backend {
-    /// Starts the backend: loads `state_dir`, runs the firewall check and the start-up reconciliation
-    /// (what the README's "Restarts" lists), resumes the jobs, and starts the periodic pass.
+    /// Starts the backend: opens and loads `state_dir` (refused while another server holds it), runs
+    /// the firewall check and the start-up reconciliation (what the README's "Restarts" lists),
+    /// resumes the jobs, and starts the periodic pass.
     pub async fn start(parts: Parts) -> std::io::Result<Backend> {
-        let b = Self::load(parts)?;
+        let store = Store::open(&parts.config.state_dir)?;
+        Ok(Self::start_on(store, parts).await)
+    }
+
+    /// [`Backend::start`] on a store already open (its lock taken before anything else was read).
+    pub async fn start_on(store: Store, parts: Parts) -> Backend {
+        let b = Self::load_on(store, parts);
         b.pass(true).await;
         let weak = Arc::downgrade(&b.inner);
         let interval = b.inner.timings.pass_interval;
@@ -178,12 +185,16 @@ impl Backend {
             }
         });
         b.track(h.abort_handle());
-        Ok(b)
+        b
     }
 
     /// Loads `state_dir` without reconciling or starting anything (tests of the start-up steps).
     pub fn load(parts: Parts) -> std::io::Result<Backend> {
         let store = Store::open(&parts.config.state_dir)?;
+        Ok(Self::load_on(store, parts))
+    }
+
+    fn load_on(store: Store, parts: Parts) -> Backend {
         let log = ServerLog::new();
         let cfg = parts.config;
         let firewall = FirewallCheck::new(
@@ -220,7 +231,7 @@ impl Backend {
             st.sheds.insert(s.id.clone(), s);
         }
         let (changed, _) = tokio::sync::watch::channel(0);
-        Ok(Backend {
+        Backend {
             inner: Arc::new(Inner {
                 cfg,
                 provider: parts.provider,
@@ -236,12 +247,14 @@ impl Backend {
                 tasks: Mutex::new(Vec::new()),
                 stopping: tokio::sync::watch::channel(false).0,
             }),
-        })
+        }
     }
 
-    /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied.
+    /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied,
+    /// and `state_dir` is let go (nothing more is written to it), so that the next server may open it.
     pub fn shutdown(&self) {
         self.stop();
+        self.inner.store.release();
     }
 
     /// Announces that the server stops: the periodic pass and every job stop at once (a job started

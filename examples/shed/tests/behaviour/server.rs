@@ -314,3 +314,55 @@ fn a_second_signal_stops_the_server_at_once() {
         "{lines:#?}"
     );
 }
+
+/// Runs `c` (its stderr read line by line) until it exits, at most 20 s: its status and every line it
+/// wrote to stderr.
+fn run_to_exit(mut c: Command) -> (std::process::ExitStatus, Vec<String>) {
+    let mut child = c.stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, reader.join().unwrap());
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process did not exit; stderr: {:#?}", reader.join());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A second server on the same configuration (the same `remote.state_dir`) refuses to start,
+/// naming the directory in use, before it reads a record or the cloud: the first server's records,
+/// jobs and VMs stay its own, and it goes on serving.
+#[test]
+fn a_second_server_on_the_same_state_dir_refuses_before_reading_anything() {
+    let first = Server::on_state_file();
+    let mut second = Server::command(&first._dir);
+    second
+        .env(orca::FAKE_STATE_ENV, first._dir.path().join("cloud.json"))
+        .env("TOKIO_WORKER_THREADS", "1");
+    let (status, lines) = run_to_exit(second);
+    assert!(!status.success(), "{status:?}; {lines:#?}");
+    let state_dir = first._dir.path().join("state").join("remote");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("{} is in use", state_dir.display()))),
+        "{lines:#?}"
+    );
+    let reconciled: Vec<&String> = lines.iter().filter(|l| l.contains("remote:")).collect();
+    assert!(reconciled.is_empty(), "{reconciled:#?}");
+
+    first.signal("INT");
+    let (status, lines) = first.exit();
+    assert!(status.success(), "{status:?}; {lines:#?}");
+}
