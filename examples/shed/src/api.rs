@@ -311,9 +311,21 @@ fn error_event(e: ApiError) -> Event {
     event("error", &ErrorBody::from(e))
 }
 
+/// The `error` event of a stream that ends because the server stops: what the stream followed
+/// goes on when the server starts again (`then`).
+fn stopping_event(then: &str) -> Event {
+    error_event(ApiError::new(
+        503,
+        "SERVER_STOPPING",
+        format!("the server is stopping; {then}"),
+    ))
+}
+
 /// The events of a streamed create: `status` for each change, then `complete` with the settled
-/// shed, or `error`. A closed stream ends this, never the create.
+/// shed, or `error`. A closed stream ends this, never the create; so does a stopping server
+/// (`error` `SERVER_STOPPING`), whose successor resumes the create.
 async fn follow_create(b: Backend, c: Caller, id: String, tx: tokio::sync::mpsc::Sender<Event>) {
+    const RESUMED: &str = "the create is recorded and goes on when the server starts again";
     let accepted = tokio::select! {
         r = b.wait_accept(&id) => r,
         // The stream was closed: the create goes on without anyone waiting (dropping the wait
@@ -361,6 +373,11 @@ async fn follow_create(b: Backend, c: Caller, id: String, tx: tokio::sync::mpsc:
         }
         last = v;
         tokio::select! {
+            biased;
+            _ = b.stopped() => {
+                let _ = tx.send(stopping_event(RESUMED)).await;
+                return;
+            }
             r = rx.changed() => if r.is_err() { return },
             _ = tx.closed() => return,
         }
@@ -394,6 +411,11 @@ async fn delete(
         let gone = tokio::select! {
             r = b.wait_gone(&id) => r,
             _ = tx.closed() => return,
+            _ = b.stopped() => {
+                let then = "the delete is recorded and the server destroys the VM when it starts again";
+                let _ = tx.send(stopping_event(then)).await;
+                return;
+            }
         };
         let ev = match gone {
             Ok(()) => event("complete", &deleting("deleted")),

@@ -1,6 +1,7 @@
 //! Start-up of a shed-server: the configuration file, the variables read once, the provider made with
 //! `orca::of_with`, the backend started (reconciliation included) and the API served.
 
+use std::future::IntoFuture as _;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use crate::clock::SystemClock;
 use crate::config::{Config, FileConfig, Transport};
 use crate::echo::HttpsEcho;
 use crate::probe::{LocalProbe, Probe, SshBannerProbe};
+use crate::store::Store;
 use crate::OWNER;
 
 /// Reads the configuration file at `path` and resolves it against this process's environment (each
@@ -29,8 +31,11 @@ pub async fn provider(cfg: &Config) -> Result<Arc<dyn orca::Provider>, String> {
         .map_err(|e| format!("the {} provider: {e}", cfg.provider.as_str()))
 }
 
-/// Starts the backend of `cfg` on the system clock with the shipped probe and echo client.
+/// Starts the backend of `cfg` on the system clock with the shipped probe and echo client. Its
+/// `remote.state_dir` is locked first: while another server holds it, this fails naming the
+/// directory, having read nothing and sent nothing to the cloud.
 pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
+    let store = Store::open(&cfg.state_dir).map_err(|e| format!("the state directory: {e}"))?;
     let provider = provider(&cfg).await?;
     let probe: Arc<dyn Probe> = match cfg.transport {
         Transport::Ssh => Arc::new(SshBannerProbe::new()),
@@ -38,55 +43,72 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
     };
     let echo = Arc::new(HttpsEcho::new()?);
     let timings = Timings::standard(cfg.pass_interval);
-    Backend::start(Parts {
+    let parts = Parts {
         config: cfg,
         provider,
         probe,
         echo,
         clock: Arc::new(SystemClock),
         timings,
-    })
-    .await
-    .map_err(|e| format!("the state directory: {e}"))
+    };
+    Ok(Backend::start_on(store, parts).await)
 }
 
 /// Runs the server until Ctrl-C (SIGINT) or SIGTERM, which stop it alike: the log says which, and
-/// every VM is left as it is.
+/// every VM is left as it is. At the first signal the jobs and the pass stop and every open event
+/// stream ends, and the server waits for the requests in flight; a second signal stops it at once.
 pub async fn serve(cfg: Config) -> Result<(), String> {
     let listen = cfg.listen;
-    let backend = start_backend(cfg).await?;
+    // Bound before the backend starts: a server whose port is taken stops having done nothing.
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| format!("listen on {listen}: {e}"))?;
+    let backend = start_backend(cfg).await?;
     // The handlers are in place before the server says it listens: a signal sent from then on
     // stops it as described, never by the signal's default action.
     // SIGINT and SIGTERM (what a service manager sends) stop it alike.
-    let signals = orca::signals::StopSignals::install();
+    let mut signals = orca::signals::StopSignals::install().ok();
     // The address bound, which differs from the configured one for port 0.
     let bound = listener.local_addr().unwrap_or(listen);
-    backend
-        .log()
-        .info(format!("remote: shed-server listening on {bound}"));
     let log = backend.log().clone();
-    let stopped = async move {
-        let signal = match signals {
-            Ok(mut signals) => signals.next().await,
-            // Without both handlers, Ctrl-C alone stops it.
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                "SIGINT"
-            }
-        };
-        log.info(format!(
-            "remote: shed-server stopping ({signal}); every VM is left as it is"
-        ));
+    log.info(format!("remote: shed-server listening on {bound}"));
+    let stopping = backend.clone();
+    let server = axum::serve(listener, router(backend.clone()))
+        .with_graceful_shutdown(async move { stopping.stopped().await })
+        .into_future();
+    let mut server = std::pin::pin!(server);
+    let first = tokio::select! {
+        r = &mut server => {
+            backend.shutdown();
+            return r.map_err(|e| e.to_string());
+        }
+        signal = next_stop(&mut signals) => signal,
     };
-    axum::serve(listener, router(backend.clone()))
-        .with_graceful_shutdown(stopped)
-        .await
-        .map_err(|e| e.to_string())?;
+    log.info(format!(
+        "remote: shed-server stopping ({first}); every VM is left as it is"
+    ));
+    // The open event streams end here (a create or delete goes on when the server starts again),
+    // so the graceful stop waits only for the requests in flight.
+    backend.stop();
+    tokio::select! {
+        r = &mut server => r.map_err(|e| e.to_string())?,
+        again = next_stop(&mut signals) => log.info(format!(
+            "remote: shed-server stopping at once ({again} again); the requests in flight are cut off"
+        )),
+    }
     backend.shutdown();
     Ok(())
+}
+
+/// The next stop signal's name; without both handlers (`signals` is `None`), the next Ctrl-C.
+async fn next_stop(signals: &mut Option<orca::signals::StopSignals>) -> &'static str {
+    match signals {
+        Some(signals) => signals.next().await,
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
 }
 
 /// For provider `fake` with its state file ([`orca::FAKE_STATE_ENV`]): puts the firewall rule `shed-<environment>-ssh` into the

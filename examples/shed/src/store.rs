@@ -3,19 +3,33 @@
 //! ([`orca::fs::write_atomic`]: a temporary file in the same directory, synced, then renamed over
 //! the old one), so that a server that dies mid-write leaves the old record or the new one, never
 //! half of one.
+//!
+//! One server at a time uses a directory: [`Store::open`] takes its lock (`server.lock` in it) before
+//! anything is read, and refuses while another server holds it. A second server on the same
+//! directory would otherwise reconcile the same VMs, resume the same jobs and overwrite the records
+//! of the first (and removing the temporary files of unfinished writes is only safe for the lock's
+//! holder: they may be the first server's writes in flight).
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use orca::fs::{FileLock, FsError};
+use orca::kit::lock;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::model::{DeleteMarker, Shed};
 
-/// The files under a `state_dir`.
+/// The name of the lock file in a `state_dir`.
+pub const LOCK_FILE: &str = "server.lock";
+
+/// The files under a `state_dir`, and its lock (shared by the clones).
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    /// Held from [`Store::open`] until [`Store::release`]; `None` after it.
+    lock: Arc<Mutex<Option<FileLock>>>,
 }
 
 /// What a store held when the server started.
@@ -30,12 +44,52 @@ pub struct Loaded {
 }
 
 impl Store {
-    /// The store in `dir` (made when missing).
+    /// The store in `dir` (made when missing), its lock taken without waiting: an error naming the
+    /// directory when another server (or another store of this process) holds it.
     pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<Store> {
         let dir = dir.into();
+        fs::create_dir_all(&dir)?;
+        let lock_path = dir.join(LOCK_FILE);
+        let held = FileLock::try_lock(&lock_path).map_err(|e| match e {
+            FsError::Busy { .. } => std::io::Error::new(
+                std::io::ErrorKind::ResourceBusy,
+                format!(
+                    "{} is in use by another shed-server (it holds {}); run one server per remote.state_dir",
+                    dir.display(),
+                    lock_path.display()
+                ),
+            ),
+            other => std::io::Error::from(other),
+        })?;
         fs::create_dir_all(dir.join("sheds"))?;
         fs::create_dir_all(dir.join("deletes"))?;
-        Ok(Store { dir })
+        Ok(Store {
+            dir,
+            lock: Arc::new(Mutex::new(Some(held))),
+        })
+    }
+
+    /// Lets the directory go, as a server that exits does: the next server may open it, and this
+    /// store writes nothing more.
+    pub fn release(&self) {
+        lock(&self.lock).take();
+    }
+
+    /// The lock, checked to be still this store's, held while the caller writes (so that
+    /// [`Store::release`] never lets go in the middle of a write).
+    fn held(&self) -> std::io::Result<MutexGuard<'_, Option<FileLock>>> {
+        let held = lock(&self.lock);
+        match &*held {
+            // Someone removed or replaced the lock file: another server may hold the directory now.
+            Some(l) => l.still_held().map_err(std::io::Error::from)?,
+            None => {
+                return Err(std::io::Error::other(format!(
+                    "{} was let go: this server stopped",
+                    self.dir.display()
+                )))
+            }
+        }
+        Ok(held)
     }
 
     /// The file of `id` in the subdirectory `kind` (`sheds` or `deletes`).
@@ -45,27 +99,35 @@ impl Store {
 
     /// Writes `shed`'s record.
     pub fn save_shed(&self, shed: &Shed) -> std::io::Result<()> {
+        let _held = self.held()?;
         write_atomic(&self.path("sheds", &shed.id), shed)
     }
 
     /// Removes shed `id`'s record.
     pub fn remove_shed(&self, id: &str) -> std::io::Result<()> {
+        let _held = self.held()?;
         remove(&self.path("sheds", id))
     }
 
     /// Writes a delete marker.
     pub fn save_marker(&self, m: &DeleteMarker) -> std::io::Result<()> {
+        let _held = self.held()?;
         write_atomic(&self.path("deletes", &m.id), m)
     }
 
     /// Removes shed `id`'s delete marker.
     pub fn remove_marker(&self, id: &str) -> std::io::Result<()> {
+        let _held = self.held()?;
         remove(&self.path("deletes", id))
     }
 
-    /// Reads every record and marker.
+    /// Reads every record and marker (and removes the temporary files of unfinished writes, which
+    /// only the lock's holder may do).
     pub fn load(&self) -> Loaded {
         let mut out = Loaded::default();
+        let Ok(_held) = self.held() else {
+            return out;
+        };
         read_all(&self.dir.join("sheds"), &mut out.sheds, &mut out.unreadable);
         read_all(
             &self.dir.join("deletes"),
@@ -90,7 +152,7 @@ fn write_atomic<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
 
 fn read_all<T: DeserializeOwned>(dir: &Path, into: &mut Vec<T>, bad: &mut Vec<(PathBuf, String)>) {
     // The temporary files of writes that never finished (the records they were to replace are
-    // still there); the server is the directory's only writer.
+    // still there); the server holds the directory's lock, so none is a write in flight.
     if let Err(e) = orca::fs::remove_stale_temps_in(dir) {
         tracing::warn!(error = %e, "could not remove the temporary files of unfinished writes");
     }
@@ -153,6 +215,24 @@ mod tests {
             updated_at: now,
             detail: None,
         }
+    }
+
+    #[test]
+    fn a_second_store_on_one_directory_is_refused_until_the_first_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = Store::open(dir.path()).unwrap();
+        let e = Store::open(dir.path()).unwrap_err();
+        let named = format!("{} is in use", dir.path().display());
+        assert!(e.to_string().contains(&named), "{e}");
+
+        first.release();
+        assert!(
+            first.save_shed(&shed("aaaaaaaaaa")).is_err(),
+            "a store that let go writes nothing"
+        );
+        let second = Store::open(dir.path()).unwrap();
+        second.save_shed(&shed("aaaaaaaaaa")).unwrap();
+        assert_eq!(second.load().sheds.len(), 1);
     }
 
     #[test]

@@ -299,7 +299,8 @@ impl Backend {
         loop {
             {
                 let mut st = self.state();
-                let done = self.now() >= deadline;
+                // A stopping server answers at once: nothing changes the shed any more.
+                let done = self.now() >= deadline || self.is_stopping();
                 let answer = if let Some(e) = st.refused.remove(id) {
                     Some(Err(e))
                 } else if let Some(v) = st.accepted.remove(id) {
@@ -332,6 +333,7 @@ impl Backend {
             tokio::select! {
                 _ = rx.changed() => {}
                 _ = self.inner.clock.sleep(left) => {}
+                _ = self.stopped() => {}
             }
         }
     }

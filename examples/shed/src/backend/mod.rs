@@ -126,6 +126,9 @@ pub(crate) struct Inner {
     pub(crate) changed: tokio::sync::watch::Sender<u64>,
     pub(crate) pass_lock: tokio::sync::Mutex<()>,
     pub(crate) tasks: Mutex<Vec<AbortHandle>>,
+    /// Set once when the server stops ([`Backend::stop`]): the open event streams end and no job
+    /// runs from then on.
+    pub(crate) stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// The remote backend (cheap to clone).
@@ -159,10 +162,17 @@ pub struct Parts {
 }
 
 impl Backend {
-    /// Starts the backend: loads `state_dir`, runs the firewall check and the start-up reconciliation
-    /// (what the README's "Restarts" lists), resumes the jobs, and starts the periodic pass.
+    /// Starts the backend: opens and loads `state_dir` (refused while another server holds it), runs
+    /// the firewall check and the start-up reconciliation (what the README's "Restarts" lists),
+    /// resumes the jobs, and starts the periodic pass.
     pub async fn start(parts: Parts) -> std::io::Result<Backend> {
-        let b = Self::load(parts)?;
+        let store = Store::open(&parts.config.state_dir)?;
+        Ok(Self::start_on(store, parts).await)
+    }
+
+    /// [`Backend::start`] on a store already open (its lock taken before anything else was read).
+    pub async fn start_on(store: Store, parts: Parts) -> Backend {
+        let b = Self::load_on(store, parts);
         b.pass(true).await;
         let weak = Arc::downgrade(&b.inner);
         let interval = b.inner.timings.pass_interval;
@@ -175,12 +185,16 @@ impl Backend {
             }
         });
         b.track(h.abort_handle());
-        Ok(b)
+        b
     }
 
     /// Loads `state_dir` without reconciling or starting anything (tests of the start-up steps).
     pub fn load(parts: Parts) -> std::io::Result<Backend> {
         let store = Store::open(&parts.config.state_dir)?;
+        Ok(Self::load_on(store, parts))
+    }
+
+    fn load_on(store: Store, parts: Parts) -> Backend {
         let log = ServerLog::new();
         let cfg = parts.config;
         let firewall = FirewallCheck::new(
@@ -217,7 +231,7 @@ impl Backend {
             st.sheds.insert(s.id.clone(), s);
         }
         let (changed, _) = tokio::sync::watch::channel(0);
-        Ok(Backend {
+        Backend {
             inner: Arc::new(Inner {
                 cfg,
                 provider: parts.provider,
@@ -231,20 +245,52 @@ impl Backend {
                 changed,
                 pass_lock: tokio::sync::Mutex::new(()),
                 tasks: Mutex::new(Vec::new()),
+                stopping: tokio::sync::watch::channel(false).0,
             }),
-        })
+        }
     }
 
-    /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied.
+    /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied,
+    /// and `state_dir` is let go (nothing more is written to it), so that the next server may open it.
     pub fn shutdown(&self) {
-        let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
+        self.stop();
+        self.inner.store.release();
+    }
+
+    /// Announces that the server stops: the periodic pass and every job stop at once (a job started
+    /// later is stopped as it starts), and every open event stream ends, so that a graceful stop
+    /// waits for no create or delete to settle. The records stay as they are: the next server
+    /// resumes what was under way.
+    pub fn stop(&self) {
+        let tasks = {
+            let mut t = lock(&self.inner.tasks);
+            // Set under the tasks' lock, so that `track` either sees it or has pushed its task.
+            self.inner.stopping.send_replace(true);
+            std::mem::take(&mut *t)
+        };
         for t in tasks {
             t.abort();
         }
     }
 
+    /// Whether [`Backend::stop`] was called.
+    pub fn is_stopping(&self) -> bool {
+        *self.inner.stopping.borrow()
+    }
+
+    /// Resolves once [`Backend::stop`] is called.
+    pub async fn stopped(&self) {
+        let mut rx = self.inner.stopping.subscribe();
+        // The sender lives as long as the backend, which `self` keeps alive.
+        let _ = rx.wait_for(|stopping| *stopping).await;
+    }
+
     pub(crate) fn track(&self, h: AbortHandle) {
         let mut t = lock(&self.inner.tasks);
+        if *self.inner.stopping.borrow() {
+            h.abort();
+            return;
+        }
         t.retain(|h| !h.is_finished());
         t.push(h);
     }

@@ -104,6 +104,20 @@ impl Server {
         }
     }
 
+    /// The address the server said it listens on.
+    fn addr(&self) -> String {
+        let line = self
+            .seen
+            .iter()
+            .find(|l| l.contains("listening on"))
+            .expect("the server said where it listens");
+        line.rsplit("listening on ")
+            .next()
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
     fn signal(&self, name: &str) {
         let ok = Command::new("kill")
             .arg(format!("-{name}"))
@@ -223,5 +237,132 @@ async fn a_held_state_file_lock_stalls_no_unrelated_request() {
     }
     server.signal("INT");
     let (status, lines) = server.exit();
+    assert!(status.success(), "{status:?}; {lines:#?}");
+}
+
+/// SIGTERM stops the server while a streamed create is open that cannot settle (another process
+/// holds the simulated cloud's lock, so the create's job waits for it): the stream ends with an
+/// `error` event saying the server stops, and the server exits while the lock is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_an_open_create_stream_and_stops_the_server() {
+    let mut server = Server::on_state_file();
+    let url = format!("http://{}", server.addr());
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let state = server._dir.path().join("cloud.json");
+    let held = orca::fs::FileLock::try_lock(state.with_extension("lock")).unwrap();
+
+    let mut stream = http
+        .post(format!("{url}/api/sheds"))
+        .header("accept", "text/event-stream")
+        .json(&serde_json::json!({ "name": "held-1" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let reader = tokio::spawn(async move {
+        let mut body = String::new();
+        while let Ok(Some(chunk)) = stream.chunk().await {
+            body.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        body
+    });
+    server.wait_for("create accepted");
+
+    server.signal("TERM");
+    let (status, lines) = tokio::task::spawn_blocking(move || server.exit())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}; {lines:#?}");
+    // Let go only now: the server exited while the create could not settle.
+    drop(held);
+    let body = reader.await.unwrap();
+    assert!(
+        body.contains("event: error") && body.contains("SERVER_STOPPING"),
+        "{body}"
+    );
+    assert!(!body.contains("event: complete"), "{body}");
+}
+
+/// A second signal stops the server at once while a request still keeps the graceful stop
+/// waiting (here one whose body never arrives: the server asked for it with `100 Continue`).
+#[test]
+fn a_second_signal_stops_the_server_at_once() {
+    use std::io::{Read as _, Write as _};
+    let mut server = Server::start();
+    let mut conn = std::net::TcpStream::connect(server.addr()).unwrap();
+    conn.write_all(
+        b"POST /api/sheds HTTP/1.1\r\nHost: shed\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("100 Continue") {
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "the server closed the connection: {seen:?}");
+        seen.extend_from_slice(&buf[..n]);
+    }
+
+    server.signal("TERM");
+    server.wait_for("shed-server stopping (SIGTERM)");
+    server.signal("TERM");
+    let (status, lines) = server.exit();
+    assert!(status.success(), "{status:?}; {lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("stopping at once (SIGTERM again)")),
+        "{lines:#?}"
+    );
+}
+
+/// Runs `c` (its stderr read line by line) until it exits, at most 20 s: its status and every line it
+/// wrote to stderr.
+fn run_to_exit(mut c: Command) -> (std::process::ExitStatus, Vec<String>) {
+    let mut child = c.stderr(Stdio::piped()).spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, reader.join().unwrap());
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process did not exit; stderr: {:#?}", reader.join());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A second server on the same configuration (the same `remote.state_dir`) refuses to start,
+/// naming the directory in use, before it reads a record or the cloud: the first server's records,
+/// jobs and VMs stay its own, and it goes on serving.
+#[test]
+fn a_second_server_on_the_same_state_dir_refuses_before_reading_anything() {
+    let first = Server::on_state_file();
+    let mut second = Server::command(&first._dir);
+    second
+        .env(orca::FAKE_STATE_ENV, first._dir.path().join("cloud.json"))
+        .env("TOKIO_WORKER_THREADS", "1");
+    let (status, lines) = run_to_exit(second);
+    assert!(!status.success(), "{status:?}; {lines:#?}");
+    let state_dir = first._dir.path().join("state").join("remote");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("{} is in use", state_dir.display()))),
+        "{lines:#?}"
+    );
+    let reconciled: Vec<&String> = lines.iter().filter(|l| l.contains("remote:")).collect();
+    assert!(reconciled.is_empty(), "{reconciled:#?}");
+
+    first.signal("INT");
+    let (status, lines) = first.exit();
     assert!(status.success(), "{status:?}; {lines:#?}");
 }
