@@ -357,3 +357,56 @@ async fn a_step_whose_lock_is_lost_records_no_vm_the_reconciler_destroyed() {
     assert_eq!(f.output["changed"], true, "{}", f.output);
     w.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_of_a_vm_runs_from_when_it_was_asked_for_not_from_the_plan() {
+    let Some(w) =
+        World::new("the_grace_of_a_vm_runs_from_when_it_was_asked_for_not_from_the_plan").await
+    else {
+        return;
+    };
+    w.knobs.hold_creates.store(true, Ordering::SeqCst);
+    let step = w.keeper.spawn_step(
+        "core.cloud.created".into(),
+        json!({"provider": "lab", "profile": "small", "count": 2, "name": "slow"}),
+        "test".into(),
+    );
+    let entered =
+        || tokio::time::timeout(Duration::from_secs(60), w.knobs.create_entered.notified());
+    entered().await.expect("the first create starts");
+    // A long batch: it was planned an hour ago, and its first create has taken until now.
+    w.client()
+        .await
+        .execute(
+            "UPDATE keeper.cloud_vms SET updated_at = now() - interval '1 hour' WHERE name LIKE 'slow-%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    w.knobs.create_release.notify_one();
+    entered().await.expect("the second create is sent");
+    // keeper stops while the cloud is making slow-2.
+    step.abort();
+    assert!(step.await.unwrap_err().is_cancelled());
+    until_no_lock_is_held(&w).await;
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert_eq!(r.steps.len(), 1, "{r:?}");
+    let s = &r.steps[0];
+    assert!(
+        s.never_made.is_empty(),
+        "slow-2 was asked for a moment ago, not an hour ago: {r:?}"
+    );
+    assert_eq!(s.waiting, ["slow-2"], "{r:?}");
+    assert_eq!(state_of(&w, "slow-2").await.0, "requested");
+    // The cloud shows slow-2 late: the next run finds it and destroys it.
+    let late = make_vm(&w, "slow-2").await;
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert_eq!(r.steps.len(), 1, "{r:?}");
+    assert_eq!(r.steps[0].destroyed, std::slice::from_ref(&late), "{r:?}");
+    assert_eq!(
+        state_of(&w, "slow-2").await,
+        ("destroyed".into(), Some(late))
+    );
+    assert!(ids(&w).is_empty(), "{:?}", ids(&w));
+    w.finish().await;
+}

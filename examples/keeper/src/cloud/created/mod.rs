@@ -246,6 +246,14 @@ impl Keeper {
         let ms = b
             .spec
             .machine_spec(&vm.name, &b.row.region, &self.settings.pool, &ud);
+        // The reconciler's grace runs from the row's last move: move it now, as the VM is asked
+        // for, so that a VM asked for late in a long batch is not judged never made at once. The
+        // cloud is not asked when the journal cannot say so.
+        let asked = JournalUpdate {
+            detail: None,
+            ..JournalUpdate::new(vm.journal_id, "requested", "").from("requested")
+        };
+        self.journal(asked).await?;
         match b.cloud.create(&ms).await {
             Ok(orca::Created::Machine(m)) => self.made(run, b, vm, m, out).await,
             Ok(orca::Created::Adopted(m)) => {
