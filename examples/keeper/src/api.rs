@@ -16,7 +16,9 @@
 //! Every request but `/healthz` needs `Authorization: Bearer <token>` (401 without a known token, 403
 //! without the permission). Every answer is masked ([`crate::mask`]); a step's answer keeps only
 //! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`, a path
-//! with no route (404) and a method a path does not take (405) included.
+//! with no route (404), a method a path does not take (405), a step name that is not UTF-8 (404)
+//! and a body over [`BODY_LIMIT`] (413) included; the last two are answered after the caller is
+//! authenticated, so that a caller without a token learns nothing but 401.
 //!
 //! A step runs as a task of its own, so that a client hanging up does not stop it halfway: it goes on
 //! to its end (registries, audit event, roll-back) and only its answer is lost.
@@ -24,8 +26,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{BytesRejection, PathRejection};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -37,6 +39,10 @@ use crate::error::{db_error, json_position, Error};
 use crate::mask::mask_json;
 use crate::registry;
 use crate::tokens::{ApiTokens, Caller, STEP_PERMISSION};
+
+/// The largest request body the API reads: 2 MiB (a provider, a profile or a step's parameters are
+/// a few KiB).
+pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
 
 #[derive(Clone)]
 struct AppState {
@@ -71,6 +77,7 @@ pub fn router(keeper: Keeper, tokens: ApiTokens) -> Router {
                 format!("{} does not take {method}", uri.path()),
             )
         })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
 
@@ -134,8 +141,24 @@ fn path_name(path: NamePath) -> Result<String, Error> {
     Ok(name)
 }
 
-fn body_json(body: &Bytes) -> Result<Value, Error> {
-    serde_json::from_slice(body).map_err(|e| {
+/// A request's body, or why axum could not read it (answered by [`body_json`], after the caller is
+/// authenticated).
+type Body = Result<Bytes, BytesRejection>;
+
+fn body_json(body: Body) -> Result<Value, Error> {
+    let body = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Error::new(
+                413,
+                "body.too_large",
+                format!("the body is larger than {BODY_LIMIT} bytes"),
+            )
+        } else {
+            Error::new(400, "body.invalid", "the body could not be read")
+        }
+        .with_field("body")
+    })?;
+    serde_json::from_slice(&body).map_err(|e| {
         Error::new(
             400,
             "body.invalid",
@@ -161,9 +184,9 @@ async fn list_providers(State(s): State<AppState>, h: HeaderMap) -> Answer {
     Ok(answer(StatusCode::OK, json!({"providers": all})))
 }
 
-async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Answer {
+async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Body) -> Answer {
     let c = caller(&s, &h, "provider.create")?;
-    let body = body_json(&body)?;
+    let body = body_json(body)?;
     let p = registry::create_provider(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(provider = %p.name, actor = %c.actor(), "provider created");
     Ok(answer(StatusCode::CREATED, json!(p)))
@@ -194,9 +217,9 @@ async fn list_profiles(State(s): State<AppState>, h: HeaderMap) -> Answer {
     Ok(answer(StatusCode::OK, json!({"profiles": all})))
 }
 
-async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Bytes) -> Answer {
+async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Body) -> Answer {
     let c = caller(&s, &h, "profile.create")?;
-    let body = body_json(&body)?;
+    let body = body_json(body)?;
     let p = registry::create_profile(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(profile = %p.name, provider = %p.provider, actor = %c.actor(), "profile created");
     Ok(answer(StatusCode::CREATED, json!(p)))
@@ -220,14 +243,15 @@ async fn delete_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath)
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn run_step(
-    State(s): State<AppState>,
-    h: HeaderMap,
-    Path(step): Path<String>,
-    body: Bytes,
-) -> Answer {
+async fn run_step(State(s): State<AppState>, h: HeaderMap, step: NamePath, body: Body) -> Answer {
     let c = caller(&s, &h, STEP_PERMISSION)?;
-    let params = body_json(&body)?;
+    let Ok(Path(step)) = step else {
+        return Err(Error::not_found(
+            "step.unknown",
+            "no such step: the step's name in the path is not UTF-8 text",
+        ));
+    };
+    let params = body_json(body)?;
     // The step runs as a task of its own: hyper drops this handler when the client hangs up, and a
     // step stopped halfway would leave VMs made but unrecorded, or destroyed with the registries not
     // updated. The task goes on to its end (registry, audit event, roll-back) whoever waits for it.

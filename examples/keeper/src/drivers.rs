@@ -3,8 +3,11 @@
 //! [`OrcaDrivers`] calls `orca::of_with(driver, owner, &settings)`; the settings are what the vault
 //! holds at the provider's `credentials_ref` (the keys each driver documents as its `ConfigKey`:
 //! Hetzner's token; EC2's access key, secret and region; Azure's and GCE's account and placement
-//! keys; the fake's state file), plus what the registry row says ([`driver_settings`]). The trait
-//! lets a test wrap the provider (to record what keeper asked for, or to take a capability away).
+//! keys; the fake's state file), plus what the registry row says ([`driver_settings`]), checked
+//! against the driver's keys first ([`check_settings`]), whichever [`Drivers`] make the provider:
+//! a plugin reads its settings from its environment, where a key it does not know would be
+//! silently ignored. The trait lets a test wrap the provider (to record what keeper asked for, or
+//! to take a capability away).
 
 use std::sync::Arc;
 
@@ -41,23 +44,36 @@ impl Drivers for OrcaDrivers {
     }
 }
 
+/// EC2's region setting (`orca::ec2::ConfigKey::Region`, a test checks it), named here because a
+/// build without the `clouds` feature does not link the EC2 driver, yet its `ec2` plugin needs it.
+const EC2_REGION: &str = "AWS_REGION";
+
 /// The settings a provider row adds to its vault's: the region as EC2's region setting for `ec2`
-/// (EC2's locations are zones; its API is per region) unless the vault sets it. A build without
-/// the `clouds` feature has no `ec2` driver, and adds nothing.
-pub fn driver_settings(provider: &CloudProvider, settings: Settings) -> Settings {
-    #[cfg(feature = "clouds")]
-    {
-        let mut settings = settings;
-        let region = orca::ec2::ConfigKey::Region.as_str();
-        if provider.driver == "ec2" && settings.get(region).is_none() {
-            settings.insert(region, provider.region.clone());
-        }
-        settings
+/// (EC2's locations are zones; its API is per region) unless the vault sets it, whatever the
+/// build: a build without the `clouds` feature reaches EC2 through its plugin.
+pub fn driver_settings(provider: &CloudProvider, mut settings: Settings) -> Settings {
+    if provider.driver == "ec2" && settings.get(EC2_REGION).is_none() {
+        settings.insert(EC2_REGION, provider.region.clone());
     }
-    #[cfg(not(feature = "clouds"))]
-    {
-        let _ = provider;
-        settings
+    settings
+}
+
+/// Refuses every key of `settings` that `driver` does not know, naming each, as
+/// `orca::of_with` does: before any provider is made, so that a plugin (which reads what its
+/// environment holds) never starts with a key its driver would ignore. A driver this build does
+/// not link is checked by its plugin's driver alone.
+pub fn check_settings(driver: &str, settings: &Settings) -> orca::Result<()> {
+    match driver {
+        "fake" => settings.check_known(driver, &orca::FakeKey::names()),
+        #[cfg(feature = "clouds")]
+        "hetzner" => settings.check_keys::<orca::hetzner::ConfigKey>(),
+        #[cfg(feature = "clouds")]
+        "ec2" => settings.check_keys::<orca::ec2::ConfigKey>(),
+        #[cfg(feature = "clouds")]
+        "azure" => settings.check_keys::<orca::azure::ConfigKey>(),
+        #[cfg(feature = "clouds")]
+        "gce" => settings.check_keys::<orca::gce::ConfigKey>(),
+        _ => Ok(()),
     }
 }
 
@@ -79,11 +95,32 @@ mod tests {
     #[test]
     fn an_ec2_row_gives_its_region_unless_the_vault_does() {
         let region = orca::ec2::ConfigKey::Region.as_str();
+        assert_eq!(region, EC2_REGION);
         let s = driver_settings(&row("ec2"), Settings::new());
         assert_eq!(s.get(region), Some("eu-west-1"));
         let s = driver_settings(&row("ec2"), Settings::new().with(region, "us-east-2"));
         assert_eq!(s.get(region), Some("us-east-2"));
         let s = driver_settings(&row("hetzner"), Settings::new());
         assert!(s.is_empty());
+    }
+}
+
+#[cfg(test)]
+mod region_tests {
+    use super::*;
+
+    #[test]
+    fn an_ec2_row_gives_its_region_whatever_the_build() {
+        let row = CloudProvider {
+            name: "p".into(),
+            driver: "ec2".into(),
+            credentials_ref: "r".into(),
+            region: "eu-west-1".into(),
+            fqdn_suffix: None,
+            created_at: chrono::Utc::now(),
+        };
+        // Plugins read it as EC2 reads its region, from the environment's name.
+        let s = driver_settings(&row, Settings::new());
+        assert_eq!(s.get("AWS_REGION"), Some("eu-west-1"));
     }
 }

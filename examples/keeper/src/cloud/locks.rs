@@ -14,7 +14,7 @@ use std::time::Duration;
 use deadpool_postgres::ClientWrapper;
 
 use crate::db::Db;
-use crate::error::{db_error, Error, Result};
+use crate::error::{db_error, describe_db, Error, Result};
 
 /// How long a caller waits for a lock that another holds (a VM another step is destroying).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(600);
@@ -56,6 +56,43 @@ impl LockSession {
             ));
         }
         Ok(session)
+    }
+
+    /// A transaction in this session, begun only while the session still holds `key`. A session
+    /// that ends lets its locks go and takes its open transaction with it, so a commit of this
+    /// transaction proves the lock was held until then: no other session can have taken it
+    /// meanwhile. `registry.lock_lost` when the session or the lock is gone.
+    pub(crate) async fn transaction_holding(
+        &mut self,
+        key: &str,
+    ) -> Result<deadpool_postgres::Transaction<'_>> {
+        let lost = |why: String| {
+            Error::new(
+                500,
+                "registry.lock_lost",
+                format!("the lock {key} was lost ({why})"),
+            )
+        };
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(|e| lost(describe_db(&e)))?;
+        // An advisory lock on a bigint key is listed as its high and low 32 bits.
+        let held: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+                   AND pid = pg_backend_pid() AND objsubid = 1
+                   AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0))",
+                &[&key],
+            )
+            .await
+            .map_err(|e| lost(describe_db(&e)))?
+            .get(0);
+        if !held {
+            return Err(lost("the session no longer holds it".to_string()));
+        }
+        Ok(tx)
     }
 
     /// Takes `key` when no other session holds it; answers whether it did.

@@ -24,7 +24,7 @@ use crate::db::Db;
 use serde_json::{json, Map, Value};
 
 use crate::audit::{self, CLOUD_PROVISIONED};
-use crate::drivers::{driver_settings, Drivers};
+use crate::drivers::{check_settings, driver_settings, Drivers};
 use crate::error::{from_orca, Error, Result};
 use crate::mask::{mask_json, mask_step_output, masked};
 use crate::registry::{self, CloudProvider};
@@ -448,27 +448,13 @@ impl Keeper {
     pub(crate) async fn cloud(&self, row: &CloudProvider) -> Result<Arc<dyn orca::Provider>> {
         let settings = self.vault.resolve(&row.credentials_ref).await?;
         let settings = driver_settings(row, settings);
+        // Checked here, whichever drivers make the provider: a plugin reads only what its
+        // environment holds, and would ignore a key its driver does not know.
+        check_settings(&row.driver, &settings).map_err(|e| provider_error(row, &e))?;
         self.drivers
             .provider(&row.driver, &self.settings.owner, &settings)
             .await
-            .map_err(|e| {
-                if let orca::Error::InvalidSpec { field, rule } = &e {
-                    if field == "kind" {
-                        return Error::new(
-                            422,
-                            "provider.driver",
-                            format!("provider {}: {rule}", row.name),
-                        )
-                        .with_field("provider");
-                    }
-                }
-                let mut err = from_orca(&e);
-                err.message = format!("provider {}: {}", row.name, err.message);
-                if err.status == 502 {
-                    err.status = 500;
-                }
-                err
-            })
+            .map_err(|e| provider_error(row, &e))
     }
 
     /// keeper on the database at `database_url`: a connection pool, and the pending migrations
@@ -483,6 +469,27 @@ impl Keeper {
         crate::db::migrate(&pool).await?;
         Keeper::new(pool, vault, drivers, settings)
     }
+}
+
+/// keeper's error for provider `row` that could not be made: `provider.driver` for a driver this
+/// build lacks, else the driver's error naming the provider.
+fn provider_error(row: &CloudProvider, e: &orca::Error) -> Error {
+    if let orca::Error::InvalidSpec { field, rule } = e {
+        if field == "kind" {
+            return Error::new(
+                422,
+                "provider.driver",
+                format!("provider {}: {rule}", row.name),
+            )
+            .with_field("provider");
+        }
+    }
+    let mut err = from_orca(e);
+    err.message = format!("provider {}: {}", row.name, err.message);
+    if err.status == 502 {
+        err.status = 500;
+    }
+    err
 }
 
 #[cfg(test)]

@@ -659,13 +659,34 @@ async fn a_method_not_allowed_answers_the_json_error_every_error_has() {
 
 /// Sends `method target` as written (no client normalises it) and answers the status and body.
 async fn raw(api: &Api, method: &str, target: &str) -> (u16, Value) {
+    raw_request(api, method, target, Some(ADMIN), b"").await
+}
+
+/// Sends `method target` as written, with `token` (none: no Authorization header) and `body`, and
+/// answers the status and body.
+async fn raw_request(
+    api: &Api,
+    method: &str,
+    target: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, Value) {
     use tokio::io::AsyncReadExt;
     let addr = api.base.trim_start_matches("http://");
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let length = if body.is_empty() {
+        String::new()
+    } else {
+        format!("Content-Length: {}\r\n", body.len())
+    };
     let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: keeper\r\nAuthorization: Bearer {ADMIN}\r\nConnection: close\r\n\r\n"
+        "{method} {target} HTTP/1.1\r\nHost: keeper\r\n{auth}{length}Connection: close\r\n\r\n"
     );
     conn.write_all(request.as_bytes()).await.unwrap();
+    conn.write_all(body).await.unwrap();
     let mut answer = String::new();
     conn.read_to_string(&mut answer).await.unwrap();
     let status = answer[9..12].parse().unwrap();
@@ -723,6 +744,45 @@ async fn a_name_in_a_path_cannot_reach_another_resource() {
         w.count("SELECT 1 FROM keeper.audit_events WHERE event LIKE '%.deleted'")
             .await,
         0
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_bad_step_path_or_a_body_too_large_answers_json_after_authentication() {
+    let Some(w) =
+        World::new("a_bad_step_path_or_a_body_too_large_answers_json_after_authentication").await
+    else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    // A step name that is not UTF-8: no token is 401, a token gets the JSON error.
+    let (status, v) = raw_request(&api, "POST", "/v1/steps/%FF", None, b"").await;
+    assert_eq!(status, 401, "{v}");
+    assert_eq!(v["error"]["code"], "unauthenticated", "{v}");
+    let (status, v) = raw_request(&api, "POST", "/v1/steps/%FF", Some(ADMIN), b"").await;
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["error"]["code"], "step.unknown", "{v}");
+    // A body one byte over the limit (sent whole, so the server reads it all).
+    let big = vec![b' '; 2 * 1024 * 1024 + 1];
+    for path in [
+        "/v1/providers",
+        "/v1/profiles",
+        "/v1/steps/core.cloud.created",
+    ] {
+        let (status, v) = raw_request(&api, "POST", path, None, &big).await;
+        assert_eq!(status, 401, "{path}: {v}");
+        assert_eq!(v["error"]["code"], "unauthenticated", "{path}: {v}");
+        let (status, v) = raw_request(&api, "POST", path, Some(ADMIN), &big).await;
+        assert_eq!(status, 413, "{path}: {v}");
+        assert_eq!(v["error"]["code"], "body.too_large", "{path}: {v}");
+        assert_eq!(v["error"]["field"], "body", "{path}: {v}");
+    }
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.audit_events WHERE event LIKE 'cloud.%'")
+            .await,
+        0,
+        "no step ran"
     );
     w.finish().await;
 }

@@ -327,7 +327,7 @@ async fn a_registry_failure_after_the_destroys_is_audited_with_the_counters() {
 
 /// Ends the sessions of the test's own database that hold an advisory lock (the destroy's lock on
 /// its VM); answers how many.
-async fn end_the_lock_holders(w: &World) -> usize {
+pub(crate) async fn end_the_lock_holders(w: &World) -> usize {
     let rows = w
         .client()
         .await

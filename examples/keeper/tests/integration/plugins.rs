@@ -226,3 +226,31 @@ async fn a_plugin_logging_its_secret_is_masked_in_keepers_log() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vault_key_the_driver_does_not_know_is_refused_by_name_before_a_plugin_starts() {
+    let test = "a_vault_key_the_driver_does_not_know_is_refused_by_name_before_a_plugin_starts";
+    let Some(w) = World::plugins(test).await else {
+        return;
+    };
+    // A typo of ORCA_FAKE_STATE beside the right key: silently ignored, the VMs would go elsewhere.
+    support::write_vault_file(
+        &w.vault,
+        "fake/lab",
+        &json!({orca::FAKE_STATE_ENV: w.state.to_str().unwrap(), "ORCA_FAKE_STAET": "/tmp/x.json"}),
+    );
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "typo"}),
+        )
+        .await
+        .map(|out| panic!("the unknown key was ignored: {out}"))
+        .unwrap_err();
+    assert_eq!(f.error.code, "provider.settings", "{}", f.error);
+    assert!(f.error.message.contains("ORCA_FAKE_STAET"), "{}", f.error);
+    let host = w.plugins.clone().unwrap();
+    assert!(host.running("fake").await.is_empty(), "no plugin started");
+    assert!(w.machines().is_empty());
+    w.finish().await;
+}

@@ -275,3 +275,138 @@ async fn a_running_step_is_left_alone_and_two_reconcilers_resolve_each_step_once
     assert_eq!(w.machines().len(), 2, "the live step's VMs");
     w.finish().await;
 }
+
+/// Waits until no session of the test's database holds an advisory lock (a session ended by
+/// `pg_terminate_backend` lets its locks go once its backend has exited).
+async fn until_no_lock_is_held(w: &World) {
+    for _ in 0..3000 {
+        let held = w
+            .count(
+                "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()",
+            )
+            .await;
+        if held == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("an advisory lock is still held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_lock_is_lost_records_no_vm_the_reconciler_destroyed() {
+    let Some(w) =
+        World::new("a_step_whose_lock_is_lost_records_no_vm_the_reconciler_destroyed").await
+    else {
+        return;
+    };
+    // The first create goes through, the second is held: lost-1 is `made`, lost-2 `requested`.
+    w.knobs.hold_creates.store(true, Ordering::SeqCst);
+    let step = w.keeper.spawn_step(
+        "core.cloud.created".into(),
+        json!({"provider": "lab", "profile": "small", "count": 2, "name": "lost"}),
+        "test".into(),
+    );
+    let entered =
+        || tokio::time::timeout(Duration::from_secs(60), w.knobs.create_entered.notified());
+    entered().await.expect("the first create starts");
+    w.knobs.create_release.notify_one();
+    entered().await.expect("the second create starts");
+    let first = state_of(&w, "lost-1").await;
+    assert_eq!(first.0, "made", "{first:?}");
+    let first_vm = first.1.unwrap();
+    // The step's lock session ends (a server restart, a timeout, an operator): another keeper's
+    // reconciler now takes the step for a stopped one, and destroys what it made.
+    assert_eq!(crate::destroyed::end_the_lock_holders(&w).await, 1);
+    until_no_lock_is_held(&w).await;
+    let r = w.keeper.reconcile("test", Duration::ZERO).await.unwrap();
+    assert!(r.running.is_empty(), "{r:?}");
+    assert_eq!(r.steps.len(), 1, "{r:?}");
+    assert_eq!(
+        r.steps[0].destroyed,
+        std::slice::from_ref(&first_vm),
+        "{r:?}"
+    );
+    assert!(!ids(&w).contains(&first_vm));
+    // The held create ends: the step must not record the VM the reconciler destroyed.
+    w.knobs.hold_creates.store(false, Ordering::SeqCst);
+    w.knobs.create_release.notify_one();
+    let f = match step.await.unwrap() {
+        Ok(out) => panic!(
+            "the step recorded a batch whose VM {first_vm} is gone: {out} (pending souls: {:?}, machines: {:?})",
+            w.rows("SELECT sid, vm_id FROM keeper.souls").await,
+            ids(&w)
+        ),
+        Err(f) => f,
+    };
+    assert_eq!(f.error.code, "registry.lock_lost", "{}", f.error);
+    assert!(f.error.message.contains("lock"), "{}", f.error);
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    assert_eq!(w.count("SELECT 1 FROM keeper.bootstrap_tokens").await, 0);
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'")
+            .await,
+        0
+    );
+    assert!(
+        ids(&w).is_empty(),
+        "the step destroyed what it made: {:?}",
+        ids(&w)
+    );
+    assert_eq!(f.output["changed"], true, "{}", f.output);
+    w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_of_a_vm_runs_from_when_it_was_asked_for_not_from_the_plan() {
+    let Some(w) =
+        World::new("the_grace_of_a_vm_runs_from_when_it_was_asked_for_not_from_the_plan").await
+    else {
+        return;
+    };
+    w.knobs.hold_creates.store(true, Ordering::SeqCst);
+    let step = w.keeper.spawn_step(
+        "core.cloud.created".into(),
+        json!({"provider": "lab", "profile": "small", "count": 2, "name": "slow"}),
+        "test".into(),
+    );
+    let entered =
+        || tokio::time::timeout(Duration::from_secs(60), w.knobs.create_entered.notified());
+    entered().await.expect("the first create starts");
+    // A long batch: it was planned an hour ago, and its first create has taken until now.
+    w.client()
+        .await
+        .execute(
+            "UPDATE keeper.cloud_vms SET updated_at = now() - interval '1 hour' WHERE name LIKE 'slow-%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    w.knobs.create_release.notify_one();
+    entered().await.expect("the second create is sent");
+    // keeper stops while the cloud is making slow-2.
+    step.abort();
+    assert!(step.await.unwrap_err().is_cancelled());
+    until_no_lock_is_held(&w).await;
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert_eq!(r.steps.len(), 1, "{r:?}");
+    let s = &r.steps[0];
+    assert!(
+        s.never_made.is_empty(),
+        "slow-2 was asked for a moment ago, not an hour ago: {r:?}"
+    );
+    assert_eq!(s.waiting, ["slow-2"], "{r:?}");
+    assert_eq!(state_of(&w, "slow-2").await.0, "requested");
+    // The cloud shows slow-2 late: the next run finds it and destroys it.
+    let late = make_vm(&w, "slow-2").await;
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert_eq!(r.steps.len(), 1, "{r:?}");
+    assert_eq!(r.steps[0].destroyed, std::slice::from_ref(&late), "{r:?}");
+    assert_eq!(
+        state_of(&w, "slow-2").await,
+        ("destroyed".into(), Some(late))
+    );
+    assert!(ids(&w).is_empty(), "{:?}", ids(&w));
+    w.finish().await;
+}

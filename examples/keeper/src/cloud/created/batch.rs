@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::super::journal::{move_row, JournalUpdate};
+use super::super::locks::LockSession;
 use super::super::{Keeper, Run};
 use super::{Made, Planned};
 use crate::audit::{self, CLOUD_PROVISIONED};
@@ -64,16 +65,32 @@ impl Keeper {
         Ok(planned)
     }
 
-    /// Writes the souls, token hashes, journal and audit event of a batch made whole: one transaction.
+    /// Writes the souls, token hashes, journal and audit event of a batch made whole: one
+    /// transaction, in the session that holds the step's lock `lock`. A step whose lock was lost
+    /// (its session ended: a server restart, a timeout, an operator) may have had its VMs destroyed
+    /// by a reconciler that took it for a stopped step: it records nothing (`registry.lock_lost`),
+    /// and each row moves only from `made`, so a row another writer moved fails the batch too.
     pub(super) async fn record(
         &self,
         run: &Run,
         row: &CloudProvider,
         made: &[Made],
         actor: &str,
+        (session, key): (&mut LockSession, &str),
     ) -> Result<()> {
-        let mut client = self.pool.get().await?;
-        let tx = begin(&mut client).await?;
+        let lost = |why: String| {
+            Error::new(
+                500,
+                "registry.lock_lost",
+                format!(
+                    "the step's lock was lost before its batch was recorded ({why}): a reconciler may have taken the step for a stopped one and destroyed its VMs, so nothing is recorded and the VMs this step made are destroyed"
+                ),
+            )
+        };
+        let tx = session
+            .transaction_holding(key)
+            .await
+            .map_err(|e| lost(e.message))?;
         for m in made {
             let sid = &m.machine.fqdn;
             let soul_id: i64 = match tx
@@ -106,9 +123,14 @@ impl Keeper {
             let recorded = JournalUpdate {
                 sid: Some(sid.clone()),
                 detail: None,
-                ..JournalUpdate::new(m.planned.journal_id, "recorded", "")
+                ..JournalUpdate::new(m.planned.journal_id, "recorded", "").from("made")
             };
-            move_row(&tx, &recorded).await?;
+            if !move_row(&tx, &recorded).await? {
+                return Err(lost(format!(
+                    "the journal row of VM {} is no longer made",
+                    m.machine.id
+                )));
+            }
         }
         let n = made.len();
         let payload = run.audit_payload_with(json!({

@@ -11,7 +11,9 @@
 //! 3. the VMs are made one after the other; each one made is journalled `made` with its id at once
 //!    ([`Keeper::make_all`]);
 //! 4. all made: one transaction writes the souls, the token hashes, the journal (`recorded`) and the
-//!    audit event ([`Keeper::record`]);
+//!    audit event, in the lock's session and only while it still holds the lock: a step whose lock
+//!    was lost may have had its VMs destroyed by a reconciler, and records nothing
+//!    ([`Keeper::record`]);
 //! 5. a failure at any point (a VM refused, a VM without an FQDN, an adopted VM, a SID clash, the
 //!    registry or the audit failing): the VMs this step made are destroyed (journal `destroyed`), and
 //!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later; these rows,
@@ -125,17 +127,26 @@ impl Keeper {
         };
         // Held while this step runs: the reconciler leaves the journal rows of a running step alone.
         let key = step_key(&run.step_id);
-        let running = match LockSession::holding(&self.pool, &key).await {
+        let mut running = match LockSession::holding(&self.pool, &key).await {
             Ok(s) => s,
             Err(e) => return run.refuse(e),
         };
-        let run = self.create_batch(run, &batch, actor).await;
+        let run = self
+            .create_batch(run, &batch, actor, (&mut running, &key))
+            .await;
         running.release(&key).await;
         run
     }
 
-    /// Makes the batch, then records it, or rolls it back when the step fails.
-    async fn create_batch(&self, mut run: Run, batch: &Batch, actor: &str) -> Run {
+    /// Makes the batch, then records it (in `lock`'s session, while it holds the step's lock), or
+    /// rolls it back when the step fails.
+    async fn create_batch(
+        &self,
+        mut run: Run,
+        batch: &Batch,
+        actor: &str,
+        lock: (&mut LockSession, &str),
+    ) -> Run {
         let planned = match self
             .plan(&run.step_id, &batch.row, &batch.base, batch.params.count)
             .await
@@ -155,7 +166,7 @@ impl Keeper {
         run.fact("unresolved", json!(out.unresolved));
         let failure = match out.failure {
             Some(e) => e,
-            None => match self.record(&run, &batch.row, &out.made, actor).await {
+            None => match self.record(&run, &batch.row, &out.made, actor, lock).await {
                 Ok(()) => {
                     run.audited = true;
                     run.output = Some(batch::output(&out.made));
@@ -235,6 +246,14 @@ impl Keeper {
         let ms = b
             .spec
             .machine_spec(&vm.name, &b.row.region, &self.settings.pool, &ud);
+        // The reconciler's grace runs from the row's last move: move it now, as the VM is asked
+        // for, so that a VM asked for late in a long batch is not judged never made at once. The
+        // cloud is not asked when the journal cannot say so.
+        let asked = JournalUpdate {
+            detail: None,
+            ..JournalUpdate::new(vm.journal_id, "requested", "").from("requested")
+        };
+        self.journal(asked).await?;
         match b.cloud.create(&ms).await {
             Ok(orca::Created::Machine(m)) => self.made(run, b, vm, m, out).await,
             Ok(orca::Created::Adopted(m)) => {
