@@ -102,8 +102,17 @@ impl Stado {
                 format!("{}; this home is {}", Self::whose(&m), self.home.id()),
             ),
             Err(e @ Error::NotOwned { .. }) => Some(e.to_string()),
-            // Absent, this home's, made before homes had ids, or unreadable: delete_vm decides.
-            _ => None,
+            // A read that failed says nothing of whose the VM is: never delete on a guess.
+            Err(e) => {
+                return Err(Failure::new(format!(
+                    "{name} is still registered: its VM {} could not be read to check that it is this stado home's ({}); deleting it again retries",
+                    decl.vm_id,
+                    self.cloud_error(&e)
+                ))
+                .with_code("unread"))
+            }
+            // Absent, this home's, or made before homes had ids: delete_vm decides.
+            Ok(_) => None,
         };
         if let Some(whose) = whose {
             return Err(Failure::new(format!(

@@ -1186,6 +1186,44 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
     assert!(cloud.all_machines().is_empty());
 }
 
+/// A VM read that fails says nothing of whose the VM is: delete waits for a read, never guesses.
+#[tokio::test]
+async fn a_failed_read_never_lets_delete_remove_another_homes_vm() {
+    let cloud = MemoryCloud::new();
+    let a = lab_on(cloud.clone(), None);
+    assert!(a.create("h1").await.ok);
+    let a_vm = a.vm_id("h1");
+    // A home given a's owner, whose registry names a's VM (copied from a's home, say).
+    let c = lab_on(cloud.clone(), Some(&common::owner(&a.s.home)));
+    let mut reg = Registry::load(&c.s.home).unwrap();
+    reg.put_target(
+        Registry::load(&a.s.home)
+            .unwrap()
+            .target("h1")
+            .unwrap()
+            .clone(),
+    );
+    reg.save(&c.s.home).unwrap();
+    // A failure the provider does not retry: the read answers nothing.
+    cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
+    let e = c.s.delete("h1").await.unwrap_err();
+    assert!(
+        cloud.all_machines().iter().any(|m| m.id == a_vm),
+        "{e}: a's VM still stands"
+    );
+    assert!(
+        e.message().starts_with(&format!(
+            "h1 is still registered: its VM {a_vm} could not be read"
+        )),
+        "{e}"
+    );
+    assert_eq!(declared(&c.s), vec![("h1".to_string(), a_vm.clone())]);
+    // Read again, it is named as another home's and left alone.
+    let e = c.s.delete("h1").await.unwrap_err();
+    assert_eq!(e.code(), "not_this_home", "{e}");
+    assert!(cloud.all_machines().iter().any(|m| m.id == a_vm));
+}
+
 #[tokio::test]
 async fn no_output_carries_a_private_key() {
     let lab = lab();
