@@ -395,7 +395,10 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
                 .await?
                 .delete(&name)
                 .await?;
-            let line = format!("deleted {} (VM {} and what belonged to it); its registry entry and fleet key are gone", r.name, r.vm_id);
+            let line = match r.vm_id.as_str() {
+                "" => format!("deleted {} (its create had made no VM); its registry entry and fleet key are gone", r.name),
+                id => format!("deleted {} (VM {id} and what belonged to it); its registry entry and fleet key are gone", r.name),
+            };
             Ok(report(&r, vec![line], true))
         }
         HostCmd::Reap {

@@ -285,7 +285,7 @@ impl Stado {
         for ((t, c), mut row) in declared.iter().zip(readings) {
             if apply && row.verdict == Verdict::Reapable {
                 match self.remove_host(&mut registry, &t.name, c).await {
-                    Ok(()) => row.action = Some(Action::Reaped),
+                    Ok(_) => row.action = Some(Action::Reaped),
                     Err(f) => {
                         row.action = Some(Action::ReapFailed);
                         row.action_cause = Some(f.message().to_string());
@@ -304,15 +304,23 @@ impl Stado {
             idle_minutes: c.idle_minutes,
             ..ReapRow::default()
         };
-        if c.state == CloudState::Enrolling {
-            // Its create holds the registry's lock from its first step to its last, and this pass
-            // holds it now: the create stopped before it enrolled and recorded the host, and nothing
-            // else will ever return it.
+        // Its create holds the registry's lock from its first step to its last, and this pass holds
+        // it now: the create stopped before it enrolled and recorded the host, and nothing else will
+        // ever return it.
+        let stopped = match c.state {
+            CloudState::Creating => {
+                Some("before the cloud answered with its VM (targets[].cloud is creating)")
+            }
+            CloudState::Enrolling => {
+                Some("before the host was enrolled (targets[].cloud is enrolling)")
+            }
+            CloudState::Ready | CloudState::FirstBootFailed => None,
+        };
+        if let Some(when) = stopped {
             row.verdict = Verdict::Reapable;
-            row.cause = Some(
-                "its create stopped before the host was enrolled (targets[].cloud is enrolling); nothing else returns it"
-                    .into(),
-            );
+            row.cause = Some(format!(
+                "its create stopped {when}; nothing else returns it"
+            ));
             return row;
         }
         match self.reading(t, c).await {

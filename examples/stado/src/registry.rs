@@ -103,10 +103,12 @@ pub struct CloudDecl {
     pub vm_id: String,
     /// When the cloud made it.
     pub created_at: Timestamp,
-    /// Whether its create recorded it whole (`ready`), or it is declared from the moment its VM was
-    /// made until the create enrols and records it (`enrolling`, which stays when the create stopped
-    /// half-way: list, delete and reap see it and can remove it), or its first boot did not finish
-    /// cleanly (`first_boot_failed`). Absent (a registry written before this field): `ready`.
+    /// Whether its create recorded it whole (`ready`); or it is declared before the cloud is asked
+    /// for its VM (`creating`: no VM id or address yet, its VM found by its name) and from the
+    /// moment its VM was made until the create enrols and records it (`enrolling`), either of which
+    /// stays when the create stopped half-way (list, delete and reap see it and can remove it); or
+    /// its first boot did not finish cleanly (`first_boot_failed`). Absent (a registry written
+    /// before this field): `ready`.
     #[serde(default)]
     pub state: CloudState,
 }
@@ -115,6 +117,10 @@ pub struct CloudDecl {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CloudState {
+    /// Its create is asking the cloud for its VM, or stopped while it did: the VM may stand, and
+    /// the create never learnt its id (`vm_id` and `address` are empty). It is found by its name in
+    /// stado's pool.
+    Creating,
     /// Its VM is made and billed; the create has not enrolled and recorded it (yet).
     Enrolling,
     /// Enrolled and recorded whole (step 8).

@@ -713,6 +713,86 @@ async fn a_create_killed_after_its_vm_was_made_leaves_a_declared_host_that_delet
     assert_eq!(decl.state, stado::registry::CloudState::Ready);
 }
 
+/// Stops a create of `name` (its future dropped, as Ctrl-C drops it) once the cloud has made its VM
+/// but before the create heard so: step 6, which takes minutes on Azure.
+async fn stop_while_the_vm_is_made(lab: &Lab, faults: &orca::layer::Faults, name: &str) {
+    use orca::layer::{Op, Point};
+    faults.hold(Op::Create, Point::After);
+    let before = faults.entered(Op::Create, Point::After);
+    let s = lab.s.clone();
+    let req = request(name, "zone-a", "amd64-small");
+    let create = tokio::spawn(async move { s.create(&req).await });
+    faults
+        .until_entered(Op::Create, Point::After, before + 1)
+        .await;
+    create.abort();
+    assert!(create.await.unwrap_err().is_cancelled());
+    faults.release(Op::Create, Point::After);
+}
+
+#[tokio::test]
+async fn a_create_stopped_while_its_vm_is_made_leaves_a_host_that_list_delete_reap_and_create_resolve(
+) {
+    let mut lab = lab();
+    let faults = orca::layer::Faults::new();
+    lab.s.provider = Arc::new(orca::layer::Layered::new(
+        lab.s.provider.clone(),
+        faults.clone(),
+    ));
+    stop_while_the_vm_is_made(&lab, &faults, "h1").await;
+    let made = lab.in_cloud();
+    assert_eq!(made.len(), 1, "the VM was made (and is billed)");
+    let names: Vec<String> = declared(&lab.s).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        ["h1"],
+        "the host is declared before its VM is asked for"
+    );
+    // list finds its VM by its name.
+    let l = lab.s.list().await.unwrap();
+    let row = serde_json::to_value(&l.hosts[0]).unwrap();
+    assert_eq!(
+        (
+            row["state"].as_str(),
+            row["creating"].as_bool(),
+            row["vm_id"].as_str()
+        ),
+        (Some("running"), Some(true), Some(made[0].1.as_str())),
+        "{row}"
+    );
+    assert_eq!(l.running, 1);
+    // delete removes its VM and the keys its create minted.
+    lab.s.delete("h1").await.unwrap();
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
+    assert!(!lab.s.home.fleet_key("h1").exists());
+
+    // reap --apply returns one at once.
+    stop_while_the_vm_is_made(&lab, &faults, "h2").await;
+    let r = lab.s.reap(true).await.unwrap();
+    assert_eq!(
+        r.hosts
+            .iter()
+            .map(|h| (h.name.as_str(), h.action))
+            .collect::<Vec<_>>(),
+        [("h2", Some(stado::reap::Action::Reaped))],
+        "{:?}",
+        r.hosts
+    );
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
+
+    // A create of the same name again deletes what the stopped one made, and makes it anew.
+    stop_while_the_vm_is_made(&lab, &faults, "h3").await;
+    let old = lab.in_cloud();
+    let r = lab.create("h3").await;
+    assert!(r.ok, "{:?}", r.error);
+    let now = lab.in_cloud();
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0].1, old[0].1, "the stopped create's VM was deleted");
+    assert_eq!(declared(&lab.s), now);
+}
+
 #[tokio::test]
 async fn a_host_presenting_another_key_than_the_pinned_one_is_never_read() {
     let lab = lab();
