@@ -11,7 +11,7 @@ use crate::channel::{commands, Endpoint};
 use crate::cloud::{truncate, Stado, GROUP, TITLE};
 use crate::error::Failure;
 use crate::profile::Profile;
-use crate::registry::{CloudState, Egress, Registry};
+use crate::registry::{CloudState, Egress, Held, Registry};
 
 /// The hint that names the fleet hosts cloud hosts admit.
 const ADMIT_FROM_HINT: &str = "stado registry set --path cloud_hosts --value '{\"admit_from\":[\"build-host\"]}' names the fleet hosts that reach cloud hosts";
@@ -71,7 +71,7 @@ impl Stado {
     pub(crate) async fn measure_egress(
         &self,
         profile: &Profile,
-        registry: &mut Registry,
+        registry: &mut Held,
     ) -> Result<Vec<String>, Failure> {
         let hosts = admit_from(registry)?;
         let api = profile.get("api.url").ok_or_else(|| {
@@ -105,7 +105,7 @@ impl Stado {
             sources.insert(cidr(&v.address));
             registry.cloud_hosts.egress.insert(k, v);
         }
-        registry.save(&self.home)?;
+        registry.save()?;
         match failure {
             Some(f) => Err(f),
             None => Ok(sources.into_iter().collect()),

@@ -8,7 +8,7 @@ use crate::cloud::{list_or_none, Stado, HOME_LABEL, POOL, TITLE};
 use crate::error::Failure;
 use crate::keys;
 use crate::list::power_word;
-use crate::registry::{CloudDecl, CloudState, Registry};
+use crate::registry::{CloudDecl, CloudState, Held};
 
 /// What delete did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,8 +31,7 @@ impl Stado {
     /// key. What the cloud still holds keeps the entry.
     pub async fn delete(&self, name: &str) -> Result<DeleteReport, Failure> {
         self.gated_profile()?;
-        let _lock = self.lock_registry()?;
-        let mut registry = Registry::load(&self.home)?;
+        let mut registry = self.lock_registry()?;
         let declared = registry.cloud_hosts(&self.kind);
         let Some(decl) = declared
             .iter()
@@ -91,7 +90,7 @@ impl Stado {
     /// stopped before the cloud answered had made none). The caller holds the registry's lock.
     pub(crate) async fn remove_host(
         &self,
-        registry: &mut Registry,
+        registry: &mut Held,
         name: &str,
         decl: &CloudDecl,
     ) -> Result<String, Failure> {
@@ -183,9 +182,9 @@ impl Stado {
     }
 
     /// Removes the host's registry entry (saved), then its key files.
-    fn forget_host(&self, registry: &mut Registry, name: &str) -> Result<(), Failure> {
+    fn forget_host(&self, registry: &mut Held, name: &str) -> Result<(), Failure> {
         registry.remove_target(name);
-        registry.save(&self.home)?;
+        registry.save()?;
         if let Some(sim) = &self.sim {
             let _ = sim.forget(name);
         }

@@ -556,10 +556,10 @@ fn registry(home: Home, what: RegistryCmd) -> Result<Answer, Failure> {
     match what {
         RegistryCmd::Set { path, value } => {
             let v: Value = serde_json::from_str(&value).unwrap_or(Value::String(value.clone()));
-            let _lock = home.lock(&home.registry_path())?;
-            let r = Registry::load(&home)?;
+            let mut r = stado::registry::Held::take(&home)?;
             let next = r.with_set(&path, v.clone())?;
-            next.save(&home)?;
+            *r = next;
+            r.save()?;
             Ok(Answer::ok(
                 json!({"command": "registry set", "ok": true, "path": path, "value": v}),
                 vec![format!("{path} = {v}")],

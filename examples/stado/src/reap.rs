@@ -12,7 +12,7 @@ use crate::channel::{commands, Endpoint};
 use crate::cloud::Stado;
 use crate::error::Failure;
 use crate::list::power_word;
-use crate::registry::{CloudDecl, CloudState, Egress, Registry, Target};
+use crate::registry::{CloudDecl, CloudState, Egress, Target};
 
 /// How a host was judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -254,8 +254,7 @@ impl Stado {
     /// One reap pass; with `apply`, deletes each reapable host as delete does.
     pub async fn reap(&self, apply: bool) -> Result<ReapReport, Failure> {
         let profile = self.gated_profile()?;
-        let _lock = self.lock_registry()?;
-        let mut registry = Registry::load(&self.home)?;
+        let mut registry = self.lock_registry()?;
         let declared: Vec<(Target, CloudDecl)> = registry
             .cloud_hosts(&self.kind)
             .into_iter()

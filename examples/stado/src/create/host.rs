@@ -10,7 +10,7 @@ use crate::cloudinit;
 use crate::error::Failure;
 use crate::keys::{FleetKey, KeyPair};
 use crate::profile::Profile;
-use crate::registry::{CloudDecl, CloudState, Registry, Target};
+use crate::registry::{CloudDecl, CloudState, Held, Target};
 
 /// A host made and declared: what the later steps reach it with.
 pub(super) struct Host {
@@ -40,7 +40,7 @@ impl Stado {
         sources: &[String],
         fleet: &FleetKey,
         minted: &Minted,
-        registry: &mut Registry,
+        registry: &mut Held,
     ) -> Step<Host> {
         let user = profile.get("azure.vm_username").unwrap_or_default();
         self.declare_intent(req, price, fleet, minted, &user, registry)?;
@@ -57,7 +57,7 @@ impl Stado {
                 // What the create made is removed, or named as what the cloud still holds: the
                 // intent goes with the keys (when it cannot, delete and reap resolve it by name).
                 registry.remove_target(&req.name);
-                if let Err(e) = registry.save(&self.home) {
+                if let Err(e) = registry.save() {
                     tracing::warn!(host = %req.name, error = %e, "could not remove the declaration of a create that made nothing");
                 }
                 minted.remove();
@@ -68,7 +68,7 @@ impl Stado {
         let mut provisional = host.target.clone();
         provisional.cloud = Some(host.decl.clone());
         registry.put_target(provisional);
-        if let Err(e) = registry.save(&self.home) {
+        if let Err(e) = registry.save() {
             registry.remove_target(&req.name);
             let cause = format!("cloud host {} could not be declared: {e}", req.name);
             let f = self.undo_host(registry, &host, &host.decl, minted, cause);
@@ -103,12 +103,12 @@ impl Stado {
         fleet: &FleetKey,
         minted: &Minted,
         user: &str,
-        registry: &mut Registry,
+        registry: &mut Held,
     ) -> Result<(), Failure> {
         let mut intent = self.host_target(req, fleet, "", user);
         intent.cloud = Some(self.host_decl(req, price, None));
         registry.put_target(intent);
-        if let Err(e) = registry.save(&self.home) {
+        if let Err(e) = registry.save() {
             registry.remove_target(&req.name);
             minted.remove();
             return Err(Failure::new(format!(
@@ -349,7 +349,7 @@ impl Stado {
     /// When its VM cannot be deleted, it stays declared (as `decl`), so that delete retries.
     pub(super) async fn undo_host(
         &self,
-        registry: &mut Registry,
+        registry: &mut Held,
         host: &Host,
         decl: &CloudDecl,
         minted: &Minted,
@@ -360,7 +360,7 @@ impl Stado {
             let mut t = host.target.clone();
             t.cloud = Some(decl.clone());
             registry.put_target(t);
-            let kept = match registry.save(&self.home) {
+            let kept = match registry.save() {
                 Ok(()) => format!("it stays declared: stado cloud host delete {name} retries"),
                 Err(_) => "and the registry could not record it either".to_string(),
             };
@@ -370,7 +370,7 @@ impl Stado {
             .with_code("leftovers");
         }
         registry.remove_target(name);
-        let unsaved = registry.save(&self.home).err();
+        let unsaved = registry.save().err();
         minted.remove();
         if let Some(sim) = &self.sim {
             let _ = sim.forget(name);

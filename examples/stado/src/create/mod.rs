@@ -24,7 +24,7 @@ use crate::cloud::{Progress, Stado, TITLE};
 use crate::error::Failure;
 use crate::keys::{self, FleetKey};
 use crate::profile::Profile;
-use crate::registry::{CloudState, Registry};
+use crate::registry::{CloudState, Held, Registry};
 
 /// What to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,8 +152,7 @@ impl Stado {
         self.check_can_make_hosts()?;
         // Held from the first step to the last: a reap that meets it skips its tick, and a host
         // declared enrolling without a create holding the lock is one whose create stopped.
-        let _lock = self.lock_registry()?;
-        let mut registry = Registry::load(&self.home)?;
+        let mut registry = self.lock_registry()?;
 
         run.begin(self, 1);
         let named = self.name_step(req, &mut registry).await;
@@ -204,7 +203,7 @@ impl Stado {
     /// did not mint is someone's, and is never replaced or removed). A host of this name that a
     /// create of this home declared and stopped before the cloud answered (`creating`) is removed
     /// first, as delete removes it, and made again.
-    async fn name_step(&self, req: &CreateRequest, registry: &mut Registry) -> Step<()> {
+    async fn name_step(&self, req: &CreateRequest, registry: &mut Held) -> Step<()> {
         // A target identifier is a host name, and so a VM's name: orca's machine name rule.
         if orca::validate_name(&req.name).is_err() {
             return Err(Failure::refused(format!(
@@ -250,7 +249,7 @@ impl Stado {
     async fn egress_step(
         &self,
         profile: &Profile,
-        registry: &mut Registry,
+        registry: &mut Held,
         report: &mut CreateReport,
     ) -> Step<Vec<String>> {
         let measured = self.measure_egress(profile, registry).await;

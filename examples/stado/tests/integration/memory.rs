@@ -793,6 +793,43 @@ async fn a_create_stopped_while_its_vm_is_made_leaves_a_host_that_list_delete_re
     assert_eq!(declared(&lab.s), now);
 }
 
+/// A create whose registry lock was taken from it (its lock file removed, so that another stado
+/// locked a new one) writes nothing more: what the new holder wrote stands.
+#[tokio::test]
+async fn a_create_that_lost_the_registry_lock_writes_nothing_over_the_next_holder() {
+    use orca::layer::{Op, Point};
+    let mut lab = lab();
+    let faults = orca::layer::Faults::new();
+    lab.s.provider = Arc::new(orca::layer::Layered::new(
+        lab.s.provider.clone(),
+        faults.clone(),
+    ));
+    faults.hold(Op::Create, Point::After);
+    let s = lab.s.clone();
+    let create =
+        tokio::spawn(async move { s.create(&request("h1", "zone-a", "amd64-small")).await });
+    faults.until_entered(Op::Create, Point::After, 1).await;
+    let registry = lab.s.home.registry_path();
+    std::fs::remove_file(orca::fs::FileLock::path_for(&registry)).unwrap();
+    // Another stado takes the lock anew, and writes the registry (the egress it measured).
+    lab.s.reap(false).await.unwrap();
+    let written = std::fs::read(&registry).unwrap();
+    faults.release(Op::Create, Point::After);
+    let r = create.await.unwrap();
+    assert!(!r.ok, "the create went on without its lock");
+    let e = error(&r);
+    assert!(e.contains("lock"), "{e}");
+    assert_eq!(
+        std::fs::read(&registry).unwrap(),
+        written,
+        "{e}: the new holder's registry stands"
+    );
+    assert!(
+        lab.in_cloud().is_empty(),
+        "{e}: the VM it could not declare was deleted"
+    );
+}
+
 #[tokio::test]
 async fn a_host_presenting_another_key_than_the_pinned_one_is_never_read() {
     let lab = lab();
