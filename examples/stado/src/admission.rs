@@ -11,7 +11,7 @@ use crate::channel::{commands, Endpoint};
 use crate::cloud::{truncate, Stado, GROUP, TITLE};
 use crate::error::Failure;
 use crate::profile::Profile;
-use crate::registry::{Egress, Registry};
+use crate::registry::{CloudState, Egress, Held, Registry};
 
 /// The hint that names the fleet hosts cloud hosts admit.
 const ADMIT_FROM_HINT: &str = "stado registry set --path cloud_hosts --value '{\"admit_from\":[\"build-host\"]}' names the fleet hosts that reach cloud hosts";
@@ -71,7 +71,7 @@ impl Stado {
     pub(crate) async fn measure_egress(
         &self,
         profile: &Profile,
-        registry: &mut Registry,
+        registry: &mut Held,
     ) -> Result<Vec<String>, Failure> {
         let hosts = admit_from(registry)?;
         let api = profile.get("api.url").ok_or_else(|| {
@@ -105,7 +105,7 @@ impl Stado {
             sources.insert(cidr(&v.address));
             registry.cloud_hosts.egress.insert(k, v);
         }
-        registry.save(&self.home)?;
+        registry.save()?;
         match failure {
             Some(f) => Err(f),
             None => Ok(sources.into_iter().collect()),
@@ -168,7 +168,8 @@ impl Stado {
             let hosts: Vec<(String, String)> = registry
                 .cloud_hosts(&self.kind)
                 .into_iter()
-                .filter(|(_, c)| &c.location == loc)
+                // A host still `creating` has no VM id yet; its spec admits the group already.
+                .filter(|(_, c)| &c.location == loc && c.state != CloudState::Creating)
                 .map(|(t, c)| (t.name.clone(), c.vm_id.clone()))
                 .collect();
             let ids: Vec<String> = hosts.iter().map(|(_, id)| id.clone()).collect();

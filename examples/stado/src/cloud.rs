@@ -211,9 +211,9 @@ impl Stado {
         }
     }
 
-    /// The registry's write lock, refused at once when another stado holds it.
-    pub(crate) fn lock_registry(&self) -> Result<orca::fs::FileLock, Failure> {
-        self.home.lock(&self.home.registry_path())
+    /// The registry under its write lock, refused at once when another stado holds it.
+    pub(crate) fn lock_registry(&self) -> Result<crate::registry::Held, Failure> {
+        crate::registry::Held::take(&self.home)
     }
 }
 

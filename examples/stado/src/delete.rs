@@ -4,11 +4,11 @@
 use orca::Error;
 use serde::Serialize;
 
-use crate::cloud::{list_or_none, Stado, HOME_LABEL, TITLE};
+use crate::cloud::{list_or_none, Stado, HOME_LABEL, POOL, TITLE};
 use crate::error::Failure;
 use crate::keys;
 use crate::list::power_word;
-use crate::registry::{CloudDecl, Registry};
+use crate::registry::{CloudDecl, CloudState, Held};
 
 /// What delete did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -19,7 +19,7 @@ pub struct DeleteReport {
     pub name: String,
     /// The provider kind.
     pub provider: String,
-    /// Its VM's id.
+    /// Its VM's id (empty when its create stopped before the cloud made one).
     pub vm_id: String,
     /// Whether everything is gone and the entry removed.
     pub deleted: bool,
@@ -31,8 +31,7 @@ impl Stado {
     /// key. What the cloud still holds keeps the entry.
     pub async fn delete(&self, name: &str) -> Result<DeleteReport, Failure> {
         self.gated_profile()?;
-        let _lock = self.lock_registry()?;
-        let mut registry = Registry::load(&self.home)?;
+        let mut registry = self.lock_registry()?;
         let declared = registry.cloud_hosts(&self.kind);
         let Some(decl) = declared
             .iter()
@@ -52,12 +51,12 @@ impl Stado {
                 list_or_none(&names)
             )));
         };
-        self.remove_host(&mut registry, name, &decl).await?;
+        let vm_id = self.remove_host(&mut registry, name, &decl).await?;
         Ok(DeleteReport {
             command: "delete",
             name: name.to_string(),
             provider: self.kind.clone(),
-            vm_id: decl.vm_id,
+            vm_id,
             deleted: true,
         })
     }
@@ -87,13 +86,71 @@ impl Stado {
     }
 
     /// Removes the declared cloud host `name` as delete does: the VM and what belongs to it, then the
-    /// registry entry (saved) and the fleet key. The caller holds the registry's lock.
+    /// registry entry (saved) and the fleet key; the id of the VM removed (empty when a create that
+    /// stopped before the cloud answered had made none). The caller holds the registry's lock.
     pub(crate) async fn remove_host(
         &self,
-        registry: &mut Registry,
+        registry: &mut Held,
         name: &str,
         decl: &CloudDecl,
-    ) -> Result<(), Failure> {
+    ) -> Result<String, Failure> {
+        let vm_id = match decl.state {
+            CloudState::Creating => match self.made_by_stopped_create(name).await? {
+                Some(id) => id,
+                None => {
+                    self.forget_host(registry, name)?;
+                    return Ok(String::new());
+                }
+            },
+            _ => {
+                self.check_this_homes(name, decl).await?;
+                decl.vm_id.clone()
+            }
+        };
+        if let Err(left) = self.delete_vm(&vm_id).await {
+            return Err(Failure::new(format!(
+                "{name} is still registered because {TITLE} did not release everything: {left}; deleting it again retries"
+            ))
+            .with_code("leftovers"));
+        }
+        self.forget_host(registry, name)?;
+        Ok(vm_id)
+    }
+
+    /// The VM the declared host `name` names: by its id, or, for a host whose create stopped before
+    /// the cloud answered (`creating`, no id known), by its name in stado's pool.
+    pub(crate) async fn declared_vm(
+        &self,
+        name: &str,
+        decl: &CloudDecl,
+    ) -> orca::Result<Option<orca::Machine>> {
+        match decl.state {
+            CloudState::Creating => self.provider.machine_named(POOL, name).await,
+            _ => self.provider.machine(&decl.vm_id).await,
+        }
+    }
+
+    /// The id of the VM a create of `name` that stopped before the cloud answered made, read by its
+    /// name; `None` when no VM of this home stands under it (one of another home's is no VM that
+    /// create made: the cloud refused or adopted it, and the create would have refused it too).
+    async fn made_by_stopped_create(&self, name: &str) -> Result<Option<String>, Failure> {
+        match self.provider.machine_named(POOL, name).await {
+            Ok(Some(m)) if self.is_this_homes(&m) => Ok(Some(m.id)),
+            Ok(Some(m)) => {
+                tracing::info!(host = name, vm = %m.id, "the VM of this name is not this home's: its create made none");
+                Ok(None)
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(Failure::new(format!(
+                "{name} is still registered: its create stopped before {TITLE} answered with its VM, and the VM named {name} could not be looked up ({}); deleting it again retries",
+                self.cloud_error(&e)
+            ))
+            .with_code("unread")),
+        }
+    }
+
+    /// Refuses to delete the VM a declared host names when it is not this home's.
+    async fn check_this_homes(&self, name: &str, decl: &CloudDecl) -> Result<(), Failure> {
         // The VM id is the registry's, but the VM it names now may not be the one this home made
         // (on Azure the id is the name: deleted outside stado and made again by another home). A VM
         // carrying another home's label, or another owner's, is left alone.
@@ -102,8 +159,17 @@ impl Stado {
                 format!("{}; this home is {}", Self::whose(&m), self.home.id()),
             ),
             Err(e @ Error::NotOwned { .. }) => Some(e.to_string()),
-            // Absent, this home's, made before homes had ids, or unreadable: delete_vm decides.
-            _ => None,
+            // A read that failed says nothing of whose the VM is: never delete on a guess.
+            Err(e) => {
+                return Err(Failure::new(format!(
+                    "{name} is still registered: its VM {} could not be read to check that it is this stado home's ({}); deleting it again retries",
+                    decl.vm_id,
+                    self.cloud_error(&e)
+                ))
+                .with_code("unread"))
+            }
+            // Absent, this home's, or made before homes had ids: delete_vm decides.
+            Ok(_) => None,
         };
         if let Some(whose) = whose {
             return Err(Failure::new(format!(
@@ -112,14 +178,13 @@ impl Stado {
             ))
             .with_code("not_this_home"));
         }
-        if let Err(left) = self.delete_vm(&decl.vm_id).await {
-            return Err(Failure::new(format!(
-                "{name} is still registered because {TITLE} did not release everything: {left}; deleting it again retries"
-            ))
-            .with_code("leftovers"));
-        }
+        Ok(())
+    }
+
+    /// Removes the host's registry entry (saved), then its key files.
+    fn forget_host(&self, registry: &mut Held, name: &str) -> Result<(), Failure> {
         registry.remove_target(name);
-        registry.save(&self.home)?;
+        registry.save()?;
         if let Some(sim) = &self.sim {
             let _ = sim.forget(name);
         }

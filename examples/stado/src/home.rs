@@ -35,7 +35,10 @@ impl Home {
     /// The home at `root` (made when missing, owner-only), with its id (minted and kept in the
     /// profile when it has none yet).
     pub fn open(root: impl Into<PathBuf>) -> Result<Home, Failure> {
-        let root = root.into();
+        // The registry writes down paths in the home (fleet keys, pinned host keys), which a later
+        // run from another directory reads: they are absolute, so the root is made so first.
+        let root = std::path::absolute(root.into())
+            .map_err(|e| Failure::new(format!("the stado home's path: {e}")))?;
         make_private_dir(&root)?;
         let id =
             crate::profile::ensure_home_id(&root.join(PROFILE_FILE), &root.join(REGISTRY_FILE))?;

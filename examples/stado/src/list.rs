@@ -35,6 +35,9 @@ pub struct HostRow {
     pub created_at: Timestamp,
     /// Its VM's id.
     pub vm_id: String,
+    /// Whether its create stopped (or is still) before the cloud answered with its VM: its VM, if
+    /// any, was found by its name.
+    pub creating: bool,
     /// Whether its create stopped (or is still) before the host was enrolled and recorded.
     pub enrolling: bool,
     /// Whether its first boot did not finish cleanly.
@@ -79,6 +82,9 @@ impl ListReport {
                 Some(c) => format!("{}: {c}", h.state),
                 None => h.state.clone(),
             };
+            if h.creating {
+                state.push_str(" (creating)");
+            }
             if h.enrolling {
                 state.push_str(" (enrolling)");
             }
@@ -112,16 +118,17 @@ impl Stado {
         self.gated_profile()?;
         let registry = Registry::load(&self.home)?;
         let declared = registry.cloud_hosts(&self.kind);
-        let reads = futures::future::join_all(
-            declared
-                .iter()
-                .map(|(_, c)| self.provider.machine(&c.vm_id)),
-        )
-        .await;
+        let reads =
+            futures::future::join_all(declared.iter().map(|(t, c)| self.declared_vm(&t.name, c)))
+                .await;
         let mut hosts = Vec::new();
         for ((t, c), read) in declared.iter().zip(reads) {
+            let mut vm_id = c.vm_id.clone();
             let (state, cause) = match read {
-                Ok(Some(m)) => (power_word(&m), None),
+                Ok(Some(m)) => {
+                    vm_id = m.id.clone();
+                    (power_word(&m), None)
+                }
                 Ok(None) => ("absent".to_string(), None),
                 Err(e) => ("unread".to_string(), Some(self.cloud_error(&e))),
             };
@@ -136,7 +143,8 @@ impl Stado {
                 priced_in: c.priced_in.clone(),
                 idle_minutes: c.idle_minutes,
                 created_at: c.created_at,
-                vm_id: c.vm_id.clone(),
+                vm_id,
+                creating: c.state == CloudState::Creating,
                 enrolling: c.state == CloudState::Enrolling,
                 first_boot_failed: c.state == CloudState::FirstBootFailed,
             });

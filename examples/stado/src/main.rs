@@ -395,7 +395,10 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
                 .await?
                 .delete(&name)
                 .await?;
-            let line = format!("deleted {} (VM {} and what belonged to it); its registry entry and fleet key are gone", r.name, r.vm_id);
+            let line = match r.vm_id.as_str() {
+                "" => format!("deleted {} (its create had made no VM); its registry entry and fleet key are gone", r.name),
+                id => format!("deleted {} (VM {id} and what belonged to it); its registry entry and fleet key are gone", r.name),
+            };
             Ok(report(&r, vec![line], true))
         }
         HostCmd::Reap {
@@ -553,10 +556,10 @@ fn registry(home: Home, what: RegistryCmd) -> Result<Answer, Failure> {
     match what {
         RegistryCmd::Set { path, value } => {
             let v: Value = serde_json::from_str(&value).unwrap_or(Value::String(value.clone()));
-            let _lock = home.lock(&home.registry_path())?;
-            let r = Registry::load(&home)?;
+            let mut r = stado::registry::Held::take(&home)?;
             let next = r.with_set(&path, v.clone())?;
-            next.save(&home)?;
+            *r = next;
+            r.save()?;
             Ok(Answer::ok(
                 json!({"command": "registry set", "ok": true, "path": path, "value": v}),
                 vec![format!("{path} = {v}")],

@@ -467,14 +467,15 @@ fn stored_value(key: &str, v: &str) -> Result<Value, String> {
             Value::String(v.to_string())
         }
         "api.url" | "azure.endpoint" | "azure.prices_endpoint" => {
+            // Plain http only to this machine: the host itself is loopback, not a name that
+            // starts like one (`localhost.example.net`, `127.0.0.1.example.com`).
             let ok = (v.starts_with("https://")
-                || v.starts_with("http://127.0.0.1")
-                || v.starts_with("http://localhost"))
+                || (v.starts_with("http://") && orca::kit::is_loopback(v)))
                 && !v.contains(char::is_whitespace)
                 && !v.contains(['\'', '"', '`', '$', ';', '\\']);
             if !ok {
                 return Err(String::from(
-                    "an https:// address (http:// only on 127.0.0.1)",
+                    "an https:// address (http:// only to this machine: 127.0.0.1, ::1 or localhost)",
                 ));
             }
             Value::String(v.trim_end_matches('/').to_string())
@@ -549,5 +550,30 @@ mod tests {
             .starts_with("home_id is this stado home's identity"));
         p.set("api.url", "https://stado.example/").unwrap();
         assert_eq!(p.get("api.url").unwrap(), "https://stado.example");
+    }
+
+    #[test]
+    fn plain_http_is_accepted_only_for_a_loopback_host() {
+        let mut p = Profile::default();
+        for key in ["api.url", "azure.endpoint", "azure.prices_endpoint"] {
+            for no in [
+                "http://localhost.example.net",
+                "http://127.0.0.1.example.com",
+                "http://localhost@evil.example",
+                "http://127.0.0.1:80@evil.example/",
+                "http://10.0.0.1",
+            ] {
+                assert!(p.set(key, no).is_err(), "{key} = {no} must be refused");
+            }
+            for yes in [
+                "http://127.0.0.1:8080",
+                "http://localhost:9/api",
+                "http://[::1]:5",
+                "https://stado.example",
+            ] {
+                p.set(key, yes)
+                    .unwrap_or_else(|e| panic!("{key} = {yes}: {e}"));
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@ use crate::channel::{commands, Endpoint};
 use crate::cloud::Stado;
 use crate::error::Failure;
 use crate::list::power_word;
-use crate::registry::{CloudDecl, CloudState, Egress, Registry, Target};
+use crate::registry::{CloudDecl, CloudState, Egress, Target};
 
 /// How a host was judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -254,8 +254,7 @@ impl Stado {
     /// One reap pass; with `apply`, deletes each reapable host as delete does.
     pub async fn reap(&self, apply: bool) -> Result<ReapReport, Failure> {
         let profile = self.gated_profile()?;
-        let _lock = self.lock_registry()?;
-        let mut registry = Registry::load(&self.home)?;
+        let mut registry = self.lock_registry()?;
         let declared: Vec<(Target, CloudDecl)> = registry
             .cloud_hosts(&self.kind)
             .into_iter()
@@ -285,7 +284,7 @@ impl Stado {
         for ((t, c), mut row) in declared.iter().zip(readings) {
             if apply && row.verdict == Verdict::Reapable {
                 match self.remove_host(&mut registry, &t.name, c).await {
-                    Ok(()) => row.action = Some(Action::Reaped),
+                    Ok(_) => row.action = Some(Action::Reaped),
                     Err(f) => {
                         row.action = Some(Action::ReapFailed);
                         row.action_cause = Some(f.message().to_string());
@@ -304,15 +303,23 @@ impl Stado {
             idle_minutes: c.idle_minutes,
             ..ReapRow::default()
         };
-        if c.state == CloudState::Enrolling {
-            // Its create holds the registry's lock from its first step to its last, and this pass
-            // holds it now: the create stopped before it enrolled and recorded the host, and nothing
-            // else will ever return it.
+        // Its create holds the registry's lock from its first step to its last, and this pass holds
+        // it now: the create stopped before it enrolled and recorded the host, and nothing else will
+        // ever return it.
+        let stopped = match c.state {
+            CloudState::Creating => {
+                Some("before the cloud answered with its VM (targets[].cloud is creating)")
+            }
+            CloudState::Enrolling => {
+                Some("before the host was enrolled (targets[].cloud is enrolling)")
+            }
+            CloudState::Ready | CloudState::FirstBootFailed => None,
+        };
+        if let Some(when) = stopped {
             row.verdict = Verdict::Reapable;
-            row.cause = Some(
-                "its create stopped before the host was enrolled (targets[].cloud is enrolling); nothing else returns it"
-                    .into(),
-            );
+            row.cause = Some(format!(
+                "its create stopped {when}; nothing else returns it"
+            ));
             return row;
         }
         match self.reading(t, c).await {

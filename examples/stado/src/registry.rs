@@ -5,8 +5,10 @@
 //! `stado registry set --path P --value JSON` sets one value; fields stado does not know are kept.
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 
+use orca::fs::FileLock;
 use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -103,10 +105,12 @@ pub struct CloudDecl {
     pub vm_id: String,
     /// When the cloud made it.
     pub created_at: Timestamp,
-    /// Whether its create recorded it whole (`ready`), or it is declared from the moment its VM was
-    /// made until the create enrols and records it (`enrolling`, which stays when the create stopped
-    /// half-way: list, delete and reap see it and can remove it), or its first boot did not finish
-    /// cleanly (`first_boot_failed`). Absent (a registry written before this field): `ready`.
+    /// Whether its create recorded it whole (`ready`); or it is declared before the cloud is asked
+    /// for its VM (`creating`: no VM id or address yet, its VM found by its name) and from the
+    /// moment its VM was made until the create enrols and records it (`enrolling`), either of which
+    /// stays when the create stopped half-way (list, delete and reap see it and can remove it); or
+    /// its first boot did not finish cleanly (`first_boot_failed`). Absent (a registry written
+    /// before this field): `ready`.
     #[serde(default)]
     pub state: CloudState,
 }
@@ -115,6 +119,10 @@ pub struct CloudDecl {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CloudState {
+    /// Its create is asking the cloud for its VM, or stopped while it did: the VM may stand, and
+    /// the create never learnt its id (`vm_id` and `address` are empty). It is found by its name in
+    /// stado's pool.
+    Creating,
     /// Its VM is made and billed; the create has not enrolled and recorded it (yet).
     Enrolling,
     /// Enrolled and recorded whole (step 8).
@@ -142,9 +150,16 @@ impl Registry {
         read_json(&home.registry_path())
     }
 
-    /// Writes it back, atomically (the caller holds the registry's write lock).
+    /// Writes it back, atomically, under the registry's write lock taken for this write alone
+    /// (refused when another stado holds it). A command that reads the registry, acts, and writes
+    /// it holds the lock throughout instead: [`Held`].
     pub fn save(&self, home: &Home) -> Result<(), Failure> {
-        write_json(&home.registry_path(), self)
+        let held = Held {
+            lock: home.lock(&home.registry_path())?,
+            path: home.registry_path(),
+            registry: self.clone(),
+        };
+        held.save()
     }
 
     /// The target `name`.
@@ -219,6 +234,55 @@ impl Registry {
             )));
         }
         Ok(next)
+    }
+}
+
+/// The registry loaded under its write lock, which it holds until dropped: what a command that reads
+/// the registry, acts and writes it holds from its first step to its last.
+///
+/// Each write first checks that the lock is still this process's ([`FileLock::still_held`]): an
+/// operator who removes the lock file lets another stado lock a new one at the same path, and a
+/// write after that would put back what this one read over what the other wrote. Such a write is
+/// refused, and the command stops.
+#[derive(Debug)]
+pub struct Held {
+    registry: Registry,
+    lock: FileLock,
+    path: PathBuf,
+}
+
+impl Held {
+    /// Takes the registry's write lock (refused at once when another stado holds it) and loads it.
+    pub fn take(home: &Home) -> Result<Held, Failure> {
+        let lock = home.lock(&home.registry_path())?;
+        Ok(Held {
+            registry: Registry::load(home)?,
+            lock,
+            path: home.registry_path(),
+        })
+    }
+
+    /// Writes the registry back, atomically, while the lock is still this process's; else writes
+    /// nothing and refuses.
+    pub fn save(&self) -> Result<(), Failure> {
+        self.lock.still_held().map_err(|e| {
+            Failure::new(format!("{} was not written: {e}", self.path.display()))
+                .with_code("lock_lost")
+        })?;
+        write_json(&self.path, &self.registry)
+    }
+}
+
+impl Deref for Held {
+    type Target = Registry;
+    fn deref(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+impl DerefMut for Held {
+    fn deref_mut(&mut self) -> &mut Registry {
+        &mut self.registry
     }
 }
 

@@ -51,6 +51,12 @@ impl OpenSsh {
                 pinned.display()
             ));
         }
+        let pinned = config_path(pinned)?;
+        let identity = host
+            .identity
+            .as_deref()
+            .map(|k| config_path(k).map(|v| (k, v)))
+            .transpose()?;
         let mut a: Vec<String> = Vec::new();
         let mut o = |k: &str, v: &str| {
             a.push("-o".into());
@@ -58,7 +64,7 @@ impl OpenSsh {
         };
         o("BatchMode", "yes");
         o("StrictHostKeyChecking", "yes");
-        o("UserKnownHostsFile", &pinned.to_string_lossy());
+        o("UserKnownHostsFile", &pinned);
         o("GlobalKnownHostsFile", "/dev/null");
         o("HostKeyAlias", &host.name);
         o("CheckHostIP", "no");
@@ -70,10 +76,16 @@ impl OpenSsh {
             &self.connect_timeout.as_secs().max(1).to_string(),
         );
         o("LogLevel", "ERROR");
-        if let Some(key) = &host.identity {
+        if let Some((key, value)) = identity {
             o("IdentitiesOnly", "yes");
-            a.push("-i".into());
-            a.push(key.to_string_lossy().into_owned());
+            if value == key.as_os_str().to_string_lossy() {
+                a.push("-i".into());
+                a.push(value);
+            } else {
+                // `-i` is looked up as written before ssh expands its % tokens, so an escaped path
+                // would not be found there; the option takes it as the config file would.
+                o("IdentityFile", &value);
+            }
         }
         a.push("-p".into());
         a.push(host.port.to_string());
@@ -86,6 +98,43 @@ impl OpenSsh {
         a.push(command.to_string());
         Ok(a)
     }
+}
+
+/// `path` as ssh's option parser reads it back whole: as it is when nothing in it is special, else
+/// in double quotes with `\\` and `"` escaped (ssh splits an option's value on whitespace and reads
+/// quotes) and `%` doubled (ssh expands `%` tokens in known_hosts and identity files). A path ssh
+/// cannot be given whole (one holding `${`, which ssh expands and cannot escape, a control character,
+/// or bytes that are not UTF-8) is refused.
+fn config_path(path: &std::path::Path) -> Result<String, String> {
+    let refused = |why: &str| {
+        format!(
+            "{} cannot be given to ssh: {why}; use a stado home whose path has none",
+            path.display()
+        )
+    };
+    let text = path.to_str().ok_or_else(|| refused("it is not UTF-8"))?;
+    if text.contains("${") {
+        return Err(refused("ssh expands ${...} in it"));
+    }
+    if text.contains(char::is_control) {
+        return Err(refused("it holds a control character"));
+    }
+    if !text.contains(|c: char| c.is_whitespace() || "\"'\\%#".contains(c)) {
+        return Ok(text.to_string());
+    }
+    let mut quoted = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => {
+                quoted.push('\\');
+                quoted.push(c);
+            }
+            '%' => quoted.push_str("%%"),
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    Ok(quoted)
 }
 
 #[async_trait]
@@ -162,6 +211,81 @@ mod tests {
             "-l stado -- 198.51.100.7 uname -n",
         ] {
             assert!(a.contains(want), "{want} not in {a}");
+        }
+    }
+
+    #[test]
+    fn ssh_reads_back_the_pinned_file_and_the_key_of_a_home_with_spaces_and_percents() {
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("a b%d \"q\"\\z");
+        std::fs::create_dir_all(&odd).unwrap();
+        let pinned = odd.join("h1");
+        std::fs::write(&pinned, "h1 ssh-ed25519 AAAA\n").unwrap();
+        let key = odd.join("key");
+        std::fs::write(&key, "").unwrap();
+        let host = Endpoint {
+            name: "h1".into(),
+            address: "198.51.100.7".into(),
+            user: Some("stado".into()),
+            port: 22,
+            identity: Some(key.clone()),
+            known_hosts: Some(pinned.clone()),
+        };
+        let mut args = OpenSsh::with_program("ssh").args(&host, "true").unwrap();
+        // -G prints the configuration ssh would use and connects nowhere; it takes no command.
+        args.pop();
+        let Ok(out) = std::process::Command::new("ssh")
+            .arg("-G")
+            .args(&args)
+            .output()
+        else {
+            return; // no OpenSSH client here
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let value = |k: &str| -> Vec<String> {
+            text.lines()
+                .filter_map(|l| l.strip_prefix(k).and_then(|v| v.strip_prefix(' ')))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            value("userknownhostsfile"),
+            vec![pinned.display().to_string()]
+        );
+        // ssh expands an identity file's % tokens when it loads it, after -G prints it: %% is %.
+        let identities: Vec<String> = value("identityfile")
+            .iter()
+            .map(|i| i.replace("%%", "%"))
+            .collect();
+        assert_eq!(identities, vec![key.display().to_string()], "{text}");
+    }
+
+    #[test]
+    fn a_path_ssh_cannot_be_given_whole_is_refused() {
+        let host = Endpoint {
+            name: "h1".into(),
+            address: "198.51.100.7".into(),
+            user: None,
+            port: 22,
+            identity: None,
+            known_hosts: None,
+        };
+        for bad in ["/tmp/a${HOME}/h1", "/tmp/a\nb/h1"] {
+            let dir = tempfile::tempdir().unwrap();
+            let pinned = dir.path().join(bad.trim_start_matches('/'));
+            std::fs::create_dir_all(pinned.parent().unwrap()).unwrap();
+            std::fs::write(&pinned, "h1 ssh-ed25519 AAAA\n").unwrap();
+            let h = Endpoint {
+                known_hosts: Some(pinned),
+                ..host.clone()
+            };
+            let e = OpenSsh::with_program("ssh").args(&h, "true").unwrap_err();
+            assert!(e.contains("cannot be given to ssh"), "{e}");
         }
     }
 

@@ -7,7 +7,7 @@ use super::{CreateReport, Step, Versions};
 use crate::channel::{commands, Endpoint};
 use crate::cloud::{Stado, CLOUD_INIT_LOG};
 use crate::error::Failure;
-use crate::registry::{CloudDecl, CloudState, Registry};
+use crate::registry::{CloudDecl, CloudState, Held};
 
 /// The version probes, with the words that name each.
 const PROBES: [(&str, &str); 3] = [
@@ -21,7 +21,7 @@ impl Stado {
     pub(super) async fn boot_step(
         &self,
         host: &Host,
-        registry: &mut Registry,
+        registry: &mut Held,
         report: &mut CreateReport,
     ) -> Step<()> {
         match self.first_boot(host).await {
@@ -41,7 +41,7 @@ impl Stado {
     fn boot_failed(
         &self,
         host: &Host,
-        registry: &mut Registry,
+        registry: &mut Held,
         report: &mut CreateReport,
         f: Failure,
     ) -> Failure {
@@ -52,7 +52,7 @@ impl Stado {
         });
         registry.put_target(failed.clone());
         report.host = Some(failed);
-        match registry.save(&self.home) {
+        match registry.save() {
             Ok(()) => f,
             Err(e) => Failure::new(format!(
                 "{}; the registry could not record that its first boot failed: {e}",

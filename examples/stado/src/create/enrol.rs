@@ -7,7 +7,7 @@ use super::{CreateReport, Minted, Step};
 use crate::channel::{commands, Endpoint};
 use crate::cloud::{usd, Stado};
 use crate::keys::{self, FleetKey};
-use crate::registry::{CloudDecl, CloudState, Registry};
+use crate::registry::{CloudDecl, CloudState, Held};
 
 impl Stado {
     /// Step 7: pins the host key and connects until the host answers as itself.
@@ -16,7 +16,7 @@ impl Stado {
         host: &Host,
         fleet: &FleetKey,
         minted: &mut Minted,
-        registry: &mut Registry,
+        registry: &mut Held,
     ) -> Step<()> {
         let name = &host.name;
         let public = host.host_key.public_key_only();
@@ -81,7 +81,7 @@ impl Stado {
         &self,
         host: &Host,
         minted: &Minted,
-        registry: &mut Registry,
+        registry: &mut Held,
         report: &mut CreateReport,
     ) -> Step<()> {
         let decl = CloudDecl {
@@ -91,7 +91,7 @@ impl Stado {
         let mut declared = host.target.clone();
         declared.cloud = Some(decl.clone());
         registry.put_target(declared.clone());
-        if let Err(e) = registry.save(&self.home) {
+        if let Err(e) = registry.save() {
             let cause = format!("cloud host {} could not be recorded: {e}", host.name);
             let f = self.undo_host(registry, host, &decl, minted, cause);
             return Err(f.await.into());

@@ -10,7 +10,7 @@ use crate::cloudinit;
 use crate::error::Failure;
 use crate::keys::{FleetKey, KeyPair};
 use crate::profile::Profile;
-use crate::registry::{CloudDecl, CloudState, Registry, Target};
+use crate::registry::{CloudDecl, CloudState, Held, Target};
 
 /// A host made and declared: what the later steps reach it with.
 pub(super) struct Host {
@@ -27,8 +27,8 @@ pub(super) struct Host {
 }
 
 impl Stado {
-    /// Step 6: makes the host's VM (with its address, security group and interface) and declares it
-    /// `enrolling`: the VM is billed from now on, so that a create stopped before step 8 (killed, or
+    /// Step 6: declares the host `creating`, makes its VM (with its address, security group and
+    /// interface) and declares it `enrolling`: the VM is billed from now on, so that a create stopped before step 8 (killed, or
     /// its machine gone down while enrolment waits) leaves a host that list, delete and reap see and
     /// can remove, never an untracked one.
     #[allow(clippy::too_many_arguments)]
@@ -40,9 +40,10 @@ impl Stado {
         sources: &[String],
         fleet: &FleetKey,
         minted: &Minted,
-        registry: &mut Registry,
+        registry: &mut Held,
     ) -> Step<Host> {
         let user = profile.get("azure.vm_username").unwrap_or_default();
+        self.declare_intent(req, price, fleet, minted, &user, registry)?;
         let made = async {
             let host_key = KeyPair::generate(&format!("stado-host-{}", req.name))?;
             let spec = self.host_spec(profile, req, &user, fleet, &host_key, sources)?;
@@ -50,12 +51,24 @@ impl Stado {
             Ok::<_, Failure>((machine, host_key))
         }
         .await;
-        let (machine, host_key) = made.inspect_err(|_| minted.remove())?;
+        let (machine, host_key) = match made {
+            Ok(made) => made,
+            Err(f) => {
+                // What the create made is removed, or named as what the cloud still holds: the
+                // intent goes with the keys (when it cannot, delete and reap resolve it by name).
+                registry.remove_target(&req.name);
+                if let Err(e) = registry.save() {
+                    tracing::warn!(host = %req.name, error = %e, "could not remove the declaration of a create that made nothing");
+                }
+                minted.remove();
+                return Err(f.into());
+            }
+        };
         let host = self.declared_host(req, price, fleet, &machine, host_key, user);
         let mut provisional = host.target.clone();
         provisional.cloud = Some(host.decl.clone());
         registry.put_target(provisional);
-        if let Err(e) = registry.save(&self.home) {
+        if let Err(e) = registry.save() {
             registry.remove_target(&req.name);
             let cause = format!("cloud host {} could not be declared: {e}", req.name);
             let f = self.undo_host(registry, &host, &host.decl, minted, cause);
@@ -77,6 +90,33 @@ impl Stado {
             ),
         ];
         Ok((host, lines))
+    }
+
+    /// Declares the host `creating` before the cloud is asked for its VM: the VM is billed from the
+    /// moment the cloud makes it, which can be minutes before the create hears so (on Azure), and a
+    /// create stopped meanwhile leaves this declaration, which list, delete and reap resolve by the
+    /// VM's name. When it cannot be written, the keys go and nothing is made.
+    fn declare_intent(
+        &self,
+        req: &CreateRequest,
+        price: &PriceReport,
+        fleet: &FleetKey,
+        minted: &Minted,
+        user: &str,
+        registry: &mut Held,
+    ) -> Result<(), Failure> {
+        let mut intent = self.host_target(req, fleet, "", user);
+        intent.cloud = Some(self.host_decl(req, price, None));
+        registry.put_target(intent);
+        if let Err(e) = registry.save() {
+            registry.remove_target(&req.name);
+            minted.remove();
+            return Err(Failure::new(format!(
+                "cloud host {} could not be declared before its VM was asked for: {e}; nothing was made",
+                req.name
+            )));
+        }
+        Ok(())
     }
 
     /// The machine spec of the host: its cloud-init (holding the host key stado minted for it), the
@@ -118,7 +158,38 @@ impl Stado {
         host_key: KeyPair,
         user: String,
     ) -> Host {
-        let decl = CloudDecl {
+        Host {
+            name: req.name.clone(),
+            target: self.host_target(req, fleet, &machine.address, &user),
+            decl: self.host_decl(req, price, Some(machine)),
+            host_key,
+            user,
+        }
+    }
+
+    /// The host's target at `address`, without its declaration.
+    fn host_target(
+        &self,
+        req: &CreateRequest,
+        fleet: &FleetKey,
+        address: &str,
+        user: &str,
+    ) -> Target {
+        let mut target = Target::new(&req.name, address);
+        target.user = Some(user.to_string());
+        target.identity = Some(fleet.private.clone());
+        target.known_hosts = Some(self.home.pinned_host_key(&req.name));
+        target
+    }
+
+    /// The host's declaration: `enrolling` on `machine`, or `creating` before there is one.
+    fn host_decl(
+        &self,
+        req: &CreateRequest,
+        price: &PriceReport,
+        machine: Option<&Machine>,
+    ) -> CloudDecl {
+        CloudDecl {
             provider: self.kind.clone(),
             location: req.location.clone(),
             size: req.size.clone(),
@@ -126,21 +197,15 @@ impl Stado {
             hourly_usd: price.hourly_usd,
             priced_in: price.priced_in.clone(),
             idle_minutes: req.idle_minutes,
-            address: machine.address.clone(),
-            vm_id: machine.id.clone(),
-            created_at: machine.created_at.unwrap_or_else(chrono::Utc::now),
-            state: CloudState::Enrolling,
-        };
-        let mut target = Target::new(&req.name, &machine.address);
-        target.user = Some(user.clone());
-        target.identity = Some(fleet.private.clone());
-        target.known_hosts = Some(self.home.pinned_host_key(&req.name));
-        Host {
-            name: req.name.clone(),
-            target,
-            decl,
-            host_key,
-            user,
+            address: machine.map(|m| m.address.clone()).unwrap_or_default(),
+            vm_id: machine.map(|m| m.id.clone()).unwrap_or_default(),
+            created_at: machine
+                .and_then(|m| m.created_at)
+                .unwrap_or_else(chrono::Utc::now),
+            state: match machine {
+                Some(_) => CloudState::Enrolling,
+                None => CloudState::Creating,
+            },
         }
     }
 
@@ -284,7 +349,7 @@ impl Stado {
     /// When its VM cannot be deleted, it stays declared (as `decl`), so that delete retries.
     pub(super) async fn undo_host(
         &self,
-        registry: &mut Registry,
+        registry: &mut Held,
         host: &Host,
         decl: &CloudDecl,
         minted: &Minted,
@@ -295,7 +360,7 @@ impl Stado {
             let mut t = host.target.clone();
             t.cloud = Some(decl.clone());
             registry.put_target(t);
-            let kept = match registry.save(&self.home) {
+            let kept = match registry.save() {
                 Ok(()) => format!("it stays declared: stado cloud host delete {name} retries"),
                 Err(_) => "and the registry could not record it either".to_string(),
             };
@@ -305,7 +370,7 @@ impl Stado {
             .with_code("leftovers");
         }
         registry.remove_target(name);
-        let unsaved = registry.save(&self.home).err();
+        let unsaved = registry.save().err();
         minted.remove();
         if let Some(sim) = &self.sim {
             let _ = sim.forget(name);

@@ -20,11 +20,11 @@ pub use report::{
 };
 
 use crate::admission::AdmissionReport;
-use crate::cloud::{Progress, Stado};
+use crate::cloud::{Progress, Stado, TITLE};
 use crate::error::Failure;
 use crate::keys::{self, FleetKey};
 use crate::profile::Profile;
-use crate::registry::Registry;
+use crate::registry::{CloudState, Held, Registry};
 
 /// What to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,11 +152,11 @@ impl Stado {
         self.check_can_make_hosts()?;
         // Held from the first step to the last: a reap that meets it skips its tick, and a host
         // declared enrolling without a create holding the lock is one whose create stopped.
-        let _lock = self.lock_registry()?;
-        let mut registry = Registry::load(&self.home)?;
+        let mut registry = self.lock_registry()?;
 
         run.begin(self, 1);
-        run.end(1, "name", self.name_step(req, &registry))?;
+        let named = self.name_step(req, &mut registry).await;
+        run.end(1, "name", named)?;
         run.begin(self, 2);
         let priced = self.price_step(&profile, &registry, req, run.report).await;
         let price = run.end(2, "price", priced)?;
@@ -200,8 +200,10 @@ impl Stado {
     }
 
     /// Step 1: a target identifier no target holds, with no key of that name (a key this create
-    /// did not mint is someone's, and is never replaced or removed).
-    fn name_step(&self, req: &CreateRequest, registry: &Registry) -> Step<()> {
+    /// did not mint is someone's, and is never replaced or removed). A host of this name that a
+    /// create of this home declared and stopped before the cloud answered (`creating`) is removed
+    /// first, as delete removes it, and made again.
+    async fn name_step(&self, req: &CreateRequest, registry: &mut Held) -> Step<()> {
         // A target identifier is a host name, and so a VM's name: orca's machine name rule.
         if orca::validate_name(&req.name).is_err() {
             return Err(Failure::refused(format!(
@@ -209,6 +211,23 @@ impl Stado {
                 req.name
             ))
             .into());
+        }
+        let mut lines = Vec::new();
+        let stopped = registry
+            .cloud_hosts(&self.kind)
+            .into_iter()
+            .find(|(t, c)| t.name == req.name && c.state == CloudState::Creating)
+            .map(|(_, c)| c.clone());
+        if let Some(decl) = stopped {
+            let removed = self.remove_host(registry, &req.name, &decl).await?;
+            let what = match removed.as_str() {
+                "" => "it had made no VM".to_string(),
+                id => format!("its VM {id} was deleted"),
+            };
+            lines.push(format!(
+                "name: {} was declared by a create that stopped before {TITLE} answered; {what}, and it is made again",
+                req.name
+            ));
         }
         if registry.target(&req.name).is_some() {
             return Err(
@@ -219,20 +238,18 @@ impl Stado {
         if !held.is_empty() {
             return Err(keys::key_held(&req.name, &held).into());
         }
-        Ok((
-            (),
-            vec![format!(
-                "name: {} is a target identifier no target holds",
-                req.name
-            )],
-        ))
+        lines.push(format!(
+            "name: {} is a target identifier no target holds",
+            req.name
+        ));
+        Ok(((), lines))
     }
 
     /// Step 3: the fleet's addresses, measured and recorded (with the time each was read).
     async fn egress_step(
         &self,
         profile: &Profile,
-        registry: &mut Registry,
+        registry: &mut Held,
         report: &mut CreateReport,
     ) -> Step<Vec<String>> {
         let measured = self.measure_egress(profile, registry).await;

@@ -195,6 +195,41 @@ fn every_command_on_fake_from_create_to_reap() {
 }
 
 #[test]
+fn a_home_named_relatively_keeps_its_hosts_reachable_from_any_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    set_up(&home);
+    // The create names the home relative to where it runs, as `STADO_HOME=home` and `--home home`.
+    let mut create = CREATE.to_vec();
+    create.push("30");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stado"))
+            .args(args)
+            .env("STADO_HOME", "home")
+            .env_remove("WC_PROVIDERS")
+            .env_remove("WC_DISABLED_PROVIDERS")
+            .current_dir(dir.path())
+            .output()
+            .expect("stado runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&create);
+    create[3] = "h2";
+    create.splice(0..0, ["--home", "home"]);
+    run(&create);
+    // Run from elsewhere, stado reaches both with the keys their creates wrote down.
+    let (good, reap) = json(&home, &["cloud", "host", "reap", "--provider", "fake"]);
+    assert!(good, "{reap}");
+    for h in 0..2 {
+        assert_eq!(reap["hosts"][h]["verdict"], "idle", "{reap}");
+    }
+}
+
+#[test]
 fn a_second_stado_writing_the_registry_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path();

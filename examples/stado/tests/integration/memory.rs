@@ -713,6 +713,123 @@ async fn a_create_killed_after_its_vm_was_made_leaves_a_declared_host_that_delet
     assert_eq!(decl.state, stado::registry::CloudState::Ready);
 }
 
+/// Stops a create of `name` (its future dropped, as Ctrl-C drops it) once the cloud has made its VM
+/// but before the create heard so: step 6, which takes minutes on Azure.
+async fn stop_while_the_vm_is_made(lab: &Lab, faults: &orca::layer::Faults, name: &str) {
+    use orca::layer::{Op, Point};
+    faults.hold(Op::Create, Point::After);
+    let before = faults.entered(Op::Create, Point::After);
+    let s = lab.s.clone();
+    let req = request(name, "zone-a", "amd64-small");
+    let create = tokio::spawn(async move { s.create(&req).await });
+    faults
+        .until_entered(Op::Create, Point::After, before + 1)
+        .await;
+    create.abort();
+    assert!(create.await.unwrap_err().is_cancelled());
+    faults.release(Op::Create, Point::After);
+}
+
+#[tokio::test]
+async fn a_create_stopped_while_its_vm_is_made_leaves_a_host_that_list_delete_reap_and_create_resolve(
+) {
+    let mut lab = lab();
+    let faults = orca::layer::Faults::new();
+    lab.s.provider = Arc::new(orca::layer::Layered::new(
+        lab.s.provider.clone(),
+        faults.clone(),
+    ));
+    stop_while_the_vm_is_made(&lab, &faults, "h1").await;
+    let made = lab.in_cloud();
+    assert_eq!(made.len(), 1, "the VM was made (and is billed)");
+    let names: Vec<String> = declared(&lab.s).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        ["h1"],
+        "the host is declared before its VM is asked for"
+    );
+    // list finds its VM by its name.
+    let l = lab.s.list().await.unwrap();
+    let row = serde_json::to_value(&l.hosts[0]).unwrap();
+    assert_eq!(
+        (
+            row["state"].as_str(),
+            row["creating"].as_bool(),
+            row["vm_id"].as_str()
+        ),
+        (Some("running"), Some(true), Some(made[0].1.as_str())),
+        "{row}"
+    );
+    assert_eq!(l.running, 1);
+    // delete removes its VM and the keys its create minted.
+    lab.s.delete("h1").await.unwrap();
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
+    assert!(!lab.s.home.fleet_key("h1").exists());
+
+    // reap --apply returns one at once.
+    stop_while_the_vm_is_made(&lab, &faults, "h2").await;
+    let r = lab.s.reap(true).await.unwrap();
+    assert_eq!(
+        r.hosts
+            .iter()
+            .map(|h| (h.name.as_str(), h.action))
+            .collect::<Vec<_>>(),
+        [("h2", Some(stado::reap::Action::Reaped))],
+        "{:?}",
+        r.hosts
+    );
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
+
+    // A create of the same name again deletes what the stopped one made, and makes it anew.
+    stop_while_the_vm_is_made(&lab, &faults, "h3").await;
+    let old = lab.in_cloud();
+    let r = lab.create("h3").await;
+    assert!(r.ok, "{:?}", r.error);
+    let now = lab.in_cloud();
+    assert_eq!(now.len(), 1);
+    assert_ne!(now[0].1, old[0].1, "the stopped create's VM was deleted");
+    assert_eq!(declared(&lab.s), now);
+}
+
+/// A create whose registry lock was taken from it (its lock file removed, so that another stado
+/// locked a new one) writes nothing more: what the new holder wrote stands.
+#[tokio::test]
+async fn a_create_that_lost_the_registry_lock_writes_nothing_over_the_next_holder() {
+    use orca::layer::{Op, Point};
+    let mut lab = lab();
+    let faults = orca::layer::Faults::new();
+    lab.s.provider = Arc::new(orca::layer::Layered::new(
+        lab.s.provider.clone(),
+        faults.clone(),
+    ));
+    faults.hold(Op::Create, Point::After);
+    let s = lab.s.clone();
+    let create =
+        tokio::spawn(async move { s.create(&request("h1", "zone-a", "amd64-small")).await });
+    faults.until_entered(Op::Create, Point::After, 1).await;
+    let registry = lab.s.home.registry_path();
+    std::fs::remove_file(orca::fs::FileLock::path_for(&registry)).unwrap();
+    // Another stado takes the lock anew, and writes the registry (the egress it measured).
+    lab.s.reap(false).await.unwrap();
+    let written = std::fs::read(&registry).unwrap();
+    faults.release(Op::Create, Point::After);
+    let r = create.await.unwrap();
+    assert!(!r.ok, "the create went on without its lock");
+    let e = error(&r);
+    assert!(e.contains("lock"), "{e}");
+    assert_eq!(
+        std::fs::read(&registry).unwrap(),
+        written,
+        "{e}: the new holder's registry stands"
+    );
+    assert!(
+        lab.in_cloud().is_empty(),
+        "{e}: the VM it could not declare was deleted"
+    );
+}
+
 #[tokio::test]
 async fn a_host_presenting_another_key_than_the_pinned_one_is_never_read() {
     let lab = lab();
@@ -1184,6 +1301,44 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
     assert!(cloud.all_machines().iter().any(|m| m.id == a_vm));
     a.s.delete("h1").await.unwrap();
     assert!(cloud.all_machines().is_empty());
+}
+
+/// A VM read that fails says nothing of whose the VM is: delete waits for a read, never guesses.
+#[tokio::test]
+async fn a_failed_read_never_lets_delete_remove_another_homes_vm() {
+    let cloud = MemoryCloud::new();
+    let a = lab_on(cloud.clone(), None);
+    assert!(a.create("h1").await.ok);
+    let a_vm = a.vm_id("h1");
+    // A home given a's owner, whose registry names a's VM (copied from a's home, say).
+    let c = lab_on(cloud.clone(), Some(&common::owner(&a.s.home)));
+    let mut reg = Registry::load(&c.s.home).unwrap();
+    reg.put_target(
+        Registry::load(&a.s.home)
+            .unwrap()
+            .target("h1")
+            .unwrap()
+            .clone(),
+    );
+    reg.save(&c.s.home).unwrap();
+    // A failure the provider does not retry: the read answers nothing.
+    cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
+    let e = c.s.delete("h1").await.unwrap_err();
+    assert!(
+        cloud.all_machines().iter().any(|m| m.id == a_vm),
+        "{e}: a's VM still stands"
+    );
+    assert!(
+        e.message().starts_with(&format!(
+            "h1 is still registered: its VM {a_vm} could not be read"
+        )),
+        "{e}"
+    );
+    assert_eq!(declared(&c.s), vec![("h1".to_string(), a_vm.clone())]);
+    // Read again, it is named as another home's and left alone.
+    let e = c.s.delete("h1").await.unwrap_err();
+    assert_eq!(e.code(), "not_this_home", "{e}");
+    assert!(cloud.all_machines().iter().any(|m| m.id == a_vm));
 }
 
 #[tokio::test]
