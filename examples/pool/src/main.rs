@@ -62,7 +62,8 @@ struct Args {
     /// Where the record is kept: a file path (default: `orca-pool-<pool>.json` here; one process per
     /// file), or a PostgreSQL connection string (postgres://... or host=... dbname=...) for replicas, of which one acts at a
     /// time per kind, owner and pool.
-    #[arg(long, alias = "record", env = orca_scaler::STORE_ENV)]
+    // The help never shows the value from the environment: a connection string holds the password.
+    #[arg(long, alias = "record", env = orca_scaler::STORE_ENV, hide_env_values = true)]
     store: Option<String>,
     /// This replica's name in the PostgreSQL record (default: host name and process id).
     #[arg(long)]

@@ -110,12 +110,52 @@ async fn missing_hooks_are_reported_as_skipped_by_name() {
         [
             "invalid_input_is_refused_before_any_call",
             "lists_every_page",
+            "arch_of_both_architectures",
             "no_stock",
             "retried_create_makes_one_machine",
+            "reads_one_machine",
+            "reads_a_machine_by_name",
+            "labels_on_an_existing_machine",
             "firewall_rules",
             "ssh_admission",
             "survives_delayed_visibility"
         ]
+    );
+}
+
+/// A check that ran but could not prove a part of it for want of a hook says which part, and still
+/// fails on what it could check.
+#[tokio::test]
+async fn a_check_run_in_part_names_what_stayed_unproven() {
+    /// Every hook but the request count.
+    struct Uncounted(MemoryHarness);
+    #[async_trait]
+    impl Harness for Uncounted {
+        fn name(&self) -> String {
+            "uncounted".into()
+        }
+        fn setup(&self) -> Setup {
+            self.0.setup()
+        }
+        async fn provider(&self, owner: &str) -> Result<Box<dyn Provider>> {
+            self.0.provider(owner).await
+        }
+        async fn paged_provider(&self, owner: &str, n: u32) -> Hook<Box<dyn Provider>> {
+            self.0.paged_provider(owner, n).await
+        }
+    }
+    let report = run(
+        &Uncounted(MemoryHarness::new()),
+        &["arch_of_both_architectures", "reads_one_machine"],
+    )
+    .await;
+    report.assert_passed();
+    let skipped = report.skipped();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(skipped[0].1.contains("cached"), "{skipped:?}");
+    assert!(
+        skipped[1].1.contains("never a listing") && skipped[1].1.contains("invalid id"),
+        "{skipped:?}"
     );
 }
 

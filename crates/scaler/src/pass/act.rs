@@ -20,7 +20,8 @@ pub(crate) struct DeleteJob {
     pub offering: Offering,
     pub cause: &'static str,
     pub why: String,
-    /// A second machine of a recorded name: the record's entry (the first machine's) stays as it is.
+    /// Not the machine the record's entry of its name stands for (a second machine of a recorded
+    /// name, or another writer's machine carrying it): that entry stays as it is.
     pub duplicate: bool,
     /// Counted toward the size before the pass (a surplus delete lowers the count).
     pub counted: bool,

@@ -94,8 +94,11 @@ pub(super) fn listed(
             && record.other_writer(m).is_some()
         {
             // Another writer's machine, on the operator's word: deleted even where it carries a
-            // name this record picked.
-            unknown(record, m, policy, cx, found, actions);
+            // name this record picked. The record's entry of that name stands for this record's
+            // own machine (or its create), not this one, so the delete leaves it as it is.
+            let mut d = unknown_delete(m, cx);
+            d.duplicate = record.entries.contains_key(&m.name);
+            found.deletes.push(d);
             continue;
         }
         let Some(e) = record.entries.get_mut(&m.name) else {
@@ -193,6 +196,29 @@ fn found_by_name(
     });
 }
 
+/// The delete of machine `m`, which is not the record's, as an unknown machine.
+fn unknown_delete(m: &Machine, cx: PassCtx<'_>) -> DeleteJob {
+    DeleteJob {
+        name: m.name.clone(),
+        id: m.id.clone(),
+        offering: offering_of(m),
+        cause: "unknown",
+        why: if cx.settings.unknown == Unknown::Delete {
+            format!(
+                "not in the record of {}; deleted as --unknown delete says",
+                cx.key
+            )
+        } else {
+            format!(
+                "not in the record of {}, which names every machine it ever meant to make",
+                cx.key
+            )
+        },
+        duplicate: false,
+        counted: false,
+    }
+}
+
 /// A listed machine the record does not name: adopted, or deleted, as `policy` says.
 fn unknown(
     record: &mut Record,
@@ -203,25 +229,7 @@ fn unknown(
     actions: &mut Vec<Action>,
 ) {
     if policy != Unknown::Adopt {
-        found.deletes.push(DeleteJob {
-            name: m.name.clone(),
-            id: m.id.clone(),
-            offering: offering_of(m),
-            cause: "unknown",
-            why: if cx.settings.unknown == Unknown::Delete {
-                format!(
-                    "not in the record of {}; deleted as --unknown delete says",
-                    cx.key
-                )
-            } else {
-                format!(
-                    "not in the record of {}, which names every machine it ever meant to make",
-                    cx.key
-                )
-            },
-            duplicate: false,
-            counted: false,
-        });
+        found.deletes.push(unknown_delete(m, cx));
         return;
     }
     let e = record.entries.entry(m.name.clone()).or_insert(Entry {

@@ -4,7 +4,9 @@
 use crate::support;
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
+use orca::layer::{Answer, Call, Layer, Layered, Next};
 use orca::{MachineSpec, Provider};
 use orca_scaler::{machine_name, Action, FileStore, Key, Phase, Scaler, Unknown};
 use support::{cloud, ids, scaler, settings, FailingStore, Wrap};
@@ -325,4 +327,80 @@ async fn a_conflict_lost_with_the_process_is_found_again_by_the_writer_label() {
     );
     assert!(two_p.deleted.lock().unwrap().is_empty());
     assert_eq!(ids(&cloud), theirs);
+}
+
+/// Another writer's machine named as this record's serving machine `name` (EC2's names are tags,
+/// Compute Engine's are per zone): `--unknown delete` deletes the other writer's machine and shows
+/// its twin in the listing until told otherwise; every delete it is asked answers done.
+#[derive(Debug, Clone)]
+struct Twin {
+    name: Arc<Mutex<Option<String>>>,
+    deleted: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl Layer for Twin {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> orca::Result<Answer> {
+        match call {
+            Call::Machines { .. } => {
+                let Answer::Machines(mut ms) = next.run(call).await? else {
+                    unreachable!("a listing answers machines")
+                };
+                let name = self.name.lock().unwrap().clone();
+                if let Some(twin) = name.and_then(|n| ms.iter().find(|m| m.name == n).cloned()) {
+                    let mut twin = twin;
+                    twin.id = "m-twin".into();
+                    twin.labels
+                        .insert(orca_scaler::WRITER_LABEL.into(), "other".into());
+                    ms.push(twin);
+                }
+                Ok(Answer::Machines(ms))
+            }
+            Call::Delete { id } => {
+                self.deleted.lock().unwrap().push(id.to_string());
+                if id == "m-twin" {
+                    return Ok(Answer::Deleted(true));
+                }
+                next.run(call).await
+            }
+            other => next.run(other).await,
+        }
+    }
+}
+
+/// `--unknown delete` against another writer's machine of the same name as this record's own: the
+/// other machine is deleted, and this record's entry of that name (its own serving machine) is left
+/// as it was, so the next pass does not take its own machine for one it deleted before.
+#[tokio::test]
+async fn deleting_another_writers_twin_keeps_this_records_machine_of_that_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 1, &[A]);
+    let r = s.pass(&p, cloud.now()).await;
+    assert_eq!(r.serving, 1, "{:?}", r.actions);
+    let mine = ids(&cloud);
+    let name = cloud.all_machines()[0].name.clone();
+
+    let twin = Twin {
+        name: Arc::new(Mutex::new(Some(name.clone()))),
+        deleted: Arc::default(),
+    };
+    let w = Layered::new(p, twin.clone());
+    s.settings.unknown = Unknown::Delete;
+    let r = s.pass(&w, cloud.now()).await;
+    assert!(r.stopped.is_none(), "{r:?}");
+    assert_eq!(*twin.deleted.lock().unwrap(), ["m-twin"], "{:?}", r.actions);
+
+    // The twin is gone; the operator goes back to the default.
+    *twin.name.lock().unwrap() = None;
+    s.settings.unknown = Unknown::Ask;
+    let r = s.pass(&w, cloud.now()).await;
+    assert!(deleted(&r.actions).is_empty(), "{:?}", r.actions);
+    assert_eq!(r.serving, 1, "{:?}", r.actions);
+    assert_eq!(ids(&cloud), mine);
+    assert_eq!(*twin.deleted.lock().unwrap(), ["m-twin"]);
+    let rec = s.record().unwrap();
+    let e = &rec.entries[&name];
+    assert_eq!(e.phase, Phase::Live, "{e:?}");
+    assert_eq!(e.id.as_deref(), Some(mine[0].as_str()), "{e:?}");
 }

@@ -487,3 +487,23 @@ fn a_removed_lock_file_stops_the_running_process_and_the_pool_never_churns() {
     let _ = second.wait();
     assert_eq!(all(), machines, "no machine made or deleted");
 }
+
+/// `--help` never shows the record's connection string taken from the environment: it holds the
+/// PostgreSQL password.
+#[test]
+fn help_hides_the_store_password_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_orca-pool"))
+        .env(orca_scaler::STORE_ENV, "postgres://u:s3cret@db/x")
+        .current_dir(dir.path())
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(orca_scaler::STORE_ENV),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("s3cret"), "{}", text(&out));
+}
