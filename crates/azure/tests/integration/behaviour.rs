@@ -1568,3 +1568,19 @@ async fn a_create_throttled_after_the_vm_was_made_did_not_make_nothing() {
     f.control().clear_faults();
     assert!(p.machine_named("lab", "vm-t").await.unwrap().is_some());
 }
+
+/// An id is a raw segment of the VM's URL: `.` or `..` there would make `machine` read, and
+/// `delete` act on, the VM collection or the resource group. Both are refused before any call.
+#[tokio::test]
+async fn dot_segment_ids_are_refused_before_any_call() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    for id in [".", ".."] {
+        let e = p.machine(id).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{id}: {e}");
+        assert!(e.to_string().contains("id"), "{e}");
+        let e = p.delete(id).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{id}: {e}");
+    }
+    assert_eq!(f.control().log().len(), 0, "{:?}", f.control().log());
+}
