@@ -450,9 +450,13 @@ macro_rules! setter {
     )*};
 }
 
+/// A name Azure takes for a resource group (and, as loosely, for the subscription, network and
+/// subnet): also, as Azure's rule says, no name ending in '.', so that no name is `.` or `..`, which
+/// a URL path would read as a step to another resource.
 fn name_ok(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 90
+        && !s.ends_with('.')
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'(' | b')'))
 }
@@ -747,7 +751,7 @@ fn check_names(
     vnet_group: Option<String>,
     p: &mut Problems,
 ) -> String {
-    let name_rule = "letters, digits, '.', '_', '-', '(' and ')', at most 90";
+    let name_rule = "letters, digits, '.', '_', '-', '(' and ')', at most 90, not ending in '.'";
     for (k, v) in names {
         if !v.is_empty() && !name_ok(v) {
             p.invalid(k.as_str(), name_rule);
@@ -1069,6 +1073,28 @@ mod tests {
         ] {
             assert!(k.iter().any(|x| x == want), "{want} not in {k:?}");
         }
+    }
+
+    #[test]
+    fn dot_segments_and_names_ending_in_a_dot_are_refused_naming_the_key() {
+        // Each goes into a URL path: `..` or `.` there would make the call another one.
+        for (key, v) in [
+            (ConfigKey::ResourceGroup, ".."),
+            (ConfigKey::ResourceGroup, "."),
+            (ConfigKey::ResourceGroup, "rg."),
+            (ConfigKey::SubscriptionId, ".."),
+            (ConfigKey::VnetResourceGroup, ".."),
+            (ConfigKey::Vnet, "."),
+            (ConfigKey::Subnet, ".."),
+        ] {
+            let e = builder_full().with_config(key, v).build().unwrap_err();
+            assert_eq!(keys(&e), [key.as_str()], "{key}={v}: {e}");
+        }
+        let e = builder_full().resource_group("..").build().unwrap_err();
+        assert_eq!(keys(&e), ["ORCA_AZURE_RESOURCE_GROUP"], "{e}");
+        // A dot inside a name is Azure's own: it stays allowed.
+        let c = builder_full().resource_group("rg.lab").build().unwrap();
+        assert_eq!(c.resource_group, "rg.lab");
     }
 
     #[test]

@@ -297,7 +297,7 @@ fn read_placement<'a>(settings: &'a Settings, p: &mut Problems) -> Placement<'a>
     if project.is_some_and(|v| !valid_project(v)) {
         p.invalid(
             K::Project.as_str(),
-            "a project id (6 to 30 of a-z, 0-9 and '-')",
+            "a project id (6 to 30 of a-z, 0-9 and '-', starting with a letter, not ending in '-')",
         );
     }
     let zone = text(K::Zone);
@@ -804,14 +804,29 @@ fn check_service_account_json(json: &str) -> std::result::Result<(), String> {
     }
 }
 
+/// A project id as Compute Engine takes it: 6 to 30 of a-z, 0-9 and '-', starting with a letter
+/// and not ending in '-'; a domain-scoped one puts its domain first (`example.com:my-project`).
+/// It goes into URL paths as it is, so it is never a dot segment.
 fn valid_project(p: &str) -> bool {
-    // Project ids are 6 to 30 of a-z, 0-9 and '-'; domain-scoped ones add "example.com:".
-    let id = p.rsplit(':').next().unwrap_or(p);
-    !id.is_empty()
-        && p.len() <= 100
-        && p.bytes().all(|b| {
-            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b':')
-        })
+    let (domain, id) = match p.split_once(':') {
+        Some((d, id)) => (Some(d), id),
+        None => (None, p),
+    };
+    let b = id.as_bytes();
+    let id_ok = (6..=30).contains(&b.len())
+        && b[0].is_ascii_lowercase()
+        && b[b.len() - 1] != b'-'
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    let domain_ok = domain.is_none_or(|d| {
+        d.len() <= 63
+            && d.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+            })
+    });
+    id_ok && domain_ok
 }
 
 /// A zone name: `<area>-<location><n>-<letter>` (`europe-west1-b`).
@@ -956,7 +971,7 @@ mod tests {
             ]
         );
         let e = Config::builder()
-            .project("p1")
+            .project("proj-1")
             .network("n")
             .subnet("s")
             .credentials_json(sa_json())
@@ -1018,6 +1033,46 @@ mod tests {
     }
 
     #[test]
+    fn project_ids_follow_compute_engines_rule() {
+        // 6 to 30 of a-z, 0-9 and '-', starting with a letter, not ending in '-'; a domain-scoped
+        // id puts `domain:` before one. Anything else, dot segments first, is refused by name.
+        let long = format!("p{}", "0".repeat(30));
+        for bad in [
+            "..",
+            ".",
+            "p1",
+            "proj-",
+            "1proj-a",
+            "Proj-12",
+            "proj_12",
+            long.as_str(),
+            "example.com:..",
+            "..:proj-12",
+            ":proj-12",
+        ] {
+            for key in ["ORCA_GCE_PROJECT", "ORCA_GCE_IMAGE_PROJECT"] {
+                let mut s = settings(&BASE);
+                s.insert(key, bad);
+                let e = Config::from_settings(&s).unwrap_err();
+                assert_eq!(keys_of(&e), [key], "{key}={bad}: {e}");
+            }
+        }
+        for good in [
+            "proj-1",
+            "orca-fake-project",
+            "ubuntu-os-cloud",
+            "example.com:proj-12",
+            &long[..30],
+        ] {
+            let mut s = settings(&BASE);
+            s.insert("ORCA_GCE_PROJECT", good);
+            s.insert("ORCA_GCE_IMAGE_PROJECT", good);
+            let c = Config::from_settings(&s).unwrap();
+            assert_eq!(c.project, good);
+        }
+    }
+
+    #[test]
     fn subnets_per_region_must_cover_the_single_zone() {
         let mut s = settings(&BASE);
         s.insert("ORCA_GCE_SUBNET", "us-central1=us,europe-west4=eu4");
@@ -1044,7 +1099,7 @@ mod tests {
     #[test]
     fn a_broken_key_is_refused_without_echoing_it() {
         let e = Config::builder()
-            .project("p1")
+            .project("proj-1")
             .network("n")
             .subnet("s")
             .credentials_json(r#"{"type":"service_account","private_key":"SUPERSECRET"}"#)
@@ -1081,7 +1136,7 @@ mod tests {
     fn a_zero_poll_interval_is_refused_naming_it() {
         let b = || {
             Config::builder()
-                .project("p1")
+                .project("proj-1")
                 .network("n")
                 .subnet("s")
                 .credentials_json(sa_json())

@@ -511,15 +511,17 @@ pub fn validate_owner(owner: &str) -> Result<()> {
 }
 
 /// Checks a machine id as given to `delete` and friends: 1 to 255 of ASCII letters, digits, `.`, `_`,
-/// `-` and `:`, so that it can go into a URL path or a filter as it is.
+/// `-` and `:`, not dots alone, so that it can go into a URL path or a filter as it is (a path
+/// segment `.` or `..` would name another resource).
 pub fn validate_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
         && id.len() <= 255
         && id
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'));
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
+        && !id.bytes().all(|b| b == b'.');
     valid(ok, "id", || {
-        format!("1 to 255 of letters, digits, '.', '_', '-' and ':', got {id:?}")
+        format!("1 to 255 of letters, digits, '.', '_', '-' and ':', not dots alone, got {id:?}")
     })
 }
 
@@ -575,6 +577,18 @@ mod tests {
         }
         assert!(validate_owner("").is_ok());
         assert!(validate_pool("lab_2-x").is_ok());
+    }
+
+    #[test]
+    fn ids_are_never_dot_segments() {
+        // An id goes into a URL path as it is, where `.` and `..` name another resource.
+        for id in [".", "..", "..."] {
+            let e = validate_id(id).unwrap_err();
+            assert!(e.to_string().starts_with("invalid id"), "{id}: {e}");
+        }
+        for id in ["i-0abc", "vm-1", "a.b", ".a", "a..b", "projects:x"] {
+            validate_id(id).unwrap();
+        }
     }
 
     #[test]

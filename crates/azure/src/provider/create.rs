@@ -174,12 +174,14 @@ impl AzureProvider {
     }
 
     /// Removes what a failed create made, newest first (the VM first: it takes its interface,
-    /// address and disk with it); names what could not be removed. A capacity or quota outcome
+    /// address and disk with it), and nothing it adopted; names what could not be removed. A capacity or quota outcome
     /// stays what it is, with what remains named in its message ([`keep_outcome`]): callers fall
     /// back on it; any other failure becomes [`Error::Leftovers`].
     pub(crate) async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
-        for m in made.iter().rev() {
+        // What the create adopted is an earlier create's (a machine that stands, or what its
+        // clean-up left): never removed here.
+        for m in made.iter().rev().filter(|m| !m.adopted) {
             let what = m.res.to_string();
             let removed = if m.res.part == Part::Interface {
                 self.remove_interface(&what, &m.url, self.cfg().reservation_wait)
@@ -499,8 +501,19 @@ impl AzureProvider {
                     made.retain(|m| !m.adopted);
                     return Err(Error::already_exists(why));
                 }
-                made.push(made_res(&vm_res, &vm_url, true));
-                self.settle_vm(&names.vm).await?;
+                // A VM this call's own lost attempt may have made is this call's to remove if it
+                // fails; an earlier create's is adopted and never removed here.
+                let ours = attempts.may_have_made();
+                made.push(made_res(&vm_res, &vm_url, !ours));
+                if let Some(failure) = self.settle_vm(&names.vm).await? {
+                    if ours {
+                        return Err(failure);
+                    }
+                    // An earlier create's VM that Azure marks Failed (a refused start or resize, a
+                    // failed extension) is still that machine: it is answered as it is (its
+                    // provisioning state in `cloud_status`), and deleting it is the caller's call.
+                    tracing::warn!(vm = %names.vm, error = %failure, "adopted a VM in provisioning state Failed");
+                }
             }
             Err(e) => {
                 if e.is_retryable() {
@@ -512,9 +525,9 @@ impl AzureProvider {
         Ok((met_existing, attempts))
     }
 
-    /// Reads a VM being adopted until its provisioning state is final; a failed one answers its
-    /// failure.
-    pub(crate) async fn settle_vm(&self, name: &str) -> Result<()> {
+    /// Reads a VM being adopted until its provisioning state is final; answers the failure of a
+    /// failed one.
+    pub(crate) async fn settle_vm(&self, name: &str) -> Result<Option<Error>> {
         kit::poll(
             &format!("provisioning of VM {name}"),
             self.cfg().poll_interval,
@@ -526,8 +539,8 @@ impl AzureProvider {
                     )));
                 };
                 match vm.properties.provisioning_state.as_str() {
-                    "Succeeded" | "" => Ok(Some(())),
-                    "Failed" => Err(match vm.failure() {
+                    "Succeeded" | "" => Ok(Some(None)),
+                    "Failed" => Ok(Some(Some(match vm.failure() {
                         Some((code, message)) => crate::client::map_error(
                             None,
                             &crate::model::ErrorDetail {
@@ -538,7 +551,7 @@ impl AzureProvider {
                             None,
                         ),
                         None => Error::other(format!("VM {name} is in provisioning state Failed")),
-                    }),
+                    }))),
                     _ => Ok(None),
                 }
             },

@@ -1142,13 +1142,28 @@ async fn a_delete_lock_on_the_interface_or_address_blocks_the_vms_delete() {
 }
 
 /// A raw call on the fake, as an operator's tool would make it; answers the status and the body,
-/// after following the operation it started to its end.
+/// after following the operation it started to its end, which must succeed.
 async fn raw(
     f: &orca_fakes::azure::FakeAzure,
     method: reqwest::Method,
     path: &str,
     body: Option<serde_json::Value>,
 ) -> (u16, serde_json::Value) {
+    let (status, body, end) = raw_ending(f, method, path, body).await;
+    if let Some(s) = end {
+        assert_eq!(s["status"], "Succeeded", "{s}");
+    }
+    (status, body)
+}
+
+/// [`raw`], answering also the final status of the operation it started (none when it started
+/// none), whatever that is.
+async fn raw_ending(
+    f: &orca_fakes::azure::FakeAzure,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value, Option<serde_json::Value>) {
     let http = reqwest::Client::new();
     let mut r = http
         .request(method, format!("{}{path}", f.url()))
@@ -1163,6 +1178,7 @@ async fn raw(
         .get("azure-asyncoperation")
         .map(|v| v.to_str().unwrap().to_string());
     let body = r.json().await.unwrap_or(serde_json::Value::Null);
+    let mut end = None;
     if let Some(op) = op {
         loop {
             let s: serde_json::Value = http
@@ -1175,12 +1191,63 @@ async fn raw(
                 .await
                 .unwrap();
             if s["status"] != "InProgress" {
-                assert_eq!(s["status"], "Succeeded", "{s}");
+                end = Some(s);
                 break;
             }
         }
     }
-    (status, body)
+    (status, body, end)
+}
+
+/// An earlier create's VM that Azure marks Failed (an update it could not allocate, a refused start
+/// or resize, a failed extension) is still that machine: a repeated create answers it as it is and
+/// removes nothing, neither the VM nor what the VM holds.
+#[tokio::test]
+async fn a_repeated_create_of_a_failed_vm_answers_it_and_removes_nothing() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-z", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let held = stray(&f);
+    assert_eq!(held.len(), 5, "{held:?}");
+    // An update Azure cannot allocate leaves the VM in provisioning state Failed.
+    let path = format!(
+        "/subscriptions/{}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Compute/virtualMachines/vm-z?api-version=2024-07-01",
+        orca_fakes::azure::SUBSCRIPTION
+    );
+    let (_, vm) = raw(&f, reqwest::Method::GET, &path, None).await;
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    let (_, _, end) = raw_ending(&f, reqwest::Method::PUT, &path, Some(vm)).await;
+    assert_eq!(end.unwrap()["status"], "Failed");
+    let (_, vm) = raw(&f, reqwest::Method::GET, &path, None).await;
+    assert_eq!(vm["properties"]["provisioningState"], "Failed", "{vm}");
+
+    match p.create(&spec("vm-z", AMD)).await {
+        Ok(Created::Adopted(m)) => {
+            assert_eq!(m.id, "vm-z");
+            assert_eq!(m.status, Status::Unknown, "{m:?}");
+            assert!(
+                m.cloud_status.to_ascii_lowercase().contains("failed"),
+                "{m:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        stray(&f),
+        held,
+        "the repeated create removed what it adopted"
+    );
+    assert!(
+        !f.control()
+            .log()
+            .iter()
+            .any(|l| l.method.as_str() == "DELETE"),
+        "a create deleted something"
+    );
 }
 
 #[tokio::test]
@@ -1500,4 +1567,20 @@ async fn a_create_throttled_after_the_vm_was_made_did_not_make_nothing() {
     );
     f.control().clear_faults();
     assert!(p.machine_named("lab", "vm-t").await.unwrap().is_some());
+}
+
+/// An id is a raw segment of the VM's URL: `.` or `..` there would make `machine` read, and
+/// `delete` act on, the VM collection or the resource group. Both are refused before any call.
+#[tokio::test]
+async fn dot_segment_ids_are_refused_before_any_call() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    for id in [".", ".."] {
+        let e = p.machine(id).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{id}: {e}");
+        assert!(e.to_string().contains("id"), "{e}");
+        let e = p.delete(id).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{id}: {e}");
+    }
+    assert_eq!(f.control().log().len(), 0, "{:?}", f.control().log());
 }
