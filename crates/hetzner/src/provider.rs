@@ -438,13 +438,14 @@ impl HetznerProvider {
         }
     }
 
-    /// Deletes server `id` whose create failed with `failed`; answers `failed`, or
-    /// [`Error::Leftovers`] naming the server when it could not be deleted.
+    /// Deletes server `id` whose create failed with `failed`; answers `failed`, naming the server
+    /// when it could not be deleted ([`Error::with_leftovers`]: no stock and quota stay what they
+    /// are, anything else becomes [`Error::Leftovers`]).
     async fn remove_failed(&self, id: i64, name: &str, failed: Error) -> Error {
         tracing::warn!(server = id, error = %failed, "create failed; deleting the server");
         match self.delete_server(id).await {
             Ok(_) => failed,
-            Err(e) => Error::leftovers(failed, vec![format!("server {id} ({name}): {e}")]),
+            Err(e) => failed.with_leftovers(vec![format!("server {id} ({name}): {e}")]),
         }
     }
 
