@@ -212,6 +212,23 @@ async fn no_stock_or_quota_whose_clean_up_fails_stays_the_outcome_naming_the_ser
 }
 
 #[tokio::test]
+async fn a_create_action_that_ended_in_a_passing_error_frees_the_name() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "s").await;
+    fake.fail_next_create_action_with("service_error", "the host went away");
+    let e = p
+        .create(&spec("f1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("the host went away"), "{e}");
+    assert!(fake.servers().is_empty(), "{:?}", fake.servers());
+    // The name is free again: the next create makes the machine.
+    let again = p.create(&spec("f1", "cx23", "fsn1", "lab")).await.unwrap();
+    assert!(matches!(again, Created::Machine(_)), "{again:?}");
+    assert_eq!(fake.servers().len(), 1);
+}
+
+#[tokio::test]
 async fn a_taken_name_is_adopted_only_when_it_is_ours() {
     let fake = FakeHetzner::start().await.unwrap();
     let a = common::provider(&fake, "owner-a").await;
