@@ -663,7 +663,7 @@ impl ConfigBuilder {
         }
         self.check_resources(&mut p);
         if let Some(e) = &self.endpoint
-            && !(e.starts_with("http://") || e.starts_with("https://"))
+            && !kit::is_http_url(e)
         {
             p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
         }
@@ -781,6 +781,24 @@ mod tests {
         assert_eq!(secret, [SECRET_ACCESS_KEY_ENV, SESSION_TOKEN_ENV]);
         let e = "AWS_REGON".parse::<ConfigKey>().unwrap_err();
         assert!(e.to_string().contains("AWS_REGON") && e.to_string().contains("AWS_REGION"));
+    }
+
+    #[test]
+    fn an_endpoint_that_is_not_a_url_is_refused_at_build() {
+        for bad in [
+            "http://127.0.0.1:99999",
+            "http://exa mple",
+            "https://",
+            "ftp://127.0.0.1:5000",
+        ] {
+            let e = Config::from_settings(&full().with(ENDPOINT_ENV, bad)).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidSettings { keys, .. } if keys == &[ENDPOINT_ENV]),
+                "{bad}: {e:?}"
+            );
+        }
+        let c = Config::from_settings(&full().with(ENDPOINT_ENV, "http://127.0.0.1:5000")).unwrap();
+        assert_eq!(c.endpoint(), Some("http://127.0.0.1:5000"));
     }
 
     #[test]

@@ -457,11 +457,7 @@ fn read_endpoint(text: Option<&str>, p: &mut Problems) -> String {
         .unwrap_or(DEFAULT_ENDPOINT)
         .trim_end_matches('/')
         .to_string();
-    if url::Url::parse(&endpoint)
-        .ok()
-        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-        .is_none()
-    {
+    if !orca_machines::kit::is_http_url(&endpoint) {
         p.invalid(ConfigKey::Endpoint.as_str(), "an http(s) URL");
     }
     endpoint

@@ -502,13 +502,11 @@ impl GceProvider {
         if let Some(e) = operation_error(&done) {
             let e = e.with_operation("instances.insert");
             let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
-            return match (e, left.is_empty()) {
-                (Error::NoStock { message, .. }, true) => Ok(kit::no_stock(spec, message)),
-                (e, true) => Err(e),
-                (e, false) => Err(Error::leftovers(
-                    e.with_placement(&spec.machine_type, &spec.location),
-                    left,
-                )),
+            // No stock and quota stay what they are when something is left (callers fall back on
+            // them), with what remains named in their message.
+            return match e.with_leftovers(left) {
+                Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
+                e => Err(e),
             };
         }
         match self

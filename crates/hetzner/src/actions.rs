@@ -105,18 +105,19 @@ pub(crate) fn outcome(a: &Action) -> Option<Result<()>> {
 
 impl Poller {
     /// Waits for `action` (as the call that started it answered) to end, reading it with every
-    /// other action waited for, every `interval`, for at most `timeout`: `Ok` on success, the
-    /// action's error otherwise, a passing failure naming it when it outlasts `timeout` (it goes on
-    /// in the cloud).
-    pub(crate) async fn wait(
+    /// other action waited for, every `interval`, for at most `timeout`. An action that ended is the
+    /// inner result: `Ok` on success, the action's error otherwise (over, whatever its code says of
+    /// a later try). One whose end is not known is the outer error: a failed read, or a passing
+    /// failure naming it when it outlasts `timeout` (it goes on in the cloud).
+    pub(crate) async fn wait_end(
         &self,
         client: &Client,
         action: &Action,
         interval: Duration,
         timeout: Duration,
-    ) -> Result<()> {
+    ) -> Result<Result<()>> {
         if let Some(done) = outcome(action) {
-            return done;
+            return Ok(done);
         }
         let started = Instant::now();
         let deadline = started + timeout;
@@ -133,7 +134,7 @@ impl Poller {
         loop {
             news.borrow_and_update();
             if let Some(done) = self.ended(action.id) {
-                return done;
+                return Ok(done);
             }
             let Some((turn, last)) = self.take_turn() else {
                 // Another call reads: wait for its news.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use orca_machines::kit::{ClientOptions, ClientSettings, Timeouts};
+use orca_machines::kit::{self, ClientOptions, ClientSettings, Timeouts};
 use orca_machines::settings::Problems;
 use orca_machines::{Result, RetryPolicy, Settings};
 use secrecy::{ExposeSecret, SecretString};
@@ -366,9 +366,7 @@ impl ConfigBuilder {
             }
         }
         let ep = &self.endpoint;
-        if !(ep.starts_with("https://") || ep.starts_with("http://"))
-            || reqwest::Url::parse(ep).is_err()
-        {
+        if !kit::is_http_url(ep) {
             p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {ep:?}"));
         }
         if self.image.trim().is_empty() {

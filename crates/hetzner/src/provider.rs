@@ -317,8 +317,14 @@ impl HetznerProvider {
     /// waits for ([`Poller`]: one read every `poll_interval`), for at most `operation_timeout`: `Ok`
     /// on success, the action's error (classified by its code) otherwise.
     async fn wait_action(&self, action: &Action) -> Result<()> {
+        self.wait_action_end(action).await?
+    }
+
+    /// As [`Self::wait_action`], telling an action that ended (inner) from one whose end is not
+    /// known (outer: a failed read, or still running at `operation_timeout`).
+    async fn wait_action_end(&self, action: &Action) -> Result<Result<()>> {
         self.poller
-            .wait(
+            .wait_end(
                 &self.client,
                 action,
                 self.config.poll_interval,
@@ -438,13 +444,14 @@ impl HetznerProvider {
         }
     }
 
-    /// Deletes server `id` whose create failed with `failed`; answers `failed`, or
-    /// [`Error::Leftovers`] naming the server when it could not be deleted.
+    /// Deletes server `id` whose create failed with `failed`; answers `failed`, naming the server
+    /// when it could not be deleted ([`Error::with_leftovers`]: no stock and quota stay what they
+    /// are, anything else becomes [`Error::Leftovers`]).
     async fn remove_failed(&self, id: i64, name: &str, failed: Error) -> Error {
         tracing::warn!(server = id, error = %failed, "create failed; deleting the server");
         match self.delete_server(id).await {
             Ok(_) => failed,
-            Err(e) => Error::leftovers(failed, vec![format!("server {id} ({name}): {e}")]),
+            Err(e) => failed.with_leftovers(vec![format!("server {id} ({name}): {e}")]),
         }
     }
 
@@ -523,12 +530,15 @@ impl HetznerProvider {
             if a.status == "error" && !is_create {
                 continue;
             }
-            if let Err(failed) = self.wait_action(a).await {
-                if is_create && !failed.is_retryable() {
+            match self.wait_action_end(a).await? {
+                Ok(()) => {}
+                // A create action that ended in error, whatever its code, made no machine: its
+                // server goes, so that the name frees for the next try.
+                Err(failed) if is_create => {
                     let e = self.remove_failed(s.id, &spec.name, failed).await;
                     return Self::no_stock(spec, e);
                 }
-                return Err(failed);
+                Err(failed) => return Err(failed),
             }
         }
         let s = self.read_server(s.id).await?.ok_or_else(|| {
@@ -712,23 +722,25 @@ impl Provider for HetznerProvider {
         let id = r.server.id;
         self.unseen.note(id);
         // The create action, then its next actions (the `start_server` of `start_after_create`).
-        let mut ended = self.wait_action(&r.action).await;
+        let mut ended = self.wait_action_end(&r.action).await;
         for next in &r.next_actions {
-            if ended.is_err() {
+            if !matches!(ended, Ok(Ok(()))) {
                 break;
             }
-            ended = self.wait_action(next).await;
+            ended = self.wait_action_end(next).await;
         }
-        if let Err(failed) = ended {
-            if failed.is_retryable() {
-                // Still running (or unreadable): the server stays; a retry of the create adopts it.
-                // Never "made nothing", even when the read was refused (throttled): the server exists.
-                return Err(failed.with_may_have_acted());
+        match ended {
+            Ok(Ok(())) => {}
+            // Still running (or unreadable): the server stays; a retry of the create adopts it.
+            // Never "made nothing", even when the read was refused (throttled): the server exists.
+            Err(unknown) => return Err(unknown.with_may_have_acted()),
+            // Ended in error, whatever its code: the create failed, and its server goes so that the
+            // name frees (a passing code stays retryable: the next try makes a new server). One
+            // that failed for placement or capacity is no stock.
+            Ok(Err(failed)) => {
+                let e = self.remove_failed(id, &spec.name, failed).await;
+                return Self::no_stock(spec, e);
             }
-            // A create action that failed for placement or capacity is no stock, once the server it
-            // left is removed.
-            let e = self.remove_failed(id, &spec.name, failed).await;
-            return Self::no_stock(spec, e);
         }
         let s = self
             .wait_visible(id)

@@ -495,6 +495,40 @@ impl Error {
         }
     }
 
+    /// The answer of a call that failed with this error and whose clean-up could not remove `left`:
+    /// no stock and quota stay what they are, with what remains named in their message (callers
+    /// fall back on another offering, or cool down, on those kinds alone; [`Error::Leftovers`] has
+    /// no place for both); any other error becomes [`Error::Leftovers`]. With nothing left, the
+    /// error itself. Deleting the machine later removes what remains.
+    pub fn with_leftovers(mut self, left: Vec<String>) -> Self {
+        if left.is_empty() {
+            return self;
+        }
+        let listed = left.join(", ");
+        let named = |message: &mut String| {
+            *message = format!(
+                "{message}; the clean-up could not remove: {listed} (deleting the machine removes them)"
+            );
+        };
+        match &mut self {
+            Error::NoStock {
+                machine_type,
+                location,
+                message,
+                ..
+            } => {
+                tracing::warn!(%machine_type, %location, left = %listed, "no stock; the clean-up left resources behind");
+                named(message);
+            }
+            Error::Quota { message, .. } => {
+                tracing::warn!(left = %listed, "quota exceeded; the clean-up left resources behind");
+                named(message);
+            }
+            _ => return Error::leftovers(self, left),
+        }
+        self
+    }
+
     /// An [`Error::Other`].
     pub fn other(message: impl Into<String>) -> Self {
         Error::Other {
@@ -818,6 +852,35 @@ mod tests {
             e.to_string(),
             "transient failure: vm create failed; could not remove: disk d1, address a1"
         );
+    }
+
+    #[test]
+    fn with_leftovers_keeps_no_stock_and_quota_and_names_what_remains() {
+        let left = || vec!["server 7 (s1)".to_string()];
+        let e = Error::no_stock("cx23", "fsn1", "no room")
+            .with_code("resource_unavailable")
+            .with_leftovers(left());
+        assert_eq!(e.kind(), ErrorKind::NoStock);
+        assert_eq!(e.code(), Some("resource_unavailable"));
+        assert!(
+            e.to_string()
+                .contains("no room; the clean-up could not remove: server 7 (s1)"),
+            "{e}"
+        );
+        let e = Error::quota("cores").with_leftovers(left());
+        assert_eq!(e.kind(), ErrorKind::Quota);
+        assert!(
+            e.to_string()
+                .contains("cores; the clean-up could not remove: server 7 (s1)"),
+            "{e}"
+        );
+        let e = Error::transient("boom").with_leftovers(left());
+        assert!(
+            matches!(&e, Error::Leftovers { error, left } if error.kind() == ErrorKind::Transient && left.len() == 1),
+            "{e:?}"
+        );
+        let e = Error::transient("boom").with_leftovers(Vec::new());
+        assert_eq!(e.kind(), ErrorKind::Transient);
     }
 }
 

@@ -22,36 +22,6 @@ pub(crate) fn made_res(res: &Res, url: &str, adopted: bool) -> MadeRes {
     }
 }
 
-/// The outcome of a failed create whose clean-up left `left` behind: no stock and quota stay what
-/// they are (a caller falls back on another offering on them, and the core error has no place for
-/// both), with what remains named in their message and logged; anything else is
-/// [`Error::Leftovers`]. Deleting the machine's name later removes what remains.
-pub(crate) fn keep_outcome(mut error: Error, left: Vec<String>) -> Error {
-    let named = |message: &str| {
-        format!(
-            "{message}; the clean-up could not remove: {} (deleting the machine removes them)",
-            left.join(", ")
-        )
-    };
-    match &mut error {
-        Error::NoStock {
-            machine_type,
-            location,
-            message,
-            ..
-        } => {
-            tracing::warn!(%machine_type, %location, left = %left.join(", "), "no stock; the clean-up left resources behind");
-            *message = named(message);
-        }
-        Error::Quota { message, .. } => {
-            tracing::warn!(left = %left.join(", "), "quota exceeded; the clean-up left resources behind");
-            *message = named(message);
-        }
-        _ => return Error::leftovers(error, left),
-    }
-    error
-}
-
 /// A policy's refusal of the machine's public address (or of an interface carrying one), as the
 /// Corp policies of Azure landing zones refuse it: the way out named.
 pub(crate) fn public_ip_denied(e: Error) -> Error {
@@ -174,8 +144,9 @@ impl AzureProvider {
     }
 
     /// Removes what a failed create made, newest first (the VM first: it takes its interface,
-    /// address and disk with it), and nothing it adopted; names what could not be removed. A capacity or quota outcome
-    /// stays what it is, with what remains named in its message ([`keep_outcome`]): callers fall
+    /// address and disk with it), and nothing it adopted; names what could not be removed. A
+    /// capacity or quota outcome stays what it is, with what remains named in its message
+    /// ([`Error::with_leftovers`]): callers fall
     /// back on it; any other failure becomes [`Error::Leftovers`].
     pub(crate) async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
@@ -204,7 +175,7 @@ impl AzureProvider {
         if left.is_empty() {
             error
         } else {
-            keep_outcome(error, left.iter().map(Left::to_string).collect())
+            error.with_leftovers(left.iter().map(Left::to_string).collect())
         }
     }
 

@@ -474,6 +474,71 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
 }
 
 #[tokio::test]
+async fn no_stock_or_quota_whose_clean_up_fails_stays_the_outcome_naming_what_is_left() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let refuse_once = |path: &str| {
+        Rule::new(
+            Some(Method::DELETE),
+            path,
+            Fault::Status {
+                status: 403,
+                body: json!({"error": {"code": 403, "message": "no", "errors": [{"reason": "forbidden", "domain": "global", "message": "no"}]}}),
+                headers: vec![],
+            },
+            1,
+        )
+    };
+    // No stock leaves the boot disk; its delete is refused: still no stock, the disk named.
+    fake.exhaust("e2-small", ZONE);
+    fake.control().inject(refuse_once("/disks/vm-nostock"));
+    let got = p.create(&spec("vm-nostock", "e2-small")).await;
+    match got {
+        Ok(Created::NoStock {
+            machine_type,
+            location,
+            message,
+        }) => {
+            assert_eq!(
+                (machine_type.as_str(), location),
+                ("e2-small", ZONE.to_string())
+            );
+            assert!(
+                message.contains("ZONE_RESOURCE_POOL_EXHAUSTED"),
+                "{message}"
+            );
+            assert!(
+                message.contains("disk") && message.contains("vm-nostock"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let disks = fake.disk_names(ZONE);
+    assert!(
+        disks.len() == 1 && disks[0].starts_with("vm-nostock"),
+        "the disk stays: {disks:?}"
+    );
+    fake.restore("e2-small", ZONE);
+
+    // Quota in the operation, after the instance was made; its delete is refused: still quota.
+    fake.fail_next_insert("QUOTA_EXCEEDED", "Quota 'CPUS' exceeded.");
+    fake.control().inject(refuse_once("/instances/vm-quota"));
+    let e = p.create(&spec("vm-quota", "e2-small")).await.unwrap_err();
+    match &e {
+        Error::Quota { message, .. } => {
+            assert!(message.contains("CPUS"), "{message}");
+            assert!(
+                message.contains(&format!("instance {}", id("vm-quota"))),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(e.code(), Some("QUOTA_EXCEEDED"));
+}
+
+#[tokio::test]
 async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
     let fake = FakeGce::start().await.unwrap();
     let p = provider(&fake, "stack-1").await;

@@ -167,6 +167,68 @@ async fn a_failed_create_whose_clean_up_fails_names_the_leftover() {
 }
 
 #[tokio::test]
+async fn no_stock_or_quota_whose_clean_up_fails_stays_the_outcome_naming_the_server() {
+    for (code, quota) in [
+        ("resource_unavailable", false),
+        ("resource_limit_exceeded", true),
+    ] {
+        let fake = FakeHetzner::start().await.unwrap();
+        let config = common::builder(&fake)
+            .retry(RetryPolicy::NEVER)
+            .build()
+            .unwrap();
+        let p = HetznerProvider::new(config, "s").await.unwrap();
+        fake.fail_next_create_action_with(code, "error during placement");
+        fake.control().inject(Rule::new(
+            Some(Method::DELETE),
+            "/v1/servers/",
+            Fault::Status {
+                status: 503,
+                body: serde_json::json!({"error": {"code": "service_error", "message": "try later"}}),
+                headers: vec![],
+            },
+            1,
+        ));
+        let got = p.create(&spec("ns-1", "cx23", "fsn1", "lab")).await;
+        let id = fake.servers()[0]["id"].as_i64().unwrap();
+        let server = format!("server {id}");
+        match got {
+            Ok(Created::NoStock {
+                machine_type,
+                location,
+                message,
+            }) if !quota => {
+                assert_eq!((machine_type.as_str(), location.as_str()), ("cx23", "fsn1"));
+                assert!(message.contains("error during placement"), "{message}");
+                assert!(message.contains(&server), "{message}");
+            }
+            Err(Error::Quota { message, .. }) if quota => {
+                assert!(message.contains("error during placement"), "{message}");
+                assert!(message.contains(&server), "{message}");
+            }
+            other => panic!("{code}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_create_action_that_ended_in_a_passing_error_frees_the_name() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "s").await;
+    fake.fail_next_create_action_with("service_error", "the host went away");
+    let e = p
+        .create(&spec("f1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("the host went away"), "{e}");
+    assert!(fake.servers().is_empty(), "{:?}", fake.servers());
+    // The name is free again: the next create makes the machine.
+    let again = p.create(&spec("f1", "cx23", "fsn1", "lab")).await.unwrap();
+    assert!(matches!(again, Created::Machine(_)), "{again:?}");
+    assert_eq!(fake.servers().len(), 1);
+}
+
+#[tokio::test]
 async fn a_taken_name_is_adopted_only_when_it_is_ours() {
     let fake = FakeHetzner::start().await.unwrap();
     let a = common::provider(&fake, "owner-a").await;

@@ -200,6 +200,14 @@ pub fn is_client_key(key: &str) -> bool {
     ClientKey::ALL.iter().any(|k| k.as_str() == key)
 }
 
+/// Whether `endpoint` is an http(s) URL with a host that parses whole (a port in range, no spaces):
+/// what every driver's endpoint setting must be, checked when its settings are built rather than
+/// at the first call.
+pub fn is_http_url(endpoint: &str) -> bool {
+    url::Url::parse(endpoint)
+        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+}
+
 /// Whether `endpoint` (a URL) names this machine: `127.0.0.1` (any of 127/8), `::1` or `localhost`.
 /// Such an endpoint (a test's fake) is never reached through the environment's proxy, so that its
 /// calls and their credentials stay on this machine.
@@ -460,6 +468,27 @@ pub fn no_stock(spec: &MachineSpec, message: impl Into<String>) -> Created {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_urls() {
+        for yes in [
+            "http://127.0.0.1:5000",
+            "https://api.hetzner.cloud/v1",
+            "https://compute.googleapis.com/compute/v1",
+        ] {
+            assert!(is_http_url(yes), "{yes}");
+        }
+        for no in [
+            "http://127.0.0.1:99999",
+            "http://exa mple",
+            "https://",
+            "ftp://127.0.0.1",
+            "127.0.0.1:5000",
+            "",
+        ] {
+            assert!(!is_http_url(no), "{no}");
+        }
+    }
 
     #[test]
     fn loopback_endpoints() {
