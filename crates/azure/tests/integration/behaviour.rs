@@ -305,6 +305,38 @@ async fn a_failed_create_names_what_it_could_not_remove() {
     assert!(left[0].starts_with("security group vm-d-nsg"), "{left:?}");
 }
 
+/// What an earlier failed create could not remove is adopted by the next create of that name;
+/// when the VM that create makes fails too, those pieces went only with that VM and are removed
+/// with it: only an adopted VM (a machine that stands) keeps what it uses.
+#[tokio::test]
+async fn a_failed_create_removes_the_leftovers_of_an_earlier_one_it_adopted() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    f.refuse_delete("vm-l-nsg");
+    match p.create(&spec("vm-l", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => {
+            assert!(message.contains("security group vm-l-nsg"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        stray(&f),
+        vec![(
+            "Microsoft.Network/networkSecurityGroups".to_string(),
+            "vm-l-nsg".to_string()
+        )]
+    );
+    f.allow_delete("vm-l-nsg");
+    match p.create(&spec("vm-l", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => {
+            assert!(!message.contains("could not remove"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(stray(&f), vec![]);
+}
+
 /// A failed VM that cannot be deleted (its interface is delete-locked, and a VM's delete takes it)
 /// keeps its OS disk: the no-stock answer names the disk beside the VM and each network resource,
 /// exactly what Azure still holds.
