@@ -25,7 +25,8 @@ use orca_scaler::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Se
 /// (kept per kind, owner and pool; every name written before its create), deletes what is surplus,
 /// unknown to an established record, or stopped for longer than the grace, and creates the missing
 /// machines from the first offering with stock, a few at a time.
-#[derive(Debug, Parser)]
+// No `Debug`: `--store` may be a connection string with its password.
+#[derive(Parser)]
 #[command(
     name = "orca-pool",
     version,
