@@ -17,7 +17,7 @@ use crate::proto::v1 as pb;
 use crate::proto::v1::cloud_driver_client::CloudDriverClient;
 use crate::stdio::Coalesced;
 use crate::wire::{bad_reply, capabilities_from};
-use crate::{MAX_FRAME, MAX_MESSAGE, OWNER_ENV, PROTOCOL_VERSION, WINDOW};
+use crate::{MAX_FRAME, MAX_MESSAGE, OWNER_ENV, PROTOCOL_VERSION, SETTINGS_ENV, WINDOW};
 
 /// The host's environment variables a plugin gets besides its settings: what a program needs to
 /// run at all (the rest of the host's environment, its secrets included, is not passed).
@@ -43,6 +43,7 @@ pub struct PluginCommand {
     owner: String,
     settings: Settings,
     passed: Vec<String>,
+    explicit: bool,
     call_timeout: Option<Duration>,
     stderr: Option<StderrLines>,
 }
@@ -54,6 +55,7 @@ impl std::fmt::Debug for PluginCommand {
             .field("owner", &self.owner)
             .field("settings", &self.settings.keys().collect::<Vec<_>>())
             .field("passed", &self.passed)
+            .field("explicit", &self.explicit)
             .field("call_timeout", &self.call_timeout)
             .field(
                 "stderr",
@@ -75,6 +77,7 @@ impl PluginCommand {
             owner: owner.into(),
             settings: Settings::new(),
             passed: Vec::new(),
+            explicit: false,
             call_timeout: None,
             stderr: None,
         }
@@ -90,6 +93,16 @@ impl PluginCommand {
     /// The setting `key` = `value` in the plugin's environment.
     pub fn setting(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.settings.insert(key, value);
+        self
+    }
+
+    /// Marks the settings as the plugin's whole configuration: the plugin is told their names in
+    /// [`SETTINGS_ENV`] and makes its provider from exactly them, as [`orca::of_with`] does, so that
+    /// a missing or misspelled credential is refused by name instead of taken from the host's own
+    /// files (`HOME` is passed) or its machine's identity. Unmarked, a plugin reads its environment
+    /// as [`orca::of`] does, the ambient chains included: for a host that means them.
+    pub fn explicit_settings(mut self) -> Self {
+        self.explicit = true;
         self
     }
 
@@ -136,6 +149,9 @@ impl PluginCommand {
         for key in self.settings.keys() {
             c.env(key, self.settings.get(key).unwrap_or_default());
         }
+        if self.explicit {
+            c.env(SETTINGS_ENV, self.settings_names()?);
+        }
         c.env(OWNER_ENV, &self.owner)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -155,6 +171,23 @@ impl PluginCommand {
             tokio::spawn(forward_lines(stderr, lines.clone()));
         }
         Ok(child)
+    }
+
+    /// The settings' names as [`SETTINGS_ENV`] lists them; a name the list cannot carry is refused.
+    fn settings_names(&self) -> Result<String> {
+        let names: Vec<&str> = self.settings.keys().collect();
+        let bad: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|k| k.is_empty() || k.contains([',', '=', '\0']))
+            .collect();
+        if !bad.is_empty() {
+            return Err(Error::settings(
+                bad,
+                "not an environment variable's name (a plugin's settings are passed by name)",
+            ));
+        }
+        Ok(names.join(","))
     }
 
     fn name(&self) -> String {

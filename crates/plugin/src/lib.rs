@@ -6,7 +6,8 @@
 //!
 //! - A plugin is a few lines: make a provider, then [`serve`] it (the programs `soul-cloud-fake`,
 //!   `soul-cloud-hetzner`, `soul-cloud-ec2`, `soul-cloud-azure` and `soul-cloud-gce` are built so,
-//!   their settings and owner from their environment; see [`run_kind`]).
+//!   their settings and owner from their environment, the settings exactly those the host names in
+//!   [`SETTINGS_ENV`] when it does; see [`run_kind`]).
 //! - A host starts a plugin with [`PluginProvider::start`], which is a `Provider` like any driver:
 //!   it hands the plugin its settings in the child's environment (never its command line),
 //!   refuses a plugin that speaks another protocol version, and restarts a plugin that died on the
@@ -50,6 +51,13 @@ pub const PROTOCOL_VERSION: u32 = proto::v1::ProtocolVersion::ProtocolVersion1 a
 /// The environment variable that carries the owner to a plugin (empty or unset: no owner).
 pub const OWNER_ENV: &str = "ORCA_PLUGIN_OWNER";
 
+/// The environment variable by which a host marks the settings it hands a plugin as explicit: the
+/// comma-separated names of the environment variables that are the settings (empty: none). Set,
+/// [`run_kind`] makes its provider from exactly those, as [`orca::of_with`] does: a missing
+/// credential is refused by name, never looked for in `HOME` or the machine's identity. Unset, it
+/// reads its environment as [`orca::of`] does. [`PluginCommand::explicit_settings`] sets it.
+pub const SETTINGS_ENV: &str = "ORCA_PLUGIN_SETTINGS";
+
 /// The largest message either side reads: a listing of many thousands of machines fits.
 pub(crate) const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
@@ -79,15 +87,21 @@ pub fn log_to_stderr() {
         .try_init();
 }
 
-/// The program `soul-cloud-<kind>`: the provider of `kind` made by [`orca::of`] from this process's
-/// environment for the owner in [`OWNER_ENV`], served on stdin and stdout; exits when the host
-/// closes them. A provider that cannot be made (settings missing) is served as its error, so that
-/// the host's handshake names what is wrong.
+/// The program `soul-cloud-<kind>`: the provider of `kind` for the owner in [`OWNER_ENV`], served
+/// on stdin and stdout; exits when the host closes them. The provider is made by [`orca::of_with`]
+/// from exactly the variables [`SETTINGS_ENV`] names when the host set it, otherwise by [`orca::of`]
+/// from this process's environment (the drivers' ambient chains included). A provider that cannot
+/// be made (settings missing) is served as its error, so that the host's handshake names what is
+/// wrong.
 pub fn run_kind(kind: &str) -> ! {
     log_to_stderr();
     let owner = std::env::var(OWNER_ENV).unwrap_or_default();
     let code = runtime().block_on(async {
-        let provider = orca::of(kind, &owner).await;
+        let provider = match explicit_settings() {
+            None => orca::of(kind, &owner).await,
+            Some(Ok(settings)) => orca::of_with(kind, &owner, &settings).await,
+            Some(Err(e)) => Err(e),
+        };
         if let Err(e) = &provider {
             tracing::error!(kind, "the provider cannot be made: {e}");
         }
@@ -95,6 +109,20 @@ pub fn run_kind(kind: &str) -> ! {
     });
     // The runtime's stdin reader blocks a thread until the stream ends: leave without waiting.
     std::process::exit(code)
+}
+
+/// The settings the host marked as explicit ([`SETTINGS_ENV`]), or `None` when it did not.
+fn explicit_settings() -> Option<orca::Result<orca::Settings>> {
+    let names = std::env::var_os(SETTINGS_ENV)?;
+    let Some(names) = names.to_str() else {
+        return Some(Err(orca::Error::settings(
+            [SETTINGS_ENV],
+            "comma-separated names of environment variables, got text that is not Unicode",
+        )));
+    };
+    Some(Ok(orca::Settings::from_env(
+        names.split(',').filter(|n| !n.is_empty()),
+    )))
 }
 
 /// One thread: a plugin waits on its cloud and its host, and a call that wakes the connection's

@@ -167,8 +167,11 @@ impl Drivers for PluginDrivers {
             }
         }
         let path = self.find(driver)?;
+        // The vault's settings are the plugin's whole configuration, as they are a linked driver's:
+        // a row without credentials is refused, never run on the keeper host's own.
         let command = PluginCommand::new(path, owner)
             .settings(settings.clone())
+            .explicit_settings()
             .stderr_lines(log_lines(driver, owner, settings));
         let plugin = Arc::new(PluginProvider::start(command).await?);
         tracing::info!(driver, owner, "plugin started");

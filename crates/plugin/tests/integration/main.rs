@@ -3,6 +3,7 @@
 mod azure_conformance;
 mod common;
 mod ec2_conformance;
+mod explicit;
 mod fake_conformance;
 mod faults;
 mod gce_conformance;
