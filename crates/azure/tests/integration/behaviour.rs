@@ -966,11 +966,8 @@ async fn errors_keep_the_operation_the_retries_the_code_and_the_cause() {
     use std::error::Error as _;
     let f = fake().await;
     // Nothing listens there: a passing failure, retried, with the transport's error as its cause.
-    let closed = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .unwrap();
+    let closed = common::refusing_port();
     let addr = closed.local_addr().unwrap();
-    drop(closed);
     let p = orca_azure::AzureProvider::new(
         settings(&f)
             .arm_endpoint(format!("http://{addr}"))

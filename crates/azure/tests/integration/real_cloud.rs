@@ -239,11 +239,8 @@ async fn auto_credentials_find_the_metadata_service_and_workload_identity_before
         f.control().log()
     );
     // Elsewhere nothing answers there: the Azure CLI.
-    let closed = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .unwrap();
+    let closed = common::refusing_port();
     let addr = closed.local_addr().unwrap();
-    drop(closed);
     assert_eq!(
         orca_azure::auto_choice(&format!("http://{addr}")).await,
         orca_azure::AutoChoice::AzureCli

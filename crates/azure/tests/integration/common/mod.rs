@@ -45,3 +45,11 @@ pub async fn provider(f: &FakeAzure, owner: &str) -> AzureProvider {
         .await
         .expect("provider")
 }
+
+/// A port on 127.0.0.1 that refuses every connection for as long as the socket lives: bound, never
+/// listening. A port bound and let go could be taken meanwhile by another test's fake.
+pub fn refusing_port() -> tokio::net::TcpSocket {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(([127, 0, 0, 1], 0).into()).unwrap();
+    socket
+}
