@@ -499,7 +499,8 @@ impl Error {
     /// no stock and quota stay what they are, with what remains named in their message (callers
     /// fall back on another offering, or cool down, on those kinds alone; [`Error::Leftovers`] has
     /// no place for both); any other error becomes [`Error::Leftovers`]. With nothing left, the
-    /// error itself. Deleting the machine later removes what remains.
+    /// error itself. Deleting the machine later removes what remains; the error is no longer
+    /// [`made_nothing`](Error::made_nothing).
     pub fn with_leftovers(mut self, left: Vec<String>) -> Self {
         if left.is_empty() {
             return self;
@@ -526,7 +527,8 @@ impl Error {
             }
             _ => return Error::leftovers(self, left),
         }
-        self
+        // What is left stands in the cloud: this call did not make nothing.
+        self.with_may_have_acted()
     }
 
     /// An [`Error::Other`].
@@ -881,6 +883,20 @@ mod tests {
         );
         let e = Error::transient("boom").with_leftovers(Vec::new());
         assert_eq!(e.kind(), ErrorKind::Transient);
+    }
+
+    /// A create whose clean-up left something made something: a caller that gives the name up on
+    /// `made_nothing` would forget what still stands (a disk its listing never shows).
+    #[test]
+    fn no_stock_or_quota_with_leftovers_never_made_nothing() {
+        let left = || vec!["disk d1".to_string()];
+        let no_stock = Error::no_stock("e2-small", "zone-a", "no room");
+        assert!(no_stock.made_nothing());
+        assert!(!no_stock.with_leftovers(left()).made_nothing());
+        assert!(!Error::quota("cores").with_leftovers(left()).made_nothing());
+        assert!(Error::quota("cores")
+            .with_leftovers(Vec::new())
+            .made_nothing());
     }
 }
 
