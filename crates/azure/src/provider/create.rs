@@ -144,17 +144,17 @@ impl AzureProvider {
     }
 
     /// Removes what a failed create made, newest first (the VM first: it takes its interface,
-    /// address and disk with it); names what could not be removed. What it adopted stays when the VM
-    /// is among it: that machine stands and uses it. A capacity or quota outcome stays what it is,
+    /// address and disk with it); names what could not be removed. What it adopted stays unless
+    /// this call made the VM: then those pieces served that VM alone. A capacity or quota outcome stays what it is,
     /// with what remains named in its message ([`Error::with_leftovers`]): callers fall
     /// back on it; any other failure becomes [`Error::Leftovers`].
     pub(crate) async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
-        // An adopted VM is an earlier create's machine: it and what it uses are never removed
-        // here. Pieces adopted for a VM this call made are what an earlier failed create left:
-        // they served only this call's VM, and go with it.
-        let vm_adopted = made.iter().any(|m| m.adopted && m.res.part == Part::Vm);
-        for m in made.iter().rev().filter(|m| !(vm_adopted && m.adopted)) {
+        // What was adopted may be an earlier create's machine and what it uses: it stays. Only
+        // once this call has made its own VM were the adopted pieces (what an earlier failed
+        // create left) serving that VM alone, and they go with it.
+        let vm_made = made.iter().any(|m| !m.adopted && m.res.part == Part::Vm);
+        for m in made.iter().rev().filter(|m| vm_made || !m.adopted) {
             let what = m.res.to_string();
             let removed = if m.res.part == Part::Interface {
                 self.remove_interface(&what, &m.url, self.cfg().reservation_wait)

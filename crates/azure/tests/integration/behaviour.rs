@@ -1279,6 +1279,46 @@ async fn a_repeated_create_of_a_failed_vm_answers_it_and_removes_nothing() {
     );
 }
 
+/// A repeated create that fails before it reaches the VM (here its read of the interface is
+/// refused) has adopted the standing machine's address and security group: they stay, as the VM
+/// that uses them does.
+#[tokio::test]
+async fn a_repeated_create_failing_before_the_vm_removes_none_of_the_machines_pieces() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-y", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let held = stray(&f);
+    assert_eq!(held.len(), 5, "{held:?}");
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "/networkInterfaces/vm-y-nic",
+        Fault::Status {
+            status: 403,
+            body: serde_json::json!({"error": {"code": "AuthorizationFailed", "message": "no read"}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    let e = p.create(&spec("vm-y", AMD)).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert_eq!(
+        stray(&f),
+        held,
+        "the failed create removed a piece of a standing machine"
+    );
+    assert!(
+        !f.control()
+            .log()
+            .iter()
+            .any(|l| l.method.as_str() == "DELETE"),
+        "a create deleted something"
+    );
+}
+
 #[tokio::test]
 async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
     let f = fake().await;
