@@ -154,12 +154,8 @@ impl Registry {
     /// (refused when another stado holds it). A command that reads the registry, acts, and writes
     /// it holds the lock throughout instead: [`Held`].
     pub fn save(&self, home: &Home) -> Result<(), Failure> {
-        let held = Held {
-            lock: home.lock(&home.registry_path())?,
-            path: home.registry_path(),
-            registry: self.clone(),
-        };
-        held.save()
+        let _lock = home.lock(&home.registry_path())?;
+        write_json(&home.registry_path(), self)
     }
 
     /// The target `name`.
