@@ -115,7 +115,7 @@ pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc
     validate_owner(owner)?;
     match kind {
         "fake" => {
-            settings.check_known("fake", &FakeKey::names())?;
+            check_settings(kind, settings)?;
             fake(owner, settings.get_key(FakeKey::State)).await
         }
         #[cfg(feature = "hetzner")]
@@ -129,6 +129,25 @@ pub async fn of_with(kind: &str, owner: &str, settings: &Settings) -> Result<Arc
         #[cfg(feature = "gce")]
         "gce" => Ok(Arc::new(orca_gce::from_settings(owner, settings).await?)),
         other => Err(unknown_kind(other)),
+    }
+}
+
+/// Refuses every key of `settings` that the driver of `kind` does not know, naming each, as
+/// [`of_with`] does, without making a provider: for a program that hands the settings to a driver
+/// it does not link (a plugin reads what its environment holds, and would ignore a key its driver
+/// does not know). A kind this build lacks is not checked here.
+pub fn check_settings(kind: &str, settings: &Settings) -> Result<()> {
+    match kind {
+        "fake" => settings.check_known(kind, &FakeKey::names()),
+        #[cfg(feature = "hetzner")]
+        "hetzner" => settings.check_keys::<orca_hetzner::ConfigKey>(),
+        #[cfg(feature = "ec2")]
+        "ec2" => settings.check_keys::<orca_ec2::ConfigKey>(),
+        #[cfg(feature = "azure")]
+        "azure" => settings.check_keys::<orca_azure::ConfigKey>(),
+        #[cfg(feature = "gce")]
+        "gce" => settings.check_keys::<orca_gce::ConfigKey>(),
+        _ => Ok(()),
     }
 }
 

@@ -4,7 +4,7 @@
 //! holds at the provider's `credentials_ref` (the keys each driver documents as its `ConfigKey`:
 //! Hetzner's token; EC2's access key, secret and region; Azure's and GCE's account and placement
 //! keys; the fake's state file), plus what the registry row says ([`driver_settings`]), checked
-//! against the driver's keys first ([`check_settings`]), whichever [`Drivers`] make the provider:
+//! against the driver's keys first ([`orca::check_settings`]), whichever [`Drivers`] make the provider:
 //! a plugin reads its settings from its environment, where a key it does not know would be
 //! silently ignored. The trait lets a test wrap the provider (to record what keeper asked for, or
 //! to take a capability away).
@@ -56,25 +56,6 @@ pub fn driver_settings(provider: &CloudProvider, mut settings: Settings) -> Sett
         settings.insert(EC2_REGION, provider.region.clone());
     }
     settings
-}
-
-/// Refuses every key of `settings` that `driver` does not know, naming each, as
-/// `orca::of_with` does: before any provider is made, so that a plugin (which reads what its
-/// environment holds) never starts with a key its driver would ignore. A driver this build does
-/// not link is checked by its plugin's driver alone.
-pub fn check_settings(driver: &str, settings: &Settings) -> orca::Result<()> {
-    match driver {
-        "fake" => settings.check_known(driver, &orca::FakeKey::names()),
-        #[cfg(feature = "clouds")]
-        "hetzner" => settings.check_keys::<orca::hetzner::ConfigKey>(),
-        #[cfg(feature = "clouds")]
-        "ec2" => settings.check_keys::<orca::ec2::ConfigKey>(),
-        #[cfg(feature = "clouds")]
-        "azure" => settings.check_keys::<orca::azure::ConfigKey>(),
-        #[cfg(feature = "clouds")]
-        "gce" => settings.check_keys::<orca::gce::ConfigKey>(),
-        _ => Ok(()),
-    }
 }
 
 #[cfg(all(test, feature = "clouds"))]

@@ -24,7 +24,7 @@ use crate::db::Db;
 use serde_json::{json, Map, Value};
 
 use crate::audit::{self, CLOUD_PROVISIONED};
-use crate::drivers::{check_settings, driver_settings, Drivers};
+use crate::drivers::{driver_settings, Drivers};
 use crate::error::{from_orca, Error, Result};
 use crate::mask::{mask_json, mask_step_output, masked};
 use crate::registry::{self, CloudProvider};
@@ -450,7 +450,7 @@ impl Keeper {
         let settings = driver_settings(row, settings);
         // Checked here, whichever drivers make the provider: a plugin reads only what its
         // environment holds, and would ignore a key its driver does not know.
-        check_settings(&row.driver, &settings).map_err(|e| provider_error(row, &e))?;
+        orca::check_settings(&row.driver, &settings).map_err(|e| provider_error(row, &e))?;
         self.drivers
             .provider(&row.driver, &self.settings.owner, &settings)
             .await
