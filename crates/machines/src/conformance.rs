@@ -119,6 +119,24 @@ pub trait Harness: Send + Sync {
         Err(Skip::because("the backend cannot show an admission rule"))
     }
 
+    /// Leaves in the backend what a create of `spec` for `owner` that was stopped before it asked
+    /// for the machine leaves (its public address, security group, interface, boot disk, with the
+    /// labels that create gives them), and answers what it left, one entry a piece in the
+    /// harness's own words; an empty list when the backend's create makes nothing before its
+    /// machine.
+    async fn leave_pieces(&self, owner: &str, spec: &MachineSpec) -> Hook<Vec<String>> {
+        let _ = (owner, spec);
+        Err(Skip::because(
+            "the backend cannot leave the pieces of a stopped create",
+        ))
+    }
+
+    /// Of `pieces` (as [`Harness::leave_pieces`] answered them), those the backend still holds.
+    async fn pieces_standing(&self, pieces: &[String]) -> Hook<Vec<String>> {
+        let _ = pieces;
+        Err(Skip::because("the backend cannot show pieces"))
+    }
+
     /// Puts (makes or replaces) a firewall rule on the backend's network, as an operator would: what
     /// the firewall extension then reads and patches.
     async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
@@ -351,6 +369,7 @@ pub const CHECKS: &[&str] = &[
     "machine_facts",
     "reads_one_machine",
     "reads_a_machine_by_name",
+    "deletes_what_a_create_made_by_name",
     "spec_options",
     "labels_on_an_existing_machine",
     "firewall_rules",
@@ -416,6 +435,7 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "machine_facts" => machine_facts(&ctx).await,
             "reads_one_machine" => reads_one(&ctx).await,
             "reads_a_machine_by_name" => reads_by_name(&ctx).await,
+            "deletes_what_a_create_made_by_name" => deletes_by_name(&ctx).await,
             "spec_options" => spec_options(&ctx).await,
             "labels_on_an_existing_machine" => labels_existing(&ctx).await,
             "firewall_rules" => firewall(&ctx).await,
@@ -1037,6 +1057,15 @@ impl Harness for MemoryHarness {
         Ok(())
     }
 
+    async fn leave_pieces(&self, _owner: &str, _spec: &MachineSpec) -> Hook<Vec<String>> {
+        // The in-memory cloud's create makes its machine and nothing beside it.
+        Ok(Vec::new())
+    }
+
+    async fn pieces_standing(&self, _pieces: &[String]) -> Hook<Vec<String>> {
+        Ok(Vec::new())
+    }
+
     async fn admitted_sources(&self, group: &str, location: &str) -> Hook<Option<Vec<String>>> {
         Ok(self
             .cloud
@@ -1192,6 +1221,102 @@ async fn reads_by_name(ctx: &Ctx<'_>) -> Checked {
         "a deleted machine reads by name as {after:?}"
     );
     unproven.end()
+}
+
+/// `delete_named`: another pool's, another owner's and (for the empty owner) an owned machine are
+/// left alone; this owner's machine of that name goes, with the pieces a create stopped before its
+/// machine left; bad input is refused before any request.
+async fn deletes_by_name(ctx: &Ctx<'_>) -> Checked {
+    let pa = ctx.provider(&ctx.owner_a).await?;
+    let pb = ctx.provider(&ctx.owner_b).await?;
+    let none = ctx.provider("").await?;
+    let (p0, p1) = (ctx.pool(0), ctx.pool(1));
+    let a = made(&*pa, &ctx.spec(0, &p0)).await?;
+    for (who, p, pool, why) in [
+        ("owner a", &pa, &p1, "its name in another pool"),
+        ("owner b", &pb, &p0, "another owner's machine"),
+        ("the empty owner", &none, &p0, "an owned machine"),
+    ] {
+        let got = p.delete_named(pool, &a.name).await?;
+        ensure!(
+            !got,
+            "{who} deleting {why} by name ({pool}, {}) answered true",
+            a.name
+        );
+        let still = pa.machine(&a.id).await?;
+        ensure!(
+            still.as_ref().is_some_and(|m| m.status != Status::Deleting),
+            "{who} deleting {why} by name touched it: it reads {still:?}"
+        );
+    }
+    ensure!(
+        pa.delete_named(&p0, &a.name).await?,
+        "delete_named({p0}, {}) of a standing machine answered false",
+        a.name
+    );
+    let after = pa.machine_named(&p0, &a.name).await?;
+    ensure!(
+        after.is_none() || after.as_ref().is_some_and(|m| m.status == Status::Deleting),
+        "a machine deleted by name reads by name as {after:?}"
+    );
+    let mut unproven = Unproven::default();
+    let (r, n) = counted(ctx, pa.delete_named("a,b", &a.name)).await;
+    refused_as(r, "pool", "delete_named(\"a,b\", ..)")?;
+    unproven.no_requests(n, "an invalid pool")?;
+    let (r, n) = counted(ctx, pa.delete_named(&p0, "Not-A-Name")).await;
+    refused_as(r, "name", "delete_named(.., \"Not-A-Name\")")?;
+    unproven.no_requests(n, "an invalid name")?;
+    pieces_go_by_name(ctx, &*pa, &*pb, &mut unproven).await?;
+    unproven.end()
+}
+
+/// The pieces a create stopped before its machine left go with `delete_named` of their name, and
+/// another owner's are left alone.
+async fn pieces_go_by_name(
+    ctx: &Ctx<'_>,
+    pa: &dyn Provider,
+    pb: &dyn Provider,
+    unproven: &mut Unproven,
+) -> Checked {
+    let p2 = ctx.pool(2);
+    let spec = ctx.spec(1, &p2);
+    let pieces = match ctx.h.leave_pieces(&ctx.owner_a, &spec).await {
+        Ok(pieces) => pieces,
+        Err(why) => {
+            unproven.note("that the pieces of a stopped create go by name", why);
+            return Ok(());
+        }
+    };
+    let standing = ctx.h.pieces_standing(&pieces).await?;
+    ensure!(
+        standing == pieces,
+        "the harness left {pieces:?}, but {standing:?} stand"
+    );
+    ensure!(
+        !pb.delete_named(&p2, &spec.name).await?,
+        "another owner deleting the pieces {pieces:?} by name answered true"
+    );
+    let standing = ctx.h.pieces_standing(&pieces).await?;
+    ensure!(
+        standing == pieces,
+        "another owner's delete_named removed some of {pieces:?}: {standing:?} stand"
+    );
+    let removed = pa.delete_named(&p2, &spec.name).await?;
+    ensure!(
+        removed != pieces.is_empty(),
+        "delete_named of the pieces {pieces:?} answered {removed}"
+    );
+    let standing = ctx.h.pieces_standing(&pieces).await?;
+    ensure!(
+        standing.is_empty(),
+        "delete_named left pieces of a stopped create: {standing:?}"
+    );
+    ensure!(
+        !pa.delete_named(&p2, &spec.name).await?,
+        "a second delete_named of {} found something again",
+        spec.name
+    );
+    Ok(())
 }
 
 fn spec_with_option(ctx: &Ctx<'_>, n: u32, pool: &str, name: &str) -> MachineSpec {

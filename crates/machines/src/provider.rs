@@ -284,6 +284,30 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// that this owner did not create.
     async fn delete(&self, id: &str) -> Result<bool>;
 
+    /// Removes what this owner's creates of `name` in `pool` made: the machine of that name if one
+    /// stands, and every piece a create makes beside its machine (a public address, a security
+    /// group, an interface, a boot disk) that carries this owner's and this pool's labels, whether
+    /// a machine holds it or not. What a caller calls for a create that failed, was stopped or was
+    /// given up before it answered a machine: [`Provider::delete`] needs the machine's id, and a
+    /// create stopped before its machine leaves pieces that no listing shows.
+    ///
+    /// True when something of that name was removed; false when there was nothing of it. Another
+    /// owner's or another pool's machine or piece is never touched (for the empty owner, an owned
+    /// one is another owner's). A piece that cannot be removed fails the call
+    /// ([`Error::Leftovers`] naming it), so that the caller keeps the name and calls again.
+    /// `pool` and `name` are checked as [`Provider::create`] checks them, before any call. The
+    /// caller must not call it while a create of that name is running: that create's pieces would
+    /// go from under it.
+    ///
+    /// The default removes the machine [`Provider::machine_named`] answers; a driver whose create
+    /// makes pieces beside the machine overrides it to remove them too.
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        match self.machine_named(pool, name).await? {
+            Some(m) => self.delete(&m.id).await,
+            None => Ok(false),
+        }
+    }
+
     /// Starts a stopped machine (capability `start_stop`).
     async fn start(&self, id: &str) -> Result<Machine> {
         let _ = id;
@@ -377,6 +401,9 @@ macro_rules! forward_provider {
                 (**self).machine_named(pool, name).await
             }
             async fn delete(&self, id: &str) -> Result<bool> { (**self).delete(id).await }
+            async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+                (**self).delete_named(pool, name).await
+            }
             async fn start(&self, id: &str) -> Result<Machine> { (**self).start(id).await }
             async fn stop(&self, id: &str) -> Result<Machine> { (**self).stop(id).await }
             async fn resize(&self, id: &str, machine_type: &str) -> Result<Resized> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::conformance::{Harness, Hook, Setup, Skip};
-use orca_machines::{Provider, Result};
+use orca_machines::{MachineSpec, Provider, Result};
 
 use super::{paged, Providers};
 use crate::moto::{ec2_error, rule, seed, Fault, Proxy, Seed, ZONE};
@@ -122,5 +122,14 @@ impl<P: Providers<Target>> Harness for MotoHarness<P> {
     async fn delay_visibility(&self, delay: Duration) -> Hook<()> {
         self.proxy.set_visibility_delay(delay);
         Ok(())
+    }
+
+    async fn leave_pieces(&self, _owner: &str, _spec: &MachineSpec) -> Hook<Vec<String>> {
+        // EC2 makes an instance in one call (RunInstances), with its interface and volume: a create stopped before its machine leaves nothing.
+        Ok(Vec::new())
+    }
+
+    async fn pieces_standing(&self, _pieces: &[String]) -> Hook<Vec<String>> {
+        Ok(Vec::new())
     }
 }

@@ -86,6 +86,8 @@ pub enum Op {
     Machine,
     /// [`Provider::delete`]
     Delete,
+    /// [`Provider::delete_named`]
+    DeleteNamed,
     /// [`Provider::start`]
     Start,
     /// [`Provider::stop`]
@@ -112,13 +114,14 @@ pub enum Op {
 
 impl Op {
     /// Every operation, in the order of the traits.
-    pub const ALL: [Op; 17] = [
+    pub const ALL: [Op; 18] = [
         Op::Arch,
         Op::Create,
         Op::Machines,
         Op::MachineNamed,
         Op::Machine,
         Op::Delete,
+        Op::DeleteNamed,
         Op::Start,
         Op::Stop,
         Op::Resize,
@@ -141,6 +144,7 @@ impl Op {
             Op::MachineNamed => "machine_named",
             Op::Machine => "machine",
             Op::Delete => "delete",
+            Op::DeleteNamed => "delete_named",
             Op::Start => "start",
             Op::Stop => "stop",
             Op::Resize => "resize",
@@ -248,6 +252,13 @@ pub enum Call<'a> {
         /// The machine's id.
         id: &'a str,
     },
+    /// [`Provider::delete_named`]
+    DeleteNamed {
+        /// The pool.
+        pool: &'a str,
+        /// The name a create was given.
+        name: &'a str,
+    },
     /// [`Provider::start`]
     Start {
         /// The machine's id.
@@ -322,6 +333,7 @@ impl Call<'_> {
             Call::MachineNamed { .. } => Op::MachineNamed,
             Call::Machine { .. } => Op::Machine,
             Call::Delete { .. } => Op::Delete,
+            Call::DeleteNamed { .. } => Op::DeleteNamed,
             Call::Start { .. } => Op::Start,
             Call::Stop { .. } => Op::Stop,
             Call::Resize { .. } => Op::Resize,
@@ -357,7 +369,9 @@ impl Call<'_> {
             Call::Arch { machine_type } => machine_type.to_string(),
             Call::Create { spec } => spec.name.clone(),
             Call::Machines { pool } => pool.to_string(),
-            Call::MachineNamed { pool, name } => format!("{pool}/{name}"),
+            Call::MachineNamed { pool, name } | Call::DeleteNamed { pool, name } => {
+                format!("{pool}/{name}")
+            }
             Call::HourlyPrice {
                 machine_type,
                 location,
@@ -384,7 +398,7 @@ pub enum Answer {
     Machines(Vec<Machine>),
     /// Of [`Call::Machine`] and [`Call::MachineNamed`].
     Machine(Option<Machine>),
-    /// Of [`Call::Delete`].
+    /// Of [`Call::Delete`] and [`Call::DeleteNamed`].
     Deleted(bool),
     /// Of [`Call::Start`], [`Call::Stop`] and [`Call::SetLabels`]: the machine after the change.
     Changed(Machine),
@@ -492,6 +506,7 @@ impl<'a> Next<'a> {
             }
             Call::Machine { id } => Answer::Machine(p.machine(id).await?),
             Call::Delete { id } => Answer::Deleted(p.delete(id).await?),
+            Call::DeleteNamed { pool, name } => Answer::Deleted(p.delete_named(pool, name).await?),
             Call::Start { id } => Answer::Changed(p.start(id).await?),
             Call::Stop { id } => Answer::Changed(p.stop(id).await?),
             Call::Resize { id, machine_type } => Answer::Resized(p.resize(id, machine_type).await?),
@@ -660,6 +675,10 @@ impl<P: Provider, L: Layer> Provider for Layered<P, L> {
 
     async fn delete(&self, id: &str) -> Result<bool> {
         answer!(self, Call::Delete { id }, Answer::Deleted)
+    }
+
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        answer!(self, Call::DeleteNamed { pool, name }, Answer::Deleted)
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {

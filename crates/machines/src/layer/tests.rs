@@ -68,6 +68,10 @@ impl Provider for Probe {
         self.saw(Op::Delete);
         Ok(false)
     }
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        self.saw(Op::DeleteNamed);
+        Ok(pool == "pool-a" && name == "m-1")
+    }
     async fn start(&self, id: &str) -> Result<Machine> {
         self.saw(Op::Start);
         Ok(probe_machine(&format!("started-{id}")))
@@ -185,6 +189,7 @@ async fn call_every(p: &dyn Provider) -> Vec<String> {
         format!("{:?}", p.machine_named("pool-a", "m-1").await),
         format!("{:?}", p.machine("m-1").await),
         format!("{:?}", p.delete("m-1").await),
+        format!("{:?}", p.delete_named("pool-a", "m-1").await),
         format!("{:?}", p.start("m-1").await),
         format!("{:?}", p.stop("m-1").await),
         format!("{:?}", p.resize("m-1", "type-b").await),

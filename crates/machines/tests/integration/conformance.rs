@@ -74,6 +74,12 @@ impl Harness for ArcHarness {
     async fn put_firewall_rule(&self, rule: FirewallRule) -> Hook<()> {
         self.0.put_firewall_rule(rule).await
     }
+    async fn leave_pieces(&self, owner: &str, spec: &MachineSpec) -> Hook<Vec<String>> {
+        self.0.leave_pieces(owner, spec).await
+    }
+    async fn pieces_standing(&self, pieces: &[String]) -> Hook<Vec<String>> {
+        self.0.pieces_standing(pieces).await
+    }
 }
 
 #[tokio::test]
@@ -115,6 +121,7 @@ async fn missing_hooks_are_reported_as_skipped_by_name() {
             "retried_create_makes_one_machine",
             "reads_one_machine",
             "reads_a_machine_by_name",
+            "deletes_what_a_create_made_by_name",
             "labels_on_an_existing_machine",
             "firewall_rules",
             "ssh_admission",
@@ -204,6 +211,8 @@ enum Flaw {
     ChangesForeign,
     /// Reads a machine by name in its pool whoever owns it.
     NamedIgnoresOwner,
+    /// Deletes this owner's machine of a name in whichever pool it stands.
+    DeleteNamedIgnoresPool,
 }
 
 #[async_trait]
@@ -240,6 +249,26 @@ impl Provider for Broken {
             }
             Flaw::ReadsForeign => self.inner.cloud().api_get(id).await,
             _ => self.inner.machine(id).await,
+        }
+    }
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        match self.flaw {
+            Flaw::DeleteNamedIgnoresPool => {
+                orca_machines::validate_pool(pool)?;
+                orca_machines::validate_name(name)?;
+                let mut with = labels::Labels::new();
+                with.insert(labels::OWNER_LABEL.into(), self.inner.owner().into());
+                let page = self
+                    .inner
+                    .cloud()
+                    .api_list(&with, &[], Some(name), 1000, None)
+                    .await?;
+                for m in &page.items {
+                    self.inner.delete(&m.id).await?;
+                }
+                Ok(!page.items.is_empty())
+            }
+            _ => self.inner.delete_named(pool, name).await,
         }
     }
     async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
@@ -610,6 +639,12 @@ async fn suite_catches_a_provider_that_changes_another_owners_machine() {
 async fn suite_catches_a_read_by_name_that_ignores_the_owner() {
     let failed = failed_checks(Flaw::NamedIgnoresOwner).await;
     assert_eq!(failed, ["reads_a_machine_by_name"]);
+}
+
+#[tokio::test]
+async fn suite_catches_a_delete_by_name_that_ignores_the_pool() {
+    let failed = failed_checks(Flaw::DeleteNamedIgnoresPool).await;
+    assert_eq!(failed, ["deletes_what_a_create_made_by_name"]);
 }
 
 /// A provider that keeps the default `machine_named` (a listing) passes the check: what every driver

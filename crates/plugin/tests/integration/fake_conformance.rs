@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use orca_machines::conformance::{extensions, run_all, Harness, Hook, Setup, Skip, EXTENSIONS};
 use orca_machines::ext::FirewallRule;
 use orca_machines::memory::MemoryCloud;
-use orca_machines::Provider;
+use orca_machines::{MachineSpec, Provider};
 use orca_plugin::fake::PAGE_SIZE_ENV;
 use orca_plugin::proto::fake::fake_control_client::FakeControlClient;
 use orca_plugin::proto::fake::{InjectRequest, RequestsRequest};
@@ -90,6 +90,15 @@ impl Harness for PluginHarness {
         self.start(command)
             .await
             .map_err(|e| Skip::because(e.to_string()))
+    }
+
+    async fn leave_pieces(&self, _owner: &str, _spec: &MachineSpec) -> Hook<Vec<String>> {
+        // The in-memory cloud's create makes its machine and nothing beside it.
+        Ok(Vec::new())
+    }
+
+    async fn pieces_standing(&self, _pieces: &[String]) -> Hook<Vec<String>> {
+        Ok(Vec::new())
     }
 
     async fn exhaust_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
