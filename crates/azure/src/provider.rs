@@ -75,6 +75,7 @@ mod core;
 mod create;
 mod delete;
 mod list;
+mod named;
 mod resize;
 
 // The shared pieces, for the operations' modules and the extensions.
@@ -168,6 +169,10 @@ impl Provider for AzureProvider {
 
     async fn delete(&self, id: &str) -> Result<bool> {
         self.delete_machine(id).await
+    }
+
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        self.delete_by_name(pool, name).await
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {

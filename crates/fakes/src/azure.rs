@@ -758,6 +758,56 @@ impl FakeAzure {
             .collect()
     }
 
+    /// Makes resource `id` (`/subscriptions/{s}/resourceGroups/{rg}/providers/{ns}/{type}/{name}`)
+    /// as a client's `PUT` of `body` makes it, through the same checks (references that must
+    /// exist, DNS labels, policies, operations in progress), and ends its operation at once: what
+    /// a client left behind, put in place without a request (the request log and counts stay as
+    /// they were). Answers the resource as stored, or the refusal's status and body.
+    pub async fn put_resource(&self, id: &str, body: Value) -> Result<Value, String> {
+        let api = if id.to_ascii_lowercase().contains("/microsoft.network/") {
+            "2024-05-01"
+        } else {
+            COMPUTE_API
+        };
+        let r = Req {
+            method: Method::PUT,
+            path: id.to_string(),
+            query: vec![("api-version".to_string(), api.to_string())],
+            headers: HeaderMap::new(),
+            body,
+            base: self.url(),
+            link_base: self.url(),
+        };
+        let key = id.to_ascii_lowercase();
+        let refusal = {
+            let mut st = self.st();
+            advance(&mut st);
+            let rsp = route(&mut st, &r);
+            if rsp.status().is_success() {
+                let running: Vec<String> = st
+                    .ops
+                    .iter()
+                    .filter(|(_, o)| o.key == key && o.outcome.is_none())
+                    .map(|(op, _)| op.clone())
+                    .collect();
+                for op in running {
+                    finish(&mut st, &op);
+                }
+                return st
+                    .res
+                    .get(&key)
+                    .map(|x| x.body.clone())
+                    .ok_or_else(|| format!("{id} was not stored"));
+            }
+            rsp
+        };
+        let status = refusal.status();
+        let bytes = axum::body::to_bytes(refusal.into_body(), usize::MAX)
+            .await
+            .unwrap_or_default();
+        Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)))
+    }
+
     /// The next VM `PUT` is served (the VM is made) but its answer is lost.
     pub fn lose_next_vm_put_answer(&self) {
         self.control().inject(Rule::new(
@@ -1354,5 +1404,53 @@ mod tests {
             .collect();
         assert_eq!(linux.len(), 1);
         assert!((linux[0]["retailPrice"].as_f64().unwrap() - 0.0458).abs() < 1e-9);
+    }
+
+    /// What a test puts in place goes through the checks a `PUT` goes through, is stored as it
+    /// makes it (its operation ended), and costs no request.
+    #[tokio::test]
+    async fn put_resource_makes_what_a_put_makes_without_a_request() {
+        let f = FakeAzure::start().await.unwrap();
+        f.add_hosts_subnet();
+        let rg = format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers");
+        let subnet =
+            format!("{rg}/Microsoft.Network/virtualNetworks/{VNET}-{LOCATION}/subnets/{SUBNET}");
+        let pip = format!("{rg}/Microsoft.Network/publicIPAddresses/p-ip");
+        let nic_body = |pip: &str| {
+            json!({"location": LOCATION, "tags": {"orca": "pool"}, "properties": {"ipConfigurations": [
+                {"name": "ipconfig1", "properties": {"subnet": {"id": subnet}, "publicIPAddress": {"id": pip}}}]}})
+        };
+        let nic = format!("{rg}/Microsoft.Network/networkInterfaces/p-nic");
+        let e = f.put_resource(&nic, nic_body(&pip)).await.unwrap_err();
+        assert!(e.contains("InvalidResourceReference"), "{e}");
+        assert!(f
+            .resources(RESOURCE_GROUP)
+            .iter()
+            .all(|(_, n)| n != "p-nic"));
+        let made = f
+            .put_resource(
+                &pip,
+                json!({"location": LOCATION, "properties": {
+                "dnsSettings": {"domainNameLabel": "p-label"}}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(made["properties"]["provisioningState"], "Succeeded");
+        assert!(made["properties"]["ipAddress"].is_string(), "{made}");
+        let made = f.put_resource(&nic, nic_body(&pip)).await.unwrap();
+        assert_eq!(made["tags"]["orca"], "pool");
+        assert_eq!(made["properties"]["provisioningState"], "Succeeded");
+        let held = f
+            .resource(
+                RESOURCE_GROUP,
+                "Microsoft.Network/publicIPAddresses",
+                "p-ip",
+            )
+            .unwrap();
+        assert!(
+            held["properties"]["ipConfiguration"]["id"].is_string(),
+            "{held}"
+        );
+        assert_eq!(f.control().requests(), 0);
     }
 }

@@ -3,11 +3,56 @@
 
 use super::*;
 
+/// Whose pieces of a machine's name a delete removes: this owner's of any pool (a delete by id,
+/// which removes this owner's machine of that id whatever its pool), or this owner's of one pool
+/// (a delete by name: another pool's pieces of that name are another pool's machine's).
+#[derive(Clone, Copy)]
+pub(crate) enum Whose<'a> {
+    Owner,
+    Pool(&'a str),
+}
+
+/// What a delete of a machine's resources did: whether it removed anything, and what remains.
+#[derive(Default)]
+pub(crate) struct Swept {
+    pub(crate) removed: bool,
+    pub(crate) left: Vec<Left>,
+}
+
+impl Swept {
+    fn leaving(left: Vec<Left>) -> Swept {
+        Swept {
+            removed: false,
+            left,
+        }
+    }
+
+    /// Notes the outcome of one resource's removal: `Ok(true)` removed, `Ok(false)` nothing of it
+    /// there (or not this caller's), `Err` what remains.
+    fn note(&mut self, outcome: std::result::Result<bool, Left>) {
+        match outcome {
+            Ok(removed) => self.removed |= removed,
+            Err(l) => self.left.push(l),
+        }
+    }
+}
+
 impl AzureProvider {
+    /// Whether a piece's `tags` say it is this caller's, as `whose` asks.
+    fn is_theirs(&self, tags: &Labels, whose: Whose<'_>) -> bool {
+        match whose {
+            Whose::Owner => is_owned_by(tags, &self.inner.owner),
+            Whose::Pool(pool) => is_in_pool(tags, pool, &self.inner.owner),
+        }
+    }
+
     /// [`Provider::delete`]: the machine's resources, what remains named.
     pub(crate) async fn delete_machine(&self, id: &str) -> Result<bool> {
         let vm = self.owned_vm(id, false).await?;
-        let left = self.delete_resources(id, vm.as_ref()).await;
+        let left = self
+            .delete_resources(id, vm.as_ref(), Whose::Owner)
+            .await
+            .left;
         if vm.is_some() && !left.iter().any(|l| l.res.part == Part::Vm) {
             self.forget(id);
         }
@@ -67,50 +112,56 @@ impl AzureProvider {
     /// The OS disk `res` after its VM's delete, confirmed gone. Azure deletes it with the VM when
     /// its `deleteOption` says `Delete`; one that stays was tagged as this owner's before the VM's
     /// delete ([`AzureProvider::own_disk`]), and is deleted. One the VM's delete left although it
-    /// said `Delete` is tagged now and deleted. With `vm_tags` `None` (the VM was gone already: a
-    /// delete retried), only a disk carrying this owner's tags is deleted: Azure tags no disk it
-    /// makes, so any other is not known to be ours.
+    /// said `Delete` is tagged now and deleted. With `vm_tags` `None` (no VM: a delete retried, or
+    /// one by name), only a disk whose tags say it is `whose`'s is deleted: Azure tags no disk it
+    /// makes, so any other is not known to be ours. `Ok(true)` when it deleted the disk.
     pub(crate) async fn remove_disk(
         &self,
         res: &Res,
         url: &str,
         vm_tags: Option<&Labels>,
-    ) -> Option<Left> {
+        whose: Whose<'_>,
+    ) -> std::result::Result<bool, Left> {
         let what = res.to_string();
         let found = match self
             .client()
             .get::<Tagged>(&format!("read {what}"), url)
             .await
         {
-            Ok(None) => return None,
+            Ok(None) => return Ok(false),
             Ok(Some(d)) => d,
-            Err(e) => return Some(Left::because(res.clone(), &e)),
+            Err(e) => return Err(Left::because(res.clone(), &e)),
         };
-        let owned = is_owned_by(&found.tags, &self.inner.owner);
         match vm_tags {
-            Some(vm_tags) if !owned => {
+            Some(vm_tags) if !is_owned_by(&found.tags, &self.inner.owner) => {
                 if let Err(e) = self.tag_disk(res, url, &found, vm_tags).await {
                     tracing::warn!(resource = %what, error = %e, "tagging the OS disk its VM left failed; deleting it");
                 }
             }
-            None if !owned => {
-                tracing::debug!(resource = %what, "not known to be this owner's: left alone");
-                return None;
+            None if !self.is_theirs(&found.tags, whose) => {
+                tracing::debug!(resource = %what, "not known to be this caller's: left alone");
+                return Ok(false);
             }
             _ => {}
         }
         tracing::info!(resource = %what, "the VM's delete left its OS disk; deleting it");
-        self.remove(&what, url)
-            .await
-            .err()
-            .map(|e| Left::because(res.clone(), &e))
+        match self.remove(&what, url).await {
+            Ok(()) => Ok(true),
+            Err(e) => Err(Left::because(res.clone(), &e)),
+        }
     }
 
     /// Deletes the machine's resources in order (the VM, which takes its interface, address and OS
-    /// disk with it; then whatever of OS disk, interface, security group and address remains), each
-    /// only when it is this owner's, each followed to its end and confirmed gone. Returns what
+    /// disk with it; then whatever of OS disk, interface, security group and address remains), the
+    /// VM only when given (read and checked by the caller), the rest only when `whose`'s, each
+    /// followed to its end and confirmed gone. Answers whether it removed anything, and what
     /// remains, with why.
-    pub(crate) async fn delete_resources(&self, id: &str, vm: Option<&Vm>) -> Vec<Left> {
+    pub(crate) async fn delete_resources(
+        &self,
+        id: &str,
+        vm: Option<&Vm>,
+        whose: Whose<'_>,
+    ) -> Swept {
         let names = Names::of(id);
         // The OS disk: the VM's own reference (an adopted VM's may be named otherwise), else the
         // name a create gives it.
@@ -123,7 +174,7 @@ impl AzureProvider {
             disk_id.rsplit('/').next().unwrap_or(&names.disk),
         );
         let disk_url = self.client().url(&disk_id, DISKS_API);
-        let mut left = Vec::new();
+        let mut swept = Swept::default();
         if let Some(vm) = vm {
             let keeps_disk = !vm
                 .properties
@@ -139,7 +190,7 @@ impl AzureProvider {
                         Left::standing(Res::new(Part::Vm, id)),
                         Left::because(disk, &e),
                     ];
-                    return with_network(vm_and_disk, &names, self.cfg().public_ip);
+                    return Swept::leaving(with_network(vm_and_disk, &names, self.cfg().public_ip));
                 }
             }
             if let Err(e) = self
@@ -151,11 +202,15 @@ impl AzureProvider {
                     Left::because(Res::new(Part::Vm, id), &e),
                     Left::standing(disk),
                 ];
-                return with_network(vm_and_disk, &names, self.cfg().public_ip);
+                return Swept::leaving(with_network(vm_and_disk, &names, self.cfg().public_ip));
             }
-            left.extend(self.remove_disk(&disk, &disk_url, Some(&vm.tags)).await);
+            swept.removed = true;
+            swept.note(
+                self.remove_disk(&disk, &disk_url, Some(&vm.tags), whose)
+                    .await,
+            );
         } else {
-            left.extend(self.remove_disk(&disk, &disk_url, None).await);
+            swept.note(self.remove_disk(&disk, &disk_url, None, whose).await);
         }
         for (part, ty, name) in [
             (
@@ -174,31 +229,43 @@ impl AzureProvider {
                 &names.pip,
             ),
         ] {
-            let res = Res::new(part, name);
-            let url = self.net_url(ty, name);
-            let what = res.to_string();
-            match self
-                .client()
-                .get::<Tagged>(&format!("read {what}"), &url)
-                .await
-            {
-                Ok(None) => {}
-                Ok(Some(v)) if !is_owned_by(&v.tags, &self.inner.owner) => {
-                    tracing::warn!(resource = %what, "not this owner's: left alone");
-                }
-                Ok(Some(_)) => {
-                    let removed = if part == Part::Interface {
-                        self.remove_interface(&what, &url, Duration::ZERO).await
-                    } else {
-                        self.remove(&what, &url).await
-                    };
-                    if let Err(e) = removed {
-                        left.push(Left::because(res, &e));
-                    }
-                }
-                Err(e) => left.push(Left::because(res, &e)),
-            }
+            swept.note(self.remove_piece(Res::new(part, name), ty, whose).await);
         }
-        left
+        swept
+    }
+
+    /// Network resource `res` of type `ty`, deleted when it stands and is `whose`'s (confirmed
+    /// gone); `Ok(true)` when it was deleted.
+    async fn remove_piece(
+        &self,
+        res: Res,
+        ty: &str,
+        whose: Whose<'_>,
+    ) -> std::result::Result<bool, Left> {
+        let url = self.net_url(ty, &res.name);
+        let what = res.to_string();
+        match self
+            .client()
+            .get::<Tagged>(&format!("read {what}"), &url)
+            .await
+        {
+            Ok(None) => Ok(false),
+            Ok(Some(v)) if !self.is_theirs(&v.tags, whose) => {
+                tracing::warn!(resource = %what, "not this caller's: left alone");
+                Ok(false)
+            }
+            Ok(Some(_)) => {
+                let removed = if res.part == Part::Interface {
+                    self.remove_interface(&what, &url, Duration::ZERO).await
+                } else {
+                    self.remove(&what, &url).await
+                };
+                match removed {
+                    Ok(()) => Ok(true),
+                    Err(e) => Err(Left::because(res, &e)),
+                }
+            }
+            Err(e) => Err(Left::because(res, &e)),
+        }
     }
 }

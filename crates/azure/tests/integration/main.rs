@@ -7,6 +7,7 @@ mod extensions;
 mod live;
 mod locks;
 mod login_proxy;
+mod named;
 mod polls;
 mod proxy;
 mod public_ip;

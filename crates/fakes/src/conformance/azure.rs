@@ -1,16 +1,18 @@
 //! The fake Azure Resource Manager's hooks: page size (the fake's, Resource Manager has no client page
 //! size for VM lists), no stock (AllocationFailed), a lost VM PUT answer, request counts, delayed
-//! visibility of new VMs, and the admission rule on the subnet's own security group as the fake
-//! holds it.
+//! visibility of new VMs, the admission rule on the subnet's own security group as the fake holds
+//! it, and the pieces a create makes before its VM.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca_machines::conformance::{Harness, Hook, Setup};
-use orca_machines::{Provider, Result};
+use orca_machines::conformance::{Harness, Hook, Setup, Skip};
+use orca_machines::labels::ownership_labels;
+use orca_machines::{MachineSpec, Provider, Result};
+use serde_json::{json, Value};
 
 use super::{paged, Providers};
-use crate::azure::{FakeAzure, LOCATION, RESOURCE_GROUP, SUBNET, VNET};
+use crate::azure::{FakeAzure, LOCATION, RESOURCE_GROUP, SUBNET, SUBSCRIPTION, VNET};
 
 /// The security group of the subnet [`AzureHarness::new`] readies, where admission rules go, with an
 /// operator's rule of its own.
@@ -144,4 +146,87 @@ impl<P: Providers<FakeAzure>> Harness for AzureHarness<P> {
                     .collect()
             }))
     }
+
+    async fn leave_pieces(&self, owner: &str, spec: &MachineSpec) -> Hook<Vec<String>> {
+        // The driver's create makes its public address, security group and interface before the
+        // VM's PUT; Azure makes the OS disk from the VM, so a create stopped before it has none.
+        let pieces = pieces_of(owner, spec);
+        for (id, body) in &pieces {
+            if let Err(e) = self.fake.put_resource(id, body.clone()).await {
+                // Said, not hidden: the suite reports the check unproven with this reason.
+                return Err(Skip::because(format!(
+                    "the fake refused the piece {id}: {e}"
+                )));
+            }
+        }
+        Ok(pieces.into_iter().map(|(id, _)| piece_name(&id)).collect())
+    }
+
+    async fn pieces_standing(&self, pieces: &[String]) -> Hook<Vec<String>> {
+        Ok(pieces
+            .iter()
+            .filter(|p| {
+                p.split_once(':').is_some_and(|(type_name, name)| {
+                    self.fake
+                        .resource(RESOURCE_GROUP, type_name, name)
+                        .is_some()
+                })
+            })
+            .cloned()
+            .collect())
+    }
+}
+
+/// A piece as the harness names it: `<type>:<name>` (`Microsoft.Network/publicIPAddresses:c1-ip`).
+fn piece_name(id: &str) -> String {
+    let mut parts = id.rsplit('/');
+    let name = parts.next().unwrap_or_default();
+    let ty = parts.next().unwrap_or_default();
+    let ns = parts.next().unwrap_or_default();
+    format!("{ns}/{ty}:{name}")
+}
+
+/// The ids and `PUT` bodies of what the Azure driver's create of `spec` for `owner` makes before
+/// the VM, in its order, with its names (`<name>-ip`, `<name>-nsg`, `<name>-nic`) and tags (the
+/// ownership labels and the spec's).
+fn pieces_of(owner: &str, spec: &MachineSpec) -> Vec<(String, Value)> {
+    let mut tags = ownership_labels(&spec.pool, owner);
+    tags.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let loc = &spec.location;
+    let rg = format!("/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}");
+    let id = |ty: &str, suffix: &str| format!("{rg}/providers/{ty}/{}-{suffix}", spec.name);
+    let (pip, nsg, nic) = (
+        id("Microsoft.Network/publicIPAddresses", "ip"),
+        id("Microsoft.Network/networkSecurityGroups", "nsg"),
+        id("Microsoft.Network/networkInterfaces", "nic"),
+    );
+    // The driver's DNS label: the name when it is a valid label, else `vm-<name>`.
+    let label = if spec.name.len() >= 3 && spec.name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        spec.name.clone()
+    } else {
+        format!("vm-{}", spec.name)
+    };
+    let subnet =
+        format!("{rg}/providers/Microsoft.Network/virtualNetworks/{VNET}-{loc}/subnets/{SUBNET}");
+    vec![
+        (
+            pip.clone(),
+            json!({"location": loc, "tags": tags, "sku": {"name": "Standard", "tier": "Regional"},
+                "properties": {"publicIPAllocationMethod": "Static", "publicIPAddressVersion": "IPv4",
+                    "deleteOption": "Delete", "dnsSettings": {"domainNameLabel": label,
+                    "domainNameLabelScope": "ResourceGroupReuse"}}}),
+        ),
+        (
+            nsg.clone(),
+            json!({"location": loc, "tags": tags, "properties": {"securityRules": []}}),
+        ),
+        (
+            nic,
+            json!({"location": loc, "tags": tags, "properties": {
+                "networkSecurityGroup": {"id": nsg},
+                "ipConfigurations": [{"name": "ipconfig1", "properties": {"primary": true,
+                    "privateIPAllocationMethod": "Dynamic", "subnet": {"id": subnet},
+                    "publicIPAddress": {"id": pip}}}]}}),
+        ),
+    ]
 }

@@ -1,0 +1,232 @@
+//! `delete_named`: what this owner's creates of a name made in a pool (the VM if it stands, and the
+//! address, security group, interface and OS disk of that name carrying this owner's and this
+//! pool's tags), removed without the machine's id; another owner's or pool's left alone.
+
+use crate::common;
+
+use common::*;
+use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION};
+use orca_machines::{Error, ErrorKind, MachineSpec, Provider};
+use serde_json::json;
+
+const VNET_TYPE: &str = "Microsoft.Network/virtualNetworks";
+const PIP: &str = "Microsoft.Network/publicIPAddresses";
+const NSG: &str = "Microsoft.Network/networkSecurityGroups";
+const NIC: &str = "Microsoft.Network/networkInterfaces";
+const DISK: &str = "Microsoft.Compute/disks";
+
+fn spec(name: &str, pool: &str) -> MachineSpec {
+    MachineSpec::new(name, AMD, LOCATION, pool)
+}
+
+/// Everything in the resource group but the virtual network.
+fn stray(f: &FakeAzure) -> Vec<(String, String)> {
+    f.resources(RESOURCE_GROUP)
+        .into_iter()
+        .filter(|(t, _)| t != VNET_TYPE)
+        .collect()
+}
+
+/// The address, security group and interface of machine `name`, as [`stray`] lists them.
+fn pieces(name: &str) -> Vec<(String, String)> {
+    let mut p = vec![
+        (NIC.to_string(), format!("{name}-nic")),
+        (NSG.to_string(), format!("{name}-nsg")),
+        (PIP.to_string(), format!("{name}-ip")),
+    ];
+    p.sort();
+    p
+}
+
+/// What a create of `name` in `pool` by `p` leaves when the VM's `PUT` is refused (a policy deny)
+/// and its clean-up cannot delete what it made (delete locks): the address, security group and
+/// interface, tagged as `p`'s of `pool`. The faults are lifted before it answers.
+async fn leave_pieces(f: &FakeAzure, p: &dyn Provider, name: &str, pool: &str) {
+    f.deny_policy("Microsoft.Compute/virtualMachines", "deny-vms");
+    let locked = [
+        format!("{name}-nic"),
+        format!("{name}-nsg"),
+        format!("{name}-ip"),
+    ];
+    for l in &locked {
+        f.refuse_delete(l);
+    }
+    let e = p.create(&spec(name, pool)).await.unwrap_err();
+    let Error::Leftovers { error, left } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(error.kind(), ErrorKind::PermissionDenied, "{e}");
+    assert_eq!(left.len(), 3, "{left:?}");
+    f.clear_policies();
+    for l in &locked {
+        f.allow_delete(l);
+    }
+}
+
+#[tokio::test]
+async fn the_pieces_a_failed_create_left_go_by_name() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    leave_pieces(&f, &p, "vm-n", "lab").await;
+    assert_eq!(stray(&f), pieces("vm-n"));
+    assert!(p.machine_named("lab", "vm-n").await.unwrap().is_none());
+    assert!(p.delete_named("lab", "vm-n").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+    assert!(!p.delete_named("lab", "vm-n").await.unwrap());
+}
+
+#[tokio::test]
+async fn another_owners_or_pools_things_of_the_name_are_left_alone() {
+    let f = fake().await;
+    let a = provider(&f, "stack-a").await;
+    let b = provider(&f, "stack-b").await;
+    let none = provider(&f, "").await;
+    // Pieces without a VM: only their owner's delete of their pool removes them.
+    leave_pieces(&f, &b, "vm-o", "lab").await;
+    for (who, p, pool) in [
+        ("another owner", &a, "lab"),
+        ("the empty owner", &none, "lab"),
+        ("their owner in another pool", &b, "other"),
+    ] {
+        assert!(!p.delete_named(pool, "vm-o").await.unwrap(), "{who}");
+        assert_eq!(stray(&f), pieces("vm-o"), "{who}");
+    }
+    assert!(b.delete_named("lab", "vm-o").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+
+    // A machine: another owner's, or the same owner's in another pool, touches nothing of it.
+    a.create(&spec("vm-q", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let whole = stray(&f);
+    assert_eq!(whole.len(), 5, "{whole:?}");
+    for (who, p, pool) in [
+        ("another owner", &b, "lab"),
+        ("the empty owner", &none, "lab"),
+        ("its owner in another pool", &a, "other"),
+    ] {
+        assert!(!p.delete_named(pool, "vm-q").await.unwrap(), "{who}");
+        assert_eq!(stray(&f), whole, "{who}");
+    }
+    assert!(a.machine_named("lab", "vm-q").await.unwrap().is_some());
+}
+
+/// An OS disk is removed by name only when it carries this owner's tags of that pool: Azure tags
+/// no disk it makes, so an untagged one is not known to be ours.
+#[tokio::test]
+async fn an_os_disk_goes_by_name_only_with_this_owners_tags_of_the_pool() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let disk = |name: &str| {
+        format!(
+            "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/{DISK}/{name}"
+        )
+    };
+    let tags = json!({"orca": "pool", "orca-pool": "other", "orca-owner": "stack-1"});
+    f.put_resource(
+        &disk("vm-t-osdisk"),
+        json!({"location": LOCATION, "tags": tags}),
+    )
+    .await
+    .unwrap();
+    f.put_resource(&disk("vm-u-osdisk"), json!({"location": LOCATION}))
+        .await
+        .unwrap();
+    assert!(!p.delete_named("lab", "vm-t").await.unwrap());
+    assert!(!p.delete_named("lab", "vm-u").await.unwrap());
+    assert!(!p.delete_named("other", "vm-u").await.unwrap());
+    assert_eq!(stray(&f).len(), 2);
+    assert!(p.delete_named("other", "vm-t").await.unwrap());
+    assert_eq!(
+        stray(&f),
+        vec![(DISK.to_string(), "vm-u-osdisk".to_string())]
+    );
+}
+
+#[tokio::test]
+async fn a_piece_that_refuses_deletion_is_named_and_a_second_call_removes_it() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    leave_pieces(&f, &p, "vm-r", "lab").await;
+    f.refuse_delete("vm-r-nsg");
+    let e = p.delete_named("lab", "vm-r").await.unwrap_err();
+    let Error::Leftovers { left, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].starts_with("security group vm-r-nsg"), "{left:?}");
+    assert!(e.to_string().contains("again"), "{e}");
+    assert_eq!(stray(&f), vec![(NSG.to_string(), "vm-r-nsg".to_string())]);
+    f.allow_delete("vm-r-nsg");
+    assert!(p.delete_named("lab", "vm-r").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
+
+#[tokio::test]
+async fn a_standing_vm_and_its_pieces_all_go() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-s", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(stray(&f).len(), 5);
+    assert!(p.delete_named("lab", "vm-s").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+    assert!(p.machine_named("lab", "vm-s").await.unwrap().is_none());
+
+    // A VM whose create failed and whose clean-up could not delete it (its interface was locked)
+    // stands, Failed, with its disk and pieces: all go by name once the lock is gone.
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    f.refuse_delete("vm-e-nic");
+    assert!(p
+        .create(&spec("vm-e", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .is_none());
+    assert_eq!(stray(&f).len(), 5, "{:?}", stray(&f));
+    f.allow_delete("vm-e-nic");
+    assert!(p.delete_named("lab", "vm-e").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_request() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let long = "a".repeat(59);
+    for (pool, name, field) in [
+        ("a,b", "vm-a", "pool"),
+        ("lab", "Not-A-Name", "name"),
+        ("lab", long.as_str(), "name"),
+    ] {
+        match p.delete_named(pool, name).await {
+            Err(Error::InvalidSpec { field: got, .. }) => assert_eq!(got, field),
+            other => panic!("({pool}, {name}): {other:?}"),
+        }
+    }
+    assert_eq!(f.control().requests(), 0);
+}
+
+/// What a delete by name costs: a standing machine the requests of a delete (11), nothing there
+/// the reads of the VM, of its interface (a VM that does not show yet names it) and of each piece.
+#[tokio::test]
+async fn a_delete_by_name_makes_a_known_number_of_requests() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-c", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    f.control().clear_log();
+    assert!(p.delete_named("lab", "vm-c").await.unwrap());
+    assert_eq!(f.control().requests(), 11, "{:?}", f.control().log());
+    f.control().clear_log();
+    assert!(!p.delete_named("lab", "vm-c").await.unwrap());
+    assert_eq!(f.control().requests(), 6, "{:?}", f.control().log());
+}
