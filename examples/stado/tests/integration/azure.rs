@@ -493,7 +493,25 @@ async fn a_step_six_failure_that_leaves_something_behind_names_it() {
         ]
     );
     assert!(!lab.s.home.fleet_key("h1").exists());
-    assert!(declared(&lab.s).is_empty());
+    // Azure still holds pieces of the host: it stays declared, for delete, list and reap.
+    assert_still_creating(&lab, "h1", &e);
+}
+
+/// The host `name` is declared `creating` after a create that failed with `e`, which says so.
+fn assert_still_creating(lab: &Lab, name: &str, e: &str) {
+    assert!(
+        e.ends_with(&format!("; {name} stays declared (creating): stado cloud host delete {name} removes what Azure may hold of it")),
+        "{e}"
+    );
+    assert_eq!(declared(&lab.s), vec![(name.to_string(), String::new())]);
+    let decl = Registry::load(&lab.s.home)
+        .unwrap()
+        .target(name)
+        .unwrap()
+        .cloud
+        .clone()
+        .unwrap();
+    assert_eq!(decl.state, stado::registry::CloudState::Creating);
 }
 
 /// No stock (the VM's allocation fails) while the interface cannot be removed (a delete lock): the
@@ -529,6 +547,22 @@ async fn no_stock_whose_clean_up_left_something_names_it() {
         );
     }
     assert!(!lab.s.home.fleet_key("h1").exists());
+    assert_still_creating(&lab, "h1", &e);
+    // list shows it, its failed VM found by its name; once the lock is lifted, delete removes that
+    // VM and what it holds, then the declaration.
+    let l = lab.s.list().await.unwrap();
+    assert_eq!(
+        (
+            l.hosts[0].name.as_str(),
+            l.hosts[0].creating,
+            l.hosts[0].vm_id.as_str()
+        ),
+        ("h1", true, "h1")
+    );
+    lab.azure.allow_delete("h1-nic");
+    let d = lab.s.delete("h1").await.unwrap();
+    assert_eq!(d.vm_id, "h1");
+    assert_eq!(lab.host_resources("h1"), vec![], "nothing of h1 stands");
     assert!(declared(&lab.s).is_empty());
 }
 

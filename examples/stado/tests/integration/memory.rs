@@ -550,6 +550,7 @@ async fn a_failure_after_the_vm_was_made_leaves_nothing_behind() {
         "{e}"
     );
     assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty(), "a refusal made nothing");
     // No stock: nothing left behind, and the refusal says why.
     lab.cloud.set_stock("amd64-small", "zone-a", 0);
     let r = lab.create("h1").await;
@@ -559,6 +560,59 @@ async fn a_failure_after_the_vm_was_made_leaves_nothing_behind() {
         error(&r)
     );
     assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty(), "no stock made nothing");
+}
+
+/// The VM is made but its answer is lost, and neither the driver's adoption nor stado's clean-up
+/// can read the pool: the cloud may hold the VM, so the host stays declared `creating` (its keys
+/// go, as a host that is never enrolled needs none). list shows its VM, found by its name, and
+/// delete removes the VM and the declaration.
+#[tokio::test]
+async fn a_failure_that_may_have_left_a_vm_keeps_the_host_declared_for_delete_to_resolve() {
+    let lab = lab();
+    lab.cloud
+        .inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    lab.cloud
+        .inject(Operation::List, FaultKind::Error(ErrorKind::Other), 4);
+    let r = lab.create("h1").await;
+    lab.cloud.clear_faults();
+    let e = error(&r);
+    assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
+    assert!(
+        e.contains(
+            "; Azure still holds: whatever VM named h1 it made (the pool could not be read: "
+        ),
+        "{e}"
+    );
+    assert!(
+        e.ends_with("; h1 stays declared (creating): stado cloud host delete h1 removes what Azure may hold of it"),
+        "{e}"
+    );
+    let made = lab.in_cloud();
+    assert_eq!(made.len(), 1, "the VM was made (and is billed)");
+    let decl = Registry::load(&lab.s.home)
+        .unwrap()
+        .target("h1")
+        .unwrap()
+        .cloud
+        .clone()
+        .unwrap();
+    assert_eq!(decl.state, stado::registry::CloudState::Creating);
+    assert!(!lab.s.home.fleet_key("h1").exists());
+    let l = lab.s.list().await.unwrap();
+    let row = serde_json::to_value(&l.hosts[0]).unwrap();
+    assert_eq!(
+        (
+            row["name"].as_str(),
+            row["creating"].as_bool(),
+            row["vm_id"].as_str()
+        ),
+        (Some("h1"), Some(true), Some(made[0].1.as_str())),
+        "{row}"
+    );
+    lab.s.delete("h1").await.unwrap();
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
 }
 
 #[tokio::test]
