@@ -414,24 +414,24 @@ impl Stado {
         .with_code("exists")
     }
 
-    /// Deletes the VM named `name` in stado's pool when it carries this home's label (what a failed
-    /// create of this home may have left); the VM of that name when it is not this home's is left
-    /// alone.
+    /// Removes what a failed create of this home may have left of `name` in stado's pool: the VM of
+    /// that name when it carries this home's label, and the pieces beside it (which stand without a
+    /// VM when the create stopped before it). A VM of that name that is not this home's is left
+    /// alone, and so is what stands beside it: that is its home's. Else what the cloud still holds.
     async fn sweep(&self, name: &str) -> Result<Swept, String> {
-        let Some(m) = self.vm_named(name).await? else {
-            return Ok(Swept::default());
-        };
-        if !self.is_this_homes(&m) {
+        let vm = self.vm_named(name).await?;
+        if let Some(m) = vm.as_ref().filter(|m| !self.is_this_homes(m)) {
             tracing::info!(vm = %m.id, "a VM of this name that is not this home's: left alone");
             return Ok(Swept {
-                foreign: Some(format!("VM {}; {}", m.id, Self::whose(&m))),
+                foreign: Some(format!("VM {}; {}", m.id, Self::whose(m))),
                 ..Swept::default()
             });
         }
-        self.delete_vm(&m.id).await?;
+        let vm = vm.map(|m| m.id);
+        let removed = self.remove_named(name, vm.as_deref()).await?;
         Ok(Swept {
-            vm: Some(m.id),
-            removed: true,
+            vm,
+            removed,
             foreign: None,
         })
     }

@@ -847,6 +847,63 @@ async fn a_create_stopped_while_its_vm_is_made_leaves_a_host_that_list_delete_re
     assert_eq!(declared(&lab.s), now);
 }
 
+/// A host declared `creating` is removed by its name through the provider's `delete_named` (which
+/// removes the pieces a create makes beside its VM with the VM), and so is what a failed create's
+/// clean-up finds; when the VM of that name is another home's (of the same owner), nothing is
+/// removed by the name: that VM, and what stands beside it, are its home's.
+#[tokio::test]
+async fn a_creating_host_is_removed_by_its_name_unless_another_homes_vm_holds_it() {
+    use orca::layer::{Layered, Op, Point, Recorder};
+    let cloud = MemoryCloud::new();
+    let mut a = lab_on(cloud.clone(), None);
+    let faults = orca::layer::Faults::new();
+    let recorder = Recorder::new();
+    a.s.provider = Arc::new(Layered::new(
+        Layered::new(a.s.provider.clone(), faults.clone()),
+        recorder.clone(),
+    ));
+    stop_while_the_vm_is_made(&a, &faults, "h1").await;
+    a.s.delete("h1").await.unwrap();
+    assert_eq!(recorder.count(Op::DeleteNamed), 1);
+    assert!(cloud.all_machines().is_empty() && declared(&a.s).is_empty());
+
+    // A failed create's clean-up: the VM made after all is found, and removed by its name.
+    cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
+    let e = error(&a.create("h1").await);
+    assert!(
+        e.ends_with("VM(s) of that name it made after all were deleted"),
+        "{e}"
+    );
+    assert_eq!(recorder.count(Op::DeleteNamed), 2);
+    assert!(cloud.all_machines().is_empty() && declared(&a.s).is_empty());
+
+    // Stopped before the cloud was asked for its VM; meanwhile a home given a's owner made h2.
+    faults.hold(Op::Create, Point::Before);
+    let before = faults.entered(Op::Create, Point::Before);
+    let s = a.s.clone();
+    let create =
+        tokio::spawn(async move { s.create(&request("h2", "zone-a", "amd64-small")).await });
+    faults
+        .until_entered(Op::Create, Point::Before, before + 1)
+        .await;
+    create.abort();
+    assert!(create.await.unwrap_err().is_cancelled());
+    faults.release(Op::Create, Point::Before);
+    let c = lab_on(cloud.clone(), Some(&common::owner(&a.s.home)));
+    assert!(c.create("h2").await.ok);
+    let theirs = c.in_cloud();
+    a.s.delete("h2").await.unwrap();
+    assert_eq!(
+        recorder.count(Op::DeleteNamed),
+        2,
+        "nothing removed by the name"
+    );
+    assert_eq!(c.in_cloud(), theirs, "the other home's VM stands");
+    assert!(declared(&a.s).is_empty());
+    assert_eq!(declared(&c.s), theirs);
+}
+
 /// A create whose registry lock was taken from it (its lock file removed, so that another stado
 /// locked a new one) writes nothing more: what the new holder wrote stands.
 #[tokio::test]
