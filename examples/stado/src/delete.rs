@@ -10,6 +10,14 @@ use crate::keys;
 use crate::list::power_word;
 use crate::registry::{CloudDecl, CloudState, Held};
 
+/// What a create of a name that stopped before the cloud answered may have left.
+enum Stopped {
+    /// This home's: the VM of that name (by its id) when one stands, and the pieces beside it.
+    Ours(Option<String>),
+    /// The name is another home's VM, left alone with what stands beside it.
+    Foreign,
+}
+
 /// What delete did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeleteReport {
@@ -75,6 +83,33 @@ impl Stado {
                 ))
             }
         }
+        self.confirm_gone(vm_id).await
+    }
+
+    /// Removes what this home's creates of `name` made in stado's pool: its VM `vm` when one
+    /// stands, and the pieces a create makes beside it (public address, security group,
+    /// interface), which a create stopped before its VM leaves with no VM to delete them with.
+    /// Whether something was removed; else what the cloud still holds. The caller has checked that
+    /// no VM of that name is another home's: that VM's pieces would be its own.
+    pub(crate) async fn remove_named(&self, name: &str, vm: Option<&str>) -> Result<bool, String> {
+        let removed = match self.provider.delete_named(POOL, name).await {
+            Ok(removed) => removed,
+            Err(Error::Leftovers { left, .. }) if !left.is_empty() => return Err(left.join(", ")),
+            Err(e) => {
+                return Err(format!(
+                    "what a create of {name} made ({})",
+                    self.cloud_error(&e)
+                ))
+            }
+        };
+        match vm {
+            Some(id) => self.confirm_gone(id).await.map(|()| true),
+            None => Ok(removed),
+        }
+    }
+
+    /// `Ok` once VM `vm_id` is read as absent, else what the cloud still holds of it.
+    async fn confirm_gone(&self, vm_id: &str) -> Result<(), String> {
         match self.provider.machine(vm_id).await {
             Ok(None) => Ok(()),
             Ok(Some(m)) => Err(format!("VM {vm_id} (still {})", power_word(&m))),
@@ -85,29 +120,34 @@ impl Stado {
         }
     }
 
-    /// Removes the declared cloud host `name` as delete does: the VM and what belongs to it, then the
-    /// registry entry (saved) and the fleet key; the id of the VM removed (empty when a create that
-    /// stopped before the cloud answered had made none). The caller holds the registry's lock.
+    /// Removes the declared cloud host `name` as delete does: the VM and what belongs to it (for a
+    /// host whose create stopped before the cloud answered, whatever that create made, found by
+    /// the host's name), then the registry entry (saved) and the fleet key; the id of the VM
+    /// removed (empty when that create had made none). The caller holds the registry's lock.
     pub(crate) async fn remove_host(
         &self,
         registry: &mut Held,
         name: &str,
         decl: &CloudDecl,
     ) -> Result<String, Failure> {
-        let vm_id = match decl.state {
+        let (vm_id, removed) = match decl.state {
             CloudState::Creating => match self.made_by_stopped_create(name).await? {
-                Some(id) => id,
-                None => {
-                    self.forget_host(registry, name)?;
-                    return Ok(String::new());
+                // Another home's VM holds the name: its create made nothing of it (the cloud
+                // refused or adopted it), and what stands beside that VM is that home's.
+                Stopped::Foreign => (String::new(), Ok(())),
+                // The VM, or the pieces a create stopped before its VM left: all by the name.
+                Stopped::Ours(vm) => {
+                    let removed = self.remove_named(name, vm.as_deref()).await;
+                    (vm.unwrap_or_default(), removed.map(|_| ()))
                 }
             },
             _ => {
                 self.check_this_homes(name, decl).await?;
-                decl.vm_id.clone()
+                let removed = self.delete_vm(&decl.vm_id).await;
+                (decl.vm_id.clone(), removed)
             }
         };
-        if let Err(left) = self.delete_vm(&vm_id).await {
+        if let Err(left) = removed {
             return Err(Failure::new(format!(
                 "{name} is still registered because {TITLE} did not release everything: {left}; deleting it again retries"
             ))
@@ -130,17 +170,17 @@ impl Stado {
         }
     }
 
-    /// The id of the VM a create of `name` that stopped before the cloud answered made, read by its
-    /// name; `None` when no VM of this home stands under it (one of another home's is no VM that
-    /// create made: the cloud refused or adopted it, and the create would have refused it too).
-    async fn made_by_stopped_create(&self, name: &str) -> Result<Option<String>, Failure> {
+    /// What a create of `name` that stopped before the cloud answered made, read by its name: this
+    /// home's VM of that name (or none), or a VM of another home's, which is no VM that create made
+    /// (the cloud refused or adopted it, and the create would have refused it too).
+    async fn made_by_stopped_create(&self, name: &str) -> Result<Stopped, Failure> {
         match self.provider.machine_named(POOL, name).await {
-            Ok(Some(m)) if self.is_this_homes(&m) => Ok(Some(m.id)),
+            Ok(Some(m)) if self.is_this_homes(&m) => Ok(Stopped::Ours(Some(m.id))),
             Ok(Some(m)) => {
                 tracing::info!(host = name, vm = %m.id, "the VM of this name is not this home's: its create made none");
-                Ok(None)
+                Ok(Stopped::Foreign)
             }
-            Ok(None) => Ok(None),
+            Ok(None) => Ok(Stopped::Ours(None)),
             Err(e) => Err(Failure::new(format!(
                 "{name} is still registered: its create stopped before {TITLE} answered with its VM, and the VM named {name} could not be looked up ({}); deleting it again retries",
                 self.cloud_error(&e)

@@ -26,6 +26,42 @@ pub(super) struct Host {
     pub user: String,
 }
 
+/// A step 6 that made no host: why, and whether the cloud may still hold something of its name
+/// (then the host stays declared `creating`, and delete, list and reap resolve it by its name).
+struct NotMade {
+    failure: Failure,
+    may_hold: bool,
+}
+
+impl NotMade {
+    /// A failure after which nothing of the name stands.
+    fn clean(failure: Failure) -> NotMade {
+        NotMade {
+            failure,
+            may_hold: false,
+        }
+    }
+
+    /// A failure after which the cloud may still hold something of the name.
+    fn holding(failure: Failure) -> NotMade {
+        NotMade {
+            failure,
+            may_hold: true,
+        }
+    }
+}
+
+/// What a sweep found of a name in stado's pool, and removed.
+#[derive(Debug, Default)]
+struct Swept {
+    /// This home's VM of that name, removed with the pieces beside it.
+    vm: Option<String>,
+    /// Whether anything of that name was removed: the VM, or pieces that stood without one.
+    removed: bool,
+    /// The VM of that name when it is another home's: left alone, and what stands beside it too.
+    foreign: Option<String>,
+}
+
 impl Stado {
     /// Step 6: declares the host `creating`, makes its VM (with its address, security group and
     /// interface) and declares it `enrolling`: the VM is billed from now on, so that a create stopped before step 8 (killed, or
@@ -45,24 +81,19 @@ impl Stado {
         let user = profile.get("azure.vm_username").unwrap_or_default();
         self.declare_intent(req, price, fleet, minted, &user, registry)?;
         let made = async {
-            let host_key = KeyPair::generate(&format!("stado-host-{}", req.name))?;
-            let spec = self.host_spec(profile, req, &user, fleet, &host_key, sources)?;
+            // Both before any call to the cloud: their failure made nothing.
+            let host_key =
+                KeyPair::generate(&format!("stado-host-{}", req.name)).map_err(NotMade::clean)?;
+            let spec = self
+                .host_spec(profile, req, &user, fleet, &host_key, sources)
+                .map_err(NotMade::clean)?;
             let machine = self.make_vm(req, &spec).await?;
-            Ok::<_, Failure>((machine, host_key))
+            Ok::<_, NotMade>((machine, host_key))
         }
         .await;
         let (machine, host_key) = match made {
             Ok(made) => made,
-            Err(f) => {
-                // What the create made is removed, or named as what the cloud still holds: the
-                // intent goes with the keys (when it cannot, delete and reap resolve it by name).
-                registry.remove_target(&req.name);
-                if let Err(e) = registry.save() {
-                    tracing::warn!(host = %req.name, error = %e, "could not remove the declaration of a create that made nothing");
-                }
-                minted.remove();
-                return Err(f.into());
-            }
+            Err(not_made) => return Err(self.end_intent(req, minted, registry, not_made).into()),
         };
         let host = self.declared_host(req, price, fleet, &machine, host_key, user);
         let mut provisional = host.target.clone();
@@ -117,6 +148,34 @@ impl Stado {
             )));
         }
         Ok(())
+    }
+
+    /// Ends the intent of a step 6 that made no host: the keys it minted go (a host that is never
+    /// enrolled is never reached with them), and so does its declaration once nothing of the name
+    /// stands. When the cloud may still hold something of it, the declaration stays `creating`, so
+    /// that delete, list and reap find what is left by the name, and the failure says so.
+    fn end_intent(
+        &self,
+        req: &CreateRequest,
+        minted: &Minted,
+        registry: &mut Held,
+        not_made: NotMade,
+    ) -> Failure {
+        minted.remove();
+        let NotMade { failure, may_hold } = not_made;
+        if may_hold {
+            let name = &req.name;
+            return Failure::new(format!(
+                "{}; {name} stays declared (creating): stado cloud host delete {name} removes what {TITLE} may hold of it",
+                failure.message()
+            ))
+            .with_code(failure.code());
+        }
+        registry.remove_target(&req.name);
+        if let Err(e) = registry.save() {
+            tracing::warn!(host = %req.name, error = %e, "could not remove the declaration of a create that made nothing");
+        }
+        failure
     }
 
     /// The machine spec of the host: its cloud-init (holding the host key stado minted for it), the
@@ -212,72 +271,99 @@ impl Stado {
     /// Makes the VM of `spec`. A VM of this name left by an earlier create of this home that did not
     /// finish is deleted and made again (its fleet key is lost); one that is not this home's is
     /// refused and left alone.
-    async fn make_vm(&self, req: &CreateRequest, spec: &MachineSpec) -> Result<Machine, Failure> {
+    async fn make_vm(&self, req: &CreateRequest, spec: &MachineSpec) -> Result<Machine, NotMade> {
         for attempt in 0..2 {
             let m = match self.provider.create(spec).await {
                 Ok(Created::Machine(m)) => return self.with_address(req, m).await,
                 Ok(Created::Adopted(m)) => m,
                 Ok(Created::NoStock { message, .. }) => {
-                    // No claim that nothing was left: a driver whose clean-up could not remove
-                    // everything still answers no stock (so that callers fall back on another
-                    // offering), naming what remains in its message (Azure: "the clean-up could not
-                    // remove: ..."), which is quoted whole.
-                    return Err(Failure::new(format!(
-                        "{TITLE} has no {} to give in {} right now: {message} (try another size or location)",
-                        req.size, req.location
-                    ))
-                    .with_code("no_stock"));
+                    return Err(self.no_stock(req, &message).await)
                 }
                 Err(e) => return Err(self.not_made(req, e).await),
             };
             if !self.is_this_homes(&m) {
-                // The owner's, but not this home's (homes given the same owner): left alone.
+                // The owner's, but not this home's (homes given the same owner): left alone, and
+                // nothing of this create's stands beside it.
                 let what = format!("VM {}; {}", m.id, Self::whose(&m));
-                return Err(self.not_this_homes(&req.name, &what));
+                return Err(NotMade::clean(self.not_this_homes(&req.name, &what)));
             }
             if attempt > 0 {
-                return Err(Failure::new(format!(
+                return Err(NotMade::holding(Failure::new(format!(
                     "a VM named {} ({}) keeps coming back from an earlier create; nothing new was made",
                     req.name, m.id
-                )));
+                ))));
             }
             tracing::warn!(host = %req.name, vm = %m.id, "a VM of this name was left by a create of this home that did not finish; deleting it");
             if let Err(left) = self.delete_vm(&m.id).await {
-                return Err(Failure::new(format!(
+                return Err(NotMade::holding(Failure::new(format!(
                     "a VM named {} was left by an earlier create that did not finish, and it could not be deleted: {TITLE} still holds {left}",
                     req.name
-                )));
+                ))));
             }
         }
-        Err(Failure::new(format!(
+        Err(NotMade::holding(Failure::new(format!(
             "cloud host {} was not made",
             req.name
-        )))
+        ))))
     }
 
     /// `m` when it has a public address (stado reaches hosts by it); else it is deleted again.
-    async fn with_address(&self, req: &CreateRequest, m: Machine) -> Result<Machine, Failure> {
+    async fn with_address(&self, req: &CreateRequest, m: Machine) -> Result<Machine, NotMade> {
         if !m.address.is_empty() {
             return Ok(m);
         }
         let cause = format!("cloud host {} was made without a public address", req.name);
         Err(match self.delete_vm(&m.id).await {
-            Ok(()) => Failure::new(format!("{cause}; it was deleted again")),
-            Err(left) => Failure::new(format!("{cause}; {TITLE} still holds: {left}")),
+            Ok(()) => NotMade::clean(Failure::new(format!("{cause}; it was deleted again"))),
+            Err(left) => NotMade::holding(Failure::new(format!(
+                "{cause}; {TITLE} still holds: {left}"
+            ))),
         })
     }
 
+    /// No stock. A driver whose clean-up could not remove everything still answers no stock (so
+    /// that callers fall back on another offering), naming what remains in its message (Azure:
+    /// "the clean-up could not remove: ..."), which is quoted whole; what stands of the name is
+    /// then looked for and removed, so that the host stays declared only while something may.
+    async fn no_stock(&self, req: &CreateRequest, message: &str) -> NotMade {
+        let mut msg = format!(
+            "{TITLE} has no {} to give in {} right now: {message} (try another size or location)",
+            req.size, req.location
+        );
+        let may_hold = match self.sweep(&req.name).await {
+            Ok(swept) => {
+                if swept.removed {
+                    msg.push_str("; what it had left of that name was removed after all");
+                }
+                false
+            }
+            Err(left) => {
+                msg.push_str(&format!("; {TITLE} still holds: {left}"));
+                true
+            }
+        };
+        NotMade {
+            failure: Failure::new(msg).with_code("no_stock"),
+            may_hold,
+        }
+    }
+
     /// The failure of a create that answered `e`. The create may have made the VM all the same (its
-    /// answer lost on the last try): a VM of that name this home made is deleted, one of another
-    /// home is named and left alone.
-    async fn not_made(&self, req: &CreateRequest, e: Error) -> Failure {
+    /// answer lost on the last try), or pieces beside it that its clean-up could not remove: what
+    /// this home made of that name is removed, a VM of another home is named and left alone.
+    /// Nothing stands of the name once the sweep removed what it found, or found nothing after an
+    /// error that says the cloud made nothing; after any other error a cloud may not show yet what
+    /// it made, and the host stays declared.
+    async fn not_made(&self, req: &CreateRequest, e: Error) -> NotMade {
         if let Error::AlreadyExists { .. } = &e {
             // Another owner's VM (or resource) of this name: the driver touched nothing.
             let f = self.not_this_homes(&req.name, &e.to_string());
             return match self.sweep(&req.name).await {
-                Ok(_) => f,
-                Err(left) => Failure::new(format!("{}; {TITLE} still holds: {left}", f.message()))
-                    .with_code("exists"),
+                Ok(_) => NotMade::clean(f),
+                Err(left) => NotMade::holding(
+                    Failure::new(format!("{}; {TITLE} still holds: {left}", f.message()))
+                        .with_code("exists"),
+                ),
             };
         }
         let code = match &e {
@@ -290,19 +376,32 @@ impl Stado {
             req.name,
             self.cloud_error(&e)
         );
-        match self.sweep(&req.name).await {
-            Ok((_, foreign)) if !foreign.is_empty() => {
+        let may_hold = match self.sweep(&req.name).await {
+            Ok(Swept {
+                foreign: Some(vm), ..
+            }) => {
                 // The name is held by a VM of another home (of the same owner).
-                let what = format!("{}; the create answered: {e}", foreign.join(", "));
-                return self.not_this_homes(&req.name, &what);
+                let what = format!("{vm}; the create answered: {e}");
+                return NotMade::clean(self.not_this_homes(&req.name, &what));
             }
-            Ok((0, _)) => {}
-            Ok((n, _)) => msg.push_str(&format!(
-                "; {n} VM(s) of that name it made after all were deleted"
-            )),
-            Err(left) => msg.push_str(&format!("; {TITLE} still holds: {left}")),
+            Ok(Swept { vm: Some(_), .. }) => {
+                msg.push_str("; 1 VM(s) of that name it made after all were deleted");
+                false
+            }
+            Ok(Swept { removed: true, .. }) => {
+                msg.push_str("; what it had left of that name was removed after all");
+                false
+            }
+            Ok(_) => !e.made_nothing(),
+            Err(left) => {
+                msg.push_str(&format!("; {TITLE} still holds: {left}"));
+                true
+            }
+        };
+        NotMade {
+            failure: Failure::new(msg).with_code(code),
+            may_hold,
         }
-        Failure::new(msg).with_code(code)
     }
 
     /// The refusal of a name a VM that is not this home's holds.
@@ -315,19 +414,26 @@ impl Stado {
         .with_code("exists")
     }
 
-    /// Deletes the VM named `name` in stado's pool when it carries this home's label (what a failed
-    /// create of this home may have left): how many (0 or 1), and the VM of that name when it is not
-    /// this home's, which is left alone.
-    async fn sweep(&self, name: &str) -> Result<(usize, Vec<String>), String> {
-        let Some(m) = self.vm_named(name).await? else {
-            return Ok((0, Vec::new()));
-        };
-        if !self.is_this_homes(&m) {
+    /// Removes what a failed create of this home may have left of `name` in stado's pool: the VM of
+    /// that name when it carries this home's label, and the pieces beside it (which stand without a
+    /// VM when the create stopped before it). A VM of that name that is not this home's is left
+    /// alone, and so is what stands beside it: that is its home's. Else what the cloud still holds.
+    async fn sweep(&self, name: &str) -> Result<Swept, String> {
+        let vm = self.vm_named(name).await?;
+        if let Some(m) = vm.as_ref().filter(|m| !self.is_this_homes(m)) {
             tracing::info!(vm = %m.id, "a VM of this name that is not this home's: left alone");
-            return Ok((0, vec![format!("VM {}; {}", m.id, Self::whose(&m))]));
+            return Ok(Swept {
+                foreign: Some(format!("VM {}; {}", m.id, Self::whose(m))),
+                ..Swept::default()
+            });
         }
-        self.delete_vm(&m.id).await?;
-        Ok((1, Vec::new()))
+        let vm = vm.map(|m| m.id);
+        let removed = self.remove_named(name, vm.as_deref()).await?;
+        Ok(Swept {
+            vm,
+            removed,
+            foreign: None,
+        })
     }
 
     /// The VM of stado's pool named `name`, in every state but gone; the read is tried three times,

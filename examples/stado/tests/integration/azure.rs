@@ -493,7 +493,25 @@ async fn a_step_six_failure_that_leaves_something_behind_names_it() {
         ]
     );
     assert!(!lab.s.home.fleet_key("h1").exists());
-    assert!(declared(&lab.s).is_empty());
+    // Azure still holds pieces of the host: it stays declared, for delete, list and reap.
+    assert_still_creating(&lab, "h1", &e);
+}
+
+/// The host `name` is declared `creating` after a create that failed with `e`, which says so.
+fn assert_still_creating(lab: &Lab, name: &str, e: &str) {
+    assert!(
+        e.ends_with(&format!("; {name} stays declared (creating): stado cloud host delete {name} removes what Azure may hold of it")),
+        "{e}"
+    );
+    assert_eq!(declared(&lab.s), vec![(name.to_string(), String::new())]);
+    let decl = Registry::load(&lab.s.home)
+        .unwrap()
+        .target(name)
+        .unwrap()
+        .cloud
+        .clone()
+        .unwrap();
+    assert_eq!(decl.state, stado::registry::CloudState::Creating);
 }
 
 /// No stock (the VM's allocation fails) while the interface cannot be removed (a delete lock): the
@@ -529,7 +547,118 @@ async fn no_stock_whose_clean_up_left_something_names_it() {
         );
     }
     assert!(!lab.s.home.fleet_key("h1").exists());
+    assert_still_creating(&lab, "h1", &e);
+    // list shows it, its failed VM found by its name; once the lock is lifted, delete removes that
+    // VM and what it holds, then the declaration.
+    let l = lab.s.list().await.unwrap();
+    assert_eq!(
+        (
+            l.hosts[0].name.as_str(),
+            l.hosts[0].creating,
+            l.hosts[0].vm_id.as_str()
+        ),
+        ("h1", true, "h1")
+    );
+    lab.azure.allow_delete("h1-nic");
+    let d = lab.s.delete("h1").await.unwrap();
+    assert_eq!(d.vm_id, "h1");
+    assert_eq!(lab.host_resources("h1"), vec![], "nothing of h1 stands");
     assert!(declared(&lab.s).is_empty());
+}
+
+/// The pieces a host is made of before its VM (public address, security group, interface), by
+/// the names the driver gives them.
+fn pieces_of(name: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = [
+        ("networkInterfaces", "nic"),
+        ("networkSecurityGroups", "nsg"),
+        ("publicIPAddresses", "ip"),
+    ]
+    .iter()
+    .map(|(t, s)| (format!("Microsoft.Network/{t}"), format!("{name}-{s}")))
+    .collect();
+    v.sort();
+    v
+}
+
+/// A create stopped after the address, security group and interface were made and before its VM,
+/// whether it failed there and could not remove them (a policy deny of the VM, a delete lock on the
+/// interface) or was killed while its VM's `PUT` waited: the host stays declared `creating`,
+/// and `stado cloud host delete NAME` removes the pieces by the host's name, then the declaration.
+#[tokio::test]
+async fn delete_removes_the_pieces_of_a_create_stopped_before_its_vm() {
+    let lab = lab(&[]).await;
+    let sorted = |mut v: Vec<(String, String)>| {
+        v.sort();
+        v
+    };
+    // Failed at the VM, the clean-up refused.
+    lab.azure
+        .deny_policy("Microsoft.Compute/virtualMachines", "deny-vm-assignment");
+    lab.azure.refuse_delete("h1-nic");
+    let r = lab.create("h1").await;
+    assert_still_creating(&lab, "h1", &error(&r));
+    assert_eq!(sorted(lab.host_resources("h1")), pieces_of("h1"));
+    lab.azure.clear_policies();
+    lab.azure.allow_delete("h1-nic");
+    let d = lab.s.delete("h1").await.unwrap();
+    assert_eq!((d.vm_id.as_str(), d.deleted), ("", true));
+    assert_eq!(lab.host_resources("h1"), vec![], "no piece of h1 stands");
+    assert!(declared(&lab.s).is_empty());
+
+    // Killed while its VM's PUT is refused, and retried, for as long as another operation holds
+    // the VM's name (which ends soon after, so that nothing waits on it for long).
+    lab.azure.hold(
+        RESOURCE_GROUP,
+        "Microsoft.Compute/virtualMachines",
+        "h2",
+        std::time::Duration::from_secs(2),
+    );
+    let s = lab.s.clone();
+    let create = tokio::spawn(async move { s.create(&request("h2", LOCATION, SIZE)).await });
+    let control = lab.azure.control().clone();
+    while control.count(&axum::http::Method::PUT, "/virtualMachines/h2") == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    create.abort();
+    assert!(create.await.unwrap_err().is_cancelled());
+    assert_eq!(sorted(lab.host_resources("h2")), pieces_of("h2"));
+    assert_eq!(declared(&lab.s), vec![("h2".to_string(), String::new())]);
+    lab.s.delete("h2").await.unwrap();
+    assert_eq!(lab.host_resources("h2"), vec![], "no piece of h2 stands");
+    assert!(declared(&lab.s).is_empty());
+}
+
+/// Step 6 fails at the VM (a policy deny) and the driver's clean-up cannot remove the interface
+/// once (a delete lock lifted right after), and so neither the security group nor the address
+/// attached to it: stado's sweep removes them by the host's name, says so, and the host is not
+/// left declared.
+#[tokio::test]
+async fn the_sweep_of_a_failed_create_removes_the_pieces_its_clean_up_left() {
+    let lab = lab(&[]).await;
+    lab.azure
+        .deny_policy("Microsoft.Compute/virtualMachines", "deny-vm-assignment");
+    lab.azure.control().inject(Rule::new(
+        Some(axum::http::Method::DELETE),
+        "/networkInterfaces/h1-nic",
+        Fault::Status {
+            status: 409,
+            body: serde_json::json!({"error": {"code": "ScopeLocked", "message": "The scope cannot perform delete operation because following scope(s) are locked."}}),
+            headers: Vec::new(),
+        },
+        1,
+    ));
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
+    assert!(e.contains("; could not remove: interface h1-nic ("), "{e}");
+    assert!(
+        e.ends_with("; what it had left of that name was removed after all"),
+        "{e}"
+    );
+    assert_eq!(lab.host_resources("h1"), vec![], "no piece of h1 stands");
+    assert!(declared(&lab.s).is_empty());
+    assert!(!lab.s.home.fleet_key("h1").exists());
 }
 
 #[tokio::test]

@@ -550,6 +550,7 @@ async fn a_failure_after_the_vm_was_made_leaves_nothing_behind() {
         "{e}"
     );
     assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty(), "a refusal made nothing");
     // No stock: nothing left behind, and the refusal says why.
     lab.cloud.set_stock("amd64-small", "zone-a", 0);
     let r = lab.create("h1").await;
@@ -559,6 +560,59 @@ async fn a_failure_after_the_vm_was_made_leaves_nothing_behind() {
         error(&r)
     );
     assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty(), "no stock made nothing");
+}
+
+/// The VM is made but its answer is lost, and neither the driver's adoption nor stado's clean-up
+/// can read the pool: the cloud may hold the VM, so the host stays declared `creating` (its keys
+/// go, as a host that is never enrolled needs none). list shows its VM, found by its name, and
+/// delete removes the VM and the declaration.
+#[tokio::test]
+async fn a_failure_that_may_have_left_a_vm_keeps_the_host_declared_for_delete_to_resolve() {
+    let lab = lab();
+    lab.cloud
+        .inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    lab.cloud
+        .inject(Operation::List, FaultKind::Error(ErrorKind::Other), 4);
+    let r = lab.create("h1").await;
+    lab.cloud.clear_faults();
+    let e = error(&r);
+    assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
+    assert!(
+        e.contains(
+            "; Azure still holds: whatever VM named h1 it made (the pool could not be read: "
+        ),
+        "{e}"
+    );
+    assert!(
+        e.ends_with("; h1 stays declared (creating): stado cloud host delete h1 removes what Azure may hold of it"),
+        "{e}"
+    );
+    let made = lab.in_cloud();
+    assert_eq!(made.len(), 1, "the VM was made (and is billed)");
+    let decl = Registry::load(&lab.s.home)
+        .unwrap()
+        .target("h1")
+        .unwrap()
+        .cloud
+        .clone()
+        .unwrap();
+    assert_eq!(decl.state, stado::registry::CloudState::Creating);
+    assert!(!lab.s.home.fleet_key("h1").exists());
+    let l = lab.s.list().await.unwrap();
+    let row = serde_json::to_value(&l.hosts[0]).unwrap();
+    assert_eq!(
+        (
+            row["name"].as_str(),
+            row["creating"].as_bool(),
+            row["vm_id"].as_str()
+        ),
+        (Some("h1"), Some(true), Some(made[0].1.as_str())),
+        "{row}"
+    );
+    lab.s.delete("h1").await.unwrap();
+    assert!(lab.cloud.all_machines().is_empty());
+    assert!(declared(&lab.s).is_empty());
 }
 
 #[tokio::test]
@@ -791,6 +845,63 @@ async fn a_create_stopped_while_its_vm_is_made_leaves_a_host_that_list_delete_re
     assert_eq!(now.len(), 1);
     assert_ne!(now[0].1, old[0].1, "the stopped create's VM was deleted");
     assert_eq!(declared(&lab.s), now);
+}
+
+/// A host declared `creating` is removed by its name through the provider's `delete_named` (which
+/// removes the pieces a create makes beside its VM with the VM), and so is what a failed create's
+/// clean-up finds; when the VM of that name is another home's (of the same owner), nothing is
+/// removed by the name: that VM, and what stands beside it, are its home's.
+#[tokio::test]
+async fn a_creating_host_is_removed_by_its_name_unless_another_homes_vm_holds_it() {
+    use orca::layer::{Layered, Op, Point, Recorder};
+    let cloud = MemoryCloud::new();
+    let mut a = lab_on(cloud.clone(), None);
+    let faults = orca::layer::Faults::new();
+    let recorder = Recorder::new();
+    a.s.provider = Arc::new(Layered::new(
+        Layered::new(a.s.provider.clone(), faults.clone()),
+        recorder.clone(),
+    ));
+    stop_while_the_vm_is_made(&a, &faults, "h1").await;
+    a.s.delete("h1").await.unwrap();
+    assert_eq!(recorder.count(Op::DeleteNamed), 1);
+    assert!(cloud.all_machines().is_empty() && declared(&a.s).is_empty());
+
+    // A failed create's clean-up: the VM made after all is found, and removed by its name.
+    cloud.inject(Operation::Create, FaultKind::LoseAnswer, 1);
+    cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
+    let e = error(&a.create("h1").await);
+    assert!(
+        e.ends_with("VM(s) of that name it made after all were deleted"),
+        "{e}"
+    );
+    assert_eq!(recorder.count(Op::DeleteNamed), 2);
+    assert!(cloud.all_machines().is_empty() && declared(&a.s).is_empty());
+
+    // Stopped before the cloud was asked for its VM; meanwhile a home given a's owner made h2.
+    faults.hold(Op::Create, Point::Before);
+    let before = faults.entered(Op::Create, Point::Before);
+    let s = a.s.clone();
+    let create =
+        tokio::spawn(async move { s.create(&request("h2", "zone-a", "amd64-small")).await });
+    faults
+        .until_entered(Op::Create, Point::Before, before + 1)
+        .await;
+    create.abort();
+    assert!(create.await.unwrap_err().is_cancelled());
+    faults.release(Op::Create, Point::Before);
+    let c = lab_on(cloud.clone(), Some(&common::owner(&a.s.home)));
+    assert!(c.create("h2").await.ok);
+    let theirs = c.in_cloud();
+    a.s.delete("h2").await.unwrap();
+    assert_eq!(
+        recorder.count(Op::DeleteNamed),
+        2,
+        "nothing removed by the name"
+    );
+    assert_eq!(c.in_cloud(), theirs, "the other home's VM stands");
+    assert!(declared(&a.s).is_empty());
+    assert_eq!(declared(&c.s), theirs);
 }
 
 /// A create whose registry lock was taken from it (its lock file removed, so that another stado
