@@ -12,7 +12,8 @@
 //! | row | the VM | the row becomes |
 //! | --- | --- | --- |
 //! | `requested` | found by name | `destroyed`, with its id |
-//! | `requested` | not found, asked for longer ago than the grace | `failed` |
+//! | `requested` | not found, asked for longer ago than the grace | `failed`, once what its create left beside a VM is removed by name |
+//! | `requested` | not found, and that removal fails | unchanged (the run's `error`); the next run tries again |
 //! | `requested` | not found within the grace (a cloud may list a new VM late) | unchanged (`waiting`) |
 //! | `made`, `kept` | exists | `destroyed` |
 //! | `made`, `kept` | gone | `destroyed` (`gone`) |
@@ -115,7 +116,8 @@ struct HalfDone {
 enum Resolution {
     Destroyed(String),
     Gone(String),
-    NeverMade,
+    /// No VM showed; true when removing the name found something (pieces, or a VM no listing showed).
+    NeverMade(bool),
     Waiting,
     Kept(String, Error),
     Left(Error),
@@ -263,7 +265,21 @@ impl Keeper {
             Some(id) => id.clone(),
             None => match cloud.machine_named(&self.settings.pool, &r.name).await {
                 Ok(Some(m)) => m.id,
-                Ok(None) if r.settled => return Resolution::NeverMade,
+                // What a create makes before its VM may stand without one: the row closes once
+                // it is gone, and stays for the next run when it cannot be removed.
+                Ok(None) if r.settled => {
+                    return match cloud.delete_named(&self.settings.pool, &r.name).await {
+                        Ok(removed) => Resolution::NeverMade(removed),
+                        Err(e) => {
+                            let mut err = crate::error::from_orca(&e);
+                            err.message = format!(
+                                "removing what a create of VM {} left, by name: {}",
+                                r.name, err.message
+                            );
+                            Resolution::Left(err)
+                        }
+                    };
+                }
                 Ok(None) => return Resolution::Waiting,
                 Err(e) => {
                     let mut err = crate::error::from_orca(&e);
@@ -329,12 +345,15 @@ impl Keeper {
                 let why = format!("gone when the reconciler looked (the row was {was})");
                 Some(JournalUpdate::new(r.id, "destroyed", why).vm(Some(&vm)))
             }
-            Resolution::NeverMade => {
+            Resolution::NeverMade(removed) => {
                 report.never_made.push(r.name.clone());
-                let why = format!(
+                let mut why = format!(
                     "never made: the reconciler found no VM named {} in pool {}, and it was asked for long enough ago to show",
                     r.name, self.settings.pool
                 );
+                if removed {
+                    why.push_str("; what its create left was removed by name");
+                }
                 Some(JournalUpdate::new(r.id, "failed", why))
             }
             Resolution::Waiting => {

@@ -4,6 +4,7 @@ use crate::support;
 
 use std::sync::atomic::Ordering;
 
+use orca::layer::Op;
 use orca::memory::{FaultKind, Operation};
 use orca::{ErrorKind, MachineSpec, Provider};
 use serde_json::{json, Value};
@@ -753,6 +754,135 @@ async fn a_vm_that_may_have_been_made_and_cannot_be_looked_up_stays_requested() 
 }
 
 #[tokio::test]
+async fn a_create_that_may_have_acted_without_a_vm_removes_what_it_left_by_name() {
+    let Some(w) =
+        World::new("a_create_that_may_have_acted_without_a_vm_removes_what_it_left_by_name").await
+    else {
+        return;
+    };
+    // Every attempt of the create fails as a passing failure: the cloud may have made the pieces a
+    // create makes before its VM (an address, an interface, a boot disk), and no VM shows.
+    w.inject(
+        Operation::Create,
+        FaultKind::Error(ErrorKind::Transient),
+        20,
+    )
+    .await;
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "bits"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.transient", "{}", f.error);
+    // The drivers' own delete_named removes those pieces; here the call itself is what is checked.
+    let rec = &w.knobs.recorder;
+    assert_eq!(
+        rec.subjects(Op::DeleteNamed),
+        ["keeper/bits-1"],
+        "{:?}",
+        rec.calls()
+    );
+    assert_eq!(rec.failed(Op::DeleteNamed), 0);
+    // The VM may still show late: the row stays requested, for the reconciler to look again.
+    let journal = w
+        .rows("SELECT name, state, detail FROM keeper.cloud_vms ORDER BY id")
+        .await;
+    assert_eq!(journal[0]["state"], "requested", "{journal:?}");
+    let detail = journal[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("may have been made"), "{detail}");
+    assert!(detail.contains("removed by name"), "{detail}");
+    assert_eq!(f.output["unresolved"][0]["name"], "bits-1", "{}", f.output);
+    assert!(w.machines().is_empty());
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_failed_removal_by_name_is_said_and_left_to_the_reconciler() {
+    let Some(w) = World::new("a_failed_removal_by_name_is_said_and_left_to_the_reconciler").await
+    else {
+        return;
+    };
+    w.inject(
+        Operation::Create,
+        FaultKind::Error(ErrorKind::Transient),
+        20,
+    )
+    .await;
+    w.knobs.fail_delete_named.store(1, Ordering::SeqCst);
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "stuck"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.transient", "{}", f.error);
+    assert_eq!(w.knobs.recorder.failed(Op::DeleteNamed), 1);
+    let journal = w
+        .rows("SELECT name, state, detail FROM keeper.cloud_vms ORDER BY id")
+        .await;
+    assert_eq!(journal[0]["state"], "requested", "{journal:?}");
+    let detail = journal[0]["detail"].as_str().unwrap();
+    assert!(detail.contains("could not be removed"), "{detail}");
+    let why = f.output["unresolved"][0]["why"].as_str().unwrap();
+    assert!(why.contains("could not be removed"), "{why}");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_no_stock_answer_removes_what_the_create_left_by_name() {
+    let Some(w) = World::new("a_no_stock_answer_removes_what_the_create_left_by_name").await else {
+        return;
+    };
+    // A cloud can answer no stock after its create made pieces, and its clean-up can leave some
+    // (named in the answer's words only): they are removed by name before the row is closed.
+    w.cloud.set_stock("amd64-small", "zone-a", 0);
+    w.knobs.fail_delete_named.store(1, Ordering::SeqCst);
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 2, "name": "dry"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock", "{}", f.error);
+    assert_eq!(w.knobs.recorder.subjects(Op::DeleteNamed), ["keeper/dry-1"]);
+    // The removal failed: the row stays requested, named unresolved, for the reconciler.
+    let journal = w
+        .rows("SELECT name, state FROM keeper.cloud_vms ORDER BY id")
+        .await;
+    assert_eq!(journal[0]["state"], "requested", "{journal:?}");
+    assert_eq!(
+        journal[1]["state"], "failed",
+        "never asked for: {journal:?}"
+    );
+    assert_eq!(f.output["unresolved"][0]["name"], "dry-1", "{}", f.output);
+
+    // Again, and the removal works: the row is closed as before.
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "dry"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock", "{}", f.error);
+    assert_eq!(
+        w.knobs.recorder.subjects(Op::DeleteNamed),
+        ["keeper/dry-1", "keeper/dry-3"]
+    );
+    assert_eq!(
+        w.rows("SELECT state FROM keeper.cloud_vms WHERE name = 'dry-3'")
+            .await[0]["state"],
+        "failed"
+    );
+    assert_eq!(f.output["unresolved"], json!([]));
+    w.finish().await;
+}
+
+#[tokio::test]
 async fn a_clear_refusal_is_journalled_failed_without_a_look_up() {
     let Some(w) = World::new("a_clear_refusal_is_journalled_failed_without_a_look_up").await else {
         return;
@@ -774,6 +904,11 @@ async fn a_clear_refusal_is_journalled_failed_without_a_look_up() {
     );
     assert_eq!(f.output["unresolved"], json!([]));
     assert_eq!(w.requests().await - lists, 1, "one create call, no look-up");
+    assert_eq!(
+        w.knobs.recorder.count(Op::DeleteNamed),
+        0,
+        "nothing to remove"
+    );
     w.finish().await;
 }
 

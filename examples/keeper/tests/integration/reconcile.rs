@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use keeper::cloud::{CLOUD_RECONCILED, RECONCILE_GRACE};
+use orca::layer::Op;
 use orca::{Created, MachineSpec, Provider};
 use serde_json::{json, Value};
 use support::{hosts, World};
@@ -159,6 +160,46 @@ async fn the_reconciler_resolves_every_half_done_row_and_a_second_run_changes_no
     let r = w.keeper.reconcile("test", Duration::ZERO).await.unwrap();
     assert_eq!(r.steps[0].never_made, vec!["web-11"]);
     assert_eq!(state_of(&w, "web-11").await.0, "failed");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_row_closed_as_never_made_has_what_its_create_left_removed_by_name() {
+    let Some(w) =
+        World::new("a_row_closed_as_never_made_has_what_its_create_left_removed_by_name").await
+    else {
+        return;
+    };
+    let old = RECONCILE_GRACE.as_secs() as i64 + 60;
+    // A create that may have made the pieces before its VM, and no VM: the row stays requested.
+    journal_row(&w, "dead-step", "bits-1", "requested", None, old).await;
+    journal_row(&w, "dead-step", "bits-2", "requested", None, 0).await;
+    w.knobs.fail_delete_named.store(1, Ordering::SeqCst);
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    // The removal failed: the row is not closed, and the run says why; nothing is asked of a row
+    // still within its grace.
+    assert!(r.needs_attention(), "{r:?}");
+    let step = &r.steps[0];
+    assert!(step.never_made.is_empty(), "{r:?}");
+    assert_eq!(step.waiting, vec!["bits-2"]);
+    let error = step.error.as_ref().unwrap().to_string();
+    assert!(error.contains("bits-1"), "{error}");
+    assert_eq!(state_of(&w, "bits-1").await.0, "requested");
+    assert_eq!(
+        w.knobs.recorder.subjects(Op::DeleteNamed),
+        ["keeper/bits-1"]
+    );
+
+    // The next run removes them and closes the row.
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert!(!r.needs_attention(), "{r:?}");
+    assert_eq!(r.steps[0].never_made, vec!["bits-1"]);
+    assert_eq!(state_of(&w, "bits-1").await.0, "failed");
+    assert_eq!(
+        w.knobs.recorder.subjects(Op::DeleteNamed),
+        ["keeper/bits-1", "keeper/bits-1"]
+    );
+    assert_eq!(w.knobs.recorder.failed(Op::DeleteNamed), 1);
     w.finish().await;
 }
 

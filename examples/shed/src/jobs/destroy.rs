@@ -1,7 +1,8 @@
 //! Destroying a VM: the one of an acknowledged delete (unless its labels are another shed version's)
-//! and the one of a failed create.
+//! and the one of a failed create; when no VM of the shed stands, what its create may have left
+//! beside one is removed by name.
 
-use super::readable;
+use super::{readable, Named};
 use crate::backend::{Backend, STATE_LABEL};
 
 impl Backend {
@@ -11,8 +12,20 @@ impl Backend {
         };
         let vm_id = match &marker.vm_id {
             Some(v) => Some(v.clone()),
-            None => match self.find_vm(id).await {
-                Ok(m) => m.map(|m| m.id),
+            None => match self.vm_by_name(id).await {
+                Ok(Named::Vm(m)) => Some(m.id),
+                Ok(Named::Foreign) => None,
+                Ok(Named::Nothing) => {
+                    // The insert may have made pieces before the VM: the marker goes with them.
+                    if let Err(e) = self.remove_left(id).await {
+                        self.marker_failed(
+                            id,
+                            format!("what its create left could not be removed: {e}"),
+                        );
+                        return;
+                    }
+                    None
+                }
                 Err(e) => {
                     self.marker_failed(id, format!("the cloud could not be listed: {e}"));
                     return;
@@ -89,8 +102,21 @@ impl Backend {
         };
         let vm = match &s.vm_id {
             Some(v) => Some(v.clone()),
-            None => match self.find_vm(id).await {
-                Ok(m) => m.map(|m| m.id),
+            None => match self.vm_by_name(id).await {
+                Ok(Named::Vm(m)) => Some(m.id),
+                Ok(Named::Foreign) => None,
+                Ok(Named::Nothing) => {
+                    // The insert may have made pieces before the VM: the shed keeps its VM's
+                    // name (not `vm_gone`) until they are removed, so that the pass retries.
+                    if let Err(e) = self.remove_left(id).await {
+                        self.inner.log.warn(format!(
+                            "remote: shed {} ({id}): what its failed create left could not be removed (the periodic pass retries): {e}",
+                            s.name
+                        ));
+                        return;
+                    }
+                    None
+                }
                 Err(e) => {
                     self.inner.log.warn(format!(
                         "remote: shed {} ({id}): the cloud could not be listed to destroy the VM of its failed create: {e}",

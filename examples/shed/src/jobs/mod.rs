@@ -213,12 +213,48 @@ impl Backend {
     /// The VM of shed `id`, read by its name in the environment's pool, when it carries the shed's
     /// `shed-id` label.
     pub(crate) async fn find_vm(&self, id: &str) -> Result<Option<Machine>, Error> {
+        Ok(match self.vm_by_name(id).await? {
+            Named::Vm(m) => Some(*m),
+            Named::Foreign | Named::Nothing => None,
+        })
+    }
+
+    /// What stands of the name of shed `id`'s VM in the environment's pool.
+    pub(crate) async fn vm_by_name(&self, id: &str) -> Result<Named, Error> {
         let env = &self.inner.cfg.environment;
         let vm = self
             .inner
             .provider
             .machine_named(env, &vm_name(env, id))
             .await?;
-        Ok(vm.filter(|m| m.labels.get(ID_LABEL).map(String::as_str) == Some(id)))
+        Ok(match vm {
+            Some(m) if m.labels.get(ID_LABEL).map(String::as_str) == Some(id) => {
+                Named::Vm(Box::new(m))
+            }
+            Some(_) => Named::Foreign,
+            None => Named::Nothing,
+        })
     }
+
+    /// Removes what shed `id`'s creates may have left beside a VM that no look-up shows (on
+    /// Compute Engine the boot disk a create makes before its instance), by the VM's name in the
+    /// environment's pool. Only when no VM of that name stands: a name another shed's VM carries is
+    /// that shed's, and so is what stands beside it.
+    pub(crate) async fn remove_left(&self, id: &str) -> Result<bool, Error> {
+        let env = &self.inner.cfg.environment;
+        self.inner
+            .provider
+            .delete_named(env, &vm_name(env, id))
+            .await
+    }
+}
+
+/// What a look-up by name found of a shed's VM.
+pub(crate) enum Named {
+    /// The shed's VM (it carries the shed's `shed-id`).
+    Vm(Box<Machine>),
+    /// A VM of that name that another shed's labels claim: never this shed's to destroy.
+    Foreign,
+    /// No VM of that name.
+    Nothing,
 }

@@ -4,7 +4,8 @@
 //! A pass runs the firewall check, lists the environment's VMs once, and corrects what differs for
 //! sheds with no job in flight. It destroys a VM only for an acknowledged delete, a failed create, or a
 //! create abandoned (labelled `creating` 15 minutes after the cloud made it, with no record); any other
-//! VM it does not know is left alone.
+//! VM it does not know is left alone. For a failed create or a delete whose VM does not stand, it lets
+//! the shed's job remove by name what the create may have left beside one.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -160,6 +161,12 @@ impl Backend {
             None => {
                 let gone = match &m.vm_id {
                     Some(vm) => matches!(self.inner.provider.machine(vm).await, Ok(None)),
+                    // The insert was sent: its job looks by name and removes what it left
+                    // beside a VM before the marker goes.
+                    None if m.may_have_vm => {
+                        self.spawn_job(&m.id);
+                        return;
+                    }
                     None => true,
                 };
                 if gone {

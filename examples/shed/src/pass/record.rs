@@ -55,9 +55,9 @@ impl Backend {
                 }
                 match &s.vm_id {
                     Some(vm) => self.gone_if_confirmed(id, vm).await,
-                    None => {
-                        self.apply(id, Status::Error, |r, _| r.vm_gone = true);
-                    }
+                    // The create may have left pieces beside a VM: the job looks by name and
+                    // removes them before the shed says its VM is gone.
+                    None => self.spawn_job(id),
                 }
             }
         }

@@ -5,6 +5,7 @@ mod config;
 mod firewall;
 mod gce;
 mod http;
+mod leftovers;
 mod lifecycle;
 mod names;
 mod pass;

@@ -1,6 +1,7 @@
 //! The test bench: a shed backend on orca's in-memory cloud, a manual clock both share, an in-process
-//! probe and echo services, and a provider layer that can hold a cloud call, hide a VM from
-//! listings, report a VM as stopping, or refuse a firewall patch.
+//! probe and echo services, a provider layer that can hold a cloud call, hide a VM from listings,
+//! report a VM as stopping, refuse a firewall patch or fail a removal by name, and orca's recording
+//! layer over it.
 
 #![allow(dead_code)]
 
@@ -11,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca::layer::{Answer, Call as LayerCall, Extension, Layer, Layered, Next};
+use orca::layer::{Answer, Call as LayerCall, Extension, Layer, Layered, Next, Recorder};
 use orca::memory::{MemoryCloud, DEFAULT_NETWORK};
 use orca::{Error, FirewallPorts, FirewallRule, Machine, Provider};
 use shed::backend::{Caller, Parts, Timings, ID_LABEL};
@@ -62,6 +63,8 @@ pub struct Wrapped {
     pub refuse_patch: AtomicBool,
     pub no_firewall: AtomicBool,
     pub lists: AtomicUsize,
+    /// How many of the next `delete_named` calls fail (a transient error, nothing removed).
+    pub fail_delete_named: AtomicUsize,
 }
 
 impl Wrapped {
@@ -121,7 +124,7 @@ impl Wrapped {
 }
 
 /// The layer of [`Wrapped`]'s controls: holds, hidden and stopping VMs, a refused firewall patch,
-/// no firewall extension.
+/// no firewall extension, a failed removal by name.
 #[derive(Debug)]
 pub struct Controls(pub Arc<Wrapped>);
 
@@ -175,6 +178,15 @@ impl Layer for Controls {
                 Answer::Machine(m) => Answer::Machine(m.map(|m| w.shape(m))),
                 other => other,
             }),
+            LayerCall::DeleteNamed { pool, name }
+                if w.fail_delete_named
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok() =>
+            {
+                Err(Error::transient(format!(
+                    "injected: what a create of {pool}/{name} left could not be removed"
+                )))
+            }
             LayerCall::SetSourceRanges { .. } if w.refuse_patch.load(Ordering::SeqCst) => Err(
                 Error::permission_denied("compute.firewalls.update denied on this rule"),
             ),
@@ -289,7 +301,9 @@ pub fn good_rule() -> FirewallRule {
 pub struct Env {
     pub cloud: MemoryCloud,
     pub wrapped: Arc<Wrapped>,
-    /// The in-memory provider in the layer of `wrapped`'s controls.
+    /// Every call the server made, as orca's recording layer saw it (above `wrapped`'s controls).
+    pub recorder: Recorder,
+    /// The in-memory provider in the layer of `wrapped`'s controls, recorded by `recorder`.
     pub provider: Arc<dyn Provider>,
     pub clock: ManualClock,
     pub probe: Arc<TestProbe>,
@@ -351,7 +365,10 @@ impl Env {
         timings: Timings,
     ) -> Env {
         let wrapped = Arc::new(Wrapped::default());
-        let provider: Arc<dyn Provider> = Arc::new(Layered::new(inner, Controls(wrapped.clone())));
+        let recorder = Recorder::new();
+        let controlled: Arc<dyn Provider> =
+            Arc::new(Layered::new(inner, Controls(wrapped.clone())));
+        let provider: Arc<dyn Provider> = Arc::new(Layered::new(controlled, recorder.clone()));
         let clock = ManualClock::new();
         let probe = Arc::new(TestProbe::default());
         let echo = Arc::new(FakeEcho::default());
@@ -368,6 +385,7 @@ impl Env {
         Env {
             cloud,
             wrapped,
+            recorder,
             provider,
             clock,
             probe,

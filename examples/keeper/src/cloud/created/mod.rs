@@ -23,8 +23,13 @@
 //!    leftovers, an unknown error, or any error after a retry, when an earlier attempt's answer may
 //!    have been lost) may have made the VM all the same: it is looked up by name in keeper's pool, and
 //!    one found is this step's, destroyed (or kept) as in 5 (`made_after_error`). When it cannot be
-//!    found, or the look-up fails, its journal row stays `requested`, saying so, for a later run (or
-//!    the operator) to resolve, and the step output names it (`unresolved`).
+//!    found, what the create may have made beside a VM (an address, an interface, a boot disk) is
+//!    removed by name ([`orca::Provider::delete_named`]) and, as when the look-up fails, its
+//!    journal row stays `requested`, saying so, for a later run (or the operator) to resolve (a
+//!    cloud may show the VM late), and the step output names it (`unresolved`);
+//! 7. a no-stock answer can follow a create that made pieces and could not remove them all: they
+//!    are removed by name before the row is journalled `failed`; when that fails the row stays
+//!    `requested` (`unresolved`) for the reconciler.
 
 mod batch;
 mod checks;
@@ -277,9 +282,20 @@ impl Keeper {
                     "VM {} refused: no stock of {machine_type} in {location} ({message})",
                     vm.name
                 );
-                self.journal(JournalUpdate::new(vm.journal_id, "failed", &why))
-                    .await
-                    .ok();
+                // A cloud can answer no stock once its create made the pieces before the VM, and
+                // its clean-up can leave some: the row closes only once they are gone.
+                match self.remove_left(b, &vm.name).await {
+                    Ok(removed) => {
+                        let why = format!("{why}; {removed}");
+                        self.journal(JournalUpdate::new(vm.journal_id, "failed", &why))
+                            .await
+                            .ok();
+                    }
+                    Err(left) => {
+                        let unresolved = format!("unresolved: {why}; {left}");
+                        self.unresolved(run, b, &vm, unresolved, out).await;
+                    }
+                }
                 Err(Error::new(503, "cloud.no_stock", why))
             }
             Err(e) if e.made_nothing() => {
@@ -358,29 +374,57 @@ impl Keeper {
                     machine: m,
                 });
             }
-            found => {
-                let why = match found {
-                    Ok(_) => format!(
-                        "unresolved: the cloud answered {e}, so VM {} may have been made; a look-up by name in pool {} does not show it (yet); look for it at provider {} and destroy it with core.cloud.destroyed",
-                        vm.name, self.settings.pool, b.row.name
-                    ),
-                    Err(l) => format!(
-                        "unresolved: the cloud answered {e}, so VM {} may have been made, and the look-up by name failed too ({l}); look for it at provider {} and destroy it with core.cloud.destroyed",
-                        vm.name, b.row.name
-                    ),
+            Ok(None) => {
+                // What a create makes before its VM may stand without it: it goes now, and the row
+                // stays for a later run to look for the VM again (a cloud may show it late).
+                let removed = match self.remove_left(b, &vm.name).await {
+                    Ok(removed) | Err(removed) => removed,
                 };
-                tracing::error!(step_id = %run.step_id, name = %vm.name, provider = %b.row.name, "{why}");
-                let journalled = self
-                    .journal(JournalUpdate::new(vm.journal_id, "requested", &why))
-                    .await;
-                out.unresolved.push(json!({
-                    "name": vm.name,
-                    "in": if journalled.is_ok() { "keeper.cloud_vms (state requested)" } else { "nowhere: the registry failed too; this VM is only in this output and the log" },
-                    "why": why,
-                }));
+                let why = format!(
+                    "unresolved: the cloud answered {e}, so VM {} may have been made; a look-up by name in pool {} does not show it (yet); {removed}; look for it at provider {} and destroy it with core.cloud.destroyed",
+                    vm.name, self.settings.pool, b.row.name
+                );
+                self.unresolved(run, b, &vm, why, out).await;
+            }
+            Err(l) => {
+                let why = format!(
+                    "unresolved: the cloud answered {e}, so VM {} may have been made, and the look-up by name failed too ({l}); look for it at provider {} and destroy it with core.cloud.destroyed",
+                    vm.name, b.row.name
+                );
+                self.unresolved(run, b, &vm, why, out).await;
             }
         }
         err
+    }
+
+    /// Removes what creates of `name` may have left beside a VM (an address, an interface, a boot
+    /// disk), by name in keeper's pool, where the name is keeper's own: all of it is this step's.
+    /// Answers the words the journal adds, `Err` when something could not be removed.
+    async fn remove_left(&self, b: &Batch, name: &str) -> std::result::Result<String, String> {
+        match b.cloud.delete_named(&self.settings.pool, name).await {
+            Ok(true) => Ok("what its create left was removed by name".into()),
+            Ok(false) => Ok("nothing of it was left to be removed by name".into()),
+            Err(e) => {
+                tracing::warn!(name, provider = %b.row.name, error = %e, "what a failed create left could not be removed");
+                Err(format!(
+                    "what its create left could not be removed by name ({e}): the reconciler removes it"
+                ))
+            }
+        }
+    }
+
+    /// Leaves `vm`'s row `requested`, saying `why`, for a later run (or the operator) to resolve,
+    /// and names it in the output's `unresolved`.
+    async fn unresolved(&self, run: &Run, b: &Batch, vm: &Planned, why: String, out: &mut Outcome) {
+        tracing::error!(step_id = %run.step_id, name = %vm.name, provider = %b.row.name, "{why}");
+        let journalled = self
+            .journal(JournalUpdate::new(vm.journal_id, "requested", &why))
+            .await;
+        out.unresolved.push(json!({
+            "name": vm.name,
+            "in": if journalled.is_ok() { "keeper.cloud_vms (state requested)" } else { "nowhere: the registry failed too; this VM is only in this output and the log" },
+            "why": why,
+        }));
     }
 
     /// Moves the rows of the VMs never asked for (the step failed before their turn) to `failed`,

@@ -1,6 +1,7 @@
 //! What keeper's tests share: a fresh PostgreSQL database per test (dropped at its end), a vault and a
 //! simulated cloud (the `fake` kind, in a state file) per test, and a driver seam that can record what
-//! keeper asked for, take a capability away or blank a fact, on top of the real in-memory provider.
+//! keeper asked for (orca's recording layer), take a capability away, blank a fact or fail a call, on
+//! top of the real in-memory provider.
 //!
 //! As keeper does by default, every world's provider is reached through the plugin host
 //! (`soul-cloud-fake`, on the same state file) with the same knobs on top ([`World::inject`] and
@@ -24,7 +25,7 @@ use keeper::cloud::Settings as KeeperSettings;
 use keeper::drivers::Drivers;
 use keeper::vault::FileVault;
 use keeper::Keeper;
-use orca::layer::{Answer, Call, Layer, Layered, Next};
+use orca::layer::{Answer, Call, Layer, Layered, Next, Recorder};
 use orca::memory::MemoryCloud;
 use orca::{Capabilities, Created, Machine, MachineSpec, Provider, Settings};
 use serde_json::{json, Value};
@@ -181,6 +182,10 @@ pub struct Knobs {
     pub delete_entered: tokio::sync::Notify,
     /// Lets one held delete call go on.
     pub delete_release: tokio::sync::Notify,
+    /// How many of the next `delete_named` calls fail (a transient error, nothing removed).
+    pub fail_delete_named: AtomicU32,
+    /// Every call keeper made, as orca's recording layer saw it.
+    pub recorder: Recorder,
 }
 
 /// Sets its flag when dropped, unless disarmed first.
@@ -241,6 +246,18 @@ impl Layer for Tweaked {
                 if knobs.hold_deletes.load(Ordering::SeqCst) {
                     knobs.delete_entered.notify_one();
                     knobs.delete_release.notified().await;
+                }
+                next.run(call).await
+            }
+            Call::DeleteNamed { pool, name } => {
+                let fail = knobs
+                    .fail_delete_named
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if fail {
+                    return Err(orca::Error::transient(format!(
+                        "injected: what a create of {pool}/{name} left could not be removed"
+                    )));
                 }
                 next.run(call).await
             }
@@ -334,7 +351,8 @@ impl Drivers for TestDrivers {
             Some(host) => host.provider(driver, owner, settings).await?,
             None => Arc::new(self.cloud.provider(owner)?),
         };
-        Ok(Arc::new(Layered::new(inner, Tweaked(self.knobs.clone()))))
+        let tweaked: Arc<dyn Provider> = Arc::new(Layered::new(inner, Tweaked(self.knobs.clone())));
+        Ok(Arc::new(Layered::new(tweaked, self.knobs.recorder.clone())))
     }
 }
 
