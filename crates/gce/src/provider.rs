@@ -163,8 +163,8 @@ fn boot_disk_stem(name: &str) -> &str {
     name.get(..54).unwrap_or(name).trim_end_matches('-')
 }
 
-/// Whether `disk` is a name [`boot_disk_name`] gives instance `name`'s boot disks. Names longer
-/// than 54 characters that share their first 54 share these disk names too.
+/// Whether `disk` is a name [`boot_disk_name`] gives instance `name`'s boot disks. Names over 54
+/// characters are cut, so two names that the cut makes equal share these disk names.
 fn is_boot_disk_of(disk: &str, name: &str) -> bool {
     disk.strip_prefix(boot_disk_stem(name))
         .and_then(|t| t.strip_prefix('-'))

@@ -82,8 +82,8 @@ impl GceProvider {
 
     /// The boot disks of instance name `name` (by their name) with this owner's and `pool`'s
     /// labels that no instance holds, with their zones. A disk an instance holds goes with that
-    /// instance; one held by an instance of another name is that one's (names longer than 54
-    /// characters that share their first 54 share their disks' names).
+    /// instance; one held by an instance of another name is that one's (two names that the cut to
+    /// 54 characters makes equal share their disks' names).
     async fn loose_boot_disks(&self, pool: &str, name: &str) -> Result<Vec<(String, Disk)>> {
         let owner = &self.inner.owner;
         let mut found = self.list_disks(self.pool_filter(pool)).await?;
