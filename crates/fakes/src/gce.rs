@@ -6,7 +6,8 @@
 //! ## Real behaviours it reproduces, and where they come from
 //! From the Compute Engine v1 discovery document (`shared/reference/gce-compute.v1.discovery.json`):
 //! - paths under `/compute/v1/projects/{project}/...` for `instances` (insert, list,
-//!   aggregatedList, get, delete, start, stop, setMachineType, setLabels), `disks` (get, delete),
+//!   aggregatedList, get, delete, start, stop, setMachineType, setLabels), `disks` (get, list,
+//!   aggregatedList, delete),
 //!   `machineTypes` (get, aggregatedList, with `architecture`), `images.getFromFamily` (project
 //!   `ubuntu-os-cloud`), zone and global `operations` (get, wait), `firewalls` (get, list, patch) and
 //!   `networks` (get, with `subnetworks`);
@@ -29,9 +30,9 @@
 //! - list `filter` (`field = value`, `!=`, `:`, `field:*`, parenthesized expressions joined by
 //!   whitespace or `AND`), parsed as strictly as the documented grammar (AIP-160 text fields, so
 //!   `labels.orca-pool` is a label key with a hyphen; anything outside it answers 400), `maxResults` (0 to 500; 0 means 500) and `pageToken`;
-//!   `instances.aggregatedList` and `machineTypes.aggregatedList` answer `items` keyed by
-//!   `zones/<zone>` for every zone of the project ([`ZONES`]), a zone without results on the page
-//!   carrying the warning `NO_RESULTS_ON_PAGE` with `data: [{key: scope}]`;
+//!   `instances.aggregatedList`, `disks.aggregatedList` and `machineTypes.aggregatedList` answer
+//!   `items` keyed by `zones/<zone>` for every zone of the project ([`ZONES`]), a zone without
+//!   results on the page carrying the warning `NO_RESULTS_ON_PAGE` with `data: [{key: scope}]`;
 //! - a stopped (`TERMINATED`) instance holds no resources: its `start` needs room for its machine
 //!   type in its zone, and without it the operation ends in `ZONE_RESOURCE_POOL_EXHAUSTED` ("Resource
 //!   availability errors" arise "when you create a VM, start a stopped VM, or change a machine
@@ -264,6 +265,8 @@ impl FakeGce {
                 api!("/zones/{zone}/instances/{name}/{action}"),
                 post(instance_action),
             )
+            .route(api!("/zones/{zone}/disks"), get(list_disks))
+            .route(api!("/aggregated/disks"), get(aggregated_disks))
             .route(
                 api!("/zones/{zone}/disks/{name}"),
                 get(get_disk).delete(delete_disk),
@@ -502,8 +505,9 @@ impl FakeGce {
         s.instances.insert(key_of(zone, name), vm);
     }
 
-    /// Puts an unattached disk `name` with `labels` straight into `zone`, as if another tool (or an
-    /// earlier machine whose boot disk was kept) had left it (no request is logged).
+    /// Puts an unattached disk `name` with `labels` straight into `zone`, as if another tool, an
+    /// earlier machine whose boot disk was kept, or an insert that found no room (whose disk is made
+    /// before the instance) had left it (no request is logged).
     pub fn put_disk(&self, zone: &str, name: &str, labels: Value) {
         let mut s = lock(&self.state);
         let id = s.new_id();
@@ -1178,6 +1182,68 @@ mod tests {
             get(api(&format!("zones/{ZONE}/instances/late"))).await.0,
             200
         );
+    }
+
+    #[tokio::test]
+    async fn disks_are_listed_by_zone_and_across_zones_with_filters_and_pages() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+        let get = |path: String| {
+            let (http, token) = (&http, &token);
+            async move { call(http, token, reqwest::Method::GET, path, None).await }
+        };
+        let ours = json!({"orca": "pool", "orca-pool": "lab", "orca-owner": "s1"});
+        fake.put_disk(ZONE, "a-1", ours.clone());
+        fake.put_disk("us-central1-a", "b-1", ours);
+        fake.put_disk(ZONE, "c-1", json!({"team": "data"}));
+        // An instance's boot disk is listed too, with its user.
+        fake.put_instance(ZONE, "vm-1", "e2-small", json!({}));
+        let (s, list) = get(api(&format!("zones/{ZONE}/disks"))).await;
+        assert_eq!((s, &list["kind"]), (200, &json!("compute#diskList")));
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["a-1", "c-1", "vm-1"]);
+        assert_eq!(list["items"][2]["users"].as_array().map(Vec::len), Some(1));
+        let filter =
+            "filter=(labels.orca-pool%20%3D%20%22lab%22)%20(labels.orca-owner%20%3D%20%22s1%22)";
+        let (_, list) = get(api(&format!("zones/{ZONE}/disks?{filter}&maxResults=1"))).await;
+        assert_eq!(list["items"][0]["name"], "a-1");
+        assert!(list.get("nextPageToken").is_none());
+        // Across zones: every zone a scope, the disks of the page or a warning.
+        let (s, page) = get(api(&format!("aggregated/disks?{filter}&maxResults=1"))).await;
+        assert_eq!(
+            (s, &page["kind"]),
+            (200, &json!("compute#diskAggregatedList"))
+        );
+        let items = page["items"].as_object().unwrap();
+        assert_eq!(items.len(), ZONES.len());
+        assert_eq!(items[&format!("zones/{ZONE}")]["disks"][0]["name"], "a-1");
+        assert_eq!(
+            items["zones/us-central1-a"]["warning"]["code"],
+            "NO_RESULTS_ON_PAGE"
+        );
+        let next = page["nextPageToken"].as_str().unwrap();
+        let (_, page2) = get(api(&format!(
+            "aggregated/disks?{filter}&maxResults=1&pageToken={next}"
+        )))
+        .await;
+        assert_eq!(
+            page2["items"]["zones/us-central1-a"]["disks"][0]["name"],
+            "b-1"
+        );
+        assert!(page2.get("nextPageToken").is_none());
+        let (s, _) = get(api(
+            "aggregated/disks?filter=(a%20%3D%201)%20OR%20(b%20%3D%202)",
+        ))
+        .await;
+        assert_eq!(s, 400);
+        assert_eq!(get(api("zones/mars-north1-a/disks")).await.0, 400);
     }
 
     #[tokio::test]

@@ -139,7 +139,9 @@ pub(crate) struct AttachedDisk {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(default)]
 pub(crate) struct Disk {
+    pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// The URLs of the instances it is attached to.
     pub users: Vec<String>,
 }
 
@@ -169,6 +171,24 @@ pub(crate) struct InstanceAggregatedList {
 #[serde(default)]
 pub(crate) struct InstancesScopedList {
     pub instances: Vec<Instance>,
+    pub warning: Option<Warning>,
+}
+
+/// `DiskAggregatedList`: items by scope (`zones/<zone>`), each with its disks or a warning.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub(crate) struct DiskAggregatedList {
+    pub items: BTreeMap<String, DisksScopedList>,
+    pub next_page_token: Option<String>,
+    /// Scopes the answer could not read: the listing is incomplete.
+    pub unreachables: Vec<String>,
+}
+
+/// `DisksScopedList`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct DisksScopedList {
+    pub disks: Vec<Disk>,
     pub warning: Option<Warning>,
 }
 

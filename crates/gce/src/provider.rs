@@ -25,12 +25,14 @@ use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+mod named;
+
 use crate::client::{Client, operation_error, request_id};
 use crate::config::{Config, Credentials, MIN_DISK_GB, valid_resource_name, valid_zone};
 use crate::config::{UBUNTU_AMD64_FAMILY, UBUNTU_ARM64_FAMILY};
 use crate::model::{
     Disk, Instance, InstanceAggregatedList, MachineType, MachineTypeAggregatedList, Operation,
-    last_segment, timestamp,
+    Warning, last_segment, timestamp,
 };
 
 /// The driver kind.
@@ -151,9 +153,47 @@ fn check_instance_name(field: &str, name: &str) -> Result<()> {
 /// making one, so the name must be this create's alone: a disk left by another tool, or kept from an
 /// earlier machine of that name, is never attached. The call's own retries send the same body.
 fn boot_disk_name(name: &str) -> String {
-    let stem = name.get(..54).unwrap_or(name).trim_end_matches('-');
     let tail = uuid::Uuid::new_v4().simple().to_string();
-    format!("{stem}-{}", &tail[..8])
+    format!("{}-{}", boot_disk_stem(name), &tail[..8])
+}
+
+/// What every boot disk name of instance `name` starts with: the name, cut to 54 characters so
+/// that the disk name stays within 63, without a trailing `-`.
+fn boot_disk_stem(name: &str) -> &str {
+    name.get(..54).unwrap_or(name).trim_end_matches('-')
+}
+
+/// Whether `disk` is a name [`boot_disk_name`] gives instance `name`'s boot disks. Names over 54
+/// characters are cut, so two names that the cut makes equal share these disk names.
+fn is_boot_disk_of(disk: &str, name: &str) -> bool {
+    disk.strip_prefix(boot_disk_stem(name))
+        .and_then(|t| t.strip_prefix('-'))
+        .is_some_and(|t| t.len() == 8 && t.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
+/// An aggregated listing's page, whole only when it read every scope: the scopes it names as
+/// unreachable (`unreachables`, or a scope's `UNREACHABLE` warning) make it a retryable error with
+/// code `UNREACHABLE`, never a short list.
+fn check_reachable<'a>(
+    operation: &'static str,
+    unreachables: &[String],
+    warnings: impl Iterator<Item = (&'a String, Option<&'a Warning>)>,
+) -> Result<()> {
+    let mut unreachable = unreachables.to_vec();
+    unreachable.extend(
+        warnings
+            .filter(|(_, w)| w.is_some_and(|w| w.code == "UNREACHABLE"))
+            .map(|(scope, _)| scope.clone()),
+    );
+    if unreachable.is_empty() {
+        return Ok(());
+    }
+    Err(Error::transient(format!(
+        "the listing could not read {}",
+        unreachable.join(", ")
+    ))
+    .with_code("UNREACHABLE")
+    .with_operation(operation))
 }
 
 /// The boot disk type for `machine_type`: `hyperdisk-balanced` on the series whose default it is
@@ -695,23 +735,8 @@ impl GceProvider {
                         &query,
                         page_size,
                         |a: InstanceAggregatedList| {
-                            let mut unreachable = a.unreachables.clone();
-                            unreachable.extend(
-                                a.items
-                                    .iter()
-                                    .filter(|(_, s)| {
-                                        s.warning.as_ref().is_some_and(|w| w.code == "UNREACHABLE")
-                                    })
-                                    .map(|(scope, _)| scope.clone()),
-                            );
-                            if !unreachable.is_empty() {
-                                return Err(Error::transient(format!(
-                                    "the listing could not read {}",
-                                    unreachable.join(", ")
-                                ))
-                                .with_code("UNREACHABLE")
-                                .with_operation("instances.aggregatedList"));
-                            }
+                            let scopes = a.items.iter().map(|(k, s)| (k, s.warning.as_ref()));
+                            check_reachable("instances.aggregatedList", &a.unreachables, scopes)?;
                             Ok(Page {
                                 items: a.items.into_values().flat_map(|s| s.instances).collect(),
                                 next: a.next_page_token,
@@ -880,13 +905,10 @@ impl Provider for GceProvider {
             // No instance can carry it.
             return Ok(None);
         }
-        let owner = &self.inner.owner;
-        let filter = format!("{} (name = \"{name}\")", self.pool_filter(pool));
         let found = self
-            .list_instances(filter)
+            .instances_named(pool, name)
             .await?
             .iter()
-            .filter(|vm| vm.name == name && is_in_pool(&vm.labels, pool, owner))
             .map(|vm| to_machine(vm, self.project()))
             .collect::<Vec<_>>();
         Ok(orca_machines::provider::first_made(found))
@@ -915,6 +937,13 @@ impl Provider for GceProvider {
                 .await?;
         }
         Ok(true)
+    }
+
+    /// This owner's instances of `name` in `pool` (one listing, as `machine_named`), then the boot
+    /// disks of that name with this owner's and this pool's labels that no instance holds (one
+    /// listing of disks filtered on the labels, across every zone in one aggregated read).
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        self.remove_named(pool, name).await
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {

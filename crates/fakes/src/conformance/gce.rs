@@ -1,12 +1,15 @@
 //! The fake Compute Engine API's hooks: page size (the driver's), no stock, a lost insert answer,
-//! request counts, delayed visibility, and an operator's firewall rules on the network.
+//! request counts, delayed visibility, an operator's firewall rules on the network, and the boot
+//! disk a failed insert leaves.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::http::Method;
 use orca_machines::conformance::{Harness, Hook, Setup};
-use orca_machines::{FirewallPorts, FirewallRule, Provider, Result};
+use orca_machines::labels::ownership_labels;
+use orca_machines::{FirewallPorts, FirewallRule, MachineSpec, Provider, Result};
 use serde_json::{json, Value};
 
 use super::{paged, Providers};
@@ -106,6 +109,41 @@ impl<P: Providers<FakeGce>> Harness for GceHarness<P> {
         self.fake.put_firewall(firewall_json(&rule));
         Ok(())
     }
+
+    /// The boot disk: Compute Engine makes it before the instance, and an insert that finds no room
+    /// leaves it unattached, with the labels the insert gave it; when the create's clean-up cannot
+    /// remove it, nothing else names it. Nothing else of a create stands without its instance (the
+    /// interface and the external address are the instance's own).
+    async fn leave_pieces(&self, owner: &str, spec: &MachineSpec) -> Hook<Vec<String>> {
+        let zone = &spec.location;
+        let name = boot_disk_name(&spec.name);
+        let labels = ownership_labels(&spec.pool, owner);
+        self.fake.put_disk(zone, &name, json!(labels));
+        Ok(vec![format!("disk {zone}:{name}")])
+    }
+
+    async fn pieces_standing(&self, pieces: &[String]) -> Hook<Vec<String>> {
+        Ok(pieces
+            .iter()
+            .filter(|p| {
+                let disk = p.strip_prefix("disk ").and_then(|d| d.split_once(':'));
+                disk.is_some_and(|(zone, name)| self.fake.disk(zone, name).is_some())
+            })
+            .cloned()
+            .collect())
+    }
+}
+
+/// A boot disk name as the driver gives one for instance `name`: the name (cut to 54 characters,
+/// without a trailing `-`) and 8 hex digits of this create's own (the driver's are random; these
+/// differ from one call to the next).
+fn boot_disk_name(name: &str) -> String {
+    static MADE: AtomicU32 = AtomicU32::new(1);
+    let stem = name.get(..54).unwrap_or(name).trim_end_matches('-');
+    let tail = MADE
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b1);
+    format!("{stem}-{tail:08x}")
 }
 
 /// `rule` in the API's shape (`IPProtocol`, camelCase lists, empty lists left out), as an operator

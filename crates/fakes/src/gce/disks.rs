@@ -1,4 +1,5 @@
-//! `disks` (get, delete), `machineTypes` (get, aggregatedList) and `images.getFromFamily`.
+//! `disks` (get, list, aggregatedList, delete), `machineTypes` (get, aggregatedList) and
+//! `images.getFromFamily`.
 
 use super::*;
 
@@ -13,6 +14,51 @@ pub(super) async fn get_disk(
     let disk =
         disk.ok_or_else(|| not_found(&format!("projects/{project}/zones/{zone}/disks/{name}")))?;
     Ok(Json(disk).into_response())
+}
+
+pub(super) async fn list_disks(
+    State(state): State<Shared>,
+    Path((project, zone)): Path<(String, String)>,
+    Query(q): Query<ListQuery>,
+) -> Answer {
+    check_project(&project).and(check_zone(&zone))?;
+    let filter = filter_of(&q)?;
+    let s = lock(&state);
+    let items: Vec<Value> = s
+        .disks
+        .iter()
+        .filter(|(k, d)| k.0 == zone && filter.matches(d))
+        .map(|(_, d)| d.clone())
+        .collect();
+    page(
+        items,
+        &q,
+        "compute#diskList",
+        format!("{LINK}/projects/{PROJECT}/zones/{zone}/disks"),
+    )
+}
+
+pub(super) async fn aggregated_disks(
+    State(state): State<Shared>,
+    Path(project): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Answer {
+    check_project(&project)?;
+    let filter = filter_of(&q)?;
+    let s = lock(&state);
+    let items: Vec<(String, Value)> = s
+        .disks
+        .iter()
+        .filter(|(_, d)| filter.matches(d))
+        .map(|(k, d)| (k.0.clone(), d.clone()))
+        .collect();
+    aggregated_page(
+        items,
+        &q,
+        "compute#diskAggregatedList",
+        "disks",
+        format!("{LINK}/projects/{PROJECT}/aggregated/disks"),
+    )
 }
 
 pub(super) async fn delete_disk(
