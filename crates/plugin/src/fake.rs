@@ -3,12 +3,19 @@
 //! The cloud lives in the plugin process, or in the state file [`orca::FAKE_STATE_ENV`] names, so
 //! that a plugin started again (and a test beside it) sees the same machines. Beside CloudDriver it
 //! serves `FakeControl` (`proto/orca/cloud/fake/v1/fake_control.proto`): what a test does to the
-//! simulated cloud that the state file does not carry (injected faults, the request count).
+//! simulated cloud that the state file does not carry (injected faults, the request count), and
+//! the calls of the contract its driver served.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 
+use async_trait::async_trait;
+use orca_machines::layer::{Answer, Call, Layer, Layered, Next};
 use orca_machines::memory::{FaultKind, MemoryCloud, Operation};
 use orca_machines::{Error, Provider, Result};
+use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
 use crate::proto::fake as pb;
@@ -23,16 +30,71 @@ pub const PAGE_SIZE_ENV: &str = "ORCA_PLUGIN_FAKE_PAGE_SIZE";
 /// what a test of a host's version check sets.
 pub const PROTOCOL_VERSION_ENV: &str = "ORCA_PLUGIN_FAKE_PROTOCOL_VERSION";
 
+/// The environment variable that makes the fake answer gRPC `UNIMPLEMENTED` to the CloudDriver
+/// RPCs it names (comma-separated, as the proto names them: `DeleteNamed`), as a plugin built
+/// before them does: what a test of a host facing an older plugin sets.
+pub const LACKS_ENV: &str = "ORCA_PLUGIN_FAKE_LACKS";
+
+/// How many of the driver's last calls the console keeps.
+const CALLS_KEPT: usize = 1000;
+
+/// The calls of the contract a provider served, by operation and subject: the last
+/// [`CALLS_KEPT`], so that a long-lived fake does not grow without end.
+#[derive(Debug, Clone, Default)]
+pub struct Served {
+    calls: Arc<Mutex<VecDeque<pb::Call>>>,
+}
+
+impl Served {
+    /// An empty record.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The calls kept, oldest first.
+    pub fn calls(&self) -> Vec<pb::Call> {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        calls.iter().cloned().collect()
+    }
+}
+
+#[async_trait]
+impl Layer for Served {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> Result<Answer> {
+        {
+            let mut calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+            if calls.len() == CALLS_KEPT {
+                calls.pop_front();
+            }
+            calls.push_back(pb::Call {
+                operation: call.op().as_str().to_string(),
+                subject: call.subject(),
+            });
+        }
+        next.run(call).await
+    }
+}
+
 /// The test console over one simulated cloud.
 #[derive(Debug, Clone)]
 pub struct Control {
     cloud: MemoryCloud,
+    served: Served,
 }
 
 impl Control {
     /// The console of `cloud`.
     pub fn new(cloud: MemoryCloud) -> Self {
-        Control { cloud }
+        Control {
+            cloud,
+            served: Served::new(),
+        }
+    }
+
+    /// The same console, answering `Calls` from `served`.
+    pub fn with_served(mut self, served: Served) -> Self {
+        self.served = served;
+        self
     }
 
     /// The console as tonic serves it.
@@ -74,10 +136,55 @@ impl FakeControl for Control {
             requests: self.cloud.requests(),
         }))
     }
+
+    async fn calls(
+        &self,
+        _: Request<pb::CallsRequest>,
+    ) -> std::result::Result<Response<pb::CallsReply>, Status> {
+        Ok(Response::new(pb::CallsReply {
+            calls: self.served.calls(),
+        }))
+    }
 }
 
-/// The fake's cloud and provider from this process's environment.
-async fn from_env(owner: &str) -> Result<(MemoryCloud, Arc<dyn Provider>)> {
+/// A gRPC service that answers `UNIMPLEMENTED` to the RPCs `lacks` names, as a plugin built before
+/// them does, and passes every other call to `inner`.
+#[derive(Debug, Clone)]
+struct Lacking<S> {
+    inner: S,
+    lacks: Arc<[String]>,
+}
+
+impl<S: NamedService> NamedService for Lacking<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<http::Request<B>> for Lacking<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let rpc = req.uri().path().rsplit('/').next().unwrap_or_default();
+        if self.lacks.iter().any(|l| l == rpc) {
+            let status = Status::unimplemented(format!("this plugin has no RPC {rpc}"));
+            return Box::pin(std::future::ready(Ok(status.into_http())));
+        }
+        Box::pin(self.inner.call(req))
+    }
+}
+
+/// The fake's cloud and provider from this process's environment; `served` records the calls the
+/// provider serves.
+async fn from_env(owner: &str, served: Served) -> Result<(MemoryCloud, Arc<dyn Provider>)> {
     let cloud = match std::env::var(orca::FAKE_STATE_ENV) {
         Ok(path) if !path.is_empty() => MemoryCloud::open(path).await?,
         _ => MemoryCloud::new(),
@@ -96,7 +203,7 @@ async fn from_env(owner: &str) -> Result<(MemoryCloud, Arc<dyn Provider>)> {
             })?;
         provider = provider.with_page_size(n);
     }
-    Ok((cloud, Arc::new(provider)))
+    Ok((cloud, Arc::new(Layered::new(provider, served))))
 }
 
 /// The program `soul-cloud-fake`: serves the in-memory provider for the owner in [`OWNER_ENV`] on
@@ -105,8 +212,9 @@ pub fn run() -> ! {
     crate::log_to_stderr();
     let owner = std::env::var(OWNER_ENV).unwrap_or_default();
     let code = crate::runtime().block_on(async {
-        let (driver, control) = match from_env(&owner).await {
-            Ok((cloud, p)) => (Driver::new(Ok(p)), Control::new(cloud)),
+        let served = Served::new();
+        let (driver, control) = match from_env(&owner, served.clone()).await {
+            Ok((cloud, p)) => (Driver::new(Ok(p)), Control::new(cloud).with_served(served)),
             Err(e) => {
                 tracing::error!("the fake provider cannot be made: {e}");
                 (Driver::new(Err(e)), Control::new(MemoryCloud::new()))
@@ -116,7 +224,17 @@ pub fn run() -> ! {
             Ok(Ok(v)) => driver.with_protocol_version(v),
             _ => driver,
         };
-        let routes = Routes::new(driver.into_service()).add_service(control.into_service());
+        let lacks: Arc<[String]> = std::env::var(LACKS_ENV)
+            .unwrap_or_default()
+            .split(',')
+            .filter(|rpc| !rpc.is_empty())
+            .map(String::from)
+            .collect();
+        let driver = Lacking {
+            inner: driver.into_service(),
+            lacks,
+        };
+        let routes = Routes::new(driver).add_service(control.into_service());
         crate::serve_routes_logged(routes).await
     });
     std::process::exit(code)

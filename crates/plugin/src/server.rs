@@ -114,6 +114,7 @@ replies! {
         None => Outcome::None(pb::Empty {}),
     };
     DeleteReply in delete_reply from bool: |gone| Outcome::Gone(gone);
+    DeleteNamedReply in delete_named_reply from bool: |removed| Outcome::Removed(removed);
     ResizeReply in resize_reply from Resized: |r| Outcome::Resized(resized_to(r));
     HourlyPriceReply in hourly_price_reply from Price: |p| Outcome::Price(price_to(&p));
     NetworkReply in network_reply from Network: |n| Outcome::Network(network_to(&n));
@@ -184,6 +185,14 @@ impl CloudDriver for Driver {
     async fn delete(&self, r: Request<pb::DeleteRequest>) -> Answer<pb::DeleteReply> {
         let id = r.into_inner().id;
         answer(async { self.p()?.delete(&id).await }.await)
+    }
+
+    async fn delete_named(
+        &self,
+        r: Request<pb::DeleteNamedRequest>,
+    ) -> Answer<pb::DeleteNamedReply> {
+        let q = r.into_inner();
+        answer(async { self.p()?.delete_named(&q.pool, &q.name).await }.await)
     }
 
     async fn start(&self, r: Request<pb::IdRequest>) -> Answer<pb::MachineReply> {

@@ -129,6 +129,23 @@ impl Provider for PluginProvider {
         outcome!(r.await?, "delete", Outcome::Gone(g) => Ok(g))
     }
 
+    /// The plugin's driver's own `delete_named`, which removes the pieces its creates make beside
+    /// a machine. A plugin built before the RPC answers [`orca_machines::Error::Unsupported`]:
+    /// the trait's default (a read by name, then a delete by id) would leave those pieces while
+    /// answering as if it had removed all.
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        use pb::delete_named_reply::Outcome;
+        let q = pb::DeleteNamedRequest {
+            pool: pool.to_string(),
+            name: name.to_string(),
+        };
+        let r = self.call(
+            "delete_named",
+            |mut c| async move { c.delete_named(q).await },
+        );
+        outcome!(r.await?, "delete_named", Outcome::Removed(removed) => Ok(removed))
+    }
+
     async fn start(&self, id: &str) -> Result<Machine> {
         let q = pb::IdRequest { id: id.to_string() };
         let r = self.call("start", |mut c| async move { c.start(q).await });

@@ -1,4 +1,4 @@
-//! orca-plugin's integration tests: one test binary, a module per subject (the conformance suite through soul-cloud-fake, -hetzner, -azure, -gce and -ec2, faults).
+//! orca-plugin's integration tests: one test binary, a module per subject (the conformance suite through soul-cloud-fake, -hetzner, -azure, -gce and -ec2, faults, delete_named).
 
 mod azure_conformance;
 mod common;
@@ -8,3 +8,4 @@ mod fake_conformance;
 mod faults;
 mod gce_conformance;
 mod hetzner_conformance;
+mod named;
