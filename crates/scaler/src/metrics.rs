@@ -4,7 +4,9 @@
 //! `orca_pool_size` (machines serving after the last pass; 0 on a standby, which does not list the
 //! pool: read the pool's size from the replica whose `orca_pool_leader` is 1), `orca_pool_wanted`
 //! (the target), `orca_pool_listed` (0 on a standby too), `orca_pool_created_total{how="made|adopted"}`,
-//! `orca_pool_deleted_total{cause}`, `orca_pool_failures_total{operation}`,
+//! `orca_pool_deleted_total{cause}` (`cause="leftovers"`: what a create left beside its machine,
+//! removed by name), `orca_pool_failures_total{operation}` (`operation="delete_named"`: such a
+//! clean-up that failed),
 //! `orca_pool_no_stock_total{offering}`, `orca_pool_passes_total{role}`, `orca_pool_leader` (1 when
 //! this replica acted in the last pass and still holds the lead: [`Metrics::lead_lost`] drops it),
 //! `orca_pool_last_pass_timestamp_seconds`. The counters are exported at 0 from the start (the
@@ -81,15 +83,30 @@ impl Metrics {
         );
         let deleted = counter(
             "orca_pool_deleted_total",
-            "Machines deleted, by cause (surplus, unknown, unhealthy, duplicate, recorded).",
+            "Machines deleted, by cause (surplus, unknown, unhealthy, duplicate, recorded; leftovers: what a create left, removed by name).",
             "cause",
-            &["surplus", "unknown", "unhealthy", "duplicate", "recorded"],
+            &[
+                "surplus",
+                "unknown",
+                "unhealthy",
+                "duplicate",
+                "recorded",
+                "leftovers",
+            ],
         );
         let failures = counter(
             "orca_pool_failures_total",
             "Failed cloud calls and passes stopped early, by operation.",
             "operation",
-            &["list", "read", "create", "delete", "conflict", "pass"],
+            &[
+                "list",
+                "read",
+                "create",
+                "delete",
+                "delete_named",
+                "conflict",
+                "pass",
+            ],
         );
         let no_stock = counter(
             "orca_pool_no_stock_total",
@@ -169,6 +186,9 @@ impl Metrics {
                 Action::Adopted { .. } => self.created.with_label_values(&["adopted"]).inc(),
                 Action::Deleted { cause, .. } => {
                     self.deleted.with_label_values(&[cause.as_str()]).inc()
+                }
+                Action::Cleaned { removed: true, .. } => {
+                    self.deleted.with_label_values(&["leftovers"]).inc()
                 }
                 Action::Failed { operation, .. } => {
                     self.failures.with_label_values(&[operation.as_str()]).inc()

@@ -56,8 +56,9 @@ pub enum Phase {
     Live,
     /// The machine is to be deleted (recorded before the delete call).
     Deleting,
-    /// The create was answered "not made" (no stock, or refused); the name is kept so that a machine
-    /// of this name showing up later is known.
+    /// The create was answered "not made" (no stock, or refused), or the name was given up unseen;
+    /// the name is kept so that a machine of this name showing up later is known, and for as long
+    /// as what its creates may have left stands ([`Entry::leftovers`]).
     Retired,
     /// Deleted; the name is kept for a while so that a late listing that still shows it is understood.
     Gone,
@@ -111,6 +112,14 @@ pub struct Entry {
     pub changed_at: Timestamp,
     /// Why it is in this phase (for deletes and retirements), or the last error met.
     pub note: String,
+    /// Whether a create of this name may have left pieces beside its machine (a boot disk, an
+    /// interface, an address) that no listing shows: its answer said so (an error that is not
+    /// [`made_nothing`](orca::Error::made_nothing)), or the name was given up unseen. Once no
+    /// machine of the name is to stand (retired or gone), each pass removes them by name
+    /// ([`Provider::delete_named`](orca::Provider::delete_named)) until that succeeds, and the name
+    /// is not pruned before. False in a record written before the mark existed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leftovers: bool,
 }
 
 /// What the scaler remembers of one pool of one owner on one kind of provider.
@@ -276,6 +285,14 @@ pub enum Event {
         /// How.
         how: String,
     },
+    /// What the creates of a name may have left was removed by name (`delete_named`) before the name
+    /// is given up.
+    Cleaned {
+        /// The name.
+        name: String,
+        /// Whether something of it was there and removed.
+        removed: bool,
+    },
     /// Old names pruned from the record.
     Pruned {
         /// The names.
@@ -294,7 +311,8 @@ impl Event {
             | Event::Gone { name, .. }
             | Event::Failed { name, .. }
             | Event::Unhealthy { name, .. }
-            | Event::Conflict { name, .. } => Some(name),
+            | Event::Conflict { name, .. }
+            | Event::Cleaned { name, .. } => Some(name),
             Event::Established { .. }
             | Event::Cooling { .. }
             | Event::Settled { .. }
@@ -316,6 +334,7 @@ impl Event {
             Event::Cooling { .. } => "cooling",
             Event::Conflict { .. } => "conflict",
             Event::Settled { .. } => "settled",
+            Event::Cleaned { .. } => "cleaned",
             Event::Pruned { .. } => "pruned",
         }
     }

@@ -74,6 +74,17 @@ pub enum Action {
         /// Why.
         why: String,
     },
+    /// What the creates of a name may have left beside their machine (a boot disk, an interface, an
+    /// address: pieces no listing shows) was removed by name (`Provider::delete_named`) before the
+    /// name is given up.
+    Cleaned {
+        /// The name.
+        name: String,
+        /// Whether something of it was there and removed (false: nothing was left).
+        removed: bool,
+        /// Why it was cleaned up.
+        why: String,
+    },
     /// A create recorded earlier that has not shown up, waited for.
     Waiting {
         /// The name.
@@ -109,7 +120,7 @@ pub enum Action {
     },
     /// A call failed; the pass went on where it could.
     Failed {
-        /// The operation: `list`, `read`, `create`, `delete`.
+        /// The operation: `list`, `read`, `create`, `delete`, `delete_named`.
         operation: String,
         /// What was being done.
         doing: String,
@@ -223,6 +234,14 @@ impl PassReport {
                 ),
                 Action::Skipped { offering, reason } => format!("  skipped {offering}: {reason}"),
                 Action::Retired { name, why } => format!("  retired the name {name}: {why}"),
+                Action::Cleaned { name, removed, why } => format!(
+                    "  cleaned up after {name} ({}): {why}",
+                    if *removed {
+                        "removed what its create left"
+                    } else {
+                        "nothing was left"
+                    }
+                ),
                 Action::Waiting { name, why } => format!("  waiting for {name}: {why}"),
                 Action::Short { missing, why } => format!("  {missing} short: {why}"),
                 Action::Held { machines, why } => {

@@ -5,6 +5,7 @@ use futures::stream::{FuturesUnordered, StreamExt};
 use orca::{ErrorKind, Timestamp};
 use tokio::sync::Mutex;
 
+use super::clean::{self, CleanJob};
 use super::concurrency::Kind;
 use super::{create, PassCtx, Unrecorded};
 use crate::record::{Entry, Event, Phase, Record};
@@ -30,6 +31,8 @@ pub(crate) struct DeleteJob {
 #[derive(Debug, Clone)]
 pub(super) enum Job {
     Delete(DeleteJob),
+    /// Remove by name what the creates of a name given up may have left.
+    Clean(CleanJob),
     /// Retry the recorded create of this name (the driver adopts what an earlier attempt made).
     Retry(String),
     /// A new name from the first offering not resting.
@@ -86,9 +89,15 @@ impl Shared<'_> {
     }
 }
 
-/// The jobs of a pass, in order: deletes, retried creates, new creates.
-pub(super) fn jobs(deletes: Vec<DeleteJob>, retries: Vec<String>, new: usize) -> Vec<Job> {
+/// The jobs of a pass, in order: deletes, clean-ups, retried creates, new creates.
+pub(super) fn jobs(
+    deletes: Vec<DeleteJob>,
+    cleans: Vec<CleanJob>,
+    retries: Vec<String>,
+    new: usize,
+) -> Vec<Job> {
     let mut jobs: Vec<Job> = deletes.into_iter().map(Job::Delete).collect();
+    jobs.extend(cleans.into_iter().map(Job::Clean));
     jobs.extend(retries.into_iter().map(Job::Retry));
     jobs.extend(std::iter::repeat_n(Job::New, new));
     jobs
@@ -178,7 +187,7 @@ async fn run_jobs(
 
 async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<(), StoreError> {
     let kind = match job {
-        Job::Delete(_) => Kind::Delete,
+        Job::Delete(_) | Job::Clean(_) => Kind::Delete,
         Job::Retry(_) | Job::New => Kind::Create,
     };
     if !cx.concurrency.ready(kind).await {
@@ -187,6 +196,7 @@ async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<()
     }
     match job {
         Job::Delete(d) => delete_job(sh, cx, d).await,
+        Job::Clean(c) => clean::clean_job(sh, cx, c).await,
         Job::Retry(name) => create::create_job(sh, cx, Some(name)).await,
         Job::New => create::create_job(sh, cx, None).await,
     }
@@ -231,6 +241,7 @@ async fn intend_delete(
             unhealthy_since: None,
             changed_at: now,
             note: String::new(),
+            leftovers: false,
         });
         e.phase = Phase::Deleting;
         e.id = Some(d.id.clone());

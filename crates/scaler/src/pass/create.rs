@@ -1,12 +1,15 @@
 //! One create job: pick a name (a recorded one to retry, or a new one from the first offering not
 //! resting, recorded before the call), ask the cloud, and write what it answered: the machine, no
 //! stock (the next offering is tried with a new name), another writer's machine (a conflict that
-//! holds the pool), or why not.
+//! holds the pool), or why not. A name given up after a create that may have left pieces (its
+//! answer is not `made_nothing`) is cleaned up by name ([`clean`](super::clean)) before the job
+//! goes on.
 
 use orca::{Created, Error, ErrorKind, Machine, MachineSpec};
 use tokio::sync::Mutex;
 
 use super::act::Shared;
+use super::clean::{self, CleanJob};
 use super::concurrency::Kind;
 use super::{PassCtx, Unrecorded};
 use crate::record::{Entry, Event, Phase};
@@ -70,8 +73,16 @@ pub(super) async fn create_job(
             .with_user_data(cx.settings.user_data.clone())
             .with_label(WRITER_LABEL, &picked.writer);
         let r = cx.p.create(&spec).await;
-        let mut s = sh.lock().await;
-        match answered(&mut s, cx, picked, r).await? {
+        let name = picked.name.clone();
+        let (then, clean) = {
+            let mut s = sh.lock().await;
+            let then = answered(&mut s, cx, picked, r).await?;
+            (then, CleanJob::due(&s, &name))
+        };
+        if let Some(c) = clean {
+            clean::clean_job(sh, cx, c).await?;
+        }
+        match then {
             Then::Done => return Ok(()),
             Then::NextOffering => {}
         }
@@ -126,6 +137,7 @@ async fn pick(
             unhealthy_since: None,
             changed_at: cx.now,
             note: String::new(),
+            leftovers: false,
         },
     );
     s.commit(vec![Event::IntendCreate {
@@ -174,7 +186,7 @@ async fn answered(
     };
     match outcome {
         Ok((m, adopted)) => made(s, cx, picked, m, adopted).await.map(|()| Then::Done),
-        Err(Error::NoStock { message, .. }) => no_stock(s, cx, picked, message)
+        Err(err @ Error::NoStock { .. }) => no_stock(s, cx, picked, err)
             .await
             .map(|()| Then::NextOffering),
         Err(err) if offering_refused(&err) => {
@@ -269,19 +281,27 @@ async fn conflict(
     Ok(())
 }
 
-/// No stock of the offering: the name is retired and the offering rests for the cool-down.
+/// No stock of the offering: the name is retired and the offering rests for the cool-down. A
+/// create that may have acted (its clean-up could not remove what it made) marks the name, to be
+/// cleaned up by name before it is forgotten.
 async fn no_stock(
     s: &mut Shared<'_>,
     cx: PassCtx<'_>,
     picked: Picked,
-    message: String,
+    err: Error,
 ) -> Result<(), StoreError> {
     let (name, offering) = (picked.name, picked.offering);
+    let left = !err.made_nothing();
+    let message = match err {
+        Error::NoStock { message, .. } => message,
+        other => other.to_string(),
+    };
     let until = rest_until(cx);
     if let Some(e) = s.record.entries.get_mut(&name) {
         e.phase = Phase::Retired;
         e.changed_at = cx.now;
         e.note = format!("no stock: {message}");
+        e.leftovers |= left;
     }
     s.record.cooling.insert(offering.to_string(), until);
     s.commit(vec![
@@ -360,6 +380,8 @@ async fn failed(
             e.changed_at = cx.now;
         }
         e.note = format!("create failed: {err}");
+        // What it may have made is removed by name once the name is given up.
+        e.leftovers |= !err.made_nothing();
     }
     s.commit(vec![if gave_up {
         Event::Retired {

@@ -12,6 +12,7 @@ use crate::store::{Store, StoreError};
 use crate::{machine_name, Settings, Unknown};
 
 mod act;
+mod clean;
 pub(crate) mod concurrency;
 mod create;
 mod plan;
@@ -98,7 +99,7 @@ pub(crate) async fn run(
     if !found.events.is_empty() {
         store.commit(&record, &found.events).await?;
     }
-    let jobs = act::jobs(found.deletes, retries, new);
+    let jobs = act::jobs(found.deletes, found.cleans, retries, new);
     act::act(store, unrecorded, record, jobs, serving, cx, report).await
 }
 

@@ -4,6 +4,7 @@
 use orca::{Machine, Status};
 
 use super::act::DeleteJob;
+use super::clean::CleanJob;
 use super::reconcile::{offering_of, Found};
 use super::{humantime, since, ts, PassCtx};
 use crate::record::{Event, Phase, Record};
@@ -47,7 +48,9 @@ pub(super) fn surplus(record: &Record, found: &mut Found, size: usize) {
 
 /// The recorded creates not seen yet, oldest first: the first `missing` are retried by name (the
 /// driver adopts what an earlier attempt made); the others are waited for, and given up once they
-/// have not shown up for the settle time. Returns the names to retry.
+/// have not shown up for the settle time, with what their creates may have left (a create whose
+/// answer was lost or failed may have made pieces no listing shows) removed by name. Returns the
+/// names to retry.
 pub(super) fn pending(
     record: &mut Record,
     found: &mut Found,
@@ -66,11 +69,16 @@ pub(super) fn pending(
                 e.phase = Phase::Retired;
                 e.changed_at = cx.now;
                 e.note = "not needed, and never seen".into();
+                e.leftovers = true;
             }
             let why = format!(
                 "recorded {} ago, never seen, and no longer needed",
                 humantime(since(cx.now, at))
             );
+            found.cleans.push(CleanJob {
+                name: name.clone(),
+                why: format!("given up: {why}; its create may have left pieces"),
+            });
             found.events.push(Event::Retired {
                 name: name.clone(),
                 why: why.clone(),

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use orca::{Machine, Status, Timestamp};
 
 use super::act::DeleteJob;
+use super::clean::CleanJob;
 use super::{since, ts, unhealthy_from, PassCtx};
 use crate::record::{Entry, Event, Phase, Record};
 use crate::report::Action;
@@ -18,6 +19,8 @@ pub(super) struct Found {
     pub events: Vec<Event>,
     pub counted: Vec<(Machine, bool)>,
     pub deletes: Vec<DeleteJob>,
+    /// Names given up whose creates may have left pieces: removed by name before they are pruned.
+    pub cleans: Vec<CleanJob>,
     /// Names recorded as creating that the listing does not show, with when they were recorded.
     pub pending: Vec<(Timestamp, String)>,
 }
@@ -242,6 +245,7 @@ fn unknown(
         unhealthy_since: None,
         changed_at: cx.now,
         note: "adopted on the operator's word (--unknown adopt)".into(),
+        leftovers: false,
     });
     found.events.push(Event::Live {
         name: m.name.clone(),
@@ -257,7 +261,8 @@ fn unknown(
 }
 
 /// Entries the listing does not show: a live machine read on its own before it is believed gone, a
-/// recorded delete confirmed, a recorded create waited for or retried, old names pruned.
+/// recorded delete confirmed, a recorded create waited for or retried, what a create left cleaned
+/// up, old names pruned.
 pub(super) async fn absent(
     record: &mut Record,
     listed: &[Machine],
@@ -289,6 +294,14 @@ pub(super) async fn absent(
                 });
             }
             Phase::Creating => found.pending.push((e.intent_at, name.clone())),
+            // Never pruned before what its creates left is removed.
+            Phase::Retired | Phase::Gone if e.leftovers => found.cleans.push(CleanJob {
+                name: name.clone(),
+                why: format!(
+                    "{}; what its create may have left is not removed yet",
+                    e.phase.as_str()
+                ),
+            }),
             Phase::Retired | Phase::Gone => {
                 if since(cx.now, e.changed_at) >= cx.settings.retention {
                     pruned.push(name.clone());

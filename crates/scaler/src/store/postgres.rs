@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "records.writer",
         include_str!("migrations/0003_writer.sql"),
     ),
+    (
+        4,
+        "machines.leftovers",
+        include_str!("migrations/0004_leftovers.sql"),
+    ),
 ];
 
 /// The schema everything lives in.
@@ -361,7 +366,7 @@ impl Store for PgStore {
             .client
             .query(
                 "SELECT name, machine_type, location, phase, machine_id, intent_at, created_at,
-                        unhealthy_since, changed_at, note
+                        unhealthy_since, changed_at, note, leftovers
                  FROM orca_pool.machines WHERE kind = $1 AND owner = $2 AND pool = $3",
                 &[&key.kind, &key.owner, &key.pool],
             )
@@ -388,6 +393,7 @@ impl Store for PgStore {
                     unhealthy_since: r.get(7),
                     changed_at: r.get(8),
                     note: r.get(9),
+                    leftovers: r.get(10),
                 },
             );
         }
@@ -533,14 +539,14 @@ async fn write_machines(
 async fn write_machine(tx: &Transaction<'_>, key: &Key, e: &Entry) -> Result<(), StoreError> {
     tx.execute(
         "INSERT INTO orca_pool.machines (kind, owner, pool, name, machine_type, location, phase,
-             machine_id, intent_at, created_at, unhealthy_since, changed_at, note)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             machine_id, intent_at, created_at, unhealthy_since, changed_at, note, leftovers)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
          ON CONFLICT (kind, owner, pool, name) DO UPDATE SET
              machine_type = EXCLUDED.machine_type, location = EXCLUDED.location,
              phase = EXCLUDED.phase, machine_id = EXCLUDED.machine_id,
              intent_at = EXCLUDED.intent_at, created_at = EXCLUDED.created_at,
              unhealthy_since = EXCLUDED.unhealthy_since, changed_at = EXCLUDED.changed_at,
-             note = EXCLUDED.note",
+             note = EXCLUDED.note, leftovers = EXCLUDED.leftovers",
         &[
             &key.kind,
             &key.owner,
@@ -555,6 +561,7 @@ async fn write_machine(tx: &Transaction<'_>, key: &Key, e: &Entry) -> Result<(),
             &e.unhealthy_since,
             &e.changed_at,
             &e.note,
+            &e.leftovers,
         ],
     )
     .await

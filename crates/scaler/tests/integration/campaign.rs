@@ -235,7 +235,8 @@ impl Layer for Chaos {
             LayerCall::Create { .. } => Op::Create,
             LayerCall::Machines { .. } => Op::List,
             LayerCall::Machine { .. } => Op::Read,
-            LayerCall::Delete { .. } => Op::Delete,
+            // A clean-up by name deletes as a delete does: it meets the same faults and crashes.
+            LayerCall::Delete { .. } | LayerCall::DeleteNamed { .. } => Op::Delete,
             other => return next.run(other).await,
         };
         if let LayerCall::Machine { id } | LayerCall::Delete { id } = call {
@@ -596,6 +597,8 @@ struct Figures {
     errors: usize,
     no_stock: usize,
     fallback: usize,
+    /// Names given up after a create that may have left pieces, cleaned up by name.
+    cleaned: usize,
     crashes: usize,
     /// How long the campaign ran.
     elapsed: Duration,
@@ -702,6 +705,10 @@ impl Figures {
         println!(
             "  no stock:                          {} answers; {} machines made from a fallback offering",
             self.no_stock, self.fallback
+        );
+        println!(
+            "  clean-ups by name:                 {} (names given up after a create that may have left pieces)",
+            self.cleaned
         );
         println!("  machines leaked:                   {}", self.leaked);
         println!("  duplicates:                        {}", self.duplicates);
@@ -897,13 +904,14 @@ async fn campaign(
     let mut deleted_as_unknown = 0;
     let mut size = TARGET;
     let mut round = 0;
-    let (mut no_stock, mut fallback) = (0, 0);
+    let (mut no_stock, mut fallback, mut cleaned) = (0, 0, 0);
     let first_offer = b.offers[0].clone();
     let mut tally = |rep: &PassReport| {
         for a in &rep.actions {
             match a {
                 Action::Deleted { cause, .. } if cause == "unknown" => deleted_as_unknown += 1,
                 Action::NoStock { .. } => no_stock += 1,
+                Action::Cleaned { .. } => cleaned += 1,
                 Action::Created { offering, .. } if *offering != first_offer => fallback += 1,
                 _ => {}
             }
@@ -1051,6 +1059,7 @@ async fn campaign(
         errors,
         no_stock,
         fallback,
+        cleaned,
         crashes,
         elapsed: started.elapsed(),
         crashed_before_call: stats.crashed_before_call.load(Ordering::SeqCst),

@@ -37,6 +37,7 @@ fn intend(r: &mut Record, n: u64) -> Vec<Event> {
             unhealthy_since: None,
             changed_at: at(n as i64),
             note: String::new(),
+            leftovers: false,
         },
     );
     vec![Event::IntendCreate {

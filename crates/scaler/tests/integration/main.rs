@@ -4,6 +4,7 @@ mod campaign;
 mod concurrency;
 mod file_store;
 mod journal;
+mod leftovers;
 mod metrics;
 mod passes;
 mod postgres;

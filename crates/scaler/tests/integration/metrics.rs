@@ -12,7 +12,7 @@ const A: &str = "amd64-small@zone-a";
 const B: &str = "amd64-small@zone-b";
 
 /// The value of the sample `name{labels}` (labels in any order), if there is one.
-fn sample(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
+pub fn sample(body: &str, name: &str, labels: &[&str]) -> Option<f64> {
     body.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")))
         .filter(|l| labels.iter().all(|p| l.contains(p)))
@@ -127,7 +127,9 @@ fn counters_are_exported_at_zero_from_the_start() {
         ("orca_pool_deleted_total", "cause=\"surplus\""),
         ("orca_pool_deleted_total", "cause=\"unknown\""),
         ("orca_pool_deleted_total", "cause=\"unhealthy\""),
+        ("orca_pool_deleted_total", "cause=\"leftovers\""),
         ("orca_pool_failures_total", "operation=\"create\""),
+        ("orca_pool_failures_total", "operation=\"delete_named\""),
         ("orca_pool_failures_total", "operation=\"pass\""),
         ("orca_pool_passes_total", "role=\"leader\""),
         ("orca_pool_passes_total", "role=\"standby\""),

@@ -48,7 +48,7 @@ async fn migrations_run_once_in_their_own_schema() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, [1, 2, 3]);
+    assert_eq!(versions, [1, 2, 3, 4]);
     let tables: Vec<String> = c
         .query(
             "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'orca_pool' ORDER BY 1",
