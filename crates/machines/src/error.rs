@@ -499,8 +499,9 @@ impl Error {
     /// no stock and quota stay what they are, with what remains named in their message (callers
     /// fall back on another offering, or cool down, on those kinds alone; [`Error::Leftovers`] has
     /// no place for both); any other error becomes [`Error::Leftovers`]. With nothing left, the
-    /// error itself. Deleting the machine later removes what remains; the error is no longer
-    /// [`made_nothing`](Error::made_nothing).
+    /// error itself. [`Provider::delete_named`](crate::Provider::delete_named) of the machine's
+    /// name removes what remains (no listing shows a piece without its machine); the error is no
+    /// longer [`made_nothing`](Error::made_nothing).
     pub fn with_leftovers(mut self, left: Vec<String>) -> Self {
         if left.is_empty() {
             return self;
@@ -508,7 +509,7 @@ impl Error {
         let listed = left.join(", ");
         let named = |message: &mut String| {
             *message = format!(
-                "{message}; the clean-up could not remove: {listed} (deleting the machine removes them)"
+                "{message}; the clean-up could not remove: {listed} (delete_named of its name removes them)"
             );
         };
         match &mut self {
