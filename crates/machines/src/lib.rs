@@ -10,10 +10,11 @@
 //!
 //! What every program on orca needs beside the calls lives here once too:
 //! [`Provider::machine_named`] reads this owner's machine of a pool by name (what a lost or failed
-//! create made); [`Error::made_nothing`] says whether a failed call surely changed nothing at the
-//! cloud (from what its attempts may have reached); and [`layer`] is a provider that forwards every
-//! method to another through a [`layer::Layer`], the base for metrics, fault injection and
-//! recording.
+//! create made), and [`Provider::delete_named`] removes what such a create left, the machine and
+//! the pieces beside it that no listing shows; [`Error::made_nothing`] says whether a failed call
+//! surely changed nothing at the cloud (from what its attempts may have reached); and [`layer`] is
+//! a provider that forwards every method to another through a [`layer::Layer`], the base for
+//! metrics, fault injection and recording.
 //!
 //! The contract every driver keeps is written once, numbered, in [`contract`] (the file
 //! `crates/machines/CONTRACT.md`); the conformance suite checks its lines 1 to 10, the core's and each
