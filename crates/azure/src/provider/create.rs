@@ -262,11 +262,16 @@ impl AzureProvider {
         let nic_id = self.id("Microsoft.Network/networkInterfaces", &names.nic);
         let mut keys: Vec<String> = self.cfg().ssh_public_key.iter().cloned().collect();
         keys.extend(spec.ssh_keys.iter().cloned());
-        let vm_body = self.vm_body(spec, &names, &image, &tags, &nic_id, &keys);
+        // This call's token on its VM alone: the VM is the piece a `PUT` can meet (412) after an
+        // attempt of this call whose answer was lost.
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut vm_tags = tags.clone();
+        vm_tags.insert(CREATE_TAG.to_string(), token.clone());
+        let vm_body = self.vm_body(spec, &names, &image, &vm_tags, &nic_id, &keys);
 
         let (pip, nic) = self.make_network(spec, &names, &tags, made).await?;
 
-        let (met_existing, attempts) = self.put_vm(spec, &names, &vm_body, made).await?;
+        let adopted = self.put_vm(spec, &names, &vm_body, &token, made).await?;
         let what = Res::new(Part::Vm, &names.vm).to_string();
         self.remember(&names.vm);
         // A create answers only once reads show the VM.
@@ -302,10 +307,8 @@ impl AzureProvider {
             addr = self.addresses_of(&vm).await?;
         }
         let m = self.machine_of(&vm, None, addr);
-        // Only an attempt that ended in a passing failure may have made the VM a 412 met; after
-        // throttling or refusals alone, the VM is an earlier call's.
-        Ok(if met_existing {
-            attempts.found(m)
+        Ok(if adopted {
+            Created::Adopted(m)
         } else {
             Created::Machine(m)
         })
@@ -412,34 +415,34 @@ impl AzureProvider {
         Ok((pip, nic))
     }
 
-    /// The VM's `PUT` with `If-None-Match: *` (412 when the VM exists), followed to its end; a VM
-    /// that exists is adopted when it is this owner's of the pool, of the size and location asked
-    /// for. Answers whether it met an existing VM, and the attempts' record.
+    /// The VM's `PUT` with `If-None-Match: *` (412 when the VM exists), carrying this call's
+    /// `token` in its [`CREATE_TAG`], followed to its end; a VM that exists is adopted when it is
+    /// this owner's of the pool, of the size and location asked for. Answers whether the VM is an
+    /// earlier call's (adopted) rather than this call's.
     pub(crate) async fn put_vm(
         &self,
         spec: &MachineSpec,
         names: &Names,
         vm_body: &Value,
+        token: &str,
         made: &mut Made,
-    ) -> Result<(bool, Attempts)> {
+    ) -> Result<bool> {
         // The VM: `If-None-Match: *` makes the PUT a create only (412 when the VM exists).
         let vm_res = Res::new(Part::Vm, &names.vm);
         let what = vm_res.to_string();
         let vm_url = self.vm_url(&names.vm, false);
         let op = format!("create {what}");
-        let attempts = Attempts::new();
         let put = self
             .client()
-            .call_recorded(
+            .call(
                 &op,
                 Method::PUT,
                 &vm_url,
                 Some(vm_body),
                 Condition::IfNoneMatch,
-                &attempts,
             )
             .await;
-        let met_existing = matches!(put, Err(Error::AlreadyExists { .. }));
+        let mut adopted = false;
         match put {
             Ok(a) => {
                 made.push(made_res(&vm_res, &vm_url, false));
@@ -474,10 +477,13 @@ impl AzureProvider {
                     made.retain(|m| !m.adopted);
                     return Err(Error::already_exists(why));
                 }
-                // A VM this call's own lost attempt may have made is this call's to remove if it
-                // fails; an earlier create's is adopted and never removed here.
-                let ours = attempts.may_have_made();
-                made.push(made_res(&vm_res, &vm_url, !ours));
+                // Only the VM carrying this call's token is this call's (an attempt whose answer
+                // was lost made it), to remove if it fails. An attempt that failed passingly may
+                // as well have made nothing: a VM without the token is an earlier create's,
+                // adopted and never removed here.
+                let ours = made_by(&found.tags, token);
+                adopted = !ours;
+                made.push(made_res(&vm_res, &vm_url, adopted));
                 if let Some(failure) = self.settle_vm(&names.vm).await? {
                     if ours {
                         return Err(failure);
@@ -495,7 +501,7 @@ impl AzureProvider {
                 return Err(e);
             }
         }
-        Ok((met_existing, attempts))
+        Ok(adopted)
     }
 
     /// Reads a VM being adopted until its provisioning state is final; answers the failure of a
