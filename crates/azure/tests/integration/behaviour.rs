@@ -1534,6 +1534,73 @@ async fn the_create_token_is_a_tag_of_the_vm_alone_and_never_a_label() {
     assert_eq!(token("vm-c1"), t1);
 }
 
+/// What an earlier failed create left (here its security group) is adopted by the next create of
+/// that name. When that create's VM `PUT` keeps failing passingly and Azure holds no VM of that
+/// name, the create made no VM: it removes what it made, and what it adopted stays as it was.
+#[tokio::test]
+async fn a_create_whose_vm_put_keeps_failing_passingly_keeps_what_it_adopted() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    f.refuse_delete("vm-q-nsg");
+    match p.create(&spec("vm-q", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => {
+            assert!(message.contains("security group vm-q-nsg"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    f.allow_delete("vm-q-nsg");
+    f.restore_stock(AMD, LOCATION);
+    let left = stray(&f);
+    assert_eq!(
+        left,
+        vec![(
+            "Microsoft.Network/networkSecurityGroups".to_string(),
+            "vm-q-nsg".to_string()
+        )]
+    );
+
+    f.control().clear_log();
+    f.control().inject(Rule::new(
+        Some("PUT".parse().unwrap()),
+        "/virtualMachines/vm-q",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "busy"}}),
+            headers: vec![],
+        },
+        100,
+    ));
+    let e = p.create(&spec("vm-q", AMD)).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert!(vm_puts(&f, "vm-q").iter().all(|s| *s == 503));
+    assert_eq!(
+        stray(&f),
+        left,
+        "the create removed what it adopted, or left what it made"
+    );
+    let deleted: Vec<String> = f
+        .control()
+        .log()
+        .into_iter()
+        .filter(|l| l.method.as_str() == "DELETE")
+        .map(|l| l.path)
+        .collect();
+    assert!(
+        !deleted.iter().any(|d| d.contains("/vm-q-nsg")),
+        "{deleted:?}"
+    );
+
+    // The retried create adopts the group again and makes the machine.
+    f.control().clear_faults();
+    p.create(&spec("vm-q", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(stray(&f).len(), 5);
+}
+
 #[tokio::test]
 async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
     let f = fake().await;
