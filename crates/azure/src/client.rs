@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use orca_machines::kit::{self, Attempts, Polled};
+use orca_machines::kit::{self, Polled};
 use orca_machines::{all_pages, parse_retry_after, Error, Page, Result, RetryPolicy};
 use reqwest::Method;
 use secrecy::ExposeSecret;
@@ -428,25 +428,6 @@ impl Client {
         condition: Condition,
     ) -> Result<Answer> {
         kit::call(KIND, op, &self.retry, || {
-            self.send(op, &method, url, body, condition)
-        })
-        .await
-    }
-
-    /// [`Client::call`] through [`kit::call_recorded`], each attempt's outcome in `attempts`: a
-    /// retried `PUT` whose earlier attempt ended in a passing failure (its answer lost) may meet
-    /// what it made itself; one whose earlier attempts were throttled or refused cannot
-    /// ([`Attempts`]).
-    pub(crate) async fn call_recorded(
-        &self,
-        op: &str,
-        method: Method,
-        url: &str,
-        body: Option<&Value>,
-        condition: Condition,
-        attempts: &Attempts,
-    ) -> Result<Answer> {
-        kit::call_recorded(KIND, op, &self.retry, attempts, || {
             self.send(op, &method, url, body, condition)
         })
         .await

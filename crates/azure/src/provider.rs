@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine as _;
 use futures::StreamExt;
-use orca_machines::kit::{self, lock, Attempts};
+use orca_machines::kit::{self, lock};
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of, Labels};
 use orca_machines::spec::validate_token;
 use orca_machines::{
@@ -44,6 +44,13 @@ pub const MAX_OS_DISK_GB: u32 = 4095;
 
 /// The name of the inbound SSH rule on a machine's own security group.
 pub const SSH_RULE: &str = "orca-ssh";
+
+/// The tag a create writes on its VM, with a random token of its own: when the VM's `PUT` meets a
+/// VM of that name (412), the tag tells whether this call made it (an attempt whose answer was
+/// lost) or an earlier one did. The driver's bookkeeping, not a label: never in
+/// [`Machine::labels`]. The `.` keeps it out of the label keys a caller can set
+/// ([`orca_machines::spec::LABEL_KEY_RULE`]), so no caller's label is ever taken for it.
+pub const CREATE_TAG: &str = "orca.create";
 
 /// Machines on Azure, as one owner's.
 #[derive(Clone)]

@@ -14,7 +14,10 @@
 //! - **Virtual machines** (`virtualMachine.json`, `VirtualMachine_Get*.json`): `timeCreated` (the
 //!   time the VM was made, RFC 3339 with seven fractional digits), `vmId`; the instance view
 //!   (`$expand=instanceView`, `.../instanceView`) with `ProvisioningState/...` and `PowerState/...`
-//!   statuses, the power states carrying no time (as in the published examples); power states
+//!   statuses, the power states carrying no time (as in the published examples), a failed VM's
+//!   naming the error that failed it (`ProvisioningState/failed/AllocationFailed`, level `Error`,
+//!   with the error's message: learn.microsoft.com "States and billing status of Azure Virtual
+//!   Machines", as reported in hail-is/hail#11393 and taskcluster/taskcluster#3347); power states
 //!   `starting`, `running`, `stopping`, `stopped`, `deallocating`, `deallocated`; `start`,
 //!   `deallocate`, `powerOff`, `restart`; resize by `PATCH`; `customData` never returned;
 //!   the sizes a VM can be resized to (`{vm}/vmSizes`, `VirtualMachines_ListAvailableSizes`,
@@ -108,6 +111,9 @@
 //! # What it does not reproduce
 //! - Real capacity, quotas, zones, images and prices: the catalogue is six sizes in three locations,
 //!   failures come only from the faults below.
+//! - Tag names compared without case (Azure's rule for tags): tags are kept exactly as a `PUT`,
+//!   a `PATCH` or the Tags API wrote them (values and case as sent, the whole set replaced by a
+//!   `PUT`, left alone by a `PUT` refused with 412), and matched as written.
 //! - Azure Policy beyond a deny of a resource type and the landing zones' deny of public addresses
 //!   ([`FakeAzure::deny_public_addresses`]); RBAC beyond the one role scope above; locks
 //!   beyond [`FakeAzure::refuse_delete`] (`ScopeLocked`). A lock on what a VM's delete would delete
@@ -307,6 +313,9 @@ struct Res {
     power: String,
     /// When a new VM starts to show to reads ([`FakeAzure::set_visibility_delay`]); `None`: it does.
     visible_at: Option<Instant>,
+    /// The error (code, message) of the operation that failed it, which a failed VM's instance
+    /// view names.
+    failure: Option<(String, String)>,
 }
 
 impl Res {
@@ -316,6 +325,7 @@ impl Res {
             body,
             power: String::new(),
             visible_at: None,
+            failure: None,
         }
     }
 

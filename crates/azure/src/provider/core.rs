@@ -38,6 +38,17 @@ pub(crate) fn dns_label(name: &str) -> String {
     }
 }
 
+/// Whether `key` is [`CREATE_TAG`] (tag names are compared without case on Azure).
+pub(crate) fn is_create_tag(key: &str) -> bool {
+    key.eq_ignore_ascii_case(CREATE_TAG)
+}
+
+/// Whether a VM with `tags` was made by the create whose token is `token`. A VM without the tag
+/// (made by an older driver) is an earlier create's.
+pub(crate) fn made_by(tags: &Labels, token: &str) -> bool {
+    tags.iter().any(|(k, v)| is_create_tag(k) && v == token)
+}
+
 /// Where the addresses of a machine come from.
 #[derive(Default)]
 pub(crate) struct Addresses {
@@ -311,7 +322,12 @@ impl AzureProvider {
         m.fqdn = addr.fqdn;
         m.created_at = vm.created_at();
         m.pool = pool_of(&vm.tags);
-        m.labels = vm.tags.clone();
+        m.labels = vm
+            .tags
+            .iter()
+            .filter(|(k, _)| !is_create_tag(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         m
     }
 

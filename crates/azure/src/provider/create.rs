@@ -3,22 +3,32 @@
 
 use super::*;
 
+/// How a create came to hold a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// This call made it: Azure accepted its `PUT`, or the VM carries this call's token.
+    Made,
+    /// A `PUT` of this call failed passingly: Azure may hold what it made, or nothing at all.
+    Maybe,
+    /// Found, not made, by this call (an earlier create's, or an existing machine's).
+    Adopted,
+}
+
 /// A resource a create made or adopted, with its URL.
 pub(crate) struct MadeRes {
     pub(crate) res: Res,
     pub(crate) url: String,
-    /// Found, not made, by this call (a retried create's, or an existing machine's).
-    pub(crate) adopted: bool,
+    pub(crate) origin: Origin,
 }
 
 /// What a create had made or adopted, newest last.
 pub(crate) type Made = Vec<MadeRes>;
 
-pub(crate) fn made_res(res: &Res, url: &str, adopted: bool) -> MadeRes {
+pub(crate) fn made_res(res: &Res, url: &str, origin: Origin) -> MadeRes {
     MadeRes {
         res: res.clone(),
         url: url.to_string(),
-        adopted,
+        origin,
     }
 }
 
@@ -119,7 +129,7 @@ impl AzureProvider {
                     tags.location
                 )));
             }
-            made.push(made_res(res, url, true));
+            made.push(made_res(res, url, Origin::Adopted));
             return self.settle(&what, url).await;
         }
         let op = format!("create {what}");
@@ -129,32 +139,40 @@ impl AzureProvider {
             .await
         {
             Ok(a) => {
-                made.push(made_res(res, url, false));
+                made.push(made_res(res, url, Origin::Made));
                 self.client().wait(&op, &a).await?;
                 Ok(a.body)
             }
             Err(e) => {
                 if e.is_retryable() {
                     // The PUT may have been served: clean-up must look.
-                    made.push(made_res(res, url, false));
+                    made.push(made_res(res, url, Origin::Maybe));
                 }
                 Err(e)
             }
         }
     }
 
-    /// Removes what a failed create made, newest first (the VM first: it takes its interface,
-    /// address and disk with it); names what could not be removed. What it adopted stays unless
-    /// this call made the VM: then those pieces served that VM alone. A capacity or quota outcome stays what it is,
-    /// with what remains named in its message ([`Error::with_leftovers`]): callers fall
-    /// back on it; any other failure becomes [`Error::Leftovers`].
+    /// Removes what a failed create made or may have made, newest first (the VM first: it takes
+    /// its interface, address and disk with it); names what could not be removed. What it adopted
+    /// stays unless this call surely made the VM: then those pieces served that VM alone. A
+    /// capacity or quota outcome stays what it is, with what remains named in its message
+    /// ([`Error::with_leftovers`]): callers fall back on it; any other failure becomes
+    /// [`Error::Leftovers`].
     pub(crate) async fn undo(&self, made: &Made, error: Error) -> Error {
         let mut left = Vec::new();
         // What was adopted may be an earlier create's machine and what it uses: it stays. Only
         // once this call has made its own VM were the adopted pieces (what an earlier failed
-        // create left) serving that VM alone, and they go with it.
-        let vm_made = made.iter().any(|m| !m.adopted && m.res.part == Part::Vm);
-        for m in made.iter().rev().filter(|m| vm_made || !m.adopted) {
+        // create left) serving that VM alone, and they go with it. A VM `PUT` that failed
+        // passingly proves no VM of this call's: it may have made nothing.
+        let vm_made = made
+            .iter()
+            .any(|m| m.origin == Origin::Made && m.res.part == Part::Vm);
+        for m in made
+            .iter()
+            .rev()
+            .filter(|m| vm_made || m.origin != Origin::Adopted)
+        {
             let what = m.res.to_string();
             let removed = if m.res.part == Part::Interface {
                 self.remove_interface(&what, &m.url, self.cfg().reservation_wait)
@@ -262,11 +280,16 @@ impl AzureProvider {
         let nic_id = self.id("Microsoft.Network/networkInterfaces", &names.nic);
         let mut keys: Vec<String> = self.cfg().ssh_public_key.iter().cloned().collect();
         keys.extend(spec.ssh_keys.iter().cloned());
-        let vm_body = self.vm_body(spec, &names, &image, &tags, &nic_id, &keys);
+        // This call's token on its VM alone: the VM is the piece a `PUT` can meet (412) after an
+        // attempt of this call whose answer was lost.
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut vm_tags = tags.clone();
+        vm_tags.insert(CREATE_TAG.to_string(), token.clone());
+        let vm_body = self.vm_body(spec, &names, &image, &vm_tags, &nic_id, &keys);
 
         let (pip, nic) = self.make_network(spec, &names, &tags, made).await?;
 
-        let (met_existing, attempts) = self.put_vm(spec, &names, &vm_body, made).await?;
+        let origin = self.put_vm(spec, &names, &vm_body, &token, made).await?;
         let what = Res::new(Part::Vm, &names.vm).to_string();
         self.remember(&names.vm);
         // A create answers only once reads show the VM.
@@ -302,12 +325,9 @@ impl AzureProvider {
             addr = self.addresses_of(&vm).await?;
         }
         let m = self.machine_of(&vm, None, addr);
-        // Only an attempt that ended in a passing failure may have made the VM a 412 met; after
-        // throttling or refusals alone, the VM is an earlier call's.
-        Ok(if met_existing {
-            attempts.found(m)
-        } else {
-            Created::Machine(m)
+        Ok(match origin {
+            Origin::Adopted => Created::Adopted(m),
+            Origin::Made | Origin::Maybe => Created::Machine(m),
         })
     }
 
@@ -412,38 +432,38 @@ impl AzureProvider {
         Ok((pip, nic))
     }
 
-    /// The VM's `PUT` with `If-None-Match: *` (412 when the VM exists), followed to its end; a VM
-    /// that exists is adopted when it is this owner's of the pool, of the size and location asked
-    /// for. Answers whether it met an existing VM, and the attempts' record.
+    /// The VM's `PUT` with `If-None-Match: *` (412 when the VM exists), carrying this call's
+    /// `token` in its [`CREATE_TAG`], followed to its end; a VM that exists is adopted when it is
+    /// this owner's of the pool, of the size and location asked for. Answers whether this call
+    /// made the VM ([`Origin::Made`]) or adopted an earlier call's ([`Origin::Adopted`]).
     pub(crate) async fn put_vm(
         &self,
         spec: &MachineSpec,
         names: &Names,
         vm_body: &Value,
+        token: &str,
         made: &mut Made,
-    ) -> Result<(bool, Attempts)> {
+    ) -> Result<Origin> {
         // The VM: `If-None-Match: *` makes the PUT a create only (412 when the VM exists).
         let vm_res = Res::new(Part::Vm, &names.vm);
         let what = vm_res.to_string();
         let vm_url = self.vm_url(&names.vm, false);
         let op = format!("create {what}");
-        let attempts = Attempts::new();
         let put = self
             .client()
-            .call_recorded(
+            .call(
                 &op,
                 Method::PUT,
                 &vm_url,
                 Some(vm_body),
                 Condition::IfNoneMatch,
-                &attempts,
             )
             .await;
-        let met_existing = matches!(put, Err(Error::AlreadyExists { .. }));
         match put {
             Ok(a) => {
-                made.push(made_res(&vm_res, &vm_url, false));
+                made.push(made_res(&vm_res, &vm_url, Origin::Made));
                 self.client().wait(&op, &a).await?;
+                Ok(Origin::Made)
             }
             Err(Error::AlreadyExists { .. }) => {
                 // Made by this call's own earlier attempt (whose answer was lost), or by an earlier
@@ -471,13 +491,16 @@ impl AzureProvider {
                 };
                 if let Some(why) = refused {
                     // What was adopted on the way belongs to the VM that exists: it stays.
-                    made.retain(|m| !m.adopted);
+                    made.retain(|m| m.origin != Origin::Adopted);
                     return Err(Error::already_exists(why));
                 }
-                // A VM this call's own lost attempt may have made is this call's to remove if it
-                // fails; an earlier create's is adopted and never removed here.
-                let ours = attempts.may_have_made();
-                made.push(made_res(&vm_res, &vm_url, !ours));
+                // Only the VM carrying this call's token is this call's (an attempt whose answer
+                // was lost made it), to remove if it fails. An attempt that failed passingly may
+                // as well have made nothing: a VM without the token is an earlier create's,
+                // adopted and never removed here.
+                let ours = made_by(&found.tags, token);
+                let origin = if ours { Origin::Made } else { Origin::Adopted };
+                made.push(made_res(&vm_res, &vm_url, origin));
                 if let Some(failure) = self.settle_vm(&names.vm).await? {
                     if ours {
                         return Err(failure);
@@ -487,15 +510,16 @@ impl AzureProvider {
                     // provisioning state in `cloud_status`), and deleting it is the caller's call.
                     tracing::warn!(vm = %names.vm, error = %failure, "adopted a VM in provisioning state Failed");
                 }
+                Ok(origin)
             }
             Err(e) => {
                 if e.is_retryable() {
-                    made.push(made_res(&vm_res, &vm_url, false));
+                    // The PUT may have been served: clean-up must look.
+                    made.push(made_res(&vm_res, &vm_url, Origin::Maybe));
                 }
-                return Err(e);
+                Err(e)
             }
         }
-        Ok((met_existing, attempts))
     }
 
     /// Reads a VM being adopted until its provisioning state is final; answers the failure of a

@@ -1319,6 +1319,287 @@ async fn a_repeated_create_failing_before_the_vm_removes_none_of_the_machines_pi
     );
 }
 
+/// A 500 on the next `PUT` of VM `name`: a passing failure before Azure acted on it.
+fn vm_put_server_error(name: &str) -> Rule {
+    Rule::new(
+        Some("PUT".parse().unwrap()),
+        &format!("/virtualMachines/{name}"),
+        Fault::Status {
+            status: 500,
+            body: serde_json::json!({"error": {"code": "InternalServerError", "message": "try again"}}),
+            headers: vec![],
+        },
+        1,
+    )
+}
+
+/// The statuses of the `PUT`s of VM `name` in the log.
+fn vm_puts(f: &orca_fakes::azure::FakeAzure, name: &str) -> Vec<u16> {
+    let path = format!("/virtualMachines/{name}?");
+    f.control()
+        .log()
+        .into_iter()
+        .filter(|l| l.method.as_str() == "PUT" && l.path.contains(&path))
+        .map(|l| l.status)
+        .collect()
+}
+
+/// A create whose first VM `PUT` fails passingly before Azure acts on it (a 500) and whose retry
+/// meets a VM (412) did not make that VM: an earlier create did, and it is adopted, not new.
+#[tokio::test]
+async fn a_vm_met_after_a_passing_failure_that_made_nothing_is_adopted_not_new() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-w", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let held = stray(&f);
+    f.control().clear_log();
+    f.control().inject(vm_put_server_error("vm-w"));
+    match p.create(&spec("vm-w", AMD)).await {
+        Ok(Created::Adopted(m)) => assert_eq!(m.status, Status::Running, "{m:?}"),
+        other => panic!("a 500 then a 412 on an earlier call's VM gave {other:?}"),
+    }
+    assert_eq!(vm_puts(&f, "vm-w"), vec![500, 412]);
+    assert_eq!(stray(&f), held);
+}
+
+/// The same for an earlier create's VM that Azure marks Failed and that carries no create tag (as
+/// one an older driver made): it is that create's machine, answered as it is, and neither it nor
+/// what it holds is removed.
+#[tokio::test]
+async fn a_failed_vm_met_after_a_passing_failure_that_made_nothing_is_answered_and_kept() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-v", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let held = stray(&f);
+    assert_eq!(held.len(), 5, "{held:?}");
+    // An update Azure cannot allocate leaves the VM in provisioning state Failed; the update
+    // keeps orca's ownership tags alone.
+    let path = format!(
+        "/subscriptions/{}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Compute/virtualMachines/vm-v?api-version=2024-07-01",
+        orca_fakes::azure::SUBSCRIPTION
+    );
+    let (_, mut vm) = raw(&f, reqwest::Method::GET, &path, None).await;
+    let tags = vm["tags"].as_object_mut().unwrap();
+    tags.retain(|k, _| ["orca", "orca-pool", "orca-owner"].contains(&k.as_str()));
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    let (_, _, end) = raw_ending(&f, reqwest::Method::PUT, &path, Some(vm)).await;
+    assert_eq!(end.unwrap()["status"], "Failed");
+
+    f.control().clear_log();
+    f.control().inject(vm_put_server_error("vm-v"));
+    match p.create(&spec("vm-v", AMD)).await {
+        Ok(Created::Adopted(m)) => {
+            assert_eq!(m.id, "vm-v");
+            assert!(
+                m.cloud_status.to_ascii_lowercase().contains("failed"),
+                "{m:?}"
+            );
+        }
+        other => panic!("a 500 then a 412 on an earlier call's failed VM gave {other:?}"),
+    }
+    assert_eq!(vm_puts(&f, "vm-v"), vec![500, 412]);
+    assert_eq!(
+        stray(&f),
+        held,
+        "the create removed an earlier call's machine"
+    );
+    assert!(
+        !f.control()
+            .log()
+            .iter()
+            .any(|l| l.method.as_str() == "DELETE"),
+        "a create deleted something"
+    );
+}
+
+/// A VM the create's own attempt made, whose answer was lost, carries that create's token: the
+/// retried `PUT` meets it (412) and it is this call's, answered as new, and removed with what the
+/// call made when Azure fails it.
+#[tokio::test]
+async fn a_vm_the_calls_own_lost_attempt_made_is_its_own() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    f.lose_next_vm_put_answer();
+    match p.create(&spec("vm-g1", AMD)).await {
+        Ok(Created::Machine(m)) => assert_eq!(m.id, "vm-g1"),
+        other => panic!("a lost answer then a 412 on this call's VM gave {other:?}"),
+    }
+    assert_eq!(vm_puts(&f, "vm-g1").last(), Some(&412));
+    assert_eq!(stray(&f).len(), 5);
+
+    // Azure fails the VM the lost attempt made: it is this call's, removed with its pieces.
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    f.lose_next_vm_put_answer();
+    match p.create(&spec("vm-g2", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => {
+            assert!(!message.contains("could not remove"), "{message}")
+        }
+        other => panic!("this call's failed VM gave {other:?}"),
+    }
+    assert_eq!(vm_puts(&f, "vm-g2").last(), Some(&412));
+    let left: Vec<_> = stray(&f)
+        .into_iter()
+        .filter(|(_, n)| n.starts_with("vm-g2"))
+        .collect();
+    assert_eq!(left, vec![]);
+}
+
+/// Each create writes a token of its own on its VM (the `orca.create` tag), and only there: it is
+/// the driver's bookkeeping, never one of the machine's labels, however the machine is read.
+#[tokio::test]
+async fn the_create_token_is_a_tag_of_the_vm_alone_and_never_a_label() {
+    use orca_machines::MachineLabels as _;
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let s = spec("vm-c1", AMD).with_label("role", "builder");
+    let made = p.create(&s).await.unwrap().machine().unwrap();
+    p.create(&spec("vm-c2", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let token = |name: &str| {
+        f.resource(RESOURCE_GROUP, "Microsoft.Compute/virtualMachines", name)
+            .unwrap()["tags"]["orca.create"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    let (t1, t2) = (token("vm-c1"), token("vm-c2"));
+    assert_eq!(t1.len(), 36, "a random (version 4) UUID: {t1:?}");
+    assert_ne!(t1, t2, "two creates share a token");
+    for (kind, name) in stray(&f) {
+        let tags = &f.resource(RESOURCE_GROUP, &kind, &name).unwrap()["tags"];
+        if !kind.ends_with("virtualMachines") {
+            assert!(tags.get("orca.create").is_none(), "{kind}/{name}: {tags}");
+        }
+    }
+    let expected: orca_machines::labels::Labels = [
+        ("orca", "pool"),
+        ("orca-owner", "stack-1"),
+        ("orca-pool", "lab"),
+        ("role", "builder"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let read = p.machine("vm-c1").await.unwrap().unwrap();
+    let named = p.machine_named("lab", "vm-c1").await.unwrap().unwrap();
+    let listed = p.machines("lab").await.unwrap();
+    let listed = listed.iter().find(|m| m.id == "vm-c1").unwrap();
+    let adopted = match p.create(&s).await.unwrap() {
+        Created::Adopted(m) => m,
+        other => panic!("a repeated create gave {other:?}"),
+    };
+    for m in [&made, &read, &named, listed, &adopted] {
+        assert_eq!(m.labels, expected, "{m:?}");
+    }
+    let labelled = p
+        .set_labels(
+            "vm-c1",
+            &orca_machines::labels::Labels::new(),
+            &["role".to_string()],
+        )
+        .await
+        .unwrap();
+    assert!(!labelled.labels.contains_key("orca.create"), "{labelled:?}");
+    assert_eq!(token("vm-c1"), t1, "a label change lost the token");
+    // No caller can set or remove it: it is not a label key.
+    let set = orca_machines::labels::Labels::from([("orca.create".to_string(), "x".to_string())]);
+    let e = p.set_labels("vm-c1", &set, &[]).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
+    let e = p
+        .set_labels(
+            "vm-c1",
+            &orca_machines::labels::Labels::new(),
+            &["orca.create".to_string()],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
+    let e = p
+        .create(&spec("vm-c3", AMD).with_label("orca.create", "x"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{e}");
+    assert_eq!(token("vm-c1"), t1);
+}
+
+/// What an earlier failed create left (here its security group) is adopted by the next create of
+/// that name. When that create's VM `PUT` keeps failing passingly and Azure holds no VM of that
+/// name, the create made no VM: it removes what it made, and what it adopted stays as it was.
+#[tokio::test]
+async fn a_create_whose_vm_put_keeps_failing_passingly_keeps_what_it_adopted() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    f.refuse_delete("vm-q-nsg");
+    match p.create(&spec("vm-q", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => {
+            assert!(message.contains("security group vm-q-nsg"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    f.allow_delete("vm-q-nsg");
+    f.restore_stock(AMD, LOCATION);
+    let left = stray(&f);
+    assert_eq!(
+        left,
+        vec![(
+            "Microsoft.Network/networkSecurityGroups".to_string(),
+            "vm-q-nsg".to_string()
+        )]
+    );
+
+    f.control().clear_log();
+    f.control().inject(Rule::new(
+        Some("PUT".parse().unwrap()),
+        "/virtualMachines/vm-q",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "busy"}}),
+            headers: vec![],
+        },
+        100,
+    ));
+    let e = p.create(&spec("vm-q", AMD)).await.unwrap_err();
+    assert!(e.is_retryable(), "{e}");
+    assert!(vm_puts(&f, "vm-q").iter().all(|s| *s == 503));
+    assert_eq!(
+        stray(&f),
+        left,
+        "the create removed what it adopted, or left what it made"
+    );
+    let deleted: Vec<String> = f
+        .control()
+        .log()
+        .into_iter()
+        .filter(|l| l.method.as_str() == "DELETE")
+        .map(|l| l.path)
+        .collect();
+    assert!(
+        !deleted.iter().any(|d| d.contains("/vm-q-nsg")),
+        "{deleted:?}"
+    );
+
+    // The retried create adopts the group again and makes the machine.
+    f.control().clear_faults();
+    p.create(&spec("vm-q", AMD))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    assert_eq!(stray(&f).len(), 5);
+}
+
 #[tokio::test]
 async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
     let f = fake().await;

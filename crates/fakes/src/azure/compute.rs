@@ -206,11 +206,18 @@ pub(super) fn instance_view(res: &Res) -> Value {
         .as_str()
         .unwrap_or("Succeeded")
         .to_string();
-    let mut statuses = vec![json!({
+    let mut provisioning = json!({
         "code": format!("ProvisioningState/{}", ps.to_ascii_lowercase()),
         "level": if ps == "Failed" { "Error" } else { "Info" },
         "displayStatus": format!("Provisioning {}", ps.to_ascii_lowercase()),
-    })];
+    });
+    // A failed VM's status names the error that failed it, as Azure's does:
+    // `ProvisioningState/failed/AllocationFailed` with the error's message.
+    if let (true, Some((code, message))) = (ps == "Failed", &res.failure) {
+        provisioning["code"] = json!(format!("ProvisioningState/failed/{code}"));
+        provisioning["message"] = json!(message);
+    }
+    let mut statuses = vec![provisioning];
     if !res.power.is_empty() {
         statuses.push(json!({
             "code": format!("PowerState/{}", res.power),

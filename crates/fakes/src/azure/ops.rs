@@ -140,6 +140,7 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
             if let Some(x) = st.res.get_mut(&op.key) {
                 x.body["properties"]["provisioningState"] = json!("Failed");
                 x.power.clear();
+                x.failure = Some((code.clone(), msg.clone()));
                 if x.kind == Kind::Vm {
                     failed_vm = Some(x.body.clone());
                 }

@@ -205,6 +205,7 @@ pub(super) fn put(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) -> 
             body: body.clone(),
             power,
             visible_at,
+            failure: None,
         },
     );
     let op = start_op(st, r, &key, kind, &location, action);
