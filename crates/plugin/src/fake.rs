@@ -39,7 +39,7 @@ pub const LACKS_ENV: &str = "ORCA_PLUGIN_FAKE_LACKS";
 const CALLS_KEPT: usize = 1000;
 
 /// The calls of the contract a provider served, by operation and subject: the last
-/// [`CALLS_KEPT`], so that a long-lived fake does not grow without end.
+/// 1,000, so that a long-lived fake does not grow without end.
 #[derive(Debug, Clone, Default)]
 pub struct Served {
     calls: Arc<Mutex<VecDeque<pb::Call>>>,
