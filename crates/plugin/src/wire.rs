@@ -195,6 +195,7 @@ pub(crate) fn created_to(c: Created) -> pb::create_reply::Outcome {
             machine_type,
             location,
             message,
+            ..
         } => Outcome::NoStock(pb::NoStock {
             machine_type,
             location,

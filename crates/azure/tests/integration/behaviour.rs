@@ -211,6 +211,7 @@ async fn a_create_failing_at_the_vm_step_leaves_no_address_interface_or_security
                 machine_type,
                 location,
                 message,
+                ..
             }) => {
                 assert_eq!((machine_type.as_str(), location.as_str()), (AMD, LOCATION));
                 assert!(message.contains(code), "{message}");
@@ -248,6 +249,7 @@ async fn a_failed_create_names_what_it_could_not_remove() {
             machine_type,
             location,
             message,
+            ..
         }) => {
             assert_eq!((machine_type.as_str(), location.as_str()), (AMD, LOCATION));
             assert!(message.contains("Allocation failed"), "{message}");

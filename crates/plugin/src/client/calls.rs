@@ -89,6 +89,7 @@ impl Provider for PluginProvider {
                 machine_type: n.machine_type,
                 location: n.location,
                 message: n.message,
+                left: Vec::new(),
             }),
         )
     }

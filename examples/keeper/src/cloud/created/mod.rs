@@ -277,6 +277,7 @@ impl Keeper {
                 machine_type,
                 location,
                 message,
+                ..
             }) => {
                 let why = format!(
                     "VM {} refused: no stock of {machine_type} in {location} ({message})",
