@@ -543,11 +543,8 @@ impl GceProvider {
             let e = e.with_operation("instances.insert");
             let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
             // No stock and quota stay what they are when something is left (callers fall back on
-            // them), with what remains named in their message.
-            return match e.with_leftovers(left) {
-                Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
-                e => Err(e),
-            };
+            // them), with what remains named in their message and, for no stock, in its answer.
+            return kit::no_stock_of(spec, e.with_leftovers(left));
         }
         match self
             .read_fresh(r, Instant::now())
@@ -872,7 +869,7 @@ impl Provider for GceProvider {
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 self.adopt(spec, &r, &attempts, e).await
             }
-            Err(Error::NoStock { message, .. }) => Ok(kit::no_stock(spec, message)),
+            Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
             Err(e @ Error::PermissionDenied { .. })
                 if !spec.ssh_keys.is_empty() && e.to_string().contains(OS_LOGIN_POLICY) =>
             {

@@ -455,15 +455,6 @@ impl HetznerProvider {
         }
     }
 
-    /// No stock of the spec's type in its location ([`kit::no_stock`]), from `e` (an error of kind
-    /// `NoStock`; any other error is answered as it is).
-    fn no_stock(spec: &MachineSpec, e: Error) -> Result<Created> {
-        match e {
-            Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
-            other => Err(other),
-        }
-    }
-
     /// A create whose name is taken: the server of that name when it is this owner's, of this pool,
     /// type and location (a retried create), after its running actions end; else `AlreadyExists`
     /// (`conflict`: the name is known to be taken) or `taken` itself. `attempts`: this create call's
@@ -536,7 +527,7 @@ impl HetznerProvider {
                 // server goes, so that the name frees for the next try.
                 Err(failed) if is_create => {
                     let e = self.remove_failed(s.id, &spec.name, failed).await;
-                    return Self::no_stock(spec, e);
+                    return kit::no_stock_of(spec, e);
                 }
                 Err(failed) => return Err(failed),
             }
@@ -710,7 +701,7 @@ impl Provider for HetznerProvider {
                 // A create retried after a lost answer can meet the stock or the server limit that its
                 // first attempt used up: take over the server that attempt made, when there is one.
                 return match self.adopt(spec, e, false, &attempts).await {
-                    Err(e @ Error::NoStock { .. }) => Self::no_stock(spec, e),
+                    Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
                     other => other,
                 };
             }
@@ -739,7 +730,7 @@ impl Provider for HetznerProvider {
             // that failed for placement or capacity is no stock.
             Ok(Err(failed)) => {
                 let e = self.remove_failed(id, &spec.name, failed).await;
-                return Self::no_stock(spec, e);
+                return kit::no_stock_of(spec, e);
             }
         }
         let s = self

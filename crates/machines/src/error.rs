@@ -33,6 +33,10 @@ pub struct Context {
     /// loop ([`crate::RetryPolicy::retry`], and so [`crate::kit::call`]) sets it; a throttling answer
     /// or a refusal was not acted on and leaves it unset. [`Error::made_nothing`] reads it.
     pub may_have_acted: bool,
+    /// What the clean-up after a failed create could not remove (kind and id, as
+    /// [`Error::Leftovers`] names them), for a no stock or quota that stays what it is
+    /// ([`Error::with_leftovers`]); empty otherwise. [`Error::left`] reads it.
+    pub left: Vec<String>,
 }
 
 impl Context {
@@ -67,6 +71,9 @@ impl std::fmt::Debug for Context {
         }
         if self.may_have_acted {
             d.field("may_have_acted", &true);
+        }
+        if !self.left.is_empty() {
+            d.field("left", &self.left);
         }
         d.finish()
     }
@@ -496,9 +503,10 @@ impl Error {
     }
 
     /// The answer of a call that failed with this error and whose clean-up could not remove `left`:
-    /// no stock and quota stay what they are, with what remains named in their message (callers
-    /// fall back on another offering, or cool down, on those kinds alone; [`Error::Leftovers`] has
-    /// no place for both); any other error becomes [`Error::Leftovers`]. With nothing left, the
+    /// no stock and quota stay what they are, with what remains named in their message and kept in
+    /// their context for [`Error::left`] (callers fall back on another offering, or cool down, on
+    /// those kinds alone; [`Error::Leftovers`] has no place for both); any other error becomes
+    /// [`Error::Leftovers`]. With nothing left, the
     /// error itself. [`Provider::delete_named`](crate::Provider::delete_named) of the machine's
     /// name removes what remains (no listing shows a piece without its machine); the error is no
     /// longer [`made_nothing`](Error::made_nothing).
@@ -528,8 +536,30 @@ impl Error {
             }
             _ => return Error::leftovers(self, left),
         }
-        // What is left stands in the cloud: this call did not make nothing.
+        self.keeping_left(left)
+    }
+
+    /// This no stock or quota with `left` kept in its context, its message as it is; what is left
+    /// stands in the cloud, so the call did not make nothing.
+    pub(crate) fn keeping_left(mut self, left: Vec<String>) -> Self {
+        if left.is_empty() {
+            return self;
+        }
+        if let Some(c) = self.context_mut() {
+            c.left.extend(left);
+        }
         self.with_may_have_acted()
+    }
+
+    /// What the clean-up after this failed call could not remove: the list of an
+    /// [`Error::Leftovers`], or of a no stock or quota marked by [`Error::with_leftovers`]; empty
+    /// when nothing is known to remain. [`Provider::delete_named`](crate::Provider::delete_named) of
+    /// the machine's name removes it.
+    pub fn left(&self) -> &[String] {
+        match self {
+            Error::Leftovers { left, .. } => left,
+            other => other.context().map_or(&[], |c| c.left.as_slice()),
+        }
     }
 
     /// An [`Error::Other`].
@@ -882,6 +912,7 @@ mod tests {
             matches!(&e, Error::Leftovers { error, left } if error.kind() == ErrorKind::Transient && left.len() == 1),
             "{e:?}"
         );
+        assert_eq!(e.left(), left().as_slice());
         let e = Error::transient("boom").with_leftovers(Vec::new());
         assert_eq!(e.kind(), ErrorKind::Transient);
     }
@@ -898,6 +929,25 @@ mod tests {
         assert!(Error::quota("cores")
             .with_leftovers(Vec::new())
             .made_nothing());
+    }
+
+    /// The list stays a list, for a driver to hand on without reading the message.
+    #[test]
+    fn no_stock_or_quota_with_leftovers_keeps_the_list() {
+        let left = || vec!["disk d1".to_string(), "address a1".to_string()];
+        let clean = Error::no_stock("e2-small", "zone-a", "no room");
+        assert!(clean.left().is_empty());
+        let e = clean
+            .with_code("ZONE_RESOURCE_POOL_EXHAUSTED")
+            .with_leftovers(left());
+        assert_eq!(e.left(), left().as_slice());
+        assert_eq!(e.code(), Some("ZONE_RESOURCE_POOL_EXHAUSTED"));
+        assert!(format!("{e:?}").contains("disk d1"), "{e:?}");
+        assert_eq!(
+            Error::quota("cores").with_leftovers(left()).left(),
+            left().as_slice()
+        );
+        assert!(Error::transient("boom").left().is_empty());
     }
 }
 

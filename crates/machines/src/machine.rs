@@ -161,10 +161,31 @@ pub enum Created {
         location: String,
         /// The cloud's own words.
         message: String,
+        /// What the clean-up of this create could not remove (kind and id, as
+        /// [`Error::Leftovers`](crate::Error::Leftovers) names them): empty for a clean no stock.
+        /// [`Provider::delete_named`](crate::Provider::delete_named) of the machine's name removes
+        /// it. Absent from an answer serialized before it existed, and read as empty.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        left: Vec<String>,
     },
 }
 
 impl Created {
+    /// What the clean-up of a no-stock create could not remove; empty for a clean no stock and for
+    /// a machine.
+    pub fn left(&self) -> &[String] {
+        match self {
+            Created::NoStock { left, .. } => left,
+            Created::Machine(_) | Created::Adopted(_) => &[],
+        }
+    }
+
+    /// Whether this is a no stock whose clean-up left something behind: its name is not free of
+    /// what it made until [`Provider::delete_named`](crate::Provider::delete_named) removes it.
+    pub fn may_have_left(&self) -> bool {
+        !self.left().is_empty()
+    }
+
     /// The machine, made or adopted.
     pub fn machine(self) -> Option<Machine> {
         match self {
@@ -187,7 +208,8 @@ impl Created {
     }
 
     /// The machine (made or adopted), or no stock as [`crate::Error::NoStock`]: for callers that treat
-    /// it as an error.
+    /// it as an error. What the no stock left stays in the error ([`crate::Error::left`]), which is
+    /// then not [`made_nothing`](crate::Error::made_nothing).
     pub fn into_result(self) -> crate::Result<Machine> {
         match self {
             Created::Machine(m) | Created::Adopted(m) => Ok(m),
@@ -195,7 +217,8 @@ impl Created {
                 machine_type,
                 location,
                 message,
-            } => Err(crate::Error::no_stock(machine_type, location, message)),
+                left,
+            } => Err(crate::Error::no_stock(machine_type, location, message).keeping_left(left)),
         }
     }
 }

@@ -195,11 +195,23 @@ pub(crate) fn created_to(c: Created) -> pb::create_reply::Outcome {
             machine_type,
             location,
             message,
+            left,
         } => Outcome::NoStock(pb::NoStock {
             machine_type,
             location,
             message,
+            left,
         }),
+    }
+}
+
+/// A no-stock answer from its message; one without `left` (an older plugin's) is a clean no stock.
+pub(crate) fn no_stock_from(w: pb::NoStock) -> Created {
+    Created::NoStock {
+        machine_type: w.machine_type,
+        location: w.location,
+        message: w.message,
+        left: w.left,
     }
 }
 
@@ -383,6 +395,34 @@ mod tests {
         ] {
             assert_eq!(capabilities_from(&capabilities_to(&c)), c);
         }
+    }
+
+    #[test]
+    fn a_no_stock_keeps_what_its_clean_up_left_and_an_older_answer_reads_as_clean() {
+        use pb::create_reply::Outcome;
+        let spec = MachineSpec::new("n", "t", "l", "p");
+        let marked = Error::no_stock("", "", "no room").with_leftovers(vec!["disk l:n-1".into()]);
+        for c in [
+            orca_machines::kit::no_stock(&spec, "no room"),
+            orca_machines::kit::no_stock_of(&spec, marked).unwrap(),
+        ] {
+            let Outcome::NoStock(w) = created_to(c.clone()) else {
+                panic!("{c:?}");
+            };
+            assert_eq!(no_stock_from(w), c);
+        }
+        // A plugin built before the field existed sends the first three fields only (each a
+        // length-delimited string: its tag, its length, its bytes).
+        let mut older = Vec::new();
+        for (field, text) in [(1u8, "t"), (2, "l"), (3, "no room")] {
+            older.extend([field << 3 | 2, text.len() as u8]);
+            older.extend(text.as_bytes());
+        }
+        let read: pb::NoStock = prost::Message::decode(older.as_slice()).unwrap();
+        assert_eq!(
+            no_stock_from(read),
+            orca_machines::kit::no_stock(&spec, "no room")
+        );
     }
 
     #[test]

@@ -88,10 +88,7 @@ impl AzureProvider {
                     }
                 }
                 let e = e.with_placement(&spec.machine_type, &spec.location);
-                match self.undo(&made, e).await {
-                    Error::NoStock { message, .. } => Ok(kit::no_stock(spec, message)),
-                    other => Err(other),
-                }
+                kit::no_stock_of(spec, self.undo(&made, e).await)
             }
         }
     }

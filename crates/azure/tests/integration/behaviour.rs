@@ -211,9 +211,11 @@ async fn a_create_failing_at_the_vm_step_leaves_no_address_interface_or_security
                 machine_type,
                 location,
                 message,
+                left,
             }) => {
                 assert_eq!((machine_type.as_str(), location.as_str()), (AMD, LOCATION));
                 assert!(message.contains(code), "{message}");
+                assert!(left.is_empty(), "{left:?}");
             }
             other => panic!("{code}: {other:?}"),
         }
@@ -248,8 +250,11 @@ async fn a_failed_create_names_what_it_could_not_remove() {
             machine_type,
             location,
             message,
+            left,
         }) => {
             assert_eq!((machine_type.as_str(), location.as_str()), (AMD, LOCATION));
+            assert_eq!(left.len(), 1, "{left:?}");
+            assert!(left[0].starts_with("security group vm-d-nsg "), "{left:?}");
             assert!(message.contains("Allocation failed"), "{message}");
             assert!(
                 message.contains("could not remove: security group vm-d-nsg"),

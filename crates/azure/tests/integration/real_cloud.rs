@@ -44,6 +44,7 @@ async fn a_failed_vm_takes_its_reserved_interface_with_it_and_the_outcome_is_no_
                 machine_type,
                 location,
                 message,
+                ..
             }) => {
                 assert_eq!((machine_type.as_str(), location.as_str()), (AMD, LOCATION));
                 assert!(message.contains(code), "{message}");

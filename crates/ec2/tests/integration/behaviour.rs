@@ -244,6 +244,7 @@ async fn capacity_is_no_stock() {
                 machine_type,
                 location,
                 message,
+                ..
             } => {
                 assert_eq!(
                     (machine_type.as_str(), location.as_str()),

@@ -421,6 +421,7 @@ async fn unsupported_is_no_stock_only_for_a_type_the_zone_does_not_offer() {
             machine_type,
             location,
             message,
+            ..
         } => {
             assert_eq!(
                 (machine_type.as_str(), location.as_str()),

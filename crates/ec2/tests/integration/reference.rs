@@ -421,6 +421,7 @@ async fn capacity_quota_and_configuration_errors_are_told_apart() {
             machine_type,
             location,
             message,
+            ..
         } => {
             assert_eq!(
                 (machine_type.as_str(), location.as_str()),

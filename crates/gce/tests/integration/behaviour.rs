@@ -388,8 +388,8 @@ async fn a_failed_operation_leaves_no_instance_or_disk() {
     fake.exhaust("e2-small", ZONE);
     let got = p.create(&spec("vm-nostock", "e2-small")).await.unwrap();
     assert!(
-        matches!(&got, Created::NoStock { machine_type, location, message }
-            if machine_type == "e2-small" && location == ZONE && message.contains("ZONE_RESOURCE_POOL_EXHAUSTED")),
+        matches!(&got, Created::NoStock { machine_type, location, message, left }
+            if machine_type == "e2-small" && location == ZONE && message.contains("ZONE_RESOURCE_POOL_EXHAUSTED") && left.is_empty()),
         "{got:?}"
     );
     assert!(
@@ -498,6 +498,7 @@ async fn no_stock_or_quota_whose_clean_up_fails_stays_the_outcome_naming_what_is
             machine_type,
             location,
             message,
+            ..
         }) => {
             assert_eq!(
                 (machine_type.as_str(), location),

@@ -44,7 +44,7 @@ async fn no_stock_leaving_its_disk(fake: &FakeGce, p: &GceProvider, name: &str) 
         .inject(refuse_delete(&format!("/disks/{name}-"), 1));
     let got = p.create(&spec(name)).await.unwrap();
     fake.restore("e2-small", ZONE);
-    let Created::NoStock { message, .. } = got else {
+    let Created::NoStock { message, left, .. } = &got else {
         panic!("{got:?}");
     };
     let disk = fake
@@ -53,7 +53,25 @@ async fn no_stock_leaving_its_disk(fake: &FakeGce, p: &GceProvider, name: &str) 
         .find(|d| d.starts_with(&format!("{name}-")))
         .unwrap_or_else(|| panic!("no disk left: {message}"));
     assert!(message.contains(&disk), "{message}");
+    // The answer says so in its type, not only in its words.
+    assert_eq!(left, &[format!("disk {ZONE}:{disk}")], "{message}");
+    assert!(got.may_have_left());
     disk
+}
+
+/// A clean no stock says it left nothing.
+#[tokio::test]
+async fn a_clean_no_stock_leaves_nothing_in_its_answer() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.exhaust("e2-small", ZONE);
+    let got = p.create(&spec("vm-clean")).await.unwrap();
+    assert!(
+        matches!(&got, Created::NoStock { left, .. } if left.is_empty()),
+        "{got:?}"
+    );
+    assert!(!got.may_have_left());
+    assert!(fake.disk_names(ZONE).is_empty());
 }
 
 #[tokio::test]

@@ -83,6 +83,7 @@ async fn no_stock_and_not_offered_in_this_location() {
             machine_type,
             location,
             message,
+            ..
         } => {
             assert_eq!((machine_type.as_str(), location.as_str()), ("cx23", "nbg1"));
             assert!(message.contains("error during placement"), "{message}");
@@ -197,8 +198,11 @@ async fn no_stock_or_quota_whose_clean_up_fails_stays_the_outcome_naming_the_ser
                 machine_type,
                 location,
                 message,
+                left,
             }) if !quota => {
                 assert_eq!((machine_type.as_str(), location.as_str()), ("cx23", "fsn1"));
+                assert_eq!(left.len(), 1, "{message}");
+                assert!(left[0].starts_with(&server), "{left:?}");
                 assert!(message.contains("error during placement"), "{message}");
                 assert!(message.contains(&server), "{message}");
             }

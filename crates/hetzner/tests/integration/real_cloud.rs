@@ -86,6 +86,7 @@ async fn a_create_action_that_fails_for_placement_or_capacity_is_no_stock() {
                 machine_type,
                 location,
                 message,
+                ..
             }) => {
                 assert_eq!((machine_type.as_str(), location.as_str()), ("cx23", "fsn1"));
                 assert!(message.contains("error during placement"), "{message}");

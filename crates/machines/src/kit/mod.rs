@@ -456,12 +456,30 @@ pub fn check_owned(id: &str, labels: &Labels, owner: &str) -> Result<()> {
     }
 }
 
-/// The no-stock outcome of `spec`'s create, with the cloud's words.
+/// The no-stock outcome of `spec`'s create, with the cloud's words: a clean one, nothing left.
 pub fn no_stock(spec: &MachineSpec, message: impl Into<String>) -> Created {
     Created::NoStock {
         machine_type: spec.machine_type.clone(),
         location: spec.location.clone(),
         message: message.into(),
+        left: Vec::new(),
+    }
+}
+
+/// The answer of `spec`'s create that failed with `e`: a no-stock error becomes the no-stock
+/// outcome, keeping the cloud's words and what its clean-up could not remove
+/// ([`Error::with_leftovers`], [`Error::left`]); any other error is answered as it is.
+pub fn no_stock_of(spec: &MachineSpec, e: Error) -> Result<Created> {
+    match e {
+        Error::NoStock {
+            message, context, ..
+        } => Ok(Created::NoStock {
+            machine_type: spec.machine_type.clone(),
+            location: spec.location.clone(),
+            message,
+            left: context.left,
+        }),
+        other => Err(other),
     }
 }
 
@@ -721,5 +739,57 @@ mod tests {
         ));
         let c = no_stock(&MachineSpec::new("n", "t", "l", "p"), "none");
         assert!(matches!(c, Created::NoStock { ref machine_type, .. } if machine_type == "t"));
+        assert!(!c.may_have_left());
+    }
+
+    #[test]
+    fn a_no_stock_error_with_leftovers_answers_them() {
+        let spec = MachineSpec::new("n", "t", "l", "p");
+        let clean = no_stock_of(&spec, Error::no_stock("", "", "none")).unwrap();
+        assert_eq!(clean, no_stock(&spec, "none"));
+        let e = Error::no_stock("", "", "none").with_leftovers(vec!["disk l:n-1".into()]);
+        let got = no_stock_of(&spec, e).unwrap();
+        let Created::NoStock {
+            ref machine_type,
+            ref location,
+            ref message,
+            ref left,
+        } = got
+        else {
+            panic!("{got:?}");
+        };
+        assert_eq!((machine_type.as_str(), location.as_str()), ("t", "l"));
+        assert!(
+            message.contains("none; the clean-up could not remove: disk l:n-1"),
+            "{message}"
+        );
+        assert_eq!(left, &["disk l:n-1".to_string()]);
+        assert!(got.may_have_left());
+        // Back into an error, the list stays and the create is no longer "made nothing".
+        let e = got.clone().into_result().unwrap_err();
+        assert_eq!(e.left(), got.left());
+        assert!(!e.made_nothing());
+        assert!(no_stock(&spec, "none")
+            .into_result()
+            .unwrap_err()
+            .made_nothing());
+        assert!(matches!(
+            no_stock_of(&spec, Error::quota("cores")),
+            Err(Error::Quota { .. })
+        ));
+    }
+
+    /// An answer serialized before `left` existed loads as a clean no stock; a clean one is written
+    /// without it.
+    #[test]
+    fn a_no_stock_without_left_reads_as_clean() {
+        let old = r#"{"outcome":"no_stock","machine_type":"t","location":"l","message":"m"}"#;
+        let c: Created = serde_json::from_str(old).unwrap();
+        assert_eq!(c, no_stock(&MachineSpec::new("n", "t", "l", "p"), "m"));
+        assert_eq!(serde_json::to_string(&c).unwrap(), old);
+        let e = Error::no_stock("", "", "m").with_leftovers(vec!["disk d".into()]);
+        let c = no_stock_of(&MachineSpec::new("n", "t", "l", "p"), e).unwrap();
+        let back: Created = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
     }
 }

@@ -338,6 +338,7 @@ impl Provider for Broken {
                         machine_type: spec.machine_type.clone(),
                         location: spec.location.clone(),
                         message,
+                        left: Vec::new(),
                     }),
                     // Retries and adoption as the real provider does them; after a lost answer,
                     // what it adopts is this call's own machine.

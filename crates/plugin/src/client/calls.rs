@@ -85,11 +85,7 @@ impl Provider for PluginProvider {
         outcome!(r.await?, "create",
             Outcome::Made(m) => Ok(Created::Machine(machine_from(m)?)),
             Outcome::Adopted(m) => Ok(Created::Adopted(machine_from(m)?)),
-            Outcome::NoStock(n) => Ok(Created::NoStock {
-                machine_type: n.machine_type,
-                location: n.location,
-                message: n.message,
-            }),
+            Outcome::NoStock(n) => Ok(no_stock_from(n)),
         )
     }
 

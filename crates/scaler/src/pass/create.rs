@@ -177,11 +177,9 @@ async fn answered(
             return Ok(Then::Done);
         }
         Ok(Created::Adopted(m)) => Ok((m, true)),
-        Ok(Created::NoStock { message, .. }) => Err(Error::no_stock(
-            &picked.offering.machine_type,
-            &picked.offering.location,
-            message,
-        )),
+        // Always an error: the no stock, keeping what its clean-up left so that the name is
+        // marked and cleaned up by name before it is given up.
+        Ok(no @ Created::NoStock { .. }) => no.into_result().map(|m| (m, false)),
         Err(e) => Err(e),
     };
     match outcome {

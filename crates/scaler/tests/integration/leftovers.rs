@@ -14,7 +14,7 @@ use crate::metrics::sample;
 use async_trait::async_trait;
 use orca::layer::{Answer, Call, Layer, Layered, Next};
 use orca::memory::{FaultKind, MemoryProvider, Operation};
-use orca::{Error, ErrorKind, MachineSpec};
+use orca::{Created, Error, ErrorKind, MachineSpec};
 use orca_scaler::metrics::Metrics;
 use orca_scaler::{Action, Entry, FileStore, PgStore, Phase, Scaler, Store};
 use support::{cloud, settings, TestDb};
@@ -23,14 +23,24 @@ const A: &str = "amd64-small@zone-a";
 const B: &str = "amd64-small@zone-b";
 
 /// How a create in the faulty location answers, having left a piece.
-type Answering = fn(&MachineSpec, Vec<String>) -> Error;
+type Answering = fn(&MachineSpec, Vec<String>) -> orca::Result<Created>;
 
-fn no_stock(spec: &MachineSpec, left: Vec<String>) -> Error {
-    Error::no_stock(&spec.machine_type, &spec.location, "no room").with_leftovers(left)
+fn no_stock(spec: &MachineSpec, left: Vec<String>) -> orca::Result<Created> {
+    Err(Error::no_stock(&spec.machine_type, &spec.location, "no room").with_leftovers(left))
 }
 
-fn quota(_: &MachineSpec, left: Vec<String>) -> Error {
-    Error::quota("cores").with_leftovers(left)
+/// No stock as the drivers answer it: the outcome, naming what its clean-up left.
+fn no_stock_answered(spec: &MachineSpec, left: Vec<String>) -> orca::Result<Created> {
+    Ok(Created::NoStock {
+        machine_type: spec.machine_type.clone(),
+        location: spec.location.clone(),
+        message: "no room".into(),
+        left,
+    })
+}
+
+fn quota(_: &MachineSpec, left: Vec<String>) -> orca::Result<Created> {
+    Err(Error::quota("cores").with_leftovers(left))
 }
 
 /// A cloud whose creates in one location fail after making a piece their clean-up could not
@@ -76,7 +86,7 @@ impl Layer for Leaves {
             Call::Create { spec } if spec.location == self.location => {
                 let piece = format!("disk {}-boot", spec.name);
                 self.pieces.lock().unwrap().insert(piece.clone());
-                Err((self.answer)(spec, vec![piece]))
+                (self.answer)(spec, vec![piece]).map(Answer::Created)
             }
             Call::DeleteNamed { pool, name } => {
                 self.calls.lock().unwrap().push(format!("{pool}/{name}"));
@@ -151,9 +161,19 @@ fn name_of(s: &Scaler, o: &str) -> String {
 
 #[tokio::test]
 async fn a_no_stock_that_left_a_piece_cleans_it_up_by_name_before_the_name_is_given_up() {
+    no_stock_that_left_a_piece(no_stock).await;
+}
+
+/// The same, when the driver answers the no stock as its outcome with what it left in `left`.
+#[tokio::test]
+async fn a_no_stock_answer_that_names_what_it_left_cleans_it_up_by_name() {
+    no_stock_that_left_a_piece(no_stock_answered).await;
+}
+
+async fn no_stock_that_left_a_piece(answer: Answering) {
     let dir = tempfile::tempdir().unwrap();
     let (c, p) = cloud();
-    let cloud = Leaves::new("zone-a", no_stock);
+    let cloud = Leaves::new("zone-a", answer);
     let p = cloud.on(&p);
     let mut s = Scaler::new(settings(1, &[A, B]), store(dir.path()));
     let r = s.pass(&p, c.now()).await;

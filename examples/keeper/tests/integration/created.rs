@@ -837,8 +837,9 @@ async fn a_no_stock_answer_removes_what_the_create_left_by_name() {
         return;
     };
     // A cloud can answer no stock after its create made pieces, and its clean-up can leave some
-    // (named in the answer's words only): they are removed by name before the row is closed.
+    // (named in the answer): they are removed by name before the row is closed.
     w.cloud.set_stock("amd64-small", "zone-a", 0);
+    w.knobs.no_stock_leaves.store(true, Ordering::SeqCst);
     w.knobs.fail_delete_named.store(1, Ordering::SeqCst);
     let f = w
         .step(
@@ -876,6 +877,36 @@ async fn a_no_stock_answer_removes_what_the_create_left_by_name() {
     assert_eq!(
         w.rows("SELECT state FROM keeper.cloud_vms WHERE name = 'dry-3'")
             .await[0]["state"],
+        "failed"
+    );
+    assert_eq!(f.output["unresolved"], json!([]));
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_clean_no_stock_is_journalled_failed_without_a_removal_by_name() {
+    let Some(w) =
+        World::new("a_clean_no_stock_is_journalled_failed_without_a_removal_by_name").await
+    else {
+        return;
+    };
+    w.cloud.set_stock("amd64-small", "zone-a", 0);
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "dry"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock", "{}", f.error);
+    assert_eq!(
+        w.knobs.recorder.count(Op::DeleteNamed),
+        0,
+        "nothing was left: {:?}",
+        w.knobs.recorder.calls()
+    );
+    assert_eq!(
+        w.rows("SELECT state FROM keeper.cloud_vms").await[0]["state"],
         "failed"
     );
     assert_eq!(f.output["unresolved"], json!([]));

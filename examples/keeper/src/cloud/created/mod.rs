@@ -27,9 +27,10 @@
 //!    removed by name ([`orca::Provider::delete_named`]) and, as when the look-up fails, its
 //!    journal row stays `requested`, saying so, for a later run (or the operator) to resolve (a
 //!    cloud may show the VM late), and the step output names it (`unresolved`);
-//! 7. a no-stock answer can follow a create that made pieces and could not remove them all: they
-//!    are removed by name before the row is journalled `failed`; when that fails the row stays
-//!    `requested` (`unresolved`) for the reconciler.
+//! 7. a no-stock answer can follow a create that made pieces and could not remove them all (it
+//!    names them, `Created::left`): they are removed by name before the row is journalled `failed`;
+//!    when that fails the row stays `requested` (`unresolved`) for the reconciler. A clean no stock
+//!    is journalled `failed` without that call.
 
 mod batch;
 mod checks;
@@ -277,14 +278,21 @@ impl Keeper {
                 machine_type,
                 location,
                 message,
+                left,
             }) => {
                 let why = format!(
                     "VM {} refused: no stock of {machine_type} in {location} ({message})",
                     vm.name
                 );
                 // A cloud can answer no stock once its create made the pieces before the VM, and
-                // its clean-up can leave some: the row closes only once they are gone.
-                match self.remove_left(b, &vm.name).await {
+                // its clean-up can leave some (it names them): the row closes only once they are
+                // gone. A clean no stock left nothing, and costs no call.
+                let removed = if left.is_empty() {
+                    Ok("nothing was left".into())
+                } else {
+                    self.remove_left(b, &vm.name).await
+                };
+                match removed {
                     Ok(removed) => {
                         let why = format!("{why}; {removed}");
                         self.journal(JournalUpdate::new(vm.journal_id, "failed", &why))

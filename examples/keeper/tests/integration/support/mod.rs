@@ -184,6 +184,9 @@ pub struct Knobs {
     pub delete_release: tokio::sync::Notify,
     /// How many of the next `delete_named` calls fail (a transient error, nothing removed).
     pub fail_delete_named: AtomicU32,
+    /// Answer every no stock as one whose clean-up left a piece (a boot disk of its name), as a
+    /// cloud whose create makes pieces before its VM can.
+    pub no_stock_leaves: AtomicBool,
     /// Every call keeper made, as orca's recording layer saw it.
     pub recorder: Recorder,
 }
@@ -234,10 +237,16 @@ impl Layer for Tweaked {
                     knobs.create_release.notified().await;
                     dropped.disarm();
                 }
+                let name = spec.name.clone();
                 let mut got = next.run(call).await?;
                 if n == knobs.blank_fqdn_of_create.load(Ordering::SeqCst) {
                     if let Answer::Created(Created::Machine(m)) = &mut got {
                         m.fqdn.clear();
+                    }
+                }
+                if knobs.no_stock_leaves.load(Ordering::SeqCst) {
+                    if let Answer::Created(Created::NoStock { left, .. }) = &mut got {
+                        left.push(format!("disk {name}-boot"));
                     }
                 }
                 Ok(got)
