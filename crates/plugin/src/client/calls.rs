@@ -128,9 +128,12 @@ impl Provider for PluginProvider {
     /// The plugin's driver's own `delete_named`, which removes the pieces its creates make beside
     /// a machine. A plugin built before the RPC answers [`orca_machines::Error::Unsupported`]:
     /// the trait's default (a read by name, then a delete by id) would leave those pieces while
-    /// answering as if it had removed all.
+    /// answering as if it had removed all. Bad input is refused here, before the plugin is asked,
+    /// so that such a plugin's answer cannot hide what is wrong with it.
     async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
         use pb::delete_named_reply::Outcome;
+        orca_machines::validate_pool(pool)?;
+        orca_machines::validate_name(name)?;
         let q = pb::DeleteNamedRequest {
             pool: pool.to_string(),
             name: name.to_string(),

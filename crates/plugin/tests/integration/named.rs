@@ -114,3 +114,19 @@ async fn a_plugin_built_before_delete_named_is_unsupported_and_its_machine_stays
     assert_eq!(p.starts(), 1);
     assert!(p.delete(&m.id).await.unwrap());
 }
+
+/// Bad input is refused as bad input by the host's side, before the plugin is asked: a plugin built
+/// before the RPC would answer it as unsupported, hiding what is wrong with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_to_a_plugin_built_before_delete_named_is_refused_as_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let command = fake_on(&state, "stack-1").setting(LACKS_ENV, "DeleteNamed");
+    let p = PluginProvider::start(command).await.unwrap();
+    for (pool, name, field) in [("a,b", "lab-1", "pool"), ("lab", "Lab_1", "name")] {
+        match p.delete_named(pool, name).await {
+            Err(Error::InvalidSpec { field: f, .. }) if f == field => {}
+            other => panic!("delete_named({pool:?}, {name:?}) gave {other:?}, not {field}"),
+        }
+    }
+}
