@@ -48,12 +48,7 @@ impl AzureProvider {
     pub(crate) async fn create_machine(&self, spec: &MachineSpec) -> Result<Created> {
         spec.validate()?;
         capabilities().check_spec(KIND, spec)?;
-        if spec.name.len() > MAX_NAME {
-            return Err(Error::invalid(
-                "name",
-                format!("at most {MAX_NAME} characters on Azure (resource names add a suffix)"),
-            ));
-        }
+        check_name_length(&spec.name)?;
         if let Some(i) = &spec.image {
             ImageUrn::parse(i).map_err(|_| Error::invalid("image", URN_RULE))?;
         }
@@ -552,4 +547,15 @@ impl AzureProvider {
         )
         .await
     }
+}
+
+/// Refuses a machine name longer than [`MAX_NAME`]: the names of its resources add a suffix to it.
+pub(crate) fn check_name_length(name: &str) -> Result<()> {
+    if name.len() > MAX_NAME {
+        return Err(Error::invalid(
+            "name",
+            format!("at most {MAX_NAME} characters on Azure (resource names add a suffix)"),
+        ));
+    }
+    Ok(())
 }

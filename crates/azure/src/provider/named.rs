@@ -14,13 +14,8 @@ impl AzureProvider {
     pub(crate) async fn delete_by_name(&self, pool: &str, name: &str) -> Result<bool> {
         validate_pool(pool)?;
         validate_name(name)?;
-        if name.len() > MAX_NAME {
-            // No create makes a longer name here: refused as a create refuses it.
-            return Err(Error::invalid(
-                "name",
-                format!("at most {MAX_NAME} characters on Azure (resource names add a suffix)"),
-            ));
-        }
+        // No create makes a longer name here: refused as a create refuses it.
+        super::create::check_name_length(name)?;
         // Read as a delete reads it: a VM a create made a moment ago that reads do not show yet
         // is waited for, lest its pieces be taken for a stopped create's.
         let vm = self.read_vm(name, false).await?;
