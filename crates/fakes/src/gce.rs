@@ -38,6 +38,8 @@
 //!   availability errors" arise "when you create a VM, start a stopped VM, or change a machine
 //!   type"), while `setMachineType` itself, on a stopped instance, does not;
 //! - the boot disk as its own resource, named by `initializeParams.diskName` (or the instance),
+//!   with the labels of `initializeParams.labels` (checked as an instance's labels are), which are
+//!   the disk's own: listed and filtered with the disk, never the instance's,
 //!   deleted with the instance when `autoDelete`, refused while attached
 //!   (`resourceInUseByAnotherResource`); "if a disk with the same name already exists", "the
 //!   existing disk is attached to the new instance and the new disk is not created" (deleted with
@@ -1244,6 +1246,100 @@ mod tests {
         .await;
         assert_eq!(s, 400);
         assert_eq!(get(api("zones/mars-north1-a/disks")).await.0, 400);
+    }
+
+    #[tokio::test]
+    async fn a_boot_disk_keeps_its_own_labels_checked_listed_and_filtered_apart_from_the_instance()
+    {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+        let send = |method: reqwest::Method, path: String, body: Option<Value>| {
+            let (http, token) = (&http, &token);
+            async move { call(http, token, method, path, body).await }
+        };
+        let insert = |name: &str, disk_labels: Value| {
+            let mut body = insert_body(name, ZONE, Some(SUBNET));
+            body["labels"] = json!({"orca": "pool"});
+            body["disks"][0]["initializeParams"]["diskName"] = json!(format!("{name}-disk"));
+            body["disks"][0]["initializeParams"]["labels"] = disk_labels;
+            send(
+                reqwest::Method::POST,
+                api(&format!("zones/{ZONE}/instances")),
+                Some(body),
+            )
+        };
+        assert_eq!(
+            insert("a", json!({"orca": "pool", "orca-machine": "a"}))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            insert("b", json!({"orca": "pool", "orca-machine": "b"}))
+                .await
+                .0,
+            200
+        );
+        // Checked as an instance's labels are, and nothing is made.
+        let (status, body) = insert("c", json!({"orca-machine": "Not-A-Value"})).await;
+        assert_eq!(status, 400, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("initializeParams.labels"),
+            "{body}"
+        );
+        assert!(fake.disk(ZONE, "c-disk").is_none());
+        // The disk's labels are its own: the instance keeps the ones it was given.
+        let (_, vm) = send(
+            reqwest::Method::GET,
+            api(&format!("zones/{ZONE}/instances/a")),
+            None,
+        )
+        .await;
+        assert_eq!(vm["labels"], json!({"orca": "pool"}));
+        let d = fake.disk(ZONE, "a-disk").unwrap();
+        assert_eq!(d["labels"], json!({"orca": "pool", "orca-machine": "a"}));
+        // Filtered on a label key with a hyphen, in a zone and across zones.
+        let filter =
+            "filter=(labels.orca%20%3D%20%22pool%22)%20(labels.orca-machine%20%3D%20%22b%22)";
+        let (_, list) = send(
+            reqwest::Method::GET,
+            api(&format!("zones/{ZONE}/disks?{filter}")),
+            None,
+        )
+        .await;
+        let names: Vec<&str> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["b-disk"]);
+        let (_, all) = send(
+            reqwest::Method::GET,
+            api(&format!("aggregated/disks?{filter}")),
+            None,
+        )
+        .await;
+        assert_eq!(
+            all["items"][&format!("zones/{ZONE}")]["disks"][0]["name"],
+            "b-disk"
+        );
+        let (_, none) = send(
+            reqwest::Method::GET,
+            api(&format!("zones/{ZONE}/instances?{filter}")),
+            None,
+        )
+        .await;
+        assert!(
+            none.get("items")
+                .is_none_or(|i| i.as_array().is_some_and(Vec::is_empty)),
+            "{none}"
+        );
     }
 
     #[tokio::test]

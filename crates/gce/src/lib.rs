@@ -20,9 +20,10 @@
 //! - `machines(pool)` is one paged `instances.list` (single zone) or `instances.aggregatedList`
 //!   (every zone) filtered by labels; `machine_named(pool, name)` the same filtered on the name too.
 //! - `delete_named(pool, name)` removes this owner's instances of that name in the pool, then the
-//!   loose boot disks of that name with this owner's and the pool's labels (what a create whose
-//!   insert found no room leaves when its clean-up fails), found by one label-filtered `disks.list`
-//!   (or `disks.aggregatedList`).
+//!   loose boot disks of that name with this owner's and the pool's labels and `orca-machine=<name>`
+//!   (what a create whose insert found no room leaves when its clean-up fails; the boot disk carries
+//!   that label, the instance does not), found by one label-filtered `disks.list` (or
+//!   `disks.aggregatedList`).
 //! - A machine id is `<zone>:<name>`; a bare name means an instance of the configured zone.
 //! - Facts: `created_at`, `started_at`, `stopped_at` (`creationTimestamp`, `lastStartTimestamp`,
 //!   `lastStopTimestamp`), `private_address` (`networkIP`), `fqdn` (the zonal internal DNS name

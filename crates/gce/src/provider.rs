@@ -38,6 +38,13 @@ use crate::model::{
 /// The driver kind.
 pub(crate) const KIND: &str = "gce";
 
+/// The label a boot disk carries beside the ownership labels: its instance's name. The disk's name
+/// is cut for long instance names (see [`boot_disk_stem`]), so this label is what ties a loose disk
+/// to the one machine it was made for. An instance name (RFC 1035, at most 63 characters) is a
+/// valid label value as it is. It is on the disk only: the instance's labels are its spec's and
+/// the ownership labels.
+const MACHINE_LABEL: &str = "orca-machine";
+
 /// The organisation policy that requires OS Login, under which an instance's `ssh-keys` cannot work.
 const OS_LOGIN_POLICY: &str = "constraints/compute.requireOsLogin";
 
@@ -157,14 +164,28 @@ fn boot_disk_name(name: &str) -> String {
     format!("{}-{}", boot_disk_stem(name), &tail[..8])
 }
 
-/// What every boot disk name of instance `name` starts with: the name, cut to 54 characters so
-/// that the disk name stays within 63, without a trailing `-`.
+/// The labels of `spec`'s boot disk: the ownership labels of `owner`, and [`MACHINE_LABEL`]
+/// naming the instance.
+fn boot_disk_labels(spec: &MachineSpec, owner: &str) -> orca_machines::labels::Labels {
+    let mut labels = ownership_labels(&spec.pool, owner);
+    labels.insert(MACHINE_LABEL.to_string(), spec.name.clone());
+    labels
+}
+
+/// The longest instance name a boot disk name holds whole (the rest of 63 is `-` and 8 hex digits).
+const BOOT_DISK_STEM_MAX: usize = 54;
+
+/// What every boot disk name of instance `name` starts with: the name, cut to
+/// [`BOOT_DISK_STEM_MAX`] characters so that the disk name stays within 63, without a trailing `-`.
 fn boot_disk_stem(name: &str) -> &str {
-    name.get(..54).unwrap_or(name).trim_end_matches('-')
+    name.get(..BOOT_DISK_STEM_MAX)
+        .unwrap_or(name)
+        .trim_end_matches('-')
 }
 
 /// Whether `disk` is a name [`boot_disk_name`] gives instance `name`'s boot disks. Names over 54
-/// characters are cut, so two names that the cut makes equal share these disk names.
+/// characters are cut, so two names that the cut makes equal share these disk names: the disk's
+/// [`MACHINE_LABEL`] tells them apart.
 fn is_boot_disk_of(disk: &str, name: &str) -> bool {
     disk.strip_prefix(boot_disk_stem(name))
         .and_then(|t| t.strip_prefix('-'))
@@ -502,7 +523,7 @@ impl GceProvider {
                     "diskType": format!("zones/{zone}/diskTypes/{}", boot_disk_type(&spec.machine_type)),
                     "diskSizeGb": disk_gb.to_string(),
                     "sourceImage": image,
-                    "labels": ownership_labels(&spec.pool, &self.inner.owner),
+                    "labels": boot_disk_labels(spec, &self.inner.owner),
                 },
             }],
             "networkInterfaces": [nic],
@@ -937,8 +958,9 @@ impl Provider for GceProvider {
     }
 
     /// This owner's instances of `name` in `pool` (one listing, as `machine_named`), then the boot
-    /// disks of that name with this owner's and this pool's labels that no instance holds (one
-    /// listing of disks filtered on the labels, across every zone in one aggregated read).
+    /// disks of that name with this owner's and this pool's labels and `orca-machine` naming
+    /// `name` that no instance holds (one listing of disks filtered on the labels, across every
+    /// zone in one aggregated read).
     async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
         self.remove_named(pool, name).await
     }

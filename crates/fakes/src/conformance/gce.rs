@@ -111,13 +111,15 @@ impl<P: Providers<FakeGce>> Harness for GceHarness<P> {
     }
 
     /// The boot disk: Compute Engine makes it before the instance, and an insert that finds no room
-    /// leaves it unattached, with the labels the insert gave it; when the create's clean-up cannot
-    /// remove it, nothing else names it. Nothing else of a create stands without its instance (the
-    /// interface and the external address are the instance's own).
+    /// leaves it unattached, with the labels the insert gave it (the ownership labels and
+    /// `orca-machine` naming the instance); when the create's clean-up cannot remove it, nothing
+    /// else names it. Nothing else of a create stands without its instance (the interface and the
+    /// external address are the instance's own).
     async fn leave_pieces(&self, owner: &str, spec: &MachineSpec) -> Hook<Vec<String>> {
         let zone = &spec.location;
         let name = boot_disk_name(&spec.name);
-        let labels = ownership_labels(&spec.pool, owner);
+        let mut labels = ownership_labels(&spec.pool, owner);
+        labels.insert("orca-machine".to_string(), spec.name.clone());
         self.fake.put_disk(zone, &name, json!(labels));
         Ok(vec![format!("disk {zone}:{name}")])
     }

@@ -68,11 +68,16 @@ pub(super) fn valid_label_value(v: &str) -> bool {
 }
 
 pub(super) fn check_labels(labels: &Value) -> Result<(), Response> {
+    check_labels_of("labels", labels)
+}
+
+/// Labels given in `field` of a request (an instance's or a disk's): the same rules for both.
+pub(super) fn check_labels_of(field: &str, labels: &Value) -> Result<(), Response> {
     let Some(map) = labels.as_object() else {
         return if labels.is_null() {
             Ok(())
         } else {
-            Err(invalid("Invalid value for field 'labels'"))
+            Err(invalid(format!("Invalid value for field '{field}'")))
         };
     };
     if map.len() > 64 {
@@ -82,7 +87,7 @@ pub(super) fn check_labels(labels: &Value) -> Result<(), Response> {
         let v = v.as_str().unwrap_or("\u{0}");
         if !valid_label_key(k) || !valid_label_value(v) {
             return Err(invalid(format!(
-                "Invalid value for field 'labels': '{k}'. Label keys and values must be lowercase letters, digits, '-' and '_'"
+                "Invalid value for field '{field}': '{k}'. Label keys and values must be lowercase letters, digits, '-' and '_'"
             )));
         }
     }

@@ -138,6 +138,12 @@ fn check_boot_disk(
             "Invalid value for field 'resource.disks[0].initializeParams.sourceImage': '{source}'. The architecture of the image ({image_arch}) does not match the machine type {mt} ({type_arch})."
         )));
     }
+    // The boot disk's labels are the disk's own (listed and filtered with it), checked as an
+    // instance's are.
+    check_labels_of(
+        "resource.disks[0].initializeParams.labels",
+        &params["labels"],
+    )?;
     let disk_type = boot_disk_type(mt, params["diskType"].as_str()).map_err(invalid)?;
     let size: u64 = match &params["diskSizeGb"] {
         Value::Null => 10,

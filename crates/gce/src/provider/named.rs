@@ -2,10 +2,10 @@
 //! the boot disks of it. `machine_named` reads the first; `delete_named` removes both.
 //!
 //! A boot disk is made before its instance: an insert that finds no room (or whose operation fails
-//! later) leaves it unattached, and when the create's clean-up cannot remove it, only its name
-//! (the instance's stem and 8 hex digits, [`boot_disk_name`]) and its labels (this owner's and this
-//! pool's, given in the insert) tie it to the create: no listing of machines shows it, and
-//! `delete(id)` has no instance to go by.
+//! later) leaves it unattached, and when the create's clean-up cannot remove it, only its labels
+//! (this owner's, this pool's and [`MACHINE_LABEL`] naming the instance, given in the insert) and
+//! its name (the instance's stem and 8 hex digits, [`boot_disk_name`]) tie it to the create: no
+//! listing of machines shows it, and `delete(id)` has no instance to go by.
 
 use super::*;
 use crate::model::DiskAggregatedList;
@@ -80,18 +80,22 @@ impl GceProvider {
         removal.answer()
     }
 
-    /// The boot disks of instance name `name` (by their name) with this owner's and `pool`'s
-    /// labels that no instance holds, with their zones. A disk an instance holds goes with that
-    /// instance; one held by an instance of another name is that one's (two names that the cut to
-    /// 54 characters makes equal share their disks' names).
+    /// The boot disks of instance name `name` with this owner's and `pool`'s labels that no
+    /// instance holds, with their zones. A disk an instance holds goes with that instance.
+    ///
+    /// One listing: filtered on [`MACHINE_LABEL`] too when `name` is cut in its disks' names (the
+    /// label alone tells its disks from those of a name alike in its first 54 characters); for a
+    /// name held whole, on the pool's labels alone, so that the disks of versions before the label
+    /// are found as well ([`is_loose_boot_disk_of`] decides).
     async fn loose_boot_disks(&self, pool: &str, name: &str) -> Result<Vec<(String, Disk)>> {
         let owner = &self.inner.owner;
-        let mut found = self.list_disks(self.pool_filter(pool)).await?;
-        found.retain(|(_, d)| {
-            is_boot_disk_of(&d.name, name)
-                && is_in_pool(&d.labels, pool, owner)
-                && d.users.is_empty()
-        });
+        let mut filter = self.pool_filter(pool);
+        if name.len() > BOOT_DISK_STEM_MAX {
+            // `name` is a checked instance name: it cannot widen the filter.
+            filter.push_str(&format!(" (labels.{MACHINE_LABEL} = \"{name}\")"));
+        }
+        let mut found = self.list_disks(filter).await?;
+        found.retain(|(_, d)| is_in_pool(&d.labels, pool, owner) && is_loose_boot_disk_of(d, name));
         Ok(found)
     }
 
@@ -138,6 +142,20 @@ impl GceProvider {
     }
 }
 
+/// Whether `disk`, with this owner's and the pool's labels, is a loose boot disk of instance
+/// `name`: unattached, named as [`boot_disk_name`] names `name`'s disks, and with [`MACHINE_LABEL`]
+/// naming `name`. A disk made before that label has only its name to go by, which tells the
+/// machine only when `name` is held whole in it (at most 54 characters): a longer name's disk
+/// could be any name's alike in its first 54, and is left alone.
+fn is_loose_boot_disk_of(disk: &Disk, name: &str) -> bool {
+    disk.users.is_empty()
+        && is_boot_disk_of(&disk.name, name)
+        && match disk.labels.get(MACHINE_LABEL) {
+            Some(machine) => machine == name,
+            None => name.len() <= BOOT_DISK_STEM_MAX,
+        }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +188,59 @@ mod tests {
         assert!(is_boot_disk_of(
             &format!("{}-0123abcd", "a".repeat(53)),
             &cut
+        ));
+    }
+    fn disk(name: &str, machine: Option<&str>, users: &[&str]) -> Disk {
+        let mut labels = orca_machines::labels::ownership_labels("lab", "s1");
+        if let Some(m) = machine {
+            labels.insert(MACHINE_LABEL.to_string(), m.to_string());
+        }
+        Disk {
+            name: name.to_string(),
+            labels,
+            users: users.iter().map(|u| u.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_loose_boot_disk_is_its_machines_by_its_label_and_an_older_one_by_a_whole_name() {
+        let one = format!("vm-{}-one", "x".repeat(51));
+        let two = format!("vm-{}-two", "x".repeat(51));
+        let cut = boot_disk_name(&one);
+        assert!(is_boot_disk_of(&cut, &two));
+        assert!(is_loose_boot_disk_of(&disk(&cut, Some(&one), &[]), &one));
+        assert!(!is_loose_boot_disk_of(&disk(&cut, Some(&one), &[]), &two));
+        // Held by an instance: it goes with that instance.
+        assert!(!is_loose_boot_disk_of(
+            &disk(&cut, Some(&one), &["vm"]),
+            &one
+        ));
+        // Without the label (an older version's), a cut name tells nothing; a whole one does.
+        assert!(!is_loose_boot_disk_of(&disk(&cut, None, &[]), &one));
+        assert!(is_loose_boot_disk_of(
+            &disk("lab-1-0123abcd", None, &[]),
+            "lab-1"
+        ));
+        let whole = "w".repeat(54);
+        assert!(is_loose_boot_disk_of(
+            &disk(&boot_disk_name(&whole), None, &[]),
+            &whole
+        ));
+        // The label never makes a disk of another name's shape this name's.
+        assert!(!is_loose_boot_disk_of(
+            &disk("lab-2-0123abcd", Some("lab-1"), &[]),
+            "lab-1"
+        ));
+        // A name that is a short one and hyphens up to its 54th character shares its disk names.
+        let hyphens = format!("lab-1{}x", "-".repeat(49));
+        assert!(is_boot_disk_of("lab-1-0123abcd", &hyphens));
+        assert!(!is_loose_boot_disk_of(
+            &disk("lab-1-0123abcd", Some(&hyphens), &[]),
+            "lab-1"
+        ));
+        assert!(is_loose_boot_disk_of(
+            &disk("lab-1-0123abcd", Some(&hyphens), &[]),
+            &hyphens
         ));
     }
 }

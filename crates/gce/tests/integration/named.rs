@@ -36,12 +36,19 @@ fn refuse_delete(path: &str, times: u32) -> Rule {
     )
 }
 
+/// What the driver's boot disk names of instance `name` start with: the name, cut to 54
+/// characters, without a trailing `-`.
+fn disk_stem(name: &str) -> &str {
+    name.get(..54).unwrap_or(name).trim_end_matches('-')
+}
+
 /// A no-stock create of `name` whose clean-up could not remove the boot disk: answers the disk's
 /// name.
 async fn no_stock_leaving_its_disk(fake: &FakeGce, p: &GceProvider, name: &str) -> String {
+    let stem = disk_stem(name);
     fake.exhaust("e2-small", ZONE);
     fake.control()
-        .inject(refuse_delete(&format!("/disks/{name}-"), 1));
+        .inject(refuse_delete(&format!("/disks/{stem}-"), 1));
     let got = p.create(&spec(name)).await.unwrap();
     fake.restore("e2-small", ZONE);
     let Created::NoStock { message, left, .. } = &got else {
@@ -50,7 +57,7 @@ async fn no_stock_leaving_its_disk(fake: &FakeGce, p: &GceProvider, name: &str) 
     let disk = fake
         .disk_names(ZONE)
         .into_iter()
-        .find(|d| d.starts_with(&format!("{name}-")))
+        .find(|d| d.starts_with(&format!("{stem}-")))
         .unwrap_or_else(|| panic!("no disk left: {message}"));
     assert!(message.contains(&disk), "{message}");
     // The answer says so in its type, not only in its words.
@@ -191,4 +198,116 @@ async fn a_machine_that_cannot_be_removed_is_named() {
     assert!(p.delete_named("lab", "vm-held").await.unwrap());
     assert!(fake.instance_names(ZONE).is_empty());
     assert!(fake.disk_names(ZONE).is_empty());
+}
+
+/// Two names of 58 characters alike in their first 54, whose boot disks' names (cut to 54
+/// characters) look alike.
+fn long_names() -> (String, String) {
+    let alike = format!("vm-{}", "x".repeat(51));
+    (format!("{alike}-one"), format!("{alike}-two"))
+}
+
+fn labels_of_machine(pool: &str, owner: &str, machine: &str) -> Value {
+    let mut l = labels(pool, owner);
+    l["orca-machine"] = json!(machine);
+    l
+}
+
+#[tokio::test]
+async fn a_loose_boot_disk_goes_with_its_own_name_and_not_with_a_name_alike_in_54_characters() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let (one, two) = long_names();
+    assert_eq!(disk_stem(&one), disk_stem(&two));
+    let loose = no_stock_leaving_its_disk(&fake, &p, &one).await;
+    let m = p.create(&spec(&two)).await.unwrap().machine().unwrap();
+    let held = fake
+        .disk_names(ZONE)
+        .into_iter()
+        .find(|d| *d != loose)
+        .unwrap();
+    let held_labels = fake.disk(ZONE, &held).unwrap()["labels"].clone();
+
+    // The other name's machine and disk go; the loose disk of the first stays.
+    assert!(p.delete_named("lab", &two).await.unwrap());
+    assert!(fake.instance_names(ZONE).is_empty());
+    assert_eq!(fake.disk_names(ZONE), [loose.as_str()]);
+    assert!(!p.delete_named("lab", &two).await.unwrap());
+    assert_eq!(fake.disk_names(ZONE), [loose.as_str()]);
+
+    // Each disk names its machine; the machine's own labels are the ones it was given.
+    let disk = fake.disk(ZONE, &loose).unwrap();
+    assert_eq!(disk["labels"], labels_of_machine("lab", "stack-1", &one));
+    assert_eq!(held_labels, labels_of_machine("lab", "stack-1", &two));
+    assert_eq!(
+        m.labels,
+        orca_machines::labels::ownership_labels("lab", "stack-1")
+    );
+
+    // Its own name removes it.
+    assert!(p.delete_named("lab", &one).await.unwrap());
+    assert!(fake.disk_names(ZONE).is_empty());
+}
+
+#[tokio::test]
+async fn a_provider_of_every_zone_removes_the_disks_that_name_their_machine_and_no_others() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(any_zone(&fake).page_size(1).build().unwrap(), "stack-1")
+        .await
+        .unwrap();
+    let (one, two) = long_names();
+    let stem = disk_stem(&one);
+    let one_disk = format!("{stem}-0000abcd");
+    let two_disk = format!("{stem}-0000beef");
+    fake.put_disk(
+        OTHER_ZONE,
+        &one_disk,
+        labels_of_machine("lab", "stack-1", &one),
+    );
+    fake.put_disk(ZONE, &two_disk, labels_of_machine("lab", "stack-1", &two));
+    // Never removed by name: another owner's disk naming the machine; a disk of an older version
+    // (no machine label) whose cut name does not tell which machine it was made for; a disk of a
+    // short name's shape that names a long machine whose first 54 characters are that name and
+    // hyphens.
+    let hyphens = format!("vm-1{}x", "-".repeat(50));
+    let never = [
+        (
+            OTHER_ZONE,
+            format!("{stem}-0000cafe"),
+            labels_of_machine("lab", "stack-2", &one),
+        ),
+        (ZONE, format!("{stem}-0000f00d"), labels("lab", "stack-1")),
+        (
+            ZONE,
+            "vm-1-0000abcd".to_string(),
+            labels_of_machine("lab", "stack-1", &hyphens),
+        ),
+    ];
+    for (zone, disk, l) in &never {
+        fake.put_disk(zone, disk, l.clone());
+    }
+    assert_eq!(disk_stem(&hyphens), "vm-1");
+
+    assert!(p.delete_named("lab", &two).await.unwrap());
+    assert!(fake.disk(ZONE, &two_disk).is_none());
+    assert!(fake.disk(OTHER_ZONE, &one_disk).is_some());
+    assert!(p.delete_named("lab", &one).await.unwrap());
+    assert!(fake.disk(OTHER_ZONE, &one_disk).is_none());
+    assert!(!p.delete_named("lab", "vm-1").await.unwrap());
+    // A long name: one listing of instances and one of disks (filtered on the machine label too,
+    // at page size 1 with the pool's other disks standing), whatever the zones.
+    for name in [&one, &two] {
+        fake.control().clear_log();
+        assert!(!p.delete_named("lab", name).await.unwrap(), "{name}");
+        let log = fake.control().log();
+        let paths: Vec<&str> = log
+            .iter()
+            .map(|l| l.path.as_str())
+            .filter(|p| *p != "/token")
+            .collect();
+        assert_eq!(paths.len(), 2, "{paths:?}");
+    }
+    for (zone, disk, _) in &never {
+        assert!(fake.disk(zone, disk).is_some(), "{zone}:{disk}");
+    }
 }
