@@ -51,7 +51,9 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
         clock: Arc::new(SystemClock),
         timings,
     };
-    Ok(Backend::start_on(store, parts).await)
+    Backend::start_on(store, parts)
+        .await
+        .map_err(|e| format!("the state directory: {e}"))
 }
 
 /// Runs the server until Ctrl-C (SIGINT) or SIGTERM, which stop it alike: the log says which, and

@@ -122,19 +122,19 @@ impl Store {
     }
 
     /// Reads every record and marker (and removes the temporary files of unfinished writes, which
-    /// only the lock's holder may do).
-    pub fn load(&self) -> Loaded {
+    /// only the lock's holder may do). Refused when the lock was lost since [`Store::open`] (its
+    /// file removed or replaced): another server may hold the directory, and a server that started
+    /// on no records could write none of what it does.
+    pub fn load(&self) -> std::io::Result<Loaded> {
         let mut out = Loaded::default();
-        let Ok(_held) = self.held() else {
-            return out;
-        };
+        let _held = self.held()?;
         read_all(&self.dir.join("sheds"), &mut out.sheds, &mut out.unreadable);
         read_all(
             &self.dir.join("deletes"),
             &mut out.deletes,
             &mut out.unreadable,
         );
-        out
+        Ok(out)
     }
 }
 
@@ -232,7 +232,7 @@ mod tests {
         );
         let second = Store::open(dir.path()).unwrap();
         second.save_shed(&shed("aaaaaaaaaa")).unwrap();
-        assert_eq!(second.load().sheds.len(), 1);
+        assert_eq!(second.load().unwrap().sheds.len(), 1);
     }
 
     #[test]
@@ -245,12 +245,12 @@ mod tests {
         store.save_shed(&s).unwrap();
         fs::write(dir.path().join("sheds").join("bbbbbbbbbb.tmp123"), b"{half").unwrap();
         fs::write(dir.path().join("sheds").join("cccccccccc.json"), b"{half").unwrap();
-        let loaded = store.load();
+        let loaded = store.load().unwrap();
         assert_eq!(loaded.sheds, vec![s]);
         assert_eq!(loaded.unreadable.len(), 1, "the broken record is reported");
         assert!(!dir.path().join("sheds").join("bbbbbbbbbb.tmp123").exists());
         store.remove_shed("aaaaaaaaaa").unwrap();
         store.remove_shed("aaaaaaaaaa").unwrap();
-        assert!(store.load().sheds.is_empty());
+        assert!(store.load().unwrap().sheds.is_empty());
     }
 }

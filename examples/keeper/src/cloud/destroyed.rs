@@ -167,7 +167,11 @@ impl Keeper {
                 Error::db(&format!("lock VM {id}"), &e)
             })
         })?;
-        let existed = cloud.machine(id).await.map_err(|e| failed(&e))?.is_some();
+        let found = cloud.machine(id).await.map_err(|e| failed(&e))?;
+        if let Some(m) = &found {
+            self.check_pool(id, m).map_err(NotCounted::Failed)?;
+        }
+        let existed = found.is_some();
         cloud.delete(id).await.map_err(|e| failed(&e))?;
         let lost = match session.unlock(&key).await {
             Ok(true) => return Ok(existed),

@@ -435,6 +435,23 @@ impl Keeper {
         audit::record(&client, CLOUD_PROVISIONED, actor, outcome, payload).await
     }
 
+    /// Refuses VM `id` (read as `m`) unless it is of keeper's pool: keeper destroys and resizes only
+    /// the VMs it made, and the owner label alone does not say so (another program may run under
+    /// the same owner in a pool of its own).
+    pub(crate) fn check_pool(&self, id: &str, m: &orca::Machine) -> Result<()> {
+        if m.pool == self.settings.pool {
+            return Ok(());
+        }
+        Err(Error::new(
+            409,
+            "cloud.other_pool",
+            format!(
+                "VM {id} is of pool {:?}, not keeper's pool {:?}: keeper changes only the VMs it made; nothing was done to it",
+                m.pool, self.settings.pool
+            ),
+        ))
+    }
+
     /// The registered provider `name` (422 naming `provider` when there is none).
     pub(crate) async fn provider_row(&self, name: &str) -> Result<CloudProvider> {
         let client = self.pool.get().await?;

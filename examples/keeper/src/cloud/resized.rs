@@ -42,7 +42,12 @@ impl Keeper {
         }
         let mut hosts = Vec::new();
         for id in &p.vm_ids {
-            match resize_one(&*cloud, &run.step_id, &row.name, id, &p.machine_type).await {
+            let to = Target {
+                provider: &row.name,
+                id,
+                machine_type: &p.machine_type,
+            };
+            match self.resize_one(&*cloud, &run.step_id, to).await {
                 Ok(host) => hosts.push(host),
                 Err(e) => {
                     resize_facts(&mut run, &hosts);
@@ -63,36 +68,52 @@ impl Keeper {
     }
 }
 
-/// Resizes VM `id` of `provider` to `machine_type`; answers its entry of the output's `hosts`.
-async fn resize_one(
-    cloud: &dyn orca::Provider,
-    step_id: &str,
-    provider: &str,
-    id: &str,
-    machine_type: &str,
-) -> Result<Value> {
-    let before = match cloud.machine(id).await.map_err(|e| from_orca(&e))? {
-        Some(m) => m.machine_type,
-        None => {
-            return Err(Error::new(
-                404,
-                "cloud.not_found",
-                format!("VM {id} does not exist at provider {provider}"),
-            ))
-        }
-    };
-    let r = cloud.resize(id, machine_type).await.map_err(|e| {
-        let mut err = from_orca(&e);
-        err.message = format!("resizing VM {id} failed: {}", err.message);
-        err
-    })?;
-    tracing::info!(step_id = %step_id, vm_id = %id, caused_downtime = r.caused_downtime, "VM resized");
-    Ok(json!({
-        "vm_id": id,
-        "previous_machine_type": before,
-        "machine_type": r.machine.machine_type,
-        "caused_downtime": r.caused_downtime,
-    }))
+/// One VM to resize: its provider row, its id and the type it gets.
+struct Target<'a> {
+    provider: &'a str,
+    id: &'a str,
+    machine_type: &'a str,
+}
+
+impl Keeper {
+    /// Resizes VM `to.id` of `to.provider`; answers its entry of the output's `hosts`.
+    async fn resize_one(
+        &self,
+        cloud: &dyn orca::Provider,
+        step_id: &str,
+        to: Target<'_>,
+    ) -> Result<Value> {
+        let Target {
+            provider,
+            id,
+            machine_type,
+        } = to;
+        let before = match cloud.machine(id).await.map_err(|e| from_orca(&e))? {
+            Some(m) => {
+                self.check_pool(id, &m)?;
+                m.machine_type
+            }
+            None => {
+                return Err(Error::new(
+                    404,
+                    "cloud.not_found",
+                    format!("VM {id} does not exist at provider {provider}"),
+                ))
+            }
+        };
+        let r = cloud.resize(id, machine_type).await.map_err(|e| {
+            let mut err = from_orca(&e);
+            err.message = format!("resizing VM {id} failed: {}", err.message);
+            err
+        })?;
+        tracing::info!(step_id = %step_id, vm_id = %id, caused_downtime = r.caused_downtime, "VM resized");
+        Ok(json!({
+            "vm_id": id,
+            "previous_machine_type": before,
+            "machine_type": r.machine.machine_type,
+            "caused_downtime": r.caused_downtime,
+        }))
+    }
 }
 
 /// Says the resizes done (`hosts`) in `run`'s facts; answers whether a VM of them changed type.

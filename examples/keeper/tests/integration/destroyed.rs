@@ -401,3 +401,43 @@ async fn a_destroy_whose_lock_is_lost_mid_delete_does_not_count_the_vm_and_says_
     assert_eq!(again["counters"]["souls_destroyed"], 1, "{again}");
     w.finish().await;
 }
+
+/// A VM of keeper's owner but of another pool (another program sharing the owner, or a VM id of
+/// the wrong provider row) is not keeper's: the step refuses it, destroys nothing after it and
+/// leaves it standing.
+#[tokio::test]
+async fn a_vm_of_another_pool_is_refused_and_left_standing() {
+    let Some(w) = World::new("a_vm_of_another_pool_is_refused_and_left_standing").await else {
+        return;
+    };
+    let (_, ids) = souls_with_seeds(&w, "live", 1).await;
+    let other = w
+        .cloud
+        .provider("keeper")
+        .unwrap()
+        .create(&MachineSpec::new(
+            "elsewhere",
+            "amd64-small",
+            "zone-a",
+            "other",
+        ))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let before = registries(&w).await;
+    let f = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": [other.id, ids[0]]}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.other_pool", "{}", f.error);
+    assert!(f.error.message.contains("other"), "{}", f.error);
+    assert_eq!(f.output["failed"], json!([other.id]));
+    assert_eq!(f.output["not_attempted"], json!([ids[0]]));
+    assert_eq!(w.machines().len(), 2, "both VMs stand");
+    assert_eq!(registries(&w).await, before);
+    w.finish().await;
+}

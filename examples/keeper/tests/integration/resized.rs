@@ -5,6 +5,7 @@ use crate::support;
 
 use std::sync::atomic::Ordering;
 
+use orca::Provider as _;
 use serde_json::json;
 use support::{hosts, World};
 
@@ -101,5 +102,39 @@ async fn a_driver_without_resize_answers_resize_unsupported() {
     let e = w.audit("cloud.provisioned").await.pop().unwrap();
     assert_eq!(e["outcome"], "refused");
     assert_eq!(e["payload"]["error"]["code"], "resize.unsupported");
+    w.finish().await;
+}
+
+/// A VM of keeper's owner but of another pool is not keeper's: the resize refuses it and leaves
+/// its type as it was.
+#[tokio::test]
+async fn a_vm_of_another_pool_is_not_resized() {
+    let Some(w) = World::new("a_vm_of_another_pool_is_not_resized").await else {
+        return;
+    };
+    let other = w
+        .cloud
+        .provider("keeper")
+        .unwrap()
+        .create(&orca::MachineSpec::new(
+            "elsewhere",
+            "amd64-small",
+            "zone-a",
+            "other",
+        ))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let f = w
+        .step(
+            "core.cloud.resized",
+            json!({"provider": "lab", "vm_ids": [other.id], "machine_type": "amd64-large"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.other_pool", "{}", f.error);
+    let m = w.machines().into_iter().find(|m| m.id == other.id).unwrap();
+    assert_eq!(m.machine_type, "amd64-small");
     w.finish().await;
 }

@@ -167,12 +167,12 @@ impl Backend {
     /// resumes the jobs, and starts the periodic pass.
     pub async fn start(parts: Parts) -> std::io::Result<Backend> {
         let store = Store::open(&parts.config.state_dir)?;
-        Ok(Self::start_on(store, parts).await)
+        Self::start_on(store, parts).await
     }
 
     /// [`Backend::start`] on a store already open (its lock taken before anything else was read).
-    pub async fn start_on(store: Store, parts: Parts) -> Backend {
-        let b = Self::load_on(store, parts);
+    pub async fn start_on(store: Store, parts: Parts) -> std::io::Result<Backend> {
+        let b = Self::load_on(store, parts)?;
         b.pass(true).await;
         let weak = Arc::downgrade(&b.inner);
         let interval = b.inner.timings.pass_interval;
@@ -185,16 +185,16 @@ impl Backend {
             }
         });
         b.track(h.abort_handle());
-        b
+        Ok(b)
     }
 
     /// Loads `state_dir` without reconciling or starting anything (tests of the start-up steps).
     pub fn load(parts: Parts) -> std::io::Result<Backend> {
         let store = Store::open(&parts.config.state_dir)?;
-        Ok(Self::load_on(store, parts))
+        Self::load_on(store, parts)
     }
 
-    fn load_on(store: Store, parts: Parts) -> Backend {
+    fn load_on(store: Store, parts: Parts) -> std::io::Result<Backend> {
         let log = ServerLog::new();
         let cfg = parts.config;
         let firewall = FirewallCheck::new(
@@ -211,7 +211,7 @@ impl Backend {
             log.clone(),
             parts.timings.firewall,
         );
-        let loaded = store.load();
+        let loaded = store.load()?;
         for (path, why) in &loaded.unreadable {
             log.warn(format!(
                 "remote: the record {} could not be read and is ignored: {why}",
@@ -231,7 +231,7 @@ impl Backend {
             st.sheds.insert(s.id.clone(), s);
         }
         let (changed, _) = tokio::sync::watch::channel(0);
-        Backend {
+        Ok(Backend {
             inner: Arc::new(Inner {
                 cfg,
                 provider: parts.provider,
@@ -247,7 +247,7 @@ impl Backend {
                 tasks: Mutex::new(Vec::new()),
                 stopping: tokio::sync::watch::channel(false).0,
             }),
-        }
+        })
     }
 
     /// Stops the periodic pass and every job at once, as a server that is killed: nothing is tidied,

@@ -266,3 +266,20 @@ async fn a_start_queued_behind_a_stop_whose_vm_stopped_while_the_server_was_down
     env.until_status("a", Status::Running).await;
     assert_eq!(env.vm("a").unwrap().status, orca::Status::Running);
 }
+
+/// The lock of `state_dir` taken, then lost before the records are read (the lock file removed or
+/// replaced: another server may hold the directory now): the server refuses to start, naming the
+/// lock, rather than start with no records and write nothing it does.
+#[tokio::test]
+async fn a_server_whose_state_dir_lock_is_lost_before_it_reads_refuses_to_start() {
+    let env = Env::new().await;
+    env.running("a").await;
+    env.backend.shutdown();
+    let store = shed::store::Store::open(&env.cfg.state_dir).unwrap();
+    let lock = env.cfg.state_dir.join(shed::store::LOCK_FILE);
+    std::fs::remove_file(&lock).unwrap();
+    let Err(e) = Backend::start_on(store, env.parts()).await else {
+        panic!("a server whose lock was lost started");
+    };
+    assert!(e.to_string().contains(&lock.display().to_string()), "{e}");
+}
