@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use orca_machines::{Error, ErrorKind};
+use orca_machines::{Context, Error, ErrorKind};
 
 use crate::proto::v1 as pb;
 
@@ -41,6 +41,9 @@ pub fn error_to(e: &Error) -> pb::Error {
         retry_after_ms: e
             .retry_after()
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        // Of every kind: a no stock's or a quota's clean-up may have left something as well as
+        // a `Leftovers`, and a caller removes it by name whatever the kind.
+        leftovers: e.left().to_vec(),
         display: e.to_string(),
         ..pb::Error::default()
     };
@@ -84,61 +87,91 @@ pub fn error_to(e: &Error) -> pb::Error {
             w.owner.clone_from(provider);
             w.message.clone_from(operation);
         }
-        Error::Leftovers { error, left } => {
-            w.leftovers.clone_from(left);
-            w.cause = Some(Box::new(error_to(error)));
-        }
+        Error::Leftovers { error, .. } => w.cause = Some(Box::new(error_to(error))),
         // A kind this build does not know travels as Other, in its own words.
         _ => w.message = e.to_string(),
     }
     w
 }
 
-/// The error `w` describes, with the same kind and retry meaning.
+/// The context `w` carries, with `left` as what a clean-up could not remove. Something left
+/// stands in the cloud: the call may have acted whatever the mark says (a plugin in another
+/// language may send the list alone).
+fn context_from(w: &pb::Error, left: Vec<String>) -> Context {
+    let mut c = Context::new();
+    c.operation = (!w.operation.is_empty()).then(|| w.operation.clone());
+    c.code = (!w.code.is_empty()).then(|| w.code.clone());
+    c.retries = w.retries;
+    c.may_have_acted = w.may_have_acted || !left.is_empty();
+    c.left = left;
+    c
+}
+
+/// The error `w` describes, with the same kind, retry meaning and context: the code, the
+/// operation, the retries, the mark of an attempt that may have acted and what a clean-up left,
+/// for every kind that carries a context. A message without `leftovers` (from a plugin built
+/// before no stock and quota sent it) names nothing left, as it read then.
 pub fn error_from(w: pb::Error) -> Error {
     use pb::ErrorKind as W;
     let kind = W::try_from(w.kind).unwrap_or(W::Other);
-    let e = match kind {
-        W::InvalidSpec => return Error::invalid(w.field, w.message),
-        W::InvalidSettings => return Error::settings(w.keys, w.message),
-        W::NotOwned => return acted(Error::not_owned(w.message, w.owner), w.may_have_acted),
-        W::Unsupported => return acted(Error::unsupported(w.owner, w.message), w.may_have_acted),
-        W::Leftovers => {
-            let cause = w
-                .cause
-                .map(|c| error_from(*c))
-                .unwrap_or_else(|| Error::other(w.message));
-            return Error::leftovers(cause, w.leftovers);
-        }
-        W::NotFound => Error::not_found(w.message.clone()),
-        W::AlreadyExists => Error::already_exists(w.message.clone()),
-        W::NoStock => Error::no_stock(&w.machine_type, &w.location, w.message.clone()),
-        W::Quota => Error::quota(w.message.clone()),
-        W::Throttled => Error::throttled(
-            w.retry_after_ms.map(Duration::from_millis),
-            w.message.clone(),
-        ),
-        W::Busy => Error::busy(w.message.clone()),
-        W::Unauthenticated => Error::unauthenticated(w.message.clone()),
-        W::PermissionDenied => Error::permission_denied(w.message.clone()),
-        W::Transient => Error::transient(w.message.clone()),
-        W::Other => Error::other(w.message.clone()),
-    };
-    let mut e = e.with_retries(w.retries);
-    if !w.code.is_empty() {
-        e = e.with_code(w.code.clone());
+    if kind == W::Leftovers {
+        let cause = match w.cause {
+            Some(c) => error_from(*c),
+            // Without its first failure, the message's own fields stand for it.
+            None => Error::Other {
+                context: Box::new(context_from(&w, Vec::new())),
+                message: w.message,
+            },
+        };
+        return Error::leftovers(cause, w.leftovers);
     }
-    if !w.operation.is_empty() {
-        e = e.with_operation(w.operation.clone());
+    let context = Box::new(context_from(&w, w.leftovers.clone()));
+    let message = w.message;
+    match kind {
+        W::InvalidSpec => without_context(Error::invalid(w.field, message), *context),
+        W::InvalidSettings => without_context(Error::settings(w.keys, message), *context),
+        W::NotOwned => without_context(Error::not_owned(message, w.owner), *context),
+        W::Unsupported => without_context(Error::unsupported(w.owner, message), *context),
+        W::NotFound => Error::NotFound {
+            what: message,
+            context,
+        },
+        W::AlreadyExists => Error::AlreadyExists {
+            what: message,
+            context,
+        },
+        W::NoStock => Error::NoStock {
+            machine_type: w.machine_type,
+            location: w.location,
+            message,
+            context,
+        },
+        W::Quota => Error::Quota { message, context },
+        W::Throttled => Error::Throttled {
+            retry_after: w.retry_after_ms.map(Duration::from_millis),
+            message,
+            context,
+        },
+        W::Busy => Error::Busy { message, context },
+        W::Unauthenticated => Error::Unauthenticated { message, context },
+        W::PermissionDenied => Error::PermissionDenied { message, context },
+        W::Transient => Error::Transient { message, context },
+        W::Other | W::Leftovers => Error::Other { message, context },
     }
-    acted(e, w.may_have_acted)
 }
 
-fn acted(e: Error, may_have_acted: bool) -> Error {
-    if may_have_acted {
-        e.with_may_have_acted()
-    } else {
-        e
+/// `e`, of a kind that holds no context, as it is while `context` marks nothing; else, as
+/// [`Error::with_may_have_acted`] makes it, an [`Error::Other`] in its words with `e` as its
+/// source, holding the mark and what was left, so that neither is lost.
+fn without_context(e: Error, mut context: Context) -> Error {
+    if !context.may_have_acted {
+        return e;
+    }
+    let message = e.to_string();
+    context.source = Some(std::sync::Arc::new(e));
+    Error::Other {
+        message,
+        context: Box::new(context),
     }
 }
 
@@ -187,6 +220,156 @@ mod tests {
             assert_eq!(back.code(), e.code(), "{e}");
             assert_eq!(back.retry_after(), e.retry_after(), "{e}");
         }
+    }
+
+    /// Every kind, as [`ErrorKind`] lists them.
+    const KINDS: [ErrorKind; 15] = [
+        ErrorKind::InvalidSpec,
+        ErrorKind::InvalidSettings,
+        ErrorKind::NotFound,
+        ErrorKind::AlreadyExists,
+        ErrorKind::NotOwned,
+        ErrorKind::NoStock,
+        ErrorKind::Quota,
+        ErrorKind::Throttled,
+        ErrorKind::Busy,
+        ErrorKind::Unauthenticated,
+        ErrorKind::PermissionDenied,
+        ErrorKind::Unsupported,
+        ErrorKind::Transient,
+        ErrorKind::Leftovers,
+        ErrorKind::Other,
+    ];
+
+    /// A context with every field set: an attempt that may have acted, and what a clean-up left.
+    fn full_context() -> Context {
+        let mut c = Context::new();
+        c.operation = Some("instances.insert".into());
+        c.retries = 3;
+        c.code = Some("ZONE_RESOURCE_POOL_EXHAUSTED".into());
+        c.may_have_acted = true;
+        c.left = vec!["disk lab-1".into(), "address lab-1".into()];
+        c
+    }
+
+    /// An error of `kind` with `context` where its kind carries one (of its first failure, for
+    /// `Leftovers`); the kinds raised before any call carry none and come as they are, and marked.
+    fn of_kind_with(kind: ErrorKind, context: Context) -> Vec<Error> {
+        let mut e = Error::of_kind(kind, "m");
+        match &mut e {
+            Error::NotFound { context: c, .. }
+            | Error::AlreadyExists { context: c, .. }
+            | Error::NoStock { context: c, .. }
+            | Error::Quota { context: c, .. }
+            | Error::Throttled { context: c, .. }
+            | Error::Busy { context: c, .. }
+            | Error::Unauthenticated { context: c, .. }
+            | Error::PermissionDenied { context: c, .. }
+            | Error::Transient { context: c, .. }
+            | Error::Other { context: c, .. } => **c = context,
+            Error::Leftovers { .. } => {
+                let first = of_kind_with(ErrorKind::Quota, context).remove(0);
+                e = Error::leftovers(first, vec!["nic n1".into()]);
+            }
+            _ => return vec![e.clone(), e.with_may_have_acted()],
+        }
+        vec![e]
+    }
+
+    fn assert_same(back: &Error, e: &Error) {
+        assert_eq!(back, e, "{e:?}");
+        assert_eq!(back.to_string(), e.to_string());
+        assert_eq!(back.kind(), e.kind(), "{e:?}");
+        assert_eq!(back.left(), e.left(), "{e:?}");
+        assert_eq!(back.may_have_acted(), e.may_have_acted(), "{e:?}");
+        assert_eq!(back.made_nothing(), e.made_nothing(), "{e:?}");
+        assert_eq!(back.is_retryable(), e.is_retryable(), "{e:?}");
+        assert_eq!(back.code(), e.code(), "{e:?}");
+        assert_eq!(back.operation(), e.operation(), "{e:?}");
+        assert_eq!(back.retries(), e.retries(), "{e:?}");
+        assert_eq!(back.retry_after(), e.retry_after(), "{e:?}");
+    }
+
+    #[test]
+    fn every_kind_keeps_its_whole_context_across_the_wire() {
+        for kind in KINDS {
+            for e in of_kind_with(kind, full_context()) {
+                assert_same(&error_from(error_to(&e)), &e);
+            }
+        }
+    }
+
+    /// What a no stock's or a quota's clean-up left is on the wire itself, for a host in any
+    /// language, and makes the error one that did not make nothing.
+    #[test]
+    fn a_no_stock_or_quota_names_what_its_clean_up_left_on_the_wire() {
+        let left = vec!["server 7 (lab-1)".to_string()];
+        for e in [
+            Error::no_stock("cx23", "fsn1", "no room").with_leftovers(left.clone()),
+            Error::quota("servers").with_leftovers(left.clone()),
+        ] {
+            let w = error_to(&e);
+            assert_eq!(w.leftovers, left, "{e}");
+            assert!(w.may_have_acted && !w.made_nothing, "{e}");
+            let back = error_from(w);
+            assert_eq!(back.kind(), e.kind());
+            assert_eq!(back.left(), left.as_slice(), "{back:?}");
+            assert!(!back.made_nothing(), "{back:?}");
+        }
+    }
+
+    /// A plugin built before no stock and quota named what their clean-up left sends neither the
+    /// list nor the mark: a clean refusal, as it read then.
+    #[test]
+    fn an_older_no_stock_without_the_list_reads_as_before() {
+        let w = pb::Error {
+            kind: pb::ErrorKind::NoStock as i32,
+            message: "no room".into(),
+            machine_type: "cx23".into(),
+            location: "fsn1".into(),
+            made_nothing: true,
+            ..pb::Error::default()
+        };
+        let e = error_from(w);
+        assert_eq!(e, Error::no_stock("cx23", "fsn1", "no room"));
+        assert!(e.left().is_empty() && e.made_nothing() && !e.may_have_acted());
+    }
+
+    /// A plugin in another language may send what it likes: a list of leftovers means something
+    /// stands, and the mark of an attempt that may have acted is kept on every kind, those that
+    /// carry no context included.
+    #[test]
+    fn leftovers_and_the_mark_are_never_dropped_whatever_the_kind() {
+        let e = error_from(pb::Error {
+            kind: pb::ErrorKind::Quota as i32,
+            message: "servers".into(),
+            leftovers: vec!["server 7".into()],
+            ..pb::Error::default()
+        });
+        assert_eq!(e.left(), ["server 7".to_string()]);
+        assert!(e.may_have_acted() && !e.made_nothing(), "{e:?}");
+        for kind in [pb::ErrorKind::InvalidSpec, pb::ErrorKind::InvalidSettings] {
+            let e = error_from(pb::Error {
+                kind: kind as i32,
+                message: "m".into(),
+                may_have_acted: true,
+                ..pb::Error::default()
+            });
+            assert!(e.may_have_acted() && !e.made_nothing(), "{kind:?}: {e:?}");
+        }
+        // Leftovers without their first failure: the outer fields are its context.
+        let e = error_from(pb::Error {
+            kind: pb::ErrorKind::Leftovers as i32,
+            message: "boom".into(),
+            code: "InternalError".into(),
+            may_have_acted: true,
+            leftovers: vec!["nic n1".into()],
+            ..pb::Error::default()
+        });
+        assert_eq!(e.kind(), ErrorKind::Leftovers);
+        assert_eq!(e.left(), ["nic n1".to_string()]);
+        assert_eq!(e.code(), Some("InternalError"));
+        assert!(e.may_have_acted(), "{e:?}");
     }
 
     #[test]

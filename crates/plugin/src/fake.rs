@@ -3,21 +3,22 @@
 //! The cloud lives in the plugin process, or in the state file [`orca::FAKE_STATE_ENV`] names, so
 //! that a plugin started again (and a test beside it) sees the same machines. Beside CloudDriver it
 //! serves `FakeControl` (`proto/orca/cloud/fake/v1/fake_control.proto`): what a test does to the
-//! simulated cloud that the state file does not carry (injected faults, the request count), and
-//! the calls of the contract its driver served.
+//! simulated cloud that the state file does not carry (injected faults, the request count), the
+//! calls of the contract its driver served, and errors scripted for those calls.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use orca_machines::layer::{Answer, Call, Layer, Layered, Next};
+use orca_machines::layer::{Answer, Call, Layer, Layered, Next, Op};
 use orca_machines::memory::{FaultKind, MemoryCloud, Operation};
 use orca_machines::{Error, Provider, Result};
 use tonic::codegen::{http, BoxFuture, Context, Poll, Service};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
+use crate::errors::error_from;
 use crate::proto::fake as pb;
 use crate::proto::fake::fake_control_server::{FakeControl, FakeControlServer};
 use crate::{Driver, Routes, OWNER_ENV};
@@ -75,11 +76,59 @@ impl Layer for Served {
     }
 }
 
+/// Errors scripted for the contract's calls: the next calls of an operation answer an error
+/// without reaching the provider, so that a test can send the host an error of any kind with any
+/// context (the code, the retries, the mark of an attempt that may have acted, what a clean-up
+/// left), which the in-memory cloud's faults (a kind alone) cannot.
+#[derive(Debug, Clone, Default)]
+pub struct Scripted {
+    errors: Arc<Mutex<VecDeque<(Op, Error, u32)>>>,
+}
+
+impl Scripted {
+    /// Nothing scripted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next `times` calls of `op` answer `error`, after what was scripted before.
+    pub fn fail(&self, op: Op, error: Error, times: u32) {
+        if times > 0 {
+            let mut errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+            errors.push_back((op, error, times));
+        }
+    }
+
+    /// The error scripted for the next call of `op`, if any, counted as used.
+    fn take(&self, op: Op) -> Option<Error> {
+        let mut errors = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        let at = errors.iter().position(|(o, ..)| *o == op)?;
+        let (_, error, remaining) = &mut errors[at];
+        let error = error.clone();
+        *remaining -= 1;
+        if *remaining == 0 {
+            errors.remove(at);
+        }
+        Some(error)
+    }
+}
+
+#[async_trait]
+impl Layer for Scripted {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> Result<Answer> {
+        match self.take(call.op()) {
+            Some(error) => Err(error),
+            None => next.run(call).await,
+        }
+    }
+}
+
 /// The test console over one simulated cloud.
 #[derive(Debug, Clone)]
 pub struct Control {
     cloud: MemoryCloud,
     served: Served,
+    scripted: Scripted,
 }
 
 impl Control {
@@ -88,12 +137,19 @@ impl Control {
         Control {
             cloud,
             served: Served::new(),
+            scripted: Scripted::new(),
         }
     }
 
     /// The same console, answering `Calls` from `served`.
     pub fn with_served(mut self, served: Served) -> Self {
         self.served = served;
+        self
+    }
+
+    /// The same console, scripting `Fail`'s errors in `scripted`.
+    pub fn with_scripted(mut self, scripted: Scripted) -> Self {
+        self.scripted = scripted;
         self
     }
 
@@ -124,6 +180,27 @@ impl FakeControl for Control {
                 String::new()
             }
             Err(why) => why,
+        };
+        Ok(Response::new(pb::InjectReply { refused }))
+    }
+
+    async fn fail(
+        &self,
+        r: Request<pb::FailRequest>,
+    ) -> std::result::Result<Response<pb::InjectReply>, Status> {
+        let q = r.into_inner();
+        let op = Op::ALL.into_iter().find(|op| op.as_str() == q.call);
+        let refused = match (op, q.error) {
+            (None, _) => format!(
+                "call {:?}: not a call of the contract ({})",
+                q.call,
+                Op::ALL.map(Op::as_str).join(", ")
+            ),
+            (Some(_), None) => format!("call {:?}: no error to answer", q.call),
+            (Some(op), Some(error)) => {
+                self.scripted.fail(op, error_from(error), q.times);
+                String::new()
+            }
         };
         Ok(Response::new(pb::InjectReply { refused }))
     }
@@ -183,8 +260,12 @@ where
 }
 
 /// The fake's cloud and provider from this process's environment; `served` records the calls the
-/// provider serves.
-async fn from_env(owner: &str, served: Served) -> Result<(MemoryCloud, Arc<dyn Provider>)> {
+/// provider serves, `scripted` answers the errors scripted for them.
+async fn from_env(
+    owner: &str,
+    served: Served,
+    scripted: Scripted,
+) -> Result<(MemoryCloud, Arc<dyn Provider>)> {
     let cloud = match std::env::var(orca::FAKE_STATE_ENV) {
         Ok(path) if !path.is_empty() => MemoryCloud::open(path).await?,
         _ => MemoryCloud::new(),
@@ -203,7 +284,9 @@ async fn from_env(owner: &str, served: Served) -> Result<(MemoryCloud, Arc<dyn P
             })?;
         provider = provider.with_page_size(n);
     }
-    Ok((cloud, Arc::new(Layered::new(provider, served))))
+    // Served outermost: a call answered by a scripted error is still a call the host made.
+    let provider = Layered::new(Layered::new(provider, scripted), served);
+    Ok((cloud, Arc::new(provider)))
 }
 
 /// The program `soul-cloud-fake`: serves the in-memory provider for the owner in [`OWNER_ENV`] on
@@ -212,9 +295,14 @@ pub fn run() -> ! {
     crate::log_to_stderr();
     let owner = std::env::var(OWNER_ENV).unwrap_or_default();
     let code = crate::runtime().block_on(async {
-        let served = Served::new();
-        let (driver, control) = match from_env(&owner, served.clone()).await {
-            Ok((cloud, p)) => (Driver::new(Ok(p)), Control::new(cloud).with_served(served)),
+        let (served, scripted) = (Served::new(), Scripted::new());
+        let (driver, control) = match from_env(&owner, served.clone(), scripted.clone()).await {
+            Ok((cloud, p)) => (
+                Driver::new(Ok(p)),
+                Control::new(cloud)
+                    .with_served(served)
+                    .with_scripted(scripted),
+            ),
             Err(e) => {
                 tracing::error!("the fake provider cannot be made: {e}");
                 (Driver::new(Err(e)), Control::new(MemoryCloud::new()))

@@ -41,7 +41,13 @@ pub mod proto {
     }
     /// `orca.cloud.fake.v1`: the test console of `soul-cloud-fake`.
     pub mod fake {
-        tonic::include_proto!("orca.cloud.fake.v1");
+        // One level deeper than `v1`, so that the generated code's path to the CloudDriver
+        // messages it uses (`super::super::v1`, from package `orca.cloud.fake.v1` to
+        // `orca.cloud.v1`) lands on `proto::v1`.
+        mod generated {
+            tonic::include_proto!("orca.cloud.fake.v1");
+        }
+        pub use generated::*;
     }
 }
 
