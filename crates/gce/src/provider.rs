@@ -650,7 +650,13 @@ impl GceProvider {
                     read = self.read_fresh(r, Instant::now()).await;
                     looked_again = true;
                 }
-                Ok(None) | Err(_) => {}
+                Ok(None) => {}
+                // The disk cannot tell whether the instance exists: look for it again.
+                Err(e) => {
+                    tracing::warn!(id = %r.id(), error = %e, "could not read a failed create's disk");
+                    read = self.read_fresh(r, Instant::now()).await;
+                    looked_again = true;
+                }
             }
         }
         let mut unseen = None;
@@ -718,7 +724,10 @@ impl GceProvider {
             }
             Err(e) => {
                 tracing::warn!(zone, disk = name, error = %e, "could not read a failed create's disk");
-                left.push(format!("disk {zone}:{name}"));
+                if let Some(r) = unseen {
+                    left.push(format!("instance {} (unknown)", r.id()));
+                }
+                left.push(format!("disk {zone}:{name} (unknown)"));
             }
         }
         left

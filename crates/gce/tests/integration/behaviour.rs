@@ -1087,6 +1087,68 @@ async fn a_failed_insert_whose_instance_is_not_shown_in_time_names_the_instance_
 }
 
 #[tokio::test]
+async fn a_failed_insert_whose_disk_cannot_be_read_names_what_it_could_not_check() {
+    let fake = FakeGce::start().await.unwrap();
+    // No retries: one 5xx is a failed read.
+    let p = GceProvider::new(
+        builder(&fake)
+            .retry(RetryPolicy::NEVER)
+            .visibility_window(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    fake.set_visibility_delay(Duration::from_secs(3600));
+    let unavailable = |times| {
+        Rule::new(
+            Some(Method::GET),
+            "/disks/vm-blind",
+            Fault::Status {
+                status: 503,
+                body: json!({"error": {"code": 503, "message": "backend", "errors": [{"reason": "backendError", "domain": "global", "message": "backend"}]}}),
+                headers: vec![],
+            },
+            times,
+        )
+    };
+    // The first disk read fails; the instance is looked for again, and a later read of the disk
+    // shows it in use: both are named.
+    fake.fail_next_insert("INTERNAL_ERROR", "half-way");
+    fake.control().inject(unavailable(1));
+    let e = p.create(&spec("vm-blind", "e2-small")).await.unwrap_err();
+    assert_eq!(e.code(), Some("INTERNAL_ERROR"), "{e:?}");
+    let disk = boot_disk_of(&fake, "vm-blind");
+    match &e {
+        Error::Leftovers { left, .. } => assert_eq!(
+            left,
+            &vec![
+                format!("instance {} (not shown yet)", id("vm-blind")),
+                format!("disk {ZONE}:{disk} (in use)"),
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Every read of the disk fails: neither could be checked, and both are named as unknown.
+    fake.fail_next_insert("INTERNAL_ERROR", "half-way");
+    fake.control().inject(unavailable(100));
+    let e = p.create(&spec("vm-blind2", "e2-small")).await.unwrap_err();
+    fake.control().clear_faults();
+    let disk2 = boot_disk_of(&fake, "vm-blind2");
+    match &e {
+        Error::Leftovers { left, .. } => assert_eq!(
+            left,
+            &vec![
+                format!("instance {} (unknown)", id("vm-blind2")),
+                format!("disk {ZONE}:{disk2} (unknown)"),
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
 async fn credentials_never_appear_in_any_output() {
     let fake = FakeGce::start().await.unwrap();
     // A key marker that must never be printed: a line of the test key's material.
