@@ -1033,9 +1033,10 @@ async fn a_failed_insert_whose_instance_is_not_shown_in_time_names_the_instance_
     )
     .await
     .unwrap();
-    // Compute Engine shows the new instance later than the provider waits for it; the insert's
-    // operation fails after making the instance and its boot disk.
-    let delay = Duration::from_millis(1500);
+    // Compute Engine shows the new instance later than the provider waits for it (long beside the
+    // window, so that a slow run still sees it hidden); the insert's operation fails after making
+    // the instance and its boot disk.
+    let delay = Duration::from_secs(3);
     fake.set_visibility_delay(delay);
     fake.fail_next_insert("ZONE_RESOURCE_POOL_EXHAUSTED", "no room after all");
     let got = p.create(&spec("vm-unseen", "e2-small")).await.unwrap();
