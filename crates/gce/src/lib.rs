@@ -16,7 +16,8 @@
 //!   answers once the instance reads back. A 409 adopts this owner's instance of that name, pool and
 //!   type ([`orca_machines::Created::Adopted`]); `ZONE_RESOURCE_POOL_EXHAUSTED` (and
 //!   `_WITH_DETAILS`) is [`orca_machines::Created::NoStock`]; a failed operation removes the instance
-//!   and the boot disk it made.
+//!   and the boot disk it made, and names what it could not remove or check (an instance not shown
+//!   yet whose boot disk is attached among them).
 //! - `machines(pool)` is one paged `instances.list` (single zone) or `instances.aggregatedList`
 //!   (every zone) filtered by labels; `machine_named(pool, name)` the same filtered on the name too.
 //! - `delete_named(pool, name)` removes this owner's instances of that name in the pool, then the

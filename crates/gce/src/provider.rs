@@ -638,17 +638,28 @@ impl GceProvider {
         let mut left = Vec::new();
         let mut read = self.get_instance(r).await;
         let mut disk = None;
+        // Whether the instance was looked for again because it may stand though no read shows it:
+        // Compute Engine shows a new instance late, and only its boot disk tells that it exists.
+        let mut looked_again = false;
         if let Ok(None) = read {
-            // Not shown: when its boot disk is attached, the instance exists and Compute Engine does
-            // not show it yet; read it again rather than leave it behind.
-            if let Ok(Some(d)) = self.disk(&r.zone, boot_disk).await {
-                if d.users.is_empty() {
-                    disk = Some(d);
-                } else {
+            match self.disk(&r.zone, boot_disk).await {
+                Ok(Some(d)) if d.users.is_empty() => disk = Some(d),
+                // Attached: the instance exists and is not shown yet; read it again rather than
+                // leave it behind.
+                Ok(Some(_)) => {
                     read = self.read_fresh(r, Instant::now()).await;
+                    looked_again = true;
+                }
+                Ok(None) => {}
+                // The disk cannot tell whether the instance exists: look for it again.
+                Err(e) => {
+                    tracing::warn!(id = %r.id(), error = %e, "could not read a failed create's disk");
+                    read = self.read_fresh(r, Instant::now()).await;
+                    looked_again = true;
                 }
             }
         }
+        let mut unseen = None;
         match read {
             Ok(Some(vm))
                 if is_owned_by(&vm.labels, &self.inner.owner)
@@ -659,15 +670,65 @@ impl GceProvider {
                     left.push(format!("instance {}", r.id()));
                 }
             }
-            Ok(_) => {}
+            // Another owner's instance, or another incarnation of the name: not this create's.
+            Ok(Some(_)) => {}
+            // Still not shown: whether it stands is for the boot disk to tell (below).
+            Ok(None) if looked_again => unseen = Some(r),
+            Ok(None) => {}
             Err(e) => {
                 tracing::warn!(id = %r.id(), error = %e, "could not read a failed create's instance");
                 left.push(format!("instance {} (unknown)", r.id()));
             }
         }
-        if let Err(e) = self.delete_disk_if_ours(&r.zone, boot_disk, disk).await {
-            tracing::warn!(id = %r.id(), error = %e, "could not remove a failed create's disk");
-            left.push(format!("disk {}:{boot_disk}", r.zone));
+        left.extend(self.clean_up_disk(&r.zone, boot_disk, disk, unseen).await);
+        left
+    }
+
+    /// Removes a failed create's boot disk `name` of `zone` when it carries this owner's labels and
+    /// no instance holds it; `known` is the disk as read a moment ago (else it is read here). Answers
+    /// what stands: the disk when it is held or could not be read or removed, and `unseen` (the
+    /// create's instance, which no read showed) when the disk says it may stand.
+    async fn clean_up_disk(
+        &self,
+        zone: &str,
+        name: &str,
+        known: Option<Disk>,
+        unseen: Option<&InstanceRef>,
+    ) -> Vec<String> {
+        let read = match known {
+            Some(d) => Ok(Some(d)),
+            None => self.disk(zone, name).await,
+        };
+        let mut left = Vec::new();
+        match read {
+            // Gone, or free: no instance holds it, so none of this create's stands unseen.
+            Ok(None) => {}
+            Ok(Some(d)) if d.users.is_empty() => {
+                if !is_owned_by(&d.labels, &self.inner.owner) {
+                    return left;
+                }
+                let path = self.client().zonal(zone, &format!("disks/{name}"));
+                if let Err(e) = self.delete_path("disks.delete", &path).await {
+                    tracing::warn!(zone, disk = name, error = %e, "could not remove a failed create's disk");
+                    left.push(format!("disk {zone}:{name}"));
+                }
+            }
+            // Held: by the instance no read showed, or by the one that could not be removed.
+            Ok(Some(d)) => {
+                if let Some(r) = unseen {
+                    left.push(format!("instance {} (not shown yet)", r.id()));
+                }
+                if is_owned_by(&d.labels, &self.inner.owner) {
+                    left.push(format!("disk {zone}:{name} (in use)"));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(zone, disk = name, error = %e, "could not read a failed create's disk");
+                if let Some(r) = unseen {
+                    left.push(format!("instance {} (unknown)", r.id()));
+                }
+                left.push(format!("disk {zone}:{name} (unknown)"));
+            }
         }
         left
     }

@@ -1011,6 +1011,144 @@ async fn a_machine_compute_engine_shows_late_is_waited_for_and_never_believed_go
     assert!(p.delete(&m.id).await.unwrap());
 }
 
+/// The boot disk a create of `name` made in `ZONE` (`<name>-<8 hex digits>`).
+fn boot_disk_of(fake: &FakeGce, name: &str) -> String {
+    let prefix = format!("{name}-");
+    let disks: Vec<String> = fake
+        .disk_names(ZONE)
+        .into_iter()
+        .filter(|d| d.starts_with(&prefix))
+        .collect();
+    assert_eq!(disks.len(), 1, "one boot disk of {name}: {disks:?}");
+    disks[0].clone()
+}
+
+#[tokio::test]
+async fn a_failed_insert_whose_instance_is_not_shown_in_time_names_the_instance_and_its_disk() {
+    let fake = FakeGce::start().await.unwrap();
+    let window = Duration::from_millis(200);
+    let p = GceProvider::new(
+        builder(&fake).visibility_window(window).build().unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    // Compute Engine shows the new instance later than the provider waits for it (long beside the
+    // window, so that a slow run still sees it hidden); the insert's operation fails after making
+    // the instance and its boot disk.
+    let delay = Duration::from_secs(3);
+    fake.set_visibility_delay(delay);
+    fake.fail_next_insert("ZONE_RESOURCE_POOL_EXHAUSTED", "no room after all");
+    let got = p.create(&spec("vm-unseen", "e2-small")).await.unwrap();
+    assert!(fake.instance(ZONE, "vm-unseen").is_some(), "it stands");
+    let disk = boot_disk_of(&fake, "vm-unseen");
+    let instance = format!("instance {} (not shown yet)", id("vm-unseen"));
+    let in_use = format!("disk {ZONE}:{disk} (in use)");
+    match &got {
+        Created::NoStock { left, message, .. } => {
+            assert_eq!(left, &vec![instance.clone(), in_use.clone()], "{got:?}");
+            assert!(
+                message.contains(&instance) && message.contains(&in_use),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Any other failure: Leftovers naming both, keeping the first failure's code.
+    fake.fail_next_insert("INTERNAL_ERROR", "half-way");
+    let e = p.create(&spec("vm-unseen2", "e2-small")).await.unwrap_err();
+    assert_eq!(e.code(), Some("INTERNAL_ERROR"), "{e:?}");
+    let disk2 = boot_disk_of(&fake, "vm-unseen2");
+    match &e {
+        Error::Leftovers { left, .. } => assert_eq!(
+            left,
+            &vec![
+                format!("instance {} (not shown yet)", id("vm-unseen2")),
+                format!("disk {ZONE}:{disk2} (in use)"),
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Named, they are removed by name once Compute Engine shows them.
+    tokio::time::sleep(delay).await;
+    fake.set_visibility_delay(Duration::ZERO);
+    for name in ["vm-unseen", "vm-unseen2"] {
+        assert!(p.delete_named("lab", name).await.unwrap(), "{name}");
+    }
+    assert!(
+        fake.instance_names(ZONE).is_empty(),
+        "{:?}",
+        fake.instance_names(ZONE)
+    );
+    assert!(
+        fake.disk_names(ZONE).is_empty(),
+        "{:?}",
+        fake.disk_names(ZONE)
+    );
+}
+
+#[tokio::test]
+async fn a_failed_insert_whose_disk_cannot_be_read_names_what_it_could_not_check() {
+    let fake = FakeGce::start().await.unwrap();
+    // No retries: one 5xx is a failed read.
+    let p = GceProvider::new(
+        builder(&fake)
+            .retry(RetryPolicy::NEVER)
+            .visibility_window(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    fake.set_visibility_delay(Duration::from_secs(3600));
+    let unavailable = |times| {
+        Rule::new(
+            Some(Method::GET),
+            "/disks/vm-blind",
+            Fault::Status {
+                status: 503,
+                body: json!({"error": {"code": 503, "message": "backend", "errors": [{"reason": "backendError", "domain": "global", "message": "backend"}]}}),
+                headers: vec![],
+            },
+            times,
+        )
+    };
+    // The first disk read fails; the instance is looked for again, and a later read of the disk
+    // shows it in use: both are named.
+    fake.fail_next_insert("INTERNAL_ERROR", "half-way");
+    fake.control().inject(unavailable(1));
+    let e = p.create(&spec("vm-blind", "e2-small")).await.unwrap_err();
+    assert_eq!(e.code(), Some("INTERNAL_ERROR"), "{e:?}");
+    let disk = boot_disk_of(&fake, "vm-blind");
+    match &e {
+        Error::Leftovers { left, .. } => assert_eq!(
+            left,
+            &vec![
+                format!("instance {} (not shown yet)", id("vm-blind")),
+                format!("disk {ZONE}:{disk} (in use)"),
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+    // Every read of the disk fails: neither could be checked, and both are named as unknown.
+    fake.fail_next_insert("INTERNAL_ERROR", "half-way");
+    fake.control().inject(unavailable(100));
+    let e = p.create(&spec("vm-blind2", "e2-small")).await.unwrap_err();
+    fake.control().clear_faults();
+    let disk2 = boot_disk_of(&fake, "vm-blind2");
+    match &e {
+        Error::Leftovers { left, .. } => assert_eq!(
+            left,
+            &vec![
+                format!("instance {} (unknown)", id("vm-blind2")),
+                format!("disk {ZONE}:{disk2} (unknown)"),
+            ]
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn credentials_never_appear_in_any_output() {
     let fake = FakeGce::start().await.unwrap();
