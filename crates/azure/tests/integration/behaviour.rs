@@ -273,7 +273,7 @@ async fn a_failed_create_names_what_it_could_not_remove() {
     );
     // Deleting the machine's name removes what remains, as the message says.
     f.allow_delete("vm-d-nsg");
-    assert!(p.delete("vm-d").await.unwrap());
+    assert!(p.delete_named("lab", "vm-d").await.unwrap());
     assert_eq!(stray(&f), vec![]);
     f.restore_stock(AMD, LOCATION);
 
@@ -298,7 +298,7 @@ async fn a_failed_create_names_what_it_could_not_remove() {
 
     // Any other failure with leftovers is still Leftovers.
     f.allow_delete("vm-d-ip");
-    assert!(p.delete("vm-d").await.unwrap());
+    assert!(p.delete_named("lab", "vm-d").await.unwrap());
     f.deny_policy("Microsoft.Compute/virtualMachines", "deny-vms");
     f.refuse_delete("vm-d-nsg");
     let e = p.create(&spec("vm-d", AMD)).await.unwrap_err();
@@ -443,7 +443,7 @@ async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
     assert!(p.machine(&m.id).await.unwrap().is_none());
     assert_eq!(f.control().requests() - n, 2, "{:?}", f.control().log());
 
-    // A resource that refuses deletion is named, and deleting again retries.
+    // A resource that refuses deletion is named; the VM is gone, so deleting by name removes it.
     let m = p
         .create(&spec("vm-g", AMD))
         .await
@@ -457,7 +457,11 @@ async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
     };
     assert_eq!(left.len(), 1);
     assert!(left[0].starts_with("security group vm-g-nsg"), "{left:?}");
-    assert!(e.to_string().contains("deleting it again retries"), "{e}");
+    assert!(
+        e.to_string()
+            .contains(r#"delete_named("lab", "vm-g") removes the rest"#),
+        "{e}"
+    );
     assert_eq!(
         stray(&f),
         vec![(
@@ -467,7 +471,7 @@ async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
     );
     assert!(p.machines("lab").await.unwrap().is_empty());
     f.allow_delete("vm-g-nsg");
-    assert!(p.delete(&m.id).await.unwrap());
+    assert!(p.delete_named("lab", &m.id).await.unwrap());
     assert_eq!(stray(&f), vec![]);
 }
 
@@ -1655,7 +1659,7 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
         1
     );
 
-    // A disk that refuses its delete is named, and deleting the machine again removes it.
+    // A disk that refuses its delete is named, and deleting the machine by name removes it.
     f.refuse_delete("vm-t-osdisk");
     let e = p.delete("vm-t").await.unwrap_err();
     let Error::Leftovers { left, .. } = &e else {
@@ -1670,8 +1674,9 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
             "vm-t-osdisk".to_string()
         )]
     );
+    assert!(e.to_string().contains("delete_named"), "{e}");
     f.allow_delete("vm-t-osdisk");
-    assert!(p.delete("vm-t").await.unwrap());
+    assert!(p.delete_named("lab", "vm-t").await.unwrap());
     assert_eq!(stray(&f), vec![]);
     // Another owner's delete of that name never touches a disk that is not its own.
     let other = provider(&f, "stack-2").await;
@@ -1694,7 +1699,7 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
             "vm-u-osdisk".to_string()
         )]
     );
-    assert!(p.delete("vm-u").await.unwrap());
+    assert!(p.delete_named("lab", "vm-u").await.unwrap());
     assert_eq!(stray(&f), vec![]);
 }
 
@@ -1850,10 +1855,17 @@ async fn a_left_os_disk_whose_tagging_and_delete_failed_is_found_by_the_retried_
         "Microsoft.Compute/disks".to_string(),
         "vm-w-osdisk".to_string(),
     );
-    // Every delete either names what stands or answers true with nothing left; the disk goes.
+    // Every delete either names what stands or answers true with nothing left; the disk goes. Once
+    // the VM is gone, what remains is deleted by name (a delete by id no longer finds the VM).
     let mut done = false;
+    let mut vm_gone = false;
     for attempt in 1..=3 {
-        match p.delete("vm-w").await {
+        let deleted = if vm_gone {
+            p.delete_named("lab", "vm-w").await
+        } else {
+            p.delete("vm-w").await
+        };
+        match deleted {
             Ok(gone) => {
                 assert!(gone, "attempt {attempt}");
                 assert_eq!(
@@ -1869,6 +1881,7 @@ async fn a_left_os_disk_whose_tagging_and_delete_failed_is_found_by_the_retried_
                     left.iter().any(|l| l.starts_with("OS disk vm-w-osdisk")),
                     "attempt {attempt}: {left:?}"
                 );
+                vm_gone = !left.iter().any(|l| l.starts_with("VM vm-w"));
                 assert!(
                     stray(&f).contains(&disk),
                     "attempt {attempt}: {:?}",
