@@ -1952,3 +1952,76 @@ async fn dot_segment_ids_are_refused_before_any_call() {
     }
     assert_eq!(f.control().log().len(), 0, "{:?}", f.control().log());
 }
+
+/// A create whose VM `PUT` Azure accepted and whose operation then outlasts the operation timeout
+/// (a passing failure), while reads do not show the new VM yet: a read or a delete of the VM
+/// answers 404 then, which is no proof that it is gone. The VM stands, so the failure says it may
+/// have acted and names the VM, nothing it still uses is removed, and a retried create adopts it.
+#[tokio::test]
+async fn a_vm_made_before_a_passing_failure_is_not_believed_gone_while_reads_lag() {
+    let f = fake().await;
+    f.set_visibility_delay(std::time::Duration::from_secs(3));
+    // Every poll of the VM's operation answers it still running.
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "/providers/Microsoft.Compute/locations/westeurope/operations/",
+        Fault::Status {
+            status: 200,
+            body: serde_json::json!({"name": "op", "status": "InProgress"}),
+            headers: vec![],
+        },
+        1_000,
+    ));
+    let p = orca_azure::AzureProvider::new(
+        settings(&f)
+            .operation_timeout(std::time::Duration::from_millis(300))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let e = p.create(&spec("vm-r1", AMD)).await.unwrap_err();
+    f.control().clear_faults();
+    assert!(!e.made_nothing(), "{e}");
+    let vm = (
+        "Microsoft.Compute/virtualMachines".to_string(),
+        "vm-r1".to_string(),
+    );
+    let stands = f.resources(RESOURCE_GROUP).contains(&vm);
+    match &e {
+        Error::Leftovers { left, .. } => assert!(
+            !stands || left.iter().any(|l| l.starts_with("VM vm-r1")),
+            "the VM stands and the leftovers do not name it: {left:?}"
+        ),
+        e => {
+            assert!(stands, "{e}");
+            assert!(e.is_retryable(), "{e}");
+            assert!(e.to_string().contains("VM vm-r1 stands"), "{e}");
+            assert_eq!(stray(&f).len(), 5, "{:?}", stray(&f));
+            // A retried create adopts it once reads show it, and a delete removes everything.
+            let again = p.create(&spec("vm-r1", AMD)).await.unwrap();
+            assert!(matches!(again, Created::Adopted(_)), "{again:?}");
+            assert!(p.delete("vm-r1").await.unwrap());
+            assert_eq!(stray(&f), vec![]);
+        }
+    }
+}
+
+/// A failed create's clean-up deletes the VM it made even while reads do not show that VM yet:
+/// the 404 its delete meets then is no proof it is gone, so the VM is read until it shows and
+/// deleted, and nothing of the machine stays.
+#[tokio::test]
+async fn a_failed_vm_that_reads_do_not_show_yet_is_removed_once_they_do() {
+    let f = fake().await;
+    f.set_visibility_delay(std::time::Duration::from_secs(1));
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    let p = provider(&f, "stack-1").await;
+    match p.create(&spec("vm-r3", AMD)).await {
+        Ok(Created::NoStock { left, message, .. }) => {
+            assert!(left.is_empty(), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(stray(&f), vec![], "the failed VM or what it holds stayed");
+}
