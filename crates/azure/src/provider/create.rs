@@ -545,8 +545,8 @@ impl AzureProvider {
                 Some(_) => self.remove(&what, url).await?,
                 None if origin == Origin::Made => {
                     return Err(Error::transient(format!(
-                        "Azure accepted its create, but neither reads nor its delete have shown it after {} s: it may stand",
-                        self.cfg().visibility_window.as_secs()
+                        "Azure accepted its create, but neither reads nor its delete have shown it within the visibility window ({:?}): it may stand",
+                        self.cfg().visibility_window
                     )));
                 }
                 None => {}

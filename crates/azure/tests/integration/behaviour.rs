@@ -2025,3 +2025,39 @@ async fn a_failed_vm_that_reads_do_not_show_yet_is_removed_once_they_do() {
     }
     assert_eq!(stray(&f), vec![], "the failed VM or what it holds stayed");
 }
+
+/// A failed VM whose `PUT` Azure accepted and that reads still do not show once the visibility
+/// window has passed is not taken for gone: the no-stock answer names it (and its OS disk) among
+/// what remains, and a delete by name removes it all once reads show it.
+#[tokio::test]
+async fn a_failed_vm_that_reads_never_show_is_named_as_left() {
+    let f = fake().await;
+    f.set_visibility_delay(std::time::Duration::from_secs(4));
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    let p = orca_azure::AzureProvider::new(
+        settings(&f)
+            .visibility_window(std::time::Duration::from_millis(500))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let message = match p.create(&spec("vm-r4", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => message,
+        other => panic!("{other:?}"),
+    };
+    let (_, left) = message
+        .split_once("the clean-up could not remove: ")
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(left.starts_with("VM vm-r4 ("), "{message}");
+    assert!(
+        left.contains("within the visibility window (500ms): it may stand"),
+        "{message}"
+    );
+    assert!(left.contains("OS disk vm-r4-osdisk"), "{message}");
+    assert_eq!(stray(&f).len(), 5, "{:?}", stray(&f));
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert!(p.delete_named("lab", "vm-r4").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
