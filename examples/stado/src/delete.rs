@@ -142,8 +142,20 @@ impl Stado {
                 }
             },
             _ => {
-                self.check_this_homes(name, decl).await?;
-                let removed = self.delete_vm(&decl.vm_id).await;
+                let removed = if self.check_this_homes(name, decl).await? {
+                    self.delete_vm(&decl.vm_id).await
+                } else {
+                    // The VM is gone: an earlier delete removed it and could not remove all that
+                    // stood beside it (or it went outside stado). A delete of its id no longer
+                    // finds those pieces; they are removed by the host's name, as for a create
+                    // that stopped, unless a VM of that name is another home's.
+                    match self.made_by_stopped_create(name).await? {
+                        Stopped::Foreign => Ok(()),
+                        Stopped::Ours(vm) => {
+                            self.remove_named(name, vm.as_deref()).await.map(|_| ())
+                        }
+                    }
+                };
                 (decl.vm_id.clone(), removed)
             }
         };
@@ -182,18 +194,20 @@ impl Stado {
             }
             Ok(None) => Ok(Stopped::Ours(None)),
             Err(e) => Err(Failure::new(format!(
-                "{name} is still registered: its create stopped before {TITLE} answered with its VM, and the VM named {name} could not be looked up ({}); deleting it again retries",
+                "{name} is still registered: the VM named {name} could not be looked up to tell what of it stands ({}); deleting it again retries",
                 self.cloud_error(&e)
             ))
             .with_code("unread")),
         }
     }
 
-    /// Refuses to delete the VM a declared host names when it is not this home's.
-    async fn check_this_homes(&self, name: &str, decl: &CloudDecl) -> Result<(), Failure> {
+    /// Refuses to delete the VM a declared host names when it is not this home's; answers whether
+    /// that VM stands.
+    async fn check_this_homes(&self, name: &str, decl: &CloudDecl) -> Result<bool, Failure> {
         // The VM id is the registry's, but the VM it names now may not be the one this home made
         // (on Azure the id is the name: deleted outside stado and made again by another home). A VM
         // carrying another home's label, or another owner's, is left alone.
+        let mut stands = true;
         let whose = match self.provider.machine(&decl.vm_id).await {
             Ok(Some(m)) if m.labels.contains_key(HOME_LABEL) && !self.is_this_homes(&m) => Some(
                 format!("{}; this home is {}", Self::whose(&m), self.home.id()),
@@ -208,8 +222,12 @@ impl Stado {
                 ))
                 .with_code("unread"))
             }
-            // Absent, this home's, or made before homes had ids: delete_vm decides.
-            Ok(_) => None,
+            Ok(None) => {
+                stands = false;
+                None
+            }
+            // This home's, or made before homes had ids: delete_vm decides.
+            Ok(Some(_)) => None,
         };
         if let Some(whose) = whose {
             return Err(Failure::new(format!(
@@ -218,7 +236,7 @@ impl Stado {
             ))
             .with_code("not_this_home"));
         }
-        Ok(())
+        Ok(stands)
     }
 
     /// Removes the host's registry entry (saved), then its key files.

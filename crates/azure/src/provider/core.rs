@@ -405,16 +405,31 @@ impl AzureProvider {
 
     /// Deletes `url` and follows it to its end, then confirms it is gone. 404 is gone.
     pub(crate) async fn remove(&self, what: &str, url: &str) -> Result<()> {
+        if self.delete_request(what, url).await? {
+            self.confirm_gone(what, url).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends the `DELETE` of `url` and follows it to its end; `false` when Azure answered 404.
+    pub(crate) async fn delete_request(&self, what: &str, url: &str) -> Result<bool> {
         let op = format!("delete {what}");
         match self
             .client()
             .call(&op, Method::DELETE, url, None, Condition::None)
             .await
         {
-            Ok(a) => self.client().wait(&op, &a).await?,
-            Err(Error::NotFound { .. }) => return Ok(()),
-            Err(e) => return Err(e),
+            Ok(a) => {
+                self.client().wait(&op, &a).await?;
+                Ok(true)
+            }
+            Err(Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
         }
+    }
+
+    /// Reads `url`, whose delete ended, to confirm it is gone.
+    pub(crate) async fn confirm_gone(&self, what: &str, url: &str) -> Result<()> {
         match self
             .client()
             .get::<Tagged>(&format!("confirm {what} gone"), url)

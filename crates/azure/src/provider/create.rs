@@ -68,23 +68,36 @@ impl AzureProvider {
         match self.create_inner(spec, &mut made).await {
             Ok(created) => Ok(created),
             Err(e) => {
-                // A passing failure: when Azure may hold the VM (it answers it, or cannot be asked),
-                // everything stays for the retried create to adopt; when it surely holds none, what
-                // was made is removed, and the error stays retryable.
                 if e.is_retryable() {
-                    match self
-                        .client()
-                        .get::<Tagged>("read VM", &self.vm_url(&spec.name, false))
-                        .await
-                    {
-                        Ok(None) => return Err(self.undo(&made, e).await),
-                        // The VM stands (or may): never "made nothing", even after a throttled read.
-                        Ok(Some(_)) | Err(_) => return Err(e.with_may_have_acted()),
-                    }
+                    return Err(self.after_passing_failure(&spec.name, &made, e).await);
                 }
                 let e = e.with_placement(&spec.machine_type, &spec.location);
                 kit::no_stock_of(spec, self.undo(&made, e).await)
             }
+        }
+    }
+
+    /// The answer of a create of VM `name` that failed passingly (`error`) with `made` made or
+    /// adopted: when Azure holds the VM, or may (it answers it, or cannot be asked), everything
+    /// stays for the retried create to adopt; when it surely holds none, what was made is removed,
+    /// and the error stays retryable.
+    async fn after_passing_failure(&self, name: &str, made: &Made, error: Error) -> Error {
+        let vm_made = made
+            .iter()
+            .any(|m| m.res.part == Part::Vm && m.origin == Origin::Made);
+        if vm_made {
+            // Azure accepted the VM's `PUT`: the VM stands, whatever reads show of it during its
+            // visibility window (a read then answers 404, and so does its delete).
+            return error.with_may_have_acted().prefixed(&format!(
+                "VM {name} stands (Azure accepted its create): a retried create adopts it, and delete_named of its name removes it"
+            ));
+        }
+        // A "not found" for a VM that may be new (its interface names it) is waited out before
+        // it is believed.
+        match self.read_vm(name, false).await {
+            Ok(None) => self.undo(made, error).await,
+            // The VM stands (or may): never "made nothing", even after a throttled read.
+            Ok(Some(_)) | Err(_) => error.with_may_have_acted(),
         }
     }
 
@@ -166,11 +179,13 @@ impl AzureProvider {
             .filter(|m| vm_made || m.origin != Origin::Adopted)
         {
             let what = m.res.to_string();
-            let removed = if m.res.part == Part::Interface {
-                self.remove_interface(&what, &m.url, self.cfg().reservation_wait)
-                    .await
-            } else {
-                self.remove(&what, &m.url).await
+            let removed = match m.res.part {
+                Part::Interface => {
+                    self.remove_interface(&what, &m.url, self.cfg().reservation_wait)
+                        .await
+                }
+                Part::Vm => self.remove_new_vm(&m.res.name, &m.url, m.origin).await,
+                _ => self.remove(&what, &m.url).await,
             };
             if let Err(e) = removed {
                 tracing::warn!(what = %what, error = %e, "clean-up after a failed create failed");
@@ -454,6 +469,9 @@ impl AzureProvider {
         match put {
             Ok(a) => {
                 made.push(made_res(&vm_res, &vm_url, Origin::Made));
+                // From here Azure holds the VM: a "not found" for it is not believed until reads
+                // had their window to show it, even when following its operation fails.
+                self.remember(&names.vm);
                 self.client().wait(&op, &a).await?;
                 Ok(Origin::Made)
             }
@@ -512,6 +530,32 @@ impl AzureProvider {
                 Err(e)
             }
         }
+    }
+
+    /// Deletes VM `name` (at `url`) that a failed create made ([`Origin::Made`]) or may have made
+    /// ([`Origin::Maybe`]), confirmed gone. Azure answers a change of a VM that reads do not show
+    /// yet with 404 as it answers a read: that is no proof the VM is gone. The VM is then read
+    /// until it shows, for at most the visibility window ([`AzureProvider::read_vm`]), and deleted
+    /// once it does. A VM whose `PUT` Azure accepted and that reads never showed may still stand:
+    /// an error names it.
+    pub(crate) async fn remove_new_vm(&self, name: &str, url: &str, origin: Origin) -> Result<()> {
+        let what = format!("VM {name}");
+        if !self.delete_request(&what, url).await? {
+            match self.read_vm(name, false).await? {
+                Some(_) => self.remove(&what, url).await?,
+                None if origin == Origin::Made => {
+                    return Err(Error::transient(format!(
+                        "Azure accepted its create, but neither reads nor its delete have shown it within the visibility window ({:?}): it may stand",
+                        self.cfg().visibility_window
+                    )));
+                }
+                None => {}
+            }
+        } else {
+            self.confirm_gone(&what, url).await?;
+        }
+        self.forget(name);
+        Ok(())
     }
 
     /// Reads a VM being adopted until its provisioning state is final; answers the failure of a

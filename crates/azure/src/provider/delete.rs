@@ -1,16 +1,7 @@
 //! `delete`: the VM (which takes its interface, address and OS disk with it), then whatever of them
-//! remains, each only when it is this owner's.
+//! remains, each only when it is this owner's of the VM's pool.
 
 use super::*;
-
-/// Whose pieces of a machine's name a delete removes: this owner's of any pool (a delete by id,
-/// which removes this owner's machine of that id whatever its pool), or this owner's of one pool
-/// (a delete by name: another pool's pieces of that name are another pool's machine's).
-#[derive(Clone, Copy)]
-pub(crate) enum Whose<'a> {
-    Owner,
-    Pool(&'a str),
-}
 
 /// What a delete of a machine's resources did: whether it removed anything, and what remains.
 #[derive(Default)]
@@ -38,34 +29,36 @@ impl Swept {
 }
 
 impl AzureProvider {
-    /// Whether a piece's `tags` say it is this caller's, as `whose` asks.
-    fn is_theirs(&self, tags: &Labels, whose: Whose<'_>) -> bool {
-        match whose {
-            Whose::Owner => is_owned_by(tags, &self.inner.owner),
-            Whose::Pool(pool) => is_in_pool(tags, pool, &self.inner.owner),
-        }
-    }
-
-    /// [`Provider::delete`]: the machine's resources, what remains named.
+    /// [`Provider::delete`]: the VM and the pieces of its name that carry this owner's tags of its
+    /// pool, what remains named. Without a VM the machine is gone and nothing is removed: the
+    /// pieces of that name cannot be told this machine's from those of a machine of that name that
+    /// another pool of this owner is making, or failed to make; `delete_named` of their pool
+    /// removes them.
     pub(crate) async fn delete_machine(&self, id: &str) -> Result<bool> {
-        let vm = self.owned_vm(id, false).await?;
-        let left = self
-            .delete_resources(id, vm.as_ref(), Whose::Owner)
-            .await
-            .left;
-        if vm.is_some() && !left.iter().any(|l| l.res.part == Part::Vm) {
+        let Some(vm) = self.owned_vm(id, false).await? else {
+            return Ok(true);
+        };
+        let pool = pool_of(&vm.tags);
+        let left = self.delete_resources(id, Some(&vm), &pool).await.left;
+        let vm_stands = left.iter().any(|l| l.res.part == Part::Vm);
+        if !vm_stands {
             self.forget(id);
         }
         if left.is_empty() {
-            Ok(true)
-        } else {
-            Err(Error::leftovers(
-                Error::other(format!(
-                    "Azure did not release everything of machine {id}; deleting it again retries"
-                )),
-                left.iter().map(Left::to_string).collect(),
-            ))
+            return Ok(true);
         }
+        // Once the VM is gone, a delete of its id finds nothing to tie what remains to its pool.
+        let retry = if vm_stands {
+            "deleting it again retries".to_string()
+        } else {
+            format!("its VM is gone: delete_named(\"{pool}\", \"{id}\") removes the rest")
+        };
+        Err(Error::leftovers(
+            Error::other(format!(
+                "Azure did not release everything of machine {id}; {retry}"
+            )),
+            left.iter().map(Left::to_string).collect(),
+        ))
     }
 
     /// Tags the OS disk `res` (read as `found`) as this owner's, of the pool of its VM's `vm_tags`,
@@ -95,7 +88,7 @@ impl AzureProvider {
 
     /// Before the delete of a VM whose OS disk `res` stays after it (`deleteOption` not `Delete`, as
     /// an adopted VM's may say): the disk, if it exists, carries this owner's tags. Once the VM is
-    /// gone they are the only proof that the disk is ours, which a retried delete needs.
+    /// gone they are the only proof that the disk is ours, which `delete_named` needs.
     pub(crate) async fn own_disk(&self, res: &Res, url: &str, vm_tags: &Labels) -> Result<()> {
         match self
             .client()
@@ -112,15 +105,15 @@ impl AzureProvider {
     /// The OS disk `res` after its VM's delete, confirmed gone. Azure deletes it with the VM when
     /// its `deleteOption` says `Delete`; one that stays was tagged as this owner's before the VM's
     /// delete ([`AzureProvider::own_disk`]), and is deleted. One the VM's delete left although it
-    /// said `Delete` is tagged now and deleted. With `vm_tags` `None` (no VM: a delete retried, or
-    /// one by name), only a disk whose tags say it is `whose`'s is deleted: Azure tags no disk it
+    /// said `Delete` is tagged now and deleted. With `vm_tags` `None` (no VM: a delete by name),
+    /// only a disk whose tags say it is this owner's of `pool` is deleted: Azure tags no disk it
     /// makes, so any other is not known to be ours. `Ok(true)` when it deleted the disk.
     pub(crate) async fn remove_disk(
         &self,
         res: &Res,
         url: &str,
         vm_tags: Option<&Labels>,
-        whose: Whose<'_>,
+        pool: &str,
     ) -> std::result::Result<bool, Left> {
         let what = res.to_string();
         let found = match self
@@ -138,7 +131,7 @@ impl AzureProvider {
                     tracing::warn!(resource = %what, error = %e, "tagging the OS disk its VM left failed; deleting it");
                 }
             }
-            None if !self.is_theirs(&found.tags, whose) => {
+            None if !is_in_pool(&found.tags, pool, &self.inner.owner) => {
                 tracing::debug!(resource = %what, "not known to be this caller's: left alone");
                 return Ok(false);
             }
@@ -153,15 +146,11 @@ impl AzureProvider {
 
     /// Deletes the machine's resources in order (the VM, which takes its interface, address and OS
     /// disk with it; then whatever of OS disk, interface, security group and address remains), the
-    /// VM only when given (read and checked by the caller), the rest only when `whose`'s, each
-    /// followed to its end and confirmed gone. Answers whether it removed anything, and what
-    /// remains, with why.
-    pub(crate) async fn delete_resources(
-        &self,
-        id: &str,
-        vm: Option<&Vm>,
-        whose: Whose<'_>,
-    ) -> Swept {
+    /// VM only when given (read and checked by the caller to be this owner's of `pool`), the rest
+    /// only when they carry this owner's tags of `pool` (a piece of that name of another pool is
+    /// another pool's machine's), each followed to its end and confirmed gone. Answers whether it
+    /// removed anything, and what remains, with why.
+    pub(crate) async fn delete_resources(&self, id: &str, vm: Option<&Vm>, pool: &str) -> Swept {
         let names = Names::of(id);
         // The OS disk: the VM's own reference (an adopted VM's may be named otherwise), else the
         // name a create gives it.
@@ -206,11 +195,11 @@ impl AzureProvider {
             }
             swept.removed = true;
             swept.note(
-                self.remove_disk(&disk, &disk_url, Some(&vm.tags), whose)
+                self.remove_disk(&disk, &disk_url, Some(&vm.tags), pool)
                     .await,
             );
         } else {
-            swept.note(self.remove_disk(&disk, &disk_url, None, whose).await);
+            swept.note(self.remove_disk(&disk, &disk_url, None, pool).await);
         }
         for (part, ty, name) in [
             (
@@ -229,18 +218,18 @@ impl AzureProvider {
                 &names.pip,
             ),
         ] {
-            swept.note(self.remove_piece(Res::new(part, name), ty, whose).await);
+            swept.note(self.remove_piece(Res::new(part, name), ty, pool).await);
         }
         swept
     }
 
-    /// Network resource `res` of type `ty`, deleted when it stands and is `whose`'s (confirmed
-    /// gone); `Ok(true)` when it was deleted.
+    /// Network resource `res` of type `ty`, deleted when it stands and carries this owner's tags
+    /// of `pool` (confirmed gone); `Ok(true)` when it was deleted.
     async fn remove_piece(
         &self,
         res: Res,
         ty: &str,
-        whose: Whose<'_>,
+        pool: &str,
     ) -> std::result::Result<bool, Left> {
         let url = self.net_url(ty, &res.name);
         let what = res.to_string();
@@ -250,7 +239,7 @@ impl AzureProvider {
             .await
         {
             Ok(None) => Ok(false),
-            Ok(Some(v)) if !self.is_theirs(&v.tags, whose) => {
+            Ok(Some(v)) if !is_in_pool(&v.tags, pool, &self.inner.owner) => {
                 tracing::warn!(resource = %what, "not this caller's: left alone");
                 Ok(false)
             }

@@ -3,7 +3,6 @@
 //! name that carry this owner's and this pool's tags (a create stopped or failed before its VM
 //! leaves them, and no listing shows them).
 
-use super::delete::Whose;
 use super::*;
 
 impl AzureProvider {
@@ -26,9 +25,7 @@ impl AzureProvider {
             tracing::debug!(vm = name, pool, "another owner's or pool's VM: left alone");
             return Ok(false);
         }
-        let swept = self
-            .delete_resources(name, vm.as_ref(), Whose::Pool(pool))
-            .await;
+        let swept = self.delete_resources(name, vm.as_ref(), pool).await;
         if vm.is_some() && !swept.left.iter().any(|l| l.res.part == Part::Vm) {
             self.forget(name);
         }

@@ -273,7 +273,7 @@ async fn a_failed_create_names_what_it_could_not_remove() {
     );
     // Deleting the machine's name removes what remains, as the message says.
     f.allow_delete("vm-d-nsg");
-    assert!(p.delete("vm-d").await.unwrap());
+    assert!(p.delete_named("lab", "vm-d").await.unwrap());
     assert_eq!(stray(&f), vec![]);
     f.restore_stock(AMD, LOCATION);
 
@@ -298,7 +298,7 @@ async fn a_failed_create_names_what_it_could_not_remove() {
 
     // Any other failure with leftovers is still Leftovers.
     f.allow_delete("vm-d-ip");
-    assert!(p.delete("vm-d").await.unwrap());
+    assert!(p.delete_named("lab", "vm-d").await.unwrap());
     f.deny_policy("Microsoft.Compute/virtualMachines", "deny-vms");
     f.refuse_delete("vm-d-nsg");
     let e = p.create(&spec("vm-d", AMD)).await.unwrap_err();
@@ -443,7 +443,7 @@ async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
     assert!(p.machine(&m.id).await.unwrap().is_none());
     assert_eq!(f.control().requests() - n, 2, "{:?}", f.control().log());
 
-    // A resource that refuses deletion is named, and deleting again retries.
+    // A resource that refuses deletion is named; the VM is gone, so deleting by name removes it.
     let m = p
         .create(&spec("vm-g", AMD))
         .await
@@ -457,7 +457,11 @@ async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
     };
     assert_eq!(left.len(), 1);
     assert!(left[0].starts_with("security group vm-g-nsg"), "{left:?}");
-    assert!(e.to_string().contains("deleting it again retries"), "{e}");
+    assert!(
+        e.to_string()
+            .contains(r#"delete_named("lab", "vm-g") removes the rest"#),
+        "{e}"
+    );
     assert_eq!(
         stray(&f),
         vec![(
@@ -467,7 +471,7 @@ async fn delete_removes_all_four_resources_in_order_and_retries_what_remains() {
     );
     assert!(p.machines("lab").await.unwrap().is_empty());
     f.allow_delete("vm-g-nsg");
-    assert!(p.delete(&m.id).await.unwrap());
+    assert!(p.delete_named("lab", &m.id).await.unwrap());
     assert_eq!(stray(&f), vec![]);
 }
 
@@ -1655,7 +1659,7 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
         1
     );
 
-    // A disk that refuses its delete is named, and deleting the machine again removes it.
+    // A disk that refuses its delete is named, and deleting the machine by name removes it.
     f.refuse_delete("vm-t-osdisk");
     let e = p.delete("vm-t").await.unwrap_err();
     let Error::Leftovers { left, .. } = &e else {
@@ -1670,8 +1674,9 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
             "vm-t-osdisk".to_string()
         )]
     );
+    assert!(e.to_string().contains("delete_named"), "{e}");
     f.allow_delete("vm-t-osdisk");
-    assert!(p.delete("vm-t").await.unwrap());
+    assert!(p.delete_named("lab", "vm-t").await.unwrap());
     assert_eq!(stray(&f), vec![]);
     // Another owner's delete of that name never touches a disk that is not its own.
     let other = provider(&f, "stack-2").await;
@@ -1694,7 +1699,7 @@ async fn an_os_disk_the_vms_delete_leaves_is_deleted_and_confirmed_gone() {
             "vm-u-osdisk".to_string()
         )]
     );
-    assert!(p.delete("vm-u").await.unwrap());
+    assert!(p.delete_named("lab", "vm-u").await.unwrap());
     assert_eq!(stray(&f), vec![]);
 }
 
@@ -1850,10 +1855,17 @@ async fn a_left_os_disk_whose_tagging_and_delete_failed_is_found_by_the_retried_
         "Microsoft.Compute/disks".to_string(),
         "vm-w-osdisk".to_string(),
     );
-    // Every delete either names what stands or answers true with nothing left; the disk goes.
+    // Every delete either names what stands or answers true with nothing left; the disk goes. Once
+    // the VM is gone, what remains is deleted by name (a delete by id no longer finds the VM).
     let mut done = false;
+    let mut vm_gone = false;
     for attempt in 1..=3 {
-        match p.delete("vm-w").await {
+        let deleted = if vm_gone {
+            p.delete_named("lab", "vm-w").await
+        } else {
+            p.delete("vm-w").await
+        };
+        match deleted {
             Ok(gone) => {
                 assert!(gone, "attempt {attempt}");
                 assert_eq!(
@@ -1869,6 +1881,7 @@ async fn a_left_os_disk_whose_tagging_and_delete_failed_is_found_by_the_retried_
                     left.iter().any(|l| l.starts_with("OS disk vm-w-osdisk")),
                     "attempt {attempt}: {left:?}"
                 );
+                vm_gone = !left.iter().any(|l| l.starts_with("VM vm-w"));
                 assert!(
                     stray(&f).contains(&disk),
                     "attempt {attempt}: {:?}",
@@ -1938,4 +1951,113 @@ async fn dot_segment_ids_are_refused_before_any_call() {
         assert_eq!(e.kind(), ErrorKind::InvalidSpec, "{id}: {e}");
     }
     assert_eq!(f.control().log().len(), 0, "{:?}", f.control().log());
+}
+
+/// A create whose VM `PUT` Azure accepted and whose operation then outlasts the operation timeout
+/// (a passing failure), while reads do not show the new VM yet: a read or a delete of the VM
+/// answers 404 then, which is no proof that it is gone. The VM stands, so the failure says it may
+/// have acted and names the VM, nothing it still uses is removed, and a retried create adopts it.
+#[tokio::test]
+async fn a_vm_made_before_a_passing_failure_is_not_believed_gone_while_reads_lag() {
+    let f = fake().await;
+    f.set_visibility_delay(std::time::Duration::from_secs(3));
+    // Every poll of the VM's operation answers it still running.
+    f.control().inject(Rule::new(
+        Some("GET".parse().unwrap()),
+        "/providers/Microsoft.Compute/locations/westeurope/operations/",
+        Fault::Status {
+            status: 200,
+            body: serde_json::json!({"name": "op", "status": "InProgress"}),
+            headers: vec![],
+        },
+        1_000,
+    ));
+    let p = orca_azure::AzureProvider::new(
+        settings(&f)
+            .operation_timeout(std::time::Duration::from_millis(300))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let e = p.create(&spec("vm-r1", AMD)).await.unwrap_err();
+    f.control().clear_faults();
+    assert!(!e.made_nothing(), "{e}");
+    let vm = (
+        "Microsoft.Compute/virtualMachines".to_string(),
+        "vm-r1".to_string(),
+    );
+    let stands = f.resources(RESOURCE_GROUP).contains(&vm);
+    match &e {
+        Error::Leftovers { left, .. } => assert!(
+            !stands || left.iter().any(|l| l.starts_with("VM vm-r1")),
+            "the VM stands and the leftovers do not name it: {left:?}"
+        ),
+        e => {
+            assert!(stands, "{e}");
+            assert!(e.is_retryable(), "{e}");
+            assert!(e.to_string().contains("VM vm-r1 stands"), "{e}");
+            assert_eq!(stray(&f).len(), 5, "{:?}", stray(&f));
+            // A retried create adopts it once reads show it, and a delete removes everything.
+            let again = p.create(&spec("vm-r1", AMD)).await.unwrap();
+            assert!(matches!(again, Created::Adopted(_)), "{again:?}");
+            assert!(p.delete("vm-r1").await.unwrap());
+            assert_eq!(stray(&f), vec![]);
+        }
+    }
+}
+
+/// A failed create's clean-up deletes the VM it made even while reads do not show that VM yet:
+/// the 404 its delete meets then is no proof it is gone, so the VM is read until it shows and
+/// deleted, and nothing of the machine stays.
+#[tokio::test]
+async fn a_failed_vm_that_reads_do_not_show_yet_is_removed_once_they_do() {
+    let f = fake().await;
+    f.set_visibility_delay(std::time::Duration::from_secs(1));
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    let p = provider(&f, "stack-1").await;
+    match p.create(&spec("vm-r3", AMD)).await {
+        Ok(Created::NoStock { left, message, .. }) => {
+            assert!(left.is_empty(), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(stray(&f), vec![], "the failed VM or what it holds stayed");
+}
+
+/// A failed VM whose `PUT` Azure accepted and that reads still do not show once the visibility
+/// window has passed is not taken for gone: the no-stock answer names it (and its OS disk) among
+/// what remains, and a delete by name removes it all once reads show it.
+#[tokio::test]
+async fn a_failed_vm_that_reads_never_show_is_named_as_left() {
+    let f = fake().await;
+    f.set_visibility_delay(std::time::Duration::from_secs(4));
+    f.fail_allocation(AMD, LOCATION, "AllocationFailed");
+    let p = orca_azure::AzureProvider::new(
+        settings(&f)
+            .visibility_window(std::time::Duration::from_millis(500))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let message = match p.create(&spec("vm-r4", AMD)).await {
+        Ok(Created::NoStock { message, .. }) => message,
+        other => panic!("{other:?}"),
+    };
+    let (_, left) = message
+        .split_once("the clean-up could not remove: ")
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!(left.starts_with("VM vm-r4 ("), "{message}");
+    assert!(
+        left.contains("within the visibility window (500ms): it may stand"),
+        "{message}"
+    );
+    assert!(left.contains("OS disk vm-r4-osdisk"), "{message}");
+    assert_eq!(stray(&f).len(), 5, "{:?}", stray(&f));
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    assert!(p.delete_named("lab", "vm-r4").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
 }

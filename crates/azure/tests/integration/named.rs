@@ -230,3 +230,57 @@ async fn a_delete_by_name_makes_a_known_number_of_requests() {
     assert!(!p.delete_named("lab", "vm-c").await.unwrap());
     assert_eq!(f.control().requests(), 6, "{:?}", f.control().log());
 }
+
+/// A delete by id of a name whose VM is gone cannot tell which pool the pieces of that name are
+/// of: another pool of the same owner may be making (or have failed to make) a machine of that
+/// name. It removes none of them; `delete_named` of their pool does.
+#[tokio::test]
+async fn a_delete_by_id_without_a_vm_leaves_another_pools_pieces_of_the_name() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    // Pool b's create of vm-r2 failed at its VM and could not remove its pieces.
+    leave_pieces(&f, &p, "vm-r2", "b").await;
+    assert_eq!(stray(&f), pieces("vm-r2"));
+    // Pool a's machine vm-r2 is gone: deleting it, by name or by id, leaves pool b's pieces.
+    assert!(!p.delete_named("a", "vm-r2").await.unwrap());
+    assert_eq!(stray(&f), pieces("vm-r2"));
+    assert!(p.delete("vm-r2").await.unwrap());
+    assert_eq!(
+        stray(&f),
+        pieces("vm-r2"),
+        "a delete by id removed pool b's pieces"
+    );
+    // Their own pool's delete by name removes them.
+    assert!(p.delete_named("b", "vm-r2").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
+
+/// A standing VM's delete removes the pieces of its name that carry this owner's tags of the VM's
+/// own pool, and no other pool's.
+#[tokio::test]
+async fn a_delete_by_id_removes_only_pieces_of_the_vms_own_pool() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-p", "a"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    // Its security group (the one piece a VM's delete does not take) says pool b of the same owner.
+    let nsg = format!(
+        "/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}/providers/{NSG}/vm-p-nsg/providers/Microsoft.Resources/tags/default"
+    );
+    let c = reqwest::Client::new();
+    let r = c
+        .patch(format!("{}{nsg}?api-version=2021-04-01", f.url()))
+        .bearer_auth(orca_fakes::azure::TOKEN)
+        .json(&json!({"operation": "Merge", "properties": {"tags": {"orca-pool": "b"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(p.delete("vm-p").await.unwrap());
+    assert_eq!(stray(&f), vec![(NSG.to_string(), "vm-p-nsg".to_string())]);
+    assert!(p.delete_named("b", "vm-p").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
