@@ -904,10 +904,10 @@ impl Provider for Ec2Provider {
 
     /// Every instance of this owner's `pool` named `name` that is not terminated, each followed to
     /// its end: those tag filters show (the listing of [`Provider::machine_named`]), and those the
-    /// create's ClientTokens name, which EC2 shows before its tag filters catch up with a new
-    /// instance ([`Ec2Provider::remove_named`]). An instance is removed only when its own tags say
-    /// it is this owner's, of `pool` and named `name`. True when one was removed; one that could not
-    /// be is named in [`Error::Leftovers`].
+    /// create's ClientTokens name ([`client_token`] and its later generations), which EC2 shows
+    /// before its tag filters catch up with a new instance. An instance is removed only when its
+    /// own tags say it is this owner's, of `pool` and named `name`. True when one was removed; one
+    /// that could not be is named in [`Error::Leftovers`].
     async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
         self.remove_named(pool, name).await
     }

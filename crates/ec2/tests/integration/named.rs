@@ -98,6 +98,9 @@ async fn delete_named_removes_what_tag_filters_do_not_show_yet() {
         1,
         "the failed create made one instance: {made:?}"
     );
+    // The tag filters do not show it yet: a read by name alone finds nothing.
+    let by_name = quick.machine_named(&e.pool, "lag-1").await.unwrap();
+    assert!(by_name.is_none(), "{by_name:?}");
     // What the contract tells the caller to do after such a failure, still within the lag.
     assert!(
         quick.delete_named(&e.pool, "lag-1").await.unwrap(),
