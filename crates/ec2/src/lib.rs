@@ -15,6 +15,9 @@
 //!   listing of its pool shows the instance (EC2 is eventually consistent).
 //! - `machines(pool)` filters DescribeInstances on the tags, every page; `machine(id)` reads one
 //!   instance; `delete` refuses another owner's and follows the instance to `terminated`.
+//! - `delete_named(pool, name)` removes every instance of this owner's pool with that name: those
+//!   the create's ClientTokens name (which EC2 shows before its tag filters catch up with a new
+//!   instance) and those the tag-filtered listing shows, each checked by its own tags.
 //! - Capabilities: start/stop, resize, power times, private address; options: labels, disk size,
 //!   image. Extension: [`MachineLabels`](orca_machines::MachineLabels) (CreateTags/DeleteTags).
 //!

@@ -32,6 +32,8 @@ use crate::model::{
     Image, NAME_TAG, RunRequest, into_machine, labels_of, machine_of, state_of, timestamp,
 };
 
+mod named;
+
 /// The driver's kind.
 pub const KIND: &str = "ec2";
 
@@ -515,6 +517,25 @@ impl Ec2Provider {
         .await
     }
 
+    /// Terminates instance `id`, which a read has just shown in `state` (not terminated) and this
+    /// owner's, and follows it to `terminated`: true once it is.
+    async fn terminate(&self, id: &str, state: &str) -> Result<bool> {
+        // A "not found" from TerminateInstances for an instance just read is not "gone": `change`
+        // confirms it by reading, and terminates again while EC2 shows it alive.
+        if state != "shutting-down"
+            && !self
+                .change(id, "TerminateInstances", || self.client.terminate(id))
+                .await?
+        {
+            return Ok(true);
+        }
+        // The root volume is DeleteOnTermination: it goes with the instance.
+        match self.wait_for(id, &["terminated"]).await {
+            Ok(_) | Err(Error::NotFound { .. }) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `change`, where an instance gone meanwhile (being deleted) is NotFound.
     pub(crate) async fn change_live<F, Fut>(
         &self,
@@ -878,20 +899,17 @@ impl Provider for Ec2Provider {
             return Ok(true);
         }
         kit::check_owned(id, &labels_of(&inst), &self.owner)?;
-        // A "not found" from TerminateInstances for an instance just read is not "gone": `change`
-        // confirms it by reading, and terminates again while EC2 shows it alive.
-        if state != "shutting-down"
-            && !self
-                .change(id, "TerminateInstances", || self.client.terminate(id))
-                .await?
-        {
-            return Ok(true);
-        }
-        // The root volume is DeleteOnTermination: it goes with the instance.
-        match self.wait_for(id, &["terminated"]).await {
-            Ok(_) | Err(Error::NotFound { .. }) => Ok(true),
-            Err(e) => Err(e),
-        }
+        self.terminate(id, state).await
+    }
+
+    /// Every instance of this owner's `pool` named `name` that is not terminated, each followed to
+    /// its end: those tag filters show (the listing of [`Provider::machine_named`]), and those the
+    /// create's ClientTokens name ([`client_token`] and its later generations), which EC2 shows
+    /// before its tag filters catch up with a new instance. An instance is removed only when its
+    /// own tags say it is this owner's, of `pool` and named `name`. True when one was removed; one
+    /// that could not be is named in [`Error::Leftovers`].
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        self.remove_named(pool, name).await
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {

@@ -32,7 +32,8 @@
 //!   applies to, for tests that count the looks a wait takes.
 //! - **The `client-token` filter** (DescribeInstances: "the idempotency token you provided when
 //!   you launched the instance"): moto keeps no token; the proxy answers it from the tokens it saw
-//!   made an instance (a filter on ids, so a tag filter's lag does not apply to it).
+//!   made an instance (a filter on ids, so a tag filter's lag does not apply to it, unless the same
+//!   listing also filters on a tag, as EC2's tag index would then decide).
 //! - **MaxResults 5 to 1000** (DescribeInstances reference: "You cannot specify this parameter and
 //!   the instance IDs parameter in the same request"; values outside 5-1000 are refused with
 //!   `InvalidParameterValue`). moto accepts any size.

@@ -6,5 +6,6 @@ mod conformance;
 mod consistency;
 mod listing;
 mod live;
+mod named;
 mod reference;
 mod traces;

@@ -602,6 +602,31 @@ async fn a_token_used_with_other_parameters_adopts_the_live_machine() {
     assert!(q.values().any(|v| v == ID), "{q:?}");
 }
 
+/// An instance EC2 holds for the name's ClientToken but shows without tags (a read that has not
+/// caught up with the tags of its create call): `delete_named` can tell neither that it is this
+/// owner's nor that it is not, so it answers a passing failure naming it and terminates nothing.
+#[tokio::test]
+async fn delete_named_of_an_instance_shown_without_its_tags_is_transient() {
+    let proxy = proxy().await;
+    let p = provider(&proxy).await;
+    let untagged = sparse_instance(ID, "ref-10", (0, "pending")).replace(&tags("ref-10"), "");
+    proxy.inject(
+        rule(
+            "DescribeInstances",
+            xml_answer(200, describe(&[untagged], None)),
+            1,
+        )
+        .when_form("Filter.1.Name", "client-token"),
+    );
+    // The tag-filtered listing does not show it yet.
+    answer(&proxy, "DescribeInstances", 200, describe(&[], None));
+    let err = p.delete_named(POOL, "ref-10").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
+    assert!(err.to_string().contains(ID), "{err}");
+    assert!(err.is_retryable(), "{err}");
+    assert_eq!(proxy.count("TerminateInstances"), 0);
+}
+
 #[tokio::test]
 async fn throttling_permission_and_not_found_answers_have_their_meaning() {
     let proxy = proxy().await;
