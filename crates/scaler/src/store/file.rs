@@ -14,6 +14,12 @@
 //! another record file, or of a snapshot newer than the one beside it, is refused. The temporary
 //! file that a crashed writer left behind is never read, and is removed when the store is next opened.
 //!
+//! Snapshot and journal carry format tags ([`FORMAT`], [`JOURNAL_FORMAT`]), which change whenever an
+//! older orca-pool would read the file and drop something that changes what the pool does: that
+//! orca-pool then refuses the file, naming its tag. The older formats this version still reads
+//! ([`FORMAT_BEFORE_LEFTOVERS`] with its journal, [`FORMAT_WHOLE`]) are never appended to: the first
+//! commit writes the record again in this version's format.
+//!
 //! A lock file beside it (`<file>.lock`, an exclusive `flock` held as long as the store is open)
 //! refuses a second process on the same file. The lock is checked before every pass
 //! ([`Store::lead`]) and every write: when someone removed or replaced the lock file, a second
@@ -28,18 +34,45 @@ use orca::fs::{FileLock, FsError};
 use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
-pub use super::journal::JOURNAL_FORMAT;
 use super::journal::{self, io, Header, Journal};
 use super::{Role, Store, StoreError};
 use crate::record::{Entry, Event, Key, Record};
 
-/// The format tag of the snapshot.
-pub const FORMAT: &str = "orca-pool/3";
+// The format tags of the snapshot and of its journal. The rule: a field that an older orca-pool
+// would drop and that changes what the pool does bumps the format. Such a reader skips a field it
+// does not know (serde), and its next commit writes the record without it: the field is lost
+// without a word. So a change of that kind takes a new `FORMAT` and a new `JOURNAL_FORMAT` together
+// (journal entries carry entries too), which an older orca-pool refuses, naming the tag; the tags
+// before join the older formats below, read and never written, each with why it is still read. A
+// field whose loss changes nothing the pool does (a note for the operator) needs no new tag.
 
-/// The format of a record file written before the journal: read, and written again as [`FORMAT`]
-/// at the first commit. (An older orca-pool refuses the new format rather than read a snapshot
-/// without the journal that follows it.)
+/// The format tag of the snapshot this version writes.
+pub const FORMAT: &str = "orca-pool/4";
+
+/// The format tag of the journal this version writes (its header's `format`).
+pub const JOURNAL_FORMAT: &str = "orca-pool-journal/2";
+
+/// The snapshot format before [`Entry::leftovers`] had a tag of its own. Still read, so that an
+/// upgrade keeps the record: every orca-pool before this one wrote it, those that knew the mark
+/// too (they wrote it under this same tag, which is why the tag changed: an orca-pool that does not
+/// know the mark reads such a file and drops it). Read whole with its journal
+/// ([`JOURNAL_FORMAT_BEFORE_LEFTOVERS`]), marks included; never appended to: the first commit
+/// writes the record again as [`FORMAT`], with a new journal.
+pub const FORMAT_BEFORE_LEFTOVERS: &str = "orca-pool/3";
+
+/// The journal format that follows a [`FORMAT_BEFORE_LEFTOVERS`] snapshot: read, never appended to.
+pub const JOURNAL_FORMAT_BEFORE_LEFTOVERS: &str = "orca-pool-journal/1";
+
+/// The format of a record file written before the journal: still read so that an upgrade from
+/// then keeps the record, and written again as [`FORMAT`] at the first commit. (An older orca-pool
+/// refuses the new format rather than read a snapshot without the journal that follows it.)
 pub const FORMAT_WHOLE: &str = "orca-pool/2";
+
+/// The older snapshot formats this version reads and never writes, newest first.
+const OLDER_FORMATS: [&str; 2] = [FORMAT_BEFORE_LEFTOVERS, FORMAT_WHOLE];
+
+/// The journal formats this version reads: its own, then the older ones, never appended to.
+const JOURNAL_FORMATS: [&str; 2] = [JOURNAL_FORMAT, JOURNAL_FORMAT_BEFORE_LEFTOVERS];
 
 /// The least a journal grows to before a commit writes a new snapshot instead; beyond it, the
 /// journal is compacted once it is larger than the snapshot, so the snapshot's cost is spread over
@@ -49,6 +82,9 @@ const COMPACT_AT_LEAST: u64 = 1 << 20;
 /// The snapshot as it is read.
 #[derive(Debug, Default, Deserialize)]
 struct Contents {
+    /// The format tag: [`FORMAT`] or one of [`OLDER_FORMATS`] (empty for the first orca-pool's).
+    #[serde(default)]
+    format: String,
     /// The record file's lineage: a random id given at its first snapshot, carried by its journals.
     #[serde(default)]
     lineage: String,
@@ -198,6 +234,14 @@ impl FileStore {
             }
             return Ok(store);
         };
+        let current = contents.format == FORMAT;
+        if OLDER_FORMATS.contains(&contents.format.as_str()) {
+            store.notes.push(format!(
+                "{} is of the older format {:?}: it is read, and written as {FORMAT:?} at the first commit, which an older orca-pool refuses",
+                store.path.display(),
+                contents.format
+            ));
+        }
         store.lineage = contents.lineage;
         store.generation = contents.generation;
         store.legacy = contents.legacy;
@@ -206,14 +250,14 @@ impl FileStore {
             .into_iter()
             .map(|r| (r.key.clone(), r))
             .collect();
-        store.replay(&journal_path)?;
+        store.replay(&journal_path, current)?;
         Ok(store)
     }
 
     /// Reads the journal beside the snapshot into the records, and opens it for the next commit when
-    /// it follows this snapshot.
-    fn replay(&mut self, journal_path: &Path) -> Result<(), StoreError> {
-        let Some(found) = journal::read(journal_path)? else {
+    /// it follows this snapshot and both are of this version's format (`current`: the snapshot's).
+    fn replay(&mut self, journal_path: &Path, current: bool) -> Result<(), StoreError> {
+        let Some(found) = journal::read(journal_path, &JOURNAL_FORMATS)? else {
             return Ok(());
         };
         let h = &found.header;
@@ -255,7 +299,11 @@ impl FileStore {
                 "dropped the torn last entry of the journal: a write that did not finish"
             );
         }
-        self.journal = Some(Journal::reopen(journal_path, found.whole)?);
+        // An older format is never appended to: a commit of this version may write what an older
+        // orca-pool would drop. The next commit writes a snapshot and a journal of this format.
+        if current && found.header.format == JOURNAL_FORMAT {
+            self.journal = Some(Journal::reopen(journal_path, found.whole)?);
+        }
         Ok(())
     }
 
@@ -379,12 +427,14 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, StoreError> {
         StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
     })?;
     match value.get("format").and_then(|f| f.as_str()) {
-        Some(FORMAT | FORMAT_WHOLE) => serde_json::from_value(value).map_err(|e| {
-            StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
-        }),
+        Some(f) if f == FORMAT || OLDER_FORMATS.contains(&f) => serde_json::from_value(value)
+            .map_err(|e| {
+                StoreError::Failed(format!("{}: not an orca-pool record: {e}", path.display()))
+            }),
         Some(other) => Err(StoreError::Failed(format!(
-            "{}: record format {other:?} is not {FORMAT:?}, nor the older {FORMAT_WHOLE:?} (written by another version of orca-pool)",
-            path.display()
+            "{}: record format {other:?} is not {FORMAT:?}, nor one of the older {} (written by another version of orca-pool); it is kept as it is",
+            path.display(),
+            quoted(&OLDER_FORMATS)
         ))),
         // The first orca-pool's record: machines by id, no kind or owner. Kept aside, never read as
         // this pool's record.
@@ -397,6 +447,12 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, StoreError> {
             path.display()
         ))),
     }
+}
+
+/// `tags` quoted and joined: `"a", "b"`.
+pub(super) fn quoted(tags: &[&str]) -> String {
+    let quoted: Vec<String> = tags.iter().map(|t| format!("{t:?}")).collect();
+    quoted.join(", ")
 }
 
 #[async_trait]

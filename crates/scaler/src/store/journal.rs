@@ -20,9 +20,6 @@ use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 
-/// The journal's format tag.
-pub const JOURNAL_FORMAT: &str = "orca-pool-journal/1";
-
 /// The journal's header: whose journal it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct Header {
@@ -143,8 +140,9 @@ impl Journal {
     }
 }
 
-/// Reads the journal at `path`: `None` when there is none.
-pub(super) fn read(path: &Path) -> Result<Option<Found>, StoreError> {
+/// Reads the journal at `path`, refusing one whose format is none of `formats` (this version's
+/// first: the record file defines them): `None` when there is none.
+pub(super) fn read(path: &Path, formats: &[&str]) -> Result<Option<Found>, StoreError> {
     let mut bytes = Vec::new();
     match open_nofollow(path, false) {
         Ok(mut f) => f.read_to_end(&mut bytes).map_err(|e| io(path, "read", e))?,
@@ -165,11 +163,12 @@ pub(super) fn read(path: &Path) -> Result<Option<Found>, StoreError> {
         }
         _ => return Err(not_journal("no whole header")),
     };
-    if header.format != JOURNAL_FORMAT {
+    if !formats.contains(&header.format.as_str()) {
         return Err(StoreError::Failed(format!(
-            "{}: journal format {:?} is not {JOURNAL_FORMAT:?} (written by another version of orca-pool); it is kept as it is",
+            "{}: journal format {:?} is not one this orca-pool reads ({}; written by another version of orca-pool); it is kept as it is",
             path.display(),
-            header.format
+            header.format,
+            super::file::quoted(formats)
         )));
     }
     let mut entries = Vec::new();

@@ -10,16 +10,16 @@ use std::path::{Path, PathBuf};
 use orca::Timestamp;
 use orca_scaler::{Entry, Event, FileStore, Key, Offering, Phase, Record, Store, StoreError};
 
-fn key() -> Key {
+pub(crate) fn key() -> Key {
     Key::new("fake", "s1", "lab")
 }
 
-fn at(secs: i64) -> Timestamp {
+pub(crate) fn at(secs: i64) -> Timestamp {
     chrono::DateTime::from_timestamp(1_800_000_000 + secs, 0).unwrap()
 }
 
 /// Records an intent to create machine `n` of `r`, as a pass does: the entry and its event.
-fn intend(r: &mut Record, n: u64) -> Vec<Event> {
+pub(crate) fn intend(r: &mut Record, n: u64) -> Vec<Event> {
     let name = format!("lab-{n}");
     r.next = n + 1;
     r.entries.insert(
@@ -47,7 +47,7 @@ fn intend(r: &mut Record, n: u64) -> Vec<Event> {
 }
 
 /// Records machine `n` of `r` as made.
-fn made(r: &mut Record, n: u64) -> Vec<Event> {
+pub(crate) fn made(r: &mut Record, n: u64) -> Vec<Event> {
     let name = format!("lab-{n}");
     let e = r.entries.get_mut(&name).unwrap();
     e.phase = Phase::Live;
@@ -74,11 +74,11 @@ fn reopened(path: &Path) -> FileStore {
     FileStore::open(path).unwrap()
 }
 
-async fn load(path: &Path) -> Option<Record> {
+pub(crate) async fn load(path: &Path) -> Option<Record> {
     reopened(path).load(&key()).await.unwrap()
 }
 
-fn refused(path: &Path) -> String {
+pub(crate) fn refused(path: &Path) -> String {
     match FileStore::open(path) {
         Ok(s) => panic!("{} was opened: {s:?}", path.display()),
         Err(StoreError::Failed(m)) => m,
@@ -86,7 +86,7 @@ fn refused(path: &Path) -> String {
     }
 }
 
-fn journal(path: &Path) -> PathBuf {
+pub(crate) fn journal(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap().to_os_string();
     name.push(".journal");
     path.with_file_name(name)
@@ -443,7 +443,7 @@ async fn a_scalers_record_reads_back_the_same() {
 
 /// A frame as the journal writes one: length, CRC-32 of the length and payload, payload (written
 /// here again so that the test does not trust the code it checks).
-fn frame(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
     let len = (payload.len() as u32).to_le_bytes();
     let mut crc = !0u32;
     for b in len.iter().chain(payload) {

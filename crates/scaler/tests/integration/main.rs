@@ -3,6 +3,7 @@
 mod campaign;
 mod concurrency;
 mod file_store;
+mod formats;
 mod journal;
 mod leftovers;
 mod metrics;
