@@ -289,6 +289,9 @@ async fn delete_failed(
     if !d.duplicate {
         if let Some(e) = s.record.entries.get_mut(&d.name) {
             e.note = format!("{}; last delete failed: {err}", d.why);
+            // A delete that removed the machine but not everything beside it names what it left:
+            // once the machine is gone, only a removal by name reaches those pieces.
+            e.leftovers |= !err.left().is_empty();
         }
     }
     s.commit(vec![Event::Failed {

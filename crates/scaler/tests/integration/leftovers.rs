@@ -406,3 +406,61 @@ async fn the_mark_is_kept_in_postgres_and_a_replica_taking_over_cleans_up() {
     let e = st.load(&key).await.unwrap().unwrap().entries[&n0].clone();
     assert!(!e.leftovers, "{e:?}");
 }
+
+/// A cloud whose delete removes the machine but not a piece beside it (as Azure's delete can leave
+/// a security group it could not remove), answering `Leftovers`; `delete_named` removes the piece.
+#[derive(Debug, Clone, Default)]
+struct DeleteLeaves {
+    pieces: Arc<Mutex<BTreeSet<String>>>,
+    named: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl Layer for DeleteLeaves {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> orca::Result<Answer> {
+        match call {
+            Call::Delete { id } => {
+                let id = id.to_string();
+                next.run(call).await?;
+                let piece = format!("security group {id}-nsg");
+                self.pieces.lock().unwrap().insert(piece.clone());
+                Err(Error::leftovers(
+                    Error::transient("the security group is busy"),
+                    vec![piece],
+                ))
+            }
+            Call::DeleteNamed { pool, name } => {
+                self.named.lock().unwrap().push(format!("{pool}/{name}"));
+                self.pieces.lock().unwrap().clear();
+                next.run(call).await
+            }
+            other => next.run(other).await,
+        }
+    }
+}
+
+/// A delete that removed the machine but left a piece (`Error::Leftovers`) marks the name: the
+/// pass that finds the machine gone removes the piece by name before the name is forgotten.
+#[tokio::test]
+async fn a_delete_that_left_a_piece_is_cleaned_up_by_name_once_the_machine_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, p) = cloud();
+    let layer = DeleteLeaves::default();
+    let p = Layered::new(p.clone(), layer.clone());
+    let mut s = Scaler::new(settings(1, &[A]), store(dir.path()));
+    s.pass(&p, c.now()).await;
+    let n0 = name_of(&s, A);
+    s.settings.size = 0;
+    let r = s.pass(&p, c.now()).await;
+    assert_eq!(layer.pieces.lock().unwrap().len(), 1, "{:?}", r.actions);
+    let r = s.pass(&p, c.now()).await;
+    let r2 = s.pass(&p, c.now()).await;
+    assert_eq!(
+        layer.named.lock().unwrap().clone(),
+        [format!("lab/{n0}")],
+        "{:?} {:?}",
+        r.actions,
+        r2.actions
+    );
+    assert!(layer.pieces.lock().unwrap().is_empty());
+}
