@@ -339,21 +339,27 @@ impl Provider for Broken {
                 spec.validate()?;
                 let mut l = spec.labels.clone();
                 l.extend(labels::ownership_labels(&spec.pool, self.owner()));
-                match cloud.api_insert(spec, l).await {
-                    Ok(m) => Ok(Created::Machine(m)),
-                    Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message,
-                        left: Vec::new(),
-                    }),
-                    // Retries and adoption as the real provider does them; after a lost answer,
-                    // what it adopts is this call's own machine.
-                    Err(e) if e.is_retryable() => match self.inner.create(spec).await? {
-                        Created::Adopted(m) => Ok(Created::Machine(m)),
-                        other => Ok(other),
-                    },
-                    Err(_) => self.inner.create(spec).await,
+                // Retries as the real provider does them: one request id for every attempt, so
+                // that a retry after a lost answer is answered this call's own machine.
+                let request = format!("{:016x}", fastrand::u64(..));
+                loop {
+                    match cloud
+                        .api_insert_request(spec, l.clone(), Some(&request))
+                        .await
+                    {
+                        Ok(m) => return Ok(Created::Machine(m)),
+                        Err(Error::NoStock { message, .. }) => {
+                            return Ok(Created::NoStock {
+                                machine_type: spec.machine_type.clone(),
+                                location: spec.location.clone(),
+                                message,
+                                left: Vec::new(),
+                            })
+                        }
+                        Err(e) if e.is_retryable() => continue,
+                        // Adoption as the real provider does it.
+                        Err(_) => return self.inner.create(spec).await,
+                    }
                 }
             }
             Flaw::PassingFailureClaims => {
@@ -649,7 +655,13 @@ async fn suite_catches_labels_changed_on_another_owners_machine() {
 #[tokio::test]
 async fn suite_catches_an_adopted_machine_reported_as_new() {
     let failed = failed_checks(Flaw::AdoptedAsNew).await;
-    assert_eq!(failed, ["retried_create_makes_one_machine"]);
+    assert_eq!(
+        failed,
+        [
+            "retried_create_makes_one_machine",
+            "adopts_an_earlier_machine_after_a_passing_failure"
+        ]
+    );
 }
 
 #[tokio::test]
