@@ -145,26 +145,28 @@ fn request_digest(r: &RunRequest) -> String {
 /// Whether `inst`, which EC2 answered to this call's RunInstances, was made by this call (else an
 /// earlier create made it: adopted). EC2 answers a ClientToken it has seen exactly as a new one, with
 /// the instance in its state of now, so the driver tells them apart by what it knows:
-/// - after an attempt of this call that may have reached EC2 and lost its answer (`attempts`: a 5xx,
-///   a timeout, a dropped connection; not a throttling answer), the instance is this call's;
-/// - otherwise it is this call's only when it is `pending` (a new instance is), was launched no
-///   earlier than this call first sent the token (`began`; EC2's times have whole seconds, so an
-///   instance launched within the same second counts as this call's), and was not answered as made
-///   before by this provider (`known`).
+/// - an instance launched before this call first sent the token (`began`; EC2's times have whole
+///   seconds, so an instance launched within the same second counts as launched since), or already
+///   answered as made by this provider (`known`), is an earlier call's, whatever this call's
+///   attempts met (a 503 may come before EC2 acted);
+/// - otherwise, after an attempt of this call that may have reached EC2 and lost its answer
+///   (`attempts`: a 5xx, a timeout, a dropped connection; not a throttling answer), it is this
+///   call's in any state;
+/// - otherwise it is this call's only when it is `pending` (a new instance is).
 fn made_by_this_call(
     inst: &Instance,
     began: Timestamp,
     attempts: &Attempts,
     known: impl FnOnce() -> bool,
 ) -> bool {
-    if attempts.may_have_made() {
-        return true;
-    }
     let launched_before = inst
         .launch_time()
         .and_then(timestamp)
         .is_some_and(|l| l + chrono::Duration::seconds(1) <= began);
-    state_of(inst) == "pending" && !launched_before && !known()
+    if launched_before || known() {
+        return false;
+    }
+    attempts.may_have_made() || state_of(inst) == "pending"
 }
 
 /// Whether an instance in `state` is gone or going (terminated, or shutting down).
@@ -1081,11 +1083,26 @@ mod tests {
         ));
         fresh.record::<()>(&Err(Error::transient("connection reset")));
         assert!(made_by_this_call(
-            &inst(999, InstanceStateName::Running),
+            &inst(1_000, InstanceStateName::Running),
             began,
             &fresh,
-            || true
+            || false
         ));
+        // A passing failure may as well have made nothing (a 503 before EC2 acted): an instance
+        // launched before this call first sent the token, or already answered as made by this
+        // provider, stays an earlier call's.
+        for (launched, state, known) in [
+            (999, InstanceStateName::Running, true),
+            (999, InstanceStateName::Running, false),
+            (999, pending.clone(), false),
+            (1_000, pending.clone(), true),
+            (1_000, InstanceStateName::Running, true),
+        ] {
+            assert!(
+                !made_by_this_call(&inst(launched, state.clone()), began, &fresh, || known),
+                "launched {launched}, {state:?}, known {known}"
+            );
+        }
     }
 
     #[test]

@@ -827,6 +827,21 @@ impl FakeAzure {
             1,
         ));
     }
+
+    /// Makes the next `PUT` of a VM fail passingly without being served: a 503 (service
+    /// unavailable) answered before anything is made.
+    pub fn refuse_next_vm_put_unserved(&self) {
+        self.control().inject(Rule::new(
+            Some(Method::PUT),
+            "/providers/Microsoft.Compute/virtualMachines/",
+            Fault::Status {
+                status: 503,
+                body: serde_json::json!({"error": {"code": "ServiceUnavailable", "message": "injected: try later"}}),
+                headers: vec![],
+            },
+            1,
+        ));
+    }
 }
 
 fn eq(a: &str, b: &str) -> bool {

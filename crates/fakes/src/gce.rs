@@ -894,6 +894,49 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_repeated_insert_is_answered_its_first_operation_also_once_done() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        let api = |path: &str| format!("{}/projects/{PROJECT}/{path}", fake.endpoint());
+        let vm = json!({
+            "name": "vm-1",
+            "machineType": format!("zones/{ZONE}/machineTypes/e2-small"),
+            "labels": {"orca": "pool"},
+            "disks": [{"boot": true, "autoDelete": true, "initializeParams": {"sourceImage": "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"}}],
+            "networkInterfaces": [{
+                "network": format!("projects/{PROJECT}/global/networks/{NETWORK}"),
+                "subnetwork": format!("projects/{PROJECT}/regions/europe-west1/subnetworks/{SUBNET}"),
+            }],
+        });
+        let url = api(&format!(
+            "zones/{ZONE}/instances?requestId=0b7e1c55-2f0e-4c1b-8a52-3d9e6f7a1c20"
+        ));
+        let (status, op) = call(
+            &http,
+            &token,
+            reqwest::Method::POST,
+            url.clone(),
+            Some(vm.clone()),
+        )
+        .await;
+        assert_eq!(status, 200, "{op}");
+        let wait = api(&format!(
+            "zones/{ZONE}/operations/{}/wait",
+            op["name"].as_str().unwrap()
+        ));
+        let (_, done) = call(&http, &token, reqwest::Method::POST, wait, None).await;
+        assert_eq!(done["status"], "DONE");
+        // Compute Engine answers a retry carrying the same requestId with the first operation, as
+        // it stands now, never a 409 for the instance that operation made.
+        let (status, again) = call(&http, &token, reqwest::Method::POST, url, Some(vm)).await;
+        assert_eq!(status, 200, "{again}");
+        assert_eq!(again["name"], op["name"]);
+        assert_eq!(again["status"], "DONE");
+        assert_eq!(fake.insert_bodies().len(), 1);
+    }
+
+    #[tokio::test]
     async fn operations_request_ids_images_and_conflicts() {
         let fake = FakeGce::start().await.unwrap();
         let http = reqwest::Client::new();

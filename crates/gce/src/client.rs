@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use orca_machines::kit::{
-    self, Attempts, Polled, Proxy, QuotaPacer, Settled, Timeouts, UtcClock, transport_error,
+    self, Polled, Proxy, QuotaPacer, Settled, Timeouts, UtcClock, transport_error,
 };
 use orca_machines::{Error, Page, Result, RetryPolicy, all_pages, parse_retry_after};
 use reqwest::Method;
@@ -248,23 +248,6 @@ impl Client {
         body: Option<&Value>,
     ) -> Result<T> {
         kit::call(KIND, operation, &self.retry, || {
-            self.send(operation, method.clone(), path, query, Body::of(body))
-        })
-        .await
-    }
-
-    /// [`Client::call`] that records each attempt's outcome in `attempts` (an insert: an attempt
-    /// that got no answer or a 5xx may have made the instance).
-    pub(crate) async fn call_recorded<T: DeserializeOwned>(
-        &self,
-        operation: &'static str,
-        method: Method,
-        path: &str,
-        query: &[(&str, String)],
-        body: Option<&Value>,
-        attempts: &Attempts,
-    ) -> Result<T> {
-        kit::call_recorded(KIND, operation, &self.retry, attempts, || {
             self.send(operation, method.clone(), path, query, Body::of(body))
         })
         .await

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca_machines::kit::{self, Attempts, lock};
+use orca_machines::kit::{self, lock};
 use orca_machines::labels::{ORCA_LABEL, OWNER_LABEL, POOL_LABEL};
 use orca_machines::labels::{is_in_pool, is_owned_by, ownership_labels, pool_of};
 use orca_machines::{
@@ -591,17 +591,10 @@ impl GceProvider {
         }
     }
 
-    /// A 409 on insert: an instance of that name exists. The instance is adopted when it is
-    /// this owner's, of this pool and type: made by an earlier create ([`Created::Adopted`]), or by
-    /// this call's own earlier attempt whose answer was lost (`attempts` says whether one may have:
-    /// [`Created::Machine`]).
-    async fn adopt(
-        &self,
-        spec: &MachineSpec,
-        r: &InstanceRef,
-        attempts: &Attempts,
-        conflict: Error,
-    ) -> Result<Created> {
+    /// A 409 on insert: an instance of that name exists, made by an earlier create (this call's own
+    /// attempts are de-duplicated by their request id and never meet a 409). It is adopted
+    /// ([`Created::Adopted`]) when it is this owner's, of this pool and type.
+    async fn adopt(&self, spec: &MachineSpec, r: &InstanceRef, conflict: Error) -> Result<Created> {
         // The boot disk's name is this create's own, so the conflict is the instance: one that does
         // not read back yet may be a fresh one.
         let vm = match self.get_instance(r).await? {
@@ -613,10 +606,9 @@ impl GceProvider {
                 if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner)
                     && last_segment(&vm.machine_type) == spec.machine_type =>
             {
-                let ours = attempts.may_have_made();
-                tracing::debug!(id = %r.id(), ours, "the instance of that name is this create's");
+                tracing::debug!(id = %r.id(), "adopted the instance an earlier create made");
                 self.inner.recent.note(r.id());
-                Ok(attempts.found(to_machine(&vm, self.project())))
+                Ok(Created::Adopted(to_machine(&vm, self.project())))
             }
             Some(_) => Err(conflict),
             None => Err(Error::transient(format!(
@@ -928,29 +920,18 @@ impl Provider for GceProvider {
             zone: zone.to_string(),
             name: spec.name.clone(),
         };
-        // One request id for this call: its retries (after a lost answer, say) are de-duplicated by
-        // Compute Engine; another call's insert of the same name meets a 409 and adopts.
+        // One request id for this call: Compute Engine answers a retry carrying it (after a lost
+        // answer, say) with the first attempt's operation, never a 409. So a 409 is always another
+        // call's instance of that name, whatever this call's earlier attempts met: adopted.
         let rid = [("requestId", request_id())];
         let path = self.client().zonal(zone, "instances");
-        // Whether an earlier attempt of this call may have made the instance: one that got no
-        // answer or a 5xx (a 429 was refused unserved).
-        let attempts = Attempts::new();
         let answer: Result<Operation> = self
             .client()
-            .call_recorded(
-                "instances.insert",
-                Method::POST,
-                &path,
-                &rid,
-                Some(&body),
-                &attempts,
-            )
+            .call("instances.insert", Method::POST, &path, &rid, Some(&body))
             .await;
         match answer {
             Ok(op) => self.after_insert(spec, &r, &boot_disk, op).await,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                self.adopt(spec, &r, &attempts, e).await
-            }
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => self.adopt(spec, &r, e).await,
             Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
             Err(e @ Error::PermissionDenied { .. })
                 if !spec.ssh_keys.is_empty() && e.to_string().contains(OS_LOGIN_POLICY) =>

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use orca_machines::kit::{self, transport_error, Attempts, Proxy};
+use orca_machines::kit::{self, transport_error, Proxy};
 use orca_machines::{parse_retry_after, Error, Result, RetryPolicy};
 use reqwest::header::HeaderMap;
 use reqwest::Method;
@@ -89,22 +89,6 @@ impl Client {
     ) -> Result<T> {
         kit::call(KIND, op, &self.retry, || {
             self.attempt(op, Method::GET, path, query, None, yield_for)
-        })
-        .await
-    }
-
-    /// [`Client::call`] that records each attempt's outcome in `attempts` (a create: an attempt that
-    /// ended in a passing failure may have made the server).
-    pub(crate) async fn call_recorded<T: DeserializeOwned>(
-        &self,
-        op: &'static str,
-        method: Method,
-        path: &str,
-        body: Option<&serde_json::Value>,
-        attempts: &Attempts,
-    ) -> Result<T> {
-        kit::call_recorded(KIND, op, &self.retry, attempts, || {
-            self.once(op, method.clone(), path, &[], body)
         })
         .await
     }

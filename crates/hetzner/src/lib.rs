@@ -15,8 +15,8 @@
 //!   [`Created::NoStock`](orca_machines::Created::NoStock). Hetzner has no idempotency token, but
 //!   server names are unique per project: a create retried after a lost answer meets
 //!   `uniqueness_error` and takes over the server when it carries this owner's labels and pool
-//!   (`Created::Machine` within one call, `Created::Adopted` from an earlier one; else
-//!   [`Error::AlreadyExists`](orca_machines::Error::AlreadyExists)).
+//!   (`Created::Machine` when it carries this call's token in [`CREATE_LABEL`], `Created::Adopted`
+//!   from an earlier call; else [`Error::AlreadyExists`](orca_machines::Error::AlreadyExists)).
 //! - `machines(pool)` lists with the label selector `orca=pool,orca-pool=<pool>,orca-owner=<owner>`
 //!   (`!orca-owner` for an empty owner), every page; `machine(id)` reads one server.
 //! - `delete` refuses a server without this owner's labels, treats 404 as gone and follows the delete
@@ -44,7 +44,7 @@ mod provider;
 
 pub use client::ApiError;
 pub use config::{Config, ConfigBuilder, ConfigKey};
-pub use provider::{status_of, HetznerProvider};
+pub use provider::{status_of, HetznerProvider, CREATE_LABEL};
 
 /// A provider for `owner` (empty for none) from this process's environment: the variables of
 /// [`ConfigKey::ALL`] ([`ConfigKey::Token`] required). Makes no call.

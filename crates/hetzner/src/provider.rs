@@ -31,6 +31,20 @@ use crate::model::{
 /// The driver's kind.
 pub(crate) const KIND: &str = "hetzner";
 
+/// The label a create writes on its server, with a random token of its own: when the create meets
+/// a server of that name (`uniqueness_error`, or the stock or server limit its own earlier attempt
+/// used up), the label tells whether this call made it (an attempt whose answer was lost) or an
+/// earlier one did. Hetzner has no idempotency token to tell them apart. The driver's bookkeeping,
+/// not a label: never in [`Machine::labels`]. The `.` (which Hetzner's label keys allow) keeps it
+/// out of the label keys a caller can set ([`orca_machines::spec::LABEL_KEY_RULE`]), so no caller's
+/// label is ever taken for it.
+pub const CREATE_LABEL: &str = "orca.create";
+
+/// A fresh token for [`CREATE_LABEL`]: 32 hex digits, a valid Hetzner label value.
+fn create_token() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
 /// What a power or type action came to: its action, to follow; or the state it was to reach, which
 /// the server shows already.
 enum Made {
@@ -138,7 +152,8 @@ impl HetznerProvider {
 
     /// The machine a server is, with every fact Hetzner reports.
     pub(crate) fn machine_of(&self, s: &Server) -> Machine {
-        let labels = s.labels.clone();
+        let mut labels = s.labels.clone();
+        labels.remove(CREATE_LABEL);
         let mut m = Machine::new(s.id.to_string(), &s.name);
         m.status = status_of(&s.status);
         m.cloud_status = s.status.clone();
@@ -457,15 +472,16 @@ impl HetznerProvider {
 
     /// A create whose name is taken: the server of that name when it is this owner's, of this pool,
     /// type and location (a retried create), after its running actions end; else `AlreadyExists`
-    /// (`conflict`: the name is known to be taken) or `taken` itself. `attempts`: this create call's
-    /// attempts; when one of them may have made the server (a passing failure), it is the call's own
-    /// ([`Created::Machine`]); else it was made by an earlier call ([`Created::Adopted`]).
+    /// (`conflict`: the name is known to be taken) or `taken` itself. The server is this call's own
+    /// ([`Created::Machine`]: an attempt whose answer was lost made it) only when it carries this
+    /// call's `token` in [`CREATE_LABEL`]; else an earlier call made it ([`Created::Adopted`]),
+    /// however this call's attempts failed (a 503 may come before Hetzner acted).
     async fn adopt(
         &self,
         spec: &MachineSpec,
         taken: Error,
         conflict: bool,
-        attempts: &Attempts,
+        token: &str,
     ) -> Result<Created> {
         // A name the cloud says is taken may belong to a server made a moment ago that listings do
         // not show yet: look again within the visibility window before answering.
@@ -501,8 +517,8 @@ impl HetznerProvider {
             ))
             .with_code("uniqueness_error"));
         }
-        let own = attempts.may_have_made();
-        tracing::info!(server = s.id, name = %spec.name, own, "taking over the server an earlier create made");
+        let own = s.labels.get(CREATE_LABEL).map(String::as_str) == Some(token);
+        tracing::info!(server = s.id, name = %spec.name, own, "taking over the server of that name");
         // The running actions, and a create action that already failed: a server whose create failed
         // is removed as `create` removes it, never handed back as made.
         let actions: Actions = self
@@ -535,7 +551,12 @@ impl HetznerProvider {
         let s = self.read_server(s.id).await?.ok_or_else(|| {
             Error::transient(format!("server {} vanished while adopting it", spec.name))
         })?;
-        Ok(attempts.found(self.machine_of(&s)))
+        let m = self.machine_of(&s);
+        Ok(if own {
+            Created::Machine(m)
+        } else {
+            Created::Adopted(m)
+        })
     }
 
     /// Waits, within the visibility window, until server `id` (made by this provider) shows in reads.
@@ -661,6 +682,9 @@ impl Provider for HetznerProvider {
         let network = self.network_id().await?;
         let mut labels = labels::ownership_labels(&spec.pool, &self.owner);
         labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // This call's token, told apart from an earlier call's when the name is met taken.
+        let token = create_token();
+        labels.insert(CREATE_LABEL.to_string(), token.clone());
         let mut body = json!({
             "name": spec.name,
             "server_type": spec.machine_type,
@@ -682,32 +706,23 @@ impl Provider for HetznerProvider {
             body["user_data"] = json!(spec.user_data);
         }
         // Retrying the POST is safe: names are unique per project, so a repeat of a create whose answer
-        // was lost meets `uniqueness_error` and takes over the server the first attempt made. Only an
-        // attempt that ended in a passing failure may have made it (a 429 or a refusal was not served).
-        let attempts = Attempts::new();
+        // was lost meets `uniqueness_error` and takes over the server the first attempt made, which
+        // carries this call's token.
         let made = self
             .client
-            .call_recorded::<CreatedServer>(
-                "servers.create",
-                Method::POST,
-                "/servers",
-                Some(&body),
-                &attempts,
-            )
+            .call::<CreatedServer>("servers.create", Method::POST, "/servers", &[], Some(&body))
             .await;
         let r = match made {
             Ok(r) => r,
             Err(e @ (Error::NoStock { .. } | Error::Quota { .. })) => {
                 // A create retried after a lost answer can meet the stock or the server limit that its
                 // first attempt used up: take over the server that attempt made, when there is one.
-                return match self.adopt(spec, e, false, &attempts).await {
+                return match self.adopt(spec, e, false, &token).await {
                     Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
                     other => other,
                 };
             }
-            Err(e @ Error::AlreadyExists { .. }) => {
-                return self.adopt(spec, e, true, &attempts).await
-            }
+            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true, &token).await,
             Err(e) => return Err(e),
         };
         let id = r.server.id;

@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use std::time::Duration;
 
 use crate::arch::Arch;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::ext::{FirewallPorts, FirewallRule};
 use crate::labels::{Labels, ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use crate::machine::{Created, Machine, Status};
@@ -96,6 +96,13 @@ pub trait Harness: Send + Sync {
     /// Makes the next create happen in the cloud while its answer is lost (an ambiguous failure).
     async fn lose_next_create_answer(&self) -> Hook<()> {
         Err(Skip::because("the backend cannot lose an answer"))
+    }
+
+    /// Makes the next create request fail passingly without being served: the cloud answers it with
+    /// a 503 (service unavailable) before doing anything, so the driver's retry policy retries it
+    /// within the same create call.
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        Err(Skip::because("the backend cannot refuse a create unserved"))
     }
 
     /// Requests the backend has served so far, if it counts them.
@@ -365,6 +372,7 @@ pub const CHECKS: &[&str] = &[
     "arch_of_both_architectures",
     "no_stock",
     "retried_create_makes_one_machine",
+    "adopts_an_earlier_machine_after_a_passing_failure",
     "capabilities_are_truthful",
     "machine_facts",
     "reads_one_machine",
@@ -431,6 +439,7 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "arch_of_both_architectures" => arch_both(&ctx).await,
             "no_stock" => no_stock(&ctx).await,
             "retried_create_makes_one_machine" => retried_create(&ctx).await,
+            "adopts_an_earlier_machine_after_a_passing_failure" => adopts_after_passing(&ctx).await,
             "capabilities_are_truthful" => capabilities(&ctx).await,
             "machine_facts" => machine_facts(&ctx).await,
             "reads_one_machine" => reads_one(&ctx).await,
@@ -884,6 +893,38 @@ async fn retried_create(ctx: &Ctx<'_>) -> Checked {
     Ok(())
 }
 
+/// A create whose attempt failed passingly (the cloud answered without acting) and whose retry then
+/// meets the machine an earlier create of the same spec made: that machine is the earlier call's
+/// (`Created::Adopted`), however the failure looked.
+async fn adopts_after_passing(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let pool = ctx.pool(0);
+    let spec = ctx.spec(0, &pool);
+    let first = made(&*p, &spec).await?;
+    ctx.h.refuse_next_create_unserved().await?;
+    match p.create(&spec).await? {
+        Created::Adopted(m) => ensure!(
+            m.id == first.id,
+            "a repeated create adopted {}, not the earlier call's {}",
+            m.id,
+            first.id
+        ),
+        other => fail!(
+            "a create repeated after a passing failure answered {other:?}, not the earlier call's \
+             machine {} adopted",
+            first.id
+        ),
+    }
+    let listed = p.machines(&pool).await?;
+    ensure!(
+        ids(&listed) == vec![first.id.as_str()],
+        "a create repeated after a passing failure left {} machine(s): {:?}",
+        listed.len(),
+        ids(&listed)
+    );
+    Ok(())
+}
+
 async fn capabilities(ctx: &Ctx<'_>) -> Checked {
     let p = ctx.provider(&ctx.owner_a).await?;
     let caps = p.capabilities();
@@ -1040,6 +1081,12 @@ impl Harness for MemoryHarness {
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.cloud
             .inject(Operation::Create, FaultKind::LoseAnswer, 1);
+        Ok(())
+    }
+
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        self.cloud
+            .inject(Operation::Create, FaultKind::Error(ErrorKind::Transient), 1);
         Ok(())
     }
 

@@ -323,6 +323,10 @@ struct StoredMachine {
     machine: Machine,
     #[serde(default)]
     extras: MachineExtras,
+    /// The request id of the insert that made it: a retry carrying the same id is answered this
+    /// machine, as Compute Engine answers a retried insert's first operation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    request: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -891,6 +895,19 @@ impl MemoryCloud {
     /// Cloud API: makes a machine. Names are unique in the cloud ([`Error::AlreadyExists`]); an unknown
     /// type or location is [`Error::InvalidSpec`]; no stock is [`Error::NoStock`].
     pub async fn api_insert(&self, spec: &MachineSpec, labels: Labels) -> Result<Machine> {
+        self.api_insert_request(spec, labels, None).await
+    }
+
+    /// Cloud API: [`MemoryCloud::api_insert`] with a request id. An insert whose id made a machine
+    /// that still stands is answered that machine, and nothing more is made: the retries of one
+    /// call carry one id, so a retry after a lost answer gets its own machine, never
+    /// [`Error::AlreadyExists`].
+    pub async fn api_insert_request(
+        &self,
+        spec: &MachineSpec,
+        labels: Labels,
+        request: Option<&str>,
+    ) -> Result<Machine> {
         let lose = self.request(Operation::Create).await?;
         let mt = catalogue()
             .into_iter()
@@ -912,6 +929,13 @@ impl MemoryCloud {
         known_location(&spec.location)?;
         let made = self
             .state(true, |s| {
+                if let Some(done) = request.and_then(|r| {
+                    s.machines
+                        .values()
+                        .find(|m| m.request.as_deref() == Some(r))
+                }) {
+                    return Ok(done.machine.clone());
+                }
                 if !s.ids_named(&spec.name).is_empty() {
                     return Err(Error::already_exists(format!(
                         "machine named {:?}",
@@ -970,6 +994,7 @@ impl MemoryCloud {
                 s.insert_machine(StoredMachine {
                     machine: machine.clone(),
                     extras,
+                    request: request.map(str::to_string),
                 });
                 Ok(machine)
             })
@@ -1375,16 +1400,20 @@ impl Provider for MemoryProvider {
         let wanted = labels::ownership_labels(&spec.pool, &self.owner);
         let mut all_labels = spec.labels.clone();
         all_labels.extend(wanted.clone());
-        // Whether an earlier attempt of this call may have made the machine (its answer was lost):
-        // then a machine found by name is this call's, not an earlier call's.
-        let attempts = crate::kit::Attempts::new();
+        // One request id for every attempt of this call: a retry after a lost answer is answered
+        // the machine its attempt made. A machine met by name is then never this call's, whatever
+        // the earlier attempts' failures looked like: it is an earlier call's, adopted.
+        let request = format!("{:016x}", fastrand::u64(..));
         let made = self
             .retry
             .retry("create", || async {
-                let earlier = attempts.may_have_made();
-                let r = match self.cloud.api_insert(spec, all_labels.clone()).await {
-                    // Names are unique: a machine of this name that is ours, of this pool, type and
-                    // location, is what an earlier attempt made. Adopt it.
+                match self
+                    .cloud
+                    .api_insert_request(spec, all_labels.clone(), Some(&request))
+                    .await
+                {
+                    // Names are unique: a machine of this name that is ours, of this pool, type
+                    // and location, is what an earlier create made. Adopt it.
                     Err(Error::AlreadyExists { what, .. }) => {
                         let page = self
                             .cloud
@@ -1396,16 +1425,14 @@ impl Provider for MemoryProvider {
                                     && m.machine_type == spec.machine_type
                                     && m.location == spec.location =>
                             {
-                                tracing::info!(name = %spec.name, id = %m.id, "adopted a machine made by an earlier attempt");
-                                Ok((m, !earlier))
+                                tracing::info!(name = %spec.name, id = %m.id, "adopted a machine made by an earlier create");
+                                Ok((m, true))
                             }
                             _ => Err(Error::already_exists(what)),
                         }
                     }
                     other => other.map(|m| (m, false)),
-                };
-                attempts.record(&r);
-                r
+                }
             })
             .await;
         let (m, adopted) = match made {

@@ -99,6 +99,11 @@ impl<P: Providers<FakeAzure>> Harness for AzureHarness<P> {
         Ok(())
     }
 
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        self.fake.refuse_next_vm_put_unserved();
+        Ok(())
+    }
+
     async fn requests(&self) -> Hook<u64> {
         Ok(self.fake.control().requests())
     }

@@ -92,6 +92,21 @@ impl<P: Providers<FakeGce>> Harness for GceHarness<P> {
         Ok(())
     }
 
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        // The next instances insert is answered 503 before the fake serves it: nothing is made.
+        self.fake.control().inject(Rule::new(
+            Some(Method::POST),
+            "/instances?requestId=",
+            Fault::Status {
+                status: 503,
+                body: json!({"error": {"code": 503, "message": "injected: backend", "errors": [{"reason": "backendError", "domain": "global", "message": "injected: backend"}]}}),
+                headers: vec![],
+            },
+            1,
+        ));
+        Ok(())
+    }
+
     async fn requests(&self) -> Hook<u64> {
         if self.token_requests {
             return Ok(self.fake.control().requests());

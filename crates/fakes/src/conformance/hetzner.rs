@@ -77,6 +77,21 @@ impl<P: Providers<FakeHetzner>> Harness for HetznerHarness<P> {
         Ok(())
     }
 
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        // The next POST /v1/servers is answered 503 before the fake serves it: nothing is made.
+        self.fake.control().inject(Rule::new(
+            Some(Method::POST),
+            "/v1/servers",
+            Fault::Status {
+                status: 503,
+                body: serde_json::json!({"error": {"code": "unavailable", "message": "injected: try later", "details": {}}}),
+                headers: vec![],
+            },
+            1,
+        ));
+        Ok(())
+    }
+
     async fn requests(&self) -> Hook<u64> {
         Ok(self.fake.control().requests())
     }

@@ -115,6 +115,13 @@ impl<P: Providers<Target>> Harness for MotoHarness<P> {
         Ok(())
     }
 
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        // The next RunInstances is answered 503 by the proxy: it never reaches moto.
+        self.proxy
+            .inject(rule("RunInstances", ec2_error(503, "Unavailable"), 1));
+        Ok(())
+    }
+
     async fn requests(&self) -> Hook<u64> {
         Ok(self.proxy.requests())
     }

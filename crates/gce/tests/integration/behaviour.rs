@@ -586,6 +586,22 @@ async fn a_lost_insert_answer_makes_one_vm_and_a_later_create_adopts_it() {
     ));
     let again = p.create(&spec("vm-1", "e2-small")).await.unwrap();
     assert!(again.is_adopted(), "{again:?}");
+    // Nor does a first attempt answered 503 before Compute Engine acted: the 409 after it is the
+    // earlier call's instance, adopted.
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/instances?requestId=",
+        Fault::Status {
+            status: 503,
+            body: json!({"error": {"code": 503, "message": "backend", "errors": [{"reason": "backendError", "domain": "global", "message": "backend"}]}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    let again = p.create(&spec("vm-1", "e2-small")).await.unwrap();
+    assert!(again.is_adopted(), "{again:?}");
+    assert_eq!(again.machine().unwrap().id, m.id);
+    assert_eq!(fake.insert_bodies().len(), 1);
     // ...but another owner's create of that name is refused, not adopted, with the cloud's code.
     let other = provider(&fake, "stack-2").await;
     let e = other.create(&spec("vm-1", "e2-small")).await.unwrap_err();

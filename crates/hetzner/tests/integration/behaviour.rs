@@ -12,6 +12,9 @@ use orca_fakes::{Fault, Rule};
 use orca_hetzner::HetznerProvider;
 use orca_machines::{Created, Error, MachineSpec, Provider, RetryPolicy, Status};
 
+/// The label a create writes its token in (the driver's `CREATE_LABEL`).
+const CREATE_LABEL: &str = "orca.create";
+
 fn spec(name: &str, t: &str, loc: &str, pool: &str) -> MachineSpec {
     MachineSpec::new(name, t, loc, pool).with_user_data("#cloud-config\nruncmd: [echo hi]\n")
 }
@@ -887,6 +890,76 @@ async fn only_a_passing_failure_makes_a_found_server_this_calls_own() {
         "a lost answer then a 409 gave {lost:?}"
     );
     assert_eq!(fake.servers().len(), 2);
+}
+
+#[tokio::test]
+async fn a_503_the_cloud_answered_unserved_does_not_make_an_earlier_server_this_calls_own() {
+    // A 503 may come before Hetzner acted: the server the retry meets is this call's own only when
+    // it carries this call's token, which the earlier call's server does not.
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me").await;
+    let first = p
+        .create(&spec("tok-1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let unavailable = || Fault::Status {
+        status: 503,
+        body: serde_json::json!({"error": {"code": "unavailable", "message": "try later", "details": {}}}),
+        headers: vec![],
+    };
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/v1/servers",
+        unavailable(),
+        1,
+    ));
+    let posts = fake.control().count(&Method::POST, "/v1/servers");
+    let again = p
+        .create(&spec("tok-1", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap();
+    assert!(again.is_adopted(), "a 503 then a 409 gave {again:?}");
+    let again = again.machine().unwrap();
+    assert_eq!(again.id, first.id);
+    assert_eq!(
+        fake.control().count(&Method::POST, "/v1/servers") - posts,
+        2
+    );
+    assert_eq!(fake.servers().len(), 1);
+    // The token rides on the server as the label orca.create, and never shows as a machine's label.
+    let token = fake.servers()[0]["labels"][CREATE_LABEL].clone();
+    assert!(token.as_str().is_some_and(|t| !t.is_empty()), "{token}");
+    let read = p.machine(&first.id).await.unwrap().unwrap();
+    for m in [first.clone(), again, read]
+        .into_iter()
+        .chain(p.machines("lab").await.unwrap())
+    {
+        assert!(!m.labels.contains_key(CREATE_LABEL), "{:?}", m.labels);
+    }
+    // A label change by the caller works and keeps the token.
+    let mut set = orca_machines::labels::Labels::new();
+    set.insert("team".into(), "web".into());
+    let changed = p
+        .machine_labels()
+        .unwrap()
+        .set_labels(&first.id, &set, &[])
+        .await
+        .unwrap();
+    assert_eq!(changed.labels.get("team").map(String::as_str), Some("web"));
+    assert!(!changed.labels.contains_key(CREATE_LABEL));
+    assert_eq!(fake.servers()[0]["labels"][CREATE_LABEL], token);
+    // Each call has a token of its own: a second server carries another.
+    p.create(&spec("tok-2", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap();
+    let tokens: Vec<_> = fake
+        .servers()
+        .iter()
+        .map(|s| s["labels"][CREATE_LABEL].clone())
+        .collect();
+    assert_ne!(tokens[0], tokens[1], "{tokens:?}");
 }
 
 #[tokio::test]

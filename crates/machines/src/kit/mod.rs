@@ -403,10 +403,12 @@ where
     }
 }
 
-/// Whether a machine found by name or token during one create call may be this call's own: an
-/// earlier attempt of the call may have made it when it ended in a passing failure (a dropped
-/// connection, a timeout, a 5xx: the cloud may have served it); a throttling answer or a refusal was
-/// not served. A machine found otherwise was made by an earlier call: it is adopted.
+/// Whether an earlier attempt of one call may have acted: one that ended in a passing failure (a
+/// dropped connection, a timeout, a 5xx: the cloud may have served it); a throttling answer or a
+/// refusal was not served. "May": a 5xx can as well come before the cloud acted, so a machine a
+/// create meets after such an attempt is not thereby this call's own: first rule out an earlier
+/// call's by what the cloud shows (a token of this call's own on the machine, a request id the cloud
+/// de-duplicates, a launch time before the call began).
 #[derive(Debug, Default)]
 pub struct Attempts {
     may_have_made: std::sync::atomic::AtomicBool,
@@ -429,16 +431,6 @@ impl Attempts {
     /// Whether an earlier attempt of this call may have made the machine.
     pub fn may_have_made(&self) -> bool {
         self.may_have_made.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// The outcome for machine `m` found by name or token: this call's (`Created::Machine`) when an
-    /// earlier attempt may have made it, else an earlier call's (`Created::Adopted`).
-    pub fn found(&self, m: crate::machine::Machine) -> Created {
-        if self.may_have_made() {
-            Created::Machine(m)
-        } else {
-            Created::Adopted(m)
-        }
     }
 }
 
@@ -724,9 +716,9 @@ mod tests {
         let a = Attempts::new();
         a.record::<()>(&Err(Error::throttled(None, "429")));
         a.record::<()>(&Err(Error::quota("cores")));
-        assert!(a.found(crate::machine::Machine::new("i", "n")).is_adopted());
+        assert!(!a.may_have_made());
         a.record::<()>(&Err(Error::transient("connection reset")));
-        assert!(!a.found(crate::machine::Machine::new("i", "n")).is_adopted());
+        assert!(a.may_have_made());
     }
 
     #[test]

@@ -62,6 +62,9 @@ impl Harness for ArcHarness {
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.0.lose_next_create_answer().await
     }
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        self.0.refuse_next_create_unserved().await
+    }
     async fn requests(&self) -> Hook<u64> {
         self.0.requests().await
     }
@@ -119,6 +122,7 @@ async fn missing_hooks_are_reported_as_skipped_by_name() {
             "arch_of_both_architectures",
             "no_stock",
             "retried_create_makes_one_machine",
+            "adopts_an_earlier_machine_after_a_passing_failure",
             "reads_one_machine",
             "reads_a_machine_by_name",
             "deletes_what_a_create_made_by_name",
@@ -203,6 +207,9 @@ enum Flaw {
     LabelsForeign,
     /// Answers a machine adopted from an earlier create as newly made.
     AdoptedAsNew,
+    /// Takes the machine a retried create meets for its own after any passing failure, also one
+    /// the cloud answered without acting.
+    PassingFailureClaims,
     /// Patches more of a firewall rule than its sources.
     FirewallPatchesTooMuch,
     /// Answers a create before an eventually consistent cloud shows the machine.
@@ -332,20 +339,50 @@ impl Provider for Broken {
                 spec.validate()?;
                 let mut l = spec.labels.clone();
                 l.extend(labels::ownership_labels(&spec.pool, self.owner()));
+                // Retries as the real provider does them: one request id for every attempt, so
+                // that a retry after a lost answer is answered this call's own machine.
+                let request = format!("{:016x}", fastrand::u64(..));
+                loop {
+                    match cloud
+                        .api_insert_request(spec, l.clone(), Some(&request))
+                        .await
+                    {
+                        Ok(m) => return Ok(Created::Machine(m)),
+                        Err(Error::NoStock { message, .. }) => {
+                            return Ok(Created::NoStock {
+                                machine_type: spec.machine_type.clone(),
+                                location: spec.location.clone(),
+                                message,
+                                left: Vec::new(),
+                            })
+                        }
+                        Err(e) if e.is_retryable() => continue,
+                        // Adoption as the real provider does it.
+                        Err(_) => return self.inner.create(spec).await,
+                    }
+                }
+            }
+            Flaw::PassingFailureClaims => {
+                spec.validate()?;
+                let mut l = spec.labels.clone();
+                l.extend(labels::ownership_labels(&spec.pool, self.owner()));
                 match cloud.api_insert(spec, l).await {
-                    Ok(m) => Ok(Created::Machine(m)),
-                    Err(Error::NoStock { message, .. }) => Ok(Created::NoStock {
-                        machine_type: spec.machine_type.clone(),
-                        location: spec.location.clone(),
-                        message,
-                        left: Vec::new(),
-                    }),
-                    // Retries and adoption as the real provider does them; after a lost answer,
-                    // what it adopts is this call's own machine.
+                    // Whatever the retry meets is taken for this call's own, as if the failed
+                    // attempt had surely been served.
                     Err(e) if e.is_retryable() => match self.inner.create(spec).await? {
                         Created::Adopted(m) => Ok(Created::Machine(m)),
                         other => Ok(other),
                     },
+                    // Answered once reads show it, as the real provider does.
+                    Ok(m) => {
+                        for _ in 0..200 {
+                            if let Some(seen) = self.inner.machine(&m.id).await? {
+                                return Ok(Created::Machine(seen));
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                        }
+                        Err(Error::transient(format!("{} is not shown", m.id)))
+                    }
                     Err(_) => self.inner.create(spec).await,
                 }
             }
@@ -493,6 +530,9 @@ impl Harness for BrokenHarness {
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.base.lose_next_create_answer().await
     }
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        self.base.refuse_next_create_unserved().await
+    }
     async fn requests(&self) -> Hook<u64> {
         self.base.requests().await
     }
@@ -615,7 +655,22 @@ async fn suite_catches_labels_changed_on_another_owners_machine() {
 #[tokio::test]
 async fn suite_catches_an_adopted_machine_reported_as_new() {
     let failed = failed_checks(Flaw::AdoptedAsNew).await;
-    assert_eq!(failed, ["retried_create_makes_one_machine"]);
+    assert_eq!(
+        failed,
+        [
+            "retried_create_makes_one_machine",
+            "adopts_an_earlier_machine_after_a_passing_failure"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn suite_catches_an_earlier_machine_claimed_after_a_passing_failure() {
+    let failed = failed_checks(Flaw::PassingFailureClaims).await;
+    assert_eq!(
+        failed,
+        ["adopts_an_earlier_machine_after_a_passing_failure"]
+    );
 }
 
 #[tokio::test]

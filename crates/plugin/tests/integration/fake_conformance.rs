@@ -45,6 +45,26 @@ impl PluginHarness {
         Ok(Box::new(p))
     }
 
+    /// Every plugin that runs meets `fault_json` (a fault of the in-memory cloud) on its next
+    /// create: the check creates through one.
+    async fn fault_next_create(&self, fault_json: &str) -> Hook<()> {
+        for (_, p) in self.live() {
+            let refused = console(&p)
+                .await?
+                .inject(InjectRequest {
+                    operation: "create".into(),
+                    fault_json: fault_json.into(),
+                    times: 1,
+                })
+                .await
+                .map_err(|s| Skip::because(s.to_string()))?
+                .into_inner()
+                .refused;
+            assert!(refused.is_empty(), "{refused}");
+        }
+        Ok(())
+    }
+
     fn live(&self) -> Vec<(usize, Arc<PluginProvider>)> {
         let plugins = self.plugins.lock().unwrap();
         plugins
@@ -112,22 +132,12 @@ impl Harness for PluginHarness {
     }
 
     async fn lose_next_create_answer(&self) -> Hook<()> {
-        // Every plugin that runs loses its next create's answer: the check creates through one.
-        for (_, p) in self.live() {
-            let refused = console(&p)
-                .await?
-                .inject(InjectRequest {
-                    operation: "create".into(),
-                    fault_json: "\"lose_answer\"".into(),
-                    times: 1,
-                })
-                .await
-                .map_err(|s| Skip::because(s.to_string()))?
-                .into_inner()
-                .refused;
-            assert!(refused.is_empty(), "{refused}");
-        }
-        Ok(())
+        self.fault_next_create("\"lose_answer\"").await
+    }
+
+    async fn refuse_next_create_unserved(&self) -> Hook<()> {
+        // A transient error the cloud answers before acting: the plugin's provider retries it.
+        self.fault_next_create(r#"{"error":"transient"}"#).await
     }
 
     async fn requests(&self) -> Hook<u64> {
