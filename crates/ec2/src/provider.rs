@@ -38,8 +38,11 @@ mod named;
 pub const KIND: &str = "ec2";
 
 /// How many times a create moves to a fresh ClientToken because the one before named a machine that
-/// was since terminated (a name made, deleted and made again).
-const MAX_TOKEN_GENERATIONS: usize = 4;
+/// was since terminated (a name made, deleted and made again). EC2 answers a token with its
+/// terminated instance for at least a day, so a program that reuses its names (a host recreated, a
+/// numbered VM made again) walks one generation per earlier use of the name in that time: one
+/// RunInstances each, answered at once. The bound only stops a walk that would not end.
+const MAX_TOKEN_GENERATIONS: usize = 64;
 
 /// Instance states `machines` lists: every one but terminated.
 const LISTED_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
@@ -855,7 +858,9 @@ impl Provider for Ec2Provider {
             return self.shown(spec, &req, &id, made_now).await;
         }
         Err(Error::other(format!(
-            "create of {}: {MAX_TOKEN_GENERATIONS} ClientTokens in a row named terminated instances",
+            "create of {}: {MAX_TOKEN_GENERATIONS} ClientTokens in a row named terminated instances \
+             (the name was made and deleted that many times while EC2 remembers its tokens, at least \
+             a day); nothing was made: use another name",
             spec.name
         )))
     }

@@ -107,6 +107,27 @@ async fn client_token_is_stable_across_retries() {
     }
 }
 
+/// A name made and deleted again and again (a program that reuses its names: keeper's
+/// `<name>-<index>`, a host recreated): each create follows the ClientTokens past every terminated
+/// instance EC2 still answers for them, however many there are.
+#[tokio::test]
+async fn a_name_made_and_deleted_many_times_is_made_again() {
+    let Some(e) = env("a_name_made_and_deleted_many_times_is_made_again").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let mut ids = Vec::new();
+    for round in 0..6 {
+        let m = match p.create(&e.spec("again-1")).await {
+            Ok(Created::Machine(m)) => m,
+            other => panic!("round {round}: the name made again gave {other:?}"),
+        };
+        assert!(!ids.contains(&m.id), "round {round}: a new instance");
+        ids.push(m.id.clone());
+        assert!(p.delete(&m.id).await.unwrap());
+    }
+}
+
 #[tokio::test]
 async fn a_token_that_names_a_terminated_instance_moves_on() {
     let Some(e) = env("a_token_that_names_a_terminated_instance_moves_on").await else {
