@@ -299,8 +299,11 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// caller must not call it while a create of that name is running: that create's pieces would
     /// go from under it.
     ///
-    /// The default removes the machine [`Provider::machine_named`] answers; a driver whose create
-    /// makes pieces beside the machine overrides it to remove them too.
+    /// The default removes the machine [`Provider::machine_named`] answers, and trusts its "none".
+    /// A driver overrides it when its create makes pieces beside the machine (to remove them too),
+    /// when its reads by name can miss a machine a moment old (tags that reach filters late: it
+    /// finds the machine by what does not lag), or when several machines of the name can stand
+    /// (every one goes).
     async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
         match self.machine_named(pool, name).await? {
             Some(m) => self.delete(&m.id).await,
