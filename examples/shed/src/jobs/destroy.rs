@@ -39,6 +39,17 @@ impl Backend {
         // A delete still works after a failed read; labels of another version keep the VM.
         match self.inner.provider.machine(&vm).await {
             Ok(None) => {
+                // Gone, perhaps by an earlier delete that could not remove everything beside it:
+                // an id no longer reaches those pieces, the VM's name does.
+                if let Err(e) = self.remove_left(id).await {
+                    self.marker_failed(
+                        id,
+                        format!(
+                            "its VM is gone, but what stood beside it could not be removed: {e}"
+                        ),
+                    );
+                    return;
+                }
                 self.deleted(id, &marker.name, " (its VM was gone already)");
                 return;
             }
@@ -138,10 +149,17 @@ impl Backend {
                     s.name
                 ));
             }
-            Err(e) => self.inner.log.warn(format!(
-                "remote: shed {} ({id}): the VM of its failed create could not be destroyed (the periodic pass retries): {e}",
-                s.name
-            )),
+            Err(e) => {
+                if !e.left().is_empty() {
+                    // The VM may be gone with pieces left beside it, which a delete by id no longer
+                    // reaches: the pass looks for the VM by name and removes what is left by name.
+                    self.update(id, |s, _| s.vm_id = None);
+                }
+                self.inner.log.warn(format!(
+                    "remote: shed {} ({id}): the VM of its failed create could not be destroyed (the periodic pass retries): {e}",
+                    s.name
+                ))
+            }
         }
     }
 }

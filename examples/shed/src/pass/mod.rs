@@ -160,7 +160,15 @@ impl Backend {
             }
             None => {
                 let gone = match &m.vm_id {
-                    Some(vm) => matches!(self.inner.provider.machine(vm).await, Ok(None)),
+                    // Gone, perhaps by a delete that could not remove everything beside it, which
+                    // an id no longer reaches: its job removes what is left by name before the
+                    // marker goes.
+                    Some(vm) => {
+                        if matches!(self.inner.provider.machine(vm).await, Ok(None)) {
+                            self.spawn_job(&m.id);
+                        }
+                        return;
+                    }
                     // The insert was sent: its job looks by name and removes what it left
                     // beside a VM before the marker goes.
                     None if m.may_have_vm => {

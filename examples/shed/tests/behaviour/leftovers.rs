@@ -146,3 +146,50 @@ async fn a_vm_of_that_name_another_shed_labelled_is_never_removed_by_name() {
         env.vms()
     );
 }
+
+/// An acknowledged delete whose delete removed the VM but left a piece beside it: the pass that
+/// finds the VM gone removes what is left by name before the marker goes (a second delete by id
+/// cannot reach it once the VM is gone).
+#[tokio::test]
+async fn a_delete_that_left_a_piece_removes_it_by_name_before_the_marker_goes() {
+    let env = Env::new().await;
+    env.running("gone").await;
+    let subject = named(&env, "gone");
+    env.wrapped.delete_leaves.store(1, Ordering::SeqCst);
+    env.backend.delete_shed(&env.admin(), "gone").await.unwrap();
+    env.until("the VM destroyed", |e| e.vms().is_empty()).await;
+    env.idle().await;
+    env.pass().await;
+    env.until("marker gone", |e| e.backend.markers().is_empty())
+        .await;
+    assert_eq!(
+        env.recorder.subjects(Op::DeleteNamed),
+        [subject],
+        "{:?}",
+        env.recorder.calls()
+    );
+}
+
+/// The same for the VM of a failed create: it is not taken for gone until what its delete left
+/// is removed by name.
+#[tokio::test]
+async fn a_failed_creates_delete_that_left_a_piece_removes_it_by_name() {
+    let env = Env::new().await;
+    env.probe
+        .set_default(shed::probe::ProbeOutcome::HostKeyMismatch);
+    env.wrapped.delete_leaves.store(1, Ordering::SeqCst);
+    env.create("hk").await.unwrap();
+    env.until_status("hk", Status::Error).await;
+    let subject = named(&env, "hk");
+    env.until("the VM destroyed", |e| e.vms().is_empty()).await;
+    env.idle().await;
+    env.pass().await;
+    env.until("vm_gone", |e| e.record("hk").unwrap().vm_gone)
+        .await;
+    assert_eq!(
+        env.recorder.subjects(Op::DeleteNamed),
+        [subject],
+        "{:?}",
+        env.recorder.calls()
+    );
+}

@@ -65,6 +65,9 @@ pub struct Wrapped {
     pub lists: AtomicUsize,
     /// How many of the next `delete_named` calls fail (a transient error, nothing removed).
     pub fail_delete_named: AtomicUsize,
+    /// How many of the next deletes remove the VM but answer `Leftovers` naming a piece beside it
+    /// (as a cloud whose delete could not remove an interface or a disk answers).
+    pub delete_leaves: AtomicUsize,
 }
 
 impl Wrapped {
@@ -154,6 +157,18 @@ impl Layer for Controls {
                 let r = next.run(call).await;
                 w.pass(Call::CreateAfter).await;
                 r
+            }
+            LayerCall::Delete { id }
+                if w.delete_leaves
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok() =>
+            {
+                let piece = format!("security group {id}-nsg");
+                next.run(call).await?;
+                Err(orca::Error::leftovers(
+                    orca::Error::transient("the security group is still in use"),
+                    vec![piece],
+                ))
             }
             // A read by name is a filtered listing: it hides what listings hide.
             LayerCall::Machines { .. } | LayerCall::MachineNamed { .. } => {
