@@ -23,8 +23,9 @@
 //! - `delete_named(pool, name)` removes this owner's instances of that name in the pool, then the
 //!   loose boot disks of that name with this owner's and the pool's labels and `orca-machine=<name>`
 //!   (what a create whose insert found no room leaves when its clean-up fails; the boot disk carries
-//!   that label, the instance does not), found by one label-filtered `disks.list` (or
-//!   `disks.aggregatedList`).
+//!   that label, the instance does not), found by one `disks.list` (or `disks.aggregatedList`)
+//!   filtered on the pool's labels, and on `orca-machine` too for a name over 54 characters; for a
+//!   shorter name, a disk of a version before that label, without it, goes by its whole name.
 //! - A machine id is `<zone>:<name>`; a bare name means an instance of the configured zone.
 //! - Facts: `created_at`, `started_at`, `stopped_at` (`creationTimestamp`, `lastStartTimestamp`,
 //!   `lastStopTimestamp`), `private_address` (`networkIP`), `fqdn` (the zonal internal DNS name
