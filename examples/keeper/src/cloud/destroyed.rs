@@ -270,7 +270,7 @@ impl Keeper {
 
     /// After a delete of VM `id` that left pieces beside it: removes them by name (`name`, the VM's
     /// own when it was found, else keeper's journal's), and answers what to add to the failure.
-    async fn remove_left_at_once(
+    pub(super) async fn remove_left_at_once(
         &self,
         row: &CloudProvider,
         cloud: &Arc<dyn orca::Provider>,
@@ -282,14 +282,19 @@ impl Keeper {
             None => match self.journalled_name(row, id).await {
                 Ok(Some(n)) => n,
                 Ok(None) => return "keeper did not make it, so nothing is removed by name".into(),
-                Err(e) => return format!("its name could not be read ({}), so nothing was removed by name: run the same step again", e.message),
+                Err(e) => {
+                    return format!(
+                        "its name could not be read ({}), so nothing was removed by name",
+                        e.message
+                    )
+                }
             },
         };
         match cloud.delete_named(&self.settings.pool, &name).await {
             Ok(_) => format!("what it left was removed by name ({name})"),
             Err(e) => {
                 tracing::warn!(vm_id = %id, name, provider = %row.name, error = %e, "what a delete left could not be removed by name");
-                format!("what it left could not be removed by name ({name}) either: {e}; run the same step again")
+                format!("what it left could not be removed by name ({name}) either: {e}")
             }
         }
     }
