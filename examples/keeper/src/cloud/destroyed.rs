@@ -10,6 +10,14 @@
 //!
 //! `counters.vms_destroyed` counts the VMs that existed when this step destroyed them: a VM already
 //! gone (a repeat, or another step that destroyed it first) is named in `already_gone` and not counted.
+//!
+//! A delete can remove the VM and fail on what stood beside it (an interface, a security group, an
+//! address, a disk: `orca::Error::left`). Those pieces are removed by the VM's name
+//! (`Provider::delete_named` in keeper's pool) at once, and the step fails all the same, as its delete
+//! did. Since a delete of an id whose VM is gone reaches nothing, the next step finding the VM gone
+//! removes by name what may be left, with the name keeper's journal (`keeper.cloud_vms`) gave it, and
+//! fails, the registries untouched, while that fails. A VM keeper never made has no name here: it is
+//! only `already_gone`.
 
 use std::sync::Arc;
 
@@ -137,7 +145,8 @@ impl Keeper {
     /// this database waits for it: of two steps destroying the same VM at once, only the one that
     /// found it counts it. A step waits at most [`LOCK_WAIT`] for the lock. A lock lost during the
     /// delete (the session ended: the server restarted, a timeout, an operator) is not hidden:
-    /// another step may have found the VM meanwhile, so it is not counted here.
+    /// another step may have found the VM meanwhile, so it is not counted here. What a delete left
+    /// beside the VM is removed by name, as the module says.
     pub(super) async fn destroy_one(
         &self,
         session: &LockSession,
@@ -145,14 +154,15 @@ impl Keeper {
         cloud: &Arc<dyn orca::Provider>,
         id: &str,
     ) -> std::result::Result<bool, NotCounted> {
-        let failed = |e: &orca::Error| {
+        let failed_saying = |e: &orca::Error, more: &str| {
             let mut err = from_orca(e);
             err.message = format!(
-                "destroying VM {id} failed: {}; the registries are untouched",
+                "destroying VM {id} failed: {}{more}; the registries are untouched",
                 err.message
             );
             NotCounted::Failed(err)
         };
+        let failed = |e: &orca::Error| failed_saying(e, "");
         let key = vm_key(&row.name, id);
         session.lock(&key).await.map_err(|e| {
             NotCounted::Failed(if Error::sqlstate(&e) == Some("55P03") {
@@ -172,7 +182,22 @@ impl Keeper {
             self.check_pool(id, m).map_err(NotCounted::Failed)?;
         }
         let existed = found.is_some();
-        cloud.delete(id).await.map_err(|e| failed(&e))?;
+        if let Err(e) = cloud.delete(id).await {
+            if e.left().is_empty() {
+                return Err(failed(&e));
+            }
+            // The pieces may be removable now; the step fails all the same, as the delete did.
+            let name = found.as_ref().map(|m| m.name.clone());
+            let said = self.remove_left_at_once(row, cloud, id, name).await;
+            return Err(failed_saying(&e, &format!("; {said}")));
+        }
+        if !existed {
+            // An id alone ties nothing to a VM that is gone: what an earlier delete of it left (an
+            // interface, a security group, an address, a disk) is reached by the VM's name only.
+            self.remove_left_of_gone(row, cloud, id)
+                .await
+                .map_err(NotCounted::Failed)?;
+        }
         let lost = match session.unlock(&key).await {
             Ok(true) => return Ok(existed),
             Ok(false) => "the lock was no longer held".to_string(),
@@ -189,6 +214,89 @@ impl Keeper {
                 "VM {id} is destroyed at the provider, but its lock was lost during the delete ({lost}): another step may have found and counted it meanwhile, so this step does not count it (uncounted); the registries are untouched: run the same step again"
             ),
         )))
+    }
+
+    /// The name keeper gave VM `id` of `row` (its journal row; names are never reused), `None` for a
+    /// VM keeper never made.
+    async fn journalled_name(&self, row: &CloudProvider, id: &str) -> Result<Option<String>> {
+        let client = self.pool.get().await?;
+        let found = client
+            .query_opt(
+                "SELECT name FROM keeper.cloud_vms WHERE provider = $1 AND vm_id = $2 ORDER BY id LIMIT 1",
+                &[&row.name, &id],
+            )
+            .await
+            .map_err(db_error("read the journal"))?;
+        Ok(found.map(|r| r.get(0)))
+    }
+
+    /// Removes by name what an earlier delete left beside VM `id`, now gone; nothing for a VM keeper
+    /// never made (no name ties anything to it). An error names the VM and says the registries are
+    /// untouched, as a failed delete's does.
+    async fn remove_left_of_gone(
+        &self,
+        row: &CloudProvider,
+        cloud: &Arc<dyn orca::Provider>,
+        id: &str,
+    ) -> Result<()> {
+        let untouched = |message: String| format!("{message}; the registries are untouched");
+        let name = self.journalled_name(row, id).await.map_err(|mut e| {
+            e.message = untouched(format!(
+                "VM {id} is gone; reading its name, to remove what its delete may have left: {}",
+                e.message
+            ));
+            e
+        })?;
+        let Some(name) = name else {
+            return Ok(());
+        };
+        match cloud.delete_named(&self.settings.pool, &name).await {
+            Ok(removed) => {
+                if removed {
+                    tracing::info!(vm_id = %id, name, provider = %row.name, "what the delete of a VM now gone left was removed by name");
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let mut err = from_orca(&e);
+                err.message = untouched(format!(
+                    "VM {id} is gone, but what its delete left beside it could not be removed by name ({name}): {}",
+                    err.message
+                ));
+                Err(err)
+            }
+        }
+    }
+
+    /// After a delete of VM `id` that left pieces beside it: removes them by name (`name`, the VM's
+    /// own when it was found, else keeper's journal's), and answers what to add to the failure.
+    pub(super) async fn remove_left_at_once(
+        &self,
+        row: &CloudProvider,
+        cloud: &Arc<dyn orca::Provider>,
+        id: &str,
+        name: Option<String>,
+    ) -> String {
+        let name = match name {
+            Some(n) => n,
+            None => match self.journalled_name(row, id).await {
+                Ok(Some(n)) => n,
+                Ok(None) => return "keeper did not make it, so nothing is removed by name".into(),
+                Err(e) => {
+                    return format!(
+                        "its name could not be read ({}), so nothing was removed by name",
+                        e.message
+                    )
+                }
+            },
+        };
+        match cloud.delete_named(&self.settings.pool, &name).await {
+            Ok(_) => format!("what it left was removed by name ({name})"),
+            Err(e) => {
+                tracing::warn!(vm_id = %id, name, provider = %row.name, error = %e, "what a delete left could not be removed by name");
+                format!("what it left could not be removed by name ({name}) either: {e}")
+            }
+        }
     }
 
     async fn check_pairing(&self, row: &CloudProvider, p: &DestroyParams) -> Result<()> {

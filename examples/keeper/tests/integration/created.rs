@@ -1150,3 +1150,60 @@ async fn credentials_are_read_at_step_time_and_stored_nowhere() {
     assert!(f.error.message.contains("fake/missing"));
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_roll_back_whose_delete_left_a_piece_removes_it_by_name_and_keeps_the_row() {
+    let Some(w) =
+        World::new("a_roll_back_whose_delete_left_a_piece_removes_it_by_name_and_keeps_the_row")
+            .await
+    else {
+        return;
+    };
+    w.cloud.set_stock("amd64-small", "zone-a", 1);
+    // The roll-back's delete removes the VM but leaves its security group.
+    w.knobs.delete_leaves.store(1, Ordering::SeqCst);
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 2, "name": "ebb"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.no_stock", "{}", f.error);
+    let rec = &w.knobs.recorder;
+    assert_eq!(
+        rec.subjects(Op::DeleteNamed),
+        ["keeper/ebb-1"],
+        "removed by name at once: {:?}",
+        rec.calls()
+    );
+    let recorded = f.output["recorded"].as_array().unwrap();
+    assert_eq!(recorded.len(), 1, "{}", f.output);
+    let said = recorded[0]["destroy_error"].as_str().unwrap();
+    assert!(said.contains("removed by name"), "{said}");
+    assert!(w.machines().is_empty());
+    // The delete failed: the row is kept, and core.cloud.destroyed closes it, removing by name again
+    // what may be left.
+    let kept = w
+        .rows("SELECT vm_id FROM keeper.cloud_vms WHERE state = 'kept'")
+        .await;
+    assert_eq!(kept.len(), 1);
+    let out = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": [kept[0]["vm_id"]]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["already_gone"], json!([kept[0]["vm_id"]]), "{out}");
+    assert_eq!(
+        rec.subjects(Op::DeleteNamed),
+        ["keeper/ebb-1", "keeper/ebb-1"]
+    );
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'kept'")
+            .await,
+        0
+    );
+    w.finish().await;
+}

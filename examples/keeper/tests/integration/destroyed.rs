@@ -2,9 +2,11 @@
 
 use crate::support;
 
+use orca::layer::Op;
 use orca::memory::{FaultKind, Operation};
 use orca::{ErrorKind, MachineSpec, Provider};
 use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
 use support::{hosts, World};
 
 /// Makes `count` VMs named `name-*` and gives each soul two active seeds and one retired seed.
@@ -439,5 +441,131 @@ async fn a_vm_of_another_pool_is_refused_and_left_standing() {
     assert_eq!(f.output["not_attempted"], json!([ids[0]]));
     assert_eq!(w.machines().len(), 2, "both VMs stand");
     assert_eq!(registries(&w).await, before);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn what_a_delete_left_beside_a_vm_now_gone_is_removed_by_name_on_the_next_destroy() {
+    let Some(w) = World::new(
+        "what_a_delete_left_beside_a_vm_now_gone_is_removed_by_name_on_the_next_destroy",
+    )
+    .await
+    else {
+        return;
+    };
+    let (sids, ids) = souls_with_seeds(&w, "leaky", 1).await;
+    let params = json!({"provider": "lab", "vm_ids": ids, "sids": sids});
+    let before = registries(&w).await;
+    // The delete removes the VM but leaves its security group; removing it by name at once fails,
+    // and so does the next step's removal.
+    w.knobs.delete_leaves.store(1, Ordering::SeqCst);
+    w.knobs.fail_delete_named.store(2, Ordering::SeqCst);
+    let f = w
+        .step("core.cloud.destroyed", params.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.leftovers", "{}", f.error);
+    assert!(f.error.message.contains("-nsg"), "{}", f.error);
+    assert!(
+        f.error.message.contains("registries are untouched"),
+        "{}",
+        f.error
+    );
+    assert_eq!(f.output["failed"], json!(ids));
+    assert!(w.machines().is_empty(), "the VM itself went");
+    assert_eq!(registries(&w).await, before);
+    let rec = &w.knobs.recorder;
+    assert_eq!(
+        rec.subjects(Op::DeleteNamed),
+        ["keeper/leaky-1"],
+        "tried at once: {:?}",
+        rec.calls()
+    );
+
+    // The VM is gone now, but what it left is not: the step removes it by name, and fails while
+    // that fails.
+    let f = w
+        .step("core.cloud.destroyed", params.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.transient", "{}", f.error);
+    assert!(f.error.message.contains("leaky-1"), "{}", f.error);
+    assert!(
+        f.error.message.contains("registries are untouched"),
+        "{}",
+        f.error
+    );
+    assert_eq!(f.output["failed"], json!(ids));
+    assert_eq!(registries(&w).await, before);
+    assert_eq!(
+        rec.subjects(Op::DeleteNamed),
+        ["keeper/leaky-1", "keeper/leaky-1"]
+    );
+    assert_eq!(rec.failed(Op::DeleteNamed), 2);
+
+    // Once the removal by name works, the step cascades; the VM was gone before it: not counted.
+    let out = w.step("core.cloud.destroyed", params).await.unwrap();
+    assert_eq!(out["already_gone"], json!(ids), "{out}");
+    assert_eq!(out["counters"]["vms_destroyed"], 0);
+    assert_eq!(out["counters"]["souls_destroyed"], 1);
+    assert_eq!(out["counters"]["seeds_orphaned"], 2);
+    assert_eq!(
+        rec.subjects(Op::DeleteNamed),
+        ["keeper/leaky-1", "keeper/leaky-1", "keeper/leaky-1"]
+    );
+    assert_eq!(rec.failed(Op::DeleteNamed), 2);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_delete_that_left_pieces_has_them_removed_by_name_at_once_and_still_fails() {
+    let Some(w) =
+        World::new("a_delete_that_left_pieces_has_them_removed_by_name_at_once_and_still_fails")
+            .await
+    else {
+        return;
+    };
+    let (sids, ids) = souls_with_seeds(&w, "drip", 1).await;
+    let params = json!({"provider": "lab", "vm_ids": ids, "sids": sids});
+    let before = registries(&w).await;
+    w.knobs.delete_leaves.store(1, Ordering::SeqCst);
+    let f = w
+        .step("core.cloud.destroyed", params.clone())
+        .await
+        .unwrap_err();
+    // The delete failed, so the step does, even though the removal by name worked.
+    assert_eq!(f.error.code, "cloud.leftovers", "{}", f.error);
+    assert!(f.error.message.contains("removed by name"), "{}", f.error);
+    assert_eq!(registries(&w).await, before);
+    let rec = &w.knobs.recorder;
+    assert_eq!(rec.subjects(Op::DeleteNamed), ["keeper/drip-1"]);
+    assert_eq!(rec.failed(Op::DeleteNamed), 0);
+
+    let out = w.step("core.cloud.destroyed", params).await.unwrap();
+    assert_eq!(out["already_gone"], json!(ids), "{out}");
+    assert_eq!(out["counters"]["vms_destroyed"], 0);
+    assert_eq!(out["counters"]["souls_destroyed"], 1);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_vm_id_keeper_never_made_is_already_gone_and_nothing_is_removed_by_name() {
+    let Some(w) =
+        World::new("a_vm_id_keeper_never_made_is_already_gone_and_nothing_is_removed_by_name")
+            .await
+    else {
+        return;
+    };
+    let out = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": ["m-99999999"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["already_gone"], json!(["m-99999999"]), "{out}");
+    assert_eq!(out["counters"]["vms_destroyed"], 0);
+    let rec = &w.knobs.recorder;
+    assert_eq!(rec.count(Op::DeleteNamed), 0, "{:?}", rec.calls());
     w.finish().await;
 }

@@ -451,3 +451,32 @@ async fn the_grace_of_a_vm_runs_from_when_it_was_asked_for_not_from_the_plan() {
     assert!(ids(&w).is_empty(), "{:?}", ids(&w));
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_made_row_whose_vm_is_gone_has_what_its_delete_left_removed_by_name() {
+    let Some(w) =
+        World::new("a_made_row_whose_vm_is_gone_has_what_its_delete_left_removed_by_name").await
+    else {
+        return;
+    };
+    let old = RECONCILE_GRACE.as_secs() as i64 + 60;
+    journal_row(&w, "dead-step", "web-3", "made", Some("m-gone-3"), old).await;
+    w.knobs.fail_delete_named.store(1, Ordering::SeqCst);
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    // The removal by name failed: the row is kept, with the error, for the next run.
+    assert!(r.needs_attention(), "{r:?}");
+    assert!(r.steps[0].gone.is_empty(), "{r:?}");
+    assert_eq!(r.steps[0].kept.len(), 1, "{r:?}");
+    assert_eq!(state_of(&w, "web-3").await.0, "kept");
+    assert_eq!(w.knobs.recorder.subjects(Op::DeleteNamed), ["keeper/web-3"]);
+
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert!(!r.needs_attention(), "{r:?}");
+    assert_eq!(r.steps[0].gone, vec!["m-gone-3"]);
+    assert_eq!(state_of(&w, "web-3").await.0, "destroyed");
+    assert_eq!(
+        w.knobs.recorder.subjects(Op::DeleteNamed),
+        ["keeper/web-3", "keeper/web-3"]
+    );
+    w.finish().await;
+}

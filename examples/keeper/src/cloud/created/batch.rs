@@ -168,7 +168,14 @@ impl Keeper {
                     tracing::info!(step_id = %run.step_id, vm_id = %id, "VM destroyed: the step failed");
                     destroyed.push(id.clone());
                 }
-                Err(e) => {
+                Err(err) => {
+                    let mut e = err.to_string();
+                    if !err.left().is_empty() {
+                        // The VM may be gone with pieces beside it, which its id no longer reaches.
+                        let name = Some(m.machine.name.clone());
+                        let said = self.remove_left_at_once(row, cloud, id, name).await;
+                        e = format!("{e}; {said}");
+                    }
                     let sid = (!m.machine.fqdn.is_empty()).then(|| m.machine.fqdn.clone());
                     updates.push(
                         JournalUpdate::new(
@@ -186,7 +193,7 @@ impl Keeper {
                         "vm_id": id,
                         "name": m.machine.name,
                         "sid": m.machine.fqdn,
-                        "destroy_error": e.to_string(),
+                        "destroy_error": e,
                     }));
                 }
             }

@@ -16,7 +16,8 @@
 //!    ([`Keeper::record`]);
 //! 5. a failure at any point (a VM refused, a VM without an FQDN, an adopted VM, a SID clash, the
 //!    registry or the audit failing): the VMs this step made are destroyed (journal `destroyed`), and
-//!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later; these rows,
+//!    one that cannot be destroyed is kept in the journal as `kept`, to be destroyed later (what its
+//!    delete left beside it, when it names pieces, is removed by the VM's name at once); these rows,
 //!    and those of the VMs never asked for (`failed`), each change in one transaction. The step
 //!    output names each (`destroyed`, `recorded`) ([`Keeper::roll_back`]);
 //! 6. a create that fails with an error that is not a clear refusal (a transient error, throttling,

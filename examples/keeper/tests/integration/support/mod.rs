@@ -182,6 +182,10 @@ pub struct Knobs {
     pub delete_entered: tokio::sync::Notify,
     /// Lets one held delete call go on.
     pub delete_release: tokio::sync::Notify,
+    /// How many of the next `delete` calls remove the machine but leave a piece beside it (its
+    /// security group), answering `Error::Leftovers` naming it: as a cloud whose delete removes the
+    /// VM before what was attached to it, and can fail in between.
+    pub delete_leaves: AtomicU32,
     /// How many of the next `delete_named` calls fail (a transient error, nothing removed).
     pub fail_delete_named: AtomicU32,
     /// Answer every no stock as one whose clean-up left a piece (a boot disk of its name), as a
@@ -256,7 +260,22 @@ impl Layer for Tweaked {
                     knobs.delete_entered.notify_one();
                     knobs.delete_release.notified().await;
                 }
-                next.run(call).await
+                let leaves = knobs
+                    .delete_leaves
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if !leaves {
+                    return next.run(call).await;
+                }
+                let Call::Delete { id } = call else {
+                    unreachable!("matched above")
+                };
+                let piece = format!("security group {id}-nsg");
+                next.run(call).await?;
+                Err(orca::Error::leftovers(
+                    orca::Error::transient("the security group is still in use"),
+                    vec![piece],
+                ))
             }
             Call::DeleteNamed { pool, name } => {
                 let fail = knobs
