@@ -636,16 +636,13 @@ impl GceProvider {
         if let Ok(None) = read {
             match self.disk(&r.zone, boot_disk).await {
                 Ok(Some(d)) if d.users.is_empty() => disk = Some(d),
-                // Attached: the instance exists and is not shown yet; read it again rather than
-                // leave it behind.
-                Ok(Some(_)) => {
-                    read = self.read_fresh(r, Instant::now()).await;
-                    looked_again = true;
-                }
                 Ok(None) => {}
-                // The disk cannot tell whether the instance exists: look for it again.
-                Err(e) => {
-                    tracing::warn!(id = %r.id(), error = %e, "could not read a failed create's disk");
+                // Attached (the instance exists and is not shown yet), or unreadable (the disk
+                // cannot tell): read the instance again rather than leave it behind.
+                attached_or_unknown => {
+                    if let Err(e) = attached_or_unknown {
+                        tracing::warn!(id = %r.id(), error = %e, "could not read a failed create's disk");
+                    }
                     read = self.read_fresh(r, Instant::now()).await;
                     looked_again = true;
                 }
@@ -696,11 +693,7 @@ impl GceProvider {
             // Gone, or free: no instance holds it, so none of this create's stands unseen.
             Ok(None) => {}
             Ok(Some(d)) if d.users.is_empty() => {
-                if !is_owned_by(&d.labels, &self.inner.owner) {
-                    return left;
-                }
-                let path = self.client().zonal(zone, &format!("disks/{name}"));
-                if let Err(e) = self.delete_path("disks.delete", &path).await {
+                if let Err(e) = self.delete_disk_if_ours(zone, name, Some(d)).await {
                     tracing::warn!(zone, disk = name, error = %e, "could not remove a failed create's disk");
                     left.push(format!("disk {zone}:{name}"));
                 }
