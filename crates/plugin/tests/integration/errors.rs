@@ -13,25 +13,6 @@ use orca_plugin::proto::fake::fake_control_client::FakeControlClient;
 use orca_plugin::proto::fake::FailRequest;
 use orca_plugin::{error_to, PluginCommand, PluginProvider};
 
-/// Every kind, as `ErrorKind` lists them.
-const KINDS: [ErrorKind; 15] = [
-    ErrorKind::InvalidSpec,
-    ErrorKind::InvalidSettings,
-    ErrorKind::NotFound,
-    ErrorKind::AlreadyExists,
-    ErrorKind::NotOwned,
-    ErrorKind::NoStock,
-    ErrorKind::Quota,
-    ErrorKind::Throttled,
-    ErrorKind::Busy,
-    ErrorKind::Unauthenticated,
-    ErrorKind::PermissionDenied,
-    ErrorKind::Unsupported,
-    ErrorKind::Transient,
-    ErrorKind::Leftovers,
-    ErrorKind::Other,
-];
-
 /// A context with every field set: an attempt that may have acted, and what a clean-up left.
 fn full_context() -> Context {
     let mut c = Context::new();
@@ -47,25 +28,15 @@ fn full_context() -> Context {
 /// failure's); a kind raised before any call carries none and comes as it is, and marked as
 /// may-have-acted (which makes it `Other`, the mark kept).
 fn of_kind_with(kind: ErrorKind, context: Context) -> Vec<Error> {
-    let mut e = Error::of_kind(kind, "the cloud's words");
-    match &mut e {
-        Error::NotFound { context: c, .. }
-        | Error::AlreadyExists { context: c, .. }
-        | Error::NoStock { context: c, .. }
-        | Error::Quota { context: c, .. }
-        | Error::Throttled { context: c, .. }
-        | Error::Busy { context: c, .. }
-        | Error::Unauthenticated { context: c, .. }
-        | Error::PermissionDenied { context: c, .. }
-        | Error::Transient { context: c, .. }
-        | Error::Other { context: c, .. } => **c = context,
-        Error::Leftovers { .. } => {
-            let first = of_kind_with(ErrorKind::Transient, context).remove(0);
-            e = Error::leftovers(first, vec!["nic n1".into()]);
-        }
-        _ => return vec![e.clone(), e.with_may_have_acted()],
+    if kind == ErrorKind::Leftovers {
+        let first = of_kind_with(ErrorKind::Transient, context).remove(0);
+        return vec![Error::leftovers(first, vec!["nic n1".into()])];
     }
-    vec![e]
+    let e = Error::of_kind(kind, "the cloud's words");
+    if e.context().is_none() {
+        return vec![e.clone(), e.with_may_have_acted()];
+    }
+    vec![e.replace_context(context)]
 }
 
 fn spec(name: &str) -> MachineSpec {
@@ -94,7 +65,7 @@ async fn every_kind_crosses_with_its_whole_context() {
         refused.contains("\"make\"") && refused.contains("delete_named"),
         "{refused}"
     );
-    for kind in KINDS {
+    for kind in ErrorKind::ALL {
         for e in of_kind_with(kind, full_context()) {
             let refused = console
                 .fail(FailRequest {
