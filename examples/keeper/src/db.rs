@@ -40,11 +40,18 @@ pub struct Migration {
 }
 
 /// Every migration, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "registries",
-    sql: include_str!("../migrations/0001_registries.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "registries",
+        sql: include_str!("../migrations/0001_registries.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "vm_pool",
+        sql: include_str!("../migrations/0002_vm_pool.sql"),
+    },
+];
 
 /// The database URL with its password replaced by `***`, for logs and errors.
 pub fn redact_url(url: &str) -> String {

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use super::locks::{vm_key, LockSession, LOCK_WAIT};
 use super::params::DestroyParams;
-use super::{Keeper, Run};
+use super::{Keeper, Named, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::db::begin;
 use crate::error::{db_error, describe_db, from_orca, Error, Result};
@@ -65,7 +65,7 @@ impl Keeper {
         let mut session = None;
         for (i, id) in p.vm_ids.iter().enumerate() {
             let destroy = match self.lock_session(&mut session).await {
-                Ok(s) => self.destroy_one(s, &row, &cloud, id).await,
+                Ok(s) => self.destroy_one(s, &row, &cloud, id, None).await,
                 Err(e) => Err(NotCounted::Failed(e)),
             };
             match destroy {
@@ -146,13 +146,15 @@ impl Keeper {
     /// found it counts it. A step waits at most [`LOCK_WAIT`] for the lock. A lock lost during the
     /// delete (the session ended: the server restarted, a timeout, an operator) is not hidden:
     /// another step may have found the VM meanwhile, so it is not counted here. What a delete left
-    /// beside the VM is removed by name, as the module says.
+    /// beside the VM is removed by name, as the module says. `journalled` is the journal row's pool
+    /// and name when the caller reads one (the reconciler); else the journal is read by the id.
     pub(super) async fn destroy_one(
         &self,
         session: &LockSession,
         row: &CloudProvider,
         cloud: &Arc<dyn orca::Provider>,
         id: &str,
+        journalled: Option<&Named>,
     ) -> std::result::Result<bool, NotCounted> {
         let failed_saying = |e: &orca::Error, more: &str| {
             let mut err = from_orca(e);
@@ -179,7 +181,9 @@ impl Keeper {
         })?;
         let found = cloud.machine(id).await.map_err(|e| failed(&e))?;
         if let Some(m) = &found {
-            self.check_pool(id, m).map_err(NotCounted::Failed)?;
+            self.check_pool(row, id, m, journalled)
+                .await
+                .map_err(NotCounted::Failed)?;
         }
         let existed = found.is_some();
         if let Err(e) = cloud.delete(id).await {
@@ -187,8 +191,8 @@ impl Keeper {
                 return Err(failed(&e));
             }
             // The pieces may be removable now; the step fails all the same, as the delete did.
-            let name = found.as_ref().map(|m| m.name.clone());
-            let said = self.remove_left_at_once(row, cloud, id, name).await;
+            let named = found.as_ref().map(Named::of);
+            let said = self.remove_left_at_once(row, cloud, id, named).await;
             return Err(failed_saying(&e, &format!("; {said}")));
         }
         if !existed {
@@ -216,20 +220,6 @@ impl Keeper {
         )))
     }
 
-    /// The name keeper gave VM `id` of `row` (its journal row; names are never reused), `None` for a
-    /// VM keeper never made.
-    async fn journalled_name(&self, row: &CloudProvider, id: &str) -> Result<Option<String>> {
-        let client = self.pool.get().await?;
-        let found = client
-            .query_opt(
-                "SELECT name FROM keeper.cloud_vms WHERE provider = $1 AND vm_id = $2 ORDER BY id LIMIT 1",
-                &[&row.name, &id],
-            )
-            .await
-            .map_err(db_error("read the journal"))?;
-        Ok(found.map(|r| r.get(0)))
-    }
-
     /// Removes by name what an earlier delete left beside VM `id`, now gone; nothing for a VM keeper
     /// never made (no name ties anything to it). An error names the VM and says the registries are
     /// untouched, as a failed delete's does.
@@ -240,17 +230,17 @@ impl Keeper {
         id: &str,
     ) -> Result<()> {
         let untouched = |message: String| format!("{message}; the registries are untouched");
-        let name = self.journalled_name(row, id).await.map_err(|mut e| {
+        let named = self.journalled(row, id).await.map_err(|mut e| {
             e.message = untouched(format!(
                 "VM {id} is gone; reading its name, to remove what its delete may have left: {}",
                 e.message
             ));
             e
         })?;
-        let Some(name) = name else {
+        let Some(Named { pool, name }) = named else {
             return Ok(());
         };
-        match cloud.delete_named(&self.settings.pool, &name).await {
+        match cloud.delete_named(&pool, &name).await {
             Ok(removed) => {
                 if removed {
                     tracing::info!(vm_id = %id, name, provider = %row.name, "what the delete of a VM now gone left was removed by name");
@@ -268,18 +258,18 @@ impl Keeper {
         }
     }
 
-    /// After a delete of VM `id` that left pieces beside it: removes them by name (`name`, the VM's
-    /// own when it was found, else keeper's journal's), and answers what to add to the failure.
+    /// After a delete of VM `id` that left pieces beside it: removes them by name (`named`, the
+    /// VM's own when it was found, else keeper's journal's), and answers what to add to the failure.
     pub(super) async fn remove_left_at_once(
         &self,
         row: &CloudProvider,
         cloud: &Arc<dyn orca::Provider>,
         id: &str,
-        name: Option<String>,
+        named: Option<Named>,
     ) -> String {
-        let name = match name {
+        let Named { pool, name } = match named {
             Some(n) => n,
-            None => match self.journalled_name(row, id).await {
+            None => match self.journalled(row, id).await {
                 Ok(Some(n)) => n,
                 Ok(None) => return "keeper did not make it, so nothing is removed by name".into(),
                 Err(e) => {
@@ -290,7 +280,7 @@ impl Keeper {
                 }
             },
         };
-        match cloud.delete_named(&self.settings.pool, &name).await {
+        match cloud.delete_named(&pool, &name).await {
             Ok(_) => format!("what it left was removed by name ({name})"),
             Err(e) => {
                 tracing::warn!(vm_id = %id, name, provider = %row.name, error = %e, "what a delete left could not be removed by name");

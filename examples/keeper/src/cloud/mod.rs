@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::drivers::{driver_settings, Drivers};
-use crate::error::{from_orca, Error, Result};
+use crate::error::{db_error, from_orca, Error, Result};
 use crate::mask::{mask_json, mask_step_output, masked};
 use crate::registry::{self, CloudProvider};
 use crate::userdata::Template;
@@ -91,6 +91,23 @@ impl Default for Settings {
             pool: "keeper".into(),
             cloud_init: None,
             keeper_url: "http://127.0.0.1:8080".into(),
+        }
+    }
+}
+
+/// What a VM goes by when its id no longer reaches it: its pool and its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub(crate) pool: String,
+    pub(crate) name: String,
+}
+
+impl Named {
+    /// Machine `m`'s.
+    pub(crate) fn of(m: &orca::Machine) -> Named {
+        Named {
+            pool: m.pool.clone(),
+            name: m.name.clone(),
         }
     }
 }
@@ -435,21 +452,51 @@ impl Keeper {
         audit::record(&client, CLOUD_PROVISIONED, actor, outcome, payload).await
     }
 
-    /// Refuses VM `id` (read as `m`) unless it is of keeper's pool: keeper destroys and resizes only
-    /// the VMs it made, and the owner label alone does not say so (another program may run under
-    /// the same owner in a pool of its own).
-    pub(crate) fn check_pool(&self, id: &str, m: &orca::Machine) -> Result<()> {
-        if m.pool == self.settings.pool {
+    /// Refuses VM `id` (read as `m`) unless keeper made it: it is of keeper's pool, or keeper's
+    /// journal records it by that name in the pool it stands in (made before the `pool` setting
+    /// changed): the row `journalled` when the caller has read it, else the one of this id. The
+    /// owner label alone does not say so: another program may run under the same owner in a pool of
+    /// its own.
+    pub(crate) async fn check_pool(
+        &self,
+        row: &CloudProvider,
+        id: &str,
+        m: &orca::Machine,
+        journalled: Option<&Named>,
+    ) -> Result<()> {
+        if m.pool == self.settings.pool || journalled.is_some_and(|j| *j == Named::of(m)) {
+            return Ok(());
+        }
+        let made = self.journalled(row, id).await?;
+        if made.is_some_and(|j| j == Named::of(m)) {
             return Ok(());
         }
         Err(Error::new(
             409,
             "cloud.other_pool",
             format!(
-                "VM {id} is of pool {:?}, not keeper's pool {:?}: keeper changes only the VMs it made; nothing was done to it",
+                "VM {id} is of pool {:?}, not keeper's pool {:?}, and keeper's journal does not record making it there: keeper changes only the VMs it made; nothing was done to it",
                 m.pool, self.settings.pool
             ),
         ))
+    }
+
+    /// Where keeper's journal says it made VM `id` of `row` (names are never reused), `None` for a
+    /// VM keeper never made. A row written before the journal kept pools is taken as made in the
+    /// pool keeper is set to.
+    pub(crate) async fn journalled(&self, row: &CloudProvider, id: &str) -> Result<Option<Named>> {
+        let client = self.pool.get().await?;
+        let found = client
+            .query_opt(
+                "SELECT name, COALESCE(pool, $3) FROM keeper.cloud_vms WHERE provider = $1 AND vm_id = $2 ORDER BY id LIMIT 1",
+                &[&row.name, &id, &self.settings.pool],
+            )
+            .await
+            .map_err(db_error("read the journal"))?;
+        Ok(found.map(|r| Named {
+            name: r.get(0),
+            pool: r.get(1),
+        }))
     }
 
     /// The registered provider `name` (422 naming `provider` when there is none).

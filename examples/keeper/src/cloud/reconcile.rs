@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use super::destroyed::NotCounted;
 use super::journal::{move_row, JournalUpdate};
 use super::locks::{step_key, LockSession};
-use super::Keeper;
+use super::{Keeper, Named};
 use crate::audit;
 use crate::db::begin;
 use crate::error::{db_error, Error, Result};
@@ -106,6 +106,8 @@ impl Reconciled {
 struct HalfDone {
     id: i64,
     name: String,
+    /// The pool it was asked for in (rows older than the journal's pools: keeper's pool now).
+    pool: String,
     vm_id: Option<String>,
     state: &'static str,
     /// Asked for (or last moved) longer ago than the grace.
@@ -223,7 +225,8 @@ impl Keeper {
         let client = self.pool.get().await?;
         let rows = client
             .query(
-                "SELECT id, name, vm_id, state, updated_at < now() - make_interval(secs => $4)
+                "SELECT id, name, vm_id, state, updated_at < now() - make_interval(secs => $4),
+                 COALESCE(pool, $5)
                  FROM keeper.cloud_vms WHERE step_id = $1 AND provider = $2 AND state = ANY($3)
                  ORDER BY id",
                 &[
@@ -231,6 +234,7 @@ impl Keeper {
                     &provider,
                     &HALF_DONE.as_slice(),
                     &grace.as_secs_f64(),
+                    &self.settings.pool,
                 ],
             )
             .await
@@ -248,6 +252,7 @@ impl Keeper {
                         .find(|s| *s == state)
                         .unwrap_or("requested"),
                     settled: r.get(4),
+                    pool: r.get(5),
                 }
             })
             .collect())
@@ -263,12 +268,12 @@ impl Keeper {
     ) -> Resolution {
         let vm_id = match &r.vm_id {
             Some(id) => id.clone(),
-            None => match cloud.machine_named(&self.settings.pool, &r.name).await {
+            None => match cloud.machine_named(&r.pool, &r.name).await {
                 Ok(Some(m)) => m.id,
                 // What a create makes before its VM may stand without one: the row closes once
                 // it is gone, and stays for the next run when it cannot be removed.
                 Ok(None) if r.settled => {
-                    return match cloud.delete_named(&self.settings.pool, &r.name).await {
+                    return match cloud.delete_named(&r.pool, &r.name).await {
                         Ok(removed) => Resolution::NeverMade(removed),
                         Err(e) => {
                             let mut err = crate::error::from_orca(&e);
@@ -288,7 +293,14 @@ impl Keeper {
                 }
             },
         };
-        match self.destroy_one(session, row, cloud, &vm_id).await {
+        let named = Named {
+            pool: r.pool.clone(),
+            name: r.name.clone(),
+        };
+        match self
+            .destroy_one(session, row, cloud, &vm_id, Some(&named))
+            .await
+        {
             Ok(true) => Resolution::Destroyed(vm_id),
             Ok(false) => Resolution::Gone(vm_id),
             // Destroyed all the same; the reconciler counts nothing.
@@ -349,7 +361,7 @@ impl Keeper {
                 report.never_made.push(r.name.clone());
                 let mut why = format!(
                     "never made: the reconciler found no VM named {} in pool {}, and it was asked for long enough ago to show",
-                    r.name, self.settings.pool
+                    r.name, r.pool
                 );
                 if removed {
                     why.push_str("; what its create left was removed by name");

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::params::ResizeParams;
 use super::{Keeper, Run};
 use crate::error::{from_orca, Error, Result};
+use crate::registry::CloudProvider;
 
 impl Keeper {
     pub(crate) async fn resized(&self, mut run: Run, params: &Value, _actor: &str) -> Run {
@@ -43,7 +44,7 @@ impl Keeper {
         let mut hosts = Vec::new();
         for id in &p.vm_ids {
             let to = Target {
-                provider: &row.name,
+                row: &row,
                 id,
                 machine_type: &p.machine_type,
             };
@@ -70,13 +71,13 @@ impl Keeper {
 
 /// One VM to resize: its provider row, its id and the type it gets.
 struct Target<'a> {
-    provider: &'a str,
+    row: &'a CloudProvider,
     id: &'a str,
     machine_type: &'a str,
 }
 
 impl Keeper {
-    /// Resizes VM `to.id` of `to.provider`; answers its entry of the output's `hosts`.
+    /// Resizes VM `to.id` of `to.row`; answers its entry of the output's `hosts`.
     async fn resize_one(
         &self,
         cloud: &dyn orca::Provider,
@@ -84,20 +85,20 @@ impl Keeper {
         to: Target<'_>,
     ) -> Result<Value> {
         let Target {
-            provider,
+            row,
             id,
             machine_type,
         } = to;
         let before = match cloud.machine(id).await.map_err(|e| from_orca(&e))? {
             Some(m) => {
-                self.check_pool(id, &m)?;
+                self.check_pool(row, id, &m, None).await?;
                 m.machine_type
             }
             None => {
                 return Err(Error::new(
                     404,
                     "cloud.not_found",
-                    format!("VM {id} does not exist at provider {provider}"),
+                    format!("VM {id} does not exist at provider {}", row.name),
                 ))
             }
         };

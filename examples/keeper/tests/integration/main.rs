@@ -9,6 +9,7 @@ mod destroyed;
 mod hetzner;
 mod migrations;
 mod plugins;
+mod pool_setting;
 mod privileges;
 mod readme;
 mod reconcile;

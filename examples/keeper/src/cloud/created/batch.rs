@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::super::journal::{move_row, JournalUpdate};
 use super::super::locks::LockSession;
-use super::super::{Keeper, Run};
+use super::super::{Keeper, Named, Run};
 use super::{Made, Planned};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::db::begin;
@@ -47,8 +47,8 @@ impl Keeper {
             let predicted_fqdn = row.fqdn_suffix.as_ref().map(|s| format!("{name}.{s}"));
             let journal_id: i64 = tx
                 .query_one(
-                    "INSERT INTO keeper.cloud_vms (step_id, provider, name, state) VALUES ($1, $2, $3, 'requested') RETURNING id",
-                    &[&step_id, &row.name, &name],
+                    "INSERT INTO keeper.cloud_vms (step_id, provider, name, pool, state) VALUES ($1, $2, $3, $4, 'requested') RETURNING id",
+                    &[&step_id, &row.name, &name, &self.settings.pool],
                 )
                 .await
                 .map_err(db_error("journal"))?
@@ -172,8 +172,8 @@ impl Keeper {
                     let mut e = err.to_string();
                     if !err.left().is_empty() {
                         // The VM may be gone with pieces beside it, which its id no longer reaches.
-                        let name = Some(m.machine.name.clone());
-                        let said = self.remove_left_at_once(row, cloud, id, name).await;
+                        let named = Some(Named::of(&m.machine));
+                        let said = self.remove_left_at_once(row, cloud, id, named).await;
                         e = format!("{e}; {said}");
                     }
                     let sid = (!m.machine.fqdn.is_empty()).then(|| m.machine.fqdn.clone());

@@ -641,6 +641,25 @@ impl World {
         n
     }
 
+    /// Another keeper on this world's database, vault and cloud (the test drivers), with
+    /// `settings`: this keeper as it runs after a restart with other settings.
+    pub async fn restarted_with(&self, settings: KeeperSettings) -> Keeper {
+        let drivers = Arc::new(TestDrivers {
+            cloud: self.cloud.clone(),
+            state: self.state.clone(),
+            knobs: self.knobs.clone(),
+            plugins: self.plugins.clone(),
+        });
+        Keeper::connect(
+            &self.db.url,
+            Arc::new(FileVault::new(&self.vault)),
+            drivers,
+            settings,
+        )
+        .await
+        .expect("keeper starts again")
+    }
+
     /// The machines of the simulated cloud (every owner).
     pub fn machines(&self) -> Vec<Machine> {
         self.cloud.all_machines()
