@@ -53,24 +53,56 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// The database URL with its password replaced by `***`, for logs and errors.
+/// The database URL with its password replaced by `***`, for logs and errors. The URL is parsed as
+/// the driver parses it, so that a password given anywhere (before the host, or as a query
+/// parameter) is never shown; what is shown is rebuilt from the parsed parts alone.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
+    let Some((scheme, _)) = url.split_once("://") else {
         return "<not a URL>".to_string();
     };
-    let (auth, host) = match rest.rsplit_once('@') {
-        Some((a, h)) => (Some(a), h),
-        None => (None, rest),
+    let unreadable = || format!("{scheme}://<unreadable>");
+    let Ok(c) = url.parse::<tokio_postgres::Config>() else {
+        return unreadable();
     };
-    let host = host.split('?').next().unwrap_or(host);
-    match auth {
-        Some(a) => {
-            let user = a.split(':').next().unwrap_or("");
-            let pw = if a.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{pw}@{host}")
-        }
-        None => format!("{scheme}://{host}"),
+    let ports = c.get_ports();
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                Host::Tcp(name) => plain_host(name)?.to_string(),
+                #[cfg(unix)]
+                Host::Unix(path) => plain_socket_dir(path)?,
+            };
+            Some(match ports.get(i).or(ports.first()) {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            })
+        })
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    if hosts.is_empty() && !c.get_hosts().is_empty() {
+        return unreadable();
     }
+    let user = c.get_user().unwrap_or("");
+    if !user
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+    {
+        // Read otherwise than meant, as a host can be: the "user" may hold the password.
+        return unreadable();
+    }
+    let auth = match (user.is_empty(), c.get_password().is_some()) {
+        (true, false) => String::new(),
+        (_, true) => format!("{user}:***@"),
+        (false, false) => format!("{user}@"),
+    };
+    format!(
+        "{scheme}://{auth}{}/{}",
+        hosts.join(","),
+        c.get_dbname().unwrap_or("")
+    )
 }
 
 /// How long a step or a request waits for a connection of the pool (all of them in use) or for a new
@@ -126,6 +158,26 @@ fn unavailable(e: &PoolError, server: &str) -> Error {
     )
 }
 
+/// `name` when it is a plain host name or address (letters, digits, `.`, `-`, `_`, `:`): anything
+/// else means the URL was read otherwise than meant (an unencoded `@` in a password, say), and may
+/// hold part of the password.
+fn plain_host(name: &str) -> Option<&str> {
+    name.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'_'))
+        .then_some(name)
+}
+
+/// The socket folder `path` when it is a plain absolute path (letters, digits, `.`, `-`, `_`, `/`),
+/// for the same reason: a host read from a URL is taken for a folder when it holds a `/`.
+#[cfg(unix)]
+fn plain_socket_dir(path: &std::path::Path) -> Option<String> {
+    let s = path.to_str()?;
+    (s.starts_with('/')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/')))
+    .then(|| s.to_string())
+}
+
 /// The servers `cfg` connects to, as `host:port`, never its password.
 fn servers(cfg: &tokio_postgres::Config) -> String {
     let port = |i: usize| {
@@ -140,9 +192,15 @@ fn servers(cfg: &tokio_postgres::Config) -> String {
         .iter()
         .enumerate()
         .map(|(i, h)| match h {
-            Host::Tcp(name) => format!("{name}:{}", port(i)),
+            Host::Tcp(name) => match plain_host(name) {
+                Some(name) => format!("{name}:{}", port(i)),
+                None => "(a host name that does not read as one)".to_string(),
+            },
             #[cfg(unix)]
-            Host::Unix(dir) => format!("{} (socket, port {})", dir.display(), port(i)),
+            Host::Unix(dir) => match plain_socket_dir(dir) {
+                Some(dir) => format!("{dir} (socket, port {})", port(i)),
+                None => "(a socket folder that does not read as one)".to_string(),
+            },
         })
         .collect();
     if hosts.is_empty() {
@@ -316,6 +374,20 @@ mod tests {
             "postgres://postgres@127.0.0.1:5432/postgres"
         );
         assert_eq!(redact_url("host=x password=y"), "<not a URL>");
+        // A password the driver reads from the query; one with an unencoded '@' makes the URL
+        // read otherwise than meant, and nothing of it is shown.
+        assert_eq!(
+            redact_url("postgres://db/k?user=app&password=p%40ss"),
+            "postgres://app:***@db:5432/k"
+        );
+        let shown = redact_url("postgres://db/k?user=app&password=p@ss");
+        assert!(!shown.contains("p@ss") && !shown.contains("ss"), "{shown}");
+        let shown = redact_url("postgres://app:p@ss@db/k");
+        assert!(!shown.contains("p@ss") && !shown.contains("ss@"), "{shown}");
+        assert_eq!(
+            redact_url("postgresql://app:hunter2@a:5432,b:5433/k"),
+            "postgresql://app:***@a:5432,b:5433/k"
+        );
     }
 
     #[test]

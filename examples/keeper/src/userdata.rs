@@ -38,8 +38,8 @@ impl std::fmt::Debug for Template {
     }
 }
 
-/// The values of one VM.
-#[derive(Debug, Clone, Default)]
+/// The values of one VM. Its `Debug` never shows the token.
+#[derive(Clone, Default)]
 pub struct Vars<'a> {
     /// `<name>-<index>`.
     pub hostname: &'a str,
@@ -49,6 +49,17 @@ pub struct Vars<'a> {
     pub keeper_url: &'a str,
     /// The plain one-time token (`self_onboard` only).
     pub bootstrap_token: Option<&'a str>,
+}
+
+impl std::fmt::Debug for Vars<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vars")
+            .field("hostname", &self.hostname)
+            .field("fqdn", &self.fqdn)
+            .field("keeper_url", &self.keeper_url)
+            .field("bootstrap_token", &self.bootstrap_token.map(|_| "***"))
+            .finish()
+    }
 }
 
 fn placeholders(text: &str) -> Vec<&str> {
@@ -144,6 +155,18 @@ impl Template {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let v = Vars {
+            hostname: "web-1",
+            bootstrap_token: Some("kbt_secret_value"),
+            ..Vars::default()
+        };
+        let shown = format!("{v:?}");
+        assert!(!shown.contains("kbt_secret_value"), "{shown}");
+        assert!(shown.contains("web-1") && shown.contains("***"), "{shown}");
+    }
 
     #[test]
     fn unknown_placeholders_are_refused_when_loaded() {
