@@ -856,26 +856,15 @@ fn location(s: &Settings, p: &mut Problems) -> String {
     location
 }
 
-/// The endpoint of key `k` (else `def`), without trailing slash: `https://`, or `http://` to this
-/// machine only; anything else is a problem named by its key.
+/// The endpoint of key `k` (else `def`), without trailing slash; one unfit to carry credentials
+/// (`kit::is_endpoint`) is a problem named by its key.
 fn endpoint(s: &Settings, k: ConfigKey, def: &str, p: &mut Problems) -> String {
     let e = value(s, k)
         .unwrap_or_else(|| def.to_string())
         .trim_end_matches('/')
         .to_string();
-    let ok = match url::Url::parse(&e) {
-        Ok(u) => {
-            u.scheme() == "https"
-                || (u.scheme() == "http"
-                    && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]")))
-        }
-        Err(_) => false,
-    };
-    if !ok {
-        p.invalid(
-            k.as_str(),
-            "an https:// address (http:// only for 127.0.0.1 and localhost)",
-        );
+    if !orca_machines::kit::is_endpoint(&e) {
+        p.invalid(k.as_str(), orca_machines::kit::ENDPOINT_RULE);
     }
     e
 }
@@ -1357,6 +1346,13 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(keys(&e), ["ORCA_AZURE_ENDPOINT"]);
+        let e = Config::from_settings(&full().with(
+            "ORCA_AZURE_ENDPOINT",
+            "https://me:pw-in-url@management.azure.com",
+        ))
+        .unwrap_err();
+        assert_eq!(keys(&e), ["ORCA_AZURE_ENDPOINT"]);
+        assert!(!e.to_string().contains("pw-in-url"), "{e}");
         let c =
             Config::from_settings(&full().with("ORCA_AZURE_ENDPOINT", "http://127.0.0.1:8080/"))
                 .unwrap();

@@ -663,9 +663,9 @@ impl ConfigBuilder {
         }
         self.check_resources(&mut p);
         if let Some(e) = &self.endpoint
-            && !kit::is_http_url(e)
+            && !kit::is_endpoint(e)
         {
-            p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {e:?}"));
+            p.invalid(ENDPOINT_ENV, kit::ENDPOINT_RULE);
         }
         let client = self.client.options;
         let poll_interval = self
@@ -781,6 +781,27 @@ mod tests {
         assert_eq!(secret, [SECRET_ACCESS_KEY_ENV, SESSION_TOKEN_ENV]);
         let e = "AWS_REGON".parse::<ConfigKey>().unwrap_err();
         assert!(e.to_string().contains("AWS_REGON") && e.to_string().contains("AWS_REGION"));
+    }
+
+    #[test]
+    fn an_endpoint_that_would_show_the_credentials_is_refused_without_echoing_it() {
+        for bad in [
+            "http://ec2.eu-west-1.amazonaws.com",
+            "http://10.1.2.3:5000",
+            "https://me:pw-in-url@ec2.eu-west-1.amazonaws.com",
+        ] {
+            let e = Config::from_settings(&full().with(ENDPOINT_ENV, bad)).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidSettings { keys, .. } if keys == &[ENDPOINT_ENV]),
+                "{bad}: {e:?}"
+            );
+            assert!(e.to_string().contains("https://"), "{e}");
+            assert!(!e.to_string().contains("pw-in-url"), "{e}");
+        }
+        let c = Config::from_settings(
+            &full().with(ENDPOINT_ENV, "https://ec2.eu-west-1.amazonaws.com"),
+        );
+        assert!(c.is_ok(), "{c:?}");
     }
 
     #[test]

@@ -450,15 +450,18 @@ fn read_settings(
     })
 }
 
-/// The API root (else [`DEFAULT_ENDPOINT`]), without trailing slash; one that is not an http(s)
-/// URL is a problem.
+/// The API root (else [`DEFAULT_ENDPOINT`]), without trailing slash; one unfit to carry the access
+/// token (`kit::is_endpoint`) is a problem.
 fn read_endpoint(text: Option<&str>, p: &mut Problems) -> String {
     let endpoint = text
         .unwrap_or(DEFAULT_ENDPOINT)
         .trim_end_matches('/')
         .to_string();
-    if !orca_machines::kit::is_http_url(&endpoint) {
-        p.invalid(ConfigKey::Endpoint.as_str(), "an http(s) URL");
+    if !orca_machines::kit::is_endpoint(&endpoint) {
+        p.invalid(
+            ConfigKey::Endpoint.as_str(),
+            orca_machines::kit::ENDPOINT_RULE,
+        );
     }
     endpoint
 }
@@ -886,6 +889,26 @@ mod tests {
         ("ORCA_GCE_SUBNET", "sub"),
         ("ORCA_GCE_CREDENTIALS_FILE", "/k.json"),
     ];
+
+    #[test]
+    fn an_endpoint_that_would_show_the_access_token_is_refused_without_echoing_it() {
+        let with = |endpoint: &str| {
+            let mut s = settings(&BASE);
+            s.insert("ORCA_GCE_ENDPOINT", endpoint);
+            Config::from_settings(&s)
+        };
+        for bad in [
+            "http://compute.googleapis.com/compute/v1",
+            "http://10.1.2.3:8080",
+            "https://me:pw-in-url@compute.googleapis.com/compute/v1",
+        ] {
+            let e = with(bad).unwrap_err();
+            assert_eq!(keys_of(&e), ["ORCA_GCE_ENDPOINT"], "{bad}");
+            assert!(e.to_string().contains("https://"), "{e}");
+            assert!(!e.to_string().contains("pw-in-url"), "{e}");
+        }
+        assert!(with("http://127.0.0.1:9000/compute/v1").is_ok());
+    }
 
     #[test]
     fn keys_round_trip_and_only_the_key_is_secret() {

@@ -366,8 +366,8 @@ impl ConfigBuilder {
             }
         }
         let ep = &self.endpoint;
-        if !kit::is_http_url(ep) {
-            p.invalid(ENDPOINT_ENV, format!("an http(s) URL, got {ep:?}"));
+        if !kit::is_endpoint(ep) {
+            p.invalid(ENDPOINT_ENV, kit::ENDPOINT_RULE);
         }
         if self.image.trim().is_empty() {
             p.invalid(IMAGE_ENV, "an image name or id, got an empty one");
@@ -454,6 +454,29 @@ mod tests {
         let e = "HCLOUD_TOKEM".parse::<ConfigKey>().unwrap_err();
         assert_eq!(keys_of(&e), ["HCLOUD_TOKEM"]);
         assert!(e.to_string().contains("HCLOUD_TOKEN"), "{e}");
+    }
+
+    #[test]
+    fn an_endpoint_that_would_show_the_token_is_refused_without_echoing_it() {
+        let with = |endpoint: &str| {
+            Config::from_settings(
+                &Settings::new()
+                    .with(TOKEN_ENV, SECRET)
+                    .with(ENDPOINT_ENV, endpoint),
+            )
+        };
+        for bad in [
+            "http://api.hetzner.cloud/v1",
+            "http://10.1.2.3:8080/v1",
+            "https://me:pw-in-url@api.hetzner.cloud/v1",
+        ] {
+            let e = with(bad).unwrap_err();
+            assert_eq!(keys_of(&e), [ENDPOINT_ENV], "{bad}");
+            assert!(e.to_string().contains("https://"), "{e}");
+            assert!(!e.to_string().contains("pw-in-url"), "{e}");
+        }
+        assert!(with("http://localhost:4000/v1").is_ok());
+        assert!(with("https://api.hetzner.cloud/v1").is_ok());
     }
 
     #[test]

@@ -200,12 +200,31 @@ pub fn is_client_key(key: &str) -> bool {
     ClientKey::ALL.iter().any(|k| k.as_str() == key)
 }
 
-/// Whether `endpoint` is an http(s) URL with a host that parses whole (a port in range, no spaces):
-/// what every driver's endpoint setting must be, checked when its settings are built rather than
-/// at the first call.
-pub fn is_http_url(endpoint: &str) -> bool {
-    url::Url::parse(endpoint)
-        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+/// What every driver's endpoint setting must be ([`is_endpoint`]), in the words its error uses.
+pub const ENDPOINT_RULE: &str =
+    "an https:// URL with a host and no user or password in it (http:// only to this machine: 127.0.0.1, ::1 or localhost)";
+
+/// Whether `endpoint` is fit to carry a driver's credentials: an https URL with a host that parses
+/// whole (a port in range, no spaces), or an http one to this machine (a test's fake). Every request
+/// carries a bearer token, a signature or a session token, which plain http would show to any host
+/// on the way; and a user or password written into the URL would be shown wherever the endpoint
+/// is. Checked when a driver's settings are built, before any call.
+pub fn is_endpoint(endpoint: &str) -> bool {
+    let Ok(u) = url::Url::parse(endpoint) else {
+        return false;
+    };
+    let this_machine = match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => return false,
+    };
+    let scheme_ok = match u.scheme() {
+        "https" => true,
+        "http" => this_machine,
+        _ => false,
+    };
+    scheme_ok && u.username().is_empty() && u.password().is_none()
 }
 
 /// Whether `endpoint` (a URL) names this machine: `127.0.0.1` (any of 127/8), `::1` or `localhost`.
@@ -480,13 +499,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn http_urls() {
+    fn endpoints_are_https_or_http_to_this_machine_without_credentials() {
         for yes in [
             "http://127.0.0.1:5000",
+            "http://127.0.0.2:5000/v1",
+            "http://localhost:8080",
+            "http://[::1]:9000",
             "https://api.hetzner.cloud/v1",
             "https://compute.googleapis.com/compute/v1",
         ] {
-            assert!(is_http_url(yes), "{yes}");
+            assert!(is_endpoint(yes), "{yes}");
         }
         for no in [
             "http://127.0.0.1:99999",
@@ -495,8 +517,14 @@ mod tests {
             "ftp://127.0.0.1",
             "127.0.0.1:5000",
             "",
+            "http://api.hetzner.cloud/v1",
+            "http://127.0.0.1.example.com",
+            "http://10.0.0.1:8080",
+            "https://user:secret@api.hetzner.cloud/v1",
+            "https://user@api.hetzner.cloud/v1",
+            "http://user:secret@127.0.0.1:5000",
         ] {
-            assert!(!is_http_url(no), "{no}");
+            assert!(!is_endpoint(no), "{no}");
         }
     }
 
