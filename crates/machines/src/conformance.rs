@@ -533,6 +533,22 @@ async fn invalid_input(ctx: &Ctx<'_>) -> Checked {
             other => fail!("machines({bad:?}) gave {other:?}"),
         }
     }
+    for bad in ["", ".", "..", "a/b", "a b", "x?y"] {
+        match p.arch(bad).await {
+            Err(Error::InvalidSpec { field, .. }) if field == "machine_type" => {}
+            other => fail!("arch({bad:?}) gave {other:?}"),
+        }
+        let spec = MachineSpec::new(ctx.name(0), bad, &ctx.setup.location, &pool);
+        match p.create(&spec).await {
+            Err(Error::InvalidSpec { field, .. }) if field == "machine_type" => {}
+            other => fail!("create of machine type {bad:?} gave {other:?}"),
+        }
+        let spec = MachineSpec::new(ctx.name(0), &ctx.setup.amd64_type, bad, &pool);
+        match p.create(&spec).await {
+            Err(Error::InvalidSpec { field, .. }) if field == "location" => {}
+            other => fail!("create in location {bad:?} gave {other:?}"),
+        }
+    }
     for bad in ["", "a/b", "a b", "x?y"] {
         match p.delete(bad).await {
             Err(Error::InvalidSpec { field, .. }) if field == "id" => {}

@@ -526,15 +526,17 @@ pub fn validate_id(id: &str) -> Result<()> {
 }
 
 /// Checks a cloud token such as a machine type or a location: 1 to 80 of ASCII letters, digits, `.`,
-/// `_` and `-`.
+/// `_` and `-`, not dots alone (drivers put it into a URL path, where `.` or `..` would name another
+/// resource).
 pub fn validate_token(field: &str, value: &str) -> Result<()> {
     let ok = !value.is_empty()
         && value.len() <= 80
         && value
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        && !value.bytes().all(|b| b == b'.');
     valid(ok, field, || {
-        format!("1 to 80 of letters, digits, '.', '_' and '-', got {value:?}")
+        format!("1 to 80 of letters, digits, '.', '_' and '-', not dots alone, got {value:?}")
     })
 }
 
@@ -542,6 +544,36 @@ pub fn validate_token(field: &str, value: &str) -> Result<()> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn tokens_are_plain_and_never_dots_alone() {
+        for ok in [
+            "cx22",
+            "Standard_D2s_v5",
+            "n2-standard-2",
+            "t3.micro",
+            "eu-west-1",
+            "a..b",
+        ] {
+            assert!(validate_token("machine_type", ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "...",
+            "a/b",
+            "a b",
+            "x?y",
+            "é",
+            &"a".repeat(81),
+        ] {
+            match validate_token("location", bad) {
+                Err(Error::InvalidSpec { field, .. }) => assert_eq!(field, "location", "{bad}"),
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn names() {

@@ -309,6 +309,8 @@ impl Provider for Broken {
     }
     async fn arch(&self, t: &str) -> Result<Arch> {
         if self.flaw == Flaw::WrongArch {
+            // Refuses what is not a machine type, as every provider does; only the answer is wrong.
+            orca_machines::spec::validate_token("machine_type", t)?;
             return Ok(Arch::Amd64);
         }
         self.inner.arch(t).await
