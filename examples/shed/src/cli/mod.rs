@@ -20,8 +20,8 @@ mod client;
 
 use client::{Client, Failure};
 
-/// The shed command.
-#[derive(Debug, Parser)]
+/// The shed command. Its `Debug` never shows the token.
+#[derive(Parser)]
 #[command(
     name = "shed",
     version,
@@ -43,6 +43,18 @@ pub struct Args {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl std::fmt::Debug for Args {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Args")
+            .field("server", &self.server)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("poll_ms", &self.poll_ms)
+            .field("wait_secs", &self.wait_secs)
+            .field("command", &self.command)
+            .finish()
+    }
 }
 
 /// The commands.
@@ -155,6 +167,15 @@ struct Io<'a> {
 /// exit code: 0 done, 1 refused or failed, 2 refused before anything was sent.
 pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write + Send)) -> i32 {
     let base = match url::Url::parse(&args.server) {
+        // A user or password in the URL would be shown in every message that names the server;
+        // the token goes in its own setting.
+        Ok(u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = writeln!(
+                err,
+                "shed: --server carries a user or password; give the server's address alone (like http://127.0.0.1:8421) and the token with --token or SHED_TOKEN; nothing was sent"
+            );
+            return 2;
+        }
         Ok(u) if !u.cannot_be_a_base() && matches!(u.scheme(), "http" | "https") => u,
         _ => {
             let _ = writeln!(

@@ -437,6 +437,25 @@ pub(crate) async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
 }
 
 #[tokio::test]
+async fn the_cli_never_shows_a_password_in_the_server_url_or_the_token() {
+    // Nothing listens on port 1: had the request been sent, the client's error would name the URL.
+    let (code, out, err) = cli("http://admin:pw-in-url@127.0.0.1:1", &["info"]).await;
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        !err.contains("pw-in-url") && !out.contains("pw-in-url"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--token") && err.contains("nothing was sent"),
+        "{err}"
+    );
+    let a = shed::cli::Args::try_parse_from(["shed", "--token", "tok-secret", "list"]).unwrap();
+    let shown = format!("{a:?}");
+    assert!(!shown.contains("tok-secret"), "{shown}");
+    assert!(shown.contains("***"), "{shown}");
+}
+
+#[tokio::test]
 async fn the_cli_creates_lists_stops_starts_and_deletes_waiting_for_each_to_settle() {
     let env = Env::new().await;
     let base = serve(&env).await;
