@@ -10,7 +10,7 @@
 //! held everything because the pool has machines a new record does not name (see `--unknown`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -190,19 +190,42 @@ fn replica_name() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// Whether `--store` names a PostgreSQL database (`postgres://...`, `postgresql://...`, or key=value
-/// settings such as `host=... dbname=...`) rather than a file.
-fn is_postgres(store: &str) -> bool {
-    store.starts_with("postgres://")
-        || store.starts_with("postgresql://")
-        || store.split_whitespace().any(|w| {
-            ["host=", "dbname=", "user=", "port="]
-                .iter()
-                .any(|k| w.starts_with(k))
-        })
+/// What `--store` names.
+#[derive(Debug, PartialEq, Eq)]
+enum StoreArg<'a> {
+    /// A PostgreSQL database: a URL, or key=value settings.
+    Postgres(&'a str),
+    /// A file.
+    File(&'a str),
+}
+
+/// Reads `--store`: a path that starts with `/` or `.` is a file; a URL (`scheme://`) must be
+/// PostgreSQL's; any word with `=` makes key=value settings (`host=... dbname=...`); anything else
+/// is a file. A connection string taken for a file name would give each replica a record of its own
+/// (two would act at once) and write its password into a file's name, so any other URL is refused;
+/// the refusal does not repeat the value, which may hold a password.
+fn store_arg(store: &str) -> Result<StoreArg<'_>, String> {
+    if store.starts_with(['/', '.']) {
+        return Ok(StoreArg::File(store));
+    }
+    if let Some((scheme, _)) = store.split_once("://") {
+        return match scheme.to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Ok(StoreArg::Postgres(store)),
+            _ => Err(
+                "refused at start, nothing done:\n  - --store: a URL that is not postgres:// or postgresql:// (give a PostgreSQL URL, key=value settings, or a file path)".into(),
+            ),
+        };
+    }
+    if store.split_whitespace().any(|w| w.contains('=')) {
+        return Ok(StoreArg::Postgres(store));
+    }
+    Ok(StoreArg::File(store))
 }
 
 async fn run(args: Args, mut stop: Stop) -> Result<ExitCode, String> {
+    if let Some(store) = &args.store {
+        store_arg(store)?;
+    }
     let every =
         interval(args.interval).map_err(|e| format!("refused at start, nothing done:\n  - {e}"))?;
     let provider = provider(&args).await?;
@@ -315,8 +338,9 @@ fn settings(args: &Args) -> Result<Settings, String> {
 
 /// The record's store `--store` names: PostgreSQL, or a file (by default `orca-pool-<pool>.json`).
 async fn open_store(args: &Args) -> Result<Box<dyn Store>, String> {
-    match args.store.as_deref() {
-        Some(url) if is_postgres(url) => {
+    let named = args.store.as_deref().map(store_arg).transpose()?;
+    match named {
+        Some(StoreArg::Postgres(url)) => {
             let replica = args.replica.clone().unwrap_or_else(replica_name);
             Ok(Box::new(
                 PgStore::connect(url, &replica)
@@ -324,10 +348,11 @@ async fn open_store(args: &Args) -> Result<Box<dyn Store>, String> {
                     .map_err(|e| e.to_string())?,
             ))
         }
-        path => {
-            let path = path
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(format!("orca-pool-{}.json", args.pool)));
+        Some(StoreArg::File(path)) => Ok(Box::new(
+            FileStore::open(Path::new(path)).map_err(|e| e.to_string())?,
+        )),
+        None => {
+            let path = PathBuf::from(format!("orca-pool-{}.json", args.pool));
             Ok(Box::new(FileStore::open(&path).map_err(|e| e.to_string())?))
         }
     }
@@ -385,4 +410,38 @@ async fn serve_metrics(metrics: Arc<Metrics>, addr: SocketAddr) -> std::io::Resu
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_names_a_database_a_file_or_nothing_it_can_use() {
+        for db in [
+            "postgres://orca@db.example/orca",
+            "POSTGRESQL://orca@db.example/orca",
+            "host=db dbname=orca",
+            "hostaddr=10.0.0.5 password=s3cret",
+            "sslmode=require",
+        ] {
+            assert_eq!(store_arg(db), Ok(StoreArg::Postgres(db)), "{db}");
+        }
+        for file in [
+            "orca-pool-lab.json",
+            "./a=b.json",
+            "/var/lib/orca/lab.json",
+            "lab",
+        ] {
+            assert_eq!(store_arg(file), Ok(StoreArg::File(file)), "{file}");
+        }
+        for bad in [
+            "mysql://u:s3cret@db/orca",
+            "file:///tmp/x",
+            "https://db.example",
+        ] {
+            let e = store_arg(bad).unwrap_err();
+            assert!(e.contains("--store") && !e.contains("s3cret"), "{bad}: {e}");
+        }
+    }
 }

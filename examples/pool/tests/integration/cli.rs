@@ -51,6 +51,36 @@ fn once_exits_non_zero_when_an_action_failed() {
     assert!(text(&out).contains("FAILED create"), "{}", text(&out));
 }
 
+/// A `--store` that is a connection string is never taken for a file name: one of key=value
+/// settings goes to PostgreSQL (here nothing listens), another URL is refused; neither leaves a file
+/// nor shows the password.
+#[test]
+fn a_connection_string_store_is_never_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    for store in [
+        "hostaddr=127.0.0.1 port=9 password=s3cret",
+        // No key the old reading knew: it became a file of that name.
+        "hostaddr=127.0.0.1 password=s3cret no_such_setting=1",
+        "mysql://orca:s3cret@127.0.0.1:9/orca",
+    ] {
+        let out = once(dir.path(), &state, "a", &["--store", store]);
+        assert_ne!(out.status.code(), Some(0), "{store}: {}", text(&out));
+        assert!(
+            text(&out).contains("--store") || text(&out).contains("record store"),
+            "{store}: {}",
+            text(&out)
+        );
+        assert!(!text(&out).contains("s3cret"), "{}", text(&out));
+        let files: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with("cloud."))
+            .collect();
+        assert!(files.is_empty(), "{store}: {files:?}");
+    }
+}
+
 /// ... and exits 0 when the only trouble is no stock.
 #[test]
 fn once_exits_zero_on_no_stock() {
