@@ -147,6 +147,22 @@ mod tests {
         assert!(home.lock(&home.registry_path()).is_ok());
     }
 
+    /// A home other users may write into is refused: they could swap a pinned host key.
+    #[cfg(unix)]
+    #[test]
+    fn a_home_other_users_may_write_into_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("shared");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = Home::open(&root).unwrap_err();
+        assert!(e.to_string().contains("open to other users"), "{e}");
+        assert!(!root.join("profile.json").exists(), "nothing was written");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(Home::open(&root).is_ok());
+    }
+
     #[test]
     fn a_home_keeps_the_id_it_was_given_and_another_home_gets_another() {
         let dir = tempfile::tempdir().unwrap();

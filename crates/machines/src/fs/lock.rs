@@ -182,6 +182,10 @@ fn open(path: &Path) -> Result<File, FsError> {
             "not a regular file, which a lock file always is; refused",
         ));
     }
+    // Lock files are made owner-only: one that another user owns, or may open, is not one of this
+    // user's, and whoever can open it can hold its lock forever.
+    #[cfg(unix)]
+    super::check_private(path, &meta, 0o077)?;
     Ok(file)
 }
 

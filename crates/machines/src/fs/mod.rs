@@ -74,6 +74,16 @@ pub enum FsError {
         /// What happened to it (`removed`, `replaced by another file`).
         what: &'static str,
     },
+    /// The folder or lock file at `path` is another user's, or open to other users
+    /// ([`create_private_dir`], [`FileLock`]): whoever else owns it, or may write it, could replace
+    /// the files in it or hold the lock forever, so it is not used.
+    #[error("{} is {why}; refused: another user could replace what is in it or hold it (use one of this user's own, writable by no one else)", .path.display())]
+    NotPrivate {
+        /// The folder or file.
+        path: PathBuf,
+        /// Whose it is, or its mode.
+        why: String,
+    },
     /// An operation on `path` failed.
     #[error("{} ({op}): {source}", .path.display())]
     Io {
@@ -90,9 +100,10 @@ impl FsError {
     /// The file the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            FsError::Busy { path } | FsError::Replaced { path, .. } | FsError::Io { path, .. } => {
-                path
-            }
+            FsError::Busy { path }
+            | FsError::Replaced { path, .. }
+            | FsError::NotPrivate { path, .. }
+            | FsError::Io { path, .. } => path,
         }
     }
 
@@ -127,10 +138,38 @@ impl From<FsError> for std::io::Error {
         let kind = match &e {
             FsError::Busy { .. } => std::io::ErrorKind::WouldBlock,
             FsError::Replaced { .. } => std::io::ErrorKind::Other,
+            FsError::NotPrivate { .. } => std::io::ErrorKind::PermissionDenied,
             FsError::Io { source, .. } => source.kind(),
         };
         std::io::Error::new(kind, e)
     }
+}
+
+/// Refuses what `meta` describes (at `path`) unless it is this user's and none of the permission
+/// bits `forbidden` is set.
+#[cfg(unix)]
+pub(crate) fn check_private(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    forbidden: u32,
+) -> Result<(), FsError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    let why = if meta.uid() != me {
+        format!(
+            "owned by another user (uid {}, this one is uid {me})",
+            meta.uid()
+        )
+    } else if mode & forbidden != 0 {
+        format!("open to other users (mode {mode:o})")
+    } else {
+        return Ok(());
+    };
+    Err(FsError::NotPrivate {
+        path: path.to_path_buf(),
+        why,
+    })
 }
 
 /// The folder of `path` (`.` for a bare file name).

@@ -224,10 +224,17 @@ fn remove_matching(dir: &Path, is_stale: impl Fn(&[u8]) -> bool) -> Result<Vec<P
 }
 
 /// Makes `dir` and its missing parents; the folders it makes are owner-only (0700 on Unix). An
-/// existing folder is left as it is.
+/// existing folder is left as it is, if it is this user's and writable by no one else (on Unix):
+/// another user who owns it, or may write into it, could replace the files kept in it (a pinned
+/// host key, a profile), so it is refused ([`FsError::NotPrivate`]).
 pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
     let dir = dir.as_ref();
     if dir.is_dir() {
+        #[cfg(unix)]
+        {
+            let meta = std::fs::metadata(dir).map_err(|e| FsError::io(dir, "stat", e))?;
+            super::check_private(dir, &meta, 0o022)?;
+        }
         return Ok(());
     }
     let mut b = std::fs::DirBuilder::new();

@@ -155,6 +155,65 @@ fn a_private_folder_is_owner_only() {
     create_private_dir(&home).unwrap();
 }
 
+/// A folder or lock file open to other users, or of another user, is refused: whoever else may
+/// write into the folder could replace the files kept there, and whoever may open the lock file
+/// could hold its lock forever.
+#[cfg(unix)]
+#[test]
+fn a_folder_or_lock_file_another_user_may_write_or_owns_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    set(&shared, 0o777);
+    let e = create_private_dir(&shared).unwrap_err();
+    assert!(matches!(e, FsError::NotPrivate { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("shared") && e.to_string().contains("777"),
+        "{e}"
+    );
+    assert_eq!(mode(&shared), 0o777, "left as it was");
+    set(&shared, 0o755);
+    create_private_dir(&shared).unwrap();
+
+    let lock = dir.path().join("rec.json.lock");
+    std::fs::write(&lock, b"").unwrap();
+    set(&lock, 0o644);
+    let e = FileLock::try_lock(&lock).unwrap_err();
+    assert!(matches!(e, FsError::NotPrivate { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("rec.json.lock") && e.to_string().contains("644"),
+        "{e}"
+    );
+    set(&lock, 0o600);
+    drop(FileLock::try_lock(&lock).unwrap());
+
+    // Ownership can only be given away by root.
+    if runs_as_root() {
+        std::os::unix::fs::chown(&lock, Some(65534), Some(65534)).unwrap();
+        let e = FileLock::try_lock(&lock).unwrap_err();
+        assert!(e.to_string().contains("another user (uid 65534"), "{e}");
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let e = create_private_dir(&theirs).unwrap_err();
+        assert!(e.to_string().contains("another user (uid 65534"), "{e}");
+    }
+}
+
+/// Whether this process runs as root, read from a file it makes (it owns what it makes).
+#[cfg(unix)]
+fn runs_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("mine");
+    std::fs::write(&f, b"").unwrap();
+    std::fs::metadata(&f).unwrap().uid() == 0
+}
+
 #[test]
 fn a_held_lock_is_refused_to_a_second_opener_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
