@@ -104,8 +104,11 @@ impl AzureProvider {
     /// `PUT` of a new network resource in `location`, followed to its end. The network resource
     /// provider's `PUT` has no `If-None-Match` in its specification, so the resource is read first:
     /// one that exists is adopted if it carries this owner's tags of `pool` and is in `location` (a
-    /// retried create), and refused as [`Error::AlreadyExists`] otherwise, untouched. `made` learns
-    /// the URL as soon as Azure may hold the resource.
+    /// retried create, or what an earlier create or delete left), and refused as
+    /// [`Error::AlreadyExists`] otherwise, untouched. An adopted one is then given this call's
+    /// definition: a security group keeps the SSH sources, and an interface the admission group,
+    /// it was made with, and this machine must be admitted as its spec says, not as an earlier
+    /// one's. `made` learns the URL as soon as Azure may hold the resource.
     pub(crate) async fn put_network(
         &self,
         res: &Res,
@@ -135,7 +138,14 @@ impl AzureProvider {
                 )));
             }
             made.push(made_res(res, url, Origin::Adopted));
-            return self.settle(&what, url).await;
+            self.settle(&what, url).await?;
+            let op = format!("update {what}");
+            let a = self
+                .client()
+                .call(&op, Method::PUT, url, Some(body), Condition::None)
+                .await?;
+            self.client().wait(&op, &a).await?;
+            return Ok(a.body);
         }
         let op = format!("create {what}");
         match self

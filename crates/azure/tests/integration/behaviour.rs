@@ -869,6 +869,36 @@ async fn a_create_that_keeps_failing_passingly_leaves_nothing_when_no_vm_was_mad
     assert_eq!(stray(&f).len(), 5);
 }
 
+/// A security group an earlier delete left (its removal refused) is adopted by the next create of
+/// the name with that create's SSH sources, never the earlier machine's.
+#[tokio::test]
+async fn a_security_group_left_by_a_delete_is_given_the_new_machines_sources() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    f.refuse_delete("vm-s-nsg");
+    let m = p
+        .create(&spec("vm-s", AMD).with_ssh_sources(["198.51.100.0/24"]))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let e = p.delete(&m.id).await.unwrap_err();
+    assert!(e.to_string().contains("vm-s-nsg"), "{e}");
+    f.allow_delete("vm-s-nsg");
+    let again = p
+        .create(&spec("vm-s", AMD).with_ssh_sources(["203.0.113.9"]))
+        .await
+        .unwrap();
+    assert!(matches!(again, Created::Machine(_)), "{again:?}");
+    let rules = f.nsg_rules(RESOURCE_GROUP, "vm-s-nsg");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(
+        rules[0]["properties"]["sourceAddressPrefixes"],
+        serde_json::json!(["203.0.113.9"]),
+        "the new machine's sources, not the earlier one's"
+    );
+}
+
 #[tokio::test]
 async fn every_honoured_option_reaches_azure_and_the_others_are_refused_before_any_call() {
     let f = fake().await;
