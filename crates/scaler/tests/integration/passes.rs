@@ -392,7 +392,12 @@ async fn no_stock_with_a_cooldown_past_the_clock_rests_the_offering() {
     let r = tokio::time::timeout(Duration::from_secs(60), s.pass(&w.layered(), t1))
         .await
         .expect("the pass ends");
-    assert_eq!(w.creates.load(Ordering::SeqCst), 1, "still resting: {:?}", r.actions);
+    assert_eq!(
+        w.creates.load(Ordering::SeqCst),
+        1,
+        "still resting: {:?}",
+        r.actions
+    );
     assert!(
         r.actions
             .iter()

@@ -425,7 +425,11 @@ async fn adopt_takes_another_writers_machine_of_a_name_this_record_deleted() {
     let r = b.pass(&p, cloud.now()).await;
     assert_eq!(r.serving, 1, "{:?}", r.actions);
     let theirs = ids(&cloud);
-    assert_eq!(cloud.all_machines()[0].name, n0, "the same name, another writer");
+    assert_eq!(
+        cloud.all_machines()[0].name,
+        n0,
+        "the same name, another writer"
+    );
     drop(b);
 
     let deletes_before = w.deleted.lock().unwrap().len();
