@@ -418,7 +418,12 @@ async fn adopt_takes_another_writers_machine_of_a_name_this_record_deleted() {
     let n0 = cloud.all_machines()[0].name.clone();
     a.settings.size = 0;
     let r = a.pass(&w.layered(), cloud.now()).await;
-    assert_eq!(deleted(&r.actions), [n0.clone()], "{:?}", r.actions);
+    assert_eq!(
+        deleted(&r.actions),
+        std::slice::from_ref(&n0),
+        "{:?}",
+        r.actions
+    );
     assert_eq!(a.record().unwrap().entries[&n0].phase, Phase::Gone);
 
     let mut b = scaler(b_dir.path(), 1, &[A]);
