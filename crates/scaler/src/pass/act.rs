@@ -1,6 +1,8 @@
 //! Acting on a plan: deletes first, then the creates, as many at once as the cloud's pace allows (up to
 //! `parallel`), each intent written before its call and each outcome after. A record that cannot be written stops everything at once.
 
+use std::collections::BTreeSet;
+
 use futures::stream::{FuturesUnordered, StreamExt};
 use orca::{ErrorKind, Timestamp};
 use tokio::sync::Mutex;
@@ -44,10 +46,18 @@ pub(super) struct Shared<'a> {
     pub record: Record,
     pub store: &'a mut dyn Store,
     pub actions: Vec<Action>,
+    /// The cloud throttled without saying when: the pass starts nothing more.
     pub throttled: bool,
+    /// By [`Kind`]: the cloud named a time for calls of that kind past what a pass waits. Only that
+    /// kind's calls are left to the next passes; the other kind goes on, and nothing is halved.
+    pub held: [bool; 2],
     pub made: usize,
     pub deleted_counted: usize,
     pub no_offering: usize,
+    /// Offerings that answered no stock, or refused a create, in this pass: not tried again in it,
+    /// whatever their rest (a cool-down of zero ends it at once, and the pass would otherwise pick
+    /// the same offering under a new name without end).
+    pub spent: BTreeSet<String>,
     /// Another writer was met: nothing more is started.
     pub conflict: Option<String>,
     /// Conflicts met and not yet written (the scaler's).
@@ -72,20 +82,25 @@ impl Shared<'_> {
         }
     }
 
-    /// Whether a job may start: not after a conflict, nor once the cloud throttles (said, as `what`
-    /// left for the next pass, on `offering`).
-    pub fn may_start(&mut self, offering: &str, what: &str) -> bool {
+    /// Whether a job making a call of `kind` may start: not after a conflict, nor once the cloud
+    /// throttles, nor while that kind waits past the pass for the time the cloud named (said, as
+    /// `what` left for the next pass, on `offering`).
+    pub fn may_start(&mut self, kind: Kind, offering: &str, what: &str) -> bool {
         if self.conflict.is_some() {
             return false;
         }
-        if self.throttled {
-            self.actions.push(Action::Skipped {
-                offering: offering.into(),
-                reason: format!("{what} left for the next pass: the cloud throttles"),
-            });
-            return false;
-        }
-        true
+        let why = if self.throttled {
+            "the cloud throttles"
+        } else if self.held[kind as usize] {
+            "the cloud said when to try again, later than a pass waits"
+        } else {
+            return true;
+        };
+        self.actions.push(Action::Skipped {
+            offering: offering.into(),
+            reason: format!("{what} left for the next pass: {why}"),
+        });
+        false
     }
 }
 
@@ -118,9 +133,11 @@ pub(super) async fn act(
         store,
         actions: Vec::new(),
         throttled: false,
+        held: [false; 2],
         made: 0,
         deleted_counted: 0,
         no_offering: 0,
+        spent: BTreeSet::new(),
         conflict: None,
         unrecorded,
     });
@@ -133,7 +150,8 @@ pub(super) async fn act(
     if shared.no_offering > 0 {
         report.actions.push(Action::Short {
             missing: shared.no_offering,
-            why: "every offering is resting after no stock".into(),
+            why: "every offering is resting after no stock, or answered no stock (or refused) in this pass"
+                .into(),
         });
     }
     report.serving = (serving + shared.made).saturating_sub(shared.deleted_counted);
@@ -191,8 +209,9 @@ async fn run_job(sh: &Mutex<Shared<'_>>, cx: PassCtx<'_>, job: Job) -> Result<()
         Job::Retry(_) | Job::New => Kind::Create,
     };
     if !cx.concurrency.ready(kind).await {
-        // The cloud named a time past what a pass waits: what is left is the next passes'.
-        sh.lock().await.throttled = true;
+        // The cloud named a time past what a pass waits for calls of this kind: those left are the
+        // next passes'. The other kind goes on, and nothing is halved: the cloud said its pace.
+        sh.lock().await.held[kind as usize] = true;
     }
     match job {
         Job::Delete(d) => delete_job(sh, cx, d).await,
@@ -211,7 +230,7 @@ async fn delete_job(
     {
         let mut s = sh.lock().await;
         let what = format!("delete of {} ({})", d.name, d.id);
-        if !s.may_start(&d.offering.to_string(), &what) {
+        if !s.may_start(Kind::Delete, &d.offering.to_string(), &what) {
             return Ok(());
         }
         intend_delete(&mut s, &d, now).await?;
@@ -286,13 +305,16 @@ async fn delete_failed(
     d: DeleteJob,
     err: orca::Error,
 ) -> Result<(), StoreError> {
-    if !d.duplicate {
-        if let Some(e) = s.record.entries.get_mut(&d.name) {
+    if let Some(e) = s.record.entries.get_mut(&d.name) {
+        if !d.duplicate {
             e.note = format!("{}; last delete failed: {err}", d.why);
-            // A delete that removed the machine but not everything beside it names what it left:
-            // once the machine is gone, only a removal by name reaches those pieces.
-            e.leftovers |= !err.left().is_empty();
         }
+        // A delete that removed the machine but not everything beside it names what it left:
+        // once the machine is gone, only a removal by name reaches those pieces. A duplicate's
+        // pieces carry the same name as the entry's own machine, so the entry keeps the mark
+        // (for a second machine of the name too): they are removed once the entry is retired or
+        // gone, never while a machine of the name is to stand.
+        e.leftovers |= !err.left().is_empty();
     }
     s.commit(vec![Event::Failed {
         name: d.name.clone(),

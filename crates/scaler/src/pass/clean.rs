@@ -42,7 +42,7 @@ pub(super) async fn clean_job(
 ) -> Result<(), StoreError> {
     {
         let mut s = sh.lock().await;
-        if !s.may_start("-", &format!("the clean-up after {}", c.name)) {
+        if !s.may_start(Kind::Delete, "-", &format!("the clean-up after {}", c.name)) {
             return Ok(());
         }
     }

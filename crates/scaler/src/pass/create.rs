@@ -60,7 +60,7 @@ pub(super) async fn create_job(
     loop {
         let picked = {
             let mut s = sh.lock().await;
-            if !s.may_start("-", "a create") {
+            if !s.may_start(Kind::Create, "-", "a create") {
                 return Ok(());
             }
             pick(&mut s, cx, retry.take()).await?
@@ -90,7 +90,8 @@ pub(super) async fn create_job(
 }
 
 /// The recorded name `retry` (when the record still has it), else a new name from the first offering
-/// not resting, recorded before its call; `None` when every offering rests.
+/// not resting and not already found without stock (or refused) in this pass, recorded before its
+/// call; `None` when there is none.
 async fn pick(
     s: &mut Shared<'_>,
     cx: PassCtx<'_>,
@@ -105,10 +106,12 @@ async fn pick(
         }));
     }
     let usable = cx.settings.offerings.iter().find(|o| {
-        s.record
-            .cooling
-            .get(&o.to_string())
-            .is_none_or(|until| *until <= cx.now)
+        let o = o.to_string();
+        !s.spent.contains(&o)
+            && s.record
+                .cooling
+                .get(&o)
+                .is_none_or(|until| *until <= cx.now)
     });
     let Some(o) = usable.cloned() else {
         s.no_offering += 1;
@@ -302,6 +305,7 @@ async fn no_stock(
         e.leftovers |= left;
     }
     s.record.cooling.insert(offering.to_string(), until);
+    s.spent.insert(offering.to_string());
     s.commit(vec![
         Event::Retired {
             name: name.clone(),
@@ -320,18 +324,24 @@ async fn no_stock(
     Ok(())
 }
 
+/// The longest an offering rests: a cool-down longer than this (or than the clock can count) rests
+/// it this long, about a century, rather than not at all, and stays a time both stores can hold.
+const LONGEST_REST: chrono::Duration = chrono::Duration::days(36_525);
+
 /// When an offering rested now may be tried again.
 fn rest_until(cx: PassCtx<'_>) -> orca::Timestamp {
-    chrono::Duration::from_std(cx.settings.cooldown)
-        .ok()
-        .and_then(|d| cx.now.checked_add_signed(d))
-        .unwrap_or(cx.now)
+    let rest = chrono::Duration::from_std(cx.settings.cooldown)
+        .map_or(LONGEST_REST, |d| d.min(LONGEST_REST));
+    cx.now
+        .checked_add_signed(rest)
+        .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
 }
 
 /// Rests `offering` for the cool-down after it refused a create.
 async fn rest(s: &mut Shared<'_>, cx: PassCtx<'_>, offering: &Offering) -> Result<(), StoreError> {
     let until = rest_until(cx);
     s.record.cooling.insert(offering.to_string(), until);
+    s.spent.insert(offering.to_string());
     s.commit(vec![Event::Cooling {
         offering: offering.to_string(),
         until,

@@ -104,6 +104,10 @@ pub(super) fn listed(
             found.deletes.push(d);
             continue;
         }
+        let ours = m
+            .labels
+            .get(crate::WRITER_LABEL)
+            .is_some_and(|w| *w == record.writer);
         let Some(e) = record.entries.get_mut(&m.name) else {
             if m.status != Status::Deleting {
                 unknown(record, m, policy, cx, found, actions);
@@ -139,6 +143,14 @@ pub(super) fn listed(
                 }
                 seen_ids.insert(m.name.clone(), m.id.clone());
                 health(e, m, cx, found);
+            }
+            // Not the machine this record deleted, and not made by this record (another writer's
+            // label, or none): the name was taken again since. Deleting it as this record's
+            // would delete what is not its own; it is a machine the record does not name.
+            Phase::Deleting | Phase::Gone if e.id.as_deref() != Some(m.id.as_str()) && !ours => {
+                if m.status != Status::Deleting {
+                    unknown(record, m, policy, cx, found, actions);
+                }
             }
             Phase::Deleting | Phase::Gone => found.deletes.push(DeleteJob {
                 name: m.name.clone(),
@@ -222,7 +234,8 @@ fn unknown_delete(m: &Machine, cx: PassCtx<'_>) -> DeleteJob {
     }
 }
 
-/// A listed machine the record does not name: adopted, or deleted, as `policy` says.
+/// A listed machine the record does not name (or names only as a machine it deleted, which this
+/// one is not): adopted, or deleted, as `policy` says.
 fn unknown(
     record: &mut Record,
     m: &Machine,
@@ -235,7 +248,16 @@ fn unknown(
         found.deletes.push(unknown_delete(m, cx));
         return;
     }
-    let e = record.entries.entry(m.name.clone()).or_insert(Entry {
+    let before = record.entries.get(&m.name);
+    let why = match before {
+        None => "not in the record; adopted as --unknown adopt says".to_string(),
+        Some(e) => format!(
+            "its name was this record's machine {}, now {}, and this is another machine; adopted as --unknown adopt says",
+            e.id.as_deref().unwrap_or("-"),
+            e.phase.as_str()
+        ),
+    };
+    let mut e = Entry {
         name: m.name.clone(),
         offering: offering_of(m),
         phase: Phase::Live,
@@ -245,8 +267,17 @@ fn unknown(
         unhealthy_since: None,
         changed_at: cx.now,
         note: "adopted on the operator's word (--unknown adopt)".into(),
-        leftovers: false,
-    });
+        // What the earlier machine of this name may have left (its delete left pieces, or its
+        // outcome was never written) is removed by name once no machine of the name stands.
+        leftovers: before.is_some_and(|e| e.leftovers || e.phase == Phase::Deleting),
+    };
+    if before.is_some() {
+        // The delete planned for the earlier machine of this name must leave the entry, now this
+        // machine's, as it is.
+        for d in found.deletes.iter_mut().filter(|d| d.name == m.name) {
+            d.duplicate = true;
+        }
+    }
     found.events.push(Event::Live {
         name: m.name.clone(),
         id: m.id.clone(),
@@ -255,9 +286,10 @@ fn unknown(
     actions.push(Action::Adopted {
         name: m.name.clone(),
         id: m.id.clone(),
-        why: "not in the record; adopted as --unknown adopt says".into(),
+        why,
     });
-    health(e, m, cx, found);
+    health(&mut e, m, cx, found);
+    record.entries.insert(m.name.clone(), e);
 }
 
 /// Entries the listing does not show: a live machine read on its own before it is believed gone, a
@@ -288,9 +320,19 @@ pub(super) async fn absent(
                 e.phase = Phase::Gone;
                 e.changed_at = cx.now;
                 e.note = format!("delete confirmed by the listing ({})", e.note);
+                // A delete that answered done writes the entry gone at once; one still deleting
+                // here had no clean outcome written (it failed, its answer or its write was lost,
+                // the process stopped): it may have removed the machine and left pieces beside
+                // it that no listing shows. They are removed by name, as for a create given up
+                // unseen, and the mark keeps the name until that succeeds.
+                e.leftovers = true;
                 found.events.push(Event::Gone {
                     name: name.clone(),
                     why: "its recorded delete is done: not listed".into(),
+                });
+                found.cleans.push(CleanJob {
+                    name: name.clone(),
+                    why: "its recorded delete had no outcome written; what it may have left is not removed yet".into(),
                 });
             }
             Phase::Creating => found.pending.push((e.intent_at, name.clone())),

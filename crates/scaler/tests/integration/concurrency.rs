@@ -268,3 +268,64 @@ async fn a_throttle_that_says_when_is_waited_for_and_halves_nothing() {
         assert_eq!(s.concurrency(), 2, "the cloud said when: nothing halved");
     }
 }
+
+/// A throttle that names a wait past what a pass waits holds the calls of its own kind only: while
+/// deletes wait for the time the cloud named, creates go on, and nothing is halved.
+#[tokio::test(start_paused = true)]
+async fn a_long_named_wait_on_deletes_holds_deletes_only() {
+    use orca::{MachineSpec, Provider};
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let told = TellsWhen {
+        deletes: true,
+        wait: Duration::from_secs(600),
+        ..TellsWhen::default()
+    };
+    let w = Layered::new(p.clone(), told.clone());
+    let mut s = scaler(dir.path(), 2, &[A]);
+    s.settings.parallel = 2;
+    assert_eq!(s.pass(&w, cloud.now()).await.serving, 2);
+
+    // A machine the record does not name, to delete, and two more machines wanted.
+    let stray = p
+        .create(&MachineSpec::new("stray-1", "amd64-small", "zone-a", "lab"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    s.settings.size = 4;
+    let r = s.pass(&w, cloud.now()).await;
+    assert_eq!(r.serving, 4, "{:?}", r.actions);
+    assert_eq!(r.failures(), 1, "the delete told to wait: {:?}", r.actions);
+    assert_eq!(told.calls.lock().unwrap().len(), 1);
+
+    // Within the wait: the delete is the later passes', the creates go on at the full bound.
+    s.settings.size = 6;
+    let r = s.pass(&w, cloud.now()).await;
+    assert_eq!((r.serving, r.failures()), (6, 0), "{:?}", r.actions);
+    assert_eq!(told.calls.lock().unwrap().len(), 1, "{:?}", r.actions);
+    assert!(
+        cloud.all_machines().iter().any(|m| m.id == stray.id),
+        "{:?}",
+        r.actions
+    );
+    assert!(
+        r.actions.iter().any(|a| matches!(
+            a,
+            orca_scaler::Action::Skipped { reason, .. } if reason.contains("delete of stray-1")
+        )),
+        "{:?}",
+        r.actions
+    );
+    assert_eq!(s.concurrency(), 2, "the cloud said when: nothing halved");
+
+    // After the wait the delete goes.
+    tokio::time::advance(Duration::from_secs(601)).await;
+    let r = s.pass(&w, cloud.now()).await;
+    assert_eq!((r.serving, r.failures()), (6, 0), "{:?}", r.actions);
+    assert!(
+        cloud.all_machines().iter().all(|m| m.id != stray.id),
+        "{:?}",
+        r.actions
+    );
+}

@@ -464,3 +464,83 @@ async fn a_delete_that_left_a_piece_is_cleaned_up_by_name_once_the_machine_is_go
     );
     assert!(layer.pieces.lock().unwrap().is_empty());
 }
+
+/// A delete whose outcome was never written (here the write of its failure, which named the piece
+/// it left, fails; a crash or a lost lead before the outcome is the same): the next pass finds the
+/// machine gone while its delete is recorded, and removes by name whatever the delete may have
+/// left, as it does for a create given up unseen.
+#[tokio::test]
+async fn a_delete_whose_outcome_was_never_written_is_cleaned_up_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, p) = cloud();
+    let layer = DeleteLeaves::default();
+    let p = Layered::new(p.clone(), layer.clone());
+    let mut s = Scaler::new(
+        settings(1, &[A]),
+        Box::new(support::FailingStore {
+            inner: FileStore::open(dir.path().join("rec.json")).unwrap(),
+            kind: "failed",
+            fail: 1,
+        }),
+    );
+    s.pass(&p, c.now()).await;
+    let n0 = name_of(&s, A);
+    s.settings.size = 0;
+    let r = s.pass(&p, c.now()).await;
+    assert!(
+        r.stopped.as_deref().is_some_and(|s| s.contains("injected")),
+        "the delete's outcome is not written: {r:?}"
+    );
+    assert_eq!(layer.pieces.lock().unwrap().len(), 1, "{:?}", r.actions);
+    let r = s.pass(&p, c.now()).await;
+    let r2 = s.pass(&p, c.now()).await;
+    assert_eq!(
+        layer.named.lock().unwrap().clone(),
+        [format!("lab/{n0}")],
+        "{:?} {:?}",
+        r.actions,
+        r2.actions
+    );
+    assert!(layer.pieces.lock().unwrap().is_empty());
+    let e = &s.record().unwrap().entries[&n0];
+    assert_eq!((e.phase, e.leftovers), (Phase::Gone, false), "{e:?}");
+}
+
+/// Another writer's machine carrying a name this record deleted before, deleted on the operator's
+/// word (`--unknown delete`) by a delete that left a piece: the record's entry of that name is
+/// marked, and the piece is removed by name before the name is pruned.
+#[tokio::test]
+async fn a_delete_of_another_writers_machine_that_left_a_piece_is_cleaned_up_by_name() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (c, p) = cloud();
+    let mut a = Scaler::new(settings(1, &[A]), store(a_dir.path()));
+    assert_eq!(a.pass(&p, c.now()).await.serving, 1);
+    let n0 = name_of(&a, A);
+    a.settings.size = 0;
+    assert_eq!(a.pass(&p, c.now()).await.serving, 0);
+    let mut b = Scaler::new(settings(1, &[A]), store(b_dir.path()));
+    assert_eq!(b.pass(&p, c.now()).await.serving, 1);
+    assert_eq!(name_of(&b, A), n0, "the same name, another writer");
+    drop(b);
+
+    let layer = DeleteLeaves::default();
+    let leaves = Layered::new(p.clone(), layer.clone());
+    a.settings.unknown = orca_scaler::Unknown::Delete;
+    let r = a.pass(&leaves, c.now()).await;
+    assert_eq!(layer.pieces.lock().unwrap().len(), 1, "{:?}", r.actions);
+    assert!(
+        c.all_machines().iter().all(|m| m.name != n0),
+        "{:?}",
+        r.actions
+    );
+    a.settings.unknown = orca_scaler::Unknown::Ask;
+    let r2 = a.pass(&leaves, c.now()).await;
+    assert_eq!(
+        layer.named.lock().unwrap().clone(),
+        [format!("lab/{n0}")],
+        "{:?} {:?}",
+        r.actions,
+        r2.actions
+    );
+    assert!(layer.pieces.lock().unwrap().is_empty());
+}

@@ -326,3 +326,83 @@ async fn a_pass_stopped_by_the_record_store_reports_what_it_listed() {
     assert_eq!((r.listed, r.serving), (2, 2), "{r:?}");
     assert!(r.lines()[0].contains("2 of 3 serving"), "{:?}", r.lines());
 }
+
+/// With no cool-down (`--cooldown 0`) an offering without stock is usable again at once: a pass
+/// still tries it once, not again and again under new names.
+#[tokio::test]
+async fn no_stock_with_a_zero_cooldown_tries_each_offering_once_a_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    cloud.set_stock("amd64-small", "zone-a", 0);
+    let mut w = Wrap::new(p);
+    // Guards only, that fail the test rather than let it spin: the pass used to create for ever
+    // (the 50th create never answers, and the timeout then ends the test).
+    w.hang_at = 50;
+    let mut s = scaler(dir.path(), 1, &[A]);
+    s.settings.cooldown = Duration::ZERO;
+    let r = tokio::time::timeout(Duration::from_secs(60), s.pass(&w.layered(), cloud.now()))
+        .await
+        .expect("the pass ends");
+    assert_eq!(w.creates.load(Ordering::SeqCst), 1, "{:?}", r.actions);
+    assert_eq!((r.serving, r.failures()), (0, 0), "{:?}", r.actions);
+    assert!(
+        r.actions.iter().any(|a| matches!(a, Action::Short { .. })),
+        "{:?}",
+        r.actions
+    );
+    // Each pass tries it again, once.
+    let r = tokio::time::timeout(Duration::from_secs(60), s.pass(&w.layered(), cloud.now()))
+        .await
+        .expect("the pass ends");
+    assert_eq!(w.creates.load(Ordering::SeqCst), 2, "{:?}", r.actions);
+
+    // Several machines missing, two offerings without stock: one create of each in the pass.
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = support::cloud();
+    cloud.set_stock("amd64-small", "zone-a", 0);
+    cloud.set_stock("amd64-small", "zone-b", 0);
+    let mut w = Wrap::new(p);
+    w.hang_at = 50;
+    let mut s = scaler(dir.path(), 3, &[A, "amd64-small@zone-b"]);
+    s.settings.cooldown = Duration::ZERO;
+    s.settings.parallel = 1;
+    let r = tokio::time::timeout(Duration::from_secs(60), s.pass(&w.layered(), cloud.now()))
+        .await
+        .expect("the pass ends");
+    assert_eq!(w.creates.load(Ordering::SeqCst), 2, "{:?}", r.actions);
+    assert_eq!(r.serving, 0, "{:?}", r.actions);
+}
+
+/// A cool-down too long for the clock rests the offering (as long as the clock can tell), rather
+/// than not at all.
+#[tokio::test]
+async fn no_stock_with_a_cooldown_past_the_clock_rests_the_offering() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    cloud.set_stock("amd64-small", "zone-a", 0);
+    let mut w = Wrap::new(p);
+    w.hang_at = 50;
+    let mut s = scaler(dir.path(), 1, &[A]);
+    s.settings.cooldown = Duration::from_secs(u64::MAX);
+    let r = tokio::time::timeout(Duration::from_secs(60), s.pass(&w.layered(), cloud.now()))
+        .await
+        .expect("the pass ends");
+    assert_eq!(w.creates.load(Ordering::SeqCst), 1, "{:?}", r.actions);
+    let t1 = cloud.now() + chrono::Duration::days(365);
+    let r = tokio::time::timeout(Duration::from_secs(60), s.pass(&w.layered(), t1))
+        .await
+        .expect("the pass ends");
+    assert_eq!(
+        w.creates.load(Ordering::SeqCst),
+        1,
+        "still resting: {:?}",
+        r.actions
+    );
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| matches!(a, Action::Skipped { offering, .. } if offering == A)),
+        "{:?}",
+        r.actions
+    );
+}

@@ -404,3 +404,62 @@ async fn deleting_another_writers_twin_keeps_this_records_machine_of_that_name()
     assert_eq!(e.phase, Phase::Live, "{e:?}");
     assert_eq!(e.id.as_deref(), Some(mine[0].as_str()), "{e:?}");
 }
+
+/// A name this record deleted before (kept as gone for the retention), now carried by another
+/// writer's machine: `--unknown adopt` adopts that machine, as it adopts the other writer's
+/// machines of names it never held, and never deletes it as its own machine deleted before.
+#[tokio::test]
+async fn adopt_takes_another_writers_machine_of_a_name_this_record_deleted() {
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (cloud, p) = cloud();
+    let w = Wrap::new(p.clone());
+    let mut a = scaler(a_dir.path(), 1, &[A]);
+    assert_eq!(a.pass(&w.layered(), cloud.now()).await.serving, 1);
+    let n0 = cloud.all_machines()[0].name.clone();
+    a.settings.size = 0;
+    let r = a.pass(&w.layered(), cloud.now()).await;
+    assert_eq!(
+        deleted(&r.actions),
+        std::slice::from_ref(&n0),
+        "{:?}",
+        r.actions
+    );
+    assert_eq!(a.record().unwrap().entries[&n0].phase, Phase::Gone);
+
+    let mut b = scaler(b_dir.path(), 1, &[A]);
+    let r = b.pass(&p, cloud.now()).await;
+    assert_eq!(r.serving, 1, "{:?}", r.actions);
+    let theirs = ids(&cloud);
+    assert_eq!(
+        cloud.all_machines()[0].name,
+        n0,
+        "the same name, another writer"
+    );
+    drop(b);
+
+    let deletes_before = w.deleted.lock().unwrap().len();
+    a.settings.size = 1;
+    a.settings.unknown = Unknown::Adopt;
+    let r = a.pass(&w.layered(), cloud.now()).await;
+    assert!(deleted(&r.actions).is_empty(), "{:?}", r.actions);
+    assert_eq!(w.deleted.lock().unwrap().len(), deletes_before);
+    assert_eq!(ids(&cloud), theirs, "{:?}", r.actions);
+    assert_eq!((r.serving, r.failures()), (1, 0), "{:?}", r.actions);
+    assert!(
+        r.actions
+            .iter()
+            .any(|a| matches!(a, Action::Adopted { name, .. } if *name == n0)),
+        "{:?}",
+        r.actions
+    );
+    let e = &a.record().unwrap().entries[&n0];
+    assert_eq!(e.phase, Phase::Live, "{e:?}");
+    assert_eq!(e.id.as_deref(), Some(theirs[0].as_str()), "{e:?}");
+
+    // Adopted: the default goes on with it, no conflict, nothing more made or deleted.
+    a.settings.unknown = Unknown::Ask;
+    let r = a.pass(&w.layered(), cloud.now()).await;
+    assert!(r.actions.is_empty() && r.stopped.is_none(), "{r:?}");
+    assert_eq!(r.serving, 1);
+    assert_eq!(ids(&cloud), theirs);
+}
