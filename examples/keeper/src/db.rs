@@ -61,6 +61,11 @@ pub fn redact_url(url: &str) -> String {
         return "<not a URL>".to_string();
     };
     let unreadable = || format!("{scheme}://<unreadable>");
+    // The driver takes the credentials up to the first `@`: a second one means a password that
+    // holds an unencoded `@`, and what follows it would show part of the password.
+    if url.matches('@').count() > 1 {
+        return unreadable();
+    }
     let Ok(c) = url.parse::<tokio_postgres::Config>() else {
         return unreadable();
     };
@@ -384,6 +389,8 @@ mod tests {
         assert!(!shown.contains("p@ss") && !shown.contains("ss"), "{shown}");
         let shown = redact_url("postgres://app:p@ss@db/k");
         assert!(!shown.contains("p@ss") && !shown.contains("ss@"), "{shown}");
+        let shown = redact_url("postgres://app:ab@cd/ef@db/k");
+        assert!(!shown.contains("cd") && !shown.contains("ef"), "{shown}");
         assert_eq!(
             redact_url("postgresql://app:hunter2@a:5432,b:5433/k"),
             "postgresql://app:***@a:5432,b:5433/k"

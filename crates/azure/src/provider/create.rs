@@ -43,6 +43,17 @@ pub(crate) fn public_ip_denied(e: Error) -> Error {
     }
 }
 
+/// Whether network resource `found` serves something: an interface a VM holds, an address an
+/// interface holds, a security group interfaces use.
+fn is_in_use(found: &Value) -> bool {
+    let p = &found["properties"];
+    p["virtualMachine"]["id"].is_string()
+        || p["ipConfiguration"]["id"].is_string()
+        || p["networkInterfaces"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+}
+
 impl AzureProvider {
     /// [`Provider::create`]: the spec checked before any call, then the machine made; what a failed create made is removed.
     pub(crate) async fn create_machine(&self, spec: &MachineSpec) -> Result<Created> {
@@ -105,10 +116,12 @@ impl AzureProvider {
     /// provider's `PUT` has no `If-None-Match` in its specification, so the resource is read first:
     /// one that exists is adopted if it carries this owner's tags of `pool` and is in `location` (a
     /// retried create, or what an earlier create or delete left), and refused as
-    /// [`Error::AlreadyExists`] otherwise, untouched. An adopted one is then given this call's
-    /// definition: a security group keeps the SSH sources, and an interface the admission group,
-    /// it was made with, and this machine must be admitted as its spec says, not as an earlier
-    /// one's. `made` learns the URL as soon as Azure may hold the resource.
+    /// [`Error::AlreadyExists`] otherwise, untouched. An adopted one that nothing uses (what a
+    /// delete or a failed create left) is then given this call's definition: a security group
+    /// keeps the SSH sources, and an interface the admission group, it was made with, and the new
+    /// machine must be admitted as its spec says, not as an earlier one was. One in use serves a
+    /// standing machine (an earlier create's, adopted or refused next) and is left as it is.
+    /// `made` learns the URL as soon as Azure may hold the resource.
     pub(crate) async fn put_network(
         &self,
         res: &Res,
@@ -124,6 +137,7 @@ impl AzureProvider {
             .get::<Value>(&format!("read {what}"), url)
             .await?
         {
+            let in_use = is_in_use(&found);
             let tags: Tagged = decode(&what, found)?;
             if !is_in_pool(&tags.tags, pool, &self.inner.owner) {
                 return Err(Error::already_exists(format!(
@@ -138,7 +152,10 @@ impl AzureProvider {
                 )));
             }
             made.push(made_res(res, url, Origin::Adopted));
-            self.settle(&what, url).await?;
+            let settled = self.settle(&what, url).await?;
+            if in_use {
+                return Ok(settled);
+            }
             let op = format!("update {what}");
             let a = self
                 .client()

@@ -899,6 +899,34 @@ async fn a_security_group_left_by_a_delete_is_given_the_new_machines_sources() {
     );
 }
 
+/// A create of the name of a standing machine never changes that machine's network: not when it
+/// is refused (another size), nor when it adopts it (another provider of the owner).
+#[tokio::test]
+async fn a_create_meeting_a_standing_machine_leaves_its_network_as_it_is() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let first = ["198.51.100.0/24"];
+    p.create(&spec("vm-t", AMD).with_ssh_sources(first))
+        .await
+        .unwrap();
+    let sources = || {
+        f.nsg_rules(RESOURCE_GROUP, "vm-t-nsg")[0]["properties"]["sourceAddressPrefixes"].clone()
+    };
+    let e = p
+        .create(&spec("vm-t", ARM).with_ssh_sources(["203.0.113.9"]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists, "{e}");
+    assert_eq!(sources(), serde_json::json!(first));
+    let other = provider(&f, "stack-1").await;
+    let again = other
+        .create(&spec("vm-t", AMD).with_ssh_sources(["203.0.113.9"]))
+        .await
+        .unwrap();
+    assert!(matches!(again, Created::Adopted(_)), "{again:?}");
+    assert_eq!(sources(), serde_json::json!(first));
+}
+
 #[tokio::test]
 async fn every_honoured_option_reaches_azure_and_the_others_are_refused_before_any_call() {
     let f = fake().await;

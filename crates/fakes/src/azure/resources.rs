@@ -48,12 +48,32 @@ pub(super) fn view(res: &Res, expand: bool) -> Value {
 
 pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Response {
     match st.res.get(&key(rg, kind, name)).filter(|x| x.visible()) {
-        Some(res) => ok(view(
-            res,
-            r.q("$expand").is_some_and(|e| eq(e, "instanceView")),
-        )),
+        Some(res) => {
+            let mut b = view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView")));
+            // A security group names the interfaces that use it (read-only, as Azure shows it).
+            let users = nsg_users(st, b["id"].as_str().unwrap_or(""));
+            if kind == Kind::Nsg && !users.is_empty() {
+                b["properties"]["networkInterfaces"] =
+                    users.iter().map(|u| json!({ "id": u })).collect();
+            }
+            ok(b)
+        }
         None => not_found(kind, name, rg),
     }
+}
+
+/// The ids of the interfaces that use security group `id`.
+fn nsg_users<'a>(st: &'a State, id: &str) -> Vec<&'a str> {
+    st.res
+        .values()
+        .filter(|x| {
+            x.kind == Kind::Nic
+                && x.body["properties"]["networkSecurityGroup"]["id"]
+                    .as_str()
+                    .is_some_and(|n| eq(n, id))
+        })
+        .map(|x| x.body["id"].as_str().unwrap_or(""))
+        .collect()
 }
 
 /// A referenced resource id that must exist; the error answer when it does not.
@@ -330,17 +350,7 @@ fn in_use(st: &mut State, kind: Kind, body: &Value, id: &str, name: &str) -> Opt
             ))
         }),
         Kind::Nsg => {
-            let users: Vec<&str> = st
-                .res
-                .values()
-                .filter(|x| {
-                    x.kind == Kind::Nic
-                        && x.body["properties"]["networkSecurityGroup"]["id"]
-                            .as_str()
-                            .is_some_and(|n| eq(n, id))
-                })
-                .map(|x| x.body["id"].as_str().unwrap_or(""))
-                .collect();
+            let users = nsg_users(st, id);
             (!users.is_empty()).then(|| err(
                 400,
                 "InUseNetworkSecurityGroupCannotBeDeleted",

@@ -182,10 +182,11 @@ fn open(path: &Path) -> Result<File, FsError> {
             "not a regular file, which a lock file always is; refused",
         ));
     }
-    // Lock files are made owner-only: one that another user owns, or may open, is not one of this
-    // user's, and whoever can open it can hold its lock forever.
+    // Lock files are made owner-only: one that another user owns, or that any user may open, is
+    // not one of this user's, and whoever can open it can hold its lock forever. The group's bits
+    // are the administrator's (a volume shared by a group, as Kubernetes' fsGroup makes one).
     #[cfg(unix)]
-    super::check_private(path, &meta, 0o077)?;
+    super::check_private(path, &meta, 0o006)?;
     Ok(file)
 }
 

@@ -48,12 +48,24 @@ pub struct Args {
 impl std::fmt::Debug for Args {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Args")
-            .field("server", &self.server)
+            .field("server", &shown_server(&self.server))
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("poll_ms", &self.poll_ms)
             .field("wait_secs", &self.wait_secs)
             .field("command", &self.command)
             .finish()
+    }
+}
+
+/// `server` as it may be shown: without a user or password, and nothing of one that does not parse.
+fn shown_server(server: &str) -> String {
+    match url::Url::parse(server) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => "(not a URL)".into(),
     }
 }
 
@@ -178,10 +190,10 @@ pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write 
         }
         Ok(u) if !u.cannot_be_a_base() && matches!(u.scheme(), "http" | "https") => u,
         _ => {
+            // Not repeated: a value that does not parse may still hold a password.
             let _ = writeln!(
                 err,
-                "shed: --server {:?} is not an http(s) URL like http://127.0.0.1:8421",
-                args.server
+                "shed: --server is not an http(s) URL like http://127.0.0.1:8421; nothing was sent"
             );
             return 2;
         }

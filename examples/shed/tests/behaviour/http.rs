@@ -449,10 +449,33 @@ async fn the_cli_never_shows_a_password_in_the_server_url_or_the_token() {
         err.contains("--token") && err.contains("nothing was sent"),
         "{err}"
     );
-    let a = shed::cli::Args::try_parse_from(["shed", "--token", "tok-secret", "list"]).unwrap();
+    // One that does not parse is not repeated either.
+    for bad in [
+        "http://admin:pw-in-url@shed.example:99999",
+        "http://admin:pw-in-url@",
+    ] {
+        let (code, _, err) = cli(bad, &["info"]).await;
+        assert_eq!(code, 2, "{err}");
+        assert!(!err.contains("pw-in-url"), "{err}");
+    }
+    let a = shed::cli::Args::try_parse_from([
+        "shed",
+        "--server",
+        "http://admin:pw-in-url@127.0.0.1:1",
+        "--token",
+        "tok-secret",
+        "list",
+    ])
+    .unwrap();
     let shown = format!("{a:?}");
-    assert!(!shown.contains("tok-secret"), "{shown}");
-    assert!(shown.contains("***"), "{shown}");
+    assert!(
+        !shown.contains("tok-secret") && !shown.contains("pw-in-url"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("***") && shown.contains("127.0.0.1:1"),
+        "{shown}"
+    );
 }
 
 #[tokio::test]
