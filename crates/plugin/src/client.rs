@@ -661,3 +661,29 @@ impl PluginProvider {
 }
 
 mod calls;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_line_is_at_most_the_bound_even_where_bad_bytes_grow_into_replacements() {
+        assert_eq!(cut_line(b"plain\r", false), "plain");
+        // Each byte that is not UTF-8 becomes a three-byte replacement: the text outgrows the bytes.
+        for (bytes, cut) in [
+            (vec![0xff; MAX_STDERR_LINE], false),
+            (vec![b'x'; MAX_STDERR_LINE], true),
+            ("é".repeat(MAX_STDERR_LINE / 2).into_bytes(), true),
+        ] {
+            let line = cut_line(&bytes, cut);
+            assert!(line.len() <= MAX_STDERR_LINE, "{}", line.len());
+            assert!(line.ends_with(CUT_MARK));
+        }
+        let whole = vec![b'x'; MAX_STDERR_LINE];
+        assert_eq!(
+            cut_line(&whole, false).len(),
+            MAX_STDERR_LINE,
+            "a line at the bound is whole"
+        );
+    }
+}

@@ -208,7 +208,9 @@ async fn a_plugin_that_hangs_past_the_call_timeout_is_a_passing_failure_and_repl
     let e = p.machines("lab").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
     assert!(!e.made_nothing(), "{e}");
+    assert!(e.may_have_acted(), "{e}");
     assert!(e.to_string().contains("did not answer machines"), "{e}");
+    assert!(e.to_string().contains("may have acted"), "{e}");
     assert!(p.machines("lab").await.unwrap().is_empty());
     assert_eq!(p.starts(), 2, "the hung plugin was replaced");
 }

@@ -456,3 +456,50 @@ async fn providers_of_one_driver_and_owner_with_other_settings_keep_a_plugin_eac
     assert_eq!(started.lines().count(), 2, "one plugin each: {started}");
     assert_eq!(host.running("fake").await.len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_of_replaced_settings_is_let_go_once_no_step_holds_it_and_calls_are_bounded() {
+    let test =
+        "a_plugin_of_replaced_settings_is_let_go_once_no_step_holds_it_and_calls_are_bounded";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Kept for no time once unused: what an hour of not being asked for does by default.
+    let host = PluginDrivers::new([built]).keep_idle(Duration::ZERO);
+    let (a, b, c) = (
+        fake_settings(&dir.path().join("a.json")),
+        fake_settings(&dir.path().join("b.json")),
+        fake_settings(&dir.path().join("c.json")),
+    );
+    let held = host.provider("fake", "o", &a).await.unwrap();
+    host.provider("fake", "o", &b).await.unwrap();
+    assert_eq!(
+        host.running("fake").await.len(),
+        2,
+        "a step holds a's plugin"
+    );
+    drop(held);
+    // A credential rotated from b to c: b's plugin, and a's now unheld, are let go.
+    let now = host.provider("fake", "o", &c).await.unwrap();
+    let running = host.running("fake").await;
+    assert_eq!(running.len(), 1);
+    assert!(
+        std::ptr::addr_eq(Arc::as_ptr(&now), Arc::as_ptr(&running[0])),
+        "the plugin kept is c's"
+    );
+    let shown = format!("{:?}", running[0].command());
+    // keeper bounds every call of its plugins, not only their start.
+    assert!(
+        shown.contains(&format!(
+            "call_timeout: Some({:?})",
+            keeper::plugins::DEFAULT_CALL_TIMEOUT
+        )),
+        "{shown}"
+    );
+    let shown = format!("{host:?}");
+    assert!(
+        shown.contains("fake/o") && !shown.contains("json"),
+        "{shown}"
+    );
+}
