@@ -35,6 +35,20 @@ const PASSED_THROUGH: &[&str] = &[
 /// What takes a plugin's standard error, one line at a time (without its line end).
 pub type StderrLines = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// The longest line of a plugin's standard error handed to [`PluginCommand::stderr_lines`], in
+/// bytes. A longer line is cut: its first part is handed on, ending in [`CUT_MARK`], and the rest up
+/// to its line end is read and dropped. Without a bound, a plugin writing without line ends (garbage,
+/// a binary dump) would grow the host's buffer until the host runs out of memory.
+pub const MAX_STDERR_LINE: usize = 64 * 1024;
+
+/// What ends a line of a plugin's standard error that was cut at [`MAX_STDERR_LINE`].
+pub const CUT_MARK: &str = " [line cut]";
+
+/// How long a start of a plugin (its program started, connected, handshake answered) may take
+/// unless [`PluginCommand::start_timeout`] says otherwise. A handshake only makes the plugin's
+/// provider, which reads its settings: far less than this, so that only a plugin that hangs meets it.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How to start a plugin: its program, the owner, and the settings put in its environment.
 /// `Debug` shows the settings' names, never their values.
 #[derive(Clone)]
@@ -44,6 +58,7 @@ pub struct PluginCommand {
     settings: Settings,
     passed: Vec<String>,
     explicit: bool,
+    start_timeout: Duration,
     call_timeout: Option<Duration>,
     stderr: Option<StderrLines>,
 }
@@ -56,6 +71,7 @@ impl std::fmt::Debug for PluginCommand {
             .field("settings", &self.settings.keys().collect::<Vec<_>>())
             .field("passed", &self.passed)
             .field("explicit", &self.explicit)
+            .field("start_timeout", &self.start_timeout)
             .field("call_timeout", &self.call_timeout)
             .field(
                 "stderr",
@@ -78,6 +94,7 @@ impl PluginCommand {
             settings: Settings::new(),
             passed: Vec::new(),
             explicit: false,
+            start_timeout: DEFAULT_START_TIMEOUT,
             call_timeout: None,
             stderr: None,
         }
@@ -112,8 +129,19 @@ impl PluginCommand {
         self
     }
 
-    /// Fails a call the plugin has not answered within `limit` as a passing failure, and restarts
-    /// the plugin on the next call. Unset: a call waits as long as the driver takes.
+    /// Fails a start of the plugin (its program started, connected, and the handshake answered)
+    /// that takes longer than `limit`: the child is killed and the start answers
+    /// [`Error::Transient`] naming the plugin. Restarts after a plugin died are bounded the same.
+    /// Unset: [`DEFAULT_START_TIMEOUT`].
+    pub fn start_timeout(mut self, limit: Duration) -> Self {
+        self.start_timeout = limit;
+        self
+    }
+
+    /// Fails a call the plugin has not answered within `limit` as a passing failure that may have
+    /// acted (the plugin may have sent the call to its cloud: a create may have made its machine),
+    /// and restarts the plugin on the next call. Unset: a call waits as long as the driver takes.
+    /// The handshake is bounded by [`PluginCommand::start_timeout`] instead.
     pub fn call_timeout(mut self, limit: Duration) -> Self {
         self.call_timeout = Some(limit);
         self
@@ -132,8 +160,17 @@ impl PluginCommand {
         &self.path
     }
 
-    /// Starts the program, its pipes driven by `wire`'s runtime.
+    /// Starts the program, its pipes driven by `wire`'s runtime. The program is checked first, at
+    /// every start (restarts included): it gets the settings, credentials among them, so a program
+    /// or folder that another user may write is refused ([`orca_machines::fs::check_program`]).
     fn spawn(&self, wire: &Wire) -> Result<Child> {
+        #[cfg(unix)]
+        orca_machines::fs::check_program(&self.path).map_err(|e| {
+            Error::settings(
+                ["plugin"],
+                format!("cannot start the plugin {}: {e}", self.path.display()),
+            )
+        })?;
         let _on_wire = wire.handle.enter();
         let mut c = tokio::process::Command::new(&self.path);
         c.env_clear();
@@ -247,21 +284,53 @@ impl<F: Future<Output = ()> + Send + 'static> hyper::rt::Executor<F> for OnWire 
 }
 
 /// Hands the lines of `stderr` to `lines` until the plugin closes it (when it exits). A line that
-/// is not UTF-8 is handed over with its bad bytes replaced.
+/// is not UTF-8 is handed over with its bad bytes replaced; one longer than [`MAX_STDERR_LINE`] is
+/// cut ([`cut_line`]), and the rest of it is read and dropped, so that what is held of a line never
+/// grows past the bound however long the plugin writes without a line end.
 async fn forward_lines(stderr: tokio::process::ChildStderr, lines: StderrLines) {
     use tokio::io::AsyncBufReadExt;
     let mut reader = tokio::io::BufReader::new(stderr);
     let mut line = Vec::new();
+    let mut cut = false;
     loop {
-        line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                let text = String::from_utf8_lossy(&line);
-                lines(text.trim_end_matches(['\n', '\r']));
+        let (used, ended) = match reader.fill_buf().await {
+            Ok([]) | Err(_) => break,
+            Ok(buf) => {
+                let end = buf.iter().position(|&b| b == b'\n');
+                let part = &buf[..end.unwrap_or(buf.len())];
+                let room = MAX_STDERR_LINE.saturating_sub(line.len());
+                line.extend_from_slice(&part[..part.len().min(room)]);
+                cut |= part.len() > room;
+                (end.map_or(buf.len(), |e| e + 1), end.is_some())
             }
+        };
+        reader.consume(used);
+        if ended {
+            lines(&cut_line(&line, cut));
+            line.clear();
+            cut = false;
         }
     }
+    // The last line, when the plugin ended without a line end.
+    if !line.is_empty() {
+        lines(&cut_line(&line, cut));
+    }
+}
+
+/// A line of a plugin's standard error as it is handed on: its bad UTF-8 replaced, its line end
+/// dropped, and at most [`MAX_STDERR_LINE`] bytes long, ending in [`CUT_MARK`] when it was `cut`
+/// already or is longer (each replaced byte takes three, so the text can outgrow the bytes read).
+fn cut_line(bytes: &[u8], cut: bool) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim_end_matches('\r');
+    if !cut && text.len() <= MAX_STDERR_LINE {
+        return text.to_string();
+    }
+    let mut keep = MAX_STDERR_LINE - CUT_MARK.len();
+    while !text.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{CUT_MARK}", &text[..keep.min(text.len())])
 }
 
 /// A plugin that runs, with its connection.
@@ -342,10 +411,13 @@ fn stream_failure(command: &PluginCommand, op: &str, s: &Status) -> Error {
     .with_may_have_acted()
 }
 
-/// A call the plugin did not answer in time: it is let go and started again on the next call.
+/// A call the plugin did not answer in time: it is let go and started again on the next call. The
+/// plugin may have sent the call to its cloud before it stopped answering, so the call may have
+/// acted (a create may have made its machine): the error is marked so, and says it.
 fn timed_out(command: &PluginCommand, op: &str, limit: Duration) -> Error {
     Error::transient(format!(
-        "{} did not answer {op} within {limit:?}; it is started again on the next call",
+        "{} did not answer {op} within {limit:?}, and {op} may have acted all the same; \
+         the plugin is started again on the next call",
         command.name()
     ))
     .with_operation(op)
@@ -404,21 +476,34 @@ fn client(channel: Channel) -> CloudDriverClient<Channel> {
         .max_encoding_message_size(MAX_MESSAGE)
 }
 
-/// Starts the plugin and shakes hands: what it is, or why it cannot be used.
+/// Starts the plugin and shakes hands, within the command's start timeout: what it is, or why it
+/// cannot be used. A start past the timeout drops the child, which kills it (`kill_on_drop`), so a
+/// plugin that never answers neither holds its caller nor lives on.
 async fn launch(command: &PluginCommand, wire: &Wire) -> Result<(Child, Channel, pb::Hello)> {
+    let limit = command.start_timeout;
+    tokio::time::timeout(limit, launch_unbounded(command, wire))
+        .await
+        .unwrap_or_else(|_| {
+            Err(Error::transient(format!(
+                "{} did not start within {limit:?} (no answer to the handshake); it was killed",
+                command.name()
+            ))
+            .with_operation("handshake"))
+        })
+}
+
+async fn launch_unbounded(
+    command: &PluginCommand,
+    wire: &Wire,
+) -> Result<(Child, Channel, pb::Hello)> {
     let mut child = command.spawn(wire)?;
     let channel = connect(command, wire, &mut child).await?;
     let mut c = client(channel.clone());
-    let asked = c.handshake(pb::HandshakeRequest {
-        protocol_version: PROTOCOL_VERSION,
-    });
-    let answer = match command.call_timeout {
-        None => asked.await,
-        Some(limit) => tokio::time::timeout(limit, asked)
-            .await
-            .map_err(|_| timed_out(command, "handshake", limit))?,
-    };
-    let reply = answer
+    let reply = c
+        .handshake(pb::HandshakeRequest {
+            protocol_version: PROTOCOL_VERSION,
+        })
+        .await
         .map_err(|s| stream_failure(command, "handshake", &s))?
         .into_inner();
     if reply.protocol_version != PROTOCOL_VERSION {
@@ -576,3 +661,29 @@ impl PluginProvider {
 }
 
 mod calls;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_line_is_at_most_the_bound_even_where_bad_bytes_grow_into_replacements() {
+        assert_eq!(cut_line(b"plain\r", false), "plain");
+        // Each byte that is not UTF-8 becomes a three-byte replacement: the text outgrows the bytes.
+        for (bytes, cut) in [
+            (vec![0xff; MAX_STDERR_LINE], false),
+            (vec![b'x'; MAX_STDERR_LINE], true),
+            ("é".repeat(MAX_STDERR_LINE / 2).into_bytes(), true),
+        ] {
+            let line = cut_line(&bytes, cut);
+            assert!(line.len() <= MAX_STDERR_LINE, "{}", line.len());
+            assert!(line.ends_with(CUT_MARK));
+        }
+        let whole = vec![b'x'; MAX_STDERR_LINE];
+        assert_eq!(
+            cut_line(&whole, false).len(),
+            MAX_STDERR_LINE,
+            "a line at the bound is whole"
+        );
+    }
+}

@@ -26,7 +26,9 @@ mod server;
 mod stdio;
 mod wire;
 
-pub use client::{PluginCommand, PluginProvider, StderrLines};
+pub use client::{
+    PluginCommand, PluginProvider, StderrLines, CUT_MARK, DEFAULT_START_TIMEOUT, MAX_STDERR_LINE,
+};
 pub use errors::{error_from, error_to};
 pub use server::Driver;
 pub use stdio::{serve_on, serve_stdio};

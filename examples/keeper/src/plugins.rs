@@ -2,18 +2,25 @@
 //! instead of drivers linked in: the default (`--drivers plugins`); `--drivers linked` links orca's
 //! drivers in instead.
 //!
-//! A provider's plugin is started on first use and kept; a plugin that dies is started again by its
-//! client on the next call (the call in flight fails as a passing failure that may have acted, so
-//! the step's retry adopts what was made). The settings the vault resolves go in the child's
-//! environment, never on its command line; when they change (a rotated credential), the next step
-//! starts a new plugin and the old one stops once no step holds it. Plugins stop with keeper (their
+//! A provider's plugin is started on first use and kept, one per driver, owner and settings (two
+//! providers of one driver and owner with other settings, two EC2 regions say, each keep their
+//! own). A plugin that dies is started again by its client on the next call (the call in flight
+//! fails as a passing failure that may have acted, so the step's retry adopts what was made). The
+//! settings the vault resolves go in the child's environment, never on its command line; when they
+//! change (a rotated credential), the next step starts a new plugin, and the old one stops once no
+//! step holds it and none has asked for it for [`DEFAULT_KEEP_IDLE`]. Plugins stop with keeper (their
 //! stdin closes; dropped ones are killed). A plugin's log (its standard error) is logged by keeper,
 //! line by line, through the same filter as keeper's own lines, and without the values of the
 //! settings it was given ([`plugin_line`]).
+//!
+//! A plugin that never answers holds nothing but its own start: a start is bounded
+//! ([`DEFAULT_START_TIMEOUT`]; the child is killed after it), only the steps that need that same
+//! plugin wait for it, and every call is bounded too ([`DEFAULT_CALL_TIMEOUT`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use orca::{Provider, Settings};
@@ -31,18 +38,64 @@ pub fn program(driver: &str) -> String {
     format!("soul-cloud-{driver}")
 }
 
-/// A plugin kept for a driver and owner, with the fingerprint of the settings it was started with.
-#[derive(Debug)]
+/// How long keeper waits for a plugin to start and answer its handshake before it kills it and
+/// fails the step naming the plugin: the plugin library's default, far more than a plugin needs.
+pub const DEFAULT_START_TIMEOUT: Duration = orca_plugin::DEFAULT_START_TIMEOUT;
+
+/// How long keeper waits for a plugin's answer to one call. Generous, as a create or a resize can
+/// take minutes at a cloud; a call past it fails as a passing failure that may have acted (the
+/// plugin may have sent it to its cloud), so a create's VM is looked for by name as after any
+/// ambiguous failure, and the plugin is started again on the next call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// How long a plugin no step holds is kept after it was last asked for; then the next step of any
+/// provider stops it. What stops the plugin of a rotated credential, without stopping a provider's
+/// that is only used now and then (another region's) between two of its steps.
+pub const DEFAULT_KEEP_IDLE: Duration = Duration::from_secs(60 * 60);
+
+/// What a plugin is kept under: its driver, owner, and the fingerprint of its settings.
+type Key = (String, String, String);
+
+/// A kept plugin and when a step last asked for it.
 struct Kept {
-    fingerprint: String,
     plugin: Arc<PluginProvider>,
+    asked: Instant,
 }
 
 /// Drivers as plugins, found in the configured directories, then beside keeper's own program.
-#[derive(Debug)]
 pub struct PluginDrivers {
     dirs: Vec<PathBuf>,
-    kept: tokio::sync::Mutex<HashMap<(String, String), Kept>>,
+    start_timeout: Duration,
+    call_timeout: Duration,
+    keep_idle: Duration,
+    /// Never held across an await: a lookup or an insert.
+    kept: Mutex<HashMap<Key, Kept>>,
+    /// A lock per key, held while that key's plugin starts, so that the steps needing the same
+    /// plugin start it once, and a plugin slow to start holds up no other.
+    starting: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// Shows the places looked in, the limits and which drivers and owners have plugins; never a
+/// fingerprint (a hash of the settings, secrets among them).
+impl std::fmt::Debug for PluginDrivers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept: Vec<String> = lock(&self.kept)
+            .keys()
+            .map(|(driver, owner, _)| format!("{driver}/{owner}"))
+            .collect();
+        f.debug_struct("PluginDrivers")
+            .field("dirs", &self.dirs)
+            .field("start_timeout", &self.start_timeout)
+            .field("call_timeout", &self.call_timeout)
+            .field("keep_idle", &self.keep_idle)
+            .field("kept", &kept)
+            .finish()
+    }
+}
+
+/// The map behind `m`, also when a panic poisoned it: every change to it is one insert or remove.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What identifies settings without holding them: a SHA-256 over every key and value.
@@ -104,21 +157,80 @@ impl PluginDrivers {
         }
         PluginDrivers {
             dirs,
-            kept: tokio::sync::Mutex::new(HashMap::new()),
+            start_timeout: DEFAULT_START_TIMEOUT,
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            keep_idle: DEFAULT_KEEP_IDLE,
+            kept: Mutex::new(HashMap::new()),
+            starting: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The plugins of `driver` kept now (one per owner): what an operator's console or a test
-    /// reaches a plugin's other services through.
+    /// Fails a plugin's start that takes longer than `limit` (its child is killed). Unset:
+    /// [`DEFAULT_START_TIMEOUT`].
+    pub fn start_timeout(mut self, limit: Duration) -> Self {
+        self.start_timeout = limit;
+        self
+    }
+
+    /// Fails a plugin's call that takes longer than `limit` as a passing failure that may have
+    /// acted. Unset: [`DEFAULT_CALL_TIMEOUT`].
+    pub fn call_timeout(mut self, limit: Duration) -> Self {
+        self.call_timeout = limit;
+        self
+    }
+
+    /// Stops a plugin that no step holds once no step has asked for it for `idle`. Unset:
+    /// [`DEFAULT_KEEP_IDLE`].
+    pub fn keep_idle(mut self, idle: Duration) -> Self {
+        self.keep_idle = idle;
+        self
+    }
+
+    /// The plugins of `driver` kept now (one per owner and settings): what an operator's console or
+    /// a test reaches a plugin's other services through.
     pub async fn running(&self, driver: &str) -> Vec<Arc<PluginProvider>> {
-        let kept = self.kept.lock().await;
-        kept.iter()
-            .filter(|((d, _), _)| d == driver)
+        lock(&self.kept)
+            .iter()
+            .filter(|((d, _, _), _)| d == driver)
             .map(|(_, k)| k.plugin.clone())
             .collect()
     }
 
-    /// The program of `driver`'s plugin, or an error naming every place looked in.
+    /// The plugin kept under `key`, marked as asked for now.
+    fn kept(&self, key: &Key) -> Option<Arc<PluginProvider>> {
+        let mut kept = lock(&self.kept);
+        let k = kept.get_mut(key)?;
+        k.asked = Instant::now();
+        Some(k.plugin.clone())
+    }
+
+    /// Keeps `plugin` under `key`, and lets go of the plugins no step holds that were not asked
+    /// for within the idle time (dropped, they are killed once no step holds them), with the start
+    /// locks nobody waits on.
+    fn keep(&self, key: Key, plugin: Arc<PluginProvider>) {
+        let mut kept = lock(&self.kept);
+        let idle = self.keep_idle;
+        kept.retain(|_, k| Arc::strong_count(&k.plugin) > 1 || k.asked.elapsed() < idle);
+        kept.insert(
+            key,
+            Kept {
+                plugin,
+                asked: Instant::now(),
+            },
+        );
+        lock(&self.starting)
+            .retain(|key, gate| kept.contains_key(key) || Arc::strong_count(gate) > 1);
+    }
+
+    /// The lock held while `key`'s plugin starts.
+    fn gate(&self, key: &Key) -> Arc<tokio::sync::Mutex<()>> {
+        lock(&self.starting).entry(key.clone()).or_default().clone()
+    }
+
+    /// The program of `driver`'s plugin, or an error naming every place looked in. The first one
+    /// found must be a program keeper may run ([`orca::fs::check_program`]): it is handed the
+    /// vault's credentials, so one that another user owns or may write, or that lies in a folder
+    /// another user may write, is refused naming it (not passed over for one found later).
     pub fn find(&self, driver: &str) -> orca::Result<PathBuf> {
         let plain = !driver.is_empty()
             && driver
@@ -137,7 +249,13 @@ impl PluginDrivers {
             .map(|d| d.join(&name))
             .find(|p| p.is_file())
         {
-            return Ok(found);
+            return match orca::fs::check_program(&found) {
+                Ok(()) => Ok(found),
+                Err(e) => Err(orca::Error::invalid(
+                    "kind",
+                    format!("the plugin {name} for driver {driver} is refused: {e}"),
+                )),
+            };
         }
         let looked: Vec<String> = self.dirs.iter().map(|d| d.display().to_string()).collect();
         Err(orca::Error::invalid(
@@ -158,13 +276,15 @@ impl Drivers for PluginDrivers {
         owner: &str,
         settings: &Settings,
     ) -> orca::Result<Arc<dyn Provider>> {
-        let print = fingerprint(settings);
-        let key = (driver.to_string(), owner.to_string());
-        let mut kept = self.kept.lock().await;
-        if let Some(k) = kept.get(&key) {
-            if k.fingerprint == print {
-                return Ok(k.plugin.clone());
-            }
+        let key = (driver.to_string(), owner.to_string(), fingerprint(settings));
+        if let Some(plugin) = self.kept(&key) {
+            return Ok(plugin);
+        }
+        // Only the steps that need this same plugin wait here; the kept map is not held meanwhile.
+        let gate = self.gate(&key);
+        let _starting = gate.lock().await;
+        if let Some(plugin) = self.kept(&key) {
+            return Ok(plugin); // started by the step this one waited for
         }
         let path = self.find(driver)?;
         // The vault's settings are the plugin's whole configuration, as they are a linked driver's:
@@ -172,16 +292,12 @@ impl Drivers for PluginDrivers {
         let command = PluginCommand::new(path, owner)
             .settings(settings.clone())
             .explicit_settings()
+            .start_timeout(self.start_timeout)
+            .call_timeout(self.call_timeout)
             .stderr_lines(log_lines(driver, owner, settings));
         let plugin = Arc::new(PluginProvider::start(command).await?);
         tracing::info!(driver, owner, "plugin started");
-        kept.insert(
-            key,
-            Kept {
-                fingerprint: print,
-                plugin: plugin.clone(),
-            },
-        );
+        self.keep(key, plugin.clone());
         Ok(plugin)
     }
 }

@@ -40,11 +40,15 @@
 //! ```
 
 mod lock;
+#[cfg(unix)]
+mod program;
 mod write;
 
 use std::path::{Path, PathBuf};
 
 pub use lock::FileLock;
+#[cfg(unix)]
+pub use program::check_program;
 pub use write::{
     create_private_dir, remove_stale_temps, remove_stale_temps_in, write_atomic, write_atomic_mode,
     write_atomic_with, write_new,
@@ -84,6 +88,17 @@ pub enum FsError {
         /// Whose it is, or its mode.
         why: String,
     },
+    /// The program at `path`, or the folder it is in, is another user's (neither this user nor
+    /// root), or writable by others than its owner ([`check_program`]): whoever else owns it or may
+    /// write it could swap the program for their own, which would then run with what this process
+    /// hands it.
+    #[error("{} is {why}; refused as a program to run: another user could swap it for their own (use a program and folder of this user or root, writable by no one else)", .path.display())]
+    NotTrusted {
+        /// The program or its folder.
+        path: PathBuf,
+        /// Whose it is, or its mode.
+        why: String,
+    },
     /// An operation on `path` failed.
     #[error("{} ({op}): {source}", .path.display())]
     Io {
@@ -103,6 +118,7 @@ impl FsError {
             FsError::Busy { path }
             | FsError::Replaced { path, .. }
             | FsError::NotPrivate { path, .. }
+            | FsError::NotTrusted { path, .. }
             | FsError::Io { path, .. } => path,
         }
     }
@@ -138,7 +154,9 @@ impl From<FsError> for std::io::Error {
         let kind = match &e {
             FsError::Busy { .. } => std::io::ErrorKind::WouldBlock,
             FsError::Replaced { .. } => std::io::ErrorKind::Other,
-            FsError::NotPrivate { .. } => std::io::ErrorKind::PermissionDenied,
+            FsError::NotPrivate { .. } | FsError::NotTrusted { .. } => {
+                std::io::ErrorKind::PermissionDenied
+            }
             FsError::Io { source, .. } => source.kind(),
         };
         std::io::Error::new(kind, e)

@@ -9,7 +9,7 @@ use orca_machines::{Created, ErrorKind, MachineSpec, Provider, Settings};
 use orca_plugin::fake::PROTOCOL_VERSION_ENV;
 use orca_plugin::proto::fake::fake_control_client::FakeControlClient;
 use orca_plugin::proto::fake::{InjectRequest, RequestsRequest};
-use orca_plugin::{PluginCommand, PluginProvider, PROTOCOL_VERSION};
+use orca_plugin::{PluginCommand, PluginProvider, CUT_MARK, MAX_STDERR_LINE, PROTOCOL_VERSION};
 
 fn fake_on(state: &std::path::Path, owner: &str) -> PluginCommand {
     PluginCommand::new(common::FAKE, owner).setting(orca::FAKE_STATE_ENV, state.to_str().unwrap())
@@ -208,7 +208,62 @@ async fn a_plugin_that_hangs_past_the_call_timeout_is_a_passing_failure_and_repl
     let e = p.machines("lab").await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
     assert!(!e.made_nothing(), "{e}");
+    assert!(e.may_have_acted(), "{e}");
     assert!(e.to_string().contains("did not answer machines"), "{e}");
+    assert!(e.to_string().contains("may have acted"), "{e}");
     assert!(p.machines("lab").await.unwrap().is_empty());
     assert_eq!(p.starts(), 2, "the hung plugin was replaced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_writing_a_huge_line_on_stderr_is_cut_at_the_bound_and_still_serves() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    // 16 MiB without a line end on stderr, the line's end, one more line, then the fake itself.
+    let script = dir.path().join("soul-cloud-noisy");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nhead -c 16777216 /dev/zero | tr '\\0' x >&2\n\
+             echo ' end of the long line' >&2\necho 'the next line' >&2\nexec {} \"$@\"\n",
+            common::FAKE
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let command = PluginCommand::new(&script, "stack-1")
+        .setting(orca::FAKE_STATE_ENV, state.to_str().unwrap())
+        .stderr_lines({
+            let seen = seen.clone();
+            move |line| seen.lock().unwrap().push(line.to_string())
+        });
+    let p = PluginProvider::start(command).await.unwrap();
+    let m = p.create(&spec("lab-1")).await.unwrap().machine().unwrap();
+    assert_eq!(p.machines("lab").await.unwrap().len(), 1);
+    assert!(p.delete(&m.id).await.unwrap());
+    // A guard, not a measure: the lines cross on their own task.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !seen.lock().unwrap().iter().any(|l| l == "the next line") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the line after the long one never arrived"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let seen = seen.lock().unwrap();
+    let longest = seen.iter().map(String::len).max().unwrap();
+    assert!(
+        longest <= MAX_STDERR_LINE,
+        "a line of {longest} bytes was handed on"
+    );
+    let long = seen.iter().find(|l| l.starts_with("xxxx")).unwrap();
+    assert!(long.ends_with(CUT_MARK), "the cut line says so");
+    assert!(
+        !seen.iter().any(|l| l.contains("end of the long line")),
+        "the rest of the cut line is dropped"
+    );
+    assert_eq!(p.starts(), 1);
 }

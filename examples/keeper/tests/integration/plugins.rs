@@ -3,6 +3,12 @@
 
 use crate::support;
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use keeper::drivers::Drivers;
+use keeper::plugins::PluginDrivers;
 use serde_json::{json, Value};
 use support::{hosts, World};
 
@@ -253,4 +259,247 @@ async fn a_vault_key_the_driver_does_not_know_is_refused_by_name_before_a_plugin
     assert!(host.running("fake").await.is_empty(), "no plugin started");
     assert!(w.machines().is_empty());
     w.finish().await;
+}
+
+/// Writes the shell script `name` in `dir`, executable by all and writable by its owner only.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The fake's settings on the state file `state`.
+fn fake_settings(state: &Path) -> orca::Settings {
+    orca::Settings::new().with(orca::FAKE_STATE_ENV, state.to_str().unwrap())
+}
+
+/// Waits (a guard of 20 s, failing the test) until `path` exists.
+async fn wait_for(path: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_never_answers_fails_its_start_in_time_and_another_driver_still_starts() {
+    let test =
+        "a_plugin_that_never_answers_fails_its_start_in_time_and_another_driver_still_starts";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let began = dir.path().join("hang-began");
+    script(
+        dir.path(),
+        "soul-cloud-hang",
+        &format!("touch {}\nexec sleep 3600\n", began.display()),
+    );
+    let host = Arc::new(
+        PluginDrivers::new([dir.path().to_path_buf(), built]).start_timeout(Duration::from_secs(2)),
+    );
+    let hang = tokio::spawn({
+        let host = host.clone();
+        async move { host.provider("hang", "o", &orca::Settings::new()).await }
+    });
+    // The hanging plugin is being started before the fake is asked for.
+    wait_for(&began).await;
+    let state = dir.path().join("cloud.json");
+    let fake = tokio::time::timeout(
+        Duration::from_secs(30),
+        host.provider("fake", "o", &fake_settings(&state)),
+    )
+    .await
+    .expect("the fake starts while another driver's plugin hangs")
+    .unwrap();
+    assert_eq!(fake.kind(), "fake");
+    assert!(fake.machines("lab").await.unwrap().is_empty());
+    let e = tokio::time::timeout(Duration::from_secs(30), hang)
+        .await
+        .expect("the hanging plugin's start ends")
+        .unwrap()
+        .map(|_| panic!("a plugin that never answers was taken"))
+        .unwrap_err();
+    let words = e.to_string();
+    assert!(words.contains("soul-cloud-hang"), "{words}");
+    assert!(words.contains("did not start within"), "{words}");
+    assert!(e.is_retryable(), "{e}");
+    assert!(host.running("hang").await.is_empty());
+    // The fake is kept, and the hanging driver fails again the same way.
+    host.provider("fake", "o", &fake_settings(&state))
+        .await
+        .unwrap();
+    assert_eq!(host.running("fake").await[0].starts(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_start_of_one_plugin_holds_no_other_providers_start() {
+    let test = "a_slow_start_of_one_plugin_holds_no_other_providers_start";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (began, go) = (dir.path().join("began"), dir.path().join("go"));
+    // The slow plugin waits for the test's word before it becomes the fake.
+    script(
+        dir.path(),
+        "soul-cloud-slow",
+        &format!(
+            "touch {}\nwhile [ ! -e {} ]; do sleep 0.05; done\nexec {} \"$@\"\n",
+            began.display(),
+            go.display(),
+            built.join("soul-cloud-fake").display()
+        ),
+    );
+    let host = Arc::new(PluginDrivers::new([dir.path().to_path_buf(), built]));
+    let slow = tokio::spawn({
+        let host = host.clone();
+        let settings = fake_settings(&dir.path().join("slow.json"));
+        async move { host.provider("slow", "o", &settings).await.map(|_| ()) }
+    });
+    wait_for(&began).await;
+    let fake = tokio::time::timeout(
+        Duration::from_secs(30),
+        host.provider("fake", "o", &fake_settings(&dir.path().join("fake.json"))),
+    )
+    .await
+    .expect("the fake starts while another plugin's start waits")
+    .unwrap();
+    assert_eq!(fake.kind(), "fake");
+    std::fs::write(&go, "").unwrap();
+    tokio::time::timeout(Duration::from_secs(30), slow)
+        .await
+        .expect("the slow plugin starts once let go")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_or_plugin_folder_others_may_write_is_refused_naming_it() {
+    let test = "a_plugin_or_plugin_folder_others_may_write_is_refused_naming_it";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    chmod(&plugins, 0o755);
+    let program = script(
+        &plugins,
+        "soul-cloud-fake",
+        &format!("exec {} \"$@\"\n", built.join("soul-cloud-fake").display()),
+    );
+    let settings = fake_settings(&dir.path().join("cloud.json"));
+    let start = || async {
+        let host = PluginDrivers::new([plugins.clone()]);
+        host.provider("fake", "o", &settings).await.map(|_| host)
+    };
+    let host = start().await.unwrap();
+    let running = host.running("fake").await;
+    assert_eq!(running[0].command().path(), program, "the copy ran");
+
+    chmod(&program, 0o777);
+    let e = start().await.map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains(&program.display().to_string()), "{e}");
+    assert!(e.contains("mode 777"), "{e}");
+
+    chmod(&program, 0o755);
+    chmod(&plugins, 0o777);
+    let e = start().await.map(|_| ()).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("{} is", plugins.display())),
+        "the folder is named: {e}"
+    );
+    chmod(&plugins, 0o755);
+    start().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_of_one_driver_and_owner_with_other_settings_keep_a_plugin_each() {
+    let test = "providers_of_one_driver_and_owner_with_other_settings_keep_a_plugin_each";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let starts = dir.path().join("starts");
+    // The fake, counting its starts.
+    script(
+        dir.path(),
+        "soul-cloud-fake",
+        &format!(
+            "echo started >> {}\nexec {} \"$@\"\n",
+            starts.display(),
+            built.join("soul-cloud-fake").display()
+        ),
+    );
+    let host = PluginDrivers::new([dir.path().to_path_buf()]);
+    // Two regions of one cloud, as two EC2 regions or two Hetzner projects are.
+    let a = fake_settings(&dir.path().join("a.json"));
+    let b = fake_settings(&dir.path().join("b.json"));
+    for settings in [&a, &b, &a, &b] {
+        let p = host.provider("fake", "o", settings).await.unwrap();
+        assert!(p.machines("lab").await.unwrap().is_empty());
+    }
+    let started = std::fs::read_to_string(&starts).unwrap();
+    assert_eq!(started.lines().count(), 2, "one plugin each: {started}");
+    assert_eq!(host.running("fake").await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_of_replaced_settings_is_let_go_once_no_step_holds_it_and_calls_are_bounded() {
+    let test =
+        "a_plugin_of_replaced_settings_is_let_go_once_no_step_holds_it_and_calls_are_bounded";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Kept for no time once unused: what an hour of not being asked for does by default.
+    let host = PluginDrivers::new([built]).keep_idle(Duration::ZERO);
+    let (a, b, c) = (
+        fake_settings(&dir.path().join("a.json")),
+        fake_settings(&dir.path().join("b.json")),
+        fake_settings(&dir.path().join("c.json")),
+    );
+    let held = host.provider("fake", "o", &a).await.unwrap();
+    host.provider("fake", "o", &b).await.unwrap();
+    assert_eq!(
+        host.running("fake").await.len(),
+        2,
+        "a step holds a's plugin"
+    );
+    drop(held);
+    // A credential rotated from b to c: b's plugin, and a's now unheld, are let go.
+    let now = host.provider("fake", "o", &c).await.unwrap();
+    let running = host.running("fake").await;
+    assert_eq!(running.len(), 1);
+    assert!(
+        std::ptr::addr_eq(Arc::as_ptr(&now), Arc::as_ptr(&running[0])),
+        "the plugin kept is c's"
+    );
+    let shown = format!("{:?}", running[0].command());
+    // keeper bounds every call of its plugins, not only their start.
+    assert!(
+        shown.contains(&format!(
+            "call_timeout: Some({:?})",
+            keeper::plugins::DEFAULT_CALL_TIMEOUT
+        )),
+        "{shown}"
+    );
+    let shown = format!("{host:?}");
+    assert!(
+        shown.contains("fake/o") && !shown.contains("json"),
+        "{shown}"
+    );
 }
