@@ -224,7 +224,8 @@ fn remove_matching(dir: &Path, is_stale: impl Fn(&[u8]) -> bool) -> Result<Vec<P
 }
 
 /// Makes `dir` and its missing parents; the folders it makes are owner-only (0700 on Unix). An
-/// existing folder is left as it is, if it is this user's and writable by no one else (on Unix):
+/// existing folder is left as it is, if it is this user's and writable by no one else (on Unix; a
+/// group write bit counts only for a group other than the process's own):
 /// another user who owns it, or may write into it, could replace the files kept in it (a pinned
 /// host key, a profile), so it is refused ([`FsError::NotPrivate`]).
 pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
@@ -233,7 +234,7 @@ pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
         #[cfg(unix)]
         {
             let meta = std::fs::metadata(dir).map_err(|e| FsError::io(dir, "stat", e))?;
-            super::check_private(dir, &meta, 0o022)?;
+            super::check_private(dir, &meta, super::written_by_others(&meta))?;
         }
         return Ok(());
     }
