@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{Filter, Instance};
 use orca_machines::chrono::{self, Utc};
-use orca_machines::kit::{self, Attempts, Recent, lock};
+use orca_machines::kit::{self, Attempts, Recent, StoppedCreates, lock};
 use orca_machines::labels::{ORCA_LABEL, ORCA_VALUE, OWNER_LABEL, POOL_LABEL};
 use orca_machines::labels::{is_in_pool, ownership_labels};
 use orca_machines::spec::validate_token;
@@ -85,6 +85,9 @@ pub struct Ec2Provider {
     /// EC2 may not show them yet, so a "not found" for one is read again before it is believed; and
     /// a later create that EC2 answers with one of them adopts it.
     made: Recent,
+    /// Creates stopped before they answered: `delete_named` of such a name reads again within the
+    /// visibility window before it believes "nothing there".
+    stopped: StoppedCreates,
 }
 
 impl std::fmt::Debug for Ec2Provider {
@@ -203,6 +206,7 @@ impl Ec2Provider {
             image_cache: Mutex::new(HashMap::new()),
             spec_image_cache: Mutex::new(HashMap::new()),
             made: Recent::new(config.visibility_window),
+            stopped: StoppedCreates::new(config.visibility_window),
         })
     }
 
@@ -709,6 +713,75 @@ impl Ec2Provider {
         })
     }
 
+    /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
+    async fn make(&self, spec: &MachineSpec) -> Result<Created> {
+        spec.validate()?;
+        self.capabilities().check_spec(KIND, spec)?;
+        let mut req = self.run_request(spec).await?;
+        for _ in 0..MAX_TOKEN_GENERATIONS {
+            // Whether an attempt with this token failed in a way that may have reached EC2 (a 5xx, a
+            // timeout, a lost answer; not a throttling answer): the instance EC2 then answers for the
+            // token may be this call's.
+            let attempts = Attempts::new();
+            // When this call first sent this token: an instance launched before is an earlier call's.
+            let began = Utc::now();
+            // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
+            // EC2 answers with the instance it made for it.
+            let outcome = self.run_instance(&req, &attempts).await;
+            let inst = match outcome {
+                Ok(inst) => inst,
+                Err(e) if e.code() == Some(IDEMPOTENT_MISMATCH) => {
+                    // The token was used with other parameters (user data, labels, a newer image) by
+                    // a machine of this name: a live one is adopted (or refused when of another type
+                    // or zone); a gone one leaves the name free, and a token salted with this
+                    // request's digest is this request's own (the same on every retry of it).
+                    // EC2 made an instance for this token once: a read that fails here leaves it
+                    // unknown whether that instance lives, so the failure never says "made nothing".
+                    let found = match self.made_for_token(spec, &req.client_token).await {
+                        Ok(Some(m)) => Some(m),
+                        Ok(None) => self
+                            .find_made(spec)
+                            .await
+                            .map_err(Error::with_may_have_acted)?,
+                        Err(e) => return Err(e.with_may_have_acted()),
+                    };
+                    if let Some(m) = found {
+                        return Ok(Created::Adopted(m));
+                    }
+                    tracing::debug!("ClientToken was used with other parameters; next generation");
+                    let salt = format!("{}+{}", req.client_token, request_digest(&req));
+                    req.client_token =
+                        client_token(&self.owner, &spec.pool, &spec.name, Some(&salt));
+                    continue;
+                }
+                Err(Error::NoStock { message, .. }) => return Ok(kit::no_stock(spec, message)),
+                Err(e) if e.code() == Some(UNSUPPORTED) => return self.unsupported(spec, e).await,
+                Err(e) => return Err(e),
+            };
+            let state = state_of(&inst).to_string();
+            let id = inst.instance_id().unwrap_or_default().to_string();
+            if going(&state) {
+                // The token named an instance of this name that was since deleted: a new generation.
+                tracing::debug!(
+                    old = id,
+                    "ClientToken names a terminated instance; next generation"
+                );
+                req.client_token = client_token(&self.owner, &spec.pool, &spec.name, Some(&id));
+                continue;
+            }
+            same_place(&machine_of(&inst), spec)?;
+            let made_now = made_by_this_call(&inst, began, &attempts, || self.made.contains(&id));
+            self.made.note(id.clone());
+            return self.shown(spec, &req, &id, made_now).await;
+        }
+        Err(Error::other(format!(
+            "create of {}: {MAX_TOKEN_GENERATIONS} ClientTokens in a row named terminated instances \
+             (the name was made and deleted that many times while EC2 remembers its tokens, at least \
+             a day); nothing was made: use another name",
+            spec.name
+        )))
+    }
+
     /// What a create answers when EC2 says `Unsupported`: no stock when EC2 does not offer the type in
     /// the spec's zone (DescribeInstanceTypeOfferings); otherwise the configuration is what EC2
     /// refuses, and the error says so, keeping EC2's code and words.
@@ -798,71 +871,12 @@ impl Provider for Ec2Provider {
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
-        spec.validate()?;
-        self.capabilities().check_spec(KIND, spec)?;
-        let mut req = self.run_request(spec).await?;
-        for _ in 0..MAX_TOKEN_GENERATIONS {
-            // Whether an attempt with this token failed in a way that may have reached EC2 (a 5xx, a
-            // timeout, a lost answer; not a throttling answer): the instance EC2 then answers for the
-            // token may be this call's.
-            let attempts = Attempts::new();
-            // When this call first sent this token: an instance launched before is an earlier call's.
-            let began = Utc::now();
-            // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
-            // EC2 answers with the instance it made for it.
-            let outcome = self.run_instance(&req, &attempts).await;
-            let inst = match outcome {
-                Ok(inst) => inst,
-                Err(e) if e.code() == Some(IDEMPOTENT_MISMATCH) => {
-                    // The token was used with other parameters (user data, labels, a newer image) by
-                    // a machine of this name: a live one is adopted (or refused when of another type
-                    // or zone); a gone one leaves the name free, and a token salted with this
-                    // request's digest is this request's own (the same on every retry of it).
-                    // EC2 made an instance for this token once: a read that fails here leaves it
-                    // unknown whether that instance lives, so the failure never says "made nothing".
-                    let found = match self.made_for_token(spec, &req.client_token).await {
-                        Ok(Some(m)) => Some(m),
-                        Ok(None) => self
-                            .find_made(spec)
-                            .await
-                            .map_err(Error::with_may_have_acted)?,
-                        Err(e) => return Err(e.with_may_have_acted()),
-                    };
-                    if let Some(m) = found {
-                        return Ok(Created::Adopted(m));
-                    }
-                    tracing::debug!("ClientToken was used with other parameters; next generation");
-                    let salt = format!("{}+{}", req.client_token, request_digest(&req));
-                    req.client_token =
-                        client_token(&self.owner, &spec.pool, &spec.name, Some(&salt));
-                    continue;
-                }
-                Err(Error::NoStock { message, .. }) => return Ok(kit::no_stock(spec, message)),
-                Err(e) if e.code() == Some(UNSUPPORTED) => return self.unsupported(spec, e).await,
-                Err(e) => return Err(e),
-            };
-            let state = state_of(&inst).to_string();
-            let id = inst.instance_id().unwrap_or_default().to_string();
-            if going(&state) {
-                // The token named an instance of this name that was since deleted: a new generation.
-                tracing::debug!(
-                    old = id,
-                    "ClientToken names a terminated instance; next generation"
-                );
-                req.client_token = client_token(&self.owner, &spec.pool, &spec.name, Some(&id));
-                continue;
-            }
-            same_place(&machine_of(&inst), spec)?;
-            let made_now = made_by_this_call(&inst, began, &attempts, || self.made.contains(&id));
-            self.made.note(id.clone());
-            return self.shown(spec, &req, &id, made_now).await;
-        }
-        Err(Error::other(format!(
-            "create of {}: {MAX_TOKEN_GENERATIONS} ClientTokens in a row named terminated instances \
-             (the name was made and deleted that many times while EC2 remembers its tokens, at least \
-             a day); nothing was made: use another name",
-            spec.name
-        )))
+        // A create dropped once EC2 accepted its RunInstances leaves an instance that reads may not
+        // show yet: its name is noted, so that `delete_named` of it looks again.
+        let unanswered = self.stopped.start(&spec.pool, &spec.name);
+        let answer = self.make(spec).await;
+        unanswered.answered();
+        answer
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {

@@ -9,18 +9,21 @@
 //!   aggregatedList, get, delete, start, stop, setMachineType, setLabels), `disks` (get, list,
 //!   aggregatedList, delete),
 //!   `machineTypes` (get, aggregatedList, with `architecture`), `images.getFromFamily` (project
-//!   `ubuntu-os-cloud`), zone and global `operations` (get, wait), `firewalls` (get, list, patch) and
+//!   `ubuntu-os-cloud`), zone and global `operations` (get, wait; the zone's also list, with
+//!   `filter`), `firewalls` (get, list, patch) and
 //!   `networks` (get, with `subnetworks`);
 //! - an instance's output-only fields: `id` (a uint64 as a string), `creationTimestamp`,
 //!   `lastStartTimestamp` (set when it reaches `RUNNING`), `lastStopTimestamp` (set by a stop), RFC 3339
 //!   with milliseconds in the Pacific offset the API writes; `status` moving `PROVISIONING` ->
-//!   `RUNNING` at the end of the insert, `STOPPING` -> `TERMINATED`, `STAGING` -> `RUNNING`;
+//!   `RUNNING` at the end of the insert, `STOPPING` -> `TERMINATED`, `STAGING` -> `RUNNING`, and
+//!   `STOPPING` while a delete runs ("either being deleted or killed"), gone when it ends: a second
+//!   insert of the name meets 409 until then;
 //!   `networkInterfaces[].networkIP` and `accessConfigs[].natIP`; `labelFingerprint`; `scheduling`
 //!   (`maxRunDuration` as `{"seconds": "<int64 as a string>"}`) as given; `hostname` only when the
 //!   insert set one;
 //! - operations `PENDING` -> `RUNNING` -> `DONE` that last a time of tokio's clock
 //!   ([`FakeGce::set_operation_time`]) whether or not anyone reads them, `wait` answering when one
-//!   ends, with `targetId`, and on failure `error.errors[].code` and `httpErrorStatusCode`; while an
+//!   ends, with `targetId` (the instance's `id`) on every instance operation, and on failure `error.errors[].code` and `httpErrorStatusCode`; while an
 //!   operation changes an instance, another change of it (`delete`, `start`, `stop`,
 //!   `setMachineType`, `setLabels`) answers 400 `resourceNotReady`; `wait` may answer
 //!   at once with the operation unfinished ([`FakeGce::answer_waits_early`]; the reference: "might
@@ -92,7 +95,7 @@
 //!   filters (those answer 400, so a driver relying on them fails its tests); aggregated lists
 //!   carry zone scopes only, and `unreachables` only when a test injects it.
 //! - `requestId`s never expire (Compute Engine keeps them for a limited time); operations cannot be
-//!   listed or cancelled.
+//!   cancelled.
 //! - Compute Engine reads its own writes: the visibility delay is an opt-in simulation of eventual
 //!   consistency, off by default.
 //! - `scheduling.maxRunDuration` is stored, never enforced: no instance stops by itself.
@@ -277,6 +280,7 @@ impl FakeGce {
                 api!("/zones/{zone}/machineTypes/{name}"),
                 get(get_machine_type),
             )
+            .route(api!("/zones/{zone}/operations"), get(list_ops))
             .route(api!("/zones/{zone}/operations/{name}"), get(get_op))
             .route(api!("/zones/{zone}/operations/{name}/wait"), post(wait_op))
             .route(api!("/global/operations/{name}"), get(get_op))

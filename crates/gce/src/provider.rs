@@ -62,6 +62,9 @@ struct Inner {
     /// Ids this provider made lately, which Compute Engine may not show yet: a "not found" for one
     /// of them is read again, within [`Config::visibility_window`] of its making.
     recent: kit::Recent,
+    /// Creates stopped before they answered: `delete_named` of such a name reads again within
+    /// [`Config::visibility_window`] before it believes "nothing there".
+    stopped: kit::StoppedCreates,
 }
 
 impl std::fmt::Debug for GceProvider {
@@ -232,6 +235,16 @@ fn boot_disk_type(machine_type: &str) -> &'static str {
     }
 }
 
+/// A create's answer when the instance of its name is being deleted (`waiting`: why the wait for
+/// that delete's end failed): [`Error::Busy`], retryable, and the refused insert made nothing.
+fn being_deleted(r: &InstanceRef, waiting: Option<Error>) -> Error {
+    let why = waiting.map_or_else(String::new, |e| format!(" (waiting for its end: {e})"));
+    Error::busy(format!(
+        "instance {} is being deleted{why}; nothing was made: create it again once it is gone",
+        r.id()
+    ))
+}
+
 /// Whether `vm` is the incarnation an operation with `target_id` is about (unknown ids: assumed so).
 fn same_incarnation(target_id: Option<&str>, vm: &Instance) -> bool {
     target_id.is_none_or(|t| t.is_empty() || vm.id.is_empty() || t == vm.id)
@@ -263,6 +276,7 @@ impl GceProvider {
         };
         let client = Client::new(&config, tokens)?;
         let recent = kit::Recent::new(config.visibility_window);
+        let stopped = kit::StoppedCreates::new(config.visibility_window);
         Ok(GceProvider {
             inner: Arc::new(Inner {
                 config,
@@ -270,6 +284,7 @@ impl GceProvider {
                 owner: owner.to_string(),
                 arch_cache: Mutex::new(HashMap::new()),
                 recent,
+                stopped,
             }),
         })
     }
@@ -591,10 +606,86 @@ impl GceProvider {
         }
     }
 
+    /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
+    async fn make(&self, spec: &MachineSpec) -> Result<Created> {
+        spec.validate()?;
+        self.capabilities().check_spec(KIND, spec)?;
+        check_instance_name("name", &spec.name)?;
+        let zone = self.zone_of(spec)?;
+        // Every input check before the first call: the body's own checks need the architecture only
+        // for the default image, so they run on a placeholder first.
+        let boot_disk = boot_disk_name(&spec.name);
+        self.insert_body(spec, zone, &Arch::Amd64, &boot_disk)?;
+        let arch = self.arch_in(Some(zone), &spec.machine_type).await?;
+        let body = self.insert_body(spec, zone, &arch, &boot_disk)?;
+        let r = InstanceRef {
+            zone: zone.to_string(),
+            name: spec.name.clone(),
+        };
+        let path = self.client().zonal(zone, "instances");
+        // Whether a 409 met an instance being deleted, whose delete was waited out: the insert is
+        // sent again, once.
+        let mut waited_out_delete = false;
+        loop {
+            // One request id for this insert: Compute Engine answers a retry carrying it (after a
+            // lost answer, say) with the first attempt's operation, never a 409. So a 409 is always
+            // another call's instance of that name, whatever this call's earlier attempts met:
+            // adopted. An insert sent again after a 409 (which made nothing) takes a new one.
+            let rid = [("requestId", request_id())];
+            let answer: Result<Operation> = self
+                .client()
+                .call("instances.insert", Method::POST, &path, &rid, Some(&body))
+                .await;
+            return match answer {
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    match self.adopt(spec, &r, e, !waited_out_delete).await? {
+                        Some(created) => Ok(created),
+                        None => {
+                            waited_out_delete = true;
+                            continue;
+                        }
+                    }
+                }
+                other => self.answer_insert(spec, &r, &boot_disk, other).await,
+            };
+        }
+    }
+
+    /// What an insert's answer other than a 409 comes to.
+    async fn answer_insert(
+        &self,
+        spec: &MachineSpec,
+        r: &InstanceRef,
+        boot_disk: &str,
+        answer: Result<Operation>,
+    ) -> Result<Created> {
+        match answer {
+            Ok(op) => self.after_insert(spec, r, boot_disk, op).await,
+            Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
+            Err(e @ Error::PermissionDenied { .. })
+                if !spec.ssh_keys.is_empty() && e.to_string().contains(OS_LOGIN_POLICY) =>
+            {
+                Err(e.prefixed(&format!(
+                    "ssh_keys need OS Login off for the machine (metadata enable-oslogin=FALSE), which the organisation policy {OS_LOGIN_POLICY} forbids; with OS Login, grant the users roles/compute.osLogin and leave ssh_keys empty"
+                )))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// A 409 on insert: an instance of that name exists, made by an earlier create (this call's own
     /// attempts are de-duplicated by their request id and never meet a 409). It is adopted
-    /// ([`Created::Adopted`]) when it is this owner's, of this pool and type.
-    async fn adopt(&self, spec: &MachineSpec, r: &InstanceRef, conflict: Error) -> Result<Created> {
+    /// ([`Created::Adopted`]) when it is this owner's, of this pool and type, unless it is being
+    /// deleted (a delete stopped mid-way, or another caller's): that instance is gone in a moment,
+    /// so its delete is waited out (when `may_wait`) and `None` answered, for the insert to go
+    /// again; else [`Error::Busy`], which made nothing.
+    async fn adopt(
+        &self,
+        spec: &MachineSpec,
+        r: &InstanceRef,
+        conflict: Error,
+        may_wait: bool,
+    ) -> Result<Option<Created>> {
         // The boot disk's name is this create's own, so the conflict is the instance: one that does
         // not read back yet may be a fresh one.
         let vm = match self.get_instance(r).await? {
@@ -606,9 +697,20 @@ impl GceProvider {
                 if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner)
                     && last_segment(&vm.machine_type) == spec.machine_type =>
             {
+                if let Some(delete) = self.running_delete(r, &vm).await? {
+                    if !may_wait {
+                        return Err(being_deleted(r, None));
+                    }
+                    tracing::debug!(id = %r.id(), "waiting out the delete of the instance of that name");
+                    self.client()
+                        .wait(delete)
+                        .await
+                        .map_err(|e| being_deleted(r, Some(e)))?;
+                    return Ok(None);
+                }
                 tracing::debug!(id = %r.id(), "adopted the instance an earlier create made");
                 self.inner.recent.note(r.id());
-                Ok(Created::Adopted(to_machine(&vm, self.project())))
+                Ok(Some(Created::Adopted(to_machine(&vm, self.project()))))
             }
             Some(_) => Err(conflict),
             None => Err(Error::transient(format!(
@@ -616,6 +718,32 @@ impl GceProvider {
                 r.id()
             ))),
         }
+    }
+
+    /// The delete of instance `vm` (named by `r`) that is still running, if one is. Compute Engine
+    /// shows an instance being deleted as `STOPPING` ("either being deleted or killed") until it is
+    /// gone, so only its zone's operations tell a delete from a stop: one of type `delete` on this
+    /// incarnation (`targetId`), not `DONE`. Only asked for an instance that is not starting or
+    /// running (a delete stops the instance first), so an adoption of a live instance costs no
+    /// request more.
+    async fn running_delete(&self, r: &InstanceRef, vm: &Instance) -> Result<Option<Operation>> {
+        let live = matches!(status_of(&vm.status), Status::Starting | Status::Running);
+        // The id goes into a filter: an id that is not Compute Engine's digits is never sent.
+        if live || vm.id.is_empty() || !vm.id.bytes().all(|b| b.is_ascii_digit()) {
+            return Ok(None);
+        }
+        let filter = format!("(operationType = \"delete\") (targetId = \"{}\")", vm.id);
+        let path = self.client().zonal(&r.zone, "operations");
+        let ops: Vec<Operation> = self
+            .client()
+            .list_all(
+                "zoneOperations.list",
+                &path,
+                &[("filter", filter)],
+                self.inner.config.page_size,
+            )
+            .await?;
+        Ok(ops.into_iter().find(|op| !op.is_done()))
     }
 
     /// Removes what a failed insert left (the instance and its boot disk, when they carry this owner's
@@ -899,42 +1027,12 @@ impl Provider for GceProvider {
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
-        spec.validate()?;
-        self.capabilities().check_spec(KIND, spec)?;
-        check_instance_name("name", &spec.name)?;
-        let zone = self.zone_of(spec)?;
-        // Every input check before the first call: the body's own checks need the architecture only
-        // for the default image, so they run on a placeholder first.
-        let boot_disk = boot_disk_name(&spec.name);
-        self.insert_body(spec, zone, &Arch::Amd64, &boot_disk)?;
-        let arch = self.arch_in(Some(zone), &spec.machine_type).await?;
-        let body = self.insert_body(spec, zone, &arch, &boot_disk)?;
-        let r = InstanceRef {
-            zone: zone.to_string(),
-            name: spec.name.clone(),
-        };
-        // One request id for this call: Compute Engine answers a retry carrying it (after a lost
-        // answer, say) with the first attempt's operation, never a 409. So a 409 is always another
-        // call's instance of that name, whatever this call's earlier attempts met: adopted.
-        let rid = [("requestId", request_id())];
-        let path = self.client().zonal(zone, "instances");
-        let answer: Result<Operation> = self
-            .client()
-            .call("instances.insert", Method::POST, &path, &rid, Some(&body))
-            .await;
-        match answer {
-            Ok(op) => self.after_insert(spec, &r, &boot_disk, op).await,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => self.adopt(spec, &r, e).await,
-            Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
-            Err(e @ Error::PermissionDenied { .. })
-                if !spec.ssh_keys.is_empty() && e.to_string().contains(OS_LOGIN_POLICY) =>
-            {
-                Err(e.prefixed(&format!(
-                    "ssh_keys need OS Login off for the machine (metadata enable-oslogin=FALSE), which the organisation policy {OS_LOGIN_POLICY} forbids; with OS Login, grant the users roles/compute.osLogin and leave ssh_keys empty"
-                )))
-            }
-            Err(e) => Err(e),
-        }
+        // A create dropped once Compute Engine accepted its insert leaves an instance that reads may
+        // not show yet: its name is noted, so that `delete_named` of it looks again.
+        let unanswered = self.inner.stopped.start(&spec.pool, &spec.name);
+        let answer = self.make(spec).await;
+        unanswered.answered();
+        answer
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {

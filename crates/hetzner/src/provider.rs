@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use orca_machines::chrono::{DateTime, Utc};
-use orca_machines::kit::{self, lock, read_until_seen, Attempts, Recent};
+use orca_machines::kit::{self, lock, read_until_seen, Attempts, Recent, StoppedCreates};
 use orca_machines::labels;
 use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
@@ -70,6 +70,9 @@ pub struct HetznerProvider {
     /// Servers this provider made and has not seen in a read yet: a "not found" for one of them is
     /// confirmed within the visibility window before it is believed.
     unseen: Recent<i64>,
+    /// Creates stopped before they answered: `delete_named` of such a name reads again within the
+    /// visibility window before it believes "nothing there".
+    stopped: StoppedCreates,
 }
 
 impl std::fmt::Debug for HetznerProvider {
@@ -126,6 +129,7 @@ impl HetznerProvider {
         validate_owner(owner)?;
         let client = Client::new(&config)?;
         let unseen = Recent::new(config.visibility_window);
+        let stopped = StoppedCreates::new(config.visibility_window);
         Ok(HetznerProvider {
             owner: owner.to_string(),
             config,
@@ -137,6 +141,7 @@ impl HetznerProvider {
             lookup: tokio::sync::Mutex::new(()),
             poller: Poller::default(),
             unseen,
+            stopped,
         })
     }
 
@@ -559,6 +564,97 @@ impl HetznerProvider {
         })
     }
 
+    /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
+    async fn make(&self, spec: &MachineSpec) -> Result<Created> {
+        spec.validate()?;
+        self.capabilities().check_spec(KIND, spec)?;
+        validate_token("location", &spec.location)?;
+        let t = self.server_type(&spec.machine_type).await?;
+        Self::check_orderable(&t, &spec.location)?;
+        let image = match &spec.image {
+            Some(i) => self.image_for(i, &t.architecture, true).await?,
+            None => {
+                self.image_for(&self.config.image, &t.architecture, false)
+                    .await?
+            }
+        };
+        let firewall = self.firewall_id().await?;
+        let network = self.network_id().await?;
+        let mut labels = labels::ownership_labels(&spec.pool, &self.owner);
+        labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // This call's token, told apart from an earlier call's when the name is met taken.
+        let token = create_token();
+        labels.insert(CREATE_LABEL.to_string(), token.clone());
+        let mut body = json!({
+            "name": spec.name,
+            "server_type": spec.machine_type,
+            "image": image,
+            "location": spec.location,
+            "labels": labels,
+            "start_after_create": true,
+        });
+        if !self.config.ssh_keys.is_empty() {
+            body["ssh_keys"] = json!(self.config.ssh_keys);
+        }
+        if let Some(f) = firewall {
+            body["firewalls"] = json!([{ "firewall": f }]);
+        }
+        if let Some(n) = network {
+            body["networks"] = json!([n]);
+        }
+        if !spec.user_data.is_empty() {
+            body["user_data"] = json!(spec.user_data);
+        }
+        // Retrying the POST is safe: names are unique per project, so a repeat of a create whose answer
+        // was lost meets `uniqueness_error` and takes over the server the first attempt made, which
+        // carries this call's token.
+        let made = self
+            .client
+            .call::<CreatedServer>("servers.create", Method::POST, "/servers", &[], Some(&body))
+            .await;
+        let r = match made {
+            Ok(r) => r,
+            Err(e @ (Error::NoStock { .. } | Error::Quota { .. })) => {
+                // A create retried after a lost answer can meet the stock or the server limit that its
+                // first attempt used up: take over the server that attempt made, when there is one.
+                return match self.adopt(spec, e, false, &token).await {
+                    Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
+                    other => other,
+                };
+            }
+            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true, &token).await,
+            Err(e) => return Err(e),
+        };
+        let id = r.server.id;
+        self.unseen.note(id);
+        // The create action, then its next actions (the `start_server` of `start_after_create`).
+        let mut ended = self.wait_action_end(&r.action).await;
+        for next in &r.next_actions {
+            if !matches!(ended, Ok(Ok(()))) {
+                break;
+            }
+            ended = self.wait_action_end(next).await;
+        }
+        match ended {
+            Ok(Ok(())) => {}
+            // Still running (or unreadable): the server stays; a retry of the create adopts it.
+            // Never "made nothing", even when the read was refused (throttled): the server exists.
+            Err(unknown) => return Err(unknown.with_may_have_acted()),
+            // Ended in error, whatever its code: the create failed, and its server goes so that the
+            // name frees (a passing code stays retryable: the next try makes a new server). One
+            // that failed for placement or capacity is no stock.
+            Ok(Err(failed)) => {
+                let e = self.remove_failed(id, &spec.name, failed).await;
+                return kit::no_stock_of(spec, e);
+            }
+        }
+        let s = self
+            .wait_visible(id)
+            .await
+            .map_err(Error::with_may_have_acted)?;
+        Ok(Created::Machine(self.machine_of(&s)))
+    }
+
     /// Waits, within the visibility window, until server `id` (made by this provider) shows in reads.
     async fn wait_visible(&self, id: i64) -> Result<Server> {
         self.read_server(id).await?.ok_or_else(|| {
@@ -666,93 +762,12 @@ impl Provider for HetznerProvider {
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
-        spec.validate()?;
-        self.capabilities().check_spec(KIND, spec)?;
-        validate_token("location", &spec.location)?;
-        let t = self.server_type(&spec.machine_type).await?;
-        Self::check_orderable(&t, &spec.location)?;
-        let image = match &spec.image {
-            Some(i) => self.image_for(i, &t.architecture, true).await?,
-            None => {
-                self.image_for(&self.config.image, &t.architecture, false)
-                    .await?
-            }
-        };
-        let firewall = self.firewall_id().await?;
-        let network = self.network_id().await?;
-        let mut labels = labels::ownership_labels(&spec.pool, &self.owner);
-        labels.extend(spec.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        // This call's token, told apart from an earlier call's when the name is met taken.
-        let token = create_token();
-        labels.insert(CREATE_LABEL.to_string(), token.clone());
-        let mut body = json!({
-            "name": spec.name,
-            "server_type": spec.machine_type,
-            "image": image,
-            "location": spec.location,
-            "labels": labels,
-            "start_after_create": true,
-        });
-        if !self.config.ssh_keys.is_empty() {
-            body["ssh_keys"] = json!(self.config.ssh_keys);
-        }
-        if let Some(f) = firewall {
-            body["firewalls"] = json!([{ "firewall": f }]);
-        }
-        if let Some(n) = network {
-            body["networks"] = json!([n]);
-        }
-        if !spec.user_data.is_empty() {
-            body["user_data"] = json!(spec.user_data);
-        }
-        // Retrying the POST is safe: names are unique per project, so a repeat of a create whose answer
-        // was lost meets `uniqueness_error` and takes over the server the first attempt made, which
-        // carries this call's token.
-        let made = self
-            .client
-            .call::<CreatedServer>("servers.create", Method::POST, "/servers", &[], Some(&body))
-            .await;
-        let r = match made {
-            Ok(r) => r,
-            Err(e @ (Error::NoStock { .. } | Error::Quota { .. })) => {
-                // A create retried after a lost answer can meet the stock or the server limit that its
-                // first attempt used up: take over the server that attempt made, when there is one.
-                return match self.adopt(spec, e, false, &token).await {
-                    Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
-                    other => other,
-                };
-            }
-            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true, &token).await,
-            Err(e) => return Err(e),
-        };
-        let id = r.server.id;
-        self.unseen.note(id);
-        // The create action, then its next actions (the `start_server` of `start_after_create`).
-        let mut ended = self.wait_action_end(&r.action).await;
-        for next in &r.next_actions {
-            if !matches!(ended, Ok(Ok(()))) {
-                break;
-            }
-            ended = self.wait_action_end(next).await;
-        }
-        match ended {
-            Ok(Ok(())) => {}
-            // Still running (or unreadable): the server stays; a retry of the create adopts it.
-            // Never "made nothing", even when the read was refused (throttled): the server exists.
-            Err(unknown) => return Err(unknown.with_may_have_acted()),
-            // Ended in error, whatever its code: the create failed, and its server goes so that the
-            // name frees (a passing code stays retryable: the next try makes a new server). One
-            // that failed for placement or capacity is no stock.
-            Ok(Err(failed)) => {
-                let e = self.remove_failed(id, &spec.name, failed).await;
-                return kit::no_stock_of(spec, e);
-            }
-        }
-        let s = self
-            .wait_visible(id)
-            .await
-            .map_err(Error::with_may_have_acted)?;
-        Ok(Created::Machine(self.machine_of(&s)))
+        // A create dropped once Hetzner accepted its POST leaves a server that reads may not show
+        // yet: its name is noted, so that `delete_named` of it looks again.
+        let unanswered = self.stopped.start(&spec.pool, &spec.name);
+        let answer = self.make(spec).await;
+        unanswered.answered();
+        answer
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
@@ -793,6 +808,26 @@ impl Provider for HetznerProvider {
         };
         kit::check_owned(id, &s.labels, &self.owner)?;
         self.delete_server(n).await
+    }
+
+    /// The trait's default (the server `machine_named` finds, deleted), but a "none" for a name a
+    /// create of this provider left when it was stopped before it answered is read again within
+    /// the visibility window: that create's server may not show yet. Other names cost the one read.
+    async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
+        validate_pool(pool)?;
+        validate_name(name)?;
+        let found = self
+            .stopped
+            .find(pool, name, pause, || async {
+                Ok(self.machine_named(pool, name).await?.into_iter().collect())
+            })
+            .await?;
+        let removed = match found.first() {
+            Some(m) => self.delete(&m.id).await?,
+            None => false,
+        };
+        self.stopped.forget(pool, name);
+        Ok(removed)
     }
 
     async fn start(&self, id: &str) -> Result<Machine> {

@@ -303,7 +303,9 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     /// A driver overrides it when its create makes pieces beside the machine (to remove them too),
     /// when its reads by name can miss a machine a moment old (tags that reach filters late: it
     /// finds the machine by what does not lag), or when several machines of the name can stand
-    /// (every one goes).
+    /// (every one goes). A driver whose new machines can stay unseen for a while notes its creates
+    /// stopped before they answered ([`crate::kit::StoppedCreates`]) and, for such a name, reads
+    /// again within its visibility window before it answers false.
     async fn delete_named(&self, pool: &str, name: &str) -> Result<bool> {
         match self.machine_named(pool, name).await? {
             Some(m) => self.delete(&m.id).await,

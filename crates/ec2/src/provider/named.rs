@@ -83,7 +83,18 @@ impl Ec2Provider {
         let mut removed = false;
         let mut failed = None;
         let mut left = Vec::new();
-        for inst in self.instances_named(pool, name).await? {
+        // A create of this name stopped lately may have made an instance that neither read shows
+        // yet: then "none" is read again within the visibility window.
+        let found = self
+            .stopped
+            .find(
+                pool,
+                name,
+                |n| self.pause(n),
+                || self.instances_named(pool, name),
+            )
+            .await?;
+        for inst in found {
             let id = inst.instance_id().unwrap_or_default();
             match self.terminate(id, state_of(&inst)).await {
                 Ok(_) => removed = true,
@@ -96,7 +107,10 @@ impl Ec2Provider {
         }
         match failed {
             Some(e) => Err(Error::leftovers(e, left)),
-            None => Ok(removed),
+            None => {
+                self.stopped.forget(pool, name);
+                Ok(removed)
+            }
         }
     }
 }

@@ -263,3 +263,43 @@ async fn delete_named_requests_are_counted() {
     }
     assert_eq!(e.proxy.requests(), before, "no request for invalid input");
 }
+
+/// A create stopped (dropped, as a caller's timeout does) once EC2 made its instance, which reads
+/// do not show yet: `delete_named` of its name reads again within the visibility window and
+/// removes it, where one read would have answered "nothing there".
+#[tokio::test]
+async fn delete_named_removes_the_instance_of_a_create_stopped_before_it_answered() {
+    let Some(e) =
+        env("delete_named_removes_the_instance_of_a_create_stopped_before_it_answered").await
+    else {
+        return;
+    };
+    // Within the provider's visibility window (20 s).
+    e.proxy.set_visibility_delay(Duration::from_secs(3));
+    let p = e.provider("owner-1").await;
+    let spec = e.spec("stopped-1");
+    let made = async {
+        loop {
+            let made = live_in_moto(&e, "owner-1", "stopped-1").await;
+            if !made.is_empty() {
+                return made;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let made = tokio::select! {
+        got = p.create(&spec) => panic!("the create answered before it was stopped: {got:?}"),
+        made = made => made,
+    };
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert!(
+        p.delete_named(&e.pool, "stopped-1").await.unwrap(),
+        "delete_named answered that nothing was there while {} stands",
+        made[0]
+    );
+    assert_eq!(
+        state_in_moto(&e.seed.moto, &made[0]).await,
+        InstanceStateName::Terminated
+    );
+    assert!(!p.delete_named(&e.pool, "stopped-1").await.unwrap());
+}

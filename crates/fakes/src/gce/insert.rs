@@ -275,10 +275,7 @@ fn make(s: &mut World, project: &str, vm: &Value, plan: Plan, request_id: Option
         request_id,
     );
     // `targetId`: the incarnation of the instance this insert is about.
-    op["targetId"] = json!(id.to_string());
-    if let Some(o) = op["name"].as_str().and_then(|n| s.ops.get_mut(n)) {
-        o.value["targetId"] = json!(id.to_string());
-    }
+    s.set_target_id(&mut op, &id.to_string());
     op
 }
 

@@ -80,10 +80,11 @@ pub(super) async fn delete_instance(
 ) -> Answer {
     check_project(&project)?;
     let mut s = change(&state, &q.request_id)?;
-    let (key, _) = changeable(&s, &project, &zone, &name)?;
+    let (key, vm) = changeable(&s, &project, &zone, &name)?;
+    // "The instance is currently stopping (either being deleted or killed)" until it is gone.
     s.instances.get_mut(&key).expect("visible")["status"] = json!("STOPPING");
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
-    let op = s.new_op(
+    let mut op = s.new_op(
         Some(&zone),
         "delete",
         target,
@@ -91,6 +92,7 @@ pub(super) async fn delete_instance(
         Some(key),
         q.request_id.as_deref(),
     );
+    s.set_target_id(&mut op, vm["id"].as_str().unwrap_or_default());
     Ok(Json(op).into_response())
 }
 
@@ -168,7 +170,7 @@ pub(super) async fn instance_action(
         }
         other => return Err(gerr(404, "notFound", format!("Unknown method '{other}'"))),
     };
-    let op = s.new_op(
+    let mut op = s.new_op(
         Some(&zone),
         &action,
         target,
@@ -176,6 +178,7 @@ pub(super) async fn instance_action(
         Some(key),
         q.request_id.as_deref(),
     );
+    s.set_target_id(&mut op, vm["id"].as_str().unwrap_or_default());
     Ok(Json(op).into_response())
 }
 

@@ -1,4 +1,4 @@
-//! Zone and global `operations`: get and wait.
+//! Zone and global `operations`: get and wait, and the zone's list.
 
 use super::*;
 
@@ -53,4 +53,36 @@ pub(super) async fn op_answer(state: &Shared, p: &HashMap<String, String>, wait:
     let mut s = lock(state);
     s.read_op(name)
         .map_or_else(missing, |op| Json(op).into_response())
+}
+
+/// `zoneOperations.list`: the zone's operations, running and done, that match the `filter`
+/// (`(operationType = "delete") (targetId = "...")`, say), in the order they started.
+pub(super) async fn list_ops(
+    State(state): State<Shared>,
+    Path((project, zone)): Path<(String, String)>,
+    Query(q): Query<ListQuery>,
+) -> Answer {
+    check_project(&project).and(check_zone(&zone))?;
+    let filter = filter_of(&q)?;
+    let s = lock(&state);
+    let scope = format!("/zones/{zone}/operations/");
+    let mut items: Vec<(u64, Value)> = s
+        .ops
+        .values()
+        .filter(|op| {
+            let link = op.value["selfLink"].as_str().unwrap_or_default();
+            link.contains(&scope) && filter.matches(&op.value)
+        })
+        .map(|op| {
+            let id = op.value["id"].as_str().and_then(|i| i.parse().ok());
+            (id.unwrap_or(0), op.value.clone())
+        })
+        .collect();
+    items.sort_by_key(|(id, _)| *id);
+    page(
+        items.into_iter().map(|(_, op)| op).collect(),
+        &q,
+        "compute#operationList",
+        format!("{LINK}/projects/{PROJECT}/zones/{zone}/operations"),
+    )
 }

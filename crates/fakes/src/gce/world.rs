@@ -135,6 +135,15 @@ impl World {
         self.ops[&name].value.clone()
     }
 
+    /// Sets the `targetId` of operation `op` (as answered, and as stored): the incarnation of the
+    /// instance it is about, as Compute Engine writes it on every instance operation.
+    pub(super) fn set_target_id(&mut self, op: &mut Value, id: &str) {
+        op["targetId"] = json!(id);
+        if let Some(o) = op["name"].as_str().and_then(|n| self.ops.get_mut(n)) {
+            o.value["targetId"] = json!(id);
+        }
+    }
+
     /// Ends every operation whose time is up, applying its effect.
     pub(super) fn settle(&mut self) {
         let now = tokio::time::Instant::now();

@@ -50,7 +50,8 @@ impl GceProvider {
         Ok(found)
     }
 
-    /// [`Provider::delete_named`]: the instances first, then the boot disks still standing.
+    /// [`Provider::delete_named`]: the instances first, then the boot disks still standing, and
+    /// the instances that hold a boot disk of the name but that the listing did not show.
     pub(super) async fn remove_named(&self, pool: &str, name: &str) -> Result<bool> {
         validate_pool(pool)?;
         orca_machines::validate_name(name)?;
@@ -59,7 +60,17 @@ impl GceProvider {
             return Ok(false);
         }
         let mut removal = Removal::default();
-        for vm in self.instances_named(pool, name).await? {
+        // A create of this name stopped lately may have made an instance the listing does not show
+        // yet: then "none" is read again within the window.
+        let retry = &self.client().retry;
+        let pause = |n| retry.backoff(n).max(Duration::from_millis(20));
+        let shown = self
+            .inner
+            .stopped
+            .find(pool, name, pause, || self.instances_named(pool, name))
+            .await?;
+        let mut zones_shown = Vec::new();
+        for vm in shown {
             let r = InstanceRef {
                 zone: last_segment(&vm.zone).to_string(),
                 name: vm.name,
@@ -69,25 +80,81 @@ impl GceProvider {
                 self.inner.recent.forget(r.id().as_str());
             }
             removal.note(outcome, format!("instance {}", r.id()));
+            zones_shown.push(r.zone);
         }
         // Read once the instances are gone: a boot disk went with its instance (autoDelete), and
-        // one whose autoDelete was turned off is unattached now.
-        for (zone, disk) in self.loose_boot_disks(pool, name).await? {
-            let path = self.client().zonal(&zone, &format!("disks/{}", disk.name));
-            let outcome = self.delete_path("disks.delete", &path).await;
-            removal.note(outcome, format!("disk {zone}:{}", disk.name));
+        // one whose autoDelete was turned off is unattached now. One still held by an instance of
+        // the name that the listing did not show proves that instance exists (a create stopped
+        // before it answered, in this process or another): it is read directly.
+        for (zone, disk) in self.boot_disks(pool, name).await? {
+            if is_loose_boot_disk_of(&disk, name) {
+                let path = self.client().zonal(&zone, &format!("disks/{}", disk.name));
+                let outcome = self.delete_path("disks.delete", &path).await;
+                removal.note(outcome, format!("disk {zone}:{}", disk.name));
+            } else if is_held_by(&disk, name) && !zones_shown.contains(&zone) {
+                self.remove_unshown(pool, &zone, name, &disk, &mut removal)
+                    .await;
+            }
+        }
+        if removal.failed.is_none() {
+            self.inner.stopped.forget(pool, name);
         }
         removal.answer()
     }
 
-    /// The boot disks of instance name `name` with this owner's and `pool`'s labels that no
-    /// instance holds, with their zones. A disk an instance holds goes with that instance.
+    /// Removes instance `name` of `zone`, which holds this owner's boot `disk` of that name in
+    /// `pool` but which the listing did not show: read (again until it shows, within the visibility
+    /// window), deleted when it is this owner's machine of `pool`, and its disk after it when the
+    /// disk stayed. Not shown within the window, it is named `instance <zone>:<name> (not shown
+    /// yet)`, as a failed create's clean-up names it, so that the caller calls again.
+    async fn remove_unshown(
+        &self,
+        pool: &str,
+        zone: &str,
+        name: &str,
+        disk: &Disk,
+        removal: &mut Removal,
+    ) {
+        let r = InstanceRef {
+            zone: zone.to_string(),
+            name: name.to_string(),
+        };
+        match self.read_fresh(&r, Instant::now()).await {
+            Ok(Some(vm)) if is_in_pool(&vm.labels, pool, &self.inner.owner) => {
+                let outcome = self.delete_instance(&r).await;
+                let removed = outcome.is_ok();
+                removal.note(outcome, format!("instance {}", r.id()));
+                if removed {
+                    self.inner.recent.forget(r.id().as_str());
+                    // A disk whose autoDelete was turned off outlives its instance.
+                    let outcome = self.delete_disk_if_ours(zone, &disk.name, None).await;
+                    if outcome.is_err() {
+                        removal.note(outcome, format!("disk {zone}:{}", disk.name));
+                    }
+                }
+            }
+            // Another pool's or owner's machine now (its labels changed): not this name's to remove.
+            Ok(Some(_)) => {}
+            Ok(None) => removal.note(
+                Err(Error::transient(format!(
+                    "instance {} holds boot disk {zone}:{} but is not shown yet",
+                    r.id(),
+                    disk.name
+                ))),
+                format!("instance {} (not shown yet)", r.id()),
+            ),
+            Err(e) => removal.note(Err(e), format!("instance {} (unknown)", r.id())),
+        }
+    }
+
+    /// The boot disks of instance name `name` with this owner's and `pool`'s labels, held or not,
+    /// with their zones. A disk an instance holds goes with that instance.
     ///
     /// One listing: filtered on [`MACHINE_LABEL`] too when `name` is cut in its disks' names (the
     /// label alone tells its disks from those of a name alike in its first 54 characters); for a
     /// name held whole, on the pool's labels alone, so that the disks of versions before the label
-    /// are found as well ([`is_loose_boot_disk_of`] decides).
-    async fn loose_boot_disks(&self, pool: &str, name: &str) -> Result<Vec<(String, Disk)>> {
+    /// are found as well ([`is_boot_disk_named`] decides).
+    async fn boot_disks(&self, pool: &str, name: &str) -> Result<Vec<(String, Disk)>> {
         let owner = &self.inner.owner;
         let mut filter = self.pool_filter(pool);
         if name.len() > BOOT_DISK_STEM_MAX {
@@ -95,7 +162,7 @@ impl GceProvider {
             filter.push_str(&format!(" (labels.{MACHINE_LABEL} = \"{name}\")"));
         }
         let mut found = self.list_disks(filter).await?;
-        found.retain(|(_, d)| is_in_pool(&d.labels, pool, owner) && is_loose_boot_disk_of(d, name));
+        found.retain(|(_, d)| is_in_pool(&d.labels, pool, owner) && is_boot_disk_named(d, name));
         Ok(found)
     }
 
@@ -142,18 +209,31 @@ impl GceProvider {
     }
 }
 
-/// Whether `disk`, with this owner's and the pool's labels, is a loose boot disk of instance
-/// `name`: unattached, named as [`boot_disk_name`] names `name`'s disks, and with [`MACHINE_LABEL`]
-/// naming `name`. A disk made before that label has only its name to go by, which tells the
-/// machine only when `name` is held whole in it (at most 54 characters): a longer name's disk
-/// could be any name's alike in its first 54, and is left alone.
-fn is_loose_boot_disk_of(disk: &Disk, name: &str) -> bool {
-    disk.users.is_empty()
-        && is_boot_disk_of(&disk.name, name)
+/// Whether `disk`, with this owner's and the pool's labels, is a boot disk of instance `name`:
+/// named as [`boot_disk_name`] names `name`'s disks, and with [`MACHINE_LABEL`] naming `name`. A
+/// disk made before that label has only its name to go by, which tells the machine only when
+/// `name` is held whole in it (at most 54 characters): a longer name's disk could be any name's
+/// alike in its first 54, and is left alone.
+fn is_boot_disk_named(disk: &Disk, name: &str) -> bool {
+    is_boot_disk_of(&disk.name, name)
         && match disk.labels.get(MACHINE_LABEL) {
             Some(machine) => machine == name,
             None => name.len() <= BOOT_DISK_STEM_MAX,
         }
+}
+
+/// Whether `disk`, with this owner's and the pool's labels, is a loose boot disk of instance
+/// `name`: one of its boot disks ([`is_boot_disk_named`]) that no instance holds.
+fn is_loose_boot_disk_of(disk: &Disk, name: &str) -> bool {
+    disk.users.is_empty() && is_boot_disk_named(disk, name)
+}
+
+/// Whether an instance named `name` holds `disk` (its `users` are instance URLs, the instance's
+/// zone the disk's own: a zonal disk is attached in its zone only).
+fn is_held_by(disk: &Disk, name: &str) -> bool {
+    disk.users
+        .iter()
+        .any(|u| u.contains("/instances/") && last_segment(u) == name)
 }
 
 #[cfg(test)]

@@ -1439,6 +1439,75 @@ async fn a_create_of_a_name_taken_since_never_deletes_or_adopts_that_machine() {
     assert_eq!(vm["status"], "RUNNING");
 }
 
+/// Runs a delete of `id` on `p` and stops it (drops it, as a caller's timeout does) once Compute
+/// Engine has accepted it: the instance `name` is being deleted.
+async fn stop_delete_once_accepted(fake: &FakeGce, p: &GceProvider, id: &str, name: &str) {
+    let accepted = async {
+        while fake.instance(ZONE, name).unwrap()["status"] != "STOPPING" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        got = p.delete(id) => panic!("the delete answered before it was stopped: {got:?}"),
+        () = accepted => {}
+    }
+}
+
+#[tokio::test]
+async fn a_create_of_a_name_whose_instance_is_being_deleted_never_adopts_that_instance() {
+    // A delete stopped mid-way leaves the instance in deletion: a create of its name meets 409 for
+    // it until it is gone. Adopting it would answer a machine that vanishes a moment later.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-going", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let first = fake.instance(ZONE, "vm-going").unwrap()["id"].clone();
+    fake.set_operation_time(Duration::from_secs(2));
+    stop_delete_once_accepted(&fake, &p, &m.id, "vm-going").await;
+    fake.control().clear_log();
+    let got = p.create(&spec("vm-going", "e2-small")).await.unwrap();
+    assert!(matches!(got, Created::Machine(_)), "{got:?}");
+    // The delete was waited out and the name made anew: the instance standing is a new one.
+    let vm = fake
+        .instance(ZONE, "vm-going")
+        .expect("the new machine stands");
+    assert_ne!(vm["id"], first, "{vm}");
+    assert_eq!(vm["status"], "RUNNING");
+    assert_eq!(
+        fake.control().count(&Method::POST, "/instances?requestId="),
+        2
+    );
+
+    // A provider that cannot wait for the delete's end: Busy, retryable, and nothing made.
+    let m = got.machine().unwrap();
+    fake.set_operation_time(Duration::from_secs(3600));
+    stop_delete_once_accepted(&fake, &p, &m.id, "vm-going").await;
+    let q = GceProvider::new(
+        builder(&fake)
+            .operation_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    // (Waits answer at once, unfinished, so that the driver's timeout ends its wait.)
+    fake.answer_waits_early(u32::MAX);
+    let e = q.create(&spec("vm-going", "e2-small")).await.unwrap_err();
+    fake.answer_waits_early(0);
+    assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+    assert!(e.is_retryable() && e.made_nothing(), "{e:?}");
+    assert!(e.to_string().contains("being deleted"), "{e}");
+    assert_eq!(
+        fake.instance(ZONE, "vm-going").unwrap()["status"],
+        "STOPPING"
+    );
+}
+
 #[tokio::test]
 async fn a_change_of_a_machine_another_operation_holds_waits_for_that_operation() {
     // While an operation changes an instance, Compute Engine answers other changes of it with

@@ -1,6 +1,8 @@
 //! `delete_named`: what a create of a name made, found and removed by name: the instance, and the
 //! boot disk a create leaves when its insert found no room and its clean-up could not remove it.
 
+use std::time::Duration;
+
 use crate::common;
 
 use orca_fakes::gce::{FakeGce, ZONE};
@@ -310,4 +312,97 @@ async fn a_provider_of_every_zone_removes_the_disks_that_name_their_machine_and_
     for (zone, disk, _) in &never {
         assert!(fake.disk(zone, disk).is_some(), "{zone}:{disk}");
     }
+}
+
+/// Runs a create of `name` on `p` and stops it (drops it, as a caller's timeout does) once Compute
+/// Engine has accepted its insert: the fake holds the instance, which reads may not show yet.
+async fn stop_once_accepted(fake: &FakeGce, p: &GceProvider, name: &str) {
+    let accepted = async {
+        while fake.instance(ZONE, name).is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let spec = spec(name);
+    tokio::select! {
+        got = p.create(&spec) => panic!("the create answered before it was stopped: {got:?}"),
+        () = accepted => {}
+    }
+}
+
+#[tokio::test]
+async fn a_create_stopped_before_it_answered_leaves_a_machine_that_delete_named_removes() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    // Compute Engine shows the new instance late (within the provider's visibility window, 10 s),
+    // and the insert's operation runs on after the create is stopped.
+    fake.set_visibility_delay(Duration::from_secs(2));
+    fake.set_operation_time(Duration::from_secs(1));
+    stop_once_accepted(&fake, &p, "vm-stopped").await;
+    assert!(p.delete_named("lab", "vm-stopped").await.unwrap());
+    assert!(fake.instance(ZONE, "vm-stopped").is_none(), "it stands");
+    assert!(
+        fake.disk_names(ZONE).is_empty(),
+        "{:?}",
+        fake.disk_names(ZONE)
+    );
+    // Removed: the name is an ordinary one again, one listing of instances and one of disks.
+    fake.control().clear_log();
+    assert!(!p.delete_named("lab", "vm-stopped").await.unwrap());
+    let log = fake.control().log();
+    let paths: Vec<&str> = log.iter().map(|l| l.path.as_str()).collect();
+    assert_eq!(paths.len(), 2, "{paths:?}");
+}
+
+#[tokio::test]
+async fn an_instance_that_holds_a_boot_disk_of_the_name_unshown_is_read_and_removed() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.set_visibility_delay(Duration::from_secs(2));
+    fake.set_operation_time(Duration::from_secs(1));
+    stop_once_accepted(&fake, &p, "vm-other").await;
+    // Another process (which knows of no stopped create): the boot disk, held by an instance the
+    // listing does not show, proves that instance exists.
+    let q = provider(&fake, "stack-1").await;
+    assert!(q.delete_named("lab", "vm-other").await.unwrap());
+    assert!(fake.instance(ZONE, "vm-other").is_none(), "it stands");
+    assert!(
+        fake.disk_names(ZONE).is_empty(),
+        "{:?}",
+        fake.disk_names(ZONE)
+    );
+}
+
+#[tokio::test]
+async fn an_instance_not_shown_within_the_window_is_named_so_that_the_caller_calls_again() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    // Shown far later than the other process's window (long beside it, so that a slow run still
+    // finds it hidden).
+    let delay = Duration::from_secs(3);
+    fake.set_visibility_delay(delay);
+    stop_once_accepted(&fake, &p, "vm-hidden").await;
+    let q = GceProvider::new(
+        common::builder(&fake)
+            .visibility_window(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+        "stack-1",
+    )
+    .await
+    .unwrap();
+    let e = q.delete_named("lab", "vm-hidden").await.unwrap_err();
+    match &e {
+        Error::Leftovers { left, .. } => assert_eq!(
+            left,
+            &[format!("instance {ZONE}:vm-hidden (not shown yet)")],
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.instance(ZONE, "vm-hidden").is_some());
+    // Called again once Compute Engine shows it: removed.
+    tokio::time::sleep(delay).await;
+    assert!(q.delete_named("lab", "vm-hidden").await.unwrap());
+    assert!(fake.instance(ZONE, "vm-hidden").is_none(), "it stands");
+    assert!(fake.disk_names(ZONE).is_empty());
 }

@@ -1196,3 +1196,34 @@ async fn a_create_throttled_after_the_server_was_made_did_not_make_nothing() {
     fake.control().clear_faults();
     assert!(p.machine_named("lab", "thr-1").await.unwrap().is_some());
 }
+
+#[tokio::test]
+async fn a_create_stopped_before_it_answered_leaves_a_server_that_delete_named_removes() {
+    // The create's actions run on after Hetzner accepted its POST, and the new server shows late
+    // (within the provider's visibility window, 30 s).
+    let fake = FakeHetzner::start_with(Options {
+        action_time: Duration::from_secs(1),
+        ..Options::default()
+    })
+    .await
+    .unwrap();
+    fake.set_visibility_delay(Duration::from_secs(3));
+    let p = common::provider(&fake, "me").await;
+    let made = spec("web-stopped", "cx23", "fsn1", "lab");
+    // Stopped (dropped, as a caller's timeout does) once Hetzner has accepted the create.
+    let accepted = async {
+        while fake.servers().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        got = p.create(&made) => panic!("the create answered before it was stopped: {got:?}"),
+        () = accepted => {}
+    }
+    assert!(p.delete_named("lab", "web-stopped").await.unwrap());
+    assert!(fake.servers().is_empty(), "{:?}", fake.servers());
+    // Removed: the name is an ordinary one again, one read.
+    fake.control().clear_log();
+    assert!(!p.delete_named("lab", "web-stopped").await.unwrap());
+    assert_eq!(fake.control().log().len(), 1);
+}

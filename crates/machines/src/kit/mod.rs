@@ -14,6 +14,9 @@
 //!   the cause kept without its URL (a URL can carry a token).
 //! - [`Recent`] and [`read_until_seen`]: what a driver made lately, for the window in which the
 //!   cloud may not show it yet, and the reads that confirm a "not found" within that window.
+//! - [`StoppedCreates`]: the creates stopped before they answered (a dropped future), by pool and
+//!   name, so that `delete_named` of such a name reads again within the window before it believes
+//!   "nothing there".
 //! - [`call`] (and [`call_recorded`]): one cloud call, its attempts under the shared
 //!   [`RetryPolicy`], each in the one span shape of a cloud call ([`call_span`]), filled the same way
 //!   by every driver ([`record_request`], [`record_status`], [`record_request_id`],
@@ -42,7 +45,7 @@ pub use clock::UtcClock;
 #[cfg(feature = "http")]
 pub use http::{http_client, http_client_with, transport_error, TransportKind};
 pub use quota::{QuotaPacer, QuotaTicket, Settled, CLOCK_MARGIN};
-pub use recent::{read_until_seen, Recent};
+pub use recent::{read_until_seen, CreateGuard, Recent, StoppedCreates};
 pub use timeouts::{Proxy, Timeouts};
 
 use crate::error::{Error, Result};

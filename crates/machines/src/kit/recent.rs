@@ -150,6 +150,122 @@ where
     }
 }
 
+/// Creates stopped before they answered, by pool and name, each with the moment it was stopped,
+/// for one window (a driver's `visibility_window`).
+///
+/// A create's future can be dropped (a caller's timeout, a stopped task) after the cloud accepted
+/// it and before the new machine shows in reads. The caller then calls
+/// [`Provider::delete_named`](crate::Provider::delete_named), whose read by name can miss a machine
+/// a moment old: its "nothing there" would make the caller forget a name with a machine under it.
+/// So each create holds a [`CreateGuard`] while it runs; one dropped before it was answered notes
+/// its pool and name, and `delete_named` of a noted name reads again until the window ends
+/// ([`StoppedCreates::find`]) before it believes "nothing". A name no create of this process left
+/// that way costs one read, as before.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+/// use std::time::Duration;
+/// use orca_machines::kit::StoppedCreates;
+/// let stopped = StoppedCreates::new(Duration::from_secs(60));
+/// stopped.start("lab", "vm-1").answered();
+/// drop(stopped.start("lab", "vm-2"));
+/// assert!(!stopped.contains("lab", "vm-1") && stopped.contains("lab", "vm-2"));
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct StoppedCreates {
+    stopped: Recent<(String, String)>,
+}
+
+/// Held by a create while it runs ([`StoppedCreates::start`]): [`CreateGuard::answered`] once the
+/// create has its answer; dropped without it (the create's future dropped mid-way), it notes the
+/// create's pool and name as stopped, with the moment.
+#[derive(Debug)]
+#[must_use = "a guard dropped at once notes its create as stopped"]
+pub struct CreateGuard<'a> {
+    stopped: &'a StoppedCreates,
+    key: Option<(String, String)>,
+}
+
+impl CreateGuard<'_> {
+    /// The create answered: its caller knows what it made (or that it may have made something, from
+    /// the error), so nothing is noted.
+    pub fn answered(mut self) {
+        self.key = None;
+    }
+}
+
+impl Drop for CreateGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            tracing::debug!(pool = %key.0, name = %key.1, "a create was stopped before it answered");
+            self.stopped.stopped.note(key);
+        }
+    }
+}
+
+impl StoppedCreates {
+    /// None noted yet; each entry lasts `window`.
+    pub fn new(window: Duration) -> Self {
+        StoppedCreates {
+            stopped: Recent::new(window),
+        }
+    }
+
+    fn key(pool: &str, name: &str) -> (String, String) {
+        (pool.to_string(), name.to_string())
+    }
+
+    /// The guard a create of `name` in `pool` holds while it runs.
+    pub fn start(&self, pool: &str, name: &str) -> CreateGuard<'_> {
+        CreateGuard {
+            stopped: self,
+            key: Some(Self::key(pool, name)),
+        }
+    }
+
+    /// Whether a create of `name` in `pool` was stopped within the window.
+    pub fn contains(&self, pool: &str, name: &str) -> bool {
+        self.stopped.contains(&Self::key(pool, name))
+    }
+
+    /// Forgets a stopped create of `name` in `pool`: what it made was found and removed.
+    pub fn forget(&self, pool: &str, name: &str) {
+        self.stopped.forget(&Self::key(pool, name));
+    }
+
+    /// Until when "nothing of `name` in `pool`" is not believed: the end of the window of a create
+    /// of it stopped lately, else now (one read).
+    pub fn unseen_until(&self, pool: &str, name: &str) -> Instant {
+        self.stopped
+            .unseen_until(&Self::key(pool, name))
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// What `read` finds of `name` in `pool`: one read, or, while a create of that name stopped
+    /// within the window, reads (after `pause(n)`, as [`read_until_seen`]) until one finds
+    /// something or the window ends. An error ends it at once.
+    pub async fn find<T, F, Fut>(
+        &self,
+        pool: &str,
+        name: &str,
+        pause: impl FnMut(u32) -> Duration,
+        mut read: F,
+    ) -> Result<Vec<T>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Vec<T>>>,
+    {
+        let until = self.unseen_until(pool, name);
+        let found = read_until_seen(until, pause, || {
+            let found = read();
+            async move { Ok(Some(found.await?).filter(|f| !f.is_empty())) }
+        })
+        .await?;
+        Ok(found.unwrap_or_default())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,5 +374,68 @@ mod tests {
         )
         .await;
         assert!(got.is_err(), "an error ends it at once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_dropped_unanswered_is_noted_and_found_by_reads_within_the_window() {
+        let stopped = StoppedCreates::new(WINDOW);
+        stopped.start("lab", "vm-a").answered();
+        assert!(!stopped.contains("lab", "vm-a"), "answered: nothing noted");
+        let dropped = stopped.start("lab", "vm-b");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(dropped);
+        let noted = Instant::now();
+        assert!(stopped.contains("lab", "vm-b") && !stopped.contains("other", "vm-b"));
+        assert_eq!(stopped.unseen_until("lab", "vm-b"), noted + WINDOW);
+
+        // A name no create left: one read.
+        let mut reads = 0;
+        let got: Result<Vec<u8>> = stopped
+            .find(
+                "lab",
+                "vm-a",
+                |_| Duration::from_secs(1),
+                || {
+                    reads += 1;
+                    async { Ok(vec![]) }
+                },
+            )
+            .await;
+        assert_eq!((got, reads), (Ok(vec![]), 1));
+
+        // The stopped create's name: read again until something shows.
+        let start = Instant::now();
+        let mut at = Vec::new();
+        let got = stopped
+            .find(
+                "lab",
+                "vm-b",
+                |_| Duration::from_secs(10),
+                || {
+                    at.push(start.elapsed().as_secs());
+                    let n = at.len();
+                    async move { Ok(if n == 3 { vec!["vm-b"] } else { vec![] }) }
+                },
+            )
+            .await;
+        assert_eq!(got, Ok(vec!["vm-b"]));
+        assert_eq!(at, [0, 10, 20]);
+
+        // Nothing shows: believed when the window ends.
+        let got: Result<Vec<u8>> = stopped
+            .find(
+                "lab",
+                "vm-b",
+                |_| Duration::from_secs(10),
+                || async { Ok(vec![]) },
+            )
+            .await;
+        assert_eq!(got, Ok(vec![]));
+        assert_eq!(Instant::now(), noted + WINDOW);
+        assert!(!stopped.contains("lab", "vm-b"));
+
+        drop(stopped.start("lab", "vm-c"));
+        stopped.forget("lab", "vm-c");
+        assert!(!stopped.contains("lab", "vm-c"));
     }
 }
