@@ -190,16 +190,6 @@ pub(crate) fn check_private(
     })
 }
 
-/// The write bits of `meta` that let another user write it: the others' always, the group's unless
-/// the group is this process's own (a user's private group: a umask of 002 leaves its write bit on
-/// what the user makes, and no one else is in it).
-#[cfg(unix)]
-pub(crate) fn written_by_others(meta: &std::fs::Metadata) -> u32 {
-    use std::os::unix::fs::MetadataExt;
-    let own_group = meta.gid() == rustix::process::getegid().as_raw();
-    meta.mode() & if own_group { 0o002 } else { 0o022 }
-}
-
 /// The folder of `path` (`.` for a bare file name).
 pub(crate) fn folder(path: &Path) -> PathBuf {
     match path.parent() {

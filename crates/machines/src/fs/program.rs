@@ -5,8 +5,7 @@ use std::path::Path;
 use super::{folder, FsError};
 
 /// Refuses the program at `path` unless it is a regular file, and it and the folder it is in are
-/// owned by this user or by root and writable by no one else (no write bit for others, nor for a
-/// group other than this process's own: a user's private group holds no one else). When
+/// owned by this user or by root and writable by no one else (no group or other write bit). When
 /// `path` leads through a symbolic link, the file it leads to and that file's folder are checked
 /// too: the link's folder says who may swap the link, the target's who may swap the file.
 ///
@@ -54,8 +53,8 @@ fn check_folder(dir: &Path) -> Result<(), FsError> {
     check_trusted(dir, &meta)
 }
 
-/// Refuses what `meta` describes (at `path`) unless this user or root owns it and no one else may
-/// write it.
+/// Refuses what `meta` describes (at `path`) unless this user or root owns it and neither its
+/// group nor others may write it.
 fn check_trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), FsError> {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
@@ -65,7 +64,7 @@ fn check_trusted(path: &Path, meta: &std::fs::Metadata) -> Result<(), FsError> {
             "owned by another user (uid {}; this one is uid {me}, and only it or root is trusted)",
             meta.uid()
         )
-    } else if super::written_by_others(meta) != 0 {
+    } else if mode & 0o022 != 0 {
         format!("writable by others than its owner (mode {mode:o})")
     } else {
         return Ok(());
@@ -96,22 +95,11 @@ mod tests {
         mode(&program, 0o755);
         check_program(&program).unwrap();
 
-        mode(&program, 0o757);
+        mode(&program, 0o775);
         let e = check_program(&program).unwrap_err();
         assert!(matches!(e, FsError::NotTrusted { .. }), "{e:?}");
         assert_eq!(e.path(), program);
-        assert!(e.to_string().contains("mode 757"), "{e}");
-        // The group's write bit counts for a group other than this process's own only (a umask
-        // of 002 leaves it on what a user makes, in the user's private group).
-        mode(&program, 0o775);
-        check_program(&program).unwrap();
-        if rustix::process::geteuid().is_root() {
-            std::os::unix::fs::chown(&program, None, Some(65534)).unwrap();
-            let e = check_program(&program).unwrap_err();
-            assert!(e.to_string().contains("mode 775"), "{e}");
-            let own = rustix::process::getegid().as_raw();
-            std::os::unix::fs::chown(&program, None, Some(own)).unwrap();
-        }
+        assert!(e.to_string().contains("mode 775"), "{e}");
         mode(&program, 0o755);
 
         mode(&folder, 0o777);

@@ -224,8 +224,7 @@ fn remove_matching(dir: &Path, is_stale: impl Fn(&[u8]) -> bool) -> Result<Vec<P
 }
 
 /// Makes `dir` and its missing parents; the folders it makes are owner-only (0700 on Unix). An
-/// existing folder is left as it is, if it is this user's and writable by no one else (on Unix; a
-/// group write bit counts only for a group other than the process's own):
+/// existing folder is left as it is, if it is this user's and writable by no one else (on Unix):
 /// another user who owns it, or may write into it, could replace the files kept in it (a pinned
 /// host key, a profile), so it is refused ([`FsError::NotPrivate`]).
 pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
@@ -234,7 +233,7 @@ pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
         #[cfg(unix)]
         {
             let meta = std::fs::metadata(dir).map_err(|e| FsError::io(dir, "stat", e))?;
-            super::check_private(dir, &meta, super::written_by_others(&meta))?;
+            super::check_private(dir, &meta, 0o022)?;
         }
         return Ok(());
     }
