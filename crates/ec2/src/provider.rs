@@ -714,7 +714,7 @@ impl Ec2Provider {
     }
 
     /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
-    async fn make(&self, spec: &MachineSpec) -> Result<Created> {
+    async fn make(&self, spec: &MachineSpec, unanswered: &kit::CreateGuard<'_>) -> Result<Created> {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
         let mut req = self.run_request(spec).await?;
@@ -727,6 +727,7 @@ impl Ec2Provider {
             let began = Utc::now();
             // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
             // EC2 answers with the instance it made for it.
+            unanswered.sending();
             let outcome = self.run_instance(&req, &attempts).await;
             let inst = match outcome {
                 Ok(inst) => inst,
@@ -874,7 +875,7 @@ impl Provider for Ec2Provider {
         // A create dropped once EC2 accepted its RunInstances leaves an instance that reads may not
         // show yet: its name is noted, so that `delete_named` of it looks again.
         let unanswered = self.stopped.start(&spec.pool, &spec.name);
-        let answer = self.make(spec).await;
+        let answer = self.make(spec, &unanswered).await;
         unanswered.answered();
         answer
     }

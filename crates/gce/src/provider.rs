@@ -607,7 +607,7 @@ impl GceProvider {
     }
 
     /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
-    async fn make(&self, spec: &MachineSpec) -> Result<Created> {
+    async fn make(&self, spec: &MachineSpec, unanswered: &kit::CreateGuard<'_>) -> Result<Created> {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
         check_instance_name("name", &spec.name)?;
@@ -632,6 +632,7 @@ impl GceProvider {
             // another call's instance of that name, whatever this call's earlier attempts met:
             // adopted. An insert sent again after a 409 (which made nothing) takes a new one.
             let rid = [("requestId", request_id())];
+            unanswered.sending();
             let answer: Result<Operation> = self
                 .client()
                 .call("instances.insert", Method::POST, &path, &rid, Some(&body))
@@ -1030,7 +1031,7 @@ impl Provider for GceProvider {
         // A create dropped once Compute Engine accepted its insert leaves an instance that reads may
         // not show yet: its name is noted, so that `delete_named` of it looks again.
         let unanswered = self.inner.stopped.start(&spec.pool, &spec.name);
-        let answer = self.make(spec).await;
+        let answer = self.make(spec, &unanswered).await;
         unanswered.answered();
         answer
     }

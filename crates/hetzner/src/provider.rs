@@ -565,7 +565,7 @@ impl HetznerProvider {
     }
 
     /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
-    async fn make(&self, spec: &MachineSpec) -> Result<Created> {
+    async fn make(&self, spec: &MachineSpec, unanswered: &kit::CreateGuard<'_>) -> Result<Created> {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
         validate_token("location", &spec.location)?;
@@ -608,6 +608,7 @@ impl HetznerProvider {
         // Retrying the POST is safe: names are unique per project, so a repeat of a create whose answer
         // was lost meets `uniqueness_error` and takes over the server the first attempt made, which
         // carries this call's token.
+        unanswered.sending();
         let made = self
             .client
             .call::<CreatedServer>("servers.create", Method::POST, "/servers", &[], Some(&body))
@@ -765,7 +766,7 @@ impl Provider for HetznerProvider {
         // A create dropped once Hetzner accepted its POST leaves a server that reads may not show
         // yet: its name is noted, so that `delete_named` of it looks again.
         let unanswered = self.stopped.start(&spec.pool, &spec.name);
-        let answer = self.make(spec).await;
+        let answer = self.make(spec, &unanswered).await;
         unanswered.answered();
         answer
     }

@@ -199,18 +199,19 @@ impl PluginDrivers {
     /// The plugin kept under `key`, marked as asked for now.
     fn kept(&self, key: &Key) -> Option<Arc<PluginProvider>> {
         let mut kept = lock(&self.kept);
-        let k = kept.get_mut(key)?;
-        k.asked = Instant::now();
-        Some(k.plugin.clone())
+        let found = kept.get_mut(key).map(|k| {
+            k.asked = Instant::now();
+            k.plugin.clone()
+        });
+        // Every ask lets go of what is idle, so that a plugin of replaced settings ends even when
+        // no other plugin starts after it.
+        self.let_go_idle(&mut kept);
+        found
     }
 
-    /// Keeps `plugin` under `key`, and lets go of the plugins no step holds that were not asked
-    /// for within the idle time (dropped, they are killed once no step holds them), with the start
-    /// locks nobody waits on.
+    /// Keeps `plugin` under `key`, letting go of what is idle.
     fn keep(&self, key: Key, plugin: Arc<PluginProvider>) {
         let mut kept = lock(&self.kept);
-        let idle = self.keep_idle;
-        kept.retain(|_, k| Arc::strong_count(&k.plugin) > 1 || k.asked.elapsed() < idle);
         kept.insert(
             key,
             Kept {
@@ -218,6 +219,14 @@ impl PluginDrivers {
                 asked: Instant::now(),
             },
         );
+        self.let_go_idle(&mut kept);
+    }
+
+    /// Lets go of the plugins in `kept` no step holds that were not asked for within the idle time
+    /// (dropped, they are killed once no step holds them), and of the start locks nobody waits on.
+    fn let_go_idle(&self, kept: &mut HashMap<Key, Kept>) {
+        let idle = self.keep_idle;
+        kept.retain(|_, k| Arc::strong_count(&k.plugin) > 1 || k.asked.elapsed() < idle);
         lock(&self.starting)
             .retain(|key, gate| kept.contains_key(key) || Arc::strong_count(gate) > 1);
     }

@@ -28,6 +28,14 @@ use super::{folder, FsError};
 /// ```
 pub fn check_program(path: impl AsRef<Path>) -> Result<(), FsError> {
     let path = path.as_ref();
+    // A bare name is looked up on PATH when run: what would be checked here is another file.
+    if path.parent().is_none_or(|p| p.as_os_str().is_empty()) {
+        return Err(FsError::NotTrusted {
+            path: path.to_path_buf(),
+            why: "a bare name, which would be looked up on PATH: name the program by its path"
+                .into(),
+        });
+    }
     let meta = std::fs::metadata(path).map_err(|e| FsError::io(path, "stat", e))?;
     if !meta.is_file() {
         return Err(FsError::NotTrusted {
@@ -121,5 +129,7 @@ mod tests {
         assert!(e.to_string().contains("not a regular file"), "{e}");
         let e = check_program(folder.join("missing")).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+        let e = check_program("soul-cloud-x").unwrap_err();
+        assert!(e.to_string().contains("bare name"), "{e}");
     }
 }

@@ -157,10 +157,12 @@ where
 /// it and before the new machine shows in reads. The caller then calls
 /// [`Provider::delete_named`](crate::Provider::delete_named), whose read by name can miss a machine
 /// a moment old: its "nothing there" would make the caller forget a name with a machine under it.
-/// So each create holds a [`CreateGuard`] while it runs; one dropped before it was answered notes
-/// its pool and name, and `delete_named` of a noted name reads again until the window ends
-/// ([`StoppedCreates::find`]) before it believes "nothing". A name no create of this process left
-/// that way costs one read, as before.
+/// So each create holds a [`CreateGuard`] while it runs, and says when it sends the request that
+/// makes the machine ([`CreateGuard::sending`]); one dropped after that and before it was answered
+/// notes its pool and name, and `delete_named` of a noted name reads again until the window ends
+/// ([`StoppedCreates::find`]) before it believes "nothing". A create stopped before it sent
+/// anything (in its look-ups of types and images) made nothing and notes nothing. A name no create
+/// of this process left that way costs one read, as before.
 ///
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
@@ -168,8 +170,12 @@ where
 /// use orca_machines::kit::StoppedCreates;
 /// let stopped = StoppedCreates::new(Duration::from_secs(60));
 /// stopped.start("lab", "vm-1").answered();
-/// drop(stopped.start("lab", "vm-2"));
-/// assert!(!stopped.contains("lab", "vm-1") && stopped.contains("lab", "vm-2"));
+/// drop(stopped.start("lab", "vm-2")); // stopped before it sent anything
+/// let sent = stopped.start("lab", "vm-3");
+/// sent.sending();
+/// drop(sent);
+/// assert!(!stopped.contains("lab", "vm-1") && !stopped.contains("lab", "vm-2"));
+/// assert!(stopped.contains("lab", "vm-3"));
 /// # });
 /// ```
 #[derive(Debug)]
@@ -177,17 +183,25 @@ pub struct StoppedCreates {
     stopped: Recent<(String, String)>,
 }
 
-/// Held by a create while it runs ([`StoppedCreates::start`]): [`CreateGuard::answered`] once the
-/// create has its answer; dropped without it (the create's future dropped mid-way), it notes the
-/// create's pool and name as stopped, with the moment.
+/// Held by a create while it runs ([`StoppedCreates::start`]): [`CreateGuard::sending`] as it
+/// sends the request that makes the machine, [`CreateGuard::answered`] once the create has its
+/// answer; dropped between the two (the create's future dropped mid-way), it notes the create's
+/// pool and name as stopped, with the moment.
 #[derive(Debug)]
-#[must_use = "a guard dropped at once notes its create as stopped"]
+#[must_use = "a guard is answered when its create answers"]
 pub struct CreateGuard<'a> {
     stopped: &'a StoppedCreates,
     key: Option<(String, String)>,
+    sent: std::sync::atomic::AtomicBool,
 }
 
 impl CreateGuard<'_> {
+    /// The create sends the request that makes its machine (again, on a retry): from now on the
+    /// cloud may hold a machine of its name.
+    pub fn sending(&self) {
+        self.sent.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The create answered: its caller knows what it made (or that it may have made something, from
     /// the error), so nothing is noted.
     pub fn answered(mut self) {
@@ -197,6 +211,9 @@ impl CreateGuard<'_> {
 
 impl Drop for CreateGuard<'_> {
     fn drop(&mut self) {
+        if !self.sent.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         if let Some(key) = self.key.take() {
             tracing::debug!(pool = %key.0, name = %key.1, "a create was stopped before it answered");
             self.stopped.stopped.note(key);
@@ -221,6 +238,7 @@ impl StoppedCreates {
         CreateGuard {
             stopped: self,
             key: Some(Self::key(pool, name)),
+            sent: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -381,7 +399,13 @@ mod tests {
         let stopped = StoppedCreates::new(WINDOW);
         stopped.start("lab", "vm-a").answered();
         assert!(!stopped.contains("lab", "vm-a"), "answered: nothing noted");
+        drop(stopped.start("lab", "vm-a"));
+        assert!(
+            !stopped.contains("lab", "vm-a"),
+            "nothing sent: nothing noted"
+        );
         let dropped = stopped.start("lab", "vm-b");
+        dropped.sending();
         tokio::time::sleep(Duration::from_secs(5)).await;
         drop(dropped);
         let noted = Instant::now();
@@ -434,7 +458,10 @@ mod tests {
         assert_eq!(Instant::now(), noted + WINDOW);
         assert!(!stopped.contains("lab", "vm-b"));
 
-        drop(stopped.start("lab", "vm-c"));
+        let c = stopped.start("lab", "vm-c");
+        c.sending();
+        drop(c);
+        assert!(stopped.contains("lab", "vm-c"));
         stopped.forget("lab", "vm-c");
         assert!(!stopped.contains("lab", "vm-c"));
     }

@@ -457,6 +457,27 @@ async fn providers_of_one_driver_and_owner_with_other_settings_keep_a_plugin_eac
     assert_eq!(host.running("fake").await.len(), 2);
 }
 
+/// A plugin no step holds is let go when its idle time is over at the next ask of any plugin,
+/// not only at the next start: a plugin of replaced settings does not live as long as keeper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_plugin_is_let_go_at_the_next_ask_without_another_start() {
+    let test = "an_idle_plugin_is_let_go_at_the_next_ask_without_another_start";
+    let Some(built) = support::plugin_dir(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let host = PluginDrivers::new([built]).keep_idle(Duration::ZERO);
+    let a = fake_settings(&dir.path().join("a.json"));
+    let b = fake_settings(&dir.path().join("b.json"));
+    let held = host.provider("fake", "o", &a).await.unwrap();
+    host.provider("fake", "o", &b).await.unwrap();
+    assert_eq!(host.running("fake").await.len(), 2);
+    // a's plugin again, kept: no start, and b's, idle, is let go.
+    let again = host.provider("fake", "o", &a).await.unwrap();
+    assert!(std::ptr::addr_eq(Arc::as_ptr(&held), Arc::as_ptr(&again)));
+    assert_eq!(host.running("fake").await.len(), 1, "b's plugin is let go");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_of_replaced_settings_is_let_go_once_no_step_holds_it_and_calls_are_bounded() {
     let test =
