@@ -83,7 +83,8 @@ async fn delete_named_removes_what_tag_filters_do_not_show_yet() {
     let Some(e) = env("delete_named_removes_what_tag_filters_do_not_show_yet").await else {
         return;
     };
-    e.proxy.set_tag_filter_lag(Duration::from_secs(4));
+    // Far longer than the test runs, even on a loaded machine: the reads below must meet the lag.
+    e.proxy.set_tag_filter_lag(Duration::from_secs(60));
     let quick = common::provider(
         e.builder().visibility_window(Duration::from_millis(300)),
         "owner-1",
@@ -126,7 +127,8 @@ async fn delete_named_follows_the_token_to_a_later_generation() {
     let p = e.provider("owner-1").await;
     let first = common::made(p.create(&e.spec("gen-1")).await.unwrap());
     assert!(p.delete(&first.id).await.unwrap());
-    e.proxy.set_tag_filter_lag(Duration::from_secs(4));
+    // Far longer than the test runs, even on a loaded machine: the reads below must meet the lag.
+    e.proxy.set_tag_filter_lag(Duration::from_secs(60));
     let quick = common::provider(
         e.builder().visibility_window(Duration::from_millis(300)),
         "owner-1",
