@@ -51,10 +51,12 @@ pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Resp
         Some(res) => {
             let mut b = view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView")));
             // A security group names the interfaces that use it (read-only, as Azure shows it).
-            let users = nsg_users(st, b["id"].as_str().unwrap_or(""));
-            if kind == Kind::Nsg && !users.is_empty() {
-                b["properties"]["networkInterfaces"] =
-                    users.iter().map(|u| json!({ "id": u })).collect();
+            if kind == Kind::Nsg {
+                let users = nsg_users(st, b["id"].as_str().unwrap_or(""));
+                if !users.is_empty() {
+                    b["properties"]["networkInterfaces"] =
+                        users.iter().map(|u| json!({ "id": u })).collect();
+                }
             }
             ok(b)
         }
