@@ -208,8 +208,8 @@ impl AzureProvider {
         self.client().url(&self.id(type_name, name), NETWORK_API)
     }
 
-    /// Notes that this provider made VM `id` now: for a visibility window, a "not found" for it is
-    /// confirmed by later reads before it is believed.
+    /// Notes that this provider made VM `id` now: for a visibility window, or until a read shows
+    /// it, a "not found" for it is confirmed by later reads before it is believed.
     pub(crate) fn remember(&self, id: &str) {
         self.inner.recent.note(id.to_ascii_lowercase());
     }
@@ -247,7 +247,7 @@ impl AzureProvider {
     /// confirmed by later reads, for at most the visibility window.
     pub(crate) async fn read_vm(&self, id: &str, expand: bool) -> Result<Option<Vm>> {
         let url = self.vm_url(id, expand);
-        if let Some(vm) = self.client().get::<Vm>("read VM", &url).await? {
+        if let Some(vm) = self.get_vm(id, &url).await? {
             return Ok(Some(vm));
         }
         match self.unseen_until(id).await? {
@@ -282,10 +282,21 @@ impl AzureProvider {
                 if known {
                     return Ok(None);
                 }
-                self.client().get::<Vm>("read VM", url).await
+                self.get_vm(id, url).await
             }
         })
         .await
+    }
+
+    /// One read of VM `id` at `url`. A VM a read has shown is no longer new: a later "not found"
+    /// means it went (a delete whose caller stopped waiting, say), not that reads lag behind its
+    /// create, and is believed at once.
+    pub(crate) async fn get_vm(&self, id: &str, url: &str) -> Result<Option<Vm>> {
+        let vm = self.client().get::<Vm>("read VM", url).await?;
+        if vm.is_some() {
+            self.forget(id);
+        }
+        Ok(vm)
     }
 
     /// VM `id`, checked to be this owner's; `None` when there is none.

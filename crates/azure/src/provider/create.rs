@@ -328,8 +328,7 @@ impl AzureProvider {
         self.remember(&names.vm);
         // A create answers only once reads show the VM.
         let vm = match self
-            .client()
-            .get::<Vm>("read VM", &self.vm_url(&names.vm, true))
+            .get_vm(&names.vm, &self.vm_url(&names.vm, true))
             .await?
         {
             Some(vm) => vm,

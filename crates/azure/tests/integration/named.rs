@@ -2,6 +2,8 @@
 //! address, security group, interface and OS disk of that name carrying this owner's and this
 //! pool's tags), removed without the machine's id; another owner's or pool's left alone.
 
+use std::time::Duration;
+
 use crate::common;
 
 use common::*;
@@ -282,5 +284,33 @@ async fn a_delete_by_id_removes_only_pieces_of_the_vms_own_pool() {
     assert!(p.delete("vm-p").await.unwrap());
     assert_eq!(stray(&f), vec![(NSG.to_string(), "vm-p-nsg".to_string())]);
     assert!(p.delete_named("b", "vm-p").await.unwrap());
+    assert_eq!(stray(&f), vec![]);
+}
+
+/// A VM this provider made and whose delete was dropped (a caller's timeout) after it was sent:
+/// reads showed the VM before its delete, so a "not found" for it now means the delete went
+/// through. A delete by name believes it at once rather than reading the VM again through the
+/// visibility window (5 s here, a minute by default), as it does for a VM no read has shown yet.
+#[tokio::test]
+async fn a_delete_by_name_after_a_dropped_delete_reads_the_vm_once() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    p.create(&spec("vm-l", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    f.set_operation_time(Duration::from_millis(300));
+    let dropped = tokio::time::timeout(Duration::from_millis(100), p.delete("vm-l")).await;
+    assert!(dropped.is_err(), "the delete ended before its timeout");
+    // The delete operation runs on without its caller.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    f.set_operation_time(Duration::ZERO);
+    f.control().clear_log();
+    p.delete_named("lab", "vm-l").await.unwrap();
+    let vm_reads = f
+        .control()
+        .count(&"GET".parse().unwrap(), "/virtualMachines/vm-l");
+    assert_eq!(vm_reads, 1, "{:?}", f.control().log());
     assert_eq!(stray(&f), vec![]);
 }
