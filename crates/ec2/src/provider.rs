@@ -385,7 +385,9 @@ impl Ec2Provider {
     /// lost. EC2 holds an instance for the token, so it is read by the token itself (the
     /// `client-token` filter), within the visibility window: tag filters may not show it yet, and a
     /// create of the name must not make a second one meanwhile. Answered once a listing of the pool
-    /// shows it, as a create's own machine is; `None` when it is gone (the name is free) or never shows.
+    /// shows it, as a create's own machine is. When it is gone, a later generation of the name's
+    /// tokens may hold a live one ([`Ec2Provider::made_for_later_generation`]). `None` when none
+    /// lives (the name is free) or the token's instance never shows.
     async fn made_for_token(&self, spec: &MachineSpec, token: &str) -> Result<Option<Machine>> {
         let filters = [filter("client-token", [token])];
         let until = Instant::now() + self.visibility_window;
@@ -395,10 +397,36 @@ impl Ec2Provider {
             || async { Ok(self.list(&filters).await?.into_iter().next()) },
         )
         .await?;
-        let Some(inst) = inst.filter(|i| !going(state_of(i))) else {
-            return Ok(None);
-        };
-        let found = machine_of(&inst);
+        match inst {
+            Some(inst) if !going(state_of(&inst)) => self.adopt_shown(spec, &inst).await.map(Some),
+            // The token's instance was deleted: a later create of the name went on under the
+            // generations derived from it, whose instance tag filters may not show yet.
+            Some(_) => self.made_for_later_generation(spec).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The live instance of this owner's `spec.name` in `spec.pool` that a later generation of the
+    /// name's ClientTokens holds, adopted as [`Ec2Provider::adopt_shown`] adopts it.
+    async fn made_for_later_generation(&self, spec: &MachineSpec) -> Result<Option<Machine>> {
+        let held = self.made_for_tokens(&spec.pool, &spec.name).await?;
+        let live = held.into_iter().find(|i| {
+            let labels = labels_of(i);
+            !going(state_of(i))
+                && labels.get(NAME_TAG).map(String::as_str) == Some(spec.name.as_str())
+                && is_in_pool(&labels, &spec.pool, &self.owner)
+        });
+        match live {
+            Some(inst) => self.adopt_shown(spec, &inst).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Live instance `inst` that EC2 holds for one of this name's ClientTokens, checked to be in the
+    /// spec's place and this owner's, answered once a listing of the pool shows it, as a create's
+    /// own machine is.
+    async fn adopt_shown(&self, spec: &MachineSpec, inst: &Instance) -> Result<Machine> {
+        let found = machine_of(inst);
         same_place(&found, spec)?;
         kit::check_owned(&found.id, &found.labels, &self.owner)?;
         let Some(seen) = self.listed(&spec.pool, &found.id).await? else {
@@ -409,7 +437,7 @@ impl Ec2Provider {
             ))
             .with_operation("create"));
         };
-        Ok(Some(machine_of(&seen)))
+        Ok(machine_of(&seen))
     }
 
     /// The live machine this owner made for `spec` earlier under another ClientToken, if any.

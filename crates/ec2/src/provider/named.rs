@@ -18,7 +18,7 @@ impl Ec2Provider {
     /// gone or going, the next generation's (derived from that instance's id), as a create moves
     /// on ([`Provider::create`]). A generation salted after `IdempotentParameterMismatch` (a
     /// digest of the create's request) cannot be derived here: the tag listing finds those.
-    async fn made_for_tokens(&self, pool: &str, name: &str) -> Result<Vec<Instance>> {
+    pub(super) async fn made_for_tokens(&self, pool: &str, name: &str) -> Result<Vec<Instance>> {
         let mut found = Vec::new();
         let mut after: Option<String> = None;
         for _ in 0..MAX_TOKEN_GENERATIONS {

@@ -650,3 +650,58 @@ async fn a_create_with_other_parameters_after_a_lost_one_makes_no_second_machine
         truth.delete(&id).await.unwrap();
     }
 }
+
+/// A name made and deleted, then made again by a create whose answers were all lost (its instance
+/// stands under the second generation's ClientToken, derived from the deleted one's id), then
+/// created once more with other parameters while tag filters do not show that instance yet. EC2
+/// answers the first generation's token with IdempotentParameterMismatch and its instance is
+/// terminated: the create follows the generations to the standing instance and adopts it, rather
+/// than making a second machine of the name under a token of its own.
+#[tokio::test]
+async fn a_reused_names_lost_create_is_adopted_by_a_create_with_other_parameters() {
+    let Some(e) =
+        env("a_reused_names_lost_create_is_adopted_by_a_create_with_other_parameters").await
+    else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let gone = made(p.create(&e.spec("dup-2")).await.unwrap());
+    assert!(p.delete(&gone.id).await.unwrap());
+    // Tag filters find a new instance only a while after reads by id do.
+    e.proxy.set_tag_filter_lag(Duration::from_secs(4));
+    // The first generation's token names the deleted instance; every answer under the second
+    // generation's is lost.
+    let second = orca_ec2::client_token("owner-1", &e.pool, "dup-2", Some(&gone.id));
+    let attempts = RetryPolicy::fast().max_retries + 1;
+    e.proxy.inject(
+        rule("RunInstances", Fault::DropAnswer, attempts).when_form("ClientToken", &second),
+    );
+    let quick = common::provider(
+        e.builder().visibility_window(Duration::from_millis(300)),
+        "owner-1",
+    )
+    .await
+    .unwrap();
+    let lost = quick.create(&e.spec("dup-2")).await;
+    assert!(lost.is_err(), "{lost:?}");
+    e.proxy.clear("RunInstances");
+    let mut spec = e.spec("dup-2");
+    spec.labels.insert("role".into(), "b".into());
+    let again = p.create(&spec).await.unwrap();
+    assert!(matches!(again, Created::Adopted(_)), "{again:?}");
+    let truth = common::provider(common::builder(&e.seed, &e.seed.moto), "owner-1")
+        .await
+        .unwrap();
+    let named: Vec<String> = truth
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name == "dup-2" && m.status != Status::Deleting)
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(named.len(), 1, "{named:?}");
+    for id in named {
+        truth.delete(&id).await.unwrap();
+    }
+}
