@@ -13,7 +13,9 @@ use shed::backend::{Parts, ID_LABEL, SCHEMA_LABEL, STATE_LABEL};
 use shed::firewall::FwReason;
 use shed::{Backend, FileConfig, Status};
 
-use crate::support::{start_backend, test_timings, FakeEcho, ManualClock, TestProbe};
+use crate::support::{
+    start_backend, test_timings, FakeEcho, LogCount as _, ManualClock, TestProbe,
+};
 
 const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
 

@@ -21,6 +21,7 @@ use shed::backend::{Caller, Parts, Timings, ID_LABEL};
 use shed::clock::Clock;
 use shed::config::{Config, Role};
 use shed::echo::Echo;
+use shed::log::ServerLog;
 use shed::probe::{Probe, ProbeOutcome, ProbeTarget};
 use shed::store::Store;
 use shed::{ApiError, Backend, CreateRequest, FileConfig, Shed, ShedView, Status};
@@ -408,6 +409,18 @@ pub fn test_config(env: &str, state_dir: impl Into<PathBuf>) -> Config {
 pub async fn start_backend(parts: Parts) -> std::io::Result<Backend> {
     let store = Store::open(&parts.config.state_dir)?;
     Backend::start_on(store, parts).await
+}
+
+/// What tests ask of the server log.
+pub trait LogCount {
+    /// How many kept lines contain `needle`.
+    fn count(&self, needle: &str) -> usize;
+}
+
+impl LogCount for ServerLog {
+    fn count(&self, needle: &str) -> usize {
+        self.lines().iter().filter(|l| l.contains(needle)).count()
+    }
 }
 
 pub const ENV: &str = "dev";
