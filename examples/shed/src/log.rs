@@ -46,12 +46,4 @@ impl ServerLog {
     pub fn lines(&self) -> Vec<String> {
         lock(&self.lines).iter().cloned().collect()
     }
-
-    /// How many kept lines contain `needle`.
-    pub fn count(&self, needle: &str) -> usize {
-        lock(&self.lines)
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    }
 }

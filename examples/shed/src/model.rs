@@ -227,6 +227,25 @@ pub struct DeleteMarker {
     pub foreign_labels: bool,
 }
 
+impl DeleteMarker {
+    /// The marker of a delete of `shed` acknowledged at `acknowledged_at`: a VM may exist unless it is
+    /// destroyed or the insert was never sent.
+    pub(crate) fn of(shed: &Shed, acknowledged_at: Timestamp) -> Self {
+        DeleteMarker {
+            id: shed.id.clone(),
+            name: shed.name.clone(),
+            client: shed.client.clone(),
+            vm_name: shed.vm_name.clone(),
+            vm_id: shed.vm_id.clone(),
+            may_have_vm: !shed.vm_gone
+                && (shed.vm_id.is_some() || shed.create != CreateStage::NotSent),
+            acknowledged_at,
+            last_error: None,
+            foreign_labels: false,
+        }
+    }
+}
+
 /// A shed as the API shows it: nothing here names the cloud project, zone or any address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShedView {

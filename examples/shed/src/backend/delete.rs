@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{ApiError, Backend, Caller};
 use crate::jobs::readable;
-use crate::model::{CreateStage, DeleteMarker, Shed};
+use crate::model::{DeleteMarker, Shed};
 
 impl Backend {
     /// `DELETE /api/sheds/{name}`: hides the shed at once (a delete marker replaces its record) and
@@ -30,15 +30,8 @@ impl Backend {
                 return Err(ApiError::not_found(name));
             };
             let marker = DeleteMarker {
-                id: s.id.clone(),
-                name: s.name.clone(),
-                client: s.client.clone(),
-                vm_name: s.vm_name.clone(),
-                vm_id: s.vm_id.clone(),
-                may_have_vm: !s.vm_gone && (s.vm_id.is_some() || s.create != CreateStage::NotSent),
-                acknowledged_at: now,
-                last_error: None,
                 foreign_labels: foreign,
+                ..DeleteMarker::of(&s, now)
             };
             self.save_marker(&marker);
             st.deletes.insert(id.clone(), marker);

@@ -162,15 +162,9 @@ pub struct Parts {
 }
 
 impl Backend {
-    /// Starts the backend: opens and loads `state_dir` (refused while another server holds it), runs
-    /// the firewall check and the start-up reconciliation (what the README's "Restarts" lists),
-    /// resumes the jobs, and starts the periodic pass.
-    pub async fn start(parts: Parts) -> std::io::Result<Backend> {
-        let store = Store::open(&parts.config.state_dir)?;
-        Self::start_on(store, parts).await
-    }
-
-    /// [`Backend::start`] on a store already open (its lock taken before anything else was read).
+    /// Starts the backend on `store`, already open (its lock taken before anything else was read):
+    /// loads `state_dir`, runs the firewall check and the start-up reconciliation (what the README's
+    /// "Restarts" lists), resumes the jobs, and starts the periodic pass.
     pub async fn start_on(store: Store, parts: Parts) -> std::io::Result<Backend> {
         let b = Self::load_on(store, parts)?;
         b.pass(true).await;

@@ -54,11 +54,6 @@ impl ConfigError {
             problems: vec![(field.to_string(), why.into())],
         }
     }
-
-    /// Whether a problem names `field`.
-    pub fn names(&self, field: &str) -> bool {
-        self.problems.iter().any(|(f, _)| f == field)
-    }
 }
 
 #[derive(Default)]
@@ -268,25 +263,6 @@ impl Config {
     /// Whether the isolated profile is available (not with `firewall.mode: any` or `acknowledge_any`).
     pub fn isolated_available(&self) -> bool {
         self.firewall.mode != FirewallMode::Any && !self.firewall.acknowledge_any
-    }
-
-    /// Whether any client is a service client.
-    pub fn has_service_clients(&self) -> bool {
-        self.clients.values().any(|c| c.role == Role::Service)
-    }
-
-    /// A configuration for tests and the in-memory provider: environment `env`, provider `fake`,
-    /// transport `local`, sizes of the in-memory catalogue, static firewall sources `203.0.113.7/32`,
-    /// state in `state_dir`, no clients (every call is the local admin's).
-    pub fn for_tests(env: &str, state_dir: impl Into<PathBuf>) -> Config {
-        let yaml = format!(
-            "default_backend: remote\nremote:\n  provider: fake\n  transport: local\n  allow_test_drivers: true\n  environment: {env}\n  default_image: img-1\n  image_aliases: {{cloud: img-cloud}}\n  firewall:\n    source_ranges: [203.0.113.7/32]\n"
-        );
-        let mut c = FileConfig::parse(&yaml)
-            .and_then(|f| f.resolve(&|_: &str| None))
-            .expect("the test configuration is valid");
-        c.state_dir = state_dir.into();
-        c
     }
 }
 

@@ -2,35 +2,60 @@
 //! and the one of a failed create; when no VM of the shed stands, what its create may have left
 //! beside one is removed by name.
 
+use orca::Error;
+
 use super::{readable, Named};
 use crate::backend::{Backend, STATE_LABEL};
 
+/// Why the VM of a shed to destroy is not known.
+enum Unfound {
+    /// No VM of its name stands, and what its create left beside one could not be removed.
+    Left(Error),
+    /// The cloud could not be listed.
+    Unlisted(Error),
+}
+
 impl Backend {
+    /// The VM of shed `id` to destroy: `vm_id`, the one its record holds, else the one of its name
+    /// (`None` when another shed's labels claim that one). When no VM of its name stands, what its
+    /// create may have made before the VM is removed by name first.
+    async fn vm_to_destroy(
+        &self,
+        id: &str,
+        vm_id: Option<&str>,
+    ) -> Result<Option<String>, Unfound> {
+        if let Some(vm) = vm_id {
+            return Ok(Some(vm.to_string()));
+        }
+        match self.vm_by_name(id).await {
+            Ok(Named::Vm(m)) => Ok(Some(m.id)),
+            Ok(Named::Foreign) => Ok(None),
+            Ok(Named::Nothing) => {
+                self.remove_left(id).await.map_err(Unfound::Left)?;
+                Ok(None)
+            }
+            Err(e) => Err(Unfound::Unlisted(e)),
+        }
+    }
+
     pub(super) async fn step_destroy(&self, id: &str) {
         let Some(marker) = self.state().deletes.get(id).cloned() else {
             return;
         };
-        let vm_id = match &marker.vm_id {
-            Some(v) => Some(v.clone()),
-            None => match self.vm_by_name(id).await {
-                Ok(Named::Vm(m)) => Some(m.id),
-                Ok(Named::Foreign) => None,
-                Ok(Named::Nothing) => {
-                    // The insert may have made pieces before the VM: the marker goes with them.
-                    if let Err(e) = self.remove_left(id).await {
-                        self.marker_failed(
-                            id,
-                            format!("what its create left could not be removed: {e}"),
-                        );
-                        return;
-                    }
-                    None
-                }
-                Err(e) => {
-                    self.marker_failed(id, format!("the cloud could not be listed: {e}"));
-                    return;
-                }
-            },
+        let vm_id = match self.vm_to_destroy(id, marker.vm_id.as_deref()).await {
+            Ok(vm) => vm,
+            // The insert may have made pieces before the VM: the marker goes with them.
+            Err(Unfound::Left(e)) => {
+                self.marker_failed(
+                    id,
+                    format!("what its create left could not be removed: {e}"),
+                );
+                return;
+            }
+            Err(Unfound::Unlisted(e)) => {
+                self.marker_failed(id, format!("the cloud could not be listed: {e}"));
+                return;
+            }
         };
         let Some(vm) = vm_id else {
             self.deleted(id, &marker.name, " (no VM was made)");
@@ -111,31 +136,24 @@ impl Backend {
         let Some(s) = self.state().sheds.get(id).cloned() else {
             return;
         };
-        let vm = match &s.vm_id {
-            Some(v) => Some(v.clone()),
-            None => match self.vm_by_name(id).await {
-                Ok(Named::Vm(m)) => Some(m.id),
-                Ok(Named::Foreign) => None,
-                Ok(Named::Nothing) => {
-                    // The insert may have made pieces before the VM: the shed keeps its VM's
-                    // name (not `vm_gone`) until they are removed, so that the pass retries.
-                    if let Err(e) = self.remove_left(id).await {
-                        self.inner.log.warn(format!(
-                            "remote: shed {} ({id}): what its failed create left could not be removed (the periodic pass retries): {e}",
-                            s.name
-                        ));
-                        return;
-                    }
-                    None
-                }
-                Err(e) => {
-                    self.inner.log.warn(format!(
-                        "remote: shed {} ({id}): the cloud could not be listed to destroy the VM of its failed create: {e}",
-                        s.name
-                    ));
-                    return;
-                }
-            },
+        let vm = match self.vm_to_destroy(id, s.vm_id.as_deref()).await {
+            Ok(vm) => vm,
+            // The insert may have made pieces before the VM: the shed keeps its VM's name (not
+            // `vm_gone`) until they are removed, so that the pass retries.
+            Err(Unfound::Left(e)) => {
+                self.inner.log.warn(format!(
+                    "remote: shed {} ({id}): what its failed create left could not be removed (the periodic pass retries): {e}",
+                    s.name
+                ));
+                return;
+            }
+            Err(Unfound::Unlisted(e)) => {
+                self.inner.log.warn(format!(
+                    "remote: shed {} ({id}): the cloud could not be listed to destroy the VM of its failed create: {e}",
+                    s.name
+                ));
+                return;
+            }
         };
         let Some(vm) = vm else {
             self.update(id, |s, _| s.vm_gone = true);

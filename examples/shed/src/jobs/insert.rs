@@ -141,15 +141,9 @@ impl Backend {
         st.refused.insert(id.to_string(), err);
         let s = st.sheds.get(id).cloned().expect("present");
         let marker = DeleteMarker {
-            id: s.id.clone(),
-            name: s.name.clone(),
-            client: s.client.clone(),
-            vm_name: s.vm_name.clone(),
             vm_id: None,
             may_have_vm: true,
-            acknowledged_at: now,
-            last_error: None,
-            foreign_labels: false,
+            ..DeleteMarker::of(&s, now)
         };
         self.save_marker(&marker);
         st.deletes.insert(id.to_string(), marker);

@@ -7,7 +7,7 @@ use shed::config::FirewallMode;
 use shed::firewall::FwReason;
 use shed::Status;
 
-use crate::support::{good_rule, Env, RULE, SOURCE, TAG};
+use crate::support::{good_rule, Env, LogCount as _, RULE, SOURCE, TAG};
 
 type Change = Box<dyn Fn(&mut FirewallRule)>;
 

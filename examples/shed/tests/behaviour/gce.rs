@@ -10,11 +10,12 @@ use base64::Engine as _;
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SSH_RULE, SUBNET, ZONE};
 use serde_json::json;
 use shed::backend::{Parts, ID_LABEL, SCHEMA_LABEL, STATE_LABEL};
-use shed::clock::ManualClock;
 use shed::firewall::FwReason;
 use shed::{Backend, FileConfig, Status};
 
-use crate::support::{test_timings, FakeEcho, TestProbe};
+use crate::support::{
+    start_backend, test_timings, FakeEcho, LogCount as _, ManualClock, TestProbe,
+};
 
 const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n";
 
@@ -57,7 +58,7 @@ async fn start(firewall: &str) -> Gce {
     let provider = shed::server::provider(&cfg).await.unwrap();
     assert_eq!(provider.kind(), "gce");
     let echo = Arc::new(FakeEcho::default());
-    let backend = Backend::start(Parts {
+    let backend = start_backend(Parts {
         config: cfg,
         provider,
         probe: Arc::new(TestProbe::default()),

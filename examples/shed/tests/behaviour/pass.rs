@@ -296,7 +296,7 @@ async fn every_pass_runs_the_firewall_check() {
 #[tokio::test]
 async fn the_pass_runs_every_interval_on_the_clock() {
     let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let cfg = shed::Config::for_tests("dev", dir.path().join("remote"));
+    let cfg = crate::support::test_config("dev", dir.path().join("remote"));
     let cloud = orca::memory::MemoryCloud::new();
     cloud.put_firewall_rule(crate::support::good_rule());
     let env = Env::on(

@@ -57,7 +57,7 @@ fn chaos(cloud: &MemoryCloud) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_with_faults_ends_with_no_leak_and_every_shed_in_an_allowed_status() {
     let dir = Arc::new(tempfile::tempdir().unwrap());
-    let mut cfg = shed::Config::for_tests("dev", dir.path().join("remote"));
+    let mut cfg = crate::support::test_config("dev", dir.path().join("remote"));
     cfg.limits.max_running = 4;
     cfg.limits.max_sheds = 8;
     cfg.max_run_duration = Duration::from_secs(600);

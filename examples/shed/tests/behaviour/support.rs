@@ -6,8 +6,10 @@
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,11 +18,13 @@ use orca::layer::{Answer, Call as LayerCall, Extension, Layer, Layered, Next, Re
 use orca::memory::{MemoryCloud, DEFAULT_NETWORK};
 use orca::{Error, FirewallPorts, FirewallRule, Machine, Provider};
 use shed::backend::{Caller, Parts, Timings, ID_LABEL};
-use shed::clock::ManualClock;
+use shed::clock::Clock;
 use shed::config::{Config, Role};
 use shed::echo::Echo;
+use shed::log::ServerLog;
 use shed::probe::{Probe, ProbeOutcome, ProbeTarget};
-use shed::{ApiError, Backend, CreateRequest, Shed, ShedView, Status};
+use shed::store::Store;
+use shed::{ApiError, Backend, CreateRequest, FileConfig, Shed, ShedView, Status};
 
 /// A cloud call a test can hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -299,6 +303,126 @@ impl Echo for FakeEcho {
     }
 }
 
+/// A clock that runs with the system's, plus whatever a test adds with [`ManualClock::advance`]: a wait
+/// of ten minutes ends as soon as a test has advanced the clock by ten minutes.
+#[derive(Clone)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+struct ManualInner {
+    offset_ms: AtomicI64,
+    changed: tokio::sync::watch::Sender<i64>,
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("offset_ms", &self.inner.offset_ms.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ManualClock {
+    /// A clock at the system's time.
+    pub fn new() -> Self {
+        let (changed, _) = tokio::sync::watch::channel(0);
+        ManualClock {
+            inner: Arc::new(ManualInner {
+                offset_ms: AtomicI64::new(0),
+                changed,
+            }),
+        }
+    }
+
+    /// Moves this clock forward by `by`, waking every wait that has now ended.
+    pub fn advance(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX / 4);
+        let now = self.inner.offset_ms.fetch_add(ms, Ordering::SeqCst) + ms;
+        self.inner.changed.send_replace(now);
+    }
+}
+
+#[async_trait]
+impl Clock for ManualClock {
+    fn now(&self) -> orca::Timestamp {
+        chrono::Utc::now()
+            + chrono::Duration::milliseconds(self.inner.offset_ms.load(Ordering::SeqCst))
+    }
+
+    async fn sleep(&self, d: Duration) {
+        let until = self.now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        let mut rx = self.inner.changed.subscribe();
+        loop {
+            let left = until - self.now();
+            let Ok(left) = left.to_std() else { return };
+            if left.is_zero() {
+                return;
+            }
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep(left) => {}
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_manual_wait_ends_when_the_clock_is_advanced() {
+    let c = ManualClock::new();
+    // Polled here, so that each assertion follows what the wait saw: the first poll sets its end,
+    // a poll after an advance has looked at the advanced clock.
+    let mut waiting = std::pin::pin!(c.sleep(Duration::from_secs(600)));
+    assert!(futures::poll!(waiting.as_mut()).is_pending());
+    c.advance(Duration::from_secs(599));
+    assert!(
+        futures::poll!(waiting.as_mut()).is_pending(),
+        "one second is still left"
+    );
+    c.advance(Duration::from_secs(1));
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the wait ended");
+}
+
+/// A configuration for tests and the in-memory provider: environment `env`, provider `fake`,
+/// transport `local`, sizes of the in-memory catalogue, static firewall sources `203.0.113.7/32`,
+/// state in `state_dir`, no clients (every call is the local admin's).
+pub fn test_config(env: &str, state_dir: impl Into<PathBuf>) -> Config {
+    let yaml = format!(
+        "default_backend: remote\nremote:\n  provider: fake\n  transport: local\n  allow_test_drivers: true\n  environment: {env}\n  default_image: img-1\n  image_aliases: {{cloud: img-cloud}}\n  firewall:\n    source_ranges: [203.0.113.7/32]\n"
+    );
+    let mut c = FileConfig::parse(&yaml)
+        .and_then(|f| f.resolve(&|_: &str| None))
+        .expect("the test configuration is valid");
+    c.state_dir = state_dir.into();
+    c
+}
+
+/// Starts a backend as the server does, its `state_dir` opened (and locked) first.
+pub async fn start_backend(parts: Parts) -> std::io::Result<Backend> {
+    let store = Store::open(&parts.config.state_dir)?;
+    Backend::start_on(store, parts).await
+}
+
+/// What tests ask of the server log.
+pub trait LogCount {
+    /// How many kept lines contain `needle`.
+    fn count(&self, needle: &str) -> usize;
+}
+
+impl LogCount for ServerLog {
+    fn count(&self, needle: &str) -> usize {
+        self.lines().iter().filter(|l| l.contains(needle)).count()
+    }
+}
+
 pub const ENV: &str = "dev";
 pub const RULE: &str = "shed-dev-ssh";
 pub const TAG: &str = "shed-dev";
@@ -342,7 +466,7 @@ impl Env {
 
     pub async fn build(f: impl FnOnce(&mut Config)) -> Env {
         let dir = Arc::new(tempfile::tempdir().unwrap());
-        let mut cfg = Config::for_tests(ENV, dir.path().join("remote"));
+        let mut cfg = test_config(ENV, dir.path().join("remote"));
         f(&mut cfg);
         let cloud = MemoryCloud::new();
         cloud.put_firewall_rule(good_rule());
@@ -353,7 +477,7 @@ impl Env {
     /// as gce-setup.sh makes it on that network.
     pub async fn on_network(network: &str) -> Env {
         let dir = Arc::new(tempfile::tempdir().unwrap());
-        let cfg = Config::for_tests(ENV, dir.path().join("remote"));
+        let cfg = test_config(ENV, dir.path().join("remote"));
         let cloud = MemoryCloud::new();
         let mut rule = good_rule();
         rule.network = network.into();
@@ -387,7 +511,7 @@ impl Env {
         let clock = ManualClock::new();
         let probe = Arc::new(TestProbe::default());
         let echo = Arc::new(FakeEcho::default());
-        let backend = Backend::start(Parts {
+        let backend = start_backend(Parts {
             config: cfg.clone(),
             provider: provider.clone(),
             probe: probe.clone(),
@@ -415,7 +539,7 @@ impl Env {
     /// Stops the server as if killed and starts a new one on the same state, cloud and clock.
     pub async fn restart(&mut self) {
         self.backend.shutdown();
-        self.backend = Backend::start(self.parts()).await.unwrap();
+        self.backend = start_backend(self.parts()).await.unwrap();
     }
 
     /// The parts of a new backend on this bench.
