@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -338,6 +338,18 @@ struct Conn {
     child: Child,
     channel: Channel,
     generation: u64,
+    /// The calls waiting on this plugin now.
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// A call's hold on the plugin it waits on: counted in its connection's calls in flight until
+/// dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What the handshake told of the plugin.
@@ -411,13 +423,14 @@ fn stream_failure(command: &PluginCommand, op: &str, s: &Status) -> Error {
     .with_may_have_acted()
 }
 
-/// A call the plugin did not answer in time: it is let go and started again on the next call. The
+/// A call the plugin did not answer in time: it is let go once no other call waits on it, and
+/// started again on the next call. The
 /// plugin may have sent the call to its cloud before it stopped answering, so the call may have
 /// acted (a create may have made its machine): the error is marked so, and says it.
 fn timed_out(command: &PluginCommand, op: &str, limit: Duration) -> Error {
     Error::transient(format!(
         "{} did not answer {op} within {limit:?}, and {op} may have acted all the same; \
-         the plugin is started again on the next call",
+         the plugin is started again once no other call waits on it",
         command.name()
     ))
     .with_operation(op)
@@ -548,6 +561,7 @@ impl PluginProvider {
                 child,
                 channel,
                 generation: 1,
+                in_flight: Arc::default(),
             })),
             generation: AtomicU64::new(1),
         })
@@ -574,12 +588,15 @@ impl PluginProvider {
         Ok(self.connection().await?.0)
     }
 
-    /// The running plugin's channel and generation, starting it when none runs.
-    async fn connection(&self) -> Result<(Channel, u64)> {
+    /// The running plugin's channel and generation, starting it when none runs, and the hold on
+    /// it of the call about to be made.
+    async fn connection(&self) -> Result<(Channel, u64, InFlight)> {
         let mut held = self.conn.lock().await;
         if let Some(c) = held.as_mut() {
             if matches!(c.child.try_wait(), Ok(None)) {
-                return Ok((c.channel.clone(), c.generation));
+                c.in_flight.fetch_add(1, Ordering::SeqCst);
+                let hold = InFlight(c.in_flight.clone());
+                return Ok((c.channel.clone(), c.generation, hold));
             }
             tracing::warn!("{} exited; starting it again", self.command.name());
         }
@@ -597,12 +614,28 @@ impl PluginProvider {
             )));
         }
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let in_flight = Arc::new(AtomicUsize::new(1));
         *held = Some(Conn {
             child,
             channel: channel.clone(),
             generation,
+            in_flight: in_flight.clone(),
         });
-        Ok((channel, generation))
+        Ok((channel, generation, InFlight(in_flight)))
+    }
+
+    /// Lets the plugin of `generation` go, as [`PluginProvider::lost`], when no call waits on it:
+    /// a call past its timeout may be one slow call, and the others in flight may yet be answered.
+    /// Each call that times out checks again, so a plugin that answers none is let go by the last.
+    async fn lost_if_idle(&self, generation: u64) {
+        let mut held = self.conn.lock().await;
+        let idle = |c: &Conn| c.in_flight.load(Ordering::SeqCst) == 0;
+        if held
+            .as_ref()
+            .is_some_and(|c| c.generation == generation && idle(c))
+        {
+            *held = None;
+        }
     }
 
     /// Lets the plugin of `generation` go (it is killed), unless it was replaced already.
@@ -620,14 +653,15 @@ impl PluginProvider {
         F: FnOnce(CloudDriverClient<Channel>) -> Fut,
         Fut: Future<Output = std::result::Result<Response<T>, Status>>,
     {
-        let (channel, generation) = self.connection().await?;
+        let (channel, generation, hold) = self.connection().await?;
         let answer = f(client(channel));
         let answer = match self.command.call_timeout {
             None => answer.await,
             Some(limit) => match tokio::time::timeout(limit, answer).await {
                 Ok(a) => a,
                 Err(_) => {
-                    self.lost(generation).await;
+                    drop(hold);
+                    self.lost_if_idle(generation).await;
                     return Err(timed_out(&self.command, op, limit));
                 }
             },

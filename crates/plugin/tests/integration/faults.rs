@@ -215,6 +215,44 @@ async fn a_plugin_that_hangs_past_the_call_timeout_is_a_passing_failure_and_repl
     assert_eq!(p.starts(), 2, "the hung plugin was replaced");
 }
 
+/// One call past its timeout does not break the calls still waiting on the same plugin: a create
+/// in flight when a listing times out is answered, and the plugin is not started again for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_its_timeout_leaves_the_other_calls_in_flight_answered() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let command = fake_on(&state, "stack-1").call_timeout(Duration::from_secs(4));
+    let p = PluginProvider::start(command).await.unwrap();
+    let mut console = FakeControlClient::new(p.channel().await.unwrap());
+    for (operation, secs) in [("list", 3600), ("create", 3)] {
+        console
+            .inject(InjectRequest {
+                operation: operation.into(),
+                fault_json: format!(r#"{{"latency": {{"secs": {secs}, "nanos": 0}}}}"#),
+                times: 1,
+            })
+            .await
+            .unwrap();
+    }
+    // The listing times out at 4 s; the create, sent at 2 s, is answered at 5 s, within its own 4 s.
+    let listing = p.machines("lab");
+    let create = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        p.create(&spec("lab-1")).await
+    };
+    let (listed, created) = tokio::join!(listing, create);
+    let e = listed.unwrap_err();
+    assert!(e.to_string().contains("did not answer machines"), "{e}");
+    let m = created.unwrap().machine().unwrap();
+    assert_eq!(
+        p.starts(),
+        1,
+        "the plugin was started again under the create"
+    );
+    assert!(p.delete(&m.id).await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_writing_a_huge_line_on_stderr_is_cut_at_the_bound_and_still_serves() {
     use std::os::unix::fs::PermissionsExt;
