@@ -226,9 +226,13 @@ fn remove_matching(dir: &Path, is_stale: impl Fn(&[u8]) -> bool) -> Result<Vec<P
 /// Makes `dir` and its missing parents; the folders it makes are owner-only (0700 on Unix). An
 /// existing folder is left as it is, if it is this user's and writable by no one else (on Unix):
 /// another user who owns it, or may write into it, could replace the files kept in it (a pinned
-/// host key, a profile), so it is refused ([`FsError::NotPrivate`]).
+/// host key, a profile), so it is refused ([`FsError::NotPrivate`]). So is a folder inside one
+/// that another user owns or may write without the sticky bit (checked before anything is made):
+/// they could move it away and put their own in its place.
 pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
     let dir = dir.as_ref();
+    #[cfg(unix)]
+    check_above(dir)?;
     if dir.is_dir() {
         #[cfg(unix)]
         {
@@ -246,6 +250,51 @@ pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
     }
     b.create(dir)
         .map_err(|e| FsError::io(dir, "create folder", e))
+}
+
+/// Refuses `dir` when an existing folder above it is another user's (neither this user nor root)
+/// or may be written by others without the sticky bit, which keeps them from moving what they do
+/// not own (as in /tmp). The folders above are read as written and as the links in them lead.
+#[cfg(unix)]
+fn check_above(dir: &Path) -> Result<(), FsError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let written = std::path::absolute(dir).map_err(|e| FsError::io(dir, "resolve", e))?;
+    // The nearest folder above that exists: it and those above it hold what is made below.
+    let existing = written
+        .ancestors()
+        .skip(1)
+        .find(|a| a.is_dir())
+        .unwrap_or(Path::new("/"));
+    let real = std::fs::canonicalize(existing).map_err(|e| FsError::io(existing, "resolve", e))?;
+    let mut seen = std::collections::BTreeSet::new();
+    let above = written.ancestors().skip(1).chain(real.ancestors());
+    for folder in above.filter(|a| a.is_dir()) {
+        if !seen.insert(folder.to_path_buf()) {
+            continue;
+        }
+        let meta = std::fs::metadata(folder).map_err(|e| FsError::io(folder, "stat", e))?;
+        let mode = meta.mode() & 0o7777;
+        let why = if meta.uid() != me && meta.uid() != 0 {
+            format!(
+                "inside {}, owned by another user (uid {}, this one is uid {me})",
+                folder.display(),
+                meta.uid()
+            )
+        } else if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            format!(
+                "inside {}, which other users may write (mode {mode:o}, no sticky bit)",
+                folder.display()
+            )
+        } else {
+            continue;
+        };
+        return Err(FsError::NotPrivate {
+            path: dir.to_path_buf(),
+            why,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -454,3 +454,35 @@ fn other_process_takes_the_lock() {
         Err(e) => println!("FAILED: {e}"),
     }
 }
+
+/// A folder inside one that other users may write is refused, whether it exists or is to be made:
+/// they could move it away and put their own in its place. The sticky bit (as /tmp has it) keeps
+/// others from moving what they do not own, so such a folder above is accepted.
+#[cfg(unix)]
+#[test]
+fn a_private_folder_inside_one_others_may_write_is_refused_unless_sticky() {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    set(&open, 0o777);
+    let home = open.join("home");
+    let e = create_private_dir(home.join("deeper")).unwrap_err();
+    assert!(matches!(e, FsError::NotPrivate { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains(&open.display().to_string()) && e.to_string().contains("777"),
+        "{e}"
+    );
+    assert!(!home.exists(), "nothing is made inside it");
+    std::fs::create_dir(&home).unwrap();
+    set(&home, 0o700);
+    let e = create_private_dir(&home).unwrap_err();
+    assert!(matches!(e, FsError::NotPrivate { .. }), "{e:?}");
+    set(&open, 0o1777);
+    create_private_dir(&home).unwrap();
+    create_private_dir(home.join("deeper")).unwrap();
+    assert_eq!(mode(&home.join("deeper")), 0o700);
+}
