@@ -14,8 +14,7 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Status, TimeoutType,
     Transaction,
 };
-use orca_scaler::store::postgres::redact;
-use tokio_postgres::config::Host;
+use orca_scaler::store::postgres::{redact, servers};
 use tokio_postgres::NoTls;
 
 use crate::error::{db_error, describe_db, Error, Result};
@@ -105,58 +104,6 @@ fn unavailable(e: &PoolError, server: &str) -> Error {
         "registry.unavailable",
         format!("no PostgreSQL connection {detail}"),
     )
-}
-
-/// `name` when it is a plain host name or address (letters, digits, `.`, `-`, `_`, `:`): anything
-/// else means the URL was read otherwise than meant (an unencoded `@` in a password, say), and may
-/// hold part of the password.
-fn plain_host(name: &str) -> Option<&str> {
-    name.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'_'))
-        .then_some(name)
-}
-
-/// The socket folder `path` when it is a plain absolute path (letters, digits, `.`, `-`, `_`, `/`),
-/// for the same reason: a host read from a URL is taken for a folder when it holds a `/`.
-#[cfg(unix)]
-fn plain_socket_dir(path: &std::path::Path) -> Option<String> {
-    let s = path.to_str()?;
-    (s.starts_with('/')
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/')))
-    .then(|| s.to_string())
-}
-
-/// The servers `cfg` connects to, as `host:port`, never its password.
-fn servers(cfg: &tokio_postgres::Config) -> String {
-    let port = |i: usize| {
-        cfg.get_ports()
-            .get(i)
-            .or(cfg.get_ports().first())
-            .copied()
-            .unwrap_or(5432)
-    };
-    let hosts: Vec<String> = cfg
-        .get_hosts()
-        .iter()
-        .enumerate()
-        .map(|(i, h)| match h {
-            Host::Tcp(name) => match plain_host(name) {
-                Some(name) => format!("{name}:{}", port(i)),
-                None => "(a host name that does not read as one)".to_string(),
-            },
-            #[cfg(unix)]
-            Host::Unix(dir) => match plain_socket_dir(dir) {
-                Some(dir) => format!("{dir} (socket, port {})", port(i)),
-                None => "(a socket folder that does not read as one)".to_string(),
-            },
-        })
-        .collect();
-    if hosts.is_empty() {
-        format!("the default host, port {}", port(0))
-    } else {
-        hosts.join(", ")
-    }
 }
 
 /// A connection pool on `url` (a `postgres://` URL or a key=value string), of at most `max_size`

@@ -150,6 +150,40 @@ fn plain_socket_dir(path: &std::path::Path) -> Option<String> {
     .then(|| s.to_string())
 }
 
+/// The servers `cfg` connects to, for errors that name them: `host:port` each, a socket folder as
+/// `<folder> (socket, port <port>)`, never the password; a host that does not read as one (it may
+/// hold part of the password) is named only as such.
+pub fn servers(cfg: &tokio_postgres::Config) -> String {
+    let port = |i: usize| {
+        cfg.get_ports()
+            .get(i)
+            .or(cfg.get_ports().first())
+            .copied()
+            .unwrap_or(5432)
+    };
+    let hosts: Vec<String> = cfg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| match h {
+            Host::Tcp(name) => match plain_host(name) {
+                Some(name) => format!("{name}:{}", port(i)),
+                None => "(a host name that does not read as one)".to_string(),
+            },
+            #[cfg(unix)]
+            Host::Unix(dir) => match plain_socket_dir(dir) {
+                Some(dir) => format!("{dir} (socket, port {})", port(i)),
+                None => "(a socket folder that does not read as one)".to_string(),
+            },
+        })
+        .collect();
+    if hosts.is_empty() {
+        format!("the default host, port {}", port(0))
+    } else {
+        hosts.join(", ")
+    }
+}
+
 fn db(what: &str) -> impl Fn(tokio_postgres::Error) -> StoreError + '_ {
     move |e| StoreError::Failed(format!("{what}: {}", describe_pg(&e)))
 }
@@ -687,6 +721,22 @@ mod tests {
         // A user read from garbage (a '/' in the password before its '@') may hold the password.
         let shown = redact("postgres://pool/s3cret:x@db/k");
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn servers_are_named_by_host_and_port_without_the_password() {
+        let named = |url: &str| servers(&url.parse().unwrap());
+        assert_eq!(
+            named("postgres://app:hunter2@db.example:6432/k"),
+            "db.example:6432"
+        );
+        assert_eq!(
+            named("host=/run/postgresql,10.0.0.2 port=5433 password=hunter2"),
+            "/run/postgresql (socket, port 5433), 10.0.0.2:5433"
+        );
+        let shown = named("postgres://app:p@ss@db/k");
+        assert!(!shown.contains("ss"), "{shown}");
+        assert_eq!(named("dbname=k"), "the default host, port 5432");
     }
 
     #[test]
