@@ -14,7 +14,7 @@ use deadpool_postgres::{
     Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, Status, TimeoutType,
     Transaction,
 };
-use tokio_postgres::config::Host;
+use orca_scaler::store::postgres::{redact, servers};
 use tokio_postgres::NoTls;
 
 use crate::error::{db_error, describe_db, Error, Result};
@@ -52,63 +52,6 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0002_vm_pool.sql"),
     },
 ];
-
-/// The database URL with its password replaced by `***`, for logs and errors. The URL is parsed as
-/// the driver parses it, so that a password given anywhere (before the host, or as a query
-/// parameter) is never shown; what is shown is rebuilt from the parsed parts alone.
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, _)) = url.split_once("://") else {
-        return "<not a URL>".to_string();
-    };
-    let unreadable = || format!("{scheme}://<unreadable>");
-    // The driver takes the credentials up to the first `@`: a second one means a password that
-    // holds an unencoded `@`, and what follows it would show part of the password.
-    if url.matches('@').count() > 1 {
-        return unreadable();
-    }
-    let Ok(c) = url.parse::<tokio_postgres::Config>() else {
-        return unreadable();
-    };
-    let ports = c.get_ports();
-    let hosts: Vec<String> = c
-        .get_hosts()
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            let host = match h {
-                Host::Tcp(name) => plain_host(name)?.to_string(),
-                #[cfg(unix)]
-                Host::Unix(path) => plain_socket_dir(path)?,
-            };
-            Some(match ports.get(i).or(ports.first()) {
-                Some(port) => format!("{host}:{port}"),
-                None => host,
-            })
-        })
-        .collect::<Option<_>>()
-        .unwrap_or_default();
-    if hosts.is_empty() && !c.get_hosts().is_empty() {
-        return unreadable();
-    }
-    let user = c.get_user().unwrap_or("");
-    if !user
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
-    {
-        // Read otherwise than meant, as a host can be: the "user" may hold the password.
-        return unreadable();
-    }
-    let auth = match (user.is_empty(), c.get_password().is_some()) {
-        (true, false) => String::new(),
-        (_, true) => format!("{user}:***@"),
-        (false, false) => format!("{user}@"),
-    };
-    format!(
-        "{scheme}://{auth}{}/{}",
-        hosts.join(","),
-        c.get_dbname().unwrap_or("")
-    )
-}
 
 /// How long a step or a request waits for a connection of the pool (all of them in use) or for a new
 /// one to be made, before it fails naming the database pool.
@@ -163,58 +106,6 @@ fn unavailable(e: &PoolError, server: &str) -> Error {
     )
 }
 
-/// `name` when it is a plain host name or address (letters, digits, `.`, `-`, `_`, `:`): anything
-/// else means the URL was read otherwise than meant (an unencoded `@` in a password, say), and may
-/// hold part of the password.
-fn plain_host(name: &str) -> Option<&str> {
-    name.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'_'))
-        .then_some(name)
-}
-
-/// The socket folder `path` when it is a plain absolute path (letters, digits, `.`, `-`, `_`, `/`),
-/// for the same reason: a host read from a URL is taken for a folder when it holds a `/`.
-#[cfg(unix)]
-fn plain_socket_dir(path: &std::path::Path) -> Option<String> {
-    let s = path.to_str()?;
-    (s.starts_with('/')
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/')))
-    .then(|| s.to_string())
-}
-
-/// The servers `cfg` connects to, as `host:port`, never its password.
-fn servers(cfg: &tokio_postgres::Config) -> String {
-    let port = |i: usize| {
-        cfg.get_ports()
-            .get(i)
-            .or(cfg.get_ports().first())
-            .copied()
-            .unwrap_or(5432)
-    };
-    let hosts: Vec<String> = cfg
-        .get_hosts()
-        .iter()
-        .enumerate()
-        .map(|(i, h)| match h {
-            Host::Tcp(name) => match plain_host(name) {
-                Some(name) => format!("{name}:{}", port(i)),
-                None => "(a host name that does not read as one)".to_string(),
-            },
-            #[cfg(unix)]
-            Host::Unix(dir) => match plain_socket_dir(dir) {
-                Some(dir) => format!("{dir} (socket, port {})", port(i)),
-                None => "(a socket folder that does not read as one)".to_string(),
-            },
-        })
-        .collect();
-    if hosts.is_empty() {
-        format!("the default host, port {}", port(0))
-    } else {
-        hosts.join(", ")
-    }
-}
-
 /// A connection pool on `url` (a `postgres://` URL or a key=value string), of at most `max_size`
 /// connections; a caller waits at most [`POOL_WAIT`] for one.
 pub fn pool(url: &str, max_size: usize) -> Result<Db> {
@@ -228,10 +119,7 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> 
         Error::new(
             500,
             "config.invalid",
-            format!(
-                "DATABASE_URL {}: not a PostgreSQL URL: {e}",
-                redact_url(url)
-            ),
+            format!("DATABASE_URL {}: not a PostgreSQL URL: {e}", redact(url)),
         )
         .with_field("DATABASE_URL")
     })?;
@@ -366,35 +254,6 @@ mod tests {
             assert_eq!(m.version as usize, i + 1, "{}", m.name);
             assert!(m.sql.contains("keeper."), "{} keeps to its schema", m.name);
         }
-    }
-
-    #[test]
-    fn urls_lose_their_password() {
-        assert_eq!(
-            redact_url("postgres://app:hunter2@db:5432/k?sslmode=disable"),
-            "postgres://app:***@db:5432/k"
-        );
-        assert_eq!(
-            redact_url("postgres://postgres@127.0.0.1:5432/postgres"),
-            "postgres://postgres@127.0.0.1:5432/postgres"
-        );
-        assert_eq!(redact_url("host=x password=y"), "<not a URL>");
-        // A password the driver reads from the query; one with an unencoded '@' makes the URL
-        // read otherwise than meant, and nothing of it is shown.
-        assert_eq!(
-            redact_url("postgres://db/k?user=app&password=p%40ss"),
-            "postgres://app:***@db:5432/k"
-        );
-        let shown = redact_url("postgres://db/k?user=app&password=p@ss");
-        assert!(!shown.contains("p@ss") && !shown.contains("ss"), "{shown}");
-        let shown = redact_url("postgres://app:p@ss@db/k");
-        assert!(!shown.contains("p@ss") && !shown.contains("ss@"), "{shown}");
-        let shown = redact_url("postgres://app:ab@cd/ef@db/k");
-        assert!(!shown.contains("cd") && !shown.contains("ef"), "{shown}");
-        assert_eq!(
-            redact_url("postgresql://app:hunter2@a:5432,b:5433/k"),
-            "postgresql://app:***@a:5432,b:5433/k"
-        );
     }
 
     #[test]

@@ -58,7 +58,7 @@ pub fn driver_settings(provider: &CloudProvider, mut settings: Settings) -> Sett
     settings
 }
 
-#[cfg(all(test, feature = "clouds"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -73,35 +73,20 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "clouds")]
+    #[test]
+    fn the_region_setting_is_ec2s() {
+        assert_eq!(orca::ec2::ConfigKey::Region.as_str(), EC2_REGION);
+    }
+
     #[test]
     fn an_ec2_row_gives_its_region_unless_the_vault_does() {
-        let region = orca::ec2::ConfigKey::Region.as_str();
-        assert_eq!(region, EC2_REGION);
+        // Whatever the build: plugins read it as EC2 reads its region, from the environment's name.
         let s = driver_settings(&row("ec2"), Settings::new());
-        assert_eq!(s.get(region), Some("eu-west-1"));
-        let s = driver_settings(&row("ec2"), Settings::new().with(region, "us-east-2"));
-        assert_eq!(s.get(region), Some("us-east-2"));
+        assert_eq!(s.get("AWS_REGION"), Some("eu-west-1"));
+        let s = driver_settings(&row("ec2"), Settings::new().with(EC2_REGION, "us-east-2"));
+        assert_eq!(s.get(EC2_REGION), Some("us-east-2"));
         let s = driver_settings(&row("hetzner"), Settings::new());
         assert!(s.is_empty());
-    }
-}
-
-#[cfg(test)]
-mod region_tests {
-    use super::*;
-
-    #[test]
-    fn an_ec2_row_gives_its_region_whatever_the_build() {
-        let row = CloudProvider {
-            name: "p".into(),
-            driver: "ec2".into(),
-            credentials_ref: "r".into(),
-            region: "eu-west-1".into(),
-            fqdn_suffix: None,
-            created_at: chrono::Utc::now(),
-        };
-        // Plugins read it as EC2 reads its region, from the environment's name.
-        let s = driver_settings(&row, Settings::new());
-        assert_eq!(s.get("AWS_REGION"), Some("eu-west-1"));
     }
 }

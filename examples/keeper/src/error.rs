@@ -134,6 +134,14 @@ pub fn invalid_by_orca(field: &str, e: orca::Error) -> Error {
     }
 }
 
+/// [`from_orca`] whose message `say` words around the masked message of `e`: what keeper was doing
+/// when the provider call failed. The words added are keeper's own and are not masked again.
+pub fn from_orca_saying(e: &orca::Error, say: impl FnOnce(&str) -> String) -> Error {
+    let mut err = from_orca(e);
+    err.message = say(&err.message);
+    err
+}
+
 /// keeper's error for an orca error from a provider call: the code says the kind.
 pub fn from_orca(e: &orca::Error) -> Error {
     use orca::ErrorKind as K;

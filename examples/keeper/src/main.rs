@@ -16,12 +16,13 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use keeper::cloud::{Settings, RECONCILE_GRACE};
-use keeper::db::{redact_url, DEFAULT_DATABASE_URL};
+use keeper::db::DEFAULT_DATABASE_URL;
 use keeper::error::json_position;
 use keeper::tokens::ApiTokens;
 use keeper::userdata::Template;
 use keeper::vault::FileVault;
 use keeper::{Error, Keeper};
+use orca_scaler::store::postgres::redact;
 use serde_json::{json, Value};
 
 /// keeper's core.cloud step (created / destroyed / resized) on any orca driver, with PostgreSQL
@@ -178,7 +179,7 @@ async fn keeper(args: &Args) -> Result<Keeper, Error> {
         cloud_init,
         keeper_url: args.keeper_url.clone(),
     };
-    tracing::debug!(database = %redact_url(&args.database_url), "connecting");
+    tracing::debug!(database = %redact(&args.database_url), "connecting");
     Keeper::connect(
         &args.database_url,
         Arc::new(FileVault::new(&args.vault_dir)),

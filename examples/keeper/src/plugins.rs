@@ -23,6 +23,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+// The maps are used as a panic left them (`lock` takes a poisoned mutex): every change to one is
+// one insert or remove.
+use orca::kit::lock;
 use orca::{Provider, Settings};
 use orca_plugin::{PluginCommand, PluginProvider};
 use sha2::{Digest, Sha256};
@@ -91,11 +94,6 @@ impl std::fmt::Debug for PluginDrivers {
             .field("kept", &kept)
             .finish()
     }
-}
-
-/// The map behind `m`, also when a panic poisoned it: every change to it is one insert or remove.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What identifies settings without holding them: a SHA-256 over every key and value.

@@ -17,6 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use orca::Timestamp;
 use tokio::sync::watch;
+use tokio_postgres::config::Host;
 use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::{Role, Store, StoreError};
@@ -70,32 +71,116 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// The connection string without its password.
+/// The connection string with its password replaced by `***`, for logs and errors: the scheme given,
+/// the user, every `host:port` and the database. The URL is parsed as the driver parses it, so that a
+/// password given anywhere (before the host, or as a query parameter) is never shown; what is shown
+/// is rebuilt from the parsed parts alone. Key=value settings show as `<not a URL>`, and a URL the
+/// driver reads otherwise than meant as `<scheme>://<unreadable>`.
 pub fn redact(url: &str) -> String {
-    match url.parse::<tokio_postgres::Config>().ok() {
-        Some(c) => {
-            let host = c
-                .get_hosts()
-                .iter()
-                .map(|h| match h {
-                    tokio_postgres::config::Host::Tcp(s) => s.clone(),
-                    #[cfg(unix)]
-                    tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join(",");
-            let port = c
-                .get_ports()
-                .first()
-                .map(|p| format!(":{p}"))
-                .unwrap_or_default();
-            format!(
-                "postgres://{}@{host}{port}/{}",
-                c.get_user().unwrap_or(""),
-                c.get_dbname().unwrap_or("")
-            )
-        }
-        None => "postgres://(unreadable connection string)".into(),
+    let Some((scheme, _)) = url.split_once("://") else {
+        return "<not a URL>".to_string();
+    };
+    let unreadable = || format!("{scheme}://<unreadable>");
+    // The driver takes the credentials up to the first `@`: a second one means a password that
+    // holds an unencoded `@`, and what follows it would show part of the password.
+    if url.matches('@').count() > 1 {
+        return unreadable();
+    }
+    let Ok(c) = url.parse::<tokio_postgres::Config>() else {
+        return unreadable();
+    };
+    let ports = c.get_ports();
+    let hosts: Vec<String> = c
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                Host::Tcp(name) => plain_host(name)?.to_string(),
+                #[cfg(unix)]
+                Host::Unix(path) => plain_socket_dir(path)?,
+            };
+            Some(match ports.get(i).or(ports.first()) {
+                Some(port) => format!("{host}:{port}"),
+                None => host,
+            })
+        })
+        .collect::<Option<_>>()
+        .unwrap_or_default();
+    if hosts.is_empty() && !c.get_hosts().is_empty() {
+        return unreadable();
+    }
+    let user = c.get_user().unwrap_or("");
+    if !user
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+    {
+        // Read otherwise than meant, as a host can be: the "user" may hold the password.
+        return unreadable();
+    }
+    let auth = match (user.is_empty(), c.get_password().is_some()) {
+        (true, false) => String::new(),
+        (_, true) => format!("{user}:***@"),
+        (false, false) => format!("{user}@"),
+    };
+    format!(
+        "{scheme}://{auth}{}/{}",
+        hosts.join(","),
+        c.get_dbname().unwrap_or("")
+    )
+}
+
+/// `name` when it is a plain host name or address (letters, digits, `.`, `-`, `_`, `:`): anything
+/// else means the URL was read otherwise than meant (an unencoded `@` in a password, say), and may
+/// hold part of the password.
+fn plain_host(name: &str) -> Option<&str> {
+    name.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'_'))
+        .then_some(name)
+}
+
+/// The socket folder `path` when it is a plain absolute path (letters, digits, `.`, `-`, `_`, `/`),
+/// for the same reason: a host read from a URL is taken for a folder when it holds a `/`.
+#[cfg(unix)]
+fn plain_socket_dir(path: &std::path::Path) -> Option<String> {
+    let s = path.to_str()?;
+    (s.starts_with('/')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'/')))
+    .then(|| s.to_string())
+}
+
+/// The servers `cfg` connects to, for errors that name them: `host:port` each, a socket folder as
+/// `<folder> (socket, port <port>)`, never the password; a host that does not read as one (it may
+/// hold part of the password) is named only as such.
+pub fn servers(cfg: &tokio_postgres::Config) -> String {
+    let port = |i: usize| {
+        cfg.get_ports()
+            .get(i)
+            .or(cfg.get_ports().first())
+            .copied()
+            .unwrap_or(5432)
+    };
+    let hosts: Vec<String> = cfg
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, h)| match h {
+            Host::Tcp(name) => match plain_host(name) {
+                Some(name) => format!("{name}:{}", port(i)),
+                None => "(a host name that does not read as one)".to_string(),
+            },
+            #[cfg(unix)]
+            Host::Unix(dir) => match plain_socket_dir(dir) {
+                Some(dir) => format!("{dir} (socket, port {})", port(i)),
+                None => "(a socket folder that does not read as one)".to_string(),
+            },
+        })
+        .collect();
+    if hosts.is_empty() {
+        format!("the default host, port {}", port(0))
+    } else {
+        hosts.join(", ")
     }
 }
 
@@ -617,4 +702,69 @@ async fn write_events(
         .map_err(db("write event"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_the_driver_reads_otherwise_than_meant_is_never_shown() {
+        // An unencoded '@' in the password: the driver takes the credentials up to the first '@'.
+        let shown = redact("postgres://pool:p@ss@db/k");
+        assert!(!shown.contains("ss@") && !shown.contains("ss"), "{shown}");
+        // A password in the query: everything before its '@' is read as the user.
+        let shown = redact("postgres://db/k?user=pool&password=s3cret@x");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let shown = redact("postgres://db/k?user=pool&password=s3cret");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        // A user read from garbage (a '/' in the password before its '@') may hold the password.
+        let shown = redact("postgres://pool/s3cret:x@db/k");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn servers_are_named_by_host_and_port_without_the_password() {
+        let named = |url: &str| servers(&url.parse().unwrap());
+        assert_eq!(
+            named("postgres://app:hunter2@db.example:6432/k"),
+            "db.example:6432"
+        );
+        assert_eq!(
+            named("host=/run/postgresql,10.0.0.2 port=5433 password=hunter2"),
+            "/run/postgresql (socket, port 5433), 10.0.0.2:5433"
+        );
+        let shown = named("postgres://app:p@ss@db/k");
+        assert!(!shown.contains("ss"), "{shown}");
+        assert_eq!(named("dbname=k"), "the default host, port 5432");
+    }
+
+    #[test]
+    fn urls_lose_their_password() {
+        assert_eq!(
+            redact("postgres://app:hunter2@db:5432/k?sslmode=disable"),
+            "postgres://app:***@db:5432/k"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1:5432/postgres"),
+            "postgres://postgres@127.0.0.1:5432/postgres"
+        );
+        assert_eq!(redact("host=x password=y"), "<not a URL>");
+        // A password the driver reads from the query; one with an unencoded '@' makes the URL
+        // read otherwise than meant, and nothing of it is shown.
+        assert_eq!(
+            redact("postgres://db/k?user=app&password=p%40ss"),
+            "postgres://app:***@db:5432/k"
+        );
+        let shown = redact("postgres://db/k?user=app&password=p@ss");
+        assert!(!shown.contains("p@ss") && !shown.contains("ss"), "{shown}");
+        let shown = redact("postgres://app:p@ss@db/k");
+        assert!(!shown.contains("p@ss") && !shown.contains("ss@"), "{shown}");
+        let shown = redact("postgres://app:ab@cd/ef@db/k");
+        assert!(!shown.contains("cd") && !shown.contains("ef"), "{shown}");
+        assert_eq!(
+            redact("postgresql://app:hunter2@a:5432,b:5433/k"),
+            "postgresql://app:***@a:5432,b:5433/k"
+        );
+    }
 }

@@ -245,7 +245,7 @@ async fn the_store_names_itself_without_the_password() {
         orca_scaler::store::postgres::redact("postgres://pool:s3cret@db.example:5432/orca")
     );
     assert!(!s.contains("s3cret"), "{s}");
-    assert!(s.contains("pool@db.example:5432/orca"), "{s}");
+    assert!(s.contains("pool:***@db.example:5432/orca"), "{s}");
     let Some(db) = TestDb::create("the_store_names_itself_without_the_password").await else {
         return;
     };

@@ -28,7 +28,7 @@ use super::params::DestroyParams;
 use super::{Keeper, Named, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::db::begin;
-use crate::error::{db_error, describe_db, from_orca, Error, Result};
+use crate::error::{db_error, describe_db, from_orca_saying, Error, Result};
 use crate::registry::CloudProvider;
 
 /// Why one VM is not counted as destroyed.
@@ -157,12 +157,9 @@ impl Keeper {
         journalled: Option<&Named>,
     ) -> std::result::Result<bool, NotCounted> {
         let failed_saying = |e: &orca::Error, more: &str| {
-            let mut err = from_orca(e);
-            err.message = format!(
-                "destroying VM {id} failed: {}{more}; the registries are untouched",
-                err.message
-            );
-            NotCounted::Failed(err)
+            NotCounted::Failed(from_orca_saying(e, |m| {
+                format!("destroying VM {id} failed: {m}{more}; the registries are untouched")
+            }))
         };
         let failed = |e: &orca::Error| failed_saying(e, "");
         let key = vm_key(&row.name, id);
@@ -247,14 +244,11 @@ impl Keeper {
                 }
                 Ok(())
             }
-            Err(e) => {
-                let mut err = from_orca(&e);
-                err.message = untouched(format!(
-                    "VM {id} is gone, but what its delete left beside it could not be removed by name ({name}): {}",
-                    err.message
-                ));
-                Err(err)
-            }
+            Err(e) => Err(from_orca_saying(&e, |m| {
+                untouched(format!(
+                    "VM {id} is gone, but what its delete left beside it could not be removed by name ({name}): {m}"
+                ))
+            })),
         }
     }
 

@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::drivers::{driver_settings, Drivers};
-use crate::error::{db_error, from_orca, Error, Result};
+use crate::error::{db_error, from_orca_saying, Error, Result};
 use crate::mask::{mask_json, mask_step_output, masked};
 use crate::registry::{self, CloudProvider};
 use crate::userdata::Template;
@@ -548,8 +548,7 @@ fn provider_error(row: &CloudProvider, e: &orca::Error) -> Error {
             .with_field("provider");
         }
     }
-    let mut err = from_orca(e);
-    err.message = format!("provider {}: {}", row.name, err.message);
+    let mut err = from_orca_saying(e, |m| format!("provider {}: {m}", row.name));
     if err.status == 502 {
         err.status = 500;
     }

@@ -39,7 +39,7 @@ use super::locks::{step_key, LockSession};
 use super::{Keeper, Named};
 use crate::audit;
 use crate::db::begin;
-use crate::error::{db_error, Error, Result};
+use crate::error::{db_error, from_orca_saying, Error, Result};
 use crate::registry::CloudProvider;
 
 /// How long after a VM was asked for the reconciler still waits for it to show up before it closes
@@ -275,21 +275,16 @@ impl Keeper {
                 Ok(None) if r.settled => {
                     return match cloud.delete_named(&r.pool, &r.name).await {
                         Ok(removed) => Resolution::NeverMade(removed),
-                        Err(e) => {
-                            let mut err = crate::error::from_orca(&e);
-                            err.message = format!(
-                                "removing what a create of VM {} left, by name: {}",
-                                r.name, err.message
-                            );
-                            Resolution::Left(err)
-                        }
+                        Err(e) => Resolution::Left(from_orca_saying(&e, |m| {
+                            format!("removing what a create of VM {} left, by name: {m}", r.name)
+                        })),
                     };
                 }
                 Ok(None) => return Resolution::Waiting,
                 Err(e) => {
-                    let mut err = crate::error::from_orca(&e);
-                    err.message = format!("looking up VM {} by name: {}", r.name, err.message);
-                    return Resolution::Left(err);
+                    return Resolution::Left(from_orca_saying(&e, |m| {
+                        format!("looking up VM {} by name: {m}", r.name)
+                    }));
                 }
             },
         };

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::params::ResizeParams;
 use super::{Keeper, Run};
-use crate::error::{from_orca, Error, Result};
+use crate::error::{from_orca, from_orca_saying, Error, Result};
 use crate::registry::CloudProvider;
 
 impl Keeper {
@@ -102,11 +102,10 @@ impl Keeper {
                 ))
             }
         };
-        let r = cloud.resize(id, machine_type).await.map_err(|e| {
-            let mut err = from_orca(&e);
-            err.message = format!("resizing VM {id} failed: {}", err.message);
-            err
-        })?;
+        let r = cloud
+            .resize(id, machine_type)
+            .await
+            .map_err(|e| from_orca_saying(&e, |m| format!("resizing VM {id} failed: {m}")))?;
         tracing::info!(step_id = %step_id, vm_id = %id, caused_downtime = r.caused_downtime, "VM resized");
         Ok(json!({
             "vm_id": id,

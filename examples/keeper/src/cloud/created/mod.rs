@@ -44,7 +44,7 @@ use super::journal::JournalUpdate;
 use super::locks::{step_key, LockSession};
 use super::params::{CreateParams, UserData};
 use super::{Keeper, Run};
-use crate::error::{from_orca, Error, Result};
+use crate::error::{from_orca_saying, Error, Result};
 use crate::mask::masked;
 use crate::registry::{CloudProvider, ProfileSpec};
 use crate::tokens::PlainToken;
@@ -308,8 +308,7 @@ impl Keeper {
                 Err(Error::new(503, "cloud.no_stock", why))
             }
             Err(e) if e.made_nothing() => {
-                let mut err = from_orca(&e);
-                err.message = format!("VM {} refused: {}", vm.name, err.message);
+                let err = from_orca_saying(&e, |m| format!("VM {} refused: {m}", vm.name));
                 self.journal(JournalUpdate::new(vm.journal_id, "failed", &err.message))
                     .await
                     .ok();
@@ -355,8 +354,7 @@ impl Keeper {
         e: &orca::Error,
         out: &mut Outcome,
     ) -> Error {
-        let mut err = from_orca(e);
-        err.message = format!("VM {} failed: {}", vm.name, err.message);
+        let err = from_orca_saying(e, |m| format!("VM {} failed: {m}", vm.name));
         if let orca::Error::Leftovers { left, .. } = e {
             run.fact("cloud_leftovers", json!(left));
         }

@@ -85,7 +85,7 @@ impl TestDb {
         let client = match admin_client(&admin).await {
             Ok(c) => c,
             Err(e) => {
-                let shown = keeper::db::redact_url(&admin);
+                let shown = orca_scaler::store::postgres::redact(&admin);
                 if in_ci() {
                     panic!(
                         "no PostgreSQL at {shown} and CI is set, so {test} cannot be skipped: {e}"
