@@ -172,11 +172,20 @@ impl Stado {
                 .filter(|(_, c)| &c.location == loc && c.state != CloudState::Creating)
                 .map(|(t, c)| (t.name.clone(), c.vm_id.clone()))
                 .collect();
-            let ids: Vec<String> = hosts.iter().map(|(_, id)| id.clone()).collect();
-            let a = adm
-                .admit_ssh(GROUP, loc, sources, &ids)
-                .await
-                .map_err(|e| self.admission_failure(&e, loc, hosts.is_empty()))?;
+            let mut ids: Vec<String> = hosts.iter().map(|(_, id)| id.clone()).collect();
+            // A declared host's VM that is another owner's now (deleted outside stado, its name
+            // taken since by another home) is no longer this home's to readmit: it is left out and
+            // reported absent, so that it does not stop the admission of the others.
+            let mut not_ours = Vec::new();
+            let a = loop {
+                match adm.admit_ssh(GROUP, loc, sources, &ids).await {
+                    Err(orca::Error::NotOwned { id, .. }) if ids.contains(&id) => {
+                        ids.retain(|i| i != &id);
+                        not_ours.push(id);
+                    }
+                    r => break r.map_err(|e| self.admission_failure(&e, loc, hosts.is_empty()))?,
+                }
+            };
             let name_of = |id: &String| {
                 hosts
                     .iter()
@@ -192,7 +201,7 @@ impl Stado {
                 priority: a.rule.as_ref().map(|r| r.priority),
                 sources: sources.to_vec(),
                 readmitted: a.readmitted.iter().map(name_of).collect(),
-                absent: a.missing.iter().map(name_of).collect(),
+                absent: a.missing.iter().chain(&not_ours).map(name_of).collect(),
             });
         }
         Ok(reports)

@@ -868,6 +868,24 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
     assert!(a.host_resources("h1").is_empty());
 }
 
+/// A host deleted outside stado whose name another home then takes: the VM of that id is no longer
+/// this home's. The readmission of declared hosts reports it absent and leaves it alone, so this
+/// home's creates go on (another home's VM is never readmitted, nor its firewall touched).
+#[tokio::test]
+async fn a_declared_host_whose_name_another_home_took_does_not_stop_creates() {
+    let a = lab(&[]).await;
+    assert!(a.create("h1").await.ok);
+    a.s.provider.delete(&a.vm_id("h1")).await.unwrap();
+    let b = lab_in(a.azure.clone()).await;
+    assert!(b.create("h1").await.ok, "{}", error(&b.create("h1").await));
+    let theirs = a.host_resources("h1");
+    let r = a.create("h2").await;
+    assert!(r.ok, "{}", error(&r));
+    assert_eq!(a.host_resources("h1"), theirs, "b's host is as it was");
+    a.s.delete("h2").await.unwrap();
+    b.s.delete("h1").await.unwrap();
+}
+
 /// Faults on every call, over and over: a schedule for the next `requests` requests to the fake (of
 /// any method, on any path), each one served as it is, answered 503 or 429 (with `Retry-After: 0`),
 /// or served and its answer dropped, about one in three faulty, in an order drawn from `seed`.
