@@ -677,7 +677,8 @@ impl GceProvider {
     /// A 409 on insert: an instance of that name exists, made by an earlier create (this call's own
     /// attempts are de-duplicated by their request id and never meet a 409). It is adopted
     /// ([`Created::Adopted`]) when it is this owner's, of this pool and type, unless it is being
-    /// deleted (a delete stopped mid-way, or another caller's): that instance is gone in a moment,
+    /// deleted (a delete stopped mid-way, or another caller's, whatever status the instance still
+    /// reads): that instance is gone in a moment,
     /// so its delete is waited out (when `may_wait`) and `None` answered, for the insert to go
     /// again; else [`Error::Busy`], which made nothing.
     async fn adopt(
@@ -721,16 +722,15 @@ impl GceProvider {
         }
     }
 
-    /// The delete of instance `vm` (named by `r`) that is still running, if one is. Compute Engine
-    /// shows an instance being deleted as `STOPPING` ("either being deleted or killed") until it is
-    /// gone, so only its zone's operations tell a delete from a stop: one of type `delete` on this
-    /// incarnation (`targetId`), not `DONE`. Only asked for an instance that is not starting or
-    /// running (a delete stops the instance first), so an adoption of a live instance costs no
-    /// request more.
+    /// The delete of instance `vm` (named by `r`) that is still under way, if one is: one of type
+    /// `delete` on this incarnation (`targetId`) in its zone's operations, not `DONE`. Its status
+    /// cannot tell: a delete's operation may wait `PENDING` for seconds while the instance still
+    /// reads `RUNNING`, and one of an instance still `PROVISIONING` may be accepted; once running it
+    /// shows `STOPPING`, as a stop does. So every instance a 409 would adopt costs this one listing
+    /// (a 409 is rare: another create's instance of the name).
     async fn running_delete(&self, r: &InstanceRef, vm: &Instance) -> Result<Option<Operation>> {
-        let live = matches!(status_of(&vm.status), Status::Starting | Status::Running);
         // The id goes into a filter: an id that is not Compute Engine's digits is never sent.
-        if live || vm.id.is_empty() || !vm.id.bytes().all(|b| b.is_ascii_digit()) {
+        if vm.id.is_empty() || !vm.id.bytes().all(|b| b.is_ascii_digit()) {
             return Ok(None);
         }
         let filter = format!("(operationType = \"delete\") (targetId = \"{}\")", vm.id);

@@ -1509,6 +1509,50 @@ async fn a_create_of_a_name_whose_instance_is_being_deleted_never_adopts_that_in
 }
 
 #[tokio::test]
+async fn a_create_of_a_name_whose_delete_is_still_pending_never_adopts_that_instance() {
+    // A delete's operation can wait PENDING for seconds while its instance still reads RUNNING:
+    // adopting that instance would answer a machine that is gone a moment later.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-doomed", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let first = fake.instance(ZONE, "vm-doomed").unwrap()["id"].clone();
+    fake.set_delete_pending_time(Duration::from_secs(1));
+    fake.control().clear_log();
+    // The delete is stopped (a caller's timeout) once Compute Engine answered its DELETE (the
+    // fake logs a request once answered).
+    let accepted = async {
+        while fake
+            .control()
+            .count(&Method::DELETE, "/instances/vm-doomed")
+            == 0
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        got = p.delete(&m.id) => panic!("the delete answered before it was stopped: {got:?}"),
+        () = accepted => {}
+    }
+    assert_eq!(
+        fake.instance(ZONE, "vm-doomed").unwrap()["status"],
+        "RUNNING"
+    );
+    let got = p.create(&spec("vm-doomed", "e2-small")).await.unwrap();
+    assert!(matches!(got, Created::Machine(_)), "{got:?}");
+    // The delete was waited out and the name made anew: the instance standing is a new one.
+    let vm = fake
+        .instance(ZONE, "vm-doomed")
+        .expect("the new machine stands");
+    assert_ne!(vm["id"], first, "{vm}");
+    assert_eq!(vm["status"], "RUNNING");
+}
+
+#[tokio::test]
 async fn a_change_of_a_machine_another_operation_holds_waits_for_that_operation() {
     // While an operation changes an instance, Compute Engine answers other changes of it with
     // 400 resourceNotReady for as long as that operation lasts: longer than the retries of a passing
