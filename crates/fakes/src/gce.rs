@@ -538,6 +538,20 @@ impl FakeGce {
         s.disks.insert(key_of(zone, name), d);
     }
 
+    /// Sets `autoDelete` of every disk attached to the stored instance `name` of `zone`, as
+    /// `instances.setDiskAutoDelete` by another tool would (no request is logged): a disk with it
+    /// off outlives the instance, unattached.
+    pub fn set_disk_auto_delete(&self, zone: &str, name: &str, auto_delete: bool) {
+        let mut s = lock(&self.state);
+        let disks = s
+            .instances
+            .get_mut(&key_of(zone, name))
+            .and_then(|vm| vm["disks"].as_array_mut());
+        for d in disks.into_iter().flatten() {
+            d["autoDelete"] = json!(auto_delete);
+        }
+    }
+
     /// Sets the status of a stored instance (for status mapping tests).
     pub fn set_instance_status(&self, zone: &str, name: &str, status: &str) {
         if let Some(vm) = lock(&self.state).instances.get_mut(&key_of(zone, name)) {

@@ -866,6 +866,42 @@ impl GceProvider {
         Ok(())
     }
 
+    /// Removes the disks of instance `r` (deleted now; `vm` as read before) that outlived it
+    /// because their `autoDelete` was turned off, when they are this owner's. The instance is gone,
+    /// so a later `delete(id)` finds nothing to go by: a disk that could not be removed is named
+    /// in [`Error::Leftovers`] (as a failed create's clean-up names it), for the caller to know that
+    /// `delete_named` of the name has it to remove.
+    async fn remove_kept_disks(&self, r: &InstanceRef, vm: &Instance) -> Result<()> {
+        let mut failed = None;
+        let mut left = Vec::new();
+        let kept = vm
+            .disks
+            .iter()
+            .filter(|d| !d.auto_delete && !d.source.is_empty());
+        for name in kept.map(|d| last_segment(&d.source)) {
+            let zone = &r.zone;
+            let removed = match self.disk(zone, name).await {
+                Ok(Some(d)) => self.delete_disk_if_ours(zone, name, Some(d)).await,
+                Ok(None) => Ok(()),
+                Err(e) => {
+                    // Whether it stands, and whose it is, could not be checked.
+                    left.push(format!("disk {zone}:{name} (unknown)"));
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
+            if let Err(e) = removed {
+                tracing::warn!(zone = %zone, disk = name, error = %e, "could not remove a deleted machine's kept disk");
+                left.push(format!("disk {zone}:{name}"));
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            Some(e) => Err(Error::leftovers(e, left)),
+            None => Ok(()),
+        }
+    }
+
     /// Deletes instance `r` and follows the operation; gone is success.
     async fn delete_instance(&self, r: &InstanceRef) -> Result<()> {
         let path = self
@@ -1079,15 +1115,7 @@ impl Provider for GceProvider {
         };
         self.delete_instance(&r).await?;
         self.inner.recent.forget(r.id().as_str());
-        // A boot disk whose autoDelete was turned off stays; remove it when it is this owner's.
-        for d in vm
-            .disks
-            .iter()
-            .filter(|d| !d.auto_delete && !d.source.is_empty())
-        {
-            self.delete_disk_if_ours(&r.zone, last_segment(&d.source), None)
-                .await?;
-        }
+        self.remove_kept_disks(&r, &vm).await?;
         Ok(true)
     }
 

@@ -1166,6 +1166,45 @@ async fn a_failed_insert_whose_disk_cannot_be_read_names_what_it_could_not_check
 }
 
 #[tokio::test]
+async fn a_kept_boot_disk_a_delete_cannot_remove_is_named_and_delete_named_removes_it() {
+    // A boot disk whose autoDelete was turned off outside orca outlives its instance. When the
+    // delete removes the instance but not that disk, a second delete(id) finds no instance and
+    // answers true: only the failure's leftovers tell the caller that delete_named has work left.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-kept", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let disk = boot_disk_of(&fake, "vm-kept");
+    fake.set_disk_auto_delete(ZONE, "vm-kept", false);
+    // Every disk delete fails, past the retry budget.
+    fake.control().inject(Rule::new(
+        Some(Method::DELETE),
+        "/disks/",
+        Fault::Status {
+            status: 503,
+            body: json!({"error": {"code": 503, "message": "backend", "errors": [{"reason": "backendError", "domain": "global", "message": "backend"}]}}),
+            headers: vec![],
+        },
+        1_000,
+    ));
+    let e = p.delete(&m.id).await.unwrap_err();
+    fake.control().clear_faults();
+    assert!(fake.instance(ZONE, "vm-kept").is_none());
+    assert_eq!(e.left(), [format!("disk {ZONE}:{disk}")], "{e:?}");
+    assert!(fake.disk_names(ZONE).contains(&disk));
+    assert!(p.delete_named("lab", "vm-kept").await.unwrap());
+    assert!(
+        !fake.disk_names(ZONE).contains(&disk),
+        "{:?}",
+        fake.disk_names(ZONE)
+    );
+}
+
+#[tokio::test]
 async fn credentials_never_appear_in_any_output() {
     let fake = FakeGce::start().await.unwrap();
     // A key marker that must never be printed: a line of the test key's material.
