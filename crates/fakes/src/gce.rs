@@ -409,7 +409,12 @@ impl FakeGce {
     /// The next insert's operation ends in error `code` after making the instance (left `TERMINATED`)
     /// and its boot disk.
     pub fn fail_next_insert(&self, code: &str, message: &str) {
-        lock(&self.state).fail_next = Some((code.to_string(), message.to_string()));
+        self.fail_next_insert_with_status(code, message, 400);
+    }
+
+    /// As [`FakeGce::fail_next_insert`], the operation's `httpErrorStatusCode` being `status`.
+    pub fn fail_next_insert_with_status(&self, code: &str, message: &str, status: u16) {
+        lock(&self.state).fail_next = Some((code.to_string(), message.to_string(), status));
     }
 
     /// How long operations started from now on last, on tokio's clock (default zero: an operation

@@ -576,7 +576,15 @@ impl GceProvider {
             .await
             .map_err(Error::with_may_have_acted)?;
         if let Some(e) = operation_error(&done) {
-            let e = e.with_operation("instances.insert");
+            let mut e = e.with_operation("instances.insert");
+            // The operation ran after the insert was accepted and may have made the instance (and
+            // its boot disk) before it failed, whatever the code's kind (a conflict maps to "already
+            // exists"): the error never says "made nothing". No room and quota stay as they are,
+            // as Compute Engine reaches them before it makes the instance, and a boot disk made
+            // before is named in what is left.
+            if !matches!(e.kind(), ErrorKind::NoStock | ErrorKind::Quota) {
+                e = e.with_may_have_acted();
+            }
             let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
             // No stock and quota stay what they are when something is left (callers fall back on
             // them), with what remains named in their message and, for no stock, in its answer.

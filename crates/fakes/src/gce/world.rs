@@ -52,7 +52,7 @@ pub(super) struct World {
     pub(super) token_uri: String,
     pub(super) exhausted: HashMap<Key, &'static str>,
     pub(super) quota_exceeded: u32,
-    pub(super) fail_next: Option<(String, String)>,
+    pub(super) fail_next: Option<(String, String, u16)>,
     /// How long an operation lasts (see [`FakeGce::set_operation_time`]).
     pub(super) op_time: Duration,
     /// How long a delete's operation waits `PENDING` before it runs (see
@@ -283,6 +283,7 @@ impl World {
             op.value["httpErrorStatusCode"] = json!(http);
             op.value["httpErrorMessage"] = json!(match http {
                 403 => "FORBIDDEN",
+                409 => "CONFLICT",
                 503 => "SERVICE UNAVAILABLE",
                 _ => "BAD REQUEST",
             });

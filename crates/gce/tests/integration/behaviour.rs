@@ -1104,6 +1104,29 @@ async fn a_failed_insert_whose_instance_is_not_shown_in_time_names_the_instance_
 }
 
 #[tokio::test]
+async fn an_insert_whose_operation_fails_never_reads_as_made_nothing() {
+    // The operation of an accepted insert that fails (a conflict with a code the driver does not
+    // know, here) ran after the insert was accepted and may have made the instance: the caller must
+    // read the name again before giving it up, whatever the error's kind.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.fail_next_insert_with_status("SOME_CONFLICT", "conflict half-way", 409);
+    let e = p
+        .create(&spec("vm-conflict", "e2-small"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("SOME_CONFLICT"), "{e:?}");
+    assert!(!e.made_nothing(), "{e:?}");
+    // The clean-up removed what the operation made.
+    assert!(fake.instance(ZONE, "vm-conflict").is_none());
+    assert!(
+        fake.disk_names(ZONE).is_empty(),
+        "{:?}",
+        fake.disk_names(ZONE)
+    );
+}
+
+#[tokio::test]
 async fn a_failed_insert_whose_disk_cannot_be_read_names_what_it_could_not_check() {
     let fake = FakeGce::start().await.unwrap();
     // No retries: one 5xx is a failed read.
