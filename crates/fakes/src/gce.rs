@@ -17,7 +17,8 @@
 //!   with milliseconds in the Pacific offset the API writes; `status` moving `PROVISIONING` ->
 //!   `RUNNING` at the end of the insert, `STOPPING` -> `TERMINATED`, `STAGING` -> `RUNNING`, and
 //!   `STOPPING` while a delete runs ("either being deleted or killed"), gone when it ends: a second
-//!   insert of the name meets 409 until then;
+//!   insert of the name meets 409 until then; a delete's operation may first wait `PENDING` with the
+//!   instance still reading as before (`RUNNING`, say: [`FakeGce::set_delete_pending_time`]);
 //!   `networkInterfaces[].networkIP` and `accessConfigs[].natIP`; `labelFingerprint`; `scheduling`
 //!   (`maxRunDuration` as `{"seconds": "<int64 as a string>"}`) as given; `hostname` only when the
 //!   insert set one;
@@ -408,7 +409,12 @@ impl FakeGce {
     /// The next insert's operation ends in error `code` after making the instance (left `TERMINATED`)
     /// and its boot disk.
     pub fn fail_next_insert(&self, code: &str, message: &str) {
-        lock(&self.state).fail_next = Some((code.to_string(), message.to_string()));
+        self.fail_next_insert_with_status(code, message, 400);
+    }
+
+    /// As [`FakeGce::fail_next_insert`], the operation's `httpErrorStatusCode` being `status`.
+    pub fn fail_next_insert_with_status(&self, code: &str, message: &str, status: u16) {
+        lock(&self.state).fail_next = Some((code.to_string(), message.to_string(), status));
     }
 
     /// How long operations started from now on last, on tokio's clock (default zero: an operation
@@ -417,6 +423,16 @@ impl FakeGce {
     /// changes with `resourceNotReady`, as Compute Engine does while an operation holds a resource.
     pub fn set_operation_time(&self, time: Duration) {
         lock(&self.state).op_time = time;
+    }
+
+    /// How long the operation of each delete of an instance accepted from now on waits `PENDING`
+    /// before it runs (default zero: it runs at once). Meanwhile the instance reads as it did
+    /// (`RUNNING`, say), as on Compute Engine, where a delete's operation can sit `PENDING` for
+    /// seconds; then the instance reads `STOPPING` for the operation's time
+    /// ([`FakeGce::set_operation_time`]) and is gone. Another change of the instance answers
+    /// `resourceNotReady` all along, and `wait` answers when the delete ends.
+    pub fn set_delete_pending_time(&self, time: Duration) {
+        lock(&self.state).delete_pending = time;
     }
 
     /// The next `times` `operations.wait` calls answer at once with the operation as it is, neither
@@ -525,6 +541,20 @@ impl FakeGce {
         );
         d["users"] = json!([]);
         s.disks.insert(key_of(zone, name), d);
+    }
+
+    /// Sets `autoDelete` of every disk attached to the stored instance `name` of `zone`, as
+    /// `instances.setDiskAutoDelete` by another tool would (no request is logged): a disk with it
+    /// off outlives the instance, unattached.
+    pub fn set_disk_auto_delete(&self, zone: &str, name: &str, auto_delete: bool) {
+        let mut s = lock(&self.state);
+        let disks = s
+            .instances
+            .get_mut(&key_of(zone, name))
+            .and_then(|vm| vm["disks"].as_array_mut());
+        for d in disks.into_iter().flatten() {
+            d["autoDelete"] = json!(auto_delete);
+        }
     }
 
     /// Sets the status of a stored instance (for status mapping tests).
@@ -741,6 +771,55 @@ mod tests {
         // An hour on the paused clock, as the fake's operations and quotas count time.
         tokio::time::advance(Duration::from_secs(3601)).await;
         assert_eq!(get().await.0, 200);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_kept_pending_leaves_the_instance_as_it_reads_until_it_runs() {
+        let fake = FakeGce::start().await.unwrap();
+        let http = reqwest::Client::new();
+        let token = token_for(&fake, &http).await;
+        fake.put_instance(ZONE, "doomed", "e2-small", json!({}));
+        fake.set_delete_pending_time(Duration::from_secs(5));
+        fake.set_operation_time(Duration::from_secs(2));
+        let base = format!("{}/projects/{PROJECT}/zones/{ZONE}", fake.endpoint());
+        let (status, op) = call(
+            &http,
+            &token,
+            reqwest::Method::DELETE,
+            format!("{base}/instances/doomed"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{op}");
+        let read_op = || {
+            let url = format!("{base}/operations/{}", op["name"].as_str().unwrap());
+            call(&http, &token, reqwest::Method::GET, url, None)
+        };
+        // Queued: the operation reads PENDING, the instance as before, and the delete is listed.
+        assert_eq!(read_op().await.1["status"], "PENDING");
+        assert_eq!(fake.instance(ZONE, "doomed").unwrap()["status"], "RUNNING");
+        let filter = format!(
+            "(operationType = \"delete\") (targetId = \"{}\")",
+            op["targetId"].as_str().unwrap()
+        );
+        let listed = http
+            .get(format!("{base}/operations"))
+            .query(&[("filter", filter)])
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        assert_eq!(listed["items"][0]["status"], "PENDING", "{listed}");
+        // Running: the instance is stopping, then gone.
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(read_op().await.1["status"], "RUNNING");
+        assert_eq!(fake.instance(ZONE, "doomed").unwrap()["status"], "STOPPING");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(read_op().await.1["status"], "DONE");
+        assert!(fake.instance(ZONE, "doomed").is_none());
     }
 
     #[tokio::test]

@@ -576,7 +576,15 @@ impl GceProvider {
             .await
             .map_err(Error::with_may_have_acted)?;
         if let Some(e) = operation_error(&done) {
-            let e = e.with_operation("instances.insert");
+            let mut e = e.with_operation("instances.insert");
+            // The operation ran after the insert was accepted and may have made the instance (and
+            // its boot disk) before it failed, whatever the code's kind (a conflict maps to "already
+            // exists"): the error never says "made nothing". No room and quota stay as they are,
+            // as Compute Engine reaches them before it makes the instance, and a boot disk made
+            // before is named in what is left.
+            if !matches!(e.kind(), ErrorKind::NoStock | ErrorKind::Quota) {
+                e = e.with_may_have_acted();
+            }
             let left = self.clean_up(r, boot_disk, done.target_id.as_deref()).await;
             // No stock and quota stay what they are when something is left (callers fall back on
             // them), with what remains named in their message and, for no stock, in its answer.
@@ -677,7 +685,8 @@ impl GceProvider {
     /// A 409 on insert: an instance of that name exists, made by an earlier create (this call's own
     /// attempts are de-duplicated by their request id and never meet a 409). It is adopted
     /// ([`Created::Adopted`]) when it is this owner's, of this pool and type, unless it is being
-    /// deleted (a delete stopped mid-way, or another caller's): that instance is gone in a moment,
+    /// deleted (a delete stopped mid-way, or another caller's, whatever status the instance still
+    /// reads): that instance is gone in a moment,
     /// so its delete is waited out (when `may_wait`) and `None` answered, for the insert to go
     /// again; else [`Error::Busy`], which made nothing.
     async fn adopt(
@@ -721,16 +730,15 @@ impl GceProvider {
         }
     }
 
-    /// The delete of instance `vm` (named by `r`) that is still running, if one is. Compute Engine
-    /// shows an instance being deleted as `STOPPING` ("either being deleted or killed") until it is
-    /// gone, so only its zone's operations tell a delete from a stop: one of type `delete` on this
-    /// incarnation (`targetId`), not `DONE`. Only asked for an instance that is not starting or
-    /// running (a delete stops the instance first), so an adoption of a live instance costs no
-    /// request more.
+    /// The delete of instance `vm` (named by `r`) that is still under way, if one is: one of type
+    /// `delete` on this incarnation (`targetId`) in its zone's operations, not `DONE`. Its status
+    /// cannot tell: a delete's operation may wait `PENDING` for seconds while the instance still
+    /// reads `RUNNING`, and one of an instance still `PROVISIONING` may be accepted; once running it
+    /// shows `STOPPING`, as a stop does. So every instance a 409 would adopt costs this one listing
+    /// (a 409 is rare: another create's instance of the name).
     async fn running_delete(&self, r: &InstanceRef, vm: &Instance) -> Result<Option<Operation>> {
-        let live = matches!(status_of(&vm.status), Status::Starting | Status::Running);
         // The id goes into a filter: an id that is not Compute Engine's digits is never sent.
-        if live || vm.id.is_empty() || !vm.id.bytes().all(|b| b.is_ascii_digit()) {
+        if vm.id.is_empty() || !vm.id.bytes().all(|b| b.is_ascii_digit()) {
             return Ok(None);
         }
         let filter = format!("(operationType = \"delete\") (targetId = \"{}\")", vm.id);
@@ -864,6 +872,42 @@ impl GceProvider {
             self.delete_path("disks.delete", &path).await?;
         }
         Ok(())
+    }
+
+    /// Removes the disks of instance `r` (deleted now; `vm` as read before) that outlived it
+    /// because their `autoDelete` was turned off, when they are this owner's. The instance is gone,
+    /// so a later `delete(id)` finds nothing to go by: a disk that could not be removed is named
+    /// in [`Error::Leftovers`] (as a failed create's clean-up names it), for the caller to know that
+    /// `delete_named` of the name has it to remove.
+    async fn remove_kept_disks(&self, r: &InstanceRef, vm: &Instance) -> Result<()> {
+        let mut failed = None;
+        let mut left = Vec::new();
+        let kept = vm
+            .disks
+            .iter()
+            .filter(|d| !d.auto_delete && !d.source.is_empty());
+        for name in kept.map(|d| last_segment(&d.source)) {
+            let zone = &r.zone;
+            let removed = match self.disk(zone, name).await {
+                Ok(Some(d)) => self.delete_disk_if_ours(zone, name, Some(d)).await,
+                Ok(None) => Ok(()),
+                Err(e) => {
+                    // Whether it stands, and whose it is, could not be checked.
+                    left.push(format!("disk {zone}:{name} (unknown)"));
+                    failed.get_or_insert(e);
+                    continue;
+                }
+            };
+            if let Err(e) = removed {
+                tracing::warn!(zone = %zone, disk = name, error = %e, "could not remove a deleted machine's kept disk");
+                left.push(format!("disk {zone}:{name}"));
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            Some(e) => Err(Error::leftovers(e, left)),
+            None => Ok(()),
+        }
     }
 
     /// Deletes instance `r` and follows the operation; gone is success.
@@ -1079,15 +1123,7 @@ impl Provider for GceProvider {
         };
         self.delete_instance(&r).await?;
         self.inner.recent.forget(r.id().as_str());
-        // A boot disk whose autoDelete was turned off stays; remove it when it is this owner's.
-        for d in vm
-            .disks
-            .iter()
-            .filter(|d| !d.auto_delete && !d.source.is_empty())
-        {
-            self.delete_disk_if_ours(&r.zone, last_segment(&d.source), None)
-                .await?;
-        }
+        self.remove_kept_disks(&r, &vm).await?;
         Ok(true)
     }
 

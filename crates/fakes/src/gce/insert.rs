@@ -253,10 +253,10 @@ fn make(s: &mut World, project: &str, vm: &Value, plan: Plan, request_id: Option
             d["users"] = json!([]);
         }
         Some((code.to_string(), no_room(project, &zone), 503))
-    } else if let Some((code, message)) = s.fail_next.take() {
+    } else if let Some((code, message, status)) = s.fail_next.take() {
         make_disk(s, &plan, &target, id);
         make_vm(s, &plan, vm, id);
-        Some((code, message, 400))
+        Some((code, message, status))
     } else {
         make_disk(s, &plan, &target, id);
         make_vm(s, &plan, vm, id);

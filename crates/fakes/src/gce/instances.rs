@@ -81,8 +81,12 @@ pub(super) async fn delete_instance(
     check_project(&project)?;
     let mut s = change(&state, &q.request_id)?;
     let (key, vm) = changeable(&s, &project, &zone, &name)?;
-    // "The instance is currently stopping (either being deleted or killed)" until it is gone.
-    s.instances.get_mut(&key).expect("visible")["status"] = json!("STOPPING");
+    // "The instance is currently stopping (either being deleted or killed)" until it is gone; a
+    // delete kept `PENDING` leaves the instance as it reads until the delete runs.
+    let pending = s.delete_pending;
+    if pending.is_zero() {
+        s.instances.get_mut(&key).expect("visible")["status"] = json!("STOPPING");
+    }
     let target = format!("{LINK}/projects/{PROJECT}/zones/{zone}/instances/{name}");
     let mut op = s.new_op(
         Some(&zone),
@@ -93,6 +97,9 @@ pub(super) async fn delete_instance(
         q.request_id.as_deref(),
     );
     s.set_target_id(&mut op, vm["id"].as_str().unwrap_or_default());
+    if !pending.is_zero() {
+        s.keep_pending(op["name"].as_str().unwrap_or_default(), pending);
+    }
     Ok(Json(op).into_response())
 }
 

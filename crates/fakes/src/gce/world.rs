@@ -19,6 +19,9 @@ pub(super) struct Op {
     /// The instance the operation holds until it ends: other changes of it answer
     /// `resourceNotReady` meanwhile.
     pub(super) holds: Option<Key>,
+    /// Until when the operation waits `PENDING` without touching its instance (a delete queued
+    /// behind Compute Engine's other work: the instance still reads as before); `None` once it runs.
+    pub(super) pending_until: Option<tokio::time::Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -49,9 +52,12 @@ pub(super) struct World {
     pub(super) token_uri: String,
     pub(super) exhausted: HashMap<Key, &'static str>,
     pub(super) quota_exceeded: u32,
-    pub(super) fail_next: Option<(String, String)>,
+    pub(super) fail_next: Option<(String, String, u16)>,
     /// How long an operation lasts (see [`FakeGce::set_operation_time`]).
     pub(super) op_time: Duration,
+    /// How long a delete's operation waits `PENDING` before it runs (see
+    /// [`FakeGce::set_delete_pending_time`]).
+    pub(super) delete_pending: Duration,
     /// Whether the project's metadata sets `enable-oslogin` to `TRUE`.
     pub(super) project_os_login: bool,
     /// Whether the organisation policy `constraints/compute.requireOsLogin` is enforced.
@@ -129,6 +135,7 @@ impl World {
                 done_at,
                 effect,
                 holds,
+                pending_until: None,
             },
         );
         self.running.push(name.clone());
@@ -144,9 +151,39 @@ impl World {
         }
     }
 
-    /// Ends every operation whose time is up, applying its effect.
+    /// Keeps operation `name` `PENDING`, its instance untouched, for `time` before it runs (its
+    /// end moves on as much).
+    pub(super) fn keep_pending(&mut self, name: &str, time: Duration) {
+        if let Some(op) = self.ops.get_mut(name) {
+            let now = tokio::time::Instant::now();
+            op.pending_until = Some(now + time);
+            op.done_at += time;
+        }
+    }
+
+    /// Ends every operation whose time is up, applying its effect; a delete whose wait in
+    /// `PENDING` is over starts running first: its instance reads `STOPPING` ("either being
+    /// deleted or killed") until it is gone.
     pub(super) fn settle(&mut self) {
         let now = tokio::time::Instant::now();
+        let started: Vec<String> = self
+            .running
+            .iter()
+            .filter(|n| {
+                let op = self.ops.get(*n);
+                op.is_some_and(|op| op.pending_until.is_some_and(|t| t <= now))
+            })
+            .cloned()
+            .collect();
+        for name in started {
+            let op = self.ops.get_mut(&name).expect("a running operation exists");
+            op.pending_until = None;
+            if let Effect::Delete(key) = op.effect.clone() {
+                if let Some(vm) = self.instances.get_mut(&key) {
+                    vm["status"] = json!("STOPPING");
+                }
+            }
+        }
         let due: Vec<String> = self
             .running
             .iter()
@@ -158,10 +195,11 @@ impl World {
         }
     }
 
-    /// The operation as a read shows it: `RUNNING` once read while it lasts.
+    /// The operation as a read shows it: `RUNNING` once read while it lasts, unless it is kept
+    /// `PENDING` still.
     pub(super) fn read_op(&mut self, name: &str) -> Option<Value> {
         let op = self.ops.get_mut(name)?;
-        if op.value["status"] == "PENDING" {
+        if op.value["status"] == "PENDING" && op.pending_until.is_none() {
             op.value["status"] = json!("RUNNING");
             op.value["progress"] = json!(50);
         }
@@ -245,6 +283,7 @@ impl World {
             op.value["httpErrorStatusCode"] = json!(http);
             op.value["httpErrorMessage"] = json!(match http {
                 403 => "FORBIDDEN",
+                409 => "CONFLICT",
                 503 => "SERVICE UNAVAILABLE",
                 _ => "BAD REQUEST",
             });

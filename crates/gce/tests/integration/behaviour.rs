@@ -1104,6 +1104,29 @@ async fn a_failed_insert_whose_instance_is_not_shown_in_time_names_the_instance_
 }
 
 #[tokio::test]
+async fn an_insert_whose_operation_fails_never_reads_as_made_nothing() {
+    // The operation of an accepted insert that fails (a conflict with a code the driver does not
+    // know, here) ran after the insert was accepted and may have made the instance: the caller must
+    // read the name again before giving it up, whatever the error's kind.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.fail_next_insert_with_status("SOME_CONFLICT", "conflict half-way", 409);
+    let e = p
+        .create(&spec("vm-conflict", "e2-small"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("SOME_CONFLICT"), "{e:?}");
+    assert!(!e.made_nothing(), "{e:?}");
+    // The clean-up removed what the operation made.
+    assert!(fake.instance(ZONE, "vm-conflict").is_none());
+    assert!(
+        fake.disk_names(ZONE).is_empty(),
+        "{:?}",
+        fake.disk_names(ZONE)
+    );
+}
+
+#[tokio::test]
 async fn a_failed_insert_whose_disk_cannot_be_read_names_what_it_could_not_check() {
     let fake = FakeGce::start().await.unwrap();
     // No retries: one 5xx is a failed read.
@@ -1163,6 +1186,45 @@ async fn a_failed_insert_whose_disk_cannot_be_read_names_what_it_could_not_check
         ),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn a_kept_boot_disk_a_delete_cannot_remove_is_named_and_delete_named_removes_it() {
+    // A boot disk whose autoDelete was turned off outside orca outlives its instance. When the
+    // delete removes the instance but not that disk, a second delete(id) finds no instance and
+    // answers true: only the failure's leftovers tell the caller that delete_named has work left.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-kept", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let disk = boot_disk_of(&fake, "vm-kept");
+    fake.set_disk_auto_delete(ZONE, "vm-kept", false);
+    // Every disk delete fails, past the retry budget.
+    fake.control().inject(Rule::new(
+        Some(Method::DELETE),
+        "/disks/",
+        Fault::Status {
+            status: 503,
+            body: json!({"error": {"code": 503, "message": "backend", "errors": [{"reason": "backendError", "domain": "global", "message": "backend"}]}}),
+            headers: vec![],
+        },
+        1_000,
+    ));
+    let e = p.delete(&m.id).await.unwrap_err();
+    fake.control().clear_faults();
+    assert!(fake.instance(ZONE, "vm-kept").is_none());
+    assert_eq!(e.left(), [format!("disk {ZONE}:{disk}")], "{e:?}");
+    assert!(fake.disk_names(ZONE).contains(&disk));
+    assert!(p.delete_named("lab", "vm-kept").await.unwrap());
+    assert!(
+        !fake.disk_names(ZONE).contains(&disk),
+        "{:?}",
+        fake.disk_names(ZONE)
+    );
 }
 
 #[tokio::test]
@@ -1506,6 +1568,50 @@ async fn a_create_of_a_name_whose_instance_is_being_deleted_never_adopts_that_in
         fake.instance(ZONE, "vm-going").unwrap()["status"],
         "STOPPING"
     );
+}
+
+#[tokio::test]
+async fn a_create_of_a_name_whose_delete_is_still_pending_never_adopts_that_instance() {
+    // A delete's operation can wait PENDING for seconds while its instance still reads RUNNING:
+    // adopting that instance would answer a machine that is gone a moment later.
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-doomed", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let first = fake.instance(ZONE, "vm-doomed").unwrap()["id"].clone();
+    fake.set_delete_pending_time(Duration::from_secs(1));
+    fake.control().clear_log();
+    // The delete is stopped (a caller's timeout) once Compute Engine answered its DELETE (the
+    // fake logs a request once answered).
+    let accepted = async {
+        while fake
+            .control()
+            .count(&Method::DELETE, "/instances/vm-doomed")
+            == 0
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::select! {
+        got = p.delete(&m.id) => panic!("the delete answered before it was stopped: {got:?}"),
+        () = accepted => {}
+    }
+    assert_eq!(
+        fake.instance(ZONE, "vm-doomed").unwrap()["status"],
+        "RUNNING"
+    );
+    let got = p.create(&spec("vm-doomed", "e2-small")).await.unwrap();
+    assert!(matches!(got, Created::Machine(_)), "{got:?}");
+    // The delete was waited out and the name made anew: the instance standing is a new one.
+    let vm = fake
+        .instance(ZONE, "vm-doomed")
+        .expect("the new machine stands");
+    assert_ne!(vm["id"], first, "{vm}");
+    assert_eq!(vm["status"], "RUNNING");
 }
 
 #[tokio::test]
