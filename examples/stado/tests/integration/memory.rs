@@ -1766,3 +1766,27 @@ async fn a_host_whose_first_boot_failed_shows_it_in_list() {
     let j = serde_json::to_value(&l).unwrap();
     assert_eq!(j["hosts"][0]["first_boot_failed"], true);
 }
+
+/// The owner names the machines a home reads and deletes: changing it (set or unset) while hosts
+/// are declared would strand them (reads answer not owned, and a `creating` host's delete finds
+/// nothing and drops its entry while its VM runs), so it is refused naming them until they are
+/// deleted.
+#[tokio::test]
+async fn the_owner_is_not_changed_while_cloud_hosts_are_declared() {
+    let lab = lab_on(MemoryCloud::new(), Some("team-a"));
+    assert!(lab.create("h1").await.ok);
+    let home = &lab.s.home;
+    let refusal = "the owner of this stado home's machines cannot change while the registry declares cloud hosts made under it (h1): they would be left unreachable; stado cloud host delete each first";
+    let e = stado::profile::config_set(home, "owner", "team-b").unwrap_err();
+    assert_eq!((e.message(), e.code()), (refusal, "refused"));
+    let e = stado::profile::config_unset(home, "owner").unwrap_err();
+    assert_eq!((e.message(), e.code()), (refusal, "refused"));
+    assert_eq!(common::owner(home), "team-a");
+    // The same owner again changes nothing, and other keys are set as ever.
+    stado::profile::config_set(home, "owner", "team-a").unwrap();
+    stado::profile::config_set(home, "api.url", "https://stado.example").unwrap();
+    lab.s.delete("h1").await.unwrap();
+    stado::profile::config_set(home, "owner", "team-b").unwrap();
+    assert_eq!(common::owner(home), "team-b");
+    assert!(stado::profile::config_unset(home, "owner").unwrap());
+}
