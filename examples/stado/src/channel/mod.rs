@@ -96,6 +96,13 @@ pub trait HostChannel: Send + Sync + std::fmt::Debug {
         command: &str,
         timeout: Duration,
     ) -> Result<Output, String>;
+
+    /// Whether this channel can reach any host at all with the files at `paths` (a key, a pinned
+    /// host key; they need not exist yet), without connecting: what fails here fails every attempt
+    /// alike, and no retry mends it.
+    fn can_run(&self, _paths: &[&std::path::Path]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The commands stado sends.

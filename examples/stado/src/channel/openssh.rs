@@ -161,6 +161,21 @@ fn config_path(path: &std::path::Path) -> Result<String, String> {
 
 #[async_trait]
 impl HostChannel for OpenSsh {
+    /// The client starts (`-V` asks only its version), and each path can be given to it whole.
+    fn can_run(&self, paths: &[&std::path::Path]) -> Result<(), String> {
+        std::process::Command::new(&self.program)
+            .arg("-V")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("could not run {}: {e}", self.program.display()))?;
+        for p in paths {
+            config_path(p)?;
+        }
+        Ok(())
+    }
+
     async fn run(
         &self,
         host: &Endpoint,

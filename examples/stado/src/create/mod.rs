@@ -157,6 +157,7 @@ impl Stado {
         let profile = self.gated_profile()?;
         self.check_request(req)?;
         self.check_can_make_hosts()?;
+        self.check_channel(req)?;
         // Held from the first step to the last: a reap that meets it skips its tick, and a host
         // declared enrolling without a create holding the lock is one whose create stopped.
         let mut registry = self.lock_registry()?;
