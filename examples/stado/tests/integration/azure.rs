@@ -1072,3 +1072,35 @@ async fn a_creating_host_of_a_name_longer_than_azure_takes_is_deleted() {
     assert!(d.deleted);
     assert!(declared(&lab.s).is_empty());
 }
+
+/// A price lookup that fails passingly (Retail Prices answering 503) says so, and that it may pass
+/// when tried again: it is no refusal of the size, which only an answer that the size has no price
+/// makes.
+#[tokio::test]
+async fn a_price_lookup_that_fails_passingly_is_no_refusal_of_the_size() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    lab.azure.control().inject(Rule::new(
+        Some(axum::http::Method::GET),
+        "/api/retail/prices",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"Error": {"Code": "ServiceUnavailable", "Message": "try later"}}),
+            headers: vec![("Retry-After".into(), "0".into())],
+        },
+        10_000,
+    ));
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert!(!e.contains("has no on-demand price"), "{e}");
+    assert!(
+        e.starts_with(&format!(
+            "the price of {SIZE} in {LOCATION} could not be read from Azure (Retail Prices): "
+        )),
+        "{e}"
+    );
+    assert!(e.ends_with("; this may pass when tried again"), "{e}");
+    assert_eq!(r.error.as_ref().unwrap().code, "unavailable");
+    assert_eq!(lab.resources(), before);
+    assert!(declared(&lab.s).is_empty());
+}
