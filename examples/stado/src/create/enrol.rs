@@ -4,7 +4,7 @@
 
 use super::host::Host;
 use super::{CreateReport, Minted, Step};
-use crate::channel::{commands, Endpoint};
+use crate::channel::{commands, printable, Endpoint};
 use crate::cloud::{usd, Stado};
 use crate::keys::{self, FleetKey};
 use crate::registry::{CloudDecl, CloudState, Held};
@@ -62,7 +62,8 @@ impl Stado {
                 .run(&ep, commands::ENROL, self.timing.command)
                 .await
             {
-                Ok(out) if out.status == 0 => return Ok(out.stdout.trim().to_string()),
+                // The host's own words: shown, so escaped.
+                Ok(out) if out.status == 0 => return Ok(printable(out.stdout.trim())),
                 Ok(out) => format!("uname exited {}: {}", out.status, out.last_words()),
                 Err(e) if self.cannot_reach(&ep) => return Err(e),
                 Err(e) => e,
