@@ -5,6 +5,7 @@ use orca::Error;
 use serde::Serialize;
 
 use crate::cloud::{list_or_none, Stado, HOME_LABEL, POOL, TITLE};
+use crate::create::MAX_NAME;
 use crate::error::Failure;
 use crate::keys;
 use crate::list::power_word;
@@ -131,6 +132,9 @@ impl Stado {
         decl: &CloudDecl,
     ) -> Result<String, Failure> {
         let (vm_id, removed) = match decl.state {
+            // A name longer than the cloud takes was refused by its create before anything was
+            // made (an older stado declared it first), and the cloud refuses to look it up by name.
+            CloudState::Creating if name.len() > MAX_NAME => (String::new(), Ok(())),
             CloudState::Creating => match self.made_by_stopped_create(name).await? {
                 // Another home's VM holds the name: its create made nothing of it (the cloud
                 // refused or adopted it), and what stands beside that VM is that home's.

@@ -510,24 +510,14 @@ async fn reap_every(
 fn config(home: Home, what: ConfigCmd) -> Result<Answer, Failure> {
     match what {
         ConfigCmd::Set { key, value } => {
-            let _lock = home.lock(&home.profile_path())?;
-            let mut p = Profile::load(&home)?;
-            p.set(&key, &value)?;
-            p.save(&home)?;
-            let stored = p.values.get(&key).cloned().unwrap_or(Value::Null);
+            let stored = stado::profile::config_set(&home, &key, &value)?;
             Ok(Answer::ok(
                 json!({"command": "config set", "ok": true, "key": key, "value": stored}),
                 vec![format!("{key} = {stored}")],
             ))
         }
         ConfigCmd::Unset { key } => {
-            if key == stado::profile::HOME_ID {
-                return Err(stado::profile::home_id_is_kept());
-            }
-            let _lock = home.lock(&home.profile_path())?;
-            let mut p = Profile::load(&home)?;
-            let was = p.unset(&key);
-            p.save(&home)?;
+            let was = stado::profile::config_unset(&home, &key)?;
             Ok(Answer::ok(
                 json!({"command": "config unset", "ok": true, "key": key, "was_set": was}),
                 vec![if was {

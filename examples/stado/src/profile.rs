@@ -144,6 +144,63 @@ pub(crate) fn ensure_home_id(
     Ok(id)
 }
 
+/// `stado config set KEY VALUE`: sets `key` in the profile of `home` under its lock; the value
+/// stored.
+pub fn config_set(home: &Home, key: &str, value: &str) -> Result<Value, Failure> {
+    let _lock = home.lock(&home.profile_path())?;
+    let before = Profile::load(home)?;
+    let mut p = before.clone();
+    p.set(key, value)?;
+    let _registry = check_owner_kept(home, &before, &p)?;
+    p.save(home)?;
+    Ok(p.values.get(key).cloned().unwrap_or(Value::Null))
+}
+
+/// `stado config unset KEY`: removes `key` from the profile of `home` under its lock; whether it
+/// was set.
+pub fn config_unset(home: &Home, key: &str) -> Result<bool, Failure> {
+    if key == HOME_ID {
+        return Err(home_id_is_kept());
+    }
+    let _lock = home.lock(&home.profile_path())?;
+    let before = Profile::load(home)?;
+    let mut p = before.clone();
+    let was = p.unset(key);
+    let _registry = check_owner_kept(home, &before, &p)?;
+    p.save(home)?;
+    Ok(was)
+}
+
+/// Refuses a profile change (`before` to `after`) that changes the owner while the registry
+/// declares cloud hosts: they were made under the owner, and every read, adoption and deletion of
+/// them asks for it, so under another one they answer as not this home's, and a host whose create
+/// stopped before its VM was known would be taken for gone while its VM runs. When the owner
+/// changes, the registry's lock is taken and given back to hold until the profile is saved, so that
+/// no create declares a host under the old owner meanwhile.
+fn check_owner_kept(
+    home: &Home,
+    before: &Profile,
+    after: &Profile,
+) -> Result<Option<crate::registry::Held>, Failure> {
+    if before.owner() == after.owner() {
+        return Ok(None);
+    }
+    let registry = crate::registry::Held::take(home)?;
+    let hosts: Vec<&str> = registry
+        .targets
+        .iter()
+        .filter(|t| t.cloud.is_some())
+        .map(|t| t.name.as_str())
+        .collect();
+    if !hosts.is_empty() {
+        return Err(Failure::refused(format!(
+            "the owner of this stado home's machines cannot change while the registry declares cloud hosts made under it ({}): they would be left unreachable; stado cloud host delete each first",
+            hosts.join(", ")
+        )));
+    }
+    Ok(Some(registry))
+}
+
 /// The refusal of a change to `home_id`.
 pub fn home_id_is_kept() -> Failure {
     Failure::invalid(format!(

@@ -80,9 +80,28 @@ impl Output {
             .rev()
             .map(str::trim)
             .find(|l| !l.is_empty())
-            .unwrap_or("")
-            .to_string()
+            .map(printable)
+            .unwrap_or_default()
     }
+}
+
+/// `text` from a host as stado shows it: printable text and newlines as they are, every other
+/// control character escaped, so that what a host prints cannot drive the terminal.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push(c),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && u32::from(c) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Runs one command on a host. `Err` when the host could not be reached or refused stado (the cause
@@ -96,6 +115,13 @@ pub trait HostChannel: Send + Sync + std::fmt::Debug {
         command: &str,
         timeout: Duration,
     ) -> Result<Output, String>;
+
+    /// Whether this channel can reach any host at all with the files at `paths` (a key, a pinned
+    /// host key; they need not exist yet), without connecting: what fails here fails every attempt
+    /// alike, and no retry mends it.
+    fn can_run(&self, _paths: &[&std::path::Path]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// The commands stado sends.
@@ -117,4 +143,24 @@ pub mod commands {
     /// Reap's reading: runs standing in the run area, when it last changed, cargo and rustc
     /// processes, and the host's clock.
     pub const REAP_PROBE: &str = "r=\"$HOME/.stado/work/runs\"; if [ -d \"$r\" ]; then echo \"runs $(find \"$r\" -mindepth 1 -maxdepth 1 | wc -l)\"; echo \"changed $(stat -c %Y \"$r\")\"; else echo 'runs 0'; echo 'changed none'; fi; echo \"procs $(pgrep -c -x 'cargo|rustc' || true)\"; echo \"now $(date +%s)\"";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_host_said_is_shown_with_its_control_characters_escaped() {
+        assert_eq!(
+            printable("h1\x1b]0;owned\x07 ok\r\nnext\tcol\u{9b}x"),
+            "h1\\x1b]0;owned\\x07 ok\\r\nnext\\tcol\\u{9b}x"
+        );
+        assert_eq!(printable("plain text, ünïcode\n"), "plain text, ünïcode\n");
+        let out = Output {
+            status: 1,
+            stdout: String::new(),
+            stderr: "boom \x1b[2J\n".into(),
+        };
+        assert_eq!(out.last_words(), "boom \\x1b[2J");
+    }
 }

@@ -57,11 +57,33 @@ impl OpenSsh {
             .as_deref()
             .map(|k| config_path(k).map(|v| (k, v)))
             .transpose()?;
-        let mut a: Vec<String> = Vec::new();
+        // No config file: a user's or the system's would reach the build hosts (an agent
+        // forwarded, forwardings, a local command, host keys beside the pinned file, and `Match
+        // exec` commands run while it is read), and a host stado reaches is wholly described by
+        // the registry. `-F` is older than any option that could say the same one by one.
+        let mut a: Vec<String> = vec!["-F".into(), "/dev/null".into()];
         let mut o = |k: &str, v: &str| {
             a.push("-o".into());
             a.push(format!("{k}={v}"));
         };
+        // Said again one by one, should the client read a config all the same (a wrapper named by
+        // STADO_SSH that adds one): options on the command line win over any file's. Each is known
+        // to every OpenSSH still in use, which refuses an option it does not know (so no
+        // `KnownHostsCommand=none`, 8.5 and later: `-F` and the pinned files below cover it).
+        for (k, v) in [
+            ("ForwardAgent", "no"),
+            ("ForwardX11", "no"),
+            ("ForwardX11Trusted", "no"),
+            ("ClearAllForwardings", "yes"),
+            ("PermitLocalCommand", "no"),
+            ("ControlMaster", "no"),
+            ("ControlPath", "none"),
+            ("ProxyCommand", "none"),
+            ("Tunnel", "no"),
+            ("RequestTTY", "no"),
+        ] {
+            o(k, v);
+        }
         o("BatchMode", "yes");
         o("StrictHostKeyChecking", "yes");
         o("UserKnownHostsFile", &pinned);
@@ -139,6 +161,21 @@ fn config_path(path: &std::path::Path) -> Result<String, String> {
 
 #[async_trait]
 impl HostChannel for OpenSsh {
+    /// The client starts (`-V` asks only its version), and each path can be given to it whole.
+    fn can_run(&self, paths: &[&std::path::Path]) -> Result<(), String> {
+        std::process::Command::new(&self.program)
+            .arg("-V")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("could not run {}: {e}", self.program.display()))?;
+        for p in paths {
+            config_path(p)?;
+        }
+        Ok(())
+    }
+
     async fn run(
         &self,
         host: &Endpoint,
@@ -211,6 +248,107 @@ mod tests {
             "-l stado -- 198.51.100.7 uname -n",
         ] {
             assert!(a.contains(want), "{want} not in {a}");
+        }
+    }
+
+    /// A pinned host in a fresh directory, with its arguments for `ssh -G` (which connects nowhere
+    /// and takes no command).
+    fn pinned_host_args(dir: &std::path::Path) -> Vec<String> {
+        let pinned = dir.join("pinned");
+        std::fs::write(&pinned, "h1 ssh-ed25519 AAAA\n").unwrap();
+        let host = Endpoint {
+            name: "h1".into(),
+            address: "198.51.100.7".into(),
+            user: Some("stado".into()),
+            port: 22,
+            identity: Some(dir.join("key")),
+            known_hosts: Some(pinned),
+        };
+        let mut args = OpenSsh::with_program("ssh").args(&host, "true").unwrap();
+        args.pop();
+        args
+    }
+
+    #[test]
+    fn openssh_reads_no_config_file_and_overrides_what_one_could_turn_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = pinned_host_args(dir.path());
+        assert_eq!(args[..2], ["-F", "/dev/null"], "{args:?}");
+        let a = args.join(" ");
+        for want in [
+            "-o ForwardAgent=no",
+            "-o ForwardX11=no",
+            "-o ClearAllForwardings=yes",
+            "-o PermitLocalCommand=no",
+            "-o ControlMaster=no",
+            "-o ControlPath=none",
+            "-o ProxyCommand=none",
+            "-o Tunnel=no",
+            "-o RequestTTY=no",
+            "-o StrictHostKeyChecking=yes",
+            "-o GlobalKnownHostsFile=/dev/null",
+        ] {
+            assert!(a.contains(want), "{want} not in {a}");
+        }
+    }
+
+    /// A user's ssh config that turns on the agent's forwarding, forwardings, a local command and
+    /// more host keys: neither `-F` (which stado passes after the user's would be read) nor, with
+    /// it left out, the overrides let any of it through.
+    #[test]
+    fn a_users_ssh_config_forwards_nothing_and_adds_no_host_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = pinned_host_args(dir.path());
+        let config = dir.path().join("config");
+        std::fs::write(
+            &config,
+            "Host *\n  ForwardAgent yes\n  ForwardX11 yes\n  PermitLocalCommand yes\n  LocalCommand touch /tmp/x\n  LocalForward 7000 127.0.0.1:7000\n  DynamicForward 7001\n  KnownHostsCommand /bin/echo %H\n  GlobalKnownHostsFile /etc/ssh/other\n  StrictHostKeyChecking no\n",
+        )
+        .unwrap();
+        let ssh_g = |args: &[String]| -> Option<String> {
+            let out = std::process::Command::new("ssh")
+                .arg("-G")
+                .arg("-F")
+                .arg(&config)
+                .args(args)
+                .output()
+                .ok()?;
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            Some(String::from_utf8_lossy(&out.stdout).to_lowercase())
+        };
+        let without_f: Vec<String> = args[2..].to_vec();
+        for (what, args) in [("with -F", &args), ("overrides alone", &without_f)] {
+            let Some(text) = ssh_g(args) else {
+                println!("SKIPPED a_users_ssh_config_forwards_nothing_and_adds_no_host_keys: no ssh here");
+                return;
+            };
+            let lines: Vec<&str> = text.lines().collect();
+            for want in [
+                "forwardagent no",
+                "forwardx11 no",
+                "permitlocalcommand no",
+                "clearallforwardings yes",
+                "stricthostkeychecking true",
+                "globalknownhostsfile /dev/null",
+            ] {
+                assert!(lines.contains(&want), "{what}: {want} not in {text}");
+            }
+            // A KnownHostsCommand is overridden only by `-F` (its `none` is too new to pass).
+            let absent: &[&str] = if what == "with -F" {
+                &["localforward ", "dynamicforward ", "knownhostscommand "]
+            } else {
+                &["localforward ", "dynamicforward "]
+            };
+            for absent in absent {
+                assert!(
+                    !lines.iter().any(|l| l.starts_with(absent)),
+                    "{what}: {absent} in {text}"
+                );
+            }
         }
     }
 

@@ -83,7 +83,7 @@ impl Stado {
                     .stdout
                     .lines()
                     .find_map(|l| l.trim().strip_prefix("status:"))
-                    .map(|s| s.trim().to_string())
+                    .map(|s| crate::channel::printable(s.trim()))
                     .unwrap_or_else(|| format!("exit {}", out.status));
                 return Err(unclean(format!("cloud-init status: {status}")));
             }
@@ -97,7 +97,7 @@ impl Stado {
         for (what, cmd) in PROBES {
             match self.channel.run(&ep, cmd, self.timing.command).await {
                 Ok(out) if out.status == 0 && !out.stdout.trim().is_empty() => {
-                    answers.push(out.stdout.trim().to_string())
+                    answers.push(crate::channel::printable(out.stdout.trim()))
                 }
                 Ok(out) => return Err(unclean(format!("{what} answered: {}", out.last_words()))),
                 Err(e) => return Err(unclean(format!("{what} could not be asked: {e}"))),

@@ -65,6 +65,22 @@ impl Stado {
         Ok(())
     }
 
+    /// Refuses a create whose host the channel could never reach (the ssh client does not run, or
+    /// the paths of the host's fleet key and pinned host key cannot be given to it): found after
+    /// its VM is made, enrolment would fail and the VM be deleted again, billed meanwhile.
+    pub(super) fn check_channel(&self, req: &CreateRequest) -> Result<(), Failure> {
+        let key = self.home.fleet_key(&req.name);
+        let pinned = self.home.pinned_host_key(&req.name);
+        self.channel
+            .can_run(&[key.as_path(), pinned.as_path()])
+            .map_err(|e| {
+                Failure::refused(format!(
+                    "cloud host {} cannot be reached over SSH from here: {e}",
+                    req.name
+                ))
+            })
+    }
+
     /// The locations of the cloud, when stado can know them before any call: the in-memory cloud's.
     fn known_locations(&self) -> Option<&'static [&'static str]> {
         (self.provider.kind() == "fake").then_some(&orca::memory::LOCATIONS[..])

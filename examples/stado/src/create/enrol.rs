@@ -4,7 +4,7 @@
 
 use super::host::Host;
 use super::{CreateReport, Minted, Step};
-use crate::channel::{commands, Endpoint};
+use crate::channel::{commands, printable, Endpoint};
 use crate::cloud::{usd, Stado};
 use crate::keys::{self, FleetKey};
 use crate::registry::{CloudDecl, CloudState, Held};
@@ -62,8 +62,10 @@ impl Stado {
                 .run(&ep, commands::ENROL, self.timing.command)
                 .await
             {
-                Ok(out) if out.status == 0 => return Ok(out.stdout.trim().to_string()),
+                // The host's own words: shown, so escaped.
+                Ok(out) if out.status == 0 => return Ok(printable(out.stdout.trim())),
                 Ok(out) => format!("uname exited {}: {}", out.status, out.last_words()),
+                Err(e) if self.cannot_reach(&ep) => return Err(e),
                 Err(e) => e,
             };
             // A changed host key is no passing failure: stop at once.
@@ -74,6 +76,15 @@ impl Stado {
             }
             tokio::time::sleep(self.timing.enrol_interval).await;
         }
+    }
+
+    /// Whether no attempt could reach `ep` now, however long enrolment waits: its pinned host key
+    /// is gone, or the channel cannot run with its files (the ssh client, their paths).
+    fn cannot_reach(&self, ep: &Endpoint) -> bool {
+        let pinned = ep.known_hosts.as_deref();
+        let paths: Vec<&std::path::Path> =
+            pinned.into_iter().chain(ep.identity.as_deref()).collect();
+        !pinned.is_some_and(std::path::Path::is_file) || self.channel.can_run(&paths).is_err()
     }
 
     /// Step 8: records the host whole (`ready`).

@@ -2,7 +2,7 @@
 //! driver makes in one create and removes again when a later one fails), declared at once; and the
 //! removal of a host a later step could not finish.
 
-use orca::{Created, Error, Machine, MachineSpec};
+use orca::{Created, Error, ErrorKind, Machine, MachineSpec};
 
 use super::{CreateRequest, Minted, PriceReport, Step};
 use crate::cloud::{Stado, GROUP, HOME_LABEL, POOL, TITLE};
@@ -365,6 +365,24 @@ impl Stado {
                         .with_code("exists"),
                 ),
             };
+        }
+        if e.made_nothing()
+            && matches!(
+                e.kind(),
+                ErrorKind::InvalidSpec | ErrorKind::InvalidSettings
+            )
+        {
+            // The driver's own checks refused the spec before any call: nothing of the name was
+            // made, and a sweep by the name may be refused the same way (or fail to read), which
+            // would keep a declaration nothing could remove.
+            return NotMade::clean(
+                Failure::new(format!(
+                    "cloud host {} was not made: {}",
+                    req.name,
+                    self.cloud_error(&e)
+                ))
+                .with_code("refused"),
+            );
         }
         let code = match &e {
             Error::PermissionDenied { .. } => "denied",

@@ -26,6 +26,13 @@ use crate::keys::{self, FleetKey};
 use crate::profile::Profile;
 use crate::registry::{CloudState, Held, Registry};
 
+/// The longest name of a cloud host. Azure's driver names the VM's disk, interface, security group
+/// and address by adding a suffix to the VM's name, and refuses a longer name in create and in
+/// delete by name alike: a create of one would be refused only after the price, the admission and
+/// the key, and what it declared could never be removed by name. `fake` is Azure simulated, and
+/// takes the same names.
+pub const MAX_NAME: usize = 58;
+
 /// What to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateRequest {
@@ -150,6 +157,7 @@ impl Stado {
         let profile = self.gated_profile()?;
         self.check_request(req)?;
         self.check_can_make_hosts()?;
+        self.check_channel(req)?;
         // Held from the first step to the last: a reap that meets it skips its tick, and a host
         // declared enrolling without a create holding the lock is one whose create stopped.
         let mut registry = self.lock_registry()?;
@@ -209,6 +217,14 @@ impl Stado {
             return Err(Failure::refused(format!(
                 "'{}' is not a target identifier (1 to 63 of a-z, 0-9 and '-', not starting or ending with '-')",
                 req.name
+            ))
+            .into());
+        }
+        if req.name.len() > MAX_NAME {
+            return Err(Failure::refused(format!(
+                "'{}' is {} characters long: a cloud host's name is at most {MAX_NAME} on {TITLE} (the names of its VM's pieces add a suffix to it)",
+                req.name,
+                req.name.len()
             ))
             .into());
         }

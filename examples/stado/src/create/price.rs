@@ -94,13 +94,30 @@ impl Stado {
                 Err(Error::InvalidSpec { field, rule }) if field == "location" => {
                     return Err(self.unknown_location(loc, &rule))
                 }
-                Err(e) => {
+                // Only an answer that the size has no price there refuses it.
+                Err(e @ (Error::NotFound { .. } | Error::InvalidSpec { .. })) => {
                     return Err(Failure::new(format!(
                         "{TITLE} {} has no on-demand price in {loc} (Retail Prices): {}",
                         req.size,
                         self.cloud_error(&e)
                     ))
                     .with_code("refused"))
+                }
+                // Any other failure says nothing of the size: it keeps its meaning, and one that
+                // may pass says so.
+                Err(e) => {
+                    let mut msg = format!(
+                        "the price of {} in {loc} could not be read from {TITLE} (Retail Prices): {}",
+                        req.size,
+                        self.cloud_error(&e)
+                    );
+                    let code = if e.is_retryable() {
+                        msg.push_str("; this may pass when tried again");
+                        "unavailable"
+                    } else {
+                        "failed"
+                    };
+                    return Err(Failure::new(msg).with_code(code));
                 }
             }
         }

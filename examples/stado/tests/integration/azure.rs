@@ -1006,3 +1006,119 @@ async fn a_fault_run_on_azure_leaks_nothing() {
         .collect();
     assert!(left.is_empty(), "nothing leaked: {left:?}");
 }
+
+/// A target identifier longer than the 58 characters Azure's driver takes (its resources' names add
+/// a suffix to the VM's) is refused at step 1, before any call to the cloud: nothing is priced,
+/// admitted, minted or declared, so nothing is left that delete could not remove.
+#[tokio::test]
+async fn a_name_longer_than_azure_takes_is_refused_before_any_call() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    let calls = lab.azure.control().requests();
+    let name = "h".repeat(60);
+    let r = lab.create(&name).await;
+    assert_eq!(r.error.as_ref().unwrap().code, "refused");
+    assert_eq!(
+        error(&r),
+        format!("'{name}' is 60 characters long: a cloud host's name is at most 58 on Azure (the names of its VM's pieces add a suffix to it)")
+    );
+    assert_eq!(r.steps.len(), 1);
+    assert_eq!(lab.azure.control().requests(), calls, "no call to Azure");
+    assert_eq!(lab.resources(), before);
+    assert!(declared(&lab.s).is_empty());
+    assert!(!lab.s.home.fleet_key(&name).exists());
+    // 58 is taken.
+    let r = lab.create(&"h".repeat(58)).await;
+    assert!(r.ok, "{:?}", r.error);
+}
+
+/// A create the driver refuses before any call (an image name it does not take: `InvalidSpec`,
+/// which made nothing) drops the host's declaration even when the pool cannot be read afterwards:
+/// nothing of the name can stand, so no sweep is needed to know it.
+#[tokio::test]
+async fn a_create_refused_before_any_call_leaves_no_declaration_even_when_azure_cannot_be_read() {
+    let lab = lab(&[]).await;
+    let mut p = Profile::load(&lab.s.home).unwrap();
+    // The profile takes four parts; the driver refuses '+' in an image name before any call.
+    p.set("azure.image_urn", "Canonical:ubuntu+24:server:latest")
+        .unwrap();
+    p.save(&lab.s.home).unwrap();
+    // Every read of the VM's name fails from now on.
+    lab.azure.control().inject(Rule::new(
+        Some(axum::http::Method::GET),
+        "/virtualMachines/h1",
+        Fault::Status {
+            status: 500,
+            body: serde_json::json!({"error": {"code": "InternalServerError", "message": "down"}}),
+            headers: Vec::new(),
+        },
+        10_000,
+    ));
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
+    assert!(!e.contains("stays declared"), "{e}");
+    assert!(declared(&lab.s).is_empty(), "{e}");
+    assert!(!lab.s.home.fleet_key("h1").exists());
+    assert_eq!(lab.vms(), Vec::<String>::new());
+}
+
+/// A host an older stado declared `creating` under a name longer than Azure takes (its create was
+/// refused by the driver, which refuses to look the name up too) is deleted without asking Azure.
+#[tokio::test]
+async fn a_creating_host_of_a_name_longer_than_azure_takes_is_deleted() {
+    let lab = lab(&[]).await;
+    let name = "h".repeat(60);
+    let mut reg = Registry::load(&lab.s.home).unwrap();
+    let mut t = stado::registry::Target::new(&name, "");
+    t.cloud = Some(stado::registry::CloudDecl {
+        provider: "azure".into(),
+        location: LOCATION.into(),
+        size: SIZE.into(),
+        disk_gb: 64,
+        hourly_usd: 0.05,
+        priced_in: LOCATION.into(),
+        idle_minutes: 30,
+        address: String::new(),
+        vm_id: String::new(),
+        created_at: chrono::Utc::now(),
+        state: stado::registry::CloudState::Creating,
+    });
+    reg.put_target(t);
+    reg.save(&lab.s.home).unwrap();
+    let d = lab.s.delete(&name).await.unwrap();
+    assert!(d.deleted);
+    assert!(declared(&lab.s).is_empty());
+}
+
+/// A price lookup that fails passingly (Retail Prices answering 503) says so, and that it may pass
+/// when tried again: it is no refusal of the size, which only an answer that the size has no price
+/// makes.
+#[tokio::test]
+async fn a_price_lookup_that_fails_passingly_is_no_refusal_of_the_size() {
+    let lab = lab(&[]).await;
+    let before = lab.resources();
+    lab.azure.control().inject(Rule::new(
+        Some(axum::http::Method::GET),
+        "/api/retail/prices",
+        Fault::Status {
+            status: 503,
+            body: serde_json::json!({"Error": {"Code": "ServiceUnavailable", "Message": "try later"}}),
+            headers: vec![("Retry-After".into(), "0".into())],
+        },
+        10_000,
+    ));
+    let r = lab.create("h1").await;
+    let e = error(&r);
+    assert!(!e.contains("has no on-demand price"), "{e}");
+    assert!(
+        e.starts_with(&format!(
+            "the price of {SIZE} in {LOCATION} could not be read from Azure (Retail Prices): "
+        )),
+        "{e}"
+    );
+    assert!(e.ends_with("; this may pass when tried again"), "{e}");
+    assert_eq!(r.error.as_ref().unwrap().code, "unavailable");
+    assert_eq!(lab.resources(), before);
+    assert!(declared(&lab.s).is_empty());
+}

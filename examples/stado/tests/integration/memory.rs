@@ -1766,3 +1766,114 @@ async fn a_host_whose_first_boot_failed_shows_it_in_list() {
     let j = serde_json::to_value(&l).unwrap();
     assert_eq!(j["hosts"][0]["first_boot_failed"], true);
 }
+
+/// The owner names the machines a home reads and deletes: changing it (set or unset) while hosts
+/// are declared would strand them (reads answer not owned, and a `creating` host's delete finds
+/// nothing and drops its entry while its VM runs), so it is refused naming them until they are
+/// deleted.
+#[tokio::test]
+async fn the_owner_is_not_changed_while_cloud_hosts_are_declared() {
+    let lab = lab_on(MemoryCloud::new(), Some("team-a"));
+    assert!(lab.create("h1").await.ok);
+    let home = &lab.s.home;
+    let refusal = "the owner of this stado home's machines cannot change while the registry declares cloud hosts made under it (h1): they would be left unreachable; stado cloud host delete each first";
+    let e = stado::profile::config_set(home, "owner", "team-b").unwrap_err();
+    assert_eq!((e.message(), e.code()), (refusal, "refused"));
+    let e = stado::profile::config_unset(home, "owner").unwrap_err();
+    assert_eq!((e.message(), e.code()), (refusal, "refused"));
+    assert_eq!(common::owner(home), "team-a");
+    // The same owner again changes nothing, and other keys are set as ever.
+    stado::profile::config_set(home, "owner", "team-a").unwrap();
+    stado::profile::config_set(home, "api.url", "https://stado.example").unwrap();
+    lab.s.delete("h1").await.unwrap();
+    stado::profile::config_set(home, "owner", "team-b").unwrap();
+    assert_eq!(common::owner(home), "team-b");
+    assert!(stado::profile::config_unset(home, "owner").unwrap());
+}
+
+/// An ssh program that cannot run (no OpenSSH, a wrong `STADO_SSH`) is found before anything is
+/// priced, admitted or made: no VM is billed for an enrolment that could never pass.
+#[tokio::test]
+async fn an_ssh_that_cannot_run_stops_create_before_any_vm() {
+    let lab = lab();
+    let provider: Arc<dyn Provider> =
+        Arc::new(lab.cloud.provider(&common::owner(&lab.s.home)).unwrap());
+    let s = Stado::with(
+        lab.s.home.clone(),
+        "fake",
+        provider,
+        Arc::new(stado::channel::OpenSsh::with_program("/nonexistent/ssh")),
+    );
+    let r = s.create(&request("h1", "zone-a", "amd64-small")).await;
+    let e = r.error.as_ref().unwrap();
+    assert!(
+        e.message.starts_with(
+            "cloud host h1 cannot be reached over SSH from here: could not run /nonexistent/ssh: "
+        ),
+        "{}",
+        e.message
+    );
+    assert!(r.steps.is_empty(), "{:?}", r.steps);
+    assert_eq!(lab.in_cloud(), vec![]);
+    assert!(declared(&s).is_empty());
+    assert!(!s.home.fleet_key("h1").exists());
+}
+
+/// A channel whose enrolment finds the pinned host key gone (removed under it): a failure that
+/// no retry mends.
+#[derive(Debug)]
+struct PinLost {
+    inner: FakeFleet,
+    home: stado::Home,
+    enrols: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl stado::channel::HostChannel for PinLost {
+    async fn run(
+        &self,
+        host: &stado::channel::Endpoint,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<stado::channel::Output, String> {
+        if command != stado::channel::commands::ENROL {
+            return self.inner.run(host, command, timeout).await;
+        }
+        self.enrols
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let pinned = self.home.pinned_host_key(&host.name);
+        let _ = std::fs::remove_file(&pinned);
+        Err(format!(
+            "the pinned host key of {} ({}) is missing; stado connects only to pinned hosts",
+            host.name,
+            pinned.display()
+        ))
+    }
+}
+
+/// Enrolment stops at once on a failure that cannot pass (the pinned host key gone), instead of
+/// retrying it until its time is up while the VM is billed.
+#[tokio::test]
+async fn enrolment_stops_at_once_when_the_pinned_host_key_is_gone() {
+    let mut lab = lab();
+    let channel = Arc::new(PinLost {
+        inner: lab.fleet.clone(),
+        home: lab.s.home.clone(),
+        enrols: Default::default(),
+    });
+    lab.s.channel = channel.clone();
+    lab.s.timing.enrol = Duration::from_secs(2);
+    let r = lab.create("h1").await;
+    let e = &r.error.as_ref().unwrap().message;
+    assert!(
+        e.starts_with("cloud host h1 could not be enrolled: the pinned host key of h1 ("),
+        "{e}"
+    );
+    assert_eq!(
+        channel.enrols.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "tried once"
+    );
+    assert_eq!(lab.in_cloud(), vec![], "the VM was deleted again");
+    assert!(declared(&lab.s).is_empty());
+}
