@@ -488,8 +488,10 @@ impl HetznerProvider {
         conflict: bool,
         token: &str,
     ) -> Result<Created> {
-        // A name the cloud says is taken may belong to a server made a moment ago that listings do
-        // not show yet: look again within the visibility window before answering.
+        // A name the cloud says is taken, or a refusal after an attempt that may have made the
+        // server, may mean a server made a moment ago that listings do not show yet: look again
+        // within the visibility window before answering.
+        let patient = conflict || taken.may_have_acted();
         let deadline = Instant::now() + self.config.visibility_window;
         let mut n = 0;
         let found = loop {
@@ -500,7 +502,7 @@ impl HetznerProvider {
             if let Some(s) = r.servers.into_iter().find(|s| s.name == spec.name) {
                 break Some(s);
             }
-            if !conflict || Instant::now() >= deadline {
+            if !patient || Instant::now() >= deadline {
                 break None;
             }
             tokio::time::sleep(pause(n)).await;
@@ -564,6 +566,24 @@ impl HetznerProvider {
         })
     }
 
+    /// [`HetznerProvider::adopt`]; when the refusal `taken` followed an attempt that may have made
+    /// the server, a failure to take it over says the create may have acted (its server may
+    /// stand), never that it made nothing.
+    async fn take_over(
+        &self,
+        spec: &MachineSpec,
+        taken: Error,
+        conflict: bool,
+        token: &str,
+    ) -> Result<Created> {
+        let acted = taken.may_have_acted();
+        let r = self.adopt(spec, taken, conflict, token).await;
+        match r {
+            Err(e) if acted => Err(e.with_may_have_acted()),
+            other => other,
+        }
+    }
+
     /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
     async fn make(&self, spec: &MachineSpec, unanswered: &kit::CreateGuard<'_>) -> Result<Created> {
         spec.validate()?;
@@ -618,12 +638,14 @@ impl HetznerProvider {
             Err(e @ (Error::NoStock { .. } | Error::Quota { .. })) => {
                 // A create retried after a lost answer can meet the stock or the server limit that its
                 // first attempt used up: take over the server that attempt made, when there is one.
-                return match self.adopt(spec, e, false, &token).await {
+                return match self.take_over(spec, e, false, &token).await {
                     Err(e @ Error::NoStock { .. }) => kit::no_stock_of(spec, e),
                     other => other,
                 };
             }
-            Err(e @ Error::AlreadyExists { .. }) => return self.adopt(spec, e, true, &token).await,
+            Err(e @ Error::AlreadyExists { .. }) => {
+                return self.take_over(spec, e, true, &token).await;
+            }
             Err(e) => return Err(e),
         };
         let id = r.server.id;

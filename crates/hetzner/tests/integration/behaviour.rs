@@ -615,6 +615,40 @@ async fn a_lost_create_answer_is_adopted_after_its_action() {
     assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 2);
 }
 
+/// A create whose first POST made the server but lost its answer meets the name taken on its
+/// retry; when the reads that would take the server over fail too (a storm of 429s), the error
+/// says the create may have made something: the caller must not give the name up while its
+/// server stands.
+#[tokio::test]
+async fn a_takeover_that_cannot_read_after_a_lost_answer_never_says_made_nothing() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me").await;
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/v1/servers",
+        Fault::DropAnswer,
+        1,
+    ));
+    fake.control().inject(Rule::new(
+        Some(Method::GET),
+        "/v1/servers",
+        Fault::Status {
+            status: 429,
+            body: serde_json::json!({"error": {"code": "rate_limit_exceeded", "message": "limit of requests per hour reached", "details": {}}}),
+            headers: vec![("Retry-After".into(), "0.01".into())],
+        },
+        1000,
+    ));
+    let e = p
+        .create(&spec("lost-2", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap_err();
+    fake.control().clear_faults();
+    assert_eq!(fake.servers().len(), 1, "the first POST made the server");
+    assert!(!e.made_nothing(), "{e:?}");
+    assert!(e.may_have_acted(), "{e:?}");
+}
+
 #[tokio::test]
 async fn passing_failures_are_retried_by_the_shared_policy() {
     let fake = FakeHetzner::start().await.unwrap();
