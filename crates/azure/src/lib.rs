@@ -33,7 +33,7 @@ mod reference;
 pub use config::{Config, ConfigBuilder, ConfigKey, Credential, ImageUrn};
 pub use credential::{auto_choice, AutoChoice, StaticToken, TokenSource};
 pub use error::ArmError;
-pub use provider::{AzureProvider, KIND};
+pub use provider::{AzureProvider, KIND, MAX_NAME};
 
 /// A provider for `owner` from this process's environment ([`ConfigKey`] names); every problem of
 /// the settings is one [`orca_machines::Error::InvalidSettings`] naming each key at fault.

@@ -26,12 +26,12 @@ use crate::keys::{self, FleetKey};
 use crate::profile::Profile;
 use crate::registry::{CloudState, Held, Registry};
 
-/// The longest name of a cloud host. Azure's driver names the VM's disk, interface, security group
-/// and address by adding a suffix to the VM's name, and refuses a longer name in create and in
-/// delete by name alike: a create of one would be refused only after the price, the admission and
-/// the key, and what it declared could never be removed by name. `fake` is Azure simulated, and
+/// The longest name of a cloud host: Azure's driver's. It names the VM's disk, interface, security
+/// group and address by adding a suffix to the VM's name, and refuses a longer name in create and
+/// in delete by name alike: a create of one would be refused only after the price, the admission
+/// and the key, and what it declared could never be removed by name. `fake` is Azure simulated, and
 /// takes the same names.
-pub const MAX_NAME: usize = 58;
+pub const MAX_NAME: usize = orca::azure::MAX_NAME;
 
 /// What to create.
 #[derive(Debug, Clone, PartialEq, Eq)]
