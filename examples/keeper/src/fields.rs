@@ -7,6 +7,34 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+/// How many unknown keys an error names; the rest are counted.
+const MAX_NAMED: usize = 5;
+
+/// The longest part of a caller's text an error repeats.
+const MAX_SHOWN: usize = 64;
+
+/// A caller's text as an error, the log and the audit trail repeat it: control characters escaped,
+/// and cut after [`MAX_SHOWN`] characters, saying how long it was (a request may hold a key of a
+/// megabyte, or escape sequences for the terminal that shows the log).
+pub fn shown(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(MAX_SHOWN)
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect();
+    if text.chars().nth(MAX_SHOWN).is_some() {
+        out.push_str(&format!("…({} bytes)", text.len()));
+    }
+    out
+}
+
 /// The fields of one JSON object, `prefix` naming where it sits (`""`, `"profile."`).
 #[derive(Debug)]
 pub struct Fields<'a> {
@@ -31,12 +59,17 @@ impl<'a> Fields<'a> {
             .collect();
         if let Some(first) = unknown.first().copied() {
             unknown.sort_unstable();
+            let named: Vec<String> = unknown.iter().take(MAX_NAMED).map(|k| shown(k)).collect();
+            let more = match unknown.len().saturating_sub(MAX_NAMED) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
             return Err(Error::invalid(
-                format!("{prefix}{first}"),
+                format!("{prefix}{}", shown(first)),
                 format!(
-                    "unknown field{} {}; the fields of {what} are {}",
+                    "unknown field{} {}{more}; the fields of {what} are {}",
                     if unknown.len() > 1 { "s" } else { "" },
-                    unknown.join(", "),
+                    named.join(", "),
                     allowed.join(", ")
                 ),
             ));
@@ -161,5 +194,24 @@ mod tests {
         );
         let e = Fields::new(&json!([1]), "params", "", &[]).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("params"));
+    }
+
+    /// A request's own words come back in its error, the log and the audit trail: a huge or
+    /// unprintable key is cut and escaped there, never repeated whole.
+    #[test]
+    fn a_huge_or_unprintable_unknown_key_is_named_cut_and_escaped() {
+        let huge = "k".repeat(1 << 20);
+        let v = json!({ huge.clone(): 1, "b\u{1b}[2Jad": 2 });
+        let e = Fields::new(&v, "params", "", &["name"]).unwrap_err();
+        let field = e.field.clone().unwrap();
+        assert!(field.len() <= 100, "{}", field.len());
+        assert!(e.message.len() <= 400, "{}", e.message.len());
+        assert!(e.message.contains("1048576 bytes"), "{}", e.message);
+        assert!(!e.message.contains('\u{1b}'), "{}", e.message);
+        assert!(
+            e.message.contains("the fields of params are name"),
+            "{}",
+            e.message
+        );
     }
 }

@@ -114,13 +114,13 @@ fn list(
         if !check(item) {
             return Err(Error::invalid(
                 format!("{key}[{i}]"),
-                format!("{rule}, got {item:?}"),
+                format!("{rule}, got {:?}", crate::fields::shown(item)),
             ));
         }
         if !seen.insert(item.as_str()) {
             return Err(Error::invalid(
                 format!("{key}[{i}]"),
-                format!("{item} is given twice"),
+                format!("{} is given twice", crate::fields::shown(item)),
             ));
         }
     }
@@ -195,7 +195,7 @@ impl CreateParams {
             if !ok {
                 return Err(Error::invalid(
                     "name",
-                    format!("1 to {MAX_NAME} of a-z, 0-9 and '-', not starting or ending with '-' (VMs are <name>-<index>), got {n:?}"),
+                    format!("1 to {MAX_NAME} of a-z, 0-9 and '-', not starting or ending with '-' (VMs are <name>-<index>), got {:?}", crate::fields::shown(n)),
                 ));
             }
         }
