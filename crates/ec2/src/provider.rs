@@ -440,6 +440,17 @@ impl Ec2Provider {
         Ok(machine_of(&seen))
     }
 
+    /// The live machine of `spec`'s name under any of the name's ClientTokens: a later generation's
+    /// ([`Ec2Provider::made_for_later_generation`], which tag filters may not show yet), else one the
+    /// tag listing shows ([`Ec2Provider::find_made`], which finds salted tokens' too). Either is
+    /// refused when of another type or zone.
+    async fn live_named(&self, spec: &MachineSpec) -> Result<Option<Machine>> {
+        match self.made_for_later_generation(spec).await? {
+            Some(m) => Ok(Some(m)),
+            None => self.find_made(spec).await,
+        }
+    }
+
     /// The live machine this owner made for `spec` earlier under another ClientToken, if any.
     async fn find_made(&self, spec: &MachineSpec) -> Result<Option<Machine>> {
         let mut filters = self.pool_filters(&spec.pool, &ADOPTED_STATES);
@@ -746,6 +757,8 @@ impl Ec2Provider {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
         let mut req = self.run_request(spec).await?;
+        // Whether this call has looked for a live machine of the name under the name's other tokens.
+        let mut looked = false;
         for _ in 0..MAX_TOKEN_GENERATIONS {
             // Whether an attempt with this token failed in a way that may have reached EC2 (a 5xx, a
             // timeout, a lost answer; not a throttling answer): the instance EC2 then answers for the
@@ -777,6 +790,7 @@ impl Ec2Provider {
                     if let Some(m) = found {
                         return Ok(Created::Adopted(m));
                     }
+                    looked = true;
                     tracing::debug!("ClientToken was used with other parameters; next generation");
                     let salt = format!("{}+{}", req.client_token, request_digest(&req));
                     req.client_token =
@@ -791,6 +805,16 @@ impl Ec2Provider {
             let id = inst.instance_id().unwrap_or_default().to_string();
             if going(&state) {
                 // The token named an instance of this name that was since deleted: a new generation.
+                // A create with other parameters may have made the name's machine under a token of
+                // its own meanwhile (salted, or of a later generation): the next token, never sent,
+                // would launch a second one beside it. Looked for once a call: the look walks every
+                // generation, and the plain create never comes here.
+                if !looked {
+                    looked = true;
+                    if let Some(m) = self.live_named(spec).await? {
+                        return Ok(Created::Adopted(m));
+                    }
+                }
                 tracing::debug!(
                     old = id,
                     "ClientToken names a terminated instance; next generation"

@@ -247,6 +247,72 @@ async fn a_token_used_before_with_other_parameters_moves_on() {
     assert!(p.delete(&fourth.id).await.unwrap());
 }
 
+/// A name made with user data A and deleted, then made with user data B (its first token answered
+/// IdempotentParameterMismatch: the machine stands under a salted token), then created with user
+/// data A again. EC2 answers the first token with A's terminated instance, and the token of the
+/// generation after it was never sent: a create that sent it at once would launch a second live
+/// machine of the name. It adopts the standing one instead, or refuses it when it is of another
+/// type, and sends no further RunInstances.
+#[tokio::test]
+async fn a_moved_token_adopts_the_names_machine_under_another_token() {
+    let Some(e) = env("a_moved_token_adopts_the_names_machine_under_another_token").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let a = e.spec("gen-1").with_user_data("#cloud-config\n# a\n");
+    let b = e.spec("gen-1").with_user_data("#cloud-config\n# b\n");
+    let gone = made(p.create(&a).await.unwrap());
+    assert!(p.delete(&gone.id).await.unwrap());
+    let standing = match p.create(&b).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("{other:?}"),
+    };
+    let before = e.proxy.count("RunInstances");
+    match p.create(&a).await.unwrap() {
+        Created::Adopted(m) => assert_eq!(m.id, standing.id),
+        other => panic!("the standing machine adopted, not {other:?}"),
+    }
+    let first = client_token("owner-1", &e.pool, "gen-1", None);
+    let sent: Vec<String> = e.proxy.of("RunInstances")[before..]
+        .iter()
+        .map(|r| r.params["ClientToken"].clone())
+        .collect();
+    assert_eq!(sent, [first], "only the first token was sent");
+    let named: Vec<String> = p
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name == "gen-1")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(named, std::slice::from_ref(&standing.id));
+    assert!(p.delete(&standing.id).await.unwrap());
+
+    // The same with a label changed, and the standing machine of another type: refused.
+    let small = MachineSpec::new("gen-2", "t3.small", ZONE, &e.pool);
+    let gone = made(p.create(&small).await.unwrap());
+    assert!(p.delete(&gone.id).await.unwrap());
+    let mut other = e.spec("gen-2");
+    other.labels.insert("role".into(), "b".into());
+    let standing = made(p.create(&other).await.unwrap());
+    let before = e.proxy.count("RunInstances");
+    let err = p.create(&small).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
+    assert!(err.to_string().contains(&standing.id), "{err}");
+    assert_eq!(e.proxy.count("RunInstances") - before, 1);
+    let named: Vec<String> = p
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name == "gen-2")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(named, std::slice::from_ref(&standing.id));
+    assert!(p.delete(&standing.id).await.unwrap());
+}
+
 #[tokio::test]
 async fn capacity_is_no_stock() {
     let Some(e) = env("capacity_is_no_stock").await else {
