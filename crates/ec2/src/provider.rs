@@ -735,6 +735,10 @@ impl Ec2Provider {
             ))
             .with_operation("create"));
         };
+        // EC2 ends an instance that fails at launch within seconds of RunInstances: no machine.
+        if going(state_of(&seen)) {
+            return Err(launch_failed(spec, &seen));
+        }
         let mut m = machine_of(&seen);
         // A read may lag behind the tags set in the create call itself.
         for (k, v) in &req.tags {
@@ -804,6 +808,11 @@ impl Ec2Provider {
             let state = state_of(&inst).to_string();
             let id = inst.instance_id().unwrap_or_default().to_string();
             if going(&state) {
+                // This call's own instance, ended at once: EC2 ends one that fails at launch. It is
+                // no earlier generation, and the next token would only launch another.
+                if made_by_this_call(&inst, began, &attempts, || self.made.contains(&id)) {
+                    return Err(launch_failed(spec, &inst));
+                }
                 // The token named an instance of this name that was since deleted: a new generation.
                 // A create with other parameters may have made the name's machine under a token of
                 // its own meanwhile (salted, or of a later generation): the next token, never sent,
@@ -864,6 +873,29 @@ impl Ec2Provider {
 fn is_new_profile_refusal(e: &Error) -> bool {
     e.code() == Some(INVALID_PARAMETER_VALUE)
         && e.to_string().contains("parameter iamInstanceProfile")
+}
+
+/// The error of a create whose instance `inst` EC2 shows shutting down or terminated right after
+/// RunInstances: EC2 ends an instance that fails at launch (a volume it cannot make, a KMS key it may
+/// not use) and says why in its state reason, kept here. The instance was made (may have acted):
+/// `delete_named` of the name clears what is left of it.
+fn launch_failed(spec: &MachineSpec, inst: &Instance) -> Error {
+    let id = inst.instance_id().unwrap_or_default();
+    let reason = inst.state_reason();
+    let why = reason
+        .and_then(|r| r.message())
+        .unwrap_or("EC2 gave no reason");
+    let e = Error::other(format!(
+        "create of {}: EC2 made {id}, but it is {} at once ({why}): no machine was made",
+        spec.name,
+        state_of(inst)
+    ))
+    .with_operation("create")
+    .with_may_have_acted();
+    match reason.and_then(|r| r.code()) {
+        Some(code) => e.with_code(code),
+        None => e,
+    }
 }
 
 /// Refuses a machine found for `spec` that has another type or zone.

@@ -1093,3 +1093,49 @@ async fn a_create_throttled_after_ec2_made_its_instance_did_not_make_nothing() {
     let m = p.machine_named(&e.pool, "thr-1").await.unwrap();
     assert!(m.is_some(), "the instance stands under its name");
 }
+
+/// EC2 terminates an instance that fails at launch (a volume it cannot make, a KMS key it may not
+/// use) within seconds of RunInstances, with a state reason. A create whose own instance is gone
+/// that way made no machine: it fails with EC2's reason (marked as one that may have acted), and a
+/// retry after a lost answer, which meets its own instance terminated, launches no other one under
+/// the next ClientToken.
+#[tokio::test]
+async fn a_launch_that_fails_is_an_error_with_its_reason() {
+    let Some(e) = env("a_launch_that_fails_is_an_error_with_its_reason").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let live_named = |name: &'static str| {
+        let p = &p;
+        let pool = e.pool.clone();
+        async move {
+            p.machines(&pool)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|m| m.name == name && m.status != Status::Deleting)
+                .count()
+        }
+    };
+    e.proxy.fail_launches(1);
+    let err = p.create(&e.spec("dies-1")).await.unwrap_err();
+    assert!(err.may_have_acted(), "{err:?}");
+    assert!(err.to_string().contains("User initiated shutdown"), "{err}");
+    assert_eq!(e.proxy.count("RunInstances"), 1);
+    assert_eq!(live_named("dies-1").await, 0);
+
+    // The answer lost: the retry of the same token meets this call's instance terminated.
+    e.proxy.fail_launches(1);
+    e.proxy.inject(rule("RunInstances", Fault::DropAnswer, 1));
+    let before = e.proxy.count("RunInstances");
+    let err = p.create(&e.spec("dies-2")).await.unwrap_err();
+    assert!(err.may_have_acted(), "{err:?}");
+    assert!(err.to_string().contains("User initiated shutdown"), "{err}");
+    let first = client_token("owner-1", &e.pool, "dies-2", None);
+    let sent: Vec<String> = e.proxy.of("RunInstances")[before..]
+        .iter()
+        .map(|r| r.params["ClientToken"].clone())
+        .collect();
+    assert_eq!(sent, [first.clone(), first], "no next generation");
+    assert_eq!(live_named("dies-2").await, 0);
+}
