@@ -440,6 +440,17 @@ impl Ec2Provider {
         Ok(machine_of(&seen))
     }
 
+    /// The live machine of `spec`'s name under any of the name's ClientTokens: a later generation's
+    /// ([`Ec2Provider::made_for_later_generation`], which tag filters may not show yet), else one the
+    /// tag listing shows ([`Ec2Provider::find_made`], which finds salted tokens' too). Either is
+    /// refused when of another type or zone.
+    async fn live_named(&self, spec: &MachineSpec) -> Result<Option<Machine>> {
+        match self.made_for_later_generation(spec).await? {
+            Some(m) => Ok(Some(m)),
+            None => self.find_made(spec).await,
+        }
+    }
+
     /// The live machine this owner made for `spec` earlier under another ClientToken, if any.
     async fn find_made(&self, spec: &MachineSpec) -> Result<Option<Machine>> {
         let mut filters = self.pool_filters(&spec.pool, &ADOPTED_STATES);
@@ -724,6 +735,10 @@ impl Ec2Provider {
             ))
             .with_operation("create"));
         };
+        // EC2 ends an instance that fails at launch within seconds of RunInstances: no machine.
+        if going(state_of(&seen)) {
+            return Err(launch_failed(spec, &seen));
+        }
         let mut m = machine_of(&seen);
         // A read may lag behind the tags set in the create call itself.
         for (k, v) in &req.tags {
@@ -746,6 +761,8 @@ impl Ec2Provider {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
         let mut req = self.run_request(spec).await?;
+        // Whether this call has looked for a live machine of the name under the name's other tokens.
+        let mut looked = false;
         for _ in 0..MAX_TOKEN_GENERATIONS {
             // Whether an attempt with this token failed in a way that may have reached EC2 (a 5xx, a
             // timeout, a lost answer; not a throttling answer): the instance EC2 then answers for the
@@ -777,6 +794,7 @@ impl Ec2Provider {
                     if let Some(m) = found {
                         return Ok(Created::Adopted(m));
                     }
+                    looked = true;
                     tracing::debug!("ClientToken was used with other parameters; next generation");
                     let salt = format!("{}+{}", req.client_token, request_digest(&req));
                     req.client_token =
@@ -790,7 +808,22 @@ impl Ec2Provider {
             let state = state_of(&inst).to_string();
             let id = inst.instance_id().unwrap_or_default().to_string();
             if going(&state) {
+                // This call's own instance, ended at once: EC2 ends one that fails at launch. It is
+                // no earlier generation, and the next token would only launch another.
+                if made_by_this_call(&inst, began, &attempts, || self.made.contains(&id)) {
+                    return Err(launch_failed(spec, &inst));
+                }
                 // The token named an instance of this name that was since deleted: a new generation.
+                // A create with other parameters may have made the name's machine under a token of
+                // its own meanwhile (salted, or of a later generation): the next token, never sent,
+                // would launch a second one beside it. Looked for once a call: the look walks every
+                // generation, and the plain create never comes here.
+                if !looked {
+                    looked = true;
+                    if let Some(m) = self.live_named(spec).await? {
+                        return Ok(Created::Adopted(m));
+                    }
+                }
                 tracing::debug!(
                     old = id,
                     "ClientToken names a terminated instance; next generation"
@@ -840,6 +873,29 @@ impl Ec2Provider {
 fn is_new_profile_refusal(e: &Error) -> bool {
     e.code() == Some(INVALID_PARAMETER_VALUE)
         && e.to_string().contains("parameter iamInstanceProfile")
+}
+
+/// The error of a create whose instance `inst` EC2 shows shutting down or terminated right after
+/// RunInstances: EC2 ends an instance that fails at launch (a volume it cannot make, a KMS key it may
+/// not use) and says why in its state reason, kept here. The instance was made (may have acted):
+/// `delete_named` of the name clears what is left of it.
+fn launch_failed(spec: &MachineSpec, inst: &Instance) -> Error {
+    let id = inst.instance_id().unwrap_or_default();
+    let reason = inst.state_reason();
+    let why = reason
+        .and_then(|r| r.message())
+        .unwrap_or("EC2 gave no reason");
+    let e = Error::other(format!(
+        "create of {}: EC2 made {id}, but it is {} at once ({why}): no machine was made",
+        spec.name,
+        state_of(inst)
+    ))
+    .with_operation("create")
+    .with_may_have_acted();
+    match reason.and_then(|r| r.code()) {
+        Some(code) => e.with_code(code),
+        None => e,
+    }
 }
 
 /// Refuses a machine found for `spec` that has another type or zone.

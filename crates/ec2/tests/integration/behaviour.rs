@@ -247,6 +247,72 @@ async fn a_token_used_before_with_other_parameters_moves_on() {
     assert!(p.delete(&fourth.id).await.unwrap());
 }
 
+/// A name made with user data A and deleted, then made with user data B (its first token answered
+/// IdempotentParameterMismatch: the machine stands under a salted token), then created with user
+/// data A again. EC2 answers the first token with A's terminated instance, and the token of the
+/// generation after it was never sent: a create that sent it at once would launch a second live
+/// machine of the name. It adopts the standing one instead, or refuses it when it is of another
+/// type, and sends no further RunInstances.
+#[tokio::test]
+async fn a_moved_token_adopts_the_names_machine_under_another_token() {
+    let Some(e) = env("a_moved_token_adopts_the_names_machine_under_another_token").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let a = e.spec("gen-1").with_user_data("#cloud-config\n# a\n");
+    let b = e.spec("gen-1").with_user_data("#cloud-config\n# b\n");
+    let gone = made(p.create(&a).await.unwrap());
+    assert!(p.delete(&gone.id).await.unwrap());
+    let standing = match p.create(&b).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("{other:?}"),
+    };
+    let before = e.proxy.count("RunInstances");
+    match p.create(&a).await.unwrap() {
+        Created::Adopted(m) => assert_eq!(m.id, standing.id),
+        other => panic!("the standing machine adopted, not {other:?}"),
+    }
+    let first = client_token("owner-1", &e.pool, "gen-1", None);
+    let sent: Vec<String> = e.proxy.of("RunInstances")[before..]
+        .iter()
+        .map(|r| r.params["ClientToken"].clone())
+        .collect();
+    assert_eq!(sent, [first], "only the first token was sent");
+    let named: Vec<String> = p
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name == "gen-1")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(named, std::slice::from_ref(&standing.id));
+    assert!(p.delete(&standing.id).await.unwrap());
+
+    // The same with a label changed, and the standing machine of another type: refused.
+    let small = MachineSpec::new("gen-2", "t3.small", ZONE, &e.pool);
+    let gone = made(p.create(&small).await.unwrap());
+    assert!(p.delete(&gone.id).await.unwrap());
+    let mut other = e.spec("gen-2");
+    other.labels.insert("role".into(), "b".into());
+    let standing = made(p.create(&other).await.unwrap());
+    let before = e.proxy.count("RunInstances");
+    let err = p.create(&small).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
+    assert!(err.to_string().contains(&standing.id), "{err}");
+    assert_eq!(e.proxy.count("RunInstances") - before, 1);
+    let named: Vec<String> = p
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.name == "gen-2")
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(named, std::slice::from_ref(&standing.id));
+    assert!(p.delete(&standing.id).await.unwrap());
+}
+
 #[tokio::test]
 async fn capacity_is_no_stock() {
     let Some(e) = env("capacity_is_no_stock").await else {
@@ -1026,4 +1092,50 @@ async fn a_create_throttled_after_ec2_made_its_instance_did_not_make_nothing() {
     e.proxy.clear("DescribeInstances");
     let m = p.machine_named(&e.pool, "thr-1").await.unwrap();
     assert!(m.is_some(), "the instance stands under its name");
+}
+
+/// EC2 terminates an instance that fails at launch (a volume it cannot make, a KMS key it may not
+/// use) within seconds of RunInstances, with a state reason. A create whose own instance is gone
+/// that way made no machine: it fails with EC2's reason (marked as one that may have acted), and a
+/// retry after a lost answer, which meets its own instance terminated, launches no other one under
+/// the next ClientToken.
+#[tokio::test]
+async fn a_launch_that_fails_is_an_error_with_its_reason() {
+    let Some(e) = env("a_launch_that_fails_is_an_error_with_its_reason").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let live_named = |name: &'static str| {
+        let p = &p;
+        let pool = e.pool.clone();
+        async move {
+            p.machines(&pool)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|m| m.name == name && m.status != Status::Deleting)
+                .count()
+        }
+    };
+    e.proxy.fail_launches(1);
+    let err = p.create(&e.spec("dies-1")).await.unwrap_err();
+    assert!(err.may_have_acted(), "{err:?}");
+    assert!(err.to_string().contains("User initiated shutdown"), "{err}");
+    assert_eq!(e.proxy.count("RunInstances"), 1);
+    assert_eq!(live_named("dies-1").await, 0);
+
+    // The answer lost: the retry of the same token meets this call's instance terminated.
+    e.proxy.fail_launches(1);
+    e.proxy.inject(rule("RunInstances", Fault::DropAnswer, 1));
+    let before = e.proxy.count("RunInstances");
+    let err = p.create(&e.spec("dies-2")).await.unwrap_err();
+    assert!(err.may_have_acted(), "{err:?}");
+    assert!(err.to_string().contains("User initiated shutdown"), "{err}");
+    let first = client_token("owner-1", &e.pool, "dies-2", None);
+    let sent: Vec<String> = e.proxy.of("RunInstances")[before..]
+        .iter()
+        .map(|r| r.params["ClientToken"].clone())
+        .collect();
+    assert_eq!(sent, [first.clone(), first], "no next generation");
+    assert_eq!(live_named("dies-2").await, 0);
 }

@@ -64,6 +64,8 @@ pub(super) struct Ec2State {
     pub(super) scan_per_page: Option<usize>,
     /// Until when RunInstances refuses the instance profile it names ([`Proxy::refuse_new_profile`]).
     pub(super) new_profile_refused_until: Option<Instant>,
+    /// How many more RunInstances launches fail right after they are made ([`Proxy::fail_launches`]).
+    pub(super) failing_launches: usize,
 }
 
 #[derive(Debug)]
@@ -191,6 +193,14 @@ impl Proxy {
     /// is invalid. Invalid IAM Instance Profile name" (nothing is made).
     pub fn refuse_new_profile(&self, d: Duration) {
         lock(&self.state.ec2).new_profile_refused_until = Some(Instant::now() + d);
+    }
+
+    /// The next `n` RunInstances that make instances have them terminated right after they are
+    /// made, as EC2 does with an instance that fails at launch (a volume it cannot make, a KMS key it
+    /// may not use): the answer shows the instance made, reads then show it terminated with a state
+    /// reason (moto's).
+    pub fn fail_launches(&self, n: usize) {
+        lock(&self.state.ec2).failing_launches = n;
     }
 
     /// Hides instance `id` for `delay` from now (as if it had just been made).

@@ -71,7 +71,10 @@ pub(super) async fn upstream(
     let mut code = None;
     if status.is_success() {
         match action {
-            "RunInstances" => after_run(state, params, &text),
+            "RunInstances" => {
+                let ids = after_run(state, params, &text);
+                fail_launch(state, &ids).await;
+            }
             "StartInstances" => {
                 let now = Utc::now();
                 let mut ec2 = lock(&state.ec2);
@@ -96,9 +99,30 @@ pub(super) async fn upstream(
     (out, code)
 }
 
+/// Terminates the instances `ids` just made when a launch is to fail ([`super::Proxy::fail_launches`]).
+async fn fail_launch(state: &ProxyState, ids: &[String]) {
+    {
+        let mut ec2 = lock(&state.ec2);
+        if ec2.failing_launches == 0 || ids.is_empty() {
+            return;
+        }
+        ec2.failing_launches -= 1;
+    }
+    let keys: Vec<String> = (1..=ids.len()).map(|n| format!("InstanceId.{n}")).collect();
+    let mut q = vec![("Action", "TerminateInstances"), ("Version", "2016-11-15")];
+    q.extend(
+        keys.iter()
+            .map(String::as_str)
+            .zip(ids.iter().map(String::as_str)),
+    );
+    moto_call(state, &q)
+        .await
+        .expect("moto terminates the instance of a failed launch");
+}
+
 /// What the proxy keeps of a RunInstances moto answered: the ClientToken, and when each new instance
-/// shows (to reads, to tag filters) and stops being pending.
-fn after_run(state: &ProxyState, params: &BTreeMap<String, String>, answer: &str) {
+/// shows (to reads, to tag filters) and stops being pending. Answers the new instances' ids.
+fn after_run(state: &ProxyState, params: &BTreeMap<String, String>, answer: &str) -> Vec<String> {
     let ids: Vec<String> = xml::instances(&format!(
         "<R><reservationSet><item>{}</item></reservationSet></R>",
         inner_of_root(answer)
@@ -137,10 +161,11 @@ fn after_run(state: &ProxyState, params: &BTreeMap<String, String>, answer: &str
         if ec2.miss_first_look {
             ec2.unmissed.extend(ids.iter().cloned());
         }
-        for id in ids {
-            ec2.hidden_until.insert(id, until);
+        for id in &ids {
+            ec2.hidden_until.insert(id.clone(), until);
         }
     }
+    ids
 }
 
 /// The page a listing asked for, of moto's whole answer `all`: by scan when filtered and
