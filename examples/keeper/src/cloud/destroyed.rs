@@ -93,6 +93,11 @@ impl Keeper {
                             err
                         }
                     };
+                    // Its connection goes back to the pool, or is closed, without the lock the
+                    // failed destroy may still hold.
+                    if let Some(s) = session.take() {
+                        s.close().await;
+                    }
                     run.add_facts(json!({
                         "changed": destroyed.len() > already_gone.len(),
                         "destroyed": destroyed,
@@ -103,6 +108,9 @@ impl Keeper {
                     return run.fail(err);
                 }
             }
+        }
+        if let Some(s) = session {
+            s.close().await;
         }
         let vms_destroyed = destroyed.len() - already_gone.len();
         match self.cascade(&run, &row, &p, vms_destroyed, actor).await {

@@ -141,7 +141,7 @@ impl Keeper {
         let run = self
             .create_batch(run, &batch, actor, (&mut running, &key))
             .await;
-        running.release(&key).await;
+        running.close().await;
         run
     }
 
