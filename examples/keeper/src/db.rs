@@ -57,11 +57,18 @@ pub const MIGRATIONS: &[Migration] = &[
 /// one to be made, before it fails naming the database pool.
 pub const POOL_WAIT: Duration = Duration::from_secs(30);
 
-/// keeper's connections to its database: a pool, and the server it connects to (host and port,
-/// never the password), which every connection failure names.
+/// keeper's connections to its database: a pool for queries, a pool for the sessions holding advisory
+/// locks, and the server it connects to (host and port, never the password), which every connection
+/// failure names.
+///
+/// The lock sessions have a pool of their own: a step holds its lock session for its whole run and
+/// still needs connections for its queries meanwhile, so that, sharing one pool, as many running
+/// steps as connections would hold them all and wait on each other until the pool's wait ran out.
+/// Both pools are bounded, so keeper never opens more than [`Db::max_connections`] at once.
 #[derive(Debug, Clone)]
 pub struct Db {
     pool: Pool,
+    locks: Pool,
     server: Arc<str>,
 }
 
@@ -72,12 +79,26 @@ impl Db {
         self.pool
             .get()
             .await
-            .map_err(|e| unavailable(&e, &self.server))
+            .map_err(|e| unavailable(&e, &self.server, "database pool"))
+    }
+
+    /// A connection of the lock sessions' pool (see [`Db`]); a failure names the server or the
+    /// exhausted pool, as [`Db::get`]'s does.
+    pub(crate) async fn lock_session(&self) -> Result<Object> {
+        self.locks
+            .get()
+            .await
+            .map_err(|e| unavailable(&e, &self.server, "database pool of lock sessions"))
     }
 
     /// The server: `host:port` (every one of them, when the URL names several).
     pub fn server(&self) -> &str {
         &self.server
+    }
+
+    /// The most connections to the server this keeper opens at once.
+    pub fn max_connections(&self) -> usize {
+        self.pool.status().max_size + self.locks.status().max_size
     }
 
     /// How many connections the pool has, and how many of them are free.
@@ -91,13 +112,13 @@ pub async fn begin(client: &mut Object) -> Result<Transaction<'_>> {
     client.transaction().await.map_err(db_error("begin"))
 }
 
-/// The error of a connection `server` could not give.
-fn unavailable(e: &PoolError, server: &str) -> Error {
+/// The error of a connection `server` could not give, from the pool called `pool`.
+fn unavailable(e: &PoolError, server: &str, pool: &str) -> Error {
     let detail = match e {
         PoolError::Backend(pe) => format!("to {server}: {}", describe_db(pe)),
-        PoolError::Timeout(TimeoutType::Wait) => "the database pool is exhausted: every connection stayed in use past the pool's wait (long steps, or too many at once)".to_string(),
-        PoolError::Timeout(TimeoutType::Create) => format!("to {server}: the database pool could not open a new connection within its wait"),
-        other => format!("to {server}: the database pool: {other}"),
+        PoolError::Timeout(TimeoutType::Wait) => format!("the {pool} is exhausted: every connection stayed in use past the pool's wait (long steps, or too many at once)"),
+        PoolError::Timeout(TimeoutType::Create) => format!("to {server}: the {pool} could not open a new connection within its wait"),
+        other => format!("to {server}: the {pool}: {other}"),
     };
     Error::new(
         503,
@@ -106,8 +127,9 @@ fn unavailable(e: &PoolError, server: &str) -> Error {
     )
 }
 
-/// A connection pool on `url` (a `postgres://` URL or a key=value string), of at most `max_size`
-/// connections; a caller waits at most [`POOL_WAIT`] for one.
+/// Connection pools on `url` (a `postgres://` URL or a key=value string), of at most `max_size`
+/// connections for queries and as many for lock sessions; a caller waits at most [`POOL_WAIT`] for
+/// one.
 pub fn pool(url: &str, max_size: usize) -> Result<Db> {
     pool_with_wait(url, max_size, POOL_WAIT)
 }
@@ -124,6 +146,15 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> 
         .with_field("DATABASE_URL")
     })?;
     let server = servers(&cfg);
+    Ok(Db {
+        pool: bounded(cfg.clone(), max_size, wait)?,
+        locks: bounded(cfg, max_size, wait)?,
+        server: server.into(),
+    })
+}
+
+/// A pool on `cfg` of at most `max_size` connections, whose callers wait at most `wait`.
+fn bounded(cfg: tokio_postgres::Config, max_size: usize, wait: Duration) -> Result<Pool> {
     let mgr = Manager::from_config(
         cfg,
         NoTls,
@@ -131,17 +162,13 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> 
             recycling_method: RecyclingMethod::Fast,
         },
     );
-    let pool = Pool::builder(mgr)
+    Pool::builder(mgr)
         .max_size(max_size.max(1))
         .runtime(Runtime::Tokio1)
         .wait_timeout(Some(wait))
         .create_timeout(Some(wait))
         .build()
-        .map_err(|e| Error::new(500, "config.invalid", format!("connection pool: {e}")))?;
-    Ok(Db {
-        pool,
-        server: server.into(),
-    })
+        .map_err(|e| Error::new(500, "config.invalid", format!("connection pool: {e}")))
 }
 
 fn checksum(sql: &str) -> String {

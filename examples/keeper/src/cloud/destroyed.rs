@@ -1,12 +1,13 @@
 //! `core.cloud.destroyed`: destroy `vm_ids` at the provider; only after every destroy succeeded, one
-//! transaction moves the given `sids` in `souls` to `destroyed`, their active `soul_seeds` to
+//! transaction moves the souls of those VMs (the given `sids`, and any other soul on them, as when
+//! `sids` is omitted) to `destroyed`, their active `soul_seeds` to
 //! `orphaned`, their bootstrap tokens to `burned`, the journal's rows of those VMs to `destroyed`, and
 //! writes the audit event with the counters. A failed destroy leaves the registries untouched (the host
 //! still lives at the provider); the destroys stop at the first failure.
 //!
 //! The caller holds the sid <-> vm_id pairing. keeper checks what it can before any cloud call: every
-//! given SID must name a soul of this provider whose VM is among `vm_ids`, and the cascade moves only
-//! such souls, so a wrong pairing is refused rather than cascaded onto another host.
+//! given SID must name a soul of this provider whose VM is among `vm_ids`, so a wrong pairing is refused
+//! rather than cascaded onto another host; the cascade moves the souls of the VMs destroyed only.
 //!
 //! `counters.vms_destroyed` counts the VMs that existed when this step destroyed them: a VM already
 //! gone (a repeat, or another step that destroyed it first) is named in `already_gone` and not counted.
@@ -93,6 +94,11 @@ impl Keeper {
                             err
                         }
                     };
+                    // Its connection goes back to the pool, or is closed, without the lock the
+                    // failed destroy may still hold.
+                    if let Some(s) = session.take() {
+                        s.close().await;
+                    }
                     run.add_facts(json!({
                         "changed": destroyed.len() > already_gone.len(),
                         "destroyed": destroyed,
@@ -103,6 +109,9 @@ impl Keeper {
                     return run.fail(err);
                 }
             }
+        }
+        if let Some(s) = session {
+            s.close().await;
         }
         let vms_destroyed = destroyed.len() - already_gone.len();
         match self.cascade(&run, &row, &p, vms_destroyed, actor).await {
@@ -321,11 +330,14 @@ impl Keeper {
     ) -> Result<Value> {
         let mut client = self.pool.get().await?;
         let tx = begin(&mut client).await?;
+        // Every soul on a VM now gone, whether the caller named its SID or not (`sids` may be
+        // omitted): left pending, its one-time token would stay usable and its SID reserved. A given
+        // SID is one of them (checked before any destroy).
         let souls: Vec<i64> = tx
             .query(
-                "SELECT id FROM keeper.souls WHERE sid = ANY($1) AND provider = $2 AND vm_id = ANY($3)
+                "SELECT id FROM keeper.souls WHERE provider = $1 AND vm_id = ANY($2)
                  AND status <> 'destroyed' ORDER BY id FOR UPDATE",
-                &[&p.sids, &row.name, &p.vm_ids],
+                &[&row.name, &p.vm_ids],
             )
             .await
             .map_err(db_error("lock souls"))?

@@ -4,14 +4,20 @@
 //! - a VM's lock ([`vm_key`]) is held while the VM is looked up and destroyed, so that of two steps
 //!   destroying one VM at once only the one that found it counts it.
 //!
-//! The locks live in a session of their own, taken out of the connection pool: a step may run for
-//! minutes, and neither it nor a caller waiting for a lock keeps a pooled connection from the others.
-//! The session ends when its [`LockSession`] is dropped, and its locks with it, so that a keeper that
-//! stops, or is killed, lets go of every lock it held.
+//! The locks live in a session of their own, a connection of the lock sessions' pool ([`Db`]): a step
+//! may run for minutes, and neither it nor a caller waiting for a lock keeps a connection of the
+//! queries' pool from the others; and as that pool is bounded, so are the sessions, however many
+//! steps run (a step beyond them waits for one, then fails naming the pool).
+//!
+//! Advisory locks and settings belong to the session, not to a transaction, so a connection goes back
+//! to the pool only through [`LockSession::close`], which lets every lock go and resets the setting
+//! first: the next user of the connection inherits neither. A session dropped without it (a failure
+//! on the way, a step cancelled, a keeper stopping) is closed instead, and the server lets its locks
+//! go as the session ends.
 
 use std::time::Duration;
 
-use deadpool_postgres::ClientWrapper;
+use deadpool_postgres::Object;
 
 use crate::db::Db;
 use crate::error::{db_error, describe_db, Error, Result};
@@ -29,26 +35,38 @@ pub(crate) fn vm_key(provider: &str, vm_id: &str) -> String {
     format!("keeper.cloud_vm/{provider}/{vm_id}")
 }
 
-/// A PostgreSQL session of its own, for advisory locks.
+/// A PostgreSQL session of its own, for advisory locks: a connection of the lock sessions' pool, lent
+/// until [`LockSession::close`].
 pub(crate) struct LockSession {
-    client: ClientWrapper,
+    /// `None` once closed or dropped.
+    client: Option<Object>,
 }
 
 impl LockSession {
-    /// A session taken out of `pool` (the pool makes another connection in its place).
+    /// A session of `pool`'s lock sessions.
     pub(crate) async fn open(pool: &Db) -> Result<Self> {
-        let client = deadpool_postgres::Object::take(pool.get().await?);
-        client
+        let session = LockSession {
+            client: Some(pool.lock_session().await?),
+        };
+        session
+            .client()
             .batch_execute(&format!("SET lock_timeout = '{}s'", LOCK_WAIT.as_secs()))
             .await
             .map_err(db_error("open a lock session"))?;
-        Ok(LockSession { client })
+        Ok(session)
     }
 
-    /// A session holding `key`, for as long as it lives (or until [`LockSession::release`]).
+    fn client(&self) -> &Object {
+        self.client
+            .as_ref()
+            .expect("a session is used only until it is closed")
+    }
+
+    /// A session holding `key`, until it is closed (or dropped).
     pub(crate) async fn holding(pool: &Db, key: &str) -> Result<Self> {
         let session = Self::open(pool).await?;
         if !session.try_lock(key).await? {
+            session.close().await;
             return Err(Error::new(
                 500,
                 "registry.failed",
@@ -75,6 +93,8 @@ impl LockSession {
         };
         let tx = self
             .client
+            .as_mut()
+            .expect("a session is used only until it is closed")
             .transaction()
             .await
             .map_err(|e| lost(describe_db(&e)))?;
@@ -98,7 +118,7 @@ impl LockSession {
     /// Takes `key` when no other session holds it; answers whether it did.
     pub(crate) async fn try_lock(&self, key: &str) -> Result<bool> {
         let row = self
-            .client
+            .client()
             .query_one(
                 "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
                 &[&key],
@@ -111,7 +131,7 @@ impl LockSession {
     /// Takes `key`, waiting at most [`LOCK_WAIT`] for another session to let it go (then the error's
     /// SQLSTATE is `55P03`).
     pub(crate) async fn lock(&self, key: &str) -> std::result::Result<(), tokio_postgres::Error> {
-        self.client
+        self.client()
             .execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
             .await
             .map(|_| ())
@@ -124,7 +144,7 @@ impl LockSession {
         key: &str,
     ) -> std::result::Result<bool, tokio_postgres::Error> {
         let row = self
-            .client
+            .client()
             .query_one(
                 "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
                 &[&key],
@@ -133,11 +153,38 @@ impl LockSession {
         Ok(row.get(0))
     }
 
-    /// Lets `key` go now (rather than when the server notices the session closed), and ends the
-    /// session.
-    pub(crate) async fn release(self, key: &str) {
-        if let Err(e) = self.unlock(key).await {
-            tracing::debug!(lock = %key, error = %e, "lock: the session ended before its release");
+    /// Lets every lock of the session go, resets its lock wait and gives its connection back to the
+    /// pool; a session that cannot be cleaned (it ended, or the server fails) is closed instead.
+    pub(crate) async fn close(mut self) {
+        let Some(client) = self.client.take() else {
+            return;
+        };
+        // Both outlive any transaction: returned as they are, the next user of the pooled connection
+        // would hold these locks without knowing, and wait as long as a lock session does.
+        match client
+            .batch_execute("SELECT pg_advisory_unlock_all(); RESET lock_timeout")
+            .await
+        {
+            Ok(()) => drop(client),
+            Err(e) => {
+                tracing::debug!(error = %describe_db(&e), "lock: the session could not be cleaned, it is closed");
+                discard(client);
+            }
         }
     }
+}
+
+impl Drop for LockSession {
+    fn drop(&mut self) {
+        // Not closed: it may still hold locks, and nothing can be awaited here to let them go, so the
+        // connection is closed rather than returned to the pool; the server lets its locks go.
+        if let Some(client) = self.client.take() {
+            discard(client);
+        }
+    }
+}
+
+/// Closes `client`'s connection: taken out of its pool and dropped, its session ends.
+fn discard(client: Object) {
+    drop(Object::take(client));
 }

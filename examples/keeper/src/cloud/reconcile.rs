@@ -159,6 +159,7 @@ impl Keeper {
                 break;
             }
         }
+        session.close().await;
         Ok(out)
     }
 

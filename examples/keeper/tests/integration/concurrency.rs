@@ -137,3 +137,84 @@ async fn created_and_destroyed_steps_at_once_lose_and_double_count_nothing() {
     assert_eq!(audited_vms, 6);
     w.finish().await;
 }
+
+/// Many `created` steps held in their cloud call at once keep keeper's connections to the server
+/// within its pools' bound: a step beyond it waits for a connection instead of opening another, so
+/// that keeper never exhausts the server's `max_connections` (which other programs share).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_running_steps_keep_the_connections_within_the_pools_bound() {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+
+    let Some(w) =
+        World::new("many_running_steps_keep_the_connections_within_the_pools_bound").await
+    else {
+        return;
+    };
+    const STEPS: usize = 40;
+    let bound = w.keeper.pool().max_connections();
+    assert!(bound < STEPS, "the test needs more steps than connections");
+    w.knobs.hold_creates.store(true, Ordering::SeqCst);
+    let steps: Vec<_> = (0..STEPS)
+        .map(|i| {
+            w.keeper.spawn_step(
+                "core.cloud.created".into(),
+                json!({"provider": "lab", "profile": "small", "count": 1, "name": format!("held{i}")}),
+                "test".into(),
+            )
+        })
+        .collect();
+    let watch = w.client().await;
+    let connections = || async {
+        watch
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                 AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0) as usize
+    };
+    // Until the steps stop getting into their create, the most connections seen.
+    let mut most = 0;
+    let mut entered = 0;
+    let mut settled = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while settled.elapsed() < Duration::from_secs(2) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        most = most.max(connections().await);
+        let now = w.knobs.creates.load(Ordering::SeqCst);
+        if now != entered {
+            entered = now;
+            settled = Instant::now();
+        }
+    }
+    most = most.max(connections().await);
+    assert!(entered > 0, "no step got into its create");
+    // Let every held create go, and the steps that waited for a connection run after them.
+    w.knobs.hold_creates.store(false, Ordering::SeqCst);
+    let all = futures::future::join_all(steps);
+    tokio::pin!(all);
+    let results = loop {
+        w.knobs.create_release.notify_waiters();
+        tokio::select! {
+            r = &mut all => break r,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    };
+    assert!(
+        most <= bound,
+        "{most} connections to the test's database for {entered} running steps; keeper's pools allow {bound}"
+    );
+    for r in results {
+        r.unwrap()
+            .unwrap_or_else(|f| panic!("a step failed: {} {}", f.error, f.output));
+    }
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'")
+            .await,
+        STEPS as i64
+    );
+    w.finish().await;
+}

@@ -569,3 +569,67 @@ async fn a_vm_id_keeper_never_made_is_already_gone_and_nothing_is_removed_by_nam
     assert_eq!(rec.count(Op::DeleteNamed), 0, "{:?}", rec.calls());
     w.finish().await;
 }
+
+/// A destroy naming only the VMs (the caller gave no `sids`) still ends their souls: a soul on a VM
+/// that is gone is no longer pending, its seeds orphaned and its one-time token burned, as a destroy
+/// naming the sids leaves them.
+#[tokio::test]
+async fn destroyed_by_vm_ids_alone_ends_their_souls_and_burns_their_tokens() {
+    let Some(w) =
+        World::new("destroyed_by_vm_ids_alone_ends_their_souls_and_burns_their_tokens").await
+    else {
+        return;
+    };
+    let (sids, ids) = souls_with_seeds(&w, "bare", 2).await;
+    let (keep_sids, _) = souls_with_seeds(&w, "stay", 1).await;
+    let out = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": ids}),
+        )
+        .await
+        .unwrap();
+    let c = &out["counters"];
+    assert_eq!(
+        (
+            &c["vms_destroyed"],
+            &c["souls_destroyed"],
+            &c["seeds_orphaned"],
+            &c["bootstrap_burned"]
+        ),
+        (&json!(2), &json!(2), &json!(4), &json!(2)),
+        "{out}"
+    );
+    for sid in &sids {
+        let sid = sid.as_str().unwrap();
+        assert_eq!(
+            w.count(&format!(
+                "SELECT 1 FROM keeper.souls WHERE sid = '{sid}' AND status = 'destroyed'
+                 AND destroyed_at IS NOT NULL"
+            ))
+            .await,
+            1,
+            "{sid}"
+        );
+        assert_eq!(
+            w.count(&format!(
+                "SELECT 1 FROM keeper.bootstrap_tokens t JOIN keeper.souls s ON s.id = t.soul_id
+                 WHERE s.sid = '{sid}' AND t.status <> 'burned'"
+            ))
+            .await,
+            0,
+            "{sid}: its token is no longer usable"
+        );
+    }
+    let keep = keep_sids[0].as_str().unwrap();
+    assert_eq!(
+        w.count(&format!(
+            "SELECT 1 FROM keeper.souls s JOIN keeper.bootstrap_tokens t ON t.soul_id = s.id
+             WHERE s.sid = '{keep}' AND s.status = 'pending' AND t.status = 'issued'"
+        ))
+        .await,
+        1,
+        "another VM's soul is untouched"
+    );
+    w.finish().await;
+}

@@ -480,3 +480,49 @@ async fn a_made_row_whose_vm_is_gone_has_what_its_delete_left_removed_by_name() 
     );
     w.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_whose_row_a_reconciler_closed_is_not_asked_for() {
+    let Some(w) = World::new("a_vm_whose_row_a_reconciler_closed_is_not_asked_for").await else {
+        return;
+    };
+    w.knobs.hold_creates.store(true, Ordering::SeqCst);
+    let step = w.keeper.spawn_step(
+        "core.cloud.created".into(),
+        json!({"provider": "lab", "profile": "small", "count": 2, "name": "late"}),
+        "test".into(),
+    );
+    tokio::time::timeout(Duration::from_secs(60), w.knobs.create_entered.notified())
+        .await
+        .expect("the first create starts");
+    // Meanwhile a reconciler (whose lock this step lost) judged late-2 never made and closed its row.
+    w.client()
+        .await
+        .execute(
+            "UPDATE keeper.cloud_vms SET state = 'failed', detail = 'never made' WHERE name = 'late-2'",
+            &[],
+        )
+        .await
+        .unwrap();
+    w.knobs.hold_creates.store(false, Ordering::SeqCst);
+    w.knobs.create_release.notify_one();
+    let f = match step.await.unwrap() {
+        Ok(out) => panic!("the step asked for a VM whose row was closed: {out}"),
+        Err(f) => f,
+    };
+    assert_eq!(
+        w.knobs.creates.load(Ordering::SeqCst),
+        1,
+        "late-2 is not asked for: {}",
+        f.error
+    );
+    assert_eq!(f.error.code, "registry.lock_lost", "{}", f.error);
+    assert!(f.error.message.contains("late-2"), "{}", f.error);
+    assert_eq!(state_of(&w, "late-2").await.0, "failed");
+    assert!(
+        ids(&w).is_empty(),
+        "the step destroyed what it made: {:?}",
+        ids(&w)
+    );
+    w.finish().await;
+}

@@ -141,7 +141,7 @@ impl Keeper {
         let run = self
             .create_batch(run, &batch, actor, (&mut running, &key))
             .await;
-        running.release(&key).await;
+        running.close().await;
         run
     }
 
@@ -255,12 +255,23 @@ impl Keeper {
             .machine_spec(&vm.name, &b.row.region, &self.settings.pool, &ud);
         // The reconciler's grace runs from the row's last move: move it now, as the VM is asked
         // for, so that a VM asked for late in a long batch is not judged never made at once. The
-        // cloud is not asked when the journal cannot say so.
+        // cloud is not asked when the journal cannot say so, nor when the row has left `requested`:
+        // a reconciler that took this step for a stopped one (its lock lost) closed it, and would
+        // never look for a VM asked for now.
         let asked = JournalUpdate {
             detail: None,
             ..JournalUpdate::new(vm.journal_id, "requested", "").from("requested")
         };
-        self.journal(asked).await?;
+        if !self.journal_moved(asked).await? {
+            return Err(Error::new(
+                500,
+                "registry.lock_lost",
+                format!(
+                    "VM {} was not asked for: its journal row is no longer requested (a reconciler resolved it, so this step's lock was lost); nothing was sent to the cloud for it",
+                    vm.name
+                ),
+            ));
+        }
         match b.cloud.create(&ms).await {
             Ok(orca::Created::Machine(m)) => self.made(run, b, vm, m, out).await,
             Ok(orca::Created::Adopted(m)) => {
