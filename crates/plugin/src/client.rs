@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,7 +140,9 @@ impl PluginCommand {
 
     /// Fails a call the plugin has not answered within `limit` as a passing failure that may have
     /// acted (the plugin may have sent the call to its cloud: a create may have made its machine),
-    /// and restarts the plugin on the next call. Unset: a call waits as long as the driver takes.
+    /// and lets the plugin go (started again on the next call) when no other call waits on it, or
+    /// at the second call in a row to time out with no answer between them. Unset: a call waits as
+    /// long as the driver takes.
     /// The handshake is bounded by [`PluginCommand::start_timeout`] instead.
     pub fn call_timeout(mut self, limit: Duration) -> Self {
         self.call_timeout = Some(limit);
@@ -338,17 +340,23 @@ struct Conn {
     child: Child,
     channel: Channel,
     generation: u64,
-    /// The calls waiting on this plugin now.
-    in_flight: Arc<AtomicUsize>,
+    calls: Arc<Calls>,
 }
 
-/// A call's hold on the plugin it waits on: counted in its connection's calls in flight until
-/// dropped.
-struct InFlight(Arc<AtomicUsize>);
+/// The calls of one plugin: those waiting on it now, and those that timed out since it last
+/// answered one.
+#[derive(Default)]
+struct Calls {
+    in_flight: AtomicUsize,
+    unanswered: AtomicU32,
+}
+
+/// A call's hold on the plugin it waits on: counted in its calls in flight until dropped.
+struct InFlight(Arc<Calls>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -423,14 +431,15 @@ fn stream_failure(command: &PluginCommand, op: &str, s: &Status) -> Error {
     .with_may_have_acted()
 }
 
-/// A call the plugin did not answer in time: it is let go once no other call waits on it, and
-/// started again on the next call. The
+/// A call the plugin did not answer in time: it is let go when no other call waits on it, or when
+/// it answered nothing since the call before timed out, and started again on the next call. The
 /// plugin may have sent the call to its cloud before it stopped answering, so the call may have
 /// acted (a create may have made its machine): the error is marked so, and says it.
 fn timed_out(command: &PluginCommand, op: &str, limit: Duration) -> Error {
     Error::transient(format!(
         "{} did not answer {op} within {limit:?}, and {op} may have acted all the same; \
-         the plugin is started again once no other call waits on it",
+         the plugin is started again once no other call waits on it, or at the next call to \
+         time out unanswered",
         command.name()
     ))
     .with_operation(op)
@@ -561,7 +570,7 @@ impl PluginProvider {
                 child,
                 channel,
                 generation: 1,
-                in_flight: Arc::default(),
+                calls: Arc::default(),
             })),
             generation: AtomicU64::new(1),
         })
@@ -594,8 +603,8 @@ impl PluginProvider {
         let mut held = self.conn.lock().await;
         if let Some(c) = held.as_mut() {
             if matches!(c.child.try_wait(), Ok(None)) {
-                c.in_flight.fetch_add(1, Ordering::SeqCst);
-                let hold = InFlight(c.in_flight.clone());
+                c.calls.in_flight.fetch_add(1, Ordering::SeqCst);
+                let hold = InFlight(c.calls.clone());
                 return Ok((c.channel.clone(), c.generation, hold));
             }
             tracing::warn!("{} exited; starting it again", self.command.name());
@@ -614,25 +623,30 @@ impl PluginProvider {
             )));
         }
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        let in_flight = Arc::new(AtomicUsize::new(1));
+        let calls = Arc::new(Calls::default());
+        calls.in_flight.fetch_add(1, Ordering::SeqCst);
         *held = Some(Conn {
             child,
             channel: channel.clone(),
             generation,
-            in_flight: in_flight.clone(),
+            calls: calls.clone(),
         });
-        Ok((channel, generation, InFlight(in_flight)))
+        Ok((channel, generation, InFlight(calls)))
     }
 
-    /// Lets the plugin of `generation` go, as [`PluginProvider::lost`], when no call waits on it:
-    /// a call past its timeout may be one slow call, and the others in flight may yet be answered.
-    /// Each call that times out checks again, so a plugin that answers none is let go by the last.
-    async fn lost_if_idle(&self, generation: u64) {
+    /// After a call of `generation` timed out: lets that plugin go, as [`PluginProvider::lost`],
+    /// when no other call waits on it, or when this is the second call in a row to time out with
+    /// no answer between them. One call past its timeout may be one slow call, and the others in
+    /// flight may yet be answered; a plugin that answers nothing while calls keep coming is not.
+    async fn timed_out_on(&self, generation: u64) {
         let mut held = self.conn.lock().await;
-        let idle = |c: &Conn| c.in_flight.load(Ordering::SeqCst) == 0;
+        let hung = |c: &Conn| {
+            let unanswered = c.calls.unanswered.fetch_add(1, Ordering::SeqCst) + 1;
+            unanswered >= 2 || c.calls.in_flight.load(Ordering::SeqCst) == 0
+        };
         if held
             .as_ref()
-            .is_some_and(|c| c.generation == generation && idle(c))
+            .is_some_and(|c| c.generation == generation && hung(c))
         {
             *held = None;
         }
@@ -661,11 +675,12 @@ impl PluginProvider {
                 Ok(a) => a,
                 Err(_) => {
                     drop(hold);
-                    self.lost_if_idle(generation).await;
+                    self.timed_out_on(generation).await;
                     return Err(timed_out(&self.command, op, limit));
                 }
             },
         };
+        hold.0.unanswered.store(0, Ordering::SeqCst);
         match answer {
             Ok(r) => Ok(r.into_inner()),
             Err(s) => {

@@ -48,7 +48,8 @@ pub const DEFAULT_START_TIMEOUT: Duration = orca_plugin::DEFAULT_START_TIMEOUT;
 /// How long keeper waits for a plugin's answer to one call. Generous, as a create or a resize can
 /// take minutes at a cloud; a call past it fails as a passing failure that may have acted (the
 /// plugin may have sent it to its cloud), so a create's VM is looked for by name as after any
-/// ambiguous failure, and the plugin is started again once no other call waits on it.
+/// ambiguous failure, and the plugin is started again once no other call waits on it (or at the
+/// second call in a row past it with no answer between).
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// How long a plugin no step holds is kept after it was last asked for; then the next step of any

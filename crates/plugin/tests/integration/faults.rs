@@ -253,6 +253,42 @@ async fn a_call_past_its_timeout_leaves_the_other_calls_in_flight_answered() {
     assert!(p.delete(&m.id).await.unwrap());
 }
 
+/// A plugin that answers nothing while calls keep coming is let go at the second call in a row
+/// that times out with no answer between them, though other calls still wait on it: those fail
+/// at once, and the next call starts the plugin again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_answers_nothing_while_calls_keep_coming_is_let_go() {
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let command = fake_on(&state, "stack-1").call_timeout(Duration::from_secs(2));
+    let p = PluginProvider::start(command).await.unwrap();
+    let mut console = FakeControlClient::new(p.channel().await.unwrap());
+    console
+        .inject(InjectRequest {
+            operation: "list".into(),
+            fault_json: r#"{"latency": {"secs": 3600, "nanos": 0}}"#.into(),
+            times: 3,
+        })
+        .await
+        .unwrap();
+    // Sent at 0, 1 and 2.5 s: the first times out at 2 s, the second at 3 s (the third still
+    // waiting), which lets the plugin go under the third.
+    let after = |secs: f64| {
+        let p = &p;
+        async move {
+            tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+            p.machines("lab").await.unwrap_err().to_string()
+        }
+    };
+    let (first, second, third) = tokio::join!(after(0.0), after(1.0), after(2.5));
+    assert!(first.contains("did not answer machines"), "{first}");
+    assert!(second.contains("did not answer machines"), "{second}");
+    assert!(third.contains("failed during machines"), "{third}");
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    assert_eq!(p.starts(), 2, "the plugin was started again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_writing_a_huge_line_on_stderr_is_cut_at_the_bound_and_still_serves() {
     use std::os::unix::fs::PermissionsExt;
