@@ -488,10 +488,10 @@ impl HetznerProvider {
         conflict: bool,
         token: &str,
     ) -> Result<Created> {
-        // A name the cloud says is taken, or a refusal after an attempt that may have made the
-        // server, may mean a server made a moment ago that listings do not show yet: look again
-        // within the visibility window before answering.
-        let patient = conflict || taken.may_have_acted();
+        // A name the cloud says is taken may belong to a server made a moment ago that listings do
+        // not show yet: look again within the visibility window before answering. No stock after
+        // a lost answer is looked up once: nothing proves a server was made, and a wait of the
+        // whole window at every such refusal would hold the caller's fallback to other offerings.
         let deadline = Instant::now() + self.config.visibility_window;
         let mut n = 0;
         let found = loop {
@@ -502,7 +502,7 @@ impl HetznerProvider {
             if let Some(s) = r.servers.into_iter().find(|s| s.name == spec.name) {
                 break Some(s);
             }
-            if !patient || Instant::now() >= deadline {
+            if !conflict || Instant::now() >= deadline {
                 break None;
             }
             tokio::time::sleep(pause(n)).await;
