@@ -14,7 +14,7 @@ const MAX_NAMED: usize = 5;
 const MAX_SHOWN: usize = 64;
 
 /// A caller's text as an error, the log and the audit trail repeat it: control characters escaped,
-/// and cut after [`MAX_SHOWN`] characters, saying how long it was (a request may hold a key of a
+/// and cut after `MAX_SHOWN` characters, saying how long it was (a request may hold a key of a
 /// megabyte, or escape sequences for the terminal that shows the log).
 pub fn shown(text: &str) -> String {
     let mut out: String = text
