@@ -259,16 +259,28 @@ pub fn create_private_dir(dir: impl AsRef<Path>) -> Result<(), FsError> {
 fn check_above(dir: &Path) -> Result<(), FsError> {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
-    let written = std::path::absolute(dir).map_err(|e| FsError::io(dir, "resolve", e))?;
-    // The nearest folder above that exists: it and those above it hold what is made below.
-    let existing = written
+    let written = lexical(&std::path::absolute(dir).map_err(|e| FsError::io(dir, "resolve", e))?);
+    // As the links lead: the folders above the folder itself when it exists (it may be a link),
+    // else the nearest folder above that exists and those above it, which hold what is made below.
+    let real: Vec<PathBuf> = match std::fs::canonicalize(&written) {
+        Ok(real) => real.ancestors().skip(1).map(Path::to_path_buf).collect(),
+        Err(_) => {
+            let existing = written
+                .ancestors()
+                .skip(1)
+                .find(|a| a.is_dir())
+                .unwrap_or(Path::new("/"));
+            let real =
+                std::fs::canonicalize(existing).map_err(|e| FsError::io(existing, "resolve", e))?;
+            real.ancestors().map(Path::to_path_buf).collect()
+        }
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    // As written too: whoever may write a folder that holds a link could swap the link.
+    let above = written
         .ancestors()
         .skip(1)
-        .find(|a| a.is_dir())
-        .unwrap_or(Path::new("/"));
-    let real = std::fs::canonicalize(existing).map_err(|e| FsError::io(existing, "resolve", e))?;
-    let mut seen = std::collections::BTreeSet::new();
-    let above = written.ancestors().skip(1).chain(real.ancestors());
+        .chain(real.iter().map(PathBuf::as_path));
     for folder in above.filter(|a| a.is_dir()) {
         if !seen.insert(folder.to_path_buf()) {
             continue;
@@ -295,6 +307,24 @@ fn check_above(dir: &Path) -> Result<(), FsError> {
         });
     }
     Ok(())
+}
+
+/// `path` (absolute) without `.`, each `..` taking the folder before it away, as the folder it
+/// names is reached from the root (the links are followed apart, by `canonicalize`).
+#[cfg(unix)]
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -481,8 +481,19 @@ fn a_private_folder_inside_one_others_may_write_is_refused_unless_sticky() {
     set(&home, 0o700);
     let e = create_private_dir(&home).unwrap_err();
     assert!(matches!(e, FsError::NotPrivate { .. }), "{e:?}");
+    // A link to it from a private folder leads there all the same.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&home, &link).unwrap();
+    let e = create_private_dir(&link).unwrap_err();
+    assert!(matches!(e, FsError::NotPrivate { .. }), "{e:?}");
     set(&open, 0o1777);
     create_private_dir(&home).unwrap();
+    create_private_dir(&link).unwrap();
     create_private_dir(home.join("deeper")).unwrap();
     assert_eq!(mode(&home.join("deeper")), 0o700);
+    // A `..` is read as the folder it leads to, not as a folder it passes through.
+    set(&open, 0o777);
+    let up = dir.path().join("open/../mine");
+    create_private_dir(&up).unwrap();
+    assert_eq!(mode(&dir.path().join("mine")), 0o700);
 }
