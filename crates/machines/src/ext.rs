@@ -243,7 +243,10 @@ pub fn check_ipv4_ranges(ranges: &[String]) -> Result<()> {
         if r.contains(':') {
             return Err(Error::invalid(
                 "source_ranges",
-                format!("an IPv4 address or CIDR block like 203.0.113.7/32 (not IPv6), got {r:?}"),
+                format!(
+                    "an IPv4 address or CIDR block like 203.0.113.7/32 (not IPv6), got {}",
+                    crate::spec::quoted(r)
+                ),
             ));
         }
     }

@@ -319,7 +319,7 @@ impl MachineSpec {
             if !ok {
                 return Err(Error::invalid(
                     "image",
-                    format!("1 to 1024 characters without spaces, got {i:?}"),
+                    format!("1 to 1024 characters without spaces, got {}", quoted(i)),
                 ));
             }
         }
@@ -363,7 +363,10 @@ pub fn validate_labels(labels: &Labels) -> Result<()> {
         if !(v.is_empty() || is_label_value(v)) {
             return Err(Error::invalid(
                 "labels",
-                format!("the value of {k}: {EXTRA_LABEL_VALUE_RULE}, got {v:?}"),
+                format!(
+                    "the value of {k}: {EXTRA_LABEL_VALUE_RULE}, got {}",
+                    quoted(v)
+                ),
             ));
         }
     }
@@ -380,7 +383,7 @@ pub fn validate_label_key(k: &str) -> Result<()> {
     if !ok || crate::labels::is_reserved(k) {
         return Err(Error::invalid(
             "labels",
-            format!("a key is {LABEL_KEY_RULE}, got {k:?}"),
+            format!("a key is {LABEL_KEY_RULE}, got {}", quoted(k)),
         ));
     }
     Ok(())
@@ -425,13 +428,16 @@ fn is_lower_word(s: &str, max: usize) -> bool {
 
 fn validate_network_tag(t: &str) -> Result<()> {
     valid(is_lower_word(t, 63), "network_tags", || {
-        format!("a tag is 1 to 63 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {t:?}")
+        format!("a tag is 1 to 63 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {}", quoted(t))
     })
 }
 
 fn validate_group(g: &str) -> Result<()> {
     valid(is_lower_word(g, 40), "admission_group", || {
-        format!("1 to 40 of a-z, 0-9 and '-', starting with a letter, got {g:?}")
+        format!(
+            "1 to 40 of a-z, 0-9 and '-', starting with a letter, got {}",
+            quoted(g)
+        )
     })
 }
 
@@ -452,12 +458,12 @@ pub fn validate_source(s: &str) -> std::result::Result<(), String> {
     };
     let ip: std::net::IpAddr = addr
         .parse()
-        .map_err(|_| format!("an IP address or CIDR block, got {s:?}"))?;
+        .map_err(|_| format!("an IP address or CIDR block, got {}", quoted(s)))?;
     if let Some(b) = bits {
         let max = if ip.is_ipv4() { 32 } else { 128 };
         match b.parse::<u8>() {
             Ok(n) if n <= max && !b.starts_with('+') => {}
-            _ => return Err(format!("a prefix length of 0 to {max}, got {s:?}")),
+            _ => return Err(format!("a prefix length of 0 to {max}, got {}", quoted(s))),
         }
     }
     Ok(())
@@ -477,7 +483,7 @@ pub fn validate_name(name: &str) -> Result<()> {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-');
-    valid(ok, "name", || format!("{rule}, got {name:?}"))
+    valid(ok, "name", || format!("{rule}, got {}", quoted(name)))
 }
 
 /// The rule for label values (pool and owner), the intersection of what every cloud accepts so that a
@@ -499,14 +505,14 @@ fn is_label_value(value: &str) -> bool {
 /// Checks a pool name: a label value ([`LABEL_VALUE_RULE`]).
 pub fn validate_pool(pool: &str) -> Result<()> {
     valid(is_label_value(pool), "pool", || {
-        format!("{LABEL_VALUE_RULE}, got {pool:?}")
+        format!("{LABEL_VALUE_RULE}, got {}", quoted(pool))
     })
 }
 
 /// Checks an owner: empty (no owner) or a label value ([`LABEL_VALUE_RULE`]).
 pub fn validate_owner(owner: &str) -> Result<()> {
     valid(owner.is_empty() || is_label_value(owner), "owner", || {
-        format!("empty, or {LABEL_VALUE_RULE}, got {owner:?}")
+        format!("empty, or {LABEL_VALUE_RULE}, got {}", quoted(owner))
     })
 }
 
@@ -521,7 +527,10 @@ pub fn validate_id(id: &str) -> Result<()> {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
         && !id.bytes().all(|b| b == b'.');
     valid(ok, "id", || {
-        format!("1 to 255 of letters, digits, '.', '_', '-' and ':', not dots alone, got {id:?}")
+        format!(
+            "1 to 255 of letters, digits, '.', '_', '-' and ':', not dots alone, got {}",
+            quoted(id)
+        )
     })
 }
 
@@ -536,14 +545,46 @@ pub fn validate_token(field: &str, value: &str) -> Result<()> {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
         && !value.bytes().all(|b| b == b'.');
     valid(ok, field, || {
-        format!("1 to 80 of letters, digits, '.', '_' and '-', not dots alone, got {value:?}")
+        format!(
+            "1 to 80 of letters, digits, '.', '_' and '-', not dots alone, got {}",
+            quoted(value)
+        )
     })
+}
+
+/// How many characters of a caller's value an error repeats.
+const MAX_QUOTED: usize = 64;
+
+/// A caller's value as an error repeats it: quoted and escaped as `{:?}` writes it, and, past
+/// 64 characters, cut there, saying how long it was. A value may be a megabyte, and an error goes
+/// to logs and audit trails.
+pub fn quoted(value: &str) -> String {
+    match value.char_indices().nth(MAX_QUOTED) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}…({} bytes)", &value[..cut], value.len()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_huge_value_is_cut_in_its_error() {
+        let huge = "A".repeat(1 << 20);
+        for e in [
+            validate_name(&huge).unwrap_err(),
+            validate_pool(&huge).unwrap_err(),
+            validate_id(&huge).unwrap_err(),
+            validate_token("machine_type", &huge).unwrap_err(),
+        ] {
+            let text = e.to_string();
+            assert!(text.len() < 400, "{} bytes", text.len());
+            assert!(text.contains("…(1048576 bytes)"), "{text}");
+        }
+        assert_eq!(quoted("Bad_Name"), "\"Bad_Name\"");
+    }
 
     #[test]
     fn tokens_are_plain_and_never_dots_alone() {

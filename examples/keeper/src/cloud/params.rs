@@ -114,7 +114,7 @@ fn list(
         if !check(item) {
             return Err(Error::invalid(
                 format!("{key}[{i}]"),
-                format!("{rule}, got {:?}", crate::fields::shown(item)),
+                format!("{rule}, got {}", orca::spec::quoted(item)),
             ));
         }
         if !seen.insert(item.as_str()) {
@@ -195,7 +195,7 @@ impl CreateParams {
             if !ok {
                 return Err(Error::invalid(
                     "name",
-                    format!("1 to {MAX_NAME} of a-z, 0-9 and '-', not starting or ending with '-' (VMs are <name>-<index>), got {:?}", crate::fields::shown(n)),
+                    format!("1 to {MAX_NAME} of a-z, 0-9 and '-', not starting or ending with '-' (VMs are <name>-<index>), got {}", orca::spec::quoted(n)),
                 ));
             }
         }
