@@ -154,13 +154,15 @@ impl Stado {
     }
 
     async fn create_steps(&self, req: &CreateRequest, run: &mut Run<'_>) -> Result<(), Failure> {
+        // Held from before the profile is read to the last step: a change of the owner takes it
+        // too, so the owner checked here is the one the host is made under; a reap that meets it
+        // skips its tick, and a host declared enrolling without a create holding the lock is one
+        // whose create stopped.
+        let mut registry = self.lock_registry()?;
         let profile = self.gated_profile()?;
         self.check_request(req)?;
         self.check_can_make_hosts()?;
         self.check_channel(req)?;
-        // Held from the first step to the last: a reap that meets it skips its tick, and a host
-        // declared enrolling without a create holding the lock is one whose create stopped.
-        let mut registry = self.lock_registry()?;
 
         run.begin(self, 1);
         let named = self.name_step(req, &mut registry).await;

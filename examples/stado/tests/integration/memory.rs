@@ -1877,3 +1877,56 @@ async fn enrolment_stops_at_once_when_the_pinned_host_key_is_gone() {
     assert_eq!(lab.in_cloud(), vec![], "the VM was deleted again");
     assert!(declared(&lab.s).is_empty());
 }
+
+/// A channel of the fleet that changes the home's owner, as another stado's `config set owner`
+/// would, when a create asks whether it can reach hosts: between the create's first checks and its
+/// steps.
+#[derive(Debug)]
+struct OwnerChangedMeanwhile {
+    fleet: FakeFleet,
+    home: stado::Home,
+}
+
+#[async_trait::async_trait]
+impl stado::channel::HostChannel for OwnerChangedMeanwhile {
+    async fn run(
+        &self,
+        host: &stado::channel::Endpoint,
+        command: &str,
+        timeout: Duration,
+    ) -> Result<stado::channel::Output, String> {
+        stado::channel::HostChannel::run(&self.fleet, host, command, timeout).await
+    }
+
+    fn can_run(&self, paths: &[&std::path::Path]) -> Result<(), String> {
+        // Refused when the create holds the registry's lock already: that is the point.
+        let _ = stado::profile::config_set(&self.home, "owner", "team-b");
+        stado::channel::HostChannel::can_run(&self.fleet, paths)
+    }
+}
+
+/// A create never declares a host under an owner the home no longer has: the owner it makes the
+/// host under is read while it holds the registry's lock, which a change of the owner takes too.
+#[tokio::test]
+async fn a_create_never_declares_a_host_under_an_owner_changed_meanwhile() {
+    let cloud = MemoryCloud::new();
+    let lab = lab_on(cloud.clone(), Some("team-a"));
+    let provider: Arc<dyn Provider> = Arc::new(cloud.provider("team-a").unwrap());
+    let channel = OwnerChangedMeanwhile {
+        fleet: lab.fleet.clone(),
+        home: lab.s.home.clone(),
+    };
+    let mut s = Stado::with(lab.s.home.clone(), "fake", provider, Arc::new(channel));
+    s.sim = Some(lab.fleet.clone());
+    let r = s.create(&request("h1", "zone-a", "amd64-small")).await;
+    let owner = common::owner(&lab.s.home);
+    if r.ok {
+        assert_eq!(
+            owner, "team-a",
+            "h1 was made under team-a; the home's owner is now {owner}"
+        );
+    } else {
+        assert!(declared(&s).is_empty(), "{:?}", r.error);
+        assert!(cloud.all_machines().is_empty(), "{:?}", r.error);
+    }
+}
