@@ -137,6 +137,8 @@ struct State_ {
     bucket: Bucket,
     rate_limited: u64,
     low_water: f64,
+    /// After a listing of servers answers this page, its first server is deleted (once).
+    delete_after_page: Option<i64>,
 }
 
 impl State_ {
@@ -229,6 +231,7 @@ impl FakeHetzner {
             bucket: Bucket::new(options.rate_limit, options.refill_per_second),
             rate_limited: 0,
             low_water: options.rate_limit as f64,
+            delete_after_page: None,
         }));
         let router = Router::new()
             .route(
@@ -338,6 +341,13 @@ impl FakeHetzner {
     /// tokio's clock, as the actions' times do, so a test with a paused clock moves it.
     pub fn set_visibility_delay(&self, delay: Duration) {
         lock(&self.state).visibility_delay = delay;
+    }
+
+    /// The next listing of servers that answers page `page` deletes the first server it lists
+    /// right after, as another process's delete between two page reads would: the servers after
+    /// it move a place back, onto pages already read.
+    pub fn delete_after_page(&self, page: i64) {
+        lock(&self.state).delete_after_page = Some(page);
     }
 
     /// Sets the rate limit: a full bucket of `limit` requests regaining `per_second` a second.

@@ -198,6 +198,8 @@ pub(crate) struct IdName {
 pub(crate) struct Pagination {
     #[serde(default)]
     pub next_page: Option<i64>,
+    #[serde(default)]
+    pub total_entries: Option<i64>,
 }
 
 /// `meta` of a listing.

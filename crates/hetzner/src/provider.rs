@@ -11,9 +11,9 @@ use orca_machines::labels;
 use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    all_pages, docker_arch, validate_id, validate_name, validate_owner, validate_pool, Arch,
-    Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider,
-    Resized, Result, SpecOptions, Status,
+    docker_arch, validate_id, validate_name, validate_owner, validate_pool, Arch, Capabilities,
+    Created, Error, Machine, MachineLabels, MachineSpec, Price, Provider, Resized, Result,
+    SpecOptions, Status,
 };
 use reqwest::Method;
 use serde_json::json;
@@ -39,6 +39,9 @@ pub(crate) const KIND: &str = "hetzner";
 /// out of the label keys a caller can set ([`orca_machines::spec::LABEL_KEY_RULE`]), so no caller's
 /// label is ever taken for it.
 pub const CREATE_LABEL: &str = "orca.create";
+
+/// How many times a listing of a pool is read while servers come and go under it.
+const LISTING_TRIES: usize = 3;
 
 /// A fresh token for [`CREATE_LABEL`]: 32 hex digits, a valid Hetzner label value.
 fn create_token() -> String {
@@ -688,38 +691,39 @@ impl HetznerProvider {
         })
     }
 
-    fn list_page(
-        &self,
-        pool: &str,
-        page: Option<String>,
-    ) -> impl std::future::Future<Output = Result<Page<Machine>>> + '_ {
+    /// This owner's servers of `pool`, page after page, each once, and whether the listing held
+    /// still while it was read (its total the same on the last page as on the first).
+    async fn list_pool(&self, pool: &str) -> Result<(Vec<Machine>, bool)> {
         let selector = labels::selector(pool, &self.owner);
-        let page = page.unwrap_or_else(|| "1".into());
         let per_page = self.config.page_size.to_string();
-        let pool = pool.to_string();
-        async move {
+        let (mut page, mut first_total) = (1, None);
+        let (mut out, mut seen) = (Vec::new(), std::collections::HashSet::new());
+        loop {
             let r: Servers = self
                 .client
                 .get(
                     "servers.list",
                     "/servers",
                     &[
-                        ("label_selector", selector),
-                        ("page", page),
-                        ("per_page", per_page),
+                        ("label_selector", selector.clone()),
+                        ("page", page.to_string()),
+                        ("per_page", per_page.clone()),
                     ],
                 )
                 .await?;
-            let items = r
-                .servers
-                .iter()
-                .map(|s| self.machine_of(s))
-                .filter(|m| labels::is_in_pool(&m.labels, &pool, &self.owner))
-                .collect();
-            Ok(Page {
-                items,
-                next: r.meta.pagination.next_page.map(|n| n.to_string()),
-            })
+            let total = r.meta.pagination.total_entries;
+            let first = *first_total.get_or_insert(total);
+            for s in r.servers.iter().filter(|s| seen.insert(s.id)) {
+                let m = self.machine_of(s);
+                if labels::is_in_pool(&m.labels, pool, &self.owner) {
+                    out.push(m);
+                }
+            }
+            match r.meta.pagination.next_page {
+                // A page that names itself or one before it would never end.
+                Some(next) if next > page => page = next,
+                _ => return Ok((out, first == total)),
+            }
         }
     }
 
@@ -795,7 +799,17 @@ impl Provider for HetznerProvider {
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {
         validate_pool(pool)?;
-        all_pages(|page| self.list_page(pool, page)).await
+        // Pages are read by offset: a server made or deleted between two page reads moves the
+        // ones after it by a place, and one would be missed or shown twice. A listing whose total
+        // changed on the way is read again; after a few in a row, the last one is answered.
+        let mut listed = self.list_pool(pool).await?;
+        for _ in 1..LISTING_TRIES {
+            if listed.1 {
+                break;
+            }
+            listed = self.list_pool(pool).await?;
+        }
+        Ok(listed.0)
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {

@@ -127,7 +127,7 @@ pub(super) async fn list_servers(State(state): State<Shared>, Query(q): Params) 
     let sel = selector(&q)?;
     let statuses = params(&q, "status");
     let name = param(&q, "name");
-    let s = lock(&state);
+    let mut s = lock(&state);
     let items = s
         .servers
         .values()
@@ -136,7 +136,18 @@ pub(super) async fn list_servers(State(state): State<Shared>, Query(q): Params) 
         .filter(|v| statuses.is_empty() || statuses.contains(&v.status.as_str()))
         .filter(|v| sel.as_ref().is_none_or(|t| matches(t, &v.labels)))
         .collect::<Vec<_>>();
-    paged_with(&q, "servers", items, |v| s.server_json(v))
+    let first = items.first().map(|v| v.id);
+    let answer = paged_with(&q, "servers", items, |v| s.server_json(v));
+    let page = param(&q, "page")
+        .and_then(|p| p.parse::<i64>().ok())
+        .unwrap_or(1);
+    if s.delete_after_page == Some(page) {
+        s.delete_after_page = None;
+        if let Some(id) = first {
+            s.servers.remove(&id);
+        }
+    }
+    answer
 }
 
 pub(super) async fn get_server(State(state): State<Shared>, Path(id): Path<String>) -> ApiResult {

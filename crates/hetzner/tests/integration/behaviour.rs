@@ -1261,3 +1261,27 @@ async fn a_create_stopped_before_it_answered_leaves_a_server_that_delete_named_r
     assert!(!p.delete_named("lab", "web-stopped").await.unwrap());
     assert_eq!(fake.control().log().len(), 1);
 }
+
+/// A server deleted between two page reads moves the servers after it a place back, onto a page
+/// already read: a listing whose total changed on the way is read again, so that no server of the
+/// pool is missed (the scaler would take it for gone) and none is shown twice.
+#[tokio::test]
+async fn a_listing_the_pool_changed_under_is_read_again() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = HetznerProvider::new(common::builder(&fake).page_size(1).build().unwrap(), "me")
+        .await
+        .unwrap();
+    for n in ["page-1", "page-2", "page-3"] {
+        p.create(&spec(n, "cx23", "fsn1", "lab")).await.unwrap();
+    }
+    fake.delete_after_page(1);
+    let mut listed: Vec<String> = p
+        .machines("lab")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["page-2", "page-3"]);
+}
