@@ -11,9 +11,9 @@ use orca_machines::labels;
 use orca_machines::provider::first_made;
 use orca_machines::spec::validate_token;
 use orca_machines::{
-    docker_arch, validate_id, validate_name, validate_owner, validate_pool, Arch, Capabilities,
-    Created, Error, Machine, MachineLabels, MachineSpec, Price, Provider, Resized, Result,
-    SpecOptions, Status,
+    all_pages, docker_arch, validate_id, validate_name, validate_owner, validate_pool, Arch,
+    Capabilities, Created, Error, Machine, MachineLabels, MachineSpec, Page, Price, Provider,
+    Resized, Result, SpecOptions, Status,
 };
 use reqwest::Method;
 use serde_json::json;
@@ -691,40 +691,54 @@ impl HetznerProvider {
         })
     }
 
-    /// This owner's servers of `pool`, page after page, each once, and whether the listing held
-    /// still while it was read (its total the same on the last page as on the first).
+    /// This owner's servers of `pool`, every page ([`all_pages`]), each once, and whether the
+    /// listing held still while it was read (its total the same on the last page as on the first).
     async fn list_pool(&self, pool: &str) -> Result<(Vec<Machine>, bool)> {
-        let selector = labels::selector(pool, &self.owner);
-        let per_page = self.config.page_size.to_string();
-        let (mut page, mut first_total) = (1, None);
-        let (mut out, mut seen) = (Vec::new(), std::collections::HashSet::new());
-        loop {
-            let r: Servers = self
-                .client
-                .get(
-                    "servers.list",
-                    "/servers",
-                    &[
-                        ("label_selector", selector.clone()),
-                        ("page", page.to_string()),
-                        ("per_page", per_page.clone()),
-                    ],
-                )
-                .await?;
-            let total = r.meta.pagination.total_entries;
-            let first = *first_total.get_or_insert(total);
-            for s in r.servers.iter().filter(|s| seen.insert(s.id)) {
-                let m = self.machine_of(s);
-                if labels::is_in_pool(&m.labels, pool, &self.owner) {
-                    out.push(m);
-                }
+        // The first page's total and the latest page's.
+        let totals = std::sync::Mutex::new((None, None));
+        let listed = all_pages(|page| {
+            let totals = &totals;
+            async move {
+                let (page, total) = self.list_page(pool, page).await?;
+                let mut t = lock(totals);
+                t.0.get_or_insert(total);
+                t.1 = Some(total);
+                Ok(page)
             }
-            match r.meta.pagination.next_page {
-                // A page that names itself or one before it would never end.
-                Some(next) if next > page => page = next,
-                _ => return Ok((out, first == total)),
-            }
-        }
+        })
+        .await?;
+        let (first, last) = *lock(&totals);
+        let mut seen = std::collections::HashSet::new();
+        let once = listed.into_iter().filter(|m| seen.insert(m.id.clone()));
+        Ok((once.collect(), first == last))
+    }
+
+    /// One page of this owner's servers of `pool`, and the listing's total as that page gives it.
+    async fn list_page(
+        &self,
+        pool: &str,
+        page: Option<String>,
+    ) -> Result<(Page<Machine>, Option<i64>)> {
+        let r: Servers = self
+            .client
+            .get(
+                "servers.list",
+                "/servers",
+                &[
+                    ("label_selector", labels::selector(pool, &self.owner)),
+                    ("page", page.unwrap_or_else(|| "1".into())),
+                    ("per_page", self.config.page_size.to_string()),
+                ],
+            )
+            .await?;
+        let items = r
+            .servers
+            .iter()
+            .map(|s| self.machine_of(s))
+            .filter(|m| labels::is_in_pool(&m.labels, pool, &self.owner))
+            .collect();
+        let next = r.meta.pagination.next_page.map(|n| n.to_string());
+        Ok((Page { items, next }, r.meta.pagination.total_entries))
     }
 
     /// Refuses a type that cannot be ordered in the spec's location, before any create: one that is
