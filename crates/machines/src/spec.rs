@@ -559,9 +559,30 @@ const MAX_QUOTED: usize = 64;
 /// 64 characters, cut there, saying how long it was. A value may be a megabyte, and an error goes
 /// to logs and audit trails.
 pub fn quoted(value: &str) -> String {
+    let (kept, rest) = cut(value);
+    format!("{kept:?}{rest}")
+}
+
+/// A caller's text as an error repeats it without quotes (a field's name): cut as [`quoted`] cuts
+/// it, and its control characters escaped (a terminal showing the log would obey them).
+pub fn shown(text: &str) -> String {
+    let (kept, rest) = cut(text);
+    let mut out = String::with_capacity(kept.len() + rest.len());
+    for c in kept.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out + &rest
+}
+
+/// The first 64 characters of `value`, and what says it was longer (`…(N bytes)`), if it was.
+fn cut(value: &str) -> (&str, String) {
     match value.char_indices().nth(MAX_QUOTED) {
-        None => format!("{value:?}"),
-        Some((cut, _)) => format!("{:?}…({} bytes)", &value[..cut], value.len()),
+        None => (value, String::new()),
+        Some((at, _)) => (&value[..at], format!("…({} bytes)", value.len())),
     }
 }
 

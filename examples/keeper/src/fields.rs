@@ -5,35 +5,12 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
+use orca::spec::shown;
+
 use crate::error::{Error, Result};
 
 /// How many unknown keys an error names; the rest are counted.
 const MAX_NAMED: usize = 5;
-
-/// The longest part of a caller's text an error repeats.
-const MAX_SHOWN: usize = 64;
-
-/// A caller's text as an error, the log and the audit trail repeat it: control characters escaped,
-/// and cut after `MAX_SHOWN` characters, saying how long it was (a request may hold a key of a
-/// megabyte, or escape sequences for the terminal that shows the log).
-pub fn shown(text: &str) -> String {
-    let mut out: String = text
-        .chars()
-        .take(MAX_SHOWN)
-        .flat_map(|c| {
-            let escaped: Vec<char> = if c.is_control() {
-                c.escape_default().collect()
-            } else {
-                vec![c]
-            };
-            escaped
-        })
-        .collect();
-    if text.chars().nth(MAX_SHOWN).is_some() {
-        out.push_str(&format!("…({} bytes)", text.len()));
-    }
-    out
-}
 
 /// The fields of one JSON object, `prefix` naming where it sits (`""`, `"profile."`).
 #[derive(Debug)]

@@ -120,7 +120,7 @@ fn list(
         if !seen.insert(item.as_str()) {
             return Err(Error::invalid(
                 format!("{key}[{i}]"),
-                format!("{} is given twice", crate::fields::shown(item)),
+                format!("{} is given twice", orca::spec::shown(item)),
             ));
         }
     }
