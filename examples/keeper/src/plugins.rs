@@ -247,7 +247,10 @@ impl PluginDrivers {
         if !plain {
             return Err(orca::Error::invalid(
                 "kind",
-                format!("a driver name of a-z, 0-9 and '-', got {driver:?}"),
+                format!(
+                    "a driver name of a-z, 0-9 and '-', got {}",
+                    orca::spec::quoted(driver)
+                ),
             ));
         }
         let name = program(driver);

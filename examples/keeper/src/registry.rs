@@ -188,7 +188,7 @@ pub fn validate_fqdn_suffix(s: &str) -> Result<()> {
     } else {
         Err(Error::invalid(
             "fqdn_suffix",
-            format!("a DNS suffix: dot-separated labels of a-z, 0-9 and '-', at most 200 characters, got {s:?}"),
+            format!("a DNS suffix: dot-separated labels of a-z, 0-9 and '-', at most 200 characters, got {}", orca::spec::quoted(s)),
         ))
     }
 }
@@ -208,8 +208,9 @@ pub fn parse_provider(body: &Value) -> Result<(String, String, String, String, O
         return Err(Error::invalid(
             "driver",
             format!(
-                "an orca kind, one of {}, got {driver:?}",
-                orca::ALL_KINDS.join(", ")
+                "an orca kind, one of {}, got {}",
+                orca::ALL_KINDS.join(", "),
+                orca::spec::quoted(&driver)
             ),
         ));
     }
@@ -445,6 +446,22 @@ pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudP
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_value_is_cut_in_the_refusal_that_names_it() {
+        let huge = "x".repeat(1 << 20);
+        let ok = json!({"name": "lab", "driver": "fake", "credentials_ref": "fake/lab", "region": "zone-a"});
+        for field in ["driver", "credentials_ref", "fqdn_suffix"] {
+            let mut body = ok.clone();
+            body[field] = json!(huge);
+            let e = parse_provider(&body).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field));
+            assert!(e.message.len() < 400, "{field}: {} bytes", e.message.len());
+            assert!(e.message.contains("(1048576 bytes)"), "{}", e.message);
+        }
+        let e = crate::cloud::Action::from_step(&huge).unwrap_err();
+        assert!(e.message.len() < 400 && e.message.contains("(1048576 bytes)"));
+    }
 
     #[test]
     fn provider_validation_names_the_field() {

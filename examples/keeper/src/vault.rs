@@ -39,7 +39,7 @@ pub fn validate_ref(reference: &str) -> Result<()> {
     } else {
         Err(Error::invalid(
             "credentials_ref",
-            format!("{rule}, got {reference:?}"),
+            format!("{rule}, got {}", orca::spec::quoted(reference)),
         ))
     }
 }

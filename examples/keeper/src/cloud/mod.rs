@@ -62,7 +62,8 @@ impl Action {
                 404,
                 "step.unknown",
                 format!(
-                    "unknown step {other:?}; keeper runs core.cloud.created, core.cloud.destroyed and core.cloud.resized"
+                    "unknown step {}; keeper runs core.cloud.created, core.cloud.destroyed and core.cloud.resized",
+                    orca::spec::quoted(other)
                 ),
             )
             .with_field("module")),
