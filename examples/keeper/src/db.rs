@@ -138,11 +138,10 @@ pub fn pool(url: &str, max_size: usize) -> Result<Db> {
 /// be made).
 pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> {
     let cfg = tokio_postgres::Config::from_str(url).map_err(|e| {
-        Error::new(
-            500,
-            "config.invalid",
-            format!("DATABASE_URL {}: not a PostgreSQL URL: {e}", redact(url)),
-        )
+        Error::config(format!(
+            "DATABASE_URL {}: not a PostgreSQL URL: {e}",
+            redact(url)
+        ))
         .with_field("DATABASE_URL")
     })?;
     let server = servers(&cfg);
@@ -168,7 +167,7 @@ fn bounded(cfg: tokio_postgres::Config, max_size: usize, wait: Duration) -> Resu
         .wait_timeout(Some(wait))
         .create_timeout(Some(wait))
         .build()
-        .map_err(|e| Error::new(500, "config.invalid", format!("connection pool: {e}")))
+        .map_err(|e| Error::config(format!("connection pool: {e}")))
 }
 
 fn checksum(sql: &str) -> String {
@@ -221,17 +220,11 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
         let (version, name, sum): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
         match MIGRATIONS.iter().find(|m| m.version == version) {
             None => {
-                return Err(Error::new(
-                    500,
-                    "registry.schema",
-                    format!("the database has migration {version} ({name}), which this keeper does not know: it is newer than this keeper"),
+                return Err(Error::schema(format!("the database has migration {version} ({name}), which this keeper does not know: it is newer than this keeper"),
                 ))
             }
             Some(m) if checksum(m.sql) != sum => {
-                return Err(Error::new(
-                    500,
-                    "registry.schema",
-                    format!("migration {version} ({name}) was applied with other SQL than this keeper's (checksum differs)"),
+                return Err(Error::schema(format!("migration {version} ({name}) was applied with other SQL than this keeper's (checksum differs)"),
                 ))
             }
             Some(_) => {}
@@ -243,16 +236,12 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
             continue;
         }
         tx.batch_execute(m.sql).await.map_err(|e| {
-            Error::new(
-                500,
-                "registry.schema",
-                format!(
-                    "migration {} ({}) failed: {}",
-                    m.version,
-                    m.name,
-                    describe_db(&e)
-                ),
-            )
+            Error::schema(format!(
+                "migration {} ({}) failed: {}",
+                m.version,
+                m.name,
+                describe_db(&e)
+            ))
         })?;
         tx.execute(
             &format!(

@@ -51,6 +51,21 @@ impl Error {
         self
     }
 
+    /// A lock this step held was lost (500, `registry.lock_lost`).
+    pub fn lock_lost(message: impl AsRef<str>) -> Self {
+        Error::new(500, "registry.lock_lost", message)
+    }
+
+    /// keeper's own configuration is wrong (500, `config.invalid`).
+    pub fn config(message: impl AsRef<str>) -> Self {
+        Error::new(500, "config.invalid", message)
+    }
+
+    /// The database's schema is not the one keeper knows (500, `registry.schema`).
+    pub fn schema(message: impl AsRef<str>) -> Self {
+        Error::new(500, "registry.schema", message)
+    }
+
     /// Invalid input: `field` says what, `message` the rule (422, `params.invalid`).
     pub fn invalid(field: impl Into<String>, message: impl AsRef<str>) -> Self {
         let field = field.into();

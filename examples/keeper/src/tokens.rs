@@ -163,10 +163,7 @@ impl ApiTokens {
             tokens: Vec<ApiToken>,
         }
         let file: File = serde_json::from_str(text).map_err(|e| {
-            Error::new(
-                500,
-                "config.invalid",
-                format!(
+            Error::config(format!(
                     "the API token list is not a JSON object holding a list of {{name, sha256, permissions}} ({})",
                     json_position(&e)
                 ),
@@ -174,13 +171,8 @@ impl ApiTokens {
         })?;
         let mut tokens = Vec::new();
         for (i, t) in file.tokens.into_iter().enumerate() {
-            let bad = |why: String| {
-                Error::new(
-                    500,
-                    "config.invalid",
-                    format!("API token {} ({:?}): {why}", i + 1, t.name),
-                )
-            };
+            let bad =
+                |why: String| Error::config(format!("API token {} ({:?}): {why}", i + 1, t.name));
             if t.name.is_empty() || t.name.len() > 63 {
                 return Err(bad("a name of 1 to 63 characters".into()));
             }

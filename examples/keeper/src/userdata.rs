@@ -86,18 +86,14 @@ impl Template {
     pub fn parse(text: &str) -> Result<Self> {
         for p in placeholders(text) {
             if !PLACEHOLDERS.contains(&p) {
-                return Err(Error::new(
-                    500,
-                    "config.invalid",
-                    format!(
-                        "cloud_init: unknown placeholder ${{{p}}}; known: {}",
-                        PLACEHOLDERS
-                            .iter()
-                            .map(|p| format!("${{{p}}}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
+                return Err(Error::config(format!(
+                    "cloud_init: unknown placeholder ${{{p}}}; known: {}",
+                    PLACEHOLDERS
+                        .iter()
+                        .map(|p| format!("${{{p}}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
                 .with_field("cloud_init"));
             }
         }

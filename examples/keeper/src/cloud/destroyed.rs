@@ -42,22 +42,11 @@ pub(super) enum NotCounted {
 
 impl Keeper {
     pub(crate) async fn destroyed(&self, mut run: Run, params: &Value, actor: &str) -> Run {
-        let p = match DestroyParams::parse(params) {
-            Ok(p) => p,
-            Err(e) => return run.refuse(e),
-        };
+        let p = or_refuse!(run, DestroyParams::parse(params));
         run.add_facts(json!({"provider": p.provider, "vm_ids": p.vm_ids, "sids": p.sids}));
-        let row = match self.provider_row(&p.provider).await {
-            Ok(r) => r,
-            Err(e) => return run.refuse(e),
-        };
-        if let Err(e) = self.check_pairing(&row, &p).await {
-            return run.refuse(e);
-        }
-        let cloud = match self.cloud(&row).await {
-            Ok(c) => c,
-            Err(e) => return run.refuse(e),
-        };
+        let row = or_refuse!(run, self.provider_row(&p.provider).await);
+        or_refuse!(run, self.check_pairing(&row, &p).await);
+        let cloud = or_refuse!(run, self.cloud(&row).await);
         // `destroyed`: every VM gone after its delete; `already_gone`: those of them that were gone
         // before it (a repeat, or another step destroying the same VM): not counted as destroyed.
         let mut destroyed = Vec::new();
@@ -217,10 +206,7 @@ impl Keeper {
             // Gone before this step came: not counted either way.
             return Ok(false);
         }
-        Err(NotCounted::LockLost(Error::new(
-            500,
-            "registry.lock_lost",
-            format!(
+        Err(NotCounted::LockLost(Error::lock_lost(format!(
                 "VM {id} is destroyed at the provider, but its lock was lost during the delete ({lost}): another step may have found and counted it meanwhile, so this step does not count it (uncounted); the registries are untouched: run the same step again"
             ),
         )))

@@ -84,13 +84,7 @@ impl LockSession {
         &mut self,
         key: &str,
     ) -> Result<deadpool_postgres::Transaction<'_>> {
-        let lost = |why: String| {
-            Error::new(
-                500,
-                "registry.lock_lost",
-                format!("the lock {key} was lost ({why})"),
-            )
-        };
+        let lost = |why: String| Error::lock_lost(format!("the lock {key} was lost ({why})"));
         let tx = self
             .client
             .as_mut()

@@ -8,6 +8,17 @@
 //! output is masked ([`crate::mask::mask_step_output`]): the plain one-time tokens appear only at
 //! `hosts[].bootstrap_token` of a successful `created`.
 
+/// The value of a step's check, or the step ends refused with the check's error (no cloud call has
+/// been made yet, so nothing is left to undo).
+macro_rules! or_refuse {
+    ($run:ident, $check:expr) => {
+        match $check {
+            Ok(v) => v,
+            Err(e) => return $run.refuse(e),
+        }
+    };
+}
+
 mod created;
 mod destroyed;
 mod journal;
@@ -315,9 +326,9 @@ impl Keeper {
         settings: Settings,
     ) -> Result<Self> {
         orca::validate_owner(&settings.owner)
-            .map_err(|e| Error::new(500, "config.invalid", e.to_string()).with_field("owner"))?;
+            .map_err(|e| Error::config(e.to_string()).with_field("owner"))?;
         orca::validate_pool(&settings.pool)
-            .map_err(|e| Error::new(500, "config.invalid", e.to_string()).with_field("pool"))?;
+            .map_err(|e| Error::config(e.to_string()).with_field("pool"))?;
         Ok(Keeper {
             pool,
             vault,

@@ -12,24 +12,15 @@ use crate::registry::CloudProvider;
 
 impl Keeper {
     pub(crate) async fn resized(&self, mut run: Run, params: &Value, _actor: &str) -> Run {
-        let p = match ResizeParams::parse(params) {
-            Ok(p) => p,
-            Err(e) => return run.refuse(e),
-        };
+        let p = or_refuse!(run, ResizeParams::parse(params));
         run.add_facts(json!({
             "provider": p.provider,
             "vm_ids": p.vm_ids,
             "sids": [],
             "machine_type": p.machine_type,
         }));
-        let row = match self.provider_row(&p.provider).await {
-            Ok(r) => r,
-            Err(e) => return run.refuse(e),
-        };
-        let cloud = match self.cloud(&row).await {
-            Ok(c) => c,
-            Err(e) => return run.refuse(e),
-        };
+        let row = or_refuse!(run, self.provider_row(&p.provider).await);
+        let cloud = or_refuse!(run, self.cloud(&row).await);
         if !cloud.capabilities().resize {
             return run.refuse(Error::new(
                 422,

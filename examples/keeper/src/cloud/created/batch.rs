@@ -79,10 +79,7 @@ impl Keeper {
         (session, key): (&mut LockSession, &str),
     ) -> Result<()> {
         let lost = |why: String| {
-            Error::new(
-                500,
-                "registry.lock_lost",
-                format!(
+            Error::lock_lost(format!(
                     "the step's lock was lost before its batch was recorded ({why}): a reconciler may have taken the step for a stopped one and destroyed its VMs, so nothing is recorded and the VMs this step made are destroyed"
                 ),
             )

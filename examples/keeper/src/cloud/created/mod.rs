@@ -128,16 +128,10 @@ impl Made {
 
 impl Keeper {
     pub(crate) async fn created(&self, mut run: Run, params: &Value, actor: &str) -> Run {
-        let batch = match self.prepare(&mut run, params).await {
-            Ok(b) => b,
-            Err(e) => return run.refuse(e),
-        };
+        let batch = or_refuse!(run, self.prepare(&mut run, params).await);
         // Held while this step runs: the reconciler leaves the journal rows of a running step alone.
         let key = step_key(&run.step_id);
-        let mut running = match LockSession::holding(&self.pool, &key).await {
-            Ok(s) => s,
-            Err(e) => return run.refuse(e),
-        };
+        let mut running = or_refuse!(run, LockSession::holding(&self.pool, &key).await);
         let run = self
             .create_batch(run, &batch, actor, (&mut running, &key))
             .await;
@@ -154,13 +148,11 @@ impl Keeper {
         actor: &str,
         lock: (&mut LockSession, &str),
     ) -> Run {
-        let planned = match self
-            .plan(&run.step_id, &batch.row, &batch.base, batch.params.count)
-            .await
-        {
-            Ok(v) => v,
-            Err(e) => return run.refuse(e),
-        };
+        let planned = or_refuse!(
+            run,
+            self.plan(&run.step_id, &batch.row, &batch.base, batch.params.count)
+                .await
+        );
         tracing::info!(step_id = %run.step_id, provider = %batch.row.name, count = batch.params.count, first = %planned[0].name, "creating VMs");
         let out = self.make_all(&mut run, batch, planned).await;
         if !out.adopted.is_empty() {
@@ -263,10 +255,7 @@ impl Keeper {
             ..JournalUpdate::new(vm.journal_id, "requested", "").from("requested")
         };
         if !self.journal_moved(asked).await? {
-            return Err(Error::new(
-                500,
-                "registry.lock_lost",
-                format!(
+            return Err(Error::lock_lost(format!(
                     "VM {} was not asked for: its journal row is no longer requested (a reconciler resolved it, so this step's lock was lost); nothing was sent to the cloud for it",
                     vm.name
                 ),
