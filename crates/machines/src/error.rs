@@ -300,63 +300,43 @@ impl std::error::Error for Error {
     }
 }
 
-/// The kind of an [`Error`], without its details: for matching, metrics and fault injection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// [`Error::InvalidSpec`]
-    InvalidSpec,
-    /// [`Error::InvalidSettings`]
-    InvalidSettings,
-    /// [`Error::NotFound`]
-    NotFound,
-    /// [`Error::AlreadyExists`]
-    AlreadyExists,
-    /// [`Error::NotOwned`]
-    NotOwned,
-    /// [`Error::NoStock`]
-    NoStock,
-    /// [`Error::Quota`]
-    Quota,
-    /// [`Error::Throttled`]
-    Throttled,
-    /// [`Error::Busy`]
-    Busy,
-    /// [`Error::Unauthenticated`]
-    Unauthenticated,
-    /// [`Error::PermissionDenied`]
-    PermissionDenied,
-    /// [`Error::Unsupported`]
-    Unsupported,
-    /// [`Error::Transient`]
-    Transient,
-    /// [`Error::Leftovers`]
-    Leftovers,
-    /// [`Error::Other`]
-    Other,
-}
-
-impl ErrorKind {
-    /// Every kind, in the order of the enum: for tables that must cover them all (a wire mapping,
-    /// metrics, tests).
-    pub const ALL: [ErrorKind; 15] = [
-        ErrorKind::InvalidSpec,
-        ErrorKind::InvalidSettings,
-        ErrorKind::NotFound,
-        ErrorKind::AlreadyExists,
-        ErrorKind::NotOwned,
-        ErrorKind::NoStock,
-        ErrorKind::Quota,
-        ErrorKind::Throttled,
-        ErrorKind::Busy,
-        ErrorKind::Unauthenticated,
-        ErrorKind::PermissionDenied,
-        ErrorKind::Unsupported,
-        ErrorKind::Transient,
-        ErrorKind::Leftovers,
-        ErrorKind::Other,
-    ];
+crate::words! {
+    /// The kind of an [`Error`], without its details: for matching, metrics and fault injection.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    #[non_exhaustive]
+    pub enum ErrorKind {
+        /// [`Error::InvalidSpec`]
+        InvalidSpec = "invalid_spec",
+        /// [`Error::InvalidSettings`]
+        InvalidSettings = "invalid_settings",
+        /// [`Error::NotFound`]
+        NotFound = "not_found",
+        /// [`Error::AlreadyExists`]
+        AlreadyExists = "already_exists",
+        /// [`Error::NotOwned`]
+        NotOwned = "not_owned",
+        /// [`Error::NoStock`]
+        NoStock = "no_stock",
+        /// [`Error::Quota`]
+        Quota = "quota",
+        /// [`Error::Throttled`]
+        Throttled = "throttled",
+        /// [`Error::Busy`]
+        Busy = "busy",
+        /// [`Error::Unauthenticated`]
+        Unauthenticated = "unauthenticated",
+        /// [`Error::PermissionDenied`]
+        PermissionDenied = "permission_denied",
+        /// [`Error::Unsupported`]
+        Unsupported = "unsupported",
+        /// [`Error::Transient`]
+        Transient = "transient",
+        /// [`Error::Leftovers`]
+        Leftovers = "leftovers",
+        /// [`Error::Other`]
+        Other = "other",
+    }
 }
 
 impl Error {

@@ -56,6 +56,7 @@ pub mod settings;
 pub mod signals;
 pub mod spec;
 pub mod table;
+pub mod words;
 
 pub use arch::{docker_arch, Arch};
 pub use error::{parse_retry_after, Context, Error, ErrorKind, Result, Source};

@@ -6,42 +6,24 @@ use serde::{Deserialize, Serialize};
 
 use crate::labels::Labels;
 
-/// A machine's state, one set for every cloud ([contract](crate::contract) 4). The cloud's own word is kept in
-/// [`Machine::cloud_status`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Being made or booting.
-    Starting,
-    /// Running.
-    Running,
-    /// Shutting down.
-    Stopping,
-    /// Stopped (or deallocated, suspended): not running, still there.
-    Stopped,
-    /// Being removed.
-    Deleting,
-    /// A state the driver does not know; see [`Machine::cloud_status`].
-    Unknown,
-}
-
-impl Status {
-    /// The lower-case name (`running`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Starting => "starting",
-            Status::Running => "running",
-            Status::Stopping => "stopping",
-            Status::Stopped => "stopped",
-            Status::Deleting => "deleting",
-            Status::Unknown => "unknown",
-        }
-    }
-}
-
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+crate::words! {
+    /// A machine's state, one set for every cloud ([contract](crate::contract) 4). The cloud's own word is kept in
+    /// [`Machine::cloud_status`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Status {
+        /// Being made or booting.
+        Starting = "starting",
+        /// Running.
+        Running = "running",
+        /// Shutting down.
+        Stopping = "stopping",
+        /// Stopped (or deallocated, suspended): not running, still there.
+        Stopped = "stopped",
+        /// Being removed.
+        Deleting = "deleting",
+        /// A state the driver does not know; see [`Machine::cloud_status`].
+        Unknown = "unknown",
     }
 }
 

@@ -46,47 +46,23 @@ impl std::fmt::Display for Key {
     }
 }
 
-/// Where a recorded machine name stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// The name and spec are recorded and the cloud is (or was) asked to make it; no machine confirmed.
-    Creating,
-    /// A machine of this name is this pool's (its id is known).
-    Live,
-    /// The machine is to be deleted (recorded before the delete call).
-    Deleting,
-    /// The create was answered "not made" (no stock, or refused), or the name was given up unseen;
-    /// the name is kept so that a machine of this name showing up later is known, and for as long
-    /// as what its creates may have left stands ([`Entry::leftovers`]).
-    Retired,
-    /// Deleted; the name is kept for a while so that a late listing that still shows it is understood.
-    Gone,
-}
-
-impl Phase {
-    /// The lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Creating => "creating",
-            Phase::Live => "live",
-            Phase::Deleting => "deleting",
-            Phase::Retired => "retired",
-            Phase::Gone => "gone",
-        }
-    }
-
-    /// The phase named `s`.
-    pub fn parse(s: &str) -> Option<Phase> {
-        [
-            Phase::Creating,
-            Phase::Live,
-            Phase::Deleting,
-            Phase::Retired,
-            Phase::Gone,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
+orca::words! {
+    /// Where a recorded machine name stands.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Phase {
+        /// The name and spec are recorded and the cloud is (or was) asked to make it; no machine confirmed.
+        Creating = "creating",
+        /// A machine of this name is this pool's (its id is known).
+        Live = "live",
+        /// The machine is to be deleted (recorded before the delete call).
+        Deleting = "deleting",
+        /// The create was answered "not made" (no stock, or refused), or the name was given up unseen;
+        /// the name is kept so that a machine of this name showing up later is known, and for as long
+        /// as what its creates may have left stands ([`Entry::leftovers`]).
+        Retired = "retired",
+        /// Deleted; the name is kept for a while so that a late listing that still shows it is understood.
+        Gone = "gone",
     }
 }
 

@@ -70,95 +70,51 @@ mod recorder;
 pub use faults::{Fault, Faults, Point};
 pub use recorder::{Recorded, Recorder};
 
-/// An operation of the trait or of an extension: every async method, by its name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum Op {
-    /// [`Provider::arch`]
-    Arch,
-    /// [`Provider::create`]
-    Create,
-    /// [`Provider::machines`]
-    Machines,
-    /// [`Provider::machine_named`]
-    MachineNamed,
-    /// [`Provider::machine`]
-    Machine,
-    /// [`Provider::delete`]
-    Delete,
-    /// [`Provider::delete_named`]
-    DeleteNamed,
-    /// [`Provider::start`]
-    Start,
-    /// [`Provider::stop`]
-    Stop,
-    /// [`Provider::resize`]
-    Resize,
-    /// [`Provider::hourly_price`]
-    HourlyPrice,
-    /// [`MachineLabels::set_labels`]
-    SetLabels,
-    /// [`FirewallRules::network`]
-    Network,
-    /// [`FirewallRules::rule`]
-    Rule,
-    /// [`FirewallRules::rules`]
-    Rules,
-    /// [`FirewallRules::set_source_ranges`]
-    SetSourceRanges,
-    /// [`SshAdmission::admit_ssh`]
-    AdmitSsh,
-    /// [`CreditBalance::balance`]
-    Balance,
+crate::words! {
+    /// An operation of the trait or of an extension: every async method, by its name.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    #[non_exhaustive]
+    pub enum Op {
+        /// [`Provider::arch`]
+        Arch = "arch",
+        /// [`Provider::create`]
+        Create = "create",
+        /// [`Provider::machines`]
+        Machines = "machines",
+        /// [`Provider::machine_named`]
+        MachineNamed = "machine_named",
+        /// [`Provider::machine`]
+        Machine = "machine",
+        /// [`Provider::delete`]
+        Delete = "delete",
+        /// [`Provider::delete_named`]
+        DeleteNamed = "delete_named",
+        /// [`Provider::start`]
+        Start = "start",
+        /// [`Provider::stop`]
+        Stop = "stop",
+        /// [`Provider::resize`]
+        Resize = "resize",
+        /// [`Provider::hourly_price`]
+        HourlyPrice = "hourly_price",
+        /// [`MachineLabels::set_labels`]
+        SetLabels = "set_labels",
+        /// [`FirewallRules::network`]
+        Network = "network",
+        /// [`FirewallRules::rule`]
+        Rule = "rule",
+        /// [`FirewallRules::rules`]
+        Rules = "rules",
+        /// [`FirewallRules::set_source_ranges`]
+        SetSourceRanges = "set_source_ranges",
+        /// [`SshAdmission::admit_ssh`]
+        AdmitSsh = "admit_ssh",
+        /// [`CreditBalance::balance`]
+        Balance = "balance",
+    }
 }
 
 impl Op {
-    /// Every operation, in the order of the traits.
-    pub const ALL: [Op; 18] = [
-        Op::Arch,
-        Op::Create,
-        Op::Machines,
-        Op::MachineNamed,
-        Op::Machine,
-        Op::Delete,
-        Op::DeleteNamed,
-        Op::Start,
-        Op::Stop,
-        Op::Resize,
-        Op::HourlyPrice,
-        Op::SetLabels,
-        Op::Network,
-        Op::Rule,
-        Op::Rules,
-        Op::SetSourceRanges,
-        Op::AdmitSsh,
-        Op::Balance,
-    ];
-
-    /// The method's name (`create`, `machine_named`, `set_source_ranges`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Arch => "arch",
-            Op::Create => "create",
-            Op::Machines => "machines",
-            Op::MachineNamed => "machine_named",
-            Op::Machine => "machine",
-            Op::Delete => "delete",
-            Op::DeleteNamed => "delete_named",
-            Op::Start => "start",
-            Op::Stop => "stop",
-            Op::Resize => "resize",
-            Op::HourlyPrice => "hourly_price",
-            Op::SetLabels => "set_labels",
-            Op::Network => "network",
-            Op::Rule => "rule",
-            Op::Rules => "rules",
-            Op::SetSourceRanges => "set_source_ranges",
-            Op::AdmitSsh => "admit_ssh",
-            Op::Balance => "balance",
-        }
-    }
-
     /// The extension this operation belongs to, if any.
     pub fn extension(self) -> Option<Extension> {
         match self {
@@ -173,43 +129,19 @@ impl Op {
     }
 }
 
-impl std::fmt::Display for Op {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An extension of [`Provider`], by its accessor's name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Extension {
-    /// [`Provider::machine_labels`]
-    MachineLabels,
-    /// [`Provider::firewall_rules`]
-    FirewallRules,
-    /// [`Provider::ssh_admission`]
-    SshAdmission,
-    /// [`Provider::credit_balance`]
-    CreditBalance,
-}
-
-impl Extension {
-    /// Every extension, in the order of `conformance::EXTENSIONS`.
-    pub const ALL: [Extension; 4] = [
-        Extension::MachineLabels,
-        Extension::FirewallRules,
-        Extension::SshAdmission,
-        Extension::CreditBalance,
-    ];
-
-    /// The accessor's name (`machine_labels`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Extension::MachineLabels => "machine_labels",
-            Extension::FirewallRules => "firewall_rules",
-            Extension::SshAdmission => "ssh_admission",
-            Extension::CreditBalance => "credit_balance",
-        }
+crate::words! {
+    /// An extension of [`Provider`], by its accessor's name.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum Extension {
+        /// [`Provider::machine_labels`]
+        MachineLabels = "machine_labels",
+        /// [`Provider::firewall_rules`]
+        FirewallRules = "firewall_rules",
+        /// [`Provider::ssh_admission`]
+        SshAdmission = "ssh_admission",
+        /// [`Provider::credit_balance`]
+        CreditBalance = "credit_balance",
     }
 }
 

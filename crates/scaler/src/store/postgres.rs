@@ -15,6 +15,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use orca::words::Word;
 use orca::Timestamp;
 use tokio::sync::watch;
 use tokio_postgres::config::Host;
@@ -460,7 +461,7 @@ impl Store for PgStore {
         {
             let name: String = r.get(0);
             let phase: String = r.get(3);
-            let phase = Phase::parse(&phase).ok_or_else(|| {
+            let phase = Phase::from_word(&phase).ok_or_else(|| {
                 StoreError::Failed(format!("machine {name}: unknown phase {phase:?}"))
             })?;
             record.entries.insert(
