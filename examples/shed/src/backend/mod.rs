@@ -37,7 +37,7 @@ pub(crate) use create::vm_name;
 pub use caller::Caller;
 pub use create::CreateRequest;
 pub use error::ApiError;
-pub use info::{Info, SizeInfo};
+pub use info::Info;
 pub use start_stop::Effect;
 
 /// The label holding the environment's name.

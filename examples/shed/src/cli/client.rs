@@ -30,7 +30,11 @@ pub(super) struct Client {
 /// The error body of an answer that is not a success (a body that is not one is kept as text).
 fn refusal(status: u16, bytes: &[u8]) -> Failure {
     let e = serde_json::from_slice::<ApiError>(bytes).unwrap_or_else(|_| {
-        ApiError::new(status, &format!("HTTP_{status}"), String::from_utf8_lossy(bytes))
+        ApiError::new(
+            status,
+            &format!("HTTP_{status}"),
+            String::from_utf8_lossy(bytes),
+        )
     });
     Failure::Refused(ApiError { status, ..e })
 }

@@ -134,12 +134,13 @@ pub struct FirewallConfig {
     pub echo_urls: Vec<String>,
 }
 
-/// A named size.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A named size; its JSON (in `GET /api/info`) leaves out the machine type.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Size {
     /// Its name.
     pub name: String,
-    /// The machine type.
+    /// The machine type (the cloud's word: never told to a client).
+    #[serde(skip)]
     pub machine_type: String,
     /// CPUs.
     pub cpus: u32,
