@@ -182,13 +182,9 @@ impl Backend {
         Ok(b)
     }
 
-    /// Loads `state_dir` without reconciling or starting anything (tests of the start-up steps).
-    pub fn load(parts: Parts) -> std::io::Result<Backend> {
-        let store = Store::open(&parts.config.state_dir)?;
-        Self::load_on(store, parts)
-    }
-
-    fn load_on(store: Store, parts: Parts) -> std::io::Result<Backend> {
+    /// Loads `state_dir` from `store`, already open, without reconciling or starting anything
+    /// (what [`Backend::start_on`] does first; tests of the start-up steps call it alone).
+    pub fn load_on(store: Store, parts: Parts) -> std::io::Result<Backend> {
         let log = ServerLog::new();
         let cfg = parts.config;
         let firewall = FirewallCheck::new(
