@@ -169,18 +169,11 @@ pub fn caller(b: &Backend, headers: &HeaderMap) -> Result<Caller, ApiError> {
     if token.is_empty() {
         return Err(unauthorized());
     }
-    let c = clients
+    clients
         .values()
         .find(|c| bool::from(c.token.expose_secret().as_bytes().ct_eq(token.as_bytes())))
-        .ok_or_else(unauthorized)?;
-    Ok(Caller {
-        name: c.name.clone(),
-        role: c.role,
-        max_age: c.max_age,
-        max_cpus: c.max_cpus,
-        max_memory_mb: c.max_memory_mb,
-        images: c.images.clone(),
-    })
+        .map(|c| c.caller.clone())
+        .ok_or_else(unauthorized)
 }
 
 fn wants_stream(headers: &HeaderMap) -> bool {

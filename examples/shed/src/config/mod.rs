@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
+use crate::backend::Caller;
 use crate::netaddr::Cidr;
 use crate::words::{either, listed, Word};
 
@@ -159,23 +160,14 @@ words! {
     }
 }
 
-/// A client, resolved (its token is redacted in `Debug`, as a secret is).
+/// A client, resolved: the caller its token makes (name, role, policy) and the token (redacted in
+/// `Debug`, as a secret is).
 #[derive(Clone, Debug)]
 pub struct Client {
-    /// Its name.
-    pub name: String,
-    /// Its role.
-    pub role: Role,
+    /// Who calls with its token.
+    pub caller: Caller,
     /// Its bearer token.
     pub token: SecretString,
-    /// Its sheds run at least this long.
-    pub max_age: Option<Duration>,
-    /// The most CPUs of its sheds.
-    pub max_cpus: Option<u32>,
-    /// The most memory of its sheds.
-    pub max_memory_mb: Option<u32>,
-    /// The image names it may use (empty: all).
-    pub images: Vec<String>,
 }
 
 /// The server's limits.
@@ -274,13 +266,15 @@ mod tests {
     #[test]
     fn a_clients_debug_never_shows_its_token() {
         let c = Client {
-            name: "ci".into(),
-            role: Role::Service,
+            caller: Caller {
+                name: "ci".into(),
+                role: Role::Service,
+                max_age: None,
+                max_cpus: None,
+                max_memory_mb: None,
+                images: Vec::new(),
+            },
             token: SecretString::from("tok-3f9a"),
-            max_age: None,
-            max_cpus: None,
-            max_memory_mb: None,
-            images: Vec::new(),
         };
         let shown = format!("{c:?}");
         assert!(!shown.contains("tok-3f9a"), "{shown}");

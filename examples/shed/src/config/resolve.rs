@@ -17,6 +17,7 @@ use super::fields::{
 use super::file::{FileConfig, RemoteFile};
 use super::firewall::firewall;
 use super::{Client, Config, ConfigError, Problems, Role};
+use crate::backend::Caller;
 use crate::model::is_label_name;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8421";
@@ -273,13 +274,15 @@ impl FileConfig {
                 clients.insert(
                     name.clone(),
                     Client {
-                        name: name.clone(),
-                        role,
+                        caller: Caller {
+                            name: name.clone(),
+                            role,
+                            max_age,
+                            max_cpus: c.policy.max_cpus,
+                            max_memory_mb: c.policy.max_memory_mb,
+                            images: c.policy.images.clone(),
+                        },
                         token,
-                        max_age,
-                        max_cpus: c.policy.max_cpus,
-                        max_memory_mb: c.policy.max_memory_mb,
-                        images: c.policy.images.clone(),
                     },
                 );
             }
