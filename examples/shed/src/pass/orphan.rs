@@ -79,18 +79,13 @@ impl Backend {
             } else {
                 Status::Stopped
             },
-            reason: None,
             vm_name: m.name.clone(),
             vm_id: Some(m.id.clone()),
             create: CreateStage::Made,
             op: on.then_some(Op::Probe),
-            queued: None,
-            start_sent: false,
-            vm_gone: false,
-            foreign_labels: false,
             created_at: m.created_at.unwrap_or(now),
             updated_at: now,
-            detail: None,
+            ..Shed::default()
         };
         {
             let mut st = self.state();
