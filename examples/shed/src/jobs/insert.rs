@@ -3,7 +3,7 @@
 
 use orca::{Created, Machine, MachineSpec, Timestamp};
 
-use super::refusal;
+use super::{refusal, Named};
 use crate::backend::{ApiError, Backend, State};
 use crate::model::{CreateStage, DeleteMarker, Reason, ShedView, Status};
 
@@ -18,12 +18,13 @@ impl Backend {
         let Some((spec, was_sent, name)) = self.mark_sent(id, &fw) else {
             return;
         };
-        // A create resumed after a restart may have reached the cloud before: look first.
+        // A create resumed after a restart may have reached the cloud before: look first (for a VM
+        // of its name that carries its `shed-id`).
         let mut result = None;
         if was_sent {
-            match self.find_vm(id).await {
-                Ok(Some(m)) => result = Some(Ok(Created::Adopted(m))),
-                Ok(None) => {}
+            match self.vm_by_name(id).await {
+                Ok(Named::Vm(m)) => result = Some(Ok(Created::Adopted(*m))),
+                Ok(Named::Foreign | Named::Nothing) => {}
                 Err(e) => {
                     self.inner.log.warn(format!(
                         "remote: shed {name} ({id}): the cloud could not be read before the insert was sent again: {e}"

@@ -210,15 +210,6 @@ impl Backend {
         true
     }
 
-    /// The VM of shed `id`, read by its name in the environment's pool, when it carries the shed's
-    /// `shed-id` label.
-    pub(crate) async fn find_vm(&self, id: &str) -> Result<Option<Machine>, Error> {
-        Ok(match self.vm_by_name(id).await? {
-            Named::Vm(m) => Some(*m),
-            Named::Foreign | Named::Nothing => None,
-        })
-    }
-
     /// What stands of the name of shed `id`'s VM in the environment's pool.
     pub(crate) async fn vm_by_name(&self, id: &str) -> Result<Named, Error> {
         let env = &self.inner.cfg.environment;
