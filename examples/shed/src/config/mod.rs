@@ -16,6 +16,7 @@ use std::time::Duration;
 use secrecy::SecretString;
 
 use crate::backend::Caller;
+use crate::model::is_label_name;
 use crate::netaddr::Cidr;
 use crate::words::{either, listed, Word};
 
@@ -74,6 +75,14 @@ impl Problems {
             self.add(field, format!("{}, got {written:?}", either::<T>()));
             default
         })
+    }
+
+    /// Checks `name` (`what`: a size, alias or client name, which goes into labels) as a label value.
+    fn label_name(&mut self, field: &str, what: &str, name: &str) {
+        if !is_label_name(name, 40) {
+            let rule = "is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter";
+            self.add(field, format!("{what} {rule}"));
+        }
     }
 
     /// The word `field` holds, one of `words` (the first when it is not written); another word is

@@ -18,7 +18,6 @@ use super::file::{FileConfig, RemoteFile};
 use super::firewall::firewall;
 use super::{Client, Config, ConfigError, Problems, Role};
 use crate::backend::Caller;
-use crate::model::is_label_name;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8421";
 
@@ -226,12 +225,7 @@ impl FileConfig {
         let mut clients = BTreeMap::new();
         for (name, c) in &self.clients {
             let field = format!("clients.{name}");
-            if !is_label_name(name, 40) {
-                p.add(
-                    &field,
-                    "a client name is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter",
-                );
-            }
+            p.label_name(&field, "a client name", name);
             let role = p.word(&format!("{field}.role"), c.role.as_deref(), Role::Service);
             let token = match &c.token_env {
                 None => {
