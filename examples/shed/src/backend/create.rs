@@ -135,7 +135,7 @@ impl Backend {
             st.sheds.insert(id.clone(), shed);
             st.waiters.insert(id.clone());
         }
-        self.inner.log.info(format!(
+        self.log().info(format!(
             "remote: shed {} ({id}) create accepted for client {}",
             req.name, caller.name
         ));

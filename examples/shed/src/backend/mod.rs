@@ -325,7 +325,7 @@ impl Backend {
     /// Logs a failed write or removal of the store as `remote: <what>: <error>`.
     fn log_failed(&self, written: std::io::Result<()>, what: impl FnOnce() -> String) {
         if let Err(e) = written {
-            self.inner.log.warn(format!("remote: {}: {e}", what()));
+            self.log().warn(format!("remote: {}: {e}", what()));
         }
     }
 

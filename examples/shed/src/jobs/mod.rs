@@ -107,8 +107,7 @@ impl Backend {
             if !m.may_have_vm {
                 let name = m.name.clone();
                 self.drop_marker(st, id);
-                self.inner
-                    .log
+                self.log()
                     .info(format!("remote: shed {name} ({id}) deleted (it had no VM)"));
                 return Step::Done;
             }

@@ -44,7 +44,7 @@ impl Backend {
         {
             Ok(v) => v,
             Err(e) => {
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: the environment's VMs could not be listed (nothing is changed; the next pass looks again): {e}"
                 ));
                 self.unreadable_pass(startup);
@@ -148,7 +148,7 @@ impl Backend {
                         }
                     }
                     if !startup {
-                        self.inner.log.info(format!(
+                        self.log().info(format!(
                             "remote: shed {} ({}): retrying the destroy of its VM, deleted {} ago",
                             m.name,
                             m.id,
@@ -178,7 +178,7 @@ impl Backend {
                     return;
                 }
                 if self.drop_marker(&mut st, &m.id).is_some() {
-                    self.inner.log.info(format!(
+                    self.log().info(format!(
                         "remote: shed {} ({}) deleted: its VM is gone",
                         m.name, m.id
                     ));
