@@ -25,25 +25,7 @@ use crate::model::{ShedView, Status};
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (status, Json(ErrorBody::from(self))).into_response()
-    }
-}
-
-/// The body of an error answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorBody {
-    /// The code.
-    pub code: String,
-    /// The message.
-    pub message: String,
-}
-
-impl From<ApiError> for ErrorBody {
-    fn from(e: ApiError) -> Self {
-        ErrorBody {
-            code: e.code,
-            message: e.message,
-        }
+        (status, Json(self)).into_response()
     }
 }
 
@@ -187,18 +169,11 @@ pub fn caller(b: &Backend, headers: &HeaderMap) -> Result<Caller, ApiError> {
     if token.is_empty() {
         return Err(unauthorized());
     }
-    let c = clients
+    clients
         .values()
         .find(|c| bool::from(c.token.expose_secret().as_bytes().ct_eq(token.as_bytes())))
-        .ok_or_else(unauthorized)?;
-    Ok(Caller {
-        name: c.name.clone(),
-        role: c.role,
-        max_age: c.max_age,
-        max_cpus: c.max_cpus,
-        max_memory_mb: c.max_memory_mb,
-        images: c.images.clone(),
-    })
+        .map(|c| c.caller.clone())
+        .ok_or_else(unauthorized)
 }
 
 fn wants_stream(headers: &HeaderMap) -> bool {
@@ -306,9 +281,9 @@ async fn create(
     Ok(stream_of(rx))
 }
 
-/// The error event of a stream.
+/// The error event of a stream: `{code, message}`, as an error answer's body (the status is not sent).
 fn error_event(e: ApiError) -> Event {
-    event("error", &ErrorBody::from(e))
+    event("error", &e)
 }
 
 /// The `error` event of a stream that ends because the server stops: what the stream followed
@@ -419,13 +394,7 @@ async fn delete(
         };
         let ev = match gone {
             Ok(()) => event("complete", &deleting("deleted")),
-            Err(message) => event(
-                "error",
-                &ErrorBody {
-                    code: "DELETE_INCOMPLETE".into(),
-                    message,
-                },
-            ),
+            Err(message) => error_event(ApiError::new(503, "DELETE_INCOMPLETE", message)),
         };
         let _ = tx.send(ev).await;
     });

@@ -5,11 +5,12 @@ use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
 words! {
-    /// A shed's status: one of five, by the API's word.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+    /// A shed's status: one of five, by the API's word (a new record's, `starting`, by default).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
     #[serde(rename_all = "snake_case")]
     pub enum Status {
         /// A create or start is in progress, or the server adopted the VM and has not yet reached its agent.
+        #[default]
         Starting = "starting",
         /// The agent answered a probe.
         Running = "running",
@@ -83,11 +84,12 @@ words! {
     }
 }
 
-/// How far a shed's create got with the cloud.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How far a shed's create got with the cloud (a new record's, `not_sent`, by default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CreateStage {
     /// Recorded; the cloud was not asked yet.
+    #[default]
     NotSent,
     /// The insert was sent (it may or may not have reached the cloud).
     Sent,
@@ -121,8 +123,9 @@ pub enum Queued {
     Stop,
 }
 
-/// The record of one shed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The record of one shed. Its `Default` (no VM, no reason, nothing queued, no failure) is what the
+/// record literals leave unwritten; it is no shed on its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shed {
     /// The shed's ID (10 of a-z and 0-9, starting with a letter), also on its VM as `shed-id`.
     pub id: String,

@@ -67,18 +67,6 @@ impl SshBannerProbe {
         Self::default()
     }
 
-    /// The same probe on another port (tests).
-    pub fn with_port(mut self, port: u16) -> Self {
-        self.port = port;
-        self
-    }
-
-    /// The same probe with another timeout.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
     async fn banner(&self, address: &str) -> Result<String, String> {
         let ip: std::net::IpAddr = address
             .parse()
@@ -166,22 +154,27 @@ mod tests {
     #[tokio::test]
     async fn a_banner_is_an_answer_and_anything_else_is_unreachable() {
         let ok = server(b"SSH-2.0-OpenSSH_9.6\r\n", false).await;
-        let p = SshBannerProbe::new()
-            .with_port(ok)
-            .with_timeout(Duration::from_secs(2));
+        let p = SshBannerProbe {
+            port: ok,
+            timeout: Duration::from_secs(2),
+        };
         assert_eq!(p.probe(&target("127.0.0.1")).await, ProbeOutcome::Answered);
 
         let http = server(b"HTTP/1.1 400 Bad Request\r\n", true).await;
-        let p = SshBannerProbe::new().with_port(http);
+        let p = SshBannerProbe {
+            port: http,
+            ..SshBannerProbe::new()
+        };
         assert!(matches!(
             p.probe(&target("127.0.0.1")).await,
             ProbeOutcome::Unreachable(_)
         ));
 
         let silent = server(b"", false).await;
-        let p = SshBannerProbe::new()
-            .with_port(silent)
-            .with_timeout(Duration::from_millis(200));
+        let p = SshBannerProbe {
+            port: silent,
+            timeout: Duration::from_millis(200),
+        };
         match p.probe(&target("127.0.0.1")).await {
             ProbeOutcome::Unreachable(why) => assert!(why.contains("no SSH banner"), "{why}"),
             other => panic!("{other:?}"),
@@ -191,7 +184,10 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let p = SshBannerProbe::new().with_port(closed);
+        let p = SshBannerProbe {
+            port: closed,
+            ..SshBannerProbe::new()
+        };
         assert!(matches!(
             p.probe(&target("127.0.0.1")).await,
             ProbeOutcome::Unreachable(_)

@@ -6,24 +6,6 @@ use crate::clock::since;
 use crate::firewall::Outcome;
 
 impl Backend {
-    /// `max_running`'s count: sheds whose VM is on, and VMs of deletes older than two minutes.
-    pub(crate) fn running_count(&self, st: &State, exclude: Option<&str>) -> (usize, usize) {
-        let now = self.now();
-        let on = st
-            .sheds
-            .values()
-            .filter(|s| Some(s.id.as_str()) != exclude && s.status.counts_as_running())
-            .count();
-        let lingering = st
-            .deletes
-            .values()
-            .filter(|m| {
-                m.may_have_vm && since(now, m.acknowledged_at) > self.inner.timings.delete_grace
-            })
-            .count();
-        (on, lingering)
-    }
-
     /// Checks the limits for one more running shed (and, for a new one, one more shed).
     pub(crate) fn check_limits(
         &self,
@@ -49,7 +31,20 @@ impl Backend {
                 ));
             }
         }
-        let (on, lingering) = self.running_count(st, exclude);
+        // `max_running`'s count: sheds whose VM is on, and VMs of deletes older than two minutes.
+        let now = self.now();
+        let on = st
+            .sheds
+            .values()
+            .filter(|s| Some(s.id.as_str()) != exclude && s.status.counts_as_running())
+            .count();
+        let lingering = st
+            .deletes
+            .values()
+            .filter(|m| {
+                m.may_have_vm && since(now, m.acknowledged_at) > self.inner.timings.delete_grace
+            })
+            .count();
         if on + lingering >= limits.max_running as usize {
             let mut m = format!(
                 "the server runs at most {} sheds at once (max_running) and {} are running",

@@ -135,7 +135,7 @@ impl Backend {
             st.sheds.insert(id.clone(), shed);
             st.waiters.insert(id.clone());
         }
-        self.inner.log.info(format!(
+        self.log().info(format!(
             "remote: shed {} ({id}) create accepted for client {}",
             req.name, caller.name
         ));
@@ -244,17 +244,11 @@ impl Backend {
             network_profile,
             max_run_secs: max_run.as_secs(),
             status: Status::Starting,
-            reason: None,
-            vm_id: None,
             create: CreateStage::NotSent,
             op: Some(Op::Create),
-            queued: None,
-            start_sent: false,
-            vm_gone: false,
-            foreign_labels: false,
             created_at: now,
             updated_at: now,
-            detail: None,
+            ..Shed::default()
         }
     }
 

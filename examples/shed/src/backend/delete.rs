@@ -39,7 +39,7 @@ impl Backend {
             st.waiters.remove(&id);
             st.accepted.remove(&id);
         }
-        self.inner.log.info(format!(
+        self.log().info(format!(
             "remote: shed {name} ({id}) delete acknowledged; its VM is destroyed in the background"
         ));
         self.bump();

@@ -2,11 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// An error answer of the API: HTTP status, a code a client acts on, and a message.
+/// An error answer of the API: HTTP status, a code a client acts on, and a message. Its JSON is the
+/// answer's body, `{code, message}`: the status is the answer's own.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{status} {code}: {message}")]
 pub struct ApiError {
-    /// The HTTP status.
+    /// The HTTP status (not in the body; a client reads it from the answer).
+    #[serde(skip)]
     pub status: u16,
     /// The code (`SERVER_LIMIT_REACHED`, ...).
     pub code: String,

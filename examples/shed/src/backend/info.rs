@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Backend, Caller, State};
+use crate::config::Size;
 use crate::model::{validate_shed_name, Shed, ShedView};
 
 /// What `GET /api/info` answers.
@@ -16,25 +17,14 @@ pub struct Info {
     pub features: Vec<String>,
     /// `topology`.
     pub isolation: String,
-    /// The sizes.
-    pub sizes: Vec<SizeInfo>,
+    /// The sizes (without their machine types).
+    pub sizes: Vec<Size>,
     /// The default size.
     pub default_size: String,
     /// The image names clients may ask for.
     pub images: Vec<String>,
     /// The network profiles a create may ask for.
     pub network_profiles: Vec<String>,
-}
-
-/// A size in `GET /api/info`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SizeInfo {
-    /// Its name.
-    pub name: String,
-    /// CPUs.
-    pub cpus: u32,
-    /// Memory.
-    pub memory_mb: u32,
 }
 
 impl Backend {
@@ -67,15 +57,7 @@ impl Backend {
                 "http_exec".into(),
             ],
             isolation: "topology".into(),
-            sizes: cfg
-                .sizes
-                .values()
-                .map(|s| SizeInfo {
-                    name: s.name.clone(),
-                    cpus: s.cpus,
-                    memory_mb: s.memory_mb,
-                })
-                .collect(),
+            sizes: cfg.sizes.values().cloned().collect(),
             default_size: cfg.default_size.clone(),
             images: cfg.image_aliases.keys().cloned().collect(),
             network_profiles: profiles,

@@ -37,7 +37,7 @@ pub(crate) use create::vm_name;
 pub use caller::Caller;
 pub use create::CreateRequest;
 pub use error::ApiError;
-pub use info::{Info, SizeInfo};
+pub use info::Info;
 pub use start_stop::Effect;
 
 /// The label holding the environment's name.
@@ -182,13 +182,9 @@ impl Backend {
         Ok(b)
     }
 
-    /// Loads `state_dir` without reconciling or starting anything (tests of the start-up steps).
-    pub fn load(parts: Parts) -> std::io::Result<Backend> {
-        let store = Store::open(&parts.config.state_dir)?;
-        Self::load_on(store, parts)
-    }
-
-    fn load_on(store: Store, parts: Parts) -> std::io::Result<Backend> {
+    /// Loads `state_dir` from `store`, already open, without reconciling or starting anything
+    /// (what [`Backend::start_on`] does first; tests of the start-up steps call it alone).
+    pub fn load_on(store: Store, parts: Parts) -> std::io::Result<Backend> {
         let log = ServerLog::new();
         let cfg = parts.config;
         let firewall = FirewallCheck::new(
@@ -329,7 +325,7 @@ impl Backend {
     /// Logs a failed write or removal of the store as `remote: <what>: <error>`.
     fn log_failed(&self, written: std::io::Result<()>, what: impl FnOnce() -> String) {
         if let Err(e) = written {
-            self.inner.log.warn(format!("remote: {}: {e}", what()));
+            self.log().warn(format!("remote: {}: {e}", what()));
         }
     }
 

@@ -137,7 +137,7 @@ impl Backend {
         self.save(&snapshot);
         let view = ShedView::from(&snapshot);
         drop(st);
-        self.inner.log.info(format!(
+        self.log().info(format!(
             "remote: shed {name} ({id}) stop accepted for client {} ({})",
             caller.name,
             effect.as_str()

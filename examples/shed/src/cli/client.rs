@@ -3,13 +3,13 @@
 
 use serde_json::Value;
 
-use crate::api::ErrorBody;
+use crate::backend::ApiError;
 
 /// Why a command stopped short.
 #[derive(Debug)]
 pub(super) enum Failure {
-    /// The server refused: its HTTP status and error body.
-    Refused(u16, ErrorBody),
+    /// The server refused: its error body, with the answer's HTTP status.
+    Refused(ApiError),
     /// Anything else: the server could not be reached, or its answer could not be read.
     Other(String),
 }
@@ -29,11 +29,14 @@ pub(super) struct Client {
 
 /// The error body of an answer that is not a success (a body that is not one is kept as text).
 fn refusal(status: u16, bytes: &[u8]) -> Failure {
-    let e = serde_json::from_slice::<ErrorBody>(bytes).unwrap_or(ErrorBody {
-        code: format!("HTTP_{status}"),
-        message: String::from_utf8_lossy(bytes).into_owned(),
+    let e = serde_json::from_slice::<ApiError>(bytes).unwrap_or_else(|_| {
+        ApiError::new(
+            status,
+            &format!("HTTP_{status}"),
+            String::from_utf8_lossy(bytes),
+        )
     });
-    Failure::Refused(status, e)
+    Failure::Refused(ApiError { status, ..e })
 }
 
 impl Client {

@@ -12,8 +12,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
-use crate::api::ErrorBody;
-use crate::backend::Info;
+use crate::backend::{ApiError, Info};
 use crate::model::{validate_shed_name, ShedView, Status};
 
 mod client;
@@ -223,8 +222,8 @@ pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write 
     };
     match done {
         Ok(code) => code,
-        Err(Failure::Refused(status, e)) => {
-            let _ = writeln!(io.err, "shed: {} ({status}): {}", e.code, e.message);
+        Err(Failure::Refused(e)) => {
+            let _ = writeln!(io.err, "shed: {} ({}): {}", e.code, e.status, e.message);
             1
         }
         Err(Failure::Other(e)) => {
@@ -306,10 +305,8 @@ async fn create(client: &Client, c: &CreateArgs, io: &mut Io<'_>) -> Result<i32,
                 Some(0)
             }
             "error" => {
-                let e: ErrorBody = serde_json::from_value(v).unwrap_or(ErrorBody {
-                    code: "ERROR".into(),
-                    message: "the create failed".into(),
-                });
+                let e: ApiError = serde_json::from_value(v)
+                    .unwrap_or_else(|_| ApiError::new(0, "ERROR", "the create failed"));
                 let _ = writeln!(io.err, "shed: {}: {}", e.code, e.message);
                 Some(1)
             }
@@ -424,7 +421,7 @@ async fn delete(client: &Client, name: &str, io: &mut Io<'_>) -> Result<i32, Fai
                 Some(0)
             }
             "error" => {
-                let e: Option<ErrorBody> = serde_json::from_value(v).ok();
+                let e: Option<ApiError> = serde_json::from_value(v).ok();
                 let _ = writeln!(
                     io.err,
                     "shed: {}",

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::file::RemoteFile;
 use super::{Limits, Problems, ProviderKind, Size, Transport};
-use crate::model::{is_label_name, is_name};
+use crate::model::is_name;
 
 const MIN_RUN: Duration = Duration::from_secs(600);
 /// The longest run limit, and the longest `max_age` of a client.
@@ -70,12 +70,7 @@ pub(super) fn images(r: &RemoteFile, p: &mut Problems) -> String {
         );
     }
     for (alias, image) in &r.image_aliases {
-        if !is_label_name(alias, 40) {
-            p.add(
-                format!("remote.image_aliases.{alias}"),
-                "an alias is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter",
-            );
-        }
+        p.label_name(&format!("remote.image_aliases.{alias}"), "an alias", alias);
         if !is_image(image) {
             p.add(
                 format!("remote.image_aliases.{alias}"),
@@ -121,12 +116,7 @@ pub(super) fn sizes(
     let mut out = BTreeMap::new();
     for (name, sz) in written {
         let field = format!("remote.sizes.{name}");
-        if !is_label_name(name, 40) {
-            p.add(
-                &field,
-                "a size name is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter",
-            );
-        }
+        p.label_name(&field, "a size name", name);
         if orca::spec::validate_token("machine_type", &sz.machine_type).is_err() {
             p.add(
                 format!("{field}.machine_type"),

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use secrecy::SecretString;
 
+use crate::backend::Caller;
+use crate::model::is_label_name;
 use crate::netaddr::Cidr;
 use crate::words::{either, listed, Word};
 
@@ -73,6 +75,14 @@ impl Problems {
             self.add(field, format!("{}, got {written:?}", either::<T>()));
             default
         })
+    }
+
+    /// Checks `name` (`what`: a size, alias or client name, which goes into labels) as a label value.
+    fn label_name(&mut self, field: &str, what: &str, name: &str) {
+        if !is_label_name(name, 40) {
+            let rule = "is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter";
+            self.add(field, format!("{what} {rule}"));
+        }
     }
 
     /// The word `field` holds, one of `words` (the first when it is not written); another word is
@@ -134,12 +144,13 @@ pub struct FirewallConfig {
     pub echo_urls: Vec<String>,
 }
 
-/// A named size.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A named size; its JSON (in `GET /api/info`) leaves out the machine type.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Size {
     /// Its name.
     pub name: String,
-    /// The machine type.
+    /// The machine type (the cloud's word: never told to a client).
+    #[serde(skip)]
     pub machine_type: String,
     /// CPUs.
     pub cpus: u32,
@@ -158,23 +169,14 @@ words! {
     }
 }
 
-/// A client, resolved (its token is redacted in `Debug`, as a secret is).
+/// A client, resolved: the caller its token makes (name, role, policy) and the token (redacted in
+/// `Debug`, as a secret is).
 #[derive(Clone, Debug)]
 pub struct Client {
-    /// Its name.
-    pub name: String,
-    /// Its role.
-    pub role: Role,
+    /// Who calls with its token.
+    pub caller: Caller,
     /// Its bearer token.
     pub token: SecretString,
-    /// Its sheds run at least this long.
-    pub max_age: Option<Duration>,
-    /// The most CPUs of its sheds.
-    pub max_cpus: Option<u32>,
-    /// The most memory of its sheds.
-    pub max_memory_mb: Option<u32>,
-    /// The image names it may use (empty: all).
-    pub images: Vec<String>,
 }
 
 /// The server's limits.
@@ -273,13 +275,15 @@ mod tests {
     #[test]
     fn a_clients_debug_never_shows_its_token() {
         let c = Client {
-            name: "ci".into(),
-            role: Role::Service,
+            caller: Caller {
+                name: "ci".into(),
+                role: Role::Service,
+                max_age: None,
+                max_cpus: None,
+                max_memory_mb: None,
+                images: Vec::new(),
+            },
             token: SecretString::from("tok-3f9a"),
-            max_age: None,
-            max_cpus: None,
-            max_memory_mb: None,
-            images: Vec::new(),
         };
         let shown = format!("{c:?}");
         assert!(!shown.contains("tok-3f9a"), "{shown}");

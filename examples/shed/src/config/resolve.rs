@@ -17,7 +17,7 @@ use super::fields::{
 use super::file::{FileConfig, RemoteFile};
 use super::firewall::firewall;
 use super::{Client, Config, ConfigError, Problems, Role};
-use crate::model::is_label_name;
+use crate::backend::Caller;
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8421";
 
@@ -225,12 +225,7 @@ impl FileConfig {
         let mut clients = BTreeMap::new();
         for (name, c) in &self.clients {
             let field = format!("clients.{name}");
-            if !is_label_name(name, 40) {
-                p.add(
-                    &field,
-                    "a client name is 1 to 40 of a-z, 0-9, '-' and '_', starting with a letter",
-                );
-            }
+            p.label_name(&field, "a client name", name);
             let role = p.word(&format!("{field}.role"), c.role.as_deref(), Role::Service);
             let token = match &c.token_env {
                 None => {
@@ -273,13 +268,15 @@ impl FileConfig {
                 clients.insert(
                     name.clone(),
                     Client {
-                        name: name.clone(),
-                        role,
+                        caller: Caller {
+                            name: name.clone(),
+                            role,
+                            max_age,
+                            max_cpus: c.policy.max_cpus,
+                            max_memory_mb: c.policy.max_memory_mb,
+                            images: c.policy.images.clone(),
+                        },
                         token,
-                        max_age,
-                        max_cpus: c.policy.max_cpus,
-                        max_memory_mb: c.policy.max_memory_mb,
-                        images: c.policy.images.clone(),
                     },
                 );
             }

@@ -85,7 +85,7 @@ impl Backend {
                     mk.vm_id = Some(vm.clone());
                     self.save_marker(mk);
                 }
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {} ({id}): its VM {} carries labels of another shed version; it keeps running until they are readable",
                     marker.name, m.name
                 ));
@@ -97,7 +97,7 @@ impl Backend {
             let set =
                 orca::labels::Labels::from([(STATE_LABEL.to_string(), "deleting".to_string())]);
             if let Err(e) = labels.set_labels(&vm, &set, &[]).await {
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {} ({id}): its VM could not be labelled deleting: {e}",
                     marker.name
                 ));
@@ -114,8 +114,7 @@ impl Backend {
     fn deleted(&self, id: &str, name: &str, how: &str) {
         let mut st = self.state();
         self.drop_marker(&mut st, id);
-        self.inner
-            .log
+        self.log()
             .info(format!("remote: shed {name} ({id}) deleted{how}"));
     }
 
@@ -125,7 +124,7 @@ impl Backend {
             m.last_error = Some(why.clone());
             let snap = m.clone();
             self.save_marker(&snap);
-            self.inner.log.warn(format!(
+            self.log().warn(format!(
                 "remote: shed {} ({id}): the delete is recorded but the VM could not be destroyed yet (the periodic pass retries): {why}",
                 snap.name
             ));
@@ -141,14 +140,14 @@ impl Backend {
             // The insert may have made pieces before the VM: the shed keeps its VM's name (not
             // `vm_gone`) until they are removed, so that the pass retries.
             Err(Unfound::Left(e)) => {
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {} ({id}): what its failed create left could not be removed (the periodic pass retries): {e}",
                     s.name
                 ));
                 return;
             }
             Err(Unfound::Unlisted(e)) => {
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {} ({id}): the cloud could not be listed to destroy the VM of its failed create: {e}",
                     s.name
                 ));
@@ -162,7 +161,7 @@ impl Backend {
         match self.inner.provider.delete(&vm).await {
             Ok(_) => {
                 self.update(id, |s, _| s.vm_gone = true);
-                self.inner.log.info(format!(
+                self.log().info(format!(
                     "remote: shed {} ({id}): the VM of its failed create is destroyed; the shed stays in error until it is deleted",
                     s.name
                 ));
@@ -173,7 +172,7 @@ impl Backend {
                     // reaches: the pass looks for the VM by name and removes what is left by name.
                     self.update(id, |s, _| s.vm_id = None);
                 }
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {} ({id}): the VM of its failed create could not be destroyed (the periodic pass retries): {e}",
                     s.name
                 ))

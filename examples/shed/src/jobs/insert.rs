@@ -3,7 +3,7 @@
 
 use orca::{Created, Machine, MachineSpec, Timestamp};
 
-use super::refusal;
+use super::{refusal, Named};
 use crate::backend::{ApiError, Backend, State};
 use crate::model::{CreateStage, DeleteMarker, Reason, ShedView, Status};
 
@@ -18,14 +18,15 @@ impl Backend {
         let Some((spec, was_sent, name)) = self.mark_sent(id, &fw) else {
             return;
         };
-        // A create resumed after a restart may have reached the cloud before: look first.
+        // A create resumed after a restart may have reached the cloud before: look first (for a VM
+        // of its name that carries its `shed-id`).
         let mut result = None;
         if was_sent {
-            match self.find_vm(id).await {
-                Ok(Some(m)) => result = Some(Ok(Created::Adopted(m))),
-                Ok(None) => {}
+            match self.vm_by_name(id).await {
+                Ok(Named::Vm(m)) => result = Some(Ok(Created::Adopted(*m))),
+                Ok(Named::Foreign | Named::Nothing) => {}
                 Err(e) => {
-                    self.inner.log.warn(format!(
+                    self.log().warn(format!(
                         "remote: shed {name} ({id}): the cloud could not be read before the insert was sent again: {e}"
                     ));
                 }
@@ -59,7 +60,7 @@ impl Backend {
             s.vm_gone = s.create == CreateStage::NotSent;
             let snap = s.clone();
             self.save(&snap);
-            self.inner.log.warn(format!(
+            self.log().warn(format!(
                 "remote: shed {} ({id}) create not sent: the firewall check is failing (reason {})",
                 snap.name,
                 fw.reason.map(|r| r.as_str()).unwrap_or("")
@@ -101,13 +102,13 @@ impl Backend {
                 if st.waiters.contains(id) {
                     st.accepted.insert(id.to_string(), ShedView::from(&snap));
                 }
-                self.inner.log.info(format!(
+                self.log().info(format!(
                     "remote: shed {name} ({id}) VM {} made; waiting for its agent",
                     vm.name
                 ));
             }
             Err((Some(reason), why)) => {
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {name} ({id}) create refused by the cloud ({reason}): {why}"
                 ));
                 if st.waiters.remove(id) {
@@ -119,8 +120,7 @@ impl Backend {
                 }
             }
             Err((None, why)) => {
-                self.inner
-                    .log
+                self.log()
                     .warn(format!("remote: shed {name} ({id}) create failed: {why}"));
                 let s = st.sheds.get_mut(id).expect("present");
                 s.fail(Status::Error, Reason::CreateFailed, why, now);

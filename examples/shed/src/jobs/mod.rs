@@ -107,8 +107,7 @@ impl Backend {
             if !m.may_have_vm {
                 let name = m.name.clone();
                 self.drop_marker(st, id);
-                self.inner
-                    .log
+                self.log()
                     .info(format!("remote: shed {name} ({id}) deleted (it had no VM)"));
                 return Step::Done;
             }
@@ -208,15 +207,6 @@ impl Backend {
         f(s, now);
         self.save(s);
         true
-    }
-
-    /// The VM of shed `id`, read by its name in the environment's pool, when it carries the shed's
-    /// `shed-id` label.
-    pub(crate) async fn find_vm(&self, id: &str) -> Result<Option<Machine>, Error> {
-        Ok(match self.vm_by_name(id).await? {
-            Named::Vm(m) => Some(*m),
-            Named::Foreign | Named::Nothing => None,
-        })
     }
 
     /// What stands of the name of shed `id`'s VM in the environment's pool.

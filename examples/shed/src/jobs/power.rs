@@ -25,7 +25,7 @@ impl Backend {
                 let s = st.sheds.get_mut(id).expect("present");
                 s.fail(Status::Stopped, reason, why.clone(), now);
                 self.save(s);
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {name} ({id}) start not sent ({reason}): {why}"
                 ));
                 return;
@@ -44,7 +44,7 @@ impl Backend {
                     s.detail = Some(e.to_string());
                 });
                 if name {
-                    self.inner.log.warn(format!(
+                    self.log().warn(format!(
                         "remote: shed {id} start failed{}: {e}",
                         reason.map(|r| format!(" ({r})")).unwrap_or_default()
                     ));
@@ -70,19 +70,18 @@ impl Backend {
                     }
                 });
                 if start {
-                    self.inner.log.info(format!(
+                    self.log().info(format!(
                         "remote: shed {name} ({id}) stopped; starting it for the start queued behind the stop"
                     ));
                 } else if !name.is_empty() {
-                    self.inner
-                        .log
+                    self.log()
                         .info(format!("remote: shed {name} ({id}) stopped: its VM is off"));
                 }
             }
             Err(Error::NotFound { .. }) => self.gone_if_confirmed(id, vm).await,
             Err(e) => {
                 self.update(id, |s, _| s.detail = Some(e.to_string()));
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {id} stop failed (the periodic pass stops it again): {e}"
                 ));
             }
@@ -101,7 +100,7 @@ impl Backend {
                         self.save(s);
                     } else {
                         self.drop_record(&mut st, id);
-                        self.inner.log.info(format!(
+                        self.log().info(format!(
                             "remote: shed {} ({id}) removed: its VM no longer exists",
                             s.name
                         ));
@@ -110,8 +109,7 @@ impl Backend {
             }
             Ok(Some(_)) => {}
             Err(e) => self
-                .inner
-                .log
+                .log()
                 .warn(format!("remote: shed {id}: its VM could not be read: {e}")),
         }
     }

@@ -83,7 +83,7 @@ impl Backend {
                         s.detail = Some(e.to_string());
                     }
                 });
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: shed {name} ({id}): the cloud could not be read (looked at again at the next pass): {e}"
                 ));
                 ctx.gave_up_reading = true;
@@ -101,7 +101,7 @@ impl Backend {
                 s.op = op;
                 s.foreign_labels = true;
             });
-            self.inner.log.warn(format!(
+            self.log().warn(format!(
                 "remote: shed {name} ({id}): its VM carries labels of another shed version ({}={}); nothing is changed",
                 SCHEMA_LABEL,
                 m.labels.get(SCHEMA_LABEL).map(String::as_str).unwrap_or("none")
@@ -127,7 +127,7 @@ impl Backend {
             s.fail(Status::Error, Reason::CreateFailed, why, now);
             s.vm_gone = true;
         });
-        self.inner.log.warn(format!(
+        self.log().warn(format!(
             "remote: shed {} ({}) create failed: the VM disappeared before its agent answered",
             p.name, p.id
         ));
@@ -148,7 +148,7 @@ impl Backend {
                 s.foreign_labels = false;
             });
         }
-        self.inner.log.warn(format!(
+        self.log().warn(format!(
             "remote: shed {} ({}): its VM stopped before its agent answered ({reason})",
             p.name, p.id
         ));
@@ -180,12 +180,11 @@ impl Backend {
         if stop_queued {
             // This job may have stopped the VM before (a start queued behind a stop).
             ctx.stop_tried = false;
-            self.inner.log.info(format!(
+            self.log().info(format!(
                 "remote: shed {name} ({id}) running; stopping it for the stop queued during its start"
             ));
         } else if ran {
-            self.inner
-                .log
+            self.log()
                 .info(format!("remote: shed {name} ({id}) running"));
         }
     }
@@ -196,7 +195,7 @@ impl Backend {
         self.update(p.id, |s, now| {
             s.fail(Status::Stopped, Reason::Layout, why, now)
         });
-        self.inner.log.warn(format!(
+        self.log().warn(format!(
             "remote: shed {} ({}) start failed (layout): {why}{}",
             p.name,
             p.id,
@@ -244,7 +243,7 @@ impl Backend {
 
     fn fail_create(&self, p: &Probing<'_>, reason: Reason, why: &str) {
         self.update(p.id, |s, now| s.fail(Status::Error, reason, why, now));
-        self.inner.log.warn(format!(
+        self.log().warn(format!(
             "remote: shed {} ({}) create failed ({reason}): {why}; its VM is destroyed",
             p.name, p.id
         ));
@@ -257,7 +256,7 @@ impl Backend {
         };
         let set = orca::labels::Labels::from([(STATE_LABEL.to_string(), "ready".to_string())]);
         if let Err(e) = labels.set_labels(vm, &set, &[]).await {
-            self.inner.log.warn(format!(
+            self.log().warn(format!(
                 "remote: shed {id}: its VM could not be labelled ready (the pass tries again): {e}"
             ));
         }

@@ -44,7 +44,7 @@ impl Backend {
         {
             Ok(v) => v,
             Err(e) => {
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: the environment's VMs could not be listed (nothing is changed; the next pass looks again): {e}"
                 ));
                 self.unreadable_pass(startup);
@@ -148,7 +148,7 @@ impl Backend {
                         }
                     }
                     if !startup {
-                        self.inner.log.info(format!(
+                        self.log().info(format!(
                             "remote: shed {} ({}): retrying the destroy of its VM, deleted {} ago",
                             m.name,
                             m.id,
@@ -159,35 +159,29 @@ impl Backend {
                 }
             }
             None => {
-                let gone = match &m.vm_id {
-                    // Gone, perhaps by a delete that could not remove everything beside it, which
-                    // an id no longer reaches: its job removes what is left by name before the
-                    // marker goes.
-                    Some(vm) => {
-                        if matches!(self.inner.provider.machine(vm).await, Ok(None)) {
-                            self.spawn_job(&m.id);
-                        }
-                        return;
-                    }
-                    // The insert was sent: its job looks by name and removes what it left
-                    // beside a VM before the marker goes.
-                    None if m.may_have_vm => {
+                // Gone, perhaps by a delete that could not remove everything beside it, which an id
+                // no longer reaches: its job removes what is left by name before the marker goes.
+                if let Some(vm) = &m.vm_id {
+                    if matches!(self.inner.provider.machine(vm).await, Ok(None)) {
                         self.spawn_job(&m.id);
-                        return;
                     }
-                    None => true,
-                };
-                if gone {
-                    let mut st = self.state();
-                    if st.jobs.contains(&m.id) {
-                        return;
-                    }
-                    if self.drop_marker(&mut st, &m.id).is_some() {
-                        self.inner.log.info(format!(
-                            "remote: shed {} ({}) deleted: its VM is gone",
-                            m.name, m.id
-                        ));
-                    }
+                    return;
+                }
+                // The insert was sent: its job looks by name and removes what it left beside a VM
+                // before the marker goes.
+                if m.may_have_vm {
+                    self.spawn_job(&m.id);
+                    return;
+                }
+                let mut st = self.state();
+                if st.jobs.contains(&m.id) {
+                    return;
+                }
+                if self.drop_marker(&mut st, &m.id).is_some() {
+                    self.log().info(format!(
+                        "remote: shed {} ({}) deleted: its VM is gone",
+                        m.name, m.id
+                    ));
                 }
             }
         }

@@ -28,10 +28,9 @@ impl Backend {
         if let Some(why) = destroy_why {
             match self.inner.provider.delete(&m.id).await {
                 Ok(_) => self
-                    .inner
-                    .log
+                    .log()
                     .info(format!("remote: VM {} destroyed: {why}", m.name)),
-                Err(e) => self.inner.log.warn(format!(
+                Err(e) => self.log().warn(format!(
                     "remote: VM {} could not be destroyed ({why}); the next pass tries again: {e}",
                     m.name
                 )),
@@ -48,7 +47,7 @@ impl Backend {
         let cfg = &self.inner.cfg;
         let name = m.labels.get(NAME_LABEL).cloned().unwrap_or_default();
         if validate_shed_name(&name).is_err() {
-            self.inner.log.warn(format!(
+            self.log().warn(format!(
                 "remote: VM {} is labelled ready but has no valid {NAME_LABEL}; it is left alone",
                 m.name
             ));
@@ -79,23 +78,18 @@ impl Backend {
             } else {
                 Status::Stopped
             },
-            reason: None,
             vm_name: m.name.clone(),
             vm_id: Some(m.id.clone()),
             create: CreateStage::Made,
             op: on.then_some(Op::Probe),
-            queued: None,
-            start_sent: false,
-            vm_gone: false,
-            foreign_labels: false,
             created_at: m.created_at.unwrap_or(now),
             updated_at: now,
-            detail: None,
+            ..Shed::default()
         };
         {
             let mut st = self.state();
             if st.sheds.values().any(|s| s.name == name) {
-                self.inner.log.warn(format!(
+                self.log().warn(format!(
                     "remote: VM {} is labelled ready for shed {name}, but a shed of that name exists; it is left alone",
                     m.name
                 ));
@@ -104,7 +98,7 @@ impl Backend {
             self.save(&shed);
             st.sheds.insert(id.to_string(), shed);
         }
-        self.inner.log.info(format!(
+        self.log().info(format!(
             "remote: adopted VM {} as shed {name} ({id}), {}",
             m.name,
             if on { "probing its agent" } else { "stopped" }

@@ -76,7 +76,7 @@ impl Backend {
                     r.set(Status::Stopped, Some(reason), now);
                     r.foreign_labels = false;
                 }) {
-                    self.inner.log.info(format!(
+                    self.log().info(format!(
                         "remote: shed {} ({id}) stopped ({reason}): its VM was stopped by the cloud or outside shed",
                         s.name
                     ));
@@ -113,7 +113,7 @@ impl Backend {
                 r.foreign_labels = false;
             })
         {
-            self.inner.log.info(format!(
+            self.log().info(format!(
                 "remote: shed {} ({id}): its VM was started outside shed; probing its agent",
                 s.name
             ));
@@ -142,7 +142,7 @@ impl Backend {
                     }
                 });
                 if start {
-                    self.inner.log.info(format!(
+                    self.log().info(format!(
                         "remote: shed {} ({id}) stopped; starting it for the start queued behind the stop",
                         s.name
                     ));

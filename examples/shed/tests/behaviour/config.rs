@@ -471,12 +471,12 @@ fn clients_and_their_tokens() {
     );
     let c = resolve(&with("clients:\n  ci:\n    token_env: CI_TOKEN\n    policy:\n      max_age: 48h\n      max_cpus: 4\n"), &env).unwrap();
     let ci = &c.clients["ci"];
-    assert_eq!(ci.max_age, Some(Duration::from_secs(48 * 3600)));
+    assert_eq!(ci.caller.max_age, Some(Duration::from_secs(48 * 3600)));
     assert!(!format!("{c:?}{ci:?}").contains("s3cret"));
     assert!(c
         .clients
         .values()
-        .any(|client| client.role == Role::Service));
+        .any(|client| client.caller.role == Role::Service));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use secrecy::SecretString;
 use serde_json::{json, Value};
 use shed::config::{Client, Role};
 use shed::probe::ProbeOutcome;
-use shed::Status;
+use shed::{Caller, Status};
 
 use crate::support::{Call, Env};
 
@@ -360,13 +360,15 @@ async fn clients_need_their_token_and_see_their_own_sheds() {
             c.clients.insert(
                 name.into(),
                 Client {
-                    name: name.into(),
-                    role,
+                    caller: Caller {
+                        name: name.into(),
+                        role,
+                        max_age: None,
+                        max_cpus: None,
+                        max_memory_mb: None,
+                        images: Vec::new(),
+                    },
                     token: SecretString::from(tok.to_string()),
-                    max_age: None,
-                    max_cpus: None,
-                    max_memory_mb: None,
-                    images: Vec::new(),
                 },
             );
         }

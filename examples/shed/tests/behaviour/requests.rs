@@ -371,6 +371,11 @@ async fn info_reports_remote_its_features_and_topology_isolation() {
     }
     assert_eq!(i.default_image, "projects/secret-proj/global/images/shed-7");
     assert_eq!(i.network_profiles, vec!["default", "isolated"]);
+    let json = serde_json::to_string(&i).unwrap();
+    assert!(!json.contains("machine_type"), "{json}");
+    for size in env.backend.config().sizes.values() {
+        assert!(!json.contains(&size.machine_type), "{json}");
+    }
     let s = env.backend.info(&env.service("ci"));
     assert_eq!(
         s.default_image, "shed-7",

@@ -229,7 +229,8 @@ async fn an_acknowledged_delete_is_never_listed_again_even_when_the_records_remo
         .join("sheds")
         .join(format!("{}.json", v.id));
     std::fs::write(&path, serde_json::to_vec(&rec).unwrap()).unwrap();
-    let b = Backend::load(env.parts()).unwrap();
+    let store = shed::store::Store::open(&env.cfg.state_dir).unwrap();
+    let b = Backend::load_on(store, env.parts()).unwrap();
     assert!(b.get(&env.admin(), "a").is_err(), "the marker wins");
     assert!(!path.exists());
     assert_eq!(b.markers().len(), 1);
