@@ -19,10 +19,6 @@
 //! Left out (see the README): the in-VM agent, exec and the connect tunnel, SSH login proxying,
 //! repository clones, and the other backends.
 
-// First: the modules below declare their enums of words with its macro.
-#[macro_use]
-mod words;
-
 pub mod api;
 pub mod backend;
 pub mod cli;

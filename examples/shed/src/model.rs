@@ -1,7 +1,7 @@
 //! What the server records: a shed ([`Shed`]) with its status and reason, and the marker of an
 //! acknowledged delete ([`DeleteMarker`]). Both are kept in `remote.state_dir` (see [`crate::store`]).
 
-use orca::Timestamp;
+use orca::{words, Timestamp};
 use serde::{Deserialize, Serialize};
 
 words! {
@@ -339,6 +339,24 @@ pub fn validate_shed_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_are_listed_and_serialized_as_declared() {
+        use crate::backend::Effect;
+        use crate::config::{FirewallMode, Role};
+        use orca::words::{either, Word};
+        assert_eq!(either::<FirewallMode>(), "static, auto or any");
+        assert_eq!(either::<Role>(), "admin or service");
+        assert_eq!(format!("[{:>8}]", Role::Admin), "[   admin]");
+        fn serialized<T: Word + serde::Serialize>() {
+            for v in T::WORDS {
+                assert_eq!(serde_json::to_value(v).unwrap(), v.word());
+            }
+        }
+        serialized::<Status>();
+        serialized::<Reason>();
+        serialized::<Effect>();
+    }
 
     #[test]
     fn ids_are_label_values_and_names_are_checked() {

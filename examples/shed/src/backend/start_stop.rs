@@ -1,5 +1,6 @@
 //! Start and stop, by the call-by-status matrix, and exec and connect (which need a running shed).
 
+use orca::words;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Backend, Caller};

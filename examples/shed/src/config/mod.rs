@@ -18,7 +18,8 @@ use secrecy::SecretString;
 use crate::backend::Caller;
 use crate::model::is_label_name;
 use crate::netaddr::Cidr;
-use crate::words::{either, listed, Word};
+use orca::words;
+use orca::words::{either, listed, Word};
 
 mod cloud;
 mod fields;
@@ -70,8 +71,7 @@ impl Problems {
     /// problem, naming the words, and gives `default`.
     fn word<T: Word>(&mut self, field: &str, written: Option<&str>, default: T) -> T {
         let written = written.unwrap_or(default.word());
-        let found = T::ALL.iter().find(|v| v.word() == written).copied();
-        found.unwrap_or_else(|| {
+        T::from_word(written).unwrap_or_else(|| {
             self.add(field, format!("{}, got {written:?}", either::<T>()));
             default
         })

@@ -11,7 +11,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use orca::{Provider, Timestamp};
+use orca::{words, Provider, Timestamp};
 
 use crate::backend::lock;
 use crate::clock::{since, Clock};
