@@ -37,48 +37,36 @@ use serde_json::{json, Map, Value};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::drivers::{driver_settings, Drivers};
 use crate::error::{db_error, from_orca_saying, Error, Result};
+use orca::words::Word;
+
 use crate::mask::{mask_json, mask_step_output, masked};
 use crate::registry::{self, CloudProvider};
 use crate::userdata::Template;
 use crate::vault::Vault;
 
-/// The three actions of `core.cloud`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// `core.cloud.created`.
-    Created,
-    /// `core.cloud.destroyed`.
-    Destroyed,
-    /// `core.cloud.resized`.
-    Resized,
+orca::words! {
+    /// The three actions of `core.cloud`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Action {
+        /// `core.cloud.created`.
+        Created = "created",
+        /// `core.cloud.destroyed`.
+        Destroyed = "destroyed",
+        /// `core.cloud.resized`.
+        Resized = "resized",
+    }
 }
 
 impl Action {
-    /// `created`, `destroyed`, `resized`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Created => "created",
-            Action::Destroyed => "destroyed",
-            Action::Resized => "resized",
-        }
-    }
-
     /// The action of step `core.cloud.<action>`.
     pub fn from_step(step: &str) -> Result<Self> {
-        match step {
-            "core.cloud.created" => Ok(Action::Created),
-            "core.cloud.destroyed" => Ok(Action::Destroyed),
-            "core.cloud.resized" => Ok(Action::Resized),
-            other => Err(Error::new(
-                404,
-                "step.unknown",
-                format!(
-                    "unknown step {}; keeper runs core.cloud.created, core.cloud.destroyed and core.cloud.resized",
-                    orca::spec::quoted(other)
-                ),
-            )
-            .with_field("module")),
-        }
+        let action = step.strip_prefix("core.cloud.").and_then(Action::from_word);
+        action.ok_or_else(|| {
+            let known =
+                "keeper runs core.cloud.created, core.cloud.destroyed and core.cloud.resized";
+            let message = format!("unknown step {}; {known}", orca::spec::quoted(step));
+            Error::new(404, "step.unknown", message).with_field("module")
+        })
     }
 }
 
