@@ -365,7 +365,7 @@ struct Slow {
 impl stado::channel::HostChannel for Slow {
     async fn run(
         &self,
-        host: &stado::channel::Endpoint,
+        host: &stado::registry::Target,
         command: &str,
         timeout: Duration,
     ) -> Result<stado::channel::Output, String> {
@@ -1832,7 +1832,7 @@ struct PinLost {
 impl stado::channel::HostChannel for PinLost {
     async fn run(
         &self,
-        host: &stado::channel::Endpoint,
+        host: &stado::registry::Target,
         command: &str,
         timeout: Duration,
     ) -> Result<stado::channel::Output, String> {
@@ -1891,7 +1891,7 @@ struct OwnerChangedMeanwhile {
 impl stado::channel::HostChannel for OwnerChangedMeanwhile {
     async fn run(
         &self,
-        host: &stado::channel::Endpoint,
+        host: &stado::registry::Target,
         command: &str,
         timeout: Duration,
     ) -> Result<stado::channel::Output, String> {
