@@ -15,9 +15,7 @@ mod report;
 
 use std::path::PathBuf;
 
-pub use report::{
-    CreateReport, CreditReport, ErrorReport, FleetKeyReport, PriceReport, StepReport, Versions,
-};
+pub use report::{CreateReport, CreditReport, FleetKeyReport, PriceReport, StepReport, Versions};
 
 use crate::admission::AdmissionReport;
 use crate::cloud::{Progress, Stado, TITLE};
@@ -148,7 +146,7 @@ impl Stado {
         };
         match self.create_steps(req, &mut run).await {
             Ok(()) => report.ok = true,
-            Err(f) => report.error = Some(ErrorReport::from(&f)),
+            Err(f) => report.error = Some(f),
         }
         report
     }

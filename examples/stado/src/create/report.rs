@@ -102,7 +102,7 @@ pub struct CreateReport {
     /// The first boot's versions.
     pub versions: Option<Versions>,
     /// Why it stopped.
-    pub error: Option<ErrorReport>,
+    pub error: Option<Failure>,
 }
 
 /// A fleet key's public facts.
@@ -114,24 +114,6 @@ pub struct FleetKeyReport {
     pub public_key: String,
     /// Its fingerprint.
     pub fingerprint: String,
-}
-
-/// A failure as a report carries it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ErrorReport {
-    /// Its short code.
-    pub code: &'static str,
-    /// The message.
-    pub message: String,
-}
-
-impl From<&Failure> for ErrorReport {
-    fn from(f: &Failure) -> Self {
-        ErrorReport {
-            code: f.code(),
-            message: f.message().to_string(),
-        }
-    }
 }
 
 impl CreateReport {

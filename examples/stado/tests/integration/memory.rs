@@ -85,7 +85,7 @@ impl Lab {
 fn error(r: &stado::CreateReport) -> String {
     r.error
         .as_ref()
-        .map(|e| e.message.clone())
+        .map(|e| e.message().to_string())
         .unwrap_or_default()
 }
 
@@ -267,7 +267,7 @@ async fn the_credit_gate_refuses_when_what_remains_is_not_above_the_floor() {
         error(&r),
         format!("creating cloud host h2 (amd64-small) in zone-a is refused: the Azure credit balance 20.1664 USD less one hour of amd64-small (0.0832 USD) and one hour of the machines already running (0.0832 USD) is not above the floor 20.00 USD (the operator's ruling R-1: \"{WORDS}\"); 20.00 USD would remain")
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "credit");
+    assert_eq!(r.error.as_ref().unwrap().code(), "credit");
     assert!(
         r.steps[1].lines[0].starts_with("projected hourly burn: 0.1664 USD"),
         "the burn is printed before the refusal"
@@ -512,7 +512,7 @@ async fn a_policy_deny_answers_at_the_first_resource_and_nothing_is_created() {
         e,
         "admitting the fleet's addresses on SSH in zone-a failed: permission denied: injected PermissionDenied [admit_ssh]; the application security group stado-cloud-hosts-zone-a may stand: an admission makes it first, and stado keeps it (one per location, never deleted)"
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "denied");
+    assert_eq!(r.error.as_ref().unwrap().code(), "denied");
     assert!(lab.cloud.all_machines().is_empty());
     assert!(lab.cloud.admission_groups().is_empty());
     assert!(
@@ -1285,7 +1285,7 @@ async fn a_second_stado_writing_the_registry_at_once_is_refused_not_merged() {
     let lab = lab();
     let held = lab.s.home.lock(&lab.s.home.registry_path()).unwrap();
     let r = lab.create("h1").await;
-    assert_eq!(r.error.as_ref().unwrap().code, "busy");
+    assert_eq!(r.error.as_ref().unwrap().code(), "busy");
     assert!(error(&r).contains("is being written by another stado right now; nothing was changed"));
     assert_eq!(lab.s.delete("h1").await.unwrap_err().code(), "busy");
     assert_eq!(lab.s.reap(true).await.unwrap_err().code(), "busy");
@@ -1302,7 +1302,7 @@ async fn a_second_stado_writing_the_registry_at_once_is_refused_not_merged() {
     let (a, b) = tokio::join!(lab.create("h1"), lab.create("h2"));
     let codes: Vec<_> = [&a, &b]
         .iter()
-        .map(|r| r.error.as_ref().map(|e| e.code))
+        .map(|r| r.error.as_ref().map(|e| e.code()))
         .collect();
     assert!(
         codes.contains(&None) && codes.contains(&Some("busy")),
@@ -1351,7 +1351,7 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
         e.starts_with("a VM named h1 already stands in Azure and is not this stado home's"),
         "{e}"
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "exists");
+    assert_eq!(r.error.as_ref().unwrap().code(), "exists");
     assert!(
         cloud.all_machines().iter().any(|m| m.id == a_vm),
         "a's VM still stands"
@@ -1573,7 +1573,7 @@ async fn create_never_replaces_nor_deletes_a_key_it_did_not_mint() {
             mine.public.display()
         )
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "refused");
+    assert_eq!(r.error.as_ref().unwrap().code(), "refused");
     assert_eq!((r.steps.len(), r.steps[0].name), (1, "name"));
     assert_eq!(std::fs::read(&mine.private).unwrap(), private);
     assert_eq!(std::fs::read(&mine.public).unwrap(), public);
@@ -1732,7 +1732,7 @@ async fn an_unknown_location_is_refused_naming_the_known_ones() {
         error(&r),
         "--location zone-q: the fake cloud has no such location; its locations are zone-a, zone-b, zone-c"
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "invalid");
+    assert_eq!(r.error.as_ref().unwrap().code(), "invalid");
     assert_eq!(lab.cloud.requests(), 0, "no cloud call");
 }
 
@@ -1807,11 +1807,11 @@ async fn an_ssh_that_cannot_run_stops_create_before_any_vm() {
     let r = s.create(&request("h1", "zone-a", "amd64-small")).await;
     let e = r.error.as_ref().unwrap();
     assert!(
-        e.message.starts_with(
+        e.message().starts_with(
             "cloud host h1 cannot be reached over SSH from here: could not run /nonexistent/ssh: "
         ),
         "{}",
-        e.message
+        e.message()
     );
     assert!(r.steps.is_empty(), "{:?}", r.steps);
     assert_eq!(lab.in_cloud(), vec![]);
@@ -1864,7 +1864,7 @@ async fn enrolment_stops_at_once_when_the_pinned_host_key_is_gone() {
     lab.s.channel = channel.clone();
     lab.s.timing.enrol = Duration::from_secs(2);
     let r = lab.create("h1").await;
-    let e = &r.error.as_ref().unwrap().message;
+    let e = r.error.as_ref().unwrap().message();
     assert!(
         e.starts_with("cloud host h1 could not be enrolled: the pinned host key of h1 ("),
         "{e}"
