@@ -83,8 +83,8 @@ pub struct FleetState {
     pub clock_offset_secs: i64,
 }
 
-/// An in-process fleet of simulated hosts (held in memory, or in a state file shared by separate
-/// runs of stado on `--provider fake`).
+/// An in-process fleet of simulated hosts, held in memory (`default()`) or in a state file shared by
+/// separate runs of stado on `--provider fake` ([`FakeFleet::persistent`]).
 ///
 /// A host is reached by its target name. It refuses a connection whose pinned known_hosts file does
 /// not hold the host key it presents (`Host key verification failed.`), and one whose identity is not
@@ -99,11 +99,6 @@ pub struct FakeFleet {
 }
 
 impl FakeFleet {
-    /// A fleet held in memory.
-    pub fn new() -> FakeFleet {
-        FakeFleet::default()
-    }
-
     /// A fleet kept in the file at `path`.
     pub fn persistent(path: impl Into<PathBuf>) -> FakeFleet {
         FakeFleet {
@@ -345,7 +340,7 @@ mod tests {
     #[tokio::test]
     async fn the_fake_fleet_refuses_an_unpinned_host_key_and_a_foreign_fleet_key() {
         let dir = tempfile::tempdir().unwrap();
-        let fleet = FakeFleet::new();
+        let fleet = FakeFleet::default();
         let home = crate::home::Home::open(dir.path()).unwrap();
         let key = crate::keys::generate_fleet_key(&home, "h1").unwrap();
         let host_key = crate::keys::KeyPair::generate("host").unwrap();

@@ -115,13 +115,3 @@ pub struct FleetKeyReport {
     /// Its fingerprint.
     pub fingerprint: String,
 }
-
-impl CreateReport {
-    /// The lines a person reads, step by step.
-    pub fn lines(&self) -> Vec<String> {
-        self.steps
-            .iter()
-            .flat_map(|s| s.lines.iter().cloned())
-            .collect()
-    }
-}

@@ -60,7 +60,7 @@ async fn lab_in(azure: Arc<FakeAzure>) -> Lab {
     p.set("azure.billing_profile", BILLING_PROFILE).unwrap();
     p.save(&home).unwrap();
     azure.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 100.0, "USD");
-    let fleet = FakeFleet::new();
+    let fleet = FakeFleet::default();
     let s = common::stado_on(home, "azure", azure_provider(&p).await, &fleet);
     Lab {
         _dir: dir,
@@ -279,10 +279,10 @@ async fn refusals_before_anything_is_made() {
     // No admit_from.
     let mut reg = Registry::load(&lab.s.home).unwrap();
     reg.cloud_hosts.admit_from = None;
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     assert!(error(&lab.create("h1").await).starts_with("the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is absent)"));
     reg.cloud_hosts.admit_from = Some(vec!["build-host".into()]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     // An admit_from host that does not answer.
     lab.fleet
         .update("build-host", |h| h.answers = false)
@@ -1085,7 +1085,7 @@ async fn a_creating_host_of_a_name_longer_than_azure_takes_is_deleted() {
         state: stado::registry::CloudState::Creating,
     });
     reg.put_target(t);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let d = lab.s.delete(&name).await.unwrap();
     assert!(d.deleted);
     assert!(declared(&lab.s).is_empty());

@@ -35,7 +35,7 @@ fn lab_on(cloud: MemoryCloud, owner: Option<&str>) -> Lab {
         p.save(&home).unwrap();
     }
     let provider: Arc<dyn Provider> = Arc::new(cloud.provider(&common::owner(&home)).unwrap());
-    let fleet = FakeFleet::new().with_cloud(cloud.clone());
+    let fleet = FakeFleet::default().with_cloud(cloud.clone());
     let s = common::stado_on(home, "fake", provider, &fleet);
     Lab {
         _dir: dir,
@@ -158,7 +158,7 @@ async fn a_created_host_is_declared_enrolled_and_booted_in_nine_steps() {
     let v = r.versions.as_ref().unwrap();
     assert!(v.rustc.starts_with("rustc "), "{v:?}");
     assert_eq!((v.node.as_str(), v.npm.as_str()), ("v18.19.1", "9.2.0"));
-    let lines = r.lines();
+    let lines = common::lines(&r);
     assert!(
         lines
             .iter()
@@ -299,7 +299,7 @@ async fn without_admit_from_nothing_is_created() {
     let lab = lab();
     let mut reg = Registry::load(&lab.s.home).unwrap();
     reg.cloud_hosts.admit_from = None;
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let r = lab.create("h1").await;
     assert!(
         error(&r).starts_with("the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is absent); "),
@@ -308,10 +308,10 @@ async fn without_admit_from_nothing_is_created() {
     );
     assert_eq!(r.steps.last().unwrap().step, 3);
     reg.cloud_hosts.admit_from = Some(vec![]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     assert!(error(&lab.create("h1").await).contains("(cloud_hosts.admit_from is empty)"));
     reg.cloud_hosts.admit_from = Some(vec!["nowhere".into()]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     assert!(error(&lab.create("h1").await)
         .starts_with("cloud_hosts.admit_from names nowhere, which is not a registered target"));
     assert!(lab.cloud.all_machines().is_empty());
@@ -387,7 +387,7 @@ async fn each_egress_is_stamped_when_its_answer_came_not_when_the_last_one_did()
     far.user = Some("ci".into());
     reg.put_target(far);
     reg.cloud_hosts.admit_from = Some(vec!["build-host".into(), "far-host".into()]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let slow = Arc::new(Slow {
         inner: lab.fleet.clone(),
         slow: "far-host".into(),
@@ -1399,7 +1399,7 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
             .unwrap()
             .clone(),
     );
-    reg.save(&c.s.home).unwrap();
+    common::save_registry(&c.s.home, &reg);
     let e = c.s.delete("h1").await.unwrap_err();
     assert!(
         e.message().starts_with(&format!(
@@ -1431,7 +1431,7 @@ async fn a_failed_read_never_lets_delete_remove_another_homes_vm() {
             .unwrap()
             .clone(),
     );
-    reg.save(&c.s.home).unwrap();
+    common::save_registry(&c.s.home, &reg);
     // A failure the provider does not retry: the read answers nothing.
     cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
     let e = c.s.delete("h1").await.unwrap_err();
@@ -1456,7 +1456,7 @@ async fn a_failed_read_never_lets_delete_remove_another_homes_vm() {
 async fn no_output_carries_a_private_key() {
     let lab = lab();
     let r = lab.create("h1").await;
-    let text = shown(&r, &r.lines());
+    let text = shown(&r, &common::lines(&r));
     let private = std::fs::read_to_string(lab.s.home.fleet_key("h1")).unwrap();
     for line in private.lines().filter(|l| !l.starts_with("-----")) {
         assert!(
@@ -1671,7 +1671,7 @@ async fn delete_names_the_provider_a_host_of_another_provider_is_declared_on() {
     let mut t = reg.target("t1").unwrap().clone();
     t.cloud.as_mut().unwrap().provider = "azure".into();
     reg.put_target(t);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let e = lab.s.delete("t1").await.unwrap_err();
     assert_eq!(
         e.message(),
