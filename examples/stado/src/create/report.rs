@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::admission::AdmissionReport;
 use crate::error::Failure;
+use crate::keys::FleetKey;
 use crate::registry::{Egress, Target};
 
 /// One step of create as it went.
@@ -96,22 +97,11 @@ pub struct CreateReport {
     /// The admission in each location.
     pub admission: Vec<AdmissionReport>,
     /// The fleet key's public half and fingerprint.
-    pub fleet_key: Option<FleetKeyReport>,
+    pub fleet_key: Option<FleetKey>,
     /// The registry's target for the host, once recorded.
     pub host: Option<Target>,
     /// The first boot's versions.
     pub versions: Option<Versions>,
     /// Why it stopped.
     pub error: Option<Failure>,
-}
-
-/// A fleet key's public facts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FleetKeyReport {
-    /// The private half's path (its content is never shown).
-    pub path: String,
-    /// The public key.
-    pub public_key: String,
-    /// Its fingerprint.
-    pub fingerprint: String,
 }
