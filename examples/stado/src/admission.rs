@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use orca::Error;
 use serde::Serialize;
 
-use crate::channel::{commands, Endpoint};
+use crate::channel::commands;
 use crate::cloud::{truncate, Stado, GROUP, TITLE};
 use crate::error::Failure;
 use crate::profile::Profile;
-use crate::registry::{CloudState, Egress, Held, Registry};
+use crate::registry::{CloudState, Egress, Held, Registry, Target};
 
 /// The hint that names the fleet hosts cloud hosts admit.
 const ADMIT_FROM_HINT: &str = "stado registry set --path cloud_hosts --value '{\"admit_from\":[\"build-host\"]}' names the fleet hosts that reach cloud hosts";
@@ -115,7 +115,7 @@ impl Stado {
     /// Asks every host of `endpoints` at once for the address `<api>/api/egress` sees it at. Each
     /// answer is stamped when it arrives: the time its address was read, not the time the slowest
     /// host answered.
-    async fn ask_egress(&self, endpoints: &[Endpoint], api: &str) -> Vec<Answer> {
+    async fn ask_egress(&self, endpoints: &[&Target], api: &str) -> Vec<Answer> {
         let command = commands::egress(api);
         futures::future::join_all(endpoints.iter().map(|ep| {
             let command = command.clone();
@@ -261,9 +261,9 @@ fn admit_from(registry: &Registry) -> Result<Vec<String>, Failure> {
 }
 
 /// How to reach the admit_from host `h`: a registered target that is no cloud host.
-fn fleet_endpoint(registry: &Registry, h: &str) -> Result<Endpoint, Failure> {
+fn fleet_endpoint<'a>(registry: &'a Registry, h: &str) -> Result<&'a Target, Failure> {
     match registry.target(h) {
-        Some(t) if t.cloud.is_none() => Ok(Endpoint::of(t)),
+        Some(t) if t.cloud.is_none() => Ok(t),
         Some(_) => Err(Failure::refused(format!(
             "cloud_hosts.admit_from names {h}, a cloud host; it names the fleet hosts that reach cloud hosts"
         ))),

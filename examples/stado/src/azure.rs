@@ -8,7 +8,8 @@ use orca::kit::ClientKey;
 
 use crate::profile::Profile;
 
-/// Each profile binding and the driver's setting it gives.
+/// Each profile binding and the driver's setting it gives; the first [`REQUIRED`] are the compute
+/// bindings a cloud host on Azure is addressed with, in the order they are reported.
 pub const BINDINGS: [(&str, ConfigKey); 10] = [
     ("azure.subscription_id", ConfigKey::SubscriptionId),
     ("azure.resource_group", ConfigKey::ResourceGroup),
@@ -21,6 +22,9 @@ pub const BINDINGS: [(&str, ConfigKey); 10] = [
     ("azure.billing_account", ConfigKey::BillingAccount),
     ("azure.billing_profile", ConfigKey::BillingProfile),
 ];
+
+/// How many of [`BINDINGS`], from the first, a profile must declare.
+pub const REQUIRED: usize = 6;
 
 /// The Azure driver's settings for `profile`'s bindings, with the credential settings
 /// ([`ConfigKey::CREDENTIAL`], taken from the environment only, never from the profile: they are

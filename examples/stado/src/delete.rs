@@ -11,14 +11,6 @@ use crate::keys;
 use crate::list::power_word;
 use crate::registry::{CloudDecl, CloudState, Held};
 
-/// What a create of a name that stopped before the cloud answered may have left.
-enum Stopped {
-    /// This home's: the VM of that name (by its id) when one stands, and the pieces beside it.
-    Ours(Option<String>),
-    /// The name is another home's VM, left alone with what stands beside it.
-    Foreign,
-}
-
 /// What delete did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeleteReport {
@@ -135,16 +127,10 @@ impl Stado {
             // A name longer than the cloud takes was refused by its create before anything was
             // made (an older stado declared it first), and the cloud refuses to look it up by name.
             CloudState::Creating if name.len() > MAX_NAME => (String::new(), Ok(())),
-            CloudState::Creating => match self.made_by_stopped_create(name).await? {
-                // Another home's VM holds the name: its create made nothing of it (the cloud
-                // refused or adopted it), and what stands beside that VM is that home's.
-                Stopped::Foreign => (String::new(), Ok(())),
-                // The VM, or the pieces a create stopped before its VM left: all by the name.
-                Stopped::Ours(vm) => {
-                    let removed = self.remove_named(name, vm.as_deref()).await;
-                    (vm.unwrap_or_default(), removed.map(|_| ()))
-                }
-            },
+            CloudState::Creating => {
+                let (vm, removed) = self.remove_made_by_stopped_create(name).await?;
+                (vm.unwrap_or_default(), removed)
+            }
             _ => {
                 let removed = if self.check_this_homes(name, decl).await? {
                     self.delete_vm(&decl.vm_id).await
@@ -153,12 +139,7 @@ impl Stado {
                     // stood beside it (or it went outside stado). A delete of its id no longer
                     // finds those pieces; they are removed by the host's name, as for a create
                     // that stopped, unless a VM of that name is another home's.
-                    match self.made_by_stopped_create(name).await? {
-                        Stopped::Foreign => Ok(()),
-                        Stopped::Ours(vm) => {
-                            self.remove_named(name, vm.as_deref()).await.map(|_| ())
-                        }
-                    }
+                    self.remove_made_by_stopped_create(name).await?.1
                 };
                 (decl.vm_id.clone(), removed)
             }
@@ -186,23 +167,32 @@ impl Stado {
         }
     }
 
-    /// What a create of `name` that stopped before the cloud answered made, read by its name: this
-    /// home's VM of that name (or none), or a VM of another home's, which is no VM that create made
-    /// (the cloud refused or adopted it, and the create would have refused it too).
-    async fn made_by_stopped_create(&self, name: &str) -> Result<Stopped, Failure> {
-        match self.provider.machine_named(POOL, name).await {
-            Ok(Some(m)) if self.is_this_homes(&m) => Ok(Stopped::Ours(Some(m.id))),
+    /// Removes by its name what a create of `name` that stopped before the cloud answered made:
+    /// this home's VM of that name (when one stands) and the pieces a create makes beside it. A VM
+    /// of another home's is no VM that create made (the cloud refused or adopted it, and the create
+    /// would have refused it too): it and what stands beside it are that home's, and left alone.
+    /// The id of the VM removed, and whether the cloud still holds something (what).
+    async fn remove_made_by_stopped_create(
+        &self,
+        name: &str,
+    ) -> Result<(Option<String>, Result<(), String>), Failure> {
+        let vm = match self.provider.machine_named(POOL, name).await {
+            Ok(Some(m)) if self.is_this_homes(&m) => Some(m.id),
             Ok(Some(m)) => {
                 tracing::info!(host = name, vm = %m.id, "the VM of this name is not this home's: its create made none");
-                Ok(Stopped::Foreign)
+                return Ok((None, Ok(())));
             }
-            Ok(None) => Ok(Stopped::Ours(None)),
-            Err(e) => Err(Failure::new(format!(
-                "{name} is still registered: the VM named {name} could not be looked up to tell what of it stands ({}); deleting it again retries",
-                self.cloud_error(&e)
-            ))
-            .with_code("unread")),
-        }
+            Ok(None) => None,
+            Err(e) => {
+                return Err(Failure::new(format!(
+                    "{name} is still registered: the VM named {name} could not be looked up to tell what of it stands ({}); deleting it again retries",
+                    self.cloud_error(&e)
+                ))
+                .with_code("unread"))
+            }
+        };
+        let removed = self.remove_named(name, vm.as_deref()).await.map(|_| ());
+        Ok((vm, removed))
     }
 
     /// Refuses to delete the VM a declared host names when it is not this home's; answers whether

@@ -2,12 +2,12 @@
 
 /// Why a command did not do what it was asked, in words a person acts on. Never carries a secret:
 /// messages are built from names, addresses, the cloud's error codes and words, never from keys,
-/// tokens or user data.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// tokens or user data. Serialized as a report carries it: `{"code": ..., "message": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]
 #[error("{message}")]
 pub struct Failure {
-    message: String,
     code: &'static str,
+    message: String,
 }
 
 impl Failure {

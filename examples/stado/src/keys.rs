@@ -15,17 +15,26 @@ use crate::error::Failure;
 use crate::files::write_new;
 use crate::home::Home;
 
-/// A fleet key as stored: where its halves are, and the public line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A fleet key as stored: where its halves are, and the public line. Serialized as a report shows
+/// it: the private half's `path` (its content is never shown), `public_key` and `fingerprint`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct FleetKey {
     /// The private half (0600).
+    #[serde(rename = "path", serialize_with = "shown")]
     pub private: PathBuf,
     /// The public half.
+    #[serde(skip)]
     pub public: PathBuf,
     /// The public key, one OpenSSH line.
+    #[serde(rename = "public_key")]
     pub public_line: String,
     /// Its SHA-256 fingerprint.
     pub fingerprint: String,
+}
+
+/// `path` as a report shows it: as `Path::display` does, so that no path is refused.
+fn shown<S: serde::Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&path.display())
 }
 
 /// A freshly minted ed25519 key pair held in memory. `Debug` shows the public half only.

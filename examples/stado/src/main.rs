@@ -254,7 +254,7 @@ impl Answer {
 
 fn failure_answer(command: &str, f: &Failure) -> Answer {
     Answer {
-        json: json!({"command": command, "ok": false, "error": {"code": f.code(), "message": f.message()}}),
+        json: json!({"command": command, "ok": false, "error": f}),
         lines: Vec::new(),
         ok: false,
     }

@@ -7,20 +7,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::azure::{BINDINGS, REQUIRED};
 use crate::cloud::list_or_none;
 use crate::error::Failure;
 use crate::files::{read_json, write_json};
 use crate::home::Home;
-
-/// The compute bindings a cloud host on Azure is addressed with, in the order they are reported.
-pub const AZURE_BINDINGS: [&str; 6] = [
-    "azure.subscription_id",
-    "azure.resource_group",
-    "azure.vnet",
-    "azure.subnet",
-    "azure.image_urn",
-    "azure.vm_username",
-];
 
 /// The providers stado knows: Azure, and Azure simulated in memory (`fake`).
 pub const PROVIDERS: [&str; 2] = ["azure", "fake"];
@@ -404,7 +395,8 @@ impl Profile {
 
     /// Refuses when a compute binding is missing, naming every missing key.
     pub fn check_bindings(&self) -> Result<(), Failure> {
-        let missing = self.missing(&AZURE_BINDINGS);
+        let required: Vec<&str> = BINDINGS[..REQUIRED].iter().map(|(k, _)| *k).collect();
+        let missing = self.missing(&required);
         if missing.is_empty() {
             return Ok(());
         }

@@ -8,7 +8,7 @@ use orca::Timestamp;
 use serde::Serialize;
 
 use crate::admission::AdmissionReport;
-use crate::channel::{commands, Endpoint};
+use crate::channel::commands;
 use crate::cloud::Stado;
 use crate::error::Failure;
 use crate::list::power_word;
@@ -346,7 +346,7 @@ impl Stado {
         }
         let out = self
             .channel
-            .run(&Endpoint::of(t), commands::REAP_PROBE, self.timing.command)
+            .run(t, commands::REAP_PROBE, self.timing.command)
             .await?;
         if out.status != 0 {
             return Err(format!(

@@ -150,14 +150,6 @@ impl Registry {
         read_json(&home.registry_path())
     }
 
-    /// Writes it back, atomically, under the registry's write lock taken for this write alone
-    /// (refused when another stado holds it). A command that reads the registry, acts, and writes
-    /// it holds the lock throughout instead: [`Held`].
-    pub fn save(&self, home: &Home) -> Result<(), Failure> {
-        let _lock = home.lock(&home.registry_path())?;
-        write_json(&home.registry_path(), self)
-    }
-
     /// The target `name`.
     pub fn target(&self, name: &str) -> Option<&Target> {
         self.targets.iter().find(|t| t.name == name)

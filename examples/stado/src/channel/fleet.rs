@@ -11,10 +11,11 @@ use async_trait::async_trait;
 use orca::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{commands, Endpoint, HostChannel, Output};
+use super::{commands, HostChannel, Output};
 use crate::error::Failure;
 use crate::files::{read_json, write_json};
 use crate::home::wait_lock;
+use crate::registry::Target;
 
 /// How a simulated host's first boot ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -82,8 +83,8 @@ pub struct FleetState {
     pub clock_offset_secs: i64,
 }
 
-/// An in-process fleet of simulated hosts (held in memory, or in a state file shared by separate
-/// runs of stado on `--provider fake`).
+/// An in-process fleet of simulated hosts, held in memory (`default()`) or in a state file shared by
+/// separate runs of stado on `--provider fake` ([`FakeFleet::persistent`]).
 ///
 /// A host is reached by its target name. It refuses a connection whose pinned known_hosts file does
 /// not hold the host key it presents (`Host key verification failed.`), and one whose identity is not
@@ -98,11 +99,6 @@ pub struct FakeFleet {
 }
 
 impl FakeFleet {
-    /// A fleet held in memory.
-    pub fn new() -> FakeFleet {
-        FakeFleet::default()
-    }
-
     /// A fleet kept in the file at `path`.
     pub fn persistent(path: impl Into<PathBuf>) -> FakeFleet {
         FakeFleet {
@@ -245,14 +241,15 @@ impl FakeFleet {
 impl HostChannel for FakeFleet {
     async fn run(
         &self,
-        host: &Endpoint,
+        host: &Target,
         command: &str,
         _timeout: Duration,
     ) -> Result<Output, String> {
         let unreachable = || {
             format!(
                 "ssh: connect to host {} port {}: Connection timed out",
-                host.address, host.port
+                host.address,
+                host.port.unwrap_or(22)
             )
         };
         // A cloud host lives while its machine runs, and accepts the keys it was made with.
@@ -306,7 +303,7 @@ impl HostChannel for FakeFleet {
 
 /// Whether the known_hosts file `host` pins holds `key` (`ssh-ed25519 AAAA...`) under the host's
 /// name, as a strict client with `HostKeyAlias=<name>` checks it.
-fn pins(host: &Endpoint, key: &str) -> bool {
+fn pins(host: &Target, key: &str) -> bool {
     let pinned = host
         .known_hosts
         .as_ref()
@@ -325,7 +322,7 @@ fn pins(host: &Endpoint, key: &str) -> bool {
 }
 
 /// Whether the identity `host` logs in with is one of the `authorized` public keys, as sshd checks it.
-fn offers_one_of(host: &Endpoint, authorized: &[String]) -> bool {
+fn offers_one_of(host: &Target, authorized: &[String]) -> bool {
     let offered = host
         .identity
         .as_deref()
@@ -343,20 +340,21 @@ mod tests {
     #[tokio::test]
     async fn the_fake_fleet_refuses_an_unpinned_host_key_and_a_foreign_fleet_key() {
         let dir = tempfile::tempdir().unwrap();
-        let fleet = FakeFleet::new();
+        let fleet = FakeFleet::default();
         let home = crate::home::Home::open(dir.path()).unwrap();
         let key = crate::keys::generate_fleet_key(&home, "h1").unwrap();
         let host_key = crate::keys::KeyPair::generate("host").unwrap();
         fleet
             .boot("h1", &host_key.public_key_only(), &key.public_line)
             .unwrap();
-        let mut ep = Endpoint {
+        let mut ep = Target {
             name: "h1".into(),
             address: "198.51.100.9".into(),
             user: Some("stado".into()),
-            port: 22,
+            port: Some(22),
             identity: Some(key.private.clone()),
             known_hosts: Some(home.pinned_host_key("h1")),
+            ..Target::default()
         };
         let t = Duration::from_secs(5);
         assert_eq!(

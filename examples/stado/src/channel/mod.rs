@@ -10,7 +10,6 @@
 mod fleet;
 mod openssh;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -19,37 +18,6 @@ use crate::registry::Target;
 
 pub use fleet::{FakeFleet, FirstBoot, FleetState, SimHost};
 pub use openssh::OpenSsh;
-
-/// How to reach one host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    /// The target's name (also the alias its host key is pinned under).
-    pub name: String,
-    /// Its address.
-    pub address: String,
-    /// The account to log in as (`None`: ssh's default).
-    pub user: Option<String>,
-    /// The SSH port.
-    pub port: u16,
-    /// The private key to log in with (`None`: ssh's own choice, for fleet hosts).
-    pub identity: Option<PathBuf>,
-    /// The known_hosts file pinning its host key.
-    pub known_hosts: Option<PathBuf>,
-}
-
-impl Endpoint {
-    /// The endpoint of a registry target.
-    pub fn of(t: &Target) -> Endpoint {
-        Endpoint {
-            name: t.name.clone(),
-            address: t.address.clone(),
-            user: t.user.clone(),
-            port: t.port.unwrap_or(22),
-            identity: t.identity.clone(),
-            known_hosts: t.known_hosts.clone(),
-        }
-    }
-}
 
 /// What a command answered.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -104,17 +72,13 @@ pub fn printable(text: &str) -> String {
     out
 }
 
-/// Runs one command on a host. `Err` when the host could not be reached or refused stado (the cause
-/// in ssh's words); `Ok` with the command's status otherwise.
+/// Runs one command on a host, reached as its registry target says (port 22 when it names none).
+/// `Err` when the host could not be reached or refused stado (the cause in ssh's words); `Ok` with
+/// the command's status otherwise.
 #[async_trait]
 pub trait HostChannel: Send + Sync + std::fmt::Debug {
     /// Runs `command` (a POSIX shell line) on `host`, giving up after `timeout`.
-    async fn run(
-        &self,
-        host: &Endpoint,
-        command: &str,
-        timeout: Duration,
-    ) -> Result<Output, String>;
+    async fn run(&self, host: &Target, command: &str, timeout: Duration) -> Result<Output, String>;
 
     /// Whether this channel can reach any host at all with the files at `paths` (a key, a pinned
     /// host key; they need not exist yet), without connecting: what fails here fails every attempt

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Endpoint, HostChannel, Output};
+use super::{HostChannel, Output};
+use crate::registry::Target;
 
 /// The system's OpenSSH client, with strict host-key checking against the pinned key.
 #[derive(Debug, Clone)]
@@ -37,7 +38,7 @@ impl OpenSsh {
     }
 
     /// The arguments for `command` on `host`; refuses a host with no pinned key.
-    pub fn args(&self, host: &Endpoint, command: &str) -> Result<Vec<String>, String> {
+    pub fn args(&self, host: &Target, command: &str) -> Result<Vec<String>, String> {
         let pinned = host.known_hosts.as_ref().ok_or_else(|| {
             format!(
                 "no host key is pinned for {}; stado connects only to pinned hosts",
@@ -110,7 +111,7 @@ impl OpenSsh {
             }
         }
         a.push("-p".into());
-        a.push(host.port.to_string());
+        a.push(host.port.unwrap_or(22).to_string());
         if let Some(u) = &host.user {
             a.push("-l".into());
             a.push(u.clone());
@@ -176,12 +177,7 @@ impl HostChannel for OpenSsh {
         Ok(())
     }
 
-    async fn run(
-        &self,
-        host: &Endpoint,
-        command: &str,
-        timeout: Duration,
-    ) -> Result<Output, String> {
+    async fn run(&self, host: &Target, command: &str, timeout: Duration) -> Result<Output, String> {
         let args = self.args(host, command)?;
         let mut cmd = tokio::process::Command::new(&self.program);
         cmd.args(&args)
@@ -223,13 +219,14 @@ mod tests {
     fn openssh_checks_the_pinned_key_strictly_and_uses_only_the_fleet_key() {
         let dir = tempfile::tempdir().unwrap();
         let pinned = dir.path().join("pinned");
-        let host = Endpoint {
+        let host = Target {
             name: "h1".into(),
             address: "198.51.100.7".into(),
             user: Some("stado".into()),
-            port: 22,
+            port: Some(22),
             identity: Some(dir.path().join("key")),
             known_hosts: Some(pinned.clone()),
+            ..Target::default()
         };
         let ssh = OpenSsh::with_program("ssh");
         let e = ssh.args(&host, "true").unwrap_err();
@@ -256,13 +253,14 @@ mod tests {
     fn pinned_host_args(dir: &std::path::Path) -> Vec<String> {
         let pinned = dir.join("pinned");
         std::fs::write(&pinned, "h1 ssh-ed25519 AAAA\n").unwrap();
-        let host = Endpoint {
+        let host = Target {
             name: "h1".into(),
             address: "198.51.100.7".into(),
             user: Some("stado".into()),
-            port: 22,
+            port: Some(22),
             identity: Some(dir.join("key")),
             known_hosts: Some(pinned),
+            ..Target::default()
         };
         let mut args = OpenSsh::with_program("ssh").args(&host, "true").unwrap();
         args.pop();
@@ -361,13 +359,14 @@ mod tests {
         std::fs::write(&pinned, "h1 ssh-ed25519 AAAA\n").unwrap();
         let key = odd.join("key");
         std::fs::write(&key, "").unwrap();
-        let host = Endpoint {
+        let host = Target {
             name: "h1".into(),
             address: "198.51.100.7".into(),
             user: Some("stado".into()),
-            port: 22,
+            port: Some(22),
             identity: Some(key.clone()),
             known_hosts: Some(pinned.clone()),
+            ..Target::default()
         };
         let mut args = OpenSsh::with_program("ssh").args(&host, "true").unwrap();
         // -G prints the configuration ssh would use and connects nowhere; it takes no command.
@@ -406,20 +405,21 @@ mod tests {
 
     #[test]
     fn a_path_ssh_cannot_be_given_whole_is_refused() {
-        let host = Endpoint {
+        let host = Target {
             name: "h1".into(),
             address: "198.51.100.7".into(),
             user: None,
-            port: 22,
+            port: Some(22),
             identity: None,
             known_hosts: None,
+            ..Target::default()
         };
         for bad in ["/tmp/a${HOME}/h1", "/tmp/a\nb/h1"] {
             let dir = tempfile::tempdir().unwrap();
             let pinned = dir.path().join(bad.trim_start_matches('/'));
             std::fs::create_dir_all(pinned.parent().unwrap()).unwrap();
             std::fs::write(&pinned, "h1 ssh-ed25519 AAAA\n").unwrap();
-            let h = Endpoint {
+            let h = Target {
                 known_hosts: Some(pinned),
                 ..host.clone()
             };
@@ -443,13 +443,14 @@ mod tests {
         )
         .unwrap();
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let host = Endpoint {
+        let host = Target {
             name: "h1".into(),
             address: "198.51.100.7".into(),
             user: None,
-            port: 2222,
+            port: Some(2222),
             identity: None,
             known_hosts: Some(pinned),
+            ..Target::default()
         };
         let ssh = OpenSsh::with_program(&fake);
         let out = ssh

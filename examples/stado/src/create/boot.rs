@@ -4,7 +4,7 @@
 
 use super::host::Host;
 use super::{CreateReport, Step, Versions};
-use crate::channel::{commands, Endpoint};
+use crate::channel::commands;
 use crate::cloud::{Stado, CLOUD_INIT_LOG};
 use crate::error::Failure;
 use crate::registry::{CloudDecl, CloudState, Held};
@@ -64,8 +64,7 @@ impl Stado {
 
     /// cloud-init's end and the three version probes.
     async fn first_boot(&self, host: &Host) -> Result<Versions, Failure> {
-        let name = &host.name;
-        let ep = Endpoint::of(&host.target);
+        let (name, ep) = (&host.name, &host.target);
         let unclean = |what: String| {
             Failure::new(format!(
                 "the first boot of cloud host {name} did not finish cleanly ({what}); see {CLOUD_INIT_LOG} on the host. {name} stays declared: stado cloud host delete {name} returns it"
@@ -74,7 +73,7 @@ impl Stado {
         };
         match self
             .channel
-            .run(&ep, commands::CLOUD_INIT_WAIT, self.timing.cloud_init)
+            .run(ep, commands::CLOUD_INIT_WAIT, self.timing.cloud_init)
             .await
         {
             Ok(out) if out.status == 0 && out.stdout.contains("status: done") => {}
@@ -95,7 +94,7 @@ impl Stado {
         }
         let mut answers = Vec::new();
         for (what, cmd) in PROBES {
-            match self.channel.run(&ep, cmd, self.timing.command).await {
+            match self.channel.run(ep, cmd, self.timing.command).await {
                 Ok(out) if out.status == 0 && !out.stdout.trim().is_empty() => {
                     answers.push(crate::channel::printable(out.stdout.trim()))
                 }

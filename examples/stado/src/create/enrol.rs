@@ -4,10 +4,10 @@
 
 use super::host::Host;
 use super::{CreateReport, Minted, Step};
-use crate::channel::{commands, printable, Endpoint};
+use crate::channel::{commands, printable};
 use crate::cloud::{usd, Stado};
 use crate::keys::{self, FleetKey};
-use crate::registry::{CloudDecl, CloudState, Held};
+use crate::registry::{CloudDecl, CloudState, Held, Target};
 
 impl Stado {
     /// Step 7: pins the host key and connects until the host answers as itself.
@@ -54,18 +54,17 @@ impl Stado {
             sim.boot(&host.name, &public, &fleet.public_line)
                 .map_err(|e| e.to_string())?;
         }
-        let ep = Endpoint::of(&host.target);
         let deadline = tokio::time::Instant::now() + self.timing.enrol;
         loop {
             let last = match self
                 .channel
-                .run(&ep, commands::ENROL, self.timing.command)
+                .run(&host.target, commands::ENROL, self.timing.command)
                 .await
             {
                 // The host's own words: shown, so escaped.
                 Ok(out) if out.status == 0 => return Ok(printable(out.stdout.trim())),
                 Ok(out) => format!("uname exited {}: {}", out.status, out.last_words()),
-                Err(e) if self.cannot_reach(&ep) => return Err(e),
+                Err(e) if self.cannot_reach(&host.target) => return Err(e),
                 Err(e) => e,
             };
             // A changed host key is no passing failure: stop at once.
@@ -80,7 +79,7 @@ impl Stado {
 
     /// Whether no attempt could reach `ep` now, however long enrolment waits: its pinned host key
     /// is gone, or the channel cannot run with its files (the ssh client, their paths).
-    fn cannot_reach(&self, ep: &Endpoint) -> bool {
+    fn cannot_reach(&self, ep: &Target) -> bool {
         let pinned = ep.known_hosts.as_deref();
         let paths: Vec<&std::path::Path> =
             pinned.into_iter().chain(ep.identity.as_deref()).collect();

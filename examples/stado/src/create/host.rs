@@ -330,18 +330,7 @@ impl Stado {
             "{TITLE} has no {} to give in {} right now: {message} (try another size or location)",
             req.size, req.location
         );
-        let may_hold = match self.sweep(&req.name).await {
-            Ok(swept) => {
-                if swept.removed {
-                    msg.push_str("; what it had left of that name was removed after all");
-                }
-                false
-            }
-            Err(left) => {
-                msg.push_str(&format!("; {TITLE} still holds: {left}"));
-                true
-            }
-        };
+        let may_hold = add_swept(&mut msg, &self.sweep(&req.name).await);
         NotMade {
             failure: Failure::new(msg).with_code("no_stock"),
             may_hold,
@@ -394,7 +383,8 @@ impl Stado {
             req.name,
             self.cloud_error(&e)
         );
-        let may_hold = match self.sweep(&req.name).await {
+        let swept = self.sweep(&req.name).await;
+        let may_hold = match &swept {
             Ok(Swept {
                 foreign: Some(vm), ..
             }) => {
@@ -406,15 +396,9 @@ impl Stado {
                 msg.push_str("; 1 VM(s) of that name it made after all were deleted");
                 false
             }
-            Ok(Swept { removed: true, .. }) => {
-                msg.push_str("; what it had left of that name was removed after all");
-                false
-            }
-            Ok(_) => !e.made_nothing(),
-            Err(left) => {
-                msg.push_str(&format!("; {TITLE} still holds: {left}"));
-                true
-            }
+            Ok(Swept { removed: false, .. }) => !e.made_nothing(),
+            // Pieces that stood without a VM were removed, or the cloud still holds something.
+            _ => add_swept(&mut msg, &swept),
         };
         NotMade {
             failure: Failure::new(msg).with_code(code),
@@ -508,4 +492,15 @@ impl Stado {
             )),
         }
     }
+}
+
+/// Adds to a failed create's `msg` what its sweep did: removed what was left of the name, or could
+/// not remove what the cloud still holds. Whether the cloud may still hold something of the name.
+fn add_swept(msg: &mut String, swept: &Result<Swept, String>) -> bool {
+    match swept {
+        Ok(s) if s.removed => msg.push_str("; what it had left of that name was removed after all"),
+        Ok(_) => {}
+        Err(left) => msg.push_str(&format!("; {TITLE} still holds: {left}")),
+    }
+    swept.is_err()
 }

@@ -15,9 +15,7 @@ mod report;
 
 use std::path::PathBuf;
 
-pub use report::{
-    CreateReport, CreditReport, ErrorReport, FleetKeyReport, PriceReport, StepReport, Versions,
-};
+pub use report::{CreateReport, CreditReport, PriceReport, StepReport, Versions};
 
 use crate::admission::AdmissionReport;
 use crate::cloud::{Progress, Stado, TITLE};
@@ -148,7 +146,7 @@ impl Stado {
         };
         match self.create_steps(req, &mut run).await {
             Ok(()) => report.ok = true,
-            Err(f) => report.error = Some(ErrorReport::from(&f)),
+            Err(f) => report.error = Some(f),
         }
         report
     }
@@ -310,11 +308,7 @@ impl Stado {
     ) -> Step<(FleetKey, Minted)> {
         let fleet = keys::generate_fleet_key(&self.home, &req.name)?;
         let minted = Minted(vec![fleet.private.clone(), fleet.public.clone()]);
-        report.fleet_key = Some(FleetKeyReport {
-            path: fleet.private.display().to_string(),
-            public_key: fleet.public_line.clone(),
-            fingerprint: fleet.fingerprint.clone(),
-        });
+        report.fleet_key = Some(fleet.clone());
         let line = format!(
             "fleet key: {} (ed25519 {})",
             fleet.private.display(),

@@ -15,16 +15,6 @@ use crate::error::Failure;
 use crate::profile::{FloorRuling, Profile};
 use crate::registry::Registry;
 
-/// What the size's hour was found to be.
-struct Quote {
-    /// The highest hour, USD.
-    hour: f64,
-    /// The location that quoted it.
-    priced_in: String,
-    /// Every location's quote.
-    quotes: BTreeMap<String, f64>,
-}
-
 impl Stado {
     /// Step 2: prices the size, says the projected burn, and passes the credit gate.
     pub(super) async fn price_step(
@@ -37,16 +27,14 @@ impl Stado {
         // What the gate needs from the profile and the provider, before any call to the cloud.
         let floor = profile.floor()?;
         let credit = self.credit_source()?;
-        let quote = self.quote(profile, req).await?;
-        let price = burn(
-            &quote,
-            registry
-                .cloud_hosts(&self.kind)
-                .iter()
-                .map(|(_, c)| c.hourly_usd),
-        );
+        let mut price = self.quote(profile, req).await?;
+        let declared = registry.cloud_hosts(&self.kind);
+        // Folded from 0.0: an empty `sum()` of f64 is -0.0, which would be shown as -0.00.
+        price.running_usd = declared.iter().fold(0.0, |a, (_, c)| a + c.hourly_usd);
+        price.running = declared.len();
+        price.projected_burn_usd = price.hourly_usd + price.running_usd;
         report.price = Some(price.clone());
-        let lines = vec![burn_line(req, &quote, &price)];
+        let lines = vec![burn_line(req, &price)];
         match self.gate(credit, &floor, req, &price, report).await {
             Ok(line) => Ok((price, [lines, vec![line]].concat())),
             Err(failure) => Err(Stop { lines, failure }),
@@ -71,8 +59,9 @@ impl Stado {
         )))
     }
 
-    /// The size's hour in every configured location, and the highest.
-    async fn quote(&self, profile: &Profile, req: &CreateRequest) -> Result<Quote, Failure> {
+    /// The size's hour in every configured location, and the highest: the price step's findings
+    /// before the hosts already declared are counted (none running).
+    async fn quote(&self, profile: &Profile, req: &CreateRequest) -> Result<PriceReport, Failure> {
         let mut quotes = BTreeMap::new();
         for loc in &profile.price_locations(&req.location) {
             match self.provider.hourly_price(&req.size, loc).await {
@@ -127,10 +116,13 @@ impl Stado {
             .map(|(l, h)| (l.clone(), *h))
             .reduce(|best, q| if best.1 >= q.1 { best } else { q })
             .ok_or_else(|| Failure::new(format!("{TITLE} quotes no price for {}", req.size)))?;
-        Ok(Quote {
-            hour,
+        Ok(PriceReport {
+            hourly_usd: hour,
             priced_in,
             quotes,
+            running: 0,
+            running_usd: 0.0,
+            projected_burn_usd: hour,
         })
     }
 
@@ -201,32 +193,18 @@ impl Stado {
     }
 }
 
-/// The price step's findings: the quote, and the hours of the hosts already declared (`running`).
-fn burn(quote: &Quote, running: impl Iterator<Item = f64>) -> PriceReport {
-    let hours: Vec<f64> = running.collect();
-    let running_usd = hours.iter().fold(0.0, |a, h| a + h);
-    PriceReport {
-        hourly_usd: quote.hour,
-        priced_in: quote.priced_in.clone(),
-        quotes: quote.quotes.clone(),
-        running: hours.len(),
-        running_usd,
-        projected_burn_usd: quote.hour + running_usd,
-    }
-}
-
 /// `projected hourly burn: <total> USD (<name> <size> at <hour> USD, <where priced>; <n> cloud
 /// host(s) already running at <hours> USD)`.
-fn burn_line(req: &CreateRequest, quote: &Quote, price: &PriceReport) -> String {
-    let where_priced = if quote.quotes.len() > 1 {
-        let all: Vec<&str> = quote.quotes.keys().map(String::as_str).collect();
+fn burn_line(req: &CreateRequest, price: &PriceReport) -> String {
+    let where_priced = if price.quotes.len() > 1 {
+        let all: Vec<&str> = price.quotes.keys().map(String::as_str).collect();
         format!(
             "priced in {}, the highest of {}",
-            quote.priced_in,
+            price.priced_in,
             all.join(", ")
         )
     } else {
-        format!("priced in {}", quote.priced_in)
+        format!("priced in {}", price.priced_in)
     };
     format!(
         "projected hourly burn: {} USD ({} {} at {} USD, {where_priced}; {} cloud host(s) already running at {} USD)",

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::admission::AdmissionReport;
 use crate::error::Failure;
+use crate::keys::FleetKey;
 use crate::registry::{Egress, Target};
 
 /// One step of create as it went.
@@ -96,50 +97,11 @@ pub struct CreateReport {
     /// The admission in each location.
     pub admission: Vec<AdmissionReport>,
     /// The fleet key's public half and fingerprint.
-    pub fleet_key: Option<FleetKeyReport>,
+    pub fleet_key: Option<FleetKey>,
     /// The registry's target for the host, once recorded.
     pub host: Option<Target>,
     /// The first boot's versions.
     pub versions: Option<Versions>,
     /// Why it stopped.
-    pub error: Option<ErrorReport>,
-}
-
-/// A fleet key's public facts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FleetKeyReport {
-    /// The private half's path (its content is never shown).
-    pub path: String,
-    /// The public key.
-    pub public_key: String,
-    /// Its fingerprint.
-    pub fingerprint: String,
-}
-
-/// A failure as a report carries it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ErrorReport {
-    /// Its short code.
-    pub code: &'static str,
-    /// The message.
-    pub message: String,
-}
-
-impl From<&Failure> for ErrorReport {
-    fn from(f: &Failure) -> Self {
-        ErrorReport {
-            code: f.code(),
-            message: f.message().to_string(),
-        }
-    }
-}
-
-impl CreateReport {
-    /// The lines a person reads, step by step.
-    pub fn lines(&self) -> Vec<String> {
-        self.steps
-            .iter()
-            .flat_map(|s| s.lines.iter().cloned())
-            .collect()
-    }
+    pub error: Option<Failure>,
 }

@@ -60,7 +60,7 @@ async fn lab_in(azure: Arc<FakeAzure>) -> Lab {
     p.set("azure.billing_profile", BILLING_PROFILE).unwrap();
     p.save(&home).unwrap();
     azure.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 100.0, "USD");
-    let fleet = FakeFleet::new();
+    let fleet = FakeFleet::default();
     let s = common::stado_on(home, "azure", azure_provider(&p).await, &fleet);
     Lab {
         _dir: dir,
@@ -119,7 +119,7 @@ impl Lab {
 fn error(r: &stado::CreateReport) -> String {
     r.error
         .as_ref()
-        .map(|e| e.message.clone())
+        .map(|e| e.message().to_string())
         .unwrap_or_default()
 }
 
@@ -271,7 +271,7 @@ async fn refusals_before_anything_is_made() {
         error(&r),
         "the Azure credit gate has no balance to read: a real subscription's credit is read from a billing profile of a billing account, and this deployment names none; stado config set azure.billing_account <account id> and stado config set azure.billing_profile <profile id> declare them"
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "refused");
+    assert_eq!(r.error.as_ref().unwrap().code(), "refused");
     let mut p = Profile::load(&lab.s.home).unwrap();
     p.set("azure.billing_account", BILLING_ACCOUNT).unwrap();
     p.set("azure.billing_profile", BILLING_PROFILE).unwrap();
@@ -279,10 +279,10 @@ async fn refusals_before_anything_is_made() {
     // No admit_from.
     let mut reg = Registry::load(&lab.s.home).unwrap();
     reg.cloud_hosts.admit_from = None;
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     assert!(error(&lab.create("h1").await).starts_with("the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is absent)"));
     reg.cloud_hosts.admit_from = Some(vec!["build-host".into()]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     // An admit_from host that does not answer.
     lab.fleet
         .update("build-host", |h| h.answers = false)
@@ -310,7 +310,7 @@ async fn a_policy_deny_answers_at_the_application_security_group_naming_the_assi
             "the application security group stado-cloud-hosts-{LOCATION} was not made: permission denied: put application security group stado-cloud-hosts-{LOCATION}: policy assignment deny-asg-assignment (Deny Microsoft.Network/applicationSecurityGroups; {POLICY}) denied the request: HTTP 403: RequestDisallowedByPolicy: Resource 'stado-cloud-hosts-{LOCATION}' was disallowed by policy. Policy identifiers: '[{{\"policyAssignment\":{{\"name\":\"Deny Microsoft.Network/applicationSecurityGroups\",\"id\":\"{POLICY}\"}},\"policyDefinition\":{{\"name\":\"Not allowed resource types\"}}}}]'. [put application security group stado-cloud-hosts-{LOCATION}]"
         )
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "denied");
+    assert_eq!(r.error.as_ref().unwrap().code(), "denied");
     assert_eq!(lab.resources(), before, "nothing is created");
     assert!(!lab.s.home.fleet_key("h1").exists());
 }
@@ -397,7 +397,7 @@ async fn a_deny_after_the_application_security_group_does_not_say_it_was_not_mad
     );
     let r = lab.create("h1").await;
     let e = error(&r);
-    assert_eq!(r.error.as_ref().unwrap().code, "denied");
+    assert_eq!(r.error.as_ref().unwrap().code(), "denied");
     assert_eq!(
         e,
         format!(
@@ -413,7 +413,7 @@ async fn a_deny_after_the_application_security_group_does_not_say_it_was_not_mad
     assert!(lab.create("h1").await.ok);
     deny_next_put(&lab, "/networkSecurityGroups/h1-nsg/securityRules/");
     let r = lab.create("h2").await;
-    assert_eq!(r.error.as_ref().unwrap().code, "denied");
+    assert_eq!(r.error.as_ref().unwrap().code(), "denied");
     assert_eq!(
         error(&r),
         format!(
@@ -463,7 +463,7 @@ async fn a_step_six_failure_that_leaves_something_behind_names_it() {
     lab.azure.refuse_delete("h1-nic");
     let r = lab.create("h1").await;
     let e = error(&r);
-    assert_eq!(r.error.as_ref().unwrap().code, "leftovers", "{e}");
+    assert_eq!(r.error.as_ref().unwrap().code(), "leftovers", "{e}");
     assert!(e.starts_with("cloud host h1 was not made: "), "{e}");
     assert!(e.contains("deny-vm-assignment"), "{e}");
     // The interface is locked, and the security group and the address stay attached to it.
@@ -525,7 +525,7 @@ async fn no_stock_whose_clean_up_left_something_names_it() {
     lab.azure.refuse_delete("h1-nic");
     let r = lab.create("h1").await;
     let e = error(&r);
-    assert_eq!(r.error.as_ref().unwrap().code, "no_stock", "{e}");
+    assert_eq!(r.error.as_ref().unwrap().code(), "no_stock", "{e}");
     assert!(
         e.starts_with(&format!(
             "Azure has no {SIZE} to give in {LOCATION} right now: "
@@ -1017,7 +1017,7 @@ async fn a_name_longer_than_azure_takes_is_refused_before_any_call() {
     let calls = lab.azure.control().requests();
     let name = "h".repeat(60);
     let r = lab.create(&name).await;
-    assert_eq!(r.error.as_ref().unwrap().code, "refused");
+    assert_eq!(r.error.as_ref().unwrap().code(), "refused");
     assert_eq!(
         error(&r),
         format!("'{name}' is 60 characters long: a cloud host's name is at most 58 on Azure (the names of its VM's pieces add a suffix to it)")
@@ -1085,7 +1085,7 @@ async fn a_creating_host_of_a_name_longer_than_azure_takes_is_deleted() {
         state: stado::registry::CloudState::Creating,
     });
     reg.put_target(t);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let d = lab.s.delete(&name).await.unwrap();
     assert!(d.deleted);
     assert!(declared(&lab.s).is_empty());
@@ -1118,7 +1118,7 @@ async fn a_price_lookup_that_fails_passingly_is_no_refusal_of_the_size() {
         "{e}"
     );
     assert!(e.ends_with("; this may pass when tried again"), "{e}");
-    assert_eq!(r.error.as_ref().unwrap().code, "unavailable");
+    assert_eq!(r.error.as_ref().unwrap().code(), "unavailable");
     assert_eq!(lab.resources(), before);
     assert!(declared(&lab.s).is_empty());
 }

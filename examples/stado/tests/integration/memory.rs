@@ -35,7 +35,7 @@ fn lab_on(cloud: MemoryCloud, owner: Option<&str>) -> Lab {
         p.save(&home).unwrap();
     }
     let provider: Arc<dyn Provider> = Arc::new(cloud.provider(&common::owner(&home)).unwrap());
-    let fleet = FakeFleet::new().with_cloud(cloud.clone());
+    let fleet = FakeFleet::default().with_cloud(cloud.clone());
     let s = common::stado_on(home, "fake", provider, &fleet);
     Lab {
         _dir: dir,
@@ -85,7 +85,7 @@ impl Lab {
 fn error(r: &stado::CreateReport) -> String {
     r.error
         .as_ref()
-        .map(|e| e.message.clone())
+        .map(|e| e.message().to_string())
         .unwrap_or_default()
 }
 
@@ -158,7 +158,7 @@ async fn a_created_host_is_declared_enrolled_and_booted_in_nine_steps() {
     let v = r.versions.as_ref().unwrap();
     assert!(v.rustc.starts_with("rustc "), "{v:?}");
     assert_eq!((v.node.as_str(), v.npm.as_str()), ("v18.19.1", "9.2.0"));
-    let lines = r.lines();
+    let lines = common::lines(&r);
     assert!(
         lines
             .iter()
@@ -267,7 +267,7 @@ async fn the_credit_gate_refuses_when_what_remains_is_not_above_the_floor() {
         error(&r),
         format!("creating cloud host h2 (amd64-small) in zone-a is refused: the Azure credit balance 20.1664 USD less one hour of amd64-small (0.0832 USD) and one hour of the machines already running (0.0832 USD) is not above the floor 20.00 USD (the operator's ruling R-1: \"{WORDS}\"); 20.00 USD would remain")
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "credit");
+    assert_eq!(r.error.as_ref().unwrap().code(), "credit");
     assert!(
         r.steps[1].lines[0].starts_with("projected hourly burn: 0.1664 USD"),
         "the burn is printed before the refusal"
@@ -299,7 +299,7 @@ async fn without_admit_from_nothing_is_created() {
     let lab = lab();
     let mut reg = Registry::load(&lab.s.home).unwrap();
     reg.cloud_hosts.admit_from = None;
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let r = lab.create("h1").await;
     assert!(
         error(&r).starts_with("the registry names no host whose address a cloud host admits (cloud_hosts.admit_from is absent); "),
@@ -308,10 +308,10 @@ async fn without_admit_from_nothing_is_created() {
     );
     assert_eq!(r.steps.last().unwrap().step, 3);
     reg.cloud_hosts.admit_from = Some(vec![]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     assert!(error(&lab.create("h1").await).contains("(cloud_hosts.admit_from is empty)"));
     reg.cloud_hosts.admit_from = Some(vec!["nowhere".into()]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     assert!(error(&lab.create("h1").await)
         .starts_with("cloud_hosts.admit_from names nowhere, which is not a registered target"));
     assert!(lab.cloud.all_machines().is_empty());
@@ -365,7 +365,7 @@ struct Slow {
 impl stado::channel::HostChannel for Slow {
     async fn run(
         &self,
-        host: &stado::channel::Endpoint,
+        host: &stado::registry::Target,
         command: &str,
         timeout: Duration,
     ) -> Result<stado::channel::Output, String> {
@@ -387,7 +387,7 @@ async fn each_egress_is_stamped_when_its_answer_came_not_when_the_last_one_did()
     far.user = Some("ci".into());
     reg.put_target(far);
     reg.cloud_hosts.admit_from = Some(vec!["build-host".into(), "far-host".into()]);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let slow = Arc::new(Slow {
         inner: lab.fleet.clone(),
         slow: "far-host".into(),
@@ -512,7 +512,7 @@ async fn a_policy_deny_answers_at_the_first_resource_and_nothing_is_created() {
         e,
         "admitting the fleet's addresses on SSH in zone-a failed: permission denied: injected PermissionDenied [admit_ssh]; the application security group stado-cloud-hosts-zone-a may stand: an admission makes it first, and stado keeps it (one per location, never deleted)"
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "denied");
+    assert_eq!(r.error.as_ref().unwrap().code(), "denied");
     assert!(lab.cloud.all_machines().is_empty());
     assert!(lab.cloud.admission_groups().is_empty());
     assert!(
@@ -1285,7 +1285,7 @@ async fn a_second_stado_writing_the_registry_at_once_is_refused_not_merged() {
     let lab = lab();
     let held = lab.s.home.lock(&lab.s.home.registry_path()).unwrap();
     let r = lab.create("h1").await;
-    assert_eq!(r.error.as_ref().unwrap().code, "busy");
+    assert_eq!(r.error.as_ref().unwrap().code(), "busy");
     assert!(error(&r).contains("is being written by another stado right now; nothing was changed"));
     assert_eq!(lab.s.delete("h1").await.unwrap_err().code(), "busy");
     assert_eq!(lab.s.reap(true).await.unwrap_err().code(), "busy");
@@ -1302,7 +1302,7 @@ async fn a_second_stado_writing_the_registry_at_once_is_refused_not_merged() {
     let (a, b) = tokio::join!(lab.create("h1"), lab.create("h2"));
     let codes: Vec<_> = [&a, &b]
         .iter()
-        .map(|r| r.error.as_ref().map(|e| e.code))
+        .map(|r| r.error.as_ref().map(|e| e.code()))
         .collect();
     assert!(
         codes.contains(&None) && codes.contains(&Some("busy")),
@@ -1351,7 +1351,7 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
         e.starts_with("a VM named h1 already stands in Azure and is not this stado home's"),
         "{e}"
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "exists");
+    assert_eq!(r.error.as_ref().unwrap().code(), "exists");
     assert!(
         cloud.all_machines().iter().any(|m| m.id == a_vm),
         "a's VM still stands"
@@ -1399,7 +1399,7 @@ async fn a_stado_never_adopts_or_deletes_another_homes_host_of_the_same_name() {
             .unwrap()
             .clone(),
     );
-    reg.save(&c.s.home).unwrap();
+    common::save_registry(&c.s.home, &reg);
     let e = c.s.delete("h1").await.unwrap_err();
     assert!(
         e.message().starts_with(&format!(
@@ -1431,7 +1431,7 @@ async fn a_failed_read_never_lets_delete_remove_another_homes_vm() {
             .unwrap()
             .clone(),
     );
-    reg.save(&c.s.home).unwrap();
+    common::save_registry(&c.s.home, &reg);
     // A failure the provider does not retry: the read answers nothing.
     cloud.inject(Operation::List, FaultKind::Error(ErrorKind::Other), 1);
     let e = c.s.delete("h1").await.unwrap_err();
@@ -1456,7 +1456,7 @@ async fn a_failed_read_never_lets_delete_remove_another_homes_vm() {
 async fn no_output_carries_a_private_key() {
     let lab = lab();
     let r = lab.create("h1").await;
-    let text = shown(&r, &r.lines());
+    let text = shown(&r, &common::lines(&r));
     let private = std::fs::read_to_string(lab.s.home.fleet_key("h1")).unwrap();
     for line in private.lines().filter(|l| !l.starts_with("-----")) {
         assert!(
@@ -1573,7 +1573,7 @@ async fn create_never_replaces_nor_deletes_a_key_it_did_not_mint() {
             mine.public.display()
         )
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "refused");
+    assert_eq!(r.error.as_ref().unwrap().code(), "refused");
     assert_eq!((r.steps.len(), r.steps[0].name), (1, "name"));
     assert_eq!(std::fs::read(&mine.private).unwrap(), private);
     assert_eq!(std::fs::read(&mine.public).unwrap(), public);
@@ -1671,7 +1671,7 @@ async fn delete_names_the_provider_a_host_of_another_provider_is_declared_on() {
     let mut t = reg.target("t1").unwrap().clone();
     t.cloud.as_mut().unwrap().provider = "azure".into();
     reg.put_target(t);
-    reg.save(&lab.s.home).unwrap();
+    common::save_registry(&lab.s.home, &reg);
     let e = lab.s.delete("t1").await.unwrap_err();
     assert_eq!(
         e.message(),
@@ -1732,7 +1732,7 @@ async fn an_unknown_location_is_refused_naming_the_known_ones() {
         error(&r),
         "--location zone-q: the fake cloud has no such location; its locations are zone-a, zone-b, zone-c"
     );
-    assert_eq!(r.error.as_ref().unwrap().code, "invalid");
+    assert_eq!(r.error.as_ref().unwrap().code(), "invalid");
     assert_eq!(lab.cloud.requests(), 0, "no cloud call");
 }
 
@@ -1807,11 +1807,11 @@ async fn an_ssh_that_cannot_run_stops_create_before_any_vm() {
     let r = s.create(&request("h1", "zone-a", "amd64-small")).await;
     let e = r.error.as_ref().unwrap();
     assert!(
-        e.message.starts_with(
+        e.message().starts_with(
             "cloud host h1 cannot be reached over SSH from here: could not run /nonexistent/ssh: "
         ),
         "{}",
-        e.message
+        e.message()
     );
     assert!(r.steps.is_empty(), "{:?}", r.steps);
     assert_eq!(lab.in_cloud(), vec![]);
@@ -1832,7 +1832,7 @@ struct PinLost {
 impl stado::channel::HostChannel for PinLost {
     async fn run(
         &self,
-        host: &stado::channel::Endpoint,
+        host: &stado::registry::Target,
         command: &str,
         timeout: Duration,
     ) -> Result<stado::channel::Output, String> {
@@ -1864,7 +1864,7 @@ async fn enrolment_stops_at_once_when_the_pinned_host_key_is_gone() {
     lab.s.channel = channel.clone();
     lab.s.timing.enrol = Duration::from_secs(2);
     let r = lab.create("h1").await;
-    let e = &r.error.as_ref().unwrap().message;
+    let e = r.error.as_ref().unwrap().message();
     assert!(
         e.starts_with("cloud host h1 could not be enrolled: the pinned host key of h1 ("),
         "{e}"
@@ -1891,7 +1891,7 @@ struct OwnerChangedMeanwhile {
 impl stado::channel::HostChannel for OwnerChangedMeanwhile {
     async fn run(
         &self,
-        host: &stado::channel::Endpoint,
+        host: &stado::registry::Target,
         command: &str,
         timeout: Duration,
     ) -> Result<stado::channel::Output, String> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use stado::channel::FakeFleet;
 use stado::profile::Profile;
 use stado::registry::{Registry, Target};
-use stado::{CreateRequest, Home, Stado};
+use stado::{CreateReport, CreateRequest, Home, Stado};
 
 pub const WORDS: &str = "Keep twenty dollars for the month's last builds.";
 
@@ -46,7 +46,7 @@ pub fn fleet_host(home: &Home) {
     t.user = Some("ci".into());
     r.put_target(t);
     r.cloud_hosts.admit_from = Some(vec!["build-host".into()]);
-    r.save(home).unwrap();
+    save_registry(home, &r);
 }
 
 pub fn request(name: &str, location: &str, size: &str) -> CreateRequest {
@@ -82,6 +82,21 @@ pub fn stado_on(
     let mut s = Stado::with(home, kind, provider, Arc::new(fleet.clone()));
     s.sim = Some(fleet.clone());
     s
+}
+
+/// Writes `r` as `home`'s registry, atomically, under the registry's write lock taken for this write
+/// alone (a command that writes it holds it throughout: `registry::Held`).
+pub fn save_registry(home: &Home, r: &Registry) {
+    let _lock = home.lock(&home.registry_path()).unwrap();
+    stado::files::write_json(&home.registry_path(), r).unwrap();
+}
+
+/// The lines a person reads of a create, step by step.
+pub fn lines(r: &CreateReport) -> Vec<String> {
+    r.steps
+        .iter()
+        .flat_map(|s| s.lines.iter().cloned())
+        .collect()
 }
 
 /// Every text a command showed: its JSON and its lines.
