@@ -14,29 +14,20 @@ use crate::error::Failure;
 use crate::list::power_word;
 use crate::registry::{CloudDecl, CloudState, Egress, Target};
 
-/// How a host was judged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// A run stands in its run area, or cargo or rustc runs.
-    Busy,
-    /// Idle, not yet past its minutes.
-    Idle,
-    /// Idle past its minutes.
-    Reapable,
-    /// Could not be read: never judged idle.
-    #[default]
-    Unread,
-}
-
-impl Verdict {
-    fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Busy => "busy",
-            Verdict::Idle => "idle",
-            Verdict::Reapable => "reapable",
-            Verdict::Unread => "unread",
-        }
+orca::words! {
+    /// How a host was judged.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum Verdict {
+        /// A run stands in its run area, or cargo or rustc runs.
+        Busy = "busy",
+        /// Idle, not yet past its minutes.
+        Idle = "idle",
+        /// Idle past its minutes.
+        Reapable = "reapable",
+        /// Could not be read: never judged idle.
+        #[default]
+        Unread = "unread",
     }
 }
 
