@@ -22,6 +22,7 @@ use orca_machines::Provider;
 mod client;
 mod errors;
 pub mod fake;
+pub mod host;
 mod server;
 mod stdio;
 mod wire;
@@ -30,6 +31,7 @@ pub use client::{
     PluginCommand, PluginProvider, StderrLines, CUT_MARK, DEFAULT_START_TIMEOUT, MAX_STDERR_LINE,
 };
 pub use errors::{error_from, error_to};
+pub use host::PluginHost;
 pub use server::Driver;
 pub use stdio::{serve_on, serve_stdio};
 pub use tonic::service::Routes;

@@ -193,9 +193,7 @@ async fn keeper(args: &Args) -> Result<Keeper, Error> {
 fn drivers(args: &Args) -> Arc<dyn keeper::drivers::Drivers> {
     match args.drivers {
         DriverMode::Linked => Arc::new(keeper::drivers::OrcaDrivers),
-        DriverMode::Plugins => Arc::new(keeper::plugins::PluginDrivers::new(
-            args.plugin_dir.iter().cloned(),
-        )),
+        DriverMode::Plugins => Arc::new(keeper::plugins::host(args.plugin_dir.iter().cloned())),
     }
 }
 

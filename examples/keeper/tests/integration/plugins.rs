@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use keeper::drivers::Drivers;
-use keeper::plugins::PluginDrivers;
 use serde_json::{json, Value};
 use support::{hosts, World};
 
@@ -207,7 +205,7 @@ async fn a_plugin_logging_its_secret_is_masked_in_keepers_log() {
     // What keeper logged, kept in memory.
     let log = orca_fakes::traces::Captured::default();
     keeper::logging::init_with(log.clone());
-    let host = keeper::plugins::PluginDrivers::new([dir.path().to_path_buf()]);
+    let host = keeper::plugins::host([dir.path().to_path_buf()]);
     let settings = orca::Settings::new()
         .with("LAB_API_TOKEN", "tok-5f1e2d")
         .with("LAB_SECRET", "s3cr3t-value")
@@ -308,7 +306,8 @@ async fn a_plugin_that_never_answers_fails_its_start_in_time_and_another_driver_
         &format!("touch {}\nexec sleep 3600\n", began.display()),
     );
     let host = Arc::new(
-        PluginDrivers::new([dir.path().to_path_buf(), built]).start_timeout(Duration::from_secs(2)),
+        keeper::plugins::host([dir.path().to_path_buf(), built])
+            .start_timeout(Duration::from_secs(2)),
     );
     let hang = tokio::spawn({
         let host = host.clone();
@@ -363,7 +362,7 @@ async fn a_slow_start_of_one_plugin_holds_no_other_providers_start() {
             built.join("soul-cloud-fake").display()
         ),
     );
-    let host = Arc::new(PluginDrivers::new([dir.path().to_path_buf(), built]));
+    let host = Arc::new(keeper::plugins::host([dir.path().to_path_buf(), built]));
     let slow = tokio::spawn({
         let host = host.clone();
         let settings = fake_settings(&dir.path().join("slow.json"));
@@ -403,7 +402,7 @@ async fn a_plugin_or_plugin_folder_others_may_write_is_refused_naming_it() {
     );
     let settings = fake_settings(&dir.path().join("cloud.json"));
     let start = || async {
-        let host = PluginDrivers::new([plugins.clone()]);
+        let host = keeper::plugins::host([plugins.clone()]);
         host.provider("fake", "o", &settings).await.map(|_| host)
     };
     let host = start().await.unwrap();
@@ -444,7 +443,7 @@ async fn providers_of_one_driver_and_owner_with_other_settings_keep_a_plugin_eac
             built.join("soul-cloud-fake").display()
         ),
     );
-    let host = PluginDrivers::new([dir.path().to_path_buf()]);
+    let host = keeper::plugins::host([dir.path().to_path_buf()]);
     // Two regions of one cloud, as two EC2 regions or two Hetzner projects are.
     let a = fake_settings(&dir.path().join("a.json"));
     let b = fake_settings(&dir.path().join("b.json"));
@@ -466,7 +465,7 @@ async fn an_idle_plugin_is_let_go_at_the_next_ask_without_another_start() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let host = PluginDrivers::new([built]).keep_idle(Duration::ZERO);
+    let host = keeper::plugins::host([built]).keep_idle(Duration::ZERO);
     let a = fake_settings(&dir.path().join("a.json"));
     let b = fake_settings(&dir.path().join("b.json"));
     let held = host.provider("fake", "o", &a).await.unwrap();
@@ -487,7 +486,7 @@ async fn a_plugin_of_replaced_settings_is_let_go_once_no_step_holds_it_and_calls
     };
     let dir = tempfile::tempdir().unwrap();
     // Kept for no time once unused: what an hour of not being asked for does by default.
-    let host = PluginDrivers::new([built]).keep_idle(Duration::ZERO);
+    let host = keeper::plugins::host([built]).keep_idle(Duration::ZERO);
     let (a, b, c) = (
         fake_settings(&dir.path().join("a.json")),
         fake_settings(&dir.path().join("b.json")),

@@ -464,13 +464,12 @@ impl World {
     }
 
     async fn build(test: &str, settings: KeeperSettings, choice: Choice) -> Option<World> {
-        let test_plugins =
-            match choice {
-                Choice::Test if on_plugins() => Some(Arc::new(
-                    keeper::plugins::PluginDrivers::new([plugin_dir(test)?]),
-                )),
-                _ => None,
-            };
+        let test_plugins = match choice {
+            Choice::Test if on_plugins() => {
+                Some(Arc::new(keeper::plugins::host([plugin_dir(test)?])))
+            }
+            _ => None,
+        };
         let owner = settings.owner.clone();
         let db = TestDb::create(test).await?;
         let dir = tempfile::tempdir().unwrap();
@@ -484,9 +483,7 @@ impl World {
         let cloud = MemoryCloud::persistent(&state).unwrap();
         let knobs = Arc::new(Knobs::default());
         let plugins = match &choice {
-            Choice::Plugins(dir) => {
-                Some(Arc::new(keeper::plugins::PluginDrivers::new([dir.clone()])))
-            }
+            Choice::Plugins(dir) => Some(Arc::new(keeper::plugins::host([dir.clone()]))),
             _ => test_plugins.clone(),
         };
         if let Some(host) = &test_plugins {
