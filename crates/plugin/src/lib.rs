@@ -12,6 +12,8 @@
 //!   it hands the plugin its settings in the child's environment (never its command line),
 //!   refuses a plugin that speaks another protocol version, and restarts a plugin that died on the
 //!   next call (the call in flight fails as a passing failure that may have acted).
+//! - A host that runs many providers keeps them in a [`PluginHost`]: started on first use, one per
+//!   driver, owner and settings, the idle ones let go.
 //!
 //! See the crate's README for the wire and how to write a plugin in another language.
 
