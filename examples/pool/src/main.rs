@@ -10,7 +10,7 @@
 //! held everything because the pool has machines a new record does not name (see `--unknown`).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,7 +19,8 @@ use std::time::Duration;
 use clap::Parser;
 use futures::FutureExt;
 use orca_scaler::metrics::Metrics;
-use orca_scaler::{check_offerings, FileStore, Key, Offering, PgStore, Scaler, Settings, Store};
+use orca_scaler::store::{replica_name, Address};
+use orca_scaler::{check_offerings, Key, Offering, Scaler, Settings, Store};
 
 /// Keeps a pool of cloud machines at its size. A pass lists the pool, reconciles it with the record
 /// (kept per kind, owner and pool; every name written before its create), deletes what is surplus,
@@ -180,46 +181,9 @@ fn interval(seconds: f64) -> Result<Duration, String> {
     }
 }
 
-fn replica_name() -> String {
-    let host = std::fs::read_to_string("/etc/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "host".into());
-    format!("{host}-{}", std::process::id())
-}
-
-/// What `--store` names.
-#[derive(Debug, PartialEq, Eq)]
-enum StoreArg<'a> {
-    /// A PostgreSQL database: a URL, or key=value settings.
-    Postgres(&'a str),
-    /// A file.
-    File(&'a str),
-}
-
-/// Reads `--store`: a path that starts with `/` or `.` is a file; a URL (`scheme://`) must be
-/// PostgreSQL's; any word with `=` makes key=value settings (`host=... dbname=...`); anything else
-/// is a file. A connection string taken for a file name would give each replica a record of its own
-/// (two would act at once) and write its password into a file's name, so any other URL is refused;
-/// the refusal does not repeat the value, which may hold a password.
-fn store_arg(store: &str) -> Result<StoreArg<'_>, String> {
-    if store.starts_with(['/', '.']) {
-        return Ok(StoreArg::File(store));
-    }
-    if let Some((scheme, _)) = store.split_once("://") {
-        return match scheme.to_ascii_lowercase().as_str() {
-            "postgres" | "postgresql" => Ok(StoreArg::Postgres(store)),
-            _ => Err(
-                "refused at start, nothing done:\n  - --store: a URL that is not postgres:// or postgresql:// (give a PostgreSQL URL, key=value settings, or a file path)".into(),
-            ),
-        };
-    }
-    if store.split_whitespace().any(|w| w.contains('=')) {
-        return Ok(StoreArg::Postgres(store));
-    }
-    Ok(StoreArg::File(store))
+/// What `--store` names, or why it is refused.
+fn store_arg(store: &str) -> Result<Address<'_>, String> {
+    Address::parse(store).map_err(|e| format!("refused at start, nothing done:\n  - --store: {e}"))
 }
 
 async fn run(args: Args, mut stop: Stop) -> Result<ExitCode, String> {
@@ -338,24 +302,14 @@ fn settings(args: &Args) -> Result<Settings, String> {
 
 /// The record's store `--store` names: PostgreSQL, or a file (by default `orca-pool-<pool>.json`).
 async fn open_store(args: &Args) -> Result<Box<dyn Store>, String> {
-    let named = args.store.as_deref().map(store_arg).transpose()?;
-    match named {
-        Some(StoreArg::Postgres(url)) => {
-            let replica = args.replica.clone().unwrap_or_else(replica_name);
-            Ok(Box::new(
-                PgStore::connect(url, &replica)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            ))
-        }
-        Some(StoreArg::File(path)) => Ok(Box::new(
-            FileStore::open(Path::new(path)).map_err(|e| e.to_string())?,
-        )),
-        None => {
-            let path = PathBuf::from(format!("orca-pool-{}.json", args.pool));
-            Ok(Box::new(FileStore::open(&path).map_err(|e| e.to_string())?))
-        }
-    }
+    let default = format!("orca-pool-{}.json", args.pool);
+    let named = match args.store.as_deref() {
+        Some(store) => store_arg(store)?,
+        None => Address::File(&default),
+    };
+    named
+        .open(|| args.replica.clone().unwrap_or_else(replica_name))
+        .await
 }
 
 /// Prints `report`: lines for a person, or one JSON object.
@@ -425,7 +379,7 @@ mod tests {
             "hostaddr=10.0.0.5 password=s3cret",
             "sslmode=require",
         ] {
-            assert_eq!(store_arg(db), Ok(StoreArg::Postgres(db)), "{db}");
+            assert_eq!(store_arg(db), Ok(Address::Postgres(db)), "{db}");
         }
         for file in [
             "orca-pool-lab.json",
@@ -433,7 +387,7 @@ mod tests {
             "/var/lib/orca/lab.json",
             "lab",
         ] {
-            assert_eq!(store_arg(file), Ok(StoreArg::File(file)), "{file}");
+            assert_eq!(store_arg(file), Ok(Address::File(file)), "{file}");
         }
         for bad in [
             "mysql://u:s3cret@db/orca",

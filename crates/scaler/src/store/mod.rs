@@ -12,6 +12,69 @@ mod journal;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
+/// What a store address names: a PostgreSQL database or a file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Address<'a> {
+    /// A PostgreSQL database: a URL, or key=value settings.
+    Postgres(&'a str),
+    /// A file.
+    File(&'a str),
+}
+
+impl<'a> Address<'a> {
+    /// Reads a store address: a path that starts with `/` or `.` is a file; a URL (`scheme://`)
+    /// must be PostgreSQL's; any word with `=` makes key=value settings (`host=... dbname=...`);
+    /// anything else is a file. A connection string taken for a file name would give each replica
+    /// a record of its own (two would act at once) and write its password into a file's name, so
+    /// any other URL is refused; the refusal does not repeat the address, which may hold a password.
+    pub fn parse(address: &'a str) -> Result<Self, String> {
+        if address.starts_with(['/', '.']) {
+            return Ok(Address::File(address));
+        }
+        if let Some((scheme, _)) = address.split_once("://") {
+            return match scheme.to_ascii_lowercase().as_str() {
+                "postgres" | "postgresql" => Ok(Address::Postgres(address)),
+                _ => Err("a URL that is not postgres:// or postgresql:// (give a PostgreSQL URL, key=value settings, or a file path)".into()),
+            };
+        }
+        if address.split_whitespace().any(|w| w.contains('=')) {
+            return Ok(Address::Postgres(address));
+        }
+        Ok(Address::File(address))
+    }
+
+    /// Opens the store this address names; `replica` names this process in a PostgreSQL record.
+    pub async fn open(&self, replica: impl FnOnce() -> String) -> Result<Box<dyn Store>, String> {
+        match *self {
+            #[cfg(feature = "postgres")]
+            Address::Postgres(url) => Ok(Box::new(
+                postgres::PgStore::connect(url, &replica())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )),
+            #[cfg(not(feature = "postgres"))]
+            Address::Postgres(_) => {
+                drop(replica);
+                Err("a PostgreSQL store: this build has no postgres feature".into())
+            }
+            Address::File(path) => Ok(Box::new(
+                file::FileStore::open(path).map_err(|e| e.to_string())?,
+            )),
+        }
+    }
+}
+
+/// A replica's name when none is given: the host's name and the process id.
+pub fn replica_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "host".into());
+    format!("{host}-{}", std::process::id())
+}
+
 /// The names of the entries `events` change: those they name and those they prune, sorted, once each.
 pub(crate) fn named(events: &[Event]) -> Vec<&str> {
     let mut names: Vec<&str> = events.iter().filter_map(|e| e.name()).collect();
@@ -100,5 +163,27 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Remarks for the operator about what the store found (an older record format, ...).
     fn notes(&self) -> Vec<String> {
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_address_names_a_database_or_a_file_and_a_file_opens() {
+        for db in ["postgresql://u@db/orca", "host=db dbname=orca"] {
+            assert_eq!(Address::parse(db), Ok(Address::Postgres(db)));
+        }
+        for file in ["lab.json", "./a=b.json", "/var/lib/lab.json"] {
+            assert_eq!(Address::parse(file), Ok(Address::File(file)));
+        }
+        let e = Address::parse("mysql://u:s3cret@db/orca").unwrap_err();
+        assert!(e.contains("postgres://") && !e.contains("s3cret"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lab.json").display().to_string();
+        let store = Address::parse(&path).unwrap().open(replica_name).await;
+        assert!(store.is_ok());
+        assert!(replica_name().ends_with(&format!("-{}", std::process::id())));
     }
 }
