@@ -26,8 +26,8 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -141,12 +141,13 @@ fn path_name(path: NamePath) -> Result<String, Error> {
     Ok(name)
 }
 
-/// A request's body, or why axum could not read it (answered by [`body_json`], after the caller is
-/// authenticated).
-type Body = Result<Bytes, BytesRejection>;
+/// A request, its body not read yet: [`body_json`] reads it once the caller is authenticated, so
+/// that a caller without a token costs no read of a body (up to [`BODY_LIMIT`]), nor a connection
+/// held while a body is awaited.
+type Body = Request;
 
-fn body_json(body: Body) -> Result<Value, Error> {
-    let body = body.map_err(|e| {
+async fn body_json(request: Body) -> Result<Value, Error> {
+    let body = Bytes::from_request(request, &()).await.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             Error::new(
                 413,
@@ -186,7 +187,7 @@ async fn list_providers(State(s): State<AppState>, h: HeaderMap) -> Answer {
 
 async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Body) -> Answer {
     let c = caller(&s, &h, "provider.create")?;
-    let body = body_json(body)?;
+    let body = body_json(body).await?;
     let p = registry::create_provider(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(provider = %p.name, actor = %c.actor(), "provider created");
     Ok(answer(StatusCode::CREATED, json!(p)))
@@ -219,7 +220,7 @@ async fn list_profiles(State(s): State<AppState>, h: HeaderMap) -> Answer {
 
 async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Body) -> Answer {
     let c = caller(&s, &h, "profile.create")?;
-    let body = body_json(body)?;
+    let body = body_json(body).await?;
     let p = registry::create_profile(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(profile = %p.name, provider = %p.provider, actor = %c.actor(), "profile created");
     Ok(answer(StatusCode::CREATED, json!(p)))
@@ -251,7 +252,7 @@ async fn run_step(State(s): State<AppState>, h: HeaderMap, step: NamePath, body:
             "no such step: the step's name in the path is not UTF-8 text",
         ));
     };
-    let params = body_json(body)?;
+    let params = body_json(body).await?;
     // The step runs as a task of its own: hyper drops this handler when the client hangs up, and a
     // step stopped halfway would leave VMs made but unrecorded, or destroyed with the registries not
     // updated. The task goes on to its end (registry, audit event, roll-back) whoever waits for it.

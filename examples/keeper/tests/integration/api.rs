@@ -786,3 +786,38 @@ async fn a_bad_step_path_or_a_body_too_large_answers_json_after_authentication()
     );
     w.finish().await;
 }
+
+/// A caller without a token is answered before its body is read: a request that announces a body
+/// and never sends it gets its 401 at once (keeper does not hold a connection, nor read up to the
+/// body limit, for a caller it does not know).
+#[tokio::test]
+async fn an_unauthenticated_request_is_answered_without_reading_its_body() {
+    use tokio::io::AsyncReadExt;
+    let Some(w) =
+        World::new("an_unauthenticated_request_is_answered_without_reading_its_body").await
+    else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    for path in ["/v1/providers", "/v1/steps/core.cloud.created"] {
+        let addr = api.base.trim_start_matches("http://");
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: keeper\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n"
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        // The body is never sent: only an answer that does not wait for it arrives.
+        let mut answer = vec![0u8; 12];
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            conn.read_exact(&mut answer),
+        )
+        .await;
+        assert!(
+            read.is_ok(),
+            "{path}: no answer while the body was not sent"
+        );
+        assert_eq!(&answer[9..12], b"401", "{path}");
+    }
+    w.finish().await;
+}
