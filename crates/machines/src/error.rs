@@ -302,6 +302,8 @@ impl std::error::Error for Error {
 
 crate::words! {
     /// The kind of an [`Error`], without its details: for matching, metrics and fault injection.
+    /// `ErrorKind::ALL` is every kind, for tables that must cover them all (a wire mapping, metrics,
+    /// tests).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
     #[serde(rename_all = "snake_case")]
     #[non_exhaustive]

@@ -49,15 +49,16 @@ pub fn listed(words: &[&str]) -> String {
 }
 
 /// Declares an enum whose variants are written `Variant = "word",`: with `ALL` (every variant, in
-/// order), `as_str` (the word), the [`Word`](crate::words::Word) impl and a `Display` that pads the
-/// word (so that tables align). An enum that is also serialized names the same words to serde
-/// (`rename_all`); a test of its crate compares the two.
+/// order), `as_str` (the word), `from_word` (its parse), the [`Word`](crate::words::Word) impl and
+/// a `Display` that pads the word (so that tables align; a width or precision applies to it). An
+/// enum that is also serialized should name the same words to serde (`rename_all`), and its crate
+/// should test that the two agree.
 #[macro_export]
 macro_rules! words {
     (
         $(#[$meta:meta])*
         $vis:vis enum $name:ident {
-            $( $(#[$vmeta:meta])* $variant:ident = $word:literal, )+
+            $( $(#[$vmeta:meta])* $variant:ident = $word:literal ),+ $(,)?
         }
     ) => {
         $(#[$meta])*
@@ -73,6 +74,14 @@ macro_rules! words {
             pub fn as_str(self) -> &'static str {
                 match self {
                     $( $name::$variant => $word, )+
+                }
+            }
+
+            /// The variant whose word is `word`, if any.
+            pub fn from_word(word: &str) -> Option<Self> {
+                match word {
+                    $( $word => Some($name::$variant), )+
+                    _ => None,
                 }
             }
         }

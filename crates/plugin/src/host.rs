@@ -5,7 +5,7 @@
 //! their own plugin. When a provider's settings change (a rotated credential), the next ask starts
 //! a new plugin, and the old one stops once no caller holds it and none has asked for it for the
 //! idle time ([`DEFAULT_KEEP_IDLE`]). A plugin's log lines reach the host's sink without the values
-//! of the settings it was given ([`hide_settings`]).
+//! (of four characters or more) of the settings it was given ([`hide_settings`]).
 //!
 //! A plugin that never answers holds nothing but its own start: a start is bounded (the child is
 //! killed after it), only the callers that need that same plugin wait for it, and every call is
@@ -90,7 +90,7 @@ impl std::fmt::Debug for PluginHost {
 }
 
 /// What identifies settings without holding them: a SHA-256 over every key and value.
-pub fn fingerprint(settings: &Settings) -> String {
+fn fingerprint(settings: &Settings) -> String {
     let mut keys: Vec<&str> = settings.keys().collect();
     keys.sort_unstable();
     let mut h = Sha256::new();
@@ -103,9 +103,12 @@ pub fn fingerprint(settings: &Settings) -> String {
     hex::encode(h.finalize())
 }
 
+/// What [`hide_settings`] puts in place of a setting's value.
+pub const MASK: &str = "***";
+
 /// `line` with each value of `settings` (a plugin's whole configuration, so its secrets, whatever
-/// their keys are called) replaced by `mask` wherever it appears.
-pub fn hide_settings(line: &str, settings: &Settings, mask: &str) -> String {
+/// their keys are called) of four characters or more replaced by [`MASK`] wherever it appears.
+pub fn hide_settings(line: &str, settings: &Settings) -> String {
     let mut values: Vec<&str> = settings
         .keys()
         .filter_map(|k| settings.get(k))
@@ -116,7 +119,7 @@ pub fn hide_settings(line: &str, settings: &Settings, mask: &str) -> String {
     let mut line = line.to_string();
     for v in values {
         if line.contains(v) {
-            line = line.replace(v, mask);
+            line = line.replace(v, MASK);
         }
     }
     line
@@ -184,7 +187,7 @@ impl PluginHost {
 
     /// The plugins of `driver` kept now (one per owner and settings): what an operator's console or
     /// a test reaches a plugin's other services through.
-    pub async fn running(&self, driver: &str) -> Vec<Arc<PluginProvider>> {
+    pub fn running(&self, driver: &str) -> Vec<Arc<PluginProvider>> {
         lock(&self.kept)
             .iter()
             .filter(|((d, _, _), _)| d == driver)
@@ -223,7 +226,7 @@ impl PluginHost {
             .explicit_settings()
             .start_timeout(self.start_timeout)
             .call_timeout(self.call_timeout)
-            .stderr_lines(move |line| lines(&d, &o, &hide_settings(line, &s, "***")));
+            .stderr_lines(move |line| lines(&d, &o, &hide_settings(line, &s)));
         let plugin = Arc::new(PluginProvider::start(command).await?);
         tracing::info!(driver, owner, "plugin started");
         let mut kept = lock(&self.kept);
@@ -328,7 +331,7 @@ mod tests {
         let s = Settings::new()
             .with("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI")
             .with("AWS_REGION", "eu");
-        let line = hide_settings("key wJalrXUtnFEMI in eu", &s, "***");
+        let line = hide_settings("key wJalrXUtnFEMI in eu", &s);
         assert_eq!(line, "key *** in eu");
     }
 

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use orca::{Provider, Settings};
 pub use orca_plugin::host::{program, DEFAULT_CALL_TIMEOUT, DEFAULT_KEEP_IDLE};
-pub use orca_plugin::{PluginHost as PluginDrivers, DEFAULT_START_TIMEOUT};
+pub use orca_plugin::{PluginHost, DEFAULT_START_TIMEOUT};
 
 use crate::drivers::Drivers;
 use crate::mask::mask_text;
@@ -35,8 +35,8 @@ pub const PLUGIN_DIR_ENV: &str = "KEEPER_PLUGIN_DIR";
 /// keeper's plugins, looked for in `dirs` (in order), then beside keeper's own program; their log
 /// lines, the values of their settings hidden, are masked as every line keeper logs and logged at
 /// `info`, naming the plugin's driver and owner.
-pub fn host(dirs: impl IntoIterator<Item = PathBuf>) -> PluginDrivers {
-    PluginDrivers::new(dirs)
+pub fn host(dirs: impl IntoIterator<Item = PathBuf>) -> PluginHost {
+    PluginHost::new(dirs)
         .dir_setting(PLUGIN_DIR_ENV)
         .lines(|driver, owner, line| {
             let line = mask_text(line);
@@ -45,7 +45,7 @@ pub fn host(dirs: impl IntoIterator<Item = PathBuf>) -> PluginDrivers {
 }
 
 #[async_trait]
-impl Drivers for PluginDrivers {
+impl Drivers for PluginHost {
     async fn provider(
         &self,
         driver: &str,
@@ -54,7 +54,7 @@ impl Drivers for PluginDrivers {
     ) -> orca::Result<Arc<dyn Provider>> {
         // The vault's settings are the plugin's whole configuration, as they are a linked driver's:
         // a row without credentials is refused, never run on the keeper host's own.
-        PluginDrivers::provider(self, driver, owner, settings).await
+        PluginHost::provider(self, driver, owner, settings).await
     }
 }
 
@@ -86,7 +86,6 @@ mod tests {
         let hidden = orca_plugin::host::hide_settings(
             "key wJalrXUtnFEMI in eu, api_token=abc123 refused",
             &s,
-            crate::mask::MASK,
         );
         let line = mask_text(&hidden);
         assert_eq!(line, "key *** in eu, api_token=*** refused");

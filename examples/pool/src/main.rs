@@ -19,7 +19,7 @@ use std::time::Duration;
 use clap::Parser;
 use futures::FutureExt;
 use orca_scaler::metrics::Metrics;
-use orca_scaler::store::{replica_name, Address};
+use orca_scaler::store::Address;
 use orca_scaler::{check_offerings, Key, Offering, Scaler, Settings, Store};
 
 /// Keeps a pool of cloud machines at its size. A pass lists the pool, reconciles it with the record
@@ -308,8 +308,9 @@ async fn open_store(args: &Args) -> Result<Box<dyn Store>, String> {
         None => Address::File(&default),
     };
     named
-        .open(|| args.replica.clone().unwrap_or_else(replica_name))
+        .open(args.replica.as_deref())
         .await
+        .map_err(|e| e.to_string())
 }
 
 /// Prints `report`: lines for a person, or one JSON object.

@@ -360,6 +360,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_verdicts_word_is_its_serde_name() {
+        for v in Verdict::ALL {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+        }
+    }
+
+    #[test]
     fn readings_are_parsed_and_judged() {
         let created: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t0 = created.timestamp();

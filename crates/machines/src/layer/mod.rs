@@ -130,7 +130,8 @@ impl Op {
 }
 
 crate::words! {
-    /// An extension of [`Provider`], by its accessor's name.
+    /// An extension of [`Provider`], by its accessor's name. `Extension::ALL` lists them in the order
+    /// of `conformance::EXTENSIONS`.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     #[non_exhaustive]
     pub enum Extension {

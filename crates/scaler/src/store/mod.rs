@@ -12,13 +12,24 @@ mod journal;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 
-/// What a store address names: a PostgreSQL database or a file.
-#[derive(Debug, PartialEq, Eq)]
+/// What a store address names: a PostgreSQL database or a file. Its `Debug` never shows a
+/// connection string (it may hold a password).
+#[derive(PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Address<'a> {
     /// A PostgreSQL database: a URL, or key=value settings.
     Postgres(&'a str),
     /// A file.
     File(&'a str),
+}
+
+impl std::fmt::Debug for Address<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Postgres(_) => f.write_str("Postgres(..)"),
+            Address::File(path) => f.debug_tuple("File").field(path).finish(),
+        }
+    }
 }
 
 impl<'a> Address<'a> {
@@ -43,23 +54,23 @@ impl<'a> Address<'a> {
         Ok(Address::File(address))
     }
 
-    /// Opens the store this address names; `replica` names this process in a PostgreSQL record.
-    pub async fn open(&self, replica: impl FnOnce() -> String) -> Result<Box<dyn Store>, String> {
+    /// Opens the store this address names; `replica` names this process in a PostgreSQL record
+    /// (unset: [`replica_name`]).
+    pub async fn open(&self, replica: Option<&str>) -> Result<Box<dyn Store>, StoreError> {
         match *self {
             #[cfg(feature = "postgres")]
-            Address::Postgres(url) => Ok(Box::new(
-                postgres::PgStore::connect(url, &replica())
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )),
+            Address::Postgres(url) => {
+                let replica = replica.map_or_else(replica_name, str::to_string);
+                Ok(Box::new(postgres::PgStore::connect(url, &replica).await?))
+            }
             #[cfg(not(feature = "postgres"))]
             Address::Postgres(_) => {
-                drop(replica);
-                Err("a PostgreSQL store: this build has no postgres feature".into())
+                let _ = replica;
+                Err(StoreError::Failed(
+                    "a PostgreSQL store: this build has no postgres feature".into(),
+                ))
             }
-            Address::File(path) => Ok(Box::new(
-                file::FileStore::open(path).map_err(|e| e.to_string())?,
-            )),
+            Address::File(path) => Ok(Box::new(file::FileStore::open(path)?)),
         }
     }
 }
@@ -178,11 +189,13 @@ mod tests {
         for file in ["lab.json", "./a=b.json", "/var/lib/lab.json"] {
             assert_eq!(Address::parse(file), Ok(Address::File(file)));
         }
+        let db = Address::parse("postgresql://u:s3cret@db/orca").unwrap();
+        assert_eq!(format!("{db:?}"), "Postgres(..)");
         let e = Address::parse("mysql://u:s3cret@db/orca").unwrap_err();
         assert!(e.contains("postgres://") && !e.contains("s3cret"), "{e}");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lab.json").display().to_string();
-        let store = Address::parse(&path).unwrap().open(replica_name).await;
+        let store = Address::parse(&path).unwrap().open(None).await;
         assert!(store.is_ok());
         assert!(replica_name().ends_with(&format!("-{}", std::process::id())));
     }

@@ -15,7 +15,6 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use orca::words::Word;
 use orca::Timestamp;
 use tokio::sync::watch;
 use tokio_postgres::config::Host;

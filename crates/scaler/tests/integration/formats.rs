@@ -396,3 +396,15 @@ async fn a_newer_format_is_refused_naming_its_tag() {
     );
     assert_eq!(std::fs::read(journal(&path)).unwrap(), newer, "kept");
 }
+
+/// The PostgreSQL store writes a phase's word and the file store its serde name: they are one word.
+#[test]
+fn a_phases_word_is_its_serde_name() {
+    for phase in orca_scaler::Phase::ALL {
+        let word = phase.as_str();
+        assert_eq!(serde_json::to_value(phase).unwrap(), word);
+        let back: orca_scaler::Phase = serde_json::from_value(word.into()).unwrap();
+        assert_eq!(back, phase);
+        assert_eq!(orca_scaler::Phase::from_word(word), Some(phase));
+    }
+}

@@ -37,7 +37,6 @@ use serde_json::{json, Map, Value};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::drivers::{driver_settings, Drivers};
 use crate::error::{db_error, from_orca_saying, Error, Result};
-use orca::words::Word;
 
 use crate::mask::{mask_json, mask_step_output, masked};
 use crate::registry::{self, CloudProvider};

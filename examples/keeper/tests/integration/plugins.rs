@@ -124,11 +124,7 @@ async fn a_plugin_killed_between_and_during_steps_is_started_again_and_nothing_d
         .create(json!({"provider": "lab", "profile": "small", "count": 1, "name": "a"}))
         .await;
     let host = w.plugins.clone().unwrap();
-    let plugin = host
-        .running("fake")
-        .await
-        .pop()
-        .expect("the plugin is kept");
+    let plugin = host.running("fake").pop().expect("the plugin is kept");
 
     // Killed between steps: the next step's first call starts it again.
     kill(plugin.pid().await.unwrap());
@@ -254,7 +250,7 @@ async fn a_vault_key_the_driver_does_not_know_is_refused_by_name_before_a_plugin
     assert_eq!(f.error.code, "provider.settings", "{}", f.error);
     assert!(f.error.message.contains("ORCA_FAKE_STAET"), "{}", f.error);
     let host = w.plugins.clone().unwrap();
-    assert!(host.running("fake").await.is_empty(), "no plugin started");
+    assert!(host.running("fake").is_empty(), "no plugin started");
     assert!(w.machines().is_empty());
     w.finish().await;
 }
@@ -335,12 +331,12 @@ async fn a_plugin_that_never_answers_fails_its_start_in_time_and_another_driver_
     assert!(words.contains("soul-cloud-hang"), "{words}");
     assert!(words.contains("did not start within"), "{words}");
     assert!(e.is_retryable(), "{e}");
-    assert!(host.running("hang").await.is_empty());
+    assert!(host.running("hang").is_empty());
     // The fake is kept, and the hanging driver fails again the same way.
     host.provider("fake", "o", &fake_settings(&state))
         .await
         .unwrap();
-    assert_eq!(host.running("fake").await[0].starts(), 1);
+    assert_eq!(host.running("fake")[0].starts(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -406,7 +402,7 @@ async fn a_plugin_or_plugin_folder_others_may_write_is_refused_naming_it() {
         host.provider("fake", "o", &settings).await.map(|_| host)
     };
     let host = start().await.unwrap();
-    let running = host.running("fake").await;
+    let running = host.running("fake");
     assert_eq!(running[0].command().path(), program, "the copy ran");
 
     chmod(&program, 0o777);
@@ -453,7 +449,7 @@ async fn providers_of_one_driver_and_owner_with_other_settings_keep_a_plugin_eac
     }
     let started = std::fs::read_to_string(&starts).unwrap();
     assert_eq!(started.lines().count(), 2, "one plugin each: {started}");
-    assert_eq!(host.running("fake").await.len(), 2);
+    assert_eq!(host.running("fake").len(), 2);
 }
 
 /// A plugin no step holds is let go when its idle time is over at the next ask of any plugin,
@@ -470,11 +466,11 @@ async fn an_idle_plugin_is_let_go_at_the_next_ask_without_another_start() {
     let b = fake_settings(&dir.path().join("b.json"));
     let held = host.provider("fake", "o", &a).await.unwrap();
     host.provider("fake", "o", &b).await.unwrap();
-    assert_eq!(host.running("fake").await.len(), 2);
+    assert_eq!(host.running("fake").len(), 2);
     // a's plugin again, kept: no start, and b's, idle, is let go.
     let again = host.provider("fake", "o", &a).await.unwrap();
     assert!(std::ptr::addr_eq(Arc::as_ptr(&held), Arc::as_ptr(&again)));
-    assert_eq!(host.running("fake").await.len(), 1, "b's plugin is let go");
+    assert_eq!(host.running("fake").len(), 1, "b's plugin is let go");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -494,15 +490,11 @@ async fn a_plugin_of_replaced_settings_is_let_go_once_no_step_holds_it_and_calls
     );
     let held = host.provider("fake", "o", &a).await.unwrap();
     host.provider("fake", "o", &b).await.unwrap();
-    assert_eq!(
-        host.running("fake").await.len(),
-        2,
-        "a step holds a's plugin"
-    );
+    assert_eq!(host.running("fake").len(), 2, "a step holds a's plugin");
     drop(held);
     // A credential rotated from b to c: b's plugin, and a's now unheld, are let go.
     let now = host.provider("fake", "o", &c).await.unwrap();
-    let running = host.running("fake").await;
+    let running = host.running("fake");
     assert_eq!(running.len(), 1);
     assert!(
         std::ptr::addr_eq(Arc::as_ptr(&now), Arc::as_ptr(&running[0])),

@@ -305,7 +305,7 @@ pub struct TestDrivers {
     pub state: PathBuf,
     pub knobs: Arc<Knobs>,
     /// The plugin host the provider is reached through, under `KEEPER_TEST_DRIVERS=plugins`.
-    pub plugins: Option<Arc<keeper::plugins::PluginDrivers>>,
+    pub plugins: Option<Arc<keeper::plugins::PluginHost>>,
 }
 
 /// The setting that runs every world's steps through the plugin host.
@@ -425,7 +425,7 @@ pub struct World {
     pub state: PathBuf,
     pub vault: PathBuf,
     /// The plugin host, when keeper reaches providers through plugins ([`World::plugins`]).
-    pub plugins: Option<Arc<keeper::plugins::PluginDrivers>>,
+    pub plugins: Option<Arc<keeper::plugins::PluginHost>>,
 }
 
 pub fn write_vault_file(vault: &Path, reference: &str, settings: &Value) {
@@ -456,7 +456,7 @@ impl World {
     }
 
     /// A world whose keeper reaches providers through their CloudDriver plugins
-    /// (`keeper::plugins::PluginDrivers`), found where `cargo test --workspace` builds them; `None`
+    /// (`keeper::plugins::PluginHost`), found where `cargo test --workspace` builds them; `None`
     /// (SKIPPED) when they are not built, outside CI.
     pub async fn plugins(test: &str) -> Option<World> {
         let dir = plugin_dir(test)?;
@@ -604,7 +604,7 @@ impl World {
             .as_str()
             .unwrap()
             .to_string();
-        for plugin in host.running("fake").await {
+        for plugin in host.running("fake") {
             let refused = FakeControlClient::new(plugin.channel().await.unwrap())
                 .inject(InjectRequest {
                     operation: operation.clone(),
@@ -626,7 +626,7 @@ impl World {
         use orca_plugin::proto::fake::RequestsRequest;
         let mut n = self.cloud.requests();
         if let Some(host) = &self.plugins {
-            for plugin in host.running("fake").await {
+            for plugin in host.running("fake") {
                 n += FakeControlClient::new(plugin.channel().await.unwrap())
                     .requests(RequestsRequest {})
                     .await
