@@ -62,13 +62,9 @@ impl<'a> Fields<'a> {
         format!("{}{key}", self.prefix)
     }
 
-    fn get(&self, key: &str) -> Option<&'a Value> {
-        self.map.get(key).filter(|v| !v.is_null())
-    }
-
     /// An optional string.
     pub fn str(&self, key: &str) -> Result<Option<String>> {
-        match self.get(key) {
+        match self.raw(key) {
             None => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(_) => Err(Error::invalid(self.name(key), "a string")),
@@ -83,7 +79,7 @@ impl<'a> Fields<'a> {
 
     /// An optional boolean.
     pub fn bool(&self, key: &str) -> Result<Option<bool>> {
-        match self.get(key) {
+        match self.raw(key) {
             None => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
             Some(_) => Err(Error::invalid(self.name(key), "true or false")),
@@ -92,21 +88,19 @@ impl<'a> Fields<'a> {
 
     /// An optional whole number from `min` to `max`.
     pub fn int(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>> {
-        match self.get(key) {
+        match self.raw(key).map(Value::as_u64) {
             None => Ok(None),
-            Some(v) => match v.as_u64() {
-                Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
-                _ => Err(Error::invalid(
-                    self.name(key),
-                    format!("a whole number from {min} to {max}"),
-                )),
-            },
+            Some(Some(n)) if (min..=max).contains(&n) => Ok(Some(n)),
+            Some(_) => Err(Error::invalid(
+                self.name(key),
+                format!("a whole number from {min} to {max}"),
+            )),
         }
     }
 
     /// An optional list of strings.
     pub fn str_list(&self, key: &str) -> Result<Option<Vec<String>>> {
-        match self.get(key) {
+        match self.raw(key) {
             None => Ok(None),
             Some(Value::Array(items)) => items
                 .iter()
@@ -126,7 +120,7 @@ impl<'a> Fields<'a> {
 
     /// An optional map of strings to strings.
     pub fn str_map(&self, key: &str) -> Result<Option<BTreeMap<String, String>>> {
-        match self.get(key) {
+        match self.raw(key) {
             None => Ok(None),
             Some(Value::Object(m)) => m
                 .iter()
@@ -143,9 +137,9 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// The raw value of `key`.
+    /// The raw value of `key` (`None` for `null`).
     pub fn raw(&self, key: &str) -> Option<&'a Value> {
-        self.get(key)
+        self.map.get(key).filter(|v| !v.is_null())
     }
 }
 

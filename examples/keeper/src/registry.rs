@@ -104,9 +104,7 @@ impl ProfileSpec {
                 orca::Error::InvalidSpec { field, rule } => {
                     Error::invalid(format!("{prefix}{field}"), rule)
                 }
-                other => {
-                    Error::invalid(prefix.trim_end_matches('.').to_string(), other.to_string())
-                }
+                other => invalid_by_orca(prefix.trim_end_matches('.'), other),
             };
             return Err(e.scrub(secrets));
         }
@@ -255,18 +253,18 @@ fn profile_of(r: &tokio_postgres::Row) -> Result<CloudProfile> {
 }
 
 /// Writes `event` about `thing` (the payload's key `what`: `provider`, `profile`) in `tx` and
-/// commits both: a registry change without its event never commits.
+/// commits both: a registry change without its event never commits. Answers `thing`.
 async fn commit_with_event<T: Serialize>(
     tx: Transaction<'_>,
     actor: &str,
     event: &str,
     what: &str,
-    thing: &T,
-) -> Result<()> {
+    thing: T,
+) -> Result<T> {
     audit::record(&tx, event, actor, "succeeded", &json!({ what: thing })).await?;
-    tx.commit()
-        .await
-        .map_err(db_error(&format!("commit {what}")))
+    let commit = format!("commit {what}");
+    tx.commit().await.map_err(db_error(&commit))?;
+    Ok(thing)
 }
 
 const PROVIDER_COLUMNS: &str = "name, driver, credentials_ref, region, fqdn_suffix, created_at";
@@ -285,13 +283,10 @@ pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<Clo
             &[&name, &driver, &credentials_ref, &region, &fqdn_suffix],
         )
         .await
-        .map_err(db_error("insert provider"))?;
-    let Some(row) = row else {
-        return Err(exists("provider", &name));
-    };
+        .map_err(db_error("insert provider"))?
+        .ok_or_else(|| exists("provider", &name))?;
     let p = provider_of(&row);
-    commit_with_event(tx, actor, "provider.created", "provider", &p).await?;
-    Ok(p)
+    commit_with_event(tx, actor, "provider.created", "provider", p).await
 }
 
 /// Every provider, by name.
@@ -331,7 +326,8 @@ pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<Cloud
         )
         .await;
     let row = match deleted {
-        Ok(row) => row,
+        Ok(Some(row)) => row,
+        Ok(None) => return Err(not_found("provider", name)),
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
             drop(tx);
             let deps = client
@@ -357,12 +353,8 @@ pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<Cloud
         }
         Err(e) => return Err(Error::db("delete provider", &e)),
     };
-    let Some(row) = row else {
-        return Err(not_found("provider", name));
-    };
     let p = provider_of(&row);
-    commit_with_event(tx, actor, "provider.deleted", "provider", &p).await?;
-    Ok(p)
+    commit_with_event(tx, actor, "provider.deleted", "provider", p).await
 }
 
 /// Registers a profile from a REST body (`name`, `provider` and the spec's fields); 422 when the
@@ -396,8 +388,7 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
         Err(e) => return Err(Error::db("insert profile", &e)),
     };
     let p = profile_of(&row)?;
-    commit_with_event(tx, actor, "profile.created", "profile", &p).await?;
-    Ok(p)
+    commit_with_event(tx, actor, "profile.created", "profile", p).await
 }
 
 /// Every profile, by name.
@@ -434,13 +425,10 @@ pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudP
             &[&name],
         )
         .await
-        .map_err(db_error("delete profile"))?;
-    let Some(row) = row else {
-        return Err(not_found("profile", name));
-    };
+        .map_err(db_error("delete profile"))?
+        .ok_or_else(|| not_found("profile", name))?;
     let p = profile_of(&row)?;
-    commit_with_event(tx, actor, "profile.deleted", "profile", &p).await?;
-    Ok(p)
+    commit_with_event(tx, actor, "profile.deleted", "profile", p).await
 }
 
 #[cfg(test)]

@@ -164,10 +164,9 @@ impl ApiTokens {
         }
         let file: File = serde_json::from_str(text).map_err(|e| {
             Error::config(format!(
-                    "the API token list is not a JSON object holding a list of {{name, sha256, permissions}} ({})",
-                    json_position(&e)
-                ),
-            )
+                "the API token list is not a JSON object holding a list of {{name, sha256, permissions}} ({})",
+                json_position(&e)
+            ))
         })?;
         let mut tokens = Vec::new();
         for (i, t) in file.tokens.into_iter().enumerate() {

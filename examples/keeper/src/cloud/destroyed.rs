@@ -207,9 +207,8 @@ impl Keeper {
             return Ok(false);
         }
         Err(NotCounted::LockLost(Error::lock_lost(format!(
-                "VM {id} is destroyed at the provider, but its lock was lost during the delete ({lost}): another step may have found and counted it meanwhile, so this step does not count it (uncounted); the registries are untouched: run the same step again"
-            ),
-        )))
+            "VM {id} is destroyed at the provider, but its lock was lost during the delete ({lost}): another step may have found and counted it meanwhile, so this step does not count it (uncounted); the registries are untouched: run the same step again"
+        ))))
     }
 
     /// Removes by name what an earlier delete left beside VM `id`, now gone; nothing for a VM keeper
@@ -291,18 +290,16 @@ impl Keeper {
             .await
             .map_err(db_error("read souls"))?;
         let known: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        for (i, sid) in p.sids.iter().enumerate() {
-            if !known.contains(sid) {
-                return Err(Error::invalid(
-                    format!("sids[{i}]"),
-                    format!(
-                        "no soul {sid} of provider {} on one of the given vm_ids: the sid <-> vm_id pairing is wrong, nothing was destroyed",
-                        row.name
-                    ),
-                ));
-            }
-        }
-        Ok(())
+        let Some((i, sid)) = p.sids.iter().enumerate().find(|(_, s)| !known.contains(s)) else {
+            return Ok(());
+        };
+        Err(Error::invalid(
+            format!("sids[{i}]"),
+            format!(
+                "no soul {sid} of provider {} on one of the given vm_ids: the sid <-> vm_id pairing is wrong, nothing was destroyed",
+                row.name
+            ),
+        ))
     }
 
     /// The registry cascade and the audit event, in one transaction; answers the counters.

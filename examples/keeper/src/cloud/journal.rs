@@ -77,13 +77,8 @@ pub(crate) async fn move_row<C: GenericClient>(c: &C, u: &JournalUpdate) -> Resu
 }
 
 impl Keeper {
-    /// Moves one journal row.
-    pub(super) async fn journal(&self, u: JournalUpdate) -> Result<()> {
-        self.journal_moved(u).await.map(|_| ())
-    }
-
     /// Moves one journal row; answers whether it moved (see [`move_row`]).
-    pub(super) async fn journal_moved(&self, u: JournalUpdate) -> Result<bool> {
+    pub(super) async fn journal(&self, u: JournalUpdate) -> Result<bool> {
         let client = self.pool.get().await?;
         move_row(&client, &u).await
     }

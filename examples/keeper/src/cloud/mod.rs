@@ -383,23 +383,17 @@ impl Keeper {
         actor: &str,
     ) -> std::result::Result<Value, StepFailure> {
         let step_id = running.step_id.clone();
-        let action = match Action::from_step(step) {
-            Ok(a) => a,
-            Err(e) => {
-                return Err(StepFailure {
-                    output: json!({"step_id": step_id, "error": e.to_json()}),
-                    error: e,
-                })
-            }
-        };
+        let action = Action::from_step(step).map_err(|e| StepFailure {
+            output: json!({"step_id": step_id, "error": e.to_json()}),
+            error: e,
+        })?;
         tracing::info!(step = step, step_id = %step_id, actor = actor, "step started");
         tracing::debug!(step_id = %step_id, params = %logged_params(params), "step parameters");
         let mut run = Run::new(action, &step_id);
         // The provider as given, for the audit payload of a step refused before it read it.
-        if let Some(Value::String(p)) = params.get("provider") {
-            if registry::validate_name("provider", p).is_ok() {
-                run.fact("provider", json!(p));
-            }
+        let given = params.get("provider").and_then(Value::as_str);
+        if let Some(p) = given.filter(|p| registry::validate_name("provider", p).is_ok()) {
+            run.fact("provider", json!(p));
         }
         let mut run = match action {
             Action::Created => self.created(run, params, actor).await,
@@ -411,11 +405,6 @@ impl Keeper {
             match self.audit_alone(actor, run.outcome(), &payload).await {
                 Ok(()) => run.audited = true,
                 Err(e) => {
-                    let e = if e.code == "audit.failed" {
-                        e
-                    } else {
-                        Error::audit(&e)
-                    };
                     if let Some(first) = run.error.take() {
                         run.fact("cause", first.to_json());
                     }
@@ -446,6 +435,7 @@ impl Keeper {
         }
     }
 
+    /// Writes the run's event on a connection of its own; every error it answers is `audit.failed`.
     async fn audit_alone(&self, actor: &str, outcome: &str, payload: &Value) -> Result<()> {
         let client = self.pool.get().await.map_err(|e| Error::audit(&e))?;
         audit::record(&client, CLOUD_PROVISIONED, actor, outcome, payload).await

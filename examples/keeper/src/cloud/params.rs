@@ -191,8 +191,7 @@ impl CreateParams {
         }
         let name = f.str("name")?;
         if let Some(n) = &name {
-            let ok = orca::validate_name(n).is_ok() && n.len() <= MAX_NAME;
-            if !ok {
+            if orca::validate_name(n).is_err() || n.len() > MAX_NAME {
                 return Err(Error::invalid(
                     "name",
                     format!("1 to {MAX_NAME} of a-z, 0-9 and '-', not starting or ending with '-' (VMs are <name>-<index>), got {}", orca::spec::quoted(n)),

@@ -313,12 +313,10 @@ impl Keeper {
         resolved: Vec<(HalfDone, Resolution)>,
         actor: &str,
     ) {
-        let mut updates = Vec::new();
-        for (r, resolution) in resolved {
-            if let Some(u) = self.account(report, &r, resolution) {
-                updates.push(u.from(r.state));
-            }
-        }
+        let updates: Vec<JournalUpdate> = resolved
+            .into_iter()
+            .filter_map(|(r, resolution)| Some(self.account(report, &r, resolution)?.from(r.state)))
+            .collect();
         if updates.is_empty() {
             return;
         }

@@ -34,12 +34,10 @@ impl Keeper {
         }
         let mut hosts = Vec::new();
         for id in &p.vm_ids {
-            let to = Target {
-                row: &row,
-                id,
-                machine_type: &p.machine_type,
-            };
-            match self.resize_one(&*cloud, &run.step_id, to).await {
+            match self
+                .resize_one(&*cloud, &run.step_id, &row, id, &p.machine_type)
+                .await
+            {
                 Ok(host) => hosts.push(host),
                 Err(e) => {
                     resize_facts(&mut run, &hosts);
@@ -58,41 +56,22 @@ impl Keeper {
         }));
         run
     }
-}
 
-/// One VM to resize: its provider row, its id and the type it gets.
-struct Target<'a> {
-    row: &'a CloudProvider,
-    id: &'a str,
-    machine_type: &'a str,
-}
-
-impl Keeper {
-    /// Resizes VM `to.id` of `to.row`; answers its entry of the output's `hosts`.
+    /// Resizes VM `id` of `row` to `machine_type`; answers its entry of the output's `hosts`.
     async fn resize_one(
         &self,
         cloud: &dyn orca::Provider,
         step_id: &str,
-        to: Target<'_>,
+        row: &CloudProvider,
+        id: &str,
+        machine_type: &str,
     ) -> Result<Value> {
-        let Target {
-            row,
-            id,
-            machine_type,
-        } = to;
-        let before = match cloud.machine(id).await.map_err(|e| from_orca(&e))? {
-            Some(m) => {
-                self.check_pool(row, id, &m, None).await?;
-                m.machine_type
-            }
-            None => {
-                return Err(Error::new(
-                    404,
-                    "cloud.not_found",
-                    format!("VM {id} does not exist at provider {}", row.name),
-                ))
-            }
-        };
+        let before = cloud.machine(id).await.map_err(|e| from_orca(&e))?;
+        let before = before.ok_or_else(|| {
+            let message = format!("VM {id} does not exist at provider {}", row.name);
+            Error::new(404, "cloud.not_found", message)
+        })?;
+        self.check_pool(row, id, &before, None).await?;
         let r = cloud
             .resize(id, machine_type)
             .await
@@ -100,7 +79,7 @@ impl Keeper {
         tracing::info!(step_id = %step_id, vm_id = %id, caused_downtime = r.caused_downtime, "VM resized");
         Ok(json!({
             "vm_id": id,
-            "previous_machine_type": before,
+            "previous_machine_type": before.machine_type,
             "machine_type": r.machine.machine_type,
             "caused_downtime": r.caused_downtime,
         }))

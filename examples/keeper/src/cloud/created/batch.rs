@@ -80,9 +80,8 @@ impl Keeper {
     ) -> Result<()> {
         let lost = |why: String| {
             Error::lock_lost(format!(
-                    "the step's lock was lost before its batch was recorded ({why}): a reconciler may have taken the step for a stopped one and destroyed its VMs, so nothing is recorded and the VMs this step made are destroyed"
-                ),
-            )
+                "the step's lock was lost before its batch was recorded ({why}): a reconciler may have taken the step for a stopped one and destroyed its VMs, so nothing is recorded and the VMs this step made are destroyed"
+            ))
         };
         let tx = session
             .transaction_holding(key)

@@ -198,19 +198,15 @@ pub(super) fn check_made(
             ),
         ));
     }
-    if self_onboard {
-        if let Some(p) = predicted {
-            if !m.fqdn.eq_ignore_ascii_case(p) {
-                return Err(Error::new(
-                    502,
-                    "vm.fqdn_mismatch",
-                    format!(
-                        "VM {} has the FQDN {}, not the {p} keeper predicted and baked into it: check the provider's fqdn_suffix",
-                        m.id, m.fqdn
-                    ),
-                ));
-            }
-        }
+    if let Some(p) = predicted.filter(|p| self_onboard && !m.fqdn.eq_ignore_ascii_case(p)) {
+        return Err(Error::new(
+            502,
+            "vm.fqdn_mismatch",
+            format!(
+                "VM {} has the FQDN {}, not the {p} keeper predicted and baked into it: check the provider's fqdn_suffix",
+                m.id, m.fqdn
+            ),
+        ));
     }
     Ok(())
 }

@@ -187,17 +187,13 @@ impl Keeper {
         checks::check_self_onboard(&params, &row)?;
         let template = self.template_for(&params)?;
         let cloud = self.cloud(&row).await?;
-        let base = params
-            .name
-            .clone()
-            .unwrap_or_else(|| DEFAULT_BASE.to_string());
         let batch = Batch {
+            base: params.name.clone().unwrap_or_else(|| DEFAULT_BASE.into()),
             params,
             row,
             spec,
             template,
             cloud,
-            base,
         };
         self.check_probe(&batch)?;
         Ok(batch)
@@ -254,12 +250,11 @@ impl Keeper {
             detail: None,
             ..JournalUpdate::new(vm.journal_id, "requested", "").from("requested")
         };
-        if !self.journal_moved(asked).await? {
+        if !self.journal(asked).await? {
             return Err(Error::lock_lost(format!(
-                    "VM {} was not asked for: its journal row is no longer requested (a reconciler resolved it, so this step's lock was lost); nothing was sent to the cloud for it",
-                    vm.name
-                ),
-            ));
+                "VM {} was not asked for: its journal row is no longer requested (a reconciler resolved it, so this step's lock was lost); nothing was sent to the cloud for it",
+                vm.name
+            )));
         }
         match b.cloud.create(&ms).await {
             Ok(orca::Created::Machine(m)) => self.made(run, b, vm, m, out).await,
@@ -437,15 +432,10 @@ impl Keeper {
     /// Moves the rows of the VMs never asked for (the step failed before their turn) to `failed`,
     /// all of them in one transaction; a failure is said in the output's `journal_error`.
     async fn journal_never_asked(&self, run: &mut Run, never: Vec<Planned>) {
+        let why = "not asked for: the step failed before this VM's turn";
         let updates: Vec<JournalUpdate> = never
             .iter()
-            .map(|vm| {
-                JournalUpdate::new(
-                    vm.journal_id,
-                    "failed",
-                    "not asked for: the step failed before this VM's turn",
-                )
-            })
+            .map(|vm| JournalUpdate::new(vm.journal_id, "failed", why))
             .collect();
         if let Err(e) = self.journal_all(&updates).await {
             tracing::warn!(step_id = %run.step_id, error = %e, "journal: the VMs never asked for stay requested");
