@@ -52,12 +52,8 @@ impl Backend {
                 return;
             }
         };
-        let mut by_id: HashMap<String, Machine> = HashMap::new();
-        for m in vms {
-            if let Some(id) = m.labels.get(ID_LABEL).cloned() {
-                by_id.insert(id, m);
-            }
-        }
+        let labelled = |m: Machine| Some((m.labels.get(ID_LABEL)?.clone(), m));
+        let by_id: HashMap<String, Machine> = vms.into_iter().filter_map(labelled).collect();
         let (records, markers) = {
             let st = self.state();
             (idle(&st, &st.sheds), idle(&st, &st.deletes))
