@@ -154,14 +154,8 @@ impl Backend {
                 (_, Some(vm)) if !ctx.stop_tried => Step::PowerOff(vm),
                 _ => Step::Done,
             },
-            Status::Error => {
-                if !s.vm_gone && !ctx.failed_destroy_tried {
-                    Step::DestroyFailed
-                } else {
-                    Step::Done
-                }
-            }
-            Status::Running | Status::Stopped => Step::Done,
+            Status::Error if !s.vm_gone && !ctx.failed_destroy_tried => Step::DestroyFailed,
+            Status::Error | Status::Running | Status::Stopped => Step::Done,
         }
     }
 
@@ -199,11 +193,23 @@ impl Backend {
 
     /// Updates shed `id` with `f` and writes it; false when the shed is gone (deleted meanwhile).
     pub(crate) fn update(&self, id: &str, f: impl FnOnce(&mut Shed, Timestamp)) -> bool {
+        self.update_if(id, |_, _| true, f)
+    }
+
+    /// Updates shed `id` with `f` and writes it if `ok` holds of it (and of the state) under the
+    /// same lock; false otherwise.
+    pub(crate) fn update_if(
+        &self,
+        id: &str,
+        ok: impl FnOnce(&State, &Shed) -> bool,
+        f: impl FnOnce(&mut Shed, Timestamp),
+    ) -> bool {
         let now = self.now();
         let mut st = self.state();
-        let Some(s) = st.sheds.get_mut(id) else {
+        if !st.sheds.get(id).is_some_and(|s| ok(&st, s)) {
             return false;
-        };
+        }
+        let s = st.sheds.get_mut(id).expect("present");
         f(s, now);
         self.save(s);
         true

@@ -104,20 +104,7 @@ impl Backend {
 
     /// Applies `f` to shed `id` if it still has status `seen` and no job; writes it.
     fn apply(&self, id: &str, seen: Status, f: impl FnOnce(&mut Shed, orca::Timestamp)) -> bool {
-        let now = self.now();
-        let mut st = self.state();
-        if st.jobs.contains(id) {
-            return false;
-        }
-        let Some(s) = st.sheds.get_mut(id) else {
-            return false;
-        };
-        if s.status != seen {
-            return false;
-        }
-        f(s, now);
-        self.save(s);
-        true
+        self.update_if(id, |st, s| !st.jobs.contains(id) && s.status == seen, f)
     }
 
     async fn pass_marker(&self, m: &DeleteMarker, vm: Option<&Machine>, startup: bool) {
