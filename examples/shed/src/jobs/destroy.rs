@@ -118,11 +118,10 @@ impl Backend {
         let mut st = self.state();
         if let Some(m) = st.deletes.get_mut(id) {
             m.last_error = Some(why.clone());
-            let snap = m.clone();
-            self.save_marker(&snap);
+            self.save_marker(m);
             self.log().warn(format!(
                 "remote: shed {} ({id}): the delete is recorded but the VM could not be destroyed yet (the periodic pass retries): {why}",
-                snap.name
+                m.name
             ));
         }
     }

@@ -127,12 +127,8 @@ impl Backend {
                     s.queued = None;
                     s.set(Status::Stopping, None, now);
                     s.op = Some(Op::Stop);
-                    let snap = s.clone();
-                    self.save(&snap);
-                    return match snap.vm_id {
-                        Some(vm) => Step::PowerOff(vm),
-                        None => Step::Done,
-                    };
+                    self.save(s);
+                    return s.vm_id.clone().map_or(Step::Done, Step::PowerOff);
                 }
                 if ctx.gave_up_reading {
                     return Step::Done;
