@@ -244,14 +244,11 @@ pub fn failed_create(shed: &ShedView, detail: Option<&str>) -> ApiError {
         "firewall" => "FIREWALL_CHECK_FAILED",
         _ => "CREATE_FAILED",
     };
-    let mut message = format!(
-        "the create of shed {:?} failed (reason {reason})",
+    let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
+    let message = format!(
+        "the create of shed {:?} failed (reason {reason}){detail}",
         shed.name
     );
-    if let Some(d) = detail {
-        message.push_str(": ");
-        message.push_str(d);
-    }
     ApiError::new(503, code, message)
 }
 
