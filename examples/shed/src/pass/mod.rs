@@ -79,26 +79,21 @@ impl Backend {
     /// A pass whose listing failed: starting sheds say `cloud_unreadable`; at start-up the jobs of
     /// `starting` and `stopping` records resume (they read the cloud themselves).
     fn unreadable_pass(&self, startup: bool) {
-        let ids: Vec<(String, Status)> = {
+        let records = {
             let now = self.now();
             let mut st = self.state();
-            let mut out = Vec::new();
-            for id in idle(&st, &st.sheds).into_iter().map(|s| s.id) {
-                let s = st.sheds.get_mut(&id).expect("listed");
-                if s.status == Status::Starting && s.create == CreateStage::Made {
-                    s.set(Status::Starting, Some(Reason::CloudUnreadable), now);
-                    self.save(s);
-                }
-                out.push((id, s.status));
+            let records = idle(&st, &st.sheds);
+            let made = |s: &&Shed| s.status == Status::Starting && s.create == CreateStage::Made;
+            for s in records.iter().filter(made) {
+                let s = st.sheds.get_mut(&s.id).expect("listed");
+                s.set(Status::Starting, Some(Reason::CloudUnreadable), now);
+                self.save(s);
             }
-            out
+            records
         };
-        if startup {
-            for (id, status) in ids {
-                if matches!(status, Status::Starting | Status::Stopping) {
-                    self.spawn_job(&id);
-                }
-            }
+        let busy = |s: &&Shed| startup && matches!(s.status, Status::Starting | Status::Stopping);
+        for s in records.iter().filter(busy) {
+            self.spawn_job(&s.id);
         }
     }
 
