@@ -53,13 +53,25 @@ pub fn router(backend: Backend) -> Router {
             Err::<Response, _>(b.exec_or_connect(&c, &name, what))
         }
     };
+    // Start and stop answer the shed and what the call did.
+    let power = |start: bool| {
+        move |State(b): State<Backend>, Path(name): Path<String>, headers: HeaderMap| async move {
+            let c = caller(&b, &headers)?;
+            let (shed, effect) = if start {
+                b.start_shed(&c, &name).await?
+            } else {
+                b.stop_shed(&c, &name).await?
+            };
+            Ok::<_, ApiError>(Json(ActionAnswer { shed, effect }))
+        }
+    };
     Router::new()
         .route("/api/info", get(info))
         .route("/api/log", get(server_log))
         .route("/api/sheds", get(list).post(create))
         .route("/api/sheds/{name}", get(get_shed).delete(delete))
-        .route("/api/sheds/{name}/start", post(start))
-        .route("/api/sheds/{name}/stop", post(stop))
+        .route("/api/sheds/{name}/start", post(power(true)))
+        .route("/api/sheds/{name}/stop", post(power(false)))
         .route("/api/sheds/{name}/exec", post(needs_agent("exec")))
         .route(
             "/api/sheds/{name}/connect",
@@ -210,26 +222,6 @@ async fn get_shed(
     Ok(Json(b.get(&c, &name)?).into_response())
 }
 
-async fn start(
-    State(b): State<Backend>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    let (shed, effect) = b.start_shed(&c, &name).await?;
-    Ok(Json(ActionAnswer { shed, effect }).into_response())
-}
-
-async fn stop(
-    State(b): State<Backend>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    let (shed, effect) = b.stop_shed(&c, &name).await?;
-    Ok(Json(ActionAnswer { shed, effect }).into_response())
-}
-
 fn event(name: &str, data: &impl Serialize) -> Event {
     Event::default()
         .event(name)
@@ -252,14 +244,11 @@ pub fn failed_create(shed: &ShedView, detail: Option<&str>) -> ApiError {
         "firewall" => "FIREWALL_CHECK_FAILED",
         _ => "CREATE_FAILED",
     };
-    let mut message = format!(
-        "the create of shed {:?} failed (reason {reason})",
+    let detail = detail.map(|d| format!(": {d}")).unwrap_or_default();
+    let message = format!(
+        "the create of shed {:?} failed (reason {reason}){detail}",
         shed.name
     );
-    if let Some(d) = detail {
-        message.push_str(": ");
-        message.push_str(d);
-    }
     ApiError::new(503, code, message)
 }
 

@@ -42,27 +42,18 @@ pub struct CreateRequest {
 impl CreateRequest {
     /// 422 (or 501 for `repo`) for a field of a feature a remote shed does not have.
     fn refuse_unsupported(&self) -> Result<(), ApiError> {
-        let refused = |m: &str| Err(ApiError::unsupported_field(m));
-        if self.local_dir.as_deref().is_some_and(|d| !d.is_empty()) {
-            return refused("local_dir: a remote shed has no host directories");
-        }
-        if self.add_dirs.as_ref().is_some_and(|d| !d.is_empty()) {
-            return refused("add_dirs: a remote shed has no host directories");
-        }
-        if self.mounts.as_ref().is_some_and(|m| !m.is_empty()) {
-            return refused("mounts: a remote shed has no server mounts");
-        }
-        if self.from_snapshot.as_deref().is_some_and(|s| !s.is_empty()) {
-            return refused("from_snapshot: a remote server has no snapshots");
-        }
-        if self
-            .egress
-            .as_ref()
-            .is_some_and(|e| e.as_slice() != ["off"])
-        {
-            return refused(
-                "egress: a remote server has no egress profiles: only [\"off\"] is accepted, or no egress at all",
-            );
+        let some = |v: &Option<Vec<String>>| v.as_ref().is_some_and(|v| !v.is_empty());
+        let text = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+        let egress = self.egress.as_ref().is_some_and(|e| *e != ["off"]);
+        let refused = [
+            (text(&self.local_dir), "local_dir: a remote shed has no host directories"),
+            (some(&self.add_dirs), "add_dirs: a remote shed has no host directories"),
+            (some(&self.mounts), "mounts: a remote shed has no server mounts"),
+            (text(&self.from_snapshot), "from_snapshot: a remote server has no snapshots"),
+            (egress, "egress: a remote server has no egress profiles: only [\"off\"] is accepted, or no egress at all"),
+        ];
+        if let Some((_, m)) = refused.into_iter().find(|(on, _)| *on) {
+            return Err(ApiError::unsupported_field(m));
         }
         if self.repo.is_some() {
             return Err(ApiError::unsupported_route(
@@ -95,13 +86,12 @@ impl Backend {
             return Ok(cfg.sizes[&cfg.default_size].clone());
         }
         let (c, m) = (cpus.unwrap_or(0), memory_mb.unwrap_or(0));
-        let mut fit: Vec<&Size> = cfg
+        let fit = cfg
             .sizes
             .values()
-            .filter(|s| s.cpus >= c && s.memory_mb >= m)
-            .collect();
-        fit.sort_by_key(|s| (s.cpus, s.memory_mb, s.name.clone()));
-        fit.first().map(|s| (*s).clone()).ok_or_else(|| {
+            .filter(|s| s.cpus >= c && s.memory_mb >= m);
+        let smallest = fit.min_by_key(|s| (s.cpus, s.memory_mb, s.name.clone()));
+        smallest.cloned().ok_or_else(|| {
             ApiError::invalid(format!(
                 "no configured size has at least {c} cpus and {m} MB of memory; the sizes are {}",
                 cfg.sizes

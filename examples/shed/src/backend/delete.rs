@@ -64,12 +64,11 @@ impl Backend {
                 match st.deletes.get(id) {
                     None => return Ok(()),
                     Some(m) if !st.jobs.contains(id) => {
-                        if m.foreign_labels {
-                            return Err("the delete is recorded, but the VM carries labels of another shed version and keeps running until they are readable".into());
-                        }
-                        return Err(
-                            "the delete is recorded but the VM could not be destroyed yet; the server keeps trying".into(),
-                        );
+                        return Err(if m.foreign_labels {
+                            "the delete is recorded, but the VM carries labels of another shed version and keeps running until they are readable"
+                        } else {
+                            "the delete is recorded but the VM could not be destroyed yet; the server keeps trying"
+                        }.into());
                     }
                     Some(_) => {}
                 }

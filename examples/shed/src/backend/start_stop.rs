@@ -43,12 +43,11 @@ impl Backend {
         }
         let now = self.now();
         let mut st = self.state();
-        let Some(s) = st.sheds.get(&id) else {
+        let Some(s) = st.sheds.get_mut(&id) else {
             return Err(ApiError::not_found(name));
         };
         let effect = match s.status {
             Status::Starting => {
-                let s = st.sheds.get_mut(&id).expect("found");
                 if s.queued == Some(Queued::Stop) {
                     s.queued = None;
                     self.save(s);
@@ -62,7 +61,6 @@ impl Backend {
                 ))
             }
             Status::Stopping => {
-                let s = st.sheds.get_mut(&id).expect("found");
                 s.queued = Some(Queued::Start);
                 self.save(s);
                 Effect::Queued
@@ -106,8 +104,7 @@ impl Backend {
     ) -> Result<(ShedView, Effect), ApiError> {
         let now = self.now();
         let mut st = self.state();
-        let s = Self::find(&st, caller, name)?;
-        let id = s.id.clone();
+        let id = Self::find(&st, caller, name)?.id.clone();
         let s = st.sheds.get_mut(&id).expect("found");
         let effect = match s.status {
             Status::Starting => {
@@ -134,9 +131,8 @@ impl Backend {
             }
             Status::Error => return Err(in_error(name, s, "only a delete leaves this state")),
         };
-        let snapshot = s.clone();
-        self.save(&snapshot);
-        let view = ShedView::from(&snapshot);
+        self.save(s);
+        let view = ShedView::from(&*s);
         drop(st);
         self.log().info(format!(
             "remote: shed {name} ({id}) stop accepted for client {} ({})",

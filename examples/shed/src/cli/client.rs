@@ -1,6 +1,7 @@
 //! The CLI's HTTP client: requests built segment by segment, JSON answers, event streams, and the
 //! server's refusals as [`Failure::Refused`].
 
+use reqwest::Method;
 use serde_json::Value;
 
 use crate::backend::ApiError;
@@ -42,11 +43,7 @@ fn refusal(status: u16, bytes: &[u8]) -> Failure {
 impl Client {
     /// A request to the API route made of `segments` under the server's root, each segment
     /// percent-encoded on its own (a `/` or `..` in a segment can never reach another route).
-    pub(super) fn req(
-        &self,
-        method: reqwest::Method,
-        segments: &[&str],
-    ) -> reqwest::RequestBuilder {
+    pub(super) fn req(&self, method: Method, segments: &[&str]) -> reqwest::RequestBuilder {
         let mut url = self.base.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty().extend(segments);
@@ -56,6 +53,11 @@ impl Client {
             r = r.bearer_auth(t);
         }
         r
+    }
+
+    /// Sends a request to the route of `segments` (as [`Client::req`] makes it).
+    pub(super) async fn call(&self, method: Method, segments: &[&str]) -> Result<Value, Failure> {
+        self.send(self.req(method, segments)).await
     }
 
     /// Sends `r`: the JSON of a success (`null` for an empty body), else the refusal.

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use reqwest::Method;
 use serde_json::json;
 
 use crate::backend::{ApiError, Info};
@@ -242,19 +243,17 @@ fn status_word(v: &ShedView, verbose: bool) -> String {
 }
 
 async fn server_info(client: &Client) -> Result<Info, Failure> {
-    let v = client
-        .send(client.req(reqwest::Method::GET, &["api", "info"]))
-        .await?;
+    let v = client.call(Method::GET, &["api", "info"]).await?;
     Ok(serde_json::from_value(v).map_err(|e| format!("the server's info: {e}"))?)
 }
 
+fn print_json(out: &mut dyn Write, v: &impl serde::Serialize) {
+    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    let _ = writeln!(out, "{text}");
+}
+
 async fn info(client: &Client, io: &mut Io<'_>) -> Result<i32, Failure> {
-    let i = server_info(client).await?;
-    let _ = writeln!(
-        io.out,
-        "{}",
-        serde_json::to_string_pretty(&i).unwrap_or_default()
-    );
+    print_json(io.out, &server_info(client).await?);
     Ok(0)
 }
 
@@ -279,9 +278,7 @@ async fn create(client: &Client, c: &CreateArgs, io: &mut Io<'_>) -> Result<i32,
         "network_profile": c.network_profile,
     });
     let mut last = String::new();
-    let request = client
-        .req(reqwest::Method::POST, &["api", "sheds"])
-        .json(&body);
+    let request = client.req(Method::POST, &["api", "sheds"]).json(&body);
     client
         .events(request, |ev, v| match ev {
             "status" => {
@@ -318,15 +315,9 @@ async fn create(client: &Client, c: &CreateArgs, io: &mut Io<'_>) -> Result<i32,
 /// `shed list`: a table (with the reason beside the status, and more columns, for `-v`), or the
 /// API's JSON.
 async fn list(client: &Client, verbose: bool, json: bool, io: &mut Io<'_>) -> Result<i32, Failure> {
-    let v = client
-        .send(client.req(reqwest::Method::GET, &["api", "sheds"]))
-        .await?;
+    let v = client.call(Method::GET, &["api", "sheds"]).await?;
     if json {
-        let _ = writeln!(
-            io.out,
-            "{}",
-            serde_json::to_string_pretty(&v).unwrap_or_default()
-        );
+        print_json(io.out, &v);
         return Ok(0);
     }
     let sheds: Vec<ShedView> =
@@ -371,20 +362,17 @@ async fn settle(
     starting: bool,
     io: &mut Io<'_>,
 ) -> Result<i32, Failure> {
-    let action = if starting { "start" } else { "stop" };
-    client
-        .send(client.req(reqwest::Method::POST, &["api", "sheds", name, action]))
-        .await?;
-    let want = if starting {
-        Status::Running
+    let (action, want) = if starting {
+        ("start", Status::Running)
     } else {
-        Status::Stopped
+        ("stop", Status::Stopped)
     };
+    client
+        .call(Method::POST, &["api", "sheds", name, action])
+        .await?;
     let deadline = std::time::Instant::now() + Duration::from_secs(args.wait_secs);
     loop {
-        let v = client
-            .send(client.req(reqwest::Method::GET, &["api", "sheds", name]))
-            .await?;
+        let v = client.call(Method::GET, &["api", "sheds", name]).await?;
         let s = serde_json::from_value::<ShedView>(v)
             .map_err(|e| format!("the server's answer: {e}"))?;
         if s.status == want {
@@ -413,7 +401,7 @@ async fn settle(
 /// `shed delete`: follows the delete's event stream until the VM is gone (0), or the server says
 /// it could not be destroyed yet (1).
 async fn delete(client: &Client, name: &str, io: &mut Io<'_>) -> Result<i32, Failure> {
-    let request = client.req(reqwest::Method::DELETE, &["api", "sheds", name]);
+    let request = client.req(Method::DELETE, &["api", "sheds", name]);
     client
         .events(request, |ev, v| match ev {
             "complete" => {

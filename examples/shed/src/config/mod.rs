@@ -44,10 +44,7 @@ pub struct ConfigError {
 
 /// The problems as one line: `field: what is wrong; ...`.
 fn joined(problems: &[(String, String)]) -> String {
-    let each: Vec<String> = problems
-        .iter()
-        .map(|(f, why)| format!("{f}: {why}"))
-        .collect();
+    let each: Vec<String> = problems.iter().map(|(f, w)| format!("{f}: {w}")).collect();
     each.join("; ")
 }
 

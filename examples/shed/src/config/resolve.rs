@@ -14,7 +14,7 @@ use super::fields::{
     agent_install, default_size, disk_gb, duration_in, durations, environment, images, limits,
     provider_kind, sizes, transport, MAX_RUN,
 };
-use super::file::{FileConfig, RemoteFile};
+use super::file::{EnabledFile, FileConfig, RemoteFile};
 use super::firewall::firewall;
 use super::{Client, Config, ConfigError, Problems, Role};
 use crate::backend::Caller;
@@ -127,37 +127,32 @@ impl FileConfig {
 
     /// The blocks of the other backends and the features a remote shed does not have.
     fn refuse_beside_remote(&self, p: &mut Problems) {
-        let refused = "refused with default_backend: remote";
-        if self.firecracker.is_some() {
-            p.add("firecracker", refused);
-        }
-        if self.vz.is_some() {
-            p.add("vz", refused);
-        }
-        if self.env_file.is_some() {
-            p.add("env_file", refused);
-        }
-        if self.mounts.as_ref().is_some_and(|m| !m.is_null()) {
-            p.add(
-                "mounts",
-                format!("{refused} (a remote shed has no server mounts)"),
-            );
-        }
-        if self.egress.as_ref().is_some_and(|e| e.enabled) {
-            p.add(
+        let on = |b: &Option<EnabledFile>| b.as_ref().is_some_and(|e| e.enabled);
+        let mounts = self.mounts.as_ref().is_some_and(|m| !m.is_null());
+        let cidrs = self
+            .network
+            .as_ref()
+            .is_some_and(|n| !n.allow_cidrs.is_empty());
+        for (refused, field, why) in [
+            (self.firecracker.is_some(), "firecracker", ""),
+            (self.vz.is_some(), "vz", ""),
+            (self.env_file.is_some(), "env_file", ""),
+            (mounts, "mounts", " (a remote shed has no server mounts)"),
+            (
+                on(&self.egress),
                 "egress.enabled",
-                format!("{refused} (egress profiles do not exist there)"),
-            );
-        }
-        if self.extensions.as_ref().is_some_and(|e| e.enabled) {
-            p.add("extensions.enabled", refused);
-        }
-        let allow_cidrs = self.network.as_ref().map(|n| n.allow_cidrs.len());
-        if allow_cidrs.unwrap_or(0) > 0 {
-            p.add(
+                " (egress profiles do not exist there)",
+            ),
+            (on(&self.extensions), "extensions.enabled", ""),
+            (
+                cidrs,
                 "network.allow_cidrs",
-                format!("{refused} (outbound traffic is not filtered)"),
-            );
+                " (outbound traffic is not filtered)",
+            ),
+        ] {
+            if refused {
+                p.add(field, format!("refused with default_backend: remote{why}"));
+            }
         }
     }
 
@@ -232,17 +227,12 @@ impl FileConfig {
                     p.add(format!("{field}.token_env"), "required");
                     None
                 }
-                Some(v) => match var.get(v) {
-                    Some(t) => Some(SecretString::from(t.trim().to_string())),
-                    None => {
-                        p.add(
-                            v.clone(),
-                            format!("the variable {field}.token_env names is not set"),
-                        );
-                        None
-                    }
-                },
+                Some(v) => var.get(v).map(|t| SecretString::from(t.trim().to_string())),
             };
+            if let (Some(v), None) = (&c.token_env, &token) {
+                let why = format!("the variable {field}.token_env names is not set");
+                p.add(v.clone(), why);
+            }
             let max_age = duration_in(
                 &c.policy.max_age,
                 Duration::ZERO..=MAX_RUN,

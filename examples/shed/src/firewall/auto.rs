@@ -43,12 +43,9 @@ impl FirewallCheck {
         });
         let said: Vec<(String, Result<Ipv4Addr, String>)> = futures::future::join_all(asks).await;
         let mut votes: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
-        for (_, r) in &said {
-            if let Ok(a) = r {
-                if forbidden_space(&Cidr::host(*a)).is_none() {
-                    *votes.entry(*a).or_default() += 1;
-                }
-            }
+        let said_ok = said.iter().filter_map(|(_, r)| r.as_ref().ok());
+        for a in said_ok.filter(|a| forbidden_space(&Cidr::host(**a)).is_none()) {
+            *votes.entry(*a).or_default() += 1;
         }
         let best = votes.values().copied().max().unwrap_or(0);
         let top: Vec<Ipv4Addr> = votes

@@ -45,16 +45,12 @@ impl Backend {
         let vm_id = match self.vm_to_destroy(id, marker.vm_id.as_deref()).await {
             Ok(vm) => vm,
             // The insert may have made pieces before the VM: the marker goes with them.
-            Err(Unfound::Left(e)) => {
-                self.marker_failed(
-                    id,
-                    format!("what its create left could not be removed: {e}"),
-                );
-                return;
-            }
-            Err(Unfound::Unlisted(e)) => {
-                self.marker_failed(id, format!("the cloud could not be listed: {e}"));
-                return;
+            Err(u) => {
+                let why = match u {
+                    Unfound::Left(e) => format!("what its create left could not be removed: {e}"),
+                    Unfound::Unlisted(e) => format!("the cloud could not be listed: {e}"),
+                };
+                return self.marker_failed(id, why);
             }
         };
         let Some(vm) = vm_id else {
@@ -122,11 +118,10 @@ impl Backend {
         let mut st = self.state();
         if let Some(m) = st.deletes.get_mut(id) {
             m.last_error = Some(why.clone());
-            let snap = m.clone();
-            self.save_marker(&snap);
+            self.save_marker(m);
             self.log().warn(format!(
                 "remote: shed {} ({id}): the delete is recorded but the VM could not be destroyed yet (the periodic pass retries): {why}",
-                snap.name
+                m.name
             ));
         }
     }

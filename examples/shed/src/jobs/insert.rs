@@ -58,11 +58,10 @@ impl Backend {
         if !fw.passed {
             s.fail(Status::Error, Reason::Firewall, fw.message.clone(), now);
             s.vm_gone = s.create == CreateStage::NotSent;
-            let snap = s.clone();
-            self.save(&snap);
+            self.save(s);
             self.log().warn(format!(
                 "remote: shed {} ({id}) create not sent: the firewall check is failing (reason {})",
-                snap.name,
+                s.name,
                 fw.reason.map(|r| r.as_str()).unwrap_or("")
             ));
             return None;
@@ -71,9 +70,8 @@ impl Backend {
         // (an error status has no reason `limit`).
         let was_sent = s.create == CreateStage::Sent;
         s.create = CreateStage::Sent;
-        let snap = s.clone();
-        self.save(&snap);
-        Some((self.vm_spec(&snap), was_sent, snap.name))
+        self.save(s);
+        Some((self.vm_spec(s), was_sent, s.name.clone()))
     }
 
     /// Records the cloud's answer to shed `id`'s insert.

@@ -127,12 +127,8 @@ impl Backend {
                     s.queued = None;
                     s.set(Status::Stopping, None, now);
                     s.op = Some(Op::Stop);
-                    let snap = s.clone();
-                    self.save(&snap);
-                    return match snap.vm_id {
-                        Some(vm) => Step::PowerOff(vm),
-                        None => Step::Done,
-                    };
+                    self.save(s);
+                    return s.vm_id.clone().map_or(Step::Done, Step::PowerOff);
                 }
                 if ctx.gave_up_reading {
                     return Step::Done;
@@ -154,14 +150,8 @@ impl Backend {
                 (_, Some(vm)) if !ctx.stop_tried => Step::PowerOff(vm),
                 _ => Step::Done,
             },
-            Status::Error => {
-                if !s.vm_gone && !ctx.failed_destroy_tried {
-                    Step::DestroyFailed
-                } else {
-                    Step::Done
-                }
-            }
-            Status::Running | Status::Stopped => Step::Done,
+            Status::Error if !s.vm_gone && !ctx.failed_destroy_tried => Step::DestroyFailed,
+            Status::Error | Status::Running | Status::Stopped => Step::Done,
         }
     }
 
@@ -199,11 +189,23 @@ impl Backend {
 
     /// Updates shed `id` with `f` and writes it; false when the shed is gone (deleted meanwhile).
     pub(crate) fn update(&self, id: &str, f: impl FnOnce(&mut Shed, Timestamp)) -> bool {
+        self.update_if(id, |_, _| true, f)
+    }
+
+    /// Updates shed `id` with `f` and writes it if `ok` holds of it (and of the state) under the
+    /// same lock; false otherwise.
+    pub(crate) fn update_if(
+        &self,
+        id: &str,
+        ok: impl FnOnce(&State, &Shed) -> bool,
+        f: impl FnOnce(&mut Shed, Timestamp),
+    ) -> bool {
         let now = self.now();
         let mut st = self.state();
-        let Some(s) = st.sheds.get_mut(id) else {
+        if !st.sheds.get(id).is_some_and(|s| ok(&st, s)) {
             return false;
-        };
+        }
+        let s = st.sheds.get_mut(id).expect("present");
         f(s, now);
         self.save(s);
         true

@@ -52,12 +52,8 @@ impl Backend {
                 return;
             }
         };
-        let mut by_id: HashMap<String, Machine> = HashMap::new();
-        for m in vms {
-            if let Some(id) = m.labels.get(ID_LABEL).cloned() {
-                by_id.insert(id, m);
-            }
-        }
+        let labelled = |m: Machine| Some((m.labels.get(ID_LABEL)?.clone(), m));
+        let by_id: HashMap<String, Machine> = vms.into_iter().filter_map(labelled).collect();
         let (records, markers) = {
             let st = self.state();
             (idle(&st, &st.sheds), idle(&st, &st.deletes))
@@ -83,45 +79,27 @@ impl Backend {
     /// A pass whose listing failed: starting sheds say `cloud_unreadable`; at start-up the jobs of
     /// `starting` and `stopping` records resume (they read the cloud themselves).
     fn unreadable_pass(&self, startup: bool) {
-        let ids: Vec<(String, Status)> = {
+        let records = {
             let now = self.now();
             let mut st = self.state();
-            let mut out = Vec::new();
-            for id in idle(&st, &st.sheds).into_iter().map(|s| s.id) {
-                let s = st.sheds.get_mut(&id).expect("listed");
-                if s.status == Status::Starting && s.create == CreateStage::Made {
-                    s.set(Status::Starting, Some(Reason::CloudUnreadable), now);
-                    self.save(s);
-                }
-                out.push((id, s.status));
+            let records = idle(&st, &st.sheds);
+            let made = |s: &&Shed| s.status == Status::Starting && s.create == CreateStage::Made;
+            for s in records.iter().filter(made) {
+                let s = st.sheds.get_mut(&s.id).expect("listed");
+                s.set(Status::Starting, Some(Reason::CloudUnreadable), now);
+                self.save(s);
             }
-            out
+            records
         };
-        if startup {
-            for (id, status) in ids {
-                if matches!(status, Status::Starting | Status::Stopping) {
-                    self.spawn_job(&id);
-                }
-            }
+        let busy = |s: &&Shed| startup && matches!(s.status, Status::Starting | Status::Stopping);
+        for s in records.iter().filter(busy) {
+            self.spawn_job(&s.id);
         }
     }
 
     /// Applies `f` to shed `id` if it still has status `seen` and no job; writes it.
     fn apply(&self, id: &str, seen: Status, f: impl FnOnce(&mut Shed, orca::Timestamp)) -> bool {
-        let now = self.now();
-        let mut st = self.state();
-        if st.jobs.contains(id) {
-            return false;
-        }
-        let Some(s) = st.sheds.get_mut(id) else {
-            return false;
-        };
-        if s.status != seen {
-            return false;
-        }
-        f(s, now);
-        self.save(s);
-        true
+        self.update_if(id, |st, s| !st.jobs.contains(id) && s.status == seen, f)
     }
 
     async fn pass_marker(&self, m: &DeleteMarker, vm: Option<&Machine>, startup: bool) {
