@@ -8,6 +8,7 @@
 use std::convert::Infallible;
 
 use axum::body::Bytes;
+use axum::extract::FromRequest;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -255,9 +256,15 @@ pub fn failed_create(shed: &ShedView, detail: Option<&str>) -> ApiError {
 async fn create(
     State(b): State<Backend>,
     headers: HeaderMap,
-    body: Bytes,
+    request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     let c = caller(&b, &headers)?;
+    // The body is read only now, once the caller is known: a caller without a token costs no read.
+    let body = match Bytes::from_request(request, &()).await {
+        Ok(body) => body,
+        // Answered as the router answers it (413 over the limit), made JSON as every refusal is.
+        Err(rejection) => return Ok(rejection.into_response()),
+    };
     let req: CreateRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("the create request: {e}")))?;
     let id = b.create(&c, req).await?;

@@ -686,3 +686,36 @@ async fn shed_list_aligns_its_columns_whatever_the_widths_of_names_and_statuses(
     assert!(out.contains("starting (unreachable)"), "{out}");
     assert_columns_aligned(&out, &["STATUS", "SIZE", "IMAGE", "CLIENT"]);
 }
+
+/// A caller without a token is answered before its body is read: a create that announces a body
+/// and never sends it gets its 401 at once (the server holds no connection, nor reads up to the
+/// body limit, for a caller it does not know).
+#[tokio::test]
+async fn an_unauthenticated_create_is_answered_without_reading_its_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = Env::build(|c| {
+        let caller = Caller {
+            name: "ops".into(),
+            role: Role::Admin,
+            max_age: None,
+            max_cpus: None,
+            max_memory_mb: None,
+            images: Vec::new(),
+        };
+        let token = SecretString::from("admin-token".to_string());
+        c.clients.insert("ops".into(), Client { caller, token });
+    })
+    .await;
+    let base = serve(&env).await;
+    let mut conn = tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let head = "POST /api/sheds HTTP/1.1\r\nHost: shed\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\nConnection: close\r\n\r\n";
+    conn.write_all(head.as_bytes()).await.unwrap();
+    // The body is never sent: only an answer that does not wait for it arrives.
+    let mut answer = vec![0u8; 12];
+    let read = tokio::time::timeout(Duration::from_secs(30), conn.read_exact(&mut answer)).await;
+    assert!(read.is_ok(), "no answer while the body was not sent");
+    assert_eq!(&answer[9..12], b"401");
+    assert!(env.backend.records().is_empty());
+}
