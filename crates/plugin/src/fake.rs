@@ -36,6 +36,46 @@ pub const PROTOCOL_VERSION_ENV: &str = "ORCA_PLUGIN_FAKE_PROTOCOL_VERSION";
 /// before them does: what a test of a host facing an older plugin sets.
 pub const LACKS_ENV: &str = "ORCA_PLUGIN_FAKE_LACKS";
 
+/// The environment variable that makes the fake answer its contract's calls it names
+/// (comma-separated, as the contract names them: `create`, `machines`, `machine`,
+/// `machine_named`, `start`, `stop`, `set_labels`) with another machine than the one asked for: one of another name, pool or id.
+/// What a test of a host that checks a plugin's answers sets.
+pub const LIES_ENV: &str = "ORCA_PLUGIN_FAKE_LIES";
+
+/// A layer that answers the calls it names with another machine than the one asked for.
+#[derive(Debug, Clone)]
+struct Lying {
+    calls: Arc<[String]>,
+}
+
+impl Lying {
+    /// `m` as a lie: renamed, moved to another pool and given another id.
+    fn lie(mut m: orca_machines::Machine) -> orca_machines::Machine {
+        m.name.push_str("-other");
+        m.pool.push_str("-other");
+        m.id.push_str("-other");
+        m
+    }
+}
+
+#[async_trait]
+impl Layer for Lying {
+    async fn around(&self, call: Call<'_>, next: Next<'_>) -> Result<Answer> {
+        let lies = self.calls.iter().any(|c| c == call.op().as_str());
+        let answer = next.run(call).await?;
+        Ok(match answer {
+            _ if !lies => answer,
+            Answer::Created(orca_machines::Created::Machine(m)) => {
+                Answer::Created(orca_machines::Created::Machine(Self::lie(m)))
+            }
+            Answer::Machines(ms) => Answer::Machines(ms.into_iter().map(Self::lie).collect()),
+            Answer::Machine(m) => Answer::Machine(m.map(Self::lie)),
+            Answer::Changed(m) => Answer::Changed(Self::lie(m)),
+            other => other,
+        })
+    }
+}
+
 /// How many of the driver's last calls the console keeps.
 const CALLS_KEPT: usize = 1000;
 
@@ -284,6 +324,13 @@ async fn from_env(
             })?;
         provider = provider.with_page_size(n);
     }
+    let lies: Arc<[String]> = std::env::var(LIES_ENV)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|c| !c.is_empty())
+        .map(String::from)
+        .collect();
+    let provider = Layered::new(provider, Lying { calls: lies });
     // Served outermost: a call answered by a scripted error is still a call the host made.
     let provider = Layered::new(Layered::new(provider, scripted), served);
     Ok((cloud, Arc::new(provider)))

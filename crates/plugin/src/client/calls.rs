@@ -6,6 +6,7 @@ use orca_machines::ext::{
     SshAdmission,
 };
 use orca_machines::labels::Labels;
+use orca_machines::spec::quoted;
 use orca_machines::{
     docker_arch, Arch, Capabilities, Created, Machine, MachineSpec, Price, Provider, Resized,
     Result,
@@ -45,6 +46,34 @@ fn machine(r: pb::MachineReply, call: &str) -> Result<Machine> {
     optional_machine(r, call)?.ok_or_else(|| bad_reply(format!("{call} answered no machine")))
 }
 
+/// What a call asked about: a machine by name in a pool, the machines of a pool, or one by id.
+#[derive(Clone, Copy)]
+enum Asked<'a> {
+    Named { pool: &'a str, name: &'a str },
+    Pool(&'a str),
+    Id(&'a str),
+}
+
+/// `m`, when it is what `call` asked about; a plugin's answer about another machine is refused,
+/// naming it: a host that took it would count, adopt or delete a machine of another name or pool.
+fn asked(call: &str, asked: Asked<'_>, m: Machine) -> Result<Machine> {
+    let (ok, what) = match asked {
+        Asked::Named { pool, name } => (
+            m.pool == pool && m.name == name,
+            format!("{name} in {pool}"),
+        ),
+        Asked::Pool(pool) => (m.pool == pool, format!("pool {pool}")),
+        Asked::Id(id) => (m.id == id, format!("machine {id}")),
+    };
+    if ok {
+        return Ok(m);
+    }
+    let (name, pool, id) = (quoted(&m.name), quoted(&m.pool), quoted(&m.id));
+    Err(bad_reply(format!(
+        "{call} of {what} answered machine {name} of pool {pool} (id {id})"
+    )))
+}
+
 fn optional_rule(r: pb::FirewallRuleReply, call: &str) -> Result<Option<FirewallRule>> {
     use pb::firewall_rule_reply::Outcome;
     outcome!(r, call,
@@ -82,9 +111,13 @@ impl Provider for PluginProvider {
             spec: Some(spec_to(spec)),
         };
         let r = self.call("create", |mut c| async move { c.create(q).await });
+        let of = Asked::Named {
+            pool: &spec.pool,
+            name: &spec.name,
+        };
         outcome!(r.await?, "create",
-            Outcome::Made(m) => Ok(Created::Machine(machine_from(m)?)),
-            Outcome::Adopted(m) => Ok(Created::Adopted(machine_from(m)?)),
+            Outcome::Made(m) => Ok(Created::Machine(asked("create", of, machine_from(m)?)?)),
+            Outcome::Adopted(m) => Ok(Created::Adopted(asked("create", of, machine_from(m)?)?)),
             Outcome::NoStock(n) => Ok(no_stock_from(n)),
         )
     }
@@ -95,15 +128,17 @@ impl Provider for PluginProvider {
             pool: pool.to_string(),
         };
         let r = self.call("machines", |mut c| async move { c.machines(q).await });
+        let machine = |m| asked("machines", Asked::Pool(pool), machine_from(m)?);
         outcome!(r.await?, "machines",
-            Outcome::Machines(l) => l.machines.into_iter().map(machine_from).collect(),
+            Outcome::Machines(l) => l.machines.into_iter().map(machine).collect(),
         )
     }
 
     async fn machine(&self, id: &str) -> Result<Option<Machine>> {
         let q = pb::MachineRequest { id: id.to_string() };
         let r = self.call("machine", |mut c| async move { c.machine(q).await });
-        optional_machine(r.await?, "machine")
+        let m = optional_machine(r.await?, "machine")?;
+        m.map(|m| asked("machine", Asked::Id(id), m)).transpose()
     }
 
     async fn machine_named(&self, pool: &str, name: &str) -> Result<Option<Machine>> {
@@ -115,7 +150,9 @@ impl Provider for PluginProvider {
             "machine_named",
             |mut c| async move { c.machine_named(q).await },
         );
-        optional_machine(r.await?, "machine_named")
+        let m = optional_machine(r.await?, "machine_named")?;
+        let of = Asked::Named { pool, name };
+        m.map(|m| asked("machine_named", of, m)).transpose()
     }
 
     async fn delete(&self, id: &str) -> Result<bool> {
@@ -148,13 +185,13 @@ impl Provider for PluginProvider {
     async fn start(&self, id: &str) -> Result<Machine> {
         let q = pb::IdRequest { id: id.to_string() };
         let r = self.call("start", |mut c| async move { c.start(q).await });
-        machine(r.await?, "start")
+        asked("start", Asked::Id(id), machine(r.await?, "start")?)
     }
 
     async fn stop(&self, id: &str) -> Result<Machine> {
         let q = pb::IdRequest { id: id.to_string() };
         let r = self.call("stop", |mut c| async move { c.stop(q).await });
-        machine(r.await?, "stop")
+        asked("stop", Asked::Id(id), machine(r.await?, "stop")?)
     }
 
     async fn resize(&self, id: &str, machine_type: &str) -> Result<Resized> {
@@ -206,7 +243,11 @@ impl MachineLabels for PluginProvider {
             remove: remove.to_vec(),
         };
         let r = self.call("set_labels", |mut c| async move { c.set_labels(q).await });
-        machine(r.await?, "set_labels")
+        asked(
+            "set_labels",
+            Asked::Id(id),
+            machine(r.await?, "set_labels")?,
+        )
     }
 }
 

@@ -10,3 +10,4 @@ mod faults;
 mod gce_conformance;
 mod hetzner_conformance;
 mod named;
+mod replies;
