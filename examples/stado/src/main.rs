@@ -285,23 +285,13 @@ async fn main() -> ExitCode {
         for l in &answer.lines {
             println!("{l}");
         }
-        if !answer.ok {
-            if let Some(m) = answer
-                .json
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-            {
-                if !answer.lines.iter().any(|l| l == m) {
-                    eprintln!("stado: {m}");
-                }
-            }
+        let error = answer.json["error"]["message"].as_str();
+        if let Some(m) = error.filter(|m| !answer.ok && !answer.lines.iter().any(|l| l == m)) {
+            eprintln!("stado: {m}");
         }
     }
-    if answer.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    // ExitCode::SUCCESS or ExitCode::FAILURE (1).
+    ExitCode::from(u8::from(!answer.ok))
 }
 
 fn command_name(c: &Top) -> &'static str {
@@ -430,11 +420,8 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
 
 /// `stado fleet key generate NAME`: never replaces a key.
 fn fleet_key_generate(home: &Home, name: &str) -> Result<Answer, Failure> {
-    if orca::validate_name(name).is_err() {
-        return Err(Failure::refused(format!(
-            "'{name}' is not a target identifier"
-        )));
-    }
+    orca::validate_name(name)
+        .map_err(|_| Failure::refused(format!("'{name}' is not a target identifier")))?;
     let k = stado::keys::generate_fleet_key(home, name)?;
     Ok(Answer::ok(
         json!({"command": "fleet key generate", "ok": true, "name": name, "path": k.private, "public_key": k.public_line, "fingerprint": k.fingerprint}),
@@ -520,11 +507,10 @@ fn config(home: Home, what: ConfigCmd) -> Result<Answer, Failure> {
             let was = stado::profile::config_unset(&home, &key)?;
             Ok(Answer::ok(
                 json!({"command": "config unset", "ok": true, "key": key, "was_set": was}),
-                vec![if was {
-                    format!("{key} removed")
-                } else {
-                    format!("{key} was not set")
-                }],
+                vec![format!(
+                    "{key} {}",
+                    if was { "removed" } else { "was not set" }
+                )],
             ))
         }
         ConfigCmd::Show => {
@@ -547,8 +533,7 @@ fn registry(home: Home, what: RegistryCmd) -> Result<Answer, Failure> {
         RegistryCmd::Set { path, value } => {
             let v: Value = serde_json::from_str(&value).unwrap_or(Value::String(value.clone()));
             let mut r = stado::registry::Held::take(&home)?;
-            let next = r.with_set(&path, v.clone())?;
-            *r = next;
+            *r = r.with_set(&path, v.clone())?;
             r.save()?;
             Ok(Answer::ok(
                 json!({"command": "registry set", "ok": true, "path": path, "value": v}),
@@ -598,10 +583,12 @@ fn fake_host(home: &Home, name: &str, c: SimHostChanges) -> Result<Answer, Failu
             )))
         }
     };
-    if let Some(e) = &c.egress {
-        if e.parse::<std::net::IpAddr>().is_err() {
-            return Err(Failure::invalid(format!("--egress {e:?}: an IP address")));
-        }
+    if let Some(e) = c
+        .egress
+        .as_ref()
+        .filter(|e| e.parse::<std::net::IpAddr>().is_err())
+    {
+        return Err(Failure::invalid(format!("--egress {e:?}: an IP address")));
     }
     let fleet = FakeFleet::persistent(home.fake_fleet_path());
     let now = fleet.now();
@@ -646,15 +633,12 @@ fn fake_cloud(home: &Home, c: SimCloudChanges) -> Result<Answer, Failure> {
         let (loc, name, prio) = subnet_rule(r)?;
         cloud.put_subnet_rule(loc, name, prio, true);
     }
-    if let Some(id) = &c.operator_delete {
-        if !cloud.operator_delete(id) {
-            return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
-        }
+    let absent = |id| Failure::new(format!("no VM {id} in the simulated cloud"));
+    if let Some(id) = c.operator_delete.filter(|id| !cloud.operator_delete(id)) {
+        return Err(absent(id));
     }
-    if let Some(id) = &c.operator_stop {
-        if !cloud.operator_stop(id) {
-            return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
-        }
+    if let Some(id) = c.operator_stop.filter(|id| !cloud.operator_stop(id)) {
+        return Err(absent(id));
     }
     Ok(describe_cloud(&cloud))
 }
