@@ -106,10 +106,7 @@ impl Stado {
             registry.cloud_hosts.egress.insert(k, v);
         }
         registry.save()?;
-        match failure {
-            Some(f) => Err(f),
-            None => Ok(sources.into_iter().collect()),
-        }
+        failure.map_or_else(|| Ok(sources.into_iter().collect()), Err)
     }
 
     /// Asks every host of `endpoints` at once for the address `<api>/api/egress` sees it at. Each
