@@ -157,15 +157,12 @@ pub fn remove_host_files(home: &Home, name: &str) -> Vec<String> {
 
 /// Removes each of `paths` (one already gone is fine); the paths that could not be removed.
 pub fn remove_files(paths: &[PathBuf]) -> Vec<String> {
-    let mut left = Vec::new();
-    for p in paths {
-        match std::fs::remove_file(p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => left.push(format!("{}: {e}", p.display())),
-        }
-    }
-    left
+    paths
+        .iter()
+        .filter_map(|p| Some((p, std::fs::remove_file(p).err()?)))
+        .filter(|(_, e)| e.kind() != std::io::ErrorKind::NotFound)
+        .map(|(p, e)| format!("{}: {e}", p.display()))
+        .collect()
 }
 
 /// Pins `host_key` (`ssh-ed25519 AAAA...`) for target `name`: a known_hosts file of one line under
