@@ -212,8 +212,6 @@ impl FakeFleet {
             commands::NODE_VERSION if h.toolchain => Output::ok("v18.19.1\n"),
             commands::NPM_VERSION if h.toolchain => Output::ok("9.2.0\n"),
             commands::RUSTC_VERSION => fail(127, "sh: 1: /home/stado/.cargo/bin/rustc: not found"),
-            commands::NODE_VERSION => fail(127, "sh: 1: node: not found"),
-            commands::NPM_VERSION => fail(127, "sh: 1: npm: not found"),
             commands::REAP_PROBE => {
                 let changed = h
                     .run_area_changed
@@ -226,13 +224,11 @@ impl FakeFleet {
                     now.timestamp()
                 ))
             }
-            other => fail(
-                127,
-                &format!(
-                    "sh: 1: {}: not found",
-                    other.split_whitespace().next().unwrap_or("")
-                ),
-            ),
+            // node and npm without the toolchain, too.
+            other => {
+                let program = other.split_whitespace().next().unwrap_or("");
+                fail(127, &format!("sh: 1: {program}: not found"))
+            }
         }
     }
 }

@@ -261,10 +261,7 @@ impl Stado {
             created_at: machine
                 .and_then(|m| m.created_at)
                 .unwrap_or_else(chrono::Utc::now),
-            state: match machine {
-                Some(_) => CloudState::Enrolling,
-                None => CloudState::Creating,
-            },
+            state: machine.map_or(CloudState::Creating, |_| CloudState::Enrolling),
         }
     }
 
@@ -355,6 +352,11 @@ impl Stado {
                 ),
             };
         }
+        let mut msg = format!(
+            "cloud host {} was not made: {}",
+            req.name,
+            self.cloud_error(&e)
+        );
         if e.made_nothing()
             && matches!(
                 e.kind(),
@@ -364,25 +366,13 @@ impl Stado {
             // The driver's own checks refused the spec before any call: nothing of the name was
             // made, and a sweep by the name may be refused the same way (or fail to read), which
             // would keep a declaration nothing could remove.
-            return NotMade::clean(
-                Failure::new(format!(
-                    "cloud host {} was not made: {}",
-                    req.name,
-                    self.cloud_error(&e)
-                ))
-                .with_code("refused"),
-            );
+            return NotMade::clean(Failure::new(msg).with_code("refused"));
         }
         let code = match &e {
             Error::PermissionDenied { .. } => "denied",
             Error::Leftovers { .. } => "leftovers",
             _ => "failed",
         };
-        let mut msg = format!(
-            "cloud host {} was not made: {}",
-            req.name,
-            self.cloud_error(&e)
-        );
         let swept = self.sweep(&req.name).await;
         let may_hold = match &swept {
             Ok(Swept {
