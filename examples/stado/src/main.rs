@@ -572,17 +572,13 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
 
 /// `stado fake host NAME ...`: changes how a simulated host behaves, and shows it.
 fn fake_host(home: &Home, name: &str, c: SimHostChanges) -> Result<Answer, Failure> {
-    let first_boot = match c.first_boot.as_deref() {
-        None => None,
-        Some("done") => Some(FirstBoot::Done),
-        Some("error") => Some(FirstBoot::Error),
-        Some("degraded") => Some(FirstBoot::Degraded),
-        Some(other) => {
-            return Err(Failure::invalid(format!(
-                "--first-boot {other:?}: done, error or degraded"
-            )))
-        }
-    };
+    let first_boot = (c.first_boot.as_deref())
+        .map(|w| {
+            FirstBoot::from_word(w).ok_or_else(|| {
+                Failure::invalid(format!("--first-boot {w:?}: done, error or degraded"))
+            })
+        })
+        .transpose()?;
     if let Some(e) = c
         .egress
         .as_ref()
