@@ -406,15 +406,7 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
             provider,
             every: Some(secs),
             ..
-        } => {
-            reap_every(
-                home,
-                &provider.provider,
-                Duration::from_secs(secs.max(1)),
-                json,
-            )
-            .await
-        }
+        } => reap_every(home, &provider.provider, secs, json).await,
     }
 }
 
@@ -436,12 +428,8 @@ fn fleet_key_generate(home: &Home, name: &str) -> Result<Answer, Failure> {
     ))
 }
 
-async fn reap_every(
-    home: Home,
-    provider: &str,
-    every: Duration,
-    json: bool,
-) -> Result<Answer, Failure> {
+/// `stado cloud host reap --apply --every SECONDS` (at least one second).
+async fn reap_every(home: Home, provider: &str, secs: u64, json: bool) -> Result<Answer, Failure> {
     // Watched from the start, so that a signal that comes during a tick ends the loop once that
     // tick has ended, rather than being lost or ending the process in the middle of a pass.
     let mut stop = orca::signals::StopSignals::install()
@@ -486,7 +474,7 @@ async fn reap_every(
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(Duration::from_secs(secs.max(1))) => {}
             _ = stop.next() => break,
         }
     }
