@@ -272,10 +272,9 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let json_out = cli.json;
     let command = command_name(&cli.command);
-    let answer = match run(cli).await {
-        Ok(a) => a,
-        Err(f) => failure_answer(command, &f),
-    };
+    let answer = run(cli)
+        .await
+        .unwrap_or_else(|f| failure_answer(command, &f));
     if json_out {
         // `reap --every` printed one object per tick already, and adds none when it stops.
         if !answer.json.is_null() {
@@ -452,26 +451,21 @@ async fn reap_every(home: Home, provider: &str, secs: u64, json: bool) -> Result
         };
         // With --json, each tick prints exactly one object on a line of its own: the applied pass's
         // report, a tick that ran no pass (`skipped`, why), or a tick that failed (`error`).
-        match tick.await {
+        let object = match tick.await {
             Ok(Ok(r)) => {
                 for l in r.log_lines() {
                     eprintln!("{l}");
                 }
-                if json {
-                    println!("{}", report(&r, Vec::new(), !r.failed()).json);
-                }
+                report(&r, Vec::new(), !r.failed()).json
             }
-            Ok(Err(why)) => {
-                if json {
-                    println!("{}", json!({"command": "reap", "ok": true, "skipped": why}));
-                }
-            }
+            Ok(Err(why)) => json!({"command": "reap", "ok": true, "skipped": why}),
             Err(f) => {
                 eprintln!("cloud-host reaper: this tick did nothing: {f}");
-                if json {
-                    println!("{}", failure_answer("reap", &f).json);
-                }
+                failure_answer("reap", &f).json
             }
+        };
+        if json {
+            println!("{object}");
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(secs.max(1))) => {}
