@@ -201,7 +201,6 @@ impl Stado {
         // The VM id is the registry's, but the VM it names now may not be the one this home made
         // (on Azure the id is the name: deleted outside stado and made again by another home). A VM
         // carrying another home's label, or another owner's, is left alone.
-        let mut stands = true;
         let whose = match self.provider.machine(&decl.vm_id).await {
             Ok(Some(m)) if m.labels.contains_key(HOME_LABEL) && !self.is_this_homes(&m) => Some(
                 format!("{}; this home is {}", Self::whose(&m), self.home.id()),
@@ -216,10 +215,7 @@ impl Stado {
                 ))
                 .with_code("unread"))
             }
-            Ok(None) => {
-                stands = false;
-                None
-            }
+            Ok(None) => return Ok(false),
             // This home's, or made before homes had ids: delete_vm decides.
             Ok(Some(_)) => None,
         };
@@ -230,7 +226,7 @@ impl Stado {
             ))
             .with_code("not_this_home"));
         }
-        Ok(stands)
+        Ok(true)
     }
 
     /// Removes the host's registry entry (saved), then its key files.
