@@ -250,10 +250,7 @@ impl Stado {
                 Failure::refused(format!("target '{}' is already registered", req.name)).into(),
             );
         }
-        let held = keys::existing_key_files(&self.home, &req.name, true);
-        if !held.is_empty() {
-            return Err(keys::key_held(&req.name, &held).into());
-        }
+        keys::refuse_held(&self.home, &req.name, true)?;
         lines.push(format!(
             "name: {} is a target identifier no target holds",
             req.name
