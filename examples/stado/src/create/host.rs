@@ -165,11 +165,9 @@ impl Stado {
         let NotMade { failure, may_hold } = not_made;
         if may_hold {
             let name = &req.name;
-            return Failure::new(format!(
-                "{}; {name} stays declared (creating): stado cloud host delete {name} removes what {TITLE} may hold of it",
-                failure.message()
-            ))
-            .with_code(failure.code());
+            return failure.adding(&format!(
+                "{name} stays declared (creating): stado cloud host delete {name} removes what {TITLE} may hold of it"
+            ));
         }
         registry.remove_target(&req.name);
         if let Err(e) = registry.save() {
@@ -346,10 +344,7 @@ impl Stado {
             let f = self.not_this_homes(&req.name, &e.to_string());
             return match self.sweep(&req.name).await {
                 Ok(_) => NotMade::clean(f),
-                Err(left) => NotMade::holding(
-                    Failure::new(format!("{}; {TITLE} still holds: {left}", f.message()))
-                        .with_code("exists"),
-                ),
+                Err(left) => NotMade::holding(f.adding(&format!("{TITLE} still holds: {left}"))),
             };
         }
         let mut msg = format!(
