@@ -226,10 +226,8 @@ pub fn judge(
     if r.runs > 0 || r.processes > 0 {
         return (Verdict::Busy, None, None);
     }
-    let since_secs = r
-        .changed
-        .unwrap_or(created_at.timestamp())
-        .max(created_at.timestamp());
+    let created = created_at.timestamp();
+    let since_secs = r.changed.unwrap_or(created).max(created);
     let since = chrono::DateTime::from_timestamp(since_secs, 0).unwrap_or(created_at);
     let idle_secs = u64::try_from(r.now - since_secs).unwrap_or(0);
     let verdict = if idle_secs > u64::from(idle_minutes) * 60 {

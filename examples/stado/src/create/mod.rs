@@ -144,10 +144,9 @@ impl Stado {
             report: &mut report,
             step_lines: self.step_lines.clone(),
         };
-        match self.create_steps(req, &mut run).await {
-            Ok(()) => report.ok = true,
-            Err(f) => report.error = Some(f),
-        }
+        let outcome = self.create_steps(req, &mut run).await;
+        report.ok = outcome.is_ok();
+        report.error = outcome.err();
         report
     }
 
