@@ -468,14 +468,13 @@ impl Stado {
         if let Some(sim) = &self.sim {
             let _ = sim.forget(name);
         }
-        match unsaved {
-            None => Failure::new(format!(
-                "{cause}; it was deleted again, since nothing would return it"
-            )),
-            Some(e) => Failure::new(format!(
-                "{cause}; it was deleted again, since nothing would return it, but its declaration could not be removed ({e}): stado cloud host delete {name} removes it"
-            )),
+        let mut msg = format!("{cause}; it was deleted again, since nothing would return it");
+        if let Some(e) = unsaved {
+            msg.push_str(&format!(
+                ", but its declaration could not be removed ({e}): stado cloud host delete {name} removes it"
+            ));
         }
+        Failure::new(msg)
     }
 }
 
