@@ -2,7 +2,7 @@
 //! `cloud_hosts.admit_from` host is asked for its public address over its host channel, and exactly
 //! those addresses are admitted on port 22 in each location, every declared cloud host readmitted.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use orca::Error;
 use serde::Serialize;
@@ -83,12 +83,17 @@ impl Stado {
             .iter()
             .map(|h| fleet_endpoint(registry, h))
             .collect::<Result<Vec<_>, _>>()?;
+        let answers = self.ask_egress(&endpoints, &api).await;
+        // What was read is kept even when another host did not answer; hosts no longer named go.
+        let egress = &mut registry.cloud_hosts.egress;
+        egress.retain(|k, _| hosts.contains(k));
         let mut failure = None;
-        let mut read = BTreeMap::new();
-        for (name, answer, read_at) in self.ask_egress(&endpoints, &api).await {
+        let mut sources = BTreeSet::new();
+        for (name, answer, read_at) in answers {
             match answer {
                 Ok(address) => {
-                    read.insert(name, Egress { address, read_at });
+                    sources.insert(cidr(&address));
+                    egress.insert(name, Egress { address, read_at });
                 }
                 Err(cause) if failure.is_none() => {
                     failure = Some(Failure::new(format!(
@@ -98,18 +103,8 @@ impl Stado {
                 Err(_) => {}
             }
         }
-        // What was read is kept even when another host did not answer; hosts no longer named go.
-        registry.cloud_hosts.egress.retain(|k, _| hosts.contains(k));
-        let mut sources = BTreeSet::new();
-        for (k, v) in read {
-            sources.insert(cidr(&v.address));
-            registry.cloud_hosts.egress.insert(k, v);
-        }
         registry.save()?;
-        match failure {
-            Some(f) => Err(f),
-            None => Ok(sources.into_iter().collect()),
-        }
+        failure.map_or_else(|| Ok(sources.into_iter().collect()), Err)
     }
 
     /// Asks every host of `endpoints` at once for the address `<api>/api/egress` sees it at. Each

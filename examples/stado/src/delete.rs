@@ -66,17 +66,14 @@ impl Stado {
     /// confirms it gone: `Ok` once the cloud holds nothing of it, else what it still holds.
     pub(crate) async fn delete_vm(&self, vm_id: &str) -> Result<(), String> {
         match self.provider.delete(vm_id).await {
-            Ok(true) => {}
-            Ok(false) => return Err(format!("VM {vm_id} (the delete did not finish)")),
-            Err(Error::Leftovers { left, .. }) if !left.is_empty() => return Err(left.join(", ")),
-            Err(e) => {
-                return Err(format!(
-                    "VM {vm_id} and what belongs to it ({})",
-                    self.cloud_error(&e)
-                ))
-            }
+            Ok(true) => self.confirm_gone(vm_id).await,
+            Ok(false) => Err(format!("VM {vm_id} (the delete did not finish)")),
+            Err(Error::Leftovers { left, .. }) if !left.is_empty() => Err(left.join(", ")),
+            Err(e) => Err(format!(
+                "VM {vm_id} and what belongs to it ({})",
+                self.cloud_error(&e)
+            )),
         }
-        self.confirm_gone(vm_id).await
     }
 
     /// Removes what this home's creates of `name` made in stado's pool: its VM `vm` when one
@@ -85,19 +82,16 @@ impl Stado {
     /// Whether something was removed; else what the cloud still holds. The caller has checked that
     /// no VM of that name is another home's: that VM's pieces would be its own.
     pub(crate) async fn remove_named(&self, name: &str, vm: Option<&str>) -> Result<bool, String> {
-        let removed = match self.provider.delete_named(POOL, name).await {
-            Ok(removed) => removed,
-            Err(Error::Leftovers { left, .. }) if !left.is_empty() => return Err(left.join(", ")),
-            Err(e) => {
-                return Err(format!(
-                    "what a create of {name} made ({})",
-                    self.cloud_error(&e)
-                ))
-            }
-        };
-        match vm {
-            Some(id) => self.confirm_gone(id).await.map(|()| true),
-            None => Ok(removed),
+        match self.provider.delete_named(POOL, name).await {
+            Ok(removed) => match vm {
+                Some(id) => self.confirm_gone(id).await.map(|()| true),
+                None => Ok(removed),
+            },
+            Err(Error::Leftovers { left, .. }) if !left.is_empty() => Err(left.join(", ")),
+            Err(e) => Err(format!(
+                "what a create of {name} made ({})",
+                self.cloud_error(&e)
+            )),
         }
     }
 
@@ -201,7 +195,6 @@ impl Stado {
         // The VM id is the registry's, but the VM it names now may not be the one this home made
         // (on Azure the id is the name: deleted outside stado and made again by another home). A VM
         // carrying another home's label, or another owner's, is left alone.
-        let mut stands = true;
         let whose = match self.provider.machine(&decl.vm_id).await {
             Ok(Some(m)) if m.labels.contains_key(HOME_LABEL) && !self.is_this_homes(&m) => Some(
                 format!("{}; this home is {}", Self::whose(&m), self.home.id()),
@@ -216,10 +209,7 @@ impl Stado {
                 ))
                 .with_code("unread"))
             }
-            Ok(None) => {
-                stands = false;
-                None
-            }
+            Ok(None) => return Ok(false),
             // This home's, or made before homes had ids: delete_vm decides.
             Ok(Some(_)) => None,
         };
@@ -230,7 +220,7 @@ impl Stado {
             ))
             .with_code("not_this_home"));
         }
-        Ok(stands)
+        Ok(true)
     }
 
     /// Removes the host's registry entry (saved), then its key files.

@@ -35,6 +35,12 @@ impl Failure {
         Failure::new(message).with_code("refused")
     }
 
+    /// The same failure (its code kept), `more` said after its message.
+    pub fn adding(mut self, more: &str) -> Failure {
+        self.message = format!("{}; {more}", self.message);
+        self
+    }
+
     /// The message.
     pub fn message(&self) -> &str {
         &self.message

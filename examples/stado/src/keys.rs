@@ -94,10 +94,7 @@ impl KeyPair {
 /// `keys/<name>` (0600), the public half in `keys/<name>.pub`. A key of that name is never replaced:
 /// when either half exists, nothing is written and the refusal names it.
 pub fn generate_fleet_key(home: &Home, name: &str) -> Result<FleetKey, Failure> {
-    let held = existing_key_files(home, name, false);
-    if !held.is_empty() {
-        return Err(key_held(name, &held));
-    }
+    refuse_held(home, name, false)?;
     let pair = KeyPair::generate(&format!("stado-fleet-{name}"))?;
     let private = home.fleet_key(name);
     let public = home.fleet_key_pub(name);
@@ -123,17 +120,18 @@ pub fn generate_fleet_key(home: &Home, name: &str) -> Result<FleetKey, Failure> 
     })
 }
 
-/// The key files of target `name` that exist: its fleet key's halves and, with `pinned`, its pinned
-/// host key.
-pub fn existing_key_files(home: &Home, name: &str, pinned: bool) -> Vec<PathBuf> {
+/// Refuses target `name` when a key file of it exists ([`key_held`] names them): its fleet key's
+/// halves and, with `pinned`, its pinned host key.
+pub fn refuse_held(home: &Home, name: &str, pinned: bool) -> Result<(), Failure> {
     let mut paths = vec![home.fleet_key(name), home.fleet_key_pub(name)];
     if pinned {
         paths.push(home.pinned_host_key(name));
     }
-    paths
-        .into_iter()
-        .filter(|p| p.symlink_metadata().is_ok())
-        .collect()
+    paths.retain(|p| p.symlink_metadata().is_ok());
+    if paths.is_empty() {
+        return Ok(());
+    }
+    Err(key_held(name, &paths))
 }
 
 /// The refusal of a name whose key files exist (`files`): a key stado did not mint in this command
@@ -157,15 +155,12 @@ pub fn remove_host_files(home: &Home, name: &str) -> Vec<String> {
 
 /// Removes each of `paths` (one already gone is fine); the paths that could not be removed.
 pub fn remove_files(paths: &[PathBuf]) -> Vec<String> {
-    let mut left = Vec::new();
-    for p in paths {
-        match std::fs::remove_file(p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => left.push(format!("{}: {e}", p.display())),
-        }
-    }
-    left
+    paths
+        .iter()
+        .filter_map(|p| Some((p, std::fs::remove_file(p).err()?)))
+        .filter(|(_, e)| e.kind() != std::io::ErrorKind::NotFound)
+        .map(|(p, e)| format!("{}: {e}", p.display()))
+        .collect()
 }
 
 /// Pins `host_key` (`ssh-ed25519 AAAA...`) for target `name`: a known_hosts file of one line under

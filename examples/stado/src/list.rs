@@ -123,14 +123,10 @@ impl Stado {
                 .await;
         let mut hosts = Vec::new();
         for ((t, c), read) in declared.iter().zip(reads) {
-            let mut vm_id = c.vm_id.clone();
-            let (state, cause) = match read {
-                Ok(Some(m)) => {
-                    vm_id = m.id.clone();
-                    (power_word(&m), None)
-                }
+            let (state, cause) = match &read {
+                Ok(Some(m)) => (power_word(m), None),
                 Ok(None) => ("absent".to_string(), None),
-                Err(e) => ("unread".to_string(), Some(self.cloud_error(&e))),
+                Err(e) => ("unread".to_string(), Some(self.cloud_error(e))),
             };
             hosts.push(HostRow {
                 name: t.name.clone(),
@@ -143,7 +139,10 @@ impl Stado {
                 priced_in: c.priced_in.clone(),
                 idle_minutes: c.idle_minutes,
                 created_at: c.created_at,
-                vm_id,
+                vm_id: read
+                    .ok()
+                    .flatten()
+                    .map_or_else(|| c.vm_id.clone(), |m| m.id),
                 creating: c.state == CloudState::Creating,
                 enrolling: c.state == CloudState::Enrolling,
                 first_boot_failed: c.state == CloudState::FirstBootFailed,

@@ -272,10 +272,9 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let json_out = cli.json;
     let command = command_name(&cli.command);
-    let answer = match run(cli).await {
-        Ok(a) => a,
-        Err(f) => failure_answer(command, &f),
-    };
+    let answer = run(cli)
+        .await
+        .unwrap_or_else(|f| failure_answer(command, &f));
     if json_out {
         // `reap --every` printed one object per tick already, and adds none when it stops.
         if !answer.json.is_null() {
@@ -285,23 +284,13 @@ async fn main() -> ExitCode {
         for l in &answer.lines {
             println!("{l}");
         }
-        if !answer.ok {
-            if let Some(m) = answer
-                .json
-                .pointer("/error/message")
-                .and_then(Value::as_str)
-            {
-                if !answer.lines.iter().any(|l| l == m) {
-                    eprintln!("stado: {m}");
-                }
-            }
+        let error = answer.json["error"]["message"].as_str();
+        if let Some(m) = error.filter(|m| !answer.ok && !answer.lines.iter().any(|l| l == m)) {
+            eprintln!("stado: {m}");
         }
     }
-    if answer.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    // ExitCode::SUCCESS or ExitCode::FAILURE (1).
+    ExitCode::from(u8::from(!answer.ok))
 }
 
 fn command_name(c: &Top) -> &'static str {
@@ -416,25 +405,14 @@ async fn host(home: Home, what: HostCmd, json: bool) -> Result<Answer, Failure> 
             provider,
             every: Some(secs),
             ..
-        } => {
-            reap_every(
-                home,
-                &provider.provider,
-                Duration::from_secs(secs.max(1)),
-                json,
-            )
-            .await
-        }
+        } => reap_every(home, &provider.provider, secs, json).await,
     }
 }
 
 /// `stado fleet key generate NAME`: never replaces a key.
 fn fleet_key_generate(home: &Home, name: &str) -> Result<Answer, Failure> {
-    if orca::validate_name(name).is_err() {
-        return Err(Failure::refused(format!(
-            "'{name}' is not a target identifier"
-        )));
-    }
+    orca::validate_name(name)
+        .map_err(|_| Failure::refused(format!("'{name}' is not a target identifier")))?;
     let k = stado::keys::generate_fleet_key(home, name)?;
     Ok(Answer::ok(
         json!({"command": "fleet key generate", "ok": true, "name": name, "path": k.private, "public_key": k.public_line, "fingerprint": k.fingerprint}),
@@ -449,12 +427,8 @@ fn fleet_key_generate(home: &Home, name: &str) -> Result<Answer, Failure> {
     ))
 }
 
-async fn reap_every(
-    home: Home,
-    provider: &str,
-    every: Duration,
-    json: bool,
-) -> Result<Answer, Failure> {
+/// `stado cloud host reap --apply --every SECONDS` (at least one second).
+async fn reap_every(home: Home, provider: &str, secs: u64, json: bool) -> Result<Answer, Failure> {
     // Watched from the start, so that a signal that comes during a tick ends the loop once that
     // tick has ended, rather than being lost or ending the process in the middle of a pass.
     let mut stop = orca::signals::StopSignals::install()
@@ -477,29 +451,24 @@ async fn reap_every(
         };
         // With --json, each tick prints exactly one object on a line of its own: the applied pass's
         // report, a tick that ran no pass (`skipped`, why), or a tick that failed (`error`).
-        match tick.await {
+        let object = match tick.await {
             Ok(Ok(r)) => {
                 for l in r.log_lines() {
                     eprintln!("{l}");
                 }
-                if json {
-                    println!("{}", report(&r, Vec::new(), !r.failed()).json);
-                }
+                report(&r, Vec::new(), !r.failed()).json
             }
-            Ok(Err(why)) => {
-                if json {
-                    println!("{}", json!({"command": "reap", "ok": true, "skipped": why}));
-                }
-            }
+            Ok(Err(why)) => json!({"command": "reap", "ok": true, "skipped": why}),
             Err(f) => {
                 eprintln!("cloud-host reaper: this tick did nothing: {f}");
-                if json {
-                    println!("{}", failure_answer("reap", &f).json);
-                }
+                failure_answer("reap", &f).json
             }
+        };
+        if json {
+            println!("{object}");
         }
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(Duration::from_secs(secs.max(1))) => {}
             _ = stop.next() => break,
         }
     }
@@ -520,11 +489,10 @@ fn config(home: Home, what: ConfigCmd) -> Result<Answer, Failure> {
             let was = stado::profile::config_unset(&home, &key)?;
             Ok(Answer::ok(
                 json!({"command": "config unset", "ok": true, "key": key, "was_set": was}),
-                vec![if was {
-                    format!("{key} removed")
-                } else {
-                    format!("{key} was not set")
-                }],
+                vec![format!(
+                    "{key} {}",
+                    if was { "removed" } else { "was not set" }
+                )],
             ))
         }
         ConfigCmd::Show => {
@@ -547,8 +515,7 @@ fn registry(home: Home, what: RegistryCmd) -> Result<Answer, Failure> {
         RegistryCmd::Set { path, value } => {
             let v: Value = serde_json::from_str(&value).unwrap_or(Value::String(value.clone()));
             let mut r = stado::registry::Held::take(&home)?;
-            let next = r.with_set(&path, v.clone())?;
-            *r = next;
+            *r = r.with_set(&path, v.clone())?;
             r.save()?;
             Ok(Answer::ok(
                 json!({"command": "registry set", "ok": true, "path": path, "value": v}),
@@ -587,21 +554,19 @@ fn fake(home: Home, what: FakeCmd) -> Result<Answer, Failure> {
 
 /// `stado fake host NAME ...`: changes how a simulated host behaves, and shows it.
 fn fake_host(home: &Home, name: &str, c: SimHostChanges) -> Result<Answer, Failure> {
-    let first_boot = match c.first_boot.as_deref() {
-        None => None,
-        Some("done") => Some(FirstBoot::Done),
-        Some("error") => Some(FirstBoot::Error),
-        Some("degraded") => Some(FirstBoot::Degraded),
-        Some(other) => {
-            return Err(Failure::invalid(format!(
-                "--first-boot {other:?}: done, error or degraded"
-            )))
-        }
-    };
-    if let Some(e) = &c.egress {
-        if e.parse::<std::net::IpAddr>().is_err() {
-            return Err(Failure::invalid(format!("--egress {e:?}: an IP address")));
-        }
+    let first_boot = (c.first_boot.as_deref())
+        .map(|w| {
+            FirstBoot::from_word(w).ok_or_else(|| {
+                Failure::invalid(format!("--first-boot {w:?}: done, error or degraded"))
+            })
+        })
+        .transpose()?;
+    if let Some(e) = c
+        .egress
+        .as_ref()
+        .filter(|e| e.parse::<std::net::IpAddr>().is_err())
+    {
+        return Err(Failure::invalid(format!("--egress {e:?}: an IP address")));
     }
     let fleet = FakeFleet::persistent(home.fake_fleet_path());
     let now = fleet.now();
@@ -646,15 +611,12 @@ fn fake_cloud(home: &Home, c: SimCloudChanges) -> Result<Answer, Failure> {
         let (loc, name, prio) = subnet_rule(r)?;
         cloud.put_subnet_rule(loc, name, prio, true);
     }
-    if let Some(id) = &c.operator_delete {
-        if !cloud.operator_delete(id) {
-            return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
-        }
+    let absent = |id| Failure::new(format!("no VM {id} in the simulated cloud"));
+    if let Some(id) = c.operator_delete.filter(|id| !cloud.operator_delete(id)) {
+        return Err(absent(id));
     }
-    if let Some(id) = &c.operator_stop {
-        if !cloud.operator_stop(id) {
-            return Err(Failure::new(format!("no VM {id} in the simulated cloud")));
-        }
+    if let Some(id) = c.operator_stop.filter(|id| !cloud.operator_stop(id)) {
+        return Err(absent(id));
     }
     Ok(describe_cloud(&cloud))
 }

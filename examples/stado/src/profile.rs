@@ -457,6 +457,11 @@ impl Profile {
 
 /// The value `key` stores for the text `v`, or the rule `v` breaks.
 fn stored_value(key: &str, v: &str) -> Result<Value, String> {
+    // `v` kept as text when `ok`, else the rule it breaks.
+    let text = |ok: bool, rule: &str| {
+        ok.then(|| Value::String(v.to_string()))
+            .ok_or_else(|| rule.to_string())
+    };
     Ok(match key {
         "providers" | "providers_disabled" | "azure.locations" => {
             let items: Vec<String> = if v.starts_with('[') {
@@ -486,35 +491,25 @@ fn stored_value(key: &str, v: &str) -> Result<Value, String> {
             }
             serde_json::json!(n)
         }
-        "azure.credit_floor.currency" => {
-            if !(v.len() == 3 && v.bytes().all(|b| b.is_ascii_uppercase())) {
-                return Err(String::from("an ISO 4217 code like USD"));
-            }
-            Value::String(v.to_string())
-        }
-        "azure.vm_username" => {
-            let ok = !v.is_empty()
+        "azure.credit_floor.currency" => text(
+            v.len() == 3 && v.bytes().all(|b| b.is_ascii_uppercase()),
+            "an ISO 4217 code like USD",
+        )?,
+        "azure.vm_username" => text(
+            !v.is_empty()
                 && v.len() <= 32
                 && v.as_bytes()[0].is_ascii_lowercase()
                 && v.bytes().all(|b| {
                     b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
                 })
                 && v != "root"
-                && v != "admin";
-            if !ok {
-                return Err(String::from(
-                    "a Linux account name (a-z first, then a-z, 0-9, '_', '-'; not root or admin)",
-                ));
-            }
-            Value::String(v.to_string())
-        }
-        "azure.image_urn" => {
-            let parts: Vec<&str> = v.split(':').collect();
-            if parts.len() != 4 || parts.iter().any(|p| p.is_empty()) {
-                return Err(String::from("publisher:offer:sku:version"));
-            }
-            Value::String(v.to_string())
-        }
+                && v != "admin",
+            "a Linux account name (a-z first, then a-z, 0-9, '_', '-'; not root or admin)",
+        )?,
+        "azure.image_urn" => text(
+            v.split(':').count() == 4 && !v.split(':').any(str::is_empty),
+            "publisher:offer:sku:version",
+        )?,
         "api.url" | "azure.endpoint" | "azure.prices_endpoint" => {
             // Plain http only to this machine: the host itself is loopback, not a name that
             // starts like one (`localhost.example.net`, `127.0.0.1.example.com`).
@@ -533,12 +528,10 @@ fn stored_value(key: &str, v: &str) -> Result<Value, String> {
             orca::validate_owner(v).map_err(|e| e.to_string())?;
             Value::String(v.to_string())
         }
-        _ => {
-            if v.is_empty() || v.contains(char::is_control) {
-                return Err(String::from("a value on one line"));
-            }
-            Value::String(v.to_string())
-        }
+        _ => text(
+            !v.is_empty() && !v.contains(char::is_control),
+            "a value on one line",
+        )?,
     })
 }
 

@@ -115,21 +115,20 @@ impl ReapReport {
         }
         for h in &self.hosts {
             let mut l = format!("{}: {}", h.name, h.verdict.as_str());
-            match h.verdict {
-                Verdict::Busy => l.push_str(&format!(
+            match (h.verdict, h.idle_for_minutes) {
+                (Verdict::Busy, _) => l.push_str(&format!(
                     " ({} run(s) in ~/.stado/work/runs, {} cargo or rustc process(es))",
                     h.runs.unwrap_or(0),
                     h.processes.unwrap_or(0)
                 )),
-                Verdict::Reapable if h.idle_for_minutes.is_none() => {
-                    l.push_str(&format!(": {}", h.cause.as_deref().unwrap_or("?")))
-                }
-                Verdict::Idle | Verdict::Reapable => l.push_str(&format!(
+                (Verdict::Idle, m) | (Verdict::Reapable, m @ Some(_)) => l.push_str(&format!(
                     " for {} minute(s) of {}",
-                    h.idle_for_minutes.unwrap_or(0),
+                    m.unwrap_or(0),
                     h.idle_minutes
                 )),
-                Verdict::Unread => l.push_str(&format!(": {}", h.cause.as_deref().unwrap_or("?"))),
+                (Verdict::Reapable | Verdict::Unread, _) => {
+                    l.push_str(&format!(": {}", h.cause.as_deref().unwrap_or("?")))
+                }
             }
             match (h.action, &h.action_cause) {
                 (Some(Action::Reaped), _) => l.push_str("; reaped"),
@@ -227,10 +226,8 @@ pub fn judge(
     if r.runs > 0 || r.processes > 0 {
         return (Verdict::Busy, None, None);
     }
-    let since_secs = r
-        .changed
-        .unwrap_or(created_at.timestamp())
-        .max(created_at.timestamp());
+    let created = created_at.timestamp();
+    let since_secs = r.changed.unwrap_or(created).max(created);
     let since = chrono::DateTime::from_timestamp(since_secs, 0).unwrap_or(created_at);
     let idle_secs = u64::try_from(r.now - since_secs).unwrap_or(0);
     let verdict = if idle_secs > u64::from(idle_minutes) * 60 {

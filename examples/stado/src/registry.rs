@@ -198,12 +198,10 @@ impl Registry {
                 "--path {path}: the registry would not be valid: {e}; nothing was changed"
             ))
         })?;
-        for t in &next.targets {
-            if t.name.is_empty() {
-                return Err(Failure::invalid(format!(
-                    "--path {path}: a target needs a name"
-                )));
-            }
+        if next.targets.iter().any(|t| t.name.is_empty()) {
+            return Err(Failure::invalid(format!(
+                "--path {path}: a target needs a name"
+            )));
         }
         let clouds = |r: &Registry| -> BTreeMap<String, (Target, CloudDecl)> {
             r.targets

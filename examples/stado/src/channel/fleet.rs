@@ -17,17 +17,19 @@ use crate::files::{read_json, write_json};
 use crate::home::wait_lock;
 use crate::registry::Target;
 
-/// How a simulated host's first boot ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FirstBoot {
-    /// cloud-init finished cleanly.
-    #[default]
-    Done,
-    /// cloud-init finished with errors.
-    Error,
-    /// cloud-init finished with recoverable errors.
-    Degraded,
+orca::words! {
+    /// How a simulated host's first boot ended.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum FirstBoot {
+        /// cloud-init finished cleanly.
+        #[default]
+        Done = "done",
+        /// cloud-init finished with errors.
+        Error = "error",
+        /// cloud-init finished with recoverable errors.
+        Degraded = "degraded",
+    }
 }
 
 /// One simulated host of a [`FakeFleet`]; a field its file lacks is the default host's.
@@ -212,8 +214,6 @@ impl FakeFleet {
             commands::NODE_VERSION if h.toolchain => Output::ok("v18.19.1\n"),
             commands::NPM_VERSION if h.toolchain => Output::ok("9.2.0\n"),
             commands::RUSTC_VERSION => fail(127, "sh: 1: /home/stado/.cargo/bin/rustc: not found"),
-            commands::NODE_VERSION => fail(127, "sh: 1: node: not found"),
-            commands::NPM_VERSION => fail(127, "sh: 1: npm: not found"),
             commands::REAP_PROBE => {
                 let changed = h
                     .run_area_changed
@@ -226,13 +226,11 @@ impl FakeFleet {
                     now.timestamp()
                 ))
             }
-            other => fail(
-                127,
-                &format!(
-                    "sh: 1: {}: not found",
-                    other.split_whitespace().next().unwrap_or("")
-                ),
-            ),
+            // node and npm without the toolchain, too.
+            other => {
+                let program = other.split_whitespace().next().unwrap_or("");
+                fail(127, &format!("sh: 1: {program}: not found"))
+            }
         }
     }
 }
@@ -336,6 +334,17 @@ fn offers_one_of(host: &Target, authorized: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_boots_word_is_its_serde_name() {
+        for b in FirstBoot::ALL {
+            assert_eq!(serde_json::to_value(b).unwrap(), b.as_str());
+            assert_eq!(
+                serde_json::from_value::<FirstBoot>(b.as_str().into()).unwrap(),
+                b
+            );
+        }
+    }
 
     #[tokio::test]
     async fn the_fake_fleet_refuses_an_unpinned_host_key_and_a_foreign_fleet_key() {

@@ -102,23 +102,18 @@ impl OpenSsh {
         if let Some((key, value)) = identity {
             o("IdentitiesOnly", "yes");
             if value == key.as_os_str().to_string_lossy() {
-                a.push("-i".into());
-                a.push(value);
+                a.extend(["-i".into(), value]);
             } else {
                 // `-i` is looked up as written before ssh expands its % tokens, so an escaped path
                 // would not be found there; the option takes it as the config file would.
                 o("IdentityFile", &value);
             }
         }
-        a.push("-p".into());
-        a.push(host.port.unwrap_or(22).to_string());
+        a.extend(["-p".into(), host.port.unwrap_or(22).to_string()]);
         if let Some(u) = &host.user {
-            a.push("-l".into());
-            a.push(u.clone());
+            a.extend(["-l".into(), u.clone()]);
         }
-        a.push("--".into());
-        a.push(host.address.clone());
-        a.push(command.to_string());
+        a.extend(["--".into(), host.address.clone(), command.to_string()]);
         Ok(a)
     }
 }
@@ -145,19 +140,8 @@ fn config_path(path: &std::path::Path) -> Result<String, String> {
     if !text.contains(|c: char| c.is_whitespace() || "\"'\\%#".contains(c)) {
         return Ok(text.to_string());
     }
-    let mut quoted = String::from("\"");
-    for c in text.chars() {
-        match c {
-            '"' | '\\' => {
-                quoted.push('\\');
-                quoted.push(c);
-            }
-            '%' => quoted.push_str("%%"),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    Ok(quoted)
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    Ok(format!("\"{}\"", escaped.replace('%', "%%")))
 }
 
 #[async_trait]
@@ -171,10 +155,7 @@ impl HostChannel for OpenSsh {
             .stderr(std::process::Stdio::null())
             .status()
             .map_err(|e| format!("could not run {}: {e}", self.program.display()))?;
-        for p in paths {
-            config_path(p)?;
-        }
-        Ok(())
+        paths.iter().try_for_each(|p| config_path(p).map(|_| ()))
     }
 
     async fn run(&self, host: &Target, command: &str, timeout: Duration) -> Result<Output, String> {

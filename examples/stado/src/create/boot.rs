@@ -54,11 +54,9 @@ impl Stado {
         report.host = Some(failed);
         match registry.save() {
             Ok(()) => f,
-            Err(e) => Failure::new(format!(
-                "{}; the registry could not record that its first boot failed: {e}",
-                f.message()
-            ))
-            .with_code(f.code()),
+            Err(e) => f.adding(&format!(
+                "the registry could not record that its first boot failed: {e}"
+            )),
         }
     }
 

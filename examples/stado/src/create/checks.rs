@@ -14,12 +14,8 @@ const OPTIONS: [&str; 4] = ["ssh_keys", "ssh_sources", "admission_group", "disk_
 impl Stado {
     /// Refuses a request whose size, location, disk or idle minutes cannot be a cloud host's.
     pub(super) fn check_request(&self, req: &CreateRequest) -> Result<(), Failure> {
-        if orca::spec::validate_token("size", &req.size).is_err() {
-            return Err(Failure::invalid(format!(
-                "--size {:?} is not a size name",
-                req.size
-            )));
-        }
+        orca::spec::validate_token("size", &req.size)
+            .map_err(|_| Failure::invalid(format!("--size {:?} is not a size name", req.size)))?;
         if orca::spec::validate_token("location", &req.location).is_err() {
             return Err(Failure::invalid(format!(
                 "--location {:?} is not a location name",
@@ -35,13 +31,12 @@ impl Stado {
         if req.idle_minutes == 0 {
             return Err(Failure::invalid("--idle-minutes 0: at least one minute"));
         }
-        if let Some(known) = self.known_locations() {
-            if !known.contains(&req.location.as_str()) {
-                return Err(self.unknown_location(
-                    &req.location,
-                    &format!("its locations are {}", known.join(", ")),
-                ));
-            }
+        let known = self.known_locations();
+        if let Some(known) = known.filter(|k| !k.contains(&req.location.as_str())) {
+            return Err(self.unknown_location(
+                &req.location,
+                &format!("its locations are {}", known.join(", ")),
+            ));
         }
         Ok(())
     }
@@ -61,8 +56,7 @@ impl Stado {
                 lacking.join(", ")
             )));
         }
-        self.ssh_admission()?;
-        Ok(())
+        self.ssh_admission().map(|_| ())
     }
 
     /// Refuses a create whose host the channel could never reach (the ssh client does not run, or

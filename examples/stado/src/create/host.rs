@@ -165,11 +165,9 @@ impl Stado {
         let NotMade { failure, may_hold } = not_made;
         if may_hold {
             let name = &req.name;
-            return Failure::new(format!(
-                "{}; {name} stays declared (creating): stado cloud host delete {name} removes what {TITLE} may hold of it",
-                failure.message()
-            ))
-            .with_code(failure.code());
+            return failure.adding(&format!(
+                "{name} stays declared (creating): stado cloud host delete {name} removes what {TITLE} may hold of it"
+            ));
         }
         registry.remove_target(&req.name);
         if let Err(e) = registry.save() {
@@ -261,10 +259,7 @@ impl Stado {
             created_at: machine
                 .and_then(|m| m.created_at)
                 .unwrap_or_else(chrono::Utc::now),
-            state: match machine {
-                Some(_) => CloudState::Enrolling,
-                None => CloudState::Creating,
-            },
+            state: machine.map_or(CloudState::Creating, |_| CloudState::Enrolling),
         }
     }
 
@@ -349,12 +344,14 @@ impl Stado {
             let f = self.not_this_homes(&req.name, &e.to_string());
             return match self.sweep(&req.name).await {
                 Ok(_) => NotMade::clean(f),
-                Err(left) => NotMade::holding(
-                    Failure::new(format!("{}; {TITLE} still holds: {left}", f.message()))
-                        .with_code("exists"),
-                ),
+                Err(left) => NotMade::holding(f.adding(&format!("{TITLE} still holds: {left}"))),
             };
         }
+        let mut msg = format!(
+            "cloud host {} was not made: {}",
+            req.name,
+            self.cloud_error(&e)
+        );
         if e.made_nothing()
             && matches!(
                 e.kind(),
@@ -364,25 +361,13 @@ impl Stado {
             // The driver's own checks refused the spec before any call: nothing of the name was
             // made, and a sweep by the name may be refused the same way (or fail to read), which
             // would keep a declaration nothing could remove.
-            return NotMade::clean(
-                Failure::new(format!(
-                    "cloud host {} was not made: {}",
-                    req.name,
-                    self.cloud_error(&e)
-                ))
-                .with_code("refused"),
-            );
+            return NotMade::clean(Failure::new(msg).with_code("refused"));
         }
         let code = match &e {
             Error::PermissionDenied { .. } => "denied",
             Error::Leftovers { .. } => "leftovers",
             _ => "failed",
         };
-        let mut msg = format!(
-            "cloud host {} was not made: {}",
-            req.name,
-            self.cloud_error(&e)
-        );
         let swept = self.sweep(&req.name).await;
         let may_hold = match &swept {
             Ok(Swept {
@@ -483,14 +468,13 @@ impl Stado {
         if let Some(sim) = &self.sim {
             let _ = sim.forget(name);
         }
-        match unsaved {
-            None => Failure::new(format!(
-                "{cause}; it was deleted again, since nothing would return it"
-            )),
-            Some(e) => Failure::new(format!(
-                "{cause}; it was deleted again, since nothing would return it, but its declaration could not be removed ({e}): stado cloud host delete {name} removes it"
-            )),
+        let mut msg = format!("{cause}; it was deleted again, since nothing would return it");
+        if let Some(e) = unsaved {
+            msg.push_str(&format!(
+                ", but its declaration could not be removed ({e}): stado cloud host delete {name} removes it"
+            ));
         }
+        Failure::new(msg)
     }
 }
 

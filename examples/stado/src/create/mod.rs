@@ -144,10 +144,9 @@ impl Stado {
             report: &mut report,
             step_lines: self.step_lines.clone(),
         };
-        match self.create_steps(req, &mut run).await {
-            Ok(()) => report.ok = true,
-            Err(f) => report.error = Some(f),
-        }
+        let outcome = self.create_steps(req, &mut run).await;
+        report.ok = outcome.is_ok();
+        report.error = outcome.err();
         report
     }
 
@@ -250,10 +249,7 @@ impl Stado {
                 Failure::refused(format!("target '{}' is already registered", req.name)).into(),
             );
         }
-        let held = keys::existing_key_files(&self.home, &req.name, true);
-        if !held.is_empty() {
-            return Err(keys::key_held(&req.name, &held).into());
-        }
+        keys::refuse_held(&self.home, &req.name, true)?;
         lines.push(format!(
             "name: {} is a target identifier no target holds",
             req.name

@@ -196,16 +196,11 @@ impl Stado {
 /// `projected hourly burn: <total> USD (<name> <size> at <hour> USD, <where priced>; <n> cloud
 /// host(s) already running at <hours> USD)`.
 fn burn_line(req: &CreateRequest, price: &PriceReport) -> String {
-    let where_priced = if price.quotes.len() > 1 {
+    let mut where_priced = format!("priced in {}", price.priced_in);
+    if price.quotes.len() > 1 {
         let all: Vec<&str> = price.quotes.keys().map(String::as_str).collect();
-        format!(
-            "priced in {}, the highest of {}",
-            price.priced_in,
-            all.join(", ")
-        )
-    } else {
-        format!("priced in {}", price.priced_in)
-    };
+        where_priced.push_str(&format!(", the highest of {}", all.join(", ")));
+    }
     format!(
         "projected hourly burn: {} USD ({} {} at {} USD, {where_priced}; {} cloud host(s) already running at {} USD)",
         usd(price.projected_burn_usd),
