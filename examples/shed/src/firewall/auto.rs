@@ -37,11 +37,9 @@ impl FirewallCheck {
     /// Asks every echo service. An address in space a rule could not name (private, loopback, ...)
     /// gets no vote; the agreed address is remembered with when it was agreed.
     pub(super) async fn believe(&self, st: &mut CheckState, now: Timestamp) -> Answers {
-        let asks = self.want.echo_urls.iter().map(|u| async move {
-            let r = self.echo.ask(u).await;
-            (u.clone(), r)
-        });
-        let said: Vec<(String, Result<Ipv4Addr, String>)> = futures::future::join_all(asks).await;
+        let urls = self.want.echo_urls.iter();
+        let asks = urls.map(|u| async move { (u.clone(), self.echo.ask(u).await) });
+        let said = futures::future::join_all(asks).await;
         let mut votes: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
         let said_ok = said.iter().filter_map(|(_, r)| r.as_ref().ok());
         for a in said_ok.filter(|a| forbidden_space(&Cidr::host(**a)).is_none()) {
@@ -73,8 +71,7 @@ impl FirewallCheck {
         match (self.why_not_repaired(&out, st, now, answers), agreed) {
             (None, Some(addr)) => self.patch(st, now, out, addr, answers).await,
             (why, _) => {
-                let why = why.unwrap_or_default();
-                out.message = format!("{}; {why}", out.message);
+                out.message = format!("{}; {}", out.message, why.unwrap_or_default());
                 out
             }
         }

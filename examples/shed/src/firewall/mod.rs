@@ -190,12 +190,10 @@ impl FirewallCheck {
     /// The last result when it is at most `max_age` old, else a new check's.
     pub async fn fresh(&self, max_age: Duration) -> Outcome {
         let mut st = self.state.lock().await;
-        if let Some(last) = self.last() {
-            if since(self.clock.now(), last.at) <= max_age {
-                return last;
-            }
+        match self.last() {
+            Some(last) if since(self.clock.now(), last.at) <= max_age => last,
+            _ => self.run(&mut st).await,
         }
-        self.run(&mut st).await
     }
 
     /// Runs the check now.
@@ -305,11 +303,10 @@ impl FirewallCheck {
             expected: self.expected(st, now),
             sources,
         };
-        let due = match &st.logged {
-            None => true,
-            Some((k, at)) => *k != key || (!o.passed && since(now, *at) >= self.timings.log_repeat),
+        let due = |(k, at): &(LogKey, Timestamp)| {
+            *k != key || (!o.passed && since(now, *at) >= self.timings.log_repeat)
         };
-        if !due {
+        if !st.logged.as_ref().is_none_or(due) {
             return;
         }
         st.logged = Some((key, now));
