@@ -86,8 +86,7 @@ impl SshBannerProbe {
             }
             buf.extend_from_slice(&chunk[..n]);
             if let Some(end) = buf.iter().position(|b| *b == b'\n') {
-                let line = String::from_utf8_lossy(&buf[..end]).trim_end().to_string();
-                return Ok(line);
+                return Ok(String::from_utf8_lossy(&buf[..end]).trim_end().to_string());
             }
             if buf.len() > 255 {
                 return Err("no line within 255 bytes".into());

@@ -33,9 +33,7 @@ impl Backend {
         }
         let r = self.inner.provider.start(vm).await;
         match r {
-            Ok(_) => {
-                self.update(id, |s, _| s.start_sent = true);
-            }
+            Ok(_) => _ = self.update(id, |s, _| s.start_sent = true),
             Err(Error::NotFound { .. }) => self.gone_if_confirmed(id, vm).await,
             Err(e) => {
                 let reason = refusal(&e);
@@ -93,18 +91,17 @@ impl Backend {
         match self.inner.provider.machine(vm).await {
             Ok(None) => {
                 let mut st = self.state();
-                if let Some(s) = st.sheds.get(id).cloned() {
-                    if s.status == Status::Error {
-                        let s = st.sheds.get_mut(id).expect("present");
-                        s.vm_gone = true;
-                        self.save(s);
-                    } else {
-                        self.drop_record(&mut st, id);
-                        self.log().info(format!(
-                            "remote: shed {} ({id}) removed: its VM no longer exists",
-                            s.name
-                        ));
-                    }
+                let Some(s) = st.sheds.get_mut(id) else {
+                    return;
+                };
+                if s.status == Status::Error {
+                    s.vm_gone = true;
+                    self.save(s);
+                } else if let Some(s) = self.drop_record(&mut st, id) {
+                    self.log().info(format!(
+                        "remote: shed {} ({id}) removed: its VM no longer exists",
+                        s.name
+                    ));
                 }
             }
             Ok(Some(_)) => {}
