@@ -14,12 +14,9 @@ impl Backend {
         new_shed: bool,
     ) -> Result<(), ApiError> {
         let limits = self.inner.cfg.limits;
+        let others = st.sheds.values().filter(|s| Some(s.id.as_str()) != exclude);
         if new_shed {
-            let kept = st
-                .sheds
-                .values()
-                .filter(|s| Some(s.id.as_str()) != exclude)
-                .count();
+            let kept = others.clone().count();
             if kept >= limits.max_sheds as usize {
                 return Err(ApiError::new(
                     503,
@@ -33,11 +30,7 @@ impl Backend {
         }
         // `max_running`'s count: sheds whose VM is on, and VMs of deletes older than two minutes.
         let now = self.now();
-        let on = st
-            .sheds
-            .values()
-            .filter(|s| Some(s.id.as_str()) != exclude && s.status.counts_as_running())
-            .count();
+        let on = others.filter(|s| s.status.counts_as_running()).count();
         let lingering = st
             .deletes
             .values()
@@ -65,11 +58,8 @@ impl Backend {
     /// Refuses with `FIREWALL_CHECK_FAILED` while the firewall check fails (running it when its last
     /// result is older than 60 s).
     pub(crate) async fn require_firewall(&self, caller: &Caller) -> Result<(), ApiError> {
-        let o = self
-            .inner
-            .firewall
-            .fresh(self.inner.timings.check_freshness)
-            .await;
+        let fw = &self.inner.firewall;
+        let o = fw.fresh(self.inner.timings.check_freshness).await;
         if o.passed {
             return Ok(());
         }
