@@ -41,15 +41,13 @@ pub async fn start_backend(cfg: Config) -> Result<Backend, String> {
         Transport::Ssh => Arc::new(SshBannerProbe::new()),
         Transport::Local => Arc::new(LocalProbe),
     };
-    let echo = Arc::new(HttpsEcho::new()?);
-    let timings = Timings::standard(cfg.pass_interval);
     let parts = Parts {
+        echo: Arc::new(HttpsEcho::new()?),
+        timings: Timings::standard(cfg.pass_interval),
         config: cfg,
         provider,
         probe,
-        echo,
         clock: Arc::new(SystemClock),
-        timings,
     };
     Backend::start_on(store, parts)
         .await
@@ -127,15 +125,11 @@ pub fn fake_setup(cfg: &Config) -> Result<String, String> {
     let mut rule = orca::FirewallRule::new(cfg.rule_name(), orca::memory::DEFAULT_NETWORK);
     rule.allowed = vec![orca::FirewallPorts::new("tcp", ["22"])];
     rule.target_tags = vec![cfg.network_tag()];
-    rule.source_ranges = if cfg.firewall.source_ranges.is_empty() {
-        vec!["203.0.113.7/32".into()]
-    } else {
-        cfg.firewall
-            .source_ranges
-            .iter()
-            .map(|c| c.to_string())
-            .collect()
-    };
+    let ranges = &cfg.firewall.source_ranges;
+    rule.source_ranges = ranges.iter().map(|c| c.to_string()).collect();
+    if ranges.is_empty() {
+        rule.source_ranges = vec!["203.0.113.7/32".into()];
+    }
     let sources = rule.source_ranges.join(", ");
     cloud.put_firewall_rule(rule);
     Ok(format!(

@@ -79,16 +79,14 @@ impl Store {
     /// [`Store::release`] never lets go in the middle of a write).
     fn held(&self) -> std::io::Result<MutexGuard<'_, Option<FileLock>>> {
         let held = lock(&self.lock);
-        match &*held {
-            // Someone removed or replaced the lock file: another server may hold the directory now.
-            Some(l) => l.still_held().map_err(std::io::Error::from)?,
-            None => {
-                return Err(std::io::Error::other(format!(
-                    "{} was let go: this server stopped",
-                    self.dir.display()
-                )))
-            }
-        }
+        let Some(l) = &*held else {
+            return Err(std::io::Error::other(format!(
+                "{} was let go: this server stopped",
+                self.dir.display()
+            )));
+        };
+        // Someone removed or replaced the lock file: another server may hold the directory now.
+        l.still_held().map_err(std::io::Error::from)?;
         Ok(held)
     }
 
@@ -128,12 +126,9 @@ impl Store {
     pub fn load(&self) -> std::io::Result<Loaded> {
         let mut out = Loaded::default();
         let _held = self.held()?;
-        read_all(&self.dir.join("sheds"), &mut out.sheds, &mut out.unreadable);
-        read_all(
-            &self.dir.join("deletes"),
-            &mut out.deletes,
-            &mut out.unreadable,
-        );
+        let dir = |kind| self.dir.join(kind);
+        read_all(&dir("sheds"), &mut out.sheds, &mut out.unreadable);
+        read_all(&dir("deletes"), &mut out.deletes, &mut out.unreadable);
         Ok(out)
     }
 }
