@@ -132,20 +132,16 @@ impl FirewallCheck {
         // Read it back, as the cloud holds it now.
         match self.read().await {
             Ok(read) => {
-                let found = read
-                    .rule
-                    .as_ref()
-                    .map(|r| r.source_ranges.clone())
-                    .unwrap_or_default();
+                let expected = self.expected(st, now);
+                let out = self.clauses(&read, &expected, st, now, answers);
                 self.log.info(format!(
                     "remote: firewall rule {} patched: source ranges {} -> {} (read back: {})",
                     self.want.rule_name,
                     list(&old),
                     list(&new),
-                    list(&found)
+                    list(&out.sources)
                 ));
-                let expected = self.expected(st, now);
-                self.clauses(&read, &expected, st, now, answers)
+                out
             }
             Err(e) => Outcome {
                 at: now,

@@ -236,10 +236,9 @@ impl FirewallCheck {
     /// One check: (mode auto) the echo services asked, the cloud read, every clause, and (mode
     /// auto) the repair of the sources when they are all that fails.
     async fn evaluate(&self, st: &mut CheckState, now: Timestamp) -> Outcome {
-        let answers = if self.want.mode == FirewallMode::Auto {
-            Some(self.believe(st, now).await)
-        } else {
-            None
+        let answers = match self.want.mode {
+            FirewallMode::Auto => Some(self.believe(st, now).await),
+            _ => None,
         };
         let expected = self.expected(st, now);
         let read = match self.read().await {
