@@ -62,16 +62,15 @@ impl Backend {
             Ok(None) => {
                 // Gone, perhaps by an earlier delete that could not remove everything beside it:
                 // an id no longer reaches those pieces, the VM's name does.
-                if let Err(e) = self.remove_left(id).await {
-                    self.marker_failed(
+                match self.remove_left(id).await {
+                    Ok(_) => self.deleted(id, &marker.name, " (its VM was gone already)"),
+                    Err(e) => self.marker_failed(
                         id,
                         format!(
                             "its VM is gone, but what stood beside it could not be removed: {e}"
                         ),
-                    );
-                    return;
+                    ),
                 }
-                self.deleted(id, &marker.name, " (its VM was gone already)");
                 return;
             }
             Ok(Some(m)) if !readable(&m) => {
@@ -134,18 +133,13 @@ impl Backend {
             Ok(vm) => vm,
             // The insert may have made pieces before the VM: the shed keeps its VM's name (not
             // `vm_gone`) until they are removed, so that the pass retries.
-            Err(Unfound::Left(e)) => {
-                self.log().warn(format!(
-                    "remote: shed {} ({id}): what its failed create left could not be removed (the periodic pass retries): {e}",
-                    s.name
-                ));
-                return;
-            }
-            Err(Unfound::Unlisted(e)) => {
-                self.log().warn(format!(
-                    "remote: shed {} ({id}): the cloud could not be listed to destroy the VM of its failed create: {e}",
-                    s.name
-                ));
+            Err(u) => {
+                let why = match u {
+                    Unfound::Left(e) => format!("what its failed create left could not be removed (the periodic pass retries): {e}"),
+                    Unfound::Unlisted(e) => format!("the cloud could not be listed to destroy the VM of its failed create: {e}"),
+                };
+                self.log()
+                    .warn(format!("remote: shed {} ({id}): {why}", s.name));
                 return;
             }
         };

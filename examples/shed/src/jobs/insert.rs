@@ -25,11 +25,9 @@ impl Backend {
             match self.vm_by_name(id).await {
                 Ok(Named::Vm(m)) => result = Some(Ok(Created::Adopted(*m))),
                 Ok(Named::Foreign | Named::Nothing) => {}
-                Err(e) => {
-                    self.log().warn(format!(
-                        "remote: shed {name} ({id}): the cloud could not be read before the insert was sent again: {e}"
-                    ));
-                }
+                Err(e) => self.log().warn(format!(
+                    "remote: shed {name} ({id}): the cloud could not be read before the insert was sent again: {e}"
+                )),
             }
         }
         let result = match result {
@@ -131,17 +129,15 @@ impl Backend {
     /// left. An attempt whose answer was lost may have made the VM all the same, so a hidden delete
     /// marker takes the record's place until a listing shows there is none.
     fn refuse_early(&self, st: &mut State, id: &str, reason: Reason, now: Timestamp) {
-        let err = if reason == Reason::Quota {
-            ApiError::quota()
-        } else {
-            ApiError::capacity()
+        let err = match reason {
+            Reason::Quota => ApiError::quota(),
+            _ => ApiError::capacity(),
         };
         st.refused.insert(id.to_string(), err);
-        let s = st.sheds.get(id).cloned().expect("present");
         let marker = DeleteMarker {
             vm_id: None,
             may_have_vm: true,
-            ..DeleteMarker::of(&s, now)
+            ..DeleteMarker::of(st.sheds.get(id).expect("present"), now)
         };
         self.save_marker(&marker);
         st.deletes.insert(id.to_string(), marker);
