@@ -1,6 +1,7 @@
 //! What the server reads from its variables to reach the cloud and the VMs: the SSH client key
 //! and the driver's settings (the Compute Engine variables mapped onto the driver's typed keys).
 
+use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use orca::gce::ConfigKey as GceKey;
 use secrecy::SecretString;
@@ -35,12 +36,10 @@ pub(super) fn ssh_key(
             key_env.clone(),
             format!("not set: set {key_env} (base64 of the OpenSSH private key) or {file_env} (a path to it)"),
         ),
-        (Some(b64), None) => {
-            match base64::engine::general_purpose::STANDARD.decode(b64.trim()).ok().and_then(key) {
-                Some(k) => return Some(k),
-                None => p.add(key_env, "not the base64 of an OpenSSH private key"),
-            }
-        }
+        (Some(b64), None) => match STANDARD.decode(b64.trim()).ok().and_then(key) {
+            Some(k) => return Some(k),
+            None => p.add(key_env, "not the base64 of an OpenSSH private key"),
+        },
         (None, Some(path)) => match std::fs::read(path.trim()) {
             Ok(bytes) => match key(bytes) {
                 Some(k) => return Some(k),

@@ -63,13 +63,8 @@ impl FileConfig {
         let state_dir = self.remote_state_dir(r, &var);
         let listen = self.listen(&mut p);
         let clients = self.clients(r, &var, &mut p);
-        let firewall = firewall(
-            r,
-            self.names_service_clients(),
-            &default_profile,
-            &var,
-            &mut p,
-        );
+        let has_service = self.names_service_clients();
+        let firewall = firewall(r, has_service, &default_profile, &var, &mut p);
         let ssh_key = ssh_key(r, transport, &var, &mut p);
         let (provider_settings, location) = cloud(r, provider, &var, &mut p);
         if !p.0.is_empty() {
