@@ -16,10 +16,8 @@ impl Backend {
         // Whose labels are on the VM? A failed read does not stop the delete.
         let mut foreign = false;
         if let Some(vm) = &vm_id {
-            let read =
-                tokio::time::timeout(Duration::from_secs(10), self.inner.provider.machine(vm))
-                    .await;
-            if let Ok(Ok(Some(m))) = read {
+            let read = self.inner.provider.machine(vm);
+            if let Ok(Ok(Some(m))) = tokio::time::timeout(Duration::from_secs(10), read).await {
                 foreign = !readable(&m);
             }
         }
