@@ -71,11 +71,8 @@ impl Backend {
     /// Starts shed (or delete) `id`'s job unless one runs; a running job sees every change of the
     /// record at its next step.
     pub(crate) fn spawn_job(&self, id: &str) {
-        {
-            let mut st = self.state();
-            if !st.jobs.insert(id.to_string()) {
-                return;
-            }
+        if !self.state().jobs.insert(id.to_string()) {
+            return;
         }
         let b = self.clone();
         let id = id.to_string();
@@ -214,11 +211,8 @@ impl Backend {
     /// What stands of the name of shed `id`'s VM in the environment's pool.
     pub(crate) async fn vm_by_name(&self, id: &str) -> Result<Named, Error> {
         let env = &self.inner.cfg.environment;
-        let vm = self
-            .inner
-            .provider
-            .machine_named(env, &vm_name(env, id))
-            .await?;
+        let name = vm_name(env, id);
+        let vm = self.inner.provider.machine_named(env, &name).await?;
         Ok(match vm {
             Some(m) if m.labels.get(ID_LABEL).map(String::as_str) == Some(id) => {
                 Named::Vm(Box::new(m))
@@ -234,10 +228,8 @@ impl Backend {
     /// that shed's, and so is what stands beside it.
     pub(crate) async fn remove_left(&self, id: &str) -> Result<bool, Error> {
         let env = &self.inner.cfg.environment;
-        self.inner
-            .provider
-            .delete_named(env, &vm_name(env, id))
-            .await
+        let name = vm_name(env, id);
+        self.inner.provider.delete_named(env, &name).await
     }
 }
 

@@ -137,17 +137,15 @@ impl Backend {
     /// reason (run limit or outside shed).
     fn stopped_before_answer(&self, p: &Probing<'_>, m: &Machine, now: Timestamp) {
         let reason = stop_reason(m, now, self.inner.timings.run_limit_window);
-        if p.is_create() {
-            self.update(p.id, |s, now| {
+        self.update(p.id, |s, now| {
+            if p.is_create() {
                 let why = format!("the VM stopped before its agent answered ({reason})");
                 s.fail(Status::Error, Reason::CreateFailed, why, now);
-            });
-        } else {
-            self.update(p.id, |s, now| {
+            } else {
                 s.set(Status::Stopped, Some(reason), now);
                 s.foreign_labels = false;
-            });
-        }
+            }
+        });
         self.log().warn(format!(
             "remote: shed {} ({}): its VM stopped before its agent answered ({reason})",
             p.name, p.id
