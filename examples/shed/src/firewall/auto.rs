@@ -46,12 +46,8 @@ impl FirewallCheck {
             *votes.entry(*a).or_default() += 1;
         }
         let best = votes.values().copied().max().unwrap_or(0);
-        let top: Vec<Ipv4Addr> = votes
-            .iter()
-            .filter(|(_, n)| **n == best)
-            .map(|(a, _)| *a)
-            .collect();
-        let agreed = (best >= 2 && top.len() == 1).then(|| top[0]);
+        let top: Vec<_> = votes.iter().filter(|(_, n)| **n == best).collect();
+        let agreed = (best >= 2 && top.len() == 1).then(|| *top[0].0);
         if let Some(a) = agreed {
             st.agreement = Some((a, now));
         }

@@ -58,7 +58,8 @@ impl FirewallCheck {
         answers: Option<&Answers>,
     ) -> Outcome {
         let mut failed = Failed::new();
-        match &read.rule {
+        let rule = read.rule.as_ref();
+        match rule {
             None => failed.push((
                 FwReason::RuleMissing,
                 format!(
@@ -82,11 +83,7 @@ impl FirewallCheck {
             reason: failed.first().map(|(r, _)| *r),
             failed: failed.iter().map(|(r, _)| *r).collect(),
             message: failed.first().map(|(_, m)| m.clone()).unwrap_or_default(),
-            sources: read
-                .rule
-                .as_ref()
-                .map(|r| r.source_ranges.clone())
-                .unwrap_or_default(),
+            sources: rule.map(|r| r.source_ranges.clone()).unwrap_or_default(),
         }
     }
 

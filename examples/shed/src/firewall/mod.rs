@@ -271,15 +271,10 @@ impl FirewallCheck {
 
     /// The expected sources: `None` in mode any; in mode auto, `Some([])` when the address is unknown.
     fn expected(&self, st: &CheckState, now: Timestamp) -> Option<Vec<String>> {
+        let ranges = &self.want.source_ranges;
         match self.want.mode {
             FirewallMode::Any => None,
-            FirewallMode::Static => Some(
-                self.want
-                    .source_ranges
-                    .iter()
-                    .map(|c| c.to_string())
-                    .collect(),
-            ),
+            FirewallMode::Static => Some(ranges.iter().map(|c| c.to_string()).collect()),
             FirewallMode::Auto => Some(
                 st.agreement
                     .filter(|(_, at)| since(now, *at) <= self.timings.address_trust)
