@@ -124,10 +124,8 @@ impl FileConfig {
     fn refuse_beside_remote(&self, p: &mut Problems) {
         let on = |b: &Option<EnabledFile>| b.as_ref().is_some_and(|e| e.enabled);
         let mounts = self.mounts.as_ref().is_some_and(|m| !m.is_null());
-        let cidrs = self
-            .network
-            .as_ref()
-            .is_some_and(|n| !n.allow_cidrs.is_empty());
+        let net = self.network.as_ref();
+        let cidrs = net.is_some_and(|n| !n.allow_cidrs.is_empty());
         for (refused, field, why) in [
             (self.firecracker.is_some(), "firecracker", ""),
             (self.vz.is_some(), "vz", ""),
@@ -152,10 +150,8 @@ impl FileConfig {
     }
 
     fn default_profile(&self, p: &mut Problems) -> String {
-        let written = self
-            .network
-            .as_ref()
-            .and_then(|n| n.default_profile.as_deref());
+        let net = self.network.as_ref();
+        let written = net.and_then(|n| n.default_profile.as_deref());
         p.one_of("network.default_profile", written, &["default", "isolated"])
     }
 
