@@ -149,10 +149,8 @@ impl Backend {
     /// firewall does not admit any address.
     fn network_profile(&self, req: &CreateRequest) -> Result<String, ApiError> {
         let cfg = &self.inner.cfg;
-        let profile = req
-            .network_profile
-            .clone()
-            .unwrap_or_else(|| cfg.default_profile.clone());
+        let default = &cfg.default_profile;
+        let profile = req.network_profile.as_ref().unwrap_or(default).clone();
         match profile.as_str() {
             "default" => Ok(profile),
             "isolated" if cfg.isolated_available() => Ok(profile),

@@ -389,16 +389,12 @@ impl Backend {
     /// The spec a shed's VM is made from.
     pub(crate) fn vm_spec(&self, s: &Shed) -> MachineSpec {
         let cfg = &self.inner.cfg;
-        let image = cfg
-            .image_aliases
-            .get(&s.image)
-            .cloned()
-            .unwrap_or_else(|| cfg.default_image.clone());
+        let image = cfg.image_aliases.get(&s.image);
         MachineSpec::new(&s.vm_name, &s.machine_type, &cfg.location, &cfg.environment)
             .with_labels(self.vm_labels(s, "creating"))
             .with_max_run_duration(Duration::from_secs(s.max_run_secs))
             .with_network_tag(cfg.network_tag())
-            .with_image(image)
+            .with_image(image.unwrap_or(&cfg.default_image))
             .with_disk_gb(s.disk_gb)
     }
 }
