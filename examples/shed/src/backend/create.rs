@@ -86,16 +86,13 @@ impl Backend {
             return Ok(cfg.sizes[&cfg.default_size].clone());
         }
         let (c, m) = (cpus.unwrap_or(0), memory_mb.unwrap_or(0));
-        let fit = cfg
-            .sizes
-            .values()
-            .filter(|s| s.cpus >= c && s.memory_mb >= m);
+        let sizes = cfg.sizes.values();
+        let fit = sizes.clone().filter(|s| s.cpus >= c && s.memory_mb >= m);
         let smallest = fit.min_by_key(|s| (s.cpus, s.memory_mb, s.name.clone()));
         smallest.cloned().ok_or_else(|| {
             ApiError::invalid(format!(
                 "no configured size has at least {c} cpus and {m} MB of memory; the sizes are {}",
-                cfg.sizes
-                    .values()
+                sizes
                     .map(|s| format!("{} ({} cpus, {} MB)", s.name, s.cpus, s.memory_mb))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -185,13 +182,11 @@ impl Backend {
     fn image(&self, caller: &Caller, req: &CreateRequest) -> Result<String, ApiError> {
         let cfg = &self.inner.cfg;
         let image = req.image.clone().unwrap_or_else(|| "default".into());
-        if image != "default" && !cfg.image_aliases.contains_key(&image) {
+        let aliases = &cfg.image_aliases;
+        if image != "default" && !aliases.contains_key(&image) {
             return Err(ApiError::invalid(format!(
                 "image: {image:?} is not an image of this server; its images are default{}",
-                cfg.image_aliases
-                    .keys()
-                    .map(|k| format!(", {k}"))
-                    .collect::<String>()
+                aliases.keys().map(|k| format!(", {k}")).collect::<String>()
             )));
         }
         if !caller.may_use(&image, cfg) {

@@ -31,15 +31,12 @@ impl Backend {
     /// `GET /api/info`.
     pub fn info(&self, caller: &Caller) -> Info {
         let cfg = &self.inner.cfg;
+        let image = &cfg.default_image;
         let default_image = if caller.is_admin() {
-            cfg.default_image.clone()
+            image.clone()
         } else {
             // A service client is never told a path that may name the project.
-            cfg.default_image
-                .rsplit('/')
-                .next()
-                .unwrap_or_default()
-                .to_string()
+            image.rsplit('/').next().unwrap_or_default().to_string()
         };
         let mut profiles = vec!["default".to_string()];
         if cfg.isolated_available() {
