@@ -219,10 +219,8 @@ impl FirewallCheck {
                 self.provider.kind()
             ));
         };
-        let rule = fw
-            .rule(&self.want.rule_name)
-            .await
-            .map_err(|e| e.to_string())?;
+        let name = &self.want.rule_name;
+        let rule = fw.rule(name).await.map_err(|e| e.to_string())?;
         let rules = fw.rules().await.map_err(|e| e.to_string())?;
         let network = fw.network().await.map_err(|e| e.to_string())?;
         Ok(Read {
