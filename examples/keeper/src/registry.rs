@@ -181,14 +181,12 @@ pub fn validate_fqdn_suffix(s: &str) -> Result<()> {
     let ok = !s.is_empty()
         && s.len() <= 200
         && s.split('.').all(|label| orca::validate_name(label).is_ok());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
+    ok.then_some(()).ok_or_else(|| {
+        Error::invalid(
             "fqdn_suffix",
             format!("a DNS suffix: dot-separated labels of a-z, 0-9 and '-', at most 200 characters, got {}", orca::spec::quoted(s)),
-        ))
-    }
+        )
+    })
 }
 
 /// Reads and validates a provider from a REST body.
@@ -217,9 +215,10 @@ pub fn parse_provider(body: &Value) -> Result<(String, String, String, String, O
     let region = f.req_str("region")?;
     orca::spec::validate_token("region", &region).map_err(|e| invalid_by_orca("region", e))?;
     let fqdn_suffix = f.str("fqdn_suffix")?;
-    if let Some(s) = &fqdn_suffix {
-        validate_fqdn_suffix(s)?;
-    }
+    fqdn_suffix
+        .as_deref()
+        .map(validate_fqdn_suffix)
+        .transpose()?;
     Ok((name, driver, credentials_ref, region, fqdn_suffix))
 }
 
@@ -236,8 +235,7 @@ fn provider_of(r: &tokio_postgres::Row) -> CloudProvider {
 
 fn profile_of(r: &tokio_postgres::Row) -> Result<CloudProfile> {
     let name: String = r.get("name");
-    let spec: Value = r.get("spec");
-    let spec: ProfileSpec = serde_json::from_value(spec).map_err(|e| {
+    let spec: ProfileSpec = serde_json::from_value(r.get("spec")).map_err(|e| {
         Error::new(
             500,
             "registry.corrupt",
@@ -330,17 +328,13 @@ pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<Cloud
         Ok(None) => return Err(not_found("provider", name)),
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
             drop(tx);
-            let deps = client
+            let deps: Vec<String> = client
                 .query(
                     "SELECT name FROM keeper.cloud_profiles WHERE provider = $1 ORDER BY name",
                     &[&name],
                 )
                 .await
-                .map(|rows| {
-                    rows.iter()
-                        .map(|r| r.get::<_, String>(0))
-                        .collect::<Vec<_>>()
-                })
+                .map(|rows| rows.iter().map(|r| r.get(0)).collect())
                 .unwrap_or_default();
             return Err(Error::conflict(
                 "provider.in_use",
