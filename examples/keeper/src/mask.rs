@@ -71,16 +71,13 @@ pub fn mask_step_output(v: &mut Value) {
         match val {
             Value::Array(hosts) if k == "hosts" => {
                 for host in hosts.iter_mut() {
-                    match host {
-                        Value::Object(h) => {
-                            for (hk, hv) in h.iter_mut() {
-                                if !(hk == "bootstrap_token" && hv.is_string()) {
-                                    mask_entry(hk, hv);
-                                }
-                            }
-                        }
-                        other => mask_json(other),
-                    }
+                    let Value::Object(h) = host else {
+                        mask_json(host);
+                        continue;
+                    };
+                    h.iter_mut()
+                        .filter(|(hk, hv)| !(*hk == "bootstrap_token" && hv.is_string()))
+                        .for_each(|(hk, hv)| mask_entry(hk, hv));
                 }
             }
             _ => mask_entry(k, val),
@@ -106,8 +103,7 @@ fn is_quote(c: char) -> bool {
 /// value. Every other form is a value, masked: `=`, a quoted key or value, a `Debug` wrapper, or a
 /// bare word with a digit or a sign (`HCLOUD_TOKEN: abc123`).
 pub fn mask_text(s: &str) -> String {
-    let lower = s.to_ascii_lowercase();
-    if !lower.contains(SECRET_FRAGMENT) {
+    if !is_secret_key(s) {
         return s.to_string();
     }
     let chars: Vec<char> = s.chars().collect();
