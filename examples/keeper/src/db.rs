@@ -218,16 +218,11 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
         .map_err(db_error("read schema_migrations"))?;
     for row in &rows {
         let (version, name, sum): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
-        match MIGRATIONS.iter().find(|m| m.version == version) {
-            None => {
-                return Err(Error::schema(format!("the database has migration {version} ({name}), which this keeper does not know: it is newer than this keeper"),
-                ))
-            }
-            Some(m) if checksum(m.sql) != sum => {
-                return Err(Error::schema(format!("migration {version} ({name}) was applied with other SQL than this keeper's (checksum differs)"),
-                ))
-            }
-            Some(_) => {}
+        let Some(m) = MIGRATIONS.iter().find(|m| m.version == version) else {
+            return Err(Error::schema(format!("the database has migration {version} ({name}), which this keeper does not know: it is newer than this keeper")));
+        };
+        if checksum(m.sql) != sum {
+            return Err(Error::schema(format!("migration {version} ({name}) was applied with other SQL than this keeper's (checksum differs)")));
         }
     }
     let mut applied = Vec::new();

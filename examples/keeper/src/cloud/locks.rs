@@ -155,15 +155,12 @@ impl LockSession {
         };
         // Both outlive any transaction: returned as they are, the next user of the pooled connection
         // would hold these locks without knowing, and wait as long as a lock session does.
-        match client
+        if let Err(e) = client
             .batch_execute("SELECT pg_advisory_unlock_all(); RESET lock_timeout")
             .await
         {
-            Ok(()) => drop(client),
-            Err(e) => {
-                tracing::debug!(error = %describe_db(&e), "lock: the session could not be cleaned, it is closed");
-                discard(client);
-            }
+            tracing::debug!(error = %describe_db(&e), "lock: the session could not be cleaned, it is closed");
+            discard(client);
         }
     }
 }
