@@ -186,11 +186,9 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
         .map_err(db_error("migration lock"))?;
     // Only the first start creates the schema: later starts need no privilege to create anything
     // unless a migration is pending.
+    let sql = format!("SELECT to_regclass('{SCHEMA}.schema_migrations') IS NOT NULL");
     let known: bool = tx
-        .query_one(
-            &format!("SELECT to_regclass('{SCHEMA}.schema_migrations') IS NOT NULL"),
-            &[],
-        )
+        .query_one(&sql, &[])
         .await
         .map_err(db_error("read schema_migrations"))?
         .get(0);
@@ -207,13 +205,10 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
         .await
         .map_err(db_error("create schema_migrations"))?;
     }
+    let sql =
+        format!("SELECT version, name, checksum FROM {SCHEMA}.schema_migrations ORDER BY version");
     let rows = tx
-        .query(
-            &format!(
-                "SELECT version, name, checksum FROM {SCHEMA}.schema_migrations ORDER BY version"
-            ),
-            &[],
-        )
+        .query(&sql, &[])
         .await
         .map_err(db_error("read schema_migrations"))?;
     for row in &rows {
@@ -238,14 +233,12 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
                 describe_db(&e)
             ))
         })?;
-        tx.execute(
-            &format!(
-                "INSERT INTO {SCHEMA}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
-            ),
-            &[&m.version, &m.name, &checksum(m.sql)],
-        )
-        .await
-        .map_err(db_error("record migration"))?;
+        let insert = format!(
+            "INSERT INTO {SCHEMA}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
+        );
+        tx.execute(&insert, &[&m.version, &m.name, &checksum(m.sql)])
+            .await
+            .map_err(db_error("record migration"))?;
         applied.push(m.version);
     }
     tx.commit().await.map_err(db_error("commit migrations"))?;

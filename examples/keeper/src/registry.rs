@@ -289,11 +289,9 @@ pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<Clo
 
 /// Every provider, by name.
 pub async fn list_providers<C: GenericClient>(c: &C) -> Result<Vec<CloudProvider>> {
+    let sql = format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers ORDER BY name");
     let rows = c
-        .query(
-            &format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers ORDER BY name"),
-            &[],
-        )
+        .query(&sql, &[])
         .await
         .map_err(db_error("list providers"))?;
     Ok(rows.iter().map(provider_of).collect())
@@ -301,11 +299,9 @@ pub async fn list_providers<C: GenericClient>(c: &C) -> Result<Vec<CloudProvider
 
 /// Provider `name`, if registered.
 pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<CloudProvider>> {
+    let sql = format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers WHERE name = $1");
     let row = c
-        .query_opt(
-            &format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers WHERE name = $1"),
-            &[&name],
-        )
+        .query_opt(&sql, &[&name])
         .await
         .map_err(db_error("read provider"))?;
     Ok(row.as_ref().map(provider_of))
@@ -315,14 +311,9 @@ pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<
 pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<CloudProvider> {
     let mut client = pool.get().await?;
     let tx = begin(&mut client).await?;
-    let deleted = tx
-        .query_opt(
-            &format!(
-                "DELETE FROM keeper.cloud_providers WHERE name = $1 RETURNING {PROVIDER_COLUMNS}"
-            ),
-            &[&name],
-        )
-        .await;
+    let sql =
+        format!("DELETE FROM keeper.cloud_providers WHERE name = $1 RETURNING {PROVIDER_COLUMNS}");
+    let deleted = tx.query_opt(&sql, &[&name]).await;
     let row = match deleted {
         Ok(Some(row)) => row,
         Ok(None) => return Err(not_found("provider", name)),
@@ -366,13 +357,9 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
         .map_err(|e| Error::new(500, "internal", format!("profile spec: {e}")))?;
     let mut client = pool.get().await?;
     let tx = begin(&mut client).await?;
-    let inserted = tx
-        .query_opt(
-            "INSERT INTO keeper.cloud_profiles (name, provider, spec) VALUES ($1, $2, $3)
-             ON CONFLICT (name) DO NOTHING RETURNING name, provider, spec, created_at",
-            &[&name, &provider, &spec_json],
-        )
-        .await;
+    let sql = "INSERT INTO keeper.cloud_profiles (name, provider, spec) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO NOTHING RETURNING name, provider, spec, created_at";
+    let inserted = tx.query_opt(sql, &[&name, &provider, &spec_json]).await;
     let row = match inserted {
         Ok(Some(row)) => row,
         Ok(None) => return Err(exists("profile", &name)),
@@ -387,23 +374,16 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
 
 /// Every profile, by name.
 pub async fn list_profiles<C: GenericClient>(c: &C) -> Result<Vec<CloudProfile>> {
-    let rows = c
-        .query(
-            "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles ORDER BY name",
-            &[],
-        )
-        .await
-        .map_err(db_error("list profiles"))?;
+    let sql = "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles ORDER BY name";
+    let rows = c.query(sql, &[]).await.map_err(db_error("list profiles"))?;
     rows.iter().map(profile_of).collect()
 }
 
 /// Profile `name`, if registered.
 pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<CloudProfile>> {
+    let sql = "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles WHERE name = $1";
     let row = c
-        .query_opt(
-            "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles WHERE name = $1",
-            &[&name],
-        )
+        .query_opt(sql, &[&name])
         .await
         .map_err(db_error("read profile"))?;
     row.as_ref().map(profile_of).transpose()
@@ -413,11 +393,9 @@ pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<C
 pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudProfile> {
     let mut client = pool.get().await?;
     let tx = begin(&mut client).await?;
+    let sql = "DELETE FROM keeper.cloud_profiles WHERE name = $1 RETURNING name, provider, spec, created_at";
     let row = tx
-        .query_opt(
-            "DELETE FROM keeper.cloud_profiles WHERE name = $1 RETURNING name, provider, spec, created_at",
-            &[&name],
-        )
+        .query_opt(sql, &[&name])
         .await
         .map_err(db_error("delete profile"))?
         .ok_or_else(|| not_found("profile", name))?;
