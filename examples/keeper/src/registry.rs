@@ -319,11 +319,9 @@ pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<Cloud
         Ok(None) => return Err(not_found("provider", name)),
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
             drop(tx);
+            let sql = "SELECT name FROM keeper.cloud_profiles WHERE provider = $1 ORDER BY name";
             let deps: Vec<String> = client
-                .query(
-                    "SELECT name FROM keeper.cloud_profiles WHERE provider = $1 ORDER BY name",
-                    &[&name],
-                )
+                .query(sql, &[&name])
                 .await
                 .map(|rows| rows.iter().map(|r| r.get(0)).collect())
                 .unwrap_or_default();
