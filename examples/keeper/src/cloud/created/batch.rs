@@ -106,12 +106,10 @@ impl Keeper {
                 Err(e) => return Err(Error::db("insert soul", &e)),
             };
             let hash = m.planned.token.hash().to_vec();
-            tx.execute(
-                "INSERT INTO keeper.bootstrap_tokens (soul_id, token_sha256, status) VALUES ($1, $2, 'issued')",
-                &[&soul_id, &hash],
-            )
-            .await
-            .map_err(db_error("insert bootstrap token"))?;
+            let sql = "INSERT INTO keeper.bootstrap_tokens (soul_id, token_sha256, status) VALUES ($1, $2, 'issued')";
+            tx.execute(sql, &[&soul_id, &hash])
+                .await
+                .map_err(db_error("insert bootstrap token"))?;
             let recorded = JournalUpdate {
                 sid: Some(sid.clone()),
                 detail: None,
