@@ -144,11 +144,10 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> 
         ))
         .with_field("DATABASE_URL")
     })?;
-    let server = servers(&cfg);
     Ok(Db {
+        server: servers(&cfg).into(),
         pool: bounded(cfg.clone(), max_size, wait)?,
         locks: bounded(cfg, max_size, wait)?,
-        server: server.into(),
     })
 }
 
