@@ -24,11 +24,10 @@ pub async fn record<C: GenericClient>(
     payload: &Value,
 ) -> Result<()> {
     let payload = masked(payload);
+    let sql =
+        "INSERT INTO keeper.audit_events (event, actor, outcome, payload) VALUES ($1, $2, $3, $4)";
     client
-        .execute(
-            "INSERT INTO keeper.audit_events (event, actor, outcome, payload) VALUES ($1, $2, $3, $4)",
-            &[&event, &actor, &outcome, &payload],
-        )
+        .execute(sql, &[&event, &actor, &outcome, &payload])
         .await
         .map_err(|e| Error::audit(&Error::db(event, &e)))?;
     Ok(())

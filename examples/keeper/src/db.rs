@@ -144,11 +144,10 @@ pub fn pool_with_wait(url: &str, max_size: usize, wait: Duration) -> Result<Db> 
         ))
         .with_field("DATABASE_URL")
     })?;
-    let server = servers(&cfg);
     Ok(Db {
+        server: servers(&cfg).into(),
         pool: bounded(cfg.clone(), max_size, wait)?,
         locks: bounded(cfg, max_size, wait)?,
-        server: server.into(),
     })
 }
 
@@ -186,11 +185,9 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
         .map_err(db_error("migration lock"))?;
     // Only the first start creates the schema: later starts need no privilege to create anything
     // unless a migration is pending.
+    let sql = format!("SELECT to_regclass('{SCHEMA}.schema_migrations') IS NOT NULL");
     let known: bool = tx
-        .query_one(
-            &format!("SELECT to_regclass('{SCHEMA}.schema_migrations') IS NOT NULL"),
-            &[],
-        )
+        .query_one(&sql, &[])
         .await
         .map_err(db_error("read schema_migrations"))?
         .get(0);
@@ -207,27 +204,19 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
         .await
         .map_err(db_error("create schema_migrations"))?;
     }
+    let sql =
+        format!("SELECT version, name, checksum FROM {SCHEMA}.schema_migrations ORDER BY version");
     let rows = tx
-        .query(
-            &format!(
-                "SELECT version, name, checksum FROM {SCHEMA}.schema_migrations ORDER BY version"
-            ),
-            &[],
-        )
+        .query(&sql, &[])
         .await
         .map_err(db_error("read schema_migrations"))?;
     for row in &rows {
         let (version, name, sum): (i32, String, String) = (row.get(0), row.get(1), row.get(2));
-        match MIGRATIONS.iter().find(|m| m.version == version) {
-            None => {
-                return Err(Error::schema(format!("the database has migration {version} ({name}), which this keeper does not know: it is newer than this keeper"),
-                ))
-            }
-            Some(m) if checksum(m.sql) != sum => {
-                return Err(Error::schema(format!("migration {version} ({name}) was applied with other SQL than this keeper's (checksum differs)"),
-                ))
-            }
-            Some(_) => {}
+        let Some(m) = MIGRATIONS.iter().find(|m| m.version == version) else {
+            return Err(Error::schema(format!("the database has migration {version} ({name}), which this keeper does not know: it is newer than this keeper")));
+        };
+        if checksum(m.sql) != sum {
+            return Err(Error::schema(format!("migration {version} ({name}) was applied with other SQL than this keeper's (checksum differs)")));
         }
     }
     let mut applied = Vec::new();
@@ -243,14 +232,12 @@ pub async fn migrate(pool: &Db) -> Result<Vec<i32>> {
                 describe_db(&e)
             ))
         })?;
-        tx.execute(
-            &format!(
-                "INSERT INTO {SCHEMA}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
-            ),
-            &[&m.version, &m.name, &checksum(m.sql)],
-        )
-        .await
-        .map_err(db_error("record migration"))?;
+        let insert = format!(
+            "INSERT INTO {SCHEMA}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
+        );
+        tx.execute(&insert, &[&m.version, &m.name, &checksum(m.sql)])
+            .await
+            .map_err(db_error("record migration"))?;
         applied.push(m.version);
     }
     tx.commit().await.map_err(db_error("commit migrations"))?;

@@ -9,7 +9,6 @@
 //! keeper token hash < token.txt                        # the SHA-256 to configure an API token with
 //! ```
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -139,9 +138,7 @@ fn config_invalid(message: impl AsRef<str>) -> Error {
 fn read_text(arg: &str, what: &str) -> Result<String, Error> {
     let read_err = |e: std::io::Error| Error::new(2, "input.unreadable", format!("{what}: {e}"));
     if arg == "-" {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(read_err)?;
-        Ok(s)
+        std::io::read_to_string(std::io::stdin()).map_err(read_err)
     } else if let Some(path) = arg.strip_prefix('@') {
         std::fs::read_to_string(path).map_err(read_err)
     } else {
@@ -277,9 +274,7 @@ async fn step_to_its_end<T>(step: impl std::future::Future<Output = T>) -> T {
 
 /// `keeper token hash`: the SHA-256 of the token on standard input.
 fn token_hash() -> Result<ExitCode, Error> {
-    let mut s = String::new();
-    std::io::stdin()
-        .read_to_string(&mut s)
+    let s = std::io::read_to_string(std::io::stdin())
         .map_err(|e| Error::new(2, "input.unreadable", e.to_string()))?;
     let token = s.trim();
     if token.is_empty() {
@@ -293,19 +288,13 @@ fn token_hash() -> Result<ExitCode, Error> {
 fn scenario_validate(file: &Path) -> Result<ExitCode, Error> {
     let text = std::fs::read_to_string(file)
         .map_err(|e| Error::new(2, "input.unreadable", format!("{}: {e}", file.display())))?;
-    let (out, code) =
-        match keeper::scenario::parse(&text).and_then(|s| keeper::scenario::validate(&s)) {
-            Ok(n) => (
-                json!({"valid": true, "core_cloud_steps": n}),
-                ExitCode::SUCCESS,
-            ),
-            Err(e) => (
-                json!({"valid": false, "error": e.to_json()}),
-                ExitCode::FAILURE,
-            ),
-        };
+    let checked = keeper::scenario::parse(&text).and_then(|s| keeper::scenario::validate(&s));
+    let out = match &checked {
+        Ok(n) => json!({"valid": true, "core_cloud_steps": n}),
+        Err(e) => json!({"valid": false, "error": e.to_json()}),
+    };
     println!("{out}");
-    Ok(code)
+    Ok(ExitCode::from(u8::from(checked.is_err())))
 }
 
 /// `keeper migrate`: connecting applies the pending migrations.
@@ -321,11 +310,7 @@ async fn reconcile(args: &Args, grace: u64) -> Result<ExitCode, Error> {
     let grace = std::time::Duration::from_secs(grace);
     let r = step_to_its_end(k.reconcile("cli", grace)).await?;
     println!("{}", keeper::mask::masked(&json!(r)));
-    Ok(if r.needs_attention() {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(u8::from(r.needs_attention())))
 }
 
 /// `keeper step STEP --params JSON`: the output (or the failure output) on standard output.
@@ -338,16 +323,9 @@ async fn step(args: &Args, step: &str, params: &str) -> Result<ExitCode, Error> 
         )
     })?;
     let k = keeper(args).await?;
-    match step_to_its_end(k.run_step(step, &params, "cli")).await {
-        Ok(out) => {
-            println!("{out}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(f) => {
-            println!("{}", f.output);
-            Err(f.error)
-        }
-    }
+    let done = step_to_its_end(k.run_step(step, &params, "cli")).await;
+    println!("{}", done.as_ref().unwrap_or_else(|f| &f.output));
+    done.map(|_| ExitCode::SUCCESS).map_err(|f| f.error)
 }
 
 /// `keeper serve`: the API until a signal, then the running steps to their end.

@@ -71,16 +71,13 @@ pub fn mask_step_output(v: &mut Value) {
         match val {
             Value::Array(hosts) if k == "hosts" => {
                 for host in hosts.iter_mut() {
-                    match host {
-                        Value::Object(h) => {
-                            for (hk, hv) in h.iter_mut() {
-                                if !(hk == "bootstrap_token" && hv.is_string()) {
-                                    mask_entry(hk, hv);
-                                }
-                            }
-                        }
-                        other => mask_json(other),
-                    }
+                    let Value::Object(h) = host else {
+                        mask_json(host);
+                        continue;
+                    };
+                    h.iter_mut()
+                        .filter(|(hk, hv)| !(*hk == "bootstrap_token" && hv.is_string()))
+                        .for_each(|(hk, hv)| mask_entry(hk, hv));
                 }
             }
             _ => mask_entry(k, val),
@@ -106,8 +103,7 @@ fn is_quote(c: char) -> bool {
 /// value. Every other form is a value, masked: `=`, a quoted key or value, a `Debug` wrapper, or a
 /// bare word with a digit or a sign (`HCLOUD_TOKEN: abc123`).
 pub fn mask_text(s: &str) -> String {
-    let lower = s.to_ascii_lowercase();
-    if !lower.contains(SECRET_FRAGMENT) {
+    if !is_secret_key(s) {
         return s.to_string();
     }
     let chars: Vec<char> = s.chars().collect();
@@ -121,9 +117,7 @@ pub fn mask_text(s: &str) -> String {
         }
         // A word of key characters.
         let start = i;
-        while i < chars.len() && is_key_char(chars[i]) {
-            i += 1;
-        }
+        i += chars[i..].iter().take_while(|c| is_key_char(**c)).count();
         out.extend(&chars[start..i]);
         let word: String = chars[start..i].iter().collect();
         if !is_secret_key(&word) {
@@ -153,18 +147,14 @@ fn value_after(chars: &[char], key: usize, at: usize) -> Option<(usize, usize)> 
         j += 1;
         quoted = true;
     }
-    while at_char(j) == Some(' ') {
-        j += 1;
-    }
+    j += chars[j..].iter().take_while(|c| **c == ' ').count();
     let colon = match at_char(j) {
         Some(':') => true,
         Some('=') => false,
         _ => return None,
     };
     j += 1;
-    while at_char(j) == Some(' ') {
-        j += 1;
-    }
+    j += chars[j..].iter().take_while(|c| **c == ' ').count();
     // `Debug` wrappers: `String(`, `Some(`, `Number(`, ...
     while let Some(open) = debug_wrapper(chars, j) {
         j = open;
@@ -228,13 +218,11 @@ fn debug_wrapper(chars: &[char], at: usize) -> Option<usize> {
     if !chars.get(at)?.is_ascii_uppercase() {
         return None;
     }
-    let mut j = at;
-    while chars
-        .get(j)
-        .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
-    {
-        j += 1;
-    }
+    let j = at
+        + chars[at..]
+            .iter()
+            .take_while(|c| c.is_ascii_alphanumeric() || **c == '_')
+            .count();
     (chars.get(j) == Some(&'(')).then_some(j + 1)
 }
 

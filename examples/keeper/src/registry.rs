@@ -181,14 +181,12 @@ pub fn validate_fqdn_suffix(s: &str) -> Result<()> {
     let ok = !s.is_empty()
         && s.len() <= 200
         && s.split('.').all(|label| orca::validate_name(label).is_ok());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
+    ok.then_some(()).ok_or_else(|| {
+        Error::invalid(
             "fqdn_suffix",
             format!("a DNS suffix: dot-separated labels of a-z, 0-9 and '-', at most 200 characters, got {}", orca::spec::quoted(s)),
-        ))
-    }
+        )
+    })
 }
 
 /// Reads and validates a provider from a REST body.
@@ -217,9 +215,10 @@ pub fn parse_provider(body: &Value) -> Result<(String, String, String, String, O
     let region = f.req_str("region")?;
     orca::spec::validate_token("region", &region).map_err(|e| invalid_by_orca("region", e))?;
     let fqdn_suffix = f.str("fqdn_suffix")?;
-    if let Some(s) = &fqdn_suffix {
-        validate_fqdn_suffix(s)?;
-    }
+    fqdn_suffix
+        .as_deref()
+        .map(validate_fqdn_suffix)
+        .transpose()?;
     Ok((name, driver, credentials_ref, region, fqdn_suffix))
 }
 
@@ -236,8 +235,7 @@ fn provider_of(r: &tokio_postgres::Row) -> CloudProvider {
 
 fn profile_of(r: &tokio_postgres::Row) -> Result<CloudProfile> {
     let name: String = r.get("name");
-    let spec: Value = r.get("spec");
-    let spec: ProfileSpec = serde_json::from_value(spec).map_err(|e| {
+    let spec: ProfileSpec = serde_json::from_value(r.get("spec")).map_err(|e| {
         Error::new(
             500,
             "registry.corrupt",
@@ -291,11 +289,9 @@ pub async fn create_provider(pool: &Db, actor: &str, body: &Value) -> Result<Clo
 
 /// Every provider, by name.
 pub async fn list_providers<C: GenericClient>(c: &C) -> Result<Vec<CloudProvider>> {
+    let sql = format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers ORDER BY name");
     let rows = c
-        .query(
-            &format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers ORDER BY name"),
-            &[],
-        )
+        .query(&sql, &[])
         .await
         .map_err(db_error("list providers"))?;
     Ok(rows.iter().map(provider_of).collect())
@@ -303,11 +299,9 @@ pub async fn list_providers<C: GenericClient>(c: &C) -> Result<Vec<CloudProvider
 
 /// Provider `name`, if registered.
 pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<CloudProvider>> {
+    let sql = format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers WHERE name = $1");
     let row = c
-        .query_opt(
-            &format!("SELECT {PROVIDER_COLUMNS} FROM keeper.cloud_providers WHERE name = $1"),
-            &[&name],
-        )
+        .query_opt(&sql, &[&name])
         .await
         .map_err(db_error("read provider"))?;
     Ok(row.as_ref().map(provider_of))
@@ -317,30 +311,19 @@ pub async fn get_provider<C: GenericClient>(c: &C, name: &str) -> Result<Option<
 pub async fn delete_provider(pool: &Db, actor: &str, name: &str) -> Result<CloudProvider> {
     let mut client = pool.get().await?;
     let tx = begin(&mut client).await?;
-    let deleted = tx
-        .query_opt(
-            &format!(
-                "DELETE FROM keeper.cloud_providers WHERE name = $1 RETURNING {PROVIDER_COLUMNS}"
-            ),
-            &[&name],
-        )
-        .await;
+    let sql =
+        format!("DELETE FROM keeper.cloud_providers WHERE name = $1 RETURNING {PROVIDER_COLUMNS}");
+    let deleted = tx.query_opt(&sql, &[&name]).await;
     let row = match deleted {
         Ok(Some(row)) => row,
         Ok(None) => return Err(not_found("provider", name)),
         Err(e) if Error::sqlstate(&e) == Some(FOREIGN_KEY_VIOLATION) => {
             drop(tx);
-            let deps = client
-                .query(
-                    "SELECT name FROM keeper.cloud_profiles WHERE provider = $1 ORDER BY name",
-                    &[&name],
-                )
+            let sql = "SELECT name FROM keeper.cloud_profiles WHERE provider = $1 ORDER BY name";
+            let deps: Vec<String> = client
+                .query(sql, &[&name])
                 .await
-                .map(|rows| {
-                    rows.iter()
-                        .map(|r| r.get::<_, String>(0))
-                        .collect::<Vec<_>>()
-                })
+                .map(|rows| rows.iter().map(|r| r.get(0)).collect())
                 .unwrap_or_default();
             return Err(Error::conflict(
                 "provider.in_use",
@@ -372,13 +355,9 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
         .map_err(|e| Error::new(500, "internal", format!("profile spec: {e}")))?;
     let mut client = pool.get().await?;
     let tx = begin(&mut client).await?;
-    let inserted = tx
-        .query_opt(
-            "INSERT INTO keeper.cloud_profiles (name, provider, spec) VALUES ($1, $2, $3)
-             ON CONFLICT (name) DO NOTHING RETURNING name, provider, spec, created_at",
-            &[&name, &provider, &spec_json],
-        )
-        .await;
+    let sql = "INSERT INTO keeper.cloud_profiles (name, provider, spec) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO NOTHING RETURNING name, provider, spec, created_at";
+    let inserted = tx.query_opt(sql, &[&name, &provider, &spec_json]).await;
     let row = match inserted {
         Ok(Some(row)) => row,
         Ok(None) => return Err(exists("profile", &name)),
@@ -393,23 +372,16 @@ pub async fn create_profile(pool: &Db, actor: &str, body: &Value) -> Result<Clou
 
 /// Every profile, by name.
 pub async fn list_profiles<C: GenericClient>(c: &C) -> Result<Vec<CloudProfile>> {
-    let rows = c
-        .query(
-            "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles ORDER BY name",
-            &[],
-        )
-        .await
-        .map_err(db_error("list profiles"))?;
+    let sql = "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles ORDER BY name";
+    let rows = c.query(sql, &[]).await.map_err(db_error("list profiles"))?;
     rows.iter().map(profile_of).collect()
 }
 
 /// Profile `name`, if registered.
 pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<CloudProfile>> {
+    let sql = "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles WHERE name = $1";
     let row = c
-        .query_opt(
-            "SELECT name, provider, spec, created_at FROM keeper.cloud_profiles WHERE name = $1",
-            &[&name],
-        )
+        .query_opt(sql, &[&name])
         .await
         .map_err(db_error("read profile"))?;
     row.as_ref().map(profile_of).transpose()
@@ -419,11 +391,9 @@ pub async fn get_profile<C: GenericClient>(c: &C, name: &str) -> Result<Option<C
 pub async fn delete_profile(pool: &Db, actor: &str, name: &str) -> Result<CloudProfile> {
     let mut client = pool.get().await?;
     let tx = begin(&mut client).await?;
+    let sql = "DELETE FROM keeper.cloud_profiles WHERE name = $1 RETURNING name, provider, spec, created_at";
     let row = tx
-        .query_opt(
-            "DELETE FROM keeper.cloud_profiles WHERE name = $1 RETURNING name, provider, spec, created_at",
-            &[&name],
-        )
+        .query_opt(sql, &[&name])
         .await
         .map_err(db_error("delete profile"))?
         .ok_or_else(|| not_found("profile", name))?;

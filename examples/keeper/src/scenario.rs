@@ -6,7 +6,7 @@
 //! step whose parameters hold one is checked for its shape only. keeper's scenario engine (running
 //! scenarios, guards, other modules) is not part of this example.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::cloud::params::{CreateParams, DestroyParams, ResizeParams};
 use crate::cloud::Action;
@@ -54,18 +54,13 @@ pub fn validate(scenario: &Value) -> Result<usize> {
     let mut checked = 0;
     for (i, step) in steps.iter().enumerate() {
         let at = |f: &str| format!("steps[{i}].{f}");
-        let Value::Object(m) = step else {
-            return Err(Error::invalid(
-                format!("steps[{i}]"),
-                "a step: an object with module",
-            ));
-        };
-        let Some(module) = m.get("module").and_then(Value::as_str) else {
-            return Err(Error::invalid(
-                at("module"),
-                "required: the module the step runs",
-            ));
-        };
+        let m = step.as_object().ok_or_else(|| {
+            Error::invalid(format!("steps[{i}]"), "a step: an object with module")
+        })?;
+        let module = m
+            .get("module")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::invalid(at("module"), "required: the module the step runs"))?;
         if !module.starts_with("core.cloud.") && module != "core.cloud" {
             continue;
         }
@@ -79,10 +74,7 @@ pub fn validate(scenario: &Value) -> Result<usize> {
                 format!("{module} runs inside keeper: `on: keeper` is required{got}"),
             ));
         }
-        let params = m
-            .get("params")
-            .cloned()
-            .unwrap_or(Value::Object(Default::default()));
+        let params = m.get("params").cloned().unwrap_or_else(|| json!({}));
         if !params.is_object() {
             return Err(Error::invalid(at("params"), "a map of parameters"));
         }

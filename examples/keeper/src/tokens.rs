@@ -33,10 +33,8 @@ impl PlainToken {
                 format!("no random bytes from the operating system: {e}"),
             )
         })?;
-        Ok(PlainToken(format!(
-            "{BOOTSTRAP_PREFIX}{}",
-            hex::encode(bytes)
-        )))
+        let token = hex::encode(bytes);
+        Ok(PlainToken(format!("{BOOTSTRAP_PREFIX}{token}")))
     }
 
     /// The plain token.
@@ -136,15 +134,13 @@ impl Caller {
 
     /// The caller holds `permission`, or 403 naming it.
     pub fn require(&self, permission: &str) -> Result<()> {
-        if self.may(permission) {
-            Ok(())
-        } else {
-            Err(Error::new(
+        self.may(permission).then_some(()).ok_or_else(|| {
+            Error::new(
                 403,
                 "permission.denied",
                 format!("this call needs the permission {permission}"),
-            ))
-        }
+            )
+        })
     }
 
     /// The actor the audit trail records.
@@ -205,12 +201,10 @@ impl ApiTokens {
     /// The caller presenting `token`, or 401.
     pub fn authenticate(&self, token: &str) -> Result<Caller> {
         let presented = sha256(token);
-        let mut found = None;
-        for (t, hash) in &self.tokens {
-            if bool::from(hash.ct_eq(&presented)) && found.is_none() {
-                found = Some(t);
-            }
-        }
+        // Every hash is compared (in constant time); the first match is the caller.
+        let found = self.tokens.iter().fold(None, |found, (t, hash)| {
+            found.or(bool::from(hash.ct_eq(&presented)).then_some(t))
+        });
         found
             .map(|t| Caller {
                 name: t.name.clone(),

@@ -67,16 +67,12 @@ fn placeholders(text: &str) -> Vec<&str> {
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         let after = &rest[start + 2..];
-        match after.find('}') {
-            Some(end) => {
-                found.push(&after[..end]);
-                rest = &after[end + 1..];
-            }
-            None => {
-                found.push(after);
-                break;
-            }
-        }
+        let Some(end) = after.find('}') else {
+            found.push(after);
+            break;
+        };
+        found.push(&after[..end]);
+        rest = &after[end + 1..];
     }
     found
 }

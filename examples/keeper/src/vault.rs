@@ -34,14 +34,12 @@ pub fn validate_ref(reference: &str) -> Result<()> {
         && reference
             .split('/')
             .all(|seg| !seg.is_empty() && seg != "." && seg != "..");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(
+    ok.then_some(()).ok_or_else(|| {
+        Error::invalid(
             "credentials_ref",
             format!("{rule}, got {}", orca::spec::quoted(reference)),
-        ))
-    }
+        )
+    })
 }
 
 /// A vault in a directory: `<root>/<ref>.json` is a JSON object of string settings, e.g.
@@ -95,11 +93,10 @@ impl Vault for FileVault {
             .await
             .map_err(|e| unavailable(reference, format!("unreadable ({e})")))?;
         // serde_json's errors quote the input: never let them near a message.
-        let value: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|_| unavailable(reference, "not a JSON object of settings"))?;
-        if !value.is_object() {
-            return Err(unavailable(reference, "not a JSON object of settings"));
-        }
+        let value = serde_json::from_slice(&bytes)
+            .ok()
+            .filter(serde_json::Value::is_object)
+            .ok_or_else(|| unavailable(reference, "not a JSON object of settings"))?;
         // Keyed by the drivers' settings' names (each driver's `ConfigKey`); orca's map reading
         // names a key at fault, never its value.
         Settings::deserialize(value).map_err(|e| unavailable(reference, e.to_string()))

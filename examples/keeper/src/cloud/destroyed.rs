@@ -282,11 +282,9 @@ impl Keeper {
             return Ok(());
         }
         let client = self.pool.get().await?;
+        let sql = "SELECT sid FROM keeper.souls WHERE sid = ANY($1) AND provider = $2 AND vm_id = ANY($3)";
         let rows = client
-            .query(
-                "SELECT sid FROM keeper.souls WHERE sid = ANY($1) AND provider = $2 AND vm_id = ANY($3)",
-                &[&p.sids, &row.name, &p.vm_ids],
-            )
+            .query(sql, &[&p.sids, &row.name, &p.vm_ids])
             .await
             .map_err(db_error("read souls"))?;
         let known: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
@@ -316,47 +314,38 @@ impl Keeper {
         // Every soul on a VM now gone, whether the caller named its SID or not (`sids` may be
         // omitted): left pending, its one-time token would stay usable and its SID reserved. A given
         // SID is one of them (checked before any destroy).
+        let sql = "SELECT id FROM keeper.souls WHERE provider = $1 AND vm_id = ANY($2)
+                 AND status <> 'destroyed' ORDER BY id FOR UPDATE";
         let souls: Vec<i64> = tx
-            .query(
-                "SELECT id FROM keeper.souls WHERE provider = $1 AND vm_id = ANY($2)
-                 AND status <> 'destroyed' ORDER BY id FOR UPDATE",
-                &[&row.name, &p.vm_ids],
-            )
+            .query(sql, &[&row.name, &p.vm_ids])
             .await
             .map_err(db_error("lock souls"))?
             .iter()
             .map(|r| r.get(0))
             .collect();
+        let sql =
+            "UPDATE keeper.souls SET status = 'destroyed', destroyed_at = now(), updated_at = now()
+                 WHERE id = ANY($1)";
         let souls_destroyed = tx
-            .execute(
-                "UPDATE keeper.souls SET status = 'destroyed', destroyed_at = now(), updated_at = now()
-                 WHERE id = ANY($1)",
-                &[&souls],
-            )
+            .execute(sql, &[&souls])
             .await
             .map_err(db_error("destroy souls"))?;
+        let sql = "UPDATE keeper.soul_seeds SET status = 'orphaned', updated_at = now()
+                 WHERE soul_id = ANY($1) AND status = 'active'";
         let seeds_orphaned = tx
-            .execute(
-                "UPDATE keeper.soul_seeds SET status = 'orphaned', updated_at = now()
-                 WHERE soul_id = ANY($1) AND status = 'active'",
-                &[&souls],
-            )
+            .execute(sql, &[&souls])
             .await
             .map_err(db_error("orphan soul seeds"))?;
+        let sql = "UPDATE keeper.bootstrap_tokens SET status = 'burned', burned_at = now()
+                 WHERE soul_id = ANY($1) AND status <> 'burned'";
         let bootstrap_burned = tx
-            .execute(
-                "UPDATE keeper.bootstrap_tokens SET status = 'burned', burned_at = now()
-                 WHERE soul_id = ANY($1) AND status <> 'burned'",
-                &[&souls],
-            )
+            .execute(sql, &[&souls])
             .await
             .map_err(db_error("burn bootstrap tokens"))?;
+        let sql = "UPDATE keeper.cloud_vms SET state = 'destroyed', detail = 'destroyed by core.cloud.destroyed', updated_at = now()
+                 WHERE provider = $1 AND vm_id = ANY($2) AND state IN ('made', 'recorded', 'kept')";
         let journal = tx
-            .execute(
-                "UPDATE keeper.cloud_vms SET state = 'destroyed', detail = 'destroyed by core.cloud.destroyed', updated_at = now()
-                 WHERE provider = $1 AND vm_id = ANY($2) AND state IN ('made', 'recorded', 'kept')",
-                &[&row.name, &p.vm_ids],
-            )
+            .execute(sql, &[&row.name, &p.vm_ids])
             .await
             .map_err(db_error("journal"))?;
         let counters = json!({

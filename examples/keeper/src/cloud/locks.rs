@@ -93,13 +93,11 @@ impl LockSession {
             .await
             .map_err(|e| lost(describe_db(&e)))?;
         // An advisory lock on a bigint key is listed as its high and low 32 bits.
-        let held: bool = tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+        let sql = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
                    AND pid = pg_backend_pid() AND objsubid = 1
-                   AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0))",
-                &[&key],
-            )
+                   AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0))";
+        let held: bool = tx
+            .query_one(sql, &[&key])
             .await
             .map_err(|e| lost(describe_db(&e)))?
             .get(0);
@@ -111,15 +109,9 @@ impl LockSession {
 
     /// Takes `key` when no other session holds it; answers whether it did.
     pub(crate) async fn try_lock(&self, key: &str) -> Result<bool> {
-        let row = self
-            .client()
-            .query_one(
-                "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
-                &[&key],
-            )
-            .await
-            .map_err(db_error("take a lock"))?;
-        Ok(row.get(0))
+        let sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))";
+        let row = self.client().query_one(sql, &[&key]).await;
+        Ok(row.map_err(db_error("take a lock"))?.get(0))
     }
 
     /// Takes `key`, waiting at most [`LOCK_WAIT`] for another session to let it go (then the error's
@@ -137,14 +129,8 @@ impl LockSession {
         &self,
         key: &str,
     ) -> std::result::Result<bool, tokio_postgres::Error> {
-        let row = self
-            .client()
-            .query_one(
-                "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
-                &[&key],
-            )
-            .await?;
-        Ok(row.get(0))
+        let sql = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+        Ok(self.client().query_one(sql, &[&key]).await?.get(0))
     }
 
     /// Lets every lock of the session go, resets its lock wait and gives its connection back to the
@@ -155,15 +141,12 @@ impl LockSession {
         };
         // Both outlive any transaction: returned as they are, the next user of the pooled connection
         // would hold these locks without knowing, and wait as long as a lock session does.
-        match client
+        if let Err(e) = client
             .batch_execute("SELECT pg_advisory_unlock_all(); RESET lock_timeout")
             .await
         {
-            Ok(()) => drop(client),
-            Err(e) => {
-                tracing::debug!(error = %describe_db(&e), "lock: the session could not be cleaned, it is closed");
-                discard(client);
-            }
+            tracing::debug!(error = %describe_db(&e), "lock: the session could not be cleaned, it is closed");
+            discard(client);
         }
     }
 }

@@ -475,11 +475,9 @@ impl Keeper {
     /// pool keeper is set to.
     pub(crate) async fn journalled(&self, row: &CloudProvider, id: &str) -> Result<Option<Named>> {
         let client = self.pool.get().await?;
+        let sql = "SELECT name, COALESCE(pool, $3) FROM keeper.cloud_vms WHERE provider = $1 AND vm_id = $2 ORDER BY id LIMIT 1";
         let found = client
-            .query_opt(
-                "SELECT name, COALESCE(pool, $3) FROM keeper.cloud_vms WHERE provider = $1 AND vm_id = $2 ORDER BY id LIMIT 1",
-                &[&row.name, &id, &self.settings.pool],
-            )
+            .query_opt(sql, &[&row.name, &id, &self.settings.pool])
             .await
             .map_err(db_error("read the journal"))?;
         Ok(found.map(|r| Named {

@@ -166,12 +166,10 @@ impl Keeper {
     /// The steps with half-done rows, oldest first: `(step_id, provider)`.
     async fn half_done_steps(&self) -> Result<Vec<(String, String)>> {
         let client = self.pool.get().await?;
+        let sql = "SELECT step_id, provider FROM keeper.cloud_vms WHERE state = ANY($1)
+                 GROUP BY step_id, provider ORDER BY min(id)";
         let rows = client
-            .query(
-                "SELECT step_id, provider FROM keeper.cloud_vms WHERE state = ANY($1)
-                 GROUP BY step_id, provider ORDER BY min(id)",
-                &[&HALF_DONE.as_slice()],
-            )
+            .query(sql, &[&HALF_DONE.as_slice()])
             .await
             .map_err(db_error("read the journal"))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())

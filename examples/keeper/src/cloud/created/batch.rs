@@ -31,13 +31,11 @@ impl Keeper {
         let mut client = self.pool.get().await?;
         let tx = begin(&mut client).await?;
         let count = i64::from(count);
-        let last: i64 = tx
-            .query_one(
-                "INSERT INTO keeper.name_counters (base, last_index) VALUES ($1, $2)
+        let sql = "INSERT INTO keeper.name_counters (base, last_index) VALUES ($1, $2)
                  ON CONFLICT (base) DO UPDATE SET last_index = keeper.name_counters.last_index + EXCLUDED.last_index
-                 RETURNING last_index",
-                &[&base, &count],
-            )
+                 RETURNING last_index";
+        let last: i64 = tx
+            .query_one(sql, &[&base, &count])
             .await
             .map_err(db_error("take indexes"))?
             .get(0);
@@ -45,11 +43,9 @@ impl Keeper {
         for index in (last - count + 1)..=last {
             let name = format!("{base}-{index}");
             let predicted_fqdn = row.fqdn_suffix.as_ref().map(|s| format!("{name}.{s}"));
+            let sql = "INSERT INTO keeper.cloud_vms (step_id, provider, name, pool, state) VALUES ($1, $2, $3, $4, 'requested') RETURNING id";
             let journal_id: i64 = tx
-                .query_one(
-                    "INSERT INTO keeper.cloud_vms (step_id, provider, name, pool, state) VALUES ($1, $2, $3, $4, 'requested') RETURNING id",
-                    &[&step_id, &row.name, &name, &self.settings.pool],
-                )
+                .query_one(sql, &[&step_id, &row.name, &name, &self.settings.pool])
                 .await
                 .map_err(db_error("journal"))?
                 .get(0);
@@ -110,12 +106,10 @@ impl Keeper {
                 Err(e) => return Err(Error::db("insert soul", &e)),
             };
             let hash = m.planned.token.hash().to_vec();
-            tx.execute(
-                "INSERT INTO keeper.bootstrap_tokens (soul_id, token_sha256, status) VALUES ($1, $2, 'issued')",
-                &[&soul_id, &hash],
-            )
-            .await
-            .map_err(db_error("insert bootstrap token"))?;
+            let sql = "INSERT INTO keeper.bootstrap_tokens (soul_id, token_sha256, status) VALUES ($1, $2, 'issued')";
+            tx.execute(sql, &[&soul_id, &hash])
+                .await
+                .map_err(db_error("insert bootstrap token"))?;
             let recorded = JournalUpdate {
                 sid: Some(sid.clone()),
                 detail: None,

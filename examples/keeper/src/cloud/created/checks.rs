@@ -130,11 +130,7 @@ impl Keeper {
         let onboard = p.userdata == UserData::SelfOnboard;
         let vars = Vars {
             hostname,
-            fqdn: if onboard || p.name.is_some() {
-                fqdn
-            } else {
-                None
-            },
+            fqdn: fqdn.filter(|_| onboard || p.name.is_some()),
             keeper_url: &self.settings.keeper_url,
             bootstrap_token: onboard.then(|| token.expose()),
         };
@@ -151,20 +147,16 @@ impl Keeper {
 /// `profile.<field>` for a profile's field, the user data's source for the user data.
 fn spec_error(e: &orca::Error, userdata: &UserData) -> Error {
     let mut e = from_orca(e);
-    if let Some(f) = e.field.clone() {
-        if PROFILE_SPEC_FIELDS.contains(&f.as_str()) {
-            e.field = Some(format!("profile.{f}"));
-        } else if f == "user_data" {
-            e.field = Some(
-                match userdata {
-                    UserData::Generate => "generate_userdata",
-                    UserData::SelfOnboard => "self_onboard",
-                    _ => "userdata",
-                }
-                .to_string(),
-            );
+    e.field = e.field.map(|f| match f.as_str() {
+        p if PROFILE_SPEC_FIELDS.contains(&p) => format!("profile.{p}"),
+        "user_data" => match userdata {
+            UserData::Generate => "generate_userdata",
+            UserData::SelfOnboard => "self_onboard",
+            _ => "userdata",
         }
-    }
+        .to_string(),
+        _ => f,
+    });
     e
 }
 
