@@ -312,16 +312,11 @@ impl MachineSpec {
                 ));
             }
         }
-        if let Some(i) = &self.image {
-            let ok = !i.is_empty()
-                && i.len() <= 1024
-                && !i.chars().any(|c| c.is_whitespace() || c.is_control());
-            if !ok {
-                return Err(Error::invalid(
-                    "image",
-                    format!("1 to 1024 characters without spaces, got {}", quoted(i)),
-                ));
-            }
+        if let Some(i) = self.image.as_deref().filter(|i| !is_image(i)) {
+            return Err(Error::invalid(
+                "image",
+                format!("1 to 1024 characters without spaces, got {}", quoted(i)),
+            ));
         }
         if self.ssh_sources.len() > 100 {
             return Err(Error::invalid("ssh_sources", "at most 100 sources"));
@@ -534,6 +529,14 @@ pub fn validate_id(id: &str) -> Result<()> {
     })
 }
 
+/// Whether `image` can name an image (a spec's `image`): 1 to 1024 characters, none of them white
+/// space or a control character.
+pub fn is_image(image: &str) -> bool {
+    !image.is_empty()
+        && image.len() <= 1024
+        && !image.chars().any(|c| c.is_whitespace() || c.is_control())
+}
+
 /// Checks a cloud token such as a machine type or a location: 1 to 80 of ASCII letters, digits, `.`,
 /// `_` and `-`, not dots alone (drivers put it into a URL path, where `.` or `..` would name another
 /// resource).
@@ -742,6 +745,12 @@ mod tests {
             "max_run_duration"
         );
         assert_eq!(field(base().with_image("a b")), "image");
+        assert_eq!(field(base().with_image("x".repeat(1025))), "image");
+        assert!(base().with_image("x".repeat(1024)).validate().is_ok());
+        assert!(is_image(
+            "projects/debian-cloud/global/images/family/debian-12"
+        ));
+        assert!(!is_image("") && !is_image("a\tb") && !is_image("a\u{7}b"));
         assert_eq!(
             field(base().with_ssh_sources(["1.2.3.4/33"])),
             "ssh_sources"

@@ -54,16 +54,12 @@ pub(super) fn environment(r: &RemoteFile, p: &mut Problems) -> String {
     environment
 }
 
-fn is_image(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 1024 && !s.chars().any(|c| c.is_whitespace() || c.is_control())
-}
-
 /// `default_image` (answered) and the `image_aliases`.
 pub(super) fn images(r: &RemoteFile, p: &mut Problems) -> String {
     let default_image = r.default_image.clone().unwrap_or_default();
     if r.default_image.is_none() {
         p.add("remote.default_image", "required");
-    } else if !is_image(&default_image) {
+    } else if !orca::spec::is_image(&default_image) {
         p.add(
             "remote.default_image",
             "an image name or path without spaces",
@@ -71,7 +67,7 @@ pub(super) fn images(r: &RemoteFile, p: &mut Problems) -> String {
     }
     for (alias, image) in &r.image_aliases {
         p.label_name(&format!("remote.image_aliases.{alias}"), "an alias", alias);
-        if !is_image(image) {
+        if !orca::spec::is_image(image) {
             p.add(
                 format!("remote.image_aliases.{alias}"),
                 "an image name or path without spaces",
