@@ -30,6 +30,12 @@ crate::words! {
 /// A point in time, in UTC, as RFC 3339 on the wire (`2026-12-03T04:01:37Z`).
 pub type Timestamp = chrono::DateTime<chrono::Utc>;
 
+/// How long before `now` the instant `then` was: zero when `then` is later (a time another
+/// machine's clock wrote may be ahead of this one's).
+pub fn since(now: Timestamp, then: Timestamp) -> Duration {
+    (now - then).to_std().unwrap_or(Duration::ZERO)
+}
+
 /// A machine as a cloud reports it.
 ///
 /// Facts a cloud does not report are empty (`""`) or `None`; each driver's README says which. Build

@@ -48,10 +48,7 @@ pub fn go_duration(d: Duration) -> String {
     }
 }
 
-/// How long before `now` the instant `then` was (zero when it is in the future).
-pub fn since(now: Timestamp, then: Timestamp) -> Duration {
-    (now - then).to_std().unwrap_or(Duration::ZERO)
-}
+pub use orca::machine::since;
 
 #[cfg(test)]
 mod tests {

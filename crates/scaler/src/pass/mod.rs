@@ -4,6 +4,7 @@
 //! a bounded number at a time ([`act`], [`create`]), writing every intent before its call and every
 //! outcome after.
 
+use orca::machine::since;
 use orca::{Machine, Provider, Status, Timestamp};
 
 use crate::record::{Entry, Event, Key, Phase, Record};
@@ -358,10 +359,6 @@ fn serving_of(
             }
         })
         .count()
-}
-
-fn since(now: Timestamp, t: Timestamp) -> std::time::Duration {
-    (now - t).to_std().unwrap_or_default()
 }
 
 fn ts(t: Timestamp) -> String {
