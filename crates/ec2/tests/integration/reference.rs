@@ -504,9 +504,13 @@ async fn capacity_quota_and_configuration_errors_are_told_apart() {
     assert_eq!(proxy.count("RunInstances"), 4);
 }
 
-/// `instance` launched now (a new instance's answer), not at the example's time.
-fn launched_now(instance: &str) -> String {
-    let now = orca_machines::chrono::Utc::now()
+/// `instance` launched during the create about to be called (a new instance's answer), not at the
+/// example's time. The answer is written before the call, and the driver makes its own lookups before
+/// it first sends its token, so a time read now may fall in a second before the call began: that
+/// instance would be an earlier call's. A minute ahead is after the call began however slow the
+/// machine is (EC2's clock may as well run ahead of ours).
+fn launched_during_the_call(instance: &str) -> String {
+    let now = (orca_machines::chrono::Utc::now() + orca_machines::chrono::Duration::minutes(1))
         .format("%Y-%m-%dT%H:%M:%S.000Z")
         .to_string();
     instance.replace("2026-03-02T08:31:00.000Z", &now)
@@ -517,7 +521,7 @@ async fn a_create_reads_its_answer_and_waits_for_the_instance() {
     let proxy = proxy().await;
     let p = provider(&proxy).await;
     catalogue(&proxy);
-    let pending = launched_now(&sparse_instance(ID, "ref-8", (0, "pending")));
+    let pending = launched_during_the_call(&sparse_instance(ID, "ref-8", (0, "pending")));
     answer(&proxy, "RunInstances", 200, run_answer(&pending));
     // Right after RunInstances, EC2 does not show the instance yet: a listing filtered on its id
     // and the pool's tags answers no instance (a filter, unlike an id, is never "not found").
