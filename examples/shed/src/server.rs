@@ -66,8 +66,9 @@ pub async fn serve(cfg: Config) -> Result<(), String> {
     let backend = start_backend(cfg).await?;
     // The handlers are in place before the server says it listens: a signal sent from then on
     // stops it as described, never by the signal's default action.
-    // SIGINT and SIGTERM (what a service manager sends) stop it alike.
-    let mut signals = orca::signals::StopSignals::install().ok();
+    // SIGINT and SIGTERM (what a service manager sends) stop it alike; one whose handler cannot be
+    // installed keeps its default action.
+    let mut signals = orca::signals::StopSignals::install_each();
     // The address bound, which differs from the configured one for port 0.
     let bound = listener.local_addr().unwrap_or(listen);
     let log = backend.log().clone();
@@ -82,7 +83,7 @@ pub async fn serve(cfg: Config) -> Result<(), String> {
             backend.shutdown();
             return r.map_err(|e| e.to_string());
         }
-        signal = next_stop(&mut signals) => signal,
+        signal = signals.next() => signal,
     };
     log.info(format!(
         "remote: shed-server stopping ({first}); every VM is left as it is"
@@ -92,23 +93,12 @@ pub async fn serve(cfg: Config) -> Result<(), String> {
     backend.stop();
     tokio::select! {
         r = &mut server => r.map_err(|e| e.to_string())?,
-        again = next_stop(&mut signals) => log.info(format!(
+        again = signals.next() => log.info(format!(
             "remote: shed-server stopping at once ({again} again); the requests in flight are cut off"
         )),
     }
     backend.shutdown();
     Ok(())
-}
-
-/// The next stop signal's name; without both handlers (`signals` is `None`), the next Ctrl-C.
-async fn next_stop(signals: &mut Option<orca::signals::StopSignals>) -> &'static str {
-    match signals {
-        Some(signals) => signals.next().await,
-        None => {
-            let _ = tokio::signal::ctrl_c().await;
-            "SIGINT"
-        }
-    }
 }
 
 /// For provider `fake` with its state file ([`orca::FAKE_STATE_ENV`]): puts the firewall rule `shed-<environment>-ssh` into the
