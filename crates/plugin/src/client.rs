@@ -423,7 +423,8 @@ fn stream_failure(command: &PluginCommand, op: &str, s: &Status) -> Error {
         return Error::unsupported(command.name(), op);
     }
     Error::transient(format!(
-        "{} failed during {op} ({}); it is started again on the next call",
+        "{} failed during {op} ({}), and {op} may have acted all the same; the plugin is started \
+         again once it exited, no other call waits on it, or calls keep failing",
         command.name(),
         s.message()
     ))
@@ -634,11 +635,13 @@ impl PluginProvider {
         Ok((channel, generation, InFlight(calls)))
     }
 
-    /// After a call of `generation` timed out: lets that plugin go, as [`PluginProvider::lost`],
-    /// when no other call waits on it, or when this is the second call in a row to time out with
-    /// no answer between them. One call past its timeout may be one slow call, and the others in
-    /// flight may yet be answered; a plugin that answers nothing while calls keep coming is not.
-    async fn timed_out_on(&self, generation: u64) {
+    /// After a call of `generation` timed out or its stream failed: lets that plugin go (it is
+    /// killed, unless it was replaced already) when no other call waits on it, or when this is the
+    /// second call in a row to fail with no answer between them. One call past its timeout may be
+    /// one slow call, and one failed stream one call's failure: the others in flight may yet be
+    /// answered, and a plugin killed under them may leave a create half made. A plugin that
+    /// answers nothing while calls keep coming is let go.
+    async fn failed_on(&self, generation: u64) {
         let mut held = self.conn.lock().await;
         let hung = |c: &Conn| {
             let unanswered = c.calls.unanswered.fetch_add(1, Ordering::SeqCst) + 1;
@@ -652,16 +655,9 @@ impl PluginProvider {
         }
     }
 
-    /// Lets the plugin of `generation` go (it is killed), unless it was replaced already.
-    async fn lost(&self, generation: u64) {
-        let mut held = self.conn.lock().await;
-        if held.as_ref().is_some_and(|c| c.generation == generation) {
-            *held = None;
-        }
-    }
-
     /// One call: `f` on the plugin's client; a failure of the plugin or its stream is a passing
-    /// failure, and the plugin is started again on the next call.
+    /// failure, and the plugin is started again as `failed_on` says (a plugin that exited, at the
+    /// next call).
     pub(crate) async fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T>
     where
         F: FnOnce(CloudDriverClient<Channel>) -> Fut,
@@ -675,19 +671,22 @@ impl PluginProvider {
                 Ok(a) => a,
                 Err(_) => {
                     drop(hold);
-                    self.timed_out_on(generation).await;
+                    self.failed_on(generation).await;
                     return Err(timed_out(&self.command, op, limit));
                 }
             },
         };
-        hold.0.unanswered.store(0, Ordering::SeqCst);
         match answer {
-            Ok(r) => Ok(r.into_inner()),
-            Err(s) => {
-                if s.code() != Code::Unimplemented {
-                    self.lost(generation).await;
-                }
+            Err(s) if s.code() != Code::Unimplemented => {
+                drop(hold);
+                self.failed_on(generation).await;
                 Err(stream_failure(&self.command, op, &s))
+            }
+            answered => {
+                hold.0.unanswered.store(0, Ordering::SeqCst);
+                answered
+                    .map(Response::into_inner)
+                    .map_err(|s| stream_failure(&self.command, op, &s))
             }
         }
     }

@@ -36,6 +36,11 @@ pub const PROTOCOL_VERSION_ENV: &str = "ORCA_PLUGIN_FAKE_PROTOCOL_VERSION";
 /// before them does: what a test of a host facing an older plugin sets.
 pub const LACKS_ENV: &str = "ORCA_PLUGIN_FAKE_LACKS";
 
+/// The environment variable that makes the fake answer gRPC `INTERNAL` to the CloudDriver RPCs it
+/// names (comma-separated, as the proto names them: `Machines`), as a plugin does whose stream of
+/// one call fails while it serves the others: what a test of a host facing such a failure sets.
+pub const BREAKS_ENV: &str = "ORCA_PLUGIN_FAKE_BREAKS";
+
 /// The environment variable that makes the fake answer its contract's calls it names
 /// (comma-separated, as the contract names them: `create`, `machines`, `machine`,
 /// `machine_named`, `start`, `stop`, `set_labels`) with another machine than the one asked for: one of another name, pool or id.
@@ -267,9 +272,11 @@ impl FakeControl for Control {
 /// A gRPC service that answers `UNIMPLEMENTED` to the RPCs `lacks` names, as a plugin built before
 /// them does, and passes every other call to `inner`.
 #[derive(Debug, Clone)]
+/// The fake's CloudDriver service, answering the RPCs of [`LACKS_ENV`] and [`BREAKS_ENV`] itself.
 struct Lacking<S> {
     inner: S,
     lacks: Arc<[String]>,
+    breaks: Arc<[String]>,
 }
 
 impl<S: NamedService> NamedService for Lacking<S> {
@@ -293,6 +300,10 @@ where
         let rpc = req.uri().path().rsplit('/').next().unwrap_or_default();
         if self.lacks.iter().any(|l| l == rpc) {
             let status = Status::unimplemented(format!("this plugin has no RPC {rpc}"));
+            return Box::pin(std::future::ready(Ok(status.into_http())));
+        }
+        if self.breaks.iter().any(|b| b == rpc) {
+            let status = Status::internal(format!("the stream of {rpc} broke"));
             return Box::pin(std::future::ready(Ok(status.into_http())));
         }
         Box::pin(self.inner.call(req))
@@ -359,15 +370,18 @@ pub fn run() -> ! {
             Ok(Ok(v)) => driver.with_protocol_version(v),
             _ => driver,
         };
-        let lacks: Arc<[String]> = std::env::var(LACKS_ENV)
-            .unwrap_or_default()
-            .split(',')
-            .filter(|rpc| !rpc.is_empty())
-            .map(String::from)
-            .collect();
+        let rpcs = |var: &str| -> Arc<[String]> {
+            std::env::var(var)
+                .unwrap_or_default()
+                .split(',')
+                .filter(|rpc| !rpc.is_empty())
+                .map(String::from)
+                .collect()
+        };
         let driver = Lacking {
             inner: driver.into_service(),
-            lacks,
+            lacks: rpcs(LACKS_ENV),
+            breaks: rpcs(BREAKS_ENV),
         };
         let routes = Routes::new(driver).add_service(control.into_service());
         crate::serve_routes_logged(routes).await

@@ -289,6 +289,47 @@ async fn a_plugin_that_answers_nothing_while_calls_keep_coming_is_let_go() {
     assert_eq!(p.starts(), 2, "the plugin was started again");
 }
 
+/// One call's stream that fails while the plugin serves others is that call's failure only: the
+/// plugin is not let go under the calls still in flight (a create killed halfway may leave what it
+/// made half made). A failing call with nothing else in flight lets it go, and the next call starts
+/// it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_stream_fails_its_call_and_not_the_others_in_flight() {
+    use orca_plugin::fake::BREAKS_ENV;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let command = fake_on(&state, "stack-1").setting(BREAKS_ENV, "Machines");
+    let p = PluginProvider::start(command).await.unwrap();
+    let mut console = FakeControlClient::new(p.channel().await.unwrap());
+    console
+        .inject(InjectRequest {
+            operation: "create".into(),
+            fault_json: r#"{"latency": {"secs": 2, "nanos": 0}}"#.into(),
+            times: 1,
+        })
+        .await
+        .unwrap();
+    let listing = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        p.machines("lab").await
+    };
+    let lab_1 = spec("lab-1");
+    let (listed, created) = tokio::join!(listing, p.create(&lab_1));
+    let e = listed.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Transient, "{e}");
+    assert!(e.to_string().contains("failed during machines"), "{e}");
+    let m = created
+        .expect("the create in flight is served to its end")
+        .machine()
+        .unwrap();
+    assert_eq!(p.starts(), 1, "the plugin was let go under the create");
+    // Nothing else in flight: the plugin is let go, and started again by the next call.
+    assert!(p.machines("lab").await.is_err());
+    assert_eq!(p.machine(&m.id).await.unwrap().unwrap().name, "lab-1");
+    assert_eq!(p.starts(), 2, "the plugin was started again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_writing_a_huge_line_on_stderr_is_cut_at_the_bound_and_still_serves() {
     use std::os::unix::fs::PermissionsExt;
