@@ -117,7 +117,7 @@ impl FakeFleet {
 
     /// Runs `f` on the state (read from and written back to the file when persistent).
     pub fn with_state<R>(&self, f: impl FnOnce(&mut FleetState) -> R) -> Result<R, Failure> {
-        let mut mem = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut mem = orca::kit::lock(&self.state);
         let Some(path) = &self.path else {
             return Ok(f(&mut mem));
         };
