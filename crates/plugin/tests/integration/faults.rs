@@ -305,11 +305,12 @@ async fn a_failed_stream_fails_its_call_and_not_the_others_in_flight() {
     console
         .inject(InjectRequest {
             operation: "create".into(),
-            fault_json: r#"{"latency": {"secs": 2, "nanos": 0}}"#.into(),
+            fault_json: r#"{"latency": {"secs": 4, "nanos": 0}}"#.into(),
             times: 1,
         })
         .await
         .unwrap();
+    // The listing fails while the create waits in the plugin (4 s: however slow the machine).
     let listing = async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         p.machines("lab").await
