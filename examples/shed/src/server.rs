@@ -102,7 +102,7 @@ pub async fn serve(cfg: Config) -> Result<(), String> {
 }
 
 /// For provider `fake` with its state file ([`orca::FAKE_STATE_ENV`]): puts the firewall rule `shed-<environment>-ssh` into the
-/// simulated cloud as `gce-setup.sh` makes it on Compute Engine (on the in-memory provider's network,
+/// simulated cloud as shed's README makes it on Compute Engine (on the in-memory provider's network,
 /// admitting the static sources, or `203.0.113.7/32` in the other modes).
 pub fn fake_setup(cfg: &Config) -> Result<String, String> {
     let Some(path) = cfg.provider_settings.get(orca::FAKE_STATE_ENV) else {

@@ -24,7 +24,7 @@ enum Command {
     /// Checks the configuration and its variables, and prints what was read (never a secret).
     CheckConfig,
     /// Provider fake only: puts the firewall rule `shed-<environment>-ssh` into the file-backed
-    /// simulated cloud the server shares (the fake's state file must be set), as gce-setup.sh makes
+    /// simulated cloud the server shares (the fake's state file must be set), as shed's README makes
     /// it on Compute Engine.
     FakeSetup,
 }

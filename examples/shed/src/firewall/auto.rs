@@ -120,7 +120,7 @@ impl FirewallCheck {
         let fw = self.provider.firewall_rules().expect("read before");
         if let Err(e) = fw.set_source_ranges(&self.want.rule_name, &new).await {
             out.message = format!(
-                "{}; not repaired: the patch was refused (auto mode needs the extra roles gce-setup.sh --print --firewall-auto prints): {e}",
+                "{}; not repaired: the patch was refused (auto mode needs the two roles of shed's README, \"The Compute Engine project\"): {e}",
                 out.message
             );
             return out;

@@ -21,7 +21,7 @@ async fn each_clause_fails_with_its_reason() {
     assert_eq!(
         reason_of(&env).await,
         None,
-        "the rule as gce-setup.sh makes it passes"
+        "the rule as shed's README makes it passes"
     );
     let cases: Vec<(FwReason, Change)> = vec![
         (

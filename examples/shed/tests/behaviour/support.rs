@@ -428,7 +428,7 @@ pub const RULE: &str = "shed-dev-ssh";
 pub const TAG: &str = "shed-dev";
 pub const SOURCE: &str = "203.0.113.7/32";
 
-/// The rule as gce-setup.sh makes it.
+/// The rule as shed's README makes it on Compute Engine.
 pub fn good_rule() -> FirewallRule {
     let mut r = FirewallRule::new(RULE, DEFAULT_NETWORK);
     r.allowed = vec![FirewallPorts::new("tcp", ["22"])];
@@ -474,7 +474,7 @@ impl Env {
     }
 
     /// A bench whose provider puts VMs on (and reads the rules of) network `network`, with the rule
-    /// as gce-setup.sh makes it on that network.
+    /// as shed's README makes it on that network.
     pub async fn on_network(network: &str) -> Env {
         let dir = Arc::new(tempfile::tempdir().unwrap());
         let cfg = test_config(ENV, dir.path().join("remote"));
