@@ -22,7 +22,7 @@ use orca_machines::kit::lock;
 use orca_machines::{Error, Provider, Result, Settings};
 use sha2::{Digest, Sha256};
 
-use crate::{PluginCommand, PluginProvider, DEFAULT_START_TIMEOUT};
+use crate::{PluginCommand, PluginProvider, CUT_MARK, DEFAULT_START_TIMEOUT};
 
 /// The program of a driver's plugin: `soul-cloud-<driver>`.
 pub fn program(driver: &str) -> String {
@@ -107,7 +107,9 @@ fn fingerprint(settings: &Settings) -> String {
 pub const MASK: &str = "***";
 
 /// `line` with each value of `settings` (a plugin's whole configuration, so its secrets, whatever
-/// their keys are called) of four characters or more replaced by [`MASK`] wherever it appears.
+/// their keys are called) of four characters or more replaced by [`MASK`] wherever it appears. A
+/// line cut at its bound (ending in [`CUT_MARK`]) may end in the first part of a value: that part,
+/// when it is four characters or more, is replaced too.
 pub fn hide_settings(line: &str, settings: &Settings) -> String {
     let mut values: Vec<&str> = settings
         .keys()
@@ -117,12 +119,28 @@ pub fn hide_settings(line: &str, settings: &Settings) -> String {
     // Longest first: a value that contains another is hidden whole.
     values.sort_by_key(|v| std::cmp::Reverse(v.len()));
     let mut line = line.to_string();
-    for v in values {
+    for v in &values {
         if line.contains(v) {
             line = line.replace(v, MASK);
         }
     }
-    line
+    let Some(kept) = line.strip_suffix(CUT_MARK) else {
+        return line;
+    };
+    // The longest start of a value that the kept text ends with.
+    let start = values
+        .iter()
+        .filter_map(|v| {
+            (SHORTEST_HIDDEN..v.len())
+                .rev()
+                .filter(|&n| v.is_char_boundary(n))
+                .find(|&n| kept.ends_with(&v[..n]))
+        })
+        .max();
+    match start {
+        Some(n) => format!("{}{MASK}{CUT_MARK}", &kept[..kept.len() - n]),
+        None => line,
+    }
 }
 
 impl PluginHost {
@@ -333,6 +351,20 @@ mod tests {
             .with("AWS_REGION", "eu");
         let line = hide_settings("key wJalrXUtnFEMI in eu", &s);
         assert_eq!(line, "key *** in eu");
+    }
+
+    #[test]
+    fn a_cut_line_loses_the_start_of_a_value_it_ends_in() {
+        let s = Settings::new()
+            .with("HCLOUD_TOKEN", "tok-9f3Kq2Lm8Xz1")
+            .with("REGION", "eu-central");
+        let cut = |kept: &str| hide_settings(&format!("{kept}{CUT_MARK}"), &s);
+        assert_eq!(cut("key tok-9f3K"), format!("key {MASK}{CUT_MARK}"));
+        // Three characters are no credential, as for whole values.
+        assert_eq!(cut("key tok"), format!("key tok{CUT_MARK}"));
+        // A line that was not cut keeps what only looks like a start.
+        assert_eq!(hide_settings("key tok-9f3K", &s), "key tok-9f3K");
+        assert_eq!(cut("in eu-central"), format!("in {MASK}{CUT_MARK}"));
     }
 
     #[test]

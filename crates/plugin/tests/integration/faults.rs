@@ -331,6 +331,63 @@ async fn a_failed_stream_fails_its_call_and_not_the_others_in_flight() {
     assert_eq!(p.starts(), 2, "the plugin was started again");
 }
 
+/// A setting's value that straddles the cut of a long line is hidden all the same: the part of it
+/// before the cut is no more shown than the whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_cut_with_its_line_is_hidden_in_what_is_left() {
+    use orca_plugin::host::{PluginHost, MASK};
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let secret = "tok-9f3Kq2Lm8Xz1Vb7Np4Rt";
+    // The secret begins 10 bytes before the line's bound, so the cut keeps its first bytes only.
+    let before = MAX_STDERR_LINE - CUT_MARK.len() - 10;
+    let script = dir.path().join("soul-cloud-straddle");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh
+{{ head -c {before} /dev/zero | tr '\\0' x; echo \"$SECRET_TAIL\"; }} >&2
+\
+             echo 'the next line' >&2\nexec {} \"$@\"\n",
+            common::FAKE
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let host = PluginHost::new([dir.path().to_path_buf()]).lines({
+        let seen = seen.clone();
+        move |_, _, line| seen.lock().unwrap().push(line.to_string())
+    });
+    let settings = Settings::new()
+        .with(orca::FAKE_STATE_ENV, state.to_str().unwrap())
+        .with("SECRET_TAIL", secret);
+    let p = host
+        .provider("straddle", "stack-1", &settings)
+        .await
+        .unwrap();
+    assert!(p.machines("lab").await.unwrap().is_empty());
+    // A guard, not a measure: the lines cross on their own task.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !seen.lock().unwrap().iter().any(|l| l == "the next line") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the line after the long one never arrived"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let seen = seen.lock().unwrap();
+    let long = seen.iter().find(|l| l.starts_with("xxxx")).unwrap();
+    assert!(
+        long.ends_with(&format!("{MASK}{CUT_MARK}")),
+        "{}",
+        &long[long.len() - 40..]
+    );
+    assert!(!long.contains(&secret[..4]), "{}", &long[long.len() - 40..]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_writing_a_huge_line_on_stderr_is_cut_at_the_bound_and_still_serves() {
     use std::os::unix::fs::PermissionsExt;
