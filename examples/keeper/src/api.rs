@@ -13,12 +13,13 @@
 //! | `POST /v1/steps/core.cloud.<action>` | `step.core.cloud` | 200 the step output; else the failure output with the error's status |
 //! | `GET /healthz` | none | 200 when PostgreSQL answers |
 //!
-//! Every request but `/healthz` needs `Authorization: Bearer <token>` (401 without a known token, 403
-//! without the permission). Every answer is masked ([`crate::mask`]); a step's answer keeps only
+//! Every request but `GET /healthz` needs `Authorization: Bearer <token>` (401 without a known token,
+//! 403 without the permission). Every answer is masked ([`crate::mask`]); a step's answer keeps only
 //! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`, a path
 //! with no route (404), a method a path does not take (405), a step name that is not UTF-8 (404)
-//! and a body over [`BODY_LIMIT`] (413) included; the last two are answered after the caller is
-//! authenticated, so that a caller without a token learns nothing but 401.
+//! and a body over [`BODY_LIMIT`] (413) included; all of them are answered after the caller is
+//! authenticated ([`authenticate`], in front of every route and both fallbacks), so that a caller
+//! without a token learns nothing but 401, not even which routes exist.
 //!
 //! A step runs as a task of its own, so that a client hanging up does not stop it halfway: it goes on
 //! to its end (registries, audit event, roll-back) and only its answer is lost.
@@ -27,8 +28,9 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -77,6 +79,9 @@ pub fn router(keeper: Keeper, tokens: ApiTokens) -> Router {
                 format!("{} does not take {method}", uri.path()),
             )
         })
+        // Added after the routes and both fallbacks, so that it wraps each of them: the caller is
+        // authenticated before a 404 or a 405 is answered.
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
@@ -108,7 +113,8 @@ impl IntoResponse for Error {
 /// What a handler answers: an error is answered as [`Error`]'s response.
 type Answer = Result<Response, Error>;
 
-fn caller(state: &AppState, headers: &HeaderMap, permission: &str) -> Result<Caller, Error> {
+/// The caller a request's `Authorization: Bearer <token>` names, or 401.
+fn bearer(tokens: &ApiTokens, headers: &HeaderMap) -> Result<Caller, Error> {
     let unauthenticated = |why: &str| Error::new(401, "unauthenticated", why);
     let value = headers
         .get(header::AUTHORIZATION)
@@ -122,10 +128,30 @@ fn caller(state: &AppState, headers: &HeaderMap, permission: &str) -> Result<Cal
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| unauthenticated("the Authorization header is not Bearer <token>"))?;
-    let c = state.tokens.authenticate(presented)?;
-    c.require(permission)?;
-    Ok(c)
+    tokens.authenticate(presented)
 }
+
+/// Authenticates every request but the health check before anything else judges it, and hands the
+/// [`Caller`] to the handler in the request's extensions. It runs in front of routing's 404 and 405
+/// too, so that a caller without a known token cannot map the routes; and it never reads the body,
+/// so that such a caller costs no read of one. `HEAD /healthz` is open as `GET` is (axum answers
+/// it with the same handler, without the body).
+async fn authenticate(State(s): State<AppState>, mut request: Request, next: Next) -> Response {
+    let open = request.uri().path() == "/healthz"
+        && matches!(*request.method(), Method::GET | Method::HEAD);
+    if !open {
+        match bearer(&s.tokens, request.headers()) {
+            Ok(c) => {
+                request.extensions_mut().insert(c);
+            }
+            Err(e) => return e.into_response(),
+        }
+    }
+    next.run(request).await
+}
+
+/// The authenticated caller, as [`authenticate`] left it.
+type Who = Extension<Caller>;
 
 /// A path's `{name}`, or why axum could not read it.
 type NamePath = Result<Path<String>, PathRejection>;
@@ -178,23 +204,23 @@ async fn health(State(s): State<AppState>) -> Answer {
     Ok(answer(StatusCode::OK, json!({"status": "ok"})))
 }
 
-async fn list_providers(State(s): State<AppState>, h: HeaderMap) -> Answer {
-    caller(&s, &h, "provider.read")?;
+async fn list_providers(State(s): State<AppState>, Extension(c): Who) -> Answer {
+    c.require("provider.read")?;
     let client = s.keeper.pool().get().await?;
     let all = registry::list_providers(&client).await?;
     Ok(answer(StatusCode::OK, json!({"providers": all})))
 }
 
-async fn create_provider(State(s): State<AppState>, h: HeaderMap, body: Body) -> Answer {
-    let c = caller(&s, &h, "provider.create")?;
+async fn create_provider(State(s): State<AppState>, Extension(c): Who, body: Body) -> Answer {
+    c.require("provider.create")?;
     let body = body_json(body).await?;
     let p = registry::create_provider(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(provider = %p.name, actor = %c.actor(), "provider created");
     Ok(answer(StatusCode::CREATED, json!(p)))
 }
 
-async fn get_provider(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
-    caller(&s, &h, "provider.read")?;
+async fn get_provider(State(s): State<AppState>, Extension(c): Who, path: NamePath) -> Answer {
+    c.require("provider.read")?;
     let name = path_name(path)?;
     let client = s.keeper.pool().get().await?;
     match registry::get_provider(&client, &name).await? {
@@ -203,31 +229,31 @@ async fn get_provider(State(s): State<AppState>, h: HeaderMap, path: NamePath) -
     }
 }
 
-async fn delete_provider(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
-    let c = caller(&s, &h, "provider.delete")?;
+async fn delete_provider(State(s): State<AppState>, Extension(c): Who, path: NamePath) -> Answer {
+    c.require("provider.delete")?;
     let name = path_name(path)?;
     registry::delete_provider(s.keeper.pool(), &c.actor(), &name).await?;
     tracing::info!(provider = %name, actor = %c.actor(), "provider deleted");
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn list_profiles(State(s): State<AppState>, h: HeaderMap) -> Answer {
-    caller(&s, &h, "profile.read")?;
+async fn list_profiles(State(s): State<AppState>, Extension(c): Who) -> Answer {
+    c.require("profile.read")?;
     let client = s.keeper.pool().get().await?;
     let all = registry::list_profiles(&client).await?;
     Ok(answer(StatusCode::OK, json!({"profiles": all})))
 }
 
-async fn create_profile(State(s): State<AppState>, h: HeaderMap, body: Body) -> Answer {
-    let c = caller(&s, &h, "profile.create")?;
+async fn create_profile(State(s): State<AppState>, Extension(c): Who, body: Body) -> Answer {
+    c.require("profile.create")?;
     let body = body_json(body).await?;
     let p = registry::create_profile(s.keeper.pool(), &c.actor(), &body).await?;
     tracing::info!(profile = %p.name, provider = %p.provider, actor = %c.actor(), "profile created");
     Ok(answer(StatusCode::CREATED, json!(p)))
 }
 
-async fn get_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
-    caller(&s, &h, "profile.read")?;
+async fn get_profile(State(s): State<AppState>, Extension(c): Who, path: NamePath) -> Answer {
+    c.require("profile.read")?;
     let name = path_name(path)?;
     let client = s.keeper.pool().get().await?;
     match registry::get_profile(&client, &name).await? {
@@ -236,16 +262,21 @@ async fn get_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath) ->
     }
 }
 
-async fn delete_profile(State(s): State<AppState>, h: HeaderMap, path: NamePath) -> Answer {
-    let c = caller(&s, &h, "profile.delete")?;
+async fn delete_profile(State(s): State<AppState>, Extension(c): Who, path: NamePath) -> Answer {
+    c.require("profile.delete")?;
     let name = path_name(path)?;
     registry::delete_profile(s.keeper.pool(), &c.actor(), &name).await?;
     tracing::info!(profile = %name, actor = %c.actor(), "profile deleted");
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn run_step(State(s): State<AppState>, h: HeaderMap, step: NamePath, body: Body) -> Answer {
-    let c = caller(&s, &h, STEP_PERMISSION)?;
+async fn run_step(
+    State(s): State<AppState>,
+    Extension(c): Who,
+    step: NamePath,
+    body: Body,
+) -> Answer {
+    c.require(STEP_PERMISSION)?;
     let Ok(Path(step)) = step else {
         return Err(Error::not_found(
             "step.unknown",

@@ -657,6 +657,76 @@ async fn a_method_not_allowed_answers_the_json_error_every_error_has() {
     w.finish().await;
 }
 
+/// A caller without a known token learns nothing of the routes: an unknown path, a method a path
+/// does not take and a step name that is not UTF-8 are each 401 (routing's 404 or 405 would tell
+/// which routes exist); with a token they keep their 404 and 405. Only `GET /healthz` is open.
+#[tokio::test]
+async fn an_unauthenticated_caller_gets_401_before_routing_answers_404_or_405() {
+    let Some(w) =
+        World::new("an_unauthenticated_caller_gets_401_before_routing_answers_404_or_405").await
+    else {
+        return;
+    };
+    let api = Api::start(&w).await;
+    let cases = [
+        (Method::GET, "/v1/nothing", StatusCode::NOT_FOUND),
+        (
+            Method::DELETE,
+            "/v1/providers/lab/more",
+            StatusCode::NOT_FOUND,
+        ),
+        (Method::PUT, "/v1/providers", StatusCode::METHOD_NOT_ALLOWED),
+        (
+            Method::PATCH,
+            "/v1/profiles/small",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            Method::GET,
+            "/v1/steps/core.cloud.created",
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (Method::POST, "/healthz", StatusCode::METHOD_NOT_ALLOWED),
+    ];
+    for (method, path, with_token) in cases {
+        for token in [None, Some("t-unknown-0123456789")] {
+            let mut req = api
+                .http
+                .request(method.clone(), format!("{}{path}", api.base));
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            let challenge = resp.headers().get("www-authenticate").cloned();
+            let text = resp.text().await.unwrap();
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {text}");
+            assert_eq!(
+                challenge.as_ref().and_then(|v| v.to_str().ok()),
+                Some("Bearer"),
+                "{method} {path}"
+            );
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(
+                v["error"]["code"], "unauthenticated",
+                "{method} {path}: {text}"
+            );
+        }
+        let (s, _, text) = api.call(method.clone(), path, Some(ADMIN), None).await;
+        assert_eq!(s, with_token, "{method} {path} with a token: {text}");
+    }
+    // A step name that is not UTF-8, sent unnormalised.
+    let (status, v) = raw_request(&api, "POST", "/v1/steps/%FF", None, b"").await;
+    assert_eq!(status, 401, "{v}");
+    assert_eq!(v["error"]["code"], "unauthenticated", "{v}");
+    let (status, v) = raw_request(&api, "POST", "/v1/steps/%FF", Some(ADMIN), b"").await;
+    assert_eq!(status, 404, "{v}");
+    // The health check stays open.
+    let (s, v, _) = api.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    w.finish().await;
+}
+
 /// Sends `method target` as written (no client normalises it) and answers the status and body.
 async fn raw(api: &Api, method: &str, target: &str) -> (u16, Value) {
     raw_request(api, method, target, Some(ADMIN), b"").await

@@ -17,16 +17,17 @@ use async_trait::async_trait;
 use crate::registry::Target;
 
 pub use fleet::{FakeFleet, FirstBoot, FleetState, SimHost};
-pub use openssh::OpenSsh;
+pub use openssh::{OpenSsh, OUTPUT_CUT, OUTPUT_LIMIT};
 
 /// What a command answered.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Output {
     /// Its exit status.
     pub status: i32,
-    /// What it printed.
+    /// What it printed ([`OpenSsh`] keeps at most [`OUTPUT_LIMIT`] of it, ending with [`OUTPUT_CUT`]
+    /// when cut).
     pub stdout: String,
-    /// What it printed on stderr.
+    /// What it printed on stderr (bounded and marked alike).
     pub stderr: String,
 }
 

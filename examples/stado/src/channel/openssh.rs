@@ -5,9 +5,20 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::{HostChannel, Output};
 use crate::registry::Target;
+
+/// The most stado keeps of what one command prints, on stdout and on stderr each: 1 MiB. A host
+/// answers stado's probes in a few lines and cloud-init's wait in a few KiB; without a bound a host
+/// that prints without end (a compromised one) would make stado hold all of it, for as long as the
+/// command's timeout (45 minutes for cloud-init).
+pub const OUTPUT_LIMIT: usize = 1024 * 1024;
+
+/// What ends a stream cut at [`OUTPUT_LIMIT`], on a line of its own, so that whoever reads the
+/// output (and a failure's last words) sees that it is not all of it.
+pub const OUTPUT_CUT: &str = "\n[stado cut this output: it kept only its first 1 MiB]";
 
 /// The system's OpenSSH client, with strict host-key checking against the pinned key.
 #[derive(Debug, Clone)]
@@ -144,6 +155,33 @@ fn config_path(path: &std::path::Path) -> Result<String, String> {
     Ok(format!("\"{}\"", escaped.replace('%', "%%")))
 }
 
+/// A stream read to its end, as text, keeping at most [`OUTPUT_LIMIT`] bytes of it and ending with
+/// [`OUTPUT_CUT`] when it was cut. The rest is read and dropped rather than left in the pipe, so that
+/// the command goes on to its end and its status still counts.
+async fn read_bounded(mut from: impl AsyncRead + Unpin) -> std::io::Result<String> {
+    let mut kept = Vec::new();
+    (&mut from)
+        .take(OUTPUT_LIMIT as u64)
+        .read_to_end(&mut kept)
+        .await?;
+    let dropped = tokio::io::copy(&mut from, &mut tokio::io::sink()).await?;
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    let mut cut = dropped > 0;
+    // Bytes that are not UTF-8 widen to U+FFFD (three bytes each): the bound holds for the text.
+    if text.len() > OUTPUT_LIMIT {
+        let mut end = OUTPUT_LIMIT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        cut = true;
+    }
+    if cut {
+        text.push_str(OUTPUT_CUT);
+    }
+    Ok(text)
+}
+
 #[async_trait]
 impl HostChannel for OpenSsh {
     /// The client starts (`-V` asks only its version), and each path can be given to it whole.
@@ -166,18 +204,24 @@ impl HostChannel for OpenSsh {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .map_err(|e| format!("could not run {}: {e}", self.program.display()))?;
-        let out = match tokio::time::timeout(timeout, child.wait_with_output()).await {
-            Ok(Ok(out)) => out,
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err("ssh: its output could not be read".to_string());
+        };
+        // Both streams are read at once, each to its end, while the child is awaited: neither pipe
+        // fills up and blocks it. On a timeout `child` is dropped, and with it killed.
+        let all =
+            async { tokio::try_join!(read_bounded(stdout), read_bounded(stderr), child.wait()) };
+        let out = match tokio::time::timeout(timeout, all).await {
+            Ok(Ok((stdout, stderr, status))) => Output {
+                status: status.code().unwrap_or(-1),
+                stdout,
+                stderr,
+            },
             Ok(Err(e)) => return Err(format!("ssh: {e}")),
             Err(_) => return Err(format!("no answer within {} s", timeout.as_secs())),
-        };
-        let out = Output {
-            status: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         };
         // ssh's own failures (unreachable, refused key, changed host key) exit 255.
         if out.status == 255 {
@@ -407,6 +451,72 @@ mod tests {
             let e = OpenSsh::with_program("ssh").args(&h, "true").unwrap_err();
             assert!(e.contains("cannot be given to ssh"), "{e}");
         }
+    }
+
+    /// A host that prints without end (a compromised one, for as long as cloud-init's wait) makes
+    /// stado keep at most 1 MiB of each stream, marked as cut; the command still ends and its
+    /// status counts, the rest read and dropped.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_host_printing_without_end_is_kept_to_the_output_bound_and_marked_cut() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let pinned = dir.path().join("pinned");
+        std::fs::write(&pinned, "h1 ssh-ed25519 AAAA\n").unwrap();
+        // A stand-in for ssh: 50 MB on stdout, 5 MB on stderr, then a clean exit.
+        let fake = dir.path().join("ssh");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nyes | head -c 52428800\nyes e | head -c 5242880 >&2\nexit 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let host = Target {
+            name: "h1".into(),
+            address: "198.51.100.7".into(),
+            known_hosts: Some(pinned),
+            ..Target::default()
+        };
+        let out = OpenSsh::with_program(&fake)
+            .run(&host, "cloud-init status --wait", Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert_eq!(out.status, 3);
+        for (name, text, line) in [
+            ("stdout", &out.stdout, "y\n"),
+            ("stderr", &out.stderr, "e\n"),
+        ] {
+            let (kept, mark) = text.rsplit_once('\n').unwrap();
+            assert!(
+                mark.contains("cut"),
+                "{name} not marked as cut: ends {mark:?}"
+            );
+            assert!(mark.len() < 200, "{name}: the mark is one short line");
+            assert!(
+                kept.len() <= OUTPUT_LIMIT,
+                "{name}: {} bytes kept",
+                kept.len()
+            );
+            assert!(
+                kept.len() >= OUTPUT_LIMIT - 2,
+                "{name}: {} bytes kept",
+                kept.len()
+            );
+            assert!(kept.starts_with(line), "{name}");
+        }
+        assert!(out.last_words().contains("cut"), "{}", out.last_words());
+    }
+
+    /// Bytes that are not UTF-8 widen as they become text: the bound holds for the text.
+    #[tokio::test]
+    async fn output_that_is_not_utf8_is_kept_to_the_bound_as_text() {
+        let bytes = vec![0xffu8; OUTPUT_LIMIT];
+        let text = read_bounded(&bytes[..]).await.unwrap();
+        let kept = text.strip_suffix(OUTPUT_CUT).expect("marked as cut");
+        assert!(kept.len() <= OUTPUT_LIMIT, "{} bytes kept", kept.len());
+        assert!(kept.chars().all(|c| c == '\u{fffd}'));
+        let whole = read_bounded(&b"uname\n"[..]).await.unwrap();
+        assert_eq!(whole, "uname\n", "a short output is kept whole, unmarked");
     }
 
     #[cfg(unix)]
