@@ -722,3 +722,60 @@ async fn an_unauthenticated_create_is_answered_without_reading_its_body() {
     assert_eq!(&answer[9..12], b"401");
     assert!(env.backend.records().is_empty());
 }
+
+/// A refusal names what is wrong without repeating the caller's value whole: a value of megabytes
+/// (a name, an image, a profile, a value of the wrong type, a field shed does not know, a name in
+/// the path) is answered in well under a kilobyte that still names the field.
+#[tokio::test]
+async fn a_refusal_of_a_huge_value_is_short_and_names_the_field() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    // Just under the body limit (2 MiB), so that the value is read and refused, not the body.
+    let huge = "x".repeat((2 << 20) - 1024);
+    let upper = "X".repeat((2 << 20) - 1024);
+    let unknown = format!(r#"{{"name": "a", "{huge}": 1}}"#);
+    for (body, status, field) in [
+        (json!({"name": upper}).to_string(), 400, "name"),
+        (json!({"name": huge}).to_string(), 400, "name"),
+        (
+            json!({"name": "a", "image": huge}).to_string(),
+            400,
+            "image",
+        ),
+        (
+            json!({"name": "a", "network_profile": huge}).to_string(),
+            400,
+            "network_profile",
+        ),
+        (json!({"name": "a", "cpus": huge}).to_string(), 400, "cpus"),
+        (json!({"name": huge, "cpus": 1}).to_string(), 400, "name"),
+        (unknown, 400, "unknown field"),
+    ] {
+        let r = c
+            .post(format!("{base}/api/sheds"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (got, _, message) = error_body(r).await;
+        assert_eq!(got, status, "{field}: {message}");
+        assert!(message.len() < 1024, "{field}: {} bytes", message.len());
+        assert!(message.contains(field), "{message}");
+    }
+    // A name in the path, and an unknown route: 60 KiB (a URI is at most 64 KiB to the HTTP
+    // library).
+    let long = "x".repeat(60 << 10);
+    for (path, status, what) in [
+        (format!("/api/sheds/{long}"), 400, "name"),
+        (format!("/api/nope/{long}"), 404, "/api/nope/xxxx"),
+    ] {
+        let r = c.get(format!("{base}{path}")).send().await.unwrap();
+        let (got, _, message) = error_body(r).await;
+        assert_eq!(got, status, "{message:.200}");
+        assert!(message.len() < 1024, "{} bytes", message.len());
+        assert!(message.contains(what), "{message}");
+    }
+    assert!(env.backend.records().is_empty());
+}
