@@ -14,7 +14,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use orca::spec::{quoted, shown};
 use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
@@ -51,15 +51,17 @@ pub fn router(backend: Backend) -> Router {
     };
     // Exec and the connect tunnel need a running shed (409), and are not built here (501).
     let needs_agent = |what: &'static str| {
-        move |State(b): State<Backend>, Path(name): Path<String>, headers: HeaderMap| async move {
-            let c = caller(&b, &headers)?;
+        move |State(b): State<Backend>,
+              Extension(c): Extension<Caller>,
+              Path(name): Path<String>| async move {
             Err::<Response, _>(b.exec_or_connect(&c, &name, what))
         }
     };
     // Start and stop answer the shed and what the call did.
     let power = |start: bool| {
-        move |State(b): State<Backend>, Path(name): Path<String>, headers: HeaderMap| async move {
-            let c = caller(&b, &headers)?;
+        move |State(b): State<Backend>,
+              Extension(c): Extension<Caller>,
+              Path(name): Path<String>| async move {
             let (shed, effect) = if start {
                 b.start_shed(&c, &name).await?
             } else {
@@ -121,7 +123,30 @@ pub fn router(backend: Backend) -> Router {
             any(unsupported("egress profiles")),
         )
         .layer(axum::middleware::from_fn(json_errors))
+        // Outermost: no route, method check, path or body is looked at before the caller is known.
+        .layer(axum::middleware::from_fn_with_state(
+            backend.clone(),
+            authenticate,
+        ))
         .with_state(backend)
+}
+
+/// Answers 401 to a caller without a valid token ([`caller`]) before anything else: before the
+/// route is found (an unknown caller learns no route, nor sees its path repeated), the path is
+/// read, or the body is. A known caller goes on with its [`Caller`] in the request's extensions,
+/// where every handler takes it.
+async fn authenticate(
+    State(b): State<Backend>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match caller(&b, req.headers()) {
+        Ok(c) => {
+            req.extensions_mut().insert(c);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Every error answer is `{code, message}` JSON. The router's own refusals (an unknown route, a
@@ -202,30 +227,35 @@ fn wants_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("text/event-stream"))
 }
 
-async fn info(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
+async fn info(
+    State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
+) -> Result<Response, ApiError> {
     Ok(Json(b.info(&c)).into_response())
 }
 
-async fn server_log(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
+async fn server_log(
+    State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
+) -> Result<Response, ApiError> {
     if c.role != Role::Admin {
         return Err(ApiError::forbidden("the server log is for admins"));
     }
     Ok(Json(b.log().lines()).into_response())
 }
 
-async fn list(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
+async fn list(
+    State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
+) -> Result<Response, ApiError> {
     Ok(Json(b.list(&c)).into_response())
 }
 
 async fn get_shed(
     State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
     Ok(Json(b.get(&c, &name)?).into_response())
 }
 
@@ -261,11 +291,11 @@ pub fn failed_create(shed: &ShedView, detail: Option<&str>) -> ApiError {
 
 async fn create(
     State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    // The body is read only now, once the caller is known: a caller without a token costs no read.
+    // The body is read only here, behind `authenticate`: a caller without a token costs no read.
     let body = match Bytes::from_request(request, &()).await {
         Ok(body) => body,
         // Answered as the router answers it (413 over the limit), made JSON as every refusal is.
@@ -401,10 +431,10 @@ async fn follow_create(b: Backend, c: Caller, id: String, tx: tokio::sync::mpsc:
 
 async fn delete(
     State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
     let id = b.delete_shed(&c, &name).await?;
     if !wants_stream(&headers) {
         return Ok(StatusCode::NO_CONTENT.into_response());

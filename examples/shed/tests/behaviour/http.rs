@@ -779,3 +779,78 @@ async fn a_refusal_of_a_huge_value_is_short_and_names_the_field() {
     }
     assert!(env.backend.records().is_empty());
 }
+
+/// A server with clients answers a caller without a valid token 401, and nothing else, on every
+/// route: the routes it has, those of features it lacks (501 to a client), a path it has no route
+/// for (404), a method a route does not take (405) and a path it cannot read (400). None tells an
+/// unknown caller which routes exist, nor repeats its path.
+#[tokio::test]
+async fn every_route_answers_401_and_nothing_else_to_a_caller_without_a_valid_token() {
+    let env = Env::build(|c| {
+        let caller = Caller {
+            name: "ops".into(),
+            role: Role::Admin,
+            max_age: None,
+            max_cpus: None,
+            max_memory_mb: None,
+            images: Vec::new(),
+        };
+        let token = SecretString::from("admin-token".to_string());
+        c.clients.insert("ops".into(), Client { caller, token });
+    })
+    .await;
+    env.running("a").await;
+    let base = serve(&env).await;
+    let c = http();
+    let want = json!({"code": "UNAUTHORIZED", "message": "a valid bearer token is required"});
+    let routes = [
+        ("GET", "/api/info"),
+        ("GET", "/api/log"),
+        ("GET", "/api/sheds"),
+        ("POST", "/api/sheds"),
+        ("GET", "/api/sheds/a"),
+        ("DELETE", "/api/sheds/a"),
+        ("POST", "/api/sheds/a/start"),
+        ("POST", "/api/sheds/a/stop"),
+        ("POST", "/api/sheds/a/exec"),
+        ("GET", "/api/sheds/a/connect"),
+        ("POST", "/api/sheds/a/reset"),
+        ("PUT", "/api/sheds/a/egress"),
+        ("GET", "/api/snapshots"),
+        ("POST", "/api/snapshots"),
+        ("GET", "/api/snapshots/s"),
+        ("DELETE", "/api/snapshots/s"),
+        ("GET", "/api/images"),
+        ("POST", "/api/images/pull"),
+        ("POST", "/api/images/prune"),
+        ("GET", "/api/images/i"),
+        ("DELETE", "/api/images/i"),
+        ("POST", "/api/images/i/tag"),
+        ("POST", "/api/images/i/push"),
+        ("POST", "/api/egress/profiles"),
+        ("GET", "/api/egress/profiles/p"),
+        // No such route, a method a route does not take, a segment that is not UTF-8.
+        ("GET", "/api/nope"),
+        ("GET", "/"),
+        ("DELETE", "/api/info"),
+        ("PUT", "/api/sheds"),
+        ("GET", "/api/sheds/%FF"),
+        ("POST", "/api/sheds/%FF/start"),
+    ];
+    for token in [None, Some("nope")] {
+        for (method, path) in routes {
+            let mut r = c.request(method.parse().unwrap(), format!("{base}{path}"));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            let r = r.body("{}").send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            assert_eq!(status, 401, "{method} {path} ({token:?}): {text}");
+            let body: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(body, want, "{method} {path} ({token:?})");
+        }
+    }
+    assert_eq!(env.view("a").unwrap().status, Status::Running);
+    assert_eq!(env.backend.records().len(), 1);
+}
