@@ -3,7 +3,8 @@
 //! create and delete for `Accept: text/event-stream`.
 //!
 //! Errors are JSON `{"code": "...", "message": "..."}`. No answer to a service client names the cloud
-//! project, zone or any address.
+//! project, zone or any address. When the server has clients, a caller without a valid token is
+//! answered 401 on every route, before anything else is looked at (`authenticate`).
 
 use std::convert::Infallible;
 
