@@ -3,7 +3,8 @@
 //! create and delete for `Accept: text/event-stream`.
 //!
 //! Errors are JSON `{"code": "...", "message": "..."}`. No answer to a service client names the cloud
-//! project, zone or any address.
+//! project, zone or any address. When the server has clients, a caller without a valid token is
+//! answered 401 on every route, before anything else is looked at (`authenticate`).
 
 use std::convert::Infallible;
 
@@ -14,7 +15,8 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
+use orca::spec::{quoted, shown};
 use secrecy::ExposeSecret as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -50,15 +52,17 @@ pub fn router(backend: Backend) -> Router {
     };
     // Exec and the connect tunnel need a running shed (409), and are not built here (501).
     let needs_agent = |what: &'static str| {
-        move |State(b): State<Backend>, Path(name): Path<String>, headers: HeaderMap| async move {
-            let c = caller(&b, &headers)?;
+        move |State(b): State<Backend>,
+              Extension(c): Extension<Caller>,
+              Path(name): Path<String>| async move {
             Err::<Response, _>(b.exec_or_connect(&c, &name, what))
         }
     };
     // Start and stop answer the shed and what the call did.
     let power = |start: bool| {
-        move |State(b): State<Backend>, Path(name): Path<String>, headers: HeaderMap| async move {
-            let c = caller(&b, &headers)?;
+        move |State(b): State<Backend>,
+              Extension(c): Extension<Caller>,
+              Path(name): Path<String>| async move {
             let (shed, effect) = if start {
                 b.start_shed(&c, &name).await?
             } else {
@@ -120,14 +124,38 @@ pub fn router(backend: Backend) -> Router {
             any(unsupported("egress profiles")),
         )
         .layer(axum::middleware::from_fn(json_errors))
+        // Outermost: no route, method check, path or body is looked at before the caller is known.
+        .layer(axum::middleware::from_fn_with_state(
+            backend.clone(),
+            authenticate,
+        ))
         .with_state(backend)
+}
+
+/// Answers 401 to a caller without a valid token ([`caller`]) before anything else: before the
+/// route is found (an unknown caller learns no route, nor sees its path repeated), the path is
+/// read, or the body is. A known caller goes on with its [`Caller`] in the request's extensions,
+/// where every handler takes it.
+async fn authenticate(
+    State(b): State<Backend>,
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match caller(&b, req.headers()) {
+        Ok(c) => {
+            req.extensions_mut().insert(c);
+            next.run(req).await
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Every error answer is `{code, message}` JSON. The router's own refusals (an unknown route, a
 /// method a route does not take, a body over the limit, a path it cannot read) come without a body
 /// or in plain text: they are rewritten here, keeping their status and what their text said.
 async fn json_errors(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    // The path as the caller wrote it, cut: it may be as long as a request line.
+    let (method, path) = (req.method().clone(), shown(req.uri().path()));
     let resp = next.run(req).await;
     let status = resp.status();
     let is_json = resp
@@ -200,30 +228,35 @@ fn wants_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains("text/event-stream"))
 }
 
-async fn info(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
+async fn info(
+    State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
+) -> Result<Response, ApiError> {
     Ok(Json(b.info(&c)).into_response())
 }
 
-async fn server_log(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
+async fn server_log(
+    State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
+) -> Result<Response, ApiError> {
     if c.role != Role::Admin {
         return Err(ApiError::forbidden("the server log is for admins"));
     }
     Ok(Json(b.log().lines()).into_response())
 }
 
-async fn list(State(b): State<Backend>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
+async fn list(
+    State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
+) -> Result<Response, ApiError> {
     Ok(Json(b.list(&c)).into_response())
 }
 
 async fn get_shed(
     State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
     Ok(Json(b.get(&c, &name)?).into_response())
 }
 
@@ -259,18 +292,21 @@ pub fn failed_create(shed: &ShedView, detail: Option<&str>) -> ApiError {
 
 async fn create(
     State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
     headers: HeaderMap,
     request: axum::extract::Request,
 ) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
-    // The body is read only now, once the caller is known: a caller without a token costs no read.
+    // The body is read only here, behind `authenticate`: a caller without a token costs no read.
     let body = match Bytes::from_request(request, &()).await {
         Ok(body) => body,
         // Answered as the router answers it (413 over the limit), made JSON as every refusal is.
         Err(rejection) => return Ok(rejection.into_response()),
     };
-    let req: CreateRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::invalid(format!("the create request: {e}")))?;
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    let req: CreateRequest = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| refusal_of_json(&e.path().to_string(), e.inner()))
+        .and_then(|r| de.end().map(|()| r).map_err(|e| refusal_of_json(".", &e)))
+        .map_err(ApiError::invalid)?;
     let id = b.create(&c, req).await?;
     if !wants_stream(&headers) {
         let v = b.wait_accept(&id).await?;
@@ -279,6 +315,41 @@ async fn create(
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(follow_create(b, c, id, tx));
     Ok(stream_of(rx))
+}
+
+/// What a refusal of the create request's JSON says: where (line and column), the field, the kind of
+/// problem and what was expected, never the caller's value. serde's own text repeats a string value
+/// or an unknown field's name whole, and either may be megabytes.
+pub fn refusal_of_json(path: &str, e: &serde_json::Error) -> String {
+    let at = format!("line {}, column {}", e.line(), e.column());
+    if !e.is_data() {
+        return format!("the create request is not JSON ({at})");
+    }
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    let text = text.strip_suffix(&position).unwrap_or(&text);
+    let field = match path {
+        "." | "" => String::new(),
+        p => format!("{}: ", shown(p)),
+    };
+    // A missing or repeated field is named by serde with the name shed declares.
+    if text.starts_with("missing field") || text.starts_with("duplicate field") {
+        return format!("the create request: {field}{} ({at})", shown(text));
+    }
+    // serde puts what was expected last, after the value; it is shed's own words (a type, the
+    // fields), unless serde gave none and the value itself says ", expected".
+    let expected = match text.rfind(", expected ") {
+        Some(i) if text.len() - i <= 400 => &text[i..],
+        _ => "",
+    };
+    if let Some(rest) = text.strip_prefix("unknown field `") {
+        // The path ends in the unknown field's name: it is said once, cut.
+        let name = rest.strip_suffix(expected).unwrap_or(rest);
+        let name = quoted(name.strip_suffix('`').unwrap_or(name));
+        return format!("the create request: unknown field {name}{expected} ({at})");
+    }
+    let kind = shown(text.split([':', '`', '"']).next().unwrap_or("").trim());
+    format!("the create request: {field}{kind}{expected} ({at})")
 }
 
 /// The error event of a stream: `{code, message}`, as an error answer's body (the status is not sent).
@@ -361,10 +432,10 @@ async fn follow_create(b: Backend, c: Caller, id: String, tx: tokio::sync::mpsc:
 
 async fn delete(
     State(b): State<Backend>,
+    Extension(c): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let c = caller(&b, &headers)?;
     let id = b.delete_shed(&c, &name).await?;
     if !wants_stream(&headers) {
         return Ok(StatusCode::NO_CONTENT.into_response());
@@ -399,4 +470,47 @@ async fn delete(
         let _ = tx.send(ev).await;
     });
     Ok(stream_of(rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(body: &str) -> String {
+        let mut de = serde_json::Deserializer::from_slice(body.as_bytes());
+        match serde_path_to_error::deserialize::<_, CreateRequest>(&mut de) {
+            Err(e) => refusal_of_json(&e.path().to_string(), e.inner()),
+            Ok(_) => refusal_of_json(".", &de.end().unwrap_err()),
+        }
+    }
+
+    #[test]
+    fn a_json_refusal_names_the_field_and_what_was_expected_not_the_value() {
+        let v = "v".repeat(10_000);
+        assert_eq!(
+            refused(&format!(r#"{{"name": "a", "cpus": "{v}"}}"#)),
+            "the create request: cpus: invalid type, expected u32 (line 1, column 10024)"
+        );
+        let unknown = refused(&format!(r#"{{"name": "a", "{v}": 1}}"#));
+        assert!(
+            unknown.starts_with(r#"the create request: unknown field "vvvv"#),
+            "{unknown}"
+        );
+        assert!(
+            unknown.contains("…(10000 bytes), expected one of `name`"),
+            "{unknown}"
+        );
+        assert_eq!(
+            refused(r#"{"image": "a"}"#),
+            "the create request: missing field `name` (line 1, column 14)"
+        );
+        assert_eq!(
+            refused(r#"{"name": "a"} x"#),
+            "the create request is not JSON (line 1, column 15)"
+        );
+        assert_eq!(
+            refused(r#"{"name": "a"#),
+            "the create request is not JSON (line 1, column 11)"
+        );
+    }
 }

@@ -327,9 +327,12 @@ pub(crate) fn is_label_name(s: &str, max: usize) -> bool {
 /// Checks a shed name: 1 to 40 of a-z, 0-9 and `-`, starting with a letter and not ending with `-`.
 /// The server and the CLI both check with it, so a name the CLI sends is one the server accepts.
 pub fn validate_shed_name(name: &str) -> Result<(), String> {
-    is_name(name, 40).then_some(()).ok_or_else(|| format!(
-        "name: 1 to 40 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {name:?}"
-    ))
+    is_name(name, 40).then_some(()).ok_or_else(|| {
+        format!(
+        "name: 1 to 40 of a-z, 0-9 and '-', starting with a letter and not ending with '-', got {}",
+        orca::spec::quoted(name)
+    )
+    })
 }
 
 #[cfg(test)]

@@ -21,6 +21,10 @@ use serde::Serialize;
 
 use crate::model::{DeleteMarker, Shed};
 
+/// The largest record or marker read (bytes): one is a few hundred bytes; a larger file is not one
+/// this server wrote, and reading it whole would only cost memory.
+pub const MAX_RECORD: u64 = 1 << 20;
+
 /// The name of the lock file in a `state_dir`.
 pub const LOCK_FILE: &str = "server.lock";
 
@@ -48,7 +52,7 @@ impl Store {
     /// directory when another server (or another store of this process) holds it.
     pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<Store> {
         let dir = dir.into();
-        fs::create_dir_all(&dir)?;
+        private_dir(&dir)?;
         let lock_path = dir.join(LOCK_FILE);
         let held = FileLock::try_lock(&lock_path).map_err(|e| match e {
             FsError::Busy { .. } => std::io::Error::new(
@@ -61,8 +65,8 @@ impl Store {
             ),
             other => std::io::Error::from(other),
         })?;
-        fs::create_dir_all(dir.join("sheds"))?;
-        fs::create_dir_all(dir.join("deletes"))?;
+        private_dir(&dir.join("sheds"))?;
+        private_dir(&dir.join("deletes"))?;
         Ok(Store {
             dir,
             lock: Arc::new(Mutex::new(Some(held))),
@@ -133,6 +137,41 @@ impl Store {
     }
 }
 
+/// Makes `dir` owner-only when missing, and refuses an existing one that another user owns or may
+/// write ([`orca::fs::create_private_dir`]): whoever may write `deletes/` could plant a marker
+/// naming a VM, which the server would destroy, and whoever may write `sheds/` could hand the
+/// server records of sheds it never made.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    orca::fs::create_private_dir(dir).map_err(std::io::Error::from)
+}
+
+/// The bytes of the record at `path`, read only when it is a file of its own of at most
+/// [`MAX_RECORD`] bytes: a symbolic link is not followed (it could lead to another user's file),
+/// and a FIFO or a device is not read (it could block the start-up, or never end).
+fn read_record(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut o = fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+        o.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = o.open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_RECORD + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_RECORD {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_RECORD} bytes, so not a record this server wrote"
+        )));
+    }
+    Ok(bytes)
+}
+
 fn remove(path: &Path) -> std::io::Result<()> {
     match fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
@@ -167,7 +206,7 @@ fn read_all<T: DeserializeOwned>(dir: &Path, into: &mut Vec<T>, bad: &mut Vec<(P
             }
             _ => continue,
         }
-        match fs::read(&path)
+        match read_record(&path)
             .map_err(|e| e.to_string())
             .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         {
@@ -228,6 +267,47 @@ mod tests {
         let second = Store::open(dir.path()).unwrap();
         second.save_shed(&shed("aaaaaaaaaa")).unwrap();
         assert_eq!(second.load().unwrap().sheds.len(), 1);
+    }
+
+    /// Another local user who may write `deletes/` could plant a marker naming any VM, which the
+    /// server would destroy at start-up: such a folder is refused at open, naming it.
+    #[cfg(unix)]
+    #[test]
+    fn a_state_folder_open_to_other_users_is_refused_at_open() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let deletes = dir.path().join("deletes");
+        fs::create_dir(&deletes).unwrap();
+        fs::set_permissions(&deletes, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = Store::open(dir.path()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+        let named = deletes.display().to_string();
+        assert!(e.to_string().contains(&named), "{e}");
+        assert!(e.to_string().contains("open to other users"), "{e}");
+
+        fs::set_permissions(&deletes, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o770)).unwrap();
+        let e = Store::open(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("open to other users"), "{e}");
+    }
+
+    /// A record is read only as a file of its own: a symbolic link planted in its place (to another
+    /// user's file, or to a device that never ends) and an oversized file are reported, not read.
+    #[cfg(unix)]
+    #[test]
+    fn a_record_that_is_a_link_or_too_large_is_reported_and_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let real = dir.path().join("elsewhere.json");
+        fs::write(&real, serde_json::to_vec(&shed("aaaaaaaaaa")).unwrap()).unwrap();
+        let link = dir.path().join("sheds").join("aaaaaaaaaa.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut big = serde_json::to_vec(&shed("bbbbbbbbbb")).unwrap();
+        big.resize(big.len() + MAX_RECORD as usize, b' ');
+        fs::write(dir.path().join("sheds").join("bbbbbbbbbb.json"), big).unwrap();
+        let loaded = store.load().unwrap();
+        assert!(loaded.sheds.is_empty(), "{:?}", loaded.sheds);
+        assert_eq!(loaded.unreadable.len(), 2, "{:?}", loaded.unreadable);
     }
 
     #[test]

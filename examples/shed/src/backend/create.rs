@@ -2,6 +2,7 @@
 //! status `starting` under the lock that decides the limits, and the wait of a JSON create for the
 //! cloud to accept the VM.
 
+use orca::spec::quoted;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, Backend, Caller, State};
@@ -155,7 +156,8 @@ impl Backend {
                 "network_profile: the isolated profile is unavailable on this server (its firewall admits any address)",
             )),
             other => Err(ApiError::invalid(format!(
-                "network_profile: default or isolated, got {other:?}"
+                "network_profile: default or isolated, got {}",
+                quoted(other)
             ))),
         }
     }
@@ -185,14 +187,16 @@ impl Backend {
         let aliases = &cfg.image_aliases;
         if image != "default" && !aliases.contains_key(&image) {
             return Err(ApiError::invalid(format!(
-                "image: {image:?} is not an image of this server; its images are default{}",
+                "image: {} is not an image of this server; its images are default{}",
+                quoted(&image),
                 aliases.keys().map(|k| format!(", {k}")).collect::<String>()
             )));
         }
         if !caller.may_use(&image, cfg) {
             return Err(ApiError::forbidden(format!(
-                "image: client {} may not use {image:?}",
-                caller.name
+                "image: client {} may not use {}",
+                caller.name,
+                quoted(&image)
             )));
         }
         Ok(image)

@@ -38,7 +38,9 @@ impl ApiError {
 
     /// 404 `NOT_FOUND`.
     pub fn not_found(name: &str) -> Self {
-        Self::new(404, "NOT_FOUND", format!("shed {name:?} not found"))
+        // The name comes from the path as the caller wrote it: a megabyte is not repeated whole.
+        let name = orca::spec::quoted(name);
+        Self::new(404, "NOT_FOUND", format!("shed {name} not found"))
     }
 
     /// 409 with `code`: the shed's status does not allow the call.

@@ -2,10 +2,11 @@
 //! and the one of a failed create; when no VM of the shed stands, what its create may have left
 //! beside one is removed by name.
 
-use orca::Error;
+use orca::spec::quoted;
+use orca::{Error, Machine};
 
 use super::{readable, Named};
-use crate::backend::{Backend, STATE_LABEL};
+use crate::backend::{Backend, ENV_LABEL, ID_LABEL, STATE_LABEL};
 
 /// Why the VM of a shed to destroy is not known.
 enum Unfound {
@@ -58,7 +59,13 @@ impl Backend {
             return;
         };
         // A delete still works after a failed read; labels of another version keep the VM.
-        match self.inner.provider.machine(&vm).await {
+        let read = self.inner.provider.machine(&vm).await;
+        if let Ok(Some(m)) = &read {
+            if readable(m) && !self.is_shed_vm(m, id) {
+                return self.not_its_vm(id, &marker.name, m);
+            }
+        }
+        match read {
             Ok(None) => {
                 // Gone, perhaps by an earlier delete that could not remove everything beside it:
                 // an id no longer reaches those pieces, the VM's name does.
@@ -102,6 +109,29 @@ impl Backend {
             Ok(_) => self.deleted(id, &marker.name, ": VM destroyed"),
             Err(e) => self.marker_failed(id, e.to_string()),
         }
+    }
+
+    /// Whether `m` carries this server's environment and shed `id` as shed labels its VMs: the VM
+    /// id of a marker or record is taken from a file, and the owner every shed server uses reaches
+    /// the VMs of every environment, so an id alone never says that a VM is the shed's.
+    pub(crate) fn is_shed_vm(&self, m: &Machine, id: &str) -> bool {
+        let label = |k| m.labels.get(k).map(String::as_str);
+        label(ENV_LABEL) == Some(self.inner.cfg.environment.as_str()) && label(ID_LABEL) == Some(id)
+    }
+
+    /// The delete of shed `id` named VM `m`, which is not its VM: `m` is left alone, and the marker
+    /// goes as when the shed's VM is gone (a VM of the shed's own that stands under its name is
+    /// then an orphan to the pass, handled as one).
+    fn not_its_vm(&self, id: &str, name: &str, m: &Machine) {
+        let label = |k| m.labels.get(k).map(String::as_str).unwrap_or("none");
+        self.log().warn(format!(
+            "remote: shed {name} ({id}): the VM its delete names, {} ({}), is not its VM ({ENV_LABEL} {}, {ID_LABEL} {}); that VM is left alone",
+            m.name,
+            m.id,
+            quoted(label(ENV_LABEL)),
+            quoted(label(ID_LABEL)),
+        ));
+        self.deleted(id, name, " (the VM it named is not its own)");
     }
 
     /// Drops shed `id`'s delete marker and logs that it is deleted (`how`), under the lock, so that

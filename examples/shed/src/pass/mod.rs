@@ -140,8 +140,14 @@ impl Backend {
                 // Gone, perhaps by a delete that could not remove everything beside it, which an id
                 // no longer reaches: its job removes what is left by name before the marker goes.
                 if let Some(vm) = &m.vm_id {
-                    if matches!(self.inner.provider.machine(vm).await, Ok(None)) {
-                        self.spawn_job(&m.id);
+                    // Its job also drops a marker naming a VM that is not the shed's, leaving
+                    // that VM alone.
+                    match self.inner.provider.machine(vm).await {
+                        Ok(None) => self.spawn_job(&m.id),
+                        Ok(Some(found)) if readable(&found) && !self.is_shed_vm(&found, &m.id) => {
+                            self.spawn_job(&m.id)
+                        }
+                        _ => {}
                     }
                     return;
                 }

@@ -722,3 +722,135 @@ async fn an_unauthenticated_create_is_answered_without_reading_its_body() {
     assert_eq!(&answer[9..12], b"401");
     assert!(env.backend.records().is_empty());
 }
+
+/// A refusal names what is wrong without repeating the caller's value whole: a value of megabytes
+/// (a name, an image, a profile, a value of the wrong type, a field shed does not know, a name in
+/// the path) is answered in well under a kilobyte that still names the field.
+#[tokio::test]
+async fn a_refusal_of_a_huge_value_is_short_and_names_the_field() {
+    let env = Env::new().await;
+    let base = serve(&env).await;
+    let c = http();
+    // Just under the body limit (2 MiB), so that the value is read and refused, not the body.
+    let huge = "x".repeat((2 << 20) - 1024);
+    let upper = "X".repeat((2 << 20) - 1024);
+    let unknown = format!(r#"{{"name": "a", "{huge}": 1}}"#);
+    for (body, status, field) in [
+        (json!({"name": upper}).to_string(), 400, "name"),
+        (json!({"name": huge}).to_string(), 400, "name"),
+        (
+            json!({"name": "a", "image": huge}).to_string(),
+            400,
+            "image",
+        ),
+        (
+            json!({"name": "a", "network_profile": huge}).to_string(),
+            400,
+            "network_profile",
+        ),
+        (json!({"name": "a", "cpus": huge}).to_string(), 400, "cpus"),
+        (json!({"name": huge, "cpus": 1}).to_string(), 400, "name"),
+        (unknown, 400, "unknown field"),
+    ] {
+        let r = c
+            .post(format!("{base}/api/sheds"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (got, _, message) = error_body(r).await;
+        assert_eq!(got, status, "{field}: {message}");
+        assert!(message.len() < 1024, "{field}: {} bytes", message.len());
+        assert!(message.contains(field), "{message}");
+    }
+    // A name in the path, and an unknown route: 60 KiB (a URI is at most 64 KiB to the HTTP
+    // library).
+    let long = "x".repeat(60 << 10);
+    for (path, status, what) in [
+        (format!("/api/sheds/{long}"), 400, "name"),
+        (format!("/api/nope/{long}"), 404, "/api/nope/xxxx"),
+    ] {
+        let r = c.get(format!("{base}{path}")).send().await.unwrap();
+        let (got, _, message) = error_body(r).await;
+        assert_eq!(got, status, "{message:.200}");
+        assert!(message.len() < 1024, "{} bytes", message.len());
+        assert!(message.contains(what), "{message}");
+    }
+    assert!(env.backend.records().is_empty());
+}
+
+/// A server with clients answers a caller without a valid token 401, and nothing else, on every
+/// route: the routes it has, those of features it lacks (501 to a client), a path it has no route
+/// for (404), a method a route does not take (405) and a path it cannot read (400). None tells an
+/// unknown caller which routes exist, nor repeats its path.
+#[tokio::test]
+async fn every_route_answers_401_and_nothing_else_to_a_caller_without_a_valid_token() {
+    let env = Env::build(|c| {
+        let caller = Caller {
+            name: "ops".into(),
+            role: Role::Admin,
+            max_age: None,
+            max_cpus: None,
+            max_memory_mb: None,
+            images: Vec::new(),
+        };
+        let token = SecretString::from("admin-token".to_string());
+        c.clients.insert("ops".into(), Client { caller, token });
+    })
+    .await;
+    env.running("a").await;
+    let base = serve(&env).await;
+    let c = http();
+    let want = json!({"code": "UNAUTHORIZED", "message": "a valid bearer token is required"});
+    let routes = [
+        ("GET", "/api/info"),
+        ("GET", "/api/log"),
+        ("GET", "/api/sheds"),
+        ("POST", "/api/sheds"),
+        ("GET", "/api/sheds/a"),
+        ("DELETE", "/api/sheds/a"),
+        ("POST", "/api/sheds/a/start"),
+        ("POST", "/api/sheds/a/stop"),
+        ("POST", "/api/sheds/a/exec"),
+        ("GET", "/api/sheds/a/connect"),
+        ("POST", "/api/sheds/a/reset"),
+        ("PUT", "/api/sheds/a/egress"),
+        ("GET", "/api/snapshots"),
+        ("POST", "/api/snapshots"),
+        ("GET", "/api/snapshots/s"),
+        ("DELETE", "/api/snapshots/s"),
+        ("GET", "/api/images"),
+        ("POST", "/api/images/pull"),
+        ("POST", "/api/images/prune"),
+        ("GET", "/api/images/i"),
+        ("DELETE", "/api/images/i"),
+        ("POST", "/api/images/i/tag"),
+        ("POST", "/api/images/i/push"),
+        ("POST", "/api/egress/profiles"),
+        ("GET", "/api/egress/profiles/p"),
+        // No such route, a method a route does not take, a segment that is not UTF-8.
+        ("GET", "/api/nope"),
+        ("GET", "/"),
+        ("DELETE", "/api/info"),
+        ("PUT", "/api/sheds"),
+        ("GET", "/api/sheds/%FF"),
+        ("POST", "/api/sheds/%FF/start"),
+    ];
+    for token in [None, Some("nope")] {
+        for (method, path) in routes {
+            let mut r = c.request(method.parse().unwrap(), format!("{base}{path}"));
+            if let Some(t) = token {
+                r = r.bearer_auth(t);
+            }
+            let r = r.body("{}").send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            assert_eq!(status, 401, "{method} {path} ({token:?}): {text}");
+            let body: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(body, want, "{method} {path} ({token:?})");
+        }
+    }
+    assert_eq!(env.view("a").unwrap().status, Status::Running);
+    assert_eq!(env.backend.records().len(), 1);
+}

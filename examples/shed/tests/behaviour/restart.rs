@@ -4,14 +4,17 @@
 use std::time::Duration;
 
 use orca::memory::{FaultKind, Operation};
-use orca::ErrorKind;
-use shed::backend::STATE_LABEL;
+use orca::MachineSpec;
+use orca::{ErrorKind, Provider};
+use shed::backend::{
+    CLIENT_LABEL, ENV_LABEL, ID_LABEL, NAME_LABEL, SCHEMA, SCHEMA_LABEL, SIZE_LABEL, STATE_LABEL,
+};
 use shed::model::{CreateStage, Op};
 use shed::probe::ProbeOutcome;
 use shed::{Backend, Status};
 
 use crate::pass::stray_vm;
-use crate::support::{Call, Env};
+use crate::support::{Call, Env, LogCount, ENV};
 
 #[tokio::test]
 async fn records_survive_a_restart_and_running_sheds_keep_running() {
@@ -283,4 +286,90 @@ async fn a_server_whose_state_dir_lock_is_lost_before_it_reads_refuses_to_start(
         panic!("a server whose lock was lost started");
     };
     assert!(e.to_string().contains(&lock.display().to_string()), "{e}");
+}
+
+/// A VM in the cloud under shed's owner that is not this server's shed `shed_id`: made in
+/// environment `env` with `shed_id` as its shed-id label, readable by this server's schema.
+async fn vm_of(env: &Env, in_env: &str, shed_id: &str) -> orca::Machine {
+    let p = env.cloud.provider(shed::OWNER).unwrap();
+    let spec = MachineSpec::new(
+        format!("shed-{in_env}-{shed_id}"),
+        "amd64-small",
+        "zone-a",
+        in_env,
+    )
+    .with_labels([
+        (ENV_LABEL, in_env),
+        (ID_LABEL, shed_id),
+        (NAME_LABEL, shed_id),
+        (SIZE_LABEL, "standard"),
+        (CLIENT_LABEL, "local"),
+        (STATE_LABEL, "ready"),
+        (SCHEMA_LABEL, SCHEMA),
+    ]);
+    p.create(&spec).await.unwrap().machine().unwrap()
+}
+
+/// Writes a delete marker for shed `id` naming VM `vm_id` into `state_dir`, as whoever could write
+/// there would.
+fn plant_marker(env: &Env, id: &str, vm_id: &str) {
+    let marker = serde_json::json!({
+        "id": id,
+        "name": id,
+        "client": "local",
+        "vm_name": format!("shed-{ENV}-{id}"),
+        "vm_id": vm_id,
+        "may_have_vm": true,
+        "acknowledged_at": "2026-01-01T00:00:00Z",
+    });
+    let path = env.cfg.state_dir.join("deletes").join(format!("{id}.json"));
+    std::fs::write(path, serde_json::to_vec(&marker).unwrap()).unwrap();
+}
+
+/// A delete whose marker or record names a VM by id that is not its shed's (another environment's
+/// VM, or one of this environment that another shed's labels claim), as whoever could write into
+/// `state_dir` would plant it, never destroys that VM: the marker goes, and the log names the VM
+/// as left alone.
+#[tokio::test]
+async fn a_delete_naming_a_vm_that_is_not_its_sheds_leaves_that_vm_standing() {
+    let mut env = Env::new().await;
+    let theirs = env.running("theirs").await;
+    env.backend.shutdown();
+    let prod = vm_of(&env, "prod", "pppppppppp").await;
+    let other = env.vm("theirs").unwrap();
+    plant_marker(&env, "xxxxxxxxx1", &prod.id);
+    plant_marker(&env, "xxxxxxxxx2", &other.id);
+    // A record whose VM id is another environment's VM, deleted through the API.
+    let mut rec = env.record("theirs").unwrap();
+    rec.id = "xxxxxxxxx3".into();
+    rec.name = "planted".into();
+    rec.vm_name = format!("shed-{ENV}-xxxxxxxxx3");
+    rec.vm_id = Some(prod.id.clone());
+    let path = env.cfg.state_dir.join("sheds").join("xxxxxxxxx3.json");
+    std::fs::write(path, serde_json::to_vec(&rec).unwrap()).unwrap();
+    env.restart().await;
+    env.idle().await;
+    env.backend
+        .delete_shed(&env.admin(), "planted")
+        .await
+        .unwrap();
+    env.idle().await;
+    env.pass().await;
+    env.idle().await;
+    let standing: Vec<String> = env.vms().into_iter().map(|m| m.id).collect();
+    assert!(standing.contains(&prod.id), "{standing:?}");
+    assert!(standing.contains(&other.id), "{standing:?}");
+    assert_eq!(env.view("theirs").unwrap().id, theirs.id);
+    assert_eq!(env.view("theirs").unwrap().status, Status::Running);
+    assert!(
+        env.backend.markers().is_empty(),
+        "{:?}",
+        env.backend.markers()
+    );
+    assert_eq!(
+        env.backend.log().count("left alone"),
+        3,
+        "{:#?}",
+        env.backend.log().lines()
+    );
 }
