@@ -581,6 +581,31 @@ pub fn shown(text: &str) -> String {
     out + &rest
 }
 
+/// Text from elsewhere (a host's output, a server's answer) as a program shows it on a terminal:
+/// printable text and line ends as they are, every other control character escaped (`\x1b`,
+/// `\r`, `\t`, `\u{9b}`), so that what another side sends can never drive the terminal. Nothing is
+/// cut: what is shown whole stays whole.
+///
+/// ```
+/// assert_eq!(orca_machines::spec::printable("ok\x1b[2J\n"), "ok\\x1b[2J\n");
+/// ```
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => out.push(c),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() && u32::from(c) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The first 64 characters of `value`, and what says it was longer (`…(N bytes)`), if it was.
 fn cut(value: &str) -> (&str, String) {
     match value.char_indices().nth(MAX_QUOTED) {
@@ -593,6 +618,15 @@ fn cut(value: &str) -> (&str, String) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn printable_text_keeps_line_ends_and_escapes_every_other_control_character() {
+        assert_eq!(
+            printable("h1\x1b]0;owned\x07 ok\r\nnext\tcol\u{9b}x"),
+            "h1\\x1b]0;owned\\x07 ok\\r\nnext\\tcol\\u{9b}x"
+        );
+        assert_eq!(printable("plain text, ünïcode\n"), "plain text, ünïcode\n");
+    }
 
     #[test]
     fn a_huge_value_is_cut_in_its_error() {

@@ -6,6 +6,28 @@ use serde_json::Value;
 
 use crate::backend::ApiError;
 
+/// The most the CLI reads of one answer: a list of every shed of a server is a few hundred KiB.
+const MAX_ANSWER: usize = 16 << 20;
+
+/// The most one event of a stream may hold before its end (a shed's status is under 1 KiB).
+const MAX_EVENT: usize = 1 << 20;
+
+/// The body of `resp`, or why it was not read: a broken answer, or one over [`MAX_ANSWER`], whose
+/// rest is never read.
+async fn body(mut resp: reqwest::Response) -> Result<Vec<u8>, Failure> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("the server: {e}"))? {
+        if bytes.len() + chunk.len() > MAX_ANSWER {
+            return Err(Failure::Other(format!(
+                "the server's answer is over {} MiB; not read further",
+                MAX_ANSWER >> 20
+            )));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
 /// Why a command stopped short.
 #[derive(Debug)]
 pub(super) enum Failure {
@@ -64,7 +86,7 @@ impl Client {
     pub(super) async fn send(&self, r: reqwest::RequestBuilder) -> Result<Value, Failure> {
         let resp = r.send().await.map_err(|e| format!("the server: {e}"))?;
         let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| format!("the server: {e}"))?;
+        let bytes = body(resp).await?;
         if !(200..300).contains(&status) {
             return Err(refusal(status, &bytes));
         }
@@ -88,24 +110,30 @@ impl Client {
             .map_err(|e| format!("the server: {e}"))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
-            let bytes = resp.bytes().await.unwrap_or_default();
-            return Err(refusal(status, &bytes));
+            return Err(refusal(status, &body(resp).await?));
         }
-        let mut buf = String::new();
+        // Bytes, not text, until a block ends: a character may be split between two chunks.
+        let mut buf = Vec::new();
         while let Some(chunk) = resp
             .chunk()
             .await
             .map_err(|e| format!("the stream broke off: {e}"))?
         {
-            buf.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buf.find("\n\n") {
-                let block: String = buf.drain(..end + 2).collect();
-                let Some((name, data)) = parse_event(&block) else {
+            buf.extend_from_slice(&chunk);
+            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = buf.drain(..end + 2).collect();
+                let Some((name, data)) = parse_event(&String::from_utf8_lossy(&block)) else {
                     continue;
                 };
                 if let Some(code) = on(&name, data) {
                     return Ok(code);
                 }
+            }
+            if buf.len() > MAX_EVENT {
+                return Err(Failure::Other(format!(
+                    "an event of the server's stream is over {} MiB; not read further",
+                    MAX_EVENT >> 20
+                )));
             }
         }
         Err(Failure::Other(

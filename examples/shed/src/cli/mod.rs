@@ -175,6 +175,23 @@ struct Io<'a> {
     err: &'a mut (dyn Write + Send),
 }
 
+/// A terminal's writer that shows what the server sent (names, statuses, messages), never obeys
+/// it: every control character but the line end is written escaped ([`orca::spec::printable`]).
+/// Every write here is whole text (`writeln!` of strings), so no character is split between two.
+struct Printable<'a>(&'a mut (dyn Write + Send));
+
+impl Write for Printable<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(orca::spec::printable(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
 /// Runs the command `args` (argv without the program name), writing to `out` and `err`; answers the
 /// exit code: 0 done, 1 refused or failed, 2 refused before anything was sent.
 pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write + Send)) -> i32 {
@@ -212,7 +229,11 @@ pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write 
         base,
         token: args.token.clone(),
     };
-    let mut io = Io { out, err };
+    let (mut out, mut err) = (Printable(out), Printable(err));
+    let mut io = Io {
+        out: &mut out,
+        err: &mut err,
+    };
     let done = match &args.command {
         Command::Info => info(&client, &mut io).await,
         Command::Create(c) => create(&client, c, &mut io).await,

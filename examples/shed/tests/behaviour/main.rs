@@ -4,6 +4,7 @@
 mod config;
 mod firewall;
 mod gce;
+mod hostile;
 mod http;
 mod leftovers;
 mod lifecycle;

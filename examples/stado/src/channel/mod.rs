@@ -13,6 +13,7 @@ mod openssh;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use orca::spec::printable;
 
 use crate::registry::Target;
 
@@ -52,25 +53,6 @@ impl Output {
             .map(printable)
             .unwrap_or_default()
     }
-}
-
-/// `text` from a host as stado shows it: printable text and newlines as they are, every other
-/// control character escaped, so that what a host prints cannot drive the terminal.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => out.push(c),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() && u32::from(c) < 0x80 => {
-                out.push_str(&format!("\\x{:02x}", u32::from(c)))
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Runs one command on a host, reached as its registry target says (port 22 when it names none).
@@ -116,11 +98,6 @@ mod tests {
 
     #[test]
     fn what_a_host_said_is_shown_with_its_control_characters_escaped() {
-        assert_eq!(
-            printable("h1\x1b]0;owned\x07 ok\r\nnext\tcol\u{9b}x"),
-            "h1\\x1b]0;owned\\x07 ok\\r\nnext\\tcol\\u{9b}x"
-        );
-        assert_eq!(printable("plain text, ünïcode\n"), "plain text, ünïcode\n");
         let out = Output {
             status: 1,
             stdout: String::new(),

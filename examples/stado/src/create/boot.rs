@@ -80,7 +80,7 @@ impl Stado {
                     .stdout
                     .lines()
                     .find_map(|l| l.trim().strip_prefix("status:"))
-                    .map(|s| crate::channel::printable(s.trim()))
+                    .map(|s| orca::spec::printable(s.trim()))
                     .unwrap_or_else(|| format!("exit {}", out.status));
                 return Err(unclean(format!("cloud-init status: {status}")));
             }
@@ -94,7 +94,7 @@ impl Stado {
         for (what, cmd) in PROBES {
             match self.channel.run(ep, cmd, self.timing.command).await {
                 Ok(out) if out.status == 0 && !out.stdout.trim().is_empty() => {
-                    answers.push(crate::channel::printable(out.stdout.trim()))
+                    answers.push(orca::spec::printable(out.stdout.trim()))
                 }
                 Ok(out) => return Err(unclean(format!("{what} answered: {}", out.last_words()))),
                 Err(e) => return Err(unclean(format!("{what} could not be asked: {e}"))),

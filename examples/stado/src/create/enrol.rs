@@ -4,10 +4,11 @@
 
 use super::host::Host;
 use super::{CreateReport, Minted, Step};
-use crate::channel::{commands, printable};
+use crate::channel::commands;
 use crate::cloud::{usd, Stado};
 use crate::keys::{self, FleetKey};
 use crate::registry::{CloudDecl, CloudState, Held, Target};
+use orca::spec::printable;
 
 impl Stado {
     /// Step 7: pins the host key and connects until the host answers as itself.
