@@ -360,7 +360,9 @@ pub(super) async fn absent(
 }
 
 /// A live entry the listing does not show. A listing can lag behind: the machine is read on its own
-/// before it is believed gone.
+/// before it is believed gone. Only this pool's machine of the entry's name is the entry's: where a
+/// cloud's ids are names (Azure, Compute Engine), a gone machine's id may name another pool's
+/// machine of the same owner, which this pool must neither count nor delete.
 async fn unlisted_live(
     e: &mut Entry,
     cx: PassCtx<'_>,
@@ -370,7 +372,11 @@ async fn unlisted_live(
     let name = e.name.clone();
     let id = e.id.clone().unwrap_or_default();
     match cx.p.machine(&id).await {
-        Ok(Some(m)) if m.status != Status::Deleting => health(e, &m, cx, found),
+        Ok(Some(m))
+            if m.status != Status::Deleting && m.pool == cx.settings.pool && m.name == name =>
+        {
+            health(e, &m, cx, found)
+        }
         Ok(_) => {
             e.phase = Phase::Gone;
             e.changed_at = cx.now;

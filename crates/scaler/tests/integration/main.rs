@@ -11,6 +11,7 @@ mod passes;
 mod postgres;
 mod records;
 mod recovery;
+mod reused_ids;
 mod start_checks;
 mod support;
 mod writers;
