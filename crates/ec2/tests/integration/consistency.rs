@@ -181,7 +181,9 @@ async fn a_not_found_for_a_machine_made_lately_is_read_again() {
     };
     let p = e.provider("owner-1").await;
     let m = made(p.create(&e.spec("fresh-1")).await.unwrap());
-    // EC2 shows the instance to one call and not (yet) to the next.
+    // EC2 shows the instance to one call and not (yet) to the next: the next read misses it
+    // however late it comes on a loaded machine.
+    e.proxy.miss_first_look();
     e.proxy.hide(&m.id, Duration::from_millis(500));
     let before = e.proxy.count("DescribeInstances");
     let read = p.machine(&m.id).await.unwrap();

@@ -182,9 +182,10 @@ impl Proxy {
     }
 
     /// From now on, the visibility delay and the tag-filter lag hide each instance made under them
-    /// from at least the first read they apply to, however late that read comes. On a loaded
-    /// machine the first look can come after a window of milliseconds is over; a test that counts
-    /// the looks a wait takes holds with this whatever the load.
+    /// (and [`Proxy::hide`] the instance it hides) from at least the first read they apply to,
+    /// however late that read comes. On a loaded machine the first look can come after a window of
+    /// milliseconds is over; a test that counts the looks a wait takes holds with this whatever the
+    /// load.
     pub fn miss_first_look(&self) {
         lock(&self.state.ec2).miss_first_look = true;
     }
@@ -214,10 +215,17 @@ impl Proxy {
         lock(&self.state.ec2).failing_launches = n;
     }
 
-    /// Hides instance `id` for `delay` from now (as if it had just been made).
+    /// Hides instance `id` for `delay` from now (as if it had just been made): after
+    /// [`Proxy::miss_first_look`], from at least the next read of it too, however late that comes.
+    /// `Duration::ZERO` shows it again at once.
     pub fn hide(&self, id: &str, delay: Duration) {
-        lock(&self.state.ec2)
-            .hidden_until
+        let mut ec2 = lock(&self.state.ec2);
+        if delay.is_zero() {
+            ec2.unmissed.remove(id);
+        } else if ec2.miss_first_look {
+            ec2.unmissed.insert(id.to_string());
+        }
+        ec2.hidden_until
             .insert(id.to_string(), Instant::now() + delay);
     }
 
