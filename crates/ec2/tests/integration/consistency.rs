@@ -290,8 +290,9 @@ async fn a_pending_instance_an_earlier_create_made_is_adopted() {
     let Some(e) = env("a_pending_instance_an_earlier_create_made_is_adopted").await else {
         return;
     };
-    // EC2 keeps a new instance pending while it boots (moto does not: the proxy does).
-    e.proxy.keep_pending(Duration::from_secs(5));
+    // EC2 keeps a new instance pending while it boots (moto does not: the proxy does); long enough
+    // that the later creates still find it pending however slowly a loaded machine runs them.
+    e.proxy.keep_pending(Duration::from_secs(30));
     let spec = e.spec("pend-1");
     let first = match e.provider("owner-1").await.create(&spec).await.unwrap() {
         Created::Machine(m) => m,
