@@ -47,6 +47,8 @@ pub struct Wrap {
     pub creates: Arc<AtomicUsize>,
     /// The create (1-based) that never answers: the process "crashes" there.
     pub hang_at: usize,
+    /// Notified when a create reaches the hang (`hang_at`): a test waits on this, not on a time.
+    pub hung: Arc<tokio::sync::Notify>,
     /// Ids shown in status unknown.
     pub unknown: Arc<Mutex<Vec<String>>>,
     /// Ids shown as starting.
@@ -69,6 +71,7 @@ impl Wrap {
             kind: "fake",
             creates: Arc::default(),
             hang_at: usize::MAX,
+            hung: Arc::default(),
             unknown: Arc::default(),
             starting: Arc::default(),
             in_flight: Arc::default(),
@@ -111,6 +114,8 @@ impl Layer for Wrap {
             Call::Create { .. } => {
                 let n = self.creates.fetch_add(1, Ordering::SeqCst) + 1;
                 if n == self.hang_at {
+                    // A permit kept until the test waits for it.
+                    self.hung.notify_one();
                     futures::future::pending::<()>().await;
                 }
                 let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
