@@ -1,6 +1,7 @@
 //! `orca::of("azure", owner)` from environment variables and `orca::of_with("azure", owner, &settings)`
-//! from a map, against the fake Azure Resource Manager. Environment variables are process-global:
-//! this binary sets them in its one test function.
+//! from a map, against the fake Azure Resource Manager. Environment variables are process-global,
+//! and the other modules' tests of this binary run beside it in threads (reading
+//! `ORCA_POLL_INTERVAL`, say): the test that sets them runs alone, in a child process of its own.
 
 use orca::{Created, ErrorKind, MachineSpec, Settings};
 use orca_fakes::azure::{FakeAzure, RESOURCE_GROUP, SUBSCRIPTION, TOKEN};
@@ -21,8 +22,25 @@ fn keys(e: &orca::Error) -> Vec<String> {
     }
 }
 
+#[test]
+fn of_azure_from_the_environment_and_from_settings() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "of_azure_from_the_environment_and_from_settings_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: it clears and sets environment variables
+/// that every driver's `orca::of` reads.
 #[tokio::test]
-async fn of_azure_from_the_environment_and_from_settings() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn of_azure_from_the_environment_and_from_settings_alone() {
+    orca_fakes::alone::assert_alone(
+        module_path!(),
+        "of_azure_from_the_environment_and_from_settings_alone",
+    );
     // No IMDS, no CLI, no real endpoint can be reached: every Azure variable is cleared first, and
     // the token is a static one for the fake.
     for (k, _) in std::env::vars() {
@@ -95,8 +113,6 @@ async fn of_azure_from_the_environment_and_from_settings() {
         std::env::set_var(k, v);
     }
     let p = orca::of("azure", "stack-1").await.unwrap();
-    // Every driver reads this key: not left set for the other tests of this binary.
-    std::env::remove_var("ORCA_POLL_INTERVAL");
     assert_eq!(p.kind(), "azure");
     assert!(
         !format!("{p:?}").contains(TOKEN),

@@ -301,9 +301,24 @@ async fn a_delete_by_name_after_a_dropped_delete_reads_the_vm_once() {
         .machine()
         .unwrap();
     f.set_operation_time(Duration::from_millis(300));
-    let dropped = tokio::time::timeout(Duration::from_millis(100), p.delete("vm-l")).await;
-    assert!(dropped.is_err(), "the delete ended before its timeout");
-    // The delete operation runs on without its caller.
+    // The caller drops the delete once the fake has answered its DELETE of the VM (whenever a loaded
+    // machine gets there), while the delete still follows the operation.
+    {
+        let delete = p.delete("vm-l");
+        let sent = async {
+            let method = "DELETE".parse().unwrap();
+            while f.control().count(&method, "/virtualMachines/vm-l") == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            () = sent => {}
+            r = delete => panic!("the delete ended before its timeout: {r:?}"),
+        }
+    }
+    // The delete operation runs on without its caller (past its 300 ms, which began before the
+    // DELETE was answered).
     tokio::time::sleep(Duration::from_millis(400)).await;
     f.set_operation_time(Duration::ZERO);
     f.control().clear_log();

@@ -945,7 +945,8 @@ async fn a_create_waits_while_ec2_does_not_know_a_new_instance_profile() {
     let Some(e) = env("a_create_waits_while_ec2_does_not_know_a_new_instance_profile").await else {
         return;
     };
-    // IAM made the profile a moment ago: EC2 refuses it as unknown for a while.
+    // IAM made the profile a moment ago: EC2 refuses it as unknown for a while (from the first
+    // RunInstances on, however late the create's lookups let it come).
     e.proxy.refuse_new_profile(Duration::from_millis(800));
     let p = e.provider("owner-1").await;
     let m = made(p.create(&e.spec("profile-1")).await.unwrap());

@@ -181,7 +181,9 @@ async fn a_not_found_for_a_machine_made_lately_is_read_again() {
     };
     let p = e.provider("owner-1").await;
     let m = made(p.create(&e.spec("fresh-1")).await.unwrap());
-    // EC2 shows the instance to one call and not (yet) to the next.
+    // EC2 shows the instance to one call and not (yet) to the next: the next read misses it
+    // however late it comes on a loaded machine.
+    e.proxy.miss_first_look();
     e.proxy.hide(&m.id, Duration::from_millis(500));
     let before = e.proxy.count("DescribeInstances");
     let read = p.machine(&m.id).await.unwrap();
@@ -288,8 +290,9 @@ async fn a_pending_instance_an_earlier_create_made_is_adopted() {
     let Some(e) = env("a_pending_instance_an_earlier_create_made_is_adopted").await else {
         return;
     };
-    // EC2 keeps a new instance pending while it boots (moto does not: the proxy does).
-    e.proxy.keep_pending(Duration::from_secs(5));
+    // EC2 keeps a new instance pending while it boots (moto does not: the proxy does); long enough
+    // that the later creates still find it pending however slowly a loaded machine runs them.
+    e.proxy.keep_pending(Duration::from_secs(30));
     let spec = e.spec("pend-1");
     let first = match e.provider("owner-1").await.create(&spec).await.unwrap() {
         Created::Machine(m) => m,

@@ -711,9 +711,11 @@ async fn throttling_permission_and_not_found_answers_have_their_meaning() {
 #[tokio::test]
 async fn a_wait_that_outlasts_the_waiting_time_is_transient() {
     let proxy = proxy().await;
+    // A waiting time long enough for a second look however slowly a loaded machine answers the
+    // first, and an interval that keeps the looks within it at most 21.
     let config = builder(&proxy)
-        .poll_interval(Duration::from_millis(10))
-        .operation_timeout(Duration::from_millis(200))
+        .poll_interval(Duration::from_millis(100))
+        .operation_timeout(Duration::from_secs(2))
         .build()
         .unwrap();
     let p = Ec2Provider::new(config, OWNER).await.unwrap();

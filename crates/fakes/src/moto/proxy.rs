@@ -40,6 +40,14 @@ pub(super) struct TokenRecord {
     pub(super) instances: Vec<String>,
 }
 
+/// The window of [`Proxy::refuse_new_profile`]: its length until a RunInstances naming a profile
+/// opens it, then its end.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ProfileRefusal {
+    For(Duration),
+    Until(Instant),
+}
+
 /// What the proxy keeps to behave as EC2.
 #[derive(Debug, Default)]
 pub(super) struct Ec2State {
@@ -62,8 +70,8 @@ pub(super) struct Ec2State {
     pub(super) offered: HashMap<String, Vec<String>>,
     /// How many instances a filtered listing's page looks at ([`Proxy::page_by_scan`]).
     pub(super) scan_per_page: Option<usize>,
-    /// Until when RunInstances refuses the instance profile it names ([`Proxy::refuse_new_profile`]).
-    pub(super) new_profile_refused_until: Option<Instant>,
+    /// How RunInstances refuses the instance profile it names ([`Proxy::refuse_new_profile`]).
+    pub(super) new_profile_refusal: Option<ProfileRefusal>,
     /// How many more RunInstances launches fail right after they are made ([`Proxy::fail_launches`]).
     pub(super) failing_launches: usize,
 }
@@ -174,9 +182,10 @@ impl Proxy {
     }
 
     /// From now on, the visibility delay and the tag-filter lag hide each instance made under them
-    /// from at least the first read they apply to, however late that read comes. On a loaded
-    /// machine the first look can come after a window of milliseconds is over; a test that counts
-    /// the looks a wait takes holds with this whatever the load.
+    /// (and [`Proxy::hide`] the instance it hides) from at least the first read they apply to,
+    /// however late that read comes. On a loaded machine the first look can come after a window of
+    /// milliseconds is over; a test that counts the looks a wait takes holds with this whatever the
+    /// load.
     pub fn miss_first_look(&self) {
         lock(&self.state.ec2).miss_first_look = true;
     }
@@ -188,11 +197,14 @@ impl Proxy {
         lock(&self.state.ec2).scan_per_page = Some(n.max(1));
     }
 
-    /// For `d` from now, RunInstances refuses the instance profile it names, as EC2 does for a while
-    /// after IAM made it: `InvalidParameterValue` "Value (...) for parameter iamInstanceProfile.name
-    /// is invalid. Invalid IAM Instance Profile name" (nothing is made).
+    /// For `d` from the next RunInstances naming an instance profile (that one refused too),
+    /// RunInstances refuses the instance profile it names, as EC2 does for a while after IAM made it:
+    /// `InvalidParameterValue` "Value (...) for parameter iamInstanceProfile.name is invalid. Invalid
+    /// IAM Instance Profile name" (nothing is made). The window opens at that request, not at this
+    /// call: on a loaded machine a create's lookups before it can take longer than a short window,
+    /// and a test of the refusal must see at least one.
     pub fn refuse_new_profile(&self, d: Duration) {
-        lock(&self.state.ec2).new_profile_refused_until = Some(Instant::now() + d);
+        lock(&self.state.ec2).new_profile_refusal = Some(ProfileRefusal::For(d));
     }
 
     /// The next `n` RunInstances that make instances have them terminated right after they are
@@ -203,10 +215,17 @@ impl Proxy {
         lock(&self.state.ec2).failing_launches = n;
     }
 
-    /// Hides instance `id` for `delay` from now (as if it had just been made).
+    /// Hides instance `id` for `delay` from now (as if it had just been made): after
+    /// [`Proxy::miss_first_look`], from at least the next read of it too, however late that comes.
+    /// `Duration::ZERO` shows it again at once.
     pub fn hide(&self, id: &str, delay: Duration) {
-        lock(&self.state.ec2)
-            .hidden_until
+        let mut ec2 = lock(&self.state.ec2);
+        if delay.is_zero() {
+            ec2.unmissed.remove(id);
+        } else if ec2.miss_first_look {
+            ec2.unmissed.insert(id.to_string());
+        }
+        ec2.hidden_until
             .insert(id.to_string(), Instant::now() + delay);
     }
 

@@ -7,7 +7,7 @@ use axum::response::Response;
 
 use super::answers::{as_ec2_writes_it, error_response, xml_response};
 use super::lookups::{instance_ids, moto_call, offered_zones, subnet_zone};
-use super::proxy::{lock, ProxyState, TokenRecord};
+use super::proxy::{lock, ProfileRefusal, ProxyState, TokenRecord};
 use super::{xml, NS, TOKEN_PREFIX};
 
 /// What the proxy answers on its own, as EC2 would, before anything reaches moto.
@@ -103,15 +103,26 @@ async fn run_instances(
             return Some((replay(state, &rec).await, None));
         }
     }
-    let refused_until = lock(&state.ec2).new_profile_refused_until;
-    if refused_until.is_some_and(|t| Instant::now() < t) {
-        let named = [
-            ("IamInstanceProfile.Name", "name"),
-            ("IamInstanceProfile.Arn", "arn"),
-        ]
-        .into_iter()
-        .find_map(|(k, field)| params.get(k).map(|v| (v, field)));
-        if let Some((profile, field)) = named {
+    let named = [
+        ("IamInstanceProfile.Name", "name"),
+        ("IamInstanceProfile.Arn", "arn"),
+    ]
+    .into_iter()
+    .find_map(|(k, field)| params.get(k).map(|v| (v, field)));
+    if let Some((profile, field)) = named {
+        let refused = {
+            let mut ec2 = lock(&state.ec2);
+            match ec2.new_profile_refusal {
+                // The first request naming a profile opens the window.
+                Some(ProfileRefusal::For(d)) => {
+                    ec2.new_profile_refusal = Some(ProfileRefusal::Until(Instant::now() + d));
+                    true
+                }
+                Some(ProfileRefusal::Until(t)) => Instant::now() < t,
+                None => false,
+            }
+        };
+        if refused {
             return refuse(
                 400,
                 "InvalidParameterValue",

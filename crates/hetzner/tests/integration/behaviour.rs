@@ -652,9 +652,11 @@ async fn a_takeover_that_cannot_read_after_a_lost_answer_never_says_made_nothing
 #[tokio::test]
 async fn passing_failures_are_retried_by_the_shared_policy() {
     let fake = FakeHetzner::start().await.unwrap();
+    // A request timeout no loopback round trip on a loaded machine comes near: every count of
+    // requests below is exact.
     let p = HetznerProvider::new(
         common::builder(&fake)
-            .request_timeout(Duration::from_millis(300))
+            .request_timeout(Duration::from_secs(2))
             .build()
             .unwrap(),
         "me",
@@ -679,7 +681,7 @@ async fn passing_failures_are_retried_by_the_shared_policy() {
     fake.control().inject(Rule::new(
         Some(Method::GET),
         "/v1/servers",
-        Fault::Latency(Duration::from_secs(2)),
+        Fault::Latency(Duration::from_secs(30)),
         1,
     ));
     assert!(p.machines("lab").await.unwrap().is_empty());

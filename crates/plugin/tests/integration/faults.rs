@@ -194,7 +194,8 @@ async fn a_plugin_that_writes_garbage_is_a_passing_failure() {
 async fn a_plugin_that_hangs_past_the_call_timeout_is_a_passing_failure_and_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("cloud.json");
-    let command = fake_on(&state, "stack-1").call_timeout(std::time::Duration::from_millis(300));
+    // Long enough for the replacement plugin's first answer on a loaded machine; the hang is an hour.
+    let command = fake_on(&state, "stack-1").call_timeout(std::time::Duration::from_secs(3));
     let p = PluginProvider::start(command).await.unwrap();
     let mut console = FakeControlClient::new(p.channel().await.unwrap());
     console
@@ -222,10 +223,10 @@ async fn a_call_past_its_timeout_leaves_the_other_calls_in_flight_answered() {
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("cloud.json");
-    let command = fake_on(&state, "stack-1").call_timeout(Duration::from_secs(4));
+    let command = fake_on(&state, "stack-1").call_timeout(Duration::from_secs(12));
     let p = PluginProvider::start(command).await.unwrap();
     let mut console = FakeControlClient::new(p.channel().await.unwrap());
-    for (operation, secs) in [("list", 3600), ("create", 3)] {
+    for (operation, secs) in [("list", 3600), ("create", 9)] {
         console
             .inject(InjectRequest {
                 operation: operation.into(),
@@ -235,10 +236,12 @@ async fn a_call_past_its_timeout_leaves_the_other_calls_in_flight_answered() {
             .await
             .unwrap();
     }
-    // The listing times out at 4 s; the create, sent at 2 s, is answered at 5 s, within its own 4 s.
+    // The listing times out at 12 s; the create, sent at 6 s, is answered at 15 s, within its own
+    // 12 s. Each margin is 3 s or more, for a loaded machine: the create is still in flight 3 s past
+    // the listing's timeout and answered 3 s before its own.
     let listing = p.machines("lab");
     let create = async {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
         p.create(&spec("lab-1")).await
     };
     let (listed, created) = tokio::join!(listing, create);
@@ -261,7 +264,7 @@ async fn a_plugin_that_answers_nothing_while_calls_keep_coming_is_let_go() {
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("cloud.json");
-    let command = fake_on(&state, "stack-1").call_timeout(Duration::from_secs(2));
+    let command = fake_on(&state, "stack-1").call_timeout(Duration::from_secs(6));
     let p = PluginProvider::start(command).await.unwrap();
     let mut console = FakeControlClient::new(p.channel().await.unwrap());
     console
@@ -272,8 +275,9 @@ async fn a_plugin_that_answers_nothing_while_calls_keep_coming_is_let_go() {
         })
         .await
         .unwrap();
-    // Sent at 0, 1 and 2.5 s: the first times out at 2 s, the second at 3 s (the third still
-    // waiting), which lets the plugin go under the third.
+    // Sent at 0, 2 and 5 s: the first times out at 6 s (the second waiting), the second at 8 s (the
+    // third waiting, until its own timeout at 11 s), which lets the plugin go under the third. Each
+    // margin is 3 s or more, for a loaded machine.
     let after = |secs: f64| {
         let p = &p;
         async move {
@@ -281,7 +285,7 @@ async fn a_plugin_that_answers_nothing_while_calls_keep_coming_is_let_go() {
             p.machines("lab").await.unwrap_err().to_string()
         }
     };
-    let (first, second, third) = tokio::join!(after(0.0), after(1.0), after(2.5));
+    let (first, second, third) = tokio::join!(after(0.0), after(2.0), after(5.0));
     assert!(first.contains("did not answer machines"), "{first}");
     assert!(second.contains("did not answer machines"), "{second}");
     assert!(third.contains("failed during machines"), "{third}");

@@ -135,6 +135,10 @@ async fn a_replica_that_loses_the_lock_stops_at_once() {
     let cloud = MemoryCloud::new();
     let mut w = Wrap::new(cloud.provider("s1").unwrap());
     w.create_delay = Duration::from_millis(300);
+    // The second create waits, once begun, until the session is gone: the kill lands mid-pass however
+    // slowly a loaded machine runs it.
+    w.hold_at = 2;
+    let release = w.release.clone();
     let mut r1 = replica(&db, "r1", 4).await;
     r1.settings.parallel = 1;
     let admin = admin(&db).await;
@@ -144,17 +148,27 @@ async fn a_replica_that_loses_the_lock_stops_at_once() {
         while creates.load(Ordering::SeqCst) < 2 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        // Kill the session that holds the lead (what a database failover or a network cut does).
-        admin
-            .execute(
+        // Kill the session that holds the lead (what a database failover or a network cut does),
+        // waiting until its backend has ended (pg_terminate_backend only signals it, unless given a
+        // time to wait; 30 s is a guard).
+        let killed = admin
+            .query(
                 // Only this test's database: the server is shared with other tests.
-                "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                "SELECT pg_terminate_backend(pid, 30000) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND granted \
                  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
                 &[],
             )
             .await
             .unwrap();
-        creates.load(Ordering::SeqCst)
+        let ended: Vec<bool> = killed.iter().map(|r| r.get(0)).collect();
+        assert!(
+            !ended.is_empty() && ended.iter().all(|e| *e),
+            "the session that holds the lead ended: {ended:?}"
+        );
+        let at_kill = creates.load(Ordering::SeqCst);
+        release.notify_one();
+        at_kill
     });
     let stopped = report.stopped.clone().expect("the pass stops");
     assert!(stopped.contains("lost the lead"), "{stopped}");

@@ -47,6 +47,12 @@ pub struct Wrap {
     pub creates: Arc<AtomicUsize>,
     /// The create (1-based) that never answers: the process "crashes" there.
     pub hang_at: usize,
+    /// Notified when a create reaches the hang (`hang_at`): a test waits on this, not on a time.
+    pub hung: Arc<tokio::sync::Notify>,
+    /// The create (1-based) that waits for `release` before it goes on (after it is counted).
+    pub hold_at: usize,
+    /// Lets the create held at `hold_at` go on.
+    pub release: Arc<tokio::sync::Notify>,
     /// Ids shown in status unknown.
     pub unknown: Arc<Mutex<Vec<String>>>,
     /// Ids shown as starting.
@@ -69,6 +75,9 @@ impl Wrap {
             kind: "fake",
             creates: Arc::default(),
             hang_at: usize::MAX,
+            hung: Arc::default(),
+            hold_at: usize::MAX,
+            release: Arc::default(),
             unknown: Arc::default(),
             starting: Arc::default(),
             in_flight: Arc::default(),
@@ -111,7 +120,12 @@ impl Layer for Wrap {
             Call::Create { .. } => {
                 let n = self.creates.fetch_add(1, Ordering::SeqCst) + 1;
                 if n == self.hang_at {
+                    // A permit kept until the test waits for it.
+                    self.hung.notify_one();
                     futures::future::pending::<()>().await;
+                }
+                if n == self.hold_at {
+                    self.release.notified().await;
                 }
                 let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                 self.max_in_flight.fetch_max(now, Ordering::SeqCst);
