@@ -58,8 +58,26 @@ fn first(xml: &str, tag: &str) -> String {
     xml[start..end].to_string()
 }
 
+/// Environment variables are process-global, and the other modules' tests of this binary run
+/// beside it in threads under `cargo test`: the test that sets them runs alone, in a child process.
+#[test]
+fn ec2_through_the_facade_from_the_environment() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "ec2_through_the_facade_from_the_environment_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: it clears and sets AWS_* and ORCA_EC2_* variables that aws-config and the EC2 driver read.
 #[tokio::test]
-async fn ec2_through_the_facade_from_the_environment() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn ec2_through_the_facade_from_the_environment_alone() {
+    orca_fakes::alone::assert_alone(
+        module_path!(),
+        "ec2_through_the_facade_from_the_environment_alone",
+    );
     let Some(moto) = std::env::var(MOTO_ENV).ok().filter(|v| !v.is_empty()) else {
         assert!(
             std::env::var_os("CI").is_none(),

@@ -1,14 +1,32 @@
 //! `orca::of("gce", owner)` (from environment variables) and `orca::of_with("gce", owner, &settings)`
 //! against the fake Compute Engine API, used as a front-end would: through `Arc<dyn Provider>`, with
-//! its extensions. One test function for the environment: the variables are process-global.
+//! its extensions. One test function for the environment, run alone: the variables are process-global.
 
 use orca::gce::ConfigKey;
 use orca::labels::Labels;
 use orca::{Created, Error, MachineSpec, Settings};
 use orca_fakes::gce::{FakeGce, NETWORK, PROJECT, SSH_RULE, SUBNET, ZONE};
 
+/// Environment variables are process-global, and the other modules' tests of this binary run
+/// beside it in threads under `cargo test`: the test that sets them runs alone, in a child process.
+#[test]
+fn gce_through_the_facade_from_the_environment() {
+    orca_fakes::alone::run_alone(
+        module_path!(),
+        "gce_through_the_facade_from_the_environment_alone",
+        &[],
+        &[],
+    );
+}
+
+/// The test itself, run alone in a process of its own: it clears and sets the ORCA_GCE_* variables the Compute Engine driver reads.
 #[tokio::test]
-async fn gce_through_the_facade_from_the_environment() {
+#[ignore = "runs alone, started by the test of the same name without _alone"]
+async fn gce_through_the_facade_from_the_environment_alone() {
+    orca_fakes::alone::assert_alone(
+        module_path!(),
+        "gce_through_the_facade_from_the_environment_alone",
+    );
     for k in ConfigKey::ALL {
         std::env::remove_var(k.as_str());
     }
