@@ -268,8 +268,19 @@ async fn server_info(client: &Client) -> Result<Info, Failure> {
     Ok(serde_json::from_value(v).map_err(|e| format!("the server's info: {e}"))?)
 }
 
+/// `v` as pretty JSON. serde_json leaves DEL and the C1 controls (U+0080 to U+009F) in strings as
+/// they are, which the terminal's writer would escape in a way JSON does not read: they are written
+/// as JSON's own `\u00XX` first, so the text stays JSON for whoever reads it.
 fn print_json(out: &mut dyn Write, v: &impl serde::Serialize) {
-    let text = serde_json::to_string_pretty(v).unwrap_or_default();
+    let text: String = serde_json::to_string_pretty(v)
+        .unwrap_or_default()
+        .chars()
+        .map(|c| match c {
+            '\n' => c.to_string(),
+            c if c.is_control() => format!("\\u{:04x}", u32::from(c)),
+            c => c.to_string(),
+        })
+        .collect();
     let _ = writeln!(out, "{text}");
 }
 

@@ -74,3 +74,23 @@ async fn an_event_that_never_ends_is_not_read_whole() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("over 1 MiB"), "{err}");
 }
+
+#[tokio::test]
+async fn json_output_stays_json_whatever_control_characters_it_holds() {
+    // DEL and a C1 control, which JSON leaves in strings as they are.
+    let app = Router::new().route(
+        "/api/sheds",
+        get(|| async {
+            (
+                [(header::CONTENT_TYPE, "application/json")],
+                r#"["a\u009bb\u007fc\u001bd"]"#,
+            )
+        }),
+    );
+    let base = stub(app).await;
+    let (code, out, err) = cli(&base, &["list", "--json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains(['\u{9b}', '\u{7f}', '\u{1b}']), "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("the output is JSON");
+    assert_eq!(v, serde_json::json!(["a\u{9b}b\u{7f}c\u{1b}d"]));
+}
