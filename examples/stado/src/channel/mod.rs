@@ -44,13 +44,15 @@ impl Output {
 
     /// The last non-empty line of stderr, else of stdout: what a failure says.
     pub fn last_words(&self) -> String {
-        self.stderr
-            .lines()
-            .chain(self.stdout.lines())
-            .rev()
-            .map(str::trim)
-            .find(|l| !l.is_empty())
-            .map(printable)
+        let last = |text: &str| {
+            text.lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .map(printable)
+        };
+        last(&self.stderr)
+            .or_else(|| last(&self.stdout))
             .unwrap_or_default()
     }
 }
@@ -104,5 +106,23 @@ mod tests {
             stderr: "boom \x1b[2J\n".into(),
         };
         assert_eq!(out.last_words(), "boom \\x1b[2J");
+    }
+
+    #[test]
+    fn a_failure_says_stderrs_last_line_before_stdouts() {
+        let out = Output {
+            status: 255,
+            stdout: "some output\nits last line\n\n".into(),
+            stderr: "ssh: connect to host h1 port 22: Connection refused\n\n".into(),
+        };
+        assert_eq!(
+            out.last_words(),
+            "ssh: connect to host h1 port 22: Connection refused"
+        );
+        let quiet = Output {
+            stderr: " \n".into(),
+            ..out
+        };
+        assert_eq!(quiet.last_words(), "its last line");
     }
 }
