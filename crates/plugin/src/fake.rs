@@ -269,10 +269,11 @@ impl FakeControl for Control {
     }
 }
 
-/// A gRPC service that answers `UNIMPLEMENTED` to the RPCs `lacks` names, as a plugin built before
-/// them does, and passes every other call to `inner`.
+/// The fake's CloudDriver service: it answers `UNIMPLEMENTED` to the RPCs `lacks` names
+/// ([`LACKS_ENV`]), as a plugin built before them does, and `INTERNAL` to those `breaks` names
+/// ([`BREAKS_ENV`]), as a plugin whose stream of one call failed does; every other call goes to
+/// `inner`.
 #[derive(Debug, Clone)]
-/// The fake's CloudDriver service, answering the RPCs of [`LACKS_ENV`] and [`BREAKS_ENV`] itself.
 struct Lacking<S> {
     inner: S,
     lacks: Arc<[String]>,
