@@ -18,7 +18,7 @@
 //! `hosts[].bootstrap_token` in plain. Errors are `{"error": {"code", "message", "field"?}}`, a path
 //! with no route (404), a method a path does not take (405), a step name that is not UTF-8 (404)
 //! and a body over [`BODY_LIMIT`] (413) included; all of them are answered after the caller is
-//! authenticated ([`authenticate`], in front of every route and both fallbacks), so that a caller
+//! authenticated (`authenticate`, in front of every route and both fallbacks), so that a caller
 //! without a token learns nothing but 401, not even which routes exist.
 //!
 //! A step runs as a task of its own, so that a client hanging up does not stop it halfway: it goes on
@@ -150,7 +150,7 @@ async fn authenticate(State(s): State<AppState>, mut request: Request, next: Nex
     next.run(request).await
 }
 
-/// The authenticated caller, as [`authenticate`] left it.
+/// The authenticated caller, as `authenticate` left it.
 type Who = Extension<Caller>;
 
 /// A path's `{name}`, or why axum could not read it.
