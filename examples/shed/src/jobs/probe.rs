@@ -109,6 +109,28 @@ impl Backend {
             ctx.gave_up_reading = true;
             return None;
         }
+        if !self.is_shed_vm(&m, id) {
+            // The id is the record's, taken from a file: a VM that is not the shed's is neither
+            // probed nor labelled ready, and a create that fails here never destroys it (the
+            // destroy of a failed create takes the record's id). The record forgets it.
+            self.log().warn(format!(
+                "remote: shed {name} ({id}): the VM its record names, {} ({}), is not its VM; that VM is left alone",
+                m.name, m.id
+            ));
+            self.update(id, |s, now| {
+                s.vm_id = None;
+                if p.is_create() {
+                    s.fail(
+                        Status::Error,
+                        Reason::CreateFailed,
+                        "its record named a VM that is not its own",
+                        now,
+                    );
+                }
+            });
+            ctx.gave_up_reading = true;
+            return None;
+        }
         if matches!(m.status, VmStatus::Stopped | VmStatus::Stopping) {
             self.stopped_before_answer(p, &m, now);
             return None;

@@ -373,3 +373,57 @@ async fn a_delete_naming_a_vm_that_is_not_its_sheds_leaves_that_vm_standing() {
         env.backend.log().lines()
     );
 }
+
+/// A record left in the middle of its create whose VM id is another environment's VM, as whoever
+/// could write into `state_dir` would plant it, met by a start-up whose listing failed: its probe fails (the host key is not the pinned
+/// one), so its create fails, and the VM of that failed create is destroyed only when it is the
+/// shed's. That one is not: it stands, unlabelled by this server.
+#[tokio::test]
+async fn a_failed_create_naming_a_vm_that_is_not_its_sheds_leaves_that_vm_standing() {
+    let mut env = Env::new().await;
+    env.running("theirs").await;
+    env.backend.shutdown();
+    let prod = vm_of(&env, "prod", "pppppppppp").await;
+    let mut rec = env.record("theirs").unwrap();
+    rec.id = "xxxxxxxxx4".into();
+    rec.name = "planted".into();
+    rec.vm_name = format!("shed-{ENV}-xxxxxxxxx4");
+    rec.vm_id = Some(prod.id.clone());
+    rec.status = Status::Starting;
+    rec.create = CreateStage::Made;
+    rec.op = Some(Op::Create);
+    let path = env.cfg.state_dir.join("sheds").join("xxxxxxxxx4.json");
+    std::fs::write(path, serde_json::to_vec(&rec).unwrap()).unwrap();
+    env.probe.set_default(ProbeOutcome::HostKeyMismatch);
+    // The listing at start-up fails: the jobs of starting records then read the cloud themselves,
+    // by the VM id their record holds.
+    env.cloud.inject(
+        Operation::List,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
+    env.restart().await;
+    env.until("the planted create failed", |e| {
+        e.view("planted").is_some_and(|v| v.status == Status::Error)
+    })
+    .await;
+    env.idle().await;
+    env.pass().await;
+    env.idle().await;
+    let standing = env
+        .vms()
+        .into_iter()
+        .find(|m| m.id == prod.id)
+        .unwrap_or_else(|| {
+            panic!(
+                "the other environment's VM is gone: {:#?}",
+                env.backend.log().lines()
+            )
+        });
+    assert_eq!(standing.labels, prod.labels);
+    assert!(
+        env.backend.log().count("left alone") >= 1,
+        "{:#?}",
+        env.backend.log().lines()
+    );
+}
