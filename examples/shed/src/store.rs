@@ -146,30 +146,14 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// The bytes of the record at `path`, read only when it is a file of its own of at most
-/// [`MAX_RECORD`] bytes: a symbolic link is not followed (it could lead to another user's file),
-/// and a FIFO or a device is not read (it could block the start-up, or never end).
-fn read_record(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut o = fs::OpenOptions::new();
-    o.read(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
-        o.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
-    let file = o.open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_RECORD + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_RECORD {
-        return Err(std::io::Error::other(format!(
-            "larger than {MAX_RECORD} bytes, so not a record this server wrote"
-        )));
-    }
-    Ok(bytes)
+/// [`MAX_RECORD`] bytes ([`orca::fs::read_regular`]): a symbolic link is not followed (it could lead
+/// to another user's file), and a FIFO or a device is not read (it could block the start-up, or
+/// never end). The error says why, without the path, which the caller names.
+fn read_record(path: &Path) -> Result<Vec<u8>, String> {
+    orca::fs::read_regular(path, MAX_RECORD, "a record").map_err(|e| match e {
+        FsError::Io { source, .. } => source.to_string(),
+        other => other.to_string(),
+    })
 }
 
 fn remove(path: &Path) -> std::io::Result<()> {
@@ -206,9 +190,7 @@ fn read_all<T: DeserializeOwned>(dir: &Path, into: &mut Vec<T>, bad: &mut Vec<(P
             }
             _ => continue,
         }
-        match read_record(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+        match read_record(&path).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
         {
             Ok(v) => into.push(v),
             Err(e) => bad.push((path, e)),

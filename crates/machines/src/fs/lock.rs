@@ -162,26 +162,11 @@ fn open(path: &Path) -> Result<File, FsError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        o.mode(super::PRIVATE_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        o.mode(super::PRIVATE_MODE);
     }
-    let refused = |why: &str| {
-        let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
-        FsError::io(path, "open", e)
-    };
-    let file = o.open(path).map_err(|e| {
-        #[cfg(unix)]
-        if e.raw_os_error() == Some(libc::ELOOP) {
-            return refused("a symbolic link, which a lock file never is; refused");
-        }
-        FsError::io(path, "open", e)
-    })?;
-    let meta = file.metadata().map_err(|e| FsError::io(path, "stat", e))?;
-    if !meta.is_file() {
-        return Err(refused(
-            "not a regular file, which a lock file always is; refused",
-        ));
-    }
+    let (file, meta) = super::read::open_regular(path, o, "a lock file")?;
+    #[cfg(not(unix))]
+    let _ = meta;
     // Lock files are made owner-only: one that another user owns, or that any user may open, is
     // not one of this user's, and whoever can open it can hold its lock forever. The group's bits
     // are the administrator's (a volume shared by a group, as Kubernetes' fsGroup makes one).

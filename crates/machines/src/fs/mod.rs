@@ -17,6 +17,8 @@
 //! - [`remove_stale_temps`] and [`remove_stale_temps_in`]: the temporary files that a writer which
 //!   crashed before its rename left behind (never read as the file), removed by the next holder of
 //!   the file's lock.
+//! - [`read_regular`]: a file read only when it is a regular file within a bound, never through a
+//!   symbolic link (a record another process may have placed).
 //! - [`FileLock`]: an exclusive `flock` on a lock file (`<file>.lock`, [`FileLock::path_for`])
 //!   that is verified to be the file at the lock's path after it is taken, and whose holder can
 //!   check cheaply ([`FileLock::still_held`]) that nobody removed or replaced the lock file since:
@@ -42,6 +44,7 @@
 mod lock;
 #[cfg(unix)]
 mod program;
+mod read;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -49,6 +52,7 @@ use std::path::{Path, PathBuf};
 pub use lock::FileLock;
 #[cfg(unix)]
 pub use program::check_program;
+pub use read::read_regular;
 pub use write::{
     create_private_dir, remove_stale_temps, remove_stale_temps_in, write_atomic, write_atomic_mode,
     write_atomic_with, write_new,
