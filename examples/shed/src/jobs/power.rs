@@ -1,6 +1,6 @@
 //! A start's and a stop's cloud call, and the removal of a shed whose VM turned out to be gone.
 
-use orca::Error;
+use orca::{Error, Machine};
 
 use super::refusal;
 use crate::backend::Backend;
@@ -31,7 +31,11 @@ impl Backend {
                 return;
             }
         }
-        let r = self.inner.provider.start(vm).await;
+        let r = match self.may_power(id, vm).await {
+            Ok(false) => return,
+            Ok(true) => self.inner.provider.start(vm).await.map(drop),
+            Err(e) => Err(e),
+        };
         match r {
             Ok(_) => _ = self.update(id, |s, _| s.start_sent = true),
             Err(Error::NotFound { .. }) => self.gone_if_confirmed(id, vm).await,
@@ -52,7 +56,12 @@ impl Backend {
     }
 
     pub(super) async fn step_power_off(&self, id: &str, vm: &str) {
-        match self.inner.provider.stop(vm).await {
+        let r = match self.may_power(id, vm).await {
+            Ok(false) => return,
+            Ok(true) => self.inner.provider.stop(vm).await.map(drop),
+            Err(e) => Err(e),
+        };
+        match r {
             Ok(_) => {
                 let mut name = String::new();
                 let mut start = false;
@@ -86,28 +95,58 @@ impl Backend {
         }
     }
 
+    /// Reads the VM a record names by id before a start or stop acts on it: true when it is shed
+    /// `id`'s. The id is taken from a file, and the owner every shed server uses reaches the VMs of
+    /// every environment, so an id alone never says that a VM is the shed's. A VM that is gone, or
+    /// that is not the shed's (which is left alone), ends the record as a gone VM does; a VM of
+    /// the shed's own then stands without a record, and the pass handles it as such.
+    async fn may_power(&self, id: &str, vm: &str) -> Result<bool, Error> {
+        let Some(m) = self.inner.provider.machine(vm).await? else {
+            self.vm_gone(id);
+            return Ok(false);
+        };
+        if self.is_shed_vm(&m, id) {
+            return Ok(true);
+        }
+        self.not_its_vm_to_power(id, &m);
+        Ok(false)
+    }
+
+    fn not_its_vm_to_power(&self, id: &str, m: &Machine) {
+        let mut st = self.state();
+        if let Some(s) = self.drop_record(&mut st, id) {
+            self.log().warn(format!(
+                "remote: shed {} ({id}) removed: the VM its record names, {} ({}), is not its VM; that VM is left alone",
+                s.name, m.name, m.id
+            ));
+        }
+    }
+
     /// Removes shed `id` when a read of its one VM confirms that it is gone.
     pub(crate) async fn gone_if_confirmed(&self, id: &str, vm: &str) {
         match self.inner.provider.machine(vm).await {
-            Ok(None) => {
-                let mut st = self.state();
-                let Some(s) = st.sheds.get_mut(id) else {
-                    return;
-                };
-                if s.status == Status::Error {
-                    s.vm_gone = true;
-                    self.save(s);
-                } else if let Some(s) = self.drop_record(&mut st, id) {
-                    self.log().info(format!(
-                        "remote: shed {} ({id}) removed: its VM no longer exists",
-                        s.name
-                    ));
-                }
-            }
+            Ok(None) => self.vm_gone(id),
             Ok(Some(_)) => {}
             Err(e) => self
                 .log()
                 .warn(format!("remote: shed {id}: its VM could not be read: {e}")),
+        }
+    }
+
+    /// Shed `id`'s VM is gone: a shed in error says so, any other is removed.
+    fn vm_gone(&self, id: &str) {
+        let mut st = self.state();
+        let Some(s) = st.sheds.get_mut(id) else {
+            return;
+        };
+        if s.status == Status::Error {
+            s.vm_gone = true;
+            self.save(s);
+        } else if let Some(s) = self.drop_record(&mut st, id) {
+            self.log().info(format!(
+                "remote: shed {} ({id}) removed: its VM no longer exists",
+                s.name
+            ));
         }
     }
 }

@@ -427,3 +427,52 @@ async fn a_failed_create_naming_a_vm_that_is_not_its_sheds_leaves_that_vm_standi
         env.backend.log().lines()
     );
 }
+
+/// A record whose stop is due or whose start is not yet sent, naming by id a VM that is not its
+/// shed's (another environment's), as whoever could write into `state_dir` would plant it, met by a
+/// start-up whose listing failed: neither VM is stopped or started; each stands as it was, and the
+/// log names it as left alone.
+#[tokio::test]
+async fn a_stop_or_start_naming_a_vm_that_is_not_its_sheds_leaves_that_vm_as_it_was() {
+    let mut env = Env::new().await;
+    env.running("theirs").await;
+    env.backend.shutdown();
+    let on = vm_of(&env, "prod", "pppppppppp").await;
+    let off = vm_of(&env, "prod", "ppppppppp2").await;
+    assert!(env.cloud.operator_stop(&off.id));
+    let plant = |id: &str, vm: &str, status: Status, op: Op| {
+        let mut rec = env.record("theirs").unwrap();
+        rec.id = id.into();
+        rec.name = format!("planted-{id}");
+        rec.vm_name = format!("shed-{ENV}-{id}");
+        rec.vm_id = Some(vm.into());
+        rec.status = status;
+        rec.create = CreateStage::Made;
+        rec.op = Some(op);
+        rec.start_sent = false;
+        let path = env.cfg.state_dir.join("sheds").join(format!("{id}.json"));
+        std::fs::write(path, serde_json::to_vec(&rec).unwrap()).unwrap();
+    };
+    plant("xxxxxxxxx5", &on.id, Status::Stopping, Op::Stop);
+    plant("xxxxxxxxx6", &off.id, Status::Starting, Op::Start);
+    env.cloud.inject(
+        Operation::List,
+        FaultKind::Error(ErrorKind::PermissionDenied),
+        1,
+    );
+    env.restart().await;
+    env.idle().await;
+    env.pass().await;
+    env.idle().await;
+    let status = |id: &str| {
+        env.vms()
+            .into_iter()
+            .find(|m| m.id == id)
+            .map(|m| m.status)
+            .unwrap_or_else(|| panic!("VM {id} is gone: {:#?}", env.backend.log().lines()))
+    };
+    let lines = env.backend.log().lines();
+    assert_eq!(status(&on.id), orca::Status::Running, "{lines:#?}");
+    assert_eq!(status(&off.id), orca::Status::Stopped, "{lines:#?}");
+    assert!(env.backend.log().count("left alone") >= 2, "{lines:#?}");
+}
