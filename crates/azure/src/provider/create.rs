@@ -97,6 +97,12 @@ impl AzureProvider {
             .iter()
             .any(|m| m.res.part == Part::Vm && m.origin == Origin::Made);
         if vm_made {
+            // A VM whose own create Azure ended `Failed` (preempted, an internal error: codes it
+            // marks retryable) is no machine to hand back, and a retried create would adopt it as
+            // one: it goes with what this call made for it, and the error stays retryable.
+            if self.reads_failed(name).await {
+                return self.undo(made, error).await;
+            }
             // Azure accepted the VM's `PUT`: the VM stands, whatever reads show of it during its
             // visibility window (a read then answers 404, and so does its delete).
             return error.with_may_have_acted().prefixed(&format!(
@@ -110,6 +116,16 @@ impl AzureProvider {
             // The VM stands (or may): never "made nothing", even after a throttled read.
             Ok(Some(_)) | Err(_) => error.with_may_have_acted(),
         }
+    }
+
+    /// Whether one read of VM `name` shows it in provisioning state `Failed` (not found, another
+    /// state or a failed read: false; nothing is waited for).
+    async fn reads_failed(&self, name: &str) -> bool {
+        let url = self.vm_url(name, false);
+        matches!(
+            self.get_vm(name, &url).await,
+            Ok(Some(vm)) if vm.properties.provisioning_state.eq_ignore_ascii_case("Failed")
+        )
     }
 
     /// `PUT` of a new network resource in `location`, followed to its end. The network resource

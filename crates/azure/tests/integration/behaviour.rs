@@ -237,6 +237,35 @@ async fn a_create_failing_at_the_vm_step_leaves_no_address_interface_or_security
     assert_eq!(stray(&f), vec![]);
 }
 
+/// A VM whose own create operation Azure ends `Failed` with a code it marks retryable is no machine
+/// to hand back: the create removes it with what it made for it and stays retryable, and the retry
+/// makes a new VM (before, everything stayed and the retry adopted the failed VM as a machine).
+#[tokio::test]
+async fn a_vm_whose_create_fails_retryably_goes_with_what_was_made_for_it() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    for code in [
+        "RetryableError",
+        "InternalServerError",
+        "OperationPreempted",
+    ] {
+        f.fail_allocation(AMD, LOCATION, code);
+        let e = p.create(&spec("vm-r", AMD)).await.unwrap_err();
+        assert!(e.is_retryable(), "{code}: {e}");
+        assert_eq!(e.code(), Some(code), "{e}");
+        assert_eq!(stray(&f), vec![], "after {code}: {e}");
+        f.restore_stock(AMD, LOCATION);
+    }
+    match p.create(&spec("vm-r", AMD)).await {
+        Ok(Created::Machine(m)) => assert!(
+            !m.cloud_status.to_ascii_lowercase().contains("failed"),
+            "{m:?}"
+        ),
+        other => panic!("the retry gave {other:?}"),
+    }
+    assert_eq!(stray(&f).len(), 5, "{:?}", stray(&f));
+}
+
 #[tokio::test]
 async fn a_failed_create_names_what_it_could_not_remove() {
     let f = fake().await;
