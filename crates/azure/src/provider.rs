@@ -66,6 +66,8 @@ pub(crate) struct Inner {
     skus: Mutex<HashMap<String, Arc<HashMap<String, Arch>>>>,
     /// Machines this provider made, and when: a "not found" for one of them is not believed at once.
     recent: kit::Recent<String>,
+    /// Creates stopped once Azure may hold their VM, before they answered, by pool and name.
+    stopped: kit::StoppedCreates,
 }
 
 impl std::fmt::Debug for AzureProvider {
@@ -95,6 +97,7 @@ impl AzureProvider {
         let token = config.token_source()?;
         let client = Client::new(&config, token)?;
         let recent = kit::Recent::new(config.visibility_window);
+        let stopped = kit::StoppedCreates::new(config.visibility_window);
         Ok(AzureProvider {
             inner: Arc::new(Inner {
                 config,
@@ -102,6 +105,7 @@ impl AzureProvider {
                 owner: owner.to_string(),
                 skus: Mutex::new(HashMap::new()),
                 recent,
+                stopped,
             }),
         })
     }
@@ -159,7 +163,12 @@ impl Provider for AzureProvider {
     }
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
-        self.create_machine(spec).await
+        // A create dropped once Azure may hold its VM leaves a VM that reads may not show yet: its
+        // name is noted, so that `delete_named` of it looks again.
+        let unanswered = self.inner.stopped.start(&spec.pool, &spec.name);
+        let answer = self.create_machine(spec, &unanswered).await;
+        unanswered.answered();
+        answer
     }
 
     async fn machines(&self, pool: &str) -> Result<Vec<Machine>> {

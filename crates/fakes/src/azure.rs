@@ -106,7 +106,9 @@
 //!   with `Retry-After` over the limit. The per-hour limits of the older architecture, the tenant's
 //!   limits and the resource providers' own (`x-ms-ratelimit-remaining-resource`) are not modelled.
 //! - **Eventual consistency** ([`FakeAzure::set_visibility_delay`]): new VMs invisible to reads for a
-//!   while, changes of them answered 404.
+//!   while, changes of them answered 404. An interface names the VM that uses it from the VM's
+//!   `PUT` on, or, as Azure documents no order between the two, only once reads show that VM
+//!   ([`FakeAzure::link_interfaces_when_visible`]).
 //!
 //! # What it does not reproduce
 //! - Real capacity, quotas, zones, images and prices: the catalogue is six sizes in three locations,
@@ -381,6 +383,8 @@ struct State {
     next_op: u64,
     /// How long a new VM stays invisible to reads.
     visibility_delay: Duration,
+    /// An interface's read names the VM that uses it only once reads show that VM.
+    late_nic_link: bool,
     /// How long Azure reserves the interface of a VM that failed or was deleted.
     nic_reservation: Duration,
     /// Interfaces reserved: key -> (the VM's id, until).
@@ -693,6 +697,13 @@ impl FakeAzure {
     /// then, as an eventually consistent read model would; `Duration::ZERO` turns it off.
     pub fn set_visibility_delay(&self, delay: Duration) {
         self.st().visibility_delay = delay;
+    }
+
+    /// An interface's read names the VM that uses it (`properties.virtualMachine`) only once reads
+    /// show that VM ([`FakeAzure::set_visibility_delay`]), not from the VM's `PUT` on: Azure
+    /// documents no order between the two.
+    pub fn link_interfaces_when_visible(&self) {
+        self.st().late_nic_link = true;
     }
 
     /// How long an interface stays reserved for a VM that failed or was deleted without it

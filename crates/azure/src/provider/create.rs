@@ -56,7 +56,11 @@ fn is_in_use(found: &Value) -> bool {
 
 impl AzureProvider {
     /// [`Provider::create`]: the spec checked before any call, then the machine made; what a failed create made is removed.
-    pub(crate) async fn create_machine(&self, spec: &MachineSpec) -> Result<Created> {
+    pub(crate) async fn create_machine(
+        &self,
+        spec: &MachineSpec,
+        unanswered: &kit::CreateGuard<'_>,
+    ) -> Result<Created> {
         spec.validate()?;
         capabilities().check_spec(KIND, spec)?;
         check_name_length(&spec.name)?;
@@ -76,7 +80,7 @@ impl AzureProvider {
             ));
         }
         let mut made = Made::new();
-        match self.create_inner(spec, &mut made).await {
+        match self.create_inner(spec, unanswered, &mut made).await {
             Ok(created) => Ok(created),
             Err(e) => {
                 if e.is_retryable() {
@@ -315,6 +319,7 @@ impl AzureProvider {
     pub(crate) async fn create_inner(
         &self,
         spec: &MachineSpec,
+        unanswered: &kit::CreateGuard<'_>,
         made: &mut Made,
     ) -> Result<Created> {
         let image = match &spec.image {
@@ -339,6 +344,8 @@ impl AzureProvider {
 
         let (pip, nic) = self.make_network(spec, &names, &tags, made).await?;
 
+        // From the VM's `PUT` on, Azure may hold a VM of the name.
+        unanswered.sending();
         let origin = self.put_vm(spec, &names, &vm_body, &token, made).await?;
         let what = Res::new(Part::Vm, &names.vm).to_string();
         self.remember(&names.vm);

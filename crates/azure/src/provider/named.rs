@@ -17,7 +17,15 @@ impl AzureProvider {
         super::create::check_name_length(name)?;
         // Read as a delete reads it: a VM a create made a moment ago that reads do not show yet
         // is waited for, lest its pieces be taken for a stopped create's.
-        let vm = self.read_vm(name, false).await?;
+        let vm = match self.read_vm(name, false).await? {
+            // A create of the name stopped before it answered, once Azure may have held its VM:
+            // the VM may not show yet, nor its interface name it.
+            None if self.inner.stopped.contains(pool, name) => {
+                let until = self.inner.stopped.unseen_until(pool, name);
+                self.wait_visible(name, false, until).await?
+            }
+            vm => vm,
+        };
         if vm
             .as_ref()
             .is_some_and(|vm| !is_in_pool(&vm.tags, pool, &self.inner.owner))
@@ -30,6 +38,7 @@ impl AzureProvider {
             self.forget(name);
         }
         if swept.left.is_empty() {
+            self.inner.stopped.forget(pool, name);
             return Ok(swept.removed);
         }
         Err(Error::leftovers(

@@ -329,3 +329,42 @@ async fn a_delete_by_name_after_a_dropped_delete_reads_the_vm_once() {
     assert_eq!(vm_reads, 1, "{:?}", f.control().log());
     assert_eq!(stray(&f), vec![]);
 }
+
+/// A create dropped (a caller's timeout) once Azure was sent its VM's `PUT` and before the answer
+/// came leaves a VM that reads may not show yet, while its interface may not name it yet either
+/// (Azure documents no order between the two). A delete by name of it reads the VM again until it
+/// shows, within the visibility window, and removes it with everything of its name, rather than
+/// take it for gone and leave it standing.
+#[tokio::test]
+async fn a_create_dropped_after_its_vm_put_is_removed_by_name_once_reads_show_it() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    f.set_visibility_delay(Duration::from_secs(2));
+    f.link_interfaces_when_visible();
+    // The VM's PUT is served and its answer lost: the create waits to send it again.
+    f.lose_next_vm_put_answer();
+    let s = spec("vm-s", "lab");
+    {
+        let create = p.create(&s);
+        let sent = async {
+            let method = "PUT".parse().unwrap();
+            while f.control().count(&method, "/virtualMachines/vm-s") == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            () = sent => {}
+            r = create => panic!("the create ended before it was dropped: {r:?}"),
+        }
+    }
+    let vm = (
+        "Microsoft.Compute/virtualMachines".to_string(),
+        "vm-s".to_string(),
+    );
+    assert!(f.resources(RESOURCE_GROUP).contains(&vm), "{:?}", stray(&f));
+    assert!(p.delete_named("lab", "vm-s").await.unwrap());
+    // Past the fake's visibility delay, nothing of the name stands.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(stray(&f), vec![]);
+}

@@ -50,6 +50,20 @@ pub(super) fn get(st: &State, r: &Req, rg: &str, kind: Kind, name: &str) -> Resp
     match st.res.get(&key(rg, kind, name)).filter(|x| x.visible()) {
         Some(res) => {
             let mut b = view(res, r.q("$expand").is_some_and(|e| eq(e, "instanceView")));
+            if kind == Kind::Nic && st.late_nic_link {
+                let vm = b["properties"]["virtualMachine"]["id"]
+                    .as_str()
+                    .unwrap_or("");
+                let unseen = st
+                    .res
+                    .get(&vm.to_ascii_lowercase())
+                    .is_some_and(|v| !v.visible());
+                if unseen {
+                    if let Some(p) = b["properties"].as_object_mut() {
+                        p.remove("virtualMachine");
+                    }
+                }
+            }
             // A security group names the interfaces that use it (read-only, as Azure shows it).
             if kind == Kind::Nsg {
                 let users = nsg_users(st, b["id"].as_str().unwrap_or(""));
