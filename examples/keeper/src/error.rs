@@ -23,6 +23,9 @@ pub struct Error {
 /// keeper's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The code of [`Error::commit_unknown`].
+pub const COMMIT_UNKNOWN: &str = "registry.commit_unknown";
+
 impl Error {
     /// An error of `code` with HTTP `status`.
     pub fn new(status: u16, code: impl Into<String>, message: impl AsRef<str>) -> Self {
@@ -54,6 +57,12 @@ impl Error {
     /// A lock this step held was lost (500, `registry.lock_lost`).
     pub fn lock_lost(message: impl AsRef<str>) -> Self {
         Error::new(500, "registry.lock_lost", message)
+    }
+
+    /// Whether the registry committed a change is unknown: its COMMIT's answer was lost and the
+    /// server could not be asked (500, `registry.commit_unknown`).
+    pub fn commit_unknown(message: impl AsRef<str>) -> Self {
+        Error::new(500, COMMIT_UNKNOWN, message)
     }
 
     /// keeper's own configuration is wrong (500, `config.invalid`).

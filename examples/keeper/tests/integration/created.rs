@@ -8,6 +8,7 @@ use orca::layer::Op;
 use orca::memory::{FaultKind, Operation};
 use orca::{ErrorKind, MachineSpec, Provider};
 use serde_json::{json, Value};
+use support::pgproxy::{Cut, PgProxy};
 use support::{hosts, sha256_hex, World};
 
 /// Every row of every keeper table, as one text: what a database dump would show.
@@ -1205,5 +1206,93 @@ async fn a_roll_back_whose_delete_left_a_piece_removes_it_by_name_and_keeps_the_
             .await,
         0
     );
+    w.finish().await;
+}
+
+/// The batch's COMMIT reaches the server, which commits, and the connection ends before its answer
+/// comes back (a network cut, a proxy's restart). What was committed stands: the step reads the
+/// transaction's outcome from another session, answers its hosts and tokens, and destroys nothing
+/// (before, it took any failed COMMIT for "not committed" and destroyed the VMs whose souls and
+/// tokens the registry then held).
+#[tokio::test]
+async fn a_batch_whose_commit_answer_is_lost_after_the_server_committed_stands() {
+    let name = "a_batch_whose_commit_answer_is_lost_after_the_server_committed_stands";
+    let Some(w) = World::new(name).await else {
+        return;
+    };
+    let proxy = PgProxy::start(&w.db.url, "INSERT INTO keeper.souls", Cut::After).await;
+    let keeper = w
+        .restarted_at(&proxy.url(&w.db.url), Default::default())
+        .await;
+    let params = json!({"provider": "lab", "profile": "small", "count": 2, "name": "web"});
+    let out = match keeper.run_step("core.cloud.created", &params, "test").await {
+        Ok(out) => out,
+        Err(f) => panic!("created failed: {} {}", f.error, f.output),
+    };
+    assert_eq!(proxy.cuts(), 1, "the COMMIT's answer was not lost");
+    let hosts = hosts(&out);
+    assert_eq!(hosts.len(), 2);
+    let standing: Vec<String> = w.machines().into_iter().map(|m| m.id).collect();
+    let souls = w
+        .rows("SELECT s.sid, s.status, s.vm_id, encode(t.token_sha256, 'hex') AS hash, t.status AS token
+               FROM keeper.souls s JOIN keeper.bootstrap_tokens t ON t.soul_id = s.id ORDER BY s.id")
+        .await;
+    assert_eq!(souls.len(), 2, "{souls:?}");
+    for (s, h) in souls.iter().zip(hosts) {
+        assert_eq!((&s["sid"], &s["vm_id"]), (&h["sid"], &h["vm_id"]));
+        assert_eq!(
+            (&s["status"], &s["token"]),
+            (&json!("pending"), &json!("issued"))
+        );
+        assert_eq!(
+            s["hash"],
+            sha256_hex(h["bootstrap_token"].as_str().unwrap())
+        );
+        assert!(
+            standing.iter().any(|id| h["vm_id"] == id.as_str()),
+            "VM {} was destroyed: {standing:?}",
+            h["vm_id"]
+        );
+    }
+    assert_eq!(standing.len(), 2, "{standing:?}");
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'recorded'")
+            .await,
+        2
+    );
+    let events = w.audit("cloud.provisioned").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["outcome"], "succeeded");
+    drop(keeper);
+    w.finish().await;
+}
+
+/// The connection ends in place of the batch's COMMIT: the server aborts the transaction, and the
+/// step fails and destroys what it made, as any batch the registry could not record.
+#[tokio::test]
+async fn a_batch_whose_commit_never_reaches_the_server_is_rolled_back() {
+    let name = "a_batch_whose_commit_never_reaches_the_server_is_rolled_back";
+    let Some(w) = World::new(name).await else {
+        return;
+    };
+    let proxy = PgProxy::start(&w.db.url, "INSERT INTO keeper.souls", Cut::Before).await;
+    let keeper = w
+        .restarted_at(&proxy.url(&w.db.url), Default::default())
+        .await;
+    let params = json!({"provider": "lab", "profile": "small", "count": 2, "name": "web"});
+    let f = keeper
+        .run_step("core.cloud.created", &params, "test")
+        .await
+        .expect_err("a batch the server never committed fails");
+    assert_eq!(proxy.cuts(), 1);
+    assert_eq!(f.error.code, "registry.failed", "{}", f.error);
+    assert_eq!(w.machines().len(), 0, "{:?}", w.machines());
+    assert_eq!(w.count("SELECT 1 FROM keeper.souls").await, 0);
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.cloud_vms WHERE state = 'destroyed'")
+            .await,
+        2
+    );
+    drop(keeper);
     w.finish().await;
 }

@@ -129,8 +129,51 @@ impl Keeper {
             "counters": {"requested": n, "made": n, "souls_pending": n, "bootstrap_issued": n},
         }));
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
-        tx.commit().await.map_err(db_error("commit the batch"))?;
-        Ok(())
+        // Its id tells, from another session, whether the server committed when the answer to the
+        // COMMIT is lost.
+        let xact: String = tx
+            .query_one("SELECT pg_current_xact_id()::text", &[])
+            .await
+            .map_err(db_error("read the batch's transaction id"))?
+            .get(0);
+        match tx.commit().await {
+            Ok(()) => Ok(()),
+            // The server answered: it did not commit.
+            Err(e) if e.as_db_error().is_some() => Err(Error::db("commit the batch", &e)),
+            Err(e) => self.commit_outcome(&xact, &e).await,
+        }
+    }
+
+    /// The outcome of a batch's COMMIT whose answer never came (`e`: the connection ended), read
+    /// by its transaction's id `xact` from another session: committed, the batch is recorded;
+    /// aborted, `e`, and the batch is rolled back. While the server cannot tell (the database out
+    /// of reach), `registry.commit_unknown`: nothing is rolled back, and the journal's rows tell
+    /// the reconciler what to do (a row still `made` is destroyed, a `recorded` one stays).
+    async fn commit_outcome(&self, xact: &str, e: &tokio_postgres::Error) -> Result<()> {
+        const ASKS: u32 = 50;
+        let mut last = String::from("the outcome was not read");
+        for _ in 0..ASKS {
+            let status = match self.pool.get().await {
+                Ok(client) => client
+                    .query_one("SELECT pg_xact_status($1::text::xid8)", &[&xact])
+                    .await
+                    .map(|r| r.get::<_, Option<String>>(0))
+                    .map_err(|e| crate::error::describe_db(&e)),
+                Err(e) => Err(e.message),
+            };
+            match status {
+                Ok(Some(s)) if s == "committed" => return Ok(()),
+                Ok(Some(s)) if s == "aborted" => return Err(Error::db("commit the batch", e)),
+                // In progress: the server has not yet ended the session's transaction.
+                Ok(_) => last = "the transaction was still in progress".into(),
+                Err(why) => last = why,
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(Error::commit_unknown(format!(
+            "commit the batch: {}; whether the server committed it is unknown ({last}): nothing is rolled back, and the reconciler resolves the batch's journal rows",
+            crate::error::describe_db(e)
+        )))
     }
 
     /// Destroys what this step made; what cannot be destroyed is kept in the journal.
@@ -231,7 +274,7 @@ impl Keeper {
 }
 
 /// The ids of the VMs `made`.
-fn vm_ids(made: &[Made]) -> Vec<&str> {
+pub(super) fn vm_ids(made: &[Made]) -> Vec<&str> {
     made.iter().map(|m| m.machine.id.as_str()).collect()
 }
 

@@ -44,7 +44,7 @@ use super::journal::JournalUpdate;
 use super::locks::{step_key, LockSession};
 use super::params::{CreateParams, UserData};
 use super::{Keeper, Run};
-use crate::error::{from_orca_saying, Error, Result};
+use crate::error::{from_orca_saying, Error, Result, COMMIT_UNKNOWN};
 use crate::mask::masked;
 use crate::registry::{CloudProvider, ProfileSpec};
 use crate::tokens::PlainToken;
@@ -170,6 +170,12 @@ impl Keeper {
                     run.audited = true;
                     run.output = Some(batch::output(&out.made));
                     return run;
+                }
+                Err(e) if e.code == COMMIT_UNKNOWN => {
+                    // The registry may hold the batch: its VMs stay, for the reconciler to judge
+                    // by the journal.
+                    run.fact("vm_ids", json!(batch::vm_ids(&out.made)));
+                    return run.fail(e);
                 }
                 Err(e) => e,
             },

@@ -13,6 +13,8 @@
 
 #![allow(dead_code, missing_docs)]
 
+pub mod pgproxy;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -641,6 +643,11 @@ impl World {
     /// Another keeper on this world's database, vault and cloud (the test drivers), with
     /// `settings`: this keeper as it runs after a restart with other settings.
     pub async fn restarted_with(&self, settings: KeeperSettings) -> Keeper {
+        self.restarted_at(&self.db.url, settings).await
+    }
+
+    /// [`World::restarted_with`], reaching this world's database at `url` (through a proxy).
+    pub async fn restarted_at(&self, url: &str, settings: KeeperSettings) -> Keeper {
         let drivers = Arc::new(TestDrivers {
             cloud: self.cloud.clone(),
             state: self.state.clone(),
@@ -648,7 +655,7 @@ impl World {
             plugins: self.plugins.clone(),
         });
         Keeper::connect(
-            &self.db.url,
+            url,
             Arc::new(FileVault::new(&self.vault)),
             drivers,
             settings,
