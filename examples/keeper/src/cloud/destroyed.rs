@@ -141,7 +141,8 @@ impl Keeper {
     /// Destroys VM `id`; answers whether it existed before (a VM already gone is no error, and is not
     /// counted). The look-up and the delete hold the VM's lock in `session`, so that every keeper on
     /// this database waits for it: of two steps destroying the same VM at once, only the one that
-    /// found it counts it. A step waits at most [`LOCK_WAIT`] for the lock. A lock lost during the
+    /// found it counts it. A step waits at most [`LOCK_WAIT`] for the lock, and a destroy that fails
+    /// lets it go at once, as the session may go on to other VMs. A lock lost during the
     /// delete (the session ended: the server restarted, a timeout, an operator) is not hidden:
     /// another step may have found the VM meanwhile, so it is not counted here. What a delete left
     /// beside the VM is removed by name, as the module says. `journalled` is the journal row's pool
@@ -154,12 +155,6 @@ impl Keeper {
         id: &str,
         journalled: Option<&Named>,
     ) -> std::result::Result<bool, NotCounted> {
-        let failed_saying = |e: &orca::Error, more: &str| {
-            NotCounted::Failed(from_orca_saying(e, |m| {
-                format!("destroying VM {id} failed: {m}{more}; the registries are untouched")
-            }))
-        };
-        let failed = |e: &orca::Error| failed_saying(e, "");
         let key = vm_key(&row.name, id);
         session.lock(&key).await.map_err(|e| {
             NotCounted::Failed(if Error::sqlstate(&e) == Some("55P03") {
@@ -174,11 +169,49 @@ impl Keeper {
                 Error::db(&format!("lock VM {id}"), &e)
             })
         })?;
+        let existed = match self.destroy_locked(row, cloud, id, journalled).await {
+            Ok(existed) => existed,
+            Err(e) => {
+                // The session may go on to other VMs (the reconciler's does, for its whole run): a
+                // step destroying this one must not wait for it meanwhile.
+                if let Err(u) = session.unlock(&key).await {
+                    tracing::debug!(vm_id = %id, error = %describe_db(&u), "lock: a failed destroy's lock could not be let go; its session is lost");
+                }
+                return Err(NotCounted::Failed(e));
+            }
+        };
+        let lost = match session.unlock(&key).await {
+            Ok(true) => return Ok(existed),
+            Ok(false) => "the lock was no longer held".to_string(),
+            Err(e) => describe_db(&e),
+        };
+        if !existed {
+            // Gone before this step came: not counted either way.
+            return Ok(false);
+        }
+        Err(NotCounted::LockLost(Error::lock_lost(format!(
+            "VM {id} is destroyed at the provider, but its lock was lost during the delete ({lost}): another step may have found and counted it meanwhile, so this step does not count it (uncounted); the registries are untouched: run the same step again"
+        ))))
+    }
+
+    /// The look-up and the delete of VM `id`, whose lock the caller holds; answers whether it
+    /// existed before. An error names the VM and says the registries are untouched.
+    async fn destroy_locked(
+        &self,
+        row: &CloudProvider,
+        cloud: &Arc<dyn orca::Provider>,
+        id: &str,
+        journalled: Option<&Named>,
+    ) -> Result<bool> {
+        let failed_saying = |e: &orca::Error, more: &str| {
+            from_orca_saying(e, |m| {
+                format!("destroying VM {id} failed: {m}{more}; the registries are untouched")
+            })
+        };
+        let failed = |e: &orca::Error| failed_saying(e, "");
         let found = cloud.machine(id).await.map_err(|e| failed(&e))?;
         if let Some(m) = &found {
-            self.check_pool(row, id, m, journalled)
-                .await
-                .map_err(NotCounted::Failed)?;
+            self.check_pool(row, id, m, journalled).await?;
         }
         let existed = found.is_some();
         if let Err(e) = cloud.delete(id).await {
@@ -193,22 +226,9 @@ impl Keeper {
         if !existed {
             // An id alone ties nothing to a VM that is gone: what an earlier delete of it left (an
             // interface, a security group, an address, a disk) is reached by the VM's name only.
-            self.remove_left_of_gone(row, cloud, id)
-                .await
-                .map_err(NotCounted::Failed)?;
+            self.remove_left_of_gone(row, cloud, id).await?;
         }
-        let lost = match session.unlock(&key).await {
-            Ok(true) => return Ok(existed),
-            Ok(false) => "the lock was no longer held".to_string(),
-            Err(e) => describe_db(&e),
-        };
-        if !existed {
-            // Gone before this step came: not counted either way.
-            return Ok(false);
-        }
-        Err(NotCounted::LockLost(Error::lock_lost(format!(
-            "VM {id} is destroyed at the provider, but its lock was lost during the delete ({lost}): another step may have found and counted it meanwhile, so this step does not count it (uncounted); the registries are untouched: run the same step again"
-        ))))
+        Ok(existed)
     }
 
     /// Removes by name what an earlier delete left beside VM `id`, now gone; nothing for a VM keeper

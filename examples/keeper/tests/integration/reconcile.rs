@@ -526,3 +526,75 @@ async fn a_vm_whose_row_a_reconciler_closed_is_not_asked_for() {
     );
     w.finish().await;
 }
+
+/// Whether a session of the test's database holds VM `vm_id`'s lock (provider `lab`).
+async fn vm_lock_held(w: &World, vm_id: &str) -> bool {
+    let key = format!("keeper.cloud_vm/lab/{vm_id}");
+    w.client()
+        .await
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'advisory' AND l.granted AND a.datname = current_database()
+               AND l.objsubid = 1
+               AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended($1, 0))",
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_the_reconciler_could_not_destroy_is_not_kept_locked_for_the_rest_of_its_run() {
+    let Some(w) = World::new(
+        "a_vm_the_reconciler_could_not_destroy_is_not_kept_locked_for_the_rest_of_its_run",
+    )
+    .await
+    else {
+        return;
+    };
+    // First another owner's VM, whose look-up the cloud refuses; then one of keeper's own, whose
+    // delete is held, so that the run is still going when the first VM has failed.
+    let theirs = w
+        .cloud
+        .provider("someone-else")
+        .unwrap()
+        .create(&MachineSpec::new(
+            "web-3",
+            "amd64-small",
+            "zone-a",
+            "keeper",
+        ))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap()
+        .id;
+    journal_row(&w, "s-theirs", "web-3", "made", Some(&theirs), 0).await;
+    let mine = make_vm(&w, "web-4").await;
+    journal_row(&w, "s-mine", "web-4", "made", Some(&mine), 0).await;
+    w.knobs.hold_deletes.store(true, Ordering::SeqCst);
+    let k = w.keeper.clone();
+    let run = tokio::spawn(async move { k.reconcile("test", RECONCILE_GRACE).await });
+    tokio::time::timeout(Duration::from_secs(60), w.knobs.delete_entered.notified())
+        .await
+        .expect("the delete of keeper's own VM starts");
+    // Meanwhile an operator's core.cloud.destroyed of the VM that failed would wait for its lock.
+    let held_meanwhile = vm_lock_held(&w, &theirs).await;
+    assert!(
+        vm_lock_held(&w, &mine).await,
+        "the VM being destroyed is locked"
+    );
+    w.knobs.hold_deletes.store(false, Ordering::SeqCst);
+    w.knobs.delete_release.notify_one();
+    let r = run.await.unwrap().unwrap();
+    assert!(
+        !held_meanwhile,
+        "the lock of VM {theirs}, which the reconciler could not destroy, was still held while it destroyed another"
+    );
+    let failed = r.steps.iter().find(|s| s.step_id == "s-theirs").unwrap();
+    assert_eq!(failed.kept[0]["error"]["code"], "cloud.not_owned", "{r:?}");
+    let done = r.steps.iter().find(|s| s.step_id == "s-mine").unwrap();
+    assert_eq!(done.destroyed, vec![mine], "{r:?}");
+    w.finish().await;
+}
