@@ -2,7 +2,8 @@
 //! transaction moves the souls of those VMs (the given `sids`, and any other soul on them, as when
 //! `sids` is omitted) to `destroyed`, their active `soul_seeds` to
 //! `orphaned`, their bootstrap tokens to `burned`, the journal's rows of those VMs to `destroyed`, and
-//! writes the audit event with the counters. A failed destroy leaves the registries untouched (the host
+//! writes the audit event with the counters; the event and the output name in `sids` every soul
+//! moved (and those given). A failed destroy leaves the registries untouched (the host
 //! still lives at the provider); the destroys stop at the first failure.
 //!
 //! The caller holds the sid <-> vm_id pairing. keeper checks what it can before any cloud call: every
@@ -103,15 +104,17 @@ impl Keeper {
             s.close().await;
         }
         let vms_destroyed = destroyed.len() - already_gone.len();
+        // The success event says it too, as a failure's does.
+        run.fact("already_gone", json!(already_gone));
         match self.cascade(&run, &row, &p, vms_destroyed, actor).await {
-            Ok(counters) => {
+            Ok((counters, sids)) => {
                 run.audited = true;
                 run.output = Some(json!({
                     "action": "destroyed",
                     "changed": true,
                     "count": p.vm_ids.len(),
                     "vm_ids": p.vm_ids,
-                    "sids": p.sids,
+                    "sids": sids,
                     "already_gone": already_gone,
                     "counters": counters,
                 }));
@@ -320,7 +323,8 @@ impl Keeper {
         ))
     }
 
-    /// The registry cascade and the audit event, in one transaction; answers the counters.
+    /// The registry cascade and the audit event, in one transaction; answers the counters and the
+    /// SIDs of the souls it names: those given, and every other soul it moved.
     async fn cascade(
         &self,
         run: &Run,
@@ -328,21 +332,24 @@ impl Keeper {
         p: &DestroyParams,
         vms_destroyed: usize,
         actor: &str,
-    ) -> Result<Value> {
+    ) -> Result<(Value, Vec<String>)> {
         let mut client = self.pool.get().await?;
         let tx = begin(&mut client).await?;
         // Every soul on a VM now gone, whether the caller named its SID or not (`sids` may be
         // omitted): left pending, its one-time token would stay usable and its SID reserved. A given
         // SID is one of them (checked before any destroy).
-        let sql = "SELECT id FROM keeper.souls WHERE provider = $1 AND vm_id = ANY($2)
+        let sql = "SELECT id, sid FROM keeper.souls WHERE provider = $1 AND vm_id = ANY($2)
                  AND status <> 'destroyed' ORDER BY id FOR UPDATE";
-        let souls: Vec<i64> = tx
+        let rows = tx
             .query(sql, &[&row.name, &p.vm_ids])
             .await
-            .map_err(db_error("lock souls"))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map_err(db_error("lock souls"))?;
+        let souls: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        // The event and the output name every soul ended here, not only those the caller named.
+        let mut sids: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+        sids.extend(p.sids.iter().cloned());
+        sids.sort();
+        sids.dedup();
         let sql =
             "UPDATE keeper.souls SET status = 'destroyed', destroyed_at = now(), updated_at = now()
                  WHERE id = ANY($1)";
@@ -375,9 +382,9 @@ impl Keeper {
             "bootstrap_burned": bootstrap_burned,
             "journal_destroyed": journal,
         });
-        let payload = run.audit_payload_with(json!({ "counters": counters }));
+        let payload = run.audit_payload_with(json!({ "counters": counters, "sids": sids }));
         audit::record(&tx, CLOUD_PROVISIONED, actor, "succeeded", &payload).await?;
         tx.commit().await.map_err(db_error("commit the cascade"))?;
-        Ok(counters)
+        Ok((counters, sids))
     }
 }

@@ -633,3 +633,67 @@ async fn destroyed_by_vm_ids_alone_ends_their_souls_and_burns_their_tokens() {
     );
     w.finish().await;
 }
+
+/// The output and the audit event of a destroy name the souls it ended, given in `sids` or not, as
+/// its counters count them; and the event says which VMs were gone already, as a failure's does.
+#[tokio::test]
+async fn destroyed_names_every_soul_it_ended_in_its_output_and_audit_event() {
+    let Some(w) =
+        World::new("destroyed_names_every_soul_it_ended_in_its_output_and_audit_event").await
+    else {
+        return;
+    };
+    let (sids, ids) = souls_with_seeds(&w, "bare", 2).await;
+    let (keep_sids, _) = souls_with_seeds(&w, "stay", 1).await;
+    let out = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": ids}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["counters"]["souls_destroyed"], 2, "{out}");
+    assert_eq!(out["sids"], json!(sids), "{out}");
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["outcome"], "succeeded");
+    assert_eq!(e["payload"]["sids"], json!(sids), "{e}");
+    assert_eq!(e["payload"]["already_gone"], json!([]), "{e}");
+
+    // One SID given of two: both souls ended, both named, once each.
+    let (half_sids, half_ids) = souls_with_seeds(&w, "half", 2).await;
+    let out = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": half_ids, "sids": [half_sids[1]]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["counters"]["souls_destroyed"], 2, "{out}");
+    assert_eq!(out["sids"], json!(half_sids), "{out}");
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["payload"]["sids"], json!(half_sids), "{e}");
+
+    // A repeat ends no soul and names none; its event says the VMs were gone.
+    let out = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": ids}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["counters"]["souls_destroyed"], 0, "{out}");
+    assert_eq!(out["sids"], json!([]), "{out}");
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["payload"]["sids"], json!([]), "{e}");
+    assert_eq!(e["payload"]["already_gone"], json!(ids), "{e}");
+    assert_eq!(
+        w.count(&format!(
+            "SELECT 1 FROM keeper.souls WHERE sid = '{}' AND status = 'pending'",
+            keep_sids[0].as_str().unwrap()
+        ))
+        .await,
+        1,
+        "another VM's soul is neither ended nor named"
+    );
+    w.finish().await;
+}
