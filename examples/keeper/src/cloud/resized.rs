@@ -1,13 +1,14 @@
 //! `core.cloud.resized`: change the machine type of `vm_ids`. The driver decides whether a stop and
-//! start is needed and reports `caused_downtime` per VM; `souls` is not touched. A driver without the
-//! resize capability answers `resize.unsupported` before any call. The resizes stop at the first
-//! failure; the output says which VMs were resized before it.
+//! start is needed and reports `caused_downtime` per VM; `souls` is not touched (the audit event
+//! names the souls on the VMs in `sids`). A driver without the resize capability answers
+//! `resize.unsupported` before any call. The resizes stop at the first failure; the output says
+//! which VMs were resized before it.
 
 use serde_json::{json, Value};
 
 use super::params::ResizeParams;
 use super::{Keeper, Run};
-use crate::error::{from_orca, from_orca_saying, Error, Result};
+use crate::error::{db_error, from_orca, from_orca_saying, Error, Result};
 use crate::registry::CloudProvider;
 
 impl Keeper {
@@ -20,6 +21,9 @@ impl Keeper {
             "machine_type": p.machine_type,
         }));
         let row = or_refuse!(run, self.provider_row(&p.provider).await);
+        // The audit event names the souls on these VMs, as a destroy's does; they stay as they are.
+        let sids = or_refuse!(run, self.souls_on(&row, &p.vm_ids).await);
+        run.fact("sids", json!(sids));
         let cloud = or_refuse!(run, self.cloud(&row).await);
         if !cloud.capabilities().resize {
             return run.refuse(Error::new(
@@ -55,6 +59,18 @@ impl Keeper {
             "hosts": hosts,
         }));
         run
+    }
+
+    /// The SIDs of the souls of `row` on `vm_ids` that are not destroyed, sorted.
+    async fn souls_on(&self, row: &CloudProvider, vm_ids: &[String]) -> Result<Vec<String>> {
+        let client = self.pool.get().await?;
+        let sql = "SELECT sid FROM keeper.souls WHERE provider = $1 AND vm_id = ANY($2)
+                 AND status <> 'destroyed' ORDER BY sid";
+        let rows = client
+            .query(sql, &[&row.name, &vm_ids])
+            .await
+            .map_err(db_error("read souls"))?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Resizes VM `id` of `row` to `machine_type`; answers its entry of the output's `hosts`.

@@ -138,3 +138,37 @@ async fn a_vm_of_another_pool_is_not_resized() {
     assert_eq!(m.machine_type, "amd64-small");
     w.finish().await;
 }
+
+/// A resize's audit event names the souls on the VMs it resized (souls it leaves as they are),
+/// not none.
+#[tokio::test]
+async fn resized_names_the_souls_of_its_vms_in_its_audit_event() {
+    let Some(w) = World::new("resized_names_the_souls_of_its_vms_in_its_audit_event").await else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 2, "name": "rs"}))
+        .await;
+    let other = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 1, "name": "other"}))
+        .await;
+    let ids: Vec<&str> = hosts(&out)
+        .iter()
+        .map(|h| h["vm_id"].as_str().unwrap())
+        .collect();
+    let sids: Vec<&str> = hosts(&out)
+        .iter()
+        .map(|h| h["sid"].as_str().unwrap())
+        .collect();
+    assert_ne!(hosts(&other)[0]["sid"], sids[0]);
+    w.step(
+        "core.cloud.resized",
+        json!({"provider": "lab", "vm_ids": ids, "machine_type": "amd64-large"}),
+    )
+    .await
+    .unwrap();
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["outcome"], "succeeded");
+    assert_eq!(e["payload"]["sids"], json!(sids), "{e}");
+    w.finish().await;
+}
