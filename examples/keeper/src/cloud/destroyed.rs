@@ -159,19 +159,19 @@ impl Keeper {
         journalled: Option<&Named>,
     ) -> std::result::Result<bool, NotCounted> {
         let key = vm_key(&row.name, id);
-        session.lock(&key).await.map_err(|e| {
-            NotCounted::Failed(if Error::sqlstate(&e) == Some("55P03") {
-                Error::conflict(
+        match session.lock(&key).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(NotCounted::Failed(Error::conflict(
                     "vm.busy",
                     format!(
                         "VM {id}: another step is destroying it and its lock did not come free within {} s; nothing was destroyed, the registries are untouched",
                         LOCK_WAIT.as_secs()
                     ),
-                )
-            } else {
-                Error::db(&format!("lock VM {id}"), &e)
-            })
-        })?;
+                )))
+            }
+            Err(e) => return Err(NotCounted::Failed(Error::db(&format!("lock VM {id}"), &e))),
+        }
         let existed = match self.destroy_locked(row, cloud, id, journalled).await {
             Ok(existed) => existed,
             Err(e) => {

@@ -25,6 +25,9 @@ use crate::error::{db_error, describe_db, Error, Result};
 /// How long a caller waits for a lock that another holds (a VM another step is destroying).
 pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(600);
 
+/// How often a caller waiting for a lock tries it again ([`LockSession::lock`]).
+const LOCK_POLL: Duration = Duration::from_millis(200);
+
 /// The lock a running `created` step holds for its whole run.
 pub(crate) fn step_key(step_id: &str) -> String {
     format!("keeper.step/{step_id}")
@@ -114,13 +117,27 @@ impl LockSession {
         Ok(row.map_err(db_error("take a lock"))?.get(0))
     }
 
-    /// Takes `key`, waiting at most [`LOCK_WAIT`] for another session to let it go (then the error's
-    /// SQLSTATE is `55P03`).
-    pub(crate) async fn lock(&self, key: &str) -> std::result::Result<(), tokio_postgres::Error> {
-        self.client()
-            .execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
-            .await
-            .map(|_| ())
+    /// Takes `key`, waiting at most [`LOCK_WAIT`] for another session to let it go; answers whether
+    /// it did.
+    ///
+    /// The wait is a try every [`LOCK_POLL`], not `pg_advisory_lock`: a backend blocked on a lock
+    /// does not notice that its client is gone, so a caller that gave up its wait (a cancelled step)
+    /// would leave its session queued on the server until the lock came free or `lock_timeout` ran
+    /// out, beside the session the pool opens in its place: keeper's connections would pass their
+    /// bound. Between tries nothing waits on the server.
+    pub(crate) async fn lock(&self, key: &str) -> std::result::Result<bool, tokio_postgres::Error> {
+        let deadline = tokio::time::Instant::now() + LOCK_WAIT;
+        loop {
+            let sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))";
+            if self.client().query_one(sql, &[&key]).await?.get(0) {
+                return Ok(true);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(LOCK_POLL.min(deadline - now)).await;
+        }
     }
 
     /// Lets `key` go. `Ok(true)` also proves it was held all along; `Ok(false)` or an error means the

@@ -218,3 +218,139 @@ async fn many_running_steps_keep_the_connections_within_the_pools_bound() {
     );
     w.finish().await;
 }
+
+/// A step waiting for a VM's lock that is cancelled (a client gone, a keeper shutting down) leaves
+/// no PostgreSQL session behind waiting for that lock: cancelled again and again, more times than
+/// keeper's pools hold connections, it keeps keeper within its bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waits_for_a_vm_lock_leave_no_session_waiting_on_the_server() {
+    use std::collections::BTreeSet;
+    use std::time::{Duration, Instant};
+
+    let Some(w) =
+        World::new("cancelled_waits_for_a_vm_lock_leave_no_session_waiting_on_the_server").await
+    else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 1, "name": "busy"}))
+        .await;
+    let vm_id = hosts(&out)[0]["vm_id"].as_str().unwrap().to_string();
+    let bound = w.keeper.pool().max_connections();
+    // Another session holds the VM's lock, as a step destroying it would.
+    let holder = w.client().await;
+    let key = format!("keeper.cloud_vm/lab/{vm_id}");
+    holder
+        .execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", &[&key])
+        .await
+        .unwrap();
+    let watch = w.client().await;
+    let ours: Vec<i32> = vec![
+        holder
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0),
+        watch
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0),
+    ];
+    // keeper's sessions that have asked for an advisory lock (waiting, or polling for it).
+    let askers = || async {
+        watch
+            .query(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()
+                 AND pid <> ALL($1) AND query LIKE '%advisory_lock(hashtextextended%'",
+                &[&ours],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, i32>(0))
+            .collect::<BTreeSet<i32>>()
+    };
+    let mut seen = BTreeSet::new();
+    for i in 0..bound + 2 {
+        let step = w.step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": [vm_id]}),
+        );
+        tokio::pin!(step);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Until a session not seen before asks for the lock: this step's, waiting for it.
+        let waiting = async {
+            loop {
+                let now = askers().await;
+                if now.difference(&seen).next().is_some() {
+                    return now;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "step {i} never asked for the lock"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::select! {
+            r = &mut step => panic!("step {i} ended while the lock was held: {r:?}"),
+            now = waiting => seen.extend(now),
+        }
+        // The step is cancelled in its wait.
+    }
+    let sessions = || async {
+        watch
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                 AND pid <> ALL($1)",
+                &[&ours],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0) as usize
+    };
+    let waiters = || async {
+        watch
+            .query_one(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                 WHERE l.locktype = 'advisory' AND NOT l.granted AND a.datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    // A closed session's backend exits a moment after its client: allow it a few seconds.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (mut left, mut open) = (waiters().await, sessions().await);
+    while (left > 0 || open > bound) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (left, open) = (waiters().await, sessions().await);
+    }
+    assert_eq!(
+        left, 0,
+        "{left} sessions still wait on the server for the VM's lock after their steps were cancelled"
+    );
+    assert!(
+        open <= bound,
+        "{open} sessions of keeper on the test's database; its pools allow {bound}"
+    );
+    // Once the lock comes free, the VM is destroyed as ever.
+    holder
+        .execute(
+            "SELECT pg_advisory_unlock(hashtextextended($1, 0))",
+            &[&key],
+        )
+        .await
+        .unwrap();
+    let done = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": [vm_id]}),
+        )
+        .await
+        .unwrap_or_else(|f| panic!("{} {}", f.error, f.output));
+    assert_eq!(done["counters"]["vms_destroyed"], 1, "{done}");
+    w.finish().await;
+}
