@@ -12,7 +12,8 @@
 //!   (`PUT`: `name`, and `labels`, which **replace all labels**; no fingerprint or precondition),
 //!   delete, the actions `poweron`, `poweroff`, `shutdown`, `change_type`; `servers/{id}/actions`
 //!   (filter `status`); `actions/{id}`; `actions?id=..&id=..` (several actions in one read, `id`
-//!   required: listing every action of a project was removed in January 2025); `server_types`,
+//!   required: listing every action of a project was removed in January 2025; only the first 25 ids
+//!   named are answered for, as the API may leave the others out); `server_types`,
 //!   `images`, `locations`, `ssh_keys`, `firewalls`, `networks`.
 //! - Every change answers an action that is `running` for a while ([`Options::action_time`], on
 //!   tokio's clock, so that a test with paused time lets minutes pass at once), then `success` or
@@ -85,6 +86,7 @@ use serde_json::{json, Value};
 use crate::bucket::Bucket;
 use crate::control::{lock, serve, Control, Running};
 
+pub use actions::ACTIONS_PER_READ;
 pub use selector::selector_matches;
 
 use actions::Action;

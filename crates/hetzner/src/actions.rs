@@ -1,8 +1,9 @@
 //! Following actions to their end. Every action the provider waits for is read together, one
-//! `GET /actions?id=..&id=..` (50 ids a read, the API's largest page) every poll interval, however
-//! many calls wait: the project's hourly budget of requests, shared with the user's other tools, is
-//! spent per poll interval instead of per action (Hetzner's own Go client waits for several actions
-//! the same way).
+//! `GET /actions?id=..&id=..` (25 ids a read) every poll interval, however many calls wait: the
+//! project's hourly budget of requests, shared with the user's other tools, is spent per poll
+//! interval instead of per action (Hetzner's own Go client waits for several actions the same
+//! way, 25 ids a read: the API may leave the ids beyond them out of its answer without a word). An
+//! action a read leaves out all the same is read alone before it is taken for gone.
 //!
 //! One waiting call at a time reads (the reader); the others wait for its news. When the reader's
 //! own action has ended, it steps down and another waiting call reads next.
@@ -12,14 +13,15 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use orca_machines::{Error, Result};
+use reqwest::Method;
 use tokio::time::Instant;
 
 use crate::client::{classify, Client};
-use crate::model::{Action, ActionError, Actions};
+use crate::model::{Action, ActionAnswer, ActionError, Actions};
 use orca_machines::kit::lock;
 
-/// The most actions one read names: the API's largest page.
-const PER_READ: usize = 50;
+/// The most actions one read names: the API may leave the ids beyond 25 out of its answer.
+const PER_READ: usize = 25;
 
 /// How many poll intervals a read lets the calls queued for the rate limit go first.
 const YIELD_INTERVALS: u32 = 10;
@@ -173,7 +175,7 @@ impl Poller {
         Some((Turn(self), w.last))
     }
 
-    /// One read of every action waited for that has not ended (in reads of 50).
+    /// One read of every action waited for that has not ended (in reads of 25).
     async fn read(&self, client: &Client, yield_for: Duration) -> Result<()> {
         let ids: Vec<i64> = {
             let w = lock(&self.watch);
@@ -199,19 +201,41 @@ impl Poller {
             // A failed read counts as a read too: the next one waits its interval.
             lock(&self.watch).last = Some(Instant::now());
             let r = r?;
-            let mut w = lock(&self.watch);
-            for id in chunk {
-                match r.actions.iter().find(|a| a.id == *id) {
-                    Some(a) if outcome(a).is_some() => {
-                        w.ended.insert(*id, a.clone());
-                    }
-                    Some(_) => {}
-                    // An action the API no longer knows cannot be followed: it ends the wait.
-                    None => {
-                        w.ended.insert(*id, vanished(*id));
+            let mut left_out = Vec::new();
+            {
+                let mut w = lock(&self.watch);
+                for id in chunk {
+                    match r.actions.iter().find(|a| a.id == *id) {
+                        Some(a) if outcome(a).is_some() => {
+                            w.ended.insert(*id, a.clone());
+                        }
+                        Some(_) => {}
+                        None => left_out.push(*id),
                     }
                 }
             }
+            for id in left_out {
+                self.read_alone(client, id).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads action `id`, which a read of several left out: a listing's silence is no proof that
+    /// an action is gone, `GET /actions/{id}` answering 404 is (an action the API no longer knows
+    /// cannot be followed: it ends the wait, as failed).
+    async fn read_alone(&self, client: &Client, id: i64) -> Result<()> {
+        let path = format!("/actions/{id}");
+        let ended = match client
+            .call::<ActionAnswer>("actions.get", Method::GET, &path, &[], None)
+            .await
+        {
+            Ok(a) => outcome(&a.action).is_some().then_some(a.action),
+            Err(Error::NotFound { .. }) => Some(vanished(id)),
+            Err(e) => return Err(e),
+        };
+        if let Some(a) = ended {
+            lock(&self.watch).ended.insert(id, a);
         }
         Ok(())
     }
