@@ -156,7 +156,11 @@ impl Client {
                     .with_source(e)
             })
         } else {
-            Err(map_error(status, &bytes, &headers))
+            // Hetzner's words may repeat part of the token (its rate limit names the token it
+            // counts): they say no more of it than that it was there.
+            let said =
+                kit::hide_secret(&String::from_utf8_lossy(&bytes), self.config.token_value());
+            Err(map_error(status, said.as_bytes(), &headers))
         }
     }
 }
@@ -249,7 +253,7 @@ fn refill_at_least(limit: f64, remaining: f64, until_full: f64) -> Option<f64> {
 
 /// THE error mapping: Hetzner's status, error code and headers onto [`Error`], keeping the code
 /// ([`Error::code`]) so that the driver recognises its errors by code, never by their words. Messages
-/// are the cloud's code and words only (never a header, so never the token).
+/// are the cloud's code and words only (never a header; the caller hides the token in the body).
 pub(crate) fn map_error(status: u16, body: &[u8], headers: &HeaderMap) -> Error {
     let retry_after = headers
         .get("retry-after")

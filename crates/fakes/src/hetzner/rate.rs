@@ -64,10 +64,15 @@ pub(super) async fn guard(State(state): State<Shared>, req: Request, next: Next)
             ))
         } else if s.bucket.tokens < 1.0 {
             s.rate_limited += 1;
+            // Hetzner's words name the token counted, by its first half.
+            let half: String = s.token.chars().take(s.token.chars().count() / 2).collect();
             Some(ApiError(
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limit_exceeded",
-                "limit of requests per hour reached".into(),
+                format!(
+                    "Limit of '{}' requests per hour for token '{half}...' reached",
+                    s.bucket.limit as u64
+                ),
             ))
         } else {
             s.bucket.tokens -= 1.0;

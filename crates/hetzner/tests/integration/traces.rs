@@ -144,3 +144,47 @@ async fn every_call_span_has_the_kit_fields_alone() {
         }
     }
 }
+
+/// Hetzner's rate-limit answer names the token it counts by its first half: the error says no
+/// more of it than that it was there, in its words, its Debug and the cloud's error kept as its
+/// source.
+#[tokio::test]
+async fn a_rate_limit_answer_naming_half_the_token_shows_none_of_it() {
+    // A token of a real one's length (64 characters).
+    let token = "Hz7qLm2Vx9Rt4Kp8Wn3Bc6Yd1Fg5Js0Ae7Ui2Oo9Pl4Mk8Nj3Hb6Gv1Cx5Zs0Qw".to_string();
+    let fake = FakeHetzner::start_with(orca_fakes::hetzner::Options {
+        token: token.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let config = Config::builder()
+        .token(token.clone())
+        .endpoint(fake.url())
+        .retry(RetryPolicy::NEVER)
+        .build()
+        .unwrap();
+    fake.set_rate_limit(1, 0.0);
+    let p = HetznerProvider::new(config.clone(), "me").await.unwrap();
+    p.machines("lab").await.unwrap();
+    // A provider of its own, which has not learnt the bucket is empty, asks at once.
+    let fresh = HetznerProvider::new(config, "me").await.unwrap();
+    let e = fresh.machines("lab").await.unwrap_err();
+    assert!(matches!(e, Error::Throttled { .. }), "{e:?}");
+    let source = std::error::Error::source(&e).map(|s| format!("{s} {s:?}"));
+    let shown = format!("{e} {e:?} {source:?}");
+    assert!(
+        shown.contains("for token '"),
+        "Hetzner's words are kept: {shown}"
+    );
+    for run in token
+        .as_bytes()
+        .windows(orca_machines::kit::SHORTEST_SECRET_RUN)
+    {
+        let run = std::str::from_utf8(run).unwrap();
+        assert!(
+            !shown.contains(run),
+            "part of the token ({run}) shows: {shown}"
+        );
+    }
+}

@@ -30,6 +30,8 @@
 //! - [`UtcClock`]: the wall clock as tokio's clock moves it (a reading taken once plus tokio's time
 //!   since), for intervals that start on the wall clock's minutes, on a paused clock too.
 //! - [`check_owned`] and [`no_stock`]: the ownership refusal and the no-stock outcome.
+//! - [`hide_secret`]: a cloud's answer with every run of a secret it repeats (a token, or part of
+//!   one) hidden.
 
 use std::future::Future;
 use std::time::Duration;
@@ -39,6 +41,7 @@ mod clock;
 mod http;
 mod quota;
 mod recent;
+mod secret;
 mod timeouts;
 
 pub use clock::UtcClock;
@@ -46,6 +49,7 @@ pub use clock::UtcClock;
 pub use http::{http_client, http_client_with, transport_error, TransportKind};
 pub use quota::{QuotaPacer, QuotaTicket, Settled, CLOCK_MARGIN};
 pub use recent::{read_until_seen, CreateGuard, Recent, StoppedCreates};
+pub use secret::{hide_secret, HIDDEN, SHORTEST_SECRET_RUN};
 pub use timeouts::{Proxy, Timeouts};
 
 use crate::error::{Error, Result};
