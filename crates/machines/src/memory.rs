@@ -407,9 +407,10 @@ fn stock_key(machine_type: &str, location: &str) -> String {
     format!("{machine_type}@{location}")
 }
 
-/// The lock file of state file `path`: `<path without its extension>.lock`.
+/// The lock file of state file `path`: `<path>.lock`, as every lock file of the library is named
+/// ([`crate::fs::FileLock::path_for`]), so that no other file's lock is this one.
 fn state_lock_path(path: &Path) -> PathBuf {
-    path.with_extension("lock")
+    crate::fs::FileLock::path_for(path)
 }
 
 /// Refuses a change of a read-only cloud ([`MemoryCloud::set_read_only`]); `changed` is the state

@@ -4,6 +4,7 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use orca_machines::fs::FileLock;
 use orca_machines::memory::MemoryCloud;
 use orca_machines::{MachineSpec, Provider};
 
@@ -39,7 +40,7 @@ fn a_held_state_lock_stalls_no_unrelated_task_and_the_call_goes_on_once_released
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let cloud = MemoryCloud::persistent(&path).unwrap();
-    let lock = path.with_extension("lock");
+    let lock = FileLock::path_for(&path);
     let p = cloud.provider("stack-1").unwrap();
     let got = on_one_thread(Duration::from_secs(30), async move {
         let held = hold(&lock);
@@ -76,7 +77,7 @@ fn opening_a_cloud_waits_for_the_lock_without_stalling_and_the_sync_helpers_stil
     // A writer that crashed before its rename left its temporary file.
     let torn = dir.path().join(".state.json.tmp-4194305.0badcafe");
     std::fs::write(&torn, b"{half").unwrap();
-    let lock = path.with_extension("lock");
+    let lock = FileLock::path_for(&path);
     let opened = {
         let path = path.clone();
         on_one_thread(Duration::from_secs(30), async move {
@@ -92,7 +93,7 @@ fn opening_a_cloud_waits_for_the_lock_without_stalling_and_the_sync_helpers_stil
     let (unrelated, waited, cloud) = opened.expect("the runtime stalled while opening the cloud");
     assert_eq!((unrelated, waited), ("answered", true));
     let cloud = cloud.unwrap();
-    assert_eq!(cloud.state_lock_path(), Some(path.with_extension("lock")));
+    assert_eq!(cloud.state_lock_path(), Some(FileLock::path_for(&path)));
     assert!(
         !torn.exists(),
         "the crashed writer's temporary file is removed"
@@ -131,7 +132,7 @@ fn a_read_by_name_waits_for_a_held_lock_without_stalling() {
     let path = dir.path().join("state.json");
     let cloud = MemoryCloud::persistent(&path).unwrap();
     cloud.set_visibility_delay(Duration::from_millis(30));
-    let lock = path.with_extension("lock");
+    let lock = FileLock::path_for(&path);
     let p = cloud.provider("stack-1").unwrap();
     let got = on_one_thread(Duration::from_secs(30), async move {
         let held = hold(&lock);
@@ -149,4 +150,20 @@ fn a_read_by_name_waits_for_a_held_lock_without_stalling() {
         got.expect("the runtime stalled: a read by name blocked its only thread");
     assert_eq!((unrelated, waited), ("answered", true));
     assert_eq!(found.unwrap(), None);
+}
+
+/// The state file's lock is `<file>.lock`, as every lock of the library: a state file `cloud.json`
+/// and a record file `cloud` (locked at `cloud.lock`) beside it have a lock each, and a process that
+/// holds the record's can still change the cloud (before, both locks were `cloud.lock`, and such a
+/// process waited on its own lock for ever).
+#[test]
+fn the_state_file_and_a_file_named_as_it_without_extension_have_a_lock_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cloud.json");
+    let cloud = MemoryCloud::persistent(&path).unwrap();
+    let record = FileLock::try_lock(FileLock::path_for(dir.path().join("cloud"))).unwrap();
+    let state = cloud.state_lock_path().unwrap();
+    assert_eq!(state, dir.path().join("cloud.json.lock"));
+    let held = FileLock::try_lock(&state).expect("the state's lock is not the record's");
+    drop((held, record));
 }
