@@ -148,12 +148,13 @@ fn read_text(arg: &str, what: &str) -> Result<String, Error> {
 
 fn tokens(file: Option<&PathBuf>) -> Result<ApiTokens, Error> {
     let text = match (file, std::env::var("KEEPER_API_TOKENS").ok()) {
-        (Some(path), _) => std::fs::read_to_string(path).map_err(|e| {
-            config_invalid(format!("the API token file {}: {e}", path.display()))
-        })?,
+        (Some(path), _) => std::fs::read_to_string(path)
+            .map_err(|e| config_invalid(format!("the API token file {}: {e}", path.display())))?,
         (None, Some(text)) if !text.trim().is_empty() => text,
         _ => {
-            return Err(config_invalid("no API tokens: set KEEPER_API_TOKENS_FILE (or KEEPER_API_TOKENS) to {\"tokens\": [...]}; see the README"))
+            // The file's shape is told in words: keeper's secret filter hides what follows a
+            // `"tokens":` key, a shape included.
+            return Err(config_invalid("no API tokens: set KEEPER_API_TOKENS_FILE to a JSON file (or KEEPER_API_TOKENS to its text) whose `tokens` list names each client by the SHA-256 of its token; see the README"));
         }
     };
     let t = ApiTokens::from_json(&text)?;

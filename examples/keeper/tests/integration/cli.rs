@@ -232,6 +232,24 @@ async fn serve_needs_api_tokens_and_never_prints_them() {
     cli.db.drop_now().await;
 }
 
+/// Without API tokens, serve says what to give in words that keeper's own secret filter leaves
+/// whole (before, it showed the file's shape, whose list the filter took for a secret: `{"tokens":
+/// ***]}`).
+#[tokio::test]
+async fn serve_without_api_tokens_says_what_to_give_unmasked() {
+    let Some(cli) = Cli::new("serve_without_api_tokens_says_what_to_give_unmasked").await else {
+        return;
+    };
+    let (out, _, stderr) = cli.run(&["serve", "--listen", "127.0.0.1:0"]);
+    assert!(!out.status.success());
+    assert!(!stderr.contains("***"), "{stderr}");
+    assert!(
+        stderr.contains("KEEPER_API_TOKENS_FILE") && stderr.contains("tokens"),
+        "{stderr}"
+    );
+    cli.db.drop_now().await;
+}
+
 /// Waits (at most 60 s, a guard against a wait without end) until `rx` gives a line with `what`,
 /// keeping the lines in `seen`; answers whether it came.
 fn wait_for_line(
