@@ -109,9 +109,13 @@ impl Keeper {
         match self.cascade(&run, &row, &p, vms_destroyed, actor).await {
             Ok((counters, sids)) => {
                 run.audited = true;
+                // A repeat that finds every VM gone and moves no row changed nothing.
+                let changed = counters
+                    .as_object()
+                    .is_some_and(|c| c.values().any(|n| n.as_u64().is_some_and(|n| n > 0)));
                 run.output = Some(json!({
                     "action": "destroyed",
-                    "changed": true,
+                    "changed": changed,
                     "count": p.vm_ids.len(),
                     "vm_ids": p.vm_ids,
                     "sids": sids,

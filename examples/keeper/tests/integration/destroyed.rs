@@ -697,3 +697,23 @@ async fn destroyed_names_every_soul_it_ended_in_its_output_and_audit_event() {
     );
     w.finish().await;
 }
+
+/// A repeat that finds every VM gone and ends no soul changed nothing, and says so (`changed`
+/// false); the first destroy changed something.
+#[tokio::test]
+async fn a_repeat_that_changes_nothing_says_changed_false() {
+    let Some(w) = World::new("a_repeat_that_changes_nothing_says_changed_false").await else {
+        return;
+    };
+    let (_, ids) = souls_with_seeds(&w, "twice", 2).await;
+    let params = json!({"provider": "lab", "vm_ids": ids});
+    let first = w
+        .step("core.cloud.destroyed", params.clone())
+        .await
+        .unwrap();
+    assert_eq!(first["changed"], true, "{first}");
+    let again = w.step("core.cloud.destroyed", params).await.unwrap();
+    assert_eq!(again["already_gone"], json!(ids), "{again}");
+    assert_eq!(again["changed"], false, "{again}");
+    w.finish().await;
+}
