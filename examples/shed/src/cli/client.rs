@@ -77,6 +77,25 @@ impl Client {
         r
     }
 
+    /// Why a request got no answer, with every cause (reqwest's own words name only the URL), and,
+    /// when nothing took the connection, what to check.
+    fn unanswered(&self, e: &reqwest::Error) -> String {
+        let mut said = e.to_string();
+        let mut cause = std::error::Error::source(e);
+        while let Some(c) = cause {
+            said = format!("{said}: {c}");
+            cause = c.source();
+        }
+        if e.is_connect() {
+            format!(
+                "no server answers at {}: {said}; is shed-server running there? (the address is --server, or SHED_SERVER)",
+                self.base
+            )
+        } else {
+            format!("the server: {said}")
+        }
+    }
+
     /// Sends a request to the route of `segments` (as [`Client::req`] makes it).
     pub(super) async fn call(&self, method: Method, segments: &[&str]) -> Result<Value, Failure> {
         self.send(self.req(method, segments)).await
@@ -84,7 +103,7 @@ impl Client {
 
     /// Sends `r`: the JSON of a success (`null` for an empty body), else the refusal.
     pub(super) async fn send(&self, r: reqwest::RequestBuilder) -> Result<Value, Failure> {
-        let resp = r.send().await.map_err(|e| format!("the server: {e}"))?;
+        let resp = r.send().await.map_err(|e| self.unanswered(&e))?;
         let status = resp.status().as_u16();
         let bytes = body(resp).await?;
         if !(200..300).contains(&status) {
@@ -107,7 +126,7 @@ impl Client {
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .send()
             .await
-            .map_err(|e| format!("the server: {e}"))?;
+            .map_err(|e| self.unanswered(&e))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             return Err(refusal(status, &body(resp).await?));

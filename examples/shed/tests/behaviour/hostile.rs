@@ -94,3 +94,19 @@ async fn json_output_stays_json_whatever_control_characters_it_holds() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("the output is JSON");
     assert_eq!(v, serde_json::json!(["a\u{9b}b\u{7f}c\u{1b}d"]));
 }
+
+/// No server at the address: the CLI says that nothing answered there, why, and what to check.
+#[tokio::test]
+async fn no_server_at_the_address_is_said_with_its_cause_and_what_to_check() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    let (code, _, err) = cli(&base, &["list"]).await;
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&base), "{err}");
+    assert!(err.to_lowercase().contains("connection refused"), "{err}");
+    assert!(
+        err.contains("shed-server") && err.contains("SHED_SERVER"),
+        "{err}"
+    );
+}
