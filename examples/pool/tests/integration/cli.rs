@@ -323,7 +323,7 @@ fn a_stop_signal_during_once_is_always_seen() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("cloud.json");
     MemoryCloud::persistent(&state).unwrap();
-    let lock_path = dir.path().join("cloud.lock");
+    let lock_path = orca::fs::FileLock::path_for(&state);
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

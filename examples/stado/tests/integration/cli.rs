@@ -548,7 +548,10 @@ fn reap_every_stops_after_the_tick_a_sigint_came_in() {
     assert_eq!(reaper.next_lines(1).len(), 1, "the first tick");
     // The fake cloud's state lock, held here, keeps the second tick (due 1 s after the first)
     // waiting in its pass.
-    let held = orca::fs::FileLock::lock_blocking(home.join("fake-cloud.lock")).unwrap();
+    let held = orca::fs::FileLock::lock_blocking(orca::fs::FileLock::path_for(
+        home.join("fake-cloud.json"),
+    ))
+    .unwrap();
     std::thread::sleep(Duration::from_secs(3));
     let lines = reaper.interrupt_while(held);
     // The second tick's report, unless a machine too loaded to start that tick within the 3 s let
@@ -566,7 +569,10 @@ fn reap_every_catches_a_sigint_during_its_first_tick() {
     let home = dir.path();
     set_up_with_a_host(home);
     // Held before the reaper starts: its first tick waits in its pass.
-    let held = orca::fs::FileLock::lock_blocking(home.join("fake-cloud.lock")).unwrap();
+    let held = orca::fs::FileLock::lock_blocking(orca::fs::FileLock::path_for(
+        home.join("fake-cloud.json"),
+    ))
+    .unwrap();
     let reaper = Reaper::start(home, true);
     // Whether the process has a handler of its own for SIGINT (bit 1 of SigCgt in its status).
     let catches_sigint = || {
