@@ -39,6 +39,17 @@ impl Home {
         // run from another directory reads: they are absolute, so the root is made so first.
         let root = std::path::absolute(root.into())
             .map_err(|e| Failure::new(format!("the stado home's path: {e}")))?;
+        // A new home is made in a folder that exists: a mistyped --home or STADO_HOME makes no
+        // folders on the way, and says so, rather than start an empty home somewhere.
+        if !root.exists() {
+            if let Some(parent) = root.parent().filter(|p| !p.is_dir()) {
+                return Err(Failure::new(format!(
+                    "no stado home at {}, and no folder {} to make it in: give --home or STADO_HOME a home, or a new one in a folder that exists",
+                    root.display(),
+                    parent.display()
+                )));
+            }
+        }
         make_private_dir(&root)?;
         let id =
             crate::profile::ensure_home_id(&root.join(PROFILE_FILE), &root.join(REGISTRY_FILE))?;
@@ -161,6 +172,19 @@ mod tests {
         assert!(!root.join("profile.json").exists(), "nothing was written");
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(Home::open(&root).is_ok());
+    }
+
+    #[test]
+    fn a_new_home_is_made_only_in_a_folder_that_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("typo").join("home");
+        let e = Home::open(&root).unwrap_err().to_string();
+        assert!(e.contains("no stado home at") && e.contains("typo"), "{e}");
+        assert!(
+            !dir.path().join("typo").exists(),
+            "a folder was made on the way"
+        );
+        assert!(Home::open(dir.path().join("home")).is_ok());
     }
 
     #[test]
