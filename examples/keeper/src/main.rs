@@ -136,11 +136,13 @@ fn config_invalid(message: impl AsRef<str>) -> Error {
 }
 
 fn read_text(arg: &str, what: &str) -> Result<String, Error> {
-    let read_err = |e: std::io::Error| Error::new(2, "input.unreadable", format!("{what}: {e}"));
+    let read_err = |from: &str, e: std::io::Error| {
+        Error::new(2, "input.unreadable", format!("{what} {from}: {e}"))
+    };
     if arg == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(read_err)
+        std::io::read_to_string(std::io::stdin()).map_err(|e| read_err("- (standard input)", e))
     } else if let Some(path) = arg.strip_prefix('@') {
-        std::fs::read_to_string(path).map_err(read_err)
+        std::fs::read_to_string(path).map_err(|e| read_err(arg, e))
     } else {
         Ok(arg.to_string())
     }

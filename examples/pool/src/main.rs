@@ -286,7 +286,9 @@ async fn provider(args: &Args) -> Result<Arc<dyn orca::Provider>, String> {
 /// The scaler's settings from `args`.
 fn settings(args: &Args) -> Result<Settings, String> {
     let user_data = match &args.user_data {
-        Some(p) => std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        Some(p) => {
+            std::fs::read_to_string(p).map_err(|e| format!("--user-data {}: {e}", p.display()))?
+        }
         None => String::new(),
     };
     let mut settings = Settings::new(args.pool.clone(), args.size, args.offers.clone());

@@ -232,6 +232,18 @@ async fn serve_needs_api_tokens_and_never_prints_them() {
     cli.db.drop_now().await;
 }
 
+/// A `--params @FILE` that cannot be read is named, file and flag.
+#[tokio::test]
+async fn an_unreadable_params_file_is_named_with_its_flag() {
+    let Some(cli) = Cli::new("an_unreadable_params_file_is_named_with_its_flag").await else {
+        return;
+    };
+    let (out, _, stderr) = cli.run(&["step", "core.cloud.created", "--params", "@no-such.json"]);
+    assert!(!out.status.success());
+    assert!(stderr.contains("--params @no-such.json"), "{stderr}");
+    cli.db.drop_now().await;
+}
+
 /// Without API tokens, serve says what to give in words that keeper's own secret filter leaves
 /// whole (before, it showed the file's shape, whose list the filter took for a secret: `{"tokens":
 /// ***]}`).

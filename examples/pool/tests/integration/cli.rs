@@ -537,3 +537,27 @@ fn help_hides_the_store_password_from_the_environment() {
     );
     assert!(!text(&out).contains("s3cret"), "{}", text(&out));
 }
+
+/// A user-data file that cannot be read is named with its flag, and nothing is done.
+#[test]
+fn an_unreadable_user_data_file_is_named_with_its_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    let missing = dir.path().join("no-such-init.yaml");
+    let out = once(
+        dir.path(),
+        &state,
+        "me",
+        &["--user-data", missing.to_str().unwrap()],
+    );
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains(&format!("--user-data {}", missing.display())),
+        "{t}"
+    );
+    assert!(MemoryCloud::persistent(&state)
+        .unwrap()
+        .all_machines()
+        .is_empty());
+}
