@@ -406,6 +406,13 @@ impl FakeGce {
         lock(&self.state).quota_exceeded = times;
     }
 
+    /// The next `times` starts of a stopped instance end in `QUOTA_EXCEEDED`, the instance staying
+    /// `TERMINATED`: a running instance's CPUs count against the region's quota, so a start (of a
+    /// larger type, say) can pass it.
+    pub fn exceed_quota_on_start(&self, times: u32) {
+        lock(&self.state).start_quota_exceeded = times;
+    }
+
     /// The next insert's operation ends in error `code` after making the instance (left `TERMINATED`)
     /// and its boot disk.
     pub fn fail_next_insert(&self, code: &str, message: &str) {

@@ -1186,9 +1186,10 @@ impl Provider for GceProvider {
             // Start again even when the change failed, so a failed resize leaves the machine as it was.
             let started = self.instance_op("instances.start", &r, "start", None).await;
             match (changed, started) {
-                (Ok(_), Err(e @ Error::NoStock { .. })) => {
-                    // No room for the new type: back to the type it had, running again, rather than
-                    // stopped on a type it cannot start.
+                (Ok(_), Err(e @ (Error::NoStock { .. } | Error::Quota { .. }))) => {
+                    // No room for the new type, or its CPUs past the region's quota (a start counts
+                    // them again): back to the type it had, running again, rather than stopped on
+                    // a type it cannot start.
                     let e = e.with_placement(machine_type, &r.zone);
                     let back = match set_type(&current).await {
                         Ok(_) => self.instance_op("instances.start", &r, "start", None).await,
@@ -1196,7 +1197,7 @@ impl Provider for GceProvider {
                     };
                     if let Err(again) = back {
                         return Err(Error::other(format!(
-                            "resize of {id} to {machine_type}: no room ({e}); going back to \
+                            "resize of {id} to {machine_type}: refused ({e}); going back to \
                              {current} failed, the machine is stopped: {again}"
                         )));
                     }

@@ -123,6 +123,14 @@ pub(super) async fn instance_action(
                 Some(code) if status == "TERMINATED" => {
                     Some((code.to_string(), no_room(&project, &zone), 503))
                 }
+                _ if status == "TERMINATED" && s.start_quota_exceeded > 0 => {
+                    s.start_quota_exceeded -= 1;
+                    let why = format!(
+                        "Quota 'CPUS' exceeded.  Limit: 8.0 in region {}.",
+                        super::world::region_of(&zone)
+                    );
+                    Some(("QUOTA_EXCEEDED".to_string(), why, 403))
+                }
                 _ => None,
             };
             if status == "TERMINATED" {

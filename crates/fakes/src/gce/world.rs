@@ -52,6 +52,8 @@ pub(super) struct World {
     pub(super) token_uri: String,
     pub(super) exhausted: HashMap<Key, &'static str>,
     pub(super) quota_exceeded: u32,
+    /// How many starts of a stopped instance end in `QUOTA_EXCEEDED` (its CPUs count again).
+    pub(super) start_quota_exceeded: u32,
     pub(super) fail_next: Option<(String, String, u16)>,
     /// How long an operation lasts (see [`FakeGce::set_operation_time`]).
     pub(super) op_time: Duration,

@@ -1389,6 +1389,34 @@ async fn no_room_to_start_or_resize_names_the_type_and_zone_and_a_resize_goes_ba
     assert_eq!(p.start(&m.id).await.unwrap().status, Status::Running);
 }
 
+/// A resize whose start on the new type passes the region's CPU quota (a running instance's CPUs
+/// count again when it starts): the machine goes back to its type and runs again, and the answer
+/// is the quota refusal, as it goes back when the zone has no room.
+#[tokio::test]
+async fn a_resize_whose_start_passes_the_quota_goes_back_and_runs() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-quota", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.exceed_quota_on_start(1);
+    let e = p
+        .resize(&m.id, "e2-standard-2")
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(e.kind(), orca_machines::ErrorKind::Quota, "{e}");
+    let vm = fake.instance(ZONE, "vm-quota").unwrap();
+    assert_eq!(vm["status"], "RUNNING", "{vm}");
+    assert!(
+        vm["machineType"].as_str().unwrap().ends_with("/e2-small"),
+        "{vm}"
+    );
+}
+
 #[tokio::test]
 async fn a_disk_of_the_machine_name_is_never_attached_or_touched() {
     // Compute Engine attaches an existing disk named as the boot disk instead of making one (and
