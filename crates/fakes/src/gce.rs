@@ -406,6 +406,16 @@ impl FakeGce {
         lock(&self.state).quota_exceeded = times;
     }
 
+    /// `machine_type` is offered in `zones` only (as Compute Engine offers many series in some
+    /// zones only): elsewhere `machineTypes.get` answers 404, the aggregated list leaves it out, and
+    /// an insert of it is refused (400 `invalid`, "does not exist in zone").
+    pub fn offer_only(&self, machine_type: &str, zones: &[&str]) {
+        lock(&self.state).offered_in.insert(
+            machine_type.to_string(),
+            zones.iter().map(|z| z.to_string()).collect(),
+        );
+    }
+
     /// The next `times` starts of a stopped instance end in `QUOTA_EXCEEDED`, the instance staying
     /// `TERMINATED`: a running instance's CPUs count against the region's quota, so a start (of a
     /// larger type, say) can pass it.

@@ -425,10 +425,16 @@ impl GceProvider {
     }
 
     /// `machine_type`'s architecture, from `machineTypes.get` in `zone`, or in any zone through
-    /// `machineTypes.aggregatedList` when no zone is known; cached (a type has one architecture).
+    /// `machineTypes.aggregatedList` when no zone is known; cached (a type has one architecture),
+    /// by zone too: many series are offered in some zones only, and a zone's answer is known for
+    /// that zone alone.
     async fn arch_in(&self, zone: Option<&str>, machine_type: &str) -> Result<Arch> {
         orca_machines::spec::validate_token("machine_type", machine_type)?;
-        if let Some(a) = lock(&self.inner.arch_cache).get(machine_type) {
+        let key = match zone {
+            Some(z) => format!("{z}/{machine_type}"),
+            None => machine_type.to_string(),
+        };
+        if let Some(a) = lock(&self.inner.arch_cache).get(&key) {
             return Ok(a.clone());
         }
         let mt: Option<MachineType> = match zone {
@@ -480,8 +486,26 @@ impl GceProvider {
             None | Some("") | Some("ARCHITECTURE_UNSPECIFIED") => Arch::Amd64,
             Some(a) => docker_arch(a),
         };
-        lock(&self.inner.arch_cache).insert(machine_type.to_string(), arch.clone());
+        let mut cache = lock(&self.inner.arch_cache);
+        cache.insert(machine_type.to_string(), arch.clone());
+        cache.insert(key, arch.clone());
         Ok(arch)
+    }
+
+    /// [`GceProvider::arch_in`] `zone` for a create: a type the zone does not offer while another
+    /// zone does is no stock there (as a zone without room), so that a caller moves on to another
+    /// offering; a type no zone offers stays not found.
+    async fn arch_to_make(&self, zone: &str, machine_type: &str) -> Result<Arch> {
+        match self.arch_in(Some(zone), machine_type).await {
+            Err(Error::NotFound { .. }) if self.arch_in(None, machine_type).await.is_ok() => {
+                Err(Error::no_stock(
+                    machine_type,
+                    zone,
+                    format!("machine type {machine_type} is not offered in zone {zone}"),
+                ))
+            }
+            other => other,
+        }
     }
 
     /// The body of the `instances.insert` that makes `spec` in `zone`.
@@ -624,7 +648,10 @@ impl GceProvider {
         // for the default image, so they run on a placeholder first.
         let boot_disk = boot_disk_name(&spec.name);
         self.insert_body(spec, zone, &Arch::Amd64, &boot_disk)?;
-        let arch = self.arch_in(Some(zone), &spec.machine_type).await?;
+        let arch = match self.arch_to_make(zone, &spec.machine_type).await {
+            Ok(arch) => arch,
+            Err(e) => return kit::no_stock_of(spec, e),
+        };
         let body = self.insert_body(spec, zone, &arch, &boot_disk)?;
         let r = InstanceRef {
             zone: zone.to_string(),

@@ -91,10 +91,15 @@ pub(super) async fn delete_disk(
 }
 
 pub(super) async fn get_machine_type(
+    State(state): State<Shared>,
     Path((project, zone, name)): Path<(String, String, String)>,
 ) -> Answer {
     check_project(&project).and(check_zone(&zone))?;
-    let t = MACHINE_TYPES.iter().find(|(n, ..)| *n == name);
+    let offered = lock(&state).offers(&zone, &name);
+    let t = MACHINE_TYPES
+        .iter()
+        .find(|(n, ..)| *n == name)
+        .filter(|_| offered);
     let t = t.ok_or_else(|| {
         not_found(&format!(
             "projects/{project}/zones/{zone}/machineTypes/{name}"
@@ -147,16 +152,19 @@ pub(super) async fn image_from_family(Path((project, family)): Path<(String, Str
 }
 
 pub(super) async fn aggregated_machine_types(
+    State(state): State<Shared>,
     Path(project): Path<String>,
     Query(q): Query<ListQuery>,
 ) -> Answer {
     check_project(&project)?;
     let filter = filter_of(&q)?;
+    let s = lock(&state);
     let items: Vec<(String, Value)> = ZONES
         .iter()
         .flat_map(|z| {
             MACHINE_TYPES
                 .iter()
+                .filter(|t| s.offers(z, t.0))
                 .map(move |t| (z.to_string(), machine_type_json(z, t)))
         })
         .filter(|(_, t)| filter.matches(t))

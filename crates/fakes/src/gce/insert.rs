@@ -105,7 +105,7 @@ fn check_name_and_type(
             "Invalid value for field 'resource.machineType': '{mt_field}'. Machine type must be in zone {zone}"
         )));
     }
-    let Some(arch) = arch_of_type(&mt) else {
+    let Some(arch) = arch_of_type(&mt).filter(|_| s.offers(zone, &mt)) else {
         return Err(invalid(format!(
             "Invalid value for field 'resource.machineType': '{mt_field}'. Machine type with name '{mt}' does not exist in zone '{zone}'."
         )));

@@ -54,6 +54,9 @@ pub(super) struct World {
     pub(super) quota_exceeded: u32,
     /// How many starts of a stopped instance end in `QUOTA_EXCEEDED` (its CPUs count again).
     pub(super) start_quota_exceeded: u32,
+    /// Machine types offered in some zones only: type -> those zones (every other type: in every
+    /// zone).
+    pub(super) offered_in: HashMap<String, Vec<String>>,
     pub(super) fail_next: Option<(String, String, u16)>,
     /// How long an operation lasts (see [`FakeGce::set_operation_time`]).
     pub(super) op_time: Duration,
@@ -81,6 +84,13 @@ pub(super) struct World {
 }
 
 impl World {
+    /// Whether `machine_type` is offered in `zone` ([`FakeGce::offer_only`]).
+    pub(super) fn offers(&self, zone: &str, machine_type: &str) -> bool {
+        self.offered_in
+            .get(machine_type)
+            .is_none_or(|zones| zones.iter().any(|z| z == zone))
+    }
+
     /// Whether instance `key` can be seen (see [`FakeGce::set_visibility_delay`]).
     pub(super) fn visible(&self, key: &Key) -> bool {
         self.hidden_until

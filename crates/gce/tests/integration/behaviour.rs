@@ -1389,6 +1389,43 @@ async fn no_room_to_start_or_resize_names_the_type_and_zone_and_a_resize_goes_ba
     assert_eq!(p.start(&m.id).await.unwrap().status, Status::Running);
 }
 
+/// A machine type offered in some zones only (as many series are): a create in a zone that does
+/// not offer it is no stock there, with nothing made, even once the type was read in another zone;
+/// a type no zone offers stays not found.
+#[tokio::test]
+async fn a_type_the_zone_does_not_offer_is_no_stock_there() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = GceProvider::new(any_zone(&fake).build().unwrap(), "stack-1")
+        .await
+        .unwrap();
+    let other = "us-central1-a";
+    fake.offer_only("t2a-standard-1", &[other]);
+    let made = p
+        .create(&MachineSpec::new("arm-1", "t2a-standard-1", other, "lab"))
+        .await
+        .unwrap();
+    assert!(matches!(made, Created::Machine(_)), "{made:?}");
+    match p.create(&spec("arm-2", "t2a-standard-1")).await {
+        Ok(Created::NoStock {
+            machine_type,
+            location,
+            message,
+            left,
+        }) => {
+            assert_eq!(
+                (machine_type.as_str(), location.as_str()),
+                ("t2a-standard-1", ZONE)
+            );
+            assert!(message.contains("not offered in zone"), "{message}");
+            assert!(left.is_empty(), "{left:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.instance(ZONE, "arm-2").is_none());
+    let e = p.create(&spec("typo-1", "e2-smal")).await.unwrap_err();
+    assert_eq!(e.kind(), orca_machines::ErrorKind::NotFound, "{e}");
+}
+
 /// A resize whose start on the new type passes the region's CPU quota (a running instance's CPUs
 /// count again when it starts): the machine goes back to its type and runs again, and the answer
 /// is the quota refusal, as it goes back when the zone has no room.
