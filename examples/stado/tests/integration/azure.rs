@@ -77,6 +77,9 @@ async fn azure_provider(p: &Profile) -> Arc<dyn Provider> {
         "ORCA_AZURE_ACCESS_TOKEN" => Some(TOKEN.to_string()),
         // The fake finishes its operations at once: poll it often.
         "ORCA_POLL_INTERVAL" => Some("20ms".to_string()),
+        // Its reads show a new VM at once: a delete of a create stopped before it answered waits
+        // 2 s, not the default minute, for that VM to show.
+        "ORCA_VISIBILITY_WINDOW" => Some("2s".to_string()),
         _ => None,
     });
     orca::of_with("azure", &p.owner(), &settings).await.unwrap()
