@@ -199,7 +199,7 @@ async fn a_held_state_file_lock_stalls_no_unrelated_request() {
     let url = format!("http://{addr}");
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let state = server._dir.path().join("cloud.json");
-    let held = orca::fs::FileLock::try_lock(state.with_extension("lock")).unwrap();
+    let held = orca::fs::FileLock::try_lock(orca::fs::FileLock::path_for(&state)).unwrap();
 
     let creates: Vec<_> = (1..=2)
         .map(|i| {
@@ -249,7 +249,7 @@ async fn sigterm_ends_an_open_create_stream_and_stops_the_server() {
     let url = format!("http://{}", server.addr());
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let state = server._dir.path().join("cloud.json");
-    let held = orca::fs::FileLock::try_lock(state.with_extension("lock")).unwrap();
+    let held = orca::fs::FileLock::try_lock(orca::fs::FileLock::path_for(&state)).unwrap();
 
     let mut stream = http
         .post(format!("{url}/api/sheds"))
