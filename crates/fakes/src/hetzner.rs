@@ -38,7 +38,7 @@
 //!   `invalid_input` "unsupported location for server type".
 //! - Label selectors (`k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`, `k notin (a,b)`),
 //!   `meta.pagination` (`page`, `per_page` up to 50, `previous_page`, `next_page`, `last_page`,
-//!   `total_entries`).
+//!   `total_entries`; the last two null for servers after [`FakeHetzner::hide_totals`]).
 //! - Error bodies `{"error": {"code", "message", "details"}}` with the reference's codes
 //!   (`unauthorized`, `not_found`, `invalid_input`, `json_error`, `uniqueness_error`, `locked`,
 //!   `resource_unavailable`, `invalid_server_type`, `server_not_stopped`, `rate_limit_exceeded`).
@@ -141,6 +141,8 @@ struct State_ {
     low_water: f64,
     /// After a listing of servers answers this page, its first server is deleted (once).
     delete_after_page: Option<i64>,
+    /// Listings of servers give no `total_entries` or `last_page` ([`FakeHetzner::hide_totals`]).
+    hide_totals: bool,
 }
 
 impl State_ {
@@ -234,6 +236,7 @@ impl FakeHetzner {
             rate_limited: 0,
             low_water: options.rate_limit as f64,
             delete_after_page: None,
+            hide_totals: false,
         }));
         let router = Router::new()
             .route(
@@ -350,6 +353,12 @@ impl FakeHetzner {
     /// it move a place back, onto pages already read.
     pub fn delete_after_page(&self, page: i64) {
         lock(&self.state).delete_after_page = Some(page);
+    }
+
+    /// Listings of servers answer `total_entries` and `last_page` as null, as the API may when it
+    /// does not know them (its pagination schema: "can be null if unknown").
+    pub fn hide_totals(&self) {
+        lock(&self.state).hide_totals = true;
     }
 
     /// Sets the rate limit: a full bucket of `limit` requests regaining `per_second` a second.
@@ -486,7 +495,7 @@ fn params<'a>(q: &'a [(String, String)], key: &str) -> Vec<&'a str> {
 
 /// One page of `items` as `{key: [...], "meta": {"pagination": ...}}`.
 fn paged(q: &[(String, String)], key: &str, items: Vec<Value>) -> ApiResult {
-    paged_with(q, key, items, Value::clone)
+    paged_with(q, key, items, true, Value::clone)
 }
 
 /// One page of `items`, only that page's items shown with `show`.
@@ -494,6 +503,7 @@ fn paged_with<T>(
     q: &[(String, String)],
     key: &str,
     items: Vec<T>,
+    totals: bool,
     show: impl Fn(&T) -> Value,
 ) -> ApiResult {
     // `key`'s value, a positive integer, or `default` without one.
@@ -518,8 +528,9 @@ fn paged_with<T>(
             "per_page": per_page,
             "previous_page": if page > 1 { Value::from(page - 1) } else { Value::Null },
             "next_page": if page < last { Value::from(page + 1) } else { Value::Null },
-            "last_page": last,
-            "total_entries": total,
+            // The API may give neither when it does not know them.
+            "last_page": if totals { Value::from(last) } else { Value::Null },
+            "total_entries": if totals { Value::from(total) } else { Value::Null },
         }}
     });
     Ok(Json(body).into_response())

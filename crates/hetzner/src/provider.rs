@@ -692,10 +692,12 @@ impl HetznerProvider {
     }
 
     /// This owner's servers of `pool`, every page ([`all_pages`]), each once, and whether the
-    /// listing held still while it was read (its total the same on the last page as on the first).
-    async fn list_pool(&self, pool: &str) -> Result<(Vec<Machine>, bool)> {
-        // The first page's total and the latest page's.
-        let totals = std::sync::Mutex::new((None, None));
+    /// listing held still while it was read: its total the same on the last page as on the first
+    /// (`Some(true)`), or not (`Some(false)`); `None` when pages came without a total (the API
+    /// gives none when it does not know it) and there was more than one.
+    async fn list_pool(&self, pool: &str) -> Result<(Vec<Machine>, Option<bool>)> {
+        // The first page's total, the latest page's, and how many pages were read.
+        let totals = std::sync::Mutex::new((None, None, 0));
         let listed = all_pages(|page| {
             let totals = &totals;
             async move {
@@ -703,14 +705,19 @@ impl HetznerProvider {
                 let mut t = lock(totals);
                 t.0.get_or_insert(total);
                 t.1 = Some(total);
+                t.2 += 1;
                 Ok(page)
             }
         })
         .await?;
-        let (first, last) = *lock(&totals);
+        let held = match *lock(&totals) {
+            (_, _, pages) if pages <= 1 => Some(true),
+            (Some(Some(first)), Some(Some(last)), _) => Some(first == last),
+            _ => None,
+        };
         let mut seen = std::collections::HashSet::new();
         let once = listed.into_iter().filter(|m| seen.insert(m.id.clone()));
-        Ok((once.collect(), first == last))
+        Ok((once.collect(), held))
     }
 
     /// One page of this owner's servers of `pool`, and the listing's total as that page gives it.
@@ -816,12 +823,24 @@ impl Provider for HetznerProvider {
         // Pages are read by offset: a server made or deleted between two page reads moves the
         // ones after it by a place, and one would be missed or shown twice. A listing whose total
         // changed on the way is read again; after a few in a row, the last one is answered.
+        // Without totals, two listings in a row that show the same servers stand for one that held
+        // still.
         let mut listed = self.list_pool(pool).await?;
         for _ in 1..LISTING_TRIES {
-            if listed.1 {
+            if listed.1 == Some(true) {
                 break;
             }
-            listed = self.list_pool(pool).await?;
+            let again = self.list_pool(pool).await?;
+            let ids = |l: &[Machine]| {
+                let mut ids: Vec<String> = l.iter().map(|m| m.id.clone()).collect();
+                ids.sort();
+                ids
+            };
+            let agree = again.1.is_none() && ids(&again.0) == ids(&listed.0);
+            listed = again;
+            if agree {
+                listed.1 = Some(true);
+            }
         }
         Ok(listed.0)
     }

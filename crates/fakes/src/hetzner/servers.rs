@@ -137,7 +137,8 @@ pub(super) async fn list_servers(State(state): State<Shared>, Query(q): Params) 
         .filter(|v| sel.as_ref().is_none_or(|t| matches(t, &v.labels)))
         .collect::<Vec<_>>();
     let first = items.first().map(|v| v.id);
-    let answer = paged_with(&q, "servers", items, |v| s.server_json(v));
+    let totals = !s.hide_totals;
+    let answer = paged_with(&q, "servers", items, totals, |v| s.server_json(v));
     let page = param(&q, "page")
         .and_then(|p| p.parse::<i64>().ok())
         .unwrap_or(1);

@@ -1287,3 +1287,28 @@ async fn a_listing_the_pool_changed_under_is_read_again() {
     listed.sort();
     assert_eq!(listed, ["page-2", "page-3"]);
 }
+
+/// The same when the API gives no totals (its pagination schema: "can be null if unknown"): a
+/// listing of several pages is read again until two in a row agree, rather than taken to have held
+/// still because two unknown totals compare equal.
+#[tokio::test]
+async fn a_listing_without_totals_is_read_until_two_agree() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = HetznerProvider::new(common::builder(&fake).page_size(1).build().unwrap(), "me")
+        .await
+        .unwrap();
+    for n in ["page-1", "page-2", "page-3"] {
+        p.create(&spec(n, "cx23", "fsn1", "lab")).await.unwrap();
+    }
+    fake.hide_totals();
+    fake.delete_after_page(1);
+    let mut listed: Vec<String> = p
+        .machines("lab")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    listed.sort();
+    assert_eq!(listed, ["page-2", "page-3"]);
+}
