@@ -203,6 +203,21 @@ impl Registry {
                 "--path {path}: a target needs a name"
             )));
         }
+        // A new target is made with its address: a mistyped name under `targets.` would otherwise
+        // make a target of that name with nothing but the one field set.
+        if let Some(t) = next
+            .targets
+            .iter()
+            .find(|t| t.address.is_empty() && self.target(&t.name).is_none())
+        {
+            let known: Vec<&str> = self.targets.iter().map(|t| t.name.as_str()).collect();
+            return Err(Failure::invalid(format!(
+                "--path {path}: there is no target {:?} (targets: {}), and a new one needs its address: set targets.{}.address first; nothing was changed",
+                t.name,
+                if known.is_empty() { "none".to_string() } else { known.join(", ") },
+                t.name
+            )));
+        }
         let clouds = |r: &Registry| -> BTreeMap<String, (Target, CloudDecl)> {
             r.targets
                 .iter()
@@ -361,6 +376,25 @@ mod tests {
             .with_set("targets.build-host.port", json!("many"))
             .unwrap_err();
         assert!(e.message().contains("would not be valid"), "{e}");
+    }
+
+    #[test]
+    fn a_field_of_a_target_that_does_not_exist_is_refused_naming_the_targets() {
+        let r = Registry::default()
+            .with_set("targets.build-host.address", json!("192.0.2.10"))
+            .unwrap();
+        let e = r.with_set("targets.nope.port", json!(2222)).unwrap_err();
+        let m = e.message();
+        assert!(
+            m.contains("no target \"nope\"") && m.contains("build-host"),
+            "{m}"
+        );
+        assert!(r.target("nope").is_none());
+        // Set with its address, a new target is made.
+        let r = r
+            .with_set("targets.mac.address", json!("192.0.2.11"))
+            .unwrap();
+        assert_eq!(r.target("mac").unwrap().address, "192.0.2.11");
     }
 
     #[test]
