@@ -77,16 +77,12 @@ impl Client {
         r
     }
 
-    /// Why a request got no answer, with every cause (reqwest's own words name only the URL), and,
-    /// when nothing took the connection, what to check.
-    fn unanswered(&self, e: &reqwest::Error) -> String {
-        let mut said = e.to_string();
-        let mut cause = std::error::Error::source(e);
-        while let Some(c) = cause {
-            said = format!("{said}: {c}");
-            cause = c.source();
-        }
-        if e.is_connect() {
+    /// Why a request got no answer: orca's transport error (what failed, with every cause and
+    /// without the URL), and, when nothing took the connection, where and what to check.
+    fn unanswered(&self, e: reqwest::Error) -> String {
+        let connect = e.is_connect();
+        let said = orca::kit::transport_error(e);
+        if connect {
             format!(
                 "no server answers at {}: {said}; is shed-server running there? (the address is --server, or SHED_SERVER)",
                 self.base
@@ -103,7 +99,7 @@ impl Client {
 
     /// Sends `r`: the JSON of a success (`null` for an empty body), else the refusal.
     pub(super) async fn send(&self, r: reqwest::RequestBuilder) -> Result<Value, Failure> {
-        let resp = r.send().await.map_err(|e| self.unanswered(&e))?;
+        let resp = r.send().await.map_err(|e| self.unanswered(e))?;
         let status = resp.status().as_u16();
         let bytes = body(resp).await?;
         if !(200..300).contains(&status) {
@@ -126,7 +122,7 @@ impl Client {
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .send()
             .await
-            .map_err(|e| self.unanswered(&e))?;
+            .map_err(|e| self.unanswered(e))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             return Err(refusal(status, &body(resp).await?));
