@@ -2,7 +2,6 @@
 //! and the one of a failed create; when no VM of the shed stands, what its create may have left
 //! beside one is removed by name.
 
-use orca::spec::quoted;
 use orca::{Error, Machine};
 
 use super::{readable, Named};
@@ -123,13 +122,9 @@ impl Backend {
     /// goes as when the shed's VM is gone (a VM of the shed's own that stands under its name is
     /// then an orphan to the pass, handled as one).
     fn not_its_vm(&self, id: &str, name: &str, m: &Machine) {
-        let label = |k| m.labels.get(k).map(String::as_str).unwrap_or("none");
         self.log().warn(format!(
-            "remote: shed {name} ({id}): the VM its delete names, {} ({}), is not its VM ({ENV_LABEL} {}, {ID_LABEL} {}); that VM is left alone",
-            m.name,
-            m.id,
-            quoted(label(ENV_LABEL)),
-            quoted(label(ID_LABEL)),
+            "remote: shed {name} ({id}): the VM its delete names, {}",
+            super::not_its(m)
         ));
         self.deleted(id, name, " (the VM it named is not its own)");
     }

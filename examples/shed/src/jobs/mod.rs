@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use orca::{Error, Machine, Timestamp};
 
-use crate::backend::{vm_name, Backend, State, ID_LABEL, SCHEMA, SCHEMA_LABEL};
+use crate::backend::{vm_name, Backend, State, ENV_LABEL, ID_LABEL, SCHEMA, SCHEMA_LABEL};
 use crate::clock::since;
 use crate::model::{CreateStage, Op, Queued, Reason, Shed, Status};
+use orca::spec::quoted;
 
 mod destroy;
 mod insert;
@@ -54,6 +55,19 @@ fn refusal(e: &Error) -> Option<Reason> {
 /// Whether a VM's labels are this server's schema.
 pub(crate) fn readable(m: &Machine) -> bool {
     m.labels.get(SCHEMA_LABEL).map(String::as_str) == Some(SCHEMA)
+}
+
+/// What the log says of VM `m`, named by a record or marker, that is not the shed's
+/// (`Backend::is_shed_vm`): which VM, the labels that say whose it is, and that it is left alone.
+pub(crate) fn not_its(m: &Machine) -> String {
+    let label = |k| m.labels.get(k).map(String::as_str).unwrap_or("none");
+    format!(
+        "{} ({}), is not its VM ({ENV_LABEL} {}, {ID_LABEL} {}); that VM is left alone",
+        m.name,
+        m.id,
+        quoted(label(ENV_LABEL)),
+        quoted(label(ID_LABEL)),
+    )
 }
 
 /// run_limit when the VM stopped within the window of its run limit, external otherwise.

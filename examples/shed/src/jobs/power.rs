@@ -116,8 +116,9 @@ impl Backend {
         let mut st = self.state();
         if let Some(s) = self.drop_record(&mut st, id) {
             self.log().warn(format!(
-                "remote: shed {} ({id}) removed: the VM its record names, {} ({}), is not its VM; that VM is left alone",
-                s.name, m.name, m.id
+                "remote: shed {} ({id}) removed: the VM its record names, {}",
+                s.name,
+                super::not_its(m)
             ));
         }
     }

@@ -114,8 +114,8 @@ impl Backend {
             // probed nor labelled ready, and a create that fails here never destroys it (the
             // destroy of a failed create takes the record's id). The record forgets it.
             self.log().warn(format!(
-                "remote: shed {name} ({id}): the VM its record names, {} ({}), is not its VM; that VM is left alone",
-                m.name, m.id
+                "remote: shed {name} ({id}): the VM its record names, {}",
+                super::not_its(&m)
             ));
             self.update(id, |s, now| {
                 s.vm_id = None;
