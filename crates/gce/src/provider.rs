@@ -486,8 +486,11 @@ impl GceProvider {
             None | Some("") | Some("ARCHITECTURE_UNSPECIFIED") => Arch::Amd64,
             Some(a) => docker_arch(a),
         };
+        // A zone's answer also says that the type exists somewhere (the key without a zone).
         let mut cache = lock(&self.inner.arch_cache);
-        cache.insert(machine_type.to_string(), arch.clone());
+        if zone.is_some() {
+            cache.insert(machine_type.to_string(), arch.clone());
+        }
         cache.insert(key, arch.clone());
         Ok(arch)
     }
