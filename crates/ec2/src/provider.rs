@@ -737,7 +737,7 @@ impl Ec2Provider {
         };
         // EC2 ends an instance that fails at launch within seconds of RunInstances: no machine.
         if going(state_of(&seen)) {
-            return Err(launch_failed(spec, &seen));
+            return launch_ended(spec, &seen);
         }
         let mut m = machine_of(&seen);
         // A read may lag behind the tags set in the create call itself.
@@ -811,7 +811,7 @@ impl Ec2Provider {
                 // This call's own instance, ended at once: EC2 ends one that fails at launch. It is
                 // no earlier generation, and the next token would only launch another.
                 if made_by_this_call(&inst, began, &attempts, || self.made.contains(&id)) {
-                    return Err(launch_failed(spec, &inst));
+                    return launch_ended(spec, &inst);
                 }
                 // The token named an instance of this name that was since deleted: a new generation.
                 // A create with other parameters may have made the name's machine under a token of
@@ -875,27 +875,37 @@ fn is_new_profile_refusal(e: &Error) -> bool {
         && e.to_string().contains("parameter iamInstanceProfile")
 }
 
-/// The error of a create whose instance `inst` EC2 shows shutting down or terminated right after
-/// RunInstances: EC2 ends an instance that fails at launch (a volume it cannot make, a KMS key it may
-/// not use) and says why in its state reason, kept here. The instance was made (may have acted):
-/// `delete_named` of the name clears what is left of it.
-fn launch_failed(spec: &MachineSpec, inst: &Instance) -> Error {
+/// What a create answers when its instance `inst` EC2 shows shutting down or terminated right after
+/// RunInstances: EC2 ends an instance that fails at launch and says why in its state reason. No
+/// capacity for the type in the zone is no stock there (an ended instance leaves nothing to remove);
+/// a volume limit is a quota; EC2's internal error is worth another try (a retry meets this
+/// instance ended under its ClientToken and launches a new one under the next); any other reason
+/// (a KMS key it may not use, a snapshot gone) is an error keeping EC2's code and words. The
+/// instance was made (may have acted): `delete_named` of the name clears what is left of it.
+fn launch_ended(spec: &MachineSpec, inst: &Instance) -> Result<Created> {
     let id = inst.instance_id().unwrap_or_default();
     let reason = inst.state_reason();
+    let code = reason.and_then(|r| r.code()).unwrap_or_default();
     let why = reason
         .and_then(|r| r.message())
         .unwrap_or("EC2 gave no reason");
-    let e = Error::other(format!(
+    let message = format!(
         "create of {}: EC2 made {id}, but it is {} at once ({why}): no machine was made",
         spec.name,
         state_of(inst)
-    ))
-    .with_operation("create")
-    .with_may_have_acted();
-    match reason.and_then(|r| r.code()) {
-        Some(code) => e.with_code(code),
-        None => e,
-    }
+    );
+    let e = match code {
+        "Server.InsufficientInstanceCapacity" => return Ok(kit::no_stock(spec, message)),
+        "Client.VolumeLimitExceeded" => Error::quota(message),
+        "Server.InternalError" | "Client.InternalError" => Error::transient(message),
+        _ => Error::other(message),
+    };
+    let e = e.with_operation("create").with_may_have_acted();
+    Err(if code.is_empty() {
+        e
+    } else {
+        e.with_code(code)
+    })
 }
 
 /// Refuses a machine found for `spec` that has another type or zone.

@@ -1007,6 +1007,63 @@ async fn other_invalid_parameters_are_refused_at_once_and_the_profile_wait_ends(
     assert!(p.machines(&e.pool).await.unwrap().is_empty());
 }
 
+/// EC2 ends an instance at launch for a reason it names in the state reason: no capacity for the
+/// type in the zone is no stock there (an autoscaler moves on to another offering), a volume limit is
+/// a quota, and EC2's own internal error is worth another try (the retry makes a new instance under
+/// the next ClientToken).
+#[tokio::test]
+async fn a_launch_ended_for_capacity_quota_or_internal_error_says_which() {
+    let Some(e) = env("a_launch_ended_for_capacity_quota_or_internal_error_says_which").await
+    else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    e.proxy.fail_launches_for(
+        1,
+        "Server.InsufficientInstanceCapacity",
+        "Insufficient capacity.",
+    );
+    match p.create(&e.spec("cap-1")).await.unwrap() {
+        Created::NoStock {
+            machine_type,
+            location,
+            message,
+            left,
+        } => {
+            assert_eq!(
+                (machine_type.as_str(), location.as_str()),
+                ("t3.micro", ZONE)
+            );
+            assert!(message.contains("Insufficient capacity"), "{message}");
+            assert!(left.is_empty(), "{left:?}");
+        }
+        other => panic!("no stock expected, got {other:?}"),
+    }
+
+    e.proxy
+        .fail_launches_for(1, "Client.VolumeLimitExceeded", "Volume limit exceeded.");
+    let err = p.create(&e.spec("vol-1")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Quota, "{err:?}");
+    assert!(err.to_string().contains("Volume limit exceeded"), "{err}");
+
+    e.proxy
+        .fail_launches_for(1, "Server.InternalError", "Internal error on launch");
+    let err = p.create(&e.spec("int-1")).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    assert!(err.may_have_acted(), "{err:?}");
+    let m = made(p.create(&e.spec("int-1")).await.unwrap());
+    assert_eq!(m.status, Status::Running, "{m:?}");
+    let live: Vec<_> = p
+        .machines(&e.pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.status != Status::Deleting)
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(live, ["int-1"]);
+}
+
 #[tokio::test]
 async fn a_govcloud_region_boots_canonicals_govcloud_image() {
     let Some(moto) = common::moto("a_govcloud_region_boots_canonicals_govcloud_image") else {

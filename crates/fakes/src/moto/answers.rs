@@ -51,7 +51,7 @@ pub(super) fn inner_of_root(doc: &str) -> String {
 /// start, `StateTransitionReason` in GMT, and `pending` for as long as [`Proxy::keep_pending`] says.
 pub(super) fn as_ec2_writes_it(state: &ProxyState, body: &str) -> String {
     let body = body.replace(" UTC)</reason>", " GMT)</reason>");
-    let (started, pending) = {
+    let (started, pending, reasons) = {
         let ec2 = lock(&state.ec2);
         let now = Instant::now();
         let pending: Vec<String> = ec2
@@ -60,9 +60,9 @@ pub(super) fn as_ec2_writes_it(state: &ProxyState, body: &str) -> String {
             .filter(|(_, t)| **t > now)
             .map(|(id, _)| id.clone())
             .collect();
-        (ec2.started.clone(), pending)
+        (ec2.started.clone(), pending, ec2.launch_reasons.clone())
     };
-    if started.is_empty() && pending.is_empty() {
+    if started.is_empty() && pending.is_empty() && reasons.is_empty() {
         return body;
     }
     let Some((mut listed, (s, e))) = xml::instances(&body) else {
@@ -81,6 +81,11 @@ pub(super) fn as_ec2_writes_it(state: &ProxyState, body: &str) -> String {
                 "instanceState",
                 "<code>0</code><name>pending</name>",
             );
+        }
+        // A launch that failed ends with EC2's reason, where moto names a user's terminate.
+        if let Some((code, message)) = reasons.get(&l.id) {
+            let reason = format!("<code>{code}</code><message>{code}: {message}</message>");
+            l.item = xml::replace_child_text(&l.item, "stateReason", &reason);
         }
     }
     format!(

@@ -74,6 +74,10 @@ pub(super) struct Ec2State {
     pub(super) new_profile_refusal: Option<ProfileRefusal>,
     /// How many more RunInstances launches fail right after they are made ([`Proxy::fail_launches`]).
     pub(super) failing_launches: usize,
+    /// The state reason (code, message) those launches end with; `None`: moto's own.
+    pub(super) failing_reason: Option<(String, String)>,
+    /// The state reason each instance whose launch failed so reads with.
+    pub(super) launch_reasons: HashMap<String, (String, String)>,
 }
 
 #[derive(Debug)]
@@ -212,7 +216,19 @@ impl Proxy {
     /// may not use): the answer shows the instance made, reads then show it terminated with a state
     /// reason (moto's).
     pub fn fail_launches(&self, n: usize) {
-        lock(&self.state.ec2).failing_launches = n;
+        let mut ec2 = lock(&self.state.ec2);
+        ec2.failing_launches = n;
+        ec2.failing_reason = None;
+    }
+
+    /// As [`Proxy::fail_launches`], with the instances then read with EC2's state reason `code` and
+    /// `message` (EC2 ends a launch for `Server.InsufficientInstanceCapacity`,
+    /// `Server.InternalError`, `Client.InternalError`, `Client.VolumeLimitExceeded`, ...), where
+    /// moto would say `Client.UserInitiatedShutdown`.
+    pub fn fail_launches_for(&self, n: usize, code: &str, message: &str) {
+        let mut ec2 = lock(&self.state.ec2);
+        ec2.failing_launches = n;
+        ec2.failing_reason = Some((code.to_string(), message.to_string()));
     }
 
     /// Hides instance `id` for `delay` from now (as if it had just been made): after

@@ -107,6 +107,11 @@ async fn fail_launch(state: &ProxyState, ids: &[String]) {
             return;
         }
         ec2.failing_launches -= 1;
+        if let Some(reason) = ec2.failing_reason.clone() {
+            for id in ids {
+                ec2.launch_reasons.insert(id.clone(), reason.clone());
+            }
+        }
     }
     let keys: Vec<String> = (1..=ids.len()).map(|n| format!("InstanceId.{n}")).collect();
     let mut q = vec![("Action", "TerminateInstances"), ("Version", "2016-11-15")];
