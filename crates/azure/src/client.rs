@@ -13,6 +13,7 @@ use secrecy::ExposeSecret;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::config::ConfigKey;
 use crate::credential::TokenSource;
 use crate::model::{CloudError, ErrorDetail, ListPage, OperationStatus, PricePage, PriceRow};
 use crate::pacer::Pacer;
@@ -63,6 +64,8 @@ pub(crate) struct Client {
     endpoint: String,
     prices_endpoint: String,
     subscription: String,
+    /// The resource groups the settings name, each with its key, the machines' first.
+    groups: Vec<(String, &'static str)>,
     token: Arc<dyn TokenSource>,
     retry: RetryPolicy,
     poll_interval: Duration,
@@ -140,7 +143,9 @@ pub(crate) fn is_core_quota_refusal(error: &ErrorDetail) -> bool {
 ///   `AuthenticationFailed`, `InvalidAuthenticationToken*`, `ExpiredAuthenticationToken`:
 ///   unauthenticated;
 /// - `ResourceNotFound`, `NotFound`, `ResourceGroupNotFound`, `InvalidResourceReference` (a
-///   referenced resource does not exist): not found;
+///   referenced resource does not exist): not found (an answer to a call, rather than an
+///   operation's end, saying that the subscription or a resource group of the settings does not
+///   exist is the setting named, before this: `Client::missing_setting`);
 /// - `InvalidParameter`: other, naming the target (an invalid spec is refused before any call);
 /// - `PreconditionFailed`: already exists;
 /// - `AnotherOperationInProgress` (another operation holds the resource, or one it depends on):
@@ -287,12 +292,56 @@ impl Client {
             endpoint: config.arm_endpoint.trim_end_matches('/').to_string(),
             prices_endpoint: config.prices_endpoint.trim_end_matches('/').to_string(),
             subscription: config.subscription_id.clone(),
+            groups: vec![
+                (
+                    config.resource_group.clone(),
+                    ConfigKey::ResourceGroup.as_str(),
+                ),
+                (
+                    config.vnet_resource_group.clone(),
+                    ConfigKey::VnetResourceGroup.as_str(),
+                ),
+            ],
             token,
             retry: config.retry,
             poll_interval: config.poll_interval,
             operation_timeout: config.operation_timeout,
             pacer: Pacer::default(),
         })
+    }
+
+    /// The settings error of an answer saying that the subscription or the resource group of `url`
+    /// does not exist (Resource Manager answers so whatever the call): never that a machine is
+    /// gone, which a delete would take for done and a read for none. It names the key whose value
+    /// is the group in `url` (both group keys when neither matches).
+    fn missing_setting(&self, url: &str, detail: &ErrorDetail) -> Option<Error> {
+        let words = format!("{}: {}", detail.code, detail.message);
+        match detail.code.as_str() {
+            "SubscriptionNotFound" | "InvalidSubscriptionId" => Some(Error::settings(
+                [
+                    ConfigKey::SubscriptionId.as_str(),
+                    ConfigKey::AzureSubscriptionId.as_str(),
+                ],
+                format!("subscription {}: {words}", self.subscription),
+            )),
+            "ResourceGroupNotFound" => {
+                let segments: Vec<&str> = url.split(['/', '?']).collect();
+                let group = segments
+                    .windows(2)
+                    .find(|w| w[0].eq_ignore_ascii_case("resourceGroups"))
+                    .map(|w| w[1]);
+                let named = self
+                    .groups
+                    .iter()
+                    .find(|(g, _)| group.is_some_and(|x| x.eq_ignore_ascii_case(g)));
+                let keys: Vec<&str> = match named {
+                    Some((_, key)) => vec![key],
+                    None => self.groups.iter().map(|(_, k)| *k).collect(),
+                };
+                Some(Error::settings(keys, words))
+            }
+            _ => None,
+        }
     }
 
     /// `/subscriptions/{subscription}`.
@@ -405,7 +454,10 @@ impl Client {
                     .unwrap_or_default()
                     .detail(),
             };
-            return Err(map_error(Some(status), &detail, retry_after).prefixed(op));
+            let e = self
+                .missing_setting(url, &detail)
+                .unwrap_or_else(|| map_error(Some(status), &detail, retry_after));
+            return Err(e.prefixed(op));
         }
         Ok(Answer {
             status,

@@ -2148,3 +2148,65 @@ async fn a_failed_vm_that_reads_never_show_is_named_as_left() {
     assert!(p.delete_named("lab", "vm-r4").await.unwrap());
     assert_eq!(stray(&f), vec![]);
 }
+
+/// Resource Manager answers every call into a resource group that does not exist with 404
+/// `ResourceGroupNotFound`, and every call into an unknown subscription with 404
+/// `SubscriptionNotFound`. Neither says that a machine is gone: read as "not found", a delete of a
+/// live machine answered done and a read answered none, and an autoscaler would drop from its
+/// record machines that run on. Each is the setting that names the group or the subscription.
+#[tokio::test]
+async fn a_resource_group_or_subscription_that_does_not_exist_is_the_setting_named() {
+    let f = fake().await;
+    let settings_error = |e: Error, key: &str| match e {
+        Error::InvalidSettings { keys, message } => {
+            assert!(keys.iter().any(|k| k == key), "{keys:?}: {message}");
+        }
+        other => panic!("a settings error naming {key} expected, got {other:?}"),
+    };
+    let made = provider(&f, "owner-1").await;
+    let m = match made.create(&spec("web-1", AMD)).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("{other:?}"),
+    };
+
+    let wrong_group = orca_azure::AzureProvider::new(
+        settings(&f).resource_group("rg-typo").build().unwrap(),
+        "owner-1",
+    )
+    .await
+    .expect("provider");
+    const GROUP: &str = "ORCA_AZURE_RESOURCE_GROUP";
+    settings_error(wrong_group.delete(&m.id).await.unwrap_err(), GROUP);
+    settings_error(wrong_group.machine(&m.id).await.unwrap_err(), GROUP);
+    settings_error(wrong_group.machines("lab").await.unwrap_err(), GROUP);
+    settings_error(
+        wrong_group.delete_named("lab", "web-1").await.unwrap_err(),
+        GROUP,
+    );
+
+    let wrong_subscription = orca_azure::AzureProvider::new(
+        settings(&f)
+            .subscription_id("11111111-2222-3333-4444-555555555555")
+            .build()
+            .unwrap(),
+        "owner-1",
+    )
+    .await
+    .expect("provider");
+    const SUBSCRIPTION: &str = "ORCA_AZURE_SUBSCRIPTION_ID";
+    settings_error(
+        wrong_subscription.delete(&m.id).await.unwrap_err(),
+        SUBSCRIPTION,
+    );
+    settings_error(
+        wrong_subscription.machine(&m.id).await.unwrap_err(),
+        SUBSCRIPTION,
+    );
+
+    // The machine was never touched.
+    let listed = made.machines("lab").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+        ["web-1"]
+    );
+}
