@@ -15,6 +15,7 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::config::ConfigKey;
 use crate::model::{List, Operation, OperationError, last_segment};
 use crate::provider::KIND;
 
@@ -223,6 +224,10 @@ impl Client {
             });
         }
         let e = http_error(status, retry_after, &bytes);
+        if let Some(e) = missing_project(status, path, &e, &self.project) {
+            ticket.settle(Settled::Counted);
+            return Err(e);
+        }
         // Compute Engine refuses over a rate quota with 403 `rateLimitExceeded`; a 429 is a
         // passing "too many requests", retried as any other.
         if status != 403 || !has_code(&e, RATE_LIMITED) {
@@ -357,6 +362,27 @@ impl Client {
             None => Ok(done),
         }
     }
+}
+
+/// The settings error of a 404 saying that the project of `path` does not exist ("The resource
+/// 'projects/<id>' was not found", answered to any call into it): never that a machine is gone,
+/// which a delete would take for done and a read for none. The machines' project is
+/// `ORCA_GCE_PROJECT`; the only other project the driver reads is the images'.
+fn missing_project(status: u16, path: &str, e: &Error, project: &str) -> Option<Error> {
+    let asked = path.strip_prefix("projects/")?.split('/').next()?;
+    let whole = format!("The resource 'projects/{asked}' was not found");
+    if status != 404 || !e.to_string().contains(&whole) {
+        return None;
+    }
+    let key = if asked == project {
+        ConfigKey::Project
+    } else {
+        ConfigKey::ImageProject
+    };
+    Some(Error::settings(
+        [key.as_str()],
+        format!("project {asked}: {whole} (Compute Engine)"),
+    ))
 }
 
 /// Compute Engine's error body: `{"error": {"code", "message", "status", "errors": [{"reason",

@@ -1900,3 +1900,39 @@ async fn a_create_throttled_after_the_insert_was_accepted_did_not_make_nothing()
     fake.control().clear_faults();
     assert!(p.machine_named("lab", "thr-1").await.unwrap().is_some());
 }
+
+/// Compute Engine answers every call into a project that does not exist with 404 `notFound` "The
+/// resource 'projects/<id>' was not found". That says nothing of a machine: read as "not found", a
+/// delete of a live machine answered done and a read answered none under a mistyped project, and
+/// an autoscaler would drop from its record machines that run on. It is the setting named.
+#[tokio::test]
+async fn a_project_that_does_not_exist_is_the_setting_named() {
+    let fake = FakeGce::start().await.unwrap();
+    let made = provider(&fake, "owner-1").await;
+    let m = match made.create(&spec("web-1", "e2-small")).await.unwrap() {
+        Created::Machine(m) => m,
+        other => panic!("{other:?}"),
+    };
+    let typo = GceProvider::new(
+        builder(&fake).project("proj-typo").build().unwrap(),
+        "owner-1",
+    )
+    .await
+    .expect("provider");
+    let settings_error = |e: Error| match e {
+        Error::InvalidSettings { keys, message } => {
+            assert_eq!(keys, ["ORCA_GCE_PROJECT"], "{message}");
+            assert!(message.contains("proj-typo"), "{message}");
+        }
+        other => panic!("a settings error naming ORCA_GCE_PROJECT expected, got {other:?}"),
+    };
+    settings_error(typo.delete(&m.id).await.unwrap_err());
+    settings_error(typo.machine(&m.id).await.unwrap_err());
+    settings_error(typo.machines("lab").await.unwrap_err());
+    settings_error(typo.delete_named("lab", "web-1").await.unwrap_err());
+    let listed = made.machines("lab").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+        ["web-1"]
+    );
+}
