@@ -716,6 +716,9 @@ fn by_code(
         IDEMPOTENT_MISMATCH => Error::already_exists(format!(
             "{message} (the ClientToken was used before with other parameters)"
         )),
+        // The instance's state does not allow the call yet (a stop of a pending instance, a type
+        // change of one still stopping): it passes as the state changes, as a lock does.
+        "IncorrectInstanceState" | "IncorrectState" => Error::busy(message),
         "InvalidInstanceType" => Error::not_found(message),
         c if c.ends_with(".NotFound") || c.ends_with(".Malformed") => Error::not_found(message),
         "InternalError" | "InternalFailure" | "ServiceUnavailable" | "Unavailable" => {

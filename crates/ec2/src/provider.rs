@@ -25,8 +25,8 @@ use crate::client::{
     is_instance_not_found,
 };
 use crate::config::{
-    Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SUBNETS_ENV, canonical_owner,
-    is_ami_id,
+    Config, IMAGES_ENV, MAX_ROOT_VOLUME_GB, ROOT_VOLUME_ENV, SECURITY_GROUP_ENV, SUBNETS_ENV,
+    canonical_owner, is_ami_id,
 };
 use crate::model::{
     Image, NAME_TAG, RunRequest, into_machine, labels_of, machine_of, state_of, timestamp,
@@ -803,7 +803,7 @@ impl Ec2Provider {
                 }
                 Err(Error::NoStock { message, .. }) => return Ok(kit::no_stock(spec, message)),
                 Err(e) if e.code() == Some(UNSUPPORTED) => return self.unsupported(spec, e).await,
-                Err(e) => return Err(e),
+                Err(e) => return Err(setting_refused(e, &req)),
             };
             let state = state_of(&inst).to_string();
             let id = inst.instance_id().unwrap_or_default().to_string();
@@ -865,6 +865,21 @@ impl Ec2Provider {
             ))),
         }
     }
+}
+
+/// The settings error of a RunInstances refused for a subnet or security group of the settings that
+/// EC2 does not know (`InvalidSubnetID.NotFound`, `InvalidGroup.NotFound`: nothing is made); any
+/// other error as it is.
+fn setting_refused(e: Error, req: &RunRequest) -> Error {
+    let (key, what) = match e.code() {
+        Some("InvalidSubnetID.NotFound") => (SUBNETS_ENV, format!("subnet {}", req.subnet)),
+        Some("InvalidGroup.NotFound") => (
+            SECURITY_GROUP_ENV,
+            format!("security group {}", req.security_group),
+        ),
+        _ => return e,
+    };
+    Error::settings([key], format!("EC2 does not know {what}: {e}"))
 }
 
 /// Whether `e` is EC2 refusing the instance profile as unknown: `InvalidParameterValue` naming the

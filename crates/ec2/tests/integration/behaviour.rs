@@ -822,6 +822,62 @@ async fn states_stop_start_and_resize() {
     assert!(p.machines(&e.pool).await.unwrap().is_empty());
 }
 
+/// EC2 refuses a call on an instance whose state does not allow it yet (`IncorrectInstanceState`: a
+/// stop of an instance still pending, a type change of one still stopping, where its reads lag) until
+/// that state passes: such a call is waited for as one on a busy resource, and the resize goes
+/// through.
+#[tokio::test]
+async fn a_call_refused_for_the_instance_state_is_waited_for() {
+    let Some(e) = env("a_call_refused_for_the_instance_state_is_waited_for").await else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    let m = made(p.create(&e.spec("st-1")).await.unwrap());
+    for action in ["StopInstances", "ModifyInstanceAttribute", "StartInstances"] {
+        e.proxy
+            .inject(rule(action, ec2_error(400, "IncorrectInstanceState"), 1));
+    }
+    let r = p.resize(&m.id, "t3.small").await.unwrap();
+    assert_eq!(r.machine.machine_type, "t3.small");
+    for action in ["StopInstances", "ModifyInstanceAttribute", "StartInstances"] {
+        assert_eq!(
+            e.proxy.count(action),
+            2,
+            "{action}: refused once, then sent again"
+        );
+    }
+    let listed = p.machines(&e.pool).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].machine_type, "t3.small");
+}
+
+/// RunInstances answers a subnet or security group of the settings that does not exist with
+/// `InvalidSubnetID.NotFound` or `InvalidGroup.NotFound`: the setting that names it is wrong, and the
+/// error says which, as a missing key's does (nothing is made).
+#[tokio::test]
+async fn a_subnet_or_security_group_ec2_does_not_know_is_the_setting_named() {
+    let Some(e) = env("a_subnet_or_security_group_ec2_does_not_know_is_the_setting_named").await
+    else {
+        return;
+    };
+    let p = e.provider("owner-1").await;
+    for (code, key) in [
+        ("InvalidSubnetID.NotFound", "ORCA_EC2_SUBNETS"),
+        ("InvalidGroup.NotFound", "ORCA_EC2_SECURITY_GROUP"),
+    ] {
+        e.proxy
+            .inject(rule("RunInstances", ec2_error(400, code), 1));
+        match p.create(&e.spec("set-1")).await.unwrap_err() {
+            Error::InvalidSettings { keys, message } => {
+                assert_eq!(keys, [key], "{message}");
+                assert!(message.contains(code), "{message}");
+            }
+            other => panic!("{code}: a settings error naming {key} expected, got {other:?}"),
+        }
+    }
+    assert!(p.machines(&e.pool).await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn a_resize_to_a_type_out_of_stock_goes_back_and_runs_again() {
     let Some(e) = env("a_resize_to_a_type_out_of_stock_goes_back_and_runs_again").await else {
