@@ -208,15 +208,9 @@ async fn check_location(p: &dyn Provider, o: &Offering) -> Option<String> {
     }
 }
 
-/// Checks, before any machine is made, that the pool can be scaled as `settings` say on `p`: each
-/// offering's type is known to the cloud and of an architecture the image runs on, its location is
-/// known where the provider can tell (one that reads prices per location), the provider sets labels,
-/// and the pool's machine names fit the cloud's rule. Every problem is named at once; on success,
-/// the architecture of each offering.
-pub async fn check_offerings(
-    p: &dyn Provider,
-    settings: &Settings,
-) -> Result<Vec<Arch>, Vec<String>> {
+/// What `settings` alone show wrong for `p`, without asking the cloud: the pool's name, the
+/// offerings and parallel calls given, the machine names' fit, labels, and each offering's spec.
+fn settings_problems(p: &dyn Provider, settings: &Settings) -> Vec<String> {
     let mut problems = Vec::new();
     let key = Key::new(p.kind(), p.owner(), &settings.pool);
     if let Err(e) = orca::validate_pool(&settings.pool) {
@@ -237,7 +231,6 @@ pub async fn check_offerings(
             p.kind()
         ));
     }
-    let mut archs = Vec::new();
     for o in &settings.offerings {
         if let Err(e) = orca::MachineSpec::new(&longest, &o.machine_type, &o.location, "p")
             .with_user_data(settings.user_data.clone())
@@ -245,8 +238,28 @@ pub async fn check_offerings(
             .validate()
         {
             problems.push(format!("offering {o}: {e}"));
-            continue;
         }
+    }
+    problems
+}
+
+/// Checks, before any machine is made, that the pool can be scaled as `settings` say on `p`: each
+/// offering's type is known to the cloud and of an architecture the image runs on, its location is
+/// known where the provider can tell (one that reads prices per location), the provider sets labels,
+/// and the pool's machine names fit the cloud's rule. What the settings alone show wrong is refused
+/// before the cloud is asked anything; then every problem the cloud's catalogue shows is named at
+/// once. On success, the architecture of each offering.
+pub async fn check_offerings(
+    p: &dyn Provider,
+    settings: &Settings,
+) -> Result<Vec<Arch>, Vec<String>> {
+    let problems = settings_problems(p, settings);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let mut problems = Vec::new();
+    let mut archs = Vec::new();
+    for o in &settings.offerings {
         match type_arch(p, o).await {
             Ok(a) if settings.archs.is_empty() || settings.archs.contains(&a) => archs.push(a),
             Ok(a) => problems.push(format!(

@@ -54,3 +54,34 @@ async fn an_unknown_location_is_refused_at_start_naming_it() {
         "{e:?}"
     );
 }
+
+/// What the settings alone show wrong (a pool name, no offering, a spec the library refuses) is
+/// refused before the cloud is asked anything: a pool name with a character no label takes reaches
+/// no cloud, not even for its catalogue.
+#[tokio::test]
+async fn what_the_settings_alone_show_wrong_is_refused_before_any_cloud_call() {
+    use orca::layer::{Layered, Recorder};
+    let (_cloud, p) = cloud();
+    let recorder = Recorder::new();
+    let p = Layered::new(p, recorder.clone());
+    let bad = orca_scaler::Settings {
+        pool: "Bad!".into(),
+        ..settings(1, &[A, "amd64-small@zone-b"])
+    };
+    let e = check_offerings(&p, &bad).await.unwrap_err();
+    assert!(e.iter().any(|p| p.contains("Bad!")), "{e:?}");
+    assert_eq!(recorder.calls(), [], "no cloud call");
+    let none = settings(1, &[]);
+    assert!(check_offerings(&p, &none).await.is_err());
+    assert_eq!(recorder.calls(), [], "no cloud call");
+    let stalled = orca_scaler::Settings {
+        parallel: 0,
+        ..settings(1, &[A])
+    };
+    let e = check_offerings(&p, &stalled).await.unwrap_err();
+    assert!(e.iter().any(|p| p.contains("--parallel")), "{e:?}");
+    assert_eq!(recorder.calls(), [], "no cloud call");
+    // Good settings are checked against the cloud.
+    assert!(check_offerings(&p, &settings(1, &[A])).await.is_ok());
+    assert!(!recorder.calls().is_empty());
+}
