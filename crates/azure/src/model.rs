@@ -166,6 +166,15 @@ impl Vm {
                 .iter()
                 .find_map(|s| s.code.strip_prefix("PowerState/"))
         });
+        // A failed VM keeps a power state (running, when its OS provisioning timed out): it is no
+        // healthy machine whatever that says, and both words are kept.
+        if ps.eq_ignore_ascii_case("Failed") {
+            let word = match power {
+                Some(p) => format!("ProvisioningState/{ps} PowerState/{p}"),
+                None => format!("ProvisioningState/{ps}"),
+            };
+            return (Status::Unknown, word);
+        }
         match power {
             Some(p) => {
                 let status = match p.to_ascii_lowercase().as_str() {

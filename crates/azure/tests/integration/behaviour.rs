@@ -1361,6 +1361,11 @@ async fn a_repeated_create_of_a_failed_vm_answers_it_and_removes_nothing() {
         }
         other => panic!("{other:?}"),
     }
+    // A listing says so too, whatever power state Azure keeps beside the failure.
+    let listed = p.machines("lab").await.unwrap();
+    let m = listed.iter().find(|m| m.id == "vm-z").unwrap();
+    assert_eq!(m.status, Status::Unknown, "{m:?}");
+    assert!(m.cloud_status.contains("ProvisioningState/Failed"), "{m:?}");
     assert_eq!(
         stray(&f),
         held,

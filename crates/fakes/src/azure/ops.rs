@@ -139,7 +139,17 @@ pub(super) fn finish(st: &mut State, op_id: &str) {
             let mut failed_vm = None;
             if let Some(x) = st.res.get_mut(&op.key) {
                 x.body["properties"]["provisioningState"] = json!("Failed");
-                x.power.clear();
+                // A failed VM keeps a power state beside its failed provisioning state: one that
+                // never got its hardware is deallocated; one that booted (an OS provisioning that
+                // timed out) or ran before the failed update keeps the state it had.
+                if x.power == "starting" {
+                    x.power = if is_allocation_failure(code) {
+                        "deallocated"
+                    } else {
+                        "running"
+                    }
+                    .into();
+                }
                 x.failure = Some((code.clone(), msg.clone()));
                 if x.kind == Kind::Vm {
                     failed_vm = Some(x.body.clone());
@@ -233,4 +243,9 @@ pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
         Some(Some(Ok(()))) => ok(Value::Null),
         Some(Some(Err((code, msg)))) => err(409, &code, &msg),
     }
+}
+
+/// Whether `code` says Azure found no hardware for a VM (it never ran).
+fn is_allocation_failure(code: &str) -> bool {
+    code.contains("Allocation") || code == "SkuNotAvailable"
 }
