@@ -3,7 +3,8 @@
 //! and the SDK error as the cause.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 use aws_config::BehaviorVersion;
 use aws_sdk_ec2::config::Region;
@@ -21,10 +22,11 @@ use aws_sdk_ec2::types::{
     IamInstanceProfileSpecification, Instance, InstanceType, LocationType, ResourceType, Tag,
     TagSpecification,
 };
+use orca_machines::chrono;
 use orca_machines::kit::{self, Attempts};
 use orca_machines::labels::Labels;
 use orca_machines::{
-    Arch, Error, Machine, Page, Result, RetryPolicy, docker_arch, parse_retry_after,
+    Arch, Error, Machine, Page, Result, RetryPolicy, Timestamp, docker_arch, parse_retry_after,
 };
 
 use crate::config::{Config, REGION_ENV, UBUNTU_NAME_PATTERN};
@@ -69,7 +71,9 @@ pub(crate) async fn chain_region() -> Option<String> {
 /// The SDK client for `config`, and its region. With region and credentials given, nothing is read
 /// from the process environment or the profile files; otherwise aws-config's standard chain supplies
 /// what is missing (credentials are then resolved at the first call).
-pub(crate) async fn connect(config: &Config) -> Result<(aws_sdk_ec2::Client, String)> {
+pub(crate) async fn connect(
+    config: &Config,
+) -> Result<(aws_sdk_ec2::Client, String, Arc<Ec2Clock>)> {
     let (builder, region) = match (&config.region, &config.credentials) {
         (Some(region), Some(credentials)) => (
             aws_sdk_ec2::config::Builder::new()
@@ -98,11 +102,14 @@ pub(crate) async fn connect(config: &Config) -> Result<(aws_sdk_ec2::Client, Str
             (aws_sdk_ec2::config::Builder::from(&sdk), region)
         }
     };
+    let clock = Arc::new(Ec2Clock::default());
     let mut builder = builder
         // One retry policy, orca's: the SDK never retries on its own, so that no create is ever
         // re-sent blindly (every RunInstances carries its ClientToken anyway).
         .retry_config(RetryConfig::disabled())
-        .interceptor(RecordCall)
+        .interceptor(RecordCall {
+            clock: clock.clone(),
+        })
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(config.connect_timeout)
@@ -112,7 +119,11 @@ pub(crate) async fn connect(config: &Config) -> Result<(aws_sdk_ec2::Client, Str
     if let Some(e) = &config.endpoint {
         builder = builder.endpoint_url(e.trim_end_matches('/'));
     }
-    Ok((aws_sdk_ec2::Client::from_conf(builder.build()), region))
+    Ok((
+        aws_sdk_ec2::Client::from_conf(builder.build()),
+        region,
+        clock,
+    ))
 }
 
 tokio::task_local! {
@@ -123,7 +134,48 @@ tokio::task_local! {
 /// Records each attempt's HTTP method, path and status on its call span (the SDK sends the request
 /// out of the driver's sight; its own spans are the current ones while it does).
 #[derive(Debug)]
-struct RecordCall;
+struct RecordCall {
+    clock: Arc<Ec2Clock>,
+}
+
+/// How far EC2's clock is at least ahead of this machine's, as its answers' `Date` headers show:
+/// EC2 writes a launch time by its own clock, and this machine's may be seconds off (AWS
+/// signatures allow minutes). An answer dated `D` (whole seconds, cut down) that arrives at local
+/// time `R` was written at or before EC2's own `R`, so EC2's clock is at least `D - R` ahead: a
+/// bound that holds whatever the answer's delay.
+#[derive(Debug)]
+pub(crate) struct Ec2Clock {
+    /// The latest answer's bound, in milliseconds; `i64::MIN` before any dated answer.
+    ahead_ms: AtomicI64,
+}
+
+impl Default for Ec2Clock {
+    fn default() -> Self {
+        Ec2Clock {
+            ahead_ms: AtomicI64::new(i64::MIN),
+        }
+    }
+}
+
+impl Ec2Clock {
+    /// Notes an answer dated `date` (an HTTP date) that arrived now.
+    fn note(&self, date: &str) {
+        if let Ok(d) = chrono::DateTime::parse_from_rfc2822(date) {
+            let ahead = d.with_timezone(&chrono::Utc) - chrono::Utc::now();
+            self.ahead_ms
+                .store(ahead.num_milliseconds(), Ordering::Relaxed);
+        }
+    }
+
+    /// The earliest time EC2's clock may read when this machine's reads `local`: `local` itself
+    /// before any dated answer.
+    pub(crate) fn earliest(&self, local: Timestamp) -> Timestamp {
+        match self.ahead_ms.load(Ordering::Relaxed) {
+            i64::MIN => local,
+            ms => local + chrono::TimeDelta::milliseconds(ms),
+        }
+    }
+}
 
 impl Intercept for RecordCall {
     fn name(&self) -> &'static str {
@@ -150,7 +202,11 @@ impl Intercept for RecordCall {
         _: &RuntimeComponents,
         _: &mut ConfigBag,
     ) -> std::result::Result<(), BoxError> {
-        let status = context.response().status().as_u16();
+        let response = context.response();
+        if let Some(date) = response.headers().get("date") {
+            self.clock.note(date);
+        }
+        let status = response.status().as_u16();
         let _ = CALL.try_with(|span| {
             span.record("status", status);
         });
@@ -176,14 +232,17 @@ pub(crate) struct Client {
     sdk: aws_sdk_ec2::Client,
     pub(crate) retry: RetryPolicy,
     requests: AtomicU64,
+    /// EC2's clock, as its answers show it.
+    pub(crate) clock: Arc<Ec2Clock>,
 }
 
 impl Client {
-    pub(crate) fn new(sdk: aws_sdk_ec2::Client, retry: RetryPolicy) -> Self {
+    pub(crate) fn new(sdk: aws_sdk_ec2::Client, retry: RetryPolicy, clock: Arc<Ec2Clock>) -> Self {
         Client {
             sdk,
             retry,
             requests: AtomicU64::new(0),
+            clock,
         }
     }
 
@@ -754,6 +813,33 @@ mod tests {
     use aws_smithy_types::body::SdkBody;
     use aws_smithy_types::error::ErrorMetadata;
     use std::error::Error as _;
+
+    #[test]
+    fn ec2s_clock_is_read_as_the_least_its_dates_show_it_ahead() {
+        let clock = Ec2Clock::default();
+        let now = chrono::Utc::now();
+        assert_eq!(clock.earliest(now), now, "before any dated answer");
+        let http_date = |t: Timestamp| t.format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        // EC2's clock 10 s ahead: its dates have whole seconds, cut down, so at least 9 s.
+        clock.note(&http_date(
+            chrono::Utc::now() + chrono::TimeDelta::seconds(10),
+        ));
+        let ahead = clock.earliest(now) - now;
+        assert!(
+            (9_000..=10_000).contains(&ahead.num_milliseconds()),
+            "{ahead}"
+        );
+        // 5 s behind; a date that is no HTTP date changes nothing.
+        clock.note(&http_date(
+            chrono::Utc::now() - chrono::TimeDelta::seconds(5),
+        ));
+        clock.note("yesterday");
+        let behind = clock.earliest(now) - now;
+        assert!(
+            (-6_000..=-5_000).contains(&behind.num_milliseconds()),
+            "{behind}"
+        );
+    }
 
     fn service_error(status: u16, code: &str) -> SdkError<RunInstancesError, HttpResponse> {
         let meta = ErrorMetadata::builder()

@@ -151,8 +151,9 @@ fn request_digest(r: &RunRequest) -> String {
 /// Whether `inst`, which EC2 answered to this call's RunInstances, was made by this call (else an
 /// earlier create made it: adopted). EC2 answers a ClientToken it has seen exactly as a new one, with
 /// the instance in its state of now, so the driver tells them apart by what it knows:
-/// - an instance launched before this call first sent the token (`began`; EC2's times have whole
-///   seconds, so an instance launched within the same second counts as launched since), or already
+/// - an instance launched before this call first sent the token (`began`, by the earliest EC2's
+///   clock may read then: [`crate::client::Ec2Clock`]; EC2's times have whole seconds, so an
+///   instance launched within the same second counts as launched since), or already
 ///   answered as made by this provider (`known`), is an earlier call's, whatever this call's
 ///   attempts met (a 503 may come before EC2 acted);
 /// - otherwise, after an attempt of this call that may have reached EC2 and lost its answer
@@ -186,11 +187,11 @@ impl Ec2Provider {
     /// at the first call). Makes no call to EC2.
     pub async fn new(config: Config, owner: &str) -> Result<Ec2Provider> {
         validate_owner(owner)?;
-        let (sdk, region) = connect(&config).await?;
+        let (sdk, region, clock) = connect(&config).await?;
         Ok(Ec2Provider {
             owner: owner.to_string(),
             region,
-            client: Client::new(sdk, config.retry),
+            client: Client::new(sdk, config.retry, clock),
             subnets: config.subnets,
             security_group: config.security_group,
             instance_profile: config.instance_profile,
@@ -768,7 +769,8 @@ impl Ec2Provider {
             // timeout, a lost answer; not a throttling answer): the instance EC2 then answers for the
             // token may be this call's.
             let attempts = Attempts::new();
-            // When this call first sent this token: an instance launched before is an earlier call's.
+            // When this call first sent this token, by this machine's clock: an instance launched
+            // before is an earlier call's (read by EC2's clock once it has answered).
             let began = Utc::now();
             // One policy for every retry; RunInstances is only ever re-sent with its ClientToken, which
             // EC2 answers with the instance it made for it.
@@ -810,6 +812,7 @@ impl Ec2Provider {
             if going(&state) {
                 // This call's own instance, ended at once: EC2 ends one that fails at launch. It is
                 // no earlier generation, and the next token would only launch another.
+                let began = self.client.clock.earliest(began);
                 if made_by_this_call(&inst, began, &attempts, || self.made.contains(&id)) {
                     return launch_ended(spec, &inst);
                 }
@@ -832,6 +835,7 @@ impl Ec2Provider {
                 continue;
             }
             same_place(&machine_of(&inst), spec)?;
+            let began = self.client.clock.earliest(began);
             let made_now = made_by_this_call(&inst, began, &attempts, || self.made.contains(&id));
             self.made.note(id.clone());
             return self.shown(spec, &req, &id, made_now).await;

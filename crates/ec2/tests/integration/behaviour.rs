@@ -878,6 +878,35 @@ async fn a_subnet_or_security_group_ec2_does_not_know_is_the_setting_named() {
     assert!(p.machines(&e.pool).await.unwrap().is_empty());
 }
 
+/// A create tells the instance it made from an earlier create's by EC2's launch time against when
+/// it first sent its token. EC2 writes that time by its own clock, and this machine's may be seconds
+/// off (AWS signatures allow minutes): read against the local clock alone, a clock 3 s ahead took
+/// every new machine for an earlier create's (`Adopted`). The driver reads EC2's clock from its
+/// answers' `Date`; a clock behind EC2's is no trouble either, and an earlier create's machine is
+/// still adopted either way.
+#[tokio::test]
+async fn a_clock_off_from_ec2s_still_tells_a_new_machine_from_an_adopted_one() {
+    let Some(e) = env("a_clock_off_from_ec2s_still_tells_a_new_machine_from_an_adopted_one").await
+    else {
+        return;
+    };
+    for (offset, name) in [(-3, "ahead-1"), (3, "behind-1")] {
+        e.proxy.set_clock_offset(offset);
+        let p = e.provider("owner-1").await;
+        match p.create(&e.spec(name)).await.unwrap() {
+            Created::Machine(m) => assert_eq!(m.name, name),
+            other => panic!("EC2's clock {offset} s from this one's: {other:?}"),
+        }
+        // Another process's create of the same name: the machine is the first one's.
+        let again = e.provider("owner-1").await;
+        match again.create(&e.spec(name)).await.unwrap() {
+            Created::Adopted(m) => assert_eq!(m.name, name),
+            other => panic!("EC2's clock {offset} s from this one's, again: {other:?}"),
+        }
+    }
+    assert_eq!(e.proxy.count("RunInstances"), 4);
+}
+
 #[tokio::test]
 async fn a_resize_to_a_type_out_of_stock_goes_back_and_runs_again() {
     let Some(e) = env("a_resize_to_a_type_out_of_stock_goes_back_and_runs_again").await else {

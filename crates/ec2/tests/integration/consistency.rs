@@ -299,8 +299,9 @@ async fn a_pending_instance_an_earlier_create_made_is_adopted() {
         other => panic!("a first create gave {other:?}"),
     };
     assert_eq!(first.status, Status::Starting, "pending as EC2 shows it");
-    // EC2's launch times have whole seconds: the next creates begin in a later second.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // EC2's launch times have whole seconds, and so do the `Date` headers that show its clock: the
+    // next creates begin two seconds later.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
     // The same create from a restarted process while the instance is still pending: EC2 answers
     // the ClientToken with it, pending as a new one would be; an earlier call made it.
     match e.provider("owner-1").await.create(&spec).await.unwrap() {

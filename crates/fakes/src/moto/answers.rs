@@ -164,3 +164,26 @@ fn with_page(
         &rest[close..]
     )
 }
+
+/// `body` with every `<launchTime>` moved by `offset`.
+pub(super) fn shift_launch_times(body: &str, offset: chrono::TimeDelta) -> String {
+    const OPEN: &str = "<launchTime>";
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(i) = rest.find(OPEN) {
+        let (head, tail) = rest.split_at(i + OPEN.len());
+        out.push_str(head);
+        let end = tail.find('<').unwrap_or(tail.len());
+        let (stamp, after) = tail.split_at(end);
+        match chrono::DateTime::parse_from_rfc3339(stamp) {
+            Ok(t) => {
+                let moved = t.with_timezone(&chrono::Utc) + offset;
+                out.push_str(&moved.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string());
+            }
+            Err(_) => out.push_str(stamp),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}

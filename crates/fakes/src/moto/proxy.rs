@@ -78,6 +78,8 @@ pub(super) struct Ec2State {
     pub(super) failing_reason: Option<(String, String)>,
     /// The state reason each instance whose launch failed so reads with.
     pub(super) launch_reasons: HashMap<String, (String, String)>,
+    /// How far EC2's clock reads from this machine's ([`Proxy::set_clock_offset`]).
+    pub(super) clock_offset: chrono::TimeDelta,
 }
 
 #[derive(Debug)]
@@ -231,6 +233,13 @@ impl Proxy {
         ec2.failing_reason = Some((code.to_string(), message.to_string()));
     }
 
+    /// EC2's clock reads `seconds` later than this machine's (earlier when negative), as a machine
+    /// whose clock is off sees it: every answer's `Date` header and every instance's `launchTime`
+    /// are written by that clock.
+    pub fn set_clock_offset(&self, seconds: i64) {
+        lock(&self.state.ec2).clock_offset = chrono::TimeDelta::seconds(seconds);
+    }
+
     /// Hides instance `id` for `delay` from now (as if it had just been made): after
     /// [`Proxy::miss_first_look`], from at least the next read of it too, however late that comes.
     /// `Duration::ZERO` shows it again at once.
@@ -282,6 +291,7 @@ async fn forward(
     let action = params.get("Action").cloned().unwrap_or_default();
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let fault = state.faults.take_for(&method, path, &pairs);
+    let dropped = matches!(fault, Some(Fault::DropAnswer));
     if let Some(Fault::Latency(d)) = &fault {
         tokio::time::sleep(*d).await;
     }
@@ -342,5 +352,28 @@ async fn forward(
         faulted,
         code,
     });
-    response
+    let offset = lock(&state.ec2).clock_offset;
+    if offset.is_zero() || dropped {
+        return response;
+    }
+    by_ec2_clock(response, offset).await
+}
+
+/// `response` as EC2's clock, `offset` from this machine's, writes it: its `Date` header and its
+/// instances' `launchTime`.
+async fn by_ec2_clock(response: Response, offset: chrono::TimeDelta) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let text = super::answers::shift_launch_times(&String::from_utf8_lossy(&bytes), offset);
+    let date = (Utc::now() + offset)
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
+    parts.headers.insert(
+        axum::http::header::DATE,
+        date.parse().expect("an HTTP date"),
+    );
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(text))
 }
