@@ -35,7 +35,12 @@
 //!   the rest is detached (an OS disk left `Unattached`, its `managedBy` cleared). The OS disk's
 //!   `deleteOption` of an existing VM changes by `PATCH` ("Update the delete option for an existing
 //!   VM", learn.microsoft.com `virtual-machines/delete`); a disk attached to a VM (`managedBy`) cannot
-//!   be deleted (409 `OperationNotAllowed`, "Disk ... is attached to VM ...").
+//!   be deleted (409 `OperationNotAllowed`, "Disk ... is attached to VM ..."); a new VM's OS disk
+//!   made from its image cannot take the name of a disk that exists (409 `ConflictingUserInput`,
+//!   "Disk ... already exists in resource group .... Only CreateOption.Attach is supported.", as
+//!   reported in hashicorp/terraform-provider-azurerm#15513). A failed VM keeps a power state beside
+//!   its failed provisioning state (taskcluster/taskcluster#3347: `PowerState/running` after
+//!   `OSProvisioningTimedOut`): deallocated when it never got hardware.
 //! - **Interface reservation** (`NicReservedForAnotherVm`, "reserved for another Virtual Machine for
 //!   180 seconds", as reported against Azure by karpenter-provider-azure#92, rancher/machine#359,
 //!   AzureTRE#4474): the interfaces of a VM whose create failed, or that a VM's delete left behind,

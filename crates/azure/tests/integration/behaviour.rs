@@ -2215,3 +2215,31 @@ async fn a_resource_group_or_subscription_that_does_not_exist_is_the_setting_nam
         ["web-1"]
     );
 }
+
+/// Azure refuses a VM whose OS disk would take the name of a disk that exists (409
+/// `ConflictingUserInput`, "Only CreateOption.Attach is supported"): the disk is another's (another
+/// tool's, another owner's), so the create fails naming it, leaves that disk as it was and removes
+/// what it made for the VM.
+#[tokio::test]
+async fn a_disk_of_the_os_disks_name_is_left_alone_and_named() {
+    let f = fake().await;
+    let p = provider(&f, "stack-1").await;
+    let path = format!(
+        "/subscriptions/{}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Compute/disks/web-9-osdisk?api-version=2024-03-02",
+        orca_fakes::azure::SUBSCRIPTION
+    );
+    let disk = serde_json::json!({"location": LOCATION, "tags": {"team": "data"},
+        "properties": {"creationData": {"createOption": "Empty"}, "diskSizeGB": 64}});
+    let (status, _) = raw(&f, reqwest::Method::PUT, &path, Some(disk)).await;
+    assert!(status < 300, "{status}");
+    let before = stray(&f);
+
+    let err = p.create(&spec("web-9", AMD)).await.unwrap_err();
+    assert!(err.to_string().contains("web-9-osdisk"), "{err}");
+    assert!(!err.is_retryable(), "{err:?}");
+    assert_eq!(stray(&f), before, "only the disk that was there");
+    let (_, disk) = raw(&f, reqwest::Method::GET, &path, None).await;
+    assert_eq!(disk["tags"], serde_json::json!({"team": "data"}), "{disk}");
+    assert_eq!(disk["properties"]["diskSizeGB"], 64, "{disk}");
+    assert!(disk.get("managedBy").is_none_or(|m| m.is_null()), "{disk}");
+}

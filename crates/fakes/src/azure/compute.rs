@@ -383,6 +383,20 @@ pub(super) fn prepare_vm(
         .map(str::to_string)
         .unwrap_or_else(|| format!("{name}_OsDisk_1"));
     let disk_id = rid(rg, Kind::Disk, &disk);
+    // A new VM's OS disk made from its image cannot take the name of a disk that exists (only an
+    // attach of that disk could).
+    let taken = st.res.get(&disk_id.to_ascii_lowercase()).is_some_and(|d| {
+        !d.body["managedBy"]
+            .as_str()
+            .is_some_and(|m| m.eq_ignore_ascii_case(id))
+    });
+    if taken {
+        return Err(err(
+            409,
+            "ConflictingUserInput",
+            &format!("Disk {disk} already exists in resource group {}. Only CreateOption.Attach is supported.", rg.to_ascii_uppercase()),
+        ));
+    }
     body["properties"]["storageProfile"]["osDisk"]["managedDisk"]["id"] = json!(disk_id);
     st.res.insert(
         disk_id.to_ascii_lowercase(),
