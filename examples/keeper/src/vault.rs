@@ -43,7 +43,8 @@ pub fn validate_ref(reference: &str) -> Result<()> {
 }
 
 /// A vault in a directory: `<root>/<ref>.json` is a JSON object of string settings, e.g.
-/// `{"HCLOUD_TOKEN": "..."}`. A file that others may read is refused (on Unix).
+/// `{"HCLOUD_TOKEN": "..."}`. Only a regular file is read, never through a symbolic link, and (on
+/// Unix) only one of keeper's user that others can neither read nor write.
 #[derive(Debug, Clone)]
 pub struct FileVault {
     root: PathBuf,
@@ -71,27 +72,45 @@ fn unavailable(reference: &str, why: impl std::fmt::Display) -> Error {
     .with_field("credentials_ref")
 }
 
+/// The most a vault file holds: settings are a few keys (a service account's JSON key is the
+/// largest, a few KiB); anything larger is not one.
+pub const MAX_ENTRY_BYTES: u64 = 256 * 1024;
+
+/// What is wrong with a vault file, without its path: the server's folders are no business of a
+/// remote API caller, who knows the entry by its reference.
+fn why_unreadable(e: &orca::fs::FsError) -> String {
+    use orca::fs::FsError;
+    match e {
+        FsError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            format!("not in the vault ({source})")
+        }
+        FsError::NotPrivate { why, .. } => format!(
+            "the vault file is {why}: it must be keeper's own user's, readable by its owner only (chown it to that user, chmod 600 it)"
+        ),
+        FsError::Io { op, source, .. } => format!("unreadable ({op}: {source})"),
+        _ => "unreadable".to_string(),
+    }
+}
+
+/// The bytes of the vault file at `path`: a regular file, never through a symbolic link (one planted
+/// in the vault could lead anywhere), of this user's and closed to others (on Unix), within
+/// [`MAX_ENTRY_BYTES`], each checked on the opened file.
+fn read_entry(path: &std::path::Path) -> std::result::Result<Vec<u8>, orca::fs::FsError> {
+    const WHAT: &str = "a vault file";
+    #[cfg(unix)]
+    return orca::fs::read_private(path, MAX_ENTRY_BYTES, 0o077, WHAT);
+    #[cfg(not(unix))]
+    return orca::fs::read_regular(path, MAX_ENTRY_BYTES, WHAT);
+}
+
 #[async_trait]
 impl Vault for FileVault {
     async fn resolve(&self, reference: &str) -> Result<Settings> {
         let path = self.path_of(reference)?;
-        let meta = tokio::fs::metadata(&path)
+        let bytes = tokio::task::spawn_blocking(move || read_entry(&path))
             .await
-            .map_err(|e| unavailable(reference, format!("not in the vault ({e})")))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.permissions().mode() & 0o077 != 0 {
-                return Err(unavailable(
-                    reference,
-                    "the vault file is readable by others than its owner (chmod 600 it)",
-                ));
-            }
-        }
-        let _ = meta;
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| unavailable(reference, format!("unreadable ({e})")))?;
+            .map_err(|e| unavailable(reference, format!("its read stopped ({e})")))?
+            .map_err(|e| unavailable(reference, why_unreadable(&e)))?;
         // serde_json's errors quote the input: never let them near a message.
         let value = serde_json::from_slice(&bytes)
             .ok()
@@ -150,5 +169,71 @@ mod tests {
         std::fs::write(&path, r#"{"HCLOUD_TOKEN": s3cret-value"#).unwrap();
         let e = vault.resolve("cloud/a").await.unwrap_err();
         assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    /// A vault with `reference`'s folder made, and the path its entry goes at.
+    #[cfg(unix)]
+    fn vault_with_entry(reference: &str) -> (tempfile::TempDir, FileVault, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let vault = FileVault::new(dir.path().join("vault"));
+        let path = vault.path_of(reference).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        (dir, vault, path)
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_symlink_entry_is_refused_naming_the_entry_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, vault, path) = vault_with_entry("cloud/a");
+        // A private file outside the vault that a link planted in it points at.
+        let outside = dir.path().join("elsewhere.json");
+        std::fs::write(&outside, r#"{"HCLOUD_TOKEN": "s3cret-value"}"#).unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&outside, &path).unwrap();
+        let e = vault.resolve("cloud/a").await.unwrap_err();
+        assert_eq!(e.code, "credentials.unavailable");
+        assert!(e.message.contains("\"cloud/a\""), "{e}");
+        assert!(e.message.contains("symbolic link"), "{e}");
+        // Remote callers see this message: no path of the server's in it.
+        assert!(!e.message.contains(dir.path().to_str().unwrap()), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_fifo_entry_is_refused_at_once() {
+        let (_dir, vault, path) = vault_with_entry("cloud/a");
+        let made = std::process::Command::new("mkfifo")
+            .args(["-m", "600"])
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let resolved =
+            tokio::time::timeout(std::time::Duration::from_secs(5), vault.resolve("cloud/a")).await;
+        if resolved.is_err() {
+            // A writer lets the read left waiting end, so that the test fails rather than hangs.
+            drop(std::fs::OpenOptions::new().write(true).open(&path));
+            panic!("resolving a FIFO entry waited for a writer");
+        }
+        let e = resolved.unwrap().unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn an_entry_of_another_user_is_refused_even_when_private() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let (dir, vault, path) = vault_with_entry("cloud/a");
+        std::fs::write(&path, r#"{"HCLOUD_TOKEN": "s3cret-value"}"#).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        if std::fs::metadata(&path).unwrap().uid() != 0 {
+            eprintln!("SKIPPED: only root can give a file to another user");
+            return;
+        }
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+        let e = vault.resolve("cloud/a").await.unwrap_err();
+        assert!(e.message.contains("another user"), "{e}");
+        assert!(!e.message.contains(dir.path().to_str().unwrap()), "{e}");
     }
 }

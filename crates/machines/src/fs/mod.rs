@@ -18,7 +18,8 @@
 //!   crashed before its rename left behind (never read as the file), removed by the next holder of
 //!   the file's lock.
 //! - [`read_regular`]: a file read only when it is a regular file within a bound, never through a
-//!   symbolic link (a record another process may have placed).
+//!   symbolic link (a record another process may have placed); [`read_private`] the same, and only
+//!   when the file is this user's and closed to others (one that holds credentials).
 //! - [`FileLock`]: an exclusive `flock` on a lock file (`<file>.lock`, [`FileLock::path_for`])
 //!   that is verified to be the file at the lock's path after it is taken, and whose holder can
 //!   check cheaply ([`FileLock::still_held`]) that nobody removed or replaced the lock file since:
@@ -52,6 +53,8 @@ use std::path::{Path, PathBuf};
 pub use lock::FileLock;
 #[cfg(unix)]
 pub use program::check_program;
+#[cfg(unix)]
+pub use read::read_private;
 pub use read::read_regular;
 pub use write::{
     create_private_dir, remove_stale_temps, remove_stale_temps_in, write_atomic, write_atomic_mode,

@@ -59,6 +59,45 @@ pub fn read_regular(path: impl AsRef<Path>, max: u64, what: &str) -> Result<Vec<
     let mut o = OpenOptions::new();
     o.read(true);
     let (file, _) = open_regular(path, o, what)?;
+    read_to_bound(path, file, max, what)
+}
+
+/// The bytes of the file at `path`, read as [`read_regular`] reads, and only when it is this user's
+/// and none of the permission bits `forbidden` is set (`0o077`: its owner's alone): a file that holds
+/// credentials must be one that nobody else wrote or can read. Both are checked on the opened file,
+/// so a file swapped in after the check is never the one read.
+///
+/// ```
+/// # #[cfg(unix)] {
+/// use std::os::unix::fs::PermissionsExt;
+/// let dir = tempfile::tempdir()?;
+/// let key = dir.path().join("key.json");
+/// std::fs::write(&key, b"{}")?;
+/// std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644))?;
+/// let e = orca_machines::fs::read_private(&key, 1024, 0o077, "a key").unwrap_err();
+/// assert!(e.to_string().contains("open to other users"), "{e}");
+/// std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600))?;
+/// assert_eq!(orca_machines::fs::read_private(&key, 1024, 0o077, "a key")?, b"{}");
+/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg(unix)]
+pub fn read_private(
+    path: impl AsRef<Path>,
+    max: u64,
+    forbidden: u32,
+    what: &str,
+) -> Result<Vec<u8>, FsError> {
+    let path = path.as_ref();
+    let mut o = OpenOptions::new();
+    o.read(true);
+    let (file, meta) = open_regular(path, o, what)?;
+    super::check_private(path, &meta, forbidden)?;
+    read_to_bound(path, file, max, what)
+}
+
+/// Reads `file` (at `path`) whole when it holds at most `max` bytes.
+fn read_to_bound(path: &Path, file: File, max: u64, what: &str) -> Result<Vec<u8>, FsError> {
     let mut bytes = Vec::new();
     file.take(max.saturating_add(1))
         .read_to_end(&mut bytes)
