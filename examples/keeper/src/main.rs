@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use keeper::cloud::{Settings, RECONCILE_GRACE};
 use keeper::db::DEFAULT_DATABASE_URL;
 use keeper::error::json_position;
@@ -49,7 +49,7 @@ struct Args {
     /// keeper's cloud_init template (generate_userdata; self_onboard when set).
     #[arg(long, env = "KEEPER_CLOUD_INIT", hide_env_values = true)]
     cloud_init: Option<PathBuf>,
-    /// keeper's URL as new VMs reach it (baked by self_onboard).
+    /// keeper's URL as new VMs reach it (baked by self_onboard): https, or http to a loopback host.
     #[arg(long, env = "KEEPER_URL", default_value = "http://127.0.0.1:8080")]
     keeper_url: String,
     /// How providers are reached: `plugins` (each driver's CloudDriver plugin
@@ -371,6 +371,16 @@ async fn serve(
 async fn main() -> ExitCode {
     keeper::logging::init();
     let args = Args::parse();
+    // Refused as clap refuses a bad argument (exit 2), before anything connects: the URL goes into
+    // every VM's user data, and VMs send it their bootstrap token.
+    if let Err(why) = keeper::userdata::check_keeper_url(&args.keeper_url) {
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ValueValidation,
+                format!("invalid value for '--keeper-url <KEEPER_URL>' (or KEEPER_URL): {why}"),
+            )
+            .exit();
+    }
     let done = match &args.command {
         Command::Token {
             command: TokenCommand::Hash,

