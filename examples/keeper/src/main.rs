@@ -26,7 +26,7 @@ use serde_json::{json, Value};
 
 /// keeper's core.cloud step (created / destroyed / resized) on any orca driver, with PostgreSQL
 /// registries, the operator REST API and the audit trail.
-#[derive(Debug, Parser)]
+#[derive(Parser)]
 #[command(name = "keeper", version)]
 struct Args {
     /// The PostgreSQL database (its password is never printed).
@@ -62,6 +62,23 @@ struct Args {
     plugin_dir: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+// By hand: the database URL may hold its password, shown here as redact shows it in the logs.
+impl std::fmt::Debug for Args {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Args")
+            .field("database_url", &redact(&self.database_url))
+            .field("vault_dir", &self.vault_dir)
+            .field("owner", &self.owner)
+            .field("pool", &self.pool)
+            .field("cloud_init", &self.cloud_init)
+            .field("keeper_url", &self.keeper_url)
+            .field("drivers", &self.drivers)
+            .field("plugin_dir", &self.plugin_dir)
+            .field("command", &self.command)
+            .finish()
+    }
 }
 
 /// How keeper reaches its providers.
@@ -400,4 +417,23 @@ async fn main() -> ExitCode {
         eprintln!("keeper: {e}");
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_of_args_hides_the_database_password() {
+        let args = Args::try_parse_from([
+            "keeper",
+            "--database-url",
+            "postgres://u:s3cret@h/db",
+            "migrate",
+        ])
+        .unwrap();
+        let shown = format!("{args:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("database_url"), "{shown}");
+    }
 }
