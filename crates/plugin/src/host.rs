@@ -107,9 +107,11 @@ fn fingerprint(settings: &Settings) -> String {
 pub const MASK: &str = "***";
 
 /// `line` with each value of `settings` (a plugin's whole configuration, so its secrets, whatever
-/// their keys are called) of four characters or more replaced by [`MASK`] wherever it appears. A
-/// line cut at its bound (ending in [`CUT_MARK`]) may end in the first part of a value: that part,
-/// when it is four characters or more, is replaced too.
+/// their keys are called) of four characters or more replaced by [`MASK`] wherever it appears, and
+/// every run of eight characters or more of such a value too (the kit's `hide_secret`: a plugin may
+/// log a cloud's answer that repeats part of a token). A line cut at its bound (ending in
+/// [`CUT_MARK`]) may end in the first part of a value: that part, when it is four characters or
+/// more, is replaced too.
 pub fn hide_settings(line: &str, settings: &Settings) -> String {
     let mut values: Vec<&str> = settings
         .keys()
@@ -120,9 +122,7 @@ pub fn hide_settings(line: &str, settings: &Settings) -> String {
     values.sort_by_key(|v| std::cmp::Reverse(v.len()));
     let mut line = line.to_string();
     for v in &values {
-        if line.contains(v) {
-            line = line.replace(v, MASK);
-        }
+        line = orca_machines::kit::hide_secret(&line, v);
     }
     let Some(kept) = line.strip_suffix(CUT_MARK) else {
         return line;
@@ -362,9 +362,20 @@ mod tests {
         assert_eq!(cut("key tok-9f3K"), format!("key {MASK}{CUT_MARK}"));
         // Three characters are no credential, as for whole values.
         assert_eq!(cut("key tok"), format!("key tok{CUT_MARK}"));
-        // A line that was not cut keeps what only looks like a start.
-        assert_eq!(hide_settings("key tok-9f3K", &s), "key tok-9f3K");
+        // A line that was not cut hides a start too, of eight characters or more (the kit's
+        // rule: an answer may repeat part of a token, as Hetzner's rate limit names its first half).
+        assert_eq!(hide_settings("key tok-9f3K", &s), format!("key {MASK}"));
+        assert_eq!(hide_settings("key tok-9f3", &s), "key tok-9f3");
         assert_eq!(cut("in eu-central"), format!("in {MASK}{CUT_MARK}"));
+    }
+
+    #[test]
+    fn a_plugin_line_holding_the_first_half_of_a_token_shows_none_of_it() {
+        let token = "6MWq3U8cixMhwHorZd68v8ILzIZyJb4NqR5sTt0a";
+        assert_eq!(token.len(), 40);
+        let s = Settings::new().with("HCLOUD_TOKEN", token);
+        let line = hide_settings(&format!("rate limit for token {}...", &token[..20]), &s);
+        assert_eq!(line, format!("rate limit for token {MASK}..."));
     }
 
     #[test]
