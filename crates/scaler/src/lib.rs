@@ -95,6 +95,9 @@ pub struct Settings {
     /// How long a machine may be stopped (or in a state the driver does not know) before it is deleted
     /// and replaced.
     pub grace: Duration,
+    /// How long a machine may stay starting from its creation (a VM the cloud never finishes
+    /// provisioning) before it is deleted and replaced.
+    pub boot_grace: Duration,
     /// How long a create whose machine never showed up is waited for, when it is no longer needed,
     /// before its name is retired.
     pub settle: Duration,
@@ -108,7 +111,7 @@ pub struct Settings {
 
 impl Settings {
     /// Settings for `pool` of `size` from `offerings`, with the defaults: cool-down 5 min, grace
-    /// 10 min, settle 10 min, at most [`DEFAULT_PARALLEL`] at once, [`Unknown::Ask`], names kept 24 h.
+    /// 10 min, boot grace 30 min, settle 10 min, at most [`DEFAULT_PARALLEL`] at once, [`Unknown::Ask`], names kept 24 h.
     pub fn new(pool: impl Into<String>, size: usize, offerings: Vec<Offering>) -> Self {
         Settings {
             pool: pool.into(),
@@ -118,6 +121,7 @@ impl Settings {
             archs: Vec::new(),
             user_data: String::new(),
             grace: Duration::from_secs(600),
+            boot_grace: Duration::from_secs(1800),
             settle: Duration::from_secs(600),
             parallel: DEFAULT_PARALLEL,
             unknown: Unknown::Ask,

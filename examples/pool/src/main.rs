@@ -73,6 +73,9 @@ struct Args {
     /// Seconds a machine may be stopped (or in an unknown state) before it is deleted and replaced.
     #[arg(long, default_value_t = 600)]
     grace: u64,
+    /// Seconds a machine may stay starting from its creation before it is deleted and replaced.
+    #[arg(long, default_value_t = 1800)]
+    boot_grace: u64,
     /// Seconds a recorded create that never showed up is waited for, once no longer needed, before its
     /// name is retired.
     #[arg(long, default_value_t = 600)]
@@ -296,6 +299,7 @@ fn settings(args: &Args) -> Result<Settings, String> {
     settings.archs = args.archs.iter().map(|a| orca::docker_arch(a)).collect();
     settings.user_data = user_data;
     settings.grace = Duration::from_secs(args.grace);
+    settings.boot_grace = Duration::from_secs(args.boot_grace);
     settings.settle = Duration::from_secs(args.settle);
     settings.parallel = args.parallel;
     settings.unknown = args.unknown;

@@ -46,10 +46,22 @@ enum Then {
     NextOffering,
 }
 
-/// Whether a create's error refuses the offering itself (its machine type or location unknown to
-/// the cloud): the next offering may do.
+/// Whether a create's error refuses the offering itself: its machine type or location unknown to
+/// the cloud, or a refusal that stands for every create of it until someone acts (over quota, no
+/// permission, credentials or settings refused). The offering rests for the cool-down, so that
+/// passes do not spend a name and a create on it for every missing machine; the next offering may
+/// do (another type's quota, another region's).
 fn offering_refused(e: &Error) -> bool {
-    matches!(e, Error::InvalidSpec { field, .. } if field == "machine_type" || field == "location")
+    match e {
+        Error::InvalidSpec { field, .. } => field == "machine_type" || field == "location",
+        _ => matches!(
+            e.kind(),
+            ErrorKind::Quota
+                | ErrorKind::PermissionDenied
+                | ErrorKind::Unauthenticated
+                | ErrorKind::InvalidSettings
+        ),
+    }
 }
 
 pub(super) async fn create_job(

@@ -280,7 +280,7 @@ fn establish(
         (true, Unknown::Ask) => Unknown::Delete,
     };
     if record.established {
-        return Some(policy);
+        return lost_entries(record, &unknown, cx, store, report).then_some(policy);
     }
     if !unknown.is_empty() && policy == Unknown::Ask {
         let mut why = format!(
@@ -311,6 +311,42 @@ fn establish(
         ),
     });
     Some(policy)
+}
+
+/// Whether an established record may go on with the machines it does not name (`unknown`): not
+/// when some carry its own writer id while the operator gave no word (`--unknown ask`). Only this
+/// record labels machines with its id, and it writes an intent before each create, so such a
+/// machine shows that the record lost entries since it made it (its journal lost, an older copy
+/// restored): they are its own machines, and deleting them as strangers would empty the pool it
+/// keeps. The pass holds, saying so.
+fn lost_entries(
+    record: &Record,
+    unknown: &[&Machine],
+    cx: PassCtx<'_>,
+    store: &dyn Store,
+    report: &mut PassReport,
+) -> bool {
+    let own: Vec<&&Machine> = unknown
+        .iter()
+        .filter(|m| m.labels.get(crate::WRITER_LABEL) == Some(&record.writer))
+        .collect();
+    if own.is_empty() || cx.settings.unknown != Unknown::Ask {
+        return true;
+    }
+    let why = format!(
+        "these machines carry the writer id {} of the record of {} ({}), which does not name them: the record has lost entries since it made them (its journal lost, or an older copy restored), so nothing is deleted or created until you decide: to take them back, run with --unknown adopt; to delete them, --unknown delete",
+        record.writer,
+        cx.key,
+        store.describe()
+    );
+    report.actions.push(Action::Held {
+        machines: own
+            .iter()
+            .map(|m| format!("{} ({})", m.name, m.id))
+            .collect(),
+        why,
+    });
+    false
 }
 
 /// The number `n` of `name` when it is `machine_name(key, n)`.

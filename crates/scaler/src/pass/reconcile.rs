@@ -2,6 +2,7 @@
 //! to be deleted and why, which recorded names were found in the cloud, and which are gone.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use orca::{Machine, Status, Timestamp};
 
@@ -33,9 +34,17 @@ pub(super) fn offering_of(m: &Machine) -> Offering {
 }
 
 /// Machine `m` of entry `e`: counted (serving, or not serving within the grace), or deleted and
-/// replaced once it has not served for longer than the grace.
+/// replaced once it has not served for longer than the grace; a machine starting is serving for
+/// the boot grace from its creation (when the cloud reports it), then it is stuck.
 pub(super) fn health(e: &mut Entry, m: &Machine, cx: PassCtx<'_>, found: &mut Found) {
+    let made = m.created_at.or(e.created_at);
+    let stuck_since = made.filter(|t| since(cx.now, *t) >= cx.settings.boot_grace);
     match m.status {
+        Status::Starting if stuck_since.is_some() => {
+            let from = stuck_since.unwrap_or(cx.now);
+            let grace = cx.settings.boot_grace;
+            found.deletes.push(unhealthy_delete(e, m, from, grace));
+        }
         Status::Running | Status::Starting => {
             if e.unhealthy_since.take().is_some() {
                 found.events.push(Event::Live {
@@ -58,25 +67,30 @@ pub(super) fn health(e: &mut Entry, m: &Machine, cx: PassCtx<'_>, found: &mut Fo
             }
             let grace = cx.settings.grace;
             if since(cx.now, from) >= grace {
-                found.deletes.push(DeleteJob {
-                    name: e.name.clone(),
-                    id: m.id.clone(),
-                    offering: e.offering.clone(),
-                    cause: "unhealthy",
-                    why: format!(
-                        "{} ({}) since {}, longer than the grace of {} s; replaced",
-                        m.status,
-                        m.cloud_status,
-                        ts(from),
-                        grace.as_secs()
-                    ),
-                    duplicate: false,
-                    counted: false,
-                });
+                found.deletes.push(unhealthy_delete(e, m, from, grace));
             } else {
                 found.counted.push((m.clone(), false));
             }
         }
+    }
+}
+
+/// The delete of machine `m` (entry `e`), not serving since `from`, longer than `grace`.
+fn unhealthy_delete(e: &Entry, m: &Machine, from: Timestamp, grace: Duration) -> DeleteJob {
+    DeleteJob {
+        name: e.name.clone(),
+        id: m.id.clone(),
+        offering: e.offering.clone(),
+        cause: "unhealthy",
+        why: format!(
+            "{} ({}) since {}, longer than the grace of {} s; replaced",
+            m.status,
+            m.cloud_status,
+            ts(from),
+            grace.as_secs()
+        ),
+        duplicate: false,
+        counted: false,
     }
 }
 

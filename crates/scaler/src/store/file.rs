@@ -198,12 +198,51 @@ pub struct FileStore {
     lock: FileLock,
 }
 
+/// `path` with every symbolic link on the way resolved (to the file, or to a folder above it): the
+/// lock and the journal are those of the file itself, so that two stores opened by two paths to one
+/// file take one lock. A file not made yet is named in its folder's resolved path, and a link to
+/// such a file is followed to where it points.
+fn real_path(path: &Path) -> Result<PathBuf, StoreError> {
+    let mut at = path.to_path_buf();
+    // As many links as the system itself follows in one path.
+    for _ in 0..40 {
+        match std::fs::canonicalize(&at) {
+            Ok(real) => return Ok(real),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io(&at, "resolve", e))
+            }
+            Err(_) => {}
+        }
+        let is_link = std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink());
+        if is_link {
+            let target = std::fs::read_link(&at).map_err(|e| io(&at, "resolve", e))?;
+            at = match at.parent() {
+                Some(folder) => folder.join(target),
+                None => target,
+            };
+            continue;
+        }
+        let not_found = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let Some(name) = at.file_name() else {
+            return Err(io(path, "resolve", not_found()));
+        };
+        let folder = match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let real = std::fs::canonicalize(folder).map_err(|e| io(folder, "resolve", e))?;
+        return Ok(real.join(name));
+    }
+    let loops = std::io::Error::other("too many levels of symbolic links");
+    Err(io(path, "resolve", loops))
+}
+
 impl FileStore {
     /// Opens (or prepares) the record file at `path`, taking its lock: a second process (or a second
     /// store in this one) on the same file is refused with [`StoreError::Busy`]. The journal beside
     /// it is read after the snapshot; its torn last entry, if any, is dropped.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let path = path.as_ref().to_path_buf();
+        let path = real_path(path.as_ref())?;
         let lock = lock(&path)?;
         let journal_path = journal::path_for(&path);
         remove_leftovers(&path);

@@ -181,8 +181,10 @@ pub(super) fn read(path: &Path, formats: &[&str]) -> Result<Option<Found>, Store
             }
             Frame::Bad(next) => {
                 // A crash mid-append leaves its frame last. One that a whole frame follows was
-                // damaged after it was written: landed entries may be lost, so it is refused.
-                if next.is_some_and(|n| matches!(next_frame(&bytes, n), Frame::Whole(..))) {
+                // damaged after it was written (its length too, which then points past the end or
+                // into the next frame): landed entries may be lost, so it is refused.
+                let follows = |n: usize| matches!(next_frame(&bytes, n), Frame::Whole(..));
+                if next.is_some_and(follows) || whole_frame_after(&bytes, at) {
                     return Err(StoreError::Failed(format!(
                         "{}: the entry at byte {at} is damaged and entries follow it; the journal is kept as it is",
                         path.display()
@@ -199,6 +201,12 @@ pub(super) fn read(path: &Path, formats: &[&str]) -> Result<Option<Found>, Store
         whole: at as u64,
         torn,
     }))
+}
+
+/// Whether a whole frame starts anywhere after offset `at` (a frame whose length and checksum hold:
+/// the bytes of a torn last frame hold one only by a chance of about one in four billion).
+fn whole_frame_after(bytes: &[u8], at: usize) -> bool {
+    (at + 1..bytes.len()).any(|n| matches!(next_frame(bytes, n), Frame::Whole(..)))
 }
 
 /// A frame read at some offset.

@@ -20,6 +20,40 @@ async fn a_second_copy_on_one_record_is_refused() {
     FileStore::open(&path).unwrap();
 }
 
+/// A second copy that names the record file by another path (a link to the file, or to its
+/// folder) is refused as well: the lock and the journal are those of the file itself, so the two
+/// never keep one record apart with two locks and two journals.
+#[tokio::test]
+async fn a_second_copy_through_a_link_to_the_record_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let path = real.join("rec.json");
+    let one = FileStore::open(&path).unwrap();
+    let linked_file = dir.path().join("linked.json");
+    std::os::unix::fs::symlink(&path, &linked_file).unwrap();
+    let linked_dir = dir.path().join("linked-dir");
+    std::os::unix::fs::symlink(&real, &linked_dir).unwrap();
+    for other in [linked_file.clone(), linked_dir.join("rec.json")] {
+        let e = FileStore::open(&other).unwrap_err();
+        assert!(
+            matches!(e, StoreError::Busy(_)),
+            "{}: {e:?}",
+            other.display()
+        );
+    }
+    drop(one);
+    // Through the link, once free: the file itself is written, and the link stays a link.
+    let mut s = FileStore::open(&linked_file).unwrap();
+    let key = Key::new("memory", "o", "p");
+    s.commit(&Record::new(key.clone()), &[]).await.unwrap();
+    assert!(std::fs::symlink_metadata(&linked_file)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(path.exists());
+}
+
 fn refused(path: &std::path::Path) -> String {
     match FileStore::open(path) {
         Ok(s) => panic!("{} was opened: {s:?}", path.display()),

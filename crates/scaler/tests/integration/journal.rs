@@ -200,6 +200,28 @@ async fn a_damaged_entry_before_whole_ones_is_refused() {
     assert_eq!(std::fs::read(journal(&path)).unwrap(), bytes, "kept");
 }
 
+/// A damaged length of an entry that whole entries follow is no torn last entry either, whether the
+/// length now runs past the end of the file or into the next entry: refused, the journal kept.
+#[tokio::test]
+async fn a_damaged_length_before_whole_entries_is_refused() {
+    for (byte, flip) in [(3, 0x10), (0, 0x01)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.json");
+        let mut r = Record::new(key());
+        let mut s = FileStore::open(&path).unwrap();
+        commit_machines(&mut s, &mut r, 0, 1).await;
+        let first = std::fs::metadata(journal(&path)).unwrap().len() as usize;
+        commit_machines(&mut s, &mut r, 1, 3).await;
+        drop(s);
+        let mut bytes = std::fs::read(journal(&path)).unwrap();
+        bytes[first + byte] ^= flip;
+        std::fs::write(journal(&path), &bytes).unwrap();
+        let m = refused(&path);
+        assert!(m.contains("damaged"), "byte {byte}: {m}");
+        assert_eq!(std::fs::read(journal(&path)).unwrap(), bytes, "kept");
+    }
+}
+
 /// Compaction writes every record of the file (of every key) into a new snapshot and starts an empty
 /// journal; nothing is lost, and commits after it land.
 #[tokio::test]

@@ -188,6 +188,67 @@ async fn an_unknown_machine_is_replaced_after_the_grace_and_starting_counts() {
     assert_eq!(ids(&cloud).len(), 2);
 }
 
+/// A machine that stays starting (a VM the cloud never finishes provisioning) is counted for the
+/// boot grace from its creation, then replaced, as a stopped one is after the grace.
+#[tokio::test]
+async fn a_machine_stuck_starting_is_replaced_after_the_boot_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let w = Wrap::new(p);
+    let mut s = scaler(dir.path(), 1, &[A]);
+    assert_eq!(s.settings.boot_grace, Duration::from_secs(1800));
+    let t0 = cloud.now();
+    s.pass(&w.layered(), t0).await;
+    let stuck = ids(&cloud)[0].clone();
+    w.starting.lock().unwrap().push(stuck.clone());
+    let r = s
+        .pass(&w.layered(), t0 + chrono::Duration::seconds(1799))
+        .await;
+    assert!(
+        r.actions.is_empty(),
+        "within the boot grace: {:?}",
+        r.actions
+    );
+    assert_eq!(r.serving, 1);
+    let r = s
+        .pass(&w.layered(), t0 + chrono::Duration::seconds(1801))
+        .await;
+    assert!(!ids(&cloud).contains(&stuck), "{:?}", r.actions);
+    assert_eq!(ids(&cloud).len(), 1, "and replaced");
+    assert!(
+        r.actions.iter().any(|a| matches!(a, Action::Deleted { cause, why, .. } if cause == "unhealthy" && why.contains("starting"))),
+        "{:?}",
+        r.actions
+    );
+}
+
+/// A refusal for the account (over quota, no permission) stands for every create of the offering:
+/// the offering rests for the cool-down, as after no stock, so that passes do not spend a new name
+/// and a create on it for every missing machine, pass after pass.
+#[tokio::test]
+async fn an_offering_refused_for_quota_rests_instead_of_spending_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    cloud.inject(Operation::Create, FaultKind::Error(ErrorKind::Quota), 1000);
+    let mut s = scaler(dir.path(), 3, &[A]);
+    let mut failed = 0;
+    for _ in 0..10 {
+        let r = s.pass(&p, cloud.now()).await;
+        failed += r
+            .actions
+            .iter()
+            .filter(|a| matches!(a, Action::Failed { .. }))
+            .count();
+    }
+    assert_eq!(failed, 1, "one create refused, then the offering rests");
+    assert!(ids(&cloud).is_empty());
+    // Past the cool-down it is asked again.
+    cloud.clear_faults();
+    let later = cloud.now() + chrono::Duration::seconds(301);
+    let r = s.pass(&p, later).await;
+    assert_eq!(ids(&cloud).len(), 3, "{:?}", r.actions);
+}
+
 /// A failed create counts as a failure of the pass, no stock does not (the CLI's exit status follows:
 /// `once_exits_non_zero_when_an_action_failed` in examples/pool/tests/cli.rs).
 #[tokio::test]

@@ -69,6 +69,36 @@ async fn switching_owner_keeps_each_owners_machines() {
     assert_eq!(now.len(), 4);
 }
 
+/// A record that went back in time (its journal lost, an older copy restored) no longer names
+/// machines it made, which carry its own writer id: they are no strangers to delete but the
+/// record's own, so the pass deletes and creates nothing and says why; the operator's flag decides.
+#[tokio::test]
+async fn a_record_that_lost_entries_deletes_none_of_its_own_machines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let mut s = scaler(dir.path(), 2, &[A]);
+    s.pass(&p, cloud.now()).await;
+    s.pass(&p, cloud.now()).await;
+    drop(s);
+    let made = ids(&cloud);
+    assert_eq!(made.len(), 2);
+    std::fs::remove_file(dir.path().join("rec.json.journal")).unwrap();
+    let mut back = scaler(dir.path(), 2, &[A]);
+    let r = back.pass(&p, cloud.now()).await;
+    assert_eq!(ids(&cloud), made, "{:?}", r.actions);
+    assert!(r.held(), "{:?}", r.actions);
+    let text = r.lines().join("\n");
+    assert!(
+        text.contains("writer id") && text.contains("--unknown adopt"),
+        "{text}"
+    );
+    // The operator takes them back: counted, nothing made or deleted.
+    back.settings.unknown = Unknown::Adopt;
+    let r = back.pass(&p, cloud.now()).await;
+    assert_eq!(ids(&cloud), made, "{:?}", r.actions);
+    assert_eq!(r.serving, 2);
+}
+
 /// A lost record file is a new record: it adopts and deletes nothing, creates nothing, and
 /// says why; the operator's flag decides.
 #[tokio::test]
