@@ -77,6 +77,40 @@ pub fn kinds() -> Vec<&'static str> {
     v
 }
 
+/// Whether setting `key` holds a secret: one a driver of this build declares so (its `ConfigKey`'s
+/// `is_secret`), or one whose name says so (`TOKEN`, `SECRET`, `PASSWORD`, `CREDENTIAL`,
+/// `PRIVATE`), for drivers this build does not have. Such a value is never shown, not even in part.
+///
+/// ```
+/// assert!(orca::is_secret_key("HCLOUD_TOKEN"));
+/// assert!(orca::is_secret_key("AWS_SECRET_ACCESS_KEY"));
+/// assert!(!orca::is_secret_key("ORCA_AZURE_RESOURCE_GROUP"));
+/// ```
+pub fn is_secret_key(key: &str) -> bool {
+    #[allow(unused_imports)]
+    use orca_machines::settings::SettingKey;
+    #[cfg(feature = "hetzner")]
+    if orca_hetzner::ConfigKey::parse(key).is_ok_and(|k| k.is_secret()) {
+        return true;
+    }
+    #[cfg(feature = "ec2")]
+    if orca_ec2::ConfigKey::parse(key).is_ok_and(|k| k.is_secret()) {
+        return true;
+    }
+    #[cfg(feature = "azure")]
+    if orca_azure::ConfigKey::parse(key).is_ok_and(|k| k.is_secret()) {
+        return true;
+    }
+    #[cfg(feature = "gce")]
+    if orca_gce::ConfigKey::parse(key).is_ok_and(|k| k.is_secret()) {
+        return true;
+    }
+    let upper = key.to_ascii_uppercase();
+    ["TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "PRIVATE"]
+        .iter()
+        .any(|w| upper.contains(w))
+}
+
 /// A provider of `kind` (`fake`, `hetzner`, `ec2`, `azure`, `gce`) from this process's settings, its
 /// machines labelled `owner` (the stack's id; empty for none).
 ///

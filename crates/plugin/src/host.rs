@@ -108,21 +108,26 @@ pub const MASK: &str = "***";
 
 /// `line` with each value of `settings` (a plugin's whole configuration, so its secrets, whatever
 /// their keys are called) of four characters or more replaced by [`MASK`] wherever it appears, and
-/// every run of eight characters or more of such a value too (the kit's `hide_secret`: a plugin may
-/// log a cloud's answer that repeats part of a token). A line cut at its bound (ending in
+/// every run of eight characters or more of a secret's value too ([`orca::is_secret_key`]; the kit's
+/// `hide_secret`: a plugin may log a cloud's answer that repeats part of a token), where the parts
+/// of other values (an endpoint's `https://`) stay. A line cut at its bound (ending in
 /// [`CUT_MARK`]) may end in the first part of a value: that part, when it is four characters or
 /// more, is replaced too.
 pub fn hide_settings(line: &str, settings: &Settings) -> String {
-    let mut values: Vec<&str> = settings
+    let mut values: Vec<(&str, bool)> = settings
         .keys()
-        .filter_map(|k| settings.get(k))
-        .filter(|v| v.len() >= SHORTEST_HIDDEN)
+        .filter_map(|k| Some((settings.get(k)?, orca::is_secret_key(k))))
+        .filter(|(v, _)| v.len() >= SHORTEST_HIDDEN)
         .collect();
     // Longest first: a value that contains another is hidden whole.
-    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    values.sort_by_key(|(v, _)| std::cmp::Reverse(v.len()));
     let mut line = line.to_string();
-    for v in &values {
-        line = orca_machines::kit::hide_secret(&line, v);
+    for (v, secret) in &values {
+        if *secret {
+            line = orca_machines::kit::hide_secret(&line, v);
+        } else if line.contains(v) {
+            line = line.replace(v, MASK);
+        }
     }
     let Some(kept) = line.strip_suffix(CUT_MARK) else {
         return line;
@@ -130,7 +135,7 @@ pub fn hide_settings(line: &str, settings: &Settings) -> String {
     // The longest start of a value that the kept text ends with.
     let start = values
         .iter()
-        .filter_map(|v| {
+        .filter_map(|(v, _)| {
             (SHORTEST_HIDDEN..v.len())
                 .rev()
                 .filter(|&n| v.is_char_boundary(n))
@@ -367,6 +372,18 @@ mod tests {
         assert_eq!(hide_settings("key tok-9f3K", &s), format!("key {MASK}"));
         assert_eq!(hide_settings("key tok-9f3", &s), "key tok-9f3");
         assert_eq!(cut("in eu-central"), format!("in {MASK}{CUT_MARK}"));
+    }
+
+    #[test]
+    fn parts_of_a_value_that_is_no_secret_stay() {
+        let s = Settings::new()
+            .with("ORCA_AZURE_ARM_ENDPOINT", "https://management.azure.com/")
+            .with("HCLOUD_TOKEN", "6MWq3U8cixMhwHorZd68v8ILzIZyJb4NqR5sTt0a");
+        let line = hide_settings(
+            "GET https://login.example/ at https://management.azure.com/",
+            &s,
+        );
+        assert_eq!(line, format!("GET https://login.example/ at {MASK}"));
     }
 
     #[test]
