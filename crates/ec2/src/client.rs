@@ -142,28 +142,42 @@ struct RecordCall {
 /// EC2 writes a launch time by its own clock, and this machine's may be seconds off (AWS
 /// signatures allow minutes). An answer dated `D` (whole seconds, cut down) that arrives at local
 /// time `R` was written at or before EC2's own `R`, so EC2's clock is at least `D - R` ahead: a
-/// bound that holds whatever the answer's delay.
+/// bound that holds whatever the answer's delay. The tightest bound of the last minute is kept (an
+/// answer held up on the way gives a loose one), and none older, should this machine's clock be set.
 #[derive(Debug)]
 pub(crate) struct Ec2Clock {
-    /// The latest answer's bound, in milliseconds; `i64::MIN` before any dated answer.
+    /// The tightest bound of the last minute, in milliseconds; `i64::MIN` before any dated answer.
     ahead_ms: AtomicI64,
+    /// When (this machine's milliseconds since the epoch) that bound was noted.
+    noted_ms: AtomicI64,
 }
 
 impl Default for Ec2Clock {
     fn default() -> Self {
         Ec2Clock {
             ahead_ms: AtomicI64::new(i64::MIN),
+            noted_ms: AtomicI64::new(0),
         }
     }
 }
 
+/// How long a bound of EC2's clock is kept while looser ones come.
+const CLOCK_BOUND_KEPT_MS: i64 = 60_000;
+
 impl Ec2Clock {
     /// Notes an answer dated `date` (an HTTP date) that arrived now.
     fn note(&self, date: &str) {
-        if let Ok(d) = chrono::DateTime::parse_from_rfc2822(date) {
-            let ahead = d.with_timezone(&chrono::Utc) - chrono::Utc::now();
-            self.ahead_ms
-                .store(ahead.num_milliseconds(), Ordering::Relaxed);
+        let Ok(d) = chrono::DateTime::parse_from_rfc2822(date) else {
+            return;
+        };
+        let now = chrono::Utc::now();
+        let ahead = (d.with_timezone(&chrono::Utc) - now).num_milliseconds();
+        let now_ms = now.timestamp_millis();
+        let kept = self.ahead_ms.load(Ordering::Relaxed);
+        let fresh = now_ms - self.noted_ms.load(Ordering::Relaxed) < CLOCK_BOUND_KEPT_MS;
+        if ahead >= kept || !fresh {
+            self.ahead_ms.store(ahead, Ordering::Relaxed);
+            self.noted_ms.store(now_ms, Ordering::Relaxed);
         }
     }
 
@@ -829,15 +843,28 @@ mod tests {
             (9_000..=10_000).contains(&ahead.num_milliseconds()),
             "{ahead}"
         );
-        // 5 s behind; a date that is no HTTP date changes nothing.
+        // An answer held up on the way (dated 5 s before it came) gives a looser bound: the
+        // tighter one stays; a date that is no HTTP date changes nothing.
         clock.note(&http_date(
-            chrono::Utc::now() - chrono::TimeDelta::seconds(5),
+            chrono::Utc::now() + chrono::TimeDelta::seconds(5),
         ));
         clock.note("yesterday");
-        let behind = clock.earliest(now) - now;
+        assert_eq!(clock.earliest(now) - now, ahead);
+        // A clock behind EC2's; a looser bound replaces a tighter one once its minute is over.
+        let behind = Ec2Clock::default();
+        behind.note(&http_date(
+            chrono::Utc::now() - chrono::TimeDelta::seconds(5),
+        ));
+        let b = behind.earliest(now) - now;
+        assert!((-6_000..=-5_000).contains(&b.num_milliseconds()), "{b}");
+        behind.noted_ms.store(0, Ordering::Relaxed);
+        behind.note(&http_date(
+            chrono::Utc::now() - chrono::TimeDelta::seconds(8),
+        ));
+        let later = behind.earliest(now) - now;
         assert!(
-            (-6_000..=-5_000).contains(&behind.num_milliseconds()),
-            "{behind}"
+            (-9_000..=-8_000).contains(&later.num_milliseconds()),
+            "{later}"
         );
     }
 
