@@ -101,21 +101,30 @@ pub(super) async fn create_job(
     }
 }
 
-/// The recorded name `retry` (when the record still has it), else a new name from the first offering
-/// not resting and not already found without stock (or refused) in this pass, recorded before its
-/// call; `None` when there is none.
+/// The recorded name `retry` (when the record still has it and its offering does not rest), else a
+/// new name from the first offering not resting and not already found without stock (or refused) in
+/// this pass, recorded before its call; `None` when there is none.
 async fn pick(
     s: &mut Shared<'_>,
     cx: PassCtx<'_>,
     retry: Option<String>,
 ) -> Result<Option<Picked>, StoreError> {
     if let Some(e) = retry.and_then(|name| s.record.entries.get(&name)) {
-        return Ok(Some(Picked {
-            name: e.name.clone(),
-            offering: e.offering.clone(),
-            fresh: false,
-            writer: s.record.writer.clone(),
-        }));
+        // A kept name of an offering that rests (its create refused, a launch perhaps made) waits
+        // for the rest to end, as a new name of it would.
+        let rests = s
+            .record
+            .cooling
+            .get(&e.offering.to_string())
+            .is_some_and(|until| *until > cx.now);
+        if !rests {
+            return Ok(Some(Picked {
+                name: e.name.clone(),
+                offering: e.offering.clone(),
+                fresh: false,
+                writer: s.record.writer.clone(),
+            }));
+        }
     }
     let usable = cx.settings.offerings.iter().find(|o| {
         let o = o.to_string();

@@ -94,13 +94,16 @@ pub(super) fn pending(
     retries
 }
 
-/// Says which offerings rest after no stock, for a pass that creates.
+/// Says which offerings rest after no stock or a refusal, for a pass that creates.
 pub(super) fn resting(record: &Record, settings: &Settings, actions: &mut Vec<Action>) {
     for o in &settings.offerings {
         if let Some(until) = record.cooling.get(&o.to_string()) {
             actions.push(Action::Skipped {
                 offering: o.to_string(),
-                reason: format!("no stock lately; resting until {}", ts(*until)),
+                reason: format!(
+                    "no stock or a refusal of its create lately; resting until {}",
+                    ts(*until)
+                ),
             });
         }
     }

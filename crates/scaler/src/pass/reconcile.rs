@@ -34,16 +34,16 @@ pub(super) fn offering_of(m: &Machine) -> Offering {
 }
 
 /// Machine `m` of entry `e`: counted (serving, or not serving within the grace), or deleted and
-/// replaced once it has not served for longer than the grace; a machine starting is serving for
-/// the boot grace from its creation (when the cloud reports it), then it is stuck.
+/// replaced once it has not served for longer than the grace. A machine starting serves for the
+/// boot grace from its creation (when the cloud reports it); one starting after that (never done
+/// booting, or started again long after it was made) has the grace, from when it was first seen so.
 pub(super) fn health(e: &mut Entry, m: &Machine, cx: PassCtx<'_>, found: &mut Found) {
     let made = m.created_at.or(e.created_at);
-    let stuck_since = made.filter(|t| since(cx.now, *t) >= cx.settings.boot_grace);
+    let booted_long_ago = made.is_some_and(|t| since(cx.now, t) >= cx.settings.boot_grace);
     match m.status {
-        Status::Starting if stuck_since.is_some() => {
-            let from = stuck_since.unwrap_or(cx.now);
-            let grace = cx.settings.boot_grace;
-            found.deletes.push(unhealthy_delete(e, m, from, grace));
+        Status::Starting if booted_long_ago => {
+            let from = e.unhealthy_since.unwrap_or(cx.now);
+            not_serving(e, m, from, cx, found);
         }
         Status::Running | Status::Starting => {
             if e.unhealthy_since.take().is_some() {
@@ -58,20 +58,26 @@ pub(super) fn health(e: &mut Entry, m: &Machine, cx: PassCtx<'_>, found: &mut Fo
         Status::Deleting => {}
         Status::Stopped | Status::Stopping | Status::Unknown => {
             let from = unhealthy_from(m, e, cx.now);
-            if e.unhealthy_since != Some(from) {
-                e.unhealthy_since = Some(from);
-                found.events.push(Event::Unhealthy {
-                    name: e.name.clone(),
-                    since: from,
-                });
-            }
-            let grace = cx.settings.grace;
-            if since(cx.now, from) >= grace {
-                found.deletes.push(unhealthy_delete(e, m, from, grace));
-            } else {
-                found.counted.push((m.clone(), false));
-            }
+            not_serving(e, m, from, cx, found);
         }
+    }
+}
+
+/// Machine `m` of entry `e`, not serving since `from`: counted within the grace, else deleted and
+/// replaced.
+fn not_serving(e: &mut Entry, m: &Machine, from: Timestamp, cx: PassCtx<'_>, found: &mut Found) {
+    if e.unhealthy_since != Some(from) {
+        e.unhealthy_since = Some(from);
+        found.events.push(Event::Unhealthy {
+            name: e.name.clone(),
+            since: from,
+        });
+    }
+    let grace = cx.settings.grace;
+    if since(cx.now, from) >= grace {
+        found.deletes.push(unhealthy_delete(e, m, from, grace));
+    } else {
+        found.counted.push((m.clone(), false));
     }
 }
 

@@ -188,8 +188,10 @@ async fn an_unknown_machine_is_replaced_after_the_grace_and_starting_counts() {
     assert_eq!(ids(&cloud).len(), 2);
 }
 
-/// A machine that stays starting (a VM the cloud never finishes provisioning) is counted for the
-/// boot grace from its creation, then replaced, as a stopped one is after the grace.
+/// A machine that stays starting (a VM the cloud never finishes provisioning) serves for the boot
+/// grace from its creation; starting after it, it has the grace, as a stopped one has, and is then
+/// replaced. A machine started again long after it was made (a restart) has that grace too: it is
+/// not replaced on sight.
 #[tokio::test]
 async fn a_machine_stuck_starting_is_replaced_after_the_boot_grace() {
     let dir = tempfile::tempdir().unwrap();
@@ -201,18 +203,13 @@ async fn a_machine_stuck_starting_is_replaced_after_the_boot_grace() {
     s.pass(&w.layered(), t0).await;
     let stuck = ids(&cloud)[0].clone();
     w.starting.lock().unwrap().push(stuck.clone());
-    let r = s
-        .pass(&w.layered(), t0 + chrono::Duration::seconds(1799))
-        .await;
-    assert!(
-        r.actions.is_empty(),
-        "within the boot grace: {:?}",
-        r.actions
-    );
-    assert_eq!(r.serving, 1);
-    let r = s
-        .pass(&w.layered(), t0 + chrono::Duration::seconds(1801))
-        .await;
+    let at = |secs| t0 + chrono::Duration::seconds(secs);
+    for secs in [1799, 1801, 1801 + 599] {
+        let r = s.pass(&w.layered(), at(secs)).await;
+        assert!(ids(&cloud).contains(&stuck), "at {secs} s: {:?}", r.actions);
+        assert_eq!(r.serving, 1, "at {secs} s");
+    }
+    let r = s.pass(&w.layered(), at(1801 + 601)).await;
     assert!(!ids(&cloud).contains(&stuck), "{:?}", r.actions);
     assert_eq!(ids(&cloud).len(), 1, "and replaced");
     assert!(
@@ -220,6 +217,13 @@ async fn a_machine_stuck_starting_is_replaced_after_the_boot_grace() {
         "{:?}",
         r.actions
     );
+    // A machine made long ago and starting again now: the grace, not a delete on sight.
+    let old = ids(&cloud)[0].clone();
+    w.starting.lock().unwrap().push(old.clone());
+    let later = at(1801 + 601 + 7200);
+    let r = s.pass(&w.layered(), later).await;
+    assert!(ids(&cloud).contains(&old), "{:?}", r.actions);
+    assert_eq!(r.serving, 1);
 }
 
 /// A refusal for the account (over quota, no permission) stands for every create of the offering:
@@ -247,6 +251,30 @@ async fn an_offering_refused_for_quota_rests_instead_of_spending_names() {
     let later = cloud.now() + chrono::Duration::seconds(301);
     let r = s.pass(&p, later).await;
     assert_eq!(ids(&cloud).len(), 3, "{:?}", r.actions);
+}
+
+/// A quota refusal that may have acted keeps its name for a retry (a lost launch may show up), and
+/// the offering rests all the same: the kept name waits for the rest to end rather than being
+/// created again every pass.
+#[tokio::test]
+async fn a_kept_name_waits_while_its_offering_rests() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cloud, p) = cloud();
+    let w = Wrap::new(p);
+    w.quota_acted.store(1000, Ordering::SeqCst);
+    let mut s = scaler(dir.path(), 1, &[A]);
+    for _ in 0..10 {
+        s.pass(&w.layered(), cloud.now()).await;
+    }
+    assert_eq!(
+        w.creates.load(Ordering::SeqCst),
+        1,
+        "one create, then the rest"
+    );
+    w.quota_acted.store(0, Ordering::SeqCst);
+    let later = cloud.now() + chrono::Duration::seconds(301);
+    let r = s.pass(&w.layered(), later).await;
+    assert_eq!(ids(&cloud).len(), 1, "{:?}", r.actions);
 }
 
 /// A failed create counts as a failure of the pass, no stock does not (the CLI's exit status follows:

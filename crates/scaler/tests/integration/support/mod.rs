@@ -66,6 +66,9 @@ pub struct Wrap {
     /// How many listings, from now, answer an empty pool (a listing taken before another writer's
     /// creates, as when two copies start at once).
     pub stale_listings: Arc<AtomicUsize>,
+    /// How many creates, from now, answer a quota refusal that may have acted (an EC2 launch ended
+    /// for a volume limit): nothing is made, and the name is kept for a retry.
+    pub quota_acted: Arc<AtomicUsize>,
 }
 
 impl Wrap {
@@ -85,6 +88,7 @@ impl Wrap {
             create_delay: Duration::ZERO,
             deleted: Arc::default(),
             stale_listings: Arc::default(),
+            quota_acted: Arc::default(),
         }
     }
 
@@ -119,6 +123,15 @@ impl Layer for Wrap {
         match call {
             Call::Create { .. } => {
                 let n = self.creates.fetch_add(1, Ordering::SeqCst) + 1;
+                let refuse = |n: usize| n.checked_sub(1);
+                if self
+                    .quota_acted
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, refuse)
+                    .is_ok()
+                {
+                    let e = orca::Error::quota("volume limit exceeded at launch");
+                    return Err(e.with_may_have_acted());
+                }
                 if n == self.hang_at {
                     // A permit kept until the test waits for it.
                     self.hung.notify_one();
