@@ -103,14 +103,46 @@ fn read_entry(path: &std::path::Path) -> std::result::Result<Vec<u8>, orca::fs::
     return orca::fs::read_regular(path, MAX_ENTRY_BYTES, WHAT);
 }
 
+/// Refuses a folder between the vault's root and the file at `path` that is a symbolic link: the
+/// file itself is opened without following one, and a linked folder on the way could lead out of
+/// the vault as well.
+fn refuse_linked_folders(
+    root: &std::path::Path,
+    path: &std::path::Path,
+) -> std::result::Result<(), orca::fs::FsError> {
+    let Ok(inner) = path.strip_prefix(root) else {
+        return Ok(());
+    };
+    let mut at = root.to_path_buf();
+    let folders: Vec<_> = inner.components().collect();
+    for c in folders.iter().take(folders.len().saturating_sub(1)) {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(orca::fs::FsError::NotPrivate {
+                    path: at,
+                    why: "reached through a symbolic link".into(),
+                });
+            }
+            // A folder that is not there leaves the file not there: the read says so.
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Vault for FileVault {
     async fn resolve(&self, reference: &str) -> Result<Settings> {
         let path = self.path_of(reference)?;
-        let bytes = tokio::task::spawn_blocking(move || read_entry(&path))
-            .await
-            .map_err(|e| unavailable(reference, format!("its read stopped ({e})")))?
-            .map_err(|e| unavailable(reference, why_unreadable(&e)))?;
+        let root = self.root.clone();
+        let bytes = tokio::task::spawn_blocking(move || {
+            refuse_linked_folders(&root, &path)?;
+            read_entry(&path)
+        })
+        .await
+        .map_err(|e| unavailable(reference, format!("its read stopped ({e})")))?
+        .map_err(|e| unavailable(reference, why_unreadable(&e)))?;
         // serde_json's errors quote the input: never let them near a message.
         let value = serde_json::from_slice(&bytes)
             .ok()
@@ -196,6 +228,27 @@ mod tests {
         assert!(e.message.contains("\"cloud/a\""), "{e}");
         assert!(e.message.contains("symbolic link"), "{e}");
         // Remote callers see this message: no path of the server's in it.
+        assert!(!e.message.contains(dir.path().to_str().unwrap()), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_symlinked_folder_in_the_vault_is_refused_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, vault, path) = vault_with_entry("cloud/a");
+        // The folder `cloud` is a link to a folder outside the vault holding a private `a.json`.
+        let outside = dir.path().join("elsewhere");
+        std::fs::create_dir(&outside).unwrap();
+        let file = outside.join("a.json");
+        std::fs::write(&file, r#"{"HCLOUD_TOKEN": "s3cret-value"}"#).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let folder = path.parent().unwrap();
+        std::fs::remove_dir(folder).unwrap();
+        std::os::unix::fs::symlink(&outside, folder).unwrap();
+        let e = vault.resolve("cloud/a").await.unwrap_err();
+        assert_eq!(e.code, "credentials.unavailable");
+        assert!(e.message.contains("\"cloud/a\""), "{e}");
+        assert!(e.message.contains("symbolic link"), "{e}");
         assert!(!e.message.contains(dir.path().to_str().unwrap()), "{e}");
     }
 
