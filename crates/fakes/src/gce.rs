@@ -8,8 +8,8 @@
 //! - paths under `/compute/v1/projects/{project}/...` for `instances` (insert, list,
 //!   aggregatedList, get, delete, start, stop, setMachineType, setLabels), `disks` (get, list,
 //!   aggregatedList, delete),
-//!   `machineTypes` (get, aggregatedList, with `architecture`), `images.getFromFamily` (project
-//!   `ubuntu-os-cloud`), zone and global `operations` (get, wait; the zone's also list, with
+//!   `machineTypes` (get, aggregatedList, with `architecture`), `images.get` and
+//!   `images.getFromFamily` (project `ubuntu-os-cloud`, with `architecture`), zone and global `operations` (get, wait; the zone's also list, with
 //!   `filter`), `firewalls` (get, list, patch) and
 //!   `networks` (get, with `subnetworks`);
 //! - an instance's output-only fields: `id` (a uint64 as a string), `creationTimestamp`,
@@ -290,6 +290,7 @@ impl FakeGce {
                 api!("/global/images/family/{family}"),
                 get(image_from_family),
             )
+            .route(api!("/global/images/{image}"), get(get_image))
             .route(api!("/global/firewalls"), get(list_firewalls))
             .route(
                 api!("/global/firewalls/{name}"),

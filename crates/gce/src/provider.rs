@@ -59,6 +59,9 @@ struct Inner {
     client: Client,
     owner: String,
     arch_cache: Mutex<HashMap<String, Arch>>,
+    /// The architecture of each image a spec named, as Compute Engine reads it (`None`: it names
+    /// none).
+    image_archs: Mutex<HashMap<String, Option<Arch>>>,
     /// Ids this provider made lately, which Compute Engine may not show yet: a "not found" for one
     /// of them is read again, within [`Config::visibility_window`] of its making.
     recent: kit::Recent,
@@ -283,6 +286,7 @@ impl GceProvider {
                 client,
                 owner: owner.to_string(),
                 arch_cache: Mutex::new(HashMap::new()),
+                image_archs: Mutex::new(HashMap::new()),
                 recent,
                 stopped,
             }),
@@ -641,6 +645,39 @@ impl GceProvider {
         }
     }
 
+    /// Refuses the spec's own image, before the insert, when Compute Engine has no image of that
+    /// path or when it is of another architecture than the machine type (`arch`): an arm64 type never
+    /// boots an amd64 image. The image is read once (`images.get`, or `images.getFromFamily` for a
+    /// family); one that names no architecture is taken as it is.
+    async fn check_image(&self, image: &str, arch: &Arch, machine_type: &str) -> Result<()> {
+        let cached = lock(&self.inner.image_archs).get(image).cloned();
+        let image_arch = match cached {
+            Some(a) => a,
+            None => {
+                let path = image_path(image, &self.inner.config.project)?;
+                let Some(found) = self.client().get_opt::<Value>("images.get", &path).await? else {
+                    return Err(Error::invalid(
+                        "image",
+                        format!("Compute Engine has no image {image}"),
+                    ));
+                };
+                let a = match found["architecture"].as_str() {
+                    None | Some("") | Some("ARCHITECTURE_UNSPECIFIED") => None,
+                    Some(a) => Some(docker_arch(a)),
+                };
+                lock(&self.inner.image_archs).insert(image.to_string(), a.clone());
+                a
+            }
+        };
+        match image_arch {
+            Some(a) if &a != arch => Err(Error::invalid(
+                "image",
+                format!("image {image} is for {a}, and machine type {machine_type} is {arch}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// [`Provider::create`], under the guard that notes it when it is stopped before it answers.
     async fn make(&self, spec: &MachineSpec, unanswered: &kit::CreateGuard<'_>) -> Result<Created> {
         spec.validate()?;
@@ -656,6 +693,9 @@ impl GceProvider {
             Err(e) => return kit::no_stock_of(spec, e),
         };
         let body = self.insert_body(spec, zone, &arch, &boot_disk)?;
+        if let Some(image) = &spec.image {
+            self.check_image(image, &arch, &spec.machine_type).await?;
+        }
         let r = InstanceRef {
             zone: zone.to_string(),
             name: spec.name.clone(),
@@ -1014,6 +1054,38 @@ impl GceProvider {
             }
         }
     }
+}
+
+/// The API path of a spec's image (`projects/P/global/images/NAME`, `.../images/family/F`, or
+/// `global/images/...` of the machines' own project), each segment a resource name: it goes into the
+/// request's URL.
+fn image_path(image: &str, project: &str) -> Result<String> {
+    let path = if image.starts_with("projects/") {
+        image.to_string()
+    } else {
+        format!("projects/{project}/{image}")
+    };
+    let segments: Vec<&str> = path.split('/').collect();
+    let shaped = match segments.as_slice() {
+        ["projects", p, "global", "images", name] => vec![*p, *name],
+        ["projects", p, "global", "images", "family", f] => vec![*p, *f],
+        _ => Vec::new(),
+    };
+    let names_ok = !shaped.is_empty()
+        && shaped.iter().all(|s| {
+            s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+        });
+    if !names_ok {
+        return Err(Error::invalid(
+            "image",
+            format!(
+                "an image path (projects/P/global/images/NAME or .../images/family/F), got {image:?}"
+            ),
+        ));
+    }
+    Ok(path)
 }
 
 /// The boot disk's source image of `spec` for machines of `arch`: the spec's own, else the Ubuntu

@@ -135,20 +135,35 @@ pub(super) async fn image_from_family(Path((project, family)): Path<(String, Str
         .iter()
         .find(|(f, ..)| project == IMAGE_PROJECT && *f == family);
     match found {
-        Some((f, image, arch)) => Json(json!({
-            "kind": "compute#image",
-            "id": "2000",
-            "name": image,
-            "family": f,
-            "architecture": arch,
-            "status": "READY",
-            "diskSizeGb": "10",
-            "sourceType": "RAW",
-            "selfLink": format!("{LINK}/projects/{IMAGE_PROJECT}/global/images/{image}"),
-        }))
-        .into_response(),
+        Some(i) => Json(image_body(i)).into_response(),
         None => not_found(&format!("projects/{project}/global/images/family/{family}")),
     }
+}
+
+/// `images.get`: an image of the public Ubuntu project by its name.
+pub(super) async fn get_image(Path((project, name)): Path<(String, String)>) -> Response {
+    let found = IMAGES
+        .iter()
+        .find(|(_, image, _)| project == IMAGE_PROJECT && *image == name);
+    match found {
+        Some(i) => Json(image_body(i)).into_response(),
+        None => not_found(&format!("projects/{project}/global/images/{name}")),
+    }
+}
+
+/// An image as Compute Engine answers it: its family and architecture.
+fn image_body(&(f, image, arch): &(&str, &str, &str)) -> Value {
+    json!({
+        "kind": "compute#image",
+        "id": "2000",
+        "name": image,
+        "family": f,
+        "architecture": arch,
+        "status": "READY",
+        "diskSizeGb": "10",
+        "sourceType": "RAW",
+        "selfLink": format!("{LINK}/projects/{IMAGE_PROJECT}/global/images/{image}"),
+    })
 }
 
 pub(super) async fn aggregated_machine_types(

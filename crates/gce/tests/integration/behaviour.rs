@@ -1936,3 +1936,47 @@ async fn a_project_that_does_not_exist_is_the_setting_named() {
         ["web-1"]
     );
 }
+
+/// An image the spec names is read before the insert: one of another architecture than the machine
+/// type (an arm64 type never boots an amd64 image), or one Compute Engine does not have, is refused
+/// naming the image, and nothing is inserted. One of the type's architecture boots.
+#[tokio::test]
+async fn a_spec_image_of_another_architecture_or_none_is_refused_before_the_insert() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "owner-1").await;
+    let amd_image = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64";
+    let amd_named = "projects/ubuntu-os-cloud/global/images/ubuntu-2404-noble-amd64-v20251001";
+    for (image, why) in [
+        (amd_image, "arm64"),
+        (amd_named, "arm64"),
+        (
+            "projects/ubuntu-os-cloud/global/images/no-such-image",
+            "no image",
+        ),
+        ("projects/../global/images/x", "image path"),
+    ] {
+        let s = spec("vm-arm", "t2a-standard-1").with_image(image);
+        match p.create(&s).await {
+            Err(Error::InvalidSpec { field, rule }) => {
+                assert_eq!(field, "image", "{rule}");
+                assert!(rule.contains(why), "{image}: {rule}");
+            }
+            other => panic!("{image}: {other:?}"),
+        }
+    }
+    let inserts = fake
+        .control()
+        .log()
+        .into_iter()
+        .filter(|r| r.method == Method::POST && r.path.ends_with("/instances"))
+        .count();
+    assert_eq!(inserts, 0, "nothing inserted");
+    let m = match p
+        .create(&spec("vm-amd", "e2-small").with_image(amd_named))
+        .await
+    {
+        Ok(Created::Machine(m)) => m,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(m.name, "vm-amd");
+}
