@@ -1056,14 +1056,15 @@ impl GceProvider {
     }
 }
 
-/// The API path of a spec's image (`projects/P/global/images/NAME`, `.../images/family/F`, or
-/// `global/images/...` of the machines' own project), each segment a resource name: it goes into the
-/// request's URL.
+/// The API path of a spec's image (`projects/P/global/images/NAME`, `.../images/family/F`, either
+/// as a full URL, or `global/images/...` of the machines' own project), each segment a resource
+/// name: it goes into the request's URL.
 fn image_path(image: &str, project: &str) -> Result<String> {
-    let path = if image.starts_with("projects/") {
-        image.to_string()
-    } else {
-        format!("projects/{project}/{image}")
+    let full_url = image.starts_with("https://") || image.starts_with("http://");
+    let path = match image.find("projects/") {
+        Some(0) => image.to_string(),
+        Some(at) if full_url => image[at..].to_string(),
+        _ => format!("projects/{project}/{image}"),
     };
     let segments: Vec<&str> = path.split('/').collect();
     let shaped = match segments.as_slice() {

@@ -1950,6 +1950,10 @@ async fn a_spec_image_of_another_architecture_or_none_is_refused_before_the_inse
         (amd_image, "arm64"),
         (amd_named, "arm64"),
         (
+            "https://compute.googleapis.com/compute/v1/projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64",
+            "arm64",
+        ),
+        (
             "projects/ubuntu-os-cloud/global/images/no-such-image",
             "no image",
         ),
