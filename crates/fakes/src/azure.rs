@@ -40,7 +40,9 @@
 //!   "Disk ... already exists in resource group .... Only CreateOption.Attach is supported.", as
 //!   reported in hashicorp/terraform-provider-azurerm#15513). A failed VM keeps a power state beside
 //!   its failed provisioning state (taskcluster/taskcluster#3347: `PowerState/running` after
-//!   `OSProvisioningTimedOut`): deallocated when it never got hardware.
+//!   `OSProvisioningTimedOut`): deallocated when it never got hardware. A VM's delete preempts its
+//!   operations still running (its create): they end `Canceled` with `OperationPreempted`
+//!   (Azure/azure-sdk-for-java#1783).
 //! - **Interface reservation** (`NicReservedForAnotherVm`, "reserved for another Virtual Machine for
 //!   180 seconds", as reported against Azure by karpenter-provider-azure#92, rancher/machine#359,
 //!   AzureTRE#4474): the interfaces of a VM whose create failed, or that a VM's delete left behind,

@@ -107,6 +107,13 @@ impl AzureProvider {
             if self.reads_failed(name).await {
                 return self.undo(made, error).await;
             }
+            // A delete of the VM preempts its create: the VM is going, not standing for a retry to
+            // adopt. What the create made beside it stays for the delete, or delete_named, to take.
+            if error.code() == Some("OperationPreempted") && self.reads_going(name).await {
+                return error.with_may_have_acted().prefixed(&format!(
+                    "VM {name} was deleted while its create ran (Azure preempted the create): a retried create makes a new one once it is gone, and delete_named of its name removes what is left"
+                ));
+            }
             // Azure accepted the VM's `PUT`: the VM stands, whatever reads show of it during its
             // visibility window (a read then answers 404, and so does its delete).
             return error.with_may_have_acted().prefixed(&format!(
@@ -130,6 +137,19 @@ impl AzureProvider {
             self.get_vm(name, &url).await,
             Ok(Some(vm)) if vm.properties.provisioning_state.eq_ignore_ascii_case("Failed")
         )
+    }
+
+    /// Whether one read of VM `name` shows it being deleted, or gone (a failed read: false).
+    async fn reads_going(&self, name: &str) -> bool {
+        let url = self.vm_url(name, false);
+        match self.get_vm(name, &url).await {
+            Ok(Some(vm)) => vm
+                .properties
+                .provisioning_state
+                .eq_ignore_ascii_case("Deleting"),
+            Ok(None) => true,
+            Err(_) => false,
+        }
     }
 
     /// `PUT` of a new network resource in `location`, followed to its end. The network resource

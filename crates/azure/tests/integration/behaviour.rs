@@ -2243,3 +2243,33 @@ async fn a_disk_of_the_os_disks_name_is_left_alone_and_named() {
     assert_eq!(disk["properties"]["diskSizeGB"], 64, "{disk}");
     assert!(disk.get("managedBy").is_none_or(|m| m.is_null()), "{disk}");
 }
+
+/// A delete of a VM whose create is still running preempts it: Azure ends the create's operation
+/// `Canceled` with `OperationPreempted`. The create then fails saying the VM was deleted while it
+/// was being made, as a passing failure (a retry makes a new one once it is gone), never that the
+/// VM stands for a retry to adopt.
+#[tokio::test(start_paused = true)]
+async fn a_create_whose_vm_is_deleted_meanwhile_says_so() {
+    let f = fake().await;
+    f.set_operation_time(std::time::Duration::from_secs(30));
+    let p = provider(&f, "stack-1").await;
+    let making = {
+        let p = p.clone();
+        tokio::spawn(async move { p.create(&spec("vm-p", AMD)).await })
+    };
+    let vm_made = |f: &orca_fakes::azure::FakeAzure| {
+        f.resources(RESOURCE_GROUP)
+            .iter()
+            .any(|(t, n)| t == "Microsoft.Compute/virtualMachines" && n == "vm-p")
+    };
+    while !vm_made(&f) {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+    assert!(p.delete("vm-p").await.unwrap());
+    let err = making.await.unwrap().unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    let said = err.to_string();
+    assert!(said.contains("deleted while"), "{said}");
+    assert!(!said.contains("stands"), "{said}");
+    assert!(!vm_made(&f));
+}

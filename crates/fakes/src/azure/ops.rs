@@ -203,9 +203,17 @@ pub(super) fn poll(st: &mut State, op_id: &str) -> Response {
         Some(Ok(())) => {
             json!({"name": op_id, "status": "Succeeded", "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z"})
         }
-        Some(Err((code, msg))) => json!({"name": op_id, "status": "Failed",
+        Some(Err((code, msg))) => {
+            // An operation a later one preempted ends Canceled; any other failure Failed.
+            let status = if code == PREEMPTED {
+                "Canceled"
+            } else {
+                "Failed"
+            };
+            json!({"name": op_id, "status": status,
             "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:01Z",
-            "error": {"code": code, "message": msg, "details": []}}),
+            "error": {"code": code, "message": msg, "details": []}})
+        }
     };
     let wait: Vec<_> = retry_after(st).filter(|_| running).into_iter().collect();
     answer(200, body, &wait)
@@ -244,6 +252,9 @@ pub(super) fn poll_location(st: &mut State, r: &Req, op_id: &str) -> Response {
         Some(Some(Err((code, msg)))) => err(409, &code, &msg),
     }
 }
+
+/// The code of an operation a later one preempted (a delete of the VM a create was making).
+pub(super) const PREEMPTED: &str = "OperationPreempted";
 
 /// Whether `code` says Azure found no hardware for a VM (it never ran).
 fn is_allocation_failure(code: &str) -> bool {

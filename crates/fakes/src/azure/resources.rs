@@ -340,6 +340,9 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
         return e;
     }
     let location = location_of(&res.body);
+    if kind == Kind::Vm {
+        preempt(st, &key);
+    }
     if let Some(x) = st.res.get_mut(&key) {
         x.body["properties"]["provisioningState"] = json!("Deleting");
         if kind == Kind::Vm && !x.power.is_empty() {
@@ -350,6 +353,22 @@ pub(super) fn delete(st: &mut State, r: &Req, rg: &str, kind: Kind, name: &str) 
     let mut headers = vec![("Azure-AsyncOperation", op.clone()), ("Location", op)];
     headers.extend(retry_after(st));
     answer(202, Value::Null, &headers)
+}
+
+/// Ends the operations still running on VM `key` (its create, an update, a power action) as
+/// Azure does when a delete preempts them: `Canceled`, with `OperationPreempted`.
+fn preempt(st: &mut State, key: &str) {
+    let running = st.ops.values_mut().filter(|o| {
+        o.key == key
+            && o.outcome.is_none()
+            && matches!(o.action, Action::Put | Action::Fail(..) | Action::Power(_))
+    });
+    for o in running {
+        o.outcome = Some(Err((
+            PREEMPTED.to_string(),
+            "Operation execution has been preempted by a more recent operation.".to_string(),
+        )));
+    }
 }
 
 /// Azure's refusal to delete resource `id` (`name`) of `kind` whose body is `body` while something
