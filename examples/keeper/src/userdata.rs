@@ -205,11 +205,11 @@ pub fn check_keeper_url(url: &str) -> std::result::Result<(), String> {
     if authority.contains('@') {
         return Err("holds user information (user@ or user:password@): give none".into());
     }
-    let (host, port) = split_host_port(authority)?;
+    let (_, port) = split_host_port(authority)?;
     if port.is_some_and(|p| p.is_empty() || p.parse::<u16>().is_err()) {
         return Err("its port is not a number from 0 to 65535".into());
     }
-    if !https && !is_loopback(host) {
+    if !https && !orca::kit::is_loopback(authority) {
         return Err("plain http is for a loopback host only (127.0.0.0/8, [::1], localhost): VMs send their bootstrap token to it; use https".into());
     }
     Ok(())
@@ -237,13 +237,6 @@ fn split_host_port(authority: &str) -> std::result::Result<(&str, Option<&str>),
         return Err(no_host());
     }
     Ok((host, port))
-}
-
-fn is_loopback(host: &str) -> bool {
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

@@ -292,13 +292,7 @@ fn establish(
             why.push_str("; ");
             why.push_str(&n);
         }
-        report.actions.push(Action::Held {
-            machines: unknown
-                .iter()
-                .map(|m| format!("{} ({})", m.name, m.id))
-                .collect(),
-            why,
-        });
+        held(report, unknown.iter().copied(), why);
         return None;
     }
     record.established = true;
@@ -339,14 +333,16 @@ fn lost_entries(
         cx.key,
         store.describe()
     );
+    held(report, own.iter().copied().copied(), why);
+    false
+}
+
+/// Reports a pass that holds, naming `machines` and why.
+fn held<'m>(report: &mut PassReport, machines: impl Iterator<Item = &'m Machine>, why: String) {
     report.actions.push(Action::Held {
-        machines: own
-            .iter()
-            .map(|m| format!("{} ({})", m.name, m.id))
-            .collect(),
+        machines: machines.map(|m| format!("{} ({})", m.name, m.id)).collect(),
         why,
     });
-    false
 }
 
 /// The number `n` of `name` when it is `machine_name(key, n)`.
