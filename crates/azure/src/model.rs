@@ -689,3 +689,20 @@ mod tests {
         assert_eq!(deleting.power(None).0, Status::Deleting);
     }
 }
+
+/// A marketplace image version (`VirtualMachineImages_List` items, `VirtualMachineImages_Get`).
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ImageVersion {
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(default)]
+    pub properties: ImageVersionProperties,
+}
+
+/// What a marketplace image version says of itself.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct ImageVersionProperties {
+    /// `x64` or `Arm64` (absent on older images, which are x64).
+    #[serde(default)]
+    pub architecture: Option<String>,
+}

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::client::{decode, Client, Condition, COMPUTE_API, DISKS_API, NETWORK_API, SKUS_API};
 use crate::config::{Config, ImageUrn, URN_RULE};
-use crate::model::{InstanceView, Nic, PublicIp, Sku, Tagged, Vm, VmSize};
+use crate::model::{ImageVersion, InstanceView, Nic, PublicIp, Sku, Tagged, Vm, VmSize};
 
 /// The driver's kind.
 pub const KIND: &str = "azure";
@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     pub(crate) owner: String,
     /// The size catalogue of each location read so far: size (lower case) -> architecture.
     skus: Mutex<HashMap<String, Arc<HashMap<String, Arch>>>>,
+    /// The architecture of each marketplace image read so far, by location and URN (lower case).
+    image_archs: Mutex<HashMap<String, Arch>>,
     /// Machines this provider made, and when: a "not found" for one of them is not believed at once.
     recent: kit::Recent<String>,
     /// Creates stopped once Azure may hold their VM, before they answered, by pool and name.
@@ -104,6 +106,7 @@ impl AzureProvider {
                 client,
                 owner: owner.to_string(),
                 skus: Mutex::new(HashMap::new()),
+                image_archs: Mutex::new(HashMap::new()),
                 recent,
                 stopped,
             }),

@@ -689,7 +689,13 @@ impl Ec2Provider {
                 format!("an AMI id (ami- and 8 or 17 hex digits), got {ami:?}"),
             ));
         }
-        let arch = self.arch(&spec.machine_type).await?;
+        // A type EC2 does not have in the region is bad input, not a machine gone.
+        let arch = match self.arch(&spec.machine_type).await {
+            Err(Error::NotFound { what, .. }) => {
+                return Err(Error::invalid("machine_type", format!("EC2 has no {what}")));
+            }
+            other => other?,
+        };
         let image = match &spec.image {
             Some(ami) => self.spec_image(ami, &arch, &spec.machine_type).await?,
             None => self.image(&arch).await?,

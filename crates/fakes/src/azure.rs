@@ -91,6 +91,10 @@
 //!   otherwise ([`FakeAzure::set_link_origin`]).
 //! - **Resource SKUs** (`skus.json`, `ListAvailableResourceSkusForARegion.json`): one entry per size
 //!   and location, `$filter=location eq '<location>'`, `CpuArchitectureType` (`x64`, `Arm64`).
+//! - **Marketplace images** (`VirtualMachineImages_List`, `VirtualMachineImages_Get`): the versions
+//!   of a few Canonical Ubuntu images, each version with its `architecture`; 404 `NotFound`
+//!   ("Artifact: VMImage was not found.") for any other. A VM `PUT` still takes any image
+//!   reference, telling its architecture by an `arm64` in its SKU.
 //! - **Tags API** (`Tags_UpdateAtScope`): `{id}/providers/Microsoft.Resources/tags/default` with
 //!   `Merge`, `Replace` and `Delete` (by name, or by name and value), at most 50 tags.
 //! - **Credits** (`CreditSummaryByBillingProfile.json`): a billing profile's balance summary
@@ -118,8 +122,9 @@
 //!   ([`FakeAzure::link_interfaces_when_visible`]).
 //!
 //! # What it does not reproduce
-//! - Real capacity, quotas, zones, images and prices: the catalogue is six sizes in three locations,
-//!   failures come only from the faults below.
+//! - Real capacity, quotas, zones, images and prices: the catalogue is six sizes in three locations
+//!   (a size offered in some of them only by [`FakeAzure::offer_only`]), failures come only from
+//!   the faults below.
 //! - Tag names compared without case (Azure's rule for tags): tags are kept exactly as a `PUT`,
 //!   a `PATCH` or the Tags API wrote them (values and case as sent, the whole set replaced by a
 //!   `PUT`, left alone by a `PUT` refused with 412), and matched as written.
@@ -180,6 +185,7 @@ use crate::control::{lock, serve, Control, Fault, Rule, Running};
 mod billing;
 mod compute;
 mod http;
+mod images;
 mod network;
 mod ops;
 mod resources;
@@ -188,6 +194,7 @@ mod throttle;
 use billing::*;
 use compute::*;
 use http::*;
+use images::*;
 use network::*;
 use ops::*;
 use resources::*;
@@ -645,6 +652,15 @@ impl FakeAzure {
         let mut st = self.st();
         st.no_stock.remove(&k);
         st.unavailable.remove(&k);
+    }
+
+    /// `size` is offered in `locations` only: the resource SKUs list it there alone, and a VM `PUT`
+    /// of it elsewhere is refused with 409 `SkuNotAvailable` (as Azure offers many sizes in some
+    /// regions only).
+    pub fn offer_only(&self, size: &str, locations: &[&str]) {
+        self.st()
+            .skus
+            .retain(|s| !vm_sku(s, size) || locations.iter().any(|l| offered_in(s, l)));
     }
 
     /// A VM `PUT` of `size` in `location` is refused at once with 409 `SkuNotAvailable`.

@@ -262,6 +262,7 @@ impl FakeHetzner {
             .route("/v1/server_types", get(catalogue::list_server_types))
             .route("/v1/server_types/{id}", get(catalogue::get_server_type))
             .route("/v1/images", get(catalogue::list_images))
+            .route("/v1/images/{id}", get(catalogue::get_image))
             .route("/v1/locations", get(catalogue::list_locations))
             .route("/v1/ssh_keys", get(project::list_ssh_keys))
             .route("/v1/firewalls", get(project::list_firewalls))

@@ -501,16 +501,30 @@ impl GceProvider {
 
     /// [`GceProvider::arch_in`] `zone` for a create: a type the zone does not offer while another
     /// zone does is no stock there (as a zone without room), so that a caller moves on to another
-    /// offering; a type no zone offers stays not found.
+    /// offering; a type no zone offers is bad input naming the machine type, and a zone Compute
+    /// Engine does not know bad input naming the location.
     async fn arch_to_make(&self, zone: &str, machine_type: &str) -> Result<Arch> {
         match self.arch_in(Some(zone), machine_type).await {
-            Err(Error::NotFound { .. }) if self.arch_in(None, machine_type).await.is_ok() => {
-                Err(Error::no_stock(
+            Err(Error::NotFound { .. }) => match self.arch_in(None, machine_type).await {
+                Ok(_) => Err(Error::no_stock(
                     machine_type,
                     zone,
                     format!("machine type {machine_type} is not offered in zone {zone}"),
-                ))
-            }
+                )),
+                Err(Error::NotFound { .. }) => Err(Error::invalid(
+                    "machine_type",
+                    format!(
+                        "Compute Engine has no machine type {machine_type} in any zone of the project"
+                    ),
+                )),
+                Err(e) => Err(e),
+            },
+            // A zone Compute Engine does not know is refused as the request's invalid field
+            // (400 `invalid`, "Unknown zone"); an unknown type in a known zone is a 404.
+            Err(e) if e.code() == Some("invalid") => Err(Error::invalid(
+                "location",
+                format!("Compute Engine does not take zone {zone}: {e}"),
+            )),
             other => other,
         }
     }

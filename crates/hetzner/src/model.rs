@@ -185,6 +185,12 @@ pub(crate) struct Image {
     pub architecture: String,
 }
 
+/// `{"image": {...}}`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ImageAnswer {
+    pub image: Image,
+}
+
 /// A resource known by id and name (firewalls, networks).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct IdName {

@@ -24,8 +24,8 @@ use crate::actions::Poller;
 use crate::client::Client;
 use crate::config::{Config, FIREWALL_ENV, IMAGE_ENV, NETWORK_ENV};
 use crate::model::{
-    Action, ActionAnswer, Actions, CreatedServer, Deleted, Firewalls, Images, Networks, Server,
-    ServerAnswer, ServerType, ServerTypes, Servers,
+    Action, ActionAnswer, Actions, CreatedServer, Deleted, Firewalls, ImageAnswer, Images,
+    Networks, Server, ServerAnswer, ServerType, ServerTypes, Servers,
 };
 
 /// The driver's kind.
@@ -214,11 +214,36 @@ impl HetznerProvider {
         Ok(t)
     }
 
-    /// The image `image` for architecture `arch`: an id as it is, a name looked up for `arch`.
+    /// [`HetznerProvider::server_type`] for a create: a type Hetzner does not know is bad input
+    /// naming the machine type.
+    async fn type_to_make(&self, name: &str) -> Result<ServerType> {
+        self.server_type(name).await.map_err(|e| match e {
+            Error::NotFound { .. } => {
+                Error::invalid("machine_type", format!("Hetzner has no server type {name}"))
+            }
+            other => other,
+        })
+    }
+
+    /// Whether Hetzner knows location `name` (one `locations.list` filtered by name).
+    async fn location_known(&self, name: &str) -> Result<bool> {
+        let r: serde_json::Value = self
+            .client
+            .get(
+                "locations.list",
+                "/locations",
+                &[("name", name.to_string())],
+            )
+            .await?;
+        Ok(r["locations"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|l| l["name"] == name)))
+    }
+
+    /// The image `image` for architecture `arch`: an id read to see that it is of `arch`, a name
+    /// looked up for `arch`; cached. An image that is not found, or of another architecture, is
+    /// bad input naming the image (or the image setting, when `image` is the settings' own).
     async fn image_for(&self, image: &str, arch: &str, from_spec: bool) -> Result<String> {
-        if image.bytes().all(|b| b.is_ascii_digit()) {
-            return Ok(image.to_string());
-        }
         let key = (image.to_string(), arch.to_string());
         if let Some(id) = lock(&self.images).get(&key) {
             return Ok(id.to_string());
@@ -226,6 +251,28 @@ impl HetznerProvider {
         let _one = self.lookup.lock().await;
         if let Some(id) = lock(&self.images).get(&key) {
             return Ok(id.to_string());
+        }
+        let refused = |why: String| {
+            if from_spec {
+                Error::invalid("image", why)
+            } else {
+                Error::settings([IMAGE_ENV], why)
+            }
+        };
+        if image.bytes().all(|b| b.is_ascii_digit()) {
+            let path = format!("/images/{image}");
+            let r: ImageAnswer = match self.client.get("images.get", &path, &[]).await {
+                Err(Error::NotFound { .. }) => return Err(refused(format!("no image {image}"))),
+                other => other?,
+            };
+            if r.image.architecture != arch {
+                return Err(refused(format!(
+                    "image {image} is of architecture {}, the server type's is {arch}",
+                    r.image.architecture
+                )));
+            }
+            lock(&self.images).insert(key, r.image.id);
+            return Ok(image.to_string());
         }
         let r: Images = self
             .client
@@ -243,14 +290,7 @@ impl HetznerProvider {
             .iter()
             .find(|i| i.name.as_deref() == Some(image) && i.architecture == arch)
             .map(|i| i.id)
-            .ok_or_else(|| {
-                let why = format!("no image {image:?} for architecture {arch}");
-                if from_spec {
-                    Error::invalid("image", why)
-                } else {
-                    Error::settings([IMAGE_ENV], why)
-                }
-            })?;
+            .ok_or_else(|| refused(format!("no image {image:?} for architecture {arch}")))?;
         lock(&self.images).insert(key, found);
         Ok(found.to_string())
     }
@@ -592,8 +632,11 @@ impl HetznerProvider {
         spec.validate()?;
         self.capabilities().check_spec(KIND, spec)?;
         validate_token("location", &spec.location)?;
-        let t = self.server_type(&spec.machine_type).await?;
-        Self::check_orderable(&t, &spec.location)?;
+        let t = self.type_to_make(&spec.machine_type).await?;
+        if !t.offered_in(&spec.location) {
+            return self.not_offered(spec, &t).await;
+        }
+        Self::check_deprecation(&t, &spec.location)?;
         let image = match &spec.image {
             Some(i) => self.image_for(i, &t.architecture, true).await?,
             None => {
@@ -748,20 +791,30 @@ impl HetznerProvider {
         Ok((Page { items, next }, r.meta.pagination.total_entries))
     }
 
-    /// Refuses a type that cannot be ordered in the spec's location, before any create: one that is
-    /// not offered there, or one that is deprecated there (or everywhere).
-    fn check_orderable(t: &ServerType, location: &str) -> Result<()> {
-        if !t.offered_in(location) {
-            let offered: Vec<&str> = t.locations.iter().map(|l| l.name.as_str()).collect();
+    /// The answer to a create of type `t` where it is not offered, before any create: no stock there
+    /// (for good, so that a caller moves on to another offering), or bad input naming the location
+    /// when Hetzner does not know it at all.
+    async fn not_offered(&self, spec: &MachineSpec, t: &ServerType) -> Result<Created> {
+        let location = &spec.location;
+        if !self.location_known(location).await? {
             return Err(Error::invalid(
                 "location",
-                format!(
-                    "server type {} is not offered in {location} (it is in {})",
-                    t.name,
-                    offered.join(", ")
-                ),
+                format!("Hetzner has no location {location}"),
             ));
         }
+        let offered: Vec<&str> = t.locations.iter().map(|l| l.name.as_str()).collect();
+        Ok(kit::no_stock(
+            spec,
+            format!(
+                "server type {} is not offered in {location} (it is in {})",
+                t.name,
+                offered.join(", ")
+            ),
+        ))
+    }
+
+    /// Refuses a type that is deprecated in the spec's location (or everywhere), before any create.
+    fn check_deprecation(t: &ServerType, location: &str) -> Result<()> {
         if let Some(d) = t.deprecation_in(location) {
             let when = if d.unavailable_after.is_empty() {
                 String::new()

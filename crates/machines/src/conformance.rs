@@ -60,6 +60,13 @@ pub struct Setup {
     pub unknown_id: String,
     /// A boot image the backend accepts for `amd64_type` in its own form (for the `image` option).
     pub image: String,
+    /// A machine type and a location the cloud knows, where it does not offer that type (`None`:
+    /// the backend offers every type everywhere, and that part of the catalogue check stays
+    /// unproven).
+    pub unoffered: Option<(String, String)>,
+    /// A boot image of architecture arm64 in the backend's own form, which a create of
+    /// `amd64_type` must refuse (`None`: that part of the catalogue check stays unproven).
+    pub arm64_image: Option<String>,
 }
 
 /// What a driver supplies to run the suite: providers for two owners on one backend, and hooks to force
@@ -370,6 +377,7 @@ pub const CHECKS: &[&str] = &[
     "delete_twice_and_unknown_id",
     "lists_every_page",
     "arch_of_both_architectures",
+    "refuses_what_the_catalogue_does_not_offer",
     "no_stock",
     "retried_create_makes_one_machine",
     "adopts_an_earlier_machine_after_a_passing_failure",
@@ -437,6 +445,7 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "delete_twice_and_unknown_id" => delete_twice(&ctx).await,
             "lists_every_page" => every_page(&ctx).await,
             "arch_of_both_architectures" => arch_both(&ctx).await,
+            "refuses_what_the_catalogue_does_not_offer" => catalogue_refusals(&ctx).await,
             "no_stock" => no_stock(&ctx).await,
             "retried_create_makes_one_machine" => retried_create(&ctx).await,
             "adopts_an_earlier_machine_after_a_passing_failure" => adopts_after_passing(&ctx).await,
@@ -843,6 +852,96 @@ async fn arch_both(ctx: &Ctx<'_>) -> Checked {
     unproven.end()
 }
 
+/// What the cloud's catalogue refuses, each before a machine is made: a type the cloud does not know
+/// and a location it does not know are bad input naming the field; a type it offers elsewhere but
+/// not in the spec's location is no stock there (scoped to type and location, so that a caller
+/// moves on to another offering, as with a location out of room); an image of the other
+/// architecture than the type is bad input naming the image.
+async fn catalogue_refusals(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    let pool = ctx.pool(0);
+    let s = &ctx.setup;
+    let spec = |n, machine_type: &str, location: &str| {
+        MachineSpec::new(ctx.name(n), machine_type, location, &pool)
+            .with_user_data("#cloud-config\n")
+    };
+    for (field, got) in [
+        (
+            "machine_type",
+            p.create(&spec(0, "zz9-nano", &s.location)).await,
+        ),
+        (
+            "location",
+            p.create(&spec(1, &s.amd64_type, "zz-nowhere9-z")).await,
+        ),
+    ] {
+        match got {
+            Err(e) if invalid_field(&e) == Some(field) => {
+                ensure!(
+                    e.made_nothing(),
+                    "an unknown {field}'s refusal {e:?} may have made something"
+                )
+            }
+            other => fail!("a create with an unknown {field} gave {other:?}"),
+        }
+    }
+    let mut unproven = Unproven::default();
+    match &s.unoffered {
+        Some((t, l)) => match p.create(&spec(2, t, l)).await {
+            Ok(Created::NoStock {
+                machine_type,
+                location,
+                left,
+                ..
+            }) => ensure!(
+                (&machine_type, &location) == (t, l) && left.is_empty(),
+                "{t}, not offered in {l}, gave no stock of {machine_type} in {location}, left {left:?}"
+            ),
+            other => fail!("a create of {t}, not offered in {l}, gave {other:?}"),
+        },
+        None => unproven.note(
+            "a type not offered in the location",
+            Skip::because("the backend offers every type everywhere"),
+        ),
+    }
+    match &s.arm64_image {
+        Some(image) => {
+            match p
+                .create(&spec(3, &s.amd64_type, &s.location).with_image(image))
+                .await
+            {
+                Err(e) if invalid_field(&e) == Some("image") => ensure!(
+                    e.made_nothing(),
+                    "the refusal of an arm64 image for an amd64 type {e:?} may have made something"
+                ),
+                other => fail!(
+                    "a create of {} from arm64 image {image} gave {other:?}",
+                    s.amd64_type
+                ),
+            }
+        }
+        None => unproven.note(
+            "an image of the other architecture",
+            Skip::because("the backend names no arm64 image"),
+        ),
+    }
+    let left = p.machines(&pool).await?;
+    ensure!(
+        left.is_empty(),
+        "refused creates left {:?}",
+        left.iter().map(|m| &m.name).collect::<Vec<_>>()
+    );
+    unproven.end()
+}
+
+/// The field an [`Error::InvalidSpec`] names.
+fn invalid_field(e: &Error) -> Option<&str> {
+    match e {
+        Error::InvalidSpec { field, .. } => Some(field),
+        _ => None,
+    }
+}
+
 async fn no_stock(ctx: &Ctx<'_>) -> Checked {
     let p = ctx.provider(&ctx.owner_a).await?;
     let (t, l) = (&ctx.setup.amd64_type, &ctx.setup.location);
@@ -1069,6 +1168,8 @@ impl Harness for MemoryHarness {
             resize_to: "amd64-large".into(),
             unknown_id: "m-99999999".into(),
             image: "ubuntu-24.04".into(),
+            unoffered: Some(("amd64-metal".into(), "zone-a".into())),
+            arm64_image: Some("ubuntu-24.04-arm64".into()),
         }
     }
 

@@ -1,8 +1,8 @@
 //! The in-memory provider (kind `fake`): a simulated cloud ([`MemoryCloud`]) and a driver on top of it
 //! ([`MemoryProvider`]) that keeps the whole contract and has every capability.
 //!
-//! The cloud behaves like a small real one: machine types of both architectures with prices, locations,
-//! unique machine names, a listing API with label filters and pages, stock per type and location that a
+//! The cloud behaves like a small real one: machine types of both architectures with prices, locations
+//! (one type offered in one location only), boot images of each architecture, unique machine names, a listing API with label filters and pages, stock per type and location that a
 //! test can exhaust, injectable faults (an error for the next N calls, latency, an answer lost after the
 //! machine was made), a count of the requests made to it, and optional persistence to a state file so
 //! that separate runs of a CLI see the same machines. Many providers with different owners can share
@@ -77,27 +77,84 @@ pub struct MachineType {
     pub memory_mb: u32,
     /// Hourly price in USD.
     pub hourly_usd: f64,
+    /// The locations it is offered in.
+    pub locations: Vec<String>,
 }
 
-/// The simulated cloud's machine types: two of each architecture.
+impl MachineType {
+    /// Whether it is offered in `location`.
+    pub fn offered_in(&self, location: &str) -> bool {
+        self.locations.iter().any(|l| l == location)
+    }
+}
+
+/// The simulated cloud's machine types: two of each architecture offered everywhere, and a large
+/// amd64 type offered in `zone-c` only (as clouds offer their largest types in some places only).
 pub fn catalogue() -> Vec<MachineType> {
-    let t = |name: &str, architecture: &str, cpus, memory_mb, hourly_usd| MachineType {
-        name: name.into(),
-        architecture: architecture.into(),
-        cpus,
-        memory_mb,
-        hourly_usd,
-    };
+    let t =
+        |name: &str, architecture: &str, cpus, memory_mb, hourly_usd, at: &[&str]| MachineType {
+            name: name.into(),
+            architecture: architecture.into(),
+            cpus,
+            memory_mb,
+            hourly_usd,
+            locations: at.iter().map(|l| l.to_string()).collect(),
+        };
     vec![
-        t("amd64-small", "x86_64", 2, 8192, 0.0832),
-        t("amd64-large", "x86_64", 8, 32768, 0.3328),
-        t("arm64-small", "aarch64", 2, 8192, 0.0680),
-        t("arm64-large", "aarch64", 8, 32768, 0.2720),
+        t("amd64-small", "x86_64", 2, 8192, 0.0832, &LOCATIONS),
+        t("amd64-large", "x86_64", 8, 32768, 0.3328, &LOCATIONS),
+        t("arm64-small", "aarch64", 2, 8192, 0.0680, &LOCATIONS),
+        t("arm64-large", "aarch64", 8, 32768, 0.2720, &LOCATIONS),
+        t("amd64-metal", "x86_64", 64, 262_144, 2.6624, &["zone-c"]),
     ]
 }
 
 /// The simulated cloud's locations.
 pub const LOCATIONS: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+/// The simulated cloud's boot images of one architecture: name, the cloud's spelling of the
+/// architecture. A create of a type of the other architecture from one is refused. Any other image
+/// name stands for an image the cloud picks by the type's architecture (as Hetzner's
+/// `ubuntu-24.04` names one image per architecture).
+pub const IMAGES: &[(&str, &str)] = &[
+    ("ubuntu-24.04-amd64", "x86_64"),
+    ("ubuntu-24.04-arm64", "aarch64"),
+];
+
+/// Refuses `image` for a machine of type `t` when the image is of the other architecture.
+fn check_image(t: &MachineType, image: Option<&str>) -> Result<()> {
+    let Some((name, arch)) = image.and_then(|i| IMAGES.iter().find(|(n, _)| *n == i)) else {
+        return Ok(());
+    };
+    let (image_arch, type_arch) = (docker_arch(arch), docker_arch(&t.architecture));
+    if image_arch == type_arch {
+        return Ok(());
+    }
+    Err(Error::invalid(
+        "image",
+        format!(
+            "image {name} is {image_arch}, machine type {} is {type_arch}: choose an image of {type_arch}",
+            t.name
+        ),
+    ))
+}
+
+/// Refuses `t` in `location` when it is not offered there: no stock there, for ever, so that a
+/// caller moves on to another offering.
+fn check_offered(t: &MachineType, location: &str) -> Result<()> {
+    if t.offered_in(location) {
+        return Ok(());
+    }
+    Err(Error::no_stock(
+        t.name.clone(),
+        location,
+        format!(
+            "machine type {} is not offered in {location} (it is in {})",
+            t.name,
+            t.locations.join(", ")
+        ),
+    ))
+}
 
 /// The cloud call a fault applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -928,6 +985,8 @@ impl MemoryCloud {
                 )
             })?;
         known_location(&spec.location)?;
+        check_image(&mt, spec.image.as_deref())?;
+        check_offered(&mt, &spec.location)?;
         let made = self
             .state(true, |s| {
                 if let Some(done) = request.and_then(|r| {
@@ -1203,6 +1262,7 @@ impl MemoryCloud {
                     "machine {id} must be stopped to change its type"
                 )));
             }
+            check_offered(new, &m.machine.location)?;
             let old = cat.iter().find(|t| t.name == m.machine.machine_type);
             if old.map(|o| docker_arch(&o.architecture)) != Some(docker_arch(&new.architecture)) {
                 return Err(Error::invalid(
@@ -1564,6 +1624,12 @@ impl Provider for MemoryProvider {
             .retry
             .retry("price", || self.cloud.api_machine_type(machine_type))
             .await?;
+        if !t.offered_in(location) {
+            return Err(Error::not_found(format!(
+                "a price of {machine_type} in {location} (not offered there; it is in {})",
+                t.locations.join(", ")
+            )));
+        }
         Ok(Price::new(t.hourly_usd, "USD"))
     }
 

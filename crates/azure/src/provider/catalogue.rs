@@ -18,23 +18,31 @@ impl AzureProvider {
 
     /// The size catalogue of `location` (`$filter=location eq '<location>'`), read once and cached.
     pub(crate) async fn catalogue(&self, location: &str) -> Result<Arc<HashMap<String, Arch>>> {
-        let key = location.to_ascii_lowercase();
+        self.catalogue_of(Some(location)).await
+    }
+
+    /// The size catalogue of `location`, or of every location of the subscription (no filter: a
+    /// long list, read only to tell a size offered elsewhere from one Azure does not have); read
+    /// once and cached.
+    async fn catalogue_of(&self, location: Option<&str>) -> Result<Arc<HashMap<String, Arch>>> {
+        let key = location.map_or_else(|| "*".to_string(), str::to_ascii_lowercase);
         if let Some(c) = lock(&self.inner.skus).get(&key).cloned() {
             return Ok(c);
         }
-        let filter: String =
-            url::form_urlencoded::byte_serialize(format!("location eq '{location}'").as_bytes())
-                .collect();
-        let url = format!(
-            "{}&$filter={filter}",
-            self.client().url(
-                &format!(
-                    "{}/providers/Microsoft.Compute/skus",
-                    self.client().sub_path()
-                ),
-                SKUS_API,
-            )
+        let mut url = self.client().url(
+            &format!(
+                "{}/providers/Microsoft.Compute/skus",
+                self.client().sub_path()
+            ),
+            SKUS_API,
         );
+        if let Some(location) = location {
+            let filter: String = url::form_urlencoded::byte_serialize(
+                format!("location eq '{location}'").as_bytes(),
+            )
+            .collect();
+            url = format!("{url}&$filter={filter}");
+        }
         let skus: Vec<Sku> = self.client().list("list resource SKUs", &url).await?;
         let map: HashMap<String, Arch> = skus
             .into_iter()
@@ -47,6 +55,87 @@ impl AzureProvider {
         let map = Arc::new(map);
         lock(&self.inner.skus).insert(key, map.clone());
         Ok(map)
+    }
+
+    /// `machine_type`'s architecture for a create in `location`, from the location's catalogue. A
+    /// size the location does not list is no stock there when another location lists it (as a
+    /// location without room, so that a caller moves on to another offering), and bad input
+    /// naming the machine type when none does; a location whose catalogue lists no size at all is
+    /// none of the subscription's, bad input naming the location.
+    pub(crate) async fn arch_to_make(&self, machine_type: &str, location: &str) -> Result<Arch> {
+        let size = machine_type.to_ascii_lowercase();
+        let here = self.catalogue(location).await?;
+        if let Some(a) = here.get(&size) {
+            return Ok(a.clone());
+        }
+        if here.is_empty() {
+            return Err(Error::invalid(
+                "location",
+                format!("Azure lists no virtual machine sizes in {location}: no location of this subscription"),
+            ));
+        }
+        if self.catalogue_of(None).await?.contains_key(&size) {
+            return Err(Error::no_stock(
+                machine_type,
+                location,
+                format!("virtual machine size {machine_type} is not offered in {location} (not among its resource SKUs)"),
+            ));
+        }
+        Err(Error::invalid(
+            "machine_type",
+            format!("Azure has no virtual machine size {machine_type}"),
+        ))
+    }
+
+    /// The architecture of marketplace image `image` in `location` (`latest`: of its newest
+    /// version; every version of one SKU has the same), read once and cached. An image the
+    /// marketplace does not hold is bad input naming the image.
+    pub(crate) async fn image_arch(&self, image: &ImageUrn, location: &str) -> Result<Arch> {
+        let key = format!("{location}/{image}").to_ascii_lowercase();
+        if let Some(a) = lock(&self.inner.image_archs).get(&key).cloned() {
+            return Ok(a);
+        }
+        // Every part is a validated token (letters, digits, '.', '_', '-'): safe in a path.
+        let versions = format!(
+            "{}/providers/Microsoft.Compute/locations/{location}/publishers/{}/artifacttypes/vmimage/offers/{}/skus/{}/versions",
+            self.client().sub_path(),
+            image.publisher,
+            image.offer,
+            image.sku
+        );
+        let missing = || {
+            Error::invalid(
+                "image",
+                format!("the marketplace of {location} has no image {image}"),
+            )
+        };
+        let version = if image.version.eq_ignore_ascii_case("latest") {
+            let url = format!(
+                "{}&$orderby=name%20desc&$top=1",
+                self.client().url(&versions, COMPUTE_API)
+            );
+            let newest: Option<Vec<ImageVersion>> =
+                self.client().get("list image versions", &url).await?;
+            match newest.and_then(|v| v.into_iter().next()) {
+                Some(v) => v.name,
+                None => return Err(missing()),
+            }
+        } else {
+            image.version.clone()
+        };
+        let url = self
+            .client()
+            .url(&format!("{versions}/{version}"), COMPUTE_API);
+        let Some(got) = self.client().get::<ImageVersion>("get image", &url).await? else {
+            return Err(missing());
+        };
+        let arch = got
+            .properties
+            .architecture
+            .as_deref()
+            .map_or(Arch::Amd64, docker_arch);
+        lock(&self.inner.image_archs).insert(key, arch.clone());
+        Ok(arch)
     }
 
     /// `machine_type`'s architecture from `location`'s catalogue.

@@ -342,12 +342,27 @@ impl AzureProvider {
         unanswered: &kit::CreateGuard<'_>,
         made: &mut Made,
     ) -> Result<Created> {
+        // The size and the image are read before anything is made: a size not offered here, or
+        // an image of the other architecture, is answered without a piece to undo.
+        let arch = self
+            .arch_to_make(&spec.machine_type, &spec.location)
+            .await?;
         let image = match &spec.image {
-            Some(i) => ImageUrn::parse(i).map_err(|rule| Error::invalid("image", rule))?,
-            None => {
-                let arch = self.arch_in(&spec.machine_type, &spec.location).await?;
-                self.cfg().image_for(&arch)?.clone()
+            Some(i) => {
+                let urn = ImageUrn::parse(i).map_err(|rule| Error::invalid("image", rule))?;
+                let of = self.image_arch(&urn, &spec.location).await?;
+                if of != arch {
+                    return Err(Error::invalid(
+                        "image",
+                        format!(
+                            "image {urn} is {of}, size {} is {arch}: choose an image of {arch}",
+                            spec.machine_type
+                        ),
+                    ));
+                }
+                urn
             }
+            None => self.cfg().image_for(&arch)?.clone(),
         };
         let names = Names::of(&spec.name);
         let mut tags = ownership_labels(&spec.pool, &self.inner.owner);

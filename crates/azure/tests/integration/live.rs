@@ -22,6 +22,8 @@ impl Harness for Live {
             resize_to: "Standard_B2as_v2".into(),
             unknown_id: "orca-no-such-vm".into(),
             image: "Canonical:ubuntu-24_04-lts:server:latest".into(),
+            unoffered: None,
+            arm64_image: None,
         }
     }
 

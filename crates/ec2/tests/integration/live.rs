@@ -32,6 +32,8 @@ impl Harness for Live {
             unknown_id: "i-0123456789abcdef0".into(),
             // An AMI of the region for the amd64 type (Canonical's Ubuntu 24.04 of the region, say).
             image: var("ORCA_TEST_EC2_IMAGE", ""),
+            unoffered: None,
+            arm64_image: None,
         }
     }
 

@@ -63,12 +63,12 @@ pub(super) fn seed_skus() -> Vec<Value> {
 }
 
 /// Whether `sku` is the virtual machine size `size`.
-fn vm_sku(sku: &Value, size: &str) -> bool {
+pub(super) fn vm_sku(sku: &Value, size: &str) -> bool {
     sku["resourceType"] == "virtualMachines" && named(sku, size)
 }
 
 /// Whether `sku` is offered in `location`.
-fn offered_in(sku: &Value, location: &str) -> bool {
+pub(super) fn offered_in(sku: &Value, location: &str) -> bool {
     items(&sku["locations"]).any(|x| eq(x.as_str().unwrap_or(""), location))
 }
 

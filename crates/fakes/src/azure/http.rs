@@ -210,6 +210,13 @@ pub(super) fn route(st: &mut State, r: &Req) -> Response {
         if shaped(rest, "providers/Microsoft.Compute/virtualMachines") && r.method == Method::GET {
             return list_all_vms(st, r);
         }
+        let image = "providers/Microsoft.Compute/locations/*/publishers/*/artifacttypes/vmimage/offers/*/skus/*/versions";
+        if shaped(rest, image) && r.method == Method::GET {
+            return image_versions(r, rest);
+        }
+        if shaped(rest, &format!("{image}/*")) && r.method == Method::GET {
+            return image_version(rest);
+        }
         if shaped(rest, "providers/*/locations/*/operations/*") {
             return poll(st, rest[5]);
         }

@@ -24,6 +24,10 @@ pub const BILLING_ACCOUNT: &str = "1234:5678_2019-05-31";
 /// The billing profile of [`BILLING_ACCOUNT`] holding the credit.
 pub const BILLING_PROFILE: &str = "PBFV-TEST-ORC-A1";
 
+/// A size the harness's fake offers in `eastus` only, not in [`LOCATION`] (as Azure offers many
+/// sizes in some regions only).
+const UNOFFERED_SIZE: &str = "Standard_D4ps_v5";
+
 /// The conformance harness on a fake Azure Resource Manager, with every hook Azure can have.
 pub struct AzureHarness<P> {
     /// The fake, for the test's own assertions after the run.
@@ -47,6 +51,7 @@ impl<P: Providers<FakeAzure>> AzureHarness<P> {
         let vnet = format!("{VNET}-{LOCATION}");
         fake.add_subnet(RESOURCE_GROUP, &vnet, LOCATION, SUBNET, Some(SUBNET_NSG));
         fake.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 812.5, "USD");
+        fake.offer_only(UNOFFERED_SIZE, &["eastus"]);
         AzureHarness {
             fake,
             name: name.into(),
@@ -69,6 +74,8 @@ impl<P: Providers<FakeAzure>> Harness for AzureHarness<P> {
             resize_to: "Standard_D2s_v5".into(),
             unknown_id: "orca-no-such-vm".into(),
             image: "Canonical:ubuntu-24_04-lts:server:latest".into(),
+            unoffered: Some((UNOFFERED_SIZE.into(), LOCATION.into())),
+            arm64_image: Some("Canonical:ubuntu-24_04-lts:server-arm64:latest".into()),
         }
     }
 

@@ -26,11 +26,17 @@ pub struct GceHarness<P> {
     token_requests: bool,
 }
 
+/// A type the harness's fake offers in [`UNOFFERED_TYPE_ZONE`] only, not in [`ZONE`] (as Compute
+/// Engine offers its newer series in some zones only).
+const UNOFFERED_TYPE: &str = "c4a-standard-1";
+const UNOFFERED_TYPE_ZONE: &str = "us-central1-a";
+
 impl<P: Providers<FakeGce>> GceHarness<P> {
     /// A harness named `name` in the output on `fake`, whose providers `providers` makes. It counts
     /// Compute Engine's requests, not the token exchange's (Google serves it from another host, the
     /// fake from the same): a plugin process gets its own token on its first call.
     pub fn new(name: impl Into<String>, fake: FakeGce, providers: P) -> Self {
+        fake.offer_only(UNOFFERED_TYPE, &[UNOFFERED_TYPE_ZONE]);
         GceHarness {
             fake,
             name: name.into(),
@@ -61,6 +67,10 @@ impl<P: Providers<FakeGce>> Harness for GceHarness<P> {
             resize_to: "e2-medium".into(),
             unknown_id: format!("{ZONE}:orca-no-such-vm-zz9"),
             image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
+            unoffered: Some((UNOFFERED_TYPE.into(), ZONE.into())),
+            arm64_image: Some(
+                "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-arm64".into(),
+            ),
         }
     }
 

@@ -45,6 +45,10 @@ impl<P: Providers<FakeHetzner>> Harness for HetznerHarness<P> {
             resize_to: "cx33".into(),
             unknown_id: "999999999".into(),
             image: "ubuntu-24.04".into(),
+            // Arm types are offered in the European locations only.
+            unoffered: Some(("cax11".into(), "ash".into())),
+            // ubuntu-24.04 for arm, by its id: a name alone is picked per architecture.
+            arm64_image: Some("161547270".into()),
         }
     }
 

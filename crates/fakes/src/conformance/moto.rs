@@ -9,7 +9,7 @@ use orca_machines::conformance::{Harness, Hook, Setup, Skip};
 use orca_machines::{MachineSpec, Provider, Result};
 
 use super::{paged, Providers};
-use crate::moto::{ec2_error, rule, seed, Fault, Proxy, Seed, ZONE};
+use crate::moto::{ec2_error, rule, seed, Fault, Proxy, Seed, ZONE, ZONE_WITHOUT_T4G};
 
 /// Where an EC2 provider goes: moto's seeding (subnets, security group, instance profile) and the
 /// address to call, the proxy's or its paged twin's.
@@ -72,6 +72,8 @@ impl<P: Providers<Target>> Harness for MotoHarness<P> {
             resize_to: "t3.small".into(),
             unknown_id: "i-0123456789abcdef0".into(),
             image: "ami-0b1e2a3d4c5f60a01".into(),
+            unoffered: Some(("t4g.micro".into(), ZONE_WITHOUT_T4G.into())),
+            arm64_image: Some("ami-0b1e2a3d4c5f60b02".into()),
         }
     }
 

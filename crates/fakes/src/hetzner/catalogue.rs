@@ -277,6 +277,14 @@ pub(super) async fn get_server_type(
     Ok(Json(json!({"server_type": s.type_json(t)})).into_response())
 }
 
+pub(super) async fn get_image(Path(id): Path<String>) -> ApiResult {
+    let image = IMAGES
+        .iter()
+        .find(|i| i.0.to_string() == id)
+        .ok_or_else(|| not_found("image"))?;
+    Ok(Json(json!({"image": image_json(image.0)})).into_response())
+}
+
 pub(super) async fn list_images(Query(q): Params) -> ApiResult {
     let name = param(&q, "name");
     let arch = param(&q, "architecture");

@@ -43,6 +43,10 @@ impl Harness for Live {
             resize_to: var("ORCA_GCE_LIVE_RESIZE_TO", "e2-medium"),
             unknown_id: format!("{}:orca-no-such-vm-zz9", self.zone()),
             image: "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into(),
+            unoffered: None,
+            arm64_image: Some(
+                "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-arm64".into(),
+            ),
         }
     }
 

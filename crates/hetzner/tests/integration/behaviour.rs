@@ -99,19 +99,40 @@ async fn no_stock_and_not_offered_in_this_location() {
         Created::Machine(_)
     ));
     assert_eq!(fake.servers().len(), 1);
-    // A type that is never offered in a location is a plain error, not stock.
+    // A type that is never offered in a location is no stock there, for good, before any create
+    // call, so that a caller moves on to another offering as the other drivers' callers do.
+    let posts = fake.control().count(&Method::POST, "/v1/servers");
+    match p.create(&spec("n2", "cax11", "ash", "lab")).await.unwrap() {
+        Created::NoStock {
+            machine_type,
+            location,
+            message,
+            left,
+        } => {
+            assert_eq!((machine_type.as_str(), location.as_str()), ("cax11", "ash"));
+            assert!(message.contains("not offered in ash"), "{message}");
+            assert!(left.is_empty(), "{left:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A location Hetzner does not know, and an unknown type, are bad input naming the field,
+    // before any create call.
     let e = p
-        .create(&spec("n2", "cax11", "ash", "lab"))
+        .create(&spec("n3", "cax11", "zz9", "lab"))
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::InvalidSpec { .. }), "{e:?}");
-    // An unknown type is not found, before any create call.
-    let posts = fake.control().count(&Method::POST, "/v1/servers");
+    assert!(
+        matches!(&e, Error::InvalidSpec { field, .. } if field == "location"),
+        "{e:?}"
+    );
     let e = p
         .create(&spec("n3", "zz99", "fsn1", "lab"))
         .await
         .unwrap_err();
-    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+    assert!(
+        matches!(&e, Error::InvalidSpec { field, .. } if field == "machine_type"),
+        "{e:?}"
+    );
     assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), posts);
 }
 

@@ -32,6 +32,8 @@ impl Harness for Live {
             resize_to: "cx33".into(),
             unknown_id: "999999999".into(),
             image: "ubuntu-24.04".into(),
+            unoffered: None,
+            arm64_image: None,
         }
     }
 

@@ -63,15 +63,12 @@ async fn a_deprecated_type_is_refused_before_the_create() {
     }
     assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 0);
     assert!(fake.servers().is_empty());
-    // A type never offered in a location is refused before the create too.
-    let e = p
+    // A type never offered in a location is answered before the create too (no stock there).
+    let got = p
         .create(&spec("us-1", "cax11", "ash", "lab"))
         .await
-        .unwrap_err();
-    assert!(
-        matches!(e, Error::InvalidSpec { ref field, .. } if field == "location"),
-        "{e:?}"
-    );
+        .unwrap();
+    assert!(matches!(got, Created::NoStock { .. }), "{got:?}");
     assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 0);
 }
 

@@ -621,7 +621,10 @@ async fn suite_catches_a_delete_that_is_not_idempotent() {
 #[tokio::test]
 async fn suite_catches_no_stock_as_an_error() {
     let failed = failed_checks(Flaw::NoStockAsError).await;
-    assert_eq!(failed, ["no_stock"]);
+    assert_eq!(
+        failed,
+        ["refuses_what_the_catalogue_does_not_offer", "no_stock"]
+    );
 }
 
 #[tokio::test]

@@ -97,6 +97,8 @@ impl Harness for PluginHarness {
             resize_to: "amd64-large".into(),
             unknown_id: "m-99999999".into(),
             image: "ubuntu-24.04".into(),
+            unoffered: Some(("amd64-metal".into(), "zone-a".into())),
+            arm64_image: Some("ubuntu-24.04-arm64".into()),
         }
     }
 
