@@ -139,7 +139,7 @@ pub(crate) fn ensure_home_id(
 /// stored.
 pub fn config_set(home: &Home, key: &str, value: &str) -> Result<Value, Failure> {
     let _lock = home.lock(&home.profile_path())?;
-    let before = Profile::load(home)?;
+    let before = Profile::load_as_written(home)?;
     let mut p = before.clone();
     p.set(key, value)?;
     let _registry = check_owner_kept(home, &before, &p)?;
@@ -154,7 +154,7 @@ pub fn config_unset(home: &Home, key: &str) -> Result<bool, Failure> {
         return Err(home_id_is_kept());
     }
     let _lock = home.lock(&home.profile_path())?;
-    let before = Profile::load(home)?;
+    let before = Profile::load_as_written(home)?;
     let mut p = before.clone();
     let was = p.unset(key);
     let _registry = check_owner_kept(home, &before, &p)?;
@@ -248,9 +248,53 @@ fn split_list(s: &str) -> Vec<String> {
 }
 
 impl Profile {
-    /// The profile in `home` (empty when there is none yet).
+    /// The profile in `home` (empty when there is none yet), refused when a value in it is one
+    /// `config set` would not have stored: the file may have been edited by hand, and its values
+    /// go into shell commands run on fleet hosts and into a host's first boot.
     pub fn load(home: &Home) -> Result<Profile, Failure> {
+        let path = home.profile_path();
+        let p: Profile = read_json(&path)?;
+        p.check_values().map_err(|(key, rule)| {
+            Failure::invalid(format!(
+                "{}: the value of {key} breaks its rule ({rule}); stado config set {key} sets it again",
+                path.display()
+            ))
+        })?;
+        Ok(p)
+    }
+
+    /// The profile in `home` as its file holds it, values unchecked: what `config set` and
+    /// `config unset` change, so that they can mend a value [`Profile::load`] refuses.
+    fn load_as_written(home: &Home) -> Result<Profile, Failure> {
         read_json(&home.profile_path())
+    }
+
+    /// The first value that breaks its key's rule, as (key, rule). The value itself is not named:
+    /// one that breaks a rule may hold a password (`https://user:password@host`).
+    fn check_values(&self) -> Result<(), (String, String)> {
+        for (key, value) in &self.values {
+            let text = match value {
+                Value::Null => continue,
+                Value::String(s) => s.trim().to_string(),
+                other => other.to_string(),
+            };
+            let checked = if key == HOME_ID {
+                let minted = text.len() == 12
+                    && text
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+                minted
+                    .then_some(())
+                    .ok_or_else(|| String::from("12 of 0-9 and a-f, as stado mints it"))
+            } else if KEYS.iter().any(|(k, _)| k == key) {
+                stored_value(key, &text).map(drop)
+            } else {
+                // No command reads a key it does not know; a key of another version is harmless.
+                Ok(())
+            };
+            checked.map_err(|rule| (key.clone(), rule))?;
+        }
+        Ok(())
     }
 
     /// Writes the profile back, atomically.
@@ -299,8 +343,15 @@ impl Profile {
                 KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
             )));
         }
-        let stored = stored_value(key, value.trim())
-            .map_err(|rule| Failure::invalid(format!("{key}: {rule}, got {value:?}")))?;
+        let stored = stored_value(key, value.trim()).map_err(|rule| {
+            // An address refused may be one with a password in it: it is not repeated.
+            let got = if URL_KEYS.contains(&key) {
+                String::new()
+            } else {
+                format!(", got {value:?}")
+            };
+            Failure::invalid(format!("{key}: {rule}{got}"))
+        })?;
         self.values.insert(key.to_string(), stored);
         Ok(())
     }
@@ -455,6 +506,9 @@ impl Profile {
     }
 }
 
+/// The keys that hold an address.
+const URL_KEYS: [&str; 3] = ["api.url", "azure.endpoint", "azure.prices_endpoint"];
+
 /// The value `key` stores for the text `v`, or the rule `v` breaks.
 fn stored_value(key: &str, v: &str) -> Result<Value, String> {
     // `v` kept as text when `ok`, else the rule it breaks.
@@ -510,17 +564,15 @@ fn stored_value(key: &str, v: &str) -> Result<Value, String> {
             v.split(':').count() == 4 && !v.split(':').any(str::is_empty),
             "publisher:offer:sku:version",
         )?,
-        "api.url" | "azure.endpoint" | "azure.prices_endpoint" => {
-            // Plain http only to this machine: the host itself is loopback, not a name that
-            // starts like one (`localhost.example.net`, `127.0.0.1.example.com`).
-            let ok = (v.starts_with("https://")
-                || (v.starts_with("http://") && orca::kit::is_loopback(v)))
+        k if URL_KEYS.contains(&k) => {
+            // orca's endpoint rule (plain http only to this machine; no user or password, which
+            // every message naming the address would show); and nothing a shell reads, since
+            // api.url goes into the curl line run on fleet hosts as it is written here.
+            let ok = orca::kit::is_endpoint(v)
                 && !v.contains(char::is_whitespace)
                 && !v.contains(['\'', '"', '`', '$', ';', '\\']);
             if !ok {
-                return Err(String::from(
-                    "an https:// address (http:// only to this machine: 127.0.0.1, ::1 or localhost)",
-                ));
+                return Err(String::from(orca::kit::ENDPOINT_RULE));
             }
             Value::String(v.trim_end_matches('/').to_string())
         }
@@ -604,8 +656,12 @@ mod tests {
                 "http://localhost@evil.example",
                 "http://127.0.0.1:80@evil.example/",
                 "http://10.0.0.1",
+                "https://ci:hunter22@stado.example",
             ] {
-                assert!(p.set(key, no).is_err(), "{key} = {no} must be refused");
+                let e = p
+                    .set(key, no)
+                    .expect_err(&format!("{key} = {no} must be refused"));
+                assert!(!e.message().contains("hunter22"), "{e}");
             }
             for yes in [
                 "http://127.0.0.1:8080",

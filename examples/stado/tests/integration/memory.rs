@@ -183,6 +183,57 @@ async fn missing_bindings_are_refused_naming_every_missing_key() {
     assert!(lab.cloud.all_machines().is_empty());
 }
 
+/// Writes `value` under `key` straight into the profile file, as a hand edit would, past `config set`.
+fn edit_profile_by_hand(lab: &Lab, key: &str, value: serde_json::Value) {
+    let path = lab.s.home.profile_path();
+    let mut p: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    p[key] = value;
+    std::fs::write(&path, serde_json::to_vec_pretty(&p).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_edited_profile_value_is_refused_on_load_naming_the_key_and_the_file() {
+    let lab = lab();
+    let path = lab.s.home.profile_path().display().to_string();
+    for (key, value, good) in [
+        (
+            "api.url",
+            "https://x'; touch /tmp/owned; echo '",
+            "https://stado.example",
+        ),
+        (
+            "api.url",
+            "https://ci:hunter22@stado.example",
+            "https://stado.example",
+        ),
+        (
+            "azure.vm_username",
+            "stado\n  - [touch, /tmp/owned]",
+            "stado",
+        ),
+    ] {
+        edit_profile_by_hand(&lab, key, value.into());
+        let e = error(&lab.create("h1").await);
+        assert!(e.contains(key) && e.contains(&path), "{key}: {e}");
+        assert!(
+            !e.contains("hunter22"),
+            "a password in a URL is never shown: {e}"
+        );
+        assert_eq!(
+            lab.fleet.host("build-host").commands,
+            0,
+            "{key}: no command reached a host"
+        );
+        assert_eq!(lab.cloud.requests(), 0, "{key}: no cloud call");
+        let e = Profile::load(&lab.s.home).unwrap_err();
+        assert!(e.message().contains(key), "{e}");
+        // The command the refusal names mends it.
+        stado::profile::config_set(&lab.s.home, key, good).unwrap();
+        Profile::load(&lab.s.home).unwrap();
+    }
+    assert!(lab.create("h1").await.ok, "the profile set again is used");
+}
+
 #[tokio::test]
 async fn a_provider_not_enabled_is_refused_and_the_environment_selects_for_one_invocation() {
     let mut lab = lab();
