@@ -459,6 +459,12 @@ async fn reap_every(home: Home, provider: &str, secs: u64, json: bool) -> Result
                 report(&r, Vec::new(), !r.failed()).json
             }
             Ok(Err(why)) => json!({"command": "reap", "ok": true, "skipped": why}),
+            // Another stado holds the registry's lock (a create holds it from its first step to
+            // its last): nothing is wrong, so the tick is skipped, not failed; the next one reaps.
+            Err(f) if f.code() == "busy" => {
+                eprintln!("cloud-host reaper: skipped this tick: {f}");
+                json!({"command": "reap", "ok": true, "skipped": f.message()})
+            }
             Err(f) => {
                 eprintln!("cloud-host reaper: this tick did nothing: {f}");
                 failure_answer("reap", &f).json

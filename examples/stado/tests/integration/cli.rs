@@ -536,6 +536,38 @@ fn reap_every_json_prints_one_object_per_tick_and_none_when_it_stops() {
     }
 }
 
+/// A tick that meets a create holding the registry's lock (a create holds it from its first step
+/// to its last) skips that tick and says so; the next tick, once the lock is let go, runs its pass.
+#[cfg(unix)]
+#[test]
+fn reap_every_skips_a_tick_that_meets_a_running_create_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path();
+    set_up_with_a_host(home);
+    let held =
+        orca::fs::FileLock::lock_blocking(orca::fs::FileLock::path_for(home.join("registry.json")))
+            .unwrap();
+    let reaper = Reaper::start(home, true);
+    let first = reaper.next_lines(1);
+    drop(held);
+    let second = reaper.next_lines(1);
+    reaper.signal("TERM");
+    let (status, _) = reaper.end();
+    assert!(status.success(), "stopped on SIGTERM: {status:?}");
+    assert_eq!(first.len(), 1, "the first tick: {first:?}");
+    let v: Value = serde_json::from_str(&first[0]).unwrap();
+    assert_eq!(v["command"], "reap", "{v}");
+    assert_eq!(v["ok"], true, "{v}");
+    let why = v["skipped"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("is being written by another stado right now"),
+        "{v}"
+    );
+    assert_eq!(second.len(), 1, "the second tick: {second:?}");
+    let v: Value = serde_json::from_str(&second[0]).unwrap();
+    assert_eq!(v["hosts"][0]["name"], "h1", "the pass ran: {v}");
+}
+
 /// A SIGINT that comes while a tick runs stops the reaper once that tick has ended, as a SIGTERM
 /// does: it is neither lost nor the end of the process in the middle of a pass.
 #[cfg(unix)]
