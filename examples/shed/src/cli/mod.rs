@@ -205,6 +205,15 @@ pub async fn run(args: Args, out: &mut (dyn Write + Send), err: &mut (dyn Write 
             );
             return 2;
         }
+        // Every request carries the bearer token, which plain http would show to any host on the
+        // way: only a server on this machine (a test's, a tunnel's end) is reached without TLS.
+        Ok(u) if u.scheme() == "http" && !orca::kit::is_endpoint(&args.server) => {
+            let _ = writeln!(
+                err,
+                "shed: --server is plain http:// to another machine, which would show the token to any host on the way; give its https:// address (http:// only to 127.0.0.1, ::1 or localhost); nothing was sent"
+            );
+            return 2;
+        }
         Ok(u) if !u.cannot_be_a_base() && matches!(u.scheme(), "http" | "https") => u,
         _ => {
             // Not repeated: a value that does not parse may still hold a password.

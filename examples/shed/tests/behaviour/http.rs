@@ -441,6 +441,29 @@ pub(crate) async fn cli(base: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The token goes in every request: over plain http only to this machine, never to another host,
+/// refused before anything is sent (nothing listens at 192.0.2.1; no connection is tried).
+#[tokio::test]
+async fn the_cli_refuses_a_plain_http_server_that_is_not_this_machine_before_sending_anything() {
+    for server in [
+        "http://192.0.2.1:8421",
+        "http://localhost.example.net:8421",
+        "http://127.0.0.1.example.com",
+    ] {
+        let started = std::time::Instant::now();
+        let (code, out, err) = cli(server, &["--token", "tok-secret", "info"]).await;
+        assert_eq!(code, 2, "{server}: {out}{err}");
+        assert!(
+            err.contains("--server")
+                && err.contains("https://")
+                && err.contains("nothing was sent"),
+            "{server}: {err}"
+        );
+        assert!(!err.contains("tok-secret"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+}
+
 #[tokio::test]
 async fn the_cli_never_shows_a_password_in_the_server_url_or_the_token() {
     // Nothing listens on port 1: had the request been sent, the client's error would name the URL.
