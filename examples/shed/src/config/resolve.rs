@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 
 use super::cloud::{cloud, ssh_key};
 use super::fields::{
@@ -262,6 +262,25 @@ impl FileConfig {
                 );
             }
         }
+        same_tokens(&clients, p);
         clients
+    }
+}
+
+/// Refuses two clients whose tokens are equal: a caller is known by its token alone, so either
+/// would act as the other (with its role and policy). Names both, never the token.
+fn same_tokens(clients: &BTreeMap<String, Client>, p: &mut Problems) {
+    let all: Vec<(&String, &Client)> = clients.iter().collect();
+    for (i, (first, a)) in all.iter().enumerate() {
+        for (second, b) in &all[i + 1..] {
+            if a.token.expose_secret() == b.token.expose_secret() {
+                p.add(
+                    format!("clients.{second}.token_env"),
+                    format!(
+                        "clients {first} and {second} have the same token: a caller is known by its token alone, so either would act as the other; give each client a token of its own"
+                    ),
+                );
+            }
+        }
     }
 }

@@ -479,6 +479,26 @@ fn clients_and_their_tokens() {
         .any(|client| client.caller.role == Role::Service));
 }
 
+/// A caller is known by its token alone: two clients with one token would let either act as the
+/// other (with the other's role and policy), so they are refused, naming both and never the token.
+#[test]
+fn two_clients_with_equal_tokens_are_refused_naming_both() {
+    let mut env = gce_env();
+    env.insert("OPS_TOKEN".into(), "s3cret-shared".into());
+    env.insert("CI_TOKEN".into(), " s3cret-shared\n".into());
+    let two = "clients:\n  ops:\n    role: admin\n    token_env: OPS_TOKEN\n  ci:\n    token_env: CI_TOKEN\n";
+    let msg = refused(&with(two), &env, "clients.ops.token_env");
+    assert!(msg.contains("ci") && msg.contains("ops"), "{msg}");
+    assert!(!msg.contains("s3cret"), "{msg}");
+    // One variable named by both is the same token too.
+    let one = "clients:\n  ops:\n    role: admin\n    token_env: OPS_TOKEN\n  ci:\n    token_env: OPS_TOKEN\n";
+    let msg = refused(&with(one), &env, "clients.ops.token_env");
+    assert!(!msg.contains("s3cret"), "{msg}");
+    env.insert("CI_TOKEN".into(), "s3cret-ci".into());
+    let c = resolve(&with(two), &env).unwrap();
+    assert_eq!(c.clients.len(), 2);
+}
+
 #[test]
 fn a_server_without_clients_listens_on_a_loopback_address_only() {
     // Without clients every caller is the local admin: an open port would let anyone who reaches it
