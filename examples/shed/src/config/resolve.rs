@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrecy::{ExposeSecret, SecretString};
@@ -60,7 +60,7 @@ impl FileConfig {
         let limits = limits(r, &mut p);
         let (max_run_duration, pass_interval) = durations(r, &mut p);
         let agent_install = agent_install(r, &mut p);
-        let state_dir = self.remote_state_dir(r, &var);
+        let state_dir = self.remote_state_dir(r, &var, &mut p);
         let listen = self.listen(&mut p);
         let clients = self.clients(r, &var, &mut p);
         let has_service = self.names_service_clients();
@@ -156,19 +156,23 @@ impl FileConfig {
     }
 
     /// `remote.state_dir` (default `<state_dir>/remote`), where `state_dir` defaults to
-    /// `$XDG_STATE_HOME/shed` or `~/.local/state/shed`. `remote.agent_dir` is not read.
-    fn remote_state_dir(&self, r: &RemoteFile, var: &Vars<'_>) -> PathBuf {
-        let base = self.state_dir.clone().unwrap_or_else(|| {
-            var.get("XDG_STATE_HOME")
+    /// `$XDG_STATE_HOME/shed` or `~/.local/state/shed`. `remote.agent_dir` is not read. A written
+    /// one starting `~/` is under HOME, and must be absolute then.
+    fn remote_state_dir(&self, r: &RemoteFile, var: &Vars<'_>, p: &mut Problems) -> PathBuf {
+        let xdg = var.get("XDG_STATE_HOME");
+        let home = var.get("HOME");
+        let base = match &self.state_dir {
+            Some(written) => written_dir("state_dir", written, home.as_deref(), p),
+            None => xdg
                 .map(PathBuf::from)
-                .or_else(|| {
-                    var.get("HOME")
-                        .map(|h| PathBuf::from(h).join(".local/state"))
-                })
+                .or_else(|| home.as_ref().map(|h| PathBuf::from(h).join(".local/state")))
                 .unwrap_or_else(|| PathBuf::from("."))
-                .join("shed")
-        });
-        r.state_dir.clone().unwrap_or_else(|| base.join("remote"))
+                .join("shed"),
+        };
+        match &r.state_dir {
+            Some(written) => written_dir("remote.state_dir", written, home.as_deref(), p),
+            None => base.join("remote"),
+        }
     }
 
     fn listen(&self, p: &mut Problems) -> SocketAddr {
@@ -265,6 +269,35 @@ impl FileConfig {
         same_tokens(&clients, p);
         clients
     }
+}
+
+/// The directory `field` names: `~` or `~/...` under `home` (HOME), as a shell would read it, for
+/// a YAML file is read by no shell; and absolute, since a relative one would be taken from wherever
+/// the server is started, leaving its records behind at the next start from elsewhere.
+fn written_dir(field: &str, written: &Path, home: Option<&str>, p: &mut Problems) -> PathBuf {
+    // By whole components: `~op/...` (another user's home) is not under HOME, and is refused below.
+    let under_home = written.strip_prefix("~").ok();
+    let dir = match (under_home, home) {
+        (Some(rest), Some(home)) => Path::new(home).join(rest),
+        (Some(_), None) => {
+            p.add(
+                field,
+                "starts with ~/ but HOME is not set: write the absolute path",
+            );
+            return written.to_path_buf();
+        }
+        (None, _) => written.to_path_buf(),
+    };
+    if !dir.is_absolute() {
+        p.add(
+            field,
+            format!(
+                "an absolute path (or one under ~/), got {:?}: a relative one would be taken from wherever the server starts",
+                written.display().to_string()
+            ),
+        );
+    }
+    dir
 }
 
 /// Refuses two clients whose tokens are equal: a caller is known by its token alone, so either

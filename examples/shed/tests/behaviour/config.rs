@@ -95,6 +95,32 @@ fn only_environment_and_default_image_are_required_and_every_default_is_the_docu
     assert!(!dbg.contains("e30=") && !dbg.contains("OPENSSH"), "{dbg}");
 }
 
+/// A state directory written `~/...` (as the README's own example is) is under HOME, not a folder
+/// named `~` where the server happens to start; a relative one would move with that too.
+#[test]
+fn a_state_dir_under_home_is_expanded_and_a_relative_one_is_refused() {
+    let mut env = gce_env();
+    env.insert("HOME".into(), "/home/op".into());
+    let c = resolve(&with("state_dir: ~/.local/state/shed\n"), &env).unwrap();
+    assert_eq!(
+        c.state_dir,
+        std::path::Path::new("/home/op/.local/state/shed/remote")
+    );
+    let c = resolve(&with("  state_dir: ~/shed-records\n"), &env).unwrap();
+    assert_eq!(c.state_dir, std::path::Path::new("/home/op/shed-records"));
+    for (yaml, field) in [
+        ("state_dir: shed-state\n", "state_dir"),
+        ("state_dir: ~op/shed\n", "state_dir"),
+        ("  state_dir: ./records\n", "remote.state_dir"),
+    ] {
+        let msg = refused(&with(yaml), &env, field);
+        assert!(msg.contains("absolute"), "{msg}");
+    }
+    env.remove("HOME");
+    let msg = refused(&with("state_dir: ~/.local/state/shed\n"), &env, "state_dir");
+    assert!(msg.contains("HOME"), "{msg}");
+}
+
 #[test]
 fn every_variable_is_read_once_and_a_missing_one_is_named() {
     let env = gce_env();
