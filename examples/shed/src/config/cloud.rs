@@ -40,15 +40,42 @@ pub(super) fn ssh_key(
             Some(k) => return Some(k),
             None => p.add(key_env, "not the base64 of an OpenSSH private key"),
         },
-        (None, Some(path)) => match std::fs::read(path.trim()) {
+        (None, Some(path)) => match read_key_file(path.trim()) {
             Ok(bytes) => match key(bytes) {
                 Some(k) => return Some(k),
                 None => p.add(file_env, "the file is not an OpenSSH private key"),
             },
-            Err(e) => p.add(file_env, format!("cannot read the file: {e}")),
+            Err(e) => p.add(file_env, format!("cannot read the file: {}", why_unread(&e))),
         },
     }
     None
+}
+
+/// The largest SSH key file read: far above any OpenSSH private key (an RSA key of 16384 bits is
+/// about 12 KiB).
+const MAX_KEY_FILE: u64 = 64 * 1024;
+
+/// The bytes of the SSH key file at `path`: a regular file, never through a symbolic link, of at
+/// most [`MAX_KEY_FILE`] bytes, and on Unix this user's and closed to others (as ssh itself asks
+/// of a private key): a key another user may read is no longer this server's alone, and one they
+/// may have written could be theirs.
+fn read_key_file(path: &str) -> Result<Vec<u8>, orca::fs::FsError> {
+    const WHAT: &str = "an SSH key file";
+    #[cfg(unix)]
+    return orca::fs::read_private(path, MAX_KEY_FILE, 0o077, WHAT);
+    #[cfg(not(unix))]
+    return orca::fs::read_regular(path, MAX_KEY_FILE, WHAT);
+}
+
+/// Why the key file was not read, in words that say what to do.
+fn why_unread(e: &orca::fs::FsError) -> String {
+    match e {
+        orca::fs::FsError::NotPrivate { path, why } => format!(
+            "{} is {why}: a private key's file must be this user's, readable by its owner only (chmod 600 it)",
+            path.display()
+        ),
+        other => other.to_string(),
+    }
 }
 
 fn looks_like_key(bytes: &[u8]) -> bool {

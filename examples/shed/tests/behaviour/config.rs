@@ -176,12 +176,55 @@ fn credentials_and_ssh_keys_need_exactly_one_source() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("id");
     std::fs::write(&path, KEY).unwrap();
+    // A private key's file is its owner's alone, as ssh itself asks.
+    #[cfg(unix)]
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     e.remove("SHED_REMOTE_SSH_KEY");
     e.insert(
         "SHED_REMOTE_SSH_KEY_FILE".into(),
         path.display().to_string(),
     );
     assert!(resolve(MINIMAL, &e).unwrap().ssh_key.is_some());
+}
+
+/// The SSH key file is read as a private key's file must be: this user's, closed to others, a
+/// regular file (never through a symbolic link) of a key's size; each refusal names the variable.
+#[cfg(unix)]
+#[test]
+fn an_ssh_key_file_open_to_others_linked_or_oversized_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("id");
+    std::fs::write(&key, KEY).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut e = gce_env();
+    e.remove("SHED_REMOTE_SSH_KEY");
+    let mut with_file = |path: &std::path::Path| {
+        e.insert(
+            "SHED_REMOTE_SSH_KEY_FILE".into(),
+            path.display().to_string(),
+        );
+        e.clone()
+    };
+    let msg = refused(MINIMAL, &with_file(&key), "SHED_REMOTE_SSH_KEY_FILE");
+    assert!(msg.contains("open to other users"), "{msg}");
+    assert!(!msg.contains("AAAA"), "{msg}");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&key, &link).unwrap();
+    let msg = refused(MINIMAL, &with_file(&link), "SHED_REMOTE_SSH_KEY_FILE");
+    assert!(msg.contains("symbolic link"), "{msg}");
+    let big = dir.path().join("big");
+    let mut bytes = KEY.as_bytes().to_vec();
+    bytes.resize(1 << 20, b'\n');
+    std::fs::write(&big, &bytes).unwrap();
+    std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let msg = refused(MINIMAL, &with_file(&big), "SHED_REMOTE_SSH_KEY_FILE");
+    assert!(msg.contains("larger than"), "{msg}");
+    assert!(resolve(MINIMAL, &with_file(&key))
+        .unwrap()
+        .ssh_key
+        .is_some());
 }
 
 #[test]
