@@ -86,7 +86,8 @@ enum HostCmd {
         /// The location (westeurope; on fake: zone-a, zone-b, zone-c).
         #[arg(long)]
         location: String,
-        /// The size (Standard_D4s_v5; on fake: amd64-small, amd64-large, arm64-small, arm64-large).
+        /// The size (Standard_D4s_v5; on fake: amd64-small, amd64-large, arm64-small, arm64-large, and
+        /// amd64-metal in zone-c only).
         #[arg(long)]
         size: String,
         /// The OS disk, GiB.
