@@ -293,6 +293,15 @@ impl FakeHetzner {
         lock(&self.state).token.clone()
     }
 
+    /// Announces the deprecation of `server_type` in every location it is offered in, from
+    /// `announced` on, orderable until `unavailable_after` (both RFC 3339).
+    pub fn deprecate(&self, server_type: &str, announced: &str, unavailable_after: &str) {
+        let mut s = lock(&self.state);
+        for t in s.types.iter_mut().filter(|t| t.name == server_type) {
+            t.deprecated = Some((announced.to_string(), unavailable_after.to_string()));
+        }
+    }
+
     /// Makes `server_type` out of stock in `location` (`on`), or back in stock: its
     /// `locations[].available` turns false, and creates and type changes to it there answer
     /// `resource_unavailable`.

@@ -813,9 +813,22 @@ impl HetznerProvider {
         ))
     }
 
-    /// Refuses a type that is deprecated in the spec's location (or everywhere), before any create.
+    /// Refuses a type that can no longer be ordered in the spec's location (or anywhere), before
+    /// any create: one whose deprecation's `unavailable_after` is past, or that carries only the
+    /// old flag, with no date to go by. Hetzner announces a deprecation months ahead and sells the
+    /// type until that date, so a type announced is still made (with a warning).
     fn check_deprecation(t: &ServerType, location: &str) -> Result<()> {
         if let Some(d) = t.deprecation_in(location) {
+            let until = DateTime::parse_from_rfc3339(&d.unavailable_after).ok();
+            if let Some(until) = until.filter(|u| *u > Utc::now()) {
+                tracing::warn!(
+                    server_type = %t.name,
+                    location,
+                    unavailable_after = %until,
+                    "server type is deprecated: orderable until its unavailable_after"
+                );
+                return Ok(());
+            }
             let when = if d.unavailable_after.is_empty() {
                 String::new()
             } else {

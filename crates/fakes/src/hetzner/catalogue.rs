@@ -20,14 +20,17 @@ pub(super) struct ServerType {
     pub cpu_type: &'static str,
     pub hourly_net: f64,
     pub locations: &'static [&'static str],
-    /// Deprecated in every location it is offered in: (announced, unavailable after).
-    pub deprecated: Option<(&'static str, &'static str)>,
+    /// Deprecated in every location it is offered in: (announced, unavailable after), RFC 3339.
+    pub deprecated: Option<(String, String)>,
 }
 
 impl ServerType {
-    /// Whether the type can no longer be ordered (its deprecation's `unavailable_after` is past).
+    /// Whether the type can no longer be ordered: its deprecation's `unavailable_after` is past.
+    /// Until then a deprecated type is still sold, as Hetzner announces a deprecation months ahead.
     pub fn unavailable(&self) -> bool {
-        self.deprecated.is_some()
+        self.deprecated.as_ref().is_some_and(|(_, until)| {
+            chrono::DateTime::parse_from_rfc3339(until).map_or(true, |t| t <= chrono::Utc::now())
+        })
     }
 }
 
@@ -128,9 +131,9 @@ fn t(
 /// The catalogue: types on sale today, and two that are no longer sold.
 pub(super) fn catalogue() -> Vec<ServerType> {
     let mut old22 = t(22, "cx22", "x86", (2, 4.0, 40), "shared", 0.006, EU);
-    old22.deprecated = Some(OLD_CX);
+    old22.deprecated = Some((OLD_CX.0.into(), OLD_CX.1.into()));
     let mut old32 = t(23, "cx32", "x86", (4, 8.0, 80), "shared", 0.0113, EU);
-    old32.deprecated = Some(OLD_CX);
+    old32.deprecated = Some((OLD_CX.0.into(), OLD_CX.1.into()));
     vec![
         t(114, "cx23", "x86", (2, 4.0, 40), "shared", 0.006, EU),
         t(115, "cx33", "x86", (4, 8.0, 80), "shared", 0.0113, EU),
@@ -187,6 +190,7 @@ impl State_ {
             .collect();
         let deprecation = t
             .deprecated
+            .as_ref()
             .map(|(a, u)| json!({"announced": a, "unavailable_after": u}));
         // No `deprecated` flag and a null type-wide `deprecation`: both are being phased out for the
         // per-location notices.

@@ -72,6 +72,23 @@ async fn a_deprecated_type_is_refused_before_the_create() {
     assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 0);
 }
 
+/// A type whose deprecation Hetzner has announced is still sold until its `unavailable_after`: a
+/// create of it makes the server, as Hetzner's own create takes it.
+#[tokio::test]
+async fn a_type_announced_deprecated_is_ordered_until_it_becomes_unavailable() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let ahead = (orca_machines::chrono::Utc::now() + orca_machines::chrono::Duration::days(90))
+        .to_rfc3339();
+    fake.deprecate("cx23", "2026-11-01T09:00:00+00:00", &ahead);
+    let p = common::provider(&fake, "me").await;
+    let got = p
+        .create(&spec("soon-old", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap();
+    assert!(matches!(got, Created::Machine(_)), "{got:?}");
+    assert_eq!(fake.servers().len(), 1);
+}
+
 #[tokio::test]
 async fn a_create_action_that_fails_for_placement_or_capacity_is_no_stock() {
     for code in ["placement_error", "resource_unavailable"] {
