@@ -583,7 +583,9 @@ impl HetznerProvider {
             )
             .await?;
         for a in &actions.actions {
-            let is_create = a.command == "create_server";
+            // The create's own actions: the create, and the start that `start_after_create` runs
+            // after it (a server that could not start is a failed create, as `create` reads it).
+            let is_create = matches!(a.command.as_str(), "create_server" | "start_server");
             if a.status == "error" && !is_create {
                 continue;
             }

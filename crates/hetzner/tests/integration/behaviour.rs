@@ -636,6 +636,43 @@ async fn a_lost_create_answer_is_adopted_after_its_action() {
     assert_eq!(fake.control().count(&Method::POST, "/v1/servers"), 2);
 }
 
+/// A create whose answer was lost, and whose server's `start_server` then fails, is a failed
+/// create when its retry takes the server over, as when the answer came: the server goes and the
+/// error names the start's failure, whether the start is still running when the retry meets it or
+/// already ended (before, the retry handed back the stopped server as made, or failed and left it).
+#[tokio::test]
+async fn a_takeover_of_a_server_whose_start_failed_removes_it() {
+    for action_time in [Duration::from_millis(400), Duration::ZERO] {
+        let fake = FakeHetzner::start_with(Options {
+            action_time,
+            ..Options::default()
+        })
+        .await
+        .unwrap();
+        let p = common::provider(&fake, "me").await;
+        fake.fail_next_start_after_create("no host could start the server");
+        fake.control().inject(Rule::new(
+            Some(Method::POST),
+            "/v1/servers",
+            Fault::DropAnswer,
+            1,
+        ));
+        let got = p.create(&spec("lost-s", "cx23", "fsn1", "lab")).await;
+        match &got {
+            Err(e) => assert!(
+                e.to_string().contains("no host could start the server"),
+                "{action_time:?}: {e:?}"
+            ),
+            Ok(other) => panic!("{action_time:?}: {other:?}"),
+        }
+        assert!(
+            fake.servers().is_empty(),
+            "{action_time:?}: {:?}",
+            fake.servers()
+        );
+    }
+}
+
 /// A create whose first POST made the server but lost its answer meets the name taken on its
 /// retry; when the reads that would take the server over fail too (a storm of 429s), the error
 /// says the create may have made something: the caller must not give the name up while its
