@@ -791,7 +791,12 @@ impl GceProvider {
                 if is_in_pool(&vm.labels, &spec.pool, &self.inner.owner)
                     && last_segment(&vm.machine_type) == spec.machine_type =>
             {
-                if let Some(delete) = self.running_delete(r, &vm).await? {
+                let ops = self.operations_of(r, &vm).await?;
+                let running = |t: &str| {
+                    ops.iter()
+                        .find(|op| op.operation_type == t && !op.is_done())
+                };
+                if let Some(delete) = running("delete").cloned() {
                     if !may_wait {
                         return Err(being_deleted(r, None));
                     }
@@ -801,6 +806,16 @@ impl GceProvider {
                         .await
                         .map_err(|e| being_deleted(r, Some(e)))?;
                     return Ok(None);
+                }
+                // The insert that makes the instance, under way or failed: followed to its end as
+                // its own create would, so that an instance whose insert fails goes with its boot
+                // disk and is never handed back as a machine.
+                let insert = ops.iter().find(|op| {
+                    op.operation_type == "insert"
+                        && (!op.is_done() || operation_error(op).is_some())
+                });
+                if let Some(insert) = insert.cloned() {
+                    return self.adopt_insert(spec, r, &vm, insert).await.map(Some);
                 }
                 tracing::debug!(id = %r.id(), "adopted the instance an earlier create made");
                 self.inner.recent.note(r.id());
@@ -814,29 +829,57 @@ impl GceProvider {
         }
     }
 
-    /// The delete of instance `vm` (named by `r`) that is still under way, if one is: one of type
-    /// `delete` on this incarnation (`targetId`) in its zone's operations, not `DONE`. Its status
-    /// cannot tell: a delete's operation may wait `PENDING` for seconds while the instance still
-    /// reads `RUNNING`, and one of an instance still `PROVISIONING` may be accepted; once running it
-    /// shows `STOPPING`, as a stop does. So every instance a 409 would adopt costs this one listing
-    /// (a 409 is rare: another create's instance of the name).
-    async fn running_delete(&self, r: &InstanceRef, vm: &Instance) -> Result<Option<Operation>> {
+    /// The operations of instance `vm` (named by `r`) in its zone's list: those of this incarnation
+    /// (`targetId`). Its status cannot tell what is under way: a delete's operation may wait
+    /// `PENDING` for seconds while the instance still reads `RUNNING`, one of an instance still
+    /// `PROVISIONING` may be accepted, and once running it shows `STOPPING`, as a stop does; an
+    /// insert that will fail shows `PROVISIONING` as one that will not. So every instance a 409
+    /// would adopt costs this one listing (a 409 is rare: another create's instance of the name).
+    async fn operations_of(&self, r: &InstanceRef, vm: &Instance) -> Result<Vec<Operation>> {
         // The id goes into a filter: an id that is not Compute Engine's digits is never sent.
         if vm.id.is_empty() || !vm.id.bytes().all(|b| b.is_ascii_digit()) {
-            return Ok(None);
+            return Ok(Vec::new());
         }
-        let filter = format!("(operationType = \"delete\") (targetId = \"{}\")", vm.id);
+        let filter = format!("(targetId = \"{}\")", vm.id);
         let path = self.client().zonal(&r.zone, "operations");
-        let ops: Vec<Operation> = self
-            .client()
+        self.client()
             .list_all(
                 "zoneOperations.list",
                 &path,
                 &[("filter", filter)],
                 self.inner.config.page_size,
             )
-            .await?;
-        Ok(ops.into_iter().find(|op| !op.is_done()))
+            .await
+    }
+
+    /// The answer to a create that met instance `vm` (named by `r`) of an earlier create whose
+    /// insert `op` is under way or failed: the insert's end, as [`GceProvider::after_insert`] reads
+    /// it for its own create (no stock or the error, with the instance and its boot disk removed;
+    /// or the machine), the machine answered as adopted.
+    async fn adopt_insert(
+        &self,
+        spec: &MachineSpec,
+        r: &InstanceRef,
+        vm: &Instance,
+        op: Operation,
+    ) -> Result<Created> {
+        tracing::debug!(id = %r.id(), "following the insert of the instance an earlier create made");
+        let boot_disk = vm
+            .disks
+            .iter()
+            .find(|d| d.boot)
+            .map(|d| last_segment(&d.source).to_string());
+        let Some(boot_disk) = boot_disk else {
+            return Err(Error::transient(format!(
+                "instance {} is being made by an earlier create and shows no boot disk yet",
+                r.id()
+            ))
+            .with_may_have_acted());
+        };
+        match self.after_insert(spec, r, &boot_disk, op).await? {
+            Created::Machine(m) => Ok(Created::Adopted(m)),
+            other => Ok(other),
+        }
     }
 
     /// Removes what a failed insert left (the instance and its boot disk, when they carry this owner's

@@ -1987,3 +1987,34 @@ async fn a_spec_image_of_another_architecture_or_none_is_refused_before_the_inse
     };
     assert_eq!(m.name, "vm-amd");
 }
+
+/// A create that meets the instance of an earlier create whose insert is still under way follows
+/// that insert to its end before answering: when it fails (no room in the zone), the instance and
+/// its boot disk go and the answer is no stock, never the instance as a machine (before, the
+/// instance was adopted while `PROVISIONING`, and its insert's failure was nobody's).
+#[tokio::test]
+async fn a_create_meeting_an_insert_under_way_follows_it_to_its_end() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    fake.set_operation_time(Duration::from_millis(800));
+    fake.fail_next_insert(
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "The zone does not have enough resources available to fulfill the request.",
+    );
+    // The first create is dropped once its instance stands, its insert still running.
+    let first = spec("vm-under-way", "e2-small");
+    tokio::select! {
+        got = p.create(&first) => panic!("{got:?}"),
+        () = async {
+            while fake.instance(ZONE, "vm-under-way").is_none() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        } => {}
+    }
+    match p.create(&spec("vm-under-way", "e2-small")).await {
+        Ok(Created::NoStock { left, .. }) => assert!(left.is_empty(), "{left:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(fake.instance(ZONE, "vm-under-way").is_none());
+    assert_eq!(fake.disk_names(ZONE), Vec::<String>::new());
+}
