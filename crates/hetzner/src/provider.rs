@@ -1021,13 +1021,24 @@ impl Provider for HetznerProvider {
                 ),
             ));
         }
+        // A type that cannot be ordered where the server is, refused before the server is stopped:
+        // the change would fail after the downtime. Not offered there is no stock there, as for a
+        // create.
+        let location = &s.location.name;
+        if !to.offered_in(location) {
+            return Err(Error::no_stock(
+                machine_type,
+                location,
+                format!("server type {machine_type} is not offered in {location}"),
+            ));
+        }
+        Self::check_deprecation(&to, location)?;
         let was_off = s.status == "off";
         if !was_off {
             self.stop(id).await?;
         }
         // Keep the disk as it is, so the server can be resized down again. No stock is of the new
         // type, where the server is.
-        let location = &s.location.name;
         let changed = self
             .server_action(
                 s.id,

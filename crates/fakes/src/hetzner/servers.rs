@@ -234,6 +234,14 @@ pub(super) async fn server_action(
             if new.unavailable() {
                 return Err(deprecated_type(&t));
             }
+            let here = s.servers[&id].location.clone();
+            if !new.locations.contains(&here.as_str()) {
+                return Err(ApiError(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_server_type",
+                    format!("server type {t} is not available in location {here}"),
+                ));
+            }
             if status != "off" {
                 return Err(ApiError(
                     StatusCode::CONFLICT,

@@ -820,6 +820,44 @@ async fn a_failed_resize_powers_the_server_on_again() {
     assert_eq!(s["server_type"]["name"], "cx23");
 }
 
+/// A resize to a type that cannot be ordered where the server is (one not offered in its location,
+/// or deprecated past its date) is refused before the server is stopped: nothing to gain from the
+/// downtime (before, the server was shut down, the change refused, and the server started again).
+#[tokio::test]
+async fn a_resize_to_a_type_not_orderable_there_is_refused_before_any_stop() {
+    let fake = FakeHetzner::start().await.unwrap();
+    let p = common::provider(&fake, "me").await;
+    let us = p
+        .create(&spec("rs-us", "cpx22", "ash", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let eu = p
+        .create(&spec("rs-eu", "cx23", "fsn1", "lab"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    let shutdowns = || fake.control().count(&Method::POST, "/actions/shutdown");
+    // cx23 is sold in the European locations only.
+    let e = p.resize(&us.id, "cx23").await.unwrap_err();
+    assert!(
+        matches!(&e, Error::NoStock { machine_type, location, .. } if machine_type == "cx23" && location == "ash"),
+        "{e:?}"
+    );
+    // cx22's deprecation date is past.
+    let e = p.resize(&eu.id, "cx22").await.unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidSpec { field, .. } if field == "machine_type"),
+        "{e:?}"
+    );
+    assert_eq!(shutdowns(), 0);
+    for s in fake.servers() {
+        assert_eq!(s["status"], "running", "{s}");
+    }
+}
+
 #[tokio::test]
 async fn a_retried_create_that_meets_the_limit_its_first_attempt_reached_adopts_that_server() {
     // The first POST makes the server and its answer is lost; the retry is refused because of what
