@@ -1058,10 +1058,33 @@ impl GceProvider {
             Err(Error::NotFound { .. }) => return Ok(()),
             Err(e) => return Err(e),
         };
-        match self.client().finish(op, op_name).await {
-            Ok(_) | Err(Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e),
+        let done = match self.client().wait(op).await {
+            Ok(done) => done,
+            // The operation itself could not be read (a 404 of `operations.wait`): that says
+            // nothing of the resource, which is followed until it is gone.
+            Err(Error::NotFound { .. }) => return self.until_gone(op_name, path).await,
+            Err(e) => return Err(e),
+        };
+        match operation_error(&done) {
+            // The delete found the resource gone already.
+            None | Some(Error::NotFound { .. }) => Ok(()),
+            Some(e) => Err(e.with_operation(op_name)),
         }
+    }
+
+    /// Reads the resource at `path`, whose delete (`op_name`) was accepted, until it is gone,
+    /// within `operation_timeout`.
+    async fn until_gone(&self, op_name: &'static str, path: &str) -> Result<()> {
+        let cfg = &self.inner.config;
+        let what = format!("{op_name} of {path}");
+        kit::poll_with(&what, cfg.operation_timeout, || async {
+            let read: Option<Value> = self.client().get_opt(op_name, path).await?;
+            Ok(match read {
+                None => kit::Polled::Done(()),
+                Some(_) => kit::Polled::Again(cfg.poll_interval),
+            })
+        })
+        .await
     }
 
     /// The listing filter of `pool`'s machines of this owner. The filter grammar has no documented

@@ -2018,3 +2018,36 @@ async fn a_create_meeting_an_insert_under_way_follows_it_to_its_end() {
     assert!(fake.instance(ZONE, "vm-under-way").is_none());
     assert_eq!(fake.disk_names(ZONE), Vec::<String>::new());
 }
+
+/// A delete whose operation cannot be read (`operations.wait` answers 404: the operation, not the
+/// instance) is not taken as the instance gone: the delete follows the instance itself until it is
+/// (before, `delete` answered true at once while the instance still stood).
+#[tokio::test]
+async fn a_delete_whose_operation_reads_not_found_waits_for_the_instance_to_go() {
+    let fake = FakeGce::start().await.unwrap();
+    let p = provider(&fake, "stack-1").await;
+    let m = p
+        .create(&spec("vm-op-404", "e2-small"))
+        .await
+        .unwrap()
+        .machine()
+        .unwrap();
+    fake.set_operation_time(Duration::from_millis(700));
+    let gone = "The resource 'projects/orca-fake-project/zones/europe-west1-b/operations/operation-x' was not found";
+    fake.control().inject(Rule::new(
+        Some(Method::POST),
+        "/wait",
+        Fault::Status {
+            status: 404,
+            body: json!({"error": {"code": 404, "message": gone,
+                "errors": [{"reason": "notFound", "domain": "global", "message": gone}]}}),
+            headers: vec![],
+        },
+        1,
+    ));
+    assert!(p.delete(&m.id).await.unwrap());
+    assert!(
+        fake.instance(ZONE, "vm-op-404").is_none(),
+        "the instance still stands"
+    );
+}
