@@ -338,7 +338,7 @@ pub const MAX_RUN_DURATION: Duration = Duration::from_secs(120 * 86_400);
 
 /// The rule for label keys a caller may set: what every cloud accepts.
 pub const LABEL_KEY_RULE: &str =
-    "1 to 63 of a-z, 0-9, '-' and '_', starting with a letter, and not one of orca's own (orca, orca-pool, orca-owner)";
+    "1 to 63 of a-z, 0-9, '-' and '_', starting with a letter and ending with a letter or digit, and not one of orca's own (orca, orca-pool, orca-owner)";
 
 /// The rule for label values a caller may set: what every cloud accepts (Hetzner's being the narrowest).
 pub const EXTRA_LABEL_VALUE_RULE: &str =
@@ -373,6 +373,9 @@ pub fn validate_label_key(k: &str) -> Result<()> {
     let ok = !k.is_empty()
         && k.len() <= 63
         && k.as_bytes()[0].is_ascii_lowercase()
+        && k.bytes()
+            .last()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         && k.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
     if !ok || crate::labels::is_reserved(k) {
@@ -708,6 +711,24 @@ mod tests {
         }
         assert!(validate_owner("").is_ok());
         assert!(validate_pool("lab_2-x").is_ok());
+    }
+
+    /// A caller's label key is what every cloud takes: Hetzner's keys (as Kubernetes') end with a
+    /// letter or digit, so a key ending in '-' or '_' is refused before any call.
+    #[test]
+    fn label_keys_start_with_a_letter_and_end_with_a_letter_or_digit() {
+        for bad in [
+            "team-", "team_", "-team", "1team", "Team", "te.am", "a/b", "",
+        ] {
+            let e = validate_label_key(bad).unwrap_err();
+            assert!(
+                e.to_string().contains("ending with a letter or digit"),
+                "{bad:?}: {e}"
+            );
+        }
+        for good in ["team", "t", "team-2", "cost_centre", "a-b_c9"] {
+            assert!(validate_label_key(good).is_ok(), "{good:?}");
+        }
     }
 
     #[test]

@@ -17,16 +17,32 @@ pub(super) enum Term {
 }
 
 pub(super) fn valid_key(k: &str) -> bool {
-    !k.is_empty()
-        && k.len() <= 253
-        && k.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b))
+    // Hetzner's rule (as Kubernetes'): an optional prefix of up to 253 characters and a `/`, then a
+    // name of 1 to 63; each starts and ends with a letter or digit, with `-`, `_` and `.` between.
+    let part = |p: &str, max: usize| {
+        let b = p.as_bytes();
+        !b.is_empty()
+            && b.len() <= max
+            && b.first().is_some_and(u8::is_ascii_alphanumeric)
+            && b.last().is_some_and(u8::is_ascii_alphanumeric)
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
+    };
+    match k.rsplit_once('/') {
+        Some((prefix, name)) => part(prefix, 253) && part(name, 63),
+        None => part(k, 63),
+    }
 }
 
 pub(super) fn valid_value(v: &str) -> bool {
-    v.len() <= 63
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    // Empty, or up to 63 that start and end with a letter or digit, with `-`, `_` and `.` between.
+    let b = v.as_bytes();
+    b.is_empty()
+        || (b.len() <= 63
+            && b.first().is_some_and(u8::is_ascii_alphanumeric)
+            && b.last().is_some_and(u8::is_ascii_alphanumeric)
+            && b.iter()
+                .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c)))
 }
 
 /// Parses a label selector: comma-separated terms, commas inside `( )` belonging to a set.
