@@ -18,9 +18,16 @@ pub use gce::GceHarness;
 pub use hetzner::HetznerHarness;
 pub use moto::{MotoHarness, Target};
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use orca_machines::conformance::Hook;
 use orca_machines::{Provider, Result};
+
+/// How long the fakes' operations and actions run under the suite: the clouds' last seconds, and
+/// a driver that stopped following them to their end would pass a suite whose operations had
+/// ended by the next request.
+const OPERATION_TIME: Duration = Duration::from_millis(100);
 
 /// How a test makes providers on a fake `F` (or on what the harness says `F` is): the driver itself,
 /// or the plugin program that carries it.

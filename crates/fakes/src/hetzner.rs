@@ -302,6 +302,11 @@ impl FakeHetzner {
         }
     }
 
+    /// Makes every action from now on run for `time` (as [`Options::action_time`]).
+    pub fn set_action_time(&self, time: Duration) {
+        lock(&self.state).action_time = time;
+    }
+
     /// Makes `server_type` out of stock in `location` (`on`), or back in stock: its
     /// `locations[].available` turns false, and creates and type changes to it there answer
     /// `resource_unavailable`.

@@ -52,6 +52,7 @@ impl<P: Providers<FakeAzure>> AzureHarness<P> {
         fake.add_subnet(RESOURCE_GROUP, &vnet, LOCATION, SUBNET, Some(SUBNET_NSG));
         fake.set_credit(BILLING_ACCOUNT, BILLING_PROFILE, 812.5, "USD");
         fake.offer_only(UNOFFERED_SIZE, &["eastus"]);
+        fake.set_operation_time(super::OPERATION_TIME);
         AzureHarness {
             fake,
             name: name.into(),

@@ -37,6 +37,7 @@ impl<P: Providers<FakeGce>> GceHarness<P> {
     /// fake from the same): a plugin process gets its own token on its first call.
     pub fn new(name: impl Into<String>, fake: FakeGce, providers: P) -> Self {
         fake.offer_only(UNOFFERED_TYPE, &[UNOFFERED_TYPE_ZONE]);
+        fake.set_operation_time(super::OPERATION_TIME);
         GceHarness {
             fake,
             name: name.into(),

@@ -23,6 +23,7 @@ pub struct HetznerHarness<P> {
 impl<P: Providers<FakeHetzner>> HetznerHarness<P> {
     /// A harness named `name` in the output, on `fake`, whose providers `providers` makes.
     pub fn new(name: impl Into<String>, fake: FakeHetzner, providers: P) -> Self {
+        fake.set_action_time(super::OPERATION_TIME);
         HetznerHarness {
             fake,
             name: name.into(),

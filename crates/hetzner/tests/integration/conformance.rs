@@ -2,6 +2,8 @@
 //! project, page size 1, no stock, a lost create answer, request counting and delayed visibility.
 //! Servers go on the fake's private network, so that `private_address` is claimed and checked.
 
+use std::time::Duration;
+
 use crate::common;
 
 use async_trait::async_trait;
@@ -15,6 +17,12 @@ use orca_machines::Provider;
 /// The driver itself, in the test's process.
 struct Driver;
 
+/// The tests' settings, but actions are polled every 25 ms, not every 1 ms: they last a while
+/// under the suite, and polls every millisecond would spend the project's rate limit.
+fn suite_builder(fake: &FakeHetzner) -> orca_hetzner::ConfigBuilder {
+    common::builder(fake).poll_interval(Duration::from_millis(25))
+}
+
 #[async_trait]
 impl Providers<FakeHetzner> for Driver {
     async fn provider(
@@ -22,7 +30,7 @@ impl Providers<FakeHetzner> for Driver {
         fake: &FakeHetzner,
         owner: &str,
     ) -> orca_machines::Result<Box<dyn Provider>> {
-        let config = common::builder(fake).build()?;
+        let config = suite_builder(fake).build()?;
         Ok(Box::new(HetznerProvider::new(config, owner).await?))
     }
 
@@ -32,7 +40,7 @@ impl Providers<FakeHetzner> for Driver {
         owner: &str,
         page_size: u32,
     ) -> orca_machines::Result<Box<dyn Provider>> {
-        let config = common::builder(fake).page_size(page_size).build()?;
+        let config = suite_builder(fake).page_size(page_size).build()?;
         Ok(Box::new(HetznerProvider::new(config, owner).await?))
     }
 }

@@ -17,7 +17,8 @@ fn settings(fake: &FakeHetzner) -> Settings {
         .with("ORCA_HCLOUD_SSH_KEYS", "orca-test")
         .with("ORCA_HCLOUD_FIREWALL", "orca-fw")
         .with("ORCA_HCLOUD_NETWORK", "orca-net")
-        .with("ORCA_POLL_INTERVAL", "1ms")
+        // Actions last a while under the suite: polled every 25 ms, within the rate limit.
+        .with("ORCA_POLL_INTERVAL", "25ms")
 }
 
 /// `soul-cloud-hetzner` processes.
