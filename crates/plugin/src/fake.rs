@@ -76,6 +76,10 @@ impl Layer for Lying {
             Answer::Machines(ms) => Answer::Machines(ms.into_iter().map(Self::lie).collect()),
             Answer::Machine(m) => Answer::Machine(m.map(Self::lie)),
             Answer::Changed(m) => Answer::Changed(Self::lie(m)),
+            Answer::Resized(mut r) => {
+                r.machine = Self::lie(r.machine);
+                Answer::Resized(r)
+            }
             other => other,
         })
     }

@@ -244,13 +244,25 @@ impl PluginHost {
             owner.to_string(),
             settings.clone(),
         );
-        let command = PluginCommand::new(path, owner)
+        let command = PluginCommand::new(&path, owner)
             .settings(settings.clone())
             .explicit_settings()
             .start_timeout(self.start_timeout)
             .call_timeout(self.call_timeout)
             .stderr_lines(move |line| lines(&d, &o, &hide_settings(line, &s)));
         let plugin = Arc::new(PluginProvider::start(command).await?);
+        // A program found under a driver's name serves that driver, or it is the wrong file: a
+        // fake installed as a cloud's would make nothing in any cloud, and say nothing of it.
+        if plugin.kind() != driver {
+            return Err(Error::settings(
+                ["plugin"],
+                format!(
+                    "the plugin {} serves kind {:?}, not {driver:?}",
+                    path.display(),
+                    plugin.kind()
+                ),
+            ));
+        }
         tracing::info!(driver, owner, "plugin started");
         let mut kept = lock(&self.kept);
         kept.insert(

@@ -8,8 +8,8 @@ use orca_machines::ext::{
 use orca_machines::labels::Labels;
 use orca_machines::spec::quoted;
 use orca_machines::{
-    docker_arch, Arch, Capabilities, Created, Machine, MachineSpec, Price, Provider, Resized,
-    Result,
+    docker_arch, Arch, Capabilities, Created, Error, Machine, MachineSpec, Price, Provider,
+    Resized, Result,
 };
 
 use super::PluginProvider;
@@ -107,6 +107,15 @@ impl Provider for PluginProvider {
 
     async fn create(&self, spec: &MachineSpec) -> Result<Created> {
         use pb::create_reply::Outcome;
+        // Checked here, before anything crosses, as a driver checks it before any call; and the
+        // run limit, which the protocol carries in whole seconds, is refused rather than cut.
+        spec.validate()?;
+        if spec.max_run_duration.is_some_and(|d| d.subsec_nanos() != 0) {
+            return Err(Error::invalid(
+                "max_run_duration",
+                "whole seconds (the plugin protocol carries seconds)",
+            ));
+        }
         let q = pb::CreateRequest {
             spec: Some(spec_to(spec)),
         };
@@ -201,7 +210,11 @@ impl Provider for PluginProvider {
             machine_type: machine_type.to_string(),
         };
         let r = self.call("resize", |mut c| async move { c.resize(q).await });
-        outcome!(r.await?, "resize", Outcome::Resized(r) => resized_from(r))
+        outcome!(r.await?, "resize", Outcome::Resized(r) => {
+            let r = resized_from(r)?;
+            let m = asked("resize", Asked::Id(id), r.machine)?;
+            Ok(Resized::new(m, r.caused_downtime))
+        })
     }
 
     async fn hourly_price(&self, machine_type: &str, location: &str) -> Result<Price> {

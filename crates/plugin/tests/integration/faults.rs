@@ -449,3 +449,28 @@ async fn a_plugin_writing_a_huge_line_on_stderr_is_cut_at_the_bound_and_still_se
     );
     assert_eq!(p.starts(), 1);
 }
+
+/// A plugin program found under a driver's name that serves another kind (a misinstalled file: the
+/// fake installed as `soul-cloud-hetzner`) is refused at its start, naming both kinds (before, it
+/// was handed out as that driver, and its creates made nothing in any cloud).
+#[tokio::test]
+async fn a_plugin_that_serves_another_kind_than_its_name_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let state = dir.path().join("cloud.json");
+    let program = dir.path().join("soul-cloud-hetzner");
+    std::fs::copy(common::FAKE, &program).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let host = orca_plugin::PluginHost::new([dir.path().to_path_buf()]);
+    let settings = Settings::new().with(orca::FAKE_STATE_ENV, state.to_str().unwrap());
+    let e = match host.provider("hetzner", "stack-1", &settings).await {
+        Ok(p) => panic!("handed out as hetzner: kind {}", p.kind()),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::InvalidSettings, "{e}");
+    assert!(
+        e.to_string().contains("fake") && e.to_string().contains("hetzner"),
+        "{e}"
+    );
+}
