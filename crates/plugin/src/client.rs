@@ -32,6 +32,27 @@ const PASSED_THROUGH: &[&str] = &[
     "SSL_CERT_DIR",
 ];
 
+/// Names no setting may take, because the program's loader and C library read them before any
+/// of the plugin's code runs (glibc's list of the variables it drops for privileged programs, and
+/// macOS's `DYLD_` ones): a setting could otherwise load a library into the plugin that holds the
+/// credentials. Names that start with one of [`LOADER_PREFIXES`] are refused as well.
+const LOADER_NAMES: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TZDIR",
+];
+
+/// The prefixes of [`LOADER_NAMES`]' families.
+const LOADER_PREFIXES: &[&str] = &["LD_", "DYLD_", "MALLOC_"];
+
 /// What takes a plugin's standard error, one line at a time (without its line end).
 pub type StderrLines = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -173,6 +194,7 @@ impl PluginCommand {
                 format!("cannot start the plugin {}: {e}", self.path.display()),
             )
         })?;
+        self.check_setting_names()?;
         let _on_wire = wire.handle.enter();
         let mut c = tokio::process::Command::new(&self.path);
         c.env_clear();
@@ -212,21 +234,40 @@ impl PluginCommand {
         Ok(child)
     }
 
-    /// The settings' names as [`SETTINGS_ENV`] lists them; a name the list cannot carry is refused.
-    fn settings_names(&self) -> Result<String> {
-        let names: Vec<&str> = self.settings.keys().collect();
-        let bad: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|k| k.is_empty() || k.contains([',', '=', '\0']))
-            .collect();
+    /// Refuses, before the program starts, a setting whose name is no environment variable's, or
+    /// names what is not a setting's to set: a variable the loader or C library reads
+    /// ([`LOADER_NAMES`]), one the host passes on itself ([`PASSED_THROUGH`]: `PATH`, the TLS
+    /// roots, ...), or the protocol's own.
+    fn check_setting_names(&self) -> Result<()> {
+        let not_a_name = |k: &str| k.is_empty() || k.contains([',', '=', '\0']);
+        let bad: Vec<&str> = self.settings.keys().filter(|k| not_a_name(k)).collect();
         if !bad.is_empty() {
             return Err(Error::settings(
                 bad,
                 "not an environment variable's name (a plugin's settings are passed by name)",
             ));
         }
-        Ok(names.join(","))
+        let reserved = |k: &str| {
+            LOADER_NAMES.contains(&k)
+                || LOADER_PREFIXES.iter().any(|p| k.starts_with(p))
+                || PASSED_THROUGH.contains(&k)
+                || self.passed.iter().any(|p| p == k)
+                || [OWNER_ENV, SETTINGS_ENV].contains(&k)
+        };
+        let bad: Vec<&str> = self.settings.keys().filter(|k| reserved(k)).collect();
+        if !bad.is_empty() {
+            return Err(Error::settings(
+                bad,
+                "not a plugin setting: the program's loader, C library or host sets it",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The settings' names as [`SETTINGS_ENV`] lists them (checked by
+    /// [`PluginCommand::check_setting_names`]).
+    fn settings_names(&self) -> Result<String> {
+        Ok(self.settings.keys().collect::<Vec<_>>().join(","))
     }
 
     fn name(&self) -> String {

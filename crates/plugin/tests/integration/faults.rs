@@ -352,7 +352,8 @@ async fn a_secret_cut_with_its_line_is_hidden_in_what_is_left() {
     let secret = "tok-9f3Kq2Lm8Xz1Vb7Np4Rt";
     // The secret begins 10 bytes before the line's bound, so the cut keeps its first bytes only.
     let before = MAX_STDERR_LINE - CUT_MARK.len() - 10;
-    let script = dir.path().join("soul-cloud-straddle");
+    // The fake behind a script that writes a long line first: found as the fake, which it serves.
+    let script = dir.path().join("soul-cloud-fake");
     std::fs::write(
         &script,
         format!(
@@ -373,10 +374,7 @@ async fn a_secret_cut_with_its_line_is_hidden_in_what_is_left() {
     let settings = Settings::new()
         .with(orca::FAKE_STATE_ENV, state.to_str().unwrap())
         .with("SECRET_TAIL", secret);
-    let p = host
-        .provider("straddle", "stack-1", &settings)
-        .await
-        .unwrap();
+    let p = host.provider("fake", "stack-1", &settings).await.unwrap();
     assert!(p.machines("lab").await.unwrap().is_empty());
     // A guard, not a measure: the lines cross on their own task.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -473,4 +471,34 @@ async fn a_plugin_that_serves_another_kind_than_its_name_is_refused() {
         e.to_string().contains("fake") && e.to_string().contains("hetzner"),
         "{e}"
     );
+}
+
+/// A setting may not name a variable the plugin's loader or C library reads, nor one the host
+/// passes on itself: it is refused by name before the program starts (before, `LD_PRELOAD` reached
+/// the child's environment and ld.so acted on it before the plugin could refuse the name).
+#[tokio::test]
+async fn a_setting_named_like_a_loader_or_host_variable_is_refused_before_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("cloud.json");
+    for name in [
+        "LD_PRELOAD",
+        "DYLD_INSERT_LIBRARIES",
+        "GCONV_PATH",
+        "PATH",
+        "SSL_CERT_FILE",
+    ] {
+        let lines: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+        let command = fake_on(&state, "o")
+            .setting(name, "/nonexistent.so")
+            .stderr_lines({
+                let lines = lines.clone();
+                move |l| lines.lock().unwrap().push(l.to_string())
+            });
+        let e = match PluginProvider::start(command).await {
+            Ok(_) => panic!("{name}: started, stderr {:?}", lines.lock().unwrap()),
+            Err(e) => e,
+        };
+        assert_eq!(e.kind(), ErrorKind::InvalidSettings, "{name}: {e}");
+        assert!(e.to_string().contains(name), "{name}: {e}");
+    }
 }
