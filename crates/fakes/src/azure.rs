@@ -673,6 +673,11 @@ impl FakeAzure {
         self.st().quota.insert(size.to_ascii_lowercase());
     }
 
+    /// Ends [`FakeAzure::exceed_quota`] for `size`.
+    pub fn restore_quota(&self, size: &str) {
+        self.st().quota.remove(&size.to_ascii_lowercase());
+    }
+
     /// A `PUT` of a resource of `type_name` (`Microsoft.Network/publicIPAddresses`, ...) is refused with
     /// 403 `RequestDisallowedByPolicy` naming the policy assignment `assignment`.
     pub fn deny_policy(&self, type_name: &str, assignment: &str) {

@@ -100,6 +100,17 @@ pub trait Harness: Send + Sync {
         Err(Skip::because("the backend cannot restore stock"))
     }
 
+    /// Makes every create be refused for an account limit (a quota, not capacity: every type and
+    /// location) until [`Harness::restore_quota`].
+    async fn exceed_quota(&self) -> Hook<()> {
+        Err(Skip::because("the backend cannot exceed a quota"))
+    }
+
+    /// Undoes [`Harness::exceed_quota`].
+    async fn restore_quota(&self) -> Hook<()> {
+        Err(Skip::because("the backend cannot restore a quota"))
+    }
+
     /// Makes the next create happen in the cloud while its answer is lost (an ambiguous failure).
     async fn lose_next_create_answer(&self) -> Hook<()> {
         Err(Skip::because("the backend cannot lose an answer"))
@@ -379,6 +390,7 @@ pub const CHECKS: &[&str] = &[
     "arch_of_both_architectures",
     "refuses_what_the_catalogue_does_not_offer",
     "no_stock",
+    "quota_is_not_capacity",
     "retried_create_makes_one_machine",
     "adopts_an_earlier_machine_after_a_passing_failure",
     "capabilities_are_truthful",
@@ -447,6 +459,7 @@ pub async fn run(h: &dyn Harness, checks: &[&'static str]) -> Report {
             "arch_of_both_architectures" => arch_both(&ctx).await,
             "refuses_what_the_catalogue_does_not_offer" => catalogue_refusals(&ctx).await,
             "no_stock" => no_stock(&ctx).await,
+            "quota_is_not_capacity" => quota(&ctx).await,
             "retried_create_makes_one_machine" => retried_create(&ctx).await,
             "adopts_an_earlier_machine_after_a_passing_failure" => adopts_after_passing(&ctx).await,
             "capabilities_are_truthful" => capabilities(&ctx).await,
@@ -971,6 +984,31 @@ async fn no_stock(ctx: &Ctx<'_>) -> Checked {
     Ok(())
 }
 
+/// A create refused for an account limit is `Error::Quota`, never no stock (another location will
+/// not help), says it made nothing, and leaves nothing; once the limit allows, the next create
+/// makes its machine.
+async fn quota(ctx: &Ctx<'_>) -> Checked {
+    let p = ctx.provider(&ctx.owner_a).await?;
+    ctx.h.exceed_quota().await?;
+    let pool = ctx.pool(0);
+    let got = p.create(&ctx.spec(0, &pool)).await;
+    let restored = ctx.h.restore_quota().await;
+    match got {
+        Err(e) if e.kind() == ErrorKind::Quota => ensure!(
+            e.made_nothing(),
+            "a create refused for a quota may have made something: {e:?}"
+        ),
+        other => fail!("a create past a quota gave {other:?}"),
+    }
+    ensure!(
+        p.machines(&pool).await?.is_empty(),
+        "a create refused for a quota left a machine"
+    );
+    restored?;
+    made(&*p, &ctx.spec(1, &pool)).await?;
+    Ok(())
+}
+
 async fn retried_create(ctx: &Ctx<'_>) -> Checked {
     let p = ctx.provider(&ctx.owner_a).await?;
     let pool = ctx.pool(0);
@@ -1192,6 +1230,16 @@ impl Harness for MemoryHarness {
 
     async fn restore_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
         self.cloud.unlimited_stock(machine_type, location);
+        Ok(())
+    }
+
+    async fn exceed_quota(&self) -> Hook<()> {
+        self.cloud.set_machine_limit(Some(0));
+        Ok(())
+    }
+
+    async fn restore_quota(&self) -> Hook<()> {
+        self.cloud.set_machine_limit(None);
         Ok(())
     }
 

@@ -206,6 +206,9 @@ struct State {
     machines: BTreeMap<String, StoredMachine>,
     /// Remaining stock per `type@location`; absent means unlimited.
     stock: BTreeMap<String, u32>,
+    /// The account's limit on machines (absent: none): a create past it is refused as a quota.
+    #[serde(default)]
+    machine_limit: Option<usize>,
     /// VPC firewall rules by name.
     #[serde(default)]
     firewall: BTreeMap<String, FirewallRule>,
@@ -709,6 +712,14 @@ impl MemoryCloud {
         });
     }
 
+    /// Sets the account's limit on machines (`None`: no limit): a create that would make more
+    /// machines than `limit` is refused as [`Error::Quota`], whatever the type or location.
+    pub fn set_machine_limit(&self, limit: Option<usize>) {
+        let _ = self.with_state(true, |s| {
+            s.machine_limit = limit;
+        });
+    }
+
     /// Makes the stock of `machine_type` in `location` unlimited again.
     pub fn unlimited_stock(&self, machine_type: &str, location: &str) {
         let _ = self.with_state(true, |s| {
@@ -1000,6 +1011,11 @@ impl MemoryCloud {
                     return Err(Error::already_exists(format!(
                         "machine named {:?}",
                         spec.name
+                    )));
+                }
+                if let Some(limit) = s.machine_limit.filter(|l| s.machines.len() >= *l) {
+                    return Err(Error::quota(format!(
+                        "the account's limit of {limit} machines is reached"
                     )));
                 }
                 let key = stock_key(&spec.machine_type, &spec.location);

@@ -102,6 +102,16 @@ impl<P: Providers<FakeAzure>> Harness for AzureHarness<P> {
         Ok(())
     }
 
+    async fn exceed_quota(&self) -> Hook<()> {
+        self.fake.exceed_quota(&self.setup().amd64_type);
+        Ok(())
+    }
+
+    async fn restore_quota(&self) -> Hook<()> {
+        self.fake.restore_quota(&self.setup().amd64_type);
+        Ok(())
+    }
+
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.fake.lose_next_vm_put_answer();
         Ok(())

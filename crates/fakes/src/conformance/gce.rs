@@ -93,6 +93,16 @@ impl<P: Providers<FakeGce>> Harness for GceHarness<P> {
         Ok(())
     }
 
+    async fn exceed_quota(&self) -> Hook<()> {
+        self.fake.exceed_quota(u32::MAX);
+        Ok(())
+    }
+
+    async fn restore_quota(&self) -> Hook<()> {
+        self.fake.exceed_quota(0);
+        Ok(())
+    }
+
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.fake.control().inject(Rule::new(
             Some(Method::POST),

@@ -11,6 +11,7 @@ use orca_machines::{MachineSpec, Provider, Result};
 use super::{paged, Providers};
 use crate::hetzner::FakeHetzner;
 use crate::{Fault, Rule};
+use serde_json::json;
 
 /// The conformance harness on a fake Hetzner API, with every hook Hetzner can have.
 pub struct HetznerHarness<P> {
@@ -68,6 +69,29 @@ impl<P: Providers<FakeHetzner>> Harness for HetznerHarness<P> {
 
     async fn restore_stock(&self, machine_type: &str, location: &str) -> Hook<()> {
         self.fake.set_no_stock(machine_type, location, false);
+        Ok(())
+    }
+
+    async fn exceed_quota(&self) -> Hook<()> {
+        // Hetzner's answer to a create past the project's server limit.
+        self.fake.control().inject(Rule::new(
+            Some(Method::POST),
+            "/v1/servers",
+            Fault::Status {
+                status: 403,
+                body: json!({"error": {"code": "resource_limit_exceeded",
+                    "message": "server limit exceeded", "details": {}}}),
+                headers: vec![],
+            },
+            u32::MAX,
+        ));
+        Ok(())
+    }
+
+    async fn restore_quota(&self) -> Hook<()> {
+        self.fake
+            .control()
+            .clear_faults_where(|r| r.path_contains == "/v1/servers");
         Ok(())
     }
 

@@ -111,6 +111,21 @@ impl<P: Providers<Target>> Harness for MotoHarness<P> {
         Ok(())
     }
 
+    async fn exceed_quota(&self) -> Hook<()> {
+        // EC2's answer to a launch past the account's instance (vCPU) limit.
+        self.proxy.inject(rule(
+            "RunInstances",
+            ec2_error(400, "InstanceLimitExceeded"),
+            u32::MAX,
+        ));
+        Ok(())
+    }
+
+    async fn restore_quota(&self) -> Hook<()> {
+        self.proxy.clear("RunInstances");
+        Ok(())
+    }
+
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.proxy
             .inject(rule("RunInstances", Fault::DropAnswer, 1));

@@ -59,6 +59,12 @@ impl Harness for ArcHarness {
     async fn restore_stock(&self, t: &str, l: &str) -> Hook<()> {
         self.0.restore_stock(t, l).await
     }
+    async fn exceed_quota(&self) -> Hook<()> {
+        self.0.exceed_quota().await
+    }
+    async fn restore_quota(&self) -> Hook<()> {
+        self.0.restore_quota().await
+    }
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.0.lose_next_create_answer().await
     }
@@ -121,6 +127,7 @@ async fn missing_hooks_are_reported_as_skipped_by_name() {
             "lists_every_page",
             "arch_of_both_architectures",
             "no_stock",
+            "quota_is_not_capacity",
             "retried_create_makes_one_machine",
             "adopts_an_earlier_machine_after_a_passing_failure",
             "reads_one_machine",

@@ -133,6 +133,16 @@ impl Harness for PluginHarness {
         Ok(())
     }
 
+    async fn exceed_quota(&self) -> Hook<()> {
+        self.cloud.set_machine_limit(Some(0));
+        Ok(())
+    }
+
+    async fn restore_quota(&self) -> Hook<()> {
+        self.cloud.set_machine_limit(None);
+        Ok(())
+    }
+
     async fn lose_next_create_answer(&self) -> Hook<()> {
         self.fault_next_create("\"lose_answer\"").await
     }
