@@ -19,7 +19,7 @@ use orca_machines::ext::{
 };
 use orca_machines::kit::check_owned;
 use orca_machines::labels::Labels;
-use orca_machines::spec::{validate_label_key, validate_labels};
+use orca_machines::spec::{validate_label_key_to_remove, validate_labels};
 use orca_machines::{
     validate_id, Admission, AdmissionRule, Balance, CreditBalance, Error, Machine, MachineLabels,
     Result, SshAdmission,
@@ -37,7 +37,7 @@ impl MachineLabels for AzureProvider {
         validate_id(id)?;
         validate_labels(set)?;
         for k in remove {
-            validate_label_key(k)?;
+            validate_label_key_to_remove(k)?;
         }
         let vm = self.owned_existing(id, false).await?;
         let url = self.client().url(

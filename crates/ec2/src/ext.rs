@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use orca_machines::labels::Labels;
-use orca_machines::spec::{validate_label_key, validate_labels};
+use orca_machines::spec::{validate_label_key_to_remove, validate_labels};
 use orca_machines::{Error, Machine, MachineLabels, Result, validate_id};
 
 use crate::model::{NAME_TAG, machine_of};
@@ -21,7 +21,7 @@ impl MachineLabels for Ec2Provider {
         validate_id(id)?;
         validate_labels(set)?;
         for k in remove {
-            validate_label_key(k)?;
+            validate_label_key_to_remove(k)?;
         }
         if set.contains_key(NAME_TAG) || remove.iter().any(|k| k == NAME_TAG) {
             return Err(Error::invalid(

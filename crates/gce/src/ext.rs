@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use orca_machines::ext::check_ipv4_ranges;
 use orca_machines::labels::Labels;
-use orca_machines::spec::{validate_label_key, validate_labels};
+use orca_machines::spec::{validate_label_key_to_remove, validate_labels};
 use orca_machines::{
     Error, FirewallPorts, FirewallRule, FirewallRules, Machine, MachineLabels, Network, Result,
 };
@@ -28,7 +28,7 @@ impl MachineLabels for GceProvider {
     async fn set_labels(&self, id: &str, set: &Labels, remove: &[String]) -> Result<Machine> {
         validate_labels(set)?;
         for k in remove {
-            validate_label_key(k)?;
+            validate_label_key_to_remove(k)?;
         }
         self.parse_id(id)?;
         for attempt in 1..=LABEL_ATTEMPTS {

@@ -2,7 +2,7 @@
 //! ([`MachineLabels`]).
 
 use async_trait::async_trait;
-use orca_machines::spec::{validate_label_key, validate_labels};
+use orca_machines::spec::{validate_label_key_to_remove, validate_labels};
 use orca_machines::{Machine, MachineLabels, Result};
 use reqwest::Method;
 use serde_json::json;
@@ -24,7 +24,7 @@ impl MachineLabels for HetznerProvider {
         let n = server_id(id)?;
         validate_labels(set)?;
         for k in remove {
-            validate_label_key(k)?;
+            validate_label_key_to_remove(k)?;
         }
         let s = self.owned_server(id).await?;
         let mut labels = s.labels.clone();

@@ -46,8 +46,8 @@ use crate::machine::{Created, Machine, Price, Resized, Status, Timestamp};
 use crate::provider::{Capabilities, Provider};
 use crate::retry::{all_pages, Page, RetryPolicy};
 use crate::spec::{
-    validate_id, validate_label_key, validate_labels, validate_name, validate_owner, validate_pool,
-    validate_token, MachineSpec,
+    validate_id, validate_label_key_to_remove, validate_labels, validate_name, validate_owner,
+    validate_pool, validate_token, MachineSpec,
 };
 
 /// The provider kind of the in-memory provider.
@@ -1672,7 +1672,7 @@ impl MachineLabels for MemoryProvider {
         validate_id(id)?;
         validate_labels(set)?;
         for k in remove {
-            validate_label_key(k)?;
+            validate_label_key_to_remove(k)?;
         }
         self.owned_existing(id).await?;
         self.retry

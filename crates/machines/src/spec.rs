@@ -387,6 +387,25 @@ pub fn validate_label_key(k: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks a label key a caller removes: the rule of [`validate_label_key`] but for its last
+/// character, since a key ending in '-' or '_' that some clouds took before it was refused at a
+/// set may still stand, and must stay removable. Still of a-z, 0-9, '-' and '_' (nothing that
+/// could widen a request), and never one of orca's own.
+pub fn validate_label_key_to_remove(k: &str) -> Result<()> {
+    let ok = !k.is_empty()
+        && k.len() <= 63
+        && k.as_bytes()[0].is_ascii_lowercase()
+        && k.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !ok || crate::labels::is_reserved(k) {
+        return Err(Error::invalid(
+            "labels",
+            format!("a key is {LABEL_KEY_RULE}, got {}", quoted(k)),
+        ));
+    }
+    Ok(())
+}
+
 fn validate_ssh_public_key(k: &str) -> Result<()> {
     let bad = |why: &str| Error::invalid("ssh_keys", why.to_string());
     if k.len() > 8192 || k.contains(['\n', '\r']) {
@@ -729,6 +748,10 @@ mod tests {
         for good in ["team", "t", "team-2", "cost_centre", "a-b_c9"] {
             assert!(validate_label_key(good).is_ok(), "{good:?}");
         }
+        // One that stands from before the rule can still be removed.
+        assert!(validate_label_key_to_remove("team-").is_ok());
+        assert!(validate_label_key_to_remove("orca-pool").is_err());
+        assert!(validate_label_key_to_remove("a,b").is_err());
     }
 
     #[test]
