@@ -583,9 +583,11 @@ impl HetznerProvider {
             )
             .await?;
         for a in &actions.actions {
-            // The create's own actions: the create, and the start that `start_after_create` runs
-            // after it (a server that could not start is a failed create, as `create` reads it).
-            let is_create = matches!(a.command.as_str(), "create_server" | "start_server");
+            // The create's own actions: the create, and, on a server this very call made (its
+            // token), the start that `start_after_create` runs after it: a server that could not
+            // start is a failed create, as `create` reads it. On an earlier call's server a start
+            // may be any later power-on of a machine in use, which is no failed create.
+            let is_create = a.command == "create_server" || (own && a.command == "start_server");
             if a.status == "error" && !is_create {
                 continue;
             }
