@@ -520,11 +520,14 @@ impl GceProvider {
                 Err(e) => Err(e),
             },
             // A zone Compute Engine does not know is refused as the request's invalid field
-            // (400 `invalid`, "Unknown zone"); an unknown type in a known zone is a 404.
-            Err(e) if e.code() == Some("invalid") => Err(Error::invalid(
-                "location",
-                format!("Compute Engine does not take zone {zone}: {e}"),
-            )),
+            // ("Invalid value for field 'zone': ... Unknown zone."); an unknown type in a known
+            // zone is a 404. Another 400 stays what it is.
+            Err(e) if e.code() == Some("invalid") && e.to_string().contains("field 'zone'") => {
+                Err(Error::invalid(
+                    "location",
+                    format!("Compute Engine does not take zone {zone}: {e}"),
+                ))
+            }
             other => other,
         }
     }
