@@ -66,6 +66,8 @@ pub(crate) struct Inner {
     skus: Mutex<HashMap<String, Arc<HashMap<String, Arch>>>>,
     /// The architecture of each marketplace image read so far, by location and URN (lower case).
     image_archs: Mutex<HashMap<String, Arch>>,
+    /// Whether Azure sells each size read so far in any region (lower case).
+    sold: Mutex<HashMap<String, bool>>,
     /// Machines this provider made, and when: a "not found" for one of them is not believed at once.
     recent: kit::Recent<String>,
     /// Creates stopped once Azure may hold their VM, before they answered, by pool and name.
@@ -107,6 +109,7 @@ impl AzureProvider {
                 owner: owner.to_string(),
                 skus: Mutex::new(HashMap::new()),
                 image_archs: Mutex::new(HashMap::new()),
+                sold: Mutex::new(HashMap::new()),
                 recent,
                 stopped,
             }),

@@ -18,31 +18,23 @@ impl AzureProvider {
 
     /// The size catalogue of `location` (`$filter=location eq '<location>'`), read once and cached.
     pub(crate) async fn catalogue(&self, location: &str) -> Result<Arc<HashMap<String, Arch>>> {
-        self.catalogue_of(Some(location)).await
-    }
-
-    /// The size catalogue of `location`, or of every location of the subscription (no filter: a
-    /// long list, read only to tell a size offered elsewhere from one Azure does not have); read
-    /// once and cached.
-    async fn catalogue_of(&self, location: Option<&str>) -> Result<Arc<HashMap<String, Arch>>> {
-        let key = location.map_or_else(|| "*".to_string(), str::to_ascii_lowercase);
+        let key = location.to_ascii_lowercase();
         if let Some(c) = lock(&self.inner.skus).get(&key).cloned() {
             return Ok(c);
         }
-        let mut url = self.client().url(
-            &format!(
-                "{}/providers/Microsoft.Compute/skus",
-                self.client().sub_path()
-            ),
-            SKUS_API,
-        );
-        if let Some(location) = location {
-            let filter: String = url::form_urlencoded::byte_serialize(
-                format!("location eq '{location}'").as_bytes(),
+        let filter: String =
+            url::form_urlencoded::byte_serialize(format!("location eq '{location}'").as_bytes())
+                .collect();
+        let url = format!(
+            "{}&$filter={filter}",
+            self.client().url(
+                &format!(
+                    "{}/providers/Microsoft.Compute/skus",
+                    self.client().sub_path()
+                ),
+                SKUS_API,
             )
-            .collect();
-            url = format!("{url}&$filter={filter}");
-        }
+        );
         let skus: Vec<Sku> = self.client().list("list resource SKUs", &url).await?;
         let map: HashMap<String, Arch> = skus
             .into_iter()
@@ -57,12 +49,42 @@ impl AzureProvider {
         Ok(map)
     }
 
+    /// Whether Azure sells virtual machine size `size` in any region (its retail prices name it),
+    /// read once a size and cached: what tells a size offered elsewhere from one Azure does not
+    /// have, in one small query (the resource SKUs of every region are a very long list). `None`
+    /// when the prices could not be read.
+    async fn sold_anywhere(&self, size: &str) -> Option<bool> {
+        let key = size.to_ascii_lowercase();
+        if let Some(sold) = lock(&self.inner.sold).get(&key).copied() {
+            return Some(sold);
+        }
+        let filter = format!(
+            "serviceName eq 'Virtual Machines' and armSkuName eq '{size}' and priceType eq 'Consumption'"
+        );
+        match self.client().prices(&filter).await {
+            Ok(rows) => {
+                let sold = rows
+                    .iter()
+                    .any(|r| r.arm_sku_name.eq_ignore_ascii_case(size));
+                lock(&self.inner.sold).insert(key, sold);
+                Some(sold)
+            }
+            Err(e) => {
+                tracing::warn!(size, error = %e, "could not read whether Azure sells the size elsewhere");
+                None
+            }
+        }
+    }
+
     /// `machine_type`'s architecture for a create in `location`, from the location's catalogue. A
-    /// size the location does not list is no stock there when another location lists it (as a
-    /// location without room, so that a caller moves on to another offering), and bad input
-    /// naming the machine type when none does; a location whose catalogue lists no size at all is
+    /// size the location does not list is no stock there (as a location without room, so that a
+    /// caller moves on to another offering), unless no region sells it: bad input naming the
+    /// machine type; a location whose catalogue lists no size at all is
     /// none of the subscription's, bad input naming the location.
     pub(crate) async fn arch_to_make(&self, machine_type: &str, location: &str) -> Result<Arch> {
+        // Both go into OData filters.
+        validate_token("machine_type", machine_type)?;
+        validate_token("location", location)?;
         let size = machine_type.to_ascii_lowercase();
         let here = self.catalogue(location).await?;
         if let Some(a) = here.get(&size) {
@@ -74,16 +96,18 @@ impl AzureProvider {
                 format!("Azure lists no virtual machine sizes in {location}: no location of this subscription"),
             ));
         }
-        if self.catalogue_of(None).await?.contains_key(&size) {
-            return Err(Error::no_stock(
-                machine_type,
-                location,
-                format!("virtual machine size {machine_type} is not offered in {location} (not among its resource SKUs)"),
+        // Azure not selling the size anywhere says it has none; a failed read of that is taken as
+        // no stock here (as the catalogue of the location says), never as bad input.
+        if self.sold_anywhere(machine_type).await == Some(false) {
+            return Err(Error::invalid(
+                "machine_type",
+                format!("Azure has no virtual machine size {machine_type} (no region sells it)"),
             ));
         }
-        Err(Error::invalid(
-            "machine_type",
-            format!("Azure has no virtual machine size {machine_type}"),
+        Err(Error::no_stock(
+            machine_type,
+            location,
+            format!("virtual machine size {machine_type} is not offered in {location} (not among its resource SKUs)"),
         ))
     }
 
