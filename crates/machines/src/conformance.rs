@@ -100,8 +100,8 @@ pub trait Harness: Send + Sync {
         Err(Skip::because("the backend cannot restore stock"))
     }
 
-    /// Makes every create be refused for an account limit (a quota, not capacity: every type and
-    /// location) until [`Harness::restore_quota`].
+    /// Makes creates of the setup's `amd64_type` in its `location` (at least) be refused for an
+    /// account limit (a quota, not capacity) until [`Harness::restore_quota`].
     async fn exceed_quota(&self) -> Hook<()> {
         Err(Skip::because("the backend cannot exceed a quota"))
     }

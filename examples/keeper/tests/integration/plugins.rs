@@ -347,12 +347,13 @@ async fn a_slow_start_of_one_plugin_holds_no_other_providers_start() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (began, go) = (dir.path().join("began"), dir.path().join("go"));
-    // The slow plugin waits for the test's word before it becomes the fake.
+    // The fake, whose start for owner "slow" waits for the test's word: one plugin program, two
+    // providers (by owner), each started on its own.
     script(
         dir.path(),
-        "soul-cloud-slow",
+        "soul-cloud-fake",
         &format!(
-            "touch {}\nwhile [ ! -e {} ]; do sleep 0.05; done\nexec {} \"$@\"\n",
+            "if [ \"$ORCA_PLUGIN_OWNER\" = slow ]; then\n  touch {}\n  while [ ! -e {} ]; do sleep 0.05; done\nfi\nexec {} \"$@\"\n",
             began.display(),
             go.display(),
             built.join("soul-cloud-fake").display()
@@ -362,7 +363,7 @@ async fn a_slow_start_of_one_plugin_holds_no_other_providers_start() {
     let slow = tokio::spawn({
         let host = host.clone();
         let settings = fake_settings(&dir.path().join("slow.json"));
-        async move { host.provider("slow", "o", &settings).await.map(|_| ()) }
+        async move { host.provider("fake", "slow", &settings).await.map(|_| ()) }
     });
     wait_for(&began).await;
     let fake = tokio::time::timeout(
