@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 
 use super::locks::{vm_key, LockSession, LOCK_WAIT};
 use super::params::DestroyParams;
-use super::{Keeper, Named, Run};
+use super::{delete_named_unless_taken, Keeper, Named, NamedRemoval, Run};
 use crate::audit::{self, CLOUD_PROVISIONED};
 use crate::db::begin;
 use crate::error::{db_error, describe_db, from_orca_saying, Error, Result};
@@ -258,8 +258,14 @@ impl Keeper {
         let Some(Named { pool, name }) = named else {
             return Ok(());
         };
-        match cloud.delete_named(&pool, &name).await {
-            Ok(removed) => {
+        match delete_named_unless_taken(&**cloud, &pool, &name, Some(id)).await {
+            // VM `id` is gone: the one of its name is another step's, and what stands beside it
+            // is left with it rather than guessed at.
+            Ok(NamedRemoval::Taken(other)) => {
+                tracing::warn!(vm_id = %id, name, other = %other, provider = %row.name, "nothing removed by name: another VM of that name stands");
+                Ok(())
+            }
+            Ok(NamedRemoval::Done(removed)) => {
                 if removed {
                     tracing::info!(vm_id = %id, name, provider = %row.name, "what the delete of a VM now gone left was removed by name");
                 }
@@ -295,8 +301,12 @@ impl Keeper {
                 }
             },
         };
-        match cloud.delete_named(&pool, &name).await {
-            Ok(_) => format!("what it left was removed by name ({name})"),
+        match delete_named_unless_taken(&**cloud, &pool, &name, Some(id)).await {
+            Ok(NamedRemoval::Done(_)) => format!("what it left was removed by name ({name})"),
+            Ok(NamedRemoval::Taken(other)) => format!(
+                "nothing was removed by name ({name}): VM {} of that name stands, another step's, and would go with it",
+                other
+            ),
             Err(e) => {
                 tracing::warn!(vm_id = %id, name, provider = %row.name, error = %e, "what a delete left could not be removed by name");
                 format!("what it left could not be removed by name ({name}) either: {e}")

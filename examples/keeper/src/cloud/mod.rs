@@ -69,6 +69,76 @@ impl Action {
     }
 }
 
+/// The label each VM a `created` step asks for carries, set in the create call itself: the step's
+/// id (random, and kept in the VM's journal row). A VM's name is unique within one keeper database
+/// only (a restored database, or a second one on the same account, hands a name out again), so a VM
+/// found by name is a journal row's only when it carries the row's step id; names are unique within
+/// a step.
+pub const STEP_LABEL: &str = "keeper-step";
+
+/// What a look-up by name found for a journal row of step `step_id` ([`own_named`]).
+pub(crate) enum ByName {
+    /// The row's VM: of its name, carrying its step's id.
+    Own(orca::Machine),
+    /// Only a VM of that name that another step made: never the row's, so neither claimed nor
+    /// destroyed, and nothing of that name is removed by name (that would remove it).
+    Other(orca::Machine),
+    /// No VM of that name.
+    Nothing,
+}
+
+/// The VM named `name` in `pool` that step `step_id` asked for. The cloud's VM of that name is
+/// read first ([`orca::Provider::machine_named`]); when it is another step's, the pool is listed
+/// for one carrying this step's id, since a cloud whose names are not unique may hold both.
+pub(crate) async fn own_named(
+    cloud: &dyn orca::Provider,
+    pool: &str,
+    name: &str,
+    step_id: &str,
+) -> orca::Result<ByName> {
+    let carries = |m: &orca::Machine| m.labels.get(STEP_LABEL).map(String::as_str) == Some(step_id);
+    let Some(found) = cloud.machine_named(pool, name).await? else {
+        return Ok(ByName::Nothing);
+    };
+    if carries(&found) {
+        return Ok(ByName::Own(found));
+    }
+    let all = cloud.machines(pool).await?;
+    Ok(
+        match all.into_iter().find(|m| m.name == name && carries(m)) {
+            Some(m) => ByName::Own(m),
+            None => ByName::Other(found),
+        },
+    )
+}
+
+/// What [`delete_named_unless_taken`] did.
+pub(crate) enum NamedRemoval {
+    /// [`orca::Provider::delete_named`] ran: whether it removed something.
+    Done(bool),
+    /// A VM of that name stands that is not the caller's (its id): nothing was removed.
+    Taken(String),
+}
+
+/// Removes by name what creates of `name` in `pool` left beside a VM, unless a VM of that name
+/// stands other than `own` (the caller's VM, when its id is known): `delete_named` removes the
+/// machine of the name too, and a name is keeper's own only within one database (a restored one,
+/// or a second one on the same account, hands it out again). A VM that stands is never the pieces'
+/// only owner to guess at: what it holds is left with it.
+pub(crate) async fn delete_named_unless_taken(
+    cloud: &dyn orca::Provider,
+    pool: &str,
+    name: &str,
+    own: Option<&str>,
+) -> orca::Result<NamedRemoval> {
+    if let Some(m) = cloud.machine_named(pool, name).await? {
+        if own != Some(m.id.as_str()) {
+            return Ok(NamedRemoval::Taken(m.id));
+        }
+    }
+    cloud.delete_named(pool, name).await.map(NamedRemoval::Done)
+}
+
 /// keeper's own settings for the step.
 #[derive(Debug, Clone)]
 pub struct Settings {

@@ -11,7 +11,8 @@
 //!
 //! | row | the VM | the row becomes |
 //! | --- | --- | --- |
-//! | `requested` | found by name | `destroyed`, with its id |
+//! | `requested` | found by name, carrying its step's label ([`super::STEP_LABEL`]) | `destroyed`, with its id |
+//! | `requested` | a VM of its name without that label (another step's) | unchanged (the run's `error`); nothing is removed by name |
 //! | `requested` | not found, asked for longer ago than the grace | `failed`, once what its create left beside a VM is removed by name |
 //! | `requested` | not found, and that removal fails | unchanged (the run's `error`); the next run tries again |
 //! | `requested` | not found within the grace (a cloud may list a new VM late) | unchanged (`waiting`) |
@@ -36,7 +37,7 @@ use serde_json::{json, Value};
 use super::destroyed::NotCounted;
 use super::journal::{move_row, JournalUpdate};
 use super::locks::{step_key, LockSession};
-use super::{Keeper, Named};
+use super::{own_named, ByName, Keeper, Named, STEP_LABEL};
 use crate::audit;
 use crate::db::begin;
 use crate::error::{db_error, from_orca_saying, Error, Result};
@@ -199,7 +200,7 @@ impl Keeper {
             let cloud = self.cloud(&row).await?;
             let mut resolved = Vec::new();
             for r in rows {
-                let resolution = self.resolve_row(session, &row, &cloud, &r).await;
+                let resolution = self.resolve_row(session, &row, &cloud, &r, step_id).await;
                 resolved.push((r, resolution));
             }
             Ok::<_, Error>(resolved)
@@ -257,21 +258,35 @@ impl Keeper {
             .collect())
     }
 
-    /// Finds row `r`'s VM (by its id, or by its name) and destroys it.
+    /// Finds row `r` of step `step_id`'s VM (by its id, or by its name and the step's label) and
+    /// destroys it.
     async fn resolve_row(
         &self,
         session: &LockSession,
         row: &CloudProvider,
         cloud: &Arc<dyn orca::Provider>,
         r: &HalfDone,
+        step_id: &str,
     ) -> Resolution {
         let vm_id = match &r.vm_id {
             Some(id) => id.clone(),
-            None => match cloud.machine_named(&r.pool, &r.name).await {
-                Ok(Some(m)) => m.id,
+            None => match own_named(&**cloud, &r.pool, &r.name, step_id).await {
+                Ok(ByName::Own(m)) => m.id,
+                // A name is unique within one database only: the VM of this name that another
+                // step made (a restored database's, a second database's) is left alone, and so is
+                // the row, since removing by name would remove that VM.
+                Ok(ByName::Other(m)) => {
+                    return Resolution::Left(Error::conflict(
+                        "vm.name_taken",
+                        format!(
+                            "VM {} may have been made by step {step_id}, but the VM of that name in pool {}, {}, does not carry this step's label ({STEP_LABEL}): another step made it; it is left alone and the row stays requested; look for this step's VM at provider {} by hand",
+                            r.name, r.pool, m.id, row.name
+                        ),
+                    ));
+                }
                 // What a create makes before its VM may stand without one: the row closes once
                 // it is gone, and stays for the next run when it cannot be removed.
-                Ok(None) if r.settled => {
+                Ok(ByName::Nothing) if r.settled => {
                     return match cloud.delete_named(&r.pool, &r.name).await {
                         Ok(removed) => Resolution::NeverMade(removed),
                         Err(e) => Resolution::Left(from_orca_saying(&e, |m| {
@@ -279,7 +294,7 @@ impl Keeper {
                         })),
                     };
                 }
-                Ok(None) => return Resolution::Waiting,
+                Ok(ByName::Nothing) => return Resolution::Waiting,
                 Err(e) => {
                     return Resolution::Left(from_orca_saying(&e, |m| {
                         format!("looking up VM {} by name: {m}", r.name)

@@ -1296,3 +1296,68 @@ async fn a_batch_whose_commit_never_reaches_the_server_is_rolled_back() {
     drop(keeper);
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_vm_of_the_same_name_that_another_step_made_is_never_claimed_or_destroyed() {
+    let Some(w) =
+        World::new("a_vm_of_the_same_name_that_another_step_made_is_never_claimed_or_destroyed")
+            .await
+    else {
+        return;
+    };
+    let first = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 1, "name": "web"}))
+        .await;
+    let theirs = hosts(&first)[0]["vm_id"].as_str().unwrap().to_string();
+    // As after a restore of the database (or beside a second keeper database on the same
+    // account): the counter hands out web-1 again, while web-1 stands.
+    w.client()
+        .await
+        .execute("UPDATE keeper.name_counters SET last_index = 0", &[])
+        .await
+        .unwrap();
+    w.inject(
+        Operation::Create,
+        FaultKind::Error(ErrorKind::Transient),
+        20,
+    )
+    .await;
+    let f = w
+        .step(
+            "core.cloud.created",
+            json!({"provider": "lab", "profile": "small", "count": 1, "name": "web"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.transient", "{}", f.error);
+    assert!(
+        w.machines().iter().any(|m| m.id == theirs),
+        "the VM another step made, only of the same name, still stands: {}",
+        f.output
+    );
+    assert_eq!(f.output["made"], json!([]), "{}", f.output);
+    assert_eq!(f.output["destroyed"], json!([]), "{}", f.output);
+    assert_eq!(
+        w.knobs.recorder.subjects(Op::DeleteNamed),
+        Vec::<String>::new(),
+        "removing by name would remove that VM"
+    );
+    let unresolved = f.output["unresolved"].as_array().unwrap();
+    assert_eq!(unresolved.len(), 1, "{}", f.output);
+    let why = unresolved[0]["why"].as_str().unwrap();
+    assert!(why.contains(&theirs), "{why}");
+    // Its soul and journal row are as its step left them.
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.souls WHERE status = 'pending'")
+            .await,
+        1
+    );
+    assert_eq!(
+        w.count(&format!(
+            "SELECT 1 FROM keeper.cloud_vms WHERE vm_id = '{theirs}' AND state = 'recorded'"
+        ))
+        .await,
+        1
+    );
+    w.finish().await;
+}

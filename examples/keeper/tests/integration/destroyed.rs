@@ -717,3 +717,41 @@ async fn a_repeat_that_changes_nothing_says_changed_false() {
     assert_eq!(again["changed"], false, "{again}");
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_vm_found_gone_never_has_another_vm_of_its_name_removed_by_name() {
+    let Some(w) =
+        World::new("a_vm_found_gone_never_has_another_vm_of_its_name_removed_by_name").await
+    else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 1, "name": "web"}))
+        .await;
+    let theirs = hosts(&out)[0]["vm_id"].as_str().unwrap().to_string();
+    // A row of another step that gave the same name to a VM now gone (a restored database
+    // handed web-1 out again).
+    w.client()
+        .await
+        .execute(
+            "INSERT INTO keeper.cloud_vms (step_id, provider, name, pool, state, vm_id)
+             VALUES ('old-step', 'lab', 'web-1', 'keeper', 'made', 'm-gone-1')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let out = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab", "vm_ids": ["m-gone-1"]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out["already_gone"], json!(["m-gone-1"]));
+    assert!(
+        w.machines().iter().any(|m| m.id == theirs),
+        "web-1, which another step made, still stands"
+    );
+    assert!(w.knobs.recorder.subjects(Op::DeleteNamed).is_empty());
+    w.finish().await;
+}

@@ -103,7 +103,10 @@ async fn the_reconciler_finds_a_half_done_vm_in_the_pool_it_was_asked_for_in() {
         return;
     };
     // A keeper set to pool `keeper` stopped between a VM's create and its answer.
-    make_vm(&w, "keeper", "half-1").await;
+    let p = w.cloud.provider("keeper").unwrap();
+    let spec = MachineSpec::new("half-1", "amd64-small", "zone-a", "keeper")
+        .with_labels([(keeper::cloud::STEP_LABEL, "dead-step")]);
+    p.create(&spec).await.unwrap();
     w.client()
         .await
         .execute(

@@ -26,6 +26,18 @@ async fn make_vm(w: &World, name: &str) -> String {
     }
 }
 
+/// Makes VM `name` in keeper's pool as step `step_id`'s create did (with the step's label), its
+/// answer never journalled.
+async fn make_asked(w: &World, step_id: &str, name: &str) -> String {
+    let p = w.cloud.provider("keeper").unwrap();
+    let spec = MachineSpec::new(name, "amd64-small", "zone-a", "keeper")
+        .with_labels([(keeper::cloud::STEP_LABEL, step_id)]);
+    match p.create(&spec).await.unwrap() {
+        Created::Machine(m) => m.id,
+        other => panic!("{other:?}"),
+    }
+}
+
 /// Journals VM `name` of step `step_id` (provider `lab`) as a stopped keeper left it, `age` seconds
 /// ago.
 async fn journal_row(
@@ -92,7 +104,7 @@ async fn the_reconciler_resolves_every_half_done_row_and_a_second_run_changes_no
         .collect();
     let old = RECONCILE_GRACE.as_secs() as i64 + 60;
     // Step one: a VM made but not journalled; a row requested with no VM; one asked for just now.
-    let unjournalled = make_vm(&w, "web-7").await;
+    let unjournalled = make_asked(&w, "dead-step-1", "web-7").await;
     journal_row(&w, "dead-step-1", "web-7", "requested", None, old).await;
     journal_row(&w, "dead-step-1", "web-8", "requested", None, old).await;
     journal_row(&w, "dead-step-1", "web-11", "requested", None, 0).await;
@@ -290,8 +302,9 @@ async fn a_running_step_is_left_alone_and_two_reconcilers_resolve_each_step_once
     let mut vms = Vec::new();
     for i in 1..=3 {
         let name = format!("dead-{i}");
-        vms.push(make_vm(&w, &name).await);
-        journal_row(&w, &format!("stopped-{i}"), &name, "requested", None, 0).await;
+        let step_id = format!("stopped-{i}");
+        vms.push(make_asked(&w, &step_id, &name).await);
+        journal_row(&w, &step_id, &name, "requested", None, 0).await;
     }
     let (a, b) = tokio::join!(
         w.keeper.reconcile("a", Duration::ZERO),
@@ -440,7 +453,11 @@ async fn the_grace_of_a_vm_runs_from_when_it_was_asked_for_not_from_the_plan() {
     assert_eq!(s.waiting, ["slow-2"], "{r:?}");
     assert_eq!(state_of(&w, "slow-2").await.0, "requested");
     // The cloud shows slow-2 late: the next run finds it and destroys it.
-    let late = make_vm(&w, "slow-2").await;
+    let slow_step = journal(&w).await[1]["step_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let late = make_asked(&w, &slow_step, "slow-2").await;
     let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
     assert_eq!(r.steps.len(), 1, "{r:?}");
     assert_eq!(r.steps[0].destroyed, std::slice::from_ref(&late), "{r:?}");
@@ -596,5 +613,39 @@ async fn a_vm_the_reconciler_could_not_destroy_is_not_kept_locked_for_the_rest_o
     assert_eq!(failed.kept[0]["error"]["code"], "cloud.not_owned", "{r:?}");
     let done = r.steps.iter().find(|s| s.step_id == "s-mine").unwrap();
     assert_eq!(done.destroyed, vec![mine], "{r:?}");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_requested_row_never_claims_a_vm_of_its_name_that_another_step_made() {
+    let Some(w) =
+        World::new("a_requested_row_never_claims_a_vm_of_its_name_that_another_step_made").await
+    else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 1, "name": "web"}))
+        .await;
+    let theirs = hosts(&out)[0]["vm_id"].as_str().unwrap().to_string();
+    // A row of another step for the same name (a restored database handed web-1 out again, and
+    // that step stopped before the cloud answered), asked for long ago.
+    let old = RECONCILE_GRACE.as_secs() as i64 + 60;
+    journal_row(&w, "dead-step", "web-1", "requested", None, old).await;
+    let r = w.keeper.reconcile("test", RECONCILE_GRACE).await.unwrap();
+    assert_eq!(ids(&w), vec![theirs.clone()], "{r:?}");
+    let step = r.steps.iter().find(|s| s.step_id == "dead-step").unwrap();
+    assert!(step.destroyed.is_empty(), "{r:?}");
+    assert!(step.never_made.is_empty(), "{r:?}");
+    assert!(r.needs_attention(), "the operator is told: {r:?}");
+    let error = step.error.as_ref().unwrap().to_string();
+    assert!(error.contains(&theirs), "{error}");
+    assert!(
+        w.knobs.recorder.subjects(Op::DeleteNamed).is_empty(),
+        "removing web-1 by name would remove that VM"
+    );
+    let rows = w
+        .rows("SELECT state FROM keeper.cloud_vms WHERE step_id = 'dead-step'")
+        .await;
+    assert_eq!(rows[0]["state"], "requested");
     w.finish().await;
 }

@@ -23,9 +23,7 @@ impl Keeper {
             fqdn.as_deref(),
             &token,
         )?;
-        let spec = b
-            .spec
-            .machine_spec(&probe, &b.row.region, &self.settings.pool, &ud);
+        let spec = b.machine_spec(&probe, &self.settings.pool, &ud);
         spec.validate()
             .and_then(|()| b.cloud.capabilities().check_spec(b.cloud.kind(), &spec))
             .map_err(|e| spec_error(&e, &b.params.userdata))

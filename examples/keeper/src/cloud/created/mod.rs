@@ -23,7 +23,9 @@
 //! 6. a create that fails with an error that is not a clear refusal (a transient error, throttling,
 //!    leftovers, an unknown error, or any error after a retry, when an earlier attempt's answer may
 //!    have been lost) may have made the VM all the same: it is looked up by name in keeper's pool, and
-//!    one found is this step's, destroyed (or kept) as in 5 (`made_after_error`). When it cannot be
+//!    one found carrying the step's id ([`super::STEP_LABEL`]) is this step's, destroyed (or kept)
+//!    as in 5 (`made_after_error`); one without it is another step's, left alone (the row stays
+//!    `requested`, nothing removed by name). When it cannot be
 //!    found, what the create may have made beside a VM (an address, an interface, a boot disk) is
 //!    removed by name ([`orca::Provider::delete_named`]) and, as when the look-up fails, its
 //!    journal row stays `requested`, saying so, for a later run (or the operator) to resolve (a
@@ -43,7 +45,7 @@ use serde_json::{json, Value};
 use super::journal::JournalUpdate;
 use super::locks::{step_key, LockSession};
 use super::params::{CreateParams, UserData};
-use super::{Keeper, Run};
+use super::{delete_named_unless_taken, own_named, ByName, Keeper, NamedRemoval, Run, STEP_LABEL};
 use crate::error::{from_orca_saying, Error, Result, COMMIT_UNKNOWN};
 use crate::mask::masked;
 use crate::registry::{CloudProvider, ProfileSpec};
@@ -71,6 +73,19 @@ struct Batch {
     cloud: Arc<dyn orca::Provider>,
     /// The VMs' base name: they are `<base>-<index>`.
     base: String,
+    /// The step's id, which each VM carries ([`STEP_LABEL`]).
+    step_id: String,
+}
+
+impl Batch {
+    /// The spec of VM `name` in `pool` with user data `ud`, carrying the step's id, so that a
+    /// look-up by name can tell this step's VM from one of the same name another step made.
+    fn machine_spec(&self, name: &str, pool: &str, ud: &str) -> orca::MachineSpec {
+        let mut spec = self.spec.machine_spec(name, &self.row.region, pool, ud);
+        spec.labels
+            .insert(STEP_LABEL.to_string(), self.step_id.clone());
+        spec
+    }
 }
 
 /// What the creates of a batch came to.
@@ -200,6 +215,7 @@ impl Keeper {
             spec,
             template,
             cloud,
+            step_id: run.step_id.clone(),
         };
         self.check_probe(&batch)?;
         Ok(batch)
@@ -244,9 +260,7 @@ impl Keeper {
                 return Err(e);
             }
         };
-        let ms = b
-            .spec
-            .machine_spec(&vm.name, &b.row.region, &self.settings.pool, &ud);
+        let ms = b.machine_spec(&vm.name, &self.settings.pool, &ud);
         // The reconciler's grace runs from the row's last move: move it now, as the VM is asked
         // for, so that a VM asked for late in a long batch is not judged never made at once. The
         // cloud is not asked when the journal cannot say so, nor when the row has left `requested`:
@@ -359,10 +373,12 @@ impl Keeper {
         if let orca::Error::Leftovers { left, .. } = e {
             run.fact("cloud_leftovers", json!(left));
         }
-        // A name is keeper's own (`<base>-<index>`, never handed out twice): the VM of that name in
-        // keeper's pool is this step's.
-        match b.cloud.machine_named(&self.settings.pool, &vm.name).await {
-            Ok(Some(m)) => {
+        // A name alone is no proof: a restored database (or a second one on the same account)
+        // hands a name out again, so the VM of that name is this step's only when it carries the
+        // step's id.
+        let pool = &self.settings.pool;
+        match own_named(&*b.cloud, pool, &vm.name, &b.step_id).await {
+            Ok(ByName::Own(m)) => {
                 let why = format!(
                     "made after all: the cloud answered {e}, and a look-up by name found VM {}",
                     m.id
@@ -382,7 +398,14 @@ impl Keeper {
                     machine: m,
                 });
             }
-            Ok(None) => {
+            Ok(ByName::Other(m)) => {
+                let why = format!(
+                    "unresolved: the cloud answered {e}, so VM {} may have been made; the VM of that name in pool {pool}, {}, is not this step's (its label {STEP_LABEL} is not {}): it is left alone, and nothing is removed by name, which would remove it; look for this step's VM at provider {} and destroy it with core.cloud.destroyed",
+                    vm.name, m.id, b.step_id, b.row.name
+                );
+                self.unresolved(run, b, &vm, why, out).await;
+            }
+            Ok(ByName::Nothing) => {
                 // What a create makes before its VM may stand without it: it goes now, and the row
                 // stays for a later run to look for the VM again (a cloud may show it late).
                 let removed = match self.remove_left(b, &vm.name).await {
@@ -406,12 +429,20 @@ impl Keeper {
     }
 
     /// Removes what creates of `name` may have left beside a VM (an address, an interface, a boot
-    /// disk), by name in keeper's pool, where the name is keeper's own: all of it is this step's.
-    /// Answers the words the journal adds, `Err` when something could not be removed.
+    /// disk), by name in keeper's pool, unless a VM of that name stands: it is not this step's (this
+    /// step made no VM), and removing by name would remove it. Answers the words the journal adds,
+    /// `Err` when something could not be removed.
     async fn remove_left(&self, b: &Batch, name: &str) -> std::result::Result<String, String> {
-        match b.cloud.delete_named(&self.settings.pool, name).await {
-            Ok(true) => Ok("what its create left was removed by name".into()),
-            Ok(false) => Ok("nothing of it was left to be removed by name".into()),
+        let pool = &self.settings.pool;
+        match delete_named_unless_taken(&*b.cloud, pool, name, None).await {
+            Ok(NamedRemoval::Done(true)) => Ok("what its create left was removed by name".into()),
+            Ok(NamedRemoval::Done(false)) => {
+                Ok("nothing of it was left to be removed by name".into())
+            }
+            Ok(NamedRemoval::Taken(other)) => Err(format!(
+                "nothing was removed by name: VM {} of that name stands in pool {pool}, another step's, and would go with it",
+                other
+            )),
             Err(e) => {
                 tracing::warn!(name, provider = %b.row.name, error = %e, "what a failed create left could not be removed");
                 Err(format!(
