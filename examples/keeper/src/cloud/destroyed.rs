@@ -8,7 +8,9 @@
 //!
 //! The caller holds the sid <-> vm_id pairing. keeper checks what it can before any cloud call: every
 //! given SID must name a soul of this provider whose VM is among `vm_ids`, so a wrong pairing is refused
-//! rather than cascaded onto another host; the cascade moves the souls of the VMs destroyed only.
+//! rather than cascaded onto another host; the cascade moves the souls of the VMs destroyed only. A
+//! VM that another provider row of the same account records is refused too: the cascade, by this
+//! provider's souls, would not end its soul.
 //!
 //! `counters.vms_destroyed` counts the VMs that existed when this step destroyed them: a VM already
 //! gone (a repeat, or another step that destroyed it first) is named in `already_gone` and not counted.
@@ -47,6 +49,7 @@ impl Keeper {
         run.add_facts(json!({"provider": p.provider, "vm_ids": p.vm_ids, "sids": p.sids}));
         let row = or_refuse!(run, self.provider_row(&p.provider).await);
         or_refuse!(run, self.check_pairing(&row, &p).await);
+        or_refuse!(run, self.check_other_rows(&row, &p).await);
         let cloud = or_refuse!(run, self.cloud(&row).await);
         // `destroyed`: every VM gone after its delete; `already_gone`: those of them that were gone
         // before it (a repeat, or another step destroying the same VM): not counted as destroyed.
@@ -312,6 +315,57 @@ impl Keeper {
                 format!("what it left could not be removed by name ({name}) either: {e}")
             }
         }
+    }
+
+    /// Refuses a VM that another provider row's registries record (a live soul, or a journal row
+    /// of a VM made and not destroyed), when that row reaches the same account (the same driver and
+    /// `credentials_ref`) or is no longer registered (its account unknown): the cascade moves only
+    /// the souls of `row`, so destroying it through `row` would leave that row's soul `pending`, its
+    /// token usable and its journal row `recorded`.
+    async fn check_other_rows(&self, row: &CloudProvider, p: &DestroyParams) -> Result<()> {
+        let client = self.pool.get().await?;
+        let sql = "SELECT held.vm_id, held.provider, o.name IS NOT NULL FROM (
+                     SELECT vm_id, provider FROM keeper.souls
+                       WHERE vm_id = ANY($1) AND provider <> $2 AND status <> 'destroyed'
+                     UNION
+                     SELECT vm_id, provider FROM keeper.cloud_vms
+                       WHERE vm_id = ANY($1) AND provider <> $2 AND state IN ('made', 'recorded', 'kept')
+                   ) AS held
+                   LEFT JOIN keeper.cloud_providers o ON o.name = held.provider
+                   WHERE o.name IS NULL OR (o.driver = $3 AND o.credentials_ref = $4)
+                   ORDER BY held.provider";
+        let rows = client
+            .query(
+                sql,
+                &[&p.vm_ids, &row.name, &row.driver, &row.credentials_ref],
+            )
+            .await
+            .map_err(db_error("read which provider records the VMs"))?;
+        let held: Vec<(String, String, bool)> = rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect();
+        let Some((i, (id, other, registered))) = p
+            .vm_ids
+            .iter()
+            .enumerate()
+            .find_map(|(i, id)| Some((i, held.iter().find(|h| &h.0 == id)?)))
+        else {
+            return Ok(());
+        };
+        let through = if *registered {
+            format!("destroy it through provider {other}")
+        } else {
+            format!("provider {other} is no longer registered: register it again (same account) and destroy it through it")
+        };
+        Err(Error::conflict(
+            "cloud.other_provider",
+            format!(
+                "VM {id} is recorded by provider {other}, not {}: destroying it through {} would leave {other}'s soul, token and journal row as if it stood; {through}; nothing was destroyed",
+                row.name, row.name
+            ),
+        )
+        .with_field(format!("vm_ids[{i}]")))
     }
 
     async fn check_pairing(&self, row: &CloudProvider, p: &DestroyParams) -> Result<()> {

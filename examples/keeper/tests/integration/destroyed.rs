@@ -755,3 +755,57 @@ async fn a_vm_found_gone_never_has_another_vm_of_its_name_removed_by_name() {
     assert!(w.knobs.recorder.subjects(Op::DeleteNamed).is_empty());
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_vm_another_provider_row_records_is_refused_before_any_cloud_call() {
+    let Some(w) =
+        World::new("a_vm_another_provider_row_records_is_refused_before_any_cloud_call").await
+    else {
+        return;
+    };
+    // A second provider row on the same account (the same credentials).
+    keeper::registry::create_provider(
+        w.keeper.pool(),
+        "test",
+        &json!({"name": "lab2", "driver": "fake", "credentials_ref": "fake/lab",
+                "region": "zone-a", "fqdn_suffix": "zone-a.fake.internal"}),
+    )
+    .await
+    .unwrap();
+    let (_, ids) = souls_with_seeds(&w, "web", 1).await;
+    let id = ids[0].as_str().unwrap().to_string();
+    let before = registries(&w).await;
+    let calls = w.knobs.recorder.calls().len();
+    let f = w
+        .step(
+            "core.cloud.destroyed",
+            json!({"provider": "lab2", "vm_ids": ["m-nothing", id]}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.other_provider", "{}", f.error);
+    assert_eq!(f.error.field.as_deref(), Some("vm_ids[1]"), "{}", f.error);
+    assert!(f.error.message.contains("lab"), "{}", f.error);
+    assert!(
+        w.machines().iter().any(|m| m.id == id),
+        "the VM stands: {}",
+        f.output
+    );
+    assert_eq!(w.knobs.recorder.calls().len(), calls, "no cloud call");
+    assert_eq!(registries(&w).await, before);
+    assert_eq!(
+        w.count(&format!(
+            "SELECT 1 FROM keeper.cloud_vms WHERE vm_id = '{id}' AND state = 'recorded'"
+        ))
+        .await,
+        1
+    );
+    // Through the provider row that records it, the same destroy goes through.
+    w.step(
+        "core.cloud.destroyed",
+        json!({"provider": "lab", "vm_ids": [id]}),
+    )
+    .await
+    .unwrap();
+    w.finish().await;
+}
