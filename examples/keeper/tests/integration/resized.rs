@@ -172,3 +172,41 @@ async fn resized_names_the_souls_of_its_vms_in_its_audit_event() {
     assert_eq!(e["payload"]["sids"], json!(sids), "{e}");
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_failed_resize_reports_the_state_it_left_the_vm_in() {
+    let Some(w) = World::new("a_failed_resize_reports_the_state_it_left_the_vm_in").await else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 2, "name": "rf"}))
+        .await;
+    let ids: Vec<String> = hosts(&out)
+        .iter()
+        .map(|h| h["vm_id"].as_str().unwrap().to_string())
+        .collect();
+    w.knobs
+        .resize_stops_then_fails
+        .store(true, Ordering::SeqCst);
+    let f = w
+        .step(
+            "core.cloud.resized",
+            json!({"provider": "lab", "vm_ids": ids, "machine_type": "amd64-large"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(f.error.code, "cloud.transient", "{}", f.error);
+    assert!(f.error.message.contains("is now stopped"), "{}", f.error);
+    let failed = &f.output["failed"][0];
+    assert_eq!(failed["vm_id"], ids[0].as_str(), "{}", f.output);
+    assert_eq!(failed["status"], "stopped", "{}", f.output);
+    assert_eq!(failed["previous_status"], "running", "{}", f.output);
+    assert_eq!(failed["machine_type"], "amd64-small", "{}", f.output);
+    assert_eq!(failed["caused_downtime"], true, "{}", f.output);
+    assert_eq!(f.output["changed"], true, "the VM is stopped: {}", f.output);
+    assert_eq!(f.output["counters"]["caused_downtime"], 1, "{}", f.output);
+    assert_eq!(f.output["not_attempted"], json!([ids[1]]), "{}", f.output);
+    let e = w.audit("cloud.provisioned").await.pop().unwrap();
+    assert_eq!(e["payload"]["failed"][0]["status"], "stopped", "{e}");
+    w.finish().await;
+}

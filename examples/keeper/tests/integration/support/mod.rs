@@ -193,6 +193,9 @@ pub struct Knobs {
     /// Answer every no stock as one whose clean-up left a piece (a boot disk of its name), as a
     /// cloud whose create makes pieces before its VM can.
     pub no_stock_leaves: AtomicBool,
+    /// Answer every resize by stopping the VM and then failing (a transient error): as a driver
+    /// whose resize stopped the VM and could not start it again.
+    pub resize_stops_then_fails: AtomicBool,
     /// Every call keeper made, as orca's recording layer saw it.
     pub recorder: Recorder,
 }
@@ -290,6 +293,12 @@ impl Layer for Tweaked {
                     )));
                 }
                 next.run(call).await
+            }
+            Call::Resize { id, .. } if knobs.resize_stops_then_fails.load(Ordering::SeqCst) => {
+                next.inner().stop(id).await?;
+                Err(orca::Error::transient(
+                    "injected: the VM was stopped for its resize, and the resize then failed",
+                ))
             }
             Call::Resize { .. } if knobs.no_resize.load(Ordering::SeqCst) => {
                 Err(orca::Error::unsupported(next.inner().kind(), "resize"))
