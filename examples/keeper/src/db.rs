@@ -51,6 +51,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "vm_pool",
         sql: include_str!("../migrations/0002_vm_pool.sql"),
     },
+    Migration {
+        version: 3,
+        name: "vm_resizes",
+        sql: include_str!("../migrations/0003_vm_resizes.sql"),
+    },
 ];
 
 /// How long a step or a request waits for a connection of the pool (all of them in use) or for a new

@@ -76,6 +76,20 @@ pub(crate) async fn move_row<C: GenericClient>(c: &C, u: &JournalUpdate) -> Resu
     Ok(moved == 1)
 }
 
+/// Moves one row of the resize journal `keeper.vm_resizes` (`resizing` -> `done` or `started`)
+/// through `c`, as [`move_row`] moves the VM journal's (its `vm_id` and `sid` are not used).
+pub(crate) async fn move_resize<C: GenericClient>(c: &C, u: &JournalUpdate) -> Result<bool> {
+    let moved = c
+        .execute(
+            "UPDATE keeper.vm_resizes SET state = $2, detail = COALESCE($3, detail), updated_at = now()
+             WHERE id = $1 AND ($4::text IS NULL OR state = $4)",
+            &[&u.id, &u.state, &u.detail, &u.from],
+        )
+        .await
+        .map_err(db_error("resize journal"))?;
+    Ok(moved == 1)
+}
+
 impl Keeper {
     /// Moves one journal row; answers whether it moved (see [`move_row`]).
     pub(super) async fn journal(&self, u: JournalUpdate) -> Result<bool> {

@@ -1,6 +1,6 @@
 //! PostgreSQL session advisory locks, shared by every keeper on one database:
-//! - a running `created` step holds its step's lock ([`step_key`]), so that the reconciler leaves the
-//!   journal rows of a step still running alone, and two reconcilers never resolve one step twice;
+//! - a running `created` or `resized` step holds its step's lock ([`step_key`]), so that the
+//!   reconciler leaves the journal rows of a step still running alone, and two reconcilers never resolve one step twice;
 //! - a VM's lock ([`vm_key`]) is held while the VM is looked up and destroyed, so that of two steps
 //!   destroying one VM at once only the one that found it counts it.
 //!
@@ -28,7 +28,7 @@ pub(crate) const LOCK_WAIT: Duration = Duration::from_secs(600);
 /// How often a caller waiting for a lock tries it again ([`LockSession::lock`]).
 const LOCK_POLL: Duration = Duration::from_millis(200);
 
-/// The lock a running `created` step holds for its whole run.
+/// The lock a running `created` or `resized` step holds for its whole run.
 pub(crate) fn step_key(step_id: &str) -> String {
     format!("keeper.step/{step_id}")
 }

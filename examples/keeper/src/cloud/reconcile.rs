@@ -35,7 +35,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::destroyed::NotCounted;
-use super::journal::{move_row, JournalUpdate};
+use super::journal::{move_resize, move_row, JournalUpdate};
 use super::locks::{step_key, LockSession};
 use super::{own_named, ByName, Keeper, Named, STEP_LABEL};
 use crate::audit;
@@ -68,8 +68,12 @@ pub struct StepReconciled {
     pub never_made: Vec<String>,
     /// The VMs that could not be destroyed: `{vm_id, name, error}`; their rows are `kept`.
     pub kept: Vec<Value>,
-    /// The VMs (by name) asked for within the grace and not found (yet): their rows stay `requested`.
+    /// The VMs (by name) asked for within the grace and not found (yet): their rows stay `requested`;
+    /// for a resize, the VMs (by id) found neither running nor stopped (stopping, starting).
     pub waiting: Vec<String>,
+    /// The VMs a resize left stopped (its keeper stopped before the driver started them again),
+    /// started again: their resize journal rows are now `started`.
+    pub started: Vec<String>,
     /// Why some rows were left as they were (the provider, the cloud, a look-up, the registry).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
@@ -133,11 +137,15 @@ impl Keeper {
     pub async fn reconcile(&self, actor: &str, grace: Duration) -> Result<Reconciled> {
         let mut out = Reconciled::default();
         let steps = self.half_done_steps().await?;
-        if steps.is_empty() {
+        let resizes = self.resizing_steps().await?;
+        if steps.is_empty() && resizes.is_empty() {
             return Ok(out);
         }
         let session = LockSession::open(&self.pool).await?;
-        for (step_id, provider) in steps {
+        let steps = steps.into_iter().map(|(s, p)| (s, p, false));
+        for (step_id, provider, resize) in
+            steps.chain(resizes.into_iter().map(|(s, p)| (s, p, true)))
+        {
             let key = step_key(&step_id);
             match session.try_lock(&key).await {
                 Ok(true) => {}
@@ -150,9 +158,12 @@ impl Keeper {
                     break;
                 }
             }
-            let step = self
-                .reconcile_step(&session, &step_id, &provider, actor, grace)
-                .await;
+            let step = if resize {
+                self.reconcile_resizes(&step_id, &provider, actor).await
+            } else {
+                self.reconcile_step(&session, &step_id, &provider, actor, grace)
+                    .await
+            };
             out.changed |= step.moved > 0;
             out.steps.push(step);
             if let Err(e) = session.unlock(&key).await {
@@ -333,7 +344,7 @@ impl Keeper {
         if updates.is_empty() {
             return;
         }
-        match self.commit_reconciled(report, &updates, actor).await {
+        match self.commit_reconciled(report, &updates, actor, false).await {
             Ok(moved) => {
                 report.moved = moved;
                 tracing::info!(step_id = %report.step_id, provider = %report.provider, destroyed = ?report.destroyed, gone = ?report.gone, never_made = ?report.never_made, kept = report.kept.len(), "reconciled a half-done step");
@@ -397,19 +408,25 @@ impl Keeper {
         }
     }
 
-    /// The moves and their audit event, in one transaction; answers how many rows moved (none moved
-    /// writes no event).
+    /// The moves (of the resize journal's rows when `resizes`, else of the VM journal's) and their
+    /// audit event, in one transaction; answers how many rows moved (none moved writes no event).
     async fn commit_reconciled(
         &self,
         report: &StepReconciled,
         updates: &[JournalUpdate],
         actor: &str,
+        resizes: bool,
     ) -> Result<u64> {
         let mut client = self.pool.get().await?;
         let tx = begin(&mut client).await?;
         let mut moved = 0;
         for u in updates {
-            moved += u64::from(move_row(&tx, u).await?);
+            let did = if resizes {
+                move_resize(&tx, u).await?
+            } else {
+                move_row(&tx, u).await?
+            };
+            moved += u64::from(did);
         }
         if moved == 0 {
             return Ok(0);
@@ -428,10 +445,123 @@ impl Keeper {
             "kept": report.kept.len(),
             "waiting": report.waiting.len(),
         });
+        if resizes {
+            payload["counters"]["started"] = json!(report.started.len());
+        }
         audit::record(&tx, CLOUD_RECONCILED, actor, outcome, &payload).await?;
         tx.commit()
             .await
             .map_err(db_error("commit the reconciled journal"))?;
         Ok(moved)
+    }
+
+    /// The steps with resize journal rows still `resizing`, oldest first: `(step_id, provider)`.
+    async fn resizing_steps(&self) -> Result<Vec<(String, String)>> {
+        let client = self.pool.get().await?;
+        let sql = "SELECT step_id, provider FROM keeper.vm_resizes WHERE state = 'resizing'
+                 GROUP BY step_id, provider ORDER BY min(id)";
+        let rows = client
+            .query(sql, &[])
+            .await
+            .map_err(db_error("read the resize journal"))?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    /// Resolves the `resizing` rows of resize step `step_id`, whose lock the caller holds: a VM its
+    /// stopped keeper left stopped is started again; one running, or gone, closes its row.
+    async fn reconcile_resizes(
+        &self,
+        step_id: &str,
+        provider: &str,
+        actor: &str,
+    ) -> StepReconciled {
+        let mut report = StepReconciled {
+            step_id: step_id.to_string(),
+            provider: provider.to_string(),
+            ..StepReconciled::default()
+        };
+        let updates = async {
+            // Read again under the lock: another reconciler may have resolved them meanwhile.
+            let client = self.pool.get().await?;
+            let sql = "SELECT id, vm_id FROM keeper.vm_resizes
+                     WHERE step_id = $1 AND provider = $2 AND state = 'resizing' ORDER BY id";
+            let rows = client
+                .query(sql, &[&step_id, &provider])
+                .await
+                .map_err(db_error("read the resize journal"))?;
+            drop(client);
+            if rows.is_empty() {
+                return Ok(Vec::new());
+            }
+            let row = self.provider_row(provider).await?;
+            let cloud = self.cloud(&row).await?;
+            let mut updates = Vec::new();
+            for r in &rows {
+                let (id, vm_id): (i64, String) = (r.get(0), r.get(1));
+                updates.extend(restart_resized(&mut report, &*cloud, id, &vm_id).await);
+            }
+            Ok::<_, Error>(updates)
+        }
+        .await;
+        match updates {
+            Ok(updates) if updates.is_empty() => {}
+            Ok(updates) => match self.commit_reconciled(&report, &updates, actor, true).await {
+                Ok(moved) => {
+                    report.moved = moved;
+                    tracing::info!(step_id, provider, started = ?report.started, gone = ?report.gone, "reconciled a half-done resize");
+                }
+                Err(e) => report.error = Some(e.to_json()),
+            },
+            Err(e) => {
+                tracing::warn!(step_id, provider, error = %e, "reconcile: the resize's rows stay as they are");
+                report.error = Some(e.to_json());
+            }
+        }
+        report
+    }
+}
+
+/// Resolves resize journal row `id` of VM `vm_id` (`resizing`), saying what it found in `report`;
+/// answers the row's move, if it moves.
+async fn restart_resized(
+    report: &mut StepReconciled,
+    cloud: &dyn orca::Provider,
+    id: i64,
+    vm_id: &str,
+) -> Option<JournalUpdate> {
+    let done = |why: &str| Some(JournalUpdate::new(id, "done", why).from("resizing"));
+    match cloud.machine(vm_id).await {
+        Ok(None) => {
+            report.gone.push(vm_id.to_string());
+            done("gone when the reconciler looked")
+        }
+        Ok(Some(m)) if m.status == orca::Status::Running => {
+            done("running when the reconciler looked")
+        }
+        Ok(Some(m)) if m.status == orca::Status::Stopped => match cloud.start(vm_id).await {
+            Ok(_) => {
+                report.started.push(vm_id.to_string());
+                let why =
+                    "started by the reconciler: its resize's keeper stopped with the VM stopped";
+                Some(JournalUpdate::new(id, "started", why).from("resizing"))
+            }
+            Err(e) => {
+                let e = from_orca_saying(&e, |m| {
+                    format!("starting VM {vm_id}, which a resize left stopped: {m}")
+                });
+                report.error = Some(e.to_json());
+                None
+            }
+        },
+        // Stopping or starting: the next run looks again.
+        Ok(Some(_)) => {
+            report.waiting.push(vm_id.to_string());
+            None
+        }
+        Err(e) => {
+            let e = from_orca_saying(&e, |m| format!("reading VM {vm_id}, resized: {m}"));
+            report.error = Some(e.to_json());
+            None
+        }
     }
 }

@@ -210,3 +210,95 @@ async fn a_failed_resize_reports_the_state_it_left_the_vm_in() {
     assert_eq!(e["payload"]["failed"][0]["status"], "stopped", "{e}");
     w.finish().await;
 }
+
+#[tokio::test]
+async fn a_vm_a_resize_left_stopped_is_started_again_by_the_reconciler() {
+    let Some(w) = World::new("a_vm_a_resize_left_stopped_is_started_again_by_the_reconciler").await
+    else {
+        return;
+    };
+    let out = w
+        .create(json!({"provider": "lab", "profile": "small", "count": 3, "name": "rj"}))
+        .await;
+    let ids: Vec<String> = hosts(&out)
+        .iter()
+        .map(|h| h["vm_id"].as_str().unwrap().to_string())
+        .collect();
+    let status = |w: &World, id: &str| {
+        w.machines()
+            .into_iter()
+            .find(|m| m.id == id)
+            .unwrap()
+            .status
+            .as_str()
+            .to_string()
+    };
+    // A resize that went through closes its row; a VM stopped before needs none.
+    assert!(w.cloud.operator_stop(&ids[1]));
+    w.step(
+        "core.cloud.resized",
+        json!({"provider": "lab", "vm_ids": [ids[0], ids[1]], "machine_type": "amd64-large"}),
+    )
+    .await
+    .unwrap();
+    let rows = w
+        .rows("SELECT vm_id, state FROM keeper.vm_resizes ORDER BY id")
+        .await;
+    assert_eq!(rows, vec![json!({"vm_id": ids[0], "state": "done"})]);
+
+    // The driver stops the VM, then fails: the row journalled before the call stays resizing.
+    w.knobs
+        .resize_stops_then_fails
+        .store(true, Ordering::SeqCst);
+    let f = w
+        .step(
+            "core.cloud.resized",
+            json!({"provider": "lab", "vm_ids": [ids[2]], "machine_type": "amd64-large"}),
+        )
+        .await
+        .unwrap_err();
+    let journal = f.output["failed"][0]["journal"].as_str().unwrap();
+    assert!(journal.contains("state resizing"), "{journal}");
+    assert_eq!(status(&w, &ids[2]), "stopped");
+    // As a keeper killed between the driver's stop and its start would leave it: a row resizing
+    // and the VM stopped.
+    w.client()
+        .await
+        .execute(
+            "INSERT INTO keeper.vm_resizes (step_id, provider, vm_id, machine_type, state)
+             VALUES ('killed-resize', 'lab', $1, 'amd64-large', 'resizing')",
+            &[&ids[0]],
+        )
+        .await
+        .unwrap();
+    assert!(w.cloud.operator_stop(&ids[0]));
+
+    let r = w
+        .keeper
+        .reconcile("test", keeper::cloud::RECONCILE_GRACE)
+        .await
+        .unwrap();
+    assert!(r.changed, "{r:?}");
+    assert!(!r.needs_attention(), "{r:?}");
+    let started: Vec<&String> = r.steps.iter().flat_map(|s| &s.started).collect();
+    assert_eq!(started, vec![&ids[2], &ids[0]], "{r:?}");
+    assert_eq!(status(&w, &ids[0]), "running");
+    assert_eq!(status(&w, &ids[2]), "running");
+    assert_eq!(status(&w, &ids[1]), "stopped", "stopped before: left so");
+    assert_eq!(
+        w.count("SELECT 1 FROM keeper.vm_resizes WHERE state = 'started'")
+            .await,
+        2
+    );
+    let events = w.audit(keeper::cloud::CLOUD_RECONCILED).await;
+    assert_eq!(events.len(), 2, "one event a step");
+    // A second run finds nothing to do.
+    let r = w
+        .keeper
+        .reconcile("test", keeper::cloud::RECONCILE_GRACE)
+        .await
+        .unwrap();
+    assert!(!r.changed, "{r:?}");
+    assert!(r.steps.is_empty(), "{r:?}");
+    w.finish().await;
+}
