@@ -370,21 +370,11 @@ pub fn validate_labels(labels: &Labels) -> Result<()> {
 
 /// Checks a label key a caller may set or remove ([`LABEL_KEY_RULE`]).
 pub fn validate_label_key(k: &str) -> Result<()> {
-    let ok = !k.is_empty()
-        && k.len() <= 63
-        && k.as_bytes()[0].is_ascii_lowercase()
-        && k.bytes()
-            .last()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && k.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if !ok || crate::labels::is_reserved(k) {
-        return Err(Error::invalid(
-            "labels",
-            format!("a key is {LABEL_KEY_RULE}, got {}", quoted(k)),
-        ));
-    }
-    Ok(())
+    let ends_well = k
+        .bytes()
+        .last()
+        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    check_label_key(k, ends_well)
 }
 
 /// Checks a label key a caller removes: the rule of [`validate_label_key`] but for its last
@@ -392,7 +382,13 @@ pub fn validate_label_key(k: &str) -> Result<()> {
 /// set may still stand, and must stay removable. Still of a-z, 0-9, '-' and '_' (nothing that
 /// could widen a request), and never one of orca's own.
 pub fn validate_label_key_to_remove(k: &str) -> Result<()> {
-    let ok = !k.is_empty()
+    check_label_key(k, true)
+}
+
+/// A label key's rule but for its last character (`ends_well` says whether that passed).
+fn check_label_key(k: &str, ends_well: bool) -> Result<()> {
+    let ok = ends_well
+        && !k.is_empty()
         && k.len() <= 63
         && k.as_bytes()[0].is_ascii_lowercase()
         && k.bytes()
