@@ -84,7 +84,8 @@ pub(crate) const WINDOW: u32 = 8 * 1024 * 1024;
 pub(crate) const MAX_FRAME: u32 = 1024 * 1024;
 
 /// Serves `provider` as the CloudDriver service on this process's stdin and stdout until the host
-/// closes them.
+/// closes them. It sets up no logging: a plugin that logs calls [`log_to_stderr`] first, since a
+/// subscriber writing to stdout would corrupt the protocol.
 pub async fn serve(provider: Arc<dyn Provider>) -> std::io::Result<()> {
     serve_stdio(Routes::new(Driver::new(Ok(provider)).into_service())).await
 }
