@@ -795,11 +795,10 @@ impl GceProvider {
                     && last_segment(&vm.machine_type) == spec.machine_type =>
             {
                 let ops = self.operations_of(r, &vm).await?;
-                let running = |t: &str| {
-                    ops.iter()
-                        .find(|op| op.operation_type == t && !op.is_done())
-                };
-                if let Some(delete) = running("delete").cloned() {
+                let delete = ops
+                    .iter()
+                    .find(|op| op.operation_type == "delete" && !op.is_done());
+                if let Some(delete) = delete.cloned() {
                     if !may_wait {
                         return Err(being_deleted(r, None));
                     }

@@ -96,11 +96,7 @@ fn why_unreadable(e: &orca::fs::FsError) -> String {
 /// in the vault could lead anywhere), of this user's and closed to others (on Unix), within
 /// [`MAX_ENTRY_BYTES`], each checked on the opened file.
 fn read_entry(path: &std::path::Path) -> std::result::Result<Vec<u8>, orca::fs::FsError> {
-    const WHAT: &str = "a vault file";
-    #[cfg(unix)]
-    return orca::fs::read_private(path, MAX_ENTRY_BYTES, 0o077, WHAT);
-    #[cfg(not(unix))]
-    return orca::fs::read_regular(path, MAX_ENTRY_BYTES, WHAT);
+    orca::fs::read_private(path, MAX_ENTRY_BYTES, 0o077, "a vault file")
 }
 
 /// Refuses a folder between the vault's root and the file at `path` that is a symbolic link: the

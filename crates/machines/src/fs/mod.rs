@@ -53,7 +53,6 @@ use std::path::{Path, PathBuf};
 pub use lock::FileLock;
 #[cfg(unix)]
 pub use program::check_program;
-#[cfg(unix)]
 pub use read::read_private;
 pub use read::read_regular;
 pub use write::{

@@ -65,7 +65,8 @@ pub fn read_regular(path: impl AsRef<Path>, max: u64, what: &str) -> Result<Vec<
 /// The bytes of the file at `path`, read as [`read_regular`] reads, and only when it is this user's
 /// and none of the permission bits `forbidden` is set (`0o077`: its owner's alone): a file that holds
 /// credentials must be one that nobody else wrote or can read. Both are checked on the opened file,
-/// so a file swapped in after the check is never the one read.
+/// so a file swapped in after the check is never the one read. Where files have no Unix owner and
+/// mode (not Unix), it reads as [`read_regular`] does, so that a caller needs no platform switch.
 ///
 /// ```
 /// # #[cfg(unix)] {
@@ -81,7 +82,6 @@ pub fn read_regular(path: impl AsRef<Path>, max: u64, what: &str) -> Result<Vec<
 /// # }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[cfg(unix)]
 pub fn read_private(
     path: impl AsRef<Path>,
     max: u64,
@@ -91,8 +91,11 @@ pub fn read_private(
     let path = path.as_ref();
     let mut o = OpenOptions::new();
     o.read(true);
-    let (file, meta) = open_regular(path, o, what)?;
-    super::check_private(path, &meta, forbidden)?;
+    let (file, _meta) = open_regular(path, o, what)?;
+    #[cfg(unix)]
+    super::check_private(path, &_meta, forbidden)?;
+    #[cfg(not(unix))]
+    let _ = forbidden;
     read_to_bound(path, file, max, what)
 }
 

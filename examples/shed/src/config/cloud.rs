@@ -60,11 +60,7 @@ const MAX_KEY_FILE: u64 = 64 * 1024;
 /// of a private key): a key another user may read is no longer this server's alone, and one they
 /// may have written could be theirs.
 fn read_key_file(path: &str) -> Result<Vec<u8>, orca::fs::FsError> {
-    const WHAT: &str = "an SSH key file";
-    #[cfg(unix)]
-    return orca::fs::read_private(path, MAX_KEY_FILE, 0o077, WHAT);
-    #[cfg(not(unix))]
-    return orca::fs::read_regular(path, MAX_KEY_FILE, WHAT);
+    orca::fs::read_private(path, MAX_KEY_FILE, 0o077, "an SSH key file")
 }
 
 /// Why the key file was not read, in words that say what to do.
